@@ -1,0 +1,54 @@
+/* libdist: compute backends.
+ *
+ * A backend is one device's kernels and memory (oneDNN on a CPU, cuDNN/cuBLAS on a GPU). A
+ * strategy makes one per replica; a program using ops directly makes its own. */
+#ifndef DIST_BACKEND_H
+#define DIST_BACKEND_H
+
+#include "dist/export.h"
+#include "dist/status.h"
+#include "dist/tensor.h"
+
+DIST_BEGIN_DECLS
+
+typedef struct dist_backend dist_backend;
+
+typedef struct dist_backend_options {
+    int version;       /* DIST_BACKEND_OPTIONS_VERSION */
+    dist_device device;
+    int threads;       /* CPU: compute threads for this backend's kernels; 0 = all cores */
+    int deterministic; /* GPU: only deterministic algorithms; CPU kernels always are */
+} dist_backend_options;
+
+#define DIST_BACKEND_OPTIONS_VERSION 1
+#define DIST_BACKEND_OPTIONS_INIT {DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0}
+
+/* Creates a backend for options->device. DIST_NOT_FOUND when the device does not exist (for
+ * example gpu:0 on a machine without GPUs), DIST_UNSUPPORTED when this build lacks it. */
+DIST_API dist_status dist_backend_create(const dist_backend_options *options, dist_backend **out);
+/* Accepts NULL. Tensors allocated on the backend must be freed before. */
+DIST_API void dist_backend_destroy(dist_backend *backend);
+
+DIST_API dist_device dist_backend_device(const dist_backend *backend);
+/* "cpu/onednn" or "cuda/cudnn". */
+DIST_API const char *dist_backend_name(const dist_backend *backend);
+
+/* Allocates a zeroed tensor on the backend's device (plain layout). Free with
+ * dist_backend_free_tensor. */
+DIST_API dist_status dist_backend_alloc_tensor(dist_backend *backend, dist_dtype dtype, int ndim,
+                                               const int64_t *shape, dist_tensor **out);
+DIST_API void dist_backend_free_tensor(dist_backend *backend, dist_tensor *t);
+
+/* Copies a tensor on the backend's device to host memory in plain layout (bytes must equal
+ * dist_tensor_bytes(src)). Waits for the device. */
+DIST_API dist_status dist_backend_to_host(dist_backend *backend, const dist_tensor *src, void *dst,
+                                          size_t bytes);
+/* Copies plain host memory into a plain tensor on the backend's device. */
+DIST_API dist_status dist_backend_from_host(dist_backend *backend, const void *src, size_t bytes,
+                                            dist_tensor *dst);
+/* Waits until all work queued on the backend is done. */
+DIST_API dist_status dist_backend_synchronize(dist_backend *backend);
+
+DIST_END_DECLS
+
+#endif

@@ -1,0 +1,152 @@
+/* The backend vtable: one per device kind. Everything above this layer reaches kernels and
+ * device memory only through these entries.
+ *
+ * Conventions for every kernel:
+ * - tensors live on the backend's device; `data` is a device pointer;
+ * - inputs may arrive in any layout the backend produced (see dist_layout); a kernel converts
+ *   if it must; outputs are written in the layout the kernel sets on the output tensor, which
+ *   never changes the byte size;
+ * - shapes are TensorFlow's: activations NHWC, conv kernels HWIO, dense kernels [in, out];
+ * - kernels are queued on the backend's stream; results are visible to later kernels of the
+ *   same backend; synchronize() waits for all of them;
+ * - no kernel allocates memory in steady state: scratch comes from the backend's own caches. */
+#ifndef DIST_BACKEND_BACKEND_H
+#define DIST_BACKEND_BACKEND_H
+
+#include <stddef.h>
+
+#include "dist/backend.h"
+#include "dist/tensor.h"
+
+typedef enum dist_copy_kind {
+    DIST_COPY_H2D = 0,
+    DIST_COPY_D2H,
+    DIST_COPY_D2D
+} dist_copy_kind;
+
+typedef struct dist_conv2d_desc {
+    int stride_h, stride_w;
+    int pad_top, pad_bottom, pad_left, pad_right;
+    int relu; /* forward: apply ReLU to the output (the op layer's fused activation) */
+} dist_conv2d_desc;
+
+typedef struct dist_pool2d_desc {
+    int window_h, window_w;
+    int stride_h, stride_w;
+    int pad_top, pad_bottom, pad_left, pad_right;
+} dist_pool2d_desc;
+
+typedef struct dist_adam_desc {
+    float lr;      /* already bias-corrected: lr * sqrt(1 - b2^t) / (1 - b1^t) */
+    float beta1, beta2;
+    float epsilon; /* Keras's epsilon-hat, added to sqrt(v) */
+    float grad_scale; /* gradients are multiplied by this first (1 = none; 1/loss scale) */
+} dist_adam_desc;
+
+typedef struct dist_sgd_desc {
+    float lr;
+    float momentum; /* 0 = plain SGD (momentum buffer unused, may be NULL) */
+    int nesterov;
+    float grad_scale;
+} dist_sgd_desc;
+
+struct dist_backend_i {
+    const char *name;
+    void (*destroy)(void *ctx);
+
+    /* memory */
+    dist_status (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *ptr);
+    dist_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, dist_copy_kind kind);
+    dist_status (*memset_zero)(void *ctx, void *dst, size_t bytes);
+    dist_status (*synchronize)(void *ctx);
+
+    /* convolution: y = act(conv(x, w) + b); b may be NULL */
+    dist_status (*conv2d_forward)(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                                  const dist_tensor *w, const dist_tensor *b, dist_tensor *y);
+    dist_status (*conv2d_backward_data)(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
+                                        const dist_tensor *w, dist_tensor *dx);
+    /* dw is plain HWIO, db plain [K] (may be NULL); both are overwritten */
+    dist_status (*conv2d_backward_filter)(void *ctx, const dist_conv2d_desc *d,
+                                          const dist_tensor *x, const dist_tensor *dy,
+                                          dist_tensor *dw, dist_tensor *db);
+
+    /* max pooling; the workspace remembers the arg-max for the backward pass */
+    dist_status (*max_pool2d_workspace_bytes)(void *ctx, const dist_pool2d_desc *d,
+                                              const dist_tensor *x, size_t *bytes);
+    dist_status (*max_pool2d_forward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
+                                      dist_tensor *y, void *workspace);
+    /* dy arrives in y's layout; dx is written in x's layout */
+    dist_status (*max_pool2d_backward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
+                                       const dist_tensor *dy, const void *workspace,
+                                       dist_tensor *dx);
+
+    /* c = alpha * op(a) @ op(b) + beta * c, plain 2-D f32 tensors, op = transpose when set */
+    dist_status (*matmul)(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
+                          const dist_tensor *b, float beta, dist_tensor *c);
+    /* y[..., j] += b[j], then ReLU when relu is set (in place) */
+    dist_status (*bias_add)(void *ctx, dist_tensor *y, const dist_tensor *b, int relu);
+    /* db[j] = sum of dy[..., j] over all other axes */
+    dist_status (*bias_grad)(void *ctx, const dist_tensor *dy, dist_tensor *db);
+
+    dist_status (*relu_forward)(void *ctx, const dist_tensor *x, dist_tensor *y);
+    /* dx = dy * (y > 0); y and dy share a layout */
+    dist_status (*relu_backward)(void *ctx, const dist_tensor *y, const dist_tensor *dy,
+                                 dist_tensor *dx);
+
+    /* logits [N, K] f32, labels [N] i32; loss [N] = -log softmax(logits)[label];
+     * probs [N, K] keeps the softmax for the backward. A label outside 0..K-1 fails with
+     * DIST_INVALID_ARGUMENT (CPU) or gives NaN loss (GPU, checked on the host side). */
+    dist_status (*softmax_xent_forward)(void *ctx, const dist_tensor *logits,
+                                        const dist_tensor *labels, dist_tensor *loss,
+                                        dist_tensor *probs);
+    /* dlogits[i, k] = dloss[i] * (probs[i, k] - onehot(labels[i])[k]) */
+    dist_status (*softmax_xent_backward)(void *ctx, const dist_tensor *probs,
+                                         const dist_tensor *labels, const dist_tensor *dloss,
+                                         dist_tensor *dlogits);
+    /* count[0] (f32) = number of rows whose arg-max equals the label */
+    dist_status (*accuracy_count)(void *ctx, const dist_tensor *logits, const dist_tensor *labels,
+                                  dist_tensor *count);
+
+    /* layout conversion between tensors of the same logical shape and dtype */
+    dist_status (*to_layout)(void *ctx, const dist_tensor *src, dist_tensor *dst);
+
+    /* elementwise on f32 tensors of equal numel and layout */
+    dist_status (*add)(void *ctx, const dist_tensor *a, const dist_tensor *b, dist_tensor *out);
+    dist_status (*scale)(void *ctx, const dist_tensor *x, float alpha, dist_tensor *out);
+    dist_status (*fill)(void *ctx, dist_tensor *x, float value);
+    /* out is a 1-element f32 tensor: the sum of all of x */
+    dist_status (*reduce_sum)(void *ctx, const dist_tensor *x, dist_tensor *out);
+
+    /* optimizer updates on contiguous f32 buffers of n elements */
+    dist_status (*adam_update)(void *ctx, const dist_adam_desc *d, float *param, const float *grad,
+                               float *m, float *v, size_t n);
+    dist_status (*sgd_update)(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
+                              float *momentum, size_t n);
+
+    /* dtype conversion (f32 <-> f16/bf16), same numel and layout */
+    dist_status (*cast)(void *ctx, const dist_tensor *src, dist_tensor *dst);
+    /* *all_finite (host int) = 1 when no element of x is Inf or NaN; waits for the device */
+    dist_status (*all_finite)(void *ctx, const dist_tensor *x, int *all_finite);
+};
+
+struct dist_backend {
+    const struct dist_backend_i *iface;
+    void *ctx;
+    dist_device device;
+    int threads;
+};
+
+/* Constructors of the built-in backends (NULL-safe failure with a message). */
+dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_backend **out);
+#ifdef DIST_WITH_CUDA
+dist_status dist_cuda_backend_create(const dist_backend_options *options, dist_backend **out);
+int dist_cuda_device_count(void);
+#endif
+
+/* Allocates device memory for a tensor struct the caller fills (used by arenas). */
+static inline dist_status dist_backend_alloc_raw(dist_backend *be, size_t bytes, void **out) {
+    return be->iface->alloc(be->ctx, bytes, out);
+}
+
+#endif

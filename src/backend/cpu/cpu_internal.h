@@ -1,0 +1,57 @@
+/* The CPU backend's private state, shared by its files. */
+#ifndef DIST_BACKEND_CPU_INTERNAL_H
+#define DIST_BACKEND_CPU_INTERNAL_H
+
+#include <dnnl.h>
+
+#include "backend/backend.h"
+
+/* One cached oneDNN primitive with everything it needs to run without allocating: its memory
+ * objects (data handles swapped per call), reorders for weights, and a user scratchpad. */
+typedef struct cpu_prim {
+    unsigned char key[256];
+    dnnl_primitive_t prim;
+    dnnl_primitive_t reorder_in;  /* plain weights -> the primitive's weights layout */
+    dnnl_primitive_t reorder_out; /* the primitive's diff-weights layout -> plain */
+    dnnl_memory_t mem[8];
+    void *buf[3];                 /* scratch: reordered weights, reordered diff weights, scratchpad */
+    size_t workspace_bytes;
+    const char *impl;             /* oneDNN implementation name, e.g. "jit:avx512_core" */
+} cpu_prim;
+
+#define CPU_PRIM_CACHE 48
+
+typedef struct cpu_ctx {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    int threads;
+    int nprims;
+    cpu_prim prims[CPU_PRIM_CACHE];
+    int next_evict;
+} cpu_ctx;
+
+dist_status cpu_dnnl_check(dnnl_status_t s, const char *what);
+
+/* oneDNN-backed kernels (cpu_dnnl.c) */
+dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                               const dist_tensor *w, const dist_tensor *b, dist_tensor *y);
+dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
+                                     const dist_tensor *w, dist_tensor *dx);
+dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                                       const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
+dist_status cpu_max_pool2d_workspace_bytes(void *ctx, const dist_pool2d_desc *d,
+                                           const dist_tensor *x, size_t *bytes);
+dist_status cpu_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
+                                   dist_tensor *y, void *workspace);
+dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
+                                    const dist_tensor *dy, const void *workspace, dist_tensor *dx);
+dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
+                       const dist_tensor *b, float beta, dist_tensor *c);
+dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst);
+void cpu_prims_destroy(cpu_ctx *c);
+
+/* For tests and start-up checks: the implementation names of the primitives created so far,
+ * written as "op=impl;..." into buf. */
+void dist_cpu_backend_impl_info(const dist_backend *backend, char *buf, size_t size);
+
+#endif
