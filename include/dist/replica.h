@@ -1,0 +1,38 @@
+/* libdist: the replica context, what a step function sees while it runs on one replica.
+ *
+ * A strategy's run() calls the step once per replica, each with its own replica context: the
+ * replica's id and count, its tape (and so its device), and collectives that meet the other
+ * replicas. Collectives must be called by every replica in the same order. */
+#ifndef DIST_REPLICA_H
+#define DIST_REPLICA_H
+
+#include "dist/backend.h"
+#include "dist/export.h"
+#include "dist/status.h"
+#include "dist/tape.h"
+#include "dist/tensor.h"
+
+DIST_BEGIN_DECLS
+
+typedef enum dist_reduce_op {
+    DIST_REDUCE_SUM = 0,
+    DIST_REDUCE_MEAN = 1
+} dist_reduce_op;
+
+DIST_API int dist_replica_id(const dist_replica_ctx *rc);
+DIST_API int dist_replica_count(const dist_replica_ctx *rc);
+/* The replica's tape (reset by run() before the step is called). Borrowed. */
+DIST_API dist_tape *dist_replica_tape(const dist_replica_ctx *rc);
+DIST_API dist_backend *dist_replica_backend(const dist_replica_ctx *rc);
+
+/* In place: every replica's tensor becomes the SUM (or MEAN) over replicas. f32 tensors of the
+ * same shape on each replica's device; results are bitwise identical on every replica. */
+DIST_API dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t);
+/* out (on this replica's device) = the replicas' `in` tensors concatenated along axis 0, in
+ * replica order. Every replica's `in` must have the same shape; out has R times its rows. */
+DIST_API dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in,
+                                             dist_tensor *out);
+
+DIST_END_DECLS
+
+#endif

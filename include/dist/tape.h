@@ -1,0 +1,105 @@
+/* libdist: the gradient tape and the differentiable ops.
+ *
+ * A tape belongs to one backend (one replica's device). Ops called with a tape run their
+ * kernels on that backend and, when an input needs a gradient, record what the backward pass
+ * needs. Tensors returned by ops live in the tape's arena: they are owned by the tape and stay
+ * valid until dist_tape_reset(), which a training step calls first. After the first step of a
+ * given shape, a step allocates nothing: the arena and the record list are reused.
+ *
+ * Gradients flow to *watched* tensors (variables). dist_tape_gradient() writes them into
+ * caller-provided tensors, typically views into a model's contiguous gradient buffer. */
+#ifndef DIST_TAPE_H
+#define DIST_TAPE_H
+
+#include "dist/backend.h"
+#include "dist/export.h"
+#include "dist/status.h"
+#include "dist/tensor.h"
+
+DIST_BEGIN_DECLS
+
+typedef struct dist_tape dist_tape;
+typedef struct dist_replica_ctx dist_replica_ctx;
+
+typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist_padding;
+typedef enum dist_activation { DIST_ACT_NONE = 0, DIST_ACT_RELU = 1 } dist_activation;
+
+/* Creates a tape on a backend (borrowed: it must outlive the tape). */
+DIST_API dist_status dist_tape_create(dist_backend *backend, dist_tape **out);
+DIST_API void dist_tape_destroy(dist_tape *tape);
+/* Forgets all records and releases every tensor the tape handed out (memory is kept for the
+ * next step). */
+DIST_API void dist_tape_reset(dist_tape *tape);
+DIST_API dist_backend *dist_tape_backend(const dist_tape *tape);
+/* The replica context the tape runs in (NULL outside a strategy's run). */
+DIST_API dist_replica_ctx *dist_tape_replica(const dist_tape *tape);
+/* While 0, ops run but record nothing (inference). Default 1. */
+DIST_API void dist_tape_set_recording(dist_tape *tape, int recording);
+
+/* Marks a tensor (a variable on the tape's device) as a source of gradients for this step. */
+DIST_API dist_status dist_tape_watch(dist_tape *tape, dist_tensor *variable);
+
+/* Allocates an arena tensor on the tape's device (plain layout, contents undefined). */
+DIST_API dist_status dist_tape_alloc(dist_tape *tape, dist_dtype dtype, int ndim,
+                                     const int64_t *shape, dist_tensor **out);
+/* Copies a plain host tensor to an arena tensor on the tape's device. */
+DIST_API dist_status dist_tape_upload(dist_tape *tape, const dist_tensor *host, dist_tensor **out);
+/* Copies a tensor on the tape's device to host memory as plain data (waits for the device). */
+DIST_API dist_status dist_tape_download(dist_tape *tape, const dist_tensor *t, void *dst, size_t bytes);
+/* Reads a one-element float32 tensor (waits for the device). */
+DIST_API dist_status dist_tape_read_scalar(dist_tape *tape, const dist_tensor *t, float *value);
+
+/* Computes d(target)/d(sources[i]) for a scalar target and writes each into grads[i] (plain
+ * f32 tensors of the sources' shapes on the tape's device, overwritten; a source the target
+ * does not depend on gets zeros). */
+DIST_API dist_status dist_tape_gradient(dist_tape *tape, const dist_tensor *target, int count,
+                                        dist_tensor *const *sources, dist_tensor *const *grads);
+
+/* Like dist_tape_gradient, for a target of any shape: output_gradient (same shape as target,
+ * on the tape's device) is the gradient flowing into the target, as the output_gradients
+ * argument of TensorFlow's GradientTape.gradient. */
+DIST_API dist_status dist_tape_gradient_with(dist_tape *tape, const dist_tensor *target,
+                                             const dist_tensor *output_gradient, int count,
+                                             dist_tensor *const *sources, dist_tensor *const *grads);
+
+/* ---- ops (TensorFlow semantics; NHWC activations, HWIO conv kernels, [in,out] dense) ---- */
+
+/* y = act(conv2d(x, kernel) + bias). bias may be NULL. */
+DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x, const dist_tensor *kernel,
+                                    const dist_tensor *bias, int stride_h, int stride_w,
+                                    dist_padding padding, dist_activation activation,
+                                    dist_tensor **y);
+DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h, int pool_w,
+                                        int stride_h, int stride_w, dist_padding padding,
+                                        dist_tensor **y);
+/* y = act(x @ kernel + bias) for x [N, in]. bias may be NULL. */
+DIST_API dist_status dist_op_dense(dist_tape *tape, const dist_tensor *x, const dist_tensor *kernel,
+                                   const dist_tensor *bias, dist_activation activation,
+                                   dist_tensor **y);
+DIST_API dist_status dist_op_relu(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* [N, d1, d2, ...] -> [N, d1*d2*...] in row-major (NHWC) order, as Keras's Flatten. */
+DIST_API dist_status dist_op_flatten(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* Per-example loss [N] of integer labels [N] (int32) against logits [N, K]. */
+DIST_API dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *tape, const dist_tensor *logits,
+                                                          const dist_tensor *labels,
+                                                          dist_tensor **per_example_loss);
+/* Scalar sum of all elements. */
+DIST_API dist_status dist_op_reduce_sum(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* Scalar mean of all elements. */
+DIST_API dist_status dist_op_reduce_mean(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_scale(dist_tape *tape, const dist_tensor *x, float alpha, dist_tensor **y);
+DIST_API dist_status dist_op_add(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                 dist_tensor **y);
+/* Number of rows of logits whose arg-max equals the label, as a float32 scalar (no gradient). */
+DIST_API dist_status dist_op_accuracy_count(dist_tape *tape, const dist_tensor *logits,
+                                            const dist_tensor *labels, dist_tensor **count);
+
+/* tf.nn.compute_average_loss: sum(per_example_loss) / global_batch_size. With
+ * global_batch_size 0, uses the per-replica batch times the replica count of the tape's
+ * replica context (TensorFlow's default). */
+DIST_API dist_status dist_compute_average_loss(dist_tape *tape, const dist_tensor *per_example_loss,
+                                               int64_t global_batch_size, dist_tensor **loss);
+
+DIST_END_DECLS
+
+#endif

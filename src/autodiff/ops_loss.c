@@ -1,0 +1,163 @@
+/* Loss and arithmetic ops and their gradients: softmax cross-entropy, sums, scale, add. */
+#include "autodiff/tape_impl.h"
+#include "core/error.h"
+#include "core/replica_ctx.h"
+
+/* ---- sparse softmax cross-entropy ---- */
+
+static dist_status xent_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *logits = n->in[0], *labels = n->saved[1], *probs = n->saved[0];
+    if (!tape_requires_grad(t, logits) || logits->shape[0] == 0) return DIST_OK;
+    DIST_TRY(grad_materialize(t, g, n->out));
+    dist_tensor *dl;
+    DIST_TRY(grad_begin(t, logits, &dl));
+    DIST_TRY(tape_be(t)->softmax_xent_backward(tape_bectx(t), probs, labels, g->t, dl));
+    return grad_end(t, logits, dl);
+}
+
+dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *t, const dist_tensor *logits,
+                                                 const dist_tensor *labels, dist_tensor **loss) {
+    DIST_CHECK_ARG(t && logits && labels && loss, "dist_op_sparse_softmax_cross_entropy: NULL argument");
+    DIST_CHECK_ARG(logits->ndim == 2 && logits->dtype == DIST_F32,
+                   "sparse_softmax_cross_entropy: logits must be float32 [batch, classes]");
+    DIST_CHECK_ARG(labels->dtype == DIST_I32 && dist_tensor_numel(labels) == logits->shape[0],
+                   "sparse_softmax_cross_entropy: labels must be int32 with %lld entries, got %s with %lld",
+                   (long long)logits->shape[0], dist_dtype_name(labels->dtype),
+                   (long long)dist_tensor_numel(labels));
+    int64_t n = logits->shape[0];
+    dist_tensor *out, *probs;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &n, &out));
+    DIST_TRY(tape_new_like(t, logits, &probs));
+    if (n > 0) DIST_TRY(tape_be(t)->softmax_xent_forward(tape_bectx(t), logits, labels, out, probs));
+    const dist_tensor *in[1] = {logits};
+    tape_node *node;
+    DIST_TRY(tape_record(t, out, xent_backward, 1, in, &node));
+    if (node) {
+        node->saved[0] = probs;
+        node->saved[1] = labels;
+    }
+    *loss = out;
+    return DIST_OK;
+}
+
+dist_status dist_op_accuracy_count(dist_tape *t, const dist_tensor *logits, const dist_tensor *labels,
+                                   dist_tensor **count) {
+    DIST_CHECK_ARG(t && logits && labels && count, "dist_op_accuracy_count: NULL argument");
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 0, NULL, count));
+    if (logits->shape[0] == 0) return tape_be(t)->fill(tape_bectx(t), *count, 0.0f);
+    return tape_be(t)->accuracy_count(tape_bectx(t), logits, labels, *count);
+}
+
+/* ---- reductions ---- */
+
+/* The uniform value of a scalar output's gradient (reads the device when it is a tensor). */
+static dist_status scalar_grad_value(dist_tape *t, grad_entry *g, float *v) {
+    if (g->is_const) {
+        *v = g->value;
+        return DIST_OK;
+    }
+    return dist_tape_read_scalar(t, g->t, v);
+}
+
+static dist_status reduce_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    float v;
+    DIST_TRY(scalar_grad_value(t, g, &v));
+    return grad_add_const(t, n->in[0], v * n->p.alpha);
+}
+
+static dist_status reduce_common(dist_tape *t, const dist_tensor *x, float factor, dist_tensor **y) {
+    DIST_CHECK_ARG(x->dtype == DIST_F32, "reduce: float32 input required, got %s", dist_dtype_name(x->dtype));
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 0, NULL, &out));
+    DIST_TRY(tape_be(t)->reduce_sum(tape_bectx(t), x, out));
+    if (factor != 1.0f) DIST_TRY(tape_be(t)->scale(tape_bectx(t), out, factor, out));
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, reduce_backward, 1, in, &n));
+    if (n) n->p.alpha = factor;
+    *y = out;
+    return DIST_OK;
+}
+
+dist_status dist_op_reduce_sum(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_reduce_sum: NULL argument");
+    return reduce_common(t, x, 1.0f, y);
+}
+
+dist_status dist_op_reduce_mean(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_reduce_mean: NULL argument");
+    int64_t n = dist_tensor_numel(x);
+    return reduce_common(t, x, n > 0 ? 1.0f / (float)n : 0.0f, y);
+}
+
+dist_status dist_compute_average_loss(dist_tape *t, const dist_tensor *per_example_loss,
+                                      int64_t global_batch_size, dist_tensor **loss) {
+    DIST_CHECK_ARG(t && per_example_loss && loss, "dist_compute_average_loss: NULL argument");
+    DIST_CHECK_ARG(global_batch_size >= 0, "compute_average_loss: global_batch_size is negative (%lld)",
+                   (long long)global_batch_size);
+    DIST_CHECK_ARG(per_example_loss->ndim >= 1, "compute_average_loss: per_example_loss needs a batch axis");
+    int64_t global = global_batch_size;
+    if (global == 0) global = per_example_loss->shape[0] * dist_replica_count(t->replica);
+    return reduce_common(t, per_example_loss, global > 0 ? (float)(1.0 / (double)global) : 0.0f, loss);
+}
+
+/* ---- scale, add ---- */
+
+static dist_status scale_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0];
+    if (g->is_const) return grad_add_const(t, x, g->value * n->p.alpha);
+    dist_tensor *dx;
+    DIST_TRY(grad_begin(t, x, &dx));
+    if (!dx) return DIST_OK;
+    DIST_TRY(tape_be(t)->scale(tape_bectx(t), g->t, n->p.alpha, dx));
+    return grad_end(t, x, dx);
+}
+
+dist_status dist_op_scale(dist_tape *t, const dist_tensor *x, float alpha, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_scale: NULL argument");
+    dist_tensor *out;
+    DIST_TRY(tape_new_like(t, x, &out));
+    DIST_TRY(tape_be(t)->scale(tape_bectx(t), x, alpha, out));
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, scale_backward, 1, in, &n));
+    if (n) n->p.alpha = alpha;
+    *y = out;
+    return DIST_OK;
+}
+
+static dist_status add_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    for (int i = 0; i < 2; i++) {
+        const dist_tensor *x = n->in[i];
+        if (g->is_const) {
+            DIST_TRY(grad_add_const(t, x, g->value));
+            continue;
+        }
+        dist_tensor *dx;
+        DIST_TRY(grad_begin(t, x, &dx));
+        if (!dx) continue;
+        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, dx));
+        DIST_TRY(grad_end(t, x, dx));
+    }
+    return DIST_OK;
+}
+
+dist_status dist_op_add(dist_tape *t, const dist_tensor *a, const dist_tensor *b, dist_tensor **y) {
+    DIST_CHECK_ARG(t && a && b && y, "dist_op_add: NULL argument");
+    DIST_CHECK_ARG(dist_tensor_numel(a) == dist_tensor_numel(b), "add: operands differ in size");
+    const dist_tensor *bb = b;
+    dist_tensor *conv = NULL;
+    if (b->layout != a->layout) {
+        DIST_TRY(tape_new_like(t, a, &conv));
+        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), b, conv));
+        bb = conv;
+    }
+    dist_tensor *out;
+    DIST_TRY(tape_new_like(t, a, &out));
+    DIST_TRY(tape_be(t)->add(tape_bectx(t), a, bb, out));
+    const dist_tensor *in[2] = {a, b};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, add_backward, 2, in, &n));
+    *y = out;
+    return DIST_OK;
+}

@@ -1,0 +1,293 @@
+/* Layer ops and their gradients: conv2d, max_pool2d, dense, relu, flatten. */
+#include <string.h>
+
+#include "autodiff/tape_impl.h"
+#include "core/error.h"
+
+/* The gradient of a node's output as a tensor in the output's layout. */
+static dist_status output_grad(dist_tape *t, tape_node *n, grad_entry *g, dist_tensor **dy) {
+    DIST_TRY(grad_materialize(t, g, n->out));
+    if (g->t->layout != n->out->layout) {
+        dist_tensor *conv;
+        DIST_TRY(tape_new_like(t, n->out, &conv));
+        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, conv));
+        g->t = conv;
+    }
+    *dy = g->t;
+    return DIST_OK;
+}
+
+/* A zero gradient contribution (for ops on empty batches). */
+static dist_status grad_zero(dist_tape *t, const dist_tensor *x) {
+    dist_tensor *dst;
+    DIST_TRY(grad_begin(t, x, &dst));
+    if (!dst) return DIST_OK;
+    DIST_TRY(tape_be(t)->memset_zero(tape_bectx(t), dst->data, dist_tensor_bytes(dst)));
+    return grad_end(t, x, dst);
+}
+
+static void same_padding(int64_t in, int k, int stride, int *before, int *after) {
+    int64_t out = (in + stride - 1) / stride;
+    int64_t total = (out - 1) * stride + k - in;
+    if (total < 0) total = 0;
+    *before = (int)(total / 2);
+    *after = (int)(total - total / 2);
+}
+
+static dist_status check_4d(const dist_tensor *x, const char *op) {
+    if (x->ndim != 4)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: input must be 4-D NHWC, got %d-D", op, x->ndim);
+    if (x->dtype != DIST_F32)
+        return dist_error(DIST_UNSUPPORTED, "%s: input must be float32, got %s", op, dist_dtype_name(x->dtype));
+    return DIST_OK;
+}
+
+/* ---- conv2d ---- */
+
+static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    if (dist_tensor_numel(x) == 0) {
+        DIST_TRY(grad_zero(t, w));
+        return b ? grad_zero(t, b) : DIST_OK;
+    }
+    dist_tensor *dy;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    if (n->p.conv.relu) DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+    int need_w = tape_requires_grad(t, w), need_b = b && tape_requires_grad(t, b);
+    if (need_w || need_b) {
+        dist_tensor *dw = NULL, *db = NULL;
+        DIST_TRY(grad_begin(t, w, &dw));
+        if (b) DIST_TRY(grad_begin(t, b, &db));
+        dist_tensor *dw_use = dw, *db_use = db;
+        if (!dw_use) DIST_TRY(tape_new_like(t, w, &dw_use));
+        if (b && !db_use) DIST_TRY(tape_new_like(t, b, &db_use));
+        DIST_TRY(tape_be(t)->conv2d_backward_filter(tape_bectx(t), &n->p.conv, x, dy, dw_use, db_use));
+        DIST_TRY(grad_end(t, w, dw));
+        if (b) DIST_TRY(grad_end(t, b, db));
+    }
+    if (tape_requires_grad(t, x)) {
+        dist_tensor *dx;
+        DIST_TRY(grad_begin(t, x, &dx));
+        dx->layout = x->layout;
+        DIST_TRY(tape_be(t)->conv2d_backward_data(tape_bectx(t), &n->p.conv, dy, w, dx));
+        DIST_TRY(grad_end(t, x, dx));
+    }
+    return DIST_OK;
+}
+
+dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                           const dist_tensor *b, int stride_h, int stride_w, dist_padding padding,
+                           dist_activation activation, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
+    DIST_TRY(check_4d(x, "conv2d"));
+    DIST_CHECK_ARG(w->ndim == 4, "conv2d: kernel must be 4-D HWIO, got %d-D", w->ndim);
+    DIST_CHECK_ARG(x->shape[3] == w->shape[2], "conv2d: input has %lld channels, the kernel expects %lld",
+                   (long long)x->shape[3], (long long)w->shape[2]);
+    DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d: strides must be positive");
+    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[3], "conv2d: bias has %lld values, kernel has %lld filters",
+                   b ? (long long)dist_tensor_numel(b) : 0LL, (long long)w->shape[3]);
+    dist_conv2d_desc d = {stride_h, stride_w, 0, 0, 0, 0, activation == DIST_ACT_RELU};
+    if (padding == DIST_PADDING_SAME) {
+        same_padding(x->shape[1], (int)w->shape[0], stride_h, &d.pad_top, &d.pad_bottom);
+        same_padding(x->shape[2], (int)w->shape[1], stride_w, &d.pad_left, &d.pad_right);
+    }
+    int64_t oh = (x->shape[1] + d.pad_top + d.pad_bottom - w->shape[0]) / stride_h + 1;
+    int64_t ow = (x->shape[2] + d.pad_left + d.pad_right - w->shape[1]) / stride_w + 1;
+    DIST_CHECK_ARG(oh > 0 && ow > 0, "conv2d: the %lldx%lld kernel does not fit the %lldx%lld input",
+                   (long long)w->shape[0], (long long)w->shape[1], (long long)x->shape[1],
+                   (long long)x->shape[2]);
+    int64_t shape[4] = {x->shape[0], oh, ow, w->shape[3]};
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    if (x->shape[0] > 0) DIST_TRY(tape_be(t)->conv2d_forward(tape_bectx(t), &d, x, w, b, out));
+    const dist_tensor *in[3] = {x, w, b};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, conv2d_backward, 3, in, &n));
+    if (n) n->p.conv = d;
+    *y = out;
+    return DIST_OK;
+}
+
+/* ---- max_pool2d ---- */
+
+static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0];
+    if (!tape_requires_grad(t, x)) return DIST_OK;
+    if (dist_tensor_numel(x) == 0) return grad_zero(t, x);
+    dist_tensor *dy, *dx;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    DIST_TRY(grad_begin(t, x, &dx));
+    dx->layout = x->layout;
+    DIST_TRY(tape_be(t)->max_pool2d_backward(tape_bectx(t), &n->p.pool, x, dy, n->workspace, dx));
+    return grad_end(t, x, dx);
+}
+
+dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w, int stride_h,
+                               int stride_w, dist_padding padding, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_max_pool2d: NULL argument");
+    DIST_TRY(check_4d(x, "max_pool2d"));
+    DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
+                   "max_pool2d: window and strides must be positive");
+    dist_pool2d_desc d = {pool_h, pool_w, stride_h, stride_w, 0, 0, 0, 0};
+    if (padding == DIST_PADDING_SAME) {
+        same_padding(x->shape[1], pool_h, stride_h, &d.pad_top, &d.pad_bottom);
+        same_padding(x->shape[2], pool_w, stride_w, &d.pad_left, &d.pad_right);
+    }
+    int64_t oh = (x->shape[1] + d.pad_top + d.pad_bottom - pool_h) / stride_h + 1;
+    int64_t ow = (x->shape[2] + d.pad_left + d.pad_right - pool_w) / stride_w + 1;
+    DIST_CHECK_ARG(oh > 0 && ow > 0, "max_pool2d: the window does not fit the input");
+    int64_t shape[4] = {x->shape[0], oh, ow, x->shape[3]};
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    out->layout = x->layout;
+    void *ws = NULL;
+    if (x->shape[0] > 0) {
+        size_t ws_bytes = 0;
+        DIST_TRY(tape_be(t)->max_pool2d_workspace_bytes(tape_bectx(t), &d, x, &ws_bytes));
+        if (ws_bytes) DIST_TRY(dist_arena_alloc(&t->arena, ws_bytes, &ws));
+        DIST_TRY(tape_be(t)->max_pool2d_forward(tape_bectx(t), &d, x, out, ws));
+    }
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, pool_backward, 1, in, &n));
+    if (n) {
+        n->p.pool = d;
+        n->workspace = ws;
+    }
+    *y = out;
+    return DIST_OK;
+}
+
+/* ---- dense ---- */
+
+static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    if (x->shape[0] == 0) {
+        DIST_TRY(grad_zero(t, w));
+        DIST_TRY(b ? grad_zero(t, b) : DIST_OK);
+        return tape_requires_grad(t, x) ? grad_zero(t, x) : DIST_OK;
+    }
+    dist_tensor *dy;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    const struct dist_backend_i *be = tape_be(t);
+    if (n->p.relu) DIST_TRY(be->relu_backward(tape_bectx(t), n->out, dy, dy));
+    if (b && tape_requires_grad(t, b)) {
+        dist_tensor *db;
+        DIST_TRY(grad_begin(t, b, &db));
+        DIST_TRY(be->bias_grad(tape_bectx(t), dy, db));
+        DIST_TRY(grad_end(t, b, db));
+    }
+    if (tape_requires_grad(t, w)) {
+        dist_tensor *dw;
+        DIST_TRY(grad_begin(t, w, &dw));
+        DIST_TRY(be->matmul(tape_bectx(t), 1, 0, 1.0f, x, dy, 0.0f, dw));
+        DIST_TRY(grad_end(t, w, dw));
+    }
+    if (tape_requires_grad(t, x)) {
+        dist_tensor *dx;
+        DIST_TRY(grad_begin(t, x, &dx));
+        DIST_TRY(be->matmul(tape_bectx(t), 0, 1, 1.0f, dy, w, 0.0f, dx));
+        DIST_TRY(grad_end(t, x, dx));
+    }
+    return DIST_OK;
+}
+
+dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor *w, const dist_tensor *b,
+                          dist_activation activation, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && w && y, "dist_op_dense: NULL argument");
+    DIST_CHECK_ARG(x->ndim == 2 && x->layout == DIST_LAYOUT_PLAIN,
+                   "dense: input must be a plain 2-D [batch, features] tensor (flatten first), got %d-D",
+                   x->ndim);
+    DIST_CHECK_ARG(w->ndim == 2 && w->shape[0] == x->shape[1],
+                   "dense: input has %lld features, the kernel expects %lld", (long long)x->shape[1],
+                   (long long)(w->ndim == 2 ? w->shape[0] : -1));
+    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[1], "dense: bias does not match %lld units",
+                   (long long)w->shape[1]);
+    int64_t shape[2] = {x->shape[0], w->shape[1]};
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 2, shape, &out));
+    int relu = activation == DIST_ACT_RELU;
+    if (x->shape[0] > 0) {
+        DIST_TRY(tape_be(t)->matmul(tape_bectx(t), 0, 0, 1.0f, x, w, 0.0f, out));
+        if (b)
+            DIST_TRY(tape_be(t)->bias_add(tape_bectx(t), out, b, relu));
+        else if (relu)
+            DIST_TRY(tape_be(t)->relu_forward(tape_bectx(t), out, out));
+    }
+    const dist_tensor *in[3] = {x, w, b};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, dense_backward, 3, in, &n));
+    if (n) n->p.relu = relu;
+    *y = out;
+    return DIST_OK;
+}
+
+/* ---- relu ---- */
+
+static dist_status relu_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0];
+    if (!tape_requires_grad(t, x)) return DIST_OK;
+    dist_tensor *dy, *dx;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    DIST_TRY(grad_begin(t, x, &dx));
+    DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dx));
+    return grad_end(t, x, dx);
+}
+
+dist_status dist_op_relu(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_relu: NULL argument");
+    dist_tensor *out;
+    DIST_TRY(tape_new_like(t, x, &out));
+    DIST_TRY(tape_be(t)->relu_forward(tape_bectx(t), x, out));
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, relu_backward, 1, in, &n));
+    *y = out;
+    return DIST_OK;
+}
+
+/* ---- flatten ---- */
+
+static dist_status flatten_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0];
+    if (!tape_requires_grad(t, x)) return DIST_OK;
+    if (g->is_const) {
+        float v = g->value;
+        return grad_add_const(t, x, v);
+    }
+    dist_tensor plain = *g->t;
+    plain.ndim = x->ndim;
+    memcpy(plain.shape, x->shape, sizeof plain.shape);
+    plain.layout = DIST_LAYOUT_PLAIN;
+    dist_tensor *dx;
+    DIST_TRY(grad_begin(t, x, &dx));
+    dx->layout = x->layout;
+    DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), &plain, dx));
+    return grad_end(t, x, dx);
+}
+
+dist_status dist_op_flatten(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_flatten: NULL argument");
+    DIST_CHECK_ARG(x->ndim >= 1, "flatten: input must have a batch axis");
+    int64_t shape[2] = {x->shape[0], x->shape[0] ? dist_tensor_numel(x) / x->shape[0] : 1};
+    if (x->shape[0] == 0) {
+        shape[1] = 1;
+        for (int i = 1; i < x->ndim; i++) shape[1] *= x->shape[i];
+    }
+    dist_tensor *out;
+    if (x->layout == DIST_LAYOUT_PLAIN) {
+        DIST_TRY(tape_new_alias(t, x, x->data, 2, shape, &out));
+    } else {
+        dist_tensor *plain;
+        DIST_TRY(tape_new_like(t, x, &plain));
+        plain->layout = DIST_LAYOUT_PLAIN;
+        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), x, plain));
+        DIST_TRY(tape_new_alias(t, plain, plain->data, 2, shape, &out));
+    }
+    out->layout = DIST_LAYOUT_PLAIN;
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, flatten_backward, 1, in, &n));
+    *y = out;
+    return DIST_OK;
+}

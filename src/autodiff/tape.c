@@ -1,0 +1,339 @@
+/* The gradient tape: arena tensors, records, and the reverse sweep. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff/tape_impl.h"
+#include "core/error.h"
+#include "core/replica_ctx.h"
+
+dist_status dist_tape_create(dist_backend *backend, dist_tape **out) {
+    DIST_CHECK_ARG(backend && out, "dist_tape_create: NULL argument");
+    dist_tape *t = calloc(1, sizeof *t);
+    if (!t) return dist_error(DIST_OUT_OF_MEMORY, "dist_tape_create: out of memory");
+    t->backend = backend;
+    t->recording = 1;
+    dist_arena_init(&t->arena, backend);
+    *out = t;
+    return DIST_OK;
+}
+
+void dist_tape_destroy(dist_tape *t) {
+    if (!t) return;
+    dist_arena_release(&t->arena);
+    tensor_block *b = t->blocks;
+    while (b) {
+        tensor_block *n = b->next;
+        free(b);
+        b = n;
+    }
+    free(t->by_id);
+    free(t->requires_grad);
+    free(t->grads);
+    free(t->nodes);
+    free(t);
+}
+
+void dist_tape_reset(dist_tape *t) {
+    if (!t) return;
+    dist_arena_reset(&t->arena);
+    t->cur_block = t->blocks;
+    t->used_in_block = 0;
+    t->nids = 0;
+    t->nnodes = 0;
+}
+
+dist_backend *dist_tape_backend(const dist_tape *t) { return t->backend; }
+dist_replica_ctx *dist_tape_replica(const dist_tape *t) { return t->replica; }
+void dist_tape_set_recording(dist_tape *t, int recording) { t->recording = recording; }
+
+static dist_status grow_ids(dist_tape *t) {
+    if (t->nids < t->cap_ids) return DIST_OK;
+    int cap = t->cap_ids ? t->cap_ids * 2 : 256;
+    const dist_tensor **by_id = realloc(t->by_id, (size_t)cap * sizeof *by_id);
+    if (by_id) t->by_id = by_id;
+    unsigned char *rg = realloc(t->requires_grad, (size_t)cap);
+    if (rg) t->requires_grad = rg;
+    grad_entry *g = realloc(t->grads, (size_t)cap * sizeof *g);
+    if (g) t->grads = g;
+    if (!by_id || !rg || !g) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+    t->cap_ids = cap;
+    return DIST_OK;
+}
+
+static dist_status assign_id(dist_tape *t, dist_tensor *x, int requires_grad) {
+    DIST_TRY(grow_ids(t));
+    int id = t->nids++;
+    x->node = id;
+    t->by_id[id] = x;
+    t->requires_grad[id] = (unsigned char)requires_grad;
+    memset(&t->grads[id], 0, sizeof t->grads[id]);
+    return DIST_OK;
+}
+
+static int tensor_id(const dist_tape *t, const dist_tensor *x) {
+    if (!x || x->node < 0 || x->node >= t->nids || t->by_id[x->node] != x) return -1;
+    return x->node;
+}
+
+int tape_requires_grad(const dist_tape *t, const dist_tensor *x) {
+    int id = tensor_id(t, x);
+    return id >= 0 && t->requires_grad[id];
+}
+
+static dist_status new_struct(dist_tape *t, dist_tensor **out) {
+    if (!t->cur_block || t->used_in_block == TAPE_BLOCK) {
+        tensor_block *next = t->cur_block ? t->cur_block->next : t->blocks;
+        if (!next) {
+            next = calloc(1, sizeof *next);
+            if (!next) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+            if (t->cur_block)
+                t->cur_block->next = next;
+            else
+                t->blocks = next;
+        }
+        t->cur_block = next;
+        t->used_in_block = 0;
+    }
+    *out = &t->cur_block->t[t->used_in_block++];
+    return DIST_OK;
+}
+
+dist_status tape_new_alias(dist_tape *t, const dist_tensor *like, void *data, int ndim,
+                           const int64_t *shape, dist_tensor **out) {
+    dist_tensor *x = NULL;
+    DIST_TRY(new_struct(t, &x));
+    *x = dist_tensor_view(data, like->dtype, ndim, shape);
+    x->device = t->backend->device;
+    x->layout = like->layout;
+    DIST_TRY(assign_id(t, x, 0));
+    *out = x;
+    return DIST_OK;
+}
+
+dist_status tape_new_tensor(dist_tape *t, dist_dtype dtype, int ndim, const int64_t *shape,
+                            dist_tensor **out) {
+    dist_tensor *x = NULL;
+    DIST_TRY(new_struct(t, &x));
+    *x = dist_tensor_view(NULL, dtype, ndim, shape);
+    x->device = t->backend->device;
+    DIST_TRY(dist_arena_alloc(&t->arena, dist_tensor_bytes(x), &x->data));
+    DIST_TRY(assign_id(t, x, 0));
+    *out = x;
+    return DIST_OK;
+}
+
+dist_status tape_new_like(dist_tape *t, const dist_tensor *like, dist_tensor **out) {
+    DIST_TRY(tape_new_tensor(t, like->dtype, like->ndim, like->shape, out));
+    (*out)->layout = like->layout;
+    return DIST_OK;
+}
+
+dist_status dist_tape_alloc(dist_tape *t, dist_dtype dtype, int ndim, const int64_t *shape,
+                            dist_tensor **out) {
+    DIST_CHECK_ARG(t && out && (ndim == 0 || shape), "dist_tape_alloc: NULL argument");
+    DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS, "dist_tape_alloc: bad ndim %d", ndim);
+    return tape_new_tensor(t, dtype, ndim, shape, out);
+}
+
+dist_status dist_tape_upload(dist_tape *t, const dist_tensor *host, dist_tensor **out) {
+    DIST_CHECK_ARG(t && host && out, "dist_tape_upload: NULL argument");
+    DIST_CHECK_ARG(host->layout == DIST_LAYOUT_PLAIN, "dist_tape_upload: host tensor must be plain");
+    DIST_TRY(tape_new_tensor(t, host->dtype, host->ndim, host->shape, out));
+    return tape_be(t)->copy(tape_bectx(t), (*out)->data, host->data, dist_tensor_bytes(host),
+                            DIST_COPY_H2D);
+}
+
+dist_status dist_tape_download(dist_tape *t, const dist_tensor *x, void *dst, size_t bytes) {
+    DIST_CHECK_ARG(t && x && dst, "dist_tape_download: NULL argument");
+    return dist_backend_to_host(t->backend, x, dst, bytes);
+}
+
+dist_status dist_tape_read_scalar(dist_tape *t, const dist_tensor *x, float *value) {
+    DIST_CHECK_ARG(t && x && value, "dist_tape_read_scalar: NULL argument");
+    DIST_CHECK_ARG(x->dtype == DIST_F32 && dist_tensor_numel(x) == 1,
+                   "dist_tape_read_scalar: expected a one-element float32 tensor");
+    return dist_backend_to_host(t->backend, x, value, sizeof *value);
+}
+
+dist_status dist_tape_watch(dist_tape *t, dist_tensor *var) {
+    DIST_CHECK_ARG(t && var, "dist_tape_watch: NULL argument");
+    DIST_CHECK_ARG(var->device.kind == t->backend->device.kind && var->device.index == t->backend->device.index,
+                   "dist_tape_watch: the variable lives on another device than the tape");
+    int id = tensor_id(t, var);
+    if (id >= 0) {
+        t->requires_grad[id] = 1;
+        return DIST_OK;
+    }
+    return assign_id(t, var, 1);
+}
+
+dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int nin,
+                        const dist_tensor *const *in, tape_node **node) {
+    *node = NULL;
+    if (!t->recording) return DIST_OK;
+    int any = 0;
+    for (int i = 0; i < nin; i++) any |= tape_requires_grad(t, in[i]);
+    if (!any) return DIST_OK;
+    if (t->nnodes == t->cap_nodes) {
+        int cap = t->cap_nodes ? t->cap_nodes * 2 : 64;
+        tape_node *n = realloc(t->nodes, (size_t)cap * sizeof *n);
+        if (!n) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+        t->nodes = n;
+        t->cap_nodes = cap;
+    }
+    tape_node *n = &t->nodes[t->nnodes++];
+    memset(n, 0, sizeof *n);
+    n->backward = fn;
+    n->out = out;
+    for (int i = 0; i < nin && i < 3; i++) n->in[i] = in[i];
+    t->requires_grad[out->node] = 1;
+    *node = n;
+    return DIST_OK;
+}
+
+/* ---- gradients ------------------------------------------------------------------------ */
+
+dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like) {
+    if (!g->is_const) return DIST_OK;
+    if (!g->t) DIST_TRY(tape_new_like(t, like, &g->t));
+    g->t->layout = like->layout;
+    DIST_TRY(tape_be(t)->fill(tape_bectx(t), g->t, g->value));
+    g->is_const = 0;
+    return DIST_OK;
+}
+
+dist_status grad_begin(dist_tape *t, const dist_tensor *x, dist_tensor **dst) {
+    *dst = NULL;
+    int id = tensor_id(t, x);
+    if (id < 0 || !t->requires_grad[id]) return DIST_OK;
+    grad_entry *g = &t->grads[id];
+    if (!g->present || (g->is_const && g->is_source)) {
+        if (g->is_source) {
+            g->t->layout = x->layout;
+            *dst = g->t;
+        } else {
+            DIST_TRY(tape_new_like(t, x, dst));
+        }
+        return DIST_OK;
+    }
+    /* Accumulating: write into a temporary, added in grad_end. */
+    return tape_new_like(t, x, dst);
+}
+
+dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
+    if (!dst) return DIST_OK;
+    grad_entry *g = &t->grads[x->node];
+    if (!g->present) {
+        g->t = dst;
+        g->present = 1;
+        g->is_const = 0;
+        return DIST_OK;
+    }
+    if (g->is_const) {
+        /* dst holds the new part; add the uniform value already there. */
+        float v = g->value;
+        g->is_const = 0;
+        if (dst != g->t) {
+            grad_entry tmp = {.is_const = 1, .value = v};
+            DIST_TRY(grad_materialize(t, &tmp, x));
+            DIST_TRY(tape_be(t)->add(tape_bectx(t), tmp.t, dst, g->t ? g->t : dst));
+            if (!g->t) g->t = dst;
+        } else {
+            grad_entry tmp = {.is_const = 1, .value = v};
+            DIST_TRY(grad_materialize(t, &tmp, x));
+            DIST_TRY(tape_be(t)->add(tape_bectx(t), tmp.t, dst, dst));
+        }
+        return DIST_OK;
+    }
+    return tape_be(t)->add(tape_bectx(t), g->t, dst, g->t);
+}
+
+dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {
+    int id = tensor_id(t, x);
+    if (id < 0 || !t->requires_grad[id]) return DIST_OK;
+    grad_entry *g = &t->grads[id];
+    if (!g->present) {
+        g->present = 1;
+        g->is_const = 1;
+        g->value = value;
+        return DIST_OK;
+    }
+    if (g->is_const) {
+        g->value += value;
+        return DIST_OK;
+    }
+    grad_entry tmp = {.is_const = 1, .value = value};
+    DIST_TRY(grad_materialize(t, &tmp, x));
+    return tape_be(t)->add(tape_bectx(t), g->t, tmp.t, g->t);
+}
+
+static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_tensor *seed,
+                            int count, dist_tensor *const *sources, dist_tensor *const *grads) {
+    int tid = tensor_id(t, target);
+    for (int i = 0; i < count; i++) {
+        int id = tensor_id(t, sources[i]);
+        DIST_CHECK_ARG(dist_tensor_numel(grads[i]) == dist_tensor_numel(sources[i]) &&
+                           grads[i]->dtype == DIST_F32,
+                       "dist_tape_gradient: gradient %d does not match its source's shape", i);
+        if (id < 0) continue; /* not watched: zeros below */
+        grad_entry *g = &t->grads[id];
+        memset(g, 0, sizeof *g);
+        g->t = grads[i];
+        g->is_source = 1;
+    }
+    if (tid >= 0 && t->requires_grad[tid]) {
+        if (seed) {
+            dist_tensor *copy;
+            DIST_TRY(tape_new_like(t, target, &copy));
+            copy->layout = seed->layout;
+            DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), seed, copy));
+            grad_entry *g = &t->grads[tid];
+            if (!g->is_source) {
+                g->t = copy;
+                g->present = 1;
+            } else {
+                DIST_TRY(grad_end(t, target, copy));
+            }
+        } else {
+            DIST_TRY(grad_add_const(t, target, 1.0f));
+        }
+        for (int i = t->nnodes - 1; i >= 0; i--) {
+            tape_node *n = &t->nodes[i];
+            grad_entry *g = &t->grads[n->out->node];
+            if (!g->present) continue;
+            DIST_TRY(n->backward(t, n, g));
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        int id = tensor_id(t, sources[i]);
+        grad_entry *g = id >= 0 ? &t->grads[id] : NULL;
+        if (!g || !g->present) {
+            DIST_TRY(tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data, dist_tensor_bytes(grads[i])));
+        } else if (g->is_const) {
+            grads[i]->layout = DIST_LAYOUT_PLAIN;
+            DIST_TRY(tape_be(t)->fill(tape_bectx(t), grads[i], g->value));
+        } else if (g->t != grads[i]) {
+            DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, grads[i]));
+        }
+        if (id >= 0) memset(g, 0, sizeof *g);
+    }
+    return DIST_OK;
+}
+
+dist_status dist_tape_gradient(dist_tape *t, const dist_tensor *target, int count,
+                               dist_tensor *const *sources, dist_tensor *const *grads) {
+    DIST_CHECK_ARG(t && target && (count == 0 || (sources && grads)), "dist_tape_gradient: NULL argument");
+    DIST_CHECK_ARG(dist_tensor_numel(target) == 1, "dist_tape_gradient: the target must be a scalar");
+    return gradient(t, target, NULL, count, sources, grads);
+}
+
+dist_status dist_tape_gradient_with(dist_tape *t, const dist_tensor *target,
+                                    const dist_tensor *output_gradient, int count,
+                                    dist_tensor *const *sources, dist_tensor *const *grads) {
+    DIST_CHECK_ARG(t && target && output_gradient && (count == 0 || (sources && grads)),
+                   "dist_tape_gradient_with: NULL argument");
+    DIST_CHECK_ARG(dist_tensor_numel(output_gradient) == dist_tensor_numel(target) &&
+                       output_gradient->dtype == DIST_F32,
+                   "dist_tape_gradient_with: output_gradient does not match the target's shape");
+    return gradient(t, target, output_gradient, count, sources, grads);
+}

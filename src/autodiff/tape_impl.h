@@ -1,0 +1,95 @@
+/* The tape's private structure, shared by tape.c and the op files. */
+#ifndef DIST_AUTODIFF_TAPE_IMPL_H
+#define DIST_AUTODIFF_TAPE_IMPL_H
+
+#include "autodiff/arena.h"
+#include "backend/backend.h"
+#include "dist/tape.h"
+
+typedef struct tape_node tape_node;
+typedef struct grad_entry grad_entry;
+
+/* Computes the gradients of a node's inputs from the gradient of its output. */
+typedef dist_status (*tape_backward_fn)(dist_tape *tape, tape_node *node, grad_entry *dy);
+
+struct tape_node {
+    tape_backward_fn backward;
+    dist_tensor *out;
+    const dist_tensor *in[3];
+    const dist_tensor *saved[2];
+    void *workspace;
+    union {
+        dist_conv2d_desc conv;
+        dist_pool2d_desc pool;
+        float alpha;
+        int relu;
+    } p;
+};
+
+/* A gradient: either a tensor, or a known uniform value (all elements equal `value`), which
+ * keeps d(sum)/dx and d(scale)/dx off the device until a kernel needs them. */
+struct grad_entry {
+    dist_tensor *t;
+    float value;
+    unsigned char is_const;
+    unsigned char present;
+    unsigned char is_source; /* t is a caller's output tensor for dist_tape_gradient */
+};
+
+#define TAPE_BLOCK 256
+
+typedef struct tensor_block {
+    dist_tensor t[TAPE_BLOCK];
+    struct tensor_block *next;
+} tensor_block;
+
+struct dist_tape {
+    dist_backend *backend;
+    dist_replica_ctx *replica;
+    dist_arena arena;
+    int recording;
+
+    /* tensors handed out this step, in stable blocks */
+    tensor_block *blocks;
+    int used_in_block;
+    tensor_block *cur_block;
+
+    /* per tensor id */
+    const dist_tensor **by_id;
+    unsigned char *requires_grad;
+    grad_entry *grads;
+    int nids, cap_ids;
+
+    tape_node *nodes;
+    int nnodes, cap_nodes;
+};
+
+/* A new arena tensor with the given shape (layout plain, node id assigned). */
+dist_status tape_new_tensor(dist_tape *t, dist_dtype dtype, int ndim, const int64_t *shape,
+                            dist_tensor **out);
+/* A new arena tensor shaped like `like` (same dtype, shape and layout). */
+dist_status tape_new_like(dist_tape *t, const dist_tensor *like, dist_tensor **out);
+/* A tensor struct on the tape that aliases `data` (no arena memory). */
+dist_status tape_new_alias(dist_tape *t, const dist_tensor *like, void *data, int ndim,
+                           const int64_t *shape, dist_tensor **out);
+/* Whether a tensor takes part in differentiation on this tape. */
+int tape_requires_grad(const dist_tape *t, const dist_tensor *x);
+/* Records a node producing `out` when recording and any input requires a gradient; marks
+ * out as requiring a gradient then. *node is NULL when nothing was recorded. */
+dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int nin,
+                        const dist_tensor *const *in, tape_node **node);
+
+/* Gradient plumbing for backward functions. grad_begin returns in *dst where to write the
+ * gradient of `x` (NULL if x needs none); grad_end folds it in (accumulating if x already
+ * had a gradient). */
+dist_status grad_begin(dist_tape *t, const dist_tensor *x, dist_tensor **dst);
+dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst);
+/* Adds a uniform gradient value to x. */
+dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value);
+/* Makes a gradient entry a tensor in `like`'s layout (filling a uniform value). */
+dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like);
+
+static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
+static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }
+
+#endif

@@ -1,0 +1,30 @@
+#include "core/replica_ctx.h"
+
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+int dist_replica_id(const dist_replica_ctx *rc) { return rc ? rc->replica_id : 0; }
+int dist_replica_count(const dist_replica_ctx *rc) { return rc ? rc->num_replicas : 1; }
+dist_tape *dist_replica_tape(const dist_replica_ctx *rc) { return rc ? rc->tape : NULL; }
+dist_backend *dist_replica_backend(const dist_replica_ctx *rc) { return rc ? rc->backend : NULL; }
+
+dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t) {
+    DIST_CHECK_ARG(rc && t, "dist_replica_all_reduce: NULL argument");
+    DIST_CHECK_ARG(t->dtype == DIST_F32, "dist_replica_all_reduce: float32 tensors only, got %s",
+                   dist_dtype_name(t->dtype));
+    if (rc->num_replicas <= 1 || !rc->iface || !rc->iface->all_reduce) return DIST_OK;
+    return rc->iface->all_reduce(rc, op, t);
+}
+
+dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in, dist_tensor *out) {
+    DIST_CHECK_ARG(rc && in && out, "dist_replica_all_gather: NULL argument");
+    DIST_CHECK_ARG(in->ndim >= 1 && out->ndim == in->ndim && out->shape[0] == in->shape[0] * rc->num_replicas,
+                   "dist_replica_all_gather: out must have %d x %lld rows", rc->num_replicas,
+                   (long long)in->shape[0]);
+    if (rc->num_replicas <= 1 || !rc->iface || !rc->iface->all_gather)
+        return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data, dist_tensor_bytes(in),
+                                        DIST_COPY_D2D);
+    return rc->iface->all_gather(rc, in, out);
+}
