@@ -1,0 +1,296 @@
+/* libdist: input pipelines in the manner of tf.data.
+ *
+ * A dist_dataset is an immutable, reference-counted description of a pipeline: a source
+ * (tensor slices, IDX files, a JPEG folder, a list of files read by interleave) followed by
+ * transformations (map, filter, shuffle, batch, repeat, take, skip, cache, prefetch, shard,
+ * rebatch). A dist_iterator walks one pass ("epoch") of it.
+ *
+ * Ownership
+ *   - Every function that makes a dataset returns it with one reference owned by the caller;
+ *     dist_dataset_destroy drops one reference (accepts NULL). dist_dataset_retain adds one.
+ *   - Every transformation takes its own reference on its input: the caller may destroy its
+ *     handle on the input right after the call. A typical chain is therefore
+ *         dist_dataset_batch(ds, 64, 0, &b); dist_dataset_destroy(ds); ds = b;
+ *   - An iterator takes a reference on its dataset; destroy the iterator with
+ *     dist_iterator_destroy (joins its threads, frees its buffers).
+ *   - User pointers (map/filter functions' `user`, borrowed tensor data) are borrowed: they
+ *     must outlive every dataset and iterator that uses them.
+ *
+ * Elements are tuples of up to DIST_ELEMENT_MAX host tensors. The tensors an iterator hands
+ * out belong to the iterator and stay valid until its next call (next, reset, restore,
+ * destroy). The steady state allocates nothing per element: buffers are reused.
+ *
+ * Determinism: for a given pipeline, seed and epoch, every iterator yields the same elements
+ * in the same order, whatever the thread counts (parallel map and interleave keep order).
+ * That is what makes iterator checkpoints small: a saved state names the pipeline, the
+ * epoch and the position, and restore replays the epoch up to that position.
+ *
+ * Errors surface at the earliest point that can name them: sources that read whole files
+ * (IDX) fail when the dataset is made; per-file sources (JPEG folders, file lists) fail in
+ * dist_iterator_next, naming the file, or, with their skip_bad option, skip the file and count
+ * it (dist_iterator_skipped). An iterator that returned an error keeps returning it. */
+#ifndef DIST_DATA_H
+#define DIST_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist/export.h"
+#include "dist/status.h"
+#include "dist/tensor.h"
+
+DIST_BEGIN_DECLS
+
+#define DIST_ELEMENT_MAX 8
+
+typedef struct dist_dataset dist_dataset;
+typedef struct dist_iterator dist_iterator;
+
+/* One element: `count` tensors. The tensors belong to whoever filled the element. */
+typedef struct dist_element {
+    int count;
+    dist_tensor *items[DIST_ELEMENT_MAX];
+} dist_element;
+
+/* The dtypes and shapes of a dataset's elements (TF's element_spec). A dimension of -1 is
+ * unknown (the partial last batch of batch(n, drop_remainder=0), for example). */
+typedef struct dist_element_spec {
+    int count;
+    dist_dtype dtype[DIST_ELEMENT_MAX];
+    int ndim[DIST_ELEMENT_MAX];
+    int64_t shape[DIST_ELEMENT_MAX][DIST_MAX_DIMS];
+} dist_element_spec;
+
+/* Cardinalities, as tf.data.experimental.INFINITE_CARDINALITY / UNKNOWN_CARDINALITY. */
+#define DIST_CARDINALITY_INFINITE ((int64_t)-1)
+#define DIST_CARDINALITY_UNKNOWN ((int64_t)-2)
+
+/* ---- datasets: lifetime and introspection ---------------------------------------------- */
+
+/* Adds a reference to `ds` and returns it. */
+DIST_API dist_dataset *dist_dataset_retain(dist_dataset *ds);
+/* Drops one reference; the last one frees the dataset (and its inputs' references). NULL ok. */
+DIST_API void dist_dataset_destroy(dist_dataset *ds);
+/* The number of elements one pass yields, DIST_CARDINALITY_INFINITE or _UNKNOWN, by TF's
+ * rules (filter and skip_bad make it unknown; repeat(-1) makes it infinite). */
+DIST_API int64_t dist_dataset_cardinality(const dist_dataset *ds);
+/* The element spec. Borrowed: valid while `ds` lives. */
+DIST_API const dist_element_spec *dist_dataset_element_spec(const dist_dataset *ds);
+/* A one-line description of the pipeline, outermost first
+ * ("prefetch(2) <- batch(64,0) <- shuffle(10000,42,1) <- map(image_normalize) <- slices(...)").
+ * Borrowed: valid while `ds` lives. Iterator states carry it to detect a foreign pipeline. */
+DIST_API const char *dist_dataset_describe(const dist_dataset *ds);
+
+/* ---- sources ---------------------------------------------------------------------------- */
+
+/* Elements are the slices along dimension 0 of `count` (1..8) host tensors that share that
+ * dimension (like tf.data.Dataset.from_tensor_slices of a tuple). With copy = 0 the tensors'
+ * data is borrowed (it must outlive the dataset); with copy != 0 it is copied now. The
+ * dist_tensor structs themselves are only read during the call.
+ * Errors: DIST_INVALID_ARGUMENT (count, rank 0, dimension 0 differs, non-host tensor). */
+DIST_API dist_status dist_dataset_from_tensor_slices(dist_tensor *const *tensors, int count, int copy,
+                                                     dist_dataset **out);
+
+/* Reads an IDX images file and, if labels_path is not NULL, an IDX labels file (raw or gzip,
+ * with dist_idx_read) and makes (images[i], labels[i]) slices. The files are read now.
+ * Errors: those of dist_idx_read (each names its file), DIST_FORMAT when the two files
+ * disagree on the number of examples (naming both). */
+DIST_API dist_status dist_dataset_from_idx(const char *images_path, const char *labels_path,
+                                           dist_dataset **out);
+
+typedef enum dist_jpeg_size_policy {
+    DIST_JPEG_RESIZE = 0, /* bilinear resize (half-pixel centres) to height x width */
+    DIST_JPEG_REJECT = 1  /* an image of another size is a bad file (error, or skipped) */
+} dist_jpeg_size_policy;
+
+typedef struct dist_jpeg_folder_options {
+    int version;                        /* DIST_JPEG_FOLDER_OPTIONS_VERSION */
+    int channels;                       /* 1 (grayscale) or 3 (RGB); default 1 */
+    int height, width;                  /* output size; 0 = the size of the first image */
+    dist_jpeg_size_policy size_policy;  /* default DIST_JPEG_RESIZE */
+    int skip_bad;                       /* non-zero: skip (and count) bad files and empty class
+                                           folders instead of failing */
+    int num_threads;                    /* decode threads; <= 1 decodes on the caller's thread */
+} dist_jpeg_folder_options;
+
+#define DIST_JPEG_FOLDER_OPTIONS_VERSION 1
+#define DIST_JPEG_FOLDER_OPTIONS_INIT {DIST_JPEG_FOLDER_OPTIONS_VERSION, 1, 0, 0, DIST_JPEG_RESIZE, 0, 1}
+
+/* Elements (image uint8 [height, width, channels], label int32 []) from root/<class>/<file>
+ * where <file> ends in .jpg or .jpeg (any case). Labels are the indices of the class folder
+ * names in byte-wise sorted order (like tf.keras.utils.image_dataset_from_directory); files
+ * are listed in sorted order within each class. The folder is scanned now; images are decoded
+ * by the iterator (with libjpeg-turbo), on opts->num_threads threads, order kept.
+ * A file that is not a JPEG, is truncated, or (DIST_JPEG_REJECT) has another size makes
+ * dist_iterator_next fail with DIST_FORMAT naming the file, unless skip_bad.
+ * Errors now: DIST_NOT_FOUND (no root), DIST_FORMAT (no class folders; an empty class folder,
+ * unless skip_bad; height/width 0 and the first image unreadable), DIST_INVALID_ARGUMENT. */
+DIST_API dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
+                                                   dist_dataset **out);
+
+/* The number of classes of a JPEG-folder dataset (or of the JPEG source under a chain of
+ * transformations), and the name of class `index` (borrowed, valid while `ds` lives).
+ * Return 0 / NULL for other datasets. */
+DIST_API int dist_dataset_class_count(const dist_dataset *ds);
+DIST_API const char *dist_dataset_class_name(const dist_dataset *ds, int index);
+
+/* Opens one file of a file list as a dataset (tf.data's interleave(lambda f: Reader(f))). On
+ * success *out is owned by the interleave. On failure set the message with a libdist call or
+ * leave it: the interleave prefixes the file name. */
+typedef dist_status (*dist_file_reader_fn)(const char *path, void *user, dist_dataset **out);
+
+typedef struct dist_interleave_options {
+    int version;                 /* DIST_INTERLEAVE_OPTIONS_VERSION */
+    int cycle_length;            /* files open at once; default 4 */
+    int block_length;            /* consecutive elements taken from each; default 1 */
+    int num_parallel;            /* > 1: each open file is read ahead on its own thread */
+    int skip_bad;                /* skip (and count) files that fail to open or read */
+    const dist_element_spec *element_spec; /* optional: the files' element spec (copied) */
+    const char *name;            /* optional: the reader's name, part of the description */
+} dist_interleave_options;
+
+#define DIST_INTERLEAVE_OPTIONS_VERSION 1
+#define DIST_INTERLEAVE_OPTIONS_INIT {DIST_INTERLEAVE_OPTIONS_VERSION, 4, 1, 1, 0, NULL, NULL}
+
+/* Elements of the datasets that `reader` opens for each of the `n` paths (copied), interleaved
+ * like TF's Dataset.interleave: cycle_length files at once, block_length elements from each in
+ * turn, a finished file replaced by the next path. Order is deterministic. */
+DIST_API dist_status dist_dataset_from_files(const char *const *paths, int n, dist_file_reader_fn reader,
+                                             void *user, const dist_interleave_options *opts,
+                                             dist_dataset **out);
+
+/* ---- transformations (each takes a reference on `in`; see Ownership above) ---------------- */
+
+/* A map function: reads `in` (borrowed) and writes `out`, whose tensors are preallocated with
+ * the spec declared in dist_map_options (write their data; do not change shapes or dtypes).
+ * Return DIST_OK, or an error made with a libdist call that sets the message. It may run on
+ * several threads at once (num_parallel > 1) and must then be thread-safe. */
+typedef dist_status (*dist_map_fn)(const dist_element *in, dist_element *out, void *user);
+
+typedef struct dist_map_options {
+    int version;                          /* DIST_MAP_OPTIONS_VERSION */
+    const dist_element_spec *output_spec; /* required; all dimensions known (copied) */
+    int num_parallel;                     /* threads; <= 1 runs on the caller's thread */
+    int skip_errors;                      /* drop (and count) elements whose map failed */
+    const char *name;                     /* part of the description; default "map" */
+} dist_map_options;
+
+#define DIST_MAP_OPTIONS_VERSION 1
+#define DIST_MAP_OPTIONS_INIT {DIST_MAP_OPTIONS_VERSION, NULL, 1, 0, NULL}
+
+DIST_API dist_status dist_dataset_map(dist_dataset *in, dist_map_fn fn, void *user,
+                                      const dist_map_options *opts, dist_dataset **out);
+
+/* The built-in map of the MNIST-style pipelines: (image uint8 [H,W] or [H,W,C], label of an
+ * integer dtype) -> (image float32 [H,W,C] (C = 1 for rank-2 images) scaled by 1/255,
+ * label int32). A one-tensor input gives a one-tensor output. */
+DIST_API dist_status dist_dataset_map_image_normalize(dist_dataset *in, dist_dataset **out);
+
+/* Keeps the elements for which `pred` sets *keep != 0. */
+typedef dist_status (*dist_filter_fn)(const dist_element *in, int *keep, void *user);
+DIST_API dist_status dist_dataset_filter(dist_dataset *in, dist_filter_fn pred, void *user,
+                                         const char *name, dist_dataset **out);
+
+/* TF's shuffle: a buffer of buffer_size elements, each output drawn uniformly from it and
+ * replaced by the next input. buffer_size 1 is the identity. The order depends on seed and,
+ * with reshuffle_each_iteration, on the epoch (and on the repetition inside a repeat). */
+DIST_API dist_status dist_dataset_shuffle(dist_dataset *in, int64_t buffer_size, uint64_t seed,
+                                          int reshuffle_each_iteration, dist_dataset **out);
+
+/* Stacks `size` consecutive elements into one (a new leading dimension). The last batch is
+ * smaller unless drop_remainder. All elements of a batch must have the same shapes. */
+DIST_API dist_status dist_dataset_batch(dist_dataset *in, int64_t size, int drop_remainder,
+                                        dist_dataset **out);
+
+/* Splits each batch into num_replicas consecutive pieces of ceil(b / num_replicas) rows (the
+ * last pieces may be smaller or empty), as tf.distribute splits a global batch over
+ * replicas: range(6).batch(4) over 2 -> [0,1] [2,3] [4] [5]. */
+DIST_API dist_status dist_dataset_rebatch(dist_dataset *in, int num_replicas, dist_dataset **out);
+
+/* count < 0: forever. Each repetition restarts the input (a reshuffling shuffle reshuffles). */
+DIST_API dist_status dist_dataset_repeat(dist_dataset *in, int64_t count, dist_dataset **out);
+/* The first `count` elements (count < 0: all). */
+DIST_API dist_status dist_dataset_take(dist_dataset *in, int64_t count, dist_dataset **out);
+/* All but the first `count` elements (count < 0: none). */
+DIST_API dist_status dist_dataset_skip(dist_dataset *in, int64_t count, dist_dataset **out);
+/* Keeps elements index, index + num, index + 2 num, ... (TF's shard). */
+DIST_API dist_status dist_dataset_shard(dist_dataset *in, int64_t num, int64_t index, dist_dataset **out);
+
+/* Caches the elements of the first complete pass. filename NULL or "": in memory, shared by
+ * all iterators of this dataset. Otherwise in that file (written to filename.tmp-PID, renamed
+ * when the pass completes), which later passes, and later processes, read instead of the
+ * input; a cache file of another pipeline is a DIST_FORMAT error. A partial pass caches
+ * nothing. */
+DIST_API dist_status dist_dataset_cache(dist_dataset *in, const char *filename, dist_dataset **out);
+
+/* Produces up to `buffer_size` elements ahead on a background thread (bounded queue). */
+DIST_API dist_status dist_dataset_prefetch(dist_dataset *in, int buffer_size, dist_dataset **out);
+
+/* ---- multi-worker input: tf.data.experimental.AutoShardPolicy ---------------------------- */
+
+typedef enum dist_auto_shard_policy {
+    DIST_AUTO_SHARD_OFF = 0, /* every worker sees the whole dataset */
+    DIST_AUTO_SHARD_AUTO,    /* FILE when the source is file based, else DATA */
+    DIST_AUTO_SHARD_FILE,    /* split the source's files over workers */
+    DIST_AUTO_SHARD_DATA     /* every worker reads everything, keeps every num_workers-th */
+} dist_auto_shard_policy;
+
+/* What tf.distribute does to a dataset for worker `worker_index` of `num_workers` with
+ * `num_replicas_in_sync` replicas in all (<= 1: no rebatching), keeping a trailing prefetch
+ * last:
+ *   - num_replicas_in_sync > 1: the (global) batches are split into per-replica batches
+ *     (dist_dataset_rebatch);
+ *   - DATA: then shard(num_workers, worker_index) of those per-replica batches, so with 12
+ *     elements, batch(4), 2 workers and 2 replicas worker 0 sees [0,1] [4,5] [8,9];
+ *   - FILE: the source's file list is sharded instead (file i goes to worker i % num_workers);
+ *     fewer files than workers is DIST_INVALID_ARGUMENT, no file-based source DIST_NOT_FOUND;
+ *   - AUTO: FILE when the source is a JPEG folder or a file list (the same error when it has
+ *     fewer files than workers, as TF raises InvalidArgumentError), else DATA;
+ *   - OFF: no sharding.
+ * Tensor slices and IDX sources are in-memory, not file-based. */
+DIST_API dist_status dist_dataset_auto_shard(dist_dataset *in, dist_auto_shard_policy policy, int num_workers,
+                                             int worker_index, int num_replicas_in_sync,
+                                             dist_dataset **out);
+
+/* "off", "auto", "file", "data" -> policy. DIST_INVALID_ARGUMENT otherwise. */
+DIST_API dist_status dist_auto_shard_policy_parse(const char *text, dist_auto_shard_policy *out);
+
+/* ---- iterators --------------------------------------------------------------------------- */
+
+/* Starts epoch 0 of `ds` (takes a reference on it). Threads of parallel stages start now. */
+DIST_API dist_status dist_iterator_create(dist_dataset *ds, dist_iterator **out);
+/* Joins the iterator's threads and frees it. Accepts NULL. Safe mid-epoch. */
+DIST_API void dist_iterator_destroy(dist_iterator *it);
+
+/* The next element in *out (owned by the iterator, valid until its next call), or
+ * *end_of_sequence = 1 (and out->count = 0) at the end of the epoch. */
+DIST_API dist_status dist_iterator_next(dist_iterator *it, dist_element *out, int *end_of_sequence);
+
+/* Starts the next epoch (epoch + 1) from the beginning; a reshuffling shuffle reshuffles. */
+DIST_API dist_status dist_iterator_reset(dist_iterator *it);
+/* Starts epoch `epoch` from the beginning. */
+DIST_API dist_status dist_iterator_seek_epoch(dist_iterator *it, int64_t epoch);
+
+DIST_API int64_t dist_iterator_epoch(const dist_iterator *it);
+/* Elements returned so far in this epoch. */
+DIST_API int64_t dist_iterator_position(const dist_iterator *it);
+/* Bad files and failed map elements skipped so far in this epoch (skip_bad / skip_errors). */
+DIST_API int64_t dist_iterator_skipped(const dist_iterator *it);
+
+/* Saves the iterator's position: a small JSON text (pipeline description and fingerprint,
+ * epoch, position) in *bytes (malloc'd, NUL-terminated, *n excludes the NUL; release it with
+ * dist_iterator_state_free). */
+DIST_API dist_status dist_iterator_save(const dist_iterator *it, void **bytes, size_t *n);
+DIST_API void dist_iterator_state_free(void *bytes);
+
+/* Moves the iterator to a saved position: the next element is the one the saved iterator
+ * would have returned next. Replays the saved epoch up to the position (deterministic
+ * pipelines make that exact), so it costs up to one epoch of input work.
+ * Errors: DIST_FORMAT (not an iterator state), DIST_INVALID_ARGUMENT (the state belongs to
+ * another pipeline: the message names the first stage that differs), and any error of the
+ * replay. */
+DIST_API dist_status dist_iterator_restore(dist_iterator *it, const void *bytes, size_t n);
+
+DIST_END_DECLS
+
+#endif

@@ -1,0 +1,215 @@
+/* Internal: dataset nodes, node iterators and element slots. */
+#ifndef DIST_DATA_DATASET_H
+#define DIST_DATA_DATASET_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "dist/data.h"
+
+typedef enum node_kind {
+    NODE_SLICES = 0,
+    NODE_FILES,      /* (file index, label) of a JPEG folder; decoded by a map above it */
+    NODE_INTERLEAVE,
+    NODE_MAP,
+    NODE_FILTER,
+    NODE_SHUFFLE,
+    NODE_BATCH,
+    NODE_REBATCH,
+    NODE_REPEAT,
+    NODE_TAKE,
+    NODE_SKIP,
+    NODE_SHARD,
+    NODE_CACHE,
+    NODE_PREFETCH
+} node_kind;
+
+/* A list of files with labels, shared (reference counted) by the FILES node of a JPEG folder,
+ * its FILE-sharded copies and the decode map. */
+typedef struct file_table {
+    atomic_int refs;
+    int count;
+    char **paths;
+    int32_t *labels;
+    int num_classes;
+    char **class_names;
+    int channels, height, width;   /* decode options of the JPEG folder */
+    dist_jpeg_size_policy size_policy;
+} file_table;
+
+file_table *file_table_retain(file_table *t);
+void file_table_release(file_table *t);
+
+/* Hooks of the internal map variant: per-thread state (the JPEG decoder keeps a TurboJPEG
+ * handle and scratch buffers in it). */
+typedef dist_status (*map_thread_fn)(const dist_element *in, dist_element *out, void *user, void *state);
+typedef dist_status (*map_state_create_fn)(void *user, void **state);
+typedef void (*map_state_destroy_fn)(void *state);
+
+typedef struct cache_store cache_store;
+typedef struct dist_dataset dist_dataset;
+
+/* An internal map whose function gets per-thread state (used by the JPEG folder source);
+ * `table` is its `user` and is retained by the node. */
+dist_status map_new_internal(dist_dataset *in, map_thread_fn tfn, map_state_create_fn create,
+                             map_state_destroy_fn destroy, file_table *table, const dist_element_spec *spec,
+                             int num_parallel, int skip_errors, const char *name, dist_dataset **out);
+
+struct dist_dataset {
+    atomic_int refs;
+    node_kind kind;
+    dist_dataset *input;          /* NULL for sources */
+    dist_element_spec spec;
+    int64_t cardinality;
+    char *desc;                   /* whole-chain description */
+    char *label;                  /* this stage's own text, e.g. "batch(64,0)" */
+    union {
+        struct {
+            int count;
+            dist_tensor t[DIST_ELEMENT_MAX]; /* views (borrowed or over owned copies) */
+            void *owned[DIST_ELEMENT_MAX];
+            int64_t n;
+        } slices;
+        struct {
+            file_table *table;
+            int32_t *indices;     /* the table rows this node yields (a FILE shard is a subset) */
+            int count;
+            int skipped_at_create;
+        } files;
+        struct {
+            char **paths;
+            int count;
+            dist_file_reader_fn reader;
+            void *user;
+            int cycle_length, block_length, num_parallel, skip_bad;
+        } interleave;
+        struct {
+            dist_map_fn fn;
+            map_thread_fn tfn;
+            map_state_create_fn state_create;
+            map_state_destroy_fn state_destroy;
+            void *user;
+            file_table *table;    /* the JPEG decode map's `user`, kept alive */
+            int num_parallel, skip_errors;
+        } map;
+        struct {
+            dist_filter_fn fn;
+            void *user;
+        } filter;
+        struct {
+            int64_t buffer_size;
+            uint64_t seed;
+            int reshuffle;
+        } shuffle;
+        struct {
+            int64_t size;
+            int drop_remainder;
+        } batch;
+        struct {
+            int num_replicas;
+        } rebatch;
+        struct {
+            int64_t count;        /* repeat, take, skip */
+        } count;
+        struct {
+            int64_t num, index;
+        } shard;
+        struct {
+            char *filename;       /* NULL: memory */
+            cache_store *store;   /* memory cache, shared by iterators */
+        } cache;
+        struct {
+            int buffer_size;
+        } prefetch;
+    } u;
+};
+
+/* Allocates a node with one reference, retaining `input`; label is formatted. */
+dist_status node_new(node_kind kind, dist_dataset *input, dist_dataset **out, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Finishes a node: computes the description from its label and input. */
+dist_status node_finish(dist_dataset *ds);
+/* A copy of a single-input node over another input (auto-shard rewrites). */
+dist_status node_clone_over(const dist_dataset *node, dist_dataset *new_input, dist_dataset **out);
+
+/* ---- element slots: an element copy that owns growable buffers --------------------------- */
+
+typedef struct elem_slot {
+    int count;
+    dist_tensor t[DIST_ELEMENT_MAX];
+    size_t cap[DIST_ELEMENT_MAX];
+} elem_slot;
+
+/* Copies `src` into `slot`, growing buffers only when an item is larger than ever before. */
+dist_status slot_copy(elem_slot *slot, const dist_element *src);
+/* Points `out` at the slot's tensors. */
+void slot_view(elem_slot *slot, dist_element *out);
+void slot_free(elem_slot *slot);
+/* Preallocates the slot's tensors for a fully known spec. */
+dist_status slot_alloc_spec(elem_slot *slot, const dist_element_spec *spec);
+
+/* ---- iterators ----------------------------------------------------------------------------- */
+
+/* Shared by all node iterators of one dist_iterator. */
+typedef struct iter_ctx {
+    atomic_llong skipped;
+} iter_ctx;
+
+typedef struct node_it node_it;
+typedef struct node_it_vt {
+    dist_status (*next)(node_it *it, dist_element *out, int *eos);
+    void (*destroy)(node_it *it);
+} node_it_vt;
+
+struct node_it {
+    const node_it_vt *vt;
+    const dist_dataset *ds;
+    iter_ctx *ctx;
+    uint64_t gen; /* which pass: mixes the epoch and the repetitions above this node */
+};
+
+/* Makes the iterator of node `ds` for pass `gen`. */
+dist_status node_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+void node_it_destroy(node_it *it);
+static inline dist_status node_it_next(node_it *it, dist_element *out, int *eos) {
+    return it->vt->next(it, out, eos);
+}
+
+/* Per-kind iterator constructors (one file per kind). */
+dist_status slices_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status map_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status filter_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status shuffle_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status batch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status rebatch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status count_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status cache_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+
+void cache_store_free(cache_store *s);
+
+/* FILE sharding: a copy of a file-based source keeping files i with i % num == index. */
+dist_status files_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out);
+dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out);
+
+/* splitmix64: the seed mixer and the stream behind shuffle. */
+static inline uint64_t data_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* A thread's error, carried to the consumer thread (the message is thread-local). */
+typedef struct carried_error {
+    dist_status status;
+    char message[512];
+} carried_error;
+
+void carried_error_capture(carried_error *e, dist_status st);
+dist_status carried_error_raise(const carried_error *e);
+
+#endif

@@ -1,0 +1,126 @@
+/* prefetch: a background thread runs the input into a bounded ring of element slots. */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "data/dataset.h"
+
+dist_status dist_dataset_prefetch(dist_dataset *in, int buffer_size, dist_dataset **out) {
+    DIST_CHECK_ARG(in && out, "prefetch: NULL argument");
+    DIST_CHECK_ARG(buffer_size >= 1, "prefetch: buffer_size %d must be >= 1", buffer_size);
+    dist_dataset *ds = NULL;
+    DIST_TRY(node_new(NODE_PREFETCH, in, &ds, "prefetch(%d)", buffer_size));
+    ds->u.prefetch.buffer_size = buffer_size;
+    dist_status st = node_finish(ds);
+    if (st != DIST_OK) dist_dataset_destroy(ds);
+    else *out = ds;
+    return st;
+}
+
+typedef struct prefetch_it {
+    node_it base;
+    node_it *input;        /* used only by the producer thread while it runs */
+    elem_slot *ring;
+    int64_t cap;           /* buffer_size + 1: the consumer holds one slot */
+    int64_t head, tail;    /* [head, tail) are filled; head is held while `held` */
+    int held, ended, stop, thread_started;
+    carried_error err;     /* status != OK: the producer failed after `tail` elements */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t not_full, not_empty;
+} prefetch_it;
+
+static void *producer(void *arg) {
+    prefetch_it *it = arg;
+    for (;;) {
+        pthread_mutex_lock(&it->mu);
+        while (!it->stop && it->tail - it->head >= it->cap) pthread_cond_wait(&it->not_full, &it->mu);
+        int stop = it->stop;
+        elem_slot *slot = &it->ring[it->tail % it->cap];
+        pthread_mutex_unlock(&it->mu);
+        if (stop) return NULL;
+        dist_element el;
+        int eos = 0;
+        dist_status st = node_it_next(it->input, &el, &eos);
+        if (st == DIST_OK && !eos) st = slot_copy(slot, &el);
+        pthread_mutex_lock(&it->mu);
+        if (st != DIST_OK) carried_error_capture(&it->err, st);
+        else if (eos) it->ended = 1;
+        else it->tail++;
+        pthread_cond_signal(&it->not_empty);
+        int done = st != DIST_OK || eos;
+        pthread_mutex_unlock(&it->mu);
+        if (done) return NULL;
+    }
+}
+
+static dist_status prefetch_next(node_it *base, dist_element *out, int *eos) {
+    prefetch_it *it = (prefetch_it *)base;
+    *eos = 0;
+    pthread_mutex_lock(&it->mu);
+    if (it->held) {
+        it->head++;
+        it->held = 0;
+        pthread_cond_signal(&it->not_full);
+    }
+    while (it->head == it->tail && !it->ended && it->err.status == DIST_OK)
+        pthread_cond_wait(&it->not_empty, &it->mu);
+    if (it->head < it->tail) {
+        slot_view(&it->ring[it->head % it->cap], out);
+        it->held = 1;
+        pthread_mutex_unlock(&it->mu);
+        return DIST_OK;
+    }
+    pthread_mutex_unlock(&it->mu);
+    if (it->err.status != DIST_OK) return carried_error_raise(&it->err);
+    *eos = 1;
+    return DIST_OK;
+}
+
+static void prefetch_destroy(node_it *base) {
+    prefetch_it *it = (prefetch_it *)base;
+    if (it->thread_started) {
+        pthread_mutex_lock(&it->mu);
+        it->stop = 1;
+        pthread_cond_broadcast(&it->not_full);
+        pthread_mutex_unlock(&it->mu);
+        pthread_join(it->thread, NULL);
+    }
+    pthread_mutex_destroy(&it->mu);
+    pthread_cond_destroy(&it->not_full);
+    pthread_cond_destroy(&it->not_empty);
+    node_it_destroy(it->input);
+    if (it->ring)
+        for (int64_t i = 0; i < it->cap; i++) slot_free(&it->ring[i]);
+    free(it->ring);
+    free(it);
+}
+
+static const node_it_vt prefetch_vt = {prefetch_next, prefetch_destroy};
+
+dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
+    prefetch_it *it = calloc(1, sizeof *it);
+    if (!it) return dist_error(DIST_OUT_OF_MEMORY, "prefetch: out of memory");
+    it->base = (node_it){&prefetch_vt, ds, ctx, gen};
+    pthread_mutex_init(&it->mu, NULL);
+    pthread_cond_init(&it->not_full, NULL);
+    pthread_cond_init(&it->not_empty, NULL);
+    it->cap = (int64_t)ds->u.prefetch.buffer_size + 1;
+    dist_status st = DIST_OK;
+    it->ring = calloc((size_t)it->cap, sizeof *it->ring);
+    if (!it->ring) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "prefetch: out of memory");
+        goto fail;
+    }
+    DIST_TRY_GOTO(node_it_create(ds->input, ctx, gen, &it->input), st, fail);
+    int rc = pthread_create(&it->thread, NULL, producer, it);
+    if (rc != 0) {
+        st = dist_error_errno(DIST_SYSTEM, rc, "prefetch: cannot start its thread");
+        goto fail;
+    }
+    it->thread_started = 1;
+    *out = &it->base;
+    return DIST_OK;
+fail:
+    prefetch_destroy(&it->base);
+    return st;
+}

@@ -1,0 +1,113 @@
+/* shuffle with TF's buffer semantics: fill a buffer of buffer_size elements, output a uniformly
+ * chosen one, put the next input element in its place; drain the buffer at the end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "data/dataset.h"
+
+dist_status dist_dataset_shuffle(dist_dataset *in, int64_t buffer_size, uint64_t seed, int reshuffle_each_iteration,
+                                 dist_dataset **out) {
+    DIST_CHECK_ARG(in && out, "shuffle: NULL argument");
+    DIST_CHECK_ARG(buffer_size >= 1, "shuffle: buffer_size %lld must be >= 1", (long long)buffer_size);
+    dist_dataset *ds = NULL;
+    DIST_TRY(node_new(NODE_SHUFFLE, in, &ds, "shuffle(%lld,%llu,%d)", (long long)buffer_size,
+                      (unsigned long long)seed, reshuffle_each_iteration ? 1 : 0));
+    ds->u.shuffle.buffer_size = buffer_size;
+    ds->u.shuffle.seed = seed;
+    ds->u.shuffle.reshuffle = reshuffle_each_iteration ? 1 : 0;
+    dist_status st = node_finish(ds);
+    if (st != DIST_OK) dist_dataset_destroy(ds);
+    else *out = ds;
+    return st;
+}
+
+typedef struct shuffle_it {
+    node_it base;
+    node_it *input;
+    elem_slot *slots;
+    int64_t cap, n;
+    int64_t pending; /* the slot handed out last: refilled on the next call; -1 none */
+    int input_ended;
+    uint64_t rng;
+} shuffle_it;
+
+static uint64_t rng_below(shuffle_it *it, int64_t n) {
+    uint64_t r = data_mix64(it->rng++);
+    return (uint64_t)(((unsigned __int128)r * (uint64_t)n) >> 64);
+}
+
+static dist_status pull_into(shuffle_it *it, int64_t index) {
+    dist_element el;
+    int eos = 0;
+    DIST_TRY(node_it_next(it->input, &el, &eos));
+    if (eos) {
+        it->input_ended = 1;
+        return DIST_OK;
+    }
+    if (index == it->n) {
+        if (it->n == it->cap) {
+            int64_t cap = it->cap ? it->cap * 2 : 64;
+            if (cap > it->base.ds->u.shuffle.buffer_size) cap = it->base.ds->u.shuffle.buffer_size;
+            elem_slot *s = realloc(it->slots, sizeof *s * (size_t)cap);
+            if (!s) return dist_error(DIST_OUT_OF_MEMORY, "shuffle: cannot grow the buffer to %lld", (long long)cap);
+            memset(s + it->cap, 0, sizeof *s * (size_t)(cap - it->cap));
+            it->slots = s;
+            it->cap = cap;
+        }
+        it->n++;
+    }
+    return slot_copy(&it->slots[index], &el);
+}
+
+static dist_status shuffle_next(node_it *base, dist_element *out, int *eos) {
+    shuffle_it *it = (shuffle_it *)base;
+    const int64_t size = base->ds->u.shuffle.buffer_size;
+    *eos = 0;
+    if (it->pending >= 0) {
+        int64_t p = it->pending;
+        if (!it->input_ended) DIST_TRY(pull_into(it, p));
+        if (it->input_ended) { /* nothing to put in its place: move the last slot there */
+            elem_slot tmp = it->slots[p];
+            it->slots[p] = it->slots[it->n - 1];
+            it->slots[it->n - 1] = tmp;
+            it->n--;
+        }
+        it->pending = -1;
+    }
+    while (!it->input_ended && it->n < size) DIST_TRY(pull_into(it, it->n));
+    if (it->n == 0) {
+        *eos = 1;
+        return DIST_OK;
+    }
+    int64_t r = (int64_t)rng_below(it, it->n);
+    it->pending = r;
+    slot_view(&it->slots[r], out);
+    return DIST_OK;
+}
+
+static void shuffle_destroy(node_it *base) {
+    shuffle_it *it = (shuffle_it *)base;
+    node_it_destroy(it->input);
+    for (int64_t i = 0; i < it->cap; i++) slot_free(&it->slots[i]);
+    free(it->slots);
+    free(it);
+}
+
+static const node_it_vt shuffle_vt = {shuffle_next, shuffle_destroy};
+
+dist_status shuffle_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
+    shuffle_it *it = calloc(1, sizeof *it);
+    if (!it) return dist_error(DIST_OUT_OF_MEMORY, "shuffle: out of memory");
+    it->base = (node_it){&shuffle_vt, ds, ctx, gen};
+    it->pending = -1;
+    uint64_t seed = ds->u.shuffle.seed;
+    it->rng = data_mix64(ds->u.shuffle.reshuffle ? seed ^ data_mix64(gen) : seed);
+    dist_status st = node_it_create(ds->input, ctx, gen, &it->input);
+    if (st != DIST_OK) {
+        free(it);
+        return st;
+    }
+    *out = &it->base;
+    return DIST_OK;
+}

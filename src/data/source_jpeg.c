@@ -1,0 +1,409 @@
+/* JPEG image folders: root/<class>/<file>.jpg, listed now, decoded by an internal map with
+ * libjpeg-turbo (TurboJPEG API) on per-thread handles and scratch buffers. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+
+#include "core/error.h"
+#include "data/dataset.h"
+
+/* ---- listing ----------------------------------------------------------------------------------- */
+
+typedef struct name_list {
+    char **v;
+    int n, cap;
+} name_list;
+
+static dist_status names_push(name_list *l, const char *s) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **v = realloc(l->v, sizeof *v * (size_t)cap);
+        if (!v) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n] = strdup(s);
+    if (!l->v[l->n]) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+    l->n++;
+    return DIST_OK;
+}
+
+static void names_free(name_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int is_jpeg_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+}
+
+/* Lists the entries of `dir` that are directories (want_dirs) or JPEG-named regular files. */
+static dist_status list_dir(const char *dir, int want_dirs, name_list *out) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        int e = errno;
+        return dist_error_errno(e == ENOENT ? DIST_NOT_FOUND : DIST_IO, e, "jpeg folder: cannot open '%s'", dir);
+    }
+    dist_status st = DIST_OK;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(path, &sb) != 0) continue;
+        int ok = want_dirs ? S_ISDIR(sb.st_mode) : (S_ISREG(sb.st_mode) && is_jpeg_name(e->d_name));
+        if (ok && (st = names_push(out, e->d_name)) != DIST_OK) break;
+    }
+    closedir(d);
+    if (st == DIST_OK && out->n > 1) qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
+    return st;
+}
+
+static dist_status table_add(file_table *t, int *cap, char *path, int32_t label) {
+    if (t->count == *cap) {
+        int c = *cap ? *cap * 2 : 256;
+        char **p = realloc(t->paths, sizeof *p * (size_t)c);
+        if (p) t->paths = p;
+        int32_t *l = realloc(t->labels, sizeof *l * (size_t)c);
+        if (l) t->labels = l;
+        if (!p || !l) {
+            free(path);
+            return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+        }
+        *cap = c;
+    }
+    t->paths[t->count] = path;
+    t->labels[t->count] = label;
+    t->count++;
+    return DIST_OK;
+}
+
+static dist_status scan(const char *root, int skip_bad, file_table *t, int *skipped) {
+    name_list classes = {0};
+    dist_status st = DIST_OK;
+    int cap = 0;
+    DIST_TRY_GOTO(list_dir(root, 1, &classes), st, done);
+    if (classes.n == 0) {
+        st = dist_error(DIST_FORMAT, "jpeg folder '%s': no class folders (expected root/<class>/*.jpg)", root);
+        goto done;
+    }
+    t->class_names = calloc((size_t)classes.n, sizeof *t->class_names);
+    if (!t->class_names) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+        goto done;
+    }
+    for (int c = 0; c < classes.n; c++) {
+        t->class_names[c] = classes.v[c];
+        classes.v[c] = NULL;
+        t->num_classes++;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", root, t->class_names[c]);
+        name_list files = {0};
+        st = list_dir(dir, 0, &files);
+        if (st == DIST_OK && files.n == 0) {
+            if (skip_bad) {
+                (*skipped)++;
+                dist_log(DIST_LOG_WARN, "jpeg folder: skipping the empty class folder '%s'", dir);
+            } else {
+                st = dist_error(DIST_FORMAT, "jpeg folder: class folder '%s' has no .jpg/.jpeg files", dir);
+            }
+        }
+        for (int i = 0; st == DIST_OK && i < files.n; i++) {
+            size_t n = strlen(dir) + strlen(files.v[i]) + 2;
+            char *path = malloc(n);
+            if (!path) {
+                st = dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+                break;
+            }
+            snprintf(path, n, "%s/%s", dir, files.v[i]);
+            st = table_add(t, &cap, path, c);
+        }
+        names_free(&files);
+        if (st != DIST_OK) goto done;
+    }
+done:
+    names_free(&classes);
+    return st;
+}
+
+/* ---- decoding ------------------------------------------------------------------------------------ */
+
+typedef struct jpeg_state {
+    tjhandle tj;
+    unsigned char *file;
+    size_t file_cap;
+    unsigned char *pix;
+    size_t pix_cap;
+} jpeg_state;
+
+static dist_status jpeg_state_create(void *user, void **out) {
+    (void)user;
+    jpeg_state *s = calloc(1, sizeof *s);
+    if (!s) return dist_error(DIST_OUT_OF_MEMORY, "jpeg: out of memory");
+    s->tj = tjInitDecompress();
+    if (!s->tj) {
+        free(s);
+        return dist_error(DIST_SYSTEM, "jpeg: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
+    }
+    *out = s;
+    return DIST_OK;
+}
+
+static void jpeg_state_destroy(void *p) {
+    jpeg_state *s = p;
+    if (!s) return;
+    tjDestroy(s->tj);
+    free(s->file);
+    free(s->pix);
+    free(s);
+}
+
+static dist_status grow(unsigned char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return DIST_OK;
+    size_t c = *cap ? *cap : 4096;
+    while (c < need) c *= 2;
+    unsigned char *p = realloc(*buf, c);
+    if (!p) return dist_error(DIST_OUT_OF_MEMORY, "jpeg: cannot allocate %zu bytes", c);
+    *buf = p;
+    *cap = c;
+    return DIST_OK;
+}
+
+static dist_status read_file(jpeg_state *s, const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dist_error_errno(errno == ENOENT ? DIST_NOT_FOUND : DIST_IO, errno, "jpeg: cannot open '%s'", path);
+    dist_status st = DIST_OK;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        st = dist_error_errno(DIST_IO, errno, "jpeg: cannot size '%s'", path);
+    } else if ((st = grow(&s->file, &s->file_cap, (size_t)size + 1)) == DIST_OK) {
+        if (fread(s->file, 1, (size_t)size, f) != (size_t)size)
+            st = dist_error_errno(DIST_IO, errno, "jpeg: cannot read '%s'", path);
+        *n = (size_t)size;
+    }
+    fclose(f);
+    return st;
+}
+
+/* Bilinear resize with half-pixel centres (TF's resize(..., "bilinear")). */
+static void resize_bilinear(const unsigned char *src, int sw, int sh, unsigned char *dst, int dw, int dh, int c) {
+    const float sx = (float)sw / (float)dw, sy = (float)sh / (float)dh;
+    for (int y = 0; y < dh; y++) {
+        float fy = ((float)y + 0.5f) * sy - 0.5f;
+        if (fy < 0) fy = 0;
+        int y0 = (int)fy;
+        if (y0 > sh - 1) y0 = sh - 1;
+        int y1 = y0 + 1 < sh ? y0 + 1 : sh - 1;
+        float wy = fy - (float)y0;
+        for (int x = 0; x < dw; x++) {
+            float fx = ((float)x + 0.5f) * sx - 0.5f;
+            if (fx < 0) fx = 0;
+            int x0 = (int)fx;
+            if (x0 > sw - 1) x0 = sw - 1;
+            int x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
+            float wx = fx - (float)x0;
+            for (int k = 0; k < c; k++) {
+                float a = src[((size_t)y0 * sw + x0) * c + k], b = src[((size_t)y0 * sw + x1) * c + k];
+                float d = src[((size_t)y1 * sw + x0) * c + k], e = src[((size_t)y1 * sw + x1) * c + k];
+                float v = (a + (b - a) * wx) * (1 - wy) + (d + (e - d) * wx) * wy;
+                dst[((size_t)y * dw + x) * c + k] = (unsigned char)(v + 0.5f);
+            }
+        }
+    }
+}
+
+static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *user, void *state) {
+    const file_table *t = user;
+    jpeg_state *s = state;
+    int32_t idx = *(const int32_t *)in->items[0]->data;
+    const char *path = t->paths[idx];
+    size_t n = 0;
+    DIST_TRY(read_file(s, path, &n));
+    int w = 0, h = 0, subsamp = 0, cs = 0;
+    if (tjDecompressHeader3(s->tj, s->file, (unsigned long)n, &w, &h, &subsamp, &cs) != 0)
+        return dist_error(DIST_FORMAT, "jpeg: '%s' is not a readable JPEG: %s", path, tjGetErrorStr2(s->tj));
+    const int c = t->channels, pf = c == 1 ? TJPF_GRAY : TJPF_RGB;
+    const int flags = TJFLAG_STOPONWARNING;
+    unsigned char *dst = out->items[0]->data;
+    if (w == t->width && h == t->height) {
+        if (tjDecompress2(s->tj, s->file, (unsigned long)n, dst, w, w * c, h, pf, flags) != 0)
+            return dist_error(DIST_FORMAT, "jpeg: '%s': %s", path, tjGetErrorStr2(s->tj));
+    } else if (t->size_policy == DIST_JPEG_REJECT) {
+        return dist_error(DIST_FORMAT, "jpeg: '%s' is %dx%d, expected %dx%d (size policy: reject)", path, w, h,
+                          t->width, t->height);
+    } else {
+        DIST_TRY(grow(&s->pix, &s->pix_cap, (size_t)w * (size_t)h * (size_t)c));
+        if (tjDecompress2(s->tj, s->file, (unsigned long)n, s->pix, w, w * c, h, pf, flags) != 0)
+            return dist_error(DIST_FORMAT, "jpeg: '%s': %s", path, tjGetErrorStr2(s->tj));
+        resize_bilinear(s->pix, w, h, dst, t->width, t->height, c);
+    }
+    *(int32_t *)out->items[1]->data = *(const int32_t *)in->items[1]->data;
+    return DIST_OK;
+}
+
+static dist_status first_image_size(const file_table *t, int *w, int *h) {
+    void *st_ = NULL;
+    DIST_TRY(jpeg_state_create(NULL, &st_));
+    jpeg_state *s = st_;
+    size_t n = 0;
+    dist_status st = read_file(s, t->paths[0], &n);
+    int subsamp = 0, cs = 0;
+    if (st == DIST_OK && tjDecompressHeader3(s->tj, s->file, (unsigned long)n, w, h, &subsamp, &cs) != 0)
+        st = dist_error(DIST_FORMAT, "jpeg folder: the first image '%s' (which sets the size) is not a readable "
+                                     "JPEG: %s", t->paths[0], tjGetErrorStr2(s->tj));
+    jpeg_state_destroy(s);
+    return st;
+}
+
+/* ---- the FILES node ------------------------------------------------------------------------------ */
+
+static dist_status files_node_new(file_table *t, const int32_t *indices, int count, int skipped,
+                                  const char *label, dist_dataset **out) {
+    dist_dataset *ds = NULL;
+    DIST_TRY(node_new(NODE_FILES, NULL, &ds, "%s", label));
+    dist_status st = DIST_OK;
+    ds->u.files.table = file_table_retain(t);
+    ds->u.files.indices = malloc(sizeof(int32_t) * (size_t)(count ? count : 1));
+    if (!ds->u.files.indices) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+        goto fail;
+    }
+    if (count) memcpy(ds->u.files.indices, indices, sizeof(int32_t) * (size_t)count);
+    ds->u.files.count = count;
+    ds->u.files.skipped_at_create = skipped;
+    ds->cardinality = count;
+    ds->spec.count = 2;
+    ds->spec.dtype[0] = DIST_I32;
+    ds->spec.dtype[1] = DIST_I32;
+    DIST_TRY_GOTO(node_finish(ds), st, fail);
+    *out = ds;
+    return DIST_OK;
+fail:
+    dist_dataset_destroy(ds);
+    return st;
+}
+
+dist_status files_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out) {
+    int count = leaf->u.files.count, kept = 0;
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)(count ? count : 1));
+    if (!idx) return dist_error(DIST_OUT_OF_MEMORY, "auto-shard: out of memory");
+    for (int i = index; i < count; i += num) idx[kept++] = leaf->u.files.indices[i];
+    char label[1200];
+    snprintf(label, sizeof label, "%s.file_shard(%d,%d)", leaf->label, num, index);
+    dist_status st = files_node_new(leaf->u.files.table, idx, kept, leaf->u.files.skipped_at_create, label, out);
+    free(idx);
+    return st;
+}
+
+typedef struct files_it {
+    node_it base;
+    int next;
+    int32_t index, label;
+    dist_tensor t[2];
+} files_it;
+
+static dist_status files_next(node_it *base, dist_element *out, int *eos) {
+    files_it *it = (files_it *)base;
+    const dist_dataset *ds = base->ds;
+    if (it->next >= ds->u.files.count) {
+        *eos = 1;
+        return DIST_OK;
+    }
+    it->index = ds->u.files.indices[it->next++];
+    it->label = ds->u.files.table->labels[it->index];
+    *eos = 0;
+    out->count = 2;
+    out->items[0] = &it->t[0];
+    out->items[1] = &it->t[1];
+    return DIST_OK;
+}
+
+static void files_destroy(node_it *base) { free(base); }
+
+static const node_it_vt files_vt = {files_next, files_destroy};
+
+dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
+    files_it *it = calloc(1, sizeof *it);
+    if (!it) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+    it->base = (node_it){&files_vt, ds, ctx, gen};
+    it->t[0] = dist_tensor_view(&it->index, DIST_I32, 0, NULL);
+    it->t[1] = dist_tensor_view(&it->label, DIST_I32, 0, NULL);
+    atomic_fetch_add(&ctx->skipped, ds->u.files.skipped_at_create);
+    *out = &it->base;
+    return DIST_OK;
+}
+
+/* ---- the public source ----------------------------------------------------------------------------- */
+
+dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts, dist_dataset **out) {
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    if (opts) o = *opts;
+    DIST_CHECK_ARG(root && out, "jpeg folder: NULL argument");
+    DIST_CHECK_ARG(o.version == DIST_JPEG_FOLDER_OPTIONS_VERSION, "jpeg folder: options version %d, expected %d",
+                   o.version, DIST_JPEG_FOLDER_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o.channels == 1 || o.channels == 3, "jpeg folder: channels %d must be 1 or 3", o.channels);
+    DIST_CHECK_ARG(o.height >= 0 && o.width >= 0 && (o.height > 0) == (o.width > 0),
+                   "jpeg folder: height %d and width %d must both be > 0, or both 0", o.height, o.width);
+    DIST_CHECK_ARG(o.size_policy == DIST_JPEG_RESIZE || o.size_policy == DIST_JPEG_REJECT,
+                   "jpeg folder: unknown size policy %d", (int)o.size_policy);
+    file_table *t = calloc(1, sizeof *t);
+    if (!t) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+    atomic_init(&t->refs, 1);
+    dist_status st = DIST_OK;
+    dist_dataset *files = NULL;
+    int32_t *idx = NULL;
+    int skipped = 0;
+    DIST_TRY_GOTO(scan(root, o.skip_bad, t, &skipped), st, done);
+    t->channels = o.channels;
+    t->height = o.height;
+    t->width = o.width;
+    t->size_policy = o.size_policy;
+    if (t->height == 0) {
+        if (t->count == 0) {
+            st = dist_error(DIST_FORMAT, "jpeg folder '%s': no images to take the size from", root);
+            goto done;
+        }
+        DIST_TRY_GOTO(first_image_size(t, &t->width, &t->height), st, done);
+    }
+    idx = malloc(sizeof(int32_t) * (size_t)(t->count ? t->count : 1));
+    if (!idx) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < t->count; i++) idx[i] = i;
+    char label[1100];
+    snprintf(label, sizeof label, "jpeg_folder(%s)", root);
+    DIST_TRY_GOTO(files_node_new(t, idx, t->count, skipped, label, &files), st, done);
+    dist_element_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.count = 2;
+    spec.dtype[0] = DIST_U8;
+    spec.ndim[0] = 3;
+    spec.shape[0][0] = t->height;
+    spec.shape[0][1] = t->width;
+    spec.shape[0][2] = t->channels;
+    spec.dtype[1] = DIST_I32;
+    char name[128];
+    snprintf(name, sizeof name, "jpeg_decode(%d,%d,%d,%s)", t->height, t->width, t->channels,
+             t->size_policy == DIST_JPEG_RESIZE ? "resize" : "reject");
+    /* Thread count is not part of the name: the output does not depend on it. */
+    DIST_TRY_GOTO(map_new_internal(files, jpeg_decode, jpeg_state_create, jpeg_state_destroy, t, &spec,
+                                   o.num_threads, o.skip_bad, name, out),
+                  st, done);
+done:
+    free(idx);
+    dist_dataset_destroy(files);
+    file_table_release(t);
+    return st;
+}

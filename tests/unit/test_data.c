@@ -1,0 +1,512 @@
+/* The input pipeline: TF's documented results for batch, shuffle, shard/rebatch, cardinality,
+ * and iterator checkpoints. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/data.h"
+#include "testutil.h"
+
+/* range(n) as int32 slices. */
+static dist_dataset *range_ds(int n) {
+    int64_t shape[1] = {n};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_I32, 1, shape, &t), DIST_OK);
+    for (int i = 0; i < n; i++) ((int32_t *)t->data)[i] = i;
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &ds), DIST_OK);
+    dist_tensor_destroy(t);
+    return ds;
+}
+
+/* Replaces *ds by the result of a transformation (dropping the caller's old reference). */
+#define CHAIN(ds, call)                                                                            \
+    do {                                                                                           \
+        dist_dataset *next_ = NULL;                                                                \
+        dist_status st_ = (call);                                                                  \
+        ck_assert_msg(st_ == DIST_OK, "%s: %s", #call, dist_last_error());                         \
+        dist_dataset_destroy(ds);                                                                  \
+        (ds) = next_;                                                                              \
+    } while (0)
+
+/* Renders every element of one pass as "[0,1] [2,3]" (values of item 0, int32). */
+static void render(dist_iterator *it, char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(dist_iterator_next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        if (eos) break;
+        const dist_tensor *t = el.items[0];
+        int64_t n = dist_tensor_numel(t);
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? " " : "", t->ndim ? "[" : "");
+        for (int64_t i = 0; i < n; i++)
+            len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "", ((int32_t *)t->data)[i]);
+        if (t->ndim) len += (size_t)snprintf(buf + len, size - len, "]");
+    }
+}
+
+static void render_ds(dist_dataset *ds, char *buf, size_t size) {
+    dist_iterator *it = NULL;
+    ck_assert_msg(dist_iterator_create(ds, &it) == DIST_OK, "%s", dist_last_error());
+    render(it, buf, size);
+    dist_iterator_destroy(it);
+}
+
+START_TEST(test_batch_10_by_4_keeps_remainder_4_4_2) {
+    dist_dataset *ds = range_ds(10);
+    CHAIN(ds, dist_dataset_batch(ds, 4, 0, &next_));
+    char buf[256];
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1,2,3] [4,5,6,7] [8,9]");
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 3);
+    ck_assert_int_eq(dist_dataset_element_spec(ds)->shape[0][0], -1);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_batch_drop_remainder_drops_the_partial_batch) {
+    dist_dataset *ds = range_ds(10);
+    CHAIN(ds, dist_dataset_batch(ds, 4, 1, &next_));
+    char buf[256];
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1,2,3] [4,5,6,7]");
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 2);
+    ck_assert_int_eq(dist_dataset_element_spec(ds)->shape[0][0], 4);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_shuffle_buffer_1_is_identity) {
+    dist_dataset *ds = range_ds(20);
+    CHAIN(ds, dist_dataset_shuffle(ds, 1, 123, 1, &next_));
+    char buf[256];
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19");
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+static void read_ints(dist_iterator *it, int *vals, int n) {
+    for (int i = 0; i < n; i++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        ck_assert_int_eq(eos, 0);
+        vals[i] = *(int32_t *)el.items[0]->data;
+    }
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+    ck_assert_int_eq(eos, 1);
+}
+
+START_TEST(test_shuffle_is_a_permutation_within_the_buffer_window) {
+    /* TF's buffer semantics: output i is drawn from inputs [0, i + buffer_size). */
+    enum { N = 1000, B = 16 };
+    dist_dataset *ds = range_ds(N);
+    CHAIN(ds, dist_dataset_shuffle(ds, B, 7, 1, &next_));
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    static int vals[N];
+    int seen[N] = {0};
+    read_ints(it, vals, N);
+    int moved = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_lt(vals[i], i + B);
+        seen[vals[i]]++;
+        moved += vals[i] != i;
+    }
+    for (int i = 0; i < N; i++) ck_assert_int_eq(seen[i], 1);
+    ck_assert_int_gt(moved, N / 2);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_shuffle_seed_and_reshuffle_each_iteration) {
+    enum { N = 50 };
+    int a[N], b[N], c[N], d[N];
+    dist_dataset *re = range_ds(N), *fixed = range_ds(N);
+    CHAIN(re, dist_dataset_shuffle(re, N, 42, 1, &next_));
+    CHAIN(fixed, dist_dataset_shuffle(fixed, N, 42, 0, &next_));
+    dist_iterator *it = NULL, *it2 = NULL;
+    ck_assert_int_eq(dist_iterator_create(re, &it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(re, &it2), DIST_OK);
+    read_ints(it, a, N);
+    read_ints(it2, b, N);
+    ck_assert_mem_eq(a, b, sizeof a); /* same seed, same epoch: same order */
+    ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_epoch(it), 1);
+    read_ints(it, c, N);
+    ck_assert(memcmp(a, c, sizeof a) != 0); /* reshuffled in epoch 1 */
+    dist_iterator_destroy(it);
+    dist_iterator_destroy(it2);
+    ck_assert_int_eq(dist_iterator_create(fixed, &it), DIST_OK);
+    read_ints(it, c, N);
+    ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+    read_ints(it, d, N);
+    ck_assert_mem_eq(c, d, sizeof c); /* reshuffle_each_iteration = 0: same order each epoch */
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(re);
+    dist_dataset_destroy(fixed);
+}
+END_TEST
+
+/* TF's distributed input guide, "Sharding": 12 elements, 2 workers, 2 replicas in sync,
+ * global batch 4. */
+static void auto_shard_render(dist_auto_shard_policy policy, int worker, char *buf, size_t size) {
+    dist_dataset *ds = range_ds(12);
+    CHAIN(ds, dist_dataset_batch(ds, 4, 0, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, 2, &next_));
+    CHAIN(ds, dist_dataset_auto_shard(ds, policy, 2, worker, 2, &next_));
+    ck_assert_msg(strncmp(dist_dataset_describe(ds), "prefetch(2)", 11) == 0, "%s", dist_dataset_describe(ds));
+    render_ds(ds, buf, size);
+    dist_dataset_destroy(ds);
+}
+
+START_TEST(test_auto_shard_data_12_elements_2_workers_batch_4) {
+    char buf[256];
+    auto_shard_render(DIST_AUTO_SHARD_DATA, 0, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1] [4,5] [8,9]");
+    auto_shard_render(DIST_AUTO_SHARD_DATA, 1, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[2,3] [6,7] [10,11]");
+    /* AUTO on in-memory slices falls back to DATA. */
+    auto_shard_render(DIST_AUTO_SHARD_AUTO, 0, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1] [4,5] [8,9]");
+}
+END_TEST
+
+START_TEST(test_auto_shard_off_every_worker_sees_everything) {
+    char buf[256];
+    auto_shard_render(DIST_AUTO_SHARD_OFF, 1, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1] [2,3] [4,5] [6,7] [8,9] [10,11]");
+}
+END_TEST
+
+START_TEST(test_auto_shard_file_without_files_is_not_found) {
+    dist_dataset *ds = range_ds(12), *out = NULL;
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 2, 0, 2, &out), DIST_NOT_FOUND);
+    ck_assert_ptr_null(out);
+    dist_dataset_destroy(ds);
+    dist_auto_shard_policy p;
+    ck_assert_int_eq(dist_auto_shard_policy_parse("data", &p), DIST_OK);
+    ck_assert_int_eq(p, DIST_AUTO_SHARD_DATA);
+    ck_assert_int_eq(dist_auto_shard_policy_parse("bogus", &p), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_rebatch_splits_global_batches_like_the_tf_guide) {
+    char buf[256];
+    dist_dataset *ds = range_ds(6);
+    CHAIN(ds, dist_dataset_batch(ds, 4, 0, &next_));
+    CHAIN(ds, dist_dataset_rebatch(ds, 2, &next_));
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1] [2,3] [4] [5]");
+    dist_dataset_destroy(ds);
+    ds = range_ds(8);
+    CHAIN(ds, dist_dataset_batch(ds, 4, 0, &next_));
+    CHAIN(ds, dist_dataset_rebatch(ds, 3, &next_));
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1] [2,3] [] [4,5] [6,7] []");
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_take_skip_repeat_shard) {
+    char buf[256];
+    dist_dataset *ds = range_ds(10);
+    CHAIN(ds, dist_dataset_skip(ds, 3, &next_));
+    CHAIN(ds, dist_dataset_take(ds, 4, &next_));
+    CHAIN(ds, dist_dataset_repeat(ds, 2, &next_));
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 8);
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "3 4 5 6 3 4 5 6");
+    dist_dataset_destroy(ds);
+    ds = range_ds(10);
+    CHAIN(ds, dist_dataset_shard(ds, 3, 1, &next_));
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 3);
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "1 4 7");
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+static dist_status keep_even(const dist_element *in, int *keep, void *user) {
+    (void)user;
+    *keep = (*(int32_t *)in->items[0]->data % 2) == 0;
+    return DIST_OK;
+}
+
+START_TEST(test_cardinality_follows_tf) {
+    dist_dataset *ds = range_ds(10);
+    CHAIN(ds, dist_dataset_repeat(ds, -1, &next_));
+    ck_assert_int_eq(dist_dataset_cardinality(ds), DIST_CARDINALITY_INFINITE);
+    CHAIN(ds, dist_dataset_take(ds, 25, &next_));
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 25);
+    CHAIN(ds, dist_dataset_filter(ds, keep_even, NULL, "even", &next_));
+    ck_assert_int_eq(dist_dataset_cardinality(ds), DIST_CARDINALITY_UNKNOWN);
+    char buf[256];
+    render_ds(ds, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0 2 4 6 8 0 2 4 6 8 0 2 4");
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+/* The distrain pipeline: MNIST-like u8 images and labels -> normalize -> shuffle -> batch ->
+ * prefetch; save at element k, restore in a fresh iterator, compare with an uninterrupted run. */
+static dist_dataset *mnist_like(int n, int with_prefetch) {
+    int64_t ishape[3] = {n, 28, 28}, lshape[1] = {n};
+    dist_tensor *img = NULL, *lab = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_U8, 3, ishape, &img), DIST_OK);
+    ck_assert_int_eq(dist_tensor_create(DIST_U8, 1, lshape, &lab), DIST_OK);
+    for (int i = 0; i < n; i++) {
+        ((uint8_t *)lab->data)[i] = (uint8_t)(i % 10);
+        for (int p = 0; p < 784; p++) ((uint8_t *)img->data)[(size_t)i * 784 + p] = (uint8_t)(i + p);
+    }
+    dist_tensor *both[2] = {img, lab};
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(both, 2, 1, &ds), DIST_OK);
+    dist_tensor_destroy(img);
+    dist_tensor_destroy(lab);
+    CHAIN(ds, dist_dataset_map_image_normalize(ds, &next_));
+    CHAIN(ds, dist_dataset_shuffle(ds, 100, 2026, 1, &next_));
+    CHAIN(ds, dist_dataset_batch(ds, 16, 0, &next_));
+    if (with_prefetch) CHAIN(ds, dist_dataset_prefetch(ds, 2, &next_));
+    return ds;
+}
+
+START_TEST(test_image_normalize_shapes_and_values) {
+    dist_dataset *ds = mnist_like(40, 0);
+    const dist_element_spec *s = dist_dataset_element_spec(ds);
+    ck_assert_int_eq(s->count, 2);
+    ck_assert_int_eq(s->dtype[0], DIST_F32);
+    ck_assert_int_eq(s->ndim[0], 4);
+    ck_assert_int_eq(s->shape[0][3], 1);
+    ck_assert_int_eq(s->dtype[1], DIST_I32);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+    ck_assert_int_eq(el.items[0]->shape[0], 16);
+    for (int b = 0; b < 16; b++) {
+        int32_t label = ((int32_t *)el.items[1]->data)[b];
+        const float *px = (const float *)el.items[0]->data + (size_t)b * 784;
+        /* pixel p of example i is (i + p) mod 256 and its label i mod 10 */
+        int i0 = (int)(px[0] * 255.0f + 0.5f);
+        ck_assert_int_eq(label, i0 % 10);
+        ck_assert_float_eq_tol(px[5], (float)((i0 + 5) % 256) / 255.0f, 1e-6);
+    }
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+static void element_digest(const dist_element *el, uint64_t *h) {
+    for (int i = 0; i < el->count; i++) {
+        const unsigned char *p = el->items[i]->data;
+        size_t n = dist_tensor_bytes(el->items[i]);
+        for (size_t k = 0; k < n; k++) *h = (*h ^ p[k]) * 1099511628211ULL;
+        *h ^= (uint64_t)el->items[i]->shape[0];
+    }
+}
+
+START_TEST(test_save_restore_resumes_the_rest_of_the_epoch_exactly) {
+    enum { N = 200, K = 5 };
+    dist_dataset *ds = mnist_like(N, 1);
+    /* uninterrupted: epoch 0 then epoch 1, one digest per batch */
+    uint64_t ref[2][16];
+    int nref[2] = {0, 0};
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    for (int e = 0; e < 2; e++) {
+        if (e) ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+        for (;;) {
+            dist_element el;
+            int eos = 0;
+            ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+            if (eos) break;
+            uint64_t h = 1469598103934665603ULL;
+            element_digest(&el, &h);
+            ref[e][nref[e]++] = h;
+        }
+    }
+    dist_iterator_destroy(it);
+    ck_assert_int_eq(nref[0], 13);
+    ck_assert(memcmp(ref[0], ref[1], sizeof(uint64_t) * 13) != 0);
+
+    /* interrupted in epoch 1 after K batches */
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+    for (int k = 0; k < K; k++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+    }
+    void *state = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_iterator_save(it, &state, &n), DIST_OK);
+    dist_iterator_destroy(it); /* mid-epoch, with the prefetch thread running */
+
+    dist_dataset *again = mnist_like(N, 1);
+    ck_assert_int_eq(dist_iterator_create(again, &it), DIST_OK);
+    ck_assert_msg(dist_iterator_restore(it, state, n) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_iterator_epoch(it), 1);
+    ck_assert_int_eq(dist_iterator_position(it), K);
+    int k = K;
+    for (;; k++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        if (eos) break;
+        uint64_t h = 1469598103934665603ULL;
+        element_digest(&el, &h);
+        ck_assert_msg(h == ref[1][k], "batch %d differs after restore", k);
+    }
+    ck_assert_int_eq(k, nref[1]);
+    dist_iterator_destroy(it);
+    dist_iterator_state_free(state);
+    dist_dataset_destroy(again);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_restore_into_another_pipeline_names_the_mismatch) {
+    dist_dataset *a = range_ds(10), *b = range_ds(10);
+    CHAIN(a, dist_dataset_batch(a, 4, 0, &next_));
+    CHAIN(b, dist_dataset_batch(b, 5, 0, &next_));
+    dist_iterator *ia = NULL, *ib = NULL;
+    ck_assert_int_eq(dist_iterator_create(a, &ia), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(b, &ib), DIST_OK);
+    void *state = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_iterator_save(ia, &state, &n), DIST_OK);
+    ck_assert_int_eq(dist_iterator_restore(ib, state, n), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "batch(4,0)") && strstr(dist_last_error(), "batch(5,0)"), "%s",
+                  dist_last_error());
+    ck_assert_int_eq(dist_iterator_restore(ib, "not json", 8), DIST_FORMAT);
+    dist_iterator_state_free(state);
+    dist_iterator_destroy(ia);
+    dist_iterator_destroy(ib);
+    dist_dataset_destroy(a);
+    dist_dataset_destroy(b);
+}
+END_TEST
+
+static dist_status square_fn(const dist_element *in, dist_element *out, void *user) {
+    int32_t v = *(int32_t *)in->items[0]->data;
+    if (user && v == 13) return DIST_FORMAT; /* an element that fails */
+    *(int32_t *)out->items[0]->data = v * v;
+    return DIST_OK;
+}
+
+static int fail_at_13;
+
+static dist_dataset *squares(int n, int threads, int skip) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    o.num_parallel = threads;
+    o.skip_errors = skip;
+    o.name = "square";
+    dist_dataset *ds = range_ds(n);
+    CHAIN(ds, dist_dataset_map(ds, square_fn, n == 100000 ? NULL : &fail_at_13, &o, &next_));
+    return ds;
+}
+
+START_TEST(test_parallel_map_keeps_order_and_errors) {
+    char a[4096], b[4096];
+    dist_dataset *one = squares(13, 1, 0), *four = squares(13, 4, 0); /* 0..12: none fails */
+    render_ds(one, a, sizeof a);
+    render_ds(four, b, sizeof b);
+    ck_assert_str_eq(a, b);
+    ck_assert_str_eq(a, "0 1 4 9 16 25 36 49 64 81 100 121 144");
+    dist_dataset_destroy(one);
+    dist_dataset_destroy(four);
+
+    dist_dataset *bad = squares(20, 3, 0);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(bad, &it), DIST_OK);
+    dist_status st = DIST_OK;
+    int count = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        st = dist_iterator_next(it, &el, &eos);
+        if (st != DIST_OK || eos) break;
+        count++;
+    }
+    ck_assert_int_eq(st, DIST_FORMAT);
+    ck_assert_int_eq(count, 13);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(bad);
+
+    dist_dataset *skip = squares(20, 3, 1);
+    ck_assert_int_eq(dist_iterator_create(skip, &it), DIST_OK);
+    render(it, a, sizeof a);
+    ck_assert_ptr_null(strstr(a, " 169 "));
+    ck_assert_int_eq(dist_iterator_skipped(it), 1);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(skip);
+}
+END_TEST
+
+START_TEST(test_prefetch_destroyed_mid_epoch_joins_cleanly) {
+    dist_dataset *ds = squares(100000, 2, 0);
+    CHAIN(ds, dist_dataset_prefetch(ds, 4, &next_));
+    for (int round = 0; round < 20; round++) {
+        dist_iterator *it = NULL;
+        ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+        for (int i = 0; i < round; i++) {
+            dist_element el;
+            int eos = 0;
+            ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+            ck_assert_int_eq(*(int32_t *)el.items[0]->data, i * i);
+        }
+        dist_iterator_destroy(it);
+    }
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_transformations_take_their_own_reference) {
+    dist_dataset *src = range_ds(5), *b = NULL;
+    ck_assert_int_eq(dist_dataset_batch(src, 2, 0, &b), DIST_OK);
+    dist_dataset_destroy(src); /* b keeps the source alive */
+    char buf[64];
+    render_ds(b, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[0,1] [2,3] [4]");
+    dist_dataset_destroy(b);
+}
+END_TEST
+
+static Suite *data_suite(void) {
+    Suite *s = suite_create("data");
+    TCase *tc = tcase_create("pipeline");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_batch_10_by_4_keeps_remainder_4_4_2);
+    tcase_add_test(tc, test_batch_drop_remainder_drops_the_partial_batch);
+    tcase_add_test(tc, test_shuffle_buffer_1_is_identity);
+    tcase_add_test(tc, test_shuffle_is_a_permutation_within_the_buffer_window);
+    tcase_add_test(tc, test_shuffle_seed_and_reshuffle_each_iteration);
+    tcase_add_test(tc, test_auto_shard_data_12_elements_2_workers_batch_4);
+    tcase_add_test(tc, test_auto_shard_off_every_worker_sees_everything);
+    tcase_add_test(tc, test_auto_shard_file_without_files_is_not_found);
+    tcase_add_test(tc, test_rebatch_splits_global_batches_like_the_tf_guide);
+    tcase_add_test(tc, test_take_skip_repeat_shard);
+    tcase_add_test(tc, test_cardinality_follows_tf);
+    tcase_add_test(tc, test_image_normalize_shapes_and_values);
+    tcase_add_test(tc, test_save_restore_resumes_the_rest_of_the_epoch_exactly);
+    tcase_add_test(tc, test_restore_into_another_pipeline_names_the_mismatch);
+    tcase_add_test(tc, test_parallel_map_keeps_order_and_errors);
+    tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
+    tcase_add_test(tc, test_transformations_take_their_own_reference);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return dist_test_run(data_suite()); }

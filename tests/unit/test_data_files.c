@@ -1,0 +1,367 @@
+/* File sources of the input pipeline: JPEG class folders (written here with TurboJPEG), IDX
+ * files (the shipped MNIST subset, and broken ones), bad input, FILE auto-sharding. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "dist/data.h"
+#include "testutil.h"
+
+static char g_root[256];
+
+static void rm_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    char sub[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        rm_tree(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+static void setup(void) {
+    snprintf(g_root, sizeof g_root, "/tmp/dist_test_data_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_root));
+}
+
+static void teardown(void) { rm_tree(g_root); }
+
+static void mkdir_in(const char *rel) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_root, rel);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+}
+
+static void write_bytes(const char *rel, const void *bytes, size_t n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_root, rel);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+/* A 28x28 MNIST-like digit: a thick soft stroke pattern that depends on `seed`. */
+static void digit(uint8_t *px, int w, int h, int seed) {
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            float cx = (float)w / 2 + 5.0f * sinf((float)seed), cy = (float)h / 2;
+            float r = sqrtf((x - cx) * (x - cx) + (y - cy) * (y - cy));
+            float ring = fabsf(r - (6.0f + (float)(seed % 4))) ;
+            float v = ring < 3.0f ? 255.0f * (1.0f - ring / 3.0f) : 0.0f;
+            px[y * w + x] = (uint8_t)v;
+        }
+}
+
+/* Compresses a grayscale image with TurboJPEG and writes it; returns the JPEG size. */
+static unsigned long write_jpeg(const char *rel, const uint8_t *px, int w, int h) {
+    tjhandle tj = tjInitCompress();
+    ck_assert_ptr_nonnull(tj);
+    unsigned char *jpeg = NULL;
+    unsigned long size = 0;
+    ck_assert_int_eq(tjCompress2(tj, px, w, w, h, TJPF_GRAY, &jpeg, &size, TJSAMP_GRAY, 95, 0), 0);
+    write_bytes(rel, jpeg, size);
+    tjFree(jpeg);
+    tjDestroy(tj);
+    return size;
+}
+
+/* Classes named so that byte-wise sorting matters: "cat" < "dog" < "zebra". Images 28x28. */
+static const char *const classes[3] = {"dog", "cat", "zebra"}; /* labels: dog 1, cat 0, zebra 2 */
+static const int sorted_label[3] = {1, 0, 2};
+
+static void make_digit_folder(int per_class) {
+    for (int c = 0; c < 3; c++) {
+        mkdir_in(classes[c]);
+        for (int i = 0; i < per_class; i++) {
+            uint8_t px[28 * 28];
+            digit(px, 28, 28, c * 100 + i);
+            char rel[128];
+            snprintf(rel, sizeof rel, "%s/img%02d.jpg", classes[c], i);
+            write_jpeg(rel, px, 28, 28);
+        }
+    }
+}
+
+static dist_status next(dist_iterator *it, dist_element *el, int *eos) { return dist_iterator_next(it, el, eos); }
+
+START_TEST(test_jpeg_folder_round_trips_labels_and_pixels) {
+    make_digit_folder(4);
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.num_threads = 2;
+    dist_dataset *ds = NULL;
+    ck_assert_msg(dist_dataset_from_jpeg_folder(g_root, &o, &ds) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 12);
+    ck_assert_int_eq(dist_dataset_class_count(ds), 3);
+    ck_assert_str_eq(dist_dataset_class_name(ds, 0), "cat");
+    ck_assert_str_eq(dist_dataset_class_name(ds, 2), "zebra");
+    const dist_element_spec *s = dist_dataset_element_spec(ds);
+    ck_assert_int_eq(s->shape[0][0], 28);
+    ck_assert_int_eq(s->shape[0][1], 28);
+    ck_assert_int_eq(s->shape[0][2], 1);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    /* sorted: cat (orig class 1) images 0..3, dog (0) 0..3, zebra (2) 0..3 */
+    const int order[3] = {1, 0, 2};
+    for (int k = 0; k < 12; k++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        ck_assert_int_eq(eos, 0);
+        int c = order[k / 4], i = k % 4;
+        ck_assert_int_eq(*(int32_t *)el.items[1]->data, sorted_label[c]);
+        uint8_t want[28 * 28];
+        digit(want, 28, 28, c * 100 + i);
+        const uint8_t *got = el.items[0]->data;
+        double sum = 0;
+        for (int p = 0; p < 784; p++) sum += fabs((double)got[p] - want[p]);
+        ck_assert_msg(sum / 784 < 3.0, "image %d: mean abs error %.2f", k, sum / 784);
+    }
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+    ck_assert_int_eq(eos, 1);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_jpeg_folder_rgb_resize_and_reject) {
+    mkdir_in("a");
+    uint8_t px[40 * 30];
+    digit(px, 40, 30, 3);
+    write_jpeg("a/big.JPEG", px, 40, 30);
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.channels = 3;
+    o.height = 15;
+    o.width = 20;
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(el.items[0]->shape[0], 15);
+    ck_assert_int_eq(el.items[0]->shape[1], 20);
+    ck_assert_int_eq(el.items[0]->shape[2], 3);
+    const uint8_t *rgb = el.items[0]->data;
+    /* a 2x downscale of a gray image: R = G = B, close to the 2x2 mean of the source */
+    double err = 0;
+    for (int y = 0; y < 15; y++)
+        for (int x = 0; x < 20; x++) {
+            const uint8_t *p = rgb + (y * 20 + x) * 3;
+            ck_assert_int_le(abs(p[0] - p[1]), 2);
+            double m = (px[(2 * y) * 40 + 2 * x] + px[(2 * y) * 40 + 2 * x + 1] + px[(2 * y + 1) * 40 + 2 * x] +
+                        px[(2 * y + 1) * 40 + 2 * x + 1]) / 4.0;
+            err += fabs(p[0] - m);
+        }
+    ck_assert_msg(err / 300 < 6.0, "resize error %.2f", err / 300);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+
+    o.size_policy = DIST_JPEG_REJECT;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    ck_assert_int_eq(next(it, &el, &eos), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "big.JPEG") && strstr(dist_last_error(), "40x30"), "%s",
+                  dist_last_error());
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+/* Bad files: a truncated JPEG and a text file named .jpg, among good ones. */
+static void make_bad_folder(void) {
+    mkdir_in("one");
+    mkdir_in("two");
+    uint8_t px[28 * 28];
+    digit(px, 28, 28, 1);
+    write_jpeg("one/a.jpg", px, 28, 28);
+    unsigned long n = write_jpeg("one/b.jpg", px, 28, 28);
+    /* rewrite b.jpg truncated to half */
+    char p[512];
+    snprintf(p, sizeof p, "%s/one/b.jpg", g_root);
+    ck_assert_int_eq(truncate(p, (off_t)(n / 2)), 0);
+    write_bytes("two/c.jpg", "hello, not a jpeg\n", 18);
+    write_jpeg("two/d.jpg", px, 28, 28);
+}
+
+static void run_bad(int threads) {
+    make_bad_folder();
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.num_threads = threads;
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(it, &el, &eos), DIST_OK); /* a.jpg */
+    ck_assert_int_eq(next(it, &el, &eos), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "one/b.jpg"), "%s", dist_last_error());
+    ck_assert_int_eq(next(it, &el, &eos), DIST_FORMAT); /* sticky */
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+
+    o.skip_bad = 1;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_cardinality(ds), DIST_CARDINALITY_UNKNOWN);
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    int labels[4], count = 0;
+    for (;;) {
+        ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+        if (eos) break;
+        labels[count++] = *(int32_t *)el.items[1]->data;
+    }
+    ck_assert_int_eq(count, 2);
+    ck_assert_int_eq(labels[0], 0);
+    ck_assert_int_eq(labels[1], 1);
+    ck_assert_int_eq(dist_iterator_skipped(it), 2);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+
+START_TEST(test_bad_jpegs_error_naming_the_file_or_skip) { run_bad(1); }
+END_TEST
+
+START_TEST(test_bad_jpegs_with_parallel_decode) { run_bad(3); }
+END_TEST
+
+START_TEST(test_empty_class_folder_is_an_error_or_skipped) {
+    mkdir_in("full");
+    mkdir_in("hollow");
+    uint8_t px[28 * 28];
+    digit(px, 28, 28, 5);
+    write_jpeg("full/x.jpg", px, 28, 28);
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, NULL, &ds), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "hollow"), "%s", dist_last_error());
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.skip_bad = 1;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_class_count(ds), 2); /* "hollow" keeps its label index */
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_skipped(it), 1);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder("/nonexistent/dist", NULL, &ds), DIST_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(test_auto_shard_file_splits_jpeg_files_over_workers) {
+    make_digit_folder(2); /* 6 files: cat0 cat1 dog0 dog1 zebra0 zebra1 */
+    dist_dataset *ds = NULL, *w1 = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, NULL, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 2, 1, 1, &w1), DIST_OK);
+    ck_assert_int_eq(dist_dataset_cardinality(w1), 3);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(w1, &it), DIST_OK);
+    int labels[3];
+    for (int i = 0; i < 3; i++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+        labels[i] = *(int32_t *)el.items[1]->data;
+    }
+    /* files 1, 3, 5: cat1, dog1, zebra1 */
+    ck_assert_int_eq(labels[0], 0);
+    ck_assert_int_eq(labels[1], 1);
+    ck_assert_int_eq(labels[2], 2);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(w1);
+    /* more workers than files */
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 7, 0, 1, &w1), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "6 file(s)"), "%s", dist_last_error());
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 7, 0, 1, &w1), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_DATA, 7, 0, 1, &w1), DIST_OK);
+    ck_assert_int_eq(dist_dataset_cardinality(w1), 1);
+    dist_dataset_destroy(w1);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_idx_source_reads_the_mnist_subset) {
+    dist_dataset *ds = NULL;
+    ck_assert_msg(dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
+                                        DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-labels-idx1-ubyte.gz", &ds) ==
+                      DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 2004);
+    ck_assert_int_eq(dist_dataset_element_spec(ds)->ndim[0], 2);
+    dist_dataset *norm = NULL;
+    ck_assert_int_eq(dist_dataset_map_image_normalize(ds, &norm), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(norm, &it), DIST_OK);
+    int n = 0;
+    for (;; n++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+        if (eos) break;
+        int32_t label = *(int32_t *)el.items[1]->data;
+        ck_assert(label >= 0 && label <= 9);
+    }
+    ck_assert_int_eq(n, 2004);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(norm);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_broken_idx_files_error_naming_the_file) {
+    /* header promises 5 images of 2x2 = 20 bytes; the file has 8 */
+    const uint8_t short_idx[16 + 8] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    write_bytes("short-idx3-ubyte", short_idx, sizeof short_idx);
+    /* gzip magic followed by garbage */
+    const uint8_t bad_gz[32] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3};
+    write_bytes("corrupt-idx3-ubyte.gz", bad_gz, sizeof bad_gz);
+    char p[512];
+    dist_dataset *ds = NULL;
+    snprintf(p, sizeof p, "%s/short-idx3-ubyte", g_root);
+    ck_assert_int_eq(dist_dataset_from_idx(p, NULL, &ds), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "short-idx3-ubyte"), "%s", dist_last_error());
+    snprintf(p, sizeof p, "%s/corrupt-idx3-ubyte.gz", g_root);
+    ck_assert_int_eq(dist_dataset_from_idx(p, NULL, &ds), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "corrupt-idx3-ubyte.gz"), "%s", dist_last_error());
+    ck_assert_ptr_null(ds);
+    /* images and labels that disagree */
+    ck_assert_int_eq(dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
+                                           DIST_SOURCE_DIR "/src/data/mnist_subset/train-labels-idx1-ubyte.gz", &ds),
+                     DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "train-labels"), "%s", dist_last_error());
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("data_files");
+    TCase *tc = tcase_create("files");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_jpeg_folder_round_trips_labels_and_pixels);
+    tcase_add_test(tc, test_jpeg_folder_rgb_resize_and_reject);
+    tcase_add_test(tc, test_bad_jpegs_error_naming_the_file_or_skip);
+    tcase_add_test(tc, test_bad_jpegs_with_parallel_decode);
+    tcase_add_test(tc, test_empty_class_folder_is_an_error_or_skipped);
+    tcase_add_test(tc, test_auto_shard_file_splits_jpeg_files_over_workers);
+    tcase_add_test(tc, test_idx_source_reads_the_mnist_subset);
+    tcase_add_test(tc, test_broken_idx_files_error_naming_the_file);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return dist_test_run(suite()); }
