@@ -128,6 +128,10 @@ struct dist_backend_i {
     dist_status (*cast)(void *ctx, const dist_tensor *src, dist_tensor *dst);
     /* *all_finite (host int) = 1 when no element of x is Inf or NaN; waits for the device */
     dist_status (*all_finite)(void *ctx, const dist_tensor *x, int *all_finite);
+
+    /* Optional (NULL on CPU): the backend's native stream (a cudaStream_t for CUDA), for
+     * collectives such as NCCL that queue work on it. */
+    void *(*native_stream)(void *ctx);
 };
 
 struct dist_backend {

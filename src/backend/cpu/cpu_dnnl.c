@@ -56,7 +56,10 @@ static dnnl_data_type_t dnnl_dt(dist_dtype t) {
 static dist_status act_md(const dist_tensor *t, dnnl_memory_desc_t *md) {
     if (t->ndim != 4) return dist_error(DIST_INVALID_ARGUMENT, "expected a 4-D NHWC tensor, got %d-D", t->ndim);
     dnnl_dims_t dims = {t->shape[0], t->shape[3], t->shape[1], t->shape[2]};
-    dnnl_format_tag_t tag = t->layout == DIST_LAYOUT_NCHW16C ? dnnl_nChw16c : dnnl_nhwc;
+    /* With one channel, NHWC and NCHW are the same bytes; oneDNN's fast kernels want nchw. */
+    dnnl_format_tag_t tag = t->layout == DIST_LAYOUT_NCHW16C ? dnnl_nChw16c
+                            : t->shape[3] == 1               ? dnnl_nchw
+                                                             : dnnl_nhwc;
     DNNL_TRY(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_dt(t->dtype), tag), "memory descriptor");
     return DIST_OK;
 }

@@ -1,0 +1,89 @@
+/* libdist: layers and the Sequential model.
+ *
+ * A model is a stack of layers with Keras's semantics and names. Its variables live in one
+ * contiguous buffer per replica (and its gradients in another), each variable a view into it.
+ * Built inside a strategy's scope, a model is mirrored: one copy per replica, identical initial
+ * values; built outside every scope it lives on one CPU device. */
+#ifndef DIST_NN_H
+#define DIST_NN_H
+
+#include <stdint.h>
+
+#include "dist/backend.h"
+#include "dist/export.h"
+#include "dist/status.h"
+#include "dist/tape.h"
+#include "dist/tensor.h"
+
+DIST_BEGIN_DECLS
+
+typedef struct dist_model dist_model;
+
+typedef struct dist_conv2d_options {
+    int version;
+    int filters;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    dist_padding padding;
+    dist_activation activation;
+    int use_bias;
+} dist_conv2d_options;
+#define DIST_CONV2D_OPTIONS_VERSION 1
+#define DIST_CONV2D_OPTIONS_INIT {DIST_CONV2D_OPTIONS_VERSION, 0, 3, 3, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, 1}
+
+/* An empty Sequential model; name NULL means "sequential". */
+DIST_API dist_status dist_model_create(const char *name, dist_model **out);
+/* Frees the model, its variables on every replica and its private backend. Accepts NULL. */
+DIST_API void dist_model_destroy(dist_model *model);
+
+/* Conv2D(filters, (k, k), activation), stride 1, valid padding, with bias. */
+DIST_API dist_status dist_model_add_conv2d(dist_model *model, int filters, int kernel_size,
+                                           dist_activation activation);
+DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model, const dist_conv2d_options *options);
+/* MaxPooling2D(pool_size) with strides = pool_size and valid padding. */
+DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
+DIST_API dist_status dist_model_add_flatten(dist_model *model);
+DIST_API dist_status dist_model_add_dense(dist_model *model, int units, dist_activation activation);
+
+/* The seed CNN: Conv2D(32,3x3,relu) -> MaxPool 2x2 -> Conv2D(64,3x3,relu) -> MaxPool 2x2 ->
+ * Flatten -> Dense(64,relu) -> Dense(10). */
+DIST_API dist_status dist_model_create_mnist_cnn(dist_model **out);
+
+/* Creates the variables for inputs of shape [batch, input_shape...] (e.g. {28, 28, 1}):
+ * Glorot-uniform kernels and zero biases as Keras, drawn from `seed`. Inside a strategy scope
+ * the variables are mirrored on every replica with identical values. */
+DIST_API dist_status dist_model_build(dist_model *model, int ndim, const int64_t *input_shape,
+                                      uint64_t seed);
+
+/* Runs the model on x (on the tape's device) for the tape's replica; returns the logits. */
+DIST_API dist_status dist_model_call(dist_model *model, dist_tape *tape, const dist_tensor *x,
+                                     dist_tensor **y);
+/* Gradients of a scalar loss for every variable of the tape's replica, written into that
+ * replica's gradient buffer. */
+DIST_API dist_status dist_model_compute_gradients(dist_model *model, dist_tape *tape,
+                                                  const dist_tensor *loss);
+
+DIST_API int64_t dist_model_num_params(const dist_model *model);
+DIST_API int dist_model_num_replicas(const dist_model *model);
+DIST_API int dist_model_num_variables(const dist_model *model);
+/* "conv2d/kernel", "dense_1/bias", ... (borrowed). */
+DIST_API const char *dist_model_variable_name(const dist_model *model, int index);
+/* A view of variable `index` on `replica` (borrowed; device memory). */
+DIST_API const dist_tensor *dist_model_variable(const dist_model *model, int replica, int index);
+/* The replica's contiguous parameter and gradient buffers ([num_params] f32 views). */
+DIST_API dist_tensor *dist_model_params(dist_model *model, int replica);
+DIST_API dist_tensor *dist_model_grads(dist_model *model, int replica);
+/* The backend holding a replica's variables (borrowed). */
+DIST_API dist_backend *dist_model_backend(const dist_model *model, int replica);
+
+/* Copies a replica's parameters to host (count = num_params floats, variables in order). */
+DIST_API dist_status dist_model_get_weights(dist_model *model, int replica, float *dst, int64_t count);
+/* Sets every replica's parameters from host memory. */
+DIST_API dist_status dist_model_set_weights(dist_model *model, const float *src, int64_t count);
+
+/* Writes a Keras-style summary table into buf (truncated to size). */
+DIST_API dist_status dist_model_summary(const dist_model *model, char *buf, size_t size);
+
+DIST_END_DECLS
+
+#endif

@@ -1,0 +1,416 @@
+/* The Sequential model: layers, variables in one buffer per replica, forward, gradients. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/replica_ctx.h"
+#include "core/rng.h"
+#include "nn/model_impl.h"
+
+dist_status dist_model_create(const char *name, dist_model **out) {
+    DIST_CHECK_ARG(out, "dist_model_create: out is NULL");
+    dist_model *m = calloc(1, sizeof *m);
+    if (!m) return dist_error(DIST_OUT_OF_MEMORY, "dist_model_create: out of memory");
+    snprintf(m->name, sizeof m->name, "%s", name ? name : "sequential");
+    *out = m;
+    return DIST_OK;
+}
+
+void dist_model_destroy(dist_model *m) {
+    if (!m) return;
+    for (int r = 0; r < m->nreplicas; r++) {
+        model_replica *rep = &m->replicas[r];
+        if (rep->params.data) rep->backend->iface->free(rep->backend->ctx, rep->params.data);
+        if (rep->grads.data) rep->backend->iface->free(rep->backend->ctx, rep->grads.data);
+    }
+    free(m->replicas);
+    dist_backend_destroy(m->own_backend);
+    free(m);
+}
+
+/* Keras names layers by type with a per-model counter: conv2d, conv2d_1, ... */
+static void layer_name(dist_model *m, model_layer *l, const char *base) {
+    int count = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == l->kind) count++;
+    if (count == 0)
+        snprintf(l->name, sizeof l->name, "%s", base);
+    else
+        snprintf(l->name, sizeof l->name, "%s_%d", base, count);
+}
+
+static dist_status add_layer(dist_model *m, model_layer **out) {
+    if (m->built) return dist_error(DIST_INVALID_USAGE, "model '%s': cannot add layers after build", m->name);
+    if (m->nlayers == MODEL_MAX_LAYERS)
+        return dist_error(DIST_INVALID_ARGUMENT, "model '%s': more than %d layers", m->name, MODEL_MAX_LAYERS);
+    model_layer *l = &m->layers[m->nlayers];
+    memset(l, 0, sizeof *l);
+    l->kernel_var = l->bias_var = -1;
+    *out = l;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
+    DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
+    DIST_CHECK_ARG(o->version == DIST_CONV2D_OPTIONS_VERSION, "conv2d options: version %d, expected %d",
+                   o->version, DIST_CONV2D_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->filters > 0 && o->kernel_h > 0 && o->kernel_w > 0 && o->stride_h > 0 && o->stride_w > 0,
+                   "conv2d: filters, kernel size and strides must be positive");
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_CONV2D;
+    l->conv = *o;
+    l->activation = o->activation;
+    layer_name(m, l, "conv2d");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_conv2d(dist_model *m, int filters, int kernel_size, dist_activation act) {
+    dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
+    o.filters = filters;
+    o.kernel_h = o.kernel_w = kernel_size;
+    o.activation = act;
+    return dist_model_add_conv2d_ex(m, &o);
+}
+
+dist_status dist_model_add_max_pool2d(dist_model *m, int pool_size) {
+    DIST_CHECK_ARG(m, "dist_model_add_max_pool2d: model is NULL");
+    DIST_CHECK_ARG(pool_size > 0, "max_pool2d: pool size must be positive, got %d", pool_size);
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_MAX_POOL2D;
+    l->pool = pool_size;
+    layer_name(m, l, "max_pooling2d");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_flatten(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_flatten: model is NULL");
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_FLATTEN;
+    layer_name(m, l, "flatten");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_dense(dist_model *m, int units, dist_activation act) {
+    DIST_CHECK_ARG(m, "dist_model_add_dense: model is NULL");
+    DIST_CHECK_ARG(units > 0, "dense: units must be positive, got %d", units);
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_DENSE;
+    l->units = units;
+    l->activation = act;
+    layer_name(m, l, "dense");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_create_mnist_cnn(dist_model **out) {
+    dist_model *m;
+    DIST_TRY(dist_model_create(NULL, &m));
+    dist_status st;
+    DIST_TRY_GOTO(dist_model_add_conv2d(m, 32, 3, DIST_ACT_RELU), st, fail);
+    DIST_TRY_GOTO(dist_model_add_max_pool2d(m, 2), st, fail);
+    DIST_TRY_GOTO(dist_model_add_conv2d(m, 64, 3, DIST_ACT_RELU), st, fail);
+    DIST_TRY_GOTO(dist_model_add_max_pool2d(m, 2), st, fail);
+    DIST_TRY_GOTO(dist_model_add_flatten(m), st, fail);
+    DIST_TRY_GOTO(dist_model_add_dense(m, 64, DIST_ACT_RELU), st, fail);
+    DIST_TRY_GOTO(dist_model_add_dense(m, 10, DIST_ACT_NONE), st, fail);
+    *out = m;
+    return DIST_OK;
+fail:
+    dist_model_destroy(m);
+    return st;
+}
+
+static int add_var(dist_model *m, const model_layer *l, const char *what, int ndim, const int64_t *shape,
+                   int64_t fan_in, int64_t fan_out) {
+    model_var *v = &m->vars[m->nvars];
+    snprintf(v->name, sizeof v->name, "%s/%s", l->name, what);
+    v->ndim = ndim;
+    v->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        v->shape[i] = shape[i];
+        v->numel *= shape[i];
+    }
+    v->offset = m->nparams;
+    v->fan_in = fan_in;
+    v->fan_out = fan_out;
+    m->nparams += v->numel;
+    return m->nvars++;
+}
+
+static int64_t out_dim(int64_t in, int k, int s, dist_padding p) {
+    if (p == DIST_PADDING_SAME) return (in + s - 1) / s;
+    return in < k ? 0 : (in - k) / s + 1;
+}
+
+/* Shapes every layer and lays out the variables; no memory yet. */
+static dist_status plan(dist_model *m) {
+    int nd = m->in_ndim;
+    int64_t shape[4];
+    memcpy(shape, m->in_shape, sizeof shape);
+    for (int i = 0; i < m->nlayers; i++) {
+        model_layer *l = &m->layers[i];
+        int64_t before = m->nparams;
+        switch (l->kind) {
+        case LAYER_CONV2D: {
+            if (nd != 3)
+                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (height, width, channels) inputs",
+                                  l->name);
+            const dist_conv2d_options *c = &l->conv;
+            int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], c->filters};
+            int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
+            l->kernel_var = add_var(m, l, "kernel", 4, k, rf * shape[2], rf * c->filters);
+            if (c->use_bias) {
+                int64_t b = c->filters;
+                l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+            }
+            shape[0] = out_dim(shape[0], c->kernel_h, c->stride_h, c->padding);
+            shape[1] = out_dim(shape[1], c->kernel_w, c->stride_w, c->padding);
+            shape[2] = c->filters;
+            if (shape[0] <= 0 || shape[1] <= 0)
+                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': the kernel is larger than its input", l->name);
+            break;
+        }
+        case LAYER_MAX_POOL2D:
+            if (nd != 3)
+                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (height, width, channels) inputs",
+                                  l->name);
+            shape[0] = out_dim(shape[0], l->pool, l->pool, DIST_PADDING_VALID);
+            shape[1] = out_dim(shape[1], l->pool, l->pool, DIST_PADDING_VALID);
+            if (shape[0] <= 0 || shape[1] <= 0)
+                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': the pool is larger than its input", l->name);
+            break;
+        case LAYER_FLATTEN: {
+            int64_t n = 1;
+            for (int d = 0; d < nd; d++) n *= shape[d];
+            shape[0] = n;
+            nd = 1;
+            break;
+        }
+        case LAYER_DENSE: {
+            if (nd != 1)
+                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects flat inputs (add a Flatten layer)",
+                                  l->name);
+            int64_t k[2] = {shape[0], l->units};
+            l->kernel_var = add_var(m, l, "kernel", 2, k, shape[0], l->units);
+            int64_t b = l->units;
+            l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+            shape[0] = l->units;
+            break;
+        }
+        }
+        l->out_ndim = nd;
+        memcpy(l->out_shape, shape, sizeof shape);
+        l->params = m->nparams - before;
+    }
+    return DIST_OK;
+}
+
+/* Keras's glorot_uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
+static void initialize(const dist_model *m, float *host, uint64_t seed) {
+    for (int i = 0; i < m->nvars; i++) {
+        const model_var *v = &m->vars[i];
+        float *p = host + v->offset;
+        if (v->fan_in == 0) {
+            memset(p, 0, (size_t)v->numel * sizeof *p);
+            continue;
+        }
+        float limit = sqrtf(6.0f / (float)(v->fan_in + v->fan_out));
+        dist_rng rng = dist_rng_stream(seed, (uint64_t)i);
+        for (int64_t j = 0; j < v->numel; j++) p[j] = (2.0f * dist_rng_uniform(&rng) - 1.0f) * limit;
+    }
+}
+
+static dist_status alloc_replica(dist_model *m, model_replica *rep) {
+    const struct dist_backend_i *be = rep->backend->iface;
+    size_t bytes = (size_t)m->nparams * sizeof(float);
+    DIST_TRY(be->alloc(rep->backend->ctx, bytes, &rep->params.data));
+    DIST_TRY(be->alloc(rep->backend->ctx, bytes, &rep->grads.data));
+    DIST_TRY(be->memset_zero(rep->backend->ctx, rep->grads.data, bytes));
+    rep->params = (dist_tensor){.data = rep->params.data};
+    rep->grads = (dist_tensor){.data = rep->grads.data};
+    int64_t n = m->nparams;
+    dist_tensor p = dist_tensor_view(rep->params.data, DIST_F32, 1, &n);
+    dist_tensor g = dist_tensor_view(rep->grads.data, DIST_F32, 1, &n);
+    p.device = g.device = rep->backend->device;
+    rep->params = p;
+    rep->grads = g;
+    for (int i = 0; i < m->nvars; i++) {
+        const model_var *v = &m->vars[i];
+        rep->vars[i] = dist_tensor_view((float *)rep->params.data + v->offset, DIST_F32, v->ndim, v->shape);
+        rep->var_grads[i] = dist_tensor_view((float *)rep->grads.data + v->offset, DIST_F32, v->ndim, v->shape);
+        rep->vars[i].device = rep->var_grads[i].device = rep->backend->device;
+        rep->var_ptrs[i] = &rep->vars[i];
+        rep->grad_ptrs[i] = &rep->var_grads[i];
+    }
+    return DIST_OK;
+}
+
+dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape, uint64_t seed) {
+    DIST_CHECK_ARG(m && input_shape, "dist_model_build: NULL argument");
+    DIST_CHECK_ARG(!m->built, "model '%s' is already built", m->name);
+    DIST_CHECK_ARG(ndim >= 1 && ndim <= 3, "dist_model_build: input shape must have 1 to 3 dimensions");
+    for (int i = 0; i < ndim; i++)
+        DIST_CHECK_ARG(input_shape[i] > 0, "dist_model_build: input dimension %d is %lld", i,
+                       (long long)input_shape[i]);
+    DIST_CHECK_ARG(m->nlayers > 0, "model '%s' has no layers", m->name);
+    m->in_ndim = ndim;
+    memcpy(m->in_shape, input_shape, (size_t)ndim * sizeof *input_shape);
+    m->nvars = 0;
+    m->nparams = 0;
+    DIST_TRY(plan(m));
+
+    const dist_placement *place = dist_scope_current();
+    dist_placement own = {0};
+    if (!place) {
+        dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+        DIST_TRY(dist_backend_create(&o, &m->own_backend));
+        own.num_replicas = 1;
+        own.backends[0] = m->own_backend;
+        place = &own;
+    }
+    m->replicas = calloc((size_t)place->num_replicas, sizeof *m->replicas);
+    if (!m->replicas) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+    m->nreplicas = place->num_replicas;
+    float *host = malloc((size_t)m->nparams * sizeof *host);
+    if (!host) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+    initialize(m, host, seed);
+    dist_status st = DIST_OK;
+    for (int r = 0; r < m->nreplicas && st == DIST_OK; r++) {
+        m->replicas[r].backend = place->backends[r];
+        st = alloc_replica(m, &m->replicas[r]);
+        if (st == DIST_OK)
+            st = place->backends[r]->iface->copy(place->backends[r]->ctx, m->replicas[r].params.data, host,
+                                                 (size_t)m->nparams * sizeof *host, DIST_COPY_H2D);
+    }
+    free(host);
+    if (st == DIST_OK) {
+        for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
+            st = place->backends[r]->iface->synchronize(place->backends[r]->ctx);
+    }
+    if (st != DIST_OK) return st;
+    m->built = 1;
+    return DIST_OK;
+}
+
+static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
+    if (!m->built) return dist_error(DIST_INVALID_USAGE, "model '%s' is not built (call dist_model_build)", m->name);
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    int id = rc ? rc->replica_id : 0;
+    if (id >= m->nreplicas)
+        return dist_error(DIST_INVALID_USAGE,
+                          "model '%s' has %d replica(s) but runs on replica %d: build it inside the strategy's scope",
+                          m->name, m->nreplicas, id);
+    dist_device a = dist_tape_backend(tape)->device, b = m->replicas[id].backend->device;
+    if (a.kind != b.kind || a.index != b.index)
+        return dist_error(DIST_INVALID_USAGE, "model '%s': replica %d's variables are on another device than the tape",
+                          m->name, id);
+    *r = id;
+    return DIST_OK;
+}
+
+dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(m && tape && x && y, "dist_model_call: NULL argument");
+    int r = 0;
+    DIST_TRY(replica_of(m, tape, &r));
+    model_replica *rep = &m->replicas[r];
+    DIST_CHECK_ARG(x->ndim == m->in_ndim + 1, "model '%s': input has %d dimensions, expected %d (batch first)",
+                   m->name, x->ndim, m->in_ndim + 1);
+    for (int i = 0; i < m->in_ndim; i++)
+        DIST_CHECK_ARG(x->shape[i + 1] == m->in_shape[i],
+                       "model '%s': input dimension %d is %lld, the model was built for %lld", m->name, i + 1,
+                       (long long)x->shape[i + 1], (long long)m->in_shape[i]);
+    for (int i = 0; i < m->nvars; i++) DIST_TRY(dist_tape_watch(tape, rep->var_ptrs[i]));
+    const dist_tensor *h = x;
+    dist_tensor *out = NULL;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        const dist_tensor *bias = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
+        switch (l->kind) {
+        case LAYER_CONV2D:
+            DIST_TRY(dist_op_conv2d(tape, h, rep->var_ptrs[l->kernel_var], bias, l->conv.stride_h, l->conv.stride_w,
+                                    l->conv.padding, l->activation, &out));
+            break;
+        case LAYER_MAX_POOL2D:
+            DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID, &out));
+            break;
+        case LAYER_FLATTEN:
+            DIST_TRY(dist_op_flatten(tape, h, &out));
+            break;
+        case LAYER_DENSE:
+            DIST_TRY(dist_op_dense(tape, h, rep->var_ptrs[l->kernel_var], bias, l->activation, &out));
+            break;
+        }
+        h = out;
+    }
+    *y = out;
+    return DIST_OK;
+}
+
+dist_status dist_model_compute_gradients(dist_model *m, dist_tape *tape, const dist_tensor *loss) {
+    DIST_CHECK_ARG(m && tape && loss, "dist_model_compute_gradients: NULL argument");
+    int r = 0;
+    DIST_TRY(replica_of(m, tape, &r));
+    model_replica *rep = &m->replicas[r];
+    return dist_tape_gradient(tape, loss, m->nvars, rep->var_ptrs, rep->grad_ptrs);
+}
+
+int64_t dist_model_num_params(const dist_model *m) { return m ? m->nparams : 0; }
+int dist_model_num_replicas(const dist_model *m) { return m ? m->nreplicas : 0; }
+int dist_model_num_variables(const dist_model *m) { return m ? m->nvars : 0; }
+
+const char *dist_model_variable_name(const dist_model *m, int i) {
+    return m && i >= 0 && i < m->nvars ? m->vars[i].name : NULL;
+}
+
+const dist_tensor *dist_model_variable(const dist_model *m, int replica, int i) {
+    if (!m || !m->built || replica < 0 || replica >= m->nreplicas || i < 0 || i >= m->nvars) return NULL;
+    return &m->replicas[replica].vars[i];
+}
+
+dist_tensor *dist_model_params(dist_model *m, int replica) {
+    if (!m || !m->built || replica < 0 || replica >= m->nreplicas) return NULL;
+    return &m->replicas[replica].params;
+}
+
+dist_tensor *dist_model_grads(dist_model *m, int replica) {
+    if (!m || !m->built || replica < 0 || replica >= m->nreplicas) return NULL;
+    return &m->replicas[replica].grads;
+}
+
+dist_backend *dist_model_backend(const dist_model *m, int replica) {
+    if (!m || !m->built || replica < 0 || replica >= m->nreplicas) return NULL;
+    return m->replicas[replica].backend;
+}
+
+dist_status dist_model_get_weights(dist_model *m, int replica, float *dst, int64_t count) {
+    DIST_CHECK_ARG(m && dst, "dist_model_get_weights: NULL argument");
+    DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);
+    DIST_CHECK_ARG(replica >= 0 && replica < m->nreplicas, "model '%s': no replica %d", m->name, replica);
+    DIST_CHECK_ARG(count == m->nparams, "model '%s' has %lld parameters, %lld requested", m->name,
+                   (long long)m->nparams, (long long)count);
+    model_replica *rep = &m->replicas[replica];
+    return dist_backend_to_host(rep->backend, &rep->params, dst, (size_t)count * sizeof *dst);
+}
+
+dist_status dist_model_set_weights(dist_model *m, const float *src, int64_t count) {
+    DIST_CHECK_ARG(m && src, "dist_model_set_weights: NULL argument");
+    DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);
+    DIST_CHECK_ARG(count == m->nparams, "model '%s' has %lld parameters, %lld given", m->name,
+                   (long long)m->nparams, (long long)count);
+    for (int r = 0; r < m->nreplicas; r++) {
+        model_replica *rep = &m->replicas[r];
+        DIST_TRY(dist_backend_from_host(rep->backend, src, (size_t)count * sizeof *src, &rep->params));
+        DIST_TRY(dist_backend_synchronize(rep->backend));
+    }
+    return DIST_OK;
+}

@@ -1,0 +1,59 @@
+/* The Sequential model's private structure (model.c, summary.c). */
+#ifndef DIST_NN_MODEL_IMPL_H
+#define DIST_NN_MODEL_IMPL_H
+
+#include "core/scope.h"
+#include "dist/nn.h"
+
+#define MODEL_MAX_LAYERS 64
+#define MODEL_MAX_VARS (2 * MODEL_MAX_LAYERS)
+
+typedef enum layer_kind { LAYER_CONV2D, LAYER_MAX_POOL2D, LAYER_FLATTEN, LAYER_DENSE } layer_kind;
+
+typedef struct model_layer {
+    layer_kind kind;
+    char name[48];
+    dist_conv2d_options conv; /* conv2d */
+    int pool;                 /* max_pool2d */
+    int units;                /* dense */
+    dist_activation activation;
+    int kernel_var, bias_var; /* variable indices, -1 if none */
+    int out_ndim;             /* output shape without the batch axis */
+    int64_t out_shape[4];
+    int64_t params;
+} model_layer;
+
+typedef struct model_var {
+    char name[64];
+    int ndim;
+    int64_t shape[4];
+    int64_t offset; /* in floats, into the parameter buffer */
+    int64_t numel;
+    int64_t fan_in, fan_out; /* for Glorot; 0 = zeros (bias) */
+} model_var;
+
+typedef struct model_replica {
+    dist_backend *backend;
+    dist_tensor params, grads;             /* contiguous buffers */
+    dist_tensor vars[MODEL_MAX_VARS];      /* views into params */
+    dist_tensor var_grads[MODEL_MAX_VARS]; /* views into grads */
+    dist_tensor *var_ptrs[MODEL_MAX_VARS];
+    dist_tensor *grad_ptrs[MODEL_MAX_VARS];
+} model_replica;
+
+struct dist_model {
+    char name[48];
+    model_layer layers[MODEL_MAX_LAYERS];
+    int nlayers;
+    model_var vars[MODEL_MAX_VARS];
+    int nvars;
+    int64_t nparams;
+    int built;
+    int in_ndim;
+    int64_t in_shape[4];
+    int nreplicas;
+    model_replica *replicas;
+    dist_backend *own_backend; /* when built outside every scope */
+};
+
+#endif

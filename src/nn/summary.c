@@ -1,0 +1,69 @@
+/* model.summary() as Keras prints it. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "nn/model_impl.h"
+
+typedef struct text {
+    char *buf;
+    size_t size, len;
+} text;
+
+static void put(text *t, const char *fmt, ...) {
+    if (t->len + 1 >= t->size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, t->size - t->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) t->len += (size_t)n < t->size - t->len ? (size_t)n : t->size - t->len - 1;
+}
+
+static void thousands(int64_t v, char *out, size_t size) {
+    char digits[32];
+    snprintf(digits, sizeof digits, "%lld", (long long)v);
+    size_t n = strlen(digits), j = 0;
+    for (size_t i = 0; i < n && j + 2 < size; i++) {
+        if (i > 0 && (n - i) % 3 == 0) out[j++] = ',';
+        out[j++] = digits[i];
+    }
+    out[j] = '\0';
+}
+
+static const char *type_name(layer_kind k) {
+    switch (k) {
+    case LAYER_CONV2D: return "Conv2D";
+    case LAYER_MAX_POOL2D: return "MaxPooling2D";
+    case LAYER_FLATTEN: return "Flatten";
+    case LAYER_DENSE: return "Dense";
+    }
+    return "?";
+}
+
+dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
+    DIST_CHECK_ARG(m && buf && size > 0, "dist_model_summary: NULL argument");
+    DIST_CHECK_ARG(m->built, "model '%s' is not built: its shapes are unknown", m->name);
+    text t = {buf, size, 0};
+    buf[0] = '\0';
+    const char *rule = "_________________________________________________________________";
+    const char *dbl = "=================================================================";
+    put(&t, "Model: \"%s\"\n%s\n", m->name, rule);
+    put(&t, " %-28s%-26s%-10s\n%s\n", "Layer (type)", "Output Shape", "Param #", dbl);
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        char name[64], shape[64], params[32];
+        snprintf(name, sizeof name, "%s (%s)", l->name, type_name(l->kind));
+        size_t len = (size_t)snprintf(shape, sizeof shape, "(None");
+        for (int d = 0; d < l->out_ndim; d++)
+            len += (size_t)snprintf(shape + len, sizeof shape - len, ", %lld", (long long)l->out_shape[d]);
+        snprintf(shape + len, sizeof shape - len, ")");
+        thousands(l->params, params, sizeof params);
+        put(&t, " %-28s%-26s%-10s\n\n", name, shape, params);
+    }
+    char total[32];
+    thousands(m->nparams, total, sizeof total);
+    if (t.len >= 1 && buf[t.len - 1] == '\n') t.len--; /* no blank line after the last layer */
+    put(&t, "%s\nTotal params: %s\nTrainable params: %s\nNon-trainable params: 0\n%s\n", dbl, total, total, rule);
+    return DIST_OK;
+}

@@ -1,0 +1,154 @@
+/* SGD and Adam on a model's contiguous parameter buffer, one slot buffer per replica. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/replica_ctx.h"
+#include "core/scope.h"
+#include "dist/optim.h"
+
+typedef enum opt_kind { OPT_SGD, OPT_ADAM } opt_kind;
+
+typedef struct opt_slots {
+    dist_backend *backend;
+    float *m; /* Adam first moment / SGD momentum */
+    float *v; /* Adam second moment */
+    int64_t iterations;
+} opt_slots;
+
+struct dist_optimizer {
+    opt_kind kind;
+    dist_adam_options adam;
+    dist_sgd_options sgd;
+    float lr;
+    _Atomic(dist_model *) model;
+    opt_slots slots[DIST_MAX_REPLICAS];
+};
+
+static dist_status create(opt_kind kind, dist_optimizer **out) {
+    DIST_CHECK_ARG(out, "optimizer: out is NULL");
+    dist_optimizer *o = calloc(1, sizeof *o);
+    if (!o) return dist_error(DIST_OUT_OF_MEMORY, "optimizer: out of memory");
+    o->kind = kind;
+    atomic_init(&o->model, NULL);
+    *out = o;
+    return DIST_OK;
+}
+
+dist_status dist_optimizer_create_adam(const dist_adam_options *a, dist_optimizer **out) {
+    DIST_CHECK_ARG(a, "dist_optimizer_create_adam: options are NULL");
+    DIST_CHECK_ARG(a->version == DIST_ADAM_OPTIONS_VERSION, "Adam options: version %d, expected %d", a->version,
+                   DIST_ADAM_OPTIONS_VERSION);
+    DIST_CHECK_ARG(a->learning_rate > 0 && isfinite(a->learning_rate), "Adam: learning_rate must be positive");
+    DIST_CHECK_ARG(a->beta_1 >= 0 && a->beta_1 < 1 && a->beta_2 >= 0 && a->beta_2 < 1,
+                   "Adam: beta_1 and beta_2 must be in [0, 1)");
+    DIST_CHECK_ARG(a->epsilon >= 0, "Adam: epsilon must be >= 0");
+    DIST_TRY(create(OPT_ADAM, out));
+    (*out)->adam = *a;
+    (*out)->lr = a->learning_rate;
+    return DIST_OK;
+}
+
+dist_status dist_optimizer_create_sgd(const dist_sgd_options *s, dist_optimizer **out) {
+    DIST_CHECK_ARG(s, "dist_optimizer_create_sgd: options are NULL");
+    DIST_CHECK_ARG(s->version == DIST_SGD_OPTIONS_VERSION, "SGD options: version %d, expected %d", s->version,
+                   DIST_SGD_OPTIONS_VERSION);
+    DIST_CHECK_ARG(s->learning_rate > 0 && isfinite(s->learning_rate), "SGD: learning_rate must be positive");
+    DIST_CHECK_ARG(s->momentum >= 0 && s->momentum <= 1, "SGD: momentum must be in [0, 1]");
+    DIST_TRY(create(OPT_SGD, out));
+    (*out)->sgd = *s;
+    (*out)->lr = s->learning_rate;
+    return DIST_OK;
+}
+
+void dist_optimizer_destroy(dist_optimizer *o) {
+    if (!o) return;
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++) {
+        opt_slots *s = &o->slots[r];
+        if (!s->backend) continue;
+        if (s->m) s->backend->iface->free(s->backend->ctx, s->m);
+        if (s->v) s->backend->iface->free(s->backend->ctx, s->v);
+    }
+    free(o);
+}
+
+static dist_status bind(dist_optimizer *o, dist_model *model) {
+    dist_model *expected = NULL;
+    if (atomic_compare_exchange_strong(&o->model, &expected, model) || expected == model) return DIST_OK;
+    return dist_error(DIST_INVALID_USAGE, "optimizer: already applied to another model (one optimizer per model)");
+}
+
+static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_slots **out) {
+    opt_slots *s = &o->slots[r];
+    if (!s->backend) {
+        dist_backend *be = dist_model_backend(model, r);
+        size_t bytes = (size_t)dist_model_num_params(model) * sizeof(float);
+        int need_m = o->kind == OPT_ADAM || o->sgd.momentum > 0;
+        void *m = NULL, *v = NULL;
+        if (need_m) {
+            DIST_TRY(be->iface->alloc(be->ctx, bytes, &m));
+            DIST_TRY(be->iface->memset_zero(be->ctx, m, bytes));
+        }
+        if (o->kind == OPT_ADAM) {
+            DIST_TRY(be->iface->alloc(be->ctx, bytes, &v));
+            DIST_TRY(be->iface->memset_zero(be->ctx, v, bytes));
+        }
+        s->m = m;
+        s->v = v;
+        s->backend = be;
+    }
+    *out = s;
+    return DIST_OK;
+}
+
+dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape, float grad_scale,
+                                        int all_reduced) {
+    DIST_CHECK_ARG(o && model && tape, "dist_optimizer_apply_gradients: NULL argument");
+    DIST_TRY(bind(o, model));
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    int r = rc ? rc->replica_id : 0;
+    DIST_CHECK_ARG(r < dist_model_num_replicas(model),
+                   "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
+    dist_tensor *grads = dist_model_grads(model, r), *params = dist_model_params(model, r);
+    if (!all_reduced && rc && rc->num_replicas > 1) DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, grads));
+    opt_slots *s;
+    DIST_TRY(slots_for(o, model, r, &s));
+    size_t n = (size_t)dist_model_num_params(model);
+    dist_backend *be = s->backend;
+    s->iterations++;
+    if (o->kind == OPT_ADAM) {
+        double t = (double)s->iterations;
+        double b1 = o->adam.beta_1, b2 = o->adam.beta_2;
+        dist_adam_desc d = {
+            .lr = (float)(o->lr * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t))),
+            .beta1 = o->adam.beta_1,
+            .beta2 = o->adam.beta_2,
+            .epsilon = o->adam.epsilon,
+            .grad_scale = grad_scale,
+        };
+        return be->iface->adam_update(be->ctx, &d, params->data, grads->data, s->m, s->v, n);
+    }
+    dist_sgd_desc d = {.lr = o->lr, .momentum = o->sgd.momentum, .nesterov = o->sgd.nesterov,
+                       .grad_scale = grad_scale};
+    return be->iface->sgd_update(be->ctx, &d, params->data, grads->data, s->m, n);
+}
+
+dist_status dist_optimizer_apply_gradients(dist_optimizer *o, dist_model *model, dist_tape *tape) {
+    return dist_optimizer_apply_scaled(o, model, tape, 1.0f, 0);
+}
+
+float dist_optimizer_learning_rate(const dist_optimizer *o) { return o ? o->lr : 0.0f; }
+
+dist_status dist_optimizer_set_learning_rate(dist_optimizer *o, float lr) {
+    DIST_CHECK_ARG(o, "dist_optimizer_set_learning_rate: optimizer is NULL");
+    DIST_CHECK_ARG(lr > 0 && isfinite(lr), "learning rate must be positive and finite, got %g", (double)lr);
+    o->lr = lr;
+    return DIST_OK;
+}
+
+int64_t dist_optimizer_iterations(const dist_optimizer *o) { return o ? o->slots[0].iterations : 0; }
+
+const char *dist_optimizer_name(const dist_optimizer *o) { return o && o->kind == OPT_ADAM ? "adam" : "sgd"; }

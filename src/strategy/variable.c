@@ -1,0 +1,125 @@
+/* Variables outside models: per-replica copies with TF's aggregation and synchronization. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "strategy/strategy_impl.h"
+
+struct dist_variable {
+    dist_strategy *strategy;
+    char name[64];
+    dist_aggregation aggregation;
+    dist_synchronization sync;
+    int num_replicas;
+    dist_tensor values[DIST_MAX_REPLICAS];
+};
+
+dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, int ndim, const int64_t *shape,
+                                          const float *initial, dist_aggregation aggregation,
+                                          dist_synchronization sync, dist_variable **out) {
+    DIST_CHECK_ARG(s && out && (ndim == 0 || shape), "dist_strategy_create_variable: NULL argument");
+    DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS, "create_variable: bad ndim %d", ndim);
+    const dist_placement *p = dist_scope_current();
+    if (p != &s->placement)
+        return dist_error(DIST_INVALID_USAGE, "create_variable '%s': call it inside this strategy's scope",
+                          name ? name : "");
+    dist_variable *v = calloc(1, sizeof *v);
+    if (!v) return dist_error(DIST_OUT_OF_MEMORY, "create_variable: out of memory");
+    v->strategy = s;
+    snprintf(v->name, sizeof v->name, "%s", name ? name : "variable");
+    v->aggregation = aggregation;
+    v->sync = sync;
+    dist_status st = DIST_OK;
+    for (int r = 0; r < s->num_replicas && st == DIST_OK; r++) {
+        dist_backend *be = s->backends[r];
+        dist_tensor *t = &v->values[r];
+        *t = dist_tensor_view(NULL, DIST_F32, ndim, shape);
+        t->device = be->device;
+        size_t bytes = dist_tensor_bytes(t);
+        st = be->iface->alloc(be->ctx, bytes ? bytes : 4, &t->data);
+        if (st == DIST_OK) {
+            v->num_replicas = r + 1;
+            st = initial ? be->iface->copy(be->ctx, t->data, initial, bytes, DIST_COPY_H2D)
+                         : be->iface->memset_zero(be->ctx, t->data, bytes);
+        }
+        if (st == DIST_OK) st = be->iface->synchronize(be->ctx);
+    }
+    if (st != DIST_OK) {
+        dist_variable_destroy(v);
+        return st;
+    }
+    *out = v;
+    return DIST_OK;
+}
+
+void dist_variable_destroy(dist_variable *v) {
+    if (!v) return;
+    for (int r = 0; r < v->num_replicas; r++) {
+        dist_backend *be = v->strategy->backends[r];
+        if (v->values[r].data) be->iface->free(be->ctx, v->values[r].data);
+    }
+    free(v);
+}
+
+dist_tensor *dist_variable_value(dist_variable *v, int replica) {
+    if (!v || replica < 0 || replica >= v->num_replicas) return NULL;
+    return &v->values[replica];
+}
+
+dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const dist_tensor *value) {
+    DIST_CHECK_ARG(v && rc && value, "dist_variable_assign: NULL argument");
+    int r = rc->replica_id;
+    DIST_CHECK_ARG(r < v->num_replicas, "assign '%s': no replica %d", v->name, r);
+    dist_tensor *mine = &v->values[r];
+    DIST_CHECK_ARG(dist_tensor_numel(value) == dist_tensor_numel(mine) && value->dtype == DIST_F32,
+                   "assign '%s': the value does not match the variable's shape", v->name);
+    dist_backend *be = rc->backend;
+    dist_tensor plain = *mine;
+    DIST_TRY(be->iface->to_layout(be->ctx, value, &plain));
+    if (v->sync == DIST_SYNC_ON_READ) return DIST_OK;
+    switch (v->aggregation) {
+    case DIST_AGGREGATION_SUM: return dist_replica_all_reduce(rc, DIST_REDUCE_SUM, mine);
+    case DIST_AGGREGATION_MEAN: return dist_replica_all_reduce(rc, DIST_REDUCE_MEAN, mine);
+    case DIST_AGGREGATION_ONLY_FIRST_REPLICA: {
+        dist_strategy *s = v->strategy;
+        if (s->iface->broadcast) return s->iface->broadcast(s, r, 0, mine);
+        return DIST_OK;
+    }
+    case DIST_AGGREGATION_NONE:
+        if (rc->num_replicas > 1)
+            return dist_error(DIST_INVALID_USAGE,
+                              "assign '%s': a mirrored variable with aggregation NONE cannot be assigned in a replica "
+                              "context with %d replicas (choose SUM, MEAN or ONLY_FIRST_REPLICA)",
+                              v->name, rc->num_replicas);
+        return DIST_OK;
+    }
+    return DIST_OK;
+}
+
+dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
+    DIST_CHECK_ARG(v && dst, "dist_variable_read: NULL argument");
+    DIST_CHECK_ARG(count == dist_tensor_numel(&v->values[0]), "read '%s': %lld values requested, it has %lld",
+                   v->name, (long long)count, (long long)dist_tensor_numel(&v->values[0]));
+    dist_strategy *s = v->strategy;
+    if (v->sync != DIST_SYNC_ON_READ || v->num_replicas == 1)
+        return dist_backend_to_host(s->backends[0], &v->values[0], dst, (size_t)count * sizeof *dst);
+    if (v->aggregation == DIST_AGGREGATION_ONLY_FIRST_REPLICA)
+        return dist_backend_to_host(s->backends[0], &v->values[0], dst, (size_t)count * sizeof *dst);
+    if (v->aggregation == DIST_AGGREGATION_NONE)
+        return dist_error(DIST_INVALID_USAGE, "read '%s': an ON_READ variable needs SUM, MEAN or ONLY_FIRST_REPLICA",
+                          v->name);
+    float *tmp = malloc((size_t)(count > 0 ? count : 1) * sizeof *tmp);
+    if (!tmp) return dist_error(DIST_OUT_OF_MEMORY, "read '%s': out of memory", v->name);
+    memset(dst, 0, (size_t)count * sizeof *dst);
+    dist_status st = DIST_OK;
+    for (int r = 0; r < v->num_replicas && st == DIST_OK; r++) {
+        st = dist_backend_to_host(s->backends[r], &v->values[r], tmp, (size_t)count * sizeof *tmp);
+        for (int64_t i = 0; st == DIST_OK && i < count; i++) dst[i] += tmp[i];
+    }
+    if (st == DIST_OK && v->aggregation == DIST_AGGREGATION_MEAN)
+        for (int64_t i = 0; i < count; i++) dst[i] /= (float)v->num_replicas;
+    free(tmp);
+    return st;
+}
