@@ -1,0 +1,124 @@
+/* The CUDA backend's private state and helpers, shared by its host files (.c).
+ *
+ * One cuda_ctx per backend: its device, one non-blocking stream, cuDNN and cuBLAS handles bound
+ * to that stream, one shared scratch workspace, a caching allocator, pinned staging for host
+ * copies, and the cache of convolution plans. Every entry point starts with cuda_enter(), which
+ * makes the context's device current on the calling thread (replicas run on their own
+ * threads). */
+#ifndef DIST_BACKEND_CUDA_INTERNAL_H
+#define DIST_BACKEND_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <pthread.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+
+/* One device allocation owned by the caching allocator. */
+typedef struct cuda_block {
+    void *ptr;
+    size_t size; /* rounded size, the key of the free lists */
+    int in_use;
+} cuda_block;
+
+enum { CUDA_CONV_FWD = 1, CUDA_CONV_BWD_DATA, CUDA_CONV_BWD_FILTER };
+
+/* A convolution set up once per shape: cuDNN descriptors, the chosen algorithm, its workspace
+ * size and the KRSC copy of the filter (cuDNN's NHWC filter format) that HWIO kernels are
+ * transposed into, or that the filter gradient comes out of. */
+typedef struct cuda_conv_plan {
+    int64_t key[24];
+    int used;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    int algo; /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the plan's op */
+    size_t ws_bytes;
+    void *w_krsc;
+} cuda_conv_plan;
+
+#define CUDA_PLAN_CACHE 32
+#define CUDA_STAGING_BYTES ((size_t)4 << 20) /* two halves, double-buffered */
+#define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
+
+typedef struct cuda_ctx {
+    int device;
+    int deterministic;
+    int allow_tf32; /* DIST_CUDA_TF32=1 at create time: TF32 in f32 convolutions and matmuls */
+    cudaStream_t stream;
+    cudnnHandle_t cudnn;
+    cublasHandle_t cublas;
+    void *cublas_ws;
+
+    /* the shared scratch workspace (cuDNN algorithms, reduction partials), grown on demand */
+    void *ws;
+    size_t ws_bytes;
+
+    /* caching allocator: every block ever allocated, free ones reused by exact rounded size */
+    pthread_mutex_t mu;
+    cuda_block *blocks;
+    int nblocks, cap_blocks;
+
+    /* pinned host memory for H2D/D2H copies and the all_finite flag */
+    unsigned char *staging;
+    cudaEvent_t staging_ev[2];
+    int staging_next;
+    int *flag_host;
+    int *flag_dev;
+
+    cuda_conv_plan plans[CUDA_PLAN_CACHE];
+    int next_evict;
+} cuda_ctx;
+
+/* Error translation: each returns DIST_OK on success, else sets the thread's message naming the
+ * operation and the library's own text, and returns DIST_CUDA (DIST_OUT_OF_MEMORY for an
+ * allocation failure). */
+dist_status cuda_check(cudaError_t e, const char *what);
+dist_status cudnn_check(cudnnStatus_t s, const char *what);
+dist_status cublas_check(cublasStatus_t s, const char *what);
+
+#define CUDA_TRY(call, what) DIST_TRY(cuda_check((call), (what)))
+#define CUDNN_TRY(call, what) DIST_TRY(cudnn_check((call), (what)))
+#define CUBLAS_TRY(call, what) DIST_TRY(cublas_check((call), (what)))
+
+/* Makes the context's device current on this thread. */
+dist_status cuda_enter(cuda_ctx *c);
+
+/* The shared workspace, at least `bytes` long. Growing waits for queued work first, so it
+ * happens in warm-up only; the pointer is valid until the next cuda_workspace call. */
+dist_status cuda_workspace(cuda_ctx *c, size_t bytes, void **out);
+
+/* Memory entries (cuda_memory.c). */
+dist_status cuda_alloc(void *ctx, size_t bytes, void **out);
+void cuda_free(void *ctx, void *ptr);
+dist_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes, dist_copy_kind kind);
+dist_status cuda_memset_zero(void *ctx, void *dst, size_t bytes);
+dist_status cuda_synchronize(void *ctx);
+dist_status cuda_memory_init(cuda_ctx *c);
+void cuda_memory_release(cuda_ctx *c);
+
+/* Argument checks shared by the kernel files. */
+dist_status cuda_require_plain(const dist_tensor *t, const char *op);
+dist_status cuda_require_f32(const dist_tensor *t, const char *op);
+/* The kernels' dtype code for a float dtype (f32, f16, bf16); UNSUPPORTED otherwise. */
+dist_status cuda_float_type(const dist_tensor *t, const char *op, int *code);
+/* Checks a kernel launch (the launchers return cudaGetLastError()). */
+dist_status cuda_launched(cudaError_t e, const char *op);
+
+/* Kernel entries implemented with cuDNN (cuda_conv.c) and cuBLAS (cuda_matmul.c). */
+dist_status cuda_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                                const dist_tensor *w, const dist_tensor *b, dist_tensor *y);
+dist_status cuda_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
+                                      const dist_tensor *w, dist_tensor *dx);
+dist_status cuda_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
+void cuda_conv_plans_release(cuda_ctx *c);
+dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
+                        const dist_tensor *b, float beta, dist_tensor *cm);
+
+/* bias_grad on any float dy into f32 db, shared by the vtable entry and conv backward-filter. */
+dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *db);
+
+#endif
