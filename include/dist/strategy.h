@@ -165,6 +165,8 @@ DIST_API dist_status dist_distributed_dataset_iterator(dist_distributed_dataset 
 /* Next global batch, split per replica. *end_of_sequence = 1 at the end of the epoch. */
 DIST_API dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
                                                     dist_per_replica_element *out, int *end_of_sequence);
+/* Starts the next epoch (a reshuffling shuffle reshuffles). */
+DIST_API dist_status dist_distributed_iterator_reset(dist_distributed_iterator *it);
 /* The underlying iterator (for checkpoints: dist_iterator_save / restore). Borrowed. */
 DIST_API dist_iterator *dist_distributed_iterator_base(dist_distributed_iterator *it);
 DIST_API void dist_distributed_iterator_destroy(dist_distributed_iterator *it);

@@ -59,6 +59,7 @@ dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
             len += (size_t)snprintf(shape + len, sizeof shape - len, ", %lld", (long long)l->out_shape[d]);
         snprintf(shape + len, sizeof shape - len, ")");
         thousands(l->params, params, sizeof params);
+        name[27] = '\0'; /* Keras cuts long names to the column */
         put(&t, " %-28s%-26s%-10s\n\n", name, shape, params);
     }
     char total[32];

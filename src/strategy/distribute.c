@@ -94,6 +94,11 @@ void dist_distributed_iterator_destroy(dist_distributed_iterator *it) {
     free(it);
 }
 
+dist_status dist_distributed_iterator_reset(dist_distributed_iterator *it) {
+    DIST_CHECK_ARG(it, "dist_distributed_iterator_reset: iterator is NULL");
+    return dist_iterator_reset(it->it);
+}
+
 dist_iterator *dist_distributed_iterator_base(dist_distributed_iterator *it) { return it ? it->it : NULL; }
 
 /* Replica r's rows of a batch of b rows over R replicas: pieces of ceil(b / R) rows, the

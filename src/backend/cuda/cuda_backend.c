@@ -408,6 +408,8 @@ static void cuda_destroy(void *ctx) {
     free(c);
 }
 
+static void *cuda_native_stream(void *ctx) { return (void *)((cuda_ctx *)ctx)->stream; }
+
 static const struct dist_backend_i cuda_iface = {
     .name = "cuda/cudnn",
     .destroy = cuda_destroy,
@@ -439,6 +441,7 @@ static const struct dist_backend_i cuda_iface = {
     .sgd_update = cuda_sgd_update,
     .cast = cuda_cast,
     .all_finite = cuda_all_finite,
+    .native_stream = cuda_native_stream,
 };
 
 /* cudaGetDeviceCount fails without a driver or a GPU; that is "no devices", not an error. */

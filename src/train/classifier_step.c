@@ -1,0 +1,72 @@
+/* The train and eval steps of a classifier, as a user would write them with the public API. */
+#include "core/error.h"
+#include "core/replica_ctx.h"
+#include "dist/tape.h"
+#include "dist/train.h"
+
+/* When the step is told no global batch, it counts this step's examples over all replicas. */
+static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step *s, const dist_tensor *y,
+                                int64_t *out) {
+    if (s->global_batch_size > 0) {
+        *out = s->global_batch_size;
+        return DIST_OK;
+    }
+    if (rc->num_replicas == 1) {
+        *out = y->shape[0];
+        return DIST_OK;
+    }
+    dist_tensor *n;
+    float rows = (float)y->shape[0];
+    dist_tensor host = dist_tensor_view(&rows, DIST_F32, 0, NULL);
+    DIST_TRY(dist_tape_upload(rc->tape, &host, &n));
+    DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, n));
+    float total;
+    DIST_TRY(dist_tape_read_scalar(rc->tape, n, &total));
+    *out = (int64_t)total;
+    return DIST_OK;
+}
+
+static dist_status forward(dist_replica_ctx *rc, const dist_element *in, const dist_classifier_step *s,
+                           dist_element *out, dist_tensor **loss) {
+    DIST_CHECK_ARG(in && in->count >= 2, "classifier step: inputs must be (x, y)");
+    dist_tape *tape = rc->tape;
+    const dist_tensor *x = in->items[0], *y = in->items[1];
+    int64_t global;
+    DIST_TRY(global_batch(rc, s, y, &global));
+    dist_tensor *logits, *per_example, *correct, *count;
+    DIST_TRY(dist_model_call(s->model, tape, x, &logits));
+    DIST_TRY(dist_op_sparse_softmax_cross_entropy(tape, logits, y, &per_example));
+    DIST_TRY(dist_compute_average_loss(tape, per_example, global, loss));
+    DIST_TRY(dist_op_accuracy_count(tape, logits, y, &correct));
+    float rows = (float)y->shape[0];
+    dist_tensor host = dist_tensor_view(&rows, DIST_F32, 0, NULL);
+    DIST_TRY(dist_tape_upload(tape, &host, &count));
+    out->count = 3;
+    out->items[0] = *loss;
+    out->items[1] = correct;
+    out->items[2] = count;
+    return DIST_OK;
+}
+
+dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element *inputs, void *user,
+                                       dist_element *outputs) {
+    DIST_CHECK_ARG(rc && user && outputs, "dist_classifier_train_step: NULL argument");
+    dist_classifier_step *s = user;
+    DIST_CHECK_ARG(s->model && s->optimizer, "classifier train step: model and optimizer are required");
+    dist_tensor *loss;
+    DIST_TRY(forward(rc, inputs, s, outputs, &loss));
+    DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
+    return dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape);
+}
+
+dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *inputs, void *user,
+                                      dist_element *outputs) {
+    DIST_CHECK_ARG(rc && user && outputs, "dist_classifier_eval_step: NULL argument");
+    dist_classifier_step *s = user;
+    DIST_CHECK_ARG(s->model, "classifier eval step: model is required");
+    dist_tape_set_recording(rc->tape, 0);
+    dist_tensor *loss;
+    dist_status st = forward(rc, inputs, s, outputs, &loss);
+    dist_tape_set_recording(rc->tape, 1);
+    return st;
+}

@@ -1,0 +1,126 @@
+#include "options.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void distrain_usage(FILE *out) {
+    fprintf(out,
+            "usage: distrain [options]\n"
+            "  --strategy one_device|mirrored   distribution strategy (default mirrored)\n"
+            "  --devices LIST                   e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: all GPUs, else one\n"
+            "                                   CPU replica per core)\n"
+            "  --dataset mnist|fashion_mnist    (default mnist)\n"
+            "  --data-dir DIR                   directory with the IDX files (or class folders for jpeg-folder)\n"
+            "  --data-format idx|jpeg-folder    (default idx)\n"
+            "  --epochs N                       (default 5)\n"
+            "  --batch-size N                   global batch size (default 64)\n"
+            "  --learning-rate F                (default: Adam 0.001, SGD 0.01)\n"
+            "  --optimizer adam|sgd             (default adam)\n"
+            "  --seed N                         (default 42)\n"
+            "  --threads N                      compute threads per replica (default cores / replicas)\n"
+            "  --steps-per-epoch N              stop each epoch after N steps (default: whole epoch)\n"
+            "  --metrics-json FILE              write final metrics as JSON\n"
+            "  --quiet                          no summary or progress, only errors\n"
+            "  --help\n");
+}
+
+static int bad(const char *flag, const char *value, const char *why) {
+    fprintf(stderr, "distrain: invalid value '%s' for %s: %s\n", value, flag, why);
+    return 2;
+}
+
+static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || end == v) return bad(flag, v, "not an integer");
+    if (x < lo || x > hi) {
+        char why[96];
+        snprintf(why, sizeof why, "must be between %lld and %lld", (long long)lo, (long long)hi);
+        return bad(flag, v, why);
+    }
+    *out = x;
+    return 0;
+}
+
+int distrain_parse_args(int argc, char **argv, distrain_options *o) {
+    memset(o, 0, sizeof *o);
+    o->strategy = "mirrored";
+    o->dataset = "mnist";
+    o->data_format = "idx";
+    o->epochs = 5;
+    o->batch_size = 64;
+    o->optimizer = "adam";
+    o->seed = 42;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            distrain_usage(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+            continue;
+        }
+        const char *v = NULL;
+        char flag[64];
+        const char *eq = strchr(a, '=');
+        if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof flag) {
+            memcpy(flag, a, (size_t)(eq - a));
+            flag[eq - a] = '\0';
+            v = eq + 1;
+            a = flag;
+        } else if (strncmp(a, "--", 2) == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "distrain: %s needs a value (see --help)\n", a);
+                return 2;
+            }
+            v = argv[++i];
+        } else {
+            fprintf(stderr, "distrain: unexpected argument '%s' (see --help)\n", a);
+            return 2;
+        }
+        int64_t n;
+        int rc = 0;
+        if (strcmp(a, "--strategy") == 0) {
+            o->strategy = v;
+        } else if (strcmp(a, "--devices") == 0) {
+            o->devices = v;
+        } else if (strcmp(a, "--dataset") == 0) {
+            if (strcmp(v, "mnist") && strcmp(v, "fashion_mnist")) return bad(a, v, "expected mnist or fashion_mnist");
+            o->dataset = v;
+        } else if (strcmp(a, "--data-dir") == 0) {
+            o->data_dir = v;
+        } else if (strcmp(a, "--data-format") == 0) {
+            if (strcmp(v, "idx") && strcmp(v, "jpeg-folder")) return bad(a, v, "expected idx or jpeg-folder");
+            o->data_format = v;
+        } else if (strcmp(a, "--epochs") == 0) {
+            if (!(rc = parse_int(a, v, 1, 100000, &n))) o->epochs = (int)n;
+        } else if (strcmp(a, "--batch-size") == 0) {
+            if (!(rc = parse_int(a, v, 1, 1 << 20, &n))) o->batch_size = n;
+        } else if (strcmp(a, "--learning-rate") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0) || x > 1e3) return bad(a, v, "must be a positive number");
+            o->learning_rate = x;
+        } else if (strcmp(a, "--optimizer") == 0) {
+            if (strcmp(v, "adam") && strcmp(v, "sgd")) return bad(a, v, "expected adam or sgd");
+            o->optimizer = v;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!(rc = parse_int(a, v, 0, INT64_MAX, &n))) o->seed = (uint64_t)n;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!(rc = parse_int(a, v, 1, 1024, &n))) o->threads = (int)n;
+        } else if (strcmp(a, "--steps-per-epoch") == 0) {
+            if (!(rc = parse_int(a, v, 1, INT64_MAX, &n))) o->max_steps = n;
+        } else if (strcmp(a, "--metrics-json") == 0) {
+            o->metrics_json = v;
+        } else {
+            fprintf(stderr, "distrain: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* distrain's command line. */
+#ifndef DISTRAIN_OPTIONS_H
+#define DISTRAIN_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct distrain_options {
+    const char *strategy;
+    const char *devices;
+    const char *dataset;     /* mnist | fashion_mnist */
+    const char *data_dir;
+    const char *data_format; /* idx | jpeg-folder */
+    int epochs;
+    int64_t batch_size;      /* global */
+    double learning_rate;    /* <= 0: the optimizer's default */
+    const char *optimizer;   /* adam | sgd */
+    uint64_t seed;
+    int threads;             /* per replica; 0 = cores / replicas */
+    const char *metrics_json;
+    int quiet;
+    int64_t max_steps;       /* per epoch; 0 = all (for quick runs and benchmarks) */
+} distrain_options;
+
+/* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */
+int distrain_parse_args(int argc, char **argv, distrain_options *o);
+void distrain_usage(FILE *out);
+
+#endif
