@@ -8,7 +8,7 @@
 # Idempotent: run it as often as you like. Needs root only when something is missing.
 set -eu
 
-BUILD_PKGS="pkg-config libdnnl-dev check libsubunit-dev libcjson-dev zlib1g-dev
+BUILD_PKGS="g++ pkg-config libdnnl-dev check libsubunit-dev libcjson-dev zlib1g-dev
 libturbojpeg0-dev libcurl4-openssl-dev dataset-fashion-mnist python3 python3-venv"
 BENCH_PKGS="python3-torch libopenblas0-openmp"
 

@@ -3,6 +3,8 @@
  * loops the compiler vectorizes, split over the backend's threads when there is enough work. */
 #include <math.h>
 #include <omp.h>
+#include <xmmintrin.h>
+#include <pmmintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +12,20 @@
 #include "core/error.h"
 
 #define PAR_MIN 32768 /* elements below which a loop runs on one thread */
+
+/* Denormal floats are flushed to zero on every thread that runs this backend's kernels, as
+ * TensorFlow does on its CPU threads: late in training, gradients underflow into denormals,
+ * which cost x86 cores ~100 cycles each. */
+void dist_cpu_set_flush_denormals(void) {
+    _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+    _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+}
+
+static void flush_denormals_on_threads(int threads) {
+    dist_cpu_set_flush_denormals();
+#pragma omp parallel num_threads(threads)
+    dist_cpu_set_flush_denormals();
+}
 
 static void cpu_destroy(void *ctx) {
     cpu_ctx *c = ctx;
@@ -401,6 +417,7 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
         free(be);
         return st;
     }
+    flush_denormals_on_threads(c->threads);
     be->iface = &cpu_iface;
     be->ctx = c;
     be->device = options->device;

@@ -30,6 +30,9 @@ typedef struct cpu_ctx {
     int next_evict;
 } cpu_ctx;
 
+/* Sets flush-to-zero and denormals-are-zero on the calling thread. */
+void dist_cpu_set_flush_denormals(void);
+
 dist_status cpu_dnnl_check(dnnl_status_t s, const char *what);
 
 /* oneDNN-backed kernels (cpu_dnnl.c) */

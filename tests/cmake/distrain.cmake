@@ -1,0 +1,32 @@
+# distrain end to end: accuracy on the embedded MNIST subset, and one-line errors with the
+# documented exit codes for bad input.
+set(expect ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect.sh)
+set(bad_dir ${CMAKE_CURRENT_BINARY_DIR}/bad_idx)
+
+add_test(NAME distrain.fixtures
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/make_bad_idx.sh ${PROJECT_SOURCE_DIR}/src/data/mnist_subset ${bad_dir})
+set_tests_properties(distrain.fixtures PROPERTIES FIXTURES_SETUP bad_idx LABELS cli)
+
+function(distrain_error_test name rc text)
+  add_test(NAME distrain.${name} COMMAND ${expect} ${rc} ${text} $<TARGET_FILE:distrain> ${ARGN})
+  set_tests_properties(distrain.${name} PROPERTIES LABELS cli FIXTURES_REQUIRED bad_idx TIMEOUT 60)
+endfunction()
+
+distrain_error_test(missing_data_dir 1 "/nonexistent/mnist" --data-dir /nonexistent/mnist --quiet)
+distrain_error_test(truncated_idx 1 "train-images-idx3-ubyte" --data-dir ${bad_dir}/truncated --quiet)
+distrain_error_test(wrong_magic 1 "magic" --data-dir ${bad_dir}/badmagic --quiet)
+distrain_error_test(batch_size_zero 2 "--batch-size" --batch-size 0)
+distrain_error_test(unknown_strategy 2 "unknown strategy 'fancy'" --strategy fancy)
+distrain_error_test(unknown_flag 2 "--frobnicate" --frobnicate 3)
+distrain_error_test(gpu_without_gpu 2 "gpu:0" --devices gpu:0)
+distrain_error_test(device_twice 2 "listed twice" --devices cpu:0,cpu:0)
+distrain_error_test(not_yet_multi_worker 2 "multi_worker" --strategy multi_worker)
+
+# The seed's acceptance runs: defaults (5 epochs, batch 64, Adam 0.001) reach >= 0.95.
+foreach(strategy one_device mirrored)
+  add_test(NAME distrain.accuracy_${strategy}
+           COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=${strategy}
+                   -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_${strategy}.json
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+  set_tests_properties(distrain.accuracy_${strategy} PROPERTIES LABELS "cli;slow" TIMEOUT 600)
+endforeach()
