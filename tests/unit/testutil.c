@@ -28,3 +28,7 @@ double dist_test_rel_err(const float *a, const float *b, int64_t n) {
     double den = fmax(sqrt(na), sqrt(nb));
     return sqrt(num) / (den > 1e-30 ? den : 1e-30);
 }
+
+#include "core/error.h"
+
+dist_status dist_error_for_test(dist_status st, const char *msg) { return dist_error(st, "%s", msg); }

@@ -12,4 +12,15 @@ float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */
 double dist_test_rel_err(const float *a, const float *b, int64_t n);
 
+/* Sets the thread's error message (like the library's dist_error) and returns the status. */
+#include "dist/status.h"
+dist_status dist_error_for_test(dist_status st, const char *msg);
+
+/* DIST_TRY for test code: returns the status of a failed call. */
+#define DIST_TRY_TEST(call)                                                                        \
+    do {                                                                                           \
+        dist_status st_ = (call);                                                                  \
+        if (st_ != DIST_OK) return st_;                                                            \
+    } while (0)
+
 #endif
