@@ -347,6 +347,91 @@ START_TEST(test_broken_idx_files_error_naming_the_file) {
 }
 END_TEST
 
+
+static int g_decodes;
+
+static dist_status plus_one(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    __atomic_fetch_add(&g_decodes, 1, __ATOMIC_RELAXED);
+    *(int32_t *)out->items[0]->data = *(const int32_t *)in->items[0]->data + 1;
+    return DIST_OK;
+}
+
+static dist_dataset *cached_pipeline(const char *file) {
+    int64_t shape[1] = {7};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_I32, 1, shape, &t), DIST_OK);
+    for (int i = 0; i < 7; i++) ((int32_t *)t->data)[i] = i * 10;
+    dist_dataset *ds = NULL, *m = NULL, *c = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &ds), DIST_OK);
+    dist_tensor_destroy(t);
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    o.name = "plus_one";
+    ck_assert_int_eq(dist_dataset_map(ds, plus_one, NULL, &o, &m), DIST_OK);
+    ck_assert_int_eq(dist_dataset_cache(m, file, &c), DIST_OK);
+    dist_dataset_destroy(ds);
+    dist_dataset_destroy(m);
+    return c;
+}
+
+static int sum_pass(dist_dataset *ds) {
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    int sum = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        if (eos) break;
+        sum += *(int32_t *)el.items[0]->data;
+    }
+    dist_iterator_destroy(it);
+    return sum;
+}
+
+START_TEST(test_file_cache_second_epoch_reads_the_file) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/pipeline.cache", g_root);
+    dist_dataset *ds = cached_pipeline(file);
+    g_decodes = 0;
+    /* a partial pass leaves no cache file */
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+    dist_iterator_destroy(it);
+    ck_assert_int_ne(access(file, F_OK), 0);
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(access(file, F_OK), 0);
+    int before = g_decodes;
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(g_decodes, before); /* read from the file */
+    dist_dataset_destroy(ds);
+    /* another process (here: another dataset) over the same pipeline reuses the file */
+    ds = cached_pipeline(file);
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(g_decodes, before);
+    dist_dataset_destroy(ds);
+    /* a cache file of another pipeline is an error */
+    dist_dataset *r = NULL, *c = NULL;
+    int64_t shape[1] = {3};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_I32, 1, shape, &t), DIST_OK);
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &r), DIST_OK);
+    dist_tensor_destroy(t);
+    ck_assert_int_eq(dist_dataset_cache(r, file, &c), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(c, &it), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "pipeline.cache"), "%s", dist_last_error());
+    dist_dataset_destroy(c);
+    dist_dataset_destroy(r);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("data_files");
     TCase *tc = tcase_create("files");
@@ -360,6 +445,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_auto_shard_file_splits_jpeg_files_over_workers);
     tcase_add_test(tc, test_idx_source_reads_the_mnist_subset);
     tcase_add_test(tc, test_broken_idx_files_error_naming_the_file);
+    tcase_add_test(tc, test_file_cache_second_epoch_reads_the_file);
     suite_add_tcase(s, tc);
     return s;
 }
