@@ -125,7 +125,7 @@ dist_status dist_dataset_map_image_normalize(dist_dataset *in, dist_dataset **ou
 
 typedef struct map_job {
     elem_slot in, out;
-    int done;
+    atomic_int done;
     carried_error err;
 } map_job;
 
@@ -149,6 +149,10 @@ typedef struct map_it {
     int sync_init;
     map_job *jobs;
     int64_t head, tail, claim; /* jobs [head, tail) are in flight; workers claim in order */
+    int64_t chunk;             /* most jobs a worker takes at once */
+    atomic_llong waiting_for;  /* the job the consumer sleeps on, -1 none */
+    int idle, consumer_waiting;
+    carried_error input_err;   /* the input failed after the published jobs */
     int held, input_ended, stop;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
@@ -181,26 +185,43 @@ static dist_status map_inline_next(map_it *it, dist_element *out, int *eos) {
     }
 }
 
+static void run_job(map_it *it, map_job *job, void *state) {
+    dist_element in, out;
+    slot_view(&job->in, &in);
+    slot_view(&job->out, &out);
+    dist_status st = call_map(it->base.ds, &in, &out, state);
+    if (st != DIST_OK) carried_error_capture(&job->err, st);
+    else job->err.status = DIST_OK;
+    atomic_store_explicit(&job->done, 1, memory_order_release);
+}
+
+/* Workers take chunks of consecutive jobs and the consumer publishes jobs in batches and sleeps
+ * only on the job it needs: per-element wake-ups would cost more than decoding a small JPEG. */
 static void *map_worker(void *arg) {
     worker_arg *a = arg;
     map_it *it = a->it;
     void *state = a->state;
     pthread_mutex_lock(&it->mu);
     for (;;) {
-        while (!it->stop && it->claim >= it->tail) pthread_cond_wait(&it->work_cv, &it->mu);
+        while (!it->stop && it->claim >= it->tail) {
+            it->idle++;
+            pthread_cond_wait(&it->work_cv, &it->mu);
+            it->idle--;
+        }
         if (it->stop) break;
-        map_job *job = &it->jobs[it->claim % it->window];
-        it->claim++;
+        int64_t lo = it->claim, avail = it->tail - lo;
+        int64_t take = avail / (it->idle + 1); /* share what is published with idle workers */
+        if (take < 1) take = 1;
+        if (take > it->chunk) take = it->chunk;
+        it->claim = lo + take;
         pthread_mutex_unlock(&it->mu);
-        dist_element in, out;
-        slot_view(&job->in, &in);
-        slot_view(&job->out, &out);
-        dist_status st = call_map(it->base.ds, &in, &out, state);
-        if (st != DIST_OK) carried_error_capture(&job->err, st);
-        else job->err.status = DIST_OK;
+        int wake = 0;
+        for (int64_t j = lo; j < lo + take; j++) {
+            run_job(it, &it->jobs[j % it->window], state);
+            wake |= j == atomic_load_explicit(&it->waiting_for, memory_order_acquire);
+        }
         pthread_mutex_lock(&it->mu);
-        job->done = 1;
-        pthread_cond_broadcast(&it->done_cv);
+        if (wake || it->consumer_waiting) pthread_cond_signal(&it->done_cv);
     }
     pthread_mutex_unlock(&it->mu);
     return NULL;
@@ -213,30 +234,53 @@ static dist_status map_parallel_next(map_it *it, dist_element *out, int *eos) {
             it->head++;
             it->held = 0;
         }
-        while (!it->input_ended && it->tail - it->head < it->window) {
-            dist_element in;
-            int in_eos = 0;
-            DIST_TRY(node_it_next(it->input, &in, &in_eos));
-            if (in_eos) {
-                it->input_ended = 1;
-                break;
+        /* Refill below the low-water mark only, then publish the new jobs at once. */
+        if (!it->input_ended && it->tail - it->head <= it->window / 2) {
+            int64_t tail = it->tail;
+            while (!it->input_ended && tail - it->head < it->window) {
+                dist_element in;
+                int in_eos = 0;
+                dist_status st = node_it_next(it->input, &in, &in_eos);
+                if (st == DIST_OK && !in_eos) {
+                    map_job *job = &it->jobs[tail % it->window];
+                    st = slot_copy(&job->in, &in);
+                    atomic_store_explicit(&job->done, 0, memory_order_relaxed);
+                    if (st == DIST_OK) tail++;
+                }
+                if (st != DIST_OK) {
+                    /* Publish what was read; the error comes after those elements. */
+                    carried_error_capture(&it->input_err, st);
+                    it->input_ended = 1;
+                }
+                if (in_eos) it->input_ended = 1;
             }
-            map_job *job = &it->jobs[it->tail % it->window];
-            DIST_TRY(slot_copy(&job->in, &in));
-            job->done = 0;
             pthread_mutex_lock(&it->mu);
-            it->tail++;
-            pthread_cond_signal(&it->work_cv);
+            it->tail = tail;
+            if (it->idle) pthread_cond_broadcast(&it->work_cv);
             pthread_mutex_unlock(&it->mu);
         }
         if (it->head == it->tail) {
+            if (it->input_err.status != DIST_OK) return carried_error_raise(&it->input_err);
             *eos = 1;
             return DIST_OK;
         }
         map_job *job = &it->jobs[it->head % it->window];
-        pthread_mutex_lock(&it->mu);
-        while (!job->done) pthread_cond_wait(&it->done_cv, &it->mu);
-        pthread_mutex_unlock(&it->mu);
+        while (!atomic_load_explicit(&job->done, memory_order_acquire)) {
+            pthread_mutex_lock(&it->mu);
+            if (it->claim < it->tail) {
+                /* Help instead of sleeping: the caller is one of the num_parallel threads. */
+                int64_t j = it->claim++;
+                pthread_mutex_unlock(&it->mu);
+                run_job(it, &it->jobs[j % it->window], it->states[it->nthreads]);
+                continue;
+            }
+            atomic_store_explicit(&it->waiting_for, it->head, memory_order_release);
+            it->consumer_waiting = 1;
+            while (!atomic_load_explicit(&job->done, memory_order_acquire)) pthread_cond_wait(&it->done_cv, &it->mu);
+            it->consumer_waiting = 0;
+            atomic_store_explicit(&it->waiting_for, -1, memory_order_release);
+            pthread_mutex_unlock(&it->mu);
+        }
         it->held = 1;
         if (job->err.status == DIST_OK) {
             slot_view(&job->out, out);
@@ -268,7 +312,7 @@ static void map_destroy(node_it *base) {
         pthread_cond_destroy(&it->done_cv);
     }
     if (it->states && ds->u.map.state_destroy)
-        for (int i = 0; i < it->nthreads; i++) ds->u.map.state_destroy(it->states[i]);
+        for (int i = 0; i <= it->nthreads; i++) ds->u.map.state_destroy(it->states[i]);
     if (it->state && ds->u.map.state_destroy) ds->u.map.state_destroy(it->state);
     if (it->jobs)
         for (int i = 0; i < it->window; i++) {
@@ -288,16 +332,20 @@ static const node_it_vt map_vt = {map_next, map_destroy};
 
 static dist_status map_start_threads(map_it *it) {
     const dist_dataset *ds = it->base.ds;
-    it->nthreads = ds->u.map.num_parallel;
-    it->window = 4 * it->nthreads;
+    /* num_parallel - 1 workers; the calling thread decodes too while it waits (state index
+     * nthreads is its own). */
+    it->nthreads = ds->u.map.num_parallel - 1;
+    it->window = 64 * ds->u.map.num_parallel;
+    it->chunk = 16;
+    atomic_init(&it->waiting_for, -1);
     it->jobs = calloc((size_t)it->window, sizeof *it->jobs);
     it->threads = calloc((size_t)it->nthreads, sizeof *it->threads);
-    it->states = calloc((size_t)it->nthreads, sizeof *it->states);
+    it->states = calloc((size_t)it->nthreads + 1, sizeof *it->states);
     it->args = calloc((size_t)it->nthreads, sizeof *it->args);
     if (!it->jobs || !it->threads || !it->states || !it->args)
         return dist_error(DIST_OUT_OF_MEMORY, "map: out of memory");
     for (int i = 0; i < it->window; i++) DIST_TRY(slot_alloc_spec(&it->jobs[i].out, &ds->spec));
-    for (int i = 0; i < it->nthreads; i++)
+    for (int i = 0; i <= it->nthreads; i++)
         if (ds->u.map.state_create) DIST_TRY(ds->u.map.state_create(ds->u.map.user, &it->states[i]));
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->work_cv, NULL);

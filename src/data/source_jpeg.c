@@ -58,7 +58,8 @@ static dist_status list_dir(const char *dir, int want_dirs, name_list *out) {
     char path[4096];
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int len = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (len < 0 || (size_t)len >= sizeof path) continue; /* longer than PATH_MAX: not ours */
         struct stat sb;
         if (stat(path, &sb) != 0) continue;
         int ok = want_dirs ? S_ISDIR(sb.st_mode) : (S_ISREG(sb.st_mode) && is_jpeg_name(e->d_name));
@@ -107,7 +108,11 @@ static dist_status scan(const char *root, int skip_bad, file_table *t, int *skip
         classes.v[c] = NULL;
         t->num_classes++;
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s/%s", root, t->class_names[c]);
+        int dlen = snprintf(dir, sizeof dir, "%s/%s", root, t->class_names[c]);
+        if (dlen < 0 || (size_t)dlen >= sizeof dir) {
+            st = dist_error(DIST_INVALID_ARGUMENT, "jpeg folder: path of class '%s' is too long", t->class_names[c]);
+            goto done;
+        }
         name_list files = {0};
         st = list_dir(dir, 0, &files);
         if (st == DIST_OK && files.n == 0) {
