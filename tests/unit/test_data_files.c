@@ -432,6 +432,77 @@ START_TEST(test_file_cache_second_epoch_reads_the_file) {
 }
 END_TEST
 
+
+/* The digest of every element of the rest of the epoch, one per element. */
+static int digests(dist_iterator *it, uint64_t *out, int max) {
+    int n = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        if (eos) return n;
+        uint64_t h = 1469598103934665603ULL;
+        for (int i = 0; i < el.count; i++) {
+            const unsigned char *p = el.items[i]->data;
+            for (size_t k = 0; k < (size_t)dist_tensor_numel(el.items[i]) * dist_dtype_size(el.items[i]->dtype); k++)
+                h = (h ^ p[k]) * 1099511628211ULL;
+        }
+        ck_assert_int_lt(n, max);
+        out[n++] = h;
+    }
+}
+
+static dist_dataset *jpeg_train_pipeline(int threads) {
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.num_threads = threads;
+    dist_dataset *ds = NULL, *n = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_map_image_normalize(ds, &n), DIST_OK);
+    dist_dataset_destroy(ds);
+    ck_assert_int_eq(dist_dataset_shuffle(n, 8, 99, 1, &ds), DIST_OK);
+    dist_dataset_destroy(n);
+    ck_assert_int_eq(dist_dataset_batch(ds, 3, 0, &n), DIST_OK);
+    dist_dataset_destroy(ds);
+    ck_assert_int_eq(dist_dataset_prefetch(n, 2, &ds), DIST_OK);
+    dist_dataset_destroy(n);
+    return ds;
+}
+
+START_TEST(test_jpeg_pipeline_is_deterministic_across_threads_and_restores) {
+    make_digit_folder(5); /* 15 images -> 5 batches of 3 */
+    dist_dataset *one = jpeg_train_pipeline(1), *three = jpeg_train_pipeline(3);
+    dist_iterator *a = NULL, *b = NULL;
+    ck_assert_int_eq(dist_iterator_create(one, &a), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(three, &b), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(a), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(b), DIST_OK);
+    uint64_t ra[8], rb[8];
+    ck_assert_int_eq(digests(a, ra, 8), 5);
+    ck_assert_int_eq(digests(b, rb, 8), 5);
+    ck_assert_mem_eq(ra, rb, sizeof(uint64_t) * 5); /* thread count does not change the data */
+    /* save after 2 batches of epoch 1 with 3 threads, restore into a 1-thread iterator */
+    dist_iterator_destroy(b);
+    ck_assert_int_eq(dist_iterator_create(three, &b), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(b), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(b, &el, &eos), DIST_OK);
+    ck_assert_int_eq(next(b, &el, &eos), DIST_OK);
+    void *state = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_iterator_save(b, &state, &n), DIST_OK);
+    dist_iterator_destroy(b);
+    ck_assert_msg(dist_iterator_restore(a, state, n) == DIST_OK, "%s", dist_last_error());
+    uint64_t rest[8];
+    ck_assert_int_eq(digests(a, rest, 8), 3);
+    ck_assert_mem_eq(rest, ra + 2, sizeof(uint64_t) * 3);
+    dist_iterator_state_free(state);
+    dist_iterator_destroy(a);
+    dist_dataset_destroy(one);
+    dist_dataset_destroy(three);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("data_files");
     TCase *tc = tcase_create("files");
@@ -446,6 +517,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_idx_source_reads_the_mnist_subset);
     tcase_add_test(tc, test_broken_idx_files_error_naming_the_file);
     tcase_add_test(tc, test_file_cache_second_epoch_reads_the_file);
+    tcase_add_test(tc, test_jpeg_pipeline_is_deterministic_across_threads_and_restores);
     suite_add_tcase(s, tc);
     return s;
 }
