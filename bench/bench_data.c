@@ -8,6 +8,9 @@
  *    -> image_normalize -> batch(64) -> prefetch(2), 3 passes over 7,996 files per run.
  * Prints medians in images/s and the ratios: pipeline / consumption (target >= 10) and JPEG
  * 2 threads / 1 thread (target >= 1.8). */
+#include "dist/data.h"
+#include "dist/idx.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +19,6 @@
 #include <time.h>
 #include <turbojpeg.h>
 #include <unistd.h>
-
-#include "dist/data.h"
-#include "dist/idx.h"
 
 /* The repository root (for src/data/mnist_subset): --source-dir, $DIST_SOURCE_DIR, or ".". */
 static const char *g_src = ".";
@@ -51,7 +51,8 @@ static double median(double *v, int n) {
     do {                                                                                           \
         dist_status st_ = (call);                                                                  \
         if (st_ != DIST_OK) {                                                                      \
-            fprintf(stderr, "%s failed: %s: %s\n", #call, dist_status_name(st_), dist_last_error()); \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, dist_status_name(st_),                   \
+                    dist_last_error());                                                            \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -129,7 +130,8 @@ static void write_jpeg_folder(const char *root, int n) {
         unsigned char *jpeg = NULL;
         unsigned long size = 0;
         const unsigned char *px = (const unsigned char *)img->data + (size_t)i * 784;
-        if (tjCompress2(tj, px, 28, 28, 28, TJPF_GRAY, &jpeg, &size, TJSAMP_GRAY, 90, 0) != 0) exit(1);
+        if (tjCompress2(tj, px, 28, 28, 28, TJPF_GRAY, &jpeg, &size, TJSAMP_GRAY, 90, 0) != 0)
+            exit(1);
         snprintf(path, sizeof path, "%s/%d/%05d.jpg", root, ((unsigned char *)lab->data)[i], i);
         FILE *f = fopen(path, "wb");
         if (!f || fwrite(jpeg, 1, size, f) != size) exit(1);
@@ -168,11 +170,16 @@ int main(int argc, char **argv) {
     double consume = 10000.0;
     if (getenv("DIST_SOURCE_DIR")) g_src = getenv("DIST_SOURCE_DIR");
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--epochs") == 0) epochs = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--jpegs") == 0) jpegs = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--consume") == 0) consume = atof(argv[i + 1]);
-        else if (strcmp(argv[i], "--source-dir") == 0) g_src = argv[i + 1];
+        if (strcmp(argv[i], "--runs") == 0)
+            runs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--epochs") == 0)
+            epochs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--jpegs") == 0)
+            jpegs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--consume") == 0)
+            consume = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--source-dir") == 0)
+            g_src = argv[i + 1];
     }
     if (runs < 1 || runs > 99) runs = 5;
     double v[100];
@@ -209,18 +216,24 @@ int main(int argc, char **argv) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double load[3] = {0, 0, 0};
     if (getloadavg(load, 3) < 1) load[0] = -1;
-    printf("bench_data: input pipeline alone, medians of %d runs, %ld cores (load average %.2f at the end); "
+    printf("bench_data: input pipeline alone, medians of %d runs, %ld cores (load average %.2f at "
+           "the end); "
            "consumption %.0f images/s per replica\n",
            runs, cores, load[0], consume);
     printf("%-58s %14s %10s\n", "pipeline", "images/s", "x replica");
-    printf("%-58s %14.0f %10.1f\n", "IDX -> normalize -> shuffle(10000) -> batch(64) -> prefetch(2)", idx_rate,
+    printf("%-58s %14.0f %10.1f\n",
+           "IDX -> normalize -> shuffle(10000) -> batch(64) -> prefetch(2)", idx_rate,
            idx_rate / consume);
-    printf("%-58s %14.0f %10.1f\n", "JPEG folder, decode 1 thread -> normalize -> batch -> prefetch", jpeg_rate[1],
+    printf("%-58s %14.0f %10.1f\n",
+           "JPEG folder, decode 1 thread -> normalize -> batch -> prefetch", jpeg_rate[1],
            jpeg_rate[1] / consume);
-    printf("%-58s %14.0f %10.1f\n", "JPEG folder, decode 2 threads -> normalize -> batch -> prefetch", jpeg_rate[2],
+    printf("%-58s %14.0f %10.1f\n",
+           "JPEG folder, decode 2 threads -> normalize -> batch -> prefetch", jpeg_rate[2],
            jpeg_rate[2] / consume);
-    printf("JPEG decode scaling 1 -> 2 threads: %.2fx, median of paired runs (target >= 1.8)\n", scaling);
-    printf("JPEG CPU time per image: %.1f us (1 thread), %.1f us (2 threads): the parallel version's overhead "
+    printf("JPEG decode scaling 1 -> 2 threads: %.2fx, median of paired runs (target >= 1.8)\n",
+           scaling);
+    printf("JPEG CPU time per image: %.1f us (1 thread), %.1f us (2 threads): the parallel "
+           "version's overhead "
            "is %.0f%%; a scaling below 2x beyond that is cores taken by other processes\n",
            cpu1, cpu2, 100.0 * (cpu2 / cpu1 - 1.0));
     printf("IDX pipeline / one replica: %.1fx (target >= 10)\n", idx_rate / consume);

@@ -1,13 +1,13 @@
 /* cache: the first complete pass is recorded (in memory, shared by the dataset's iterators, or
  * in a file) and later passes read the record instead of the input. */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "core/error.h"
-#include "data/dataset.h"
 
 #define CACHE_MAGIC "libdist-cache-1\n"
 
@@ -88,7 +88,8 @@ static dist_status write_all(cache_it *it, const void *p, size_t n) {
 
 static dist_status read_all(cache_it *it, void *p, size_t n) {
     if (fread(p, 1, n, it->f) != n)
-        return dist_error(DIST_FORMAT, "cache: '%s' is truncated or unreadable", it->base.ds->u.cache.filename);
+        return dist_error(DIST_FORMAT, "cache: '%s' is truncated or unreadable",
+                          it->base.ds->u.cache.filename);
     return DIST_OK;
 }
 
@@ -97,8 +98,9 @@ static dist_status record(cache_it *it, const dist_element *el) {
         if (it->rec_count == it->rec_cap) {
             int64_t cap = it->rec_cap ? it->rec_cap * 2 : 1024;
             elem_slot *r = realloc(it->rec, sizeof *r * (size_t)cap);
-            if (!r) return dist_error(DIST_OUT_OF_MEMORY, "cache: out of memory after %lld elements",
-                                      (long long)it->rec_count);
+            if (!r)
+                return dist_error(DIST_OUT_OF_MEMORY, "cache: out of memory after %lld elements",
+                                  (long long)it->rec_count);
             memset(r + it->rec_cap, 0, sizeof *r * (size_t)(cap - it->rec_cap));
             it->rec = r;
             it->rec_cap = cap;
@@ -139,7 +141,8 @@ static dist_status finish_write(cache_it *it) {
     bad |= fclose(it->f) != 0;
     it->f = NULL;
     if (bad || rename(it->tmp_path, ds->u.cache.filename) != 0)
-        return dist_error_errno(DIST_IO, errno, "cache: cannot complete '%s'", ds->u.cache.filename);
+        return dist_error_errno(DIST_IO, errno, "cache: cannot complete '%s'",
+                                ds->u.cache.filename);
     free(it->tmp_path);
     it->tmp_path = NULL;
     return DIST_OK;
@@ -169,7 +172,8 @@ static dist_status cache_next(node_it *base, dist_element *out, int *eos) {
             int64_t shape[DIST_MAX_DIMS];
             DIST_TRY(read_all(it, head, sizeof head));
             if (head[1] < 0 || head[1] > DIST_MAX_DIMS || dist_dtype_size((dist_dtype)head[0]) == 0)
-                return dist_error(DIST_FORMAT, "cache: '%s' is corrupt", base->ds->u.cache.filename);
+                return dist_error(DIST_FORMAT, "cache: '%s' is corrupt",
+                                  base->ds->u.cache.filename);
             DIST_TRY(read_all(it, shape, sizeof(int64_t) * (size_t)head[1]));
             dist_tensor t = dist_tensor_view(NULL, (dist_dtype)head[0], head[1], shape);
             size_t bytes = dist_tensor_bytes(&t);
@@ -234,18 +238,20 @@ static dist_status open_file_mode(cache_it *it) {
         DIST_TRY(read_all(it, magic, sizeof magic));
         DIST_TRY(read_all(it, &flen, sizeof flen));
         if (memcmp(magic, CACHE_MAGIC, sizeof magic) != 0 || flen > (1u << 20))
-            return dist_error(DIST_FORMAT, "cache: '%s' is not a libdist cache file", ds->u.cache.filename);
+            return dist_error(DIST_FORMAT, "cache: '%s' is not a libdist cache file",
+                              ds->u.cache.filename);
         char *fdesc = malloc(flen + 1);
         if (!fdesc) return dist_error(DIST_OUT_OF_MEMORY, "cache: out of memory");
         dist_status st = read_all(it, fdesc, flen);
         fdesc[flen] = '\0';
         if (st == DIST_OK && strcmp(fdesc, desc) != 0)
-            st = dist_error(DIST_FORMAT, "cache: '%s' holds the pipeline '%.200s', not '%.200s'", ds->u.cache.filename,
-                            fdesc, desc);
+            st = dist_error(DIST_FORMAT, "cache: '%s' holds the pipeline '%.200s', not '%.200s'",
+                            ds->u.cache.filename, fdesc, desc);
         free(fdesc);
         return st;
     }
-    if (errno != ENOENT) return dist_error_errno(DIST_IO, errno, "cache: cannot open '%s'", ds->u.cache.filename);
+    if (errno != ENOENT)
+        return dist_error_errno(DIST_IO, errno, "cache: cannot open '%s'", ds->u.cache.filename);
     it->mode = FILE_WRITE;
     size_t n = strlen(ds->u.cache.filename) + 32;
     it->tmp_path = malloc(n);
@@ -273,12 +279,16 @@ dist_status cache_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
             goto fail;
         }
         pthread_mutex_lock(&s->mu);
-        if (s->complete) it->mode = MEM_READ;
-        else if (!s->writing) it->mode = MEM_WRITE, s->writing = 1;
-        else it->mode = PASS;
+        if (s->complete)
+            it->mode = MEM_READ;
+        else if (!s->writing)
+            it->mode = MEM_WRITE, s->writing = 1;
+        else
+            it->mode = PASS;
         pthread_mutex_unlock(&s->mu);
         it->store = s;
-        if (it->mode != MEM_READ) DIST_TRY_GOTO(node_it_create(ds->input, ctx, gen, &it->input), st, fail);
+        if (it->mode != MEM_READ)
+            DIST_TRY_GOTO(node_it_create(ds->input, ctx, gen, &it->input), st, fail);
     }
     *out = &it->base;
     return DIST_OK;

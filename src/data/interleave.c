@@ -2,15 +2,16 @@
  * cycle_length open files, block_length elements from each in turn, a finished file replaced by
  * the next path in its cycle position. num_parallel > 1 reads each open file ahead on its own
  * thread (a prefetch over it), which keeps the order. */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "data/dataset.h"
-
-static dist_status interleave_new(char **paths, int n, dist_file_reader_fn reader, void *user, int cycle, int block,
-                                  int parallel, int skip_bad, const dist_element_spec *spec, const char *label,
+static dist_status interleave_new(char **paths, int n, dist_file_reader_fn reader, void *user,
+                                  int cycle, int block, int parallel, int skip_bad,
+                                  const dist_element_spec *spec, const char *label,
                                   dist_dataset **out) {
     dist_dataset *ds = NULL;
     dist_status st = node_new(NODE_INTERLEAVE, NULL, &ds, "%s", label);
@@ -54,45 +55,53 @@ static char **copy_paths(const char *const *paths, int n, int num, int index, in
     return v;
 }
 
-dist_status dist_dataset_from_files(const char *const *paths, int n, dist_file_reader_fn reader, void *user,
-                                    const dist_interleave_options *opts, dist_dataset **out) {
+dist_status dist_dataset_from_files(const char *const *paths, int n, dist_file_reader_fn reader,
+                                    void *user, const dist_interleave_options *opts,
+                                    dist_dataset **out) {
     dist_interleave_options o = DIST_INTERLEAVE_OPTIONS_INIT;
     if (opts) o = *opts;
     DIST_CHECK_ARG(out && reader && (paths || n == 0) && n >= 0, "from_files: bad argument");
-    DIST_CHECK_ARG(o.version == DIST_INTERLEAVE_OPTIONS_VERSION, "from_files: options version %d, expected %d",
-                   o.version, DIST_INTERLEAVE_OPTIONS_VERSION);
-    DIST_CHECK_ARG(o.cycle_length >= 1 && o.block_length >= 1, "from_files: cycle_length %d and block_length %d "
-                   "must be >= 1", o.cycle_length, o.block_length);
+    DIST_CHECK_ARG(o.version == DIST_INTERLEAVE_OPTIONS_VERSION,
+                   "from_files: options version %d, expected %d", o.version,
+                   DIST_INTERLEAVE_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o.cycle_length >= 1 && o.block_length >= 1,
+                   "from_files: cycle_length %d and block_length %d "
+                   "must be >= 1",
+                   o.cycle_length, o.block_length);
     for (int i = 0; i < n; i++) DIST_CHECK_ARG(paths[i] != NULL, "from_files: path %d is NULL", i);
     int kept = 0;
     char **v = copy_paths(paths, n, 1, 0, &kept);
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "from_files: out of memory");
     char label[600];
-    snprintf(label, sizeof label, "files(%d,%s,%d,%d%s)", n, o.name ? o.name : "reader", o.cycle_length,
-             o.block_length, o.skip_bad ? ",skip_bad" : "");
-    return interleave_new(v, kept, reader, user, o.cycle_length, o.block_length, o.num_parallel, o.skip_bad,
-                          o.element_spec, label, out);
+    snprintf(label, sizeof label, "files(%d,%s,%d,%d%s)", n, o.name ? o.name : "reader",
+             o.cycle_length, o.block_length, o.skip_bad ? ",skip_bad" : "");
+    return interleave_new(v, kept, reader, user, o.cycle_length, o.block_length, o.num_parallel,
+                          o.skip_bad, o.element_spec, label, out);
 }
 
-dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out) {
+dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index,
+                                   dist_dataset **out) {
     int kept = 0;
-    char **v = copy_paths((const char *const *)leaf->u.interleave.paths, leaf->u.interleave.count, num, index, &kept);
+    char **v = copy_paths((const char *const *)leaf->u.interleave.paths, leaf->u.interleave.count,
+                          num, index, &kept);
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "auto-shard: out of memory");
     char label[700];
     snprintf(label, sizeof label, "%s.file_shard(%d,%d)", leaf->label, num, index);
-    return interleave_new(v, kept, leaf->u.interleave.reader, leaf->u.interleave.user, leaf->u.interleave.cycle_length,
-                          leaf->u.interleave.block_length, leaf->u.interleave.num_parallel,
-                          leaf->u.interleave.skip_bad, leaf->spec.count ? &leaf->spec : NULL, label, out);
+    return interleave_new(v, kept, leaf->u.interleave.reader, leaf->u.interleave.user,
+                          leaf->u.interleave.cycle_length, leaf->u.interleave.block_length,
+                          leaf->u.interleave.num_parallel, leaf->u.interleave.skip_bad,
+                          leaf->spec.count ? &leaf->spec : NULL, label, out);
 }
 
-/* ---- iterator ------------------------------------------------------------------------------------- */
+/* ---- iterator
+ * ------------------------------------------------------------------------------------- */
 
 typedef struct interleave_it {
     node_it base;
     int cycle;
     node_it **cur;
     dist_dataset **cur_ds; /* the datasets the open iterators borrow */
-    int *file_of;       /* which path each cycle position reads */
+    int *file_of;          /* which path each cycle position reads */
     int cycle_index, block_index, num_open, next_file, end_of_input;
 } interleave_it;
 
@@ -145,7 +154,8 @@ static dist_status interleave_next(node_it *base, dist_element *out, int *eos) {
                 st = dist_error_context(st, "file '%s'", ds->u.interleave.paths[it->file_of[ci]]);
                 if (!ds->u.interleave.skip_bad) return st;
                 atomic_fetch_add(&base->ctx->skipped, 1);
-                dist_log(DIST_LOG_WARN, "dataset: skipping the rest of a file: %s", dist_last_error());
+                dist_log(DIST_LOG_WARN, "dataset: skipping the rest of a file: %s",
+                         dist_last_error());
                 sub_eos = 1;
             }
             if (!sub_eos) {
@@ -193,7 +203,8 @@ static void interleave_destroy(node_it *base) {
 
 static const node_it_vt interleave_vt = {interleave_next, interleave_destroy};
 
-dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
+dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
+                                 node_it **out) {
     interleave_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "interleave: out of memory");
     it->base = (node_it){&interleave_vt, ds, ctx, gen};

@@ -1,11 +1,11 @@
 /* The input pipeline: TF's documented results for batch, shuffle, shard/rebatch, cardinality,
  * and iterator checkpoints. */
+#include "dist/data.h"
+#include "testutil.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "dist/data.h"
-#include "testutil.h"
 
 /* range(n) as int32 slices. */
 static dist_dataset *range_ds(int n) {
@@ -42,7 +42,8 @@ static void render(dist_iterator *it, char *buf, size_t size) {
         int64_t n = dist_tensor_numel(t);
         len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? " " : "", t->ndim ? "[" : "");
         for (int64_t i = 0; i < n; i++)
-            len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "", ((int32_t *)t->data)[i]);
+            len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "",
+                                    ((int32_t *)t->data)[i]);
         if (t->ndim) len += (size_t)snprintf(buf + len, size - len, "]");
     }
 }
@@ -161,7 +162,8 @@ static void auto_shard_render(dist_auto_shard_policy policy, int worker, char *b
     CHAIN(ds, dist_dataset_batch(ds, 4, 0, &next_));
     CHAIN(ds, dist_dataset_prefetch(ds, 2, &next_));
     CHAIN(ds, dist_dataset_auto_shard(ds, policy, 2, worker, 2, &next_));
-    ck_assert_msg(strncmp(dist_dataset_describe(ds), "prefetch(2)", 11) == 0, "%s", dist_dataset_describe(ds));
+    ck_assert_msg(strncmp(dist_dataset_describe(ds), "prefetch(2)", 11) == 0, "%s",
+                  dist_dataset_describe(ds));
     render_ds(ds, buf, size);
     dist_dataset_destroy(ds);
 }
@@ -187,7 +189,8 @@ END_TEST
 
 START_TEST(test_auto_shard_file_without_files_is_not_found) {
     dist_dataset *ds = range_ds(12), *out = NULL;
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 2, 0, 2, &out), DIST_NOT_FOUND);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 2, 0, 2, &out),
+                     DIST_NOT_FOUND);
     ck_assert_ptr_null(out);
     dist_dataset_destroy(ds);
     dist_auto_shard_policy p;
@@ -263,7 +266,8 @@ static dist_dataset *mnist_like(int n, int with_prefetch) {
     ck_assert_int_eq(dist_tensor_create(DIST_U8, 1, lshape, &lab), DIST_OK);
     for (int i = 0; i < n; i++) {
         ((uint8_t *)lab->data)[i] = (uint8_t)(i % 10);
-        for (int p = 0; p < 784; p++) ((uint8_t *)img->data)[(size_t)i * 784 + p] = (uint8_t)(i + p);
+        for (int p = 0; p < 784; p++)
+            ((uint8_t *)img->data)[(size_t)i * 784 + p] = (uint8_t)(i + p);
     }
     dist_tensor *both[2] = {img, lab};
     dist_dataset *ds = NULL;
@@ -384,8 +388,9 @@ START_TEST(test_restore_into_another_pipeline_names_the_mismatch) {
     size_t n = 0;
     ck_assert_int_eq(dist_iterator_save(ia, &state, &n), DIST_OK);
     ck_assert_int_eq(dist_iterator_restore(ib, state, n), DIST_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(dist_last_error(), "batch(4,0)") && strstr(dist_last_error(), "batch(5,0)"), "%s",
-                  dist_last_error());
+    ck_assert_msg(strstr(dist_last_error(), "batch(4,0)") &&
+                      strstr(dist_last_error(), "batch(5,0)"),
+                  "%s", dist_last_error());
     ck_assert_int_eq(dist_iterator_restore(ib, "not json", 8), DIST_FORMAT);
     dist_iterator_state_free(state);
     dist_iterator_destroy(ia);
@@ -484,7 +489,6 @@ START_TEST(test_transformations_take_their_own_reference) {
 }
 END_TEST
 
-
 /* A file reader for the interleave tests: path "k" -> k repeated 6 times (TF's example
  * Dataset.range(1, 6).interleave(lambda x: from_tensors(x).repeat(6), 2, 4)). "bad" fails. */
 static dist_status repeat6_reader(const char *path, void *user, dist_dataset **out) {
@@ -500,7 +504,8 @@ static dist_status repeat6_reader(const char *path, void *user, dist_dataset **o
     return st;
 }
 
-static void interleave_render(const char *const *paths, int n, int parallel, int skip, char *buf, size_t size) {
+static void interleave_render(const char *const *paths, int n, int parallel, int skip, char *buf,
+                              size_t size) {
     dist_interleave_options o = DIST_INTERLEAVE_OPTIONS_INIT;
     o.cycle_length = 2;
     o.block_length = 4;

@@ -1,5 +1,8 @@
 /* File sources of the input pipeline: JPEG class folders (written here with TurboJPEG), IDX
  * files (the shipped MNIST subset, and broken ones), bad input, FILE auto-sharding. */
+#include "dist/data.h"
+#include "testutil.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,9 +12,6 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#include "dist/data.h"
-#include "testutil.h"
 
 static char g_root[256];
 
@@ -60,7 +60,7 @@ static void digit(uint8_t *px, int w, int h, int seed) {
         for (int x = 0; x < w; x++) {
             float cx = (float)w / 2 + 5.0f * sinf((float)seed), cy = (float)h / 2;
             float r = sqrtf((x - cx) * (x - cx) + (y - cy) * (y - cy));
-            float ring = fabsf(r - (6.0f + (float)(seed % 4))) ;
+            float ring = fabsf(r - (6.0f + (float)(seed % 4)));
             float v = ring < 3.0f ? 255.0f * (1.0f - ring / 3.0f) : 0.0f;
             px[y * w + x] = (uint8_t)v;
         }
@@ -96,14 +96,17 @@ static void make_digit_folder(int per_class) {
     }
 }
 
-static dist_status next(dist_iterator *it, dist_element *el, int *eos) { return dist_iterator_next(it, el, eos); }
+static dist_status next(dist_iterator *it, dist_element *el, int *eos) {
+    return dist_iterator_next(it, el, eos);
+}
 
 START_TEST(test_jpeg_folder_round_trips_labels_and_pixels) {
     make_digit_folder(4);
     dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
     o.num_threads = 2;
     dist_dataset *ds = NULL;
-    ck_assert_msg(dist_dataset_from_jpeg_folder(g_root, &o, &ds) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(dist_dataset_from_jpeg_folder(g_root, &o, &ds) == DIST_OK, "%s",
+                  dist_last_error());
     ck_assert_int_eq(dist_dataset_cardinality(ds), 12);
     ck_assert_int_eq(dist_dataset_class_count(ds), 3);
     ck_assert_str_eq(dist_dataset_class_name(ds, 0), "cat");
@@ -165,8 +168,9 @@ START_TEST(test_jpeg_folder_rgb_resize_and_reject) {
         for (int x = 0; x < 20; x++) {
             const uint8_t *p = rgb + (y * 20 + x) * 3;
             ck_assert_int_le(abs(p[0] - p[1]), 2);
-            double m = (px[(2 * y) * 40 + 2 * x] + px[(2 * y) * 40 + 2 * x + 1] + px[(2 * y + 1) * 40 + 2 * x] +
-                        px[(2 * y + 1) * 40 + 2 * x + 1]) / 4.0;
+            double m = (px[(2 * y) * 40 + 2 * x] + px[(2 * y) * 40 + 2 * x + 1] +
+                        px[(2 * y + 1) * 40 + 2 * x] + px[(2 * y + 1) * 40 + 2 * x + 1]) /
+                       4.0;
             err += fabs(p[0] - m);
         }
     ck_assert_msg(err / 300 < 6.0, "resize error %.2f", err / 300);
@@ -285,9 +289,11 @@ START_TEST(test_auto_shard_file_splits_jpeg_files_over_workers) {
     dist_iterator_destroy(it);
     dist_dataset_destroy(w1);
     /* more workers than files */
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 7, 0, 1, &w1), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 7, 0, 1, &w1),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_msg(strstr(dist_last_error(), "6 file(s)"), "%s", dist_last_error());
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 7, 0, 1, &w1), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 7, 0, 1, &w1),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_DATA, 7, 0, 1, &w1), DIST_OK);
     ck_assert_int_eq(dist_dataset_cardinality(w1), 1);
     dist_dataset_destroy(w1);
@@ -297,10 +303,11 @@ END_TEST
 
 START_TEST(test_idx_source_reads_the_mnist_subset) {
     dist_dataset *ds = NULL;
-    ck_assert_msg(dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
-                                        DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-labels-idx1-ubyte.gz", &ds) ==
-                      DIST_OK,
-                  "%s", dist_last_error());
+    ck_assert_msg(
+        dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
+                              DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-labels-idx1-ubyte.gz",
+                              &ds) == DIST_OK,
+        "%s", dist_last_error());
     ck_assert_int_eq(dist_dataset_cardinality(ds), 2004);
     ck_assert_int_eq(dist_dataset_element_spec(ds)->ndim[0], 2);
     dist_dataset *norm = NULL;
@@ -325,10 +332,12 @@ END_TEST
 
 START_TEST(test_broken_idx_files_error_naming_the_file) {
     /* header promises 5 images of 2x2 = 20 bytes; the file has 8 */
-    const uint8_t short_idx[16 + 8] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    const uint8_t short_idx[16 + 8] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2,
+                                       0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
     write_bytes("short-idx3-ubyte", short_idx, sizeof short_idx);
     /* gzip magic followed by garbage */
-    const uint8_t bad_gz[32] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3};
+    const uint8_t bad_gz[32] = {0x1f, 0x8b, 8,    0,    0,    0, 0, 0, 0,
+                                3,    0xde, 0xad, 0xbe, 0xef, 1, 2, 3};
     write_bytes("corrupt-idx3-ubyte.gz", bad_gz, sizeof bad_gz);
     char p[512];
     dist_dataset *ds = NULL;
@@ -340,13 +349,13 @@ START_TEST(test_broken_idx_files_error_naming_the_file) {
     ck_assert_msg(strstr(dist_last_error(), "corrupt-idx3-ubyte.gz"), "%s", dist_last_error());
     ck_assert_ptr_null(ds);
     /* images and labels that disagree */
-    ck_assert_int_eq(dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
-                                           DIST_SOURCE_DIR "/src/data/mnist_subset/train-labels-idx1-ubyte.gz", &ds),
+    ck_assert_int_eq(dist_dataset_from_idx(
+                         DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
+                         DIST_SOURCE_DIR "/src/data/mnist_subset/train-labels-idx1-ubyte.gz", &ds),
                      DIST_FORMAT);
     ck_assert_msg(strstr(dist_last_error(), "train-labels"), "%s", dist_last_error());
 }
 END_TEST
-
 
 static int g_decodes;
 
@@ -432,7 +441,6 @@ START_TEST(test_file_cache_second_epoch_reads_the_file) {
 }
 END_TEST
 
-
 /* The digest of every element of the rest of the epoch, one per element. */
 static int digests(dist_iterator *it, uint64_t *out, int max) {
     int n = 0;
@@ -444,7 +452,9 @@ static int digests(dist_iterator *it, uint64_t *out, int max) {
         uint64_t h = 1469598103934665603ULL;
         for (int i = 0; i < el.count; i++) {
             const unsigned char *p = el.items[i]->data;
-            for (size_t k = 0; k < (size_t)dist_tensor_numel(el.items[i]) * dist_dtype_size(el.items[i]->dtype); k++)
+            for (size_t k = 0;
+                 k < (size_t)dist_tensor_numel(el.items[i]) * dist_dtype_size(el.items[i]->dtype);
+                 k++)
                 h = (h ^ p[k]) * 1099511628211ULL;
         }
         ck_assert_int_lt(n, max);
