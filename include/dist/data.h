@@ -32,12 +32,12 @@
 #ifndef DIST_DATA_H
 #define DIST_DATA_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "dist/export.h"
 #include "dist/status.h"
 #include "dist/tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
 
 DIST_BEGIN_DECLS
 
@@ -88,8 +88,8 @@ DIST_API const char *dist_dataset_describe(const dist_dataset *ds);
  * data is borrowed (it must outlive the dataset); with copy != 0 it is copied now. The
  * dist_tensor structs themselves are only read during the call.
  * Errors: DIST_INVALID_ARGUMENT (count, rank 0, dimension 0 differs, non-host tensor). */
-DIST_API dist_status dist_dataset_from_tensor_slices(dist_tensor *const *tensors, int count, int copy,
-                                                     dist_dataset **out);
+DIST_API dist_status dist_dataset_from_tensor_slices(dist_tensor *const *tensors, int count,
+                                                     int copy, dist_dataset **out);
 
 /* Reads an IDX images file and, if labels_path is not NULL, an IDX labels file (raw or gzip,
  * with dist_idx_read) and makes (images[i], labels[i]) slices. The files are read now.
@@ -104,17 +104,18 @@ typedef enum dist_jpeg_size_policy {
 } dist_jpeg_size_policy;
 
 typedef struct dist_jpeg_folder_options {
-    int version;                        /* DIST_JPEG_FOLDER_OPTIONS_VERSION */
-    int channels;                       /* 1 (grayscale) or 3 (RGB); default 1 */
-    int height, width;                  /* output size; 0 = the size of the first image */
-    dist_jpeg_size_policy size_policy;  /* default DIST_JPEG_RESIZE */
-    int skip_bad;                       /* non-zero: skip (and count) bad files and empty class
-                                           folders instead of failing */
-    int num_threads;                    /* decode threads; <= 1 decodes on the caller's thread */
+    int version;                       /* DIST_JPEG_FOLDER_OPTIONS_VERSION */
+    int channels;                      /* 1 (grayscale) or 3 (RGB); default 1 */
+    int height, width;                 /* output size; 0 = the size of the first image */
+    dist_jpeg_size_policy size_policy; /* default DIST_JPEG_RESIZE */
+    int skip_bad;                      /* non-zero: skip (and count) bad files and empty class
+                                          folders instead of failing */
+    int num_threads;                   /* decode threads; <= 1 decodes on the caller's thread */
 } dist_jpeg_folder_options;
 
 #define DIST_JPEG_FOLDER_OPTIONS_VERSION 1
-#define DIST_JPEG_FOLDER_OPTIONS_INIT {DIST_JPEG_FOLDER_OPTIONS_VERSION, 1, 0, 0, DIST_JPEG_RESIZE, 0, 1}
+#define DIST_JPEG_FOLDER_OPTIONS_INIT                                                              \
+    { DIST_JPEG_FOLDER_OPTIONS_VERSION, 1, 0, 0, DIST_JPEG_RESIZE, 0, 1 }
 
 /* Elements (image uint8 [height, width, channels], label int32 []) from root/<class>/<file>
  * where <file> ends in .jpg or .jpeg (any case). Labels are the indices of the class folder
@@ -125,7 +126,8 @@ typedef struct dist_jpeg_folder_options {
  * dist_iterator_next fail with DIST_FORMAT naming the file, unless skip_bad.
  * Errors now: DIST_NOT_FOUND (no root), DIST_FORMAT (no class folders; an empty class folder,
  * unless skip_bad; height/width 0 and the first image unreadable), DIST_INVALID_ARGUMENT. */
-DIST_API dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
+DIST_API dist_status dist_dataset_from_jpeg_folder(const char *root,
+                                                   const dist_jpeg_folder_options *opts,
                                                    dist_dataset **out);
 
 /* The number of classes of a JPEG-folder dataset (or of the JPEG source under a chain of
@@ -140,23 +142,25 @@ DIST_API const char *dist_dataset_class_name(const dist_dataset *ds, int index);
 typedef dist_status (*dist_file_reader_fn)(const char *path, void *user, dist_dataset **out);
 
 typedef struct dist_interleave_options {
-    int version;                 /* DIST_INTERLEAVE_OPTIONS_VERSION */
-    int cycle_length;            /* files open at once; default 4 */
-    int block_length;            /* consecutive elements taken from each; default 1 */
-    int num_parallel;            /* > 1: each open file is read ahead on its own thread */
-    int skip_bad;                /* skip (and count) files that fail to open or read */
+    int version;                           /* DIST_INTERLEAVE_OPTIONS_VERSION */
+    int cycle_length;                      /* files open at once; default 4 */
+    int block_length;                      /* consecutive elements taken from each; default 1 */
+    int num_parallel;                      /* > 1: each open file is read ahead on its own thread */
+    int skip_bad;                          /* skip (and count) files that fail to open or read */
     const dist_element_spec *element_spec; /* optional: the files' element spec (copied) */
-    const char *name;            /* optional: the reader's name, part of the description */
+    const char *name; /* optional: the reader's name, part of the description */
 } dist_interleave_options;
 
 #define DIST_INTERLEAVE_OPTIONS_VERSION 1
-#define DIST_INTERLEAVE_OPTIONS_INIT {DIST_INTERLEAVE_OPTIONS_VERSION, 4, 1, 1, 0, NULL, NULL}
+#define DIST_INTERLEAVE_OPTIONS_INIT                                                               \
+    { DIST_INTERLEAVE_OPTIONS_VERSION, 4, 1, 1, 0, NULL, NULL }
 
 /* Elements of the datasets that `reader` opens for each of the `n` paths (copied), interleaved
  * like TF's Dataset.interleave: cycle_length files at once, block_length elements from each in
  * turn, a finished file replaced by the next path. Order is deterministic. */
-DIST_API dist_status dist_dataset_from_files(const char *const *paths, int n, dist_file_reader_fn reader,
-                                             void *user, const dist_interleave_options *opts,
+DIST_API dist_status dist_dataset_from_files(const char *const *paths, int n,
+                                             dist_file_reader_fn reader, void *user,
+                                             const dist_interleave_options *opts,
                                              dist_dataset **out);
 
 /* ---- transformations (each takes a reference on `in`; see Ownership above) ---------------- */
@@ -176,7 +180,8 @@ typedef struct dist_map_options {
 } dist_map_options;
 
 #define DIST_MAP_OPTIONS_VERSION 1
-#define DIST_MAP_OPTIONS_INIT {DIST_MAP_OPTIONS_VERSION, NULL, 1, 0, NULL}
+#define DIST_MAP_OPTIONS_INIT                                                                      \
+    { DIST_MAP_OPTIONS_VERSION, NULL, 1, 0, NULL }
 
 DIST_API dist_status dist_dataset_map(dist_dataset *in, dist_map_fn fn, void *user,
                                       const dist_map_options *opts, dist_dataset **out);
@@ -214,7 +219,8 @@ DIST_API dist_status dist_dataset_take(dist_dataset *in, int64_t count, dist_dat
 /* All but the first `count` elements (count < 0: none). */
 DIST_API dist_status dist_dataset_skip(dist_dataset *in, int64_t count, dist_dataset **out);
 /* Keeps elements index, index + num, index + 2 num, ... (TF's shard). */
-DIST_API dist_status dist_dataset_shard(dist_dataset *in, int64_t num, int64_t index, dist_dataset **out);
+DIST_API dist_status dist_dataset_shard(dist_dataset *in, int64_t num, int64_t index,
+                                        dist_dataset **out);
 
 /* Caches the elements of the first complete pass. filename NULL or "": in memory, shared by
  * all iterators of this dataset. Otherwise in that file (written to filename.tmp-PID, renamed
@@ -248,9 +254,9 @@ typedef enum dist_auto_shard_policy {
  *     fewer files than workers, as TF raises InvalidArgumentError), else DATA;
  *   - OFF: no sharding.
  * Tensor slices and IDX sources are in-memory, not file-based. */
-DIST_API dist_status dist_dataset_auto_shard(dist_dataset *in, dist_auto_shard_policy policy, int num_workers,
-                                             int worker_index, int num_replicas_in_sync,
-                                             dist_dataset **out);
+DIST_API dist_status dist_dataset_auto_shard(dist_dataset *in, dist_auto_shard_policy policy,
+                                             int num_workers, int worker_index,
+                                             int num_replicas_in_sync, dist_dataset **out);
 
 /* "off", "auto", "file", "data" -> policy. DIST_INVALID_ARGUMENT otherwise. */
 DIST_API dist_status dist_auto_shard_policy_parse(const char *text, dist_auto_shard_policy *out);

@@ -1,19 +1,22 @@
 /* batch (stack consecutive elements into a reused buffer) and rebatch (split batches). */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "data/dataset.h"
-
-dist_status dist_dataset_batch(dist_dataset *in, int64_t size, int drop_remainder, dist_dataset **out) {
+dist_status dist_dataset_batch(dist_dataset *in, int64_t size, int drop_remainder,
+                               dist_dataset **out) {
     DIST_CHECK_ARG(in && out, "batch: NULL argument");
     DIST_CHECK_ARG(size >= 1, "batch: batch_size %lld must be >= 1", (long long)size);
     for (int i = 0; i < in->spec.count; i++)
-        DIST_CHECK_ARG(in->spec.ndim[i] < DIST_MAX_DIMS, "batch: item %d already has %d dimensions (max %d)", i,
-                       in->spec.ndim[i], DIST_MAX_DIMS);
+        DIST_CHECK_ARG(in->spec.ndim[i] < DIST_MAX_DIMS,
+                       "batch: item %d already has %d dimensions (max %d)", i, in->spec.ndim[i],
+                       DIST_MAX_DIMS);
     dist_dataset *ds = NULL;
-    DIST_TRY(node_new(NODE_BATCH, in, &ds, "batch(%lld,%d)", (long long)size, drop_remainder ? 1 : 0));
+    DIST_TRY(
+        node_new(NODE_BATCH, in, &ds, "batch(%lld,%d)", (long long)size, drop_remainder ? 1 : 0));
     ds->u.batch.size = size;
     ds->u.batch.drop_remainder = drop_remainder ? 1 : 0;
     for (int i = 0; i < in->spec.count; i++) {
@@ -24,8 +27,10 @@ dist_status dist_dataset_batch(dist_dataset *in, int64_t size, int drop_remainde
     int64_t n = in->cardinality;
     if (n >= 0) ds->cardinality = drop_remainder ? n / size : (n + size - 1) / size;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
@@ -40,8 +45,10 @@ dist_status dist_dataset_rebatch(dist_dataset *in, int num_replicas, dist_datase
     int64_t n = in->cardinality;
     if (n >= 0) ds->cardinality = n * num_replicas;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
@@ -51,7 +58,7 @@ typedef struct batch_it {
     node_it base;
     node_it *input;
     int ended;
-    elem_slot buf;                      /* the reused batch buffers */
+    elem_slot buf; /* the reused batch buffers */
     size_t item_bytes[DIST_ELEMENT_MAX];
     int64_t batches;
 } batch_it;
@@ -61,11 +68,13 @@ static dist_status shape_mismatch(const batch_it *it, int k, int item, const dis
     dist_tensor want = it->buf.t[item];
     want.ndim -= 1;
     memmove(want.shape, want.shape + 1, sizeof(int64_t) * (DIST_MAX_DIMS - 1));
-    return dist_error(DIST_INVALID_ARGUMENT,
-                      "batch %lld: element %d item %d is %s%s but the batch started with %s%s (batch "
-                      "needs equal shapes)",
-                      (long long)it->batches, k, item, dist_dtype_name(got->dtype), dist_shape_str(got, a, sizeof a),
-                      dist_dtype_name(want.dtype), dist_shape_str(&want, b, sizeof b));
+    return dist_error(
+        DIST_INVALID_ARGUMENT,
+        "batch %lld: element %d item %d is %s%s but the batch started with %s%s (batch "
+        "needs equal shapes)",
+        (long long)it->batches, k, item, dist_dtype_name(got->dtype),
+        dist_shape_str(got, a, sizeof a), dist_dtype_name(want.dtype),
+        dist_shape_str(&want, b, sizeof b));
 }
 
 static dist_status batch_start(batch_it *it, const dist_element *first) {
@@ -73,7 +82,8 @@ static dist_status batch_start(batch_it *it, const dist_element *first) {
     for (int i = 0; i < first->count; i++) {
         const dist_tensor *s = first->items[i];
         if (s->ndim >= DIST_MAX_DIMS)
-            return dist_error(DIST_INVALID_ARGUMENT, "batch: item %d already has %d dimensions", i, s->ndim);
+            return dist_error(DIST_INVALID_ARGUMENT, "batch: item %d already has %d dimensions", i,
+                              s->ndim);
         size_t bytes = dist_tensor_bytes(s);
         size_t need = bytes * (size_t)size;
         if (need > it->buf.cap[i] || !it->buf.t[i].data) {
@@ -109,7 +119,8 @@ static dist_status batch_next(node_it *base, dist_element *out, int *eos) {
         if (k == 0) {
             DIST_TRY(batch_start(it, &el));
         } else if (el.count != it->buf.count) {
-            return dist_error(DIST_INVALID_ARGUMENT, "batch %lld: element %lld has %d items, the first had %d",
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "batch %lld: element %lld has %d items, the first had %d",
                               (long long)it->batches, (long long)k, el.count, it->buf.count);
         }
         for (int i = 0; i < el.count; i++) {
@@ -154,7 +165,8 @@ dist_status batch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
     return DIST_OK;
 }
 
-/* ---- rebatch iterator: views into the input batch --------------------------------------------- */
+/* ---- rebatch iterator: views into the input batch ---------------------------------------------
+ */
 
 typedef struct rebatch_it {
     node_it base;
@@ -173,11 +185,13 @@ static dist_status rebatch_next(node_it *base, dist_element *out, int *eos) {
         DIST_TRY(node_it_next(it->input, &it->cur, eos));
         if (*eos) return DIST_OK;
         if (it->cur.count < 1 || it->cur.items[0]->ndim < 1)
-            return dist_error(DIST_INVALID_ARGUMENT, "rebatch: elements must be batches (rank >= 1)");
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "rebatch: elements must be batches (rank >= 1)");
         it->rows = it->cur.items[0]->shape[0];
         for (int i = 1; i < it->cur.count; i++)
             if (it->cur.items[i]->ndim < 1 || it->cur.items[i]->shape[0] != it->rows)
-                return dist_error(DIST_INVALID_ARGUMENT, "rebatch: item %d has another batch size than item 0", i);
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "rebatch: item %d has another batch size than item 0", i);
         it->per = (it->rows + r - 1) / r;
         it->piece = 0;
     }

@@ -1,8 +1,8 @@
 /* The counting transformations: repeat, take, skip, shard. */
-#include <stdlib.h>
-
 #include "core/error.h"
 #include "data/dataset.h"
+
+#include <stdlib.h>
 
 static int64_t known(int64_t n) { return n >= 0; }
 
@@ -19,8 +19,10 @@ dist_status dist_dataset_repeat(dist_dataset *in, int64_t count, dist_dataset **
     else
         ds->cardinality = n * count;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
@@ -39,8 +41,10 @@ dist_status dist_dataset_take(dist_dataset *in, int64_t count, dist_dataset **ou
     else
         ds->cardinality = n < count ? n : count;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
@@ -57,16 +61,18 @@ dist_status dist_dataset_skip(dist_dataset *in, int64_t count, dist_dataset **ou
     else
         ds->cardinality = n > count ? n - count : 0;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
 dist_status dist_dataset_shard(dist_dataset *in, int64_t num, int64_t index, dist_dataset **out) {
     DIST_CHECK_ARG(in && out, "shard: NULL argument");
     DIST_CHECK_ARG(num >= 1, "shard: num_shards %lld must be >= 1", (long long)num);
-    DIST_CHECK_ARG(index >= 0 && index < num, "shard: index %lld is outside 0..%lld", (long long)index,
-                   (long long)num - 1);
+    DIST_CHECK_ARG(index >= 0 && index < num, "shard: index %lld is outside 0..%lld",
+                   (long long)index, (long long)num - 1);
     dist_dataset *ds = NULL;
     DIST_TRY(node_new(NODE_SHARD, in, &ds, "shard(%lld,%lld)", (long long)num, (long long)index));
     ds->u.shard.num = num;
@@ -74,8 +80,10 @@ dist_status dist_dataset_shard(dist_dataset *in, int64_t num, int64_t index, dis
     int64_t n = in->cardinality;
     ds->cardinality = known(n) ? n / num + (index < n % num ? 1 : 0) : n;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
@@ -101,8 +109,8 @@ static dist_status count_next(node_it *base, dist_element *out, int *eos) {
                 return DIST_OK;
             }
             if (!it->input)
-                DIST_TRY(node_it_create(ds->input, base->ctx, data_mix64(base->gen + (uint64_t)it->done),
-                                        &it->input));
+                DIST_TRY(node_it_create(ds->input, base->ctx,
+                                        data_mix64(base->gen + (uint64_t)it->done), &it->input));
             int in_eos = 0;
             DIST_TRY(node_it_next(it->input, out, &in_eos));
             if (!in_eos) {

@@ -1,11 +1,12 @@
 /* Dataset nodes: reference counting, descriptions, introspection, cloning. */
+#include "data/dataset.h"
+
+#include "core/error.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "core/error.h"
-#include "data/dataset.h"
 
 file_table *file_table_retain(file_table *t) {
     if (t) atomic_fetch_add(&t->refs, 1);
@@ -22,7 +23,8 @@ void file_table_release(file_table *t) {
     free(t);
 }
 
-dist_status node_new(node_kind kind, dist_dataset *input, dist_dataset **out, const char *fmt, ...) {
+dist_status node_new(node_kind kind, dist_dataset *input, dist_dataset **out, const char *fmt,
+                     ...) {
     DIST_CHECK_ARG(out != NULL, "dataset: out is NULL");
     dist_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return dist_error(DIST_OUT_OF_MEMORY, "dataset: out of memory");
@@ -80,9 +82,7 @@ void dist_dataset_destroy(dist_dataset *ds) {
             for (int i = 0; i < ds->u.interleave.count; i++) free(ds->u.interleave.paths[i]);
             free(ds->u.interleave.paths);
             break;
-        case NODE_MAP:
-            file_table_release(ds->u.map.table);
-            break;
+        case NODE_MAP: file_table_release(ds->u.map.table); break;
         case NODE_CACHE:
             free(ds->u.cache.filename);
             cache_store_free(ds->u.cache.store);
@@ -142,12 +142,8 @@ dist_status node_clone_over(const dist_dataset *node, dist_dataset *new_input, d
         ds->cardinality = n;
         break;
     case NODE_SHUFFLE:
-    case NODE_PREFETCH:
-        ds->cardinality = n;
-        break;
-    default:
-        ds->cardinality = DIST_CARDINALITY_UNKNOWN;
-        break;
+    case NODE_PREFETCH: ds->cardinality = n; break;
+    default: ds->cardinality = DIST_CARDINALITY_UNKNOWN; break;
     }
     dist_status st = node_finish(ds);
     if (st != DIST_OK) {

@@ -2,15 +2,15 @@
 #ifndef DIST_DATA_DATASET_H
 #define DIST_DATA_DATASET_H
 
+#include "dist/data.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "dist/data.h"
-
 typedef enum node_kind {
     NODE_SLICES = 0,
-    NODE_FILES,      /* (file index, label) of a JPEG folder; decoded by a map above it */
+    NODE_FILES, /* (file index, label) of a JPEG folder; decoded by a map above it */
     NODE_INTERLEAVE,
     NODE_MAP,
     NODE_FILTER,
@@ -34,7 +34,7 @@ typedef struct file_table {
     int32_t *labels;
     int num_classes;
     char **class_names;
-    int channels, height, width;   /* decode options of the JPEG folder */
+    int channels, height, width; /* decode options of the JPEG folder */
     dist_jpeg_size_policy size_policy;
 } file_table;
 
@@ -43,7 +43,8 @@ void file_table_release(file_table *t);
 
 /* Hooks of the internal map variant: per-thread state (the JPEG decoder keeps a TurboJPEG
  * handle and scratch buffers in it). */
-typedef dist_status (*map_thread_fn)(const dist_element *in, dist_element *out, void *user, void *state);
+typedef dist_status (*map_thread_fn)(const dist_element *in, dist_element *out, void *user,
+                                     void *state);
 typedef dist_status (*map_state_create_fn)(void *user, void **state);
 typedef void (*map_state_destroy_fn)(void *state);
 
@@ -53,17 +54,18 @@ typedef struct dist_dataset dist_dataset;
 /* An internal map whose function gets per-thread state (used by the JPEG folder source);
  * `table` is its `user` and is retained by the node. */
 dist_status map_new_internal(dist_dataset *in, map_thread_fn tfn, map_state_create_fn create,
-                             map_state_destroy_fn destroy, file_table *table, const dist_element_spec *spec,
-                             int num_parallel, int skip_errors, const char *name, dist_dataset **out);
+                             map_state_destroy_fn destroy, file_table *table,
+                             const dist_element_spec *spec, int num_parallel, int skip_errors,
+                             const char *name, dist_dataset **out);
 
 struct dist_dataset {
     atomic_int refs;
     node_kind kind;
-    dist_dataset *input;          /* NULL for sources */
+    dist_dataset *input; /* NULL for sources */
     dist_element_spec spec;
     int64_t cardinality;
-    char *desc;                   /* whole-chain description */
-    char *label;                  /* this stage's own text, e.g. "batch(64,0)" */
+    char *desc;  /* whole-chain description */
+    char *label; /* this stage's own text, e.g. "batch(64,0)" */
     union {
         struct {
             int count;
@@ -73,7 +75,7 @@ struct dist_dataset {
         } slices;
         struct {
             file_table *table;
-            int32_t *indices;     /* the table rows this node yields (a FILE shard is a subset) */
+            int32_t *indices; /* the table rows this node yields (a FILE shard is a subset) */
             int count;
             int skipped_at_create;
         } files;
@@ -90,7 +92,7 @@ struct dist_dataset {
             map_state_create_fn state_create;
             map_state_destroy_fn state_destroy;
             void *user;
-            file_table *table;    /* the JPEG decode map's `user`, kept alive */
+            file_table *table; /* the JPEG decode map's `user`, kept alive */
             int num_parallel, skip_errors;
         } map;
         struct {
@@ -110,14 +112,14 @@ struct dist_dataset {
             int num_replicas;
         } rebatch;
         struct {
-            int64_t count;        /* repeat, take, skip */
+            int64_t count; /* repeat, take, skip */
         } count;
         struct {
             int64_t num, index;
         } shard;
         struct {
-            char *filename;       /* NULL: memory */
-            cache_store *store;   /* memory cache, shared by iterators */
+            char *filename;     /* NULL: memory */
+            cache_store *store; /* memory cache, shared by iterators */
         } cache;
         struct {
             int buffer_size;
@@ -179,7 +181,8 @@ static inline dist_status node_it_next(node_it *it, dist_element *out, int *eos)
 /* Per-kind iterator constructors (one file per kind). */
 dist_status slices_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
 dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
-dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
+                                 node_it **out);
 dist_status map_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
 dist_status filter_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
 dist_status shuffle_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
@@ -193,7 +196,8 @@ void cache_store_free(cache_store *s);
 
 /* FILE sharding: a copy of a file-based source keeping files i with i % num == index. */
 dist_status files_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out);
-dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out);
+dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index,
+                                   dist_dataset **out);
 
 /* splitmix64: the seed mixer and the stream behind shuffle. */
 static inline uint64_t data_mix64(uint64_t x) {

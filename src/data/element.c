@@ -1,15 +1,17 @@
 /* Element slots (reusable element copies) and errors carried across threads. */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "data/dataset.h"
-
 static dist_status slot_reserve(elem_slot *slot, int i, size_t bytes) {
     if (bytes <= slot->cap[i] && slot->t[i].data) return DIST_OK;
     void *p = realloc(slot->t[i].data, bytes ? bytes : 1);
-    if (!p) return dist_error(DIST_OUT_OF_MEMORY, "dataset: cannot allocate %zu bytes for an element", bytes);
+    if (!p)
+        return dist_error(DIST_OUT_OF_MEMORY, "dataset: cannot allocate %zu bytes for an element",
+                          bytes);
     slot->t[i].data = p;
     slot->cap[i] = bytes;
     return DIST_OK;
@@ -40,7 +42,8 @@ void slot_free(elem_slot *slot) {
 
 dist_status slot_alloc_spec(elem_slot *slot, const dist_element_spec *spec) {
     for (int i = 0; i < spec->count; i++) {
-        dist_tensor shape_only = dist_tensor_view(NULL, spec->dtype[i], spec->ndim[i], spec->shape[i]);
+        dist_tensor shape_only =
+            dist_tensor_view(NULL, spec->dtype[i], spec->ndim[i], spec->shape[i]);
         size_t bytes = dist_tensor_bytes(&shape_only);
         DIST_TRY(slot_reserve(slot, i, bytes));
         void *data = slot->t[i].data;

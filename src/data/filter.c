@@ -1,8 +1,8 @@
 /* filter: keeps the elements a user predicate accepts. */
-#include <stdlib.h>
-
 #include "core/error.h"
 #include "data/dataset.h"
+
+#include <stdlib.h>
 
 dist_status dist_dataset_filter(dist_dataset *in, dist_filter_fn pred, void *user, const char *name,
                                 dist_dataset **out) {
@@ -13,8 +13,10 @@ dist_status dist_dataset_filter(dist_dataset *in, dist_filter_fn pred, void *use
     ds->u.filter.user = user;
     ds->cardinality = DIST_CARDINALITY_UNKNOWN; /* as TF's FilterDataset */
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 

@@ -1,12 +1,12 @@
 /* The public iterator: epochs, positions, sticky errors, save and restore (by replay). */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "core/error.h"
-#include "data/dataset.h"
 
 #define STATE_FORMAT "libdist.iterator"
 #define STATE_VERSION 1
@@ -23,7 +23,8 @@ struct dist_iterator {
 
 static uint64_t fingerprint(const char *text) {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 1099511628211ULL;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
     return h;
 }
 
@@ -36,7 +37,8 @@ static dist_status start_epoch(dist_iterator *it, int64_t epoch) {
     it->sticky.status = DIST_OK;
     atomic_store(&it->ctx.skipped, 0);
     /* A reused iter_ctx is fine: nothing of the old tree is alive now. */
-    dist_status st = node_it_create(it->ds, &it->ctx, data_mix64((uint64_t)epoch ^ 0x5eedULL), &it->root);
+    dist_status st =
+        node_it_create(it->ds, &it->ctx, data_mix64((uint64_t)epoch ^ 0x5eedULL), &it->root);
     if (st != DIST_OK) carried_error_capture(&it->sticky, st);
     return st;
 }
@@ -136,10 +138,11 @@ static dist_status mismatch_error(const char *saved, const char *mine) {
         const char *ea = strstr(a, " <- "), *eb = strstr(b, " <- ");
         size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
         if (la != lb || memcmp(a, b, la) != 0 || !ea || !eb) {
-            return dist_error(DIST_INVALID_ARGUMENT,
-                              "iterator state belongs to another pipeline: stage %d is '%.*s' in the "
-                              "state but '%.*s' in this iterator",
-                              stage, (int)(la > 200 ? 200 : la), a, (int)(lb > 200 ? 200 : lb), b);
+            return dist_error(
+                DIST_INVALID_ARGUMENT,
+                "iterator state belongs to another pipeline: stage %d is '%.*s' in the "
+                "state but '%.*s' in this iterator",
+                stage, (int)(la > 200 ? 200 : la), a, (int)(lb > 200 ? 200 : lb), b);
         }
         a = ea + 4;
         b = eb + 4;
@@ -158,16 +161,18 @@ dist_status dist_iterator_restore(dist_iterator *it, const void *bytes, size_t n
     const cJSON *ep = cJSON_GetObjectItemCaseSensitive(root, "epoch");
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(root, "position");
     const cJSON *ended = cJSON_GetObjectItemCaseSensitive(root, "ended");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 || !cJSON_IsNumber(ver) ||
-        !cJSON_IsString(pipe) || !cJSON_IsNumber(ep) || !cJSON_IsNumber(pos) || ep->valuedouble < 0 ||
-        pos->valuedouble < 0) {
-        st = dist_error(DIST_FORMAT, "iterator state: not a %s state (format, version, pipeline, epoch, "
-                                     "position)", STATE_FORMAT);
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, STATE_FORMAT) != 0 ||
+        !cJSON_IsNumber(ver) || !cJSON_IsString(pipe) || !cJSON_IsNumber(ep) ||
+        !cJSON_IsNumber(pos) || ep->valuedouble < 0 || pos->valuedouble < 0) {
+        st = dist_error(DIST_FORMAT,
+                        "iterator state: not a %s state (format, version, pipeline, epoch, "
+                        "position)",
+                        STATE_FORMAT);
         goto done;
     }
     if (ver->valueint != STATE_VERSION) {
-        st = dist_error(DIST_FORMAT, "iterator state: version %d, this libdist reads %d", ver->valueint,
-                        STATE_VERSION);
+        st = dist_error(DIST_FORMAT, "iterator state: version %d, this libdist reads %d",
+                        ver->valueint, STATE_VERSION);
         goto done;
     }
     if (strcmp(pipe->valuestring, it->ds->desc) != 0) {
@@ -181,9 +186,10 @@ dist_status dist_iterator_restore(dist_iterator *it, const void *bytes, size_t n
         int eos = 0;
         DIST_TRY_GOTO(dist_iterator_next(it, &el, &eos), st, done);
         if (eos) {
-            st = dist_error(DIST_FORMAT, "iterator state: position %lld is past the end of epoch %lld "
-                                         "(%lld elements)", (long long)target, (long long)it->epoch,
-                            (long long)it->position);
+            st = dist_error(DIST_FORMAT,
+                            "iterator state: position %lld is past the end of epoch %lld "
+                            "(%lld elements)",
+                            (long long)target, (long long)it->epoch, (long long)it->position);
             goto done;
         }
     }

@@ -1,30 +1,33 @@
 /* map (inline, or on N threads with the input order kept), filter, and the built-in
  * image-normalize map. */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "data/dataset.h"
-
 static dist_status check_spec(const dist_element_spec *spec) {
-    DIST_CHECK_ARG(spec->count >= 1 && spec->count <= DIST_ELEMENT_MAX, "map: output_spec.count %d is outside 1..%d",
-                   spec->count, DIST_ELEMENT_MAX);
+    DIST_CHECK_ARG(spec->count >= 1 && spec->count <= DIST_ELEMENT_MAX,
+                   "map: output_spec.count %d is outside 1..%d", spec->count, DIST_ELEMENT_MAX);
     for (int i = 0; i < spec->count; i++) {
-        DIST_CHECK_ARG(dist_dtype_size(spec->dtype[i]) > 0, "map: output item %d has an unknown dtype", i);
-        DIST_CHECK_ARG(spec->ndim[i] >= 0 && spec->ndim[i] <= DIST_MAX_DIMS, "map: output item %d has rank %d", i,
-                       spec->ndim[i]);
+        DIST_CHECK_ARG(dist_dtype_size(spec->dtype[i]) > 0,
+                       "map: output item %d has an unknown dtype", i);
+        DIST_CHECK_ARG(spec->ndim[i] >= 0 && spec->ndim[i] <= DIST_MAX_DIMS,
+                       "map: output item %d has rank %d", i, spec->ndim[i]);
         for (int d = 0; d < spec->ndim[i]; d++)
-            DIST_CHECK_ARG(spec->shape[i][d] >= 0, "map: output item %d dimension %d is unknown (%lld); a map "
-                                                   "declares its output shapes", i, d, (long long)spec->shape[i][d]);
+            DIST_CHECK_ARG(spec->shape[i][d] >= 0,
+                           "map: output item %d dimension %d is unknown (%lld); a map "
+                           "declares its output shapes",
+                           i, d, (long long)spec->shape[i][d]);
     }
     return DIST_OK;
 }
 
 /* The map node behind dist_dataset_map and the internal maps (JPEG decode). */
 static dist_status map_new(dist_dataset *in, dist_map_fn fn, map_thread_fn tfn, void *user,
-                           const dist_element_spec *spec, int num_parallel, int skip_errors, const char *name,
-                           dist_dataset **out) {
+                           const dist_element_spec *spec, int num_parallel, int skip_errors,
+                           const char *name, dist_dataset **out) {
     DIST_TRY(check_spec(spec));
     dist_dataset *ds = NULL;
     DIST_TRY(node_new(NODE_MAP, in, &ds, "%s%s", name, skip_errors ? "[skip_errors]" : ""));
@@ -36,24 +39,27 @@ static dist_status map_new(dist_dataset *in, dist_map_fn fn, map_thread_fn tfn, 
     ds->u.map.skip_errors = skip_errors ? 1 : 0;
     if (skip_errors) ds->cardinality = DIST_CARDINALITY_UNKNOWN;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
-dist_status dist_dataset_map(dist_dataset *in, dist_map_fn fn, void *user, const dist_map_options *opts,
-                             dist_dataset **out) {
+dist_status dist_dataset_map(dist_dataset *in, dist_map_fn fn, void *user,
+                             const dist_map_options *opts, dist_dataset **out) {
     DIST_CHECK_ARG(in && fn && opts && out, "map: NULL argument");
-    DIST_CHECK_ARG(opts->version == DIST_MAP_OPTIONS_VERSION, "map: options version %d, expected %d", opts->version,
-                   DIST_MAP_OPTIONS_VERSION);
+    DIST_CHECK_ARG(opts->version == DIST_MAP_OPTIONS_VERSION,
+                   "map: options version %d, expected %d", opts->version, DIST_MAP_OPTIONS_VERSION);
     DIST_CHECK_ARG(opts->output_spec != NULL, "map: output_spec is required");
     return map_new(in, fn, NULL, user, opts->output_spec, opts->num_parallel, opts->skip_errors,
                    opts->name ? opts->name : "map", out);
 }
 
 dist_status map_new_internal(dist_dataset *in, map_thread_fn tfn, map_state_create_fn create,
-                             map_state_destroy_fn destroy, file_table *table, const dist_element_spec *spec,
-                             int num_parallel, int skip_errors, const char *name, dist_dataset **out) {
+                             map_state_destroy_fn destroy, file_table *table,
+                             const dist_element_spec *spec, int num_parallel, int skip_errors,
+                             const char *name, dist_dataset **out) {
     dist_dataset *ds = NULL;
     DIST_TRY(map_new(in, NULL, tfn, table, spec, num_parallel, skip_errors, name, &ds));
     ds->u.map.state_create = create;
@@ -63,7 +69,8 @@ dist_status map_new_internal(dist_dataset *in, map_thread_fn tfn, map_state_crea
     return DIST_OK;
 }
 
-/* ---- built-in: image normalize ---------------------------------------------------------------- */
+/* ---- built-in: image normalize ----------------------------------------------------------------
+ */
 
 static dist_status normalize_fn(const dist_element *in, dist_element *out, void *user) {
     (void)user;
@@ -71,8 +78,10 @@ static dist_status normalize_fn(const dist_element *in, dist_element *out, void 
     dist_tensor *o = out->items[0];
     int64_t n = dist_tensor_numel(img);
     if (img->dtype != DIST_U8 || n != dist_tensor_numel(o))
-        return dist_error(DIST_INVALID_ARGUMENT, "image_normalize: image is %s with %lld values, expected uint8 "
-                                                 "with %lld", dist_dtype_name(img->dtype), (long long)n,
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "image_normalize: image is %s with %lld values, expected uint8 "
+                          "with %lld",
+                          dist_dtype_name(img->dtype), (long long)n,
                           (long long)dist_tensor_numel(o));
     const uint8_t *src = img->data;
     float *dst = o->data;
@@ -86,7 +95,8 @@ static dist_status normalize_fn(const dist_element *in, dist_element *out, void 
         case DIST_I32: *d = *(const int32_t *)l->data; break;
         case DIST_I64: *d = (int32_t) * (const int64_t *)l->data; break;
         default:
-            return dist_error(DIST_INVALID_ARGUMENT, "image_normalize: label dtype %s is not an integer",
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "image_normalize: label dtype %s is not an integer",
                               dist_dtype_name(l->dtype));
         }
     }
@@ -96,15 +106,20 @@ static dist_status normalize_fn(const dist_element *in, dist_element *out, void 
 dist_status dist_dataset_map_image_normalize(dist_dataset *in, dist_dataset **out) {
     DIST_CHECK_ARG(in && out, "map_image_normalize: NULL argument");
     const dist_element_spec *s = &in->spec;
-    DIST_CHECK_ARG(s->count == 1 || s->count == 2, "map_image_normalize: elements have %d items, expected "
-                                                   "(image) or (image, label)", s->count);
-    DIST_CHECK_ARG(s->dtype[0] == DIST_U8 && (s->ndim[0] == 2 || s->ndim[0] == 3),
-                   "map_image_normalize: the image is %s of rank %d, expected uint8 [H,W] or [H,W,C]",
-                   dist_dtype_name(s->dtype[0]), s->ndim[0]);
+    DIST_CHECK_ARG(s->count == 1 || s->count == 2,
+                   "map_image_normalize: elements have %d items, expected "
+                   "(image) or (image, label)",
+                   s->count);
+    DIST_CHECK_ARG(
+        s->dtype[0] == DIST_U8 && (s->ndim[0] == 2 || s->ndim[0] == 3),
+        "map_image_normalize: the image is %s of rank %d, expected uint8 [H,W] or [H,W,C]",
+        dist_dtype_name(s->dtype[0]), s->ndim[0]);
     for (int d = 0; d < s->ndim[0]; d++)
-        DIST_CHECK_ARG(s->shape[0][d] > 0, "map_image_normalize: the image size is not known (dimension %d)", d);
+        DIST_CHECK_ARG(s->shape[0][d] > 0,
+                       "map_image_normalize: the image size is not known (dimension %d)", d);
     if (s->count == 2)
-        DIST_CHECK_ARG(s->ndim[1] == 0 && (s->dtype[1] == DIST_U8 || s->dtype[1] == DIST_I32 || s->dtype[1] == DIST_I64),
+        DIST_CHECK_ARG(s->ndim[1] == 0 && (s->dtype[1] == DIST_U8 || s->dtype[1] == DIST_I32 ||
+                                           s->dtype[1] == DIST_I64),
                        "map_image_normalize: the label must be an integer scalar");
     dist_element_spec o;
     memset(&o, 0, sizeof o);
@@ -121,11 +136,12 @@ dist_status dist_dataset_map_image_normalize(dist_dataset *in, dist_dataset **ou
     return map_new(in, normalize_fn, NULL, NULL, &o, 1, 0, "image_normalize", out);
 }
 
-/* ---- map iterator ------------------------------------------------------------------------------ */
+/* ---- map iterator ------------------------------------------------------------------------------
+ */
 
 typedef struct map_job {
     elem_slot in, out;
-    int done;
+    atomic_int done;
     carried_error err;
 } map_job;
 
@@ -149,12 +165,17 @@ typedef struct map_it {
     int sync_init;
     map_job *jobs;
     int64_t head, tail, claim; /* jobs [head, tail) are in flight; workers claim in order */
+    int64_t chunk;             /* most jobs a worker takes at once */
+    atomic_llong waiting_for;  /* the job the consumer sleeps on, -1 none */
+    int idle, consumer_waiting;
+    carried_error input_err; /* the input failed after the published jobs */
     int held, input_ended, stop;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
 } map_it;
 
-static dist_status call_map(const dist_dataset *ds, const dist_element *in, dist_element *out, void *state) {
+static dist_status call_map(const dist_dataset *ds, const dist_element *in, dist_element *out,
+                            void *state) {
     if (ds->u.map.tfn) return ds->u.map.tfn(in, out, ds->u.map.user, state);
     return ds->u.map.fn(in, out, ds->u.map.user);
 }
@@ -181,26 +202,45 @@ static dist_status map_inline_next(map_it *it, dist_element *out, int *eos) {
     }
 }
 
+static void run_job(map_it *it, map_job *job, void *state) {
+    dist_element in, out;
+    slot_view(&job->in, &in);
+    slot_view(&job->out, &out);
+    dist_status st = call_map(it->base.ds, &in, &out, state);
+    if (st != DIST_OK)
+        carried_error_capture(&job->err, st);
+    else
+        job->err.status = DIST_OK;
+    atomic_store_explicit(&job->done, 1, memory_order_release);
+}
+
+/* Workers take chunks of consecutive jobs and the consumer publishes jobs in batches and sleeps
+ * only on the job it needs: per-element wake-ups would cost more than decoding a small JPEG. */
 static void *map_worker(void *arg) {
     worker_arg *a = arg;
     map_it *it = a->it;
     void *state = a->state;
     pthread_mutex_lock(&it->mu);
     for (;;) {
-        while (!it->stop && it->claim >= it->tail) pthread_cond_wait(&it->work_cv, &it->mu);
+        while (!it->stop && it->claim >= it->tail) {
+            it->idle++;
+            pthread_cond_wait(&it->work_cv, &it->mu);
+            it->idle--;
+        }
         if (it->stop) break;
-        map_job *job = &it->jobs[it->claim % it->window];
-        it->claim++;
+        int64_t lo = it->claim, avail = it->tail - lo;
+        int64_t take = avail / (it->idle + 1); /* share what is published with idle workers */
+        if (take < 1) take = 1;
+        if (take > it->chunk) take = it->chunk;
+        it->claim = lo + take;
         pthread_mutex_unlock(&it->mu);
-        dist_element in, out;
-        slot_view(&job->in, &in);
-        slot_view(&job->out, &out);
-        dist_status st = call_map(it->base.ds, &in, &out, state);
-        if (st != DIST_OK) carried_error_capture(&job->err, st);
-        else job->err.status = DIST_OK;
+        int wake = 0;
+        for (int64_t j = lo; j < lo + take; j++) {
+            run_job(it, &it->jobs[j % it->window], state);
+            wake |= j == atomic_load_explicit(&it->waiting_for, memory_order_acquire);
+        }
         pthread_mutex_lock(&it->mu);
-        job->done = 1;
-        pthread_cond_broadcast(&it->done_cv);
+        if (wake || it->consumer_waiting) pthread_cond_signal(&it->done_cv);
     }
     pthread_mutex_unlock(&it->mu);
     return NULL;
@@ -213,30 +253,54 @@ static dist_status map_parallel_next(map_it *it, dist_element *out, int *eos) {
             it->head++;
             it->held = 0;
         }
-        while (!it->input_ended && it->tail - it->head < it->window) {
-            dist_element in;
-            int in_eos = 0;
-            DIST_TRY(node_it_next(it->input, &in, &in_eos));
-            if (in_eos) {
-                it->input_ended = 1;
-                break;
+        /* Refill below the low-water mark only, then publish the new jobs at once. */
+        if (!it->input_ended && it->tail - it->head <= it->window / 2) {
+            int64_t tail = it->tail;
+            while (!it->input_ended && tail - it->head < it->window) {
+                dist_element in;
+                int in_eos = 0;
+                dist_status st = node_it_next(it->input, &in, &in_eos);
+                if (st == DIST_OK && !in_eos) {
+                    map_job *job = &it->jobs[tail % it->window];
+                    st = slot_copy(&job->in, &in);
+                    atomic_store_explicit(&job->done, 0, memory_order_relaxed);
+                    if (st == DIST_OK) tail++;
+                }
+                if (st != DIST_OK) {
+                    /* Publish what was read; the error comes after those elements. */
+                    carried_error_capture(&it->input_err, st);
+                    it->input_ended = 1;
+                }
+                if (in_eos) it->input_ended = 1;
             }
-            map_job *job = &it->jobs[it->tail % it->window];
-            DIST_TRY(slot_copy(&job->in, &in));
-            job->done = 0;
             pthread_mutex_lock(&it->mu);
-            it->tail++;
-            pthread_cond_signal(&it->work_cv);
+            it->tail = tail;
+            if (it->idle) pthread_cond_broadcast(&it->work_cv);
             pthread_mutex_unlock(&it->mu);
         }
         if (it->head == it->tail) {
+            if (it->input_err.status != DIST_OK) return carried_error_raise(&it->input_err);
             *eos = 1;
             return DIST_OK;
         }
         map_job *job = &it->jobs[it->head % it->window];
-        pthread_mutex_lock(&it->mu);
-        while (!job->done) pthread_cond_wait(&it->done_cv, &it->mu);
-        pthread_mutex_unlock(&it->mu);
+        while (!atomic_load_explicit(&job->done, memory_order_acquire)) {
+            pthread_mutex_lock(&it->mu);
+            if (it->claim < it->tail) {
+                /* Help instead of sleeping: the caller is one of the num_parallel threads. */
+                int64_t j = it->claim++;
+                pthread_mutex_unlock(&it->mu);
+                run_job(it, &it->jobs[j % it->window], it->states[it->nthreads]);
+                continue;
+            }
+            atomic_store_explicit(&it->waiting_for, it->head, memory_order_release);
+            it->consumer_waiting = 1;
+            while (!atomic_load_explicit(&job->done, memory_order_acquire))
+                pthread_cond_wait(&it->done_cv, &it->mu);
+            it->consumer_waiting = 0;
+            atomic_store_explicit(&it->waiting_for, -1, memory_order_release);
+            pthread_mutex_unlock(&it->mu);
+        }
         it->held = 1;
         if (job->err.status == DIST_OK) {
             slot_view(&job->out, out);
@@ -268,7 +332,7 @@ static void map_destroy(node_it *base) {
         pthread_cond_destroy(&it->done_cv);
     }
     if (it->states && ds->u.map.state_destroy)
-        for (int i = 0; i < it->nthreads; i++) ds->u.map.state_destroy(it->states[i]);
+        for (int i = 0; i <= it->nthreads; i++) ds->u.map.state_destroy(it->states[i]);
     if (it->state && ds->u.map.state_destroy) ds->u.map.state_destroy(it->state);
     if (it->jobs)
         for (int i = 0; i < it->window; i++) {
@@ -288,17 +352,22 @@ static const node_it_vt map_vt = {map_next, map_destroy};
 
 static dist_status map_start_threads(map_it *it) {
     const dist_dataset *ds = it->base.ds;
-    it->nthreads = ds->u.map.num_parallel;
-    it->window = 4 * it->nthreads;
+    /* num_parallel - 1 workers; the calling thread decodes too while it waits (state index
+     * nthreads is its own). */
+    it->nthreads = ds->u.map.num_parallel - 1;
+    it->window = 64 * ds->u.map.num_parallel;
+    it->chunk = 16;
+    atomic_init(&it->waiting_for, -1);
     it->jobs = calloc((size_t)it->window, sizeof *it->jobs);
     it->threads = calloc((size_t)it->nthreads, sizeof *it->threads);
-    it->states = calloc((size_t)it->nthreads, sizeof *it->states);
+    it->states = calloc((size_t)it->nthreads + 1, sizeof *it->states);
     it->args = calloc((size_t)it->nthreads, sizeof *it->args);
     if (!it->jobs || !it->threads || !it->states || !it->args)
         return dist_error(DIST_OUT_OF_MEMORY, "map: out of memory");
     for (int i = 0; i < it->window; i++) DIST_TRY(slot_alloc_spec(&it->jobs[i].out, &ds->spec));
-    for (int i = 0; i < it->nthreads; i++)
-        if (ds->u.map.state_create) DIST_TRY(ds->u.map.state_create(ds->u.map.user, &it->states[i]));
+    for (int i = 0; i <= it->nthreads; i++)
+        if (ds->u.map.state_create)
+            DIST_TRY(ds->u.map.state_create(ds->u.map.user, &it->states[i]));
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->work_cv, NULL);
     pthread_cond_init(&it->done_cv, NULL);
@@ -324,7 +393,8 @@ dist_status map_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, n
     }
     if (ds->u.map.num_parallel <= 1) {
         DIST_TRY_GOTO(slot_alloc_spec(&it->out, &ds->spec), st, fail);
-        if (ds->u.map.state_create) DIST_TRY_GOTO(ds->u.map.state_create(ds->u.map.user, &it->state), st, fail);
+        if (ds->u.map.state_create)
+            DIST_TRY_GOTO(ds->u.map.state_create(ds->u.map.user, &it->state), st, fail);
     } else {
         DIST_TRY_GOTO(map_start_threads(it), st, fail);
     }

@@ -1,8 +1,8 @@
 /* prefetch: a background thread runs the input into a bounded ring of element slots. */
-#include <stdlib.h>
-
 #include "core/error.h"
 #include "data/dataset.h"
+
+#include <stdlib.h>
 
 dist_status dist_dataset_prefetch(dist_dataset *in, int buffer_size, dist_dataset **out) {
     DIST_CHECK_ARG(in && out, "prefetch: NULL argument");
@@ -11,19 +11,21 @@ dist_status dist_dataset_prefetch(dist_dataset *in, int buffer_size, dist_datase
     DIST_TRY(node_new(NODE_PREFETCH, in, &ds, "prefetch(%d)", buffer_size));
     ds->u.prefetch.buffer_size = buffer_size;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
 typedef struct prefetch_it {
     node_it base;
-    node_it *input;        /* used only by the producer thread while it runs */
+    node_it *input; /* used only by the producer thread while it runs */
     elem_slot *ring;
-    int64_t cap;           /* buffer_size + 1: the consumer holds one slot */
-    int64_t head, tail;    /* [head, tail) are filled; head is held while `held` */
+    int64_t cap;        /* buffer_size + 1: the consumer holds one slot */
+    int64_t head, tail; /* [head, tail) are filled; head is held while `held` */
     int held, ended, stop, thread_started;
-    carried_error err;     /* status != OK: the producer failed after `tail` elements */
+    carried_error err; /* status != OK: the producer failed after `tail` elements */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t not_full, not_empty;
@@ -33,7 +35,8 @@ static void *producer(void *arg) {
     prefetch_it *it = arg;
     for (;;) {
         pthread_mutex_lock(&it->mu);
-        while (!it->stop && it->tail - it->head >= it->cap) pthread_cond_wait(&it->not_full, &it->mu);
+        while (!it->stop && it->tail - it->head >= it->cap)
+            pthread_cond_wait(&it->not_full, &it->mu);
         int stop = it->stop;
         elem_slot *slot = &it->ring[it->tail % it->cap];
         pthread_mutex_unlock(&it->mu);
@@ -43,9 +46,12 @@ static void *producer(void *arg) {
         dist_status st = node_it_next(it->input, &el, &eos);
         if (st == DIST_OK && !eos) st = slot_copy(slot, &el);
         pthread_mutex_lock(&it->mu);
-        if (st != DIST_OK) carried_error_capture(&it->err, st);
-        else if (eos) it->ended = 1;
-        else it->tail++;
+        if (st != DIST_OK)
+            carried_error_capture(&it->err, st);
+        else if (eos)
+            it->ended = 1;
+        else
+            it->tail++;
         pthread_cond_signal(&it->not_empty);
         int done = st != DIST_OK || eos;
         pthread_mutex_unlock(&it->mu);

@@ -1,15 +1,16 @@
 /* shuffle with TF's buffer semantics: fill a buffer of buffer_size elements, output a uniformly
  * chosen one, put the next input element in its place; drain the buffer at the end. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "core/error.h"
 #include "data/dataset.h"
 
-dist_status dist_dataset_shuffle(dist_dataset *in, int64_t buffer_size, uint64_t seed, int reshuffle_each_iteration,
-                                 dist_dataset **out) {
+#include <stdlib.h>
+#include <string.h>
+
+dist_status dist_dataset_shuffle(dist_dataset *in, int64_t buffer_size, uint64_t seed,
+                                 int reshuffle_each_iteration, dist_dataset **out) {
     DIST_CHECK_ARG(in && out, "shuffle: NULL argument");
-    DIST_CHECK_ARG(buffer_size >= 1, "shuffle: buffer_size %lld must be >= 1", (long long)buffer_size);
+    DIST_CHECK_ARG(buffer_size >= 1, "shuffle: buffer_size %lld must be >= 1",
+                   (long long)buffer_size);
     dist_dataset *ds = NULL;
     DIST_TRY(node_new(NODE_SHUFFLE, in, &ds, "shuffle(%lld,%llu,%d)", (long long)buffer_size,
                       (unsigned long long)seed, reshuffle_each_iteration ? 1 : 0));
@@ -17,8 +18,10 @@ dist_status dist_dataset_shuffle(dist_dataset *in, int64_t buffer_size, uint64_t
     ds->u.shuffle.seed = seed;
     ds->u.shuffle.reshuffle = reshuffle_each_iteration ? 1 : 0;
     dist_status st = node_finish(ds);
-    if (st != DIST_OK) dist_dataset_destroy(ds);
-    else *out = ds;
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
     return st;
 }
 
@@ -50,7 +53,9 @@ static dist_status pull_into(shuffle_it *it, int64_t index) {
             int64_t cap = it->cap ? it->cap * 2 : 64;
             if (cap > it->base.ds->u.shuffle.buffer_size) cap = it->base.ds->u.shuffle.buffer_size;
             elem_slot *s = realloc(it->slots, sizeof *s * (size_t)cap);
-            if (!s) return dist_error(DIST_OUT_OF_MEMORY, "shuffle: cannot grow the buffer to %lld", (long long)cap);
+            if (!s)
+                return dist_error(DIST_OUT_OF_MEMORY, "shuffle: cannot grow the buffer to %lld",
+                                  (long long)cap);
             memset(s + it->cap, 0, sizeof *s * (size_t)(cap - it->cap));
             it->slots = s;
             it->cap = cap;

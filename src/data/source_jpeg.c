@@ -1,5 +1,8 @@
 /* JPEG image folders: root/<class>/<file>.jpg, listed now, decoded by an internal map with
  * libjpeg-turbo (TurboJPEG API) on per-thread handles and scratch buffers. */
+#include "core/error.h"
+#include "data/dataset.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -9,10 +12,8 @@
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
-#include "core/error.h"
-#include "data/dataset.h"
-
-/* ---- listing ----------------------------------------------------------------------------------- */
+/* ---- listing -----------------------------------------------------------------------------------
+ */
 
 typedef struct name_list {
     char **v;
@@ -39,7 +40,9 @@ static void names_free(name_list *l) {
     memset(l, 0, sizeof *l);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int is_jpeg_name(const char *name) {
     const char *dot = strrchr(name, '.');
@@ -51,14 +54,16 @@ static dist_status list_dir(const char *dir, int want_dirs, name_list *out) {
     DIR *d = opendir(dir);
     if (!d) {
         int e = errno;
-        return dist_error_errno(e == ENOENT ? DIST_NOT_FOUND : DIST_IO, e, "jpeg folder: cannot open '%s'", dir);
+        return dist_error_errno(e == ENOENT ? DIST_NOT_FOUND : DIST_IO, e,
+                                "jpeg folder: cannot open '%s'", dir);
     }
     dist_status st = DIST_OK;
     struct dirent *e;
     char path[4096];
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int len = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (len < 0 || (size_t)len >= sizeof path) continue; /* longer than PATH_MAX: not ours */
         struct stat sb;
         if (stat(path, &sb) != 0) continue;
         int ok = want_dirs ? S_ISDIR(sb.st_mode) : (S_ISREG(sb.st_mode) && is_jpeg_name(e->d_name));
@@ -94,7 +99,8 @@ static dist_status scan(const char *root, int skip_bad, file_table *t, int *skip
     int cap = 0;
     DIST_TRY_GOTO(list_dir(root, 1, &classes), st, done);
     if (classes.n == 0) {
-        st = dist_error(DIST_FORMAT, "jpeg folder '%s': no class folders (expected root/<class>/*.jpg)", root);
+        st = dist_error(DIST_FORMAT,
+                        "jpeg folder '%s': no class folders (expected root/<class>/*.jpg)", root);
         goto done;
     }
     t->class_names = calloc((size_t)classes.n, sizeof *t->class_names);
@@ -107,7 +113,12 @@ static dist_status scan(const char *root, int skip_bad, file_table *t, int *skip
         classes.v[c] = NULL;
         t->num_classes++;
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s/%s", root, t->class_names[c]);
+        int dlen = snprintf(dir, sizeof dir, "%s/%s", root, t->class_names[c]);
+        if (dlen < 0 || (size_t)dlen >= sizeof dir) {
+            st = dist_error(DIST_INVALID_ARGUMENT, "jpeg folder: path of class '%s' is too long",
+                            t->class_names[c]);
+            goto done;
+        }
         name_list files = {0};
         st = list_dir(dir, 0, &files);
         if (st == DIST_OK && files.n == 0) {
@@ -115,7 +126,8 @@ static dist_status scan(const char *root, int skip_bad, file_table *t, int *skip
                 (*skipped)++;
                 dist_log(DIST_LOG_WARN, "jpeg folder: skipping the empty class folder '%s'", dir);
             } else {
-                st = dist_error(DIST_FORMAT, "jpeg folder: class folder '%s' has no .jpg/.jpeg files", dir);
+                st = dist_error(DIST_FORMAT,
+                                "jpeg folder: class folder '%s' has no .jpg/.jpeg files", dir);
             }
         }
         for (int i = 0; st == DIST_OK && i < files.n; i++) {
@@ -136,7 +148,8 @@ done:
     return st;
 }
 
-/* ---- decoding ------------------------------------------------------------------------------------ */
+/* ---- decoding
+ * ------------------------------------------------------------------------------------ */
 
 typedef struct jpeg_state {
     tjhandle tj;
@@ -181,7 +194,9 @@ static dist_status grow(unsigned char **buf, size_t *cap, size_t need) {
 
 static dist_status read_file(jpeg_state *s, const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
-    if (!f) return dist_error_errno(errno == ENOENT ? DIST_NOT_FOUND : DIST_IO, errno, "jpeg: cannot open '%s'", path);
+    if (!f)
+        return dist_error_errno(errno == ENOENT ? DIST_NOT_FOUND : DIST_IO, errno,
+                                "jpeg: cannot open '%s'", path);
     dist_status st = DIST_OK;
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
@@ -197,7 +212,8 @@ static dist_status read_file(jpeg_state *s, const char *path, size_t *n) {
 }
 
 /* Bilinear resize with half-pixel centres (TF's resize(..., "bilinear")). */
-static void resize_bilinear(const unsigned char *src, int sw, int sh, unsigned char *dst, int dw, int dh, int c) {
+static void resize_bilinear(const unsigned char *src, int sw, int sh, unsigned char *dst, int dw,
+                            int dh, int c) {
     const float sx = (float)sw / (float)dw, sy = (float)sh / (float)dh;
     for (int y = 0; y < dh; y++) {
         float fy = ((float)y + 0.5f) * sy - 0.5f;
@@ -214,8 +230,10 @@ static void resize_bilinear(const unsigned char *src, int sw, int sh, unsigned c
             int x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
             float wx = fx - (float)x0;
             for (int k = 0; k < c; k++) {
-                float a = src[((size_t)y0 * sw + x0) * c + k], b = src[((size_t)y0 * sw + x1) * c + k];
-                float d = src[((size_t)y1 * sw + x0) * c + k], e = src[((size_t)y1 * sw + x1) * c + k];
+                float a = src[((size_t)y0 * sw + x0) * c + k],
+                      b = src[((size_t)y0 * sw + x1) * c + k];
+                float d = src[((size_t)y1 * sw + x0) * c + k],
+                      e = src[((size_t)y1 * sw + x1) * c + k];
                 float v = (a + (b - a) * wx) * (1 - wy) + (d + (e - d) * wx) * wy;
                 dst[((size_t)y * dw + x) * c + k] = (unsigned char)(v + 0.5f);
             }
@@ -232,7 +250,8 @@ static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *
     DIST_TRY(read_file(s, path, &n));
     int w = 0, h = 0, subsamp = 0, cs = 0;
     if (tjDecompressHeader3(s->tj, s->file, (unsigned long)n, &w, &h, &subsamp, &cs) != 0)
-        return dist_error(DIST_FORMAT, "jpeg: '%s' is not a readable JPEG: %s", path, tjGetErrorStr2(s->tj));
+        return dist_error(DIST_FORMAT, "jpeg: '%s' is not a readable JPEG: %s", path,
+                          tjGetErrorStr2(s->tj));
     const int c = t->channels, pf = c == 1 ? TJPF_GRAY : TJPF_RGB;
     const int flags = TJFLAG_STOPONWARNING;
     unsigned char *dst = out->items[0]->data;
@@ -240,8 +259,8 @@ static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *
         if (tjDecompress2(s->tj, s->file, (unsigned long)n, dst, w, w * c, h, pf, flags) != 0)
             return dist_error(DIST_FORMAT, "jpeg: '%s': %s", path, tjGetErrorStr2(s->tj));
     } else if (t->size_policy == DIST_JPEG_REJECT) {
-        return dist_error(DIST_FORMAT, "jpeg: '%s' is %dx%d, expected %dx%d (size policy: reject)", path, w, h,
-                          t->width, t->height);
+        return dist_error(DIST_FORMAT, "jpeg: '%s' is %dx%d, expected %dx%d (size policy: reject)",
+                          path, w, h, t->width, t->height);
     } else {
         DIST_TRY(grow(&s->pix, &s->pix_cap, (size_t)w * (size_t)h * (size_t)c));
         if (tjDecompress2(s->tj, s->file, (unsigned long)n, s->pix, w, w * c, h, pf, flags) != 0)
@@ -259,14 +278,18 @@ static dist_status first_image_size(const file_table *t, int *w, int *h) {
     size_t n = 0;
     dist_status st = read_file(s, t->paths[0], &n);
     int subsamp = 0, cs = 0;
-    if (st == DIST_OK && tjDecompressHeader3(s->tj, s->file, (unsigned long)n, w, h, &subsamp, &cs) != 0)
-        st = dist_error(DIST_FORMAT, "jpeg folder: the first image '%s' (which sets the size) is not a readable "
-                                     "JPEG: %s", t->paths[0], tjGetErrorStr2(s->tj));
+    if (st == DIST_OK &&
+        tjDecompressHeader3(s->tj, s->file, (unsigned long)n, w, h, &subsamp, &cs) != 0)
+        st = dist_error(DIST_FORMAT,
+                        "jpeg folder: the first image '%s' (which sets the size) is not a readable "
+                        "JPEG: %s",
+                        t->paths[0], tjGetErrorStr2(s->tj));
     jpeg_state_destroy(s);
     return st;
 }
 
-/* ---- the FILES node ------------------------------------------------------------------------------ */
+/* ---- the FILES node
+ * ------------------------------------------------------------------------------ */
 
 static dist_status files_node_new(file_table *t, const int32_t *indices, int count, int skipped,
                                   const char *label, dist_dataset **out) {
@@ -301,7 +324,8 @@ dist_status files_node_subset(const dist_dataset *leaf, int num, int index, dist
     for (int i = index; i < count; i += num) idx[kept++] = leaf->u.files.indices[i];
     char label[1200];
     snprintf(label, sizeof label, "%s.file_shard(%d,%d)", leaf->label, num, index);
-    dist_status st = files_node_new(leaf->u.files.table, idx, kept, leaf->u.files.skipped_at_create, label, out);
+    dist_status st =
+        files_node_new(leaf->u.files.table, idx, kept, leaf->u.files.skipped_at_create, label, out);
     free(idx);
     return st;
 }
@@ -344,17 +368,22 @@ dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
     return DIST_OK;
 }
 
-/* ---- the public source ----------------------------------------------------------------------------- */
+/* ---- the public source
+ * ----------------------------------------------------------------------------- */
 
-dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts, dist_dataset **out) {
+dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
+                                          dist_dataset **out) {
     dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
     if (opts) o = *opts;
     DIST_CHECK_ARG(root && out, "jpeg folder: NULL argument");
-    DIST_CHECK_ARG(o.version == DIST_JPEG_FOLDER_OPTIONS_VERSION, "jpeg folder: options version %d, expected %d",
-                   o.version, DIST_JPEG_FOLDER_OPTIONS_VERSION);
-    DIST_CHECK_ARG(o.channels == 1 || o.channels == 3, "jpeg folder: channels %d must be 1 or 3", o.channels);
+    DIST_CHECK_ARG(o.version == DIST_JPEG_FOLDER_OPTIONS_VERSION,
+                   "jpeg folder: options version %d, expected %d", o.version,
+                   DIST_JPEG_FOLDER_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o.channels == 1 || o.channels == 3, "jpeg folder: channels %d must be 1 or 3",
+                   o.channels);
     DIST_CHECK_ARG(o.height >= 0 && o.width >= 0 && (o.height > 0) == (o.width > 0),
-                   "jpeg folder: height %d and width %d must both be > 0, or both 0", o.height, o.width);
+                   "jpeg folder: height %d and width %d must both be > 0, or both 0", o.height,
+                   o.width);
     DIST_CHECK_ARG(o.size_policy == DIST_JPEG_RESIZE || o.size_policy == DIST_JPEG_REJECT,
                    "jpeg folder: unknown size policy %d", (int)o.size_policy);
     file_table *t = calloc(1, sizeof *t);
@@ -398,8 +427,8 @@ dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_fold
     snprintf(name, sizeof name, "jpeg_decode(%d,%d,%d,%s)", t->height, t->width, t->channels,
              t->size_policy == DIST_JPEG_RESIZE ? "resize" : "reject");
     /* Thread count is not part of the name: the output does not depend on it. */
-    DIST_TRY_GOTO(map_new_internal(files, jpeg_decode, jpeg_state_create, jpeg_state_destroy, t, &spec,
-                                   o.num_threads, o.skip_bad, name, out),
+    DIST_TRY_GOTO(map_new_internal(files, jpeg_decode, jpeg_state_create, jpeg_state_destroy, t,
+                                   &spec, o.num_threads, o.skip_bad, name, out),
                   st, done);
 done:
     free(idx);

@@ -1,11 +1,11 @@
 /* Sources over in-memory arrays: tensor slices, and IDX files read whole into slices. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "core/error.h"
 #include "data/dataset.h"
 #include "dist/idx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static void shape_text(const dist_tensor *t, char *buf, size_t size) {
     dist_shape_str(t, buf, size);
@@ -51,7 +51,8 @@ dist_status dist_dataset_from_tensor_slices(dist_tensor *const *tensors, int cou
             size_t bytes = dist_tensor_bytes(t);
             void *p = malloc(bytes ? bytes : 1);
             if (!p) {
-                st = dist_error(DIST_OUT_OF_MEMORY, "from_tensor_slices: cannot copy %zu bytes", bytes);
+                st = dist_error(DIST_OUT_OF_MEMORY, "from_tensor_slices: cannot copy %zu bytes",
+                                bytes);
                 goto fail;
             }
             if (bytes) memcpy(p, t->data, bytes);
@@ -71,7 +72,8 @@ fail:
 }
 
 /* Takes ownership of the tensors' data buffers into a copy-mode slices node. */
-static dist_status slices_adopt(dist_tensor **tensors, int count, const char *label, dist_dataset **out) {
+static dist_status slices_adopt(dist_tensor **tensors, int count, const char *label,
+                                dist_dataset **out) {
     dist_dataset *ds = NULL;
     DIST_TRY(dist_dataset_from_tensor_slices(tensors, count, 0, &ds));
     for (int i = 0; i < count; i++) {
@@ -84,7 +86,8 @@ static dist_status slices_adopt(dist_tensor **tensors, int count, const char *la
     free(ds->desc);
     ds->desc = NULL;
     ds->label = strdup(label);
-    dist_status st = ds->label ? node_finish(ds) : dist_error(DIST_OUT_OF_MEMORY, "idx: out of memory");
+    dist_status st =
+        ds->label ? node_finish(ds) : dist_error(DIST_OUT_OF_MEMORY, "idx: out of memory");
     if (st != DIST_OK) {
         dist_dataset_destroy(ds);
         return st;
@@ -98,7 +101,8 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
-dist_status dist_dataset_from_idx(const char *images_path, const char *labels_path, dist_dataset **out) {
+dist_status dist_dataset_from_idx(const char *images_path, const char *labels_path,
+                                  dist_dataset **out) {
     DIST_CHECK_ARG(images_path && out, "from_idx: NULL argument");
     dist_tensor *t[2] = {NULL, NULL};
     dist_status st = DIST_OK;
@@ -106,14 +110,15 @@ dist_status dist_dataset_from_idx(const char *images_path, const char *labels_pa
     if (labels_path) {
         DIST_TRY_GOTO(dist_idx_read(labels_path, &t[1]), st, done);
         if (t[0]->ndim < 1 || t[1]->ndim < 1 || t[0]->shape[0] != t[1]->shape[0]) {
-            st = dist_error(DIST_FORMAT, "from_idx: '%s' has %lld examples but '%s' has %lld", images_path,
-                            (long long)(t[0]->ndim ? t[0]->shape[0] : 0), labels_path,
+            st = dist_error(DIST_FORMAT, "from_idx: '%s' has %lld examples but '%s' has %lld",
+                            images_path, (long long)(t[0]->ndim ? t[0]->shape[0] : 0), labels_path,
                             (long long)(t[1]->ndim ? t[1]->shape[0] : 0));
             goto done;
         }
     }
     if (t[0]->ndim < 1) {
-        st = dist_error(DIST_FORMAT, "from_idx: '%s' is a scalar, not a list of examples", images_path);
+        st = dist_error(DIST_FORMAT, "from_idx: '%s' is a scalar, not a list of examples",
+                        images_path);
         goto done;
     }
     char label[600];

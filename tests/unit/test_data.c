@@ -1,11 +1,11 @@
 /* The input pipeline: TF's documented results for batch, shuffle, shard/rebatch, cardinality,
  * and iterator checkpoints. */
+#include "dist/data.h"
+#include "testutil.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "dist/data.h"
-#include "testutil.h"
 
 /* range(n) as int32 slices. */
 static dist_dataset *range_ds(int n) {
@@ -42,7 +42,8 @@ static void render(dist_iterator *it, char *buf, size_t size) {
         int64_t n = dist_tensor_numel(t);
         len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? " " : "", t->ndim ? "[" : "");
         for (int64_t i = 0; i < n; i++)
-            len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "", ((int32_t *)t->data)[i]);
+            len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "",
+                                    ((int32_t *)t->data)[i]);
         if (t->ndim) len += (size_t)snprintf(buf + len, size - len, "]");
     }
 }
@@ -161,7 +162,8 @@ static void auto_shard_render(dist_auto_shard_policy policy, int worker, char *b
     CHAIN(ds, dist_dataset_batch(ds, 4, 0, &next_));
     CHAIN(ds, dist_dataset_prefetch(ds, 2, &next_));
     CHAIN(ds, dist_dataset_auto_shard(ds, policy, 2, worker, 2, &next_));
-    ck_assert_msg(strncmp(dist_dataset_describe(ds), "prefetch(2)", 11) == 0, "%s", dist_dataset_describe(ds));
+    ck_assert_msg(strncmp(dist_dataset_describe(ds), "prefetch(2)", 11) == 0, "%s",
+                  dist_dataset_describe(ds));
     render_ds(ds, buf, size);
     dist_dataset_destroy(ds);
 }
@@ -187,7 +189,8 @@ END_TEST
 
 START_TEST(test_auto_shard_file_without_files_is_not_found) {
     dist_dataset *ds = range_ds(12), *out = NULL;
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 2, 0, 2, &out), DIST_NOT_FOUND);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 2, 0, 2, &out),
+                     DIST_NOT_FOUND);
     ck_assert_ptr_null(out);
     dist_dataset_destroy(ds);
     dist_auto_shard_policy p;
@@ -263,7 +266,8 @@ static dist_dataset *mnist_like(int n, int with_prefetch) {
     ck_assert_int_eq(dist_tensor_create(DIST_U8, 1, lshape, &lab), DIST_OK);
     for (int i = 0; i < n; i++) {
         ((uint8_t *)lab->data)[i] = (uint8_t)(i % 10);
-        for (int p = 0; p < 784; p++) ((uint8_t *)img->data)[(size_t)i * 784 + p] = (uint8_t)(i + p);
+        for (int p = 0; p < 784; p++)
+            ((uint8_t *)img->data)[(size_t)i * 784 + p] = (uint8_t)(i + p);
     }
     dist_tensor *both[2] = {img, lab};
     dist_dataset *ds = NULL;
@@ -384,8 +388,9 @@ START_TEST(test_restore_into_another_pipeline_names_the_mismatch) {
     size_t n = 0;
     ck_assert_int_eq(dist_iterator_save(ia, &state, &n), DIST_OK);
     ck_assert_int_eq(dist_iterator_restore(ib, state, n), DIST_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(dist_last_error(), "batch(4,0)") && strstr(dist_last_error(), "batch(5,0)"), "%s",
-                  dist_last_error());
+    ck_assert_msg(strstr(dist_last_error(), "batch(4,0)") &&
+                      strstr(dist_last_error(), "batch(5,0)"),
+                  "%s", dist_last_error());
     ck_assert_int_eq(dist_iterator_restore(ib, "not json", 8), DIST_FORMAT);
     dist_iterator_state_free(state);
     dist_iterator_destroy(ia);
@@ -484,6 +489,103 @@ START_TEST(test_transformations_take_their_own_reference) {
 }
 END_TEST
 
+/* A file reader for the interleave tests: path "k" -> k repeated 6 times (TF's example
+ * Dataset.range(1, 6).interleave(lambda x: from_tensors(x).repeat(6), 2, 4)). "bad" fails. */
+static dist_status repeat6_reader(const char *path, void *user, dist_dataset **out) {
+    (void)user;
+    if (strcmp(path, "bad") == 0) return DIST_IO;
+    int64_t shape[1] = {6};
+    dist_tensor *t = NULL;
+    dist_status st = dist_tensor_create(DIST_I32, 1, shape, &t);
+    if (st != DIST_OK) return st;
+    for (int i = 0; i < 6; i++) ((int32_t *)t->data)[i] = atoi(path);
+    st = dist_dataset_from_tensor_slices(&t, 1, 1, out);
+    dist_tensor_destroy(t);
+    return st;
+}
+
+static void interleave_render(const char *const *paths, int n, int parallel, int skip, char *buf,
+                              size_t size) {
+    dist_interleave_options o = DIST_INTERLEAVE_OPTIONS_INIT;
+    o.cycle_length = 2;
+    o.block_length = 4;
+    o.num_parallel = parallel;
+    o.skip_bad = skip;
+    o.name = "repeat6";
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_files(paths, n, repeat6_reader, NULL, &o, &ds), DIST_OK);
+    render_ds(ds, buf, size);
+    dist_dataset_destroy(ds);
+}
+
+START_TEST(test_interleave_matches_tf_documented_order) {
+    const char *paths[5] = {"1", "2", "3", "4", "5"};
+    const char *tf = "1 1 1 1 2 2 2 2 1 1 2 2 3 3 3 3 4 4 4 4 3 3 4 4 5 5 5 5 5 5";
+    char buf[512];
+    interleave_render(paths, 5, 1, 0, buf, sizeof buf);
+    ck_assert_str_eq(buf, tf);
+    interleave_render(paths, 5, 4, 0, buf, sizeof buf);
+    ck_assert_str_eq(buf, tf);
+}
+END_TEST
+
+START_TEST(test_interleave_bad_file_errors_or_is_skipped) {
+    const char *paths[3] = {"1", "bad", "2"};
+    char buf[512];
+    interleave_render(paths, 3, 1, 1, buf, sizeof buf);
+    ck_assert_str_eq(buf, "1 1 1 1 2 2 2 2 1 1 2 2");
+    dist_interleave_options o = DIST_INTERLEAVE_OPTIONS_INIT;
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_files(paths, 3, repeat6_reader, NULL, &o, &ds), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+    ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_IO);
+    ck_assert_msg(strstr(dist_last_error(), "file 'bad'"), "%s", dist_last_error());
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+static int g_map_calls;
+
+static dist_status count_calls(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    __atomic_fetch_add(&g_map_calls, 1, __ATOMIC_RELAXED);
+    *(int32_t *)out->items[0]->data = *(int32_t *)in->items[0]->data + 100;
+    return DIST_OK;
+}
+
+START_TEST(test_memory_cache_serves_the_second_epoch) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    dist_dataset *ds = range_ds(10);
+    CHAIN(ds, dist_dataset_map(ds, count_calls, NULL, &o, &next_));
+    CHAIN(ds, dist_dataset_cache(ds, NULL, &next_));
+    CHAIN(ds, dist_dataset_shuffle(ds, 10, 1, 1, &next_));
+    g_map_calls = 0;
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    int a[10], b[10];
+    read_ints(it, a, 10);
+    ck_assert_int_eq(g_map_calls, 10);
+    ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+    read_ints(it, b, 10);
+    ck_assert_int_eq(g_map_calls, 10); /* epoch 1 came from the cache */
+    int sa = 0, sb = 0;
+    for (int i = 0; i < 10; i++) sa += a[i], sb += b[i];
+    ck_assert_int_eq(sa, 1045);
+    ck_assert_int_eq(sb, 1045);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
 static Suite *data_suite(void) {
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("pipeline");
@@ -505,6 +607,9 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_parallel_map_keeps_order_and_errors);
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
     tcase_add_test(tc, test_transformations_take_their_own_reference);
+    tcase_add_test(tc, test_interleave_matches_tf_documented_order);
+    tcase_add_test(tc, test_interleave_bad_file_errors_or_is_skipped);
+    tcase_add_test(tc, test_memory_cache_serves_the_second_epoch);
     suite_add_tcase(s, tc);
     return s;
 }

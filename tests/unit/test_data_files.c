@@ -1,5 +1,8 @@
 /* File sources of the input pipeline: JPEG class folders (written here with TurboJPEG), IDX
  * files (the shipped MNIST subset, and broken ones), bad input, FILE auto-sharding. */
+#include "dist/data.h"
+#include "testutil.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,9 +12,6 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#include "dist/data.h"
-#include "testutil.h"
 
 static char g_root[256];
 
@@ -60,7 +60,7 @@ static void digit(uint8_t *px, int w, int h, int seed) {
         for (int x = 0; x < w; x++) {
             float cx = (float)w / 2 + 5.0f * sinf((float)seed), cy = (float)h / 2;
             float r = sqrtf((x - cx) * (x - cx) + (y - cy) * (y - cy));
-            float ring = fabsf(r - (6.0f + (float)(seed % 4))) ;
+            float ring = fabsf(r - (6.0f + (float)(seed % 4)));
             float v = ring < 3.0f ? 255.0f * (1.0f - ring / 3.0f) : 0.0f;
             px[y * w + x] = (uint8_t)v;
         }
@@ -96,14 +96,17 @@ static void make_digit_folder(int per_class) {
     }
 }
 
-static dist_status next(dist_iterator *it, dist_element *el, int *eos) { return dist_iterator_next(it, el, eos); }
+static dist_status next(dist_iterator *it, dist_element *el, int *eos) {
+    return dist_iterator_next(it, el, eos);
+}
 
 START_TEST(test_jpeg_folder_round_trips_labels_and_pixels) {
     make_digit_folder(4);
     dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
     o.num_threads = 2;
     dist_dataset *ds = NULL;
-    ck_assert_msg(dist_dataset_from_jpeg_folder(g_root, &o, &ds) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(dist_dataset_from_jpeg_folder(g_root, &o, &ds) == DIST_OK, "%s",
+                  dist_last_error());
     ck_assert_int_eq(dist_dataset_cardinality(ds), 12);
     ck_assert_int_eq(dist_dataset_class_count(ds), 3);
     ck_assert_str_eq(dist_dataset_class_name(ds, 0), "cat");
@@ -165,8 +168,9 @@ START_TEST(test_jpeg_folder_rgb_resize_and_reject) {
         for (int x = 0; x < 20; x++) {
             const uint8_t *p = rgb + (y * 20 + x) * 3;
             ck_assert_int_le(abs(p[0] - p[1]), 2);
-            double m = (px[(2 * y) * 40 + 2 * x] + px[(2 * y) * 40 + 2 * x + 1] + px[(2 * y + 1) * 40 + 2 * x] +
-                        px[(2 * y + 1) * 40 + 2 * x + 1]) / 4.0;
+            double m = (px[(2 * y) * 40 + 2 * x] + px[(2 * y) * 40 + 2 * x + 1] +
+                        px[(2 * y + 1) * 40 + 2 * x] + px[(2 * y + 1) * 40 + 2 * x + 1]) /
+                       4.0;
             err += fabs(p[0] - m);
         }
     ck_assert_msg(err / 300 < 6.0, "resize error %.2f", err / 300);
@@ -285,9 +289,11 @@ START_TEST(test_auto_shard_file_splits_jpeg_files_over_workers) {
     dist_iterator_destroy(it);
     dist_dataset_destroy(w1);
     /* more workers than files */
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 7, 0, 1, &w1), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 7, 0, 1, &w1),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_msg(strstr(dist_last_error(), "6 file(s)"), "%s", dist_last_error());
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 7, 0, 1, &w1), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 7, 0, 1, &w1),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_DATA, 7, 0, 1, &w1), DIST_OK);
     ck_assert_int_eq(dist_dataset_cardinality(w1), 1);
     dist_dataset_destroy(w1);
@@ -297,10 +303,11 @@ END_TEST
 
 START_TEST(test_idx_source_reads_the_mnist_subset) {
     dist_dataset *ds = NULL;
-    ck_assert_msg(dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
-                                        DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-labels-idx1-ubyte.gz", &ds) ==
-                      DIST_OK,
-                  "%s", dist_last_error());
+    ck_assert_msg(
+        dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
+                              DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-labels-idx1-ubyte.gz",
+                              &ds) == DIST_OK,
+        "%s", dist_last_error());
     ck_assert_int_eq(dist_dataset_cardinality(ds), 2004);
     ck_assert_int_eq(dist_dataset_element_spec(ds)->ndim[0], 2);
     dist_dataset *norm = NULL;
@@ -325,10 +332,12 @@ END_TEST
 
 START_TEST(test_broken_idx_files_error_naming_the_file) {
     /* header promises 5 images of 2x2 = 20 bytes; the file has 8 */
-    const uint8_t short_idx[16 + 8] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
+    const uint8_t short_idx[16 + 8] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2,
+                                       0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8};
     write_bytes("short-idx3-ubyte", short_idx, sizeof short_idx);
     /* gzip magic followed by garbage */
-    const uint8_t bad_gz[32] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3};
+    const uint8_t bad_gz[32] = {0x1f, 0x8b, 8,    0,    0,    0, 0, 0, 0,
+                                3,    0xde, 0xad, 0xbe, 0xef, 1, 2, 3};
     write_bytes("corrupt-idx3-ubyte.gz", bad_gz, sizeof bad_gz);
     char p[512];
     dist_dataset *ds = NULL;
@@ -340,10 +349,167 @@ START_TEST(test_broken_idx_files_error_naming_the_file) {
     ck_assert_msg(strstr(dist_last_error(), "corrupt-idx3-ubyte.gz"), "%s", dist_last_error());
     ck_assert_ptr_null(ds);
     /* images and labels that disagree */
-    ck_assert_int_eq(dist_dataset_from_idx(DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
-                                           DIST_SOURCE_DIR "/src/data/mnist_subset/train-labels-idx1-ubyte.gz", &ds),
+    ck_assert_int_eq(dist_dataset_from_idx(
+                         DIST_SOURCE_DIR "/src/data/mnist_subset/t10k-images-idx3-ubyte.gz",
+                         DIST_SOURCE_DIR "/src/data/mnist_subset/train-labels-idx1-ubyte.gz", &ds),
                      DIST_FORMAT);
     ck_assert_msg(strstr(dist_last_error(), "train-labels"), "%s", dist_last_error());
+}
+END_TEST
+
+static int g_decodes;
+
+static dist_status plus_one(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    __atomic_fetch_add(&g_decodes, 1, __ATOMIC_RELAXED);
+    *(int32_t *)out->items[0]->data = *(const int32_t *)in->items[0]->data + 1;
+    return DIST_OK;
+}
+
+static dist_dataset *cached_pipeline(const char *file) {
+    int64_t shape[1] = {7};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_I32, 1, shape, &t), DIST_OK);
+    for (int i = 0; i < 7; i++) ((int32_t *)t->data)[i] = i * 10;
+    dist_dataset *ds = NULL, *m = NULL, *c = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &ds), DIST_OK);
+    dist_tensor_destroy(t);
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    o.name = "plus_one";
+    ck_assert_int_eq(dist_dataset_map(ds, plus_one, NULL, &o, &m), DIST_OK);
+    ck_assert_int_eq(dist_dataset_cache(m, file, &c), DIST_OK);
+    dist_dataset_destroy(ds);
+    dist_dataset_destroy(m);
+    return c;
+}
+
+static int sum_pass(dist_dataset *ds) {
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    int sum = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        if (eos) break;
+        sum += *(int32_t *)el.items[0]->data;
+    }
+    dist_iterator_destroy(it);
+    return sum;
+}
+
+START_TEST(test_file_cache_second_epoch_reads_the_file) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/pipeline.cache", g_root);
+    dist_dataset *ds = cached_pipeline(file);
+    g_decodes = 0;
+    /* a partial pass leaves no cache file */
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+    dist_iterator_destroy(it);
+    ck_assert_int_ne(access(file, F_OK), 0);
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(access(file, F_OK), 0);
+    int before = g_decodes;
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(g_decodes, before); /* read from the file */
+    dist_dataset_destroy(ds);
+    /* another process (here: another dataset) over the same pipeline reuses the file */
+    ds = cached_pipeline(file);
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(g_decodes, before);
+    dist_dataset_destroy(ds);
+    /* a cache file of another pipeline is an error */
+    dist_dataset *r = NULL, *c = NULL;
+    int64_t shape[1] = {3};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_I32, 1, shape, &t), DIST_OK);
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &r), DIST_OK);
+    dist_tensor_destroy(t);
+    ck_assert_int_eq(dist_dataset_cache(r, file, &c), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(c, &it), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "pipeline.cache"), "%s", dist_last_error());
+    dist_dataset_destroy(c);
+    dist_dataset_destroy(r);
+}
+END_TEST
+
+/* The digest of every element of the rest of the epoch, one per element. */
+static int digests(dist_iterator *it, uint64_t *out, int max) {
+    int n = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        if (eos) return n;
+        uint64_t h = 1469598103934665603ULL;
+        for (int i = 0; i < el.count; i++) {
+            const unsigned char *p = el.items[i]->data;
+            for (size_t k = 0;
+                 k < (size_t)dist_tensor_numel(el.items[i]) * dist_dtype_size(el.items[i]->dtype);
+                 k++)
+                h = (h ^ p[k]) * 1099511628211ULL;
+        }
+        ck_assert_int_lt(n, max);
+        out[n++] = h;
+    }
+}
+
+static dist_dataset *jpeg_train_pipeline(int threads) {
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.num_threads = threads;
+    dist_dataset *ds = NULL, *n = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_map_image_normalize(ds, &n), DIST_OK);
+    dist_dataset_destroy(ds);
+    ck_assert_int_eq(dist_dataset_shuffle(n, 8, 99, 1, &ds), DIST_OK);
+    dist_dataset_destroy(n);
+    ck_assert_int_eq(dist_dataset_batch(ds, 3, 0, &n), DIST_OK);
+    dist_dataset_destroy(ds);
+    ck_assert_int_eq(dist_dataset_prefetch(n, 2, &ds), DIST_OK);
+    dist_dataset_destroy(n);
+    return ds;
+}
+
+START_TEST(test_jpeg_pipeline_is_deterministic_across_threads_and_restores) {
+    make_digit_folder(5); /* 15 images -> 5 batches of 3 */
+    dist_dataset *one = jpeg_train_pipeline(1), *three = jpeg_train_pipeline(3);
+    dist_iterator *a = NULL, *b = NULL;
+    ck_assert_int_eq(dist_iterator_create(one, &a), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(three, &b), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(a), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(b), DIST_OK);
+    uint64_t ra[8], rb[8];
+    ck_assert_int_eq(digests(a, ra, 8), 5);
+    ck_assert_int_eq(digests(b, rb, 8), 5);
+    ck_assert_mem_eq(ra, rb, sizeof(uint64_t) * 5); /* thread count does not change the data */
+    /* save after 2 batches of epoch 1 with 3 threads, restore into a 1-thread iterator */
+    dist_iterator_destroy(b);
+    ck_assert_int_eq(dist_iterator_create(three, &b), DIST_OK);
+    ck_assert_int_eq(dist_iterator_reset(b), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(b, &el, &eos), DIST_OK);
+    ck_assert_int_eq(next(b, &el, &eos), DIST_OK);
+    void *state = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_iterator_save(b, &state, &n), DIST_OK);
+    dist_iterator_destroy(b);
+    ck_assert_msg(dist_iterator_restore(a, state, n) == DIST_OK, "%s", dist_last_error());
+    uint64_t rest[8];
+    ck_assert_int_eq(digests(a, rest, 8), 3);
+    ck_assert_mem_eq(rest, ra + 2, sizeof(uint64_t) * 3);
+    dist_iterator_state_free(state);
+    dist_iterator_destroy(a);
+    dist_dataset_destroy(one);
+    dist_dataset_destroy(three);
 }
 END_TEST
 
@@ -360,6 +526,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_auto_shard_file_splits_jpeg_files_over_workers);
     tcase_add_test(tc, test_idx_source_reads_the_mnist_subset);
     tcase_add_test(tc, test_broken_idx_files_error_naming_the_file);
+    tcase_add_test(tc, test_file_cache_second_epoch_reads_the_file);
+    tcase_add_test(tc, test_jpeg_pipeline_is_deterministic_across_threads_and_restores);
     suite_add_tcase(s, tc);
     return s;
 }
