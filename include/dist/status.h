@@ -30,6 +30,14 @@ typedef enum dist_status {
     DIST_STATUS_COUNT
 } dist_status;
 
+/* Returns from the calling function with the status of `call` when it failed. For step
+ * functions and other user code that returns dist_status. */
+#define DIST_RETURN_IF_ERROR(call)                                                                 \
+    do {                                                                                           \
+        dist_status dist_return_if_error_st_ = (call);                                             \
+        if (dist_return_if_error_st_ != DIST_OK) return dist_return_if_error_st_;                   \
+    } while (0)
+
 /* The message describing the last failure on the calling thread ("" if none). Borrowed: valid
  * until the next libdist call on this thread that fails. */
 DIST_API const char *dist_last_error(void);

@@ -1,0 +1,19 @@
+/* libdist: everything at once. */
+#ifndef DIST_DIST_H
+#define DIST_DIST_H
+
+#include "dist/backend.h"
+#include "dist/data.h"
+#include "dist/export.h"
+#include "dist/idx.h"
+#include "dist/mnist.h"
+#include "dist/nn.h"
+#include "dist/optim.h"
+#include "dist/replica.h"
+#include "dist/status.h"
+#include "dist/strategy.h"
+#include "dist/tape.h"
+#include "dist/tensor.h"
+#include "dist/train.h"
+
+#endif
