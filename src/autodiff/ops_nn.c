@@ -52,7 +52,7 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     }
     dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
-    if (n->p.conv.relu) DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+    if (n->p.conv.relu && !g->relu_applied) DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
     int need_w = tape_requires_grad(t, w), need_b = b && tape_requires_grad(t, b);
     if (need_w || need_b) {
         dist_tensor *dw = NULL, *db = NULL;
@@ -100,6 +100,7 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
     if (x->shape[0] > 0) DIST_TRY(tape_be(t)->conv2d_forward(tape_bectx(t), &d, x, w, b, out));
+    if (d.relu) tape_mark_relu_output(t, out);
     const dist_tensor *in[3] = {x, w, b};
     tape_node *n;
     DIST_TRY(tape_record(t, out, conv2d_backward, 3, in, &n));
@@ -110,16 +111,24 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
 
 /* ---- max_pool2d ---- */
 
+/* When the pooled input is a ReLU's output, the ReLU's mask (x > 0) is applied here to the
+ * pooled gradient, which is 4x smaller: the gradient reaches x only at each window's arg-max,
+ * where x equals the pooled value y, so masking by y > 0 before the scatter equals masking by
+ * x > 0 after it. The producer then skips its own ReLU backward on the large tensor. */
 static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0];
     if (!tape_requires_grad(t, x)) return DIST_OK;
     if (dist_tensor_numel(x) == 0) return grad_zero(t, x);
     dist_tensor *dy, *dx;
     DIST_TRY(output_grad(t, n, g, &dy));
+    int fold_relu = tape_is_relu_output(t, x) && !t->grads[x->node].present;
+    if (fold_relu) DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;
     DIST_TRY(tape_be(t)->max_pool2d_backward(tape_bectx(t), &n->p.pool, x, dy, n->workspace, dx));
-    return grad_end(t, x, dx);
+    DIST_TRY(grad_end(t, x, dx));
+    if (fold_relu) t->grads[x->node].relu_applied = 1;
+    return DIST_OK;
 }
 
 dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w, int stride_h,
@@ -170,7 +179,7 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
     const struct dist_backend_i *be = tape_be(t);
-    if (n->p.relu) DIST_TRY(be->relu_backward(tape_bectx(t), n->out, dy, dy));
+    if (n->p.relu && !g->relu_applied) DIST_TRY(be->relu_backward(tape_bectx(t), n->out, dy, dy));
     if (b && tape_requires_grad(t, b)) {
         dist_tensor *db;
         DIST_TRY(grad_begin(t, b, &db));
@@ -214,6 +223,7 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
         else if (relu)
             DIST_TRY(tape_be(t)->relu_forward(tape_bectx(t), out, out));
     }
+    if (relu) tape_mark_relu_output(t, out);
     const dist_tensor *in[3] = {x, w, b};
     tape_node *n;
     DIST_TRY(tape_record(t, out, dense_backward, 3, in, &n));
@@ -230,7 +240,10 @@ static dist_status relu_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dy, *dx;
     DIST_TRY(output_grad(t, n, g, &dy));
     DIST_TRY(grad_begin(t, x, &dx));
-    DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dx));
+    if (g->relu_applied)
+        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), dy, dx));
+    else
+        DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dx));
     return grad_end(t, x, dx);
 }
 
@@ -239,6 +252,7 @@ dist_status dist_op_relu(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
     dist_tensor *out;
     DIST_TRY(tape_new_like(t, x, &out));
     DIST_TRY(tape_be(t)->relu_forward(tape_bectx(t), x, out));
+    tape_mark_relu_output(t, out);
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, relu_backward, 1, in, &n));

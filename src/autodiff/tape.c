@@ -28,6 +28,7 @@ void dist_tape_destroy(dist_tape *t) {
     }
     free(t->by_id);
     free(t->requires_grad);
+    free(t->relu_output);
     free(t->grads);
     free(t->nodes);
     free(t);
@@ -53,9 +54,11 @@ static dist_status grow_ids(dist_tape *t) {
     if (by_id) t->by_id = by_id;
     unsigned char *rg = realloc(t->requires_grad, (size_t)cap);
     if (rg) t->requires_grad = rg;
+    unsigned char *ro = realloc(t->relu_output, (size_t)cap);
+    if (ro) t->relu_output = ro;
     grad_entry *g = realloc(t->grads, (size_t)cap * sizeof *g);
     if (g) t->grads = g;
-    if (!by_id || !rg || !g) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+    if (!by_id || !rg || !ro || !g) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
     t->cap_ids = cap;
     return DIST_OK;
 }
@@ -66,6 +69,7 @@ static dist_status assign_id(dist_tape *t, dist_tensor *x, int requires_grad) {
     x->node = id;
     t->by_id[id] = x;
     t->requires_grad[id] = (unsigned char)requires_grad;
+    t->relu_output[id] = 0;
     memset(&t->grads[id], 0, sizeof t->grads[id]);
     return DIST_OK;
 }
@@ -73,6 +77,16 @@ static dist_status assign_id(dist_tape *t, dist_tensor *x, int requires_grad) {
 static int tensor_id(const dist_tape *t, const dist_tensor *x) {
     if (!x || x->node < 0 || x->node >= t->nids || t->by_id[x->node] != x) return -1;
     return x->node;
+}
+
+void tape_mark_relu_output(dist_tape *t, const dist_tensor *x) {
+    int id = tensor_id(t, x);
+    if (id >= 0) t->relu_output[id] = 1;
+}
+
+int tape_is_relu_output(const dist_tape *t, const dist_tensor *x) {
+    int id = tensor_id(t, x);
+    return id >= 0 && t->relu_output[id];
 }
 
 int tape_requires_grad(const dist_tape *t, const dist_tensor *x) {
@@ -223,6 +237,7 @@ dist_status grad_begin(dist_tape *t, const dist_tensor *x, dist_tensor **dst) {
 dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
     if (!dst) return DIST_OK;
     grad_entry *g = &t->grads[x->node];
+    if (g->present) g->relu_applied = 0;
     if (!g->present) {
         g->t = dst;
         g->present = 1;
@@ -252,6 +267,7 @@ dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {
     int id = tensor_id(t, x);
     if (id < 0 || !t->requires_grad[id]) return DIST_OK;
     grad_entry *g = &t->grads[id];
+    g->relu_applied = 0;
     if (!g->present) {
         g->present = 1;
         g->is_const = 1;

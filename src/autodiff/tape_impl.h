@@ -34,6 +34,9 @@ struct grad_entry {
     unsigned char is_const;
     unsigned char present;
     unsigned char is_source; /* t is a caller's output tensor for dist_tape_gradient */
+    /* The ReLU mask of the op that produced the tensor is already in t (a max pool applied it
+     * to its smaller output gradient), so that op skips its own ReLU backward. */
+    unsigned char relu_applied;
 };
 
 #define TAPE_BLOCK 256
@@ -57,6 +60,7 @@ struct dist_tape {
     /* per tensor id */
     const dist_tensor **by_id;
     unsigned char *requires_grad;
+    unsigned char *relu_output; /* produced by an op whose last step is a ReLU */
     grad_entry *grads;
     int nids, cap_ids;
 
@@ -72,6 +76,10 @@ dist_status tape_new_like(dist_tape *t, const dist_tensor *like, dist_tensor **o
 /* A tensor struct on the tape that aliases `data` (no arena memory). */
 dist_status tape_new_alias(dist_tape *t, const dist_tensor *like, void *data, int ndim,
                            const int64_t *shape, dist_tensor **out);
+/* Marks x as the output of a ReLU (its values are >= 0 and its producer masks by x > 0). */
+void tape_mark_relu_output(dist_tape *t, const dist_tensor *x);
+int tape_is_relu_output(const dist_tape *t, const dist_tensor *x);
+
 /* Whether a tensor takes part in differentiation on this tape. */
 int tape_requires_grad(const dist_tape *t, const dist_tensor *x);
 /* Records a node producing `out` when recording and any input requires a gradient; marks

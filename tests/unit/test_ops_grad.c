@@ -188,7 +188,30 @@ static dist_status fwd_cnn(dist_tape *t, dist_tensor **in, const gc_case *c, dis
     return st;
 }
 
+/* A ReLU output consumed by a max pool AND by another op (scale, then its own pool): the pool
+ * must not fold the ReLU mask into a gradient that another consumer adds to, in either
+ * recording order. The output stays a tensor so the finite differences keep their precision. */
+static dist_status fwd_relu_shared(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
+    dist_tensor *h, *p, *q, *sc;
+    dist_status st = dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h);
+    if (!st && c->stride == 0) st = dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p);
+    if (!st) st = dist_op_scale(t, h, -0.5f, &sc);
+    if (!st) st = dist_op_max_pool2d(t, sc, 2, 2, 2, 2, DIST_PADDING_VALID, &q);
+    if (!st && c->stride == 1) st = dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p);
+    if (!st) st = dist_op_add(t, p, q, y);
+    return st;
+}
+
 #define SHAPE4(a, b, c_, d) {a, b, c_, d}
+
+START_TEST(test_relu_output_shared_by_pool_and_another_op) {
+    for (int order = 0; order < 2; order++) {
+        gc_case c = {.nin = 2, .ndim = {4, 4}, .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16)}, .lo = -1, .hi = 1,
+                     .forward = fwd_relu_shared, .stride = order};
+        gradcheck(&c, 1e-3f);
+    }
+}
+END_TEST
 
 START_TEST(test_conv2d_valid_relu_bias) {
     gc_case c = {.nin = 3, .ndim = {4, 4, 1}, .shape = {SHAPE4(2, 7, 7, 1), SHAPE4(3, 3, 1, 16), {16}},
@@ -373,6 +396,7 @@ int main(void) {
     tcase_add_test(tc, test_compute_average_loss);
     tcase_add_test(tc, test_reduce_scale_add);
     tcase_add_test(tc, test_small_cnn_chain);
+    tcase_add_test(tc, test_relu_output_shared_by_pool_and_another_op);
     tcase_add_test(tc, test_average_loss_value_matches_hand_computation);
     tcase_add_test(tc, test_bad_label_is_an_error);
     tcase_add_test(tc, test_steady_state_steps_allocate_nothing);
