@@ -11,12 +11,27 @@
 typedef struct local_ctx {
     dist_local_comm *local;
     dist_nccl_comm *nccl;
+    size_t pack_elems; /* 0: one call for the whole tensor */
 } local_ctx;
 
-static dist_status local_all_reduce(dist_strategy *s, int r, dist_reduce_op op, dist_tensor *t) {
-    local_ctx *c = s->ctx;
+static dist_status reduce_one(local_ctx *c, int r, dist_reduce_op op, dist_tensor *t) {
     if (c->nccl) return dist_nccl_comm_all_reduce(c->nccl, r, op, t);
     return dist_local_comm_all_reduce(c->local, r, op, t);
+}
+
+/* With bytes_per_pack set, a large buffer (the gradients) is reduced in consecutive packs,
+ * as tf.distribute's CollectiveHints(bytes_per_pack); results are identical either way. */
+static dist_status local_all_reduce(dist_strategy *s, int r, dist_reduce_op op, dist_tensor *t) {
+    local_ctx *c = s->ctx;
+    size_t n = (size_t)dist_tensor_numel(t);
+    if (c->pack_elems == 0 || n <= c->pack_elems) return reduce_one(c, r, op, t);
+    for (size_t lo = 0; lo < n; lo += c->pack_elems) {
+        int64_t len = (int64_t)(n - lo < c->pack_elems ? n - lo : c->pack_elems);
+        dist_tensor pack = dist_tensor_view((float *)t->data + lo, DIST_F32, 1, &len);
+        pack.device = t->device;
+        DIST_TRY(reduce_one(c, r, op, &pack));
+    }
+    return DIST_OK;
 }
 
 static dist_status local_all_gather(dist_strategy *s, int r, const dist_tensor *in, dist_tensor *out) {
@@ -67,6 +82,8 @@ dist_status dist_strategy_init_local(dist_strategy *s, const dist_strategy_optio
     local_ctx *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "strategy: out of memory");
     s->ctx = c;
+    c->pack_elems = o->bytes_per_pack / sizeof(float);
+    if (o->bytes_per_pack > 0 && c->pack_elems == 0) c->pack_elems = 1;
     s->iface = s->kind == DIST_STRATEGY_ONE_DEVICE ? &one_device_iface : &mirrored_iface;
     DIST_TRY(dist_local_comm_create(s->num_replicas, s->backends, o->collective_timeout_s, &c->local));
     int all_gpu = 1;
