@@ -30,3 +30,25 @@ foreach(strategy one_device mirrored)
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
   set_tests_properties(distrain.accuracy_${strategy} PROPERTIES LABELS "cli;slow" TIMEOUT 600)
 endforeach()
+
+# --data-format jpeg-folder on MNIST digits written as JPEG class folders by a fixture tool.
+add_executable(make_jpeg_mnist ${CMAKE_CURRENT_SOURCE_DIR}/cli/make_jpeg_mnist.c)
+target_link_libraries(make_jpeg_mnist PRIVATE dist PkgConfig::TURBOJPEG)
+set(jpeg_dir ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist)
+add_test(NAME distrain.jpeg_fixtures COMMAND make_jpeg_mnist ${jpeg_dir} 400 100)
+set_tests_properties(distrain.jpeg_fixtures PROPERTIES FIXTURES_SETUP jpeg_mnist LABELS cli)
+add_test(NAME distrain.jpeg_folder
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 "-DARGS=--data-format;jpeg-folder;--data-dir;${jpeg_dir};--epochs;3"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_jpeg.json -DMIN_ACCURACY=0.85 -DSTEPS=189
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+set_tests_properties(distrain.jpeg_folder PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist TIMEOUT 300)
+distrain_error_test(jpeg_folder_without_data_dir 2 "--data-dir" --data-format jpeg-folder)
+
+# Fashion-MNIST from Debian's dataset-fashion-mnist package (installed by tools/setup-deps.sh).
+add_test(NAME distrain.fashion_mnist
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 "-DARGS=--dataset;fashion_mnist;--epochs;1;--steps-per-epoch;150"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_fashion.json -DMIN_ACCURACY=0.6 -DSTEPS=150
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+set_tests_properties(distrain.fashion_mnist PROPERTIES LABELS cli TIMEOUT 300)
