@@ -55,7 +55,7 @@ void dist_local_comm_destroy(dist_local_comm *c) {
     free(c);
 }
 
-void dist_local_comm_abort(dist_local_comm *c, int rank) {
+void dist_local_comm_cancel(dist_local_comm *c, int rank) {
     pthread_mutex_lock(&c->mu);
     if (c->aborted_rank < 0) c->aborted_rank = rank;
     pthread_cond_broadcast(&c->cv);
@@ -149,11 +149,11 @@ dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce
     float *mine;
     dist_status st = host_view(c, rank, t, count, &mine);
     if (st != DIST_OK) {
-        dist_local_comm_abort(c, rank);
+        dist_local_comm_cancel(c, rank);
         return st;
     }
     if ((st = post(c, rank, mine, count)) != DIST_OK) {
-        dist_local_comm_abort(c, rank);
+        dist_local_comm_cancel(c, rank);
         return st;
     }
     DIST_TRY(barrier(c, rank, "all-reduce"));
@@ -193,7 +193,7 @@ dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_
     dist_status st = host_view(c, rank, in, count, &mine);
     if (st == DIST_OK) st = post(c, rank, mine, count);
     if (st != DIST_OK) {
-        dist_local_comm_abort(c, rank);
+        dist_local_comm_cancel(c, rank);
         return st;
     }
     DIST_TRY(barrier(c, rank, "all-gather"));
@@ -219,7 +219,7 @@ dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, di
     dist_status st = host_view(c, rank, t, count, &mine);
     if (st == DIST_OK) st = post(c, rank, mine, count);
     if (st != DIST_OK) {
-        dist_local_comm_abort(c, rank);
+        dist_local_comm_cancel(c, rank);
         return st;
     }
     DIST_TRY(barrier(c, rank, "broadcast"));

@@ -24,7 +24,7 @@ dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, di
 
 /* Marks the communicator failed (rank `rank` will not arrive): every waiting and future call
  * returns DIST_PEER_LOST naming that rank, until dist_local_comm_reset. */
-void dist_local_comm_abort(dist_local_comm *c, int rank);
+void dist_local_comm_cancel(dist_local_comm *c, int rank);
 void dist_local_comm_reset(dist_local_comm *c);
 
 #endif

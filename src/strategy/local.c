@@ -46,9 +46,9 @@ static dist_status local_broadcast(dist_strategy *s, int r, int root, dist_tenso
     return dist_local_comm_broadcast(c->local, r, root, t);
 }
 
-static void local_abort(dist_strategy *s, int r) {
+static void local_cancel(dist_strategy *s, int r) {
     local_ctx *c = s->ctx;
-    dist_local_comm_abort(c->local, r);
+    dist_local_comm_cancel(c->local, r);
 }
 
 static void local_reset(dist_strategy *s) {
@@ -66,14 +66,14 @@ static void local_destroy(dist_strategy *s) {
 }
 
 static const struct dist_strategy_i one_device_iface = {
-    .name = "one_device", .destroy = local_destroy, .abort = local_abort, .reset = local_reset};
+    .name = "one_device", .destroy = local_destroy, .cancel = local_cancel, .reset = local_reset};
 
 static const struct dist_strategy_i mirrored_iface = {
     .name = "mirrored",
     .all_reduce = local_all_reduce,
     .all_gather = local_all_gather,
     .broadcast = local_broadcast,
-    .abort = local_abort,
+    .cancel = local_cancel,
     .reset = local_reset,
     .destroy = local_destroy,
 };

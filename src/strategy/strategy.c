@@ -118,7 +118,7 @@ static void run_replica(dist_strategy *s, int r) {
     job->status = st;
     if (st != DIST_OK) {
         copy_error(job);
-        if (s->iface->abort) s->iface->abort(s, r);
+        if (s->iface->cancel) s->iface->cancel(s, r);
     }
 }
 

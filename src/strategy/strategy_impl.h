@@ -19,7 +19,7 @@ struct dist_strategy_i {
     dist_status (*all_gather)(dist_strategy *s, int replica, const dist_tensor *in, dist_tensor *out);
     dist_status (*broadcast)(dist_strategy *s, int replica, int root, dist_tensor *t);
     /* a replica failed during run(): wake replicas blocked in collectives */
-    void (*abort)(dist_strategy *s, int replica);
+    void (*cancel)(dist_strategy *s, int replica);
     /* after a failed run, make collectives usable again */
     void (*reset)(dist_strategy *s);
     void (*destroy)(dist_strategy *s);
