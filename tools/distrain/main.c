@@ -42,9 +42,11 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* Warnings always; information (such as which MNIST source was used and why the ones before
+ * it were skipped) unless --quiet. */
 static void on_log(dist_log_level level, const char *msg, void *user) {
     (void)user;
-    if (level <= DIST_LOG_WARN) fprintf(stderr, "distrain: %s\n", msg);
+    fprintf(level <= DIST_LOG_WARN ? stderr : stdout, "%s%s\n", level <= DIST_LOG_WARN ? "distrain: " : "", msg);
 }
 
 /* (image uint8 [28,28], label uint8) slices borrowed from the MNIST set */
@@ -288,8 +290,11 @@ static int train(run_state *s) {
             printf("%s%s", r ? ", " : "", dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
         printf("], %s reduction, %d thread(s) per replica, global batch %lld\n", dist_strategy_cross_device_name(s->strategy),
                s->threads, (long long)o->batch_size);
-        printf("Data: %s (%lld train / %lld test examples)\n", s->data_source, (long long)s->train_examples,
-               (long long)s->test_examples);
+        if (s->mnist)
+            printf("Data: %s\n", s->data_source);
+        else
+            printf("Data: JPEG class folders under %s (%lld train / %lld test images)\n", s->data_source,
+                   (long long)s->train_examples, (long long)s->test_examples);
     }
     dist_distributed_dataset *dtrain, *dtest;
     dist_distributed_iterator *itrain, *itest;
@@ -323,7 +328,7 @@ int main(int argc, char **argv) {
     int rc = distrain_parse_args(argc, argv, &o);
     if (rc == 1) return 0;
     if (rc) return rc;
-    dist_set_log_callback(on_log, DIST_LOG_WARN, NULL);
+    dist_set_log_callback(on_log, o.quiet ? DIST_LOG_WARN : DIST_LOG_INFO, NULL);
     run_state s;
     memset(&s, 0, sizeof s);
     s.o = &o;
