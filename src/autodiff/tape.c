@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autodiff/tape_bind.h"
 #include "autodiff/tape_impl.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
@@ -44,6 +45,7 @@ void dist_tape_reset(dist_tape *t) {
 }
 
 dist_backend *dist_tape_backend(const dist_tape *t) { return t->backend; }
+void dist_tape_bind_replica(dist_tape *t, dist_replica_ctx *rc) { t->replica = rc; }
 dist_replica_ctx *dist_tape_replica(const dist_tape *t) { return t->replica; }
 void dist_tape_set_recording(dist_tape *t, int recording) { t->recording = recording; }
 

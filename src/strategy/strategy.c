@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autodiff/tape_impl.h"
+#include "autodiff/tape_bind.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
@@ -279,7 +279,7 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
             s->num_replicas = r + 1;
             break;
         }
-        s->tapes[r]->replica = &s->rctx[r];
+        dist_tape_bind_replica(s->tapes[r], &s->rctx[r]);
         s->rctx[r] = (dist_replica_ctx){&strategy_rc_iface, s, r, n, s->backends[r], s->tapes[r]};
         s->placement.backends[r] = s->backends[r];
     }
