@@ -14,9 +14,7 @@ int dist_device_count(dist_device_kind kind) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         return n > 0 ? (int)n : 1;
     }
-#ifdef DIST_WITH_CUDA
     if (kind == DIST_DEVICE_CUDA) return dist_cuda_device_count();
-#endif
     return 0;
 }
 
@@ -30,13 +28,7 @@ dist_status dist_backend_create(const dist_backend_options *options, dist_backen
     case DIST_DEVICE_CPU:
         return dist_cpu_backend_create(options, out);
     case DIST_DEVICE_CUDA:
-#ifdef DIST_WITH_CUDA
         return dist_cuda_backend_create(options, out);
-#else
-        return dist_error(DIST_UNSUPPORTED,
-                          "gpu:%d: this libdist was built without the CUDA backend",
-                          options->device.index);
-#endif
     }
     return dist_error(DIST_INVALID_ARGUMENT, "dist_backend_create: unknown device kind %d",
                       (int)options->device.kind);

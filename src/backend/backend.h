@@ -143,10 +143,11 @@ struct dist_backend {
 
 /* Constructors of the built-in backends (NULL-safe failure with a message). */
 dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_backend **out);
-#ifdef DIST_WITH_CUDA
+/* The CUDA backend, from the CUDA module loaded on first use (cuda_loader.c): without the
+ * module, create fails with DIST_UNSUPPORTED naming it and the count is 0. The count is also 0,
+ * without loading the module, when the NVIDIA driver is not installed. */
 dist_status dist_cuda_backend_create(const dist_backend_options *options, dist_backend **out);
 int dist_cuda_device_count(void);
-#endif
 
 /* Allocates device memory for a tensor struct the caller fills (used by arenas). */
 static inline dist_status dist_backend_alloc_raw(dist_backend *be, size_t bytes, void **out) {

@@ -1,103 +1,40 @@
+/* The NCCL communicator lives in the CUDA module (backend/cuda/cuda_nccl.c); these forward to
+ * it. A communicator exists only once the module is loaded, so only create can fail to find it. */
 #include "collective/nccl_comm.h"
 
-#include <stdlib.h>
-
+#include "backend/cuda_module.h"
 #include "core/error.h"
-#include "core/scope.h"
 
-#ifdef DIST_WITH_CUDA
-#include <cuda_runtime.h>
-#include <nccl.h>
-
-struct dist_nccl_comm {
-    int n;
-    ncclComm_t comms[DIST_MAX_REPLICAS];
-    cudaStream_t streams[DIST_MAX_REPLICAS];
-    int devices[DIST_MAX_REPLICAS];
-};
-
-static dist_status nccl_check(ncclResult_t r, const char *what) {
-    if (r == ncclSuccess) return DIST_OK;
-    return dist_error(DIST_NCCL, "NCCL %s: %s", what, ncclGetErrorString(r));
+/* The loaded module, for calls on an existing communicator. */
+static const struct dist_cuda_module *loaded(void) {
+    const struct dist_cuda_module *m = NULL;
+    dist_cuda_module_load(&m);
+    return m;
 }
 
 dist_status dist_nccl_comm_create(int n, dist_backend *const *backends, dist_nccl_comm **out) {
-    DIST_CHECK_ARG(n >= 1 && n <= DIST_MAX_REPLICAS, "NCCL communicator: %d ranks", n);
-    dist_nccl_comm *c = calloc(1, sizeof *c);
-    if (!c) return dist_error(DIST_OUT_OF_MEMORY, "NCCL communicator: out of memory");
-    c->n = n;
-    for (int r = 0; r < n; r++) {
-        if (backends[r]->device.kind != DIST_DEVICE_CUDA || !backends[r]->iface->native_stream) {
-            free(c);
-            return dist_error(DIST_UNSUPPORTED, "NCCL: replica %d is not on a GPU", r);
-        }
-        c->devices[r] = backends[r]->device.index;
-        c->streams[r] = (cudaStream_t)backends[r]->iface->native_stream(backends[r]->ctx);
-    }
-    dist_status st = nccl_check(ncclCommInitAll(c->comms, n, c->devices), "ncclCommInitAll");
-    if (st != DIST_OK) {
-        free(c);
-        return st;
-    }
-    *out = c;
-    return DIST_OK;
+    *out = NULL;
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "NCCL communicator");
+    return m->nccl_comm_create(n, backends, out);
 }
 
 void dist_nccl_comm_destroy(dist_nccl_comm *c) {
     if (!c) return;
-    for (int r = 0; r < c->n; r++)
-        if (c->comms[r]) ncclCommDestroy(c->comms[r]);
-    free(c);
+    loaded()->nccl_comm_destroy(c);
 }
 
-dist_status dist_nccl_comm_all_reduce(dist_nccl_comm *c, int rank, dist_reduce_op op, dist_tensor *t) {
-    if (cudaSetDevice(c->devices[rank]) != cudaSuccess)
-        return dist_error(DIST_CUDA, "NCCL all-reduce: cannot select gpu:%d", c->devices[rank]);
-    return nccl_check(ncclAllReduce(t->data, t->data, (size_t)dist_tensor_numel(t), ncclFloat,
-                                    op == DIST_REDUCE_MEAN ? ncclAvg : ncclSum, c->comms[rank], c->streams[rank]),
-                      "all-reduce");
+dist_status dist_nccl_comm_all_reduce(dist_nccl_comm *c, int rank, dist_reduce_op op,
+                                      dist_tensor *t) {
+    return loaded()->nccl_comm_all_reduce(c, rank, op, t);
 }
 
-dist_status dist_nccl_comm_all_gather(dist_nccl_comm *c, int rank, const dist_tensor *in, dist_tensor *out) {
-    if (cudaSetDevice(c->devices[rank]) != cudaSuccess)
-        return dist_error(DIST_CUDA, "NCCL all-gather: cannot select gpu:%d", c->devices[rank]);
-    return nccl_check(ncclAllGather(in->data, out->data, (size_t)dist_tensor_numel(in), ncclFloat, c->comms[rank],
-                                    c->streams[rank]),
-                      "all-gather");
+dist_status dist_nccl_comm_all_gather(dist_nccl_comm *c, int rank, const dist_tensor *in,
+                                      dist_tensor *out) {
+    return loaded()->nccl_comm_all_gather(c, rank, in, out);
 }
 
 dist_status dist_nccl_comm_broadcast(dist_nccl_comm *c, int rank, int root, dist_tensor *t) {
-    if (cudaSetDevice(c->devices[rank]) != cudaSuccess)
-        return dist_error(DIST_CUDA, "NCCL broadcast: cannot select gpu:%d", c->devices[rank]);
-    return nccl_check(ncclBroadcast(t->data, t->data, (size_t)dist_tensor_numel(t), ncclFloat, root, c->comms[rank],
-                                    c->streams[rank]),
-                      "broadcast");
+    return loaded()->nccl_comm_broadcast(c, rank, root, t);
 }
-
-#else
-
-dist_status dist_nccl_comm_create(int n, dist_backend *const *backends, dist_nccl_comm **out) {
-    (void)n;
-    (void)backends;
-    *out = NULL;
-    return dist_error(DIST_UNSUPPORTED, "NCCL: this libdist was built without the CUDA backend");
-}
-
-void dist_nccl_comm_destroy(dist_nccl_comm *c) { (void)c; }
-
-dist_status dist_nccl_comm_all_reduce(dist_nccl_comm *c, int rank, dist_reduce_op op, dist_tensor *t) {
-    (void)c, (void)rank, (void)op, (void)t;
-    return dist_error(DIST_UNSUPPORTED, "NCCL: built without CUDA");
-}
-
-dist_status dist_nccl_comm_all_gather(dist_nccl_comm *c, int rank, const dist_tensor *in, dist_tensor *out) {
-    (void)c, (void)rank, (void)in, (void)out;
-    return dist_error(DIST_UNSUPPORTED, "NCCL: built without CUDA");
-}
-
-dist_status dist_nccl_comm_broadcast(dist_nccl_comm *c, int rank, int root, dist_tensor *t) {
-    (void)c, (void)rank, (void)root, (void)t;
-    return dist_error(DIST_UNSUPPORTED, "NCCL: built without CUDA");
-}
-
-#endif

@@ -1,6 +1,6 @@
 /* NCCL across the GPUs of one process (one communicator per replica from ncclCommInitAll),
- * queued on each replica's compute stream. Without the CUDA backend, create fails with
- * DIST_UNSUPPORTED and the other calls are never reached. */
+ * queued on each replica's compute stream, implemented by the CUDA module (cuda_module.h).
+ * Without the module, create fails with DIST_UNSUPPORTED and the other calls are never reached. */
 #ifndef DIST_COLLECTIVE_NCCL_COMM_H
 #define DIST_COLLECTIVE_NCCL_COMM_H
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "dist/backend.h"
@@ -644,11 +645,28 @@ START_TEST(test_gpu_beyond_the_visible_ones_is_not_found_with_a_message) {
 }
 END_TEST
 
+/* With the module present and no GPU, the refusal comes from inside the module: its message
+ * must reach this thread's dist_last_error() through the table libdist lent it. */
+START_TEST(test_module_message_reaches_the_callers_last_error) {
+    const char *module = getenv("DIST_CUDA_MODULE");
+    if (!module || access(module, F_OK) != 0 || dist_device_count(DIST_DEVICE_CUDA) > 0) return;
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.device = (dist_device){DIST_DEVICE_CUDA, 0};
+    dist_backend *be = NULL;
+    dist_clear_error();
+    dist_status st = dist_backend_create(&o, &be);
+    ck_assert_msg(st == DIST_NOT_FOUND, "got %s: %s", dist_status_name(st), dist_last_error());
+    ck_assert_msg(strstr(dist_last_error(), "gpu:0: no CUDA device is visible") != NULL, "message '%s'",
+                  dist_last_error());
+}
+END_TEST
+
 static Suite *host_suite(void) {
     Suite *s = suite_create("cuda_backend_host");
     TCase *tc = tcase_create("host");
     tcase_add_test(tc, test_cuda_device_count_is_never_negative);
     tcase_add_test(tc, test_gpu_beyond_the_visible_ones_is_not_found_with_a_message);
+    tcase_add_test(tc, test_module_message_reaches_the_callers_last_error);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,7 +2,8 @@
 # exported targets libdist::dist and libdist::dist_static).
 #
 # Included from src/CMakeLists.txt after the dist and dist_static targets exist; reads
-# DIST_LINK_LIBS (what libdist links) and DIST_HAVE_CUDA from there. Both generated files are
+# DIST_LINK_LIBS (what libdist links) and DIST_HAVE_CUDA from there. Neither names a CUDA library:
+# those are linked by libdist_cuda.so only, which libdist dlopen()s. Both generated files are
 # derived from DIST_LINK_LIBS, so a new dependency added there reaches consumers of the static
 # library without an edit here (a new pkg-config module only needs a line in the table below to
 # appear in Requires.private instead of Libs.private).
@@ -71,21 +72,11 @@ foreach(item IN LISTS DIST_LINK_LIBS)
     set(package "CURL")
   elseif(item MATCHES "^OpenMP::")
     set(package "OpenMP COMPONENTS C")
-  elseif(item MATCHES "^CUDA::")
-    set(package "CUDAToolkit")
   endif()
   dist_flatten_link_item(${item} files)
   string(APPEND DIST_CONFIG_DEPENDENCIES
          "_libdist_dependency(${item} \"${package}\" \"${files}\")\n")
 endforeach()
-if(DIST_HAVE_CUDA)
-  set(DIST_CONFIG_CUDA_ROOT "${CUDAToolkit_LIBRARY_ROOT}")
-  if(NOT DIST_CONFIG_CUDA_ROOT AND CUDAToolkit_BIN_DIR)
-    get_filename_component(DIST_CONFIG_CUDA_ROOT ${CUDAToolkit_BIN_DIR} DIRECTORY)
-  endif()
-else()
-  set(DIST_CONFIG_CUDA_ROOT "")
-endif()
 
 install(EXPORT libdistTargets NAMESPACE libdist:: FILE libdistTargets.cmake
         DESTINATION ${DIST_INSTALL_CMAKEDIR})

@@ -456,7 +456,7 @@ static int device_count(cudaError_t *why) {
     return n;
 }
 
-int dist_cuda_device_count(void) { return device_count(NULL); }
+int cuda_device_count(void) { return device_count(NULL); }
 
 static dist_status ctx_init(cuda_ctx *c) {
     DIST_TRY(cuda_enter(c));
@@ -472,7 +472,7 @@ static dist_status ctx_init(cuda_ctx *c) {
     return DIST_OK;
 }
 
-dist_status dist_cuda_backend_create(const dist_backend_options *options, dist_backend **out) {
+dist_status cuda_backend_create(const dist_backend_options *options, dist_backend **out) {
     cudaError_t why = cudaSuccess;
     int count = device_count(&why);
     int idx = options->device.index;

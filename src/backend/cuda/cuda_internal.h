@@ -121,4 +121,14 @@ dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const 
 /* bias_grad on any float dy into f32 db, shared by the vtable entry and conv backward-filter. */
 dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *db);
 
+/* The module's backend entries (cuda_backend.c), behind dist_cuda_backend_create and
+ * dist_cuda_device_count in backend.h. */
+dist_status cuda_backend_create(const dist_backend_options *options, dist_backend **out);
+int cuda_device_count(void);
+
+/* Routes the module's dist_error/dist_log calls to the libdist that loaded it (cuda_host.c);
+ * called by the entry point before any other module code runs. */
+struct dist_cuda_host;
+void cuda_host_attach(const struct dist_cuda_host *host);
+
 #endif

@@ -1,0 +1,120 @@
+/* libdist's side of the CUDA module (cuda_module.h): finds libdist_cuda.so, loads it once per
+ * process and forwards the CUDA backend entries of backend.h to it. No CUDA header here. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cuda_module.h"
+#include "core/error.h"
+
+/* The outcome of the one load attempt. Process-wide, like the dynamic linker's own state: the
+ * module is loaded at most once and never unloaded (the CUDA libraries it pulls in do not
+ * support being unloaded). */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const struct dist_cuda_module *g_module;
+static char g_why[1024];
+
+/* What the module calls back: this libdist's copies, also when libdist is linked statically. */
+static const struct dist_cuda_host g_host = {
+    .abi_version = DIST_CUDA_MODULE_ABI,
+    .tensor_size = sizeof(dist_tensor),
+    .backend_size = sizeof(struct dist_backend),
+    .backend_iface_size = sizeof(struct dist_backend_i),
+    .error = dist_error,
+    .error_context = dist_error_context,
+    .error_breadcrumb = dist_error_breadcrumb,
+    .log = dist_log,
+};
+
+/* dlopen()s `path` and asks it for its table; on failure records why in g_why. */
+static void try_load(const char *path, const char *how) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(g_why, sizeof g_why, "the CUDA module %s (%s) could not be loaded: %s", path, how,
+                 e ? e : "unknown dlopen error");
+        return;
+    }
+    dist_cuda_module_get_fn get;
+    /* POSIX's way to turn dlsym's object pointer into a function pointer. */
+    *(void **)&get = dlsym(h, DIST_CUDA_MODULE_ENTRY);
+    const struct dist_cuda_module *m = get ? get(DIST_CUDA_MODULE_ABI, &g_host) : NULL;
+    if (!get) {
+        snprintf(g_why, sizeof g_why, "the CUDA module %s (%s) has no %s entry point", path, how,
+                 DIST_CUDA_MODULE_ENTRY);
+        return; /* left loaded: see g_once */
+    }
+    if (!m || m->abi_version != DIST_CUDA_MODULE_ABI) {
+        snprintf(g_why, sizeof g_why,
+                 "the CUDA module %s (%s) was built for another libdist: it refused module ABI %d",
+                 path, how, DIST_CUDA_MODULE_ABI);
+        return;
+    }
+    g_module = m;
+}
+
+/* "<directory of the loaded libdist>/libdist_cuda.so": libdist.so's own directory in the build
+ * tree and in installs; the program's directory when libdist is linked statically. */
+static int path_next_to_libdist(char *buf, size_t size) {
+    Dl_info info;
+    if (!dladdr(&g_once, &info) || !info.dli_fname) return 0;
+    const char *slash = strrchr(info.dli_fname, '/');
+    if (!slash) return 0;
+    int n = snprintf(buf, size, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
+                     DIST_CUDA_MODULE_FILE);
+    return n > 0 && (size_t)n < size;
+}
+
+/* Search order: $DIST_CUDA_MODULE (authoritative when set), next to libdist, then the dynamic
+ * linker's search path (RUNPATH, LD_LIBRARY_PATH, system directories). */
+static void resolve(void) {
+    const char *env = getenv(DIST_CUDA_MODULE_ENV);
+    if (env && *env) {
+        try_load(env, "from $" DIST_CUDA_MODULE_ENV);
+        return;
+    }
+    char path[PATH_MAX];
+    if (path_next_to_libdist(path, sizeof path) && access(path, F_OK) == 0) {
+        try_load(path, "next to libdist");
+        return;
+    }
+    try_load(DIST_CUDA_MODULE_FILE, "libdist built without CUDA, or the module not installed");
+}
+
+static const struct dist_cuda_module *module_get(void) {
+    pthread_once(&g_once, resolve);
+    return g_module;
+}
+
+dist_status dist_cuda_module_load(const struct dist_cuda_module **out) {
+    *out = module_get();
+    if (*out) return DIST_OK;
+    return dist_error(DIST_UNSUPPORTED, "%s", g_why);
+}
+
+/* Without the NVIDIA driver (libcuda.so.1) no GPU can be used, so counting them need not load
+ * the module, which maps cuDNN, cuBLAS and NCCL: a CPU-only run that merely asks how many GPUs
+ * there are (the default device list does) stays small. */
+static int cuda_driver_present(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) return 0;
+    dlclose(h);
+    return 1;
+}
+
+int dist_cuda_device_count(void) {
+    if (!cuda_driver_present()) return 0;
+    const struct dist_cuda_module *m = module_get(); /* quietly: a count is not an error */
+    return m ? m->device_count() : 0;
+}
+
+dist_status dist_cuda_backend_create(const dist_backend_options *options, dist_backend **out) {
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "gpu:%d", options->device.index);
+    return m->backend_create(options, out);
+}

@@ -1,0 +1,72 @@
+/* The contract between libdist and its CUDA module, libdist_cuda.so.
+ *
+ * The CUDA backend and the NCCL communicator live in a separate shared module so that programs
+ * which never touch a GPU do not load cudart, cuBLAS(Lt), cuDNN and NCCL (over 100 MB mapped,
+ * ~60 MB resident). libdist dlopen()s the module the first time something CUDA-related is
+ * needed (cuda_loader.c) and calls its one exported symbol, DIST_CUDA_MODULE_ENTRY.
+ *
+ * The module never links against libdist: a program may hold libdist statically, with its
+ * symbols hidden, and a second copy would split the thread-local error state. Instead libdist
+ * hands the module a table of the few functions it calls back (dist_cuda_host), and the module
+ * answers with a table of its entries (dist_cuda_module). Both sides share the layouts of
+ * dist_tensor, dist_backend and dist_backend_i; DIST_CUDA_MODULE_ABI must be bumped whenever
+ * those or the two tables below change, and the sizes in dist_cuda_host catch a forgotten bump.
+ *
+ * No CUDA header is needed here: libdist itself is identical with or without CUDA. */
+#ifndef DIST_BACKEND_CUDA_MODULE_H
+#define DIST_BACKEND_CUDA_MODULE_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "collective/nccl_comm.h"
+
+#define DIST_CUDA_MODULE_ABI 1
+#define DIST_CUDA_MODULE_FILE "libdist_cuda.so"
+#define DIST_CUDA_MODULE_ENTRY "dist_cuda_module_get"
+/* Full path of the module to load instead of searching for it. */
+#define DIST_CUDA_MODULE_ENV "DIST_CUDA_MODULE"
+
+/* What libdist lends the module: its error and log functions, so that the module's messages
+ * land in the caller's dist_last_error(). Borrowed for the life of the process. */
+struct dist_cuda_host {
+    int abi_version;
+    size_t tensor_size, backend_size, backend_iface_size; /* layout check */
+    dist_status (*error)(dist_status status, const char *fmt, ...);
+    dist_status (*error_context)(dist_status status, const char *fmt, ...);
+    void (*error_breadcrumb)(const char *file, int line);
+    void (*log)(dist_log_level level, const char *fmt, ...);
+};
+
+/* The module's entries; the semantics are those of the libdist functions of the same name
+ * (dist_cuda_device_count, dist_cuda_backend_create in backend.h, dist_nccl_comm_* in
+ * nccl_comm.h). None is NULL. */
+struct dist_cuda_module {
+    int abi_version;
+    int (*device_count)(void);
+    dist_status (*backend_create)(const dist_backend_options *options, dist_backend **out);
+    dist_status (*nccl_comm_create)(int num_ranks, dist_backend *const *backends,
+                                    dist_nccl_comm **out);
+    void (*nccl_comm_destroy)(dist_nccl_comm *c);
+    dist_status (*nccl_comm_all_reduce)(dist_nccl_comm *c, int rank, dist_reduce_op op,
+                                        dist_tensor *t);
+    dist_status (*nccl_comm_all_gather)(dist_nccl_comm *c, int rank, const dist_tensor *in,
+                                        dist_tensor *out);
+    dist_status (*nccl_comm_broadcast)(dist_nccl_comm *c, int rank, int root, dist_tensor *t);
+};
+
+/* The module's entry point: its table when abi_version and host's layout match what it was
+ * built for, else NULL. `host` is borrowed and must outlive the module. */
+typedef const struct dist_cuda_module *(*dist_cuda_module_get_fn)(
+    int abi_version, const struct dist_cuda_host *host);
+
+/* Defined by the module only (cuda/cuda_module.c), the one symbol it exports. */
+const struct dist_cuda_module *dist_cuda_module_get(int abi_version,
+                                                    const struct dist_cuda_host *host);
+
+/* libdist side (cuda_loader.c): loads the module once per process (thread-safe) and gives its
+ * table. When the module is absent or cannot be loaded, returns DIST_UNSUPPORTED with a message
+ * naming the module and the loader's reason, on every call. */
+dist_status dist_cuda_module_load(const struct dist_cuda_module **out);
+
+#endif
