@@ -27,11 +27,11 @@
 #ifndef DIST_CLUSTER_H
 #define DIST_CLUSTER_H
 
-#include <stdbool.h>
-#include <stddef.h>
-
 #include "dist/export.h"
 #include "dist/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
 
 DIST_BEGIN_DECLS
 
@@ -55,23 +55,21 @@ DIST_API dist_status dist_cluster_from_slurm(int port_base, dist_cluster **out);
  * ntasks NULL means "as many as the node list and tasks_per_node give"). */
 DIST_API dist_status dist_cluster_from_slurm_values(int port_base, const char *procid,
                                                     const char *ntasks, const char *nodelist,
-                                                    const char *tasks_per_node,
-                                                    dist_cluster **out);
+                                                    const char *tasks_per_node, dist_cluster **out);
 
 /* Expands a Slurm hostlist ("node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5).
  * *hosts is one malloc'd array of *count pointers into the same block: free(*hosts) once. */
-DIST_API dist_status dist_slurm_expand_hostlist(const char *hostlist, char ***hosts,
-                                                size_t *count);
+DIST_API dist_status dist_slurm_expand_hostlist(const char *hostlist, char ***hosts, size_t *count);
 
 #define DIST_CLUSTER_DEFAULT_SLURM_PORT 8888
 
 typedef struct dist_cluster_options {
-    int version;             /* DIST_CLUSTER_OPTIONS_VERSION */
-    const char *tf_config;   /* NULL: from the environment (TF_CONFIG, then Slurm) */
-    const char *task_type;   /* NULL: from the source */
-    int task_id;             /* -1: from the source */
-    const char *rpc_layer;   /* NULL: from the source */
-    int slurm_port_base;     /* first port of each node when resolving from Slurm */
+    int version;           /* DIST_CLUSTER_OPTIONS_VERSION */
+    const char *tf_config; /* NULL: from the environment (TF_CONFIG, then Slurm) */
+    const char *task_type; /* NULL: from the source */
+    int task_id;           /* -1: from the source */
+    const char *rpc_layer; /* NULL: from the source */
+    int slurm_port_base;   /* first port of each node when resolving from Slurm */
 } dist_cluster_options;
 
 #define DIST_CLUSTER_OPTIONS_VERSION 1

@@ -2,7 +2,6 @@
  * (tensorflow/python/distribute/multi_worker_util.py: _validate_cluster_spec, is_chief,
  * worker_count, id_in_cluster, collective_leader). */
 #include "cluster/cluster_impl.h"
-
 #include "core/error.h"
 
 #include <stdio.h>
@@ -57,7 +56,8 @@ dist_status dist_cluster_add_task(dist_cluster_job *job, long index, const char 
     if (!addr) return dist_error(DIST_OUT_OF_MEMORY, "adding a task");
     size_t pos = 0;
     while (pos < job->num_tasks && job->tasks[pos].index < index) ++pos;
-    if (pos < job->num_tasks && job->tasks[pos].index == index) { /* a later key wins, as in a dict */
+    if (pos < job->num_tasks &&
+        job->tasks[pos].index == index) { /* a later key wins, as in a dict */
         free(job->tasks[pos].address);
         job->tasks[pos].address = addr;
         return DIST_OK;
@@ -141,14 +141,15 @@ static void cluster_repr(const dist_cluster *c, char *buf, size_t cap) {
     for (size_t k = 0; k < c->num_jobs && done; ++k) {
         size_t best = c->num_jobs;
         for (size_t j = 0; j < c->num_jobs; ++j)
-            if (!done[j] && (best == c->num_jobs || strcmp(c->jobs[j].name, c->jobs[best].name) < 0))
+            if (!done[j] &&
+                (best == c->num_jobs || strcmp(c->jobs[j].name, c->jobs[best].name) < 0))
                 best = j;
         done[best] = true;
         const dist_cluster_job *job = &c->jobs[best];
         dist_cluster_py_repr(job->name, tmp, item);
         if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%s%s: ", k ? ", " : "", tmp);
-        bool dense = job->num_tasks > 0 && job->tasks[job->num_tasks - 1].index + 1 ==
-                                               (long)job->num_tasks;
+        bool dense =
+            job->num_tasks > 0 && job->tasks[job->num_tasks - 1].index + 1 == (long)job->num_tasks;
         if (n < cap) n += (size_t)snprintf(buf + n, cap - n, dense ? "[" : "{");
         for (size_t t = 0; t < job->num_tasks; ++t) {
             dist_cluster_py_repr(job->tasks[t].address, tmp, item);
@@ -222,13 +223,14 @@ dist_status dist_cluster_finalize(dist_cluster *c) {
 
     c->has_worker_count = is_chief_type || is_worker || (is_eval && own);
     c->worker_count = !c->has_worker_count ? 0
-                      : is_eval           ? (int)own->num_tasks
-                                          : chiefs + (int)task_count(c, "worker");
+                      : is_eval            ? (int)own->num_tasks
+                                           : chiefs + (int)task_count(c, "worker");
 
     c->has_id_in_cluster = is_chief_type || is_worker || is_eval;
-    c->id_in_cluster = is_chief_type ? 0 : is_worker ? (int)c->task_id + chiefs
-                                      : is_eval    ? (int)c->task_id
-                                                   : 0;
+    c->id_in_cluster = is_chief_type ? 0
+                       : is_worker   ? (int)c->task_id + chiefs
+                       : is_eval     ? (int)c->task_id
+                                     : 0;
 
     if (is_eval)
         c->collective_leader = "";

@@ -5,7 +5,7 @@
 #include "dist/cluster.h"
 
 typedef struct dist_cluster_task {
-    long index;    /* the task index (sparse form: any integer key) */
+    long index; /* the task index (sparse form: any integer key) */
     char *address;
 } dist_cluster_task;
 
@@ -18,10 +18,10 @@ typedef struct dist_cluster_job {
 struct dist_cluster {
     dist_cluster_job *jobs; /* in source order */
     size_t num_jobs;
-    char *task_type;        /* NULL: none given */
+    char *task_type; /* NULL: none given */
     bool has_task_id;
     long task_id;
-    char *rpc_layer;        /* NULL: none given */
+    char *rpc_layer; /* NULL: none given */
 
     /* Derived by dist_cluster_finalize. */
     bool is_chief;

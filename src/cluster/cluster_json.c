@@ -1,6 +1,5 @@
 /* The resolved cluster as one JSON object (distrain --print-cluster, the conformance test). */
 #include "cluster/cluster_impl.h"
-
 #include "core/error.h"
 
 #include <cjson/cJSON.h>

@@ -1,6 +1,5 @@
 /* dist_cluster_resolve: explicit options > TF_CONFIG > Slurm > the empty cluster. */
 #include "cluster/cluster_impl.h"
-
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -24,12 +23,14 @@ dist_status dist_cluster_resolve(const dist_cluster_options *opts, dist_cluster 
     else if (getenv("SLURM_PROCID") && (getenv("SLURM_JOB_NODELIST") || getenv("SLURM_NODELIST")))
         DIST_TRY_GOTO(dist_cluster_slurm_from_env(c, opts->slurm_port_base), st, fail);
 
-    if (opts->task_type) DIST_TRY_GOTO(dist_cluster_set_string(&c->task_type, opts->task_type), st, fail);
+    if (opts->task_type)
+        DIST_TRY_GOTO(dist_cluster_set_string(&c->task_type, opts->task_type), st, fail);
     if (opts->task_id >= 0) {
         c->task_id = opts->task_id;
         c->has_task_id = true;
     }
-    if (opts->rpc_layer) DIST_TRY_GOTO(dist_cluster_set_string(&c->rpc_layer, opts->rpc_layer), st, fail);
+    if (opts->rpc_layer)
+        DIST_TRY_GOTO(dist_cluster_set_string(&c->rpc_layer, opts->rpc_layer), st, fail);
     DIST_TRY_GOTO(dist_cluster_finalize(c), st, fail);
     *out = c;
     return DIST_OK;

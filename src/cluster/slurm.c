@@ -1,7 +1,6 @@
 /* A cluster from Slurm's environment, in the spirit of TensorFlow's SlurmClusterResolver:
  * every task is a worker, numbered by SLURM_PROCID, tasks placed node by node. */
 #include "cluster/cluster_impl.h"
-
 #include "core/error.h"
 
 #include <ctype.h>
@@ -74,7 +73,8 @@ static dist_status expand_item(const char *prefix, const char *item, size_t len,
         const char *lo_end = dash ? dash : end;
         unsigned long lo, hi;
         if (!parse_ulong(p, (size_t)(lo_end - p), &lo) ||
-            !parse_ulong(dash ? dash + 1 : p, dash ? (size_t)(end - dash - 1) : (size_t)(end - p), &hi) ||
+            !parse_ulong(dash ? dash + 1 : p, dash ? (size_t)(end - dash - 1) : (size_t)(end - p),
+                         &hi) ||
             hi < lo || hi - lo > 100000)
             return dist_error(DIST_INVALID_ARGUMENT, "hostlist: bad range '%.*s' in '%.*s'",
                               (int)(end - p), p, (int)len, item);
@@ -162,8 +162,10 @@ static dist_status parse_tasks_per_node(const char *s, long *per_node, size_t no
             if (n >= nodes) goto bad;
             per_node[n++] = v;
         }
-        if (*end == ',') ++end;
-        else if (*end) goto bad;
+        if (*end == ',')
+            ++end;
+        else if (*end)
+            goto bad;
         p = end;
     }
     if (n != nodes) goto bad;
@@ -181,11 +183,14 @@ static dist_status build_slurm(dist_cluster *c, int port_base, const char *proci
     if (!procid || !nodelist)
         return dist_error(DIST_NOT_FOUND, "Slurm: SLURM_PROCID and SLURM_JOB_NODELIST must be set");
     if (!parse_int(procid, &rank))
-        return dist_error(DIST_INVALID_ARGUMENT, "Slurm: SLURM_PROCID '%s' is not a task number", procid);
+        return dist_error(DIST_INVALID_ARGUMENT, "Slurm: SLURM_PROCID '%s' is not a task number",
+                          procid);
     if (ntasks && (!parse_int(ntasks, &total) || total < 1))
-        return dist_error(DIST_INVALID_ARGUMENT, "Slurm: SLURM_NTASKS '%s' is not a task count", ntasks);
+        return dist_error(DIST_INVALID_ARGUMENT, "Slurm: SLURM_NTASKS '%s' is not a task count",
+                          ntasks);
     if (port_base < 1 || port_base > 65535)
-        return dist_error(DIST_INVALID_ARGUMENT, "Slurm: port base %d is not a TCP port", port_base);
+        return dist_error(DIST_INVALID_ARGUMENT, "Slurm: port base %d is not a TCP port",
+                          port_base);
     char **hosts = NULL;
     size_t nodes = 0;
     DIST_TRY(dist_slurm_expand_hostlist(nodelist, &hosts, &nodes));
@@ -217,7 +222,8 @@ static dist_status build_slurm(dist_cluster *c, int port_base, const char *proci
     }
     for (size_t i = 0; i < nodes; ++i)
         if (port_base + per_node[i] - 1 > 65535) {
-            st = dist_error(DIST_INVALID_ARGUMENT, "Slurm: ports from %d run past 65535", port_base);
+            st =
+                dist_error(DIST_INVALID_ARGUMENT, "Slurm: ports from %d run past 65535", port_base);
             goto out;
         }
     dist_cluster_job *job;
@@ -251,8 +257,8 @@ dist_status dist_cluster_slurm_from_env(dist_cluster *c, int port_base) {
 }
 
 dist_status dist_cluster_from_slurm_values(int port_base, const char *procid, const char *ntasks,
-                                          const char *nodelist, const char *tasks_per_node,
-                                          dist_cluster **out) {
+                                           const char *nodelist, const char *tasks_per_node,
+                                           dist_cluster **out) {
     DIST_CHECK_ARG(out, "dist_cluster_from_slurm_values: out is NULL");
     *out = NULL;
     dist_cluster *c = NULL;

@@ -2,7 +2,6 @@
  * (tensorflow/python/distribute/cluster_resolver/tfconfig_cluster_resolver.py) and the
  * ClusterSpec constructor (tensorflow/python/training/server_lib.py). Messages are TF's. */
 #include "cluster/cluster_impl.h"
-
 #include "core/error.h"
 
 #include <cjson/cJSON.h>
@@ -124,8 +123,7 @@ static dist_status parse_job(dist_cluster *c, const cJSON *tasks) {
 }
 
 static dist_status parse_document(const cJSON *root, dist_cluster *c) {
-    if (!cJSON_IsObject(root))
-        return dist_error(DIST_FORMAT, "TF_CONFIG must be a JSON object");
+    if (!cJSON_IsObject(root)) return dist_error(DIST_FORMAT, "TF_CONFIG must be a JSON object");
     const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(root, "cluster");
     if (cluster) {
         if (!cJSON_IsObject(cluster))
@@ -142,8 +140,8 @@ static dist_status parse_document(const cJSON *root, dist_cluster *c) {
     if (type) {
         char buf[256];
         if (!cJSON_IsString(type)) py_str(type, buf, sizeof buf);
-        DIST_TRY(dist_cluster_set_string(&c->task_type,
-                                         cJSON_IsString(type) ? type->valuestring : buf));
+        DIST_TRY(
+            dist_cluster_set_string(&c->task_type, cJSON_IsString(type) ? type->valuestring : buf));
     }
     const cJSON *index = cJSON_GetObjectItemCaseSensitive(task, "index");
     if (index) {
@@ -152,7 +150,8 @@ static dist_status parse_document(const cJSON *root, dist_cluster *c) {
     }
     const cJSON *rpc = cJSON_GetObjectItemCaseSensitive(root, "rpc_layer");
     if (rpc && !cJSON_IsNull(rpc)) {
-        if (!cJSON_IsString(rpc)) return dist_error(DIST_FORMAT, "TF_CONFIG: rpc_layer must be a string");
+        if (!cJSON_IsString(rpc))
+            return dist_error(DIST_FORMAT, "TF_CONFIG: rpc_layer must be a string");
         DIST_TRY(dist_cluster_set_string(&c->rpc_layer, rpc->valuestring));
     }
     return DIST_OK;

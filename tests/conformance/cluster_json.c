@@ -8,7 +8,8 @@
 int main(void) {
     dist_cluster *c = NULL;
     char *json = NULL;
-    if (dist_cluster_from_tf_config(NULL, &c) != DIST_OK || dist_cluster_to_json(c, &json) != DIST_OK) {
+    if (dist_cluster_from_tf_config(NULL, &c) != DIST_OK ||
+        dist_cluster_to_json(c, &json) != DIST_OK) {
         printf("ERROR: %s\n", dist_last_error());
         dist_cluster_destroy(c);
         return 2;

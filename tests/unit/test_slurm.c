@@ -40,7 +40,8 @@ END_TEST
 
 START_TEST(test_slurm_tasks_spread_node_by_node_with_ports) {
     dist_cluster *c = NULL;
-    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "3", "5", "node[1-2]", NULL, &c), DIST_OK);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "3", "5", "node[1-2]", NULL, &c),
+                     DIST_OK);
     ck_assert_uint_eq(dist_cluster_num_tasks(c, "worker"), 5);
     ck_assert_str_eq(dist_cluster_task_address(c, "worker", 0, NULL), "node1:9000");
     ck_assert_str_eq(dist_cluster_task_address(c, "worker", 2, NULL), "node1:9002");
@@ -55,7 +56,8 @@ END_TEST
 
 START_TEST(test_slurm_tasks_per_node_with_repeat_count) {
     dist_cluster *c = NULL;
-    ck_assert_int_eq(dist_cluster_from_slurm_values(7000, "0", "4", "a,b,c", "1(x2),2", &c), DIST_OK);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(7000, "0", "4", "a,b,c", "1(x2),2", &c),
+                     DIST_OK);
     ck_assert_str_eq(dist_cluster_task_address(c, "worker", 1, NULL), "b:7000");
     ck_assert_str_eq(dist_cluster_task_address(c, "worker", 3, NULL), "c:7001");
     ck_assert(dist_cluster_is_chief(c));
@@ -68,10 +70,14 @@ END_TEST
 
 START_TEST(test_slurm_bad_values) {
     dist_cluster *c = NULL;
-    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "4", "4", "n[1-2]", NULL, &c), DIST_INVALID_ARGUMENT);
-    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "x", "4", "n[1-2]", NULL, &c), DIST_INVALID_ARGUMENT);
-    ck_assert_int_eq(dist_cluster_from_slurm_values(0, "0", "4", "n[1-2]", NULL, &c), DIST_INVALID_ARGUMENT);
-    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, NULL, "4", "n[1-2]", NULL, &c), DIST_NOT_FOUND);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "4", "4", "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "x", "4", "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(0, "0", "4", "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, NULL, "4", "n[1-2]", NULL, &c),
+                     DIST_NOT_FOUND);
     ck_assert_ptr_null(c);
 }
 END_TEST
@@ -95,14 +101,17 @@ START_TEST(test_slurm_from_environment_and_precedence) {
     dist_cluster_destroy(c);
 
     /* TF_CONFIG over Slurm. */
-    setenv("TF_CONFIG", "{\"cluster\": {\"chief\": [\"c:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}", 1);
+    setenv("TF_CONFIG",
+           "{\"cluster\": {\"chief\": [\"c:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}",
+           1);
     ck_assert_int_eq(dist_cluster_resolve(NULL, &c), DIST_OK);
     ck_assert_str_eq(dist_cluster_task_type(c), "chief");
     dist_cluster_destroy(c);
 
     /* Explicit options over both. */
     dist_cluster_options o = DIST_CLUSTER_OPTIONS_INIT;
-    o.tf_config = "{\"cluster\": {\"worker\": [\"x:1\", \"y:1\", \"z:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}";
+    o.tf_config = "{\"cluster\": {\"worker\": [\"x:1\", \"y:1\", \"z:1\"]}, \"task\": {\"type\": "
+                  "\"worker\", \"index\": 0}}";
     o.task_id = 2;
     ck_assert_int_eq(dist_cluster_resolve(&o, &c), DIST_OK);
     ck_assert_int_eq(dist_cluster_task_id(c), 2);

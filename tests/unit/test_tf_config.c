@@ -8,7 +8,7 @@
 #include <string.h>
 
 #define CHIEF_WORKER_PS                                                                            \
-    "\"cluster\": {\"chief\": [\"host0:2222\"], \"worker\": [\"host1:2222\", \"host2:2222\"],"    \
+    "\"cluster\": {\"chief\": [\"host0:2222\"], \"worker\": [\"host1:2222\", \"host2:2222\"],"     \
     " \"ps\": [\"host3:2222\", \"host4:2222\"]}"
 
 static dist_cluster *parse_ok(const char *json) {
@@ -26,7 +26,8 @@ static void expect_error(const char *json, const char *message) {
 }
 
 START_TEST(test_tf_config_chief_is_id_zero_and_leader) {
-    dist_cluster *c = parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"chief\", \"index\": 0}}");
+    dist_cluster *c =
+        parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"chief\", \"index\": 0}}");
     bool has;
     ck_assert_str_eq(dist_cluster_task_type(c), "chief");
     ck_assert_int_eq(dist_cluster_task_id(c), 0);
@@ -41,7 +42,8 @@ START_TEST(test_tf_config_chief_is_id_zero_and_leader) {
 END_TEST
 
 START_TEST(test_tf_config_worker_id_counts_chief_first) {
-    dist_cluster *c = parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\", \"index\": 1}}");
+    dist_cluster *c =
+        parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\", \"index\": 1}}");
     ck_assert(!dist_cluster_is_chief(c));
     ck_assert_int_eq(dist_cluster_worker_count(c, NULL), 3);
     ck_assert_int_eq(dist_cluster_id_in_cluster(c, NULL), 2);
@@ -135,7 +137,8 @@ START_TEST(test_tf_config_sparse_form_in_index_order) {
 END_TEST
 
 START_TEST(test_tf_config_string_index_is_int) {
-    dist_cluster *c = parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\", \"index\": \"1\"}}");
+    dist_cluster *c =
+        parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\", \"index\": \"1\"}}");
     ck_assert_int_eq(dist_cluster_task_id(c), 1);
     ck_assert_int_eq(dist_cluster_id_in_cluster(c, NULL), 2);
     dist_cluster_destroy(c);
@@ -148,8 +151,9 @@ START_TEST(test_tf_config_string_index_is_int) {
 END_TEST
 
 START_TEST(test_tf_config_rpc_layer_and_job_order) {
-    dist_cluster *c = parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\", \"index\": 0},"
-                               " \"rpc_layer\": \"grpc\"}");
+    dist_cluster *c =
+        parse_ok("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\", \"index\": 0},"
+                 " \"rpc_layer\": \"grpc\"}");
     ck_assert_str_eq(dist_cluster_rpc_layer(c), "grpc");
     ck_assert_uint_eq(dist_cluster_num_jobs(c), 3);
     ck_assert_str_eq(dist_cluster_job_name(c, 0), "chief");
@@ -179,7 +183,9 @@ START_TEST(test_tf_config_unset_or_empty_is_local) {
     c = parse_ok(NULL);
     ck_assert(dist_cluster_is_empty(c));
     dist_cluster_destroy(c);
-    setenv("TF_CONFIG", "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}", 1);
+    setenv("TF_CONFIG",
+           "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+           1);
     c = parse_ok(NULL);
     ck_assert_uint_eq(dist_cluster_num_tasks(c, "worker"), 1);
     dist_cluster_destroy(c);
@@ -188,8 +194,9 @@ START_TEST(test_tf_config_unset_or_empty_is_local) {
 END_TEST
 
 START_TEST(test_tf_config_task_type_not_in_cluster) {
-    expect_error("{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}",
-                 "`task_type` 'ps' not found in cluster_spec.");
+    expect_error(
+        "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}",
+        "`task_type` 'ps' not found in cluster_spec.");
 }
 END_TEST
 
@@ -220,7 +227,8 @@ START_TEST(test_tf_config_negative_index) {
 END_TEST
 
 START_TEST(test_tf_config_cluster_without_task) {
-    const char *msg = "When `cluster_spec` is given, you must also specify `task_type` and `task_id`.";
+    const char *msg =
+        "When `cluster_spec` is given, you must also specify `task_type` and `task_id`.";
     expect_error("{" CHIEF_WORKER_PS "}", msg);
     expect_error("{" CHIEF_WORKER_PS ", \"task\": {\"type\": \"worker\"}}", msg);
 }
@@ -232,9 +240,10 @@ START_TEST(test_tf_config_other_job_names_are_refused) {
                  "Disallowed task type found in cluster spec. Allowed types are ('chief', "
                  "'worker', 'evaluator', 'ps', None) and the cluster spec is "
                  "ClusterSpec({'master': ['m:1'], 'worker': ['a:1']}).");
-    expect_error("{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"master\", \"index\": 0}}",
-                 "Unrecognized task_type: master, valid task types are: ('chief', 'worker', "
-                 "'evaluator', 'ps', None)");
+    expect_error(
+        "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"master\", \"index\": 0}}",
+        "Unrecognized task_type: master, valid task types are: ('chief', 'worker', "
+        "'evaluator', 'ps', None)");
 }
 END_TEST
 
@@ -246,7 +255,10 @@ START_TEST(test_tf_config_malformed_json_is_a_format_error) {
 END_TEST
 
 START_TEST(test_tf_config_resolve_options_override_the_task) {
-    setenv("TF_CONFIG", "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}", 1);
+    setenv("TF_CONFIG",
+           "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", "
+           "\"index\": 0}}",
+           1);
     dist_cluster_options o = DIST_CLUSTER_OPTIONS_INIT;
     o.task_id = 1;
     o.rpc_layer = "grpc";
@@ -257,7 +269,8 @@ START_TEST(test_tf_config_resolve_options_override_the_task) {
     ck_assert_str_eq(dist_cluster_rpc_layer(c), "grpc");
     dist_cluster_destroy(c);
     o = (dist_cluster_options)DIST_CLUSTER_OPTIONS_INIT;
-    o.tf_config = "{\"cluster\": {\"chief\": [\"c:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}";
+    o.tf_config =
+        "{\"cluster\": {\"chief\": [\"c:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}";
     ck_assert_int_eq(dist_cluster_resolve(&o, &c), DIST_OK);
     ck_assert_str_eq(dist_cluster_task_type(c), "chief");
     dist_cluster_destroy(c);
