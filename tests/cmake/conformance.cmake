@@ -1,0 +1,24 @@
+# Conformance against TensorFlow itself: TF_CONFIG resolved by TensorFlow's TFConfigClusterResolver
+# and multi_worker_util versus libdist's dist_cluster_from_tf_config, case by case.
+# The fixture builds (once, cached) a venv with tensorflow-cpu; it needs PyPI the first time and
+# fails loudly without it.
+set(conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
+add_executable(cluster_json ${conf_dir}/cluster_json.c)
+target_link_libraries(cluster_json PRIVATE dist_static)
+target_compile_options(cluster_json PRIVATE ${DIST_WARNINGS})
+
+if(DEFINED ENV{DIST_VENV})
+  set(conf_venv $ENV{DIST_VENV})
+else()
+  set(conf_venv $ENV{HOME}/.cache/libdist/venv-tf)
+endif()
+
+add_test(NAME conformance.venv COMMAND ${conf_dir}/venv.sh)
+set_tests_properties(conformance.venv PROPERTIES FIXTURES_SETUP tf_venv LABELS conformance
+                     TIMEOUT 900 ENVIRONMENT "DIST_VENV=${conf_venv}")
+
+add_test(NAME conformance.tf_config
+         COMMAND ${conf_venv}/bin/python ${conf_dir}/run_tf_config.py ${conf_venv}/bin/python
+                 $<TARGET_FILE:cluster_json> ${conf_dir}/tf_config_cases.json)
+set_tests_properties(conformance.tf_config PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600)

@@ -1,0 +1,145 @@
+/* The Slurm resolver: hostlist expansion, task placement, ports, and the precedence
+ * explicit options > TF_CONFIG > Slurm. */
+#include "dist/cluster.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+START_TEST(test_slurm_hostlist_ranges_keep_zero_padding) {
+    char **hosts = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_slurm_expand_hostlist("node[01-03,07],gpu5", &hosts, &n), DIST_OK);
+    ck_assert_uint_eq(n, 5);
+    const char *want[] = {"node01", "node02", "node03", "node07", "gpu5"};
+    for (size_t i = 0; i < n; ++i) ck_assert_str_eq(hosts[i], want[i]);
+    free(hosts);
+}
+END_TEST
+
+START_TEST(test_slurm_hostlist_two_bracket_groups_and_suffix) {
+    char **hosts = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_slurm_expand_hostlist("r[1-2]n[8-9].ib", &hosts, &n), DIST_OK);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_str_eq(hosts[0], "r1n8.ib");
+    ck_assert_str_eq(hosts[1], "r1n9.ib");
+    ck_assert_str_eq(hosts[3], "r2n9.ib");
+    free(hosts);
+}
+END_TEST
+
+START_TEST(test_slurm_hostlist_malformed) {
+    char **hosts = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(dist_slurm_expand_hostlist("node[3-1]", &hosts, &n), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_slurm_expand_hostlist("node[1-2", &hosts, &n), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_slurm_expand_hostlist("", &hosts, &n), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_slurm_tasks_spread_node_by_node_with_ports) {
+    dist_cluster *c = NULL;
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "3", "5", "node[1-2]", NULL, &c),
+                     DIST_OK);
+    ck_assert_uint_eq(dist_cluster_num_tasks(c, "worker"), 5);
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 0, NULL), "node1:9000");
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 2, NULL), "node1:9002");
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 3, NULL), "node2:9000");
+    ck_assert_str_eq(dist_cluster_task_type(c), "worker");
+    ck_assert_int_eq(dist_cluster_task_id(c), 3);
+    ck_assert_int_eq(dist_cluster_worker_count(c, NULL), 5);
+    ck_assert(!dist_cluster_is_chief(c));
+    dist_cluster_destroy(c);
+}
+END_TEST
+
+START_TEST(test_slurm_tasks_per_node_with_repeat_count) {
+    dist_cluster *c = NULL;
+    ck_assert_int_eq(dist_cluster_from_slurm_values(7000, "0", "4", "a,b,c", "1(x2),2", &c),
+                     DIST_OK);
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 1, NULL), "b:7000");
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 3, NULL), "c:7001");
+    ck_assert(dist_cluster_is_chief(c));
+    ck_assert_str_eq(dist_cluster_collective_leader(c), "/job:worker/replica:0/task:0");
+    dist_cluster_destroy(c);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(7000, "0", "5", "a,b,c", "1(x2),2", &c),
+                     DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_slurm_bad_values) {
+    dist_cluster *c = NULL;
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "4", "4", "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "x", "4", "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(0, "0", "4", "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(9000, NULL, "4", "n[1-2]", NULL, &c),
+                     DIST_NOT_FOUND);
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
+START_TEST(test_slurm_from_environment_and_precedence) {
+    unsetenv("TF_CONFIG");
+    unsetenv("SLURM_TASKS_PER_NODE");
+    unsetenv("SLURM_STEP_TASKS_PER_NODE");
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_JOB_NODELIST", "gpu[07-08]", 1);
+    dist_cluster *c = NULL;
+    ck_assert_int_eq(dist_cluster_from_slurm(8888, &c), DIST_OK);
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 1, NULL), "gpu08:8888");
+    dist_cluster_destroy(c);
+
+    /* Slurm when TF_CONFIG is unset. */
+    ck_assert_int_eq(dist_cluster_resolve(NULL, &c), DIST_OK);
+    ck_assert_int_eq(dist_cluster_task_id(c), 1);
+    ck_assert_uint_eq(dist_cluster_num_tasks(c, "worker"), 2);
+    dist_cluster_destroy(c);
+
+    /* TF_CONFIG over Slurm. */
+    setenv("TF_CONFIG",
+           "{\"cluster\": {\"chief\": [\"c:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}",
+           1);
+    ck_assert_int_eq(dist_cluster_resolve(NULL, &c), DIST_OK);
+    ck_assert_str_eq(dist_cluster_task_type(c), "chief");
+    dist_cluster_destroy(c);
+
+    /* Explicit options over both. */
+    dist_cluster_options o = DIST_CLUSTER_OPTIONS_INIT;
+    o.tf_config = "{\"cluster\": {\"worker\": [\"x:1\", \"y:1\", \"z:1\"]}, \"task\": {\"type\": "
+                  "\"worker\", \"index\": 0}}";
+    o.task_id = 2;
+    ck_assert_int_eq(dist_cluster_resolve(&o, &c), DIST_OK);
+    ck_assert_int_eq(dist_cluster_task_id(c), 2);
+    ck_assert_str_eq(dist_cluster_task_address(c, "worker", 2, NULL), "z:1");
+    dist_cluster_destroy(c);
+
+    unsetenv("TF_CONFIG");
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_JOB_NODELIST");
+    ck_assert_int_eq(dist_cluster_resolve(NULL, &c), DIST_OK);
+    ck_assert(dist_cluster_is_empty(c));
+    dist_cluster_destroy(c);
+}
+END_TEST
+
+static Suite *slurm_suite(void) {
+    Suite *s = suite_create("slurm");
+    TCase *tc = tcase_create("resolver");
+    tcase_add_test(tc, test_slurm_hostlist_ranges_keep_zero_padding);
+    tcase_add_test(tc, test_slurm_hostlist_two_bracket_groups_and_suffix);
+    tcase_add_test(tc, test_slurm_hostlist_malformed);
+    tcase_add_test(tc, test_slurm_tasks_spread_node_by_node_with_ports);
+    tcase_add_test(tc, test_slurm_tasks_per_node_with_repeat_count);
+    tcase_add_test(tc, test_slurm_bad_values);
+    tcase_add_test(tc, test_slurm_from_environment_and_precedence);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return dist_test_run(slurm_suite()); }
