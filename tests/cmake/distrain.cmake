@@ -52,3 +52,14 @@ add_test(NAME distrain.fashion_mnist
                  -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_fashion.json -DMIN_ACCURACY=0.6 -DSTEPS=150
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
 set_tests_properties(distrain.fashion_mnist PROPERTIES LABELS cli TIMEOUT 300)
+
+# --print-cluster: TF_CONFIG resolved with TensorFlow's numbering, or TF's message and exit 2.
+add_test(NAME distrain.print_cluster
+         COMMAND ${expect} 0 "\"id_in_cluster\":2" env
+                 [[TF_CONFIG={"cluster":{"chief":["h:1"],"worker":["h:2","h:3"],"ps":["h:4"]},"task":{"type":"worker","index":1}}]]
+                 $<TARGET_FILE:distrain> --print-cluster)
+add_test(NAME distrain.print_cluster_invalid
+         COMMAND ${expect} 2 "exceeds the maximum id of worker" env
+                 [[TF_CONFIG={"cluster":{"worker":["h:2","h:3"]},"task":{"type":"worker","index":2}}]]
+                 $<TARGET_FILE:distrain> --print-cluster)
+set_tests_properties(distrain.print_cluster distrain.print_cluster_invalid PROPERTIES LABELS cli TIMEOUT 60)

@@ -15,6 +15,7 @@
 #include <dist/train.h>
 
 #include "options.h"
+#include "print_cluster.h"
 
 typedef struct run_state {
     const distrain_options *o;
@@ -328,6 +329,7 @@ int main(int argc, char **argv) {
     int rc = distrain_parse_args(argc, argv, &o);
     if (rc == 1) return 0;
     if (rc) return rc;
+    if (o.print_cluster) return distrain_print_cluster();
     dist_set_log_callback(on_log, o.quiet ? DIST_LOG_WARN : DIST_LOG_INFO, NULL);
     run_state s;
     memset(&s, 0, sizeof s);

@@ -22,6 +22,8 @@ void distrain_usage(FILE *out) {
             "  --threads N                      compute threads per replica (default cores / replicas)\n"
             "  --steps-per-epoch N              stop each epoch after N steps (default: whole epoch)\n"
             "  --metrics-json FILE              write final metrics as JSON\n"
+            "  --print-cluster                  print the cluster and task resolved from TF_CONFIG (or Slurm)\n"
+            "                                   as JSON and exit (2 with TensorFlow's message if invalid)\n"
             "  --quiet                          no summary or progress, only errors\n"
             "  --help\n");
 }
@@ -59,6 +61,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             distrain_usage(stdout);
             return 1;
+        }
+        if (strcmp(a, "--print-cluster") == 0) {
+            o->print_cluster = 1;
+            continue;
         }
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
