@@ -6,19 +6,18 @@
  *
  * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH]
  *        (run from anywhere; the PyTorch script is found through the source tree) */
+#include <dist/dist.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <dist/dist.h>
-
 #ifndef DIST_SOURCE_DIR
 #define DIST_SOURCE_DIR "."
 #endif
 
-#define FLOP_PER_IMAGE 14.8e6  /* training: forward + backward of the seed CNN */
-#define PEAK_PER_CORE 222e9    /* measured FP32 FMA peak of one core (PERFORMANCE.md) */
+#define FLOP_PER_IMAGE 14.8e6 /* training: forward + backward of the seed CNN */
+#define PEAK_PER_CORE 222e9   /* measured FP32 FMA peak of one core (PERFORMANCE.md) */
 #define MAX_REPEATS 32
 
 static double now_s(void) {
@@ -46,8 +45,8 @@ static double median(double *v, int n) {
     } while (0)
 
 /* images/s of each repeat of `steps` training steps (after 20 warm-up steps). */
-static double run_libdist(dist_strategy_kind kind, const char *devices, int threads, int steps, int repeats,
-                          const dist_mnist *mnist, double *runs) {
+static double run_libdist(dist_strategy_kind kind, const char *devices, int threads, int steps,
+                          int repeats, const dist_mnist *mnist, double *runs) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = kind;
     so.devices = devices;
@@ -108,10 +107,11 @@ static double run_libdist(dist_strategy_kind kind, const char *devices, int thre
 }
 
 /* Runs bench/torch_cnn.py once; returns its median images/s (0 when it cannot run). */
-static double run_torch_once(const char *python, int threads, int steps, int repeats, int flush, char *runs_text,
-                             size_t size) {
+static double run_torch_once(const char *python, int threads, int steps, int repeats, int flush,
+                             char *runs_text, size_t size) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s/bench/torch_cnn.py --threads %d --steps %d --repeats %d%s 2>/dev/null", python,
+    snprintf(cmd, sizeof cmd,
+             "%s %s/bench/torch_cnn.py --threads %d --steps %d --repeats %d%s 2>/dev/null", python,
              DIST_SOURCE_DIR, threads, steps, repeats, flush ? " --flush-denormal" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
@@ -135,7 +135,8 @@ static double run_torch_once(const char *python, int threads, int steps, int rep
 }
 
 /* PyTorch at its best: with and without flushing denormals, whichever is faster. */
-static double run_torch(const char *python, int threads, int steps, int repeats, char *runs_text, size_t size) {
+static double run_torch(const char *python, int threads, int steps, int repeats, char *runs_text,
+                        size_t size) {
     char other[512] = "";
     double a = run_torch_once(python, threads, steps, repeats, 0, runs_text, size);
     double b = run_torch_once(python, threads, steps, repeats, 1, other, sizeof other);
@@ -149,19 +150,25 @@ static double run_torch(const char *python, int threads, int steps, int repeats,
 static void runs_str(const double *runs, int n, char *buf, size_t size) {
     size_t len = 0;
     buf[0] = '\0';
-    for (int i = 0; i < n && len < size; i++) len += (size_t)snprintf(buf + len, size - len, "%s%.0f", i ? ", " : "", runs[i]);
+    for (int i = 0; i < n && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%.0f", i ? ", " : "", runs[i]);
 }
 
 int main(int argc, char **argv) {
     int steps = 300, repeats = 5, torch = 1;
     const char *python = "/usr/bin/python3";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-torch")) torch = 0;
-        else if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc)
+            repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-torch"))
+            torch = 0;
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+            python = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -171,13 +178,15 @@ int main(int argc, char **argv) {
     }
     int cores = dist_device_count(DIST_DEVICE_CPU);
     char all_cpus[256] = "";
-    for (int c = 0, len = 0; c < cores && len < 240; c++) len += snprintf(all_cpus + len, sizeof all_cpus - (size_t)len, "%scpu:%d", c ? "," : "", c);
+    for (int c = 0, len = 0; c < cores && len < 240; c++)
+        len += snprintf(all_cpus + len, sizeof all_cpus - (size_t)len, "%scpu:%d", c ? "," : "", c);
     dist_mnist *mnist;
     dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
     mo.allow_download = 0;
     CHECK(dist_mnist_load(&mo, &mnist));
 
-    printf("seed CNN, batch 64, Adam; %d steps x %d repeats after 20 warm-up steps; %d cores\n\n", steps, repeats, cores);
+    printf("seed CNN, batch 64, Adam; %d steps x %d repeats after 20 warm-up steps; %d cores\n\n",
+           steps, repeats, cores);
     double r1[MAX_REPEATS], rall[MAX_REPEATS], rmir[MAX_REPEATS];
     double one = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, repeats, mnist, r1);
     double all = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, repeats, mnist, rall);
@@ -187,29 +196,36 @@ int main(int argc, char **argv) {
     double tall = torch ? run_torch(python, cores, steps, repeats, tall_runs, sizeof tall_runs) : 0;
 
     char buf[512];
-    printf("| configuration | threads | images/s (median) | %% of FP32 peak | repeats |\n|---|---|---|---|---|\n");
+    printf("| configuration | threads | images/s (median) | %% of FP32 peak | repeats "
+           "|\n|---|---|---|---|---|\n");
     runs_str(r1, repeats, buf, sizeof buf);
-    printf("| libdist one_device cpu:0 | 1 | %.0f | %.0f%% | %s |\n", one, 100 * one * FLOP_PER_IMAGE / PEAK_PER_CORE, buf);
+    printf("| libdist one_device cpu:0 | 1 | %.0f | %.0f%% | %s |\n", one,
+           100 * one * FLOP_PER_IMAGE / PEAK_PER_CORE, buf);
     runs_str(rall, repeats, buf, sizeof buf);
     printf("| libdist one_device cpu:0 | %d | %.0f | %.0f%% | %s |\n", cores, all,
            100 * all * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
     runs_str(rmir, repeats, buf, sizeof buf);
-    printf("| libdist mirrored, %d CPU replicas | %d x 1 | %.0f | %.0f%% | %s |\n", cores, cores, mir,
-           100 * mir * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
+    printf("| libdist mirrored, %d CPU replicas | %d x 1 | %.0f | %.0f%% | %s |\n", cores, cores,
+           mir, 100 * mir * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
     if (torch) {
-        printf("| PyTorch eager (torch_cnn.py) | 1 | %.0f | %.0f%% | %s |\n", t1, 100 * t1 * FLOP_PER_IMAGE / PEAK_PER_CORE,
-               t1_runs);
+        printf("| PyTorch eager (torch_cnn.py) | 1 | %.0f | %.0f%% | %s |\n", t1,
+               100 * t1 * FLOP_PER_IMAGE / PEAK_PER_CORE, t1_runs);
         printf("| PyTorch eager (torch_cnn.py) | %d | %.0f | %.0f%% | %s |\n", cores, tall,
                100 * tall * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), tall_runs);
     }
     printf("\nratios:\n");
-    printf("  mirrored %d replicas / one replica on one core: %.2fx (target >= 1.7x)\n", cores, mir / one);
+    printf("  mirrored %d replicas / one replica on one core: %.2fx (target >= 1.7x)\n", cores,
+           mir / one);
     if (torch && t1 > 0 && tall > 0) {
         printf("  libdist 1 thread / PyTorch 1 thread: %.2fx (target >= 2x)\n", one / t1);
-        printf("  libdist one_device %d threads / PyTorch %d threads: %.2fx (target >= 2x)\n", cores, cores, all / tall);
-        printf("  libdist mirrored / PyTorch %d threads: %.2fx (target >= 2x)\n", cores, mir / tall);
+        printf("  libdist one_device %d threads / PyTorch %d threads: %.2fx (target >= 2x)\n",
+               cores, cores, all / tall);
+        printf("  libdist mirrored / PyTorch %d threads: %.2fx (target >= 2x)\n", cores,
+               mir / tall);
     } else if (torch) {
-        printf("  PyTorch did not run (%s bench/torch_cnn.py; install python3-torch: tools/setup-deps.sh --bench)\n", python);
+        printf("  PyTorch did not run (%s bench/torch_cnn.py; install python3-torch: "
+               "tools/setup-deps.sh --bench)\n",
+               python);
     }
     dist_mnist_destroy(mnist);
     return 0;

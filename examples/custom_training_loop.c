@@ -9,10 +9,9 @@
  *   6. reduce the per-replica results (strategy.reduce) for metrics.
  *
  * usage: custom_training_loop [steps]   (default: one epoch of the built-in MNIST subset) */
+#include <dist/dist.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#include <dist/dist.h>
 
 #define GLOBAL_BATCH 64
 
@@ -24,12 +23,14 @@ typedef struct train_state {
 
 /* 4. The step. It runs once per replica, on that replica's thread and device; `in` holds the
  * replica's share of the global batch, already on its device. */
-static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void *user, dist_element *out) {
+static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                              dist_element *out) {
     train_state *s = user;
     dist_tape *tape = dist_replica_tape(rc); /* this replica's tape, reset for the step */
     dist_tensor *logits, *per_example_loss, *loss;
     DIST_RETURN_IF_ERROR(dist_model_call(s->model, tape, in->items[0], &logits));
-    DIST_RETURN_IF_ERROR(dist_op_sparse_softmax_cross_entropy(tape, logits, in->items[1], &per_example_loss));
+    DIST_RETURN_IF_ERROR(
+        dist_op_sparse_softmax_cross_entropy(tape, logits, in->items[1], &per_example_loss));
     /* Divide by the GLOBAL batch, not the replica's: summing the replicas' gradients then gives
      * the gradient of the mean loss over the whole batch. */
     DIST_RETURN_IF_ERROR(dist_compute_average_loss(tape, per_example_loss, s->global_batch, &loss));
@@ -98,13 +99,19 @@ int main(int argc, char **argv) {
         if (check(dist_distributed_iterator_next(it, &batch, &end), "reading a batch")) return 1;
         if (end || (max_steps > 0 && steps == max_steps)) break;
         state.global_batch = 0;
-        for (int r = 0; r < batch.num_replicas; r++) state.global_batch += batch.replicas[r].items[0]->shape[0];
-        if (check(dist_strategy_run(strategy, train_step, &state, &batch, &results), "running the step")) return 1;
+        for (int r = 0; r < batch.num_replicas; r++)
+            state.global_batch += batch.replicas[r].items[0]->shape[0];
+        if (check(dist_strategy_run(strategy, train_step, &state, &batch, &results),
+                  "running the step"))
+            return 1;
         dist_tensor *loss;
-        if (check(dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &loss), "reducing")) return 1;
+        if (check(dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &loss),
+                  "reducing"))
+            return 1;
         loss_sum += *(float *)loss->data;
         dist_tensor_destroy(loss);
-        if (++steps % 25 == 0) printf("step %ld: mean loss %.4f\n", steps, loss_sum / 25), loss_sum = 0;
+        if (++steps % 25 == 0)
+            printf("step %ld: mean loss %.4f\n", steps, loss_sum / 25), loss_sum = 0;
     }
     printf("trained %ld steps\n", steps);
 

@@ -14,14 +14,15 @@ DIST_BEGIN_DECLS
 typedef struct dist_backend dist_backend;
 
 typedef struct dist_backend_options {
-    int version;       /* DIST_BACKEND_OPTIONS_VERSION */
+    int version; /* DIST_BACKEND_OPTIONS_VERSION */
     dist_device device;
     int threads;       /* CPU: compute threads for this backend's kernels; 0 = all cores */
     int deterministic; /* GPU: only deterministic algorithms; CPU kernels always are */
 } dist_backend_options;
 
 #define DIST_BACKEND_OPTIONS_VERSION 1
-#define DIST_BACKEND_OPTIONS_INIT {DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0}
+#define DIST_BACKEND_OPTIONS_INIT                                                                  \
+    { DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0 }
 
 /* Creates a backend for options->device. DIST_NOT_FOUND when the device does not exist (for
  * example gpu:0 on a machine without GPUs), DIST_UNSUPPORTED when this build lacks it. */

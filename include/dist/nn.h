@@ -7,13 +7,13 @@
 #ifndef DIST_NN_H
 #define DIST_NN_H
 
-#include <stdint.h>
-
 #include "dist/backend.h"
 #include "dist/export.h"
 #include "dist/status.h"
 #include "dist/tape.h"
 #include "dist/tensor.h"
+
+#include <stdint.h>
 
 DIST_BEGIN_DECLS
 
@@ -29,7 +29,8 @@ typedef struct dist_conv2d_options {
     int use_bias;
 } dist_conv2d_options;
 #define DIST_CONV2D_OPTIONS_VERSION 1
-#define DIST_CONV2D_OPTIONS_INIT {DIST_CONV2D_OPTIONS_VERSION, 0, 3, 3, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, 1}
+#define DIST_CONV2D_OPTIONS_INIT                                                                   \
+    { DIST_CONV2D_OPTIONS_VERSION, 0, 3, 3, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, 1 }
 
 /* An empty Sequential model; name NULL means "sequential". */
 DIST_API dist_status dist_model_create(const char *name, dist_model **out);
@@ -39,7 +40,8 @@ DIST_API void dist_model_destroy(dist_model *model);
 /* Conv2D(filters, (k, k), activation), stride 1, valid padding, with bias. */
 DIST_API dist_status dist_model_add_conv2d(dist_model *model, int filters, int kernel_size,
                                            dist_activation activation);
-DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model, const dist_conv2d_options *options);
+DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model,
+                                              const dist_conv2d_options *options);
 /* MaxPooling2D(pool_size) with strides = pool_size and valid padding. */
 DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
 DIST_API dist_status dist_model_add_flatten(dist_model *model);
@@ -77,7 +79,8 @@ DIST_API dist_tensor *dist_model_grads(dist_model *model, int replica);
 DIST_API dist_backend *dist_model_backend(const dist_model *model, int replica);
 
 /* Copies a replica's parameters to host (count = num_params floats, variables in order). */
-DIST_API dist_status dist_model_get_weights(dist_model *model, int replica, float *dst, int64_t count);
+DIST_API dist_status dist_model_get_weights(dist_model *model, int replica, float *dst,
+                                            int64_t count);
 /* Sets every replica's parameters from host memory. */
 DIST_API dist_status dist_model_set_weights(dist_model *model, const float *src, int64_t count);
 

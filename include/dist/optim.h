@@ -7,12 +7,12 @@
 #ifndef DIST_OPTIM_H
 #define DIST_OPTIM_H
 
-#include <stdint.h>
-
 #include "dist/export.h"
 #include "dist/nn.h"
 #include "dist/status.h"
 #include "dist/tape.h"
+
+#include <stdint.h>
 
 DIST_BEGIN_DECLS
 
@@ -26,7 +26,8 @@ typedef struct dist_adam_options {
     float epsilon;       /* 1e-7 (Keras) */
 } dist_adam_options;
 #define DIST_ADAM_OPTIONS_VERSION 1
-#define DIST_ADAM_OPTIONS_INIT {DIST_ADAM_OPTIONS_VERSION, 0.001f, 0.9f, 0.999f, 1e-7f}
+#define DIST_ADAM_OPTIONS_INIT                                                                     \
+    { DIST_ADAM_OPTIONS_VERSION, 0.001f, 0.9f, 0.999f, 1e-7f }
 
 typedef struct dist_sgd_options {
     int version;
@@ -35,21 +36,26 @@ typedef struct dist_sgd_options {
     int nesterov;        /* 0 */
 } dist_sgd_options;
 #define DIST_SGD_OPTIONS_VERSION 1
-#define DIST_SGD_OPTIONS_INIT {DIST_SGD_OPTIONS_VERSION, 0.01f, 0.0f, 0}
+#define DIST_SGD_OPTIONS_INIT                                                                      \
+    { DIST_SGD_OPTIONS_VERSION, 0.01f, 0.0f, 0 }
 
-DIST_API dist_status dist_optimizer_create_adam(const dist_adam_options *options, dist_optimizer **out);
-DIST_API dist_status dist_optimizer_create_sgd(const dist_sgd_options *options, dist_optimizer **out);
+DIST_API dist_status dist_optimizer_create_adam(const dist_adam_options *options,
+                                                dist_optimizer **out);
+DIST_API dist_status dist_optimizer_create_sgd(const dist_sgd_options *options,
+                                               dist_optimizer **out);
 /* Frees the optimizer and its slot variables. Accepts NULL. */
 DIST_API void dist_optimizer_destroy(dist_optimizer *opt);
 
 /* Applies the gradients in the model's gradient buffer of the tape's replica (see the header
  * comment for the all-reduce). The first call binds the optimizer to the model. */
-DIST_API dist_status dist_optimizer_apply_gradients(dist_optimizer *opt, dist_model *model, dist_tape *tape);
+DIST_API dist_status dist_optimizer_apply_gradients(dist_optimizer *opt, dist_model *model,
+                                                    dist_tape *tape);
 
 /* Like apply_gradients, with the gradients multiplied by grad_scale first (1/loss scale).
  * When all_reduced is non-zero the caller has already all-reduced the gradient buffer. */
-DIST_API dist_status dist_optimizer_apply_scaled(dist_optimizer *opt, dist_model *model, dist_tape *tape,
-                                                 float grad_scale, int all_reduced);
+DIST_API dist_status dist_optimizer_apply_scaled(dist_optimizer *opt, dist_model *model,
+                                                 dist_tape *tape, float grad_scale,
+                                                 int all_reduced);
 
 DIST_API float dist_optimizer_learning_rate(const dist_optimizer *opt);
 DIST_API dist_status dist_optimizer_set_learning_rate(dist_optimizer *opt, float learning_rate);

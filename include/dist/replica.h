@@ -14,10 +14,7 @@
 
 DIST_BEGIN_DECLS
 
-typedef enum dist_reduce_op {
-    DIST_REDUCE_SUM = 0,
-    DIST_REDUCE_MEAN = 1
-} dist_reduce_op;
+typedef enum dist_reduce_op { DIST_REDUCE_SUM = 0, DIST_REDUCE_MEAN = 1 } dist_reduce_op;
 
 DIST_API int dist_replica_id(const dist_replica_ctx *rc);
 DIST_API int dist_replica_count(const dist_replica_ctx *rc);
@@ -27,7 +24,8 @@ DIST_API dist_backend *dist_replica_backend(const dist_replica_ctx *rc);
 
 /* In place: every replica's tensor becomes the SUM (or MEAN) over replicas. f32 tensors of the
  * same shape on each replica's device; results are bitwise identical on every replica. */
-DIST_API dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t);
+DIST_API dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op,
+                                             dist_tensor *t);
 /* out (on this replica's device) = the replicas' `in` tensors concatenated along axis 0, in
  * replica order. Every replica's `in` must have the same shape; out has R times its rows. */
 DIST_API dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in,

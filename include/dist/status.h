@@ -18,15 +18,15 @@ typedef enum dist_status {
     DIST_FORMAT,           /* input data is malformed (bad magic, truncated, bad JSON) */
     DIST_SYSTEM,           /* an operating-system call failed */
     DIST_OUT_OF_MEMORY,
-    DIST_CUDA,             /* CUDA, cuDNN or cuBLAS reported an error */
+    DIST_CUDA, /* CUDA, cuDNN or cuBLAS reported an error */
     DIST_NCCL,
-    DIST_TIMEOUT,          /* a deadline passed */
-    DIST_PEER_LOST,        /* a peer process closed its connection or died */
-    DIST_UNAVAILABLE,      /* a resource (device, peer, network) is not reachable */
-    DIST_UNSUPPORTED,      /* valid, but not supported by this build or device */
-    DIST_NOT_FOUND,        /* a named file, device or entry does not exist */
-    DIST_OUT_OF_RANGE,     /* end of a sequence (an exhausted iterator) */
-    DIST_INTERNAL,         /* a broken invariant inside libdist: please report it */
+    DIST_TIMEOUT,      /* a deadline passed */
+    DIST_PEER_LOST,    /* a peer process closed its connection or died */
+    DIST_UNAVAILABLE,  /* a resource (device, peer, network) is not reachable */
+    DIST_UNSUPPORTED,  /* valid, but not supported by this build or device */
+    DIST_NOT_FOUND,    /* a named file, device or entry does not exist */
+    DIST_OUT_OF_RANGE, /* end of a sequence (an exhausted iterator) */
+    DIST_INTERNAL,     /* a broken invariant inside libdist: please report it */
     DIST_STATUS_COUNT
 } dist_status;
 
@@ -35,7 +35,7 @@ typedef enum dist_status {
 #define DIST_RETURN_IF_ERROR(call)                                                                 \
     do {                                                                                           \
         dist_status dist_return_if_error_st_ = (call);                                             \
-        if (dist_return_if_error_st_ != DIST_OK) return dist_return_if_error_st_;                   \
+        if (dist_return_if_error_st_ != DIST_OK) return dist_return_if_error_st_;                  \
     } while (0)
 
 /* The message describing the last failure on the calling thread ("" if none). Borrowed: valid

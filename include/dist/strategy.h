@@ -19,13 +19,13 @@
 #ifndef DIST_STRATEGY_H
 #define DIST_STRATEGY_H
 
-#include <stddef.h>
-
 #include "dist/data.h"
 #include "dist/export.h"
 #include "dist/replica.h"
 #include "dist/status.h"
 #include "dist/tensor.h"
+
+#include <stddef.h>
 
 DIST_BEGIN_DECLS
 
@@ -41,9 +41,9 @@ typedef enum dist_strategy_kind {
 
 /* How gradients meet across the replicas of one process (tf.distribute's cross_device_ops). */
 typedef enum dist_cross_device_ops {
-    DIST_CROSS_DEVICE_AUTO = 0,   /* NCCL when every device is a GPU, else in-process */
-    DIST_CROSS_DEVICE_NCCL,       /* NCCL all-reduce (GPUs only) */
-    DIST_CROSS_DEVICE_IN_PROCESS  /* reduction in host memory by the replicas' threads */
+    DIST_CROSS_DEVICE_AUTO = 0,  /* NCCL when every device is a GPU, else in-process */
+    DIST_CROSS_DEVICE_NCCL,      /* NCCL all-reduce (GPUs only) */
+    DIST_CROSS_DEVICE_IN_PROCESS /* reduction in host memory by the replicas' threads */
 } dist_cross_device_ops;
 
 /* Variable aggregation and synchronization (tf.VariableAggregation / VariableSynchronization),
@@ -62,7 +62,7 @@ typedef enum dist_synchronization {
 
 typedef struct dist_strategy_options {
     int version;
-    dist_strategy_kind kind;        /* default DIST_STRATEGY_MIRRORED */
+    dist_strategy_kind kind; /* default DIST_STRATEGY_MIRRORED */
     /* Comma-separated devices, one replica each: "cpu:0,cpu:1" or "gpu:0,gpu:1". NULL: for
      * mirrored, every GPU, or without GPUs one CPU replica per core; for one_device, gpu:0 if
      * a GPU exists, else cpu:0. Borrowed. */
@@ -78,12 +78,16 @@ typedef struct dist_strategy_options {
 
 #define DIST_STRATEGY_OPTIONS_VERSION 1
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
-    { DIST_STRATEGY_OPTIONS_VERSION, DIST_STRATEGY_MIRRORED, NULL, 0, DIST_CROSS_DEVICE_AUTO, 0, 0.0 }
+    {                                                                                              \
+        DIST_STRATEGY_OPTIONS_VERSION, DIST_STRATEGY_MIRRORED, NULL, 0, DIST_CROSS_DEVICE_AUTO, 0, \
+            0.0                                                                                    \
+    }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,
  * one_device with several devices), DIST_NOT_FOUND (gpu:N without such a GPU, cpu:N beyond the
  * cores), DIST_UNSUPPORTED (a kind this build cannot run, NCCL forced on CPU devices). */
-DIST_API dist_status dist_strategy_create(const dist_strategy_options *options, dist_strategy **out);
+DIST_API dist_status dist_strategy_create(const dist_strategy_options *options,
+                                          dist_strategy **out);
 /* Joins the replica threads and frees everything. Models and optimizers built in its scope
  * must be destroyed first. Accepts NULL. */
 DIST_API void dist_strategy_destroy(dist_strategy *strategy);
@@ -106,18 +110,17 @@ typedef struct dist_variable dist_variable;
 
 /* A variable of `shape` with per-replica copies, initialized to `initial` (host, plain f32,
  * copied) on every replica. Must be called in the strategy's scope. */
-DIST_API dist_status dist_strategy_create_variable(dist_strategy *strategy, const char *name, int ndim,
-                                                   const int64_t *shape, const float *initial,
-                                                   dist_aggregation aggregation,
-                                                   dist_synchronization synchronization,
-                                                   dist_variable **out);
+DIST_API dist_status dist_strategy_create_variable(
+    dist_strategy *strategy, const char *name, int ndim, const int64_t *shape, const float *initial,
+    dist_aggregation aggregation, dist_synchronization synchronization, dist_variable **out);
 DIST_API void dist_variable_destroy(dist_variable *v);
 /* The replica's copy (device memory, borrowed). */
 DIST_API dist_tensor *dist_variable_value(dist_variable *v, int replica);
 /* Called by every replica inside run(): assigns `value` (this replica's device) following the
  * aggregation: SUM/MEAN all-reduce the replicas' values, ONLY_FIRST_REPLICA takes replica 0's,
  * NONE requires ON_READ or identical values. ON_READ variables keep per-replica values. */
-DIST_API dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const dist_tensor *value);
+DIST_API dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc,
+                                          const dist_tensor *value);
 /* Reads the variable to host (plain f32, count elements): a mirrored variable's value, or
  * an ON_READ variable aggregated over replicas by its aggregation (SUM or MEAN). */
 DIST_API dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count);
@@ -138,7 +141,8 @@ typedef struct dist_per_replica_element {
  * consecutive pieces of ceil(b / replicas) rows, so a batch of 6 on 2 replicas is 3 + 3, a
  * final batch of 5 is 3 + 2, and a batch smaller than the replica count leaves the last
  * replicas empty (0 rows), which run() handles. Takes a reference on `dataset`. */
-DIST_API dist_status dist_strategy_distribute_dataset(dist_strategy *strategy, dist_dataset *dataset,
+DIST_API dist_status dist_strategy_distribute_dataset(dist_strategy *strategy,
+                                                      dist_dataset *dataset,
                                                       dist_distributed_dataset **out);
 
 /* tf.distribute.InputContext: what a dataset function needs to build its pipeline. */
@@ -150,21 +154,23 @@ typedef struct dist_input_context {
 
 /* The per-replica batch for a global batch; DIST_INVALID_ARGUMENT when it does not divide. */
 DIST_API dist_status dist_input_context_per_replica_batch_size(const dist_input_context *ctx,
-                                                               int64_t global_batch_size, int64_t *out);
+                                                               int64_t global_batch_size,
+                                                               int64_t *out);
 
 /* Builds one pipeline per input pipeline (one per worker here) that yields PER-REPLICA
  * batches; replicas take consecutive elements. The function returns a new dataset reference. */
-typedef dist_status (*dist_dataset_fn)(const dist_input_context *ctx, void *user, dist_dataset **out);
-DIST_API dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *strategy,
-                                                                     dist_dataset_fn fn, void *user,
-                                                                     dist_distributed_dataset **out);
+typedef dist_status (*dist_dataset_fn)(const dist_input_context *ctx, void *user,
+                                       dist_dataset **out);
+DIST_API dist_status dist_strategy_distribute_datasets_from_function(
+    dist_strategy *strategy, dist_dataset_fn fn, void *user, dist_distributed_dataset **out);
 DIST_API void dist_distributed_dataset_destroy(dist_distributed_dataset *dds);
 
 DIST_API dist_status dist_distributed_dataset_iterator(dist_distributed_dataset *dds,
                                                        dist_distributed_iterator **out);
 /* Next global batch, split per replica. *end_of_sequence = 1 at the end of the epoch. */
 DIST_API dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
-                                                    dist_per_replica_element *out, int *end_of_sequence);
+                                                    dist_per_replica_element *out,
+                                                    int *end_of_sequence);
 /* Starts the next epoch (a reshuffling shuffle reshuffles). */
 DIST_API dist_status dist_distributed_iterator_reset(dist_distributed_iterator *it);
 /* The underlying iterator (for checkpoints: dist_iterator_save / restore). Borrowed. */
@@ -190,17 +196,19 @@ typedef struct dist_per_replica {
 /* Calls step once per replica with its inputs (inputs may be NULL: no inputs) and waits for
  * all. Fails with the first replica's error (by replica order), naming the replica. */
 DIST_API dist_status dist_strategy_run(dist_strategy *strategy, dist_step_fn step, void *user,
-                                       const dist_per_replica_element *inputs, dist_per_replica *results);
+                                       const dist_per_replica_element *inputs,
+                                       dist_per_replica *results);
 
 /* tf.distribute.Strategy.reduce of output `index`: axis -1 (None) combines the replicas'
  * tensors elementwise (SUM, or MEAN over replicas); axis >= 0 also reduces along that axis,
  * and MEAN then divides by the total number of elements along it over all replicas (not by
  * the number of replicas). *out is a new host tensor (dist_tensor_destroy). */
-DIST_API dist_status dist_strategy_reduce(dist_strategy *strategy, dist_reduce_op op, const dist_per_replica *values,
-                                          int index, int axis, dist_tensor **out);
-/* Concatenates output `index` of every replica along axis 0 (tf.distribute gather). */
-DIST_API dist_status dist_strategy_gather(dist_strategy *strategy, const dist_per_replica *values, int index,
+DIST_API dist_status dist_strategy_reduce(dist_strategy *strategy, dist_reduce_op op,
+                                          const dist_per_replica *values, int index, int axis,
                                           dist_tensor **out);
+/* Concatenates output `index` of every replica along axis 0 (tf.distribute gather). */
+DIST_API dist_status dist_strategy_gather(dist_strategy *strategy, const dist_per_replica *values,
+                                          int index, dist_tensor **out);
 /* The replicas' own values of output `index` (TF's experimental_local_results). */
 DIST_API dist_status dist_strategy_local_results(const dist_per_replica *values, int index,
                                                  dist_tensor **out, int *count);

@@ -45,7 +45,8 @@ DIST_API dist_status dist_tape_alloc(dist_tape *tape, dist_dtype dtype, int ndim
 /* Copies a plain host tensor to an arena tensor on the tape's device. */
 DIST_API dist_status dist_tape_upload(dist_tape *tape, const dist_tensor *host, dist_tensor **out);
 /* Copies a tensor on the tape's device to host memory as plain data (waits for the device). */
-DIST_API dist_status dist_tape_download(dist_tape *tape, const dist_tensor *t, void *dst, size_t bytes);
+DIST_API dist_status dist_tape_download(dist_tape *tape, const dist_tensor *t, void *dst,
+                                        size_t bytes);
 /* Reads a one-element float32 tensor (waits for the device). */
 DIST_API dist_status dist_tape_read_scalar(dist_tape *tape, const dist_tensor *t, float *value);
 
@@ -60,18 +61,19 @@ DIST_API dist_status dist_tape_gradient(dist_tape *tape, const dist_tensor *targ
  * argument of TensorFlow's GradientTape.gradient. */
 DIST_API dist_status dist_tape_gradient_with(dist_tape *tape, const dist_tensor *target,
                                              const dist_tensor *output_gradient, int count,
-                                             dist_tensor *const *sources, dist_tensor *const *grads);
+                                             dist_tensor *const *sources,
+                                             dist_tensor *const *grads);
 
 /* ---- ops (TensorFlow semantics; NHWC activations, HWIO conv kernels, [in,out] dense) ---- */
 
 /* y = act(conv2d(x, kernel) + bias). bias may be NULL. */
-DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x, const dist_tensor *kernel,
-                                    const dist_tensor *bias, int stride_h, int stride_w,
-                                    dist_padding padding, dist_activation activation,
-                                    dist_tensor **y);
-DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h, int pool_w,
-                                        int stride_h, int stride_w, dist_padding padding,
-                                        dist_tensor **y);
+DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x,
+                                    const dist_tensor *kernel, const dist_tensor *bias,
+                                    int stride_h, int stride_w, dist_padding padding,
+                                    dist_activation activation, dist_tensor **y);
+DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h,
+                                        int pool_w, int stride_h, int stride_w,
+                                        dist_padding padding, dist_tensor **y);
 /* y = act(x @ kernel + bias) for x [N, in]. bias may be NULL. */
 DIST_API dist_status dist_op_dense(dist_tape *tape, const dist_tensor *x, const dist_tensor *kernel,
                                    const dist_tensor *bias, dist_activation activation,
@@ -80,14 +82,16 @@ DIST_API dist_status dist_op_relu(dist_tape *tape, const dist_tensor *x, dist_te
 /* [N, d1, d2, ...] -> [N, d1*d2*...] in row-major (NHWC) order, as Keras's Flatten. */
 DIST_API dist_status dist_op_flatten(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 /* Per-example loss [N] of integer labels [N] (int32) against logits [N, K]. */
-DIST_API dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *tape, const dist_tensor *logits,
+DIST_API dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *tape,
+                                                          const dist_tensor *logits,
                                                           const dist_tensor *labels,
                                                           dist_tensor **per_example_loss);
 /* Scalar sum of all elements. */
 DIST_API dist_status dist_op_reduce_sum(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 /* Scalar mean of all elements. */
 DIST_API dist_status dist_op_reduce_mean(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
-DIST_API dist_status dist_op_scale(dist_tape *tape, const dist_tensor *x, float alpha, dist_tensor **y);
+DIST_API dist_status dist_op_scale(dist_tape *tape, const dist_tensor *x, float alpha,
+                                   dist_tensor **y);
 DIST_API dist_status dist_op_add(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
                                  dist_tensor **y);
 /* Number of rows of logits whose arg-max equals the label, as a float32 scalar (no gradient). */

@@ -9,11 +9,11 @@
 #ifndef DIST_TENSOR_H
 #define DIST_TENSOR_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 #include "dist/export.h"
 #include "dist/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
 
 DIST_BEGIN_DECLS
 
@@ -29,10 +29,7 @@ typedef enum dist_dtype {
     DIST_DTYPE_COUNT
 } dist_dtype;
 
-typedef enum dist_device_kind {
-    DIST_DEVICE_CPU = 0,
-    DIST_DEVICE_CUDA = 1
-} dist_device_kind;
+typedef enum dist_device_kind { DIST_DEVICE_CPU = 0, DIST_DEVICE_CUDA = 1 } dist_device_kind;
 
 typedef struct dist_device {
     dist_device_kind kind;
@@ -49,14 +46,14 @@ typedef enum dist_layout {
 } dist_layout;
 
 typedef struct dist_tensor {
-    void *data;                     /* host or device memory, per device */
-    int64_t shape[DIST_MAX_DIMS];   /* logical shape; unused dims are 1 */
+    void *data;                   /* host or device memory, per device */
+    int64_t shape[DIST_MAX_DIMS]; /* logical shape; unused dims are 1 */
     int32_t ndim;
     dist_dtype dtype;
     dist_device device;
     dist_layout layout;
-    int32_t owns;                   /* non-zero: dist_tensor_destroy frees data (host only) */
-    int32_t node;                   /* the tape's bookkeeping; -1 when not on a tape */
+    int32_t owns; /* non-zero: dist_tensor_destroy frees data (host only) */
+    int32_t node; /* the tape's bookkeeping; -1 when not on a tape */
 } dist_tensor;
 
 /* Bytes of one element of the given dtype. */

@@ -10,13 +10,13 @@
 #ifndef DIST_TRAIN_H
 #define DIST_TRAIN_H
 
-#include <stdint.h>
-
+#include "dist/data.h"
 #include "dist/export.h"
 #include "dist/nn.h"
 #include "dist/optim.h"
 #include "dist/replica.h"
-#include "dist/data.h"
+
+#include <stdint.h>
 
 DIST_BEGIN_DECLS
 
@@ -29,11 +29,11 @@ typedef struct dist_classifier_step {
 } dist_classifier_step;
 
 /* A dist_step_fn: forward, loss, gradients, optimizer update (user = dist_classifier_step). */
-DIST_API dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element *inputs, void *user,
-                                                dist_element *outputs);
+DIST_API dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element *inputs,
+                                                void *user, dist_element *outputs);
 /* A dist_step_fn: forward and loss only. */
-DIST_API dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *inputs, void *user,
-                                               dist_element *outputs);
+DIST_API dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *inputs,
+                                               void *user, dist_element *outputs);
 
 DIST_END_DECLS
 

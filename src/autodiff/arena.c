@@ -1,8 +1,8 @@
 #include "autodiff/arena.h"
 
-#include <string.h>
-
 #include "core/error.h"
+
+#include <string.h>
 
 #define ARENA_ALIGN 256
 #define ARENA_MIN_CHUNK (4u << 20)
@@ -13,7 +13,8 @@ void dist_arena_init(dist_arena *a, dist_backend *backend) {
 }
 
 static void free_chunks(dist_arena *a) {
-    for (int i = 0; i < a->nchunks; i++) a->backend->iface->free(a->backend->ctx, a->chunks[i].base);
+    for (int i = 0; i < a->nchunks; i++)
+        a->backend->iface->free(a->backend->ctx, a->chunks[i].base);
     a->nchunks = 0;
 }
 
@@ -23,7 +24,8 @@ void dist_arena_release(dist_arena *a) {
 
 static dist_status add_chunk(dist_arena *a, size_t size) {
     if (a->nchunks == ARENA_MAX_CHUNKS)
-        return dist_error(DIST_OUT_OF_MEMORY, "arena: more than %d chunks in one step", ARENA_MAX_CHUNKS);
+        return dist_error(DIST_OUT_OF_MEMORY, "arena: more than %d chunks in one step",
+                          ARENA_MAX_CHUNKS);
     void *p;
     DIST_TRY(a->backend->iface->alloc(a->backend->ctx, size, &p));
     a->allocations++;
@@ -43,7 +45,8 @@ dist_status dist_arena_alloc(dist_arena *a, size_t bytes, void **out) {
         }
     }
     size_t size = need > ARENA_MIN_CHUNK ? need : ARENA_MIN_CHUNK;
-    if (a->nchunks > 0 && a->chunks[a->nchunks - 1].size * 2 > size) size = a->chunks[a->nchunks - 1].size * 2;
+    if (a->nchunks > 0 && a->chunks[a->nchunks - 1].size * 2 > size)
+        size = a->chunks[a->nchunks - 1].size * 2;
     DIST_TRY(add_chunk(a, size));
     arena_chunk *c = &a->chunks[a->nchunks - 1];
     *out = c->base;

@@ -4,9 +4,9 @@
 #ifndef DIST_AUTODIFF_ARENA_H
 #define DIST_AUTODIFF_ARENA_H
 
-#include <stddef.h>
-
 #include "backend/backend.h"
+
+#include <stddef.h>
 
 typedef struct arena_chunk {
     void *base;
@@ -20,7 +20,7 @@ typedef struct dist_arena {
     dist_backend *backend;
     arena_chunk chunks[ARENA_MAX_CHUNKS];
     int nchunks;
-    size_t high_water; /* bytes used by the largest step so far */
+    size_t high_water;  /* bytes used by the largest step so far */
     size_t allocations; /* device allocations made since creation (tests read it) */
 } dist_arena;
 

@@ -17,18 +17,21 @@ static dist_status xent_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 
 dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *t, const dist_tensor *logits,
                                                  const dist_tensor *labels, dist_tensor **loss) {
-    DIST_CHECK_ARG(t && logits && labels && loss, "dist_op_sparse_softmax_cross_entropy: NULL argument");
+    DIST_CHECK_ARG(t && logits && labels && loss,
+                   "dist_op_sparse_softmax_cross_entropy: NULL argument");
     DIST_CHECK_ARG(logits->ndim == 2 && logits->dtype == DIST_F32,
                    "sparse_softmax_cross_entropy: logits must be float32 [batch, classes]");
-    DIST_CHECK_ARG(labels->dtype == DIST_I32 && dist_tensor_numel(labels) == logits->shape[0],
-                   "sparse_softmax_cross_entropy: labels must be int32 with %lld entries, got %s with %lld",
-                   (long long)logits->shape[0], dist_dtype_name(labels->dtype),
-                   (long long)dist_tensor_numel(labels));
+    DIST_CHECK_ARG(
+        labels->dtype == DIST_I32 && dist_tensor_numel(labels) == logits->shape[0],
+        "sparse_softmax_cross_entropy: labels must be int32 with %lld entries, got %s with %lld",
+        (long long)logits->shape[0], dist_dtype_name(labels->dtype),
+        (long long)dist_tensor_numel(labels));
     int64_t n = logits->shape[0];
     dist_tensor *out, *probs;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &n, &out));
     DIST_TRY(tape_new_like(t, logits, &probs));
-    if (n > 0) DIST_TRY(tape_be(t)->softmax_xent_forward(tape_bectx(t), logits, labels, out, probs));
+    if (n > 0)
+        DIST_TRY(tape_be(t)->softmax_xent_forward(tape_bectx(t), logits, labels, out, probs));
     const dist_tensor *in[1] = {logits};
     tape_node *node;
     DIST_TRY(tape_record(t, out, xent_backward, 1, in, &node));
@@ -40,8 +43,8 @@ dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *t, const dist_tensor
     return DIST_OK;
 }
 
-dist_status dist_op_accuracy_count(dist_tape *t, const dist_tensor *logits, const dist_tensor *labels,
-                                   dist_tensor **count) {
+dist_status dist_op_accuracy_count(dist_tape *t, const dist_tensor *logits,
+                                   const dist_tensor *labels, dist_tensor **count) {
     DIST_CHECK_ARG(t && logits && labels && count, "dist_op_accuracy_count: NULL argument");
     DIST_TRY(tape_new_tensor(t, DIST_F32, 0, NULL, count));
     if (logits->shape[0] == 0) return tape_be(t)->fill(tape_bectx(t), *count, 0.0f);
@@ -65,8 +68,10 @@ static dist_status reduce_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     return grad_add_const(t, n->in[0], v * n->p.alpha);
 }
 
-static dist_status reduce_common(dist_tape *t, const dist_tensor *x, float factor, dist_tensor **y) {
-    DIST_CHECK_ARG(x->dtype == DIST_F32, "reduce: float32 input required, got %s", dist_dtype_name(x->dtype));
+static dist_status reduce_common(dist_tape *t, const dist_tensor *x, float factor,
+                                 dist_tensor **y) {
+    DIST_CHECK_ARG(x->dtype == DIST_F32, "reduce: float32 input required, got %s",
+                   dist_dtype_name(x->dtype));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 0, NULL, &out));
     DIST_TRY(tape_be(t)->reduce_sum(tape_bectx(t), x, out));
@@ -93,12 +98,15 @@ dist_status dist_op_reduce_mean(dist_tape *t, const dist_tensor *x, dist_tensor 
 dist_status dist_compute_average_loss(dist_tape *t, const dist_tensor *per_example_loss,
                                       int64_t global_batch_size, dist_tensor **loss) {
     DIST_CHECK_ARG(t && per_example_loss && loss, "dist_compute_average_loss: NULL argument");
-    DIST_CHECK_ARG(global_batch_size >= 0, "compute_average_loss: global_batch_size is negative (%lld)",
+    DIST_CHECK_ARG(global_batch_size >= 0,
+                   "compute_average_loss: global_batch_size is negative (%lld)",
                    (long long)global_batch_size);
-    DIST_CHECK_ARG(per_example_loss->ndim >= 1, "compute_average_loss: per_example_loss needs a batch axis");
+    DIST_CHECK_ARG(per_example_loss->ndim >= 1,
+                   "compute_average_loss: per_example_loss needs a batch axis");
     int64_t global = global_batch_size;
     if (global == 0) global = per_example_loss->shape[0] * dist_replica_count(t->replica);
-    return reduce_common(t, per_example_loss, global > 0 ? (float)(1.0 / (double)global) : 0.0f, loss);
+    return reduce_common(t, per_example_loss, global > 0 ? (float)(1.0 / (double)global) : 0.0f,
+                         loss);
 }
 
 /* ---- scale, add ---- */

@@ -1,8 +1,8 @@
 /* Layer ops and their gradients: conv2d, max_pool2d, dense, relu, flatten. */
-#include <string.h>
-
 #include "autodiff/tape_impl.h"
 #include "core/error.h"
+
+#include <string.h>
 
 /* The gradient of a node's output as a tensor in the output's layout. */
 static dist_status output_grad(dist_tape *t, tape_node *n, grad_entry *g, dist_tensor **dy) {
@@ -36,9 +36,11 @@ static void same_padding(int64_t in, int k, int stride, int *before, int *after)
 
 static dist_status check_4d(const dist_tensor *x, const char *op) {
     if (x->ndim != 4)
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: input must be 4-D NHWC, got %d-D", op, x->ndim);
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: input must be 4-D NHWC, got %d-D", op,
+                          x->ndim);
     if (x->dtype != DIST_F32)
-        return dist_error(DIST_UNSUPPORTED, "%s: input must be float32, got %s", op, dist_dtype_name(x->dtype));
+        return dist_error(DIST_UNSUPPORTED, "%s: input must be float32, got %s", op,
+                          dist_dtype_name(x->dtype));
     return DIST_OK;
 }
 
@@ -52,7 +54,8 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     }
     dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
-    if (n->p.conv.relu && !g->relu_applied) DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+    if (n->p.conv.relu && !g->relu_applied)
+        DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
     int need_w = tape_requires_grad(t, w), need_b = b && tape_requires_grad(t, b);
     if (need_w || need_b) {
         dist_tensor *dw = NULL, *db = NULL;
@@ -61,7 +64,8 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         dist_tensor *dw_use = dw, *db_use = db;
         if (!dw_use) DIST_TRY(tape_new_like(t, w, &dw_use));
         if (b && !db_use) DIST_TRY(tape_new_like(t, b, &db_use));
-        DIST_TRY(tape_be(t)->conv2d_backward_filter(tape_bectx(t), &n->p.conv, x, dy, dw_use, db_use));
+        DIST_TRY(
+            tape_be(t)->conv2d_backward_filter(tape_bectx(t), &n->p.conv, x, dy, dw_use, db_use));
         DIST_TRY(grad_end(t, w, dw));
         if (b) DIST_TRY(grad_end(t, b, db));
     }
@@ -81,10 +85,12 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
     DIST_TRY(check_4d(x, "conv2d"));
     DIST_CHECK_ARG(w->ndim == 4, "conv2d: kernel must be 4-D HWIO, got %d-D", w->ndim);
-    DIST_CHECK_ARG(x->shape[3] == w->shape[2], "conv2d: input has %lld channels, the kernel expects %lld",
+    DIST_CHECK_ARG(x->shape[3] == w->shape[2],
+                   "conv2d: input has %lld channels, the kernel expects %lld",
                    (long long)x->shape[3], (long long)w->shape[2]);
     DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d: strides must be positive");
-    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[3], "conv2d: bias has %lld values, kernel has %lld filters",
+    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[3],
+                   "conv2d: bias has %lld values, kernel has %lld filters",
                    b ? (long long)dist_tensor_numel(b) : 0LL, (long long)w->shape[3]);
     dist_conv2d_desc d = {stride_h, stride_w, 0, 0, 0, 0, activation == DIST_ACT_RELU};
     if (padding == DIST_PADDING_SAME) {
@@ -93,7 +99,8 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     }
     int64_t oh = (x->shape[1] + d.pad_top + d.pad_bottom - w->shape[0]) / stride_h + 1;
     int64_t ow = (x->shape[2] + d.pad_left + d.pad_right - w->shape[1]) / stride_w + 1;
-    DIST_CHECK_ARG(oh > 0 && ow > 0, "conv2d: the %lldx%lld kernel does not fit the %lldx%lld input",
+    DIST_CHECK_ARG(oh > 0 && ow > 0,
+                   "conv2d: the %lldx%lld kernel does not fit the %lldx%lld input",
                    (long long)w->shape[0], (long long)w->shape[1], (long long)x->shape[1],
                    (long long)x->shape[2]);
     int64_t shape[4] = {x->shape[0], oh, ow, w->shape[3]};
@@ -131,8 +138,8 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     return DIST_OK;
 }
 
-dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w, int stride_h,
-                               int stride_w, dist_padding padding, dist_tensor **y) {
+dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w,
+                               int stride_h, int stride_w, dist_padding padding, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_max_pool2d: NULL argument");
     DIST_TRY(check_4d(x, "max_pool2d"));
     DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
@@ -201,17 +208,18 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     return DIST_OK;
 }
 
-dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor *w, const dist_tensor *b,
-                          dist_activation activation, dist_tensor **y) {
+dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                          const dist_tensor *b, dist_activation activation, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && w && y, "dist_op_dense: NULL argument");
-    DIST_CHECK_ARG(x->ndim == 2 && x->layout == DIST_LAYOUT_PLAIN,
-                   "dense: input must be a plain 2-D [batch, features] tensor (flatten first), got %d-D",
-                   x->ndim);
+    DIST_CHECK_ARG(
+        x->ndim == 2 && x->layout == DIST_LAYOUT_PLAIN,
+        "dense: input must be a plain 2-D [batch, features] tensor (flatten first), got %d-D",
+        x->ndim);
     DIST_CHECK_ARG(w->ndim == 2 && w->shape[0] == x->shape[1],
-                   "dense: input has %lld features, the kernel expects %lld", (long long)x->shape[1],
-                   (long long)(w->ndim == 2 ? w->shape[0] : -1));
-    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[1], "dense: bias does not match %lld units",
-                   (long long)w->shape[1]);
+                   "dense: input has %lld features, the kernel expects %lld",
+                   (long long)x->shape[1], (long long)(w->ndim == 2 ? w->shape[0] : -1));
+    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[1],
+                   "dense: bias does not match %lld units", (long long)w->shape[1]);
     int64_t shape[2] = {x->shape[0], w->shape[1]};
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 2, shape, &out));

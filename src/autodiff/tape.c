@@ -1,11 +1,11 @@
 /* The gradient tape: arena tensors, records, and the reverse sweep. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "autodiff/tape_bind.h"
 #include "autodiff/tape_impl.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 dist_status dist_tape_create(dist_backend *backend, dist_tape **out) {
     DIST_CHECK_ARG(backend && out, "dist_tape_create: NULL argument");
@@ -153,7 +153,8 @@ dist_status dist_tape_alloc(dist_tape *t, dist_dtype dtype, int ndim, const int6
 
 dist_status dist_tape_upload(dist_tape *t, const dist_tensor *host, dist_tensor **out) {
     DIST_CHECK_ARG(t && host && out, "dist_tape_upload: NULL argument");
-    DIST_CHECK_ARG(host->layout == DIST_LAYOUT_PLAIN, "dist_tape_upload: host tensor must be plain");
+    DIST_CHECK_ARG(host->layout == DIST_LAYOUT_PLAIN,
+                   "dist_tape_upload: host tensor must be plain");
     DIST_TRY(tape_new_tensor(t, host->dtype, host->ndim, host->shape, out));
     return tape_be(t)->copy(tape_bectx(t), (*out)->data, host->data, dist_tensor_bytes(host),
                             DIST_COPY_H2D);
@@ -173,7 +174,8 @@ dist_status dist_tape_read_scalar(dist_tape *t, const dist_tensor *x, float *val
 
 dist_status dist_tape_watch(dist_tape *t, dist_tensor *var) {
     DIST_CHECK_ARG(t && var, "dist_tape_watch: NULL argument");
-    DIST_CHECK_ARG(var->device.kind == t->backend->device.kind && var->device.index == t->backend->device.index,
+    DIST_CHECK_ARG(var->device.kind == t->backend->device.kind &&
+                       var->device.index == t->backend->device.index,
                    "dist_tape_watch: the variable lives on another device than the tape");
     int id = tensor_id(t, var);
     if (id >= 0) {
@@ -326,7 +328,8 @@ static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_
         int id = tensor_id(t, sources[i]);
         grad_entry *g = id >= 0 ? &t->grads[id] : NULL;
         if (!g || !g->present) {
-            DIST_TRY(tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data, dist_tensor_bytes(grads[i])));
+            DIST_TRY(tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data,
+                                             dist_tensor_bytes(grads[i])));
         } else if (g->is_const) {
             grads[i]->layout = DIST_LAYOUT_PLAIN;
             DIST_TRY(tape_be(t)->fill(tape_bectx(t), grads[i], g->value));
@@ -340,8 +343,10 @@ static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_
 
 dist_status dist_tape_gradient(dist_tape *t, const dist_tensor *target, int count,
                                dist_tensor *const *sources, dist_tensor *const *grads) {
-    DIST_CHECK_ARG(t && target && (count == 0 || (sources && grads)), "dist_tape_gradient: NULL argument");
-    DIST_CHECK_ARG(dist_tensor_numel(target) == 1, "dist_tape_gradient: the target must be a scalar");
+    DIST_CHECK_ARG(t && target && (count == 0 || (sources && grads)),
+                   "dist_tape_gradient: NULL argument");
+    DIST_CHECK_ARG(dist_tensor_numel(target) == 1,
+                   "dist_tape_gradient: the target must be a scalar");
     return gradient(t, target, NULL, count, sources, grads);
 }
 

@@ -1,11 +1,12 @@
 /* Backend creation by device kind, and the device-agnostic helpers of dist/backend.h. */
+#include "backend/backend.h"
+
+#include "core/error.h"
+
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "backend/backend.h"
-#include "core/error.h"
 
 int dist_device_count(dist_device_kind kind) {
     if (kind == DIST_DEVICE_CPU) {
@@ -20,15 +21,14 @@ int dist_device_count(dist_device_kind kind) {
 
 dist_status dist_backend_create(const dist_backend_options *options, dist_backend **out) {
     DIST_CHECK_ARG(options && out, "dist_backend_create: NULL argument");
-    DIST_CHECK_ARG(options->version == DIST_BACKEND_OPTIONS_VERSION,
-                   "dist_backend_create: options version %d, expected %d (use DIST_BACKEND_OPTIONS_INIT)",
-                   options->version, DIST_BACKEND_OPTIONS_VERSION);
+    DIST_CHECK_ARG(
+        options->version == DIST_BACKEND_OPTIONS_VERSION,
+        "dist_backend_create: options version %d, expected %d (use DIST_BACKEND_OPTIONS_INIT)",
+        options->version, DIST_BACKEND_OPTIONS_VERSION);
     *out = NULL;
     switch (options->device.kind) {
-    case DIST_DEVICE_CPU:
-        return dist_cpu_backend_create(options, out);
-    case DIST_DEVICE_CUDA:
-        return dist_cuda_backend_create(options, out);
+    case DIST_DEVICE_CPU: return dist_cpu_backend_create(options, out);
+    case DIST_DEVICE_CUDA: return dist_cuda_backend_create(options, out);
     }
     return dist_error(DIST_INVALID_ARGUMENT, "dist_backend_create: unknown device kind %d",
                       (int)options->device.kind);
@@ -47,7 +47,8 @@ const char *dist_backend_name(const dist_backend *backend) { return backend->ifa
 dist_status dist_backend_alloc_tensor(dist_backend *backend, dist_dtype dtype, int ndim,
                                       const int64_t *shape, dist_tensor **out) {
     DIST_CHECK_ARG(backend && out, "dist_backend_alloc_tensor: NULL argument");
-    DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS, "dist_backend_alloc_tensor: bad ndim %d", ndim);
+    DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS, "dist_backend_alloc_tensor: bad ndim %d",
+                   ndim);
     dist_tensor *t = malloc(sizeof *t);
     if (!t) return dist_error(DIST_OUT_OF_MEMORY, "dist_backend_alloc_tensor: out of memory");
     *t = dist_tensor_view(NULL, dtype, ndim, shape);

@@ -13,16 +13,12 @@
 #ifndef DIST_BACKEND_BACKEND_H
 #define DIST_BACKEND_BACKEND_H
 
-#include <stddef.h>
-
 #include "dist/backend.h"
 #include "dist/tensor.h"
 
-typedef enum dist_copy_kind {
-    DIST_COPY_H2D = 0,
-    DIST_COPY_D2H,
-    DIST_COPY_D2D
-} dist_copy_kind;
+#include <stddef.h>
+
+typedef enum dist_copy_kind { DIST_COPY_H2D = 0, DIST_COPY_D2H, DIST_COPY_D2D } dist_copy_kind;
 
 typedef struct dist_conv2d_desc {
     int stride_h, stride_w;
@@ -37,9 +33,9 @@ typedef struct dist_pool2d_desc {
 } dist_pool2d_desc;
 
 typedef struct dist_adam_desc {
-    float lr;      /* already bias-corrected: lr * sqrt(1 - b2^t) / (1 - b1^t) */
+    float lr; /* already bias-corrected: lr * sqrt(1 - b2^t) / (1 - b1^t) */
     float beta1, beta2;
-    float epsilon; /* Keras's epsilon-hat, added to sqrt(v) */
+    float epsilon;    /* Keras's epsilon-hat, added to sqrt(v) */
     float grad_scale; /* gradients are multiplied by this first (1 = none; 1/loss scale) */
 } dist_adam_desc;
 

@@ -1,5 +1,8 @@
 /* libdist's side of the CUDA module (cuda_module.h): finds libdist_cuda.so, loads it once per
  * process and forwards the CUDA backend entries of backend.h to it. No CUDA header here. */
+#include "backend/cuda_module.h"
+#include "core/error.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -7,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "backend/cuda_module.h"
-#include "core/error.h"
 
 /* The outcome of the one load attempt. Process-wide, like the dynamic linker's own state: the
  * module is loaded at most once and never unloaded (the CUDA libraries it pulls in do not

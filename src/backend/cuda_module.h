@@ -16,10 +16,10 @@
 #ifndef DIST_BACKEND_CUDA_MODULE_H
 #define DIST_BACKEND_CUDA_MODULE_H
 
-#include <stddef.h>
-
 #include "backend/backend.h"
 #include "collective/nccl_comm.h"
+
+#include <stddef.h>
 
 #define DIST_CUDA_MODULE_ABI 1
 #define DIST_CUDA_MODULE_FILE "libdist_cuda.so"

@@ -1,13 +1,13 @@
 #include "collective/local_comm.h"
 
+#include "core/error.h"
+#include "core/scope.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "core/error.h"
-#include "core/scope.h"
 
 struct dist_local_comm {
     int n;
@@ -28,8 +28,10 @@ struct dist_local_comm {
     size_t staging_cap[DIST_MAX_REPLICAS];
 };
 
-dist_status dist_local_comm_create(int n, dist_backend *const *backends, double timeout_s, dist_local_comm **out) {
-    DIST_CHECK_ARG(n >= 1 && n <= DIST_MAX_REPLICAS, "local communicator: %d ranks (1..%d)", n, DIST_MAX_REPLICAS);
+dist_status dist_local_comm_create(int n, dist_backend *const *backends, double timeout_s,
+                                   dist_local_comm **out) {
+    DIST_CHECK_ARG(n >= 1 && n <= DIST_MAX_REPLICAS, "local communicator: %d ranks (1..%d)", n,
+                   DIST_MAX_REPLICAS);
     dist_local_comm *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "local communicator: out of memory");
     c->n = n;
@@ -79,7 +81,8 @@ static dist_status barrier(dist_local_comm *c, int rank, const char *what) {
     if (c->aborted_rank >= 0) {
         int who = c->aborted_rank;
         pthread_mutex_unlock(&c->mu);
-        return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned", what, who);
+        return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned",
+                          what, who);
     }
     unsigned long gen = c->generation;
     if (++c->arrived == c->n) {
@@ -96,35 +99,41 @@ static dist_status barrier(dist_local_comm *c, int rank, const char *what) {
             if (c->aborted_rank < 0) c->aborted_rank = rank;
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->mu);
-            return dist_error(DIST_TIMEOUT, "%s: %d of %d replicas did not arrive within %.0f s", what, missing,
-                              c->n, c->timeout_s);
+            return dist_error(DIST_TIMEOUT, "%s: %d of %d replicas did not arrive within %.0f s",
+                              what, missing, c->n, c->timeout_s);
         }
     }
     int who = c->aborted_rank;
     int ok = gen != c->generation;
     pthread_mutex_unlock(&c->mu);
-    if (!ok) return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned", what, who);
+    if (!ok)
+        return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned",
+                          what, who);
     return DIST_OK;
 }
 
 static dist_status grow(float **buf, size_t *cap, size_t count) {
     if (*cap >= count) return DIST_OK;
     float *p = realloc(*buf, count * sizeof *p);
-    if (!p) return dist_error(DIST_OUT_OF_MEMORY, "local communicator: cannot allocate %zu floats", count);
+    if (!p)
+        return dist_error(DIST_OUT_OF_MEMORY, "local communicator: cannot allocate %zu floats",
+                          count);
     *buf = p;
     *cap = count;
     return DIST_OK;
 }
 
 /* This rank's data as host floats: the tensor itself on a CPU, else a staged copy. */
-static dist_status host_view(dist_local_comm *c, int rank, const dist_tensor *t, size_t count, float **out) {
+static dist_status host_view(dist_local_comm *c, int rank, const dist_tensor *t, size_t count,
+                             float **out) {
     if (t->device.kind == DIST_DEVICE_CPU) {
         *out = t->data;
         return DIST_OK;
     }
     DIST_TRY(grow(&c->staging[rank], &c->staging_cap[rank], count));
     dist_backend *be = c->backends[rank];
-    DIST_TRY(be->iface->copy(be->ctx, c->staging[rank], t->data, count * sizeof(float), DIST_COPY_D2H));
+    DIST_TRY(
+        be->iface->copy(be->ctx, c->staging[rank], t->data, count * sizeof(float), DIST_COPY_D2H));
     DIST_TRY(be->iface->synchronize(be->ctx));
     *out = c->staging[rank];
     return DIST_OK;
@@ -141,7 +150,8 @@ static dist_status post(dist_local_comm *c, int rank, float *data, size_t count)
     return st;
 }
 
-dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op, dist_tensor *t) {
+dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op,
+                                       dist_tensor *t) {
     size_t count = (size_t)dist_tensor_numel(t);
     if (c->n == 1) {
         return DIST_OK;
@@ -158,8 +168,9 @@ dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce
     }
     DIST_TRY(barrier(c, rank, "all-reduce"));
     if (c->count != count)
-        return dist_error(DIST_INVALID_ARGUMENT, "all-reduce: replica %d reduces %zu values, replica 0 %zu", rank,
-                          count, c->count);
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "all-reduce: replica %d reduces %zu values, replica 0 %zu", rank, count,
+                          c->count);
     size_t chunk = (count + (size_t)c->n - 1) / (size_t)c->n;
     size_t lo = (size_t)rank * chunk, hi = lo + chunk < count ? lo + chunk : count;
     float *out = c->scratch;
@@ -185,7 +196,8 @@ dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce
     return barrier(c, rank, "all-reduce");
 }
 
-dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in, dist_tensor *outt) {
+dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in,
+                                       dist_tensor *outt) {
     size_t count = (size_t)dist_tensor_numel(in);
     DIST_CHECK_ARG((size_t)dist_tensor_numel(outt) == count * (size_t)c->n,
                    "all-gather: the output must hold %d x %zu values", c->n, count);
@@ -198,15 +210,17 @@ dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_
     }
     DIST_TRY(barrier(c, rank, "all-gather"));
     if (c->count != count)
-        return dist_error(DIST_INVALID_ARGUMENT, "all-gather: replica %d sends %zu values, replica 0 %zu", rank,
-                          count, c->count);
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "all-gather: replica %d sends %zu values, replica 0 %zu", rank, count,
+                          c->count);
     dist_backend *be = c->backends[rank];
     for (int r = 0; r < c->n; r++) {
         float *dst = (float *)outt->data + (size_t)r * count;
         if (outt->device.kind == DIST_DEVICE_CPU)
             memcpy(dst, c->posted[r], count * sizeof(float));
         else
-            DIST_TRY(be->iface->copy(be->ctx, dst, c->posted[r], count * sizeof(float), DIST_COPY_H2D));
+            DIST_TRY(
+                be->iface->copy(be->ctx, dst, c->posted[r], count * sizeof(float), DIST_COPY_H2D));
     }
     if (outt->device.kind != DIST_DEVICE_CPU) DIST_TRY(be->iface->synchronize(be->ctx));
     return barrier(c, rank, "all-gather");
@@ -228,7 +242,8 @@ dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, di
         if (t->device.kind == DIST_DEVICE_CPU) {
             memcpy(t->data, c->posted[root], count * sizeof(float));
         } else {
-            DIST_TRY(be->iface->copy(be->ctx, t->data, c->posted[root], count * sizeof(float), DIST_COPY_H2D));
+            DIST_TRY(be->iface->copy(be->ctx, t->data, c->posted[root], count * sizeof(float),
+                                     DIST_COPY_H2D));
             DIST_TRY(be->iface->synchronize(be->ctx));
         }
     }

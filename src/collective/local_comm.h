@@ -16,9 +16,11 @@ dist_status dist_local_comm_create(int num_ranks, dist_backend *const *backends,
                                    dist_local_comm **out);
 void dist_local_comm_destroy(dist_local_comm *c);
 
-dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op, dist_tensor *t);
+dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op,
+                                       dist_tensor *t);
 /* out = concatenation of every rank's `in` along axis 0 (all `in` must have equal bytes). */
-dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in, dist_tensor *out);
+dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in,
+                                       dist_tensor *out);
 /* t on every rank = rank root's t. */
 dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, dist_tensor *t);
 

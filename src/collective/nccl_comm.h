@@ -9,10 +9,13 @@
 
 typedef struct dist_nccl_comm dist_nccl_comm;
 
-dist_status dist_nccl_comm_create(int num_ranks, dist_backend *const *backends, dist_nccl_comm **out);
+dist_status dist_nccl_comm_create(int num_ranks, dist_backend *const *backends,
+                                  dist_nccl_comm **out);
 void dist_nccl_comm_destroy(dist_nccl_comm *c);
-dist_status dist_nccl_comm_all_reduce(dist_nccl_comm *c, int rank, dist_reduce_op op, dist_tensor *t);
-dist_status dist_nccl_comm_all_gather(dist_nccl_comm *c, int rank, const dist_tensor *in, dist_tensor *out);
+dist_status dist_nccl_comm_all_reduce(dist_nccl_comm *c, int rank, dist_reduce_op op,
+                                      dist_tensor *t);
+dist_status dist_nccl_comm_all_gather(dist_nccl_comm *c, int rank, const dist_tensor *in,
+                                      dist_tensor *out);
 dist_status dist_nccl_comm_broadcast(dist_nccl_comm *c, int rank, int root, dist_tensor *t);
 
 #endif

@@ -1,9 +1,9 @@
 #include "core/replica_ctx.h"
 
-#include <string.h>
-
 #include "backend/backend.h"
 #include "core/error.h"
+
+#include <string.h>
 
 int dist_replica_id(const dist_replica_ctx *rc) { return rc ? rc->replica_id : 0; }
 int dist_replica_count(const dist_replica_ctx *rc) { return rc ? rc->num_replicas : 1; }
@@ -20,11 +20,12 @@ dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dis
 
 dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in, dist_tensor *out) {
     DIST_CHECK_ARG(rc && in && out, "dist_replica_all_gather: NULL argument");
-    DIST_CHECK_ARG(in->ndim >= 1 && out->ndim == in->ndim && out->shape[0] == in->shape[0] * rc->num_replicas,
+    DIST_CHECK_ARG(in->ndim >= 1 && out->ndim == in->ndim &&
+                       out->shape[0] == in->shape[0] * rc->num_replicas,
                    "dist_replica_all_gather: out must have %d x %lld rows", rc->num_replicas,
                    (long long)in->shape[0]);
     if (rc->num_replicas <= 1 || !rc->iface || !rc->iface->all_gather)
-        return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data, dist_tensor_bytes(in),
-                                        DIST_COPY_D2D);
+        return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data,
+                                        dist_tensor_bytes(in), DIST_COPY_D2D);
     return rc->iface->all_gather(rc, in, out);
 }

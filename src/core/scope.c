@@ -7,7 +7,9 @@
 static _Thread_local const dist_placement *tls_stack[SCOPE_DEPTH];
 static _Thread_local int tls_depth;
 
-const dist_placement *dist_scope_current(void) { return tls_depth ? tls_stack[tls_depth - 1] : NULL; }
+const dist_placement *dist_scope_current(void) {
+    return tls_depth ? tls_stack[tls_depth - 1] : NULL;
+}
 
 dist_status dist_scope_push(const dist_placement *p) {
     if (tls_depth == SCOPE_DEPTH)

@@ -1,9 +1,9 @@
+#include "core/error.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "core/error.h"
 
 #define DIST_MSG_CAP 1024
 #define DIST_TRACE_CAP 512

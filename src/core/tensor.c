@@ -1,11 +1,12 @@
+#include "dist/tensor.h"
+
+#include "core/error.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "core/error.h"
-#include "dist/tensor.h"
 
 size_t dist_dtype_size(dist_dtype dtype) {
     switch (dtype) {
@@ -56,8 +57,8 @@ dist_tensor dist_tensor_view(void *data, dist_dtype dtype, int ndim, const int64
 dist_status dist_tensor_create(dist_dtype dtype, int ndim, const int64_t *shape,
                                dist_tensor **out) {
     DIST_CHECK_ARG(out != NULL, "dist_tensor_create: out is NULL");
-    DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS, "dist_tensor_create: ndim %d is outside 0..%d",
-                   ndim, DIST_MAX_DIMS);
+    DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS,
+                   "dist_tensor_create: ndim %d is outside 0..%d", ndim, DIST_MAX_DIMS);
     DIST_CHECK_ARG(dist_dtype_size(dtype) > 0, "dist_tensor_create: unknown dtype %d", (int)dtype);
     for (int i = 0; i < ndim; i++)
         DIST_CHECK_ARG(shape[i] >= 0, "dist_tensor_create: dimension %d is negative (%lld)", i,
@@ -69,7 +70,8 @@ dist_status dist_tensor_create(dist_dtype dtype, int ndim, const int64_t *shape,
     t->data = calloc(bytes ? bytes : 1, 1);
     if (!t->data) {
         free(t);
-        return dist_error(DIST_OUT_OF_MEMORY, "dist_tensor_create: cannot allocate %zu bytes", bytes);
+        return dist_error(DIST_OUT_OF_MEMORY, "dist_tensor_create: cannot allocate %zu bytes",
+                          bytes);
     }
     t->owns = 1;
     *out = t;
@@ -86,7 +88,8 @@ char *dist_shape_str(const dist_tensor *t, char *buf, size_t size) {
     size_t len = 0;
     len += (size_t)snprintf(buf + len, size - len, "(");
     for (int i = 0; i < t->ndim && len < size; i++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? ", " : "",
+                                (long long)t->shape[i]);
     if (len < size) snprintf(buf + len, size - len, t->ndim == 1 ? ",)" : ")");
     return buf;
 }
@@ -105,8 +108,7 @@ dist_status dist_device_parse(const char *text, dist_device *out) {
         d.kind = DIST_DEVICE_CUDA;
         rest = text + 4;
     } else {
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "device '%s': expected cpu:N or gpu:N", text);
+        return dist_error(DIST_INVALID_ARGUMENT, "device '%s': expected cpu:N or gpu:N", text);
     }
     if (*rest == ':') {
         rest++;

@@ -1,14 +1,14 @@
 /* The Sequential model: layers, variables in one buffer per replica, forward, gradients. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/rng.h"
 #include "nn/model_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 dist_status dist_model_create(const char *name, dist_model **out) {
     DIST_CHECK_ARG(out, "dist_model_create: out is NULL");
@@ -43,9 +43,11 @@ static void layer_name(dist_model *m, model_layer *l, const char *base) {
 }
 
 static dist_status add_layer(dist_model *m, model_layer **out) {
-    if (m->built) return dist_error(DIST_INVALID_USAGE, "model '%s': cannot add layers after build", m->name);
+    if (m->built)
+        return dist_error(DIST_INVALID_USAGE, "model '%s': cannot add layers after build", m->name);
     if (m->nlayers == MODEL_MAX_LAYERS)
-        return dist_error(DIST_INVALID_ARGUMENT, "model '%s': more than %d layers", m->name, MODEL_MAX_LAYERS);
+        return dist_error(DIST_INVALID_ARGUMENT, "model '%s': more than %d layers", m->name,
+                          MODEL_MAX_LAYERS);
     model_layer *l = &m->layers[m->nlayers];
     memset(l, 0, sizeof *l);
     l->kernel_var = l->bias_var = -1;
@@ -55,9 +57,11 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
 
 dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
     DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
-    DIST_CHECK_ARG(o->version == DIST_CONV2D_OPTIONS_VERSION, "conv2d options: version %d, expected %d",
-                   o->version, DIST_CONV2D_OPTIONS_VERSION);
-    DIST_CHECK_ARG(o->filters > 0 && o->kernel_h > 0 && o->kernel_w > 0 && o->stride_h > 0 && o->stride_w > 0,
+    DIST_CHECK_ARG(o->version == DIST_CONV2D_OPTIONS_VERSION,
+                   "conv2d options: version %d, expected %d", o->version,
+                   DIST_CONV2D_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->filters > 0 && o->kernel_h > 0 && o->kernel_w > 0 && o->stride_h > 0 &&
+                       o->stride_w > 0,
                    "conv2d: filters, kernel size and strides must be positive");
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
@@ -69,7 +73,8 @@ dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o
     return DIST_OK;
 }
 
-dist_status dist_model_add_conv2d(dist_model *m, int filters, int kernel_size, dist_activation act) {
+dist_status dist_model_add_conv2d(dist_model *m, int filters, int kernel_size,
+                                  dist_activation act) {
     dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
     o.filters = filters;
     o.kernel_h = o.kernel_w = kernel_size;
@@ -130,8 +135,8 @@ fail:
     return st;
 }
 
-static int add_var(dist_model *m, const model_layer *l, const char *what, int ndim, const int64_t *shape,
-                   int64_t fan_in, int64_t fan_out) {
+static int add_var(dist_model *m, const model_layer *l, const char *what, int ndim,
+                   const int64_t *shape, int64_t fan_in, int64_t fan_out) {
     model_var *v = &m->vars[m->nvars];
     snprintf(v->name, sizeof v->name, "%s/%s", l->name, what);
     v->ndim = ndim;
@@ -163,8 +168,8 @@ static dist_status plan(dist_model *m) {
         switch (l->kind) {
         case LAYER_CONV2D: {
             if (nd != 3)
-                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (height, width, channels) inputs",
-                                  l->name);
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects (height, width, channels) inputs", l->name);
             const dist_conv2d_options *c = &l->conv;
             int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], c->filters};
             int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
@@ -177,17 +182,19 @@ static dist_status plan(dist_model *m) {
             shape[1] = out_dim(shape[1], c->kernel_w, c->stride_w, c->padding);
             shape[2] = c->filters;
             if (shape[0] <= 0 || shape[1] <= 0)
-                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': the kernel is larger than its input", l->name);
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s': the kernel is larger than its input", l->name);
             break;
         }
         case LAYER_MAX_POOL2D:
             if (nd != 3)
-                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (height, width, channels) inputs",
-                                  l->name);
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects (height, width, channels) inputs", l->name);
             shape[0] = out_dim(shape[0], l->pool, l->pool, DIST_PADDING_VALID);
             shape[1] = out_dim(shape[1], l->pool, l->pool, DIST_PADDING_VALID);
             if (shape[0] <= 0 || shape[1] <= 0)
-                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': the pool is larger than its input", l->name);
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s': the pool is larger than its input", l->name);
             break;
         case LAYER_FLATTEN: {
             int64_t n = 1;
@@ -198,8 +205,8 @@ static dist_status plan(dist_model *m) {
         }
         case LAYER_DENSE: {
             if (nd != 1)
-                return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects flat inputs (add a Flatten layer)",
-                                  l->name);
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects flat inputs (add a Flatten layer)", l->name);
             int64_t k[2] = {shape[0], l->units};
             l->kernel_var = add_var(m, l, "kernel", 2, k, shape[0], l->units);
             int64_t b = l->units;
@@ -226,7 +233,8 @@ static void initialize(const dist_model *m, float *host, uint64_t seed) {
         }
         float limit = sqrtf(6.0f / (float)(v->fan_in + v->fan_out));
         dist_rng rng = dist_rng_stream(seed, (uint64_t)i);
-        for (int64_t j = 0; j < v->numel; j++) p[j] = (2.0f * dist_rng_uniform(&rng) - 1.0f) * limit;
+        for (int64_t j = 0; j < v->numel; j++)
+            p[j] = (2.0f * dist_rng_uniform(&rng) - 1.0f) * limit;
     }
 }
 
@@ -246,8 +254,10 @@ static dist_status alloc_replica(dist_model *m, model_replica *rep) {
     rep->grads = g;
     for (int i = 0; i < m->nvars; i++) {
         const model_var *v = &m->vars[i];
-        rep->vars[i] = dist_tensor_view((float *)rep->params.data + v->offset, DIST_F32, v->ndim, v->shape);
-        rep->var_grads[i] = dist_tensor_view((float *)rep->grads.data + v->offset, DIST_F32, v->ndim, v->shape);
+        rep->vars[i] =
+            dist_tensor_view((float *)rep->params.data + v->offset, DIST_F32, v->ndim, v->shape);
+        rep->var_grads[i] =
+            dist_tensor_view((float *)rep->grads.data + v->offset, DIST_F32, v->ndim, v->shape);
         rep->vars[i].device = rep->var_grads[i].device = rep->backend->device;
         rep->var_ptrs[i] = &rep->vars[i];
         rep->grad_ptrs[i] = &rep->var_grads[i];
@@ -258,7 +268,8 @@ static dist_status alloc_replica(dist_model *m, model_replica *rep) {
 dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape, uint64_t seed) {
     DIST_CHECK_ARG(m && input_shape, "dist_model_build: NULL argument");
     DIST_CHECK_ARG(!m->built, "model '%s' is already built", m->name);
-    DIST_CHECK_ARG(ndim >= 1 && ndim <= 3, "dist_model_build: input shape must have 1 to 3 dimensions");
+    DIST_CHECK_ARG(ndim >= 1 && ndim <= 3,
+                   "dist_model_build: input shape must have 1 to 3 dimensions");
     for (int i = 0; i < ndim; i++)
         DIST_CHECK_ARG(input_shape[i] > 0, "dist_model_build: input dimension %d is %lld", i,
                        (long long)input_shape[i]);
@@ -289,7 +300,8 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         m->replicas[r].backend = place->backends[r];
         st = alloc_replica(m, &m->replicas[r]);
         if (st == DIST_OK)
-            st = place->backends[r]->iface->copy(place->backends[r]->ctx, m->replicas[r].params.data, host,
+            st = place->backends[r]->iface->copy(place->backends[r]->ctx,
+                                                 m->replicas[r].params.data, host,
                                                  (size_t)m->nparams * sizeof *host, DIST_COPY_H2D);
     }
     free(host);
@@ -303,16 +315,20 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
 }
 
 static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
-    if (!m->built) return dist_error(DIST_INVALID_USAGE, "model '%s' is not built (call dist_model_build)", m->name);
+    if (!m->built)
+        return dist_error(DIST_INVALID_USAGE, "model '%s' is not built (call dist_model_build)",
+                          m->name);
     dist_replica_ctx *rc = dist_tape_replica(tape);
     int id = rc ? rc->replica_id : 0;
     if (id >= m->nreplicas)
         return dist_error(DIST_INVALID_USAGE,
-                          "model '%s' has %d replica(s) but runs on replica %d: build it inside the strategy's scope",
+                          "model '%s' has %d replica(s) but runs on replica %d: build it inside "
+                          "the strategy's scope",
                           m->name, m->nreplicas, id);
     dist_device a = dist_tape_backend(tape)->device, b = m->replicas[id].backend->device;
     if (a.kind != b.kind || a.index != b.index)
-        return dist_error(DIST_INVALID_USAGE, "model '%s': replica %d's variables are on another device than the tape",
+        return dist_error(DIST_INVALID_USAGE,
+                          "model '%s': replica %d's variables are on another device than the tape",
                           m->name, id);
     *r = id;
     return DIST_OK;
@@ -323,12 +339,13 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
     int r = 0;
     DIST_TRY(replica_of(m, tape, &r));
     model_replica *rep = &m->replicas[r];
-    DIST_CHECK_ARG(x->ndim == m->in_ndim + 1, "model '%s': input has %d dimensions, expected %d (batch first)",
-                   m->name, x->ndim, m->in_ndim + 1);
+    DIST_CHECK_ARG(x->ndim == m->in_ndim + 1,
+                   "model '%s': input has %d dimensions, expected %d (batch first)", m->name,
+                   x->ndim, m->in_ndim + 1);
     for (int i = 0; i < m->in_ndim; i++)
         DIST_CHECK_ARG(x->shape[i + 1] == m->in_shape[i],
-                       "model '%s': input dimension %d is %lld, the model was built for %lld", m->name, i + 1,
-                       (long long)x->shape[i + 1], (long long)m->in_shape[i]);
+                       "model '%s': input dimension %d is %lld, the model was built for %lld",
+                       m->name, i + 1, (long long)x->shape[i + 1], (long long)m->in_shape[i]);
     for (int i = 0; i < m->nvars; i++) DIST_TRY(dist_tape_watch(tape, rep->var_ptrs[i]));
     const dist_tensor *h = x;
     dist_tensor *out = NULL;
@@ -337,17 +354,17 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
         const dist_tensor *bias = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
         switch (l->kind) {
         case LAYER_CONV2D:
-            DIST_TRY(dist_op_conv2d(tape, h, rep->var_ptrs[l->kernel_var], bias, l->conv.stride_h, l->conv.stride_w,
-                                    l->conv.padding, l->activation, &out));
+            DIST_TRY(dist_op_conv2d(tape, h, rep->var_ptrs[l->kernel_var], bias, l->conv.stride_h,
+                                    l->conv.stride_w, l->conv.padding, l->activation, &out));
             break;
         case LAYER_MAX_POOL2D:
-            DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID, &out));
+            DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool,
+                                        DIST_PADDING_VALID, &out));
             break;
-        case LAYER_FLATTEN:
-            DIST_TRY(dist_op_flatten(tape, h, &out));
-            break;
+        case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
         case LAYER_DENSE:
-            DIST_TRY(dist_op_dense(tape, h, rep->var_ptrs[l->kernel_var], bias, l->activation, &out));
+            DIST_TRY(
+                dist_op_dense(tape, h, rep->var_ptrs[l->kernel_var], bias, l->activation, &out));
             break;
         }
         h = out;
@@ -373,7 +390,8 @@ const char *dist_model_variable_name(const dist_model *m, int i) {
 }
 
 const dist_tensor *dist_model_variable(const dist_model *m, int replica, int i) {
-    if (!m || !m->built || replica < 0 || replica >= m->nreplicas || i < 0 || i >= m->nvars) return NULL;
+    if (!m || !m->built || replica < 0 || replica >= m->nreplicas || i < 0 || i >= m->nvars)
+        return NULL;
     return &m->replicas[replica].vars[i];
 }
 
@@ -395,7 +413,8 @@ dist_backend *dist_model_backend(const dist_model *m, int replica) {
 dist_status dist_model_get_weights(dist_model *m, int replica, float *dst, int64_t count) {
     DIST_CHECK_ARG(m && dst, "dist_model_get_weights: NULL argument");
     DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);
-    DIST_CHECK_ARG(replica >= 0 && replica < m->nreplicas, "model '%s': no replica %d", m->name, replica);
+    DIST_CHECK_ARG(replica >= 0 && replica < m->nreplicas, "model '%s': no replica %d", m->name,
+                   replica);
     DIST_CHECK_ARG(count == m->nparams, "model '%s' has %lld parameters, %lld requested", m->name,
                    (long long)m->nparams, (long long)count);
     model_replica *rep = &m->replicas[replica];
@@ -409,7 +428,8 @@ dist_status dist_model_set_weights(dist_model *m, const float *src, int64_t coun
                    (long long)m->nparams, (long long)count);
     for (int r = 0; r < m->nreplicas; r++) {
         model_replica *rep = &m->replicas[r];
-        DIST_TRY(dist_backend_from_host(rep->backend, src, (size_t)count * sizeof *src, &rep->params));
+        DIST_TRY(
+            dist_backend_from_host(rep->backend, src, (size_t)count * sizeof *src, &rep->params));
         DIST_TRY(dist_backend_synchronize(rep->backend));
     }
     return DIST_OK;

@@ -1,10 +1,10 @@
 /* model.summary() as Keras prints it. */
+#include "core/error.h"
+#include "nn/model_impl.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "core/error.h"
-#include "nn/model_impl.h"
 
 typedef struct text {
     char *buf;
@@ -56,7 +56,8 @@ dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
         snprintf(name, sizeof name, "%s (%s)", l->name, type_name(l->kind));
         size_t len = (size_t)snprintf(shape, sizeof shape, "(None");
         for (int d = 0; d < l->out_ndim; d++)
-            len += (size_t)snprintf(shape + len, sizeof shape - len, ", %lld", (long long)l->out_shape[d]);
+            len += (size_t)snprintf(shape + len, sizeof shape - len, ", %lld",
+                                    (long long)l->out_shape[d]);
         snprintf(shape + len, sizeof shape - len, ")");
         thousands(l->params, params, sizeof params);
         name[27] = '\0'; /* Keras cuts long names to the column */
@@ -65,6 +66,7 @@ dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
     char total[32];
     thousands(m->nparams, total, sizeof total);
     if (t.len >= 1 && buf[t.len - 1] == '\n') t.len--; /* no blank line after the last layer */
-    put(&t, "%s\nTotal params: %s\nTrainable params: %s\nNon-trainable params: 0\n%s\n", dbl, total, total, rule);
+    put(&t, "%s\nTotal params: %s\nTrainable params: %s\nNon-trainable params: 0\n%s\n", dbl, total,
+        total, rule);
     return DIST_OK;
 }

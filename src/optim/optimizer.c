@@ -1,14 +1,14 @@
 /* SGD and Adam on a model's contiguous parameter buffer, one slot buffer per replica. */
-#include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "dist/optim.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef enum opt_kind { OPT_SGD, OPT_ADAM } opt_kind;
 
@@ -40,9 +40,10 @@ static dist_status create(opt_kind kind, dist_optimizer **out) {
 
 dist_status dist_optimizer_create_adam(const dist_adam_options *a, dist_optimizer **out) {
     DIST_CHECK_ARG(a, "dist_optimizer_create_adam: options are NULL");
-    DIST_CHECK_ARG(a->version == DIST_ADAM_OPTIONS_VERSION, "Adam options: version %d, expected %d", a->version,
-                   DIST_ADAM_OPTIONS_VERSION);
-    DIST_CHECK_ARG(a->learning_rate > 0 && isfinite(a->learning_rate), "Adam: learning_rate must be positive");
+    DIST_CHECK_ARG(a->version == DIST_ADAM_OPTIONS_VERSION, "Adam options: version %d, expected %d",
+                   a->version, DIST_ADAM_OPTIONS_VERSION);
+    DIST_CHECK_ARG(a->learning_rate > 0 && isfinite(a->learning_rate),
+                   "Adam: learning_rate must be positive");
     DIST_CHECK_ARG(a->beta_1 >= 0 && a->beta_1 < 1 && a->beta_2 >= 0 && a->beta_2 < 1,
                    "Adam: beta_1 and beta_2 must be in [0, 1)");
     DIST_CHECK_ARG(a->epsilon >= 0, "Adam: epsilon must be >= 0");
@@ -54,9 +55,10 @@ dist_status dist_optimizer_create_adam(const dist_adam_options *a, dist_optimize
 
 dist_status dist_optimizer_create_sgd(const dist_sgd_options *s, dist_optimizer **out) {
     DIST_CHECK_ARG(s, "dist_optimizer_create_sgd: options are NULL");
-    DIST_CHECK_ARG(s->version == DIST_SGD_OPTIONS_VERSION, "SGD options: version %d, expected %d", s->version,
-                   DIST_SGD_OPTIONS_VERSION);
-    DIST_CHECK_ARG(s->learning_rate > 0 && isfinite(s->learning_rate), "SGD: learning_rate must be positive");
+    DIST_CHECK_ARG(s->version == DIST_SGD_OPTIONS_VERSION, "SGD options: version %d, expected %d",
+                   s->version, DIST_SGD_OPTIONS_VERSION);
+    DIST_CHECK_ARG(s->learning_rate > 0 && isfinite(s->learning_rate),
+                   "SGD: learning_rate must be positive");
     DIST_CHECK_ARG(s->momentum >= 0 && s->momentum <= 1, "SGD: momentum must be in [0, 1]");
     DIST_TRY(create(OPT_SGD, out));
     (*out)->sgd = *s;
@@ -77,8 +79,10 @@ void dist_optimizer_destroy(dist_optimizer *o) {
 
 static dist_status bind(dist_optimizer *o, dist_model *model) {
     dist_model *expected = NULL;
-    if (atomic_compare_exchange_strong(&o->model, &expected, model) || expected == model) return DIST_OK;
-    return dist_error(DIST_INVALID_USAGE, "optimizer: already applied to another model (one optimizer per model)");
+    if (atomic_compare_exchange_strong(&o->model, &expected, model) || expected == model)
+        return DIST_OK;
+    return dist_error(DIST_INVALID_USAGE,
+                      "optimizer: already applied to another model (one optimizer per model)");
 }
 
 static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_slots **out) {
@@ -104,16 +108,18 @@ static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_sl
     return DIST_OK;
 }
 
-dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape, float grad_scale,
-                                        int all_reduced) {
+dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape,
+                                        float grad_scale, int all_reduced) {
     DIST_CHECK_ARG(o && model && tape, "dist_optimizer_apply_gradients: NULL argument");
     DIST_TRY(bind(o, model));
     dist_replica_ctx *rc = dist_tape_replica(tape);
     int r = rc ? rc->replica_id : 0;
-    DIST_CHECK_ARG(r < dist_model_num_replicas(model),
-                   "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
+    DIST_CHECK_ARG(
+        r < dist_model_num_replicas(model),
+        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
     dist_tensor *grads = dist_model_grads(model, r), *params = dist_model_params(model, r);
-    if (!all_reduced && rc && rc->num_replicas > 1) DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, grads));
+    if (!all_reduced && rc && rc->num_replicas > 1)
+        DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, grads));
     opt_slots *s;
     DIST_TRY(slots_for(o, model, r, &s));
     size_t n = (size_t)dist_model_num_params(model);
@@ -131,7 +137,9 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
         };
         return be->iface->adam_update(be->ctx, &d, params->data, grads->data, s->m, s->v, n);
     }
-    dist_sgd_desc d = {.lr = o->lr, .momentum = o->sgd.momentum, .nesterov = o->sgd.nesterov,
+    dist_sgd_desc d = {.lr = o->lr,
+                       .momentum = o->sgd.momentum,
+                       .nesterov = o->sgd.nesterov,
                        .grad_scale = grad_scale};
     return be->iface->sgd_update(be->ctx, &d, params->data, grads->data, s->m, n);
 }
@@ -144,11 +152,16 @@ float dist_optimizer_learning_rate(const dist_optimizer *o) { return o ? o->lr :
 
 dist_status dist_optimizer_set_learning_rate(dist_optimizer *o, float lr) {
     DIST_CHECK_ARG(o, "dist_optimizer_set_learning_rate: optimizer is NULL");
-    DIST_CHECK_ARG(lr > 0 && isfinite(lr), "learning rate must be positive and finite, got %g", (double)lr);
+    DIST_CHECK_ARG(lr > 0 && isfinite(lr), "learning rate must be positive and finite, got %g",
+                   (double)lr);
     o->lr = lr;
     return DIST_OK;
 }
 
-int64_t dist_optimizer_iterations(const dist_optimizer *o) { return o ? o->slots[0].iterations : 0; }
+int64_t dist_optimizer_iterations(const dist_optimizer *o) {
+    return o ? o->slots[0].iterations : 0;
+}
 
-const char *dist_optimizer_name(const dist_optimizer *o) { return o && o->kind == OPT_ADAM ? "adam" : "sgd"; }
+const char *dist_optimizer_name(const dist_optimizer *o) {
+    return o && o->kind == OPT_ADAM ? "adam" : "sgd";
+}

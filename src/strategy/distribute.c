@@ -1,10 +1,10 @@
 /* Distributed datasets: global batches split per replica (views, no copy), or per-replica
  * batches from a dataset function (copied into buffers the iterator owns). */
-#include <stdlib.h>
-#include <string.h>
-
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 struct dist_distributed_dataset {
     dist_strategy *strategy;
@@ -21,23 +21,27 @@ struct dist_distributed_iterator {
     dist_tensor *copies[DIST_MAX_REPLICAS][DIST_ELEMENT_MAX];
 };
 
-dist_status dist_input_context_per_replica_batch_size(const dist_input_context *ctx, int64_t global, int64_t *out) {
+dist_status dist_input_context_per_replica_batch_size(const dist_input_context *ctx, int64_t global,
+                                                      int64_t *out) {
     DIST_CHECK_ARG(ctx && out, "per_replica_batch_size: NULL argument");
     DIST_CHECK_ARG(ctx->num_replicas_in_sync > 0, "per_replica_batch_size: no replicas");
     if (global % ctx->num_replicas_in_sync != 0)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "The `global_batch_size` %lld is not divisible by `num_replicas_in_sync` %d",
-                          (long long)global, ctx->num_replicas_in_sync);
+        return dist_error(
+            DIST_INVALID_ARGUMENT,
+            "The `global_batch_size` %lld is not divisible by `num_replicas_in_sync` %d",
+            (long long)global, ctx->num_replicas_in_sync);
     *out = global / ctx->num_replicas_in_sync;
     return DIST_OK;
 }
 
-dist_status dist_strategy_distribute_dataset(dist_strategy *s, dist_dataset *ds, dist_distributed_dataset **out) {
+dist_status dist_strategy_distribute_dataset(dist_strategy *s, dist_dataset *ds,
+                                             dist_distributed_dataset **out) {
     DIST_CHECK_ARG(s && ds && out, "dist_strategy_distribute_dataset: NULL argument");
     const dist_element_spec *spec = dist_dataset_element_spec(ds);
     for (int i = 0; i < spec->count; i++)
         DIST_CHECK_ARG(spec->ndim[i] >= 1,
-                       "distribute_dataset: item %d has no batch dimension; batch the dataset by the global batch first",
+                       "distribute_dataset: item %d has no batch dimension; batch the dataset by "
+                       "the global batch first",
                        i);
     dist_distributed_dataset *d = calloc(1, sizeof *d);
     if (!d) return dist_error(DIST_OUT_OF_MEMORY, "distribute_dataset: out of memory");
@@ -47,13 +51,16 @@ dist_status dist_strategy_distribute_dataset(dist_strategy *s, dist_dataset *ds,
     return DIST_OK;
 }
 
-dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *s, dist_dataset_fn fn, void *user,
+dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *s, dist_dataset_fn fn,
+                                                            void *user,
                                                             dist_distributed_dataset **out) {
     DIST_CHECK_ARG(s && fn && out, "distribute_datasets_from_function: NULL argument");
     dist_input_context ctx = {1, 0, s->num_replicas};
     dist_dataset *ds = NULL;
     DIST_TRY(fn(&ctx, user, &ds));
-    if (!ds) return dist_error(DIST_INVALID_ARGUMENT, "distribute_datasets_from_function: the function returned no dataset");
+    if (!ds)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "distribute_datasets_from_function: the function returned no dataset");
     dist_distributed_dataset *d = calloc(1, sizeof *d);
     if (!d) {
         dist_dataset_destroy(ds);
@@ -72,7 +79,8 @@ void dist_distributed_dataset_destroy(dist_distributed_dataset *d) {
     free(d);
 }
 
-dist_status dist_distributed_dataset_iterator(dist_distributed_dataset *d, dist_distributed_iterator **out) {
+dist_status dist_distributed_dataset_iterator(dist_distributed_dataset *d,
+                                              dist_distributed_iterator **out) {
     DIST_CHECK_ARG(d && out, "dist_distributed_dataset_iterator: NULL argument");
     dist_distributed_iterator *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "distributed iterator: out of memory");
@@ -99,7 +107,9 @@ dist_status dist_distributed_iterator_reset(dist_distributed_iterator *it) {
     return dist_iterator_reset(it->it);
 }
 
-dist_iterator *dist_distributed_iterator_base(dist_distributed_iterator *it) { return it ? it->it : NULL; }
+dist_iterator *dist_distributed_iterator_base(dist_distributed_iterator *it) {
+    return it ? it->it : NULL;
+}
 
 /* Replica r's rows of a batch of b rows over R replicas: pieces of ceil(b / R) rows, the
  * last ones smaller or empty (TensorFlow's split of a global batch). */
@@ -112,13 +122,15 @@ static void piece(int64_t b, int R, int r, int64_t *lo, int64_t *n) {
     *n = end - start;
 }
 
-static dist_status split_global(dist_distributed_iterator *it, const dist_element *e, dist_per_replica_element *out) {
+static dist_status split_global(dist_distributed_iterator *it, const dist_element *e,
+                                dist_per_replica_element *out) {
     int R = it->dds->strategy->num_replicas;
     out->num_replicas = R;
     int64_t b = e->count > 0 ? e->items[0]->shape[0] : 0;
     for (int i = 1; i < e->count; i++)
         if (e->items[i]->shape[0] != b)
-            return dist_error(DIST_INVALID_ARGUMENT, "distribute: item %d has %lld rows, item 0 has %lld", i,
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "distribute: item %d has %lld rows, item 0 has %lld", i,
                               (long long)e->items[i]->shape[0], (long long)b);
     for (int r = 0; r < R; r++) {
         int64_t lo, n;
@@ -153,7 +165,8 @@ static dist_status copy_into(dist_tensor **slot, const dist_tensor *src) {
     return DIST_OK;
 }
 
-dist_status dist_distributed_iterator_next(dist_distributed_iterator *it, dist_per_replica_element *out, int *end) {
+dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
+                                           dist_per_replica_element *out, int *end) {
     DIST_CHECK_ARG(it && out && end, "dist_distributed_iterator_next: NULL argument");
     dist_element e;
     if (!it->dds->per_replica_input) {

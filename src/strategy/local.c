@@ -1,12 +1,12 @@
 /* one_device and mirrored: replicas in this process meet through an in-process communicator
  * (CPU replicas, or forced), or NCCL (every device a GPU). */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/backend.h"
 #include "collective/nccl_comm.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct local_ctx {
     dist_local_comm *local;
@@ -34,7 +34,8 @@ static dist_status local_all_reduce(dist_strategy *s, int r, dist_reduce_op op, 
     return DIST_OK;
 }
 
-static dist_status local_all_gather(dist_strategy *s, int r, const dist_tensor *in, dist_tensor *out) {
+static dist_status local_all_gather(dist_strategy *s, int r, const dist_tensor *in,
+                                    dist_tensor *out) {
     local_ctx *c = s->ctx;
     if (c->nccl) return dist_nccl_comm_all_gather(c->nccl, r, in, out);
     return dist_local_comm_all_gather(c->local, r, in, out);
@@ -85,7 +86,8 @@ dist_status dist_strategy_init_local(dist_strategy *s, const dist_strategy_optio
     c->pack_elems = o->bytes_per_pack / sizeof(float);
     if (o->bytes_per_pack > 0 && c->pack_elems == 0) c->pack_elems = 1;
     s->iface = s->kind == DIST_STRATEGY_ONE_DEVICE ? &one_device_iface : &mirrored_iface;
-    DIST_TRY(dist_local_comm_create(s->num_replicas, s->backends, o->collective_timeout_s, &c->local));
+    DIST_TRY(
+        dist_local_comm_create(s->num_replicas, s->backends, o->collective_timeout_s, &c->local));
     int all_gpu = 1;
     for (int r = 0; r < s->num_replicas; r++) all_gpu &= s->devices[r].kind == DIST_DEVICE_CUDA;
     dist_cross_device_ops want = o->cross_device_ops;

@@ -1,14 +1,15 @@
 /* Strategy creation, scope, the replica threads behind run(), and cross-replica reduce. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "autodiff/tape_bind.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
 
-static const char *const kind_names[] = {"one_device", "mirrored", "multi_worker", "parameter_server", "tpu"};
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[] = {"one_device", "mirrored", "multi_worker",
+                                         "parameter_server", "tpu"};
 
 dist_status dist_strategy_kind_parse(const char *text, dist_strategy_kind *out) {
     DIST_CHECK_ARG(text && out, "dist_strategy_kind_parse: NULL argument");
@@ -17,13 +18,16 @@ dist_status dist_strategy_kind_parse(const char *text, dist_strategy_kind *out) 
             *out = (dist_strategy_kind)i;
             return DIST_OK;
         }
-    return dist_error(DIST_INVALID_ARGUMENT,
-                      "unknown strategy '%s' (one_device, mirrored, multi_worker, parameter_server, tpu)", text);
+    return dist_error(
+        DIST_INVALID_ARGUMENT,
+        "unknown strategy '%s' (one_device, mirrored, multi_worker, parameter_server, tpu)", text);
 }
 
 const char *dist_strategy_name(const dist_strategy *s) { return s ? kind_names[s->kind] : "none"; }
 int dist_strategy_num_replicas_in_sync(const dist_strategy *s) { return s ? s->num_replicas : 0; }
-const char *dist_strategy_cross_device_name(const dist_strategy *s) { return s ? s->cross_device : ""; }
+const char *dist_strategy_cross_device_name(const dist_strategy *s) {
+    return s ? s->cross_device : "";
+}
 
 dist_device dist_strategy_replica_device(const dist_strategy *s, int r) {
     dist_device none = {DIST_DEVICE_CPU, -1};
@@ -34,18 +38,21 @@ dist_device dist_strategy_replica_device(const dist_strategy *s, int r) {
 
 static dist_status parse_devices(const char *list, dist_device *out, int *count) {
     char buf[1024];
-    if (strlen(list) >= sizeof buf) return dist_error(DIST_INVALID_ARGUMENT, "--devices: list too long");
+    if (strlen(list) >= sizeof buf)
+        return dist_error(DIST_INVALID_ARGUMENT, "--devices: list too long");
     strcpy(buf, list);
     int n = 0;
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         while (*tok == ' ') tok++;
         if (n == DIST_MAX_REPLICAS)
-            return dist_error(DIST_INVALID_ARGUMENT, "devices: more than %d devices", DIST_MAX_REPLICAS);
+            return dist_error(DIST_INVALID_ARGUMENT, "devices: more than %d devices",
+                              DIST_MAX_REPLICAS);
         DIST_TRY(dist_device_parse(tok, &out[n]));
         for (int i = 0; i < n; i++)
             if (out[i].kind == out[n].kind && out[i].index == out[n].index)
-                return dist_error(DIST_INVALID_ARGUMENT, "devices: '%s' is listed twice in '%s'", tok, list);
+                return dist_error(DIST_INVALID_ARGUMENT, "devices: '%s' is listed twice in '%s'",
+                                  tok, list);
         n++;
     }
     if (n == 0) return dist_error(DIST_INVALID_ARGUMENT, "devices: empty device list '%s'", list);
@@ -63,7 +70,8 @@ static void default_devices(dist_strategy_kind kind, dist_device *out, int *coun
     }
     int n = gpus > 0 ? gpus : cpus;
     if (n > DIST_MAX_REPLICAS) n = DIST_MAX_REPLICAS;
-    for (int i = 0; i < n; i++) out[i] = (dist_device){gpus > 0 ? DIST_DEVICE_CUDA : DIST_DEVICE_CPU, i};
+    for (int i = 0; i < n; i++)
+        out[i] = (dist_device){gpus > 0 ? DIST_DEVICE_CUDA : DIST_DEVICE_CPU, i};
     *count = n;
 }
 
@@ -77,8 +85,9 @@ static dist_status store_output(dist_strategy *s, int r, int i, const dist_tenso
     dist_tensor *h = s->out_host[r][i];
     int64_t n = dist_tensor_numel(t);
     if (t->dtype != DIST_F32)
-        return dist_error(DIST_INVALID_ARGUMENT, "run: output %d of replica %d is %s; outputs must be float32", i,
-                          r, dist_dtype_name(t->dtype));
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "run: output %d of replica %d is %s; outputs must be float32", i, r,
+                          dist_dtype_name(t->dtype));
     if (!h || dist_tensor_numel(h) < n) {
         dist_tensor_destroy(h);
         s->out_host[r][i] = NULL;
@@ -100,14 +109,15 @@ static void run_replica(dist_strategy *s, int r) {
     if (job->inputs) {
         const dist_element *src = &job->inputs->replicas[r];
         in.count = src->count;
-        for (int i = 0; i < src->count && st == DIST_OK; i++) st = dist_tape_upload(tape, src->items[i], &in.items[i]);
+        for (int i = 0; i < src->count && st == DIST_OK; i++)
+            st = dist_tape_upload(tape, src->items[i], &in.items[i]);
         inp = &in;
     }
     memset(&job->outputs, 0, sizeof job->outputs);
     if (st == DIST_OK) st = job->step(&s->rctx[r], inp, job->user, &job->outputs);
     if (st == DIST_OK && (job->outputs.count < 0 || job->outputs.count > DIST_ELEMENT_MAX))
-        st = dist_error(DIST_INVALID_ARGUMENT, "run: the step returned %d outputs (at most %d)", job->outputs.count,
-                        DIST_ELEMENT_MAX);
+        st = dist_error(DIST_INVALID_ARGUMENT, "run: the step returned %d outputs (at most %d)",
+                        job->outputs.count, DIST_ELEMENT_MAX);
     for (int i = 0; st == DIST_OK && i < job->outputs.count; i++) {
         if (!job->outputs.items[i]) {
             st = dist_error(DIST_INVALID_ARGUMENT, "run: output %d is NULL", i);
@@ -141,12 +151,12 @@ static void *replica_thread(void *arg) {
     return NULL;
 }
 
-dist_status dist_strategy_run(dist_strategy *s, dist_step_fn step, void *user, const dist_per_replica_element *inputs,
-                              dist_per_replica *results) {
+dist_status dist_strategy_run(dist_strategy *s, dist_step_fn step, void *user,
+                              const dist_per_replica_element *inputs, dist_per_replica *results) {
     DIST_CHECK_ARG(s && step, "dist_strategy_run: NULL argument");
     DIST_CHECK_ARG(!inputs || inputs->num_replicas == s->num_replicas,
-                   "run: inputs are split for %d replicas, the strategy has %d", inputs ? inputs->num_replicas : 0,
-                   s->num_replicas);
+                   "run: inputs are split for %d replicas, the strategy has %d",
+                   inputs ? inputs->num_replicas : 0, s->num_replicas);
     for (int r = 0; r < s->num_replicas; r++) {
         s->jobs[r].step = step;
         s->jobs[r].user = user;
@@ -187,7 +197,8 @@ dist_status dist_strategy_run(dist_strategy *s, dist_step_fn step, void *user, c
         results->count = s->jobs[0].outputs.count;
         for (int r = 0; r < s->num_replicas; r++) {
             if (s->jobs[r].outputs.count != results->count)
-                return dist_error(DIST_INVALID_ARGUMENT, "run: replica %d returned %d outputs, replica 0 %d", r,
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "run: replica %d returned %d outputs, replica 0 %d", r,
                                   s->jobs[r].outputs.count, results->count);
             for (int i = 0; i < results->count; i++) results->values[r][i] = s->out_host[r][i];
         }
@@ -206,7 +217,8 @@ static dist_status rc_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_t
 static dist_status rc_all_gather(dist_replica_ctx *rc, const dist_tensor *in, dist_tensor *out) {
     dist_strategy *s = rc->impl;
     if (!s->iface->all_gather)
-        return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data, dist_tensor_bytes(in), DIST_COPY_D2D);
+        return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data,
+                                        dist_tensor_bytes(in), DIST_COPY_D2D);
     return s->iface->all_gather(s, rc->replica_id, in, out);
 }
 
@@ -238,13 +250,15 @@ void dist_strategy_destroy(dist_strategy *s) {
 dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy **out) {
     DIST_CHECK_ARG(o && out, "dist_strategy_create: NULL argument");
     DIST_CHECK_ARG(o->version == DIST_STRATEGY_OPTIONS_VERSION,
-                   "strategy options: version %d, expected %d (use DIST_STRATEGY_OPTIONS_INIT)", o->version,
-                   DIST_STRATEGY_OPTIONS_VERSION);
-    DIST_CHECK_ARG((int)o->kind >= 0 && o->kind <= DIST_STRATEGY_TPU, "strategy: unknown kind %d", (int)o->kind);
+                   "strategy options: version %d, expected %d (use DIST_STRATEGY_OPTIONS_INIT)",
+                   o->version, DIST_STRATEGY_OPTIONS_VERSION);
+    DIST_CHECK_ARG((int)o->kind >= 0 && o->kind <= DIST_STRATEGY_TPU, "strategy: unknown kind %d",
+                   (int)o->kind);
     DIST_CHECK_ARG(o->threads_per_replica >= 0, "strategy: threads_per_replica must be >= 0");
     *out = NULL;
     if (o->kind != DIST_STRATEGY_ONE_DEVICE && o->kind != DIST_STRATEGY_MIRRORED)
-        return dist_error(DIST_UNSUPPORTED, "strategy '%s' is not available in this version of libdist",
+        return dist_error(DIST_UNSUPPORTED,
+                          "strategy '%s' is not available in this version of libdist",
                           kind_names[o->kind]);
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;
@@ -253,7 +267,8 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
     else
         default_devices(o->kind, devs, &n);
     if (o->kind == DIST_STRATEGY_ONE_DEVICE && n != 1)
-        return dist_error(DIST_INVALID_ARGUMENT, "one_device takes exactly one device, got %d ('%s')", n, o->devices);
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "one_device takes exactly one device, got %d ('%s')", n, o->devices);
 
     dist_strategy *s = calloc(1, sizeof *s);
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "strategy: out of memory");

@@ -5,18 +5,19 @@
 #ifndef DIST_STRATEGY_IMPL_H
 #define DIST_STRATEGY_IMPL_H
 
-#include <pthread.h>
-
 #include "collective/local_comm.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "dist/strategy.h"
 
+#include <pthread.h>
+
 struct dist_strategy_i {
     const char *name;
     /* replica-context collectives; NULL all_reduce = identity (one replica) */
     dist_status (*all_reduce)(dist_strategy *s, int replica, dist_reduce_op op, dist_tensor *t);
-    dist_status (*all_gather)(dist_strategy *s, int replica, const dist_tensor *in, dist_tensor *out);
+    dist_status (*all_gather)(dist_strategy *s, int replica, const dist_tensor *in,
+                              dist_tensor *out);
     dist_status (*broadcast)(dist_strategy *s, int replica, int root, dist_tensor *t);
     /* a replica failed during run(): wake replicas blocked in collectives */
     void (*cancel)(dist_strategy *s, int replica);

@@ -1,11 +1,11 @@
 /* Variables outside models: per-replica copies with TF's aggregation and synchronization. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/backend.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct dist_variable {
     dist_strategy *strategy;
@@ -16,14 +16,17 @@ struct dist_variable {
     dist_tensor values[DIST_MAX_REPLICAS];
 };
 
-dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, int ndim, const int64_t *shape,
-                                          const float *initial, dist_aggregation aggregation,
-                                          dist_synchronization sync, dist_variable **out) {
-    DIST_CHECK_ARG(s && out && (ndim == 0 || shape), "dist_strategy_create_variable: NULL argument");
+dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, int ndim,
+                                          const int64_t *shape, const float *initial,
+                                          dist_aggregation aggregation, dist_synchronization sync,
+                                          dist_variable **out) {
+    DIST_CHECK_ARG(s && out && (ndim == 0 || shape),
+                   "dist_strategy_create_variable: NULL argument");
     DIST_CHECK_ARG(ndim >= 0 && ndim <= DIST_MAX_DIMS, "create_variable: bad ndim %d", ndim);
     const dist_placement *p = dist_scope_current();
     if (p != &s->placement)
-        return dist_error(DIST_INVALID_USAGE, "create_variable '%s': call it inside this strategy's scope",
+        return dist_error(DIST_INVALID_USAGE,
+                          "create_variable '%s': call it inside this strategy's scope",
                           name ? name : "");
     dist_variable *v = calloc(1, sizeof *v);
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "create_variable: out of memory");
@@ -90,7 +93,8 @@ dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const d
     case DIST_AGGREGATION_NONE:
         if (rc->num_replicas > 1)
             return dist_error(DIST_INVALID_USAGE,
-                              "assign '%s': a mirrored variable with aggregation NONE cannot be assigned in a replica "
+                              "assign '%s': a mirrored variable with aggregation NONE cannot be "
+                              "assigned in a replica "
                               "context with %d replicas (choose SUM, MEAN or ONLY_FIRST_REPLICA)",
                               v->name, rc->num_replicas);
         return DIST_OK;
@@ -100,15 +104,19 @@ dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const d
 
 dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
     DIST_CHECK_ARG(v && dst, "dist_variable_read: NULL argument");
-    DIST_CHECK_ARG(count == dist_tensor_numel(&v->values[0]), "read '%s': %lld values requested, it has %lld",
-                   v->name, (long long)count, (long long)dist_tensor_numel(&v->values[0]));
+    DIST_CHECK_ARG(count == dist_tensor_numel(&v->values[0]),
+                   "read '%s': %lld values requested, it has %lld", v->name, (long long)count,
+                   (long long)dist_tensor_numel(&v->values[0]));
     dist_strategy *s = v->strategy;
     if (v->sync != DIST_SYNC_ON_READ || v->num_replicas == 1)
-        return dist_backend_to_host(s->backends[0], &v->values[0], dst, (size_t)count * sizeof *dst);
+        return dist_backend_to_host(s->backends[0], &v->values[0], dst,
+                                    (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_ONLY_FIRST_REPLICA)
-        return dist_backend_to_host(s->backends[0], &v->values[0], dst, (size_t)count * sizeof *dst);
+        return dist_backend_to_host(s->backends[0], &v->values[0], dst,
+                                    (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_NONE)
-        return dist_error(DIST_INVALID_USAGE, "read '%s': an ON_READ variable needs SUM, MEAN or ONLY_FIRST_REPLICA",
+        return dist_error(DIST_INVALID_USAGE,
+                          "read '%s': an ON_READ variable needs SUM, MEAN or ONLY_FIRST_REPLICA",
                           v->name);
     float *tmp = malloc((size_t)(count > 0 ? count : 1) * sizeof *tmp);
     if (!tmp) return dist_error(DIST_OUT_OF_MEMORY, "read '%s': out of memory", v->name);

@@ -5,8 +5,8 @@
 #include "dist/train.h"
 
 /* When the step is told no global batch, it counts this step's examples over all replicas. */
-static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step *s, const dist_tensor *y,
-                                int64_t *out) {
+static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step *s,
+                                const dist_tensor *y, int64_t *out) {
     if (s->global_batch_size > 0) {
         *out = s->global_batch_size;
         return DIST_OK;
@@ -26,8 +26,8 @@ static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step
     return DIST_OK;
 }
 
-static dist_status forward(dist_replica_ctx *rc, const dist_element *in, const dist_classifier_step *s,
-                           dist_element *out, dist_tensor **loss) {
+static dist_status forward(dist_replica_ctx *rc, const dist_element *in,
+                           const dist_classifier_step *s, dist_element *out, dist_tensor **loss) {
     DIST_CHECK_ARG(in && in->count >= 2, "classifier step: inputs must be (x, y)");
     dist_tape *tape = rc->tape;
     const dist_tensor *x = in->items[0], *y = in->items[1];
@@ -52,7 +52,8 @@ dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element 
                                        dist_element *outputs) {
     DIST_CHECK_ARG(rc && user && outputs, "dist_classifier_train_step: NULL argument");
     dist_classifier_step *s = user;
-    DIST_CHECK_ARG(s->model && s->optimizer, "classifier train step: model and optimizer are required");
+    DIST_CHECK_ARG(s->model && s->optimizer,
+                   "classifier train step: model and optimizer are required");
     dist_tensor *loss;
     DIST_TRY(forward(rc, inputs, s, outputs, &loss));
     DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));

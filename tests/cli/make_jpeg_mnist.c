@@ -2,13 +2,12 @@
  * OUT/train/<digit>/<i>.jpg and OUT/test/<digit>/<i>.jpg (the layout distrain
  * --data-format jpeg-folder reads).
  * usage: make_jpeg_mnist OUT [train_per_class [test_per_class]] */
+#include <dist/mnist.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
-
-#include <dist/mnist.h>
 
 static int write_split(tjhandle tj, const char *out, const char *split, const dist_tensor *images,
                        const dist_tensor *labels, int per_class) {
@@ -54,8 +53,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     tjhandle tj = tjInitCompress();
-    int rc = write_split(tj, argv[1], "train", dist_mnist_train_images(m), dist_mnist_train_labels(m), train) ||
-             write_split(tj, argv[1], "test", dist_mnist_test_images(m), dist_mnist_test_labels(m), test);
+    int rc = write_split(tj, argv[1], "train", dist_mnist_train_images(m),
+                         dist_mnist_train_labels(m), train) ||
+             write_split(tj, argv[1], "test", dist_mnist_test_images(m), dist_mnist_test_labels(m),
+                         test);
     tjDestroy(tj);
     dist_mnist_destroy(m);
     return rc;

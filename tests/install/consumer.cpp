@@ -1,5 +1,7 @@
 // A C++17 program built against an installed libdist (see run.sh): the public headers must be
 // usable from C++ as they are (extern "C", no C-only constructs). Exits non-zero on a failure.
+/* consumer_checks.h uses every header included before it: keep this order. */
+// clang-format off
 #include <dist/backend.h>
 #include <dist/export.h>
 #include <dist/status.h>
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "consumer_checks.h"
+// clang-format on
 
 int main() {
     // Without extern "C" in the headers, this would not link: the calls would ask for

@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CONSUMER_EXPECT(cond)                                                   \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n",       \
-                    __FILE__, __LINE__, #cond, dist_last_error());              \
-            failures++;                                                         \
-        }                                                                       \
+#define CONSUMER_EXPECT(cond)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__,      \
+                    #cond, dist_last_error());                                                     \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static int consumer_run_checks(void) {

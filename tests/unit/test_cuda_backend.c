@@ -7,15 +7,15 @@
  *
  * Without a GPU only the host tests run, and the program exits 77 (skipped). Check runs in
  * no-fork mode: a CUDA context does not survive fork(). */
+#include "backend/backend.h"
+#include "dist/backend.h"
+#include "testutil.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "backend/backend.h"
-#include "dist/backend.h"
-#include "testutil.h"
 
 static dist_backend *g_cpu, *g_gpu;
 static uint64_t g_rng = 0x5eed1234abcdULL;
@@ -72,9 +72,12 @@ static void upload(dist_backend *be, dist_tensor *t, const float *v) {
     size_t bytes = dist_tensor_bytes(t);
     void *buf = malloc(bytes ? bytes : 1);
     for (int64_t i = 0; i < n; i++) {
-        if (t->dtype == DIST_F32) ((float *)buf)[i] = v[i];
-        else if (t->dtype == DIST_BF16) ((uint16_t *)buf)[i] = to_bf16(v[i]);
-        else if (t->dtype == DIST_F16) ((_Float16 *)buf)[i] = (_Float16)v[i];
+        if (t->dtype == DIST_F32)
+            ((float *)buf)[i] = v[i];
+        else if (t->dtype == DIST_BF16)
+            ((uint16_t *)buf)[i] = to_bf16(v[i]);
+        else if (t->dtype == DIST_F16)
+            ((_Float16 *)buf)[i] = (_Float16)v[i];
     }
     dist_status st = dist_backend_from_host(be, buf, bytes, t);
     ck_assert_msg(st == DIST_OK, "upload: %s", dist_last_error());
@@ -99,10 +102,14 @@ static float *download(dist_backend *be, const dist_tensor *t) {
     ck_assert_msg(st == DIST_OK, "download: %s", dist_last_error());
     float *out = malloc((size_t)(n ? n : 1) * sizeof *out);
     for (int64_t i = 0; i < n; i++) {
-        if (t->dtype == DIST_F32) out[i] = ((float *)buf)[i];
-        else if (t->dtype == DIST_BF16) out[i] = from_bf16(((uint16_t *)buf)[i]);
-        else if (t->dtype == DIST_F16) out[i] = (float)((_Float16 *)buf)[i];
-        else if (t->dtype == DIST_I32) out[i] = (float)((int32_t *)buf)[i];
+        if (t->dtype == DIST_F32)
+            out[i] = ((float *)buf)[i];
+        else if (t->dtype == DIST_BF16)
+            out[i] = from_bf16(((uint16_t *)buf)[i]);
+        else if (t->dtype == DIST_F16)
+            out[i] = (float)((_Float16 *)buf)[i];
+        else if (t->dtype == DIST_I32)
+            out[i] = (float)((int32_t *)buf)[i];
     }
     free(buf);
     return out;
@@ -164,11 +171,11 @@ static void expect_close(const char *what, pair p, double tol) {
 
 #define CPU(op, ...) g_cpu->iface->op(g_cpu->ctx, __VA_ARGS__)
 #define GPU(op, ...) g_gpu->iface->op(g_gpu->ctx, __VA_ARGS__)
-#define OK(call)                                                                           \
-    do {                                                                                   \
-        dist_status st_ = (call);                                                          \
-        ck_assert_msg(st_ == DIST_OK, "%s failed: %s (%s)", #call, dist_last_error(),      \
-                      dist_status_name(st_));                                              \
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        dist_status st_ = (call);                                                                  \
+        ck_assert_msg(st_ == DIST_OK, "%s failed: %s (%s)", #call, dist_last_error(),              \
+                      dist_status_name(st_));                                                      \
     } while (0)
 
 /* ---- convolution ---------------------------------------------------------------------- */
@@ -227,7 +234,8 @@ static void run_conv_backward(const conv_case *cc, dist_dtype gdt, double tol) {
     snprintf(what, sizeof what, "conv2d backward-filter dw %s %s", cc->name, dist_dtype_name(gdt));
     expect_close(what, dw, tol);
     if (cc->bias) {
-        snprintf(what, sizeof what, "conv2d backward-filter db %s %s", cc->name, dist_dtype_name(gdt));
+        snprintf(what, sizeof what, "conv2d backward-filter db %s %s", cc->name,
+                 dist_dtype_name(gdt));
         expect_close(what, db, tol);
     }
     pair_free(x), pair_free(w), pair_free(dy), pair_free(dx), pair_free(dw), pair_free(db);
@@ -288,9 +296,11 @@ START_TEST(test_conv2d_deterministic_backward_filter_repeats_bitwise) {
     OK(dist_backend_to_host(det, dw, r1, (size_t)nw * 4));
     OK(det->iface->conv2d_backward_filter(det->ctx, &cc->d, x, dy, dw, NULL));
     OK(dist_backend_to_host(det, dw, r2, (size_t)nw * 4));
-    ck_assert_msg(memcmp(r1, r2, (size_t)nw * 4) == 0, "deterministic backward-filter differs run to run");
+    ck_assert_msg(memcmp(r1, r2, (size_t)nw * 4) == 0,
+                  "deterministic backward-filter differs run to run");
     free(hx), free(hdy), free(r1), free(r2);
-    dist_backend_free_tensor(det, x), dist_backend_free_tensor(det, dy), dist_backend_free_tensor(det, dw);
+    dist_backend_free_tensor(det, x), dist_backend_free_tensor(det, dy),
+        dist_backend_free_tensor(det, dw);
     dist_backend_destroy(det);
 }
 END_TEST
@@ -308,13 +318,17 @@ static const pool_case pool_cases[] = {
     {"pool1 (seed)", {64, 26, 26, 32}, {2, 2, 2, 2, 0, 0, 0, 0}, -1.0f},
     {"pool2 (seed)", {64, 11, 11, 64}, {2, 2, 2, 2, 0, 0, 0, 0}, -1.0f},
     {"odd (3x3 stride 2, SAME pads)", {3, 7, 9, 5}, {3, 3, 2, 2, 1, 1, 0, 1}, -1.0f},
-    {"overlapping (3x2 stride 1x2, asymmetric pads)", {2, 6, 5, 3}, {3, 2, 1, 2, 0, 2, 1, 0}, -1.0f},
+    {"overlapping (3x2 stride 1x2, asymmetric pads)",
+     {2, 6, 5, 3},
+     {3, 2, 1, 2, 0, 2, 1, 0},
+     -1.0f},
 };
 
 static void run_pool(const pool_case *pc, float lo) {
     const dist_pool2d_desc *d = &pc->d;
-    int64_t y[4] = {pc->x[0], (pc->x[1] + d->pad_top + d->pad_bottom - d->window_h) / d->stride_h + 1,
-                    (pc->x[2] + d->pad_left + d->pad_right - d->window_w) / d->stride_w + 1, pc->x[3]};
+    int64_t y[4] = {
+        pc->x[0], (pc->x[1] + d->pad_top + d->pad_bottom - d->window_h) / d->stride_h + 1,
+        (pc->x[2] + d->pad_left + d->pad_right - d->window_w) / d->stride_w + 1, pc->x[3]};
     pair x = pair_input(DIST_F32, 4, pc->x, lo, 1.0f);
     if (lo == 0.0f) { /* a ReLU's output: clamp half the values to exactly zero */
         int64_t n = numel_of(4, pc->x);
@@ -336,11 +350,13 @@ static void run_pool(const pool_case *pc, float lo) {
     OK(CPU(max_pool2d_forward, d, x.c, yy.c, wsc));
     OK(GPU(max_pool2d_forward, d, x.g, yy.g, wsg));
     char what[160];
-    snprintf(what, sizeof what, "max_pool2d forward %s%s", pc->name, lo == 0.0f ? " after ReLU" : "");
+    snprintf(what, sizeof what, "max_pool2d forward %s%s", pc->name,
+             lo == 0.0f ? " after ReLU" : "");
     expect_close(what, yy, 0.0);
     OK(CPU(max_pool2d_backward, d, x.c, dy.c, wsc, dx.c));
     OK(GPU(max_pool2d_backward, d, x.g, dy.g, wsg, dx.g));
-    snprintf(what, sizeof what, "max_pool2d backward %s%s", pc->name, lo == 0.0f ? " after ReLU" : "");
+    snprintf(what, sizeof what, "max_pool2d backward %s%s", pc->name,
+             lo == 0.0f ? " after ReLU" : "");
     expect_close(what, dx, F32_TOL);
     if (wsc) g_cpu->iface->free(g_cpu->ctx, wsc);
     if (wsg) g_gpu->iface->free(g_gpu->ctx, wsg);
@@ -348,12 +364,14 @@ static void run_pool(const pool_case *pc, float lo) {
 }
 
 START_TEST(test_max_pool2d_matches_cpu) {
-    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) run_pool(&pool_cases[i], -1.0f);
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++)
+        run_pool(&pool_cases[i], -1.0f);
 }
 END_TEST
 
 START_TEST(test_max_pool2d_ties_after_relu_match_cpu) {
-    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) run_pool(&pool_cases[i], 0.0f);
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++)
+        run_pool(&pool_cases[i], 0.0f);
 }
 END_TEST
 
@@ -367,8 +385,9 @@ static void run_matmul(int ta, int tb, int64_t m, int64_t k, int64_t n, float al
     OK(CPU(matmul, ta, tb, alpha, a.c, b.c, beta, c.c));
     OK(GPU(matmul, ta, tb, alpha, a.g, b.g, beta, c.g));
     char what[128];
-    snprintf(what, sizeof what, "matmul %s%s [%lld x %lld x %lld] alpha %g beta %g %s", ta ? "T" : "N",
-             tb ? "T" : "N", (long long)m, (long long)k, (long long)n, alpha, beta, dist_dtype_name(gdt));
+    snprintf(what, sizeof what, "matmul %s%s [%lld x %lld x %lld] alpha %g beta %g %s",
+             ta ? "T" : "N", tb ? "T" : "N", (long long)m, (long long)k, (long long)n, alpha, beta,
+             dist_dtype_name(gdt));
     expect_close(what, c, tol);
     pair_free(a), pair_free(b), pair_free(c);
 }
@@ -456,8 +475,8 @@ START_TEST(test_softmax_xent_and_accuracy_match_cpu) {
         OK(CPU(accuracy_count, z.c, lab.c, cnt.c));
         OK(GPU(accuracy_count, z.g, lab.g, cnt.g));
         expect_close("accuracy_count", cnt, 0.0);
-        pair_free(z), pair_free(lab), pair_free(loss), pair_free(probs), pair_free(dloss), pair_free(dz),
-            pair_free(cnt);
+        pair_free(z), pair_free(lab), pair_free(loss), pair_free(probs), pair_free(dloss),
+            pair_free(dz), pair_free(cnt);
     }
 }
 END_TEST
@@ -484,7 +503,8 @@ START_TEST(test_add_scale_fill_reduce_sum_match_cpu) {
     const int64_t sizes[] = {64 * 1600, 100003, 1};
     for (int s = 0; s < 3; s++) {
         int64_t sh[1] = {sizes[s]}, one[1] = {1};
-        pair a = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f), b = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f);
+        pair a = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f),
+             b = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f);
         pair o = pair_output(DIST_F32, 1, sh);
         OK(CPU(add, a.c, b.c, o.c));
         OK(GPU(add, a.g, b.g, o.g));
@@ -528,7 +548,8 @@ static void run_optimizer(int adam, float mu, int nesterov, int64_t n) {
 }
 
 START_TEST(test_adam_and_sgd_updates_match_cpu) {
-    const int64_t n_seed = 3 * 3 * 1 * 32 + 32 + 3 * 3 * 32 * 64 + 64 + 1600 * 64 + 64 + 64 * 10 + 10;
+    const int64_t n_seed =
+        3 * 3 * 1 * 32 + 32 + 3 * 3 * 32 * 64 + 64 + 1600 * 64 + 64 + 64 * 10 + 10;
     run_optimizer(1, 0, 0, n_seed);
     run_optimizer(1, 0, 0, 7);
     run_optimizer(0, 0.0f, 0, n_seed);
@@ -580,8 +601,8 @@ START_TEST(test_all_finite_finds_nan_and_inf) {
             upload(g_gpu, x.g, v);
             fin = -1;
             OK(GPU(all_finite, x.g, &fin));
-            ck_assert_msg(fin == 0, "all_finite missed %s at %lld in %s", b ? "Inf" : "NaN", (long long)at,
-                          dist_dtype_name(dts[d]));
+            ck_assert_msg(fin == 0, "all_finite missed %s at %lld in %s", b ? "Inf" : "NaN",
+                          (long long)at, dist_dtype_name(dts[d]));
             v[at] = 0.5f;
             upload(g_gpu, x.g, v);
             free(v);
@@ -640,8 +661,8 @@ START_TEST(test_gpu_beyond_the_visible_ones_is_not_found_with_a_message) {
     ck_assert_ptr_null(be);
     char want[32];
     snprintf(want, sizeof want, "gpu:%d", n);
-    ck_assert_msg(strstr(dist_last_error(), want) != NULL, "message '%s' does not name %s", dist_last_error(),
-                  want);
+    ck_assert_msg(strstr(dist_last_error(), want) != NULL, "message '%s' does not name %s",
+                  dist_last_error(), want);
 }
 END_TEST
 
@@ -656,8 +677,8 @@ START_TEST(test_module_message_reaches_the_callers_last_error) {
     dist_clear_error();
     dist_status st = dist_backend_create(&o, &be);
     ck_assert_msg(st == DIST_NOT_FOUND, "got %s: %s", dist_status_name(st), dist_last_error());
-    ck_assert_msg(strstr(dist_last_error(), "gpu:0: no CUDA device is visible") != NULL, "message '%s'",
-                  dist_last_error());
+    ck_assert_msg(strstr(dist_last_error(), "gpu:0: no CUDA device is visible") != NULL,
+                  "message '%s'", dist_last_error());
 }
 END_TEST
 

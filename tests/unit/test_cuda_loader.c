@@ -1,12 +1,12 @@
 /* The CUDA module loader when $DIST_CUDA_MODULE names a file that does not exist: no GPU is
  * counted, and every CUDA entry fails with DIST_UNSUPPORTED and a message naming that path;
  * nothing aborts. A program of its own: the module is resolved once per process. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "collective/nccl_comm.h"
 #include "dist/backend.h"
 #include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define MISSING_MODULE "/nonexistent/libdist-test/libdist_cuda.so"
 

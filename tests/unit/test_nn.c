@@ -1,10 +1,10 @@
 /* The Sequential model: Keras's shapes, names, parameter count, summary and initializers. */
+#include "dist/nn.h"
+#include "testutil.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "dist/nn.h"
-#include "testutil.h"
 
 static dist_model *mnist_cnn(uint64_t seed) {
     dist_model *m;
@@ -39,10 +39,13 @@ START_TEST(test_summary_is_keras_style) {
     char buf[8192];
     ck_assert_int_eq(dist_model_summary(m, buf, sizeof buf), DIST_OK);
     ck_assert_ptr_nonnull(strstr(buf, "Model: \"sequential\""));
-    ck_assert_ptr_nonnull(strstr(buf, " conv2d (Conv2D)             (None, 26, 26, 32)        320"));
-    ck_assert_ptr_nonnull(strstr(buf, " conv2d_1 (Conv2D)           (None, 11, 11, 64)        18,496"));
+    ck_assert_ptr_nonnull(
+        strstr(buf, " conv2d (Conv2D)             (None, 26, 26, 32)        320"));
+    ck_assert_ptr_nonnull(
+        strstr(buf, " conv2d_1 (Conv2D)           (None, 11, 11, 64)        18,496"));
     ck_assert_ptr_nonnull(strstr(buf, " flatten (Flatten)           (None, 1600)              0"));
-    ck_assert_ptr_nonnull(strstr(buf, " dense (Dense)               (None, 64)                102,464"));
+    ck_assert_ptr_nonnull(
+        strstr(buf, " dense (Dense)               (None, 64)                102,464"));
     ck_assert_ptr_nonnull(strstr(buf, "(None, 5, 5, 64)"));
     ck_assert_ptr_nonnull(strstr(buf, "Total params: 121,930\n"));
     ck_assert_ptr_nonnull(strstr(buf, "Trainable params: 121,930\n"));
@@ -57,8 +60,8 @@ START_TEST(test_glorot_uniform_kernels_and_zero_biases_seeded) {
     ck_assert_int_eq(dist_model_get_weights(a, 0, wa, n), DIST_OK);
     ck_assert_int_eq(dist_model_get_weights(b, 0, wb, n), DIST_OK);
     ck_assert_int_eq(dist_model_get_weights(c, 0, wc, n), DIST_OK);
-    ck_assert_int_eq(memcmp(wa, wb, (size_t)n * 4), 0);    /* same seed, same weights */
-    ck_assert_int_ne(memcmp(wa, wc, (size_t)n * 4), 0);    /* another seed, others */
+    ck_assert_int_eq(memcmp(wa, wb, (size_t)n * 4), 0); /* same seed, same weights */
+    ck_assert_int_ne(memcmp(wa, wc, (size_t)n * 4), 0); /* another seed, others */
     /* dense kernel [1600, 64]: limit sqrt(6 / (1600 + 64)); U(-l, l) has variance l^2 / 3 */
     const dist_tensor *k = dist_model_variable(a, 0, 4), *bias = dist_model_variable(a, 0, 5);
     const float *kd = wa + ((float *)k->data - (float *)dist_model_params(a, 0)->data);

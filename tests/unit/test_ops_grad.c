@@ -4,14 +4,14 @@
  * from the tape (output gradient r); the numeric one from (L(x + e) - L(x - e)) / 2e, with L
  * accumulated in double on the host, for a sample of elements of every input. The relative
  * error ||analytic - numeric|| / max(||analytic||, ||numeric||) must stay below 1e-3. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "autodiff/tape_impl.h"
 #include "dist/backend.h"
 #include "dist/tape.h"
 #include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MAX_IN 3
 
@@ -19,10 +19,11 @@ typedef struct gc_case {
     int nin;
     int ndim[MAX_IN];
     int64_t shape[MAX_IN][4];
-    float lo, hi;           /* input range */
-    int32_t *labels;        /* for cross-entropy */
+    float lo, hi;    /* input range */
+    int32_t *labels; /* for cross-entropy */
     int64_t nlabels;
-    dist_status (*forward)(dist_tape *t, dist_tensor **in, const struct gc_case *c, dist_tensor **y);
+    dist_status (*forward)(dist_tape *t, dist_tensor **in, const struct gc_case *c,
+                           dist_tensor **y);
     int stride, relu, pool, padding;
 } gc_case;
 
@@ -83,7 +84,8 @@ static void gradcheck(const gc_case *c, float eps) {
     for (int i = 0; i < c->nin; i++) {
         int64_t n = numel_of(c, i);
         analytic[i] = malloc((size_t)n * sizeof(float));
-        ck_assert_int_eq(dist_tape_download(t, grads[i], analytic[i], (size_t)n * sizeof(float)), DIST_OK);
+        ck_assert_int_eq(dist_tape_download(t, grads[i], analytic[i], (size_t)n * sizeof(float)),
+                         DIST_OK);
     }
     free(y0);
     for (int i = 0; i < c->nin; i++) {
@@ -106,8 +108,9 @@ static void gradcheck(const gc_case *c, float eps) {
             num[s] = (float)((lp - lm) / (2.0 * eps));
         }
         double err = dist_test_rel_err(a, num, samples);
-        ck_assert_msg(err < 1e-3, "input %d: relative error %.3g (analytic %g vs numeric %g at sample 0)",
-                      i, err, a[0], num[0]);
+        ck_assert_msg(err < 1e-3,
+                      "input %d: relative error %.3g (analytic %g vs numeric %g at sample 0)", i,
+                      err, a[0], num[0]);
         free(analytic[i]);
     }
     for (int i = 0; i < c->nin; i++) free(host[i]);
@@ -124,9 +127,11 @@ static dist_status fwd_conv(dist_tape *t, dist_tensor **in, const gc_case *c, di
 }
 
 /* conv (to get a blocked activation) followed by the op under test on its output */
-static dist_status fwd_conv_pool(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
+static dist_status fwd_conv_pool(dist_tape *t, dist_tensor **in, const gc_case *c,
+                                 dist_tensor **y) {
     dist_tensor *h;
-    dist_status st = dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &h);
+    dist_status st =
+        dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &h);
     if (st) return st;
     return dist_op_max_pool2d(t, h, c->pool, c->pool, c->stride, c->stride,
                               c->padding ? DIST_PADDING_SAME : DIST_PADDING_VALID, y);
@@ -138,16 +143,19 @@ static dist_status fwd_pool(dist_tape *t, dist_tensor **in, const gc_case *c, di
 }
 
 static dist_status fwd_dense(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
-    return dist_op_dense(t, in[0], in[1], c->nin > 2 ? in[2] : NULL, c->relu ? DIST_ACT_RELU : DIST_ACT_NONE, y);
+    return dist_op_dense(t, in[0], in[1], c->nin > 2 ? in[2] : NULL,
+                         c->relu ? DIST_ACT_RELU : DIST_ACT_NONE, y);
 }
 
 static dist_status fwd_relu(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
     return dist_op_relu(t, in[0], y);
 }
 
-static dist_status fwd_conv_flatten(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
+static dist_status fwd_conv_flatten(dist_tape *t, dist_tensor **in, const gc_case *c,
+                                    dist_tensor **y) {
     dist_tensor *h;
-    dist_status st = dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &h);
+    dist_status st =
+        dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &h);
     if (st) return st;
     return dist_op_flatten(t, h, y);
 }
@@ -167,7 +175,8 @@ static dist_status fwd_avg_loss(dist_tape *t, dist_tensor **in, const gc_case *c
     return st;
 }
 
-static dist_status fwd_sum_scale_add(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
+static dist_status fwd_sum_scale_add(dist_tape *t, dist_tensor **in, const gc_case *c,
+                                     dist_tensor **y) {
     dist_tensor *s, *m, *a, *sc;
     dist_status st = dist_op_add(t, in[0], in[1], &a);
     if (!st) st = dist_op_scale(t, a, -2.5f, &sc);
@@ -180,7 +189,8 @@ static dist_status fwd_sum_scale_add(dist_tape *t, dist_tensor **in, const gc_ca
 /* The seed CNN, small: every op chained, gradients for all weights. */
 static dist_status fwd_cnn(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
     dist_tensor *h1, *p1, *f, *d;
-    dist_status st = dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h1);
+    dist_status st =
+        dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h1);
     if (!st) st = dist_op_max_pool2d(t, h1, 2, 2, 2, 2, DIST_PADDING_VALID, &p1);
     if (!st) st = dist_op_flatten(t, p1, &f);
     if (!st) st = dist_op_dense(t, f, in[2], NULL, DIST_ACT_NONE, &d);
@@ -191,9 +201,11 @@ static dist_status fwd_cnn(dist_tape *t, dist_tensor **in, const gc_case *c, dis
 /* A ReLU output consumed by a max pool AND by another op (scale, then its own pool): the pool
  * must not fold the ReLU mask into a gradient that another consumer adds to, in either
  * recording order. The output stays a tensor so the finite differences keep their precision. */
-static dist_status fwd_relu_shared(dist_tape *t, dist_tensor **in, const gc_case *c, dist_tensor **y) {
+static dist_status fwd_relu_shared(dist_tape *t, dist_tensor **in, const gc_case *c,
+                                   dist_tensor **y) {
     dist_tensor *h, *p, *q, *sc;
-    dist_status st = dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h);
+    dist_status st =
+        dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h);
     if (!st && c->stride == 0) st = dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p);
     if (!st) st = dist_op_scale(t, h, -0.5f, &sc);
     if (!st) st = dist_op_max_pool2d(t, sc, 2, 2, 2, 2, DIST_PADDING_VALID, &q);
@@ -202,68 +214,120 @@ static dist_status fwd_relu_shared(dist_tape *t, dist_tensor **in, const gc_case
     return st;
 }
 
-#define SHAPE4(a, b, c_, d) {a, b, c_, d}
+#define SHAPE4(a, b, c_, d)                                                                        \
+    { a, b, c_, d }
 
 START_TEST(test_relu_output_shared_by_pool_and_another_op) {
     for (int order = 0; order < 2; order++) {
-        gc_case c = {.nin = 2, .ndim = {4, 4}, .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16)}, .lo = -1, .hi = 1,
-                     .forward = fwd_relu_shared, .stride = order};
+        gc_case c = {.nin = 2,
+                     .ndim = {4, 4},
+                     .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16)},
+                     .lo = -1,
+                     .hi = 1,
+                     .forward = fwd_relu_shared,
+                     .stride = order};
         gradcheck(&c, 1e-3f);
     }
 }
 END_TEST
 
 START_TEST(test_conv2d_valid_relu_bias) {
-    gc_case c = {.nin = 3, .ndim = {4, 4, 1}, .shape = {SHAPE4(2, 7, 7, 1), SHAPE4(3, 3, 1, 16), {16}},
-                 .lo = -1, .hi = 1, .forward = fwd_conv, .stride = 1, .relu = 1};
+    gc_case c = {.nin = 3,
+                 .ndim = {4, 4, 1},
+                 .shape = {SHAPE4(2, 7, 7, 1), SHAPE4(3, 3, 1, 16), {16}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_conv,
+                 .stride = 1,
+                 .relu = 1};
     gradcheck(&c, 1e-3f);
 }
 END_TEST
 
 START_TEST(test_conv2d_blocked_channels) {
-    gc_case c = {.nin = 3, .ndim = {4, 4, 1}, .shape = {SHAPE4(2, 6, 6, 16), SHAPE4(3, 3, 16, 32), {32}},
-                 .lo = -1, .hi = 1, .forward = fwd_conv, .stride = 1};
+    gc_case c = {.nin = 3,
+                 .ndim = {4, 4, 1},
+                 .shape = {SHAPE4(2, 6, 6, 16), SHAPE4(3, 3, 16, 32), {32}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_conv,
+                 .stride = 1};
     gradcheck(&c, 1e-2f);
 }
 END_TEST
 
 START_TEST(test_conv2d_same_stride2_odd_channels) {
-    gc_case c = {.nin = 3, .ndim = {4, 4, 1}, .shape = {SHAPE4(2, 7, 6, 3), SHAPE4(3, 2, 3, 5), {5}},
-                 .lo = -1, .hi = 1, .forward = fwd_conv, .stride = 2, .padding = 1};
+    gc_case c = {.nin = 3,
+                 .ndim = {4, 4, 1},
+                 .shape = {SHAPE4(2, 7, 6, 3), SHAPE4(3, 2, 3, 5), {5}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_conv,
+                 .stride = 2,
+                 .padding = 1};
     gradcheck(&c, 1e-2f);
 }
 END_TEST
 
 START_TEST(test_max_pool2d_plain) {
-    gc_case c = {.nin = 1, .ndim = {4}, .shape = {SHAPE4(2, 6, 6, 3)}, .lo = -1, .hi = 1,
-                 .forward = fwd_pool, .pool = 2, .stride = 2};
+    gc_case c = {.nin = 1,
+                 .ndim = {4},
+                 .shape = {SHAPE4(2, 6, 6, 3)},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_pool,
+                 .pool = 2,
+                 .stride = 2};
     gradcheck(&c, 1e-3f);
 }
 END_TEST
 
 START_TEST(test_max_pool2d_blocked_after_conv) {
-    gc_case c = {.nin = 2, .ndim = {4, 4}, .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16)}, .lo = -1, .hi = 1,
-                 .forward = fwd_conv_pool, .pool = 2, .stride = 2};
+    gc_case c = {.nin = 2,
+                 .ndim = {4, 4},
+                 .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16)},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_conv_pool,
+                 .pool = 2,
+                 .stride = 2};
     gradcheck(&c, 1e-3f);
 }
 END_TEST
 
 START_TEST(test_max_pool2d_same_3x3_stride2) {
-    gc_case c = {.nin = 1, .ndim = {4}, .shape = {SHAPE4(1, 7, 7, 2)}, .lo = -1, .hi = 1,
-                 .forward = fwd_pool, .pool = 3, .stride = 2, .padding = 1};
+    gc_case c = {.nin = 1,
+                 .ndim = {4},
+                 .shape = {SHAPE4(1, 7, 7, 2)},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_pool,
+                 .pool = 3,
+                 .stride = 2,
+                 .padding = 1};
     gradcheck(&c, 1e-3f);
 }
 END_TEST
 
 START_TEST(test_dense_bias_relu) {
-    gc_case c = {.nin = 3, .ndim = {2, 2, 1}, .shape = {{5, 12}, {12, 7}, {7}}, .lo = -1, .hi = 1,
-                 .forward = fwd_dense, .relu = 1};
+    gc_case c = {.nin = 3,
+                 .ndim = {2, 2, 1},
+                 .shape = {{5, 12}, {12, 7}, {7}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_dense,
+                 .relu = 1};
     gradcheck(&c, 1e-3f);
 }
 END_TEST
 
 START_TEST(test_dense_linear) {
-    gc_case c = {.nin = 2, .ndim = {2, 2}, .shape = {{4, 9}, {9, 3}}, .lo = -2, .hi = 2, .forward = fwd_dense};
+    gc_case c = {.nin = 2,
+                 .ndim = {2, 2},
+                 .shape = {{4, 9}, {9, 3}},
+                 .lo = -2,
+                 .hi = 2,
+                 .forward = fwd_dense};
     gradcheck(&c, 1e-2f);
 }
 END_TEST
@@ -275,7 +339,11 @@ START_TEST(test_relu) {
 END_TEST
 
 START_TEST(test_flatten_of_blocked_activation) {
-    gc_case c = {.nin = 2, .ndim = {4, 4}, .shape = {SHAPE4(2, 5, 5, 1), SHAPE4(3, 3, 1, 16)}, .lo = -1, .hi = 1,
+    gc_case c = {.nin = 2,
+                 .ndim = {4, 4},
+                 .shape = {SHAPE4(2, 5, 5, 1), SHAPE4(3, 3, 1, 16)},
+                 .lo = -1,
+                 .hi = 1,
                  .forward = fwd_conv_flatten};
     gradcheck(&c, 1e-2f);
 }
@@ -283,29 +351,50 @@ END_TEST
 
 START_TEST(test_sparse_softmax_cross_entropy) {
     int32_t labels[6] = {0, 3, 9, 2, 2, 7};
-    gc_case c = {.nin = 1, .ndim = {2}, .shape = {{6, 10}}, .lo = -3, .hi = 3, .forward = fwd_xent,
-                 .labels = labels, .nlabels = 6};
+    gc_case c = {.nin = 1,
+                 .ndim = {2},
+                 .shape = {{6, 10}},
+                 .lo = -3,
+                 .hi = 3,
+                 .forward = fwd_xent,
+                 .labels = labels,
+                 .nlabels = 6};
     gradcheck(&c, 1e-2f);
 }
 END_TEST
 
 START_TEST(test_compute_average_loss) {
     int32_t labels[4] = {1, 0, 4, 4};
-    gc_case c = {.nin = 1, .ndim = {2}, .shape = {{4, 5}}, .lo = -3, .hi = 3, .forward = fwd_avg_loss,
-                 .labels = labels, .nlabels = 4};
+    gc_case c = {.nin = 1,
+                 .ndim = {2},
+                 .shape = {{4, 5}},
+                 .lo = -3,
+                 .hi = 3,
+                 .forward = fwd_avg_loss,
+                 .labels = labels,
+                 .nlabels = 4};
     gradcheck(&c, 1e-2f);
 }
 END_TEST
 
 START_TEST(test_reduce_scale_add) {
-    gc_case c = {.nin = 2, .ndim = {2, 2}, .shape = {{3, 4}, {3, 4}}, .lo = -1, .hi = 1, .forward = fwd_sum_scale_add};
+    gc_case c = {.nin = 2,
+                 .ndim = {2, 2},
+                 .shape = {{3, 4}, {3, 4}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_sum_scale_add};
     gradcheck(&c, 1e-2f);
 }
 END_TEST
 
 START_TEST(test_small_cnn_chain) {
-    gc_case c = {.nin = 3, .ndim = {4, 4, 2}, .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16), {144, 6}},
-                 .lo = -1, .hi = 1, .forward = fwd_cnn};
+    gc_case c = {.nin = 3,
+                 .ndim = {4, 4, 2},
+                 .shape = {SHAPE4(2, 8, 8, 1), SHAPE4(3, 3, 1, 16), {144, 6}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_cnn};
     gradcheck(&c, 1e-3f);
 }
 END_TEST
@@ -317,7 +406,8 @@ START_TEST(test_average_loss_value_matches_hand_computation) {
     float logits[4] = {0.0f, 0.0f, logf(3.0f), 0.0f};
     int32_t labels[2] = {0, 1};
     int64_t ls[2] = {2, 2}, lbs = 2;
-    dist_tensor lh = dist_tensor_view(logits, DIST_F32, 2, ls), bh = dist_tensor_view(labels, DIST_I32, 1, &lbs);
+    dist_tensor lh = dist_tensor_view(logits, DIST_F32, 2, ls),
+                bh = dist_tensor_view(labels, DIST_I32, 1, &lbs);
     dist_tensor *ld, *bd, *per, *loss;
     ck_assert_int_eq(dist_tape_upload(t, &lh, &ld), DIST_OK);
     ck_assert_int_eq(dist_tape_upload(t, &bh, &bd), DIST_OK);
@@ -336,7 +426,8 @@ START_TEST(test_bad_label_is_an_error) {
     float logits[4] = {0};
     int32_t labels[2] = {0, 2};
     int64_t ls[2] = {2, 2}, lbs = 2;
-    dist_tensor lh = dist_tensor_view(logits, DIST_F32, 2, ls), bh = dist_tensor_view(labels, DIST_I32, 1, &lbs);
+    dist_tensor lh = dist_tensor_view(logits, DIST_F32, 2, ls),
+                bh = dist_tensor_view(labels, DIST_I32, 1, &lbs);
     dist_tensor *ld, *bd, *per;
     ck_assert_int_eq(dist_tape_upload(t, &lh, &ld), DIST_OK);
     ck_assert_int_eq(dist_tape_upload(t, &bh, &bd), DIST_OK);
@@ -347,8 +438,12 @@ START_TEST(test_bad_label_is_an_error) {
 END_TEST
 
 START_TEST(test_steady_state_steps_allocate_nothing) {
-    gc_case c = {.nin = 3, .ndim = {4, 4, 2}, .shape = {SHAPE4(8, 8, 8, 1), SHAPE4(3, 3, 1, 16), {144, 6}},
-                 .lo = -1, .hi = 1, .forward = fwd_cnn};
+    gc_case c = {.nin = 3,
+                 .ndim = {4, 4, 2},
+                 .shape = {SHAPE4(8, 8, 8, 1), SHAPE4(3, 3, 1, 16), {144, 6}},
+                 .lo = -1,
+                 .hi = 1,
+                 .forward = fwd_cnn};
     dist_tape *t;
     ck_assert_int_eq(dist_tape_create(g_be, &t), DIST_OK);
     float *host[3];
@@ -365,7 +460,8 @@ START_TEST(test_steady_state_steps_allocate_nothing) {
         free(eval(t, &c, host, 1, in, &y, &ny));
         ck_assert_int_eq(dist_op_reduce_sum(t, y, &loss), DIST_OK);
         for (int i = 0; i < 3; i++)
-            ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, c.ndim[i], c.shape[i], &grads[i]), DIST_OK);
+            ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, c.ndim[i], c.shape[i], &grads[i]),
+                             DIST_OK);
         ck_assert_int_eq(dist_tape_gradient(t, loss, 3, in, grads), DIST_OK);
         if (step == 1) after_warmup = t->arena.allocations;
     }

@@ -1,11 +1,11 @@
 /* Keras's Adam and SGD update rules, with expected values computed in the test from the
  * documented formulas (tf.keras.optimizers.Adam / SGD). */
-#include <math.h>
-#include <string.h>
-
 #include "dist/nn.h"
 #include "dist/optim.h"
 #include "testutil.h"
+
+#include <math.h>
+#include <string.h>
 
 /* A model with one Dense(1) layer on 2 inputs: variables kernel [2,1] and bias [1]. */
 static dist_model *tiny(void) {
@@ -20,7 +20,8 @@ static dist_model *tiny(void) {
 /* Sets weights w and gradients g (3 values each) and applies the optimizer once. */
 static void step(dist_model *m, dist_optimizer *o, dist_tape *t, const float *g) {
     dist_backend *be = dist_model_backend(m, 0);
-    ck_assert_int_eq(dist_backend_from_host(be, g, 3 * sizeof(float), dist_model_grads(m, 0)), DIST_OK);
+    ck_assert_int_eq(dist_backend_from_host(be, g, 3 * sizeof(float), dist_model_grads(m, 0)),
+                     DIST_OK);
     ck_assert_int_eq(dist_optimizer_apply_gradients(o, m, t), DIST_OK);
 }
 
@@ -48,8 +49,8 @@ START_TEST(test_adam_matches_keras_formula_over_three_steps) {
         float got[3];
         ck_assert_int_eq(dist_model_get_weights(m, 0, got, 3), DIST_OK);
         for (int i = 0; i < 3; i++)
-            ck_assert_msg(fabs(got[i] - ref[i]) <= 1e-6 * (1 + fabs(ref[i])), "step %d, weight %d: %.9g vs %.9g", s, i,
-                          got[i], ref[i]);
+            ck_assert_msg(fabs(got[i] - ref[i]) <= 1e-6 * (1 + fabs(ref[i])),
+                          "step %d, weight %d: %.9g vs %.9g", s, i, got[i], ref[i]);
     }
     ck_assert_int_eq(dist_optimizer_iterations(o), 3);
     dist_optimizer_destroy(o);

@@ -1,13 +1,13 @@
 /* The strategy core: batch splitting, run, reduce, collectives, variables, errors, and the
  * mirrored == one_device equivalence of training. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "dist/mnist.h"
 #include "dist/strategy.h"
 #include "dist/train.h"
 #include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 static size_t g_bytes_per_pack;
 
@@ -113,7 +113,8 @@ START_TEST(test_reduce_mean_over_axis_divides_by_total_examples) {
     ck_assert_float_eq_tol(*(float *)out->data, 15.0f, 1e-6f);
     dist_tensor_destroy(out);
     /* no axis: elementwise over replicas, shapes must agree */
-    ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_SUM, &v, 0, -1, &out), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_SUM, &v, 0, -1, &out),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_int_eq(dist_strategy_gather(s, &v, 0, &out), DIST_OK);
     ck_assert_int_eq(out->shape[0], 5);
     ck_assert_float_eq(((float *)out->data)[3], 4.0f);
@@ -139,7 +140,8 @@ START_TEST(test_reduce_mean_over_axis_divides_by_total_examples) {
 END_TEST
 
 /* Each replica contributes replica_id + 1. */
-static dist_status collectives_step(dist_replica_ctx *rc, const dist_element *in, void *user, dist_element *out) {
+static dist_status collectives_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                    dist_element *out) {
     dist_tape *tape = dist_replica_tape(rc);
     float mine[2] = {(float)(dist_replica_id(rc) + 1), 10.0f * (float)(dist_replica_id(rc) + 1)};
     int64_t n = 2;
@@ -163,9 +165,11 @@ static dist_status collectives_step(dist_replica_ctx *rc, const dist_element *in
 START_TEST(test_replica_context_all_reduce_and_all_gather) {
     dist_strategy *s = make(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1");
     dist_per_replica out;
-    ck_assert_msg(dist_strategy_run(s, collectives_step, NULL, NULL, &out) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(dist_strategy_run(s, collectives_step, NULL, NULL, &out) == DIST_OK, "%s",
+                  dist_last_error());
     for (int r = 0; r < 2; r++) {
-        float *sum = out.values[r][0]->data, *mean = out.values[r][1]->data, *g = out.values[r][2]->data;
+        float *sum = out.values[r][0]->data, *mean = out.values[r][1]->data,
+              *g = out.values[r][2]->data;
         ck_assert_float_eq(sum[0], 3.0f);
         ck_assert_float_eq(sum[1], 30.0f);
         ck_assert_float_eq(mean[0], 1.5f);
@@ -177,8 +181,10 @@ START_TEST(test_replica_context_all_reduce_and_all_gather) {
 }
 END_TEST
 
-static dist_status failing_step(dist_replica_ctx *rc, const dist_element *in, void *user, dist_element *out) {
-    if (dist_replica_id(rc) == 1) return dist_error_for_test(DIST_INVALID_ARGUMENT, "boom on purpose");
+static dist_status failing_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    if (dist_replica_id(rc) == 1)
+        return dist_error_for_test(DIST_INVALID_ARGUMENT, "boom on purpose");
     float v = 1;
     dist_tensor h = dist_tensor_view(&v, DIST_F32, 0, NULL), *t;
     DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &h, &t));
@@ -203,7 +209,8 @@ typedef struct var_case {
     dist_variable *sum, *mean, *first, *on_read;
 } var_case;
 
-static dist_status assign_step(dist_replica_ctx *rc, const dist_element *in, void *user, dist_element *out) {
+static dist_status assign_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                               dist_element *out) {
     var_case *vc = user;
     float v = (float)(dist_replica_id(rc) + 1);
     dist_tensor h = dist_tensor_view(&v, DIST_F32, 0, NULL), *t;
@@ -218,16 +225,27 @@ START_TEST(test_variable_aggregation_and_synchronization) {
     dist_strategy *s = make(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1");
     var_case vc;
     float zero = 0;
-    ck_assert_int_eq(dist_strategy_create_variable(s, "x", 0, NULL, &zero, DIST_AGGREGATION_SUM, DIST_SYNC_ON_WRITE,
-                                                   &vc.sum),
+    ck_assert_int_eq(dist_strategy_create_variable(s, "x", 0, NULL, &zero, DIST_AGGREGATION_SUM,
+                                                   DIST_SYNC_ON_WRITE, &vc.sum),
                      DIST_INVALID_USAGE); /* outside the scope */
     ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
-    ck_assert_int_eq(dist_strategy_create_variable(s, "sum", 0, NULL, &zero, DIST_AGGREGATION_SUM, DIST_SYNC_ON_WRITE, &vc.sum), DIST_OK);
-    ck_assert_int_eq(dist_strategy_create_variable(s, "mean", 0, NULL, &zero, DIST_AGGREGATION_MEAN, DIST_SYNC_ON_WRITE, &vc.mean), DIST_OK);
-    ck_assert_int_eq(dist_strategy_create_variable(s, "first", 0, NULL, &zero, DIST_AGGREGATION_ONLY_FIRST_REPLICA, DIST_SYNC_ON_WRITE, &vc.first), DIST_OK);
-    ck_assert_int_eq(dist_strategy_create_variable(s, "metric", 0, NULL, &zero, DIST_AGGREGATION_SUM, DIST_SYNC_ON_READ, &vc.on_read), DIST_OK);
+    ck_assert_int_eq(dist_strategy_create_variable(s, "sum", 0, NULL, &zero, DIST_AGGREGATION_SUM,
+                                                   DIST_SYNC_ON_WRITE, &vc.sum),
+                     DIST_OK);
+    ck_assert_int_eq(dist_strategy_create_variable(s, "mean", 0, NULL, &zero, DIST_AGGREGATION_MEAN,
+                                                   DIST_SYNC_ON_WRITE, &vc.mean),
+                     DIST_OK);
+    ck_assert_int_eq(dist_strategy_create_variable(s, "first", 0, NULL, &zero,
+                                                   DIST_AGGREGATION_ONLY_FIRST_REPLICA,
+                                                   DIST_SYNC_ON_WRITE, &vc.first),
+                     DIST_OK);
+    ck_assert_int_eq(dist_strategy_create_variable(s, "metric", 0, NULL, &zero,
+                                                   DIST_AGGREGATION_SUM, DIST_SYNC_ON_READ,
+                                                   &vc.on_read),
+                     DIST_OK);
     ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
-    ck_assert_msg(dist_strategy_run(s, assign_step, &vc, NULL, NULL) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(dist_strategy_run(s, assign_step, &vc, NULL, NULL) == DIST_OK, "%s",
+                  dist_last_error());
     float v;
     for (int r = 0; r < 2; r++) {
         ck_assert_float_eq(*(float *)dist_variable_value(vc.sum, r)->data, 3.0f);
@@ -276,7 +294,8 @@ START_TEST(test_input_context_per_replica_batch_size) {
     int64_t per;
     ck_assert_int_eq(dist_input_context_per_replica_batch_size(&ctx, 64, &per), DIST_OK);
     ck_assert_int_eq(per, 32);
-    ck_assert_int_eq(dist_input_context_per_replica_batch_size(&ctx, 5, &per), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_input_context_per_replica_batch_size(&ctx, 5, &per),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "not divisible"));
 }
 END_TEST
@@ -293,7 +312,8 @@ START_TEST(test_distribute_datasets_from_function_gives_consecutive_batches) {
     dist_strategy *s = make(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1");
     dist_distributed_dataset *dds;
     dist_distributed_iterator *it;
-    ck_assert_int_eq(dist_strategy_distribute_datasets_from_function(s, per_replica_fn, NULL, &dds), DIST_OK);
+    ck_assert_int_eq(dist_strategy_distribute_datasets_from_function(s, per_replica_fn, NULL, &dds),
+                     DIST_OK);
     ck_assert_int_eq(dist_distributed_dataset_iterator(dds, &it), DIST_OK);
     dist_per_replica_element e;
     int end;
@@ -335,7 +355,9 @@ static trainer make_trainer_opt(dist_strategy_kind kind, const char *devices, in
     return t;
 }
 
-static trainer make_trainer(dist_strategy_kind kind, const char *devices) { return make_trainer_opt(kind, devices, 0); }
+static trainer make_trainer(dist_strategy_kind kind, const char *devices) {
+    return make_trainer_opt(kind, devices, 0);
+}
 
 static void free_trainer(trainer *t) {
     dist_optimizer_destroy(t->opt);
@@ -363,7 +385,8 @@ static void assert_replicas_bitwise_equal(dist_model *m) {
     ck_assert_int_eq(dist_model_get_weights(m, 0, a, n), DIST_OK);
     for (int r = 1; r < dist_model_num_replicas(m); r++) {
         ck_assert_int_eq(dist_model_get_weights(m, r, b, n), DIST_OK);
-        ck_assert_msg(memcmp(a, b, (size_t)n * sizeof *a) == 0, "replica %d differs from replica 0", r);
+        ck_assert_msg(memcmp(a, b, (size_t)n * sizeof *a) == 0, "replica %d differs from replica 0",
+                      r);
     }
     free(a);
     free(b);
@@ -381,8 +404,8 @@ static void train_steps(trainer *t, dist_dataset *ds, int steps, int check_repli
         ck_assert_int_eq(dist_distributed_iterator_next(it, &e, &end), DIST_OK);
         ck_assert_int_eq(end, 0);
         dist_per_replica out;
-        ck_assert_msg(dist_strategy_run(t->s, dist_classifier_train_step, &cs, &e, &out) == DIST_OK, "%s",
-                      dist_last_error());
+        ck_assert_msg(dist_strategy_run(t->s, dist_classifier_train_step, &cs, &e, &out) == DIST_OK,
+                      "%s", dist_last_error());
         if (check_replicas) assert_replicas_bitwise_equal(t->model);
     }
     dist_distributed_iterator_destroy(it);
@@ -402,7 +425,8 @@ static double mirrored_vs_one_device(int use_sgd, int nsteps) {
     train_steps(&one, ds, nsteps, 0);
     train_steps(&two, ds, nsteps, 1); /* replicas bitwise identical after every step */
     int64_t n = dist_model_num_params(one.model);
-    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *init = malloc((size_t)n * sizeof *b);
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b),
+          *init = malloc((size_t)n * sizeof *b);
     ck_assert_int_eq(dist_model_get_weights(one.model, 0, a, n), DIST_OK);
     ck_assert_int_eq(dist_model_get_weights(two.model, 0, b, n), DIST_OK);
     trainer fresh = make_trainer(DIST_STRATEGY_ONE_DEVICE, "cpu:0");
@@ -431,7 +455,8 @@ static double mirrored_vs_one_device(int use_sgd, int nsteps) {
  * rounding, and the weights stay within 1e-5 after 20 steps. */
 START_TEST(test_mirrored_two_replicas_matches_one_device_after_20_steps) {
     double worst = mirrored_vs_one_device(1, 20);
-    ck_assert_msg(worst <= 1e-5, "mirrored and one_device differ by %.3g (relative, worst variable)", worst);
+    ck_assert_msg(worst <= 1e-5,
+                  "mirrored and one_device differ by %.3g (relative, worst variable)", worst);
 }
 END_TEST
 
@@ -440,7 +465,8 @@ END_TEST
  * after 5 steps, measured). The test pins the first fact. */
 START_TEST(test_mirrored_matches_one_device_with_adam_for_2_steps) {
     double worst = mirrored_vs_one_device(0, 2);
-    ck_assert_msg(worst <= 1e-5, "mirrored and one_device differ by %.3g after 2 Adam steps", worst);
+    ck_assert_msg(worst <= 1e-5, "mirrored and one_device differ by %.3g after 2 Adam steps",
+                  worst);
 }
 END_TEST
 

@@ -36,4 +36,6 @@ double dist_test_rel_err(const float *a, const float *b, int64_t n) {
 
 #include "core/error.h"
 
-dist_status dist_error_for_test(dist_status st, const char *msg) { return dist_error(st, "%s", msg); }
+dist_status dist_error_for_test(dist_status st, const char *msg) {
+    return dist_error(st, "%s", msg);
+}

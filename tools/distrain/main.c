@@ -1,11 +1,7 @@
 /* distrain: trains the seed CNN on MNIST with a tf.distribute-style strategy. Exit codes:
  * 0 success, 1 training or data error, 2 usage error. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include "options.h"
+#include "print_cluster.h"
 
 #include <dist/data.h>
 #include <dist/mnist.h>
@@ -13,9 +9,12 @@
 #include <dist/optim.h>
 #include <dist/strategy.h>
 #include <dist/train.h>
-
-#include "options.h"
-#include "print_cluster.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct run_state {
     const distrain_options *o;
@@ -47,11 +46,13 @@ static int fail(const char *what) {
  * it were skipped) unless --quiet. */
 static void on_log(dist_log_level level, const char *msg, void *user) {
     (void)user;
-    fprintf(level <= DIST_LOG_WARN ? stderr : stdout, "%s%s\n", level <= DIST_LOG_WARN ? "distrain: " : "", msg);
+    fprintf(level <= DIST_LOG_WARN ? stderr : stdout, "%s%s\n",
+            level <= DIST_LOG_WARN ? "distrain: " : "", msg);
 }
 
 /* (image uint8 [28,28], label uint8) slices borrowed from the MNIST set */
-static dist_status slices(const dist_tensor *images, const dist_tensor *labels, dist_dataset **out) {
+static dist_status slices(const dist_tensor *images, const dist_tensor *labels,
+                          dist_dataset **out) {
     dist_tensor parts[2] = {*images, *labels};
     dist_tensor *ptrs[2] = {&parts[0], &parts[1]};
     return dist_dataset_from_tensor_slices(ptrs, 2, 0, out);
@@ -72,7 +73,8 @@ static int load_data(run_state *s) {
     dist_dataset *train = NULL, *test = NULL, *next;
     if (strcmp(o->data_format, "jpeg-folder") == 0) {
         if (!o->data_dir) {
-            fprintf(stderr, "distrain: --data-format jpeg-folder needs --data-dir (with train/ and test/ class folders)\n");
+            fprintf(stderr, "distrain: --data-format jpeg-folder needs --data-dir (with train/ and "
+                            "test/ class folders)\n");
             return 2;
         }
         char path[4096];
@@ -80,9 +82,11 @@ static int load_data(run_state *s) {
         jo.height = jo.width = 28;
         jo.num_threads = 2;
         snprintf(path, sizeof path, "%s/train", o->data_dir);
-        if ((st = dist_dataset_from_jpeg_folder(path, &jo, &train))) return fail("reading the training images");
+        if ((st = dist_dataset_from_jpeg_folder(path, &jo, &train)))
+            return fail("reading the training images");
         snprintf(path, sizeof path, "%s/test", o->data_dir);
-        if ((st = dist_dataset_from_jpeg_folder(path, &jo, &test))) return fail("reading the test images");
+        if ((st = dist_dataset_from_jpeg_folder(path, &jo, &test)))
+            return fail("reading the test images");
         s->train_examples = dist_dataset_cardinality(train);
         s->test_examples = dist_dataset_cardinality(test);
         s->data_source = o->data_dir;
@@ -119,12 +123,13 @@ static int load_data(run_state *s) {
 
 static int64_t rows_of(const dist_per_replica_element *e) {
     int64_t n = 0;
-    for (int r = 0; r < e->num_replicas; r++) n += e->replicas[r].count ? e->replicas[r].items[0]->shape[0] : 0;
+    for (int r = 0; r < e->num_replicas; r++)
+        n += e->replicas[r].count ? e->replicas[r].items[0]->shape[0] : 0;
     return n;
 }
 
-static void progress(const run_state *s, int64_t step, int64_t total, double elapsed, double loss, double acc,
-                     int final) {
+static void progress(const run_state *s, int64_t step, int64_t total, double elapsed, double loss,
+                     double acc, int final) {
     if (s->o->quiet) return;
     int tty = isatty(STDOUT_FILENO);
     if (!final && !tty) return;
@@ -134,16 +139,18 @@ static void progress(const run_state *s, int64_t step, int64_t total, double ela
     if (done < width && done > 0) bar[done - 1] = '>';
     bar[width] = '\0';
     double ips = elapsed > 0 ? (double)s->train_images / elapsed : 0.0;
-    printf("%s%lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f - %.0f images/s - %d replica%s%s",
+    printf("%s%lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f - %.0f images/s - "
+           "%d replica%s%s",
            tty ? "\r" : "", (long long)step, (long long)total, bar, elapsed,
-           step ? 1000.0 * elapsed / (double)step : 0.0, loss, acc, ips, dist_strategy_num_replicas_in_sync(s->strategy),
+           step ? 1000.0 * elapsed / (double)step : 0.0, loss, acc, ips,
+           dist_strategy_num_replicas_in_sync(s->strategy),
            dist_strategy_num_replicas_in_sync(s->strategy) == 1 ? "" : "s", final ? "\n" : "");
     fflush(stdout);
 }
 
 /* One pass over a distributed dataset with a step; sums the three classifier outputs. */
-static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn fn, int training, double *loss,
-                     double *acc, int64_t total_steps) {
+static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn fn, int training,
+                     double *loss, double *acc, int64_t total_steps) {
     dist_classifier_step cs = {s->model, s->optimizer, 0};
     dist_per_replica_element in;
     dist_per_replica out;
@@ -156,7 +163,8 @@ static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn f
         if (end || (training && s->o->max_steps && step == s->o->max_steps)) break;
         cs.global_batch_size = rows_of(&in);
         double t0 = now_s();
-        if (dist_strategy_run(s->strategy, fn, &cs, &in, &out)) return fail(training ? "training step" : "evaluation");
+        if (dist_strategy_run(s->strategy, fn, &cs, &in, &out))
+            return fail(training ? "training step" : "evaluation");
         dist_tensor *l, *c, *n;
         if (dist_strategy_reduce(s->strategy, DIST_REDUCE_SUM, &out, 0, -1, &l) ||
             dist_strategy_reduce(s->strategy, DIST_REDUCE_SUM, &out, 1, -1, &c) ||
@@ -175,10 +183,12 @@ static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn f
             s->train_images += (int64_t)batch;
             s->steps++;
             if (!isfinite(loss_sum)) {
-                fprintf(stderr, "distrain: the loss became %f at step %lld\n", loss_sum, (long long)step);
+                fprintf(stderr, "distrain: the loss became %f at step %lld\n", loss_sum,
+                        (long long)step);
                 return 1;
             }
-            progress(s, step, total_steps, now_s() - epoch_start, loss_sum / seen, correct / seen, 0);
+            progress(s, step, total_steps, now_s() - epoch_start, loss_sum / seen, correct / seen,
+                     0);
         }
     }
     if (training) {
@@ -197,9 +207,11 @@ static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn f
             memset(bar, '=', (size_t)width);
             bar[width] = '\0';
             int replicas = dist_strategy_num_replicas_in_sync(s->strategy);
-            printf("%s%lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f - %.0f images/s - %d replica%s\n",
+            printf("%s%lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f - %.0f "
+                   "images/s - %d replica%s\n",
                    tty ? "\r" : "", (long long)step, (long long)step, bar, elapsed,
-                   step ? 1000.0 * elapsed / (double)step : 0.0, *loss, *acc, ips, replicas, replicas == 1 ? "" : "s");
+                   step ? 1000.0 * elapsed / (double)step : 0.0, *loss, *acc, ips, replicas,
+                   replicas == 1 ? "" : "s");
         }
     }
     return 0;
@@ -225,17 +237,23 @@ static int write_metrics(const run_state *s) {
         return 1;
     }
     char dev[32];
-    fprintf(f, "{\n  \"strategy\": \"%s\",\n  \"replicas\": %d,\n  \"devices\": [", dist_strategy_name(s->strategy),
-            dist_strategy_num_replicas_in_sync(s->strategy));
+    fprintf(f, "{\n  \"strategy\": \"%s\",\n  \"replicas\": %d,\n  \"devices\": [",
+            dist_strategy_name(s->strategy), dist_strategy_num_replicas_in_sync(s->strategy));
     for (int r = 0; r < dist_strategy_num_replicas_in_sync(s->strategy); r++)
-        fprintf(f, "%s\"%s\"", r ? ", " : "", dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
+        fprintf(f, "%s\"%s\"", r ? ", " : "",
+                dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
     fprintf(f,
-            "],\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  \"steps\": %lld,\n  \"global_batch_size\": %lld,\n"
-            "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n  \"test_accuracy\": %.6f,\n"
-            "  \"train_images_per_sec\": %.1f,\n  \"train_seconds\": %.3f,\n  \"train_examples\": %lld,\n"
-            "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  \"data_source\": ",
-            dist_strategy_cross_device_name(s->strategy), s->o->epochs, (long long)s->steps, (long long)s->o->batch_size,
-            s->train_loss, s->train_accuracy, s->test_loss, s->test_accuracy,
+            "],\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  \"steps\": %lld,\n  "
+            "\"global_batch_size\": %lld,\n"
+            "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n  "
+            "\"test_accuracy\": %.6f,\n"
+            "  \"train_images_per_sec\": %.1f,\n  \"train_seconds\": %.3f,\n  \"train_examples\": "
+            "%lld,\n"
+            "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  "
+            "\"data_source\": ",
+            dist_strategy_cross_device_name(s->strategy), s->o->epochs, (long long)s->steps,
+            (long long)s->o->batch_size, s->train_loss, s->train_accuracy, s->test_loss,
+            s->test_accuracy,
             s->train_seconds > 0 ? (double)s->train_images_total / s->train_seconds : 0.0,
             s->train_seconds, (long long)s->train_examples, (long long)s->test_examples,
             (long long)dist_model_num_params(s->model), s->threads);
@@ -288,34 +306,37 @@ static int train(run_state *s) {
         char dev[32];
         printf("Strategy: %s, %d replica(s) [", dist_strategy_name(s->strategy), replicas);
         for (int r = 0; r < replicas; r++)
-            printf("%s%s", r ? ", " : "", dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
-        printf("], %s reduction, %d thread(s) per replica, global batch %lld\n", dist_strategy_cross_device_name(s->strategy),
-               s->threads, (long long)o->batch_size);
+            printf("%s%s", r ? ", " : "",
+                   dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
+        printf("], %s reduction, %d thread(s) per replica, global batch %lld\n",
+               dist_strategy_cross_device_name(s->strategy), s->threads, (long long)o->batch_size);
         if (s->mnist)
             printf("Data: %s\n", s->data_source);
         else
-            printf("Data: JPEG class folders under %s (%lld train / %lld test images)\n", s->data_source,
-                   (long long)s->train_examples, (long long)s->test_examples);
+            printf("Data: JPEG class folders under %s (%lld train / %lld test images)\n",
+                   s->data_source, (long long)s->train_examples, (long long)s->test_examples);
     }
     dist_distributed_dataset *dtrain, *dtest;
     dist_distributed_iterator *itrain, *itest;
     if (dist_strategy_distribute_dataset(s->strategy, s->train, &dtrain) ||
         dist_strategy_distribute_dataset(s->strategy, s->test, &dtest) ||
-        dist_distributed_dataset_iterator(dtrain, &itrain) || dist_distributed_dataset_iterator(dtest, &itest))
+        dist_distributed_dataset_iterator(dtrain, &itrain) ||
+        dist_distributed_dataset_iterator(dtest, &itest))
         return fail("distributing the data");
     int64_t steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
     if (o->max_steps && o->max_steps < steps_per_epoch) steps_per_epoch = o->max_steps;
     for (int e = 0; e < o->epochs; e++) {
         if (!o->quiet) printf("Epoch %d/%d\n", e + 1, o->epochs);
         if (e > 0 && dist_distributed_iterator_reset(itrain)) return fail("starting the epoch");
-        rc = run_epoch(s, itrain, dist_classifier_train_step, 1, &s->train_loss, &s->train_accuracy, steps_per_epoch);
+        rc = run_epoch(s, itrain, dist_classifier_train_step, 1, &s->train_loss, &s->train_accuracy,
+                       steps_per_epoch);
         if (rc) return rc;
     }
     rc = run_epoch(s, itest, dist_classifier_eval_step, 0, &s->test_loss, &s->test_accuracy, 0);
     if (rc) return rc;
     if (!o->quiet)
-        printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss, s->test_accuracy,
-               (long long)s->test_examples);
+        printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
+               s->test_accuracy, (long long)s->test_examples);
     dist_distributed_iterator_destroy(itrain);
     dist_distributed_iterator_destroy(itest);
     dist_distributed_dataset_destroy(dtrain);

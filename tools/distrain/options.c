@@ -6,26 +6,32 @@
 #include <string.h>
 
 void distrain_usage(FILE *out) {
-    fprintf(out,
-            "usage: distrain [options]\n"
-            "  --strategy one_device|mirrored   distribution strategy (default mirrored)\n"
-            "  --devices LIST                   e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: all GPUs, else one\n"
-            "                                   CPU replica per core)\n"
-            "  --dataset mnist|fashion_mnist    (default mnist)\n"
-            "  --data-dir DIR                   directory with the IDX files (or class folders for jpeg-folder)\n"
-            "  --data-format idx|jpeg-folder    (default idx)\n"
-            "  --epochs N                       (default 5)\n"
-            "  --batch-size N                   global batch size (default 64)\n"
-            "  --learning-rate F                (default: Adam 0.001, SGD 0.01)\n"
-            "  --optimizer adam|sgd             (default adam)\n"
-            "  --seed N                         (default 42)\n"
-            "  --threads N                      compute threads per replica (default cores / replicas)\n"
-            "  --steps-per-epoch N              stop each epoch after N steps (default: whole epoch)\n"
-            "  --metrics-json FILE              write final metrics as JSON\n"
-            "  --print-cluster                  print the cluster and task resolved from TF_CONFIG (or Slurm)\n"
-            "                                   as JSON and exit (2 with TensorFlow's message if invalid)\n"
-            "  --quiet                          no summary or progress, only errors\n"
-            "  --help\n");
+    fprintf(
+        out,
+        "usage: distrain [options]\n"
+        "  --strategy one_device|mirrored   distribution strategy (default mirrored)\n"
+        "  --devices LIST                   e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: all GPUs, "
+        "else one\n"
+        "                                   CPU replica per core)\n"
+        "  --dataset mnist|fashion_mnist    (default mnist)\n"
+        "  --data-dir DIR                   directory with the IDX files (or class folders for "
+        "jpeg-folder)\n"
+        "  --data-format idx|jpeg-folder    (default idx)\n"
+        "  --epochs N                       (default 5)\n"
+        "  --batch-size N                   global batch size (default 64)\n"
+        "  --learning-rate F                (default: Adam 0.001, SGD 0.01)\n"
+        "  --optimizer adam|sgd             (default adam)\n"
+        "  --seed N                         (default 42)\n"
+        "  --threads N                      compute threads per replica (default cores / "
+        "replicas)\n"
+        "  --steps-per-epoch N              stop each epoch after N steps (default: whole epoch)\n"
+        "  --metrics-json FILE              write final metrics as JSON\n"
+        "  --print-cluster                  print the cluster and task resolved from TF_CONFIG (or "
+        "Slurm)\n"
+        "                                   as JSON and exit (2 with TensorFlow's message if "
+        "invalid)\n"
+        "  --quiet                          no summary or progress, only errors\n"
+        "  --help\n");
 }
 
 static int bad(const char *flag, const char *value, const char *why) {
@@ -95,12 +101,14 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         } else if (strcmp(a, "--devices") == 0) {
             o->devices = v;
         } else if (strcmp(a, "--dataset") == 0) {
-            if (strcmp(v, "mnist") && strcmp(v, "fashion_mnist")) return bad(a, v, "expected mnist or fashion_mnist");
+            if (strcmp(v, "mnist") && strcmp(v, "fashion_mnist"))
+                return bad(a, v, "expected mnist or fashion_mnist");
             o->dataset = v;
         } else if (strcmp(a, "--data-dir") == 0) {
             o->data_dir = v;
         } else if (strcmp(a, "--data-format") == 0) {
-            if (strcmp(v, "idx") && strcmp(v, "jpeg-folder")) return bad(a, v, "expected idx or jpeg-folder");
+            if (strcmp(v, "idx") && strcmp(v, "jpeg-folder"))
+                return bad(a, v, "expected idx or jpeg-folder");
             o->data_format = v;
         } else if (strcmp(a, "--epochs") == 0) {
             if (!(rc = parse_int(a, v, 1, 100000, &n))) o->epochs = (int)n;
@@ -109,7 +117,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         } else if (strcmp(a, "--learning-rate") == 0) {
             char *end;
             double x = strtod(v, &end);
-            if (*end || end == v || !(x > 0) || x > 1e3) return bad(a, v, "must be a positive number");
+            if (*end || end == v || !(x > 0) || x > 1e3)
+                return bad(a, v, "must be a positive number");
             o->learning_rate = x;
         } else if (strcmp(a, "--optimizer") == 0) {
             if (strcmp(v, "adam") && strcmp(v, "sgd")) return bad(a, v, "expected adam or sgd");

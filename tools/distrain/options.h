@@ -8,19 +8,19 @@
 typedef struct distrain_options {
     const char *strategy;
     const char *devices;
-    const char *dataset;     /* mnist | fashion_mnist */
+    const char *dataset; /* mnist | fashion_mnist */
     const char *data_dir;
     const char *data_format; /* idx | jpeg-folder */
     int epochs;
-    int64_t batch_size;      /* global */
-    double learning_rate;    /* <= 0: the optimizer's default */
-    const char *optimizer;   /* adam | sgd */
+    int64_t batch_size;    /* global */
+    double learning_rate;  /* <= 0: the optimizer's default */
+    const char *optimizer; /* adam | sgd */
     uint64_t seed;
-    int threads;             /* per replica; 0 = cores / replicas */
+    int threads; /* per replica; 0 = cores / replicas */
     const char *metrics_json;
     int quiet;
     int print_cluster;
-    int64_t max_steps;       /* per epoch; 0 = all (for quick runs and benchmarks) */
+    int64_t max_steps; /* per epoch; 0 = all (for quick runs and benchmarks) */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */

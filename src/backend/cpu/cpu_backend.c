@@ -1,15 +1,15 @@
 /* The CPU backend: memory, the vtable, and the kernels oneDNN has no primitive for
  * (bias, ReLU, softmax cross-entropy, reductions, optimizer updates, casts), written as plain
  * loops the compiler vectorizes, split over the backend's threads when there is enough work. */
+#include "backend/cpu/cpu_internal.h"
+#include "core/error.h"
+
 #include <math.h>
 #include <omp.h>
-#include <xmmintrin.h>
 #include <pmmintrin.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "backend/cpu/cpu_internal.h"
-#include "core/error.h"
+#include <xmmintrin.h>
 
 #define PAR_MIN 32768 /* elements below which a loop runs on one thread */
 
@@ -46,7 +46,8 @@ static dist_status cpu_alloc(void *ctx, size_t bytes, void **out) {
 
 static void cpu_free(void *ctx, void *ptr) { free(ptr); }
 
-static dist_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes, dist_copy_kind kind) {
+static dist_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes,
+                            dist_copy_kind kind) {
     if (bytes && dst != src) memcpy(dst, src, bytes);
     return DIST_OK;
 }
@@ -76,15 +77,17 @@ static dist_status require_f32(const dist_tensor *t, const char *op) {
 static dist_status cpu_bias_add(void *ctx, dist_tensor *y, const dist_tensor *b, int relu) {
     cpu_ctx *c = ctx;
     DIST_TRY(require_f32(y, "bias_add"));
-    if (y->layout != DIST_LAYOUT_PLAIN) return dist_error(DIST_INVALID_ARGUMENT, "bias_add: plain layout only");
+    if (y->layout != DIST_LAYOUT_PLAIN)
+        return dist_error(DIST_INVALID_ARGUMENT, "bias_add: plain layout only");
     int64_t ch = y->shape[y->ndim - 1];
     if (dist_tensor_numel(b) != ch)
-        return dist_error(DIST_INVALID_ARGUMENT, "bias_add: bias has %lld values, output has %lld channels",
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "bias_add: bias has %lld values, output has %lld channels",
                           (long long)dist_tensor_numel(b), (long long)ch);
     int64_t rows = ch ? dist_tensor_numel(y) / ch : 0;
     float *yd = y->data;
     const float *bd = b->data;
-#pragma omp parallel for num_threads(nthreads_for(c, rows * ch)) schedule(static)
+#pragma omp parallel for num_threads(nthreads_for(c, rows *ch)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *row = yd + r * ch;
         if (relu) {
@@ -101,7 +104,8 @@ static dist_status cpu_bias_add(void *ctx, dist_tensor *y, const dist_tensor *b,
 
 static dist_status cpu_bias_grad(void *ctx, const dist_tensor *dy, dist_tensor *db) {
     DIST_TRY(require_f32(dy, "bias_grad"));
-    if (dy->layout != DIST_LAYOUT_PLAIN) return dist_error(DIST_INVALID_ARGUMENT, "bias_grad: plain layout only");
+    if (dy->layout != DIST_LAYOUT_PLAIN)
+        return dist_error(DIST_INVALID_ARGUMENT, "bias_grad: plain layout only");
     int64_t ch = dy->shape[dy->ndim - 1];
     if (dist_tensor_numel(db) != ch)
         return dist_error(DIST_INVALID_ARGUMENT, "bias_grad: shapes disagree");
@@ -146,7 +150,8 @@ static dist_status cpu_relu_backward(void *ctx, const dist_tensor *y, const dist
 static dist_status check_xent(const dist_tensor *logits, const dist_tensor *labels) {
     DIST_TRY(require_f32(logits, "softmax cross-entropy"));
     if (logits->ndim != 2)
-        return dist_error(DIST_INVALID_ARGUMENT, "softmax cross-entropy: logits must be [batch, classes]");
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "softmax cross-entropy: logits must be [batch, classes]");
     if (labels->dtype != DIST_I32 || dist_tensor_numel(labels) != logits->shape[0])
         return dist_error(DIST_INVALID_ARGUMENT,
                           "softmax cross-entropy: labels must be int32 [batch] (%lld rows)",
@@ -198,8 +203,8 @@ static dist_status cpu_softmax_xent_backward(void *ctx, const dist_tensor *probs
     return DIST_OK;
 }
 
-static dist_status cpu_accuracy_count(void *ctx, const dist_tensor *logits, const dist_tensor *labels,
-                                      dist_tensor *count) {
+static dist_status cpu_accuracy_count(void *ctx, const dist_tensor *logits,
+                                      const dist_tensor *labels, dist_tensor *count) {
     DIST_TRY(check_xent(logits, labels));
     int64_t n = logits->shape[0], k = logits->shape[1];
     const float *z = logits->data;
@@ -216,7 +221,8 @@ static dist_status cpu_accuracy_count(void *ctx, const dist_tensor *logits, cons
     return DIST_OK;
 }
 
-static dist_status cpu_add(void *ctx, const dist_tensor *a, const dist_tensor *b, dist_tensor *out) {
+static dist_status cpu_add(void *ctx, const dist_tensor *a, const dist_tensor *b,
+                           dist_tensor *out) {
     cpu_ctx *c = ctx;
     DIST_TRY(require_f32(a, "add"));
     int64_t n = dist_tensor_numel(a);
@@ -277,8 +283,8 @@ static dist_status cpu_adam_update(void *ctx, const dist_adam_desc *d, float *pa
     return DIST_OK;
 }
 
-static dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
-                                  float *mom, size_t n) {
+static dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param,
+                                  const float *grad, float *mom, size_t n) {
     const float lr = d->lr, mu = d->momentum, gs = d->grad_scale;
     if (mu == 0.0f) {
         for (size_t i = 0; i < n; i++) param[i] -= lr * grad[i] * gs;
@@ -338,8 +344,8 @@ static dist_status cpu_cast(void *ctx, const dist_tensor *src, dist_tensor *dst)
         float *o = dst->data;
         for (int64_t i = 0; i < n; i++) o[i] = (float)s[i];
     } else {
-        return dist_error(DIST_UNSUPPORTED, "cast: %s to %s is not supported", dist_dtype_name(src->dtype),
-                          dist_dtype_name(dst->dtype));
+        return dist_error(DIST_UNSUPPORTED, "cast: %s to %s is not supported",
+                          dist_dtype_name(src->dtype), dist_dtype_name(dst->dtype));
     }
     return DIST_OK;
 }
@@ -400,7 +406,8 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
         return dist_error(DIST_NOT_FOUND, "cpu:%d: this machine has %d CPU core(s) (cpu:0..cpu:%d)",
                           options->device.index, ncpu, ncpu - 1);
     if (options->threads < 0)
-        return dist_error(DIST_INVALID_ARGUMENT, "CPU backend: threads must be >= 0, got %d", options->threads);
+        return dist_error(DIST_INVALID_ARGUMENT, "CPU backend: threads must be >= 0, got %d",
+                          options->threads);
     cpu_ctx *c = calloc(1, sizeof *c);
     dist_backend *be = calloc(1, sizeof *be);
     if (!c || !be) {
@@ -411,7 +418,8 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
     c->threads = options->threads > 0 ? options->threads : ncpu;
     dist_status st = cpu_dnnl_check(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "engine");
     if (st == DIST_OK)
-        st = cpu_dnnl_check(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags), "stream");
+        st = cpu_dnnl_check(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags),
+                            "stream");
     if (st != DIST_OK) {
         cpu_destroy(c);
         free(be);

@@ -4,16 +4,23 @@
  * and a user-mode scratchpad, so a steady-state training step allocates nothing. Activations
  * stay in oneDNN's blocked nChw16c layout between layers when the channel count allows it:
  * on these processors a plain NHWC convolution falls back to a GEMM path 2-3x slower. */
+#include "backend/cpu/cpu_internal.h"
+#include "core/error.h"
+
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_internal.h"
-#include "core/error.h"
-
-enum { OP_CONV_FWD = 1, OP_CONV_BWD_DATA, OP_CONV_BWD_FILTER, OP_POOL_FWD, OP_POOL_BWD,
-       OP_MATMUL, OP_REORDER };
+enum {
+    OP_CONV_FWD = 1,
+    OP_CONV_BWD_DATA,
+    OP_CONV_BWD_FILTER,
+    OP_POOL_FWD,
+    OP_POOL_BWD,
+    OP_MATMUL,
+    OP_REORDER
+};
 
 typedef struct prim_key {
     int op;
@@ -30,14 +37,15 @@ dist_status cpu_dnnl_check(dnnl_status_t s, const char *what) {
     if (s == dnnl_success) return DIST_OK;
     const char *name;
     switch (s) {
-    case dnnl_out_of_memory: return dist_error(DIST_OUT_OF_MEMORY, "oneDNN %s: out of memory", what);
+    case dnnl_out_of_memory:
+        return dist_error(DIST_OUT_OF_MEMORY, "oneDNN %s: out of memory", what);
     case dnnl_invalid_arguments: name = "invalid arguments"; break;
     case dnnl_unimplemented: name = "no implementation for these shapes/layouts"; break;
     case dnnl_runtime_error: name = "runtime error"; break;
     default: name = "failure"; break;
     }
-    return dist_error(s == dnnl_unimplemented ? DIST_UNSUPPORTED : DIST_INTERNAL, "oneDNN %s: %s (%d)",
-                      what, name, (int)s);
+    return dist_error(s == dnnl_unimplemented ? DIST_UNSUPPORTED : DIST_INTERNAL,
+                      "oneDNN %s: %s (%d)", what, name, (int)s);
 }
 
 #define DNNL_TRY(call, what) DIST_TRY(cpu_dnnl_check((call), (what)))
@@ -54,13 +62,15 @@ static dnnl_data_type_t dnnl_dt(dist_dtype t) {
 
 /* A 4-D activation (logical NHWC) as a oneDNN memory descriptor (dims in NCHW order). */
 static dist_status act_md(const dist_tensor *t, dnnl_memory_desc_t *md) {
-    if (t->ndim != 4) return dist_error(DIST_INVALID_ARGUMENT, "expected a 4-D NHWC tensor, got %d-D", t->ndim);
+    if (t->ndim != 4)
+        return dist_error(DIST_INVALID_ARGUMENT, "expected a 4-D NHWC tensor, got %d-D", t->ndim);
     dnnl_dims_t dims = {t->shape[0], t->shape[3], t->shape[1], t->shape[2]};
     /* With one channel, NHWC and NCHW are the same bytes; oneDNN's fast kernels want nchw. */
     dnnl_format_tag_t tag = t->layout == DIST_LAYOUT_NCHW16C ? dnnl_nChw16c
                             : t->shape[3] == 1               ? dnnl_nchw
                                                              : dnnl_nhwc;
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_dt(t->dtype), tag), "memory descriptor");
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_dt(t->dtype), tag),
+             "memory descriptor");
     return DIST_OK;
 }
 
@@ -122,13 +132,15 @@ static dist_status buf_new(const dnnl_memory_desc_t *md, void **out) {
     *out = NULL;
     if (bytes == 0) return DIST_OK;
     if (posix_memalign(out, 64, bytes) != 0)
-        return dist_error(DIST_OUT_OF_MEMORY, "CPU backend: cannot allocate %zu bytes of scratch", bytes);
+        return dist_error(DIST_OUT_OF_MEMORY, "CPU backend: cannot allocate %zu bytes of scratch",
+                          bytes);
     return DIST_OK;
 }
 
 static dist_status attr_new(dnnl_primitive_attr_t *attr) {
     DNNL_TRY(dnnl_primitive_attr_create(attr), "attribute");
-    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user),
+             "scratchpad mode");
     return DIST_OK;
 }
 
@@ -161,7 +173,8 @@ static dist_status reorder_new(cpu_ctx *c, const dnnl_memory_desc_t *from,
     return cpu_dnnl_check(s, "reorder");
 }
 
-static dist_status run_reorder(cpu_ctx *c, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to) {
+static dist_status run_reorder(cpu_ctx *c, dnnl_primitive_t r, dnnl_memory_t from,
+                               dnnl_memory_t to) {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
     DNNL_TRY(dnnl_primitive_execute(r, c->stream, 2, args), "reorder");
     return DIST_OK;
@@ -194,9 +207,11 @@ static dist_status conv_setup(const dist_conv2d_desc *d, const dist_tensor *x, c
     DIST_TRY(act_md(x, &m->src));
     int64_t kh = w->shape[0], kw = w->shape[1], ci = w->shape[2], co = w->shape[3];
     dnnl_dims_t wdims = {co, ci, kh, kw};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wei_plain, 4, wdims, dnnl_dt(w->dtype), dnnl_hwio), "weights md");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wdims, dnnl_dt(w->dtype), dnnl_format_tag_any),
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wei_plain, 4, wdims, dnnl_dt(w->dtype), dnnl_hwio),
              "weights md");
+    DNNL_TRY(
+        dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wdims, dnnl_dt(w->dtype), dnnl_format_tag_any),
+        "weights md");
     dnnl_dims_t bdims = {co};
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->bias, 1, bdims, dnnl_f32, dnnl_x), "bias md");
     dist_tensor yt = *x;
@@ -220,11 +235,13 @@ static dist_status conv_check(const dist_conv2d_desc *d, const dist_tensor *x, c
     if (x->ndim != 4 || w->ndim != 4)
         return dist_error(DIST_INVALID_ARGUMENT, "conv2d: input must be NHWC and kernel HWIO");
     if (x->shape[3] != w->shape[2])
-        return dist_error(DIST_INVALID_ARGUMENT, "conv2d: input has %lld channels, kernel expects %lld",
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "conv2d: input has %lld channels, kernel expects %lld",
                           (long long)x->shape[3], (long long)w->shape[2]);
     *oh = (x->shape[1] + d->pad_top + d->pad_bottom - w->shape[0]) / d->stride_h + 1;
     *ow = (x->shape[2] + d->pad_left + d->pad_right - w->shape[1]) / d->stride_w + 1;
-    if (*oh <= 0 || *ow <= 0) return dist_error(DIST_INVALID_ARGUMENT, "conv2d: kernel larger than input");
+    if (*oh <= 0 || *ow <= 0)
+        return dist_error(DIST_INVALID_ARGUMENT, "conv2d: kernel larger than input");
     return DIST_OK;
 }
 
@@ -305,8 +322,8 @@ ready:
     set_handle(p->mem[1], w->data);
     set_handle(p->mem[4], y->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
-    dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[2]},
-                               {DNNL_ARG_DST, p->mem[4]}};
+    dnnl_exec_arg_t args[6] = {
+        {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DST, p->mem[4]}};
     int n = 3;
     if (b) {
         set_handle(p->mem[3], b->data);
@@ -368,7 +385,8 @@ ready:
     set_handle(p->mem[1], w->data);
     set_handle(p->mem[3], dx->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[2]},
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, p->mem[0]},
+                               {DNNL_ARG_WEIGHTS, p->mem[2]},
                                {DNNL_ARG_DIFF_SRC, p->mem[3]}};
     return run_prim(c, p, 3, args);
 }
@@ -402,7 +420,8 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
         dnnl_primitive_desc_destroy(hint);
         DIST_TRY(cpu_dnnl_check(s, "convolution backward-weights"));
         p = cache_slot(c, &k);
-        const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
+        const dnnl_memory_desc_t *wmd =
+            dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
         DIST_TRY_GOTO(buf_new(wmd, &p->buf[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.src, &p->mem[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.dst, &p->mem[1]), st, fail);
@@ -425,7 +444,8 @@ ready:
     set_handle(p->mem[0], x->data);
     set_handle(p->mem[1], dy->data);
     set_handle(p->mem[3], dw->data);
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_DIFF_DST, p->mem[1]},
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mem[0]},
+                               {DNNL_ARG_DIFF_DST, p->mem[1]},
                                {DNNL_ARG_DIFF_WEIGHTS, p->mem[2]}};
     int n = 3;
     if (db) {
@@ -439,12 +459,14 @@ ready:
 
 /* ---- max pooling ---------------------------------------------------------------------- */
 
-static dist_status pool_mds(const dist_pool2d_desc *d, const dist_tensor *x, dnnl_memory_desc_t *src,
-                            dnnl_memory_desc_t *dst, dnnl_pooling_desc_t *fwd) {
+static dist_status pool_mds(const dist_pool2d_desc *d, const dist_tensor *x,
+                            dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst,
+                            dnnl_pooling_desc_t *fwd) {
     DIST_TRY(act_md(x, src));
     int64_t oh = (x->shape[1] + d->pad_top + d->pad_bottom - d->window_h) / d->stride_h + 1;
     int64_t ow = (x->shape[2] + d->pad_left + d->pad_right - d->window_w) / d->stride_w + 1;
-    if (oh <= 0 || ow <= 0) return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: window larger than input");
+    if (oh <= 0 || ow <= 0)
+        return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: window larger than input");
     dist_tensor yt = *x;
     yt.shape[1] = oh;
     yt.shape[2] = ow;
@@ -539,7 +561,8 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
                                     const dist_tensor *dy, const void *workspace, dist_tensor *dx) {
     cpu_ctx *c = ctx;
     if (dy->layout != x->layout || dx->layout != x->layout)
-        return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d backward: dy, dx and x must share a layout");
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "max_pool2d backward: dy, dx and x must share a layout");
     prim_key k;
     pool_key(&k, OP_POOL_BWD, d, x);
     cpu_prim *p = cache_find(c, &k);
@@ -592,11 +615,13 @@ ready:
 /* ---- matmul --------------------------------------------------------------------------- */
 
 static dist_status mat_md(const dist_tensor *t, int trans, dnnl_memory_desc_t *md) {
-    if (t->ndim != 2) return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors, got %d-D", t->ndim);
+    if (t->ndim != 2)
+        return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors, got %d-D", t->ndim);
     int64_t r = t->shape[0], cl = t->shape[1];
     dnnl_dims_t dims = {trans ? cl : r, trans ? r : cl};
     dnnl_dims_t strides = {trans ? 1 : cl, trans ? cl : 1};
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_dt(t->dtype), strides), "matmul md");
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_dt(t->dtype), strides),
+             "matmul md");
     return DIST_OK;
 }
 
@@ -608,10 +633,11 @@ dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const d
     int64_t m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
     int64_t kb = trans_b ? b->shape[1] : b->shape[0], nn = trans_b ? b->shape[0] : b->shape[1];
     if (ka != kb || cm->shape[0] != m || cm->shape[1] != nn)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "matmul: shapes do not agree ([%lld x %lld] @ [%lld x %lld] -> [%lld x %lld])",
-                          (long long)m, (long long)ka, (long long)kb, (long long)nn,
-                          (long long)cm->shape[0], (long long)cm->shape[1]);
+        return dist_error(
+            DIST_INVALID_ARGUMENT,
+            "matmul: shapes do not agree ([%lld x %lld] @ [%lld x %lld] -> [%lld x %lld])",
+            (long long)m, (long long)ka, (long long)kb, (long long)nn, (long long)cm->shape[0],
+            (long long)cm->shape[1]);
     if (m == 0 || nn == 0) return DIST_OK;
     if (ka == 0) {
         float *out = cm->data;
@@ -669,8 +695,8 @@ ready:
     set_handle(p->mem[0], a->data);
     set_handle(p->mem[1], b->data);
     set_handle(p->mem[2], cm->data);
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]},
-                               {DNNL_ARG_DST, p->mem[2]}};
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
     return run_prim(c, p, 3, args);
 }
 
@@ -716,8 +742,8 @@ ready:
 }
 
 void dist_cpu_backend_impl_info(const dist_backend *backend, char *buf, size_t size) {
-    static const char *const names[] = {"?", "conv_fwd", "conv_bwd_data", "conv_bwd_filter",
-                                        "pool_fwd", "pool_bwd", "matmul", "reorder"};
+    static const char *const names[] = {"?",        "conv_fwd", "conv_bwd_data", "conv_bwd_filter",
+                                        "pool_fwd", "pool_bwd", "matmul",        "reorder"};
     const cpu_ctx *c = backend->ctx;
     size_t len = 0;
     buf[0] = '\0';

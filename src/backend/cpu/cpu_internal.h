@@ -2,9 +2,9 @@
 #ifndef DIST_BACKEND_CPU_INTERNAL_H
 #define DIST_BACKEND_CPU_INTERNAL_H
 
-#include <dnnl.h>
-
 #include "backend/backend.h"
+
+#include <dnnl.h>
 
 /* One cached oneDNN primitive with everything it needs to run without allocating: its memory
  * objects (data handles swapped per call), reorders for weights, and a user scratchpad. */
@@ -14,9 +14,9 @@ typedef struct cpu_prim {
     dnnl_primitive_t reorder_in;  /* plain weights -> the primitive's weights layout */
     dnnl_primitive_t reorder_out; /* the primitive's diff-weights layout -> plain */
     dnnl_memory_t mem[8];
-    void *buf[3];                 /* scratch: reordered weights, reordered diff weights, scratchpad */
+    void *buf[3]; /* scratch: reordered weights, reordered diff weights, scratchpad */
     size_t workspace_bytes;
-    const char *impl;             /* oneDNN implementation name, e.g. "jit:avx512_core" */
+    const char *impl; /* oneDNN implementation name, e.g. "jit:avx512_core" */
 } cpu_prim;
 
 #define CPU_PRIM_CACHE 48

@@ -3,11 +3,11 @@
  *
  * Tensors are always plain (NHWC for activations): cuDNN runs NHWC natively, so there is no
  * blocked layout to keep between kernels. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- errors --------------------------------------------------------------------------- */
 
@@ -61,8 +61,9 @@ dist_status cuda_require_f32(const dist_tensor *t, const char *op) {
 
 dist_status cuda_float_type(const dist_tensor *t, const char *op, int *code) {
     if (t->dtype != DIST_F32 && t->dtype != DIST_F16 && t->dtype != DIST_BF16)
-        return dist_error(DIST_UNSUPPORTED, "%s: CUDA kernel takes float32, float16 or bfloat16, got %s",
-                          op, dist_dtype_name(t->dtype));
+        return dist_error(DIST_UNSUPPORTED,
+                          "%s: CUDA kernel takes float32, float16 or bfloat16, got %s", op,
+                          dist_dtype_name(t->dtype));
     *code = (int)t->dtype;
     return cuda_require_plain(t, op);
 }
@@ -83,11 +84,13 @@ static dist_status cuda_bias_add(void *ctx, dist_tensor *y, const dist_tensor *b
     DIST_TRY(cuda_require_f32(b, "bias_add (bias)"));
     int64_t ch = y->shape[y->ndim - 1];
     if (dist_tensor_numel(b) != ch)
-        return dist_error(DIST_INVALID_ARGUMENT, "bias_add: bias has %lld values, output has %lld channels",
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "bias_add: bias has %lld values, output has %lld channels",
                           (long long)dist_tensor_numel(b), (long long)ch);
     int64_t rows = ch ? dist_tensor_numel(y) / ch : 0;
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_bias_add(c->stream, dt, y->data, b->data, rows, ch, relu), "bias_add");
+    return cuda_launched(cudak_bias_add(c->stream, dt, y->data, b->data, rows, ch, relu),
+                         "bias_add");
 }
 
 dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *db) {
@@ -96,7 +99,8 @@ dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *
     DIST_TRY(cuda_require_f32(db, "bias_grad (db)"));
     int64_t ch = dy->shape[dy->ndim - 1];
     if (dist_tensor_numel(db) != ch)
-        return dist_error(DIST_INVALID_ARGUMENT, "bias_grad: db has %lld values, dy has %lld channels",
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "bias_grad: db has %lld values, dy has %lld channels",
                           (long long)dist_tensor_numel(db), (long long)ch);
     int64_t rows = ch ? dist_tensor_numel(dy) / ch : 0;
     void *scratch;
@@ -117,8 +121,8 @@ static dist_status cuda_relu_forward(void *ctx, const dist_tensor *x, dist_tenso
     DIST_TRY(same_numel(x, y, "relu"));
     DIST_TRY(cuda_enter(c));
     y->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(cudak_relu_forward_f32(c->stream, x->data, y->data, (size_t)dist_tensor_numel(x)),
-                         "relu");
+    return cuda_launched(
+        cudak_relu_forward_f32(c->stream, x->data, y->data, (size_t)dist_tensor_numel(x)), "relu");
 }
 
 static dist_status cuda_relu_backward(void *ctx, const dist_tensor *y, const dist_tensor *dy,
@@ -140,7 +144,8 @@ static dist_status cuda_relu_backward(void *ctx, const dist_tensor *y, const dis
 static dist_status check_xent(const dist_tensor *logits, const dist_tensor *labels) {
     DIST_TRY(cuda_require_f32(logits, "softmax cross-entropy"));
     if (logits->ndim != 2)
-        return dist_error(DIST_INVALID_ARGUMENT, "softmax cross-entropy: logits must be [batch, classes]");
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "softmax cross-entropy: logits must be [batch, classes]");
     if (labels->dtype != DIST_I32 || dist_tensor_numel(labels) != logits->shape[0])
         return dist_error(DIST_INVALID_ARGUMENT,
                           "softmax cross-entropy: labels must be int32 [batch] (%lld rows)",
@@ -155,10 +160,12 @@ static dist_status cuda_softmax_xent_forward(void *ctx, const dist_tensor *logit
     DIST_TRY(check_xent(logits, labels));
     DIST_TRY(same_numel(logits, probs, "softmax cross-entropy (probs)"));
     if (dist_tensor_numel(loss) != logits->shape[0])
-        return dist_error(DIST_INVALID_ARGUMENT, "softmax cross-entropy: loss must have one value per row");
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "softmax cross-entropy: loss must have one value per row");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_softmax_xent_forward(c->stream, logits->data, labels->data, loss->data,
-                                                    probs->data, logits->shape[0], logits->shape[1]),
+    return cuda_launched(cudak_softmax_xent_forward(c->stream, logits->data, labels->data,
+                                                    loss->data, probs->data, logits->shape[0],
+                                                    logits->shape[1]),
                          "softmax cross-entropy");
 }
 
@@ -172,13 +179,14 @@ static dist_status cuda_softmax_xent_backward(void *ctx, const dist_tensor *prob
         return dist_error(DIST_INVALID_ARGUMENT,
                           "softmax cross-entropy backward: dloss must have one value per row");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_softmax_xent_backward(c->stream, probs->data, labels->data, dloss->data,
-                                                     dlogits->data, probs->shape[0], probs->shape[1]),
+    return cuda_launched(cudak_softmax_xent_backward(c->stream, probs->data, labels->data,
+                                                     dloss->data, dlogits->data, probs->shape[0],
+                                                     probs->shape[1]),
                          "softmax cross-entropy backward");
 }
 
-static dist_status cuda_accuracy_count(void *ctx, const dist_tensor *logits, const dist_tensor *labels,
-                                       dist_tensor *count) {
+static dist_status cuda_accuracy_count(void *ctx, const dist_tensor *logits,
+                                       const dist_tensor *labels, dist_tensor *count) {
     cuda_ctx *c = ctx;
     DIST_TRY(check_xent(logits, labels));
     DIST_TRY(cuda_require_f32(count, "accuracy_count"));
@@ -191,17 +199,20 @@ static dist_status cuda_accuracy_count(void *ctx, const dist_tensor *logits, con
 /* ---- max pooling ---------------------------------------------------------------------- */
 
 static dist_status pool_geom(const dist_pool2d_desc *d, const dist_tensor *x, cudak_pool_geom *g) {
-    if (x->ndim != 4) return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: expected a 4-D NHWC tensor");
+    if (x->ndim != 4)
+        return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: expected a 4-D NHWC tensor");
     if (d->window_h <= 0 || d->window_w <= 0 || d->stride_h <= 0 || d->stride_w <= 0 ||
         d->pad_top < 0 || d->pad_bottom < 0 || d->pad_left < 0 || d->pad_right < 0)
-        return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: window and strides must be positive, pads >= 0");
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "max_pool2d: window and strides must be positive, pads >= 0");
     g->n = x->shape[0];
     g->h = x->shape[1];
     g->w = x->shape[2];
     g->c = x->shape[3];
     g->oh = (g->h + d->pad_top + d->pad_bottom - d->window_h) / d->stride_h + 1;
     g->ow = (g->w + d->pad_left + d->pad_right - d->window_w) / d->stride_w + 1;
-    if (g->h + d->pad_top + d->pad_bottom < d->window_h || g->w + d->pad_left + d->pad_right < d->window_w)
+    if (g->h + d->pad_top + d->pad_bottom < d->window_h ||
+        g->w + d->pad_left + d->pad_right < d->window_w)
         return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: window larger than input");
     g->wh = d->window_h;
     g->ww = d->window_w;
@@ -229,15 +240,16 @@ static dist_status cuda_max_pool2d_workspace_bytes(void *ctx, const dist_pool2d_
     return DIST_OK;
 }
 
-static dist_status cuda_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
-                                           dist_tensor *y, void *workspace) {
+static dist_status cuda_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d,
+                                           const dist_tensor *x, dist_tensor *y, void *workspace) {
     cuda_ctx *c = ctx;
     cudak_pool_geom g = {0};
     int dt = DIST_F32;
     DIST_TRY(cuda_float_type(x, "max_pool2d", &dt));
     DIST_TRY(pool_geom(d, x, &g));
     DIST_TRY(pool_check_y(&g, y, "max_pool2d"));
-    if (y->dtype != x->dtype) return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: x and y differ in dtype");
+    if (y->dtype != x->dtype)
+        return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: x and y differ in dtype");
     if (!workspace && dist_tensor_numel(y) > 0)
         return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: the CUDA backend needs a workspace");
     DIST_TRY(cuda_enter(c));
@@ -246,9 +258,9 @@ static dist_status cuda_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d,
                          "max_pool2d");
 }
 
-static dist_status cuda_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
-                                            const dist_tensor *dy, const void *workspace,
-                                            dist_tensor *dx) {
+static dist_status cuda_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d,
+                                            const dist_tensor *x, const dist_tensor *dy,
+                                            const void *workspace, dist_tensor *dx) {
     cuda_ctx *c = ctx;
     cudak_pool_geom g = {0};
     int dt = DIST_F32;
@@ -260,7 +272,8 @@ static dist_status cuda_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d
     if (dx->dtype != dy->dtype)
         return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d backward: dy and dx differ in dtype");
     if (!workspace && dist_tensor_numel(dy) > 0)
-        return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d backward: the CUDA backend needs the forward workspace");
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "max_pool2d backward: the CUDA backend needs the forward workspace");
     DIST_TRY(cuda_enter(c));
     dx->layout = DIST_LAYOUT_PLAIN;
     return cuda_launched(cudak_max_pool_backward(c->stream, dt, &g, dy->data, workspace, dx->data),
@@ -282,17 +295,20 @@ static dist_status cuda_to_layout(void *ctx, const dist_tensor *src, dist_tensor
         return DIST_OK;
     }
     if (src->ndim != 4 || src->shape[3] % 16 != 0)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "to_layout: the blocked layout needs a 4-D NHWC tensor with channels %% 16 == 0");
-    if (src->data == dst->data) return dist_error(DIST_INVALID_ARGUMENT, "to_layout: cannot reorder in place");
+        return dist_error(
+            DIST_INVALID_ARGUMENT,
+            "to_layout: the blocked layout needs a 4-D NHWC tensor with channels %% 16 == 0");
+    if (src->data == dst->data)
+        return dist_error(DIST_INVALID_ARGUMENT, "to_layout: cannot reorder in place");
     int to_blocked = dst->layout == DIST_LAYOUT_NCHW16C;
-    return cuda_launched(cudak_nhwc_blocked(c->stream, dist_dtype_size(src->dtype), src->data, dst->data,
-                                            src->shape[0], src->shape[1], src->shape[2], src->shape[3],
-                                            to_blocked),
+    return cuda_launched(cudak_nhwc_blocked(c->stream, dist_dtype_size(src->dtype), src->data,
+                                            dst->data, src->shape[0], src->shape[1], src->shape[2],
+                                            src->shape[3], to_blocked),
                          "to_layout");
 }
 
-static dist_status cuda_add(void *ctx, const dist_tensor *a, const dist_tensor *b, dist_tensor *out) {
+static dist_status cuda_add(void *ctx, const dist_tensor *a, const dist_tensor *b,
+                            dist_tensor *out) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_require_f32(a, "add"));
     DIST_TRY(cuda_require_f32(b, "add"));
@@ -300,8 +316,8 @@ static dist_status cuda_add(void *ctx, const dist_tensor *a, const dist_tensor *
     DIST_TRY(same_numel(a, out, "add"));
     DIST_TRY(cuda_enter(c));
     out->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(cudak_add_f32(c->stream, a->data, b->data, out->data, (size_t)dist_tensor_numel(a)),
-                         "add");
+    return cuda_launched(
+        cudak_add_f32(c->stream, a->data, b->data, out->data, (size_t)dist_tensor_numel(a)), "add");
 }
 
 static dist_status cuda_scale(void *ctx, const dist_tensor *x, float alpha, dist_tensor *out) {
@@ -310,15 +326,17 @@ static dist_status cuda_scale(void *ctx, const dist_tensor *x, float alpha, dist
     DIST_TRY(same_numel(x, out, "scale"));
     DIST_TRY(cuda_enter(c));
     out->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(cudak_scale_f32(c->stream, x->data, alpha, out->data, (size_t)dist_tensor_numel(x)),
-                         "scale");
+    return cuda_launched(
+        cudak_scale_f32(c->stream, x->data, alpha, out->data, (size_t)dist_tensor_numel(x)),
+        "scale");
 }
 
 static dist_status cuda_fill(void *ctx, dist_tensor *x, float value) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_require_f32(x, "fill"));
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_fill_f32(c->stream, x->data, (size_t)dist_tensor_numel(x), value), "fill");
+    return cuda_launched(cudak_fill_f32(c->stream, x->data, (size_t)dist_tensor_numel(x), value),
+                         "fill");
 }
 
 static dist_status cuda_reduce_sum(void *ctx, const dist_tensor *x, dist_tensor *out) {
@@ -326,27 +344,28 @@ static dist_status cuda_reduce_sum(void *ctx, const dist_tensor *x, dist_tensor 
     DIST_TRY(cuda_require_f32(x, "reduce_sum"));
     DIST_TRY(cuda_require_f32(out, "reduce_sum (out)"));
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_reduce_sum_f32(c->stream, x->data, (size_t)dist_tensor_numel(x), out->data),
-                         "reduce_sum");
+    return cuda_launched(
+        cudak_reduce_sum_f32(c->stream, x->data, (size_t)dist_tensor_numel(x), out->data),
+        "reduce_sum");
 }
 
-static dist_status cuda_adam_update(void *ctx, const dist_adam_desc *d, float *param, const float *grad,
-                                    float *m, float *v, size_t n) {
+static dist_status cuda_adam_update(void *ctx, const dist_adam_desc *d, float *param,
+                                    const float *grad, float *m, float *v, size_t n) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_adam_update(c->stream, d->lr, d->beta1, d->beta2, d->epsilon, d->grad_scale,
-                                           param, grad, m, v, n),
+    return cuda_launched(cudak_adam_update(c->stream, d->lr, d->beta1, d->beta2, d->epsilon,
+                                           d->grad_scale, param, grad, m, v, n),
                          "adam_update");
 }
 
-static dist_status cuda_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
-                                   float *momentum, size_t n) {
+static dist_status cuda_sgd_update(void *ctx, const dist_sgd_desc *d, float *param,
+                                   const float *grad, float *momentum, size_t n) {
     cuda_ctx *c = ctx;
     if (d->momentum != 0.0f && !momentum)
         return dist_error(DIST_INVALID_ARGUMENT, "sgd_update: momentum buffer is NULL");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_sgd_update(c->stream, d->lr, d->momentum, d->nesterov, d->grad_scale, param,
-                                          grad, momentum, n),
+    return cuda_launched(cudak_sgd_update(c->stream, d->lr, d->momentum, d->nesterov, d->grad_scale,
+                                          param, grad, momentum, n),
                          "sgd_update");
 }
 
@@ -357,7 +376,8 @@ static dist_status cuda_cast(void *ctx, const dist_tensor *src, dist_tensor *dst
     dst->layout = src->layout;
     if (src->dtype == dst->dtype) {
         if (src->data == dst->data) return DIST_OK;
-        CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, dist_tensor_bytes(src), cudaMemcpyDefault, c->stream),
+        CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, dist_tensor_bytes(src), cudaMemcpyDefault,
+                                 c->stream),
                  "cast copy");
         return DIST_OK;
     }
@@ -365,10 +385,10 @@ static dist_status cuda_cast(void *ctx, const dist_tensor *src, dist_tensor *dst
              (dst->dtype == DIST_F32 &&
               (src->dtype == DIST_F16 || src->dtype == DIST_BF16 || src->dtype == DIST_U8));
     if (!ok)
-        return dist_error(DIST_UNSUPPORTED, "cast: %s to %s is not supported", dist_dtype_name(src->dtype),
-                          dist_dtype_name(dst->dtype));
-    return cuda_launched(cudak_cast(c->stream, (int)src->dtype, src->data, (int)dst->dtype, dst->data,
-                                    (size_t)dist_tensor_numel(src)),
+        return dist_error(DIST_UNSUPPORTED, "cast: %s to %s is not supported",
+                          dist_dtype_name(src->dtype), dist_dtype_name(dst->dtype));
+    return cuda_launched(cudak_cast(c->stream, (int)src->dtype, src->data, (int)dst->dtype,
+                                    dst->data, (size_t)dist_tensor_numel(src)),
                          "cast");
 }
 
@@ -383,8 +403,9 @@ static dist_status cuda_all_finite(void *ctx, const dist_tensor *x, int *all_fin
     CUDA_TRY(cudaMemsetAsync(c->flag_dev, 0, sizeof(int), c->stream), "all_finite: memset");
     DIST_TRY(cuda_launched(cudak_any_nonfinite(c->stream, (int)x->dtype, x->data, n, c->flag_dev),
                            "all_finite"));
-    CUDA_TRY(cudaMemcpyAsync(c->flag_host, c->flag_dev, sizeof(int), cudaMemcpyDeviceToHost, c->stream),
-             "all_finite: copy");
+    CUDA_TRY(
+        cudaMemcpyAsync(c->flag_host, c->flag_dev, sizeof(int), cudaMemcpyDeviceToHost, c->stream),
+        "all_finite: copy");
     CUDA_TRY(cudaStreamSynchronize(c->stream), "all_finite: stream synchronize");
     *all_finite = *c->flag_host == 0;
     return DIST_OK;
@@ -467,7 +488,8 @@ static dist_status ctx_init(cuda_ctx *c) {
     CUBLAS_TRY(cublasSetStream(c->cublas, c->stream), "cublasSetStream");
     /* cuBLAS's own workspace, set once, so that cuBLAS never allocates behind our back */
     CUDA_TRY(cudaMalloc(&c->cublas_ws, CUDA_CUBLAS_WS_BYTES), "cudaMalloc (cuBLAS workspace)");
-    CUBLAS_TRY(cublasSetWorkspace(c->cublas, c->cublas_ws, CUDA_CUBLAS_WS_BYTES), "cublasSetWorkspace");
+    CUBLAS_TRY(cublasSetWorkspace(c->cublas, c->cublas_ws, CUDA_CUBLAS_WS_BYTES),
+               "cublasSetWorkspace");
     DIST_TRY(cuda_memory_init(c));
     return DIST_OK;
 }
@@ -478,10 +500,11 @@ dist_status cuda_backend_create(const dist_backend_options *options, dist_backen
     int idx = options->device.index;
     if (count == 0)
         return dist_error(DIST_NOT_FOUND, "gpu:%d: no CUDA device is visible (0 found%s%s)", idx,
-                          why != cudaSuccess ? ": " : "", why != cudaSuccess ? cudaGetErrorString(why) : "");
+                          why != cudaSuccess ? ": " : "",
+                          why != cudaSuccess ? cudaGetErrorString(why) : "");
     if (idx < 0 || idx >= count)
-        return dist_error(DIST_NOT_FOUND, "gpu:%d: %d CUDA device(s) are visible (gpu:0..gpu:%d)", idx, count,
-                          count - 1);
+        return dist_error(DIST_NOT_FOUND, "gpu:%d: %d CUDA device(s) are visible (gpu:0..gpu:%d)",
+                          idx, count, count - 1);
     cuda_ctx *c = calloc(1, sizeof *c);
     dist_backend *be = calloc(1, sizeof *be);
     if (!c || !be || pthread_mutex_init(&c->mu, NULL) != 0) {

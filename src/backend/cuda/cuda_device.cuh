@@ -3,12 +3,12 @@
 #ifndef DIST_BACKEND_CUDA_DEVICE_CUH
 #define DIST_BACKEND_CUDA_DEVICE_CUH
 
+#include "dist/tensor.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
-
-#include "dist/tensor.h"
 
 namespace distk {
 
@@ -43,14 +43,23 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 /* Calls f.template operator()<T>() with T the C++ type of a float dist_dtype. */
-#define DISTK_FLOAT_DISPATCH(dtype, T, ...)                                                  \
-    do {                                                                                   \
-        switch (dtype) {                                                                   \
-        case DIST_F32: { typedef float T; __VA_ARGS__; } break;                            \
-        case DIST_F16: { typedef __half T; __VA_ARGS__; } break;                           \
-        case DIST_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                   \
-        default: return cudaErrorInvalidValue;                                             \
-        }                                                                                  \
+#define DISTK_FLOAT_DISPATCH(dtype, T, ...)                                                        \
+    do {                                                                                           \
+        switch (dtype) {                                                                           \
+        case DIST_F32: {                                                                           \
+            typedef float T;                                                                       \
+            __VA_ARGS__;                                                                           \
+        } break;                                                                                   \
+        case DIST_F16: {                                                                           \
+            typedef __half T;                                                                      \
+            __VA_ARGS__;                                                                           \
+        } break;                                                                                   \
+        case DIST_BF16: {                                                                          \
+            typedef __nv_bfloat16 T;                                                               \
+            __VA_ARGS__;                                                                           \
+        } break;                                                                                   \
+        default: return cudaErrorInvalidValue;                                                     \
+        }                                                                                          \
     } while (0)
 
 } // namespace distk

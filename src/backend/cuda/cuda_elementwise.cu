@@ -8,15 +8,13 @@
 
 using namespace distk;
 
-#define GRID_STRIDE(i, n)                                                                  \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                \
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
 
 namespace {
 
-__global__ void fill_kernel(float *x, size_t n, float v) {
-    GRID_STRIDE(i, n) x[i] = v;
-}
+__global__ void fill_kernel(float *x, size_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
 
 __global__ void add_kernel(const float *a, const float *b, float *o, size_t n) {
     GRID_STRIDE(i, n) o[i] = a[i] + b[i];
@@ -118,17 +116,17 @@ cudaError_t cudak_bias_add(cudaStream_t s, int dtype, void *y, const float *b, i
                            int64_t ch, int relu) {
     size_t n = (size_t)rows * (size_t)ch;
     if (n == 0) return cudaGetLastError();
-    DISTK_FLOAT_DISPATCH(dtype, T,
-        bias_add_kernel<T><<<grid_for(n), kThreads, 0, s>>>((T *)y, b, n, ch, relu));
+    DISTK_FLOAT_DISPATCH(
+        dtype, T, bias_add_kernel<T><<<grid_for(n), kThreads, 0, s>>>((T *)y, b, n, ch, relu));
     return cudaGetLastError();
 }
 
 cudaError_t cudak_adam_update(cudaStream_t s, float lr, float beta1, float beta2, float eps,
-                              float grad_scale, float *param, const float *grad, float *m,
-                              float *v, size_t n) {
+                              float grad_scale, float *param, const float *grad, float *m, float *v,
+                              size_t n) {
     if (n)
-        adam_kernel<<<grid_for(n), kThreads, 0, s>>>(lr, beta1, beta2, eps, grad_scale, param,
-                                                     grad, m, v, n);
+        adam_kernel<<<grid_for(n), kThreads, 0, s>>>(lr, beta1, beta2, eps, grad_scale, param, grad,
+                                                     m, v, n);
     return cudaGetLastError();
 }
 

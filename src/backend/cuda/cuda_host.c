@@ -2,12 +2,12 @@
  * here, then recorded by the libdist that loaded the module, so that the caller's
  * dist_last_error() shows the module's message. cuda_module.h says why the module cannot
  * simply link libdist. */
-#include <stdarg.h>
-#include <stdio.h>
-
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda_module.h"
 #include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 #define CUDA_HOST_MSG_CAP 1024 /* libdist's own message capacity */
 

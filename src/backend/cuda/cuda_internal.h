@@ -8,13 +8,13 @@
 #ifndef DIST_BACKEND_CUDA_INTERNAL_H
 #define DIST_BACKEND_CUDA_INTERNAL_H
 
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <pthread.h>
-
-#include "backend/backend.h"
-#include "backend/cuda/cuda_kernels.h"
 
 /* One device allocation owned by the caching allocator. */
 typedef struct cuda_block {

@@ -24,8 +24,8 @@ cudaError_t cudak_relu_backward_f32(cudaStream_t s, const float *y, const float 
 cudaError_t cudak_bias_add(cudaStream_t s, int dtype, void *y, const float *b, int64_t rows,
                            int64_t ch, int relu);
 cudaError_t cudak_adam_update(cudaStream_t s, float lr, float beta1, float beta2, float eps,
-                              float grad_scale, float *param, const float *grad, float *m,
-                              float *v, size_t n);
+                              float grad_scale, float *param, const float *grad, float *m, float *v,
+                              size_t n);
 /* momentum may be NULL when mu == 0 */
 cudaError_t cudak_sgd_update(cudaStream_t s, float lr, float mu, int nesterov, float grad_scale,
                              float *param, const float *grad, float *momentum, size_t n);

@@ -49,8 +49,8 @@ __global__ void nhwc_blocked_kernel(const U *src, U *dst, int64_t n, int64_t h, 
 template <typename U>
 cudaError_t launch_transpose(cudaStream_t s, const void *src, void *dst, int64_t rows,
                              int64_t cols) {
-    dim3 block(kTile, 8), grid((unsigned)((cols + kTile - 1) / kTile),
-                               (unsigned)((rows + kTile - 1) / kTile));
+    dim3 block(kTile, 8),
+        grid((unsigned)((cols + kTile - 1) / kTile), (unsigned)((rows + kTile - 1) / kTile));
     transpose_kernel<U><<<grid, block, 0, s>>>((const U *)src, (U *)dst, rows, cols);
     return cudaGetLastError();
 }
@@ -59,8 +59,8 @@ template <typename U>
 cudaError_t launch_blocked(cudaStream_t s, const void *src, void *dst, int64_t n, int64_t h,
                            int64_t w, int64_t c, int to_blocked) {
     size_t total = (size_t)n * h * w * c;
-    nhwc_blocked_kernel<U><<<grid_for(total), kThreads, 0, s>>>((const U *)src, (U *)dst, n, h, w,
-                                                                c, to_blocked);
+    nhwc_blocked_kernel<U>
+        <<<grid_for(total), kThreads, 0, s>>>((const U *)src, (U *)dst, n, h, w, c, to_blocked);
     return cudaGetLastError();
 }
 

@@ -5,10 +5,10 @@
  * swap places and keep their transpose flags. cublasGemmEx with float32 compute serves all
  * dtypes: float32 (true float32 unless DIST_CUDA_TF32=1), and float16 / bfloat16 inputs with
  * float32 accumulation, writing C in the inputs' dtype or in float32. */
-#include <limits.h>
-
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
+
+#include <limits.h>
 
 static cudaDataType_t blas_type(dist_dtype t) {
     return t == DIST_F16 ? CUDA_R_16F : t == DIST_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -22,27 +22,31 @@ dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const 
     DIST_TRY(cuda_float_type(b, "matmul", &dtb));
     DIST_TRY(cuda_float_type(cm, "matmul", &dtc));
     if (dta != dtb || (dtc != dta && dtc != DIST_F32))
-        return dist_error(DIST_UNSUPPORTED,
-                          "matmul: %s @ %s -> %s is not supported (inputs must share a dtype; the output "
-                          "has it or is float32)",
-                          dist_dtype_name(a->dtype), dist_dtype_name(b->dtype), dist_dtype_name(cm->dtype));
+        return dist_error(
+            DIST_UNSUPPORTED,
+            "matmul: %s @ %s -> %s is not supported (inputs must share a dtype; the output "
+            "has it or is float32)",
+            dist_dtype_name(a->dtype), dist_dtype_name(b->dtype), dist_dtype_name(cm->dtype));
     if (a->ndim != 2 || b->ndim != 2 || cm->ndim != 2)
         return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors");
     int64_t m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
     int64_t kb = trans_b ? b->shape[1] : b->shape[0], n = trans_b ? b->shape[0] : b->shape[1];
     if (ka != kb || cm->shape[0] != m || cm->shape[1] != n)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "matmul: shapes do not agree ([%lld x %lld] @ [%lld x %lld] -> [%lld x %lld])",
-                          (long long)m, (long long)ka, (long long)kb, (long long)n, (long long)cm->shape[0],
-                          (long long)cm->shape[1]);
-    if (m > INT_MAX || n > INT_MAX || ka > INT_MAX || a->shape[1] > INT_MAX || b->shape[1] > INT_MAX)
+        return dist_error(
+            DIST_INVALID_ARGUMENT,
+            "matmul: shapes do not agree ([%lld x %lld] @ [%lld x %lld] -> [%lld x %lld])",
+            (long long)m, (long long)ka, (long long)kb, (long long)n, (long long)cm->shape[0],
+            (long long)cm->shape[1]);
+    if (m > INT_MAX || n > INT_MAX || ka > INT_MAX || a->shape[1] > INT_MAX ||
+        b->shape[1] > INT_MAX)
         return dist_error(DIST_UNSUPPORTED, "matmul: dimensions beyond cuBLAS's int range");
     if (m == 0 || n == 0) return DIST_OK;
     DIST_TRY(cuda_enter(c));
     if (ka == 0) {
         /* C = beta * C, with beta == 0 clearing NaN too, as on the CPU */
         if (dtc != DIST_F32)
-            return dist_error(DIST_UNSUPPORTED, "matmul: an empty inner dimension needs a float32 output");
+            return dist_error(DIST_UNSUPPORTED,
+                              "matmul: an empty inner dimension needs a float32 output");
         size_t cnt = (size_t)(m * n);
         cudaError_t e = beta == 0.0f ? cudak_fill_f32(c->stream, cm->data, cnt, 0.0f)
                                      : cudak_scale_f32(c->stream, cm->data, beta, cm->data, cnt);
@@ -50,9 +54,10 @@ dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const 
     }
     cublasComputeType_t compute =
         dta == DIST_F32 && c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    CUBLAS_TRY(cublasGemmEx(c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            (int)n, (int)m, (int)ka, &alpha, b->data, blas_type(b->dtype), (int)b->shape[1],
-                            a->data, blas_type(a->dtype), (int)a->shape[1], &beta, cm->data,
+    CUBLAS_TRY(cublasGemmEx(c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)ka, &alpha,
+                            b->data, blas_type(b->dtype), (int)b->shape[1], a->data,
+                            blas_type(a->dtype), (int)a->shape[1], &beta, cm->data,
                             blas_type(cm->dtype), (int)n, compute, CUBLAS_GEMM_DEFAULT),
                "matmul (cublasGemmEx)");
     cm->layout = DIST_LAYOUT_PLAIN;

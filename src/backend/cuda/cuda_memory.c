@@ -8,11 +8,11 @@
  * still reads it is next written by work queued after that kernel. (Memory shared with another
  * stream, an NCCL communicator's for example, must be kept alive by its user until that stream
  * is done.) */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define SMALL_LIMIT ((size_t)1 << 20)
 
@@ -117,7 +117,8 @@ dist_status cuda_workspace(cuda_ctx *c, size_t bytes, void **out) {
     return DIST_OK;
 }
 
-static dist_status copy_h2d(cuda_ctx *c, unsigned char *dst, const unsigned char *src, size_t bytes) {
+static dist_status copy_h2d(cuda_ctx *c, unsigned char *dst, const unsigned char *src,
+                            size_t bytes) {
     const size_t half = CUDA_STAGING_BYTES / 2;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = bytes - off < half ? bytes - off : half;
@@ -129,12 +130,14 @@ static dist_status copy_h2d(cuda_ctx *c, unsigned char *dst, const unsigned char
         memcpy(stage, src + off, n);
         CUDA_TRY(cudaMemcpyAsync(dst + off, stage, n, cudaMemcpyHostToDevice, c->stream),
                  "host-to-device copy");
-        CUDA_TRY(cudaEventRecord(c->staging_ev[slot], c->stream), "host-to-device copy: event record");
+        CUDA_TRY(cudaEventRecord(c->staging_ev[slot], c->stream),
+                 "host-to-device copy: event record");
     }
     return DIST_OK;
 }
 
-static dist_status copy_d2h(cuda_ctx *c, unsigned char *dst, const unsigned char *src, size_t bytes) {
+static dist_status copy_d2h(cuda_ctx *c, unsigned char *dst, const unsigned char *src,
+                            size_t bytes) {
     const size_t half = CUDA_STAGING_BYTES / 2;
     for (size_t off = 0; off < bytes; off += half) {
         size_t n = bytes - off < half ? bytes - off : half;

@@ -2,12 +2,12 @@
  * collective/nccl_comm.h, reached through the module's table (cuda_module.c). */
 #include "backend/cuda/cuda_nccl.h"
 
+#include "core/error.h"
+#include "core/scope.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
-
-#include "core/error.h"
-#include "core/scope.h"
 
 struct dist_nccl_comm {
     int n;

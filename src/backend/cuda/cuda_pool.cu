@@ -5,10 +5,10 @@
  * the first maximum in (kh, kw) order, as in oneDNN, which matters after a ReLU where whole
  * windows are zero. The backward pass gathers (each dx element sums the dy of the windows whose
  * arg-max it is), so it needs no atomics and is deterministic for overlapping windows too. */
-#include <math.h>
-
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
+
+#include <math.h>
 
 using namespace distk;
 
@@ -85,8 +85,8 @@ cudaError_t cudak_max_pool_forward(cudaStream_t s, int dtype, const cudak_pool_g
     size_t total = (size_t)g->n * g->oh * g->ow * g->c;
     if (total == 0) return cudaGetLastError();
     DISTK_FLOAT_DISPATCH(dtype, T,
-        max_pool_fwd_kernel<T><<<grid_for(total), kThreads, 0, s>>>(*g, (const T *)x, (T *)y,
-                                                                    argmax));
+                         max_pool_fwd_kernel<T>
+                         <<<grid_for(total), kThreads, 0, s>>>(*g, (const T *)x, (T *)y, argmax));
     return cudaGetLastError();
 }
 
@@ -95,8 +95,8 @@ cudaError_t cudak_max_pool_backward(cudaStream_t s, int dtype, const cudak_pool_
     size_t total = (size_t)g->n * g->h * g->w * g->c;
     if (total == 0) return cudaGetLastError();
     DISTK_FLOAT_DISPATCH(dtype, T,
-        max_pool_bwd_kernel<T><<<grid_for(total), kThreads, 0, s>>>(*g, (const T *)dy, argmax,
-                                                                    (T *)dx));
+                         max_pool_bwd_kernel<T>
+                         <<<grid_for(total), kThreads, 0, s>>>(*g, (const T *)dy, argmax, (T *)dx));
     return cudaGetLastError();
 }
 

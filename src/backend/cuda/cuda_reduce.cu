@@ -2,10 +2,10 @@
  *
  * Every reduction here sums in a fixed order (no floating-point atomics), so results are
  * bitwise reproducible run to run. */
-#include <math.h>
-
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
+
+#include <math.h>
 
 using namespace distk;
 
@@ -148,7 +148,8 @@ cudaError_t cudak_bias_grad(cudaStream_t s, int dtype, const void *dy, int64_t r
     const int parts = bias_grad_parts(rows);
     dim3 block(32, kBgRows), grid((unsigned)((ch + 31) / 32), (unsigned)parts);
     DISTK_FLOAT_DISPATCH(dtype, T,
-        bias_grad_partial_kernel<T><<<grid, block, 0, s>>>((const T *)dy, rows, ch, scratch));
+                         bias_grad_partial_kernel<T>
+                         <<<grid, block, 0, s>>>((const T *)dy, rows, ch, scratch));
     bias_grad_final_kernel<<<(unsigned)((ch + 255) / 256), 256, 0, s>>>(scratch, parts, ch, db);
     return cudaGetLastError();
 }
@@ -162,11 +163,14 @@ cudaError_t cudak_any_nonfinite(cudaStream_t s, int dtype, const void *x, size_t
     if (n == 0) return cudaGetLastError();
     unsigned g = grid_for(n);
     if (dtype == DIST_F32)
-        nonfinite_kernel<uint32_t><<<g, kThreads, 0, s>>>((const uint32_t *)x, n, 0x7f800000u, flag);
+        nonfinite_kernel<uint32_t>
+            <<<g, kThreads, 0, s>>>((const uint32_t *)x, n, 0x7f800000u, flag);
     else if (dtype == DIST_BF16)
-        nonfinite_kernel<uint16_t><<<g, kThreads, 0, s>>>((const uint16_t *)x, n, (uint16_t)0x7f80u, flag);
+        nonfinite_kernel<uint16_t>
+            <<<g, kThreads, 0, s>>>((const uint16_t *)x, n, (uint16_t)0x7f80u, flag);
     else if (dtype == DIST_F16)
-        nonfinite_kernel<uint16_t><<<g, kThreads, 0, s>>>((const uint16_t *)x, n, (uint16_t)0x7c00u, flag);
+        nonfinite_kernel<uint16_t>
+            <<<g, kThreads, 0, s>>>((const uint16_t *)x, n, (uint16_t)0x7c00u, flag);
     return cudaGetLastError();
 }
 
@@ -182,8 +186,8 @@ cudaError_t cudak_softmax_xent_backward(cudaStream_t s, const float *probs, cons
                                         const float *dloss, float *dlogits, int64_t n, int64_t k) {
     size_t total = (size_t)n * (size_t)k;
     if (total)
-        softmax_xent_bwd_kernel<<<grid_for(total), kThreads, 0, s>>>(probs, labels, dloss,
-                                                                     dlogits, n, k);
+        softmax_xent_bwd_kernel<<<grid_for(total), kThreads, 0, s>>>(probs, labels, dloss, dlogits,
+                                                                     n, k);
     return cudaGetLastError();
 }
 
