@@ -12,14 +12,18 @@
  *   finite step:     if counter + 1 >= growth_steps: scale *= 2 (kept only if the result is
  *                    finite), counter = 0; else counter += 1. The update is applied.
  *   non-finite step: scale = max(scale / 2, 1), counter = 0. The update is skipped.
- * DIST_LOSS_SCALE_RULE_KERAS3 (keras/src/optimizers/loss_scale_optimizer.py) differs in two
- * places: the scale is halved with no floor (it goes below 1: 1 -> 0.5 -> 0.25 ...), and doubling
- * is not checked for overflow; growth happens when counter == growth_steps - 1.
+ * DIST_LOSS_SCALE_RULE_KERAS3 (Keras 3.15, keras/src/optimizers/loss_scale_optimizer.py)
+ * differs in two places: the scale is halved with no floor (it goes below 1: 1 -> 0.5 -> 0.25
+ * ...), and doubling is not checked for overflow (2^127 doubles to Inf); growth happens when
+ * counter == growth_steps - 1, which is the same as tf-keras's test for counters reached by steps.
  * Fixed scaling (dynamic = 0) never changes the scale and, as tf-keras does, applies every step,
- * non-finite ones included (tf-keras returns should_apply = True for a fixed scale).
+ * non-finite ones included (tf-keras's should_apply is True for a fixed scale). Keras 3 has no
+ * fixed mode (it sets loss_scale_factor on the inner optimizer instead); here it follows tf-keras.
  *
  * State is kept per replica (every replica reaches the same state); accessors read replica 0.
- * Unlike Keras, a skipped step does not advance the inner optimizer's iteration count. */
+ * A skipped step does not advance the inner optimizer's iteration count: as Keras 3, unlike
+ * tf-keras, which increments optimizer.iterations on skipped steps too (and so Adam's bias
+ * correction step). */
 #ifndef DIST_LOSS_SCALE_H
 #define DIST_LOSS_SCALE_H
 
@@ -92,7 +96,8 @@ DIST_API int64_t dist_loss_scale_skipped_steps(const dist_loss_scale_optimizer *
 DIST_API int dist_loss_scale_is_dynamic(const dist_loss_scale_optimizer *lso);
 
 /* For checkpoints: reads replica 0's state / sets every replica's state. Call set outside a
- * strategy's run. The scale must be positive and finite, the counters >= 0. */
+ * strategy's run. The scale must be positive and finite (Inf is allowed with the Keras 3 rule,
+ * whose doubling can reach it), the counters >= 0. */
 DIST_API dist_status dist_loss_scale_get_state(const dist_loss_scale_optimizer *lso,
                                                dist_loss_scale_state *state);
 DIST_API dist_status dist_loss_scale_set_state(dist_loss_scale_optimizer *lso,

@@ -18,8 +18,10 @@ struct dist_loss_scale_optimizer {
     dist_loss_scale_state state[DIST_MAX_REPLICAS];
 };
 
-static int valid_state(const dist_loss_scale_state *s) {
-    return s->scale > 0 && isfinite(s->scale) && s->counter >= 0 && s->skipped_steps >= 0;
+/* Keras 3's unchecked doubling can reach an Inf scale, so a state it saved must restore. */
+static int valid_state(const dist_loss_scale_options *o, const dist_loss_scale_state *s) {
+    int scale_ok = s->scale > 0 && (isfinite(s->scale) || o->rule == DIST_LOSS_SCALE_RULE_KERAS3);
+    return scale_ok && s->counter >= 0 && s->skipped_steps >= 0;
 }
 
 dist_status dist_loss_scale_optimizer_create(dist_optimizer *inner,
@@ -158,8 +160,9 @@ dist_status dist_loss_scale_get_state(const dist_loss_scale_optimizer *l,
 dist_status dist_loss_scale_set_state(dist_loss_scale_optimizer *l,
                                       const dist_loss_scale_state *state) {
     DIST_CHECK_ARG(l && state, "dist_loss_scale_set_state: NULL argument");
-    DIST_CHECK_ARG(valid_state(state),
-                   "loss scale state: scale must be positive and finite and counters >= 0 "
+    DIST_CHECK_ARG(valid_state(&l->opt, state),
+                   "loss scale state: scale must be positive (and finite, but for the Keras 3 rule) "
+                   "and counters >= 0 "
                    "(scale %g, counter %lld, skipped %lld)",
                    (double)state->scale, (long long)state->counter,
                    (long long)state->skipped_steps);
