@@ -301,6 +301,21 @@ START_TEST(test_state_round_trips_for_checkpoints) {
 }
 END_TEST
 
+START_TEST(test_keras3_rule_doubles_to_inf_and_that_state_restores) {
+    dist_loss_scale_options o = DIST_LOSS_SCALE_OPTIONS_INIT;
+    o.initial_scale = 0x1p127f;
+    o.dynamic_growth_steps = 1;
+    o.rule = DIST_LOSS_SCALE_RULE_KERAS3;
+    fixture f = setup(&o);
+    ck_assert_int_eq(finite_step(&f), 1);
+    ck_assert(isinf(dist_loss_scale_current(f.lso)));
+    dist_loss_scale_state s;
+    ck_assert_int_eq(dist_loss_scale_get_state(f.lso, &s), DIST_OK);
+    ck_assert_int_eq(dist_loss_scale_set_state(f.lso, &s), DIST_OK);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(test_bad_options_are_rejected) {
     dist_sgd_options so = DIST_SGD_OPTIONS_INIT;
     dist_optimizer *sgd;
@@ -422,6 +437,7 @@ int main(void) {
     tcase_add_test(tc, test_scaled_loss_multiplies_by_the_current_scale);
     tcase_add_test(tc, test_unscale_gradients_divides_the_buffer_by_the_scale);
     tcase_add_test(tc, test_state_round_trips_for_checkpoints);
+    tcase_add_test(tc, test_keras3_rule_doubles_to_inf_and_that_state_restores);
     tcase_add_test(tc, test_bad_options_are_rejected);
     tcase_add_test(tc, test_inf_on_one_replica_makes_every_replica_skip_and_stay_identical);
     suite_add_tcase(s, tc);
