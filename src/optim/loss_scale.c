@@ -1,0 +1,174 @@
+/* Loss scaling around a dist_optimizer: Keras's LossScaleOptimizer update rules (see
+ * dist/loss_scale.h for the rules and the Keras sources they follow). */
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/replica_ctx.h"
+#include "core/scope.h"
+#include "dist/loss_scale.h"
+#include "dist/replica.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+struct dist_loss_scale_optimizer {
+    dist_optimizer *inner;
+    dist_loss_scale_options opt;
+    /* One copy per replica: replicas run concurrently and each updates only its own, reaching
+     * the same values because they decide on the same all-reduced gradients. */
+    dist_loss_scale_state state[DIST_MAX_REPLICAS];
+};
+
+/* Keras 3's unchecked doubling can reach an Inf scale, so a state it saved must restore. */
+static int valid_state(const dist_loss_scale_options *o, const dist_loss_scale_state *s) {
+    int scale_ok = s->scale > 0 && (isfinite(s->scale) || o->rule == DIST_LOSS_SCALE_RULE_KERAS3);
+    return scale_ok && s->counter >= 0 && s->skipped_steps >= 0;
+}
+
+dist_status dist_loss_scale_optimizer_create(dist_optimizer *inner,
+                                             const dist_loss_scale_options *o,
+                                             dist_loss_scale_optimizer **out) {
+    DIST_CHECK_ARG(inner && o && out, "dist_loss_scale_optimizer_create: NULL argument");
+    DIST_CHECK_ARG(o->version == DIST_LOSS_SCALE_OPTIONS_VERSION,
+                   "loss scale options: version %d, expected %d", o->version,
+                   DIST_LOSS_SCALE_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->initial_scale > 0 && isfinite(o->initial_scale),
+                   "loss scale: initial_scale must be positive and finite, got %g",
+                   (double)o->initial_scale);
+    DIST_CHECK_ARG(!o->dynamic || o->dynamic_growth_steps >= 1,
+                   "loss scale: dynamic_growth_steps must be >= 1, got %lld",
+                   (long long)o->dynamic_growth_steps);
+    DIST_CHECK_ARG(o->rule == DIST_LOSS_SCALE_RULE_TF_KERAS || o->rule == DIST_LOSS_SCALE_RULE_KERAS3,
+                   "loss scale: unknown rule %d", (int)o->rule);
+    dist_loss_scale_optimizer *l = calloc(1, sizeof *l);
+    if (!l) return dist_error(DIST_OUT_OF_MEMORY, "loss scale: out of memory");
+    l->inner = inner;
+    l->opt = *o;
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++) l->state[r].scale = o->initial_scale;
+    *out = l;
+    return DIST_OK;
+}
+
+void dist_loss_scale_optimizer_destroy(dist_loss_scale_optimizer *l) { free(l); }
+
+dist_optimizer *dist_loss_scale_inner(const dist_loss_scale_optimizer *l) {
+    return l ? l->inner : NULL;
+}
+
+static int replica_of(const dist_tape *tape) {
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    return rc ? rc->replica_id : 0;
+}
+
+dist_status dist_loss_scale_scaled_loss(dist_loss_scale_optimizer *l, dist_tape *tape,
+                                        const dist_tensor *loss, dist_tensor **scaled) {
+    DIST_CHECK_ARG(l && tape && loss && scaled, "dist_loss_scale_scaled_loss: NULL argument");
+    return dist_op_scale(tape, loss, l->state[replica_of(tape)].scale, scaled);
+}
+
+static dist_status replica_grads(dist_model *model, dist_tape *tape, int *r,
+                                 dist_tensor **grads) {
+    *r = replica_of(tape);
+    DIST_CHECK_ARG(*r < dist_model_num_replicas(model),
+                   "loss scale: replica %d has no copy of the model (build it in the strategy's "
+                   "scope)",
+                   *r);
+    *grads = dist_model_grads(model, *r);
+    return DIST_OK;
+}
+
+dist_status dist_loss_scale_unscale_gradients(dist_loss_scale_optimizer *l, dist_model *model,
+                                              dist_tape *tape) {
+    DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_unscale_gradients: NULL argument");
+    int r = 0;
+    dist_tensor *g = NULL;
+    DIST_TRY(replica_grads(model, tape, &r, &g));
+    dist_backend *be = dist_model_backend(model, r);
+    return be->iface->scale(be->ctx, g, 1.0f / l->state[r].scale, g);
+}
+
+/* Keras's _DynamicLossScaleState.update (tf-keras) or the Keras 3 equivalent. */
+static void update_dynamic(const dist_loss_scale_options *o, dist_loss_scale_state *s,
+                           int finite) {
+    if (!finite) {
+        float halved = s->scale / 2.0f;
+        s->scale = o->rule == DIST_LOSS_SCALE_RULE_KERAS3 ? halved : fmaxf(halved, 1.0f);
+        s->counter = 0;
+        s->skipped_steps++;
+        return;
+    }
+    int grow = o->rule == DIST_LOSS_SCALE_RULE_KERAS3 ? s->counter == o->dynamic_growth_steps - 1
+                                                      : s->counter + 1 >= o->dynamic_growth_steps;
+    if (!grow) {
+        s->counter++;
+        return;
+    }
+    float doubled = s->scale * 2.0f;
+    if (o->rule == DIST_LOSS_SCALE_RULE_KERAS3 || isfinite(doubled)) s->scale = doubled;
+    s->counter = 0;
+}
+
+dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *l, dist_model *model,
+                                            dist_tape *tape, int *applied) {
+    DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_apply_gradients: NULL argument");
+    if (applied) *applied = 0;
+    int r = 0;
+    dist_tensor *g = NULL;
+    DIST_TRY(replica_grads(model, tape, &r, &g));
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    /* Reduce before deciding: an Inf on one replica becomes an Inf in everyone's sum, and the
+     * sum is bitwise identical on every replica, so all take the same branch without a second
+     * collective. */
+    if (rc && rc->num_replicas > 1) DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, g));
+    dist_loss_scale_state *s = &l->state[r];
+    float scale = s->scale;
+    int apply = 1;
+    if (l->opt.dynamic) {
+        dist_backend *be = dist_model_backend(model, r);
+        int finite = 0;
+        DIST_TRY(be->iface->all_finite(be->ctx, g, &finite));
+        update_dynamic(&l->opt, s, finite);
+        apply = finite;
+    }
+    if (apply) DIST_TRY(dist_optimizer_apply_scaled(l->inner, model, tape, 1.0f / scale, 1));
+    if (applied) *applied = apply;
+    return DIST_OK;
+}
+
+float dist_loss_scale_current(const dist_loss_scale_optimizer *l) {
+    return l ? l->state[0].scale : 0.0f;
+}
+
+int64_t dist_loss_scale_counter(const dist_loss_scale_optimizer *l) {
+    return l ? l->state[0].counter : 0;
+}
+
+int64_t dist_loss_scale_skipped_steps(const dist_loss_scale_optimizer *l) {
+    return l ? l->state[0].skipped_steps : 0;
+}
+
+int dist_loss_scale_is_dynamic(const dist_loss_scale_optimizer *l) {
+    return l ? l->opt.dynamic : 0;
+}
+
+dist_status dist_loss_scale_get_state(const dist_loss_scale_optimizer *l,
+                                      dist_loss_scale_state *state) {
+    DIST_CHECK_ARG(l && state, "dist_loss_scale_get_state: NULL argument");
+    *state = l->state[0];
+    return DIST_OK;
+}
+
+dist_status dist_loss_scale_set_state(dist_loss_scale_optimizer *l,
+                                      const dist_loss_scale_state *state) {
+    DIST_CHECK_ARG(l && state, "dist_loss_scale_set_state: NULL argument");
+    DIST_CHECK_ARG(valid_state(&l->opt, state),
+                   "loss scale state: scale must be positive (and finite, but for the Keras 3 rule) "
+                   "and counters >= 0 "
+                   "(scale %g, counter %lld, skipped %lld)",
+                   (double)state->scale, (long long)state->counter,
+                   (long long)state->skipped_steps);
+    DIST_CHECK_ARG(l->opt.dynamic || state->scale == l->opt.initial_scale,
+                   "loss scale state: a fixed scale of %g cannot be set to %g",
+                   (double)l->opt.initial_scale, (double)state->scale);
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++) l->state[r] = *state;
+    return DIST_OK;
+}

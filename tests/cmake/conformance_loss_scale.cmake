@@ -1,0 +1,20 @@
+# Conformance of loss scaling against Keras itself: tf-keras's and Keras 3's LossScaleOptimizer
+# versus dist_loss_scale_optimizer, through the same finite/Inf/NaN steps, compared after every
+# step (scale, counter, applied). Needs the venv of the conformance.venv fixture
+# (tests/cmake/conformance.cmake), which ships tensorflow-cpu, tf-keras and Keras 3.
+set(ls_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
+add_executable(loss_scale_trace ${ls_conf_dir}/loss_scale_trace.c)
+target_link_libraries(loss_scale_trace PRIVATE dist_static)
+target_compile_options(loss_scale_trace PRIVATE ${DIST_WARNINGS})
+
+if(DEFINED ENV{DIST_VENV})
+  set(ls_conf_venv $ENV{DIST_VENV})
+else()
+  set(ls_conf_venv $ENV{HOME}/.cache/libdist/venv-tf)
+endif()
+
+add_test(NAME conformance.loss_scale
+         COMMAND ${ls_conf_venv}/bin/python ${ls_conf_dir}/loss_scale_run.py ${ls_conf_venv}/bin/python
+                 $<TARGET_FILE:loss_scale_trace> ${ls_conf_dir}/loss_scale_cases.json)
+set_tests_properties(conformance.loss_scale PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600)
