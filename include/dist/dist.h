@@ -6,6 +6,7 @@
 #include "dist/data.h"
 #include "dist/export.h"
 #include "dist/idx.h"
+#include "dist/loss_scale.h"
 #include "dist/mnist.h"
 #include "dist/nn.h"
 #include "dist/optim.h"

@@ -21,7 +21,7 @@ distrain_error_test(unknown_flag 2 "--frobnicate" --frobnicate 3)
 # --devices gpu:0 on a machine without a GPU (skipped where nvidia-smi sees one)
 add_test(NAME distrain.gpu_without_gpu
          COMMAND sh -c "if nvidia-smi -L >/dev/null 2>&1; then exit 77; fi; exec \"$0\" \"$@\""
-                 ${expect} 2 "gpu:0: no CUDA device is visible" $<TARGET_FILE:distrain> --devices gpu:0)
+                 ${expect} 2 "distrain: gpu:0: " $<TARGET_FILE:distrain> --devices gpu:0)
 set_tests_properties(distrain.gpu_without_gpu PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 60)
 distrain_error_test(gpu_that_does_not_exist 2 "gpu:64" --devices gpu:64)
 distrain_error_test(device_twice 2 "listed twice" --devices cpu:0,cpu:0)
