@@ -45,6 +45,11 @@ DIST_API dist_status dist_checkpoint_set_metadata(dist_checkpoint *ckpt, const c
 /* The value of a metadata key, or NULL (borrowed; valid until the entry changes). */
 DIST_API const char *dist_checkpoint_metadata(const dist_checkpoint *ckpt, const char *key);
 
+/* The number of metadata entries and the key of entry i (borrowed; NULL when out of range), in
+ * the order set (or, after load, in file order, the CRC key included). */
+DIST_API int dist_checkpoint_num_metadata(const dist_checkpoint *ckpt);
+DIST_API const char *dist_checkpoint_metadata_key(const dist_checkpoint *ckpt, int index);
+
 DIST_API int dist_checkpoint_num_tensors(const dist_checkpoint *ckpt);
 /* The name of tensor i, in the order added (or, after load, in file order). Borrowed. */
 DIST_API const char *dist_checkpoint_tensor_name(const dist_checkpoint *ckpt, int index);

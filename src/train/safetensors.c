@@ -138,6 +138,12 @@ const char *dist_checkpoint_metadata(const dist_checkpoint *c, const char *key) 
     return NULL;
 }
 
+int dist_checkpoint_num_metadata(const dist_checkpoint *c) { return c ? c->meta_count : 0; }
+
+const char *dist_checkpoint_metadata_key(const dist_checkpoint *c, int i) {
+    return c && i >= 0 && i < c->meta_count ? c->keys[i] : NULL;
+}
+
 static dist_status set_meta(dist_checkpoint *c, const char *key, const char *value) {
     char *v = strdup(value);
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
