@@ -7,10 +7,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <unistd.h>
 
 static char tmpdir[64];
 static char path[160];
+
+static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* Removes the test's temporary directory, if it made one. */
+static void remove_tmpdir(void) {
+    if (tmpdir[0]) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmpdir[0] = '\0';
+}
 
 static void make_tmpdir(void) {
     strcpy(tmpdir, "/tmp/dist_ckpt_XXXXXX");
@@ -446,6 +458,7 @@ END_TEST
 static Suite *checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("safetensors");
+    tcase_add_checked_fixture(tc, NULL, remove_tmpdir);
     tcase_add_test(tc, test_round_trip_keeps_names_shapes_values_and_metadata);
     tcase_add_test(tc, test_file_layout_is_length_header_then_8_aligned_data);
     tcase_add_test(tc, test_save_leaves_no_temporary_file_and_replaces_the_old_one);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <unistd.h>
 
 /* Event{wall_time 1.5, step 3, summary{value{tag "loss", simple_value 0.25}}}, by hand:
@@ -21,6 +22,17 @@ static const unsigned char loss_event[] = {
     0x0a, 0x0b, 0x0a, 0x04, 'l',  'o',  's',  's',  0x15, 0x00, 0x00, 0x80, 0x3e};
 
 static char tmpdir[64];
+
+static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* Removes the test's temporary directory, if it made one. */
+static void remove_tmpdir(void) {
+    if (tmpdir[0]) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmpdir[0] = '\0';
+}
 
 static void make_tmpdir(void) {
     strcpy(tmpdir, "/tmp/dist_tb_XXXXXX");
@@ -164,6 +176,7 @@ END_TEST
 static Suite *tensorboard_suite(void) {
     Suite *s = suite_create("tensorboard");
     TCase *tc = tcase_create("events");
+    tcase_add_checked_fixture(tc, NULL, remove_tmpdir);
     tcase_add_test(tc, test_crc32c_check_value_of_123456789);
     tcase_add_test(tc, test_crc32c_of_32_zero_bytes_is_the_rfc3720_vector);
     tcase_add_test(tc, test_crc32c_extend_in_pieces_equals_one_shot);
