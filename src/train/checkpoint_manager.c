@@ -1,8 +1,7 @@
 /* dist_checkpoint_manager: ckpt-<step>.safetensors files in one directory, the newest K kept.
  * The directory is the state: a restarted run finds the files of the previous one. */
-#include "dist/checkpoint.h"
-
 #include "core/error.h"
+#include "dist/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -145,8 +144,10 @@ dist_status dist_checkpoint_manager_restore_latest(dist_checkpoint_manager *m,
     free(path);
     free(steps);
     if (st != DIST_OK)
-        return dist_error(DIST_NOT_FOUND, "checkpoint manager: no valid checkpoint in '%s' (%d "
-                          "file%s tried)", m->dir, n, n == 1 ? "" : "s");
+        return dist_error(DIST_NOT_FOUND,
+                          "checkpoint manager: no valid checkpoint in '%s' (%d "
+                          "file%s tried)",
+                          m->dir, n, n == 1 ? "" : "s");
     dist_clear_error();
     return DIST_OK;
 }

@@ -1,7 +1,6 @@
 /* Saving and restoring a dist_model's variables through a dist_checkpoint. */
-#include "dist/checkpoint.h"
-
 #include "core/error.h"
+#include "dist/checkpoint.h"
 
 #include <stdlib.h>
 

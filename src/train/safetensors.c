@@ -1,8 +1,7 @@
 /* dist_checkpoint: the in-memory tensor set and its safetensors file format. */
-#include "dist/checkpoint.h"
-
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "dist/checkpoint.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -68,10 +67,14 @@ static const char *st_dtype(dist_dtype d) {
 }
 
 static int dtype_from_st(const char *s, dist_dtype *out) {
-    if (!strcmp(s, "F32")) *out = DIST_F32;
-    else if (!strcmp(s, "I32")) *out = DIST_I32;
-    else if (!strcmp(s, "I64")) *out = DIST_I64;
-    else return 0;
+    if (!strcmp(s, "F32"))
+        *out = DIST_F32;
+    else if (!strcmp(s, "I32"))
+        *out = DIST_I32;
+    else if (!strcmp(s, "I64"))
+        *out = DIST_I64;
+    else
+        return 0;
     return 1;
 }
 
@@ -113,12 +116,15 @@ static dist_status add_owned(dist_checkpoint *c, const char *name, dist_dtype dt
 }
 
 dist_status dist_checkpoint_add(dist_checkpoint *c, const char *name, const dist_tensor *t) {
-    DIST_CHECK_ARG(c && name && name[0] && t, "checkpoint: add needs a checkpoint, a name, a tensor");
+    DIST_CHECK_ARG(c && name && name[0] && t,
+                   "checkpoint: add needs a checkpoint, a name, a tensor");
     DIST_CHECK_ARG(strcmp(name, "__metadata__") != 0, "checkpoint: '__metadata__' is reserved");
     DIST_CHECK_ARG(!dist_checkpoint_find(c, name), "checkpoint: tensor '%s' added twice", name);
     if (!st_dtype(t->dtype))
-        return dist_error(DIST_UNSUPPORTED, "checkpoint: tensor '%s' is %s; only float32, int32 "
-                          "and int64 are saved", name, dist_dtype_name(t->dtype));
+        return dist_error(DIST_UNSUPPORTED,
+                          "checkpoint: tensor '%s' is %s; only float32, int32 "
+                          "and int64 are saved",
+                          name, dist_dtype_name(t->dtype));
     if (t->device.kind != DIST_DEVICE_CPU || t->layout != DIST_LAYOUT_PLAIN)
         return dist_error(DIST_UNSUPPORTED, "checkpoint: tensor '%s' is not plain host memory",
                           name);
@@ -240,9 +246,12 @@ static dist_status fsync_dir_of(const char *path) {
     char *dir = strdup(path);
     if (!dir) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
     char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
     dist_status st = DIST_OK;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0)
@@ -355,7 +364,9 @@ typedef struct span {
 
 static int span_cmp(const void *a, const void *b) {
     const span *x = a, *y = b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+    return x->begin < y->begin   ? -1
+           : x->begin > y->begin ? 1
+                                 : (x->end > y->end) - (x->end < y->end);
 }
 
 static int json_uint(const cJSON *j, uint64_t *out) {
@@ -400,14 +411,17 @@ static dist_status parse_tensors(dist_checkpoint *c, const cJSON *root, const un
         const cJSON *jd = cJSON_GetObjectItemCaseSensitive(it, "dtype");
         const cJSON *js = cJSON_GetObjectItemCaseSensitive(it, "shape");
         const cJSON *jo = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
-        if (!cJSON_IsObject(it) || !cJSON_IsString(jd) || !cJSON_IsArray(js) || !cJSON_IsArray(jo)) {
+        if (!cJSON_IsObject(it) || !cJSON_IsString(jd) || !cJSON_IsArray(js) ||
+            !cJSON_IsArray(jo)) {
             st = BAD("checkpoint '%s': tensor '%s' lacks dtype, shape or data_offsets", path, name);
             goto out;
         }
         dist_dtype dtype;
         if (!dtype_from_st(jd->valuestring, &dtype)) {
-            st = dist_error(DIST_UNSUPPORTED, "checkpoint '%s': tensor '%s' has dtype '%s'; only "
-                            "F32, I32 and I64 are read", path, name, jd->valuestring);
+            st = dist_error(DIST_UNSUPPORTED,
+                            "checkpoint '%s': tensor '%s' has dtype '%s'; only "
+                            "F32, I32 and I64 are read",
+                            path, name, jd->valuestring);
             goto out;
         }
         int ndim = cJSON_GetArraySize(js);
@@ -439,13 +453,15 @@ static dist_status parse_tensors(dist_checkpoint *c, const cJSON *root, const un
         }
         if (e > data_size) {
             st = BAD("checkpoint '%s': tensor '%s' ends at byte %" PRIu64 " of a %" PRIu64
-                     "-byte data section (truncated?)", path, name, e, data_size);
+                     "-byte data section (truncated?)",
+                     path, name, e, data_size);
             goto out;
         }
         uint64_t want = numel * dist_dtype_size(dtype);
         if (e - b != want) {
             st = BAD("checkpoint '%s': tensor '%s' spans %" PRIu64 " bytes but its dtype and shape "
-                     "need %" PRIu64, path, name, e - b, want);
+                     "need %" PRIu64,
+                     path, name, e - b, want);
             goto out;
         }
         spans[ns++] = (span){b, e, name};
@@ -461,7 +477,8 @@ static dist_status parse_tensors(dist_checkpoint *c, const cJSON *root, const un
     uint64_t at = 0;
     for (int i = 0; i < ns; i++) {
         if (spans[i].begin < at) {
-            st = BAD("checkpoint '%s': tensor '%s' overlaps the tensor before it", path, spans[i].name);
+            st = BAD("checkpoint '%s': tensor '%s' overlaps the tensor before it", path,
+                     spans[i].name);
             goto out;
         }
         if (spans[i].begin > at) {
@@ -472,8 +489,9 @@ static dist_status parse_tensors(dist_checkpoint *c, const cJSON *root, const un
         at = spans[i].end;
     }
     if (at != data_size)
-        st = BAD("checkpoint '%s': the tensors cover %" PRIu64 " bytes but the data section has %"
-                 PRIu64, path, at, data_size);
+        st = BAD("checkpoint '%s': the tensors cover %" PRIu64
+                 " bytes but the data section has %" PRIu64,
+                 path, at, data_size);
 out:
     free(spans);
     return st;
@@ -508,7 +526,8 @@ dist_status dist_checkpoint_load(const char *path, dist_checkpoint **out) {
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)buf[i] << (8 * i);
     if (hlen > size - 8 || hlen > MAX_HEADER_BYTES) {
         st = BAD("checkpoint '%s': header length %" PRIu64 " exceeds the %zu bytes after it "
-                 "(truncated or not safetensors)", path, hlen, size - 8);
+                 "(truncated or not safetensors)",
+                 path, hlen, size - 8);
         goto out;
     }
     root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);

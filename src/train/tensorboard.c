@@ -101,8 +101,8 @@ dist_status dist_tensorboard_encode_scalar(double wall_time, int64_t step, const
     encode_scalar(&b, wall_time, step, tag, value);
     *len = b.len;
     if (b.len > size)
-        return dist_error(DIST_INVALID_ARGUMENT, "tensorboard: event needs %zu bytes, buffer has %zu",
-                          b.len, size);
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "tensorboard: event needs %zu bytes, buffer has %zu", b.len, size);
     return DIST_OK;
 }
 
@@ -188,7 +188,8 @@ dist_status dist_summary_writer_create(const char *logdir, dist_summary_writer *
     w->path = path;
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        int k = snprintf(path, cap, "%s/events.out.tfevents.%010lld.%s", logdir, (long long)t, host);
+        int k =
+            snprintf(path, cap, "%s/events.out.tfevents.%010lld.%s", logdir, (long long)t, host);
         if (attempt > 0) snprintf(path + k, cap - (size_t)k, ".%d", attempt);
         fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && errno != EEXIST) break;

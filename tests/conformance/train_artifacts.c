@@ -8,7 +8,6 @@
  * The values are fixed here and repeated in check_tensorboard_events.py / check_safetensors.py. */
 #include <dist/checkpoint.h>
 #include <dist/tensorboard.h>
-
 #include <stdio.h>
 #include <string.h>
 
@@ -58,9 +57,12 @@ static int write_all(const char *dir) {
 static void print_json_string(const char *s) {
     putchar('"');
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
     }
     putchar('"');
 }
@@ -90,9 +92,12 @@ static int read_one(const char *path) {
         printf("], \"values\": [");
         for (int64_t k = 0; k < dist_tensor_numel(t); k++) {
             const char *sep = k ? ", " : "";
-            if (t->dtype == DIST_F32) printf("%s%.9g", sep, (double)((float *)t->data)[k]);
-            else if (t->dtype == DIST_I32) printf("%s%d", sep, ((int32_t *)t->data)[k]);
-            else printf("%s%lld", sep, (long long)((int64_t *)t->data)[k]);
+            if (t->dtype == DIST_F32)
+                printf("%s%.9g", sep, (double)((float *)t->data)[k]);
+            else if (t->dtype == DIST_I32)
+                printf("%s%d", sep, ((int32_t *)t->data)[k]);
+            else
+                printf("%s%lld", sep, (long long)((int64_t *)t->data)[k]);
         }
         printf("]}");
     }

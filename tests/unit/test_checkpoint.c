@@ -4,10 +4,10 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -128,7 +128,8 @@ START_TEST(test_file_layout_is_length_header_then_8_aligned_data) {
     ck_assert_int_eq(first, 10);
     b[8 + hlen] = 0;
     ck_assert_ptr_nonnull(strstr((char *)b + 8, "\"__metadata__\""));
-    ck_assert_ptr_nonnull(strstr((char *)b + 8, "\"dtype\":\"I64\",\"shape\":[4],\"data_offsets\":[0,32]"));
+    ck_assert_ptr_nonnull(
+        strstr((char *)b + 8, "\"dtype\":\"I64\",\"shape\":[4],\"data_offsets\":[0,32]"));
     free(b);
 }
 END_TEST
@@ -258,7 +259,8 @@ END_TEST
 START_TEST(test_overlapping_tensors_are_refused) {
     make_tmpdir();
     craft("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+          8);
     expect_refused(path, DIST_FORMAT, "overlaps");
 }
 END_TEST
@@ -307,8 +309,9 @@ START_TEST(test_restore_names_the_tensor_whose_shape_or_dtype_differs) {
     const char *names[] = {"steps", "dense/kernel"};
     dist_tensor *dst[] = {&st, &kt};
     ck_assert_int_eq(dist_checkpoint_restore(c, 2, names, dst), DIST_FORMAT);
-    ck_assert_str_eq(dist_last_error(),
-                     "checkpoint '<in memory>': tensor 'dense/kernel' has shape (2, 3), expected (3, 2)");
+    ck_assert_str_eq(
+        dist_last_error(),
+        "checkpoint '<in memory>': tensor 'dense/kernel' has shape (2, 3), expected (3, 2)");
     ck_assert_int_eq(s[0], 0); /* nothing copied when anything differs */
 
     dist_tensor kf = dist_tensor_view(k, DIST_I32, 2, (int64_t[]){2, 3});
@@ -360,7 +363,8 @@ START_TEST(test_manager_keeps_the_last_k_and_skips_a_corrupt_newest) {
     ck_assert_int_eq(dist_checkpoint_manager_create(tmpdir, 2, &m), DIST_OK);
     dist_checkpoint *c = sample();
     int64_t steps[] = {1, 2, 10, 9};
-    for (int i = 0; i < 4; i++) ck_assert_int_eq(dist_checkpoint_manager_save(m, c, steps[i]), DIST_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(dist_checkpoint_manager_save(m, c, steps[i]), DIST_OK);
     dist_checkpoint_destroy(c);
     ck_assert(!exists_step(1) && !exists_step(2) && exists_step(9) && exists_step(10));
 

@@ -3,11 +3,11 @@
 #include "dist/tensorboard.h"
 #include "testutil.h"
 
+#include <ftw.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
 #include <unistd.h>
 
 /* Event{wall_time 1.5, step 3, summary{value{tag "loss", simple_value 0.25}}}, by hand:
@@ -17,9 +17,9 @@
  *   0a 0b                Summary.value, 11 bytes of Value
  *     0a 04 "loss"       Value.tag
  *     15 <0.25 as LE float> Value.simple_value, fixed32 */
-static const unsigned char loss_event[] = {
-    0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf8, 0x3f, 0x10, 0x03, 0x2a, 0x0d,
-    0x0a, 0x0b, 0x0a, 0x04, 'l',  'o',  's',  's',  0x15, 0x00, 0x00, 0x80, 0x3e};
+static const unsigned char loss_event[] = {0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf8, 0x3f,
+                                           0x10, 0x03, 0x2a, 0x0d, 0x0a, 0x0b, 0x0a, 0x04, 'l',
+                                           'o',  's',  's',  0x15, 0x00, 0x00, 0x80, 0x3e};
 
 static char tmpdir[64];
 
@@ -118,8 +118,8 @@ START_TEST(test_writer_names_the_file_and_frames_each_record) {
     ck_assert_int_eq(dist_summary_writer_create(logdir, &w), DIST_OK);
     const char *path = dist_summary_writer_path(w);
     regex_t re;
-    ck_assert_int_eq(regcomp(&re, "/run/train/events\\.out\\.tfevents\\.[0-9]{10}\\.[^/]+$",
-                             REG_EXTENDED), 0);
+    ck_assert_int_eq(
+        regcomp(&re, "/run/train/events\\.out\\.tfevents\\.[0-9]{10}\\.[^/]+$", REG_EXTENDED), 0);
     ck_assert_msg(regexec(&re, path, 0, NULL, 0) == 0, "unexpected event file name %s", path);
     regfree(&re);
     ck_assert_int_eq(dist_summary_writer_scalar_at(w, "loss", 0.25f, 3, 1.5), DIST_OK);
