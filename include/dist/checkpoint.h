@@ -82,8 +82,10 @@ DIST_API dist_status dist_checkpoint_manager_create(const char *dir, int max_to_
                                                     dist_checkpoint_manager **out);
 DIST_API void dist_checkpoint_manager_destroy(dist_checkpoint_manager *manager);
 
-/* Saves ckpt as ckpt-<step>.safetensors (step >= 0), then deletes the oldest files beyond
- * max_to_keep. */
+/* Saves ckpt as ckpt-<step>.safetensors (step >= 0; an existing file of that step is replaced),
+ * then deletes the files of the lowest steps beyond max_to_keep. "Newest" means the highest
+ * step, not the latest write: a step below the kept ones is deleted at once. Not for two
+ * threads saving the same step concurrently. */
 DIST_API dist_status dist_checkpoint_manager_save(dist_checkpoint_manager *manager,
                                                   const dist_checkpoint *ckpt, int64_t step);
 /* Loads the newest checkpoint that validates, skipping (and logging) corrupt newer ones. *step

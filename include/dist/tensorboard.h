@@ -29,8 +29,8 @@ DIST_API void dist_summary_writer_destroy(dist_summary_writer *writer);
 /* The event file's path (borrowed; valid until destroy). */
 DIST_API const char *dist_summary_writer_path(const dist_summary_writer *writer);
 
-/* Appends a scalar event stamped with the current time, and flushes. tag is borrowed and must
- * be non-empty. Errors: DIST_INVALID_ARGUMENT, DIST_IO. */
+/* Appends a scalar event stamped with the current time, and flushes. tag is borrowed, non-empty
+ * and shorter than 4096 bytes. Errors: DIST_INVALID_ARGUMENT, DIST_IO. */
 DIST_API dist_status dist_summary_writer_scalar(dist_summary_writer *writer, const char *tag,
                                                 float value, int64_t step);
 /* Like dist_summary_writer_scalar with an explicit wall time (seconds since the epoch). */
