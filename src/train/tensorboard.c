@@ -1,0 +1,227 @@
+/* TensorBoard event files: TFRecord framing around hand-encoded tensorflow.Event protos. */
+#include "dist/tensorboard.h"
+
+#include "core/crc32c.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+struct dist_summary_writer {
+    FILE *file;
+    char *path;
+};
+
+/* ---- protobuf wire format ------------------------------------------------------------ */
+
+typedef struct pb_buf {
+    unsigned char *p;
+    size_t size; /* capacity */
+    size_t len;  /* bytes wanted so far; may exceed size, nothing is written past it */
+} pb_buf;
+
+static void pb_byte(pb_buf *b, unsigned char c) {
+    if (b->len < b->size) b->p[b->len] = c;
+    b->len++;
+}
+
+static void pb_varint(pb_buf *b, uint64_t v) {
+    while (v >= 0x80) {
+        pb_byte(b, (unsigned char)(v | 0x80));
+        v >>= 7;
+    }
+    pb_byte(b, (unsigned char)v);
+}
+
+static size_t varint_size(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static void pb_fixed(pb_buf *b, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) pb_byte(b, (unsigned char)(v >> (8 * i)));
+}
+
+static void pb_tag(pb_buf *b, unsigned field, unsigned wire) { pb_varint(b, (field << 3) | wire); }
+
+static void pb_bytes(pb_buf *b, unsigned field, const void *data, size_t n) {
+    pb_tag(b, field, 2);
+    pb_varint(b, n);
+    for (size_t i = 0; i < n; i++) pb_byte(b, ((const unsigned char *)data)[i]);
+}
+
+static void pb_double(pb_buf *b, unsigned field, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    pb_tag(b, field, 1);
+    pb_fixed(b, bits, 8);
+}
+
+static void pb_float(pb_buf *b, unsigned field, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    pb_tag(b, field, 5);
+    pb_fixed(b, bits, 4);
+}
+
+/* Event{1: wall_time, 2: step, 5: Summary{1: Value{1: tag, 2: simple_value}}} */
+static void encode_scalar(pb_buf *b, double wall_time, int64_t step, const char *tag, float value) {
+    size_t tag_len = strlen(tag);
+    size_t value_len = 1 + varint_size(tag_len) + tag_len + 1 + 4;
+    size_t summary_len = 1 + varint_size(value_len) + value_len;
+    pb_double(b, 1, wall_time);
+    pb_tag(b, 2, 0);
+    pb_varint(b, (uint64_t)step);
+    pb_tag(b, 5, 2);
+    pb_varint(b, summary_len);
+    pb_tag(b, 1, 2);
+    pb_varint(b, value_len);
+    pb_bytes(b, 1, tag, tag_len);
+    pb_float(b, 2, value);
+}
+
+dist_status dist_tensorboard_encode_scalar(double wall_time, int64_t step, const char *tag,
+                                           float value, unsigned char *buf, size_t size,
+                                           size_t *len) {
+    DIST_CHECK_ARG(tag && tag[0] && len, "tensorboard: a scalar needs a non-empty tag");
+    DIST_CHECK_ARG(buf || size == 0, "tensorboard: NULL buffer with size %zu", size);
+    pb_buf b = {buf, size, 0};
+    encode_scalar(&b, wall_time, step, tag, value);
+    *len = b.len;
+    if (b.len > size)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "tensorboard: event needs %zu bytes, buffer has %zu", b.len, size);
+    return DIST_OK;
+}
+
+/* ---- TFRecord framing -------------------------------------------------------------------- */
+
+static dist_status write_record(dist_summary_writer *w, const unsigned char *data, size_t n) {
+    unsigned char head[12], tail[4];
+    for (int i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    uint32_t len_crc = dist_crc32c_mask(dist_crc32c(head, 8));
+    uint32_t data_crc = dist_crc32c_mask(dist_crc32c(data, n));
+    for (int i = 0; i < 4; i++) {
+        head[8 + i] = (unsigned char)(len_crc >> (8 * i));
+        tail[i] = (unsigned char)(data_crc >> (8 * i));
+    }
+    if (fwrite(head, 1, sizeof head, w->file) != sizeof head || fwrite(data, 1, n, w->file) != n ||
+        fwrite(tail, 1, sizeof tail, w->file) != sizeof tail || fflush(w->file) != 0)
+        return dist_error_errno(DIST_IO, errno, "tensorboard: writing '%s'", w->path);
+    return DIST_OK;
+}
+
+static double now_seconds(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+dist_status dist_summary_writer_scalar_at(dist_summary_writer *w, const char *tag, float value,
+                                          int64_t step, double wall_time) {
+    DIST_CHECK_ARG(w, "tensorboard: NULL writer");
+    DIST_CHECK_ARG(tag && tag[0], "tensorboard: a scalar needs a non-empty tag");
+    size_t tag_len = strlen(tag);
+    DIST_CHECK_ARG(tag_len < 4096, "tensorboard: tag of %zu bytes is too long", tag_len);
+    unsigned char buf[4096 + 64];
+    pb_buf b = {buf, sizeof buf, 0};
+    encode_scalar(&b, wall_time, step, tag, value);
+    DIST_TRY(write_record(w, buf, b.len));
+    return DIST_OK;
+}
+
+dist_status dist_summary_writer_scalar(dist_summary_writer *w, const char *tag, float value,
+                                       int64_t step) {
+    return dist_summary_writer_scalar_at(w, tag, value, step, now_seconds());
+}
+
+const char *dist_summary_writer_path(const dist_summary_writer *w) { return w ? w->path : NULL; }
+
+/* mkdir -p */
+static dist_status make_dirs(const char *dir) {
+    char path[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof path) return dist_error(DIST_INVALID_ARGUMENT, "tensorboard: log dir too long");
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return dist_error_errno(DIST_IO, errno, "tensorboard: creating log dir '%s'", path);
+        path[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return dist_error(DIST_IO, "tensorboard: log dir '%s' is not a directory", dir);
+    return DIST_OK;
+}
+
+dist_status dist_summary_writer_create(const char *logdir, dist_summary_writer **out) {
+    DIST_CHECK_ARG(logdir && logdir[0] && out, "tensorboard: writer needs a log dir and out");
+    *out = NULL;
+    DIST_TRY(make_dirs(logdir));
+    char host[256] = "localhost";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) strcpy(host, "localhost");
+    host[sizeof host - 1] = '\0';
+    double t = now_seconds();
+    size_t cap = strlen(logdir) + strlen(host) + 64;
+    dist_summary_writer *w = calloc(1, sizeof *w);
+    char *path = malloc(cap);
+    if (!w || !path) {
+        free(w);
+        free(path);
+        return dist_error(DIST_OUT_OF_MEMORY, "tensorboard: out of memory");
+    }
+    w->path = path;
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        int k =
+            snprintf(path, cap, "%s/events.out.tfevents.%010lld.%s", logdir, (long long)t, host);
+        if (attempt > 0) snprintf(path + k, cap - (size_t)k, ".%d", attempt);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        dist_status st = dist_error_errno(DIST_IO, errno, "tensorboard: creating '%s'", path);
+        dist_summary_writer_destroy(w);
+        return st;
+    }
+    w->file = fdopen(fd, "wb");
+    if (!w->file) {
+        close(fd);
+        dist_summary_writer_destroy(w);
+        return dist_error_errno(DIST_IO, errno, "tensorboard: opening '%s'", path);
+    }
+    /* Event{1: wall_time, 3: file_version} */
+    unsigned char buf[64];
+    pb_buf b = {buf, sizeof buf, 0};
+    pb_double(&b, 1, t);
+    pb_bytes(&b, 3, "brain.Event:2", 13);
+    dist_status st = write_record(w, buf, b.len);
+    if (st != DIST_OK) {
+        dist_summary_writer_destroy(w);
+        return st;
+    }
+    *out = w;
+    return DIST_OK;
+}
+
+void dist_summary_writer_destroy(dist_summary_writer *w) {
+    if (!w) return;
+    if (w->file) fclose(w->file);
+    free(w->path);
+    free(w);
+}
