@@ -3,6 +3,8 @@
 #define DIST_DIST_H
 
 #include "dist/backend.h"
+#include "dist/cluster.h"
+#include "dist/checkpoint.h"
 #include "dist/data.h"
 #include "dist/export.h"
 #include "dist/idx.h"
@@ -14,6 +16,7 @@
 #include "dist/status.h"
 #include "dist/strategy.h"
 #include "dist/tape.h"
+#include "dist/tensorboard.h"
 #include "dist/tensor.h"
 #include "dist/train.h"
 
