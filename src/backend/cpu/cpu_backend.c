@@ -2,6 +2,7 @@
  * (bias, ReLU, softmax cross-entropy, reductions, optimizer updates, casts), written as plain
  * loops the compiler vectorizes, split over the backend's threads when there is enough work. */
 #include "backend/cpu/cpu_internal.h"
+#include "backend/xent_check.h"
 #include "core/error.h"
 
 #include <math.h>
@@ -149,14 +150,7 @@ static dist_status cpu_relu_backward(void *ctx, const dist_tensor *y, const dist
 
 static dist_status check_xent(const dist_tensor *logits, const dist_tensor *labels) {
     DIST_TRY(require_f32(logits, "softmax cross-entropy"));
-    if (logits->ndim != 2)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "softmax cross-entropy: logits must be [batch, classes]");
-    if (labels->dtype != DIST_I32 || dist_tensor_numel(labels) != logits->shape[0])
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "softmax cross-entropy: labels must be int32 [batch] (%lld rows)",
-                          (long long)logits->shape[0]);
-    return DIST_OK;
+    return dist_xent_check_shapes(logits, labels);
 }
 
 static dist_status cpu_softmax_xent_forward(void *ctx, const dist_tensor *logits,

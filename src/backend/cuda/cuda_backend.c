@@ -4,6 +4,7 @@
  * Tensors are always plain (NHWC for activations): cuDNN runs NHWC natively, so there is no
  * blocked layout to keep between kernels. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/xent_check.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -143,14 +144,7 @@ static dist_status cuda_relu_backward(void *ctx, const dist_tensor *y, const dis
 
 static dist_status check_xent(const dist_tensor *logits, const dist_tensor *labels) {
     DIST_TRY(cuda_require_f32(logits, "softmax cross-entropy"));
-    if (logits->ndim != 2)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "softmax cross-entropy: logits must be [batch, classes]");
-    if (labels->dtype != DIST_I32 || dist_tensor_numel(labels) != logits->shape[0])
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "softmax cross-entropy: labels must be int32 [batch] (%lld rows)",
-                          (long long)logits->shape[0]);
-    return DIST_OK;
+    return dist_xent_check_shapes(logits, labels);
 }
 
 static dist_status cuda_softmax_xent_forward(void *ctx, const dist_tensor *logits,
