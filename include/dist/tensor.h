@@ -42,7 +42,8 @@ typedef struct dist_device {
  * that need plain data convert. */
 typedef enum dist_layout {
     DIST_LAYOUT_PLAIN = 0,
-    DIST_LAYOUT_NCHW16C = 1 /* logical NHWC stored as N, C/16, H, W, 16 (C % 16 == 0) */
+    DIST_LAYOUT_NCHW16C = 1, /* logical NHWC stored as N, C/16, H, W, 16 (C % 16 == 0) */
+    DIST_LAYOUT_NCHW8C = 2   /* logical NHWC stored as N, C/8, H, W, 8 (C % 8 == 0) */
 } dist_layout;
 
 typedef struct dist_tensor {

@@ -410,6 +410,7 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
         return dist_error(DIST_OUT_OF_MEMORY, "CPU backend: out of memory");
     }
     c->threads = options->threads > 0 ? options->threads : ncpu;
+    c->block = cpu_dnnl_activation_block();
     dist_status st = cpu_dnnl_check(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "engine");
     if (st == DIST_OK)
         st = cpu_dnnl_check(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags),

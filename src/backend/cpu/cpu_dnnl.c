@@ -2,8 +2,9 @@
  *
  * Primitives are created once per shape and cached with their memory objects, weight reorders
  * and a user-mode scratchpad, so a steady-state training step allocates nothing. Activations
- * stay in oneDNN's blocked nChw16c layout between layers when the channel count allows it:
- * on these processors a plain NHWC convolution falls back to a GEMM path 2-3x slower. */
+ * stay in oneDNN's blocked layout between layers when the channel count allows it: nChw16c
+ * where oneDNN runs AVX-512, nChw8c on AVX2. A plain NHWC convolution falls back to a GEMM
+ * path 2-3x slower, and the wrong block for the ISA to the reference code, ~1000x slower. */
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
@@ -67,15 +68,25 @@ static dist_status act_md(const dist_tensor *t, dnnl_memory_desc_t *md) {
     dnnl_dims_t dims = {t->shape[0], t->shape[3], t->shape[1], t->shape[2]};
     /* With one channel, NHWC and NCHW are the same bytes; oneDNN's fast kernels want nchw. */
     dnnl_format_tag_t tag = t->layout == DIST_LAYOUT_NCHW16C ? dnnl_nChw16c
-                            : t->shape[3] == 1               ? dnnl_nchw
-                                                             : dnnl_nhwc;
+                            : t->layout == DIST_LAYOUT_NCHW8C ? dnnl_nChw8c
+                            : t->shape[3] == 1                ? dnnl_nchw
+                                                              : dnnl_nhwc;
     DNNL_TRY(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_dt(t->dtype), tag),
              "memory descriptor");
     return DIST_OK;
 }
 
-static dist_layout preferred_layout(int64_t channels) {
-    return channels % 16 == 0 ? DIST_LAYOUT_NCHW16C : DIST_LAYOUT_PLAIN;
+int cpu_dnnl_activation_block(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
+    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
+    return 0;
+}
+
+static dist_layout preferred_layout(const cpu_ctx *c, int64_t channels) {
+    if (c->block == 16 && channels % 16 == 0) return DIST_LAYOUT_NCHW16C;
+    if (c->block == 8 && channels % 8 == 0) return DIST_LAYOUT_NCHW8C;
+    return DIST_LAYOUT_PLAIN;
 }
 
 static void key_tensor(prim_key *k, int slot, const dist_tensor *t) {
@@ -95,9 +106,11 @@ static void prim_release(cpu_prim *p) {
     if (p->prim) dnnl_primitive_destroy(p->prim);
     if (p->reorder_in) dnnl_primitive_destroy(p->reorder_in);
     if (p->reorder_out) dnnl_primitive_destroy(p->reorder_out);
-    for (int i = 0; i < 8; i++)
+    if (p->reorder_x) dnnl_primitive_destroy(p->reorder_x);
+    if (p->reorder_dy) dnnl_primitive_destroy(p->reorder_dy);
+    for (int i = 0; i < 12; i++)
         if (p->mem[i]) dnnl_memory_destroy(p->mem[i]);
-    for (int i = 0; i < 3; i++) free(p->buf[i]);
+    for (int i = 0; i < 5; i++) free(p->buf[i]);
     memset(p, 0, sizeof *p);
 }
 
@@ -287,7 +300,7 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
     cpu_ctx *c = ctx;
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, w, &oh, &ow));
-    dist_layout yl = preferred_layout(w->shape[3]);
+    dist_layout yl = preferred_layout(c, w->shape[3]);
     prim_key k;
     conv_key(&k, OP_CONV_FWD, d, x, w, b);
     cpu_prim *p = cache_find(c, &k);
@@ -391,6 +404,44 @@ ready:
     return run_prim(c, p, 3, args);
 }
 
+static dist_status conv_bwd_filter_pd(cpu_ctx *c, const conv_mds *m, int with_bias,
+                                      dnnl_primitive_desc_t *pd) {
+    dnnl_primitive_desc_t hint;
+    DIST_TRY(conv_fwd_pd(c, m, with_bias, 0, &hint));
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_attr_t attr;
+    dist_status st = attr_new(&attr);
+    if (st != DIST_OK) {
+        dnnl_primitive_desc_destroy(hint);
+        return st;
+    }
+    dnnl_status_t s = dnnl_convolution_backward_weights_desc_init(
+        &cd, dnnl_convolution_direct, &m->src, &m->wei_any, with_bias ? &m->bias : NULL, &m->dst,
+        m->strides, m->pad_l, m->pad_r);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, c->engine, hint);
+    dnnl_primitive_attr_destroy(attr);
+    dnnl_primitive_desc_destroy(hint);
+    return cpu_dnnl_check(s, "convolution backward-weights");
+}
+
+static int is_reference_impl(dnnl_primitive_desc_t pd) {
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    return strncmp(impl, "ref:", 4) == 0;
+}
+
+/* A plain NHWC copy of an activation for backward-weights: a reorder from the tensor's own
+ * layout into a buffer the primitive owns (buf[slot], mem[from] -> mem[to]). */
+static dist_status plain_copy_setup(cpu_ctx *c, cpu_prim *p, const dnnl_memory_desc_t *from,
+                                    const dnnl_memory_desc_t *to, int slot, int mfrom, int mto,
+                                    dnnl_primitive_t *reorder) {
+    DIST_TRY(buf_new(to, &p->buf[slot]));
+    DIST_TRY(mem_new(c, from, &p->mem[mfrom]));
+    DIST_TRY(mem_new(c, to, &p->mem[mto]));
+    set_handle(p->mem[mto], p->buf[slot]);
+    return reorder_new(c, from, to, reorder);
+}
+
 dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db) {
     cpu_ctx *c = ctx;
@@ -403,23 +454,33 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
     if (!p) {
         conv_mds m;
         DIST_TRY(conv_setup(d, x, dw, dy->layout, dy->dtype, oh, ow, &m));
-        dnnl_primitive_desc_t hint, pd;
-        DIST_TRY(conv_fwd_pd(c, &m, db != NULL, 0, &hint));
-        dnnl_convolution_desc_t cd;
-        dnnl_primitive_attr_t attr;
-        dist_status st = attr_new(&attr);
-        if (st != DIST_OK) {
-            dnnl_primitive_desc_destroy(hint);
-            return st;
+        dnnl_primitive_desc_t pd;
+        DIST_TRY(conv_bwd_filter_pd(c, &m, db != NULL, &pd));
+        /* On AVX2, oneDNN 2.6 has no fast backward-weights kernel for a one-channel nchw
+         * input with an nChw8c gradient; in plain NHWC both are fast (jit:avx2). */
+        dnnl_memory_desc_t x_own = m.src, dy_own = m.dst;
+        int plain = 0;
+        if (is_reference_impl(pd) && (x->layout != DIST_LAYOUT_PLAIN || x->shape[3] == 1 ||
+                                      dy->layout != DIST_LAYOUT_PLAIN)) {
+            dnnl_memory_desc_t xs = m.src, ds = m.dst;
+            dnnl_dims_t xd = {x->shape[0], x->shape[3], x->shape[1], x->shape[2]};
+            dnnl_dims_t dd = {dy->shape[0], dy->shape[3], dy->shape[1], dy->shape[2]};
+            dnnl_status_t s1 = dnnl_memory_desc_init_by_tag(&m.src, 4, xd, dnnl_dt(x->dtype), dnnl_nhwc);
+            dnnl_status_t s2 = dnnl_memory_desc_init_by_tag(&m.dst, 4, dd, dnnl_dt(dy->dtype), dnnl_nhwc);
+            dnnl_primitive_desc_t alt = NULL;
+            if (s1 == dnnl_success && s2 == dnnl_success &&
+                conv_bwd_filter_pd(c, &m, db != NULL, &alt) == DIST_OK && !is_reference_impl(alt)) {
+                dnnl_primitive_desc_destroy(pd);
+                pd = alt;
+                plain = 1;
+            } else {
+                if (alt) dnnl_primitive_desc_destroy(alt);
+                m.src = xs;
+                m.dst = ds;
+            }
         }
-        dnnl_status_t s = dnnl_convolution_backward_weights_desc_init(
-            &cd, dnnl_convolution_direct, &m.src, &m.wei_any, db ? &m.bias : NULL, &m.dst,
-            m.strides, m.pad_l, m.pad_r);
-        if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &cd, attr, c->engine, hint);
-        dnnl_primitive_attr_destroy(attr);
-        dnnl_primitive_desc_destroy(hint);
-        DIST_TRY(cpu_dnnl_check(s, "convolution backward-weights"));
         p = cache_slot(c, &k);
+        dist_status st = DIST_OK;
         const dnnl_memory_desc_t *wmd =
             dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
         DIST_TRY_GOTO(buf_new(wmd, &p->buf[0]), st, fail);
@@ -430,6 +491,12 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
         DIST_TRY_GOTO(mem_new(c, &m.bias, &p->mem[4]), st, fail);
         set_handle(p->mem[2], p->buf[0]);
         DIST_TRY_GOTO(reorder_new(c, wmd, &m.wei_plain, &p->reorder_out), st, fail);
+        /* A one-channel nchw input is already NHWC bytes: only a blocked one needs a copy. */
+        if (plain && x->layout != DIST_LAYOUT_PLAIN)
+            DIST_TRY_GOTO(plain_copy_setup(c, p, &x_own, &m.src, 3, 8, 9, &p->reorder_x), st, fail);
+        if (plain && dy->layout != DIST_LAYOUT_PLAIN)
+            DIST_TRY_GOTO(plain_copy_setup(c, p, &dy_own, &m.dst, 4, 10, 11, &p->reorder_dy), st,
+                          fail);
         DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
         goto ready;
     fail:
@@ -441,11 +508,24 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
     }
 ready:
     omp_set_num_threads(c->threads);
-    set_handle(p->mem[0], x->data);
-    set_handle(p->mem[1], dy->data);
+    dnnl_memory_t xm = p->mem[0], dym = p->mem[1];
+    if (p->reorder_x) {
+        set_handle(p->mem[8], x->data);
+        DIST_TRY(run_reorder(c, p->reorder_x, p->mem[8], p->mem[9]));
+        xm = p->mem[9];
+    } else {
+        set_handle(p->mem[0], x->data);
+    }
+    if (p->reorder_dy) {
+        set_handle(p->mem[10], dy->data);
+        DIST_TRY(run_reorder(c, p->reorder_dy, p->mem[10], p->mem[11]));
+        dym = p->mem[11];
+    } else {
+        set_handle(p->mem[1], dy->data);
+    }
     set_handle(p->mem[3], dw->data);
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mem[0]},
-                               {DNNL_ARG_DIFF_DST, p->mem[1]},
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, xm},
+                               {DNNL_ARG_DIFF_DST, dym},
                                {DNNL_ARG_DIFF_WEIGHTS, p->mem[2]}};
     int n = 3;
     if (db) {

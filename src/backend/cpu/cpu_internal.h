@@ -13,8 +13,12 @@ typedef struct cpu_prim {
     dnnl_primitive_t prim;
     dnnl_primitive_t reorder_in;  /* plain weights -> the primitive's weights layout */
     dnnl_primitive_t reorder_out; /* the primitive's diff-weights layout -> plain */
-    dnnl_memory_t mem[8];
-    void *buf[3]; /* scratch: reordered weights, reordered diff weights, scratchpad */
+    /* backward-weights only, where oneDNN has no fast kernel for the activations' layout:
+     * x and dy -> plain NHWC copies in buf[3] / buf[4] (mem[8..11]) */
+    dnnl_primitive_t reorder_x, reorder_dy;
+    dnnl_memory_t mem[12];
+    /* scratch: reordered weights, reordered diff weights, scratchpad, plain x, plain dy */
+    void *buf[5];
     size_t workspace_bytes;
     const char *impl; /* oneDNN implementation name, e.g. "jit:avx512_core" */
 } cpu_prim;
@@ -25,6 +29,10 @@ typedef struct cpu_ctx {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     int threads;
+    /* Channel block of the activations kept between kernels: 16 where oneDNN runs AVX-512,
+     * 8 on AVX2 (its kernels there are written for nChw8c; nChw16c falls back to ref:any,
+     * ~1000x slower), 0 (plain NHWC) below that. */
+    int block;
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
@@ -34,6 +42,8 @@ typedef struct cpu_ctx {
 void dist_cpu_set_flush_denormals(void);
 
 dist_status cpu_dnnl_check(dnnl_status_t s, const char *what);
+/* The channel block for the ISA oneDNN dispatches to on this processor (see cpu_ctx.block). */
+int cpu_dnnl_activation_block(void);
 
 /* oneDNN-backed kernels (cpu_dnnl.c) */
 dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
