@@ -95,8 +95,19 @@ DIST_API void dist_strategy_destroy(dist_strategy *strategy);
 /* "one_device", "mirrored", ... */
 DIST_API const char *dist_strategy_name(const dist_strategy *strategy);
 DIST_API dist_status dist_strategy_kind_parse(const char *text, dist_strategy_kind *out);
+/* Replicas over the whole cluster (every worker's local replicas together). */
 DIST_API int dist_strategy_num_replicas_in_sync(const dist_strategy *strategy);
+/* Replicas of this process: run() calls the step this many times, per_replica values hold this
+ * many entries. Equal to num_replicas_in_sync except under multi_worker. */
+DIST_API int dist_strategy_num_local_replicas(const dist_strategy *strategy);
+/* The device of local replica `replica`. */
 DIST_API dist_device dist_strategy_replica_device(const dist_strategy *strategy, int replica);
+/* Workers in the cluster (1 for the single-process strategies), this process's worker id
+ * (TF's id_in_cluster: the chief is 0) and whether it is the chief, the one worker that
+ * writes checkpoints, logs and summaries (TF's rule). */
+DIST_API int dist_strategy_num_workers(const dist_strategy *strategy);
+DIST_API int dist_strategy_worker_id(const dist_strategy *strategy);
+DIST_API int dist_strategy_is_chief(const dist_strategy *strategy);
 /* "in-process" or "nccl": what the strategy chose for cross-device reduction. */
 DIST_API const char *dist_strategy_cross_device_name(const dist_strategy *strategy);
 
@@ -133,7 +144,8 @@ typedef struct dist_distributed_iterator dist_distributed_iterator;
 /* Per-replica inputs: element r is replica r's piece of one global batch (host tensors,
  * owned by the iterator, valid until its next call). */
 typedef struct dist_per_replica_element {
-    int num_replicas;
+    int num_replicas;          /* local replicas */
+    int64_t global_batch_size; /* rows of the global batch over every worker's replicas */
     dist_element replicas[64];
 } dist_per_replica_element;
 

@@ -14,8 +14,9 @@ struct dist_replica_ctx_i {
 struct dist_replica_ctx {
     const struct dist_replica_ctx_i *iface;
     void *impl; /* the strategy's per-run state */
-    int replica_id;
-    int num_replicas;
+    int replica_id;   /* replica_id_in_sync_group: global, over every worker's replicas */
+    int num_replicas; /* num_replicas_in_sync: global */
+    int local_id;     /* this process's replica index: its copy of models and optimizer slots */
     dist_backend *backend;
     dist_tape *tape;
 };

@@ -319,7 +319,7 @@ static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
         return dist_error(DIST_INVALID_USAGE, "model '%s' is not built (call dist_model_build)",
                           m->name);
     dist_replica_ctx *rc = dist_tape_replica(tape);
-    int id = rc ? rc->replica_id : 0;
+    int id = rc ? rc->local_id : 0;
     if (id >= m->nreplicas)
         return dist_error(DIST_INVALID_USAGE,
                           "model '%s' has %d replica(s) but runs on replica %d: build it inside "

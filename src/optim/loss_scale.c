@@ -56,7 +56,7 @@ dist_optimizer *dist_loss_scale_inner(const dist_loss_scale_optimizer *l) {
 
 static int replica_of(const dist_tape *tape) {
     dist_replica_ctx *rc = dist_tape_replica(tape);
-    return rc ? rc->replica_id : 0;
+    return rc ? rc->local_id : 0;
 }
 
 dist_status dist_loss_scale_scaled_loss(dist_loss_scale_optimizer *l, dist_tape *tape,

@@ -113,7 +113,7 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
     DIST_CHECK_ARG(o && model && tape, "dist_optimizer_apply_gradients: NULL argument");
     DIST_TRY(bind(o, model));
     dist_replica_ctx *rc = dist_tape_replica(tape);
-    int r = rc ? rc->replica_id : 0;
+    int r = rc ? rc->local_id : 0;
     DIST_CHECK_ARG(
         r < dist_model_num_replicas(model),
         "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);

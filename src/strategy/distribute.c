@@ -127,6 +127,7 @@ static dist_status split_global(dist_distributed_iterator *it, const dist_elemen
     int R = it->dds->strategy->num_replicas;
     out->num_replicas = R;
     int64_t b = e->count > 0 ? e->items[0]->shape[0] : 0;
+    out->global_batch_size = b;
     for (int i = 1; i < e->count; i++)
         if (e->items[i]->shape[0] != b)
             return dist_error(DIST_INVALID_ARGUMENT,
@@ -176,6 +177,7 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
     }
     int R = it->dds->strategy->num_replicas;
     out->num_replicas = R;
+    out->global_batch_size = 0;
     for (int r = 0; r < R; r++) {
         DIST_TRY(dist_iterator_next(it->it, &e, end));
         if (*end) {
@@ -195,6 +197,7 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
             return DIST_OK;
         }
         out->replicas[r].count = e.count;
+        if (e.count > 0 && e.items[0]->ndim > 0) out->global_batch_size += e.items[0]->shape[0];
         for (int i = 0; i < e.count; i++) {
             DIST_TRY(copy_into(&it->copies[r][i], e.items[i]));
             out->replicas[r].items[i] = it->copies[r][i];

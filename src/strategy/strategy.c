@@ -24,7 +24,13 @@ dist_status dist_strategy_kind_parse(const char *text, dist_strategy_kind *out) 
 }
 
 const char *dist_strategy_name(const dist_strategy *s) { return s ? kind_names[s->kind] : "none"; }
-int dist_strategy_num_replicas_in_sync(const dist_strategy *s) { return s ? s->num_replicas : 0; }
+int dist_strategy_num_replicas_in_sync(const dist_strategy *s) {
+    return s ? s->num_replicas_in_sync : 0;
+}
+int dist_strategy_num_local_replicas(const dist_strategy *s) { return s ? s->num_replicas : 0; }
+int dist_strategy_num_workers(const dist_strategy *s) { return s ? s->num_workers : 0; }
+int dist_strategy_worker_id(const dist_strategy *s) { return s ? s->worker_id : 0; }
+int dist_strategy_is_chief(const dist_strategy *s) { return s ? s->is_chief : 0; }
 const char *dist_strategy_cross_device_name(const dist_strategy *s) {
     return s ? s->cross_device : "";
 }
@@ -135,7 +141,7 @@ static void run_replica(dist_strategy *s, int r) {
 static void *replica_thread(void *arg) {
     dist_replica_ctx *rc = arg;
     dist_strategy *s = rc->impl;
-    int r = rc->replica_id;
+    int r = rc->local_id;
     unsigned long seen = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -211,7 +217,7 @@ dist_status dist_strategy_run(dist_strategy *s, dist_step_fn step, void *user,
 static dist_status rc_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t) {
     dist_strategy *s = rc->impl;
     if (!s->iface->all_reduce) return DIST_OK;
-    return s->iface->all_reduce(s, rc->replica_id, op, t);
+    return s->iface->all_reduce(s, rc->local_id, op, t);
 }
 
 static dist_status rc_all_gather(dist_replica_ctx *rc, const dist_tensor *in, dist_tensor *out) {
@@ -219,7 +225,7 @@ static dist_status rc_all_gather(dist_replica_ctx *rc, const dist_tensor *in, di
     if (!s->iface->all_gather)
         return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data,
                                         dist_tensor_bytes(in), DIST_COPY_D2D);
-    return s->iface->all_gather(s, rc->replica_id, in, out);
+    return s->iface->all_gather(s, rc->local_id, in, out);
 }
 
 static const struct dist_replica_ctx_i strategy_rc_iface = {rc_all_reduce, rc_all_gather};
@@ -277,6 +283,9 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
     pthread_cond_init(&s->cv_done, NULL);
     s->kind = o->kind;
     s->num_replicas = n;
+    s->num_replicas_in_sync = n;
+    s->num_workers = 1;
+    s->is_chief = 1;
     int cpus = dist_device_count(DIST_DEVICE_CPU), ncpu_replicas = 0;
     for (int r = 0; r < n; r++) ncpu_replicas += devs[r].kind == DIST_DEVICE_CPU;
     int threads = o->threads_per_replica;
@@ -295,7 +304,7 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
             break;
         }
         dist_tape_bind_replica(s->tapes[r], &s->rctx[r]);
-        s->rctx[r] = (dist_replica_ctx){&strategy_rc_iface, s, r, n, s->backends[r], s->tapes[r]};
+        s->rctx[r] = (dist_replica_ctx){&strategy_rc_iface, s, r, n, r, s->backends[r], s->tapes[r]};
         s->placement.backends[r] = s->backends[r];
     }
     s->placement.num_replicas = n;

@@ -39,7 +39,12 @@ struct dist_strategy {
     const struct dist_strategy_i *iface;
     void *ctx;
     dist_strategy_kind kind;
-    int num_replicas;
+    int num_replicas; /* local replicas (threads of this process) */
+    /* Over the whole cluster: workers x local replicas. This worker's replicas are global
+     * replicas replica_offset .. replica_offset + num_replicas - 1. */
+    int num_replicas_in_sync;
+    int replica_offset;
+    int num_workers, worker_id, is_chief;
     dist_device devices[DIST_MAX_REPLICAS];
     dist_backend *backends[DIST_MAX_REPLICAS];
     dist_tape *tapes[DIST_MAX_REPLICAS];

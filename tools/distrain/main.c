@@ -121,13 +121,6 @@ static int load_data(run_state *s) {
     return 0;
 }
 
-static int64_t rows_of(const dist_per_replica_element *e) {
-    int64_t n = 0;
-    for (int r = 0; r < e->num_replicas; r++)
-        n += e->replicas[r].count ? e->replicas[r].items[0]->shape[0] : 0;
-    return n;
-}
-
 static void progress(const run_state *s, int64_t step, int64_t total, double elapsed, double loss,
                      double acc, int final) {
     if (s->o->quiet) return;
@@ -161,7 +154,7 @@ static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn f
         int end = 0;
         if (dist_distributed_iterator_next(it, &in, &end)) return fail("reading input");
         if (end || (training && s->o->max_steps && step == s->o->max_steps)) break;
-        cs.global_batch_size = rows_of(&in);
+        cs.global_batch_size = in.global_batch_size;
         double t0 = now_s();
         if (dist_strategy_run(s->strategy, fn, &cs, &in, &out))
             return fail(training ? "training step" : "evaluation");
