@@ -46,6 +46,13 @@ typedef enum dist_cross_device_ops {
     DIST_CROSS_DEVICE_IN_PROCESS /* reduction in host memory by the replicas' threads */
 } dist_cross_device_ops;
 
+/* How the workers of a multi_worker strategy exchange gradients. */
+typedef enum dist_transport {
+    DIST_TRANSPORT_AUTO = 0, /* shared memory when every worker is on this host, else TCP */
+    DIST_TRANSPORT_TCP,      /* a ring over TCP */
+    DIST_TRANSPORT_SHM       /* shared memory (every worker on one host) */
+} dist_transport;
+
 /* Variable aggregation and synchronization (tf.VariableAggregation / VariableSynchronization),
  * for variables made with dist_strategy_create_variable. */
 typedef enum dist_aggregation {
@@ -72,15 +79,24 @@ typedef struct dist_strategy_options {
     dist_cross_device_ops cross_device_ops;
     /* Gradients are all-reduced as one buffer (0) or in packs of this many bytes. */
     size_t bytes_per_pack;
-    /* Deadline in seconds for a collective to complete (0: 300). */
+    /* Deadline in seconds for a collective to complete (0: 300 in one process, 60 across
+     * workers). A peer that has not arrived by then fails the step with DIST_TIMEOUT. */
     double collective_timeout_s;
+    /* multi_worker: the cluster as a TF_CONFIG-shaped JSON document; NULL resolves it from the
+     * environment (TF_CONFIG, then Slurm; see dist/cluster.h). Borrowed for the call. */
+    const char *cluster_spec;
+    /* multi_worker: deadline in seconds for every worker to join (0: 300). */
+    double connect_timeout_s;
+    /* multi_worker: how workers exchange data. AUTO: shared memory when every worker is on this
+     * host, else TCP; $DIST_COLLECTIVE_TRANSPORT (auto, tcp, shm) is read when AUTO. */
+    dist_transport transport;
 } dist_strategy_options;
 
-#define DIST_STRATEGY_OPTIONS_VERSION 1
+#define DIST_STRATEGY_OPTIONS_VERSION 2
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
         DIST_STRATEGY_OPTIONS_VERSION, DIST_STRATEGY_MIRRORED, NULL, 0, DIST_CROSS_DEVICE_AUTO, 0, \
-            0.0                                                                                    \
+            0.0, NULL, 0.0, DIST_TRANSPORT_AUTO                                                    \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,
@@ -108,7 +124,8 @@ DIST_API dist_device dist_strategy_replica_device(const dist_strategy *strategy,
 DIST_API int dist_strategy_num_workers(const dist_strategy *strategy);
 DIST_API int dist_strategy_worker_id(const dist_strategy *strategy);
 DIST_API int dist_strategy_is_chief(const dist_strategy *strategy);
-/* "in-process" or "nccl": what the strategy chose for cross-device reduction. */
+/* "in-process" or "nccl": what the strategy chose for cross-device reduction; under
+ * multi_worker with the transport between workers, e.g. "in-process+tcp". */
 DIST_API const char *dist_strategy_cross_device_name(const dist_strategy *strategy);
 
 /* While in scope (on this thread), models built and variables created are distributed. */

@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#define DIST_CUDA_MODULE_ABI 1
+#define DIST_CUDA_MODULE_ABI 2
 #define DIST_CUDA_MODULE_FILE "libdist_cuda.so"
 #define DIST_CUDA_MODULE_ENTRY "dist_cuda_module_get"
 /* Full path of the module to load instead of searching for it. */
@@ -53,6 +53,11 @@ struct dist_cuda_module {
     dist_status (*nccl_comm_all_gather)(dist_nccl_comm *c, int rank, const dist_tensor *in,
                                         dist_tensor *out);
     dist_status (*nccl_comm_broadcast)(dist_nccl_comm *c, int rank, int root, dist_tensor *t);
+    dist_status (*nccl_unique_id)(unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES]);
+    dist_status (*nccl_comm_create_ranks)(int total_ranks, int first_rank, int num_local,
+                                          dist_backend *const *backends,
+                                          const unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES],
+                                          dist_nccl_comm **out);
 };
 
 /* The module's entry point: its table when abi_version and host's layout match what it was

@@ -20,6 +20,23 @@ dist_status dist_nccl_comm_create(int n, dist_backend *const *backends, dist_ncc
     return m->nccl_comm_create(n, backends, out);
 }
 
+dist_status dist_nccl_unique_id(unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES]) {
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "NCCL unique id");
+    return m->nccl_unique_id(id);
+}
+
+dist_status dist_nccl_comm_create_ranks(int total, int first, int n, dist_backend *const *backends,
+                                        const unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES],
+                                        dist_nccl_comm **out) {
+    *out = NULL;
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "NCCL communicator");
+    return m->nccl_comm_create_ranks(total, first, n, backends, id, out);
+}
+
 void dist_nccl_comm_destroy(dist_nccl_comm *c) {
     if (!c) return;
     loaded()->nccl_comm_destroy(c);

@@ -309,6 +309,11 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
             st = place->backends[r]->iface->synchronize(place->backends[r]->ctx);
     }
+    if (st == DIST_OK && place->sync_initial) {
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        for (int r = 0; r < m->nreplicas; r++) copies[r] = &m->replicas[r].params;
+        st = place->sync_initial(place->owner, copies);
+    }
     if (st != DIST_OK) return st;
     m->built = 1;
     return DIST_OK;

@@ -55,7 +55,7 @@ dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *s, di
                                                             void *user,
                                                             dist_distributed_dataset **out) {
     DIST_CHECK_ARG(s && fn && out, "distribute_datasets_from_function: NULL argument");
-    dist_input_context ctx = {1, 0, s->num_replicas};
+    dist_input_context ctx = {s->num_workers, s->worker_id, s->num_replicas_in_sync};
     dist_dataset *ds = NULL;
     DIST_TRY(fn(&ctx, user, &ds));
     if (!ds)
@@ -122,9 +122,13 @@ static void piece(int64_t b, int R, int r, int64_t *lo, int64_t *n) {
     *n = end - start;
 }
 
+/* Under multi_worker every worker reads the same global batches and keeps the pieces of its
+ * own replicas (TF's DATA auto-shard policy after rebatching): global replicas
+ * replica_offset .. replica_offset + R - 1 of num_replicas_in_sync. */
 static dist_status split_global(dist_distributed_iterator *it, const dist_element *e,
                                 dist_per_replica_element *out) {
-    int R = it->dds->strategy->num_replicas;
+    const dist_strategy *s = it->dds->strategy;
+    int R = s->num_replicas, global_R = s->num_replicas_in_sync, offset = s->replica_offset;
     out->num_replicas = R;
     int64_t b = e->count > 0 ? e->items[0]->shape[0] : 0;
     out->global_batch_size = b;
@@ -135,7 +139,7 @@ static dist_status split_global(dist_distributed_iterator *it, const dist_elemen
                               (long long)e->items[i]->shape[0], (long long)b);
     for (int r = 0; r < R; r++) {
         int64_t lo, n;
-        piece(b, R, r, &lo, &n);
+        piece(b, global_R, offset + r, &lo, &n);
         out->replicas[r].count = e->count;
         for (int i = 0; i < e->count; i++) {
             const dist_tensor *src = e->items[i];
@@ -177,7 +181,7 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
     }
     int R = it->dds->strategy->num_replicas;
     out->num_replicas = R;
-    out->global_batch_size = 0;
+    out->global_batch_size = 0; /* this worker's rows; times the workers below */
     for (int r = 0; r < R; r++) {
         DIST_TRY(dist_iterator_next(it->it, &e, end));
         if (*end) {
@@ -194,6 +198,7 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
                 }
             }
             *end = 0;
+            out->global_batch_size *= it->dds->strategy->num_workers;
             return DIST_OK;
         }
         out->replicas[r].count = e.count;
@@ -203,5 +208,8 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
             out->replicas[r].items[i] = it->copies[r][i];
         }
     }
+    /* Each worker's pipeline is its own: the global batch assumes the other workers' steps
+     * are as large as this one's (TF's InputContext contract: equal per-replica batches). */
+    out->global_batch_size *= it->dds->strategy->num_workers;
     return DIST_OK;
 }

@@ -2,7 +2,20 @@
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* Under multi_worker: sums the host buffer over the workers (identity for one worker). */
+static dist_status cross_worker_sum(dist_strategy *s, float *data, size_t count,
+                                    dist_tensor **out) {
+    if (!s->iface->cross_worker_sum) return DIST_OK;
+    dist_status st = s->iface->cross_worker_sum(s, data, count);
+    if (st != DIST_OK) {
+        dist_tensor_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
 
 static dist_status check_values(const dist_per_replica *v, int index) {
     DIST_CHECK_ARG(v && v->num_replicas > 0, "reduce: no per-replica values");
@@ -28,8 +41,9 @@ dist_status dist_strategy_reduce(dist_strategy *s, dist_reduce_op op, const dist
             const float *x = v->values[r][index]->data;
             for (int64_t i = 0; i < n; i++) o[i] += x[i];
         }
+        DIST_TRY(cross_worker_sum(s, o, (size_t)n, out));
         if (op == DIST_REDUCE_MEAN)
-            for (int64_t i = 0; i < n; i++) o[i] /= (float)v->num_replicas;
+            for (int64_t i = 0; i < n; i++) o[i] /= (float)s->num_replicas_in_sync;
         return DIST_OK;
     }
     DIST_CHECK_ARG(axis < t0->ndim, "reduce: axis %d is out of range for a %d-D value", axis,
@@ -66,11 +80,82 @@ dist_status dist_strategy_reduce(dist_strategy *s, dist_reduce_op op, const dist
                 for (int64_t i = 0; i < inner; i++)
                     o[a * inner + i] += x[(a * along + k) * inner + i];
     }
-    if (op == DIST_REDUCE_MEAN) {
-        int64_t n = outer * inner;
-        for (int64_t i = 0; i < n; i++) o[i] = total_along > 0 ? o[i] / (float)total_along : 0.0f;
+    int64_t n = outer * inner;
+    if (s->iface->cross_worker_sum) {
+        /* the sums and the count along the axis meet in one call */
+        float *buf = malloc((size_t)(n + 1) * sizeof *buf);
+        if (!buf) {
+            dist_tensor_destroy(*out);
+            *out = NULL;
+            return dist_error(DIST_OUT_OF_MEMORY, "reduce: out of memory");
+        }
+        memcpy(buf, o, (size_t)n * sizeof *buf);
+        buf[n] = (float)total_along;
+        dist_status st = cross_worker_sum(s, buf, (size_t)n + 1, out);
+        if (st == DIST_OK) {
+            memcpy(o, buf, (size_t)n * sizeof *buf);
+            total_along = (int64_t)buf[n];
+        }
+        free(buf);
+        DIST_TRY(st);
     }
+    if (op == DIST_REDUCE_MEAN)
+        for (int64_t i = 0; i < n; i++) o[i] = total_along > 0 ? o[i] / (float)total_along : 0.0f;
     return DIST_OK;
+}
+
+/* Concatenates every worker's local rows in worker order. Workers may hold different numbers
+ * of rows (an uneven final batch): the row counts meet first, then blocks padded to the
+ * largest. */
+static dist_status gather_workers(dist_strategy *s, dist_tensor **out) {
+    dist_tensor *local = *out;
+    *out = NULL;
+    int W = s->num_workers;
+    size_t row_bytes = local->shape[0] > 0 ? dist_tensor_bytes(local) / (size_t)local->shape[0] : 0;
+    if (row_bytes == 0) {
+        dist_tensor one = *local;
+        one.shape[0] = 1;
+        row_bytes = dist_tensor_bytes(&one);
+    }
+    float mine = (float)local->shape[0];
+    float *counts = malloc((size_t)W * sizeof *counts);
+    dist_status st = counts ? s->iface->cross_worker_gather(s, &mine, sizeof mine, counts)
+                            : dist_error(DIST_OUT_OF_MEMORY, "gather: out of memory");
+    int64_t most = 0, total = 0;
+    for (int w = 0; st == DIST_OK && w < W; w++) {
+        int64_t c = (int64_t)counts[w];
+        total += c;
+        if (c > most) most = c;
+    }
+    char *block = NULL, *all = NULL;
+    if (st == DIST_OK) {
+        block = calloc((size_t)(most > 0 ? most : 1), row_bytes);
+        all = malloc((size_t)(most > 0 ? most : 1) * row_bytes * (size_t)W);
+        if (!block || !all) st = dist_error(DIST_OUT_OF_MEMORY, "gather: out of memory");
+    }
+    if (st == DIST_OK) {
+        memcpy(block, local->data, dist_tensor_bytes(local));
+        st = s->iface->cross_worker_gather(s, block, (size_t)most * row_bytes, all);
+    }
+    if (st == DIST_OK) {
+        int64_t shape[DIST_MAX_DIMS];
+        memcpy(shape, local->shape, sizeof shape);
+        shape[0] = total;
+        st = dist_tensor_create(DIST_F32, local->ndim, shape, out);
+    }
+    if (st == DIST_OK) {
+        char *dst = (*out)->data;
+        for (int w = 0; w < W; w++) {
+            size_t bytes = (size_t)counts[w] * row_bytes;
+            memcpy(dst, all + (size_t)w * (size_t)most * row_bytes, bytes);
+            dst += bytes;
+        }
+    }
+    free(counts);
+    free(block);
+    free(all);
+    dist_tensor_destroy(local);
+    return st;
 }
 
 dist_status dist_strategy_gather(dist_strategy *s, const dist_per_replica *v, int index,
@@ -91,7 +176,8 @@ dist_status dist_strategy_gather(dist_strategy *s, const dist_per_replica *v, in
         memcpy(dst, v->values[r][index]->data, bytes);
         dst += bytes;
     }
-    return DIST_OK;
+    if (!s->iface->cross_worker_gather || s->num_workers == 1) return DIST_OK;
+    return gather_workers(s, out);
 }
 
 dist_status dist_strategy_local_results(const dist_per_replica *v, int index, dist_tensor **out,

@@ -75,6 +75,8 @@ static void default_devices(dist_strategy_kind kind, dist_device *out, int *coun
         return;
     }
     int n = gpus > 0 ? gpus : cpus;
+    /* A CPU worker is one replica using every core, as in TensorFlow. */
+    if (kind == DIST_STRATEGY_MULTI_WORKER && gpus == 0) n = 1;
     if (n > DIST_MAX_REPLICAS) n = DIST_MAX_REPLICAS;
     for (int i = 0; i < n; i++)
         out[i] = (dist_device){gpus > 0 ? DIST_DEVICE_CUDA : DIST_DEVICE_CPU, i};
@@ -262,7 +264,8 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
                    (int)o->kind);
     DIST_CHECK_ARG(o->threads_per_replica >= 0, "strategy: threads_per_replica must be >= 0");
     *out = NULL;
-    if (o->kind != DIST_STRATEGY_ONE_DEVICE && o->kind != DIST_STRATEGY_MIRRORED)
+    if (o->kind != DIST_STRATEGY_ONE_DEVICE && o->kind != DIST_STRATEGY_MIRRORED &&
+        o->kind != DIST_STRATEGY_MULTI_WORKER)
         return dist_error(DIST_UNSUPPORTED,
                           "strategy '%s' is not available in this version of libdist",
                           kind_names[o->kind]);
@@ -309,7 +312,9 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
     }
     s->placement.num_replicas = n;
     s->placement.owner = s;
-    if (st == DIST_OK) st = dist_strategy_init_local(s, o);
+    if (st == DIST_OK)
+        st = o->kind == DIST_STRATEGY_MULTI_WORKER ? dist_strategy_init_multi_worker(s, o)
+                                                   : dist_strategy_init_local(s, o);
     for (int r = 1; r < n && st == DIST_OK; r++) {
         if (pthread_create(&s->threads[r], NULL, replica_thread, &s->rctx[r]) != 0) {
             st = dist_error(DIST_SYSTEM, "strategy: cannot start the thread of replica %d", r);

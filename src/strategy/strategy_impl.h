@@ -23,6 +23,11 @@ struct dist_strategy_i {
     void (*cancel)(dist_strategy *s, int replica);
     /* after a failed run, make collectives usable again */
     void (*reset)(dist_strategy *s);
+    /* Across workers, on host memory, from the caller's thread outside run() (reduce, gather,
+     * variable reads, initial values). NULL: a single worker. */
+    dist_status (*cross_worker_sum)(dist_strategy *s, float *data, size_t count);
+    dist_status (*cross_worker_gather)(dist_strategy *s, const void *in, size_t bytes, void *out);
+    dist_status (*cross_worker_broadcast)(dist_strategy *s, void *data, size_t bytes);
     void (*destroy)(dist_strategy *s);
 };
 
@@ -68,5 +73,6 @@ struct dist_strategy {
 
 /* Kind constructors: fill iface/ctx/cross_device after the common part is set up. */
 dist_status dist_strategy_init_local(dist_strategy *s, const dist_strategy_options *o);
+dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o);
 
 #endif

@@ -49,6 +49,11 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
         }
         if (st == DIST_OK) st = be->iface->synchronize(be->ctx);
     }
+    if (st == DIST_OK && s->placement.sync_initial) {
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        for (int r = 0; r < s->num_replicas; r++) copies[r] = &v->values[r];
+        st = s->placement.sync_initial(s, copies);
+    }
     if (st != DIST_OK) {
         dist_variable_destroy(v);
         return st;
@@ -73,7 +78,7 @@ dist_tensor *dist_variable_value(dist_variable *v, int replica) {
 
 dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const dist_tensor *value) {
     DIST_CHECK_ARG(v && rc && value, "dist_variable_assign: NULL argument");
-    int r = rc->replica_id;
+    int r = rc->local_id;
     DIST_CHECK_ARG(r < v->num_replicas, "assign '%s': no replica %d", v->name, r);
     dist_tensor *mine = &v->values[r];
     DIST_CHECK_ARG(dist_tensor_numel(value) == dist_tensor_numel(mine) && value->dtype == DIST_F32,
@@ -126,8 +131,10 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
         st = dist_backend_to_host(s->backends[r], &v->values[r], tmp, (size_t)count * sizeof *tmp);
         for (int64_t i = 0; st == DIST_OK && i < count; i++) dst[i] += tmp[i];
     }
+    if (st == DIST_OK && s->iface->cross_worker_sum)
+        st = s->iface->cross_worker_sum(s, dst, (size_t)count);
     if (st == DIST_OK && v->aggregation == DIST_AGGREGATION_MEAN)
-        for (int64_t i = 0; i < count; i++) dst[i] /= (float)v->num_replicas;
+        for (int64_t i = 0; i < count; i++) dst[i] /= (float)s->num_replicas_in_sync;
     free(tmp);
     return st;
 }

@@ -25,7 +25,6 @@ add_test(NAME distrain.gpu_without_gpu
 set_tests_properties(distrain.gpu_without_gpu PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 60)
 distrain_error_test(gpu_that_does_not_exist 2 "gpu:64" --devices gpu:64)
 distrain_error_test(device_twice 2 "listed twice" --devices cpu:0,cpu:0)
-distrain_error_test(not_yet_multi_worker 2 "multi_worker" --strategy multi_worker)
 
 # The seed's acceptance runs: defaults (5 epochs, batch 64, Adam 0.001) reach >= 0.95.
 foreach(strategy one_device mirrored)

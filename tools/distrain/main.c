@@ -1,5 +1,6 @@
 /* distrain: trains the seed CNN on MNIST with a tf.distribute-style strategy. Exit codes:
  * 0 success, 1 training or data error, 2 usage error. */
+#include "launcher.h"
 #include "options.h"
 #include "print_cluster.h"
 
@@ -29,6 +30,7 @@ typedef struct run_state {
     int64_t train_images, train_images_total, steps;
     double train_loss, train_accuracy, test_loss, test_accuracy;
     int threads;
+    int chief;         /* prints progress and writes the metrics (TF's chief rule) */
 } run_state;
 
 static double now_s(void) {
@@ -123,7 +125,7 @@ static int load_data(run_state *s) {
 
 static void progress(const run_state *s, int64_t step, int64_t total, double elapsed, double loss,
                      double acc, int final) {
-    if (s->o->quiet) return;
+    if (s->o->quiet || !s->chief) return;
     int tty = isatty(STDOUT_FILENO);
     if (!final && !tty) return;
     int width = 30, done = total > 0 ? (int)(width * step / total) : width;
@@ -192,7 +194,7 @@ static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn f
     *acc = seen > 0 ? correct / seen : 0.0;
     if (training) {
         double ips = step_time > 0 ? (double)s->train_images / step_time : 0.0;
-        if (!s->o->quiet) {
+        if (!s->o->quiet && s->chief) {
             double elapsed = now_s() - epoch_start;
             int tty = isatty(STDOUT_FILENO);
             int width = 30;
@@ -232,11 +234,11 @@ static int write_metrics(const run_state *s) {
     char dev[32];
     fprintf(f, "{\n  \"strategy\": \"%s\",\n  \"replicas\": %d,\n  \"devices\": [",
             dist_strategy_name(s->strategy), dist_strategy_num_replicas_in_sync(s->strategy));
-    for (int r = 0; r < dist_strategy_num_replicas_in_sync(s->strategy); r++)
+    for (int r = 0; r < dist_strategy_num_local_replicas(s->strategy); r++)
         fprintf(f, "%s\"%s\"", r ? ", " : "",
                 dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
     fprintf(f,
-            "],\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  \"steps\": %lld,\n  "
+            "],\n  \"workers\": %d,\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  \"steps\": %lld,\n  "
             "\"global_batch_size\": %lld,\n"
             "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n  "
             "\"test_accuracy\": %.6f,\n"
@@ -244,7 +246,8 @@ static int write_metrics(const run_state *s) {
             "%lld,\n"
             "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  "
             "\"data_source\": ",
-            dist_strategy_cross_device_name(s->strategy), s->o->epochs, (long long)s->steps,
+            dist_strategy_num_workers(s->strategy), dist_strategy_cross_device_name(s->strategy),
+            s->o->epochs, (long long)s->steps,
             (long long)s->o->batch_size, s->train_loss, s->train_accuracy, s->test_loss,
             s->test_accuracy,
             s->train_seconds > 0 ? (double)s->train_images_total / s->train_seconds : 0.0,
@@ -264,13 +267,20 @@ static int train(run_state *s) {
     }
     so.devices = o->devices;
     so.threads_per_replica = o->threads;
+    so.collective_timeout_s = o->collective_timeout_s;
+    so.connect_timeout_s = o->connect_timeout_s;
+    if (o->transport)
+        so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
+                       : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM
+                                                          : DIST_TRANSPORT_AUTO;
     dist_status st = dist_strategy_create(&so, &s->strategy);
     if (st == DIST_INVALID_ARGUMENT || st == DIST_NOT_FOUND || st == DIST_UNSUPPORTED) {
         fprintf(stderr, "distrain: %s\n", dist_last_error());
         return 2;
     }
     if (st) return fail("creating the strategy");
-    int replicas = dist_strategy_num_replicas_in_sync(s->strategy);
+    s->chief = dist_strategy_is_chief(s->strategy);
+    int replicas = dist_strategy_num_local_replicas(s->strategy);
     int cpus = dist_device_count(DIST_DEVICE_CPU);
     s->threads = o->threads ? o->threads : (cpus / replicas > 0 ? cpus / replicas : 1);
     int rc = load_data(s);
@@ -292,7 +302,7 @@ static int train(run_state *s) {
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
 
-    if (!o->quiet) {
+    if (!o->quiet && s->chief) {
         char summary[8192];
         dist_model_summary(s->model, summary, sizeof summary);
         fputs(summary, stdout);
@@ -303,6 +313,11 @@ static int train(run_state *s) {
                    dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
         printf("], %s reduction, %d thread(s) per replica, global batch %lld\n",
                dist_strategy_cross_device_name(s->strategy), s->threads, (long long)o->batch_size);
+        if (dist_strategy_num_workers(s->strategy) > 1)
+            printf("Cluster: %d workers, %d replicas in sync; this is worker %d (chief)\n",
+                   dist_strategy_num_workers(s->strategy),
+                   dist_strategy_num_replicas_in_sync(s->strategy),
+                   dist_strategy_worker_id(s->strategy));
         if (s->mnist)
             printf("Data: %s\n", s->data_source);
         else
@@ -319,7 +334,7 @@ static int train(run_state *s) {
     int64_t steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
     if (o->max_steps && o->max_steps < steps_per_epoch) steps_per_epoch = o->max_steps;
     for (int e = 0; e < o->epochs; e++) {
-        if (!o->quiet) printf("Epoch %d/%d\n", e + 1, o->epochs);
+        if (!o->quiet && s->chief) printf("Epoch %d/%d\n", e + 1, o->epochs);
         if (e > 0 && dist_distributed_iterator_reset(itrain)) return fail("starting the epoch");
         rc = run_epoch(s, itrain, dist_classifier_train_step, 1, &s->train_loss, &s->train_accuracy,
                        steps_per_epoch);
@@ -327,14 +342,14 @@ static int train(run_state *s) {
     }
     rc = run_epoch(s, itest, dist_classifier_eval_step, 0, &s->test_loss, &s->test_accuracy, 0);
     if (rc) return rc;
-    if (!o->quiet)
+    if (!o->quiet && s->chief)
         printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
                s->test_accuracy, (long long)s->test_examples);
     dist_distributed_iterator_destroy(itrain);
     dist_distributed_iterator_destroy(itest);
     dist_distributed_dataset_destroy(dtrain);
     dist_distributed_dataset_destroy(dtest);
-    if (o->metrics_json && write_metrics(s)) return 1;
+    if (o->metrics_json && s->chief && write_metrics(s)) return 1;
     return 0;
 }
 
@@ -344,6 +359,7 @@ int main(int argc, char **argv) {
     if (rc == 1) return 0;
     if (rc) return rc;
     if (o.print_cluster) return distrain_print_cluster();
+    if (o.workers > 0) return distrain_launch(argc, argv, &o);
     dist_set_log_callback(on_log, o.quiet ? DIST_LOG_WARN : DIST_LOG_INFO, NULL);
     run_state s;
     memset(&s, 0, sizeof s);

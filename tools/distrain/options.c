@@ -9,7 +9,8 @@ void distrain_usage(FILE *out) {
     fprintf(
         out,
         "usage: distrain [options]\n"
-        "  --strategy one_device|mirrored   distribution strategy (default mirrored)\n"
+        "  --strategy one_device|mirrored|multi_worker\n"
+        "                                   distribution strategy (default mirrored)\n"
         "  --devices LIST                   e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: all GPUs, "
         "else one\n"
         "                                   CPU replica per core)\n"
@@ -26,6 +27,16 @@ void distrain_usage(FILE *out) {
         "replicas)\n"
         "  --steps-per-epoch N              stop each epoch after N steps (default: whole epoch)\n"
         "  --metrics-json FILE              write final metrics as JSON\n"
+        "  --workers N                      multi_worker: run N local worker processes on "
+        "loopback\n"
+        "                                   (without it, TF_CONFIG says which worker this is)\n"
+        "  --transport auto|tcp|shm         multi_worker: how workers exchange gradients "
+        "(default auto:\n"
+        "                                   shared memory when all are on this host)\n"
+        "  --collective-timeout S           fail a step when a worker has not answered in S "
+        "seconds (60)\n"
+        "  --connect-timeout S              fail when the cluster has not assembled in S "
+        "seconds (300)\n"
         "  --print-cluster                  print the cluster and task resolved from TF_CONFIG (or "
         "Slurm)\n"
         "                                   as JSON and exit (2 with TensorFlow's message if "
@@ -131,11 +142,31 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             if (!(rc = parse_int(a, v, 1, INT64_MAX, &n))) o->max_steps = n;
         } else if (strcmp(a, "--metrics-json") == 0) {
             o->metrics_json = v;
+        } else if (strcmp(a, "--workers") == 0) {
+            if (!(rc = parse_int(a, v, 1, 64, &n))) o->workers = (int)n;
+        } else if (strcmp(a, "--transport") == 0) {
+            if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm"))
+                return bad(a, v, "expected auto, tcp or shm");
+            o->transport = v;
+        } else if (strcmp(a, "--collective-timeout") == 0 ||
+                   strcmp(a, "--connect-timeout") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0) || x > 1e6)
+                return bad(a, v, "must be a positive number of seconds");
+            if (a[2] == 'c' && a[3] == 'o' && a[4] == 'l')
+                o->collective_timeout_s = x;
+            else
+                o->connect_timeout_s = x;
         } else {
             fprintf(stderr, "distrain: unknown option '%s' (see --help)\n", a);
             return 2;
         }
         if (rc) return rc;
+    }
+    if (o->workers > 0 && strcmp(o->strategy, "multi_worker") != 0) {
+        fprintf(stderr, "distrain: --workers needs --strategy multi_worker\n");
+        return 2;
     }
     return 0;
 }

@@ -21,6 +21,11 @@ typedef struct distrain_options {
     int quiet;
     int print_cluster;
     int64_t max_steps; /* per epoch; 0 = all (for quick runs and benchmarks) */
+    /* multi_worker */
+    int workers;                 /* > 0: spawn this many local workers (the launcher) */
+    double collective_timeout_s; /* 0: the strategy's default (60 s across workers) */
+    double connect_timeout_s;    /* 0: 300 s */
+    const char *transport;       /* auto | tcp | shm */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */

@@ -14,6 +14,8 @@ static const struct dist_cuda_module g_module = {
     .nccl_comm_all_reduce = cuda_nccl_comm_all_reduce,
     .nccl_comm_all_gather = cuda_nccl_comm_all_gather,
     .nccl_comm_broadcast = cuda_nccl_comm_broadcast,
+    .nccl_unique_id = cuda_nccl_unique_id,
+    .nccl_comm_create_ranks = cuda_nccl_comm_create_ranks,
 };
 
 /* Exported by name (cuda_module.map lists it); the loader finds it with dlsym(). A mismatch

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct dist_nccl_comm {
     int n;
@@ -21,7 +22,10 @@ static dist_status nccl_check(ncclResult_t r, const char *what) {
     return dist_error(DIST_NCCL, "NCCL %s: %s", what, ncclGetErrorString(r));
 }
 
-dist_status cuda_nccl_comm_create(int n, dist_backend *const *backends, dist_nccl_comm **out) {
+_Static_assert(sizeof(ncclUniqueId) == DIST_NCCL_UNIQUE_ID_BYTES, "NCCL unique id size");
+
+/* The local replicas' devices and streams. */
+static dist_status comm_new(int n, dist_backend *const *backends, dist_nccl_comm **out) {
     DIST_CHECK_ARG(n >= 1 && n <= DIST_MAX_REPLICAS, "NCCL communicator: %d ranks", n);
     dist_nccl_comm *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "NCCL communicator: out of memory");
@@ -34,6 +38,48 @@ dist_status cuda_nccl_comm_create(int n, dist_backend *const *backends, dist_ncc
         c->devices[r] = backends[r]->device.index;
         c->streams[r] = (cudaStream_t)backends[r]->iface->native_stream(backends[r]->ctx);
     }
+    *out = c;
+    return DIST_OK;
+}
+
+dist_status cuda_nccl_unique_id(unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES]) {
+    ncclUniqueId u;
+    DIST_TRY(nccl_check(ncclGetUniqueId(&u), "ncclGetUniqueId"));
+    memcpy(id, u.internal, sizeof u.internal);
+    return DIST_OK;
+}
+
+dist_status cuda_nccl_comm_create_ranks(int total, int first, int n, dist_backend *const *backends,
+                                        const unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES],
+                                        dist_nccl_comm **out) {
+    DIST_CHECK_ARG(total >= 1 && first >= 0 && first + n <= total,
+                   "NCCL communicator: ranks %d..%d of %d", first, first + n - 1, total);
+    dist_nccl_comm *c;
+    DIST_TRY(comm_new(n, backends, &c));
+    ncclUniqueId u;
+    memcpy(u.internal, id, sizeof u.internal);
+    /* Several ranks in one process: their inits must be grouped or the first one blocks. */
+    dist_status st = nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; st == DIST_OK && r < n; r++) {
+        if (cudaSetDevice(c->devices[r]) != cudaSuccess)
+            st = dist_error(DIST_CUDA, "NCCL: cannot select gpu:%d", c->devices[r]);
+        else
+            st = nccl_check(ncclCommInitRank(&c->comms[r], total, u, first + r),
+                            "ncclCommInitRank");
+    }
+    dist_status end = nccl_check(ncclGroupEnd(), "ncclGroupEnd (communicator init)");
+    if (st == DIST_OK) st = end;
+    if (st != DIST_OK) {
+        cuda_nccl_comm_destroy(c);
+        return st;
+    }
+    *out = c;
+    return DIST_OK;
+}
+
+dist_status cuda_nccl_comm_create(int n, dist_backend *const *backends, dist_nccl_comm **out) {
+    dist_nccl_comm *c;
+    DIST_TRY(comm_new(n, backends, &c));
     dist_status st = nccl_check(ncclCommInitAll(c->comms, n, c->devices), "ncclCommInitAll");
     if (st != DIST_OK) {
         free(c);

@@ -1,0 +1,23 @@
+# multi_worker with real processes on loopback: the local launcher trains to the acceptance
+# accuracy, a killed worker is named by the survivor, and bad cluster input is a clear error.
+add_test(NAME distrain.accuracy_multi_worker
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=multi_worker
+                 "-DARGS=--workers;2"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_multi_worker.json
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+set_tests_properties(distrain.accuracy_multi_worker PROPERTIES LABELS "cli;slow" TIMEOUT 600
+                     RUN_SERIAL TRUE)
+add_test(NAME distrain.killed_worker_is_named
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/kill_worker.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/kill_worker)
+set_tests_properties(distrain.killed_worker_is_named PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
+distrain_error_test(workers_without_multi_worker 2 "--workers needs --strategy multi_worker"
+                    --workers 2)
+add_test(NAME distrain.multi_worker_bad_tf_config
+         COMMAND ${CMAKE_COMMAND} -E env
+                 "TF_CONFIG={\"cluster\":{\"worker\":[\"127.0.0.1:1\"]},\"task\":{\"type\":\"worker\",\"index\":5}}"
+                 ${expect} 2 "TF_CONFIG" $<TARGET_FILE:distrain> --strategy multi_worker)
+set_tests_properties(distrain.multi_worker_bad_tf_config PROPERTIES LABELS cli TIMEOUT 60)
+add_test(NAME distrain.multi_worker_unreachable_peer
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/unreachable_peer.sh ${expect} $<TARGET_FILE:distrain>)
+set_tests_properties(distrain.multi_worker_unreachable_peer PROPERTIES LABELS cli TIMEOUT 60)

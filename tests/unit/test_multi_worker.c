@@ -1,0 +1,414 @@
+/* multi_worker across real processes on 127.0.0.1: two workers x one replica against mirrored
+ * with two replicas, the cluster-wide reduce, gather and initial broadcast, and a cluster that
+ * never assembles.
+ *
+ * Workers are this test program executed again with "--worker ..." (fork + exec): a child
+ * forked after oneDNN's OpenMP threads exist would hang, and exec gives every worker a fresh
+ * process, as a real cluster has. */
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <dist/dist.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *g_self;
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void tf_config(char *buf, size_t cap, int nworkers, const int *ports, int index) {
+    size_t n = (size_t)snprintf(buf, cap, "{\"cluster\":{\"worker\":[");
+    for (int i = 0; i < nworkers; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s\"127.0.0.1:%d\"", i ? "," : "", ports[i]);
+    snprintf(buf + n, cap - n, "]},\"task\":{\"type\":\"worker\",\"index\":%d}}", index);
+}
+
+/* ---- what a worker process does ---------------------------------------------------------- */
+
+static dist_dataset *mnist_batches(dist_mnist *m, int64_t batch) {
+    dist_tensor parts[2] = {*dist_mnist_train_images(m), *dist_mnist_train_labels(m)};
+    dist_tensor *ptrs[2] = {&parts[0], &parts[1]};
+    dist_dataset *ds = NULL, *n = NULL, *sh = NULL, *b = NULL;
+    if (dist_dataset_from_tensor_slices(ptrs, 2, 0, &ds) ||
+        dist_dataset_map_image_normalize(ds, &n) || dist_dataset_shuffle(n, 8000, 3, 1, &sh) ||
+        dist_dataset_batch(sh, batch, 0, &b))
+        b = NULL;
+    dist_dataset_destroy(ds);
+    dist_dataset_destroy(n);
+    dist_dataset_destroy(sh);
+    return b;
+}
+
+typedef struct trainer {
+    dist_strategy *s;
+    dist_model *model;
+    dist_optimizer *opt;
+} trainer;
+
+static dist_status make_trainer(dist_strategy_options *so, int use_sgd, trainer *t) {
+    memset(t, 0, sizeof *t);
+    DIST_TRY_TEST(dist_strategy_create(so, &t->s));
+    DIST_TRY_TEST(dist_strategy_scope_enter(t->s));
+    int64_t shape[3] = {28, 28, 1};
+    DIST_TRY_TEST(dist_model_create_mnist_cnn(&t->model));
+    /* Each worker seeds differently: the chief's initial values must win (broadcast). */
+    uint64_t seed = 7 + (uint64_t)dist_strategy_worker_id(t->s) * 1000;
+    DIST_TRY_TEST(dist_model_build(t->model, 3, shape, seed));
+    if (use_sgd) {
+        dist_sgd_options o = DIST_SGD_OPTIONS_INIT;
+        o.momentum = 0.9f;
+        DIST_TRY_TEST(dist_optimizer_create_sgd(&o, &t->opt));
+    } else {
+        dist_adam_options o = DIST_ADAM_OPTIONS_INIT;
+        DIST_TRY_TEST(dist_optimizer_create_adam(&o, &t->opt));
+    }
+    return dist_strategy_scope_exit(t->s);
+}
+
+static void free_trainer(trainer *t) {
+    dist_optimizer_destroy(t->opt);
+    dist_model_destroy(t->model);
+    dist_strategy_destroy(t->s);
+}
+
+/* Trains `steps` steps of global batch 64 and leaves the weights in *weights (malloc'd). */
+static dist_status train(trainer *t, int steps, float **weights, int64_t *count) {
+    dist_mnist *m = NULL;
+    DIST_TRY_TEST(dist_mnist_load(NULL, &m));
+    dist_dataset *ds = mnist_batches(m, 64);
+    if (!ds) return dist_error_for_test(DIST_INTERNAL, "pipeline");
+    dist_distributed_dataset *dds;
+    dist_distributed_iterator *it;
+    DIST_TRY_TEST(dist_strategy_distribute_dataset(t->s, ds, &dds));
+    DIST_TRY_TEST(dist_distributed_dataset_iterator(dds, &it));
+    dist_classifier_step cs = {t->model, t->opt, 0};
+    for (int i = 0; i < steps; i++) {
+        dist_per_replica_element e;
+        int end;
+        DIST_TRY_TEST(dist_distributed_iterator_next(it, &e, &end));
+        cs.global_batch_size = e.global_batch_size;
+        dist_per_replica out;
+        DIST_TRY_TEST(dist_strategy_run(t->s, dist_classifier_train_step, &cs, &e, &out));
+    }
+    *count = dist_model_num_params(t->model);
+    *weights = malloc((size_t)*count * sizeof **weights);
+    DIST_TRY_TEST(dist_model_get_weights(t->model, 0, *weights, *count));
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    dist_dataset_destroy(ds);
+    dist_mnist_destroy(m);
+    return DIST_OK;
+}
+
+/* --worker train SPEC STEPS SGD OUT: trains, writes the weights to OUT. */
+static int worker_train(const char *spec, int steps, int use_sgd, const char *out) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_MULTI_WORKER;
+    so.devices = "cpu:0";
+    so.threads_per_replica = 1;
+    so.cluster_spec = spec;
+    trainer t;
+    float *w = NULL;
+    int64_t n = 0;
+    dist_status st = make_trainer(&so, use_sgd, &t);
+    if (st == DIST_OK) st = train(&t, steps, &w, &n);
+    if (st != DIST_OK) {
+        fprintf(stderr, "worker: %s\n", dist_last_error());
+        return 1;
+    }
+    FILE *f = fopen(out, "wb");
+    int ok = f && fwrite(w, sizeof *w, (size_t)n, f) == (size_t)n;
+    if (f) fclose(f);
+    free(w);
+    free_trainer(&t);
+    return ok ? 0 : 1;
+}
+
+/* --worker collectives SPEC OUT: cross-worker reduce (SUM, MEAN, MEAN over an uneven axis),
+ * gather of uneven rows, an ON_READ variable; writes "name value" lines to OUT. */
+static dist_status rows_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                             dist_element *outputs) {
+    int id = dist_replica_id(rc); /* global */
+    int rows = id + 1;            /* worker 0: 1 row, worker 1: 2 rows */
+    float v[2] = {(float)(10 * id + 1), (float)(10 * id + 2)};
+    int64_t shape[1] = {rows};
+    dist_tensor host = dist_tensor_view(v, DIST_F32, 1, shape);
+    DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &host, &outputs->items[0]));
+    outputs->count = 1;
+    dist_variable *var = user;
+    float mine = (float)(id + 1);
+    dist_tensor one = dist_tensor_view(&mine, DIST_F32, 0, NULL);
+    dist_tensor *dv;
+    DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &one, &dv));
+    return dist_variable_assign(var, rc, dv);
+}
+
+static int worker_collectives(const char *spec, const char *out) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_MULTI_WORKER;
+    so.devices = "cpu:0";
+    so.threads_per_replica = 1;
+    so.cluster_spec = spec;
+    dist_strategy *s = NULL;
+    dist_variable *var = NULL;
+    dist_per_replica pr;
+    dist_tensor *sum = NULL, *mean = NULL, *mean_axis = NULL, *gathered = NULL;
+    float init = 0, on_read = 0;
+    dist_status st = dist_strategy_create(&so, &s);
+    if (!st) st = dist_strategy_scope_enter(s);
+    if (!st)
+        st = dist_strategy_create_variable(s, "counter", 0, NULL, &init, DIST_AGGREGATION_SUM,
+                                           DIST_SYNC_ON_READ, &var);
+    if (!st) st = dist_strategy_scope_exit(s);
+    if (!st) st = dist_strategy_run(s, rows_step, var, NULL, &pr);
+    if (!st) st = dist_strategy_reduce(s, DIST_REDUCE_SUM, &pr, 0, 0, &sum);
+    if (!st) st = dist_strategy_reduce(s, DIST_REDUCE_MEAN, &pr, 0, 0, &mean_axis);
+    if (!st) st = dist_strategy_gather(s, &pr, 0, &gathered);
+    if (!st) st = dist_variable_read(var, &on_read, 1);
+    (void)mean;
+    if (st) {
+        fprintf(stderr, "worker: %s\n", dist_last_error());
+        return 1;
+    }
+    FILE *f = fopen(out, "w");
+    if (!f) return 1;
+    fprintf(f, "replicas_in_sync %d\nworkers %d\nworker_id %d\nchief %d\n",
+            dist_strategy_num_replicas_in_sync(s), dist_strategy_num_workers(s),
+            dist_strategy_worker_id(s), dist_strategy_is_chief(s));
+    fprintf(f, "sum_axis0 %g\nmean_axis0 %g\ngathered_rows %lld\n", *(float *)sum->data,
+            *(float *)mean_axis->data, (long long)gathered->shape[0]);
+    for (int64_t i = 0; i < gathered->shape[0]; i++)
+        fprintf(f, "gathered %g\n", ((float *)gathered->data)[i]);
+    fprintf(f, "on_read_sum %g\n", on_read);
+    fclose(f);
+    dist_tensor_destroy(sum);
+    dist_tensor_destroy(mean_axis);
+    dist_tensor_destroy(gathered);
+    dist_variable_destroy(var);
+    dist_strategy_destroy(s);
+    return 0;
+}
+
+static int worker_main(int argc, char **argv) {
+    if (argc >= 7 && strcmp(argv[2], "train") == 0)
+        return worker_train(argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
+    if (argc >= 5 && strcmp(argv[2], "collectives") == 0)
+        return worker_collectives(argv[3], argv[4]);
+    fprintf(stderr, "worker: bad arguments\n");
+    return 2;
+}
+
+/* ---- the parent's side ------------------------------------------------------------------- */
+
+static pid_t spawn(char *const *args) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        execv(g_self, args);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid) {
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static float *read_floats(const char *path, int64_t n) {
+    float *w = malloc((size_t)n * sizeof *w);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s missing", path);
+    ck_assert_int_eq(fread(w, sizeof *w, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return w;
+}
+
+/* Two worker processes x one replica, each with one compute thread, then mirrored with two
+ * replicas (one thread each) in this process: same seed, same batches, global batch 64. */
+static double workers_vs_mirrored(int use_sgd, int steps) {
+    int ports[2] = {free_port(), free_port()};
+    char spec[2][256], path[2][64], steps_s[16], sgd_s[8];
+    snprintf(steps_s, sizeof steps_s, "%d", steps);
+    snprintf(sgd_s, sizeof sgd_s, "%d", use_sgd);
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        tf_config(spec[i], sizeof spec[i], 2, ports, i);
+        snprintf(path[i], sizeof path[i], "/tmp/dist_mw_%d_%d.bin", (int)getpid(), i);
+        char *args[] = {(char *)g_self, "--worker", "train", spec[i], steps_s, sgd_s, path[i],
+                        NULL};
+        pid[i] = spawn(args);
+    }
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(wait_exit(pid[i]), 0);
+
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.devices = "cpu:0,cpu:1";
+    so.threads_per_replica = 1;
+    trainer t;
+    ck_assert_msg(make_trainer(&so, use_sgd, &t) == DIST_OK, "%s", dist_last_error());
+    float *mirrored = NULL;
+    int64_t n = 0;
+    ck_assert_msg(train(&t, steps, &mirrored, &n) == DIST_OK, "%s", dist_last_error());
+    float *w0 = read_floats(path[0], n), *w1 = read_floats(path[1], n);
+    /* all workers hold bitwise identical weights */
+    ck_assert_msg(memcmp(w0, w1, (size_t)n * sizeof *w0) == 0, "worker 1's weights differ");
+    double worst = 0;
+    for (int v = 0; v < dist_model_num_variables(t.model); v++) {
+        const dist_tensor *var = dist_model_variable(t.model, 0, v);
+        int64_t off = (float *)var->data - (float *)dist_model_params(t.model, 0)->data;
+        double err = dist_test_rel_err(w0 + off, mirrored + off, dist_tensor_numel(var));
+        if (err > worst) worst = err;
+    }
+    free(w0);
+    free(w1);
+    free(mirrored);
+    unlink(path[0]);
+    unlink(path[1]);
+    free_trainer(&t);
+    return worst;
+}
+
+START_TEST(test_two_workers_match_mirrored_two_replicas_after_20_sgd_steps) {
+    double worst = workers_vs_mirrored(1, 20);
+    ck_assert_msg(worst <= 1e-5, "2 workers vs mirrored: %.3g (relative, worst variable)", worst);
+}
+END_TEST
+
+START_TEST(test_two_workers_match_mirrored_with_adam_for_20_steps) {
+    /* Two summands meet in the same order in both (a + b is exact-commutative), so even
+     * Adam, which amplifies rounding noise, stays together. */
+    double worst = workers_vs_mirrored(0, 20);
+    ck_assert_msg(worst <= 1e-5, "2 workers vs mirrored with Adam: %.3g", worst);
+}
+END_TEST
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s missing", path);
+    static char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Worker 0's replica has 1 row [1], worker 1's has 2 rows [11, 12]. */
+START_TEST(test_reduce_gather_and_on_read_variables_span_the_workers) {
+    int ports[2] = {free_port(), free_port()};
+    char spec[2][256], path[2][64];
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        tf_config(spec[i], sizeof spec[i], 2, ports, i);
+        snprintf(path[i], sizeof path[i], "/tmp/dist_mw_c_%d_%d.txt", (int)getpid(), i);
+        char *args[] = {(char *)g_self, "--worker", "collectives", spec[i], path[i], NULL};
+        pid[i] = spawn(args);
+    }
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(wait_exit(pid[i]), 0);
+    const char *expect[2] = {"replicas_in_sync 2\nworkers 2\nworker_id 0\nchief 1\n"
+                             "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
+                             "gathered 1\ngathered 11\ngathered 12\non_read_sum 3\n",
+                             "replicas_in_sync 2\nworkers 2\nworker_id 1\nchief 0\n"
+                             "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
+                             "gathered 1\ngathered 11\ngathered 12\non_read_sum 3\n"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_str_eq(slurp(path[i]), expect[i]);
+        unlink(path[i]);
+    }
+}
+END_TEST
+
+/* worker/1 never starts: worker/0 gives up after the connect deadline, naming it. */
+START_TEST(test_a_worker_that_never_joins_is_named_after_the_deadline) {
+    int ports[2] = {free_port(), free_port()};
+    char spec[256];
+    tf_config(spec, sizeof spec, 2, ports, 0);
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_MULTI_WORKER;
+    so.devices = "cpu:0";
+    so.cluster_spec = spec;
+    so.connect_timeout_s = 2;
+    dist_strategy *s = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dist_status st = dist_strategy_create(&so, &s);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_eq(st, DIST_TIMEOUT);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(dist_last_error(), "worker/1") != NULL, "%s", dist_last_error());
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_msg(took < 20, "gave up after %.1f s", took);
+}
+END_TEST
+
+START_TEST(test_invalid_cluster_specs_are_refused_with_tensorflows_message) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_MULTI_WORKER;
+    so.devices = "cpu:0";
+    so.cluster_spec = "{\"cluster\":{\"worker\":[\"127.0.0.1:1\"]},\"task\":{\"type\":\"worker\","
+                      "\"index\":3}}";
+    dist_strategy *s = NULL;
+    ck_assert_int_eq(dist_strategy_create(&so, &s), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "TF_CONFIG") != NULL, "%s", dist_last_error());
+    so.cluster_spec = "{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:2\"]},"
+                      "\"task\":{\"type\":\"ps\",\"index\":0}}";
+    ck_assert_int_eq(dist_strategy_create(&so, &s), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "parameter_server") != NULL, "%s", dist_last_error());
+}
+END_TEST
+
+/* No cluster: one local worker, which is the chief; its replicas are all there is. */
+START_TEST(test_without_a_cluster_multi_worker_is_one_local_worker) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_MULTI_WORKER;
+    so.devices = "cpu:0,cpu:1";
+    so.cluster_spec = "";
+    dist_strategy *s = NULL;
+    ck_assert_msg(dist_strategy_create(&so, &s) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_strategy_num_workers(s), 1);
+    ck_assert_int_eq(dist_strategy_is_chief(s), 1);
+    ck_assert_int_eq(dist_strategy_num_replicas_in_sync(s), 2);
+    ck_assert_str_eq(dist_strategy_name(s), "multi_worker");
+    dist_strategy_destroy(s);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    g_self = "/proc/self/exe";
+    static char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        g_self = self;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--worker") == 0) return worker_main(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    Suite *s = suite_create("multi_worker");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_invalid_cluster_specs_are_refused_with_tensorflows_message);
+    tcase_add_test(tc, test_without_a_cluster_multi_worker_is_one_local_worker);
+    tcase_add_test(tc, test_a_worker_that_never_joins_is_named_after_the_deadline);
+    tcase_add_test(tc, test_reduce_gather_and_on_read_variables_span_the_workers);
+    tcase_add_test(tc, test_two_workers_match_mirrored_two_replicas_after_20_sgd_steps);
+    tcase_add_test(tc, test_two_workers_match_mirrored_with_adam_for_20_steps);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}

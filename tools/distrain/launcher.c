@@ -1,0 +1,271 @@
+/* distrain --strategy multi_worker --workers N: a local cluster. Picks N free loopback ports,
+ * starts N copies of this program, each with the TF_CONFIG of its worker and without
+ * --workers, forwards their output line by line behind "[worker i] ", and exits with the
+ * first failure's code (the others notice the lost peer and stop; the launcher ends any that
+ * are still running a grace period later). */
+#include "launcher.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WORKERS 64
+#define LINE_MAX_BYTES 4096
+
+typedef struct stream {
+    int fd;     /* -1 once closed */
+    FILE *sink; /* stdout or stderr */
+    char buf[LINE_MAX_BYTES];
+    size_t len;
+} stream;
+
+typedef struct worker {
+    pid_t pid;
+    int done, status;
+    stream out, err;
+} worker;
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* N distinct free ports: each socket stays bound until all are chosen. */
+static int free_ports(int n, int *ports) {
+    int fds[MAX_WORKERS];
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&a, &len) != 0) {
+            fprintf(stderr, "distrain: --workers: cannot find a free loopback port: %s\n",
+                    strerror(errno));
+            ok = 0;
+            n = i + 1;
+            break;
+        }
+        ports[i] = ntohs(a.sin_port);
+    }
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    return ok;
+}
+
+static void emit(stream *s, int id, const char *line, size_t len) {
+    fprintf(s->sink, "[worker %d] %.*s\n", id, (int)len, line);
+    fflush(s->sink);
+}
+
+/* Reads what is there; forwards complete lines (a very long line is cut into pieces). */
+static void pump(stream *s, int id) {
+    ssize_t got = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+    if (got <= 0) {
+        if (got < 0 && errno == EINTR) return;
+        if (s->len) emit(s, id, s->buf, s->len);
+        s->len = 0;
+        close(s->fd);
+        s->fd = -1;
+        return;
+    }
+    s->len += (size_t)got;
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++)
+        if (s->buf[i] == '\n' || s->buf[i] == '\r') {
+            if (i > start) emit(s, id, s->buf + start, i - start);
+            start = i + 1;
+        }
+    if (start == 0 && s->len == sizeof s->buf) {
+        emit(s, id, s->buf, s->len);
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+}
+
+static int exit_code(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 1;
+}
+
+static void describe_exit(int id, int status) {
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "distrain: worker %d was killed by signal %d\n", id, WTERMSIG(status));
+    else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+        fprintf(stderr, "distrain: worker %d exited with code %d\n", id, WEXITSTATUS(status));
+}
+
+/* argv without --workers N / --workers=N, plus --threads when the user gave none. */
+static char **child_argv(int argc, char **argv, int threads, char *threads_buf) {
+    char **out = calloc((size_t)argc + 4, sizeof *out);
+    if (!out) return NULL;
+    int n = 0, has_threads = 0;
+    out[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--workers") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--workers=", 10) == 0) continue;
+        if (strcmp(argv[i], "--threads") == 0 || strncmp(argv[i], "--threads=", 10) == 0)
+            has_threads = 1;
+        out[n++] = argv[i];
+    }
+    if (!has_threads) {
+        out[n++] = "--threads";
+        snprintf(threads_buf, 16, "%d", threads);
+        out[n++] = threads_buf;
+    }
+    out[n] = NULL;
+    return out;
+}
+
+int distrain_launch(int argc, char **argv, const distrain_options *o) {
+    int n = o->workers;
+    int ports[MAX_WORKERS];
+    if (n > MAX_WORKERS) {
+        fprintf(stderr, "distrain: --workers: at most %d\n", MAX_WORKERS);
+        return 2;
+    }
+    if (!free_ports(n, ports)) return 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores / n > 0 ? (int)(cores / n) : 1;
+    char threads_buf[16];
+    char **args = child_argv(argc, argv, threads, threads_buf);
+    if (!args) return 1;
+    /* every worker's cluster: "127.0.0.1:p0", ... */
+    size_t cap = 64 + (size_t)n * 32;
+    char *cluster = malloc(cap), *tf_config = malloc(cap + 64);
+    if (!cluster || !tf_config) return 1;
+    size_t len = (size_t)snprintf(cluster, cap, "{\"worker\":[");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(cluster + len, cap - len, "%s\"127.0.0.1:%d\"", i ? "," : "",
+                                ports[i]);
+    snprintf(cluster + len, cap - len, "]}");
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    worker w[MAX_WORKERS];
+    memset(w, 0, sizeof w);
+    int started = 0, rc = 0;
+    for (int i = 0; i < n; i++) {
+        int po[2], pe[2];
+        if (pipe(po) != 0 || pipe(pe) != 0) {
+            perror("distrain: pipe");
+            rc = 1;
+            break;
+        }
+        snprintf(tf_config, cap + 64, "{\"cluster\":%s,\"task\":{\"type\":\"worker\",\"index\":%d}}",
+                 cluster, i);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("distrain: fork");
+            rc = 1;
+            break;
+        }
+        if (pid == 0) {
+            dup2(po[1], STDOUT_FILENO);
+            dup2(pe[1], STDERR_FILENO);
+            close(po[0]);
+            close(po[1]);
+            close(pe[0]);
+            close(pe[1]);
+            setenv("TF_CONFIG", tf_config, 1);
+            execv("/proc/self/exe", args);
+            execvp(argv[0], args);
+            fprintf(stderr, "distrain: cannot start worker %d: %s\n", i, strerror(errno));
+            _exit(1);
+        }
+        close(po[1]);
+        close(pe[1]);
+        w[i].pid = pid;
+        w[i].out = (stream){.fd = po[0], .sink = stdout};
+        w[i].err = (stream){.fd = pe[0], .sink = stderr};
+        started++;
+    }
+    free(args);
+    free(cluster);
+    free(tf_config);
+
+    /* forward output until every worker has exited and its pipes are drained */
+    int first_failure = -1, running = started;
+    double failed_at = 0, grace_s = o->collective_timeout_s > 0 ? o->collective_timeout_s + 30 : 90;
+    int killed = 0;
+    if (rc) { /* a worker could not be started: stop the others */
+        for (int i = 0; i < started; i++) kill(w[i].pid, SIGTERM);
+    }
+    for (;;) {
+        struct pollfd fds[2 * MAX_WORKERS];
+        stream *which[2 * MAX_WORKERS];
+        int ids[2 * MAX_WORKERS], nf = 0;
+        for (int i = 0; i < started; i++) {
+            stream *ss[2] = {&w[i].out, &w[i].err};
+            for (int k = 0; k < 2; k++)
+                if (ss[k]->fd >= 0) {
+                    fds[nf] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+                    which[nf] = ss[k];
+                    ids[nf++] = i;
+                }
+        }
+        if (nf == 0 && running == 0) break;
+        int ready = poll(fds, (nfds_t)nf, 200);
+        for (int k = 0; ready > 0 && k < nf; k++)
+            if (fds[k].revents) pump(which[k], ids[k]);
+        for (int i = 0; i < started; i++) {
+            if (w[i].done) continue;
+            int status;
+            pid_t p = waitpid(w[i].pid, &status, WNOHANG);
+            if (p != w[i].pid) continue;
+            w[i].done = 1;
+            w[i].status = status;
+            running--;
+            if (exit_code(status) != 0 && first_failure < 0) {
+                first_failure = i;
+                failed_at = now_s();
+                describe_exit(i, status);
+            }
+        }
+        if (g_signal) {
+            for (int i = 0; i < started; i++)
+                if (!w[i].done) kill(w[i].pid, (int)g_signal);
+            g_signal = 0;
+            if (first_failure < 0) {
+                first_failure = n; /* interrupted: no worker to blame */
+                failed_at = now_s();
+            }
+        }
+        if (first_failure >= 0 && running > 0 && !killed && now_s() - failed_at > grace_s) {
+            fprintf(stderr, "distrain: stopping the workers still running %.0f s after the first "
+                            "failure\n", grace_s);
+            for (int i = 0; i < started; i++)
+                if (!w[i].done) kill(w[i].pid, SIGKILL);
+            killed = 1;
+        }
+    }
+    if (rc) return rc;
+    if (first_failure < 0) return 0;
+    if (first_failure == n) return 1; /* interrupted */
+    return exit_code(w[first_failure].status);
+}
