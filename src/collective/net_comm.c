@@ -1,0 +1,313 @@
+/* The cross-process communicator: create/destroy, rendezvous through rank 0's store, the full
+ * mesh (rank r connects to every lower rank's listener), the choice of transport, and the
+ * public collectives (argument checks, the failed state, MEAN). */
+#include "collective/net_internal.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const dist_net_comm_options k_defaults = DIST_NET_COMM_OPTIONS_INIT;
+
+/* hostname + boot id: equal exactly when two processes share a kernel (and its /dev/shm). */
+static void host_id(char *out, size_t cap) {
+    char host[64] = "?", boot[64] = "";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
+        fclose(f);
+        boot[strcspn(boot, "\r\n")] = 0;
+    }
+    snprintf(out, cap, "%s/%s", host, boot);
+}
+
+static dist_status repeat_failure(const dist_net_comm *c) {
+    return dist_error(c->failed, "%s (the communicator failed earlier; destroy it)",
+                      c->failed_msg);
+}
+
+/* Registers this rank's host id in the store and reads everyone's; names the missing ranks. */
+static dist_status register_hosts(dist_net_comm *c, char (*hosts)[NET_HOST_ID_CAP],
+                                  double deadline) {
+    char key[64];
+    snprintf(key, sizeof key, "net/host/%d", c->rank);
+    host_id(hosts[c->rank], NET_HOST_ID_CAP);
+    DIST_TRY(net_store_set(c, key, hosts[c->rank], strlen(hosts[c->rank]) + 1));
+    char missing[1024] = "";
+    size_t mlen = 0;
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank) continue;
+        snprintf(key, sizeof key, "net/host/%d", r);
+        size_t len = 0;
+        /* once one is missing, the rest are only checked, not waited for */
+        dist_status st = net_store_get(c, key, hosts[r], NET_HOST_ID_CAP - 1, &len,
+                                       mlen ? net_now() : deadline);
+        if (st == DIST_NOT_FOUND) {
+            char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+            if (mlen + 8 < sizeof missing)
+                mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s",
+                                         mlen ? ", " : "", net_peer_desc(c, r, d, sizeof d));
+            continue;
+        }
+        DIST_TRY(st);
+        hosts[r][len < NET_HOST_ID_CAP ? len : NET_HOST_ID_CAP - 1] = 0;
+    }
+    if (mlen)
+        return dist_error(DIST_TIMEOUT, "%s did not join within %g s", missing,
+                          c->connect_timeout_s);
+    return DIST_OK;
+}
+
+/* Ranks above this one connect to it; strangers are refused and the wait goes on. */
+static dist_status accept_higher(dist_net_comm *c, double deadline) {
+    bool taken[NET_MAX_WORLD] = {false};
+    int want = c->world - 1 - c->rank;
+    while (want > 0) {
+        int fd;
+        char peer[NET_ADDR_CAP];
+        DIST_TRY(net_accept(c->listen_fd, deadline, &fd, peer, sizeof peer));
+        if (fd < 0) break;
+        int kind, rank;
+        net_hello_accept(c, fd, peer, c->rank + 1, taken, &kind, &rank);
+        if (rank < 0) continue;
+        if (kind != NET_KIND_MESH) {
+            net_close(&fd);
+            continue;
+        }
+        taken[rank] = true;
+        c->fds[rank] = fd;
+        want--;
+    }
+    if (!want) return DIST_OK;
+    char missing[1024] = "";
+    size_t mlen = 0;
+    for (int r = c->rank + 1; r < c->world; r++) {
+        char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+        if (!taken[r] && mlen + 8 < sizeof missing)
+            mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s",
+                                     mlen ? ", " : "", net_peer_desc(c, r, d, sizeof d));
+    }
+    return dist_error(DIST_TIMEOUT, "%s did not join within %g s", missing, c->connect_timeout_s);
+}
+
+static dist_status connect_to(dist_net_comm *c, int r, int kind, double deadline, int *fd_out) {
+    char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+    net_peer_desc(c, r, d, sizeof d);
+    dist_status st = net_connect_retry(c->addrs[r], deadline, d, fd_out);
+    if (st == DIST_TIMEOUT)
+        return dist_error(DIST_TIMEOUT, "%s did not join within %g s", d, c->connect_timeout_s);
+    DIST_TRY(st);
+    st = net_hello_connect(c, *fd_out, kind, r, deadline);
+    if (st != DIST_OK) {
+        net_close(fd_out);
+        dist_error_breadcrumb(__FILE__, __LINE__);
+    }
+    return st;
+}
+
+static dist_status join(dist_net_comm *c, dist_net_transport transport) {
+    double deadline = net_now() + c->connect_timeout_s;
+    char host[NET_ADDR_CAP];
+    int port;
+    DIST_TRY(net_split_address(c->addrs[c->rank], host, sizeof host, &port));
+    if (c->world > 1) {
+        dist_status st = net_listen(port, &c->listen_fd);
+        if (st != DIST_OK)
+            return dist_error_context(st, "%s (rank %d of %d)", c->names[c->rank], c->rank,
+                                      c->world);
+    }
+    if (c->rank == 0)
+        DIST_TRY(net_store_start(c, &c->store));
+    else
+        DIST_TRY(connect_to(c, 0, NET_KIND_STORE, deadline, &c->store_fd));
+    if (c->world == 1) return DIST_OK;
+
+    char(*hosts)[NET_HOST_ID_CAP] = calloc((size_t)c->world, sizeof *hosts);
+    if (!hosts) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
+    dist_status st;
+    DIST_TRY_GOTO(register_hosts(c, hosts, deadline), st, out);
+    for (int r = 0; r < c->rank; r++)
+        DIST_TRY_GOTO(connect_to(c, r, NET_KIND_MESH, deadline, &c->fds[r]), st, out);
+    if (c->rank == 0)
+        DIST_TRY_GOTO(net_store_take_mesh(c, deadline), st, out);
+    else
+        DIST_TRY_GOTO(accept_higher(c, deadline), st, out);
+
+    bool same_host = true;
+    for (int r = 0; r < c->world; r++) same_host &= strcmp(hosts[r], hosts[0]) == 0;
+    if (transport == DIST_NET_SHM && !same_host) {
+        st = dist_error(DIST_UNSUPPORTED,
+                        "net_comm: shared-memory transport asked for, but the ranks are on "
+                        "different hosts");
+        goto out;
+    }
+    if (same_host && transport != DIST_NET_TCP)
+        DIST_TRY_GOTO(net_shm_setup(c, deadline), st, out);
+out:
+    free(hosts);
+    return st;
+}
+
+dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm **out) {
+    DIST_CHECK_ARG(out, "dist_net_comm_create: out is NULL");
+    *out = NULL;
+    if (!o) o = &k_defaults;
+    DIST_CHECK_ARG(o->version == DIST_NET_COMM_OPTIONS_VERSION,
+                   "dist_net_comm_options: version %d, expected %d", o->version,
+                   DIST_NET_COMM_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->world >= 1 && o->world <= NET_MAX_WORLD, "net_comm: world %d (1..%d)",
+                   o->world, NET_MAX_WORLD);
+    DIST_CHECK_ARG(o->rank >= 0 && o->rank < o->world, "net_comm: rank %d of world %d", o->rank,
+                   o->world);
+    DIST_CHECK_ARG(o->world == 1 || o->addresses, "net_comm: no addresses for %d ranks",
+                   o->world);
+    DIST_CHECK_ARG(o->transport >= DIST_NET_AUTO && o->transport <= DIST_NET_SHM,
+                   "net_comm: transport %d", (int)o->transport);
+    for (int r = 0; o->addresses && r < o->world; r++)
+        DIST_CHECK_ARG(o->addresses[r] && strlen(o->addresses[r]) < NET_ADDR_CAP,
+                       "net_comm: address of rank %d missing or too long", r);
+    dist_net_comm *c = calloc(1, sizeof *c);
+    if (!c) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
+    c->rank = o->rank;
+    c->world = o->world;
+    c->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : 300.0;
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60.0;
+    c->fingerprint = net_fingerprint_hash(o->fingerprint ? o->fingerprint : "");
+    c->listen_fd = c->store_fd = -1;
+    c->names = calloc((size_t)c->world, sizeof *c->names);
+    c->addrs = calloc((size_t)c->world, sizeof *c->addrs);
+    c->fds = malloc((size_t)c->world * sizeof *c->fds);
+    if (!c->names || !c->addrs || !c->fds) {
+        dist_net_comm_destroy(c);
+        return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
+    }
+    for (int r = 0; r < c->world; r++) {
+        c->fds[r] = -1;
+        if (o->task_names && o->task_names[r])
+            snprintf(c->names[r], NET_NAME_CAP, "%s", o->task_names[r]);
+        else
+            snprintf(c->names[r], NET_NAME_CAP, "rank %d", r);
+        snprintf(c->addrs[r], NET_ADDR_CAP, "%s", o->addresses ? o->addresses[r] : "local:0");
+    }
+    dist_status st = join(c, o->transport);
+    if (st != DIST_OK) {
+        dist_net_comm_destroy(c);
+        return st;
+    }
+    *out = c;
+    return DIST_OK;
+}
+
+void dist_net_comm_destroy(dist_net_comm *c) {
+    if (!c) return;
+    net_store_stop(c->store); /* its thread polls the listener */
+    for (int r = 0; c->fds && r < c->world; r++) net_close(&c->fds[r]);
+    net_close(&c->store_fd);
+    net_close(&c->listen_fd);
+    net_shm_destroy(c->shm);
+    free(c->scratch);
+    free(c->fds);
+    free(c->addrs);
+    free(c->names);
+    free(c);
+}
+
+int dist_net_comm_rank(const dist_net_comm *c) { return c->rank; }
+int dist_net_comm_world(const dist_net_comm *c) { return c->world; }
+const char *dist_net_comm_transport_name(const dist_net_comm *c) { return c->shm ? "shm" : "tcp"; }
+
+dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count,
+                                     dist_reduce_op op) {
+    DIST_CHECK_ARG(c && (data || !count), "dist_net_comm_all_reduce: NULL argument");
+    DIST_CHECK_ARG(op == DIST_REDUCE_SUM || op == DIST_REDUCE_MEAN,
+                   "dist_net_comm_all_reduce: op %d", (int)op);
+    if (c->failed) return repeat_failure(c);
+    if (c->world == 1 || count == 0) return DIST_OK;
+    double deadline = net_now() + c->timeout_s;
+    if (c->shm)
+        DIST_TRY(net_shm_all_reduce(c, data, count, deadline));
+    else
+        DIST_TRY(net_tcp_all_reduce(c, data, count, deadline));
+    if (op == DIST_REDUCE_MEAN) {
+        float w = (float)c->world;
+        for (size_t i = 0; i < count; i++) data[i] /= w;
+    }
+    return DIST_OK;
+}
+
+dist_status dist_net_comm_broadcast(dist_net_comm *c, void *data, size_t bytes, int root) {
+    DIST_CHECK_ARG(c && (data || !bytes), "dist_net_comm_broadcast: NULL argument");
+    DIST_CHECK_ARG(root >= 0 && root < c->world, "dist_net_comm_broadcast: root %d of %d", root,
+                   c->world);
+    if (c->failed) return repeat_failure(c);
+    if (c->world == 1 || bytes == 0) return DIST_OK;
+    net_op ops[NET_MAX_WORLD];
+    int k = 0;
+    if (c->rank == root) {
+        for (int r = 0; r < c->world; r++)
+            if (r != root) ops[k++] = (net_op){r, true, data, bytes, 0};
+    } else {
+        ops[k++] = (net_op){root, false, data, bytes, 0};
+    }
+    DIST_TRY(net_xfer(c, ops, k, net_now() + c->timeout_s, "broadcast"));
+    return DIST_OK;
+}
+
+dist_status dist_net_comm_all_gather(dist_net_comm *c, const void *in, size_t bytes, void *out) {
+    DIST_CHECK_ARG(c && ((in && out) || !bytes), "dist_net_comm_all_gather: NULL argument");
+    if (c->failed) return repeat_failure(c);
+    if (bytes == 0) return DIST_OK;
+    char *o = out;
+    memmove(o + (size_t)c->rank * bytes, in, bytes);
+    if (c->world == 1) return DIST_OK;
+    net_op ops[2 * NET_MAX_WORLD];
+    int k = 0;
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank) continue;
+        ops[k++] = (net_op){r, true, o + (size_t)c->rank * bytes, bytes, 0};
+        ops[k++] = (net_op){r, false, o + (size_t)r * bytes, bytes, 0};
+    }
+    DIST_TRY(net_xfer(c, ops, k, net_now() + c->timeout_s, "all-gather"));
+    return DIST_OK;
+}
+
+dist_status dist_net_comm_barrier(dist_net_comm *c) {
+    DIST_CHECK_ARG(c, "dist_net_comm_barrier: NULL communicator");
+    if (c->failed) return repeat_failure(c);
+    if (c->world == 1) return DIST_OK;
+    char mine = 1, theirs[NET_MAX_WORLD];
+    net_op ops[2 * NET_MAX_WORLD];
+    int k = 0;
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank) continue;
+        ops[k++] = (net_op){r, true, &mine, 1, 0};
+        ops[k++] = (net_op){r, false, &theirs[r], 1, 0};
+    }
+    DIST_TRY(net_xfer(c, ops, k, net_now() + c->timeout_s, "barrier"));
+    return DIST_OK;
+}
+
+dist_status dist_net_comm_store_set(dist_net_comm *c, const char *key, const void *value,
+                                    size_t len) {
+    DIST_CHECK_ARG(c && key && (value || !len), "dist_net_comm_store_set: NULL argument");
+    if (c->failed) return repeat_failure(c);
+    dist_status st = net_store_set(c, key, value, len);
+    if (st == DIST_PEER_LOST || st == DIST_TIMEOUT) net_fail(c, st);
+    return st;
+}
+
+dist_status dist_net_comm_store_get(dist_net_comm *c, const char *key, void *value, size_t cap,
+                                    size_t *len) {
+    DIST_CHECK_ARG(c && key && len && (value || !cap), "dist_net_comm_store_get: NULL argument");
+    if (c->failed) return repeat_failure(c);
+    dist_status st = net_store_get(c, key, value, cap, len, net_now() + c->timeout_s);
+    if (st == DIST_NOT_FOUND)
+        return dist_error(DIST_TIMEOUT, "store: key '%s' was not set within %g s", key,
+                          c->timeout_s);
+    if (st == DIST_PEER_LOST || st == DIST_TIMEOUT) net_fail(c, st);
+    return st;
+}

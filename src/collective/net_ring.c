@@ -1,0 +1,163 @@
+/* TCP all-reduce. Small buffers: a direct exchange (every rank sends its buffer to every other
+ * rank and sums all contributions in rank order 0..world-1, so every rank computes the same
+ * bits). Large buffers: a ring, reduce-scatter then all-gather, run as one pipelined stream:
+ * the chunk received in step g is the chunk sent in step g+1, so each received segment is
+ * summed as it arrives and forwarded at once, while the next one is still on the wire. Each
+ * chunk's final value is computed by its owner and only copied by the others. */
+#include "collective/net_internal.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+
+/* Summing granularity: large enough to amortise the loop, small enough that forwarding starts
+ * early and the segment is still in cache. */
+#define RING_SEG_BYTES (256u * 1024u)
+#define RING_SPIN_S 50e-6
+
+static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count,
+                                     double deadline) {
+    int n = c->world, me = c->rank;
+    size_t bytes = count * sizeof(float);
+    DIST_TRY(net_reserve_scratch(c, (size_t)n * bytes));
+    float *slots = c->scratch;
+    memcpy(slots + (size_t)me * count, data, bytes);
+    net_op ops[2 * NET_MAX_WORLD];
+    int k = 0;
+    for (int r = 0; r < n; r++) {
+        if (r == me) continue;
+        ops[k++] = (net_op){r, true, (char *)data, bytes, 0};
+        ops[k++] = (net_op){r, false, (char *)(slots + (size_t)r * count), bytes, 0};
+    }
+    DIST_TRY(net_xfer(c, ops, k, deadline, "all-reduce"));
+    const float *s0 = slots, *s1 = slots + count;
+    for (size_t i = 0; i < count; i++) data[i] = s0[i] + s1[i];
+    for (int r = 2; r < n; r++) {
+        const float *s = slots + (size_t)r * count;
+        for (size_t i = 0; i < count; i++) data[i] += s[i];
+    }
+    return DIST_OK;
+}
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+typedef struct ring_plan {
+    int n, r, steps;
+    size_t count;
+} ring_plan;
+
+static size_t chunk_off(const ring_plan *p, int ch) {
+    size_t base = p->count / (size_t)p->n, rem = p->count % (size_t)p->n;
+    return (size_t)ch * base + ((size_t)ch < rem ? (size_t)ch : rem);
+}
+static size_t chunk_bytes(const ring_plan *p, int ch) {
+    size_t base = p->count / (size_t)p->n, rem = p->count % (size_t)p->n;
+    return (base + ((size_t)ch < rem)) * sizeof(float);
+}
+static int send_chunk(const ring_plan *p, int g) {
+    return g < p->n - 1 ? mod(p->r - g, p->n) : mod(p->r + 1 - (g - (p->n - 1)), p->n);
+}
+static int recv_chunk(const ring_plan *p, int g) {
+    return g < p->n - 1 ? mod(p->r - g - 1, p->n) : mod(p->r - (g - (p->n - 1)), p->n);
+}
+
+static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline) {
+    ring_plan p = {c->world, c->rank, 2 * (c->world - 1), count};
+    int next = (c->rank + 1) % c->world, prev = (c->rank + c->world - 1) % c->world;
+    int nfd = c->fds[next], pfd = c->fds[prev];
+    size_t max_chunk = chunk_bytes(&p, 0);
+    DIST_TRY(net_reserve_scratch(c, max_chunk));
+    char *scratch = (char *)c->scratch;
+    char *base = (char *)data;
+    int sg = 0, rg = 0;
+    size_t sp = 0, rp = 0, pp = 0;
+    double spin_until = net_now() + RING_SPIN_S;
+    while (sg < p.steps || rg < p.steps) {
+        bool progress = false, send_wait = false;
+        /* send: step sg may forward what step sg-1 has received and processed */
+        while (sg < p.steps) {
+            int ch = send_chunk(&p, sg);
+            size_t clen = chunk_bytes(&p, ch);
+            size_t limit = sg == 0 || sg - 1 < rg ? clen : pp;
+            if (sp == clen) {
+                sg++;
+                sp = 0;
+                progress = true;
+                continue;
+            }
+            if (sp >= limit) break;
+            ssize_t k = net_send_some(nfd, base + chunk_off(&p, ch) * sizeof(float) + sp,
+                                      limit - sp);
+            if (k < 0)
+                return net_fail_peer(c, DIST_PEER_LOST, next, "all-reduce",
+                                     errno ? strerror(errno) : "end of stream");
+            if (k == 0) {
+                send_wait = true;
+                break;
+            }
+            sp += (size_t)k;
+            progress = true;
+        }
+        /* receive, and sum (reduce-scatter) or keep in place (all-gather) */
+        while (rg < p.steps) {
+            int ch = recv_chunk(&p, rg);
+            size_t clen = chunk_bytes(&p, ch);
+            bool reduce = rg < p.n - 1;
+            if (pp == clen) {
+                rg++;
+                rp = pp = 0;
+                progress = true;
+                continue;
+            }
+            char *dst = reduce ? scratch : base + chunk_off(&p, ch) * sizeof(float);
+            size_t want = clen - rp < RING_SEG_BYTES ? clen - rp : RING_SEG_BYTES;
+            ssize_t k = want ? net_recv_some(pfd, dst + rp, want) : 0;
+            if (k < 0)
+                return net_fail_peer(c, DIST_PEER_LOST, prev, "all-reduce",
+                                     errno ? strerror(errno) : "end of stream");
+            rp += (size_t)k;
+            progress |= k > 0;
+            if (!reduce) {
+                pp = rp;
+            } else if (rp - pp >= RING_SEG_BYTES || rp == clen) {
+                size_t from = pp / sizeof(float), to = rp / sizeof(float);
+                float *acc = data + chunk_off(&p, ch);
+                const float *in = (const float *)scratch;
+                for (size_t i = from; i < to; i++) acc[i] += in[i];
+                pp = to * sizeof(float);
+            }
+            if (k == 0 && pp != clen) break;
+        }
+        if (sg == p.steps && rg == p.steps) break;
+        double now = net_now();
+        if (progress) {
+            spin_until = now + RING_SPIN_S;
+            continue;
+        }
+        if (now < spin_until) continue;
+        bool want_recv = rg < p.steps, want_send = send_wait;
+        if (now >= deadline)
+            return net_fail_peer(c, DIST_TIMEOUT, want_recv ? prev : next, "all-reduce", NULL);
+        struct pollfd pf[2];
+        int np = 0;
+        if (want_recv) pf[np++] = (struct pollfd){pfd, POLLIN, 0};
+        if (want_send) {
+            if (np && pfd == nfd)
+                pf[0].events |= POLLOUT;
+            else
+                pf[np++] = (struct pollfd){nfd, POLLOUT, 0};
+        }
+        /* a send held back only by the pipeline (nothing to forward yet) waits for input */
+        double left = deadline - now;
+        poll(pf, (nfds_t)np, left > 0.1 ? 100 : (int)(left * 1000.0) + 1);
+        spin_until = net_now() + RING_SPIN_S;
+    }
+    return DIST_OK;
+}
+
+dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline) {
+    if (count * sizeof(float) <= NET_SMALL_BYTES || count < (size_t)c->world)
+        return direct_all_reduce(c, data, count, deadline);
+    return ring_all_reduce(c, data, count, deadline);
+}

@@ -1,0 +1,249 @@
+/* Sockets with deadlines: listen, connect with retry and back-off, whole sends and receives. */
+#include "collective/net_internal.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+double net_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *net_peer_desc(const dist_net_comm *c, int r, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s at %s", c->names[r], c->addrs[r]);
+    return buf;
+}
+
+void net_close(int *fd) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+}
+
+dist_status net_split_address(const char *address, char *host, size_t host_cap, int *port) {
+    const char *colon = address ? strrchr(address, ':') : NULL;
+    if (!colon || colon == address || (size_t)(colon - address) >= host_cap)
+        return dist_error(DIST_INVALID_ARGUMENT, "address '%s': expected host:port",
+                          address ? address : "(null)");
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || p < 0 || p > 65535)
+        return dist_error(DIST_INVALID_ARGUMENT, "address '%s': bad port", address);
+    memcpy(host, address, (size_t)(colon - address));
+    host[colon - address] = 0;
+    /* "[::1]" style brackets */
+    if (host[0] == '[') {
+        size_t n = strlen(host);
+        if (n >= 2 && host[n - 1] == ']') {
+            memmove(host, host + 1, n - 2);
+            host[n - 2] = 0;
+        }
+    }
+    *port = (int)p;
+    return DIST_OK;
+}
+
+static int set_nonblocking(int fd) {
+    int fl = fcntl(fd, F_GETFL, 0);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void net_tune_socket(int fd) {
+    int one = 1, buf = 4 << 20;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    set_nonblocking(fd);
+}
+
+dist_status net_listen(int port, int *fd_out) {
+    *fd_out = -1;
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int v6 = fd >= 0;
+    if (fd < 0) fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return dist_error_errno(DIST_SYSTEM, errno, "listening on port %d: socket", port);
+    int one = 1, zero = 0, buf = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* Accepted sockets inherit the buffer sizes, which must be set before listen(). */
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    int rc;
+    if (v6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        struct sockaddr_in6 a = {0};
+        a.sin6_family = AF_INET6;
+        a.sin6_addr = in6addr_any;
+        a.sin6_port = htons((uint16_t)port);
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    } else {
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        a.sin_port = htons((uint16_t)port);
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    if (rc < 0 || listen(fd, 128) < 0 || set_nonblocking(fd) < 0) {
+        int e = errno;
+        close(fd);
+        return dist_error_errno(DIST_UNAVAILABLE, e, "cannot listen on port %d", port);
+    }
+    *fd_out = fd;
+    return DIST_OK;
+}
+
+int net_wait_fd(int fd, short events, double deadline) {
+    for (;;) {
+        double left = deadline - net_now();
+        if (left <= 0) return 0;
+        struct pollfd p = {fd, events, 0};
+        int ms = left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
+        int rc = poll(&p, 1, ms);
+        if (rc > 0) return 1;
+        if (rc < 0 && errno != EINTR) return -1;
+    }
+}
+
+static bool retryable(int e) {
+    return e == ECONNREFUSED || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH ||
+           e == ECONNRESET || e == EAGAIN || e == EINTR || e == ECONNABORTED || e == EADDRNOTAVAIL;
+}
+
+/* One attempt: 0 connected, else an errno. */
+static int connect_once(const struct addrinfo *ai, double deadline, int *fd_out) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) return errno;
+    int buf = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    set_nonblocking(fd);
+    int e = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        e = errno;
+        if (e == EINPROGRESS) {
+            int w = net_wait_fd(fd, POLLOUT, deadline);
+            if (w <= 0) {
+                e = w == 0 ? ETIMEDOUT : errno;
+            } else {
+                socklen_t l = sizeof e;
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0) e = errno;
+            }
+        }
+    }
+    if (e) {
+        close(fd);
+        return e;
+    }
+    net_tune_socket(fd);
+    *fd_out = fd;
+    return 0;
+}
+
+dist_status net_connect_retry(const char *address, double deadline, const char *who, int *fd_out) {
+    *fd_out = -1;
+    char host[NET_ADDR_CAP], port_s[16];
+    int port;
+    DIST_TRY(net_split_address(address, host, sizeof host, &port));
+    snprintf(port_s, sizeof port_s, "%d", port);
+    double backoff = 0.010;
+    int last = 0;
+    for (;;) {
+        struct addrinfo hints = {0}, *res = NULL;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_family = AF_UNSPEC;
+        int g = getaddrinfo(host, port_s, &hints, &res);
+        if (g == 0) {
+            for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+                last = connect_once(ai, deadline, fd_out);
+                if (last == 0) break;
+            }
+            freeaddrinfo(res);
+            if (last == 0) return DIST_OK;
+            if (!retryable(last)) {
+                return dist_error_errno(DIST_UNAVAILABLE, last, "connecting to %s", who);
+            }
+        } else if (g != EAI_AGAIN && g != EAI_NONAME
+#ifdef EAI_NODATA
+                   && g != EAI_NODATA
+#endif
+        ) {
+            return dist_error(DIST_UNAVAILABLE, "connecting to %s: %s", who, gai_strerror(g));
+        }
+        double left = deadline - net_now();
+        if (left <= 0) break;
+        double nap = backoff < left ? backoff : left;
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+    }
+    return dist_error(DIST_TIMEOUT, "%s did not answer in time (last error: %s)", who,
+                      last ? strerror(last) : "name not resolved");
+}
+
+dist_status net_accept(int listen_fd, double deadline, int *fd_out, char *peer, size_t peer_cap) {
+    *fd_out = -1;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t l = sizeof ss;
+        int fd = accept4(listen_fd, (struct sockaddr *)&ss, &l, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+            getnameinfo((struct sockaddr *)&ss, l, h, sizeof h, p, sizeof p,
+                        NI_NUMERICHOST | NI_NUMERICSERV);
+            const char *hs = strncmp(h, "::ffff:", 7) == 0 ? h + 7 : h;
+            snprintf(peer, peer_cap, "%s:%s", hs, p);
+            net_tune_socket(fd);
+            *fd_out = fd;
+            return DIST_OK;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+            return dist_error_errno(DIST_SYSTEM, errno, "accept");
+        int w = net_wait_fd(listen_fd, POLLIN, deadline);
+        if (w == 0) return DIST_OK;
+        if (w < 0) return dist_error_errno(DIST_SYSTEM, errno, "poll on the listener");
+    }
+}
+
+dist_status net_send_all(int fd, const void *buf, size_t len, double deadline, const char *who) {
+    const char *p = buf;
+    while (len) {
+        ssize_t n = net_send_some(fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0) return dist_error(DIST_PEER_LOST, "%s: connection lost", who);
+        int w = net_wait_fd(fd, POLLOUT, deadline);
+        if (w == 0) return dist_error(DIST_TIMEOUT, "%s: no answer in time", who);
+        if (w < 0) return dist_error_errno(DIST_SYSTEM, errno, "%s: poll", who);
+    }
+    return DIST_OK;
+}
+
+dist_status net_recv_all(int fd, void *buf, size_t len, double deadline, const char *who) {
+    char *p = buf;
+    while (len) {
+        ssize_t n = net_recv_some(fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0) return dist_error(DIST_PEER_LOST, "%s: connection lost", who);
+        int w = net_wait_fd(fd, POLLIN, deadline);
+        if (w == 0) return dist_error(DIST_TIMEOUT, "%s: no answer in time", who);
+        if (w < 0) return dist_error_errno(DIST_SYSTEM, errno, "%s: poll", who);
+    }
+    return DIST_OK;
+}
