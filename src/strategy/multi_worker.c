@@ -207,8 +207,7 @@ static dist_status mw_sync_initial(void *owner, dist_tensor *const *copies) {
     }
     free(h);
     if (st != DIST_OK)
-        return dist_error(st, "broadcasting the initial variables from the chief: %s",
-                          dist_last_error());
+        return dist_error_context(st, "broadcasting the initial variables from the chief");
     return DIST_OK;
 }
 
@@ -344,7 +343,7 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
     co.tf_config = o->cluster_spec;
     dist_cluster *cl = NULL;
     dist_status st = dist_cluster_resolve(&co, &cl);
-    if (st != DIST_OK) return dist_error(st, "multi_worker: TF_CONFIG: %s", dist_last_error());
+    if (st != DIST_OK) return dist_error_context(st, "multi_worker: TF_CONFIG");
     mw_workers w;
     memset(&w, 0, sizeof w);
     const char *type = dist_cluster_task_type(cl);
@@ -389,8 +388,8 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
                                                          : DIST_NET_AUTO;
         st = dist_net_comm_create(&no, &c->net);
         if (st != DIST_OK)
-            st = dist_error(st, "multi_worker: %s (as %s): %s", "joining the cluster",
-                            w.names[w.rank], dist_last_error());
+            st = dist_error_context(st, "multi_worker: joining the cluster as %s",
+                                    w.names[w.rank]);
     }
     /* TF's chief rule: chief/0, else worker/0; an evaluator is its own chief. */
     s->is_chief = dist_cluster_is_chief(cl) ? 1 : 0;

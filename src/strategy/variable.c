@@ -113,7 +113,7 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
                    "read '%s': %lld values requested, it has %lld", v->name, (long long)count,
                    (long long)dist_tensor_numel(&v->values[0]));
     dist_strategy *s = v->strategy;
-    if (v->sync != DIST_SYNC_ON_READ || v->num_replicas == 1)
+    if (v->sync != DIST_SYNC_ON_READ || (v->num_replicas == 1 && !s->iface->cross_worker_sum))
         return dist_backend_to_host(s->backends[0], &v->values[0], dst,
                                     (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_ONLY_FIRST_REPLICA)

@@ -280,6 +280,8 @@ static int train(run_state *s) {
     }
     if (st) return fail("creating the strategy");
     s->chief = dist_strategy_is_chief(s->strategy);
+    /* The other workers repeat what the chief says: only their warnings and errors show. */
+    if (!s->chief) dist_set_log_callback(on_log, DIST_LOG_WARN, NULL);
     int replicas = dist_strategy_num_local_replicas(s->strategy);
     int cpus = dist_device_count(DIST_DEVICE_CPU);
     s->threads = o->threads ? o->threads : (cpus / replicas > 0 ? cpus / replicas : 1);
@@ -360,6 +362,9 @@ int main(int argc, char **argv) {
     if (rc) return rc;
     if (o.print_cluster) return distrain_print_cluster();
     if (o.workers > 0) return distrain_launch(argc, argv, &o);
+    /* Line by line, so a launcher or a log collector reading a pipe sees progress as it
+     * happens. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     dist_set_log_callback(on_log, o.quiet ? DIST_LOG_WARN : DIST_LOG_INFO, NULL);
     run_state s;
     memset(&s, 0, sizeof s);
