@@ -1,23 +1,34 @@
 /* Training throughput of the seed CNN (batch 64): libdist one_device on 1 thread, one_device
- * on every core, mirrored with one CPU replica per core, against the same model in PyTorch
+ * on every core, mirrored with one CPU replica per core, multi_worker with one worker process
+ * per core on loopback (this program run again as the workers), against the same model in PyTorch
  * (bench/torch_cnn.py, run in this benchmark) at the same thread counts. Prints a table with
  * the median of several repeats, the ratios the targets are stated in, and the fraction of
  * the FP32 peak.
  *
  * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH]
  *        (run from anywhere; the PyTorch script is found through the source tree) */
+#include <arpa/inet.h>
 #include <dist/dist.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef DIST_SOURCE_DIR
 #define DIST_SOURCE_DIR "."
 #endif
 
 #define FLOP_PER_IMAGE 14.8e6 /* training: forward + backward of the seed CNN */
-#define PEAK_PER_CORE 222e9   /* measured FP32 FMA peak of one core (PERFORMANCE.md) */
+/* FP32 FMA peak of one core: measured on the AVX-512 Zen 5 (PERFORMANCE.md); half of it where
+ * the widest vectors are AVX2's (same FMA ports, half the lanes). */
+#define PEAK_PER_CORE_AVX512 222e9
+static double peak_per_core(void) {
+    return __builtin_cpu_supports("avx512f") ? PEAK_PER_CORE_AVX512 : PEAK_PER_CORE_AVX512 / 2;
+}
+#define PEAK_PER_CORE peak_per_core()
 #define MAX_REPEATS 32
 
 static double now_s(void) {
@@ -46,11 +57,13 @@ static double median(double *v, int n) {
 
 /* images/s of each repeat of `steps` training steps (after 20 warm-up steps). */
 static double run_libdist(dist_strategy_kind kind, const char *devices, int threads, int steps,
-                          int repeats, const dist_mnist *mnist, double *runs) {
+                          int repeats, const dist_mnist *mnist, const char *cluster_spec,
+                          double *runs) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = kind;
     so.devices = devices;
     so.threads_per_replica = threads;
+    so.cluster_spec = cluster_spec;
     dist_strategy *s;
     CHECK(dist_strategy_create(&so, &s));
     dist_model *model;
@@ -147,6 +160,75 @@ static double run_torch(const char *python, int threads, int steps, int repeats,
     return a;
 }
 
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* `workers` processes of this program on loopback, one replica and one thread each, global
+ * batch 64; returns worker 0's median images/s (cluster-wide) and its repeats in runs. */
+static double run_multi_worker(int workers, int steps, int repeats, const char *transport,
+                               double *runs) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 0;
+    self[n] = '\0';
+    char cluster[1024];
+    size_t len = (size_t)snprintf(cluster, sizeof cluster, "{\"worker\":[");
+    for (int i = 0; i < workers; i++)
+        len += (size_t)snprintf(cluster + len, sizeof cluster - len, "%s\"127.0.0.1:%d\"",
+                                i ? "," : "", free_port());
+    snprintf(cluster + len, sizeof cluster - len, "]}");
+    FILE *p[16];
+    for (int i = 0; i < workers; i++) {
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd,
+                 "DIST_COLLECTIVE_TRANSPORT=%s '%s' --worker '{\"cluster\":%s,\"task\":{\"type\":"
+                 "\"worker\",\"index\":%d}}' %d %d",
+                 transport, self, cluster, i, steps, repeats);
+        p[i] = popen(cmd, "r");
+        if (!p[i]) return 0;
+    }
+    double med = 0;
+    char line[4096];
+    int got = 0;
+    while (fgets(line, sizeof line, p[0])) {
+        char *rest = line;
+        if (strncmp(line, "runs", 4) != 0) continue;
+        rest += 4;
+        for (int r = 0; r < repeats; r++) runs[r] = strtod(rest, &rest);
+        got = 1;
+    }
+    int ok = 1;
+    for (int i = 0; i < workers; i++) ok &= pclose(p[i]) == 0;
+    if (!got || !ok) return 0;
+    double copy[MAX_REPEATS];
+    memcpy(copy, runs, (size_t)repeats * sizeof *copy);
+    med = median(copy, repeats);
+    return med;
+}
+
+/* bench_train --worker SPEC STEPS REPEATS: one multi_worker worker; worker 0 prints its runs. */
+static int worker_main(char **argv, const dist_mnist *mnist) {
+    int steps = atoi(argv[3]), repeats = atoi(argv[4]);
+    double runs[MAX_REPEATS];
+    run_libdist(DIST_STRATEGY_MULTI_WORKER, "cpu:0", 1, steps, repeats, mnist, argv[2], runs);
+    if (strstr(argv[2], "\"index\":0}")) {
+        printf("runs");
+        for (int r = 0; r < repeats; r++) printf(" %.1f", runs[r]);
+        printf("\n");
+    }
+    return 0;
+}
+
 static void runs_str(const double *runs, int n, char *buf, size_t size) {
     size_t len = 0;
     buf[0] = '\0';
@@ -157,6 +239,15 @@ static void runs_str(const double *runs, int n, char *buf, size_t size) {
 int main(int argc, char **argv) {
     int steps = 300, repeats = 5, torch = 1;
     const char *python = "/usr/bin/python3";
+    if (argc == 5 && strcmp(argv[1], "--worker") == 0) {
+        dist_mnist *m;
+        dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
+        mo.allow_download = 0;
+        CHECK(dist_mnist_load(&mo, &m));
+        int rc = worker_main(argv, m);
+        dist_mnist_destroy(m);
+        return rc;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoi(argv[++i]);
@@ -187,10 +278,14 @@ int main(int argc, char **argv) {
 
     printf("seed CNN, batch 64, Adam; %d steps x %d repeats after 20 warm-up steps; %d cores\n\n",
            steps, repeats, cores);
-    double r1[MAX_REPEATS], rall[MAX_REPEATS], rmir[MAX_REPEATS];
-    double one = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, repeats, mnist, r1);
-    double all = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, repeats, mnist, rall);
-    double mir = run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, repeats, mnist, rmir);
+    double r1[MAX_REPEATS], rall[MAX_REPEATS], rmir[MAX_REPEATS], rmw[MAX_REPEATS],
+        rmwt[MAX_REPEATS];
+    double one = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, repeats, mnist, NULL, r1);
+    double all =
+        run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, repeats, mnist, NULL, rall);
+    double mir = run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, repeats, mnist, NULL, rmir);
+    double mw = run_multi_worker(cores, steps, repeats, "shm", rmw);
+    double mwt = run_multi_worker(cores, steps, repeats, "tcp", rmwt);
     char t1_runs[512] = "n/a", tall_runs[512] = "n/a";
     double t1 = torch ? run_torch(python, 1, steps, repeats, t1_runs, sizeof t1_runs) : 0;
     double tall = torch ? run_torch(python, cores, steps, repeats, tall_runs, sizeof tall_runs) : 0;
@@ -207,6 +302,12 @@ int main(int argc, char **argv) {
     runs_str(rmir, repeats, buf, sizeof buf);
     printf("| libdist mirrored, %d CPU replicas | %d x 1 | %.0f | %.0f%% | %s |\n", cores, cores,
            mir, 100 * mir * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
+    runs_str(rmw, repeats, buf, sizeof buf);
+    printf("| libdist multi_worker, %d workers, shared memory | %d x 1 | %.0f | %.0f%% | %s |\n",
+           cores, cores, mw, 100 * mw * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
+    runs_str(rmwt, repeats, buf, sizeof buf);
+    printf("| libdist multi_worker, %d workers, TCP | %d x 1 | %.0f | %.0f%% | %s |\n", cores, cores,
+           mwt, 100 * mwt * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
     if (torch) {
         printf("| PyTorch eager (torch_cnn.py) | 1 | %.0f | %.0f%% | %s |\n", t1,
                100 * t1 * FLOP_PER_IMAGE / PEAK_PER_CORE, t1_runs);
@@ -216,6 +317,10 @@ int main(int argc, char **argv) {
     printf("\nratios:\n");
     printf("  mirrored %d replicas / one replica on one core: %.2fx (target >= 1.7x)\n", cores,
            mir / one);
+    if (mir > 0)
+        printf("  multi_worker %d workers / mirrored %d replicas: %.2fx shared memory, %.2fx TCP "
+               "(target >= 0.9x)\n",
+               cores, cores, mw / mir, mwt / mir);
     if (torch && t1 > 0 && tall > 0) {
         printf("  libdist 1 thread / PyTorch 1 thread: %.2fx (target >= 2x)\n", one / t1);
         printf("  libdist one_device %d threads / PyTorch %d threads: %.2fx (target >= 2x)\n",
