@@ -283,7 +283,8 @@ int main(int argc, char **argv) {
     double one = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, repeats, mnist, NULL, r1);
     double all =
         run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, repeats, mnist, NULL, rall);
-    double mir = run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, repeats, mnist, NULL, rmir);
+    double mir =
+        run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, repeats, mnist, NULL, rmir);
     double mw = run_multi_worker(cores, steps, repeats, "shm", rmw);
     double mwt = run_multi_worker(cores, steps, repeats, "tcp", rmwt);
     char t1_runs[512] = "n/a", tall_runs[512] = "n/a";
@@ -306,8 +307,8 @@ int main(int argc, char **argv) {
     printf("| libdist multi_worker, %d workers, shared memory | %d x 1 | %.0f | %.0f%% | %s |\n",
            cores, cores, mw, 100 * mw * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
     runs_str(rmwt, repeats, buf, sizeof buf);
-    printf("| libdist multi_worker, %d workers, TCP | %d x 1 | %.0f | %.0f%% | %s |\n", cores, cores,
-           mwt, 100 * mwt * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
+    printf("| libdist multi_worker, %d workers, TCP | %d x 1 | %.0f | %.0f%% | %s |\n", cores,
+           cores, mwt, 100 * mwt * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
     if (torch) {
         printf("| PyTorch eager (torch_cnn.py) | 1 | %.0f | %.0f%% | %s |\n", t1,
                100 * t1 * FLOP_PER_IMAGE / PEAK_PER_CORE, t1_runs);

@@ -25,8 +25,8 @@ typedef struct mw_ctx {
     dist_net_comm *net;
     dist_nccl_comm *nccl; /* every replica of every worker on a GPU: NCCL does it all */
     int nccl_comms;       /* communicators made so far (each gets a fresh unique id) */
-    size_t pack_elems; /* 0: one call for the whole tensor */
-    float *stage;      /* host staging of device tensors (GPU replicas) */
+    size_t pack_elems;    /* 0: one call for the whole tensor */
+    float *stage;         /* host staging of device tensors (GPU replicas) */
     size_t stage_cap;
     char cross_name[48];
 } mw_ctx;
@@ -40,7 +40,8 @@ static dist_status host_view(mw_ctx *c, dist_backend *be, dist_tensor *t, float 
     }
     if (c->stage_cap < bytes) {
         float *p = realloc(c->stage, bytes);
-        if (!p) return dist_error(DIST_OUT_OF_MEMORY, "multi_worker: cannot stage %zu bytes", bytes);
+        if (!p)
+            return dist_error(DIST_OUT_OF_MEMORY, "multi_worker: cannot stage %zu bytes", bytes);
         c->stage = p;
         c->stage_cap = bytes;
     }
@@ -100,8 +101,7 @@ static dist_status mw_all_reduce(dist_strategy *s, int r, dist_reduce_op op, dis
 
 /* out = every global replica's `in` in replica order: the local gather goes into this
  * worker's segment of out, replica 0 gathers the segments of every worker, and broadcasts. */
-static dist_status mw_all_gather(dist_strategy *s, int r, const dist_tensor *in,
-                                 dist_tensor *out) {
+static dist_status mw_all_gather(dist_strategy *s, int r, const dist_tensor *in, dist_tensor *out) {
     mw_ctx *c = s->ctx;
     if (c->nccl) return dist_nccl_comm_all_gather(c->nccl, r, in, out);
     int L = s->num_replicas;
@@ -320,8 +320,8 @@ static dist_status nccl_over_workers(dist_strategy *s, mw_ctx *c) {
     DIST_TRY(dist_net_comm_store_get(c->net, key, id, sizeof id, &len));
     if (len != sizeof id)
         return dist_error(DIST_INTERNAL, "NCCL: the unique id in the store has %zu bytes", len);
-    return dist_nccl_comm_create_ranks(s->num_replicas_in_sync, s->replica_offset,
-                                       s->num_replicas, s->backends, id, &c->nccl);
+    return dist_nccl_comm_create_ranks(s->num_replicas_in_sync, s->replica_offset, s->num_replicas,
+                                       s->backends, id, &c->nccl);
 }
 
 dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o) {
@@ -335,8 +335,8 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
         if (s->devices[r].kind != s->devices[0].kind)
             return dist_error(DIST_INVALID_ARGUMENT,
                               "multi_worker: a worker's replicas must all be CPUs or all GPUs");
-    double timeout = o->collective_timeout_s > 0 ? o->collective_timeout_s
-                                                 : MW_DEFAULT_COLLECTIVE_TIMEOUT_S;
+    double timeout =
+        o->collective_timeout_s > 0 ? o->collective_timeout_s : MW_DEFAULT_COLLECTIVE_TIMEOUT_S;
     DIST_TRY(dist_local_comm_create(s->num_replicas, s->backends, timeout, &c->local));
 
     dist_cluster_options co = DIST_CLUSTER_OPTIONS_INIT;
@@ -388,8 +388,7 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
                                                          : DIST_NET_AUTO;
         st = dist_net_comm_create(&no, &c->net);
         if (st != DIST_OK)
-            st = dist_error_context(st, "multi_worker: joining the cluster as %s",
-                                    w.names[w.rank]);
+            st = dist_error_context(st, "multi_worker: joining the cluster as %s", w.names[w.rank]);
     }
     /* TF's chief rule: chief/0, else worker/0; an evaluator is its own chief. */
     s->is_chief = dist_cluster_is_chief(cl) ? 1 : 0;

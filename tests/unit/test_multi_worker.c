@@ -253,8 +253,8 @@ static double workers_vs_mirrored(int use_sgd, int steps) {
     for (int i = 0; i < 2; i++) {
         tf_config(spec[i], sizeof spec[i], 2, ports, i);
         snprintf(path[i], sizeof path[i], "/tmp/dist_mw_%d_%d.bin", (int)getpid(), i);
-        char *args[] = {(char *)g_self, "--worker", "train", spec[i], steps_s, sgd_s, path[i],
-                        NULL};
+        char *args[] = {(char *)g_self, "--worker", "train", spec[i],
+                        steps_s,        sgd_s,      path[i], NULL};
         pid[i] = spawn(args);
     }
     for (int i = 0; i < 2; i++) ck_assert_int_eq(wait_exit(pid[i]), 0);

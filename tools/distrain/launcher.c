@@ -176,8 +176,8 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             rc = 1;
             break;
         }
-        snprintf(tf_config, cap + 64, "{\"cluster\":%s,\"task\":{\"type\":\"worker\",\"index\":%d}}",
-                 cluster, i);
+        snprintf(tf_config, cap + 64,
+                 "{\"cluster\":%s,\"task\":{\"type\":\"worker\",\"index\":%d}}", cluster, i);
         fflush(NULL);
         pid_t pid = fork();
         if (pid < 0) {
@@ -257,8 +257,10 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             }
         }
         if (first_failure >= 0 && running > 0 && !killed && now_s() - failed_at > grace_s) {
-            fprintf(stderr, "distrain: stopping the workers still running %.0f s after the first "
-                            "failure\n", grace_s);
+            fprintf(stderr,
+                    "distrain: stopping the workers still running %.0f s after the first "
+                    "failure\n",
+                    grace_s);
             for (int i = 0; i < started; i++)
                 if (!w[i].done) kill(w[i].pid, SIGKILL);
             killed = 1;

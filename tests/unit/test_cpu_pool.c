@@ -1,0 +1,138 @@
+/* The CPU backend's own max pooling against a naive reference, in plain NHWC and in the blocked
+ * nChw8c / nChw16c layouts: odd sizes (a last row and column no window covers), SAME padding,
+ * overlapping windows, ties, and the gradient going to each window's first maximum. */
+#include "backend/backend.h"
+#include "testutil.h"
+
+#include <dist/dist.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pool_case {
+    int n, h, w, c;
+    int win, stride;
+    int pad_t, pad_b, pad_l, pad_r;
+} pool_case;
+
+static int64_t out_dim(int in, int pad_a, int pad_b, int win, int stride) {
+    return (in + pad_a + pad_b - win) / stride + 1;
+}
+
+/* y = max over each window; dx = dy routed to the window's first maximum (TF's rule). */
+static void reference(const pool_case *p, const float *x, const float *dy, float *y, float *dx) {
+    int64_t oh = out_dim(p->h, p->pad_t, p->pad_b, p->win, p->stride);
+    int64_t ow = out_dim(p->w, p->pad_l, p->pad_r, p->win, p->stride);
+    memset(dx, 0, sizeof(float) * (size_t)(p->n * p->h * p->w * p->c));
+    for (int n = 0; n < p->n; n++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++)
+                for (int c = 0; c < p->c; c++) {
+                    float best = -FLT_MAX;
+                    int64_t at = -1;
+                    for (int a = 0; a < p->win; a++)
+                        for (int b = 0; b < p->win; b++) {
+                            int64_t r = i * p->stride - p->pad_t + a;
+                            int64_t q = j * p->stride - p->pad_l + b;
+                            if (r < 0 || r >= p->h || q < 0 || q >= p->w) continue;
+                            int64_t k = ((n * p->h + r) * p->w + q) * p->c + c;
+                            if (at < 0 || x[k] > best) best = x[k], at = k;
+                        }
+                    int64_t o = ((n * oh + i) * ow + j) * p->c + c;
+                    y[o] = best;
+                    dx[at] += dy[o];
+                }
+}
+
+/* plain NHWC <-> the backend's layout, through its own reorder */
+static void to_layout(dist_backend *be, const dist_tensor *src, dist_tensor *dst) {
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, src, dst), DIST_OK);
+}
+
+static void check_case(const pool_case *p, dist_layout layout) {
+    dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
+    bo.threads = 2;
+    dist_backend *be;
+    ck_assert_int_eq(dist_backend_create(&bo, &be), DIST_OK);
+    int64_t oh = out_dim(p->h, p->pad_t, p->pad_b, p->win, p->stride);
+    int64_t ow = out_dim(p->w, p->pad_l, p->pad_r, p->win, p->stride);
+    int64_t xs[4] = {p->n, p->h, p->w, p->c}, ys[4] = {p->n, oh, ow, p->c};
+    size_t nx = (size_t)(p->n * p->h * p->w * p->c), ny = (size_t)(p->n * oh * ow * p->c);
+    float *x = malloc(nx * 4), *dy = malloc(ny * 4), *ry = malloc(ny * 4), *rdx = malloc(nx * 4);
+    float *bx = malloc(nx * 4), *bdy = malloc(ny * 4), *by = malloc(ny * 4), *bdx = malloc(nx * 4);
+    float *y = malloc(ny * 4), *dx = malloc(nx * 4);
+    uint64_t rng = 99;
+    /* values on a coarse grid so that windows hold ties */
+    for (size_t i = 0; i < nx; i++) x[i] = floorf(dist_test_uniform(&rng, -4, 4));
+    for (size_t i = 0; i < ny; i++) dy[i] = dist_test_uniform(&rng, -1, 1);
+    reference(p, x, dy, ry, rdx);
+
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                tdy = dist_tensor_view(dy, DIST_F32, 4, ys);
+    dist_tensor lx = dist_tensor_view(bx, DIST_F32, 4, xs),
+                ldy = dist_tensor_view(bdy, DIST_F32, 4, ys);
+    dist_tensor ly = dist_tensor_view(by, DIST_F32, 4, ys),
+                ldx = dist_tensor_view(bdx, DIST_F32, 4, xs);
+    lx.layout = ldy.layout = ly.layout = ldx.layout = layout;
+    to_layout(be, &tx, &lx);
+    to_layout(be, &tdy, &ldy);
+    for (size_t i = 0; i < ny; i++) by[i] = NAN; /* poisoned: every output must be written */
+    for (size_t i = 0; i < nx; i++) bdx[i] = NAN;
+    dist_pool2d_desc d = {p->win,   p->win,   p->stride, p->stride,
+                          p->pad_t, p->pad_b, p->pad_l,  p->pad_r};
+    size_t wsb = 0;
+    ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &d, &lx, &wsb), DIST_OK);
+    void *ws = malloc(wsb ? wsb : 1);
+    ck_assert_msg(be->iface->max_pool2d_forward(be->ctx, &d, &lx, &ly, ws) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_msg(be->iface->max_pool2d_backward(be->ctx, &d, &lx, &ldy, ws, &ldx) == DIST_OK, "%s",
+                  dist_last_error());
+    dist_tensor py = dist_tensor_view(y, DIST_F32, 4, ys),
+                pdx = dist_tensor_view(dx, DIST_F32, 4, xs);
+    to_layout(be, &ly, &py);
+    to_layout(be, &ldx, &pdx);
+    ck_assert_msg(memcmp(y, ry, ny * 4) == 0, "forward differs (layout %d)", (int)layout);
+    for (size_t i = 0; i < nx; i++)
+        ck_assert_msg(fabsf(dx[i] - rdx[i]) <= 1e-6f, "dx[%zu] = %g, expected %g (layout %d)", i,
+                      (double)dx[i], (double)rdx[i], (int)layout);
+    free(x), free(dy), free(ry), free(rdx), free(bx), free(bdy), free(by), free(bdx), free(y),
+        free(dx), free(ws);
+    dist_backend_destroy(be);
+}
+
+static const pool_case cases[] = {
+    {3, 26, 26, 32, 2, 2, 0, 0, 0, 0}, /* the seed CNN's first pool */
+    {2, 11, 11, 64, 2, 2, 0, 0, 0, 0}, /* odd: row and column 10 get no gradient */
+    {2, 7, 9, 16, 3, 2, 1, 1, 1, 1},   /* SAME-style padding */
+    {1, 6, 6, 8, 3, 1, 0, 0, 0, 0},    /* overlapping windows accumulate */
+    {2, 5, 5, 48, 2, 2, 0, 1, 0, 1},   /* asymmetric padding */
+};
+
+START_TEST(test_max_pool_matches_reference_in_plain_layout) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case(&cases[i], DIST_LAYOUT_PLAIN);
+}
+END_TEST
+
+START_TEST(test_max_pool_matches_reference_in_nchw8c) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_case(&cases[i], DIST_LAYOUT_NCHW8C);
+}
+END_TEST
+
+START_TEST(test_max_pool_matches_reference_in_nchw16c) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        if (cases[i].c % 16 == 0) check_case(&cases[i], DIST_LAYOUT_NCHW16C);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cpu_pool");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_max_pool_matches_reference_in_plain_layout);
+    tcase_add_test(tc, test_max_pool_matches_reference_in_nchw8c);
+    tcase_add_test(tc, test_max_pool_matches_reference_in_nchw16c);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
