@@ -348,11 +348,12 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
     memset(&w, 0, sizeof w);
     const char *type = dist_cluster_task_type(cl);
     if (type && (strcmp(type, "ps") == 0)) {
+        int id = dist_cluster_task_id(cl);
         dist_cluster_destroy(cl);
         return dist_error(DIST_INVALID_ARGUMENT,
                           "multi_worker: this task is ps/%d; ps tasks belong to the "
                           "parameter_server strategy",
-                          dist_cluster_task_id(cl));
+                          id);
     }
     int local_mode = dist_cluster_is_empty(cl) || (type && strcmp(type, "evaluator") == 0);
     if (!local_mode) {
