@@ -298,6 +298,8 @@ static dist_status conv_fwd_pd(cpu_ctx *c, const conv_mds *m, int with_bias, int
 dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                const dist_tensor *w, const dist_tensor *b, dist_tensor *y) {
     cpu_ctx *c = ctx;
+    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
+    omp_set_num_threads(c->threads);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, w, &oh, &ow));
     dist_layout yl = preferred_layout(c, w->shape[3]);
@@ -330,7 +332,6 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
         return st;
     }
 ready:
-    omp_set_num_threads(c->threads);
     set_handle(p->mem[0], x->data);
     set_handle(p->mem[1], w->data);
     set_handle(p->mem[4], y->data);
@@ -351,6 +352,8 @@ ready:
 dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
                                      const dist_tensor *w, dist_tensor *dx) {
     cpu_ctx *c = ctx;
+    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
+    omp_set_num_threads(c->threads);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, dx, w, &oh, &ow));
     prim_key k;
@@ -393,7 +396,6 @@ dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const
         return st;
     }
 ready:
-    omp_set_num_threads(c->threads);
     set_handle(p->mem[0], dy->data);
     set_handle(p->mem[1], w->data);
     set_handle(p->mem[3], dx->data);
@@ -445,6 +447,8 @@ static dist_status plain_copy_setup(cpu_ctx *c, cpu_prim *p, const dnnl_memory_d
 dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db) {
     cpu_ctx *c = ctx;
+    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
+    omp_set_num_threads(c->threads);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, dw, &oh, &ow));
     prim_key k;
@@ -507,7 +511,6 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
         return st;
     }
 ready:
-    omp_set_num_threads(c->threads);
     dnnl_memory_t xm = p->mem[0], dym = p->mem[1];
     if (p->reorder_x) {
         set_handle(p->mem[8], x->data);
@@ -553,6 +556,8 @@ static dist_status mat_md(const dist_tensor *t, int trans, dnnl_memory_desc_t *m
 dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                        const dist_tensor *b, float beta, dist_tensor *cm) {
     cpu_ctx *c = ctx;
+    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
+    omp_set_num_threads(c->threads);
     if (a->ndim != 2 || b->ndim != 2 || cm->ndim != 2)
         return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors");
     int64_t m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
@@ -616,7 +621,6 @@ dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const d
         return st;
     }
 ready:
-    omp_set_num_threads(c->threads);
     set_handle(p->mem[0], a->data);
     set_handle(p->mem[1], b->data);
     set_handle(p->mem[2], cm->data);
@@ -629,6 +633,8 @@ ready:
 
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst) {
     cpu_ctx *c = ctx;
+    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
+    omp_set_num_threads(c->threads);
     if (dist_tensor_numel(src) != dist_tensor_numel(dst) || src->dtype != dst->dtype)
         return dist_error(DIST_INVALID_ARGUMENT, "to_layout: tensors differ in size or dtype");
     if (src->layout == dst->layout) {
@@ -660,7 +666,6 @@ dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst) {
         return st;
     }
 ready:
-    omp_set_num_threads(c->threads);
     set_handle(p->mem[0], src->data);
     set_handle(p->mem[1], dst->data);
     return run_reorder(c, p->prim, p->mem[0], p->mem[1]);
