@@ -228,14 +228,11 @@ dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count
     if (c->failed) return repeat_failure(c);
     if (c->world == 1 || count == 0) return DIST_OK;
     double deadline = net_now() + c->timeout_s;
+    bool mean = op == DIST_REDUCE_MEAN;
     if (c->shm)
-        DIST_TRY(net_shm_all_reduce(c, data, count, deadline));
+        DIST_TRY(net_shm_all_reduce(c, data, count, mean, deadline));
     else
-        DIST_TRY(net_tcp_all_reduce(c, data, count, deadline));
-    if (op == DIST_REDUCE_MEAN) {
-        float w = (float)c->world;
-        for (size_t i = 0; i < count; i++) data[i] /= w;
-    }
+        DIST_TRY(net_tcp_all_reduce(c, data, count, mean, deadline));
     return DIST_OK;
 }
 

@@ -123,12 +123,15 @@ ssize_t net_recv_some(int fd, void *buf, size_t len);
 dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes);
 
 /* ---- net_ring.c ---- */
-dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline);
+/* mean: divide the sums by world (where each element's final value is made). */
+dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline);
 
 /* ---- shm_comm.c ---- */
 /* Collective over the mesh: rank 0 creates the segment, everyone maps it, rank 0 unlinks it. */
 dist_status net_shm_setup(dist_net_comm *c, double deadline);
 void net_shm_destroy(net_shm *s);
-dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline);
+dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline);
 
 #endif

@@ -197,7 +197,8 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
     return DIST_OK;
 }
 
-dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline) {
+dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline) {
     net_shm *s = c->shm;
     int n = c->world, me = c->rank;
     size_t bank_n = bank_floats(n);
@@ -220,6 +221,8 @@ dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, doub
                 const float *sr = bank + (size_t)r * SHM_CHUNK_FLOATS;
                 for (size_t i = lo; i < hi; i++) result[i] += sr[i];
             }
+            if (mean)
+                for (size_t i = lo; i < hi; i++) result[i] /= (float)n;
         }
         atomic_store_explicit(&s->flags[me].reduced, q, memory_order_release);
         DIST_TRY(wait_all(c, offsetof(shm_flags, reduced), q, deadline));
