@@ -1,7 +1,7 @@
 /* All-reduce latency and bus bandwidth of the cross-process communicator (net_comm.h), with
  * P processes on loopback, over TCP and over shared memory.
  *
- *   bench_allreduce [--quick]
+ *   bench_allreduce [--quick] [--procs P] [--transport tcp|shm]
  *
  * For P = 2 and 4 and each transport, sizes 4 KB, 64 KB, 1 MB, 16 MB, 64 MB: warm-up, then
  * the median time of several all-reduces (each one preceded by a barrier). Bus bandwidth as
@@ -218,12 +218,17 @@ static void run_config(int p, dist_net_transport t, const char *tname, int quick
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, only_p = 0;
+    const char *only_t = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--procs") == 0 && i + 1 < argc) {
+            only_p = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
+            only_t = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--procs 2|4] [--transport tcp|shm]\n", argv[0]);
             return 2;
         }
     }
@@ -235,8 +240,9 @@ int main(int argc, char **argv) {
     printf("|---|---|---|---|---|---|\n");
     const int ps[] = {2, 4};
     for (int i = 0; i < 2; i++) {
-        run_config(ps[i], DIST_NET_TCP, "tcp", quick);
-        run_config(ps[i], DIST_NET_SHM, "shm", quick);
+        if (only_p && only_p != ps[i]) continue;
+        if (!only_t || strcmp(only_t, "tcp") == 0) run_config(ps[i], DIST_NET_TCP, "tcp", quick);
+        if (!only_t || strcmp(only_t, "shm") == 0) run_config(ps[i], DIST_NET_SHM, "shm", quick);
     }
     printf("\nbusbw = size / time x 2 (P - 1) / P; targets at P = 2: tcp >= 1.2 GB/s at 64 MB "
            "and <= 100 us at 4 KB, shm >= 5 GB/s at 64 MB (TCP reference above: %.2f GB/s)\n",

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define NET_MAX_WORLD 1024
+#define NET_MAX_WORLD 256
 #define NET_NAME_CAP 96
 #define NET_ADDR_CAP 256
 #define NET_HOST_ID_CAP 160
