@@ -13,9 +13,7 @@
 
 /* Summing granularity: large enough to amortise the loop, small enough that forwarding starts
  * early and the segment is still in cache. */
-#include <stdlib.h>
-static size_t RING_SEG_BYTES_v(void){static size_t v; if(!v){const char*e=getenv("XSEG"); v=e?(size_t)atol(e):256u*1024u;} return v;}
-#define RING_SEG_BYTES RING_SEG_BYTES_v()
+#define RING_SEG_BYTES (256u * 1024u)
 #define RING_SPIN_S 50e-6
 
 static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
