@@ -145,6 +145,8 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
                         "different hosts");
         goto out;
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (same_host && cores > 0 && c->world > cores) c->spin_s = 0;
     if (same_host && transport != DIST_NET_TCP)
         DIST_TRY_GOTO(net_shm_setup(c, deadline), st, out);
 out:
@@ -178,6 +180,7 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60.0;
     c->fingerprint = net_fingerprint_hash(o->fingerprint ? o->fingerprint : "");
     c->listen_fd = c->store_fd = -1;
+    c->spin_s = 50e-6;
     c->names = calloc((size_t)c->world, sizeof *c->names);
     c->addrs = calloc((size_t)c->world, sizeof *c->addrs);
     c->fds = malloc((size_t)c->world * sizeof *c->fds);

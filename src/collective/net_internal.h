@@ -40,6 +40,9 @@ struct dist_net_comm {
     net_shm *shm;     /* NULL: TCP */
     float *scratch;
     size_t scratch_cap;
+    /* How long a waiter busy-polls before sleeping: a wake-up costs tens of microseconds, but
+     * with more ranks on this host than cores a spinner takes the core its peer needs. */
+    double spin_s;
     dist_status failed; /* DIST_OK while healthy */
     char failed_msg[512];
 };

@@ -14,7 +14,6 @@
 /* Summing granularity: large enough to amortise the loop, small enough that forwarding starts
  * early and the segment is still in cache. */
 #define RING_SEG_BYTES (256u * 1024u)
-#define RING_SPIN_S 50e-6
 
 static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
                                      double deadline) {
@@ -78,7 +77,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
     char *base = (char *)data;
     int sg = 0, rg = 0;
     size_t sp = 0, rp = 0, pp = 0;
-    double spin_until = net_now() + RING_SPIN_S;
+    double spin_until = net_now() + c->spin_s;
     while (sg < p.steps || rg < p.steps) {
         bool progress = false, send_wait = false;
         /* send: step sg may forward what step sg-1 has received and processed */
@@ -145,7 +144,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
         if (sg == p.steps && rg == p.steps) break;
         double now = net_now();
         if (progress) {
-            spin_until = now + RING_SPIN_S;
+            spin_until = now + c->spin_s;
             continue;
         }
         if (now < spin_until) continue;
@@ -164,7 +163,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
         /* a send held back only by the pipeline (nothing to forward yet) waits for input */
         double left = deadline - now;
         poll(pf, (nfds_t)np, left > 0.1 ? 100 : (int)(left * 1000.0) + 1);
-        spin_until = net_now() + RING_SPIN_S;
+        spin_until = net_now() + c->spin_s;
     }
     return DIST_OK;
 }

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define XFER_SPIN_S 100e-6
-
 ssize_t net_send_some(int fd, const void *buf, size_t len) {
     ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return n;
@@ -61,7 +59,7 @@ dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes) {
 
 dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, const char *what) {
     struct pollfd pf[2 * NET_MAX_WORLD];
-    double spin_until = net_now() + XFER_SPIN_S;
+    double spin_until = net_now() + c->spin_s;
     for (;;) {
         bool progress = false, all = true;
         for (int i = 0; i < n; i++) {
@@ -80,7 +78,7 @@ dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, cons
         if (all) return DIST_OK;
         double now = net_now();
         if (progress) {
-            spin_until = now + XFER_SPIN_S;
+            spin_until = now + c->spin_s;
             continue;
         }
         if (now < spin_until) continue;
@@ -100,6 +98,6 @@ dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, cons
         double left = deadline - now;
         int ms = left > 0.1 ? 100 : (int)(left * 1000.0) + 1;
         poll(pf, (nfds_t)np, ms);
-        spin_until = net_now() + XFER_SPIN_S;
+        spin_until = net_now() + c->spin_s;
     }
 }

@@ -222,7 +222,7 @@ static void sleep_on(shm_flags *f, _Atomic uint64_t *ctr, uint64_t q) {
 /* Waits until every rank's counter (offset `which` in shm_flags) reaches q. */
 static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double deadline) {
     net_shm *s = c->shm;
-    unsigned spins = 0;
+    unsigned spins = 0, max_spins = c->spin_s > 0 ? 2000 : 50;
     double next_check = 0;
     for (int r = 0; r < c->world;) {
         _Atomic uint64_t *ctr = (_Atomic uint64_t *)((char *)&s->flags[r] + which);
@@ -231,7 +231,7 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
             continue;
         }
         spins++;
-        if (spins < 2000) {
+        if (spins < max_spins) {
             cpu_relax();
             continue;
         }
