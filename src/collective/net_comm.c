@@ -132,10 +132,13 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     DIST_TRY_GOTO(register_hosts(c, hosts, deadline), st, out);
     for (int r = 0; r < c->rank; r++)
         DIST_TRY_GOTO(connect_to(c, r, NET_KIND_MESH, deadline, &c->fds[r]), st, out);
-    if (c->rank == 0)
+    if (c->rank == 0) {
         DIST_TRY_GOTO(net_store_take_mesh(c, deadline), st, out);
-    else
+    } else {
         DIST_TRY_GOTO(accept_higher(c, deadline), st, out);
+        /* the mesh is complete: a late stranger is refused by the kernel, not left hanging */
+        net_close(&c->listen_fd);
+    }
 
     bool same_host = true;
     for (int r = 0; r < c->world; r++) same_host &= strcmp(hosts[r], hosts[0]) == 0;

@@ -74,7 +74,8 @@ typedef struct dist_net_comm_options {
  * ranks that did not, DIST_UNAVAILABLE when the own port cannot be bound, naming it). A world
  * of 1 needs no network. */
 dist_status dist_net_comm_create(const dist_net_comm_options *options, dist_net_comm **out);
-/* Closes the connections and the listener. Accepts NULL. */
+/* Closes the connections and rank 0's listener (the other ranks close theirs once the mesh is
+ * complete). Accepts NULL. */
 void dist_net_comm_destroy(dist_net_comm *c);
 
 int dist_net_comm_rank(const dist_net_comm *c);
