@@ -72,7 +72,7 @@ static dist_status accept_higher(dist_net_comm *c, double deadline) {
         DIST_TRY(net_accept(c->listen_fd, deadline, &fd, peer, sizeof peer));
         if (fd < 0) break;
         int kind, rank;
-        net_hello_accept(c, fd, peer, c->rank + 1, taken, &kind, &rank);
+        net_hello_accept(c, fd, peer, c->rank + 1, taken, NULL, &kind, &rank);
         if (rank < 0) continue;
         if (kind != NET_KIND_MESH) {
             net_close(&fd);

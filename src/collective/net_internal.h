@@ -85,11 +85,13 @@ uint64_t net_fingerprint_hash(const char *s);
 /* Connecting side: sends the hello, reads the answer. A refusal is DIST_UNAVAILABLE naming
  * the reason. */
 dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, double deadline);
-/* Listening side: reads the hello of a fresh connection (bounded by a short deadline), checks
- * it against `expected_kind` and the ranks accepted so far (`taken`, world entries, may be
- * NULL), answers it. A stranger is logged (DIST_LOG_WARN), closed, and *rank_out = -1. */
+/* Listening side: reads the hello of a fresh connection (bounded by a 2 s deadline), checks it
+ * against this communicator, min_rank and the ranks already connected (taken_mesh,
+ * taken_store: world entries each, may be NULL), answers it. A stranger is logged
+ * (DIST_LOG_WARN), closed, and *rank_out = -1. */
 void net_hello_accept(dist_net_comm *c, int fd, const char *peer, int min_rank,
-                      const bool *taken, int *kind_out, int *rank_out);
+                      const bool *taken_mesh, const bool *taken_store, int *kind_out,
+                      int *rank_out);
 
 /* ---- net_store.c ---- */
 /* Rank 0: starts the store thread, which also accepts every connection to rank 0 (store and

@@ -31,7 +31,7 @@ typedef struct store_entry {
 } store_entry;
 
 typedef struct store_client {
-    int fd;
+    int fd, rank;
     char peer[NET_ADDR_CAP + 48];
     bool pending;
     char key[STORE_KEY_CAP + 1];
@@ -159,10 +159,11 @@ static void accept_new(net_store *s) {
         if (net_accept(c->listen_fd, 0.0, &fd, peer, sizeof peer) != DIST_OK || fd < 0) return;
         int kind, rank;
         pthread_mutex_lock(&s->mu);
-        bool taken[NET_MAX_WORLD];
+        bool taken[NET_MAX_WORLD], taken_store[NET_MAX_WORLD] = {false};
         memcpy(taken, s->mesh_taken, (size_t)c->world * sizeof *taken);
         pthread_mutex_unlock(&s->mu);
-        net_hello_accept(c, fd, peer, 1, taken, &kind, &rank);
+        for (int i = 0; i < s->nclients; i++) taken_store[s->clients[i].rank] = true;
+        net_hello_accept(c, fd, peer, 1, taken, taken_store, &kind, &rank);
         if (rank < 0) continue;
         if (kind == NET_KIND_MESH) {
             pthread_mutex_lock(&s->mu);
@@ -185,6 +186,7 @@ static void accept_new(net_store *s) {
         store_client *cl = &s->clients[s->nclients++];
         memset(cl, 0, sizeof *cl);
         cl->fd = fd;
+        cl->rank = rank;
         snprintf(cl->peer, sizeof cl->peer, "store client %s (rank %d)", peer, rank);
     }
 }
