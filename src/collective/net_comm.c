@@ -151,7 +151,7 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (same_host && cores > 0 && c->world > cores) c->spin_s = 0;
     if (same_host && transport != DIST_NET_TCP)
-        DIST_TRY_GOTO(net_shm_setup(c, deadline), st, out);
+        DIST_TRY_GOTO(net_shm_setup(c, transport == DIST_NET_SHM, deadline), st, out);
 out:
     free(hosts);
     return st;

@@ -133,8 +133,10 @@ dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, bool
                                double deadline);
 
 /* ---- shm_comm.c ---- */
-/* Collective over the mesh: rank 0 creates the segment, everyone maps it, rank 0 unlinks it. */
-dist_status net_shm_setup(dist_net_comm *c, double deadline);
+/* Collective over the mesh: rank 0 creates the segment, everyone maps it, rank 0 unlinks it.
+ * When some rank cannot, every rank stays on TCP (c->shm NULL, a warning logged), or, when
+ * `required`, fails with DIST_SYSTEM. */
+dist_status net_shm_setup(dist_net_comm *c, bool required, double deadline);
 void net_shm_destroy(net_shm *s);
 dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
                                double deadline);

@@ -107,10 +107,11 @@ static void drop_client(net_store *s, int i) {
     s->clients[i] = s->clients[--s->nclients];
 }
 
-/* Answers with the entry (NULL: not found). false when the client is gone. */
-static bool answer(store_client *cl, const store_entry *e) {
+/* Answers with the entry (NULL: not found, or only `ok` for a SET). false when the client is
+ * gone. */
+static bool answer(store_client *cl, const store_entry *e, bool ok) {
     unsigned char h[16];
-    put32(h, e ? STORE_OK : STORE_MISSING);
+    put32(h, ok ? STORE_OK : STORE_MISSING);
     put32(h + 4, 0);
     put64(h + 8, e ? e->len : 0);
     double d = net_now() + 5.0;
@@ -142,7 +143,7 @@ static bool serve_request(net_store *s, store_client *cl) {
             pthread_mutex_unlock(&s->mu);
         }
         free(v);
-        return ok && answer(cl, NULL /* status only */) ? true : false;
+        return ok && answer(cl, NULL, true);
     }
     if (op != STORE_GET) return false;
     cl->pending = true;
@@ -210,7 +211,7 @@ static void *store_main(void *arg) {
             bool ok = true;
             if (e || now >= cl->deadline) {
                 cl->pending = false;
-                ok = answer(cl, e);
+                ok = answer(cl, e, e != NULL);
             } else if (cl->deadline < next) {
                 next = cl->deadline;
             }

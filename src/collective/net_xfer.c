@@ -42,9 +42,11 @@ dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *w
                           const char *detail) {
     char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
     net_peer_desc(c, r, d, sizeof d);
-    dist_error(st, "%s: %s during %s%s%s", d,
-               st == DIST_PEER_LOST ? "connection lost" : "no progress within the timeout", what,
-               detail && detail[0] ? ": " : "", detail ? detail : "");
+    if (st == DIST_TIMEOUT)
+        dist_error(st, "%s: no answer within %g s during %s", d, c->timeout_s, what);
+    else
+        dist_error(st, "%s: connection lost during %s%s%s", d, what, detail && detail[0] ? ": " : "",
+                   detail ? detail : "");
     return net_fail(c, st);
 }
 

@@ -96,7 +96,7 @@ static dist_status agree(dist_net_comm *c, bool ok, double deadline, bool *all_o
     return DIST_OK;
 }
 
-dist_status net_shm_setup(dist_net_comm *c, double deadline) {
+dist_status net_shm_setup(dist_net_comm *c, bool required, double deadline) {
     net_shm *s = calloc(1, sizeof *s);
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "shm: out of memory");
     char host[NET_ADDR_CAP];
@@ -136,6 +136,12 @@ dist_status net_shm_setup(dist_net_comm *c, double deadline) {
     if (all_ok) DIST_TRY_GOTO(agree(c, local == DIST_OK, deadline, &all_ok), st, out); /* mapped */
     if (c->rank == 0) shm_unlink(s->name);
     if (!all_ok) {
+        /* every rank saw the same agreement, so they all fall back (or fail) together */
+        if (!required) {
+            dist_log(DIST_LOG_WARN, "net_comm rank %d: shared memory unavailable, using TCP%s%s",
+                     c->rank, why[0] ? ": " : "", why);
+            goto out;
+        }
         st = dist_error(DIST_SYSTEM, "shared memory could not be set up on every rank%s%s",
                         why[0] ? ": " : "", why);
         goto out;
