@@ -72,7 +72,7 @@ static dist_status accept_higher(dist_net_comm *c, double deadline) {
         DIST_TRY(net_accept(c->listen_fd, deadline, &fd, peer, sizeof peer));
         if (fd < 0) break;
         int kind, rank;
-        net_hello_accept(c, fd, peer, c->rank + 1, taken, &kind, &rank);
+        net_hello_accept(c, fd, peer, c->rank + 1, taken, NULL, &kind, &rank);
         if (rank < 0) continue;
         if (kind != NET_KIND_MESH) {
             net_close(&fd);
@@ -132,10 +132,13 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     DIST_TRY_GOTO(register_hosts(c, hosts, deadline), st, out);
     for (int r = 0; r < c->rank; r++)
         DIST_TRY_GOTO(connect_to(c, r, NET_KIND_MESH, deadline, &c->fds[r]), st, out);
-    if (c->rank == 0)
+    if (c->rank == 0) {
         DIST_TRY_GOTO(net_store_take_mesh(c, deadline), st, out);
-    else
+    } else {
         DIST_TRY_GOTO(accept_higher(c, deadline), st, out);
+        /* the mesh is complete: a late stranger is refused by the kernel, not left hanging */
+        net_close(&c->listen_fd);
+    }
 
     bool same_host = true;
     for (int r = 0; r < c->world; r++) same_host &= strcmp(hosts[r], hosts[0]) == 0;
@@ -145,8 +148,10 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
                         "different hosts");
         goto out;
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (same_host && cores > 0 && c->world > cores) c->spin_s = 0;
     if (same_host && transport != DIST_NET_TCP)
-        DIST_TRY_GOTO(net_shm_setup(c, deadline), st, out);
+        DIST_TRY_GOTO(net_shm_setup(c, transport == DIST_NET_SHM, deadline), st, out);
 out:
     free(hosts);
     return st;
@@ -178,6 +183,7 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60.0;
     c->fingerprint = net_fingerprint_hash(o->fingerprint ? o->fingerprint : "");
     c->listen_fd = c->store_fd = -1;
+    c->spin_s = 50e-6;
     c->names = calloc((size_t)c->world, sizeof *c->names);
     c->addrs = calloc((size_t)c->world, sizeof *c->addrs);
     c->fds = malloc((size_t)c->world * sizeof *c->fds);
@@ -228,14 +234,11 @@ dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count
     if (c->failed) return repeat_failure(c);
     if (c->world == 1 || count == 0) return DIST_OK;
     double deadline = net_now() + c->timeout_s;
+    bool mean = op == DIST_REDUCE_MEAN;
     if (c->shm)
-        DIST_TRY(net_shm_all_reduce(c, data, count, deadline));
+        DIST_TRY(net_shm_all_reduce(c, data, count, mean, deadline));
     else
-        DIST_TRY(net_tcp_all_reduce(c, data, count, deadline));
-    if (op == DIST_REDUCE_MEAN) {
-        float w = (float)c->world;
-        for (size_t i = 0; i < count; i++) data[i] /= w;
-    }
+        DIST_TRY(net_tcp_all_reduce(c, data, count, mean, deadline));
     return DIST_OK;
 }
 

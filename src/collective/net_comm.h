@@ -11,9 +11,17 @@
  * reason is logged (DIST_LOG_WARN) — it never disturbs the real members.
  *
  * Transports for the bulk data: TCP (a pipelined ring: reduce-scatter + all-gather; a direct
- * exchange for small messages) or, when every rank is on this host, shared memory. Every rank
- * ends with bitwise identical results: each element's sum is computed once, by its owner, in
- * a fixed order, and copied to the others.
+ * exchange for messages up to 64 KiB) or, when every rank is on this host (same hostname and
+ * boot id), shared memory. Every rank ends with bitwise identical results: each element's sum
+ * is computed once, by its owner, in a fixed order, and copied to the others (or, for small
+ * messages, computed by every rank in rank order 0..world-1). Shared memory carries the
+ * all-reduce; broadcast, all-gather and barrier always travel over the TCP mesh, which also
+ * stays open for liveness (a peer's EOF fails a shared-memory wait at once).
+ *
+ * Wire: every connection opens with a 32-byte hello (magic, DIST_NET_PROTOCOL_VERSION, a hash
+ * of the fingerprint, rank, kind: store or mesh, world) answered by the same from the
+ * listener, whose kind field is 0 (accepted) or the reason of a refusal. Collectives then send
+ * raw payload bytes without framing: every rank makes the same calls with the same sizes.
  *
  * Failures: every blocking call has a deadline. A peer whose connection closes (its process
  * died) fails the call with DIST_PEER_LOST; one that stops answering fails it with
@@ -66,7 +74,8 @@ typedef struct dist_net_comm_options {
  * ranks that did not, DIST_UNAVAILABLE when the own port cannot be bound, naming it). A world
  * of 1 needs no network. */
 dist_status dist_net_comm_create(const dist_net_comm_options *options, dist_net_comm **out);
-/* Closes the connections and the listener. Accepts NULL. */
+/* Closes the connections and rank 0's listener (the other ranks close theirs once the mesh is
+ * complete). Accepts NULL. */
 void dist_net_comm_destroy(dist_net_comm *c);
 
 int dist_net_comm_rank(const dist_net_comm *c);
@@ -84,8 +93,10 @@ dist_status dist_net_comm_all_gather(dist_net_comm *c, const void *in, size_t by
 dist_status dist_net_comm_barrier(dist_net_comm *c);
 
 /* The leader's key-value store: set a value (any bytes), get one, waiting until some rank has
- * set it (bounded by timeout_s). *len receives the value's size; a value larger than cap is
- * DIST_INVALID_ARGUMENT. Used for what ranks must agree on out of band (an NCCL unique id). */
+ * set it (bounded by timeout_s: DIST_TIMEOUT naming the key). *len receives the value's size;
+ * a value larger than cap is DIST_INVALID_ARGUMENT (the communicator stays usable). Keys up to
+ * 1024 bytes, values up to 64 MiB. Used for what ranks must agree on out of band (an NCCL
+ * unique id). Unlike the collectives, calls need not be matched on every rank. */
 dist_status dist_net_comm_store_set(dist_net_comm *c, const char *key, const void *value,
                                     size_t len);
 dist_status dist_net_comm_store_get(dist_net_comm *c, const char *key, void *value, size_t cap,

@@ -109,7 +109,8 @@ dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, d
 }
 
 void net_hello_accept(dist_net_comm *c, int fd, const char *peer, int min_rank,
-                      const bool *taken, int *kind_out, int *rank_out) {
+                      const bool *taken_mesh, const bool *taken_store, int *kind_out,
+                      int *rank_out) {
     *rank_out = -1;
     *kind_out = 0;
     unsigned char b[NET_HELLO_BYTES];
@@ -138,7 +139,8 @@ void net_hello_accept(dist_net_comm *c, int fd, const char *peer, int min_rank,
         reason = NET_BAD_RANK;
     else if (h.kind != NET_KIND_STORE && h.kind != NET_KIND_MESH)
         reason = NET_BAD_KIND;
-    else if (h.kind == NET_KIND_MESH && taken && taken[h.rank])
+    else if ((h.kind == NET_KIND_MESH && taken_mesh && taken_mesh[h.rank]) ||
+             (h.kind == NET_KIND_STORE && taken_store && taken_store[h.rank]))
         reason = NET_DUPLICATE_RANK;
     net_hello r = {NET_HELLO_MAGIC, DIST_NET_PROTOCOL_VERSION, c->fingerprint, c->rank, reason,
                    c->world, 0};

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define NET_MAX_WORLD 1024
+#define NET_MAX_WORLD 256
 #define NET_NAME_CAP 96
 #define NET_ADDR_CAP 256
 #define NET_HOST_ID_CAP 160
@@ -40,6 +40,9 @@ struct dist_net_comm {
     net_shm *shm;     /* NULL: TCP */
     float *scratch;
     size_t scratch_cap;
+    /* How long a waiter busy-polls before sleeping: a wake-up costs tens of microseconds, but
+     * with more ranks on this host than cores a spinner takes the core its peer needs. */
+    double spin_s;
     dist_status failed; /* DIST_OK while healthy */
     char failed_msg[512];
 };
@@ -82,11 +85,13 @@ uint64_t net_fingerprint_hash(const char *s);
 /* Connecting side: sends the hello, reads the answer. A refusal is DIST_UNAVAILABLE naming
  * the reason. */
 dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, double deadline);
-/* Listening side: reads the hello of a fresh connection (bounded by a short deadline), checks
- * it against `expected_kind` and the ranks accepted so far (`taken`, world entries, may be
- * NULL), answers it. A stranger is logged (DIST_LOG_WARN), closed, and *rank_out = -1. */
+/* Listening side: reads the hello of a fresh connection (bounded by a 2 s deadline), checks it
+ * against this communicator, min_rank and the ranks already connected (taken_mesh,
+ * taken_store: world entries each, may be NULL), answers it. A stranger is logged
+ * (DIST_LOG_WARN), closed, and *rank_out = -1. */
 void net_hello_accept(dist_net_comm *c, int fd, const char *peer, int min_rank,
-                      const bool *taken, int *kind_out, int *rank_out);
+                      const bool *taken_mesh, const bool *taken_store, int *kind_out,
+                      int *rank_out);
 
 /* ---- net_store.c ---- */
 /* Rank 0: starts the store thread, which also accepts every connection to rank 0 (store and
@@ -123,12 +128,17 @@ ssize_t net_recv_some(int fd, void *buf, size_t len);
 dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes);
 
 /* ---- net_ring.c ---- */
-dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline);
+/* mean: divide the sums by world (where each element's final value is made). */
+dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline);
 
 /* ---- shm_comm.c ---- */
-/* Collective over the mesh: rank 0 creates the segment, everyone maps it, rank 0 unlinks it. */
-dist_status net_shm_setup(dist_net_comm *c, double deadline);
+/* Collective over the mesh: rank 0 creates the segment, everyone maps it, rank 0 unlinks it.
+ * When some rank cannot, every rank stays on TCP (c->shm NULL, a warning logged), or, when
+ * `required`, fails with DIST_SYSTEM. */
+dist_status net_shm_setup(dist_net_comm *c, bool required, double deadline);
 void net_shm_destroy(net_shm *s);
-dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline);
+dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline);
 
 #endif

@@ -14,9 +14,8 @@
 /* Summing granularity: large enough to amortise the loop, small enough that forwarding starts
  * early and the segment is still in cache. */
 #define RING_SEG_BYTES (256u * 1024u)
-#define RING_SPIN_S 50e-6
 
-static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count,
+static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
                                      double deadline) {
     int n = c->world, me = c->rank;
     size_t bytes = count * sizeof(float);
@@ -36,6 +35,10 @@ static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count
     for (int r = 2; r < n; r++) {
         const float *s = slots + (size_t)r * count;
         for (size_t i = 0; i < count; i++) data[i] += s[i];
+    }
+    if (mean) {
+        float w = (float)n;
+        for (size_t i = 0; i < count; i++) data[i] /= w;
     }
     return DIST_OK;
 }
@@ -62,17 +65,19 @@ static int recv_chunk(const ring_plan *p, int g) {
     return g < p->n - 1 ? mod(p->r - g - 1, p->n) : mod(p->r - (g - (p->n - 1)), p->n);
 }
 
-static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline) {
+static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                                   double deadline) {
     ring_plan p = {c->world, c->rank, 2 * (c->world - 1), count};
     int next = (c->rank + 1) % c->world, prev = (c->rank + c->world - 1) % c->world;
     int nfd = c->fds[next], pfd = c->fds[prev];
-    size_t max_chunk = chunk_bytes(&p, 0);
-    DIST_TRY(net_reserve_scratch(c, max_chunk));
+    /* reduce-scatter receives into a segment-sized buffer that stays in cache */
+    DIST_TRY(net_reserve_scratch(c, RING_SEG_BYTES + sizeof(float)));
+    float w = (float)c->world;
     char *scratch = (char *)c->scratch;
     char *base = (char *)data;
     int sg = 0, rg = 0;
     size_t sp = 0, rp = 0, pp = 0;
-    double spin_until = net_now() + RING_SPIN_S;
+    double spin_until = net_now() + c->spin_s;
     while (sg < p.steps || rg < p.steps) {
         bool progress = false, send_wait = false;
         /* send: step sg may forward what step sg-1 has received and processed */
@@ -110,9 +115,11 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
                 progress = true;
                 continue;
             }
-            char *dst = reduce ? scratch : base + chunk_off(&p, ch) * sizeof(float);
-            size_t want = clen - rp < RING_SEG_BYTES ? clen - rp : RING_SEG_BYTES;
-            ssize_t k = want ? net_recv_some(pfd, dst + rp, want) : 0;
+            size_t held = rp - pp; /* received, not yet summed (reduce-scatter) */
+            char *dst = reduce ? scratch + held : base + chunk_off(&p, ch) * sizeof(float) + rp;
+            size_t want = clen - rp;
+            if (reduce && want > RING_SEG_BYTES - held) want = RING_SEG_BYTES - held;
+            ssize_t k = want ? net_recv_some(pfd, dst, want) : 0;
             if (k < 0)
                 return net_fail_peer(c, DIST_PEER_LOST, prev, "all-reduce",
                                      errno ? strerror(errno) : "end of stream");
@@ -121,18 +128,23 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
             if (!reduce) {
                 pp = rp;
             } else if (rp - pp >= RING_SEG_BYTES || rp == clen) {
-                size_t from = pp / sizeof(float), to = rp / sizeof(float);
-                float *acc = data + chunk_off(&p, ch);
+                size_t nf = (rp - pp) / sizeof(float);
+                float *acc = data + chunk_off(&p, ch) + pp / sizeof(float);
                 const float *in = (const float *)scratch;
-                for (size_t i = from; i < to; i++) acc[i] += in[i];
-                pp = to * sizeof(float);
+                /* the owner's last step makes the final value: MEAN divides there, once */
+                if (mean && rg == p.n - 2)
+                    for (size_t i = 0; i < nf; i++) acc[i] = (acc[i] + in[i]) / w;
+                else
+                    for (size_t i = 0; i < nf; i++) acc[i] += in[i];
+                pp += nf * sizeof(float);
+                memmove(scratch, scratch + nf * sizeof(float), rp - pp);
             }
             if (k == 0 && pp != clen) break;
         }
         if (sg == p.steps && rg == p.steps) break;
         double now = net_now();
         if (progress) {
-            spin_until = now + RING_SPIN_S;
+            spin_until = now + c->spin_s;
             continue;
         }
         if (now < spin_until) continue;
@@ -151,13 +163,14 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
         /* a send held back only by the pipeline (nothing to forward yet) waits for input */
         double left = deadline - now;
         poll(pf, (nfds_t)np, left > 0.1 ? 100 : (int)(left * 1000.0) + 1);
-        spin_until = net_now() + RING_SPIN_S;
+        spin_until = net_now() + c->spin_s;
     }
     return DIST_OK;
 }
 
-dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline) {
+dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline) {
     if (count * sizeof(float) <= NET_SMALL_BYTES || count < (size_t)c->world)
-        return direct_all_reduce(c, data, count, deadline);
-    return ring_all_reduce(c, data, count, deadline);
+        return direct_all_reduce(c, data, count, mean, deadline);
+    return ring_all_reduce(c, data, count, mean, deadline);
 }

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define NET_SOCKET_BUFFER_BYTES (4 << 20)
+
 double net_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -59,11 +61,18 @@ static int set_nonblocking(int fd) {
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-void net_tune_socket(int fd) {
-    int one = 1, buf = 4 << 20;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+/* 4 MiB each way (the kernel doubles it, within net.core.[rw]mem_max): a 256 KiB segment is
+ * never split by a full buffer, and fewer wake-ups per megabyte. */
+static void set_buffers(int fd) {
+    int buf = NET_SOCKET_BUFFER_BYTES;
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+}
+
+void net_tune_socket(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_buffers(fd);
     set_nonblocking(fd);
 }
 
@@ -73,11 +82,11 @@ dist_status net_listen(int port, int *fd_out) {
     int v6 = fd >= 0;
     if (fd < 0) fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return dist_error_errno(DIST_SYSTEM, errno, "listening on port %d: socket", port);
-    int one = 1, zero = 0, buf = 4 << 20;
+    int one = 1, zero = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    /* Accepted sockets inherit the buffer sizes, which must be set before listen(). */
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    /* Accepted sockets inherit the buffer sizes, which must be set before listen() for the
+     * window to be negotiated with them. */
+    set_buffers(fd);
     int rc;
     if (v6) {
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
@@ -123,9 +132,7 @@ static bool retryable(int e) {
 static int connect_once(const struct addrinfo *ai, double deadline, int *fd_out) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) return errno;
-    int buf = 4 << 20;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    set_buffers(fd);
     set_nonblocking(fd);
     int e = 0;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {

@@ -31,7 +31,7 @@ typedef struct store_entry {
 } store_entry;
 
 typedef struct store_client {
-    int fd;
+    int fd, rank;
     char peer[NET_ADDR_CAP + 48];
     bool pending;
     char key[STORE_KEY_CAP + 1];
@@ -107,10 +107,11 @@ static void drop_client(net_store *s, int i) {
     s->clients[i] = s->clients[--s->nclients];
 }
 
-/* Answers with the entry (NULL: not found). false when the client is gone. */
-static bool answer(store_client *cl, const store_entry *e) {
+/* Answers with the entry (NULL: not found, or only `ok` for a SET). false when the client is
+ * gone. */
+static bool answer(store_client *cl, const store_entry *e, bool ok) {
     unsigned char h[16];
-    put32(h, e ? STORE_OK : STORE_MISSING);
+    put32(h, ok ? STORE_OK : STORE_MISSING);
     put32(h + 4, 0);
     put64(h + 8, e ? e->len : 0);
     double d = net_now() + 5.0;
@@ -142,7 +143,7 @@ static bool serve_request(net_store *s, store_client *cl) {
             pthread_mutex_unlock(&s->mu);
         }
         free(v);
-        return ok && answer(cl, NULL /* status only */) ? true : false;
+        return ok && answer(cl, NULL, true);
     }
     if (op != STORE_GET) return false;
     cl->pending = true;
@@ -159,10 +160,11 @@ static void accept_new(net_store *s) {
         if (net_accept(c->listen_fd, 0.0, &fd, peer, sizeof peer) != DIST_OK || fd < 0) return;
         int kind, rank;
         pthread_mutex_lock(&s->mu);
-        bool taken[NET_MAX_WORLD];
+        bool taken[NET_MAX_WORLD], taken_store[NET_MAX_WORLD] = {false};
         memcpy(taken, s->mesh_taken, (size_t)c->world * sizeof *taken);
         pthread_mutex_unlock(&s->mu);
-        net_hello_accept(c, fd, peer, 1, taken, &kind, &rank);
+        for (int i = 0; i < s->nclients; i++) taken_store[s->clients[i].rank] = true;
+        net_hello_accept(c, fd, peer, 1, taken, taken_store, &kind, &rank);
         if (rank < 0) continue;
         if (kind == NET_KIND_MESH) {
             pthread_mutex_lock(&s->mu);
@@ -185,6 +187,7 @@ static void accept_new(net_store *s) {
         store_client *cl = &s->clients[s->nclients++];
         memset(cl, 0, sizeof *cl);
         cl->fd = fd;
+        cl->rank = rank;
         snprintf(cl->peer, sizeof cl->peer, "store client %s (rank %d)", peer, rank);
     }
 }
@@ -208,7 +211,7 @@ static void *store_main(void *arg) {
             bool ok = true;
             if (e || now >= cl->deadline) {
                 cl->pending = false;
-                ok = answer(cl, e);
+                ok = answer(cl, e, e != NULL);
             } else if (cl->deadline < next) {
                 next = cl->deadline;
             }

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define XFER_SPIN_S 100e-6
-
 ssize_t net_send_some(int fd, const void *buf, size_t len) {
     ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return n;
@@ -44,9 +42,11 @@ dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *w
                           const char *detail) {
     char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
     net_peer_desc(c, r, d, sizeof d);
-    dist_error(st, "%s: %s during %s%s%s", d,
-               st == DIST_PEER_LOST ? "connection lost" : "no progress within the timeout", what,
-               detail && detail[0] ? ": " : "", detail ? detail : "");
+    if (st == DIST_TIMEOUT)
+        dist_error(st, "%s: no answer within %g s during %s", d, c->timeout_s, what);
+    else
+        dist_error(st, "%s: connection lost during %s%s%s", d, what, detail && detail[0] ? ": " : "",
+                   detail ? detail : "");
     return net_fail(c, st);
 }
 
@@ -61,7 +61,7 @@ dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes) {
 
 dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, const char *what) {
     struct pollfd pf[2 * NET_MAX_WORLD];
-    double spin_until = net_now() + XFER_SPIN_S;
+    double spin_until = net_now() + c->spin_s;
     for (;;) {
         bool progress = false, all = true;
         for (int i = 0; i < n; i++) {
@@ -80,7 +80,7 @@ dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, cons
         if (all) return DIST_OK;
         double now = net_now();
         if (progress) {
-            spin_until = now + XFER_SPIN_S;
+            spin_until = now + c->spin_s;
             continue;
         }
         if (now < spin_until) continue;
@@ -100,6 +100,6 @@ dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, cons
         double left = deadline - now;
         int ms = left > 0.1 ? 100 : (int)(left * 1000.0) + 1;
         poll(pf, (nfds_t)np, ms);
-        spin_until = net_now() + XFER_SPIN_S;
+        spin_until = net_now() + c->spin_s;
     }
 }

@@ -2,15 +2,18 @@
  * from the fingerprint and rank 0's port), every rank maps it, then rank 0 unlinks it, so
  * nothing outlives the processes. The buffer is reduced in chunks that stay in cache, through
  * two banks used alternately; per chunk (sequence number q, lifetime-monotonic):
- *   1. each rank copies its chunk into its slot of bank q%2 and publishes posted = q;
- *   2. once every rank has posted q (and copied q-2 out of this bank's result), each rank
+ *   1. once every rank is done with the bank's previous use (copied >= q-2), each rank copies
+ *      its chunk into its slot of bank q%2 and publishes posted = q;
+ *   2. once every rank has posted q, each rank
  *      sums its 1/world share of the chunk over the slots in rank order into the bank's result
  *      and publishes reduced = q;
  *   3. once every rank has reduced q, each copies the result out and publishes copied = q.
- * Each element is summed once, by one rank, so every rank gets the same bits. Counters are C11
- * atomics (release/acquire); a waiter spins, then yields, then naps, and every millisecond
- * checks the TCP mesh for a peer whose process died (EOF), so a dead peer fails the call at
- * once instead of at the timeout. */
+ * Each element is summed once, by one rank, so every rank gets the same bits. Buffers up to
+ * 64 KiB skip steps 2-3: every rank sums all slots in rank order (same bits again). Counters are C11
+ * atomics (release/acquire); a waiter spins briefly, then sleeps on the rank's futex word (woken
+ * by its next publish, or after 1 ms), and every millisecond checks the TCP mesh for a peer
+ * whose process died (EOF), so a dead peer fails the call at once instead of at the timeout.
+ * Sleeping matters on a loaded machine: a spinning waiter takes the core its peer needs. */
 #include "collective/net_internal.h"
 #include "core/error.h"
 
@@ -24,17 +27,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #define SHM_MAGIC 0x4c44534d454d3031ull
-#define SHM_CHUNK_FLOATS (32u * 1024u) /* 128 KiB per slot */
+#define SHM_CHUNK_FLOATS (64u * 1024u) /* 256 KiB per slot */
 #define SHM_LINE 64
+#define SHM_SMALL_BYTES (64u * 1024u) /* one wait instead of three */
 
 typedef struct shm_flags {
     _Atomic uint64_t posted, reduced, copied;
-    char pad[SHM_LINE - 3 * sizeof(uint64_t)];
+    /* futex word: bumped on every publish; waiters > 0 asks the publisher to wake them */
+    _Atomic uint32_t event, waiters;
+    char pad[SHM_LINE - 3 * sizeof(uint64_t) - 2 * sizeof(uint32_t)];
 } shm_flags;
 
 struct net_shm {
@@ -85,7 +96,7 @@ static dist_status agree(dist_net_comm *c, bool ok, double deadline, bool *all_o
     return DIST_OK;
 }
 
-dist_status net_shm_setup(dist_net_comm *c, double deadline) {
+dist_status net_shm_setup(dist_net_comm *c, bool required, double deadline) {
     net_shm *s = calloc(1, sizeof *s);
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "shm: out of memory");
     char host[NET_ADDR_CAP];
@@ -125,6 +136,12 @@ dist_status net_shm_setup(dist_net_comm *c, double deadline) {
     if (all_ok) DIST_TRY_GOTO(agree(c, local == DIST_OK, deadline, &all_ok), st, out); /* mapped */
     if (c->rank == 0) shm_unlink(s->name);
     if (!all_ok) {
+        /* every rank saw the same agreement, so they all fall back (or fail) together */
+        if (!required) {
+            dist_log(DIST_LOG_WARN, "net_comm rank %d: shared memory unavailable, using TCP%s%s",
+                     c->rank, why[0] ? ": " : "", why);
+            goto out;
+        }
         st = dist_error(DIST_SYSTEM, "shared memory could not be set up on every rank%s%s",
                         why[0] ? ": " : "", why);
         goto out;
@@ -135,6 +152,32 @@ out:
     if (fd >= 0) close(fd);
     net_shm_destroy(s);
     return st;
+}
+
+/* Copies the result out. Above a few MiB the destination will not be read again soon, so
+ * streaming stores skip reading each line before writing it (a third of the memory traffic,
+ * which bounds this transport). */
+#define SHM_STREAM_MIN_BYTES (4u << 20)
+static void copy_out(float *dst, const float *src, size_t n, bool stream) {
+#if defined(__SSE2__)
+    if (stream) {
+        size_t i = 0;
+        while (i < n && ((uintptr_t)(dst + i) & 15)) {
+            dst[i] = src[i];
+            i++;
+        }
+        for (; i + 16 <= n; i += 16) {
+            _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+            _mm_stream_ps(dst + i + 4, _mm_loadu_ps(src + i + 4));
+            _mm_stream_ps(dst + i + 8, _mm_loadu_ps(src + i + 8));
+            _mm_stream_ps(dst + i + 12, _mm_loadu_ps(src + i + 12));
+        }
+        for (; i < n; i++) dst[i] = src[i];
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst, src, n * sizeof(float));
 }
 
 static inline void cpu_relax(void) {
@@ -164,11 +207,29 @@ static dist_status check_peers(dist_net_comm *c) {
     return DIST_OK;
 }
 
+static void publish(shm_flags *f, _Atomic uint64_t *ctr, uint64_t q) {
+    atomic_store_explicit(ctr, q, memory_order_release);
+    atomic_fetch_add_explicit(&f->event, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&f->waiters, memory_order_seq_cst))
+        syscall(SYS_futex, (uint32_t *)&f->event, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* Sleeps until rank f publishes something (or 1 ms passes). */
+static void sleep_on(shm_flags *f, _Atomic uint64_t *ctr, uint64_t q) {
+    uint32_t seen = atomic_load_explicit(&f->event, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&f->waiters, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(ctr, memory_order_acquire) < q) {
+        struct timespec ts = {0, 1000000};
+        syscall(SYS_futex, (uint32_t *)&f->event, FUTEX_WAIT, seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_seq_cst);
+}
+
 /* Waits until every rank's counter (offset `which` in shm_flags) reaches q. */
 static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double deadline) {
     net_shm *s = c->shm;
-    unsigned spins = 0;
-    double started = 0, next_check = 0;
+    unsigned spins = 0, max_spins = c->spin_s > 0 ? 2000 : 50;
+    double next_check = 0;
     for (int r = 0; r < c->world;) {
         _Atomic uint64_t *ctr = (_Atomic uint64_t *)((char *)&s->flags[r] + which);
         if (atomic_load_explicit(ctr, memory_order_acquire) >= q) {
@@ -176,40 +237,63 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
             continue;
         }
         spins++;
-        if (spins < 4000) {
+        if (spins < max_spins) {
             cpu_relax();
             continue;
         }
         double now = net_now();
-        if (started == 0) started = now;
         if (now >= next_check) {
             DIST_TRY(check_peers(c));
             if (now >= deadline) return net_fail_peer(c, DIST_TIMEOUT, r, "all-reduce", NULL);
             next_check = now + 1e-3;
         }
-        if (now - started < 2e-3) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
+        sleep_on(&s->flags[r], ctr, q);
     }
     return DIST_OK;
 }
 
-dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, double deadline) {
+/* Small buffers: one chunk, one wait. Every rank sums all slots itself, in rank order (the
+ * same bits everywhere), and publishes copied = q once it has read them. */
+static dist_status small_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                                    double deadline) {
+    net_shm *s = c->shm;
+    int n = c->world, me = c->rank;
+    uint64_t q = ++s->seq;
+    float *bank = s->banks + (q & 1) * bank_floats(n);
+    if (q > 2) DIST_TRY(wait_all(c, offsetof(shm_flags, copied), q - 2, deadline));
+    memcpy(bank + (size_t)me * SHM_CHUNK_FLOATS, data, count * sizeof(float));
+    publish(&s->flags[me], &s->flags[me].posted, q);
+    DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
+    const float *s0 = bank, *s1 = bank + SHM_CHUNK_FLOATS;
+    for (size_t i = 0; i < count; i++) data[i] = s0[i] + s1[i];
+    for (int r = 2; r < n; r++) {
+        const float *sr = bank + (size_t)r * SHM_CHUNK_FLOATS;
+        for (size_t i = 0; i < count; i++) data[i] += sr[i];
+    }
+    if (mean)
+        for (size_t i = 0; i < count; i++) data[i] /= (float)n;
+    publish(&s->flags[me], &s->flags[me].copied, q);
+    return DIST_OK;
+}
+
+dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
+                               double deadline) {
+    if (count * sizeof(float) <= SHM_SMALL_BYTES)
+        return small_all_reduce(c, data, count, mean, deadline);
     net_shm *s = c->shm;
     int n = c->world, me = c->rank;
     size_t bank_n = bank_floats(n);
+    bool stream = count * sizeof(float) >= SHM_STREAM_MIN_BYTES;
     for (size_t off = 0; off < count; off += SHM_CHUNK_FLOATS) {
         size_t len = count - off < SHM_CHUNK_FLOATS ? count - off : SHM_CHUNK_FLOATS;
         uint64_t q = ++s->seq;
         float *bank = s->banks + (q & 1) * bank_n;
         float *result = bank + (size_t)n * SHM_CHUNK_FLOATS;
-        memcpy(bank + (size_t)me * SHM_CHUNK_FLOATS, data + off, len * sizeof(float));
-        atomic_store_explicit(&s->flags[me].posted, q, memory_order_release);
-        DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
+        /* everyone is done with this bank's last use (slots and result) */
         if (q > 2) DIST_TRY(wait_all(c, offsetof(shm_flags, copied), q - 2, deadline));
+        memcpy(bank + (size_t)me * SHM_CHUNK_FLOATS, data + off, len * sizeof(float));
+        publish(&s->flags[me], &s->flags[me].posted, q);
+        DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
         size_t share = (len + (size_t)n - 1) / (size_t)n;
         share = (share + 15) & ~(size_t)15;
         size_t lo = (size_t)me * share, hi = lo + share < len ? lo + share : len;
@@ -220,11 +304,16 @@ dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, doub
                 const float *sr = bank + (size_t)r * SHM_CHUNK_FLOATS;
                 for (size_t i = lo; i < hi; i++) result[i] += sr[i];
             }
+            if (mean)
+                for (size_t i = lo; i < hi; i++) result[i] /= (float)n;
         }
-        atomic_store_explicit(&s->flags[me].reduced, q, memory_order_release);
+        publish(&s->flags[me], &s->flags[me].reduced, q);
         DIST_TRY(wait_all(c, offsetof(shm_flags, reduced), q, deadline));
-        memcpy(data + off, result, len * sizeof(float));
-        atomic_store_explicit(&s->flags[me].copied, q, memory_order_release);
+        copy_out(data + off, result, len, stream);
+        publish(&s->flags[me], &s->flags[me].copied, q);
     }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
     return DIST_OK;
 }

@@ -245,9 +245,10 @@ static void check_allreduce(int world, dist_net_transport t, const char *want_tr
     cluster_cleanup(&cl);
 }
 
-START_TEST(test_net_all_reduce_tcp_2_and_3_ranks_exact_and_bitwise_identical) {
+START_TEST(test_net_all_reduce_tcp_2_3_and_4_ranks_exact_and_bitwise_identical) {
     check_allreduce(2, DIST_NET_TCP, "tcp");
     check_allreduce(3, DIST_NET_TCP, "tcp");
+    check_allreduce(4, DIST_NET_TCP, "tcp");
 }
 END_TEST
 
@@ -408,6 +409,70 @@ START_TEST(test_net_other_protocol_version_is_refused_and_logged) {
 }
 END_TEST
 
+/* A second process claiming rank 1 while the real one is connected. */
+
+static bool report_has(const cluster *cl, const char *file, const char *text) {
+    char path[128], buf[4096] = "";
+    snprintf(path, sizeof path, "%s/%s", cl->dir, file);
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return strstr(buf, text) != NULL;
+}
+
+static bool wait_report(const cluster *cl, const char *file, const char *text) {
+    for (double t0 = now_s(); now_s() - t0 < 10;) {
+        if (report_has(cl, file, text)) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+static void holding_rank(const cluster *cl, int rank, void *arg) {
+    if (rank == 0) dist_set_log_callback(log_to_report, DIST_LOG_WARN, g_out);
+    dist_net_comm *c = child_create(cl, rank, DIST_NET_TCP);
+    fprintf(g_out, "joined\n");
+    fflush(g_out);
+    CHILD_CHECK(wait_report(cl, "go", "go"), "no go");
+    float x = (float)rank + 1;
+    CHILD_CHECK(dist_net_comm_all_reduce(c, &x, 1, DIST_REDUCE_SUM) == DIST_OK && x == 3.0f,
+                "all-reduce after the duplicate: %s", dist_last_error());
+    dist_net_comm_destroy(c);
+}
+
+static void duplicate_rank1(const cluster *cl, int rank, void *arg) {
+    dist_net_comm_options o = options(cl, 1, DIST_NET_TCP);
+    o.connect_timeout_s = 5;
+    dist_net_comm *c = NULL;
+    dist_status st = dist_net_comm_create(&o, &c);
+    CHILD_CHECK(st == DIST_UNAVAILABLE, "duplicate: %s", dist_status_name(st));
+    fprintf(g_out, "%s\n", dist_last_error());
+}
+
+START_TEST(test_net_duplicate_rank_is_refused_and_the_members_carry_on) {
+    cluster cl;
+    cluster_init(&cl, 2);
+    pid_t p0 = spawn(&cl, 0, holding_rank, NULL), p1 = spawn(&cl, 1, holding_rank, NULL);
+    ck_assert(wait_report(&cl, "out0", "joined") && wait_report(&cl, "out1", "joined"));
+    pid_t pd = spawn(&cl, 2, duplicate_rank1, NULL);
+    expect_exit_ok(&cl, pd, 2);
+    char path[128];
+    snprintf(path, sizeof path, "%s/go", cl.dir);
+    FILE *f = fopen(path, "w");
+    fputs("go", f);
+    fclose(f);
+    expect_exit_ok(&cl, p0, 0);
+    expect_exit_ok(&cl, p1, 1);
+    ck_assert_msg(report_has(&cl, "out0", "LOG: ") && report_has(&cl, "out0", "duplicate rank"),
+                  "rank 0 did not log the duplicate");
+    ck_assert_msg(report_has(&cl, "out2", "refused this process (rank 1): duplicate rank"),
+                  "the duplicate was not told why");
+    cluster_cleanup(&cl);
+}
+END_TEST
+
 /* ---- failures ---- */
 
 typedef struct failure_case {
@@ -531,13 +596,14 @@ int main(void) {
     Suite *s = suite_create("net_comm");
     TCase *tc = tcase_create("processes");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_net_all_reduce_tcp_2_and_3_ranks_exact_and_bitwise_identical);
+    tcase_add_test(tc, test_net_all_reduce_tcp_2_3_and_4_ranks_exact_and_bitwise_identical);
     tcase_add_test(tc, test_net_all_reduce_shm_2_and_3_ranks_exact_and_bitwise_identical);
     tcase_add_test(tc, test_net_auto_transport_on_one_host_is_shm);
     tcase_add_test(tc, test_net_broadcast_all_gather_barrier_and_store_on_3_ranks);
     tcase_add_test(tc, test_net_store_get_of_a_key_never_set_times_out);
     tcase_add_test(tc, test_net_wrong_fingerprint_is_refused_and_logged_and_the_real_rank_joins);
     tcase_add_test(tc, test_net_other_protocol_version_is_refused_and_logged);
+    tcase_add_test(tc, test_net_duplicate_rank_is_refused_and_the_members_carry_on);
     tcase_add_test(tc, test_net_killed_rank_fails_the_survivor_with_peer_lost_tcp_and_shm);
     tcase_add_test(tc, test_net_stopped_rank_fails_the_survivor_with_timeout_tcp_and_shm);
     tcase_add_test(tc, test_net_rank_that_never_joins_times_out_naming_it);
