@@ -20,7 +20,16 @@ typedef struct distrain_options {
     const char *metrics_json;
     int quiet;
     int print_cluster;
-    int64_t max_steps; /* per epoch; 0 = all (for quick runs and benchmarks) */
+    int64_t max_steps;           /* per epoch; 0 = all (for quick runs and benchmarks) */
+    const char *checkpoint_dir;  /* ModelCheckpoint: the training state at every epoch end */
+    const char *backup_dir;      /* BackupAndRestore */
+    int64_t backup_freq;         /* backups every N batches; 0 = at epoch ends */
+    const char *logdir;          /* TensorBoard event files */
+    const char *csv_log;         /* CSVLogger */
+    const char *save_weights;    /* the final weights as safetensors */
+    int early_stopping_patience; /* -1 = no EarlyStopping */
+    int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */
+    double validation_split;     /* 0 = no validation */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */
