@@ -168,7 +168,9 @@ typedef enum dist_monitor_mode {
     DIST_MODE_MAX
 } dist_monitor_mode;
 
-/* tf.keras.callbacks.EarlyStopping. */
+/* tf.keras.callbacks.EarlyStopping (tf-keras 2.20): with restore_best_weights the weights of the
+ * best epoch (or of the first counted epoch when none improved) are set back at train end,
+ * whether or not training stopped early. */
 typedef struct dist_early_stopping_options {
     int version;
     const char *monitor; /* "val_loss"; copied */

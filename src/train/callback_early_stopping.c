@@ -1,4 +1,6 @@
-/* EarlyStopping with tf-keras's rules (tf_keras/src/callbacks.py). */
+/* EarlyStopping with tf-keras's rules (tf_keras/src/callbacks.py, tf-keras 2.20): the wait counts
+ * every epoch from start_from_epoch, an improvement resets it only when it also beats the
+ * baseline, and the best weights come back at train end. */
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
@@ -90,7 +92,10 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
     }
     if (epoch < es->o.start_from_epoch) return DIST_OK;
     /* Keras restores the first counted epoch's weights when nothing ever improves. */
-    if (es->o.restore_best_weights && !es->best_weights) DIST_TRY(keep_weights(es, fs->model));
+    if (es->o.restore_best_weights && !es->best_weights) {
+        DIST_TRY(keep_weights(es, fs->model));
+        es->best_epoch = epoch;
+    }
     es->wait++;
     if (improves(es, current, es->best)) {
         es->best = current;
@@ -103,13 +108,20 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
     if (es->wait >= es->o.patience && epoch > 0) {
         es->stopped_epoch = epoch;
         fs->stop_training = 1;
-        if (es->o.restore_best_weights && es->best_weights) {
-            dist_log(DIST_LOG_INFO, "EarlyStopping: restoring the weights of epoch %d",
-                     es->best_epoch + 1);
-            DIST_TRY(dist_model_set_weights(fs->model, es->best_weights, es->nweights));
-        }
     }
     return DIST_OK;
+}
+
+/* tf-keras restores the best weights when training ends, stopped early or not. */
+static dist_status on_train_end(void *user, dist_fit_state *fs, dist_logs *logs) {
+    (void)logs;
+    dist_early_stopping *es = user;
+    if (es->stopped_epoch > 0)
+        dist_log(DIST_LOG_INFO, "Epoch %d: early stopping", es->stopped_epoch + 1);
+    if (!es->o.restore_best_weights || !es->best_weights) return DIST_OK;
+    dist_log(DIST_LOG_INFO, "Restoring model weights from the end of the best epoch: %d.",
+             es->best_epoch + 1);
+    return dist_model_set_weights(fs->model, es->best_weights, es->nweights);
 }
 
 dist_callback dist_early_stopping_callback(dist_early_stopping *es) {
@@ -118,6 +130,7 @@ dist_callback dist_early_stopping_callback(dist_early_stopping *es) {
     c.user = es;
     c.on_train_begin = on_train_begin;
     c.on_epoch_end = on_epoch_end;
+    c.on_train_end = on_train_end;
     return c;
 }
 

@@ -87,6 +87,8 @@ START_TEST(test_early_stopping_patience_2_stops_after_epoch_4_and_restores_epoch
     }
     ck_assert_int_eq(dist_early_stopping_stopped_epoch(es), 3);
     ck_assert_int_eq(dist_early_stopping_best_epoch(es), 1);
+    ck_assert_float_eq(first_weight(m), 4.0f); /* tf-keras restores at train end */
+    ck_assert_int_eq(cb.on_train_end(cb.user, &fs, &empty), DIST_OK);
     ck_assert_float_eq(first_weight(m), 2.0f);
     dist_early_stopping_destroy(es);
     dist_model_destroy(m);
