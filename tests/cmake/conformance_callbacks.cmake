@@ -18,3 +18,11 @@ add_test(NAME conformance.callbacks
                  $<TARGET_FILE:callback_trace> ${cb_conf_dir}/callback_cases.json)
 set_tests_properties(conformance.callbacks PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
+
+# distrain --logdir / --csv-log / --checkpoint-dir read by TensorBoard's EventAccumulator, the
+# csv module and safetensors.numpy: the same per-epoch values everywhere.
+add_test(NAME conformance.distrain_logs
+         COMMAND ${cb_conf_venv}/bin/python ${cb_conf_dir}/check_distrain_logs.py
+                 $<TARGET_FILE:distrain>)
+set_tests_properties(conformance.distrain_logs PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

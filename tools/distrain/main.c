@@ -206,34 +206,16 @@ static void callbacks_destroy(callbacks *c) {
     dist_reduce_lr_destroy(c->reduce_lr);
 }
 
-/* Keras's order matters where callbacks interact: the backup restores before the others
- * start, and the progress bar prints the epoch's line before a callback stops training. */
+/* Order matters where callbacks interact: the checkpoint and the backup come last, so that at an
+ * epoch end they save the learning rate ReduceLROnPlateau has just set (what the next epoch
+ * uses), and the backup's restore at train begin follows the others' resets. */
 static int callbacks_create(const run_state *s, callbacks *c) {
     const distrain_options *o = s->o;
     const char *monitor = s->val ? "val_loss" : "loss";
     memset(c, 0, sizeof *c);
-    if (o->backup_dir) {
-        if (dist_backup_and_restore_create(o->backup_dir, o->backup_freq, 1, &c->backup))
-            return fail("--backup-dir");
-        c->list[c->count++] = dist_backup_and_restore_callback(c->backup);
-    }
     if (!o->quiet) {
         if (dist_progress_bar_create(stdout, -1, &c->bar)) return fail("progress bar");
         c->list[c->count++] = dist_progress_bar_callback(c->bar);
-    }
-    if (o->checkpoint_dir) {
-        char tmpl[4096];
-        if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "distrain: --checkpoint-dir: cannot create '%s': %s\n",
-                    o->checkpoint_dir, strerror(errno));
-            return 1;
-        }
-        snprintf(tmpl, sizeof tmpl, "%s/ckpt-{epoch:02d}.safetensors", o->checkpoint_dir);
-        dist_model_checkpoint_options mo = DIST_MODEL_CHECKPOINT_OPTIONS_INIT;
-        mo.filepath = tmpl;
-        mo.monitor = monitor;
-        if (dist_model_checkpoint_create(&mo, &c->checkpoint)) return fail("--checkpoint-dir");
-        c->list[c->count++] = dist_model_checkpoint_callback(c->checkpoint);
     }
     if (o->logdir) {
         if (dist_tensorboard_create(o->logdir, &c->tensorboard)) return fail("--logdir");
@@ -258,6 +240,25 @@ static int callbacks_create(const run_state *s, callbacks *c) {
         eo.restore_best_weights = 1;
         if (dist_early_stopping_create(&eo, &c->early)) return fail("--early-stopping-patience");
         c->list[c->count++] = dist_early_stopping_callback(c->early);
+    }
+    if (o->checkpoint_dir) {
+        char tmpl[4096];
+        if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "distrain: --checkpoint-dir: cannot create '%s': %s\n",
+                    o->checkpoint_dir, strerror(errno));
+            return 1;
+        }
+        snprintf(tmpl, sizeof tmpl, "%s/ckpt-{epoch:02d}.safetensors", o->checkpoint_dir);
+        dist_model_checkpoint_options mo = DIST_MODEL_CHECKPOINT_OPTIONS_INIT;
+        mo.filepath = tmpl;
+        mo.monitor = monitor;
+        if (dist_model_checkpoint_create(&mo, &c->checkpoint)) return fail("--checkpoint-dir");
+        c->list[c->count++] = dist_model_checkpoint_callback(c->checkpoint);
+    }
+    if (o->backup_dir) {
+        if (dist_backup_and_restore_create(o->backup_dir, o->backup_freq, 1, &c->backup))
+            return fail("--backup-dir");
+        c->list[c->count++] = dist_backup_and_restore_callback(c->backup);
     }
     return 0;
 }
