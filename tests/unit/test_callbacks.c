@@ -481,6 +481,39 @@ START_TEST(test_optimizer_state_round_trips_and_a_mismatch_is_named) {
 }
 END_TEST
 
+START_TEST(test_loss_scale_state_is_part_of_the_training_state) {
+    run a = make_run("cpu:0"), b = make_run("cpu:0");
+    dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
+    dist_loss_scale_optimizer *la = NULL, *lb = NULL;
+    ck_assert_int_eq(dist_loss_scale_optimizer_create(a.opt, &lo, &la), DIST_OK);
+    ck_assert_int_eq(dist_loss_scale_optimizer_create(b.opt, &lo, &lb), DIST_OK);
+    dist_loss_scale_state saved = {1024.0f, 7, 3}, got;
+    ck_assert_int_eq(dist_loss_scale_set_state(la, &saved), DIST_OK);
+    dist_fit_state fa = {.strategy = a.s, .model = a.m, .optimizer = a.opt, .loss_scale = la};
+    dist_checkpoint *with = NULL, *without = NULL;
+    ck_assert_int_eq(dist_fit_state_checkpoint(&fa, 2, 0, &with), DIST_OK);
+    fa.loss_scale = NULL;
+    ck_assert_int_eq(dist_fit_state_checkpoint(&fa, 2, 0, &without), DIST_OK);
+    dist_fit_state fb = {.strategy = b.s, .model = b.m, .optimizer = b.opt, .loss_scale = lb};
+    /* a state saved without loss scaling cannot resume a run that scales, and nothing changes */
+    ck_assert_int_eq(dist_fit_state_restore(&fb, without), DIST_FORMAT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "no tensor 'loss_scale/scale'"));
+    ck_assert_int_eq(fb.initial_epoch, 0);
+    ck_assert_int_eq(dist_fit_state_restore(&fb, with), DIST_OK);
+    ck_assert_int_eq(fb.initial_epoch, 2);
+    ck_assert_int_eq(dist_loss_scale_get_state(lb, &got), DIST_OK);
+    ck_assert_float_eq(got.scale, 1024.0f);
+    ck_assert_int_eq(got.counter, 7);
+    ck_assert_int_eq(got.skipped_steps, 3);
+    dist_checkpoint_destroy(with);
+    dist_checkpoint_destroy(without);
+    dist_loss_scale_optimizer_destroy(la);
+    dist_loss_scale_optimizer_destroy(lb);
+    free_run(&a);
+    free_run(&b);
+}
+END_TEST
+
 /* A user callback that fails at (epoch, batch): the "crash" of an interrupted run. */
 typedef struct crash_at {
     int epoch;
@@ -595,6 +628,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_csv_logger_writes_sorted_columns_and_appends_without_a_second_header);
     tcase_add_test(tc, test_fit_reduces_the_loss_and_logs_train_and_validation_metrics);
     tcase_add_test(tc, test_optimizer_state_round_trips_and_a_mismatch_is_named);
+    tcase_add_test(tc, test_loss_scale_state_is_part_of_the_training_state);
     tcase_add_test(tc, test_backup_and_restore_resumes_to_the_same_weights_bit_for_bit);
     suite_add_tcase(s, tc);
     return s;
