@@ -211,6 +211,28 @@ static dist_strategy *strategy(const char *devices) {
     return s;
 }
 
+START_TEST(test_a_chief_saves_at_the_path_itself_and_leaves_no_worker_directory) {
+    make_tmpdir();
+    dist_strategy *s = strategy("cpu:0");
+    ck_assert(dist_strategy_is_chief(s));
+    dist_checkpoint *c = NULL;
+    ck_assert_int_eq(dist_checkpoint_create(&c), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_set_metadata(c, "k", "v"), DIST_OK);
+    char p[160], w[160];
+    snprintf(p, sizeof p, "%s/model.safetensors", tmpdir);
+    snprintf(w, sizeof w, "%s/workertemp_0", tmpdir);
+    ck_assert_int_eq(dist_checkpoint_save_for(c, s, p), DIST_OK);
+    ck_assert_int_eq(access(p, F_OK), 0);
+    ck_assert_int_eq(access(w, F_OK), -1);
+    /* an unwritable place is an I/O error with the path, and nothing is left behind */
+    ck_assert_int_eq(dist_checkpoint_save_for(c, s, "/proc/nope/model.safetensors"), DIST_IO);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "/proc/nope/model.safetensors"));
+    dist_checkpoint_destroy(c);
+    dist_strategy_destroy(s);
+    remove_tmpdir();
+}
+END_TEST
+
 START_TEST(test_model_checkpoint_save_best_only_writes_improving_epochs) {
     make_tmpdir();
     dist_strategy *s = strategy("cpu:0");
@@ -623,6 +645,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_reduce_lr_factor_half_patience_2_cooldown_2_min_lr_0_1_on_a_flat_loss);
     tcase_add_test(tc, test_reduce_lr_refuses_a_factor_of_one);
     tcase_add_test(tc, test_checkpoint_path_templates_format_like_python);
+    tcase_add_test(tc, test_a_chief_saves_at_the_path_itself_and_leaves_no_worker_directory);
     tcase_add_test(tc, test_model_checkpoint_save_best_only_writes_improving_epochs);
     tcase_add_test(tc, test_model_checkpoint_every_3_batches_counts_across_epochs);
     tcase_add_test(tc, test_csv_logger_writes_sorted_columns_and_appends_without_a_second_header);
