@@ -95,6 +95,37 @@ typedef struct dist_callback {
     dist_status (*on_batch_end)(void *user, dist_fit_state *fs, int64_t batch, dist_logs *logs);
 } dist_callback;
 
+/* ---- timelines: Chrome trace JSON ------------------------------------------------------------
+ * A dist_trace collects complete events ("ph": "X") that chrome://tracing and Perfetto show as
+ * a timeline: one process per worker, one thread row per replica plus "input" (waiting for the
+ * data) and "fit" (metric reduction, validation, callbacks). With a trace in dist_fit_options,
+ * the default classifier step records per replica "forward", "backward", "all-reduce" and
+ * "update" (waiting for the device before each mark, so GPU times are real); a user step is
+ * recorded as one "step". */
+
+typedef struct dist_trace dist_trace;
+
+/* The row of the input pipeline and of the fit loop; replicas use their local id. */
+#define DIST_TRACE_TID_INPUT 1000
+#define DIST_TRACE_TID_FIT 1001
+
+/* An empty trace whose clock starts now. Release with dist_trace_destroy (accepts NULL). */
+DIST_API dist_status dist_trace_create(dist_trace **out);
+DIST_API void dist_trace_destroy(dist_trace *trace);
+/* Seconds on the trace's clock (since create). */
+DIST_API double dist_trace_now(const dist_trace *trace);
+/* Records an event from begin to end (trace clock seconds) on row tid of process pid; name is
+ * copied (up to 31 bytes). Thread-safe. Beyond 4 million events further ones are counted as
+ * dropped. Errors: DIST_INVALID_ARGUMENT (end before begin), DIST_OUT_OF_MEMORY. */
+DIST_API dist_status dist_trace_event(dist_trace *trace, const char *name, int pid, int tid,
+                                      double begin, double end);
+/* Events recorded so far, and events dropped. */
+DIST_API int64_t dist_trace_count(const dist_trace *trace);
+DIST_API int64_t dist_trace_dropped(const dist_trace *trace);
+/* Writes {"traceEvents": [...], "displayTimeUnit": "ms"} with microsecond timestamps, and a
+ * thread_name for each row. Errors: DIST_IO (naming the path). */
+DIST_API dist_status dist_trace_write(const dist_trace *trace, const char *path);
+
 /* ---- fit and evaluate ------------------------------------------------------------------------ */
 
 typedef struct dist_fit_options {
@@ -110,10 +141,11 @@ typedef struct dist_fit_options {
     void *eval_step_user;
     dist_loss_scale_optimizer *loss_scale; /* optional; checkpointed with the rest */
     uint64_t seed;                         /* the data seed, recorded in checkpoints */
+    dist_trace *trace;                     /* optional timeline (borrowed) */
 } dist_fit_options;
 #define DIST_FIT_OPTIONS_VERSION 1
 #define DIST_FIT_OPTIONS_INIT                                                                      \
-    { DIST_FIT_OPTIONS_VERSION, 1, 0, NULL, NULL, NULL, NULL, NULL, 0 }
+    { DIST_FIT_OPTIONS_VERSION, 1, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL }
 
 typedef struct dist_fit_result {
     dist_logs logs;      /* the last epoch's logs */

@@ -3,6 +3,7 @@
 #include "core/replica_ctx.h"
 #include "dist/tape.h"
 #include "dist/train.h"
+#include "train/classifier_forward.h"
 
 /* When the step is told no global batch, it counts this step's examples over all replicas. */
 static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step *s,
@@ -26,8 +27,9 @@ static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step
     return DIST_OK;
 }
 
-static dist_status forward(dist_replica_ctx *rc, const dist_element *in,
-                           const dist_classifier_step *s, dist_element *out, dist_tensor **loss) {
+dist_status dist_classifier_forward(dist_replica_ctx *rc, const dist_element *in,
+                                    const dist_classifier_step *s, dist_element *out,
+                                    dist_tensor **loss) {
     DIST_CHECK_ARG(in && in->count >= 2, "classifier step: inputs must be (x, y)");
     dist_tape *tape = rc->tape;
     const dist_tensor *x = in->items[0], *y = in->items[1];
@@ -55,7 +57,7 @@ dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element 
     DIST_CHECK_ARG(s->model && s->optimizer,
                    "classifier train step: model and optimizer are required");
     dist_tensor *loss;
-    DIST_TRY(forward(rc, inputs, s, outputs, &loss));
+    DIST_TRY(dist_classifier_forward(rc, inputs, s, outputs, &loss));
     DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
     return dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape);
 }
@@ -67,7 +69,7 @@ dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *
     DIST_CHECK_ARG(s->model, "classifier eval step: model is required");
     dist_tape_set_recording(rc->tape, 0);
     dist_tensor *loss;
-    dist_status st = forward(rc, inputs, s, outputs, &loss);
+    dist_status st = dist_classifier_forward(rc, inputs, s, outputs, &loss);
     dist_tape_set_recording(rc->tape, 1);
     return st;
 }

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "dist/train.h"
+#include "train/trace_step.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,10 +47,11 @@ static double now_s(void) {
 
 /* Runs one step and adds its reduced outputs to sums (loss * examples, correct, examples). */
 static dist_status run_step(dist_strategy *s, dist_step_fn fn, void *user, dist_classifier_step *cs,
-                            const dist_per_replica_element *in, double sums[3]) {
+                            const dist_per_replica_element *in, double sums[3], dist_trace *trace) {
     dist_per_replica out;
     if (cs) cs->global_batch_size = in->global_batch_size;
     DIST_TRY(dist_strategy_run(s, fn, user, in, &out));
+    double t0 = dist_trace_now(trace);
     if (out.count < 3)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "fit: the step produced %d outputs; it must "
@@ -65,7 +67,27 @@ static dist_status run_step(dist_strategy *s, dist_step_fn fn, void *user, dist_
     sums[0] += v[0] * v[2];
     sums[1] += v[1];
     sums[2] += v[2];
+    if (trace)
+        DIST_TRY(dist_trace_event(trace, "reduce metrics", dist_strategy_worker_id(s),
+                                  DIST_TRACE_TID_FIT, t0, dist_trace_now(trace)));
     return DIST_OK;
+}
+
+/* The next batch, its wait recorded on the input row when tracing. */
+static dist_status next_batch(dist_strategy *s, dist_distributed_iterator *it,
+                              dist_per_replica_element *in, int *end, dist_trace *trace) {
+    double t0 = dist_trace_now(trace);
+    DIST_TRY(dist_distributed_iterator_next(it, in, end));
+    if (!trace) return DIST_OK;
+    return dist_trace_event(trace, "data wait", dist_strategy_worker_id(s), DIST_TRACE_TID_INPUT,
+                            t0, dist_trace_now(trace));
+}
+
+/* Records [t0, now] on the fit row when tracing. */
+static dist_status fit_event(dist_strategy *s, dist_trace *trace, const char *name, double t0) {
+    if (!trace) return DIST_OK;
+    return dist_trace_event(trace, name, dist_strategy_worker_id(s), DIST_TRACE_TID_FIT, t0,
+                            dist_trace_now(trace));
 }
 
 static void sums_to_logs(const double sums[3], const char *prefix, dist_logs *logs) {
@@ -95,7 +117,7 @@ static dist_status evaluate_pass(dist_strategy *s, dist_model *model,
         int end = 0;
         DIST_TRY_GOTO(dist_distributed_iterator_next(it, &in, &end), st, out);
         if (end) break;
-        DIST_TRY_GOTO(run_step(s, step, user, csp, &in, sums), st, out);
+        DIST_TRY_GOTO(run_step(s, step, user, csp, &in, sums, NULL), st, out);
     }
 out:
     dist_distributed_iterator_destroy(it);
@@ -137,6 +159,12 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         user = &cs;
         csp = &cs;
     }
+    dist_trace *trace = o->trace;
+    dist_trace_step ts = {trace, dist_strategy_worker_id(s), csp, step, user};
+    if (trace) {
+        step = csp ? dist_trace_classifier_train_step : dist_trace_user_step;
+        user = &ts;
+    }
     dist_fit_state fs;
     memset(&fs, 0, sizeof fs);
     fs.strategy = s;
@@ -172,12 +200,12 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
             if (o->steps_per_epoch && fs.step >= o->steps_per_epoch) break;
             dist_per_replica_element in;
             int end = 0;
-            DIST_TRY_GOTO(dist_distributed_iterator_next(fs.train_iterator, &in, &end), st, out);
+            DIST_TRY_GOTO(next_batch(s, fs.train_iterator, &in, &end, trace), st, out);
             if (end) break;
             dist_logs_clear(&logs);
             EACH_CALLBACK(on_batch_begin, fs.step, &logs);
             double t0 = now_s(), seen = fs.sums[2];
-            DIST_TRY_GOTO(run_step(s, step, user, csp, &in, fs.sums), st, out);
+            DIST_TRY_GOTO(run_step(s, step, user, csp, &in, fs.sums, trace), st, out);
             fs.epoch_step_seconds += now_s() - t0;
             fs.epoch_seconds = now_s() - epoch_start;
             fs.epoch_images += (int64_t)(fs.sums[2] - seen);
@@ -199,17 +227,20 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         dist_logs_clear(&logs);
         sums_to_logs(fs.sums, "", &logs);
         if (validation) {
-            double vs[3];
+            double vs[3], t0 = dist_trace_now(trace);
             DIST_TRY_GOTO(
                 evaluate_pass(s, model, validation, o->eval_step, o->eval_step_user, 0, vs), st,
                 out);
             sums_to_logs(vs, "val_", &logs);
+            DIST_TRY_GOTO(fit_event(s, trace, "validation", t0), st, out);
         }
         dist_logs_set(&logs, "learning_rate", dist_optimizer_learning_rate(optimizer));
         fs.epoch_seconds = now_s() - epoch_start;
         res.images += fs.epoch_images;
         res.step_seconds += fs.epoch_step_seconds;
+        double t_cb = dist_trace_now(trace);
         EACH_CALLBACK(on_epoch_end, e, &logs);
+        DIST_TRY_GOTO(fit_event(s, trace, "epoch-end callbacks", t_cb), st, out);
         res.epochs_run++;
         res.logs = logs;
     }

@@ -5,6 +5,7 @@
 #include "dist/train.h"
 #include "testutil.h"
 
+#include <cjson/cJSON.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -536,6 +537,74 @@ START_TEST(test_loss_scale_state_is_part_of_the_training_state) {
 }
 END_TEST
 
+START_TEST(test_a_traced_fit_records_every_phase_per_replica_and_changes_no_bit) {
+    make_tmpdir();
+    run plain = make_run("cpu:0,cpu:1"), traced = make_run("cpu:0,cpu:1");
+    dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
+    fo.epochs = 2;
+    ck_assert_int_eq(
+        dist_fit(plain.s, plain.m, plain.opt, plain.train, plain.val, &fo, NULL, 0, NULL), DIST_OK);
+    dist_trace *trace = NULL;
+    ck_assert_int_eq(dist_trace_create(&trace), DIST_OK);
+    fo.trace = trace;
+    ck_assert_int_eq(
+        dist_fit(traced.s, traced.m, traced.opt, traced.train, traced.val, &fo, NULL, 0, NULL),
+        DIST_OK);
+    int64_t n = dist_model_num_params(plain.m);
+    float *wp = weights(plain.m), *wt = weights(traced.m);
+    ck_assert_int_eq(memcmp(wp, wt, (size_t)n * sizeof *wp), 0);
+    char p[128];
+    snprintf(p, sizeof p, "%s/trace.json", tmpdir);
+    ck_assert_int_eq(dist_trace_write(trace, p), DIST_OK);
+    FILE *f = fopen(p, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char text[1 << 20];
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(root);
+    cJSON *events = cJSON_GetObjectItem(root, "traceEvents");
+    ck_assert(cJSON_IsArray(events));
+    /* 2 epochs x 6 steps; per replica the four phases in order, each after the last */
+    const char *phases[4] = {"forward", "backward", "all-reduce", "update"};
+    int count[2][4] = {{0}}, data_waits = 0, validations = 0, names = 0;
+    double last_end[2] = {0, 0};
+    int next_phase[2] = {0, 0};
+    cJSON *e;
+    cJSON_ArrayForEach(e, events) {
+        const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        int tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        if (strcmp(ph, "M") == 0) {
+            names++;
+            continue;
+        }
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        double dur = cJSON_GetObjectItem(e, "dur")->valuedouble;
+        ck_assert_double_ge(dur, 0);
+        if (strcmp(name, "data wait") == 0) data_waits++;
+        if (strcmp(name, "validation") == 0) validations++;
+        if (tid > 1) continue;
+        ck_assert_str_eq(name, phases[next_phase[tid]]);
+        ck_assert_double_ge(ts + 1e-3, last_end[tid]);
+        last_end[tid] = ts + dur;
+        count[tid][next_phase[tid]]++;
+        next_phase[tid] = (next_phase[tid] + 1) % 4;
+    }
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 4; k++) ck_assert_int_eq(count[r][k], 12);
+    ck_assert_int_eq(data_waits, 2 * (6 + 1)); /* each epoch also reads its end */
+    ck_assert_int_eq(validations, 2);
+    ck_assert_int_eq(names, 4); /* replica 0, replica 1, input, fit */
+    cJSON_Delete(root);
+    free(wp), free(wt);
+    dist_trace_destroy(trace);
+    free_run(&plain);
+    free_run(&traced);
+    remove_tmpdir();
+}
+END_TEST
+
 /* A user callback that fails at (epoch, batch): the "crash" of an interrupted run. */
 typedef struct crash_at {
     int epoch;
@@ -652,6 +721,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_fit_reduces_the_loss_and_logs_train_and_validation_metrics);
     tcase_add_test(tc, test_optimizer_state_round_trips_and_a_mismatch_is_named);
     tcase_add_test(tc, test_loss_scale_state_is_part_of_the_training_state);
+    tcase_add_test(tc, test_a_traced_fit_records_every_phase_per_replica_and_changes_no_bit);
     tcase_add_test(tc, test_backup_and_restore_resumes_to_the_same_weights_bit_for_bit);
     suite_add_tcase(s, tc);
     return s;

@@ -286,10 +286,27 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     fo.steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
     if (o->max_steps && o->max_steps < fo.steps_per_epoch) fo.steps_per_epoch = o->max_steps;
     fo.seed = o->seed;
+    if (o->trace && dist_trace_create(&fo.trace)) {
+        callbacks_destroy(&cbs);
+        return fail("--trace");
+    }
     dist_fit_result res;
     dist_status st =
         dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval, &fo, cbs.list, cbs.count, &res);
     callbacks_destroy(&cbs);
+    /* A failed run's timeline is written too: it shows where the time went before the error. */
+    if (fo.trace) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dist_last_error());
+        dist_status wst = dist_trace_write(fo.trace, o->trace);
+        dist_trace_destroy(fo.trace);
+        if (wst && !st) return fail("--trace");
+        if (wst) fprintf(stderr, "distrain: --trace: %s\n", dist_last_error());
+        if (st) {
+            fprintf(stderr, "distrain: training: %s\n", msg);
+            return 1;
+        }
+    }
     if (st) return fail("training");
     dist_logs_get(&res.logs, "loss", &s->train_loss);
     dist_logs_get(&res.logs, "accuracy", &s->train_accuracy);

@@ -37,6 +37,10 @@ void distrain_usage(FILE *out) {
         "DIR/validation\n"
         "  --csv-log FILE                   one CSV row of metrics per epoch\n"
         "  --save-weights FILE              write the final weights as safetensors\n"
+        "  --trace FILE                     a Chrome trace JSON timeline of the training "
+        "(per replica: forward,\n"
+        "                                   backward, all-reduce, update; data wait; "
+        "validation)\n"
         "  --early-stopping-patience N      stop when val_loss (or loss) stalls N epochs\n"
         "  --reduce-lr-patience N           halve the learning rate when val_loss (or loss) "
         "stalls N epochs\n"
@@ -159,6 +163,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->backup_dir = v;
         } else if (strcmp(a, "--backup-freq") == 0) {
             if (!(rc = parse_int(a, v, 1, INT64_MAX, &n))) o->backup_freq = n;
+        } else if (strcmp(a, "--trace") == 0) {
+            o->trace = v;
         } else if (strcmp(a, "--logdir") == 0) {
             o->logdir = v;
         } else if (strcmp(a, "--csv-log") == 0) {

@@ -1,3 +1,4 @@
+# distrain's training services from the command line: backups, checkpoints, logs, traces.
 # distrain --backup-dir: SIGKILL during epoch 3 of 5, restart, and the final weights equal an
 # uninterrupted run's byte for byte; a bit-flipped newest backup is refused and the previous used.
 add_test(NAME distrain.backup_resume
@@ -24,3 +25,9 @@ add_test(NAME distrain.patience_negative
 set_tests_properties(distrain.backup_dir_unwritable distrain.checkpoint_dir_unwritable
                      distrain.logdir_unwritable distrain.validation_split_out_of_range
                      distrain.patience_negative PROPERTIES LABELS cli TIMEOUT 120)
+
+# distrain --trace FILE: a Chrome trace JSON timeline with every phase on every replica.
+add_test(NAME distrain.trace
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/trace.json -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/trace.cmake)
+set_tests_properties(distrain.trace PROPERTIES LABELS cli TIMEOUT 120)
