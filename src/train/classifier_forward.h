@@ -10,4 +10,8 @@ dist_status dist_classifier_forward(dist_replica_ctx *rc, const dist_element *in
                                     const dist_classifier_step *s, dist_element *out,
                                     dist_tensor **loss);
 
+/* With check numerics on for the model: fails naming the first variable the update made Inf or
+ * NaN, on this replica. */
+dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classifier_step *s);
+
 #endif

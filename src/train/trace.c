@@ -174,6 +174,7 @@ dist_status dist_trace_classifier_train_step(dist_replica_ctx *rc, const dist_el
             dist_replica_all_reduce(rc, DIST_REDUCE_SUM, dist_model_grads(s->model, rc->local_id)));
     DIST_TRY(mark(ts, rc, "all-reduce", &t));
     DIST_TRY(dist_optimizer_apply_scaled(s->optimizer, s->model, rc->tape, 1.0f, 1));
+    DIST_TRY(dist_classifier_check_update(rc, s));
     return mark(ts, rc, "update", &t);
 }
 

@@ -605,6 +605,32 @@ START_TEST(test_a_traced_fit_records_every_phase_per_replica_and_changes_no_bit)
 }
 END_TEST
 
+START_TEST(test_check_numerics_names_the_first_layer_and_replica_with_an_inf) {
+    /* Weights of 1e30: dense's outputs are finite (~1e30), dense_1's overflow to Inf. */
+    for (int check = 0; check < 2; check++) {
+        run r = make_run("cpu:0,cpu:1");
+        ck_assert_int_eq(dist_model_set_check_numerics(r.m, check), DIST_OK);
+        int64_t n = dist_model_num_params(r.m);
+        float *w = malloc((size_t)n * sizeof *w);
+        for (int64_t i = 0; i < n; i++) w[i] = 1e30f;
+        ck_assert_int_eq(dist_model_set_weights(r.m, w, n), DIST_OK);
+        dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
+        ck_assert_int_eq(dist_fit(r.s, r.m, r.opt, r.train, NULL, &fo, NULL, 0, NULL),
+                         DIST_INVALID_ARGUMENT);
+        if (check)
+            ck_assert_msg(strstr(dist_last_error(), "check numerics: replica 0: layer 'dense_1' "
+                                                    "(Dense) of model 'sequential' produced Inf "
+                                                    "or NaN in its output (4, 3)"),
+                          "%s", dist_last_error());
+        else /* without the check, fit only sees the loss afterwards */
+            ck_assert_msg(strstr(dist_last_error(), "fit: the loss became"), "%s",
+                          dist_last_error());
+        free(w);
+        free_run(&r);
+    }
+}
+END_TEST
+
 /* A user callback that fails at (epoch, batch): the "crash" of an interrupted run. */
 typedef struct crash_at {
     int epoch;
@@ -721,6 +747,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_fit_reduces_the_loss_and_logs_train_and_validation_metrics);
     tcase_add_test(tc, test_optimizer_state_round_trips_and_a_mismatch_is_named);
     tcase_add_test(tc, test_loss_scale_state_is_part_of_the_training_state);
+    tcase_add_test(tc, test_check_numerics_names_the_first_layer_and_replica_with_an_inf);
     tcase_add_test(tc, test_a_traced_fit_records_every_phase_per_replica_and_changes_no_bit);
     tcase_add_test(tc, test_backup_and_restore_resumes_to_the_same_weights_bit_for_bit);
     suite_add_tcase(s, tc);

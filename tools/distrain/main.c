@@ -359,6 +359,7 @@ static int train(run_state *s) {
         if (o->learning_rate > 0) ad.learning_rate = (float)o->learning_rate;
         st = dist_optimizer_create_adam(&ad, &s->optimizer);
     }
+    if (!st && o->check_numerics) st = dist_model_set_check_numerics(s->model, 1);
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
 

@@ -37,6 +37,9 @@ void distrain_usage(FILE *out) {
         "DIR/validation\n"
         "  --csv-log FILE                   one CSV row of metrics per epoch\n"
         "  --save-weights FILE              write the final weights as safetensors\n"
+        "  --check-numerics                 stop at the first layer output, gradient or update "
+        "holding\n"
+        "                                   Inf or NaN, naming the layer, its op and the replica\n"
         "  --trace FILE                     a Chrome trace JSON timeline of the training "
         "(per replica: forward,\n"
         "                                   backward, all-reduce, update; data wait; "
@@ -90,6 +93,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (strcmp(a, "--print-cluster") == 0) {
             o->print_cluster = 1;
+            continue;
+        }
+        if (strcmp(a, "--check-numerics") == 0) {
+            o->check_numerics = 1;
             continue;
         }
         if (strcmp(a, "--quiet") == 0) {

@@ -31,6 +31,7 @@ typedef struct distrain_options {
     int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */
     double validation_split;     /* 0 = no validation */
     const char *trace;           /* Chrome trace JSON of the training steps */
+    int check_numerics;          /* stop at the first Inf/NaN, naming layer, op and replica */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */
