@@ -13,8 +13,11 @@
 #define DIST_CHECKPOINT_H
 
 #include "dist/export.h"
+#include "dist/loss_scale.h"
 #include "dist/nn.h"
+#include "dist/optim.h"
 #include "dist/status.h"
+#include "dist/strategy.h"
 #include "dist/tensor.h"
 
 #include <stdint.h>
@@ -71,6 +74,28 @@ DIST_API dist_status dist_checkpoint_restore(const dist_checkpoint *ckpt, int co
 /* Sets every replica's variables of a built model from the checkpoint (by variable name, with
  * the same checks as dist_checkpoint_restore). */
 DIST_API dist_status dist_checkpoint_restore_model(const dist_checkpoint *ckpt, dist_model *model);
+
+/* Adds an optimizer's state for `model`: "optimizer/iterations" (I64 scalar),
+ * "optimizer/learning_rate" (F32 scalar) and each slot per variable as
+ * "optimizer/<slot>/<variable name>" ("optimizer/m/conv2d/kernel"; slots of dist/optim.h). */
+DIST_API dist_status dist_checkpoint_add_optimizer(dist_checkpoint *ckpt, dist_optimizer *opt,
+                                                   dist_model *model);
+/* Restores what add_optimizer saved into every replica, checking every name, dtype and shape
+ * before anything changes. Errors: DIST_FORMAT naming the tensor that differs or is missing. */
+DIST_API dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *ckpt,
+                                                       dist_optimizer *opt, dist_model *model);
+/* Adds "loss_scale/scale" (F32), "loss_scale/counter" and "loss_scale/skipped_steps" (I64). */
+DIST_API dist_status dist_checkpoint_add_loss_scale(dist_checkpoint *ckpt,
+                                                    const dist_loss_scale_optimizer *lso);
+DIST_API dist_status dist_checkpoint_restore_loss_scale(const dist_checkpoint *ckpt,
+                                                        dist_loss_scale_optimizer *lso);
+
+/* Saves as TensorFlow's multi-worker rule says: the chief (dist_strategy_is_chief; every
+ * single-process strategy) writes `path`; another worker writes the same file into
+ * <dirname(path)>/workertemp_<worker id>/ and removes it and the directory again, so every
+ * worker runs the same code and no two race on one path. Errors: those of save. */
+DIST_API dist_status dist_checkpoint_save_for(const dist_checkpoint *ckpt, dist_strategy *strategy,
+                                              const char *path);
 
 /* ---- Keeping the last K checkpoints of a run ---------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #include "dist/checkpoint.h"
 #include "dist/data.h"
 #include "dist/export.h"
+#include "dist/fit.h"
 #include "dist/idx.h"
 #include "dist/loss_scale.h"
 #include "dist/mnist.h"

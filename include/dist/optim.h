@@ -64,6 +64,28 @@ DIST_API int64_t dist_optimizer_iterations(const dist_optimizer *opt);
 /* "adam" or "sgd". */
 DIST_API const char *dist_optimizer_name(const dist_optimizer *opt);
 
+/* ---- slot variables, for checkpoints ------------------------------------------------------
+ * Slots are per-parameter buffers laid out like the model's parameter buffer: Adam has "m" and
+ * "v", SGD with momentum has "momentum", plain SGD none. */
+
+/* The number of slots (0, 1 or 2) and the name of slot i (borrowed static string, NULL when out
+ * of range). */
+DIST_API int dist_optimizer_num_slots(const dist_optimizer *opt);
+DIST_API const char *dist_optimizer_slot_name(const dist_optimizer *opt, int slot);
+/* Copies replica 0's slot `slot` to host (count = the model's num_params floats). Before the
+ * first update the slots are zero, and so is what this returns. Errors: DIST_INVALID_ARGUMENT
+ * (slot out of range, count wrong), DIST_INVALID_USAGE (the optimizer is bound to another
+ * model). */
+DIST_API dist_status dist_optimizer_get_slot(dist_optimizer *opt, dist_model *model, int slot,
+                                             float *dst, int64_t count);
+/* Sets slot `slot` of every replica of `model` from host memory (src borrowed), binding the
+ * optimizer to the model. Call outside a strategy's run. Errors as get_slot. */
+DIST_API dist_status dist_optimizer_set_slot(dist_optimizer *opt, dist_model *model, int slot,
+                                             const float *src, int64_t count);
+/* Sets every replica's update count (Keras's optimizer.iterations; Adam's bias correction
+ * depends on it). iterations >= 0. Call outside a strategy's run. */
+DIST_API dist_status dist_optimizer_set_iterations(dist_optimizer *opt, int64_t iterations);
+
 DIST_END_DECLS
 
 #endif

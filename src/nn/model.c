@@ -372,6 +372,7 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
                 dist_op_dense(tape, h, rep->var_ptrs[l->kernel_var], bias, l->activation, &out));
             break;
         }
+        if (m->check_numerics) DIST_TRY(model_check_finite(m, tape, l, out, "its output"));
         h = out;
     }
     *y = out;
@@ -383,7 +384,12 @@ dist_status dist_model_compute_gradients(dist_model *m, dist_tape *tape, const d
     int r = 0;
     DIST_TRY(replica_of(m, tape, &r));
     model_replica *rep = &m->replicas[r];
-    return dist_tape_gradient(tape, loss, m->nvars, rep->var_ptrs, rep->grad_ptrs);
+    DIST_TRY(dist_tape_gradient(tape, loss, m->nvars, rep->var_ptrs, rep->grad_ptrs));
+    /* Backward runs the layers in reverse: the last layer's gradients are produced first. */
+    if (m->check_numerics)
+        for (int i = m->nvars - 1; i >= 0; i--)
+            DIST_TRY(model_check_gradient(m, tape, i, rep->grad_ptrs[i]));
+    return DIST_OK;
 }
 
 int64_t dist_model_num_params(const dist_model *m) { return m ? m->nparams : 0; }

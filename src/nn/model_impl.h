@@ -54,6 +54,15 @@ struct dist_model {
     int nreplicas;
     model_replica *replicas;
     dist_backend *own_backend; /* when built outside every scope */
+    int check_numerics;        /* dist_model_set_check_numerics */
 };
+
+/* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and
+ * `what` when t (on the tape's device) holds an Inf or a NaN. */
+dist_status model_check_finite(const dist_model *m, dist_tape *tape, const model_layer *l,
+                               const dist_tensor *t, const char *what);
+/* The same for the gradient of variable `var` (the layer owning it is named). */
+dist_status model_check_gradient(const dist_model *m, dist_tape *tape, int var,
+                                 const dist_tensor *grad);
 
 #endif

@@ -165,3 +165,61 @@ int64_t dist_optimizer_iterations(const dist_optimizer *o) {
 const char *dist_optimizer_name(const dist_optimizer *o) {
     return o && o->kind == OPT_ADAM ? "adam" : "sgd";
 }
+
+int dist_optimizer_num_slots(const dist_optimizer *o) {
+    if (!o) return 0;
+    if (o->kind == OPT_ADAM) return 2;
+    return o->sgd.momentum > 0 ? 1 : 0;
+}
+
+const char *dist_optimizer_slot_name(const dist_optimizer *o, int slot) {
+    if (slot < 0 || slot >= dist_optimizer_num_slots(o)) return NULL;
+    if (o->kind == OPT_ADAM) return slot == 0 ? "m" : "v";
+    return "momentum";
+}
+
+static dist_status check_slot(dist_optimizer *o, dist_model *model, int slot, int64_t count) {
+    DIST_CHECK_ARG(o && model, "optimizer slot: NULL argument");
+    DIST_CHECK_ARG(slot >= 0 && slot < dist_optimizer_num_slots(o),
+                   "optimizer '%s' has %d slot(s), slot %d requested", dist_optimizer_name(o),
+                   dist_optimizer_num_slots(o), slot);
+    DIST_CHECK_ARG(count == dist_model_num_params(model),
+                   "optimizer slot: the model has %lld parameters, %lld given",
+                   (long long)dist_model_num_params(model), (long long)count);
+    return bind(o, model);
+}
+
+dist_status dist_optimizer_get_slot(dist_optimizer *o, dist_model *model, int slot, float *dst,
+                                    int64_t count) {
+    DIST_CHECK_ARG(dst, "dist_optimizer_get_slot: dst is NULL");
+    DIST_TRY(check_slot(o, model, slot, count));
+    opt_slots *s;
+    DIST_TRY(slots_for(o, model, 0, &s));
+    void *buf = slot == 0 ? s->m : s->v;
+    DIST_TRY(s->backend->iface->synchronize(s->backend->ctx));
+    return s->backend->iface->copy(s->backend->ctx, dst, buf, (size_t)count * sizeof *dst,
+                                   DIST_COPY_D2H);
+}
+
+dist_status dist_optimizer_set_slot(dist_optimizer *o, dist_model *model, int slot,
+                                    const float *src, int64_t count) {
+    DIST_CHECK_ARG(src, "dist_optimizer_set_slot: src is NULL");
+    DIST_TRY(check_slot(o, model, slot, count));
+    for (int r = 0; r < dist_model_num_replicas(model); r++) {
+        opt_slots *s;
+        DIST_TRY(slots_for(o, model, r, &s));
+        void *buf = slot == 0 ? s->m : s->v;
+        DIST_TRY(s->backend->iface->copy(s->backend->ctx, buf, src, (size_t)count * sizeof *src,
+                                         DIST_COPY_H2D));
+        DIST_TRY(s->backend->iface->synchronize(s->backend->ctx));
+    }
+    return DIST_OK;
+}
+
+dist_status dist_optimizer_set_iterations(dist_optimizer *o, int64_t iterations) {
+    DIST_CHECK_ARG(o, "dist_optimizer_set_iterations: optimizer is NULL");
+    DIST_CHECK_ARG(iterations >= 0, "optimizer iterations must be >= 0, got %lld",
+                   (long long)iterations);
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++) o->slots[r].iterations = iterations;
+    return DIST_OK;
+}

@@ -1,8 +1,12 @@
 /* The train and eval steps of a classifier, as a user would write them with the public API. */
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "dist/tape.h"
 #include "dist/train.h"
+#include "train/classifier_forward.h"
+
+#include <string.h>
 
 /* When the step is told no global batch, it counts this step's examples over all replicas. */
 static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step *s,
@@ -26,8 +30,9 @@ static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step
     return DIST_OK;
 }
 
-static dist_status forward(dist_replica_ctx *rc, const dist_element *in,
-                           const dist_classifier_step *s, dist_element *out, dist_tensor **loss) {
+dist_status dist_classifier_forward(dist_replica_ctx *rc, const dist_element *in,
+                                    const dist_classifier_step *s, dist_element *out,
+                                    dist_tensor **loss) {
     DIST_CHECK_ARG(in && in->count >= 2, "classifier step: inputs must be (x, y)");
     dist_tape *tape = rc->tape;
     const dist_tensor *x = in->items[0], *y = in->items[1];
@@ -55,9 +60,29 @@ dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element 
     DIST_CHECK_ARG(s->model && s->optimizer,
                    "classifier train step: model and optimizer are required");
     dist_tensor *loss;
-    DIST_TRY(forward(rc, inputs, s, outputs, &loss));
+    DIST_TRY(dist_classifier_forward(rc, inputs, s, outputs, &loss));
     DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
-    return dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape);
+    DIST_TRY(dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape));
+    return dist_classifier_check_update(rc, s);
+}
+
+dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classifier_step *s) {
+    if (!dist_model_check_numerics(s->model)) return DIST_OK;
+    dist_backend *be = dist_model_backend(s->model, rc->local_id);
+    for (int i = 0; i < dist_model_num_variables(s->model); i++) {
+        int ok = 1;
+        DIST_TRY(
+            be->iface->all_finite(be->ctx, dist_model_variable(s->model, rc->local_id, i), &ok));
+        if (ok) continue;
+        const char *var = dist_model_variable_name(s->model, i);
+        const char *slash = strchr(var, '/');
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "check numerics: replica %d: layer '%.*s' (the %s update) produced Inf "
+                          "or NaN in '%s'",
+                          rc->replica_id, slash ? (int)(slash - var) : (int)strlen(var), var,
+                          dist_optimizer_name(s->optimizer), var);
+    }
+    return DIST_OK;
 }
 
 dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *inputs, void *user,
@@ -67,7 +92,7 @@ dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *
     DIST_CHECK_ARG(s->model, "classifier eval step: model is required");
     dist_tape_set_recording(rc->tape, 0);
     dist_tensor *loss;
-    dist_status st = forward(rc, inputs, s, outputs, &loss);
+    dist_status st = dist_classifier_forward(rc, inputs, s, outputs, &loss);
     dist_tape_set_recording(rc->tape, 1);
     return st;
 }

@@ -4,18 +4,19 @@
 #include "options.h"
 #include "print_cluster.h"
 
+#include <dist/checkpoint.h>
 #include <dist/data.h>
+#include <dist/fit.h>
 #include <dist/mnist.h>
 #include <dist/nn.h>
 #include <dist/optim.h>
 #include <dist/strategy.h>
 #include <dist/train.h>
-#include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 typedef struct run_state {
     const distrain_options *o;
@@ -23,21 +24,15 @@ typedef struct run_state {
     dist_model *model;
     dist_optimizer *optimizer;
     dist_mnist *mnist;
-    dist_dataset *train, *test;
-    int64_t train_examples, test_examples;
+    dist_dataset *train, *test, *val;
+    int64_t train_examples, test_examples, val_examples;
     const char *data_source;
     double train_seconds;
-    int64_t train_images, train_images_total, steps;
+    int64_t train_images_total, steps;
     double train_loss, train_accuracy, test_loss, test_accuracy;
     int threads;
     int chief;         /* prints progress and writes the metrics (TF's chief rule) */
 } run_state;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int fail(const char *what) {
     fprintf(stderr, "distrain: %s: %s\n", what, dist_last_error());
@@ -104,9 +99,29 @@ static int load_data(run_state *s) {
             slices(dist_mnist_test_images(s->mnist), dist_mnist_test_labels(s->mnist), &test))
             return fail("building the input pipeline");
     }
+    /* --validation-split F: the last F of the training set, as Keras's validation_split. */
+    dist_dataset *val = NULL;
+    if (o->validation_split > 0) {
+        int64_t split_at = (int64_t)((double)s->train_examples * (1.0 - o->validation_split));
+        if (split_at < 1 || split_at >= s->train_examples) {
+            fprintf(stderr,
+                    "distrain: --validation-split %g leaves no training or no validation "
+                    "examples of %lld\n",
+                    o->validation_split, (long long)s->train_examples);
+            dist_dataset_destroy(train);
+            dist_dataset_destroy(test);
+            return 2;
+        }
+        st = dist_dataset_skip(train, split_at, &val);
+        if (!st) st = chain(&train, dist_dataset_take(train, split_at, &next), &next);
+        if (!st) st = chain(&val, dist_dataset_map_image_normalize(val, &next), &next);
+        if (!st) st = chain(&val, dist_dataset_batch(val, o->batch_size, 0, &next), &next);
+        s->val_examples = s->train_examples - split_at;
+        s->train_examples = split_at;
+    }
     /* Shuffle the small uint8 examples, then normalize: the shuffle buffer holds 10,000
      * examples, 4x less memory than as floats. */
-    st = chain(&train, dist_dataset_shuffle(train, 10000, o->seed, 1, &next), &next);
+    if (!st) st = chain(&train, dist_dataset_shuffle(train, 10000, o->seed, 1, &next), &next);
     if (!st) st = chain(&train, dist_dataset_map_image_normalize(train, &next), &next);
     if (!st) st = chain(&test, dist_dataset_map_image_normalize(test, &next), &next);
     if (!st) st = chain(&train, dist_dataset_batch(train, o->batch_size, 0, &next), &next);
@@ -116,99 +131,12 @@ static int load_data(run_state *s) {
     if (st) {
         dist_dataset_destroy(train);
         dist_dataset_destroy(test);
+        dist_dataset_destroy(val);
         return fail("building the input pipeline");
     }
     s->train = train;
     s->test = test;
-    return 0;
-}
-
-static void progress(const run_state *s, int64_t step, int64_t total, double elapsed, double loss,
-                     double acc, int final) {
-    if (s->o->quiet || !s->chief) return;
-    int tty = isatty(STDOUT_FILENO);
-    if (!final && !tty) return;
-    int width = 30, done = total > 0 ? (int)(width * step / total) : width;
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < done ? '=' : '.';
-    if (done < width && done > 0) bar[done - 1] = '>';
-    bar[width] = '\0';
-    double ips = elapsed > 0 ? (double)s->train_images / elapsed : 0.0;
-    printf("%s%lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f - %.0f images/s - "
-           "%d replica%s%s",
-           tty ? "\r" : "", (long long)step, (long long)total, bar, elapsed,
-           step ? 1000.0 * elapsed / (double)step : 0.0, loss, acc, ips,
-           dist_strategy_num_replicas_in_sync(s->strategy),
-           dist_strategy_num_replicas_in_sync(s->strategy) == 1 ? "" : "s", final ? "\n" : "");
-    fflush(stdout);
-}
-
-/* One pass over a distributed dataset with a step; sums the three classifier outputs. */
-static int run_epoch(run_state *s, dist_distributed_iterator *it, dist_step_fn fn, int training,
-                     double *loss, double *acc, int64_t total_steps) {
-    dist_classifier_step cs = {s->model, s->optimizer, 0};
-    dist_per_replica_element in;
-    dist_per_replica out;
-    double loss_sum = 0, correct = 0, seen = 0, epoch_start = now_s(), step_time = 0;
-    int64_t step = 0;
-    s->train_images = 0;
-    for (;;) {
-        int end = 0;
-        if (dist_distributed_iterator_next(it, &in, &end)) return fail("reading input");
-        if (end || (training && s->o->max_steps && step == s->o->max_steps)) break;
-        cs.global_batch_size = in.global_batch_size;
-        double t0 = now_s();
-        if (dist_strategy_run(s->strategy, fn, &cs, &in, &out))
-            return fail(training ? "training step" : "evaluation");
-        dist_tensor *l, *c, *n;
-        if (dist_strategy_reduce(s->strategy, DIST_REDUCE_SUM, &out, 0, -1, &l) ||
-            dist_strategy_reduce(s->strategy, DIST_REDUCE_SUM, &out, 1, -1, &c) ||
-            dist_strategy_reduce(s->strategy, DIST_REDUCE_SUM, &out, 2, -1, &n))
-            return fail("reducing metrics");
-        double batch = *(float *)n->data;
-        step_time += now_s() - t0;
-        loss_sum += *(float *)l->data * batch;
-        correct += *(float *)c->data;
-        seen += batch;
-        dist_tensor_destroy(l);
-        dist_tensor_destroy(c);
-        dist_tensor_destroy(n);
-        step++;
-        if (training) {
-            s->train_images += (int64_t)batch;
-            s->steps++;
-            if (!isfinite(loss_sum)) {
-                fprintf(stderr, "distrain: the loss became %f at step %lld\n", loss_sum,
-                        (long long)step);
-                return 1;
-            }
-            progress(s, step, total_steps, now_s() - epoch_start, loss_sum / seen, correct / seen,
-                     0);
-        }
-    }
-    if (training) {
-        s->train_seconds += step_time;
-        s->train_images_total += s->train_images;
-    }
-    *loss = seen > 0 ? loss_sum / seen : 0.0;
-    *acc = seen > 0 ? correct / seen : 0.0;
-    if (training) {
-        double ips = step_time > 0 ? (double)s->train_images / step_time : 0.0;
-        if (!s->o->quiet && s->chief) {
-            double elapsed = now_s() - epoch_start;
-            int tty = isatty(STDOUT_FILENO);
-            int width = 30;
-            char bar[64];
-            memset(bar, '=', (size_t)width);
-            bar[width] = '\0';
-            int replicas = dist_strategy_num_replicas_in_sync(s->strategy);
-            printf("%s%lld/%lld [%s] - %.0fs %.0fms/step - loss: %.4f - accuracy: %.4f - %.0f "
-                   "images/s - %d replica%s\n",
-                   tty ? "\r" : "", (long long)step, (long long)step, bar, elapsed,
-                   step ? 1000.0 * elapsed / (double)step : 0.0, *loss, *acc, ips, replicas,
-                   replicas == 1 ? "" : "s");
-        }
-    }
+    s->val = val;
     return 0;
 }
 
@@ -258,6 +186,148 @@ static int write_metrics(const run_state *s) {
     return fclose(f) == 0 ? 0 : 1;
 }
 
+/* The callbacks the flags ask for, owned here. */
+typedef struct callbacks {
+    dist_progress_bar *bar;
+    dist_backup_and_restore *backup;
+    dist_model_checkpoint *checkpoint;
+    dist_tensorboard *tensorboard;
+    dist_csv_logger *csv;
+    dist_early_stopping *early;
+    dist_reduce_lr *reduce_lr;
+    dist_callback list[8];
+    int count;
+} callbacks;
+
+static void callbacks_destroy(callbacks *c) {
+    dist_progress_bar_destroy(c->bar);
+    dist_backup_and_restore_destroy(c->backup);
+    dist_model_checkpoint_destroy(c->checkpoint);
+    dist_tensorboard_destroy(c->tensorboard);
+    dist_csv_logger_destroy(c->csv);
+    dist_early_stopping_destroy(c->early);
+    dist_reduce_lr_destroy(c->reduce_lr);
+}
+
+/* Order matters where callbacks interact: the checkpoint and the backup come last, so that at an
+ * epoch end they save the learning rate ReduceLROnPlateau has just set (what the next epoch
+ * uses), and the backup's restore at train begin follows the others' resets. */
+static int callbacks_create(const run_state *s, callbacks *c) {
+    const distrain_options *o = s->o;
+    const char *monitor = s->val ? "val_loss" : "loss";
+    memset(c, 0, sizeof *c);
+    if (!o->quiet && s->chief) {
+        if (dist_progress_bar_create(stdout, -1, &c->bar)) return fail("progress bar");
+        c->list[c->count++] = dist_progress_bar_callback(c->bar);
+    }
+    if (o->logdir) {
+        if (dist_tensorboard_create(o->logdir, &c->tensorboard)) return fail("--logdir");
+        c->list[c->count++] = dist_tensorboard_callback(c->tensorboard);
+    }
+    if (o->csv_log) {
+        if (dist_csv_logger_create(o->csv_log, ',', 0, &c->csv)) return fail("--csv-log");
+        c->list[c->count++] = dist_csv_logger_callback(c->csv);
+    }
+    if (o->reduce_lr_patience >= 0) {
+        dist_reduce_lr_options ro = DIST_REDUCE_LR_OPTIONS_INIT;
+        ro.monitor = monitor;
+        ro.factor = 0.5;
+        ro.patience = o->reduce_lr_patience;
+        if (dist_reduce_lr_create(&ro, &c->reduce_lr)) return fail("--reduce-lr-patience");
+        c->list[c->count++] = dist_reduce_lr_callback(c->reduce_lr);
+    }
+    if (o->early_stopping_patience >= 0) {
+        dist_early_stopping_options eo = DIST_EARLY_STOPPING_OPTIONS_INIT;
+        eo.monitor = monitor;
+        eo.patience = o->early_stopping_patience;
+        eo.restore_best_weights = 1;
+        if (dist_early_stopping_create(&eo, &c->early)) return fail("--early-stopping-patience");
+        c->list[c->count++] = dist_early_stopping_callback(c->early);
+    }
+    if (o->checkpoint_dir) {
+        char tmpl[4096];
+        if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "distrain: --checkpoint-dir: cannot create '%s': %s\n",
+                    o->checkpoint_dir, strerror(errno));
+            return 1;
+        }
+        snprintf(tmpl, sizeof tmpl, "%s/ckpt-{epoch:02d}.safetensors", o->checkpoint_dir);
+        dist_model_checkpoint_options mo = DIST_MODEL_CHECKPOINT_OPTIONS_INIT;
+        mo.filepath = tmpl;
+        mo.monitor = monitor;
+        if (dist_model_checkpoint_create(&mo, &c->checkpoint)) return fail("--checkpoint-dir");
+        c->list[c->count++] = dist_model_checkpoint_callback(c->checkpoint);
+    }
+    if (o->backup_dir) {
+        if (dist_backup_and_restore_create(o->backup_dir, o->backup_freq, 1, &c->backup))
+            return fail("--backup-dir");
+        c->list[c->count++] = dist_backup_and_restore_callback(c->backup);
+    }
+    return 0;
+}
+
+static int save_weights(const run_state *s) {
+    dist_checkpoint *c = NULL;
+    dist_status st = dist_checkpoint_create(&c);
+    if (!st) st = dist_checkpoint_add_model(c, s->model);
+    if (!st) st = dist_checkpoint_save_for(c, s->strategy, s->o->save_weights);
+    dist_checkpoint_destroy(c);
+    return st ? fail("--save-weights") : 0;
+}
+
+static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_dataset *dval,
+               dist_distributed_dataset *dtest) {
+    const distrain_options *o = s->o;
+    callbacks cbs;
+    int rc = callbacks_create(s, &cbs);
+    if (rc) {
+        callbacks_destroy(&cbs);
+        return rc;
+    }
+    dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
+    fo.epochs = o->epochs;
+    fo.steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
+    if (o->max_steps && o->max_steps < fo.steps_per_epoch) fo.steps_per_epoch = o->max_steps;
+    fo.seed = o->seed;
+    if (o->trace && dist_trace_create(&fo.trace)) {
+        callbacks_destroy(&cbs);
+        return fail("--trace");
+    }
+    dist_fit_result res;
+    dist_status st =
+        dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval, &fo, cbs.list, cbs.count, &res);
+    callbacks_destroy(&cbs);
+    /* A failed run's timeline is written too: it shows where the time went before the error. */
+    if (fo.trace) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dist_last_error());
+        dist_status wst = dist_trace_write(fo.trace, o->trace);
+        dist_trace_destroy(fo.trace);
+        if (wst && !st) return fail("--trace");
+        if (wst) fprintf(stderr, "distrain: --trace: %s\n", dist_last_error());
+        if (st) {
+            fprintf(stderr, "distrain: training: %s\n", msg);
+            return 1;
+        }
+    }
+    if (st) return fail("training");
+    dist_logs_get(&res.logs, "loss", &s->train_loss);
+    dist_logs_get(&res.logs, "accuracy", &s->train_accuracy);
+    s->steps = res.steps;
+    s->train_seconds = res.step_seconds;
+    s->train_images_total = res.images;
+    dist_logs test;
+    if (dist_evaluate(s->strategy, s->model, dtest, NULL, NULL, 0, &test))
+        return fail("evaluation");
+    dist_logs_get(&test, "loss", &s->test_loss);
+    dist_logs_get(&test, "accuracy", &s->test_accuracy);
+    if (!o->quiet && dist_strategy_is_chief(s->strategy))
+        printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
+               s->test_accuracy, (long long)s->test_examples);
+    if (o->save_weights) return save_weights(s);
+    return 0;
+}
+
 static int train(run_state *s) {
     const distrain_options *o = s->o;
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
@@ -301,6 +371,7 @@ static int train(run_state *s) {
         if (o->learning_rate > 0) ad.learning_rate = (float)o->learning_rate;
         st = dist_optimizer_create_adam(&ad, &s->optimizer);
     }
+    if (!st && o->check_numerics) st = dist_model_set_check_numerics(s->model, 1);
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
 
@@ -326,31 +397,16 @@ static int train(run_state *s) {
             printf("Data: JPEG class folders under %s (%lld train / %lld test images)\n",
                    s->data_source, (long long)s->train_examples, (long long)s->test_examples);
     }
-    dist_distributed_dataset *dtrain, *dtest;
-    dist_distributed_iterator *itrain, *itest;
+    dist_distributed_dataset *dtrain = NULL, *dtest = NULL, *dval = NULL;
     if (dist_strategy_distribute_dataset(s->strategy, s->train, &dtrain) ||
         dist_strategy_distribute_dataset(s->strategy, s->test, &dtest) ||
-        dist_distributed_dataset_iterator(dtrain, &itrain) ||
-        dist_distributed_dataset_iterator(dtest, &itest))
-        return fail("distributing the data");
-    int64_t steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
-    if (o->max_steps && o->max_steps < steps_per_epoch) steps_per_epoch = o->max_steps;
-    for (int e = 0; e < o->epochs; e++) {
-        if (!o->quiet && s->chief) printf("Epoch %d/%d\n", e + 1, o->epochs);
-        if (e > 0 && dist_distributed_iterator_reset(itrain)) return fail("starting the epoch");
-        rc = run_epoch(s, itrain, dist_classifier_train_step, 1, &s->train_loss, &s->train_accuracy,
-                       steps_per_epoch);
-        if (rc) return rc;
-    }
-    rc = run_epoch(s, itest, dist_classifier_eval_step, 0, &s->test_loss, &s->test_accuracy, 0);
-    if (rc) return rc;
-    if (!o->quiet && s->chief)
-        printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
-               s->test_accuracy, (long long)s->test_examples);
-    dist_distributed_iterator_destroy(itrain);
-    dist_distributed_iterator_destroy(itest);
+        (s->val && dist_strategy_distribute_dataset(s->strategy, s->val, &dval)))
+        rc = fail("distributing the data");
+    if (!rc) rc = fit(s, dtrain, dval, dtest);
     dist_distributed_dataset_destroy(dtrain);
     dist_distributed_dataset_destroy(dtest);
+    dist_distributed_dataset_destroy(dval);
+    if (rc) return rc;
     if (o->metrics_json && s->chief && write_metrics(s)) return 1;
     return 0;
 }
@@ -374,6 +430,7 @@ int main(int argc, char **argv) {
     dist_model_destroy(s.model);
     dist_dataset_destroy(s.train);
     dist_dataset_destroy(s.test);
+    dist_dataset_destroy(s.val);
     dist_mnist_destroy(s.mnist);
     dist_strategy_destroy(s.strategy);
     return rc;

@@ -37,6 +37,27 @@ void distrain_usage(FILE *out) {
         "seconds (60)\n"
         "  --connect-timeout S              fail when the cluster has not assembled in S "
         "seconds (300)\n"
+        "  --validation-split F             hold out the last fraction F of the training set "
+        "(0 < F < 1)\n"
+        "  --checkpoint-dir DIR             save the training state at every epoch end "
+        "(DIR/ckpt-EE.safetensors)\n"
+        "  --backup-dir DIR                 back up the training state; a restarted run "
+        "resumes from it\n"
+        "  --backup-freq N                  back up every N steps instead of every epoch\n"
+        "  --logdir DIR                     TensorBoard event files under DIR/train and "
+        "DIR/validation\n"
+        "  --csv-log FILE                   one CSV row of metrics per epoch\n"
+        "  --save-weights FILE              write the final weights as safetensors\n"
+        "  --check-numerics                 stop at the first layer output, gradient or update "
+        "holding\n"
+        "                                   Inf or NaN, naming the layer, its op and the replica\n"
+        "  --trace FILE                     a Chrome trace JSON timeline of the training "
+        "(per replica: forward,\n"
+        "                                   backward, all-reduce, update; data wait; "
+        "validation)\n"
+        "  --early-stopping-patience N      stop when val_loss (or loss) stalls N epochs\n"
+        "  --reduce-lr-patience N           halve the learning rate when val_loss (or loss) "
+        "stalls N epochs\n"
         "  --print-cluster                  print the cluster and task resolved from TF_CONFIG (or "
         "Slurm)\n"
         "                                   as JSON and exit (2 with TensorFlow's message if "
@@ -73,6 +94,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->batch_size = 64;
     o->optimizer = "adam";
     o->seed = 42;
+    o->early_stopping_patience = -1;
+    o->reduce_lr_patience = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -81,6 +104,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (strcmp(a, "--print-cluster") == 0) {
             o->print_cluster = 1;
+            continue;
+        }
+        if (strcmp(a, "--check-numerics") == 0) {
+            o->check_numerics = 1;
             continue;
         }
         if (strcmp(a, "--quiet") == 0) {
@@ -158,6 +185,30 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 o->collective_timeout_s = x;
             else
                 o->connect_timeout_s = x;
+        } else if (strcmp(a, "--validation-split") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0 && x < 1))
+                return bad(a, v, "must be a number between 0 and 1 (exclusive)");
+            o->validation_split = x;
+        } else if (strcmp(a, "--checkpoint-dir") == 0) {
+            o->checkpoint_dir = v;
+        } else if (strcmp(a, "--backup-dir") == 0) {
+            o->backup_dir = v;
+        } else if (strcmp(a, "--backup-freq") == 0) {
+            if (!(rc = parse_int(a, v, 1, INT64_MAX, &n))) o->backup_freq = n;
+        } else if (strcmp(a, "--trace") == 0) {
+            o->trace = v;
+        } else if (strcmp(a, "--logdir") == 0) {
+            o->logdir = v;
+        } else if (strcmp(a, "--csv-log") == 0) {
+            o->csv_log = v;
+        } else if (strcmp(a, "--save-weights") == 0) {
+            o->save_weights = v;
+        } else if (strcmp(a, "--early-stopping-patience") == 0) {
+            if (!(rc = parse_int(a, v, 0, 100000, &n))) o->early_stopping_patience = (int)n;
+        } else if (strcmp(a, "--reduce-lr-patience") == 0) {
+            if (!(rc = parse_int(a, v, 0, 100000, &n))) o->reduce_lr_patience = (int)n;
         } else {
             fprintf(stderr, "distrain: unknown option '%s' (see --help)\n", a);
             return 2;

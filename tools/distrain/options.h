@@ -26,6 +26,17 @@ typedef struct distrain_options {
     double collective_timeout_s; /* 0: the strategy's default (60 s across workers) */
     double connect_timeout_s;    /* 0: 300 s */
     const char *transport;       /* auto | tcp | shm */
+    const char *checkpoint_dir;  /* ModelCheckpoint: the training state at every epoch end */
+    const char *backup_dir;      /* BackupAndRestore */
+    int64_t backup_freq;         /* backups every N batches; 0 = at epoch ends */
+    const char *logdir;          /* TensorBoard event files */
+    const char *csv_log;         /* CSVLogger */
+    const char *save_weights;    /* the final weights as safetensors */
+    int early_stopping_patience; /* -1 = no EarlyStopping */
+    int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */
+    double validation_split;     /* 0 = no validation */
+    const char *trace;           /* Chrome trace JSON of the training steps */
+    int check_numerics;          /* stop at the first Inf/NaN, naming layer, op and replica */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */

@@ -1,0 +1,108 @@
+/* ReduceLROnPlateau with tf-keras's rules (tf_keras/src/callbacks.py). */
+#include "core/error.h"
+#include "dist/fit.h"
+#include "monitor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dist_reduce_lr {
+    dist_reduce_lr_options o;
+    char *monitor;
+    int is_max;
+    int wait, cooldown_counter;
+    double best;
+};
+
+static void reset(dist_reduce_lr *r) {
+    r->best = r->is_max ? -INFINITY : INFINITY;
+    r->wait = 0;
+    r->cooldown_counter = 0;
+}
+
+dist_status dist_reduce_lr_create(const dist_reduce_lr_options *o, dist_reduce_lr **out) {
+    DIST_CHECK_ARG(o && out, "dist_reduce_lr_create: NULL argument");
+    DIST_CHECK_ARG(o->version == DIST_REDUCE_LR_OPTIONS_VERSION,
+                   "ReduceLROnPlateau options: version %d, expected %d", o->version,
+                   DIST_REDUCE_LR_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->monitor && o->monitor[0], "ReduceLROnPlateau: monitor is required");
+    DIST_CHECK_ARG(o->factor > 0 && o->factor < 1,
+                   "ReduceLROnPlateau does not support a factor >= 1 (or <= 0), got %g", o->factor);
+    DIST_CHECK_ARG(o->patience >= 0 && o->cooldown >= 0 && o->min_lr >= 0,
+                   "ReduceLROnPlateau: patience, cooldown and min_lr must be >= 0");
+    DIST_CHECK_ARG(o->mode >= DIST_MODE_AUTO && o->mode <= DIST_MODE_MAX,
+                   "ReduceLROnPlateau: unknown mode %d", (int)o->mode);
+    dist_reduce_lr *r = calloc(1, sizeof *r);
+    if (r) r->monitor = strdup(o->monitor);
+    if (!r || !r->monitor) {
+        free(r);
+        return dist_error(DIST_OUT_OF_MEMORY, "ReduceLROnPlateau: out of memory");
+    }
+    r->o = *o;
+    r->o.monitor = r->monitor;
+    r->is_max = monitor_max_by_substring(r->monitor, o->mode);
+    reset(r);
+    *out = r;
+    return DIST_OK;
+}
+
+void dist_reduce_lr_destroy(dist_reduce_lr *r) {
+    if (!r) return;
+    free(r->monitor);
+    free(r);
+}
+
+static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *logs) {
+    (void)fs, (void)logs;
+    reset(user);
+    return DIST_OK;
+}
+
+static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
+    dist_reduce_lr *r = user;
+    double current;
+    if (!dist_logs_get(logs, r->monitor, &current)) {
+        dist_log(DIST_LOG_WARN, "ReduceLROnPlateau: '%s' is not in the logs; skipping epoch %d",
+                 r->monitor, epoch + 1);
+        return DIST_OK;
+    }
+    if (r->cooldown_counter > 0) {
+        r->cooldown_counter--;
+        r->wait = 0;
+    }
+    int better =
+        r->is_max ? current > r->best + r->o.min_delta : current < r->best - r->o.min_delta;
+    if (better) {
+        r->best = current;
+        r->wait = 0;
+    } else if (r->cooldown_counter == 0) {
+        r->wait++;
+        if (r->wait >= r->o.patience) {
+            /* The learning rate is a float32 variable in Keras: compare and set in float. */
+            float old_lr = dist_optimizer_learning_rate(fs->optimizer);
+            if (old_lr > (float)r->o.min_lr) {
+                float new_lr = old_lr * (float)r->o.factor;
+                if (new_lr < (float)r->o.min_lr) new_lr = (float)r->o.min_lr;
+                DIST_TRY(dist_optimizer_set_learning_rate(fs->optimizer, new_lr));
+                dist_log(DIST_LOG_INFO, "ReduceLROnPlateau: epoch %d: learning rate %g", epoch + 1,
+                         (double)new_lr);
+                r->cooldown_counter = r->o.cooldown;
+                r->wait = 0;
+            }
+        }
+    }
+    return DIST_OK;
+}
+
+dist_callback dist_reduce_lr_callback(dist_reduce_lr *r) {
+    dist_callback c;
+    memset(&c, 0, sizeof c);
+    c.user = r;
+    c.on_train_begin = on_train_begin;
+    c.on_epoch_end = on_epoch_end;
+    return c;
+}
+
+int dist_reduce_lr_wait(const dist_reduce_lr *r) { return r ? r->wait : 0; }
+int dist_reduce_lr_cooldown_counter(const dist_reduce_lr *r) { return r ? r->cooldown_counter : 0; }

@@ -1,0 +1,252 @@
+/* dist_fit and dist_evaluate: Keras's training loop on the public strategy API. */
+#include "dist/fit.h"
+
+#include "core/error.h"
+#include "dist/train.h"
+#include "train/trace_step.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+dist_status dist_logs_set(dist_logs *logs, const char *name, double value) {
+    DIST_CHECK_ARG(logs && name && name[0] && strlen(name) < DIST_LOGS_NAME_MAX,
+                   "logs: a name of 1 to %d bytes is required", DIST_LOGS_NAME_MAX - 1);
+    for (int i = 0; i < logs->count; i++)
+        if (strcmp(logs->names[i], name) == 0) {
+            logs->values[i] = value;
+            return DIST_OK;
+        }
+    DIST_CHECK_ARG(logs->count < DIST_LOGS_MAX, "logs: more than %d entries ('%s')", DIST_LOGS_MAX,
+                   name);
+    strcpy(logs->names[logs->count], name);
+    logs->values[logs->count++] = value;
+    return DIST_OK;
+}
+
+int dist_logs_get(const dist_logs *logs, const char *name, double *value) {
+    if (!logs || !name) return 0;
+    for (int i = 0; i < logs->count; i++)
+        if (strcmp(logs->names[i], name) == 0) {
+            if (value) *value = logs->values[i];
+            return 1;
+        }
+    return 0;
+}
+
+void dist_logs_clear(dist_logs *logs) {
+    if (logs) logs->count = 0;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Runs one step and adds its reduced outputs to sums (loss * examples, correct, examples). */
+static dist_status run_step(dist_strategy *s, dist_step_fn fn, void *user, dist_classifier_step *cs,
+                            const dist_per_replica_element *in, double sums[3], dist_trace *trace) {
+    dist_per_replica out;
+    if (cs) cs->global_batch_size = in->global_batch_size;
+    DIST_TRY(dist_strategy_run(s, fn, user, in, &out));
+    double t0 = dist_trace_now(trace);
+    if (out.count < 3)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "fit: the step produced %d outputs; it must "
+                          "produce (loss share, correct, count)",
+                          out.count);
+    double v[3];
+    for (int i = 0; i < 3; i++) {
+        dist_tensor *t;
+        DIST_TRY(dist_strategy_reduce(s, DIST_REDUCE_SUM, &out, i, -1, &t));
+        v[i] = *(float *)t->data;
+        dist_tensor_destroy(t);
+    }
+    sums[0] += v[0] * v[2];
+    sums[1] += v[1];
+    sums[2] += v[2];
+    if (trace)
+        DIST_TRY(dist_trace_event(trace, "reduce metrics", dist_strategy_worker_id(s),
+                                  DIST_TRACE_TID_FIT, t0, dist_trace_now(trace)));
+    return DIST_OK;
+}
+
+/* The next batch, its wait recorded on the input row when tracing. */
+static dist_status next_batch(dist_strategy *s, dist_distributed_iterator *it,
+                              dist_per_replica_element *in, int *end, dist_trace *trace) {
+    double t0 = dist_trace_now(trace);
+    DIST_TRY(dist_distributed_iterator_next(it, in, end));
+    if (!trace) return DIST_OK;
+    return dist_trace_event(trace, "data wait", dist_strategy_worker_id(s), DIST_TRACE_TID_INPUT,
+                            t0, dist_trace_now(trace));
+}
+
+/* Records [t0, now] on the fit row when tracing. */
+static dist_status fit_event(dist_strategy *s, dist_trace *trace, const char *name, double t0) {
+    if (!trace) return DIST_OK;
+    return dist_trace_event(trace, name, dist_strategy_worker_id(s), DIST_TRACE_TID_FIT, t0,
+                            dist_trace_now(trace));
+}
+
+static void sums_to_logs(const double sums[3], const char *prefix, dist_logs *logs) {
+    char name[DIST_LOGS_NAME_MAX];
+    snprintf(name, sizeof name, "%sloss", prefix);
+    dist_logs_set(logs, name, sums[2] > 0 ? sums[0] / sums[2] : 0.0);
+    snprintf(name, sizeof name, "%saccuracy", prefix);
+    dist_logs_set(logs, name, sums[2] > 0 ? sums[1] / sums[2] : 0.0);
+}
+
+static dist_status evaluate_pass(dist_strategy *s, dist_model *model,
+                                 dist_distributed_dataset *data, dist_step_fn step, void *user,
+                                 int64_t steps, double sums[3]) {
+    dist_classifier_step cs = {model, NULL, 0};
+    dist_classifier_step *csp = NULL;
+    if (!step) {
+        step = dist_classifier_eval_step;
+        user = &cs;
+        csp = &cs;
+    }
+    dist_distributed_iterator *it;
+    DIST_TRY(dist_distributed_dataset_iterator(data, &it));
+    dist_status st = DIST_OK;
+    sums[0] = sums[1] = sums[2] = 0;
+    for (int64_t i = 0; steps <= 0 || i < steps; i++) {
+        dist_per_replica_element in;
+        int end = 0;
+        DIST_TRY_GOTO(dist_distributed_iterator_next(it, &in, &end), st, out);
+        if (end) break;
+        DIST_TRY_GOTO(run_step(s, step, user, csp, &in, sums, NULL), st, out);
+    }
+out:
+    dist_distributed_iterator_destroy(it);
+    return st;
+}
+
+dist_status dist_evaluate(dist_strategy *s, dist_model *model, dist_distributed_dataset *data,
+                          dist_step_fn step, void *user, int64_t steps, dist_logs *logs) {
+    DIST_CHECK_ARG(s && model && data && logs, "dist_evaluate: NULL argument");
+    double sums[3];
+    dist_logs_clear(logs);
+    DIST_TRY(evaluate_pass(s, model, data, step, user, steps, sums));
+    sums_to_logs(sums, "", logs);
+    return DIST_OK;
+}
+
+#define EACH_CALLBACK(hook, ...)                                                                   \
+    for (int c_ = 0; c_ < count; c_++)                                                             \
+        if (callbacks[c_].hook)                                                                    \
+            DIST_TRY_GOTO(callbacks[c_].hook(callbacks[c_].user, &fs, __VA_ARGS__), st, out);
+
+dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimizer,
+                     dist_distributed_dataset *train, dist_distributed_dataset *validation,
+                     const dist_fit_options *o, const dist_callback *callbacks, int count,
+                     dist_fit_result *result) {
+    DIST_CHECK_ARG(s && model && optimizer && train && o, "dist_fit: NULL argument");
+    DIST_CHECK_ARG(o->version == DIST_FIT_OPTIONS_VERSION, "fit options: version %d, expected %d",
+                   o->version, DIST_FIT_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->epochs >= 1, "fit: epochs must be >= 1, got %d", o->epochs);
+    DIST_CHECK_ARG(o->steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0");
+    DIST_CHECK_ARG(count >= 0 && (count == 0 || callbacks), "fit: %d callbacks but no array",
+                   count);
+    dist_classifier_step cs = {model, optimizer, 0};
+    dist_classifier_step *csp = NULL;
+    dist_step_fn step = o->train_step;
+    void *user = o->train_step_user;
+    if (!step) {
+        step = dist_classifier_train_step;
+        user = &cs;
+        csp = &cs;
+    }
+    dist_trace *trace = o->trace;
+    dist_trace_step ts = {trace, dist_strategy_worker_id(s), csp, step, user};
+    if (trace) {
+        step = csp ? dist_trace_classifier_train_step : dist_trace_user_step;
+        user = &ts;
+    }
+    dist_fit_state fs;
+    memset(&fs, 0, sizeof fs);
+    fs.strategy = s;
+    fs.model = model;
+    fs.optimizer = optimizer;
+    fs.loss_scale = o->loss_scale;
+    fs.epochs = o->epochs;
+    fs.steps_per_epoch = o->steps_per_epoch;
+    fs.seed = o->seed;
+    dist_fit_result res;
+    memset(&res, 0, sizeof res);
+    dist_logs logs;
+    dist_logs_clear(&logs);
+    dist_status st = DIST_OK;
+    DIST_TRY(dist_distributed_dataset_iterator(train, &fs.train_iterator));
+    dist_iterator *base = dist_distributed_iterator_base(fs.train_iterator);
+
+    EACH_CALLBACK(on_train_begin, &logs);
+    for (int e = fs.initial_epoch; e < o->epochs && !fs.stop_training; e++) {
+        int resumed_inside = e == fs.initial_epoch && fs.initial_step > 0;
+        /* Epoch e reads epoch e of the data: the same order in a resumed run. */
+        if (!resumed_inside && (dist_iterator_epoch(base) != e || dist_iterator_position(base)))
+            DIST_TRY_GOTO(dist_iterator_seek_epoch(base, e), st, out);
+        fs.epoch = e;
+        fs.step = resumed_inside ? fs.initial_step : 0;
+        memcpy(fs.sums, resumed_inside ? fs.initial_sums : (double[3]){0, 0, 0}, sizeof fs.sums);
+        fs.epoch_images = 0;
+        fs.epoch_step_seconds = 0;
+        double epoch_start = now_s();
+        dist_logs_clear(&logs);
+        EACH_CALLBACK(on_epoch_begin, e, &logs);
+        for (;;) {
+            if (o->steps_per_epoch && fs.step >= o->steps_per_epoch) break;
+            dist_per_replica_element in;
+            int end = 0;
+            DIST_TRY_GOTO(next_batch(s, fs.train_iterator, &in, &end, trace), st, out);
+            if (end) break;
+            dist_logs_clear(&logs);
+            EACH_CALLBACK(on_batch_begin, fs.step, &logs);
+            double t0 = now_s(), seen = fs.sums[2];
+            DIST_TRY_GOTO(run_step(s, step, user, csp, &in, fs.sums, trace), st, out);
+            fs.epoch_step_seconds += now_s() - t0;
+            fs.epoch_seconds = now_s() - epoch_start;
+            fs.epoch_images += (int64_t)(fs.sums[2] - seen);
+            res.steps++;
+            if (!isfinite(fs.sums[0])) {
+                st = dist_error(DIST_INVALID_ARGUMENT,
+                                "fit: the loss became %g at epoch %d, step %lld (a learning "
+                                "rate too high?)",
+                                fs.sums[0], e + 1, (long long)fs.step + 1);
+                goto out;
+            }
+            int64_t batch = fs.step;
+            fs.step++;
+            fs.global_step++;
+            dist_logs_clear(&logs);
+            sums_to_logs(fs.sums, "", &logs);
+            EACH_CALLBACK(on_batch_end, batch, &logs);
+        }
+        dist_logs_clear(&logs);
+        sums_to_logs(fs.sums, "", &logs);
+        if (validation) {
+            double vs[3], t0 = dist_trace_now(trace);
+            DIST_TRY_GOTO(
+                evaluate_pass(s, model, validation, o->eval_step, o->eval_step_user, 0, vs), st,
+                out);
+            sums_to_logs(vs, "val_", &logs);
+            DIST_TRY_GOTO(fit_event(s, trace, "validation", t0), st, out);
+        }
+        dist_logs_set(&logs, "learning_rate", dist_optimizer_learning_rate(optimizer));
+        fs.epoch_seconds = now_s() - epoch_start;
+        res.images += fs.epoch_images;
+        res.step_seconds += fs.epoch_step_seconds;
+        double t_cb = dist_trace_now(trace);
+        EACH_CALLBACK(on_epoch_end, e, &logs);
+        DIST_TRY_GOTO(fit_event(s, trace, "epoch-end callbacks", t_cb), st, out);
+        res.epochs_run++;
+        res.logs = logs;
+    }
+    EACH_CALLBACK(on_train_end, &logs);
+out:
+    dist_distributed_iterator_destroy(fs.train_iterator);
+    if (result) *result = res;
+    return st;
+}

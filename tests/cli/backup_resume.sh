@@ -1,0 +1,76 @@
+#!/bin/sh
+# usage: backup_resume.sh DISTRAIN WORKDIR
+# distrain --backup-dir, SIGKILLed during epoch 3 of 5 and started again with the same command,
+# ends with the same weights, byte for byte, as an uninterrupted run. Then the same with the
+# newest backup bit-flipped before the restart: it is refused with a message and the previous
+# backup is used, with the same final weights.
+set -u
+distrain=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+steps=40
+common="--epochs 5 --steps-per-epoch $steps --strategy mirrored --devices cpu:0,cpu:1 --threads 1"
+
+fail() {
+    printf 'FAIL: %s\n' "$1"
+    for f in "$work"/*.log; do printf -- '--- %s\n' "$f"; tail -n 5 "$f"; done
+    exit 1
+}
+
+# shellcheck disable=SC2086
+"$distrain" $common --save-weights "$work/reference.safetensors" >"$work/reference.log" 2>&1 ||
+    fail "the uninterrupted run failed"
+
+# Starts a run in the background and SIGKILLs it once the backup of epoch 2 exists.
+run_and_kill() {
+    name=$1
+    # shellcheck disable=SC2086
+    "$distrain" $common --backup-dir "$work/$name.backup" --save-weights "$work/$name.safetensors" \
+        >"$work/$name.killed.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ ! -f "$work/$name.backup/ckpt-$((2 * steps)).safetensors" ]; do
+        i=$((i + 1))
+        [ $i -gt 6000 ] && { kill -9 $pid; fail "$name: no backup of epoch 2 after 300 s"; }
+        kill -0 $pid 2>/dev/null || fail "$name: exited before the backup of epoch 2"
+        sleep 0.05
+    done
+    kill -9 $pid
+    wait $pid 2>/dev/null
+    [ -f "$work/$name.safetensors" ] && fail "$name: the run finished before it was killed"
+    grep -q "Epoch 3/5" "$work/$name.killed.log" || fail "$name: not killed during epoch 3"
+    grep -q "Epoch 4/5" "$work/$name.killed.log" && fail "$name: killed after epoch 3"
+    return 0
+}
+
+restart() {
+    name=$1
+    # shellcheck disable=SC2086
+    "$distrain" $common --backup-dir "$work/$name.backup" --save-weights "$work/$name.safetensors" \
+        >"$work/$name.restart.log" 2>&1 || fail "$name: the restarted run failed"
+    cmp "$work/reference.safetensors" "$work/$name.safetensors" ||
+        fail "$name: final weights differ from the uninterrupted run's"
+    [ -d "$work/$name.backup" ] && fail "$name: the backup directory was not removed at the end"
+    return 0
+}
+
+run_and_kill plain
+restart plain
+grep -q "BackupAndRestore: resuming at epoch 3, step 0" "$work/plain.restart.log" ||
+    fail "plain: the restart did not resume at epoch 3"
+grep -q "Epoch 1/5" "$work/plain.restart.log" && fail "plain: the restart ran epoch 1 again"
+
+run_and_kill corrupt
+newest="$work/corrupt.backup/ckpt-$((2 * steps)).safetensors"
+size=$(wc -c <"$newest")
+# flip one bit of the last data byte
+byte=$(dd if="$newest" bs=1 skip=$((size - 1)) count=1 2>/dev/null | od -An -tu1 | tr -d ' ')
+printf "$(printf '\\%03o' $((byte ^ 1)))" |
+    dd of="$newest" bs=1 seek=$((size - 1)) count=1 conv=notrunc 2>/dev/null
+restart corrupt
+grep -q "skipping checkpoint: .*ckpt-$((2 * steps)).safetensors" "$work/corrupt.restart.log" ||
+    fail "corrupt: the damaged backup was not refused with a message"
+grep -q "BackupAndRestore: resuming at epoch 2, step 0" "$work/corrupt.restart.log" ||
+    fail "corrupt: the restart did not fall back to the backup of epoch 1"
+echo "OK: resumed runs end with the uninterrupted run's weights"

@@ -1,0 +1,40 @@
+# distrain's training services from the command line: backups, checkpoints, logs, traces.
+# distrain --backup-dir: SIGKILL during epoch 3 of 5, restart, and the final weights equal an
+# uninterrupted run's byte for byte; a bit-flipped newest backup is refused and the previous used.
+add_test(NAME distrain.backup_resume
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/backup_resume.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/backup_resume)
+set_tests_properties(distrain.backup_resume PROPERTIES LABELS cli TIMEOUT 600)
+
+# Directories that cannot be made and bad values: one-line messages and the documented codes.
+set(expect_sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect.sh)
+add_test(NAME distrain.backup_dir_unwritable
+         COMMAND ${expect_sh} 1 "creating '/proc/distrain-backup'" $<TARGET_FILE:distrain> --quiet
+                 --epochs 1 --steps-per-epoch 1 --backup-dir /proc/distrain-backup)
+add_test(NAME distrain.checkpoint_dir_unwritable
+         COMMAND ${expect_sh} 1 "cannot create '/proc/distrain-ckpt'" $<TARGET_FILE:distrain>
+                 --quiet --epochs 1 --steps-per-epoch 1 --checkpoint-dir /proc/distrain-ckpt)
+add_test(NAME distrain.logdir_unwritable
+         COMMAND ${expect_sh} 1 "/proc/distrain-logs" $<TARGET_FILE:distrain> --quiet --epochs 1
+                 --steps-per-epoch 1 --logdir /proc/distrain-logs)
+add_test(NAME distrain.validation_split_out_of_range
+         COMMAND ${expect_sh} 2 "--validation-split" $<TARGET_FILE:distrain> --validation-split 1.5)
+add_test(NAME distrain.patience_negative
+         COMMAND ${expect_sh} 2 "--early-stopping-patience" $<TARGET_FILE:distrain>
+                 --early-stopping-patience -1)
+set_tests_properties(distrain.backup_dir_unwritable distrain.checkpoint_dir_unwritable
+                     distrain.logdir_unwritable distrain.validation_split_out_of_range
+                     distrain.patience_negative PROPERTIES LABELS cli TIMEOUT 120)
+
+# distrain --trace FILE: a Chrome trace JSON timeline with every phase on every replica.
+add_test(NAME distrain.trace
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/trace.json -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/trace.cmake)
+set_tests_properties(distrain.trace PROPERTIES LABELS cli TIMEOUT 120)
+
+# --check-numerics on a healthy run changes nothing visible: it trains and evaluates (the
+# detection itself is pinned by unit.callbacks, which makes a layer overflow).
+add_test(NAME distrain.check_numerics_clean_run
+         COMMAND ${expect_sh} 0 "Test loss:" $<TARGET_FILE:distrain> --check-numerics --epochs 1
+                 --steps-per-epoch 5 --threads 1)
+set_tests_properties(distrain.check_numerics_clean_run PROPERTIES LABELS cli TIMEOUT 120)
