@@ -3,7 +3,8 @@
 # distrain --backup-dir, SIGKILLed during epoch 3 of 5 and started again with the same command,
 # ends with the same weights, byte for byte, as an uninterrupted run. Then the same with the
 # newest backup bit-flipped before the restart: it is refused with a message and the previous
-# backup is used, with the same final weights.
+# backup is used, with the same final weights. Then with backups every 30 steps, killed inside
+# epoch 3, resuming inside it.
 set -u
 distrain=$1
 work=$2
@@ -22,18 +23,21 @@ fail() {
 "$distrain" $common --save-weights "$work/reference.safetensors" >"$work/reference.log" 2>&1 ||
     fail "the uninterrupted run failed"
 
-# Starts a run in the background and SIGKILLs it once the backup of epoch 2 exists.
+# Starts a run in the background and SIGKILLs it once the backup of global step $2 exists
+# (default: the end of epoch 2); further arguments go to distrain.
 run_and_kill() {
     name=$1
+    at=${2:-$((2 * steps))}
+    if [ $# -ge 2 ]; then shift 2; else shift $#; fi
     # shellcheck disable=SC2086
-    "$distrain" $common --backup-dir "$work/$name.backup" --save-weights "$work/$name.safetensors" \
-        >"$work/$name.killed.log" 2>&1 &
+    "$distrain" $common "$@" --backup-dir "$work/$name.backup" \
+        --save-weights "$work/$name.safetensors" >"$work/$name.killed.log" 2>&1 &
     pid=$!
     i=0
-    while [ ! -f "$work/$name.backup/ckpt-$((2 * steps)).safetensors" ]; do
+    while [ ! -f "$work/$name.backup/ckpt-$at.safetensors" ]; do
         i=$((i + 1))
-        [ $i -gt 6000 ] && { kill -9 $pid; fail "$name: no backup of epoch 2 after 300 s"; }
-        kill -0 $pid 2>/dev/null || fail "$name: exited before the backup of epoch 2"
+        [ $i -gt 6000 ] && { kill -9 $pid; fail "$name: no backup of step $at after 300 s"; }
+        kill -0 $pid 2>/dev/null || fail "$name: exited before the backup of step $at"
         sleep 0.05
     done
     kill -9 $pid
@@ -46,9 +50,11 @@ run_and_kill() {
 
 restart() {
     name=$1
+    shift
     # shellcheck disable=SC2086
-    "$distrain" $common --backup-dir "$work/$name.backup" --save-weights "$work/$name.safetensors" \
-        >"$work/$name.restart.log" 2>&1 || fail "$name: the restarted run failed"
+    "$distrain" $common "$@" --backup-dir "$work/$name.backup" \
+        --save-weights "$work/$name.safetensors" >"$work/$name.restart.log" 2>&1 ||
+        fail "$name: the restarted run failed"
     cmp "$work/reference.safetensors" "$work/$name.safetensors" ||
         fail "$name: final weights differ from the uninterrupted run's"
     [ -d "$work/$name.backup" ] && fail "$name: the backup directory was not removed at the end"
@@ -73,4 +79,11 @@ grep -q "skipping checkpoint: .*ckpt-$((2 * steps)).safetensors" "$work/corrupt.
     fail "corrupt: the damaged backup was not refused with a message"
 grep -q "BackupAndRestore: resuming at epoch 2, step 0" "$work/corrupt.restart.log" ||
     fail "corrupt: the restart did not fall back to the backup of epoch 1"
+# Backups every 30 steps: killed after step 90, inside epoch 3, the restart continues at its
+# step 10 with the data iterator where it was.
+run_and_kill midepoch 90 --backup-freq 30
+restart midepoch --backup-freq 30
+grep -q "BackupAndRestore: resuming at epoch 3, step 10" "$work/midepoch.restart.log" ||
+    fail "midepoch: the restart did not resume at epoch 3, step 10"
+
 echo "OK: resumed runs end with the uninterrupted run's weights"

@@ -21,3 +21,8 @@ set_tests_properties(distrain.multi_worker_bad_tf_config PROPERTIES LABELS cli T
 add_test(NAME distrain.multi_worker_unreachable_peer
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/unreachable_peer.sh ${expect} $<TARGET_FILE:distrain>)
 set_tests_properties(distrain.multi_worker_unreachable_peer PROPERTIES LABELS cli TIMEOUT 60)
+add_test(NAME distrain.multi_worker_only_chief_writes
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mw_chief_writes.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/mw_ckpt)
+set_tests_properties(distrain.multi_worker_only_chief_writes PROPERTIES LABELS cli TIMEOUT 120
+                     RUN_SERIAL TRUE)
