@@ -57,6 +57,16 @@ static dist_status host_writeback(mw_ctx *c, dist_backend *be, dist_tensor *t, c
     return be->iface->synchronize(be->ctx);
 }
 
+/* Replica 0 failed between the workers: the other local replicas wait for it in the local
+ * broadcast that follows, so release them, keeping replica 0's message. */
+static dist_status release_local_replicas(mw_ctx *c, int L, dist_status st) {
+    if (L <= 1) return st;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dist_last_error());
+    dist_local_comm_cancel(c->local, 0);
+    return dist_error(st, "%s", msg);
+}
+
 /* Local sum (in-process), then the workers' sum by replica 0, then back to every replica. */
 static dist_status reduce_one(dist_strategy *s, int r, dist_reduce_op op, dist_tensor *t) {
     mw_ctx *c = s->ctx;
@@ -73,13 +83,7 @@ static dist_status reduce_one(dist_strategy *s, int r, dist_reduce_op op, dist_t
             for (size_t i = 0; i < n; i++) h[i] *= inv;
         }
         if (st == DIST_OK) st = host_writeback(c, s->backends[0], t, h);
-        /* The other local replicas wait in the broadcast below: release them. */
-        if (st != DIST_OK && L > 1) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", dist_last_error());
-            dist_local_comm_cancel(c->local, 0);
-            return dist_error(st, "%s", msg);
-        }
+        if (st != DIST_OK) return release_local_replicas(c, L, st);
     }
     if (L > 1) DIST_TRY(dist_local_comm_broadcast(c->local, r, 0, t));
     return st;
@@ -135,12 +139,7 @@ static dist_status mw_all_gather(dist_strategy *s, int r, const dist_tensor *in,
         if (st == DIST_OK) st = be->iface->synchronize(be->ctx);
         free(local);
         free(all);
-        if (st != DIST_OK && L > 1) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", dist_last_error());
-            dist_local_comm_cancel(c->local, 0);
-            return dist_error(st, "%s", msg);
-        }
+        if (st != DIST_OK) return release_local_replicas(c, L, st);
     } else {
         dist_tensor dv = *out;
         dv.shape[0] = in->shape[0] * L;
@@ -164,12 +163,7 @@ static dist_status mw_broadcast(dist_strategy *s, int r, int root, dist_tensor *
         if (st == DIST_OK)
             st = dist_net_comm_broadcast(c->net, h, dist_tensor_bytes(t), root_worker);
         if (st == DIST_OK) st = host_writeback(c, s->backends[0], t, h);
-        if (st != DIST_OK && L > 1) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", dist_last_error());
-            dist_local_comm_cancel(c->local, 0);
-            return dist_error(st, "%s", msg);
-        }
+        if (st != DIST_OK) return release_local_replicas(c, L, st);
     }
     if (L > 1) DIST_TRY(dist_local_comm_broadcast(c->local, r, 0, t));
     return st;
