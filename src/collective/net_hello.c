@@ -34,23 +34,6 @@ static const char *reason_text(int r) {
     return r >= 0 && r < NET_REASON_COUNT ? text[r] : "unknown reason";
 }
 
-static void put32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /* Little-endian: magic, version, fingerprint, rank, kind, world, reserved. Magic and version
  * come first in every protocol version, so any version can read why it was refused. */
 void net_hello_encode(const net_hello *h, unsigned char out[NET_HELLO_BYTES]) {

@@ -141,4 +141,22 @@ void net_shm_destroy(net_shm *s);
 dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
                                double deadline);
 
+/* Little-endian integers on the wire (the hello and the store's messages). */
+static inline void put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void put64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t get32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static inline uint64_t get64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 #endif

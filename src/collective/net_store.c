@@ -53,23 +53,6 @@ struct net_store {
     int nclients, client_cap;
 };
 
-static void put32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 static store_entry *find_locked(net_store *s, const char *key) {
     for (store_entry *e = s->entries; e; e = e->next)
         if (strcmp(e->key, key) == 0) return e;

@@ -51,6 +51,10 @@ dist_status cpu_dnnl_check(dnnl_status_t s, const char *what) {
 
 #define DNNL_TRY(call, what) DIST_TRY(cpu_dnnl_check((call), (what)))
 
+/* The replica's thread count for what oneDNN does next on this thread, set before primitives
+ * are created as well as run: oneDNN fixes a kernel's thread split when it is made. */
+static void use_threads(const cpu_ctx *c) { omp_set_num_threads(c->threads); }
+
 static dnnl_data_type_t dnnl_dt(dist_dtype t) {
     switch (t) {
     case DIST_F16: return dnnl_f16;
@@ -298,8 +302,7 @@ static dist_status conv_fwd_pd(cpu_ctx *c, const conv_mds *m, int with_bias, int
 dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                const dist_tensor *w, const dist_tensor *b, dist_tensor *y) {
     cpu_ctx *c = ctx;
-    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
-    omp_set_num_threads(c->threads);
+    use_threads(c);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, w, &oh, &ow));
     dist_layout yl = preferred_layout(c, w->shape[3]);
@@ -352,8 +355,7 @@ ready:
 dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
                                      const dist_tensor *w, dist_tensor *dx) {
     cpu_ctx *c = ctx;
-    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
-    omp_set_num_threads(c->threads);
+    use_threads(c);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, dx, w, &oh, &ow));
     prim_key k;
@@ -447,8 +449,7 @@ static dist_status plain_copy_setup(cpu_ctx *c, cpu_prim *p, const dnnl_memory_d
 dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db) {
     cpu_ctx *c = ctx;
-    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
-    omp_set_num_threads(c->threads);
+    use_threads(c);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, dw, &oh, &ow));
     prim_key k;
@@ -556,8 +557,7 @@ static dist_status mat_md(const dist_tensor *t, int trans, dnnl_memory_desc_t *m
 dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                        const dist_tensor *b, float beta, dist_tensor *cm) {
     cpu_ctx *c = ctx;
-    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
-    omp_set_num_threads(c->threads);
+    use_threads(c);
     if (a->ndim != 2 || b->ndim != 2 || cm->ndim != 2)
         return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors");
     int64_t m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
@@ -633,8 +633,7 @@ ready:
 
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst) {
     cpu_ctx *c = ctx;
-    /* before creating primitives too: oneDNN fixes a kernel's thread split when it is made */
-    omp_set_num_threads(c->threads);
+    use_threads(c);
     if (dist_tensor_numel(src) != dist_tensor_numel(dst) || src->dtype != dst->dtype)
         return dist_error(DIST_INVALID_ARGUMENT, "to_layout: tensors differ in size or dtype");
     if (src->layout == dst->layout) {
