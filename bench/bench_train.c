@@ -95,7 +95,7 @@ static double run_libdist(dist_strategy_kind kind, const char *devices, int thre
     CHECK(dist_strategy_distribute_dataset(s, ds, &dds));
     CHECK(dist_distributed_dataset_iterator(dds, &it));
 
-    dist_classifier_step cs = {model, opt, 64};
+    dist_classifier_step cs = {model, opt, 64, NULL};
     for (int r = -1; r < repeats; r++) {
         int n = r < 0 ? 20 : steps;
         double t0 = now_s();

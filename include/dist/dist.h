@@ -13,6 +13,7 @@
 #include "dist/mnist.h"
 #include "dist/nn.h"
 #include "dist/optim.h"
+#include "dist/policy.h"
 #include "dist/replica.h"
 #include "dist/status.h"
 #include "dist/strategy.h"

@@ -139,7 +139,9 @@ typedef struct dist_fit_options {
     void *train_step_user;
     dist_step_fn eval_step; /* NULL: dist_classifier_eval_step */
     void *eval_step_user;
-    dist_loss_scale_optimizer *loss_scale; /* optional; checkpointed with the rest */
+    /* Optional loss scaling around `optimizer` (its inner optimizer): the default train step
+     * scales the loss and applies or skips through it; checkpointed with the rest. */
+    dist_loss_scale_optimizer *loss_scale;
     uint64_t seed;                         /* the data seed, recorded in checkpoints */
     dist_trace *trace;                     /* optional timeline (borrowed) */
 } dist_fit_options;

@@ -36,6 +36,15 @@ DIST_API dist_replica_ctx *dist_tape_replica(const dist_tape *tape);
 /* While 0, ops run but record nothing (inference). Default 1. */
 DIST_API void dist_tape_set_recording(dist_tape *tape, int recording);
 
+/* Mixed precision (Keras's compute dtype) for the ops recorded from now on: with DIST_F16 or
+ * DIST_BF16, conv2d and dense store their outputs, and the gradients they produce, at that
+ * dtype's precision (round to nearest even; float16 overflows to Inf beyond 65504), exactly as
+ * low-precision kernels with float32 accumulation store them. DIST_F32 (the default) turns it
+ * off. Storage stays float32 on backends without low-precision kernels (see
+ * dist/policy.h). Losses and softmax should run with DIST_F32. */
+DIST_API dist_status dist_tape_set_compute_precision(dist_tape *tape, dist_dtype dtype);
+DIST_API dist_dtype dist_tape_compute_precision(const dist_tape *tape);
+
 /* Marks a tensor (a variable on the tape's device) as a source of gradients for this step. */
 DIST_API dist_status dist_tape_watch(dist_tape *tape, dist_tensor *variable);
 
@@ -80,6 +89,12 @@ DIST_API dist_status dist_op_dense(dist_tape *tape, const dist_tensor *x, const 
                                    dist_tensor **y);
 DIST_API dist_status dist_op_relu(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 /* [N, d1, d2, ...] -> [N, d1*d2*...] in row-major (NHWC) order, as Keras's Flatten. */
+/* Keras's autocast: x holds values of `from`'s precision; y holds them at `to`'s (rounded when
+ * `to` is narrower), and the gradient flowing back to x is rounded to `from`'s precision.
+ * E.g. a float32 variable entering a bfloat16 layer: (F32 -> BF16); logits leaving it for a
+ * float32 loss: (BF16 -> F32). Float dtypes only; storage is x's (float32). */
+DIST_API dist_status dist_op_cast(dist_tape *tape, const dist_tensor *x, dist_dtype from,
+                                  dist_dtype to, dist_tensor **y);
 DIST_API dist_status dist_op_flatten(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 /* Per-example loss [N] of integer labels [N] (int32) against logits [N, K]. */
 DIST_API dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *tape,

@@ -6,12 +6,13 @@
  *   1: how many of its examples were classified correctly;
  *   2: how many examples it saw.
  * The train step also computes gradients and applies them through the optimizer, which
- * all-reduces them across replicas. */
+ * all-reduces them across replicas (through the loss scale optimizer when one is given). */
 #ifndef DIST_TRAIN_H
 #define DIST_TRAIN_H
 
 #include "dist/data.h"
 #include "dist/export.h"
+#include "dist/loss_scale.h"
 #include "dist/nn.h"
 #include "dist/optim.h"
 #include "dist/replica.h"
@@ -26,6 +27,10 @@ typedef struct dist_classifier_step {
     /* The global batch for compute_average_loss. 0: the sum of the replicas' batch sizes of
      * this step (the right value for a final partial batch). */
     int64_t global_batch_size;
+    /* Optional (borrowed): loss scaling around `optimizer`, which must be its inner optimizer.
+     * The step scales the loss, and the loss scale optimizer all-reduces, checks and applies
+     * (or skips) the gradients; the loss reported stays unscaled. */
+    dist_loss_scale_optimizer *loss_scale;
 } dist_classifier_step;
 
 /* A dist_step_fn: forward, loss, gradients, optimizer update (user = dist_classifier_step). */

@@ -112,6 +112,7 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     tape_node *n;
     DIST_TRY(tape_record(t, out, conv2d_backward, 3, in, &n));
     if (n) n->p.conv = d;
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -236,6 +237,7 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
     tape_node *n;
     DIST_TRY(tape_record(t, out, dense_backward, 3, in, &n));
     if (n) n->p.relu = relu;
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -264,6 +266,52 @@ dist_status dist_op_relu(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, relu_backward, 1, in, &n));
+    *y = out;
+    return DIST_OK;
+}
+
+/* ---- cast (Keras's autocast under a mixed-precision policy) ---- */
+
+static int is_float(dist_dtype d) { return d == DIST_F32 || d == DIST_F16 || d == DIST_BF16; }
+
+/* Whether rounding to `to` can change values of `from`'s precision: not when `to` is float32
+ * (it holds every float16 and bfloat16) or the same dtype. */
+static int narrows(dist_dtype from, dist_dtype to) { return to != DIST_F32 && to != from; }
+
+static dist_status cast_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0];
+    if (!tape_requires_grad(t, x)) return DIST_OK;
+    dist_dtype from = n->p.from;
+    if (g->is_const && !narrows(DIST_F32, from)) return grad_add_const(t, x, g->value);
+    dist_tensor *dy, *dx;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    DIST_TRY(grad_begin(t, x, &dx));
+    dx->layout = dy->layout;
+    DIST_TRY(tape_round(t, dy, narrows(DIST_F32, from) ? from : DIST_F32, dx));
+    return grad_end(t, x, dx);
+}
+
+dist_status dist_op_cast(dist_tape *t, const dist_tensor *x, dist_dtype from, dist_dtype to,
+                         dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_cast: NULL argument");
+    DIST_CHECK_ARG(x->dtype == DIST_F32, "cast: the input is stored as %s; mixed precision "
+                   "keeps values in float32 storage on this backend", dist_dtype_name(x->dtype));
+    DIST_CHECK_ARG(is_float(from) && is_float(to),
+                   "cast: %s to %s: only float32, float16 and bfloat16", dist_dtype_name(from),
+                   dist_dtype_name(to));
+    dist_tensor *out;
+    if (narrows(from, to)) {
+        DIST_TRY(tape_new_like(t, x, &out));
+        if (dist_tensor_numel(x) > 0) DIST_TRY(tape_round(t, x, to, out));
+    } else {
+        /* Widening keeps every value: the output aliases the input. */
+        DIST_TRY(tape_new_alias(t, x, x->data, x->ndim, x->shape, &out));
+        out->layout = x->layout;
+    }
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, cast_backward, 1, in, &n));
+    if (n) n->p.from = from;
     *y = out;
     return DIST_OK;
 }

@@ -13,6 +13,8 @@ dist_status dist_tape_create(dist_backend *backend, dist_tape **out) {
     if (!t) return dist_error(DIST_OUT_OF_MEMORY, "dist_tape_create: out of memory");
     t->backend = backend;
     t->recording = 1;
+    t->compute_precision = DIST_F32;
+    t->cur_round = DIST_F32;
     dist_arena_init(&t->arena, backend);
     *out = t;
     return DIST_OK;
@@ -48,6 +50,38 @@ dist_backend *dist_tape_backend(const dist_tape *t) { return t->backend; }
 void dist_tape_bind_replica(dist_tape *t, dist_replica_ctx *rc) { t->replica = rc; }
 dist_replica_ctx *dist_tape_replica(const dist_tape *t) { return t->replica; }
 void dist_tape_set_recording(dist_tape *t, int recording) { t->recording = recording; }
+
+dist_status dist_tape_set_compute_precision(dist_tape *t, dist_dtype dtype) {
+    DIST_CHECK_ARG(t, "dist_tape_set_compute_precision: NULL tape");
+    DIST_CHECK_ARG(dtype == DIST_F32 || dtype == DIST_F16 || dtype == DIST_BF16,
+                   "dist_tape_set_compute_precision: %s is not a floating-point compute dtype "
+                   "(float32, float16 or bfloat16)",
+                   dist_dtype_name(dtype));
+    t->compute_precision = dtype;
+    return DIST_OK;
+}
+
+dist_dtype dist_tape_compute_precision(const dist_tape *t) {
+    return t ? t->compute_precision : DIST_F32;
+}
+
+dist_status tape_round(dist_tape *t, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
+    const struct dist_backend_i *be = tape_be(t);
+    if (dtype == DIST_F32 || be->round) return be->round(tape_bectx(t), x, dtype, y);
+    dist_tensor *low;
+    DIST_TRY(tape_new_tensor(t, dtype, x->ndim, x->shape, &low));
+    DIST_TRY(be->cast(tape_bectx(t), x, low));
+    DIST_TRY(be->cast(tape_bectx(t), low, y));
+    y->layout = x->layout;
+    return DIST_OK;
+}
+
+dist_status tape_round_output(dist_tape *t, dist_tensor *out, tape_node *node) {
+    if (t->compute_precision == DIST_F32) return DIST_OK;
+    if (node) node->round = t->compute_precision;
+    if (dist_tensor_numel(out) == 0) return DIST_OK;
+    return tape_round(t, out, t->compute_precision, out);
+}
 
 static dist_status grow_ids(dist_tape *t) {
     if (t->nids < t->cap_ids) return DIST_OK;
@@ -202,6 +236,7 @@ dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int
     tape_node *n = &t->nodes[t->nnodes++];
     memset(n, 0, sizeof *n);
     n->backward = fn;
+    n->round = DIST_F32;
     n->out = out;
     for (int i = 0; i < nin && i < 3; i++) n->in[i] = in[i];
     t->requires_grad[out->node] = 1;
@@ -238,8 +273,22 @@ dist_status grad_begin(dist_tape *t, const dist_tensor *x, dist_tensor **dst) {
     return tape_new_like(t, x, dst);
 }
 
+static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *dst);
+
+/* Under mixed precision a gradient is stored at the compute precision, as a low-precision
+ * kernel writes it, and so is the sum when several gradients of one tensor meet. */
 dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
     if (!dst) return DIST_OK;
+    dist_dtype r = t->cur_round;
+    if (r == DIST_F32 || dst->dtype != DIST_F32) return grad_fold(t, x, dst);
+    DIST_TRY(tape_round(t, dst, r, dst));
+    grad_entry *g = &t->grads[x->node];
+    int accumulates = g->present;
+    DIST_TRY(grad_fold(t, x, dst));
+    return accumulates && !g->is_const && g->t ? tape_round(t, g->t, r, g->t) : DIST_OK;
+}
+
+static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
     grad_entry *g = &t->grads[x->node];
     if (g->present) g->relu_applied = 0;
     if (!g->present) {
@@ -321,7 +370,10 @@ static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_
             tape_node *n = &t->nodes[i];
             grad_entry *g = &t->grads[n->out->node];
             if (!g->present) continue;
-            DIST_TRY(n->backward(t, n, g));
+            t->cur_round = n->round;
+            dist_status st = n->backward(t, n, g);
+            t->cur_round = DIST_F32;
+            DIST_TRY(st);
         }
     }
     for (int i = 0; i < count; i++) {

@@ -14,6 +14,9 @@ typedef dist_status (*tape_backward_fn)(dist_tape *tape, tape_node *node, grad_e
 
 struct tape_node {
     tape_backward_fn backward;
+    /* Precision the gradients this node produces are stored at (grad_end rounds them):
+     * DIST_F32 = as computed; DIST_F16 / DIST_BF16 under mixed precision. */
+    dist_dtype round;
     dist_tensor *out;
     const dist_tensor *in[3];
     const dist_tensor *saved[2];
@@ -23,6 +26,7 @@ struct tape_node {
         dist_pool2d_desc pool;
         float alpha;
         int relu;
+        dist_dtype from; /* cast: the input's precision */
     } p;
 };
 
@@ -51,6 +55,10 @@ struct dist_tape {
     dist_replica_ctx *replica;
     dist_arena arena;
     int recording;
+    /* dist_tape_set_compute_precision: DIST_F32, or the dtype whose precision the layer ops
+     * store their outputs at; cur_round: the node whose backward runs now (grad_end). */
+    dist_dtype compute_precision;
+    dist_dtype cur_round;
 
     /* tensors handed out this step, in stable blocks */
     tensor_block *blocks;
@@ -86,6 +94,13 @@ int tape_requires_grad(const dist_tape *t, const dist_tensor *x);
  * out as requiring a gradient then. *node is NULL when nothing was recorded. */
 dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int nin,
                         const dist_tensor *const *in, tape_node **node);
+
+/* y = x rounded to dtype's precision (in place when y == x); F32 copies. Uses the backend's
+ * round entry, or casts to dtype and back through an arena tensor where it has none. */
+dist_status tape_round(dist_tape *t, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
+/* For layer ops: rounds a fresh output in place to the tape's compute precision and makes the
+ * node's gradients rounded to it too (node may be NULL: nothing recorded). */
+dist_status tape_round_output(dist_tape *t, dist_tensor *out, tape_node *node);
 
 /* Gradient plumbing for backward functions. grad_begin returns in *dst where to write the
  * gradient of `x` (NULL if x needs none); grad_end folds it in (accumulating if x already

@@ -122,6 +122,11 @@ struct dist_backend_i {
 
     /* dtype conversion (f32 <-> f16/bf16), same numel and layout */
     dist_status (*cast)(void *ctx, const dist_tensor *src, dist_tensor *dst);
+    /* Optional (NULL: callers cast to `dtype` and back): y (f32) = x (f32) rounded to the
+     * precision of `dtype` (F16: round to nearest even, overflow to Inf; BF16: round to
+     * nearest even), same numel; y may be x. The storage of mixed precision where a backend
+     * runs float32 kernels (see src/nn/policy.c). */
+    dist_status (*round)(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
     /* *all_finite (host int) = 1 when no element of x is Inf or NaN; waits for the device */
     dist_status (*all_finite)(void *ctx, const dist_tensor *x, int *all_finite);
 

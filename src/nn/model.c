@@ -339,6 +339,35 @@ static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
     return DIST_OK;
 }
 
+/* The layers of one call, at the tape's compute precision; *y is the last layer's output. */
+static dist_status call_layers(dist_model *m, dist_tape *tape, const dist_tensor *h,
+                               const dist_tensor *const *vars, dist_tensor **y) {
+    dist_tensor *out = NULL;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+        switch (l->kind) {
+        case LAYER_CONV2D:
+            DIST_TRY(dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
+                                    l->conv.stride_w, l->conv.padding, l->activation, &out));
+            break;
+        case LAYER_MAX_POOL2D:
+            DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool,
+                                        DIST_PADDING_VALID, &out));
+            break;
+        case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
+        case LAYER_DENSE:
+            DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, &out));
+            break;
+        }
+        if (m->check_numerics) DIST_TRY(model_check_finite(m, tape, l, out, "its output"));
+        h = out;
+    }
+    DIST_CHECK_ARG(out, "model '%s' has no layers", m->name);
+    *y = out;
+    return DIST_OK;
+}
+
 dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x, dist_tensor **y) {
     DIST_CHECK_ARG(m && tape && x && y, "dist_model_call: NULL argument");
     int r = 0;
@@ -352,29 +381,28 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
                        "model '%s': input dimension %d is %lld, the model was built for %lld",
                        m->name, i + 1, (long long)x->shape[i + 1], (long long)m->in_shape[i]);
     for (int i = 0; i < m->nvars; i++) DIST_TRY(dist_tape_watch(tape, rep->var_ptrs[i]));
+    /* A mixed policy: the input and every variable are cast to the compute dtype (Keras's
+     * autocast), the layers store at its precision, and the logits come back as float32. */
+    dist_dtype compute = dist_dtype_policy_compute_dtype(m->policy);
+    const dist_tensor *vars[MODEL_MAX_VARS];
+    for (int i = 0; i < m->nvars; i++) vars[i] = rep->var_ptrs[i];
     const dist_tensor *h = x;
-    dist_tensor *out = NULL;
-    for (int i = 0; i < m->nlayers; i++) {
-        const model_layer *l = &m->layers[i];
-        const dist_tensor *bias = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
-        switch (l->kind) {
-        case LAYER_CONV2D:
-            DIST_TRY(dist_op_conv2d(tape, h, rep->var_ptrs[l->kernel_var], bias, l->conv.stride_h,
-                                    l->conv.stride_w, l->conv.padding, l->activation, &out));
-            break;
-        case LAYER_MAX_POOL2D:
-            DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool,
-                                        DIST_PADDING_VALID, &out));
-            break;
-        case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
-        case LAYER_DENSE:
-            DIST_TRY(
-                dist_op_dense(tape, h, rep->var_ptrs[l->kernel_var], bias, l->activation, &out));
-            break;
+    if (compute != DIST_F32) {
+        dist_tensor *c;
+        DIST_TRY(dist_op_cast(tape, x, DIST_F32, compute, &c));
+        h = c;
+        for (int i = 0; i < m->nvars; i++) {
+            DIST_TRY(dist_op_cast(tape, rep->var_ptrs[i], DIST_F32, compute, &c));
+            vars[i] = c;
         }
-        if (m->check_numerics) DIST_TRY(model_check_finite(m, tape, l, out, "its output"));
-        h = out;
     }
+    dist_dtype saved = dist_tape_compute_precision(tape);
+    DIST_TRY(dist_tape_set_compute_precision(tape, compute));
+    dist_tensor *out = NULL;
+    dist_status st = call_layers(m, tape, h, vars, &out);
+    dist_tape_set_compute_precision(tape, saved);
+    DIST_TRY(st);
+    if (compute != DIST_F32) DIST_TRY(dist_op_cast(tape, out, compute, DIST_F32, &out));
     *y = out;
     return DIST_OK;
 }

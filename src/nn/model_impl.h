@@ -4,6 +4,7 @@
 
 #include "core/scope.h"
 #include "dist/nn.h"
+#include "dist/policy.h"
 
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_VARS (2 * MODEL_MAX_LAYERS)
@@ -55,6 +56,7 @@ struct dist_model {
     model_replica *replicas;
     dist_backend *own_backend; /* when built outside every scope */
     int check_numerics;        /* dist_model_set_check_numerics */
+    dist_dtype_policy policy;  /* dist_model_set_dtype_policy */
 };
 
 /* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and

@@ -6,6 +6,7 @@
 #include "core/scope.h"
 #include "dist/loss_scale.h"
 #include "dist/replica.h"
+#include "optim/loss_scale_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -119,6 +120,16 @@ dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *l, dist_m
      * sum is bitwise identical on every replica, so all take the same branch without a second
      * collective. */
     if (rc && rc->num_replicas > 1) DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, g));
+    return loss_scale_apply_reduced(l, model, tape, applied);
+}
+
+dist_status loss_scale_apply_reduced(dist_loss_scale_optimizer *l, dist_model *model,
+                                     dist_tape *tape, int *applied) {
+    DIST_CHECK_ARG(l && model && tape, "loss scale: NULL argument");
+    if (applied) *applied = 0;
+    int r = 0;
+    dist_tensor *g = NULL;
+    DIST_TRY(replica_grads(model, tape, &r, &g));
     dist_loss_scale_state *s = &l->state[r];
     float scale = s->scale;
     int apply = 1;

@@ -10,6 +10,9 @@ dist_status dist_classifier_forward(dist_replica_ctx *rc, const dist_element *in
                                     const dist_classifier_step *s, dist_element *out,
                                     dist_tensor **loss);
 
+/* Fails when the step's loss scale optimizer does not wrap the step's optimizer. */
+dist_status dist_classifier_check_loss_scale(const dist_classifier_step *s);
+
 /* With check numerics on for the model: fails naming the first variable the update made Inf or
  * NaN, on this replica. */
 dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classifier_step *s);

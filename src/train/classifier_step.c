@@ -59,11 +59,26 @@ dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element 
     dist_classifier_step *s = user;
     DIST_CHECK_ARG(s->model && s->optimizer,
                    "classifier train step: model and optimizer are required");
+    DIST_TRY(dist_classifier_check_loss_scale(s));
     dist_tensor *loss;
     DIST_TRY(dist_classifier_forward(rc, inputs, s, outputs, &loss));
-    DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
-    DIST_TRY(dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape));
+    if (s->loss_scale) {
+        dist_tensor *scaled;
+        DIST_TRY(dist_loss_scale_scaled_loss(s->loss_scale, rc->tape, loss, &scaled));
+        DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, scaled));
+        DIST_TRY(dist_loss_scale_apply_gradients(s->loss_scale, s->model, rc->tape, NULL));
+    } else {
+        DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
+        DIST_TRY(dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape));
+    }
     return dist_classifier_check_update(rc, s);
+}
+
+dist_status dist_classifier_check_loss_scale(const dist_classifier_step *s) {
+    DIST_CHECK_ARG(!s->loss_scale || dist_loss_scale_inner(s->loss_scale) == s->optimizer,
+                   "classifier train step: the loss scale optimizer wraps another optimizer "
+                   "than the step's");
+    return DIST_OK;
 }
 
 dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classifier_step *s) {

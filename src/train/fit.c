@@ -101,7 +101,7 @@ static void sums_to_logs(const double sums[3], const char *prefix, dist_logs *lo
 static dist_status evaluate_pass(dist_strategy *s, dist_model *model,
                                  dist_distributed_dataset *data, dist_step_fn step, void *user,
                                  int64_t steps, double sums[3]) {
-    dist_classifier_step cs = {model, NULL, 0};
+    dist_classifier_step cs = {model, NULL, 0, NULL};
     dist_classifier_step *csp = NULL;
     if (!step) {
         step = dist_classifier_eval_step;
@@ -150,7 +150,7 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     DIST_CHECK_ARG(o->steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0");
     DIST_CHECK_ARG(count >= 0 && (count == 0 || callbacks), "fit: %d callbacks but no array",
                    count);
-    dist_classifier_step cs = {model, optimizer, 0};
+    dist_classifier_step cs = {model, optimizer, 0, o->loss_scale};
     dist_classifier_step *csp = NULL;
     dist_step_fn step = o->train_step;
     void *user = o->train_step_user;

@@ -1,6 +1,7 @@
 /* dist_trace: a Chrome trace JSON timeline, and the traced steps dist_fit runs with it. */
 #include "core/error.h"
 #include "core/replica_ctx.h"
+#include "optim/loss_scale_impl.h"
 #include "train/classifier_forward.h"
 #include "train/trace_step.h"
 
@@ -162,9 +163,11 @@ dist_status dist_trace_classifier_train_step(dist_replica_ctx *rc, const dist_el
     dist_classifier_step *s = ts->classifier;
     DIST_CHECK_ARG(s && s->model && s->optimizer,
                    "traced train step: model and optimizer are required");
+    DIST_TRY(dist_classifier_check_loss_scale(s));
     double t = dist_trace_now(ts->trace);
     dist_tensor *loss;
     DIST_TRY(dist_classifier_forward(rc, inputs, s, outputs, &loss));
+    if (s->loss_scale) DIST_TRY(dist_loss_scale_scaled_loss(s->loss_scale, rc->tape, loss, &loss));
     DIST_TRY(mark(ts, rc, "forward", &t));
     DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
     DIST_TRY(mark(ts, rc, "backward", &t));
@@ -173,7 +176,10 @@ dist_status dist_trace_classifier_train_step(dist_replica_ctx *rc, const dist_el
         DIST_TRY(
             dist_replica_all_reduce(rc, DIST_REDUCE_SUM, dist_model_grads(s->model, rc->local_id)));
     DIST_TRY(mark(ts, rc, "all-reduce", &t));
-    DIST_TRY(dist_optimizer_apply_scaled(s->optimizer, s->model, rc->tape, 1.0f, 1));
+    if (s->loss_scale)
+        DIST_TRY(loss_scale_apply_reduced(s->loss_scale, s->model, rc->tape, NULL));
+    else
+        DIST_TRY(dist_optimizer_apply_scaled(s->optimizer, s->model, rc->tape, 1.0f, 1));
     DIST_TRY(dist_classifier_check_update(rc, s));
     return mark(ts, rc, "update", &t);
 }

@@ -98,7 +98,7 @@ static dist_status train(trainer *t, int steps, float **weights, int64_t *count)
     dist_distributed_iterator *it;
     DIST_TRY_TEST(dist_strategy_distribute_dataset(t->s, ds, &dds));
     DIST_TRY_TEST(dist_distributed_dataset_iterator(dds, &it));
-    dist_classifier_step cs = {t->model, t->opt, 0};
+    dist_classifier_step cs = {t->model, t->opt, 0, NULL};
     for (int i = 0; i < steps; i++) {
         dist_per_replica_element e;
         int end;

@@ -397,7 +397,7 @@ static void train_steps(trainer *t, dist_dataset *ds, int steps, int check_repli
     dist_distributed_iterator *it;
     ck_assert_int_eq(dist_strategy_distribute_dataset(t->s, ds, &dds), DIST_OK);
     ck_assert_int_eq(dist_distributed_dataset_iterator(dds, &it), DIST_OK);
-    dist_classifier_step cs = {t->model, t->opt, 64};
+    dist_classifier_step cs = {t->model, t->opt, 64, NULL};
     for (int i = 0; i < steps; i++) {
         dist_per_replica_element e;
         int end;

@@ -9,7 +9,9 @@
 #include <dist/fit.h>
 #include <dist/mnist.h>
 #include <dist/nn.h>
+#include <dist/loss_scale.h>
 #include <dist/optim.h>
+#include <dist/policy.h>
 #include <dist/strategy.h>
 #include <dist/train.h>
 #include <errno.h>
@@ -23,6 +25,8 @@ typedef struct run_state {
     dist_strategy *strategy;
     dist_model *model;
     dist_optimizer *optimizer;
+    dist_loss_scale_optimizer *loss_scale; /* NULL without loss scaling */
+    dist_dtype_policy policy;
     dist_mnist *mnist;
     dist_dataset *train, *test, *val;
     int64_t train_examples, test_examples, val_examples;
@@ -182,6 +186,15 @@ static int write_metrics(const run_state *s) {
             s->train_seconds, (long long)s->train_examples, (long long)s->test_examples,
             (long long)dist_model_num_params(s->model), s->threads);
     json_string(f, s->data_source);
+    fprintf(f, ",\n  \"dtype_policy\": \"%s\",\n  \"loss_scale\": ",
+            dist_dtype_policy_name(s->policy));
+    if (s->loss_scale)
+        fprintf(f, "{\"dynamic\": %s, \"scale\": %.9g, \"skipped_steps\": %lld}",
+                dist_loss_scale_is_dynamic(s->loss_scale) ? "true" : "false",
+                (double)dist_loss_scale_current(s->loss_scale),
+                (long long)dist_loss_scale_skipped_steps(s->loss_scale));
+    else
+        fputs("null", f);
     fprintf(f, "\n}\n");
     return fclose(f) == 0 ? 0 : 1;
 }
@@ -289,6 +302,7 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     fo.steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
     if (o->max_steps && o->max_steps < fo.steps_per_epoch) fo.steps_per_epoch = o->max_steps;
     fo.seed = o->seed;
+    fo.loss_scale = s->loss_scale;
     if (o->trace && dist_trace_create(&fo.trace)) {
         callbacks_destroy(&cbs);
         return fail("--trace");
@@ -326,6 +340,18 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
                s->test_accuracy, (long long)s->test_examples);
     if (o->save_weights) return save_weights(s);
     return 0;
+}
+
+/* --loss-scale, defaulting to dynamic for float16 (Keras's mixed_float16 advice) and to none
+ * for float32 and bfloat16, whose range is float32's. */
+static dist_status make_loss_scale(run_state *s) {
+    const char *ls = s->o->loss_scale;
+    if (!ls) ls = s->policy == DIST_POLICY_MIXED_FLOAT16 ? "dynamic" : "none";
+    if (strcmp(ls, "none") == 0) return DIST_OK;
+    dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
+    if (strncmp(ls, "dynamic", 7) != 0) lo.dynamic = 0;
+    if (strcmp(ls, "dynamic") != 0) lo.initial_scale = (float)s->o->loss_scale_value;
+    return dist_loss_scale_optimizer_create(s->optimizer, &lo, &s->loss_scale);
 }
 
 static int train(run_state *s) {
@@ -372,6 +398,9 @@ static int train(run_state *s) {
         st = dist_optimizer_create_adam(&ad, &s->optimizer);
     }
     if (!st && o->check_numerics) st = dist_model_set_check_numerics(s->model, 1);
+    if (!st) st = dist_dtype_policy_parse(o->mixed_precision, &s->policy);
+    if (!st) st = dist_model_set_dtype_policy(s->model, s->policy);
+    if (!st) st = make_loss_scale(s);
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
 
@@ -386,6 +415,19 @@ static int train(run_state *s) {
                    dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
         printf("], %s reduction, %d thread(s) per replica, global batch %lld\n",
                dist_strategy_cross_device_name(s->strategy), s->threads, (long long)o->batch_size);
+        if (s->policy != DIST_POLICY_FLOAT32) {
+            printf("Mixed precision: %s (float32 variables; float32 kernels, values stored at "
+                   "%s precision)",
+                   dist_dtype_policy_name(s->policy),
+                   dist_dtype_name(dist_dtype_policy_compute_dtype(s->policy)));
+            if (s->loss_scale && dist_loss_scale_is_dynamic(s->loss_scale))
+                printf(", dynamic loss scale from %g\n",
+                       (double)dist_loss_scale_current(s->loss_scale));
+            else if (s->loss_scale)
+                printf(", fixed loss scale %g\n", (double)dist_loss_scale_current(s->loss_scale));
+            else
+                printf(", no loss scaling\n");
+        }
         if (dist_strategy_num_workers(s->strategy) > 1)
             printf("Cluster: %d workers, %d replicas in sync; this is worker %d (chief)\n",
                    dist_strategy_num_workers(s->strategy),
@@ -426,6 +468,7 @@ int main(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     s.o = &o;
     rc = train(&s);
+    dist_loss_scale_optimizer_destroy(s.loss_scale);
     dist_optimizer_destroy(s.optimizer);
     dist_model_destroy(s.model);
     dist_dataset_destroy(s.train);

@@ -55,6 +55,13 @@ void distrain_usage(FILE *out) {
         "(per replica: forward,\n"
         "                                   backward, all-reduce, update; data wait; "
         "validation)\n"
+        "  --mixed-precision none|fp16|bf16 compute in float16 / bfloat16 with float32 "
+        "variables (Keras's\n"
+        "                                   mixed_float16 / mixed_bfloat16; default none)\n"
+        "  --loss-scale dynamic[:F]|none|F  loss scaling: dynamic (from 2^15 or F, TF's "
+        "rules), none, or\n"
+        "                                   a fixed scale F (default: dynamic with fp16, none "
+        "otherwise)\n"
         "  --early-stopping-patience N      stop when val_loss (or loss) stalls N epochs\n"
         "  --reduce-lr-patience N           halve the learning rate when val_loss (or loss) "
         "stalls N epochs\n"
@@ -96,6 +103,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->seed = 42;
     o->early_stopping_patience = -1;
     o->reduce_lr_patience = -1;
+    o->mixed_precision = "none";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -207,6 +215,23 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->save_weights = v;
         } else if (strcmp(a, "--early-stopping-patience") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->early_stopping_patience = (int)n;
+        } else if (strcmp(a, "--mixed-precision") == 0) {
+            if (strcmp(v, "none") && strcmp(v, "fp16") && strcmp(v, "bf16"))
+                return bad(a, v, "expected none, fp16 or bf16");
+            o->mixed_precision = v;
+        } else if (strcmp(a, "--loss-scale") == 0) {
+            const char *num = strncmp(v, "dynamic:", 8) == 0 ? v + 8 : v;
+            if (strcmp(v, "dynamic") && strcmp(v, "none")) {
+                char *end;
+                errno = 0;
+                double x = strtod(num, &end);
+                if (errno || *end || end == num || !(x > 0) || x > 3.0e38)
+                    return bad(a, v,
+                               "expected dynamic, dynamic:INITIAL, none or a positive finite "
+                               "scale");
+                o->loss_scale_value = x;
+            }
+            o->loss_scale = v;
         } else if (strcmp(a, "--reduce-lr-patience") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->reduce_lr_patience = (int)n;
         } else {

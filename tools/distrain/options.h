@@ -37,6 +37,11 @@ typedef struct distrain_options {
     double validation_split;     /* 0 = no validation */
     const char *trace;           /* Chrome trace JSON of the training steps */
     int check_numerics;          /* stop at the first Inf/NaN, naming layer, op and replica */
+    const char *mixed_precision; /* none | fp16 | bf16 */
+    /* --loss-scale: NULL = the policy's default (dynamic for fp16, none otherwise), "dynamic",
+     * "dynamic:F" (initial scale F), "none", or a fixed scale F; F in loss_scale_value */
+    const char *loss_scale;
+    double loss_scale_value;
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */

@@ -392,6 +392,7 @@ static const struct dist_backend_i cpu_iface = {
     .sgd_update = cpu_sgd_update,
     .cast = cpu_cast,
     .all_finite = cpu_all_finite,
+    .round = cpu_round,
 };
 
 dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_backend **out) {

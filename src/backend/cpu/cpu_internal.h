@@ -61,6 +61,10 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
 dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                        const dist_tensor *b, float beta, dist_tensor *c);
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst);
+/* cpu_round.c: y = x rounded to float16 / bfloat16 precision, in float32 storage. */
+dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
+/* 1 when the vector paths (AVX2 + F16C) run on this processor. */
+int cpu_round_simd(void);
 void cpu_prims_destroy(cpu_ctx *c);
 
 /* For tests and start-up checks: the implementation names of the primitives created so far,

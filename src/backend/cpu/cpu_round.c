@@ -1,0 +1,112 @@
+/* Rounding float32 values to the precision of float16 or bfloat16, kept in float32 storage.
+ *
+ * This is what a mixed-precision kernel does to every value it stores: y = (float)(half)x.
+ * The CPU backend uses it to give float32 kernels the numerics of float16 / bfloat16 storage
+ * where oneDNN has no low-precision kernels for the processor (see src/nn/policy.c).
+ *
+ * float16: IEEE 754 binary16, round to nearest even, overflow to +-Inf (|x| >= 65520),
+ * gradual underflow through the subnormals down to 2^-24, NaN stays NaN. With F16C (every
+ * AVX2 processor has it) eight values per instruction; otherwise the compiler's _Float16.
+ * bfloat16: the upper 16 bits of the float32, round to nearest even, NaN kept quiet, Inf and
+ * overflow as float32 rounding gives them (|x| >= 3.3961e38 rounds to Inf). */
+#include "backend/cpu/cpu_internal.h"
+#include "core/error.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+static float round_bf16_scalar(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u |= 0x00400000u; /* quiet NaN, payload kept */
+    else
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float round_f16_scalar(float f) { return (float)(_Float16)f; }
+
+__attribute__((target("avx2,f16c"))) static void round_f16_f16c(const float *x, float *y,
+                                                                 int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++) y[i] = round_f16_scalar(x[i]);
+}
+
+__attribute__((target("avx2"))) static void round_bf16_avx2(const float *x, float *y, int64_t n) {
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, odd)), hi);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+        _mm256_storeu_si256((__m256i *)(y + i), r);
+    }
+    for (; i < n; i++) y[i] = round_bf16_scalar(x[i]);
+}
+
+static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, int simd) {
+    if (dtype == DIST_F16) {
+        if (simd) {
+            round_f16_f16c(x, y, n);
+        } else {
+            for (int64_t i = 0; i < n; i++) y[i] = round_f16_scalar(x[i]);
+        }
+    } else if (simd) {
+        round_bf16_avx2(x, y, n);
+    } else {
+        for (int64_t i = 0; i < n; i++) y[i] = round_bf16_scalar(x[i]);
+    }
+}
+
+int cpu_round_simd(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    }
+    return cached;
+}
+
+dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
+    const cpu_ctx *c = ctx;
+    if (x->dtype != DIST_F32 || y->dtype != DIST_F32)
+        return dist_error(DIST_UNSUPPORTED, "round: values are rounded in float32 storage, got %s",
+                          dist_dtype_name(x->dtype != DIST_F32 ? x->dtype : y->dtype));
+    if (dtype != DIST_F16 && dtype != DIST_BF16 && dtype != DIST_F32)
+        return dist_error(DIST_INVALID_ARGUMENT, "round: to %s: only float16 and bfloat16",
+                          dist_dtype_name(dtype));
+    int64_t n = dist_tensor_numel(x);
+    if (n != dist_tensor_numel(y)) return dist_error(DIST_INVALID_ARGUMENT, "round: sizes differ");
+    y->layout = x->layout;
+    if (dtype == DIST_F32) {
+        if (x->data != y->data) memcpy(y->data, x->data, (size_t)n * sizeof(float));
+        return DIST_OK;
+    }
+    int simd = cpu_round_simd();
+    /* Memory-bound: large tensors are split over the replica's threads. */
+    const int64_t chunk = 1 << 16;
+    if (n <= chunk || c->threads <= 1) {
+        round_range(dtype, x->data, y->data, n, simd);
+        return DIST_OK;
+    }
+    int64_t pieces = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+    for (int64_t p = 0; p < pieces; p++) {
+        int64_t b = p * chunk, e = b + chunk < n ? b + chunk : n;
+        round_range(dtype, (const float *)x->data + b, (float *)y->data + b, e - b, simd);
+    }
+    return DIST_OK;
+}
