@@ -211,10 +211,19 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
             fs.epoch_images += (int64_t)(fs.sums[2] - seen);
             res.steps++;
             if (!isfinite(fs.sums[0])) {
-                st = dist_error(DIST_INVALID_ARGUMENT,
-                                "fit: the loss became %g at epoch %d, step %lld (a learning "
-                                "rate too high?)",
-                                fs.sums[0], e + 1, (long long)fs.step + 1);
+                if (o->loss_scale && !dist_loss_scale_is_dynamic(o->loss_scale))
+                    st = dist_error(DIST_INVALID_ARGUMENT,
+                                    "fit: the loss became %g at epoch %d, step %lld: with a "
+                                    "fixed loss scale of %g the gradients overflowed (a fixed "
+                                    "scale applies non-finite steps, as Keras does); use a "
+                                    "dynamic loss scale or a smaller one",
+                                    fs.sums[0], e + 1, (long long)fs.step + 1,
+                                    (double)dist_loss_scale_current(o->loss_scale));
+                else
+                    st = dist_error(DIST_INVALID_ARGUMENT,
+                                    "fit: the loss became %g at epoch %d, step %lld (a learning "
+                                    "rate too high?)",
+                                    fs.sums[0], e + 1, (long long)fs.step + 1);
                 goto out;
             }
             int64_t batch = fs.step;

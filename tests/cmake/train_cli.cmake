@@ -38,3 +38,19 @@ add_test(NAME distrain.check_numerics_clean_run
          COMMAND ${expect_sh} 0 "Test loss:" $<TARGET_FILE:distrain> --check-numerics --epochs 1
                  --steps-per-epoch 5 --threads 1)
 set_tests_properties(distrain.check_numerics_clean_run PROPERTIES LABELS cli TIMEOUT 120)
+
+# --mixed-precision / --loss-scale: bf16 accuracy against float32, fp16 overflow with dynamic
+# scaling (skipped steps in the metrics JSON), a fixed scale that overflows, the fp16 default.
+add_test(NAME distrain.mixed_precision
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mixed_precision.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/mixed_precision)
+set_tests_properties(distrain.mixed_precision PROPERTIES LABELS cli TIMEOUT 600)
+add_test(NAME distrain.mixed_precision_invalid
+         COMMAND ${expect_sh} 2 "expected none, fp16 or bf16" $<TARGET_FILE:distrain>
+                 --mixed-precision fp8)
+add_test(NAME distrain.loss_scale_invalid
+         COMMAND ${expect_sh} 2 "positive finite scale" $<TARGET_FILE:distrain> --loss-scale -4)
+add_test(NAME distrain.loss_scale_dynamic_invalid
+         COMMAND ${expect_sh} 2 "dynamic:INITIAL" $<TARGET_FILE:distrain> --loss-scale dynamic:x)
+set_tests_properties(distrain.mixed_precision_invalid distrain.loss_scale_invalid
+                     distrain.loss_scale_dynamic_invalid PROPERTIES LABELS cli TIMEOUT 60)

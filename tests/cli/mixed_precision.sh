@@ -1,0 +1,49 @@
+#!/bin/sh
+# usage: mixed_precision.sh DISTRAIN DIR
+# distrain --mixed-precision on the embedded MNIST:
+#  - bf16 reaches the test accuracy of float32 within 0.5 points (same seed, 5 epochs);
+#  - fp16 with a dynamic loss scale starting at 1e9, where the float16 gradients overflow:
+#    steps are skipped and the scale halved until they fit, it trains, and the metrics JSON
+#    reports the skipped steps (the final scale is 1e9 / 2^skipped: no growth in 60 steps);
+#  - the same with a fixed scale of 1e9 fails (exit 1) with a message naming the loss scale;
+#  - fp16 defaults to dynamic loss scaling from 2^15.
+set -u
+distrain=$1
+dir=$2
+rm -rf "$dir"
+mkdir -p "$dir"
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+"$distrain" --quiet --metrics-json "$dir/f32.json" || { echo "FAIL: float32 run exited $?"; exit 1; }
+"$distrain" --quiet --mixed-precision bf16 --metrics-json "$dir/bf16.json" ||
+    { echo "FAIL: bf16 run exited $?"; exit 1; }
+a32=$(field "$dir/f32.json" "d['test_accuracy']")
+a16=$(field "$dir/bf16.json" "d['test_accuracy']")
+pol=$(field "$dir/bf16.json" "d['dtype_policy']")
+ls16=$(field "$dir/bf16.json" "d['loss_scale']")
+echo "float32 test accuracy $a32, mixed_bfloat16 $a16 (policy $pol, loss scale $ls16)"
+[ "$pol" = mixed_bfloat16 ] || { echo "FAIL: dtype_policy $pol"; exit 1; }
+[ "$ls16" = None ] || { echo "FAIL: bf16 should not scale the loss by default ($ls16)"; exit 1; }
+python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b) <= 0.005 and b >= 0.95 else 1)" "$a32" "$a16" ||
+    { echo "FAIL: bf16 accuracy $a16 is not within 0.5 points of float32's $a32 (or below 0.95)"; exit 1; }
+
+"$distrain" --quiet --mixed-precision fp16 --loss-scale dynamic:1e9 --epochs 1 --steps-per-epoch 60 \
+    --metrics-json "$dir/fp16.json" || { echo "FAIL: fp16 dynamic run exited $?"; exit 1; }
+skipped=$(field "$dir/fp16.json" "d['loss_scale']['skipped_steps']")
+scale=$(field "$dir/fp16.json" "d['loss_scale']['scale']")
+acc=$(field "$dir/fp16.json" "d['test_accuracy']")
+echo "fp16 from 1e9: $skipped skipped steps, final scale $scale, test accuracy $acc"
+python3 -c "import sys; k,s,a=int(sys.argv[1]),float(sys.argv[2]),float(sys.argv[3]); sys.exit(0 if k >= 1 and abs(s - 1e9 / 2**k) <= 1e-6 * s and a >= 0.8 else 1)" "$skipped" "$scale" "$acc" ||
+    { echo "FAIL: expected skipped steps >= 1, scale 1e9/2^skipped and accuracy >= 0.8"; exit 1; }
+
+out=$("$distrain" --quiet --mixed-precision fp16 --loss-scale 1e9 --epochs 1 --steps-per-epoch 60 2>&1)
+rc=$?
+[ $rc -eq 1 ] || { echo "FAIL: a fixed 1e9 scale exited $rc, expected 1: $out"; exit 1; }
+case "$out" in *"fixed loss scale"*) ;; *) echo "FAIL: message does not name the loss scale: $out"; exit 1 ;; esac
+echo "fixed 1e9: exit 1: $out"
+
+"$distrain" --quiet --mixed-precision fp16 --epochs 1 --steps-per-epoch 3 --metrics-json "$dir/def.json" ||
+    { echo "FAIL: fp16 default run exited $?"; exit 1; }
+d=$(field "$dir/def.json" "(d['loss_scale']['dynamic'], d['loss_scale']['scale'])")
+[ "$d" = "(True, 32768)" ] || { echo "FAIL: fp16 default loss scale $d"; exit 1; }
+echo "ok"
