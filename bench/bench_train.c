@@ -5,7 +5,11 @@
  * the median of several repeats, the ratios the targets are stated in, and the fraction of
  * the FP32 peak.
  *
- * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH]
+ * With --mixed-precision: the dtype policies instead, float32 against mixed_bfloat16 and
+ * mixed_float16 (dynamic loss scale), one_device on 1 thread and mirrored over every core, the
+ * policies' repeats interleaved so that drift of the machine hits all alike.
+ *
+ * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH] [--mixed-precision]
  *        (run from anywhere; the PyTorch script is found through the source tree) */
 #include <arpa/inet.h>
 #include <dist/dist.h>
@@ -56,9 +60,10 @@ static double median(double *v, int n) {
     } while (0)
 
 /* images/s of each repeat of `steps` training steps (after 20 warm-up steps). */
-static double run_libdist(dist_strategy_kind kind, const char *devices, int threads, int steps,
-                          int repeats, const dist_mnist *mnist, const char *cluster_spec,
-                          double *runs) {
+static double run_libdist_policy(dist_strategy_kind kind, const char *devices, int threads,
+                                 int steps, int repeats, const dist_mnist *mnist,
+                                 const char *cluster_spec, dist_dtype_policy policy,
+                                 double *runs) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = kind;
     so.devices = devices;
@@ -75,6 +80,10 @@ static double run_libdist(dist_strategy_kind kind, const char *devices, int thre
     CHECK(dist_model_build(model, 3, shape, 1));
     CHECK(dist_optimizer_create_adam(&ao, &opt));
     CHECK(dist_strategy_scope_exit(s));
+    CHECK(dist_model_set_dtype_policy(model, policy));
+    dist_loss_scale_optimizer *lso = NULL;
+    dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
+    if (policy == DIST_POLICY_MIXED_FLOAT16) CHECK(dist_loss_scale_optimizer_create(opt, &lo, &lso));
 
     dist_tensor images = *dist_mnist_train_images(mnist), labels = *dist_mnist_train_labels(mnist);
     dist_tensor *parts[2] = {&images, &labels};
@@ -95,7 +104,7 @@ static double run_libdist(dist_strategy_kind kind, const char *devices, int thre
     CHECK(dist_strategy_distribute_dataset(s, ds, &dds));
     CHECK(dist_distributed_dataset_iterator(dds, &it));
 
-    dist_classifier_step cs = {model, opt, 64, NULL};
+    dist_classifier_step cs = {model, opt, 64, lso};
     for (int r = -1; r < repeats; r++) {
         int n = r < 0 ? 20 : steps;
         double t0 = now_s();
@@ -111,12 +120,20 @@ static double run_libdist(dist_strategy_kind kind, const char *devices, int thre
     dist_distributed_iterator_destroy(it);
     dist_distributed_dataset_destroy(dds);
     dist_dataset_destroy(ds);
+    dist_loss_scale_optimizer_destroy(lso);
     dist_optimizer_destroy(opt);
     dist_model_destroy(model);
     dist_strategy_destroy(s);
     double copy[MAX_REPEATS];
     memcpy(copy, runs, (size_t)repeats * sizeof *copy);
     return median(copy, repeats);
+}
+
+static double run_libdist(dist_strategy_kind kind, const char *devices, int threads, int steps,
+                          int repeats, const dist_mnist *mnist, const char *cluster_spec,
+                          double *runs) {
+    return run_libdist_policy(kind, devices, threads, steps, repeats, mnist, cluster_spec,
+                              DIST_POLICY_FLOAT32, runs);
 }
 
 /* Runs bench/torch_cnn.py once; returns its median images/s (0 when it cannot run). */
@@ -236,8 +253,45 @@ static void runs_str(const double *runs, int n, char *buf, size_t size) {
         len += (size_t)snprintf(buf + len, size - len, "%s%.0f", i ? ", " : "", runs[i]);
 }
 
+/* --mixed-precision: float32, mixed_bfloat16 and mixed_float16 on one_device (1 thread) and
+ * mirrored (every core); each repeat runs every policy once, in turn. */
+static int bench_policies(int steps, int repeats, int cores, const char *all_cpus,
+                          const dist_mnist *mnist) {
+    const dist_dtype_policy pol[3] = {DIST_POLICY_FLOAT32, DIST_POLICY_MIXED_BFLOAT16,
+                                      DIST_POLICY_MIXED_FLOAT16};
+    double runs[2][3][MAX_REPEATS];
+    for (int r = 0; r < repeats; r++)
+        for (int cfg = 0; cfg < 2; cfg++)
+            for (int p = 0; p < 3; p++)
+                run_libdist_policy(cfg ? DIST_STRATEGY_MIRRORED : DIST_STRATEGY_ONE_DEVICE,
+                                   cfg ? all_cpus : "cpu:0", 1, steps, 1, mnist, NULL, pol[p],
+                                   &runs[cfg][p][r]);
+    printf("| configuration | policy | images/s (median) | vs float32 | repeats |\n"
+           "|---|---|---|---|---|\n");
+    for (int cfg = 0; cfg < 2; cfg++) {
+        double f32 = 0;
+        for (int p = 0; p < 3; p++) {
+            char buf[512], name[64];
+            runs_str(runs[cfg][p], repeats, buf, sizeof buf);
+            double copy[MAX_REPEATS];
+            memcpy(copy, runs[cfg][p], (size_t)repeats * sizeof *copy);
+            double med = median(copy, repeats);
+            if (p == 0) f32 = med;
+            snprintf(name, sizeof name, cfg ? "mirrored, %d CPU replicas" : "one_device, 1 thread",
+                     cores);
+            printf("| libdist %s | %s%s | %.0f | %.2fx | %s |\n", name,
+                   dist_dtype_policy_name(pol[p]),
+                   pol[p] == DIST_POLICY_MIXED_FLOAT16 ? " + dynamic loss scale" : "", med,
+                   med / f32, buf);
+        }
+    }
+    printf("\nThe mixed policies run float32 kernels with values stored at float16 / bfloat16 "
+           "precision\n(dist/policy.h): the difference is the cost of the rounding passes.\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int steps = 300, repeats = 5, torch = 1;
+    int steps = 300, repeats = 5, torch = 1, policies = 0;
     const char *python = "/usr/bin/python3";
     if (argc == 5 && strcmp(argv[1], "--worker") == 0) {
         dist_mnist *m;
@@ -257,8 +311,12 @@ int main(int argc, char **argv) {
             torch = 0;
         else if (!strcmp(argv[i], "--python") && i + 1 < argc)
             python = argv[++i];
+        else if (!strcmp(argv[i], "--mixed-precision"))
+            policies = 1;
         else {
-            fprintf(stderr, "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH]\n",
+            fprintf(stderr,
+                    "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH] "
+                    "[--mixed-precision]\n",
                     argv[0]);
             return 2;
         }
@@ -278,6 +336,11 @@ int main(int argc, char **argv) {
 
     printf("seed CNN, batch 64, Adam; %d steps x %d repeats after 20 warm-up steps; %d cores\n\n",
            steps, repeats, cores);
+    if (policies) {
+        int rc = bench_policies(steps, repeats, cores, all_cpus, mnist);
+        dist_mnist_destroy(mnist);
+        return rc;
+    }
     double r1[MAX_REPEATS], rall[MAX_REPEATS], rmir[MAX_REPEATS], rmw[MAX_REPEATS],
         rmwt[MAX_REPEATS];
     double one = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, repeats, mnist, NULL, r1);
