@@ -3,12 +3,16 @@
  * nothing outlives the processes. The buffer is reduced in chunks that stay in cache, through
  * two banks used alternately; per chunk (sequence number q, lifetime-monotonic):
  *   1. once every rank is done with the bank's previous use (copied >= q-2), each rank copies
- *      its chunk into its slot of bank q%2 and publishes posted = q;
- *   2. once every rank has posted q, each rank
- *      sums its 1/world share of the chunk over the slots in rank order into the bank's result
- *      and publishes reduced = q;
- *   3. once every rank has reduced q, each copies the result out and publishes copied = q.
- * Each element is summed once, by one rank, so every rank gets the same bits. Buffers up to
+ *      the other ranks' shares of its chunk into its slot of bank q%2 (its own share it reads
+ *      from its buffer) and publishes posted = q;
+ *   2. once every rank has posted q, each rank sums its 1/world share of the chunk over the
+ *      ranks in rank order into the bank's result and into its own buffer, and publishes
+ *      reduced = q;
+ *   3. once every rank has reduced q, each copies the other shares of the result out and
+ *      publishes copied = q.
+ * Each element is summed once, by one rank, so every rank gets the same bits. Per rank that
+ * is one read of its input and one write of its output in memory, as a memcpy: the memory
+ * traffic floor (bench_allreduce compares with memcpy in two processes at once). Buffers up to
  * 64 KiB skip steps 2-3: every rank sums all slots in rank order (same bits again). Counters are C11
  * atomics (release/acquire); a waiter spins briefly, then sleeps on the rank's futex word (woken
  * by its next publish, or after 1 ms), and every millisecond checks the TCP mesh for a peer
@@ -276,6 +280,32 @@ static dist_status small_all_reduce(dist_net_comm *c, float *data, size_t count,
     return DIST_OK;
 }
 
+/* Sums elements [lo, hi) of the chunk over the ranks in rank order (rank `me`'s values come
+ * from its own buffer `mine`, the others' from their slots) into both the shared result and
+ * `mine`. Rank order keeps the bits identical to every rank's own sum of the slots. */
+static void reduce_share(const float *bank, float *mine, float *result, int n, int me, size_t lo,
+                         size_t hi, bool mean) {
+    const float *src[NET_MAX_WORLD];
+    for (int r = 0; r < n; r++) src[r] = r == me ? mine : bank + (size_t)r * SHM_CHUNK_FLOATS;
+    if (n == 2 && !mean) {
+        const float *a = src[0], *b = src[1];
+        for (size_t i = lo; i < hi; i++) {
+            float v = a[i] + b[i];
+            result[i] = v;
+            mine[i] = v;
+        }
+        return;
+    }
+    for (size_t i = lo; i < hi; i++) result[i] = src[0][i] + src[1][i];
+    for (int r = 2; r < n; r++) {
+        const float *sr = src[r];
+        for (size_t i = lo; i < hi; i++) result[i] += sr[i];
+    }
+    if (mean)
+        for (size_t i = lo; i < hi; i++) result[i] /= (float)n;
+    memcpy(mine + lo, result + lo, (hi - lo) * sizeof(float));
+}
+
 dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
                                double deadline) {
     if (count * sizeof(float) <= SHM_SMALL_BYTES)
@@ -291,25 +321,22 @@ dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool
         float *result = bank + (size_t)n * SHM_CHUNK_FLOATS;
         /* everyone is done with this bank's last use (slots and result) */
         if (q > 2) DIST_TRY(wait_all(c, offsetof(shm_flags, copied), q - 2, deadline));
-        memcpy(bank + (size_t)me * SHM_CHUNK_FLOATS, data + off, len * sizeof(float));
-        publish(&s->flags[me], &s->flags[me].posted, q);
-        DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
         size_t share = (len + (size_t)n - 1) / (size_t)n;
         share = (share + 15) & ~(size_t)15;
-        size_t lo = (size_t)me * share, hi = lo + share < len ? lo + share : len;
-        if (lo < hi) {
-            const float *s0 = bank, *s1 = bank + SHM_CHUNK_FLOATS;
-            for (size_t i = lo; i < hi; i++) result[i] = s0[i] + s1[i];
-            for (int r = 2; r < n; r++) {
-                const float *sr = bank + (size_t)r * SHM_CHUNK_FLOATS;
-                for (size_t i = lo; i < hi; i++) result[i] += sr[i];
-            }
-            if (mean)
-                for (size_t i = lo; i < hi; i++) result[i] /= (float)n;
-        }
+        size_t lo = (size_t)me * share < len ? (size_t)me * share : len;
+        size_t hi = lo + share < len ? lo + share : len;
+        /* Only the other ranks' shares go into the slot: this rank reads its own share from
+         * its buffer, and writes the sum straight back into it. */
+        float *slot = bank + (size_t)me * SHM_CHUNK_FLOATS, *mine = data + off;
+        memcpy(slot, mine, lo * sizeof(float));
+        memcpy(slot + hi, mine + hi, (len - hi) * sizeof(float));
+        publish(&s->flags[me], &s->flags[me].posted, q);
+        DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
+        if (lo < hi) reduce_share(bank, mine, result, n, me, lo, hi, mean);
         publish(&s->flags[me], &s->flags[me].reduced, q);
         DIST_TRY(wait_all(c, offsetof(shm_flags, reduced), q, deadline));
-        copy_out(data + off, result, len, stream);
+        copy_out(mine, result, lo, stream);
+        copy_out(mine + hi, result + hi, len - hi, stream);
         publish(&s->flags[me], &s->flags[me].copied, q);
     }
 #if defined(__SSE2__)
