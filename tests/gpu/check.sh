@@ -120,6 +120,9 @@ fi
 DISTRAIN=./$BUILD/distrain
 step train-1-epoch 150 "$DISTRAIN" --strategy mirrored --devices gpu:0 --epochs 1 --metrics-json "$OUT/gpu_train.json"
 [[ -s $OUT/gpu_train.json ]] && cat "$OUT/gpu_train.json"
+step train-fp16-1-epoch 150 "$DISTRAIN" --strategy mirrored --devices gpu:0 --epochs 1 \
+    --mixed-precision fp16 --metrics-json "$OUT/gpu_train_fp16.json"
+[[ -s $OUT/gpu_train_fp16.json ]] && cat "$OUT/gpu_train_fp16.json"
 
 # images/s from a metrics file (any key naming images per second), else from the printed log
 images_per_sec() {

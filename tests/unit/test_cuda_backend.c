@@ -585,6 +585,28 @@ START_TEST(test_cast_matches_cpu_exactly) {
 }
 END_TEST
 
+/* Mixed precision's storage rounding (float32 in, float32 out), beyond float16's range too so
+ * that overflow to Inf is compared. */
+START_TEST(test_round_matches_cpu_exactly) {
+    const dist_dtype lows[] = {DIST_F16, DIST_BF16};
+    int64_t sh[1] = {10007};
+    for (int i = 0; i < 2; i++) {
+        pair x = pair_input(DIST_F32, 1, sh, -100000.0f, 100000.0f);
+        pair y = pair_output(DIST_F32, 1, sh);
+        OK(CPU(round, x.c, lows[i], y.c));
+        OK(GPU(round, x.g, lows[i], y.g));
+        size_t bytes = dist_tensor_bytes(y.c);
+        void *hc = malloc(bytes), *hg = malloc(bytes);
+        OK(dist_backend_to_host(g_cpu, y.c, hc, bytes));
+        OK(dist_backend_to_host(g_gpu, y.g, hg, bytes));
+        ck_assert_msg(memcmp(hc, hg, bytes) == 0, "round to %s differs from the CPU",
+                      dist_dtype_name(lows[i]));
+        free(hc), free(hg);
+        pair_free(x), pair_free(y);
+    }
+}
+END_TEST
+
 START_TEST(test_all_finite_finds_nan_and_inf) {
     int64_t sh[1] = {100003};
     const dist_dtype dts[] = {DIST_F32, DIST_BF16, DIST_F16};
@@ -713,6 +735,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_add_scale_fill_reduce_sum_match_cpu);
     tcase_add_test(tc, test_adam_and_sgd_updates_match_cpu);
     tcase_add_test(tc, test_cast_matches_cpu_exactly);
+    tcase_add_test(tc, test_round_matches_cpu_exactly);
     tcase_add_test(tc, test_all_finite_finds_nan_and_inf);
     tcase_add_test(tc, test_to_layout_round_trips_through_the_cpu_blocked_layout);
     suite_add_tcase(s, tc);

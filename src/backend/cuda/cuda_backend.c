@@ -386,6 +386,29 @@ static dist_status cuda_cast(void *ctx, const dist_tensor *src, dist_tensor *dst
                          "cast");
 }
 
+static dist_status cuda_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
+    cuda_ctx *c = ctx;
+    DIST_TRY(same_numel(x, y, "round"));
+    if (x->dtype != DIST_F32 || y->dtype != DIST_F32)
+        return dist_error(DIST_UNSUPPORTED, "round: values are rounded in float32 storage, got %s",
+                          dist_dtype_name(x->dtype != DIST_F32 ? x->dtype : y->dtype));
+    DIST_TRY(cuda_enter(c));
+    y->layout = x->layout;
+    if (dtype == DIST_F32) {
+        if (x->data == y->data) return DIST_OK;
+        CUDA_TRY(cudaMemcpyAsync(y->data, x->data, dist_tensor_bytes(x), cudaMemcpyDefault,
+                                 c->stream),
+                 "round copy");
+        return DIST_OK;
+    }
+    if (dtype != DIST_F16 && dtype != DIST_BF16)
+        return dist_error(DIST_INVALID_ARGUMENT, "round: to %s: only float16 and bfloat16",
+                          dist_dtype_name(dtype));
+    return cuda_launched(cudak_round(c->stream, x->data, (int)dtype, y->data,
+                                     (size_t)dist_tensor_numel(x)),
+                         "round");
+}
+
 static dist_status cuda_all_finite(void *ctx, const dist_tensor *x, int *all_finite) {
     cuda_ctx *c = ctx;
     size_t n = (size_t)dist_tensor_numel(x);
@@ -455,6 +478,7 @@ static const struct dist_backend_i cuda_iface = {
     .adam_update = cuda_adam_update,
     .sgd_update = cuda_sgd_update,
     .cast = cuda_cast,
+    .round = cuda_round,
     .all_finite = cuda_all_finite,
     .native_stream = cuda_native_stream,
 };

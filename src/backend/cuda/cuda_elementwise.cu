@@ -78,6 +78,11 @@ template <typename S, typename D> __global__ void cast_kernel(const S *src, D *d
     GRID_STRIDE(i, n) dst[i] = from_f<D>(to_f(src[i]));
 }
 
+/* y = x rounded to T's precision, kept in float32 (mixed precision's storage rounding). */
+template <typename T> __global__ void round_kernel(const float *x, float *y, size_t n) {
+    GRID_STRIDE(i, n) y[i] = to_f(from_f<T>(x[i]));
+}
+
 __global__ void cast_u8_kernel(const uint8_t *src, float *dst, size_t n) {
     GRID_STRIDE(i, n) dst[i] = (float)src[i];
 }
@@ -138,6 +143,17 @@ cudaError_t cudak_sgd_update(cudaStream_t s, float lr, float mu, int nesterov, f
     else
         sgd_momentum_kernel<<<grid_for(n), kThreads, 0, s>>>(lr, mu, nesterov, grad_scale, param,
                                                              grad, momentum, n);
+    return cudaGetLastError();
+}
+
+cudaError_t cudak_round(cudaStream_t s, const float *x, int dtype, float *y, size_t n) {
+    if (n == 0) return cudaGetLastError();
+    if (dtype == DIST_F16)
+        round_kernel<__half><<<grid_for(n), kThreads, 0, s>>>(x, y, n);
+    else if (dtype == DIST_BF16)
+        round_kernel<__nv_bfloat16><<<grid_for(n), kThreads, 0, s>>>(x, y, n);
+    else
+        return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
 

@@ -29,6 +29,8 @@ cudaError_t cudak_adam_update(cudaStream_t s, float lr, float beta1, float beta2
 /* momentum may be NULL when mu == 0 */
 cudaError_t cudak_sgd_update(cudaStream_t s, float lr, float mu, int nesterov, float grad_scale,
                              float *param, const float *grad, float *momentum, size_t n);
+/* y = x rounded to f16 / bf16 precision (round to nearest even), in f32; y may be x */
+cudaError_t cudak_round(cudaStream_t s, const float *x, int dtype, float *y, size_t n);
 /* f32 <-> f16, f32 <-> bf16, u8 -> f32; other pairs return cudaErrorInvalidValue */
 cudaError_t cudak_cast(cudaStream_t s, int src_dtype, const void *src, int dst_dtype, void *dst,
                        size_t n);
