@@ -112,14 +112,16 @@ dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *l, dist_m
                                             dist_tape *tape, int *applied) {
     DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_apply_gradients: NULL argument");
     if (applied) *applied = 0;
-    int r = 0;
-    dist_tensor *g = NULL;
-    DIST_TRY(replica_grads(model, tape, &r, &g));
     dist_replica_ctx *rc = dist_tape_replica(tape);
     /* Reduce before deciding: an Inf on one replica becomes an Inf in everyone's sum, and the
      * sum is bitwise identical on every replica, so all take the same branch without a second
      * collective. */
-    if (rc && rc->num_replicas > 1) DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, g));
+    if (rc && rc->num_replicas > 1) {
+        int r = 0;
+        dist_tensor *g = NULL;
+        DIST_TRY(replica_grads(model, tape, &r, &g));
+        DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, g));
+    }
     return loss_scale_apply_reduced(l, model, tape, applied);
 }
 
