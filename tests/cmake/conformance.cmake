@@ -7,18 +7,13 @@ add_executable(cluster_json ${conf_dir}/cluster_json.c)
 target_link_libraries(cluster_json PRIVATE dist_static)
 target_compile_options(cluster_json PRIVATE ${DIST_WARNINGS})
 
-if(DEFINED ENV{DIST_VENV})
-  set(conf_venv $ENV{DIST_VENV})
-else()
-  set(conf_venv $ENV{HOME}/.cache/libdist/venv-tf)
-endif()
 
 add_test(NAME conformance.venv COMMAND ${conf_dir}/venv.sh)
 set_tests_properties(conformance.venv PROPERTIES FIXTURES_SETUP tf_venv LABELS conformance
-                     TIMEOUT 900 ENVIRONMENT "DIST_VENV=${conf_venv}")
+                     TIMEOUT 900 ENVIRONMENT "DIST_VENV=${DIST_CONF_VENV}")
 
 add_test(NAME conformance.tf_config
-         COMMAND ${conf_venv}/bin/python ${conf_dir}/run_tf_config.py ${conf_venv}/bin/python
+         COMMAND ${DIST_CONF_VENV}/bin/python ${conf_dir}/run_tf_config.py ${DIST_CONF_VENV}/bin/python
                  $<TARGET_FILE:cluster_json> ${conf_dir}/tf_config_cases.json)
 set_tests_properties(conformance.tf_config PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600)

@@ -7,14 +7,9 @@ add_executable(callback_trace ${cb_conf_dir}/callback_trace.c)
 target_link_libraries(callback_trace PRIVATE dist_static)
 target_compile_options(callback_trace PRIVATE ${DIST_WARNINGS})
 
-if(DEFINED ENV{DIST_VENV})
-  set(cb_conf_venv $ENV{DIST_VENV})
-else()
-  set(cb_conf_venv $ENV{HOME}/.cache/libdist/venv-tf)
-endif()
 
 add_test(NAME conformance.callbacks
-         COMMAND ${cb_conf_venv}/bin/python ${cb_conf_dir}/callback_conformance.py
+         COMMAND ${DIST_CONF_VENV}/bin/python ${cb_conf_dir}/callback_conformance.py
                  $<TARGET_FILE:callback_trace> ${cb_conf_dir}/callback_cases.json)
 set_tests_properties(conformance.callbacks PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
@@ -22,7 +17,7 @@ set_tests_properties(conformance.callbacks PROPERTIES FIXTURES_REQUIRED tf_venv
 # distrain --logdir / --csv-log / --checkpoint-dir read by TensorBoard's EventAccumulator, the
 # csv module and safetensors.numpy: the same per-epoch values everywhere.
 add_test(NAME conformance.distrain_logs
-         COMMAND ${cb_conf_venv}/bin/python ${cb_conf_dir}/check_distrain_logs.py
+         COMMAND ${DIST_CONF_VENV}/bin/python ${cb_conf_dir}/check_distrain_logs.py
                  $<TARGET_FILE:distrain>)
 set_tests_properties(conformance.distrain_logs PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

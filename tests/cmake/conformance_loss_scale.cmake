@@ -7,14 +7,9 @@ add_executable(loss_scale_trace ${ls_conf_dir}/loss_scale_trace.c)
 target_link_libraries(loss_scale_trace PRIVATE dist_static)
 target_compile_options(loss_scale_trace PRIVATE ${DIST_WARNINGS})
 
-if(DEFINED ENV{DIST_VENV})
-  set(ls_conf_venv $ENV{DIST_VENV})
-else()
-  set(ls_conf_venv $ENV{HOME}/.cache/libdist/venv-tf)
-endif()
 
 add_test(NAME conformance.loss_scale
-         COMMAND ${ls_conf_venv}/bin/python ${ls_conf_dir}/loss_scale_run.py ${ls_conf_venv}/bin/python
+         COMMAND ${DIST_CONF_VENV}/bin/python ${ls_conf_dir}/loss_scale_run.py ${DIST_CONF_VENV}/bin/python
                  $<TARGET_FILE:loss_scale_trace> ${ls_conf_dir}/loss_scale_cases.json)
 set_tests_properties(conformance.loss_scale PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600)

@@ -6,14 +6,9 @@ add_executable(round_cast ${round_conf_dir}/round_cast.c)
 target_link_libraries(round_cast PRIVATE dist_static)
 target_compile_options(round_cast PRIVATE ${DIST_WARNINGS})
 
-if(DEFINED ENV{DIST_VENV})
-  set(round_conf_venv $ENV{DIST_VENV})
-else()
-  set(round_conf_venv $ENV{HOME}/.cache/libdist/venv-tf)
-endif()
 
 add_test(NAME conformance.round
-         COMMAND ${round_conf_venv}/bin/python ${round_conf_dir}/round_conformance.py
+         COMMAND ${DIST_CONF_VENV}/bin/python ${round_conf_dir}/round_conformance.py
                  $<TARGET_FILE:round_cast> ${CMAKE_CURRENT_BINARY_DIR}/round_conformance)
 set_tests_properties(conformance.round PROPERTIES FIXTURES_REQUIRED tf_venv LABELS conformance
                      TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

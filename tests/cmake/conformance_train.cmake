@@ -7,17 +7,12 @@ add_executable(train_artifacts ${conf_train_dir}/train_artifacts.c)
 target_link_libraries(train_artifacts PRIVATE dist_static)
 target_compile_options(train_artifacts PRIVATE ${DIST_WARNINGS})
 
-if(DEFINED ENV{DIST_VENV})
-  set(conf_train_venv $ENV{DIST_VENV})
-else()
-  set(conf_train_venv $ENV{HOME}/.cache/libdist/venv-tf)
-endif()
 
 add_test(NAME conformance.tensorboard_events
-         COMMAND ${conf_train_venv}/bin/python ${conf_train_dir}/check_tensorboard_events.py
+         COMMAND ${DIST_CONF_VENV}/bin/python ${conf_train_dir}/check_tensorboard_events.py
                  $<TARGET_FILE:train_artifacts>)
 add_test(NAME conformance.safetensors
-         COMMAND ${conf_train_venv}/bin/python ${conf_train_dir}/check_safetensors.py
+         COMMAND ${DIST_CONF_VENV}/bin/python ${conf_train_dir}/check_safetensors.py
                  $<TARGET_FILE:train_artifacts>)
 set_tests_properties(conformance.tensorboard_events conformance.safetensors PROPERTIES
                      FIXTURES_REQUIRED tf_venv LABELS conformance TIMEOUT 600
