@@ -32,6 +32,7 @@ static void cpu_destroy(void *ctx) {
     cpu_ctx *c = ctx;
     if (!c) return;
     cpu_prims_destroy(c);
+    free(c->conv1_part);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->engine) dnnl_engine_destroy(c->engine);
     free(c);

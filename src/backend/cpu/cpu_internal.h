@@ -36,6 +36,9 @@ typedef struct cpu_ctx {
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
+    /* cpu_conv1.c's partial sums, grown on first use of a shape (steady state: no allocation) */
+    float *conv1_part;
+    size_t conv1_part_n;
 } cpu_ctx;
 
 /* Sets flush-to-zero and denormals-are-zero on the calling thread. */
@@ -61,6 +64,11 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
 dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                        const dist_tensor *b, float beta, dist_tensor *c);
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst);
+/* cpu_conv1.c: backward-filter of a 3x3 convolution of a one-channel input (see the file). */
+int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
+                                      const dist_tensor *dy, const dist_tensor *dw);
+dist_status cpu_conv1_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
+                                      const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
 /* cpu_round.c: y = x rounded to float16 / bfloat16 precision, in float32 storage. */
 dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
 /* 1 when the vector paths (AVX2 + F16C) run on this processor. */
