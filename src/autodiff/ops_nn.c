@@ -130,10 +130,14 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dy, *dx;
     DIST_TRY(output_grad(t, n, g, &dy));
     int fold_relu = tape_is_relu_output(t, x) && !t->grads[x->node].present;
-    if (fold_relu) DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+    dist_pool2d_desc d = n->p.pool;
+    if (fold_relu && tape_be(t)->pool_backward_masks_relu)
+        d.relu_mask = 1; /* the pool kernel masks as it scatters: no pass of its own */
+    else if (fold_relu)
+        DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;
-    DIST_TRY(tape_be(t)->max_pool2d_backward(tape_bectx(t), &n->p.pool, x, dy, n->workspace, dx));
+    DIST_TRY(tape_be(t)->max_pool2d_backward(tape_bectx(t), &d, x, dy, n->workspace, dx));
     DIST_TRY(grad_end(t, x, dx));
     if (fold_relu) t->grads[x->node].relu_applied = 1;
     return DIST_OK;
@@ -145,7 +149,7 @@ dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, i
     DIST_TRY(check_4d(x, "max_pool2d"));
     DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
                    "max_pool2d: window and strides must be positive");
-    dist_pool2d_desc d = {pool_h, pool_w, stride_h, stride_w, 0, 0, 0, 0};
+    dist_pool2d_desc d = {pool_h, pool_w, stride_h, stride_w, 0, 0, 0, 0, 0};
     if (padding == DIST_PADDING_SAME) {
         same_padding(x->shape[1], pool_h, stride_h, &d.pad_top, &d.pad_bottom);
         same_padding(x->shape[2], pool_w, stride_w, &d.pad_left, &d.pad_right);

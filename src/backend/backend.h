@@ -30,6 +30,9 @@ typedef struct dist_pool2d_desc {
     int window_h, window_w;
     int stride_h, stride_w;
     int pad_top, pad_bottom, pad_left, pad_right;
+    /* backward only, on backends with pool_backward_masks_relu: the pooled input is a ReLU's
+     * output, and dy counts only where the pooled value y > 0 (the ReLU's gradient, folded) */
+    int relu_mask;
 } dist_pool2d_desc;
 
 typedef struct dist_adam_desc {
@@ -67,7 +70,9 @@ struct dist_backend_i {
                                           const dist_tensor *x, const dist_tensor *dy,
                                           dist_tensor *dw, dist_tensor *db);
 
-    /* max pooling; the workspace remembers the arg-max for the backward pass */
+    /* max pooling; the workspace remembers the arg-max for the backward pass. A backend that
+     * sets pool_backward_masks_relu honours dist_pool2d_desc.relu_mask. */
+    int pool_backward_masks_relu;
     dist_status (*max_pool2d_workspace_bytes)(void *ctx, const dist_pool2d_desc *d,
                                               const dist_tensor *x, size_t *bytes);
     dist_status (*max_pool2d_forward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,

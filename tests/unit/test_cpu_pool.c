@@ -50,7 +50,9 @@ static void to_layout(dist_backend *be, const dist_tensor *src, dist_tensor *dst
     ck_assert_int_eq(be->iface->to_layout(be->ctx, src, dst), DIST_OK);
 }
 
-static void check_case(const pool_case *p, dist_layout layout) {
+/* relu_mask: the backward folds in a ReLU before the pool, so the reference gradient counts dy
+ * only where the pooled value is > 0. */
+static void check_case(const pool_case *p, dist_layout layout, int relu_mask) {
     dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
     bo.threads = 2;
     dist_backend *be;
@@ -67,6 +69,12 @@ static void check_case(const pool_case *p, dist_layout layout) {
     for (size_t i = 0; i < nx; i++) x[i] = floorf(dist_test_uniform(&rng, -4, 4));
     for (size_t i = 0; i < ny; i++) dy[i] = dist_test_uniform(&rng, -1, 1);
     reference(p, x, dy, ry, rdx);
+    if (relu_mask) {
+        float *masked = malloc(ny * 4);
+        for (size_t i = 0; i < ny; i++) masked[i] = ry[i] > 0.0f ? dy[i] : 0.0f;
+        reference(p, x, masked, ry, rdx);
+        free(masked);
+    }
 
     dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
                 tdy = dist_tensor_view(dy, DIST_F32, 4, ys);
@@ -80,12 +88,14 @@ static void check_case(const pool_case *p, dist_layout layout) {
     for (size_t i = 0; i < ny; i++) by[i] = NAN; /* poisoned: every output must be written */
     for (size_t i = 0; i < nx; i++) bdx[i] = NAN;
     dist_pool2d_desc d = {p->win,   p->win,   p->stride, p->stride,
-                          p->pad_t, p->pad_b, p->pad_l,  p->pad_r};
+                          p->pad_t, p->pad_b, p->pad_l,  p->pad_r, 0};
+    ck_assert_int_eq(be->iface->pool_backward_masks_relu, 1);
     size_t wsb = 0;
     ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &d, &lx, &wsb), DIST_OK);
     void *ws = malloc(wsb ? wsb : 1);
     ck_assert_msg(be->iface->max_pool2d_forward(be->ctx, &d, &lx, &ly, ws) == DIST_OK, "%s",
                   dist_last_error());
+    d.relu_mask = relu_mask;
     ck_assert_msg(be->iface->max_pool2d_backward(be->ctx, &d, &lx, &ldy, ws, &ldx) == DIST_OK, "%s",
                   dist_last_error());
     dist_tensor py = dist_tensor_view(y, DIST_F32, 4, ys),
@@ -94,8 +104,9 @@ static void check_case(const pool_case *p, dist_layout layout) {
     to_layout(be, &ldx, &pdx);
     ck_assert_msg(memcmp(y, ry, ny * 4) == 0, "forward differs (layout %d)", (int)layout);
     for (size_t i = 0; i < nx; i++)
-        ck_assert_msg(fabsf(dx[i] - rdx[i]) <= 1e-6f, "dx[%zu] = %g, expected %g (layout %d)", i,
-                      (double)dx[i], (double)rdx[i], (int)layout);
+        ck_assert_msg(fabsf(dx[i] - rdx[i]) <= 1e-6f,
+                      "dx[%zu] = %g, expected %g (layout %d, relu mask %d)", i, (double)dx[i],
+                      (double)rdx[i], (int)layout, relu_mask);
     free(x), free(dy), free(ry), free(rdx), free(bx), free(bdy), free(by), free(bdx), free(y),
         free(dx), free(ws);
     dist_backend_destroy(be);
@@ -111,19 +122,20 @@ static const pool_case cases[] = {
 
 START_TEST(test_max_pool_matches_reference_in_plain_layout) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        check_case(&cases[i], DIST_LAYOUT_PLAIN);
+        for (int mask = 0; mask < 2; mask++) check_case(&cases[i], DIST_LAYOUT_PLAIN, mask);
 }
 END_TEST
 
 START_TEST(test_max_pool_matches_reference_in_nchw8c) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        check_case(&cases[i], DIST_LAYOUT_NCHW8C);
+        for (int mask = 0; mask < 2; mask++) check_case(&cases[i], DIST_LAYOUT_NCHW8C, mask);
 }
 END_TEST
 
 START_TEST(test_max_pool_matches_reference_in_nchw16c) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        if (cases[i].c % 16 == 0) check_case(&cases[i], DIST_LAYOUT_NCHW16C);
+        for (int mask = 0; mask < 2 && cases[i].c % 16 == 0; mask++)
+            check_case(&cases[i], DIST_LAYOUT_NCHW16C, mask);
 }
 END_TEST
 

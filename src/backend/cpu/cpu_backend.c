@@ -393,6 +393,7 @@ static const struct dist_backend_i cpu_iface = {
     .sgd_update = cpu_sgd_update,
     .cast = cpu_cast,
     .all_finite = cpu_all_finite,
+    .pool_backward_masks_relu = 1,
     .round = cpu_round,
 };
 

@@ -5,7 +5,9 @@
  * convolution next to it; these loops take a fraction of that (bench/RESULTS.md). Every layout
  * is "outer blocks x H x W x B contiguous channels" (NHWC: one block of all C channels), so one
  * kernel serves all three, and its inner loop over B channels vectorizes. The workspace holds
- * the arg-max of each output as its offset in the window (one byte). */
+ * one byte per output: the arg-max's offset in the window (bits 0-6) and whether the pooled
+ * value is > 0 (bit 7, POS), which lets the backward fold in the gradient of a ReLU before the
+ * pool (dist_pool2d_desc.relu_mask) without a pass over y. */
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
@@ -13,6 +15,9 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
+
+#define POS 0x80  /* workspace: the pooled value is > 0 */
+#define ARG 0x7f  /* workspace: the arg-max's offset in the window */
 
 typedef struct pool_geom {
     int64_t outer; /* N x channel blocks */
@@ -26,8 +31,8 @@ static dist_status geometry(const dist_pool2d_desc *d, const dist_tensor *x, poo
     if (x->dtype != DIST_F32)
         return dist_error(DIST_UNSUPPORTED, "max_pool2d: the CPU backend pools float32, got %s",
                           dist_dtype_name(x->dtype));
-    if (d->window_h * d->window_w > 255)
-        return dist_error(DIST_UNSUPPORTED, "max_pool2d: windows of more than 255 elements");
+    if (d->window_h * d->window_w > 128)
+        return dist_error(DIST_UNSUPPORTED, "max_pool2d: windows of more than 128 elements");
     int64_t c = x->shape[3];
     g->block = x->layout == DIST_LAYOUT_NCHW16C ? 16 : x->layout == DIST_LAYOUT_NCHW8C ? 8 : c;
     if (g->block <= 0 || c % g->block != 0)
@@ -90,7 +95,8 @@ static void forward_row(const dist_pool2d_desc *d, const pool_geom *g, const flo
             float *py = y + (oh * g->ow + ow) * B + b0;
             uint8_t *pw = ws + (oh * g->ow + ow) * B + b0;
             memcpy(py, best, (size_t)nb * sizeof *py);
-            memcpy(pw, arg, (size_t)nb);
+            for (int64_t b = 0; b < nb; b++)
+                pw[b] = (uint8_t)(arg[b] | (best[b] > 0.0f ? POS : 0));
         }
     }
 }
@@ -106,7 +112,7 @@ static inline void max4_scalar(const float *p0, const float *p1, const float *p2
     if (p2[b] > m) m = p2[b], k = 2;
     if (p3[b] > m) m = p3[b], k = 3;
     py[b] = m;
-    pw[b] = k;
+    pw[b] = (uint8_t)(k | (m > 0.0f ? POS : 0));
 }
 
 #if defined(__SSE2__)
@@ -141,6 +147,8 @@ static void forward_row_2x2(const pool_geom *g, const float *x, float *y, uint8_
             k = select_i(gt, three, k);
             m = _mm_max_ps(v, m);
             _mm_storeu_ps(py + b, m);
+            k = _mm_or_si128(k, _mm_and_si128(_mm_castps_si128(_mm_cmpgt_ps(m, _mm_setzero_ps())),
+                                              _mm_set1_epi32(POS)));
             __m128i k8 = _mm_packus_epi16(_mm_packs_epi32(k, k), _mm_setzero_si128());
             int32_t bytes = _mm_cvtsi128_si32(k8);
             memcpy(pw + b, &bytes, 4);
@@ -149,12 +157,16 @@ static void forward_row_2x2(const pool_geom *g, const float *x, float *y, uint8_
     }
 }
 /* Backward of the 2x2 / stride 2 case: windows do not overlap, so each window's four inputs
- * are written once (dy at the arg-max, 0 elsewhere) without zeroing or accumulating. */
+ * are written once (dy at the arg-max, 0 elsewhere) without zeroing or accumulating. With
+ * relu_mask, dy counts only where the workspace says the pooled value was > 0. */
 static void backward_row_2x2(const pool_geom *g, const float *dy, const uint8_t *ws, float *dx,
-                             int64_t oh) {
+                             int64_t oh, int relu_mask) {
     const int64_t B = g->block, row = g->w * B;
     float *r0 = dx + 2 * oh * row, *r1 = r0 + row;
     const __m128i one = _mm_set1_epi32(1), two = _mm_set1_epi32(2), three = _mm_set1_epi32(3);
+    const __m128i arg = _mm_set1_epi32(ARG), pos = _mm_set1_epi32(POS);
+    /* lanes with POS clear are dropped when masking; all lanes pass otherwise */
+    const __m128i keep_all = relu_mask ? _mm_setzero_si128() : _mm_set1_epi32(-1);
     for (int64_t ow = 0; ow < g->ow; ow++) {
         float *p0 = r0 + 2 * ow * B, *p1 = p0 + B, *p2 = r1 + 2 * ow * B, *p3 = p2 + B;
         const float *pdy = dy + (oh * g->ow + ow) * B;
@@ -163,10 +175,12 @@ static void backward_row_2x2(const pool_geom *g, const float *dy, const uint8_t 
         for (; b + 4 <= B; b += 4) {
             int32_t bytes;
             memcpy(&bytes, pw + b, 4);
-            __m128i k =
+            __m128i kw =
                 _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(bytes), _mm_setzero_si128()),
                                    _mm_setzero_si128());
-            __m128 v = _mm_loadu_ps(pdy + b);
+            __m128i k = _mm_and_si128(kw, arg);
+            __m128i keep = _mm_or_si128(keep_all, _mm_cmpeq_epi32(_mm_and_si128(kw, pos), pos));
+            __m128 v = _mm_and_ps(_mm_loadu_ps(pdy + b), _mm_castsi128_ps(keep));
             __m128 m0 = _mm_castsi128_ps(_mm_cmpeq_epi32(k, _mm_setzero_si128()));
             __m128 m1 = _mm_castsi128_ps(_mm_cmpeq_epi32(k, one));
             __m128 m2 = _mm_castsi128_ps(_mm_cmpeq_epi32(k, two));
@@ -177,8 +191,8 @@ static void backward_row_2x2(const pool_geom *g, const float *dy, const uint8_t 
             _mm_storeu_ps(p3 + b, _mm_and_ps(m3, v));
         }
         for (; b < B; b++) {
-            float v = pdy[b];
-            int k = pw[b];
+            float v = relu_mask && !(pw[b] & POS) ? 0.0f : pdy[b];
+            int k = pw[b] & ARG;
             p0[b] = k == 0 ? v : 0.0f;
             p1[b] = k == 1 ? v : 0.0f;
             p2[b] = k == 2 ? v : 0.0f;
@@ -247,7 +261,8 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
             float *px = dxs + o * in_plane;
             if (remnant) memset(px, 0, (size_t)in_plane * sizeof *px);
             for (int64_t oh = 0; oh < g.oh; oh++)
-                backward_row_2x2(&g, dys + o * out_plane, ws + o * out_plane, px, oh);
+                backward_row_2x2(&g, dys + o * out_plane, ws + o * out_plane, px, oh,
+                                 d->relu_mask);
         }
         return DIST_OK;
     }
@@ -264,7 +279,8 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
             for (int64_t ow = 0; ow < g.ow; ow++) {
                 const int64_t at = (oh * g.ow + ow) * B;
                 for (int64_t b = 0; b < B; b++) {
-                    int k = pw[at + b];
+                    if (d->relu_mask && !(pw[at + b] & POS)) continue;
+                    int k = pw[at + b] & ARG;
                     int64_t ih = oh * d->stride_h - d->pad_top + k / d->window_w;
                     int64_t iw = ow * d->stride_w - d->pad_left + k % d->window_w;
                     px[(ih * g.w + iw) * B + b] += pdy[at + b];
