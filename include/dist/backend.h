@@ -18,11 +18,25 @@ typedef struct dist_backend_options {
     dist_device device;
     int threads;       /* CPU: compute threads for this backend's kernels; 0 = all cores */
     int deterministic; /* GPU: only deterministic algorithms; CPU kernels always are */
+    /* GPU: replay the repeated work of training steps (dist_strategy_run) as CUDA graphs
+     * (1, the default) or launch every kernel as it comes (0). Results are the same. */
+    int graphs;
 } dist_backend_options;
 
-#define DIST_BACKEND_OPTIONS_VERSION 1
+#define DIST_BACKEND_OPTIONS_VERSION 2
 #define DIST_BACKEND_OPTIONS_INIT                                                                  \
-    { DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0 }
+    { DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0, 1 }
+
+/* Counters of step graphs: a training step's GPU work is recorded, and a stretch of it that
+ * repeats (the same kernels on the same memory with the same scalars) is captured once as a
+ * CUDA graph and then launched with one call. A stretch ends where the host waits for the GPU
+ * (reading the loss, a collective, a finite check). */
+typedef struct dist_graph_stats {
+    int64_t captured;         /* stretches captured as a graph */
+    int64_t replayed;         /* stretches launched from a graph captured earlier */
+    int64_t eager_segments;   /* stretches launched kernel by kernel (first seen, or changed) */
+    int64_t capture_failures; /* stretches the GPU could not capture (they run kernel by kernel) */
+} dist_graph_stats;
 
 /* Creates a backend for options->device. DIST_NOT_FOUND when the device does not exist (for
  * example gpu:0 on a machine without GPUs), DIST_UNSUPPORTED when this build lacks it. */
@@ -49,6 +63,8 @@ DIST_API dist_status dist_backend_from_host(dist_backend *backend, const void *s
                                             dist_tensor *dst);
 /* Waits until all work queued on the backend is done. */
 DIST_API dist_status dist_backend_synchronize(dist_backend *backend);
+/* The backend's step graph counters (all zero on CPUs, and with graphs off). */
+DIST_API void dist_backend_graph_stats(const dist_backend *backend, dist_graph_stats *out);
 
 DIST_END_DECLS
 

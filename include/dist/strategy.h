@@ -19,6 +19,7 @@
 #ifndef DIST_STRATEGY_H
 #define DIST_STRATEGY_H
 
+#include "dist/backend.h"
 #include "dist/data.h"
 #include "dist/export.h"
 #include "dist/replica.h"
@@ -90,13 +91,22 @@ typedef struct dist_strategy_options {
     /* multi_worker: how workers exchange data. AUTO: shared memory when every worker is on this
      * host, else TCP; $DIST_COLLECTIVE_TRANSPORT (auto, tcp, shm) is read when AUTO. */
     dist_transport transport;
+    /* GPUs: 1 = deterministic algorithms only (cuDNN), as tf.config.experimental.
+     * enable_op_determinism(): the same run gives the same bits. 0 = the fastest algorithms,
+     * or deterministic ones when $DIST_DETERMINISTIC is 1. CPU kernels are always
+     * deterministic. */
+    int deterministic;
+    /* GPUs: replay the repeated work of steps as CUDA graphs (dist/backend.h,
+     * dist_graph_stats). 0 = on, unless $DIST_CUDA_GRAPHS is 0; 1 = on; -1 = off. Results
+     * are the same either way. */
+    int cuda_graphs;
 } dist_strategy_options;
 
-#define DIST_STRATEGY_OPTIONS_VERSION 2
+#define DIST_STRATEGY_OPTIONS_VERSION 3
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
         DIST_STRATEGY_OPTIONS_VERSION, DIST_STRATEGY_MIRRORED, NULL, 0, DIST_CROSS_DEVICE_AUTO, 0, \
-            0.0, NULL, 0.0, DIST_TRANSPORT_AUTO                                                    \
+            0.0, NULL, 0.0, DIST_TRANSPORT_AUTO, 0, 0                                              \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,
@@ -127,6 +137,9 @@ DIST_API int dist_strategy_is_chief(const dist_strategy *strategy);
 /* "in-process" or "nccl": what the strategy chose for cross-device reduction; under
  * multi_worker with the transport between workers, e.g. "in-process+tcp". */
 DIST_API const char *dist_strategy_cross_device_name(const dist_strategy *strategy);
+/* The step graph counters of this process's replicas, summed (all zero without GPUs or with
+ * cuda_graphs off). */
+DIST_API void dist_strategy_graph_stats(const dist_strategy *strategy, dist_graph_stats *out);
 
 /* While in scope (on this thread), models built and variables created are distributed. */
 DIST_API dist_status dist_strategy_scope_enter(dist_strategy *strategy);

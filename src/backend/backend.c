@@ -106,3 +106,9 @@ dist_status dist_backend_from_host(dist_backend *backend, const void *src, size_
 dist_status dist_backend_synchronize(dist_backend *backend) {
     return backend->iface->synchronize(backend->ctx);
 }
+
+void dist_backend_graph_stats(const dist_backend *backend, dist_graph_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (backend && backend->iface->graph_stats) backend->iface->graph_stats(backend->ctx, out);
+}

@@ -136,8 +136,19 @@ struct dist_backend_i {
     dist_status (*all_finite)(void *ctx, const dist_tensor *x, int *all_finite);
 
     /* Optional (NULL on CPU): the backend's native stream (a cudaStream_t for CUDA), for
-     * collectives such as NCCL that queue work on it. */
+     * collectives such as NCCL that queue work on it. Work a step deferred must run first
+     * (inside the CUDA module: cuda_flush). */
     void *(*native_stream)(void *ctx);
+
+    /* Optional (NULL: work runs as it is queued): the brackets of one replica's training step.
+     * Between them the backend may defer what is queued and launch it later, as one device
+     * graph when the same work was queued before (CUDA graphs); every entry that waits for the
+     * device or returns data to the host runs what is deferred first, so results are those of
+     * running each kernel at once. step_end runs the rest (it does not wait for the device). */
+    dist_status (*step_begin)(void *ctx);
+    dist_status (*step_end)(void *ctx);
+    /* Optional (NULL: all zero): the step graph counters since creation. */
+    void (*graph_stats)(void *ctx, dist_graph_stats *out);
 };
 
 struct dist_backend {

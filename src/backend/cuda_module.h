@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#define DIST_CUDA_MODULE_ABI 2
+#define DIST_CUDA_MODULE_ABI 3
 #define DIST_CUDA_MODULE_FILE "libdist_cuda.so"
 #define DIST_CUDA_MODULE_ENTRY "dist_cuda_module_get"
 /* Full path of the module to load instead of searching for it. */

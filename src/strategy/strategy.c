@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const kind_names[] = {"one_device", "mirrored", "multi_worker",
                                          "parameter_server", "tpu"};
@@ -33,6 +34,27 @@ int dist_strategy_worker_id(const dist_strategy *s) { return s ? s->worker_id : 
 int dist_strategy_is_chief(const dist_strategy *s) { return s ? s->is_chief : 0; }
 const char *dist_strategy_cross_device_name(const dist_strategy *s) {
     return s ? s->cross_device : "";
+}
+
+void dist_strategy_graph_stats(const dist_strategy *s, dist_graph_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    for (int r = 0; s && r < s->num_replicas; r++) {
+        dist_graph_stats g;
+        dist_backend_graph_stats(s->backends[r], &g);
+        out->captured += g.captured;
+        out->replayed += g.replayed;
+        out->eager_segments += g.eager_segments;
+        out->capture_failures += g.capture_failures;
+    }
+}
+
+/* An on/off setting of the environment: 0 when it says 0 (or off, false, no), else 1. */
+static int env_flag(const char *name, int fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    return !(strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0 ||
+             strcasecmp(v, "no") == 0);
 }
 
 dist_device dist_strategy_replica_device(const dist_strategy *s, int r) {
@@ -89,14 +111,14 @@ static void copy_error(replica_job *job) {
     snprintf(job->error, sizeof job->error, "%s", dist_last_error());
 }
 
-static dist_status store_output(dist_strategy *s, int r, int i, const dist_tensor *t) {
+/* Makes out_host[r][i] a host tensor shaped like t. */
+static dist_status host_output(dist_strategy *s, int r, int i, const dist_tensor *t) {
     dist_tensor *h = s->out_host[r][i];
-    int64_t n = dist_tensor_numel(t);
     if (t->dtype != DIST_F32)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "run: output %d of replica %d is %s; outputs must be float32", i, r,
                           dist_dtype_name(t->dtype));
-    if (!h || dist_tensor_numel(h) < n) {
+    if (!h || dist_tensor_numel(h) < dist_tensor_numel(t)) {
         dist_tensor_destroy(h);
         s->out_host[r][i] = NULL;
         DIST_TRY(dist_tensor_create(DIST_F32, t->ndim, t->shape, &h));
@@ -104,34 +126,75 @@ static dist_status store_output(dist_strategy *s, int r, int i, const dist_tenso
     }
     h->ndim = t->ndim;
     memcpy(h->shape, t->shape, sizeof h->shape);
-    if (n == 0) return DIST_OK;
-    return dist_backend_to_host(s->backends[r], t, h->data, dist_tensor_bytes(t));
+    return DIST_OK;
+}
+
+/* Brings the step's outputs to the host in one transfer, the device's only wait in a step:
+ * each output is copied plain into one buffer on the device (queued work, so part of a step
+ * graph), and that buffer comes back at once. */
+static dist_status store_outputs(dist_strategy *s, int r, const dist_element *out) {
+    size_t offset[DIST_ELEMENT_MAX], total = 0;
+    for (int i = 0; i < out->count; i++) {
+        if (!out->items[i]) return dist_error(DIST_INVALID_ARGUMENT, "run: output %d is NULL", i);
+        DIST_TRY(host_output(s, r, i, out->items[i]));
+        offset[i] = total;
+        total += dist_tensor_bytes(out->items[i]);
+    }
+    if (total == 0) return DIST_OK;
+    dist_backend *be = s->backends[r];
+    dist_tensor *pack;
+    int64_t floats = (int64_t)(total / sizeof(float));
+    DIST_TRY(dist_tape_alloc(s->tapes[r], DIST_F32, 1, &floats, &pack));
+    for (int i = 0; i < out->count; i++) {
+        if (dist_tensor_numel(out->items[i]) == 0) continue;
+        dist_tensor plain = *out->items[i];
+        plain.data = (char *)pack->data + offset[i];
+        plain.layout = DIST_LAYOUT_PLAIN;
+        plain.node = -1;
+        DIST_TRY(be->iface->to_layout(be->ctx, out->items[i], &plain));
+    }
+    if (s->out_pack_bytes[r] < total) {
+        float *grown = realloc(s->out_pack[r], total);
+        if (!grown) return dist_error(DIST_OUT_OF_MEMORY, "run: out of memory for the outputs");
+        s->out_pack[r] = grown;
+        s->out_pack_bytes[r] = total;
+    }
+    DIST_TRY(dist_backend_to_host(be, pack, s->out_pack[r], total));
+    for (int i = 0; i < out->count; i++)
+        memcpy(s->out_host[r][i]->data, (char *)s->out_pack[r] + offset[i],
+               dist_tensor_bytes(out->items[i]));
+    return DIST_OK;
+}
+
+/* The replica's step between the backend's step brackets (a GPU may then replay the step's
+ * work as a graph). */
+static dist_status run_step_on_replica(dist_strategy *s, int r, replica_job *job) {
+    dist_tape *tape = s->tapes[r];
+    dist_element in = {0}, *inp = NULL;
+    if (job->inputs) {
+        const dist_element *src = &job->inputs->replicas[r];
+        in.count = src->count;
+        for (int i = 0; i < src->count; i++)
+            DIST_TRY(dist_tape_upload(tape, src->items[i], &in.items[i]));
+        inp = &in;
+    }
+    memset(&job->outputs, 0, sizeof job->outputs);
+    DIST_TRY(job->step(&s->rctx[r], inp, job->user, &job->outputs));
+    if (job->outputs.count < 0 || job->outputs.count > DIST_ELEMENT_MAX)
+        return dist_error(DIST_INVALID_ARGUMENT, "run: the step returned %d outputs (at most %d)",
+                          job->outputs.count, DIST_ELEMENT_MAX);
+    return store_outputs(s, r, &job->outputs);
 }
 
 static void run_replica(dist_strategy *s, int r) {
     replica_job *job = &s->jobs[r];
-    dist_tape *tape = s->tapes[r];
-    dist_tape_reset(tape);
-    dist_element in = {0}, *inp = NULL;
-    dist_status st = DIST_OK;
-    if (job->inputs) {
-        const dist_element *src = &job->inputs->replicas[r];
-        in.count = src->count;
-        for (int i = 0; i < src->count && st == DIST_OK; i++)
-            st = dist_tape_upload(tape, src->items[i], &in.items[i]);
-        inp = &in;
-    }
-    memset(&job->outputs, 0, sizeof job->outputs);
-    if (st == DIST_OK) st = job->step(&s->rctx[r], inp, job->user, &job->outputs);
-    if (st == DIST_OK && (job->outputs.count < 0 || job->outputs.count > DIST_ELEMENT_MAX))
-        st = dist_error(DIST_INVALID_ARGUMENT, "run: the step returned %d outputs (at most %d)",
-                        job->outputs.count, DIST_ELEMENT_MAX);
-    for (int i = 0; st == DIST_OK && i < job->outputs.count; i++) {
-        if (!job->outputs.items[i]) {
-            st = dist_error(DIST_INVALID_ARGUMENT, "run: output %d is NULL", i);
-            break;
-        }
-        st = store_output(s, r, i, job->outputs.items[i]);
+    dist_backend *be = s->backends[r];
+    dist_tape_reset(s->tapes[r]);
+    dist_status st = be->iface->step_begin ? be->iface->step_begin(be->ctx) : DIST_OK;
+    if (st == DIST_OK) {
+        st = run_step_on_replica(s, r, job);
+        dist_status end = be->iface->step_end ? be->iface->step_end(be->ctx) : DIST_OK;
+        if (st == DIST_OK) st = end;
     }
     job->status = st;
     if (st != DIST_OK) {
@@ -246,6 +309,7 @@ void dist_strategy_destroy(dist_strategy *s) {
     if (s->iface && s->iface->destroy) s->iface->destroy(s);
     for (int r = 0; r < s->num_replicas; r++) {
         for (int i = 0; i < DIST_ELEMENT_MAX; i++) dist_tensor_destroy(s->out_host[r][i]);
+        free(s->out_pack[r]);
         dist_tape_destroy(s->tapes[r]);
         dist_backend_destroy(s->backends[r]);
     }
@@ -257,12 +321,19 @@ void dist_strategy_destroy(dist_strategy *s) {
 
 dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy **out) {
     DIST_CHECK_ARG(o && out, "dist_strategy_create: NULL argument");
+    *out = NULL;
     DIST_CHECK_ARG(o->version == DIST_STRATEGY_OPTIONS_VERSION,
                    "strategy options: version %d, expected %d (use DIST_STRATEGY_OPTIONS_INIT)",
                    o->version, DIST_STRATEGY_OPTIONS_VERSION);
     DIST_CHECK_ARG((int)o->kind >= 0 && o->kind <= DIST_STRATEGY_TPU, "strategy: unknown kind %d",
                    (int)o->kind);
     DIST_CHECK_ARG(o->threads_per_replica >= 0, "strategy: threads_per_replica must be >= 0");
+    DIST_CHECK_ARG(o->cuda_graphs >= -1 && o->cuda_graphs <= 1,
+                   "strategy: cuda_graphs must be 1 (on), -1 (off) or 0 (default), got %d",
+                   o->cuda_graphs);
+    /* the environment is read once, here; explicit options win */
+    int deterministic = o->deterministic ? 1 : env_flag("DIST_DETERMINISTIC", 0);
+    int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : env_flag("DIST_CUDA_GRAPHS", 1);
     *out = NULL;
     if (o->kind != DIST_STRATEGY_ONE_DEVICE && o->kind != DIST_STRATEGY_MIRRORED &&
         o->kind != DIST_STRATEGY_MULTI_WORKER)
@@ -300,6 +371,8 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
         dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
         bo.device = devs[r];
         bo.threads = threads;
+        bo.deterministic = deterministic;
+        bo.graphs = graphs;
         st = dist_backend_create(&bo, &s->backends[r]);
         if (st == DIST_OK) st = dist_tape_create(s->backends[r], &s->tapes[r]);
         if (st != DIST_OK) {

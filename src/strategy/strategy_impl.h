@@ -69,6 +69,9 @@ struct dist_strategy {
 
     /* host copies of the step outputs, reused across runs */
     dist_tensor *out_host[DIST_MAX_REPLICAS][DIST_ELEMENT_MAX];
+    /* each replica's outputs as they come back from its device, in one block */
+    float *out_pack[DIST_MAX_REPLICAS];
+    size_t out_pack_bytes[DIST_MAX_REPLICAS];
 };
 
 /* Kind constructors: fill iface/ctx/cross_device after the common part is set up. */

@@ -195,6 +195,13 @@ static int write_metrics(const run_state *s) {
                 (long long)dist_loss_scale_skipped_steps(s->loss_scale));
     else
         fputs("null", f);
+    dist_graph_stats g;
+    dist_strategy_graph_stats(s->strategy, &g);
+    fprintf(f,
+            ",\n  \"cuda_graphs\": {\"captured\": %lld, \"replayed\": %lld, \"eager_segments\": "
+            "%lld, \"capture_failures\": %lld}",
+            (long long)g.captured, (long long)g.replayed, (long long)g.eager_segments,
+            (long long)g.capture_failures);
     fprintf(f, "\n}\n");
     return fclose(f) == 0 ? 0 : 1;
 }
@@ -363,6 +370,8 @@ static int train(run_state *s) {
     }
     so.devices = o->devices;
     so.threads_per_replica = o->threads;
+    so.deterministic = o->deterministic;
+    so.cuda_graphs = o->cuda_graphs;
     so.collective_timeout_s = o->collective_timeout_s;
     so.connect_timeout_s = o->connect_timeout_s;
     if (o->transport)

@@ -69,6 +69,10 @@ void distrain_usage(FILE *out) {
         "Slurm)\n"
         "                                   as JSON and exit (2 with TensorFlow's message if "
         "invalid)\n"
+        "  --deterministic                  GPUs: deterministic algorithms only (the same run "
+        "gives the same bits)\n"
+        "  --cuda-graphs on|off             GPUs: replay repeated step work as CUDA graphs "
+        "(default on)\n"
         "  --quiet                          no summary or progress, only errors\n"
         "  --help\n");
 }
@@ -120,6 +124,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--deterministic") == 0) {
+            o->deterministic = 1;
             continue;
         }
         const char *v = NULL;
@@ -232,6 +240,13 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 o->loss_scale_value = x;
             }
             o->loss_scale = v;
+        } else if (strcmp(a, "--cuda-graphs") == 0) {
+            if (strcmp(v, "on") == 0)
+                o->cuda_graphs = 1;
+            else if (strcmp(v, "off") == 0)
+                o->cuda_graphs = -1;
+            else
+                return bad(a, v, "expected on or off");
         } else if (strcmp(a, "--reduce-lr-patience") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->reduce_lr_patience = (int)n;
         } else {

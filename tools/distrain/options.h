@@ -42,6 +42,8 @@ typedef struct distrain_options {
      * "dynamic:F" (initial scale F), "none", or a fixed scale F; F in loss_scale_value */
     const char *loss_scale;
     double loss_scale_value;
+    int deterministic; /* GPUs: deterministic cuDNN algorithms only */
+    int cuda_graphs;   /* 0 = default (on, unless $DIST_CUDA_GRAPHS=0), 1 = on, -1 = off */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */

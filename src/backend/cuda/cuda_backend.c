@@ -1,5 +1,6 @@
 /* The CUDA backend: creation, error translation, the vtable, and the host side of the kernels
- * that are not cuDNN or cuBLAS calls (argument checks, then a launcher from cuda_kernels.h).
+ * that are not cuDNN or cuBLAS calls: argument checks, then a command (cuda_submit) whose
+ * function calls a launcher from cuda_kernels.h with the recorded arguments.
  *
  * Tensors are always plain (NHWC for activations): cuDNN runs NHWC natively, so there is no
  * blocked layout to keep between kernels. */
@@ -78,6 +79,47 @@ static dist_status same_numel(const dist_tensor *a, const dist_tensor *b, const 
 
 /* ---- bias, ReLU ----------------------------------------------------------------------- */
 
+typedef struct bias_add_args {
+    int dtype, relu;
+    void *y;
+    const float *b;
+    int64_t rows, ch;
+} bias_add_args;
+
+static dist_status run_bias_add(void *device, const void *args) {
+    const bias_add_args *a = args;
+    return cuda_launched(cudak_bias_add(((cuda_ctx *)device)->stream, a->dtype, a->y, a->b,
+                                        a->rows, a->ch, a->relu),
+                         "bias_add");
+}
+
+dist_status cuda_submit_bias_add(cuda_ctx *c, int dtype, void *y, const float *b, int64_t rows,
+                                 int64_t ch, int relu) {
+    bias_add_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dtype;
+    a.relu = relu;
+    a.y = y;
+    a.b = b;
+    a.rows = rows;
+    a.ch = ch;
+    return cuda_submit(c, run_bias_add, &a, sizeof a);
+}
+
+typedef struct bias_grad_args {
+    int dtype;
+    const void *dy;
+    int64_t rows, ch;
+    float *scratch, *db;
+} bias_grad_args;
+
+static dist_status run_bias_grad(void *device, const void *args) {
+    const bias_grad_args *a = args;
+    return cuda_launched(cudak_bias_grad(((cuda_ctx *)device)->stream, a->dtype, a->dy, a->rows,
+                                         a->ch, a->scratch, a->db),
+                         "bias_grad");
+}
+
 static dist_status cuda_bias_add(void *ctx, dist_tensor *y, const dist_tensor *b, int relu) {
     cuda_ctx *c = ctx;
     int dt = DIST_F32;
@@ -88,10 +130,9 @@ static dist_status cuda_bias_add(void *ctx, dist_tensor *y, const dist_tensor *b
         return dist_error(DIST_INVALID_ARGUMENT,
                           "bias_add: bias has %lld values, output has %lld channels",
                           (long long)dist_tensor_numel(b), (long long)ch);
-    int64_t rows = ch ? dist_tensor_numel(y) / ch : 0;
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_bias_add(c->stream, dt, y->data, b->data, rows, ch, relu),
-                         "bias_add");
+    return cuda_submit_bias_add(c, dt, y->data, b->data, ch ? dist_tensor_numel(y) / ch : 0, ch,
+                                relu);
 }
 
 dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *db) {
@@ -103,11 +144,17 @@ dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *
         return dist_error(DIST_INVALID_ARGUMENT,
                           "bias_grad: db has %lld values, dy has %lld channels",
                           (long long)dist_tensor_numel(db), (long long)ch);
-    int64_t rows = ch ? dist_tensor_numel(dy) / ch : 0;
+    bias_grad_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.dy = dy->data;
+    a.rows = ch ? dist_tensor_numel(dy) / ch : 0;
+    a.ch = ch;
+    a.db = db->data;
     void *scratch;
-    DIST_TRY(cuda_workspace(c, cudak_bias_grad_scratch(rows, ch) * sizeof(float), &scratch));
-    return cuda_launched(cudak_bias_grad(c->stream, dt, dy->data, rows, ch, scratch, db->data),
-                         "bias_grad");
+    DIST_TRY(cuda_workspace(c, cudak_bias_grad_scratch(a.rows, ch) * sizeof(float), &scratch));
+    a.scratch = scratch;
+    return cuda_submit(c, run_bias_grad, &a, sizeof a);
 }
 
 static dist_status cuda_bias_grad(void *ctx, const dist_tensor *dy, dist_tensor *db) {
@@ -116,14 +163,79 @@ static dist_status cuda_bias_grad(void *ctx, const dist_tensor *dy, dist_tensor 
     return cuda_bias_grad_any(c, dy, db);
 }
 
+/* Arguments of the elementwise float32 commands: up to three arrays, a count, a scalar. */
+typedef struct ew_args {
+    const float *a, *b;
+    float *out;
+    size_t n;
+    float alpha;
+} ew_args;
+
+static dist_status submit_ew(cuda_ctx *c, step_rec_fn fn, const float *a, const float *b,
+                             float *out, size_t n, float alpha) {
+    ew_args e;
+    memset(&e, 0, sizeof e);
+    e.a = a;
+    e.b = b;
+    e.out = out;
+    e.n = n;
+    e.alpha = alpha;
+    return cuda_submit(c, fn, &e, sizeof e);
+}
+
+static dist_status run_relu_forward(void *device, const void *args) {
+    const ew_args *a = args;
+    return cuda_launched(cudak_relu_forward_f32(((cuda_ctx *)device)->stream, a->a, a->out, a->n),
+                         "relu");
+}
+
+static dist_status run_relu_backward(void *device, const void *args) {
+    const ew_args *a = args;
+    return cuda_launched(
+        cudak_relu_backward_f32(((cuda_ctx *)device)->stream, a->a, a->b, a->out, a->n),
+        "relu backward");
+}
+
+static dist_status run_add(void *device, const void *args) {
+    const ew_args *a = args;
+    return cuda_launched(cudak_add_f32(((cuda_ctx *)device)->stream, a->a, a->b, a->out, a->n),
+                         "add");
+}
+
+static dist_status run_scale(void *device, const void *args) {
+    const ew_args *a = args;
+    return cuda_launched(
+        cudak_scale_f32(((cuda_ctx *)device)->stream, a->a, a->alpha, a->out, a->n), "scale");
+}
+
+static dist_status run_fill(void *device, const void *args) {
+    const ew_args *a = args;
+    return cuda_launched(cudak_fill_f32(((cuda_ctx *)device)->stream, a->out, a->n, a->alpha),
+                         "fill");
+}
+
+static dist_status run_reduce_sum(void *device, const void *args) {
+    const ew_args *a = args;
+    return cuda_launched(cudak_reduce_sum_f32(((cuda_ctx *)device)->stream, a->a, a->n, a->out),
+                         "reduce_sum");
+}
+
+dist_status cuda_submit_fill(cuda_ctx *c, float *x, size_t n, float value) {
+    return submit_ew(c, run_fill, NULL, NULL, x, n, value);
+}
+
+dist_status cuda_submit_scale(cuda_ctx *c, const float *x, float alpha, float *out, size_t n) {
+    return submit_ew(c, run_scale, x, NULL, out, n, alpha);
+}
+
 static dist_status cuda_relu_forward(void *ctx, const dist_tensor *x, dist_tensor *y) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_require_f32(x, "relu"));
     DIST_TRY(same_numel(x, y, "relu"));
     DIST_TRY(cuda_enter(c));
     y->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(
-        cudak_relu_forward_f32(c->stream, x->data, y->data, (size_t)dist_tensor_numel(x)), "relu");
+    return submit_ew(c, run_relu_forward, x->data, NULL, y->data, (size_t)dist_tensor_numel(x),
+                     0.0f);
 }
 
 static dist_status cuda_relu_backward(void *ctx, const dist_tensor *y, const dist_tensor *dy,
@@ -135,12 +247,56 @@ static dist_status cuda_relu_backward(void *ctx, const dist_tensor *y, const dis
     DIST_TRY(same_numel(y, dx, "relu backward"));
     DIST_TRY(cuda_enter(c));
     dx->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(cudak_relu_backward_f32(c->stream, y->data, dy->data, dx->data,
-                                                 (size_t)dist_tensor_numel(y)),
-                         "relu backward");
+    return submit_ew(c, run_relu_backward, y->data, dy->data, dx->data,
+                     (size_t)dist_tensor_numel(y), 0.0f);
 }
 
 /* ---- softmax cross-entropy, accuracy -------------------------------------------------- */
+
+/* Arguments of the loss and accuracy commands: [n, k] float32 rows with int32 labels. */
+typedef struct xent_args {
+    const float *in;
+    const int32_t *labels;
+    const float *dloss;
+    float *out, *out2;
+    int64_t n, k;
+} xent_args;
+
+static dist_status submit_xent(cuda_ctx *c, step_rec_fn fn, const dist_tensor *in,
+                               const dist_tensor *labels, const float *dloss, float *out,
+                               float *out2) {
+    xent_args a;
+    memset(&a, 0, sizeof a);
+    a.in = in->data;
+    a.labels = labels->data;
+    a.dloss = dloss;
+    a.out = out;
+    a.out2 = out2;
+    a.n = in->shape[0];
+    a.k = in->shape[1];
+    return cuda_submit(c, fn, &a, sizeof a);
+}
+
+static dist_status run_xent_forward(void *device, const void *args) {
+    const xent_args *a = args;
+    return cuda_launched(cudak_softmax_xent_forward(((cuda_ctx *)device)->stream, a->in,
+                                                    a->labels, a->out, a->out2, a->n, a->k),
+                         "softmax cross-entropy");
+}
+
+static dist_status run_xent_backward(void *device, const void *args) {
+    const xent_args *a = args;
+    return cuda_launched(cudak_softmax_xent_backward(((cuda_ctx *)device)->stream, a->in,
+                                                     a->labels, a->dloss, a->out, a->n, a->k),
+                         "softmax cross-entropy backward");
+}
+
+static dist_status run_accuracy(void *device, const void *args) {
+    const xent_args *a = args;
+    return cuda_launched(cudak_accuracy_count(((cuda_ctx *)device)->stream, a->in, a->labels,
+                                              a->out, a->n, a->k),
+                         "accuracy_count");
+}
 
 static dist_status check_xent(const dist_tensor *logits, const dist_tensor *labels) {
     DIST_TRY(cuda_require_f32(logits, "softmax cross-entropy"));
@@ -157,10 +313,7 @@ static dist_status cuda_softmax_xent_forward(void *ctx, const dist_tensor *logit
         return dist_error(DIST_INVALID_ARGUMENT,
                           "softmax cross-entropy: loss must have one value per row");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_softmax_xent_forward(c->stream, logits->data, labels->data,
-                                                    loss->data, probs->data, logits->shape[0],
-                                                    logits->shape[1]),
-                         "softmax cross-entropy");
+    return submit_xent(c, run_xent_forward, logits, labels, NULL, loss->data, probs->data);
 }
 
 static dist_status cuda_softmax_xent_backward(void *ctx, const dist_tensor *probs,
@@ -173,10 +326,7 @@ static dist_status cuda_softmax_xent_backward(void *ctx, const dist_tensor *prob
         return dist_error(DIST_INVALID_ARGUMENT,
                           "softmax cross-entropy backward: dloss must have one value per row");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_softmax_xent_backward(c->stream, probs->data, labels->data,
-                                                     dloss->data, dlogits->data, probs->shape[0],
-                                                     probs->shape[1]),
-                         "softmax cross-entropy backward");
+    return submit_xent(c, run_xent_backward, probs, labels, dloss->data, dlogits->data, NULL);
 }
 
 static dist_status cuda_accuracy_count(void *ctx, const dist_tensor *logits,
@@ -184,10 +334,10 @@ static dist_status cuda_accuracy_count(void *ctx, const dist_tensor *logits,
     cuda_ctx *c = ctx;
     DIST_TRY(check_xent(logits, labels));
     DIST_TRY(cuda_require_f32(count, "accuracy_count"));
+    if (dist_tensor_numel(count) < 1)
+        return dist_error(DIST_INVALID_ARGUMENT, "accuracy_count: the count has no element");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_accuracy_count(c->stream, logits->data, labels->data, count->data,
-                                              logits->shape[0], logits->shape[1]),
-                         "accuracy_count");
+    return submit_xent(c, run_accuracy, logits, labels, NULL, count->data, NULL);
 }
 
 /* ---- max pooling ---------------------------------------------------------------------- */
@@ -225,6 +375,40 @@ static dist_status pool_check_y(const cudak_pool_geom *g, const dist_tensor *y, 
     return DIST_OK;
 }
 
+typedef struct pool_args {
+    cudak_pool_geom g;
+    int dtype;
+    const void *in;
+    void *out;
+    int32_t *argmax;
+} pool_args;
+
+static dist_status submit_pool(cuda_ctx *c, step_rec_fn fn, const cudak_pool_geom *g, int dtype,
+                               const void *in, void *out, const void *argmax) {
+    pool_args a;
+    memset(&a, 0, sizeof a);
+    a.g = *g;
+    a.dtype = dtype;
+    a.in = in;
+    a.out = out;
+    a.argmax = (int32_t *)argmax;
+    return cuda_submit(c, fn, &a, sizeof a);
+}
+
+static dist_status run_pool_forward(void *device, const void *args) {
+    const pool_args *a = args;
+    return cuda_launched(cudak_max_pool_forward(((cuda_ctx *)device)->stream, a->dtype, &a->g,
+                                                a->in, a->out, a->argmax),
+                         "max_pool2d");
+}
+
+static dist_status run_pool_backward(void *device, const void *args) {
+    const pool_args *a = args;
+    return cuda_launched(cudak_max_pool_backward(((cuda_ctx *)device)->stream, a->dtype, &a->g,
+                                                 a->in, a->argmax, a->out),
+                         "max_pool2d backward");
+}
+
 /* The workspace holds one int32 arg-max per output element. */
 static dist_status cuda_max_pool2d_workspace_bytes(void *ctx, const dist_pool2d_desc *d,
                                                    const dist_tensor *x, size_t *bytes) {
@@ -248,8 +432,7 @@ static dist_status cuda_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d,
         return dist_error(DIST_INVALID_ARGUMENT, "max_pool2d: the CUDA backend needs a workspace");
     DIST_TRY(cuda_enter(c));
     y->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(cudak_max_pool_forward(c->stream, dt, &g, x->data, y->data, workspace),
-                         "max_pool2d");
+    return submit_pool(c, run_pool_forward, &g, dt, x->data, y->data, workspace);
 }
 
 static dist_status cuda_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d,
@@ -270,11 +453,25 @@ static dist_status cuda_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d
                           "max_pool2d backward: the CUDA backend needs the forward workspace");
     DIST_TRY(cuda_enter(c));
     dx->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(cudak_max_pool_backward(c->stream, dt, &g, dy->data, workspace, dx->data),
-                         "max_pool2d backward");
+    return submit_pool(c, run_pool_backward, &g, dt, dy->data, dx->data, workspace);
 }
 
 /* ---- layout, elementwise, reductions -------------------------------------------------- */
+
+typedef struct blocked_args {
+    size_t elem_size;
+    const void *src;
+    void *dst;
+    int64_t n, h, w, c;
+    int to_blocked;
+} blocked_args;
+
+static dist_status run_blocked(void *device, const void *args) {
+    const blocked_args *a = args;
+    return cuda_launched(cudak_nhwc_blocked(((cuda_ctx *)device)->stream, a->elem_size, a->src,
+                                            a->dst, a->n, a->h, a->w, a->c, a->to_blocked),
+                         "to_layout");
+}
 
 static dist_status cuda_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst) {
     cuda_ctx *c = ctx;
@@ -283,22 +480,29 @@ static dist_status cuda_to_layout(void *ctx, const dist_tensor *src, dist_tensor
     DIST_TRY(cuda_enter(c));
     if (src->layout == dst->layout) {
         if (src->data == dst->data) return DIST_OK;
-        CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, dist_tensor_bytes(src), cudaMemcpyDefault,
-                                 c->stream),
-                 "to_layout copy");
-        return DIST_OK;
+        return cuda_memcpy_async(c, dst->data, src->data, dist_tensor_bytes(src));
     }
+    if ((src->layout != DIST_LAYOUT_PLAIN && src->layout != DIST_LAYOUT_NCHW16C) ||
+        (dst->layout != DIST_LAYOUT_PLAIN && dst->layout != DIST_LAYOUT_NCHW16C))
+        return dist_error(DIST_UNSUPPORTED,
+                          "to_layout: the CUDA backend converts between plain and nChw16c only");
     if (src->ndim != 4 || src->shape[3] % 16 != 0)
         return dist_error(
             DIST_INVALID_ARGUMENT,
             "to_layout: the blocked layout needs a 4-D NHWC tensor with channels %% 16 == 0");
     if (src->data == dst->data)
         return dist_error(DIST_INVALID_ARGUMENT, "to_layout: cannot reorder in place");
-    int to_blocked = dst->layout == DIST_LAYOUT_NCHW16C;
-    return cuda_launched(cudak_nhwc_blocked(c->stream, dist_dtype_size(src->dtype), src->data,
-                                            dst->data, src->shape[0], src->shape[1], src->shape[2],
-                                            src->shape[3], to_blocked),
-                         "to_layout");
+    blocked_args a;
+    memset(&a, 0, sizeof a);
+    a.elem_size = dist_dtype_size(src->dtype);
+    a.src = src->data;
+    a.dst = dst->data;
+    a.n = src->shape[0];
+    a.h = src->shape[1];
+    a.w = src->shape[2];
+    a.c = src->shape[3];
+    a.to_blocked = dst->layout == DIST_LAYOUT_NCHW16C;
+    return cuda_submit(c, run_blocked, &a, sizeof a);
 }
 
 static dist_status cuda_add(void *ctx, const dist_tensor *a, const dist_tensor *b,
@@ -310,8 +514,7 @@ static dist_status cuda_add(void *ctx, const dist_tensor *a, const dist_tensor *
     DIST_TRY(same_numel(a, out, "add"));
     DIST_TRY(cuda_enter(c));
     out->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(
-        cudak_add_f32(c->stream, a->data, b->data, out->data, (size_t)dist_tensor_numel(a)), "add");
+    return submit_ew(c, run_add, a->data, b->data, out->data, (size_t)dist_tensor_numel(a), 0.0f);
 }
 
 static dist_status cuda_scale(void *ctx, const dist_tensor *x, float alpha, dist_tensor *out) {
@@ -320,36 +523,91 @@ static dist_status cuda_scale(void *ctx, const dist_tensor *x, float alpha, dist
     DIST_TRY(same_numel(x, out, "scale"));
     DIST_TRY(cuda_enter(c));
     out->layout = DIST_LAYOUT_PLAIN;
-    return cuda_launched(
-        cudak_scale_f32(c->stream, x->data, alpha, out->data, (size_t)dist_tensor_numel(x)),
-        "scale");
+    return cuda_submit_scale(c, x->data, alpha, out->data, (size_t)dist_tensor_numel(x));
 }
 
 static dist_status cuda_fill(void *ctx, dist_tensor *x, float value) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_require_f32(x, "fill"));
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_fill_f32(c->stream, x->data, (size_t)dist_tensor_numel(x), value),
-                         "fill");
+    return cuda_submit_fill(c, x->data, (size_t)dist_tensor_numel(x), value);
 }
 
 static dist_status cuda_reduce_sum(void *ctx, const dist_tensor *x, dist_tensor *out) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_require_f32(x, "reduce_sum"));
     DIST_TRY(cuda_require_f32(out, "reduce_sum (out)"));
+    if (dist_tensor_numel(out) < 1)
+        return dist_error(DIST_INVALID_ARGUMENT, "reduce_sum: the output has no element");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(
-        cudak_reduce_sum_f32(c->stream, x->data, (size_t)dist_tensor_numel(x), out->data),
-        "reduce_sum");
+    return submit_ew(c, run_reduce_sum, x->data, NULL, out->data, (size_t)dist_tensor_numel(x),
+                     0.0f);
 }
 
+/* ---- optimizer updates ---------------------------------------------------------------- */
+
+typedef struct update_args {
+    float lr, beta1, beta2, epsilon, grad_scale;
+    int nesterov;
+    const float *hp; /* run_adam_dev: the five values above, in device memory */
+    float *param;
+    const float *grad;
+    float *m, *v;
+    size_t n;
+} update_args;
+
+static dist_status run_adam(void *device, const void *args) {
+    const update_args *a = args;
+    return cuda_launched(cudak_adam_update(((cuda_ctx *)device)->stream, a->lr, a->beta1, a->beta2,
+                                           a->epsilon, a->grad_scale, a->param, a->grad, a->m,
+                                           a->v, a->n),
+                         "adam_update");
+}
+
+/* SGD's momentum travels in beta1. */
+static dist_status run_sgd(void *device, const void *args) {
+    const update_args *a = args;
+    return cuda_launched(cudak_sgd_update(((cuda_ctx *)device)->stream, a->lr, a->beta1,
+                                          a->nesterov, a->grad_scale, a->param, a->grad, a->m,
+                                          a->n),
+                         "sgd_update");
+}
+
+/* Adam reading its hyperparameters from the step's device scalars. */
+static dist_status run_adam_dev(void *device, const void *args) {
+    const update_args *a = args;
+    return cuda_launched(cudak_adam_update_dev(((cuda_ctx *)device)->stream, a->hp, a->param,
+                                               a->grad, a->m, a->v, a->n),
+                         "adam_update");
+}
+
+/* Inside a step the hyperparameters go through device memory: the bias-corrected learning
+ * rate changes every step, and a kernel argument that changes would make every step a new
+ * segment, never replayed. */
 static dist_status cuda_adam_update(void *ctx, const dist_adam_desc *d, float *param,
                                     const float *grad, float *m, float *v, size_t n) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_adam_update(c->stream, d->lr, d->beta1, d->beta2, d->epsilon,
-                                           d->grad_scale, param, grad, m, v, n),
-                         "adam_update");
+    const float hp[5] = {d->lr, d->beta1, d->beta2, d->epsilon, d->grad_scale};
+    void *hp_dev;
+    DIST_TRY(cuda_step_scalars(c, hp, sizeof hp, &hp_dev));
+    update_args a;
+    memset(&a, 0, sizeof a);
+    a.param = param;
+    a.grad = grad;
+    a.m = m;
+    a.v = v;
+    a.n = n;
+    if (hp_dev) {
+        a.hp = hp_dev;
+        return cuda_submit(c, run_adam_dev, &a, sizeof a);
+    }
+    a.lr = d->lr;
+    a.beta1 = d->beta1;
+    a.beta2 = d->beta2;
+    a.epsilon = d->epsilon;
+    a.grad_scale = d->grad_scale;
+    return cuda_submit(c, run_adam, &a, sizeof a);
 }
 
 static dist_status cuda_sgd_update(void *ctx, const dist_sgd_desc *d, float *param,
@@ -358,9 +616,52 @@ static dist_status cuda_sgd_update(void *ctx, const dist_sgd_desc *d, float *par
     if (d->momentum != 0.0f && !momentum)
         return dist_error(DIST_INVALID_ARGUMENT, "sgd_update: momentum buffer is NULL");
     DIST_TRY(cuda_enter(c));
-    return cuda_launched(cudak_sgd_update(c->stream, d->lr, d->momentum, d->nesterov, d->grad_scale,
-                                          param, grad, momentum, n),
-                         "sgd_update");
+    update_args a;
+    memset(&a, 0, sizeof a);
+    a.lr = d->lr;
+    a.beta1 = d->momentum;
+    a.nesterov = d->nesterov;
+    a.grad_scale = d->grad_scale;
+    a.param = param;
+    a.grad = grad;
+    a.m = momentum;
+    a.n = n;
+    return cuda_submit(c, run_sgd, &a, sizeof a);
+}
+
+/* ---- casts, rounding, the finite check ------------------------------------------------ */
+
+typedef struct cast_args {
+    int src_dtype, dst_dtype;
+    const void *src;
+    void *dst;
+    size_t n;
+} cast_args;
+
+static dist_status run_cast(void *device, const void *args) {
+    const cast_args *a = args;
+    return cuda_launched(cudak_cast(((cuda_ctx *)device)->stream, a->src_dtype, a->src,
+                                    a->dst_dtype, a->dst, a->n),
+                         "cast");
+}
+
+/* round: src_dtype unused, dst_dtype the precision rounded to */
+static dist_status run_round(void *device, const void *args) {
+    const cast_args *a = args;
+    return cuda_launched(
+        cudak_round(((cuda_ctx *)device)->stream, a->src, a->dst_dtype, a->dst, a->n), "round");
+}
+
+static dist_status submit_cast(cuda_ctx *c, step_rec_fn fn, int src_dtype, const void *src,
+                               int dst_dtype, void *dst, size_t n) {
+    cast_args a;
+    memset(&a, 0, sizeof a);
+    a.src_dtype = src_dtype;
+    a.dst_dtype = dst_dtype;
+    a.src = src;
+    a.dst = dst;
+    a.n = n;
+    return cuda_submit(c, fn, &a, sizeof a);
 }
 
 static dist_status cuda_cast(void *ctx, const dist_tensor *src, dist_tensor *dst) {
@@ -370,10 +671,7 @@ static dist_status cuda_cast(void *ctx, const dist_tensor *src, dist_tensor *dst
     dst->layout = src->layout;
     if (src->dtype == dst->dtype) {
         if (src->data == dst->data) return DIST_OK;
-        CUDA_TRY(cudaMemcpyAsync(dst->data, src->data, dist_tensor_bytes(src), cudaMemcpyDefault,
-                                 c->stream),
-                 "cast copy");
-        return DIST_OK;
+        return cuda_memcpy_async(c, dst->data, src->data, dist_tensor_bytes(src));
     }
     int ok = (src->dtype == DIST_F32 && (dst->dtype == DIST_F16 || dst->dtype == DIST_BF16)) ||
              (dst->dtype == DIST_F32 &&
@@ -381,9 +679,8 @@ static dist_status cuda_cast(void *ctx, const dist_tensor *src, dist_tensor *dst
     if (!ok)
         return dist_error(DIST_UNSUPPORTED, "cast: %s to %s is not supported",
                           dist_dtype_name(src->dtype), dist_dtype_name(dst->dtype));
-    return cuda_launched(cudak_cast(c->stream, (int)src->dtype, src->data, (int)dst->dtype,
-                                    dst->data, (size_t)dist_tensor_numel(src)),
-                         "cast");
+    return submit_cast(c, run_cast, (int)src->dtype, src->data, (int)dst->dtype, dst->data,
+                       (size_t)dist_tensor_numel(src));
 }
 
 static dist_status cuda_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
@@ -396,19 +693,16 @@ static dist_status cuda_round(void *ctx, const dist_tensor *x, dist_dtype dtype,
     y->layout = x->layout;
     if (dtype == DIST_F32) {
         if (x->data == y->data) return DIST_OK;
-        CUDA_TRY(cudaMemcpyAsync(y->data, x->data, dist_tensor_bytes(x), cudaMemcpyDefault,
-                                 c->stream),
-                 "round copy");
-        return DIST_OK;
+        return cuda_memcpy_async(c, y->data, x->data, dist_tensor_bytes(x));
     }
     if (dtype != DIST_F16 && dtype != DIST_BF16)
         return dist_error(DIST_INVALID_ARGUMENT, "round: to %s: only float16 and bfloat16",
                           dist_dtype_name(dtype));
-    return cuda_launched(cudak_round(c->stream, x->data, (int)dtype, y->data,
-                                     (size_t)dist_tensor_numel(x)),
-                         "round");
+    return submit_cast(c, run_round, DIST_F32, x->data, (int)dtype, y->data,
+                       (size_t)dist_tensor_numel(x));
 }
 
+/* Waits for the device, so it runs at once: what the step recorded runs first. */
 static dist_status cuda_all_finite(void *ctx, const dist_tensor *x, int *all_finite) {
     cuda_ctx *c = ctx;
     size_t n = (size_t)dist_tensor_numel(x);
@@ -417,6 +711,7 @@ static dist_status cuda_all_finite(void *ctx, const dist_tensor *x, int *all_fin
         return DIST_OK;
     }
     DIST_TRY(cuda_enter(c));
+    DIST_TRY(cuda_flush(c));
     CUDA_TRY(cudaMemsetAsync(c->flag_dev, 0, sizeof(int), c->stream), "all_finite: memset");
     DIST_TRY(cuda_launched(cudak_any_nonfinite(c->stream, (int)x->dtype, x->data, n, c->flag_dev),
                            "all_finite"));
@@ -435,6 +730,7 @@ static void cuda_destroy(void *ctx) {
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    cuda_graphs_release(c); /* nothing is recorded outside a step */
     cuda_conv_plans_release(c);
     if (c->cublas) cublasDestroy(c->cublas);
     if (c->cudnn) cudnnDestroy(c->cudnn);
@@ -446,6 +742,7 @@ static void cuda_destroy(void *ctx) {
     free(c);
 }
 
+/* Callers in this module flush first (cuda_nccl.c); outside a step nothing is deferred. */
 static void *cuda_native_stream(void *ctx) { return (void *)((cuda_ctx *)ctx)->stream; }
 
 static const struct dist_backend_i cuda_iface = {
@@ -481,6 +778,9 @@ static const struct dist_backend_i cuda_iface = {
     .round = cuda_round,
     .all_finite = cuda_all_finite,
     .native_stream = cuda_native_stream,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
+    .graph_stats = cuda_graph_stats,
 };
 
 /* cudaGetDeviceCount fails without a driver or a GPU; that is "no devices", not an error. */
@@ -509,6 +809,7 @@ static dist_status ctx_init(cuda_ctx *c) {
     CUBLAS_TRY(cublasSetWorkspace(c->cublas, c->cublas_ws, CUDA_CUBLAS_WS_BYTES),
                "cublasSetWorkspace");
     DIST_TRY(cuda_memory_init(c));
+    DIST_TRY(cuda_graphs_init(c));
     return DIST_OK;
 }
 
@@ -532,6 +833,7 @@ dist_status cuda_backend_create(const dist_backend_options *options, dist_backen
     }
     c->device = idx;
     c->deterministic = options->deterministic != 0;
+    c->graphs = options->graphs != 0;
     const char *tf32 = getenv("DIST_CUDA_TF32");
     c->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
     dist_status st = ctx_init(c);

@@ -7,10 +7,15 @@
  *
  * A plan (descriptors, algorithm, workspace size, filter buffer) is made once per shape. The
  * algorithm is measured with cudnnFind*AlgorithmEx on the first call's real data; with the
- * `deterministic` option only deterministic algorithms qualify. Float32 runs in FMA math
+ * `deterministic` option only deterministic algorithms qualify, taken in cuDNN's heuristic
+ * order instead of by a timing, so that every run picks the same one. Float32 runs in FMA math
  * (true float32, like the CPU backend) unless DIST_CUDA_TF32=1 allowed TF32; float16 and
  * bfloat16 use tensor cores with float32 accumulation. cuDNN pads symmetrically, so TF's
- * asymmetric SAME padding (even kernels, or strides that do not divide) is refused. */
+ * asymmetric SAME padding (even kernels, or strides that do not divide) is refused.
+ *
+ * Each cuDNN call is a command (cuda_submit) holding the plan's descriptors, the algorithm, the
+ * workspace and the data pointers; the algorithm search runs at once, after what the step
+ * recorded before it. */
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
 
@@ -162,8 +167,9 @@ static dist_status plan_get(cuda_ctx *c, int op, const dist_conv2d_desc *d, cons
         if (!p->used && !free_slot) free_slot = p;
     }
     if (!free_slot) {
-        /* Shapes change only with the batch size, so this is rare; queued work may still read
-         * the evicted plan's filter buffer. */
+        /* Shapes change only with the batch size, so this is rare; queued or recorded work may
+         * still use the evicted plan's descriptors and filter buffer. */
+        DIST_TRY(cuda_flush(c));
         CUDA_TRY(cudaStreamSynchronize(c->stream), "conv2d: evicting a plan");
         free_slot = &c->plans[c->next_evict];
         c->next_evict = (c->next_evict + 1) % CUDA_PLAN_CACHE;
@@ -172,6 +178,7 @@ static dist_status plan_get(cuda_ctx *c, int op, const dist_conv2d_desc *d, cons
     cuda_conv_plan *p = free_slot;
     memcpy(p->key, key, sizeof key);
     p->used = 1;
+    p->serial = ++c->plans_made;
     dist_status st = plan_init(c, p, d, s, dt);
     if (st != DIST_OK) {
         plan_release(c, p);
@@ -181,7 +188,8 @@ static dist_status plan_get(cuda_ctx *c, int op, const dist_conv2d_desc *d, cons
     return DIST_OK;
 }
 
-/* Picks the fastest result that qualifies: it ran, is deterministic when asked, and in strict
+/* Picks the first candidate that qualifies (the fastest measured, or the heuristics' first):
+ * it ran, needs at most FIND_WS_BYTES of workspace, is deterministic when asked, and in strict
  * float32 is not a tensor-core (TF32) variant. Strict float32 keeps the descriptor in FMA math,
  * which is what the search ran under; the others take the math type the winner reported. */
 static dist_status pick_algo(cuda_ctx *c, cuda_conv_plan *p, cudnnDataType_t dt,
@@ -189,6 +197,7 @@ static dist_status pick_algo(cuda_ctx *c, cuda_conv_plan *p, cudnnDataType_t dt,
     int strict_math = dt == CUDNN_DATA_FLOAT && !c->allow_tf32;
     for (int i = 0; i < n; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        if (perf[i].memory > FIND_WS_BYTES) continue; /* the heuristics offer no cap */
         if (c->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
         if (strict_math && perf[i].math != CUDNN_FMA_MATH && perf[i].math != CUDNN_DEFAULT_MATH)
             continue;
@@ -214,13 +223,171 @@ static dist_status pick_algo(cuda_ctx *c, cuda_conv_plan *p, cudnnDataType_t dt,
         }                                                                                          \
     } while (0)
 
+/* The candidates of the default mode: every algorithm run and timed on this call's own buffers
+ * (cudnnFind*Ex, like cudnn.benchmark), fastest first. The search runs on the stream at once,
+ * after what the step recorded before it (it reads the filter transposed just now). */
+static dist_status measured_algos(cuda_ctx *c, cuda_conv_plan *p, int op, const void *in1,
+                                  const void *in2, void *out, algo_perf *perf, int *n) {
+    void *ws;
+    DIST_TRY(cuda_workspace(c, FIND_WS_BYTES, &ws));
+    DIST_TRY(cuda_flush(c));
+    if (op == CUDA_CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(c->cudnn, p->xd, in1, p->wd, in2, p->cd,
+                                                         p->yd, out,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r,
+                                                         ws, FIND_WS_BYTES),
+                  "conv2d: forward algorithm search");
+        COPY_PERF(perf, r, *n);
+    } else if (op == CUDA_CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
+                      c->cudnn, p->wd, in1, p->yd, in2, p->cd, p->xd, out,
+                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, r, ws, FIND_WS_BYTES),
+                  "conv2d: backward-data algorithm search");
+        COPY_PERF(perf, r, *n);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                      c->cudnn, p->xd, in1, p->yd, in2, p->cd, p->wd, out,
+                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, r, ws, FIND_WS_BYTES),
+                  "conv2d: backward-filter algorithm search");
+        COPY_PERF(perf, r, *n);
+    }
+    return DIST_OK;
+}
+
+/* The candidates of the deterministic mode: cuDNN's heuristic order (cudnnGet*_v7), nothing
+ * timed, so the same shapes get the same algorithm in every run, and so the same bits. */
+static dist_status heuristic_algos(cuda_ctx *c, cuda_conv_plan *p, int op, algo_perf *perf,
+                                   int *n) {
+    if (op == CUDA_CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(c->cudnn, p->xd, p->wd, p->cd, p->yd,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r),
+                  "conv2d: forward algorithm heuristics");
+        COPY_PERF(perf, r, *n);
+    } else if (op == CUDA_CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                      c->cudnn, p->wd, p->yd, p->cd, p->xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                      n, r),
+                  "conv2d: backward-data algorithm heuristics");
+        COPY_PERF(perf, r, *n);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                      c->cudnn, p->xd, p->yd, p->cd, p->wd,
+                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, r),
+                  "conv2d: backward-filter algorithm heuristics");
+        COPY_PERF(perf, r, *n);
+    }
+    return DIST_OK;
+}
+
+/* Chooses the plan's algorithm, once per plan. in1, in2, out: the op's buffers, as for
+ * submit_conv. */
+static dist_status choose_algo(cuda_ctx *c, cuda_conv_plan *p, int op, cudnnDataType_t dt,
+                               const void *in1, const void *in2, void *out, const char *name) {
+    algo_perf perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT +
+                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int n = 0;
+    if (c->deterministic)
+        DIST_TRY(heuristic_algos(c, p, op, perf, &n));
+    else
+        DIST_TRY(measured_algos(c, p, op, in1, in2, out, perf, &n));
+    return pick_algo(c, p, dt, perf, n, name);
+}
+
+typedef struct transpose_args {
+    size_t esize;
+    const void *src;
+    void *dst;
+    int64_t rows, cols;
+} transpose_args;
+
+static dist_status run_transpose(void *device, const void *args) {
+    const transpose_args *a = args;
+    return cuda_launched(cudak_transpose(((cuda_ctx *)device)->stream, a->esize, a->src, a->dst,
+                                         a->rows, a->cols),
+                         "conv2d: filter transpose");
+}
+
 /* Converts between HWIO ([R*S*C, K]) and KRSC ([K, R*S*C]). */
 static dist_status transpose_filter(cuda_ctx *c, const conv_shape *s, size_t esize, const void *src,
                                     void *dst, int to_krsc) {
     int64_t rsc = s->r * s->s * s->c;
-    cudaError_t e = to_krsc ? cudak_transpose(c->stream, esize, src, dst, rsc, s->k)
-                            : cudak_transpose(c->stream, esize, src, dst, s->k, rsc);
-    return cuda_launched(e, "conv2d: filter transpose");
+    transpose_args a;
+    memset(&a, 0, sizeof a);
+    a.esize = esize;
+    a.src = src;
+    a.dst = dst;
+    a.rows = to_krsc ? rsc : s->k;
+    a.cols = to_krsc ? s->k : rsc;
+    return cuda_submit(c, run_transpose, &a, sizeof a);
+}
+
+/* One cuDNN convolution call: out = conv(in1, in2) in the op's own argument order. The plan's
+ * serial keeps two plans apart whose descriptors happen to reuse freed addresses. */
+typedef struct conv_args {
+    uint64_t plan;
+    int op, algo;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    const void *in1, *in2;
+    void *out;
+    void *ws;
+    size_t ws_bytes;
+} conv_args;
+
+static dist_status run_conv(void *device, const void *args) {
+    cuda_ctx *c = device;
+    const conv_args *a = args;
+    const float one = 1.0f, zero = 0.0f;
+    switch (a->op) {
+    case CUDA_CONV_FWD:
+        CUDNN_TRY(cudnnConvolutionForward(c->cudnn, &one, a->xd, a->in1, a->wd, a->in2, a->cd,
+                                          (cudnnConvolutionFwdAlgo_t)a->algo, a->ws, a->ws_bytes,
+                                          &zero, a->yd, a->out),
+                  "conv2d forward");
+        return DIST_OK;
+    case CUDA_CONV_BWD_DATA:
+        CUDNN_TRY(cudnnConvolutionBackwardData(c->cudnn, &one, a->wd, a->in1, a->yd, a->in2, a->cd,
+                                               (cudnnConvolutionBwdDataAlgo_t)a->algo, a->ws,
+                                               a->ws_bytes, &zero, a->xd, a->out),
+                  "conv2d backward-data");
+        return DIST_OK;
+    default:
+        CUDNN_TRY(cudnnConvolutionBackwardFilter(c->cudnn, &one, a->xd, a->in1, a->yd, a->in2,
+                                                 a->cd, (cudnnConvolutionBwdFilterAlgo_t)a->algo,
+                                                 a->ws, a->ws_bytes, &zero, a->wd, a->out),
+                  "conv2d backward-filter");
+        return DIST_OK;
+    }
+}
+
+/* Records the plan's op on in1, in2 -> out (forward: x, w -> y; backward-data: w, dy -> dx;
+ * backward-filter: x, dy -> w). */
+static dist_status submit_conv(cuda_ctx *c, int op, const cuda_conv_plan *p, const void *in1,
+                               const void *in2, void *out) {
+    void *ws;
+    DIST_TRY(cuda_workspace(c, p->ws_bytes, &ws));
+    conv_args a;
+    memset(&a, 0, sizeof a);
+    a.plan = p->serial;
+    a.op = op;
+    a.algo = p->algo;
+    a.xd = p->xd;
+    a.yd = p->yd;
+    a.wd = p->wd;
+    a.cd = p->cd;
+    a.in1 = in1;
+    a.in2 = in2;
+    a.out = out;
+    a.ws = ws;
+    a.ws_bytes = p->ws_bytes;
+    return cuda_submit(c, run_conv, &a, sizeof a);
 }
 
 /* ---- forward -------------------------------------------------------------------------- */
@@ -240,34 +407,17 @@ dist_status cuda_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist
                               "conv2d: bias has %lld values, kernel has %lld filters",
                               (long long)dist_tensor_numel(b), (long long)s.k);
     }
+    y->layout = DIST_LAYOUT_PLAIN;
+    if (s.n == 0) return DIST_OK; /* an empty batch: cuDNN refuses descriptors of 0 images */
     DIST_TRY(cuda_enter(c));
     cuda_conv_plan *p;
     DIST_TRY(plan_get(c, CUDA_CONV_FWD, d, &s, dt, &p));
     DIST_TRY(transpose_filter(c, &s, dist_dtype_size(w->dtype), w->data, p->w_krsc, 1));
-    void *ws;
-    if (p->algo < 0) {
-        cudnnConvolutionFwdAlgoPerf_t res[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        algo_perf perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        int n = 0;
-        DIST_TRY(cuda_workspace(c, FIND_WS_BYTES, &ws));
-        CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(
-                      c->cudnn, p->xd, x->data, p->wd, p->w_krsc, p->cd, p->yd, y->data,
-                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, res, ws, FIND_WS_BYTES),
-                  "conv2d: forward algorithm search");
-        COPY_PERF(perf, res, n);
-        DIST_TRY(pick_algo(c, p, dt, perf, n, op));
-    }
-    DIST_TRY(cuda_workspace(c, p->ws_bytes, &ws));
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(cudnnConvolutionForward(c->cudnn, &one, p->xd, x->data, p->wd, p->w_krsc, p->cd,
-                                      (cudnnConvolutionFwdAlgo_t)p->algo, ws, p->ws_bytes, &zero,
-                                      p->yd, y->data),
-              "conv2d forward");
-    y->layout = DIST_LAYOUT_PLAIN;
+    if (p->algo < 0) DIST_TRY(choose_algo(c, p, CUDA_CONV_FWD, dt, x->data, p->w_krsc, y->data, op));
+    DIST_TRY(submit_conv(c, CUDA_CONV_FWD, p, x->data, p->w_krsc, y->data));
     if (b || d->relu)
-        return cuda_launched(cudak_bias_add(c->stream, (int)y->dtype, y->data, b ? b->data : NULL,
-                                            s.n * s.oh * s.ow, s.k, d->relu),
-                             "conv2d: bias and ReLU");
+        return cuda_submit_bias_add(c, (int)y->dtype, y->data, b ? b->data : NULL,
+                                    s.n * s.oh * s.ow, s.k, d->relu);
     return DIST_OK;
 }
 
@@ -281,30 +431,15 @@ dist_status cuda_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, cons
     cudnnDataType_t dt = CUDNN_DATA_FLOAT;
     DIST_TRY(conv_dtype(dy, w, dx, op, &dt));
     DIST_TRY(conv_shape_of(d, dx, w, dy, &s, op));
+    dx->layout = DIST_LAYOUT_PLAIN;
+    if (s.n == 0) return DIST_OK;
     DIST_TRY(cuda_enter(c));
     cuda_conv_plan *p;
     DIST_TRY(plan_get(c, CUDA_CONV_BWD_DATA, d, &s, dt, &p));
     DIST_TRY(transpose_filter(c, &s, dist_dtype_size(w->dtype), w->data, p->w_krsc, 1));
-    void *ws;
-    if (p->algo < 0) {
-        cudnnConvolutionBwdDataAlgoPerf_t res[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        algo_perf perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        int n = 0;
-        DIST_TRY(cuda_workspace(c, FIND_WS_BYTES, &ws));
-        CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
-                      c->cudnn, p->wd, p->w_krsc, p->yd, dy->data, p->cd, p->xd, dx->data,
-                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, res, ws, FIND_WS_BYTES),
-                  "conv2d: backward-data algorithm search");
-        COPY_PERF(perf, res, n);
-        DIST_TRY(pick_algo(c, p, dt, perf, n, op));
-    }
-    DIST_TRY(cuda_workspace(c, p->ws_bytes, &ws));
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(cudnnConvolutionBackwardData(c->cudnn, &one, p->wd, p->w_krsc, p->yd, dy->data, p->cd,
-                                           (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes,
-                                           &zero, p->xd, dx->data),
-              "conv2d backward-data");
-    dx->layout = DIST_LAYOUT_PLAIN;
+    if (p->algo < 0)
+        DIST_TRY(choose_algo(c, p, CUDA_CONV_BWD_DATA, dt, p->w_krsc, dy->data, dx->data, op));
+    DIST_TRY(submit_conv(c, CUDA_CONV_BWD_DATA, p, p->w_krsc, dy->data, dx->data));
     return DIST_OK;
 }
 
@@ -318,30 +453,18 @@ dist_status cuda_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, co
     cudnnDataType_t dt = CUDNN_DATA_FLOAT;
     DIST_TRY(conv_dtype(x, dw, dy, op, &dt));
     DIST_TRY(conv_shape_of(d, x, dw, dy, &s, op));
+    dw->layout = DIST_LAYOUT_PLAIN;
+    if (s.n == 0) { /* no images: the gradients are zero */
+        DIST_TRY(cuda_memset_zero(c, dw->data, dist_tensor_bytes(dw)));
+        return db ? cuda_memset_zero(c, db->data, dist_tensor_bytes(db)) : DIST_OK;
+    }
     DIST_TRY(cuda_enter(c));
     cuda_conv_plan *p;
     DIST_TRY(plan_get(c, CUDA_CONV_BWD_FILTER, d, &s, dt, &p));
-    void *ws;
-    if (p->algo < 0) {
-        cudnnConvolutionBwdFilterAlgoPerf_t res[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        algo_perf perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        int n = 0;
-        DIST_TRY(cuda_workspace(c, FIND_WS_BYTES, &ws));
-        CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                      c->cudnn, p->xd, x->data, p->yd, dy->data, p->cd, p->wd, p->w_krsc,
-                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, res, ws, FIND_WS_BYTES),
-                  "conv2d: backward-filter algorithm search");
-        COPY_PERF(perf, res, n);
-        DIST_TRY(pick_algo(c, p, dt, perf, n, op));
-    }
-    DIST_TRY(cuda_workspace(c, p->ws_bytes, &ws));
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->xd, x->data, p->yd, dy->data, p->cd,
-                                             (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws,
-                                             p->ws_bytes, &zero, p->wd, p->w_krsc),
-              "conv2d backward-filter");
+    if (p->algo < 0)
+        DIST_TRY(choose_algo(c, p, CUDA_CONV_BWD_FILTER, dt, x->data, dy->data, p->w_krsc, op));
+    DIST_TRY(submit_conv(c, CUDA_CONV_BWD_FILTER, p, x->data, dy->data, p->w_krsc));
     DIST_TRY(transpose_filter(c, &s, dist_dtype_size(dw->dtype), p->w_krsc, dw->data, 0));
-    dw->layout = DIST_LAYOUT_PLAIN;
     if (db) return cuda_bias_grad_any(c, dy, db);
     return DIST_OK;
 }

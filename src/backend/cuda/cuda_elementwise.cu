@@ -45,18 +45,31 @@ __global__ void bias_add_kernel(T *y, const float *b, size_t n, int64_t ch, int 
     }
 }
 
+/* Keras's Adam on element i, with lr already bias-corrected and omb = 1 - beta. */
+__device__ __forceinline__ void adam_at(size_t i, float lr, float omb1, float omb2, float eps,
+                                        float gs, float *p, const float *grad, float *m,
+                                        float *v) {
+    float g = __fmul_rn(grad[i], gs);
+    float mo = m[i], vo = v[i];
+    float mi = __fadd_rn(mo, __fmul_rn(__fsub_rn(g, mo), omb1));
+    float vi = __fadd_rn(vo, __fmul_rn(__fsub_rn(__fmul_rn(g, g), vo), omb2));
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(lr, mi), __fadd_rn(__fsqrt_rn(vi), eps)));
+}
+
 __global__ void adam_kernel(float lr, float b1, float b2, float eps, float gs, float *p,
                             const float *grad, float *m, float *v, size_t n) {
     const float omb1 = __fsub_rn(1.0f, b1), omb2 = __fsub_rn(1.0f, b2);
-    GRID_STRIDE(i, n) {
-        float g = __fmul_rn(grad[i], gs);
-        float mo = m[i], vo = v[i];
-        float mi = __fadd_rn(mo, __fmul_rn(__fsub_rn(g, mo), omb1));
-        float vi = __fadd_rn(vo, __fmul_rn(__fsub_rn(__fmul_rn(g, g), vo), omb2));
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(lr, mi), __fadd_rn(__fsqrt_rn(vi), eps)));
-    }
+    GRID_STRIDE(i, n) adam_at(i, lr, omb1, omb2, eps, gs, p, grad, m, v);
+}
+
+/* The same with the hyperparameters read from device memory when the kernel runs. */
+__global__ void adam_dev_kernel(const float *hp, float *p, const float *grad, float *m, float *v,
+                                size_t n) {
+    const float lr = hp[0], omb1 = __fsub_rn(1.0f, hp[1]), omb2 = __fsub_rn(1.0f, hp[2]);
+    const float eps = hp[3], gs = hp[4];
+    GRID_STRIDE(i, n) adam_at(i, lr, omb1, omb2, eps, gs, p, grad, m, v);
 }
 
 __global__ void sgd_plain_kernel(float lr, float gs, float *p, const float *grad, size_t n) {
@@ -132,6 +145,12 @@ cudaError_t cudak_adam_update(cudaStream_t s, float lr, float beta1, float beta2
     if (n)
         adam_kernel<<<grid_for(n), kThreads, 0, s>>>(lr, beta1, beta2, eps, grad_scale, param, grad,
                                                      m, v, n);
+    return cudaGetLastError();
+}
+
+cudaError_t cudak_adam_update_dev(cudaStream_t s, const float *hp, float *param,
+                                  const float *grad, float *m, float *v, size_t n) {
+    if (n) adam_dev_kernel<<<grid_for(n), kThreads, 0, s>>>(hp, param, grad, m, v, n);
     return cudaGetLastError();
 }
 

@@ -2,14 +2,20 @@
  *
  * One cuda_ctx per backend: its device, one non-blocking stream, cuDNN and cuBLAS handles bound
  * to that stream, one shared scratch workspace, a caching allocator, pinned staging for host
- * copies, and the cache of convolution plans. Every entry point starts with cuda_enter(), which
- * makes the context's device current on the calling thread (replicas run on their own
- * threads). */
+ * copies, the cache of convolution plans, and the step recorder. Every entry point starts with
+ * cuda_enter(), which makes the context's device current on the calling thread (replicas run on
+ * their own threads).
+ *
+ * Everything queued on the stream goes through cuda_submit() as a command (a function and its
+ * argument bytes, step_graphs.h): at once outside a training step, recorded inside one and
+ * replayed as a CUDA graph when the same commands come again. An entry that waits for the
+ * device, or hands the stream to another library (NCCL), calls cuda_flush() first. */
 #ifndef DIST_BACKEND_CUDA_INTERNAL_H
 #define DIST_BACKEND_CUDA_INTERNAL_H
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/step_graphs.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -30,6 +36,7 @@ enum { CUDA_CONV_FWD = 1, CUDA_CONV_BWD_DATA, CUDA_CONV_BWD_FILTER };
  * transposed into, or that the filter gradient comes out of. */
 typedef struct cuda_conv_plan {
     int64_t key[24];
+    uint64_t serial; /* unique per plan made: recorded commands name the plan by it too */
     int used;
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
@@ -42,6 +49,8 @@ typedef struct cuda_conv_plan {
 #define CUDA_PLAN_CACHE 32
 #define CUDA_STAGING_BYTES ((size_t)4 << 20) /* two halves, double-buffered */
 #define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
+#define CUDA_PAYLOAD_MIN_BYTES ((size_t)4 << 20)
+#define CUDA_STEP_SCALARS_BYTES ((size_t)64 << 10)
 
 typedef struct cuda_ctx {
     int device;
@@ -70,6 +79,21 @@ typedef struct cuda_ctx {
 
     cuda_conv_plan plans[CUDA_PLAN_CACHE];
     int next_evict;
+    uint64_t plans_made;
+
+    /* Step graphs: the recorder, and the pinned memory that holds the host data of the copies
+     * recorded in the current step (a recorded copy reads it when it runs, in a graph too).
+     * payload_ev marks the end of the last launch that read it. */
+    step_recorder rec;
+    int graphs; /* backend option: capture repeated segments as CUDA graphs */
+    unsigned char *payload;
+    size_t payload_cap, payload_used;
+    cudaEvent_t payload_ev;
+    int payload_in_flight;
+    /* Device memory for the step's scalars that change from step to step (Adam's learning
+     * rate): copied from the payload by a recorded copy, read by the kernel when it runs. */
+    unsigned char *step_scalars;
+    size_t step_scalars_used;
 } cuda_ctx;
 
 /* Error translation: each returns DIST_OK on success, else sets the thread's message naming the
@@ -86,6 +110,16 @@ dist_status cublas_check(cublasStatus_t s, const char *what);
 /* Makes the context's device current on this thread. */
 dist_status cuda_enter(cuda_ctx *c);
 
+/* Queues fn(c, args) on the stream now, or records it inside a step (the context's device is
+ * current when it runs). args: the launch's arguments, padding zeroed (memset first), at most
+ * 1 KiB. fn must not submit. */
+dist_status cuda_submit(cuda_ctx *c, step_rec_fn fn, const void *args, size_t bytes);
+/* Runs whatever the current step recorded and has not run yet. Callers that wait for the
+ * device, or that queue work on the stream themselves, call it first. */
+dist_status cuda_flush(cuda_ctx *c);
+/* Checks a kernel launch (the launchers return cudaGetLastError()). */
+dist_status cuda_launched(cudaError_t e, const char *op);
+
 /* The shared workspace, at least `bytes` long. Growing waits for queued work first, so it
  * happens in warm-up only; the pointer is valid until the next cuda_workspace call. */
 dist_status cuda_workspace(cuda_ctx *c, size_t bytes, void **out);
@@ -96,16 +130,30 @@ void cuda_free(void *ctx, void *ptr);
 dist_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes, dist_copy_kind kind);
 dist_status cuda_memset_zero(void *ctx, void *dst, size_t bytes);
 dist_status cuda_synchronize(void *ctx);
+/* Queues an asynchronous copy (cudaMemcpyDefault): dst and src may be device or pinned host
+ * memory. */
+dist_status cuda_memcpy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes);
 dist_status cuda_memory_init(cuda_ctx *c);
 void cuda_memory_release(cuda_ctx *c);
+/* The step graph hooks (cuda_graphs.c). */
+dist_status cuda_graphs_init(cuda_ctx *c);
+void cuda_graphs_release(cuda_ctx *c);
+dist_status cuda_step_begin(void *ctx);
+dist_status cuda_step_end(void *ctx);
+void cuda_graph_stats(void *ctx, dist_graph_stats *out);
+/* Pinned memory for `bytes` of host data that a copy recorded in this step reads. */
+dist_status cuda_payload_reserve(cuda_ctx *c, size_t bytes, unsigned char **out);
+/* Inside a step: copies `bytes` of host values to device memory of the step (a recorded copy
+ * through the payload) and gives its address in *dev, the same address at the same point of
+ * every step; *dev is NULL when the step has used up that memory (pass the values by value
+ * then). Kernels that read their scalars there replay from a graph with new values. */
+dist_status cuda_step_scalars(cuda_ctx *c, const void *host, size_t bytes, void **dev);
 
 /* Argument checks shared by the kernel files. */
 dist_status cuda_require_plain(const dist_tensor *t, const char *op);
 dist_status cuda_require_f32(const dist_tensor *t, const char *op);
 /* The kernels' dtype code for a float dtype (f32, f16, bf16); UNSUPPORTED otherwise. */
 dist_status cuda_float_type(const dist_tensor *t, const char *op, int *code);
-/* Checks a kernel launch (the launchers return cudaGetLastError()). */
-dist_status cuda_launched(cudaError_t e, const char *op);
 
 /* Kernel entries implemented with cuDNN (cuda_conv.c) and cuBLAS (cuda_matmul.c). */
 dist_status cuda_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
@@ -117,6 +165,13 @@ dist_status cuda_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, co
 void cuda_conv_plans_release(cuda_ctx *c);
 dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                         const dist_tensor *b, float beta, dist_tensor *cm);
+
+/* Commands shared with the cuDNN and cuBLAS files (cuda_backend.c): y[r, j] += b[j] then
+ * ReLU (b may be NULL), fill, out = alpha * x. */
+dist_status cuda_submit_bias_add(cuda_ctx *c, int dtype, void *y, const float *b, int64_t rows,
+                                 int64_t ch, int relu);
+dist_status cuda_submit_fill(cuda_ctx *c, float *x, size_t n, float value);
+dist_status cuda_submit_scale(cuda_ctx *c, const float *x, float alpha, float *out, size_t n);
 
 /* bias_grad on any float dy into f32 db, shared by the vtable entry and conv backward-filter. */
 dist_status cuda_bias_grad_any(cuda_ctx *c, const dist_tensor *dy, dist_tensor *db);

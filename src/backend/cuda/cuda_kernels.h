@@ -26,6 +26,10 @@ cudaError_t cudak_bias_add(cudaStream_t s, int dtype, void *y, const float *b, i
 cudaError_t cudak_adam_update(cudaStream_t s, float lr, float beta1, float beta2, float eps,
                               float grad_scale, float *param, const float *grad, float *m, float *v,
                               size_t n);
+/* Adam with hp = {lr, beta1, beta2, eps, grad_scale} in device memory, read when it runs (so a
+ * captured graph takes each step's values); the same arithmetic as cudak_adam_update. */
+cudaError_t cudak_adam_update_dev(cudaStream_t s, const float *hp, float *param,
+                                  const float *grad, float *m, float *v, size_t n);
 /* momentum may be NULL when mu == 0 */
 cudaError_t cudak_sgd_update(cudaStream_t s, float lr, float mu, int nesterov, float grad_scale,
                              float *param, const float *grad, float *momentum, size_t n);

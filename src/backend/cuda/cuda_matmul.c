@@ -4,14 +4,38 @@
  * row-major C = op(A) op(B) is computed as column-major C^T = op(B)^T op(A)^T: the operands
  * swap places and keep their transpose flags. cublasGemmEx with float32 compute serves all
  * dtypes: float32 (true float32 unless DIST_CUDA_TF32=1), and float16 / bfloat16 inputs with
- * float32 accumulation, writing C in the inputs' dtype or in float32. */
+ * float32 accumulation, writing C in the inputs' dtype or in float32.
+ *
+ * The cuBLAS call is a command (cuda_submit) like every other launch on the stream, so that it
+ * runs after what the step recorded before it and is captured into the step's graph. */
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
 
 #include <limits.h>
+#include <string.h>
 
 static cudaDataType_t blas_type(dist_dtype t) {
     return t == DIST_F16 ? CUDA_R_16F : t == DIST_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* One cublasGemmEx call, column-major arguments as cuBLAS takes them. */
+typedef struct gemm_args {
+    int op_a, op_b, m, n, k, lda, ldb, ldc;
+    int type_a, type_b, type_c, compute;
+    float alpha, beta;
+    const void *a, *b;
+    void *c;
+} gemm_args;
+
+static dist_status run_gemm(void *device, const void *args) {
+    const gemm_args *g = args;
+    CUBLAS_TRY(cublasGemmEx(((cuda_ctx *)device)->cublas, (cublasOperation_t)g->op_a,
+                            (cublasOperation_t)g->op_b, g->m, g->n, g->k, &g->alpha, g->a,
+                            (cudaDataType_t)g->type_a, g->lda, g->b, (cudaDataType_t)g->type_b,
+                            g->ldb, &g->beta, g->c, (cudaDataType_t)g->type_c, g->ldc,
+                            (cublasComputeType_t)g->compute, CUBLAS_GEMM_DEFAULT),
+               "matmul (cublasGemmEx)");
+    return DIST_OK;
 }
 
 dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
@@ -48,18 +72,32 @@ dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const 
             return dist_error(DIST_UNSUPPORTED,
                               "matmul: an empty inner dimension needs a float32 output");
         size_t cnt = (size_t)(m * n);
-        cudaError_t e = beta == 0.0f ? cudak_fill_f32(c->stream, cm->data, cnt, 0.0f)
-                                     : cudak_scale_f32(c->stream, cm->data, beta, cm->data, cnt);
-        return cuda_launched(e, "matmul");
+        return beta == 0.0f ? cuda_submit_fill(c, cm->data, cnt, 0.0f)
+                            : cuda_submit_scale(c, cm->data, beta, cm->data, cnt);
     }
-    cublasComputeType_t compute =
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS's first operand
+     * is B (leading dimension: its row length b->shape[1]), its second A (a->shape[1]). */
+    gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.m = (int)n;
+    g.n = (int)m;
+    g.k = (int)ka;
+    g.a = b->data;
+    g.type_a = blas_type(b->dtype);
+    g.lda = (int)b->shape[1];
+    g.b = a->data;
+    g.type_b = blas_type(a->dtype);
+    g.ldb = (int)a->shape[1];
+    g.c = cm->data;
+    g.type_c = blas_type(cm->dtype);
+    g.ldc = (int)n;
+    g.alpha = alpha;
+    g.beta = beta;
+    g.compute =
         dta == DIST_F32 && c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    CUBLAS_TRY(cublasGemmEx(c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)ka, &alpha,
-                            b->data, blas_type(b->dtype), (int)b->shape[1], a->data,
-                            blas_type(a->dtype), (int)a->shape[1], &beta, cm->data,
-                            blas_type(cm->dtype), (int)n, compute, CUBLAS_GEMM_DEFAULT),
-               "matmul (cublasGemmEx)");
+    DIST_TRY(cuda_submit(c, run_gemm, &g, sizeof g));
     cm->layout = DIST_LAYOUT_PLAIN;
     return DIST_OK;
 }

@@ -7,7 +7,9 @@
  * a backend's work runs on its one stream, in order: a block freed by the host while a kernel
  * still reads it is next written by work queued after that kernel. (Memory shared with another
  * stream, an NCCL communicator's for example, must be kept alive by its user until that stream
- * is done.) */
+ * is done.) Recording does not change that: a step's commands run in the order they were
+ * queued, and the entries that run work outside that order (host copies, synchronize, the
+ * allocator's release of cached blocks, the workspace's growth) run what is recorded first. */
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
 
@@ -22,8 +24,10 @@ static size_t round_size(size_t bytes) {
     return (bytes + SMALL_LIMIT - 1) & ~(SMALL_LIMIT - 1);
 }
 
-/* Frees every cached block that is not in use (after the stream drains). Caller holds mu. */
-static void release_free_blocks(cuda_ctx *c) {
+/* Frees every cached block that is not in use (after the stream drains, recorded work
+ * included). Caller holds mu. */
+static dist_status release_free_blocks(cuda_ctx *c) {
+    DIST_TRY(cuda_flush(c));
     cudaStreamSynchronize(c->stream);
     int kept = 0;
     for (int i = 0; i < c->nblocks; i++) {
@@ -33,6 +37,7 @@ static void release_free_blocks(cuda_ctx *c) {
             cudaFree(c->blocks[i].ptr);
     }
     c->nblocks = kept;
+    return DIST_OK;
 }
 
 dist_status cuda_alloc(void *ctx, size_t bytes, void **out) {
@@ -64,7 +69,8 @@ dist_status cuda_alloc(void *ctx, size_t bytes, void **out) {
     if (e == cudaErrorMemoryAllocation) {
         /* Cached blocks of other sizes may be what stands in the way: give them back, retry. */
         cudaGetLastError();
-        release_free_blocks(c);
+        st = release_free_blocks(c);
+        if (st != DIST_OK) goto out;
         e = cudaMalloc(&p, size);
     }
     if (e != cudaSuccess) {
@@ -98,7 +104,8 @@ dist_status cuda_workspace(cuda_ctx *c, size_t bytes, void **out) {
         *out = c->ws;
         return DIST_OK;
     }
-    /* Queued kernels may still use the old workspace. */
+    /* Queued or recorded kernels may still use the old workspace. */
+    DIST_TRY(cuda_flush(c));
     CUDA_TRY(cudaStreamSynchronize(c->stream), "growing the workspace: stream synchronize");
     if (c->ws) cudaFree(c->ws);
     c->ws = NULL;
@@ -149,34 +156,83 @@ static dist_status copy_d2h(cuda_ctx *c, unsigned char *dst, const unsigned char
     return DIST_OK;
 }
 
-/* H2D returns once the data sits in staging (the caller may reuse src); D2H returns with the
- * data in dst. D2D is queued, and may cross devices (unified addressing). */
+typedef struct memcpy_args {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} memcpy_args;
+
+static dist_status run_memcpy(void *device, const void *args) {
+    const memcpy_args *a = args;
+    CUDA_TRY(cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDefault,
+                             ((cuda_ctx *)device)->stream),
+             "asynchronous copy");
+    return DIST_OK;
+}
+
+dist_status cuda_memcpy_async(cuda_ctx *c, void *dst, const void *src, size_t bytes) {
+    memcpy_args a;
+    memset(&a, 0, sizeof a);
+    a.dst = dst;
+    a.src = src;
+    a.bytes = bytes;
+    return cuda_submit(c, run_memcpy, &a, sizeof a);
+}
+
+/* Inside a step the host data goes to the step's payload, which the recorded copy reads. */
+static dist_status copy_h2d_recorded(cuda_ctx *c, void *dst, const void *src, size_t bytes) {
+    unsigned char *p;
+    DIST_TRY(cuda_payload_reserve(c, bytes, &p));
+    memcpy(p, src, bytes);
+    return cuda_memcpy_async(c, dst, p, bytes);
+}
+
+/* H2D returns once the data sits in staging or the step's payload (the caller may reuse src);
+ * D2H returns with the data in dst. D2D is queued, and may cross devices (unified
+ * addressing). */
 dist_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes, dist_copy_kind kind) {
     cuda_ctx *c = ctx;
     if (bytes == 0 || dst == src) return DIST_OK;
     DIST_TRY(cuda_enter(c));
     switch (kind) {
-    case DIST_COPY_H2D: return copy_h2d(c, dst, src, bytes);
-    case DIST_COPY_D2H: return copy_d2h(c, dst, src, bytes);
-    case DIST_COPY_D2D:
-        CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream),
-                 "device-to-device copy");
-        return DIST_OK;
+    case DIST_COPY_H2D:
+        if (c->rec.recording) return copy_h2d_recorded(c, dst, src, bytes);
+        return copy_h2d(c, dst, src, bytes);
+    case DIST_COPY_D2H:
+        DIST_TRY(cuda_flush(c));
+        return copy_d2h(c, dst, src, bytes);
+    case DIST_COPY_D2D: return cuda_memcpy_async(c, dst, src, bytes);
     }
     return dist_error(DIST_INVALID_ARGUMENT, "CUDA copy: unknown copy kind %d", (int)kind);
+}
+
+typedef struct memset_args {
+    void *dst;
+    size_t bytes;
+} memset_args;
+
+static dist_status run_memset(void *device, const void *args) {
+    const memset_args *a = args;
+    CUDA_TRY(cudaMemsetAsync(a->dst, 0, a->bytes, ((cuda_ctx *)device)->stream),
+             "cudaMemsetAsync");
+    return DIST_OK;
 }
 
 dist_status cuda_memset_zero(void *ctx, void *dst, size_t bytes) {
     cuda_ctx *c = ctx;
     if (bytes == 0) return DIST_OK;
     DIST_TRY(cuda_enter(c));
-    CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, c->stream), "cudaMemsetAsync");
-    return DIST_OK;
+    memset_args a;
+    memset(&a, 0, sizeof a);
+    a.dst = dst;
+    a.bytes = bytes;
+    return cuda_submit(c, run_memset, &a, sizeof a);
 }
 
 dist_status cuda_synchronize(void *ctx) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_enter(c));
+    DIST_TRY(cuda_flush(c));
     CUDA_TRY(cudaStreamSynchronize(c->stream), "stream synchronize");
     return DIST_OK;
 }

@@ -171,12 +171,15 @@ cudaError_t cudak_any_nonfinite(cudaStream_t s, int dtype, const void *x, size_t
     else if (dtype == DIST_F16)
         nonfinite_kernel<uint16_t>
             <<<g, kThreads, 0, s>>>((const uint16_t *)x, n, (uint16_t)0x7c00u, flag);
+    else
+        return cudaErrorInvalidValue; /* not a float dtype: "all finite" would be a guess */
     return cudaGetLastError();
 }
 
 cudaError_t cudak_softmax_xent_forward(cudaStream_t s, const float *logits, const int32_t *labels,
                                        float *loss, float *probs, int64_t n, int64_t k) {
-    if (n == 0 || k == 0) return cudaGetLastError();
+    /* k == 0 still launches: every label is then out of range, and its row's loss NaN */
+    if (n == 0) return cudaGetLastError();
     unsigned blocks = (unsigned)((n + kRowsPerBlock - 1) / kRowsPerBlock);
     softmax_xent_fwd_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, loss, probs, n, k);
     return cudaGetLastError();
