@@ -8,9 +8,11 @@
  * Without a GPU only the host tests run, and the program exits 77 (skipped). Check runs in
  * no-fork mode: a CUDA context does not survive fork(). */
 #include "backend/backend.h"
+#include "collective/nccl_comm.h"
 #include "dist/backend.h"
 #include "testutil.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,7 +142,7 @@ static pair pair_output(dist_dtype gdt, int nd, const int64_t *shape) {
 static pair pair_labels(int64_t n, int64_t k) {
     int64_t shape[1] = {n};
     pair p = {alloc_on(g_cpu, DIST_I32, 1, shape), alloc_on(g_gpu, DIST_I32, 1, shape)};
-    int32_t *lab = malloc((size_t)n * sizeof *lab);
+    int32_t *lab = malloc((size_t)(n ? n : 1) * sizeof *lab);
     for (int64_t i = 0; i < n; i++) lab[i] = (int32_t)dist_test_uniform(&g_rng, 0.0f, (float)k);
     for (int64_t i = 0; i < n; i++)
         if (lab[i] >= k) lab[i] = (int32_t)(k - 1);
@@ -155,18 +157,44 @@ static void pair_free(pair p) {
     dist_backend_free_tensor(g_gpu, p.g);
 }
 
-/* Relative L2 error of the GPU tensor against the CPU one; a NaN anywhere fails. */
-static void expect_close(const char *what, pair p, double tol) {
-    int64_t n = dist_tensor_numel(p.c);
-    float *c = download(g_cpu, p.c), *g = download(g_gpu, p.g);
+/* Relative L2 error of GPU values against CPU ones; a NaN anywhere fails. */
+static void expect_close_values(const char *what, const float *g, const float *c, int64_t n,
+                                double tol) {
     int64_t nan_at = -1;
     for (int64_t i = 0; i < n && nan_at < 0; i++)
         if (isnan(g[i]) && !isnan(c[i])) nan_at = i;
     double err = dist_test_rel_err(g, c, n);
-    free(c);
-    free(g);
     ck_assert_msg(nan_at < 0, "%s: GPU element %lld is NaN (unwritten?)", what, (long long)nan_at);
     ck_assert_msg(err <= tol, "%s: relative error %.3g > %.3g", what, err, tol);
+}
+
+static void expect_close(const char *what, pair p, double tol) {
+    int64_t n = dist_tensor_numel(p.c);
+    float *c = download(g_cpu, p.c), *g = download(g_gpu, p.g);
+    expect_close_values(what, g, c, n, tol);
+    free(c);
+    free(g);
+}
+
+/* Bit-for-bit equality of n elements of 2 or 4 bytes in format dt, except that any NaN
+ * equals any NaN (the payload of a converted NaN is not specified). */
+static int is_nan_bits(uint32_t u, dist_dtype dt) {
+    if (dt == DIST_F16) return (u & 0x7c00u) == 0x7c00u && (u & 0x03ffu) != 0;
+    if (dt == DIST_BF16) return (u & 0x7f80u) == 0x7f80u && (u & 0x007fu) != 0;
+    return (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0;
+}
+
+static void expect_same_bits(const char *what, const void *c, const void *g, int64_t n,
+                             dist_dtype dt) {
+    size_t esize = dt == DIST_F32 ? 4 : 2;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t uc = 0, ug = 0;
+        memcpy(&uc, (const char *)c + (size_t)i * esize, esize);
+        memcpy(&ug, (const char *)g + (size_t)i * esize, esize);
+        if (uc == ug || (is_nan_bits(uc, dt) && is_nan_bits(ug, dt))) continue;
+        ck_abort_msg("%s: element %lld is 0x%x on the CPU, 0x%x on the GPU", what, (long long)i, uc,
+                     ug);
+    }
 }
 
 #define CPU(op, ...) g_cpu->iface->op(g_cpu->ctx, __VA_ARGS__)
@@ -324,23 +352,25 @@ static const pool_case pool_cases[] = {
      -1.0f},
 };
 
-static void run_pool(const pool_case *pc, float lo) {
+/* gdt: the GPU's dtype (the CPU pools float32 copies of the same values). The backward is
+ * exact in float32: both backends add the dy of overlapping windows in the same order. */
+static void run_pool(const pool_case *pc, float lo, dist_dtype gdt, double bwd_tol) {
     const dist_pool2d_desc *d = &pc->d;
     int64_t y[4] = {
         pc->x[0], (pc->x[1] + d->pad_top + d->pad_bottom - d->window_h) / d->stride_h + 1,
         (pc->x[2] + d->pad_left + d->pad_right - d->window_w) / d->stride_w + 1, pc->x[3]};
-    pair x = pair_input(DIST_F32, 4, pc->x, lo, 1.0f);
+    pair x = pair_input(gdt, 4, pc->x, lo, 1.0f);
     if (lo == 0.0f) { /* a ReLU's output: clamp half the values to exactly zero */
         int64_t n = numel_of(4, pc->x);
         float *v = rand_host(n, -1.0f, 1.0f);
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] > 0 ? v[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++) v[i] = round_to(gdt, v[i] > 0 ? v[i] : 0.0f);
         upload(g_cpu, x.c, v);
         upload(g_gpu, x.g, v);
         free(v);
     }
-    pair yy = pair_output(DIST_F32, 4, y);
-    pair dy = pair_input(DIST_F32, 4, y, -1.0f, 1.0f);
-    pair dx = pair_output(DIST_F32, 4, pc->x);
+    pair yy = pair_output(gdt, 4, y);
+    pair dy = pair_input(gdt, 4, y, -1.0f, 1.0f);
+    pair dx = pair_output(gdt, 4, pc->x);
     size_t wc = 0, wg = 0;
     OK(CPU(max_pool2d_workspace_bytes, d, x.c, &wc));
     OK(GPU(max_pool2d_workspace_bytes, d, x.g, &wg));
@@ -350,14 +380,14 @@ static void run_pool(const pool_case *pc, float lo) {
     OK(CPU(max_pool2d_forward, d, x.c, yy.c, wsc));
     OK(GPU(max_pool2d_forward, d, x.g, yy.g, wsg));
     char what[160];
-    snprintf(what, sizeof what, "max_pool2d forward %s%s", pc->name,
-             lo == 0.0f ? " after ReLU" : "");
+    snprintf(what, sizeof what, "max_pool2d forward %s%s %s", pc->name,
+             lo == 0.0f ? " after ReLU" : "", dist_dtype_name(gdt));
     expect_close(what, yy, 0.0);
     OK(CPU(max_pool2d_backward, d, x.c, dy.c, wsc, dx.c));
     OK(GPU(max_pool2d_backward, d, x.g, dy.g, wsg, dx.g));
-    snprintf(what, sizeof what, "max_pool2d backward %s%s", pc->name,
-             lo == 0.0f ? " after ReLU" : "");
-    expect_close(what, dx, F32_TOL);
+    snprintf(what, sizeof what, "max_pool2d backward %s%s %s", pc->name,
+             lo == 0.0f ? " after ReLU" : "", dist_dtype_name(gdt));
+    expect_close(what, dx, bwd_tol);
     if (wsc) g_cpu->iface->free(g_cpu->ctx, wsc);
     if (wsg) g_gpu->iface->free(g_gpu->ctx, wsg);
     pair_free(x), pair_free(yy), pair_free(dy), pair_free(dx);
@@ -365,13 +395,22 @@ static void run_pool(const pool_case *pc, float lo) {
 
 START_TEST(test_max_pool2d_matches_cpu) {
     for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++)
-        run_pool(&pool_cases[i], -1.0f);
+        run_pool(&pool_cases[i], -1.0f, DIST_F32, 0.0);
 }
 END_TEST
 
 START_TEST(test_max_pool2d_ties_after_relu_match_cpu) {
     for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++)
-        run_pool(&pool_cases[i], 0.0f);
+        run_pool(&pool_cases[i], 0.0f, DIST_F32, 0.0);
+}
+END_TEST
+
+START_TEST(test_max_pool2d_bf16_f16_match_cpu_float32) {
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++)
+        for (int relu = 0; relu < 2; relu++) {
+            run_pool(&pool_cases[i], relu ? 0.0f : -1.0f, DIST_BF16, LOW_TOL);
+            run_pool(&pool_cases[i], relu ? 0.0f : -1.0f, DIST_F16, LOW_TOL);
+        }
 }
 END_TEST
 
@@ -400,6 +439,59 @@ START_TEST(test_matmul_matches_cpu) {
     run_matmul(0, 0, 64, 64, 10, 1.0f, 0.0f, DIST_F32, F32_TOL);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) run_matmul(ta, tb, 7, 13, 5, 0.5f, 0.25f, DIST_F32, F32_TOL);
+    /* an empty batch: dW = x^T dy over zero rows is zero (C poisoned first), or beta * C */
+    run_matmul(1, 0, 1600, 0, 64, 1.0f, 0.0f, DIST_F32, 0.0);
+    run_matmul(1, 0, 64, 0, 10, 1.0f, 0.5f, DIST_F32, 0.0);
+    run_matmul(0, 0, 0, 1600, 64, 1.0f, 0.0f, DIST_F32, 0.0);
+}
+END_TEST
+
+/* Float32 kernels compute in float32, not TF32 (unless DIST_CUDA_TF32=1): rows of
+ * (1 + 2^-12, -1) pairs against ones sum to multiples of 2^-7 exactly in float32, and to 0
+ * once TF32's 10-bit mantissa has dropped the 2^-12. The tolerance leaves room for the
+ * rounding of FFT and Winograd convolutions, not for TF32. */
+static pair pair_tf32_probe(int nd, const int64_t *shape) {
+    int64_t n = numel_of(nd, shape);
+    pair p = pair_input(DIST_F32, nd, shape, 0.0f, 0.0f);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = i % 2 == 0 ? 0x1.002p+0f : -1.0f;
+    upload(g_cpu, p.c, v);
+    upload(g_gpu, p.g, v);
+    free(v);
+    return p;
+}
+
+static pair pair_ones(int nd, const int64_t *shape) {
+    int64_t n = numel_of(nd, shape);
+    pair p = pair_input(DIST_F32, nd, shape, 0.0f, 0.0f);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = 1.0f;
+    upload(g_cpu, p.c, v);
+    upload(g_gpu, p.g, v);
+    free(v);
+    return p;
+}
+
+START_TEST(test_float32_matmul_and_conv_do_not_use_tf32) {
+    const char *tf32 = getenv("DIST_CUDA_TF32");
+    if (tf32 && strcmp(tf32, "1") == 0) return;
+    int64_t as[2] = {256, 256}, cs[2] = {256, 256};
+    pair a = pair_tf32_probe(2, as), b = pair_ones(2, as), c = pair_output(DIST_F32, 2, cs);
+    OK(CPU(matmul, 0, 0, 1.0f, a.c, b.c, 0.0f, c.c));
+    OK(GPU(matmul, 0, 0, 1.0f, a.g, b.g, 0.0f, c.g));
+    expect_close("float32 matmul (TF32 would drop 2^-12)", c, 5e-2);
+    pair_free(a), pair_free(b), pair_free(c);
+    const int64_t ks[] = {1, 3};
+    for (int i = 0; i < 2; i++) {
+        int64_t xs[4] = {8, 16, 16, 64}, ws[4] = {ks[i], ks[i], 64, 64}, ys[4] = {8, 16, 16, 64};
+        int pad = (int)(ks[i] / 2);
+        dist_conv2d_desc d = {1, 1, pad, pad, pad, pad, 0};
+        pair x = pair_tf32_probe(4, xs), w = pair_ones(4, ws), y = pair_output(DIST_F32, 4, ys);
+        OK(CPU(conv2d_forward, &d, x.c, w.c, NULL, y.c));
+        OK(GPU(conv2d_forward, &d, x.g, w.g, NULL, y.g));
+        expect_close("float32 conv2d (TF32 would drop 2^-12)", y, 5e-2);
+        pair_free(x), pair_free(w), pair_free(y);
+    }
 }
 END_TEST
 
@@ -457,11 +549,22 @@ END_TEST
 
 /* ---- softmax cross-entropy, accuracy -------------------------------------------------- */
 
+/* The last two cases: logits far beyond expf's range (exp(100) overflows float32, so a softmax
+ * that does not subtract the row's maximum gives NaN), and small integers, whose many ties
+ * pin the arg-max to the lowest index. */
 START_TEST(test_softmax_xent_and_accuracy_match_cpu) {
-    const int64_t cases[][2] = {{64, 10}, {1024, 10}, {7, 1000}, {33, 37}};
-    for (int i = 0; i < 4; i++) {
+    const int64_t cases[][2] = {{64, 10}, {1024, 10}, {7, 1000}, {33, 37}, {64, 10}, {256, 10}};
+    const float ranges[] = {8.0f, 8.0f, 8.0f, 8.0f, 300.0f, 3.0f};
+    for (int i = 0; i < 6; i++) {
         int64_t n = cases[i][0], k = cases[i][1], zs[2] = {n, k}, ls[1] = {n}, one[1] = {1};
-        pair z = pair_input(DIST_F32, 2, zs, -8.0f, 8.0f), lab = pair_labels(n, k);
+        pair z = pair_input(DIST_F32, 2, zs, -ranges[i], ranges[i]), lab = pair_labels(n, k);
+        if (i == 5) {
+            float *v = download(g_cpu, z.c);
+            for (int64_t j = 0; j < n * k; j++) v[j] = floorf(v[j]);
+            upload(g_cpu, z.c, v);
+            upload(g_gpu, z.g, v);
+            free(v);
+        }
         pair loss = pair_output(DIST_F32, 1, ls), probs = pair_output(DIST_F32, 2, zs);
         OK(CPU(softmax_xent_forward, z.c, lab.c, loss.c, probs.c));
         OK(GPU(softmax_xent_forward, z.g, lab.g, loss.g, probs.g));
@@ -526,13 +629,16 @@ START_TEST(test_add_scale_fill_reduce_sum_match_cpu) {
 }
 END_TEST
 
-static void run_optimizer(int adam, float mu, int nesterov, int64_t n) {
+/* Three steps move the parameters by about 1%, so besides the parameters the test compares
+ * the moves (p - p0) themselves: a wrong update would hide in the parameters' tolerance. */
+static void run_optimizer(int adam, float mu, int nesterov, float eps, int64_t n) {
     int64_t sh[1] = {n};
     pair p = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f), g = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f);
     pair m = pair_input(DIST_F32, 1, sh, -0.1f, 0.1f), v = pair_input(DIST_F32, 1, sh, 0.0f, 0.01f);
+    float *p0 = download(g_cpu, p.c);
     for (int step = 0; step < 3; step++) {
         if (adam) {
-            dist_adam_desc d = {0.001f * (step + 1), 0.9f, 0.999f, 1e-7f, 0.5f};
+            dist_adam_desc d = {0.001f * (step + 1), 0.9f, 0.999f, eps, 0.5f};
             OK(CPU(adam_update, &d, p.c->data, g.c->data, m.c->data, v.c->data, (size_t)n));
             OK(GPU(adam_update, &d, p.g->data, g.g->data, m.g->data, v.g->data, (size_t)n));
         } else {
@@ -542,6 +648,13 @@ static void run_optimizer(int adam, float mu, int nesterov, int64_t n) {
         }
     }
     expect_close(adam ? "adam param" : "sgd param", p, F32_TOL);
+    float *pc = download(g_cpu, p.c), *pg = download(g_gpu, p.g);
+    for (int64_t i = 0; i < n; i++) {
+        pc[i] -= p0[i];
+        pg[i] -= p0[i];
+    }
+    expect_close_values(adam ? "adam update" : "sgd update", pg, pc, n, F32_TOL);
+    free(p0), free(pc), free(pg);
     if (adam || mu != 0.0f) expect_close(adam ? "adam m" : "sgd momentum", m, F32_TOL);
     if (adam) expect_close("adam v", v, F32_TOL);
     pair_free(p), pair_free(g), pair_free(m), pair_free(v);
@@ -550,38 +663,83 @@ static void run_optimizer(int adam, float mu, int nesterov, int64_t n) {
 START_TEST(test_adam_and_sgd_updates_match_cpu) {
     const int64_t n_seed =
         3 * 3 * 1 * 32 + 32 + 3 * 3 * 32 * 64 + 64 + 1600 * 64 + 64 + 64 * 10 + 10;
-    run_optimizer(1, 0, 0, n_seed);
-    run_optimizer(1, 0, 0, 7);
-    run_optimizer(0, 0.0f, 0, n_seed);
-    run_optimizer(0, 0.9f, 0, 1001);
-    run_optimizer(0, 0.9f, 1, 1001);
+    run_optimizer(1, 0, 0, 1e-7f, n_seed);
+    run_optimizer(1, 0, 0, 1e-7f, 7);
+    /* an epsilon near sqrt(v): added to sqrt(v) (Keras), not to v, or the update differs */
+    run_optimizer(1, 0, 0, 1e-2f, 1001);
+    run_optimizer(0, 0.0f, 0, 0, n_seed);
+    run_optimizer(0, 0.9f, 0, 0, 1001);
+    run_optimizer(0, 0.9f, 1, 0, 1001);
 }
 END_TEST
+
+/* Values where rounding to float16 / bfloat16 goes wrong first, and that uniform random values
+ * (almost) never hit: exact ties (to even), float16's overflow threshold (65520 rounds to
+ * Inf, 65519.996 to 65504), its subnormals down to 2^-24 and the ties among them, bfloat16's
+ * top (0x7f7f8000 is a tie that rounds to Inf), float32 subnormals, signed zeros, Inf, NaN. */
+static const float round_specials[] = {
+    0x1.002p+0f, 0x1.006p+0f, -0x1.002p+0f, -0x1.006p+0f, 0x1.01p+0f,      0x1.03p+0f,
+    -0x1.01p+0f, -0x1.03p+0f, 65504.0f,     65519.0f,     0x1.ffdffep+15f, 65520.0f,
+    -65520.0f,   65536.0f,    1e6f,         0x1p-24f,     0x1p-25f,        0x1.8p-25f,
+    0x1.8p-24f,  -0x1.8p-24f, 0x1p-14f,     0x1.ff8p-15f, 0x1.ffcp-15f,    1e-10f,
+    -1e-10f,     0.0f,        -0.0f,        0x1.fep+127f, 0x1.ffp+127f,    FLT_MAX,
+    -FLT_MAX,    1e-40f,      0x1p-149f,    INFINITY,     -INFINITY,       NAN,
+};
+#define N_ROUND_SPECIALS ((int64_t)(sizeof round_specials / sizeof round_specials[0]))
+
+/* x on both backends: the specials first, then uniform values in [-range, range]. */
+static pair pair_with_specials(int64_t n, float range) {
+    int64_t sh[1] = {n};
+    pair x = pair_input(DIST_F32, 1, sh, -range, range);
+    float *v = download(g_cpu, x.c);
+    memcpy(v, round_specials, sizeof round_specials);
+    upload(g_cpu, x.c, v);
+    upload(g_gpu, x.g, v);
+    free(v);
+    return x;
+}
+
+static void expect_same_tensors(const char *what, const dist_tensor *c, const dist_tensor *g) {
+    size_t bytes = dist_tensor_bytes(c);
+    void *hc = malloc(bytes ? bytes : 1), *hg = malloc(bytes ? bytes : 1);
+    OK(dist_backend_to_host(g_cpu, c, hc, bytes));
+    OK(dist_backend_to_host(g_gpu, g, hg, bytes));
+    expect_same_bits(what, hc, hg, dist_tensor_numel(c), c->dtype);
+    free(hc), free(hg);
+}
 
 /* Round-to-nearest-even in both backends: the casts agree bit for bit. */
 START_TEST(test_cast_matches_cpu_exactly) {
     const dist_dtype lows[] = {DIST_F16, DIST_BF16};
     int64_t sh[1] = {10007};
     for (int i = 0; i < 2; i++) {
-        pair x = pair_input(DIST_F32, 1, sh, -60000.0f, 60000.0f);
+        pair x = pair_with_specials(sh[0], 60000.0f);
         dist_tensor *lc = alloc_on(g_cpu, lows[i], 1, sh), *lg = alloc_on(g_gpu, lows[i], 1, sh);
         poison(lg);
         OK(CPU(cast, x.c, lc));
         OK(GPU(cast, x.g, lg));
-        size_t bytes = dist_tensor_bytes(lc);
-        void *hc = malloc(bytes), *hg = malloc(bytes);
-        OK(dist_backend_to_host(g_cpu, lc, hc, bytes));
-        OK(dist_backend_to_host(g_gpu, lg, hg, bytes));
-        ck_assert_msg(memcmp(hc, hg, bytes) == 0, "cast float32 -> %s differs from the CPU",
-                      dist_dtype_name(lows[i]));
+        char what[64];
+        snprintf(what, sizeof what, "cast float32 -> %s", dist_dtype_name(lows[i]));
+        expect_same_tensors(what, lc, lg);
         pair back = pair_output(DIST_F32, 1, sh);
         OK(CPU(cast, lc, back.c));
         OK(GPU(cast, lg, back.g));
-        expect_close("cast back to float32", back, 0.0);
-        free(hc), free(hg);
+        expect_same_tensors("cast back to float32", back.c, back.g);
         dist_backend_free_tensor(g_cpu, lc), dist_backend_free_tensor(g_gpu, lg);
         pair_free(x), pair_free(back);
     }
+    /* bytes (images) to float32 */
+    uint8_t bytes[256];
+    for (int i = 0; i < 256; i++) bytes[i] = (uint8_t)i;
+    int64_t bs[1] = {256};
+    pair u = {alloc_on(g_cpu, DIST_U8, 1, bs), alloc_on(g_gpu, DIST_U8, 1, bs)};
+    OK(dist_backend_from_host(g_cpu, bytes, sizeof bytes, u.c));
+    OK(dist_backend_from_host(g_gpu, bytes, sizeof bytes, u.g));
+    pair f = pair_output(DIST_F32, 1, bs);
+    OK(CPU(cast, u.c, f.c));
+    OK(GPU(cast, u.g, f.g));
+    expect_close("cast uint8 -> float32", f, 0.0);
+    pair_free(u), pair_free(f);
 }
 END_TEST
 
@@ -591,17 +749,17 @@ START_TEST(test_round_matches_cpu_exactly) {
     const dist_dtype lows[] = {DIST_F16, DIST_BF16};
     int64_t sh[1] = {10007};
     for (int i = 0; i < 2; i++) {
-        pair x = pair_input(DIST_F32, 1, sh, -100000.0f, 100000.0f);
+        pair x = pair_with_specials(sh[0], 100000.0f);
         pair y = pair_output(DIST_F32, 1, sh);
         OK(CPU(round, x.c, lows[i], y.c));
         OK(GPU(round, x.g, lows[i], y.g));
-        size_t bytes = dist_tensor_bytes(y.c);
-        void *hc = malloc(bytes), *hg = malloc(bytes);
-        OK(dist_backend_to_host(g_cpu, y.c, hc, bytes));
-        OK(dist_backend_to_host(g_gpu, y.g, hg, bytes));
-        ck_assert_msg(memcmp(hc, hg, bytes) == 0, "round to %s differs from the CPU",
-                      dist_dtype_name(lows[i]));
-        free(hc), free(hg);
+        char what[64];
+        snprintf(what, sizeof what, "round to %s", dist_dtype_name(lows[i]));
+        expect_same_tensors(what, y.c, y.g);
+        /* in place (y may be x) */
+        OK(CPU(round, x.c, lows[i], x.c));
+        OK(GPU(round, x.g, lows[i], x.g));
+        expect_same_tensors(what, x.c, x.g);
         pair_free(x), pair_free(y);
     }
 }
@@ -652,6 +810,98 @@ START_TEST(test_to_layout_round_trips_through_the_cpu_blocked_layout) {
     expect_close("to_layout back to plain", back, 0.0);
     free(rc), free(rg);
     pair_free(x), pair_free(blk), pair_free(back);
+}
+END_TEST
+
+/* A replica whose share of a small last batch is empty runs kernels on zero rows: each must
+ * succeed (a CUDA launch of zero blocks is an error) and write what the CPU writes. */
+START_TEST(test_empty_batches_match_cpu) {
+    int64_t e1[1] = {0}, e2[2] = {0, 10}, one[1] = {1}, ch[1] = {10};
+    pair x = pair_input(DIST_F32, 2, e2, -1.0f, 1.0f), y = pair_output(DIST_F32, 2, e2);
+    OK(CPU(relu_forward, x.c, y.c));
+    OK(GPU(relu_forward, x.g, y.g));
+    OK(CPU(relu_backward, x.c, x.c, y.c));
+    OK(GPU(relu_backward, x.g, x.g, y.g));
+    OK(CPU(add, x.c, x.c, y.c));
+    OK(GPU(add, x.g, x.g, y.g));
+    OK(CPU(scale, x.c, 2.0f, y.c));
+    OK(GPU(scale, x.g, 2.0f, y.g));
+    OK(CPU(fill, y.c, 1.0f));
+    OK(GPU(fill, y.g, 1.0f));
+    pair b = pair_input(DIST_F32, 1, ch, -1.0f, 1.0f);
+    OK(CPU(bias_add, y.c, b.c, 1));
+    OK(GPU(bias_add, y.g, b.g, 1));
+    pair db = pair_output(DIST_F32, 1, ch), sum = pair_output(DIST_F32, 1, one);
+    OK(CPU(bias_grad, x.c, db.c));
+    OK(GPU(bias_grad, x.g, db.g));
+    expect_close("bias_grad of no rows", db, 0.0);
+    OK(CPU(reduce_sum, x.c, sum.c));
+    OK(GPU(reduce_sum, x.g, sum.g));
+    expect_close("reduce_sum of nothing", sum, 0.0);
+    pair lab = pair_labels(0, 10), loss = pair_output(DIST_F32, 1, e1);
+    pair probs = pair_output(DIST_F32, 2, e2), cnt = pair_output(DIST_F32, 1, one);
+    OK(CPU(softmax_xent_forward, x.c, lab.c, loss.c, probs.c));
+    OK(GPU(softmax_xent_forward, x.g, lab.g, loss.g, probs.g));
+    OK(CPU(softmax_xent_backward, probs.c, lab.c, loss.c, y.c));
+    OK(GPU(softmax_xent_backward, probs.g, lab.g, loss.g, y.g));
+    OK(CPU(accuracy_count, x.c, lab.c, cnt.c));
+    OK(GPU(accuracy_count, x.g, lab.g, cnt.g));
+    expect_close("accuracy_count of no rows", cnt, 0.0);
+    float *nothing = x.g->data;
+    dist_adam_desc ad = {0.001f, 0.9f, 0.999f, 1e-7f, 1.0f};
+    dist_sgd_desc sd = {0.01f, 0.9f, 1, 1.0f};
+    OK(GPU(adam_update, &ad, nothing, nothing, nothing, nothing, 0));
+    OK(GPU(sgd_update, &sd, nothing, nothing, nothing, 0));
+    pair h = pair_output(DIST_BF16, 2, e2);
+    OK(GPU(cast, x.g, h.g));
+    OK(GPU(round, x.g, DIST_F16, y.g));
+    int fin = -1;
+    OK(GPU(all_finite, x.g, &fin));
+    ck_assert_int_eq(fin, 1);
+    pair_free(x), pair_free(y), pair_free(b), pair_free(db), pair_free(sum), pair_free(lab),
+        pair_free(loss), pair_free(probs), pair_free(cnt), pair_free(h);
+}
+END_TEST
+
+/* NCCL over the one GPU the check machine has: the communicator's life cycle, each collective
+ * (which, on one rank, leaves the data as it is), and its argument checks. */
+START_TEST(test_nccl_one_rank_collectives_keep_the_data) {
+    dist_backend *bes[1] = {g_gpu};
+    dist_nccl_comm *comm = NULL;
+    OK(dist_nccl_comm_create(1, bes, &comm));
+    int64_t sh[1] = {1001}, sh2[1] = {2002};
+    pair t = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f); /* t.c holds the expected values */
+    OK(dist_nccl_comm_all_reduce(comm, 0, DIST_REDUCE_SUM, t.g));
+    expect_close("NCCL all-reduce (sum) on one rank", t, 0.0);
+    OK(dist_nccl_comm_all_reduce(comm, 0, DIST_REDUCE_MEAN, t.g));
+    expect_close("NCCL all-reduce (mean) on one rank", t, 0.0);
+    OK(dist_nccl_comm_broadcast(comm, 0, 0, t.g));
+    expect_close("NCCL broadcast on one rank", t, 0.0);
+    pair out = pair_output(DIST_F32, 1, sh);
+    OK(dist_nccl_comm_all_gather(comm, 0, t.g, out.g));
+    OK(g_cpu->iface->copy(g_cpu->ctx, out.c->data, t.c->data, dist_tensor_bytes(t.c),
+                          DIST_COPY_D2D));
+    expect_close("NCCL all-gather on one rank", out, 0.0);
+    /* Work a training step deferred (step graphs) must reach the stream before NCCL reads
+     * the tensor. */
+    if (g_gpu->iface->step_begin && g_gpu->iface->step_end) {
+        poison(out.g);
+        OK(g_gpu->iface->step_begin(g_gpu->ctx));
+        OK(GPU(fill, t.g, 3.0f));
+        OK(dist_nccl_comm_all_gather(comm, 0, t.g, out.g));
+        OK(g_gpu->iface->step_end(g_gpu->ctx));
+        OK(CPU(fill, out.c, 3.0f));
+        expect_close("NCCL all-gather after work deferred in a step", out, 0.0);
+    }
+    ck_assert_int_eq(dist_nccl_comm_all_reduce(comm, 1, DIST_REDUCE_SUM, t.g),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_nccl_comm_broadcast(comm, 0, 1, t.g), DIST_INVALID_ARGUMENT);
+    dist_tensor *big = alloc_on(g_gpu, DIST_F32, 1, sh2);
+    ck_assert_int_eq(dist_nccl_comm_all_gather(comm, 0, t.g, big), DIST_INVALID_ARGUMENT);
+    dist_backend_free_tensor(g_gpu, big);
+    OK(dist_backend_synchronize(g_gpu));
+    dist_nccl_comm_destroy(comm);
+    pair_free(t), pair_free(out);
 }
 END_TEST
 
@@ -726,8 +976,10 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_conv2d_deterministic_backward_filter_repeats_bitwise);
     tcase_add_test(tc, test_max_pool2d_matches_cpu);
     tcase_add_test(tc, test_max_pool2d_ties_after_relu_match_cpu);
+    tcase_add_test(tc, test_max_pool2d_bf16_f16_match_cpu_float32);
     tcase_add_test(tc, test_matmul_matches_cpu);
     tcase_add_test(tc, test_matmul_bf16_f16_match_cpu_float32);
+    tcase_add_test(tc, test_float32_matmul_and_conv_do_not_use_tf32);
     tcase_add_test(tc, test_bias_add_and_bias_grad_match_cpu);
     tcase_add_test(tc, test_relu_forward_backward_match_cpu);
     tcase_add_test(tc, test_softmax_xent_and_accuracy_match_cpu);
@@ -738,6 +990,8 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_round_matches_cpu_exactly);
     tcase_add_test(tc, test_all_finite_finds_nan_and_inf);
     tcase_add_test(tc, test_to_layout_round_trips_through_the_cpu_blocked_layout);
+    tcase_add_test(tc, test_empty_batches_match_cpu);
+    tcase_add_test(tc, test_nccl_one_rank_collectives_keep_the_data);
     suite_add_tcase(s, tc);
     return s;
 }
