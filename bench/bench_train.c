@@ -9,15 +9,26 @@
  * mixed_float16 (dynamic loss scale), one_device on 1 thread and mirrored over every core, the
  * policies' repeats interleaved so that drift of the machine hits all alike.
  *
+ * With --gpu: one GPU instead. libdist one_device on gpu:0 with CUDA graphs on and off (both
+ * strategies alive, repeats interleaved) at each batch size, max(20, images / batch) steps per
+ * repeat, against PyTorch eager on the same GPU (bench/torch_cnn_gpu.py) with its data on the
+ * GPU and copied from pinned host memory each step. Prints a table, the graph counters, and
+ * "RESULT batch=B config=C images_per_sec=X" lines; exits 77 without a GPU, 1 when the graphs
+ * were not replayed, a loss is not finite, or a measurement failed.
+ *
  * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH] [--mixed-precision]
- *        (run from anywhere; the PyTorch script is found through the source tree) */
+ *        bench_train --gpu [--batch-sizes 64,1024] [--images 65536] [--repeats 3] [--no-torch]
+ *                    [--python python3]
+ *        (run from anywhere; the PyTorch scripts are found through the source tree) */
 #include <arpa/inet.h>
 #include <dist/dist.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,71 +70,125 @@ static double median(double *v, int n) {
         }                                                                                          \
     } while (0)
 
+/* One model, its optimizer and its input pipeline on a strategy: the training of every
+ * libdist measurement here. MNIST through the tf.data-like pipeline (tensor slices ->
+ * normalize -> shuffle -> batch -> repeat -> prefetch), dist_classifier_train_step with Adam. */
+typedef struct trainer {
+    dist_strategy *s;
+    dist_model *model;
+    dist_optimizer *opt;
+    dist_loss_scale_optimizer *lso;
+    dist_dataset *ds;
+    dist_distributed_dataset *dds;
+    dist_distributed_iterator *it;
+    dist_classifier_step cs;
+    dist_per_replica out; /* the last step's outputs */
+    double input_wait_s;  /* time spent waiting for the input pipeline, all steps so far */
+} trainer;
+
+/* Frees what trainer_create made (any part of it may be missing). */
+static void trainer_destroy(trainer *t) {
+    dist_distributed_iterator_destroy(t->it);
+    dist_distributed_dataset_destroy(t->dds);
+    dist_dataset_destroy(t->ds);
+    dist_loss_scale_optimizer_destroy(t->lso);
+    dist_optimizer_destroy(t->opt);
+    dist_model_destroy(t->model);
+    dist_strategy_destroy(t->s);
+    memset(t, 0, sizeof *t);
+}
+
+/* After a transformation of *ds into *next returned st: on success *ds becomes *next (read
+ * here, after the call that set it). */
+static dist_status pipeline_then(dist_status st, dist_dataset **ds, dist_dataset **next) {
+    if (st != DIST_OK) return st;
+    dist_dataset_destroy(*ds);
+    *ds = *next;
+    *next = NULL;
+    return DIST_OK;
+}
+
+/* A model, Adam and the pipeline of global batches of `batch` on a new strategy; on failure
+ * everything made is freed and dist_last_error() says why. */
+static dist_status trainer_create(const dist_strategy_options *so, int64_t batch,
+                                  dist_dtype_policy policy, const dist_mnist *mnist, trainer *t) {
+    memset(t, 0, sizeof *t);
+    dist_status st = dist_strategy_create(so, &t->s);
+    if (st != DIST_OK) return st;
+    int64_t shape[3] = {28, 28, 1};
+    dist_adam_options ao = DIST_ADAM_OPTIONS_INIT;
+    st = dist_strategy_scope_enter(t->s);
+    if (st == DIST_OK) {
+        st = dist_model_create_mnist_cnn(&t->model);
+        if (st == DIST_OK) st = dist_model_build(t->model, 3, shape, 1);
+        if (st == DIST_OK) st = dist_optimizer_create_adam(&ao, &t->opt);
+        dist_status exit_st = dist_strategy_scope_exit(t->s);
+        if (st == DIST_OK) st = exit_st;
+    }
+    if (st == DIST_OK) st = dist_model_set_dtype_policy(t->model, policy);
+    dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
+    if (st == DIST_OK && policy == DIST_POLICY_MIXED_FLOAT16)
+        st = dist_loss_scale_optimizer_create(t->opt, &lo, &t->lso);
+
+    dist_tensor images = *dist_mnist_train_images(mnist), labels = *dist_mnist_train_labels(mnist);
+    dist_tensor *parts[2] = {&images, &labels};
+    dist_dataset *next = NULL;
+    if (st == DIST_OK) st = dist_dataset_from_tensor_slices(parts, 2, 0, &t->ds);
+    if (st == DIST_OK)
+        st = pipeline_then(dist_dataset_map_image_normalize(t->ds, &next), &t->ds, &next);
+    if (st == DIST_OK)
+        st = pipeline_then(dist_dataset_shuffle(t->ds, 10000, 1, 1, &next), &t->ds, &next);
+    if (st == DIST_OK)
+        st = pipeline_then(dist_dataset_batch(t->ds, batch, 1, &next), &t->ds, &next);
+    if (st == DIST_OK) st = pipeline_then(dist_dataset_repeat(t->ds, -1, &next), &t->ds, &next);
+    if (st == DIST_OK) st = pipeline_then(dist_dataset_prefetch(t->ds, 2, &next), &t->ds, &next);
+    if (st == DIST_OK) st = dist_strategy_distribute_dataset(t->s, t->ds, &t->dds);
+    if (st == DIST_OK) st = dist_distributed_dataset_iterator(t->dds, &t->it);
+    if (st != DIST_OK) {
+        trainer_destroy(t);
+        return st;
+    }
+    t->cs = (dist_classifier_step){t->model, t->opt, batch, t->lso};
+    return DIST_OK;
+}
+
+/* `n` training steps, each waited for (run() brings the step's outputs to the host). */
+static dist_status trainer_steps(trainer *t, int n) {
+    for (int i = 0; i < n; i++) {
+        dist_per_replica_element e;
+        int end = 0;
+        double t0 = now_s();
+        dist_status st = dist_distributed_iterator_next(t->it, &e, &end);
+        t->input_wait_s += now_s() - t0;
+        if (st != DIST_OK) return st;
+        if (end) {
+            dist_clear_error();
+            return DIST_OUT_OF_RANGE; /* cannot happen: the pipeline repeats forever */
+        }
+        st = dist_strategy_run(t->s, dist_classifier_train_step, &t->cs, &e, &t->out);
+        if (st != DIST_OK) return st;
+    }
+    return DIST_OK;
+}
+
 /* images/s of each repeat of `steps` training steps (after 20 warm-up steps). */
 static double run_libdist_policy(dist_strategy_kind kind, const char *devices, int threads,
                                  int steps, int repeats, const dist_mnist *mnist,
-                                 const char *cluster_spec, dist_dtype_policy policy,
-                                 double *runs) {
+                                 const char *cluster_spec, dist_dtype_policy policy, double *runs) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = kind;
     so.devices = devices;
     so.threads_per_replica = threads;
     so.cluster_spec = cluster_spec;
-    dist_strategy *s;
-    CHECK(dist_strategy_create(&so, &s));
-    dist_model *model;
-    dist_optimizer *opt;
-    int64_t shape[3] = {28, 28, 1};
-    dist_adam_options ao = DIST_ADAM_OPTIONS_INIT;
-    CHECK(dist_strategy_scope_enter(s));
-    CHECK(dist_model_create_mnist_cnn(&model));
-    CHECK(dist_model_build(model, 3, shape, 1));
-    CHECK(dist_optimizer_create_adam(&ao, &opt));
-    CHECK(dist_strategy_scope_exit(s));
-    CHECK(dist_model_set_dtype_policy(model, policy));
-    dist_loss_scale_optimizer *lso = NULL;
-    dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
-    if (policy == DIST_POLICY_MIXED_FLOAT16) CHECK(dist_loss_scale_optimizer_create(opt, &lo, &lso));
-
-    dist_tensor images = *dist_mnist_train_images(mnist), labels = *dist_mnist_train_labels(mnist);
-    dist_tensor *parts[2] = {&images, &labels};
-    dist_dataset *ds, *next;
-    CHECK(dist_dataset_from_tensor_slices(parts, 2, 0, &ds));
-    CHECK(dist_dataset_map_image_normalize(ds, &next));
-    dist_dataset_destroy(ds), ds = next;
-    CHECK(dist_dataset_shuffle(ds, 10000, 1, 1, &next));
-    dist_dataset_destroy(ds), ds = next;
-    CHECK(dist_dataset_batch(ds, 64, 1, &next));
-    dist_dataset_destroy(ds), ds = next;
-    CHECK(dist_dataset_repeat(ds, -1, &next));
-    dist_dataset_destroy(ds), ds = next;
-    CHECK(dist_dataset_prefetch(ds, 2, &next));
-    dist_dataset_destroy(ds), ds = next;
-    dist_distributed_dataset *dds;
-    dist_distributed_iterator *it;
-    CHECK(dist_strategy_distribute_dataset(s, ds, &dds));
-    CHECK(dist_distributed_dataset_iterator(dds, &it));
-
-    dist_classifier_step cs = {model, opt, 64, lso};
+    trainer t;
+    CHECK(trainer_create(&so, 64, policy, mnist, &t));
     for (int r = -1; r < repeats; r++) {
         int n = r < 0 ? 20 : steps;
         double t0 = now_s();
-        for (int i = 0; i < n; i++) {
-            dist_per_replica_element e;
-            dist_per_replica out;
-            int end;
-            CHECK(dist_distributed_iterator_next(it, &e, &end));
-            CHECK(dist_strategy_run(s, dist_classifier_train_step, &cs, &e, &out));
-        }
+        CHECK(trainer_steps(&t, n));
         if (r >= 0) runs[r] = 64.0 * steps / (now_s() - t0);
     }
-    dist_distributed_iterator_destroy(it);
-    dist_distributed_dataset_destroy(dds);
-    dist_dataset_destroy(ds);
-    dist_loss_scale_optimizer_destroy(lso);
-    dist_optimizer_destroy(opt);
-    dist_model_destroy(model);
-    dist_strategy_destroy(s);
+    trainer_destroy(&t);
     double copy[MAX_REPEATS];
     memcpy(copy, runs, (size_t)repeats * sizeof *copy);
     return median(copy, repeats);
@@ -290,9 +355,325 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
     return 0;
 }
 
+/* ---- --gpu: libdist on gpu:0 with CUDA graphs on and off, against PyTorch eager ---------- */
+
+#define GPU_MAX_BATCHES 8
+#define GPU_WARMUP_STEPS 20
+#define GPU_TARGET 2.0 /* the issue's target: libdist >= 2x PyTorch eager at batch 64 and 1024 */
+
+enum { GPU_GRAPHS, GPU_EAGER, TORCH_GPU_DATA, TORCH_HOST_DATA, GPU_CONFIGS };
+static const char *const gpu_key[GPU_CONFIGS] = {"libdist_graphs", "libdist_eager",
+                                                 "torch_gpu_data", "torch_host_data"};
+static const char *const gpu_title[GPU_CONFIGS] = {"libdist graphs on", "libdist graphs off",
+                                                   "PyTorch (data on GPU)", "PyTorch (host data)"};
+
+/* The repeats measured for one batch size, per configuration, in the order measured. */
+typedef struct gpu_results {
+    double runs[GPU_CONFIGS][MAX_REPEATS];
+    int count[GPU_CONFIGS];
+} gpu_results;
+
+static double gpu_median(const gpu_results *g, int c) {
+    if (g->count[c] == 0) return 0;
+    double copy[MAX_REPEATS];
+    memcpy(copy, g->runs[c], (size_t)g->count[c] * sizeof *copy);
+    return median(copy, g->count[c]);
+}
+
+/* Says why a libdist call of the GPU benchmark failed; returns whether it did. */
+static int gpu_failed(dist_status st, int64_t batch, int config, const char *what) {
+    if (st == DIST_OK) return 0;
+    printf("FAIL: batch %lld, %s, %s: %s: %s\n", (long long)batch, gpu_title[config], what,
+           dist_status_name(st), dist_last_error());
+    return 1;
+}
+
+/* The checks after timing: the graphs-on strategy replayed graphs, the graphs-off one none,
+ * and the last step's loss of both is finite. Returns whether one failed. */
+static int gpu_check_trainers(trainer t[2], int64_t batch) {
+    int failed = 0;
+    dist_graph_stats gs[2];
+    for (int c = 0; c < 2; c++) {
+        dist_strategy_graph_stats(t[c].s, &gs[c]);
+        printf("graph counters, batch %lld, %s: captured %lld, replayed %lld, eager_segments %lld, "
+               "capture_failures %lld\n",
+               (long long)batch, gpu_title[c], (long long)gs[c].captured, (long long)gs[c].replayed,
+               (long long)gs[c].eager_segments, (long long)gs[c].capture_failures);
+    }
+    if (gs[0].replayed == 0) {
+        printf("FAIL: batch %lld: CUDA graphs were on, yet no graph was replayed\n",
+               (long long)batch);
+        failed = 1;
+    }
+    if (gs[1].captured != 0 || gs[1].replayed != 0) {
+        printf("FAIL: batch %lld: CUDA graphs were off, yet graphs were captured or replayed: "
+               "the two configurations do not differ as they should\n",
+               (long long)batch);
+        failed = 1;
+    }
+    double loss[2];
+    for (int c = 0; c < 2; c++) {
+        if (t[c].out.count < 1) {
+            printf("FAIL: batch %lld, %s: the step returned no outputs\n", (long long)batch,
+                   gpu_title[c]);
+            return 1;
+        }
+        dist_tensor *l;
+        if (gpu_failed(dist_strategy_reduce(t[c].s, DIST_REDUCE_SUM, &t[c].out, 0, -1, &l), batch,
+                       c, "reducing the loss"))
+            return 1;
+        loss[c] = *(const float *)l->data;
+        dist_tensor_destroy(l);
+        if (!isfinite(loss[c])) {
+            printf("FAIL: batch %lld, %s: the last step's loss is %g, not finite\n",
+                   (long long)batch, gpu_title[c], loss[c]);
+            failed = 1;
+        }
+    }
+    printf("last loss, batch %lld: graphs on %.6f, graphs off %.6f (same seeds and data order)\n",
+           (long long)batch, loss[0], loss[1]);
+    return failed;
+}
+
+/* libdist one_device on gpu:0 at global batch `batch`, CUDA graphs on and off: both strategies
+ * alive at once, their repeats interleaved (on, off, on, off, ...) so that drift hits both.
+ * Returns whether it failed (after saying why). */
+static int gpu_libdist(int64_t batch, int steps, int repeats, const dist_mnist *mnist,
+                       gpu_results *g) {
+    const int graphs[2] = {1, -1}; /* cuda_graphs of GPU_GRAPHS, GPU_EAGER */
+    trainer t[2];
+    memset(t, 0, sizeof t);
+    int failed = 0;
+    for (int c = 0; c < 2 && !failed; c++) {
+        dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+        so.kind = DIST_STRATEGY_ONE_DEVICE;
+        so.devices = "gpu:0";
+        so.cuda_graphs = graphs[c];
+        failed = gpu_failed(trainer_create(&so, batch, DIST_POLICY_FLOAT32, mnist, &t[c]), batch, c,
+                            "creating the strategy, model and pipeline");
+        if (!failed)
+            failed = gpu_failed(trainer_steps(&t[c], GPU_WARMUP_STEPS), batch, c, "warm-up steps");
+    }
+    double timed[2] = {0, 0}, waited[2] = {0, 0}; /* seconds, over the timed repeats */
+    for (int r = 0; r < repeats && !failed; r++)
+        for (int c = 0; c < 2 && !failed; c++) {
+            double t0 = now_s(), w0 = t[c].input_wait_s;
+            failed = gpu_failed(trainer_steps(&t[c], steps), batch, c, "timed steps");
+            double dt = now_s() - t0;
+            timed[c] += dt;
+            waited[c] += t[c].input_wait_s - w0;
+            if (!failed) g->runs[c][g->count[c]++] = (double)batch * steps / dt;
+        }
+    if (!failed) {
+        for (int c = 0; c < 2; c++)
+            printf("libdist batch %lld, %s: %.0f images/s (median), %.3f ms a step, %.0f%% of it "
+                   "waiting for the input pipeline\n",
+                   (long long)batch, gpu_title[c], gpu_median(g, c),
+                   1e3 * timed[c] / ((double)repeats * steps), 100 * waited[c] / timed[c]);
+        failed = gpu_check_trainers(t, batch);
+    }
+    trainer_destroy(&t[0]);
+    trainer_destroy(&t[1]);
+    return failed;
+}
+
+/* PyTorch eager (bench/torch_cnn_gpu.py) on the same GPU, one way of feeding it, the same batch
+ * sizes, step counts and repeats; its output is echoed. Returns whether it failed or measured
+ * less than asked. */
+static int gpu_torch(const char *python, int host_data, const int64_t *batches, const int *steps,
+                     int nb, int repeats, gpu_results *g) {
+    char bl[256] = "", sl[256] = "", cmd[2048];
+    for (int i = 0, lb = 0, ls = 0; i < nb; i++) {
+        lb += snprintf(bl + lb, sizeof bl - (size_t)lb, "%s%lld", i ? "," : "",
+                       (long long)batches[i]);
+        ls += snprintf(sl + ls, sizeof sl - (size_t)ls, "%s%d", i ? "," : "", steps[i]);
+    }
+    snprintf(cmd, sizeof cmd,
+             "'%s' '%s/bench/torch_cnn_gpu.py' --batch-sizes %s --steps %s --repeats %d%s", python,
+             DIST_SOURCE_DIR, bl, sl, repeats, host_data ? " --host-data" : "");
+    const int c = host_data ? TORCH_HOST_DATA : TORCH_GPU_DATA;
+    const char *mode = host_data ? "host_data" : "gpu_data";
+    printf("running: %s\n", cmd);
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        printf("FAIL: cannot start %s\n", cmd);
+        return 1;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, p)) {
+        printf("  %s%s", line, strchr(line, '\n') ? "" : "\n");
+        int b, st;
+        char m[32];
+        double ips;
+        if (sscanf(line, "torch batch=%d mode=%31s steps=%d images_per_sec=%lf", &b, m, &st,
+                   &ips) != 4 ||
+            strcmp(m, mode) != 0)
+            continue;
+        for (int i = 0; i < nb; i++)
+            if (batches[i] == b && steps[i] == st && g[i].count[c] < MAX_REPEATS)
+                g[i].runs[c][g[i].count[c]++] = ips;
+    }
+    int status = pclose(p);
+    int failed = 0;
+    if (status != 0) {
+        printf("FAIL: PyTorch (%s) exited with %s %d\n", mode,
+               WIFEXITED(status) ? "status" : "wait status",
+               WIFEXITED(status) ? WEXITSTATUS(status) : status);
+        failed = 1;
+    }
+    for (int i = 0; i < nb; i++)
+        if (g[i].count[c] != repeats) {
+            printf("FAIL: PyTorch (%s), batch %lld: %d of %d repeats measured\n", mode,
+                   (long long)batches[i], g[i].count[c], repeats);
+            failed = 1;
+        }
+    return failed;
+}
+
+static void gpu_log(dist_log_level level, const char *message, void *user) {
+    (void)user;
+    printf("libdist %s: %s\n", level == DIST_LOG_ERROR ? "error" : "warning", message);
+}
+
+/* "1234" or "n/a" */
+static const char *gpu_cell(double v, const char *fmt, char *buf, size_t size) {
+    if (v > 0)
+        snprintf(buf, size, fmt, v);
+    else
+        snprintf(buf, size, "n/a");
+    return buf;
+}
+
+static void gpu_report(const int64_t *batches, int nb, const gpu_results *g) {
+    printf("\n| batch | %s | %s | %s | %s | libdist graphs / PyTorch host data | libdist graphs / "
+           "PyTorch on GPU |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+           gpu_title[0], gpu_title[1], gpu_title[2], gpu_title[3]);
+    for (int i = 0; i < nb; i++) {
+        double m[GPU_CONFIGS];
+        char cell[GPU_CONFIGS][32], rh[32], rg[32];
+        for (int c = 0; c < GPU_CONFIGS; c++) {
+            m[c] = gpu_median(&g[i], c);
+            gpu_cell(m[c], "%.0f", cell[c], sizeof cell[c]);
+        }
+        gpu_cell(m[TORCH_HOST_DATA] > 0 ? m[GPU_GRAPHS] / m[TORCH_HOST_DATA] : 0, "%.2fx", rh,
+                 sizeof rh);
+        gpu_cell(m[TORCH_GPU_DATA] > 0 ? m[GPU_GRAPHS] / m[TORCH_GPU_DATA] : 0, "%.2fx", rg,
+                 sizeof rg);
+        printf("| %lld | %s | %s | %s | %s | %s | %s |\n", (long long)batches[i], cell[0], cell[1],
+               cell[2], cell[3], rh, rg);
+    }
+    printf("\nmedians of the repeats; every repeat (images/s, in the order measured):\n");
+    for (int i = 0; i < nb; i++)
+        for (int c = 0; c < GPU_CONFIGS; c++) {
+            char buf[512];
+            runs_str(g[i].runs[c], g[i].count[c], buf, sizeof buf);
+            printf("  batch %lld, %s: %s\n", (long long)batches[i], gpu_title[c],
+                   g[i].count[c] ? buf : "n/a");
+        }
+    printf("\ntarget (the issue): libdist >= %.0fx PyTorch eager at batch 64 and 1024\n",
+           GPU_TARGET);
+    for (int i = 0; i < nb; i++) {
+        double ours = gpu_median(&g[i], GPU_GRAPHS);
+        for (int c = TORCH_GPU_DATA; c <= TORCH_HOST_DATA; c++) {
+            double ref = gpu_median(&g[i], c);
+            if (ours > 0 && ref > 0)
+                printf("  batch %lld: libdist graphs on / %s = %.2fx: %s\n", (long long)batches[i],
+                       gpu_title[c], ours / ref, ours >= GPU_TARGET * ref ? "met" : "NOT met");
+        }
+    }
+    printf("\n");
+    for (int i = 0; i < nb; i++)
+        for (int c = 0; c < GPU_CONFIGS; c++)
+            if (g[i].count[c])
+                printf("RESULT batch=%lld config=%s images_per_sec=%.0f\n", (long long)batches[i],
+                       gpu_key[c], gpu_median(&g[i], c));
+}
+
+/* bench_train --gpu: exits 77 without a GPU, 1 when a measurement or check failed. */
+static int gpu_main(const int64_t *batches, int nb, int images, int repeats, int torch,
+                    const char *python) {
+    /* This program links libdist statically, so the loader would look for the CUDA module
+     * next to this program: name the build tree's copy unless $DIST_CUDA_MODULE is set. */
+#ifdef DIST_BENCH_CUDA_MODULE
+    if (access(DIST_BENCH_CUDA_MODULE, F_OK) == 0)
+        setenv("DIST_CUDA_MODULE", DIST_BENCH_CUDA_MODULE, 0);
+#endif
+    if (dist_device_count(DIST_DEVICE_CUDA) == 0) {
+        dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
+        bo.device = (dist_device){DIST_DEVICE_CUDA, 0};
+        dist_backend *be = NULL;
+        dist_status st = dist_backend_create(&bo, &be);
+        dist_backend_destroy(be);
+        printf("bench_train --gpu: no GPU visible, skipped (%s)\n",
+               st != DIST_OK ? dist_last_error() : "dist_device_count(DIST_DEVICE_CUDA) is 0");
+        return 77;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress reaches a log even if the run is cut short */
+    dist_set_log_callback(gpu_log, DIST_LOG_WARN, NULL);
+    dist_mnist *mnist;
+    dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
+    mo.allow_download = 0;
+    CHECK(dist_mnist_load(&mo, &mnist));
+    int64_t examples = dist_mnist_train_images(mnist)->shape[0];
+    int steps[GPU_MAX_BATCHES];
+    for (int i = 0; i < nb; i++) {
+        if (batches[i] > examples) {
+            printf("bench_train --gpu: batch %lld is larger than the %lld training images of %s\n",
+                   (long long)batches[i], (long long)examples, dist_mnist_source(mnist));
+            dist_mnist_destroy(mnist);
+            return 2;
+        }
+        steps[i] = (int)(images / batches[i] > 20 ? images / batches[i] : 20);
+    }
+    printf("bench_train --gpu: seed CNN, Adam, global batch B on one GPU, float32 without TF32 "
+           "on both sides\n"
+           "PyTorch eager (bench/torch_cnn_gpu.py): random MNIST-shaped data on the GPU, and "
+           "copied from pinned host memory each step\n"
+           "libdist one_device gpu:0: %s through normalize -> shuffle -> batch -> repeat -> "
+           "prefetch, CUDA graphs on and off, repeats interleaved\n"
+           "each: %d warm-up steps, then %d repeats of max(20, %d / B) steps\n",
+           dist_mnist_source(mnist), GPU_WARMUP_STEPS, repeats, images);
+    printf("target: libdist >= %.0fx PyTorch eager at batch 64 and 1024\n\n", GPU_TARGET);
+    gpu_results g[GPU_MAX_BATCHES];
+    memset(g, 0, sizeof g);
+    int failed = 0;
+    /* PyTorch first, while this process has no CUDA context yet (counting GPUs makes none), so
+     * that the two never hold the GPU at once (a GPU in exclusive-process mode allows one). */
+    if (torch) {
+        failed |= gpu_torch(python, 0, batches, steps, nb, repeats, g);
+        failed |= gpu_torch(python, 1, batches, steps, nb, repeats, g);
+    }
+    for (int i = 0; i < nb; i++) {
+        printf("libdist batch %lld: %d steps per repeat\n", (long long)batches[i], steps[i]);
+        failed |= gpu_libdist(batches[i], steps[i], repeats, mnist, &g[i]);
+    }
+    dist_mnist_destroy(mnist);
+    gpu_report(batches, nb, g);
+    if (failed) printf("\nbench_train --gpu: FAILED (see the FAIL lines above)\n");
+    return failed ? 1 : 0;
+}
+
+/* "64,1024" -> batches; returns their count, or 0 when the list is malformed. */
+static int parse_batches(const char *text, int64_t *out, int max) {
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 1 || v > 1000000 || n == max) return 0;
+        out[n++] = v;
+        if (*end == '\0') return n;
+        if (*end != ',') return 0;
+        p = end + 1;
+    }
+}
+
 int main(int argc, char **argv) {
     int steps = 300, repeats = 5, torch = 1, policies = 0;
-    const char *python = "/usr/bin/python3";
+    int gpu = 0, images = 65536, nb = 2, steps_set = 0, repeats_set = 0, gpu_args = 0;
+    int64_t batches[GPU_MAX_BATCHES] = {64, 1024};
+    const char *python = NULL;
     if (argc == 5 && strcmp(argv[1], "--worker") == 0) {
         dist_mnist *m;
         dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
@@ -302,29 +683,45 @@ int main(int argc, char **argv) {
         dist_mnist_destroy(m);
         return rc;
     }
-    for (int i = 1; i < argc; i++) {
+    int bad = 0;
+    for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--steps") && i + 1 < argc)
-            steps = atoi(argv[++i]);
+            steps = atoi(argv[++i]), steps_set = 1;
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc)
-            repeats = atoi(argv[++i]);
+            repeats = atoi(argv[++i]), repeats_set = 1;
         else if (!strcmp(argv[i], "--no-torch"))
             torch = 0;
         else if (!strcmp(argv[i], "--python") && i + 1 < argc)
             python = argv[++i];
         else if (!strcmp(argv[i], "--mixed-precision"))
             policies = 1;
-        else {
-            fprintf(stderr,
-                    "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH] "
-                    "[--mixed-precision]\n",
-                    argv[0]);
-            return 2;
-        }
+        else if (!strcmp(argv[i], "--gpu"))
+            gpu = 1;
+        else if (!strcmp(argv[i], "--batch-sizes") && i + 1 < argc)
+            bad = (nb = parse_batches(argv[++i], batches, GPU_MAX_BATCHES)) == 0, gpu_args = 1;
+        else if (!strcmp(argv[i], "--images") && i + 1 < argc)
+            images = atoi(argv[++i]), gpu_args = 1;
+        else
+            bad = 1;
     }
-    if (steps < 1 || repeats < 1 || repeats > MAX_REPEATS) {
-        fprintf(stderr, "bench_train: steps must be >= 1 and repeats 1..%d\n", MAX_REPEATS);
+    /* --steps and --mixed-precision are the CPU modes'; --batch-sizes and --images the GPU's */
+    if (bad || (gpu && (steps_set || policies)) || (!gpu && gpu_args)) {
+        fprintf(stderr,
+                "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH] "
+                "[--mixed-precision]\n"
+                "       %s --gpu [--batch-sizes 64,1024] [--images N] [--repeats R] [--no-torch] "
+                "[--python PATH]\n",
+                argv[0], argv[0]);
         return 2;
     }
+    if (gpu && !repeats_set) repeats = 3;
+    if (steps < 1 || repeats < 1 || repeats > MAX_REPEATS || images < 1) {
+        fprintf(stderr, "bench_train: steps and images must be >= 1 and repeats 1..%d\n",
+                MAX_REPEATS);
+        return 2;
+    }
+    if (gpu) return gpu_main(batches, nb, images, repeats, torch, python ? python : "python3");
+    if (!python) python = "/usr/bin/python3";
     int cores = dist_device_count(DIST_DEVICE_CPU);
     char all_cpus[256] = "";
     for (int c = 0, len = 0; c < cores && len < 240; c++)
