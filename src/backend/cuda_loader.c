@@ -28,6 +28,7 @@ static const struct dist_cuda_host g_host = {
     .error_context = dist_error_context,
     .error_breadcrumb = dist_error_breadcrumb,
     .log = dist_log,
+    .last_error = dist_last_error,
 };
 
 /* dlopen()s `path` and asks it for its table; on failure records why in g_why. */

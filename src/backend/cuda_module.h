@@ -36,6 +36,7 @@ struct dist_cuda_host {
     dist_status (*error_context)(dist_status status, const char *fmt, ...);
     void (*error_breadcrumb)(const char *file, int line);
     void (*log)(dist_log_level level, const char *fmt, ...);
+    const char *(*last_error)(void);
 };
 
 /* The module's entries; the semantics are those of the libdist functions of the same name

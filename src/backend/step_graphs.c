@@ -82,6 +82,11 @@ dist_status step_rec_end(step_recorder *r) {
     return st;
 }
 
+void step_rec_discard(step_recorder *r) {
+    r->len = 0;
+    r->recording = 0;
+}
+
 /* Runs every command of the segment in order, stopping at the first failure. */
 static dist_status run_segment(step_recorder *r, const unsigned char *bytes, size_t len) {
     for (size_t off = 0; off < len;) {
@@ -150,12 +155,10 @@ static dist_status capture_and_launch(step_recorder *r, step_rec_entry *e) {
     }
     e->failed = 1;
     r->stats.capture_failures++;
-    /* dist_last_error() is libdist's, out of reach of a device module: the device's hooks
-     * say why themselves. */
     dist_log(DIST_LOG_WARN,
-             "step graphs: the device could not capture a segment of %zu bytes; it runs without "
-             "a graph from now on",
-             r->len);
+             "step graphs: the device could not capture a segment of %zu bytes (%s); it runs "
+             "without a graph from now on",
+             r->len, dist_last_error());
     r->stats.eager_segments++;
     return run_segment(r, r->buf, r->len);
 }
@@ -175,8 +178,19 @@ static dist_status flush_segment(step_recorder *r) {
     e->last_use = ++r->clock;
     e->seen++;
     if (e->graph) {
-        r->stats.replayed++;
-        return r->ops->launch(r->device, e->graph);
+        if (r->ops->launch(r->device, e->graph) == DIST_OK) {
+            r->stats.replayed++;
+            return DIST_OK;
+        }
+        /* A graph that does not launch is not tried again: the segment runs as commands, which
+         * fail in turn if the device is broken. */
+        dist_log(DIST_LOG_WARN, "step graphs: a graph failed to launch (%s); it runs without one",
+                 dist_last_error());
+        r->ops->destroy(r->device, e->graph);
+        e->graph = NULL;
+        e->failed = 1;
+        r->stats.eager_segments++;
+        return run_segment(r, r->buf, r->len);
     }
     if (!r->captures_off && r->stats.captured >= STEP_REC_THRASH_CAPTURES &&
         r->stats.replayed < r->stats.captured) {

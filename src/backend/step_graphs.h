@@ -91,6 +91,8 @@ dist_status step_rec_submit(step_recorder *r, step_rec_fn fn, const void *args, 
 dist_status step_rec_begin(step_recorder *r);
 /* Runs what is deferred and stops deferring. */
 dist_status step_rec_end(step_recorder *r);
+/* Stops deferring and drops what is deferred, unrun (a step that cannot go on). */
+void step_rec_discard(step_recorder *r);
 /* Runs what is deferred: replays its graph, captures it, or runs it command by command. The
  * segment is cleared whatever happens. */
 dist_status step_rec_flush(step_recorder *r);

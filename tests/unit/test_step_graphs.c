@@ -21,6 +21,7 @@ typedef struct fake_device {
     fake_graph *capturing;
     int capture_begins, capture_aborts, launches, destroyed;
     int refuse_capture; /* capture_end fails, as a device would for an uncapturable call */
+    int fail_launches;  /* this many launches fail from now on */
     int fail_value;     /* a command with this value fails */
 } fake_device;
 
@@ -65,6 +66,10 @@ static dist_status fake_capture_end(void *device, int ok, void **graph) {
 static dist_status fake_launch(void *device, void *graph) {
     fake_device *d = device;
     fake_graph *g = graph;
+    if (d->fail_launches > 0) {
+        d->fail_launches--;
+        return dist_error(DIST_CUDA, "fake device: launch refused");
+    }
     d->launches++;
     for (int i = 0; i < g->n; i++) d->log[d->nlog++] = g->vals[i];
     return DIST_OK;
@@ -200,6 +205,25 @@ START_TEST(test_a_refused_capture_runs_eagerly_and_is_not_tried_again) {
 }
 END_TEST
 
+START_TEST(test_a_graph_that_fails_to_launch_runs_eagerly_and_is_dropped) {
+    fake_device d = {.fail_value = -1};
+    step_recorder r;
+    step_rec_init(&r, &fake_ops, &d);
+    const int s[] = {4, 5};
+    ck_assert_int_eq(step(&r, s, 2), DIST_OK); /* eager */
+    ck_assert_int_eq(step(&r, s, 2), DIST_OK); /* captured and launched */
+    d.fail_launches = 1;
+    ck_assert_int_eq(step(&r, s, 2), DIST_OK); /* the replay fails: eager instead */
+    ck_assert_int_eq(d.destroyed, 1);
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(step(&r, s, 2), DIST_OK); /* eager from now on */
+    ck_assert_int_eq(d.capture_begins, 1);
+    ck_assert_int_eq(d.launches, 1);
+    assert_log(&d, (int[]){4, 5, 4, 5, 4, 5, 4, 5, 4, 5}, 10); /* five steps, each once */
+    ck_assert_int_eq(r.stats.replayed, 0);
+    step_rec_release(&r);
+}
+END_TEST
+
 START_TEST(test_a_failing_command_fails_the_flush_and_clears_the_segment) {
     fake_device d = {.fail_value = 99};
     step_recorder r;
@@ -311,6 +335,7 @@ int main(void) {
     tcase_add_test(tc, test_a_repeated_step_is_captured_the_second_time_and_replayed_after);
     tcase_add_test(tc, test_a_changed_argument_is_another_segment_and_runs_eagerly);
     tcase_add_test(tc, test_a_refused_capture_runs_eagerly_and_is_not_tried_again);
+    tcase_add_test(tc, test_a_graph_that_fails_to_launch_runs_eagerly_and_is_dropped);
     tcase_add_test(tc, test_a_failing_command_fails_the_flush_and_clears_the_segment);
     tcase_add_test(tc, test_a_command_failing_in_the_capture_fails_once_eagerly);
     tcase_add_test(tc, test_without_graph_hooks_every_segment_runs_eagerly);

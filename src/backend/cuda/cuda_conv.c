@@ -296,7 +296,27 @@ static dist_status choose_algo(cuda_ctx *c, cuda_conv_plan *p, int op, cudnnData
         DIST_TRY(heuristic_algos(c, p, op, perf, &n));
     else
         DIST_TRY(measured_algos(c, p, op, in1, in2, out, perf, &n));
-    return pick_algo(c, p, dt, perf, n, name);
+    DIST_TRY(pick_algo(c, p, dt, perf, n, name));
+    /* The candidates' memory figures were taken before pick_algo set the math type: the chosen
+     * algorithm's own requirement under it wins if larger. */
+    size_t need = 0;
+    if (op == CUDA_CONV_FWD)
+        CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, p->xd, p->wd, p->cd, p->yd,
+                                                          (cudnnConvolutionFwdAlgo_t)p->algo,
+                                                          &need),
+                  "conv2d: forward workspace size");
+    else if (op == CUDA_CONV_BWD_DATA)
+        CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                      c->cudnn, p->wd, p->yd, p->cd, p->xd,
+                      (cudnnConvolutionBwdDataAlgo_t)p->algo, &need),
+                  "conv2d: backward-data workspace size");
+    else
+        CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                      c->cudnn, p->xd, p->yd, p->cd, p->wd,
+                      (cudnnConvolutionBwdFilterAlgo_t)p->algo, &need),
+                  "conv2d: backward-filter workspace size");
+    if (need > p->ws_bytes) p->ws_bytes = need;
+    return DIST_OK;
 }
 
 typedef struct transpose_args {

@@ -14,6 +14,8 @@
 
 static dist_status capture_begin(void *device) {
     cuda_ctx *c = device;
+    /* an earlier, non-sticky error left unread would fail the capture's first launch */
+    cudaGetLastError();
     /* Thread-local mode: replicas on other threads may allocate meanwhile; this thread only
      * queues the segment's commands until capture_end. */
     CUDA_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal),
@@ -28,7 +30,11 @@ static dist_status capture_end(void *device, int ok, void **out) {
     if (!ok || e != cudaSuccess) {
         if (graph) cudaGraphDestroy(graph);
         cudaGetLastError();
-        if (!ok) return DIST_OK; /* a command failed: the recorder reports that one */
+        if (!ok) {
+            dist_log(DIST_LOG_WARN, "gpu:%d: a command failed while a graph was captured: %s",
+                     c->device, dist_last_error());
+            return DIST_OK; /* the recorder returns that command's error */
+        }
         dist_log(DIST_LOG_WARN, "gpu:%d: a CUDA graph capture failed: %s", c->device,
                  cudaGetErrorString(e));
         return dist_error(DIST_CUDA, "gpu:%d: ending a graph capture: %s", c->device,
@@ -101,8 +107,8 @@ dist_status cuda_step_end(void *ctx) {
     if (!c->graphs) return DIST_OK;
     dist_status st = cuda_enter(c);
     if (st == DIST_OK) st = cuda_flush(c);
-    /* stop recording whatever happened; what failed to run is dropped with its error */
-    step_rec_end(&c->rec);
+    /* stop recording whatever happened; what could not run is dropped with its error */
+    step_rec_discard(&c->rec);
     c->payload_used = 0;
     c->step_scalars_used = 0;
     return st;

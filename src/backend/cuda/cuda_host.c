@@ -36,6 +36,8 @@ dist_status dist_error_context(dist_status status, const char *fmt, ...) {
 
 void dist_error_breadcrumb(const char *file, int line) { g_host->error_breadcrumb(file, line); }
 
+const char *dist_last_error(void) { return g_host->last_error(); }
+
 void dist_log(dist_log_level level, const char *fmt, ...) {
     char msg[CUDA_HOST_MSG_CAP];
     va_list ap;
