@@ -129,9 +129,9 @@ static dist_status host_output(dist_strategy *s, int r, int i, const dist_tensor
     return DIST_OK;
 }
 
-/* Brings the step's outputs to the host in one transfer, the device's only wait in a step:
- * each output is copied plain into one buffer on the device (queued work, so part of a step
- * graph), and that buffer comes back at once. */
+/* Brings the step's outputs to the host in one transfer, so one wait for the device: each
+ * output is copied plain into one buffer on the device (queued work, so part of a step graph),
+ * and that buffer comes back at once. */
 static dist_status store_outputs(dist_strategy *s, int r, const dist_element *out) {
     size_t offset[DIST_ELEMENT_MAX], total = 0;
     for (int i = 0; i < out->count; i++) {
@@ -334,7 +334,6 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
     /* the environment is read once, here; explicit options win */
     int deterministic = o->deterministic ? 1 : env_flag("DIST_DETERMINISTIC", 0);
     int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : env_flag("DIST_CUDA_GRAPHS", 1);
-    *out = NULL;
     if (o->kind != DIST_STRATEGY_ONE_DEVICE && o->kind != DIST_STRATEGY_MIRRORED &&
         o->kind != DIST_STRATEGY_MULTI_WORKER)
         return dist_error(DIST_UNSUPPORTED,
