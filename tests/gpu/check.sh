@@ -91,20 +91,26 @@ if ((${#missing[@]})); then
 fi
 
 cuda_flags=(-DCMAKE_CUDA_ARCHITECTURES=90)
-wheel_dir() { python3 -c "import importlib.util as u; s = u.find_spec('$1'); print(list(s.submodule_search_locations)[0])" 2>/dev/null; }
+# cuDNN and NCCL from the toolkit, else from PyTorch's nvidia-* wheels, wherever they put their
+# include/ and lib/ (the layout differs between wheel generations).
+nv_root=$(python3 -c "import nvidia; print(list(nvidia.__path__)[0])" 2>/dev/null)
 mkdir -p "$DEPS/cudalib"
-if [[ ! -e /usr/local/cuda/include/cudnn.h ]] && d=$(wheel_dir nvidia.cudnn) && [[ -e $d/include/cudnn.h ]]; then
-    ln -sf "$(ls "$d"/lib/libcudnn.so* | head -1)" "$DEPS/cudalib/libcudnn.so"
-    cuda_flags+=(-DCUDNN_INCLUDE_DIR="$d/include" -DCUDNN_LIBRARY="$DEPS/cudalib/libcudnn.so")
-    export LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    echo "cuDNN from the Python wheel: $d"
-fi
-if [[ ! -e /usr/local/cuda/include/nccl.h ]] && d=$(wheel_dir nvidia.nccl) && [[ -e $d/include/nccl.h ]]; then
-    ln -sf "$(ls "$d"/lib/libnccl.so* | head -1)" "$DEPS/cudalib/libnccl.so"
-    cuda_flags+=(-DNCCL_INCLUDE_DIR="$d/include" -DNCCL_LIBRARY="$DEPS/cudalib/libnccl.so")
-    export LD_LIBRARY_PATH=$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    echo "NCCL from the Python wheel: $d"
-fi
+from_wheel() { # HEADER LIBSTEM NAME: adds the CMake hints for NAME if a wheel has them
+    local h inc lib
+    [[ -n $nv_root ]] || return 1
+    h=$(find "$nv_root" -name "$1" -path '*/include/*' 2>/dev/null | head -1)
+    [[ -n $h ]] || return 1
+    inc=$(dirname "$h")
+    lib=$(find "$(dirname "$inc")" -maxdepth 2 -name "lib$2.so*" 2>/dev/null | sort | head -1)
+    [[ -n $lib ]] || return 1
+    ln -sf "$lib" "$DEPS/cudalib/lib$2.so"
+    cuda_flags+=("-D${3}_INCLUDE_DIR=$inc" "-D${3}_LIBRARY=$DEPS/cudalib/lib$2.so")
+    LD_LIBRARY_PATH=$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+    echo "$3 from a Python wheel: $inc, $lib"
+}
+[[ -e /usr/local/cuda/include/cudnn.h ]] || from_wheel cudnn.h cudnn CUDNN || echo "cuDNN: not found"
+[[ -e /usr/local/cuda/include/nccl.h ]] || from_wheel nccl.h nccl NCCL || echo "NCCL: not found"
 
 # ---- build and unit tests --------------------------------------------------------------
 gen=()
