@@ -21,11 +21,15 @@ typedef struct dist_backend_options {
     /* GPU: replay the repeated work of training steps (dist_strategy_run) as CUDA graphs
      * (1, the default) or launch every kernel as it comes (0). Results are the same. */
     int graphs;
+    /* GPU: the longest the host waits for the device before failing with DIST_TIMEOUT, in
+     * seconds (0: 300). A collective whose peer never arrives (a replica that failed) would
+     * otherwise hold the host forever. */
+    double wait_timeout_s;
 } dist_backend_options;
 
 #define DIST_BACKEND_OPTIONS_VERSION 2
 #define DIST_BACKEND_OPTIONS_INIT                                                                  \
-    { DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0, 1 }
+    { DIST_BACKEND_OPTIONS_VERSION, {DIST_DEVICE_CPU, 0}, 0, 0, 1, 0.0 }
 
 /* Counters of step graphs: a training step's GPU work is recorded, and a stretch of it that
  * repeats (the same kernels on the same memory with the same scalars) is captured once as a

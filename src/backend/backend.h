@@ -149,6 +149,11 @@ struct dist_backend_i {
     dist_status (*step_end)(void *ctx);
     /* Optional (NULL: all zero): the step graph counters since creation. */
     void (*graph_stats)(void *ctx, dist_graph_stats *out);
+    /* Optional (NULL: waits are not affected): on = 1 when another replica of the step failed.
+     * A wait for the device that then does not end within a few seconds is work stuck on the
+     * failed replica (a collective): it gives up with DIST_PEER_LOST, and the device counts as
+     * stuck from then on. on = 0 once the step is over on every replica. Thread-safe. */
+    void (*cancel_waits)(void *ctx, int on);
 };
 
 struct dist_backend {

@@ -199,6 +199,10 @@ static void run_replica(dist_strategy *s, int r) {
     job->status = st;
     if (st != DIST_OK) {
         copy_error(job);
+        /* the others' devices may be waiting in a collective for this replica */
+        for (int q = 0; q < s->num_replicas; q++)
+            if (q != r && s->backends[q]->iface->cancel_waits)
+                s->backends[q]->iface->cancel_waits(s->backends[q]->ctx, 1);
         if (s->iface->cancel) s->iface->cancel(s, r);
     }
 }
@@ -259,6 +263,9 @@ dist_status dist_strategy_run(dist_strategy *s, dist_step_fn step, void *user,
         }
     }
     if (first >= 0) {
+        for (int r = 0; r < s->num_replicas; r++)
+            if (s->backends[r]->iface->cancel_waits)
+                s->backends[r]->iface->cancel_waits(s->backends[r]->ctx, 0);
         if (s->iface->reset) s->iface->reset(s);
         return dist_error(s->jobs[first].status, "replica %d: %s", first, s->jobs[first].error);
     }
@@ -372,6 +379,10 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
         bo.threads = threads;
         bo.deterministic = deterministic;
         bo.graphs = graphs;
+        /* a GPU waiting on a collective whose peer failed gives up with the collectives */
+        bo.wait_timeout_s = o->collective_timeout_s > 0 ? o->collective_timeout_s
+                            : o->kind == DIST_STRATEGY_MULTI_WORKER ? 60.0
+                                                                    : 300.0;
         st = dist_backend_create(&bo, &s->backends[r]);
         if (st == DIST_OK) st = dist_tape_create(s->backends[r], &s->tapes[r]);
         if (st != DIST_OK) {

@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- errors --------------------------------------------------------------------------- */
 
@@ -43,6 +44,58 @@ dist_status cuda_launched(cudaError_t e, const char *op) {
 dist_status cuda_enter(cuda_ctx *c) {
     CUDA_TRY(cudaSetDevice(c->device), "cudaSetDevice");
     return DIST_OK;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* cudaStreamSynchronize and cudaEventSynchronize have no deadline, so the stream or event is
+ * polled: spinning for the first 200 us (a step's wait is short, and its latency is the
+ * step's), then sleeping in slices that grow to 1 ms. A device that times out is marked hung:
+ * later waits fail at once, and destroy leaves its memory to the process's exit (freeing it
+ * would wait for the stuck work). */
+static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what) {
+    if (c->hung)
+        return dist_error(DIST_TIMEOUT, "gpu:%d: %s: the device is stuck in earlier work",
+                          c->device, what);
+    double start = now_s(), sleep_s = 0, cancelled_at = -1;
+    for (;;) {
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
+        if (e == cudaSuccess) return DIST_OK;
+        if (e != cudaErrorNotReady) return cuda_check(e, what);
+        /* "not ready" is no error; make sure the next launch's check does not read it */
+        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+        double waited = now_s() - start;
+        if (cancelled_at < 0 && atomic_load(&c->cancel_waits)) cancelled_at = waited;
+        if (cancelled_at >= 0 && waited > cancelled_at + CUDA_CANCEL_GRACE_S) {
+            c->hung = 1;
+            return dist_error(DIST_PEER_LOST,
+                              "gpu:%d: %s: another replica failed, and this device's work has "
+                              "not finished %.0f s later (a collective waiting for that replica)",
+                              c->device, what, CUDA_CANCEL_GRACE_S);
+        }
+        if (waited > c->wait_timeout_s) {
+            c->hung = 1;
+            return dist_error(DIST_TIMEOUT,
+                              "gpu:%d: %s: the device has not finished its work after %.0f s (a "
+                              "collective waiting for a replica that failed, or a kernel that "
+                              "does not end)",
+                              c->device, what, c->wait_timeout_s);
+        }
+        if (waited < 200e-6) continue;
+        sleep_s = sleep_s < 1e-3 ? sleep_s * 2 + 20e-6 : 1e-3;
+        struct timespec ts = {0, (long)(sleep_s * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+dist_status cuda_wait(cuda_ctx *c, const char *what) { return poll_until_done(c, NULL, what); }
+
+dist_status cuda_wait_event(cuda_ctx *c, cudaEvent_t ev, const char *what) {
+    return poll_until_done(c, ev, what);
 }
 
 /* ---- argument checks ------------------------------------------------------------------ */
@@ -718,7 +771,7 @@ static dist_status cuda_all_finite(void *ctx, const dist_tensor *x, int *all_fin
     CUDA_TRY(
         cudaMemcpyAsync(c->flag_host, c->flag_dev, sizeof(int), cudaMemcpyDeviceToHost, c->stream),
         "all_finite: copy");
-    CUDA_TRY(cudaStreamSynchronize(c->stream), "all_finite: stream synchronize");
+    DIST_TRY(cuda_wait(c, "all_finite"));
     *all_finite = *c->flag_host == 0;
     return DIST_OK;
 }
@@ -729,7 +782,11 @@ static void cuda_destroy(void *ctx) {
     cuda_ctx *c = ctx;
     if (!c) return;
     cudaSetDevice(c->device);
-    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->stream && (c->hung || cuda_wait(c, "destroying the backend") != DIST_OK)) {
+        /* stuck work still uses the device's memory: leave it to the process's exit */
+        free(c);
+        return;
+    }
     cuda_graphs_release(c); /* nothing is recorded outside a step */
     cuda_conv_plans_release(c);
     if (c->cublas) cublasDestroy(c->cublas);
@@ -740,6 +797,10 @@ static void cuda_destroy(void *ctx) {
     cudaGetLastError();
     pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+static void cuda_cancel_waits(void *ctx, int on) {
+    atomic_store(&((cuda_ctx *)ctx)->cancel_waits, on);
 }
 
 /* Callers in this module flush first (cuda_nccl.c); outside a step nothing is deferred. */
@@ -781,6 +842,7 @@ static const struct dist_backend_i cuda_iface = {
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
     .graph_stats = cuda_graph_stats,
+    .cancel_waits = cuda_cancel_waits,
 };
 
 /* cudaGetDeviceCount fails without a driver or a GPU; that is "no devices", not an error. */
@@ -834,6 +896,7 @@ dist_status cuda_backend_create(const dist_backend_options *options, dist_backen
     c->device = idx;
     c->deterministic = options->deterministic != 0;
     c->graphs = options->graphs != 0;
+    c->wait_timeout_s = options->wait_timeout_s > 0 ? options->wait_timeout_s : 300.0;
     const char *tf32 = getenv("DIST_CUDA_TF32");
     c->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
     dist_status st = ctx_init(c);

@@ -170,7 +170,7 @@ static dist_status plan_get(cuda_ctx *c, int op, const dist_conv2d_desc *d, cons
         /* Shapes change only with the batch size, so this is rare; queued or recorded work may
          * still use the evicted plan's descriptors and filter buffer. */
         DIST_TRY(cuda_flush(c));
-        CUDA_TRY(cudaStreamSynchronize(c->stream), "conv2d: evicting a plan");
+        DIST_TRY(cuda_wait(c, "conv2d: evicting a plan"));
         free_slot = &c->plans[c->next_evict];
         c->next_evict = (c->next_evict + 1) % CUDA_PLAN_CACHE;
         plan_release(c, free_slot);

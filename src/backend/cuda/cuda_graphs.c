@@ -129,7 +129,7 @@ void cuda_graph_stats(void *ctx, dist_graph_stats *out) {
 dist_status cuda_payload_reserve(cuda_ctx *c, size_t bytes, unsigned char **out) {
     size_t need = (bytes + 255) & ~(size_t)255;
     if (c->payload_used == 0 && c->payload_in_flight) {
-        CUDA_TRY(cudaEventSynchronize(c->payload_ev), "waiting for the payload event");
+        DIST_TRY(cuda_wait_event(c, c->payload_ev, "waiting for the payload"));
         c->payload_in_flight = 0;
     }
     if (c->payload_used + need > c->payload_cap) {
@@ -138,7 +138,7 @@ dist_status cuda_payload_reserve(cuda_ctx *c, size_t bytes, unsigned char **out)
         size_t cap = 2 * (c->payload_used + need);
         if (cap < CUDA_PAYLOAD_MIN_BYTES) cap = CUDA_PAYLOAD_MIN_BYTES;
         DIST_TRY(cuda_flush(c));
-        CUDA_TRY(cudaStreamSynchronize(c->stream), "growing the payload: stream synchronize");
+        DIST_TRY(cuda_wait(c, "growing the payload"));
         if (c->payload) cudaFreeHost(c->payload);
         c->payload = NULL;
         c->payload_cap = c->payload_used = 0;

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* One device allocation owned by the caching allocator. */
 typedef struct cuda_block {
@@ -51,11 +52,15 @@ typedef struct cuda_conv_plan {
 #define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
 #define CUDA_PAYLOAD_MIN_BYTES ((size_t)4 << 20)
 #define CUDA_STEP_SCALARS_BYTES ((size_t)64 << 10)
+#define CUDA_CANCEL_GRACE_S 5.0 /* how long a wait goes on after another replica failed */
 
 typedef struct cuda_ctx {
     int device;
     int deterministic;
     int allow_tf32; /* DIST_CUDA_TF32=1 at create time: TF32 in f32 convolutions and matmuls */
+    double wait_timeout_s;
+    int hung;                 /* a wait gave up: the device is stuck in earlier work */
+    _Atomic int cancel_waits; /* another replica failed (cancel_waits entry) */
     cudaStream_t stream;
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
@@ -109,6 +114,11 @@ dist_status cublas_check(cublasStatus_t s, const char *what);
 
 /* Makes the context's device current on this thread. */
 dist_status cuda_enter(cuda_ctx *c);
+/* Waits until the stream has done everything queued on it, at most wait_timeout_s; `what`
+ * names the wait in the errors. */
+dist_status cuda_wait(cuda_ctx *c, const char *what);
+/* The same for one event. */
+dist_status cuda_wait_event(cuda_ctx *c, cudaEvent_t ev, const char *what);
 
 /* Queues fn(c, args) on the stream now, or records it inside a step (the context's device is
  * current when it runs). args: the launch's arguments, padding zeroed (memset first), at most

@@ -28,7 +28,7 @@ static size_t round_size(size_t bytes) {
  * included). Caller holds mu. */
 static dist_status release_free_blocks(cuda_ctx *c) {
     DIST_TRY(cuda_flush(c));
-    cudaStreamSynchronize(c->stream);
+    DIST_TRY(cuda_wait(c, "releasing cached memory"));
     int kept = 0;
     for (int i = 0; i < c->nblocks; i++) {
         if (c->blocks[i].in_use)
@@ -106,7 +106,7 @@ dist_status cuda_workspace(cuda_ctx *c, size_t bytes, void **out) {
     }
     /* Queued or recorded kernels may still use the old workspace. */
     DIST_TRY(cuda_flush(c));
-    CUDA_TRY(cudaStreamSynchronize(c->stream), "growing the workspace: stream synchronize");
+    DIST_TRY(cuda_wait(c, "growing the workspace"));
     if (c->ws) cudaFree(c->ws);
     c->ws = NULL;
     c->ws_bytes = 0;
@@ -133,7 +133,7 @@ static dist_status copy_h2d(cuda_ctx *c, unsigned char *dst, const unsigned char
         c->staging_next ^= 1;
         unsigned char *stage = c->staging + (size_t)slot * half;
         /* the previous copy out of this half must be done before it is overwritten */
-        CUDA_TRY(cudaEventSynchronize(c->staging_ev[slot]), "host-to-device copy: event wait");
+        DIST_TRY(cuda_wait_event(c, c->staging_ev[slot], "host-to-device copy"));
         memcpy(stage, src + off, n);
         CUDA_TRY(cudaMemcpyAsync(dst + off, stage, n, cudaMemcpyHostToDevice, c->stream),
                  "host-to-device copy");
@@ -150,7 +150,7 @@ static dist_status copy_d2h(cuda_ctx *c, unsigned char *dst, const unsigned char
         size_t n = bytes - off < half ? bytes - off : half;
         CUDA_TRY(cudaMemcpyAsync(c->staging, src + off, n, cudaMemcpyDeviceToHost, c->stream),
                  "device-to-host copy");
-        CUDA_TRY(cudaStreamSynchronize(c->stream), "device-to-host copy: stream synchronize");
+        DIST_TRY(cuda_wait(c, "device-to-host copy"));
         memcpy(dst + off, c->staging, n);
     }
     return DIST_OK;
@@ -233,8 +233,7 @@ dist_status cuda_synchronize(void *ctx) {
     cuda_ctx *c = ctx;
     DIST_TRY(cuda_enter(c));
     DIST_TRY(cuda_flush(c));
-    CUDA_TRY(cudaStreamSynchronize(c->stream), "stream synchronize");
-    return DIST_OK;
+    return cuda_wait(c, "synchronize");
 }
 
 dist_status cuda_memory_init(cuda_ctx *c) {

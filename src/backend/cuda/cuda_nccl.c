@@ -145,6 +145,13 @@ dist_status cuda_nccl_comm_create(int n, dist_backend *const *backends, dist_ncc
  * Should finalizing fail, the ranks are aborted instead. */
 void cuda_nccl_comm_destroy(dist_nccl_comm *c) {
     if (!c) return;
+    /* A device stuck in a collective (its peer failed: cuda_wait gave up) would make finalizing
+     * wait forever; abort ends that collective. */
+    for (int r = 0; r < c->n; r++)
+        if (c->ctxs[r]->hung) {
+            comm_abort(c);
+            return;
+        }
     int ok = ncclGroupStart() == ncclSuccess;
     if (ok) {
         for (int r = 0; r < c->n; r++)
