@@ -8,6 +8,7 @@
 #include "backend/xent_check.h"
 #include "core/error.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,8 +54,9 @@ static double now_s(void) {
 }
 
 /* cudaStreamSynchronize and cudaEventSynchronize have no deadline, so the stream or event is
- * polled: spinning for the first 200 us (a step's wait is short, and its latency is the
- * step's), then sleeping in slices that grow to 1 ms. A device that times out is marked hung:
+ * polled: yielding between queries for the first 50 ms (a step's waits are shorter, and any
+ * lateness in seeing their end is added to the step), then sleeping in slices that grow to
+ * 1 ms. A device that times out is marked hung:
  * later waits fail at once, and destroy leaves its memory to the process's exit (freeing it
  * would wait for the stuck work). */
 static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what) {
@@ -85,8 +87,11 @@ static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what
                               "does not end)",
                               c->device, what, c->wait_timeout_s);
         }
-        if (waited < 200e-6) continue;
-        sleep_s = sleep_s < 1e-3 ? sleep_s * 2 + 20e-6 : 1e-3;
+        if (waited < 50e-3) {
+            sched_yield();
+            continue;
+        }
+        sleep_s = sleep_s < 1e-3 ? sleep_s * 2 + 50e-6 : 1e-3;
         struct timespec ts = {0, (long)(sleep_s * 1e9)};
         nanosleep(&ts, NULL);
     }
