@@ -57,7 +57,7 @@ static double now_s(void) {
  * polled: yielding between queries for the first 50 ms (a step's waits are shorter, and any
  * lateness in seeing their end is added to the step), then sleeping in slices that grow to
  * 1 ms. A device that times out is marked hung:
- * later waits fail at once, and destroy leaves its memory to the process's exit (freeing it
+ * later waits fail at once, and destroy leaves its memory until the process ends (freeing it
  * would wait for the stuck work). */
 static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what) {
     if (c->hung)
@@ -788,7 +788,7 @@ static void cuda_destroy(void *ctx) {
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream && (c->hung || cuda_wait(c, "destroying the backend") != DIST_OK)) {
-        /* stuck work still uses the device's memory: leave it to the process's exit */
+        /* stuck work still uses the device's memory: leave it until the process ends */
         free(c);
         return;
     }
