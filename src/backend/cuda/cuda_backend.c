@@ -56,9 +56,8 @@ static double now_s(void) {
 /* cudaStreamSynchronize and cudaEventSynchronize have no deadline, so the stream or event is
  * polled: yielding between queries for the first 50 ms (a step's waits are shorter, and any
  * lateness in seeing their end is added to the step), then sleeping in slices that grow to
- * 1 ms. A device that times out is marked hung:
- * later waits fail at once, and destroy leaves its memory until the process ends (freeing it
- * would wait for the stuck work). */
+ * 1 ms. A device whose wait gives up is marked hung: later waits fail at once, and destroy
+ * leaves its memory until the process ends (freeing it would wait for the stuck work). */
 static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what) {
     if (c->hung)
         return dist_error(DIST_TIMEOUT, "gpu:%d: %s: the device is stuck in earlier work",
