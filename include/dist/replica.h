@@ -14,7 +14,14 @@
 
 DIST_BEGIN_DECLS
 
-typedef enum dist_reduce_op { DIST_REDUCE_SUM = 0, DIST_REDUCE_MEAN = 1 } dist_reduce_op;
+/* SUM and MEAN are tf.distribute.ReduceOp's; MAX and MIN are for replica-context collectives
+ * (dist_replica_all_reduce) and communicators, not for dist_strategy_reduce. */
+typedef enum dist_reduce_op {
+    DIST_REDUCE_SUM = 0,
+    DIST_REDUCE_MEAN = 1,
+    DIST_REDUCE_MAX = 2,
+    DIST_REDUCE_MIN = 3
+} dist_reduce_op;
 
 DIST_API int dist_replica_id(const dist_replica_ctx *rc);
 DIST_API int dist_replica_count(const dist_replica_ctx *rc);
