@@ -57,8 +57,10 @@ static double now_s(void) {
  * polled: yielding between queries for the first 50 ms (a step's waits are shorter, and any
  * lateness in seeing their end is added to the step), then sleeping in slices that grow to
  * 1 ms. A device whose wait gives up is marked hung: later waits fail at once, and destroy
- * leaves its memory until the process ends (freeing it would wait for the stuck work). */
-static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what) {
+ * leaves its memory until the process ends (freeing it would wait for the stuck work).
+ * `stop`, when not NULL, is a second cancel flag, read like cancel_waits. */
+static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, double limit_s,
+                                   const _Atomic int *stop, const char *what) {
     if (c->hung)
         return dist_error(DIST_TIMEOUT, "gpu:%d: %s: the device is stuck in earlier work",
                           c->device, what);
@@ -70,7 +72,8 @@ static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what
         /* "not ready" is no error; make sure the next launch's check does not read it */
         if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
         double waited = now_s() - start;
-        if (cancelled_at < 0 && atomic_load(&c->cancel_waits)) cancelled_at = waited;
+        if (cancelled_at < 0 && (atomic_load(&c->cancel_waits) || (stop && atomic_load(stop))))
+            cancelled_at = waited;
         if (cancelled_at >= 0 && waited > cancelled_at + CUDA_CANCEL_GRACE_S) {
             c->hung = 1;
             return dist_error(DIST_PEER_LOST,
@@ -78,13 +81,13 @@ static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what
                               "not finished %.0f s later (a collective waiting for that replica)",
                               c->device, what, CUDA_CANCEL_GRACE_S);
         }
-        if (waited > c->wait_timeout_s) {
+        if (waited > limit_s) {
             c->hung = 1;
             return dist_error(DIST_TIMEOUT,
                               "gpu:%d: %s: the device has not finished its work after %.0f s (a "
                               "collective waiting for a replica that failed, or a kernel that "
                               "does not end)",
-                              c->device, what, c->wait_timeout_s);
+                              c->device, what, limit_s);
         }
         if (waited < 50e-3) {
             sched_yield();
@@ -96,10 +99,16 @@ static dist_status poll_until_done(cuda_ctx *c, cudaEvent_t ev, const char *what
     }
 }
 
-dist_status cuda_wait(cuda_ctx *c, const char *what) { return poll_until_done(c, NULL, what); }
+dist_status cuda_wait(cuda_ctx *c, const char *what) {
+    return poll_until_done(c, NULL, c->wait_timeout_s, NULL, what);
+}
 
 dist_status cuda_wait_event(cuda_ctx *c, cudaEvent_t ev, const char *what) {
-    return poll_until_done(c, ev, what);
+    return poll_until_done(c, ev, c->wait_timeout_s, NULL, what);
+}
+
+dist_status cuda_wait_for(cuda_ctx *c, double limit_s, const _Atomic int *stop, const char *what) {
+    return poll_until_done(c, NULL, limit_s, stop, what);
 }
 
 /* ---- argument checks ------------------------------------------------------------------ */
@@ -145,9 +154,9 @@ typedef struct bias_add_args {
 
 static dist_status run_bias_add(void *device, const void *args) {
     const bias_add_args *a = args;
-    return cuda_launched(cudak_bias_add(((cuda_ctx *)device)->stream, a->dtype, a->y, a->b,
-                                        a->rows, a->ch, a->relu),
-                         "bias_add");
+    return cuda_launched(
+        cudak_bias_add(((cuda_ctx *)device)->stream, a->dtype, a->y, a->b, a->rows, a->ch, a->relu),
+        "bias_add");
 }
 
 dist_status cuda_submit_bias_add(cuda_ctx *c, int dtype, void *y, const float *b, int64_t rows,
@@ -336,23 +345,23 @@ static dist_status submit_xent(cuda_ctx *c, step_rec_fn fn, const dist_tensor *i
 
 static dist_status run_xent_forward(void *device, const void *args) {
     const xent_args *a = args;
-    return cuda_launched(cudak_softmax_xent_forward(((cuda_ctx *)device)->stream, a->in,
-                                                    a->labels, a->out, a->out2, a->n, a->k),
+    return cuda_launched(cudak_softmax_xent_forward(((cuda_ctx *)device)->stream, a->in, a->labels,
+                                                    a->out, a->out2, a->n, a->k),
                          "softmax cross-entropy");
 }
 
 static dist_status run_xent_backward(void *device, const void *args) {
     const xent_args *a = args;
-    return cuda_launched(cudak_softmax_xent_backward(((cuda_ctx *)device)->stream, a->in,
-                                                     a->labels, a->dloss, a->out, a->n, a->k),
+    return cuda_launched(cudak_softmax_xent_backward(((cuda_ctx *)device)->stream, a->in, a->labels,
+                                                     a->dloss, a->out, a->n, a->k),
                          "softmax cross-entropy backward");
 }
 
 static dist_status run_accuracy(void *device, const void *args) {
     const xent_args *a = args;
-    return cuda_launched(cudak_accuracy_count(((cuda_ctx *)device)->stream, a->in, a->labels,
-                                              a->out, a->n, a->k),
-                         "accuracy_count");
+    return cuda_launched(
+        cudak_accuracy_count(((cuda_ctx *)device)->stream, a->in, a->labels, a->out, a->n, a->k),
+        "accuracy_count");
 }
 
 static dist_status check_xent(const dist_tensor *logits, const dist_tensor *labels) {
@@ -616,8 +625,8 @@ typedef struct update_args {
 static dist_status run_adam(void *device, const void *args) {
     const update_args *a = args;
     return cuda_launched(cudak_adam_update(((cuda_ctx *)device)->stream, a->lr, a->beta1, a->beta2,
-                                           a->epsilon, a->grad_scale, a->param, a->grad, a->m,
-                                           a->v, a->n),
+                                           a->epsilon, a->grad_scale, a->param, a->grad, a->m, a->v,
+                                           a->n),
                          "adam_update");
 }
 
@@ -697,9 +706,9 @@ typedef struct cast_args {
 
 static dist_status run_cast(void *device, const void *args) {
     const cast_args *a = args;
-    return cuda_launched(cudak_cast(((cuda_ctx *)device)->stream, a->src_dtype, a->src,
-                                    a->dst_dtype, a->dst, a->n),
-                         "cast");
+    return cuda_launched(
+        cudak_cast(((cuda_ctx *)device)->stream, a->src_dtype, a->src, a->dst_dtype, a->dst, a->n),
+        "cast");
 }
 
 /* round: src_dtype unused, dst_dtype the precision rounded to */

@@ -119,6 +119,9 @@ dist_status cuda_enter(cuda_ctx *c);
 dist_status cuda_wait(cuda_ctx *c, const char *what);
 /* The same for one event. */
 dist_status cuda_wait_event(cuda_ctx *c, cudaEvent_t ev, const char *what);
+/* cuda_wait for at most limit_s, giving up as after cancel_waits once *stop is set (NULL:
+ * never): for a wait with a deadline of its own (the NCCL barrier). */
+dist_status cuda_wait_for(cuda_ctx *c, double limit_s, const _Atomic int *stop, const char *what);
 
 /* Queues fn(c, args) on the stream now, or records it inside a step (the context's device is
  * current when it runs). args: the launch's arguments, padding zeroed (memset first), at most
