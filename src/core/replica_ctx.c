@@ -24,6 +24,11 @@ dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in,
                        out->shape[0] == in->shape[0] * rc->num_replicas,
                    "dist_replica_all_gather: out must have %d x %lld rows", rc->num_replicas,
                    (long long)in->shape[0]);
+    /* Communicators see only pointers and counts (core/comm.h): out's size is checked here. */
+    DIST_CHECK_ARG(out->dtype == in->dtype &&
+                       dist_tensor_numel(out) == dist_tensor_numel(in) * rc->num_replicas,
+                   "dist_replica_all_gather: out must hold %d x %lld values of in's dtype (%s)",
+                   rc->num_replicas, (long long)dist_tensor_numel(in), dist_dtype_name(in->dtype));
     if (rc->num_replicas <= 1 || !rc->iface || !rc->iface->all_gather)
         return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data,
                                         dist_tensor_bytes(in), DIST_COPY_D2D);
