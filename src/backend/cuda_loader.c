@@ -1,5 +1,6 @@
 /* libdist's side of the CUDA module (cuda_module.h): finds libdist_cuda.so, loads it once per
- * process and forwards the CUDA backend entries of backend.h to it. No CUDA header here. */
+ * process and forwards the CUDA backend entries of backend.h and the NCCL ones of nccl.h to
+ * it. No CUDA header here. */
 #include "backend/cuda_module.h"
 #include "core/error.h"
 
@@ -24,11 +25,14 @@ static const struct dist_cuda_host g_host = {
     .tensor_size = sizeof(dist_tensor),
     .backend_size = sizeof(struct dist_backend),
     .backend_iface_size = sizeof(struct dist_backend_i),
+    .comm_size = sizeof(struct dist_comm),
+    .comm_iface_size = sizeof(struct dist_comm_i),
     .error = dist_error,
     .error_context = dist_error_context,
     .error_breadcrumb = dist_error_breadcrumb,
     .log = dist_log,
     .last_error = dist_last_error,
+    .comm_alloc = dist_comm_alloc,
 };
 
 /* dlopen()s `path` and asks it for its table; on failure records why in g_why. */
@@ -118,4 +122,31 @@ dist_status dist_cuda_backend_create(const dist_backend_options *options, dist_b
     dist_status st = dist_cuda_module_load(&m);
     if (st != DIST_OK) return dist_error_context(st, "gpu:%d", options->device.index);
     return m->backend_create(options, out);
+}
+
+dist_status dist_backend_nccl_comm_create(int n, dist_backend *const *backends, double timeout_s,
+                                          dist_comm **out) {
+    *out = NULL;
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "NCCL communicator");
+    return m->nccl_comm_create(n, backends, timeout_s, out);
+}
+
+dist_status dist_backend_nccl_unique_id(unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES]) {
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "NCCL unique id");
+    return m->nccl_unique_id(id);
+}
+
+dist_status dist_backend_nccl_comm_create_ranks(int total, int first, int n,
+                                                dist_backend *const *backends,
+                                                const unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES],
+                                                double timeout_s, dist_comm **out) {
+    *out = NULL;
+    const struct dist_cuda_module *m;
+    dist_status st = dist_cuda_module_load(&m);
+    if (st != DIST_OK) return dist_error_context(st, "NCCL communicator");
+    return m->nccl_comm_create_ranks(total, first, n, backends, id, timeout_s, out);
 }

@@ -1,7 +1,7 @@
 /* one_device and mirrored: replicas in this process meet through an in-process communicator
  * (CPU replicas, or forced), or NCCL (every device a GPU). */
 #include "backend/backend.h"
-#include "collective/nccl_comm.h"
+#include "backend/nccl.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
 
@@ -10,12 +10,14 @@
 
 typedef struct local_ctx {
     dist_local_comm *local;
-    dist_nccl_comm *nccl;
+    dist_comm *nccl;
     size_t pack_elems; /* 0: one call for the whole tensor */
 } local_ctx;
 
 static dist_status reduce_one(local_ctx *c, int r, dist_reduce_op op, dist_tensor *t) {
-    if (c->nccl) return dist_nccl_comm_all_reduce(c->nccl, r, op, t);
+    if (c->nccl)
+        return dist_comm_all_reduce(c->nccl, r, t->data, (size_t)dist_tensor_numel(t), t->dtype, op,
+                                    0);
     return dist_local_comm_all_reduce(c->local, r, op, t);
 }
 
@@ -37,13 +39,17 @@ static dist_status local_all_reduce(dist_strategy *s, int r, dist_reduce_op op, 
 static dist_status local_all_gather(dist_strategy *s, int r, const dist_tensor *in,
                                     dist_tensor *out) {
     local_ctx *c = s->ctx;
-    if (c->nccl) return dist_nccl_comm_all_gather(c->nccl, r, in, out);
+    if (c->nccl)
+        return dist_comm_all_gather(c->nccl, r, in->data, out->data, (size_t)dist_tensor_numel(in),
+                                    in->dtype, 0);
     return dist_local_comm_all_gather(c->local, r, in, out);
 }
 
 static dist_status local_broadcast(dist_strategy *s, int r, int root, dist_tensor *t) {
     local_ctx *c = s->ctx;
-    if (c->nccl) return dist_nccl_comm_broadcast(c->nccl, r, root, t);
+    if (c->nccl)
+        return dist_comm_broadcast(c->nccl, r, t->data, (size_t)dist_tensor_numel(t), t->dtype,
+                                   root, 0);
     return dist_local_comm_broadcast(c->local, r, root, t);
 }
 
@@ -60,7 +66,7 @@ static void local_reset(dist_strategy *s) {
 static void local_destroy(dist_strategy *s) {
     local_ctx *c = s->ctx;
     if (!c) return;
-    dist_nccl_comm_destroy(c->nccl);
+    dist_comm_destroy(c->nccl);
     dist_local_comm_destroy(c->local);
     free(c);
     s->ctx = NULL;
@@ -95,7 +101,8 @@ dist_status dist_strategy_init_local(dist_strategy *s, const dist_strategy_optio
         return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
     s->cross_device = "in-process";
     if (s->num_replicas > 1 && all_gpu && want != DIST_CROSS_DEVICE_IN_PROCESS) {
-        DIST_TRY(dist_nccl_comm_create(s->num_replicas, s->backends, &c->nccl));
+        DIST_TRY(dist_backend_nccl_comm_create(s->num_replicas, s->backends,
+                                               o->collective_timeout_s, &c->nccl));
         s->cross_device = "nccl";
     }
     return DIST_OK;

@@ -6,7 +6,7 @@
  * memory), then the result goes back to the local replicas. Initial variables are broadcast
  * from the chief, so every worker starts from the chief's values. */
 #include "backend/backend.h"
-#include "collective/nccl_comm.h"
+#include "backend/nccl.h"
 #include "collective/net_comm.h"
 #include "core/error.h"
 #include "core/sha256.h"
@@ -23,10 +23,10 @@
 typedef struct mw_ctx {
     dist_local_comm *local;
     dist_net_comm *net;
-    dist_nccl_comm *nccl; /* every replica of every worker on a GPU: NCCL does it all */
-    int nccl_comms;       /* communicators made so far (each gets a fresh unique id) */
-    size_t pack_elems;    /* 0: one call for the whole tensor */
-    float *stage;         /* host staging of device tensors (GPU replicas) */
+    dist_comm *nccl;   /* every replica of every worker on a GPU: NCCL does it all */
+    int nccl_comms;    /* communicators made so far (each gets a fresh unique id) */
+    size_t pack_elems; /* 0: one call for the whole tensor */
+    float *stage;      /* host staging of device tensors (GPU replicas) */
     size_t stage_cap;
     char cross_name[48];
 } mw_ctx;
@@ -91,7 +91,9 @@ static dist_status reduce_one(dist_strategy *s, int r, dist_reduce_op op, dist_t
 
 static dist_status mw_all_reduce(dist_strategy *s, int r, dist_reduce_op op, dist_tensor *t) {
     mw_ctx *c = s->ctx;
-    if (c->nccl) return dist_nccl_comm_all_reduce(c->nccl, r, op, t);
+    if (c->nccl)
+        return dist_comm_all_reduce(c->nccl, r, t->data, (size_t)dist_tensor_numel(t), t->dtype, op,
+                                    0);
     size_t n = (size_t)dist_tensor_numel(t);
     if (c->pack_elems == 0 || n <= c->pack_elems) return reduce_one(s, r, op, t);
     for (size_t lo = 0; lo < n; lo += c->pack_elems) {
@@ -107,7 +109,9 @@ static dist_status mw_all_reduce(dist_strategy *s, int r, dist_reduce_op op, dis
  * worker's segment of out, replica 0 gathers the segments of every worker, and broadcasts. */
 static dist_status mw_all_gather(dist_strategy *s, int r, const dist_tensor *in, dist_tensor *out) {
     mw_ctx *c = s->ctx;
-    if (c->nccl) return dist_nccl_comm_all_gather(c->nccl, r, in, out);
+    if (c->nccl)
+        return dist_comm_all_gather(c->nccl, r, in->data, out->data, (size_t)dist_tensor_numel(in),
+                                    in->dtype, 0);
     int L = s->num_replicas;
     size_t seg = dist_tensor_bytes(in) * (size_t)L;
     dist_backend *be = s->backends[r];
@@ -152,7 +156,9 @@ static dist_status mw_all_gather(dist_strategy *s, int r, const dist_tensor *in,
 /* Global replica `root`'s t to every replica of every worker. */
 static dist_status mw_broadcast(dist_strategy *s, int r, int root, dist_tensor *t) {
     mw_ctx *c = s->ctx;
-    if (c->nccl) return dist_nccl_comm_broadcast(c->nccl, r, root, t);
+    if (c->nccl)
+        return dist_comm_broadcast(c->nccl, r, t->data, (size_t)dist_tensor_numel(t), t->dtype,
+                                   root, 0);
     int L = s->num_replicas;
     int root_worker = root / L, root_local = root % L;
     if (L > 1) DIST_TRY(dist_local_comm_broadcast(c->local, r, root_local, t));
@@ -218,7 +224,7 @@ static void mw_reset(dist_strategy *s) {
 static void mw_destroy(dist_strategy *s) {
     mw_ctx *c = s->ctx;
     if (!c) return;
-    dist_nccl_comm_destroy(c->nccl);
+    dist_comm_destroy(c->nccl);
     dist_net_comm_destroy(c->net);
     dist_local_comm_destroy(c->local);
     free(c->stage);
@@ -307,15 +313,15 @@ static dist_status nccl_over_workers(dist_strategy *s, mw_ctx *c) {
     char key[32];
     snprintf(key, sizeof key, "nccl/unique_id/%d", c->nccl_comms++);
     if (s->worker_id == 0) {
-        DIST_TRY(dist_nccl_unique_id(id));
+        DIST_TRY(dist_backend_nccl_unique_id(id));
         DIST_TRY(dist_net_comm_store_set(c->net, key, id, sizeof id));
     }
     size_t len = 0;
     DIST_TRY(dist_net_comm_store_get(c->net, key, id, sizeof id, &len));
     if (len != sizeof id)
         return dist_error(DIST_INTERNAL, "NCCL: the unique id in the store has %zu bytes", len);
-    return dist_nccl_comm_create_ranks(s->num_replicas_in_sync, s->replica_offset, s->num_replicas,
-                                       s->backends, id, &c->nccl);
+    return dist_backend_nccl_comm_create_ranks(s->num_replicas_in_sync, s->replica_offset,
+                                               s->num_replicas, s->backends, id, 0, &c->nccl);
 }
 
 dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o) {

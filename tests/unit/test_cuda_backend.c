@@ -8,7 +8,7 @@
  * Without a GPU only the host tests run, and the program exits 77 (skipped). Check runs in
  * no-fork mode: a CUDA context does not survive fork(). */
 #include "backend/backend.h"
-#include "collective/nccl_comm.h"
+#include "backend/nccl.h"
 #include "dist/backend.h"
 #include "testutil.h"
 
@@ -867,41 +867,124 @@ END_TEST
  * (which, on one rank, leaves the data as it is), and its argument checks. */
 START_TEST(test_nccl_one_rank_collectives_keep_the_data) {
     dist_backend *bes[1] = {g_gpu};
-    dist_nccl_comm *comm = NULL;
-    OK(dist_nccl_comm_create(1, bes, &comm));
-    int64_t sh[1] = {1001}, sh2[1] = {2002};
+    dist_comm *comm = NULL;
+    OK(dist_backend_nccl_comm_create(1, bes, 30.0, &comm));
+    ck_assert_str_eq(comm->name, "nccl");
+    ck_assert_int_eq(comm->size, 1);
+    ck_assert_int_eq(comm->first_rank, 0);
+    ck_assert_int_eq(comm->local_ranks, 1);
+    ck_assert_int_eq(comm->device_memory, 1);
+    ck_assert(comm->timeout_s == 30.0);
+    int64_t sh[1] = {1001};
+    size_t n = 1001;
     pair t = pair_input(DIST_F32, 1, sh, -1.0f, 1.0f); /* t.c holds the expected values */
-    OK(dist_nccl_comm_all_reduce(comm, 0, DIST_REDUCE_SUM, t.g));
+    OK(dist_comm_all_reduce(comm, 0, t.g->data, n, DIST_F32, DIST_REDUCE_SUM, 0));
     expect_close("NCCL all-reduce (sum) on one rank", t, 0.0);
-    OK(dist_nccl_comm_all_reduce(comm, 0, DIST_REDUCE_MEAN, t.g));
+    OK(dist_comm_all_reduce(comm, 0, t.g->data, n, DIST_F32, DIST_REDUCE_MEAN, 0));
     expect_close("NCCL all-reduce (mean) on one rank", t, 0.0);
-    OK(dist_nccl_comm_broadcast(comm, 0, 0, t.g));
+    OK(dist_comm_broadcast(comm, 0, t.g->data, n, DIST_F32, 0, 0));
     expect_close("NCCL broadcast on one rank", t, 0.0);
     pair out = pair_output(DIST_F32, 1, sh);
-    OK(dist_nccl_comm_all_gather(comm, 0, t.g, out.g));
+    OK(dist_comm_all_gather(comm, 0, t.g->data, out.g->data, n, DIST_F32, 0));
     OK(g_cpu->iface->copy(g_cpu->ctx, out.c->data, t.c->data, dist_tensor_bytes(t.c),
                           DIST_COPY_D2D));
     expect_close("NCCL all-gather on one rank", out, 0.0);
+    OK(dist_comm_barrier(comm, 0, 5.0));
     /* Work a training step deferred (step graphs) must reach the stream before NCCL reads
      * the tensor. */
     if (g_gpu->iface->step_begin && g_gpu->iface->step_end) {
         poison(out.g);
         OK(g_gpu->iface->step_begin(g_gpu->ctx));
         OK(GPU(fill, t.g, 3.0f));
-        OK(dist_nccl_comm_all_gather(comm, 0, t.g, out.g));
+        OK(dist_comm_all_gather(comm, 0, t.g->data, out.g->data, n, DIST_F32, 0));
         OK(g_gpu->iface->step_end(g_gpu->ctx));
         OK(CPU(fill, out.c, 3.0f));
         expect_close("NCCL all-gather after work deferred in a step", out, 0.0);
     }
-    ck_assert_int_eq(dist_nccl_comm_all_reduce(comm, 1, DIST_REDUCE_SUM, t.g),
+    ck_assert_int_eq(dist_comm_all_reduce(comm, 1, t.g->data, n, DIST_F32, DIST_REDUCE_SUM, 0),
                      DIST_INVALID_ARGUMENT);
-    ck_assert_int_eq(dist_nccl_comm_broadcast(comm, 0, 1, t.g), DIST_INVALID_ARGUMENT);
-    dist_tensor *big = alloc_on(g_gpu, DIST_F32, 1, sh2);
-    ck_assert_int_eq(dist_nccl_comm_all_gather(comm, 0, t.g, big), DIST_INVALID_ARGUMENT);
-    dist_backend_free_tensor(g_gpu, big);
+    ck_assert_int_eq(dist_comm_broadcast(comm, 0, t.g->data, n, DIST_F32, 1, 0),
+                     DIST_INVALID_ARGUMENT);
     OK(dist_backend_synchronize(g_gpu));
-    dist_nccl_comm_destroy(comm);
+    dist_comm_destroy(comm);
     pair_free(t), pair_free(out);
+}
+END_TEST
+
+/* One rank's values through every reduction, in every dtype NCCL has, come back bit for bit:
+ * SUM, MAX and MIN of one value are that value, and MEAN divides by one. The integers lie
+ * above 2^24 (and the int64 ones above 2^53), where a detour through float32 (or float64)
+ * would round them. */
+START_TEST(test_nccl_one_rank_reductions_are_exact_in_every_dtype) {
+    enum { N = 257 };
+    static const dist_dtype dtypes[] = {DIST_F32, DIST_F16, DIST_BF16, DIST_I32, DIST_U8, DIST_I64};
+    static const dist_reduce_op ops[] = {DIST_REDUCE_SUM, DIST_REDUCE_MEAN, DIST_REDUCE_MAX,
+                                         DIST_REDUCE_MIN};
+    dist_backend *bes[1] = {g_gpu};
+    dist_comm *comm = NULL;
+    OK(dist_backend_nccl_comm_create(1, bes, 0, &comm));
+    int64_t shape[1] = {N};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        dist_dtype dt = dtypes[d];
+        size_t bytes = (size_t)N * dist_dtype_size(dt);
+        unsigned char *want = malloc(bytes), *got = malloc(bytes);
+        for (int i = 0; i < N; i++) {
+            float f = round_to(dt, dist_test_uniform(&g_rng, -100.0f, 100.0f));
+            int sign = i % 2 ? -1 : 1;
+            switch (dt) {
+            case DIST_F32: ((float *)want)[i] = f; break;
+            case DIST_F16: ((_Float16 *)want)[i] = (_Float16)f; break;
+            case DIST_BF16: ((uint16_t *)want)[i] = to_bf16(f); break;
+            case DIST_I32: ((int32_t *)want)[i] = sign * (16777217 + 2 * i); break;
+            case DIST_U8: ((uint8_t *)want)[i] = (uint8_t)(i * 37 + 11); break;
+            case DIST_I64: ((int64_t *)want)[i] = sign * ((INT64_C(1) << 53) + 1 + 2 * i); break;
+            default: break;
+            }
+        }
+        dist_tensor *t = alloc_on(g_gpu, dt, 1, shape), *all = alloc_on(g_gpu, dt, 1, shape);
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            OK(dist_backend_from_host(g_gpu, want, bytes, t));
+            OK(dist_comm_all_reduce(comm, 0, t->data, N, dt, ops[o], 0));
+            OK(dist_backend_to_host(g_gpu, t, got, bytes));
+            ck_assert_msg(memcmp(want, got, bytes) == 0, "NCCL all-reduce (op %d) of %s changed it",
+                          (int)ops[o], dist_dtype_name(dt));
+        }
+        OK(dist_comm_broadcast(comm, 0, t->data, N, dt, 0, 0));
+        OK(dist_backend_to_host(g_gpu, t, got, bytes));
+        ck_assert_msg(memcmp(want, got, bytes) == 0, "NCCL broadcast of %s changed it",
+                      dist_dtype_name(dt));
+        OK(dist_comm_all_gather(comm, 0, t->data, all->data, N, dt, 0));
+        OK(dist_backend_to_host(g_gpu, all, got, bytes));
+        ck_assert_msg(memcmp(want, got, bytes) == 0, "NCCL all-gather of %s changed it",
+                      dist_dtype_name(dt));
+        dist_backend_free_tensor(g_gpu, t);
+        dist_backend_free_tensor(g_gpu, all);
+        free(want);
+        free(got);
+    }
+    dist_comm_destroy(comm);
+}
+END_TEST
+
+/* A cancelled rank leaves the communicator failed for good (NCCL cannot skip a rank's
+ * collective), and destroying it then aborts NCCL instead of waiting in finalize. */
+START_TEST(test_nccl_cancelled_rank_fails_later_calls_and_destroy_returns) {
+    dist_backend *bes[1] = {g_gpu};
+    dist_comm *comm = NULL;
+    OK(dist_backend_nccl_comm_create(1, bes, 0, &comm));
+    int64_t sh[1] = {16};
+    dist_tensor *t = alloc_on(g_gpu, DIST_F32, 1, sh);
+    dist_comm_cancel(comm, 0);
+    ck_assert_int_eq(dist_comm_all_reduce(comm, 0, t->data, 16, DIST_F32, DIST_REDUCE_SUM, 0),
+                     DIST_PEER_LOST);
+    ck_assert_msg(strstr(dist_last_error(), "rank 0") != NULL, "message '%s' names no rank",
+                  dist_last_error());
+    ck_assert_int_eq(dist_comm_barrier(comm, 0, 1.0), DIST_PEER_LOST);
+    dist_comm_reset(comm); /* no reset: still failed */
+    ck_assert_int_eq(dist_comm_broadcast(comm, 0, t->data, 16, DIST_F32, 0, 0), DIST_PEER_LOST);
+    dist_comm_destroy(comm);
+    OK(dist_backend_synchronize(g_gpu));
+    dist_backend_free_tensor(g_gpu, t);
 }
 END_TEST
 
@@ -992,6 +1075,8 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_to_layout_round_trips_through_the_cpu_blocked_layout);
     tcase_add_test(tc, test_empty_batches_match_cpu);
     tcase_add_test(tc, test_nccl_one_rank_collectives_keep_the_data);
+    tcase_add_test(tc, test_nccl_one_rank_reductions_are_exact_in_every_dtype);
+    tcase_add_test(tc, test_nccl_cancelled_rank_fails_later_calls_and_destroy_returns);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,7 @@
 /* The CUDA module loader when $DIST_CUDA_MODULE names a file that does not exist: no GPU is
  * counted, and every CUDA entry fails with DIST_UNSUPPORTED and a message naming that path;
  * nothing aborts. A program of its own: the module is resolved once per process. */
-#include "collective/nccl_comm.h"
+#include "backend/nccl.h"
 #include "dist/backend.h"
 #include "testutil.h"
 
@@ -38,13 +38,22 @@ START_TEST(test_nccl_with_missing_module_fails_naming_the_path) {
     dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
     dist_backend *cpu = NULL;
     ck_assert_int_eq(dist_backend_create(&o, &cpu), DIST_OK);
-    dist_nccl_comm *c = (dist_nccl_comm *)0x1;
-    dist_status st = dist_nccl_comm_create(1, &cpu, &c);
+    dist_comm *c = (dist_comm *)0x1;
+    dist_status st = dist_backend_nccl_comm_create(1, &cpu, 0, &c);
     ck_assert_msg(st == DIST_UNSUPPORTED, "got %s", dist_status_name(st));
     ck_assert_ptr_null(c);
     ck_assert_msg(strstr(dist_last_error(), MISSING_MODULE) != NULL,
                   "message '%s' does not name the module", dist_last_error());
-    dist_nccl_comm_destroy(NULL);
+    unsigned char id[DIST_NCCL_UNIQUE_ID_BYTES];
+    ck_assert_int_eq(dist_backend_nccl_unique_id(id), DIST_UNSUPPORTED);
+    ck_assert_msg(strstr(dist_last_error(), MISSING_MODULE) != NULL,
+                  "message '%s' does not name the module", dist_last_error());
+    memset(id, 0, sizeof id);
+    c = (dist_comm *)0x1;
+    ck_assert_int_eq(dist_backend_nccl_comm_create_ranks(2, 0, 1, &cpu, id, 0, &c),
+                     DIST_UNSUPPORTED);
+    ck_assert_ptr_null(c);
+    dist_comm_destroy(NULL);
     dist_backend_destroy(cpu);
 }
 END_TEST

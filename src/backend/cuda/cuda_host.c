@@ -1,9 +1,11 @@
 /* libdist's error and log functions (core/error.h) as the CUDA module sees them: formatted
  * here, then recorded by the libdist that loaded the module, so that the caller's
- * dist_last_error() shows the module's message. cuda_module.h says why the module cannot
- * simply link libdist. */
+ * dist_last_error() shows the module's message. Likewise the communicator's allocation
+ * (core/comm.h): libdist's dist_comm_destroy frees what libdist's dist_comm_alloc made.
+ * cuda_module.h says why the module cannot simply link libdist. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda_module.h"
+#include "core/comm.h"
 #include "core/error.h"
 
 #include <stdarg.h>
@@ -45,4 +47,8 @@ void dist_log(dist_log_level level, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     g_host->log(level, "%s", msg);
+}
+
+dist_comm *dist_comm_alloc(const struct dist_comm_i *iface, void *ctx, const char *name) {
+    return g_host->comm_alloc(iface, ctx, name);
 }

@@ -10,12 +10,8 @@ static const struct dist_cuda_module g_module = {
     .device_count = cuda_device_count,
     .backend_create = cuda_backend_create,
     .nccl_comm_create = cuda_nccl_comm_create,
-    .nccl_comm_destroy = cuda_nccl_comm_destroy,
-    .nccl_comm_all_reduce = cuda_nccl_comm_all_reduce,
-    .nccl_comm_all_gather = cuda_nccl_comm_all_gather,
-    .nccl_comm_broadcast = cuda_nccl_comm_broadcast,
-    .nccl_unique_id = cuda_nccl_unique_id,
     .nccl_comm_create_ranks = cuda_nccl_comm_create_ranks,
+    .nccl_unique_id = cuda_nccl_unique_id,
 };
 
 /* Exported by name (cuda_module.map lists it); the loader finds it with dlsym(). A mismatch
@@ -25,7 +21,9 @@ dist_cuda_module_get(int abi_version, const struct dist_cuda_host *host) {
     if (abi_version != DIST_CUDA_MODULE_ABI || !host || host->abi_version != DIST_CUDA_MODULE_ABI ||
         host->tensor_size != sizeof(dist_tensor) ||
         host->backend_size != sizeof(struct dist_backend) ||
-        host->backend_iface_size != sizeof(struct dist_backend_i))
+        host->backend_iface_size != sizeof(struct dist_backend_i) ||
+        host->comm_size != sizeof(struct dist_comm) ||
+        host->comm_iface_size != sizeof(struct dist_comm_i))
         return NULL;
     cuda_host_attach(host);
     return &g_module;
