@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,15 +19,16 @@ struct dist_local_comm {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int arrived;
+    bool here[DIST_MAX_REPLICAS];     /* who has arrived at the barrier in progress */
     _Atomic unsigned long generation; /* read without the lock by spinning waiters */
     _Atomic int aborted_rank;         /* -1: healthy */
-    /* the collective in flight */
-    float *posted[DIST_MAX_REPLICAS];
+    /* the collective in flight: rank 0's count and dtype, every rank's host buffer */
+    const void *posted[DIST_MAX_REPLICAS];
     size_t count;
-    int mismatch;
-    float *scratch;
+    dist_dtype dtype;
+    void *scratch; /* the reduced result, bytes */
     size_t scratch_cap;
-    float *staging[DIST_MAX_REPLICAS]; /* host copies of device tensors */
+    void *staging[DIST_MAX_REPLICAS]; /* host copies of device buffers */
     size_t staging_cap[DIST_MAX_REPLICAS];
 };
 
@@ -37,7 +40,7 @@ dist_status dist_local_comm_create(int n, dist_backend *const *backends, double 
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "local communicator: out of memory");
     c->n = n;
     c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
-    for (int i = 0; i < n; i++) c->backends[i] = backends[i];
+    for (int i = 0; i < n; i++) c->backends[i] = backends ? backends[i] : NULL;
     c->aborted_rank = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_t ca;
@@ -69,8 +72,21 @@ void dist_local_comm_reset(dist_local_comm *c) {
     pthread_mutex_lock(&c->mu);
     c->aborted_rank = -1;
     c->arrived = 0;
+    memset(c->here, 0, sizeof c->here);
     c->generation++;
     pthread_mutex_unlock(&c->mu);
+}
+
+/* One collective call of one rank: what it is, and until when it may wait. */
+typedef struct local_call {
+    const char *what;
+    double deadline; /* CLOCK_MONOTONIC seconds */
+    double timeout_s;
+} local_call;
+
+static local_call start_call(const dist_local_comm *c, const char *what, double timeout_s) {
+    double limit = timeout_s > 0 ? timeout_s : c->timeout_s;
+    return (local_call){what, dist_comm_deadline(NULL, limit), limit};
 }
 
 /* Replicas usually arrive within microseconds of each other (they run the same step on equal
@@ -86,26 +102,50 @@ static int spin_until_released(dist_local_comm *c, unsigned long gen) {
         if (atomic_load_explicit(&c->aborted_rank, memory_order_relaxed) >= 0) return 0;
         if ((i & 63) == 0) {
             clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > BARRIER_SPIN_NS) return 0;
+            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > BARRIER_SPIN_NS)
+                return 0;
         }
     }
 }
 
-/* Waits until all ranks arrive (or one cancels, or the deadline passes). */
-static dist_status barrier(dist_local_comm *c, int rank, const char *what) {
+static dist_status abandoned(const local_call *call, int who) {
+    return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned",
+                      call->what, who);
+}
+
+/* Called with the lock held when the deadline passed: fails the communicator, naming the
+ * replicas that did not arrive. */
+static dist_status timed_out(dist_local_comm *c, int rank, const local_call *call) {
+    char missing[256] = "";
+    size_t len = 0;
+    for (int r = 0; r < c->n; r++)
+        if (!c->here[r] && len + 16 < sizeof missing)
+            len +=
+                (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", r);
+    int count = c->n - c->arrived;
+    if (c->aborted_rank < 0) c->aborted_rank = rank;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return dist_error(DIST_TIMEOUT, "%s: %d of %d replicas (replica %s) did not arrive within %g s",
+                      call->what, count, c->n, missing, call->timeout_s);
+}
+
+/* Waits until all ranks arrive (or one cancels, or the call's deadline passes). */
+static dist_status barrier(dist_local_comm *c, int rank, const local_call *call) {
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)c->timeout_s;
+    deadline.tv_sec = (time_t)call->deadline;
+    deadline.tv_nsec = (long)((call->deadline - (double)deadline.tv_sec) * 1e9);
     pthread_mutex_lock(&c->mu);
     if (c->aborted_rank >= 0) {
         int who = c->aborted_rank;
         pthread_mutex_unlock(&c->mu);
-        return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned",
-                          what, who);
+        return abandoned(call, who);
     }
     unsigned long gen = c->generation;
+    c->here[rank] = true;
     if (++c->arrived == c->n) {
         c->arrived = 0;
+        memset(c->here, 0, sizeof c->here);
         c->generation++;
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
@@ -120,158 +160,208 @@ static dist_status barrier(dist_local_comm *c, int rank, const char *what) {
     }
     while (gen == c->generation && c->aborted_rank < 0) {
         int rc = pthread_cond_timedwait(&c->cv, &c->mu, &deadline);
-        if (rc == ETIMEDOUT && gen == c->generation) {
-            int missing = c->n - c->arrived;
-            if (c->aborted_rank < 0) c->aborted_rank = rank;
-            pthread_cond_broadcast(&c->cv);
-            pthread_mutex_unlock(&c->mu);
-            return dist_error(DIST_TIMEOUT, "%s: %d of %d replicas did not arrive within %.0f s",
-                              what, missing, c->n, c->timeout_s);
-        }
+        if (rc == ETIMEDOUT && gen == c->generation && c->aborted_rank < 0)
+            return timed_out(c, rank, call);
     }
     int who = c->aborted_rank;
     int ok = gen != c->generation;
     pthread_mutex_unlock(&c->mu);
-    if (!ok)
-        return dist_error(DIST_PEER_LOST, "%s: replica %d failed, the collective was abandoned",
-                          what, who);
-    return DIST_OK;
+    return ok ? DIST_OK : abandoned(call, who);
 }
 
-static dist_status grow(float **buf, size_t *cap, size_t count) {
-    if (*cap >= count) return DIST_OK;
-    float *p = realloc(*buf, count * sizeof *p);
+static dist_status grow(void **buf, size_t *cap, size_t bytes) {
+    if (*cap >= bytes) return DIST_OK;
+    void *p = realloc(*buf, bytes);
     if (!p)
-        return dist_error(DIST_OUT_OF_MEMORY, "local communicator: cannot allocate %zu floats",
-                          count);
+        return dist_error(DIST_OUT_OF_MEMORY, "local communicator: cannot allocate %zu bytes",
+                          bytes);
     *buf = p;
-    *cap = count;
+    *cap = bytes;
     return DIST_OK;
 }
 
-/* This rank's data as host floats: the tensor itself on a CPU, else a staged copy. */
-static dist_status host_view(dist_local_comm *c, int rank, const dist_tensor *t, size_t count,
-                             float **out) {
-    if (t->device.kind == DIST_DEVICE_CPU) {
-        *out = t->data;
+/* Whether rank's buffers live in device memory (a backend other than the CPU's). */
+static bool on_device(const dist_local_comm *c, int rank) {
+    return c->backends[rank] && c->backends[rank]->device.kind != DIST_DEVICE_CPU;
+}
+
+/* This rank's data in host memory: the buffer itself on a CPU, else a staged copy. */
+static dist_status host_view(dist_local_comm *c, int rank, const void *data, size_t bytes,
+                             const void **out) {
+    if (!on_device(c, rank)) {
+        *out = data;
         return DIST_OK;
     }
-    DIST_TRY(grow(&c->staging[rank], &c->staging_cap[rank], count));
+    DIST_TRY(grow(&c->staging[rank], &c->staging_cap[rank], bytes));
     dist_backend *be = c->backends[rank];
-    DIST_TRY(
-        be->iface->copy(be->ctx, c->staging[rank], t->data, count * sizeof(float), DIST_COPY_D2H));
+    DIST_TRY(be->iface->copy(be->ctx, c->staging[rank], data, bytes, DIST_COPY_D2H));
     DIST_TRY(be->iface->synchronize(be->ctx));
     *out = c->staging[rank];
     return DIST_OK;
 }
 
-static dist_status post(dist_local_comm *c, int rank, float *data, size_t count) {
-    pthread_mutex_lock(&c->mu);
-    c->posted[rank] = data;
-    if (rank == 0) c->count = count;
-    dist_status st = DIST_OK;
-    size_t need = count * (size_t)c->n;
-    if (c->scratch_cap < need) st = grow(&c->scratch, &c->scratch_cap, need);
-    pthread_mutex_unlock(&c->mu);
-    return st;
+/* dst (in rank's memory) = bytes of host memory src. */
+static dist_status write_back(dist_local_comm *c, int rank, void *dst, const void *src,
+                              size_t bytes) {
+    if (!on_device(c, rank)) {
+        memcpy(dst, src, bytes);
+        return DIST_OK;
+    }
+    dist_backend *be = c->backends[rank];
+    DIST_TRY(be->iface->copy(be->ctx, dst, src, bytes, DIST_COPY_H2D));
+    return be->iface->synchronize(be->ctx);
 }
+
+/* Makes rank's host view of `data` visible to the others and meets them; checks that every
+ * rank passed rank 0's count and dtype. A rank that fails before the meeting cancels, so the
+ * others do not wait for it. */
+static dist_status post_and_meet(dist_local_comm *c, int rank, const void *data, size_t count,
+                                 dist_dtype dtype, size_t scratch_elems, const local_call *call) {
+    size_t esize = dist_dtype_size(dtype);
+    const void *mine = NULL;
+    dist_status st = host_view(c, rank, data, count * esize, &mine);
+    if (st == DIST_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->posted[rank] = mine;
+        if (rank == 0) {
+            c->count = count;
+            c->dtype = dtype;
+        }
+        st = grow(&c->scratch, &c->scratch_cap, scratch_elems * esize);
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (st != DIST_OK) {
+        dist_local_comm_cancel(c, rank);
+        return st;
+    }
+    DIST_TRY(barrier(c, rank, call));
+    if (c->count != count || c->dtype != dtype)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: replica %d passes %zu %s, replica 0 %zu %s",
+                          call->what, rank, count, dist_dtype_name(dtype), c->count,
+                          dist_dtype_name(c->dtype));
+    return DIST_OK;
+}
+
+/* Each rank reduces its 1/n of the elements over the ranks in rank order (the only place each
+ * element's result is made, so every rank copies the same bits), then everyone copies all. */
+static dist_status local_all_reduce(dist_local_comm *c, int rank, void *data, size_t count,
+                                    dist_dtype dtype, dist_reduce_op op, double timeout_s) {
+    if (c->n == 1 || count == 0) return DIST_OK;
+    local_call call = start_call(c, "all-reduce", timeout_s);
+    DIST_TRY(post_and_meet(c, rank, data, count, dtype, count, &call));
+    size_t esize = dist_dtype_size(dtype);
+    size_t chunk = (count + (size_t)c->n - 1) / (size_t)c->n;
+    size_t lo = (size_t)rank * chunk < count ? (size_t)rank * chunk : count;
+    size_t hi = lo + chunk < count ? lo + chunk : count;
+    char *out = (char *)c->scratch + lo * esize;
+    if (lo < hi) {
+        memcpy(out, (const char *)c->posted[0] + lo * esize, (hi - lo) * esize);
+        for (int r = 1; r < c->n; r++)
+            dist_comm_accumulate(dtype, op, out, (const char *)c->posted[r] + lo * esize, hi - lo);
+        if (op == DIST_REDUCE_MEAN) dist_comm_divide(dtype, out, hi - lo, c->n);
+    }
+    DIST_TRY(barrier(c, rank, &call));
+    DIST_TRY(write_back(c, rank, data, c->scratch, count * esize));
+    return barrier(c, rank, &call);
+}
+
+static dist_status local_all_gather(dist_local_comm *c, int rank, const void *in, void *out,
+                                    size_t count, dist_dtype dtype, double timeout_s) {
+    local_call call = start_call(c, "all-gather", timeout_s);
+    DIST_TRY(post_and_meet(c, rank, in, count, dtype, 0, &call));
+    size_t bytes = count * dist_dtype_size(dtype);
+    for (int r = 0; r < c->n; r++)
+        DIST_TRY(write_back(c, rank, (char *)out + (size_t)r * bytes, c->posted[r], bytes));
+    return barrier(c, rank, &call);
+}
+
+static dist_status local_broadcast(dist_local_comm *c, int rank, void *data, size_t count,
+                                   dist_dtype dtype, int root, double timeout_s) {
+    if (c->n == 1) return DIST_OK;
+    local_call call = start_call(c, "broadcast", timeout_s);
+    DIST_TRY(post_and_meet(c, rank, data, count, dtype, 0, &call));
+    if (rank != root)
+        DIST_TRY(write_back(c, rank, data, c->posted[root], count * dist_dtype_size(dtype)));
+    return barrier(c, rank, &call);
+}
+
+static dist_status local_barrier(dist_local_comm *c, int rank, double timeout_s) {
+    local_call call = start_call(c, "barrier", timeout_s);
+    return barrier(c, rank, &call);
+}
+
+/* ---- the tensor entry points (strategies) ------------------------------------------------- */
 
 dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op,
                                        dist_tensor *t) {
-    size_t count = (size_t)dist_tensor_numel(t);
-    if (c->n == 1) {
-        return DIST_OK;
-    }
-    float *mine;
-    dist_status st = host_view(c, rank, t, count, &mine);
-    if (st != DIST_OK) {
-        dist_local_comm_cancel(c, rank);
-        return st;
-    }
-    if ((st = post(c, rank, mine, count)) != DIST_OK) {
-        dist_local_comm_cancel(c, rank);
-        return st;
-    }
-    DIST_TRY(barrier(c, rank, "all-reduce"));
-    if (c->count != count)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "all-reduce: replica %d reduces %zu values, replica 0 %zu", rank, count,
-                          c->count);
-    size_t chunk = (count + (size_t)c->n - 1) / (size_t)c->n;
-    size_t lo = (size_t)rank * chunk, hi = lo + chunk < count ? lo + chunk : count;
-    float *out = c->scratch;
-    float scale = op == DIST_REDUCE_MEAN ? 1.0f / (float)c->n : 1.0f;
-    if (lo < hi) {
-        const float *src0 = c->posted[0];
-        for (size_t i = lo; i < hi; i++) out[i] = src0[i];
-        for (int r = 1; r < c->n; r++) {
-            const float *src = c->posted[r];
-            for (size_t i = lo; i < hi; i++) out[i] += src[i];
-        }
-        if (scale != 1.0f)
-            for (size_t i = lo; i < hi; i++) out[i] *= scale;
-    }
-    DIST_TRY(barrier(c, rank, "all-reduce"));
-    dist_backend *be = c->backends[rank];
-    if (t->device.kind == DIST_DEVICE_CPU) {
-        memcpy(t->data, out, count * sizeof(float));
-    } else {
-        DIST_TRY(be->iface->copy(be->ctx, t->data, out, count * sizeof(float), DIST_COPY_H2D));
-        DIST_TRY(be->iface->synchronize(be->ctx));
-    }
-    return barrier(c, rank, "all-reduce");
+    DIST_TRY(dist_comm_check_types(t->dtype, op));
+    return local_all_reduce(c, rank, t->data, (size_t)dist_tensor_numel(t), t->dtype, op, 0);
 }
 
 dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in,
-                                       dist_tensor *outt) {
+                                       dist_tensor *out) {
     size_t count = (size_t)dist_tensor_numel(in);
-    DIST_CHECK_ARG((size_t)dist_tensor_numel(outt) == count * (size_t)c->n,
-                   "all-gather: the output must hold %d x %zu values", c->n, count);
-    float *mine;
-    dist_status st = host_view(c, rank, in, count, &mine);
-    if (st == DIST_OK) st = post(c, rank, mine, count);
-    if (st != DIST_OK) {
-        dist_local_comm_cancel(c, rank);
-        return st;
-    }
-    DIST_TRY(barrier(c, rank, "all-gather"));
-    if (c->count != count)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "all-gather: replica %d sends %zu values, replica 0 %zu", rank, count,
-                          c->count);
-    dist_backend *be = c->backends[rank];
-    for (int r = 0; r < c->n; r++) {
-        float *dst = (float *)outt->data + (size_t)r * count;
-        if (outt->device.kind == DIST_DEVICE_CPU)
-            memcpy(dst, c->posted[r], count * sizeof(float));
-        else
-            DIST_TRY(
-                be->iface->copy(be->ctx, dst, c->posted[r], count * sizeof(float), DIST_COPY_H2D));
-    }
-    if (outt->device.kind != DIST_DEVICE_CPU) DIST_TRY(be->iface->synchronize(be->ctx));
-    return barrier(c, rank, "all-gather");
+    DIST_CHECK_ARG(
+        (size_t)dist_tensor_numel(out) == count * (size_t)c->n && out->dtype == in->dtype,
+        "all-gather: the output must hold %d x %zu values of the input's dtype", c->n, count);
+    return local_all_gather(c, rank, in->data, out->data, count, in->dtype, 0);
 }
 
 dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, dist_tensor *t) {
-    size_t count = (size_t)dist_tensor_numel(t);
-    if (c->n == 1) return DIST_OK;
-    float *mine;
-    dist_status st = host_view(c, rank, t, count, &mine);
-    if (st == DIST_OK) st = post(c, rank, mine, count);
-    if (st != DIST_OK) {
-        dist_local_comm_cancel(c, rank);
-        return st;
+    return local_broadcast(c, rank, t->data, (size_t)dist_tensor_numel(t), t->dtype, root, 0);
+}
+
+/* ---- the dist_comm adapter ---------------------------------------------------------------- */
+
+static dist_status ip_all_reduce(dist_comm *c, int local, void *data, size_t count,
+                                 dist_dtype dtype, dist_reduce_op op, double timeout_s) {
+    return local_all_reduce(c->ctx, local, data, count, dtype, op, timeout_s);
+}
+
+static dist_status ip_all_gather(dist_comm *c, int local, const void *in, void *out, size_t count,
+                                 dist_dtype dtype, double timeout_s) {
+    return local_all_gather(c->ctx, local, in, out, count, dtype, timeout_s);
+}
+
+static dist_status ip_broadcast(dist_comm *c, int local, void *data, size_t count, dist_dtype dtype,
+                                int root, double timeout_s) {
+    return local_broadcast(c->ctx, local, data, count, dtype, root, timeout_s);
+}
+
+static dist_status ip_barrier(dist_comm *c, int local, double timeout_s) {
+    return local_barrier(c->ctx, local, timeout_s);
+}
+
+static void ip_cancel(dist_comm *c, int local) { dist_local_comm_cancel(c->ctx, local); }
+static void ip_reset(dist_comm *c) { dist_local_comm_reset(c->ctx); }
+static void ip_destroy(dist_comm *c) { dist_local_comm_destroy(c->ctx); }
+
+static const struct dist_comm_i in_process_iface = {
+    .all_reduce = ip_all_reduce,
+    .all_gather = ip_all_gather,
+    .broadcast = ip_broadcast,
+    .barrier = ip_barrier,
+    .cancel = ip_cancel,
+    .reset = ip_reset,
+    .destroy = ip_destroy,
+};
+
+dist_status dist_comm_create_in_process(int n, dist_backend *const *backends, double timeout_s,
+                                        dist_comm **out) {
+    DIST_CHECK_ARG(out, "dist_comm_create_in_process: out is NULL");
+    *out = NULL;
+    dist_local_comm *l = NULL;
+    DIST_TRY(dist_local_comm_create(n, backends, timeout_s, &l));
+    dist_comm *c = dist_comm_alloc(&in_process_iface, l, "in-process");
+    if (!c) {
+        dist_local_comm_destroy(l);
+        return dist_error(DIST_OUT_OF_MEMORY, "in-process communicator: out of memory");
     }
-    DIST_TRY(barrier(c, rank, "broadcast"));
-    if (rank != root) {
-        dist_backend *be = c->backends[rank];
-        if (t->device.kind == DIST_DEVICE_CPU) {
-            memcpy(t->data, c->posted[root], count * sizeof(float));
-        } else {
-            DIST_TRY(be->iface->copy(be->ctx, t->data, c->posted[root], count * sizeof(float),
-                                     DIST_COPY_H2D));
-            DIST_TRY(be->iface->synchronize(be->ctx));
-        }
-    }
-    return barrier(c, rank, "broadcast");
+    c->size = n;
+    c->first_rank = 0;
+    c->local_ranks = n;
+    c->device_memory = 1;
+    c->timeout_s = l->timeout_s;
+    *out = c;
+    return DIST_OK;
 }

@@ -26,8 +26,7 @@ static void host_id(char *out, size_t cap) {
 }
 
 static dist_status repeat_failure(const dist_net_comm *c) {
-    return dist_error(c->failed, "%s (the communicator failed earlier; destroy it)",
-                      c->failed_msg);
+    return dist_error(c->failed, "%s (the communicator failed earlier; destroy it)", c->failed_msg);
 }
 
 /* Registers this rank's host id in the store and reads everyone's; names the missing ranks. */
@@ -44,8 +43,8 @@ static dist_status register_hosts(dist_net_comm *c, char (*hosts)[NET_HOST_ID_CA
         snprintf(key, sizeof key, "net/host/%d", r);
         size_t len = 0;
         /* once one is missing, the rest are only checked, not waited for */
-        dist_status st = net_store_get(c, key, hosts[r], NET_HOST_ID_CAP - 1, &len,
-                                       mlen ? net_now() : deadline);
+        dist_status st =
+            net_store_get(c, key, hosts[r], NET_HOST_ID_CAP - 1, &len, mlen ? net_now() : deadline);
         if (st == DIST_NOT_FOUND) {
             char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
             if (mlen + 8 < sizeof missing)
@@ -168,8 +167,7 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
                    o->world, NET_MAX_WORLD);
     DIST_CHECK_ARG(o->rank >= 0 && o->rank < o->world, "net_comm: rank %d of world %d", o->rank,
                    o->world);
-    DIST_CHECK_ARG(o->world == 1 || o->addresses, "net_comm: no addresses for %d ranks",
-                   o->world);
+    DIST_CHECK_ARG(o->world == 1 || o->addresses, "net_comm: no addresses for %d ranks", o->world);
     DIST_CHECK_ARG(o->transport >= DIST_NET_AUTO && o->transport <= DIST_NET_SHM,
                    "net_comm: transport %d", (int)o->transport);
     for (int r = 0; o->addresses && r < o->world; r++)
@@ -226,27 +224,28 @@ int dist_net_comm_rank(const dist_net_comm *c) { return c->rank; }
 int dist_net_comm_world(const dist_net_comm *c) { return c->world; }
 const char *dist_net_comm_transport_name(const dist_net_comm *c) { return c->shm ? "shm" : "tcp"; }
 
-dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count,
-                                     dist_reduce_op op) {
-    DIST_CHECK_ARG(c && (data || !count), "dist_net_comm_all_reduce: NULL argument");
-    DIST_CHECK_ARG(op == DIST_REDUCE_SUM || op == DIST_REDUCE_MEAN,
-                   "dist_net_comm_all_reduce: op %d", (int)op);
+/* Starts a collective: the failed state, and the call's deadline (timeout_s 0: the
+ * communicator's). */
+static dist_status begin_call(dist_net_comm *c, double timeout_s, double *deadline) {
     if (c->failed) return repeat_failure(c);
-    if (c->world == 1 || count == 0) return DIST_OK;
-    double deadline = net_now() + c->timeout_s;
-    bool mean = op == DIST_REDUCE_MEAN;
-    if (c->shm)
-        DIST_TRY(net_shm_all_reduce(c, data, count, mean, deadline));
-    else
-        DIST_TRY(net_tcp_all_reduce(c, data, count, mean, deadline));
+    c->call_timeout_s = timeout_s > 0 ? timeout_s : c->timeout_s;
+    *deadline = net_now() + c->call_timeout_s;
     return DIST_OK;
 }
 
-dist_status dist_net_comm_broadcast(dist_net_comm *c, void *data, size_t bytes, int root) {
-    DIST_CHECK_ARG(c && (data || !bytes), "dist_net_comm_broadcast: NULL argument");
-    DIST_CHECK_ARG(root >= 0 && root < c->world, "dist_net_comm_broadcast: root %d of %d", root,
-                   c->world);
-    if (c->failed) return repeat_failure(c);
+static dist_status net_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
+                                  dist_reduce_op op, double timeout_s) {
+    double deadline = 0;
+    DIST_TRY(begin_call(c, timeout_s, &deadline));
+    if (c->world == 1 || count == 0) return DIST_OK;
+    if (c->shm) return net_shm_all_reduce(c, data, count, dtype, op, deadline);
+    return net_tcp_all_reduce(c, data, count, dtype, op, deadline);
+}
+
+static dist_status net_broadcast(dist_net_comm *c, void *data, size_t bytes, int root,
+                                 double timeout_s) {
+    double deadline = 0;
+    DIST_TRY(begin_call(c, timeout_s, &deadline));
     if (c->world == 1 || bytes == 0) return DIST_OK;
     net_op ops[NET_MAX_WORLD];
     int k = 0;
@@ -256,13 +255,13 @@ dist_status dist_net_comm_broadcast(dist_net_comm *c, void *data, size_t bytes, 
     } else {
         ops[k++] = (net_op){root, false, data, bytes, 0};
     }
-    DIST_TRY(net_xfer(c, ops, k, net_now() + c->timeout_s, "broadcast"));
-    return DIST_OK;
+    return net_xfer(c, ops, k, deadline, "broadcast");
 }
 
-dist_status dist_net_comm_all_gather(dist_net_comm *c, const void *in, size_t bytes, void *out) {
-    DIST_CHECK_ARG(c && ((in && out) || !bytes), "dist_net_comm_all_gather: NULL argument");
-    if (c->failed) return repeat_failure(c);
+static dist_status net_all_gather(dist_net_comm *c, const void *in, size_t bytes, void *out,
+                                  double timeout_s) {
+    double deadline = 0;
+    DIST_TRY(begin_call(c, timeout_s, &deadline));
     if (bytes == 0) return DIST_OK;
     char *o = out;
     memmove(o + (size_t)c->rank * bytes, in, bytes);
@@ -274,13 +273,12 @@ dist_status dist_net_comm_all_gather(dist_net_comm *c, const void *in, size_t by
         ops[k++] = (net_op){r, true, o + (size_t)c->rank * bytes, bytes, 0};
         ops[k++] = (net_op){r, false, o + (size_t)r * bytes, bytes, 0};
     }
-    DIST_TRY(net_xfer(c, ops, k, net_now() + c->timeout_s, "all-gather"));
-    return DIST_OK;
+    return net_xfer(c, ops, k, deadline, "all-gather");
 }
 
-dist_status dist_net_comm_barrier(dist_net_comm *c) {
-    DIST_CHECK_ARG(c, "dist_net_comm_barrier: NULL communicator");
-    if (c->failed) return repeat_failure(c);
+static dist_status net_barrier(dist_net_comm *c, double timeout_s) {
+    double deadline = 0;
+    DIST_TRY(begin_call(c, timeout_s, &deadline));
     if (c->world == 1) return DIST_OK;
     char mine = 1, theirs[NET_MAX_WORLD];
     net_op ops[2 * NET_MAX_WORLD];
@@ -290,8 +288,31 @@ dist_status dist_net_comm_barrier(dist_net_comm *c) {
         ops[k++] = (net_op){r, true, &mine, 1, 0};
         ops[k++] = (net_op){r, false, &theirs[r], 1, 0};
     }
-    DIST_TRY(net_xfer(c, ops, k, net_now() + c->timeout_s, "barrier"));
-    return DIST_OK;
+    return net_xfer(c, ops, k, deadline, "barrier");
+}
+
+dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count,
+                                     dist_reduce_op op) {
+    DIST_CHECK_ARG(c && (data || !count), "dist_net_comm_all_reduce: NULL argument");
+    DIST_TRY(dist_comm_check_types(DIST_F32, op));
+    return net_all_reduce(c, data, count, DIST_F32, op, 0);
+}
+
+dist_status dist_net_comm_broadcast(dist_net_comm *c, void *data, size_t bytes, int root) {
+    DIST_CHECK_ARG(c && (data || !bytes), "dist_net_comm_broadcast: NULL argument");
+    DIST_CHECK_ARG(root >= 0 && root < c->world, "dist_net_comm_broadcast: root %d of %d", root,
+                   c->world);
+    return net_broadcast(c, data, bytes, root, 0);
+}
+
+dist_status dist_net_comm_all_gather(dist_net_comm *c, const void *in, size_t bytes, void *out) {
+    DIST_CHECK_ARG(c && ((in && out) || !bytes), "dist_net_comm_all_gather: NULL argument");
+    return net_all_gather(c, in, bytes, out, 0);
+}
+
+dist_status dist_net_comm_barrier(dist_net_comm *c) {
+    DIST_CHECK_ARG(c, "dist_net_comm_barrier: NULL communicator");
+    return net_barrier(c, 0);
 }
 
 dist_status dist_net_comm_store_set(dist_net_comm *c, const char *key, const void *value,
@@ -313,4 +334,60 @@ dist_status dist_net_comm_store_get(dist_net_comm *c, const char *key, void *val
                           c->timeout_s);
     if (st == DIST_PEER_LOST || st == DIST_TIMEOUT) net_fail(c, st);
     return st;
+}
+
+/* ---- the dist_comm adapter ---------------------------------------------------------------- */
+
+static dist_status nc_all_reduce(dist_comm *c, int local, void *data, size_t count,
+                                 dist_dtype dtype, dist_reduce_op op, double timeout_s) {
+    (void)local;
+    return net_all_reduce(c->ctx, data, count, dtype, op, timeout_s);
+}
+
+static dist_status nc_all_gather(dist_comm *c, int local, const void *in, void *out, size_t count,
+                                 dist_dtype dtype, double timeout_s) {
+    (void)local;
+    return net_all_gather(c->ctx, in, count * dist_dtype_size(dtype), out, timeout_s);
+}
+
+static dist_status nc_broadcast(dist_comm *c, int local, void *data, size_t count, dist_dtype dtype,
+                                int root, double timeout_s) {
+    (void)local;
+    return net_broadcast(c->ctx, data, count * dist_dtype_size(dtype), root, timeout_s);
+}
+
+static dist_status nc_barrier(dist_comm *c, int local, double timeout_s) {
+    (void)local;
+    return net_barrier(c->ctx, timeout_s);
+}
+
+static void nc_destroy(dist_comm *c) { dist_net_comm_destroy(c->ctx); }
+
+static const struct dist_comm_i net_iface = {
+    .all_reduce = nc_all_reduce,
+    .all_gather = nc_all_gather,
+    .broadcast = nc_broadcast,
+    .barrier = nc_barrier,
+    .destroy = nc_destroy,
+};
+
+dist_status dist_comm_create_net(const dist_net_comm_options *o, dist_comm **out) {
+    DIST_CHECK_ARG(out, "dist_comm_create_net: out is NULL");
+    *out = NULL;
+    dist_net_comm *n = NULL;
+    DIST_TRY(dist_net_comm_create(o, &n));
+    dist_comm *c = dist_comm_alloc(&net_iface, n, dist_net_comm_transport_name(n));
+    if (!c) {
+        dist_net_comm_destroy(n);
+        return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
+    }
+    c->size = n->world;
+    c->first_rank = n->rank;
+    c->timeout_s = n->timeout_s;
+    *out = c;
+    return DIST_OK;
+}
+
+dist_net_comm *dist_comm_net_handle(dist_comm *c) {
+    return c && c->iface == &net_iface ? c->ctx : NULL;
 }

@@ -34,6 +34,7 @@
 #ifndef DIST_COLLECTIVE_NET_COMM_H
 #define DIST_COLLECTIVE_NET_COMM_H
 
+#include "core/comm.h"
 #include "dist/replica.h"
 #include "dist/status.h"
 
@@ -83,7 +84,8 @@ int dist_net_comm_world(const dist_net_comm *c);
 /* "tcp" or "shm": the transport of the bulk collectives. */
 const char *dist_net_comm_transport_name(const dist_net_comm *c);
 
-/* In place over every rank's `count` floats: SUM, or MEAN (the sum divided by world). */
+/* In place over every rank's `count` floats: SUM, MEAN (the sum divided by world), MAX or
+ * MIN. The collectives below wait at most the options' timeout_s. */
 dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count,
                                      dist_reduce_op op);
 /* `bytes` bytes of rank root's buffer to every rank. */
@@ -101,5 +103,14 @@ dist_status dist_net_comm_store_set(dist_net_comm *c, const char *key, const voi
                                     size_t len);
 dist_status dist_net_comm_store_get(dist_net_comm *c, const char *key, void *value, size_t cap,
                                     size_t *len);
+
+/* The same communicator behind the typed interface (core/comm.h): every dtype and op, per-call
+ * timeouts. Name "tcp" or "shm" (the bulk transport), size world, first_rank rank,
+ * local_ranks 1, host memory. No cancel and no reset: a failure is final. Errors as
+ * dist_net_comm_create. */
+dist_status dist_comm_create_net(const dist_net_comm_options *options, dist_comm **out);
+/* The dist_net_comm under a communicator made by dist_comm_create_net (for its key-value
+ * store; borrowed, owned by c); NULL for any other communicator. */
+dist_net_comm *dist_comm_net_handle(dist_comm *c);
 
 #endif

@@ -15,31 +15,35 @@
  * early and the segment is still in cache. */
 #define RING_SEG_BYTES (256u * 1024u)
 
-static dist_status direct_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
-                                     double deadline) {
+void net_reduce_slots(const char *slots, size_t stride, void *data, size_t count, dist_dtype dtype,
+                      dist_reduce_op op, int n) {
+    size_t esize = dist_dtype_size(dtype), block = NET_REDUCE_BLOCK_BYTES / esize;
+    for (size_t lo = 0; lo < count; lo += block) {
+        size_t k = count - lo < block ? count - lo : block;
+        char *acc = (char *)data + lo * esize;
+        memcpy(acc, slots + lo * esize, k * esize);
+        for (int r = 1; r < n; r++)
+            dist_comm_accumulate(dtype, op, acc, slots + (size_t)r * stride + lo * esize, k);
+        if (op == DIST_REDUCE_MEAN) dist_comm_divide(dtype, acc, k, n);
+    }
+}
+
+static dist_status direct_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
+                                     dist_reduce_op op, double deadline) {
     int n = c->world, me = c->rank;
-    size_t bytes = count * sizeof(float);
+    size_t bytes = count * dist_dtype_size(dtype);
     DIST_TRY(net_reserve_scratch(c, (size_t)n * bytes));
-    float *slots = c->scratch;
-    memcpy(slots + (size_t)me * count, data, bytes);
+    char *slots = c->scratch;
+    memcpy(slots + (size_t)me * bytes, data, bytes);
     net_op ops[2 * NET_MAX_WORLD];
     int k = 0;
     for (int r = 0; r < n; r++) {
         if (r == me) continue;
         ops[k++] = (net_op){r, true, (char *)data, bytes, 0};
-        ops[k++] = (net_op){r, false, (char *)(slots + (size_t)r * count), bytes, 0};
+        ops[k++] = (net_op){r, false, slots + (size_t)r * bytes, bytes, 0};
     }
     DIST_TRY(net_xfer(c, ops, k, deadline, "all-reduce"));
-    const float *s0 = slots, *s1 = slots + count;
-    for (size_t i = 0; i < count; i++) data[i] = s0[i] + s1[i];
-    for (int r = 2; r < n; r++) {
-        const float *s = slots + (size_t)r * count;
-        for (size_t i = 0; i < count; i++) data[i] += s[i];
-    }
-    if (mean) {
-        float w = (float)n;
-        for (size_t i = 0; i < count; i++) data[i] /= w;
-    }
+    net_reduce_slots(slots, bytes, data, count, dtype, op, n);
     return DIST_OK;
 }
 
@@ -47,7 +51,7 @@ static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 typedef struct ring_plan {
     int n, r, steps;
-    size_t count;
+    size_t count, esize;
 } ring_plan;
 
 static size_t chunk_off(const ring_plan *p, int ch) {
@@ -56,7 +60,7 @@ static size_t chunk_off(const ring_plan *p, int ch) {
 }
 static size_t chunk_bytes(const ring_plan *p, int ch) {
     size_t base = p->count / (size_t)p->n, rem = p->count % (size_t)p->n;
-    return (base + ((size_t)ch < rem)) * sizeof(float);
+    return (base + ((size_t)ch < rem)) * p->esize;
 }
 static int send_chunk(const ring_plan *p, int g) {
     return g < p->n - 1 ? mod(p->r - g, p->n) : mod(p->r + 1 - (g - (p->n - 1)), p->n);
@@ -65,14 +69,14 @@ static int recv_chunk(const ring_plan *p, int g) {
     return g < p->n - 1 ? mod(p->r - g - 1, p->n) : mod(p->r - (g - (p->n - 1)), p->n);
 }
 
-static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
-                                   double deadline) {
-    ring_plan p = {c->world, c->rank, 2 * (c->world - 1), count};
+static dist_status ring_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
+                                   dist_reduce_op op, double deadline) {
+    size_t esize = dist_dtype_size(dtype);
+    ring_plan p = {c->world, c->rank, 2 * (c->world - 1), count, esize};
     int next = (c->rank + 1) % c->world, prev = (c->rank + c->world - 1) % c->world;
     int nfd = c->fds[next], pfd = c->fds[prev];
     /* reduce-scatter receives into a segment-sized buffer that stays in cache */
-    DIST_TRY(net_reserve_scratch(c, RING_SEG_BYTES + sizeof(float)));
-    float w = (float)c->world;
+    DIST_TRY(net_reserve_scratch(c, RING_SEG_BYTES + sizeof(int64_t)));
     char *scratch = (char *)c->scratch;
     char *base = (char *)data;
     int sg = 0, rg = 0;
@@ -92,8 +96,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
                 continue;
             }
             if (sp >= limit) break;
-            ssize_t k = net_send_some(nfd, base + chunk_off(&p, ch) * sizeof(float) + sp,
-                                      limit - sp);
+            ssize_t k = net_send_some(nfd, base + chunk_off(&p, ch) * esize + sp, limit - sp);
             if (k < 0)
                 return net_fail_peer(c, DIST_PEER_LOST, next, "all-reduce",
                                      errno ? strerror(errno) : "end of stream");
@@ -116,7 +119,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
                 continue;
             }
             size_t held = rp - pp; /* received, not yet summed (reduce-scatter) */
-            char *dst = reduce ? scratch + held : base + chunk_off(&p, ch) * sizeof(float) + rp;
+            char *dst = reduce ? scratch + held : base + chunk_off(&p, ch) * esize + rp;
             size_t want = clen - rp;
             if (reduce && want > RING_SEG_BYTES - held) want = RING_SEG_BYTES - held;
             ssize_t k = want ? net_recv_some(pfd, dst, want) : 0;
@@ -128,16 +131,13 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
             if (!reduce) {
                 pp = rp;
             } else if (rp - pp >= RING_SEG_BYTES || rp == clen) {
-                size_t nf = (rp - pp) / sizeof(float);
-                float *acc = data + chunk_off(&p, ch) + pp / sizeof(float);
-                const float *in = (const float *)scratch;
+                size_t nf = (rp - pp) / esize;
+                char *acc = base + chunk_off(&p, ch) * esize + pp;
+                dist_comm_accumulate(dtype, op, acc, scratch, nf);
                 /* the owner's last step makes the final value: MEAN divides there, once */
-                if (mean && rg == p.n - 2)
-                    for (size_t i = 0; i < nf; i++) acc[i] = (acc[i] + in[i]) / w;
-                else
-                    for (size_t i = 0; i < nf; i++) acc[i] += in[i];
-                pp += nf * sizeof(float);
-                memmove(scratch, scratch + nf * sizeof(float), rp - pp);
+                if (op == DIST_REDUCE_MEAN && rg == p.n - 2) dist_comm_divide(dtype, acc, nf, p.n);
+                pp += nf * esize;
+                memmove(scratch, scratch + nf * esize, rp - pp);
             }
             if (k == 0 && pp != clen) break;
         }
@@ -168,9 +168,9 @@ static dist_status ring_all_reduce(dist_net_comm *c, float *data, size_t count, 
     return DIST_OK;
 }
 
-dist_status net_tcp_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
-                               double deadline) {
-    if (count * sizeof(float) <= NET_SMALL_BYTES || count < (size_t)c->world)
-        return direct_all_reduce(c, data, count, mean, deadline);
-    return ring_all_reduce(c, data, count, mean, deadline);
+dist_status net_tcp_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
+                               dist_reduce_op op, double deadline) {
+    if (count * dist_dtype_size(dtype) <= NET_SMALL_BYTES || count < (size_t)c->world)
+        return direct_all_reduce(c, data, count, dtype, op, deadline);
+    return ring_all_reduce(c, data, count, dtype, op, deadline);
 }

@@ -43,16 +43,16 @@ dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *w
     char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
     net_peer_desc(c, r, d, sizeof d);
     if (st == DIST_TIMEOUT)
-        dist_error(st, "%s: no answer within %g s during %s", d, c->timeout_s, what);
+        dist_error(st, "%s: no answer within %g s during %s", d, c->call_timeout_s, what);
     else
-        dist_error(st, "%s: connection lost during %s%s%s", d, what, detail && detail[0] ? ": " : "",
-                   detail ? detail : "");
+        dist_error(st, "%s: connection lost during %s%s%s", d, what,
+                   detail && detail[0] ? ": " : "", detail ? detail : "");
     return net_fail(c, st);
 }
 
 dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes) {
     if (bytes <= c->scratch_cap) return DIST_OK;
-    float *p = realloc(c->scratch, bytes);
+    void *p = realloc(c->scratch, bytes);
     if (!p) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: scratch of %zu bytes", bytes);
     c->scratch = p;
     c->scratch_cap = bytes;

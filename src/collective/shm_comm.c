@@ -5,17 +5,17 @@
  *   1. once every rank is done with the bank's previous use (copied >= q-2), each rank copies
  *      the other ranks' shares of its chunk into its slot of bank q%2 (its own share it reads
  *      from its buffer) and publishes posted = q;
- *   2. once every rank has posted q, each rank sums its 1/world share of the chunk over the
- *      ranks in rank order into the bank's result and into its own buffer, and publishes
- *      reduced = q;
+ *   2. once every rank has posted q, each rank reduces its 1/world share of the chunk (whole
+ *      cache lines) over the ranks in rank order into the bank's result and into its own
+ *      buffer, and publishes reduced = q;
  *   3. once every rank has reduced q, each copies the other shares of the result out and
  *      publishes copied = q.
  * Each element is summed once, by one rank, so every rank gets the same bits. Per rank that
  * is one read of its input and one write of its output in memory, as a memcpy: the memory
  * traffic floor (bench_allreduce compares with memcpy in two processes at once). Buffers up to
- * 64 KiB skip steps 2-3: every rank sums all slots in rank order (same bits again). Counters are C11
- * atomics (release/acquire); a waiter spins briefly, then sleeps on the rank's futex word (woken
- * by its next publish, or after 1 ms), and every millisecond checks the TCP mesh for a peer
+ * 64 KiB skip steps 2-3: every rank reduces all slots in rank order (same bits again). Counters are
+ * C11 atomics (release/acquire); a waiter spins briefly, then sleeps on the rank's futex word
+ * (woken by its next publish, or after 1 ms), and every millisecond checks the TCP mesh for a peer
  * whose process died (EOF), so a dead peer fails the call at once instead of at the timeout.
  * Sleeping matters on a loaded machine: a spinning waiter takes the core its peer needs. */
 #include "collective/net_internal.h"
@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -31,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <linux/futex.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -41,7 +41,7 @@
 #endif
 
 #define SHM_MAGIC 0x4c44534d454d3031ull
-#define SHM_CHUNK_FLOATS (64u * 1024u) /* 256 KiB per slot */
+#define SHM_CHUNK_BYTES (256u * 1024u) /* per slot */
 #define SHM_LINE 64
 #define SHM_SMALL_BYTES (64u * 1024u) /* one wait instead of three */
 
@@ -56,15 +56,15 @@ struct net_shm {
     void *base;
     size_t size;
     shm_flags *flags; /* world entries */
-    float *banks;     /* 2 banks of (world slots + 1 result) chunks */
+    char *banks;      /* 2 banks of (world slots + 1 result) chunks */
     uint64_t seq;
     char name[96];
 };
 
-static size_t bank_floats(int world) { return (size_t)(world + 1) * SHM_CHUNK_FLOATS; }
+static size_t bank_bytes(int world) { return (size_t)(world + 1) * SHM_CHUNK_BYTES; }
 
 static size_t segment_size(int world) {
-    return SHM_LINE + (size_t)world * sizeof(shm_flags) + 2 * bank_floats(world) * sizeof(float);
+    return SHM_LINE + (size_t)world * sizeof(shm_flags) + 2 * bank_bytes(world);
 }
 
 static dist_status map_segment(net_shm *s, int fd, int world) {
@@ -73,7 +73,7 @@ static dist_status map_segment(net_shm *s, int fd, int world) {
     if (p == MAP_FAILED) return dist_error_errno(DIST_SYSTEM, errno, "shm: mmap '%s'", s->name);
     s->base = p;
     s->flags = (shm_flags *)((char *)p + SHM_LINE);
-    s->banks = (float *)((char *)p + SHM_LINE + (size_t)world * sizeof(shm_flags));
+    s->banks = (char *)p + SHM_LINE + (size_t)world * sizeof(shm_flags);
     return DIST_OK;
 }
 
@@ -162,7 +162,7 @@ out:
  * streaming stores skip reading each line before writing it (a third of the memory traffic,
  * which bounds this transport). */
 #define SHM_STREAM_MIN_BYTES (4u << 20)
-static void copy_out(float *dst, const float *src, size_t n, bool stream) {
+static void copy_out(char *dst, const char *src, size_t n, bool stream) {
 #if defined(__SSE2__)
     if (stream) {
         size_t i = 0;
@@ -170,18 +170,21 @@ static void copy_out(float *dst, const float *src, size_t n, bool stream) {
             dst[i] = src[i];
             i++;
         }
-        for (; i + 16 <= n; i += 16) {
-            _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-            _mm_stream_ps(dst + i + 4, _mm_loadu_ps(src + i + 4));
-            _mm_stream_ps(dst + i + 8, _mm_loadu_ps(src + i + 8));
-            _mm_stream_ps(dst + i + 12, _mm_loadu_ps(src + i + 12));
+        for (; i + 64 <= n; i += 64) {
+            _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+            _mm_stream_si128((__m128i *)(dst + i + 16),
+                             _mm_loadu_si128((const __m128i *)(src + i + 16)));
+            _mm_stream_si128((__m128i *)(dst + i + 32),
+                             _mm_loadu_si128((const __m128i *)(src + i + 32)));
+            _mm_stream_si128((__m128i *)(dst + i + 48),
+                             _mm_loadu_si128((const __m128i *)(src + i + 48)));
         }
-        for (; i < n; i++) dst[i] = src[i];
+        memcpy(dst + i, src + i, n - i);
         return;
     }
 #endif
     (void)stream;
-    memcpy(dst, src, n * sizeof(float));
+    memcpy(dst, src, n);
 }
 
 static inline void cpu_relax(void) {
@@ -256,83 +259,77 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
     return DIST_OK;
 }
 
-/* Small buffers: one chunk, one wait. Every rank sums all slots itself, in rank order (the
+/* Small buffers: one chunk, one wait. Every rank reduces all slots itself, in rank order (the
  * same bits everywhere), and publishes copied = q once it has read them. */
-static dist_status small_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
-                                    double deadline) {
+static dist_status small_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
+                                    dist_reduce_op op, double deadline) {
     net_shm *s = c->shm;
     int n = c->world, me = c->rank;
     uint64_t q = ++s->seq;
-    float *bank = s->banks + (q & 1) * bank_floats(n);
+    char *bank = s->banks + (q & 1) * bank_bytes(n);
     if (q > 2) DIST_TRY(wait_all(c, offsetof(shm_flags, copied), q - 2, deadline));
-    memcpy(bank + (size_t)me * SHM_CHUNK_FLOATS, data, count * sizeof(float));
+    memcpy(bank + (size_t)me * SHM_CHUNK_BYTES, data, count * dist_dtype_size(dtype));
     publish(&s->flags[me], &s->flags[me].posted, q);
     DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
-    const float *s0 = bank, *s1 = bank + SHM_CHUNK_FLOATS;
-    for (size_t i = 0; i < count; i++) data[i] = s0[i] + s1[i];
-    for (int r = 2; r < n; r++) {
-        const float *sr = bank + (size_t)r * SHM_CHUNK_FLOATS;
-        for (size_t i = 0; i < count; i++) data[i] += sr[i];
-    }
-    if (mean)
-        for (size_t i = 0; i < count; i++) data[i] /= (float)n;
+    net_reduce_slots(bank, SHM_CHUNK_BYTES, data, count, dtype, op, n);
     publish(&s->flags[me], &s->flags[me].copied, q);
     return DIST_OK;
 }
 
-/* Sums elements [lo, hi) of the chunk over the ranks in rank order (rank `me`'s values come
- * from its own buffer `mine`, the others' from their slots) into both the shared result and
- * `mine`. Rank order keeps the bits identical to every rank's own sum of the slots. */
-static void reduce_share(const float *bank, float *mine, float *result, int n, int me, size_t lo,
-                         size_t hi, bool mean) {
-    const float *src[NET_MAX_WORLD];
-    for (int r = 0; r < n; r++) src[r] = r == me ? mine : bank + (size_t)r * SHM_CHUNK_FLOATS;
-    if (n == 2 && !mean) {
-        const float *a = src[0], *b = src[1];
-        for (size_t i = lo; i < hi; i++) {
-            float v = a[i] + b[i];
-            result[i] = v;
-            mine[i] = v;
+/* Reduces bytes [lo, hi) of the chunk over the ranks into both `mine` and the shared result.
+ * Rank me's values are its own buffer's (only the other shares went into its slot). The order
+ * is rank order, so the bits equal every rank's own reduction of the slots; rank 0 folds the
+ * others straight into its own buffer. So does rank 1 of two for SUM and MEAN: a + b == b + a
+ * to the bit (but for which NaN's payload NaN + NaN keeps), and it saves a copy. Not for MAX
+ * and MIN, where +0 and -0 compare equal and the order picks one. */
+static void reduce_share(const char *bank, char *mine, char *result, int n, int me, size_t lo,
+                         size_t hi, dist_dtype dtype, dist_reduce_op op) {
+    size_t esize = dist_dtype_size(dtype);
+    bool in_mine = me == 0 || (n == 2 && (op == DIST_REDUCE_SUM || op == DIST_REDUCE_MEAN));
+    for (size_t b = lo; b < hi; b += NET_REDUCE_BLOCK_BYTES) {
+        size_t bytes = hi - b < NET_REDUCE_BLOCK_BYTES ? hi - b : NET_REDUCE_BLOCK_BYTES,
+               count = bytes / esize;
+        char *acc = in_mine ? mine + b : result + b;
+        if (!in_mine) memcpy(acc, bank + b, bytes);
+        for (int r = in_mine ? 0 : 1; r < n; r++) {
+            if (in_mine && r == me) continue;
+            const char *src = r == me ? mine + b : bank + (size_t)r * SHM_CHUNK_BYTES + b;
+            dist_comm_accumulate(dtype, op, acc, src, count);
         }
-        return;
+        if (op == DIST_REDUCE_MEAN) dist_comm_divide(dtype, acc, count, n);
+        memcpy(in_mine ? result + b : mine + b, acc, bytes);
     }
-    for (size_t i = lo; i < hi; i++) result[i] = src[0][i] + src[1][i];
-    for (int r = 2; r < n; r++) {
-        const float *sr = src[r];
-        for (size_t i = lo; i < hi; i++) result[i] += sr[i];
-    }
-    if (mean)
-        for (size_t i = lo; i < hi; i++) result[i] /= (float)n;
-    memcpy(mine + lo, result + lo, (hi - lo) * sizeof(float));
 }
 
-dist_status net_shm_all_reduce(dist_net_comm *c, float *data, size_t count, bool mean,
-                               double deadline) {
-    if (count * sizeof(float) <= SHM_SMALL_BYTES)
-        return small_all_reduce(c, data, count, mean, deadline);
+dist_status net_shm_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
+                               dist_reduce_op op, double deadline) {
+    size_t esize = dist_dtype_size(dtype);
+    if (count * esize <= SHM_SMALL_BYTES)
+        return small_all_reduce(c, data, count, dtype, op, deadline);
     net_shm *s = c->shm;
     int n = c->world, me = c->rank;
-    size_t bank_n = bank_floats(n);
-    bool stream = count * sizeof(float) >= SHM_STREAM_MIN_BYTES;
-    for (size_t off = 0; off < count; off += SHM_CHUNK_FLOATS) {
-        size_t len = count - off < SHM_CHUNK_FLOATS ? count - off : SHM_CHUNK_FLOATS;
+    size_t bank_n = bank_bytes(n), chunk_elems = SHM_CHUNK_BYTES / esize;
+    bool stream = count * esize >= SHM_STREAM_MIN_BYTES;
+    for (size_t off = 0; off < count; off += chunk_elems) {
+        size_t len = (count - off < chunk_elems ? count - off : chunk_elems) * esize;
         uint64_t q = ++s->seq;
-        float *bank = s->banks + (q & 1) * bank_n;
-        float *result = bank + (size_t)n * SHM_CHUNK_FLOATS;
+        char *bank = s->banks + (q & 1) * bank_n;
+        char *result = bank + (size_t)n * SHM_CHUNK_BYTES;
         /* everyone is done with this bank's last use (slots and result) */
         if (q > 2) DIST_TRY(wait_all(c, offsetof(shm_flags, copied), q - 2, deadline));
+        /* this rank's share of the chunk, in bytes: whole elements, whole cache lines */
         size_t share = (len + (size_t)n - 1) / (size_t)n;
-        share = (share + 15) & ~(size_t)15;
+        share = (share + SHM_LINE - 1) & ~(size_t)(SHM_LINE - 1);
         size_t lo = (size_t)me * share < len ? (size_t)me * share : len;
         size_t hi = lo + share < len ? lo + share : len;
         /* Only the other ranks' shares go into the slot: this rank reads its own share from
-         * its buffer, and writes the sum straight back into it. */
-        float *slot = bank + (size_t)me * SHM_CHUNK_FLOATS, *mine = data + off;
-        memcpy(slot, mine, lo * sizeof(float));
-        memcpy(slot + hi, mine + hi, (len - hi) * sizeof(float));
+         * its buffer, and writes the result straight back into it. */
+        char *slot = bank + (size_t)me * SHM_CHUNK_BYTES, *mine = (char *)data + off * esize;
+        memcpy(slot, mine, lo);
+        memcpy(slot + hi, mine + hi, len - hi);
         publish(&s->flags[me], &s->flags[me].posted, q);
         DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
-        if (lo < hi) reduce_share(bank, mine, result, n, me, lo, hi, mean);
+        if (lo < hi) reduce_share(bank, mine, result, n, me, lo, hi, dtype, op);
         publish(&s->flags[me], &s->flags[me].reduced, q);
         DIST_TRY(wait_all(c, offsetof(shm_flags, reduced), q, deadline));
         copy_out(mine, result, lo, stream);

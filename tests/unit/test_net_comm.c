@@ -7,103 +7,13 @@
  * message in their file, and the parent asserts. */
 #include "collective/net_comm.h"
 #include "collective/net_internal.h"
+#include "proc_testutil.h"
 #include "testutil.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#define MAX_RANKS 4
-
-typedef struct cluster {
-    int world;
-    char addr_buf[MAX_RANKS][32];
-    const char *addrs[MAX_RANKS];
-    const char *names[MAX_RANKS];
-    char dir[64];
-} cluster;
-
-static const char *const k_names[MAX_RANKS] = {"chief/0", "worker/1", "worker/2", "worker/3"};
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void cluster_init(cluster *cl, int world) {
-    memset(cl, 0, sizeof *cl);
-    cl->world = world;
-    for (int r = 0; r < world; r++) {
-        snprintf(cl->addr_buf[r], sizeof cl->addr_buf[r], "127.0.0.1:%d", free_port());
-        cl->addrs[r] = cl->addr_buf[r];
-        cl->names[r] = k_names[r];
-    }
-    snprintf(cl->dir, sizeof cl->dir, "/tmp/dist_net_test_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(cl->dir));
-}
-
-static void cluster_cleanup(cluster *cl) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cl->dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-static dist_net_comm_options options(const cluster *cl, int rank, dist_net_transport t) {
-    dist_net_comm_options o = DIST_NET_COMM_OPTIONS_INIT;
-    o.rank = rank;
-    o.world = cl->world;
-    o.addresses = cl->addrs;
-    o.task_names = cl->names;
-    o.fingerprint = "test-cluster";
-    o.connect_timeout_s = 10;
-    o.timeout_s = 10;
-    o.transport = t;
-    return o;
-}
-
-/* ---- the child's side ---- */
-
-static FILE *g_out; /* the child's report file */
-
-static FILE *open_report(const cluster *cl, const char *tag, int rank) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s%d", cl->dir, tag, rank);
-    return fopen(path, "wb");
-}
-
-static void child_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void child_fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(g_out, "FAIL: ");
-    vfprintf(g_out, fmt, ap);
-    va_end(ap);
-    fclose(g_out);
-    _exit(1);
-}
-
-#define CHILD_CHECK(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) child_fail(__VA_ARGS__);                                                      \
-    } while (0)
 
 static dist_net_comm *child_create(const cluster *cl, int rank, dist_net_transport t) {
-    dist_net_comm_options o = options(cl, rank, t);
+    dist_net_comm_options o = cluster_options(cl, rank, t);
     dist_net_comm *c = NULL;
     dist_status st = dist_net_comm_create(&o, &c);
     CHILD_CHECK(st == DIST_OK, "rank %d create: %s %s", rank, dist_status_name(st),
@@ -111,71 +21,10 @@ static dist_net_comm *child_create(const cluster *cl, int rank, dist_net_transpo
     return c;
 }
 
-static void child_done(void) {
-    fclose(g_out);
-    _exit(0);
-}
-
 /* Collected WARN messages (the log callback). */
 static void log_to_report(dist_log_level level, const char *msg, void *user) {
     if (level <= DIST_LOG_WARN) fprintf((FILE *)user, "LOG: %s\n", msg);
     fflush((FILE *)user);
-}
-
-/* ---- the parent's side ---- */
-
-typedef void (*rank_fn)(const cluster *cl, int rank, void *arg);
-
-static pid_t spawn(const cluster *cl, int rank, rank_fn fn, void *arg) {
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        g_out = open_report(cl, "out", rank);
-        if (!g_out) _exit(2);
-        fn(cl, rank, arg);
-        child_done();
-    }
-    return pid;
-}
-
-/* The report of `rank` (malloc'ed, NUL-terminated) and its size. */
-static char *read_report(const cluster *cl, int rank, size_t *len) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/out%d", cl->dir, rank);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "no report from rank %d", rank);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return b;
-}
-
-/* Waits for the child; fails the test with its report when it did not exit 0. */
-static void expect_exit_ok(const cluster *cl, pid_t pid, int rank) {
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char *r = read_report(cl, rank, NULL);
-        ck_abort_msg("rank %d exited with status 0x%x: %.400s", rank, status, r);
-    }
-}
-
-static void run_all(const cluster *cl, rank_fn fn, void *arg) {
-    pid_t pids[MAX_RANKS];
-    for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, fn, arg);
-    for (int r = 0; r < cl->world; r++) expect_exit_ok(cl, pids[r], r);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- all-reduce ---- */
@@ -212,8 +61,8 @@ static void allreduce_rank(const cluster *cl, int rank, void *arg) {
     CHILD_CHECK(dist_net_comm_all_reduce(c, mean, 3, DIST_REDUCE_MEAN) == DIST_OK, "mean: %s",
                 dist_last_error());
     float w = (float)cl->world;
-    CHILD_CHECK(mean[0] == (w - 1) / 2 && mean[1] == 1.0f && mean[2] == -(w - 1),
-                "mean: %g %g %g", (double)mean[0], (double)mean[1], (double)mean[2]);
+    CHILD_CHECK(mean[0] == (w - 1) / 2 && mean[1] == 1.0f && mean[2] == -(w - 1), "mean: %g %g %g",
+                (double)mean[0], (double)mean[1], (double)mean[2]);
     dist_net_comm_destroy(c);
 }
 
@@ -224,8 +73,7 @@ static void check_allreduce(int world, dist_net_transport t, const char *want_tr
     size_t len0;
     char *r0 = read_report(&cl, 0, &len0);
     size_t name_len = strlen(want_transport) + 1;
-    ck_assert_msg(strncmp(r0, want_transport, strlen(want_transport)) == 0, "transport: %.8s",
-                  r0);
+    ck_assert_msg(strncmp(r0, want_transport, strlen(want_transport)) == 0, "transport: %.8s", r0);
     size_t total = 0;
     for (size_t s = 0; s < NSIZES; s++) total += k_sizes[s];
     ck_assert_uint_eq(len0, name_len + total * sizeof(float));
@@ -269,8 +117,7 @@ static void collectives_rank(const cluster *cl, int rank, void *arg) {
     enum { B = 100003 };
     unsigned char *b = malloc(B);
     for (int i = 0; i < B; i++) b[i] = rank == 1 ? (unsigned char)(i * 7 + 1) : 0;
-    CHILD_CHECK(dist_net_comm_broadcast(c, b, B, 1) == DIST_OK, "broadcast: %s",
-                dist_last_error());
+    CHILD_CHECK(dist_net_comm_broadcast(c, b, B, 1) == DIST_OK, "broadcast: %s", dist_last_error());
     for (int i = 0; i < B; i++)
         CHILD_CHECK(b[i] == (unsigned char)(i * 7 + 1), "broadcast byte %d is %d", i, b[i]);
     free(b);
@@ -310,7 +157,7 @@ END_TEST
 START_TEST(test_net_store_get_of_a_key_never_set_times_out) {
     cluster cl;
     cluster_init(&cl, 1);
-    dist_net_comm_options o = options(&cl, 0, DIST_NET_AUTO);
+    dist_net_comm_options o = cluster_options(&cl, 0, DIST_NET_AUTO);
     o.timeout_s = 0.2;
     dist_net_comm *c = NULL;
     ck_assert_int_eq(dist_net_comm_create(&o, &c), DIST_OK);
@@ -349,7 +196,7 @@ static void real_rank1(const cluster *cl, int rank, void *arg) {
 }
 
 static void impostor(const cluster *cl, int rank, void *arg) {
-    dist_net_comm_options o = options(cl, 1, DIST_NET_TCP);
+    dist_net_comm_options o = cluster_options(cl, 1, DIST_NET_TCP);
     o.fingerprint = "another-job";
     dist_net_comm *c = NULL;
     dist_status st = dist_net_comm_create(&o, &c);
@@ -362,8 +209,13 @@ static void old_peer(const cluster *cl, int rank, void *arg) {
     int fd;
     dist_status st = net_connect_retry(cl->addrs[0], net_now() + 10, "rank 0", &fd);
     CHILD_CHECK(st == DIST_OK, "connect: %s", dist_last_error());
-    net_hello h = {NET_HELLO_MAGIC, DIST_NET_PROTOCOL_VERSION + 1,
-                   net_fingerprint_hash("test-cluster"), 1, NET_KIND_STORE, 2, 0};
+    net_hello h = {NET_HELLO_MAGIC,
+                   DIST_NET_PROTOCOL_VERSION + 1,
+                   net_fingerprint_hash("test-cluster"),
+                   1,
+                   NET_KIND_STORE,
+                   2,
+                   0};
     unsigned char b[NET_HELLO_BYTES];
     net_hello_encode(&h, b);
     CHILD_CHECK(net_send_all(fd, b, sizeof b, net_now() + 5, "rank 0") == DIST_OK, "send");
@@ -443,7 +295,7 @@ static void holding_rank(const cluster *cl, int rank, void *arg) {
 }
 
 static void duplicate_rank1(const cluster *cl, int rank, void *arg) {
-    dist_net_comm_options o = options(cl, 1, DIST_NET_TCP);
+    dist_net_comm_options o = cluster_options(cl, 1, DIST_NET_TCP);
     o.connect_timeout_s = 5;
     dist_net_comm *c = NULL;
     dist_status st = dist_net_comm_create(&o, &c);
@@ -477,13 +329,13 @@ END_TEST
 
 typedef struct failure_case {
     dist_net_transport transport;
-    int signal;      /* what rank 1 does to itself after the first all-reduce */
+    int signal; /* what rank 1 does to itself after the first all-reduce */
     double timeout_s;
 } failure_case;
 
 static void failing_rank1(const cluster *cl, int rank, void *arg) {
     const failure_case *fc = arg;
-    dist_net_comm_options o = options(cl, rank, fc->transport);
+    dist_net_comm_options o = cluster_options(cl, rank, fc->transport);
     o.timeout_s = fc->timeout_s;
     dist_net_comm *c = NULL;
     CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
@@ -497,7 +349,7 @@ static void failing_rank1(const cluster *cl, int rank, void *arg) {
 
 static void surviving_rank0(const cluster *cl, int rank, void *arg) {
     const failure_case *fc = arg;
-    dist_net_comm_options o = options(cl, rank, fc->transport);
+    dist_net_comm_options o = cluster_options(cl, rank, fc->transport);
     o.timeout_s = fc->timeout_s;
     dist_net_comm *c = NULL;
     CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
@@ -552,7 +404,7 @@ END_TEST
 START_TEST(test_net_rank_that_never_joins_times_out_naming_it) {
     cluster cl;
     cluster_init(&cl, 2);
-    dist_net_comm_options o = options(&cl, 0, DIST_NET_AUTO);
+    dist_net_comm_options o = cluster_options(&cl, 0, DIST_NET_AUTO);
     o.connect_timeout_s = 0.5;
     dist_net_comm *c = NULL;
     double t0 = now_s();
@@ -563,7 +415,7 @@ START_TEST(test_net_rank_that_never_joins_times_out_naming_it) {
     snprintf(want, sizeof want, "worker/1 at %s did not join within 0.5 s", cl.addrs[1]);
     ck_assert_msg(strstr(dist_last_error(), want), "message: %s", dist_last_error());
     /* and a worker whose chief never comes */
-    o = options(&cl, 1, DIST_NET_AUTO);
+    o = cluster_options(&cl, 1, DIST_NET_AUTO);
     o.connect_timeout_s = 0.5;
     ck_assert_int_eq(dist_net_comm_create(&o, &c), DIST_TIMEOUT);
     ck_assert_msg(strstr(dist_last_error(), "chief/0 at 127.0.0.1:"), "message: %s",
@@ -579,7 +431,7 @@ START_TEST(test_net_own_port_taken_is_unavailable_naming_it) {
     int port = atoi(strchr(cl.addrs[0], ':') + 1);
     ck_assert_int_eq(net_listen(port, &busy), DIST_OK);
     /* SO_REUSEADDR does not let two listeners share a port */
-    dist_net_comm_options o = options(&cl, 0, DIST_NET_AUTO);
+    dist_net_comm_options o = cluster_options(&cl, 0, DIST_NET_AUTO);
     o.connect_timeout_s = 0.5;
     dist_net_comm *c = NULL;
     ck_assert_int_eq(dist_net_comm_create(&o, &c), DIST_UNAVAILABLE);

@@ -1,0 +1,166 @@
+/* Unit tests with real processes on 127.0.0.1: a cluster of free ports and a report folder,
+ * ranks as forked children that report through a file each (they never call ck_assert: they
+ * _exit(1) with a message in their file), and the parent's side that waits and reads. No
+ * backend may exist before a fork (OpenMP does not survive it). */
+#ifndef DIST_PROC_TESTUTIL_H
+#define DIST_PROC_TESTUTIL_H
+
+#include "collective/net_comm.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 4
+
+typedef struct cluster {
+    int world;
+    char addr_buf[MAX_RANKS][32];
+    const char *addrs[MAX_RANKS];
+    const char *names[MAX_RANKS];
+    char dir[64];
+} cluster;
+
+static const char *const k_names[MAX_RANKS] = {"chief/0", "worker/1", "worker/2", "worker/3"};
+
+static inline int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static inline void cluster_init(cluster *cl, int world) {
+    memset(cl, 0, sizeof *cl);
+    cl->world = world;
+    for (int r = 0; r < world; r++) {
+        snprintf(cl->addr_buf[r], sizeof cl->addr_buf[r], "127.0.0.1:%d", free_port());
+        cl->addrs[r] = cl->addr_buf[r];
+        cl->names[r] = k_names[r];
+    }
+    snprintf(cl->dir, sizeof cl->dir, "/tmp/dist_net_test_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(cl->dir));
+}
+
+static inline void cluster_cleanup(cluster *cl) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cl->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Options for rank `rank` of the cluster: 10 s to connect, 10 s per collective. */
+static inline dist_net_comm_options cluster_options(const cluster *cl, int rank,
+                                                    dist_net_transport t) {
+    dist_net_comm_options o = DIST_NET_COMM_OPTIONS_INIT;
+    o.rank = rank;
+    o.world = cl->world;
+    o.addresses = cl->addrs;
+    o.task_names = cl->names;
+    o.fingerprint = "test-cluster";
+    o.connect_timeout_s = 10;
+    o.timeout_s = 10;
+    o.transport = t;
+    return o;
+}
+
+/* ---- the child's side ---- */
+
+static FILE *g_out; /* the child's report file */
+
+static inline FILE *open_report(const cluster *cl, const char *tag, int rank) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s%d", cl->dir, tag, rank);
+    return fopen(path, "wb");
+}
+
+static inline void child_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static inline void child_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(g_out, "FAIL: ");
+    vfprintf(g_out, fmt, ap);
+    va_end(ap);
+    fclose(g_out);
+    _exit(1);
+}
+
+#define CHILD_CHECK(cond, ...)                                                                     \
+    do {                                                                                           \
+        if (!(cond)) child_fail(__VA_ARGS__);                                                      \
+    } while (0)
+
+static inline void child_done(void) {
+    fclose(g_out);
+    _exit(0);
+}
+
+/* ---- the parent's side ---- */
+
+typedef void (*rank_fn)(const cluster *cl, int rank, void *arg);
+
+static inline pid_t spawn(const cluster *cl, int rank, rank_fn fn, void *arg) {
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        g_out = open_report(cl, "out", rank);
+        if (!g_out) _exit(2);
+        fn(cl, rank, arg);
+        child_done();
+    }
+    return pid;
+}
+
+/* The report of `rank` (malloc'ed, NUL-terminated) and its size. */
+static inline char *read_report(const cluster *cl, int rank, size_t *len) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/out%d", cl->dir, rank);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "no report from rank %d", rank);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    ck_assert_int_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return b;
+}
+
+/* Waits for the child; fails the test with its report when it did not exit 0. */
+static inline void expect_exit_ok(const cluster *cl, pid_t pid, int rank) {
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char *r = read_report(cl, rank, NULL);
+        ck_abort_msg("rank %d exited with status 0x%x: %.400s", rank, status, r);
+    }
+}
+
+static inline void run_all(const cluster *cl, rank_fn fn, void *arg) {
+    pid_t pids[MAX_RANKS];
+    for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, fn, arg);
+    for (int r = 0; r < cl->world; r++) expect_exit_ok(cl, pids[r], r);
+}
+
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#endif
