@@ -17,8 +17,8 @@
 /* Polling a request: MPI (Open MPI's libnbc, its TCP and shared-memory transports) moves data
  * only while some thread is inside an MPI call, so a wait yields between tests while a
  * collective is likely to finish soon, then sleeps to leave the core to others. */
-#define MPI_POLL_YIELD_S 0.05
-#define MPI_POLL_SLEEP_NS 100000L
+#define DIST_MPI_POLL_YIELD_S 0.05
+#define DIST_MPI_POLL_SLEEP_NS 100000L
 
 /* MPI is one per process, so its state is too. g_lock serializes every MPI call of the module
  * (MPI_THREAD_SERIALIZED) and guards the counters. */
@@ -45,20 +45,20 @@ struct mpi_ctx {
 /* ---- user reduction ops ------------------------------------------------------------------- */
 
 /* MPI's contract: inout[i] = in[i] (op) inout[i]. Every op here is commutative. */
-#define MPI_USER_OP(name, dtype, op)                                                               \
+#define DIST_MPI_USER_OP(name, dtype, op)                                                          \
     static void name(void *in, void *inout, int *len, MPI_Datatype *type) {                        \
         (void)type;                                                                                \
         g_host->comm_accumulate(dtype, op, inout, in, (size_t)*len);                               \
     }
-MPI_USER_OP(mpi_op_f32_max, DIST_F32, DIST_REDUCE_MAX)
-MPI_USER_OP(mpi_op_f32_min, DIST_F32, DIST_REDUCE_MIN)
-MPI_USER_OP(mpi_op_u8_sum, DIST_U8, DIST_REDUCE_SUM)
-MPI_USER_OP(mpi_op_f16_sum, DIST_F16, DIST_REDUCE_SUM)
-MPI_USER_OP(mpi_op_f16_max, DIST_F16, DIST_REDUCE_MAX)
-MPI_USER_OP(mpi_op_f16_min, DIST_F16, DIST_REDUCE_MIN)
-MPI_USER_OP(mpi_op_bf16_sum, DIST_BF16, DIST_REDUCE_SUM)
-MPI_USER_OP(mpi_op_bf16_max, DIST_BF16, DIST_REDUCE_MAX)
-MPI_USER_OP(mpi_op_bf16_min, DIST_BF16, DIST_REDUCE_MIN)
+DIST_MPI_USER_OP(mpi_op_f32_max, DIST_F32, DIST_REDUCE_MAX)
+DIST_MPI_USER_OP(mpi_op_f32_min, DIST_F32, DIST_REDUCE_MIN)
+DIST_MPI_USER_OP(mpi_op_u8_sum, DIST_U8, DIST_REDUCE_SUM)
+DIST_MPI_USER_OP(mpi_op_f16_sum, DIST_F16, DIST_REDUCE_SUM)
+DIST_MPI_USER_OP(mpi_op_f16_max, DIST_F16, DIST_REDUCE_MAX)
+DIST_MPI_USER_OP(mpi_op_f16_min, DIST_F16, DIST_REDUCE_MIN)
+DIST_MPI_USER_OP(mpi_op_bf16_sum, DIST_BF16, DIST_REDUCE_SUM)
+DIST_MPI_USER_OP(mpi_op_bf16_max, DIST_BF16, DIST_REDUCE_MAX)
+DIST_MPI_USER_OP(mpi_op_bf16_min, DIST_BF16, DIST_REDUCE_MIN)
 
 static int mpi_create_user_ops(void) {
     static const struct {
@@ -246,54 +246,96 @@ static dist_status mpi_wait(dist_comm *c, MPI_Request *req, double deadline, dou
                             "rank %d of %d: some other rank has not made the same call",
                             what, timeout_s, c->first_rank, c->size);
         }
-        if (now - start < MPI_POLL_YIELD_S) {
+        if (now - start < DIST_MPI_POLL_YIELD_S) {
             sched_yield();
         } else {
-            struct timespec ts = {0, MPI_POLL_SLEEP_NS};
+            struct timespec ts = {0, DIST_MPI_POLL_SLEEP_NS};
             nanosleep(&ts, NULL);
         }
     }
 }
 
-static double mpi_timeout(const dist_comm *c, double timeout_s) {
-    return timeout_s > 0 ? timeout_s : c->timeout_s;
-}
-
 /* ---- the collectives ------------------------------------------------------------------------ */
 
-/* MPI counts are int: larger buffers go in INT_MAX-element pieces, one collective each. */
-static int mpi_piece(size_t left) { return left > (size_t)INT_MAX ? INT_MAX : (int)left; }
+/* One non-blocking collective: what mpi_start passes to MPI. */
+struct mpi_call {
+    enum {
+        DIST_MPI_CALL_ALL_REDUCE,
+        DIST_MPI_CALL_ALL_GATHER,
+        DIST_MPI_CALL_BROADCAST,
+        DIST_MPI_CALL_BARRIER
+    } kind;
+    const char *what; /* for messages: "all_reduce", ... */
+    const void *send; /* all_gather's input, or MPI_IN_PLACE */
+    void *buf;        /* all_reduce's and broadcast's data, all_gather's output */
+    int count;
+    MPI_Datatype type;
+    MPI_Op op;
+    int root;
+};
 
-static dist_status mpi_all_reduce(dist_comm *c, int local, void *data, size_t count,
-                                  dist_dtype dtype, dist_reduce_op op, double timeout_s) {
+static int mpi_start(const struct mpi_call *k, MPI_Comm comm, MPI_Request *req) {
+    switch (k->kind) {
+    case DIST_MPI_CALL_ALL_REDUCE:
+        return MPI_Iallreduce(MPI_IN_PLACE, k->buf, k->count, k->type, k->op, comm, req);
+    case DIST_MPI_CALL_ALL_GATHER:
+        return MPI_Iallgather(k->send, k->count, k->type, k->buf, k->count, k->type, comm, req);
+    case DIST_MPI_CALL_BROADCAST: return MPI_Ibcast(k->buf, k->count, k->type, k->root, comm, req);
+    default: return MPI_Ibarrier(comm, req);
+    }
+}
+
+/* Starts the collective and waits for it until the deadline. */
+static dist_status mpi_call(dist_comm *c, const struct mpi_call *k, double deadline,
+                            double timeout_s) {
     struct mpi_ctx *x = c->ctx;
-    dist_status st = mpi_check_usable(c, "all_reduce");
+    MPI_Request req;
+    pthread_mutex_lock(&g_lock);
+    int rc = mpi_start(k, x->comm, &req);
+    pthread_mutex_unlock(&g_lock);
+    dist_status st = mpi_started(c, rc, k->what);
+    if (st != DIST_OK) return st;
+    return mpi_wait(c, &req, deadline, timeout_s > 0 ? timeout_s : c->timeout_s, k->what);
+}
+
+/* An in-place collective over `count` elements of `data`: MPI counts are int, so larger
+ * buffers go in INT_MAX-element pieces, one collective each, all within the one deadline. */
+static dist_status mpi_call_pieces(dist_comm *c, struct mpi_call *k, void *data, size_t count,
+                                   dist_dtype dtype, double timeout_s) {
+    dist_status st = mpi_check_usable(c, k->what);
     if (st != DIST_OK) return st;
     double deadline = g_host->comm_deadline(c, timeout_s);
     size_t esize;
-    MPI_Datatype type = mpi_type(dtype, &esize);
-    MPI_Op mop = mpi_op(dtype, op);
+    k->type = mpi_type(dtype, &esize);
     char *p = data;
-    for (size_t left = count; left > 0;) {
-        int n = mpi_piece(left);
-        MPI_Request req;
-        pthread_mutex_lock(&g_lock);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, p, n, type, mop, x->comm, &req);
-        pthread_mutex_unlock(&g_lock);
-        if ((st = mpi_started(c, rc, "all_reduce")) != DIST_OK) return st;
-        st = mpi_wait(c, &req, deadline, mpi_timeout(c, timeout_s), "all_reduce");
-        if (st != DIST_OK) return st;
-        p += (size_t)n * esize;
-        left -= (size_t)n;
+    for (size_t left = count; left > 0; left -= (size_t)k->count) {
+        k->buf = p;
+        k->count = left > (size_t)INT_MAX ? INT_MAX : (int)left;
+        if ((st = mpi_call(c, k, deadline, timeout_s)) != DIST_OK) return st;
+        p += (size_t)k->count * esize;
     }
-    if (op == DIST_REDUCE_MEAN) g_host->comm_divide(dtype, data, count, c->size);
     return DIST_OK;
+}
+
+static dist_status mpi_all_reduce(dist_comm *c, int local, void *data, size_t count,
+                                  dist_dtype dtype, dist_reduce_op op, double timeout_s) {
+    struct mpi_call k = {.kind = DIST_MPI_CALL_ALL_REDUCE, .what = "all_reduce"};
+    k.op = mpi_op(dtype, op);
+    dist_status st = mpi_call_pieces(c, &k, data, count, dtype, timeout_s);
+    if (st == DIST_OK && op == DIST_REDUCE_MEAN) g_host->comm_divide(dtype, data, count, c->size);
+    return st;
+}
+
+static dist_status mpi_broadcast(dist_comm *c, int local, void *data, size_t count,
+                                 dist_dtype dtype, int root, double timeout_s) {
+    struct mpi_call k = {.kind = DIST_MPI_CALL_BROADCAST, .what = "broadcast", .root = root};
+    return mpi_call_pieces(c, &k, data, count, dtype, timeout_s);
 }
 
 static dist_status mpi_all_gather(dist_comm *c, int local, const void *in, void *out, size_t count,
                                   dist_dtype dtype, double timeout_s) {
-    struct mpi_ctx *x = c->ctx;
-    dist_status st = mpi_check_usable(c, "all_gather");
+    struct mpi_call k = {.kind = DIST_MPI_CALL_ALL_GATHER, .what = "all_gather", .buf = out};
+    dist_status st = mpi_check_usable(c, k.what);
     if (st != DIST_OK) return st;
     if (count > (size_t)INT_MAX / (size_t)c->size)
         return g_host->error(DIST_INVALID_ARGUMENT,
@@ -301,55 +343,19 @@ static dist_status mpi_all_gather(dist_comm *c, int local, const void *in, void 
                              "with %d ranks: MPI counts are int)",
                              count, INT_MAX / c->size, c->size);
     if (count == 0) return DIST_OK;
-    double deadline = g_host->comm_deadline(c, timeout_s);
     size_t esize;
-    MPI_Datatype type = mpi_type(dtype, &esize);
+    k.type = mpi_type(dtype, &esize);
+    k.count = (int)count;
     /* MPI forbids `in` overlapping `out` except as MPI_IN_PLACE at this rank's own slot. */
-    const void *send =
-        (const char *)out + (size_t)c->first_rank * count * esize == in ? MPI_IN_PLACE : in;
-    MPI_Request req;
-    pthread_mutex_lock(&g_lock);
-    int rc = MPI_Iallgather(send, (int)count, type, out, (int)count, type, x->comm, &req);
-    pthread_mutex_unlock(&g_lock);
-    if ((st = mpi_started(c, rc, "all_gather")) != DIST_OK) return st;
-    return mpi_wait(c, &req, deadline, mpi_timeout(c, timeout_s), "all_gather");
-}
-
-static dist_status mpi_broadcast(dist_comm *c, int local, void *data, size_t count,
-                                 dist_dtype dtype, int root, double timeout_s) {
-    struct mpi_ctx *x = c->ctx;
-    dist_status st = mpi_check_usable(c, "broadcast");
-    if (st != DIST_OK) return st;
-    double deadline = g_host->comm_deadline(c, timeout_s);
-    size_t esize;
-    MPI_Datatype type = mpi_type(dtype, &esize);
-    char *p = data;
-    for (size_t left = count; left > 0;) {
-        int n = mpi_piece(left);
-        MPI_Request req;
-        pthread_mutex_lock(&g_lock);
-        int rc = MPI_Ibcast(p, n, type, root, x->comm, &req);
-        pthread_mutex_unlock(&g_lock);
-        if ((st = mpi_started(c, rc, "broadcast")) != DIST_OK) return st;
-        st = mpi_wait(c, &req, deadline, mpi_timeout(c, timeout_s), "broadcast");
-        if (st != DIST_OK) return st;
-        p += (size_t)n * esize;
-        left -= (size_t)n;
-    }
-    return DIST_OK;
+    k.send = (const char *)out + (size_t)c->first_rank * count * esize == in ? MPI_IN_PLACE : in;
+    return mpi_call(c, &k, g_host->comm_deadline(c, timeout_s), timeout_s);
 }
 
 static dist_status mpi_barrier(dist_comm *c, int local, double timeout_s) {
-    struct mpi_ctx *x = c->ctx;
-    dist_status st = mpi_check_usable(c, "barrier");
+    struct mpi_call k = {.kind = DIST_MPI_CALL_BARRIER, .what = "barrier"};
+    dist_status st = mpi_check_usable(c, k.what);
     if (st != DIST_OK) return st;
-    double deadline = g_host->comm_deadline(c, timeout_s);
-    MPI_Request req;
-    pthread_mutex_lock(&g_lock);
-    int rc = MPI_Ibarrier(x->comm, &req);
-    pthread_mutex_unlock(&g_lock);
-    if ((st = mpi_started(c, rc, "barrier")) != DIST_OK) return st;
-    return mpi_wait(c, &req, deadline, mpi_timeout(c, timeout_s), "barrier");
+    return mpi_call(c, &k, g_host->comm_deadline(c, timeout_s), timeout_s);
 }
 
 static void mpi_cancel(dist_comm *c, int local) {
