@@ -5,8 +5,10 @@
  *   2. it starts itself again as `mpiexec -n 2 <this program>` with
  *        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  (CI containers run as root)
  *        OMPI_MCA_rmaps_base_oversubscribe=1                        (more ranks than cores)
- *      in the environment (other MPIs ignore them), and passes when mpiexec exits 0 within
- *      DIST_TEST_MPI_LIMIT_S and both ranks wrote the same result digests.
+ *      in the environment (other MPIs ignore them), plus LSAN_OPTIONS / ASAN_OPTIONS that
+ *      suppress Open MPI's own leaks under AddressSanitizer (mpi_lsan.supp) unless already set,
+ *      and passes when mpiexec exits 0 within DIST_TEST_MPI_LIMIT_S and both ranks wrote the
+ *      same result digests.
  * Under an MPI launcher (dist_mpi_launched), each rank runs the Check suite below, writes one
  * digest line per result to $DIST_TEST_MPI_DIGESTS.<rank>, and at the end checks that MPI,
  * finalized by the last destroy, refuses a new communicator.
@@ -357,6 +359,10 @@ static int launch_ranks(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    /* Under AddressSanitizer: Open MPI's own leaks are not this test's (mpi_lsan.supp). */
+    setenv("LSAN_OPTIONS",
+           "suppressions=" DIST_SOURCE_DIR "/tests/unit/mpi_lsan.supp:fast_unwind_on_malloc=0", 0);
+    setenv("ASAN_OPTIONS", "fast_unwind_on_malloc=0", 0);
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return 0;
