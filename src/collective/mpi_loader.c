@@ -3,14 +3,12 @@
 #include "collective/mpi_comm.h"
 #include "collective/mpi_module.h"
 #include "core/error.h"
+#include "core/module_loader.h"
 
-#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 /* The outcome of the one load attempt; process-wide and never unloaded, like MPI itself. */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -31,70 +29,35 @@ static const struct dist_mpi_host g_host = {
     .comm_deadline = dist_comm_deadline,
 };
 
-/* dlopen()s `path` and asks it for its table; on failure records why in g_why. */
-static void try_load(const char *path, const char *how) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(g_why, sizeof g_why, "the MPI module %s (%s) could not be loaded: %s", path, how,
-                 e ? e : "unknown dlopen error");
-        return;
-    }
+/* Opens the module and asks it for its table; on failure records why in g_why.
+ * DIST_MPI_BUILT (set by src/CMakeLists.txt when the module is built) tells "this libdist was
+ * built without MPI" from "the module is missing or broken". */
+static void resolve(void) {
+    static const struct dist_module_spec spec = {
+        .what = "MPI",
+        .file = DIST_MPI_MODULE_FILE,
+        .env = DIST_MPI_MODULE_ENV,
+        .entry = DIST_MPI_MODULE_ENTRY,
+#ifdef DIST_MPI_BUILT
+        .search_how = "not next to libdist: searched the library path",
+#else
+        .search_how = "libdist was built without MPI, CMake found none or DIST_WITH_MPI=OFF; "
+                      "searched the library path",
+#endif
+    };
+    char where[PATH_MAX + 128];
+    void *entry = dist_module_open(&spec, where, sizeof where, g_why, sizeof g_why);
+    if (!entry) return; /* left loaded: see g_once */
     dist_mpi_module_get_fn get;
-    *(void **)&get = dlsym(h, DIST_MPI_MODULE_ENTRY); /* POSIX's object-to-function cast */
-    if (!get) {
-        snprintf(g_why, sizeof g_why, "the MPI module %s (%s) has no %s entry point", path, how,
-                 DIST_MPI_MODULE_ENTRY);
-        return; /* left loaded: see g_once */
-    }
+    *(void **)&get = entry; /* POSIX's object-to-function cast */
     const struct dist_mpi_module *m = get(DIST_MPI_MODULE_ABI, &g_host);
     if (!m || m->abi_version != DIST_MPI_MODULE_ABI) {
         snprintf(g_why, sizeof g_why,
-                 "the MPI module %s (%s) was built for another libdist: it refused module ABI %d",
-                 path, how, DIST_MPI_MODULE_ABI);
+                 "the MPI module %.900s was built for another libdist: it refused module ABI %d",
+                 where, DIST_MPI_MODULE_ABI);
         return;
     }
     g_module = m;
-}
-
-/* "<directory of the loaded libdist>/libdist_mpi.so": libdist.so's own directory in the build
- * tree and in installs; the program's directory when libdist is linked statically. */
-static int path_next_to_libdist(char *buf, size_t size) {
-    Dl_info info;
-    if (!dladdr(&g_once, &info) || !info.dli_fname) return 0;
-    const char *slash = strrchr(info.dli_fname, '/');
-    if (!slash) return 0;
-    int n = snprintf(buf, size, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
-                     DIST_MPI_MODULE_FILE);
-    return n > 0 && (size_t)n < size;
-}
-
-/* Search order: $DIST_MPI_MODULE (authoritative when set), next to libdist, then the dynamic
- * linker's search path. DIST_MPI_BUILT (set by src/CMakeLists.txt when the module is built)
- * tells "this libdist was built without MPI" from "the module is missing or broken". */
-static void resolve(void) {
-    const char *env = getenv(DIST_MPI_MODULE_ENV);
-    if (env && *env) {
-        try_load(env, "from $" DIST_MPI_MODULE_ENV);
-        return;
-    }
-    char path[PATH_MAX];
-    if (path_next_to_libdist(path, sizeof path) && access(path, F_OK) == 0) {
-        try_load(path, "next to libdist");
-        return;
-    }
-#ifdef DIST_MPI_BUILT
-    try_load(DIST_MPI_MODULE_FILE, "searched next to libdist and on the library path");
-#else
-    try_load(DIST_MPI_MODULE_FILE, "searched on the library path");
-    if (!g_module) {
-        char why[sizeof g_why];
-        snprintf(why, sizeof why, "%s", g_why);
-        snprintf(g_why, sizeof g_why,
-                 "libdist was built without MPI (CMake found no MPI, or DIST_WITH_MPI=OFF); %.900s",
-                 why);
-    }
-#endif
 }
 
 dist_status dist_mpi_module_load(const struct dist_mpi_module **out) {
