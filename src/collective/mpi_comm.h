@@ -53,10 +53,12 @@ dist_status dist_mpi_world(int *rank, int *size);
 /* A communicator over a duplicate of MPI_COMM_WORLD: size = the world's size, first_rank =
  * this process's rank, one local rank, host memory, name "mpi", default deadline timeout_s
  * (<= 0: 60 s). Initializes MPI as dist_mpi_world does. When libdist initialized MPI, the
- * destroy of the last communicator created calls MPI_Finalize; a create after that fails with
+ * destroy of the last communicator alive calls MPI_Finalize (and, if none was ever created or
+ * one was never destroyed, an atexit handler does); a create after that fails with
  * DIST_UNSUPPORTED ("MPI was finalized; one MPI job per process"). cancel: every waiting and
  * later call fails with DIST_PEER_LOST; reset: none. The caller owns *out (dist_comm_destroy).
- * Every process of the world must call it (it is collective). */
+ * Every process of the world must call it, in the same order (it is collective; the duplicate
+ * is made with MPI_Comm_idup within the deadline). */
 dist_status dist_comm_create_mpi(double timeout_s, dist_comm **out);
 
 #endif
