@@ -5,6 +5,7 @@
  *   2. it starts itself again as `mpiexec -n 2 <this program>` with
  *        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  (CI containers run as root)
  *        OMPI_MCA_rmaps_base_oversubscribe=1                        (more ranks than cores)
+ *        OMPI_MCA_btl_vader_single_copy_mechanism=none   (unless set: no CMA in containers)
  *      in the environment (other MPIs ignore them), plus LSAN_OPTIONS / ASAN_OPTIONS that
  *      suppress Open MPI's own leaks under AddressSanitizer (mpi_lsan.supp) unless already set,
  *      and passes when mpiexec exits 0 within DIST_TEST_MPI_LIMIT_S and both ranks wrote the
@@ -359,6 +360,9 @@ static int launch_ranks(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    /* Containers often forbid the cross-process reads (CMA) of Open MPI's shared-memory
+     * transport; copying through the shared segment works everywhere. */
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
     /* Under AddressSanitizer: Open MPI's own leaks are not this test's (mpi_lsan.supp). */
     setenv("LSAN_OPTIONS",
            "suppressions=" DIST_SOURCE_DIR "/tests/unit/mpi_lsan.supp:fast_unwind_on_malloc=0", 0);
