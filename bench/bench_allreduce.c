@@ -1,7 +1,13 @@
 /* All-reduce latency and bus bandwidth of the cross-process communicator (net_comm.h), with
- * P processes on loopback, over TCP and over shared memory.
+ * P processes on loopback, over TCP and over shared memory, and of the MPI communicator
+ * (collective/mpi_comm.h) through the MPI the build found.
  *
- *   bench_allreduce [--quick] [--procs P] [--transport tcp|shm]
+ *   bench_allreduce [--quick] [--procs P] [--transport tcp|shm|mpi]
+ *
+ * The MPI rows start this program again as `mpiexec -n P bench_allreduce --mpi-rank`, with
+ * OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 and OMPI_MCA_rmaps_base_oversubscribe=1 in the environment
+ * (as root in a container, more ranks than cores); rank 0 writes the timings to mpiexec's stdout.
+ * They use Open MPI's default transports (shared memory between processes of one host).
  *
  * For P = 2 and 4 and each transport, sizes 4 KB, 64 KB, 1 MB, 16 MB, 64 MB: warm-up, then
  * the median time of several all-reduces (each one preceded by a barrier). Bus bandwidth as
@@ -11,6 +17,7 @@
  * all-reduce, which has to read each rank's input and write its output at least once: the
  * two cores share the memory bandwidth). Targets (P = 2): TCP >= 1.2 GB/s bus bandwidth at 64 MB, 4 KB in <= 100 us; shm >=
  * 5 GB/s at 64 MB. */
+#include "collective/mpi_comm.h"
 #include "collective/net_comm.h"
 
 #include <arpa/inet.h>
@@ -158,22 +165,13 @@ static int iters_for(size_t bytes, int quick) {
     return quick ? (n / 4 > 3 ? n / 4 : 3) : n;
 }
 
-/* Rank's part; rank 0 writes "size median_s" lines to `out`. */
-static int run_rank(int rank, int p, const char *const *addrs, dist_net_transport t, int quick,
-                    int out) {
-    dist_net_comm_options o = DIST_NET_COMM_OPTIONS_INIT;
-    o.rank = rank;
-    o.world = p;
-    o.addresses = addrs;
-    o.fingerprint = "bench_allreduce";
-    o.connect_timeout_s = 30;
-    o.timeout_s = 60;
-    o.transport = t;
-    dist_net_comm *c = NULL;
-    if (dist_net_comm_create(&o, &c) != DIST_OK) {
-        fprintf(stderr, "rank %d: %s\n", rank, dist_last_error());
-        return 1;
-    }
+/* The timed loop over every size, for any communicator: `barrier`, then `all_reduce` (MEAN of
+ * floats) on `c`; rank 0 writes "size median_s" lines to `out`. */
+typedef dist_status (*bench_barrier_fn)(void *c);
+typedef dist_status (*bench_all_reduce_fn)(void *c, float *data, size_t count);
+
+static int time_sizes(void *c, bench_barrier_fn barrier, bench_all_reduce_fn all_reduce, int rank,
+                      int quick, int out) {
     float *data = malloc(64u << 20);
     for (size_t i = 0; i < (64u << 20) / sizeof(float); i++) data[i] = (float)(i % 13);
     for (int s = 0; s < NSIZES; s++) {
@@ -181,9 +179,9 @@ static int run_rank(int rank, int p, const char *const *addrs, dist_net_transpor
         int iters = iters_for(k_sizes[s], quick), warm = iters / 5 > 2 ? iters / 5 : 2;
         double *times = malloc((size_t)iters * sizeof *times);
         for (int i = 0; i < warm + iters; i++) {
-            if (dist_net_comm_barrier(c) != DIST_OK) goto fail;
+            if (barrier(c) != DIST_OK) return 1;
             double t0 = now_s();
-            if (dist_net_comm_all_reduce(c, data, count, DIST_REDUCE_MEAN) != DIST_OK) goto fail;
+            if (all_reduce(c, data, count) != DIST_OK) return 1;
             if (i >= warm) times[i - warm] = now_s() - t0;
         }
         double m = median(times, iters);
@@ -195,11 +193,67 @@ static int run_rank(int rank, int p, const char *const *addrs, dist_net_transpor
         }
     }
     free(data);
+    return 0;
+}
+
+static dist_status net_barrier(void *c) { return dist_net_comm_barrier(c); }
+static dist_status net_all_reduce(void *c, float *data, size_t count) {
+    return dist_net_comm_all_reduce(c, data, count, DIST_REDUCE_MEAN);
+}
+
+/* Rank's part over TCP or shm. */
+static int run_rank(int rank, int p, const char *const *addrs, dist_net_transport t, int quick,
+                    int out) {
+    dist_net_comm_options o = DIST_NET_COMM_OPTIONS_INIT;
+    o.rank = rank;
+    o.world = p;
+    o.addresses = addrs;
+    o.fingerprint = "bench_allreduce";
+    o.connect_timeout_s = 30;
+    o.timeout_s = 60;
+    o.transport = t;
+    dist_net_comm *c = NULL;
+    if (dist_net_comm_create(&o, &c) != DIST_OK ||
+        time_sizes(c, net_barrier, net_all_reduce, rank, quick, out) != 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, dist_last_error());
+        return 1;
+    }
     dist_net_comm_destroy(c);
     return 0;
-fail:
-    fprintf(stderr, "rank %d: %s\n", rank, dist_last_error());
-    return 1;
+}
+
+static dist_status mpi_barrier(void *c) { return dist_comm_barrier(c, 0, 0); }
+static dist_status mpi_all_reduce(void *c, float *data, size_t count) {
+    return dist_comm_all_reduce(c, 0, data, count, DIST_F32, DIST_REDUCE_MEAN, 0);
+}
+
+/* Rank's part under mpiexec (--mpi-rank): rank 0 writes to stdout, which mpiexec forwards. */
+static int run_mpi_rank(int quick) {
+    dist_comm *c = NULL;
+    if (dist_comm_create_mpi(60, &c) != DIST_OK) {
+        fprintf(stderr, "mpi: %s\n", dist_last_error());
+        return 1;
+    }
+    int rc = time_sizes(c, mpi_barrier, mpi_all_reduce, c->first_rank, quick, STDOUT_FILENO);
+    if (rc != 0) fprintf(stderr, "mpi rank %d: %s\n", c->first_rank, dist_last_error());
+    dist_comm_destroy(c);
+    return rc;
+}
+
+/* Reads rank 0's "size median_s" lines and prints a table row for each. */
+static void print_rows(FILE *f, int p, const char *tname) {
+    size_t bytes;
+    double m;
+    while (f && fscanf(f, "%zu %lf", &bytes, &m) == 2) {
+        double alg = (double)bytes / m / 1e9, bus = alg * 2.0 * (p - 1) / p;
+        char size[32];
+        if (bytes >= (1u << 20))
+            snprintf(size, sizeof size, "%zu MB", bytes >> 20);
+        else
+            snprintf(size, sizeof size, "%zu KB", bytes >> 10);
+        printf("| %d | %s | %s | %.1f | %.2f | %.2f |\n", p, tname, size, m * 1e6, alg, bus);
+        fflush(stdout);
+    }
 }
 
 static void run_config(int p, dist_net_transport t, const char *tname, int quick) {
@@ -222,18 +276,7 @@ static void run_config(int p, dist_net_transport t, const char *tname, int quick
     }
     close(pfd[1]);
     FILE *f = fdopen(pfd[0], "r");
-    size_t bytes;
-    double m;
-    while (f && fscanf(f, "%zu %lf", &bytes, &m) == 2) {
-        double alg = (double)bytes / m / 1e9, bus = alg * 2.0 * (p - 1) / p;
-        char size[32];
-        if (bytes >= (1u << 20))
-            snprintf(size, sizeof size, "%zu MB", bytes >> 20);
-        else
-            snprintf(size, sizeof size, "%zu KB", bytes >> 10);
-        printf("| %d | %s | %s | %.1f | %.2f | %.2f |\n", p, tname, size, m * 1e6, alg, bus);
-        fflush(stdout);
-    }
+    print_rows(f, p, tname);
     if (f) fclose(f);
     int bad = 0;
     for (int r = 0; r < p; r++) {
@@ -244,21 +287,62 @@ static void run_config(int p, dist_net_transport t, const char *tname, int quick
     if (bad) printf("| %d | %s | (a rank failed) | | | |\n", p, tname);
 }
 
+/* P ranks under mpiexec: this program again, in --mpi-rank mode. */
+static void run_mpi_config(int p, int quick) {
+#ifdef DIST_BENCH_MPIEXEC
+    char self[4096], np[16];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    int pfd[2];
+    if (len <= 0 || pipe(pfd) < 0) return;
+    self[len] = 0;
+    snprintf(np, sizeof np, "%d", p);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], STDOUT_FILENO);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+        execl(DIST_BENCH_MPIEXEC, DIST_BENCH_MPIEXEC, "-n", np, self, "--mpi-rank",
+              quick ? "--quick" : (char *)NULL, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    FILE *f = fdopen(pfd[0], "r");
+    print_rows(f, p, "mpi");
+    if (f) fclose(f);
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) printf("| %d | mpi | (a rank failed) | | | |\n", p);
+#else
+    printf("| %d | mpi | (built without MPI) | | | |\n", p);
+#endif
+}
+
 int main(int argc, char **argv) {
-    int quick = 0, only_p = 0;
+    int quick = 0, only_p = 0, mpi_rank = 0;
     const char *only_t = NULL;
+#ifdef DIST_BENCH_MPI_MODULE
+    if (access(DIST_BENCH_MPI_MODULE, F_OK) == 0)
+        setenv("DIST_MPI_MODULE", DIST_BENCH_MPI_MODULE, 0);
+#endif
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
+        if (strcmp(argv[i], "--mpi-rank") == 0) {
+            mpi_rank = 1;
+        } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[i], "--procs") == 0 && i + 1 < argc) {
             only_p = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
             only_t = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--procs 2|4] [--transport tcp|shm]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--procs 2|4] [--transport tcp|shm|mpi]\n",
+                    argv[0]);
             return 2;
         }
     }
+    if (mpi_rank) return run_mpi_rank(quick);
     int reps = quick ? 3 : 7;
     double tcp = tcp_stream_gbs(reps), mem = memcpy_gbs(reps), pair = memcpy_pair_gbs(reps);
     printf("reference: loopback TCP, one stream, 64 MB: %.2f GB/s; memcpy 64 MB: %.2f GB/s; "
@@ -271,6 +355,7 @@ int main(int argc, char **argv) {
         if (only_p && only_p != ps[i]) continue;
         if (!only_t || strcmp(only_t, "tcp") == 0) run_config(ps[i], DIST_NET_TCP, "tcp", quick);
         if (!only_t || strcmp(only_t, "shm") == 0) run_config(ps[i], DIST_NET_SHM, "shm", quick);
+        if (!only_t || strcmp(only_t, "mpi") == 0) run_mpi_config(ps[i], quick);
     }
     printf("\nbusbw = size / time x 2 (P - 1) / P; targets at P = 2: tcp >= 1.2 GB/s at 64 MB "
            "and <= 100 us at 4 KB, shm >= 5 GB/s at 64 MB (TCP reference above: %.2f GB/s)\n",

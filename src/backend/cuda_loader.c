@@ -3,6 +3,7 @@
  * it. No CUDA header here. */
 #include "backend/cuda_module.h"
 #include "core/error.h"
+#include "core/module_loader.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -35,59 +36,29 @@ static const struct dist_cuda_host g_host = {
     .comm_alloc = dist_comm_alloc,
 };
 
-/* dlopen()s `path` and asks it for its table; on failure records why in g_why. */
-static void try_load(const char *path, const char *how) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(g_why, sizeof g_why, "the CUDA module %s (%s) could not be loaded: %s", path, how,
-                 e ? e : "unknown dlopen error");
-        return;
-    }
+/* Opens the module and asks it for its table; on failure records why in g_why. */
+static void resolve(void) {
+    static const struct dist_module_spec spec = {
+        .what = "CUDA",
+        .file = DIST_CUDA_MODULE_FILE,
+        .env = DIST_CUDA_MODULE_ENV,
+        .entry = DIST_CUDA_MODULE_ENTRY,
+        .search_how = "libdist built without CUDA, or the module not installed",
+    };
+    char where[PATH_MAX + 64];
+    void *entry = dist_module_open(&spec, where, sizeof where, g_why, sizeof g_why);
+    if (!entry) return; /* left loaded: see g_once */
     dist_cuda_module_get_fn get;
     /* POSIX's way to turn dlsym's object pointer into a function pointer. */
-    *(void **)&get = dlsym(h, DIST_CUDA_MODULE_ENTRY);
-    const struct dist_cuda_module *m = get ? get(DIST_CUDA_MODULE_ABI, &g_host) : NULL;
-    if (!get) {
-        snprintf(g_why, sizeof g_why, "the CUDA module %s (%s) has no %s entry point", path, how,
-                 DIST_CUDA_MODULE_ENTRY);
-        return; /* left loaded: see g_once */
-    }
+    *(void **)&get = entry;
+    const struct dist_cuda_module *m = get(DIST_CUDA_MODULE_ABI, &g_host);
     if (!m || m->abi_version != DIST_CUDA_MODULE_ABI) {
         snprintf(g_why, sizeof g_why,
-                 "the CUDA module %s (%s) was built for another libdist: it refused module ABI %d",
-                 path, how, DIST_CUDA_MODULE_ABI);
+                 "the CUDA module %.900s was built for another libdist: it refused module ABI %d",
+                 where, DIST_CUDA_MODULE_ABI);
         return;
     }
     g_module = m;
-}
-
-/* "<directory of the loaded libdist>/libdist_cuda.so": libdist.so's own directory in the build
- * tree and in installs; the program's directory when libdist is linked statically. */
-static int path_next_to_libdist(char *buf, size_t size) {
-    Dl_info info;
-    if (!dladdr(&g_once, &info) || !info.dli_fname) return 0;
-    const char *slash = strrchr(info.dli_fname, '/');
-    if (!slash) return 0;
-    int n = snprintf(buf, size, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname,
-                     DIST_CUDA_MODULE_FILE);
-    return n > 0 && (size_t)n < size;
-}
-
-/* Search order: $DIST_CUDA_MODULE (authoritative when set), next to libdist, then the dynamic
- * linker's search path (RUNPATH, LD_LIBRARY_PATH, system directories). */
-static void resolve(void) {
-    const char *env = getenv(DIST_CUDA_MODULE_ENV);
-    if (env && *env) {
-        try_load(env, "from $" DIST_CUDA_MODULE_ENV);
-        return;
-    }
-    char path[PATH_MAX];
-    if (path_next_to_libdist(path, sizeof path) && access(path, F_OK) == 0) {
-        try_load(path, "next to libdist");
-        return;
-    }
-    try_load(DIST_CUDA_MODULE_FILE, "libdist built without CUDA, or the module not installed");
 }
 
 static const struct dist_cuda_module *module_get(void) {
