@@ -2,7 +2,8 @@
  *
  * A step multiplies its loss by the current scale (dist_loss_scale_scaled_loss), computes the
  * gradients into the model's gradient buffer as usual, then calls
- * dist_loss_scale_apply_gradients, which all-reduces (SUM) the buffer across replicas, checks it
+ * dist_loss_scale_apply_gradients, which has the strategy aggregate the buffer across replicas
+ * (dist_replica_apply_gradients: a SUM all-reduce under mirrored and multi_worker), checks it
  * for Inf/NaN, and either skips the step or applies the inner optimizer with the gradients
  * multiplied by 1/scale. The decision is taken on the all-reduced buffer, which is bitwise
  * identical on every replica, so one replica's Inf makes every replica skip.
@@ -81,13 +82,19 @@ DIST_API dist_status dist_loss_scale_scaled_loss(dist_loss_scale_optimizer *lso,
 DIST_API dist_status dist_loss_scale_unscale_gradients(dist_loss_scale_optimizer *lso,
                                                        dist_model *model, dist_tape *tape);
 
-/* All-reduces (SUM) the gradient buffer of the tape's replica, checks it for Inf/NaN, applies
+/* Has the strategy aggregate the gradient buffer of the tape's replica (a SUM all-reduce
+ * under mirrored and multi_worker), then checks the aggregated buffer for Inf/NaN, applies
  * the inner optimizer with grad_scale 1/scale or skips it, and updates the scale and counter
  * by the rules above. *applied (may be NULL) is 1 when the inner optimizer ran. Call it once
  * per step on every replica, like dist_optimizer_apply_gradients. */
 DIST_API dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *lso,
                                                      dist_model *model, dist_tape *tape,
                                                      int *applied);
+/* The same for gradients the strategy has already aggregated: call it from inside a
+ * dist_update_fn (dist_replica_apply_gradients), e.g. to time aggregation and update apart. */
+DIST_API dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer *lso,
+                                                      dist_model *model, dist_tape *tape,
+                                                      int *applied);
 
 DIST_API float dist_loss_scale_current(const dist_loss_scale_optimizer *lso);
 /* Keras's dynamic_counter (0 for a fixed scale). */

@@ -1,8 +1,9 @@
 /* libdist: optimizers (Keras's SGD and Adam) updating a model's contiguous parameters.
  *
- * Inside a strategy's run, dist_optimizer_apply_gradients first all-reduces (SUM) the replica's
- * gradient buffer across replicas, in one call on the whole contiguous buffer, then updates
- * this replica's variables; with losses scaled by compute_average_loss the SUM is the mean
+ * Inside a strategy's run, dist_optimizer_apply_gradients hands the replica's gradient buffer
+ * to the strategy (dist_replica_apply_gradients): mirrored and multi_worker all-reduce (SUM)
+ * it in one call on the whole contiguous buffer, then the optimizer updates this replica's
+ * variables; with losses scaled by compute_average_loss the SUM is the mean
  * gradient of the global batch, and every replica applies the same update. */
 #ifndef DIST_OPTIM_H
 #define DIST_OPTIM_H
@@ -52,10 +53,11 @@ DIST_API dist_status dist_optimizer_apply_gradients(dist_optimizer *opt, dist_mo
                                                     dist_tape *tape);
 
 /* Like apply_gradients, with the gradients multiplied by grad_scale first (1/loss scale).
- * When all_reduced is non-zero the caller has already all-reduced the gradient buffer. */
+ * aggregated = 0: the strategy aggregates the gradients first (dist_replica_apply_gradients).
+ * aggregated != 0: they already are (call it so from inside a dist_update_fn), and only this
+ * replica's update runs. */
 DIST_API dist_status dist_optimizer_apply_scaled(dist_optimizer *opt, dist_model *model,
-                                                 dist_tape *tape, float grad_scale,
-                                                 int all_reduced);
+                                                 dist_tape *tape, float grad_scale, int aggregated);
 
 DIST_API float dist_optimizer_learning_rate(const dist_optimizer *opt);
 DIST_API dist_status dist_optimizer_set_learning_rate(dist_optimizer *opt, float learning_rate);

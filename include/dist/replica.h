@@ -14,6 +14,9 @@
 
 DIST_BEGIN_DECLS
 
+/* The most replicas one process runs (local replicas of a strategy; devices of a list). */
+#define DIST_MAX_REPLICAS 64
+
 /* SUM and MEAN are tf.distribute.ReduceOp's; MAX and MIN are for replica-context collectives
  * (dist_replica_all_reduce) and communicators, not for dist_strategy_reduce. */
 typedef enum dist_reduce_op {
@@ -29,14 +32,25 @@ DIST_API int dist_replica_count(const dist_replica_ctx *rc);
 DIST_API dist_tape *dist_replica_tape(const dist_replica_ctx *rc);
 DIST_API dist_backend *dist_replica_backend(const dist_replica_ctx *rc);
 
-/* In place: every replica's tensor becomes the SUM (or MEAN) over replicas. f32 tensors of the
- * same shape on each replica's device; results are bitwise identical on every replica. */
+/* In place: every replica's tensor becomes the SUM, MEAN, MAX or MIN over replicas. Tensors of
+ * any dtype (the same dtype and element count on every replica, each on its replica's device);
+ * MEAN of integers truncates toward zero. Results are bitwise identical on every replica. */
 DIST_API dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op,
                                              dist_tensor *t);
 /* out (on this replica's device) = the replicas' `in` tensors concatenated along axis 0, in
  * replica order. Every replica's `in` must have the same shape; out has R times its rows. */
 DIST_API dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in,
                                              dist_tensor *out);
+
+/* Applies gradients the strategy's way (tf.distribute's apply_gradients in a replica context):
+ * the strategy aggregates `grads` (this replica's gradient buffer, f32, on its device) over
+ * every replica in sync (mirrored and multi_worker: a SUM all-reduce in place), then calls
+ * `update(rc, grads, user)` with the aggregated gradients where the variables live (here:
+ * on this replica, for its copy). Optimizers and loss scaling call this; none of them reduces
+ * by itself. Every replica must call it, in the same order as its other collectives. */
+typedef dist_status (*dist_update_fn)(dist_replica_ctx *rc, dist_tensor *grads, void *user);
+DIST_API dist_status dist_replica_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
+                                                  dist_update_fn update, void *user);
 
 DIST_END_DECLS
 

@@ -51,7 +51,8 @@ typedef enum dist_cross_device_ops {
 typedef enum dist_transport {
     DIST_TRANSPORT_AUTO = 0, /* shared memory when every worker is on this host, else TCP */
     DIST_TRANSPORT_TCP,      /* a ring over TCP */
-    DIST_TRANSPORT_SHM       /* shared memory (every worker on one host) */
+    DIST_TRANSPORT_SHM,      /* shared memory (every worker on one host) */
+    DIST_TRANSPORT_MPI       /* MPI (Open MPI; libdist built with MPI): the job's MPI world */
 } dist_transport;
 
 /* Variable aggregation and synchronization (tf.VariableAggregation / VariableSynchronization),
@@ -176,7 +177,7 @@ typedef struct dist_distributed_iterator dist_distributed_iterator;
 typedef struct dist_per_replica_element {
     int num_replicas;          /* local replicas */
     int64_t global_batch_size; /* rows of the global batch over every worker's replicas */
-    dist_element replicas[64];
+    dist_element replicas[DIST_MAX_REPLICAS];
 } dist_per_replica_element;
 
 /* `dataset` yields GLOBAL batches; each is split over the replicas in TensorFlow's order:
@@ -222,17 +223,20 @@ DIST_API void dist_distributed_iterator_destroy(dist_distributed_iterator *it);
 /* ---- run and reduce ---------------------------------------------------------------------- */
 
 /* The step: runs on each replica. `inputs` are that replica's input tensors, already on its
- * device (arena tensors of its tape). It may set outputs->count (<= 8) and outputs->items to
- * tensors of its tape; run() copies them to host per replica. */
+ * device (arena tensors of its tape). It may set outputs->count (<= DIST_RUN_MAX_OUTPUTS) and
+ * outputs->items to tensors of its tape; run() copies them to host per replica. */
 typedef dist_status (*dist_step_fn)(dist_replica_ctx *rc, const dist_element *inputs, void *user,
                                     dist_element *outputs);
+
+/* The most outputs a step returns (dist_element's capacity). */
+#define DIST_RUN_MAX_OUTPUTS DIST_ELEMENT_MAX
 
 /* Per-replica results of run(): values[r][i] is output i of replica r (host tensors owned by
  * the strategy, valid until the next run). */
 typedef struct dist_per_replica {
     int num_replicas;
     int count;
-    dist_tensor *values[64][8];
+    dist_tensor *values[DIST_MAX_REPLICAS][DIST_RUN_MAX_OUTPUTS];
 } dist_per_replica;
 
 /* Calls step once per replica with its inputs (inputs may be NULL: no inputs) and waits for

@@ -290,27 +290,6 @@ static dist_status local_barrier(dist_local_comm *c, int rank, double timeout_s)
     return barrier(c, rank, &call);
 }
 
-/* ---- the tensor entry points (strategies) ------------------------------------------------- */
-
-dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op,
-                                       dist_tensor *t) {
-    DIST_TRY(dist_comm_check_types(t->dtype, op));
-    return local_all_reduce(c, rank, t->data, (size_t)dist_tensor_numel(t), t->dtype, op, 0);
-}
-
-dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in,
-                                       dist_tensor *out) {
-    size_t count = (size_t)dist_tensor_numel(in);
-    DIST_CHECK_ARG(
-        (size_t)dist_tensor_numel(out) == count * (size_t)c->n && out->dtype == in->dtype,
-        "all-gather: the output must hold %d x %zu values of the input's dtype", c->n, count);
-    return local_all_gather(c, rank, in->data, out->data, count, in->dtype, 0);
-}
-
-dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, dist_tensor *t) {
-    return local_broadcast(c, rank, t->data, (size_t)dist_tensor_numel(t), t->dtype, root, 0);
-}
-
 /* ---- the dist_comm adapter ---------------------------------------------------------------- */
 
 static dist_status ip_all_reduce(dist_comm *c, int local, void *data, size_t count,

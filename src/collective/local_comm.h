@@ -1,7 +1,7 @@
-/* An in-process communicator for replicas that are threads of one process: all-reduce and
- * all-gather through host memory, with a barrier that has a deadline and can be aborted (a
- * replica that fails wakes the others instead of leaving them waiting). Sums are taken in
- * replica order by chunk owners and copied to everyone, so every replica ends with bitwise
+/* An in-process communicator for replicas that are threads of one process (core/comm.h):
+ * all-reduce, all-gather and broadcast through host memory, with a barrier that has a deadline and
+ * can be aborted (a replica that fails wakes the others instead of leaving them waiting). Sums are
+ * taken in replica order by chunk owners and copied to everyone, so every replica ends with bitwise
  * identical results. A deadline passes with DIST_TIMEOUT naming the replicas that did not
  * arrive. */
 #ifndef DIST_COLLECTIVE_LOCAL_COMM_H
@@ -19,16 +19,6 @@ typedef struct dist_local_comm dist_local_comm;
 dist_status dist_local_comm_create(int num_ranks, dist_backend *const *backends, double timeout_s,
                                    dist_local_comm **out);
 void dist_local_comm_destroy(dist_local_comm *c);
-
-/* The tensor entry points: any dtype (the tensor's), SUM / MEAN (the sum divided by n;
- * integers truncate) / MAX / MIN, the create-time timeout. */
-dist_status dist_local_comm_all_reduce(dist_local_comm *c, int rank, dist_reduce_op op,
-                                       dist_tensor *t);
-/* out = concatenation of every rank's `in` along axis 0 (all `in` must have equal bytes). */
-dist_status dist_local_comm_all_gather(dist_local_comm *c, int rank, const dist_tensor *in,
-                                       dist_tensor *out);
-/* t on every rank = rank root's t. */
-dist_status dist_local_comm_broadcast(dist_local_comm *c, int rank, int root, dist_tensor *t);
 
 /* Marks the communicator failed (rank `rank` will not arrive): every waiting and future call
  * returns DIST_PEER_LOST naming that rank, until dist_local_comm_reset. */

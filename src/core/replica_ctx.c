@@ -1,9 +1,6 @@
 #include "core/replica_ctx.h"
 
-#include "backend/backend.h"
 #include "core/error.h"
-
-#include <string.h>
 
 int dist_replica_id(const dist_replica_ctx *rc) { return rc ? rc->replica_id : 0; }
 int dist_replica_count(const dist_replica_ctx *rc) { return rc ? rc->num_replicas : 1; }
@@ -12,9 +9,9 @@ dist_backend *dist_replica_backend(const dist_replica_ctx *rc) { return rc ? rc-
 
 dist_status dist_replica_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t) {
     DIST_CHECK_ARG(rc && t, "dist_replica_all_reduce: NULL argument");
-    DIST_CHECK_ARG(t->dtype == DIST_F32, "dist_replica_all_reduce: float32 tensors only, got %s",
-                   dist_dtype_name(t->dtype));
-    if (rc->num_replicas <= 1 || !rc->iface || !rc->iface->all_reduce) return DIST_OK;
+    DIST_CHECK_ARG((int)op >= DIST_REDUCE_SUM && op <= DIST_REDUCE_MIN,
+                   "dist_replica_all_reduce: unknown reduction %d", (int)op);
+    if (rc->num_replicas <= 1 || !rc->iface) return DIST_OK;
     return rc->iface->all_reduce(rc, op, t);
 }
 
@@ -29,8 +26,15 @@ dist_status dist_replica_all_gather(dist_replica_ctx *rc, const dist_tensor *in,
                        dist_tensor_numel(out) == dist_tensor_numel(in) * rc->num_replicas,
                    "dist_replica_all_gather: out must hold %d x %lld values of in's dtype (%s)",
                    rc->num_replicas, (long long)dist_tensor_numel(in), dist_dtype_name(in->dtype));
-    if (rc->num_replicas <= 1 || !rc->iface || !rc->iface->all_gather)
-        return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data,
-                                        dist_tensor_bytes(in), DIST_COPY_D2D);
+    if (!rc->iface)
+        return dist_error(DIST_INVALID_USAGE,
+                          "dist_replica_all_gather: this replica context has no strategy");
     return rc->iface->all_gather(rc, in, out);
+}
+
+dist_status dist_replica_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
+                                         dist_update_fn update, void *user) {
+    DIST_CHECK_ARG(rc && grads && update, "dist_replica_apply_gradients: NULL argument");
+    if (!rc->iface || !rc->iface->apply_gradients) return update(rc, grads, user);
+    return rc->iface->apply_gradients(rc, grads, update, user);
 }

@@ -1,19 +1,24 @@
 /* The replica context behind dist/replica.h. Strategies fill one per replica; layers below
- * the strategy (the optimizer, the tape) reach collectives only through this interface. */
+ * the strategy (the optimizer, loss scaling, the tape) reach collectives and the strategy's
+ * gradient aggregation only through this interface, so core knows no backend or strategy. */
 #ifndef DIST_CORE_REPLICA_CTX_H
 #define DIST_CORE_REPLICA_CTX_H
 
 #include "dist/replica.h"
 
 struct dist_replica_ctx_i {
-    /* in place over every replica's tensor; NULL means a single replica (identity) */
+    /* In place over every replica's tensor (any dtype). Called only with 2+ replicas. */
     dist_status (*all_reduce)(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t);
+    /* out = every replica's `in` in replica order (shapes checked by the caller). */
     dist_status (*all_gather)(dist_replica_ctx *rc, const dist_tensor *in, dist_tensor *out);
+    /* The strategy's apply_gradients (dist_replica_apply_gradients documents it). */
+    dist_status (*apply_gradients)(dist_replica_ctx *rc, dist_tensor *grads, dist_update_fn update,
+                                   void *user);
 };
 
 struct dist_replica_ctx {
     const struct dist_replica_ctx_i *iface;
-    void *impl; /* the strategy's per-run state */
+    void *impl;       /* the strategy */
     int replica_id;   /* replica_id_in_sync_group: global, over every worker's replicas */
     int num_replicas; /* num_replicas_in_sync: global */
     int local_id;     /* this process's replica index: its copy of models and optimizer slots */

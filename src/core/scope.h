@@ -1,20 +1,26 @@
-/* Where variables created now go: the calling thread's innermost strategy scope. Models read
- * it when they build; strategies push their placement on scope enter. */
+/* Where variables created now go: the calling thread's innermost strategy scope. Models and
+ * optimizer slots read it when they allocate; strategies push their placement on scope enter.
+ * The hooks are how variables made by layers below the strategy (nn, optim) reach the
+ * strategy's create_variable / save_state / restore_state entries. */
 #ifndef DIST_CORE_SCOPE_H
 #define DIST_CORE_SCOPE_H
 
 #include "dist/backend.h"
-
-#define DIST_MAX_REPLICAS 64
+#include "dist/replica.h"
 
 typedef struct dist_placement {
     int num_replicas;
     dist_backend *backends[DIST_MAX_REPLICAS]; /* one per replica, borrowed from the strategy */
     void *owner;                               /* the strategy */
-    /* Optional: makes every replica's copy of a new variable equal to the chief's replica 0
-     * (multi_worker broadcasts initial values); NULL when identical initialisation on every
-     * replica already guarantees it. */
-    dist_status (*sync_initial)(void *owner, dist_tensor *const *per_replica);
+    /* A new variable's per-replica copies (allocated on `backends`, initialized alike)
+     * become its value wherever it lives (multi_worker broadcasts the chief's). NULL: none. */
+    dist_status (*create_variable)(void *owner, dist_tensor *const *per_replica);
+    /* The variable's value to host. NULL: replica 0's copy. */
+    dist_status (*save_state)(void *owner, dist_tensor *const *per_replica, void *dst,
+                              size_t bytes);
+    /* A host value into the variable everywhere it lives. NULL: each local copy. */
+    dist_status (*restore_state)(void *owner, dist_tensor *const *per_replica, const void *src,
+                                 size_t bytes);
 } dist_placement;
 
 /* The innermost placement on this thread, or NULL outside every scope. */

@@ -265,6 +265,11 @@ static dist_status alloc_replica(dist_model *m, model_replica *rep) {
     return DIST_OK;
 }
 
+/* Every replica's parameter buffer, in replica order (the strategy's per-replica copies). */
+static void params_copies(dist_model *m, dist_tensor **copies) {
+    for (int r = 0; r < m->nreplicas; r++) copies[r] = &m->replicas[r].params;
+}
+
 dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape, uint64_t seed) {
     DIST_CHECK_ARG(m && input_shape, "dist_model_build: NULL argument");
     DIST_CHECK_ARG(!m->built, "model '%s' is already built", m->name);
@@ -309,10 +314,12 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
             st = place->backends[r]->iface->synchronize(place->backends[r]->ctx);
     }
-    if (st == DIST_OK && place->sync_initial) {
+    m->place = *place;
+    if (place == &own) m->place.owner = NULL;
+    if (st == DIST_OK && place->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
-        for (int r = 0; r < m->nreplicas; r++) copies[r] = &m->replicas[r].params;
-        st = place->sync_initial(place->owner, copies);
+        params_copies(m, copies);
+        st = place->create_variable(place->owner, copies);
     }
     if (st != DIST_OK) return st;
     m->built = 1;
@@ -457,6 +464,12 @@ dist_status dist_model_get_weights(dist_model *m, int replica, float *dst, int64
     DIST_CHECK_ARG(count == m->nparams, "model '%s' has %lld parameters, %lld requested", m->name,
                    (long long)m->nparams, (long long)count);
     model_replica *rep = &m->replicas[replica];
+    if (replica == 0 && m->place.save_state) {
+        /* the model's value, wherever the strategy keeps it */
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        params_copies(m, copies);
+        return m->place.save_state(m->place.owner, copies, dst, (size_t)count * sizeof *dst);
+    }
     return dist_backend_to_host(rep->backend, &rep->params, dst, (size_t)count * sizeof *dst);
 }
 
@@ -465,6 +478,11 @@ dist_status dist_model_set_weights(dist_model *m, const float *src, int64_t coun
     DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);
     DIST_CHECK_ARG(count == m->nparams, "model '%s' has %lld parameters, %lld given", m->name,
                    (long long)m->nparams, (long long)count);
+    if (m->place.restore_state) {
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        params_copies(m, copies);
+        return m->place.restore_state(m->place.owner, copies, src, (size_t)count * sizeof *src);
+    }
     for (int r = 0; r < m->nreplicas; r++) {
         model_replica *rep = &m->replicas[r];
         DIST_TRY(

@@ -55,6 +55,7 @@ struct dist_model {
     int nreplicas;
     model_replica *replicas;
     dist_backend *own_backend; /* when built outside every scope */
+    dist_placement place;      /* where it was built: the strategy's hooks (NULL outside) */
     int check_numerics;        /* dist_model_set_check_numerics */
     dist_dtype_policy policy;  /* dist_model_set_dtype_policy */
 };

@@ -1,12 +1,12 @@
 /* Loss scaling around a dist_optimizer: Keras's LossScaleOptimizer update rules (see
  * dist/loss_scale.h for the rules and the Keras sources they follow). */
+#include "dist/loss_scale.h"
+
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
-#include "dist/loss_scale.h"
 #include "dist/replica.h"
-#include "optim/loss_scale_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,7 +38,8 @@ dist_status dist_loss_scale_optimizer_create(dist_optimizer *inner,
     DIST_CHECK_ARG(!o->dynamic || o->dynamic_growth_steps >= 1,
                    "loss scale: dynamic_growth_steps must be >= 1, got %lld",
                    (long long)o->dynamic_growth_steps);
-    DIST_CHECK_ARG(o->rule == DIST_LOSS_SCALE_RULE_TF_KERAS || o->rule == DIST_LOSS_SCALE_RULE_KERAS3,
+    DIST_CHECK_ARG(o->rule == DIST_LOSS_SCALE_RULE_TF_KERAS ||
+                       o->rule == DIST_LOSS_SCALE_RULE_KERAS3,
                    "loss scale: unknown rule %d", (int)o->rule);
     dist_loss_scale_optimizer *l = calloc(1, sizeof *l);
     if (!l) return dist_error(DIST_OUT_OF_MEMORY, "loss scale: out of memory");
@@ -66,8 +67,7 @@ dist_status dist_loss_scale_scaled_loss(dist_loss_scale_optimizer *l, dist_tape 
     return dist_op_scale(tape, loss, l->state[replica_of(tape)].scale, scaled);
 }
 
-static dist_status replica_grads(dist_model *model, dist_tape *tape, int *r,
-                                 dist_tensor **grads) {
+static dist_status replica_grads(dist_model *model, dist_tape *tape, int *r, dist_tensor **grads) {
     *r = replica_of(tape);
     DIST_CHECK_ARG(*r < dist_model_num_replicas(model),
                    "loss scale: replica %d has no copy of the model (build it in the strategy's "
@@ -88,8 +88,7 @@ dist_status dist_loss_scale_unscale_gradients(dist_loss_scale_optimizer *l, dist
 }
 
 /* Keras's _DynamicLossScaleState.update (tf-keras) or the Keras 3 equivalent. */
-static void update_dynamic(const dist_loss_scale_options *o, dist_loss_scale_state *s,
-                           int finite) {
+static void update_dynamic(const dist_loss_scale_options *o, dist_loss_scale_state *s, int finite) {
     if (!finite) {
         float halved = s->scale / 2.0f;
         s->scale = o->rule == DIST_LOSS_SCALE_RULE_KERAS3 ? halved : fmaxf(halved, 1.0f);
@@ -108,25 +107,38 @@ static void update_dynamic(const dist_loss_scale_options *o, dist_loss_scale_sta
     s->counter = 0;
 }
 
+typedef struct ls_update {
+    dist_loss_scale_optimizer *l;
+    dist_model *model;
+    dist_tape *tape;
+    int *applied;
+} ls_update;
+
+static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
+    (void)rc;
+    (void)grads;
+    ls_update *u = user;
+    return dist_loss_scale_apply_aggregated(u->l, u->model, u->tape, u->applied);
+}
+
 dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *l, dist_model *model,
                                             dist_tape *tape, int *applied) {
     DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_apply_gradients: NULL argument");
     if (applied) *applied = 0;
     dist_replica_ctx *rc = dist_tape_replica(tape);
-    /* Reduce before deciding: an Inf on one replica becomes an Inf in everyone's sum, and the
-     * sum is bitwise identical on every replica, so all take the same branch without a second
-     * collective. */
-    if (rc && rc->num_replicas > 1) {
-        int r = 0;
-        dist_tensor *g = NULL;
-        DIST_TRY(replica_grads(model, tape, &r, &g));
-        DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, g));
-    }
-    return loss_scale_apply_reduced(l, model, tape, applied);
+    if (!rc) return dist_loss_scale_apply_aggregated(l, model, tape, applied);
+    /* Aggregate before deciding: an Inf on one replica becomes an Inf in everyone's sum, and
+     * the sum is bitwise identical on every replica, so all take the same branch without a
+     * second collective. */
+    int r = 0;
+    dist_tensor *g = NULL;
+    DIST_TRY(replica_grads(model, tape, &r, &g));
+    ls_update u = {l, model, tape, applied};
+    return dist_replica_apply_gradients(rc, g, update_fn, &u);
 }
 
-dist_status loss_scale_apply_reduced(dist_loss_scale_optimizer *l, dist_model *model,
-                                     dist_tape *tape, int *applied) {
+dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer *l, dist_model *model,
+                                             dist_tape *tape, int *applied) {
     DIST_CHECK_ARG(l && model && tape, "loss scale: NULL argument");
     if (applied) *applied = 0;
     int r = 0;
@@ -173,12 +185,12 @@ dist_status dist_loss_scale_get_state(const dist_loss_scale_optimizer *l,
 dist_status dist_loss_scale_set_state(dist_loss_scale_optimizer *l,
                                       const dist_loss_scale_state *state) {
     DIST_CHECK_ARG(l && state, "dist_loss_scale_set_state: NULL argument");
-    DIST_CHECK_ARG(valid_state(&l->opt, state),
-                   "loss scale state: scale must be positive (and finite, but for the Keras 3 rule) "
-                   "and counters >= 0 "
-                   "(scale %g, counter %lld, skipped %lld)",
-                   (double)state->scale, (long long)state->counter,
-                   (long long)state->skipped_steps);
+    DIST_CHECK_ARG(
+        valid_state(&l->opt, state),
+        "loss scale state: scale must be positive (and finite, but for the Keras 3 rule) "
+        "and counters >= 0 "
+        "(scale %g, counter %lld, skipped %lld)",
+        (double)state->scale, (long long)state->counter, (long long)state->skipped_steps);
     DIST_CHECK_ARG(l->opt.dynamic || state->scale == l->opt.initial_scale,
                    "loss scale state: a fixed scale of %g cannot be set to %g",
                    (double)l->opt.initial_scale, (double)state->scale);

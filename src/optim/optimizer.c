@@ -108,18 +108,11 @@ static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_sl
     return DIST_OK;
 }
 
-dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape,
-                                        float grad_scale, int all_reduced) {
-    DIST_CHECK_ARG(o && model && tape, "dist_optimizer_apply_gradients: NULL argument");
-    DIST_TRY(bind(o, model));
-    dist_replica_ctx *rc = dist_tape_replica(tape);
-    int r = rc ? rc->local_id : 0;
-    DIST_CHECK_ARG(
-        r < dist_model_num_replicas(model),
-        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
-    dist_tensor *grads = dist_model_grads(model, r), *params = dist_model_params(model, r);
-    if (!all_reduced && rc && rc->num_replicas > 1)
-        DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, grads));
+/* The update with gradients the strategy has aggregated: this replica's copy of the
+ * variables, with its slots. */
+static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
+                                  const dist_tensor *grads, float grad_scale) {
+    dist_tensor *params = dist_model_params(model, r);
     opt_slots *s;
     DIST_TRY(slots_for(o, model, r, &s));
     size_t n = (size_t)dist_model_num_params(model);
@@ -142,6 +135,33 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
                        .nesterov = o->sgd.nesterov,
                        .grad_scale = grad_scale};
     return be->iface->sgd_update(be->ctx, &d, params->data, grads->data, s->m, n);
+}
+
+typedef struct opt_update {
+    dist_optimizer *o;
+    dist_model *model;
+    float grad_scale;
+} opt_update;
+
+static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
+    opt_update *u = user;
+    return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale);
+}
+
+dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape,
+                                        float grad_scale, int aggregated) {
+    DIST_CHECK_ARG(o && model && tape, "dist_optimizer_apply_gradients: NULL argument");
+    DIST_TRY(bind(o, model));
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    int r = rc ? rc->local_id : 0;
+    DIST_CHECK_ARG(
+        r < dist_model_num_replicas(model),
+        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
+    dist_tensor *grads = dist_model_grads(model, r);
+    if (aggregated || !rc) return update_replica(o, model, r, grads, grad_scale);
+    /* the strategy aggregates the gradients its way, then calls the update */
+    opt_update u = {o, model, grad_scale};
+    return dist_replica_apply_gradients(rc, grads, update_fn, &u);
 }
 
 dist_status dist_optimizer_apply_gradients(dist_optimizer *o, dist_model *model, dist_tape *tape) {

@@ -34,9 +34,8 @@ dist_status dist_input_context_per_replica_batch_size(const dist_input_context *
     return DIST_OK;
 }
 
-dist_status dist_strategy_distribute_dataset(dist_strategy *s, dist_dataset *ds,
-                                             dist_distributed_dataset **out) {
-    DIST_CHECK_ARG(s && ds && out, "dist_strategy_distribute_dataset: NULL argument");
+dist_status dist_strategy_default_distribute_dataset(dist_strategy *s, dist_dataset *ds,
+                                                     dist_distributed_dataset **out) {
     const dist_element_spec *spec = dist_dataset_element_spec(ds);
     for (int i = 0; i < spec->count; i++)
         DIST_CHECK_ARG(spec->ndim[i] >= 1,
@@ -51,10 +50,8 @@ dist_status dist_strategy_distribute_dataset(dist_strategy *s, dist_dataset *ds,
     return DIST_OK;
 }
 
-dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *s, dist_dataset_fn fn,
-                                                            void *user,
-                                                            dist_distributed_dataset **out) {
-    DIST_CHECK_ARG(s && fn && out, "distribute_datasets_from_function: NULL argument");
+dist_status dist_strategy_default_distribute_datasets_from_function(
+    dist_strategy *s, dist_dataset_fn fn, void *user, dist_distributed_dataset **out) {
     dist_input_context ctx = {s->num_workers, s->worker_id, s->num_replicas_in_sync};
     dist_dataset *ds = NULL;
     DIST_TRY(fn(&ctx, user, &ds));
@@ -71,6 +68,22 @@ dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *s, di
     d->per_replica_input = 1;
     *out = d;
     return DIST_OK;
+}
+
+dist_status dist_strategy_distribute_dataset(dist_strategy *s, dist_dataset *ds,
+                                             dist_distributed_dataset **out) {
+    DIST_CHECK_ARG(s && ds && out, "dist_strategy_distribute_dataset: NULL argument");
+    if (s->iface->distribute_dataset) return s->iface->distribute_dataset(s, ds, out);
+    return dist_strategy_default_distribute_dataset(s, ds, out);
+}
+
+dist_status dist_strategy_distribute_datasets_from_function(dist_strategy *s, dist_dataset_fn fn,
+                                                            void *user,
+                                                            dist_distributed_dataset **out) {
+    DIST_CHECK_ARG(s && fn && out, "distribute_datasets_from_function: NULL argument");
+    if (s->iface->distribute_datasets_from_function)
+        return s->iface->distribute_datasets_from_function(s, fn, user, out);
+    return dist_strategy_default_distribute_datasets_from_function(s, fn, user, out);
 }
 
 void dist_distributed_dataset_destroy(dist_distributed_dataset *d) {

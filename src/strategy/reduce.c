@@ -1,21 +1,12 @@
-/* Cross-replica reduce, gather and local results of run()'s per-replica outputs (host). */
+/* Cross-replica context: reduce, gather and local results of run()'s per-replica outputs
+ * (host tensors), and the shared defaults of the reduce and gather entries: the local
+ * replicas' values combined on the host, then across workers over s->workers_comm. Counts
+ * travel as int64, never through a float. */
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Under multi_worker: sums the host buffer over the workers (identity for one worker). */
-static dist_status cross_worker_sum(dist_strategy *s, float *data, size_t count,
-                                    dist_tensor **out) {
-    if (!s->iface->cross_worker_sum) return DIST_OK;
-    dist_status st = s->iface->cross_worker_sum(s, data, count);
-    if (st != DIST_OK) {
-        dist_tensor_destroy(*out);
-        *out = NULL;
-    }
-    return st;
-}
 
 static dist_status check_values(const dist_per_replica *v, int index) {
     DIST_CHECK_ARG(v && v->num_replicas > 0, "reduce: no per-replica values");
@@ -24,54 +15,66 @@ static dist_status check_values(const dist_per_replica *v, int index) {
     return DIST_OK;
 }
 
-dist_status dist_strategy_reduce(dist_strategy *s, dist_reduce_op op, const dist_per_replica *v,
-                                 int index, int axis, dist_tensor **out) {
-    DIST_CHECK_ARG(s && out, "dist_strategy_reduce: NULL argument");
-    DIST_TRY(check_values(v, index));
-    const dist_tensor *t0 = v->values[0][index];
-    if (axis < 0) {
-        for (int r = 1; r < v->num_replicas; r++)
-            DIST_CHECK_ARG(
-                dist_tensor_numel(v->values[r][index]) == dist_tensor_numel(t0),
-                "reduce: replica %d's value has another shape than replica 0's (use an axis)", r);
-        DIST_TRY(dist_tensor_create(DIST_F32, t0->ndim, t0->shape, out));
-        float *o = (*out)->data;
-        int64_t n = dist_tensor_numel(t0);
-        for (int r = 0; r < v->num_replicas; r++) {
-            const float *x = v->values[r][index]->data;
-            for (int64_t i = 0; i < n; i++) o[i] += x[i];
-        }
-        DIST_TRY(cross_worker_sum(s, o, (size_t)n, out));
-        if (op == DIST_REDUCE_MEAN)
-            for (int64_t i = 0; i < n; i++) o[i] /= (float)s->num_replicas_in_sync;
-        return DIST_OK;
+/* On failure *out is freed. */
+static dist_status workers_sum(dist_strategy *s, void *data, size_t count, dist_dtype dtype,
+                               dist_tensor **out) {
+    if (!s->workers_comm) return DIST_OK;
+    dist_status st =
+        dist_comm_all_reduce(s->workers_comm, 0, data, count, dtype, DIST_REDUCE_SUM, 0);
+    if (st != DIST_OK) {
+        dist_tensor_destroy(*out);
+        *out = NULL;
     }
+    return st;
+}
+
+static dist_status reduce_elementwise(dist_strategy *s, dist_reduce_op op,
+                                      const dist_per_replica *v, int index, dist_tensor **out) {
+    const dist_tensor *t0 = v->values[0][index];
+    for (int r = 1; r < v->num_replicas; r++)
+        DIST_CHECK_ARG(
+            dist_tensor_numel(v->values[r][index]) == dist_tensor_numel(t0),
+            "reduce: replica %d's value has another shape than replica 0's (use an axis)", r);
+    DIST_TRY(dist_tensor_create(DIST_F32, t0->ndim, t0->shape, out));
+    float *o = (*out)->data;
+    int64_t n = dist_tensor_numel(t0);
+    for (int r = 0; r < v->num_replicas; r++) {
+        const float *x = v->values[r][index]->data;
+        for (int64_t i = 0; i < n; i++) o[i] += x[i];
+    }
+    DIST_TRY(workers_sum(s, o, (size_t)n, DIST_F32, out));
+    if (op == DIST_REDUCE_MEAN)
+        for (int64_t i = 0; i < n; i++) o[i] /= (float)s->num_replicas_in_sync;
+    return DIST_OK;
+}
+
+/* The result drops `axis`; the other dimensions must agree across replicas. MEAN divides by
+ * the number of elements along the axis over every replica of every worker. */
+static dist_status reduce_along(dist_strategy *s, dist_reduce_op op, const dist_per_replica *v,
+                                int index, int axis, dist_tensor **out) {
+    const dist_tensor *t0 = v->values[0][index];
     DIST_CHECK_ARG(axis < t0->ndim, "reduce: axis %d is out of range for a %d-D value", axis,
                    t0->ndim);
-    /* The result drops `axis`; the other dimensions must agree across replicas. */
     int64_t shape[DIST_MAX_DIMS];
     int nd = 0;
     for (int d = 0; d < t0->ndim; d++)
         if (d != axis) shape[nd++] = t0->shape[d];
-    int64_t inner = 1, total_along = 0;
+    int64_t inner = 1, outer = 1, total_along = 0;
     for (int d = axis + 1; d < t0->ndim; d++) inner *= t0->shape[d];
-    int64_t outer = 1;
     for (int d = 0; d < axis; d++) outer *= t0->shape[d];
-    DIST_TRY(dist_tensor_create(DIST_F32, nd, shape, out));
-    float *o = (*out)->data;
     for (int r = 0; r < v->num_replicas; r++) {
         const dist_tensor *t = v->values[r][index];
         DIST_CHECK_ARG(t->ndim == t0->ndim,
                        "reduce: replica %d's value has %d dimensions, replica 0's %d", r, t->ndim,
                        t0->ndim);
         for (int d = 0; d < t0->ndim; d++)
-            if (d != axis && t->shape[d] != t0->shape[d]) {
-                dist_tensor_destroy(*out);
-                *out = NULL;
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "reduce: replica %d's dimension %d differs from replica 0's", r,
-                                  d);
-            }
+            DIST_CHECK_ARG(d == axis || t->shape[d] == t0->shape[d],
+                           "reduce: replica %d's dimension %d differs from replica 0's", r, d);
+    }
+    DIST_TRY(dist_tensor_create(DIST_F32, nd, shape, out));
+    float *o = (*out)->data;
+    for (int r = 0; r < v->num_replicas; r++) {
+        const dist_tensor *t = v->values[r][index];
         int64_t along = t->shape[axis];
         total_along += along;
         const float *x = t->data;
@@ -81,51 +84,55 @@ dist_status dist_strategy_reduce(dist_strategy *s, dist_reduce_op op, const dist
                     o[a * inner + i] += x[(a * along + k) * inner + i];
     }
     int64_t n = outer * inner;
-    if (s->iface->cross_worker_sum) {
-        /* the sums and the count along the axis meet in one call */
-        float *buf = malloc((size_t)(n + 1) * sizeof *buf);
-        if (!buf) {
-            dist_tensor_destroy(*out);
-            *out = NULL;
-            return dist_error(DIST_OUT_OF_MEMORY, "reduce: out of memory");
-        }
-        memcpy(buf, o, (size_t)n * sizeof *buf);
-        buf[n] = (float)total_along;
-        dist_status st = cross_worker_sum(s, buf, (size_t)n + 1, out);
-        if (st == DIST_OK) {
-            memcpy(o, buf, (size_t)n * sizeof *buf);
-            total_along = (int64_t)buf[n];
-        }
-        free(buf);
-        DIST_TRY(st);
-    }
+    DIST_TRY(workers_sum(s, o, (size_t)n, DIST_F32, out));
+    DIST_TRY(workers_sum(s, &total_along, 1, DIST_I64, out));
     if (op == DIST_REDUCE_MEAN)
         for (int64_t i = 0; i < n; i++) o[i] = total_along > 0 ? o[i] / (float)total_along : 0.0f;
     return DIST_OK;
 }
 
+dist_status dist_strategy_default_reduce(dist_strategy *s, dist_reduce_op op,
+                                         const dist_per_replica *v, int index, int axis,
+                                         dist_tensor **out) {
+    if (axis < 0) return reduce_elementwise(s, op, v, index, out);
+    return reduce_along(s, op, v, index, axis, out);
+}
+
+dist_status dist_strategy_reduce(dist_strategy *s, dist_reduce_op op, const dist_per_replica *v,
+                                 int index, int axis, dist_tensor **out) {
+    DIST_CHECK_ARG(s && out, "dist_strategy_reduce: NULL argument");
+    *out = NULL;
+    DIST_TRY(check_values(v, index));
+    DIST_CHECK_ARG(op == DIST_REDUCE_SUM || op == DIST_REDUCE_MEAN,
+                   "reduce: the op must be SUM or MEAN (tf.distribute.ReduceOp), got %d", (int)op);
+    for (int r = 0; r < v->num_replicas; r++)
+        DIST_CHECK_ARG(v->values[r][index]->dtype == DIST_F32,
+                       "reduce: output %d of replica %d is %s; reduce takes float32 values "
+                       "(gather takes any dtype)",
+                       index, r, dist_dtype_name(v->values[r][index]->dtype));
+    if (s->iface->reduce) return s->iface->reduce(s, op, v, index, axis, out);
+    return dist_strategy_default_reduce(s, op, v, index, axis, out);
+}
+
 /* Concatenates every worker's local rows in worker order. Workers may hold different numbers
- * of rows (an uneven final batch): the row counts meet first, then blocks padded to the
- * largest. */
+ * of rows (an uneven final batch): the row counts meet first (int64), then blocks padded to
+ * the largest. */
 static dist_status gather_workers(dist_strategy *s, dist_tensor **out) {
     dist_tensor *local = *out;
     *out = NULL;
     int W = s->num_workers;
-    size_t row_bytes = local->shape[0] > 0 ? dist_tensor_bytes(local) / (size_t)local->shape[0] : 0;
-    if (row_bytes == 0) {
-        dist_tensor one = *local;
-        one.shape[0] = 1;
-        row_bytes = dist_tensor_bytes(&one);
-    }
-    float mine = (float)local->shape[0];
-    float *counts = malloc((size_t)W * sizeof *counts);
-    dist_status st = counts ? s->iface->cross_worker_gather(s, &mine, sizeof mine, counts)
-                            : dist_error(DIST_OUT_OF_MEMORY, "gather: out of memory");
+    dist_tensor one = *local;
+    one.shape[0] = 1;
+    size_t row_bytes = dist_tensor_bytes(&one);
+    int64_t mine = local->shape[0];
+    int64_t *counts = malloc((size_t)W * sizeof *counts);
+    dist_status st = counts
+                         ? dist_comm_all_gather(s->workers_comm, 0, &mine, counts, 1, DIST_I64, 0)
+                         : dist_error(DIST_OUT_OF_MEMORY, "gather: out of memory");
     int64_t most = 0, total = 0;
     for (int w = 0; st == DIST_OK && w < W; w++) {
-        int64_t c = (int64_t)counts[w];
-        total += c;
-        if (c > most) most = c;
+        total += counts[w];
+        if (counts[w] > most) most = counts[w];
     }
     char *block = NULL, *all = NULL;
     if (st == DIST_OK) {
@@ -135,13 +142,14 @@ static dist_status gather_workers(dist_strategy *s, dist_tensor **out) {
     }
     if (st == DIST_OK) {
         memcpy(block, local->data, dist_tensor_bytes(local));
-        st = s->iface->cross_worker_gather(s, block, (size_t)most * row_bytes, all);
+        st = dist_comm_all_gather(s->workers_comm, 0, block, all, (size_t)most * row_bytes, DIST_U8,
+                                  0);
     }
     if (st == DIST_OK) {
         int64_t shape[DIST_MAX_DIMS];
         memcpy(shape, local->shape, sizeof shape);
         shape[0] = total;
-        st = dist_tensor_create(DIST_F32, local->ndim, shape, out);
+        st = dist_tensor_create(local->dtype, local->ndim, shape, out);
     }
     if (st == DIST_OK) {
         char *dst = (*out)->data;
@@ -158,26 +166,38 @@ static dist_status gather_workers(dist_strategy *s, dist_tensor **out) {
     return st;
 }
 
-dist_status dist_strategy_gather(dist_strategy *s, const dist_per_replica *v, int index,
-                                 dist_tensor **out) {
-    DIST_CHECK_ARG(s && out, "dist_strategy_gather: NULL argument");
-    DIST_TRY(check_values(v, index));
+dist_status dist_strategy_default_gather(dist_strategy *s, const dist_per_replica *v, int index,
+                                         dist_tensor **out) {
     const dist_tensor *t0 = v->values[0][index];
-    DIST_CHECK_ARG(t0->ndim >= 1, "gather: values need an axis 0");
     int64_t rows = 0;
-    for (int r = 0; r < v->num_replicas; r++) rows += v->values[r][index]->shape[0];
+    for (int r = 0; r < v->num_replicas; r++) {
+        const dist_tensor *t = v->values[r][index];
+        DIST_CHECK_ARG(t->dtype == t0->dtype, "gather: replica %d's value is %s, replica 0's %s", r,
+                       dist_dtype_name(t->dtype), dist_dtype_name(t0->dtype));
+        rows += t->shape[0];
+    }
     int64_t shape[DIST_MAX_DIMS];
     memcpy(shape, t0->shape, sizeof shape);
     shape[0] = rows;
-    DIST_TRY(dist_tensor_create(DIST_F32, t0->ndim, shape, out));
+    DIST_TRY(dist_tensor_create(t0->dtype, t0->ndim, shape, out));
     char *dst = (*out)->data;
     for (int r = 0; r < v->num_replicas; r++) {
         size_t bytes = dist_tensor_bytes(v->values[r][index]);
         memcpy(dst, v->values[r][index]->data, bytes);
         dst += bytes;
     }
-    if (!s->iface->cross_worker_gather || s->num_workers == 1) return DIST_OK;
+    if (!s->workers_comm) return DIST_OK;
     return gather_workers(s, out);
+}
+
+dist_status dist_strategy_gather(dist_strategy *s, const dist_per_replica *v, int index,
+                                 dist_tensor **out) {
+    DIST_CHECK_ARG(s && out, "dist_strategy_gather: NULL argument");
+    *out = NULL;
+    DIST_TRY(check_values(v, index));
+    DIST_CHECK_ARG(v->values[0][index]->ndim >= 1, "gather: values need an axis 0");
+    if (s->iface->gather) return s->iface->gather(s, v, index, out);
+    return dist_strategy_default_gather(s, v, index, out);
 }
 
 dist_status dist_strategy_local_results(const dist_per_replica *v, int index, dist_tensor **out,

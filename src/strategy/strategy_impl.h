@@ -1,33 +1,64 @@
-/* The strategy vtable and the state every kind shares (DESIGN.md §3). one_device and
- * mirrored are both "local replicas" strategies: replicas are threads of this process, each
- * with its own backend and tape; they differ in how replicas meet (nothing to meet for one
- * device; an in-process or NCCL communicator for mirrored). */
+/* The strategy vtable (docs/architecture.md, "The strategy vtable"). A kind's behaviour lives
+ * in its entries; the public functions in strategy.c check arguments and dispatch. Entries
+ * marked optional may be NULL: the shared default named beside them runs instead. A new kind
+ * is one file that fills a dist_strategy_i and a constructor (tests/unit/test_strategy_kind.c
+ * defines one outside the library). */
 #ifndef DIST_STRATEGY_IMPL_H
 #define DIST_STRATEGY_IMPL_H
 
-#include "collective/local_comm.h"
+#include "core/comm.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "dist/strategy.h"
 
 #include <pthread.h>
 
+/* Defaults of the collective deadline (rule 10): a peer in this process is late after 300 s,
+ * a peer across the network after 60 s (gloo's and PyTorch's defaults bracket these). */
+#define DIST_LOCAL_COLLECTIVE_TIMEOUT_S 300.0
+#define DIST_NET_COLLECTIVE_TIMEOUT_S 60.0
+
 struct dist_strategy_i {
     const char *name;
-    /* replica-context collectives; NULL all_reduce = identity (one replica) */
-    dist_status (*all_reduce)(dist_strategy *s, int replica, dist_reduce_op op, dist_tensor *t);
-    dist_status (*all_gather)(dist_strategy *s, int replica, const dist_tensor *in,
-                              dist_tensor *out);
-    dist_status (*broadcast)(dist_strategy *s, int replica, int root, dist_tensor *t);
-    /* a replica failed during run(): wake replicas blocked in collectives */
-    void (*cancel)(dist_strategy *s, int replica);
-    /* after a failed run, make collectives usable again */
-    void (*reset)(dist_strategy *s);
-    /* Across workers, on host memory, from the caller's thread outside run() (reduce, gather,
-     * variable reads, initial values). NULL: a single worker. */
-    dist_status (*cross_worker_sum)(dist_strategy *s, float *data, size_t count);
-    dist_status (*cross_worker_gather)(dist_strategy *s, const void *in, size_t bytes, void *out);
-    dist_status (*cross_worker_broadcast)(dist_strategy *s, void *data, size_t bytes);
+    /* Calls `step` once per local replica in its replica context and returns the outputs as
+     * host tensors owned by the strategy. Optional: dist_local_replicas_run (one thread per
+     * local replica, each with its own backend and tape). */
+    dist_status (*run)(dist_strategy *s, dist_step_fn step, void *user,
+                       const dist_per_replica_element *inputs, dist_per_replica *results);
+    /* A variable was made in the strategy's scope: `copies` are its per-replica copies,
+     * allocated on s->placement.backends and initialized alike from the same seed or value.
+     * Make them the variable's value wherever it lives (multi_worker: the chief's value is
+     * broadcast, so every worker starts from it). Optional: nothing to do. */
+    dist_status (*create_variable)(dist_strategy *s, dist_tensor *const *copies);
+    /* A variable's value to host (dst, bytes), for checkpoints and reads. Optional: replica
+     * 0's copy. */
+    dist_status (*save_state)(dist_strategy *s, dist_tensor *const *copies, void *dst,
+                              size_t bytes);
+    /* A host value (src, bytes) into the variable everywhere it lives. Optional: every
+     * local copy. */
+    dist_status (*restore_state)(dist_strategy *s, dist_tensor *const *copies, const void *src,
+                                 size_t bytes);
+    /* tf.distribute's distribute_dataset / distribute_datasets_from_function. Optional:
+     * dist_strategy_default_distribute_dataset (every worker reads the global batches and keeps
+     * its replicas' pieces) and ..._from_function (one pipeline per worker, per-replica
+     * batches). */
+    dist_status (*distribute_dataset)(dist_strategy *s, dist_dataset *ds,
+                                      dist_distributed_dataset **out);
+    dist_status (*distribute_datasets_from_function)(dist_strategy *s, dist_dataset_fn fn,
+                                                     void *user, dist_distributed_dataset **out);
+    /* Cross-replica context reduce and gather of run()'s outputs (arguments checked by the
+     * caller). Optional: dist_strategy_default_reduce / _gather (local replicas on the host,
+     * then the workers' communicator). */
+    dist_status (*reduce)(dist_strategy *s, dist_reduce_op op, const dist_per_replica *v, int index,
+                          int axis, dist_tensor **out);
+    dist_status (*gather)(dist_strategy *s, const dist_per_replica *v, int index,
+                          dist_tensor **out);
+    /* Replica context: aggregate this replica's gradients and apply them with `update`
+     * (dist_replica_apply_gradients). Optional: a SUM all-reduce over s->replicas_comm (when
+     * there is one), then update on this replica. */
+    dist_status (*apply_gradients)(dist_strategy *s, dist_replica_ctx *rc, dist_tensor *grads,
+                                   dist_update_fn update, void *user);
+    /* Frees the kind's ctx (the shared parts are freed by dist_strategy_destroy). Optional. */
     void (*destroy)(dist_strategy *s);
 };
 
@@ -40,24 +71,17 @@ typedef struct replica_job {
     char error[512];
 } replica_job;
 
-struct dist_strategy {
-    const struct dist_strategy_i *iface;
-    void *ctx;
-    dist_strategy_kind kind;
-    int num_replicas; /* local replicas (threads of this process) */
-    /* Over the whole cluster: workers x local replicas. This worker's replicas are global
-     * replicas replica_offset .. replica_offset + num_replicas - 1. */
-    int num_replicas_in_sync;
-    int replica_offset;
-    int num_workers, worker_id, is_chief;
+/* The local replicas of a process: threads, each with a backend and a tape
+ * (src/strategy/local_replicas.c). one_device, mirrored and multi_worker use them as they
+ * are; a kind may leave them empty (num_replicas 0) and run elsewhere. */
+typedef struct dist_local_replicas {
+    int num_replicas;
     dist_device devices[DIST_MAX_REPLICAS];
     dist_backend *backends[DIST_MAX_REPLICAS];
     dist_tape *tapes[DIST_MAX_REPLICAS];
     dist_replica_ctx rctx[DIST_MAX_REPLICAS];
-    dist_placement placement;
-    const char *cross_device;
 
-    /* replica threads: replica 0 runs on the caller, replicas 1.. on their own threads */
+    /* replica 0 runs on the caller, replicas 1.. on their own threads */
     pthread_t threads[DIST_MAX_REPLICAS];
     int threads_started;
     pthread_mutex_t mu;
@@ -68,14 +92,83 @@ struct dist_strategy {
     replica_job jobs[DIST_MAX_REPLICAS];
 
     /* host copies of the step outputs, reused across runs */
-    dist_tensor *out_host[DIST_MAX_REPLICAS][DIST_ELEMENT_MAX];
+    dist_tensor *out_host[DIST_MAX_REPLICAS][DIST_RUN_MAX_OUTPUTS];
     /* each replica's outputs as they come back from its device, in one block */
-    float *out_pack[DIST_MAX_REPLICAS];
+    void *out_pack[DIST_MAX_REPLICAS];
     size_t out_pack_bytes[DIST_MAX_REPLICAS];
+} dist_local_replicas;
+
+struct dist_strategy {
+    const struct dist_strategy_i *iface;
+    void *ctx; /* the kind's own state */
+    dist_strategy_kind kind;
+    int num_replicas; /* local replicas (threads of this process) */
+    /* Over the whole cluster: workers x local replicas. This worker's replicas are global
+     * replicas replica_offset .. replica_offset + num_replicas - 1. */
+    int num_replicas_in_sync;
+    int replica_offset;
+    int num_workers, worker_id, is_chief;
+    double collective_timeout_s; /* the deadline of every collective call */
+    size_t bytes_per_pack;       /* gradients all-reduced in packs of this size (0: whole) */
+    dist_local_replicas replicas;
+    dist_placement placement;
+    /* Every replica in sync (device memory of each local replica); NULL with one replica. */
+    dist_comm *replicas_comm;
+    /* One rank per worker, host memory, for cross-replica context work (reduce, gather,
+     * variable reads); NULL with one worker. Borrowed from replicas_comm when it is a
+     * hierarchical one, else owned (owns_workers_comm). */
+    dist_comm *workers_comm;
+    int owns_workers_comm;
+    char cross_device[64];
 };
 
-/* Kind constructors: fill iface/ctx/cross_device after the common part is set up. */
-dist_status dist_strategy_init_local(dist_strategy *s, const dist_strategy_options *o);
+/* ---- the shared parts, for the kinds ----------------------------------------------------- */
+
+/* The local replicas on `devices` (n of them), with one backend and tape each and their
+ * threads, options read from o (threads, deterministic, graphs). Fills s->replicas,
+ * s->num_replicas, s->num_replicas_in_sync (n; a multi-worker kind changes it), placement. */
+dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devices, int n,
+                                     const dist_strategy_options *o);
+/* Starts replica threads 1..n-1 (after the kind has set up its communicators). */
+dist_status dist_local_replicas_start(dist_strategy *s);
+void dist_local_replicas_destroy(dist_strategy *s);
+dist_status dist_local_replicas_run(dist_strategy *s, dist_step_fn step, void *user,
+                                    const dist_per_replica_element *inputs,
+                                    dist_per_replica *results);
+
+/* The defaults of the optional entries. */
+dist_status dist_strategy_default_distribute_dataset(dist_strategy *s, dist_dataset *ds,
+                                                     dist_distributed_dataset **out);
+dist_status dist_strategy_default_distribute_datasets_from_function(dist_strategy *s,
+                                                                    dist_dataset_fn fn, void *user,
+                                                                    dist_distributed_dataset **out);
+dist_status dist_strategy_default_reduce(dist_strategy *s, dist_reduce_op op,
+                                         const dist_per_replica *v, int index, int axis,
+                                         dist_tensor **out);
+dist_status dist_strategy_default_gather(dist_strategy *s, const dist_per_replica *v, int index,
+                                         dist_tensor **out);
+dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica_ctx *rc,
+                                                  dist_tensor *grads, dist_update_fn update,
+                                                  void *user);
+
+/* An all-reduce of a replica's tensor over s->replicas_comm, in packs of bytes_per_pack. */
+dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_reduce_op op,
+                                            dist_tensor *t);
+
+/* Kind constructors: called by dist_strategy_create with the common fields zeroed; each sets
+ * iface, ctx and everything of its kind (local replicas, communicators, cluster). */
+typedef dist_status (*dist_strategy_init_fn)(dist_strategy *s, const dist_strategy_options *o);
+dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_options *o);
+dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_options *o);
 dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o);
+
+/* Devices from a list ("cpu:0,cpu:1"), or the kind's defaults when list is NULL or empty. */
+dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dist_device *out,
+                                  int *count);
+
+/* Makes a strategy of a kind defined outside the library (tests): `init` fills it as the
+ * built-in constructors do. The kind field reads `kind` for names. */
+dist_status dist_strategy_create_custom(dist_strategy_kind kind, dist_strategy_init_fn init,
+                                        const dist_strategy_options *o, dist_strategy **out);
 
 #endif

@@ -36,7 +36,7 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
     v->sync = sync;
     dist_status st = DIST_OK;
     for (int r = 0; r < s->num_replicas && st == DIST_OK; r++) {
-        dist_backend *be = s->backends[r];
+        dist_backend *be = s->replicas.backends[r];
         dist_tensor *t = &v->values[r];
         *t = dist_tensor_view(NULL, DIST_F32, ndim, shape);
         t->device = be->device;
@@ -49,10 +49,10 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
         }
         if (st == DIST_OK) st = be->iface->synchronize(be->ctx);
     }
-    if (st == DIST_OK && s->placement.sync_initial) {
+    if (st == DIST_OK && s->iface->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
         for (int r = 0; r < s->num_replicas; r++) copies[r] = &v->values[r];
-        st = s->placement.sync_initial(s, copies);
+        st = s->iface->create_variable(s, copies);
     }
     if (st != DIST_OK) {
         dist_variable_destroy(v);
@@ -65,7 +65,7 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
 void dist_variable_destroy(dist_variable *v) {
     if (!v) return;
     for (int r = 0; r < v->num_replicas; r++) {
-        dist_backend *be = v->strategy->backends[r];
+        dist_backend *be = v->strategy->replicas.backends[r];
         if (v->values[r].data) be->iface->free(be->ctx, v->values[r].data);
     }
     free(v);
@@ -92,8 +92,9 @@ dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const d
     case DIST_AGGREGATION_MEAN: return dist_replica_all_reduce(rc, DIST_REDUCE_MEAN, mine);
     case DIST_AGGREGATION_ONLY_FIRST_REPLICA: {
         dist_strategy *s = v->strategy;
-        if (s->iface->broadcast) return s->iface->broadcast(s, r, 0, mine);
-        return DIST_OK;
+        if (!s->replicas_comm) return DIST_OK;
+        return dist_comm_broadcast(s->replicas_comm, r, mine->data, (size_t)dist_tensor_numel(mine),
+                                   mine->dtype, 0, 0);
     }
     case DIST_AGGREGATION_NONE:
         if (rc->num_replicas > 1)
@@ -113,11 +114,11 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
                    "read '%s': %lld values requested, it has %lld", v->name, (long long)count,
                    (long long)dist_tensor_numel(&v->values[0]));
     dist_strategy *s = v->strategy;
-    if (v->sync != DIST_SYNC_ON_READ || (v->num_replicas == 1 && !s->iface->cross_worker_sum))
-        return dist_backend_to_host(s->backends[0], &v->values[0], dst,
+    if (v->sync != DIST_SYNC_ON_READ || (v->num_replicas == 1 && !s->workers_comm))
+        return dist_backend_to_host(s->replicas.backends[0], &v->values[0], dst,
                                     (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_ONLY_FIRST_REPLICA)
-        return dist_backend_to_host(s->backends[0], &v->values[0], dst,
+        return dist_backend_to_host(s->replicas.backends[0], &v->values[0], dst,
                                     (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_NONE)
         return dist_error(DIST_INVALID_USAGE,
@@ -128,11 +129,13 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
     memset(dst, 0, (size_t)count * sizeof *dst);
     dist_status st = DIST_OK;
     for (int r = 0; r < v->num_replicas && st == DIST_OK; r++) {
-        st = dist_backend_to_host(s->backends[r], &v->values[r], tmp, (size_t)count * sizeof *tmp);
+        st = dist_backend_to_host(s->replicas.backends[r], &v->values[r], tmp,
+                                  (size_t)count * sizeof *tmp);
         for (int64_t i = 0; st == DIST_OK && i < count; i++) dst[i] += tmp[i];
     }
-    if (st == DIST_OK && s->iface->cross_worker_sum)
-        st = s->iface->cross_worker_sum(s, dst, (size_t)count);
+    if (st == DIST_OK && s->workers_comm)
+        st = dist_comm_all_reduce(s->workers_comm, 0, dst, (size_t)count, DIST_F32, DIST_REDUCE_SUM,
+                                  0);
     if (st == DIST_OK && v->aggregation == DIST_AGGREGATION_MEAN)
         for (int64_t i = 0; i < count; i++) dst[i] /= (float)s->num_replicas_in_sync;
     free(tmp);

@@ -19,15 +19,13 @@ static dist_status global_batch(dist_replica_ctx *rc, const dist_classifier_step
         *out = y->shape[0];
         return DIST_OK;
     }
+    /* an integer count, exact at any size */
     dist_tensor *n;
-    float rows = (float)y->shape[0];
-    dist_tensor host = dist_tensor_view(&rows, DIST_F32, 0, NULL);
+    int64_t rows = y->shape[0];
+    dist_tensor host = dist_tensor_view(&rows, DIST_I64, 0, NULL);
     DIST_TRY(dist_tape_upload(rc->tape, &host, &n));
     DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, n));
-    float total;
-    DIST_TRY(dist_tape_read_scalar(rc->tape, n, &total));
-    *out = (int64_t)total;
-    return DIST_OK;
+    return dist_backend_to_host(rc->backend, n, out, sizeof *out);
 }
 
 dist_status dist_classifier_forward(dist_replica_ctx *rc, const dist_element *in,

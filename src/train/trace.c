@@ -1,7 +1,8 @@
 /* dist_trace: a Chrome trace JSON timeline, and the traced steps dist_fit runs with it. */
 #include "core/error.h"
 #include "core/replica_ctx.h"
-#include "optim/loss_scale_impl.h"
+#include "dist/loss_scale.h"
+#include "dist/optim.h"
 #include "train/classifier_forward.h"
 #include "train/trace_step.h"
 
@@ -157,6 +158,21 @@ static dist_status mark(dist_trace_step *ts, dist_replica_ctx *rc, const char *n
     return DIST_OK;
 }
 
+typedef struct traced_update {
+    dist_trace_step *ts;
+    double *since;
+} traced_update;
+
+static dist_status traced_update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
+    (void)grads;
+    traced_update *u = user;
+    dist_classifier_step *s = u->ts->classifier;
+    DIST_TRY(mark(u->ts, rc, "all-reduce", u->since));
+    if (s->loss_scale)
+        return dist_loss_scale_apply_aggregated(s->loss_scale, s->model, rc->tape, NULL);
+    return dist_optimizer_apply_scaled(s->optimizer, s->model, rc->tape, 1.0f, 1);
+}
+
 dist_status dist_trace_classifier_train_step(dist_replica_ctx *rc, const dist_element *inputs,
                                              void *user, dist_element *outputs) {
     dist_trace_step *ts = user;
@@ -171,15 +187,11 @@ dist_status dist_trace_classifier_train_step(dist_replica_ctx *rc, const dist_el
     DIST_TRY(mark(ts, rc, "forward", &t));
     DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
     DIST_TRY(mark(ts, rc, "backward", &t));
-    /* The same SUM all-reduce dist_optimizer_apply_gradients makes, taken apart to time it. */
-    if (rc->num_replicas > 1)
-        DIST_TRY(
-            dist_replica_all_reduce(rc, DIST_REDUCE_SUM, dist_model_grads(s->model, rc->local_id)));
-    DIST_TRY(mark(ts, rc, "all-reduce", &t));
-    if (s->loss_scale)
-        DIST_TRY(loss_scale_apply_reduced(s->loss_scale, s->model, rc->tape, NULL));
-    else
-        DIST_TRY(dist_optimizer_apply_scaled(s->optimizer, s->model, rc->tape, 1.0f, 1));
+    /* The strategy's apply_gradients, timed in two phases: its aggregation (the all-reduce)
+     * ends where the update begins. */
+    traced_update u = {ts, &t};
+    DIST_TRY(dist_replica_apply_gradients(rc, dist_model_grads(s->model, rc->local_id),
+                                          traced_update_fn, &u));
     DIST_TRY(dist_classifier_check_update(rc, s));
     return mark(ts, rc, "update", &t);
 }

@@ -7,9 +7,9 @@
 #include <dist/checkpoint.h>
 #include <dist/data.h>
 #include <dist/fit.h>
+#include <dist/loss_scale.h>
 #include <dist/mnist.h>
 #include <dist/nn.h>
-#include <dist/loss_scale.h>
 #include <dist/optim.h>
 #include <dist/policy.h>
 #include <dist/strategy.h>
@@ -35,7 +35,7 @@ typedef struct run_state {
     int64_t train_images_total, steps;
     double train_loss, train_accuracy, test_loss, test_accuracy;
     int threads;
-    int chief;         /* prints progress and writes the metrics (TF's chief rule) */
+    int chief; /* prints progress and writes the metrics (TF's chief rule) */
 } run_state;
 
 static int fail(const char *what) {
@@ -170,7 +170,8 @@ static int write_metrics(const run_state *s) {
         fprintf(f, "%s\"%s\"", r ? ", " : "",
                 dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
     fprintf(f,
-            "],\n  \"workers\": %d,\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  \"steps\": %lld,\n  "
+            "],\n  \"workers\": %d,\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  "
+            "\"steps\": %lld,\n  "
             "\"global_batch_size\": %lld,\n"
             "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n  "
             "\"test_accuracy\": %.6f,\n"
@@ -179,15 +180,14 @@ static int write_metrics(const run_state *s) {
             "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  "
             "\"data_source\": ",
             dist_strategy_num_workers(s->strategy), dist_strategy_cross_device_name(s->strategy),
-            s->o->epochs, (long long)s->steps,
-            (long long)s->o->batch_size, s->train_loss, s->train_accuracy, s->test_loss,
-            s->test_accuracy,
+            s->o->epochs, (long long)s->steps, (long long)s->o->batch_size, s->train_loss,
+            s->train_accuracy, s->test_loss, s->test_accuracy,
             s->train_seconds > 0 ? (double)s->train_images_total / s->train_seconds : 0.0,
             s->train_seconds, (long long)s->train_examples, (long long)s->test_examples,
             (long long)dist_model_num_params(s->model), s->threads);
     json_string(f, s->data_source);
-    fprintf(f, ",\n  \"dtype_policy\": \"%s\",\n  \"loss_scale\": ",
-            dist_dtype_policy_name(s->policy));
+    fprintf(
+        f, ",\n  \"dtype_policy\": \"%s\",\n  \"loss_scale\": ", dist_dtype_policy_name(s->policy));
     if (s->loss_scale)
         fprintf(f, "{\"dynamic\": %s, \"scale\": %.9g, \"skipped_steps\": %lld}",
                 dist_loss_scale_is_dynamic(s->loss_scale) ? "true" : "false",
@@ -377,6 +377,7 @@ static int train(run_state *s) {
     if (o->transport)
         so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
                        : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM
+                       : strcmp(o->transport, "mpi") == 0 ? DIST_TRANSPORT_MPI
                                                           : DIST_TRANSPORT_AUTO;
     dist_status st = dist_strategy_create(&so, &s->strategy);
     if (st == DIST_INVALID_ARGUMENT || st == DIST_NOT_FOUND || st == DIST_UNSUPPORTED) {
@@ -468,6 +469,14 @@ int main(int argc, char **argv) {
     if (rc == 1) return 0;
     if (rc) return rc;
     if (o.print_cluster) return distrain_print_cluster();
+    if (o.workers > 0 && o.transport && strcmp(o.transport, "mpi") == 0) {
+        fprintf(stderr,
+                "distrain: --transport mpi: MPI starts the workers itself; run "
+                "'mpirun -np %d distrain --strategy multi_worker --transport mpi ...' "
+                "without --workers\n",
+                o.workers);
+        return 2;
+    }
     if (o.workers > 0) return distrain_launch(argc, argv, &o);
     /* Line by line, so a launcher or a log collector reading a pipe sees progress as it
      * happens. */

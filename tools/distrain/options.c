@@ -30,9 +30,12 @@ void distrain_usage(FILE *out) {
         "  --workers N                      multi_worker: run N local worker processes on "
         "loopback\n"
         "                                   (without it, TF_CONFIG says which worker this is)\n"
-        "  --transport auto|tcp|shm         multi_worker: how workers exchange gradients "
+        "  --transport auto|tcp|shm|mpi     multi_worker: how workers exchange gradients "
         "(default auto:\n"
-        "                                   shared memory when all are on this host)\n"
+        "                                   shared memory when all are on this host; mpi: "
+        "the MPI world\n"
+        "                                   of mpirun/srun, the cluster when TF_CONFIG is "
+        "absent)\n"
         "  --collective-timeout S           fail a step when a worker has not answered in S "
         "seconds (60)\n"
         "  --connect-timeout S              fail when the cluster has not assembled in S "
@@ -188,11 +191,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         } else if (strcmp(a, "--workers") == 0) {
             if (!(rc = parse_int(a, v, 1, 64, &n))) o->workers = (int)n;
         } else if (strcmp(a, "--transport") == 0) {
-            if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm"))
-                return bad(a, v, "expected auto, tcp or shm");
+            if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm") && strcmp(v, "mpi"))
+                return bad(a, v, "expected auto, tcp, shm or mpi");
             o->transport = v;
-        } else if (strcmp(a, "--collective-timeout") == 0 ||
-                   strcmp(a, "--connect-timeout") == 0) {
+        } else if (strcmp(a, "--collective-timeout") == 0 || strcmp(a, "--connect-timeout") == 0) {
             char *end;
             double x = strtod(v, &end);
             if (*end || end == v || !(x > 0) || x > 1e6)

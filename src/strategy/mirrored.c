@@ -1,0 +1,33 @@
+/* mirrored (tf.distribute.MirroredStrategy): N replicas in this process that meet through an
+ * in-process communicator (CPU replicas, or forced) or NCCL (every device a GPU: TF's choice
+ * rule). Every entry is the shared default; what makes it mirrored is its communicator. */
+#include "backend/nccl.h"
+#include "collective/local_comm.h"
+#include "core/error.h"
+#include "strategy/strategy_impl.h"
+
+#include <stdio.h>
+
+static const struct dist_strategy_i mirrored_iface = {.name = "mirrored"};
+
+dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_options *o) {
+    dist_device devs[DIST_MAX_REPLICAS];
+    int n = 0;
+    DIST_TRY(dist_strategy_devices(DIST_STRATEGY_MIRRORED, o->devices, devs, &n));
+    int all_gpu = 1;
+    for (int r = 0; r < n; r++) all_gpu &= devs[r].kind == DIST_DEVICE_CUDA;
+    if (o->cross_device_ops == DIST_CROSS_DEVICE_NCCL && !all_gpu)
+        return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
+    s->iface = &mirrored_iface;
+    DIST_TRY(dist_local_replicas_init(s, devs, n, o));
+    snprintf(s->cross_device, sizeof s->cross_device, "in-process");
+    if (n == 1) return DIST_OK;
+    if (all_gpu && o->cross_device_ops != DIST_CROSS_DEVICE_IN_PROCESS) {
+        DIST_TRY(dist_backend_nccl_comm_create(n, s->replicas.backends, s->collective_timeout_s,
+                                               &s->replicas_comm));
+        snprintf(s->cross_device, sizeof s->cross_device, "nccl");
+        return DIST_OK;
+    }
+    return dist_comm_create_in_process(n, s->replicas.backends, s->collective_timeout_s,
+                                       &s->replicas_comm);
+}

@@ -1,0 +1,22 @@
+/* one_device (tf.distribute.OneDeviceStrategy): one replica, nothing to meet. Every entry is
+ * the shared default: run on the local replica, no aggregation, variables on its device. */
+#include "core/error.h"
+#include "strategy/strategy_impl.h"
+
+#include <stdio.h>
+
+static const struct dist_strategy_i one_device_iface = {.name = "one_device"};
+
+dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_options *o) {
+    dist_device devs[DIST_MAX_REPLICAS];
+    int n = 0;
+    DIST_TRY(dist_strategy_devices(DIST_STRATEGY_ONE_DEVICE, o->devices, devs, &n));
+    if (n != 1)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "one_device takes exactly one device, got %d ('%s')", n, o->devices);
+    if (o->cross_device_ops == DIST_CROSS_DEVICE_NCCL && devs[0].kind != DIST_DEVICE_CUDA)
+        return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
+    s->iface = &one_device_iface;
+    snprintf(s->cross_device, sizeof s->cross_device, "in-process");
+    return dist_local_replicas_init(s, devs, n, o);
+}
