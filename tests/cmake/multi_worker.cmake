@@ -26,3 +26,11 @@ add_test(NAME distrain.multi_worker_only_chief_writes
                  ${CMAKE_CURRENT_BINARY_DIR}/mw_ckpt)
 set_tests_properties(distrain.multi_worker_only_chief_writes PROPERTIES LABELS cli TIMEOUT 120
                      RUN_SERIAL TRUE)
+if(TARGET dist_mpi AND MPIEXEC_EXECUTABLE)
+  # distrain under mpiexec: the cluster from the MPI world, the MPI transport between workers.
+  add_test(NAME distrain.multi_worker_mpi
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mpi_train.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:distrain> ${CMAKE_CURRENT_BINARY_DIR}/mpi_train)
+  set_tests_properties(distrain.multi_worker_mpi PROPERTIES LABELS "cli;slow" TIMEOUT 600
+                       RUN_SERIAL TRUE)
+endif()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: one prepared run for a lent GPU machine (see DESIGN.md section 8).
+# The GPU check: one prepared run for a lent GPU machine (README, "GPUs").
 #
 #   configure + build (Release, CUDA, sm_90) -> the GPU unit tests (every kernel against the CPU
 #   backend, step graphs against eager, bitwise) -> 5 epochs of distrain on gpu:0 against the
