@@ -240,7 +240,8 @@ typedef struct dist_per_replica {
 } dist_per_replica;
 
 /* Calls step once per replica with its inputs (inputs may be NULL: no inputs) and waits for
- * all. Fails with the first replica's error (by replica order), naming the replica. */
+ * all. Outputs may have any dtype. Fails with the first replica's error (by replica order),
+ * naming the replica. */
 DIST_API dist_status dist_strategy_run(dist_strategy *strategy, dist_step_fn step, void *user,
                                        const dist_per_replica_element *inputs,
                                        dist_per_replica *results);
@@ -248,11 +249,14 @@ DIST_API dist_status dist_strategy_run(dist_strategy *strategy, dist_step_fn ste
 /* tf.distribute.Strategy.reduce of output `index`: axis -1 (None) combines the replicas'
  * tensors elementwise (SUM, or MEAN over replicas); axis >= 0 also reduces along that axis,
  * and MEAN then divides by the total number of elements along it over all replicas (not by
- * the number of replicas). *out is a new host tensor (dist_tensor_destroy). */
+ * the number of replicas). float32 values give a float32 result; int32 and int64 values
+ * (axis -1 only) are summed exactly into an int64 result (MEAN truncates). op is SUM or MEAN.
+ * *out is a new host tensor (dist_tensor_destroy). */
 DIST_API dist_status dist_strategy_reduce(dist_strategy *strategy, dist_reduce_op op,
                                           const dist_per_replica *values, int index, int axis,
                                           dist_tensor **out);
-/* Concatenates output `index` of every replica along axis 0 (tf.distribute gather). */
+/* Concatenates output `index` of every replica along axis 0 (tf.distribute gather), any
+ * dtype; across workers too, in worker order. */
 DIST_API dist_status dist_strategy_gather(dist_strategy *strategy, const dist_per_replica *values,
                                           int index, dist_tensor **out);
 /* The replicas' own values of output `index` (TF's experimental_local_results). */

@@ -14,15 +14,13 @@ dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_op
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;
     DIST_TRY(dist_strategy_devices(DIST_STRATEGY_MIRRORED, o->devices, devs, &n));
-    int all_gpu = 1;
-    for (int r = 0; r < n; r++) all_gpu &= devs[r].kind == DIST_DEVICE_CUDA;
-    if (o->cross_device_ops == DIST_CROSS_DEVICE_NCCL && !all_gpu)
-        return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
+    int nccl = 0;
+    DIST_TRY(dist_strategy_cross_device_rule(o, devs, n, &nccl));
     s->iface = &mirrored_iface;
     DIST_TRY(dist_local_replicas_init(s, devs, n, o));
     snprintf(s->cross_device, sizeof s->cross_device, "in-process");
     if (n == 1) return DIST_OK;
-    if (all_gpu && o->cross_device_ops != DIST_CROSS_DEVICE_IN_PROCESS) {
+    if (nccl) {
         DIST_TRY(dist_backend_nccl_comm_create(n, s->replicas.backends, s->collective_timeout_s,
                                                &s->replicas_comm));
         snprintf(s->cross_device, sizeof s->cross_device, "nccl");

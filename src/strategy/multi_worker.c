@@ -225,11 +225,9 @@ static dist_status nccl_over_workers(dist_strategy *s) {
 /* The replicas' communicator: NCCL when every replica is on a GPU (unless in-process is
  * forced), else in-process inside the worker composed with the workers' communicator. */
 static dist_status replicas_communicator(dist_strategy *s, const dist_strategy_options *o) {
-    int all_gpu = s->replicas.devices[0].kind == DIST_DEVICE_CUDA;
-    if (o->cross_device_ops == DIST_CROSS_DEVICE_NCCL && !all_gpu)
-        return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
-    if (all_gpu && o->cross_device_ops != DIST_CROSS_DEVICE_IN_PROCESS &&
-        s->num_replicas_in_sync > 1) {
+    int nccl = 0;
+    DIST_TRY(dist_strategy_cross_device_rule(o, s->replicas.devices, s->num_replicas, &nccl));
+    if (nccl && s->num_replicas_in_sync > 1) {
         if (s->workers_comm)
             DIST_TRY(nccl_over_workers(s));
         else

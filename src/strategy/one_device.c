@@ -14,8 +14,8 @@ dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_
     if (n != 1)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "one_device takes exactly one device, got %d ('%s')", n, o->devices);
-    if (o->cross_device_ops == DIST_CROSS_DEVICE_NCCL && devs[0].kind != DIST_DEVICE_CUDA)
-        return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
+    int nccl = 0; /* one replica: nothing to meet, but a forced NCCL must still be possible */
+    DIST_TRY(dist_strategy_cross_device_rule(o, devs, n, &nccl));
     s->iface = &one_device_iface;
     snprintf(s->cross_device, sizeof s->cross_device, "in-process");
     return dist_local_replicas_init(s, devs, n, o);

@@ -28,6 +28,25 @@ static dist_status workers_sum(dist_strategy *s, void *data, size_t count, dist_
     return st;
 }
 
+/* Integer values (int32, int64) are summed exactly as int64; MEAN truncates toward zero as
+ * TensorFlow's integer division does. */
+static dist_status reduce_integers(dist_strategy *s, dist_reduce_op op, const dist_per_replica *v,
+                                   int index, dist_tensor **out) {
+    const dist_tensor *t0 = v->values[0][index];
+    int64_t n = dist_tensor_numel(t0);
+    DIST_TRY(dist_tensor_create(DIST_I64, t0->ndim, t0->shape, out));
+    int64_t *o = (*out)->data;
+    for (int r = 0; r < v->num_replicas; r++) {
+        const dist_tensor *t = v->values[r][index];
+        for (int64_t i = 0; i < n; i++)
+            o[i] += t->dtype == DIST_I32 ? ((const int32_t *)t->data)[i]
+                                         : ((const int64_t *)t->data)[i];
+    }
+    DIST_TRY(workers_sum(s, o, (size_t)n, DIST_I64, out));
+    if (op == DIST_REDUCE_MEAN) dist_comm_divide(DIST_I64, o, (size_t)n, s->num_replicas_in_sync);
+    return DIST_OK;
+}
+
 static dist_status reduce_elementwise(dist_strategy *s, dist_reduce_op op,
                                       const dist_per_replica *v, int index, dist_tensor **out) {
     const dist_tensor *t0 = v->values[0][index];
@@ -35,6 +54,7 @@ static dist_status reduce_elementwise(dist_strategy *s, dist_reduce_op op,
         DIST_CHECK_ARG(
             dist_tensor_numel(v->values[r][index]) == dist_tensor_numel(t0),
             "reduce: replica %d's value has another shape than replica 0's (use an axis)", r);
+    if (t0->dtype != DIST_F32) return reduce_integers(s, op, v, index, out);
     DIST_TRY(dist_tensor_create(DIST_F32, t0->ndim, t0->shape, out));
     float *o = (*out)->data;
     int64_t n = dist_tensor_numel(t0);
@@ -105,11 +125,15 @@ dist_status dist_strategy_reduce(dist_strategy *s, dist_reduce_op op, const dist
     DIST_TRY(check_values(v, index));
     DIST_CHECK_ARG(op == DIST_REDUCE_SUM || op == DIST_REDUCE_MEAN,
                    "reduce: the op must be SUM or MEAN (tf.distribute.ReduceOp), got %d", (int)op);
+    dist_dtype dt = v->values[0][index]->dtype;
     for (int r = 0; r < v->num_replicas; r++)
-        DIST_CHECK_ARG(v->values[r][index]->dtype == DIST_F32,
-                       "reduce: output %d of replica %d is %s; reduce takes float32 values "
-                       "(gather takes any dtype)",
-                       index, r, dist_dtype_name(v->values[r][index]->dtype));
+        DIST_CHECK_ARG(v->values[r][index]->dtype == dt,
+                       "reduce: output %d is %s on replica %d, %s on replica 0", index,
+                       dist_dtype_name(v->values[r][index]->dtype), r, dist_dtype_name(dt));
+    DIST_CHECK_ARG(dt == DIST_F32 || ((dt == DIST_I32 || dt == DIST_I64) && axis < 0),
+                   "reduce: output %d is %s; reduce takes float32 values, or int32/int64 without "
+                   "an axis (summed exactly as int64); gather takes any dtype",
+                   index, dist_dtype_name(dt));
     if (s->iface->reduce) return s->iface->reduce(s, op, v, index, axis, out);
     return dist_strategy_default_reduce(s, op, v, index, axis, out);
 }

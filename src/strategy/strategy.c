@@ -101,6 +101,16 @@ dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dis
     return DIST_OK;
 }
 
+dist_status dist_strategy_cross_device_rule(const dist_strategy_options *o,
+                                            const dist_device *devices, int n, int *all_gpu) {
+    int gpu = 1;
+    for (int r = 0; r < n; r++) gpu &= devices[r].kind == DIST_DEVICE_CUDA;
+    if (o->cross_device_ops == DIST_CROSS_DEVICE_NCCL && !gpu)
+        return dist_error(DIST_UNSUPPORTED, "cross-device ops: NCCL needs every replica on a GPU");
+    *all_gpu = gpu && o->cross_device_ops != DIST_CROSS_DEVICE_IN_PROCESS;
+    return DIST_OK;
+}
+
 /* ---- create / destroy ---- */
 
 void dist_strategy_destroy(dist_strategy *s) {

@@ -166,6 +166,11 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
 dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dist_device *out,
                                   int *count);
 
+/* TF's choice rule for the replicas' communicator: *use_nccl = 1 when every device is a GPU
+ * (unless in-process is forced); DIST_UNSUPPORTED when NCCL is forced on another device. */
+dist_status dist_strategy_cross_device_rule(const dist_strategy_options *o,
+                                            const dist_device *devices, int n, int *use_nccl);
+
 /* Makes a strategy of a kind defined outside the library (tests): `init` fills it as the
  * built-in constructors do. The kind field reads `kind` for names. */
 dist_status dist_strategy_create_custom(dist_strategy_kind kind, dist_strategy_init_fn init,

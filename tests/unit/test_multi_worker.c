@@ -24,6 +24,10 @@ static const char *g_self;
 
 /* Open MPI as root in a container, more ranks than cores (test_mpi_comm.c says why). */
 static void mpi_environment(void) {
+#ifdef DIST_TEST_MPI_MODULE
+    /* linked statically: name the build tree's module unless CTest already did */
+    setenv("DIST_MPI_MODULE", DIST_TEST_MPI_MODULE, 0);
+#endif
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);

@@ -181,6 +181,78 @@ START_TEST(test_replica_context_all_reduce_and_all_gather) {
 }
 END_TEST
 
+/* Integer step outputs and typed replica collectives: replica r holds the int64 count
+ * 2^24 + 1 + r (sums of such counts are wrong in float32), an int32 prediction row, and a
+ * float for MAX/MIN. */
+static dist_status typed_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                              dist_element *out) {
+    dist_tape *tape = dist_replica_tape(rc);
+    int r = dist_replica_id(rc);
+    int64_t count = (1 << 24) + 1 + r;
+    int32_t pred[2] = {10 * r, 10 * r + 1};
+    float x = r == 0 ? -3.0f : 5.0f;
+    int64_t two = 2;
+    dist_tensor hc = dist_tensor_view(&count, DIST_I64, 0, NULL);
+    dist_tensor hp = dist_tensor_view(pred, DIST_I32, 1, &two);
+    dist_tensor hx = dist_tensor_view(&x, DIST_F32, 0, NULL);
+    dist_tensor *c, *summed, *p, *mx, *mn;
+    DIST_TRY_TEST(dist_tape_upload(tape, &hc, &c));
+    DIST_TRY_TEST(dist_tape_upload(tape, &hc, &summed));
+    DIST_TRY_TEST(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, summed));
+    DIST_TRY_TEST(dist_tape_upload(tape, &hp, &p));
+    DIST_TRY_TEST(dist_tape_upload(tape, &hx, &mx));
+    DIST_TRY_TEST(dist_tape_upload(tape, &hx, &mn));
+    DIST_TRY_TEST(dist_replica_all_reduce(rc, DIST_REDUCE_MAX, mx));
+    DIST_TRY_TEST(dist_replica_all_reduce(rc, DIST_REDUCE_MIN, mn));
+    out->count = 5;
+    out->items[0] = c;
+    out->items[1] = summed;
+    out->items[2] = p;
+    out->items[3] = mx;
+    out->items[4] = mn;
+    return DIST_OK;
+}
+
+START_TEST(test_integer_outputs_and_counts_above_2_pow_24_stay_exact) {
+    dist_strategy *s = make(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1");
+    dist_per_replica out;
+    ck_assert_msg(dist_strategy_run(s, typed_step, NULL, NULL, &out) == DIST_OK, "%s",
+                  dist_last_error());
+    /* run returns the outputs in their own dtypes */
+    ck_assert_int_eq(out.values[1][0]->dtype, DIST_I64);
+    ck_assert_int_eq(out.values[1][2]->dtype, DIST_I32);
+    for (int r = 0; r < 2; r++) {
+        /* (2^24 + 1) + (2^24 + 2) = 33,554,435: float32 would give 33,554,436 */
+        ck_assert_int_eq(*(int64_t *)out.values[r][1]->data, 33554435);
+        ck_assert_float_eq(*(float *)out.values[r][3]->data, 5.0f);
+        ck_assert_float_eq(*(float *)out.values[r][4]->data, -3.0f);
+    }
+    dist_tensor *sum, *mean, *gathered;
+    ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_SUM, &out, 0, -1, &sum), DIST_OK);
+    ck_assert_int_eq(sum->dtype, DIST_I64);
+    ck_assert_int_eq(*(int64_t *)sum->data, 33554435);
+    ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_MEAN, &out, 0, -1, &mean), DIST_OK);
+    ck_assert_int_eq(*(int64_t *)mean->data, 16777217); /* 33,554,435 / 2, truncated */
+    ck_assert_int_eq(dist_strategy_gather(s, &out, 2, &gathered), DIST_OK);
+    ck_assert_int_eq(gathered->dtype, DIST_I32);
+    ck_assert_int_eq(gathered->shape[0], 4);
+    int32_t want[4] = {0, 1, 10, 11};
+    ck_assert_mem_eq(gathered->data, want, sizeof want);
+    /* tf.distribute.ReduceOp has SUM and MEAN only; an axis needs float32 */
+    dist_tensor *bad = NULL;
+    ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_MAX, &out, 3, -1, &bad),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_SUM, &out, 2, 0, &bad),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "int32"));
+    ck_assert_ptr_null(bad);
+    dist_tensor_destroy(sum);
+    dist_tensor_destroy(mean);
+    dist_tensor_destroy(gathered);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
 static dist_status failing_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                 dist_element *out) {
     if (dist_replica_id(rc) == 1)
@@ -515,6 +587,7 @@ int main(void) {
     tcase_add_test(tc, test_fewer_examples_than_replicas_leaves_empty_batches);
     tcase_add_test(tc, test_reduce_mean_over_axis_divides_by_total_examples);
     tcase_add_test(tc, test_replica_context_all_reduce_and_all_gather);
+    tcase_add_test(tc, test_integer_outputs_and_counts_above_2_pow_24_stay_exact);
     tcase_add_test(tc, test_a_failing_replica_is_named_and_releases_the_others);
     tcase_add_test(tc, test_variable_aggregation_and_synchronization);
     tcase_add_test(tc, test_bad_devices_are_clear_errors);
