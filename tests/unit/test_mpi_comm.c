@@ -18,6 +18,7 @@
  * DIST_REQUIRE_MPI=1. */
 #include "collective/mpi_comm.h"
 #include "dist/status.h"
+#include "mpi_testutil.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -357,16 +358,7 @@ static int launch_ranks(void) {
     if (fd < 0) return 0;
     close(fd);
     setenv("DIST_TEST_MPI_DIGESTS", digests, 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    /* Containers often forbid the cross-process reads (CMA) of Open MPI's shared-memory
-     * transport; copying through the shared segment works everywhere. */
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    /* Under AddressSanitizer: Open MPI's own leaks are not this test's (mpi_lsan.supp). */
-    setenv("LSAN_OPTIONS",
-           "suppressions=" DIST_SOURCE_DIR "/tests/unit/mpi_lsan.supp:fast_unwind_on_malloc=0", 0);
-    setenv("ASAN_OPTIONS", "fast_unwind_on_malloc=0", 0);
+    dist_test_mpi_environment();
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return 0;

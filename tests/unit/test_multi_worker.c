@@ -5,6 +5,7 @@
  * Workers are this test program executed again with "--worker ..." (fork + exec): a child
  * forked after oneDNN's OpenMP threads exist would hang, and exec gives every worker a fresh
  * process, as a real cluster has. */
+#include "mpi_testutil.h"
 #include "testutil.h"
 
 #include <arpa/inet.h>
@@ -21,21 +22,6 @@
 #include <unistd.h>
 
 static const char *g_self;
-
-/* Open MPI as root in a container, more ranks than cores (test_mpi_comm.c says why). */
-static void mpi_environment(void) {
-#ifdef DIST_TEST_MPI_MODULE
-    /* linked statically: name the build tree's module unless CTest already did */
-    setenv("DIST_MPI_MODULE", DIST_TEST_MPI_MODULE, 0);
-#endif
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    setenv("LSAN_OPTIONS",
-           "suppressions=" DIST_SOURCE_DIR "/tests/unit/mpi_lsan.supp:fast_unwind_on_malloc=0", 0);
-    setenv("ASAN_OPTIONS", "fast_unwind_on_malloc=0", 0);
-}
 
 static int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -337,7 +323,7 @@ static float *two_workers(const char *transport, int steps, int64_t n) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "/tmp/dist_mw_mpi_%d", (int)getpid());
         for (int i = 0; i < 2; i++) snprintf(path[i], sizeof path[i], "%s.%d", prefix, i);
-        mpi_environment();
+        dist_test_mpi_environment();
         char *args[] = {DIST_TEST_MPIEXEC,
                         "-n",
                         "2",
