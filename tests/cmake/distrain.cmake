@@ -39,7 +39,9 @@ endforeach()
 add_executable(make_jpeg_mnist ${CMAKE_CURRENT_SOURCE_DIR}/cli/make_jpeg_mnist.c)
 target_link_libraries(make_jpeg_mnist PRIVATE dist PkgConfig::TURBOJPEG)
 set(jpeg_dir ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist)
-add_test(NAME distrain.jpeg_fixtures COMMAND make_jpeg_mnist ${jpeg_dir} 400 100)
+# made anew each run: files of an earlier run (another data order) would be read too
+add_test(NAME distrain.jpeg_fixtures
+         COMMAND sh -c "rm -rf '${jpeg_dir}' && '$<TARGET_FILE:make_jpeg_mnist>' '${jpeg_dir}' 400 100")
 set_tests_properties(distrain.jpeg_fixtures PROPERTIES FIXTURES_SETUP jpeg_mnist LABELS cli)
 add_test(NAME distrain.jpeg_folder
          COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
@@ -67,3 +69,9 @@ add_test(NAME distrain.print_cluster_invalid
                  [[TF_CONFIG={"cluster":{"worker":["h:2","h:3"]},"task":{"type":"worker","index":2}}]]
                  $<TARGET_FILE:distrain> --print-cluster)
 set_tests_properties(distrain.print_cluster distrain.print_cluster_invalid PROPERTIES LABELS cli TIMEOUT 60)
+
+# --validation-split on the embedded subset: the held-out last 10% holds every digit.
+add_test(NAME distrain.validation_split
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/validation_split.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/validation_split)
+set_tests_properties(distrain.validation_split PROPERTIES LABELS cli TIMEOUT 300)
