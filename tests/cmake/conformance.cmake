@@ -17,3 +17,9 @@ add_test(NAME conformance.tf_config
                  $<TARGET_FILE:cluster_json> ${conf_dir}/tf_config_cases.json)
 set_tests_properties(conformance.tf_config PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600)
+
+# The Slurm resolver against TensorFlow's SlurmClusterResolver on the same environments.
+add_test(NAME conformance.slurm
+         COMMAND ${DIST_CONF_VENV}/bin/python ${conf_dir}/run_slurm.py $<TARGET_FILE:cluster_json>)
+set_tests_properties(conformance.slurm PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600)
