@@ -255,12 +255,15 @@ DIST_API dist_status dist_strategy_run(dist_strategy *strategy, dist_step_fn ste
 DIST_API dist_status dist_strategy_reduce(dist_strategy *strategy, dist_reduce_op op,
                                           const dist_per_replica *values, int index, int axis,
                                           dist_tensor **out);
-/* Concatenates output `index` of every replica along axis 0 (tf.distribute gather), any
- * dtype; across workers too, in worker order. */
+/* tf.distribute.Strategy.gather(value, axis): output `index` of every replica of every worker
+ * concatenated along `axis` (negative counts from the end), in global replica order; the
+ * other dimensions must agree. Any dtype. *out is a new host tensor. */
 DIST_API dist_status dist_strategy_gather(dist_strategy *strategy, const dist_per_replica *values,
-                                          int index, dist_tensor **out);
-/* The replicas' own values of output `index` (TF's experimental_local_results). */
-DIST_API dist_status dist_strategy_local_results(const dist_per_replica *values, int index,
+                                          int index, int axis, dist_tensor **out);
+/* The replicas' own values of output `index` (TF's experimental_local_results): out[r] for
+ * this worker's replica r (borrowed from values). */
+DIST_API dist_status dist_strategy_local_results(const dist_strategy *strategy,
+                                                 const dist_per_replica *values, int index,
                                                  dist_tensor **out, int *count);
 
 DIST_END_DECLS

@@ -190,43 +190,92 @@ static dist_status gather_workers(dist_strategy *s, dist_tensor **out) {
     return st;
 }
 
-dist_status dist_strategy_default_gather(dist_strategy *s, const dist_per_replica *v, int index,
-                                         dist_tensor **out) {
-    const dist_tensor *t0 = v->values[0][index];
-    int64_t rows = 0;
-    for (int r = 0; r < v->num_replicas; r++) {
-        const dist_tensor *t = v->values[r][index];
-        DIST_CHECK_ARG(t->dtype == t0->dtype, "gather: replica %d's value is %s, replica 0's %s", r,
-                       dist_dtype_name(t->dtype), dist_dtype_name(t0->dtype));
-        rows += t->shape[0];
-    }
-    int64_t shape[DIST_MAX_DIMS];
-    memcpy(shape, t0->shape, sizeof shape);
-    shape[0] = rows;
-    DIST_TRY(dist_tensor_create(t0->dtype, t0->ndim, shape, out));
-    char *dst = (*out)->data;
-    for (int r = 0; r < v->num_replicas; r++) {
-        size_t bytes = dist_tensor_bytes(v->values[r][index]);
-        memcpy(dst, v->values[r][index]->data, bytes);
-        dst += bytes;
-    }
-    if (!s->workers_comm) return DIST_OK;
-    return gather_workers(s, out);
+/* [outer, along, inner] elements of esize bytes <-> [along, outer, inner]: the gather axis
+ * moved to the front (to_front) or back to its place. */
+static void move_axis(const char *src, char *dst, int64_t outer, int64_t along, int64_t inner,
+                      size_t esize, int to_front) {
+    size_t row = (size_t)inner * esize;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t a = 0; a < along; a++) {
+            size_t at = (size_t)(o * along + a) * row, front = (size_t)(a * outer + o) * row;
+            memcpy(dst + (to_front ? front : at), src + (to_front ? at : front), row);
+        }
 }
 
-dist_status dist_strategy_gather(dist_strategy *s, const dist_per_replica *v, int index,
+dist_status dist_strategy_default_gather(dist_strategy *s, const dist_per_replica *v, int index,
+                                         int axis, dist_tensor **out) {
+    const dist_tensor *t0 = v->values[0][index];
+    int64_t along = 0, outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= t0->shape[d];
+    for (int d = axis + 1; d < t0->ndim; d++) inner *= t0->shape[d];
+    for (int r = 0; r < v->num_replicas; r++) {
+        const dist_tensor *t = v->values[r][index];
+        DIST_CHECK_ARG(t->dtype == t0->dtype && t->ndim == t0->ndim,
+                       "gather: replica %d's value is a %d-D %s, replica 0's a %d-D %s", r, t->ndim,
+                       dist_dtype_name(t->dtype), t0->ndim, dist_dtype_name(t0->dtype));
+        for (int d = 0; d < t0->ndim; d++)
+            DIST_CHECK_ARG(d == axis || t->shape[d] == t0->shape[d],
+                           "gather: replica %d's dimension %d differs from replica 0's", r, d);
+        along += t->shape[axis];
+    }
+    size_t esize = dist_dtype_size(t0->dtype);
+    /* this worker's replicas concatenated, the gather axis in front: [along, outer, inner] */
+    int64_t front[DIST_MAX_DIMS];
+    front[0] = along;
+    for (int d = 0, k = 1; d < t0->ndim; d++)
+        if (d != axis) front[k++] = t0->shape[d];
+    DIST_TRY(dist_tensor_create(t0->dtype, t0->ndim, front, out));
+    char *dst = (*out)->data;
+    for (int r = 0; r < v->num_replicas; r++) {
+        const dist_tensor *t = v->values[r][index];
+        int64_t a = t->shape[axis];
+        /* replica r's block goes after the previous replicas' rows of every outer index */
+        char *tmp = axis == 0 ? dst : malloc(dist_tensor_bytes(t) + 1);
+        if (!tmp) {
+            dist_tensor_destroy(*out);
+            *out = NULL;
+            return dist_error(DIST_OUT_OF_MEMORY, "gather: out of memory");
+        }
+        move_axis(t->data, tmp, outer, a, inner, esize, 1);
+        if (axis != 0) {
+            memcpy(dst, tmp, dist_tensor_bytes(t));
+            free(tmp);
+        }
+        dst += dist_tensor_bytes(t);
+    }
+    if (s->workers_comm) DIST_TRY(gather_workers(s, out));
+    if (axis == 0) return DIST_OK;
+    /* the axis back to its place */
+    dist_tensor *front_t = *out;
+    int64_t total = front_t->shape[0], shape[DIST_MAX_DIMS];
+    memcpy(shape, t0->shape, sizeof shape);
+    shape[axis] = total;
+    dist_status st = dist_tensor_create(t0->dtype, t0->ndim, shape, out);
+    if (st == DIST_OK) move_axis(front_t->data, (*out)->data, outer, total, inner, esize, 0);
+    dist_tensor_destroy(front_t);
+    return st;
+}
+
+dist_status dist_strategy_gather(dist_strategy *s, const dist_per_replica *v, int index, int axis,
                                  dist_tensor **out) {
     DIST_CHECK_ARG(s && out, "dist_strategy_gather: NULL argument");
     *out = NULL;
     DIST_TRY(check_values(v, index));
-    DIST_CHECK_ARG(v->values[0][index]->ndim >= 1, "gather: values need an axis 0");
-    if (s->iface->gather) return s->iface->gather(s, v, index, out);
-    return dist_strategy_default_gather(s, v, index, out);
+    int nd = v->values[0][index]->ndim;
+    DIST_CHECK_ARG(nd >= 1, "gather: values need at least one axis");
+    DIST_CHECK_ARG(axis >= -nd && axis < nd, "gather: axis %d is out of range for a %d-D value",
+                   axis, nd);
+    if (axis < 0) axis += nd;
+    if (s->iface->gather) return s->iface->gather(s, v, index, axis, out);
+    return dist_strategy_default_gather(s, v, index, axis, out);
 }
 
-dist_status dist_strategy_local_results(const dist_per_replica *v, int index, dist_tensor **out,
-                                        int *count) {
-    DIST_CHECK_ARG(out && count, "dist_strategy_local_results: NULL argument");
+dist_status dist_strategy_local_results(const dist_strategy *s, const dist_per_replica *v,
+                                        int index, dist_tensor **out, int *count) {
+    DIST_CHECK_ARG(s && out && count, "dist_strategy_local_results: NULL argument");
+    DIST_CHECK_ARG(!v || v->num_replicas == s->num_replicas,
+                   "local_results: the values are of %d replicas, this worker has %d",
+                   v ? v->num_replicas : 0, s->num_replicas);
     DIST_TRY(check_values(v, index));
     for (int r = 0; r < v->num_replicas; r++) out[r] = v->values[r][index];
     *count = v->num_replicas;

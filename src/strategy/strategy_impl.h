@@ -51,7 +51,7 @@ struct dist_strategy_i {
      * then the workers' communicator). */
     dist_status (*reduce)(dist_strategy *s, dist_reduce_op op, const dist_per_replica *v, int index,
                           int axis, dist_tensor **out);
-    dist_status (*gather)(dist_strategy *s, const dist_per_replica *v, int index,
+    dist_status (*gather)(dist_strategy *s, const dist_per_replica *v, int index, int axis,
                           dist_tensor **out);
     /* Replica context: aggregate this replica's gradients and apply them with `update`
      * (dist_replica_apply_gradients). Optional: a SUM all-reduce over s->replicas_comm (when
@@ -146,7 +146,7 @@ dist_status dist_strategy_default_reduce(dist_strategy *s, dist_reduce_op op,
                                          const dist_per_replica *v, int index, int axis,
                                          dist_tensor **out);
 dist_status dist_strategy_default_gather(dist_strategy *s, const dist_per_replica *v, int index,
-                                         dist_tensor **out);
+                                         int axis, dist_tensor **out);
 dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica_ctx *rc,
                                                   dist_tensor *grads, dist_update_fn update,
                                                   void *user);

@@ -162,7 +162,13 @@ static dist_status rows_step(dist_replica_ctx *rc, const dist_element *in, void 
     int64_t shape[1] = {rows};
     dist_tensor host = dist_tensor_view(v, DIST_F32, 1, shape);
     DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &host, &outputs->items[0]));
-    outputs->count = 1;
+    /* a [2, rows] value for gather along axis 1: row 0 the values, row 1 their negatives */
+    float w[4] = {v[0], v[1], -v[0], -v[1]};
+    if (rows == 1) w[1] = -v[0];
+    int64_t shape2[2] = {2, rows};
+    dist_tensor host2 = dist_tensor_view(w, DIST_F32, 2, shape2);
+    DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &host2, &outputs->items[1]));
+    outputs->count = 2;
     dist_variable *var = user;
     float mine = (float)(id + 1);
     dist_tensor one = dist_tensor_view(&mine, DIST_F32, 0, NULL);
@@ -180,7 +186,7 @@ static int worker_collectives(const char *spec, const char *out) {
     dist_strategy *s = NULL;
     dist_variable *var = NULL;
     dist_per_replica pr;
-    dist_tensor *sum = NULL, *mean = NULL, *mean_axis = NULL, *gathered = NULL;
+    dist_tensor *sum = NULL, *mean = NULL, *mean_axis = NULL, *gathered = NULL, *by_col = NULL;
     float init = 0, on_read = 0;
     dist_status st = dist_strategy_create(&so, &s);
     if (!st) st = dist_strategy_scope_enter(s);
@@ -191,7 +197,8 @@ static int worker_collectives(const char *spec, const char *out) {
     if (!st) st = dist_strategy_run(s, rows_step, var, NULL, &pr);
     if (!st) st = dist_strategy_reduce(s, DIST_REDUCE_SUM, &pr, 0, 0, &sum);
     if (!st) st = dist_strategy_reduce(s, DIST_REDUCE_MEAN, &pr, 0, 0, &mean_axis);
-    if (!st) st = dist_strategy_gather(s, &pr, 0, &gathered);
+    if (!st) st = dist_strategy_gather(s, &pr, 0, 0, &gathered);
+    if (!st) st = dist_strategy_gather(s, &pr, 1, -1, &by_col);
     if (!st) st = dist_variable_read(var, &on_read, 1);
     (void)mean;
     if (st) {
@@ -207,11 +214,16 @@ static int worker_collectives(const char *spec, const char *out) {
             *(float *)mean_axis->data, (long long)gathered->shape[0]);
     for (int64_t i = 0; i < gathered->shape[0]; i++)
         fprintf(f, "gathered %g\n", ((float *)gathered->data)[i]);
+    fprintf(f, "by_column [%lld x %lld]", (long long)by_col->shape[0], (long long)by_col->shape[1]);
+    for (int64_t i = 0; i < dist_tensor_numel(by_col); i++)
+        fprintf(f, " %g", ((float *)by_col->data)[i]);
+    fprintf(f, "\n");
     fprintf(f, "on_read_sum %g\n", on_read);
     fclose(f);
     dist_tensor_destroy(sum);
     dist_tensor_destroy(mean_axis);
     dist_tensor_destroy(gathered);
+    dist_tensor_destroy(by_col);
     dist_variable_destroy(var);
     dist_strategy_destroy(s);
     return 0;
@@ -431,10 +443,12 @@ START_TEST(test_reduce_gather_and_on_read_variables_span_the_workers) {
     for (int i = 0; i < 2; i++) ck_assert_int_eq(wait_exit(pid[i]), 0);
     const char *expect[2] = {"replicas_in_sync 2\nworkers 2\nworker_id 0\nchief 1\n"
                              "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
-                             "gathered 1\ngathered 11\ngathered 12\non_read_sum 3\n",
+                             "gathered 1\ngathered 11\ngathered 12\n"
+                             "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n",
                              "replicas_in_sync 2\nworkers 2\nworker_id 1\nchief 0\n"
                              "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
-                             "gathered 1\ngathered 11\ngathered 12\non_read_sum 3\n"};
+                             "gathered 1\ngathered 11\ngathered 12\n"
+                             "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n"};
     for (int i = 0; i < 2; i++) {
         ck_assert_str_eq(slurp(path[i]), expect[i]);
         unlink(path[i]);

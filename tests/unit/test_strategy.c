@@ -115,13 +115,13 @@ START_TEST(test_reduce_mean_over_axis_divides_by_total_examples) {
     /* no axis: elementwise over replicas, shapes must agree */
     ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_SUM, &v, 0, -1, &out),
                      DIST_INVALID_ARGUMENT);
-    ck_assert_int_eq(dist_strategy_gather(s, &v, 0, &out), DIST_OK);
+    ck_assert_int_eq(dist_strategy_gather(s, &v, 0, 0, &out), DIST_OK);
     ck_assert_int_eq(out->shape[0], 5);
     ck_assert_float_eq(((float *)out->data)[3], 4.0f);
     dist_tensor_destroy(out);
     dist_tensor *local[64];
     int count;
-    ck_assert_int_eq(dist_strategy_local_results(&v, 0, local, &count), DIST_OK);
+    ck_assert_int_eq(dist_strategy_local_results(s, &v, 0, local, &count), DIST_OK);
     ck_assert_int_eq(count, 2);
     ck_assert_ptr_eq(local[1], v.values[1][0]);
     float c[2] = {1, 2}, d[2] = {3, 6};
@@ -233,11 +233,19 @@ START_TEST(test_integer_outputs_and_counts_above_2_pow_24_stay_exact) {
     ck_assert_int_eq(*(int64_t *)sum->data, 33554435);
     ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_MEAN, &out, 0, -1, &mean), DIST_OK);
     ck_assert_int_eq(*(int64_t *)mean->data, 16777217); /* 33,554,435 / 2, truncated */
-    ck_assert_int_eq(dist_strategy_gather(s, &out, 2, &gathered), DIST_OK);
+    ck_assert_int_eq(dist_strategy_gather(s, &out, 2, 0, &gathered), DIST_OK);
     ck_assert_int_eq(gathered->dtype, DIST_I32);
     ck_assert_int_eq(gathered->shape[0], 4);
     int32_t want[4] = {0, 1, 10, 11};
     ck_assert_mem_eq(gathered->data, want, sizeof want);
+    dist_tensor_destroy(gathered);
+    /* TF's gather(value, axis): the [2] predictions of 2 replicas as [1, 2] rows... here the
+     * 1-D value's only axis, named from the end */
+    ck_assert_int_eq(dist_strategy_gather(s, &out, 2, -1, &gathered), DIST_OK);
+    ck_assert_mem_eq(gathered->data, want, sizeof want);
+    dist_tensor *no = NULL;
+    ck_assert_int_eq(dist_strategy_gather(s, &out, 2, 1, &no), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_null(no);
     /* tf.distribute.ReduceOp has SUM and MEAN only; an axis needs float32 */
     dist_tensor *bad = NULL;
     ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_MAX, &out, 3, -1, &bad),
@@ -249,6 +257,42 @@ START_TEST(test_integer_outputs_and_counts_above_2_pow_24_stay_exact) {
     dist_tensor_destroy(sum);
     dist_tensor_destroy(mean);
     dist_tensor_destroy(gathered);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
+/* Replica r returns a [2, r + 1] value: row 0 counts up from 10 r, row 1 is its negative. */
+static dist_status columns_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    int r = dist_replica_id(rc);
+    float v[4];
+    for (int c = 0; c <= r; c++) {
+        v[c] = (float)(10 * r + c);
+        v[r + 1 + c] = -(float)(10 * r + c);
+    }
+    int64_t shape[2] = {2, r + 1};
+    dist_tensor h = dist_tensor_view(v, DIST_F32, 2, shape);
+    DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &h, &out->items[0]));
+    out->count = 1;
+    return DIST_OK;
+}
+
+START_TEST(test_gather_along_axis_1_concatenates_columns_in_replica_order) {
+    dist_strategy *s = make(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1");
+    dist_per_replica out;
+    ck_assert_msg(dist_strategy_run(s, columns_step, NULL, NULL, &out) == DIST_OK, "%s",
+                  dist_last_error());
+    dist_tensor *g = NULL;
+    ck_assert_int_eq(dist_strategy_gather(s, &out, 0, 1, &g), DIST_OK);
+    ck_assert_int_eq(g->ndim, 2);
+    ck_assert_int_eq(g->shape[0], 2);
+    ck_assert_int_eq(g->shape[1], 3);
+    float want[6] = {0, 10, 11, -0.0f, -10, -11};
+    ck_assert_mem_eq(g->data, want, sizeof want);
+    dist_tensor_destroy(g);
+    /* axis 0 needs the other dimensions (the columns) to agree: they do not */
+    ck_assert_int_eq(dist_strategy_gather(s, &out, 0, 0, &g), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_null(g);
     dist_strategy_destroy(s);
 }
 END_TEST
@@ -588,6 +632,7 @@ int main(void) {
     tcase_add_test(tc, test_reduce_mean_over_axis_divides_by_total_examples);
     tcase_add_test(tc, test_replica_context_all_reduce_and_all_gather);
     tcase_add_test(tc, test_integer_outputs_and_counts_above_2_pow_24_stay_exact);
+    tcase_add_test(tc, test_gather_along_axis_1_concatenates_columns_in_replica_order);
     tcase_add_test(tc, test_a_failing_replica_is_named_and_releases_the_others);
     tcase_add_test(tc, test_variable_aggregation_and_synchronization);
     tcase_add_test(tc, test_bad_devices_are_clear_errors);
