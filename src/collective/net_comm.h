@@ -48,7 +48,7 @@ typedef enum dist_net_transport {
     DIST_NET_SHM /* DIST_UNSUPPORTED at create when some rank is on another host */
 } dist_net_transport;
 
-#define DIST_NET_PROTOCOL_VERSION 1
+#define DIST_NET_PROTOCOL_VERSION 2
 
 typedef struct dist_net_comm_options {
     int version; /* DIST_NET_COMM_OPTIONS_VERSION */
@@ -65,11 +65,21 @@ typedef struct dist_net_comm_options {
     double connect_timeout_s; /* rendezvous and connections; 0: 300 */
     double timeout_s;         /* each collective; 0: 60 */
     dist_net_transport transport;
+    /* The cluster token (the same secret on every rank, at least 16 bytes; borrowed for the
+     * call). NULL: $DIST_CLUSTER_TOKEN, else the contents of the file $DIST_CLUSTER_TOKEN_FILE
+     * names (trailing white space dropped). */
+    const char *token;
+    /* 1: without any token, join unauthenticated (a warning is logged); 0: no token is
+     * DIST_INVALID_ARGUMENT. A world of 1 needs none. */
+    int allow_insecure;
+    /* While joining, the ranks still missing are logged (DIST_LOG_WARN) every wait_log_s
+     * seconds; 0: 10. */
+    double wait_log_s;
 } dist_net_comm_options;
 
-#define DIST_NET_COMM_OPTIONS_VERSION 1
+#define DIST_NET_COMM_OPTIONS_VERSION 2
 #define DIST_NET_COMM_OPTIONS_INIT                                                                 \
-    { DIST_NET_COMM_OPTIONS_VERSION, 0, 1, NULL, NULL, NULL, 0.0, 0.0, DIST_NET_AUTO }
+    { DIST_NET_COMM_OPTIONS_VERSION, 0, 1, NULL, NULL, NULL, 0.0, 0.0, DIST_NET_AUTO, NULL, 0, 0.0 }
 
 /* Joins the cluster: returns when every rank has joined (or fails with DIST_TIMEOUT naming the
  * ranks that did not, DIST_UNAVAILABLE when the own port cannot be bound, naming it). A world

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define MAX_RANKS 4
+#define TEST_CLUSTER_TOKEN "test-cluster-token-0123456789"
 
 typedef struct cluster {
     int world;
@@ -70,6 +71,7 @@ static inline dist_net_comm_options cluster_options(const cluster *cl, int rank,
     o.addresses = cl->addrs;
     o.task_names = cl->names;
     o.fingerprint = "test-cluster";
+    o.token = TEST_CLUSTER_TOKEN;
     o.connect_timeout_s = 10;
     o.timeout_s = 10;
     o.transport = t;
