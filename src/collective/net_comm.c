@@ -187,7 +187,16 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     int port;
     DIST_TRY(net_split_address(c->addrs[c->rank], host, sizeof host, &port));
     if (c->world > 1) {
-        dist_status st = net_listen(host, port, &c->listen_fd);
+        /* a loopback address is right when no other rank is elsewhere by name */
+        bool loopback_ok = true;
+        for (int r = 0; r < c->world; r++) {
+            char h[NET_ADDR_CAP];
+            int p;
+            if (net_split_address(c->addrs[r], h, sizeof h, &p) == DIST_OK &&
+                strcmp(h, host) != 0 && !net_is_loopback_name(h))
+                loopback_ok = false;
+        }
+        dist_status st = net_listen(host, port, loopback_ok, &c->listen_fd);
         if (st != DIST_OK)
             return dist_error_context(st, "%s (rank %d of %d)", c->names[c->rank], c->rank,
                                       c->world);

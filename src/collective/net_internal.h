@@ -67,10 +67,14 @@ double net_now(void);
 const char *net_peer_desc(const dist_net_comm *c, int r, char *buf, size_t cap);
 /* Splits "host:port"; DIST_INVALID_ARGUMENT when malformed. */
 dist_status net_split_address(const char *address, char *host, size_t host_cap, int *port);
-/* Listens at host:port (SO_REUSEADDR), on the address `host` resolves to; only when that
- * address is not one of this machine's (a name that resolves to a NAT or service address) on
- * every interface, with a warning. DIST_UNAVAILABLE naming the address. */
-dist_status net_listen(const char *host, int port, int *fd_out);
+/* Listens at host:port (SO_REUSEADDR), on the address `host` resolves to. On every interface,
+ * with a warning, only when that address is not one of this machine's (a NAT or service
+ * address), or is a loopback address while !loopback_ok (other ranks are on other hosts: a
+ * name that resolves to 127.0.1.1 here, as Debian's /etc/hosts does, and to a real address
+ * there). DIST_UNAVAILABLE naming the address. */
+dist_status net_listen(const char *host, int port, bool loopback_ok, int *fd_out);
+/* "localhost", 127.x.y.z, ::1: an address that stays on its machine (by its text). */
+bool net_is_loopback_name(const char *host);
 /* Connects to host:port, retrying refusals with back-off (10 ms doubling to 1 s) until
  * `deadline` (net_now() time). DIST_TIMEOUT naming `who` when it passes; `why` (may be NULL)
  * receives the last reason ("host 'x' does not resolve: ...", "Connection refused"). */

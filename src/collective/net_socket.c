@@ -109,7 +109,22 @@ static int listen_any(int port, int *fd_out) {
     return listen_on((struct sockaddr *)&a4, sizeof a4, AF_INET, fd_out);
 }
 
-dist_status net_listen(const char *host, int port, int *fd_out) {
+bool net_is_loopback_name(const char *host) {
+    return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+           strcmp(host, "::1") == 0;
+}
+
+static bool is_loopback_addr(const struct sockaddr *a) {
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->sa_family == AF_INET6) {
+        const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+dist_status net_listen(const char *host, int port, bool loopback_ok, int *fd_out) {
     *fd_out = -1;
     char port_s[16];
     snprintf(port_s, sizeof port_s, "%d", port);
@@ -124,10 +139,23 @@ dist_status net_listen(const char *host, int port, int *fd_out) {
                           "(%s)",
                           host, port, host, gai_strerror(g));
     int e = EADDRNOTAVAIL;
-    for (struct addrinfo *ai = res; ai && e; ai = ai->ai_next)
+    bool loopback = false;
+    for (struct addrinfo *ai = res; ai && e; ai = ai->ai_next) {
+        if (is_loopback_addr(ai->ai_addr) && !loopback_ok) {
+            loopback = true;
+            continue;
+        }
         e = listen_on(ai->ai_addr, ai->ai_addrlen, ai->ai_family, fd_out);
+    }
     freeaddrinfo(res);
-    if (e == EADDRNOTAVAIL) {
+    if (e == EADDRNOTAVAIL && loopback) {
+        e = listen_any(port, fd_out);
+        if (!e)
+            dist_log(DIST_LOG_WARN,
+                     "net_comm: '%s' resolves to a loopback address here while other workers are "
+                     "on other hosts; listening on port %d of every interface",
+                     host, port);
+    } else if (e == EADDRNOTAVAIL) {
         /* the name is not an address of this machine (NAT, a Kubernetes service): every
          * interface, and the handshake keeps strangers out */
         e = listen_any(port, fd_out);

@@ -26,3 +26,10 @@ add_test(NAME distrain.multi_worker_only_chief_writes
                  ${CMAKE_CURRENT_BINARY_DIR}/mw_ckpt)
 set_tests_properties(distrain.multi_worker_only_chief_writes PROPERTIES LABELS cli TIMEOUT 120
                      RUN_SERIAL TRUE)
+# A hand-started worker without a cluster token (and without --insecure) refuses to start,
+# naming the ways to give one.
+add_test(NAME distrain.multi_worker_without_token_refuses
+         COMMAND ${CMAKE_COMMAND} -E env --unset=DIST_CLUSTER_TOKEN --unset=DIST_CLUSTER_TOKEN_FILE
+                 "TF_CONFIG={\"cluster\":{\"worker\":[\"127.0.0.1:1\",\"127.0.0.1:2\"]},\"task\":{\"type\":\"worker\",\"index\":1}}"
+                 ${expect} 2 "--cluster-token-file" $<TARGET_FILE:distrain> --strategy multi_worker)
+set_tests_properties(distrain.multi_worker_without_token_refuses PROPERTIES LABELS cli TIMEOUT 60)

@@ -424,7 +424,7 @@ START_TEST(test_net_own_port_taken_is_unavailable_naming_it) {
     cluster_init(&cl, 2);
     int busy = -1;
     int port = atoi(strchr(cl.addrs[0], ':') + 1);
-    ck_assert_int_eq(net_listen("127.0.0.1", port, &busy), DIST_OK);
+    ck_assert_int_eq(net_listen("127.0.0.1", port, true, &busy), DIST_OK);
     /* SO_REUSEADDR does not let two listeners share a port */
     dist_net_comm_options o = cluster_options(&cl, 0, DIST_NET_AUTO);
     o.connect_timeout_s = 0.5;

@@ -464,6 +464,40 @@ START_TEST(test_a_loopback_cluster_listens_on_127_0_0_1_only) {
 }
 END_TEST
 
+/* The bound address of a listener, as text. */
+static void bound_address(int fd, char *out, size_t cap) {
+    struct sockaddr_storage ss;
+    socklen_t l = sizeof ss;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&ss, &l), 0);
+    char h[64] = "?";
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, h, sizeof h);
+    else
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, h, sizeof h);
+    snprintf(out, cap, "%s", h);
+}
+
+START_TEST(test_a_name_that_is_loopback_here_while_others_are_remote_listens_everywhere) {
+    char a[64];
+    int fd = -1, port = free_port();
+    /* every rank on loopback: loopback only */
+    ck_assert_int_eq(net_listen("127.0.0.1", port, true, &fd), DIST_OK);
+    bound_address(fd, a, sizeof a);
+    ck_assert_str_eq(a, "127.0.0.1");
+    close(fd);
+    /* this host's name resolves to 127.0.1.1 here (Debian's /etc/hosts), other ranks are on
+     * other hosts: they would never reach a loopback listener */
+    ck_assert_int_eq(net_listen("127.0.1.1", port, false, &fd), DIST_OK);
+    bound_address(fd, a, sizeof a);
+    ck_assert_msg(strcmp(a, "::") == 0 || strcmp(a, "0.0.0.0") == 0, "bound to %s", a);
+    close(fd);
+    /* a name that does not resolve is named */
+    ck_assert_int_eq(net_listen("no-such-host.invalid", port, true, &fd), DIST_UNAVAILABLE);
+    ck_assert_msg(strstr(dist_last_error(), "host 'no-such-host.invalid' does not resolve"), "%s",
+                  dist_last_error());
+}
+END_TEST
+
 /* ---- the token policy -------------------------------------------------------------------------
  */
 
@@ -606,6 +640,8 @@ int main(void) {
     tcase_add_test(tc,
                    test_ranks_that_disagree_on_a_size_get_an_error_naming_both_not_corrupt_data);
     tcase_add_test(tc, test_a_loopback_cluster_listens_on_127_0_0_1_only);
+    tcase_add_test(tc,
+                   test_a_name_that_is_loopback_here_while_others_are_remote_listens_everywhere);
     tcase_add_test(tc, test_without_a_token_a_cluster_refuses_to_start_unless_insecure);
     tcase_add_test(tc, test_a_waiting_rank_logs_whom_it_waits_for_every_interval);
     suite_add_tcase(s, tc);
