@@ -31,6 +31,18 @@ static dist_status repeat_failure(const dist_net_comm *c) {
     return dist_error(c->failed, "%s (the communicator failed earlier; destroy it)", c->failed_msg);
 }
 
+size_t net_peer_list(const dist_net_comm *c, const bool *missing, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int r = 0; r < c->world; r++) {
+        char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+        if (missing[r] && len + 8 < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "",
+                                    net_peer_desc(c, r, d, sizeof d));
+    }
+    return len;
+}
+
 void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const char *detail) {
     double now = net_now();
     if (*next == 0) {
@@ -39,15 +51,8 @@ void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const 
     }
     if (now < *next) return;
     *next = now + c->wait_log_s;
-    char list[1024] = "";
-    size_t len = 0;
-    for (int r = 0; r < c->world; r++) {
-        char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-        if (missing[r] && len + 8 < sizeof list)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "",
-                                    net_peer_desc(c, r, d, sizeof d));
-    }
-    if (!len) return;
+    char list[1024];
+    if (!net_peer_list(c, missing, list, sizeof list)) return;
     dist_log(DIST_LOG_WARN, "net_comm %s (rank %d): still waiting for %s%s%s%s", c->names[c->rank],
              c->rank, list, detail && detail[0] ? " (" : "", detail ? detail : "",
              detail && detail[0] ? ")" : "");
@@ -55,14 +60,8 @@ void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const 
 
 /* The missing ranks, "a, b did not join within T s". */
 static dist_status not_joined(dist_net_comm *c, const bool *missing) {
-    char list[1024] = "";
-    size_t len = 0;
-    for (int r = 0; r < c->world; r++) {
-        char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-        if (missing[r] && len + 8 < sizeof list)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "",
-                                    net_peer_desc(c, r, d, sizeof d));
-    }
+    char list[1024];
+    net_peer_list(c, missing, list, sizeof list);
     return dist_error(DIST_TIMEOUT, "%s did not join within %g s", list, c->connect_timeout_s);
 }
 

@@ -220,6 +220,8 @@ ssize_t net_send_some(int fd, const void *buf, size_t len);
 ssize_t net_recv_some(int fd, void *buf, size_t len);
 dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes);
 
+/* "worker/1 at h:p, worker/2 at h:p" for the ranks with missing[r] into buf; returns its length. */
+size_t net_peer_list(const dist_net_comm *c, const bool *missing, char *buf, size_t cap);
 /* "still waiting for worker/1 at h:p, worker/2 at ..." every c->wait_log_s (DIST_LOG_WARN):
  * *next is when the next line is due (0: start counting now). */
 void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const char *detail);

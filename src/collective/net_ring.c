@@ -70,6 +70,20 @@ static int recv_chunk(const ring_plan *p, int g) {
     return g < p->n - 1 ? mod(p->r - g - 1, p->n) : mod(p->r - (g - (p->n - 1)), p->n);
 }
 
+/* Moves what it can of a frame header to or from rank r. */
+static dist_status header_step(dist_net_comm *c, bool send, int r, unsigned char *h, size_t *done,
+                               bool *progress) {
+    int fd = c->fds[r];
+    ssize_t k = send ? net_send_some(fd, h + *done, NET_FRAME_BYTES - *done)
+                     : net_recv_some(fd, h + *done, NET_FRAME_BYTES - *done);
+    if (k < 0)
+        return net_fail_peer(c, DIST_PEER_LOST, r, "all-reduce",
+                             errno ? strerror(errno) : "end of stream");
+    *done += (size_t)k;
+    *progress |= k > 0;
+    return DIST_OK;
+}
+
 /* The stream to the next rank starts with the frame header; the one from the previous rank is
  * checked before any of its bytes is summed. */
 static dist_status ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
@@ -90,21 +104,9 @@ static dist_status ring_all_reduce(dist_net_comm *c, const net_frame *frame, voi
     double spin_until = net_now() + c->spin_s;
     while (sg < p.steps || rg < p.steps) {
         bool progress = false, send_wait = false;
-        if (hs < NET_FRAME_BYTES) {
-            ssize_t k = net_send_some(nfd, shdr + hs, NET_FRAME_BYTES - hs);
-            if (k < 0)
-                return net_fail_peer(c, DIST_PEER_LOST, next, "all-reduce",
-                                     errno ? strerror(errno) : "end of stream");
-            hs += (size_t)k;
-            progress |= k > 0;
-        }
+        if (hs < NET_FRAME_BYTES) DIST_TRY(header_step(c, true, next, shdr, &hs, &progress));
         if (hr < NET_FRAME_BYTES) {
-            ssize_t k = net_recv_some(pfd, rhdr + hr, NET_FRAME_BYTES - hr);
-            if (k < 0)
-                return net_fail_peer(c, DIST_PEER_LOST, prev, "all-reduce",
-                                     errno ? strerror(errno) : "end of stream");
-            hr += (size_t)k;
-            progress |= k > 0;
+            DIST_TRY(header_step(c, false, prev, rhdr, &hr, &progress));
             if (hr == NET_FRAME_BYTES) DIST_TRY(net_frame_check(c, rhdr, frame, prev));
         }
         /* send: step sg may forward what step sg-1 has received and processed */

@@ -148,22 +148,17 @@ dist_status net_listen(const char *host, int port, bool loopback_ok, int *fd_out
         e = listen_on(ai->ai_addr, ai->ai_addrlen, ai->ai_family, fd_out);
     }
     freeaddrinfo(res);
-    if (e == EADDRNOTAVAIL && loopback) {
+    if (e == EADDRNOTAVAIL) {
+        /* a name that is not an address of this machine (NAT, a Kubernetes service), or is
+         * loopback only here: every interface, and the handshake keeps strangers out */
         e = listen_any(port, fd_out);
         if (!e)
-            dist_log(DIST_LOG_WARN,
-                     "net_comm: '%s' resolves to a loopback address here while other workers are "
-                     "on other hosts; listening on port %d of every interface",
-                     host, port);
-    } else if (e == EADDRNOTAVAIL) {
-        /* the name is not an address of this machine (NAT, a Kubernetes service): every
-         * interface, and the handshake keeps strangers out */
-        e = listen_any(port, fd_out);
-        if (!e)
-            dist_log(DIST_LOG_WARN,
-                     "net_comm: '%s' is not an address of this machine; listening on port %d of "
-                     "every interface",
-                     host, port);
+            dist_log(DIST_LOG_WARN, "net_comm: '%s' %s; listening on port %d of every interface",
+                     host,
+                     loopback ? "resolves to a loopback address here while other workers are on "
+                                "other hosts"
+                              : "is not an address of this machine",
+                     port);
     }
     if (e) return dist_error_errno(DIST_UNAVAILABLE, e, "cannot listen on %s:%d", host, port);
     return DIST_OK;

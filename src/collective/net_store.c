@@ -391,18 +391,15 @@ dist_status net_store_take_mesh(dist_net_comm *c, double deadline) {
         abs_time(next_log < deadline ? next_log : deadline, &slice);
         pthread_cond_timedwait(&s->cv, &s->mu, &slice);
     }
-    char names[1024] = "";
-    size_t len = 0;
     for (int r = 1; r < c->world; r++) {
-        if (s->mesh_taken[r]) {
+        missing[r] = !s->mesh_taken[r];
+        if (!missing[r]) {
             c->fds[r] = s->mesh_fd[r];
             s->mesh_fd[r] = -1;
-        } else if (len + 8 < sizeof names) {
-            char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
-                                    net_peer_desc(c, r, d, sizeof d));
         }
     }
+    char names[1024];
+    size_t len = net_peer_list(c, missing, names, sizeof names);
     s->close_listener = true;
     pthread_mutex_unlock(&s->mu);
     wake(s);

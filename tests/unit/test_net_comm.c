@@ -198,10 +198,7 @@ static void real_rank1(const cluster *cl, int rank, void *arg) {
 static void impostor(const cluster *cl, int rank, void *arg) {
     dist_net_comm_options o = cluster_options(cl, 1, DIST_NET_TCP);
     o.fingerprint = "another-job";
-    dist_net_comm *c = NULL;
-    dist_status st = dist_net_comm_create(&o, &c);
-    CHILD_CHECK(st == DIST_UNAVAILABLE, "impostor: %s", dist_status_name(st));
-    fprintf(g_out, "%s\n", dist_last_error());
+    child_create_fails(&o, DIST_UNAVAILABLE, "impostor");
 }
 
 /* Speaks protocol version 2 to rank 0, as rank 1. */
@@ -228,12 +225,7 @@ static void old_peer(const cluster *cl, int rank, void *arg) {
 static void check_stranger_refused(rank_fn stranger, const char *want_log, const char *want_told) {
     cluster cl;
     cluster_init(&cl, 2);
-    pid_t p0 = spawn(&cl, 0, logging_rank0, NULL);
-    pid_t ps = spawn(&cl, 2, stranger, NULL); /* reports as "out2" */
-    expect_exit_ok(&cl, ps, 2);
-    pid_t p1 = spawn(&cl, 1, real_rank1, NULL);
-    expect_exit_ok(&cl, p1, 1);
-    expect_exit_ok(&cl, p0, 0);
+    run_with_intruder(&cl, logging_rank0, real_rank1, stranger, NULL); /* it reports as "out2" */
     char *log = read_report(&cl, 0, NULL);
     ck_assert_msg(strstr(log, "LOG: ") && strstr(log, want_log), "rank 0 logged: %s", log);
     ck_assert_msg(strstr(log, "127.0.0.1:"), "the log names no address: %s", log);
@@ -293,10 +285,7 @@ static void holding_rank(const cluster *cl, int rank, void *arg) {
 static void duplicate_rank1(const cluster *cl, int rank, void *arg) {
     dist_net_comm_options o = cluster_options(cl, 1, DIST_NET_TCP);
     o.connect_timeout_s = 1;
-    dist_net_comm *c = NULL;
-    dist_status st = dist_net_comm_create(&o, &c);
-    CHILD_CHECK(st == DIST_TIMEOUT, "duplicate: %s", dist_status_name(st));
-    fprintf(g_out, "%s\n", dist_last_error());
+    child_create_fails(&o, DIST_TIMEOUT, "duplicate");
 }
 
 /* Once the mesh is complete every listener is closed: even a process with the token and the

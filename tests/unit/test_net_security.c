@@ -111,21 +111,13 @@ static void raw_stranger(const cluster *cl, int rank, void *arg) {
     dist_net_comm_options o = cluster_options(cl, 1, DIST_NET_TCP);
     o.token = "not-the-cluster-token-at-all";
     o.connect_timeout_s = 3;
-    dist_net_comm *c = NULL;
-    dist_status st = dist_net_comm_create(&o, &c);
-    CHILD_CHECK(st == DIST_UNAVAILABLE, "stranger: %s", dist_status_name(st));
-    fprintf(g_out, "told: %s\n", dist_last_error());
+    child_create_fails(&o, DIST_UNAVAILABLE, "stranger");
 }
 
 START_TEST(test_a_stranger_with_the_cluster_spec_but_not_the_token_is_refused_and_told_nothing) {
     cluster cl;
     cluster_init(&cl, 2);
-    pid_t p0 = spawn(&cl, 0, member, NULL);
-    pid_t ps = spawn(&cl, 2, raw_stranger, NULL);
-    expect_exit_ok(&cl, ps, 2);
-    pid_t p1 = spawn(&cl, 1, member, NULL);
-    expect_exit_ok(&cl, p1, 1);
-    expect_exit_ok(&cl, p0, 0);
+    run_with_intruder(&cl, member, member, raw_stranger, NULL);
     char *told = read_report(&cl, 2, NULL);
     ck_assert_msg(strstr(told, "refused this process (rank 1): authentication failed"), "%s", told);
     ck_assert_msg(!strstr(told, "world") && !strstr(told, "fingerprint"), "told: %s", told);
@@ -348,12 +340,7 @@ static void store_rank(const cluster *cl, int rank, void *arg) {
 START_TEST(test_store_values_are_limited_and_a_rank_writes_only_its_own_keys) {
     cluster cl;
     cluster_init(&cl, 2);
-    pid_t p0 = spawn(&cl, 0, store_rank, NULL);
-    pid_t pf = spawn(&cl, 2, oversized_setter, NULL);
-    expect_exit_ok(&cl, pf, 2);
-    pid_t p1 = spawn(&cl, 1, store_rank, NULL);
-    expect_exit_ok(&cl, p1, 1);
-    expect_exit_ok(&cl, p0, 0);
+    run_with_intruder(&cl, store_rank, store_rank, oversized_setter, NULL);
     cluster_cleanup(&cl);
 }
 END_TEST
