@@ -66,7 +66,9 @@
  *
  * Failures: every blocking call has a deadline. A peer whose connection closes (its process
  * died) fails the call with DIST_PEER_LOST; one that stops answering fails it with
- * DIST_TIMEOUT once timeout_s has passed. Both messages name the task and its address
+ * DIST_TIMEOUT once timeout_s has passed. Connections carry TCP keepalive (10 s idle, 3 probes
+ * 5 s apart): a host that vanishes between steps (no FIN) fails its connections in ~25 s, and
+ * the next call fails at once with DIST_PEER_LOST. Both messages name the task and its address
  * ("worker/1 at 127.0.0.1:23456"). After a failure the communicator is unusable (every call
  * fails with the same error); destroy it.
  *

@@ -82,7 +82,8 @@ dist_status net_connect_retry(const char *address, double deadline, const char *
                               char *why, size_t why_cap);
 /* Accepts one connection, waiting until `deadline`; *fd_out = -1 when it passed. */
 dist_status net_accept(int listen_fd, double deadline, int *fd_out, char *peer, size_t peer_cap);
-/* TCP_NODELAY, 4 MiB buffers, non-blocking. */
+/* TCP_NODELAY, 4 MiB buffers, keepalive (a vanished host fails the connection in ~25 s),
+ * non-blocking. */
 void net_tune_socket(int fd);
 /* Whole buffers with a deadline (fd non-blocking). DIST_PEER_LOST on EOF/reset, DIST_TIMEOUT
  * when the deadline passes; messages name `who`. */
