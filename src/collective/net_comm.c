@@ -170,7 +170,7 @@ static dist_status connect_to(dist_net_comm *c, int r, int kind, double deadline
         if (st == DIST_OK) return DIST_OK;
         net_close(fd_out);
         if (st == DIST_PEER_LOST && net_now() < deadline) {
-            snprintf(why, sizeof why, "it closed the connection before the handshake");
+            snprintf(why, sizeof why, "it closed the connection during the handshake");
             struct timespec nap = {0, 50 * 1000 * 1000};
             nanosleep(&nap, NULL);
             continue;

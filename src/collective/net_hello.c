@@ -70,8 +70,10 @@ dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, d
     net_auth_mac(c, false, kind, c->rank, to_rank, nc, ns, mac);
     DIST_TRY(net_send_all(fd, mac, NET_MAC_BYTES, deadline, who));
     st = net_recv_all(fd, b, NET_ANSWER_BYTES, deadline, who);
+    /* a refusal is answered before the close: this is a listener that ended the handshake
+     * unanswered (too many at once), worth another try */
     if (st == DIST_PEER_LOST)
-        return dist_error(DIST_UNAVAILABLE, "%s closed the connection during the handshake", who);
+        return dist_error(DIST_PEER_LOST, "%s closed the connection during the handshake", who);
     DIST_TRY(st);
     uint32_t status = get32(b + 4);
     if (get32(b) != NET_HELLO_MAGIC)

@@ -125,7 +125,7 @@ enum { NET_KIND_STORE = 1, NET_KIND_MESH = 2 };
 /* Each handshake's deadline from its accept (a real member answers in milliseconds). */
 #define NET_HANDSHAKE_S 5.0
 /* Connecting side: the hello, the challenge, this side's MAC, the answer and the other side's
- * MAC. A refusal is DIST_UNAVAILABLE naming the reason; a connection closed before any
+ * MAC. A refusal is DIST_UNAVAILABLE naming the reason; a connection closed without an
  * answer is DIST_PEER_LOST (the listener may have been busy: retry). */
 dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, double deadline);
 
