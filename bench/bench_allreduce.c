@@ -209,6 +209,7 @@ static int run_rank(int rank, int p, const char *const *addrs, dist_net_transpor
     o.world = p;
     o.addresses = addrs;
     o.fingerprint = "bench_allreduce";
+    o.token = "bench_allreduce cluster token"; /* every rank is this program */
     o.connect_timeout_s = 30;
     o.timeout_s = 60;
     o.transport = t;

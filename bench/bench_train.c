@@ -695,6 +695,8 @@ static int parse_batches(const char *text, int64_t *out, int max) {
 }
 
 int main(int argc, char **argv) {
+    /* the multi_worker rows' workers are this program: they share the token by inheritance */
+    setenv("DIST_CLUSTER_TOKEN", "bench_train local cluster token", 0);
     int steps = 300, repeats = 5, torch = 1, policies = 0;
     int gpu = 0, images = 65536, nb = 2, steps_set = 0, repeats_set = 0, gpu_args = 0;
     int64_t batches[GPU_MAX_BATCHES] = {64, 1024};

@@ -101,13 +101,18 @@ typedef struct dist_strategy_options {
      * dist_graph_stats). 0 = on, unless $DIST_CUDA_GRAPHS is 0; 1 = on; -1 = off. Results
      * are the same either way. */
     int cuda_graphs;
+    /* multi_worker over TCP/shm: workers prove to each other that they hold the same cluster
+     * token ($DIST_CLUSTER_TOKEN, or the file named by $DIST_CLUSTER_TOKEN_FILE; distrain
+     * --workers makes one). Without a token creating the strategy fails, unless this is 1: then
+     * workers join unauthenticated, and anyone who can reach their ports can join the job. */
+    int allow_insecure;
 } dist_strategy_options;
 
 #define DIST_STRATEGY_OPTIONS_VERSION 3
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
         DIST_STRATEGY_OPTIONS_VERSION, DIST_STRATEGY_MIRRORED, NULL, 0, DIST_CROSS_DEVICE_AUTO, 0, \
-            0.0, NULL, 0.0, DIST_TRANSPORT_AUTO, 0, 0                                              \
+            0.0, NULL, 0.0, DIST_TRANSPORT_AUTO, 0, 0, 0                                           \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,

@@ -4,6 +4,8 @@
 #include "collective/net_internal.h"
 #include "core/error.h"
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,83 +31,153 @@ static dist_status repeat_failure(const dist_net_comm *c) {
     return dist_error(c->failed, "%s (the communicator failed earlier; destroy it)", c->failed_msg);
 }
 
-/* Registers this rank's host id in the store and reads everyone's; names the missing ranks. */
+size_t net_peer_list(const dist_net_comm *c, const bool *missing, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int r = 0; r < c->world; r++) {
+        char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+        if (missing[r] && len + 8 < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "",
+                                    net_peer_desc(c, r, d, sizeof d));
+    }
+    return len;
+}
+
+void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const char *detail) {
+    double now = net_now();
+    if (*next == 0) {
+        *next = now + c->wait_log_s;
+        return;
+    }
+    if (now < *next) return;
+    *next = now + c->wait_log_s;
+    char list[1024];
+    if (!net_peer_list(c, missing, list, sizeof list)) return;
+    dist_log(DIST_LOG_WARN, "net_comm %s (rank %d): still waiting for %s%s%s%s", c->names[c->rank],
+             c->rank, list, detail && detail[0] ? " (" : "", detail ? detail : "",
+             detail && detail[0] ? ")" : "");
+}
+
+/* The missing ranks, "a, b did not join within T s". */
+static dist_status not_joined(dist_net_comm *c, const bool *missing) {
+    char list[1024];
+    net_peer_list(c, missing, list, sizeof list);
+    return dist_error(DIST_TIMEOUT, "%s did not join within %g s", list, c->connect_timeout_s);
+}
+
+/* Registers this rank's host id in the store ("<rank>/net/host") and reads everyone's; logs
+ * the ranks still missing every wait_log_s, names them when the deadline passes. */
 static dist_status register_hosts(dist_net_comm *c, char (*hosts)[NET_HOST_ID_CAP],
                                   double deadline) {
     char key[64];
-    snprintf(key, sizeof key, "net/host/%d", c->rank);
+    snprintf(key, sizeof key, "%d/net/host", c->rank);
     host_id(hosts[c->rank], NET_HOST_ID_CAP);
     DIST_TRY(net_store_set(c, key, hosts[c->rank], strlen(hosts[c->rank]) + 1));
-    char missing[1024] = "";
-    size_t mlen = 0;
-    for (int r = 0; r < c->world; r++) {
-        if (r == c->rank) continue;
-        snprintf(key, sizeof key, "net/host/%d", r);
-        size_t len = 0;
-        /* once one is missing, the rest are only checked, not waited for */
-        dist_status st =
-            net_store_get(c, key, hosts[r], NET_HOST_ID_CAP - 1, &len, mlen ? net_now() : deadline);
-        if (st == DIST_NOT_FOUND) {
-            char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-            if (mlen + 8 < sizeof missing)
-                mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s",
-                                         mlen ? ", " : "", net_peer_desc(c, r, d, sizeof d));
-            continue;
+    bool missing[NET_MAX_WORLD] = {false};
+    for (int r = 0; r < c->world; r++) missing[r] = r != c->rank;
+    double next_log = 0;
+    for (;;) {
+        int left = 0;
+        net_log_waiting(c, &next_log, missing, NULL);
+        double slice = next_log < deadline ? next_log : deadline;
+        for (int r = 0; r < c->world; r++) {
+            if (!missing[r]) continue;
+            snprintf(key, sizeof key, "%d/net/host", r);
+            size_t len = 0;
+            /* the first missing one is waited for (a slice), the rest only checked */
+            dist_status st = net_store_get(c, key, hosts[r], NET_HOST_ID_CAP - 1, &len,
+                                           left ? net_now() : slice);
+            if (st == DIST_NOT_FOUND) {
+                left++;
+                continue;
+            }
+            DIST_TRY(st);
+            hosts[r][len < NET_HOST_ID_CAP ? len : NET_HOST_ID_CAP - 1] = 0;
+            missing[r] = false;
+        }
+        if (!left) return DIST_OK;
+        if (net_now() >= deadline) return not_joined(c, missing);
+    }
+}
+
+/* A mesh connection from a higher rank (the gate's taker on ranks > 0). */
+typedef struct mesh_taker {
+    dist_net_comm *c;
+    bool *taken;
+    int want;
+} mesh_taker;
+
+static bool take_mesh(void *user, int kind, int rank, int fd, const char *peer, bool commit) {
+    mesh_taker *t = user;
+    (void)peer;
+    if (kind != NET_KIND_MESH || t->taken[rank]) return false;
+    if (!commit) return true;
+    t->taken[rank] = true;
+    t->c->fds[rank] = fd;
+    t->want--;
+    return true;
+}
+
+/* Ranks above this one connect to it; handshakes are served at once (the gate), strangers are
+ * refused and the wait goes on. */
+static dist_status accept_higher(dist_net_comm *c, double deadline) {
+    bool taken[NET_MAX_WORLD] = {false}, missing[NET_MAX_WORLD] = {false};
+    mesh_taker t = {c, taken, c->world - 1 - c->rank};
+    net_gate g;
+    DIST_TRY(net_gate_init(&g, c, c->rank + 1));
+    struct pollfd pf[1 + NET_PENDING_CAP];
+    double next_log = 0;
+    while (t.want > 0) {
+        double now = net_now();
+        if (now >= deadline) break;
+        for (int r = c->rank + 1; r < c->world; r++) missing[r] = !taken[r];
+        net_log_waiting(c, &next_log, missing, NULL);
+        pf[0] = (struct pollfd){c->listen_fd, POLLIN, 0};
+        int n = 1 + net_gate_poll_fds(&g, pf + 1);
+        double wake = net_gate_next_deadline(&g, next_log < deadline ? next_log : deadline);
+        int ms = (int)((wake - now) * 1000.0) + 1;
+        poll(pf, (nfds_t)n, ms > 0 ? ms : 0);
+        if (pf[0].revents) net_gate_accept(&g, c->listen_fd);
+        net_gate_step(&g, take_mesh, &t);
+    }
+    net_gate_close(&g);
+    if (!t.want) return DIST_OK;
+    for (int r = c->rank + 1; r < c->world; r++) missing[r] = !taken[r];
+    return not_joined(c, missing);
+}
+
+/* Connects and shakes hands with rank r, retrying until the deadline while it is not there
+ * (or closed the connection unanswered: a listener busy with strangers); logs the wait every
+ * wait_log_s with the reason ("Connection refused", "host 'x' does not resolve"). */
+static dist_status connect_to(dist_net_comm *c, int r, int kind, double deadline, int *fd_out) {
+    char d[NET_NAME_CAP + NET_ADDR_CAP + 8], why[NET_ADDR_CAP + 96] = "";
+    net_peer_desc(c, r, d, sizeof d);
+    bool missing[NET_MAX_WORLD] = {false};
+    missing[r] = true;
+    double next_log = 0;
+    for (;;) {
+        net_log_waiting(c, &next_log, missing, why);
+        double slice = next_log < deadline ? next_log : deadline;
+        dist_status st = net_connect_retry(c->addrs[r], slice, d, fd_out, why, sizeof why);
+        if (st == DIST_TIMEOUT) {
+            if (net_now() < deadline) continue;
+            return dist_error(DIST_TIMEOUT, "%s did not join within %g s%s%s%s", d,
+                              c->connect_timeout_s, why[0] ? " (last error: " : "", why,
+                              why[0] ? ")" : "");
         }
         DIST_TRY(st);
-        hosts[r][len < NET_HOST_ID_CAP ? len : NET_HOST_ID_CAP - 1] = 0;
-    }
-    if (mlen)
-        return dist_error(DIST_TIMEOUT, "%s did not join within %g s", missing,
-                          c->connect_timeout_s);
-    return DIST_OK;
-}
-
-/* Ranks above this one connect to it; strangers are refused and the wait goes on. */
-static dist_status accept_higher(dist_net_comm *c, double deadline) {
-    bool taken[NET_MAX_WORLD] = {false};
-    int want = c->world - 1 - c->rank;
-    while (want > 0) {
-        int fd;
-        char peer[NET_ADDR_CAP];
-        DIST_TRY(net_accept(c->listen_fd, deadline, &fd, peer, sizeof peer));
-        if (fd < 0) break;
-        int kind, rank;
-        net_hello_accept(c, fd, peer, c->rank + 1, taken, NULL, &kind, &rank);
-        if (rank < 0) continue;
-        if (kind != NET_KIND_MESH) {
-            net_close(&fd);
+        st = net_hello_connect(c, *fd_out, kind, r, deadline);
+        if (st == DIST_OK) return DIST_OK;
+        net_close(fd_out);
+        if (st == DIST_PEER_LOST && net_now() < deadline) {
+            snprintf(why, sizeof why, "it closed the connection during the handshake");
+            struct timespec nap = {0, 50 * 1000 * 1000};
+            nanosleep(&nap, NULL);
             continue;
         }
-        taken[rank] = true;
-        c->fds[rank] = fd;
-        want--;
-    }
-    if (!want) return DIST_OK;
-    char missing[1024] = "";
-    size_t mlen = 0;
-    for (int r = c->rank + 1; r < c->world; r++) {
-        char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-        if (!taken[r] && mlen + 8 < sizeof missing)
-            mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s",
-                                     mlen ? ", " : "", net_peer_desc(c, r, d, sizeof d));
-    }
-    return dist_error(DIST_TIMEOUT, "%s did not join within %g s", missing, c->connect_timeout_s);
-}
-
-static dist_status connect_to(dist_net_comm *c, int r, int kind, double deadline, int *fd_out) {
-    char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-    net_peer_desc(c, r, d, sizeof d);
-    dist_status st = net_connect_retry(c->addrs[r], deadline, d, fd_out);
-    if (st == DIST_TIMEOUT)
-        return dist_error(DIST_TIMEOUT, "%s did not join within %g s", d, c->connect_timeout_s);
-    DIST_TRY(st);
-    st = net_hello_connect(c, *fd_out, kind, r, deadline);
-    if (st != DIST_OK) {
-        net_close(fd_out);
         dist_error_breadcrumb(__FILE__, __LINE__);
+        return st == DIST_PEER_LOST ? DIST_UNAVAILABLE : st;
     }
-    return st;
 }
 
 static dist_status join(dist_net_comm *c, dist_net_transport transport) {
@@ -114,7 +186,16 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     int port;
     DIST_TRY(net_split_address(c->addrs[c->rank], host, sizeof host, &port));
     if (c->world > 1) {
-        dist_status st = net_listen(port, &c->listen_fd);
+        /* a loopback address is right when no other rank is elsewhere by name */
+        bool loopback_ok = true;
+        for (int r = 0; r < c->world; r++) {
+            char h[NET_ADDR_CAP];
+            int p;
+            if (net_split_address(c->addrs[r], h, sizeof h, &p) == DIST_OK &&
+                strcmp(h, host) != 0 && !net_is_loopback_name(h))
+                loopback_ok = false;
+        }
+        dist_status st = net_listen(host, port, loopback_ok, &c->listen_fd);
         if (st != DIST_OK)
             return dist_error_context(st, "%s (rank %d of %d)", c->names[c->rank], c->rank,
                                       c->world);
@@ -135,9 +216,10 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
         DIST_TRY_GOTO(net_store_take_mesh(c, deadline), st, out);
     } else {
         DIST_TRY_GOTO(accept_higher(c, deadline), st, out);
-        /* the mesh is complete: a late stranger is refused by the kernel, not left hanging */
-        net_close(&c->listen_fd);
     }
+    /* the mesh is complete: a late stranger is refused by the kernel, not left hanging (rank
+     * 0's store thread closes its listener itself) */
+    if (c->rank != 0) net_close(&c->listen_fd);
 
     bool same_host = true;
     for (int r = 0; r < c->world; r++) same_host &= strcmp(hosts[r], hosts[0]) == 0;
@@ -179,7 +261,10 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
     c->world = o->world;
     c->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : 300.0;
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60.0;
-    c->fingerprint = net_fingerprint_hash(o->fingerprint ? o->fingerprint : "");
+    const char *fp = o->fingerprint ? o->fingerprint : "";
+    SHA256((const unsigned char *)fp, strlen(fp), c->fp_digest);
+    c->fingerprint = get64(c->fp_digest);
+    c->wait_log_s = o->wait_log_s > 0 ? o->wait_log_s : 10.0;
     c->listen_fd = c->store_fd = -1;
     c->spin_s = 50e-6;
     c->names = calloc((size_t)c->world, sizeof *c->names);
@@ -197,7 +282,8 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
             snprintf(c->names[r], NET_NAME_CAP, "rank %d", r);
         snprintf(c->addrs[r], NET_ADDR_CAP, "%s", o->addresses ? o->addresses[r] : "local:0");
     }
-    dist_status st = join(c, o->transport);
+    dist_status st = c->world > 1 ? net_auth_setup(c, o->token, o->allow_insecure != 0) : DIST_OK;
+    if (st == DIST_OK) st = join(c, o->transport);
     if (st != DIST_OK) {
         dist_net_comm_destroy(c);
         return st;
@@ -217,6 +303,7 @@ void dist_net_comm_destroy(dist_net_comm *c) {
     free(c->fds);
     free(c->addrs);
     free(c->names);
+    OPENSSL_cleanse(c->key, sizeof c->key);
     free(c);
 }
 
@@ -237,31 +324,36 @@ static dist_status net_all_reduce(dist_net_comm *c, void *data, size_t count, di
                                   dist_reduce_op op, double timeout_s) {
     double deadline = 0;
     DIST_TRY(begin_call(c, timeout_s, &deadline));
+    size_t bytes = count * dist_dtype_size(dtype);
+    net_frame f =
+        net_frame_next(c, NET_FRAME_ALL_REDUCE, (uint32_t)dtype | (uint32_t)op << 8, bytes);
     if (c->world == 1 || count == 0) return DIST_OK;
-    if (c->shm) return net_shm_all_reduce(c, data, count, dtype, op, deadline);
-    return net_tcp_all_reduce(c, data, count, dtype, op, deadline);
+    if (c->shm) return net_shm_all_reduce(c, &f, data, count, dtype, op, deadline);
+    return net_tcp_all_reduce(c, &f, data, count, dtype, op, deadline);
 }
 
 static dist_status net_broadcast(dist_net_comm *c, void *data, size_t bytes, int root,
                                  double timeout_s) {
     double deadline = 0;
     DIST_TRY(begin_call(c, timeout_s, &deadline));
+    net_frame f = net_frame_next(c, NET_FRAME_BROADCAST, (uint32_t)root, bytes);
     if (c->world == 1 || bytes == 0) return DIST_OK;
     net_op ops[NET_MAX_WORLD];
     int k = 0;
     if (c->rank == root) {
         for (int r = 0; r < c->world; r++)
-            if (r != root) ops[k++] = (net_op){r, true, data, bytes, 0};
+            if (r != root) ops[k++] = (net_op){r, true, data, bytes, 0, {0}};
     } else {
-        ops[k++] = (net_op){root, false, data, bytes, 0};
+        ops[k++] = (net_op){root, false, data, bytes, 0, {0}};
     }
-    return net_xfer(c, ops, k, deadline, "broadcast");
+    return net_xfer(c, &f, ops, k, deadline, "broadcast");
 }
 
 static dist_status net_all_gather(dist_net_comm *c, const void *in, size_t bytes, void *out,
                                   double timeout_s) {
     double deadline = 0;
     DIST_TRY(begin_call(c, timeout_s, &deadline));
+    net_frame f = net_frame_next(c, NET_FRAME_ALL_GATHER, 0, bytes);
     if (bytes == 0) return DIST_OK;
     char *o = out;
     memmove(o + (size_t)c->rank * bytes, in, bytes);
@@ -270,25 +362,26 @@ static dist_status net_all_gather(dist_net_comm *c, const void *in, size_t bytes
     int k = 0;
     for (int r = 0; r < c->world; r++) {
         if (r == c->rank) continue;
-        ops[k++] = (net_op){r, true, o + (size_t)c->rank * bytes, bytes, 0};
-        ops[k++] = (net_op){r, false, o + (size_t)r * bytes, bytes, 0};
+        ops[k++] = (net_op){r, true, o + (size_t)c->rank * bytes, bytes, 0, {0}};
+        ops[k++] = (net_op){r, false, o + (size_t)r * bytes, bytes, 0, {0}};
     }
-    return net_xfer(c, ops, k, deadline, "all-gather");
+    return net_xfer(c, &f, ops, k, deadline, "all-gather");
 }
 
 static dist_status net_barrier(dist_net_comm *c, double timeout_s) {
     double deadline = 0;
     DIST_TRY(begin_call(c, timeout_s, &deadline));
+    net_frame f = net_frame_next(c, NET_FRAME_BARRIER, 0, 0);
     if (c->world == 1) return DIST_OK;
-    char mine = 1, theirs[NET_MAX_WORLD];
+    /* the frame header is the whole message */
     net_op ops[2 * NET_MAX_WORLD];
     int k = 0;
     for (int r = 0; r < c->world; r++) {
         if (r == c->rank) continue;
-        ops[k++] = (net_op){r, true, &mine, 1, 0};
-        ops[k++] = (net_op){r, false, &theirs[r], 1, 0};
+        ops[k++] = (net_op){r, true, NULL, 0, 0, {0}};
+        ops[k++] = (net_op){r, false, NULL, 0, 0, {0}};
     }
-    return net_xfer(c, ops, k, deadline, "barrier");
+    return net_xfer(c, &f, ops, k, deadline, "barrier");
 }
 
 dist_status dist_net_comm_all_reduce(dist_net_comm *c, float *data, size_t count,

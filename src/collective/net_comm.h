@@ -5,10 +5,48 @@
  * Rendezvous: rank 0 (the collective leader) serves a small key-value store on its cluster
  * address; every rank connects to it with retry and back-off, registers, and learns every
  * other rank's host; then ranks connect to each other (a full mesh of TCP connections, one
- * per pair). Every connection starts with a hello carrying a protocol version, the cluster
- * fingerprint and the sender's rank; a connection from a process outside the cluster, from
- * another job (fingerprint mismatch) or speaking another protocol version is refused, and the
- * reason is logged (DIST_LOG_WARN) — it never disturbs the real members.
+ * per pair). While it waits, a rank logs (DIST_LOG_WARN) every wait_log_s (10 s) which tasks
+ * it is still waiting for and why it cannot reach them ("Connection refused", "host 'x' does
+ * not resolve"). Each rank listens on the address its own host name resolves to (127.0.0.1 for
+ * a loopback cluster such as distrain --workers N; every interface only when that address is
+ * not one of this machine's, e.g. a NAT or service address, with a warning). Once the mesh is
+ * complete every listener is closed, rank 0's included: nobody can connect afterwards.
+ *
+ * Security: anyone who can reach a port may try to join, so every connection is
+ * authenticated. The ranks share a cluster token (options.token, $DIST_CLUSTER_TOKEN, or the
+ * file $DIST_CLUSTER_TOKEN_FILE names; at least 16 bytes; distrain --workers makes a random
+ * one and hands it to its workers through their environment). Without a token creation fails
+ * with DIST_INVALID_ARGUMENT naming DIST_CLUSTER_TOKEN, --cluster-token-file and --insecure,
+ * unless allow_insecure is set: then the handshake runs with a fixed public key (it only
+ * keeps jobs apart) and a warning is logged. This holds for loopback clusters too: separately
+ * started processes cannot agree on a generated secret, and every local user can reach
+ * 127.0.0.1. The token authenticates; it does not encrypt: the data travel in clear, as
+ * TensorFlow's gRPC does without TLS.
+ *
+ * Handshake (DIST_NET_PROTOCOL_VERSION 2, little-endian), on every store and mesh
+ * connection:
+ *   1. client -> hello (48 B): magic "TNDL", version, kind (1 store, 2 mesh), client rank,
+ *      32-byte client nonce (RAND_bytes)
+ *   2. server -> challenge (48 B): magic, version, status (0, or 1 "other protocol
+ *      version"), 0, 32-byte server nonce
+ *   3. client -> proof (32 B): HMAC-SHA256(token, "libdist-v2-joins" | version | world |
+ *      kind | client rank | server rank | SHA-256(fingerprint) | client nonce | server nonce)
+ *   4. server -> answer (40 B): magic, status (0 accepted; 2 authentication failed, 3 rank
+ *      out of range, 4 duplicate rank, 5 unexpected kind), then the server's proof
+ *      HMAC-SHA256(token, "libdist-v2-serve" | same fields | server nonce | client nonce), or
+ *      zeros on a refusal.
+ * Both proofs are compared in constant time (CRYPTO_memcmp). The server checks the proof
+ * before anything about ranks, so a process without the token learns nothing it did not
+ * send: no fingerprint, no world size, no rank; the client checks the server's proof, so a
+ * process squatting on a member's port is not mistaken for it. A listener serves up to 64
+ * handshakes at once, each with a 5 s deadline (the oldest is ended when a 65th arrives), so
+ * silent or slow connections cannot stall the rendezvous; each refusal is logged
+ * (DIST_LOG_WARN) with the peer's address and never disturbs the real members.
+ *
+ * The store: keys up to 1024 bytes, values up to 1 MiB, 16 MiB in all; rank r writes only
+ * keys that start with "r/" (rank 0, the leader, any key, e.g. an NCCL unique id): another
+ * member cannot replace them. A SET over the value limit is refused and its connection
+ * closed unread.
  *
  * Transports for the bulk data: TCP (a pipelined ring: reduce-scatter + all-gather; a direct
  * exchange for messages up to 64 KiB) or, when every rank is on this host (same hostname and
@@ -18,14 +56,19 @@
  * all-reduce; broadcast, all-gather and barrier always travel over the TCP mesh, which also
  * stays open for liveness (a peer's EOF fails a shared-memory wait at once).
  *
- * Wire: every connection opens with a 32-byte hello (magic, DIST_NET_PROTOCOL_VERSION, a hash
- * of the fingerprint, rank, kind: store or mesh, world) answered by the same from the
- * listener, whose kind field is 0 (accepted) or the reason of a refusal. Collectives then send
- * raw payload bytes without framing: every rank makes the same calls with the same sizes.
+ * Frames: every collective message on the mesh starts with a 24-byte header: magic "DLFR" ^
+ * kind (all-reduce, broadcast, all-gather, barrier, shared-memory setup), detail (dtype | op
+ * << 8, or the broadcast's root), the call's sequence number (calls since create, the same on
+ * every rank), its bytes per rank. The ring sends one header ahead of its stream. Over shared
+ * memory each rank publishes its call's sequence number and size with the first chunk. A
+ * receiver whose header differs from its own call fails with DIST_INVALID_USAGE naming both
+ * ranks, both calls and both sizes: ranks that disagree never corrupt data silently.
  *
  * Failures: every blocking call has a deadline. A peer whose connection closes (its process
  * died) fails the call with DIST_PEER_LOST; one that stops answering fails it with
- * DIST_TIMEOUT once timeout_s has passed. Both messages name the task and its address
+ * DIST_TIMEOUT once timeout_s has passed. Connections carry TCP keepalive (10 s idle, 3 probes
+ * 5 s apart): a host that vanishes between steps (no FIN) fails its connections in ~25 s, and
+ * the next call fails at once with DIST_PEER_LOST. Both messages name the task and its address
  * ("worker/1 at 127.0.0.1:23456"). After a failure the communicator is unusable (every call
  * fails with the same error); destroy it.
  *
@@ -48,7 +91,7 @@ typedef enum dist_net_transport {
     DIST_NET_SHM /* DIST_UNSUPPORTED at create when some rank is on another host */
 } dist_net_transport;
 
-#define DIST_NET_PROTOCOL_VERSION 1
+#define DIST_NET_PROTOCOL_VERSION 2
 
 typedef struct dist_net_comm_options {
     int version; /* DIST_NET_COMM_OPTIONS_VERSION */
@@ -65,11 +108,21 @@ typedef struct dist_net_comm_options {
     double connect_timeout_s; /* rendezvous and connections; 0: 300 */
     double timeout_s;         /* each collective; 0: 60 */
     dist_net_transport transport;
+    /* The cluster token (the same secret on every rank, at least 16 bytes; borrowed for the
+     * call). NULL: $DIST_CLUSTER_TOKEN, else the contents of the file $DIST_CLUSTER_TOKEN_FILE
+     * names (trailing white space dropped). */
+    const char *token;
+    /* 1: without any token, join unauthenticated (a warning is logged); 0: no token is
+     * DIST_INVALID_ARGUMENT. A world of 1 needs none. */
+    int allow_insecure;
+    /* While joining, the ranks still missing are logged (DIST_LOG_WARN) every wait_log_s
+     * seconds; 0: 10. */
+    double wait_log_s;
 } dist_net_comm_options;
 
-#define DIST_NET_COMM_OPTIONS_VERSION 1
+#define DIST_NET_COMM_OPTIONS_VERSION 2
 #define DIST_NET_COMM_OPTIONS_INIT                                                                 \
-    { DIST_NET_COMM_OPTIONS_VERSION, 0, 1, NULL, NULL, NULL, 0.0, 0.0, DIST_NET_AUTO }
+    { DIST_NET_COMM_OPTIONS_VERSION, 0, 1, NULL, NULL, NULL, 0.0, 0.0, DIST_NET_AUTO, NULL, 0, 0.0 }
 
 /* Joins the cluster: returns when every rank has joined (or fails with DIST_TIMEOUT naming the
  * ranks that did not, DIST_UNAVAILABLE when the own port cannot be bound, naming it). A world
@@ -97,8 +150,10 @@ dist_status dist_net_comm_barrier(dist_net_comm *c);
 /* The leader's key-value store: set a value (any bytes), get one, waiting until some rank has
  * set it (bounded by timeout_s: DIST_TIMEOUT naming the key). *len receives the value's size;
  * a value larger than cap is DIST_INVALID_ARGUMENT (the communicator stays usable). Keys up to
- * 1024 bytes, values up to 64 MiB. Used for what ranks must agree on out of band (an NCCL
- * unique id). Unlike the collectives, calls need not be matched on every rank. */
+ * 1024 bytes, values up to 1 MiB (DIST_INVALID_ARGUMENT), 16 MiB in all (DIST_OUT_OF_MEMORY);
+ * rank r sets only keys that start with "r/", rank 0 any (else DIST_INVALID_USAGE). Used for
+ * what ranks must agree on out of band (an NCCL unique id). Unlike the collectives, calls need
+ * not be matched on every rank. */
 dist_status dist_net_comm_store_set(dist_net_comm *c, const char *key, const void *value,
                                     size_t len);
 dist_status dist_net_comm_store_get(dist_net_comm *c, const char *key, void *value, size_t cap,

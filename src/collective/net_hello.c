@@ -1,141 +1,268 @@
-/* The hello that opens every connection of the communicator, and refusing the strangers: a
- * process of another job (fingerprint), another protocol version, or a rank that is out of
- * range or already present. A refusal is answered, logged and closed; the listener keeps
- * waiting for the real member. */
+/* The handshake that opens every connection of the communicator, and the gate that serves
+ * many of them at once on a listener.
+ *
+ *   client -> hello      magic, version, kind (store or mesh), client rank, client nonce
+ *   server -> challenge  magic, version, status (0, or "other protocol version"), server nonce
+ *   client -> proof      HMAC(token, "joins", task, both nonces)           (net_auth.c)
+ *   server -> answer     magic, status, HMAC(token, "serve", task, both nonces) or zeros
+ *
+ * Before the client's proof is checked, a refusal says only what the client already knows
+ * (which protocol it spoke): no fingerprint, no world size, no rank. After it, a refusal
+ * names the reason (a rank out of range or already present). The server's own proof lets the
+ * client tell a member from a squatter on its port. */
 #include "collective/net_internal.h"
 #include "core/error.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
     NET_ACCEPTED = 0,
-    NET_BAD_MAGIC,
     NET_BAD_VERSION,
-    NET_BAD_FINGERPRINT,
+    NET_AUTH_FAILED,
     NET_BAD_RANK,
     NET_DUPLICATE_RANK,
     NET_BAD_KIND,
-    NET_BAD_WORLD,
     NET_REASON_COUNT
 };
 
-static const char *reason_text(int r) {
+static const char *reason_text(uint32_t r) {
     static const char *const text[NET_REASON_COUNT] = {
         "accepted",
-        "bad magic (not a libdist communicator)",
         "other protocol version",
-        "cluster fingerprint mismatch (another job or cluster spec)",
+        "authentication failed (another cluster token, cluster spec or task)",
         "rank out of range",
         "duplicate rank (that rank has already joined)",
         "unexpected connection kind",
-        "other world size",
     };
-    return r >= 0 && r < NET_REASON_COUNT ? text[r] : "unknown reason";
+    return r < NET_REASON_COUNT ? text[r] : "unknown reason";
 }
 
-/* Little-endian: magic, version, fingerprint, rank, kind, world, reserved. Magic and version
- * come first in every protocol version, so any version can read why it was refused. */
-void net_hello_encode(const net_hello *h, unsigned char out[NET_HELLO_BYTES]) {
-    put32(out, h->magic);
-    put32(out + 4, h->version);
-    put64(out + 8, h->fingerprint);
-    put32(out + 16, (uint32_t)h->rank);
-    put32(out + 20, (uint32_t)h->kind);
-    put32(out + 24, (uint32_t)h->world);
-    put32(out + 28, (uint32_t)h->reserved);
-}
-
-void net_hello_decode(const unsigned char in[NET_HELLO_BYTES], net_hello *h) {
-    h->magic = get32(in);
-    h->version = get32(in + 4);
-    h->fingerprint = get64(in + 8);
-    h->rank = (int32_t)get32(in + 16);
-    h->kind = (int32_t)get32(in + 20);
-    h->world = (int32_t)get32(in + 24);
-    h->reserved = (int32_t)get32(in + 28);
-}
-
-uint64_t net_fingerprint_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+/* ---- the connecting side ----------------------------------------------------------------- */
 
 dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, double deadline) {
     char who[NET_NAME_CAP + NET_ADDR_CAP + 8];
     net_peer_desc(c, to_rank, who, sizeof who);
-    net_hello h = {NET_HELLO_MAGIC, DIST_NET_PROTOCOL_VERSION, c->fingerprint, c->rank, kind,
-                   c->world, 0};
-    unsigned char b[NET_HELLO_BYTES];
-    net_hello_encode(&h, b);
-    DIST_TRY(net_send_all(fd, b, sizeof b, deadline, who));
-    dist_status st = net_recv_all(fd, b, sizeof b, deadline, who);
+    unsigned char nc[NET_NONCE_BYTES], b[NET_HELLO_BYTES];
+    DIST_TRY(net_random(nc, sizeof nc));
+    put32(b, NET_HELLO_MAGIC);
+    put32(b + 4, DIST_NET_PROTOCOL_VERSION);
+    put32(b + 8, (uint32_t)kind);
+    put32(b + 12, (uint32_t)c->rank);
+    memcpy(b + 16, nc, NET_NONCE_BYTES);
+    DIST_TRY(net_send_all(fd, b, NET_HELLO_BYTES, deadline, who));
+    dist_status st = net_recv_all(fd, b, NET_CHALLENGE_BYTES, deadline, who);
     if (st == DIST_PEER_LOST)
-        return dist_error(DIST_UNAVAILABLE, "%s closed the connection without answering the hello",
+        return dist_error(DIST_PEER_LOST, "%s closed the connection without answering the hello",
                           who);
     DIST_TRY(st);
-    net_hello r;
-    net_hello_decode(b, &r);
-    if (r.magic != NET_HELLO_MAGIC)
+    if (get32(b) != NET_HELLO_MAGIC)
         return dist_error(DIST_UNAVAILABLE, "%s is not a libdist communicator (bad magic)", who);
-    if (r.kind != NET_ACCEPTED)
-        return dist_error(DIST_UNAVAILABLE, "%s refused this process (rank %d): %s", who, c->rank,
-                          reason_text(r.kind));
-    if (r.version != DIST_NET_PROTOCOL_VERSION || r.fingerprint != c->fingerprint ||
-        r.rank != to_rank)
+    if (get32(b + 8) != NET_ACCEPTED || get32(b + 4) != DIST_NET_PROTOCOL_VERSION)
         return dist_error(DIST_UNAVAILABLE,
-                          "%s answered as another member (protocol %u, rank %d, fingerprint %s)",
-                          who, r.version, r.rank,
-                          r.fingerprint == c->fingerprint ? "equal" : "different");
+                          "%s refused this process (rank %d): other protocol version (it speaks "
+                          "%u, this process %d)",
+                          who, c->rank, get32(b + 4), DIST_NET_PROTOCOL_VERSION);
+    unsigned char ns[NET_NONCE_BYTES], mac[NET_MAC_BYTES];
+    memcpy(ns, b + 16, NET_NONCE_BYTES);
+    net_auth_mac(c, false, kind, c->rank, to_rank, nc, ns, mac);
+    DIST_TRY(net_send_all(fd, mac, NET_MAC_BYTES, deadline, who));
+    st = net_recv_all(fd, b, NET_ANSWER_BYTES, deadline, who);
+    /* a refusal is answered before the close: this is a listener that ended the handshake
+     * unanswered (too many at once), worth another try */
+    if (st == DIST_PEER_LOST)
+        return dist_error(DIST_PEER_LOST, "%s closed the connection during the handshake", who);
+    DIST_TRY(st);
+    uint32_t status = get32(b + 4);
+    if (get32(b) != NET_HELLO_MAGIC)
+        return dist_error(DIST_UNAVAILABLE, "%s is not a libdist communicator (bad magic)", who);
+    if (status != NET_ACCEPTED)
+        return dist_error(DIST_UNAVAILABLE, "%s refused this process (rank %d): %s", who, c->rank,
+                          reason_text(status));
+    net_auth_mac(c, true, kind, c->rank, to_rank, ns, nc, mac);
+    if (!net_auth_equal(mac, b + 8))
+        return dist_error(DIST_UNAVAILABLE,
+                          "%s did not prove that it holds the cluster token (another cluster or "
+                          "another process on its port)",
+                          who);
     return DIST_OK;
 }
 
-void net_hello_accept(dist_net_comm *c, int fd, const char *peer, int min_rank,
-                      const bool *taken_mesh, const bool *taken_store, int *kind_out,
-                      int *rank_out) {
-    *rank_out = -1;
-    *kind_out = 0;
-    unsigned char b[NET_HELLO_BYTES];
-    char who[NET_ADDR_CAP + 16];
-    snprintf(who, sizeof who, "connection from %s", peer);
-    double hello_deadline = net_now() + 2.0;
-    dist_status st = net_recv_all(fd, b, sizeof b, hello_deadline, who);
-    if (st != DIST_OK) {
-        dist_log(DIST_LOG_WARN, "net_comm rank %d: refused the %s: no hello (%s)", c->rank, who,
-                 dist_last_error());
-        net_close(&fd);
-        return;
+/* ---- the listening side ------------------------------------------------------------------ */
+
+struct net_pending {
+    int fd;
+    bool proof; /* false: reading the hello; true: reading the proof */
+    size_t have;
+    double deadline, born;
+    int kind, rank;
+    unsigned char buf[NET_HELLO_BYTES];
+    unsigned char nc[NET_NONCE_BYTES], ns[NET_NONCE_BYTES];
+    char peer[NET_ADDR_CAP];
+};
+
+dist_status net_gate_init(net_gate *g, dist_net_comm *c, int min_rank) {
+    g->c = c;
+    g->min_rank = min_rank;
+    g->n = 0;
+    g->p = calloc(NET_PENDING_CAP, sizeof *g->p);
+    if (!g->p) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
+    return DIST_OK;
+}
+
+void net_gate_close(net_gate *g) {
+    for (int i = 0; g->p && i < g->n; i++) net_close(&g->p[i].fd);
+    free(g->p);
+    g->p = NULL;
+    g->n = 0;
+}
+
+static void drop(net_gate *g, int i, const char *why, bool log) {
+    net_pending *p = &g->p[i];
+    if (log) {
+        if (p->proof)
+            dist_log(DIST_LOG_WARN,
+                     "net_comm rank %d: refused the connection from %s (claims rank "
+                     "%d): %s",
+                     g->c->rank, p->peer, p->rank, why);
+        else
+            dist_log(DIST_LOG_WARN, "net_comm rank %d: refused the connection from %s: %s",
+                     g->c->rank, p->peer, why);
     }
-    net_hello h;
-    net_hello_decode(b, &h);
-    int reason = NET_ACCEPTED;
-    if (h.magic != NET_HELLO_MAGIC)
-        reason = NET_BAD_MAGIC;
-    else if (h.version != DIST_NET_PROTOCOL_VERSION)
-        reason = NET_BAD_VERSION;
-    else if (h.fingerprint != c->fingerprint)
-        reason = NET_BAD_FINGERPRINT;
-    else if (h.world != c->world)
-        reason = NET_BAD_WORLD;
-    else if (h.rank < min_rank || h.rank >= c->world || h.rank == c->rank)
+    net_close(&p->fd);
+    g->p[i] = g->p[--g->n];
+}
+
+void net_gate_accept(net_gate *g, int listen_fd) {
+    for (;;) {
+        int fd;
+        char peer[NET_ADDR_CAP];
+        if (net_accept(listen_fd, 0.0, &fd, peer, sizeof peer) != DIST_OK || fd < 0) return;
+        if (g->n == NET_PENDING_CAP) {
+            int oldest = 0;
+            for (int i = 1; i < g->n; i++)
+                if (g->p[i].born < g->p[oldest].born) oldest = i;
+            drop(g, oldest, "too many handshakes at once (the oldest is ended)", true);
+        }
+        net_pending *p = &g->p[g->n++];
+        memset(p, 0, sizeof *p);
+        p->fd = fd;
+        p->born = net_now();
+        p->deadline = p->born + NET_HANDSHAKE_S;
+        snprintf(p->peer, sizeof p->peer, "%s", peer);
+    }
+}
+
+int net_gate_poll_fds(const net_gate *g, struct pollfd *pf) {
+    for (int i = 0; i < g->n; i++) pf[i] = (struct pollfd){g->p[i].fd, POLLIN, 0};
+    return g->n;
+}
+
+double net_gate_next_deadline(const net_gate *g, double later) {
+    for (int i = 0; i < g->n; i++)
+        if (g->p[i].deadline < later) later = g->p[i].deadline;
+    return later;
+}
+
+/* A small message on a fresh socket: its buffer is empty, a partial send means a peer gone. */
+static bool send_small(int fd, const void *b, size_t len) {
+    return net_send_all(fd, b, len, net_now() + 1.0, "handshake") == DIST_OK;
+}
+
+static void answer(int fd, uint32_t status, const unsigned char *mac) {
+    unsigned char a[NET_ANSWER_BYTES] = {0};
+    put32(a, NET_HELLO_MAGIC);
+    put32(a + 4, status);
+    if (mac) memcpy(a + 8, mac, NET_MAC_BYTES);
+    (void)send_small(fd, a, sizeof a);
+}
+
+/* The proof has arrived: 1 accepted (the fd is the taker's), -1 dropped. */
+static int finish(net_gate *g, int i, net_gate_take_fn take, void *user) {
+    dist_net_comm *c = g->c;
+    net_pending *p = &g->p[i];
+    unsigned char want[NET_MAC_BYTES];
+    net_auth_mac(c, false, p->kind, p->rank, c->rank, p->nc, p->ns, want);
+    uint32_t reason = NET_ACCEPTED;
+    if (!net_auth_equal(want, p->buf))
+        reason = NET_AUTH_FAILED;
+    else if (p->rank < g->min_rank || p->rank >= c->world || p->rank == c->rank)
         reason = NET_BAD_RANK;
-    else if (h.kind != NET_KIND_STORE && h.kind != NET_KIND_MESH)
+    else if (p->kind != NET_KIND_MESH && (p->kind != NET_KIND_STORE || c->rank != 0))
         reason = NET_BAD_KIND;
-    else if ((h.kind == NET_KIND_MESH && taken_mesh && taken_mesh[h.rank]) ||
-             (h.kind == NET_KIND_STORE && taken_store && taken_store[h.rank]))
+    else if (!take(user, p->kind, p->rank, p->fd, p->peer, false))
         reason = NET_DUPLICATE_RANK;
-    net_hello r = {NET_HELLO_MAGIC, DIST_NET_PROTOCOL_VERSION, c->fingerprint, c->rank, reason,
-                   c->world, 0};
-    net_hello_encode(&r, b);
-    (void)net_send_all(fd, b, sizeof b, net_now() + 1.0, who);
     if (reason != NET_ACCEPTED) {
-        dist_log(DIST_LOG_WARN,
-                 "net_comm rank %d: refused the %s (claims rank %d, protocol %u): %s", c->rank,
-                 who, (int)h.rank, h.version, reason_text(reason));
-        net_close(&fd);
-        return;
+        answer(p->fd, reason, NULL);
+        drop(g, i, reason_text(reason), true);
+        return -1;
     }
-    *kind_out = h.kind;
-    *rank_out = h.rank;
+    unsigned char mine[NET_MAC_BYTES];
+    net_auth_mac(c, true, p->kind, p->rank, c->rank, p->ns, p->nc, mine);
+    answer(p->fd, NET_ACCEPTED, mine);
+    (void)take(user, p->kind, p->rank, p->fd, p->peer, true);
+    g->p[i] = g->p[--g->n]; /* the fd now belongs to the taker */
+    return 1;
+}
+
+/* Reads what is there; 0 still pending, 1 accepted, -1 dropped. */
+static int step_one(net_gate *g, int i, net_gate_take_fn take, void *user) {
+    net_pending *p = &g->p[i];
+    for (;;) {
+        size_t need = p->proof ? NET_MAC_BYTES : NET_HELLO_BYTES;
+        ssize_t k = net_recv_some(p->fd, p->buf + p->have, need - p->have);
+        if (k < 0) {
+            drop(g, i,
+                 p->have || p->proof ? "closed during the handshake" : "closed without a hello",
+                 true);
+            return -1;
+        }
+        if (k == 0) break;
+        p->have += (size_t)k;
+        if (p->have < need) continue;
+        if (p->proof) return finish(g, i, take, user);
+        if (get32(p->buf) != NET_HELLO_MAGIC) {
+            drop(g, i, "bad magic (not a libdist communicator)", true);
+            return -1;
+        }
+        unsigned char ch[NET_CHALLENGE_BYTES] = {0};
+        put32(ch, NET_HELLO_MAGIC);
+        put32(ch + 4, DIST_NET_PROTOCOL_VERSION);
+        if (get32(p->buf + 4) != DIST_NET_PROTOCOL_VERSION) {
+            put32(ch + 8, NET_BAD_VERSION);
+            (void)send_small(p->fd, ch, sizeof ch);
+            char why[80];
+            snprintf(why, sizeof why, "other protocol version (%u)", get32(p->buf + 4));
+            drop(g, i, why, true);
+            return -1;
+        }
+        p->kind = (int)get32(p->buf + 8);
+        p->rank = (int)get32(p->buf + 12);
+        memcpy(p->nc, p->buf + 16, NET_NONCE_BYTES);
+        if (net_random(p->ns, NET_NONCE_BYTES) != DIST_OK) {
+            drop(g, i, dist_last_error(), true);
+            return -1;
+        }
+        memcpy(ch + 16, p->ns, NET_NONCE_BYTES);
+        if (!send_small(p->fd, ch, sizeof ch)) {
+            drop(g, i, "closed during the handshake", true);
+            return -1;
+        }
+        p->proof = true;
+        p->have = 0;
+    }
+    if (net_now() >= p->deadline) {
+        char why[80];
+        snprintf(why, sizeof why, "no %s within %g s", p->proof ? "proof" : "hello",
+                 NET_HANDSHAKE_S);
+        drop(g, i, why, true);
+        return -1;
+    }
+    return 0;
+}
+
+void net_gate_step(net_gate *g, net_gate_take_fn take, void *user) {
+    for (int i = g->n - 1; i >= 0; i--) (void)step_one(g, i, take, user);
 }

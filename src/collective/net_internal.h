@@ -1,6 +1,8 @@
 /* Internals of the cross-process communicator (net_comm.h), shared by its files:
  *   net_socket.c  sockets with deadlines, connect with retry and back-off
- *   net_hello.c   the hello that opens every connection, and refusing strangers
+ *   net_auth.c    the cluster token, nonces and the handshake's HMACs (OpenSSL libcrypto)
+ *   net_hello.c   the authenticated handshake that opens every connection; the gate that
+ *                 serves many pending handshakes at once
  *   net_store.c   the leader's key-value store (a server thread on rank 0)
  *   net_xfer.c    the non-blocking transfer engine: many sends and receives at once
  *   net_ring.c    TCP all-reduce: direct exchange (small) and pipelined ring (large)
@@ -12,6 +14,7 @@
 #include "collective/net_comm.h"
 #include "core/comm.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,6 +25,8 @@
 #define NET_NAME_CAP 96
 #define NET_ADDR_CAP 256
 #define NET_HOST_ID_CAP 160
+#define NET_KEY_CAP 512 /* cluster token bytes */
+#define NET_DIGEST_BYTES 32
 /* Direct exchange up to this many bytes per rank; the pipelined ring above. */
 #define NET_SMALL_BYTES (64 * 1024)
 
@@ -32,7 +37,14 @@ struct dist_net_comm {
     int rank, world;
     double connect_timeout_s, timeout_s;
     double call_timeout_s; /* the collective in progress's (for messages) */
-    uint64_t fingerprint;  /* hash of the options' string */
+    uint64_t fingerprint;  /* the first 8 bytes of fp_digest (shared-memory segment names) */
+    unsigned char fp_digest[NET_DIGEST_BYTES]; /* SHA-256 of the options' fingerprint */
+    /* the HMAC key: the cluster token, or a fixed public one when insecure */
+    unsigned char key[NET_KEY_CAP];
+    size_t key_len;
+    bool insecure;
+    uint64_t seq;      /* collective calls made so far (frame headers) */
+    double wait_log_s; /* interval of the "still waiting for" log */
     char (*names)[NET_NAME_CAP];
     char (*addrs)[NET_ADDR_CAP];
     int listen_fd;
@@ -55,14 +67,23 @@ double net_now(void);
 const char *net_peer_desc(const dist_net_comm *c, int r, char *buf, size_t cap);
 /* Splits "host:port"; DIST_INVALID_ARGUMENT when malformed. */
 dist_status net_split_address(const char *address, char *host, size_t host_cap, int *port);
-/* Listens on every interface at `port` (SO_REUSEADDR). DIST_UNAVAILABLE naming the port. */
-dist_status net_listen(int port, int *fd_out);
+/* Listens at host:port (SO_REUSEADDR), on the address `host` resolves to. On every interface,
+ * with a warning, only when that address is not one of this machine's (a NAT or service
+ * address), or is a loopback address while !loopback_ok (other ranks are on other hosts: a
+ * name that resolves to 127.0.1.1 here, as Debian's /etc/hosts does, and to a real address
+ * there). DIST_UNAVAILABLE naming the address. */
+dist_status net_listen(const char *host, int port, bool loopback_ok, int *fd_out);
+/* "localhost", 127.x.y.z, ::1: an address that stays on its machine (by its text). */
+bool net_is_loopback_name(const char *host);
 /* Connects to host:port, retrying refusals with back-off (10 ms doubling to 1 s) until
- * `deadline` (net_now() time). DIST_TIMEOUT naming `who` when it passes. */
-dist_status net_connect_retry(const char *address, double deadline, const char *who, int *fd_out);
+ * `deadline` (net_now() time). DIST_TIMEOUT naming `who` when it passes; `why` (may be NULL)
+ * receives the last reason ("host 'x' does not resolve: ...", "Connection refused"). */
+dist_status net_connect_retry(const char *address, double deadline, const char *who, int *fd_out,
+                              char *why, size_t why_cap);
 /* Accepts one connection, waiting until `deadline`; *fd_out = -1 when it passed. */
 dist_status net_accept(int listen_fd, double deadline, int *fd_out, char *peer, size_t peer_cap);
-/* TCP_NODELAY, 4 MiB buffers, non-blocking. */
+/* TCP_NODELAY, 4 MiB buffers, keepalive (a vanished host fails the connection in ~25 s),
+ * non-blocking. */
 void net_tune_socket(int fd);
 /* Whole buffers with a deadline (fd non-blocking). DIST_PEER_LOST on EOF/reset, DIST_TIMEOUT
  * when the deadline passes; messages name `who`. */
@@ -72,37 +93,103 @@ dist_status net_recv_all(int fd, void *buf, size_t len, double deadline, const c
 int net_wait_fd(int fd, short events, double deadline);
 void net_close(int *fd);
 
+/* ---- net_auth.c ---- */
+#define NET_NONCE_BYTES 32
+#define NET_MAC_BYTES 32
+/* The key of the handshakes from the options: the explicit token, else $DIST_CLUSTER_TOKEN,
+ * else the contents of $DIST_CLUSTER_TOKEN_FILE (trailing white space dropped); at least 16
+ * bytes. Without one: insecure when allowed (a warning), else DIST_INVALID_ARGUMENT naming
+ * the ways to give one. */
+dist_status net_auth_setup(dist_net_comm *c, const char *token, bool allow_insecure);
+dist_status net_random(void *buf, size_t len);
+/* HMAC-SHA256(key, label | version | world | kind | client rank | server rank | fingerprint
+ * digest | first nonce | second nonce). The client's MAC has the nonces (client, server),
+ * the server's (server, client) and another label: one side's answer is never the other's. */
+void net_auth_mac(const dist_net_comm *c, bool server, int kind, int client_rank, int server_rank,
+                  const unsigned char n1[NET_NONCE_BYTES], const unsigned char n2[NET_NONCE_BYTES],
+                  unsigned char out[NET_MAC_BYTES]);
+/* Constant time (CRYPTO_memcmp). */
+bool net_auth_equal(const unsigned char a[NET_MAC_BYTES], const unsigned char b[NET_MAC_BYTES]);
+
 /* ---- net_hello.c ---- */
 enum { NET_KIND_STORE = 1, NET_KIND_MESH = 2 };
 #define NET_HELLO_MAGIC 0x4c444e54u /* "TNDL" */
-#define NET_HELLO_BYTES 32
-typedef struct net_hello {
-    uint32_t magic, version;
-    uint64_t fingerprint;
-    int32_t rank, kind, world, reserved;
-} net_hello;
-void net_hello_encode(const net_hello *h, unsigned char out[NET_HELLO_BYTES]);
-void net_hello_decode(const unsigned char in[NET_HELLO_BYTES], net_hello *h);
-uint64_t net_fingerprint_hash(const char *s);
-/* Connecting side: sends the hello, reads the answer. A refusal is DIST_UNAVAILABLE naming
- * the reason. */
+/* client hello: magic, version, kind, rank, client nonce */
+#define NET_HELLO_BYTES (16 + NET_NONCE_BYTES)
+/* challenge: magic, version, status (0: go on, else a refusal reason), 0, server nonce */
+#define NET_CHALLENGE_BYTES (16 + NET_NONCE_BYTES)
+/* answer: magic, status, server MAC (zeros on a refusal) */
+#define NET_ANSWER_BYTES (8 + NET_MAC_BYTES)
+/* Handshakes served at once by one listener; a new one beyond it ends the oldest. */
+#define NET_PENDING_CAP 64
+/* Each handshake's deadline from its accept (a real member answers in milliseconds). */
+#define NET_HANDSHAKE_S 5.0
+/* Connecting side: the hello, the challenge, this side's MAC, the answer and the other side's
+ * MAC. A refusal is DIST_UNAVAILABLE naming the reason; a connection closed without an
+ * answer is DIST_PEER_LOST (the listener may have been busy: retry). */
 dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, double deadline);
-/* Listening side: reads the hello of a fresh connection (bounded by a 2 s deadline), checks it
- * against this communicator, min_rank and the ranks already connected (taken_mesh,
- * taken_store: world entries each, may be NULL), answers it. A stranger is logged
- * (DIST_LOG_WARN), closed, and *rank_out = -1. */
-void net_hello_accept(dist_net_comm *c, int fd, const char *peer, int min_rank,
-                      const bool *taken_mesh, const bool *taken_store, int *kind_out,
-                      int *rank_out);
+
+typedef struct net_pending net_pending;
+/* The listening side: pending handshakes, each non-blocking with its own deadline. */
+typedef struct net_gate {
+    dist_net_comm *c;
+    int min_rank;
+    int n;
+    net_pending *p; /* NET_PENDING_CAP */
+} net_gate;
+dist_status net_gate_init(net_gate *g, dist_net_comm *c, int min_rank);
+void net_gate_close(net_gate *g); /* closes what is pending */
+/* Accepts every connection waiting on the listener. */
+void net_gate_accept(net_gate *g, int listen_fd);
+/* pollfds of the pending handshakes into pf (NET_PENDING_CAP entries); returns how many. */
+int net_gate_poll_fds(const net_gate *g, struct pollfd *pf);
+/* The earliest pending deadline (or `later`). */
+double net_gate_next_deadline(const net_gate *g, double later);
+/* Progresses every pending handshake, ends the expired ones. A handshake whose proof holds is
+ * offered to `take` twice: with commit false, it says whether it would take it (false: that
+ * rank is present, refused as a duplicate); then, once the client has been answered, with
+ * commit true, and the fd is take's (the answer precedes anything the taker sends). */
+typedef bool (*net_gate_take_fn)(void *user, int kind, int rank, int fd, const char *peer,
+                                 bool commit);
+void net_gate_step(net_gate *g, net_gate_take_fn take, void *user);
+
+/* ---- the frames of the collectives ---- */
+/* Every message of a collective starts with a frame header: magic | kind, the call's detail
+ * (dtype, op, root), the call's sequence number, and its bytes per rank. A receiver whose
+ * header differs from its own fails the call naming both ranks and both sizes. */
+#define NET_FRAME_BYTES 24
+enum {
+    NET_FRAME_ALL_REDUCE = 1,
+    NET_FRAME_BROADCAST,
+    NET_FRAME_ALL_GATHER,
+    NET_FRAME_BARRIER,
+    NET_FRAME_SETUP
+};
+typedef struct net_frame {
+    uint32_t kind, detail;
+    uint64_t seq, bytes;
+} net_frame;
+void net_frame_encode(const net_frame *f, unsigned char out[NET_FRAME_BYTES]);
+/* Checks what rank `from` sent against `mine`: DIST_OK, or a failure of the communicator
+ * (DIST_INVALID_USAGE) naming both. */
+dist_status net_frame_check(dist_net_comm *c, const unsigned char in[NET_FRAME_BYTES],
+                            const net_frame *mine, int from);
+/* The header of this rank's next collective (increments c->seq). */
+net_frame net_frame_next(dist_net_comm *c, uint32_t kind, uint32_t detail, uint64_t bytes);
 
 /* ---- net_store.c ---- */
+/* Limits of the store: a key, one value, and all values together (keys included). A rank
+ * writes only keys that start with its own rank and a slash ("3/..."); rank 0 writes any. */
+#define NET_STORE_KEY_CAP 1024
+#define NET_STORE_VALUE_CAP (1u << 20)
+#define NET_STORE_TOTAL_CAP (16u << 20)
 /* Rank 0: starts the store thread, which also accepts every connection to rank 0 (store and
  * mesh ones); mesh connections are handed over through net_store_take_mesh. */
 dist_status net_store_start(dist_net_comm *c, net_store **out);
 void net_store_stop(net_store *s);
-/* Waits until every rank > 0 has a mesh connection to rank 0 (fills c->fds). */
+/* Waits until every rank > 0 has a mesh connection to rank 0 (fills c->fds); then the store
+ * thread closes rank 0's listener. */
 dist_status net_store_take_mesh(dist_net_comm *c, double deadline);
-/* wait_s < 0: wait until the value appears (bounded by wait_s' absolute form deadline). */
 dist_status net_store_set(dist_net_comm *c, const char *key, const void *value, size_t len);
 /* Waits until `deadline`; DIST_NOT_FOUND when the key did not appear by then. */
 dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t cap, size_t *len,
@@ -112,12 +199,17 @@ dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t
 typedef struct net_op {
     int peer; /* rank */
     bool is_send;
-    char *buf; /* const for sends */
-    size_t len, done;
+    char *buf;        /* const for sends */
+    size_t len, done; /* done counts the frame header too */
+    unsigned char hdr[NET_FRAME_BYTES];
 } net_op;
 /* Runs every op to completion concurrently, until `deadline`; `what` names the collective in
- * messages ("all-reduce"). Failure fails the communicator. */
-dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, const char *what);
+ * messages ("all-reduce"). Each send starts with `frame`'s header, each receive checks the
+ * header it gets against it. Failure fails the communicator. */
+dist_status net_xfer(dist_net_comm *c, const net_frame *frame, net_op *ops, int n, double deadline,
+                     const char *what);
+/* A name for the collective in messages: "all-reduce", ... */
+const char *net_frame_kind_name(uint32_t kind);
 /* Records a failure (first one wins) and returns it; later calls repeat it. */
 dist_status net_fail(dist_net_comm *c, dist_status st);
 /* A failure naming rank r: "worker/1 at 127.0.0.1:23456: connection lost during all-reduce". */
@@ -129,11 +221,17 @@ ssize_t net_send_some(int fd, const void *buf, size_t len);
 ssize_t net_recv_some(int fd, void *buf, size_t len);
 dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes);
 
+/* "worker/1 at h:p, worker/2 at h:p" for the ranks with missing[r] into buf; returns its length. */
+size_t net_peer_list(const dist_net_comm *c, const bool *missing, char *buf, size_t cap);
+/* "still waiting for worker/1 at h:p, worker/2 at ..." every c->wait_log_s (DIST_LOG_WARN):
+ * *next is when the next line is due (0: start counting now). */
+void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const char *detail);
+
 /* ---- net_ring.c ---- */
 /* op as in core/comm.h; MEAN divides the sums by world where each element's final value is
  * made. */
-dist_status net_tcp_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                               dist_reduce_op op, double deadline);
+dist_status net_tcp_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
+                               dist_dtype dtype, dist_reduce_op op, double deadline);
 
 /* Reductions run a block at a time, so that the copy next to each accumulate pass hits L1:
  * a 1 MB shm all-reduce of two processes took 100 us with copy + accumulate over whole
@@ -150,8 +248,8 @@ void net_reduce_slots(const char *slots, size_t stride, void *data, size_t count
  * `required`, fails with DIST_SYSTEM. */
 dist_status net_shm_setup(dist_net_comm *c, bool required, double deadline);
 void net_shm_destroy(net_shm *s);
-dist_status net_shm_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                               dist_reduce_op op, double deadline);
+dist_status net_shm_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
+                               dist_dtype dtype, dist_reduce_op op, double deadline);
 
 /* Little-endian integers on the wire (the hello and the store's messages). */
 static inline void put32(unsigned char *p, uint32_t v) {

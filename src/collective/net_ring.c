@@ -28,8 +28,9 @@ void net_reduce_slots(const char *slots, size_t stride, void *data, size_t count
     }
 }
 
-static dist_status direct_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                                     dist_reduce_op op, double deadline) {
+static dist_status direct_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
+                                     size_t count, dist_dtype dtype, dist_reduce_op op,
+                                     double deadline) {
     int n = c->world, me = c->rank;
     size_t bytes = count * dist_dtype_size(dtype);
     DIST_TRY(net_reserve_scratch(c, (size_t)n * bytes));
@@ -39,10 +40,10 @@ static dist_status direct_all_reduce(dist_net_comm *c, void *data, size_t count,
     int k = 0;
     for (int r = 0; r < n; r++) {
         if (r == me) continue;
-        ops[k++] = (net_op){r, true, (char *)data, bytes, 0};
-        ops[k++] = (net_op){r, false, slots + (size_t)r * bytes, bytes, 0};
+        ops[k++] = (net_op){r, true, (char *)data, bytes, 0, {0}};
+        ops[k++] = (net_op){r, false, slots + (size_t)r * bytes, bytes, 0, {0}};
     }
-    DIST_TRY(net_xfer(c, ops, k, deadline, "all-reduce"));
+    DIST_TRY(net_xfer(c, frame, ops, k, deadline, "all-reduce"));
     net_reduce_slots(slots, bytes, data, count, dtype, op, n);
     return DIST_OK;
 }
@@ -69,8 +70,25 @@ static int recv_chunk(const ring_plan *p, int g) {
     return g < p->n - 1 ? mod(p->r - g - 1, p->n) : mod(p->r - (g - (p->n - 1)), p->n);
 }
 
-static dist_status ring_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                                   dist_reduce_op op, double deadline) {
+/* Moves what it can of a frame header to or from rank r. */
+static dist_status header_step(dist_net_comm *c, bool send, int r, unsigned char *h, size_t *done,
+                               bool *progress) {
+    int fd = c->fds[r];
+    ssize_t k = send ? net_send_some(fd, h + *done, NET_FRAME_BYTES - *done)
+                     : net_recv_some(fd, h + *done, NET_FRAME_BYTES - *done);
+    if (k < 0)
+        return net_fail_peer(c, DIST_PEER_LOST, r, "all-reduce",
+                             errno ? strerror(errno) : "end of stream");
+    *done += (size_t)k;
+    *progress |= k > 0;
+    return DIST_OK;
+}
+
+/* The stream to the next rank starts with the frame header; the one from the previous rank is
+ * checked before any of its bytes is summed. */
+static dist_status ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
+                                   size_t count, dist_dtype dtype, dist_reduce_op op,
+                                   double deadline) {
     size_t esize = dist_dtype_size(dtype);
     ring_plan p = {c->world, c->rank, 2 * (c->world - 1), count, esize};
     int next = (c->rank + 1) % c->world, prev = (c->rank + c->world - 1) % c->world;
@@ -80,12 +98,19 @@ static dist_status ring_all_reduce(dist_net_comm *c, void *data, size_t count, d
     char *scratch = (char *)c->scratch;
     char *base = (char *)data;
     int sg = 0, rg = 0;
-    size_t sp = 0, rp = 0, pp = 0;
+    size_t sp = 0, rp = 0, pp = 0, hs = 0, hr = 0;
+    unsigned char shdr[NET_FRAME_BYTES], rhdr[NET_FRAME_BYTES];
+    net_frame_encode(frame, shdr);
     double spin_until = net_now() + c->spin_s;
     while (sg < p.steps || rg < p.steps) {
         bool progress = false, send_wait = false;
+        if (hs < NET_FRAME_BYTES) DIST_TRY(header_step(c, true, next, shdr, &hs, &progress));
+        if (hr < NET_FRAME_BYTES) {
+            DIST_TRY(header_step(c, false, prev, rhdr, &hr, &progress));
+            if (hr == NET_FRAME_BYTES) DIST_TRY(net_frame_check(c, rhdr, frame, prev));
+        }
         /* send: step sg may forward what step sg-1 has received and processed */
-        while (sg < p.steps) {
+        while (hs == NET_FRAME_BYTES && sg < p.steps) {
             int ch = send_chunk(&p, sg);
             size_t clen = chunk_bytes(&p, ch);
             size_t limit = sg == 0 || sg - 1 < rg ? clen : pp;
@@ -108,7 +133,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, void *data, size_t count, d
             progress = true;
         }
         /* receive, and sum (reduce-scatter) or keep in place (all-gather) */
-        while (rg < p.steps) {
+        while (hr == NET_FRAME_BYTES && rg < p.steps) {
             int ch = recv_chunk(&p, rg);
             size_t clen = chunk_bytes(&p, ch);
             bool reduce = rg < p.n - 1;
@@ -148,7 +173,7 @@ static dist_status ring_all_reduce(dist_net_comm *c, void *data, size_t count, d
             continue;
         }
         if (now < spin_until) continue;
-        bool want_recv = rg < p.steps, want_send = send_wait;
+        bool want_recv = rg < p.steps, want_send = send_wait || hs < NET_FRAME_BYTES;
         if (now >= deadline)
             return net_fail_peer(c, DIST_TIMEOUT, want_recv ? prev : next, "all-reduce", NULL);
         struct pollfd pf[2];
@@ -168,9 +193,9 @@ static dist_status ring_all_reduce(dist_net_comm *c, void *data, size_t count, d
     return DIST_OK;
 }
 
-dist_status net_tcp_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                               dist_reduce_op op, double deadline) {
+dist_status net_tcp_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
+                               dist_dtype dtype, dist_reduce_op op, double deadline) {
     if (count * dist_dtype_size(dtype) <= NET_SMALL_BYTES || count < (size_t)c->world)
-        return direct_all_reduce(c, data, count, dtype, op, deadline);
-    return ring_all_reduce(c, data, count, dtype, op, deadline);
+        return direct_all_reduce(c, frame, data, count, dtype, op, deadline);
+    return ring_all_reduce(c, frame, data, count, dtype, op, deadline);
 }

@@ -69,45 +69,111 @@ static void set_buffers(int fd) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
+/* A host that vanishes (power, network) sends no FIN: between steps nobody would notice until
+ * the next collective's deadline. Keepalive probes after 10 s of silence, every 5 s, 3 unanswered
+ * ones: the kernel fails the connection after ~25 s, and the next call fails at once with
+ * DIST_PEER_LOST instead of waiting out its timeout. */
+static void set_keepalive(int fd) {
+    int one = 1, idle = 10, interval = 5, count = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
 void net_tune_socket(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_keepalive(fd);
     set_buffers(fd);
     set_nonblocking(fd);
 }
 
-dist_status net_listen(int port, int *fd_out) {
-    *fd_out = -1;
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int v6 = fd >= 0;
-    if (fd < 0) fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return dist_error_errno(DIST_SYSTEM, errno, "listening on port %d: socket", port);
+/* A listening socket bound to `a`; an errno on failure. */
+static int listen_on(const struct sockaddr *a, socklen_t alen, int family, int *fd_out) {
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
     int one = 1, zero = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     /* Accepted sockets inherit the buffer sizes, which must be set before listen() for the
      * window to be negotiated with them. */
     set_buffers(fd);
-    int rc;
-    if (v6) {
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        struct sockaddr_in6 a = {0};
-        a.sin6_family = AF_INET6;
-        a.sin6_addr = in6addr_any;
-        a.sin6_port = htons((uint16_t)port);
-        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    } else {
-        struct sockaddr_in a = {0};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons((uint16_t)port);
-        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    }
-    if (rc < 0 || listen(fd, 128) < 0 || set_nonblocking(fd) < 0) {
+    if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (bind(fd, a, alen) < 0 || listen(fd, 128) < 0 || set_nonblocking(fd) < 0) {
         int e = errno;
         close(fd);
-        return dist_error_errno(DIST_UNAVAILABLE, e, "cannot listen on port %d", port);
+        return e;
     }
     *fd_out = fd;
+    return 0;
+}
+
+/* Every interface (IPv6 dual stack, else IPv4). */
+static int listen_any(int port, int *fd_out) {
+    struct sockaddr_in6 a6 = {0};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_any;
+    a6.sin6_port = htons((uint16_t)port);
+    if (listen_on((struct sockaddr *)&a6, sizeof a6, AF_INET6, fd_out) == 0) return 0;
+    struct sockaddr_in a4 = {0};
+    a4.sin_family = AF_INET;
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    a4.sin_port = htons((uint16_t)port);
+    return listen_on((struct sockaddr *)&a4, sizeof a4, AF_INET, fd_out);
+}
+
+bool net_is_loopback_name(const char *host) {
+    return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+           strcmp(host, "::1") == 0;
+}
+
+static bool is_loopback_addr(const struct sockaddr *a) {
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->sa_family == AF_INET6) {
+        const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+dist_status net_listen(const char *host, int port, bool loopback_ok, int *fd_out) {
+    *fd_out = -1;
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int g = getaddrinfo(host, port_s, &hints, &res);
+    if (g != 0)
+        return dist_error(DIST_UNAVAILABLE,
+                          "cannot listen on %s:%d: host '%s' does not resolve "
+                          "(%s)",
+                          host, port, host, gai_strerror(g));
+    int e = EADDRNOTAVAIL;
+    bool loopback = false;
+    for (struct addrinfo *ai = res; ai && e; ai = ai->ai_next) {
+        if (is_loopback_addr(ai->ai_addr) && !loopback_ok) {
+            loopback = true;
+            continue;
+        }
+        e = listen_on(ai->ai_addr, ai->ai_addrlen, ai->ai_family, fd_out);
+    }
+    freeaddrinfo(res);
+    if (e == EADDRNOTAVAIL) {
+        /* a name that is not an address of this machine (NAT, a Kubernetes service), or is
+         * loopback only here: every interface, and the handshake keeps strangers out */
+        e = listen_any(port, fd_out);
+        if (!e)
+            dist_log(DIST_LOG_WARN, "net_comm: '%s' %s; listening on port %d of every interface",
+                     host,
+                     loopback ? "resolves to a loopback address here while other workers are on "
+                                "other hosts"
+                              : "is not an address of this machine",
+                     port);
+    }
+    if (e) return dist_error_errno(DIST_UNAVAILABLE, e, "cannot listen on %s:%d", host, port);
     return DIST_OK;
 }
 
@@ -138,7 +204,9 @@ static int connect_once(const struct addrinfo *ai, double deadline, int *fd_out)
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
         e = errno;
         if (e == EINPROGRESS) {
-            int w = net_wait_fd(fd, POLLOUT, deadline);
+            /* a last attempt at the deadline still gets its answer (a refusal is instant) */
+            double floor = net_now() + 0.05;
+            int w = net_wait_fd(fd, POLLOUT, deadline > floor ? deadline : floor);
             if (w <= 0) {
                 e = w == 0 ? ETIMEDOUT : errno;
             } else {
@@ -156,8 +224,15 @@ static int connect_once(const struct addrinfo *ai, double deadline, int *fd_out)
     return 0;
 }
 
-dist_status net_connect_retry(const char *address, double deadline, const char *who, int *fd_out) {
+dist_status net_connect_retry(const char *address, double deadline, const char *who, int *fd_out,
+                              char *why, size_t why_cap) {
     *fd_out = -1;
+    char why_buf[NET_ADDR_CAP + 96] = "";
+    if (!why) {
+        why = why_buf;
+        why_cap = sizeof why_buf;
+    }
+    why[0] = 0;
     char host[NET_ADDR_CAP], port_s[16];
     int port;
     DIST_TRY(net_split_address(address, host, sizeof host, &port));
@@ -176,6 +251,7 @@ dist_status net_connect_retry(const char *address, double deadline, const char *
             }
             freeaddrinfo(res);
             if (last == 0) return DIST_OK;
+            snprintf(why, why_cap, "%s", strerror(last));
             if (!retryable(last)) {
                 return dist_error_errno(DIST_UNAVAILABLE, last, "connecting to %s", who);
             }
@@ -184,7 +260,10 @@ dist_status net_connect_retry(const char *address, double deadline, const char *
                    && g != EAI_NODATA
 #endif
         ) {
-            return dist_error(DIST_UNAVAILABLE, "connecting to %s: %s", who, gai_strerror(g));
+            return dist_error(DIST_UNAVAILABLE, "connecting to %s: host '%s' does not resolve (%s)",
+                              who, host, gai_strerror(g));
+        } else {
+            snprintf(why, why_cap, "host '%s' does not resolve (%s)", host, gai_strerror(g));
         }
         double left = deadline - net_now();
         if (left <= 0) break;
@@ -194,7 +273,7 @@ dist_status net_connect_retry(const char *address, double deadline, const char *
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     return dist_error(DIST_TIMEOUT, "%s did not answer in time (last error: %s)", who,
-                      last ? strerror(last) : "name not resolved");
+                      why[0] ? why : "none");
 }
 
 dist_status net_accept(int listen_fd, double deadline, int *fd_out, char *peer, size_t peer_cap) {

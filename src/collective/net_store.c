@@ -4,8 +4,16 @@
  * main thread. A GET names how long the server may hold it; the server answers NOT_FOUND when
  * that passes, so the stream never falls out of step with a client that gave up.
  *
+ * Every connection passed the authenticated handshake (net_hello.c) first; the thread serves
+ * many handshakes at once (net_gate) and closes the listener once every rank's mesh
+ * connection is in. Values are limited one by one and in total (net_internal.h), and a rank
+ * writes only its own keys ("<rank>/..."; rank 0 any): a member cannot replace what another
+ * published (an NCCL unique id, a host id).
+ *
  * Wire (little-endian): request u32 op, u32 key_len, u64 value_len (SET) or wait_ms (GET),
- * key, value; answer u32 status (0 found/stored, 1 not found), u32 0, u64 value_len, value. */
+ * key, value; answer u32 status (0 found/stored, 1 not found, 2 not this rank's key, 3 over
+ * the limits), u32 0, u64 value_len, value. A SET above the value limit is answered 3 and
+ * the connection closed (its value is not read). */
 #include "collective/net_internal.h"
 #include "core/error.h"
 
@@ -19,9 +27,10 @@
 #include <unistd.h>
 
 enum { STORE_SET = 1, STORE_GET = 2 };
-enum { STORE_OK = 0, STORE_MISSING = 1 };
-#define STORE_KEY_CAP 1024
-#define STORE_VALUE_CAP (64u << 20)
+enum { STORE_OK = 0, STORE_MISSING = 1, STORE_DENIED = 2, STORE_FULL = 3 };
+#define STORE_KEY_CAP NET_STORE_KEY_CAP
+#define STORE_VALUE_CAP NET_STORE_VALUE_CAP
+#define STORE_ENTRY_OVERHEAD 64 /* counted per key against the total */
 
 typedef struct store_entry {
     char *key;
@@ -47,6 +56,9 @@ struct net_store {
     pthread_cond_t cv;
     bool stop;
     store_entry *entries;
+    size_t total; /* bytes of keys, values and STORE_ENTRY_OVERHEAD per key */
+    bool close_listener;
+    net_gate gate;
     bool *mesh_taken;
     int *mesh_fd;
     store_client *clients;
@@ -59,11 +71,41 @@ static store_entry *find_locked(net_store *s, const char *key) {
     return NULL;
 }
 
-static dist_status put_locked(net_store *s, const char *key, const void *value, size_t len) {
-    void *copy = malloc(len ? len : 1);
-    if (!copy) return dist_error(DIST_OUT_OF_MEMORY, "store: value of %zu bytes", len);
-    if (len) memcpy(copy, value, len);
+/* Keys of rank r start with "r/"; rank 0 (the store's own process) writes any. */
+static bool owns(int rank, const char *key) {
+    if (rank == 0) return true;
+    char prefix[16];
+    int n = snprintf(prefix, sizeof prefix, "%d/", rank);
+    return strncmp(key, prefix, (size_t)n) == 0;
+}
+
+/* STORE_OK, or STORE_DENIED / STORE_FULL (nothing changed; *err set) */
+static uint32_t put_locked(net_store *s, int writer, const char *key, const void *value, size_t len,
+                           dist_status *err) {
+    *err = DIST_OK;
+    if (!owns(writer, key)) {
+        *err = dist_error(DIST_INVALID_USAGE,
+                          "store: rank %d may not write key '%s' (a rank writes keys that start "
+                          "with its rank and a slash, \"%d/...\")",
+                          writer, key, writer);
+        return STORE_DENIED;
+    }
     store_entry *e = find_locked(s, key);
+    size_t klen = strlen(key);
+    size_t after = s->total - (e ? e->len : 0) + len + (e ? 0 : klen + STORE_ENTRY_OVERHEAD);
+    if (len > STORE_VALUE_CAP || after > NET_STORE_TOTAL_CAP) {
+        *err = dist_error(DIST_OUT_OF_MEMORY,
+                          "store: key '%s' with %zu bytes exceeds the store's limits (%u bytes a "
+                          "value, %u in all; %zu in use)",
+                          key, len, STORE_VALUE_CAP, NET_STORE_TOTAL_CAP, s->total);
+        return STORE_FULL;
+    }
+    void *copy = malloc(len ? len : 1);
+    if (!copy) {
+        *err = dist_error(DIST_OUT_OF_MEMORY, "store: value of %zu bytes", len);
+        return STORE_FULL;
+    }
+    if (len) memcpy(copy, value, len);
     if (e) {
         free(e->value);
     } else {
@@ -73,16 +115,18 @@ static dist_status put_locked(net_store *s, const char *key, const void *value, 
             free(e);
             free(k);
             free(copy);
-            return dist_error(DIST_OUT_OF_MEMORY, "store: key '%s'", key);
+            *err = dist_error(DIST_OUT_OF_MEMORY, "store: key '%s'", key);
+            return STORE_FULL;
         }
         e->key = k;
         e->next = s->entries;
         s->entries = e;
     }
+    s->total = after;
     e->value = copy;
     e->len = len;
     pthread_cond_broadcast(&s->cv);
-    return DIST_OK;
+    return STORE_OK;
 }
 
 static void drop_client(net_store *s, int i) {
@@ -90,17 +134,16 @@ static void drop_client(net_store *s, int i) {
     s->clients[i] = s->clients[--s->nclients];
 }
 
-/* Answers with the entry (NULL: not found, or only `ok` for a SET). false when the client is
- * gone. */
-static bool answer(store_client *cl, const store_entry *e, bool ok) {
+/* Answers with the entry (NULL: not found, or only the status for a SET). false when the
+ * client is gone. */
+static bool answer(store_client *cl, const store_entry *e, uint32_t status) {
     unsigned char h[16];
-    put32(h, ok ? STORE_OK : STORE_MISSING);
+    put32(h, status);
     put32(h + 4, 0);
     put64(h + 8, e ? e->len : 0);
     double d = net_now() + 5.0;
     if (net_send_all(cl->fd, h, sizeof h, d, cl->peer) != DIST_OK) return false;
-    if (e && e->len && net_send_all(cl->fd, e->value, e->len, d, cl->peer) != DIST_OK)
-        return false;
+    if (e && e->len && net_send_all(cl->fd, e->value, e->len, d, cl->peer) != DIST_OK) return false;
     return true;
 }
 
@@ -116,17 +159,29 @@ static bool serve_request(net_store *s, store_client *cl) {
     if (net_recv_all(cl->fd, key, klen, d, cl->peer) != DIST_OK) return false;
     key[klen] = 0;
     if (op == STORE_SET) {
-        if (arg > STORE_VALUE_CAP) return false;
+        if (arg > STORE_VALUE_CAP) {
+            dist_log(DIST_LOG_WARN,
+                     "net_comm rank 0: the %s sent a value of %llu bytes for '%s' "
+                     "(at most %u): closed",
+                     cl->peer, (unsigned long long)arg, key, STORE_VALUE_CAP);
+            (void)answer(cl, NULL, STORE_FULL);
+            return false;
+        }
         void *v = malloc(arg ? arg : 1);
         if (!v) return false;
         bool ok = net_recv_all(cl->fd, v, arg, d + 60.0, cl->peer) == DIST_OK;
+        uint32_t status = STORE_FULL;
         if (ok) {
+            dist_status err;
             pthread_mutex_lock(&s->mu);
-            ok = put_locked(s, key, v, arg) == DIST_OK;
+            status = put_locked(s, cl->rank, key, v, arg, &err);
             pthread_mutex_unlock(&s->mu);
+            if (status != STORE_OK)
+                dist_log(DIST_LOG_WARN, "net_comm rank 0: refused a write of the %s: %s", cl->peer,
+                         dist_last_error());
         }
         free(v);
-        return ok && answer(cl, NULL, true);
+        return ok && answer(cl, NULL, status);
     }
     if (op != STORE_GET) return false;
     cl->pending = true;
@@ -135,44 +190,40 @@ static bool serve_request(net_store *s, store_client *cl) {
     return true;
 }
 
-static void accept_new(net_store *s) {
-    dist_net_comm *c = s->c;
-    for (;;) {
-        int fd;
-        char peer[NET_ADDR_CAP];
-        if (net_accept(c->listen_fd, 0.0, &fd, peer, sizeof peer) != DIST_OK || fd < 0) return;
-        int kind, rank;
+/* A handshake has completed on rank 0's listener: a mesh connection for the main thread, or a
+ * store client. false: that rank has one already. */
+static bool take(void *user, int kind, int rank, int fd, const char *peer, bool commit) {
+    net_store *s = user;
+    if (kind == NET_KIND_MESH) {
         pthread_mutex_lock(&s->mu);
-        bool taken[NET_MAX_WORLD], taken_store[NET_MAX_WORLD] = {false};
-        memcpy(taken, s->mesh_taken, (size_t)c->world * sizeof *taken);
-        pthread_mutex_unlock(&s->mu);
-        for (int i = 0; i < s->nclients; i++) taken_store[s->clients[i].rank] = true;
-        net_hello_accept(c, fd, peer, 1, taken, taken_store, &kind, &rank);
-        if (rank < 0) continue;
-        if (kind == NET_KIND_MESH) {
-            pthread_mutex_lock(&s->mu);
+        bool taken = s->mesh_taken[rank];
+        if (!taken && commit) {
             s->mesh_fd[rank] = fd;
             s->mesh_taken[rank] = true;
             pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-            continue;
         }
-        if (s->nclients == s->client_cap) {
-            int cap = s->client_cap ? 2 * s->client_cap : 8;
-            store_client *n = realloc(s->clients, (size_t)cap * sizeof *n);
-            if (!n) {
-                net_close(&fd);
-                continue;
-            }
-            s->clients = n;
-            s->client_cap = cap;
-        }
-        store_client *cl = &s->clients[s->nclients++];
-        memset(cl, 0, sizeof *cl);
-        cl->fd = fd;
-        cl->rank = rank;
-        snprintf(cl->peer, sizeof cl->peer, "store client %s (rank %d)", peer, rank);
+        pthread_mutex_unlock(&s->mu);
+        return !taken;
     }
+    for (int i = 0; i < s->nclients; i++)
+        if (s->clients[i].rank == rank) return false;
+    if (!commit) return true;
+    if (s->nclients == s->client_cap) {
+        int cap = s->client_cap ? 2 * s->client_cap : 8;
+        store_client *n = realloc(s->clients, (size_t)cap * sizeof *n);
+        if (!n) { /* answered already: the client sees its connection closed */
+            net_close(&fd);
+            return false;
+        }
+        s->clients = n;
+        s->client_cap = cap;
+    }
+    store_client *cl = &s->clients[s->nclients++];
+    memset(cl, 0, sizeof *cl);
+    cl->fd = fd;
+    cl->rank = rank;
+    snprintf(cl->peer, sizeof cl->peer, "store client %s (rank %d)", peer, rank);
+    return true;
 }
 
 static void *store_main(void *arg) {
@@ -181,9 +232,14 @@ static void *store_main(void *arg) {
     int pcap = 0;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        bool stop = s->stop;
+        bool stop = s->stop, close_listener = s->close_listener;
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
+        if (close_listener && s->c->listen_fd >= 0) {
+            /* the mesh is complete: a late stranger is refused by the kernel */
+            net_gate_close(&s->gate);
+            net_close(&s->c->listen_fd);
+        }
         /* answer the GETs that can be answered */
         double now = net_now(), next = now + 1.0;
         for (int i = 0; i < s->nclients; i++) {
@@ -194,14 +250,15 @@ static void *store_main(void *arg) {
             bool ok = true;
             if (e || now >= cl->deadline) {
                 cl->pending = false;
-                ok = answer(cl, e, e != NULL);
+                ok = answer(cl, e, e ? STORE_OK : STORE_MISSING);
             } else if (cl->deadline < next) {
                 next = cl->deadline;
             }
             pthread_mutex_unlock(&s->mu);
             if (!ok) drop_client(s, i--);
         }
-        int n = 2 + s->nclients;
+        next = net_gate_next_deadline(&s->gate, next);
+        int n = 2 + s->nclients + s->gate.n;
         if (n > pcap) {
             struct pollfd *np = realloc(p, (size_t)n * sizeof *np);
             if (!np) break;
@@ -209,24 +266,27 @@ static void *store_main(void *arg) {
             pcap = n;
         }
         p[0] = (struct pollfd){s->wake[0], POLLIN, 0};
-        p[1] = (struct pollfd){s->c->listen_fd, POLLIN, 0};
+        p[1] = (struct pollfd){s->c->listen_fd, POLLIN, 0}; /* -1 once closed: ignored */
         for (int i = 0; i < s->nclients; i++)
             p[2 + i] = (struct pollfd){s->clients[i].fd, s->clients[i].pending ? 0 : POLLIN, 0};
+        net_gate_poll_fds(&s->gate, p + 2 + s->nclients);
         int ms = (int)((next - net_now()) * 1000.0) + 1;
         if (ms < 0) ms = 0;
+        int polled = s->nclients;
         int rc = poll(p, (nfds_t)n, ms);
+        if (s->gate.n) net_gate_step(&s->gate, take, s); /* and ends the expired ones */
         if (rc <= 0) continue;
         if (p[0].revents) {
             char b[64];
             while (read(s->wake[0], b, sizeof b) > 0) {
             }
         }
-        /* clients first: accept_new may grow (move) the array */
-        for (int i = s->nclients - 1; i >= 0; i--) {
+        /* the clients polled: the gate only appends after them */
+        for (int i = polled - 1; i >= 0; i--) {
             if (!p[2 + i].revents) continue;
             if (s->clients[i].pending || !serve_request(s, &s->clients[i])) drop_client(s, i);
         }
-        if (p[1].revents) accept_new(s);
+        if (p[1].revents && s->c->listen_fd >= 0) net_gate_accept(&s->gate, s->c->listen_fd);
     }
     free(p);
     return NULL;
@@ -243,6 +303,10 @@ dist_status net_store_start(dist_net_comm *c, net_store **out) {
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "store: out of memory");
     s->c = c;
     s->wake[0] = s->wake[1] = -1;
+    if (net_gate_init(&s->gate, c, 1) != DIST_OK) {
+        free(s);
+        return dist_error(DIST_OUT_OF_MEMORY, "store: out of memory");
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -280,6 +344,7 @@ void net_store_stop(net_store *s) {
         wake(s);
         pthread_join(s->thread, NULL);
     }
+    net_gate_close(&s->gate);
     for (int i = 0; i < s->nclients; i++) net_close(&s->clients[i].fd);
     free(s->clients);
     if (s->mesh_fd)
@@ -312,31 +377,34 @@ static void abs_time(double deadline, struct timespec *ts) {
 
 dist_status net_store_take_mesh(dist_net_comm *c, double deadline) {
     net_store *s = c->store;
-    struct timespec ts;
-    abs_time(deadline, &ts);
+    double next_log = 0;
+    bool missing[NET_MAX_WORLD] = {false};
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        int missing = 0;
-        for (int r = 1; r < c->world; r++) missing += !s->mesh_taken[r];
-        if (!missing || net_now() >= deadline) break;
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        int n = 0;
+        for (int r = 1; r < c->world; r++) n += missing[r] = !s->mesh_taken[r];
+        if (!n || net_now() >= deadline) break;
+        pthread_mutex_unlock(&s->mu);
+        net_log_waiting(c, &next_log, missing, NULL);
+        pthread_mutex_lock(&s->mu);
+        struct timespec slice;
+        abs_time(next_log < deadline ? next_log : deadline, &slice);
+        pthread_cond_timedwait(&s->cv, &s->mu, &slice);
     }
-    char names[1024] = "";
-    size_t len = 0;
     for (int r = 1; r < c->world; r++) {
-        if (s->mesh_taken[r]) {
+        missing[r] = !s->mesh_taken[r];
+        if (!missing[r]) {
             c->fds[r] = s->mesh_fd[r];
             s->mesh_fd[r] = -1;
-        } else if (len + 8 < sizeof names) {
-            char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
-                                    net_peer_desc(c, r, d, sizeof d));
         }
     }
+    char names[1024];
+    size_t len = net_peer_list(c, missing, names, sizeof names);
+    s->close_listener = true;
     pthread_mutex_unlock(&s->mu);
+    wake(s);
     if (len)
-        return dist_error(DIST_TIMEOUT, "%s did not join within %g s", names,
-                          c->connect_timeout_s);
+        return dist_error(DIST_TIMEOUT, "%s did not join within %g s", names, c->connect_timeout_s);
     return DIST_OK;
 }
 
@@ -363,19 +431,31 @@ dist_status net_store_set(dist_net_comm *c, const char *key, const void *value, 
     DIST_CHECK_ARG(len <= STORE_VALUE_CAP, "store: value of %zu bytes exceeds %u", len,
                    STORE_VALUE_CAP);
     if (c->store) {
+        dist_status st;
         pthread_mutex_lock(&c->store->mu);
-        dist_status st = put_locked(c->store, key, value, len);
+        (void)put_locked(c->store, 0, key, value, len, &st);
         pthread_mutex_unlock(&c->store->mu);
         wake(c->store);
         return st;
     }
     uint32_t status;
     uint64_t vlen;
-    return request(c, STORE_SET, key, value, len, net_now() + c->timeout_s, &status, &vlen);
+    DIST_TRY(request(c, STORE_SET, key, value, len, net_now() + c->timeout_s, &status, &vlen));
+    if (status == STORE_DENIED)
+        return dist_error(DIST_INVALID_USAGE,
+                          "store: rank %d may not write key '%s' (a rank writes keys that start "
+                          "with its rank and a slash, \"%d/...\")",
+                          c->rank, key, c->rank);
+    if (status != STORE_OK)
+        return dist_error(DIST_OUT_OF_MEMORY,
+                          "store: rank 0 refused key '%s' with %zu bytes: over the store's limits "
+                          "(%u bytes a value, %u in all)",
+                          key, len, NET_STORE_VALUE_CAP, NET_STORE_TOTAL_CAP);
+    return DIST_OK;
 }
 
-dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t cap,
-                          size_t *len, double deadline) {
+dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t cap, size_t *len,
+                          double deadline) {
     DIST_CHECK_ARG(key && key[0] && strlen(key) <= STORE_KEY_CAP, "store: key empty or too long");
     if (c->store) {
         net_store *s = c->store;
@@ -408,7 +488,8 @@ dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t
     DIST_TRY(request(c, STORE_GET, key, NULL, wait_ms, d, &status, &vlen));
     char who[NET_NAME_CAP + NET_ADDR_CAP + 16];
     net_peer_desc(c, 0, who, sizeof who);
-    if (status != STORE_OK) return dist_error(DIST_NOT_FOUND, "store: key '%s' was not set in time", key);
+    if (status != STORE_OK)
+        return dist_error(DIST_NOT_FOUND, "store: key '%s' was not set in time", key);
     *len = (size_t)vlen;
     if (vlen <= cap) return net_recv_all(c->store_fd, value, (size_t)vlen, d, who);
     char sink[4096];

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+
+#define NET_FRAME_MAGIC 0x52464c44u /* "DLFR" */
 
 ssize_t net_send_some(int fd, const void *buf, size_t len) {
     ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -27,6 +30,76 @@ ssize_t net_recv_some(int fd, void *buf, size_t len) {
         return -1;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+    return -1;
+}
+
+const char *net_frame_kind_name(uint32_t kind) {
+    switch (kind) {
+    case NET_FRAME_ALL_REDUCE: return "all-reduce";
+    case NET_FRAME_BROADCAST: return "broadcast";
+    case NET_FRAME_ALL_GATHER: return "all-gather";
+    case NET_FRAME_BARRIER: return "barrier";
+    case NET_FRAME_SETUP: return "shared-memory setup";
+    default: return "unknown collective";
+    }
+}
+
+void net_frame_encode(const net_frame *f, unsigned char out[NET_FRAME_BYTES]) {
+    put32(out, NET_FRAME_MAGIC ^ f->kind);
+    put32(out + 4, f->detail);
+    put64(out + 8, f->seq);
+    put64(out + 16, f->bytes);
+}
+
+net_frame net_frame_next(dist_net_comm *c, uint32_t kind, uint32_t detail, uint64_t bytes) {
+    return (net_frame){kind, detail, ++c->seq, bytes};
+}
+
+dist_status net_frame_check(dist_net_comm *c, const unsigned char in[NET_FRAME_BYTES],
+                            const net_frame *mine, int from) {
+    net_frame t = {get32(in) ^ NET_FRAME_MAGIC, get32(in + 4), get64(in + 8), get64(in + 16)};
+    if (t.kind == mine->kind && t.detail == mine->detail && t.seq == mine->seq &&
+        t.bytes == mine->bytes)
+        return DIST_OK;
+    char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+    net_peer_desc(c, from, d, sizeof d);
+    if (t.kind < NET_FRAME_ALL_REDUCE || t.kind > NET_FRAME_SETUP)
+        dist_error(DIST_INVALID_USAGE,
+                   "%s sent no frame header during %s #%llu of %s (rank %d): the stream is out "
+                   "of step",
+                   d, net_frame_kind_name(mine->kind), (unsigned long long)mine->seq,
+                   c->names[c->rank], c->rank);
+    else
+        dist_error(DIST_INVALID_USAGE,
+                   "collectives differ between ranks: %s (rank %d) is in %s #%llu with %llu bytes "
+                   "per rank (detail %u), %s (rank %d, this process) in %s #%llu with %llu bytes "
+                   "per rank (detail %u); every rank must make the same calls with the same sizes",
+                   d, from, net_frame_kind_name(t.kind), (unsigned long long)t.seq,
+                   (unsigned long long)t.bytes, t.detail, c->names[c->rank], c->rank,
+                   net_frame_kind_name(mine->kind), (unsigned long long)mine->seq,
+                   (unsigned long long)mine->bytes, mine->detail);
+    return net_fail(c, DIST_INVALID_USAGE);
+}
+
+/* The frame header, then the payload, in as few system calls as the kernel allows. */
+static ssize_t op_some(int fd, net_op *o) {
+    if (o->done >= NET_FRAME_BYTES) {
+        size_t at = o->done - NET_FRAME_BYTES;
+        return o->is_send ? net_send_some(fd, o->buf + at, o->len - at)
+                          : net_recv_some(fd, o->buf + at, o->len - at);
+    }
+    struct iovec iov[2] = {{o->hdr + o->done, NET_FRAME_BYTES - o->done}, {o->buf, o->len}};
+    struct msghdr m = {0};
+    m.msg_iov = iov;
+    m.msg_iovlen = o->len ? 2 : 1;
+    ssize_t n =
+        o->is_send ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(fd, &m, MSG_DONTWAIT);
+    if (n > 0) return n;
+    if (n == 0 && !o->is_send) {
+        errno = 0;
+        return -1;
+    }
+    if (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
     return -1;
 }
 
@@ -59,23 +132,31 @@ dist_status net_reserve_scratch(dist_net_comm *c, size_t bytes) {
     return DIST_OK;
 }
 
-dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, const char *what) {
+dist_status net_xfer(dist_net_comm *c, const net_frame *frame, net_op *ops, int n, double deadline,
+                     const char *what) {
     struct pollfd pf[2 * NET_MAX_WORLD];
     double spin_until = net_now() + c->spin_s;
+    unsigned char hdr[NET_FRAME_BYTES];
+    net_frame_encode(frame, hdr);
+    for (int i = 0; i < n; i++) {
+        ops[i].done = 0;
+        if (ops[i].is_send) memcpy(ops[i].hdr, hdr, NET_FRAME_BYTES);
+    }
     for (;;) {
         bool progress = false, all = true;
         for (int i = 0; i < n; i++) {
             net_op *o = &ops[i];
-            if (o->done == o->len) continue;
-            int fd = c->fds[o->peer];
-            ssize_t k = o->is_send ? net_send_some(fd, o->buf + o->done, o->len - o->done)
-                                   : net_recv_some(fd, o->buf + o->done, o->len - o->done);
+            if (o->done == NET_FRAME_BYTES + o->len) continue;
+            size_t before = o->done;
+            ssize_t k = op_some(c->fds[o->peer], o);
             if (k < 0)
                 return net_fail_peer(c, DIST_PEER_LOST, o->peer, what,
                                      errno ? strerror(errno) : "end of stream");
             o->done += (size_t)k;
+            if (!o->is_send && before < NET_FRAME_BYTES && o->done >= NET_FRAME_BYTES)
+                DIST_TRY(net_frame_check(c, o->hdr, frame, o->peer));
             progress |= k > 0;
-            all &= o->done == o->len;
+            all &= o->done == NET_FRAME_BYTES + o->len;
         }
         if (all) return DIST_OK;
         double now = net_now();
@@ -87,14 +168,15 @@ dist_status net_xfer(dist_net_comm *c, net_op *ops, int n, double deadline, cons
         if (now >= deadline) {
             int who = -1;
             for (int i = 0; i < n && who < 0; i++)
-                if (!ops[i].is_send && ops[i].done < ops[i].len) who = ops[i].peer;
+                if (!ops[i].is_send && ops[i].done < NET_FRAME_BYTES + ops[i].len)
+                    who = ops[i].peer;
             for (int i = 0; i < n && who < 0; i++)
-                if (ops[i].done < ops[i].len) who = ops[i].peer;
+                if (ops[i].done < NET_FRAME_BYTES + ops[i].len) who = ops[i].peer;
             return net_fail_peer(c, DIST_TIMEOUT, who, what, NULL);
         }
         int np = 0;
         for (int i = 0; i < n; i++) {
-            if (ops[i].done == ops[i].len) continue;
+            if (ops[i].done == NET_FRAME_BYTES + ops[i].len) continue;
             pf[np++] = (struct pollfd){c->fds[ops[i].peer], ops[i].is_send ? POLLOUT : POLLIN, 0};
         }
         double left = deadline - now;

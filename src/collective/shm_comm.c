@@ -49,8 +49,11 @@ typedef struct shm_flags {
     _Atomic uint64_t posted, reduced, copied;
     /* futex word: bumped on every publish; waiters > 0 asks the publisher to wake them */
     _Atomic uint32_t event, waiters;
-    char pad[SHM_LINE - 3 * sizeof(uint64_t) - 2 * sizeof(uint32_t)];
+    /* The rank's call (sequence number; bytes | detail << 48), by the parity of its first
+     * chunk: written before that chunk's posted, read by the others after it. */
+    uint64_t call[2][2];
 } shm_flags;
+_Static_assert(sizeof(shm_flags) == SHM_LINE, "one cache line of flags per rank");
 
 struct net_shm {
     void *base;
@@ -90,10 +93,11 @@ static dist_status agree(dist_net_comm *c, bool ok, double deadline, bool *all_o
     int k = 0;
     for (int r = 0; r < c->world; r++) {
         if (r == c->rank) continue;
-        ops[k++] = (net_op){r, true, (char *)&mine, 1, 0};
-        ops[k++] = (net_op){r, false, (char *)&theirs[r], 1, 0};
+        ops[k++] = (net_op){r, true, (char *)&mine, 1, 0, {0}};
+        ops[k++] = (net_op){r, false, (char *)&theirs[r], 1, 0, {0}};
     }
-    DIST_TRY(net_xfer(c, ops, k, deadline, "shared-memory setup"));
+    net_frame f = net_frame_next(c, NET_FRAME_SETUP, 0, 1);
+    DIST_TRY(net_xfer(c, &f, ops, k, deadline, "shared-memory setup"));
     *all_ok = ok;
     for (int r = 0; r < c->world; r++)
         if (r != c->rank && !theirs[r]) *all_ok = false;
@@ -259,18 +263,40 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
     return DIST_OK;
 }
 
+/* Before the first chunk q of a call is posted: the call, for the others to check. */
+static void post_call(net_shm *s, int me, uint64_t q, const net_frame *f) {
+    s->flags[me].call[q & 1][0] = f->seq;
+    s->flags[me].call[q & 1][1] = f->bytes | (uint64_t)f->detail << 48;
+}
+
+/* Once every rank has posted q: every rank's call is this one (else the communicator fails,
+ * naming the rank and both sizes). */
+static dist_status check_calls(dist_net_comm *c, uint64_t q, const net_frame *f) {
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank) continue;
+        const uint64_t *w = c->shm->flags[r].call[q & 1];
+        net_frame t = {f->kind, (uint32_t)(w[1] >> 48), w[0], w[1] & ((1ull << 48) - 1)};
+        unsigned char b[NET_FRAME_BYTES];
+        net_frame_encode(&t, b);
+        DIST_TRY(net_frame_check(c, b, f, r));
+    }
+    return DIST_OK;
+}
+
 /* Small buffers: one chunk, one wait. Every rank reduces all slots itself, in rank order (the
  * same bits everywhere), and publishes copied = q once it has read them. */
-static dist_status small_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                                    dist_reduce_op op, double deadline) {
+static dist_status small_all_reduce(dist_net_comm *c, const net_frame *f, void *data, size_t count,
+                                    dist_dtype dtype, dist_reduce_op op, double deadline) {
     net_shm *s = c->shm;
     int n = c->world, me = c->rank;
     uint64_t q = ++s->seq;
     char *bank = s->banks + (q & 1) * bank_bytes(n);
     if (q > 2) DIST_TRY(wait_all(c, offsetof(shm_flags, copied), q - 2, deadline));
     memcpy(bank + (size_t)me * SHM_CHUNK_BYTES, data, count * dist_dtype_size(dtype));
+    post_call(s, me, q, f);
     publish(&s->flags[me], &s->flags[me].posted, q);
     DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
+    DIST_TRY(check_calls(c, q, f));
     net_reduce_slots(bank, SHM_CHUNK_BYTES, data, count, dtype, op, n);
     publish(&s->flags[me], &s->flags[me].copied, q);
     return DIST_OK;
@@ -301,11 +327,11 @@ static void reduce_share(const char *bank, char *mine, char *result, int n, int 
     }
 }
 
-dist_status net_shm_all_reduce(dist_net_comm *c, void *data, size_t count, dist_dtype dtype,
-                               dist_reduce_op op, double deadline) {
+dist_status net_shm_all_reduce(dist_net_comm *c, const net_frame *f, void *data, size_t count,
+                               dist_dtype dtype, dist_reduce_op op, double deadline) {
     size_t esize = dist_dtype_size(dtype);
     if (count * esize <= SHM_SMALL_BYTES)
-        return small_all_reduce(c, data, count, dtype, op, deadline);
+        return small_all_reduce(c, f, data, count, dtype, op, deadline);
     net_shm *s = c->shm;
     int n = c->world, me = c->rank;
     size_t bank_n = bank_bytes(n), chunk_elems = SHM_CHUNK_BYTES / esize;
@@ -327,8 +353,10 @@ dist_status net_shm_all_reduce(dist_net_comm *c, void *data, size_t count, dist_
         char *slot = bank + (size_t)me * SHM_CHUNK_BYTES, *mine = (char *)data + off * esize;
         memcpy(slot, mine, lo);
         memcpy(slot + hi, mine + hi, len - hi);
+        if (off == 0) post_call(s, me, q, f);
         publish(&s->flags[me], &s->flags[me].posted, q);
         DIST_TRY(wait_all(c, offsetof(shm_flags, posted), q, deadline));
+        if (off == 0) DIST_TRY(check_calls(c, q, f));
         if (lo < hi) reduce_share(bank, mine, result, n, me, lo, hi, dtype, op);
         publish(&s->flags[me], &s->flags[me].reduced, q);
         DIST_TRY(wait_all(c, offsetof(shm_flags, reduced), q, deadline));

@@ -190,6 +190,7 @@ static dist_status join_workers(const dist_strategy_options *o, double timeout, 
     no.addresses = addresses;
     no.task_names = names;
     no.fingerprint = w->fingerprint;
+    no.allow_insecure = o->allow_insecure; /* the token: $DIST_CLUSTER_TOKEN(_FILE) */
     no.connect_timeout_s = o->connect_timeout_s;
     no.timeout_s = timeout;
     no.transport = transport == DIST_TRANSPORT_TCP   ? DIST_NET_TCP

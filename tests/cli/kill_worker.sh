@@ -11,6 +11,9 @@ s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]
 print(" ".join(str(x.getsockname()[1]) for x in s))')
 set -- $ports
+# hand-started workers share a cluster token (the launcher would make one)
+DIST_CLUSTER_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+export DIST_CLUSTER_TOKEN
 cluster="{\"worker\":[\"127.0.0.1:$1\",\"127.0.0.1:$2\"]}"
 for i in 0 1; do
     TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":$i}}" \

@@ -34,3 +34,10 @@ if(TARGET dist_mpi AND MPIEXEC_EXECUTABLE)
   set_tests_properties(distrain.multi_worker_mpi PROPERTIES LABELS "cli;slow" TIMEOUT 600
                        RUN_SERIAL TRUE)
 endif()
+# A hand-started worker without a cluster token (and without --insecure) refuses to start,
+# naming the ways to give one.
+add_test(NAME distrain.multi_worker_without_token_refuses
+         COMMAND ${CMAKE_COMMAND} -E env --unset=DIST_CLUSTER_TOKEN --unset=DIST_CLUSTER_TOKEN_FILE
+                 "TF_CONFIG={\"cluster\":{\"worker\":[\"127.0.0.1:1\",\"127.0.0.1:2\"]},\"task\":{\"type\":\"worker\",\"index\":1}}"
+                 ${expect} 2 "--cluster-token-file" $<TARGET_FILE:distrain> --strategy multi_worker)
+set_tests_properties(distrain.multi_worker_without_token_refuses PROPERTIES LABELS cli TIMEOUT 60)

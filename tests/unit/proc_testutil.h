@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define MAX_RANKS 4
+#define TEST_CLUSTER_TOKEN "test-cluster-token-0123456789"
 
 typedef struct cluster {
     int world;
@@ -70,6 +71,7 @@ static inline dist_net_comm_options cluster_options(const cluster *cl, int rank,
     o.addresses = cl->addrs;
     o.task_names = cl->names;
     o.fingerprint = "test-cluster";
+    o.token = TEST_CLUSTER_TOKEN;
     o.connect_timeout_s = 10;
     o.timeout_s = 10;
     o.transport = t;
@@ -105,6 +107,17 @@ static inline void child_fail(const char *fmt, ...) {
 static inline void child_done(void) {
     fclose(g_out);
     _exit(0);
+}
+
+/* A member that must not join: creating with o fails with `want`; the error goes to the
+ * report. */
+static inline void child_create_fails(const dist_net_comm_options *o, dist_status want,
+                                      const char *who) {
+    dist_net_comm *c = NULL;
+    dist_status st = dist_net_comm_create(o, &c);
+    CHILD_CHECK(st == want, "%s: %s, expected %s", who, dist_status_name(st),
+                dist_status_name(want));
+    fprintf(g_out, "%s\n", dist_last_error());
 }
 
 /* ---- the parent's side ---- */
@@ -155,6 +168,18 @@ static inline void run_all(const cluster *cl, rank_fn fn, void *arg) {
     pid_t pids[MAX_RANKS];
     for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, fn, arg);
     for (int r = 0; r < cl->world; r++) expect_exit_ok(cl, pids[r], r);
+}
+
+/* Rank 0 (rank0), then `intruder` to its end (reporting as rank `world`), then ranks
+ * 1..world-1 (rest); waits for all of them. */
+static inline void run_with_intruder(const cluster *cl, rank_fn rank0, rank_fn rest,
+                                     rank_fn intruder, void *arg) {
+    pid_t pids[MAX_RANKS];
+    pids[0] = spawn(cl, 0, rank0, arg);
+    pid_t pi = spawn(cl, cl->world, intruder, arg);
+    expect_exit_ok(cl, pi, cl->world);
+    for (int r = 1; r < cl->world; r++) pids[r] = spawn(cl, r, rest, arg);
+    for (int r = cl->world - 1; r >= 0; r--) expect_exit_ok(cl, pids[r], r);
 }
 
 static inline double now_s(void) {

@@ -512,6 +512,8 @@ START_TEST(test_without_a_cluster_multi_worker_is_one_local_worker) {
 END_TEST
 
 int main(int argc, char **argv) {
+    /* workers are this program again: they inherit the cluster token */
+    setenv("DIST_CLUSTER_TOKEN", "test_multi_worker cluster token", 0);
     g_self = "/proc/self/exe";
     static char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

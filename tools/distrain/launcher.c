@@ -2,7 +2,11 @@
  * starts N copies of this program, each with the TF_CONFIG of its worker and without
  * --workers, forwards their output line by line behind "[worker i] ", and exits with the
  * first failure's code (the others notice the lost peer and stop; the launcher ends any that
- * are still running a grace period later). */
+ * are still running a grace period later).
+ *
+ * Unless a token is given ($DIST_CLUSTER_TOKEN, $DIST_CLUSTER_TOKEN_FILE, --cluster-token-file),
+ * the launcher makes a random cluster token and hands it to its workers in their environment
+ * (never on a command line, which every local user can read in /proc): only they can join. */
 #include "launcher.h"
 
 #include <arpa/inet.h>
@@ -13,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -111,6 +116,25 @@ static void describe_exit(int id, int status) {
         fprintf(stderr, "distrain: worker %d exited with code %d\n", id, WEXITSTATUS(status));
 }
 
+/* 32 random bytes in hex into out (65 bytes); 0 when the kernel has none to give. */
+static int make_token(char out[65]) {
+    unsigned char b[32];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return 0;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof b; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return 1;
+}
+
+static int has_token(const distrain_options *o) {
+    const char *t = getenv("DIST_CLUSTER_TOKEN"), *f = getenv("DIST_CLUSTER_TOKEN_FILE");
+    return o->token_file || (t && t[0]) || (f && f[0]);
+}
+
 /* argv without --workers N / --workers=N, plus --threads when the user gave none. */
 static char **child_argv(int argc, char **argv, int threads, char *threads_buf) {
     char **out = calloc((size_t)argc + 4, sizeof *out);
@@ -144,6 +168,12 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
         return 2;
     }
     if (!free_ports(n, ports)) return 1;
+    char token[65] = "";
+    if (!has_token(o) && !make_token(token)) {
+        fprintf(stderr, "distrain: --workers: no random bytes for the cluster token: %s\n",
+                strerror(errno));
+        return 1;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cores / n > 0 ? (int)(cores / n) : 1;
     char threads_buf[16];
@@ -193,6 +223,7 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             close(pe[0]);
             close(pe[1]);
             setenv("TF_CONFIG", tf_config, 1);
+            if (token[0]) setenv("DIST_CLUSTER_TOKEN", token, 1);
             execv("/proc/self/exe", args);
             execvp(argv[0], args);
             fprintf(stderr, "distrain: cannot start worker %d: %s\n", i, strerror(errno));

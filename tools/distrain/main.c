@@ -374,6 +374,8 @@ static int train(run_state *s) {
     so.cuda_graphs = o->cuda_graphs;
     so.collective_timeout_s = o->collective_timeout_s;
     so.connect_timeout_s = o->connect_timeout_s;
+    so.allow_insecure = o->insecure;
+    if (o->token_file) setenv("DIST_CLUSTER_TOKEN_FILE", o->token_file, 1);
     if (o->transport)
         so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
                        : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM

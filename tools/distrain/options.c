@@ -36,6 +36,13 @@ void distrain_usage(FILE *out) {
         "the MPI world\n"
         "                                   of mpirun/srun, the cluster when TF_CONFIG is "
         "absent)\n"
+        "  --cluster-token-file FILE        multi_worker: the cluster's shared secret (else "
+        "$DIST_CLUSTER_TOKEN;\n"
+        "                                   --workers makes one); workers without it are "
+        "refused\n"
+        "  --insecure                       multi_worker: join without a cluster token (anyone "
+        "who can reach\n"
+        "                                   the workers' ports can join the job)\n"
         "  --collective-timeout S           fail a step when a worker has not answered in S "
         "seconds (60)\n"
         "  --connect-timeout S              fail when the cluster has not assembled in S "
@@ -133,6 +140,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->deterministic = 1;
             continue;
         }
+        if (strcmp(a, "--insecure") == 0) {
+            o->insecure = 1;
+            continue;
+        }
         const char *v = NULL;
         char flag[64];
         const char *eq = strchr(a, '=');
@@ -194,6 +205,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm") && strcmp(v, "mpi"))
                 return bad(a, v, "expected auto, tcp, shm or mpi");
             o->transport = v;
+        } else if (strcmp(a, "--cluster-token-file") == 0) {
+            o->token_file = v;
         } else if (strcmp(a, "--collective-timeout") == 0 || strcmp(a, "--connect-timeout") == 0) {
             char *end;
             double x = strtod(v, &end);
