@@ -14,6 +14,12 @@ VENV="${DIST_VENV:-$HOME/.cache/libdist/venv-tf}"
 STAMP="$VENV/.libdist-stamp"
 WANT="lock $(sha256sum "$LOCK" | cut -d' ' -f1)"
 
+# One builder at a time: concurrent test runs (ctest -j, several build trees) wait here
+# instead of deleting each other's half-made venv.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock -w 1800 9 || { echo "venv.sh: timed out waiting for $VENV.lock" >&2; exit 1; }
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
     echo "venv.sh: reusing $VENV (requirements.lock ${WANT#lock })"
     exit 0
