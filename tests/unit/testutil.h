@@ -7,6 +7,21 @@
 
 /* Runs a Check suite; returns the process exit code (0 when all passed). */
 int dist_test_run(Suite *s);
+
+/* The watchdog. Tests run without forking (CK_FORK=no: OpenMP does not survive fork()), where
+ * Check never enforces a timeout. So every test case made through these wrappers arms a timer
+ * before each test (its checked setup) and disarms it after: the tcase's timeout, or
+ * CK_DEFAULT_TIMEOUT (Check's 4 s when unset), times CK_TIMEOUT_MULTIPLIER, as Check computes it.
+ * A test still running at the deadline ends the process with exit code 124 and a message naming
+ * the test case and the timeout. With CK_FORK=yes Check's own timeouts apply and the watchdog
+ * stays off. Every test that includes this header gets it: tcase_create and tcase_set_timeout
+ * below are these wrappers. */
+TCase *dist_test_tcase_create(const char *name);
+void dist_test_tcase_set_timeout(TCase *tc, double timeout_s);
+/* The timeout that the watchdog enforces for tc's tests, in seconds (multiplier applied). */
+double dist_test_tcase_timeout(const TCase *tc);
+#define tcase_create(name) dist_test_tcase_create(name)
+#define tcase_set_timeout(tc, t) dist_test_tcase_set_timeout((tc), (t))
 /* A deterministic uniform random float in [lo, hi) from a 64-bit state. */
 float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */
