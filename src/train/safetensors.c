@@ -1,14 +1,13 @@
 /* dist_checkpoint: the in-memory tensor set and its safetensors file format. */
+#include "core/atomic_file.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "dist/checkpoint.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +21,6 @@
 #define WRITER_KEY "libdist.writer"
 #define WRITER_VALUE "libdist"
 #define CRC_ZERO "00000000"
-/* Temporaries are "<target>.tmp.<pid>"; a crash leaves one behind for the next save to remove. */
-#define TMP_INFIX ".tmp."
 #define CRC_DIGITS 8
 /* The CRC key and the opening quote of its value, as cJSON prints them (no spaces). */
 #define CRC_NEEDLE "\"" DIST_CHECKPOINT_CRC_KEY "\":\""
@@ -244,77 +241,14 @@ static char *build_header(const dist_checkpoint *c, const int *order) {
     return text;
 }
 
-static dist_status write_all(int fd, const void *data, size_t n, const char *path) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return dist_error_errno(DIST_IO, errno, "checkpoint: writing '%s'", path);
-        p += w;
-        n -= (size_t)w;
-    }
-    return DIST_OK;
-}
-
-static dist_status fsync_dir_of(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    dist_status st = DIST_OK;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0)
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: syncing directory '%s'", dir);
-    if (fd >= 0) close(fd);
-    free(dir);
-    return st;
-}
-
-static int pid_is_running(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
-
-/* Removes "<path>.tmp.<pid>" files whose writer no longer runs: what a crashed save left. Another
- * live process's file is its save in progress and is left alone; this process's own is stale,
- * since one path is never saved by two threads at once. */
-static void remove_stale_temporaries(const char *path) {
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    size_t blen = strlen(base), ilen = strlen(TMP_INFIX);
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    DIR *d = dir ? opendir(dir) : NULL;
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, TMP_INFIX, ilen) != 0) continue;
-        const char *digits = n + blen + ilen;
-        char *end;
-        long pid = strtol(digits, &end, 10);
-        if (end == digits || *end || pid <= 0) continue;
-        if (pid != (long)getpid() && pid_is_running(pid)) continue;
-        if (unlinkat(dirfd(d), n, 0) == 0)
-            dist_log(DIST_LOG_INFO, "checkpoint: removed '%s/%s', left by an interrupted save", dir,
-                     n);
-    }
-    if (d) closedir(d);
-    free(dir);
-}
-
 dist_status dist_checkpoint_save(const dist_checkpoint *c, const char *path) {
     DIST_CHECK_ARG(c && path && path[0], "checkpoint: save needs a checkpoint and a path");
     dist_status st = DIST_OK;
-    int fd = -1;
-    char *header = NULL, *tmp = NULL;
     int *order = write_order(c);
-    if (!order) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
-    header = build_header(c, order);
-    size_t tmp_len = strlen(path) + 32;
-    tmp = malloc(tmp_len);
+    char *header = order ? build_header(c, order) : NULL;
+    struct iovec *pieces = malloc(sizeof *pieces * (size_t)(3 + c->count));
     char *digits = header ? strstr(header, CRC_NEEDLE) : NULL;
-    if (!header || !tmp || !digits) {
+    if (!order || !header || !pieces || !digits) {
         st = dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
         goto out;
     }
@@ -323,50 +257,23 @@ dist_status dist_checkpoint_save(const dist_checkpoint *c, const char *path) {
     size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    /* The CRC covers the whole file as written with its own digits zeroed. */
-    uint32_t crc = dist_crc32c_extend(0, len8, 8);
-    crc = dist_crc32c_extend(crc, header, hlen);
-    crc = dist_crc32c_extend(crc, "        ", padded - hlen);
+    pieces[0] = (struct iovec){len8, 8};
+    pieces[1] = (struct iovec){header, hlen};
+    pieces[2] = (struct iovec){"        ", padded - hlen};
     for (int k = 0; k < c->count; k++) {
         const dist_tensor *t = &c->entries[order[k]].tensor;
-        crc = dist_crc32c_extend(crc, t->data, dist_tensor_bytes(t));
+        pieces[3 + k] = (struct iovec){t->data, dist_tensor_bytes(t)};
     }
+    /* The CRC covers the whole file as written, with its own digits zeroed. */
+    uint32_t crc = 0;
+    for (int i = 0; i < 3 + c->count; i++)
+        crc = dist_crc32c_extend(crc, pieces[i].iov_base, pieces[i].iov_len);
     char crc_hex[CRC_DIGITS + 1];
     snprintf(crc_hex, sizeof crc_hex, "%08" PRIx32, crc);
     memcpy(digits, crc_hex, CRC_DIGITS);
-    remove_stale_temporaries(path);
-    snprintf(tmp, tmp_len, "%s" TMP_INFIX "%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: creating '%s'", tmp);
-        goto out;
-    }
-    DIST_TRY_GOTO(write_all(fd, len8, 8, tmp), st, out);
-    DIST_TRY_GOTO(write_all(fd, header, hlen, tmp), st, out);
-    DIST_TRY_GOTO(write_all(fd, "        ", padded - hlen, tmp), st, out);
-    for (int k = 0; k < c->count; k++) {
-        const dist_tensor *t = &c->entries[order[k]].tensor;
-        DIST_TRY_GOTO(write_all(fd, t->data, dist_tensor_bytes(t), tmp), st, out);
-    }
-    if (fsync(fd) != 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: syncing '%s'", tmp);
-        goto out;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: closing '%s'", tmp);
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: renaming '%s' to '%s'", tmp, path);
-        goto out;
-    }
-    DIST_TRY_GOTO(fsync_dir_of(path), st, out);
+    st = dist_file_write_atomic_pieces(path, pieces, 3 + c->count, "checkpoint");
 out:
-    if (fd >= 0) close(fd);
-    if (st != DIST_OK && tmp) unlink(tmp);
-    free(tmp);
+    free(pieces);
     free(header);
     free(order);
     return st;
