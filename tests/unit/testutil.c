@@ -107,6 +107,17 @@ double dist_test_tcase_timeout(const TCase *tc) {
     return 0;
 }
 
+int dist_test_skip_without_gpu(int needed, const char *why) {
+    const char *require = getenv("DIST_REQUIRE_GPU");
+    int required = require ? atoi(require) : 0;
+    if (required >= needed) {
+        fprintf(stderr, "%s; DIST_REQUIRE_GPU=%d, so this is a failure\n", why, required);
+        return EXIT_FAILURE;
+    }
+    printf("%s; skipped\n", why);
+    return 77;
+}
+
 /* ---- running ----------------------------------------------------------------------------- */
 
 int dist_test_run(Suite *s) {

@@ -22,6 +22,11 @@ void dist_test_tcase_set_timeout(TCase *tc, double timeout_s);
 double dist_test_tcase_timeout(const TCase *tc);
 #define tcase_create(name) dist_test_tcase_create(name)
 #define tcase_set_timeout(tc, t) dist_test_tcase_set_timeout((tc), (t))
+/* What a test that needs `needed` GPUs returns from main when fewer are visible: 77 (CTest:
+ * skipped) after printing why, or EXIT_FAILURE when DIST_REQUIRE_GPU (tests/gpu/check.sh sets 1)
+ * says that at least `needed` GPUs are there, so that a GPU run whose tests cannot see the GPU
+ * fails instead of passing. */
+int dist_test_skip_without_gpu(int needed, const char *why);
 /* A deterministic uniform random float in [lo, hi) from a 64-bit state. */
 float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */
