@@ -107,6 +107,10 @@ double dist_test_tcase_timeout(const TCase *tc) {
     return 0;
 }
 
+double dist_test_timeout_bound(double timeout_s) {
+    return (2.0 * timeout_s + 2.0) * env_seconds("CK_TIMEOUT_MULTIPLIER", 1.0);
+}
+
 int dist_test_skip_without_gpu(int needed, const char *why) {
     const char *require = getenv("DIST_REQUIRE_GPU");
     int required = require ? atoi(require) : 0;

@@ -22,6 +22,13 @@ void dist_test_tcase_set_timeout(TCase *tc, double timeout_s);
 double dist_test_tcase_timeout(const TCase *tc);
 #define tcase_create(name) dist_test_tcase_create(name)
 #define tcase_set_timeout(tc, t) dist_test_tcase_set_timeout((tc), (t))
+/* The longest a call configured with a timeout of `timeout_s` may take before a test calls it
+ * late: 2 x timeout_s + 2 s (process start, scheduling on a loaded machine), times
+ * CK_TIMEOUT_MULTIPLIER (the sanitizer stage of .ci/run sets it) as Check scales its timeouts.
+ * Tests derive their timing bounds from the timeouts they configure through this, never from
+ * fixed seconds. */
+double dist_test_timeout_bound(double timeout_s);
+
 /* What a test that needs `needed` GPUs returns from main when fewer are visible: 77 (CTest:
  * skipped) after printing why, or EXIT_FAILURE when DIST_REQUIRE_GPU (tests/gpu/check.sh sets 1)
  * says that at least `needed` GPUs are there, so that a GPU run whose tests cannot see the GPU
