@@ -445,6 +445,33 @@ START_TEST(test_net_own_port_taken_is_unavailable_naming_it) {
 }
 END_TEST
 
+static void barrier_rank(const cluster *cl, int rank, void *arg) {
+    (void)arg;
+    dist_net_comm_options o = cluster_options(cl, rank, DIST_NET_TCP);
+    o.connect_timeout_s = 1; /* a run with a taken port ends soon */
+    dist_net_comm *c = NULL;
+    CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
+    float x = 1;
+    CHILD_CHECK(dist_net_comm_all_reduce(c, &x, 1, DIST_REDUCE_SUM) == DIST_OK, "%s",
+                dist_last_error());
+    CHILD_CHECK(x == (float)cl->world, "sum %g", (double)x);
+    dist_net_comm_destroy(c);
+}
+
+START_TEST(test_run_all_repeats_a_run_whose_port_another_process_took) {
+    cluster cl;
+    cluster_init(&cl, 2);
+    int busy = -1;
+    char taken[32];
+    snprintf(taken, sizeof taken, "%s", cl.addrs[1]);
+    ck_assert_int_eq(net_listen(atoi(strchr(taken, ':') + 1), &busy), DIST_OK);
+    run_all(&cl, barrier_rank, NULL);
+    ck_assert_str_ne(cl.addrs[1], taken); /* the second run had fresh ports */
+    close(busy);
+    cluster_cleanup(&cl);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_DFL); /* the library must not need SIGPIPE ignored */
     Suite *s = suite_create("net_comm");
@@ -462,6 +489,7 @@ int main(void) {
     tcase_add_test(tc, test_net_stopped_rank_fails_the_survivor_with_timeout_tcp_and_shm);
     tcase_add_test(tc, test_net_rank_that_never_joins_times_out_naming_it);
     tcase_add_test(tc, test_net_own_port_taken_is_unavailable_naming_it);
+    tcase_add_test(tc, test_run_all_repeats_a_run_whose_port_another_process_took);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
