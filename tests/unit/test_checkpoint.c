@@ -32,17 +32,7 @@ static void make_tmpdir(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
 }
 
-static unsigned char *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 1);
-    ck_assert_uint_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
+static unsigned char *slurp(const char *p, size_t *n) { return dist_test_read_file(p, n); }
 
 static void spit(const char *p, const void *b, size_t n) {
     FILE *f = fopen(p, "wb");
@@ -214,27 +204,6 @@ START_TEST(test_a_bit_flip_anywhere_in_the_data_fails_the_crc) {
     spit(path, b, n);
     free(b);
     expect_refused(path, DIST_FORMAT, "CRC-32C");
-}
-END_TEST
-
-START_TEST(test_a_bit_flip_in_the_header_never_crashes) {
-    make_tmpdir();
-    save_sample(path);
-    size_t n = 0;
-    unsigned char *b = slurp(path, &n);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)b[i] << (8 * i);
-    for (size_t at = 0; at < 8 + hlen; at++)
-        for (int bit = 0; bit < 8; bit++) {
-            b[at] ^= (unsigned char)(1u << bit);
-            spit(path, b, n);
-            b[at] ^= (unsigned char)(1u << bit);
-            dist_checkpoint *c = NULL;
-            dist_status st = dist_checkpoint_load(path, &c);
-            dist_checkpoint_destroy(c);
-            ck_assert(st == DIST_OK || st == DIST_FORMAT || st == DIST_UNSUPPORTED);
-        }
-    free(b);
 }
 END_TEST
 
@@ -654,7 +623,6 @@ static Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_truncated_data_names_the_problem);
     tcase_add_test(tc, test_header_length_beyond_the_file_is_refused);
     tcase_add_test(tc, test_a_bit_flip_anywhere_in_the_data_fails_the_crc);
-    tcase_add_test(tc, test_a_bit_flip_in_the_header_never_crashes);
     tcase_add_test(tc, test_a_file_from_another_writer_without_crc_loads);
     tcase_add_test(tc, test_overlapping_tensors_are_refused);
     tcase_add_test(tc, test_a_gap_or_trailing_bytes_are_refused);

@@ -529,15 +529,7 @@ static void patch_jpeg_size(unsigned char *jpeg, size_t n, int h, int w) {
 static unsigned char *read_bytes(const char *rel, size_t *n) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", g_root, rel);
-    FILE *f = fopen(p, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 1);
-    ck_assert_uint_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
+    return dist_test_read_file(p, n);
 }
 
 START_TEST(test_a_jpeg_header_over_the_pixel_cap_is_refused_before_decoding) {

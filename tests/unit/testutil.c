@@ -107,6 +107,22 @@ double dist_test_tcase_timeout(const TCase *tc) {
     return 0;
 }
 
+unsigned char *dist_test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open '%s'", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    ck_assert_int_ge(size, 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)size + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(fread(b, 1, (size_t)size, f), (size_t)size);
+    b[size] = '\0';
+    fclose(f);
+    *n = (size_t)size;
+    return b;
+}
+
 double dist_test_timeout_bound(double timeout_s) {
     return (2.0 * timeout_s + 2.0) * env_seconds("CK_TIMEOUT_MULTIPLIER", 1.0);
 }

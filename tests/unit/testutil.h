@@ -3,6 +3,7 @@
 #define DIST_TESTUTIL_H
 
 #include <check.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Runs a Check suite; returns the process exit code (0 when all passed). */
@@ -34,6 +35,9 @@ double dist_test_timeout_bound(double timeout_s);
  * says that at least `needed` GPUs are there, so that a GPU run whose tests cannot see the GPU
  * fails instead of passing. */
 int dist_test_skip_without_gpu(int needed, const char *why);
+/* The bytes of a file (malloc'd, NUL-terminated; caller frees), their count in *n. Fails the test
+ * when the file cannot be read. */
+unsigned char *dist_test_read_file(const char *path, size_t *n);
 /* A deterministic uniform random float in [lo, hi) from a 64-bit state. */
 float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */
