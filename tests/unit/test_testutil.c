@@ -53,6 +53,11 @@ START_TEST(test_watchdog_ends_a_test_past_its_timeout_without_fork) {
 END_TEST
 
 START_TEST(test_tcase_timeout_follows_check_rules) {
+    /* The values this process runs under (ctest and the sanitizer stage set them) come back. */
+    char *def = getenv("CK_DEFAULT_TIMEOUT"), *mul = getenv("CK_TIMEOUT_MULTIPLIER");
+    def = def ? strdup(def) : NULL;
+    mul = mul ? strdup(mul) : NULL;
+    unsetenv("CK_TIMEOUT_MULTIPLIER");
     setenv("CK_DEFAULT_TIMEOUT", "7", 1);
     TCase *tc = tcase_create("probe");
     Suite *owner = suite_create("probe"); /* frees the test case with its runner */
@@ -61,8 +66,17 @@ START_TEST(test_tcase_timeout_follows_check_rules) {
     tcase_set_timeout(tc, 2.5);
     setenv("CK_TIMEOUT_MULTIPLIER", "4", 1);
     ck_assert_double_eq_tol(dist_test_tcase_timeout(tc), 10.0, 1e-9);
-    unsetenv("CK_TIMEOUT_MULTIPLIER");
     srunner_free(srunner_create(owner));
+    if (def)
+        setenv("CK_DEFAULT_TIMEOUT", def, 1);
+    else
+        unsetenv("CK_DEFAULT_TIMEOUT");
+    if (mul)
+        setenv("CK_TIMEOUT_MULTIPLIER", mul, 1);
+    else
+        unsetenv("CK_TIMEOUT_MULTIPLIER");
+    free(def);
+    free(mul);
 }
 END_TEST
 
