@@ -5,10 +5,14 @@
  * length, JSON header with dtype / shape / data_offsets and "__metadata__", then the data,
  * 8-byte aligned) that safetensors.numpy.load_file reads. Saving is atomic: a temporary file in
  * the same directory is written, fsync()ed and renamed over the target, and the directory is
- * fsync()ed, so a crash leaves the old file or the new one, never half of one. The metadata key
- * "libdist.data_crc32c" holds the CRC-32C of the data section; loading verifies it along with
- * every header field, so a truncated or bit-flipped file is refused with DIST_FORMAT and a
- * message naming the file and the problem. */
+ * fsync()ed, so a crash leaves the old file or the new one, never half of one; temporaries
+ * ("<path>.tmp.<pid>") that a crashed save left behind are removed by the next save of that path.
+ * The metadata key "libdist.crc32c" holds the CRC-32C of the whole file (length, header, padding
+ * and data) computed with its own 8 digits as "00000000"; loading verifies it before trusting any
+ * header field, then checks every field, so a truncated or bit-flipped file is refused with
+ * DIST_FORMAT and a message naming the file and the problem. Every file libdist writes also
+ * carries "libdist.writer"; a file with a "libdist." key but no checksum is refused, and a file
+ * from another writer (no "libdist." key) is read without a checksum. */
 #ifndef DIST_CHECKPOINT_H
 #define DIST_CHECKPOINT_H
 
@@ -24,8 +28,8 @@
 
 DIST_BEGIN_DECLS
 
-/* The metadata key holding the data section's CRC-32C as 8 lower-case hex digits. */
-#define DIST_CHECKPOINT_CRC_KEY "libdist.data_crc32c"
+/* The metadata key holding the file's CRC-32C as 8 lower-case hex digits (see above). */
+#define DIST_CHECKPOINT_CRC_KEY "libdist.crc32c"
 
 typedef struct dist_checkpoint dist_checkpoint;
 
@@ -108,9 +112,10 @@ DIST_API dist_status dist_checkpoint_manager_create(const char *dir, int max_to_
 DIST_API void dist_checkpoint_manager_destroy(dist_checkpoint_manager *manager);
 
 /* Saves ckpt as ckpt-<step>.safetensors (step >= 0; an existing file of that step is replaced),
- * then deletes the files of the lowest steps beyond max_to_keep. "Newest" means the highest
- * step, not the latest write: a step below the kept ones is deleted at once. Not for two
- * threads saving the same step concurrently. */
+ * then keeps that file and the max_to_keep - 1 highest other steps, deleting the rest. The file
+ * just saved is never deleted, even when its step is below the others. When the save fails
+ * (DIST_IO: disk full, a file-size limit) nothing is deleted, the previous file of that step is
+ * unchanged and no temporary is left. Not for two threads saving the same step concurrently. */
 DIST_API dist_status dist_checkpoint_manager_save(dist_checkpoint_manager *manager,
                                                   const dist_checkpoint *ckpt, int64_t step);
 /* Loads the newest checkpoint that validates, skipping (and logging) corrupt newer ones. *step

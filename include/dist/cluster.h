@@ -57,8 +57,14 @@ DIST_API dist_status dist_cluster_from_slurm_values(int port_base, const char *p
                                                     const char *ntasks, const char *nodelist,
                                                     const char *tasks_per_node, dist_cluster **out);
 
+/* The most hosts a hostlist may expand to; one that names more fails (DIST_INVALID_ARGUMENT)
+ * as soon as the expansion passes the cap, before more memory is spent on it. */
+#define DIST_SLURM_MAX_HOSTS 65536
+
 /* Expands a Slurm hostlist ("node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5).
- * *hosts is one malloc'd array of *count pointers into the same block: free(*hosts) once. */
+ * *hosts is one malloc'd array of *count pointers into the same block: free(*hosts) once.
+ * Errors: DIST_INVALID_ARGUMENT for malformed lists, more than DIST_SLURM_MAX_HOSTS hosts, or a
+ * host name over 255 characters. */
 DIST_API dist_status dist_slurm_expand_hostlist(const char *hostlist, char ***hosts, size_t *count);
 
 #define DIST_CLUSTER_DEFAULT_SLURM_PORT 8888

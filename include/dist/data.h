@@ -111,11 +111,17 @@ typedef struct dist_jpeg_folder_options {
     int skip_bad;                      /* non-zero: skip (and count) bad files and empty class
                                           folders instead of failing */
     int num_threads;                   /* decode threads; <= 1 decodes on the caller's thread */
+    int64_t max_pixels;                /* a header claiming more (width x height) is a bad file,
+                                          refused before any allocation; 0 = the default cap */
 } dist_jpeg_folder_options;
 
-#define DIST_JPEG_FOLDER_OPTIONS_VERSION 1
+/* The default pixel cap: 64 Mpx (8192 x 8192). A 65535 x 65535 header would ask for 12 GiB. */
+#define DIST_JPEG_MAX_PIXELS_DEFAULT ((int64_t)1 << 26)
+
+/* Version 2 added max_pixels; a version 1 struct (without it) is still accepted. */
+#define DIST_JPEG_FOLDER_OPTIONS_VERSION 2
 #define DIST_JPEG_FOLDER_OPTIONS_INIT                                                              \
-    { DIST_JPEG_FOLDER_OPTIONS_VERSION, 1, 0, 0, DIST_JPEG_RESIZE, 0, 1 }
+    { DIST_JPEG_FOLDER_OPTIONS_VERSION, 1, 0, 0, DIST_JPEG_RESIZE, 0, 1, 0 }
 
 /* Elements (image uint8 [height, width, channels], label int32 []) from root/<class>/<file>
  * where <file> ends in .jpg or .jpeg (any case). Labels are the indices of the class folder

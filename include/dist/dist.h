@@ -3,10 +3,11 @@
 #define DIST_DIST_H
 
 #include "dist/backend.h"
-#include "dist/cluster.h"
 #include "dist/checkpoint.h"
+#include "dist/cluster.h"
 #include "dist/data.h"
 #include "dist/export.h"
+#include "dist/file.h"
 #include "dist/fit.h"
 #include "dist/idx.h"
 #include "dist/loss_scale.h"
@@ -18,8 +19,8 @@
 #include "dist/status.h"
 #include "dist/strategy.h"
 #include "dist/tape.h"
-#include "dist/tensorboard.h"
 #include "dist/tensor.h"
+#include "dist/tensorboard.h"
 #include "dist/train.h"
 
 #endif

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A host name longer than DNS allows is no host. */
+#define SLURM_MAX_HOST_NAME 255
+
 typedef struct str_list {
     char **items;
     size_t count, cap;
@@ -16,6 +19,15 @@ typedef struct str_list {
 
 static dist_status list_push(str_list *l, char *s) {
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "expanding a hostlist");
+    if (l->count >= DIST_SLURM_MAX_HOSTS || strlen(s) > SLURM_MAX_HOST_NAME) {
+        dist_status st = dist_error(DIST_INVALID_ARGUMENT,
+                                    l->count >= DIST_SLURM_MAX_HOSTS
+                                        ? "hostlist: expands past %d hosts (DIST_SLURM_MAX_HOSTS)"
+                                        : "hostlist: a host name longer than 255 characters",
+                                    DIST_SLURM_MAX_HOSTS);
+        free(s);
+        return st;
+    }
     if (l->count == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 8;
         char **items = realloc(l->items, cap * sizeof(char *));
@@ -48,6 +60,9 @@ static bool parse_ulong(const char *s, size_t len, unsigned long *out) {
 
 /* Expands `prefix` + one item of the hostlist (which may hold several bracket groups). */
 static dist_status expand_item(const char *prefix, const char *item, size_t len, str_list *out) {
+    if (strlen(prefix) > SLURM_MAX_HOST_NAME)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "hostlist: a host name longer than 255 characters");
     const char *open = memchr(item, '[', len);
     if (!open) {
         size_t plen = strlen(prefix);

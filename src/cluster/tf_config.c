@@ -13,6 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Limits TF itself does not have: a TF_CONFIG is an environment variable, never this large, and
+ * a job of more tasks than this is a hostile value (each task is a process to wait for). */
+#define TF_CONFIG_MAX_BYTES ((size_t)1 << 20)
+#define TF_CONFIG_MAX_TASKS_PER_JOB 65536
+
 /* Python's type name of a JSON value, for TypeError texts. */
 static const char *py_type_name(const cJSON *v) {
     if (cJSON_IsNull(v)) return "NoneType";
@@ -100,6 +105,9 @@ static dist_status parse_job(dist_cluster *c, const cJSON *tasks) {
                           "strings.",
                           repr);
     }
+    if (cJSON_GetArraySize(tasks) > TF_CONFIG_MAX_TASKS_PER_JOB)
+        return dist_error(DIST_INVALID_ARGUMENT, "TF_CONFIG: job '%.100s' has more than %d tasks",
+                          tasks->string, TF_CONFIG_MAX_TASKS_PER_JOB);
     DIST_TRY(dist_cluster_add_job(c, tasks->string, &job));
     long position = 0;
     const cJSON *t;
@@ -160,6 +168,8 @@ static dist_status parse_document(const cJSON *root, dist_cluster *c) {
 dist_status dist_cluster_parse_tf_config(const char *json, dist_cluster *c) {
     if (!json) json = getenv("TF_CONFIG");
     if (!json || !json[0]) return DIST_OK; /* unset or empty: the empty cluster */
+    if (strnlen(json, TF_CONFIG_MAX_BYTES + 1) > TF_CONFIG_MAX_BYTES)
+        return dist_error(DIST_FORMAT, "TF_CONFIG is longer than %zu bytes", TF_CONFIG_MAX_BYTES);
     cJSON *root = cJSON_Parse(json);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();

@@ -1,5 +1,6 @@
 /* cache: the first complete pass is recorded (in memory, shared by the dataset's iterators, or
  * in a file) and later passes read the record instead of the input. */
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "data/dataset.h"
 
@@ -7,9 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define CACHE_MAGIC "libdist-cache-1\n"
+/* A cache file: the magic, the pipeline's description (u32 length + text), per element a u32
+ * item count and per item (i32 dtype, i32 ndim, i64 shape[ndim], the data), the end marker
+ * UINT32_MAX, then the CRC-32C of every byte before it. Like a checkpoint, the CRC is verified
+ * before anything in the file is used (one extra sequential read per epoch), and every count,
+ * dtype and shape is checked against what is left of the file before anything is allocated. */
+#define CACHE_MAGIC "libdist-cache-2\n"
+#define CACHE_MAGIC_V1 "libdist-cache-1\n"
 
 struct cache_store {
     pthread_mutex_t mu;
@@ -76,14 +84,21 @@ typedef struct cache_it {
     /* files */
     FILE *f;
     char *tmp_path;
+    uint32_t crc;       /* FILE_WRITE: of everything written so far */
+    uint64_t file_size; /* FILE_READ */
     elem_slot slot;
     int complete;
 } cache_it;
 
-static dist_status write_all(cache_it *it, const void *p, size_t n) {
+static dist_status write_raw(cache_it *it, const void *p, size_t n) {
     if (fwrite(p, 1, n, it->f) != n)
         return dist_error_errno(DIST_IO, errno, "cache: cannot write '%s'", it->tmp_path);
     return DIST_OK;
+}
+
+static dist_status write_all(cache_it *it, const void *p, size_t n) {
+    it->crc = dist_crc32c_extend(it->crc, p, n);
+    return write_raw(it, p, n);
 }
 
 static dist_status read_all(cache_it *it, void *p, size_t n) {
@@ -137,6 +152,8 @@ static dist_status finish_write(cache_it *it) {
     }
     uint32_t end = UINT32_MAX;
     DIST_TRY(write_all(it, &end, sizeof end));
+    uint32_t crc = it->crc;
+    DIST_TRY(write_raw(it, &crc, sizeof crc));
     int bad = fflush(it->f) != 0 || fsync(fileno(it->f)) != 0;
     bad |= fclose(it->f) != 0;
     it->f = NULL;
@@ -146,6 +163,18 @@ static dist_status finish_write(cache_it *it) {
     free(it->tmp_path);
     it->tmp_path = NULL;
     return DIST_OK;
+}
+
+/* Whether item i (of count) with head {dtype, ndim} and shape (NULL: not read yet) can be an
+ * element of the pipeline: what a cached file holds must be what its input would yield. */
+static int spec_allows(const dist_element_spec *spec, int count, int i, const int32_t head[2],
+                       const int64_t *shape) {
+    if (count != spec->count || head[0] != (int32_t)spec->dtype[i] || head[1] != spec->ndim[i] ||
+        head[1] < 0 || head[1] > DIST_MAX_DIMS || dist_dtype_size((dist_dtype)head[0]) == 0)
+        return 0;
+    for (int d = 0; shape && d < head[1]; d++)
+        if (shape[d] < 0 || (spec->shape[i][d] >= 0 && shape[d] != spec->shape[i][d])) return 0;
+    return 1;
 }
 
 static dist_status cache_next(node_it *base, dist_element *out, int *eos) {
@@ -171,12 +200,28 @@ static dist_status cache_next(node_it *base, dist_element *out, int *eos) {
             int32_t head[2];
             int64_t shape[DIST_MAX_DIMS];
             DIST_TRY(read_all(it, head, sizeof head));
-            if (head[1] < 0 || head[1] > DIST_MAX_DIMS || dist_dtype_size((dist_dtype)head[0]) == 0)
-                return dist_error(DIST_FORMAT, "cache: '%s' is corrupt",
-                                  base->ds->u.cache.filename);
+            if (!spec_allows(&base->ds->spec, (int)count, (int)i, head, NULL))
+                return dist_error(DIST_FORMAT,
+                                  "cache: '%s' is corrupt (item %u is not of the pipeline's "
+                                  "element spec)",
+                                  base->ds->u.cache.filename, i);
             DIST_TRY(read_all(it, shape, sizeof(int64_t) * (size_t)head[1]));
+            if (!spec_allows(&base->ds->spec, (int)count, (int)i, head, shape))
+                return dist_error(DIST_FORMAT,
+                                  "cache: '%s' is corrupt (item %u has a shape outside the "
+                                  "pipeline's element spec)",
+                                  base->ds->u.cache.filename, i);
+            uint64_t bytes = dist_dtype_size((dist_dtype)head[0]);
+            for (int d = 0; d < head[1]; d++)
+                if (shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)shape[d], &bytes))
+                    return dist_error(DIST_FORMAT, "cache: '%s' is corrupt (a bad shape)",
+                                      base->ds->u.cache.filename);
+            long at = ftell(it->f);
+            if (at < 0 || bytes > it->file_size - (uint64_t)at)
+                return dist_error(DIST_FORMAT,
+                                  "cache: '%s' is corrupt (an item of %llu bytes past the end)",
+                                  base->ds->u.cache.filename, (unsigned long long)bytes);
             dist_tensor t = dist_tensor_view(NULL, (dist_dtype)head[0], head[1], shape);
-            size_t bytes = dist_tensor_bytes(&t);
             if (bytes > it->slot.cap[i] || !it->slot.t[i].data) {
                 void *p = realloc(it->slot.t[i].data, bytes ? bytes : 1);
                 if (!p) return dist_error(DIST_OUT_OF_MEMORY, "cache: out of memory");
@@ -226,6 +271,34 @@ static void cache_destroy(node_it *base) {
 
 static const node_it_vt cache_vt = {cache_next, cache_destroy};
 
+/* Reads the whole file once, checking the CRC-32C in its last 4 bytes; leaves it rewound. */
+static dist_status verify_file(cache_it *it, const char *name) {
+    struct stat sb;
+    if (fstat(fileno(it->f), &sb) != 0 || !S_ISREG(sb.st_mode))
+        return dist_error(DIST_FORMAT, "cache: '%s' is not a regular file", name);
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < sizeof CACHE_MAGIC - 1 + 3 * sizeof(uint32_t))
+        return dist_error(DIST_FORMAT, "cache: '%s' is truncated (%llu bytes)", name,
+                          (unsigned long long)size);
+    unsigned char buf[1 << 16];
+    uint32_t crc = 0, want = 0;
+    for (uint64_t left = size - sizeof want; left > 0;) {
+        size_t n = left < sizeof buf ? (size_t)left : sizeof buf;
+        DIST_TRY(read_all(it, buf, n));
+        crc = dist_crc32c_extend(crc, buf, n);
+        left -= n;
+    }
+    DIST_TRY(read_all(it, &want, sizeof want));
+    if (crc != want)
+        return dist_error(DIST_FORMAT,
+                          "cache: '%s' is corrupt or truncated (CRC-32C %08x, the file records "
+                          "%08x); delete it to rebuild the cache",
+                          name, crc, want);
+    rewind(it->f);
+    it->file_size = size - sizeof want;
+    return DIST_OK;
+}
+
 static dist_status open_file_mode(cache_it *it) {
     const dist_dataset *ds = it->base.ds;
     const char *desc = ds->input->desc;
@@ -236,10 +309,21 @@ static dist_status open_file_mode(cache_it *it) {
         char magic[sizeof CACHE_MAGIC - 1];
         uint32_t flen = 0;
         DIST_TRY(read_all(it, magic, sizeof magic));
-        DIST_TRY(read_all(it, &flen, sizeof flen));
-        if (memcmp(magic, CACHE_MAGIC, sizeof magic) != 0 || flen > (1u << 20))
+        if (memcmp(magic, CACHE_MAGIC_V1, sizeof magic) == 0)
+            return dist_error(DIST_FORMAT,
+                              "cache: '%s' was written by an older libdist (no checksum); delete "
+                              "it to rebuild the cache",
+                              ds->u.cache.filename);
+        if (memcmp(magic, CACHE_MAGIC, sizeof magic) != 0)
             return dist_error(DIST_FORMAT, "cache: '%s' is not a libdist cache file",
                               ds->u.cache.filename);
+        rewind(it->f);
+        DIST_TRY(verify_file(it, ds->u.cache.filename));
+        DIST_TRY(read_all(it, magic, sizeof magic));
+        DIST_TRY(read_all(it, &flen, sizeof flen));
+        if (flen > (1u << 20) || flen > it->file_size)
+            return dist_error(DIST_FORMAT, "cache: '%s' is corrupt (a description of %u bytes)",
+                              ds->u.cache.filename, flen);
         char *fdesc = malloc(flen + 1);
         if (!fdesc) return dist_error(DIST_OUT_OF_MEMORY, "cache: out of memory");
         dist_status st = read_all(it, fdesc, flen);

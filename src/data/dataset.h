@@ -36,7 +36,13 @@ typedef struct file_table {
     char **class_names;
     int channels, height, width; /* decode options of the JPEG folder */
     dist_jpeg_size_policy size_policy;
+    int64_t max_pixels; /* the header cap (dist_jpeg_read_header) */
 } file_table;
+
+/* Reads a JPEG header's size into *w, *h; DIST_FORMAT when the bytes are no JPEG or the header
+ * claims more than max_pixels pixels, so that nothing is allocated for a hostile header. */
+dist_status dist_jpeg_read_header(void *tj, const unsigned char *bytes, size_t n, const char *path,
+                                  int64_t max_pixels, int *w, int *h);
 
 file_table *file_table_retain(file_table *t);
 void file_table_release(file_table *t);

@@ -192,14 +192,18 @@ static dist_status idx_decode(idx_stream *s, dist_tensor **out) {
         return dist_error(DIST_FORMAT, "'%s': header promises %d dimensions, file ends after %zu",
                           s->name, ndim, got / 4);
     int64_t shape[DIST_MAX_DIMS];
-    size_t bytes = dist_dtype_size(dtype);
+    /* The product of the non-zero dimensions must fit too: a zero dimension makes the payload
+     * empty, but the shape still reaches code that multiplies all of them (element counts). */
+    int64_t nonzero = (int64_t)dist_dtype_size(dtype);
+    int empty = 0;
     for (int i = 0; i < ndim; i++) {
         uint32_t d = be32(head + 4 + 4 * i);
-        if (d != 0 && bytes > SIZE_MAX / d)
+        if (d != 0 && __builtin_mul_overflow(nonzero, (int64_t)d, &nonzero))
             return dist_error(DIST_FORMAT, "'%s': the dimensions' product overflows", s->name);
-        bytes *= d;
+        empty |= d == 0;
         shape[i] = d;
     }
+    size_t bytes = empty ? 0 : (size_t)nonzero;
 
     size_t left = stream_input_left(s), has;
     int hopeless = s->gzip ? left < SIZE_MAX / IDX_MAX_DEFLATE_RATIO &&

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,20 @@ static void resize_bilinear(const unsigned char *src, int sw, int sh, unsigned c
     }
 }
 
+dist_status dist_jpeg_read_header(void *tj, const unsigned char *bytes, size_t n, const char *path,
+                                  int64_t max_pixels, int *w, int *h) {
+    int subsamp = 0, cs = 0;
+    *w = *h = 0;
+    if (tjDecompressHeader3(tj, bytes, (unsigned long)n, w, h, &subsamp, &cs) != 0)
+        return dist_error(DIST_FORMAT, "jpeg: '%s' is not a readable JPEG: %s", path,
+                          tjGetErrorStr2(tj));
+    if (*w <= 0 || *h <= 0 || (int64_t)*w * (int64_t)*h > max_pixels)
+        return dist_error(DIST_FORMAT,
+                          "jpeg: '%s' claims %dx%d pixels, over the cap of %lld (max_pixels)", path,
+                          *w, *h, (long long)max_pixels);
+    return DIST_OK;
+}
+
 static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *user, void *state) {
     const file_table *t = user;
     jpeg_state *s = state;
@@ -248,10 +263,8 @@ static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *
     const char *path = t->paths[idx];
     size_t n = 0;
     DIST_TRY(read_file(s, path, &n));
-    int w = 0, h = 0, subsamp = 0, cs = 0;
-    if (tjDecompressHeader3(s->tj, s->file, (unsigned long)n, &w, &h, &subsamp, &cs) != 0)
-        return dist_error(DIST_FORMAT, "jpeg: '%s' is not a readable JPEG: %s", path,
-                          tjGetErrorStr2(s->tj));
+    int w = 0, h = 0;
+    DIST_TRY(dist_jpeg_read_header(s->tj, s->file, n, path, t->max_pixels, &w, &h));
     const int c = t->channels, pf = c == 1 ? TJPF_GRAY : TJPF_RGB;
     const int flags = TJFLAG_STOPONWARNING;
     unsigned char *dst = out->items[0]->data;
@@ -277,13 +290,9 @@ static dist_status first_image_size(const file_table *t, int *w, int *h) {
     jpeg_state *s = st_;
     size_t n = 0;
     dist_status st = read_file(s, t->paths[0], &n);
-    int subsamp = 0, cs = 0;
-    if (st == DIST_OK &&
-        tjDecompressHeader3(s->tj, s->file, (unsigned long)n, w, h, &subsamp, &cs) != 0)
-        st = dist_error(DIST_FORMAT,
-                        "jpeg folder: the first image '%s' (which sets the size) is not a readable "
-                        "JPEG: %s",
-                        t->paths[0], tjGetErrorStr2(s->tj));
+    if (st == DIST_OK && (st = dist_jpeg_read_header(s->tj, s->file, n, t->paths[0], t->max_pixels,
+                                                     w, h)) != DIST_OK)
+        dist_error_context(st, "jpeg folder: the first image sets the size");
     jpeg_state_destroy(s);
     return st;
 }
@@ -374,11 +383,16 @@ dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
 dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
                                           dist_dataset **out) {
     dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
-    if (opts) o = *opts;
-    DIST_CHECK_ARG(root && out, "jpeg folder: NULL argument");
-    DIST_CHECK_ARG(o.version == DIST_JPEG_FOLDER_OPTIONS_VERSION,
-                   "jpeg folder: options version %d, expected %d", o.version,
+    DIST_CHECK_ARG(!opts || opts->version == 1 || opts->version == DIST_JPEG_FOLDER_OPTIONS_VERSION,
+                   "jpeg folder: options version %d, expected %d", opts->version,
                    DIST_JPEG_FOLDER_OPTIONS_VERSION);
+    if (opts && opts->version == 1) /* the struct before max_pixels */
+        memcpy(&o, opts, offsetof(dist_jpeg_folder_options, max_pixels));
+    else if (opts)
+        o = *opts;
+    o.version = DIST_JPEG_FOLDER_OPTIONS_VERSION;
+    DIST_CHECK_ARG(root && out, "jpeg folder: NULL argument");
+    DIST_CHECK_ARG(o.max_pixels >= 0, "jpeg folder: max_pixels %lld < 0", (long long)o.max_pixels);
     DIST_CHECK_ARG(o.channels == 1 || o.channels == 3, "jpeg folder: channels %d must be 1 or 3",
                    o.channels);
     DIST_CHECK_ARG(o.height >= 0 && o.width >= 0 && (o.height > 0) == (o.width > 0),
@@ -398,6 +412,7 @@ dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_fold
     t->height = o.height;
     t->width = o.width;
     t->size_policy = o.size_policy;
+    t->max_pixels = o.max_pixels ? o.max_pixels : DIST_JPEG_MAX_PIXELS_DEFAULT;
     if (t->height == 0) {
         if (t->count == 0) {
             st = dist_error(DIST_FORMAT, "jpeg folder '%s': no images to take the size from", root);

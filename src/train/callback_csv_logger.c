@@ -1,8 +1,12 @@
-/* CSVLogger with tf-keras's layout: "epoch" then the logs' names, sorted. */
+/* CSVLogger with tf-keras's layout: "epoch" then the logs' names, sorted. The text is kept in
+ * memory and the file replaced atomically at every epoch end (a few hundred bytes per epoch), so
+ * a crash or a full disk leaves the previous epoch's file whole, never a torn row. */
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "dist/fit.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +15,9 @@ struct dist_csv_logger {
     char *path;
     char sep;
     int append;
-    FILE *f;
+    int started;
+    char *text; /* the file's content: what append mode found, then the rows of this run */
+    size_t len, cap;
     int nkeys;
     char keys[DIST_LOGS_MAX][DIST_LOGS_NAME_MAX];
 };
@@ -33,19 +39,60 @@ dist_status dist_csv_logger_create(const char *path, char sep, int append, dist_
 
 void dist_csv_logger_destroy(dist_csv_logger *c) {
     if (!c) return;
-    if (c->f) fclose(c->f);
+    free(c->text);
     free(c->path);
     free(c);
+}
+
+static dist_status text_append(dist_csv_logger *c, const char *fmt, ...) DIST_PRINTF(2, 3);
+static dist_status text_append(dist_csv_logger *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return dist_error(DIST_INTERNAL, "CSVLogger: formatting a row");
+    if (c->len + (size_t)n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 1024;
+        while (cap < c->len + (size_t)n + 1) cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t) return dist_error(DIST_OUT_OF_MEMORY, "CSVLogger: out of memory");
+        c->text = t;
+        c->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(c->text + c->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    c->len += (size_t)n;
+    return DIST_OK;
+}
+
+/* Append mode starts from the file as it is (missing: empty). */
+static dist_status load_existing(dist_csv_logger *c) {
+    FILE *f = fopen(c->path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return DIST_OK;
+        return dist_error_errno(DIST_IO, errno, "CSVLogger: opening '%s'", c->path);
+    }
+    char buf[4096];
+    size_t n;
+    dist_status st = DIST_OK;
+    while (st == DIST_OK && (n = fread(buf, 1, sizeof buf, f)) > 0)
+        st = text_append(c, "%.*s", (int)n, buf);
+    if (st == DIST_OK && ferror(f))
+        st = dist_error_errno(DIST_IO, errno, "CSVLogger: reading '%s'", c->path);
+    fclose(f);
+    return st;
 }
 
 static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *logs) {
     (void)fs, (void)logs;
     dist_csv_logger *c = user;
-    if (c->f) fclose(c->f);
     c->nkeys = 0;
-    c->f = fopen(c->path, c->append ? "a" : "w");
-    if (!c->f) return dist_error_errno(DIST_IO, errno, "CSVLogger: opening '%s'", c->path);
-    return DIST_OK;
+    c->len = 0;
+    c->started = 1;
+    if (c->append) DIST_TRY(load_existing(c));
+    /* The file exists from the start of training, as with tf-keras (empty until an epoch ends). */
+    return dist_file_write_atomic_pieces(c->path, &(struct iovec){c->text, c->len}, 1, "CSVLogger");
 }
 
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
@@ -62,37 +109,36 @@ static void shortest(double v, char *buf, size_t size) {
 static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
     (void)fs;
     dist_csv_logger *c = user;
-    if (!c->f) return dist_error(DIST_INVALID_USAGE, "CSVLogger: not started");
+    if (!c->started) return dist_error(DIST_INVALID_USAGE, "CSVLogger: not started");
+    size_t before = c->len;
     if (c->nkeys == 0) {
         c->nkeys = logs->count;
         memcpy(c->keys, logs->names, sizeof logs->names[0] * (size_t)logs->count);
         qsort(c->keys, (size_t)c->nkeys, sizeof c->keys[0], cmp_names);
-        fseek(c->f, 0, SEEK_END);
-        if (ftell(c->f) == 0) {
-            fprintf(c->f, "epoch");
-            for (int i = 0; i < c->nkeys; i++) fprintf(c->f, "%c%s", c->sep, c->keys[i]);
-            fprintf(c->f, "\r\n");
+        if (c->len == 0) {
+            DIST_TRY(text_append(c, "epoch"));
+            for (int i = 0; i < c->nkeys; i++) DIST_TRY(text_append(c, "%c%s", c->sep, c->keys[i]));
+            DIST_TRY(text_append(c, "\r\n"));
         }
     }
-    fprintf(c->f, "%d", epoch);
+    DIST_TRY(text_append(c, "%d", epoch));
     for (int i = 0; i < c->nkeys; i++) {
         double v;
         char buf[40] = "NA";
         if (dist_logs_get(logs, c->keys[i], &v)) shortest(v, buf, sizeof buf);
-        fprintf(c->f, "%c%s", c->sep, buf);
+        DIST_TRY(text_append(c, "%c%s", c->sep, buf));
     }
-    fprintf(c->f, "\r\n");
-    if (fflush(c->f) != 0)
-        return dist_error_errno(DIST_IO, errno, "CSVLogger: writing '%s'", c->path);
-    return DIST_OK;
+    DIST_TRY(text_append(c, "\r\n"));
+    dist_status st =
+        dist_file_write_atomic_pieces(c->path, &(struct iovec){c->text, c->len}, 1, "CSVLogger");
+    if (st != DIST_OK) c->len = before; /* the file keeps the previous epochs; so does the text */
+    return st;
 }
 
 static dist_status on_train_end(void *user, dist_fit_state *fs, dist_logs *logs) {
     (void)fs, (void)logs;
     dist_csv_logger *c = user;
-    int bad = c->f && fclose(c->f) != 0;
-    c->f = NULL;
-    if (bad) return dist_error_errno(DIST_IO, errno, "CSVLogger: closing '%s'", c->path);
+    c->started = 0;
     return DIST_OK;
 }
 

@@ -105,7 +105,10 @@ dist_status dist_checkpoint_manager_save(dist_checkpoint_manager *m, const dist_
     int n = 0;
     DIST_TRY_GOTO(dist_checkpoint_save(c, path), st, out);
     DIST_TRY_GOTO(list_steps(m, &steps, &n), st, out);
-    for (int i = m->max_to_keep; i < n; i++) {
+    /* The file just saved is one of the kept ones whatever its step: a run that restarts below
+     * its newest step must not lose the checkpoint it has just written. */
+    for (int i = 0, kept = 1; i < n; i++) {
+        if (steps[i] == step || kept++ < m->max_to_keep) continue;
         path_of(m, steps[i], path, size);
         if (unlink(path) != 0 && errno != ENOENT) {
             st = dist_error_errno(DIST_IO, errno, "checkpoint manager: deleting '%s'", path);

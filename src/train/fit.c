@@ -139,6 +139,27 @@ dist_status dist_evaluate(dist_strategy *s, dist_model *model, dist_distributed_
         if (callbacks[c_].hook)                                                                    \
             DIST_TRY_GOTO(callbacks[c_].hook(callbacks[c_].user, &fs, __VA_ARGS__), st, out);
 
+/* Epoch-end and train-end callbacks all run even when one fails: a log that cannot be written
+ * (CSVLogger on a full disk) must not keep ModelCheckpoint or BackupAndRestore from saving, and
+ * every worker issues the same collectives. The first failure and its message are returned. */
+#define EVERY_CALLBACK(hook, ...)                                                                  \
+    do {                                                                                           \
+        dist_status first_ = DIST_OK;                                                              \
+        char msg_[512] = "";                                                                       \
+        for (int c_ = 0; c_ < count; c_++) {                                                       \
+            if (!callbacks[c_].hook) continue;                                                     \
+            dist_status s_ = callbacks[c_].hook(callbacks[c_].user, &fs, __VA_ARGS__);             \
+            if (s_ != DIST_OK && first_ == DIST_OK) {                                              \
+                first_ = s_;                                                                       \
+                snprintf(msg_, sizeof msg_, "%s", dist_last_error());                              \
+            }                                                                                      \
+        }                                                                                          \
+        if (first_ != DIST_OK) {                                                                   \
+            st = dist_error(first_, "%s", msg_);                                                   \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
 dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimizer,
                      dist_distributed_dataset *train, dist_distributed_dataset *validation,
                      const dist_fit_options *o, const dist_callback *callbacks, int count,
@@ -248,12 +269,12 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         res.images += fs.epoch_images;
         res.step_seconds += fs.epoch_step_seconds;
         double t_cb = dist_trace_now(trace);
-        EACH_CALLBACK(on_epoch_end, e, &logs);
+        EVERY_CALLBACK(on_epoch_end, e, &logs);
         DIST_TRY_GOTO(fit_event(s, trace, "epoch-end callbacks", t_cb), st, out);
         res.epochs_run++;
         res.logs = logs;
     }
-    EACH_CALLBACK(on_train_end, &logs);
+    EVERY_CALLBACK(on_train_end, &logs);
 out:
     dist_distributed_iterator_destroy(fs.train_iterator);
     if (result) *result = res;

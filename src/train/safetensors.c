@@ -1,4 +1,5 @@
 /* dist_checkpoint: the in-memory tensor set and its safetensors file format. */
+#include "core/atomic_file.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "dist/checkpoint.h"
@@ -15,6 +16,14 @@
 
 /* A header larger than this is corruption, not a checkpoint (safetensors itself caps 100 MB). */
 #define MAX_HEADER_BYTES (100u << 20)
+/* Every file libdist writes carries this key; a file with it (or any other "libdist." key) but
+ * without the CRC key lost its checksum and is refused rather than trusted. */
+#define WRITER_KEY "libdist.writer"
+#define WRITER_VALUE "libdist"
+#define CRC_ZERO "00000000"
+#define CRC_DIGITS 8
+/* The CRC key and the opening quote of its value, as cJSON prints them (no spaces). */
+#define CRC_NEEDLE "\"" DIST_CHECKPOINT_CRC_KEY "\":\""
 
 typedef struct ckpt_entry {
     char *name;
@@ -184,7 +193,7 @@ static dist_status set_meta(dist_checkpoint *c, const char *key, const char *val
 
 dist_status dist_checkpoint_set_metadata(dist_checkpoint *c, const char *key, const char *value) {
     DIST_CHECK_ARG(c && key && key[0] && value, "checkpoint: metadata needs a key and a value");
-    DIST_CHECK_ARG(strcmp(key, DIST_CHECKPOINT_CRC_KEY) != 0,
+    DIST_CHECK_ARG(strcmp(key, DIST_CHECKPOINT_CRC_KEY) != 0 && strcmp(key, WRITER_KEY) != 0,
                    "checkpoint: metadata key '%s' is reserved", key);
     DIST_TRY(set_meta(c, key, value));
     return DIST_OK;
@@ -204,13 +213,15 @@ static int *write_order(const dist_checkpoint *c) {
     return order;
 }
 
-static char *build_header(const dist_checkpoint *c, const int *order, uint32_t crc) {
+/* The header with the CRC key's value as CRC_ZERO; save() patches the digits in afterwards. */
+static char *build_header(const dist_checkpoint *c, const int *order) {
     cJSON *root = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-    for (int i = 0; i < c->meta_count; i++) cJSON_AddStringToObject(meta, c->keys[i], c->values[i]);
-    char crc_hex[9];
-    snprintf(crc_hex, sizeof crc_hex, "%08" PRIx32, crc);
-    cJSON_AddStringToObject(meta, DIST_CHECKPOINT_CRC_KEY, crc_hex);
+    for (int i = 0; i < c->meta_count; i++)
+        if (strcmp(c->keys[i], WRITER_KEY) != 0 && strcmp(c->keys[i], DIST_CHECKPOINT_CRC_KEY) != 0)
+            cJSON_AddStringToObject(meta, c->keys[i], c->values[i]);
+    cJSON_AddStringToObject(meta, WRITER_KEY, WRITER_VALUE);
+    cJSON_AddStringToObject(meta, DIST_CHECKPOINT_CRC_KEY, CRC_ZERO);
     uint64_t off = 0;
     for (int k = 0; k < c->count; k++) {
         const ckpt_entry *e = &c->entries[order[k]];
@@ -230,92 +241,39 @@ static char *build_header(const dist_checkpoint *c, const int *order, uint32_t c
     return text;
 }
 
-static dist_status write_all(int fd, const void *data, size_t n, const char *path) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return dist_error_errno(DIST_IO, errno, "checkpoint: writing '%s'", path);
-        p += w;
-        n -= (size_t)w;
-    }
-    return DIST_OK;
-}
-
-static dist_status fsync_dir_of(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    dist_status st = DIST_OK;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0)
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: syncing directory '%s'", dir);
-    if (fd >= 0) close(fd);
-    free(dir);
-    return st;
-}
-
 dist_status dist_checkpoint_save(const dist_checkpoint *c, const char *path) {
     DIST_CHECK_ARG(c && path && path[0], "checkpoint: save needs a checkpoint and a path");
     dist_status st = DIST_OK;
-    int fd = -1;
-    char *header = NULL, *tmp = NULL;
     int *order = write_order(c);
-    if (!order) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
-    uint32_t crc = 0;
-    for (int k = 0; k < c->count; k++) {
-        const dist_tensor *t = &c->entries[order[k]].tensor;
-        crc = dist_crc32c_extend(crc, t->data, dist_tensor_bytes(t));
-    }
-    header = build_header(c, order, crc);
-    size_t tmp_len = strlen(path) + 32;
-    tmp = malloc(tmp_len);
-    if (!header || !tmp) {
+    char *header = order ? build_header(c, order) : NULL;
+    struct iovec *pieces = malloc(sizeof *pieces * (size_t)(3 + c->count));
+    char *digits = header ? strstr(header, CRC_NEEDLE) : NULL;
+    if (!order || !header || !pieces || !digits) {
         st = dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
         goto out;
     }
+    digits += strlen(CRC_NEEDLE);
     /* Pad the header with spaces so that the data starts 8-aligned, as safetensors does. */
     size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: creating '%s'", tmp);
-        goto out;
-    }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    DIST_TRY_GOTO(write_all(fd, len8, 8, tmp), st, out);
-    DIST_TRY_GOTO(write_all(fd, header, hlen, tmp), st, out);
-    DIST_TRY_GOTO(write_all(fd, "        ", padded - hlen, tmp), st, out);
+    pieces[0] = (struct iovec){len8, 8};
+    pieces[1] = (struct iovec){header, hlen};
+    pieces[2] = (struct iovec){"        ", padded - hlen};
     for (int k = 0; k < c->count; k++) {
         const dist_tensor *t = &c->entries[order[k]].tensor;
-        DIST_TRY_GOTO(write_all(fd, t->data, dist_tensor_bytes(t), tmp), st, out);
+        pieces[3 + k] = (struct iovec){t->data, dist_tensor_bytes(t)};
     }
-    if (fsync(fd) != 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: syncing '%s'", tmp);
-        goto out;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: closing '%s'", tmp);
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        st = dist_error_errno(DIST_IO, errno, "checkpoint: renaming '%s' to '%s'", tmp, path);
-        goto out;
-    }
-    DIST_TRY_GOTO(fsync_dir_of(path), st, out);
+    /* The CRC covers the whole file as written, with its own digits zeroed. */
+    uint32_t crc = 0;
+    for (int i = 0; i < 3 + c->count; i++)
+        crc = dist_crc32c_extend(crc, pieces[i].iov_base, pieces[i].iov_len);
+    char crc_hex[CRC_DIGITS + 1];
+    snprintf(crc_hex, sizeof crc_hex, "%08" PRIx32, crc);
+    memcpy(digits, crc_hex, CRC_DIGITS);
+    st = dist_file_write_atomic_pieces(path, pieces, 3 + c->count, "checkpoint");
 out:
-    if (fd >= 0) close(fd);
-    if (st != DIST_OK && tmp) unlink(tmp);
-    free(tmp);
+    free(pieces);
     free(header);
     free(order);
     return st;
@@ -439,8 +397,7 @@ static dist_status parse_tensors(dist_checkpoint *c, const cJSON *root, const un
                 goto out;
             }
             shape[d] = (int64_t)v;
-            numel *= v;
-            if (numel > ((uint64_t)1 << 50)) {
+            if (__builtin_mul_overflow(numel, v, &numel) || numel > ((uint64_t)1 << 50)) {
                 st = BAD("checkpoint '%s': tensor '%s' is impossibly large", path, name);
                 goto out;
             }
@@ -457,7 +414,11 @@ static dist_status parse_tensors(dist_checkpoint *c, const cJSON *root, const un
                      path, name, e, data_size);
             goto out;
         }
-        uint64_t want = numel * dist_dtype_size(dtype);
+        uint64_t want;
+        if (__builtin_mul_overflow(numel, (uint64_t)dist_dtype_size(dtype), &want)) {
+            st = BAD("checkpoint '%s': tensor '%s' is impossibly large", path, name);
+            goto out;
+        }
         if (e - b != want) {
             st = BAD("checkpoint '%s': tensor '%s' spans %" PRIu64 " bytes but its dtype and shape "
                      "need %" PRIu64,
@@ -497,15 +458,52 @@ out:
     return st;
 }
 
-static dist_status check_crc(const dist_checkpoint *c, const unsigned char *data, uint64_t size,
-                             const char *path) {
-    const char *want = dist_checkpoint_metadata(c, DIST_CHECKPOINT_CRC_KEY);
-    if (!want) return DIST_OK; /* written by another tool */
-    char got[9];
-    snprintf(got, sizeof got, "%08" PRIx32, dist_crc32c(data, (size_t)size));
-    if (strcmp(got, want) != 0)
-        return BAD("checkpoint '%s': data CRC-32C is %s but the header records %s (corrupt data)",
-                   path, got, want);
+static int is_crc_hex(const char *s) {
+    if (strlen(s) != CRC_DIGITS) return 0;
+    for (int i = 0; i < CRC_DIGITS; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* Verifies the whole-file CRC before anything in the header is trusted. A file without the CRC
+ * key is accepted only when nothing in it says that libdist wrote it. */
+static dist_status check_crc(const cJSON *root, const unsigned char *buf, size_t size,
+                             uint64_t hlen, const char *path) {
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(meta, DIST_CHECKPOINT_CRC_KEY);
+    if (!want) {
+        for (const cJSON *m = meta ? meta->child : NULL; m; m = m->next)
+            if (m->string && !strncmp(m->string, "libdist.", 8))
+                return BAD("checkpoint '%s': written by libdist (metadata '%s') but its checksum "
+                           "key '%s' is missing (damaged or edited)",
+                           path, m->string, DIST_CHECKPOINT_CRC_KEY);
+        return DIST_OK; /* written by another tool */
+    }
+    if (!cJSON_IsString(want) || !is_crc_hex(want->valuestring))
+        return BAD("checkpoint '%s': the checksum key '%s' does not hold 8 hex digits", path,
+                   DIST_CHECKPOINT_CRC_KEY);
+    /* Exactly one place in the header text holds the digits; they count as zeros. */
+    const char *h = (const char *)buf + 8, *at = NULL;
+    size_t nlen = strlen(CRC_NEEDLE);
+    for (const char *p = h; p + nlen + CRC_DIGITS <= h + hlen;) {
+        const char *hit = memmem(p, (size_t)(h + hlen - p), CRC_NEEDLE, nlen);
+        if (!hit || hit + nlen + CRC_DIGITS > h + hlen) break;
+        if (at) return BAD("checkpoint '%s': the checksum key appears twice", path);
+        at = hit + nlen;
+        p = hit + 1;
+    }
+    if (!at || memcmp(at, want->valuestring, CRC_DIGITS) != 0)
+        return BAD("checkpoint '%s': the checksum key is not where libdist writes it", path);
+    size_t pos = (size_t)((const unsigned char *)at - buf);
+    uint32_t crc = dist_crc32c_extend(0, buf, pos);
+    crc = dist_crc32c_extend(crc, CRC_ZERO, CRC_DIGITS);
+    crc = dist_crc32c_extend(crc, buf + pos + CRC_DIGITS, size - pos - CRC_DIGITS);
+    char got[CRC_DIGITS + 1];
+    snprintf(got, sizeof got, "%08" PRIx32, crc);
+    if (strcmp(got, want->valuestring) != 0)
+        return BAD(
+            "checkpoint '%s': CRC-32C is %s but the header records %s (truncated or corrupt)", path,
+            got, want->valuestring);
     return DIST_OK;
 }
 
@@ -535,12 +533,12 @@ dist_status dist_checkpoint_load(const char *path, dist_checkpoint **out) {
         st = BAD("checkpoint '%s': the header is not a JSON object", path);
         goto out;
     }
+    DIST_TRY_GOTO(check_crc(root, buf, size, hlen, path), st, out);
     DIST_TRY_GOTO(dist_checkpoint_create(&c), st, out);
     c->source = strdup(path);
     const unsigned char *data = buf + 8 + hlen;
     uint64_t data_size = size - 8 - hlen;
     DIST_TRY_GOTO(parse_tensors(c, root, data, data_size, path), st, out);
-    DIST_TRY_GOTO(check_crc(c, data, data_size, path), st, out);
     *out = c;
     c = NULL;
 out:

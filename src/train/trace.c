@@ -1,4 +1,5 @@
 /* dist_trace: a Chrome trace JSON timeline, and the traced steps dist_fit runs with it. */
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "dist/loss_scale.h"
@@ -105,8 +106,11 @@ static void json_name(FILE *f, const char *s) {
 
 dist_status dist_trace_write(const dist_trace *t, const char *path) {
     DIST_CHECK_ARG(t && path && path[0], "dist_trace_write: needs a trace and a path");
-    FILE *f = fopen(path, "w");
-    if (!f) return dist_error_errno(DIST_IO, errno, "trace: opening '%s'", path);
+    /* Built in memory, then replaced atomically: a crash never leaves half a JSON document. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return dist_error_errno(DIST_OUT_OF_MEMORY, errno, "trace: buffering '%s'", path);
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     /* One thread_name per (pid, tid) row, then the events. */
     enum { MAX_ROWS = 512 };
@@ -141,9 +145,13 @@ dist_status dist_trace_write(const dist_trace *t, const char *path) {
         first = 0;
     }
     fprintf(f, "\n]}\n");
-    if (ferror(f) | (fclose(f) != 0))
-        return dist_error_errno(DIST_IO, errno, "trace: writing '%s'", path);
-    return DIST_OK;
+    if (ferror(f) | (fclose(f) != 0)) {
+        free(text);
+        return dist_error(DIST_OUT_OF_MEMORY, "trace: buffering '%s'", path);
+    }
+    dist_status st = dist_file_write_atomic_pieces(path, &(struct iovec){text, len}, 1, "trace");
+    free(text);
+    return st;
 }
 
 /* ---- traced steps -------------------------------------------------------------------------- */

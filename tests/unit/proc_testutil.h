@@ -44,14 +44,21 @@ static inline int free_port(void) {
     return ntohs(a.sin_port);
 }
 
-static inline void cluster_init(cluster *cl, int world) {
-    memset(cl, 0, sizeof *cl);
-    cl->world = world;
-    for (int r = 0; r < world; r++) {
+/* Ports come from the OS (bind to port 0), but the library binds its own listening socket and
+ * cannot be handed one, so another process may take a port between here and there: run_all
+ * repeats a run whose rank could not listen on fresh ports (cluster_pick_ports). */
+static inline void cluster_pick_ports(cluster *cl) {
+    for (int r = 0; r < cl->world; r++) {
         snprintf(cl->addr_buf[r], sizeof cl->addr_buf[r], "127.0.0.1:%d", free_port());
         cl->addrs[r] = cl->addr_buf[r];
         cl->names[r] = k_names[r];
     }
+}
+
+static inline void cluster_init(cluster *cl, int world) {
+    memset(cl, 0, sizeof *cl);
+    cl->world = world;
+    cluster_pick_ports(cl);
     snprintf(cl->dir, sizeof cl->dir, "/tmp/dist_net_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(cl->dir));
 }
@@ -164,10 +171,36 @@ static inline void expect_exit_ok(const cluster *cl, pid_t pid, int rank) {
     }
 }
 
-static inline void run_all(const cluster *cl, rank_fn fn, void *arg) {
-    pid_t pids[MAX_RANKS];
-    for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, fn, arg);
-    for (int r = 0; r < cl->world; r++) expect_exit_ok(cl, pids[r], r);
+/* Whether rank's report says that it could not listen because its port was taken. */
+static inline int report_says_port_taken(const cluster *cl, int rank) {
+    char *r = read_report(cl, rank, NULL);
+    int taken = strstr(r, "Address already in use") != NULL;
+    free(r);
+    return taken;
+}
+
+/* Runs fn on every rank and fails the test with the report of a rank that did not exit 0. A run
+ * in which a rank's port was taken by another process (EADDRINUSE) is repeated on fresh ports,
+ * at most twice: the port race, not the code under test. */
+static inline void run_all(cluster *cl, rank_fn fn, void *arg) {
+    for (int attempt = 0;; attempt++) {
+        pid_t pids[MAX_RANKS];
+        int status[MAX_RANKS], failed = -1, taken = 0;
+        for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, fn, arg);
+        for (int r = 0; r < cl->world; r++) {
+            ck_assert_int_eq(waitpid(pids[r], &status[r], 0), pids[r]);
+            if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) continue;
+            if (failed < 0) failed = r;
+            taken |= report_says_port_taken(cl, r);
+        }
+        if (failed < 0) return;
+        if (taken && attempt < 2) {
+            cluster_pick_ports(cl);
+            continue;
+        }
+        char *r = read_report(cl, failed, NULL);
+        ck_abort_msg("rank %d exited with status 0x%x: %.400s", failed, status[failed], r);
+    }
 }
 
 /* Rank 0 (rank0), then `intruder` to its end (reporting as rank `world`), then ranks

@@ -449,6 +449,48 @@ START_TEST(test_fit_reduces_the_loss_and_logs_train_and_validation_metrics) {
 }
 END_TEST
 
+static dist_status log_write_fails(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
+    (void)user, (void)fs, (void)epoch, (void)logs;
+    return dist_error_for_test(DIST_IO, "log: writing 'log.csv': No space left on device");
+}
+
+START_TEST(test_a_log_write_error_does_not_lose_the_epochs_checkpoint) {
+    make_tmpdir();
+    run r = make_run("cpu:0");
+    char tmpl[128];
+    snprintf(tmpl, sizeof tmpl, "%s/ckpt-{epoch}.safetensors", tmpdir);
+    dist_model_checkpoint_options o = DIST_MODEL_CHECKPOINT_OPTIONS_INIT;
+    o.filepath = tmpl;
+    dist_model_checkpoint *mc = NULL;
+    ck_assert_int_eq(dist_model_checkpoint_create(&o, &mc), DIST_OK);
+    /* The failing log comes first, as a CSVLogger listed before ModelCheckpoint would. */
+    dist_callback cbs[2];
+    memset(&cbs[0], 0, sizeof cbs[0]);
+    cbs[0].on_epoch_end = log_write_fails;
+    cbs[1] = dist_model_checkpoint_callback(mc);
+    dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
+    fo.epochs = 2;
+    dist_fit_result res;
+    ck_assert_int_eq(dist_fit(r.s, r.m, r.opt, r.train, r.val, &fo, cbs, 2, &res), DIST_IO);
+    ck_assert_msg(strstr(dist_last_error(), "No space left"), "%s", dist_last_error());
+    /* Epoch 1 ended with its checkpoint written, holding the weights the model has now. */
+    char p[192];
+    snprintf(p, sizeof p, "%s/ckpt-1.safetensors", tmpdir);
+    dist_checkpoint *c = NULL;
+    ck_assert_msg(dist_checkpoint_load(p, &c) == DIST_OK, "%s", dist_last_error());
+    ck_assert_str_eq(dist_checkpoint_metadata(c, "libdist.epoch"), "1");
+    float *now = weights(r.m);
+    const dist_tensor *k = dist_checkpoint_find(c, dist_model_variable_name(r.m, 0));
+    ck_assert_ptr_nonnull(k);
+    ck_assert_mem_eq(k->data, now, dist_tensor_bytes(k));
+    free(now);
+    dist_checkpoint_destroy(c);
+    dist_model_checkpoint_destroy(mc);
+    free_run(&r);
+    remove_tmpdir();
+}
+END_TEST
+
 START_TEST(test_optimizer_state_round_trips_and_a_mismatch_is_named) {
     make_tmpdir();
     run a = make_run("cpu:0"), b = make_run("cpu:0");
@@ -744,6 +786,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_model_checkpoint_save_best_only_writes_improving_epochs);
     tcase_add_test(tc, test_model_checkpoint_every_3_batches_counts_across_epochs);
     tcase_add_test(tc, test_csv_logger_writes_sorted_columns_and_appends_without_a_second_header);
+    tcase_add_test(tc, test_a_log_write_error_does_not_lose_the_epochs_checkpoint);
     tcase_add_test(tc, test_fit_reduces_the_loss_and_logs_train_and_validation_metrics);
     tcase_add_test(tc, test_optimizer_state_round_trips_and_a_mismatch_is_named);
     tcase_add_test(tc, test_loss_scale_state_is_part_of_the_training_state);

@@ -5,9 +5,11 @@
 
 #include <dirent.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -30,17 +32,7 @@ static void make_tmpdir(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
 }
 
-static unsigned char *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n + 1);
-    ck_assert_uint_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
+static unsigned char *slurp(const char *p, size_t *n) { return dist_test_read_file(p, n); }
 
 static void spit(const char *p, const void *b, size_t n) {
     FILE *f = fopen(p, "wb");
@@ -212,27 +204,6 @@ START_TEST(test_a_bit_flip_anywhere_in_the_data_fails_the_crc) {
     spit(path, b, n);
     free(b);
     expect_refused(path, DIST_FORMAT, "CRC-32C");
-}
-END_TEST
-
-START_TEST(test_a_bit_flip_in_the_header_never_crashes) {
-    make_tmpdir();
-    save_sample(path);
-    size_t n = 0;
-    unsigned char *b = slurp(path, &n);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)b[i] << (8 * i);
-    for (size_t at = 0; at < 8 + hlen; at++)
-        for (int bit = 0; bit < 8; bit++) {
-            b[at] ^= (unsigned char)(1u << bit);
-            spit(path, b, n);
-            b[at] ^= (unsigned char)(1u << bit);
-            dist_checkpoint *c = NULL;
-            dist_status st = dist_checkpoint_load(path, &c);
-            dist_checkpoint_destroy(c);
-            ck_assert(st == DIST_OK || st == DIST_FORMAT || st == DIST_UNSUPPORTED);
-        }
-    free(b);
 }
 END_TEST
 
@@ -459,6 +430,188 @@ START_TEST(test_model_variables_round_trip_through_a_file) {
 }
 END_TEST
 
+START_TEST(test_a_bit_flip_anywhere_in_the_header_is_refused) {
+    make_tmpdir();
+    save_sample(path);
+    size_t n = 0;
+    unsigned char *b = slurp(path, &n);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)b[i] << (8 * i);
+    for (size_t at = 0; at < 8 + hlen; at++)
+        for (int bit = 0; bit < 8; bit++) {
+            b[at] ^= (unsigned char)(1u << bit);
+            spit(path, b, n);
+            b[at] ^= (unsigned char)(1u << bit);
+            dist_checkpoint *c = NULL;
+            dist_status st = dist_checkpoint_load(path, &c);
+            ck_assert_msg(st != DIST_OK, "flip of bit %d at byte %zu accepted", bit, at);
+            ck_assert_ptr_null(c);
+        }
+    free(b);
+}
+END_TEST
+
+START_TEST(test_a_libdist_file_without_its_checksum_key_is_refused) {
+    make_tmpdir();
+    craft("{\"__metadata__\":{\"libdist.writer\":\"libdist\"},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+          8);
+    expect_refused(path, DIST_FORMAT, "checksum key 'libdist.crc32c' is missing");
+    craft("{\"__metadata__\":{\"libdist.epoch\":\"3\"},"
+          "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+          8);
+    expect_refused(path, DIST_FORMAT, "'libdist.epoch'");
+}
+END_TEST
+
+START_TEST(test_a_shape_whose_element_count_overflows_is_refused) {
+    make_tmpdir();
+    /* 2^32 * 2^32 wraps to 0 elements in 64 bits, which the empty data_offsets would match. */
+    craft("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}",
+          0);
+    expect_refused(path, DIST_FORMAT, "impossibly large");
+}
+END_TEST
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int files = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') files++;
+    closedir(d);
+    return files;
+}
+
+/* A checkpoint of `floats` float32 values, all equal to `value`. */
+static dist_checkpoint *filled(int64_t floats, float value) {
+    float *x = malloc((size_t)floats * sizeof *x);
+    for (int64_t i = 0; i < floats; i++) x[i] = value;
+    dist_checkpoint *c = NULL;
+    ck_assert_int_eq(dist_checkpoint_create(&c), DIST_OK);
+    dist_tensor t = dist_tensor_view(x, DIST_F32, 1, &floats);
+    ck_assert_int_eq(dist_checkpoint_add(c, "x", &t), DIST_OK);
+    free(x);
+    return c;
+}
+
+/* A file-size limit of `limit` bytes with SIGXFSZ ignored, so write() fails with EFBIG as it
+ * does on a full disk; *old receives the limit to put back with fsize_limit_end. */
+static void fsize_limit_begin(rlim_t limit, struct rlimit *old) {
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, old), 0);
+    struct rlimit small = *old;
+    small.rlim_cur = limit;
+    signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+}
+
+static void fsize_limit_end(const struct rlimit *old) {
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+}
+
+START_TEST(test_a_save_past_the_file_size_limit_fails_and_keeps_the_previous_file) {
+    make_tmpdir();
+    save_sample(path);
+    size_t n0 = 0;
+    unsigned char *before = slurp(path, &n0);
+    dist_checkpoint *big = filled(1 << 16, 3.0f); /* 256 KiB */
+    struct rlimit old;
+    fsize_limit_begin(64 << 10, &old);
+    dist_status st = dist_checkpoint_save(big, path);
+    fsize_limit_end(&old);
+    ck_assert_int_eq(st, DIST_IO);
+    ck_assert_msg(strstr(dist_last_error(), path), "%s", dist_last_error());
+    dist_checkpoint_destroy(big);
+    /* The previous file, byte for byte, and nothing else. */
+    size_t n1 = 0;
+    unsigned char *after = slurp(path, &n1);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert_mem_eq(after, before, n0);
+    ck_assert_int_eq(count_files(tmpdir), 1);
+    dist_checkpoint *c = NULL;
+    ck_assert_int_eq(dist_checkpoint_load(path, &c), DIST_OK);
+    ck_assert_str_eq(dist_checkpoint_metadata(c, "step"), "42");
+    dist_checkpoint_destroy(c);
+    free(before);
+    free(after);
+}
+END_TEST
+
+START_TEST(test_a_temporary_left_by_a_crash_is_removed_by_the_next_save) {
+    make_tmpdir();
+    char dead[200], live[200], other[200];
+    /* No process has a pid above pid_max (at most 2^22), so this writer is gone. */
+    snprintf(dead, sizeof dead, "%s.tmp.999999999", path);
+    snprintf(live, sizeof live, "%s.tmp.%ld", path, (long)getppid());
+    snprintf(other, sizeof other, "%s/other.safetensors.tmp.999999999", tmpdir);
+    spit(dead, "half a checkpoint", 17);
+    spit(live, "a save in progress", 18);
+    spit(other, "another target's", 17);
+    save_sample(path);
+    ck_assert_int_eq(access(dead, F_OK), -1);
+    ck_assert_int_eq(access(live, F_OK), 0);
+    ck_assert_int_eq(access(other, F_OK), 0);
+    ck_assert_int_eq(count_files(tmpdir), 3);
+}
+END_TEST
+
+START_TEST(test_manager_never_deletes_the_step_it_has_just_saved) {
+    make_tmpdir();
+    dist_checkpoint_manager *m = NULL;
+    ck_assert_int_eq(dist_checkpoint_manager_create(tmpdir, 2, &m), DIST_OK);
+    dist_checkpoint *c = sample();
+    ck_assert_int_eq(dist_checkpoint_manager_save(m, c, 9), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_manager_save(m, c, 10), DIST_OK);
+    /* A restarted run saving below its newest step: step 1 stays, 10 stays, 9 goes. */
+    ck_assert_int_eq(dist_checkpoint_manager_save(m, c, 1), DIST_OK);
+    ck_assert(exists_step(1) && !exists_step(9) && exists_step(10));
+    dist_checkpoint_destroy(c);
+    dist_checkpoint_manager_destroy(m);
+}
+END_TEST
+
+START_TEST(test_manager_save_on_a_full_disk_deletes_nothing_and_keeps_the_step_file) {
+    make_tmpdir();
+    dist_checkpoint_manager *m = NULL;
+    ck_assert_int_eq(dist_checkpoint_manager_create(tmpdir, 1, &m), DIST_OK);
+    dist_checkpoint *c = sample();
+    ck_assert_int_eq(dist_checkpoint_manager_save(m, c, 4), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_manager_save(m, c, 5), DIST_OK);
+    dist_checkpoint_destroy(c);
+    char p5[200];
+    snprintf(p5, sizeof p5, "%s/ckpt-5.safetensors", tmpdir);
+    size_t n0 = 0;
+    unsigned char *before = slurp(p5, &n0);
+
+    dist_checkpoint *big = filled(1 << 16, 1.0f);
+    struct rlimit old;
+    fsize_limit_begin(64 << 10, &old);
+    dist_status st5 = dist_checkpoint_manager_save(m, big, 5);
+    dist_status st6 = dist_checkpoint_manager_save(m, big, 6);
+    fsize_limit_end(&old);
+    ck_assert_int_eq(st5, DIST_IO);
+    ck_assert_int_eq(st6, DIST_IO);
+    dist_checkpoint_destroy(big);
+
+    ck_assert(exists_step(5) && !exists_step(6));
+    ck_assert_int_eq(count_files(tmpdir), 1);
+    size_t n1 = 0;
+    unsigned char *after = slurp(p5, &n1);
+    ck_assert_uint_eq(n1, n0);
+    ck_assert_mem_eq(after, before, n0);
+    dist_checkpoint *got = NULL;
+    int64_t step = -1;
+    ck_assert_int_eq(dist_checkpoint_manager_restore_latest(m, &got, &step), DIST_OK);
+    ck_assert_int_eq(step, 5);
+    dist_checkpoint_destroy(got);
+    dist_checkpoint_manager_destroy(m);
+    free(before);
+    free(after);
+}
+END_TEST
+
 static Suite *checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("safetensors");
@@ -470,7 +623,6 @@ static Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_truncated_data_names_the_problem);
     tcase_add_test(tc, test_header_length_beyond_the_file_is_refused);
     tcase_add_test(tc, test_a_bit_flip_anywhere_in_the_data_fails_the_crc);
-    tcase_add_test(tc, test_a_bit_flip_in_the_header_never_crashes);
     tcase_add_test(tc, test_a_file_from_another_writer_without_crc_loads);
     tcase_add_test(tc, test_overlapping_tensors_are_refused);
     tcase_add_test(tc, test_a_gap_or_trailing_bytes_are_refused);
@@ -482,6 +634,13 @@ static Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_manager_keeps_the_last_k_and_skips_a_corrupt_newest);
     tcase_add_test(tc, test_manager_in_an_empty_directory_finds_nothing);
     tcase_add_test(tc, test_model_variables_round_trip_through_a_file);
+    tcase_add_test(tc, test_a_bit_flip_anywhere_in_the_header_is_refused);
+    tcase_add_test(tc, test_a_libdist_file_without_its_checksum_key_is_refused);
+    tcase_add_test(tc, test_a_shape_whose_element_count_overflows_is_refused);
+    tcase_add_test(tc, test_a_save_past_the_file_size_limit_fails_and_keeps_the_previous_file);
+    tcase_add_test(tc, test_a_temporary_left_by_a_crash_is_removed_by_the_next_save);
+    tcase_add_test(tc, test_manager_never_deletes_the_step_it_has_just_saved);
+    tcase_add_test(tc, test_manager_save_on_a_full_disk_deletes_nothing_and_keeps_the_step_file);
     suite_add_tcase(s, tc);
     return s;
 }

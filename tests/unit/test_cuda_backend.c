@@ -1085,8 +1085,8 @@ int main(void) {
     setenv("CK_FORK", "no", 1); /* a CUDA context cannot cross fork() */
     if (dist_test_run(host_suite()) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (dist_device_count(DIST_DEVICE_CUDA) == 0) {
-        printf("test_cuda_backend: no CUDA device is visible; GPU kernel tests skipped\n");
-        return 77;
+        return dist_test_skip_without_gpu(
+            1, "test_cuda_backend: no CUDA device is visible to the GPU kernel tests");
     }
     dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
     if (dist_backend_create(&o, &g_cpu) != DIST_OK) {

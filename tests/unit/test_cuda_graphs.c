@@ -194,10 +194,10 @@ static void expect_graphs_change_nothing(run_cfg cfg, int64_t min_replayed) {
             if (first < 0) first = i;
             differ++;
         }
-    ck_assert_msg(differ == 0,
-                  "%lld of %lld weights differ with graphs (first: [%lld] %.9g vs %.9g eager)",
-                  (long long)differ, (long long)eager.n, (long long)first,
-                  first >= 0 ? graphs.weights[first] : 0.0, first >= 0 ? eager.weights[first] : 0.0);
+    ck_assert_msg(
+        differ == 0, "%lld of %lld weights differ with graphs (first: [%lld] %.9g vs %.9g eager)",
+        (long long)differ, (long long)eager.n, (long long)first,
+        first >= 0 ? graphs.weights[first] : 0.0, first >= 0 ? eager.weights[first] : 0.0);
     ck_assert_float_eq(graphs.last_loss, eager.last_loss);
     free(eager.weights);
     free(graphs.weights);
@@ -259,8 +259,7 @@ int main(void) {
     setenv("CK_FORK", "no", 1); /* a CUDA context cannot cross fork() */
     if (dist_test_run(host_suite()) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (dist_device_count(DIST_DEVICE_CUDA) == 0) {
-        printf("test_cuda_graphs: no CUDA device is visible; GPU tests skipped\n");
-        return 77;
+        return dist_test_skip_without_gpu(1, "test_cuda_graphs: no CUDA device is visible");
     }
     if (dist_mnist_load(NULL, &g_mnist) != DIST_OK) {
         fprintf(stderr, "MNIST: %s\n", dist_last_error());

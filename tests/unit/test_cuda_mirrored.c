@@ -84,8 +84,7 @@ START_TEST(test_a_replica_failing_before_the_all_reduce_does_not_hang_the_others
     printf("  the failed step returned %s after %.1f s: %s\n", dist_status_name(r), took,
            dist_last_error());
     ck_assert_int_eq(r, DIST_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(dist_last_error(), "replica 1") != NULL, "message: %s",
-                  dist_last_error());
+    ck_assert_msg(strstr(dist_last_error(), "replica 1") != NULL, "message: %s", dist_last_error());
     ck_assert_msg(took < 60, "the other replica waited %.0f s", took);
     /* the devices stay stuck in the broken collective: the next step fails at once */
     st.fail_replica = -1;
@@ -111,8 +110,9 @@ int main(void) {
     setenv("CK_FORK", "no", 1); /* a CUDA context cannot cross fork() */
     int gpus = dist_device_count(DIST_DEVICE_CUDA);
     if (gpus < 2) {
-        printf("test_cuda_mirrored: %d GPU(s) visible, 2 needed; skipped\n", gpus);
-        return 77;
+        char why[96];
+        snprintf(why, sizeof why, "test_cuda_mirrored: %d GPU(s) visible, 2 needed", gpus);
+        return dist_test_skip_without_gpu(2, why);
     }
     Suite *s = suite_create("cuda_mirrored");
     TCase *tc = tcase_create("failures");

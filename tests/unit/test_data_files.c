@@ -5,9 +5,11 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -513,6 +515,144 @@ START_TEST(test_jpeg_pipeline_is_deterministic_across_threads_and_restores) {
 }
 END_TEST
 
+/* Sets the height and width of a baseline JPEG's frame header (SOF0) to h x w. */
+static void patch_jpeg_size(unsigned char *jpeg, size_t n, int h, int w) {
+    for (size_t i = 0; i + 9 < n; i++)
+        if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {
+            jpeg[i + 5] = (unsigned char)(h >> 8), jpeg[i + 6] = (unsigned char)h;
+            jpeg[i + 7] = (unsigned char)(w >> 8), jpeg[i + 8] = (unsigned char)w;
+            return;
+        }
+    ck_abort_msg("no SOF0 marker");
+}
+
+static unsigned char *read_bytes(const char *rel, size_t *n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_root, rel);
+    return dist_test_read_file(p, n);
+}
+
+START_TEST(test_a_jpeg_header_over_the_pixel_cap_is_refused_before_decoding) {
+    mkdir_in("a");
+    uint8_t px[28 * 28];
+    digit(px, 28, 28, 1);
+    write_jpeg("a/huge.jpg", px, 28, 28);
+    size_t n = 0;
+    unsigned char *b = read_bytes("a/huge.jpg", &n);
+    /* libjpeg itself refuses 65535 per side; 65500 x 65500 (12 GiB of RGB) is what it allows. */
+    patch_jpeg_size(b, n, 65500, 65500);
+    write_bytes("a/huge.jpg", b, n);
+    free(b);
+    /* As the first image, which would set the output size. */
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, NULL, &ds), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "65500x65500") && strstr(dist_last_error(), "huge.jpg"),
+                  "%s", dist_last_error());
+    /* As any image, at decode time. */
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.height = o.width = 28;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(it, &el, &eos), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "max_pixels"), "%s", dist_last_error());
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_the_jpeg_pixel_cap_is_configurable) {
+    mkdir_in("a");
+    uint8_t px[28 * 28];
+    digit(px, 28, 28, 1);
+    write_jpeg("a/x.jpg", px, 28, 28);
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    dist_dataset *ds = NULL;
+    o.max_pixels = 28 * 28 - 1;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "cap of 783"), "%s", dist_last_error());
+    o.max_pixels = 28 * 28;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    dist_dataset_destroy(ds);
+    o.max_pixels = -1;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_a_damaged_cache_file_is_refused_and_left_as_it_was) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/pipeline.cache", g_root);
+    dist_dataset *ds = cached_pipeline(file);
+    ck_assert_int_eq(sum_pass(ds), 217);
+    size_t n = 0;
+    unsigned char *good = read_bytes("pipeline.cache", &n);
+    for (size_t at = 0; at < n; at++) {
+        good[at] ^= 0x04;
+        write_bytes("pipeline.cache", good, n);
+        good[at] ^= 0x04;
+        dist_iterator *it = NULL;
+        dist_status st = dist_iterator_create(ds, &it);
+        ck_assert_msg(st == DIST_FORMAT, "flip at byte %zu of %zu: %d", at, n, (int)st);
+        ck_assert_msg(strstr(dist_last_error(), "pipeline.cache"), "%s", dist_last_error());
+    }
+    for (size_t len = 0; len < n; len++) {
+        write_bytes("pipeline.cache", good, len);
+        dist_iterator *it = NULL;
+        ck_assert_msg(dist_iterator_create(ds, &it) == DIST_FORMAT, "length %zu accepted", len);
+    }
+    /* A refused file is not touched: the bad bytes stay for inspection. */
+    good[n - 1] ^= 0x01;
+    write_bytes("pipeline.cache", good, n);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_FORMAT);
+    size_t n2 = 0;
+    unsigned char *after = read_bytes("pipeline.cache", &n2);
+    ck_assert_uint_eq(n2, n);
+    ck_assert_mem_eq(after, good, n);
+    free(after);
+    /* The good bytes back: read from the file again, no decode. */
+    good[n - 1] ^= 0x01;
+    write_bytes("pipeline.cache", good, n);
+    int before = g_decodes;
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(g_decodes, before);
+    free(good);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_a_cache_write_past_the_file_size_limit_leaves_no_file) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/pipeline.cache", g_root);
+    dist_dataset *ds = cached_pipeline(file);
+    struct rlimit old, small;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small = old;
+    small.rlim_cur = 16;
+    signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+    dist_iterator *it = NULL;
+    dist_status st = dist_iterator_create(ds, &it);
+    dist_element el;
+    int eos = 0;
+    while (st == DIST_OK && !eos) st = next(it, &el, &eos);
+    dist_iterator_destroy(it);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    ck_assert_int_eq(st, DIST_IO);
+    /* No cache file and no temporary; the next pass records the cache afresh. */
+    DIR *d = opendir(g_root);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) ck_assert_msg(e->d_name[0] == '.', "left: %s", e->d_name);
+    closedir(d);
+    ck_assert_int_eq(sum_pass(ds), 217);
+    ck_assert_int_eq(access(file, F_OK), 0);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("data_files");
     TCase *tc = tcase_create("files");
@@ -528,6 +668,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_broken_idx_files_error_naming_the_file);
     tcase_add_test(tc, test_file_cache_second_epoch_reads_the_file);
     tcase_add_test(tc, test_jpeg_pipeline_is_deterministic_across_threads_and_restores);
+    tcase_add_test(tc, test_a_jpeg_header_over_the_pixel_cap_is_refused_before_decoding);
+    tcase_add_test(tc, test_the_jpeg_pixel_cap_is_configurable);
+    tcase_add_test(tc, test_a_damaged_cache_file_is_refused_and_left_as_it_was);
+    tcase_add_test(tc, test_a_cache_write_past_the_file_size_limit_leaves_no_file);
     suite_add_tcase(s, tc);
     return s;
 }

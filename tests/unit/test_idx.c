@@ -183,6 +183,25 @@ START_TEST(test_idx_rejects_zero_dimensions_and_short_header) {
 }
 END_TEST
 
+/* Found by fuzz/fuzz_idx: dims 0x04060202 x 0x73 x 0x72632f08 overflow int64 elements, and
+ * the zero dimension after them used to hide that (the payload is empty, the shape is not). */
+START_TEST(test_idx_a_zero_dimension_does_not_hide_an_overflowing_shape) {
+    static const unsigned char crash[] = {0x00, 0x00, 0x08, 0x05, 0x04, 0x06, 0x02, 0x02, 0x00,
+                                          0x00, 0x00, 0x73, 0x72, 0x63, 0x2f, 0x08, 0x00, 0x00,
+                                          0x00, 0x00, 0x1f, 0x00, 0x00, 0x2a, 0x08};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_idx_read_memory(crash, sizeof crash, "f", &t), DIST_FORMAT);
+    ck_assert_str_eq(dist_last_error(), "'f': the dimensions' product overflows");
+    ck_assert_ptr_null(t);
+    /* A zero dimension with small others is an empty tensor, as before. */
+    static const unsigned char empty[] = {0, 0, 0x08, 2, 0, 0, 0, 0, 0, 0, 0, 5};
+    ck_assert_int_eq(dist_idx_read_memory(empty, sizeof empty, "e", &t), DIST_OK);
+    ck_assert_int_eq(t->shape[1], 5);
+    ck_assert_int_eq(dist_tensor_numel(t), 0);
+    dist_tensor_destroy(t);
+}
+END_TEST
+
 START_TEST(test_idx_rejects_truncated_payload) {
     unsigned char buf[64];
     size_t n = u8_2x3x4(buf);
@@ -335,6 +354,7 @@ static Suite *idx_suite(void) {
     tcase_add_test(tc, test_idx_directory_is_io_error);
     tcase_add_test(tc, test_idx_empty_file_is_format_error);
     tcase_add_test(tc, test_idx_null_arguments_are_invalid);
+    tcase_add_test(tc, test_idx_a_zero_dimension_does_not_hide_an_overflowing_shape);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -38,6 +38,29 @@ START_TEST(test_slurm_hostlist_malformed) {
 }
 END_TEST
 
+START_TEST(test_slurm_hostlist_past_the_host_cap_fails_fast) {
+    char **hosts = NULL;
+    size_t n = 0;
+    /* 10^10 hosts if expanded; refused once the cap is passed. */
+    ck_assert_int_eq(dist_slurm_expand_hostlist("n[1-100000][1-100000]", &hosts, &n),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "DIST_SLURM_MAX_HOSTS"), "%s", dist_last_error());
+    ck_assert_ptr_null(hosts);
+    ck_assert_uint_eq(n, 0);
+    /* Every group within the cap, the total past it. */
+    ck_assert_int_eq(dist_slurm_expand_hostlist("a[1-40000],b[1-40000]", &hosts, &n),
+                     DIST_INVALID_ARGUMENT);
+    /* Exactly the cap is fine. */
+    ck_assert_int_eq(dist_slurm_expand_hostlist("a[1-32768],b[1-32768]", &hosts, &n), DIST_OK);
+    ck_assert_uint_eq(n, DIST_SLURM_MAX_HOSTS);
+    free(hosts);
+    char longname[300];
+    memset(longname, 'x', 299);
+    longname[299] = '\0';
+    ck_assert_int_eq(dist_slurm_expand_hostlist(longname, &hosts, &n), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
 START_TEST(test_slurm_tasks_spread_node_by_node_with_ports) {
     dist_cluster *c = NULL;
     ck_assert_int_eq(dist_cluster_from_slurm_values(9000, "3", "5", "node[1-2]", NULL, &c),
@@ -134,6 +157,7 @@ static Suite *slurm_suite(void) {
     tcase_add_test(tc, test_slurm_hostlist_ranges_keep_zero_padding);
     tcase_add_test(tc, test_slurm_hostlist_two_bracket_groups_and_suffix);
     tcase_add_test(tc, test_slurm_hostlist_malformed);
+    tcase_add_test(tc, test_slurm_hostlist_past_the_host_cap_fails_fast);
     tcase_add_test(tc, test_slurm_tasks_spread_node_by_node_with_ports);
     tcase_add_test(tc, test_slurm_tasks_per_node_with_repeat_count);
     tcase_add_test(tc, test_slurm_bad_values);

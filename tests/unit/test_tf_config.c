@@ -247,6 +247,26 @@ START_TEST(test_tf_config_other_job_names_are_refused) {
 }
 END_TEST
 
+START_TEST(test_tf_config_too_long_or_with_too_many_tasks_is_refused) {
+    dist_cluster *c = NULL;
+    size_t n = (1u << 20) + 64;
+    char *big = malloc(n + 1);
+    int k = snprintf(big, n + 1, "{\"cluster\":{\"worker\":[\"a:1\"]},\"x\":\"");
+    memset(big + k, 'y', n - (size_t)k - 2);
+    strcpy(big + n - 2, "\"}");
+    ck_assert_int_eq(dist_cluster_from_tf_config(big, &c), DIST_FORMAT);
+    ck_assert_msg(strstr(dist_last_error(), "longer than"), "%s", dist_last_error());
+    /* 65537 tasks, each "h:1", in one job. */
+    char *p = big + sprintf(big, "{\"cluster\":{\"worker\":[");
+    for (int i = 0; i <= 65536; i++) p += sprintf(p, "%s\"h:1\"", i ? "," : "");
+    strcpy(p, "]}}");
+    ck_assert_int_eq(dist_cluster_from_tf_config(big, &c), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "more than 65536 tasks"), "%s", dist_last_error());
+    ck_assert_ptr_null(c);
+    free(big);
+}
+END_TEST
+
 START_TEST(test_tf_config_malformed_json_is_a_format_error) {
     dist_cluster *c = NULL;
     ck_assert_int_eq(dist_cluster_from_tf_config("{\"cluster\": ", &c), DIST_FORMAT);
@@ -302,6 +322,7 @@ static Suite *tf_config_suite(void) {
     tcase_add_test(errors, test_tf_config_cluster_without_task);
     tcase_add_test(errors, test_tf_config_other_job_names_are_refused);
     tcase_add_test(errors, test_tf_config_malformed_json_is_a_format_error);
+    tcase_add_test(errors, test_tf_config_too_long_or_with_too_many_tasks_is_refused);
     suite_add_tcase(s, errors);
     return s;
 }

@@ -1,15 +1,150 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+/* The wrappers call Check's own functions. */
+#undef tcase_create
+#undef tcase_set_timeout
+
+/* ---- the watchdog ------------------------------------------------------------------------ */
+
+/* Checked fixtures take no argument, so each test case gets its own setup function: a slot. */
+#define WATCHDOG_SLOTS 8
+
+static struct {
+    TCase *tc;
+    char name[64];
+    double timeout_s;
+} g_slots[WATCHDOG_SLOTS];
+static int g_slot_count;
+static char g_expired_msg[160];
+static size_t g_expired_len;
+
+static double env_seconds(const char *name, double fallback) {
+    const char *v = getenv(name);
+    char *end;
+    double x = v ? strtod(v, &end) : 0;
+    return v && end != v && x > 0 ? x : fallback;
+}
+
+static int watchdog_enabled(void) {
+    const char *fork_env = getenv("CK_FORK");
+    return !fork_env || strcmp(fork_env, "yes") != 0;
+}
+
+static void watchdog_expired(int sig) {
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, g_expired_msg, g_expired_len);
+    (void)w;
+    _exit(124);
+}
+
+static void watchdog_arm(int slot) {
+    if (!watchdog_enabled()) return;
+    double t = g_slots[slot].timeout_s * env_seconds("CK_TIMEOUT_MULTIPLIER", 1.0);
+    int n = snprintf(g_expired_msg, sizeof g_expired_msg,
+                     "\nwatchdog: a test of test case '%s' ran past its timeout of %.1f s\n",
+                     g_slots[slot].name, t);
+    g_expired_len =
+        n > 0 ? (size_t)n < sizeof g_expired_msg ? (size_t)n : sizeof g_expired_msg - 1 : 0;
+    signal(SIGALRM, watchdog_expired);
+    struct itimerval it = {{0, 0}, {(time_t)t, (suseconds_t)((t - floor(t)) * 1e6)}};
+    if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0) it.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+static void watchdog_disarm(void) {
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+}
+
+#define WATCHDOG_SETUP(i)                                                                          \
+    static void watchdog_setup_##i(void) { watchdog_arm(i); }
+WATCHDOG_SETUP(0)
+WATCHDOG_SETUP(1)
+WATCHDOG_SETUP(2)
+WATCHDOG_SETUP(3)
+WATCHDOG_SETUP(4)
+WATCHDOG_SETUP(5)
+WATCHDOG_SETUP(6)
+WATCHDOG_SETUP(7)
+static void (*const g_setups[WATCHDOG_SLOTS])(void) = {
+    watchdog_setup_0, watchdog_setup_1, watchdog_setup_2, watchdog_setup_3,
+    watchdog_setup_4, watchdog_setup_5, watchdog_setup_6, watchdog_setup_7};
+
+TCase *dist_test_tcase_create(const char *name) {
+    TCase *tc = tcase_create(name);
+    if (g_slot_count == WATCHDOG_SLOTS) {
+        fprintf(stderr, "testutil: more than %d test cases in one program; raise WATCHDOG_SLOTS\n",
+                WATCHDOG_SLOTS);
+        abort();
+    }
+    int i = g_slot_count++;
+    g_slots[i].tc = tc;
+    snprintf(g_slots[i].name, sizeof g_slots[i].name, "%s", name);
+    /* Check's default: CK_DEFAULT_TIMEOUT, else 4 s. */
+    g_slots[i].timeout_s = env_seconds("CK_DEFAULT_TIMEOUT", 4.0);
+    tcase_add_checked_fixture(tc, g_setups[i], watchdog_disarm);
+    return tc;
+}
+
+void dist_test_tcase_set_timeout(TCase *tc, double timeout_s) {
+    tcase_set_timeout(tc, timeout_s);
+    for (int i = 0; i < g_slot_count; i++)
+        if (g_slots[i].tc == tc) g_slots[i].timeout_s = timeout_s;
+}
+
+double dist_test_tcase_timeout(const TCase *tc) {
+    for (int i = 0; i < g_slot_count; i++)
+        if (g_slots[i].tc == tc)
+            return g_slots[i].timeout_s * env_seconds("CK_TIMEOUT_MULTIPLIER", 1.0);
+    return 0;
+}
+
+unsigned char *dist_test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open '%s'", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    ck_assert_int_ge(size, 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)size + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(fread(b, 1, (size_t)size, f), (size_t)size);
+    b[size] = '\0';
+    fclose(f);
+    *n = (size_t)size;
+    return b;
+}
+
+double dist_test_timeout_bound(double timeout_s) {
+    return (2.0 * timeout_s + 2.0) * env_seconds("CK_TIMEOUT_MULTIPLIER", 1.0);
+}
+
+int dist_test_skip_without_gpu(int needed, const char *why) {
+    const char *require = getenv("DIST_REQUIRE_GPU");
+    int required = require ? atoi(require) : 0;
+    if (required >= needed) {
+        fprintf(stderr, "%s; DIST_REQUIRE_GPU=%d, so this is a failure\n", why, required);
+        return EXIT_FAILURE;
+    }
+    printf("%s; skipped\n", why);
+    return 77;
+}
+
+/* ---- running ----------------------------------------------------------------------------- */
 
 int dist_test_run(Suite *s) {
     SRunner *sr = srunner_create(s);
     /* No fork per test: OpenMP (inside oneDNN) does not survive fork() once its threads exist,
      * and a forked child would hang. CK_FORK=yes in the environment still forces forking. */
-    const char *fork_env = getenv("CK_FORK");
-    if (!fork_env || strcmp(fork_env, "yes") != 0) srunner_set_fork_status(sr, CK_NOFORK);
+    if (watchdog_enabled()) srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -3,10 +3,41 @@
 #define DIST_TESTUTIL_H
 
 #include <check.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Runs a Check suite; returns the process exit code (0 when all passed). */
 int dist_test_run(Suite *s);
+
+/* The watchdog. Tests run without forking (CK_FORK=no: OpenMP does not survive fork()), where
+ * Check never enforces a timeout. So every test case made through these wrappers arms a timer
+ * before each test (its checked setup) and disarms it after: the tcase's timeout, or
+ * CK_DEFAULT_TIMEOUT (Check's 4 s when unset), times CK_TIMEOUT_MULTIPLIER, as Check computes it.
+ * A test still running at the deadline ends the process with exit code 124 and a message naming
+ * the test case and the timeout. With CK_FORK=yes Check's own timeouts apply and the watchdog
+ * stays off. Every test that includes this header gets it: tcase_create and tcase_set_timeout
+ * below are these wrappers. */
+TCase *dist_test_tcase_create(const char *name);
+void dist_test_tcase_set_timeout(TCase *tc, double timeout_s);
+/* The timeout that the watchdog enforces for tc's tests, in seconds (multiplier applied). */
+double dist_test_tcase_timeout(const TCase *tc);
+#define tcase_create(name) dist_test_tcase_create(name)
+#define tcase_set_timeout(tc, t) dist_test_tcase_set_timeout((tc), (t))
+/* The longest a call configured with a timeout of `timeout_s` may take before a test calls it
+ * late: 2 x timeout_s + 2 s (process start, scheduling on a loaded machine), times
+ * CK_TIMEOUT_MULTIPLIER (the sanitizer stage of .ci/run sets it) as Check scales its timeouts.
+ * Tests derive their timing bounds from the timeouts they configure through this, never from
+ * fixed seconds. */
+double dist_test_timeout_bound(double timeout_s);
+
+/* What a test that needs `needed` GPUs returns from main when fewer are visible: 77 (CTest:
+ * skipped) after printing why, or EXIT_FAILURE when DIST_REQUIRE_GPU (tests/gpu/check.sh sets 1)
+ * says that at least `needed` GPUs are there, so that a GPU run whose tests cannot see the GPU
+ * fails instead of passing. */
+int dist_test_skip_without_gpu(int needed, const char *why);
+/* The bytes of a file (malloc'd, NUL-terminated; caller frees), their count in *n. Fails the test
+ * when the file cannot be read. */
+unsigned char *dist_test_read_file(const char *path, size_t *n);
 /* A deterministic uniform random float in [lo, hi) from a 64-bit state. */
 float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */

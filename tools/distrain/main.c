@@ -6,6 +6,7 @@
 
 #include <dist/checkpoint.h>
 #include <dist/data.h>
+#include <dist/file.h>
 #include <dist/fit.h>
 #include <dist/loss_scale.h>
 #include <dist/mnist.h>
@@ -157,8 +158,12 @@ static void json_string(FILE *f, const char *text) {
     fputc('"', f);
 }
 
+/* Built in memory, then replaced atomically (dist_file_write_atomic): a crash or a full disk
+ * leaves the previous metrics file whole. */
 static int write_metrics(const run_state *s) {
-    FILE *f = fopen(s->o->metrics_json, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) {
         perror(s->o->metrics_json);
         return 1;
@@ -203,7 +208,10 @@ static int write_metrics(const run_state *s) {
             (long long)g.captured, (long long)g.replayed, (long long)g.eager_segments,
             (long long)g.capture_failures);
     fprintf(f, "\n}\n");
-    return fclose(f) == 0 ? 0 : 1;
+    int bad = fclose(f) != 0 || dist_file_write_atomic(s->o->metrics_json, text, len) != DIST_OK;
+    if (bad) fprintf(stderr, "distrain: --metrics-json: %s\n", dist_last_error());
+    free(text);
+    return bad;
 }
 
 /* The callbacks the flags ask for, owned here. */

@@ -1,0 +1,119 @@
+/* Atomic file replacement: temporary, fsync, rename, fsync of the directory. */
+#include "core/atomic_file.h"
+
+#include "core/error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int pid_is_running(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
+
+/* The directory part of path ("." when none); caller frees. */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
+/* Removes "<path>.tmp.<pid>" files whose writer no longer runs: what a crashed write left.
+ * Another live process's file is its write in progress and stays; this process's own is stale,
+ * since one path is never written by two threads at once. */
+static void remove_stale_temporaries(const char *path, const char *what) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base), ilen = strlen(DIST_ATOMIC_TMP_INFIX);
+    char *dir = dir_of(path);
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, DIST_ATOMIC_TMP_INFIX, ilen) != 0)
+            continue;
+        const char *digits = n + blen + ilen;
+        char *end;
+        long pid = strtol(digits, &end, 10);
+        if (end == digits || *end || pid <= 0) continue;
+        if (pid != (long)getpid() && pid_is_running(pid)) continue;
+        if (unlinkat(dirfd(d), n, 0) == 0)
+            dist_log(DIST_LOG_INFO, "%s: removed '%s/%s', left by an interrupted write", what, dir,
+                     n);
+    }
+    if (d) closedir(d);
+    free(dir);
+}
+
+static dist_status write_all(int fd, const void *data, size_t n, const char *tmp,
+                             const char *what) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return dist_error_errno(DIST_IO, errno, "%s: writing '%s'", what, tmp);
+        p += w;
+        n -= (size_t)w;
+    }
+    return DIST_OK;
+}
+
+static dist_status fsync_dir_of(const char *path, const char *what) {
+    char *dir = dir_of(path);
+    if (!dir) return dist_error(DIST_OUT_OF_MEMORY, "%s: out of memory", what);
+    dist_status st = DIST_OK;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+        st = dist_error_errno(DIST_IO, errno, "%s: syncing directory '%s'", what, dir);
+    if (fd >= 0) close(fd);
+    free(dir);
+    return st;
+}
+
+dist_status dist_file_write_atomic_pieces(const char *path, const struct iovec *pieces, int count,
+                                          const char *what) {
+    DIST_CHECK_ARG(path && path[0] && count >= 0 && (count == 0 || pieces),
+                   "%s: writing a file needs a path", what);
+    remove_stale_temporaries(path, what);
+    size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    if (!tmp) return dist_error(DIST_OUT_OF_MEMORY, "%s: out of memory", what);
+    snprintf(tmp, tmp_len, "%s" DIST_ATOMIC_TMP_INFIX "%ld", path, (long)getpid());
+    dist_status st = DIST_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        st = dist_error_errno(DIST_IO, errno, "%s: creating '%s'", what, tmp);
+        goto out;
+    }
+    for (int i = 0; i < count; i++)
+        DIST_TRY_GOTO(write_all(fd, pieces[i].iov_base, pieces[i].iov_len, tmp, what), st, out);
+    if (fsync(fd) != 0) {
+        st = dist_error_errno(DIST_IO, errno, "%s: syncing '%s'", what, tmp);
+        goto out;
+    }
+    int rc = close(fd);
+    fd = -1;
+    if (rc != 0) {
+        st = dist_error_errno(DIST_IO, errno, "%s: closing '%s'", what, tmp);
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        st = dist_error_errno(DIST_IO, errno, "%s: renaming '%s' to '%s'", what, tmp, path);
+        goto out;
+    }
+    st = fsync_dir_of(path, what);
+out:
+    if (fd >= 0) close(fd);
+    if (st != DIST_OK) unlink(tmp);
+    free(tmp);
+    return st;
+}
+
+dist_status dist_file_write_atomic(const char *path, const void *data, size_t size) {
+    DIST_CHECK_ARG(data || size == 0, "dist_file_write_atomic: NULL data");
+    struct iovec piece = {(void *)data, size};
+    return dist_file_write_atomic_pieces(path, &piece, 1, "file");
+}
