@@ -448,7 +448,7 @@ START_TEST(test_run_all_repeats_a_run_whose_port_another_process_took) {
     int busy = -1;
     char taken[32];
     snprintf(taken, sizeof taken, "%s", cl.addrs[1]);
-    ck_assert_int_eq(net_listen(atoi(strchr(taken, ':') + 1), &busy), DIST_OK);
+    ck_assert_int_eq(net_listen("127.0.0.1", atoi(strchr(taken, ':') + 1), true, &busy), DIST_OK);
     run_all(&cl, barrier_rank, NULL);
     ck_assert_str_ne(cl.addrs[1], taken); /* the second run had fresh ports */
     close(busy);
