@@ -9,7 +9,8 @@ Usage: scenario.py DISTRAIN JPEG_DIR WORKDIR [FILTER]
 Strategies: one_device (cpu:0), mirrored (2 CPU replicas), multi_worker with 2 local worker
 processes over TCP, and over shared memory. Features: a validation split, BackupAndRestore
 resume after SIGKILL (the resumed run's final weights equal the uninterrupted run's, byte for
-byte: every CPU strategy is deterministic), EarlyStopping, ReduceLROnPlateau, mixed_bfloat16,
+byte: every CPU strategy is deterministic; also with EarlyStopping and ReduceLROnPlateau, whose
+state must travel in the backup), EarlyStopping, ReduceLROnPlateau, mixed_bfloat16,
 JPEG folder input, Fashion-MNIST, a global batch not divisible by the replicas, and
 --steps-per-epoch. Runs are short (2 epochs of 30 steps unless a feature needs more); the
 floors are ~0.1 below what each case measured on the 2-core AVX2 EPYC (3 December 2026,
@@ -43,6 +44,12 @@ FEATURES = {
     "odd_global_batch": (SHORT + ["--batch-size", "63"], 0.80, None),
     "steps_per_epoch": (["--epochs", "1", "--steps-per-epoch", "45"], 0.80, "steps"),
     "resume_after_sigkill": (["--epochs", "3", "--steps-per-epoch", "20"], 0.80, "resume"),
+    # the callbacks' state (best value, wait, learning rate, cooldown) travels in the backup
+    # (at a learning rate of 0.005 val_loss worsens in epoch 5: the rate is cut and
+    # EarlyStopping waits, and the run is killed right after that epoch's backup)
+    "resume_with_callbacks": (["--epochs", "7", "--steps-per-epoch", "20", "--validation-split",
+                               "0.1", "--early-stopping-patience", "2", "--reduce-lr-patience",
+                               "0", "--learning-rate", "0.005"], 0.85, "resume"),
 }
 
 
@@ -104,7 +111,8 @@ def case(distrain, jpeg_dir, work, strategy, feature):
         backup = os.path.join(d, "backup")
         resumed = args + ["--backup-dir", backup, "--save-weights",
                           os.path.join(d, "resumed.safetensors")]
-        kill_after_backup(distrain, resumed, backup, os.path.join(d, "killed.log"), 20)
+        at = 100 if feature == "resume_with_callbacks" else 20
+        kill_after_backup(distrain, resumed, backup, os.path.join(d, "killed.log"), at)
         args = resumed
     if run(distrain, args, log):
         return False, "exited non-zero: " + tail(log)
