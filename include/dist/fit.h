@@ -142,8 +142,8 @@ typedef struct dist_fit_options {
     /* Optional loss scaling around `optimizer` (its inner optimizer): the default train step
      * scales the loss and applies or skips through it; checkpointed with the rest. */
     dist_loss_scale_optimizer *loss_scale;
-    uint64_t seed;                         /* the data seed, recorded in checkpoints */
-    dist_trace *trace;                     /* optional timeline (borrowed) */
+    uint64_t seed;     /* the data seed, recorded in checkpoints */
+    dist_trace *trace; /* optional timeline (borrowed) */
 } dist_fit_options;
 #define DIST_FIT_OPTIONS_VERSION 1
 #define DIST_FIT_OPTIONS_INIT                                                                      \
@@ -155,6 +155,9 @@ typedef struct dist_fit_result {
     int64_t steps;       /* training steps run by this call */
     int64_t images;      /* training examples seen by this process's replicas */
     double step_seconds; /* seconds inside the training steps */
+    int64_t global_step; /* training steps since the first epoch, resumes included */
+    int epochs_done;     /* epochs completed since the first, resumes included (after an
+                            early stop: the epochs that ran) */
 } dist_fit_result;
 
 /* Trains for opts->epochs epochs over `train` (global batches; the iterator is made here and
@@ -287,7 +290,9 @@ DIST_API dist_status dist_format_checkpoint_path(const char *tmpl, int epoch, co
 
 /* tf.keras.callbacks.CSVLogger: a header "epoch,<names sorted>" then one row per epoch (the
  * 0-based epoch, values in their shortest round-trip form). append: keep an existing file's
- * rows (and its header, if it has one). */
+ * rows (and its header, if it has one). The file is opened at the first epoch: a run resumed
+ * by BackupAndRestore appends whatever `append` says, after dropping any rows of the resumed
+ * epoch and later (written before the kill, after the last backup). */
 typedef struct dist_csv_logger dist_csv_logger;
 DIST_API dist_status dist_csv_logger_create(const char *path, char separator, int append,
                                             dist_csv_logger **out);

@@ -42,8 +42,46 @@ static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *log
     (void)fs, (void)logs;
     dist_csv_logger *c = user;
     if (c->f) fclose(c->f);
+    c->f = NULL;
     c->nkeys = 0;
-    c->f = fopen(c->path, c->append ? "a" : "w");
+    return DIST_OK;
+}
+
+/* Keeps the header and the rows of the epochs before `epoch` (a run killed after writing an
+ * epoch's row but before backing it up repeats that epoch: its row must not appear twice). */
+static dist_status keep_rows_before(dist_csv_logger *c, int epoch) {
+    FILE *in = fopen(c->path, "rb");
+    if (!in) return DIST_OK; /* nothing logged yet */
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", c->path);
+    FILE *out = fopen(tmp, "wb");
+    if (!out) {
+        fclose(in);
+        return dist_error_errno(DIST_IO, errno, "CSVLogger: writing '%s'", tmp);
+    }
+    char line[8192];
+    for (int first = 1; fgets(line, sizeof line, in); first = 0) {
+        char *end;
+        long e = strtol(line, &end, 10);
+        if (first || (end != line && *end == c->sep && e < epoch)) fputs(line, out);
+    }
+    fclose(in);
+    if (fclose(out) != 0 || rename(tmp, c->path) != 0) {
+        remove(tmp);
+        return dist_error_errno(DIST_IO, errno, "CSVLogger: rewriting '%s'", c->path);
+    }
+    return DIST_OK;
+}
+
+/* Opened at the first epoch, once a BackupAndRestore callback has said whether this run
+ * resumes: a resumed run appends (Keras's append=True) after the rows of the epochs before. */
+static dist_status on_epoch_begin(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
+    (void)logs;
+    dist_csv_logger *c = user;
+    if (c->f) return DIST_OK;
+    int resumed = fs->initial_epoch > 0 || fs->initial_step > 0;
+    if (resumed) DIST_TRY(keep_rows_before(c, epoch));
+    c->f = fopen(c->path, c->append || resumed ? "a" : "w");
     if (!c->f) return dist_error_errno(DIST_IO, errno, "CSVLogger: opening '%s'", c->path);
     return DIST_OK;
 }
@@ -101,6 +139,7 @@ dist_callback dist_csv_logger_callback(dist_csv_logger *c) {
     memset(&cb, 0, sizeof cb);
     cb.user = c;
     cb.on_train_begin = on_train_begin;
+    cb.on_epoch_begin = on_epoch_begin;
     cb.on_epoch_end = on_epoch_end;
     cb.on_train_end = on_train_end;
     return cb;

@@ -256,6 +256,8 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     EACH_CALLBACK(on_train_end, &logs);
 out:
     dist_distributed_iterator_destroy(fs.train_iterator);
+    res.global_step = fs.global_step;
+    res.epochs_done = fs.initial_epoch + res.epochs_run;
     if (result) *result = res;
     return st;
 }

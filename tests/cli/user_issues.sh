@@ -1,0 +1,97 @@
+#!/bin/sh
+# usage: user_issues.sh DISTRAIN JPEG_DIR SUBSET_DIR WORKDIR
+# Issue #22's behaviours that need data on disk or two runs:
+#   1. JPEG folders: test/ lacking a class keeps the training split's numbering (accuracy stays
+#      high); a test class that train/ does not have is refused before any training.
+#   4. --csv-log on a resumed run keeps the epochs before the kill, once each.
+#   5. An IDX set with 0 examples is an error naming the file.
+#   15. The metrics JSON counts the epochs that ran.
+set -u
+distrain=$1
+jpeg=$2
+subset=$3
+work=$4
+rm -rf "$work"
+mkdir -p "$work"
+quick="--threads 1 --devices cpu:0 --strategy one_device"
+
+fail() {
+    printf 'FAIL: %s\n' "$1"
+    for f in "$work"/*.log; do printf -- '--- %s\n' "$f"; tail -n 8 "$f"; done
+    exit 1
+}
+
+# 1. test/ without class 3
+cp -r "$jpeg" "$work/missing3"
+rm -rf "$work/missing3/test/3"
+# shellcheck disable=SC2086
+"$distrain" $quick --data-format jpeg-folder --data-dir "$work/missing3" --epochs 3 \
+    --metrics-json "$work/missing3.json" >"$work/missing3.log" 2>&1 || fail "missing class: run failed"
+acc=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$work/missing3.json")
+awk "BEGIN { exit !($acc >= 0.7) }" || fail "missing class: test accuracy $acc < 0.7 (labels shifted?)"
+
+# 1. a test class that train/ does not have: exit 1 naming the folder, before epoch 1
+cp -r "$jpeg" "$work/extra"
+cp -r "$work/extra/test/9" "$work/extra/test/zz"
+# shellcheck disable=SC2086
+"$distrain" $quick --data-format jpeg-folder --data-dir "$work/extra" --epochs 1 \
+    >"$work/extra.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "extra test class: exit $rc, expected 1"
+grep -q "test/zz" "$work/extra.log" || fail "extra test class: the message does not name test/zz"
+grep -q "Epoch 1" "$work/extra.log" && fail "extra test class: it trained first"
+
+# 1. a train class beyond the model's 10: refused before training
+cp -r "$jpeg" "$work/extratrain"
+cp -r "$work/extratrain/train/9" "$work/extratrain/train/zz"
+# shellcheck disable=SC2086
+"$distrain" $quick --data-format jpeg-folder --data-dir "$work/extratrain" --epochs 1 \
+    >"$work/extratrain.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "extra train class: exit $rc, expected 1"
+grep -q "Epoch 1" "$work/extratrain.log" && fail "extra train class: it trained first"
+
+# 5. empty training and test sets
+for which in train t10k; do
+    d="$work/empty_$which"
+    mkdir -p "$d"
+    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        gzip -dc "$subset/$f.gz" >"$d/$f"
+    done
+    printf '\000\000\010\003\000\000\000\000\000\000\000\034\000\000\000\034' >"$d/$which-images-idx3-ubyte"
+    printf '\000\000\010\001\000\000\000\000' >"$d/$which-labels-idx1-ubyte"
+    # shellcheck disable=SC2086
+    "$distrain" $quick --data-dir "$d" --epochs 1 >"$work/empty_$which.log" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "empty $which set: exit $rc, expected 1"
+    grep -q "distrain: .*$d" "$work/empty_$which.log" || fail "empty $which set: the message does not name the data"
+    grep -q "no examples" "$work/empty_$which.log" || fail "empty $which set: no 'no examples'"
+done
+
+# 4. --csv-log across a kill and a resume: epochs 0..3, each once
+common="$quick --epochs 4 --steps-per-epoch 15 --backup-dir $work/bk --csv-log $work/log.csv"
+# shellcheck disable=SC2086
+"$distrain" $common >"$work/csv_killed.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$work/bk/ckpt-30.safetensors" ]; do
+    i=$((i + 1))
+    [ $i -gt 3000 ] && { kill -9 $pid; fail "csv: no backup of step 30"; }
+    kill -0 $pid 2>/dev/null || fail "csv: exited before the backup of step 30"
+    sleep 0.1
+done
+kill -9 $pid
+wait $pid 2>/dev/null
+# shellcheck disable=SC2086
+"$distrain" $common --metrics-json "$work/csv.json" >"$work/csv_resumed.log" 2>&1 || fail "csv: the resumed run failed"
+rows=$(grep -c '^[0-9]' "$work/log.csv")
+[ "$rows" -eq 4 ] || fail "csv: $rows epoch rows, expected 4: $(cat "$work/log.csv")"
+for e in 0 1 2 3; do
+    [ "$(grep -c "^$e," "$work/log.csv")" -eq 1 ] || fail "csv: epoch $e not exactly once"
+done
+[ "$(grep -c '^epoch' "$work/log.csv")" -eq 1 ] || fail "csv: the header is not there once"
+# 15. steps count the whole training, across the resume
+grep -q '"steps": 60,' "$work/csv.json" || fail "metrics: steps is not 60 across the resume: $(grep steps "$work/csv.json")"
+
+grep -q '"epochs": 4,' "$work/csv.json" || fail "metrics: epochs is not 4"
+echo ok

@@ -1,0 +1,50 @@
+# Issue #22, "What a user hits": one test per behaviour, each failing before its fix.
+set(expect_sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect.sh)
+function(i22_test name rc text)
+  add_test(NAME distrain.i22.${name} COMMAND ${expect_sh} ${rc} ${text} $<TARGET_FILE:distrain> ${ARGN})
+  set_tests_properties(distrain.i22.${name} PROPERTIES LABELS cli TIMEOUT 120)
+endfunction()
+
+# 1, 4, 5, 15: JPEG class lists, --csv-log across a resume, empty sets, the metrics' counts.
+add_test(NAME distrain.i22.data_and_resume
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/user_issues.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist ${PROJECT_SOURCE_DIR}/src/data/mnist_subset
+                 ${CMAKE_CURRENT_BINARY_DIR}/user_issues)
+set_tests_properties(distrain.i22.data_and_resume PROPERTIES LABELS cli TIMEOUT 600
+                     FIXTURES_REQUIRED jpeg_mnist)
+
+# 6. Output paths are checked before the first step (exit 2, naming the flag).
+i22_test(save_weights_unwritable 2 "--save-weights" --save-weights /nonexistent/w.st)
+i22_test(metrics_json_unwritable 2 "--metrics-json" --metrics-json /nonexistent/m.json)
+i22_test(trace_unwritable 2 "--trace" --trace /nonexistent/t.json)
+i22_test(csv_log_unwritable 2 "--csv-log" --csv-log /nonexistent/l.csv)
+i22_test(checkpoint_dir_is_a_file 2 "--checkpoint-dir" --checkpoint-dir ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt)
+# 7. A directory option is not a filename template.
+i22_test(checkpoint_dir_is_not_a_template 2 "not a template" --checkpoint-dir ck_{epoch})
+# 8. Exit codes and --version / --help.
+i22_test(unknown_flag_at_the_end 2 "unknown option '--frobnicate'" --frobnicate)
+i22_test(flag_without_value_given_one 2 "--quiet takes no value" --quiet=yes)
+i22_test(version 0 "CPU ISA in use" --version)
+i22_test(help_lists_defaults 0 "--batch-size N\n      global batch size (default: 64)" --help)
+add_test(NAME distrain.i22.tf_config_not_json
+         COMMAND ${CMAKE_COMMAND} -E env "TF_CONFIG=not json"
+                 ${expect_sh} 2 "distrain: TF_CONFIG: " $<TARGET_FILE:distrain> --strategy multi_worker)
+# 14. An evaluator task is refused clearly rather than trained as a chief.
+add_test(NAME distrain.i22.evaluator_refused
+         COMMAND ${CMAKE_COMMAND} -E env
+                 "TF_CONFIG={\"cluster\":{\"worker\":[\"localhost:1\"],\"evaluator\":[\"localhost:2\"]},\"task\":{\"type\":\"evaluator\",\"index\":0}}"
+                 ${expect_sh} 2 "task type 'evaluator' is not supported" $<TARGET_FILE:distrain>
+                 --strategy multi_worker)
+set_tests_properties(distrain.i22.tf_config_not_json distrain.i22.evaluator_refused
+                     PROPERTIES LABELS cli TIMEOUT 60)
+# 10. Flags that would do nothing.
+i22_test(backup_freq_without_backup_dir 2 "--backup-freq needs --backup-dir" --backup-freq 5)
+i22_test(transport_without_multi_worker 2 "--transport applies to --strategy multi_worker" --transport tcp)
+i22_test(connect_timeout_without_multi_worker 2 "--connect-timeout applies" --connect-timeout 5)
+i22_test(dataset_with_jpeg_folder 2 "--dataset does not apply" --data-format jpeg-folder --data-dir x --dataset mnist)
+# 16. TensorFlow's device names; loose forms refused.
+i22_test(device_tf_names 0 "Test loss" --devices /device:CPU:0 --strategy one_device --epochs 1
+         --steps-per-epoch 2 --threads 1)
+i22_test(device_without_index 2 "device 'cpu'" --devices cpu)
+i22_test(device_trailing_comma 2 "empty entry" --devices cpu:0,)
+i22_test(device_empty_entry 2 "empty entry" --devices cpu:1,,cpu:0)
