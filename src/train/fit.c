@@ -174,6 +174,8 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     fs.epochs = o->epochs;
     fs.steps_per_epoch = o->steps_per_epoch;
     fs.seed = o->seed;
+    fs.callbacks = callbacks;
+    fs.num_callbacks = count;
     dist_fit_result res;
     memset(&res, 0, sizeof res);
     dist_logs logs;

@@ -48,3 +48,8 @@ i22_test(device_tf_names 0 "Test loss" --devices /device:CPU:0 --strategy one_de
 i22_test(device_without_index 2 "device 'cpu'" --devices cpu)
 i22_test(device_trailing_comma 2 "empty entry" --devices cpu:0,)
 i22_test(device_empty_entry 2 "empty entry" --devices cpu:1,,cpu:0)
+# 3. EarlyStopping's and ReduceLROnPlateau's state survives a kill and a resume.
+add_test(NAME distrain.i22.callbacks_resume
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/callbacks_resume.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/callbacks_resume)
+set_tests_properties(distrain.i22.callbacks_resume PROPERTIES LABELS cli TIMEOUT 600)
