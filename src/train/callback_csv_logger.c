@@ -75,15 +75,18 @@ static dist_status keep_rows_before(dist_csv_logger *c, int epoch) {
 
 /* Opened at the first epoch, once a BackupAndRestore callback has said whether this run
  * resumes: a resumed run appends (Keras's append=True) after the rows of the epochs before. */
-static dist_status on_epoch_begin(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
-    (void)logs;
-    dist_csv_logger *c = user;
+static dist_status open_log(dist_csv_logger *c, const dist_fit_state *fs, int epoch) {
     if (c->f) return DIST_OK;
     int resumed = fs->initial_epoch > 0 || fs->initial_step > 0;
     if (resumed) DIST_TRY(keep_rows_before(c, epoch));
     c->f = fopen(c->path, c->append || resumed ? "a" : "w");
     if (!c->f) return dist_error_errno(DIST_IO, errno, "CSVLogger: opening '%s'", c->path);
     return DIST_OK;
+}
+
+static dist_status on_epoch_begin(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
+    (void)logs;
+    return open_log(user, fs, epoch);
 }
 
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
@@ -98,9 +101,8 @@ static void shortest(double v, char *buf, size_t size) {
 }
 
 static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
-    (void)fs;
     dist_csv_logger *c = user;
-    if (!c->f) return dist_error(DIST_INVALID_USAGE, "CSVLogger: not started");
+    DIST_TRY(open_log(c, fs, epoch)); /* hooks called without on_epoch_begin */
     if (c->nkeys == 0) {
         c->nkeys = logs->count;
         memcpy(c->keys, logs->names, sizeof logs->names[0] * (size_t)logs->count);

@@ -56,3 +56,16 @@ add_test(NAME distrain.i22.callbacks_resume
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/callbacks_resume.sh $<TARGET_FILE:distrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/callbacks_resume)
 set_tests_properties(distrain.i22.callbacks_resume PROPERTIES LABELS cli TIMEOUT 600)
+# 2. Under multi_worker only the chief writes; another worker writes only its own trace.
+add_test(NAME distrain.i22.multi_worker_outputs
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mw_outputs.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/mw_outputs)
+set_tests_properties(distrain.i22.multi_worker_outputs PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
+# 9. The check-numerics message names the replica once.
+i22_test(check_numerics_names_the_replica_once 1 "training: replica 0: check numerics: layer"
+         --check-numerics --mixed-precision fp16 --loss-scale 1e30 --strategy one_device
+         --devices cpu:0 --threads 1 --epochs 1 --steps-per-epoch 3 --quiet)
+# 17. --check-numerics does not stop on the overflows that dynamic loss scaling skips.
+i22_test(check_numerics_with_dynamic_loss_scale 0 "Test loss" --check-numerics --mixed-precision fp16
+         --loss-scale dynamic:1e30 --strategy one_device --devices cpu:0 --threads 1 --epochs 1
+         --steps-per-epoch 3)

@@ -1,0 +1,46 @@
+#!/bin/sh
+# usage: mw_outputs.sh DISTRAIN WORKDIR
+# Two workers started by hand on this host, each in its own directory, with every output flag
+# given as a relative path: the chief writes them all (a valid trace JSON among them); the
+# other worker writes only its own trace, named by its task (t.json.worker-1), and no folder.
+set -u
+distrain=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work/w0" "$work/w1"
+
+fail() {
+    printf 'FAIL: %s\n' "$1"
+    for f in "$work"/*.log; do printf -- '--- %s\n' "$f"; tail -n 8 "$f"; done
+    exit 1
+}
+
+ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+set -- $ports
+cluster="{\"worker\": [\"localhost:$1\", \"localhost:$2\"]}"
+outputs="--trace t.json --csv-log l.csv --checkpoint-dir ck --backup-dir bk --logdir logs
+         --save-weights w.st --metrics-json m.json"
+for i in 0 1; do
+    # shellcheck disable=SC2086
+    (cd "$work/w$i" && TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+        exec "$distrain" --strategy multi_worker --epochs 2 --steps-per-epoch 4 --threads 1 \
+        --connect-timeout 60 $outputs) >"$work/worker$i.log" 2>&1 &
+    eval "pid$i=\$!"
+done
+# shellcheck disable=SC2154
+wait "$pid0" || fail "the chief failed"
+# shellcheck disable=SC2154
+wait "$pid1" || fail "worker 1 failed"
+
+for f in t.json l.csv w.st m.json; do
+    [ -s "$work/w0/$f" ] || fail "the chief did not write $f"
+done
+[ -d "$work/w0/ck" ] || fail "the chief did not write ck/"
+python3 -m json.tool "$work/w0/t.json" >/dev/null || fail "the chief's trace is not valid JSON"
+found=$(cd "$work/w1" && ls -A | tr '\n' ' ')
+[ "$found" = "t.json.worker-1 " ] || fail "worker 1 wrote '$found', expected only t.json.worker-1"
+python3 -m json.tool "$work/w1/t.json.worker-1" >/dev/null || fail "worker 1's trace is not valid JSON"
+echo "ok: worker 1 wrote only $found"
