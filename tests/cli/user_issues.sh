@@ -1,6 +1,6 @@
 #!/bin/sh
 # usage: user_issues.sh DISTRAIN JPEG_DIR SUBSET_DIR WORKDIR PART
-# PART: jpeg_classes | empty_sets | csv_resume
+# PART: jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write
 # Issue #22's behaviours that need data on disk or two runs:
 #   1. JPEG folders: test/ lacking a class keeps the training split's numbering (accuracy stays
 #      high); a test class that train/ does not have is refused before any training.
@@ -105,8 +105,45 @@ grep -q '"steps": 60,' "$work/csv.json" || fail "metrics: steps is not 60 across
 grep -q '"epochs": 4,' "$work/csv.json" || fail "metrics: epochs is not 4"
 }
 
+corrupt_test_jpeg() {
+# 6. a corrupt JPEG in test/ is found before training, naming the file
+cp -r "$jpeg" "$work/corrupt"
+victim=$(ls "$work/corrupt/test/3" | head -n 1)
+printf 'not a jpeg' >"$work/corrupt/test/3/$victim"
+# shellcheck disable=SC2086
+"$distrain" $quick --data-format jpeg-folder --data-dir "$work/corrupt" --epochs 1 \
+    >"$work/corrupt.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] || fail "corrupt test image: exit $rc, expected 1"
+grep -q "^distrain: .*test/3/$victim" "$work/corrupt.log" || fail "corrupt test image: not named"
+grep -q "Epoch 1" "$work/corrupt.log" && fail "corrupt test image: found only after training"
+}
+
+late_write() {
+# 6. --save-weights whose folder disappears during the training: the weights are saved
+# elsewhere, and the message says where
+mkdir -p "$work/out"
+# shellcheck disable=SC2086
+(cd "$work" && exec "$distrain" $quick --epochs 3 --steps-per-epoch 20 \
+    --save-weights "$work/out/w.safetensors") >"$work/late.log" 2>&1 &
+pid=$!
+i=0
+until grep -q "Epoch 1" "$work/late.log"; do
+    i=$((i + 1))
+    [ $i -gt 3000 ] && { kill -9 $pid; fail "late write: no epoch 1 after 300 s"; }
+    sleep 0.1
+done
+rm -rf "$work/out"
+wait $pid
+rc=$?
+[ $rc -eq 1 ] || fail "late write: exit $rc, expected 1"
+saved=$(sed -n "s/^distrain: the trained weights are saved in '\(.*\)'$/\1/p" "$work/late.log")
+[ -n "$saved" ] || fail "late write: the message does not say where the weights went"
+(cd "$work" && [ -s "$saved" ]) || fail "late write: '$saved' is not there"
+}
+
 case $part in
-jpeg_classes | empty_sets | csv_resume) $part ;;
+jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write) $part ;;
 *) fail "unknown part '$part'" ;;
 esac
 echo "ok: $part"

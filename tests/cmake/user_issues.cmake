@@ -6,8 +6,9 @@ function(i22_test name rc text)
 endfunction()
 
 # 1 (JPEG class lists), 5 (empty sets), 4 and 15 (--csv-log across a resume, the metrics'
-# counts): parts of one script.
-foreach(part jpeg_classes empty_sets csv_resume)
+# counts), 6 (a corrupt test JPEG found up front; weights rescued from a late write failure):
+# parts of one script.
+foreach(part jpeg_classes empty_sets csv_resume corrupt_test_jpeg late_write)
   add_test(NAME distrain.i22.${part}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/user_issues.sh $<TARGET_FILE:distrain>
                    ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist ${PROJECT_SOURCE_DIR}/src/data/mnist_subset
@@ -48,7 +49,7 @@ i22_test(dataset_with_jpeg_folder 2 "--dataset does not apply" --data-format jpe
 # 16. TensorFlow's device names; loose forms refused.
 i22_test(device_tf_names 0 "Test loss" --devices /device:CPU:0 --strategy one_device --epochs 1
          --steps-per-epoch 2 --threads 1)
-i22_test(device_without_index 2 "device 'cpu'" --devices cpu)
+i22_test(device_without_index 2 "distrain: --devices: device 'cpu'" --devices cpu)
 i22_test(device_trailing_comma 2 "empty entry" --devices cpu:0,)
 i22_test(device_empty_entry 2 "empty entry" --devices cpu:1,,cpu:0)
 # 3. EarlyStopping's and ReduceLROnPlateau's state survives a kill and a resume.
@@ -69,3 +70,8 @@ i22_test(check_numerics_names_the_replica_once 1 "training: replica 0: check num
 i22_test(check_numerics_with_dynamic_loss_scale 0 "Test loss" --check-numerics --mixed-precision fp16
          --loss-scale dynamic:1e30 --strategy one_device --devices cpu:0 --threads 1 --epochs 1
          --steps-per-epoch 3)
+# 10. A non-default loss scale is shown in the header; --threads above the cores warns.
+i22_test(loss_scale_in_header 0 "Loss scale: fixed 128" --loss-scale 128 --strategy one_device
+         --devices cpu:0 --threads 1 --epochs 1 --steps-per-epoch 2)
+i22_test(threads_above_cores_warns 0 "distrain: warning: --threads 1024 is more than" --threads 1024
+         --strategy one_device --devices cpu:0 --epochs 1 --steps-per-epoch 1 --quiet)

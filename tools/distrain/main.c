@@ -87,6 +87,12 @@ static dist_status check_images(dist_dataset *ds) {
     return st;
 }
 
+/* A batch holds at most the whole set: the batch buffer is sized by min(batch, examples), so
+ * --batch-size 1048576 on a small set allocates the set, not a million rows. */
+static int64_t batch_of(const distrain_options *o, int64_t examples) {
+    return examples > 0 && examples < o->batch_size ? examples : o->batch_size;
+}
+
 static int load_data(run_state *s) {
     const distrain_options *o = s->o;
     dist_status st;
@@ -178,7 +184,10 @@ static int load_data(run_state *s) {
         st = dist_dataset_skip(train, split_at, &val);
         if (!st) st = chain(&train, dist_dataset_take(train, split_at, &next), &next);
         if (!st) st = chain(&val, dist_dataset_map_image_normalize(val, &next), &next);
-        if (!st) st = chain(&val, dist_dataset_batch(val, o->batch_size, 0, &next), &next);
+        if (!st)
+            st = chain(&val,
+                       dist_dataset_batch(val, batch_of(o, s->train_examples - split_at), 0, &next),
+                       &next);
         s->val_examples = s->train_examples - split_at;
         s->train_examples = split_at;
     }
@@ -187,9 +196,12 @@ static int load_data(run_state *s) {
     if (!st) st = chain(&train, dist_dataset_shuffle(train, 10000, o->seed, 1, &next), &next);
     if (!st) st = chain(&train, dist_dataset_map_image_normalize(train, &next), &next);
     if (!st) st = chain(&test, dist_dataset_map_image_normalize(test, &next), &next);
-    if (!st) st = chain(&train, dist_dataset_batch(train, o->batch_size, 0, &next), &next);
+    if (!st)
+        st = chain(&train, dist_dataset_batch(train, batch_of(o, s->train_examples), 0, &next),
+                   &next);
     if (!st) st = chain(&train, dist_dataset_prefetch(train, 2, &next), &next);
-    if (!st) st = chain(&test, dist_dataset_batch(test, o->batch_size, 0, &next), &next);
+    if (!st)
+        st = chain(&test, dist_dataset_batch(test, batch_of(o, s->test_examples), 0, &next), &next);
     if (!st) st = chain(&test, dist_dataset_prefetch(test, 2, &next), &next);
     if (st) {
         dist_dataset_destroy(train);
@@ -359,9 +371,10 @@ static dist_status write_weights(const run_state *s, const char *path) {
 /* After a late write failed (the paths were fine before the first step): the trained weights
  * go to the working directory, or /tmp, and the message says where, rather than being lost. */
 static void rescue_weights(const run_state *s) {
-    const char *dirs[] = {".", "/tmp"};
+    char cwd[4096];
+    const char *dirs[] = {getcwd(cwd, sizeof cwd) ? cwd : ".", "/tmp"};
     for (int i = 0; i < 2; i++) {
-        char path[256];
+        char path[4200];
         snprintf(path, sizeof path, "%s/distrain-weights-%ld.safetensors", dirs[i], (long)getpid());
         if (write_weights(s, path) == DIST_OK) {
             fprintf(stderr, "distrain: the trained weights are saved in '%s'\n", path);
@@ -674,6 +687,15 @@ static int check_flags(distrain_options *o) {
             strstr(o->devices, ",,")) {
             fprintf(stderr, "distrain: --devices: empty entry in '%s'\n", o->devices);
             return 2;
+        }
+        char list[1024], *save = NULL;
+        snprintf(list, sizeof list, "%s", o->devices);
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            dist_device d;
+            if (dist_device_parse(tok, &d)) {
+                fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
+                return 2;
+            }
         }
     }
     int rc = 0;
