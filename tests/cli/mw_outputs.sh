@@ -1,11 +1,14 @@
 #!/bin/sh
-# usage: mw_outputs.sh DISTRAIN WORKDIR
-# Two workers started by hand on this host, each in its own directory, with every output flag
-# given as a relative path: the chief writes them all (a valid trace JSON among them); the
-# other worker writes only its own trace, named by its task (t.json.worker-1), and no folder.
+# usage: mw_outputs.sh DISTRAIN WORKDIR [outputs|share_host]
+# Two workers started by hand on this host, each in its own directory.
+# outputs: every output flag given as a relative path: the chief writes them all (a valid trace
+# JSON among them); the other worker writes only its own trace, named by its task
+# (t.json.worker-1), and no folder.
+# share_host: without --threads, the two workers divide the cores and the header says so.
 set -u
 distrain=$1
 work=$2
+mode=${3:-outputs}
 rm -rf "$work"
 mkdir -p "$work/w0" "$work/w1"
 
@@ -21,12 +24,13 @@ s=[socket.socket() for _ in range(2)]
 print(" ".join(str(x.getsockname()[1]) for x in s))')
 set -- $ports
 cluster="{\"worker\": [\"localhost:$1\", \"localhost:$2\"]}"
-outputs="--trace t.json --csv-log l.csv --checkpoint-dir ck --backup-dir bk --logdir logs
-         --save-weights w.st --metrics-json m.json"
+outputs="--threads 1 --trace t.json --csv-log l.csv --checkpoint-dir ck --backup-dir bk
+         --logdir logs --save-weights w.st --metrics-json m.json"
+[ "$mode" = share_host ] && outputs=""
 for i in 0 1; do
     # shellcheck disable=SC2086
     (cd "$work/w$i" && TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
-        exec "$distrain" --strategy multi_worker --epochs 2 --steps-per-epoch 4 --threads 1 \
+        exec "$distrain" --strategy multi_worker --epochs 2 --steps-per-epoch 4 \
         --connect-timeout 60 $outputs) >"$work/worker$i.log" 2>&1 &
     eval "pid$i=\$!"
 done
@@ -35,6 +39,14 @@ wait "$pid0" || fail "the chief failed"
 # shellcheck disable=SC2154
 wait "$pid1" || fail "worker 1 failed"
 
+if [ "$mode" = share_host ]; then
+    cores=$(nproc)
+    want=$((cores / 2)); [ $want -lt 1 ] && want=1
+    grep -q "Threads: 2 workers share this host's $cores cores: $want thread(s) per replica" \
+        "$work/worker0.log" || fail "the header does not say that 2 workers share the cores"
+    echo "ok: $(grep Threads: "$work/worker0.log")"
+    exit 0
+fi
 for f in t.json l.csv w.st m.json; do
     [ -s "$work/w0/$f" ] || fail "the chief did not write $f"
 done

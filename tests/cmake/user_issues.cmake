@@ -75,3 +75,8 @@ i22_test(loss_scale_in_header 0 "Loss scale: fixed 128" --loss-scale 128 --strat
          --devices cpu:0 --threads 1 --epochs 1 --steps-per-epoch 2)
 i22_test(threads_above_cores_warns 0 "distrain: warning: --threads 1024 is more than" --threads 1024
          --strategy one_device --devices cpu:0 --epochs 1 --steps-per-epoch 1 --quiet)
+# 11. Workers started by hand on one host divide its cores and say so.
+add_test(NAME distrain.i22.multi_worker_share_host
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mw_outputs.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/mw_share_host share_host)
+set_tests_properties(distrain.i22.multi_worker_share_host PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
