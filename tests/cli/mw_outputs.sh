@@ -1,10 +1,12 @@
 #!/bin/sh
-# usage: mw_outputs.sh DISTRAIN WORKDIR [outputs|share_host]
+# usage: mw_outputs.sh DISTRAIN WORKDIR [outputs|share_host|mismatch]
 # Two workers started by hand on this host, each in its own directory.
 # outputs: every output flag given as a relative path: the chief writes them all (a valid trace
 # JSON among them); the other worker writes only its own trace, named by its task
 # (t.json.worker-1), and no folder.
 # share_host: without --threads, the two workers divide the cores and the header says so.
+# mismatch: worker 1 has another --learning-rate: both refuse before training (exit 2), naming
+# the setting and both values.
 set -u
 distrain=$1
 work=$2
@@ -27,13 +29,32 @@ cluster="{\"worker\": [\"localhost:$1\", \"localhost:$2\"]}"
 outputs="--threads 1 --trace t.json --csv-log l.csv --checkpoint-dir ck --backup-dir bk
          --logdir logs --save-weights w.st --metrics-json m.json"
 [ "$mode" = share_host ] && outputs=""
+[ "$mode" = mismatch ] && outputs="--threads 1"
 for i in 0 1; do
+    extra=""
+    [ "$mode" = mismatch ] && [ $i -eq 1 ] && extra="--learning-rate 0.002"
     # shellcheck disable=SC2086
     (cd "$work/w$i" && TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
         exec "$distrain" --strategy multi_worker --epochs 2 --steps-per-epoch 4 \
-        --connect-timeout 60 $outputs) >"$work/worker$i.log" 2>&1 &
+        --connect-timeout 60 $outputs $extra) >"$work/worker$i.log" 2>&1 &
     eval "pid$i=\$!"
 done
+if [ "$mode" = mismatch ]; then
+    # shellcheck disable=SC2154
+    wait "$pid0"
+    rc0=$?
+    # shellcheck disable=SC2154
+    wait "$pid1"
+    rc1=$?
+    [ $rc0 -eq 2 ] && [ $rc1 -eq 2 ] || fail "exit codes $rc0 and $rc1, expected 2 and 2"
+    want="distrain: --learning-rate differs between workers: the optimizer's default on worker 0, 0.002 on worker 1"
+    for i in 0 1; do
+        grep -qF "$want" "$work/worker$i.log" || fail "worker $i does not name the setting and both values"
+        grep -q "Epoch 1" "$work/worker$i.log" && fail "worker $i trained first"
+    done
+    echo "ok: $want"
+    exit 0
+fi
 # shellcheck disable=SC2154
 wait "$pid0" || fail "the chief failed"
 # shellcheck disable=SC2154

@@ -80,3 +80,8 @@ add_test(NAME distrain.i22.multi_worker_share_host
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mw_outputs.sh $<TARGET_FILE:distrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/mw_share_host share_host)
 set_tests_properties(distrain.i22.multi_worker_share_host PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
+# 12. Workers started with different settings refuse before training, naming the setting.
+add_test(NAME distrain.i22.multi_worker_settings_mismatch
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mw_outputs.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/mw_mismatch mismatch)
+set_tests_properties(distrain.i22.multi_worker_settings_mismatch PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)

@@ -4,6 +4,7 @@
 #include "launcher.h"
 #include "options.h"
 #include "print_cluster.h"
+#include "settings_check.h"
 #include "version.h"
 
 #include <dist/checkpoint.h>
@@ -540,7 +541,9 @@ static int train(run_state *s) {
                 o->threads, cpus);
     s->threads = so.threads_per_replica ? so.threads_per_replica
                                         : (cpus / replicas > 0 ? cpus / replicas : 1);
-    int rc = load_data(s);
+    int rc = distrain_check_settings(s->strategy, o);
+    if (rc) return rc;
+    rc = load_data(s);
     if (rc) return rc;
 
     if (dist_strategy_scope_enter(s->strategy)) return fail("entering the strategy scope");
