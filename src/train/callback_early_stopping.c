@@ -1,6 +1,7 @@
 /* EarlyStopping with tf-keras's rules (tf_keras/src/callbacks.py, tf-keras 2.20): the wait counts
  * every epoch from start_from_epoch, an improvement resets it only when it also beats the
  * baseline, and the best weights come back at train end. */
+#include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
@@ -141,10 +142,9 @@ static dist_status on_train_end(void *user, dist_fit_state *fs, dist_logs *logs)
 static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
     dist_early_stopping *es = user;
     char key[96], value[160];
-    snprintf(key, sizeof key, "%searly_stopping", prefix);
     snprintf(value, sizeof value, "%a %d %d %d", es->best, es->wait, es->best_epoch,
              es->stopped_epoch);
-    DIST_TRY(dist_checkpoint_set_metadata(c, key, value));
+    DIST_TRY(callback_state_set(c, prefix, "early_stopping", value));
     if (!es->best_weights) return DIST_OK;
     snprintf(key, sizeof key, "%searly_stopping/best_weights", prefix);
     int64_t shape[1] = {es->nweights};
@@ -155,9 +155,8 @@ static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix
 static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
     dist_early_stopping *es = user;
     char key[96];
-    snprintf(key, sizeof key, "%searly_stopping", prefix);
-    const char *text = dist_checkpoint_metadata(c, key);
-    if (!text) return DIST_OK; /* saved without this callback: start afresh */
+    const char *text = callback_state_get(c, prefix, "early_stopping");
+    if (!text) return DIST_OK;
     double best;
     int wait, best_epoch, stopped_epoch;
     if (sscanf(text, "%la %d %d %d", &best, &wait, &best_epoch, &stopped_epoch) != 4)

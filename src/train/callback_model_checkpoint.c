@@ -1,4 +1,5 @@
 /* ModelCheckpoint with tf-keras's rules: when to save, save_best_only, path templates. */
+#include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
@@ -180,18 +181,15 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
 /* save_best_only's best value, for a resumed run. */
 static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
     dist_model_checkpoint *mc = user;
-    char key[96], value[64];
-    snprintf(key, sizeof key, "%smodel_checkpoint", prefix);
+    char value[64];
     snprintf(value, sizeof value, "%a", mc->best);
-    return dist_checkpoint_set_metadata(c, key, value);
+    return callback_state_set(c, prefix, "model_checkpoint", value);
 }
 
 static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
     dist_model_checkpoint *mc = user;
-    char key[96];
-    snprintf(key, sizeof key, "%smodel_checkpoint", prefix);
-    const char *text = dist_checkpoint_metadata(c, key);
-    if (!text) return DIST_OK; /* saved without this callback: start afresh */
+    const char *text = callback_state_get(c, prefix, "model_checkpoint");
+    if (!text) return DIST_OK;
     if (sscanf(text, "%la", &mc->best) != 1)
         return dist_error(DIST_FORMAT, "ModelCheckpoint: the saved state '%s' is malformed", text);
     return DIST_OK;

@@ -1,4 +1,5 @@
 /* ReduceLROnPlateau with tf-keras's rules (tf_keras/src/callbacks.py). */
+#include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
@@ -100,18 +101,15 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
  * with it): the best value, the wait and the cooldown counter. */
 static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
     dist_reduce_lr *r = user;
-    char key[96], value[128];
-    snprintf(key, sizeof key, "%sreduce_lr", prefix);
+    char value[128];
     snprintf(value, sizeof value, "%a %d %d", r->best, r->wait, r->cooldown_counter);
-    return dist_checkpoint_set_metadata(c, key, value);
+    return callback_state_set(c, prefix, "reduce_lr", value);
 }
 
 static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
     dist_reduce_lr *r = user;
-    char key[96];
-    snprintf(key, sizeof key, "%sreduce_lr", prefix);
-    const char *text = dist_checkpoint_metadata(c, key);
-    if (!text) return DIST_OK; /* saved without this callback: start afresh */
+    const char *text = callback_state_get(c, prefix, "reduce_lr");
+    if (!text) return DIST_OK;
     double best;
     int wait, cooldown;
     if (sscanf(text, "%la %d %d", &best, &wait, &cooldown) != 3)

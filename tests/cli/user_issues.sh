@@ -33,27 +33,21 @@ rm -rf "$work/missing3/test/3"
 acc=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$work/missing3.json")
 awk "BEGIN { exit !($acc >= 0.7) }" || fail "missing class: test accuracy $acc < 0.7 (labels shifted?)"
 
-# 1. a test class that train/ does not have: exit 1 naming the folder, before epoch 1
-cp -r "$jpeg" "$work/extra"
-cp -r "$work/extra/test/9" "$work/extra/test/zz"
-# shellcheck disable=SC2086
-"$distrain" $quick --data-format jpeg-folder --data-dir "$work/extra" --epochs 1 \
-    >"$work/extra.log" 2>&1
-rc=$?
-[ $rc -eq 1 ] || fail "extra test class: exit $rc, expected 1"
-grep -q "test/zz" "$work/extra.log" || fail "extra test class: the message does not name test/zz"
-grep -q "Epoch 1" "$work/extra.log" && fail "extra test class: it trained first"
-
-# 1. a train class beyond the model's 10: refused before training
-cp -r "$jpeg" "$work/extratrain"
-cp -r "$work/extratrain/train/9" "$work/extratrain/train/zz"
-# shellcheck disable=SC2086
-"$distrain" $quick --data-format jpeg-folder --data-dir "$work/extratrain" --epochs 1 \
-    >"$work/extratrain.log" 2>&1
-rc=$?
-[ $rc -eq 1 ] || fail "extra train class: exit $rc, expected 1"
-grep -q "Epoch 1" "$work/extratrain.log" && fail "extra train class: it trained first"
-
+# 1. a class folder copied as zz: refused before epoch 1 (exit 1), naming it when $3 says so
+refused_before_training() {
+    cp -r "$jpeg" "$work/$1"
+    cp -r "$work/$1/$2/9" "$work/$1/$2/zz"
+    # shellcheck disable=SC2086
+    "$distrain" $quick --data-format jpeg-folder --data-dir "$work/$1" --epochs 1 \
+        >"$work/$1.log" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "$1: exit $rc, expected 1"
+    grep -q "$3" "$work/$1.log" || fail "$1: the message does not name $3"
+    grep -q "Epoch 1" "$work/$1.log" && fail "$1: it trained first"
+}
+# a test class that train/ does not have; a train class beyond the model's 10
+refused_before_training extra test test/zz
+refused_before_training extratrain train "has 11 class folders"
 }
 
 empty_sets() {
