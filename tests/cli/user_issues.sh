@@ -23,6 +23,17 @@ fail() {
     exit 1
 }
 
+# The JPEG folder $work/$1 is refused before epoch 1 (exit 1) with a message matching $2.
+expect_refused() {
+    # shellcheck disable=SC2086
+    "$distrain" $quick --data-format jpeg-folder --data-dir "$work/$1" --epochs 1 \
+        >"$work/$1.log" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] || fail "$1: exit $rc, expected 1"
+    grep -q "$2" "$work/$1.log" || fail "$1: the message does not match '$2'"
+    grep -q "Epoch 1" "$work/$1.log" && fail "$1: it trained first"
+}
+
 jpeg_classes() {
 # 1. test/ without class 3
 cp -r "$jpeg" "$work/missing3"
@@ -33,21 +44,15 @@ rm -rf "$work/missing3/test/3"
 acc=$(sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p' "$work/missing3.json")
 awk "BEGIN { exit !($acc >= 0.7) }" || fail "missing class: test accuracy $acc < 0.7 (labels shifted?)"
 
-# 1. a class folder copied as zz: refused before epoch 1 (exit 1), naming it when $3 says so
-refused_before_training() {
+# 1. a class folder copied as zz: refused before epoch 1
+refused_class() {
     cp -r "$jpeg" "$work/$1"
     cp -r "$work/$1/$2/9" "$work/$1/$2/zz"
-    # shellcheck disable=SC2086
-    "$distrain" $quick --data-format jpeg-folder --data-dir "$work/$1" --epochs 1 \
-        >"$work/$1.log" 2>&1
-    rc=$?
-    [ $rc -eq 1 ] || fail "$1: exit $rc, expected 1"
-    grep -q "$3" "$work/$1.log" || fail "$1: the message does not name $3"
-    grep -q "Epoch 1" "$work/$1.log" && fail "$1: it trained first"
+    expect_refused "$1" "$3"
 }
 # a test class that train/ does not have; a train class beyond the model's 10
-refused_before_training extra test test/zz
-refused_before_training extratrain train "has 11 class folders"
+refused_class extra test test/zz
+refused_class extratrain train "has 11 class folders"
 }
 
 empty_sets() {
@@ -104,13 +109,7 @@ corrupt_test_jpeg() {
 cp -r "$jpeg" "$work/corrupt"
 victim=$(ls "$work/corrupt/test/3" | head -n 1)
 printf 'not a jpeg' >"$work/corrupt/test/3/$victim"
-# shellcheck disable=SC2086
-"$distrain" $quick --data-format jpeg-folder --data-dir "$work/corrupt" --epochs 1 \
-    >"$work/corrupt.log" 2>&1
-rc=$?
-[ $rc -eq 1 ] || fail "corrupt test image: exit $rc, expected 1"
-grep -q "^distrain: .*test/3/$victim" "$work/corrupt.log" || fail "corrupt test image: not named"
-grep -q "Epoch 1" "$work/corrupt.log" && fail "corrupt test image: found only after training"
+expect_refused corrupt "^distrain: .*test/3/$victim"
 }
 
 late_write() {
