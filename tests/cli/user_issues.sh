@@ -1,6 +1,6 @@
 #!/bin/sh
 # usage: user_issues.sh DISTRAIN JPEG_DIR SUBSET_DIR WORKDIR PART
-# PART: jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write
+# PART: jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs
 # Issue #22's behaviours that need data on disk or two runs:
 #   1. JPEG folders: test/ lacking a class keeps the training split's numbering (accuracy stays
 #      high); a test class that train/ does not have is refused before any training.
@@ -135,8 +135,20 @@ saved=$(sed -n "s/^distrain: the trained weights are saved in '\(.*\)'$/\1/p" "$
 (cd "$work" && [ -s "$saved" ]) || fail "late write: '$saved' is not there"
 }
 
+early_stop_epochs() {
+# 15. "epochs" in the metrics JSON counts the epochs that ran: 3 of 6 when early stopping ends
+# the run after epoch 3 (the settings of callbacks_resume.sh's reference run)
+# shellcheck disable=SC2086
+"$distrain" $quick --epochs 6 --steps-per-epoch 12 --learning-rate 0.02 --validation-split 0.2 \
+    --early-stopping-patience 2 --reduce-lr-patience 1 --metrics-json "$work/early.json" \
+    >"$work/early.log" 2>&1 || fail "early stopping run failed"
+ran=$(grep -c '^Epoch [0-9]*/6' "$work/early.log")
+[ "$ran" -lt 6 ] || fail "early stopping did not stop the run (the check needs it)"
+grep -q "\"epochs\": $ran," "$work/early.json" || fail "metrics: epochs is not the $ran that ran: $(grep epochs "$work/early.json")"
+}
+
 case $part in
-jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write) $part ;;
+jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs) $part ;;
 *) fail "unknown part '$part'" ;;
 esac
 echo "ok: $part"

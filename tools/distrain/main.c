@@ -711,6 +711,7 @@ static int check_flags(distrain_options *o) {
         snprintf(list, sizeof list, "%s", o->devices);
         for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             dist_device d;
+            while (*tok == ' ') tok++; /* "cpu:0, cpu:1", as the strategy reads it */
             if (dist_device_parse(tok, &d)) {
                 fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
                 return 2;

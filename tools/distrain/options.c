@@ -38,7 +38,7 @@ static const distrain_flag flags[] = {
      "it, TF_CONFIG says which worker this is)"},
     {"--transport", 1, "auto|tcp|shm|mpi", "auto",
      "multi_worker: how workers exchange gradients (auto: shared memory when all are on this "
-     "host; mpi: the MPI world of mpirun/srun)"},
+     "host; mpi: the MPI world of mpirun/srun, the cluster when TF_CONFIG is absent)"},
     {"--collective-timeout", 1, "S", "60",
      "multi_worker: fail a step when a worker has not answered in S seconds"},
     {"--connect-timeout", 1, "S", "300",
@@ -52,11 +52,15 @@ static const distrain_flag flags[] = {
     {"--csv-log", 1, "FILE", "", "one CSV row of metrics per epoch (appended to on resume)"},
     {"--save-weights", 1, "FILE", "", "write the final weights as safetensors"},
     {"--check-numerics", 0, "", "off",
-     "stop at the first layer output, gradient or update holding Inf or NaN"},
+     "stop at the first layer output, gradient or update holding Inf or NaN, naming the "
+     "layer, its op and the replica"},
     {"--trace", 1, "FILE", "",
-     "a Chrome trace JSON timeline of the training (non-chief workers: FILE.worker-N)"},
+     "a Chrome trace JSON timeline of the training (per replica: forward, backward, "
+     "all-reduce, update; data wait; validation); other workers than the chief write "
+     "FILE.worker-N"},
     {"--mixed-precision", 1, "none|fp16|bf16", "none",
-     "compute in float16 / bfloat16 with float32 variables"},
+     "compute in float16 / bfloat16 with float32 variables (Keras's mixed_float16 / "
+     "mixed_bfloat16)"},
     {"--loss-scale", 1, "dynamic[:F]|none|F", "dynamic with fp16, none otherwise",
      "loss scaling: dynamic (from 2^15 or F), none, or a fixed scale F"},
     {"--early-stopping-patience", 1, "N", "no early stopping",
@@ -64,8 +68,10 @@ static const distrain_flag flags[] = {
     {"--reduce-lr-patience", 1, "N", "no reduction",
      "halve the learning rate when val_loss (or loss) stalls N epochs"},
     {"--print-cluster", 0, "", "",
-     "print the cluster resolved from TF_CONFIG (or Slurm) as JSON and exit"},
-    {"--deterministic", 0, "", "off", "GPUs: deterministic algorithms only"},
+     "print the cluster and task resolved from TF_CONFIG (or Slurm) as JSON and exit (2 with "
+     "TensorFlow's message if invalid)"},
+    {"--deterministic", 0, "", "off",
+     "GPUs: deterministic algorithms only (the same run gives the same bits)"},
     {"--cuda-graphs", 1, "on|off", "on", "GPUs: replay repeated step work as CUDA graphs"},
     {"--quiet", 0, "", "off", "no summary or progress, only errors"},
     {"--version", 0, "", "",
