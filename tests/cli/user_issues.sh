@@ -113,26 +113,29 @@ expect_refused corrupt "^distrain: .*test/3/$victim"
 }
 
 late_write() {
-# 6. --save-weights whose folder disappears during the training: the weights are saved
-# elsewhere, and the message says where
-mkdir -p "$work/out"
-# shellcheck disable=SC2086
-(cd "$work" && exec "$distrain" $quick --epochs 3 --steps-per-epoch 20 \
-    --save-weights "$work/out/w.safetensors") >"$work/late.log" 2>&1 &
-pid=$!
-i=0
-until grep -q "Epoch 1" "$work/late.log"; do
-    i=$((i + 1))
-    [ $i -gt 3000 ] && { kill -9 $pid; fail "late write: no epoch 1 after 300 s"; }
-    sleep 0.1
+# 6. an output whose folder disappears during the training (--save-weights, then --trace): the
+# weights are saved elsewhere, and the message says where
+for flag in --save-weights --trace; do
+    rm -rf "$work/out" "$work"/distrain-weights-*.safetensors
+    mkdir -p "$work/out"
+    # shellcheck disable=SC2086
+    (cd "$work" && exec "$distrain" $quick --epochs 3 --steps-per-epoch 20 \
+        "$flag" "$work/out/file") >"$work/late.log" 2>&1 &
+    pid=$!
+    i=0
+    until grep -q "Epoch 1" "$work/late.log"; do
+        i=$((i + 1))
+        [ $i -gt 3000 ] && { kill -9 $pid; fail "late write $flag: no epoch 1 after 300 s"; }
+        sleep 0.1
+    done
+    rm -rf "$work/out"
+    wait $pid
+    rc=$?
+    [ $rc -eq 1 ] || fail "late write $flag: exit $rc, expected 1"
+    saved=$(sed -n "s/^distrain: the trained weights are saved in '\(.*\)'$/\1/p" "$work/late.log")
+    [ -n "$saved" ] || fail "late write $flag: the message does not say where the weights went"
+    [ -s "$saved" ] || fail "late write $flag: '$saved' is not there"
 done
-rm -rf "$work/out"
-wait $pid
-rc=$?
-[ $rc -eq 1 ] || fail "late write: exit $rc, expected 1"
-saved=$(sed -n "s/^distrain: the trained weights are saved in '\(.*\)'$/\1/p" "$work/late.log")
-[ -n "$saved" ] || fail "late write: the message does not say where the weights went"
-(cd "$work" && [ -s "$saved" ]) || fail "late write: '$saved' is not there"
 }
 
 early_stop_epochs() {

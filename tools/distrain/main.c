@@ -416,6 +416,8 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         return fail("--trace");
     }
     dist_fit_result res;
+    char training_error[1024] = "";
+    int late_failure = 0; /* an output failed after a successful training */
     dist_status st =
         dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval, &fo, cbs.list, cbs.count, &res);
     callbacks_destroy(&cbs);
@@ -433,18 +435,20 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         }
         dist_status wst = dist_trace_write(fo.trace, path);
         dist_trace_destroy(fo.trace);
-        if (wst && !st) {
-            fail("--trace");
-            if (!o->save_weights) rescue_weights(s);
-            return 1;
-        }
+        /* The training went well: evaluate and keep the weights, then fail. */
         if (wst) fprintf(stderr, "distrain: --trace: %s\n", dist_last_error());
-        if (st) {
-            fprintf(stderr, "distrain: training: %s\n", msg);
-            return 1;
-        }
+        late_failure = wst != DIST_OK;
+        if (st) snprintf(training_error, sizeof training_error, "%s", msg);
+    } else if (st) {
+        snprintf(training_error, sizeof training_error, "%s", dist_last_error());
     }
-    if (st) return fail("training");
+    if (st) {
+        fprintf(stderr, "distrain: training: %s\n", training_error);
+        /* A callback's write failed (checkpoint, backup, CSV, logs): the weights so far are
+         * kept rather than lost. */
+        if (st == DIST_IO && s->chief) rescue_weights(s);
+        return 1;
+    }
     dist_logs_get(&res.logs, "loss", &s->train_loss);
     dist_logs_get(&res.logs, "accuracy", &s->train_accuracy);
     s->steps = res.global_step;
@@ -460,8 +464,12 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     if (!o->quiet && dist_strategy_is_chief(s->strategy))
         printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
                s->test_accuracy, (long long)s->test_examples);
-    if (o->save_weights) return save_weights(s);
-    return 0;
+    if (o->save_weights) {
+        if (save_weights(s)) return 1;
+    } else if (late_failure && s->chief) {
+        rescue_weights(s);
+    }
+    return late_failure;
 }
 
 /* --loss-scale, defaulting to dynamic for float16 (Keras's mixed_float16 advice) and to none
