@@ -1,6 +1,7 @@
 #!/bin/sh
 # usage: user_issues.sh DISTRAIN JPEG_DIR SUBSET_DIR WORKDIR PART
 # PART: jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs
+#       | nothing_trained
 # Issue #22's behaviours that need data on disk or two runs:
 #   1. JPEG folders: test/ lacking a class keeps the training split's numbering (accuracy stays
 #      high); a test class that train/ does not have is refused before any training.
@@ -150,8 +151,33 @@ ran=$(grep -c '^Epoch [0-9]*/6' "$work/early.log")
 grep -q "\"epochs\": $ran," "$work/early.json" || fail "metrics: epochs is not the $ran that ran: $(grep epochs "$work/early.json")"
 }
 
+nothing_trained() {
+# 15. a run resumed from a backup already past its last epoch trains nothing: its train metrics
+# are null, not 0 (the backup comes from a 3-epoch run killed after epoch 2; the resumed run
+# asks for 2)
+common="$quick --steps-per-epoch 10 --backup-dir $work/bk"
+# shellcheck disable=SC2086
+"$distrain" $common --epochs 3 >"$work/three.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$work/bk/ckpt-20.safetensors" ]; do
+    i=$((i + 1))
+    [ $i -gt 3000 ] && { kill -9 $pid; fail "nothing trained: no backup of step 20"; }
+    kill -0 $pid 2>/dev/null || fail "nothing trained: exited before the backup of step 20"
+    sleep 0.1
+done
+kill -9 $pid
+wait $pid 2>/dev/null
+# shellcheck disable=SC2086
+"$distrain" $common --epochs 2 --metrics-json "$work/none.json" >"$work/none.log" 2>&1 ||
+    fail "nothing trained: the resumed run failed"
+grep -q '"train_loss": null,' "$work/none.json" || fail "nothing trained: $(grep train_loss "$work/none.json")"
+grep -q '"train_accuracy": null,' "$work/none.json" || fail "nothing trained: train_accuracy is not null"
+grep -q '"epochs": 2,' "$work/none.json" || fail "nothing trained: epochs is not 2"
+}
+
 case $part in
-jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs) $part ;;
+jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs | nothing_trained) $part ;;
 *) fail "unknown part '$part'" ;;
 esac
 echo "ok: $part"

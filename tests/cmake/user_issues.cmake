@@ -6,10 +6,11 @@ function(i22_test name rc text)
 endfunction()
 
 # 1 (JPEG class lists), 5 (empty sets), 4 and 15 (--csv-log across a resume, the metrics'
-# counts; epochs after early stopping), 6 (a corrupt test JPEG found up front; weights rescued
+# counts; epochs after early stopping; null train metrics when nothing trained), 6 (a corrupt test JPEG found up front; weights rescued
 # from a late write failure):
 # parts of one script.
-foreach(part jpeg_classes empty_sets csv_resume corrupt_test_jpeg late_write early_stop_epochs)
+foreach(part jpeg_classes empty_sets csv_resume corrupt_test_jpeg late_write early_stop_epochs
+             nothing_trained)
   add_test(NAME distrain.i22.${part}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/user_issues.sh $<TARGET_FILE:distrain>
                    ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist ${PROJECT_SOURCE_DIR}/src/data/mnist_subset
