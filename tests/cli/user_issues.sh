@@ -1,10 +1,11 @@
 #!/bin/sh
 # usage: user_issues.sh DISTRAIN JPEG_DIR SUBSET_DIR WORKDIR PART
 # PART: jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs
-#       | nothing_trained
+#       | nothing_trained | callbacks_resume
 # Issue #22's behaviours that need data on disk or two runs:
 #   1. JPEG folders: test/ lacking a class keeps the training split's numbering (accuracy stays
 #      high); a test class that train/ does not have is refused before any training.
+#   3. EarlyStopping's and ReduceLROnPlateau's state survives a kill and a resume.
 #   4. --csv-log on a resumed run keeps the epochs before the kill, once each.
 #   5. An IDX set with 0 examples is an error naming the file.
 #   15. The metrics JSON counts the epochs that ran.
@@ -22,6 +23,25 @@ fail() {
     printf 'FAIL: %s\n' "$1"
     for f in "$work"/*.log; do printf -- '--- %s\n' "$f"; tail -n 8 "$f"; done
     exit 1
+}
+
+# Runs distrain with the remaining arguments in the background (output in $work/$1.log) and
+# SIGKILLs it once $work/bk holds the backup of global step $2.
+kill_after_backup() {
+    name=$1
+    step=$2
+    shift 2
+    "$distrain" "$@" >"$work/$name.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ ! -f "$work/bk/ckpt-$step.safetensors" ]; do
+        i=$((i + 1))
+        [ $i -gt 3000 ] && { kill -9 $pid; fail "$name: no backup of step $step after 300 s"; }
+        kill -0 $pid 2>/dev/null || fail "$name: exited before the backup of step $step"
+        sleep 0.1
+    done
+    kill -9 $pid
+    wait $pid 2>/dev/null
 }
 
 # The JPEG folder $work/$1 is refused before epoch 1 (exit 1) with a message matching $2.
@@ -80,17 +100,7 @@ csv_resume() {
 # 4. --csv-log across a kill and a resume: epochs 0..3, each once
 common="$quick --epochs 4 --steps-per-epoch 15 --backup-dir $work/bk --csv-log $work/log.csv"
 # shellcheck disable=SC2086
-"$distrain" $common >"$work/csv_killed.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -f "$work/bk/ckpt-30.safetensors" ]; do
-    i=$((i + 1))
-    [ $i -gt 3000 ] && { kill -9 $pid; fail "csv: no backup of step 30"; }
-    kill -0 $pid 2>/dev/null || fail "csv: exited before the backup of step 30"
-    sleep 0.1
-done
-kill -9 $pid
-wait $pid 2>/dev/null
+kill_after_backup csv_killed 30 $common
 # shellcheck disable=SC2086
 "$distrain" $common --metrics-json "$work/csv.json" >"$work/csv_resumed.log" 2>&1 || fail "csv: the resumed run failed"
 rows=$(grep -c '^[0-9]' "$work/log.csv")
@@ -157,17 +167,7 @@ nothing_trained() {
 # asks for 2)
 common="$quick --steps-per-epoch 10 --backup-dir $work/bk"
 # shellcheck disable=SC2086
-"$distrain" $common --epochs 3 >"$work/three.log" 2>&1 &
-pid=$!
-i=0
-while [ ! -f "$work/bk/ckpt-20.safetensors" ]; do
-    i=$((i + 1))
-    [ $i -gt 3000 ] && { kill -9 $pid; fail "nothing trained: no backup of step 20"; }
-    kill -0 $pid 2>/dev/null || fail "nothing trained: exited before the backup of step 20"
-    sleep 0.1
-done
-kill -9 $pid
-wait $pid 2>/dev/null
+kill_after_backup three 20 $common --epochs 3
 # shellcheck disable=SC2086
 "$distrain" $common --epochs 2 --metrics-json "$work/none.json" >"$work/none.log" 2>&1 ||
     fail "nothing trained: the resumed run failed"
@@ -176,8 +176,40 @@ grep -q '"train_accuracy": null,' "$work/none.json" || fail "nothing trained: tr
 grep -q '"epochs": 2,' "$work/none.json" || fail "nothing trained: epochs is not 2"
 }
 
+callbacks_resume() {
+# 3. A run with EarlyStopping (restoring the best weights) and ReduceLROnPlateau, SIGKILLed
+# after the backup of epoch 2 and started again, ends with the uninterrupted run's weights byte
+# for byte, the same best epoch, and the same learning rate in every epoch: the callbacks'
+# state (best value, wait, best weights, cooldown) travels in the backup.
+steps=12
+common="--strategy one_device --devices cpu:0 --threads 1 --epochs 6 --steps-per-epoch $steps
+        --learning-rate 0.02 --validation-split 0.2 --early-stopping-patience 2
+        --reduce-lr-patience 1"
+
+# shellcheck disable=SC2086
+"$distrain" $common --save-weights "$work/reference.safetensors" --csv-log "$work/reference.csv" \
+    >"$work/reference.log" 2>&1 || fail "the uninterrupted run failed"
+
+# shellcheck disable=SC2086
+kill_after_backup killed $((2 * steps)) $common --backup-dir "$work/bk" \
+    --save-weights "$work/resumed.safetensors" --csv-log "$work/resumed.csv"
+# shellcheck disable=SC2086
+"$distrain" $common --backup-dir "$work/bk" --save-weights "$work/resumed.safetensors" \
+    --csv-log "$work/resumed.csv" >"$work/resumed.log" 2>&1 || fail "the resumed run failed"
+
+grep -q "resuming at epoch 3" "$work/resumed.log" || fail "the second run did not resume at epoch 3"
+cmp -s "$work/reference.csv" "$work/resumed.csv" ||
+    fail "the epochs' metrics or learning rates differ:
+$(diff "$work/reference.csv" "$work/resumed.csv")"
+best_ref=$(grep -o 'best epoch: [0-9]*' "$work/reference.log")
+best_res=$(grep -o 'best epoch: [0-9]*' "$work/resumed.log")
+[ "$best_ref" = "$best_res" ] || fail "best epoch '$best_ref' against '$best_res'"
+cmp -s "$work/reference.safetensors" "$work/resumed.safetensors" ||
+    fail "the final weights differ from the uninterrupted run's"
+}
+
 case $part in
-jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs | nothing_trained) $part ;;
+jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs | nothing_trained | callbacks_resume) $part ;;
 *) fail "unknown part '$part'" ;;
 esac
 echo "ok: $part"

@@ -5,12 +5,13 @@ function(i22_test name rc text)
   set_tests_properties(distrain.i22.${name} PROPERTIES LABELS cli TIMEOUT 120)
 endfunction()
 
-# 1 (JPEG class lists), 5 (empty sets), 4 and 15 (--csv-log across a resume, the metrics'
+# 1 (JPEG class lists), 3 (EarlyStopping's and ReduceLROnPlateau's state across a kill and a
+# resume), 5 (empty sets), 4 and 15 (--csv-log across a resume, the metrics'
 # counts; epochs after early stopping; null train metrics when nothing trained), 6 (a corrupt test JPEG found up front; weights rescued
 # from a late write failure):
 # parts of one script.
 foreach(part jpeg_classes empty_sets csv_resume corrupt_test_jpeg late_write early_stop_epochs
-             nothing_trained)
+             nothing_trained callbacks_resume)
   add_test(NAME distrain.i22.${part}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/user_issues.sh $<TARGET_FILE:distrain>
                    ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist ${PROJECT_SOURCE_DIR}/src/data/mnist_subset
@@ -54,11 +55,6 @@ i22_test(device_tf_names 0 "Test loss" --devices /device:CPU:0 --strategy one_de
 i22_test(device_without_index 2 "distrain: --devices: device 'cpu'" --devices cpu)
 i22_test(device_trailing_comma 2 "empty entry" --devices cpu:0,)
 i22_test(device_empty_entry 2 "empty entry" --devices cpu:1,,cpu:0)
-# 3. EarlyStopping's and ReduceLROnPlateau's state survives a kill and a resume.
-add_test(NAME distrain.i22.callbacks_resume
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/callbacks_resume.sh $<TARGET_FILE:distrain>
-                 ${CMAKE_CURRENT_BINARY_DIR}/callbacks_resume)
-set_tests_properties(distrain.i22.callbacks_resume PROPERTIES LABELS cli TIMEOUT 600)
 # 2. Under multi_worker only the chief writes; another worker writes only its own trace.
 add_test(NAME distrain.i22.multi_worker_outputs
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mw_outputs.sh $<TARGET_FILE:distrain>
