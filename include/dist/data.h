@@ -136,6 +136,15 @@ DIST_API dist_status dist_dataset_from_jpeg_folder(const char *root,
                                                    const dist_jpeg_folder_options *opts,
                                                    dist_dataset **out);
 
+/* dist_dataset_from_jpeg_folder with the classes given, in label order (Keras's class_names,
+ * e.g. those of the training split for the test split): a class without a folder under root
+ * has no examples; a folder that is not in the list is DIST_FORMAT naming it. class_names
+ * (count > 0 entries) is borrowed. */
+DIST_API dist_status dist_dataset_from_jpeg_folder_classes(const char *root,
+                                                           const dist_jpeg_folder_options *opts,
+                                                           const char *const *class_names,
+                                                           int count, dist_dataset **out);
+
 /* The number of classes of a JPEG-folder dataset (or of the JPEG source under a chain of
  * transformations), and the name of class `index` (borrowed, valid while `ds` lives).
  * Return 0 / NULL for other datasets. */

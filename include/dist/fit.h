@@ -52,6 +52,8 @@ DIST_API void dist_logs_clear(dist_logs *logs);
 
 /* ---- the state callbacks see ---------------------------------------------------------------- */
 
+struct dist_callback;
+
 typedef struct dist_fit_state {
     dist_strategy *strategy;                   /* borrowed */
     dist_model *model;                         /* borrowed */
@@ -78,6 +80,10 @@ typedef struct dist_fit_state {
     int64_t epoch_images;
     double epoch_step_seconds;
     double epoch_seconds;
+    /* The fit's callbacks (borrowed; set by dist_fit): dist_fit_state_checkpoint saves their
+     * state and dist_fit_state_restore gives it back. */
+    const struct dist_callback *callbacks;
+    int num_callbacks;
 } dist_fit_state;
 
 /* ---- callbacks ------------------------------------------------------------------------------ */
@@ -93,6 +99,13 @@ typedef struct dist_callback {
     dist_status (*on_epoch_end)(void *user, dist_fit_state *fs, int epoch, dist_logs *logs);
     dist_status (*on_batch_begin)(void *user, dist_fit_state *fs, int64_t batch, dist_logs *logs);
     dist_status (*on_batch_end)(void *user, dist_fit_state *fs, int64_t batch, dist_logs *logs);
+    /* A callback with state that a resumed run must continue from (best value, wait, best
+     * weights, cooldown): save_state adds it to the training state's checkpoint, under names
+     * and metadata keys that start with `prefix` (unique per callback); restore_state reads
+     * it back after on_train_begin's reset, or keeps the reset state when the checkpoint has
+     * none (saved without this callback). */
+    dist_status (*save_state)(void *user, dist_checkpoint *ckpt, const char *prefix);
+    dist_status (*restore_state)(void *user, const dist_checkpoint *ckpt, const char *prefix);
 } dist_callback;
 
 /* ---- timelines: Chrome trace JSON ------------------------------------------------------------
@@ -142,8 +155,8 @@ typedef struct dist_fit_options {
     /* Optional loss scaling around `optimizer` (its inner optimizer): the default train step
      * scales the loss and applies or skips through it; checkpointed with the rest. */
     dist_loss_scale_optimizer *loss_scale;
-    uint64_t seed;                         /* the data seed, recorded in checkpoints */
-    dist_trace *trace;                     /* optional timeline (borrowed) */
+    uint64_t seed;     /* the data seed, recorded in checkpoints */
+    dist_trace *trace; /* optional timeline (borrowed) */
 } dist_fit_options;
 #define DIST_FIT_OPTIONS_VERSION 1
 #define DIST_FIT_OPTIONS_INIT                                                                      \
@@ -155,6 +168,9 @@ typedef struct dist_fit_result {
     int64_t steps;       /* training steps run by this call */
     int64_t images;      /* training examples seen by this process's replicas */
     double step_seconds; /* seconds inside the training steps */
+    int64_t global_step; /* training steps since the first epoch, resumes included */
+    int epochs_done;     /* epochs completed since the first, resumes included (after an
+                            early stop: the epochs that ran) */
 } dist_fit_result;
 
 /* Trains for opts->epochs epochs over `train` (global batches; the iterator is made here and
@@ -178,14 +194,16 @@ DIST_API dist_status dist_evaluate(dist_strategy *strategy, dist_model *model,
 
 /* A new checkpoint (dist_checkpoint_destroy) with everything needed to continue exactly:
  * the model's weights, the optimizer's slots, iterations and learning rate, the loss-scale
- * state, and in the metadata the epoch and step to continue at, the global step, the seed,
- * the partial metric sums and the data iterator's position (dist_iterator_save). `epoch` and
- * `step` say where a restart continues (step 0: at the start of that epoch). */
+ * state, the state of fs->callbacks (their save_state), and in the metadata the epoch and step to
+ * continue at, the global step, the seed, the partial metric sums and the data iterator's position
+ * (dist_iterator_save). `epoch` and `step` say where a restart continues (step 0: at the start of
+ * that epoch). */
 DIST_API dist_status dist_fit_state_checkpoint(const dist_fit_state *fs, int epoch, int64_t step,
                                                dist_checkpoint **out);
 /* Restores what dist_fit_state_checkpoint saved into the model, optimizer, loss scale and
- * fs->initial_epoch / initial_step / initial_sums / global_step, and, when the checkpoint was
- * taken inside an epoch, moves fs->train_iterator there. Every tensor is checked (names,
+ * fs->initial_epoch / initial_step / initial_sums / global_step and fs->callbacks (their
+ * restore_state), and, when the checkpoint was taken inside an epoch, moves
+ * fs->train_iterator there. Every tensor is checked (names,
  * dtypes, shapes, with messages naming the tensor) before anything changes. Errors:
  * DIST_FORMAT (a missing or malformed entry), DIST_INVALID_ARGUMENT (another pipeline). */
 DIST_API dist_status dist_fit_state_restore(dist_fit_state *fs, const dist_checkpoint *ckpt);
@@ -287,7 +305,9 @@ DIST_API dist_status dist_format_checkpoint_path(const char *tmpl, int epoch, co
 
 /* tf.keras.callbacks.CSVLogger: a header "epoch,<names sorted>" then one row per epoch (the
  * 0-based epoch, values in their shortest round-trip form). append: keep an existing file's
- * rows (and its header, if it has one). */
+ * rows (and its header, if it has one). The file is opened at the first epoch: a run resumed
+ * by BackupAndRestore appends whatever `append` says, after dropping any rows of the resumed
+ * epoch and later (written before the kill, after the last backup). */
 typedef struct dist_csv_logger dist_csv_logger;
 DIST_API dist_status dist_csv_logger_create(const char *path, char separator, int append,
                                             dist_csv_logger **out);

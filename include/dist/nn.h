@@ -87,8 +87,9 @@ DIST_API dist_status dist_model_set_weights(dist_model *model, const float *src,
 /* tf.debugging.enable_check_numerics for a model: with enabled != 0, dist_model_call checks
  * every layer's output and dist_model_compute_gradients every gradient, and the first one
  * holding an Inf or a NaN fails the call with DIST_INVALID_ARGUMENT and a message naming the
- * replica, the layer, its op and the tensor ("check numerics: replica 1: layer 'dense_1'
- * (Dense) produced Inf or NaN in its output (32, 10)"). Each check waits for the device. */
+ * layer, its op and the tensor ("check numerics: layer 'dense_1' (Dense) of model 'sequential'
+ * produced Inf or NaN in its output (32, 10)"); a strategy's run prefixes it with the replica
+ * ("replica 1: "). Each check waits for the device. */
 DIST_API dist_status dist_model_set_check_numerics(dist_model *model, int enabled);
 DIST_API int dist_model_check_numerics(const dist_model *model);
 

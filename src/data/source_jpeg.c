@@ -94,11 +94,35 @@ static dist_status table_add(file_table *t, int *cap, char *path, int32_t label)
     return DIST_OK;
 }
 
-static dist_status scan(const char *root, int skip_bad, file_table *t, int *skipped) {
-    name_list classes = {0};
+/* With a class list (Keras's class_names): every folder must be one of the classes, labels are
+ * indices into the list, and a class without a folder simply has no examples. */
+static dist_status classes_from_list(const char *root, name_list *found, const char *const *names,
+                                     int count, name_list *out) {
+    for (int i = 0; i < found->n; i++) {
+        int known = 0;
+        for (int c = 0; c < count && !known; c++) known = strcmp(found->v[i], names[c]) == 0;
+        if (!known)
+            return dist_error(DIST_FORMAT,
+                              "jpeg folder: class folder '%s/%s' is not one of the %d classes "
+                              "of the training data",
+                              root, found->v[i], count);
+    }
+    for (int c = 0; c < count; c++) DIST_TRY(names_push(out, names[c]));
+    return DIST_OK;
+}
+
+static dist_status scan(const char *root, int skip_bad, const char *const *class_names,
+                        int class_count, file_table *t, int *skipped) {
+    name_list classes = {0}, found = {0};
     dist_status st = DIST_OK;
     int cap = 0;
-    DIST_TRY_GOTO(list_dir(root, 1, &classes), st, done);
+    if (class_names) {
+        DIST_TRY_GOTO(list_dir(root, 1, &found), st, done);
+        DIST_TRY_GOTO(classes_from_list(root, &found, class_names, class_count, &classes), st,
+                      done);
+    } else {
+        DIST_TRY_GOTO(list_dir(root, 1, &classes), st, done);
+    }
     if (classes.n == 0) {
         st = dist_error(DIST_FORMAT,
                         "jpeg folder '%s': no class folders (expected root/<class>/*.jpg)", root);
@@ -121,6 +145,10 @@ static dist_status scan(const char *root, int skip_bad, file_table *t, int *skip
             goto done;
         }
         name_list files = {0};
+        if (class_names) {
+            struct stat sb;
+            if (stat(dir, &sb) != 0) continue; /* a class this split lacks */
+        }
         st = list_dir(dir, 0, &files);
         if (st == DIST_OK && files.n == 0) {
             if (skip_bad) {
@@ -146,6 +174,7 @@ static dist_status scan(const char *root, int skip_bad, file_table *t, int *skip
     }
 done:
     names_free(&classes);
+    names_free(&found);
     return st;
 }
 
@@ -380,8 +409,9 @@ dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
 /* ---- the public source
  * ----------------------------------------------------------------------------- */
 
-dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
-                                          dist_dataset **out) {
+static dist_status from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
+                                    const char *const *class_names, int class_count,
+                                    dist_dataset **out) {
     dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
     DIST_CHECK_ARG(!opts || opts->version == 1 || opts->version == DIST_JPEG_FOLDER_OPTIONS_VERSION,
                    "jpeg folder: options version %d, expected %d", opts->version,
@@ -407,7 +437,7 @@ dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_fold
     dist_dataset *files = NULL;
     int32_t *idx = NULL;
     int skipped = 0;
-    DIST_TRY_GOTO(scan(root, o.skip_bad, t, &skipped), st, done);
+    DIST_TRY_GOTO(scan(root, o.skip_bad, class_names, class_count, t, &skipped), st, done);
     t->channels = o.channels;
     t->height = o.height;
     t->width = o.width;
@@ -450,4 +480,19 @@ done:
     dist_dataset_destroy(files);
     file_table_release(t);
     return st;
+}
+
+dist_status dist_dataset_from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
+                                          dist_dataset **out) {
+    return from_jpeg_folder(root, opts, NULL, 0, out);
+}
+
+dist_status dist_dataset_from_jpeg_folder_classes(const char *root,
+                                                  const dist_jpeg_folder_options *opts,
+                                                  const char *const *class_names, int count,
+                                                  dist_dataset **out) {
+    DIST_CHECK_ARG(class_names && count > 0, "jpeg folder: needs a class list");
+    for (int c = 0; c < count; c++)
+        DIST_CHECK_ARG(class_names[c] && class_names[c][0], "jpeg folder: class %d has no name", c);
+    return from_jpeg_folder(root, opts, class_names, count, out);
 }

@@ -1,7 +1,6 @@
 /* check numerics: the first layer output or gradient holding an Inf or a NaN, named. */
 #include "backend/backend.h"
 #include "core/error.h"
-#include "core/replica_ctx.h"
 #include "nn/model_impl.h"
 
 #include <stdio.h>
@@ -29,11 +28,8 @@ static dist_status all_finite(dist_tape *tape, const dist_tensor *t, int *ok) {
     return be->iface->all_finite(be->ctx, t, ok);
 }
 
-static int replica_id(dist_tape *tape) {
-    dist_replica_ctx *rc = dist_tape_replica(tape);
-    return rc ? rc->replica_id : 0;
-}
-
+/* The replica is not named here: the strategy that runs the step prefixes its failure with
+ * "replica N: " (once). */
 dist_status model_check_finite(const dist_model *m, dist_tape *tape, const model_layer *l,
                                const dist_tensor *t, const char *what) {
     int ok = 1;
@@ -41,9 +37,8 @@ dist_status model_check_finite(const dist_model *m, dist_tape *tape, const model
     if (ok) return DIST_OK;
     char shape[96];
     return dist_error(DIST_INVALID_ARGUMENT,
-                      "check numerics: replica %d: layer '%s' (%s) of model '%s' produced Inf or "
-                      "NaN in %s %s",
-                      replica_id(tape), l->name, op_name(l->kind), m->name, what,
+                      "check numerics: layer '%s' (%s) of model '%s' produced Inf or NaN in %s %s",
+                      l->name, op_name(l->kind), m->name, what,
                       dist_shape_str(t, shape, sizeof shape));
 }
 
@@ -56,8 +51,8 @@ dist_status model_check_gradient(const dist_model *m, dist_tape *tape, int var,
     for (int i = 0; i < m->nlayers && !owner; i++)
         if (m->layers[i].kernel_var == var || m->layers[i].bias_var == var) owner = &m->layers[i];
     return dist_error(DIST_INVALID_ARGUMENT,
-                      "check numerics: replica %d: layer '%s' (%s backward) of model '%s' produced "
-                      "Inf or NaN in the gradient of '%s'",
-                      replica_id(tape), owner ? owner->name : "?",
-                      owner ? op_name(owner->kind) : "?", m->name, m->vars[var].name);
+                      "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN "
+                      "in the gradient of '%s'",
+                      owner ? owner->name : "?", owner ? op_name(owner->kind) : "?", m->name,
+                      m->vars[var].name);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct dist_backup_and_restore {
@@ -44,6 +45,10 @@ static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *log
     (void)logs;
     dist_backup_and_restore *br = user;
     br->resumed = 0;
+    /* Only the chief writes (and makes the directory); another worker reads the chief's
+     * backups where it can see them (one host, or a shared file system). */
+    struct stat sb;
+    if (!dist_strategy_is_chief(fs->strategy) && stat(br->dir, &sb) != 0) return DIST_OK;
     if (!br->manager) DIST_TRY(dist_checkpoint_manager_create(br->dir, 2, &br->manager));
     dist_checkpoint *c = NULL;
     int64_t step;
@@ -63,20 +68,14 @@ static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *log
     return DIST_OK;
 }
 
-/* The manager numbers files by global step; only the chief writes into the directory. */
+/* The manager numbers files by global step; only the chief writes (the state is the same on
+ * every worker). */
 static dist_status backup(dist_backup_and_restore *br, dist_fit_state *fs, int epoch,
                           int64_t step) {
+    if (!dist_strategy_is_chief(fs->strategy)) return DIST_OK;
     dist_checkpoint *c;
     DIST_TRY(dist_fit_state_checkpoint(fs, epoch, step, &c));
-    dist_status st;
-    if (dist_strategy_is_chief(fs->strategy)) {
-        st = dist_checkpoint_manager_save(br->manager, c, fs->global_step);
-    } else {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/ckpt-%lld.safetensors", br->dir,
-                 (long long)fs->global_step);
-        st = dist_checkpoint_save_for(c, fs->strategy, path);
-    }
+    dist_status st = dist_checkpoint_manager_save(br->manager, c, fs->global_step);
     dist_checkpoint_destroy(c);
     return st;
 }

@@ -1,6 +1,9 @@
 /* CSVLogger with tf-keras's layout: "epoch" then the logs' names, sorted. The text is kept in
  * memory and the file replaced atomically at every epoch end (a few hundred bytes per epoch), so
- * a crash or a full disk leaves the previous epoch's file whole, never a torn row. */
+ * a crash or a full disk leaves the previous epoch's file whole, never a torn row. The log
+ * opens at the first epoch, once a BackupAndRestore callback has said whether this run resumes:
+ * a resumed run keeps the rows of the epochs before the one it resumes (Keras's append=True,
+ * without repeating an epoch that was logged but not backed up). */
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "dist/fit.h"
@@ -84,15 +87,46 @@ static dist_status load_existing(dist_csv_logger *c) {
     return st;
 }
 
+/* Keeps the header and the rows of the epochs before `epoch`: a run killed after logging an
+ * epoch but before backing it up repeats that epoch, whose row must not appear twice. */
+static void keep_rows_before(dist_csv_logger *c, int epoch) {
+    size_t out = 0;
+    for (size_t at = 0, first = 1; at < c->len; first = 0) {
+        char *nl = memchr(c->text + at, '\n', c->len - at);
+        size_t n = nl ? (size_t)(nl - (c->text + at)) + 1 : c->len - at;
+        char *end;
+        long e = strtol(c->text + at, &end, 10);
+        if (first || (end != c->text + at && *end == c->sep && e < epoch)) {
+            memmove(c->text + out, c->text + at, n);
+            out += n;
+        }
+        at += n;
+    }
+    c->len = out;
+}
+
+static dist_status open_log(dist_csv_logger *c, const dist_fit_state *fs, int epoch) {
+    if (c->started) return DIST_OK;
+    c->started = 1;
+    c->len = 0;
+    c->nkeys = 0;
+    int resumed = fs && (fs->initial_epoch > 0 || fs->initial_step > 0);
+    if (c->append || resumed) DIST_TRY(load_existing(c));
+    if (resumed) keep_rows_before(c, epoch);
+    /* the file exists from the first epoch on (empty until an epoch ends, as with tf-keras) */
+    return dist_file_write_atomic_pieces(c->path, &(struct iovec){c->text, c->len}, 1, "CSVLogger");
+}
+
 static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *logs) {
     (void)fs, (void)logs;
     dist_csv_logger *c = user;
-    c->nkeys = 0;
-    c->len = 0;
-    c->started = 1;
-    if (c->append) DIST_TRY(load_existing(c));
-    /* The file exists from the start of training, as with tf-keras (empty until an epoch ends). */
-    return dist_file_write_atomic_pieces(c->path, &(struct iovec){c->text, c->len}, 1, "CSVLogger");
+    c->started = 0;
+    return DIST_OK;
+}
+
+static dist_status on_epoch_begin(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
+    (void)logs;
+    return open_log(user, fs, epoch);
 }
 
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
@@ -107,9 +141,8 @@ static void shortest(double v, char *buf, size_t size) {
 }
 
 static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
-    (void)fs;
     dist_csv_logger *c = user;
-    if (!c->started) return dist_error(DIST_INVALID_USAGE, "CSVLogger: not started");
+    DIST_TRY(open_log(c, fs, epoch)); /* hooks called without on_epoch_begin */
     size_t before = c->len;
     if (c->nkeys == 0) {
         c->nkeys = logs->count;
@@ -147,6 +180,7 @@ dist_callback dist_csv_logger_callback(dist_csv_logger *c) {
     memset(&cb, 0, sizeof cb);
     cb.user = c;
     cb.on_train_begin = on_train_begin;
+    cb.on_epoch_begin = on_epoch_begin;
     cb.on_epoch_end = on_epoch_end;
     cb.on_train_end = on_train_end;
     return cb;

@@ -1,11 +1,13 @@
 /* EarlyStopping with tf-keras's rules (tf_keras/src/callbacks.py, tf-keras 2.20): the wait counts
  * every epoch from start_from_epoch, an improvement resets it only when it also beats the
  * baseline, and the best weights come back at train end. */
+#include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,8 +60,7 @@ static int improves(const dist_early_stopping *es, double value, double referenc
     return es->is_max ? v > reference : v < reference;
 }
 
-static dist_status keep_weights(dist_early_stopping *es, dist_model *model) {
-    int64_t n = dist_model_num_params(model);
+static dist_status weights_alloc(dist_early_stopping *es, int64_t n) {
     if (!es->best_weights || es->nweights != n) {
         free(es->best_weights);
         es->best_weights = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -67,7 +68,19 @@ static dist_status keep_weights(dist_early_stopping *es, dist_model *model) {
         if (!es->best_weights)
             return dist_error(DIST_OUT_OF_MEMORY, "EarlyStopping: out of memory");
     }
+    return DIST_OK;
+}
+
+static dist_status keep_weights(dist_early_stopping *es, dist_model *model) {
+    int64_t n = dist_model_num_params(model);
+    DIST_TRY(weights_alloc(es, n));
     return dist_model_get_weights(model, 0, es->best_weights, n);
+}
+
+static dist_status keep_weights_from(dist_early_stopping *es, const float *w, int64_t n) {
+    DIST_TRY(weights_alloc(es, n));
+    memcpy(es->best_weights, w, (size_t)n * sizeof(float));
+    return DIST_OK;
 }
 
 static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *logs) {
@@ -124,6 +137,48 @@ static dist_status on_train_end(void *user, dist_fit_state *fs, dist_logs *logs)
     return dist_model_set_weights(fs->model, es->best_weights, es->nweights);
 }
 
+/* The state a resumed run continues from: the wait, the best value and epoch, and the best
+ * weights (hexadecimal floats and a float32 tensor: bit for bit). */
+static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
+    dist_early_stopping *es = user;
+    char key[96], value[160];
+    snprintf(value, sizeof value, "%a %d %d %d", es->best, es->wait, es->best_epoch,
+             es->stopped_epoch);
+    DIST_TRY(callback_state_set(c, prefix, "early_stopping", value));
+    if (!es->best_weights) return DIST_OK;
+    snprintf(key, sizeof key, "%searly_stopping/best_weights", prefix);
+    int64_t shape[1] = {es->nweights};
+    dist_tensor t = dist_tensor_view(es->best_weights, DIST_F32, 1, shape);
+    return dist_checkpoint_add(c, key, &t);
+}
+
+static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
+    dist_early_stopping *es = user;
+    char key[96];
+    const char *text = callback_state_get(c, prefix, "early_stopping");
+    if (!text) return DIST_OK;
+    double best;
+    int wait, best_epoch, stopped_epoch;
+    if (sscanf(text, "%la %d %d %d", &best, &wait, &best_epoch, &stopped_epoch) != 4)
+        return dist_error(DIST_FORMAT, "EarlyStopping: the saved state '%s' is malformed", text);
+    snprintf(key, sizeof key, "%searly_stopping/best_weights", prefix);
+    const dist_tensor *w = dist_checkpoint_find(c, key);
+    if (w) {
+        if (w->dtype != DIST_F32 || w->ndim != 1)
+            return dist_error(DIST_FORMAT, "EarlyStopping: the saved '%s' is not a float32 vector",
+                              key);
+        DIST_TRY(keep_weights_from(es, w->data, w->shape[0]));
+    } else {
+        free(es->best_weights);
+        es->best_weights = NULL;
+    }
+    es->best = best;
+    es->wait = wait;
+    es->best_epoch = best_epoch;
+    es->stopped_epoch = stopped_epoch;
+    return DIST_OK;
+}
+
 dist_callback dist_early_stopping_callback(dist_early_stopping *es) {
     dist_callback c;
     memset(&c, 0, sizeof c);
@@ -131,6 +186,8 @@ dist_callback dist_early_stopping_callback(dist_early_stopping *es) {
     c.on_train_begin = on_train_begin;
     c.on_epoch_end = on_epoch_end;
     c.on_train_end = on_train_end;
+    c.save_state = save_state;
+    c.restore_state = restore_state;
     return c;
 }
 

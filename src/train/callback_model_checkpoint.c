@@ -1,4 +1,5 @@
 /* ModelCheckpoint with tf-keras's rules: when to save, save_best_only, path templates. */
+#include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
@@ -177,6 +178,23 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
     return save(mc, fs, epoch, logs, epoch + 1, 0);
 }
 
+/* save_best_only's best value, for a resumed run. */
+static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
+    dist_model_checkpoint *mc = user;
+    char value[64];
+    snprintf(value, sizeof value, "%a", mc->best);
+    return callback_state_set(c, prefix, "model_checkpoint", value);
+}
+
+static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
+    dist_model_checkpoint *mc = user;
+    const char *text = callback_state_get(c, prefix, "model_checkpoint");
+    if (!text) return DIST_OK;
+    if (sscanf(text, "%la", &mc->best) != 1)
+        return dist_error(DIST_FORMAT, "ModelCheckpoint: the saved state '%s' is malformed", text);
+    return DIST_OK;
+}
+
 dist_callback dist_model_checkpoint_callback(dist_model_checkpoint *mc) {
     dist_callback c;
     memset(&c, 0, sizeof c);
@@ -184,6 +202,8 @@ dist_callback dist_model_checkpoint_callback(dist_model_checkpoint *mc) {
     c.on_train_begin = on_train_begin;
     c.on_batch_end = on_batch_end;
     c.on_epoch_end = on_epoch_end;
+    c.save_state = save_state;
+    c.restore_state = restore_state;
     return c;
 }
 

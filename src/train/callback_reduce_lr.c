@@ -1,9 +1,11 @@
 /* ReduceLROnPlateau with tf-keras's rules (tf_keras/src/callbacks.py). */
+#include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
 #include "monitor.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,12 +97,38 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
     return DIST_OK;
 }
 
+/* The state a resumed run continues from (the learning rate itself is the optimizer's, saved
+ * with it): the best value, the wait and the cooldown counter. */
+static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
+    dist_reduce_lr *r = user;
+    char value[128];
+    snprintf(value, sizeof value, "%a %d %d", r->best, r->wait, r->cooldown_counter);
+    return callback_state_set(c, prefix, "reduce_lr", value);
+}
+
+static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
+    dist_reduce_lr *r = user;
+    const char *text = callback_state_get(c, prefix, "reduce_lr");
+    if (!text) return DIST_OK;
+    double best;
+    int wait, cooldown;
+    if (sscanf(text, "%la %d %d", &best, &wait, &cooldown) != 3)
+        return dist_error(DIST_FORMAT, "ReduceLROnPlateau: the saved state '%s' is malformed",
+                          text);
+    r->best = best;
+    r->wait = wait;
+    r->cooldown_counter = cooldown;
+    return DIST_OK;
+}
+
 dist_callback dist_reduce_lr_callback(dist_reduce_lr *r) {
     dist_callback c;
     memset(&c, 0, sizeof c);
     c.user = r;
     c.on_train_begin = on_train_begin;
     c.on_epoch_end = on_epoch_end;
+    c.save_state = save_state;
+    c.restore_state = restore_state;
     return c;
 }
 

@@ -63,13 +63,25 @@ dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element 
     if (s->loss_scale) {
         dist_tensor *scaled;
         DIST_TRY(dist_loss_scale_scaled_loss(s->loss_scale, rc->tape, loss, &scaled));
-        DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, scaled));
+        DIST_TRY(dist_classifier_compute_gradients(rc, s, scaled));
         DIST_TRY(dist_loss_scale_apply_gradients(s->loss_scale, s->model, rc->tape, NULL));
     } else {
         DIST_TRY(dist_model_compute_gradients(s->model, rc->tape, loss));
         DIST_TRY(dist_optimizer_apply_gradients(s->optimizer, s->model, rc->tape));
     }
     return dist_classifier_check_update(rc, s);
+}
+
+dist_status dist_classifier_compute_gradients(dist_replica_ctx *rc, const dist_classifier_step *s,
+                                              const dist_tensor *loss) {
+    dist_status st = dist_model_compute_gradients(s->model, rc->tape, loss);
+    /* The gradients are all computed before they are checked: only the check failed. */
+    if (st == DIST_INVALID_ARGUMENT && s->loss_scale && dist_loss_scale_is_dynamic(s->loss_scale) &&
+        dist_model_check_numerics(s->model) && strstr(dist_last_error(), "check numerics: ")) {
+        dist_clear_error();
+        return DIST_OK;
+    }
+    return st;
 }
 
 dist_status dist_classifier_check_loss_scale(const dist_classifier_step *s) {
@@ -90,9 +102,9 @@ dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classi
         const char *var = dist_model_variable_name(s->model, i);
         const char *slash = strchr(var, '/');
         return dist_error(DIST_INVALID_ARGUMENT,
-                          "check numerics: replica %d: layer '%.*s' (the %s update) produced Inf "
-                          "or NaN in '%s'",
-                          rc->replica_id, slash ? (int)(slash - var) : (int)strlen(var), var,
+                          "check numerics: layer '%.*s' (the %s update) produced Inf or NaN in "
+                          "'%s'",
+                          slash ? (int)(slash - var) : (int)strlen(var), var,
                           dist_optimizer_name(s->optimizer), var);
     }
     return DIST_OK;

@@ -195,6 +195,8 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     fs.epochs = o->epochs;
     fs.steps_per_epoch = o->steps_per_epoch;
     fs.seed = o->seed;
+    fs.callbacks = callbacks;
+    fs.num_callbacks = count;
     dist_fit_result res;
     memset(&res, 0, sizeof res);
     dist_logs logs;
@@ -277,6 +279,8 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     EVERY_CALLBACK(on_train_end, &logs);
 out:
     dist_distributed_iterator_destroy(fs.train_iterator);
+    res.global_step = fs.global_step;
+    res.epochs_done = fs.initial_epoch + res.epochs_run;
     if (result) *result = res;
     return st;
 }

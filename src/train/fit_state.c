@@ -49,6 +49,13 @@ dist_status dist_fit_state_checkpoint(const dist_fit_state *fs, int epoch, int64
     DIST_TRY_GOTO(
         dist_checkpoint_set_metadata(c, KEY_OPTIMIZER, dist_optimizer_name(fs->optimizer)), st,
         fail);
+    /* Numbered among the callbacks with state only, so that adding or dropping a progress bar
+     * or a logger between the runs does not move them. */
+    for (int i = 0, k = 0; i < fs->num_callbacks; i++) {
+        if (!fs->callbacks[i].save_state) continue;
+        snprintf(buf, sizeof buf, "callbacks/%d/", k++);
+        DIST_TRY_GOTO(fs->callbacks[i].save_state(fs->callbacks[i].user, c, buf), st, fail);
+    }
     if (fs->train_iterator) {
         void *bytes;
         size_t n;
@@ -200,6 +207,12 @@ dist_status dist_fit_state_restore(dist_fit_state *fs, const dist_checkpoint *c)
     DIST_TRY_GOTO(dist_optimizer_set_iterations(fs->optimizer, x.iterations), st, out);
     DIST_TRY_GOTO(dist_optimizer_set_learning_rate(fs->optimizer, x.lr), st, out);
     if (fs->loss_scale) DIST_TRY_GOTO(dist_loss_scale_set_state(fs->loss_scale, &x.ls), st, out);
+    for (int i = 0, k = 0; i < fs->num_callbacks; i++) {
+        if (!fs->callbacks[i].restore_state) continue;
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "callbacks/%d/", k++);
+        DIST_TRY_GOTO(fs->callbacks[i].restore_state(fs->callbacks[i].user, c, prefix), st, out);
+    }
     fs->initial_epoch = (int)epoch;
     fs->initial_step = step;
     fs->global_step = global_step;

@@ -6,16 +6,16 @@ add_test(NAME distrain.backup_resume
                  ${CMAKE_CURRENT_BINARY_DIR}/backup_resume)
 set_tests_properties(distrain.backup_resume PROPERTIES LABELS cli TIMEOUT 600)
 
-# Directories that cannot be made and bad values: one-line messages and the documented codes.
+# Directories that cannot be made (found before the first step: usage errors) and bad values: one-line messages and the documented codes.
 set(expect_sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect.sh)
 add_test(NAME distrain.backup_dir_unwritable
-         COMMAND ${expect_sh} 1 "creating '/proc/distrain-backup'" $<TARGET_FILE:distrain> --quiet
+         COMMAND ${expect_sh} 2 "--backup-dir: cannot create '/proc/distrain-backup'" $<TARGET_FILE:distrain> --quiet
                  --epochs 1 --steps-per-epoch 1 --backup-dir /proc/distrain-backup)
 add_test(NAME distrain.checkpoint_dir_unwritable
-         COMMAND ${expect_sh} 1 "cannot create '/proc/distrain-ckpt'" $<TARGET_FILE:distrain>
+         COMMAND ${expect_sh} 2 "--checkpoint-dir: cannot create '/proc/distrain-ckpt'" $<TARGET_FILE:distrain>
                  --quiet --epochs 1 --steps-per-epoch 1 --checkpoint-dir /proc/distrain-ckpt)
 add_test(NAME distrain.logdir_unwritable
-         COMMAND ${expect_sh} 1 "/proc/distrain-logs" $<TARGET_FILE:distrain> --quiet --epochs 1
+         COMMAND ${expect_sh} 2 "--logdir: cannot create '/proc/distrain-logs'" $<TARGET_FILE:distrain> --quiet --epochs 1
                  --steps-per-epoch 1 --logdir /proc/distrain-logs)
 add_test(NAME distrain.validation_split_out_of_range
          COMMAND ${expect_sh} 2 "--validation-split" $<TARGET_FILE:distrain> --validation-split 1.5)

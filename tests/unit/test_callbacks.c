@@ -660,7 +660,7 @@ START_TEST(test_check_numerics_names_the_first_layer_and_replica_with_an_inf) {
         ck_assert_int_eq(dist_fit(r.s, r.m, r.opt, r.train, NULL, &fo, NULL, 0, NULL),
                          DIST_INVALID_ARGUMENT);
         if (check)
-            ck_assert_msg(strstr(dist_last_error(), "check numerics: replica 0: layer 'dense_1' "
+            ck_assert_msg(strstr(dist_last_error(), "replica 0: check numerics: layer 'dense_1' "
                                                     "(Dense) of model 'sequential' produced Inf "
                                                     "or NaN in its output (4, 3)"),
                           "%s", dist_last_error());

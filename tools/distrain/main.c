@@ -1,10 +1,14 @@
 /* distrain: trains the seed CNN on MNIST with a tf.distribute-style strategy. Exit codes:
  * 0 success, 1 training or data error, 2 usage error. */
+#include "host_workers.h"
 #include "launcher.h"
 #include "options.h"
 #include "print_cluster.h"
+#include "settings_check.h"
+#include "version.h"
 
 #include <dist/checkpoint.h>
+#include <dist/cluster.h>
 #include <dist/data.h>
 #include <dist/file.h>
 #include <dist/fit.h>
@@ -16,10 +20,12 @@
 #include <dist/strategy.h>
 #include <dist/train.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct run_state {
     const distrain_options *o;
@@ -35,8 +41,11 @@ typedef struct run_state {
     double train_seconds;
     int64_t train_images_total, steps;
     double train_loss, train_accuracy, test_loss, test_accuracy;
+    int trained;     /* at least one training step ran: the train metrics mean something */
+    int epochs_done; /* epochs completed, resumes included */
     int threads;
-    int chief; /* prints progress and writes the metrics (TF's chief rule) */
+    int host_workers; /* > 1: workers of this cluster sharing this host's cores */
+    int chief;        /* prints progress and writes the metrics (TF's chief rule) */
 } run_state;
 
 static int fail(const char *what) {
@@ -69,6 +78,25 @@ static dist_status chain(dist_dataset **ds, dist_status st, dist_dataset *const 
     return DIST_OK;
 }
 
+/* Reads every image of a JPEG split once, so that a corrupt file is found now rather than
+ * after the training. */
+static dist_status check_images(dist_dataset *ds) {
+    dist_iterator *it = NULL;
+    dist_status st = dist_iterator_create(ds, &it);
+    for (int end = 0; !st && !end;) {
+        dist_element e;
+        st = dist_iterator_next(it, &e, &end);
+    }
+    dist_iterator_destroy(it);
+    return st;
+}
+
+/* A batch holds at most the whole set: the batch buffer is sized by min(batch, examples), so
+ * --batch-size 1048576 on a small set allocates the set, not a million rows. */
+static int64_t batch_of(const distrain_options *o, int64_t examples) {
+    return examples > 0 && examples < o->batch_size ? examples : o->batch_size;
+}
+
 static int load_data(run_state *s) {
     const distrain_options *o = s->o;
     dist_status st;
@@ -86,15 +114,36 @@ static int load_data(run_state *s) {
         snprintf(path, sizeof path, "%s/train", o->data_dir);
         if ((st = dist_dataset_from_jpeg_folder(path, &jo, &train)))
             return fail("reading the training images");
+        /* One class list, the training split's (Keras's class_names): test/ may lack a class,
+         * and a class folder that train/ does not have is refused before any training. */
+        int nclasses = dist_dataset_class_count(train);
+        const char *names[10];
+        if (nclasses > 10) {
+            fprintf(stderr,
+                    "distrain: --data-dir: '%s' has %d class folders; the model has 10 "
+                    "outputs\n",
+                    path, nclasses);
+            dist_dataset_destroy(train);
+            return 1;
+        }
+        for (int c = 0; c < nclasses; c++) names[c] = dist_dataset_class_name(train, c);
         snprintf(path, sizeof path, "%s/test", o->data_dir);
-        if ((st = dist_dataset_from_jpeg_folder(path, &jo, &test)))
+        if ((st = dist_dataset_from_jpeg_folder_classes(path, &jo, names, nclasses, &test))) {
+            dist_dataset_destroy(train);
             return fail("reading the test images");
+        }
+        if ((st = check_images(test))) {
+            dist_dataset_destroy(train);
+            dist_dataset_destroy(test);
+            return fail("checking the test images");
+        }
         s->train_examples = dist_dataset_cardinality(train);
         s->test_examples = dist_dataset_cardinality(test);
         s->data_source = o->data_dir;
     } else {
         dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
-        mo.kind = strcmp(o->dataset, "fashion_mnist") == 0 ? DIST_MNIST_FASHION : DIST_MNIST_DIGITS;
+        mo.kind = o->dataset && strcmp(o->dataset, "fashion_mnist") == 0 ? DIST_MNIST_FASHION
+                                                                         : DIST_MNIST_DIGITS;
         mo.data_dir = o->data_dir;
         if (dist_mnist_load(&mo, &s->mnist)) return fail("loading the data");
         s->data_source = dist_mnist_source(s->mnist);
@@ -103,6 +152,25 @@ static int load_data(run_state *s) {
         if (slices(dist_mnist_train_images(s->mnist), dist_mnist_train_labels(s->mnist), &train) ||
             slices(dist_mnist_test_images(s->mnist), dist_mnist_test_labels(s->mnist), &test))
             return fail("building the input pipeline");
+    }
+    /* An empty split would "train" nothing, or score an accuracy over nothing. */
+    if (s->train_examples == 0 || s->test_examples == 0) {
+        int empty_train = s->train_examples == 0;
+        char file[4200];
+        struct stat sb;
+        if (!s->mnist)
+            snprintf(file, sizeof file, "%s/%s", o->data_dir, empty_train ? "train" : "test");
+        else if (o->data_dir)
+            snprintf(file, sizeof file, "%s/%s-images-idx3-ubyte", o->data_dir,
+                     empty_train ? "train" : "t10k");
+        else
+            snprintf(file, sizeof file, "%s", s->data_source);
+        if (s->mnist && o->data_dir && stat(file, &sb) != 0) strcat(file, ".gz");
+        fprintf(stderr, "distrain: %s: the %s set has no examples\n", file,
+                empty_train ? "training" : "test");
+        dist_dataset_destroy(train);
+        dist_dataset_destroy(test);
+        return 1;
     }
     /* --validation-split F: the last F of the training set, as Keras's validation_split. */
     dist_dataset *val = NULL;
@@ -120,7 +188,10 @@ static int load_data(run_state *s) {
         st = dist_dataset_skip(train, split_at, &val);
         if (!st) st = chain(&train, dist_dataset_take(train, split_at, &next), &next);
         if (!st) st = chain(&val, dist_dataset_map_image_normalize(val, &next), &next);
-        if (!st) st = chain(&val, dist_dataset_batch(val, o->batch_size, 0, &next), &next);
+        if (!st)
+            st = chain(&val,
+                       dist_dataset_batch(val, batch_of(o, s->train_examples - split_at), 0, &next),
+                       &next);
         s->val_examples = s->train_examples - split_at;
         s->train_examples = split_at;
     }
@@ -129,9 +200,12 @@ static int load_data(run_state *s) {
     if (!st) st = chain(&train, dist_dataset_shuffle(train, 10000, o->seed, 1, &next), &next);
     if (!st) st = chain(&train, dist_dataset_map_image_normalize(train, &next), &next);
     if (!st) st = chain(&test, dist_dataset_map_image_normalize(test, &next), &next);
-    if (!st) st = chain(&train, dist_dataset_batch(train, o->batch_size, 0, &next), &next);
+    if (!st)
+        st = chain(&train, dist_dataset_batch(train, batch_of(o, s->train_examples), 0, &next),
+                   &next);
     if (!st) st = chain(&train, dist_dataset_prefetch(train, 2, &next), &next);
-    if (!st) st = chain(&test, dist_dataset_batch(test, o->batch_size, 0, &next), &next);
+    if (!st)
+        st = chain(&test, dist_dataset_batch(test, batch_of(o, s->test_examples), 0, &next), &next);
     if (!st) st = chain(&test, dist_dataset_prefetch(test, 2, &next), &next);
     if (st) {
         dist_dataset_destroy(train);
@@ -168,7 +242,12 @@ static int write_metrics(const run_state *s) {
         perror(s->o->metrics_json);
         return 1;
     }
-    char dev[32];
+    char dev[32], train_loss[32] = "null", train_accuracy[32] = "null";
+    /* null, not 0, when no step ran (a run resumed after its last epoch) */
+    if (s->trained) {
+        snprintf(train_loss, sizeof train_loss, "%.6f", s->train_loss);
+        snprintf(train_accuracy, sizeof train_accuracy, "%.6f", s->train_accuracy);
+    }
     fprintf(f, "{\n  \"strategy\": \"%s\",\n  \"replicas\": %d,\n  \"devices\": [",
             dist_strategy_name(s->strategy), dist_strategy_num_replicas_in_sync(s->strategy));
     for (int r = 0; r < dist_strategy_num_local_replicas(s->strategy); r++)
@@ -178,15 +257,15 @@ static int write_metrics(const run_state *s) {
             "],\n  \"workers\": %d,\n  \"cross_device_ops\": \"%s\",\n  \"epochs\": %d,\n  "
             "\"steps\": %lld,\n  "
             "\"global_batch_size\": %lld,\n"
-            "  \"train_loss\": %.6f,\n  \"train_accuracy\": %.6f,\n  \"test_loss\": %.6f,\n  "
+            "  \"train_loss\": %s,\n  \"train_accuracy\": %s,\n  \"test_loss\": %.6f,\n  "
             "\"test_accuracy\": %.6f,\n"
             "  \"train_images_per_sec\": %.1f,\n  \"train_seconds\": %.3f,\n  \"train_examples\": "
             "%lld,\n"
             "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  "
             "\"data_source\": ",
             dist_strategy_num_workers(s->strategy), dist_strategy_cross_device_name(s->strategy),
-            s->o->epochs, (long long)s->steps, (long long)s->o->batch_size, s->train_loss,
-            s->train_accuracy, s->test_loss, s->test_accuracy,
+            s->epochs_done, (long long)s->steps, (long long)s->o->batch_size, train_loss,
+            train_accuracy, s->test_loss, s->test_accuracy,
             s->train_seconds > 0 ? (double)s->train_images_total / s->train_seconds : 0.0,
             s->train_seconds, (long long)s->train_examples, (long long)s->test_examples,
             (long long)dist_model_num_params(s->model), s->threads);
@@ -248,11 +327,11 @@ static int callbacks_create(const run_state *s, callbacks *c) {
         if (dist_progress_bar_create(stdout, -1, &c->bar)) return fail("progress bar");
         c->list[c->count++] = dist_progress_bar_callback(c->bar);
     }
-    if (o->logdir) {
+    if (o->logdir && s->chief) {
         if (dist_tensorboard_create(o->logdir, &c->tensorboard)) return fail("--logdir");
         c->list[c->count++] = dist_tensorboard_callback(c->tensorboard);
     }
-    if (o->csv_log) {
+    if (o->csv_log && s->chief) {
         if (dist_csv_logger_create(o->csv_log, ',', 0, &c->csv)) return fail("--csv-log");
         c->list[c->count++] = dist_csv_logger_callback(c->csv);
     }
@@ -272,7 +351,7 @@ static int callbacks_create(const run_state *s, callbacks *c) {
         if (dist_early_stopping_create(&eo, &c->early)) return fail("--early-stopping-patience");
         c->list[c->count++] = dist_early_stopping_callback(c->early);
     }
-    if (o->checkpoint_dir) {
+    if (o->checkpoint_dir && s->chief) {
         char tmpl[4096];
         if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
             fprintf(stderr, "distrain: --checkpoint-dir: cannot create '%s': %s\n",
@@ -294,13 +373,38 @@ static int callbacks_create(const run_state *s, callbacks *c) {
     return 0;
 }
 
-static int save_weights(const run_state *s) {
+static dist_status write_weights(const run_state *s, const char *path) {
     dist_checkpoint *c = NULL;
     dist_status st = dist_checkpoint_create(&c);
     if (!st) st = dist_checkpoint_add_model(c, s->model);
-    if (!st) st = dist_checkpoint_save_for(c, s->strategy, s->o->save_weights);
+    if (!st) st = dist_checkpoint_save(c, path);
     dist_checkpoint_destroy(c);
-    return st ? fail("--save-weights") : 0;
+    return st;
+}
+
+/* After a late write failed (the paths were fine before the first step): the trained weights
+ * go to the working directory, or /tmp, and the message says where, rather than being lost. */
+static void rescue_weights(const run_state *s) {
+    char cwd[4096];
+    const char *dirs[] = {getcwd(cwd, sizeof cwd) ? cwd : ".", "/tmp"};
+    for (int i = 0; i < 2; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/distrain-weights-%ld.safetensors", dirs[i], (long)getpid());
+        if (write_weights(s, path) == DIST_OK) {
+            fprintf(stderr, "distrain: the trained weights are saved in '%s'\n", path);
+            return;
+        }
+    }
+    fprintf(stderr, "distrain: the trained weights could not be saved anywhere\n");
+}
+
+/* Only the chief writes the final weights (TF's chief rule); the others write nothing. */
+static int save_weights(const run_state *s) {
+    if (!s->chief) return 0;
+    if (write_weights(s, s->o->save_weights) == DIST_OK) return 0;
+    fail("--save-weights");
+    rescue_weights(s);
+    return 1;
 }
 
 static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_dataset *dval,
@@ -323,6 +427,8 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         return fail("--trace");
     }
     dist_fit_result res;
+    char training_error[1024] = "";
+    int late_failure = 0; /* an output failed after a successful training */
     dist_status st =
         dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval, &fo, cbs.list, cbs.count, &res);
     callbacks_destroy(&cbs);
@@ -330,19 +436,35 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     if (fo.trace) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dist_last_error());
-        dist_status wst = dist_trace_write(fo.trace, o->trace);
-        dist_trace_destroy(fo.trace);
-        if (wst && !st) return fail("--trace");
-        if (wst) fprintf(stderr, "distrain: --trace: %s\n", dist_last_error());
-        if (st) {
-            fprintf(stderr, "distrain: training: %s\n", msg);
-            return 1;
+        char own[4200];
+        const char *path = o->trace;
+        if (!s->chief) {
+            /* Each worker's own file: several on one host would otherwise write one path. */
+            snprintf(own, sizeof own, "%s.worker-%d", o->trace,
+                     dist_strategy_worker_id(s->strategy));
+            path = own;
         }
+        dist_status wst = dist_trace_write(fo.trace, path);
+        dist_trace_destroy(fo.trace);
+        /* The training went well: evaluate and keep the weights, then fail. */
+        if (wst) fprintf(stderr, "distrain: --trace: %s\n", dist_last_error());
+        late_failure = wst != DIST_OK;
+        if (st) snprintf(training_error, sizeof training_error, "%s", msg);
+    } else if (st) {
+        snprintf(training_error, sizeof training_error, "%s", dist_last_error());
     }
-    if (st) return fail("training");
+    if (st) {
+        fprintf(stderr, "distrain: training: %s\n", training_error);
+        /* A callback's write failed (checkpoint, backup, CSV, logs): the weights so far are
+         * kept rather than lost. */
+        if (st == DIST_IO && s->chief) rescue_weights(s);
+        return 1;
+    }
     dist_logs_get(&res.logs, "loss", &s->train_loss);
     dist_logs_get(&res.logs, "accuracy", &s->train_accuracy);
-    s->steps = res.steps;
+    s->steps = res.global_step;
+    s->trained = res.steps > 0;
+    s->epochs_done = res.epochs_done;
     s->train_seconds = res.step_seconds;
     s->train_images_total = res.images;
     dist_logs test;
@@ -353,8 +475,12 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     if (!o->quiet && dist_strategy_is_chief(s->strategy))
         printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
                s->test_accuracy, (long long)s->test_examples);
-    if (o->save_weights) return save_weights(s);
-    return 0;
+    if (o->save_weights) {
+        if (save_weights(s)) return 1;
+    } else if (late_failure && s->chief) {
+        rescue_weights(s);
+    }
+    return late_failure;
 }
 
 /* --loss-scale, defaulting to dynamic for float16 (Keras's mixed_float16 advice) and to none
@@ -376,8 +502,40 @@ static int train(run_state *s) {
         fprintf(stderr, "distrain: --strategy: %s\n", dist_last_error());
         return 2;
     }
+    if (so.kind == DIST_STRATEGY_MULTI_WORKER && !(o->transport && !strcmp(o->transport, "mpi"))) {
+        /* Resolved here first so that every invalid TF_CONFIG, malformed JSON included, is a
+         * usage error, and a role distrain does not play is refused before anything starts. */
+        dist_cluster *cl = NULL;
+        if (dist_cluster_resolve(NULL, &cl)) {
+            fprintf(stderr, "distrain: TF_CONFIG: %s\n", dist_last_error());
+            return 2;
+        }
+        char type[32];
+        snprintf(type, sizeof type, "%s",
+                 dist_cluster_task_type(cl) ? dist_cluster_task_type(cl) : "");
+        int evaluator = strcmp(type, "evaluator") == 0, ps = strcmp(type, "ps") == 0;
+        s->host_workers = distrain_host_workers(cl);
+        dist_cluster_destroy(cl);
+        if (evaluator || ps) {
+            fprintf(stderr,
+                    "distrain: TF_CONFIG: task type '%s' is not supported: distrain trains as "
+                    "a chief or worker only (evaluate the chief's --checkpoint-dir with a "
+                    "separate program)\n",
+                    type);
+            return 2;
+        }
+    }
     so.devices = o->devices;
     so.threads_per_replica = o->threads;
+    int cpus = dist_device_count(DIST_DEVICE_CPU);
+    if (!o->threads && s->host_workers > 1) {
+        /* Workers started by hand on one host would each take every core (1,250 images/s
+         * against 15,000 with --threads 1 for two of them): they share the cores instead. */
+        int replicas = 1;
+        for (const char *p = o->devices; p && *p; p++) replicas += *p == ',';
+        int t = cpus / (s->host_workers * replicas);
+        so.threads_per_replica = t > 0 ? t : 1;
+    }
     so.deterministic = o->deterministic;
     so.cuda_graphs = o->cuda_graphs;
     so.collective_timeout_s = o->collective_timeout_s;
@@ -399,9 +557,14 @@ static int train(run_state *s) {
     /* The other workers repeat what the chief says: only their warnings and errors show. */
     if (!s->chief) dist_set_log_callback(on_log, DIST_LOG_WARN, NULL);
     int replicas = dist_strategy_num_local_replicas(s->strategy);
-    int cpus = dist_device_count(DIST_DEVICE_CPU);
-    s->threads = o->threads ? o->threads : (cpus / replicas > 0 ? cpus / replicas : 1);
-    int rc = load_data(s);
+    if (o->threads > cpus)
+        fprintf(stderr, "distrain: warning: --threads %d is more than this host's %d cores\n",
+                o->threads, cpus);
+    s->threads = so.threads_per_replica ? so.threads_per_replica
+                                        : (cpus / replicas > 0 ? cpus / replicas : 1);
+    int rc = distrain_check_settings(s->strategy, o);
+    if (rc) return rc;
+    rc = load_data(s);
     if (rc) return rc;
 
     if (dist_strategy_scope_enter(s->strategy)) return fail("entering the strategy scope");
@@ -435,6 +598,10 @@ static int train(run_state *s) {
                    dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
         printf("], %s reduction, %d thread(s) per replica, global batch %lld\n",
                dist_strategy_cross_device_name(s->strategy), s->threads, (long long)o->batch_size);
+        if (s->policy == DIST_POLICY_FLOAT32 && s->loss_scale)
+            printf("Loss scale: %s %g\n",
+                   dist_loss_scale_is_dynamic(s->loss_scale) ? "dynamic from" : "fixed",
+                   (double)dist_loss_scale_current(s->loss_scale));
         if (s->policy != DIST_POLICY_FLOAT32) {
             printf("Mixed precision: %s (float32 variables; float32 kernels, values stored at "
                    "%s precision)",
@@ -448,6 +615,10 @@ static int train(run_state *s) {
             else
                 printf(", no loss scaling\n");
         }
+        if (!o->threads && s->host_workers > 1)
+            printf("Threads: %d workers share this host's %d cores: %d thread(s) per replica "
+                   "(--threads overrides)\n",
+                   s->host_workers, cpus, s->threads);
         if (dist_strategy_num_workers(s->strategy) > 1)
             printf("Cluster: %d workers, %d replicas in sync; this is worker %d (chief)\n",
                    dist_strategy_num_workers(s->strategy),
@@ -469,8 +640,114 @@ static int train(run_state *s) {
     dist_distributed_dataset_destroy(dtest);
     dist_distributed_dataset_destroy(dval);
     if (rc) return rc;
-    if (o->metrics_json && s->chief && write_metrics(s)) return 1;
+    if (o->metrics_json && s->chief && write_metrics(s)) {
+        fprintf(stderr, "distrain: --metrics-json: cannot write '%s': %s\n", o->metrics_json,
+                strerror(errno));
+        if (!o->save_weights) rescue_weights(s);
+        return 1;
+    }
     return 0;
+}
+
+/* Whether `path` can be written, found by creating it (and removing it again when it did
+ * not exist) before the first step, so that a typo does not cost the training. */
+static int check_output_file(const char *flag, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "distrain: %s: '%s' is a directory\n", flag, path);
+        return 2;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+        return 0;
+    }
+    /* Gone again between the two calls: another worker of this host checking the same path. */
+    if (errno == EEXIST && (fd = open(path, O_WRONLY)) < 0 && errno == ENOENT) return 0;
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    fprintf(stderr, "distrain: %s: cannot write '%s': %s\n", flag, path, strerror(errno));
+    return 2;
+}
+
+/* A directory option names a directory: an existing file is refused, and so is a name with
+ * '{' or '}' (ModelCheckpoint's filename template syntax), which the checkpoint file name
+ * under it would otherwise expand. A missing one must be creatable (made and removed again:
+ * only the chief makes it, later). */
+static int check_output_dir(const char *flag, const char *path) {
+    struct stat sb;
+    if (strpbrk(path, "{}")) {
+        fprintf(stderr,
+                "distrain: %s: '%s' is a directory name, not a template ('{' and '}' are not "
+                "allowed)\n",
+                flag, path);
+        return 2;
+    }
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) return 0;
+        fprintf(stderr, "distrain: %s: '%s' exists and is not a directory\n", flag, path);
+        return 2;
+    }
+    if (mkdir(path, 0777) == 0) {
+        rmdir(path);
+        return 0;
+    }
+    if (errno == EEXIST) return 0; /* another worker of this host made it meanwhile */
+    fprintf(stderr, "distrain: %s: cannot create '%s': %s\n", flag, path, strerror(errno));
+    return 2;
+}
+
+/* Flags that would do nothing in this combination are usage errors, and every output path is
+ * checked now. */
+static int check_flags(distrain_options *o) {
+    int multi = strcmp(o->strategy, "multi_worker") == 0;
+    if (o->backup_freq && !o->backup_dir) {
+        fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
+        return 2;
+    }
+    const char *mw_flag = o->transport              ? "--transport"
+                          : o->collective_timeout_s ? "--collective-timeout"
+                          : o->connect_timeout_s    ? "--connect-timeout"
+                                                    : NULL;
+    if (mw_flag && !multi) {
+        fprintf(stderr, "distrain: %s applies to --strategy multi_worker only\n", mw_flag);
+        return 2;
+    }
+    if (o->dataset && strcmp(o->data_format, "jpeg-folder") == 0) {
+        fprintf(stderr, "distrain: --dataset does not apply to --data-format jpeg-folder (the "
+                        "classes are the folders under --data-dir)\n");
+        return 2;
+    }
+    if (o->devices) {
+        size_t n = strlen(o->devices);
+        if (n == 0 || o->devices[0] == ',' || o->devices[n - 1] == ',' ||
+            strstr(o->devices, ",,")) {
+            fprintf(stderr, "distrain: --devices: empty entry in '%s'\n", o->devices);
+            return 2;
+        }
+        char list[1024], *save = NULL;
+        snprintf(list, sizeof list, "%s", o->devices);
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            dist_device d;
+            while (*tok == ' ') tok++; /* "cpu:0, cpu:1", as the strategy reads it */
+            if (dist_device_parse(tok, &d)) {
+                fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
+                return 2;
+            }
+        }
+    }
+    int rc = 0;
+    if (!rc && o->save_weights) rc = check_output_file("--save-weights", o->save_weights);
+    if (!rc && o->metrics_json) rc = check_output_file("--metrics-json", o->metrics_json);
+    if (!rc && o->trace) rc = check_output_file("--trace", o->trace);
+    if (!rc && o->csv_log) rc = check_output_file("--csv-log", o->csv_log);
+    if (!rc && o->checkpoint_dir) rc = check_output_dir("--checkpoint-dir", o->checkpoint_dir);
+    if (!rc && o->backup_dir) rc = check_output_dir("--backup-dir", o->backup_dir);
+    if (!rc && o->logdir) rc = check_output_dir("--logdir", o->logdir);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -478,7 +755,12 @@ int main(int argc, char **argv) {
     int rc = distrain_parse_args(argc, argv, &o);
     if (rc == 1) return 0;
     if (rc) return rc;
+    if (o.version) {
+        distrain_print_version(stdout);
+        return 0;
+    }
     if (o.print_cluster) return distrain_print_cluster();
+    if ((rc = check_flags(&o))) return rc;
     if (o.workers > 0 && o.transport && strcmp(o.transport, "mpi") == 0) {
         fprintf(stderr,
                 "distrain: --transport mpi: MPI starts the workers itself; run "

@@ -5,86 +5,99 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every flag: its name, whether it takes a value, the value's form, its default and what it
+ * does. --help is printed from it, and a flag that is not in it is unknown (whether or not a
+ * value follows). */
+typedef struct distrain_flag {
+    const char *name;
+    int takes_value;
+    const char *value; /* the value's form, for --help */
+    const char *def;   /* the default, for --help ("" = none) */
+    const char *help;
+} distrain_flag;
+
+static const distrain_flag flags[] = {
+    {"--strategy", 1, "one_device|mirrored|multi_worker", "mirrored", "distribution strategy"},
+    {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core",
+     "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
+    {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
+    {"--data-dir", 1, "DIR", "the built-in sources",
+     "directory with the IDX files (or train/ and test/ class folders for jpeg-folder)"},
+    {"--data-format", 1, "idx|jpeg-folder", "idx", "how --data-dir is laid out"},
+    {"--epochs", 1, "N", "5", "epochs to train"},
+    {"--batch-size", 1, "N", "64", "global batch size"},
+    {"--learning-rate", 1, "F", "Adam 0.001, SGD 0.01", "the optimizer's learning rate"},
+    {"--optimizer", 1, "adam|sgd", "adam", "the optimizer"},
+    {"--seed", 1, "N", "42", "weights and shuffling seed"},
+    {"--threads", 1, "N", "cores / replicas (/ workers on this host)",
+     "compute threads per replica"},
+    {"--steps-per-epoch", 1, "N", "the whole epoch", "stop each epoch after N steps"},
+    {"--metrics-json", 1, "FILE", "", "write the final metrics as JSON"},
+    {"--workers", 1, "N", "",
+     "multi_worker: run N local worker processes on loopback (without "
+     "it, TF_CONFIG says which worker this is)"},
+    {"--transport", 1, "auto|tcp|shm|mpi", "auto",
+     "multi_worker: how workers exchange gradients (auto: shared memory when all are on this "
+     "host; mpi: the MPI world of mpirun/srun, the cluster when TF_CONFIG is absent)"},
+    {"--cluster-token-file", 1, "FILE", "$DIST_CLUSTER_TOKEN; --workers makes one",
+     "multi_worker: the cluster's shared secret; workers without it are refused"},
+    {"--insecure", 0, "", "off",
+     "multi_worker: join without a cluster token (anyone who can reach the workers' ports can "
+     "join the job)"},
+    {"--collective-timeout", 1, "S", "60",
+     "multi_worker: fail a step when a worker has not answered in S seconds"},
+    {"--connect-timeout", 1, "S", "300",
+     "multi_worker: fail when the cluster has not assembled in S seconds"},
+    {"--validation-split", 1, "F", "", "hold out the last fraction F of the training set"},
+    {"--checkpoint-dir", 1, "DIR", "",
+     "save the training state at every epoch end (DIR/ckpt-EE.safetensors)"},
+    {"--backup-dir", 1, "DIR", "", "back up the training state; a restarted run resumes from it"},
+    {"--backup-freq", 1, "N", "every epoch", "with --backup-dir: back up every N steps"},
+    {"--logdir", 1, "DIR", "", "TensorBoard event files under DIR/train and DIR/validation"},
+    {"--csv-log", 1, "FILE", "", "one CSV row of metrics per epoch (appended to on resume)"},
+    {"--save-weights", 1, "FILE", "", "write the final weights as safetensors"},
+    {"--check-numerics", 0, "", "off",
+     "stop at the first layer output, gradient or update holding Inf or NaN, naming the "
+     "layer, its op and the replica"},
+    {"--trace", 1, "FILE", "",
+     "a Chrome trace JSON timeline of the training (per replica: forward, backward, "
+     "all-reduce, update; data wait; validation); other workers than the chief write "
+     "FILE.worker-N"},
+    {"--mixed-precision", 1, "none|fp16|bf16", "none",
+     "compute in float16 / bfloat16 with float32 variables (Keras's mixed_float16 / "
+     "mixed_bfloat16)"},
+    {"--loss-scale", 1, "dynamic[:F]|none|F", "dynamic with fp16, none otherwise",
+     "loss scaling: dynamic (from 2^15 or F), none, or a fixed scale F"},
+    {"--early-stopping-patience", 1, "N", "no early stopping",
+     "stop when val_loss (or loss) stalls N epochs"},
+    {"--reduce-lr-patience", 1, "N", "no reduction",
+     "halve the learning rate when val_loss (or loss) stalls N epochs"},
+    {"--print-cluster", 0, "", "",
+     "print the cluster and task resolved from TF_CONFIG (or Slurm) as JSON and exit (2 with "
+     "TensorFlow's message if invalid)"},
+    {"--deterministic", 0, "", "off",
+     "GPUs: deterministic algorithms only (the same run gives the same bits)"},
+    {"--cuda-graphs", 1, "on|off", "on", "GPUs: replay repeated step work as CUDA graphs"},
+    {"--quiet", 0, "", "off", "no summary or progress, only errors"},
+    {"--version", 0, "", "",
+     "print the versions, the CPU ISA in use and the CUDA module, and exit"},
+    {"--help", 0, "", "", "this list"},
+};
+
+static const distrain_flag *flag_find(const char *name) {
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (strcmp(flags[i].name, name) == 0) return &flags[i];
+    return NULL;
+}
+
 void distrain_usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: distrain [options]\n"
-        "  --strategy one_device|mirrored|multi_worker\n"
-        "                                   distribution strategy (default mirrored)\n"
-        "  --devices LIST                   e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: all GPUs, "
-        "else one\n"
-        "                                   CPU replica per core)\n"
-        "  --dataset mnist|fashion_mnist    (default mnist)\n"
-        "  --data-dir DIR                   directory with the IDX files (or class folders for "
-        "jpeg-folder)\n"
-        "  --data-format idx|jpeg-folder    (default idx)\n"
-        "  --epochs N                       (default 5)\n"
-        "  --batch-size N                   global batch size (default 64)\n"
-        "  --learning-rate F                (default: Adam 0.001, SGD 0.01)\n"
-        "  --optimizer adam|sgd             (default adam)\n"
-        "  --seed N                         (default 42)\n"
-        "  --threads N                      compute threads per replica (default cores / "
-        "replicas)\n"
-        "  --steps-per-epoch N              stop each epoch after N steps (default: whole epoch)\n"
-        "  --metrics-json FILE              write final metrics as JSON\n"
-        "  --workers N                      multi_worker: run N local worker processes on "
-        "loopback\n"
-        "                                   (without it, TF_CONFIG says which worker this is)\n"
-        "  --transport auto|tcp|shm|mpi     multi_worker: how workers exchange gradients "
-        "(default auto:\n"
-        "                                   shared memory when all are on this host; mpi: "
-        "the MPI world\n"
-        "                                   of mpirun/srun, the cluster when TF_CONFIG is "
-        "absent)\n"
-        "  --cluster-token-file FILE        multi_worker: the cluster's shared secret (else "
-        "$DIST_CLUSTER_TOKEN;\n"
-        "                                   --workers makes one); workers without it are "
-        "refused\n"
-        "  --insecure                       multi_worker: join without a cluster token (anyone "
-        "who can reach\n"
-        "                                   the workers' ports can join the job)\n"
-        "  --collective-timeout S           fail a step when a worker has not answered in S "
-        "seconds (60)\n"
-        "  --connect-timeout S              fail when the cluster has not assembled in S "
-        "seconds (300)\n"
-        "  --validation-split F             hold out the last fraction F of the training set "
-        "(0 < F < 1)\n"
-        "  --checkpoint-dir DIR             save the training state at every epoch end "
-        "(DIR/ckpt-EE.safetensors)\n"
-        "  --backup-dir DIR                 back up the training state; a restarted run "
-        "resumes from it\n"
-        "  --backup-freq N                  back up every N steps instead of every epoch\n"
-        "  --logdir DIR                     TensorBoard event files under DIR/train and "
-        "DIR/validation\n"
-        "  --csv-log FILE                   one CSV row of metrics per epoch\n"
-        "  --save-weights FILE              write the final weights as safetensors\n"
-        "  --check-numerics                 stop at the first layer output, gradient or update "
-        "holding\n"
-        "                                   Inf or NaN, naming the layer, its op and the replica\n"
-        "  --trace FILE                     a Chrome trace JSON timeline of the training "
-        "(per replica: forward,\n"
-        "                                   backward, all-reduce, update; data wait; "
-        "validation)\n"
-        "  --mixed-precision none|fp16|bf16 compute in float16 / bfloat16 with float32 "
-        "variables (Keras's\n"
-        "                                   mixed_float16 / mixed_bfloat16; default none)\n"
-        "  --loss-scale dynamic[:F]|none|F  loss scaling: dynamic (from 2^15 or F, TF's "
-        "rules), none, or\n"
-        "                                   a fixed scale F (default: dynamic with fp16, none "
-        "otherwise)\n"
-        "  --early-stopping-patience N      stop when val_loss (or loss) stalls N epochs\n"
-        "  --reduce-lr-patience N           halve the learning rate when val_loss (or loss) "
-        "stalls N epochs\n"
-        "  --print-cluster                  print the cluster and task resolved from TF_CONFIG (or "
-        "Slurm)\n"
-        "                                   as JSON and exit (2 with TensorFlow's message if "
-        "invalid)\n"
-        "  --deterministic                  GPUs: deterministic algorithms only (the same run "
-        "gives the same bits)\n"
-        "  --cuda-graphs on|off             GPUs: replay repeated step work as CUDA graphs "
-        "(default on)\n"
-        "  --quiet                          no summary or progress, only errors\n"
-        "  --help\n");
+    fprintf(out, "usage: distrain [options]\n");
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const distrain_flag *f = &flags[i];
+        fprintf(out, "  %s%s%s\n      %s", f->name, f->takes_value ? " " : "", f->value, f->help);
+        if (f->def[0]) fprintf(out, " (default: %s)", f->def);
+        fputc('\n', out);
+    }
 }
 
 static int bad(const char *flag, const char *value, const char *why) {
@@ -109,7 +122,7 @@ static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, in
 int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     memset(o, 0, sizeof *o);
     o->strategy = "mirrored";
-    o->dataset = "mnist";
+    o->dataset = NULL; /* mnist; NULL tells "not given" apart */
     o->data_format = "idx";
     o->epochs = 5;
     o->batch_size = 64;
@@ -144,6 +157,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->insecure = 1;
             continue;
         }
+        if (strcmp(a, "--version") == 0) {
+            o->version = 1;
+            continue;
+        }
         const char *v = NULL;
         char flag[64];
         const char *eq = strchr(a, '=');
@@ -152,15 +169,27 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             flag[eq - a] = '\0';
             v = eq + 1;
             a = flag;
-        } else if (strncmp(a, "--", 2) == 0) {
+        }
+        /* Known flags only from here: an unknown one is unknown, with or without a value. */
+        const distrain_flag *known = strncmp(a, "--", 2) == 0 ? flag_find(a) : NULL;
+        if (strncmp(a, "--", 2) == 0 && !known) {
+            fprintf(stderr, "distrain: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (known && !known->takes_value) {
+            fprintf(stderr, "distrain: %s takes no value (got '%s')\n", a, v);
+            return 2;
+        }
+        if (!known) {
+            fprintf(stderr, "distrain: unexpected argument '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!v) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "distrain: %s needs a value (see --help)\n", a);
                 return 2;
             }
             v = argv[++i];
-        } else {
-            fprintf(stderr, "distrain: unexpected argument '%s' (see --help)\n", a);
-            return 2;
         }
         int64_t n;
         int rc = 0;
@@ -212,7 +241,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             double x = strtod(v, &end);
             if (*end || end == v || !(x > 0) || x > 1e6)
                 return bad(a, v, "must be a positive number of seconds");
-            if (a[2] == 'c' && a[3] == 'o' && a[4] == 'l')
+            if (strcmp(a, "--collective-timeout") == 0)
                 o->collective_timeout_s = x;
             else
                 o->connect_timeout_s = x;

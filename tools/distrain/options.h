@@ -19,6 +19,7 @@ typedef struct distrain_options {
     int threads; /* per replica; 0 = cores / replicas */
     const char *metrics_json;
     int quiet;
+    int version; /* --version: print the versions and exit */
     int print_cluster;
     int64_t max_steps; /* per epoch; 0 = all (for quick runs and benchmarks) */
     /* multi_worker */
