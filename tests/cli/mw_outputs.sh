@@ -13,6 +13,9 @@ work=$2
 mode=${3:-outputs}
 rm -rf "$work"
 mkdir -p "$work/w0" "$work/w1"
+# hand-started workers share a cluster token (the README's multi_worker section)
+DIST_CLUSTER_TOKEN=mw-outputs-test-token-0123456789
+export DIST_CLUSTER_TOKEN
 
 fail() {
     printf 'FAIL: %s\n' "$1"

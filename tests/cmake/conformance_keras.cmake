@@ -7,6 +7,6 @@ target_link_libraries(keras_steps PRIVATE dist_static)
 target_compile_options(keras_steps PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_steps
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_steps.py
-                 $<TARGET_FILE:keras_steps> ${CMAKE_CURRENT_BINARY_DIR}/keras_steps 50)
+                 $<TARGET_FILE:keras_steps> ${CMAKE_CURRENT_BINARY_DIR}/keras_steps_work 50)
 set_tests_properties(conformance.keras_steps PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 900 RUN_SERIAL TRUE)

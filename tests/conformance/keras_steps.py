@@ -91,7 +91,8 @@ def run_libdist(driver, workdir, optimizer, strategy, policy, steps):
     procs = []
     for i in range(2):
         spec = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
-        env_i = dict(env, DIST_COLLECTIVE_TRANSPORT="tcp")
+        env_i = dict(env, DIST_COLLECTIVE_TRANSPORT="tcp",
+                     DIST_CLUSTER_TOKEN="keras-steps-conformance-token")
         procs.append(subprocess.Popen(args + [spec], env=env_i))
     codes = [p.wait(timeout=600) for p in procs]
     if any(codes):
