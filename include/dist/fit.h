@@ -251,7 +251,7 @@ DIST_API double dist_early_stopping_best(const dist_early_stopping *es);
 DIST_API int dist_early_stopping_wait(const dist_early_stopping *es);
 
 /* tf.keras.callbacks.ReduceLROnPlateau: sets the optimizer's learning rate. */
-typedef struct dist_reduce_lr_options {
+typedef struct dist_reduce_lr_on_plateau_options {
     int version;
     const char *monitor; /* "val_loss"; copied */
     double factor;       /* 0.1; in (0, 1) */
@@ -260,19 +260,19 @@ typedef struct dist_reduce_lr_options {
     double min_delta; /* 1e-4 */
     int cooldown;     /* 0 */
     double min_lr;    /* 0 */
-} dist_reduce_lr_options;
-#define DIST_REDUCE_LR_OPTIONS_VERSION 1
-#define DIST_REDUCE_LR_OPTIONS_INIT                                                                \
-    { DIST_REDUCE_LR_OPTIONS_VERSION, "val_loss", 0.1, 10, DIST_MODE_AUTO, 1e-4, 0, 0.0 }
+} dist_reduce_lr_on_plateau_options;
+#define DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION 1
+#define DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT                                                                \
+    { DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION, "val_loss", 0.1, 10, DIST_MODE_AUTO, 1e-4, 0, 0.0 }
 
-typedef struct dist_reduce_lr dist_reduce_lr;
+typedef struct dist_reduce_lr_on_plateau dist_reduce_lr_on_plateau;
 /* Errors: DIST_INVALID_ARGUMENT (factor not in (0, 1), negative patience or cooldown). */
-DIST_API dist_status dist_reduce_lr_create(const dist_reduce_lr_options *opts,
-                                           dist_reduce_lr **out);
-DIST_API void dist_reduce_lr_destroy(dist_reduce_lr *r);
-DIST_API dist_callback dist_reduce_lr_callback(dist_reduce_lr *r);
-DIST_API int dist_reduce_lr_wait(const dist_reduce_lr *r);
-DIST_API int dist_reduce_lr_cooldown_counter(const dist_reduce_lr *r);
+DIST_API dist_status dist_reduce_lr_on_plateau_create(const dist_reduce_lr_on_plateau_options *opts,
+                                           dist_reduce_lr_on_plateau **out);
+DIST_API void dist_reduce_lr_on_plateau_destroy(dist_reduce_lr_on_plateau *r);
+DIST_API dist_callback dist_reduce_lr_on_plateau_callback(dist_reduce_lr_on_plateau *r);
+DIST_API int dist_reduce_lr_on_plateau_wait(const dist_reduce_lr_on_plateau *r);
+DIST_API int dist_reduce_lr_on_plateau_cooldown_counter(const dist_reduce_lr_on_plateau *r);
 
 /* tf.keras.callbacks.ModelCheckpoint, writing the full training state
  * (dist_fit_state_checkpoint) as safetensors. The path is a template: "{epoch}" or

@@ -1,6 +1,6 @@
 /* libdist: loss scaling, tf.keras.mixed_precision.LossScaleOptimizer over any dist_optimizer.
  *
- * A step multiplies its loss by the current scale (dist_loss_scale_scaled_loss), computes the
+ * A step multiplies its loss by the current scale (dist_loss_scale_get_scaled_loss), computes the
  * gradients into the model's gradient buffer as usual, then calls
  * dist_loss_scale_apply_gradients, which has the strategy aggregate the buffer across replicas
  * (dist_replica_apply_gradients: a SUM all-reduce under mirrored and multi_worker), checks it
@@ -58,9 +58,9 @@ typedef struct dist_loss_scale_options {
 
 /* The checkpointable state: Keras's loss_scale and counter variables, plus a skipped total. */
 typedef struct dist_loss_scale_state {
-    float scale;
-    int64_t counter;       /* consecutive finite steps since the scale last changed */
-    int64_t skipped_steps; /* steps skipped for non-finite gradients, in total */
+    float loss_scale;        /* Keras's loss_scale */
+    int64_t dynamic_counter; /* consecutive finite steps since the scale last changed */
+    int64_t skipped_steps;   /* steps skipped for non-finite gradients, in total */
 } dist_loss_scale_state;
 
 /* Wraps `inner` (borrowed: it must outlive the wrapper and is not destroyed with it). */
@@ -70,17 +70,18 @@ DIST_API dist_status dist_loss_scale_optimizer_create(dist_optimizer *inner,
 /* Frees the wrapper (not the inner optimizer). Accepts NULL. */
 DIST_API void dist_loss_scale_optimizer_destroy(dist_loss_scale_optimizer *lso);
 /* The wrapped optimizer (borrowed). */
-DIST_API dist_optimizer *dist_loss_scale_inner(const dist_loss_scale_optimizer *lso);
+DIST_API dist_optimizer *dist_loss_scale_inner_optimizer(const dist_loss_scale_optimizer *lso);
 
 /* *scaled = loss * current scale, a tape op (gradients flow through it). *scaled is owned by
  * the tape. */
-DIST_API dist_status dist_loss_scale_scaled_loss(dist_loss_scale_optimizer *lso, dist_tape *tape,
-                                                 const dist_tensor *loss, dist_tensor **scaled);
+DIST_API dist_status dist_loss_scale_get_scaled_loss(dist_loss_scale_optimizer *lso,
+                                                     dist_tape *tape, const dist_tensor *loss,
+                                                     dist_tensor **scaled);
 
 /* Multiplies this replica's gradient buffer of `model` by 1/scale in place (Keras's
  * get_unscaled_gradients), for callers that apply the gradients themselves. No all-reduce. */
-DIST_API dist_status dist_loss_scale_unscale_gradients(dist_loss_scale_optimizer *lso,
-                                                       dist_model *model, dist_tape *tape);
+DIST_API dist_status dist_loss_scale_get_unscaled_gradients(dist_loss_scale_optimizer *lso,
+                                                            dist_model *model, dist_tape *tape);
 
 /* Has the strategy aggregate the gradient buffer of the tape's replica (a SUM all-reduce
  * under mirrored and multi_worker), then checks the aggregated buffer for Inf/NaN, applies
@@ -96,9 +97,9 @@ DIST_API dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer 
                                                       dist_model *model, dist_tape *tape,
                                                       int *applied);
 
-DIST_API float dist_loss_scale_current(const dist_loss_scale_optimizer *lso);
+DIST_API float dist_loss_scale_loss_scale(const dist_loss_scale_optimizer *lso);
 /* Keras's dynamic_counter (0 for a fixed scale). */
-DIST_API int64_t dist_loss_scale_counter(const dist_loss_scale_optimizer *lso);
+DIST_API int64_t dist_loss_scale_dynamic_counter(const dist_loss_scale_optimizer *lso);
 DIST_API int64_t dist_loss_scale_skipped_steps(const dist_loss_scale_optimizer *lso);
 DIST_API int dist_loss_scale_is_dynamic(const dist_loss_scale_optimizer *lso);
 

@@ -26,8 +26,8 @@ typedef enum dist_reduce_op {
     DIST_REDUCE_MIN = 3
 } dist_reduce_op;
 
-DIST_API int dist_replica_id(const dist_replica_ctx *rc);
-DIST_API int dist_replica_count(const dist_replica_ctx *rc);
+DIST_API int dist_replica_id_in_sync_group(const dist_replica_ctx *rc);
+DIST_API int dist_replica_num_replicas_in_sync(const dist_replica_ctx *rc);
 /* The replica's tape (reset by run() before the step is called). Borrowed. */
 DIST_API dist_tape *dist_replica_tape(const dist_replica_ctx *rc);
 DIST_API dist_backend *dist_replica_backend(const dist_replica_ctx *rc);

@@ -104,7 +104,7 @@ dist_status dist_compute_average_loss(dist_tape *t, const dist_tensor *per_examp
     DIST_CHECK_ARG(per_example_loss->ndim >= 1,
                    "compute_average_loss: per_example_loss needs a batch axis");
     int64_t global = global_batch_size;
-    if (global == 0) global = per_example_loss->shape[0] * dist_replica_count(t->replica);
+    if (global == 0) global = per_example_loss->shape[0] * dist_replica_num_replicas_in_sync(t->replica);
     return reduce_common(t, per_example_loss, global > 0 ? (float)(1.0 / (double)global) : 0.0f,
                          loss);
 }

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 
-int dist_replica_id(const dist_replica_ctx *rc) { return rc ? rc->replica_id : 0; }
-int dist_replica_count(const dist_replica_ctx *rc) { return rc ? rc->num_replicas : 1; }
+int dist_replica_id_in_sync_group(const dist_replica_ctx *rc) { return rc ? rc->replica_id : 0; }
+int dist_replica_num_replicas_in_sync(const dist_replica_ctx *rc) { return rc ? rc->num_replicas : 1; }
 dist_tape *dist_replica_tape(const dist_replica_ctx *rc) { return rc ? rc->tape : NULL; }
 dist_backend *dist_replica_backend(const dist_replica_ctx *rc) { return rc ? rc->backend : NULL; }
 

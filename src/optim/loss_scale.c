@@ -21,8 +21,9 @@ struct dist_loss_scale_optimizer {
 
 /* Keras 3's unchecked doubling can reach an Inf scale, so a state it saved must restore. */
 static int valid_state(const dist_loss_scale_options *o, const dist_loss_scale_state *s) {
-    int scale_ok = s->scale > 0 && (isfinite(s->scale) || o->rule == DIST_LOSS_SCALE_RULE_KERAS3);
-    return scale_ok && s->counter >= 0 && s->skipped_steps >= 0;
+    int scale_ok =
+        s->loss_scale > 0 && (isfinite(s->loss_scale) || o->rule == DIST_LOSS_SCALE_RULE_KERAS3);
+    return scale_ok && s->dynamic_counter >= 0 && s->skipped_steps >= 0;
 }
 
 dist_status dist_loss_scale_optimizer_create(dist_optimizer *inner,
@@ -45,14 +46,14 @@ dist_status dist_loss_scale_optimizer_create(dist_optimizer *inner,
     if (!l) return dist_error(DIST_OUT_OF_MEMORY, "loss scale: out of memory");
     l->inner = inner;
     l->opt = *o;
-    for (int r = 0; r < DIST_MAX_REPLICAS; r++) l->state[r].scale = o->initial_scale;
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++) l->state[r].loss_scale = o->initial_scale;
     *out = l;
     return DIST_OK;
 }
 
 void dist_loss_scale_optimizer_destroy(dist_loss_scale_optimizer *l) { free(l); }
 
-dist_optimizer *dist_loss_scale_inner(const dist_loss_scale_optimizer *l) {
+dist_optimizer *dist_loss_scale_inner_optimizer(const dist_loss_scale_optimizer *l) {
     return l ? l->inner : NULL;
 }
 
@@ -61,10 +62,10 @@ static int replica_of(const dist_tape *tape) {
     return rc ? rc->local_id : 0;
 }
 
-dist_status dist_loss_scale_scaled_loss(dist_loss_scale_optimizer *l, dist_tape *tape,
-                                        const dist_tensor *loss, dist_tensor **scaled) {
-    DIST_CHECK_ARG(l && tape && loss && scaled, "dist_loss_scale_scaled_loss: NULL argument");
-    return dist_op_scale(tape, loss, l->state[replica_of(tape)].scale, scaled);
+dist_status dist_loss_scale_get_scaled_loss(dist_loss_scale_optimizer *l, dist_tape *tape,
+                                            const dist_tensor *loss, dist_tensor **scaled) {
+    DIST_CHECK_ARG(l && tape && loss && scaled, "dist_loss_scale_get_scaled_loss: NULL argument");
+    return dist_op_scale(tape, loss, l->state[replica_of(tape)].loss_scale, scaled);
 }
 
 static dist_status replica_grads(dist_model *model, dist_tape *tape, int *r, dist_tensor **grads) {
@@ -77,34 +78,35 @@ static dist_status replica_grads(dist_model *model, dist_tape *tape, int *r, dis
     return DIST_OK;
 }
 
-dist_status dist_loss_scale_unscale_gradients(dist_loss_scale_optimizer *l, dist_model *model,
-                                              dist_tape *tape) {
-    DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_unscale_gradients: NULL argument");
+dist_status dist_loss_scale_get_unscaled_gradients(dist_loss_scale_optimizer *l, dist_model *model,
+                                                   dist_tape *tape) {
+    DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_get_unscaled_gradients: NULL argument");
     int r = 0;
     dist_tensor *g = NULL;
     DIST_TRY(replica_grads(model, tape, &r, &g));
     dist_backend *be = dist_model_backend(model, r);
-    return be->iface->scale(be->ctx, g, 1.0f / l->state[r].scale, g);
+    return be->iface->scale(be->ctx, g, 1.0f / l->state[r].loss_scale, g);
 }
 
 /* Keras's _DynamicLossScaleState.update (tf-keras) or the Keras 3 equivalent. */
 static void update_dynamic(const dist_loss_scale_options *o, dist_loss_scale_state *s, int finite) {
     if (!finite) {
-        float halved = s->scale / 2.0f;
-        s->scale = o->rule == DIST_LOSS_SCALE_RULE_KERAS3 ? halved : fmaxf(halved, 1.0f);
-        s->counter = 0;
+        float halved = s->loss_scale / 2.0f;
+        s->loss_scale = o->rule == DIST_LOSS_SCALE_RULE_KERAS3 ? halved : fmaxf(halved, 1.0f);
+        s->dynamic_counter = 0;
         s->skipped_steps++;
         return;
     }
-    int grow = o->rule == DIST_LOSS_SCALE_RULE_KERAS3 ? s->counter == o->dynamic_growth_steps - 1
-                                                      : s->counter + 1 >= o->dynamic_growth_steps;
+    int grow = o->rule == DIST_LOSS_SCALE_RULE_KERAS3
+                   ? s->dynamic_counter == o->dynamic_growth_steps - 1
+                   : s->dynamic_counter + 1 >= o->dynamic_growth_steps;
     if (!grow) {
-        s->counter++;
+        s->dynamic_counter++;
         return;
     }
-    float doubled = s->scale * 2.0f;
-    if (o->rule == DIST_LOSS_SCALE_RULE_KERAS3 || isfinite(doubled)) s->scale = doubled;
-    s->counter = 0;
+    float doubled = s->loss_scale * 2.0f;
+    if (o->rule == DIST_LOSS_SCALE_RULE_KERAS3 || isfinite(doubled)) s->loss_scale = doubled;
+    s->dynamic_counter = 0;
 }
 
 typedef struct ls_update {
@@ -145,7 +147,7 @@ dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer *l, dist_
     dist_tensor *g = NULL;
     DIST_TRY(replica_grads(model, tape, &r, &g));
     dist_loss_scale_state *s = &l->state[r];
-    float scale = s->scale;
+    float scale = s->loss_scale;
     int apply = 1;
     if (l->opt.dynamic) {
         dist_backend *be = dist_model_backend(model, r);
@@ -159,12 +161,12 @@ dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer *l, dist_
     return DIST_OK;
 }
 
-float dist_loss_scale_current(const dist_loss_scale_optimizer *l) {
-    return l ? l->state[0].scale : 0.0f;
+float dist_loss_scale_loss_scale(const dist_loss_scale_optimizer *l) {
+    return l ? l->state[0].loss_scale : 0.0f;
 }
 
-int64_t dist_loss_scale_counter(const dist_loss_scale_optimizer *l) {
-    return l ? l->state[0].counter : 0;
+int64_t dist_loss_scale_dynamic_counter(const dist_loss_scale_optimizer *l) {
+    return l ? l->state[0].dynamic_counter : 0;
 }
 
 int64_t dist_loss_scale_skipped_steps(const dist_loss_scale_optimizer *l) {
@@ -190,10 +192,11 @@ dist_status dist_loss_scale_set_state(dist_loss_scale_optimizer *l,
         "loss scale state: scale must be positive (and finite, but for the Keras 3 rule) "
         "and counters >= 0 "
         "(scale %g, counter %lld, skipped %lld)",
-        (double)state->scale, (long long)state->counter, (long long)state->skipped_steps);
-    DIST_CHECK_ARG(l->opt.dynamic || state->scale == l->opt.initial_scale,
+        (double)state->loss_scale, (long long)state->dynamic_counter,
+        (long long)state->skipped_steps);
+    DIST_CHECK_ARG(l->opt.dynamic || state->loss_scale == l->opt.initial_scale,
                    "loss scale state: a fixed scale of %g cannot be set to %g",
-                   (double)l->opt.initial_scale, (double)state->scale);
+                   (double)l->opt.initial_scale, (double)state->loss_scale);
     for (int r = 0; r < DIST_MAX_REPLICAS; r++) l->state[r] = *state;
     return DIST_OK;
 }

@@ -111,8 +111,8 @@ dist_status dist_checkpoint_add_loss_scale(dist_checkpoint *c,
     DIST_CHECK_ARG(c && lso, "checkpoint: add_loss_scale needs a checkpoint and a loss scale");
     dist_loss_scale_state s;
     DIST_TRY(dist_loss_scale_get_state(lso, &s));
-    dist_tensor scale = dist_tensor_view(&s.scale, DIST_F32, 0, NULL);
-    dist_tensor counter = dist_tensor_view(&s.counter, DIST_I64, 0, NULL);
+    dist_tensor scale = dist_tensor_view(&s.loss_scale, DIST_F32, 0, NULL);
+    dist_tensor counter = dist_tensor_view(&s.dynamic_counter, DIST_I64, 0, NULL);
     dist_tensor skipped = dist_tensor_view(&s.skipped_steps, DIST_I64, 0, NULL);
     DIST_TRY(dist_checkpoint_add(c, "loss_scale/scale", &scale));
     DIST_TRY(dist_checkpoint_add(c, "loss_scale/counter", &counter));
@@ -124,8 +124,8 @@ dist_status dist_checkpoint_restore_loss_scale(const dist_checkpoint *c,
     DIST_CHECK_ARG(c && lso, "checkpoint: restore_loss_scale needs a checkpoint and a loss "
                              "scale");
     dist_loss_scale_state s;
-    dist_tensor views[3] = {dist_tensor_view(&s.scale, DIST_F32, 0, NULL),
-                            dist_tensor_view(&s.counter, DIST_I64, 0, NULL),
+    dist_tensor views[3] = {dist_tensor_view(&s.loss_scale, DIST_F32, 0, NULL),
+                            dist_tensor_view(&s.dynamic_counter, DIST_I64, 0, NULL),
                             dist_tensor_view(&s.skipped_steps, DIST_I64, 0, NULL)};
     const char *names[3] = {"loss_scale/scale", "loss_scale/counter", "loss_scale/skipped_steps"};
     dist_tensor *dst[3] = {&views[0], &views[1], &views[2]};

@@ -62,7 +62,7 @@ dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist_element 
     DIST_TRY(dist_classifier_forward(rc, inputs, s, outputs, &loss));
     if (s->loss_scale) {
         dist_tensor *scaled;
-        DIST_TRY(dist_loss_scale_scaled_loss(s->loss_scale, rc->tape, loss, &scaled));
+        DIST_TRY(dist_loss_scale_get_scaled_loss(s->loss_scale, rc->tape, loss, &scaled));
         DIST_TRY(dist_classifier_compute_gradients(rc, s, scaled));
         DIST_TRY(dist_loss_scale_apply_gradients(s->loss_scale, s->model, rc->tape, NULL));
     } else {
@@ -85,7 +85,7 @@ dist_status dist_classifier_compute_gradients(dist_replica_ctx *rc, const dist_c
 }
 
 dist_status dist_classifier_check_loss_scale(const dist_classifier_step *s) {
-    DIST_CHECK_ARG(!s->loss_scale || dist_loss_scale_inner(s->loss_scale) == s->optimizer,
+    DIST_CHECK_ARG(!s->loss_scale || dist_loss_scale_inner_optimizer(s->loss_scale) == s->optimizer,
                    "classifier train step: the loss scale optimizer wraps another optimizer "
                    "than the step's");
     return DIST_OK;

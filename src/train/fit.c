@@ -241,7 +241,7 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
                                     "scale applies non-finite steps, as Keras does); use a "
                                     "dynamic loss scale or a smaller one",
                                     fs.sums[0], e + 1, (long long)fs.step + 1,
-                                    (double)dist_loss_scale_current(o->loss_scale));
+                                    (double)dist_loss_scale_loss_scale(o->loss_scale));
                 else
                     st = dist_error(DIST_INVALID_ARGUMENT,
                                     "fit: the loss became %g at epoch %d, step %lld (a learning "

@@ -139,9 +139,9 @@ static dist_status expected_build(const dist_fit_state *fs, expected *x) {
     x->views[k++] = dist_tensor_view(&x->lr, DIST_F32, 0, NULL);
     if (fs->loss_scale) {
         snprintf(x->names[k], sizeof x->names[k], "loss_scale/scale");
-        x->views[k++] = dist_tensor_view(&x->ls.scale, DIST_F32, 0, NULL);
+        x->views[k++] = dist_tensor_view(&x->ls.loss_scale, DIST_F32, 0, NULL);
         snprintf(x->names[k], sizeof x->names[k], "loss_scale/counter");
-        x->views[k++] = dist_tensor_view(&x->ls.counter, DIST_I64, 0, NULL);
+        x->views[k++] = dist_tensor_view(&x->ls.dynamic_counter, DIST_I64, 0, NULL);
         snprintf(x->names[k], sizeof x->names[k], "loss_scale/skipped_steps");
         x->views[k++] = dist_tensor_view(&x->ls.skipped_steps, DIST_I64, 0, NULL);
     }

@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
         dist_sgd_options so = DIST_SGD_OPTIONS_INIT;
         so.learning_rate = (float)strtod(argv[9], NULL);
         CHECK(dist_optimizer_create_sgd(&so, &fs.optimizer));
-        dist_reduce_lr_options o = DIST_REDUCE_LR_OPTIONS_INIT;
+        dist_reduce_lr_on_plateau_options o = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
         o.monitor = argv[2];
         o.factor = strtod(argv[3], NULL);
         o.patience = atoi(argv[4]);
@@ -95,9 +95,9 @@ int main(int argc, char **argv) {
         o.min_delta = strtod(argv[6], NULL);
         o.cooldown = atoi(argv[7]);
         o.min_lr = strtod(argv[8], NULL);
-        dist_reduce_lr *r = NULL;
-        CHECK(dist_reduce_lr_create(&o, &r));
-        dist_callback cb = dist_reduce_lr_callback(r);
+        dist_reduce_lr_on_plateau *r = NULL;
+        CHECK(dist_reduce_lr_on_plateau_create(&o, &r));
+        dist_callback cb = dist_reduce_lr_on_plateau_callback(r);
         CHECK(cb.on_train_begin(cb.user, &fs, &logs));
         for (int e = 0; e < n; e++) {
             dist_logs_clear(&logs);
@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
             CHECK(cb.on_epoch_end(cb.user, &fs, e, &logs));
             printf("epoch %d lr %.9g\n", e, (double)dist_optimizer_learning_rate(fs.optimizer));
         }
-        dist_reduce_lr_destroy(r);
+        dist_reduce_lr_on_plateau_destroy(r);
         dist_optimizer_destroy(fs.optimizer);
     }
     dist_model_destroy(model);

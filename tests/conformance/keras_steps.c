@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
         /* the loss, and under loss scaling the scale after the step (Keras's loss_scale) */
         if (fl)
             fprintf(fl, "%.9g %.9g\n", (double)*(float *)loss->data,
-                    lso ? (double)dist_loss_scale_current(lso) : 0.0);
+                    lso ? (double)dist_loss_scale_loss_scale(lso) : 0.0);
         dist_tensor_destroy(loss);
     }
     if (fb) fclose(fb);

@@ -57,8 +57,8 @@ int main(int argc, char **argv) {
                                          dist_model_grads(m, 0)));
             int applied;
             CHECK(dist_loss_scale_apply_gradients(lso, m, tape, &applied));
-            printf("%.17g %lld %d\n", (double)dist_loss_scale_current(lso),
-                   (long long)dist_loss_scale_counter(lso), applied);
+            printf("%.17g %lld %d\n", (double)dist_loss_scale_loss_scale(lso),
+                   (long long)dist_loss_scale_dynamic_counter(lso), applied);
         }
     }
     free(steps);

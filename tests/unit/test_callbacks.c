@@ -148,15 +148,15 @@ END_TEST
 START_TEST(test_reduce_lr_factor_half_patience_2_cooldown_2_min_lr_0_1_on_a_flat_loss) {
     dist_optimizer *opt = sgd(1.0f);
     dist_fit_state fs = {.optimizer = opt};
-    dist_reduce_lr_options o = DIST_REDUCE_LR_OPTIONS_INIT;
+    dist_reduce_lr_on_plateau_options o = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
     o.monitor = "loss";
     o.factor = 0.5;
     o.patience = 2;
     o.cooldown = 2;
     o.min_lr = 0.1;
-    dist_reduce_lr *r = NULL;
-    ck_assert_int_eq(dist_reduce_lr_create(&o, &r), DIST_OK);
-    dist_callback cb = dist_reduce_lr_callback(r);
+    dist_reduce_lr_on_plateau *r = NULL;
+    ck_assert_int_eq(dist_reduce_lr_on_plateau_create(&o, &r), DIST_OK);
+    dist_callback cb = dist_reduce_lr_on_plateau_callback(r);
     dist_logs empty = {0};
     ck_assert_int_eq(cb.on_train_begin(cb.user, &fs, &empty), DIST_OK);
     /* the learning rate after epochs 1..12 */
@@ -168,16 +168,16 @@ START_TEST(test_reduce_lr_factor_half_patience_2_cooldown_2_min_lr_0_1_on_a_flat
         ck_assert_msg(dist_optimizer_learning_rate(opt) == lr[e], "epoch %d: lr %g, expected %g",
                       e + 1, (double)dist_optimizer_learning_rate(opt), (double)lr[e]);
     }
-    dist_reduce_lr_destroy(r);
+    dist_reduce_lr_on_plateau_destroy(r);
     dist_optimizer_destroy(opt);
 }
 END_TEST
 
 START_TEST(test_reduce_lr_refuses_a_factor_of_one) {
-    dist_reduce_lr_options o = DIST_REDUCE_LR_OPTIONS_INIT;
+    dist_reduce_lr_on_plateau_options o = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
     o.factor = 1.0;
-    dist_reduce_lr *r = NULL;
-    ck_assert_int_eq(dist_reduce_lr_create(&o, &r), DIST_INVALID_ARGUMENT);
+    dist_reduce_lr_on_plateau *r = NULL;
+    ck_assert_int_eq(dist_reduce_lr_on_plateau_create(&o, &r), DIST_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "factor >= 1"));
 }
 END_TEST
@@ -567,8 +567,8 @@ START_TEST(test_loss_scale_state_is_part_of_the_training_state) {
     ck_assert_int_eq(dist_fit_state_restore(&fb, with), DIST_OK);
     ck_assert_int_eq(fb.initial_epoch, 2);
     ck_assert_int_eq(dist_loss_scale_get_state(lb, &got), DIST_OK);
-    ck_assert_float_eq(got.scale, 1024.0f);
-    ck_assert_int_eq(got.counter, 7);
+    ck_assert_float_eq(got.loss_scale, 1024.0f);
+    ck_assert_int_eq(got.dynamic_counter, 7);
     ck_assert_int_eq(got.skipped_steps, 3);
     dist_checkpoint_destroy(with);
     dist_checkpoint_destroy(without);

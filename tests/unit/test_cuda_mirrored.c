@@ -32,7 +32,7 @@ static dist_status step(dist_replica_ctx *rc, const dist_element *in, void *user
                         dist_element *out) {
     state *s = user;
     dist_classifier_step cs = {s->model, s->opt, 0, NULL};
-    if (dist_replica_id(rc) == s->fail_replica) {
+    if (dist_replica_id_in_sync_group(rc) == s->fail_replica) {
         dist_status st = dist_classifier_eval_step(rc, in, &cs, out); /* the forward pass */
         if (st != DIST_OK) return st;
         return dist_error_for_test(DIST_INVALID_ARGUMENT, "replica 1 fails on purpose");

@@ -79,11 +79,11 @@ START_TEST(test_defaults_are_keras_dynamic_2_pow_15_and_2000_steps) {
     dist_loss_scale_options o = DIST_LOSS_SCALE_OPTIONS_INIT;
     fixture f = setup(&o);
     ck_assert_int_eq(dist_loss_scale_is_dynamic(f.lso), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 32768.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 32768.0f);
     ck_assert_int_eq(o.dynamic_growth_steps, 2000);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     ck_assert_int_eq(dist_loss_scale_skipped_steps(f.lso), 0);
-    ck_assert_ptr_eq(dist_loss_scale_inner(f.lso), f.sgd);
+    ck_assert_ptr_eq(dist_loss_scale_inner_optimizer(f.lso), f.sgd);
     teardown(&f);
 }
 END_TEST
@@ -92,12 +92,12 @@ START_TEST(test_three_non_finite_steps_halve_32768_to_4096_and_skip_all) {
     dist_loss_scale_options o = DIST_LOSS_SCALE_OPTIONS_INIT;
     fixture f = setup(&o);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 16384.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 16384.0f);
     ck_assert_int_eq(nan_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 8192.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 8192.0f);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 4096.0f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 4096.0f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     ck_assert_int_eq(dist_loss_scale_skipped_steps(f.lso), 3);
     ck_assert_int_eq(dist_optimizer_iterations(f.sgd), 0);
     float w[3];
@@ -113,11 +113,11 @@ START_TEST(test_1999_finite_steps_keep_the_scale_and_the_2000th_doubles_it) {
     dist_loss_scale_options o = DIST_LOSS_SCALE_OPTIONS_INIT;
     fixture f = setup(&o);
     for (int i = 1; i <= 1999; i++) ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 32768.0f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 1999);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 32768.0f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 1999);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 65536.0f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 65536.0f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     ck_assert_int_eq(dist_optimizer_iterations(f.sgd), 2000);
     ck_assert_int_eq(dist_loss_scale_skipped_steps(f.lso), 0);
     teardown(&f);
@@ -131,15 +131,15 @@ START_TEST(test_a_non_finite_step_resets_the_counter) {
     fixture f = setup(&o);
     ck_assert_int_eq(finite_step(&f), 1);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 2);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 2);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 4.0f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 4.0f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     ck_assert_int_eq(finite_step(&f), 1);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 4.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 4.0f);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 8.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 8.0f);
     teardown(&f);
 }
 END_TEST
@@ -164,9 +164,9 @@ START_TEST(test_at_scale_1_a_non_finite_step_keeps_1) {
     o.initial_scale = 2;
     fixture f = setup(&o);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 1.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 1.0f);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 1.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 1.0f);
     ck_assert_int_eq(dist_loss_scale_skipped_steps(f.lso), 2);
     teardown(&f);
 }
@@ -178,7 +178,7 @@ START_TEST(test_tf_keras_raises_a_scale_below_1_to_1_on_a_non_finite_step) {
     o.initial_scale = 0.5f;
     fixture f = setup(&o);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 1.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 1.0f);
     teardown(&f);
 }
 END_TEST
@@ -189,11 +189,11 @@ START_TEST(test_keras3_rule_halves_below_1) {
     o.rule = DIST_LOSS_SCALE_RULE_KERAS3;
     fixture f = setup(&o);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 1.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 1.0f);
     ck_assert_int_eq(inf_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 0.5f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 0.5f);
     ck_assert_int_eq(nan_step(&f), 0);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 0.25f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 0.25f);
     teardown(&f);
 }
 END_TEST
@@ -205,10 +205,10 @@ START_TEST(test_keras3_rule_grows_after_growth_steps_like_tf_keras) {
     o.rule = DIST_LOSS_SCALE_RULE_KERAS3;
     fixture f = setup(&o);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 4.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 4.0f);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 8.0f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 8.0f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     teardown(&f);
 }
 END_TEST
@@ -219,8 +219,8 @@ START_TEST(test_doubling_to_inf_keeps_the_scale_and_resets_the_counter) {
     o.dynamic_growth_steps = 1;
     fixture f = setup(&o);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 0x1p127f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 0x1p127f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     teardown(&f);
 }
 END_TEST
@@ -232,10 +232,10 @@ START_TEST(test_fixed_scale_never_changes_and_applies_non_finite_steps_as_tf_ker
     fixture f = setup(&o);
     ck_assert_int_eq(dist_loss_scale_is_dynamic(f.lso), 0);
     for (int i = 0; i < 5; i++) ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 128.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 128.0f);
     ck_assert_int_eq(inf_step(&f), 1);
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 128.0f);
-    ck_assert_int_eq(dist_loss_scale_counter(f.lso), 0);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 128.0f);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(f.lso), 0);
     ck_assert_int_eq(dist_loss_scale_skipped_steps(f.lso), 0);
     float w[3];
     ck_assert_int_eq(dist_model_get_weights(f.model, 0, w, 3), DIST_OK);
@@ -250,7 +250,7 @@ START_TEST(test_scaled_loss_multiplies_by_the_current_scale) {
     float v = 0.75f;
     dist_tensor h = dist_tensor_view(&v, DIST_F32, 0, NULL), *loss, *scaled;
     ck_assert_int_eq(dist_tape_upload(f.tape, &h, &loss), DIST_OK);
-    ck_assert_int_eq(dist_loss_scale_scaled_loss(f.lso, f.tape, loss, &scaled), DIST_OK);
+    ck_assert_int_eq(dist_loss_scale_get_scaled_loss(f.lso, f.tape, loss, &scaled), DIST_OK);
     float got;
     ck_assert_int_eq(dist_tape_read_scalar(f.tape, scaled, &got), DIST_OK);
     ck_assert_float_eq(got, 24576.0f);
@@ -266,7 +266,7 @@ START_TEST(test_unscale_gradients_divides_the_buffer_by_the_scale) {
     dist_backend *be = dist_model_backend(f.model, 0);
     ck_assert_int_eq(dist_backend_from_host(be, g, sizeof g, dist_model_grads(f.model, 0)),
                      DIST_OK);
-    ck_assert_int_eq(dist_loss_scale_unscale_gradients(f.lso, f.model, f.tape), DIST_OK);
+    ck_assert_int_eq(dist_loss_scale_get_unscaled_gradients(f.lso, f.model, f.tape), DIST_OK);
     float got[3];
     ck_assert_int_eq(dist_backend_to_host(be, dist_model_grads(f.model, 0), got, sizeof got),
                      DIST_OK);
@@ -285,17 +285,17 @@ START_TEST(test_state_round_trips_for_checkpoints) {
     ck_assert_int_eq(dist_loss_scale_set_state(f.lso, &s), DIST_OK);
     dist_loss_scale_state got;
     ck_assert_int_eq(dist_loss_scale_get_state(f.lso, &got), DIST_OK);
-    ck_assert_float_eq(got.scale, 1024.0f);
-    ck_assert_int_eq(got.counter, 2);
+    ck_assert_float_eq(got.loss_scale, 1024.0f);
+    ck_assert_int_eq(got.dynamic_counter, 2);
     ck_assert_int_eq(got.skipped_steps, 7);
     ck_assert_int_eq(finite_step(&f), 1); /* counter 2 + 1 reaches 3: doubles */
-    ck_assert_float_eq(dist_loss_scale_current(f.lso), 2048.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(f.lso), 2048.0f);
     dist_loss_scale_state bad = {INFINITY, 0, 0};
     ck_assert_int_eq(dist_loss_scale_set_state(f.lso, &bad), DIST_INVALID_ARGUMENT);
-    bad.scale = 0;
+    bad.loss_scale = 0;
     ck_assert_int_eq(dist_loss_scale_set_state(f.lso, &bad), DIST_INVALID_ARGUMENT);
-    bad.scale = 1;
-    bad.counter = -1;
+    bad.loss_scale = 1;
+    bad.dynamic_counter = -1;
     ck_assert_int_eq(dist_loss_scale_set_state(f.lso, &bad), DIST_INVALID_ARGUMENT);
     teardown(&f);
 }
@@ -308,7 +308,7 @@ START_TEST(test_keras3_rule_doubles_to_inf_and_that_state_restores) {
     o.rule = DIST_LOSS_SCALE_RULE_KERAS3;
     fixture f = setup(&o);
     ck_assert_int_eq(finite_step(&f), 1);
-    ck_assert(isinf(dist_loss_scale_current(f.lso)));
+    ck_assert(isinf(dist_loss_scale_loss_scale(f.lso)));
     dist_loss_scale_state s;
     ck_assert_int_eq(dist_loss_scale_get_state(f.lso, &s), DIST_OK);
     ck_assert_int_eq(dist_loss_scale_set_state(f.lso, &s), DIST_OK);
@@ -352,7 +352,7 @@ typedef struct two_replica_case {
 static dist_status planted_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                 dist_element *out) {
     two_replica_case *c = user;
-    int r = dist_replica_id(rc);
+    int r = dist_replica_id_in_sync_group(rc);
     float g[3] = {0.25f * (float)(r + 1), -0.5f, 1.0f};
     if (r == c->inf_on_replica) g[2] = INFINITY;
     DIST_TRY_TEST(dist_backend_from_host(dist_replica_backend(rc), g, sizeof g,
@@ -397,7 +397,7 @@ START_TEST(test_inf_on_one_replica_makes_every_replica_skip_and_stay_identical) 
                   dist_last_error());
     ck_assert_int_eq(c.applied[0], 0);
     ck_assert_int_eq(c.applied[1], 0);
-    ck_assert_float_eq(dist_loss_scale_current(c.lso), 2.0f);
+    ck_assert_float_eq(dist_loss_scale_loss_scale(c.lso), 2.0f);
     ck_assert_int_eq(dist_loss_scale_skipped_steps(c.lso), 1);
     const float unchanged[3] = {1.0f, 2.0f, 3.0f};
     expect_replicas_identical(c.model, unchanged);
@@ -408,7 +408,7 @@ START_TEST(test_inf_on_one_replica_makes_every_replica_skip_and_stay_identical) 
                   dist_last_error());
     ck_assert_int_eq(c.applied[0], 1);
     ck_assert_int_eq(c.applied[1], 1);
-    ck_assert_int_eq(dist_loss_scale_counter(c.lso), 1);
+    ck_assert_int_eq(dist_loss_scale_dynamic_counter(c.lso), 1);
     const float moved[3] = {0.625f, 2.5f, 2.0f};
     expect_replicas_identical(c.model, moved);
 

@@ -156,7 +156,7 @@ static int worker_train(const char *spec, int steps, int use_sgd, const char *ou
  * gather of uneven rows, an ON_READ variable; writes "name value" lines to OUT. */
 static dist_status rows_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                              dist_element *outputs) {
-    int id = dist_replica_id(rc); /* global */
+    int id = dist_replica_id_in_sync_group(rc); /* global */
     int rows = id + 1;            /* worker 0: 1 row, worker 1: 2 rows */
     float v[2] = {(float)(10 * id + 1), (float)(10 * id + 2)};
     int64_t shape[1] = {rows};

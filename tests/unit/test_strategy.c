@@ -143,14 +143,14 @@ END_TEST
 static dist_status collectives_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                     dist_element *out) {
     dist_tape *tape = dist_replica_tape(rc);
-    float mine[2] = {(float)(dist_replica_id(rc) + 1), 10.0f * (float)(dist_replica_id(rc) + 1)};
+    float mine[2] = {(float)(dist_replica_id_in_sync_group(rc) + 1), 10.0f * (float)(dist_replica_id_in_sync_group(rc) + 1)};
     int64_t n = 2;
     dist_tensor h = dist_tensor_view(mine, DIST_F32, 1, &n), *sum, *mean, *gathered;
     DIST_TRY_TEST(dist_tape_upload(tape, &h, &sum));
     DIST_TRY_TEST(dist_tape_upload(tape, &h, &mean));
     DIST_TRY_TEST(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, sum));
     DIST_TRY_TEST(dist_replica_all_reduce(rc, DIST_REDUCE_MEAN, mean));
-    int64_t g = 2 * dist_replica_count(rc);
+    int64_t g = 2 * dist_replica_num_replicas_in_sync(rc);
     DIST_TRY_TEST(dist_tape_alloc(tape, DIST_F32, 1, &g, &gathered));
     dist_tensor *src;
     DIST_TRY_TEST(dist_tape_upload(tape, &h, &src));
@@ -187,7 +187,7 @@ END_TEST
 static dist_status typed_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                               dist_element *out) {
     dist_tape *tape = dist_replica_tape(rc);
-    int r = dist_replica_id(rc);
+    int r = dist_replica_id_in_sync_group(rc);
     int64_t count = (1 << 24) + 1 + r;
     int32_t pred[2] = {10 * r, 10 * r + 1};
     float x = r == 0 ? -3.0f : 5.0f;
@@ -264,7 +264,7 @@ END_TEST
 /* Replica r returns a [2, r + 1] value: row 0 counts up from 10 r, row 1 is its negative. */
 static dist_status columns_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                 dist_element *out) {
-    int r = dist_replica_id(rc);
+    int r = dist_replica_id_in_sync_group(rc);
     float v[4];
     for (int c = 0; c <= r; c++) {
         v[c] = (float)(10 * r + c);
@@ -299,7 +299,7 @@ END_TEST
 
 static dist_status failing_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                 dist_element *out) {
-    if (dist_replica_id(rc) == 1)
+    if (dist_replica_id_in_sync_group(rc) == 1)
         return dist_error_for_test(DIST_INVALID_ARGUMENT, "boom on purpose");
     float v = 1;
     dist_tensor h = dist_tensor_view(&v, DIST_F32, 0, NULL), *t;
@@ -328,7 +328,7 @@ typedef struct var_case {
 static dist_status assign_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                dist_element *out) {
     var_case *vc = user;
-    float v = (float)(dist_replica_id(rc) + 1);
+    float v = (float)(dist_replica_id_in_sync_group(rc) + 1);
     dist_tensor h = dist_tensor_view(&v, DIST_F32, 0, NULL), *t;
     DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &h, &t));
     DIST_TRY_TEST(dist_variable_assign(vc->sum, rc, t));

@@ -275,7 +275,7 @@ static int write_metrics(const run_state *s) {
     if (s->loss_scale)
         fprintf(f, "{\"dynamic\": %s, \"scale\": %.9g, \"skipped_steps\": %lld}",
                 dist_loss_scale_is_dynamic(s->loss_scale) ? "true" : "false",
-                (double)dist_loss_scale_current(s->loss_scale),
+                (double)dist_loss_scale_loss_scale(s->loss_scale),
                 (long long)dist_loss_scale_skipped_steps(s->loss_scale));
     else
         fputs("null", f);
@@ -301,7 +301,7 @@ typedef struct callbacks {
     dist_tensorboard *tensorboard;
     dist_csv_logger *csv;
     dist_early_stopping *early;
-    dist_reduce_lr *reduce_lr;
+    dist_reduce_lr_on_plateau *reduce_lr;
     dist_callback list[8];
     int count;
 } callbacks;
@@ -313,7 +313,7 @@ static void callbacks_destroy(callbacks *c) {
     dist_tensorboard_destroy(c->tensorboard);
     dist_csv_logger_destroy(c->csv);
     dist_early_stopping_destroy(c->early);
-    dist_reduce_lr_destroy(c->reduce_lr);
+    dist_reduce_lr_on_plateau_destroy(c->reduce_lr);
 }
 
 /* Order matters where callbacks interact: the checkpoint and the backup come last, so that at an
@@ -336,12 +336,12 @@ static int callbacks_create(const run_state *s, callbacks *c) {
         c->list[c->count++] = dist_csv_logger_callback(c->csv);
     }
     if (o->reduce_lr_patience >= 0) {
-        dist_reduce_lr_options ro = DIST_REDUCE_LR_OPTIONS_INIT;
+        dist_reduce_lr_on_plateau_options ro = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
         ro.monitor = monitor;
         ro.factor = 0.5;
         ro.patience = o->reduce_lr_patience;
-        if (dist_reduce_lr_create(&ro, &c->reduce_lr)) return fail("--reduce-lr-patience");
-        c->list[c->count++] = dist_reduce_lr_callback(c->reduce_lr);
+        if (dist_reduce_lr_on_plateau_create(&ro, &c->reduce_lr)) return fail("--reduce-lr-patience");
+        c->list[c->count++] = dist_reduce_lr_on_plateau_callback(c->reduce_lr);
     }
     if (o->early_stopping_patience >= 0) {
         dist_early_stopping_options eo = DIST_EARLY_STOPPING_OPTIONS_INIT;
@@ -601,7 +601,7 @@ static int train(run_state *s) {
         if (s->policy == DIST_POLICY_FLOAT32 && s->loss_scale)
             printf("Loss scale: %s %g\n",
                    dist_loss_scale_is_dynamic(s->loss_scale) ? "dynamic from" : "fixed",
-                   (double)dist_loss_scale_current(s->loss_scale));
+                   (double)dist_loss_scale_loss_scale(s->loss_scale));
         if (s->policy != DIST_POLICY_FLOAT32) {
             printf("Mixed precision: %s (float32 variables; float32 kernels, values stored at "
                    "%s precision)",
@@ -609,9 +609,9 @@ static int train(run_state *s) {
                    dist_dtype_name(dist_dtype_policy_compute_dtype(s->policy)));
             if (s->loss_scale && dist_loss_scale_is_dynamic(s->loss_scale))
                 printf(", dynamic loss scale from %g\n",
-                       (double)dist_loss_scale_current(s->loss_scale));
+                       (double)dist_loss_scale_loss_scale(s->loss_scale));
             else if (s->loss_scale)
-                printf(", fixed loss scale %g\n", (double)dist_loss_scale_current(s->loss_scale));
+                printf(", fixed loss scale %g\n", (double)dist_loss_scale_loss_scale(s->loss_scale));
             else
                 printf(", no loss scaling\n");
         }

@@ -9,25 +9,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct dist_reduce_lr {
-    dist_reduce_lr_options o;
+struct dist_reduce_lr_on_plateau {
+    dist_reduce_lr_on_plateau_options o;
     char *monitor;
     int is_max;
     int wait, cooldown_counter;
     double best;
 };
 
-static void reset(dist_reduce_lr *r) {
+static void reset(dist_reduce_lr_on_plateau *r) {
     r->best = r->is_max ? -INFINITY : INFINITY;
     r->wait = 0;
     r->cooldown_counter = 0;
 }
 
-dist_status dist_reduce_lr_create(const dist_reduce_lr_options *o, dist_reduce_lr **out) {
-    DIST_CHECK_ARG(o && out, "dist_reduce_lr_create: NULL argument");
-    DIST_CHECK_ARG(o->version == DIST_REDUCE_LR_OPTIONS_VERSION,
+dist_status dist_reduce_lr_on_plateau_create(const dist_reduce_lr_on_plateau_options *o, dist_reduce_lr_on_plateau **out) {
+    DIST_CHECK_ARG(o && out, "dist_reduce_lr_on_plateau_create: NULL argument");
+    DIST_CHECK_ARG(o->version == DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION,
                    "ReduceLROnPlateau options: version %d, expected %d", o->version,
-                   DIST_REDUCE_LR_OPTIONS_VERSION);
+                   DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION);
     DIST_CHECK_ARG(o->monitor && o->monitor[0], "ReduceLROnPlateau: monitor is required");
     DIST_CHECK_ARG(o->factor > 0 && o->factor < 1,
                    "ReduceLROnPlateau does not support a factor >= 1 (or <= 0), got %g", o->factor);
@@ -35,7 +35,7 @@ dist_status dist_reduce_lr_create(const dist_reduce_lr_options *o, dist_reduce_l
                    "ReduceLROnPlateau: patience, cooldown and min_lr must be >= 0");
     DIST_CHECK_ARG(o->mode >= DIST_MODE_AUTO && o->mode <= DIST_MODE_MAX,
                    "ReduceLROnPlateau: unknown mode %d", (int)o->mode);
-    dist_reduce_lr *r = calloc(1, sizeof *r);
+    dist_reduce_lr_on_plateau *r = calloc(1, sizeof *r);
     if (r) r->monitor = strdup(o->monitor);
     if (!r || !r->monitor) {
         free(r);
@@ -49,7 +49,7 @@ dist_status dist_reduce_lr_create(const dist_reduce_lr_options *o, dist_reduce_l
     return DIST_OK;
 }
 
-void dist_reduce_lr_destroy(dist_reduce_lr *r) {
+void dist_reduce_lr_on_plateau_destroy(dist_reduce_lr_on_plateau *r) {
     if (!r) return;
     free(r->monitor);
     free(r);
@@ -62,7 +62,7 @@ static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *log
 }
 
 static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
-    dist_reduce_lr *r = user;
+    dist_reduce_lr_on_plateau *r = user;
     double current;
     if (!dist_logs_get(logs, r->monitor, &current)) {
         dist_log(DIST_LOG_WARN, "ReduceLROnPlateau: '%s' is not in the logs; skipping epoch %d",
@@ -100,14 +100,14 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
 /* The state a resumed run continues from (the learning rate itself is the optimizer's, saved
  * with it): the best value, the wait and the cooldown counter. */
 static dist_status save_state(void *user, dist_checkpoint *c, const char *prefix) {
-    dist_reduce_lr *r = user;
+    dist_reduce_lr_on_plateau *r = user;
     char value[128];
     snprintf(value, sizeof value, "%a %d %d", r->best, r->wait, r->cooldown_counter);
     return callback_state_set(c, prefix, "reduce_lr", value);
 }
 
 static dist_status restore_state(void *user, const dist_checkpoint *c, const char *prefix) {
-    dist_reduce_lr *r = user;
+    dist_reduce_lr_on_plateau *r = user;
     const char *text = callback_state_get(c, prefix, "reduce_lr");
     if (!text) return DIST_OK;
     double best;
@@ -121,7 +121,7 @@ static dist_status restore_state(void *user, const dist_checkpoint *c, const cha
     return DIST_OK;
 }
 
-dist_callback dist_reduce_lr_callback(dist_reduce_lr *r) {
+dist_callback dist_reduce_lr_on_plateau_callback(dist_reduce_lr_on_plateau *r) {
     dist_callback c;
     memset(&c, 0, sizeof c);
     c.user = r;
@@ -132,5 +132,5 @@ dist_callback dist_reduce_lr_callback(dist_reduce_lr *r) {
     return c;
 }
 
-int dist_reduce_lr_wait(const dist_reduce_lr *r) { return r ? r->wait : 0; }
-int dist_reduce_lr_cooldown_counter(const dist_reduce_lr *r) { return r ? r->cooldown_counter : 0; }
+int dist_reduce_lr_on_plateau_wait(const dist_reduce_lr_on_plateau *r) { return r ? r->wait : 0; }
+int dist_reduce_lr_on_plateau_cooldown_counter(const dist_reduce_lr_on_plateau *r) { return r ? r->cooldown_counter : 0; }
