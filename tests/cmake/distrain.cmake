@@ -75,3 +75,16 @@ add_test(NAME distrain.validation_split
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/validation_split.sh $<TARGET_FILE:distrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/validation_split)
 set_tests_properties(distrain.validation_split PROPERTIES LABELS cli TIMEOUT 300)
+
+# Keras's defaults: EarlyStopping's restore_best_weights off, ReduceLROnPlateau's factor 0.1
+# (pinned by conformance.distrain_logs); the flags that set them need their callbacks.
+add_test(NAME distrain.keras_callback_defaults
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/keras_defaults.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/keras_defaults)
+set_tests_properties(distrain.keras_callback_defaults PROPERTIES LABELS cli TIMEOUT 300)
+distrain_error_test(restore_best_weights_without_early_stopping 2 "needs --early-stopping-patience"
+                    --restore-best-weights)
+distrain_error_test(reduce_lr_factor_without_patience 2 "needs --reduce-lr-patience"
+                    --reduce-lr-factor 0.5)
+distrain_error_test(reduce_lr_factor_out_of_range 2 "between 0 and 1" --reduce-lr-factor 1
+                    --reduce-lr-patience 1)

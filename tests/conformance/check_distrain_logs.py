@@ -72,6 +72,10 @@ def main():
             failures.append("the learning rate never changed (%s): the test proves nothing" % lrs)
         if lrs[0] != f32(1e-7):
             failures.append("first learning rate %s, expected 1e-7" % lrs[0])
+        # ReduceLROnPlateau's factor defaults to Keras's 0.1 (rounded to float32 as the
+        # optimizer holds it)
+        if lrs[-1] != f32(f32(1e-7) * 0.1):
+            failures.append("reduced learning rate %s, expected 1e-7 x 0.1" % lrs[-1])
         for epoch in (1, 2, 3):
             path = os.path.join(ckdir, "ckpt-%02d.safetensors" % epoch)
             t = load_file(path)

@@ -338,16 +338,17 @@ static int callbacks_create(const run_state *s, callbacks *c) {
     if (o->reduce_lr_patience >= 0) {
         dist_reduce_lr_on_plateau_options ro = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
         ro.monitor = monitor;
-        ro.factor = 0.5;
+        ro.factor = o->reduce_lr_factor;
         ro.patience = o->reduce_lr_patience;
-        if (dist_reduce_lr_on_plateau_create(&ro, &c->reduce_lr)) return fail("--reduce-lr-patience");
+        if (dist_reduce_lr_on_plateau_create(&ro, &c->reduce_lr))
+            return fail("--reduce-lr-patience");
         c->list[c->count++] = dist_reduce_lr_on_plateau_callback(c->reduce_lr);
     }
     if (o->early_stopping_patience >= 0) {
         dist_early_stopping_options eo = DIST_EARLY_STOPPING_OPTIONS_INIT;
         eo.monitor = monitor;
         eo.patience = o->early_stopping_patience;
-        eo.restore_best_weights = 1;
+        eo.restore_best_weights = o->restore_best_weights;
         if (dist_early_stopping_create(&eo, &c->early)) return fail("--early-stopping-patience");
         c->list[c->count++] = dist_early_stopping_callback(c->early);
     }
@@ -611,7 +612,8 @@ static int train(run_state *s) {
                 printf(", dynamic loss scale from %g\n",
                        (double)dist_loss_scale_loss_scale(s->loss_scale));
             else if (s->loss_scale)
-                printf(", fixed loss scale %g\n", (double)dist_loss_scale_loss_scale(s->loss_scale));
+                printf(", fixed loss scale %g\n",
+                       (double)dist_loss_scale_loss_scale(s->loss_scale));
             else
                 printf(", no loss scaling\n");
         }
@@ -706,6 +708,14 @@ static int check_flags(distrain_options *o) {
     int multi = strcmp(o->strategy, "multi_worker") == 0;
     if (o->backup_freq && !o->backup_dir) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
+        return 2;
+    }
+    if (o->restore_best_weights && o->early_stopping_patience < 0) {
+        fprintf(stderr, "distrain: --restore-best-weights needs --early-stopping-patience\n");
+        return 2;
+    }
+    if (o->reduce_lr_factor_given && o->reduce_lr_patience < 0) {
+        fprintf(stderr, "distrain: --reduce-lr-factor needs --reduce-lr-patience\n");
         return 2;
     }
     const char *mw_flag = o->transport              ? "--transport"

@@ -70,8 +70,14 @@ static const distrain_flag flags[] = {
      "loss scaling: dynamic (from 2^15 or F), none, or a fixed scale F"},
     {"--early-stopping-patience", 1, "N", "no early stopping",
      "stop when val_loss (or loss) stalls N epochs"},
+    {"--restore-best-weights", 0, "", "off",
+     "with --early-stopping-patience: end with the weights of the best epoch (Keras's "
+     "restore_best_weights)"},
     {"--reduce-lr-patience", 1, "N", "no reduction",
-     "halve the learning rate when val_loss (or loss) stalls N epochs"},
+     "multiply the learning rate by --reduce-lr-factor when val_loss (or loss) stalls N "
+     "epochs"},
+    {"--reduce-lr-factor", 1, "F", "0.1 (Keras's)",
+     "with --reduce-lr-patience: the factor, 0 < F < 1"},
     {"--print-cluster", 0, "", "",
      "print the cluster and task resolved from TF_CONFIG (or Slurm) as JSON and exit (2 with "
      "TensorFlow's message if invalid)"},
@@ -130,6 +136,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->seed = 42;
     o->early_stopping_patience = -1;
     o->reduce_lr_patience = -1;
+    o->reduce_lr_factor = 0.1;
     o->mixed_precision = "none";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -151,6 +158,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (strcmp(a, "--deterministic") == 0) {
             o->deterministic = 1;
+            continue;
+        }
+        if (strcmp(a, "--restore-best-weights") == 0) {
+            o->restore_best_weights = 1;
             continue;
         }
         if (strcmp(a, "--insecure") == 0) {
@@ -293,6 +304,13 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 return bad(a, v, "expected on or off");
         } else if (strcmp(a, "--reduce-lr-patience") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->reduce_lr_patience = (int)n;
+        } else if (strcmp(a, "--reduce-lr-factor") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0 && x < 1))
+                return bad(a, v, "must be a number between 0 and 1 (exclusive), as Keras requires");
+            o->reduce_lr_factor = x;
+            o->reduce_lr_factor_given = 1;
         } else {
             fprintf(stderr, "distrain: unknown option '%s' (see --help)\n", a);
             return 2;

@@ -37,6 +37,9 @@ typedef struct distrain_options {
     const char *save_weights;    /* the final weights as safetensors */
     int early_stopping_patience; /* -1 = no EarlyStopping */
     int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */
+    double reduce_lr_factor;     /* ReduceLROnPlateau's factor (Keras's default 0.1) */
+    int reduce_lr_factor_given;  /* --reduce-lr-factor was on the command line */
+    int restore_best_weights;    /* EarlyStopping's restore_best_weights (Keras's default off) */
     double validation_split;     /* 0 = no validation */
     const char *trace;           /* Chrome trace JSON of the training steps */
     int check_numerics;          /* stop at the first Inf/NaN, naming layer, op and replica */
