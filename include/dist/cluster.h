@@ -60,6 +60,9 @@ DIST_API dist_status dist_cluster_from_slurm_values(int port_base, const char *p
 /* The most hosts a hostlist may expand to; one that names more fails (DIST_INVALID_ARGUMENT)
  * as soon as the expansion passes the cap, before more memory is spent on it. */
 #define DIST_SLURM_MAX_HOSTS 65536
+/* The most tasks a Slurm job may place (as TF_CONFIG's cap of a job's tasks); more is
+ * DIST_INVALID_ARGUMENT, found before any task is built. */
+#define DIST_SLURM_MAX_TASKS 65536
 
 /* Expands a Slurm hostlist ("node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5).
  * *hosts is one malloc'd array of *count pointers into the same block: free(*hosts) once.

@@ -12,7 +12,7 @@ typedef struct dist_cluster_task {
 typedef struct dist_cluster_job {
     char *name;
     dist_cluster_task *tasks; /* sorted by index */
-    size_t num_tasks;
+    size_t num_tasks, cap_tasks;
 } dist_cluster_job;
 
 struct dist_cluster {

@@ -200,7 +200,7 @@ static dist_status build_slurm(dist_cluster *c, int port_base, const char *proci
     if (!parse_int(procid, &rank))
         return dist_error(DIST_INVALID_ARGUMENT, "Slurm: SLURM_PROCID '%s' is not a task number",
                           procid);
-    if (ntasks && (!parse_int(ntasks, &total) || total < 1))
+    if (ntasks && (!parse_int(ntasks, &total) || total < 1 || total > DIST_SLURM_MAX_TASKS))
         return dist_error(DIST_INVALID_ARGUMENT, "Slurm: SLURM_NTASKS '%s' is not a task count",
                           ntasks);
     if (port_base < 1 || port_base > 65535)
@@ -223,7 +223,16 @@ static dist_status build_slurm(dist_cluster *c, int port_base, const char *proci
             per_node[i] = n / (long)nodes + ((long)i < n % (long)nodes ? 1 : 0);
     }
     long sum = 0;
-    for (size_t i = 0; i < nodes; ++i) sum += per_node[i];
+    for (size_t i = 0; i < nodes; ++i) {
+        /* checked before it is added: tasks per node come from outside and may be huge */
+        if (per_node[i] > DIST_SLURM_MAX_TASKS - sum) {
+            st = dist_error(DIST_INVALID_ARGUMENT,
+                            "Slurm: more than %d tasks placed on the nodes (DIST_SLURM_MAX_TASKS)",
+                            DIST_SLURM_MAX_TASKS);
+            goto out;
+        }
+        sum += per_node[i];
+    }
     if (total >= 0 && sum != total) {
         st = dist_error(DIST_INVALID_ARGUMENT,
                         "Slurm: SLURM_NTASKS %ld differs from the %ld tasks placed on the nodes",

@@ -3,8 +3,10 @@
 #include "dist/cluster.h"
 #include "testutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 START_TEST(test_slurm_hostlist_ranges_keep_zero_padding) {
     char **hosts = NULL;
@@ -105,6 +107,31 @@ START_TEST(test_slurm_bad_values) {
 }
 END_TEST
 
+/* Found by fuzz_slurm ("1\n21021\n41": 21,021 tasks on one node took over 10 s, each task
+ * inserted by a linear search): a job of DIST_SLURM_MAX_TASKS tasks builds quickly, and more is
+ * refused before any task is built, whether SLURM_NTASKS or the tasks per node say so. */
+START_TEST(test_slurm_a_job_of_the_task_cap_builds_fast_and_more_is_refused) {
+    dist_cluster *c = NULL;
+    char many[32];
+    snprintf(many, sizeof many, "%d", DIST_SLURM_MAX_TASKS);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(1000, "7", many, "n[1-2]", NULL, &c), DIST_OK);
+    ck_assert_uint_eq(dist_cluster_num_tasks(c, "worker"), DIST_SLURM_MAX_TASKS);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_msg(took < dist_test_timeout_bound(1.0), "took %.1f s", took);
+    dist_cluster_destroy(c);
+    snprintf(many, sizeof many, "%d", DIST_SLURM_MAX_TASKS + 1);
+    ck_assert_int_eq(dist_cluster_from_slurm_values(1000, "0", many, "n[1-2]", NULL, &c),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(
+        dist_cluster_from_slurm_values(1000, "0", NULL, "n[1-2]", "9223372036854775807(x2)", &c),
+        DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "DIST_SLURM_MAX_TASKS"), "%s", dist_last_error());
+}
+END_TEST
+
 START_TEST(test_slurm_from_environment_and_precedence) {
     unsetenv("TF_CONFIG");
     unsetenv("SLURM_TASKS_PER_NODE");
@@ -158,6 +185,7 @@ static Suite *slurm_suite(void) {
     tcase_add_test(tc, test_slurm_hostlist_two_bracket_groups_and_suffix);
     tcase_add_test(tc, test_slurm_hostlist_malformed);
     tcase_add_test(tc, test_slurm_hostlist_past_the_host_cap_fails_fast);
+    tcase_add_test(tc, test_slurm_a_job_of_the_task_cap_builds_fast_and_more_is_refused);
     tcase_add_test(tc, test_slurm_tasks_spread_node_by_node_with_ports);
     tcase_add_test(tc, test_slurm_tasks_per_node_with_repeat_count);
     tcase_add_test(tc, test_slurm_bad_values);
