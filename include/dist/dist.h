@@ -14,6 +14,7 @@
 #include "dist/mnist.h"
 #include "dist/nn.h"
 #include "dist/optim.h"
+#include "dist/partitioner.h"
 #include "dist/policy.h"
 #include "dist/replica.h"
 #include "dist/status.h"
