@@ -16,6 +16,7 @@
 #include "dist/optim.h"
 #include "dist/partitioner.h"
 #include "dist/policy.h"
+#include "dist/ps.h"
 #include "dist/replica.h"
 #include "dist/status.h"
 #include "dist/strategy.h"

@@ -27,6 +27,7 @@ typedef enum dist_status {
     DIST_NOT_FOUND,    /* a named file, device or entry does not exist */
     DIST_OUT_OF_RANGE, /* end of a sequence (an exhausted iterator) */
     DIST_INTERNAL,     /* a broken invariant inside libdist: please report it */
+    DIST_CANCELLED,    /* work abandoned because other work failed first (scheduled closures) */
     DIST_STATUS_COUNT
 } dist_status;
 

@@ -22,6 +22,7 @@
 #include "dist/backend.h"
 #include "dist/data.h"
 #include "dist/export.h"
+#include "dist/partitioner.h"
 #include "dist/replica.h"
 #include "dist/status.h"
 #include "dist/tensor.h"
@@ -106,13 +107,20 @@ typedef struct dist_strategy_options {
      * --workers makes one). Without a token creating the strategy fails, unless this is 1: then
      * workers join unauthenticated, and anyone who can reach their ports can join the job. */
     int allow_insecure;
+    /* parameter_server: how variables are split into shards on the ps tasks (TF's
+     * variable_partitioner; dist/partitioner.h). NULL: none, each variable on one ps.
+     * Borrowed for the call. */
+    const dist_partitioner *variable_partitioner;
 } dist_strategy_options;
 
-#define DIST_STRATEGY_OPTIONS_VERSION 3
+#define DIST_STRATEGY_OPTIONS_VERSION 4
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
-        DIST_STRATEGY_OPTIONS_VERSION, DIST_STRATEGY_MIRRORED, NULL, 0, DIST_CROSS_DEVICE_AUTO, 0, \
-            0.0, NULL, 0.0, DIST_TRANSPORT_AUTO, 0, 0, 0                                           \
+        .version = DIST_STRATEGY_OPTIONS_VERSION, .kind = DIST_STRATEGY_MIRRORED, .devices = NULL, \
+        .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
+        .collective_timeout_s = 0.0, .cluster_spec = NULL, .connect_timeout_s = 0.0,               \
+        .transport = DIST_TRANSPORT_AUTO, .deterministic = 0, .cuda_graphs = 0,                    \
+        .allow_insecure = 0, .variable_partitioner = NULL                                          \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,

@@ -106,6 +106,7 @@ struct net_pending {
 dist_status net_gate_init(net_gate *g, dist_net_comm *c, int min_rank) {
     g->c = c;
     g->min_rank = min_rank;
+    g->kind = 0;
     g->n = 0;
     g->p = calloc(NET_PENDING_CAP, sizeof *g->p);
     if (!g->p) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
@@ -190,7 +191,8 @@ static int finish(net_gate *g, int i, net_gate_take_fn take, void *user) {
         reason = NET_AUTH_FAILED;
     else if (p->rank < g->min_rank || p->rank >= c->world || p->rank == c->rank)
         reason = NET_BAD_RANK;
-    else if (p->kind != NET_KIND_MESH && (p->kind != NET_KIND_STORE || c->rank != 0))
+    else if (g->kind ? p->kind != g->kind
+                     : p->kind != NET_KIND_MESH && (p->kind != NET_KIND_STORE || c->rank != 0))
         reason = NET_BAD_KIND;
     else if (!take(user, p->kind, p->rank, p->fd, p->peer, false))
         reason = NET_DUPLICATE_RANK;

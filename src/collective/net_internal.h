@@ -112,7 +112,9 @@ void net_auth_mac(const dist_net_comm *c, bool server, int kind, int client_rank
 bool net_auth_equal(const unsigned char a[NET_MAC_BYTES], const unsigned char b[NET_MAC_BYTES]);
 
 /* ---- net_hello.c ---- */
-enum { NET_KIND_STORE = 1, NET_KIND_MESH = 2 };
+/* Connection kinds: the communicator's store and mesh, and the parameter-server strategy's
+ * connections (src/ps/), which use the same handshake with their own listeners. */
+enum { NET_KIND_STORE = 1, NET_KIND_MESH = 2, NET_KIND_PS = 3 };
 #define NET_HELLO_MAGIC 0x4c444e54u /* "TNDL" */
 /* client hello: magic, version, kind, rank, client nonce */
 #define NET_HELLO_BYTES (16 + NET_NONCE_BYTES)
@@ -134,6 +136,7 @@ typedef struct net_pending net_pending;
 typedef struct net_gate {
     dist_net_comm *c;
     int min_rank;
+    int kind; /* 0: the communicator's kinds (mesh; store on rank 0); else only this kind */
     int n;
     net_pending *p; /* NET_PENDING_CAP */
 } net_gate;

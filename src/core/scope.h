@@ -8,13 +8,25 @@
 #include "dist/backend.h"
 #include "dist/replica.h"
 
+/* One variable inside a block of per-replica copies (a model's parameters are one block). */
+typedef struct dist_variable_desc {
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+    int64_t offset; /* elements into the block */
+    int64_t numel;
+} dist_variable_desc;
+
 typedef struct dist_placement {
     int num_replicas;
     dist_backend *backends[DIST_MAX_REPLICAS]; /* one per replica, borrowed from the strategy */
     void *owner;                               /* the strategy */
-    /* A new variable's per-replica copies (allocated on `backends`, initialized alike)
-     * become its value wherever it lives (multi_worker broadcasts the chief's). NULL: none. */
-    dist_status (*create_variable)(void *owner, dist_tensor *const *per_replica);
+    /* New variables' per-replica copies (one block per replica, allocated on `backends`,
+     * initialized alike; `vars` says which variables the block holds, in creation order)
+     * become their value wherever they live (multi_worker broadcasts the chief's,
+     * parameter_server places them on ps tasks). NULL: none. */
+    dist_status (*create_variable)(void *owner, dist_tensor *const *per_replica,
+                                   const dist_variable_desc *vars, int count);
     /* The variable's value to host. NULL: replica 0's copy. */
     dist_status (*save_state)(void *owner, dist_tensor *const *per_replica, void *dst,
                               size_t bytes);

@@ -20,6 +20,7 @@ static const char *const status_names[DIST_STATUS_COUNT] = {
     "DIST_FORMAT",      "DIST_SYSTEM",           "DIST_OUT_OF_MEMORY", "DIST_CUDA",
     "DIST_NCCL",        "DIST_TIMEOUT",          "DIST_PEER_LOST",     "DIST_UNAVAILABLE",
     "DIST_UNSUPPORTED", "DIST_NOT_FOUND",        "DIST_OUT_OF_RANGE",  "DIST_INTERNAL",
+    "DIST_CANCELLED",
 };
 
 const char *dist_status_name(dist_status status) {

@@ -319,7 +319,11 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
     if (st == DIST_OK && place->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
         params_copies(m, copies);
-        st = place->create_variable(place->owner, copies);
+        dist_variable_desc vars[MODEL_MAX_VARS];
+        for (int i = 0; i < m->nvars; i++)
+            vars[i] = (dist_variable_desc){m->vars[i].name, m->vars[i].ndim, m->vars[i].shape,
+                                           m->vars[i].offset, m->vars[i].numel};
+        st = place->create_variable(place->owner, copies, vars, m->nvars);
     }
     if (st != DIST_OK) return st;
     m->built = 1;

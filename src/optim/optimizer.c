@@ -4,6 +4,7 @@
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "dist/optim.h"
+#include "optim/update_rule.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -241,5 +242,30 @@ dist_status dist_optimizer_set_iterations(dist_optimizer *o, int64_t iterations)
     DIST_CHECK_ARG(iterations >= 0, "optimizer iterations must be >= 0, got %lld",
                    (long long)iterations);
     for (int r = 0; r < DIST_MAX_REPLICAS; r++) o->slots[r].iterations = iterations;
+    return DIST_OK;
+}
+
+dist_status dist_update_rule_of(dist_update_fn update, void *user, dist_update_rule *out) {
+    if (update != update_fn)
+        return dist_error(DIST_UNSUPPORTED,
+                          "this update is applied where the variables live (on the ps tasks), "
+                          "which can run only a dist_optimizer's Adam or SGD (not a loss-scale "
+                          "optimizer's or a custom update function)");
+    const opt_update *u = user;
+    const dist_optimizer *o = u->o;
+    *out = (dist_update_rule){0};
+    out->grad_scale = u->grad_scale;
+    out->model = u->model;
+    out->lr = o->lr;
+    if (o->kind == OPT_ADAM) {
+        out->kind = DIST_UPDATE_ADAM;
+        out->beta1 = o->adam.beta_1;
+        out->beta2 = o->adam.beta_2;
+        out->epsilon = o->adam.epsilon;
+    } else {
+        out->kind = DIST_UPDATE_SGD;
+        out->momentum = o->sgd.momentum;
+        out->nesterov = o->sgd.nesterov;
+    }
     return DIST_OK;
 }

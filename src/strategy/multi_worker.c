@@ -23,7 +23,10 @@
 #include <strings.h>
 
 /* The chief's replica 0 values to every replica of every worker (variables at creation). */
-static dist_status mw_create_variable(dist_strategy *s, dist_tensor *const *copies) {
+static dist_status mw_create_variable(dist_strategy *s, dist_tensor *const *copies,
+                                      const dist_variable_desc *vars, int count) {
+    (void)vars;
+    (void)count;
     if (s->num_workers == 1) return DIST_OK;
     dist_tensor *t0 = copies[0];
     size_t bytes = dist_tensor_bytes(t0);

@@ -125,9 +125,10 @@ void dist_strategy_destroy(dist_strategy *s) {
 
 /* The placement's hooks: models and optimizer slots reach the strategy's entries through
  * them (nn and optim sit below the strategy layer). */
-static dist_status place_create(void *owner, dist_tensor *const *copies) {
+static dist_status place_create(void *owner, dist_tensor *const *copies,
+                                const dist_variable_desc *vars, int count) {
     dist_strategy *s = owner;
-    return s->iface->create_variable ? s->iface->create_variable(s, copies) : DIST_OK;
+    return s->iface->create_variable ? s->iface->create_variable(s, copies, vars, count) : DIST_OK;
 }
 
 static dist_status place_save(void *owner, dist_tensor *const *copies, void *dst, size_t bytes) {
@@ -157,7 +158,8 @@ static dist_status create_with(dist_strategy_kind kind, dist_strategy_init_fn in
     s->is_chief = 1;
     s->bytes_per_pack = o->bytes_per_pack;
     s->collective_timeout_s = o->collective_timeout_s > 0 ? o->collective_timeout_s
-                              : kind == DIST_STRATEGY_MULTI_WORKER
+                              : kind == DIST_STRATEGY_MULTI_WORKER ||
+                                        kind == DIST_STRATEGY_PARAMETER_SERVER
                                   ? DIST_NET_COLLECTIVE_TIMEOUT_S
                                   : DIST_LOCAL_COLLECTIVE_TIMEOUT_S;
     s->placement.owner = s;
@@ -199,6 +201,7 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
         [DIST_STRATEGY_ONE_DEVICE] = dist_strategy_init_one_device,
         [DIST_STRATEGY_MIRRORED] = dist_strategy_init_mirrored,
         [DIST_STRATEGY_MULTI_WORKER] = dist_strategy_init_multi_worker,
+        [DIST_STRATEGY_PARAMETER_SERVER] = dist_strategy_init_parameter_server,
     };
     if ((size_t)o->kind >= sizeof inits / sizeof inits[0] || !inits[o->kind])
         return dist_error(DIST_UNSUPPORTED,

@@ -25,11 +25,13 @@ struct dist_strategy_i {
      * local replica, each with its own backend and tape). */
     dist_status (*run)(dist_strategy *s, dist_step_fn step, void *user,
                        const dist_per_replica_element *inputs, dist_per_replica *results);
-    /* A variable was made in the strategy's scope: `copies` are its per-replica copies,
+    /* Variables were made in the strategy's scope: `copies` are their per-replica block
+     * (`vars`, count of them, say where each variable lies in it),
      * allocated on s->placement.backends and initialized alike from the same seed or value.
      * Make them the variable's value wherever it lives (multi_worker: the chief's value is
      * broadcast, so every worker starts from it). Optional: nothing to do. */
-    dist_status (*create_variable)(dist_strategy *s, dist_tensor *const *copies);
+    dist_status (*create_variable)(dist_strategy *s, dist_tensor *const *copies,
+                                   const dist_variable_desc *vars, int count);
     /* A variable's value to host (dst, bytes), for checkpoints and reads. Optional: replica
      * 0's copy. */
     dist_status (*save_state)(dist_strategy *s, dist_tensor *const *copies, void *dst,
@@ -161,6 +163,7 @@ typedef dist_status (*dist_strategy_init_fn)(dist_strategy *s, const dist_strate
 dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_options *o);
 dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_options *o);
 dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o);
+dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_strategy_options *o);
 
 /* Devices from a list ("cpu:0,cpu:1"), or the kind's defaults when list is NULL or empty. */
 dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dist_device *out,

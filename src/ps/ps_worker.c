@@ -1,0 +1,197 @@
+/* The worker service (ps_service.h): closures from the chief, run on the serving thread. */
+#include "core/error.h"
+#include "ps/ps_service.h"
+#include "ps/ps_wire.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PS_MAX_DATASETS 64
+
+typedef struct worker_state {
+    const ps_cluster *cl;
+    const ps_registry *reg;
+    const ps_worker_hooks *hooks;
+    pthread_mutex_t mu;
+    int pending_fd; /* the chief's newest connection, not yet taken */
+    dist_distributed_iterator *iterators[PS_MAX_DATASETS];
+    ps_buf out;
+} worker_state;
+
+static void on_accept(void *user, int rank, int fd) {
+    worker_state *w = user;
+    if (rank != 0) { /* only the chief schedules work */
+        dist_log(DIST_LOG_WARN,
+                 "parameter_server %s: refused %s: only the chief connects to a "
+                 "worker",
+                 ps_task_name(w->cl, w->cl->rank), ps_task_name(w->cl, rank));
+        net_close(&fd);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    net_close(&w->pending_fd);
+    w->pending_fd = fd;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static dist_status on_dataset(worker_state *w, ps_reader *r) {
+    uint32_t id = ps_get_u32(r);
+    char name[PS_NAME_CAP];
+    ps_get_str(r, name, sizeof name);
+    if (r->failed || r->pos != r->len || id >= PS_MAX_DATASETS)
+        return dist_error(DIST_FORMAT, "a malformed dataset request");
+    for (int i = 0; i < w->reg->num_datasets; i++) {
+        if (strcmp(w->reg->datasets[i].name, name) != 0) continue;
+        dist_distributed_iterator *it = NULL;
+        DIST_TRY(w->hooks->make_iterator(w->hooks->user, w->reg->datasets[i].fn,
+                                         w->reg->datasets[i].user, &it));
+        if (w->iterators[id]) w->hooks->free_iterator(w->hooks->user, w->iterators[id]);
+        w->iterators[id] = it;
+        return DIST_OK;
+    }
+    return dist_error(DIST_NOT_FOUND,
+                      "no dataset function '%s' is registered on %s "
+                      "(dist_strategy_register_dataset_function in every task)",
+                      name, ps_task_name(w->cl, w->cl->rank));
+}
+
+static dist_status on_exec(worker_state *w, ps_reader *r) {
+    uint32_t ds = ps_get_u32(r);
+    char name[PS_NAME_CAP];
+    ps_get_str(r, name, sizeof name);
+    uint32_t nargs = ps_get_u32(r);
+    if (r->failed || nargs > DIST_CLOSURE_MAX_ARGS ||
+        (ds != PS_NO_DATASET && (ds >= PS_MAX_DATASETS || !w->iterators[ds])))
+        return dist_error(DIST_FORMAT, "a malformed closure (dataset %u, %u arguments)", ds, nargs);
+    int f = -1;
+    for (int i = 0; i < w->reg->num_functions; i++)
+        if (strcmp(w->reg->functions[i].name, name) == 0) f = i;
+    if (f < 0)
+        return dist_error(DIST_NOT_FOUND,
+                          "no function '%s' is registered on %s "
+                          "(dist_strategy_register_function in every task)",
+                          name, ps_task_name(w->cl, w->cl->rank));
+    dist_tensor *args[DIST_CLOSURE_MAX_ARGS] = {0};
+    dist_tensor *results[DIST_CLOSURE_MAX_RESULTS] = {0};
+    int nres = 0;
+    dist_status st = DIST_OK;
+    for (uint32_t i = 0; i < nargs && st == DIST_OK; i++) st = ps_get_tensor(r, &args[i]);
+    if (st == DIST_OK && r->pos != r->len)
+        st = dist_error(DIST_FORMAT, "a closure with trailing bytes");
+    if (st == DIST_OK) {
+        st = w->reg->functions[f].fn(w->hooks->strategy,
+                                     ds == PS_NO_DATASET ? NULL : w->iterators[ds],
+                                     (const dist_tensor *const *)args, (int)nargs,
+                                     w->reg->functions[f].user, results, &nres);
+        if (st == DIST_OK && (nres < 0 || nres > DIST_CLOSURE_MAX_RESULTS))
+            st = dist_error(DIST_INVALID_ARGUMENT, "function '%s' returned %d results (at most %d)",
+                            name, nres, DIST_CLOSURE_MAX_RESULTS);
+    }
+    ps_buf_reset(&w->out);
+    if (st == DIST_OK) {
+        ps_put_u32(&w->out, (uint32_t)nres);
+        for (int i = 0; i < nres; i++) {
+            if (!results[i] || results[i]->device.kind != DIST_DEVICE_CPU) {
+                st = dist_error(DIST_INVALID_ARGUMENT,
+                                "function '%s': result %d is not a host tensor", name, i);
+                break;
+            }
+            ps_put_tensor(&w->out, results[i]);
+        }
+        if (st == DIST_OK && w->out.failed) st = dist_error(DIST_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < DIST_CLOSURE_MAX_ARGS; i++) dist_tensor_destroy(args[i]);
+    for (int i = 0; i < DIST_CLOSURE_MAX_RESULTS; i++) dist_tensor_destroy(results[i]);
+    if (st != DIST_OK) return dist_error_context(st, "function '%s'", name);
+    return DIST_OK;
+}
+
+/* One request from the chief. DIST_OK to go on (a failed request is answered); another
+ * status ends the connection. */
+static dist_status serve_request(worker_state *w, int fd, const ps_header *h, const char *who,
+                                 bool *stop) {
+    unsigned char *p = NULL;
+    DIST_TRY(ps_recv_payload(fd, h, &p, who));
+    ps_reader r = {p, (size_t)h->length, 0, false};
+    dist_status st = DIST_OK;
+    bool sent = false;
+    switch (h->type) {
+    case PS_MSG_EXEC:
+        st = on_exec(w, &r);
+        if (st == DIST_OK) {
+            ps_piece piece = {w->out.p, w->out.len};
+            st = ps_send_frame(fd, h->type | PS_MSG_REPLY, h->id, DIST_OK, &piece, 1,
+                               net_now() + PS_FRAME_STALL_S, who);
+            sent = true;
+        }
+        break;
+    case PS_MSG_DATASET: st = on_dataset(w, &r); break;
+    case PS_MSG_SHUTDOWN: *stop = true; break;
+    default:
+        st = dist_error(DIST_INVALID_USAGE, "%s sent %s to a worker", who, ps_msg_name(h->type));
+    }
+    free(p);
+    if (sent) return st;
+    if (st == DIST_OK)
+        return ps_send_frame(fd, h->type | PS_MSG_REPLY, h->id, DIST_OK, NULL, 0,
+                             net_now() + PS_FRAME_STALL_S, who);
+    return ps_send_error(fd, h->type, h->id, st, net_now() + PS_FRAME_STALL_S, who);
+}
+
+dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
+                            const ps_worker_hooks *hooks) {
+    worker_state *w = calloc(1, sizeof *w);
+    if (!w) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
+    w->cl = cl;
+    w->reg = reg;
+    w->hooks = hooks;
+    w->pending_fd = -1;
+    pthread_mutex_init(&w->mu, NULL);
+    int listen_fd = -1, fd = -1;
+    ps_acceptor *acc = NULL;
+    dist_status st = ps_listen(cl, &listen_fd);
+    if (st == DIST_OK) st = ps_acceptor_start(cl, listen_fd, on_accept, w, &acc);
+    if (st == DIST_OK)
+        dist_log(DIST_LOG_INFO, "parameter_server: %s serves closures at %s",
+                 ps_task_name(cl, cl->rank), cl->auth->addrs[cl->rank]);
+    char who[NET_NAME_CAP + NET_ADDR_CAP + 8];
+    ps_task_desc(cl, 0, who, sizeof who);
+    bool stop = false;
+    while (st == DIST_OK && !stop) {
+        pthread_mutex_lock(&w->mu);
+        if (w->pending_fd >= 0) { /* the chief connected (again): the newest connection wins */
+            net_close(&fd);
+            fd = w->pending_fd;
+            w->pending_fd = -1;
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (fd < 0) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ps_header h;
+        dist_status rs = ps_recv_header(fd, &h, PS_DEFAULT_FRAME_CAP, net_now() + 0.2, who);
+        if (rs == DIST_TIMEOUT) continue;
+        if (rs == DIST_OK) rs = serve_request(w, fd, &h, who, &stop);
+        if (rs != DIST_OK) {
+            dist_log(DIST_LOG_WARN,
+                     "parameter_server %s: the connection of %s ended (%s); waiting "
+                     "for the chief to connect again",
+                     ps_task_name(cl, cl->rank), who, dist_last_error());
+            net_close(&fd);
+        }
+    }
+    ps_acceptor_stop(acc);
+    net_close(&fd);
+    net_close(&w->pending_fd);
+    net_close(&listen_fd);
+    for (int i = 0; i < PS_MAX_DATASETS; i++)
+        if (w->iterators[i]) hooks->free_iterator(hooks->user, w->iterators[i]);
+    ps_buf_free(&w->out);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    return st;
+}
