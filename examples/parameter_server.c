@@ -146,7 +146,19 @@ static int run_chief(dist_strategy *s, task *t, long steps) {
     return rc;
 }
 
+/* The library's log (a re-queued closure, a worker that rejoined) on stderr. */
+static void print_log(dist_log_level level, const char *message, void *user) {
+    (void)user;
+    fprintf(stderr, "%s: %s\n",
+            level == DIST_LOG_ERROR  ? "error"
+            : level == DIST_LOG_WARN ? "warning"
+                                     : "info",
+            message);
+}
+
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines as they happen, also into a pipe */
+    dist_set_log_callback(print_log, DIST_LOG_INFO, NULL);
     long steps = argc > 1 ? strtol(argv[1], NULL, 10) : 200;
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_PARAMETER_SERVER;

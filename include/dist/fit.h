@@ -24,6 +24,7 @@
 #include "dist/loss_scale.h"
 #include "dist/nn.h"
 #include "dist/optim.h"
+#include "dist/ps.h"
 #include "dist/status.h"
 #include "dist/strategy.h"
 
@@ -157,10 +158,24 @@ typedef struct dist_fit_options {
     dist_loss_scale_optimizer *loss_scale;
     uint64_t seed;     /* the data seed, recorded in checkpoints */
     dist_trace *trace; /* optional timeline (borrowed) */
+    /* parameter_server, on the chief: every training step is a call of the registered function
+     * `closure` on whichever worker is free, with per-worker dataset `dataset`, scheduled
+     * through `coordinator` (borrowed; dist/ps.h). The function returns the train step's three
+     * outputs summed over its replicas as one float32 [3] tensor (dist_classifier_train_closure
+     * does). steps_per_epoch is then required, as in TF, and `train` may be NULL. Validation
+     * and callbacks run on the chief, with the variables read from the ps tasks. */
+    dist_coordinator *coordinator;
+    const char *closure;
+    int dataset;
 } dist_fit_options;
-#define DIST_FIT_OPTIONS_VERSION 1
+#define DIST_FIT_OPTIONS_VERSION 2
 #define DIST_FIT_OPTIONS_INIT                                                                      \
-    { DIST_FIT_OPTIONS_VERSION, 1, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL }
+    {                                                                                              \
+        .version = DIST_FIT_OPTIONS_VERSION, .epochs = 1, .steps_per_epoch = 0,                    \
+        .train_step = NULL, .train_step_user = NULL, .eval_step = NULL, .eval_step_user = NULL,    \
+        .loss_scale = NULL, .seed = 0, .trace = NULL, .coordinator = NULL, .closure = NULL,        \
+        .dataset = -1                                                                              \
+    }
 
 typedef struct dist_fit_result {
     dist_logs logs;      /* the last epoch's logs */
@@ -262,13 +277,13 @@ typedef struct dist_reduce_lr_on_plateau_options {
     double min_lr;    /* 0 */
 } dist_reduce_lr_on_plateau_options;
 #define DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION 1
-#define DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT                                                                \
+#define DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT                                                     \
     { DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION, "val_loss", 0.1, 10, DIST_MODE_AUTO, 1e-4, 0, 0.0 }
 
 typedef struct dist_reduce_lr_on_plateau dist_reduce_lr_on_plateau;
 /* Errors: DIST_INVALID_ARGUMENT (factor not in (0, 1), negative patience or cooldown). */
 DIST_API dist_status dist_reduce_lr_on_plateau_create(const dist_reduce_lr_on_plateau_options *opts,
-                                           dist_reduce_lr_on_plateau **out);
+                                                      dist_reduce_lr_on_plateau **out);
 DIST_API void dist_reduce_lr_on_plateau_destroy(dist_reduce_lr_on_plateau *r);
 DIST_API dist_callback dist_reduce_lr_on_plateau_callback(dist_reduce_lr_on_plateau *r);
 DIST_API int dist_reduce_lr_on_plateau_wait(const dist_reduce_lr_on_plateau *r);

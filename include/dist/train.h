@@ -16,6 +16,7 @@
 #include "dist/nn.h"
 #include "dist/optim.h"
 #include "dist/replica.h"
+#include "dist/strategy.h"
 
 #include <stdint.h>
 
@@ -39,6 +40,17 @@ DIST_API dist_status dist_classifier_train_step(dist_replica_ctx *rc, const dist
 /* A dist_step_fn: forward and loss only. */
 DIST_API dist_status dist_classifier_eval_step(dist_replica_ctx *rc, const dist_element *inputs,
                                                void *user, dist_element *outputs);
+
+/* A dist_closure_fn (dist/ps.h) for the parameter_server strategy: one
+ * dist_classifier_train_step on this worker's next batch of `iterator` (starting it again at
+ * its end: each worker repeats its dataset), returning the three outputs summed over the
+ * worker's replicas as one float32 [3] tensor (loss share, correct, count). user =
+ * dist_classifier_step (the worker's model and optimizer). */
+DIST_API dist_status dist_classifier_train_closure(dist_strategy *s,
+                                                   dist_distributed_iterator *iterator,
+                                                   const dist_tensor *const *args, int num_args,
+                                                   void *user, dist_tensor **results,
+                                                   int *num_results);
 
 DIST_END_DECLS
 

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -160,13 +161,73 @@ dist_status dist_evaluate(dist_strategy *s, dist_model *model, dist_distributed_
         }                                                                                          \
     } while (0)
 
+/* parameter_server: the epoch's steps are scheduled as closures at once (the coordinator keeps
+ * every worker busy), then their results are fetched in order, each one a batch's end for the
+ * callbacks. A failed closure fails the epoch with the coordinator's error (join's). */
+static dist_status ps_epoch(const dist_fit_options *o, dist_fit_state *fs, dist_fit_result *res,
+                            const dist_callback *callbacks, int count, dist_logs *logs,
+                            double epoch_start) {
+    int64_t n = o->steps_per_epoch - fs->step;
+    dist_remote_value **rv = calloc((size_t)(n > 0 ? n : 1), sizeof *rv);
+    if (!rv) return dist_error(DIST_OUT_OF_MEMORY, "fit: out of memory");
+    dist_status st = DIST_OK;
+    for (int64_t i = 0; i < n && st == DIST_OK; i++)
+        st = dist_coordinator_schedule(o->coordinator, o->closure, o->dataset, NULL, 0, &rv[i]);
+    double t0 = now_s();
+    for (int64_t i = 0; i < n && st == DIST_OK; i++) {
+        const dist_tensor *r = NULL;
+        st = dist_remote_value_fetch(rv[i], 0, &r);
+        if (st != DIST_OK) break;
+        if (r->dtype != DIST_F32 || dist_tensor_numel(r) < 3) {
+            st = dist_error(DIST_INVALID_ARGUMENT,
+                            "fit: closure '%s' must return a float32 [3] tensor (loss share, "
+                            "correct, count)",
+                            o->closure);
+            break;
+        }
+        const float *v = r->data;
+        fs->sums[0] += (double)v[0] * v[2];
+        fs->sums[1] += v[1];
+        fs->sums[2] += v[2];
+        fs->epoch_images += (int64_t)v[2];
+        fs->epoch_step_seconds = now_s() - t0;
+        fs->epoch_seconds = now_s() - epoch_start;
+        res->steps++;
+        if (!isfinite(fs->sums[0])) {
+            st = dist_error(DIST_INVALID_ARGUMENT,
+                            "fit: the loss became %g at epoch %d, step %lld (a learning rate too "
+                            "high?)",
+                            fs->sums[0], fs->epoch + 1, (long long)fs->step + 1);
+            break;
+        }
+        int64_t batch = fs->step;
+        fs->step++;
+        fs->global_step++;
+        dist_logs_clear(logs);
+        sums_to_logs(fs->sums, "", logs);
+        for (int c = 0; c < count && st == DIST_OK; c++)
+            if (callbacks[c].on_batch_end)
+                st = callbacks[c].on_batch_end(callbacks[c].user, fs, batch, logs);
+    }
+    /* the root cause of a failure (a cancelled closure's error names the first one) */
+    dist_status js = dist_coordinator_join(o->coordinator);
+    if (js != DIST_OK && (st == DIST_OK || st == DIST_CANCELLED)) st = js;
+    for (int64_t i = 0; i < n; i++) dist_remote_value_release(rv[i]);
+    free(rv);
+    return st;
+}
+
 dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimizer,
                      dist_distributed_dataset *train, dist_distributed_dataset *validation,
                      const dist_fit_options *o, const dist_callback *callbacks, int count,
                      dist_fit_result *result) {
-    DIST_CHECK_ARG(s && model && optimizer && train && o, "dist_fit: NULL argument");
+    DIST_CHECK_ARG(s && model && optimizer && o && (train || o->coordinator),
+                   "dist_fit: NULL argument");
     DIST_CHECK_ARG(o->version == DIST_FIT_OPTIONS_VERSION, "fit options: version %d, expected %d",
                    o->version, DIST_FIT_OPTIONS_VERSION);
+    DIST_CHECK_ARG(!o->coordinator || (o->closure && o->steps_per_epoch > 0),
+                   "fit with a coordinator (parameter_server): closure and steps_per_epoch are "
+                   "required (each worker repeats its own dataset, as in TF)");
     DIST_CHECK_ARG(o->epochs >= 1, "fit: epochs must be >= 1, got %d", o->epochs);
     DIST_CHECK_ARG(o->steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0");
     DIST_CHECK_ARG(count >= 0 && (count == 0 || callbacks), "fit: %d callbacks but no array",
@@ -202,14 +263,18 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     dist_logs logs;
     dist_logs_clear(&logs);
     dist_status st = DIST_OK;
-    DIST_TRY(dist_distributed_dataset_iterator(train, &fs.train_iterator));
-    dist_iterator *base = dist_distributed_iterator_base(fs.train_iterator);
+    dist_iterator *base = NULL;
+    if (!o->coordinator) {
+        DIST_TRY(dist_distributed_dataset_iterator(train, &fs.train_iterator));
+        base = dist_distributed_iterator_base(fs.train_iterator);
+    }
 
     EACH_CALLBACK(on_train_begin, &logs);
     for (int e = fs.initial_epoch; e < o->epochs && !fs.stop_training; e++) {
         int resumed_inside = e == fs.initial_epoch && fs.initial_step > 0;
         /* Epoch e reads epoch e of the data: the same order in a resumed run. */
-        if (!resumed_inside && (dist_iterator_epoch(base) != e || dist_iterator_position(base)))
+        if (base && !resumed_inside &&
+            (dist_iterator_epoch(base) != e || dist_iterator_position(base)))
             DIST_TRY_GOTO(dist_iterator_seek_epoch(base, e), st, out);
         fs.epoch = e;
         fs.step = resumed_inside ? fs.initial_step : 0;
@@ -219,7 +284,9 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         double epoch_start = now_s();
         dist_logs_clear(&logs);
         EACH_CALLBACK(on_epoch_begin, e, &logs);
-        for (;;) {
+        if (o->coordinator)
+            DIST_TRY_GOTO(ps_epoch(o, &fs, &res, callbacks, count, &logs, epoch_start), st, out);
+        for (; !o->coordinator;) {
             if (o->steps_per_epoch && fs.step >= o->steps_per_epoch) break;
             dist_per_replica_element in;
             int end = 0;

@@ -4,6 +4,11 @@
  * first failure's code (the others notice the lost peer and stop; the launcher ends any that
  * are still running a grace period later).
  *
+ * distrain --strategy parameter_server --workers N --ps M: a chief, N workers and M ps tasks,
+ * forwarded behind "[chief 0] ", "[worker i] ", "[ps j] ". The chief's exit code is the job's
+ * (a worker may die and come back: the coordinator runs its work elsewhere); when the chief has
+ * exited the others get a few seconds to leave, then are stopped.
+ *
  * Unless a token is given ($DIST_CLUSTER_TOKEN, $DIST_CLUSTER_TOKEN_FILE, --cluster-token-file),
  * the launcher makes a random cluster token and hands it to its workers in their environment
  * (never on a command line, which every local user can read in /proc): only they can join. */
@@ -23,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_WORKERS 64
+#define MAX_WORKERS 130 /* a chief, 64 workers, 64 ps */
 #define LINE_MAX_BYTES 4096
 
 typedef struct stream {
@@ -34,6 +39,7 @@ typedef struct stream {
 } stream;
 
 typedef struct worker {
+    char label[24]; /* "worker 1", "ps 0" */
     pid_t pid;
     int done, status;
     stream out, err;
@@ -73,13 +79,13 @@ static int free_ports(int n, int *ports) {
     return ok;
 }
 
-static void emit(stream *s, int id, const char *line, size_t len) {
-    fprintf(s->sink, "[worker %d] %.*s\n", id, (int)len, line);
+static void emit(stream *s, const char *label, const char *line, size_t len) {
+    fprintf(s->sink, "[%s] %.*s\n", label, (int)len, line);
     fflush(s->sink);
 }
 
 /* Reads what is there; forwards complete lines (a very long line is cut into pieces). */
-static void pump(stream *s, int id) {
+static void pump(stream *s, const char *id) {
     ssize_t got = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
     if (got <= 0) {
         if (got < 0 && errno == EINTR) return;
@@ -109,11 +115,11 @@ static int exit_code(int status) {
     return 1;
 }
 
-static void describe_exit(int id, int status) {
+static void describe_exit(const char *label, int status) {
     if (WIFSIGNALED(status))
-        fprintf(stderr, "distrain: worker %d was killed by signal %d\n", id, WTERMSIG(status));
+        fprintf(stderr, "distrain: %s was killed by signal %d\n", label, WTERMSIG(status));
     else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-        fprintf(stderr, "distrain: worker %d exited with code %d\n", id, WEXITSTATUS(status));
+        fprintf(stderr, "distrain: %s exited with code %d\n", label, WEXITSTATUS(status));
 }
 
 /* 32 random bytes in hex into out (65 bytes); 0 when the kernel has none to give. */
@@ -142,11 +148,11 @@ static char **child_argv(int argc, char **argv, int threads, char *threads_buf) 
     int n = 0, has_threads = 0;
     out[n++] = argv[0];
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--workers") == 0) {
+        if (strcmp(argv[i], "--workers") == 0 || strcmp(argv[i], "--ps") == 0) {
             i++;
             continue;
         }
-        if (strncmp(argv[i], "--workers=", 10) == 0) continue;
+        if (strncmp(argv[i], "--workers=", 10) == 0 || strncmp(argv[i], "--ps=", 5) == 0) continue;
         if (strcmp(argv[i], "--threads") == 0 || strncmp(argv[i], "--threads=", 10) == 0)
             has_threads = 1;
         out[n++] = argv[i];
@@ -161,10 +167,12 @@ static char **child_argv(int argc, char **argv, int threads, char *threads_buf) 
 }
 
 int distrain_launch(int argc, char **argv, const distrain_options *o) {
-    int n = o->workers;
+    int ps_mode = o->ps > 0;
+    /* tasks: multi_worker's workers, or the chief, the workers and the ps tasks */
+    int n = ps_mode ? 1 + o->workers + o->ps : o->workers;
     int ports[MAX_WORKERS];
     if (n > MAX_WORKERS) {
-        fprintf(stderr, "distrain: --workers: at most %d\n", MAX_WORKERS);
+        fprintf(stderr, "distrain: --workers: at most %d tasks\n", MAX_WORKERS);
         return 2;
     }
     if (!free_ports(n, ports)) return 1;
@@ -175,19 +183,31 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
         return 1;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores / n > 0 ? (int)(cores / n) : 1;
+    int threads = cores / o->workers > 0 ? (int)(cores / o->workers) : 1;
     char threads_buf[16];
     char **args = child_argv(argc, argv, threads, threads_buf);
     if (!args) return 1;
     /* every worker's cluster: "127.0.0.1:p0", ... */
-    size_t cap = 64 + (size_t)n * 32;
+    size_t cap = 96 + (size_t)n * 32;
     char *cluster = malloc(cap), *tf_config = malloc(cap + 64);
     if (!cluster || !tf_config) return 1;
-    size_t len = (size_t)snprintf(cluster, cap, "{\"worker\":[");
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(cluster + len, cap - len, "%s\"127.0.0.1:%d\"", i ? "," : "",
-                                ports[i]);
-    snprintf(cluster + len, cap - len, "]}");
+    static const char *const jobs[] = {"chief", "worker", "ps"};
+    const int counts[] = {ps_mode ? 1 : 0, o->workers, ps_mode ? o->ps : 0};
+    const char *task_job[MAX_WORKERS];
+    int task_index[MAX_WORKERS];
+    size_t len = (size_t)snprintf(cluster, cap, "{");
+    for (int j = 0, t = 0; j < 3; j++) {
+        if (!counts[j]) continue;
+        len += (size_t)snprintf(cluster + len, cap - len, "%s\"%s\":[", t ? "," : "", jobs[j]);
+        for (int i = 0; i < counts[j]; i++, t++) {
+            task_job[t] = jobs[j];
+            task_index[t] = i;
+            len += (size_t)snprintf(cluster + len, cap - len, "%s\"127.0.0.1:%d\"", i ? "," : "",
+                                    ports[t]);
+        }
+        len += (size_t)snprintf(cluster + len, cap - len, "]");
+    }
+    snprintf(cluster + len, cap - len, "}");
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -206,8 +226,9 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             rc = 1;
             break;
         }
-        snprintf(tf_config, cap + 64,
-                 "{\"cluster\":%s,\"task\":{\"type\":\"worker\",\"index\":%d}}", cluster, i);
+        snprintf(tf_config, cap + 64, "{\"cluster\":%s,\"task\":{\"type\":\"%s\",\"index\":%d}}",
+                 cluster, task_job[i], task_index[i]);
+        snprintf(w[i].label, sizeof w[i].label, "%s %d", task_job[i], task_index[i]);
         fflush(NULL);
         pid_t pid = fork();
         if (pid < 0) {
@@ -226,7 +247,8 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             if (token[0]) setenv("DIST_CLUSTER_TOKEN", token, 1);
             execv("/proc/self/exe", args);
             execvp(argv[0], args);
-            fprintf(stderr, "distrain: cannot start worker %d: %s\n", i, strerror(errno));
+            fprintf(stderr, "distrain: cannot start %s %d: %s\n", task_job[i], task_index[i],
+                    strerror(errno));
             _exit(1);
         }
         close(po[1]);
@@ -250,14 +272,15 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
     for (;;) {
         struct pollfd fds[2 * MAX_WORKERS];
         stream *which[2 * MAX_WORKERS];
-        int ids[2 * MAX_WORKERS], nf = 0;
+        const char *ids[2 * MAX_WORKERS];
+        int nf = 0;
         for (int i = 0; i < started; i++) {
             stream *ss[2] = {&w[i].out, &w[i].err};
             for (int k = 0; k < 2; k++)
                 if (ss[k]->fd >= 0) {
                     fds[nf] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
                     which[nf] = ss[k];
-                    ids[nf++] = i;
+                    ids[nf++] = w[i].label;
                 }
         }
         if (nf == 0 && running == 0) break;
@@ -272,10 +295,19 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             w[i].done = 1;
             w[i].status = status;
             running--;
-            if (exit_code(status) != 0 && first_failure < 0) {
+            if (ps_mode && i == 0) { /* the chief is done: the job is */
+                if (first_failure < 0) {
+                    first_failure = 0;
+                    failed_at = now_s();
+                    grace_s = 10;
+                }
+                if (exit_code(status) != 0) describe_exit(w[i].label, status);
+            } else if (ps_mode) {
+                if (exit_code(status) != 0) describe_exit(w[i].label, status);
+            } else if (exit_code(status) != 0 && first_failure < 0) {
                 first_failure = i;
                 failed_at = now_s();
-                describe_exit(i, status);
+                describe_exit(w[i].label, status);
             }
         }
         if (g_signal) {
@@ -289,8 +321,10 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
         }
         if (first_failure >= 0 && running > 0 && !killed && now_s() - failed_at > grace_s) {
             fprintf(stderr,
-                    "distrain: stopping the workers still running %.0f s after the first "
-                    "failure\n",
+                    ps_mode ? "distrain: stopping the tasks still running %.0f s after the "
+                              "chief ended\n"
+                            : "distrain: stopping the workers still running %.0f s after the "
+                              "first failure\n",
                     grace_s);
             for (int i = 0; i < started; i++)
                 if (!w[i].done) kill(w[i].pid, SIGKILL);

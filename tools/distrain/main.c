@@ -46,6 +46,12 @@ typedef struct run_state {
     int threads;
     int host_workers; /* > 1: workers of this cluster sharing this host's cores */
     int chief;        /* prints progress and writes the metrics (TF's chief rule) */
+    /* parameter_server: the training closure's state on a worker, the data seed (each worker
+     * shuffles its own copy of the training set in its own order), the chief's coordinator */
+    dist_classifier_step ps_step;
+    uint64_t data_seed;
+    dist_coordinator *coordinator;
+    int ps_dataset;
 } run_state;
 
 static int fail(const char *what) {
@@ -197,7 +203,7 @@ static int load_data(run_state *s) {
     }
     /* Shuffle the small uint8 examples, then normalize: the shuffle buffer holds 10,000
      * examples, 4x less memory than as floats. */
-    if (!st) st = chain(&train, dist_dataset_shuffle(train, 10000, o->seed, 1, &next), &next);
+    if (!st) st = chain(&train, dist_dataset_shuffle(train, 10000, s->data_seed, 1, &next), &next);
     if (!st) st = chain(&train, dist_dataset_map_image_normalize(train, &next), &next);
     if (!st) st = chain(&test, dist_dataset_map_image_normalize(test, &next), &next);
     if (!st)
@@ -418,6 +424,9 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         return rc;
     }
     dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
+    fo.coordinator = s->coordinator; /* parameter_server: steps are closures on the workers */
+    fo.closure = "distrain.train";
+    fo.dataset = s->ps_dataset;
     fo.epochs = o->epochs;
     fo.steps_per_epoch = (s->train_examples + o->batch_size - 1) / o->batch_size;
     if (o->max_steps && o->max_steps < fo.steps_per_epoch) fo.steps_per_epoch = o->max_steps;
@@ -496,6 +505,25 @@ static dist_status make_loss_scale(run_state *s) {
     return dist_loss_scale_optimizer_create(s->optimizer, &lo, &s->loss_scale);
 }
 
+/* parameter_server: each worker's dataset is its own shuffle of the training set (its data
+ * seed), in per-replica batches. */
+static dist_status ps_dataset_fn(const dist_input_context *ctx, void *user, dist_dataset **out) {
+    run_state *s = user;
+    if (ctx->num_replicas_in_sync == 1) {
+        *out = dist_dataset_retain(s->train);
+        return DIST_OK;
+    }
+    return dist_dataset_rebatch(s->train, ctx->num_replicas_in_sync, out);
+}
+
+/* parameter_server, every task: the names the chief schedules and the workers run. */
+static dist_status ps_register(run_state *s) {
+    s->ps_step = (dist_classifier_step){s->model, s->optimizer, 0, NULL};
+    DIST_RETURN_IF_ERROR(dist_strategy_register_function(
+        s->strategy, "distrain.train", dist_classifier_train_closure, &s->ps_step));
+    return dist_strategy_register_dataset_function(s->strategy, "distrain.train", ps_dataset_fn, s);
+}
+
 static int train(run_state *s) {
     const distrain_options *o = s->o;
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
@@ -542,6 +570,7 @@ static int train(run_state *s) {
     so.collective_timeout_s = o->collective_timeout_s;
     so.connect_timeout_s = o->connect_timeout_s;
     so.allow_insecure = o->insecure;
+    so.variable_partitioner = &o->partitioner;
     if (o->token_file) setenv("DIST_CLUSTER_TOKEN_FILE", o->token_file, 1);
     if (o->transport)
         so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
@@ -555,6 +584,16 @@ static int train(run_state *s) {
     }
     if (st) return fail("creating the strategy");
     s->chief = dist_strategy_is_chief(s->strategy);
+    int ps_kind = so.kind == DIST_STRATEGY_PARAMETER_SERVER;
+    const char *role = dist_strategy_task_type(s->strategy);
+    if (ps_kind && strcmp(role, "ps") == 0) {
+        /* a ps task holds variables until the chief shuts the cluster down */
+        if (dist_strategy_serve(s->strategy)) return fail("serving the variables");
+        return 0;
+    }
+    s->data_seed = o->seed;
+    if (ps_kind && strcmp(role, "worker") == 0)
+        s->data_seed = o->seed + 1000003u * (uint64_t)(dist_strategy_task_index(s->strategy) + 1);
     /* The other workers repeat what the chief says: only their warnings and errors show. */
     if (!s->chief) dist_set_log_callback(on_log, DIST_LOG_WARN, NULL);
     int replicas = dist_strategy_num_local_replicas(s->strategy);
@@ -587,6 +626,12 @@ static int train(run_state *s) {
     if (!st) st = make_loss_scale(s);
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
+    if (ps_kind && ps_register(s)) return fail("registering the training step");
+    if (ps_kind && strcmp(role, "worker") == 0) {
+        /* the worker runs the chief's closures until it shuts the cluster down */
+        if (dist_strategy_serve(s->strategy)) return fail("serving the chief");
+        return 0;
+    }
 
     if (!o->quiet && s->chief) {
         char summary[8192];
@@ -621,6 +666,9 @@ static int train(run_state *s) {
             printf("Threads: %d workers share this host's %d cores: %d thread(s) per replica "
                    "(--threads overrides)\n",
                    s->host_workers, cpus, s->threads);
+        if (ps_kind)
+            printf("Cluster: parameter_server, this is the chief (coordinator); steps run on the "
+                   "workers as closures, variables live on the ps tasks\n");
         if (dist_strategy_num_workers(s->strategy) > 1)
             printf("Cluster: %d workers, %d replicas in sync; this is worker %d (chief)\n",
                    dist_strategy_num_workers(s->strategy),
@@ -637,7 +685,20 @@ static int train(run_state *s) {
         dist_strategy_distribute_dataset(s->strategy, s->test, &dtest) ||
         (s->val && dist_strategy_distribute_dataset(s->strategy, s->val, &dval)))
         rc = fail("distributing the data");
+    if (!rc && ps_kind) {
+        if (dist_coordinator_create(s->strategy, NULL, &s->coordinator) ||
+            dist_coordinator_create_per_worker_dataset(s->coordinator, "distrain.train",
+                                                       &s->ps_dataset))
+            rc = fail("starting the coordinator");
+    }
     if (!rc) rc = fit(s, dtrain, dval, dtest);
+    if (s->coordinator) {
+        /* the workers and ps tasks leave when told, failed run or not */
+        if (dist_coordinator_shutdown_cluster(s->coordinator))
+            fprintf(stderr, "distrain: shutting the cluster down: %s\n", dist_last_error());
+        dist_coordinator_destroy(s->coordinator);
+        s->coordinator = NULL;
+    }
     dist_distributed_dataset_destroy(dtrain);
     dist_distributed_dataset_destroy(dtest);
     dist_distributed_dataset_destroy(dval);
@@ -706,6 +767,14 @@ static int check_output_dir(const char *flag, const char *path) {
  * checked now. */
 static int check_flags(distrain_options *o) {
     int multi = strcmp(o->strategy, "multi_worker") == 0;
+    int ps = strcmp(o->strategy, "parameter_server") == 0;
+    if (ps && ((o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0) ||
+               (o->loss_scale && strcmp(o->loss_scale, "none") != 0))) {
+        fprintf(stderr, "distrain: --strategy parameter_server: the ps tasks apply plain Adam or "
+                        "SGD; loss scaling (--loss-scale, --mixed-precision fp16) is not "
+                        "supported there\n");
+        return 2;
+    }
     if (o->backup_freq && !o->backup_dir) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
         return 2;
@@ -722,8 +791,9 @@ static int check_flags(distrain_options *o) {
                           : o->collective_timeout_s ? "--collective-timeout"
                           : o->connect_timeout_s    ? "--connect-timeout"
                                                     : NULL;
-    if (mw_flag && !multi) {
-        fprintf(stderr, "distrain: %s applies to --strategy multi_worker only\n", mw_flag);
+    if (mw_flag && !multi && !(ps && strcmp(mw_flag, "--transport") != 0)) {
+        fprintf(stderr, "distrain: %s applies to --strategy multi_worker%s only\n", mw_flag,
+                strcmp(mw_flag, "--transport") ? " and parameter_server" : "");
         return 2;
     }
     if (o->dataset && strcmp(o->data_format, "jpeg-folder") == 0) {

@@ -17,7 +17,8 @@ typedef struct distrain_flag {
 } distrain_flag;
 
 static const distrain_flag flags[] = {
-    {"--strategy", 1, "one_device|mirrored|multi_worker", "mirrored", "distribution strategy"},
+    {"--strategy", 1, "one_device|mirrored|multi_worker|parameter_server", "mirrored",
+     "distribution strategy"},
     {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core",
      "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
     {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
@@ -34,8 +35,12 @@ static const distrain_flag flags[] = {
     {"--steps-per-epoch", 1, "N", "the whole epoch", "stop each epoch after N steps"},
     {"--metrics-json", 1, "FILE", "", "write the final metrics as JSON"},
     {"--workers", 1, "N", "",
-     "multi_worker: run N local worker processes on loopback (without "
-     "it, TF_CONFIG says which worker this is)"},
+     "multi_worker, parameter_server: run N local worker processes on loopback (without "
+     "it, TF_CONFIG says which task this is)"},
+    {"--ps", 1, "N", "",
+     "parameter_server: with --workers, also run a chief and N ps processes on loopback"},
+    {"--variable-partitioner", 1, "none|fixed:N|min_size:B[:M]|max_size:B[:M]", "none",
+     "parameter_server: split variables into shards on the ps tasks (TF's partitioners)"},
     {"--transport", 1, "auto|tcp|shm|mpi", "auto",
      "multi_worker: how workers exchange gradients (auto: shared memory when all are on this "
      "host; mpi: the MPI world of mpirun/srun, the cluster when TF_CONFIG is absent)"},
@@ -128,6 +133,7 @@ static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, in
 int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     memset(o, 0, sizeof *o);
     o->strategy = "mirrored";
+    o->partitioner = (dist_partitioner)DIST_PARTITIONER_INIT;
     o->dataset = NULL; /* mnist; NULL tells "not given" apart */
     o->data_format = "idx";
     o->epochs = 5;
@@ -241,6 +247,12 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->metrics_json = v;
         } else if (strcmp(a, "--workers") == 0) {
             if (!(rc = parse_int(a, v, 1, 64, &n))) o->workers = (int)n;
+        } else if (strcmp(a, "--ps") == 0) {
+            if (!(rc = parse_int(a, v, 1, 64, &n))) o->ps = (int)n;
+        } else if (strcmp(a, "--variable-partitioner") == 0) {
+            if (dist_partitioner_parse(v, &o->partitioner) != DIST_OK)
+                return bad(a, v, dist_last_error());
+            o->partitioner_given = 1;
         } else if (strcmp(a, "--transport") == 0) {
             if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm") && strcmp(v, "mpi"))
                 return bad(a, v, "expected auto, tcp, shm or mpi");
@@ -317,8 +329,23 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (rc) return rc;
     }
-    if (o->workers > 0 && strcmp(o->strategy, "multi_worker") != 0) {
-        fprintf(stderr, "distrain: --workers needs --strategy multi_worker\n");
+    int ps = strcmp(o->strategy, "parameter_server") == 0;
+    if (o->workers > 0 && strcmp(o->strategy, "multi_worker") != 0 && !ps) {
+        fprintf(stderr, "distrain: --workers needs --strategy multi_worker or parameter_server\n");
+        return 2;
+    }
+    if (o->ps > 0 && (!ps || !o->workers)) {
+        fprintf(stderr, "distrain: --ps needs --strategy parameter_server and --workers\n");
+        return 2;
+    }
+    if (ps && o->workers > 0 && !o->ps) {
+        fprintf(stderr, "distrain: --strategy parameter_server --workers N needs --ps M (the "
+                        "ps tasks that hold the variables)\n");
+        return 2;
+    }
+    if (o->partitioner_given && !ps) {
+        fprintf(stderr, "distrain: --variable-partitioner applies to --strategy "
+                        "parameter_server only\n");
         return 2;
     }
     return 0;

@@ -2,6 +2,8 @@
 #ifndef DISTRAIN_OPTIONS_H
 #define DISTRAIN_OPTIONS_H
 
+#include "dist/partitioner.h"
+
 #include <stdint.h>
 #include <stdio.h>
 
@@ -23,7 +25,10 @@ typedef struct distrain_options {
     int print_cluster;
     int64_t max_steps; /* per epoch; 0 = all (for quick runs and benchmarks) */
     /* multi_worker */
-    int workers;                 /* > 0: spawn this many local workers (the launcher) */
+    int workers;                  /* > 0: spawn this many local workers (the launcher) */
+    int ps;                       /* parameter_server with workers: this many ps tasks too */
+    dist_partitioner partitioner; /* --variable-partitioner */
+    int partitioner_given;
     double collective_timeout_s; /* 0: the strategy's default (60 s across workers) */
     double connect_timeout_s;    /* 0: 300 s */
     const char *transport;       /* auto | tcp | shm */
