@@ -1,0 +1,42 @@
+# The parameter-server strategy end to end, with real processes on 127.0.0.1
+# (tests/cli/ps_cluster.py starts a chief, workers and ps tasks with their TF_CONFIGs and one
+# cluster token, and can SIGKILL and restart a task in the middle).
+set(ps_cluster ${CMAKE_CURRENT_SOURCE_DIR}/cli/ps_cluster.py)
+set(accuracy_re "test accuracy: 0\\.9[5-9]")
+
+# distrain --workers 2 --ps N: >= 0.95 on the built-in subset in 5 epochs (625 closures).
+foreach(ps 1 2)
+  add_test(NAME distrain.ps_accuracy_${ps}ps
+           COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=parameter_server
+                   "-DARGS=--workers;2;--ps;${ps}" -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_ps${ps}.json
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+  set_tests_properties(distrain.ps_accuracy_${ps}ps PROPERTIES LABELS "cli;slow;ps" TIMEOUT 600)
+endforeach()
+
+# A worker SIGKILLed in epoch 2: its closure is re-queued on the other worker (logged naming
+# both), every step still runs, the accuracy is reached; restarted, it rejoins.
+add_test(NAME distrain.ps_worker_killed
+         COMMAND python3 ${ps_cluster} --workers 2 --ps 1 --timeout 500 --kill worker/1
+                 --kill-after "Epoch 2/5" --expect "lost worker/1 at 127\\.0\\.0\\.1:[0-9]+.*closure #[0-9]+ 'distrain\\.train' re-queued"
+                 --expect "${accuracy_re}" --expect "625/625|125/125" --
+                 $<TARGET_FILE:distrain> --strategy parameter_server)
+add_test(NAME distrain.ps_worker_rejoins
+         COMMAND python3 ${ps_cluster} --workers 2 --ps 1 --timeout 500 --kill worker/1
+                 --kill-after "Epoch 2/5" --restart --expect "re-queued"
+                 --expect "worker/1 at 127\\.0\\.0\\.1:[0-9]+ rejoined" --expect "${accuracy_re}" --
+                 $<TARGET_FILE:distrain> --strategy parameter_server)
+# The ps SIGKILLed: the chief fails (exit 1) within 90 s, naming the ps and its address.
+add_test(NAME distrain.ps_ps_killed
+         COMMAND python3 ${ps_cluster} --workers 2 --ps 1 --timeout 300 --kill ps/0
+                 --kill-after "Epoch 2/5" --expect-chief-exit 1 --chief-within 90
+                 --expect "\\[chief/0\\] distrain: training: .*ps/0 at 127\\.0\\.0\\.1:[0-9]+" --
+                 $<TARGET_FILE:distrain> --strategy parameter_server)
+set_tests_properties(distrain.ps_worker_killed distrain.ps_worker_rejoins distrain.ps_ps_killed
+                     PROPERTIES LABELS "cli;slow;ps" TIMEOUT 600)
+
+# The coordinator API used directly (examples/parameter_server.c).
+add_test(NAME example.parameter_server
+         COMMAND python3 ${ps_cluster} --workers 2 --ps 1 --timeout 300
+                 --expect "closures: 200 scheduled, 200 completed" --expect "test accuracy 0\\.[89]"
+                 -- $<TARGET_FILE:example_parameter_server> 200)
+set_tests_properties(example.parameter_server PROPERTIES LABELS "example;ps" TIMEOUT 600)
