@@ -8,6 +8,8 @@
 
 /* Extends a running CRC-32C (start with 0) by n bytes. */
 uint32_t dist_crc32c_extend(uint32_t crc, const void *data, size_t n);
+/* The portable table path, whatever the processor (tests compare it with the fast one). */
+uint32_t dist_crc32c_extend_table(uint32_t crc, const void *data, size_t n);
 /* CRC-32C of n bytes. */
 uint32_t dist_crc32c(const void *data, size_t n);
 /* TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8, so that a CRC stored in

@@ -55,6 +55,22 @@ static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* The SSE4.2 path (where the processor has it) and the table agree at every length and
+ * alignment, across chunked calls too. */
+START_TEST(test_crc32c_fast_path_equals_the_table_at_every_length_and_alignment) {
+    unsigned char buf[600];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131u + 7u);
+    for (size_t off = 0; off < 9; off++)
+        for (size_t n = 0; n + off <= sizeof buf; n += 13) {
+            uint32_t fast = dist_crc32c_extend(0x1234u, buf + off, n);
+            ck_assert_uint_eq(fast, dist_crc32c_extend_table(0x1234u, buf + off, n));
+            uint32_t two = dist_crc32c_extend(dist_crc32c_extend(0, buf + off, n / 3),
+                                              buf + off + n / 3, n - n / 3);
+            ck_assert_uint_eq(two, dist_crc32c_extend_table(0, buf + off, n));
+        }
+}
+END_TEST
+
 START_TEST(test_crc32c_check_value_of_123456789) {
     ck_assert_uint_eq(dist_crc32c("123456789", 9), 0xE3069283u);
 }
@@ -177,6 +193,7 @@ static Suite *tensorboard_suite(void) {
     Suite *s = suite_create("tensorboard");
     TCase *tc = tcase_create("events");
     tcase_add_checked_fixture(tc, NULL, remove_tmpdir);
+    tcase_add_test(tc, test_crc32c_fast_path_equals_the_table_at_every_length_and_alignment);
     tcase_add_test(tc, test_crc32c_check_value_of_123456789);
     tcase_add_test(tc, test_crc32c_of_32_zero_bytes_is_the_rfc3720_vector);
     tcase_add_test(tc, test_crc32c_extend_in_pieces_equals_one_shot);
