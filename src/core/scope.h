@@ -33,7 +33,19 @@ typedef struct dist_placement {
     /* A host value into the variable everywhere it lives. NULL: each local copy. */
     dist_status (*restore_state)(void *owner, dist_tensor *const *per_replica, const void *src,
                                  size_t bytes);
+    /* An optimizer's slot `slot` of these variables (laid out like them) and its update count,
+     * where the strategy keeps them (parameter_server: on the ps tasks, beside the variables).
+     * NULL: the optimizer's own buffers hold them. */
+    dist_status (*save_slot)(void *owner, dist_tensor *const *per_replica, int slot, void *dst,
+                             size_t bytes, int64_t *iterations);
+    dist_status (*restore_slot)(void *owner, dist_tensor *const *per_replica, int slot,
+                                const void *src, size_t bytes, int64_t iterations);
 } dist_placement;
+
+/* Where `model` was built (its strategy's placement; NULL outside every scope). Implemented
+ * by nn (src/nn/model.c), for the optimizer's slots. */
+struct dist_model;
+const dist_placement *dist_model_placement(const struct dist_model *model);
 
 /* The innermost placement on this thread, or NULL outside every scope. */
 const dist_placement *dist_scope_current(void);

@@ -460,6 +460,10 @@ dist_backend *dist_model_backend(const dist_model *m, int replica) {
     return m->replicas[replica].backend;
 }
 
+const dist_placement *dist_model_placement(const dist_model *m) {
+    return m && m->built && m->place.owner ? &m->place : NULL;
+}
+
 dist_status dist_model_get_weights(dist_model *m, int replica, float *dst, int64_t count) {
     DIST_CHECK_ARG(m && dst, "dist_model_get_weights: NULL argument");
     DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);

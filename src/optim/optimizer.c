@@ -214,6 +214,15 @@ dist_status dist_optimizer_get_slot(dist_optimizer *o, dist_model *model, int sl
                                     int64_t count) {
     DIST_CHECK_ARG(dst, "dist_optimizer_get_slot: dst is NULL");
     DIST_TRY(check_slot(o, model, slot, count));
+    const dist_placement *place = dist_model_placement(model);
+    if (place && place->save_slot) { /* the strategy keeps the slots (on the ps tasks) */
+        dist_tensor *copies[DIST_MAX_REPLICAS] = {dist_model_params(model, 0)};
+        int64_t iterations = 0;
+        DIST_TRY(place->save_slot(place->owner, copies, slot, dst, (size_t)count * sizeof *dst,
+                                  &iterations));
+        for (int r = 0; r < DIST_MAX_REPLICAS; r++) o->slots[r].iterations = iterations;
+        return DIST_OK;
+    }
     opt_slots *s;
     DIST_TRY(slots_for(o, model, 0, &s));
     void *buf = slot == 0 ? s->m : s->v;
@@ -226,6 +235,12 @@ dist_status dist_optimizer_set_slot(dist_optimizer *o, dist_model *model, int sl
                                     const float *src, int64_t count) {
     DIST_CHECK_ARG(src, "dist_optimizer_set_slot: src is NULL");
     DIST_TRY(check_slot(o, model, slot, count));
+    const dist_placement *place = dist_model_placement(model);
+    if (place && place->restore_slot) {
+        dist_tensor *copies[DIST_MAX_REPLICAS] = {dist_model_params(model, 0)};
+        return place->restore_slot(place->owner, copies, slot, src, (size_t)count * sizeof *src,
+                                   o->slots[0].iterations);
+    }
     for (int r = 0; r < dist_model_num_replicas(model); r++) {
         opt_slots *s;
         DIST_TRY(slots_for(o, model, r, &s));

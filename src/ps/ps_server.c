@@ -348,12 +348,13 @@ static dist_status on_restore(ps_conn *c, const unsigned char *p, uint64_t n) {
             ps_var *v = find(c->srv, id);
             if (r.failed) return dist_error(DIST_FORMAT, "a malformed restore request");
             if (!v) return dist_error(DIST_NOT_FOUND, "restore: no variable #%u on this ps", id);
-            if (v->numel != numel || (slots > 3 && slots != PS_RESTORE_VALUES_ONLY))
+            bool one_slot = slots == PS_RESTORE_SLOT || slots == PS_RESTORE_SLOT + 1;
+            if (v->numel != numel || (slots > 3 && slots != PS_RESTORE_VALUES_ONLY && !one_slot))
                 return dist_error(DIST_INVALID_ARGUMENT,
                                   "restore: '%s' has %llu elements, the checkpoint %llu", v->name,
                                   (unsigned long long)v->numel, (unsigned long long)numel);
             bool values_only = slots == PS_RESTORE_VALUES_ONLY;
-            int k = values_only ? 1 : 1 + (slots & 1) + (slots >> 1);
+            int k = values_only || one_slot ? 1 : 1 + (slots & 1) + (slots >> 1);
             if (numel > (r.len - r.pos) / 4 / (uint64_t)k)
                 return dist_error(DIST_FORMAT, "restore: '%s' is truncated", v->name);
             const unsigned char *vals = ps_get_bytes(&r, numel * 4 * (uint64_t)k);
@@ -362,6 +363,18 @@ static dist_status on_restore(ps_conn *c, const unsigned char *p, uint64_t n) {
             if (values_only) { /* set_weights: the optimizer's state stays */
                 memcpy(v->data, vals, numel * 4);
                 pthread_mutex_unlock(&v->mu);
+                continue;
+            }
+            if (one_slot) { /* a checkpoint's optimizer slot and update count */
+                float **slot = slots == PS_RESTORE_SLOT ? &v->m : &v->v;
+                if (!*slot) *slot = malloc(numel ? numel * 4 : 4);
+                if (*slot) {
+                    memcpy(*slot, vals, numel * 4);
+                    v->steps = steps;
+                }
+                pthread_mutex_unlock(&v->mu);
+                if (!*slot)
+                    return dist_error(DIST_OUT_OF_MEMORY, "out of memory restoring '%s'", v->name);
                 continue;
             }
             size_t bytes = numel * 4;

@@ -29,6 +29,9 @@ void ps_rule_decode(const unsigned char in[PS_RULE_BYTES], ps_rule *r);
 
 /* The slots field of a restore that sets values and leaves slots and update counts alone. */
 #define PS_RESTORE_VALUES_ONLY 4u
+/* ... that sets slot k (PS_RESTORE_SLOT + k, k = 0 or 1: m or momentum, v) and the update
+ * count, and leaves the values alone. */
+#define PS_RESTORE_SLOT 8u
 
 typedef struct ps_server ps_server;
 /* Listens on this task's address and serves every authenticated connection. */

@@ -414,6 +414,108 @@ static dist_status ps_restore_state(dist_strategy *s, dist_tensor *const *copies
     return st;
 }
 
+/* ---- the optimizer's slots, for checkpoints ---- */
+
+/* Slot `slot` (0: m or momentum, 1: v) of every shard of the group, read with SAVE from each
+ * ps; a slot that a ps has not made yet (no update so far) reads as zeros, as Keras's. */
+static dist_status ps_save_slot(dist_strategy *s, dist_tensor *const *copies, int slot, void *dst,
+                                size_t bytes, int64_t *iterations) {
+    ps_ctx *c = ctx_of(s);
+    pthread_mutex_lock(&c->mu);
+    ps_group *g = group_of(c, copies);
+    dist_status st = DIST_OK;
+    if (!g || bytes != (size_t)g->numel * sizeof(float))
+        st = dist_error(DIST_INVALID_ARGUMENT, "parameter_server: these variables are not on the "
+                                               "ps tasks");
+    else
+        memset(dst, 0, bytes);
+    *iterations = 0;
+    for (int j = 0; j < c->cl->num_ps && st == DIST_OK; j++) {
+        ps_buf b = {0};
+        uint32_t count = 0;
+        for (int i = 0; i < g->num_shards; i++) count += g->shards[i].ps == j;
+        if (!count) continue;
+        ps_put_u32(&b, count);
+        for (int i = 0; i < g->num_shards; i++)
+            if (g->shards[i].ps == j) ps_put_u32(&b, g->shards[i].id);
+        ps_piece piece = {b.p, b.len};
+        uint64_t id = 0;
+        ps_header h;
+        unsigned char *p = NULL;
+        ps_link *l = &c->links[j];
+        st = b.failed ? dist_error(DIST_OUT_OF_MEMORY, "out of memory") : DIST_OK;
+        if (st == DIST_OK) st = link_send(c, l, PS_MSG_SAVE, &piece, 1, &id);
+        if (st == DIST_OK) st = link_reply(c, l, PS_MSG_SAVE, id, &h, PS_DEFAULT_FRAME_CAP);
+        if (st == DIST_OK) {
+            st = ps_recv_payload(l->fd, &h, &p, l->who);
+            if (st != DIST_OK) st = link_lost(l, st);
+        }
+        ps_reader r = {p, p ? (size_t)h.length : 0, 0, false};
+        if (st == DIST_OK && ps_get_u32(&r) != count)
+            st = dist_error(DIST_FORMAT, "%s: a save reply of another size", l->who);
+        for (int i = 0; i < g->num_shards && st == DIST_OK; i++) {
+            const ps_shard *sh = &g->shards[i];
+            if (sh->ps != j) continue;
+            uint32_t vid = ps_get_u32(&r);
+            uint64_t numel = ps_get_u64(&r), steps = ps_get_u64(&r);
+            uint32_t has = ps_get_u32(&r);
+            size_t n = (size_t)sh->numel * 4;
+            const unsigned char *vals = numel == (uint64_t)sh->numel ? ps_get_bytes(&r, n) : NULL;
+            const unsigned char *m = vals && (has & 1) ? ps_get_bytes(&r, n) : NULL;
+            const unsigned char *v = vals && (has & 2) ? ps_get_bytes(&r, n) : NULL;
+            if (r.failed || !vals || vid != sh->id) {
+                st = dist_error(DIST_FORMAT, "%s: a malformed save reply for '%s'", l->who,
+                                sh->name);
+                break;
+            }
+            const unsigned char *want = slot == 0 ? m : v;
+            if (want) memcpy((float *)dst + sh->offset, want, n);
+            if ((int64_t)steps > *iterations) *iterations = (int64_t)steps;
+        }
+        free(p);
+        ps_buf_free(&b);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static dist_status ps_restore_slot(dist_strategy *s, dist_tensor *const *copies, int slot,
+                                   const void *src, size_t bytes, int64_t iterations) {
+    ps_ctx *c = ctx_of(s);
+    pthread_mutex_lock(&c->mu);
+    ps_group *g = group_of(c, copies);
+    dist_status st = DIST_OK;
+    if (!g || bytes != (size_t)g->numel * sizeof(float) || slot < 0 || slot > 1)
+        st = dist_error(DIST_INVALID_ARGUMENT, "parameter_server: these variables are not on the "
+                                               "ps tasks");
+    const float *values = src;
+    for (int j = 0; j < c->cl->num_ps && st == DIST_OK; j++) {
+        ps_buf b = {0};
+        uint32_t count = 0;
+        for (int i = 0; i < g->num_shards; i++) count += g->shards[i].ps == j;
+        if (!count) continue;
+        ps_put_u32(&b, count);
+        for (int i = 0; i < g->num_shards; i++) {
+            const ps_shard *sh = &g->shards[i];
+            if (sh->ps != j) continue;
+            ps_put_u32(&b, sh->id);
+            ps_put_u64(&b, (uint64_t)sh->numel);
+            ps_put_u64(&b, (uint64_t)iterations);
+            ps_put_u32(&b, PS_RESTORE_SLOT + (uint32_t)slot);
+            ps_put_bytes(&b, values + sh->offset, (size_t)sh->numel * 4);
+        }
+        ps_piece piece = {b.p, b.len};
+        uint64_t id = 0;
+        ps_header h;
+        st = b.failed ? dist_error(DIST_OUT_OF_MEMORY, "out of memory") : DIST_OK;
+        if (st == DIST_OK) st = link_send(c, &c->links[j], PS_MSG_RESTORE, &piece, 1, &id);
+        if (st == DIST_OK) st = link_reply(c, &c->links[j], PS_MSG_RESTORE, id, &h, 4096);
+        ps_buf_free(&b);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
 /* ---- run and apply_gradients ---- */
 
 static dist_status ps_run(dist_strategy *s, dist_step_fn step, void *user,
@@ -553,6 +655,8 @@ static const struct dist_strategy_i parameter_server_iface = {
     .create_variable = ps_create_variable,
     .save_state = ps_save_state,
     .restore_state = ps_restore_state,
+    .save_slot = ps_save_slot,
+    .restore_slot = ps_restore_slot,
     .distribute_datasets_from_function = ps_distribute_datasets_from_function,
     .apply_gradients = ps_apply_gradients,
     .destroy = ps_destroy,

@@ -149,6 +149,18 @@ static dist_status place_restore(void *owner, dist_tensor *const *copies, const 
     return DIST_OK;
 }
 
+static dist_status place_save_slot(void *owner, dist_tensor *const *copies, int slot, void *dst,
+                                   size_t bytes, int64_t *iterations) {
+    dist_strategy *s = owner;
+    return s->iface->save_slot(s, copies, slot, dst, bytes, iterations);
+}
+
+static dist_status place_restore_slot(void *owner, dist_tensor *const *copies, int slot,
+                                      const void *src, size_t bytes, int64_t iterations) {
+    dist_strategy *s = owner;
+    return s->iface->restore_slot(s, copies, slot, src, bytes, iterations);
+}
+
 static dist_status create_with(dist_strategy_kind kind, dist_strategy_init_fn init,
                                const dist_strategy_options *o, dist_strategy **out) {
     dist_strategy *s = calloc(1, sizeof *s);
@@ -157,11 +169,11 @@ static dist_status create_with(dist_strategy_kind kind, dist_strategy_init_fn in
     s->num_workers = 1;
     s->is_chief = 1;
     s->bytes_per_pack = o->bytes_per_pack;
-    s->collective_timeout_s = o->collective_timeout_s > 0 ? o->collective_timeout_s
-                              : kind == DIST_STRATEGY_MULTI_WORKER ||
-                                        kind == DIST_STRATEGY_PARAMETER_SERVER
-                                  ? DIST_NET_COLLECTIVE_TIMEOUT_S
-                                  : DIST_LOCAL_COLLECTIVE_TIMEOUT_S;
+    s->collective_timeout_s =
+        o->collective_timeout_s > 0 ? o->collective_timeout_s
+        : kind == DIST_STRATEGY_MULTI_WORKER || kind == DIST_STRATEGY_PARAMETER_SERVER
+            ? DIST_NET_COLLECTIVE_TIMEOUT_S
+            : DIST_LOCAL_COLLECTIVE_TIMEOUT_S;
     s->placement.owner = s;
     s->placement.create_variable = place_create;
     s->placement.save_state = place_save;
@@ -169,6 +181,10 @@ static dist_status create_with(dist_strategy_kind kind, dist_strategy_init_fn in
     dist_status st = init(s, o);
     if (st == DIST_OK && !s->iface)
         st = dist_error(DIST_INTERNAL, "strategy: the kind's constructor set no vtable");
+    if (st == DIST_OK && s->iface->save_slot && s->iface->restore_slot) {
+        s->placement.save_slot = place_save_slot;
+        s->placement.restore_slot = place_restore_slot;
+    }
     if (st == DIST_OK && s->replicas.num_replicas > 0) st = dist_local_replicas_start(s);
     if (st != DIST_OK) {
         dist_strategy_destroy(s);

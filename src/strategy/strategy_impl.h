@@ -40,6 +40,13 @@ struct dist_strategy_i {
      * local copy. */
     dist_status (*restore_state)(dist_strategy *s, dist_tensor *const *copies, const void *src,
                                  size_t bytes);
+    /* An optimizer's slot (0 or 1) of the variables in `copies` to host / from host, with its
+     * update count, for a kind that keeps the slots itself (parameter_server: on the ps).
+     * Optional: NULL leaves the slots to the optimizer's own buffers. */
+    dist_status (*save_slot)(dist_strategy *s, dist_tensor *const *copies, int slot, void *dst,
+                             size_t bytes, int64_t *iterations);
+    dist_status (*restore_slot)(dist_strategy *s, dist_tensor *const *copies, int slot,
+                                const void *src, size_t bytes, int64_t iterations);
     /* tf.distribute's distribute_dataset / distribute_datasets_from_function. Optional:
      * dist_strategy_default_distribute_dataset (every worker reads the global batches and keeps
      * its replicas' pieces) and ..._from_function (one pipeline per worker, per-replica

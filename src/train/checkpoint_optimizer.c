@@ -19,18 +19,23 @@ dist_status dist_checkpoint_add_optimizer(dist_checkpoint *c, dist_optimizer *op
                                           dist_model *model) {
     DIST_CHECK_ARG(c && opt && model, "checkpoint: add_optimizer needs a checkpoint, an "
                                       "optimizer and a model");
+    int64_t n = dist_model_num_params(model);
+    int ns = dist_optimizer_num_slots(opt);
+    float *all = malloc((size_t)(n > 0 ? n : 1) * (size_t)(ns > 0 ? ns : 1) * sizeof *all);
+    if (!all) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
+    dist_status st = DIST_OK;
+    /* the slots first: where a strategy keeps them (parameter_server), reading them also
+     * brings the optimizer's update count */
+    for (int s = 0; s < ns; s++)
+        DIST_TRY_GOTO(dist_optimizer_get_slot(opt, model, s, all + s * n, n), st, out);
     int64_t iterations = dist_optimizer_iterations(opt);
     float lr = dist_optimizer_learning_rate(opt);
     dist_tensor it = dist_tensor_view(&iterations, DIST_I64, 0, NULL);
     dist_tensor lrt = dist_tensor_view(&lr, DIST_F32, 0, NULL);
-    DIST_TRY(dist_checkpoint_add(c, "optimizer/iterations", &it));
-    DIST_TRY(dist_checkpoint_add(c, "optimizer/learning_rate", &lrt));
-    int64_t n = dist_model_num_params(model);
-    float *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
-    if (!buf) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
-    dist_status st = DIST_OK;
-    for (int s = 0; s < dist_optimizer_num_slots(opt); s++) {
-        DIST_TRY_GOTO(dist_optimizer_get_slot(opt, model, s, buf, n), st, out);
+    DIST_TRY_GOTO(dist_checkpoint_add(c, "optimizer/iterations", &it), st, out);
+    DIST_TRY_GOTO(dist_checkpoint_add(c, "optimizer/learning_rate", &lrt), st, out);
+    for (int s = 0; s < ns; s++) {
+        float *buf = all + s * n;
         int64_t off = 0;
         for (int i = 0; i < dist_model_num_variables(model); i++) {
             const dist_tensor *v = dist_model_variable(model, 0, i);
@@ -43,7 +48,7 @@ dist_status dist_checkpoint_add_optimizer(dist_checkpoint *c, dist_optimizer *op
         }
     }
 out:
-    free(buf);
+    free(all);
     return st;
 }
 
@@ -93,9 +98,9 @@ dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_opt
                         (double)lr, (long long)iterations);
         goto out;
     }
+    DIST_TRY_GOTO(dist_optimizer_set_iterations(opt, iterations), st, out);
     for (int s = 0; s < ns; s++)
         DIST_TRY_GOTO(dist_optimizer_set_slot(opt, model, s, slots + s * n, n), st, out);
-    DIST_TRY_GOTO(dist_optimizer_set_iterations(opt, iterations), st, out);
     DIST_TRY_GOTO(dist_optimizer_set_learning_rate(opt, lr), st, out);
 out:
     free(dst);

@@ -40,3 +40,10 @@ add_test(NAME example.parameter_server
                  --expect "closures: 200 scheduled, 200 completed" --expect "test accuracy 0\\.[89]"
                  -- $<TARGET_FILE:example_parameter_server> 200)
 set_tests_properties(example.parameter_server PROPERTIES LABELS "example;ps" TIMEOUT 600)
+
+# The job restarted after its ps died resumes from the chief's last backup (variables,
+# optimizer slots and update counts pulled from the ps tasks), and reaches the accuracy.
+set(ps_backup ${CMAKE_CURRENT_BINARY_DIR}/ps_backup)
+add_test(NAME distrain.ps_restart_resumes
+         COMMAND sh -c "rm -rf '${ps_backup}' && python3 '${ps_cluster}' --workers 2 --ps 1 --timeout 300 --kill ps/0 --kill-after 'Epoch 3/5' --expect-chief-exit 1 -- '$<TARGET_FILE:distrain>' --strategy parameter_server --backup-dir '${ps_backup}' && python3 '${ps_cluster}' --workers 2 --ps 1 --timeout 400 --expect 'BackupAndRestore: resuming at epoch 3' --expect '${accuracy_re}' --expect-not 'Epoch 1/5' -- '$<TARGET_FILE:distrain>' --strategy parameter_server --backup-dir '${ps_backup}'")
+set_tests_properties(distrain.ps_restart_resumes PROPERTIES LABELS "cli;slow;ps" TIMEOUT 900)
