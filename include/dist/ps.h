@@ -66,6 +66,23 @@ DIST_API const char *dist_strategy_task_type(const dist_strategy *s);
 /* This task's index in its job. */
 DIST_API int dist_strategy_task_index(const dist_strategy *s);
 
+/* Where a variable made in the strategy's scope lives (TF's variable.device, and a
+ * ShardedVariable's shards): variables and shards are numbered in creation order, which is
+ * also TF's round-robin order over the ps tasks. */
+typedef struct dist_placed_variable {
+    char name[128]; /* "dense/kernel", or "dense/kernel/part_1" for a shard */
+    int ps;         /* the ps task's index */
+    int shard, num_shards;
+    int64_t first_row; /* the shard's rows of the variable's first axis */
+    int64_t rows;
+    int64_t numel;
+} dist_placed_variable;
+/* How many variables and shards this task has placed (0 for other kinds). */
+DIST_API int dist_strategy_num_placed_variables(const dist_strategy *s);
+/* The i-th (creation order). DIST_INVALID_ARGUMENT out of range. */
+DIST_API dist_status dist_strategy_placed_variable(const dist_strategy *s, int i,
+                                                   dist_placed_variable *out);
+
 /* ps and worker tasks: serves the coordinator (a ps its variables; a worker the closures)
  * until the chief calls dist_coordinator_shutdown_cluster (DIST_OK). A worker whose chief
  * connection drops waits for the chief to connect again. DIST_INVALID_USAGE on the chief. */

@@ -213,12 +213,28 @@ static dist_status send_datasets(cworker *w) {
     }
 }
 
+static bool stopping(dist_coordinator *c) {
+    pthread_mutex_lock(&c->mu);
+    int s = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    return s != 0;
+}
+
 static bool try_join(cworker *w) {
     dist_coordinator *c = w->c;
     const ps_cluster *cl = c->cl;
-    dist_status st = w->ever_joined
-                         ? ps_connect_once(cl, w->rank, net_now() + 5.0, &w->fd)
-                         : ps_connect(cl, w->rank, net_now() + cl->connect_timeout_s, &w->fd);
+    dist_status st = DIST_UNAVAILABLE;
+    if (w->ever_joined) {
+        st = ps_connect_once(cl, w->rank, net_now() + 5.0, &w->fd);
+    } else {
+        /* the first time, up to the connect deadline, in short tries: a shutdown meanwhile
+         * is not held up */
+        double deadline = net_now() + cl->connect_timeout_s;
+        do {
+            double d = net_now() + 0.5 < deadline ? net_now() + 0.5 : deadline;
+            st = ps_connect(cl, w->rank, d, &w->fd);
+        } while (st == DIST_TIMEOUT && net_now() < deadline && !stopping(c));
+    }
     if (st == DIST_OK) {
         w->datasets_sent = 0;
         st = send_datasets(w);

@@ -31,6 +31,8 @@ typedef struct ps_shard {
     int ps;
     int64_t offset, numel; /* elements into the group's block */
     char name[128];
+    int shard, num_shards;
+    int64_t first_row, rows;
 } ps_shard;
 
 /* The variables made by one create_variable call (a model's parameters): one block per
@@ -156,6 +158,10 @@ static dist_status place(ps_ctx *c, const dist_variable_desc *v, ps_shard *out, 
         sh->ps = (int)(sh->id % (uint32_t)c->cl->num_ps);
         sh->offset = v->offset + first * row;
         sh->numel = count * row;
+        sh->shard = i;
+        sh->num_shards = shards;
+        sh->first_row = first;
+        sh->rows = count;
         if (shards > 1)
             snprintf(sh->name, sizeof sh->name, "%s/part_%d", v->name, i);
         else
@@ -694,6 +700,40 @@ dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_str
 }
 
 /* ---- the public calls of dist/ps.h that need the strategy ---- */
+
+int dist_strategy_num_placed_variables(const dist_strategy *s) {
+    if (!s || s->kind != DIST_STRATEGY_PARAMETER_SERVER || !s->ctx) return 0;
+    ps_ctx *c = ctx_of(s);
+    pthread_mutex_lock(&c->mu);
+    int n = 0;
+    for (int k = 0; k < c->num_groups; k++) n += c->groups[k].num_shards;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+dist_status dist_strategy_placed_variable(const dist_strategy *s, int i,
+                                          dist_placed_variable *out) {
+    DIST_CHECK_ARG(s && out, "dist_strategy_placed_variable: NULL argument");
+    DIST_CHECK_ARG(i >= 0 && i < dist_strategy_num_placed_variables(s),
+                   "dist_strategy_placed_variable: no variable %d (%d placed)", i,
+                   dist_strategy_num_placed_variables(s));
+    ps_ctx *c = ctx_of(s);
+    pthread_mutex_lock(&c->mu);
+    const ps_shard *sh = NULL;
+    for (int k = 0; k < c->num_groups && !sh; k++) {
+        if (i < c->groups[k].num_shards) sh = &c->groups[k].shards[i];
+        i -= c->groups[k].num_shards;
+    }
+    *out = (dist_placed_variable){.ps = sh->ps,
+                                  .shard = sh->shard,
+                                  .num_shards = sh->num_shards,
+                                  .first_row = sh->first_row,
+                                  .rows = sh->rows,
+                                  .numel = sh->numel};
+    snprintf(out->name, sizeof out->name, "%s", sh->name);
+    pthread_mutex_unlock(&c->mu);
+    return DIST_OK;
+}
 
 static dist_status need_ps(const dist_strategy *s, const char *what) {
     if (!s) return dist_error(DIST_INVALID_ARGUMENT, "%s: NULL strategy", what);

@@ -1,0 +1,490 @@
+/* The parameter_server strategy in one process: the ps tasks and a worker are threads with
+ * their own strategies (their TF_CONFIG in options.cluster_spec), the test is the chief. Real
+ * sockets on 127.0.0.1, the cluster token in DIST_CLUSTER_TOKEN. Pins TF's placement rules,
+ * the round trip of values through the ps tasks, the coordinator's API and its errors. */
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <dist/dist.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_TASKS 8
+
+typedef struct cluster {
+    int workers, ps;
+    char spec[2048]; /* the "cluster" object */
+    pthread_t threads[MAX_TASKS];
+    int nthreads;
+    dist_status served[MAX_TASKS];
+    dist_partitioner partitioner;
+    int use_partitioner;
+} cluster;
+
+static dist_mnist *g_mnist;
+
+static void free_ports(int n, int *ports) {
+    int fds[MAX_TASKS];
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t l = sizeof a;
+        ck_assert_int_eq(bind(fds[i], (struct sockaddr *)&a, sizeof a), 0);
+        ck_assert_int_eq(getsockname(fds[i], (struct sockaddr *)&a, &l), 0);
+        ports[i] = ntohs(a.sin_port);
+    }
+    for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+static void cluster_init(cluster *c, int workers, int ps) {
+    memset(c, 0, sizeof *c);
+    c->workers = workers;
+    c->ps = ps;
+    int ports[MAX_TASKS];
+    free_ports(1 + workers + ps, ports);
+    size_t n = (size_t)snprintf(c->spec, sizeof c->spec,
+                                "{\"chief\":[\"127.0.0.1:%d\"],\"worker\":[", ports[0]);
+    for (int i = 0; i < workers; i++)
+        n += (size_t)snprintf(c->spec + n, sizeof c->spec - n, "%s\"127.0.0.1:%d\"", i ? "," : "",
+                              ports[1 + i]);
+    n += (size_t)snprintf(c->spec + n, sizeof c->spec - n, "],\"ps\":[");
+    for (int j = 0; j < ps; j++)
+        n += (size_t)snprintf(c->spec + n, sizeof c->spec - n, "%s\"127.0.0.1:%d\"", j ? "," : "",
+                              ports[1 + workers + j]);
+    snprintf(c->spec + n, sizeof c->spec - n, "]}");
+    setenv("DIST_CLUSTER_TOKEN", "test_parameter_server-token-0123456789", 1);
+}
+
+static dist_strategy_options options_for(const cluster *c, const char *type, int index, char *buf,
+                                         size_t cap) {
+    snprintf(buf, cap, "{\"cluster\":%s,\"task\":{\"type\":\"%s\",\"index\":%d}}", c->spec, type,
+             index);
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    o.kind = DIST_STRATEGY_PARAMETER_SERVER;
+    o.cluster_spec = buf;
+    o.threads_per_replica = 1;
+    o.connect_timeout_s = 30;
+    if (c->use_partitioner) o.variable_partitioner = &c->partitioner;
+    return o;
+}
+
+/* ---- the tasks on threads ---- */
+
+typedef struct task_arg {
+    cluster *c;
+    const char *type;
+    int index;
+    int slot;
+} task_arg;
+
+typedef struct worker_state {
+    dist_model *model;
+    dist_optimizer *opt;
+    dist_classifier_step step;
+    int calls;
+} worker_state;
+
+/* Fails on its third call: the coordinator reports it and cancels what is queued. */
+static dist_status fail_on_third(dist_strategy *s, dist_distributed_iterator *it,
+                                 const dist_tensor *const *args, int n, void *user,
+                                 dist_tensor **res, int *nres) {
+    (void)s, (void)it, (void)args, (void)n, (void)res;
+    worker_state *w = user;
+    *nres = 0;
+    if (++w->calls == 3)
+        return dist_error_for_test(DIST_INVALID_ARGUMENT, "boom on the third call");
+    return DIST_OK;
+}
+
+/* Doubles its float argument. */
+static dist_status twice(dist_strategy *s, dist_distributed_iterator *it,
+                         const dist_tensor *const *args, int n, void *user, dist_tensor **res,
+                         int *nres) {
+    (void)s, (void)it, (void)user;
+    if (n != 1 || args[0]->dtype != DIST_F32)
+        return dist_error_for_test(DIST_INVALID_ARGUMENT, "twice wants one float32 tensor");
+    DIST_TRY_TEST(dist_tensor_create(DIST_F32, args[0]->ndim, args[0]->shape, &res[0]));
+    for (int64_t i = 0; i < dist_tensor_numel(args[0]); i++)
+        ((float *)res[0]->data)[i] = 2 * ((const float *)args[0]->data)[i];
+    *nres = 1;
+    return DIST_OK;
+}
+
+static dist_status mnist_fn(const dist_input_context *ctx, void *user, dist_dataset **out) {
+    (void)user;
+    dist_tensor images = *dist_mnist_train_images(g_mnist),
+                labels = *dist_mnist_train_labels(g_mnist);
+    dist_tensor *parts[2] = {&images, &labels};
+    dist_dataset *ds, *next;
+    DIST_TRY_TEST(dist_dataset_from_tensor_slices(parts, 2, 0, &ds));
+    DIST_TRY_TEST(dist_dataset_map_image_normalize(ds, &next));
+    dist_dataset_destroy(ds), ds = next;
+    DIST_TRY_TEST(dist_dataset_batch(ds, 32 / ctx->num_replicas_in_sync, 1, &next));
+    dist_dataset_destroy(ds), ds = next;
+    *out = ds;
+    return DIST_OK;
+}
+
+static dist_status build_model(dist_strategy *s, dist_model **m, dist_optimizer **opt) {
+    int64_t shape[3] = {28, 28, 1};
+    dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
+    DIST_TRY_TEST(dist_strategy_scope_enter(s));
+    DIST_TRY_TEST(dist_model_create_mnist_cnn(m));
+    DIST_TRY_TEST(dist_model_build(*m, 3, shape, 7));
+    DIST_TRY_TEST(dist_optimizer_create_adam(&adam, opt));
+    return dist_strategy_scope_exit(s);
+}
+
+static dist_status register_all(dist_strategy *s, worker_state *w) {
+    w->step = (dist_classifier_step){w->model, w->opt, 0, NULL};
+    DIST_TRY_TEST(
+        dist_strategy_register_function(s, "train", dist_classifier_train_closure, &w->step));
+    DIST_TRY_TEST(dist_strategy_register_function(s, "fail_on_third", fail_on_third, w));
+    DIST_TRY_TEST(dist_strategy_register_function(s, "twice", twice, w));
+    return dist_strategy_register_dataset_function(s, "mnist", mnist_fn, NULL);
+}
+
+static void *task_main(void *arg) {
+    task_arg *a = arg;
+    char buf[4096];
+    dist_strategy_options o = options_for(a->c, a->type, a->index, buf, sizeof buf);
+    dist_strategy *s = NULL;
+    dist_status st = dist_strategy_create(&o, &s);
+    worker_state w = {0};
+    if (st == DIST_OK && strcmp(a->type, "worker") == 0) {
+        st = build_model(s, &w.model, &w.opt);
+        if (st == DIST_OK) st = register_all(s, &w);
+    }
+    if (st == DIST_OK) st = dist_strategy_serve(s);
+    if (st != DIST_OK) fprintf(stderr, "%s/%d: %s\n", a->type, a->index, dist_last_error());
+    a->c->served[a->slot] = st;
+    dist_optimizer_destroy(w.opt);
+    dist_model_destroy(w.model);
+    dist_strategy_destroy(s);
+    free(a);
+    return NULL;
+}
+
+static void start(cluster *c, const char *type, int index) {
+    task_arg *a = malloc(sizeof *a);
+    *a = (task_arg){c, type, index, c->nthreads};
+    c->served[c->nthreads] = DIST_INTERNAL;
+    ck_assert_int_eq(pthread_create(&c->threads[c->nthreads++], NULL, task_main, a), 0);
+}
+
+static void start_ps(cluster *c) {
+    for (int j = 0; j < c->ps; j++) start(c, "ps", j);
+}
+
+/* The chief's side: a strategy, its model, a coordinator; shutdown ends every thread. */
+typedef struct chief {
+    char buf[4096];
+    dist_strategy *s;
+    dist_model *model;
+    dist_optimizer *opt;
+    dist_coordinator *coord;
+    worker_state w;
+} chief;
+
+static void chief_start(chief *ch, cluster *c) {
+    memset(ch, 0, sizeof *ch);
+    dist_strategy_options o = options_for(c, "chief", 0, ch->buf, sizeof ch->buf);
+    ck_assert_msg(dist_strategy_create(&o, &ch->s) == DIST_OK, "%s", dist_last_error());
+    ck_assert_str_eq(dist_strategy_task_type(ch->s), "chief");
+    ck_assert_msg(build_model(ch->s, &ch->model, &ch->opt) == DIST_OK, "%s", dist_last_error());
+    ch->w.model = ch->model;
+    ch->w.opt = ch->opt;
+    ck_assert_msg(register_all(ch->s, &ch->w) == DIST_OK, "%s", dist_last_error());
+    dist_coordinator_options co = DIST_COORDINATOR_OPTIONS_INIT;
+    co.closure_timeout_s = 120;
+    ck_assert_msg(dist_coordinator_create(ch->s, &co, &ch->coord) == DIST_OK, "%s",
+                  dist_last_error());
+}
+
+static void chief_stop(chief *ch, cluster *c) {
+    ck_assert_int_eq(dist_coordinator_shutdown_cluster(ch->coord), DIST_OK);
+    dist_coordinator_destroy(ch->coord);
+    for (int i = 0; i < c->nthreads; i++) {
+        pthread_join(c->threads[i], NULL);
+        ck_assert_msg(c->served[i] == DIST_OK, "task thread %d ended with %s", i,
+                      dist_status_name(c->served[i]));
+    }
+    dist_optimizer_destroy(ch->opt);
+    dist_model_destroy(ch->model);
+    dist_strategy_destroy(ch->s);
+}
+
+/* ---- placement ---------------------------------------------------------------------------- */
+
+START_TEST(test_variables_go_round_robin_over_the_ps_tasks_in_creation_order) {
+    cluster c;
+    cluster_init(&c, 1, 2);
+    start_ps(&c);
+    chief ch;
+    chief_start(&ch, &c);
+    /* TF: variable i on /job:ps/task:(i % num_ps) */
+    static const char *const names[] = {"conv2d/kernel",  "conv2d/bias",  "conv2d_1/kernel",
+                                        "conv2d_1/bias",  "dense/kernel", "dense/bias",
+                                        "dense_1/kernel", "dense_1/bias"};
+    ck_assert_int_eq(dist_strategy_num_placed_variables(ch.s), 8);
+    for (int i = 0; i < 8; i++) {
+        dist_placed_variable v;
+        ck_assert_int_eq(dist_strategy_placed_variable(ch.s, i, &v), DIST_OK);
+        ck_assert_str_eq(v.name, names[i]);
+        ck_assert_int_eq(v.ps, i % 2);
+        ck_assert_int_eq(v.num_shards, 1);
+    }
+    dist_placed_variable v;
+    ck_assert_int_eq(dist_strategy_placed_variable(ch.s, 8, &v), DIST_INVALID_ARGUMENT);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+START_TEST(test_a_partitioner_splits_the_first_axis_and_every_shard_takes_the_next_ps) {
+    cluster c;
+    cluster_init(&c, 1, 2);
+    c.use_partitioner = 1;
+    ck_assert_int_eq(dist_partitioner_parse("fixed:3", &c.partitioner), DIST_OK);
+    start_ps(&c);
+    chief ch;
+    chief_start(&ch, &c);
+    /* conv2d/kernel [3,3,1,32]: 3 shards of 1 row on ps 0, 1, 0; conv2d/bias [32]: 11, 11, 10
+     * rows on ps 1, 0, 1 (the counter goes on over shards, as in TF) */
+    dist_placed_variable v;
+    int64_t rows[6] = {1, 1, 1, 11, 11, 10}, first[6] = {0, 1, 2, 0, 11, 22};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(dist_strategy_placed_variable(ch.s, i, &v), DIST_OK);
+        ck_assert_int_eq(v.ps, i % 2);
+        ck_assert_int_eq(v.num_shards, 3);
+        ck_assert_int_eq(v.shard, i % 3);
+        ck_assert_int_eq(v.rows, rows[i]);
+        ck_assert_int_eq(v.first_row, first[i]);
+    }
+    ck_assert_str_eq(v.name, "conv2d/bias/part_2");
+    ck_assert_int_eq(dist_strategy_num_placed_variables(ch.s), 8 * 3);
+    /* the values came back whole: the shards cover every element once */
+    dist_model *plain;
+    int64_t shape[3] = {28, 28, 1};
+    ck_assert_int_eq(dist_model_create_mnist_cnn(&plain), DIST_OK);
+    ck_assert_int_eq(dist_model_build(plain, 3, shape, 7), DIST_OK);
+    int64_t n = dist_model_num_params(plain);
+    float *want = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    ck_assert_int_eq(dist_model_get_weights(plain, 0, want, n), DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(ch.model, 0, got, n), DIST_OK);
+    ck_assert_int_eq(memcmp(want, got, (size_t)n * 4), 0);
+    free(want);
+    free(got);
+    dist_model_destroy(plain);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+START_TEST(test_weights_set_on_the_chief_are_what_the_ps_tasks_hold) {
+    cluster c;
+    cluster_init(&c, 1, 2);
+    start_ps(&c);
+    chief ch;
+    chief_start(&ch, &c);
+    int64_t n = dist_model_num_params(ch.model);
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(i % 1000) * 1e-3f - 0.5f;
+    ck_assert_int_eq(dist_model_set_weights(ch.model, x, n), DIST_OK);
+    memset(y, 0, (size_t)n * 4);
+    ck_assert_int_eq(dist_model_get_weights(ch.model, 0, y, n), DIST_OK);
+    ck_assert_int_eq(memcmp(x, y, (size_t)n * 4), 0);
+    /* the optimizer's slots live on the ps tasks: zeros before any update */
+    ck_assert_int_eq(dist_optimizer_get_slot(ch.opt, ch.model, 0, y, n), DIST_OK);
+    for (int64_t i = 0; i < n; i++) ck_assert(y[i] == 0.0f);
+    free(x);
+    free(y);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+/* ---- the coordinator ---------------------------------------------------------------------- */
+
+START_TEST(test_scheduled_training_steps_lower_the_loss_and_update_the_ps) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    start_ps(&c);
+    start(&c, "worker", 0);
+    chief ch;
+    chief_start(&ch, &c);
+    int ds = -1;
+    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch.coord, "mnist", &ds), DIST_OK);
+    enum { STEPS = 60 };
+    dist_remote_value *rv[STEPS];
+    for (int i = 0; i < STEPS; i++)
+        ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "train", ds, NULL, 0, &rv[i]),
+                         DIST_OK);
+    ck_assert_msg(dist_coordinator_join(ch.coord) == DIST_OK, "%s", dist_last_error());
+    int done = 0;
+    ck_assert_int_eq(dist_coordinator_done(ch.coord, &done), DIST_OK);
+    ck_assert_int_eq(done, 1);
+    double first = 0, last = 0;
+    for (int i = 0; i < 10; i++) {
+        const dist_tensor *a, *b;
+        ck_assert_int_eq(dist_remote_value_fetch(rv[i], 0, &a), DIST_OK);
+        ck_assert_int_eq(dist_remote_value_fetch(rv[STEPS - 10 + i], 0, &b), DIST_OK);
+        ck_assert_int_eq(dist_tensor_numel(a), 3);
+        ck_assert(((const float *)a->data)[2] == 32.0f); /* the examples of the step */
+        first += ((const float *)a->data)[0];
+        last += ((const float *)b->data)[0];
+    }
+    ck_assert_msg(last < 0.7 * first, "the loss went from %g to %g", first / 10, last / 10);
+    for (int i = 0; i < STEPS; i++) dist_remote_value_release(rv[i]);
+    dist_coordinator_stats st;
+    dist_coordinator_get_stats(ch.coord, &st);
+    ck_assert_int_eq(st.scheduled, STEPS);
+    ck_assert_int_eq(st.completed, STEPS);
+    ck_assert_int_eq(st.requeued, 0);
+    /* the ps applied one Adam update per step: its update count is the optimizer's iterations */
+    int64_t n = dist_model_num_params(ch.model);
+    float *m = malloc((size_t)n * 4);
+    ck_assert_int_eq(dist_optimizer_get_slot(ch.opt, ch.model, 0, m, n), DIST_OK);
+    ck_assert_int_eq(dist_optimizer_iterations(ch.opt), STEPS);
+    free(m);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+START_TEST(test_arguments_and_results_travel_as_tensors) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    start_ps(&c);
+    start(&c, "worker", 0);
+    chief ch;
+    chief_start(&ch, &c);
+    float x[4] = {1, -2, 3.5f, 0};
+    int64_t shape[2] = {2, 2};
+    dist_tensor t = dist_tensor_view(x, DIST_F32, 2, shape);
+    const dist_tensor *args[1] = {&t};
+    dist_remote_value *rv;
+    ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "twice", -1, args, 1, &rv), DIST_OK);
+    const dist_tensor *r;
+    ck_assert_msg(dist_remote_value_fetch(rv, 0, &r) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(r->ndim, 2);
+    ck_assert_int_eq(r->shape[1], 2);
+    ck_assert(((const float *)r->data)[2] == 7.0f);
+    ck_assert_int_eq(dist_remote_value_num_results(rv), 1);
+    ck_assert_int_eq(dist_remote_value_fetch(rv, 1, &r), DIST_INVALID_ARGUMENT);
+    dist_remote_value_release(rv);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+START_TEST(test_an_unregistered_function_is_refused_by_its_name) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    start_ps(&c);
+    chief ch;
+    chief_start(&ch, &c);
+    ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "nope", -1, NULL, 0, NULL),
+                     DIST_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "'nope'"));
+    int ds;
+    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch.coord, "nodata", &ds),
+                     DIST_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "'nodata'"));
+    ck_assert_int_eq(dist_strategy_register_function(ch.s, "twice", twice, NULL),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_strategy_serve(ch.s), DIST_INVALID_USAGE);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+START_TEST(test_a_failed_closure_fails_join_cancels_the_queue_and_is_reported_once) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    start_ps(&c);
+    start(&c, "worker", 0);
+    chief ch;
+    chief_start(&ch, &c);
+    enum { N = 30 };
+    dist_remote_value *rv[N];
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "fail_on_third", -1, NULL, 0, &rv[i]),
+                         DIST_OK);
+    ck_assert_int_eq(dist_coordinator_join(ch.coord), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "boom on the third call"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "fail_on_third"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "worker/0"));
+    const dist_tensor *r;
+    ck_assert_int_eq(dist_remote_value_fetch(rv[0], 0, &r), DIST_INVALID_ARGUMENT); /* no result */
+    ck_assert_int_eq(dist_remote_value_fetch(rv[2], 0, &r), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_remote_value_fetch(rv[N - 1], 0, &r), DIST_CANCELLED);
+    for (int i = 0; i < N; i++) dist_remote_value_release(rv[i]);
+    /* reported once: the coordinator goes on */
+    ck_assert_int_eq(dist_coordinator_join(ch.coord), DIST_OK);
+    ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "fail_on_third", -1, NULL, 0, NULL),
+                     DIST_OK);
+    ck_assert_int_eq(dist_coordinator_join(ch.coord), DIST_OK);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+/* ---- the cluster -------------------------------------------------------------------------- */
+
+static dist_status create_with(const char *tf_config, dist_strategy **s) {
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    o.kind = DIST_STRATEGY_PARAMETER_SERVER;
+    o.cluster_spec = tf_config;
+    return dist_strategy_create(&o, s);
+}
+
+START_TEST(test_a_cluster_without_ps_or_worker_is_refused_with_tfs_messages) {
+    setenv("DIST_CLUSTER_TOKEN", "test_parameter_server-token-0123456789", 1);
+    dist_strategy *s = NULL;
+    ck_assert_int_eq(create_with("{\"cluster\":{\"chief\":[\"h:1\"],\"worker\":[\"h:2\"]},"
+                                 "\"task\":{\"type\":\"chief\",\"index\":0}}",
+                                 &s),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_str_eq(dist_last_error(), "There must be at least one ps.");
+    ck_assert_int_eq(create_with("{\"cluster\":{\"chief\":[\"h:1\"],\"ps\":[\"h:2\"]},"
+                                 "\"task\":{\"type\":\"chief\",\"index\":0}}",
+                                 &s),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_str_eq(dist_last_error(), "There must be at least one worker.");
+    ck_assert_int_eq(create_with("{\"cluster\":{\"worker\":[\"h:1\"],\"ps\":[\"h:2\"]},"
+                                 "\"task\":{\"type\":\"worker\",\"index\":0}}",
+                                 &s),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "no chief"));
+    ck_assert_int_eq(create_with("", &s), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "Cluster spec must be non-empty"));
+    ck_assert_ptr_null(s);
+}
+END_TEST
+
+int main(void) {
+    dist_set_log_callback(NULL, DIST_LOG_WARN, NULL);
+    if (dist_mnist_load(NULL, &g_mnist) != DIST_OK) {
+        fprintf(stderr, "no MNIST: %s\n", dist_last_error());
+        return 1;
+    }
+    Suite *s = suite_create("parameter_server");
+    TCase *tc = tcase_create("placement");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_variables_go_round_robin_over_the_ps_tasks_in_creation_order);
+    tcase_add_test(tc, test_a_partitioner_splits_the_first_axis_and_every_shard_takes_the_next_ps);
+    tcase_add_test(tc, test_weights_set_on_the_chief_are_what_the_ps_tasks_hold);
+    tcase_add_test(tc, test_a_cluster_without_ps_or_worker_is_refused_with_tfs_messages);
+    suite_add_tcase(s, tc);
+    TCase *co = tcase_create("coordinator");
+    tcase_set_timeout(co, 300);
+    tcase_add_test(co, test_scheduled_training_steps_lower_the_loss_and_update_the_ps);
+    tcase_add_test(co, test_arguments_and_results_travel_as_tensors);
+    tcase_add_test(co, test_an_unregistered_function_is_refused_by_its_name);
+    tcase_add_test(co, test_a_failed_closure_fails_join_cancels_the_queue_and_is_reported_once);
+    suite_add_tcase(s, co);
+    int rc = dist_test_run(s);
+    dist_mnist_destroy(g_mnist);
+    return rc;
+}
