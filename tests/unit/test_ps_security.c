@@ -656,8 +656,16 @@ START_TEST(test_after_all_that_the_chief_creates_pulls_bit_exact_pushes_sgd_and_
     float got[6];
     pull_var(fd, 4, 0, got, 6);
     ck_assert_mem_eq(got, w, sizeof w);
-    /* SGD, lr 0.5: w - 0.5 g */
+    /* a push to the empty variable alone, first on this connection: nothing to apply */
     ps_buf b = {0};
+    put_rule_sgd(&b, 0.5f);
+    ps_put_u32(&b, 1);
+    ps_put_u32(&b, 2);
+    ps_put_u64(&b, 0);
+    send_frame(fd, PS_MSG_PUSH, 5, &b);
+    expect_reply(fd, PS_MSG_PUSH, 5, DIST_OK, NULL);
+    /* SGD, lr 0.5: w - 0.5 g */
+    ps_buf_reset(&b);
     put_rule_sgd(&b, 0.5f);
     ps_put_u32(&b, 2);
     ps_put_u32(&b, 1);
@@ -666,13 +674,13 @@ START_TEST(test_after_all_that_the_chief_creates_pulls_bit_exact_pushes_sgd_and_
     ps_put_u64(&b, 0);
     const float g[4] = {2.0f, 4.0f, -1.0f, 0.5f};
     for (int i = 0; i < 4; i++) ps_put_f32(&b, g[i]);
-    send_frame(fd, PS_MSG_PUSH, 5, &b);
+    send_frame(fd, PS_MSG_PUSH, 6, &b);
     ps_buf_free(&b);
-    expect_reply(fd, PS_MSG_PUSH, 5, DIST_OK, NULL);
-    pull_var(fd, 6, 1, got, 4);
+    expect_reply(fd, PS_MSG_PUSH, 6, DIST_OK, NULL);
+    pull_var(fd, 7, 1, got, 4);
     const float want[4] = {0.0f, -4.0f, 4.0f, 0.0f};
     ck_assert_mem_eq(got, want, sizeof want);
-    ck_assert_uint_eq(stats(fd, 7), 2);
+    ck_assert_uint_eq(stats(fd, 8), 3); /* one update per variable per push */
     close(fd);
     ps_stop(&t);
 }
