@@ -205,7 +205,10 @@ static dist_status on_create(ps_conn *c, const unsigned char *p, uint64_t n) {
         uint32_t id = ps_get_u32(&r);
         ps_get_str(&r, name, sizeof name);
         uint64_t numel = ps_get_u64(&r);
-        if (r.failed || numel > (r.len - r.pos) / 4) break;
+        if (r.failed || numel > (r.len - r.pos) / 4) { /* values missing: not at the end */
+            r.failed = true;
+            break;
+        }
         const void *values = ps_get_bytes(&r, numel * 4);
         float *tmp = malloc(numel ? numel * 4 : 4); /* the payload is not 4-byte aligned */
         if (!tmp) return dist_error(DIST_OUT_OF_MEMORY, "out of memory");
@@ -218,6 +221,12 @@ static dist_status on_create(ps_conn *c, const unsigned char *p, uint64_t n) {
     return DIST_OK;
 }
 
+/* A reply the requester would refuse (its cap is the same) is refused before it is built. */
+static dist_status reply_too_large(const char *what, uint64_t bytes) {
+    return dist_error(DIST_OUT_OF_RANGE, "a %s whose reply takes %llu bytes (at most %llu)", what,
+                      (unsigned long long)bytes, (unsigned long long)PS_DEFAULT_FRAME_CAP);
+}
+
 /* Values are copied under each variable's lock into the reply, then sent unlocked. */
 static dist_status on_pull(ps_conn *c, const ps_header *h, const unsigned char *p, uint64_t n) {
     ps_reader r = {p, (size_t)n, 0, false};
@@ -228,6 +237,13 @@ static dist_status on_pull(ps_conn *c, const ps_header *h, const unsigned char *
     if (st != DIST_OK) {
         free(vars);
         return st;
+    }
+    /* ids may repeat: 1M ids of one 1 MB variable would ask for a 4 TB reply */
+    uint64_t bytes = 4;
+    for (uint32_t i = 0; i < count; i++) bytes += 8 + vars[i]->numel * 4;
+    if (bytes > PS_DEFAULT_FRAME_CAP) {
+        free(vars);
+        return reply_too_large("pull", bytes);
     }
     ps_buf_reset(&c->out);
     ps_put_u32(&c->out, count);
@@ -280,8 +296,9 @@ static dist_status on_push(ps_conn *c, const ps_header *h, ps_rx *rx, bool *repl
     if (st == DIST_OK && total * 4 != rx->left)
         st = dist_error(DIST_FORMAT, "a push whose gradients take %llu bytes, not %llu",
                         (unsigned long long)rx->left, (unsigned long long)(total * 4));
-    if (st == DIST_OK && total > c->scratch_cap) {
-        float *g = realloc(c->scratch, total * 4);
+    if (st == DIST_OK && (total > c->scratch_cap || !c->scratch)) {
+        /* never NULL: pushes of empty variables still index it */
+        float *g = realloc(c->scratch, total ? total * 4 : 4);
         if (!g)
             st = dist_error(DIST_OUT_OF_MEMORY, "out of memory for %llu gradients",
                             (unsigned long long)total);
@@ -312,6 +329,12 @@ static dist_status on_save(ps_conn *c, const ps_header *h, const unsigned char *
     if (st != DIST_OK) {
         free(vars);
         return st;
+    }
+    uint64_t bytes = 4;
+    for (uint32_t i = 0; i < count; i++) bytes += 24 + vars[i]->numel * 4 * 3; /* at most */
+    if (bytes > PS_DEFAULT_FRAME_CAP) {
+        free(vars);
+        return reply_too_large("save", bytes);
     }
     ps_reader ids = {p, (size_t)n, 4, false};
     ps_buf_reset(&c->out);
@@ -409,23 +432,43 @@ static dist_status reply_ok(ps_conn *c, uint32_t type, uint64_t id) {
 
 /* One request; a failure of the request itself is answered, a failure of the connection (or
  * a frame that cannot be trusted) ends it. Returns DIST_OK to go on. */
+/* A request refused before all of its payload was read: the rest is read (the header's
+ * length is under the cap, its CRC is checked) and the refusal answered, so that the sender
+ * learns why instead of seeing the ps vanish (a worker takes a lost connection for a lost
+ * ps). A frame that ends early or fails its CRC ends the connection. */
+static dist_status refuse_rest(ps_conn *c, const ps_header *h, ps_rx *rx, dist_status why) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dist_last_error());
+    dist_status st = ps_rx_skip(rx, (size_t)rx->left); /* under the cap */
+    if (st == DIST_OK) st = ps_rx_end(rx);
+    if (st != DIST_OK) return st;
+    dist_error(why, "%s", msg);
+    return ps_send_error(c->fd, h->type, h->id, why, net_now() + 5, c->who);
+}
+
 static dist_status serve_one(ps_conn *c, const ps_header *h, bool *stop) {
     ps_server *s = c->srv;
     uint32_t type = h->type;
     if (type & PS_MSG_REPLY) return dist_error(DIST_FORMAT, "%s sent a reply as a request", c->who);
     bool from_chief = c->rank == 0;
+    dist_status st = DIST_OK;
     if ((type == PS_MSG_CREATE || type == PS_MSG_RESTORE || type == PS_MSG_SHUTDOWN) && !from_chief)
-        return dist_error(DIST_INVALID_USAGE, "%s sent %s, which only the chief may", c->who,
-                          ps_msg_name(type));
-    if (type == PS_MSG_EXEC || type == PS_MSG_DATASET)
-        return dist_error(DIST_INVALID_USAGE, "%s sent %s to a ps task", c->who, ps_msg_name(type));
-    dist_status st;
+        st = dist_error(DIST_INVALID_USAGE, "%s sent %s, which only the chief may", c->who,
+                        ps_msg_name(type));
+    else if (type == PS_MSG_EXEC || type == PS_MSG_DATASET)
+        st = dist_error(DIST_INVALID_USAGE, "%s sent %s to a ps task", c->who, ps_msg_name(type));
+    if (st != DIST_OK) {
+        ps_rx rx;
+        ps_rx_begin(&rx, c->fd, h, c->who);
+        return refuse_rest(c, h, &rx, st);
+    }
     if (type == PS_MSG_PUSH) {
         ps_rx rx;
         ps_rx_begin(&rx, c->fd, h, c->who);
         bool sent = false;
         st = on_push(c, h, &rx, &sent);
-        if (st != DIST_OK && rx.left) return st; /* the frame is not fully read: end it */
+        if (st == DIST_PEER_LOST || st == DIST_TIMEOUT) return st;
+        if (st != DIST_OK && rx.left) return refuse_rest(c, h, &rx, st);
         if (st != DIST_OK) return ps_send_error(c->fd, type, h->id, st, net_now() + 5, c->who);
         return reply_ok(c, type, h->id);
     }
