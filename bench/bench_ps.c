@@ -304,23 +304,23 @@ static double run_cluster(const char *self, int workers, int ps, const char *mod
     return result;
 }
 
-/* TF's ParameterServerStrategy on the same configuration (steps/s; 0 when unavailable). */
-static double run_tf(int workers, int ps, long warmup, long steps) {
+/* TF's ParameterServerStrategy on the same configuration (steps/s, or with `updates` the ps's
+ * apply_gradients of pushed full-model gradients per second; 0 when unavailable). */
+static double run_tf(int workers, int ps, long warmup, long steps, int updates) {
     const char *home = getenv("HOME");
     char py[1024], cmd[4096];
     snprintf(py, sizeof py, "%s/.cache/libdist/venv-tf/bin/python", home ? home : "/root");
     if (access(py, X_OK) != 0) return 0;
     snprintf(cmd, sizeof cmd,
              "TF_CPP_MIN_LOG_LEVEL=2 %s %s/bench/tf_parameter_server.py --configs %dx%d "
-             "--repeats 1 --steps %ld --warmup %ld --json 2>/dev/null",
-             py, DIST_SOURCE_DIR, workers, ps, steps, warmup);
+             "--repeats 1 --steps %ld --warmup %ld --json%s 2>/dev/null",
+             py, DIST_SOURCE_DIR, workers, ps, steps, warmup, updates ? " --ps-update-only" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[8192];
     double v = 0;
     while (fgets(line, sizeof line, p)) {
-        const char *k = strstr(line, "\"steps_per_s\"");
-        if (!k) k = strstr(line, "\"median_steps_per_s\"");
+        const char *k = strstr(line, "\"steps_per_sec_median\"");
         if (k && (k = strchr(k, ':'))) v = atof(k + 1);
     }
     pclose(p);
@@ -382,20 +382,22 @@ int main(int argc, char **argv) {
     printf("bench_ps: %s, %ld cores; batch %d per step, Adam; %ld warm-up + %ld timed steps; "
            "median of %d\n",
            cpu, cores, BATCH, warmup, steps, repeats);
-    double ours[MAX_CONFIGS][MAX_REPEATS], theirs[MAX_CONFIGS][MAX_REPEATS], upd[MAX_REPEATS];
-    int nt[MAX_CONFIGS] = {0};
+    double ours[MAX_CONFIGS][MAX_REPEATS], theirs[MAX_CONFIGS][MAX_REPEATS], upd[MAX_REPEATS],
+        tf_upd[MAX_REPEATS];
+    int nt[MAX_CONFIGS] = {0}, ntu = 0;
     for (int r = 0; r < repeats; r++) {
         for (int c = 0; c < nc; c++) {
             int threads = cores / W[c] > 0 ? (int)(cores / W[c]) : 1;
             ours[c][r] = run_cluster(self, W[c], P[c], "steps", warmup, steps, threads);
-            if (tf) {
-                double v = run_tf(W[c], P[c], warmup, steps);
-                if (v > 0) theirs[c][nt[c]++] = v;
-            }
-            fprintf(stderr, "  round %d, %d worker(s) x %d ps: libdist %.1f steps/s%s\n", r + 1,
-                    W[c], P[c], ours[c][r], tf ? "" : "");
+            double v = tf ? run_tf(W[c], P[c], warmup, steps, 0) : 0;
+            if (v > 0) theirs[c][nt[c]++] = v;
+            fprintf(stderr, "  round %d, %d worker(s) x %d ps: libdist %.1f steps/s, TF %.1f\n",
+                    r + 1, W[c], P[c], ours[c][r], v);
         }
         upd[r] = run_cluster(self, 1, 1, "updates", 0, updates, 1);
+        double v = tf ? run_tf(1, 1, 20, 200, 1) : 0;
+        if (v > 0) tf_upd[ntu++] = v;
+        fprintf(stderr, "  round %d, ps updates/s: libdist %.0f, TF %.0f\n", r + 1, upd[r], v);
     }
     printf("\n| workers x ps | libdist steps/s | images/s | TF PS steps/s | libdist / TF |\n");
     printf("|---|---|---|---|---|\n");
@@ -408,7 +410,12 @@ int main(int argc, char **argv) {
             printf("- | - |\n");
     }
     printf("\nps update throughput (one ps, one client, full-model Adam updates of 121,930 "
-           "parameters): %.0f updates/s (%.2f GB/s of gradients), median of %d\n",
-           median(upd, repeats), median(upd, repeats) * 121930 * 4 / 1e9, repeats);
+           "parameters): libdist %.0f updates/s (%.2f GB/s of gradients)",
+           median(upd, repeats), median(upd, repeats) * 121930 * 4 / 1e9);
+    if (ntu)
+        printf("; TF (a worker pushing constant gradients, apply_gradients on the ps) %.0f "
+               "updates/s: %.1fx",
+               median(tf_upd, ntu), median(upd, repeats) / median(tf_upd, ntu));
+    printf("; median of %d\n", repeats);
     return 0;
 }

@@ -260,15 +260,20 @@ static bool try_join(cworker *w) {
     return true;
 }
 
-/* Sends the closure and reads its outcome. A failure of the connection returns its status
- * (the worker is lost); the closure's own outcome goes to *result / *res. */
-static dist_status run_closure(cworker *w, closure *k, dist_status *result, char *msg, size_t cap,
-                               dist_tensor **res, int *n) {
-    dist_coordinator *c = w->c;
+/* A closure to the worker. */
+static dist_status send_closure(cworker *w, closure *k) {
     ps_piece piece = {k->payload.p, k->payload.len};
-    DIST_TRY(ps_send_frame(w->fd, PS_MSG_EXEC, k->id, 0, &piece, 1, net_now() + PS_FRAME_STALL_S,
-                           w->who));
+    return ps_send_frame(w->fd, PS_MSG_EXEC, k->id, 0, &piece, 1, net_now() + PS_FRAME_STALL_S,
+                         w->who);
+}
+
+/* Reads the outcome of closure k (the oldest one sent). A failure of the connection returns
+ * its status (the worker is lost); the closure's own outcome goes to *result / res. */
+static dist_status recv_closure(cworker *w, closure *k, dist_status *result, char *msg, size_t cap,
+                                dist_tensor **res, int *n) {
+    dist_coordinator *c = w->c;
     ps_header h;
+    *n = 0;
     DIST_TRY(
         ps_recv_header(w->fd, &h, PS_DEFAULT_FRAME_CAP, net_now() + c->closure_timeout_s, w->who));
     if (h.type != (PS_MSG_EXEC | PS_MSG_REPLY) || h.id != k->id)
@@ -276,7 +281,6 @@ static dist_status run_closure(cworker *w, closure *k, dist_status *result, char
                           (unsigned long long)k->id, ps_msg_name(h.type), (unsigned long long)h.id);
     unsigned char *p = NULL;
     DIST_TRY(ps_recv_payload(w->fd, &h, &p, w->who));
-    *n = 0;
     if (h.status != DIST_OK) {
         *result = h.status < DIST_STATUS_COUNT ? (dist_status)h.status : DIST_INTERNAL;
         snprintf(msg, cap, "%s: %.*s", w->who, (int)(h.length < 900 ? h.length : 900),
@@ -303,54 +307,85 @@ static dist_status run_closure(cworker *w, closure *k, dist_status *result, char
     return DIST_OK;
 }
 
+/* Closures sent to one worker ahead of their turn: the next one waits in the worker's socket
+ * while the current one runs, so the worker never idles for the coordinator's round trip. */
+#define PS_CLOSURES_IN_FLIGHT 2
+
+/* The worker is lost: what it was running goes back to the head of the queue, in order (c->mu
+ * held). */
+static void requeue(cworker *w, closure **inflight, int n) {
+    dist_coordinator *c = w->c;
+    for (int i = n - 1; i >= 0; i--) {
+        closure *k = inflight[i];
+        dist_log(DIST_LOG_WARN,
+                 "coordinator: lost %s (%s); closure #%llu '%s' re-queued for another worker",
+                 w->who, dist_last_error(), (unsigned long long)k->id, k->name);
+        c->stats.requeued++;
+        c->inflight--;
+        if (c->fatal == DIST_OK && c->error == DIST_OK)
+            push_front(c, k);
+        else
+            closure_free(k);
+    }
+    if (c->fatal != DIST_OK || c->error != DIST_OK) cancel_queued(c, "an earlier closure failed");
+    c->stats.workers_lost++;
+    pthread_cond_broadcast(&c->cv_work);
+    pthread_cond_broadcast(&c->cv_idle);
+}
+
 static void *worker_main(void *arg) {
     cworker *w = arg;
     dist_coordinator *c = w->c;
+    closure *inflight[PS_CLOSURES_IN_FLIGHT];
+    int n_inflight = 0;
     for (;;) {
-        pthread_mutex_lock(&c->mu);
-        int stopping = c->stopping;
-        pthread_mutex_unlock(&c->mu);
-        if (stopping) break;
+        if (n_inflight == 0 && stopping(c)) break;
         if (w->fd < 0) {
             if (!try_join(w)) nap(c, c->rejoin_s);
             continue;
         }
-        if (send_datasets(w) != DIST_OK) { /* one made since this worker joined */
+        /* a per-worker dataset made since this worker joined, before any closure uses it */
+        if (n_inflight == 0 && send_datasets(w) != DIST_OK) {
             dist_log(DIST_LOG_WARN, "coordinator: %s", dist_last_error());
             net_close(&w->fd);
             continue;
         }
-        pthread_mutex_lock(&c->mu);
-        while (!c->head && !c->stopping && w->datasets_sent == c->num_datasets)
-            pthread_cond_wait(&c->cv_work, &c->mu);
-        closure *k = c->stopping ? NULL : pop(c);
-        if (k) c->inflight++;
-        pthread_mutex_unlock(&c->mu);
-        if (!k) continue;
-
+        /* fill the pipeline: wait for work only when nothing is in flight */
+        bool lost = false;
+        while (n_inflight < PS_CLOSURES_IN_FLIGHT) {
+            pthread_mutex_lock(&c->mu);
+            while (n_inflight == 0 && !c->head && !c->stopping &&
+                   w->datasets_sent == c->num_datasets)
+                pthread_cond_wait(&c->cv_work, &c->mu);
+            closure *k = c->stopping || w->datasets_sent != c->num_datasets ? NULL : pop(c);
+            if (k) c->inflight++;
+            pthread_mutex_unlock(&c->mu);
+            if (!k) break;
+            inflight[n_inflight++] = k;
+            if (send_closure(w, k) != DIST_OK) {
+                lost = true;
+                break;
+            }
+        }
+        if (n_inflight == 0) continue;
         dist_status result = DIST_OK;
         char msg[1024] = "";
         dist_tensor *res[DIST_CLOSURE_MAX_RESULTS];
         int n = 0;
-        dist_status st = run_closure(w, k, &result, msg, sizeof msg, res, &n);
-        pthread_mutex_lock(&c->mu);
-        c->inflight--;
-        if (st != DIST_OK) {
-            /* the worker is lost: the closure goes back to the head of the queue */
-            dist_log(DIST_LOG_WARN,
-                     "coordinator: lost %s (%s); closure #%llu '%s' re-queued for another worker",
-                     w->who, dist_last_error(), (unsigned long long)k->id, k->name);
-            c->stats.requeued++;
-            c->stats.workers_lost++;
-            if (c->fatal == DIST_OK && c->error == DIST_OK)
-                push_front(c, k);
-            else
-                cancel_queued(c, "an earlier closure failed"), closure_free(k);
-            pthread_cond_broadcast(&c->cv_work);
+        closure *k = inflight[0];
+        if (!lost && recv_closure(w, k, &result, msg, sizeof msg, res, &n) != DIST_OK) lost = true;
+        if (lost) {
+            pthread_mutex_lock(&c->mu);
+            requeue(w, inflight, n_inflight);
             pthread_mutex_unlock(&c->mu);
+            n_inflight = 0;
             net_close(&w->fd);
             continue;
         }
+        memmove(inflight, inflight + 1, (size_t)(n_inflight - 1) * sizeof *inflight);
+        n_inflight--;
+        pthread_mutex_lock(&c->mu);
+        c->inflight--;
         if (result == DIST_OK) {
             c->stats.completed++;
         } else {

@@ -49,6 +49,12 @@ typedef struct ps_link {
     int rank;
     int pending_acks; /* pushes whose replies have not been read */
     uint64_t next_id;
+    /* A pull sent right after a push (its reply follows the push's), read by the next run while
+     * it is fresh: the transfer and the ps's work overlap the worker's return to the coordinator
+     * and the next closure's arrival. 0: none. */
+    uint64_t prefetch_id;
+    uint32_t prefetch_count;
+    double prefetch_at;
     char who[NET_NAME_CAP + NET_ADDR_CAP + 8];
 } ps_link;
 
@@ -86,18 +92,13 @@ static dist_status link_lost(ps_link *l, dist_status st) {
     return dist_error(DIST_UNAVAILABLE, "parameter_server: lost %s: %s", l->who, why);
 }
 
-static dist_status link_ready(ps_ctx *c, ps_link *l) {
-    if (l->fd < 0) {
-        dist_status st = ps_connect(c->cl, l->rank, net_now() + c->cl->connect_timeout_s, &l->fd);
-        if (st != DIST_OK)
-            return dist_error(DIST_UNAVAILABLE, "parameter_server: cannot reach %s: %s", l->who,
-                              dist_last_error());
-    }
-    /* replies of earlier pushes come first */
+/* The replies of earlier pushes, which come first on the link. */
+static dist_status link_drain_acks(ps_ctx *c, ps_link *l) {
     while (l->pending_acks > 0) {
         ps_header h;
-        dist_status st = ps_recv_reply(l->fd, PS_MSG_PUSH, l->next_id - (uint64_t)l->pending_acks,
-                                       &h, 4096, net_now() + c->timeout_s, l->who);
+        uint64_t id = l->next_id - (uint64_t)l->pending_acks - (l->prefetch_id ? 1u : 0u);
+        dist_status st =
+            ps_recv_reply(l->fd, PS_MSG_PUSH, id, &h, 4096, net_now() + c->timeout_s, l->who);
         if (st == DIST_OK && h.length)
             st = dist_error(DIST_FORMAT, "%s: a push reply with data", l->who);
         if (st == DIST_PEER_LOST || st == DIST_TIMEOUT || st == DIST_FORMAT)
@@ -105,6 +106,44 @@ static dist_status link_ready(ps_ctx *c, ps_link *l) {
         l->pending_acks--;
         DIST_TRY(st);
     }
+    return DIST_OK;
+}
+
+static dist_status link_reply(ps_ctx *c, ps_link *l, uint32_t type, uint64_t id, ps_header *h,
+                              uint64_t cap);
+
+/* Connected, with every earlier reply read (a prefetched pull nobody uses is dropped). */
+static dist_status link_ready(ps_ctx *c, ps_link *l) {
+    if (l->fd < 0) {
+        dist_status st = ps_connect(c->cl, l->rank, net_now() + c->cl->connect_timeout_s, &l->fd);
+        if (st != DIST_OK)
+            return dist_error(DIST_UNAVAILABLE, "parameter_server: cannot reach %s: %s", l->who,
+                              dist_last_error());
+        l->pending_acks = 0;
+        l->prefetch_id = 0;
+    }
+    DIST_TRY(link_drain_acks(c, l));
+    if (l->prefetch_id) {
+        uint64_t id = l->prefetch_id;
+        l->prefetch_id = 0;
+        ps_header h;
+        DIST_TRY(link_reply(c, l, PS_MSG_PULL, id, &h, PS_DEFAULT_FRAME_CAP));
+        ps_rx rx;
+        ps_rx_begin(&rx, l->fd, &h, l->who);
+        dist_status st = ps_rx_skip(&rx, (size_t)h.length);
+        if (st == DIST_OK) st = ps_rx_end(&rx);
+        if (st != DIST_OK) return link_lost(l, st);
+    }
+    return DIST_OK;
+}
+
+/* Sends without reading earlier replies first (a prefetch behind a push). */
+static dist_status link_send_now(ps_ctx *c, ps_link *l, uint32_t type, const ps_piece *pieces,
+                                 int n, uint64_t *id) {
+    *id = l->next_id++;
+    dist_status st =
+        ps_send_frame(l->fd, type, *id, 0, pieces, n, net_now() + c->timeout_s, l->who);
+    if (st != DIST_OK) return link_lost(l, st);
     return DIST_OK;
 }
 
@@ -260,24 +299,42 @@ static dist_status ps_create_variable(dist_strategy *s, dist_tensor *const *copi
 /* ---- pull: every shard of `groups` (all when g < 0) into dst blocks ---- */
 
 /* dst[k]: where group k's values go (host), or NULL to skip the group. */
-static dist_status pull(ps_ctx *c, float *const *dst) {
+/* A pull request for ps j's shards of the groups with want[k] into c->req; *count shards. */
+static dist_status pull_request(ps_ctx *c, int j, const void *const *want, uint32_t *count) {
+    *count = 0;
+    ps_buf_reset(&c->req);
+    ps_put_u32(&c->req, 0);
+    for (int k = 0; k < c->num_groups; k++)
+        for (int i = 0; want[k] && i < c->groups[k].num_shards; i++)
+            if (c->groups[k].shards[i].ps == j) {
+                ps_put_u32(&c->req, c->groups[k].shards[i].id);
+                (*count)++;
+            }
+    if (c->req.failed) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
+    put32(c->req.p, *count);
+    return DIST_OK;
+}
+
+/* How old a prefetched pull may be when a run uses it. */
+#define PS_PREFETCH_MAX_AGE_S 0.05
+
+static dist_status pull(ps_ctx *c, float *const *dst, bool use_prefetch) {
     int nps = c->cl->num_ps;
     uint64_t ids[PS_MAX_PS];
     uint32_t counts[PS_MAX_PS] = {0};
     for (int j = 0; j < nps; j++) {
-        ps_buf_reset(&c->req);
-        ps_put_u32(&c->req, 0);
-        for (int k = 0; k < c->num_groups; k++)
-            for (int i = 0; dst[k] && i < c->groups[k].num_shards; i++)
-                if (c->groups[k].shards[i].ps == j) {
-                    ps_put_u32(&c->req, c->groups[k].shards[i].id);
-                    counts[j]++;
-                }
+        ps_link *l = &c->links[j];
+        DIST_TRY(pull_request(c, j, (const void *const *)dst, &counts[j]));
         if (!counts[j]) continue;
-        if (c->req.failed) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
-        put32(c->req.p, counts[j]);
+        if (use_prefetch && l->fd >= 0 && l->prefetch_id && l->prefetch_count == counts[j] &&
+            net_now() - l->prefetch_at < PS_PREFETCH_MAX_AGE_S) {
+            DIST_TRY(link_drain_acks(c, l));
+            ids[j] = l->prefetch_id;
+            l->prefetch_id = 0;
+            continue;
+        }
         ps_piece piece = {c->req.p, c->req.len};
-        DIST_TRY(link_send(c, &c->links[j], PS_MSG_PULL, &piece, 1, &ids[j]));
+        DIST_TRY(link_send(c, l, PS_MSG_PULL, &piece, 1, &ids[j]));
     }
     /* every ps is working on its reply by now; read them in turn, straight into place */
     for (int j = 0; j < nps; j++) {
@@ -334,7 +391,7 @@ static dist_status pull_all(dist_strategy *s, ps_ctx *c) {
     } else {
         for (int k = 0; k < c->num_groups; k++) dst[k] = c->groups[k].copies[0]->data;
     }
-    if (st == DIST_OK) st = pull(c, dst);
+    if (st == DIST_OK) st = pull(c, dst, true);
     for (int k = 0; k < c->num_groups && st == DIST_OK; k++) {
         size_t bytes = (size_t)c->groups[k].numel * sizeof(float);
         for (int r = host ? 1 : 0; r < s->num_replicas && st == DIST_OK; r++) {
@@ -369,7 +426,7 @@ static dist_status ps_save_state(dist_strategy *s, dist_tensor *const *copies, v
         st = dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
     else {
         d[g - c->groups] = dst;
-        st = pull(c, d);
+        st = pull(c, d, false);
     }
     free(d);
     pthread_mutex_unlock(&c->mu);
@@ -596,6 +653,30 @@ static dist_status push(dist_strategy *s, ps_ctx *c, ps_group *g, const dist_upd
     return DIST_OK;
 }
 
+/* Right behind the push, the values the worker's next run will read. */
+static dist_status prefetch(ps_ctx *c) {
+    const void **all = calloc((size_t)(c->num_groups > 0 ? c->num_groups : 1), sizeof *all);
+    if (!all) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
+    for (int k = 0; k < c->num_groups; k++) all[k] = c->groups[k].copies[0];
+    dist_status st = DIST_OK;
+    for (int j = 0; j < c->cl->num_ps && st == DIST_OK; j++) {
+        ps_link *l = &c->links[j];
+        uint32_t count = 0;
+        st = pull_request(c, j, all, &count);
+        if (st != DIST_OK || !count || l->fd < 0 || l->prefetch_id) continue;
+        ps_piece piece = {c->req.p, c->req.len};
+        uint64_t id = 0;
+        st = link_send_now(c, l, PS_MSG_PULL, &piece, 1, &id);
+        if (st == DIST_OK) {
+            l->prefetch_id = id;
+            l->prefetch_count = count;
+            l->prefetch_at = net_now();
+        }
+    }
+    free(all);
+    return st;
+}
+
 static dist_status ps_apply_gradients(dist_strategy *s, dist_replica_ctx *rc, dist_tensor *grads,
                                       dist_update_fn update, void *user) {
     ps_ctx *c = ctx_of(s);
@@ -615,6 +696,7 @@ static dist_status ps_apply_gradients(dist_strategy *s, dist_replica_ctx *rc, di
         st = dist_error(DIST_INTERNAL, "parameter_server: %lld gradients for %lld variables",
                         (long long)dist_tensor_numel(grads), (long long)g->numel);
     if (st == DIST_OK) st = push(s, c, g, &rule, grads);
+    if (st == DIST_OK && c->cl->role == PS_ROLE_WORKER) st = prefetch(c);
     pthread_mutex_unlock(&c->mu);
     if (st != DIST_OK) return dist_error_context(st, "parameter_server: pushing the gradients");
     return DIST_OK;
