@@ -7,7 +7,7 @@ Usage: scenario.py DISTRAIN JPEG_DIR WORKDIR [FILTER]
   FILTER:   run only the cases whose name contains it.
 
 Strategies: one_device (cpu:0), mirrored (2 CPU replicas), multi_worker with 2 local worker
-processes over TCP, and over shared memory. Features: a validation split, BackupAndRestore
+processes over TCP, and over shared memory, parameter_server with 2 workers and 1 ps. Features: a validation split, BackupAndRestore
 resume after SIGKILL (the resumed run's final weights equal the uninterrupted run's, byte for
 byte: every CPU strategy is deterministic; also with EarlyStopping and ReduceLROnPlateau, whose
 state must travel in the backup), EarlyStopping, ReduceLROnPlateau, mixed_bfloat16,
@@ -29,6 +29,16 @@ STRATEGIES = {
     "mirrored": ["--strategy", "mirrored", "--devices", "cpu:0,cpu:1", "--threads", "1"],
     "mw_tcp": ["--strategy", "multi_worker", "--workers", "2", "--transport", "tcp"],
     "mw_shm": ["--strategy", "multi_worker", "--workers", "2", "--transport", "shm"],
+    "ps": ["--strategy", "parameter_server", "--workers", "2", "--ps", "1"],
+}
+# Not run, and why (printed): asynchronous updates are not bit-reproducible, so the resume
+# cases' byte-for-byte check does not apply (distrain.ps_restart_resumes covers resuming);
+# the data-source and batch cases already ran under four strategies through the same code.
+SKIP = {
+    "ps": {"resume_after_sigkill": "asynchronous updates: no byte-equal resume",
+           "resume_with_callbacks": "asynchronous updates: no byte-equal resume",
+           "fashion_mnist": "the data source is strategy-independent",
+           "odd_global_batch": "each step is one worker's batch: nothing is split"},
 }
 SHORT = ["--epochs", "2", "--steps-per-epoch", "30"]
 # feature: (extra flags, test-accuracy floor, extra check)
@@ -51,6 +61,11 @@ FEATURES = {
                                "0.1", "--early-stopping-patience", "2", "--reduce-lr-patience",
                                "0", "--learning-rate", "0.005"], 0.85, "resume"),
 }
+
+
+# Floors of their own: 45 asynchronous steps (two workers, each on values up to a step old)
+# measured 0.68-0.77 where synchronous strategies reach ~0.83 (3 December 2026).
+FLOORS = {("ps", "steps_per_epoch"): 0.60}
 
 
 def run(distrain, args, log, timeout=240):
@@ -92,6 +107,7 @@ def kill_after_backup(distrain, args, backup_dir, log, step):
 
 def case(distrain, jpeg_dir, work, strategy, feature):
     flags, floor, check = FEATURES[feature]
+    floor = FLOORS.get((strategy, feature), floor)
     d = os.path.join(work, "%s.%s" % (strategy, feature))
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -147,6 +163,9 @@ def main():
         for feature in FEATURES:
             name = "%s x %s" % (strategy, feature)
             if only and only not in name:
+                continue
+            if feature in SKIP.get(strategy, {}):
+                print("skip %-34s         %s" % (name, SKIP[strategy][feature]), flush=True)
                 continue
             t0 = time.time()
             try:
