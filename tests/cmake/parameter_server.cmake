@@ -47,3 +47,19 @@ set(ps_backup ${CMAKE_CURRENT_BINARY_DIR}/ps_backup)
 add_test(NAME distrain.ps_restart_resumes
          COMMAND sh -c "rm -rf '${ps_backup}' && python3 '${ps_cluster}' --workers 2 --ps 1 --timeout 300 --kill ps/0 --kill-after 'Epoch 3/5' --expect-chief-exit 1 -- '$<TARGET_FILE:distrain>' --strategy parameter_server --backup-dir '${ps_backup}' && python3 '${ps_cluster}' --workers 2 --ps 1 --timeout 400 --expect 'BackupAndRestore: resuming at epoch 3' --expect '${accuracy_re}' --expect-not 'Epoch 1/5' -- '$<TARGET_FILE:distrain>' --strategy parameter_server --backup-dir '${ps_backup}'")
 set_tests_properties(distrain.ps_restart_resumes PROPERTIES LABELS "cli;slow;ps" TIMEOUT 900)
+
+# distrain's parameter_server flags: usage errors in one line, exit 2; a partitioned run.
+distrain_error_test(ps_without_workers 2 "--ps needs --strategy parameter_server and --workers"
+                    --strategy parameter_server --ps 1)
+distrain_error_test(ps_workers_without_ps 2 "needs --ps M" --strategy parameter_server --workers 2)
+distrain_error_test(ps_partitioner_elsewhere 2 "--variable-partitioner applies to --strategy parameter_server only"
+                    --variable-partitioner fixed:2)
+distrain_error_test(ps_partitioner_invalid 2 "invalid value 'fixed:0' for --variable-partitioner"
+                    --strategy parameter_server --variable-partitioner fixed:0)
+distrain_error_test(ps_loss_scaling 2 "loss scaling" --strategy parameter_server --mixed-precision fp16)
+distrain_error_test(ps_without_cluster 2 "Cluster spec must be non-empty" --strategy parameter_server)
+add_test(NAME distrain.ps_partitioned
+         COMMAND ${expect} 0 "Test loss:" $<TARGET_FILE:distrain> --strategy parameter_server
+                 --workers 1 --ps 2 --variable-partitioner min_size:65536:4 --epochs 1
+                 --steps-per-epoch 30)
+set_tests_properties(distrain.ps_partitioned PROPERTIES LABELS "cli;ps" TIMEOUT 300)
