@@ -274,8 +274,20 @@ static dist_status recv_closure(cworker *w, closure *k, dist_status *result, cha
     dist_coordinator *c = w->c;
     ps_header h;
     *n = 0;
-    DIST_TRY(
-        ps_recv_header(w->fd, &h, PS_DEFAULT_FRAME_CAP, net_now() + c->closure_timeout_s, w->who));
+    /* in slices: a lost ps makes the job's end not wait for closures that cannot finish */
+    double deadline = net_now() + c->closure_timeout_s;
+    for (;;) {
+        double d = net_now() + 0.5 < deadline ? net_now() + 0.5 : deadline;
+        dist_status st = ps_recv_header(w->fd, &h, PS_DEFAULT_FRAME_CAP, d, w->who);
+        if (st == DIST_OK) break;
+        if (st != DIST_TIMEOUT || net_now() >= deadline) return st;
+        pthread_mutex_lock(&c->mu);
+        bool give_up = c->fatal != DIST_OK && c->stopping;
+        pthread_mutex_unlock(&c->mu);
+        if (give_up)
+            return dist_error(DIST_CANCELLED, "%s: closure #%llu abandoned (a ps was lost)", w->who,
+                              (unsigned long long)k->id);
+    }
     if (h.type != (PS_MSG_EXEC | PS_MSG_REPLY) || h.id != k->id)
         return dist_error(DIST_FORMAT, "%s answered closure #%llu with %s #%llu", w->who,
                           (unsigned long long)k->id, ps_msg_name(h.type), (unsigned long long)h.id);
@@ -373,7 +385,24 @@ static void *worker_main(void *arg) {
         dist_tensor *res[DIST_CLOSURE_MAX_RESULTS];
         int n = 0;
         closure *k = inflight[0];
-        if (!lost && recv_closure(w, k, &result, msg, sizeof msg, res, &n) != DIST_OK) lost = true;
+        dist_status rs =
+            lost ? DIST_PEER_LOST : recv_closure(w, k, &result, msg, sizeof msg, res, &n);
+        if (rs == DIST_CANCELLED) { /* the job is ending after a lost ps: nothing to re-queue */
+            snprintf(msg, sizeof msg, "%s", dist_last_error());
+            pthread_mutex_lock(&c->mu);
+            for (int i = 0; i < n_inflight; i++) {
+                rv_finish(inflight[i]->rv, DIST_CANCELLED, msg, NULL, 0);
+                closure_free(inflight[i]);
+                c->inflight--;
+                c->stats.cancelled++;
+            }
+            pthread_cond_broadcast(&c->cv_idle);
+            pthread_mutex_unlock(&c->mu);
+            n_inflight = 0;
+            net_close(&w->fd);
+            continue;
+        }
+        if (rs != DIST_OK) lost = true;
         if (lost) {
             pthread_mutex_lock(&c->mu);
             requeue(w, inflight, n_inflight);

@@ -55,6 +55,7 @@ typedef struct ps_link {
     uint64_t prefetch_id;
     uint32_t prefetch_count;
     double prefetch_at;
+    char lost[1024]; /* why the link broke; "" while it is healthy */
     char who[NET_NAME_CAP + NET_ADDR_CAP + 8];
 } ps_link;
 
@@ -83,13 +84,21 @@ static ps_ctx *ctx_of(const dist_strategy *s) { return s->ctx; }
 
 /* ---- the links to the ps tasks ---- */
 
+/* A ps whose connection broke has lost its variables (or is gone): every later request on
+ * the link fails at once with the same error rather than waiting to reconnect (TF's
+ * semantics: a lost ps fails the job). */
 static dist_status link_lost(ps_link *l, dist_status st) {
     char why[512];
     snprintf(why, sizeof why, "%s", dist_last_error());
     net_close(&l->fd);
     l->pending_acks = 0;
-    if (st == DIST_UNAVAILABLE) return st;
-    return dist_error(DIST_UNAVAILABLE, "parameter_server: lost %s: %s", l->who, why);
+    l->prefetch_id = 0;
+    if (st == DIST_UNAVAILABLE && strstr(why, "lost ")) {
+        snprintf(l->lost, sizeof l->lost, "%s", why);
+        return st;
+    }
+    snprintf(l->lost, sizeof l->lost, "parameter_server: lost %s: %s", l->who, why);
+    return dist_error(DIST_UNAVAILABLE, "%s", l->lost);
 }
 
 /* The replies of earlier pushes, which come first on the link. */
@@ -114,6 +123,7 @@ static dist_status link_reply(ps_ctx *c, ps_link *l, uint32_t type, uint64_t id,
 
 /* Connected, with every earlier reply read (a prefetched pull nobody uses is dropped). */
 static dist_status link_ready(ps_ctx *c, ps_link *l) {
+    if (l->lost[0]) return dist_error(DIST_UNAVAILABLE, "%s", l->lost);
     if (l->fd < 0) {
         dist_status st = ps_connect(c->cl, l->rank, net_now() + c->cl->connect_timeout_s, &l->fd);
         if (st != DIST_OK)
