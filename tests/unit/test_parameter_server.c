@@ -28,6 +28,10 @@ typedef struct cluster {
 
 static dist_mnist *g_mnist;
 
+/* Ports from the OS (bind to port 0), closed again before the tasks start: the ports must be in
+ * the cluster spec first, and each task binds its own listener (the library cannot be handed a
+ * socket). Another process may take one in between; unlike run_all (proc_testutil.h) and
+ * run_two_workers (test_multi_worker.c), these tests do not repeat such a run yet. */
 static void free_ports(int n, int *ports) {
     int fds[MAX_TASKS];
     for (int i = 0; i < n; i++) {
