@@ -226,13 +226,12 @@ static dist_status lr_parse_list(const char *key, char *text, int is_int, double
     *n = 0;
     for (char *save = NULL, *item = strtok_r(text, ";", &save); item;
          item = strtok_r(NULL, ";", &save)) {
-        DIST_CHECK_ARG(*n < max, "learning-rate schedule: %s has more than %d entries", key, max);
+        DIST_CHECK_ARG(*n < max, "%s has more than %d entries", key, max);
         double v;
-        DIST_CHECK_ARG(lr_parse_double(item, &v),
-                       "learning-rate schedule: %s: '%s' is not a number", key, item);
+        DIST_CHECK_ARG(lr_parse_double(item, &v), "%s: '%s' is not a number", key, item);
         if (is_int) {
-            DIST_CHECK_ARG(v == floor(v) && fabs(v) < 9e15,
-                           "learning-rate schedule: %s: '%s' is not an integer", key, item);
+            DIST_CHECK_ARG(v == floor(v) && fabs(v) < 9e15, "%s: '%s' is not an integer", key,
+                           item);
             iout[*n] = (int64_t)v;
         } else {
             dout[*n] = v;
@@ -244,28 +243,28 @@ static dist_status lr_parse_list(const char *key, char *text, int is_int, double
 
 static dist_status lr_parse_pair(dist_lr_schedule *s, char *pair) {
     char *eq = strchr(pair, '=');
-    DIST_CHECK_ARG(eq && eq != pair, "learning-rate schedule: expected key=value, got '%s'", pair);
+    DIST_CHECK_ARG(eq && eq != pair, "expected key=value, got '%s'", pair);
     *eq = '\0';
     const char *key = pair;
     char *value = eq + 1;
     const lr_key *k = NULL;
     for (size_t i = 0; i < sizeof lr_keys / sizeof lr_keys[0]; i++)
         if (strcmp(lr_keys[i].name, key) == 0) k = &lr_keys[i];
-    DIST_CHECK_ARG(k && (k->kinds & LR_K(s->kind)),
-                   "learning-rate schedule: %s takes no argument '%s'", lr_cli_names[s->kind], key);
+    DIST_CHECK_ARG(k && (k->kinds & LR_K(s->kind)), "%s takes no argument '%s'",
+                   lr_cli_names[s->kind], key);
     char *field = (char *)s + k->offset;
     switch (k->type) {
     case LR_F_DOUBLE:
-        DIST_CHECK_ARG(lr_parse_double(value, (double *)field),
-                       "learning-rate schedule: %s=%s is not a number", key, value);
+        DIST_CHECK_ARG(lr_parse_double(value, (double *)field), "%s=%s is not a number", key,
+                       value);
         return DIST_OK;
     case LR_F_WARMUP_TARGET:
         if (strcmp(value, "none") == 0 || strcmp(value, "None") == 0) {
             *(double *)field = NAN;
             return DIST_OK;
         }
-        DIST_CHECK_ARG(lr_parse_double(value, (double *)field),
-                       "learning-rate schedule: %s=%s is not a number or none", key, value);
+        DIST_CHECK_ARG(lr_parse_double(value, (double *)field), "%s=%s is not a number or none",
+                       key, value);
         return DIST_OK;
     case LR_F_BOOL:
         if (strcmp(value, "1") == 0 || strcmp(value, "true") == 0 || strcmp(value, "True") == 0)
@@ -274,8 +273,7 @@ static dist_status lr_parse_pair(dist_lr_schedule *s, char *pair) {
                  strcmp(value, "False") == 0)
             *(int *)field = 0;
         else
-            return dist_error(DIST_INVALID_ARGUMENT,
-                              "learning-rate schedule: %s=%s is not 0, 1, true or false", key,
+            return dist_error(DIST_INVALID_ARGUMENT, "%s=%s is not 0, 1, true or false", key,
                               value);
         return DIST_OK;
     case LR_F_BOUNDARIES:
@@ -300,7 +298,7 @@ dist_status dist_lr_schedule_parse(const char *text, dist_lr_schedule *out) {
         if (strcmp(copy, lr_cli_names[i]) == 0) kind = i;
     if (kind < 0) {
         st = dist_error(DIST_INVALID_ARGUMENT,
-                        "learning-rate schedule: unknown schedule '%s' (constant, "
+                        "unknown schedule '%s' (constant, "
                         "exponential_decay, piecewise_constant, polynomial_decay, "
                         "inverse_time_decay, cosine_decay, cosine_decay_restarts)",
                         copy);
@@ -316,6 +314,6 @@ dist_status dist_lr_schedule_parse(const char *text, dist_lr_schedule *out) {
     *out = s;
 out:
     free(copy);
-    if (st != DIST_OK) return dist_error_context(st, "parsing the learning-rate schedule '%s'", text);
+    if (st != DIST_OK) return dist_error_context(st, "learning-rate schedule '%s'", text);
     return st;
 }
