@@ -83,19 +83,19 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
         r->wait++;
         if (r->wait >= r->o.patience) {
             /* The learning rate is a float32 variable in Keras: compare and set in float. */
-            /* Keras's ReduceLROnPlateau fails here too: a schedule's lr is not settable */
-            if (dist_optimizer_lr_schedule(fs->optimizer))
-                return dist_error(
-                    DIST_INVALID_USAGE,
-                    "ReduceLROnPlateau: epoch %d: cannot reduce the learning rate: "
-                    "the optimizer's learning rate is a schedule (%s), which is not "
-                    "settable (as in Keras); use one or the other",
-                    epoch + 1,
-                    dist_lr_schedule_name(dist_optimizer_lr_schedule(fs->optimizer)->kind));
             float old_lr = dist_optimizer_learning_rate(fs->optimizer);
             if (old_lr > (float)r->o.min_lr) {
                 float new_lr = old_lr * (float)r->o.factor;
                 if (new_lr < (float)r->o.min_lr) new_lr = (float)r->o.min_lr;
+                /* Keras's ReduceLROnPlateau fails here too: a schedule's lr is not settable */
+                if (dist_optimizer_lr_schedule(fs->optimizer))
+                    return dist_error(
+                        DIST_INVALID_USAGE,
+                        "ReduceLROnPlateau: epoch %d: cannot reduce the learning rate: "
+                        "the optimizer's learning rate is a schedule (%s), which is not "
+                        "settable (as in Keras); use one or the other",
+                        epoch + 1,
+                        dist_lr_schedule_name(dist_optimizer_lr_schedule(fs->optimizer)->kind));
                 DIST_TRY(dist_optimizer_set_learning_rate(fs->optimizer, new_lr));
                 dist_log(DIST_LOG_INFO, "ReduceLROnPlateau: epoch %d: learning rate %g", epoch + 1,
                          (double)new_lr);
