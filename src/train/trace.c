@@ -191,8 +191,7 @@ dist_status dist_trace_classifier_train_step(dist_replica_ctx *rc, const dist_el
     double t = dist_trace_now(ts->trace);
     dist_tensor *loss;
     DIST_TRY(dist_classifier_forward(rc, inputs, s, outputs, &loss));
-    if (s->loss_scale)
-        DIST_TRY(dist_loss_scale_get_scaled_loss(s->loss_scale, rc->tape, loss, &loss));
+    if (s->loss_scale) DIST_TRY(dist_loss_scale_get_scaled_loss(s->loss_scale, rc->tape, loss, &loss));
     DIST_TRY(mark(ts, rc, "forward", &t));
     DIST_TRY(dist_classifier_compute_gradients(rc, s, loss));
     DIST_TRY(mark(ts, rc, "backward", &t));
