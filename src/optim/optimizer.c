@@ -158,6 +158,8 @@ static dist_status clip_gradients(dist_optimizer *o, dist_model *model, int r, o
     }
     dist_status st = DIST_OK;
     const float *src = grads->data;
+    /* the backward pass may still be queued on the backend's stream */
+    if (on_host) DIST_TRY_GOTO(be->iface->synchronize(be->ctx), st, done);
     if (!on_host) {
         DIST_TRY_GOTO(dist_backend_to_host(be, grads, s->clip_host, n * sizeof(float)), st, done);
         src = s->clip_host;
