@@ -13,6 +13,7 @@
 #include "dist/status.h"
 #include "dist/tape.h"
 
+#include <math.h>
 #include <stdint.h>
 
 DIST_BEGIN_DECLS
@@ -59,7 +60,11 @@ DIST_API dist_status dist_optimizer_apply_gradients(dist_optimizer *opt, dist_mo
 DIST_API dist_status dist_optimizer_apply_scaled(dist_optimizer *opt, dist_model *model,
                                                  dist_tape *tape, float grad_scale, int aggregated);
 
+/* The learning rate the next update uses: the fixed one, or the schedule's value at the
+ * optimizer's iterations. */
 DIST_API float dist_optimizer_learning_rate(const dist_optimizer *opt);
+/* Sets the fixed learning rate. Errors: DIST_INVALID_ARGUMENT (not positive and finite),
+ * DIST_INVALID_USAGE when the optimizer has a schedule (as Keras refuses). */
 DIST_API dist_status dist_optimizer_set_learning_rate(dist_optimizer *opt, float learning_rate);
 /* Updates applied so far (Keras's optimizer.iterations), as seen by replica 0. */
 DIST_API int64_t dist_optimizer_iterations(const dist_optimizer *opt);
@@ -87,6 +92,85 @@ DIST_API dist_status dist_optimizer_set_slot(dist_optimizer *opt, dist_model *mo
 /* Sets every replica's update count (Keras's optimizer.iterations; Adam's bias correction
  * depends on it). iterations >= 0. Call outside a strategy's run. */
 DIST_API dist_status dist_optimizer_set_iterations(dist_optimizer *opt, int64_t iterations);
+
+/* ---- learning-rate schedules (tf.keras.optimizers.schedules) ----------------------------
+ * Keras's formulas, evaluated in float32 as Keras does, at the optimizer's iteration count
+ * before the update (Keras calls learning_rate(iterations) and then increments iterations). */
+
+typedef enum dist_lr_schedule_kind {
+    DIST_LR_CONSTANT = 0,          /* initial_learning_rate at every step */
+    DIST_LR_EXPONENTIAL_DECAY,     /* ExponentialDecay */
+    DIST_LR_PIECEWISE_CONSTANT,    /* PiecewiseConstantDecay */
+    DIST_LR_POLYNOMIAL_DECAY,      /* PolynomialDecay */
+    DIST_LR_INVERSE_TIME_DECAY,    /* InverseTimeDecay */
+    DIST_LR_COSINE_DECAY,          /* CosineDecay (Keras 3 / TF 2.13+, with warmup) */
+    DIST_LR_COSINE_DECAY_RESTARTS, /* CosineDecayRestarts */
+} dist_lr_schedule_kind;
+
+#define DIST_LR_SCHEDULE_MAX_VALUES 16
+
+/* Keras's argument names; a kind reads only its own. Fields Keras requires (decay_steps,
+ * decay_rate, first_decay_steps, boundaries/values) start at 0 and must be set. */
+typedef struct dist_lr_schedule {
+    int version;
+    dist_lr_schedule_kind kind;
+    double initial_learning_rate; /* all but piecewise_constant */
+    double decay_steps;           /* exponential, polynomial, inverse_time, cosine: > 0 */
+    double decay_rate;            /* exponential, inverse_time */
+    int staircase;                /* exponential, inverse_time: 0 */
+    int num_boundaries;           /* piecewise_constant: num_values - 1, >= 1 */
+    int64_t boundaries[DIST_LR_SCHEDULE_MAX_VALUES - 1];
+    int num_values;
+    double values[DIST_LR_SCHEDULE_MAX_VALUES];
+    double end_learning_rate; /* polynomial: 0.0001 */
+    double power;             /* polynomial: 1.0 */
+    int cycle;                /* polynomial: 0 */
+    double alpha;             /* cosine, cosine_restarts: 0.0 */
+    double warmup_target;     /* cosine: NAN = None (no warmup) */
+    double warmup_steps;      /* cosine: 0 */
+    double first_decay_steps; /* cosine_restarts: > 0 */
+    double t_mul;             /* cosine_restarts: 2.0 */
+    double m_mul;             /* cosine_restarts: 1.0 */
+} dist_lr_schedule;
+#define DIST_LR_SCHEDULE_VERSION 1
+#define DIST_LR_SCHEDULE_INIT                                                                      \
+    {                                                                                              \
+        .version = DIST_LR_SCHEDULE_VERSION, .kind = DIST_LR_CONSTANT,                             \
+        .end_learning_rate = 0.0001, .power = 1.0, .warmup_target = NAN, .t_mul = 2.0,             \
+        .m_mul = 1.0,                                                                              \
+    }
+
+/* The schedule's learning rate at `step` (>= 0) into *out. Errors: DIST_INVALID_ARGUMENT with
+ * Keras's message for arguments Keras refuses (decay_steps <= 0, boundaries and values of
+ * mismatched lengths, ...). */
+DIST_API dist_status dist_lr_schedule_value(const dist_lr_schedule *schedule, int64_t step,
+                                            float *out);
+/* Parses the command-line form `NAME:key=value,key=value` into *out (starting from
+ * DIST_LR_SCHEDULE_INIT). NAME is constant, exponential_decay, piecewise_constant,
+ * polynomial_decay, inverse_time_decay, cosine_decay or cosine_decay_restarts; keys are the
+ * struct's field names; lists are separated by ';' (boundaries=100;200,values=0.1;0.01;0.001);
+ * booleans are 0/1/true/false; warmup_target=none is None. Checks the result as
+ * dist_lr_schedule_value does. Errors: DIST_INVALID_ARGUMENT naming the bad part. */
+DIST_API dist_status dist_lr_schedule_parse(const char *text, dist_lr_schedule *out);
+/* The schedule's Keras class name ("ExponentialDecay", ...; "constant"), borrowed. */
+DIST_API const char *dist_lr_schedule_name(dist_lr_schedule_kind kind);
+
+/* Gives the optimizer a learning-rate schedule (copied; NULL removes it and returns to the
+ * fixed learning rate). Each update then uses the schedule's value at the optimizer's
+ * iterations, and dist_optimizer_learning_rate reports that value. Errors:
+ * DIST_INVALID_ARGUMENT as dist_lr_schedule_value. */
+DIST_API dist_status dist_optimizer_set_lr_schedule(dist_optimizer *opt,
+                                                    const dist_lr_schedule *schedule);
+/* The optimizer's schedule (borrowed), NULL when it has a fixed learning rate. */
+DIST_API const dist_lr_schedule *dist_optimizer_lr_schedule(const dist_optimizer *opt);
+
+/* Keras's gradient clipping (clipnorm: each variable's gradient to that L2 norm; clipvalue:
+ * every element to [-clipvalue, clipvalue]; global_clipnorm: all gradients together to that
+ * norm); 0 turns one off. Applied to the aggregated gradients (after the strategy's
+ * all-reduce, after grad_scale), so every replica clips alike. Errors: DIST_INVALID_ARGUMENT
+ * for a negative or non-finite value, or more than one set (as Keras). */
+DIST_API dist_status dist_optimizer_set_clipping(dist_optimizer *opt, float clipnorm,
+                                                 float clipvalue, float global_clipnorm);
 
 DIST_END_DECLS
 

@@ -4,6 +4,7 @@
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "dist/optim.h"
+#include "optim/grad_clip.h"
 #include "optim/update_rule.h"
 
 #include <math.h>
@@ -18,6 +19,8 @@ typedef struct opt_slots {
     float *m; /* Adam first moment / SGD momentum */
     float *v; /* Adam second moment */
     int64_t iterations;
+    float *clip_host; /* clipped gradients on the host (num_params floats), with clipping */
+    void *clip_dev;   /* the same on a device backend, NULL on CPUs */
 } opt_slots;
 
 struct dist_optimizer {
@@ -25,6 +28,9 @@ struct dist_optimizer {
     dist_adam_options adam;
     dist_sgd_options sgd;
     float lr;
+    int has_schedule;
+    dist_lr_schedule schedule;
+    dist_grad_clip clip;
     _Atomic(dist_model *) model;
     opt_slots slots[DIST_MAX_REPLICAS];
 };
@@ -74,6 +80,8 @@ void dist_optimizer_destroy(dist_optimizer *o) {
         if (!s->backend) continue;
         if (s->m) s->backend->iface->free(s->backend->ctx, s->m);
         if (s->v) s->backend->iface->free(s->backend->ctx, s->v);
+        if (s->clip_dev) s->backend->iface->free(s->backend->ctx, s->clip_dev);
+        free(s->clip_host);
     }
     free(o);
 }
@@ -109,6 +117,68 @@ static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_sl
     return DIST_OK;
 }
 
+/* The learning rate of the update that follows `iterations` updates. */
+static dist_status lr_at(const dist_optimizer *o, int64_t iterations, float *out) {
+    if (!o->has_schedule) {
+        *out = o->lr;
+        return DIST_OK;
+    }
+    return dist_lr_schedule_value(&o->schedule, iterations, out);
+}
+
+static int clipping_on(const dist_optimizer *o) {
+    return o->clip.clipnorm > 0 || o->clip.clipvalue > 0 || o->clip.global_clipnorm > 0;
+}
+
+/* grad_scale * grads, clipped, into the replica's clip buffer; *out is where the update reads
+ * them. On a CUDA backend this goes through host memory both ways: correct and slow (two
+ * copies of the whole gradient buffer per step), until the backends grow a norm kernel. */
+static dist_status clip_gradients(dist_optimizer *o, dist_model *model, int r, opt_slots *s,
+                                  const dist_tensor *grads, float grad_scale, const float **out) {
+    size_t n = (size_t)dist_model_num_params(model);
+    dist_backend *be = s->backend;
+    int on_host = grads->device.kind == DIST_DEVICE_CPU;
+    if (!s->clip_host) {
+        s->clip_host = malloc(n * sizeof(float));
+        if (!s->clip_host)
+            return dist_error(DIST_OUT_OF_MEMORY, "optimizer: clipping: out of memory");
+    }
+    if (!on_host && !s->clip_dev)
+        DIST_TRY(be->iface->alloc(be->ctx, n * sizeof(float), &s->clip_dev));
+    int nv = dist_model_num_variables(model);
+    dist_grad_span *spans = malloc((size_t)(nv > 0 ? nv : 1) * sizeof *spans);
+    if (!spans) return dist_error(DIST_OUT_OF_MEMORY, "optimizer: clipping: out of memory");
+    /* the gradient buffer is laid out as the parameter buffer: a variable's gradient sits at
+     * its view's offset into the parameters */
+    const float *base = dist_model_params(model, r)->data;
+    for (int v = 0; v < nv; v++) {
+        const dist_tensor *var = dist_model_variable(model, r, v);
+        spans[v].offset = (size_t)((const float *)var->data - base);
+        spans[v].n = (size_t)dist_tensor_numel(var);
+    }
+    dist_status st = DIST_OK;
+    const float *src = grads->data;
+    /* the backward pass may still be queued on the backend's stream */
+    if (on_host) DIST_TRY_GOTO(be->iface->synchronize(be->ctx), st, done);
+    if (!on_host) {
+        DIST_TRY_GOTO(dist_backend_to_host(be, grads, s->clip_host, n * sizeof(float)), st, done);
+        src = s->clip_host;
+    }
+    dist_grad_clip_host(&o->clip, spans, nv, src, s->clip_host, n, grad_scale);
+    if (on_host) {
+        *out = s->clip_host;
+    } else {
+        DIST_TRY_GOTO(
+            be->iface->copy(be->ctx, s->clip_dev, s->clip_host, n * sizeof(float), DIST_COPY_H2D),
+            st, done);
+        DIST_TRY_GOTO(be->iface->synchronize(be->ctx), st, done);
+        *out = s->clip_dev;
+    }
+done:
+    free(spans);
+    return st;
+}
+
 /* The update with gradients the strategy has aggregated: this replica's copy of the
  * variables, with its slots. */
 static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
@@ -118,34 +188,44 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
     DIST_TRY(slots_for(o, model, r, &s));
     size_t n = (size_t)dist_model_num_params(model);
     dist_backend *be = s->backend;
+    /* Keras evaluates learning_rate(iterations) before it counts the update */
+    float lr;
+    DIST_TRY(lr_at(o, s->iterations, &lr));
+    const float *g = grads->data;
+    if (clipping_on(o)) {
+        DIST_TRY(clip_gradients(o, model, r, s, grads, grad_scale, &g));
+        grad_scale = 1.0f;
+    }
     s->iterations++;
     if (o->kind == OPT_ADAM) {
         double t = (double)s->iterations;
         double b1 = o->adam.beta_1, b2 = o->adam.beta_2;
         dist_adam_desc d = {
-            .lr = (float)(o->lr * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t))),
+            .lr = (float)(lr * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t))),
             .beta1 = o->adam.beta_1,
             .beta2 = o->adam.beta_2,
             .epsilon = o->adam.epsilon,
             .grad_scale = grad_scale,
         };
-        return be->iface->adam_update(be->ctx, &d, params->data, grads->data, s->m, s->v, n);
+        return be->iface->adam_update(be->ctx, &d, params->data, g, s->m, s->v, n);
     }
-    dist_sgd_desc d = {.lr = o->lr,
+    dist_sgd_desc d = {.lr = lr,
                        .momentum = o->sgd.momentum,
                        .nesterov = o->sgd.nesterov,
                        .grad_scale = grad_scale};
-    return be->iface->sgd_update(be->ctx, &d, params->data, grads->data, s->m, n);
+    return be->iface->sgd_update(be->ctx, &d, params->data, g, s->m, n);
 }
 
 typedef struct opt_update {
     dist_optimizer *o;
     dist_model *model;
     float grad_scale;
+    int applied; /* update_fn ran: the update happened here, not on another task */
 } opt_update;
 
 static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
     opt_update *u = user;
+    u->applied = 1;
     return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale);
 }
 
@@ -161,21 +241,69 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
     dist_tensor *grads = dist_model_grads(model, r);
     if (aggregated || !rc) return update_replica(o, model, r, grads, grad_scale);
     /* the strategy aggregates the gradients its way, then calls the update */
-    opt_update u = {o, model, grad_scale};
-    return dist_replica_apply_gradients(rc, grads, update_fn, &u);
+    opt_update u = {o, model, grad_scale, 0};
+    DIST_TRY(dist_replica_apply_gradients(rc, grads, update_fn, &u));
+    /* the strategy applied it where the variables live (parameter_server): count it here too,
+     * so that this worker's schedule moves on */
+    if (!u.applied) o->slots[r].iterations++;
+    return DIST_OK;
 }
 
 dist_status dist_optimizer_apply_gradients(dist_optimizer *o, dist_model *model, dist_tape *tape) {
     return dist_optimizer_apply_scaled(o, model, tape, 1.0f, 0);
 }
 
-float dist_optimizer_learning_rate(const dist_optimizer *o) { return o ? o->lr : 0.0f; }
+float dist_optimizer_learning_rate(const dist_optimizer *o) {
+    if (!o) return 0.0f;
+    float lr = NAN; /* a schedule was checked when set: lr_at cannot fail */
+    (void)lr_at(o, o->slots[0].iterations, &lr);
+    return lr;
+}
 
 dist_status dist_optimizer_set_learning_rate(dist_optimizer *o, float lr) {
     DIST_CHECK_ARG(o, "dist_optimizer_set_learning_rate: optimizer is NULL");
+    if (o->has_schedule)
+        return dist_error(DIST_INVALID_USAGE,
+                          "This optimizer was created with a learning-rate schedule (%s), hence "
+                          "its learning rate is not settable (as in Keras); remove the schedule "
+                          "first (dist_optimizer_set_lr_schedule(opt, NULL))",
+                          dist_lr_schedule_name(o->schedule.kind));
     DIST_CHECK_ARG(lr > 0 && isfinite(lr), "learning rate must be positive and finite, got %g",
                    (double)lr);
     o->lr = lr;
+    return DIST_OK;
+}
+
+dist_status dist_optimizer_set_lr_schedule(dist_optimizer *o, const dist_lr_schedule *sched) {
+    DIST_CHECK_ARG(o, "dist_optimizer_set_lr_schedule: optimizer is NULL");
+    if (!sched) {
+        o->has_schedule = 0;
+        return DIST_OK;
+    }
+    float probe;
+    DIST_TRY(dist_lr_schedule_value(sched, 0, &probe));
+    o->schedule = *sched;
+    o->has_schedule = 1;
+    return DIST_OK;
+}
+
+const dist_lr_schedule *dist_optimizer_lr_schedule(const dist_optimizer *o) {
+    return o && o->has_schedule ? &o->schedule : NULL;
+}
+
+dist_status dist_optimizer_set_clipping(dist_optimizer *o, float clipnorm, float clipvalue,
+                                        float global_clipnorm) {
+    DIST_CHECK_ARG(o, "dist_optimizer_set_clipping: optimizer is NULL");
+    DIST_CHECK_ARG(clipnorm >= 0 && isfinite(clipnorm) && clipvalue >= 0 && isfinite(clipvalue) &&
+                       global_clipnorm >= 0 && isfinite(global_clipnorm),
+                   "clipnorm, clipvalue and global_clipnorm must be finite and >= 0 (0 = off). "
+                   "Received: clipnorm=%g, clipvalue=%g, global_clipnorm=%g",
+                   (double)clipnorm, (double)clipvalue, (double)global_clipnorm);
+    DIST_CHECK_ARG((clipnorm > 0) + (clipvalue > 0) + (global_clipnorm > 0) <= 1,
+                   "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. "
+                   "Received: clipnorm=%g, clipvalue=%g, global_clipnorm=%g",
+                   (double)clipnorm, (double)clipvalue, (double)global_clipnorm);
+    o->clip = (dist_grad_clip){clipnorm, clipvalue, global_clipnorm};
     return DIST_OK;
 }
 
@@ -268,10 +396,17 @@ dist_status dist_update_rule_of(dist_update_fn update, void *user, dist_update_r
                           "optimizer's or a custom update function)");
     const opt_update *u = user;
     const dist_optimizer *o = u->o;
+    if (clipping_on(o))
+        return dist_error(DIST_UNSUPPORTED,
+                          "clipping is applied where the gradients are aggregated, and with "
+                          "parameter_server that is on the ps tasks, which do not clip: drop "
+                          "clipnorm/clipvalue/global_clipnorm or use mirrored or multi_worker");
     *out = (dist_update_rule){0};
     out->grad_scale = u->grad_scale;
     out->model = u->model;
-    out->lr = o->lr;
+    /* the schedule at the updates this worker has pushed: with several workers the ps tasks
+     * count more (every worker's), so a worker's step lags Keras's shared iterations */
+    DIST_TRY(lr_at(o, o->slots[0].iterations, &out->lr));
     if (o->kind == OPT_ADAM) {
         out->kind = DIST_UPDATE_ADAM;
         out->beta1 = o->adam.beta_1;

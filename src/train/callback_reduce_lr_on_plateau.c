@@ -23,7 +23,8 @@ static void reset(dist_reduce_lr_on_plateau *r) {
     r->cooldown_counter = 0;
 }
 
-dist_status dist_reduce_lr_on_plateau_create(const dist_reduce_lr_on_plateau_options *o, dist_reduce_lr_on_plateau **out) {
+dist_status dist_reduce_lr_on_plateau_create(const dist_reduce_lr_on_plateau_options *o,
+                                             dist_reduce_lr_on_plateau **out) {
     DIST_CHECK_ARG(o && out, "dist_reduce_lr_on_plateau_create: NULL argument");
     DIST_CHECK_ARG(o->version == DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_VERSION,
                    "ReduceLROnPlateau options: version %d, expected %d", o->version,
@@ -86,6 +87,15 @@ static dist_status on_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_
             if (old_lr > (float)r->o.min_lr) {
                 float new_lr = old_lr * (float)r->o.factor;
                 if (new_lr < (float)r->o.min_lr) new_lr = (float)r->o.min_lr;
+                /* Keras's ReduceLROnPlateau fails here too: a schedule's lr is not settable */
+                if (dist_optimizer_lr_schedule(fs->optimizer))
+                    return dist_error(
+                        DIST_INVALID_USAGE,
+                        "ReduceLROnPlateau: epoch %d: cannot reduce the learning rate: "
+                        "the optimizer's learning rate is a schedule (%s), which is not "
+                        "settable (as in Keras); use one or the other",
+                        epoch + 1,
+                        dist_lr_schedule_name(dist_optimizer_lr_schedule(fs->optimizer)->kind));
                 DIST_TRY(dist_optimizer_set_learning_rate(fs->optimizer, new_lr));
                 dist_log(DIST_LOG_INFO, "ReduceLROnPlateau: epoch %d: learning rate %g", epoch + 1,
                          (double)new_lr);
@@ -133,4 +143,6 @@ dist_callback dist_reduce_lr_on_plateau_callback(dist_reduce_lr_on_plateau *r) {
 }
 
 int dist_reduce_lr_on_plateau_wait(const dist_reduce_lr_on_plateau *r) { return r ? r->wait : 0; }
-int dist_reduce_lr_on_plateau_cooldown_counter(const dist_reduce_lr_on_plateau *r) { return r ? r->cooldown_counter : 0; }
+int dist_reduce_lr_on_plateau_cooldown_counter(const dist_reduce_lr_on_plateau *r) {
+    return r ? r->cooldown_counter : 0;
+}

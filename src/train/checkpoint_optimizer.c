@@ -91,7 +91,10 @@ dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_opt
         dst[i] = &views[i];
     }
     DIST_TRY_GOTO(dist_checkpoint_restore(c, total, name_ptrs, dst), st, out);
-    if (!(lr > 0) || iterations < 0) {
+    /* with a schedule the learning rate follows the restored iterations (Keras saves no
+     * variable for it either), and may well be 0 (a warmup's start, a cosine's end) */
+    int scheduled = dist_optimizer_lr_schedule(opt) != NULL;
+    if ((!scheduled && !(lr > 0)) || iterations < 0) {
         st = dist_error(DIST_FORMAT,
                         "checkpoint: optimizer learning rate %g or iterations %lld "
                         "out of range",
@@ -101,7 +104,7 @@ dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_opt
     DIST_TRY_GOTO(dist_optimizer_set_iterations(opt, iterations), st, out);
     for (int s = 0; s < ns; s++)
         DIST_TRY_GOTO(dist_optimizer_set_slot(opt, model, s, slots + s * n, n), st, out);
-    DIST_TRY_GOTO(dist_optimizer_set_learning_rate(opt, lr), st, out);
+    if (!scheduled) DIST_TRY_GOTO(dist_optimizer_set_learning_rate(opt, lr), st, out);
 out:
     free(dst);
     free(views);

@@ -181,7 +181,9 @@ dist_status dist_fit_state_restore(dist_fit_state *fs, const dist_checkpoint *c)
     dist_status st;
     DIST_TRY_GOTO(expected_build(fs, &x), st, out);
     DIST_TRY_GOTO(dist_checkpoint_restore(c, x.count, x.name_ptrs, x.dst), st, out);
-    if (!(x.lr > 0) || x.iterations < 0) {
+    /* a schedule's learning rate may be 0 (a warmup's start, a cosine's end) */
+    int scheduled = dist_optimizer_lr_schedule(fs->optimizer) != NULL;
+    if ((!scheduled && !(x.lr > 0)) || x.iterations < 0) {
         st = dist_error(DIST_FORMAT,
                         "training state: learning rate %g or iterations %lld out of "
                         "range",
@@ -205,7 +207,8 @@ dist_status dist_fit_state_restore(dist_fit_state *fs, const dist_checkpoint *c)
             dist_optimizer_set_slot(fs->optimizer, fs->model, s, x.scratch + (s + 1) * n, n), st,
             out);
     DIST_TRY_GOTO(dist_optimizer_set_iterations(fs->optimizer, x.iterations), st, out);
-    DIST_TRY_GOTO(dist_optimizer_set_learning_rate(fs->optimizer, x.lr), st, out);
+    /* a schedule's learning rate follows the restored iterations */
+    if (!scheduled) DIST_TRY_GOTO(dist_optimizer_set_learning_rate(fs->optimizer, x.lr), st, out);
     if (fs->loss_scale) DIST_TRY_GOTO(dist_loss_scale_set_state(fs->loss_scale, &x.ls), st, out);
     for (int i = 0, k = 0; i < fs->num_callbacks; i++) {
         if (!fs->callbacks[i].restore_state) continue;

@@ -25,6 +25,23 @@ add_test(NAME distrain.gpu_without_gpu
 set_tests_properties(distrain.gpu_without_gpu PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 60)
 distrain_error_test(gpu_that_does_not_exist 2 "gpu:64" --devices gpu:64)
 distrain_error_test(device_twice 2 "listed twice" --devices cpu:0,cpu:0)
+# --lr-schedule and clipping: Keras's messages for bad schedules, its one-clip rule, and a short
+# mirrored run with both (each replica clips the all-reduced gradients alike)
+distrain_error_test(lr_schedule_decay_steps_zero 2 "Argument `decay_steps` must be > 0"
+                    --lr-schedule exponential_decay:initial_learning_rate=0.1,decay_steps=0,decay_rate=0.5)
+distrain_error_test(lr_schedule_unknown_key 2 "exponential_decay takes no argument 'power'"
+                    --lr-schedule exponential_decay:decay_steps=10,decay_rate=0.5,power=2)
+distrain_error_test(lr_schedule_with_reduce_lr 2 "--reduce-lr-patience cannot reduce a --lr-schedule"
+                    --lr-schedule cosine_decay:initial_learning_rate=0.1,decay_steps=10 --reduce-lr-patience 2)
+distrain_error_test(two_clippings 2 "only one of --clipnorm, --clipvalue and --global-clipnorm"
+                    --clipnorm 1 --global-clipnorm 2)
+distrain_error_test(clipping_under_parameter_server 2 "not supported with --strategy parameter_server"
+                    --strategy parameter_server --clipvalue 1)
+add_test(NAME distrain.lr_schedule_and_clipnorm
+         COMMAND ${expect} 0 "Test loss" $<TARGET_FILE:distrain> --strategy mirrored
+                 --devices cpu:0,cpu:1 --threads 1 --epochs 2 --steps-per-epoch 5 --optimizer sgd
+                 --lr-schedule cosine_decay:initial_learning_rate=0.1,decay_steps=8 --clipnorm 1)
+set_tests_properties(distrain.lr_schedule_and_clipnorm PROPERTIES LABELS cli TIMEOUT 120)
 
 # The seed's acceptance runs: defaults (5 epochs, batch 64, Adam 0.001) reach >= 0.95.
 foreach(strategy one_device mirrored)

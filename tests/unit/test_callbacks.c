@@ -173,6 +173,32 @@ START_TEST(test_reduce_lr_factor_half_patience_2_cooldown_2_min_lr_0_1_on_a_flat
 }
 END_TEST
 
+START_TEST(test_reduce_lr_fails_like_keras_when_the_learning_rate_is_a_schedule) {
+    dist_optimizer *opt = sgd(1.0f);
+    dist_lr_schedule sched = DIST_LR_SCHEDULE_INIT;
+    sched.kind = DIST_LR_EXPONENTIAL_DECAY;
+    sched.initial_learning_rate = 0.1;
+    sched.decay_steps = 10;
+    sched.decay_rate = 0.5;
+    ck_assert_int_eq(dist_optimizer_set_lr_schedule(opt, &sched), DIST_OK);
+    dist_fit_state fs = {.optimizer = opt};
+    dist_reduce_lr_on_plateau_options o = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
+    o.monitor = "loss";
+    o.patience = 1;
+    dist_reduce_lr_on_plateau *r = NULL;
+    ck_assert_int_eq(dist_reduce_lr_on_plateau_create(&o, &r), DIST_OK);
+    dist_callback cb = dist_reduce_lr_on_plateau_callback(r);
+    dist_logs empty = {0};
+    ck_assert_int_eq(cb.on_train_begin(cb.user, &fs, &empty), DIST_OK);
+    dist_logs l = one_log("loss", 1.0);
+    ck_assert_int_eq(cb.on_epoch_end(cb.user, &fs, 0, &l), DIST_OK); /* the first best */
+    ck_assert_int_eq(cb.on_epoch_end(cb.user, &fs, 1, &l), DIST_INVALID_USAGE);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "not settable"));
+    dist_reduce_lr_on_plateau_destroy(r);
+    dist_optimizer_destroy(opt);
+}
+END_TEST
+
 START_TEST(test_reduce_lr_refuses_a_factor_of_one) {
     dist_reduce_lr_on_plateau_options o = DIST_REDUCE_LR_ON_PLATEAU_OPTIONS_INIT;
     o.factor = 1.0;
@@ -781,6 +807,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_early_stopping_max_mode_min_delta_and_start_from_epoch);
     tcase_add_test(tc, test_reduce_lr_factor_half_patience_2_cooldown_2_min_lr_0_1_on_a_flat_loss);
     tcase_add_test(tc, test_reduce_lr_refuses_a_factor_of_one);
+    tcase_add_test(tc, test_reduce_lr_fails_like_keras_when_the_learning_rate_is_a_schedule);
     tcase_add_test(tc, test_checkpoint_path_templates_format_like_python);
     tcase_add_test(tc, test_a_chief_saves_at_the_path_itself_and_leaves_no_worker_directory);
     tcase_add_test(tc, test_model_checkpoint_save_best_only_writes_improving_epochs);

@@ -620,6 +620,11 @@ static int train(run_state *s) {
         if (o->learning_rate > 0) ad.learning_rate = (float)o->learning_rate;
         st = dist_optimizer_create_adam(&ad, &s->optimizer);
     }
+    if (!st && o->lr_schedule_given)
+        st = dist_optimizer_set_lr_schedule(s->optimizer, &o->lr_schedule);
+    if (!st)
+        st = dist_optimizer_set_clipping(s->optimizer, (float)o->clipnorm, (float)o->clipvalue,
+                                         (float)o->global_clipnorm);
     if (!st && o->check_numerics) st = dist_model_set_check_numerics(s->model, 1);
     if (!st) st = dist_dtype_policy_parse(o->mixed_precision, &s->policy);
     if (!st) st = dist_model_set_dtype_policy(s->model, s->policy);

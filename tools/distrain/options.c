@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,15 @@ static const distrain_flag flags[] = {
     {"--batch-size", 1, "N", "64", "global batch size"},
     {"--learning-rate", 1, "F", "Adam 0.001, SGD 0.01", "the optimizer's learning rate"},
     {"--optimizer", 1, "adam|sgd", "adam", "the optimizer"},
+    {"--lr-schedule", 1, "SPEC", "a constant --learning-rate",
+     "a Keras learning-rate schedule, NAME:key=value,... with Keras's argument names, e.g. "
+     "exponential_decay:initial_learning_rate=0.01,decay_steps=100,decay_rate=0.9,staircase=1 "
+     "or piecewise_constant:boundaries=100;200,values=0.1;0.01;0.001 (also polynomial_decay, "
+     "inverse_time_decay, cosine_decay, cosine_decay_restarts)"},
+    {"--clipnorm", 1, "F", "off", "clip each variable's gradient to L2 norm F (Keras's clipnorm)"},
+    {"--clipvalue", 1, "F", "off", "clip every gradient element to [-F, F] (Keras's clipvalue)"},
+    {"--global-clipnorm", 1, "F", "off",
+     "clip all gradients together to global L2 norm F (Keras's global_clipnorm)"},
     {"--seed", 1, "N", "42", "weights and shuffling seed"},
     {"--threads", 1, "N", "cores / replicas (/ workers on this host)",
      "compute threads per replica"},
@@ -237,6 +247,22 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         } else if (strcmp(a, "--optimizer") == 0) {
             if (strcmp(v, "adam") && strcmp(v, "sgd")) return bad(a, v, "expected adam or sgd");
             o->optimizer = v;
+        } else if (strcmp(a, "--lr-schedule") == 0) {
+            if (dist_lr_schedule_parse(v, &o->lr_schedule) != DIST_OK)
+                return bad(a, v, dist_last_error());
+            o->lr_schedule_given = 1;
+        } else if (strcmp(a, "--clipnorm") == 0 || strcmp(a, "--clipvalue") == 0 ||
+                   strcmp(a, "--global-clipnorm") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0) || !isfinite(x))
+                return bad(a, v, "must be a positive number");
+            if (strcmp(a, "--clipnorm") == 0)
+                o->clipnorm = x;
+            else if (strcmp(a, "--clipvalue") == 0)
+                o->clipvalue = x;
+            else
+                o->global_clipnorm = x;
         } else if (strcmp(a, "--seed") == 0) {
             if (!(rc = parse_int(a, v, 0, INT64_MAX, &n))) o->seed = (uint64_t)n;
         } else if (strcmp(a, "--threads") == 0) {
@@ -341,6 +367,28 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     if (ps && o->workers > 0 && !o->ps) {
         fprintf(stderr, "distrain: --strategy parameter_server --workers N needs --ps M (the "
                         "ps tasks that hold the variables)\n");
+        return 2;
+    }
+    if ((o->clipnorm > 0) + (o->clipvalue > 0) + (o->global_clipnorm > 0) > 1) {
+        fprintf(stderr, "distrain: only one of --clipnorm, --clipvalue and --global-clipnorm can "
+                        "be set (as Keras's optimizers)\n");
+        return 2;
+    }
+    if (ps && (o->clipnorm > 0 || o->clipvalue > 0 || o->global_clipnorm > 0)) {
+        fprintf(stderr, "distrain: --clipnorm, --clipvalue and --global-clipnorm are not "
+                        "supported with --strategy parameter_server (the ps tasks apply the "
+                        "update and do not clip)\n");
+        return 2;
+    }
+    if (o->lr_schedule_given && o->learning_rate > 0) {
+        fprintf(stderr, "distrain: --learning-rate and --lr-schedule are exclusive (the schedule "
+                        "gives the learning rate)\n");
+        return 2;
+    }
+    if (o->lr_schedule_given && o->reduce_lr_patience >= 0) {
+        fprintf(stderr, "distrain: --reduce-lr-patience cannot reduce a --lr-schedule (Keras's "
+                        "ReduceLROnPlateau fails on a schedule: its learning rate is not "
+                        "settable)\n");
         return 2;
     }
     if (o->partitioner_given && !ps) {

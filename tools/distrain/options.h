@@ -2,6 +2,7 @@
 #ifndef DISTRAIN_OPTIONS_H
 #define DISTRAIN_OPTIONS_H
 
+#include "dist/optim.h"
 #include "dist/partitioner.h"
 
 #include <stdint.h>
@@ -14,9 +15,12 @@ typedef struct distrain_options {
     const char *data_dir;
     const char *data_format; /* idx | jpeg-folder */
     int epochs;
-    int64_t batch_size;    /* global */
-    double learning_rate;  /* <= 0: the optimizer's default */
-    const char *optimizer; /* adam | sgd */
+    int64_t batch_size;           /* global */
+    double learning_rate;         /* <= 0: the optimizer's default */
+    const char *optimizer;        /* adam | sgd */
+    dist_lr_schedule lr_schedule; /* --lr-schedule, when lr_schedule_given */
+    int lr_schedule_given;
+    double clipnorm, clipvalue, global_clipnorm; /* 0 = off */
     uint64_t seed;
     int threads; /* per replica; 0 = cores / replicas */
     const char *metrics_json;
