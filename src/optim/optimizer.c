@@ -221,6 +221,7 @@ typedef struct opt_update {
     dist_model *model;
     float grad_scale;
     int applied; /* update_fn ran: the update happened here, not on another task */
+    int remote;  /* a strategy asked for the rule to apply it elsewhere (parameter_server) */
 } opt_update;
 
 static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
@@ -241,11 +242,12 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
     dist_tensor *grads = dist_model_grads(model, r);
     if (aggregated || !rc) return update_replica(o, model, r, grads, grad_scale);
     /* the strategy aggregates the gradients its way, then calls the update */
-    opt_update u = {o, model, grad_scale, 0};
+    opt_update u = {o, model, grad_scale, 0, 0};
     DIST_TRY(dist_replica_apply_gradients(rc, grads, update_fn, &u));
     /* the strategy applied it where the variables live (parameter_server): count it here too,
-     * so that this worker's schedule moves on */
-    if (!u.applied) o->slots[r].iterations++;
+     * so that this worker's schedule moves on. A strategy that merely skipped this replica's
+     * update (the others' replica applies it) counts nothing. */
+    if (u.remote && !u.applied) o->slots[r].iterations++;
     return DIST_OK;
 }
 
@@ -394,7 +396,8 @@ dist_status dist_update_rule_of(dist_update_fn update, void *user, dist_update_r
                           "this update is applied where the variables live (on the ps tasks), "
                           "which can run only a dist_optimizer's Adam or SGD (not a loss-scale "
                           "optimizer's or a custom update function)");
-    const opt_update *u = user;
+    opt_update *u = user;
+    u->remote = 1;
     const dist_optimizer *o = u->o;
     if (clipping_on(o))
         return dist_error(DIST_UNSUPPORTED,
