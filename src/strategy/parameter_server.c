@@ -443,18 +443,11 @@ static dist_status ps_save_state(dist_strategy *s, dist_tensor *const *copies, v
     return st;
 }
 
-/* set_weights / a restored checkpoint: the values go to the ps tasks (the optimizer's slots
- * there stay), and to the local copies. */
-static dist_status ps_restore_state(dist_strategy *s, dist_tensor *const *copies, const void *src,
-                                    size_t bytes) {
-    ps_ctx *c = ctx_of(s);
-    pthread_mutex_lock(&c->mu);
-    ps_group *g = group_of(c, copies);
+/* A RESTORE to every ps holding shards of the group: `values` (the group's layout) as `mode`
+ * says (values only, or one optimizer slot with the update count `steps`). */
+static dist_status restore_on_ps(ps_ctx *c, const ps_group *g, const float *values, uint64_t steps,
+                                 uint32_t mode) {
     dist_status st = DIST_OK;
-    if (!g || bytes != (size_t)g->numel * sizeof(float))
-        st = dist_error(DIST_INVALID_ARGUMENT, "parameter_server: these variables are not on the "
-                                               "ps tasks (made outside this strategy's scope?)");
-    const float *values = src;
     for (int j = 0; j < c->cl->num_ps && st == DIST_OK; j++) {
         ps_buf b = {0};
         uint32_t count = 0;
@@ -466,8 +459,8 @@ static dist_status ps_restore_state(dist_strategy *s, dist_tensor *const *copies
             if (sh->ps != j) continue;
             ps_put_u32(&b, sh->id);
             ps_put_u64(&b, (uint64_t)sh->numel);
-            ps_put_u64(&b, 0);
-            ps_put_u32(&b, PS_RESTORE_VALUES_ONLY);
+            ps_put_u64(&b, steps);
+            ps_put_u32(&b, mode);
             ps_put_bytes(&b, values + sh->offset, (size_t)sh->numel * 4);
         }
         ps_piece piece = {b.p, b.len};
@@ -478,6 +471,21 @@ static dist_status ps_restore_state(dist_strategy *s, dist_tensor *const *copies
         if (st == DIST_OK) st = link_reply(c, &c->links[j], PS_MSG_RESTORE, id, &h, 4096);
         ps_buf_free(&b);
     }
+    return st;
+}
+
+/* set_weights / a restored checkpoint: the values go to the ps tasks (the optimizer's slots
+ * there stay), and to the local copies. */
+static dist_status ps_restore_state(dist_strategy *s, dist_tensor *const *copies, const void *src,
+                                    size_t bytes) {
+    ps_ctx *c = ctx_of(s);
+    pthread_mutex_lock(&c->mu);
+    ps_group *g = group_of(c, copies);
+    dist_status st = DIST_OK;
+    if (!g || bytes != (size_t)g->numel * sizeof(float))
+        st = dist_error(DIST_INVALID_ARGUMENT, "parameter_server: these variables are not on the "
+                                               "ps tasks (made outside this strategy's scope?)");
+    if (st == DIST_OK) st = restore_on_ps(c, g, src, 0, PS_RESTORE_VALUES_ONLY);
     for (int r = 0; r < s->num_replicas && st == DIST_OK; r++) {
         dist_backend *be = s->replicas.backends[r];
         st = dist_backend_from_host(be, src, bytes, copies[r]);
@@ -561,30 +569,8 @@ static dist_status ps_restore_slot(dist_strategy *s, dist_tensor *const *copies,
     if (!g || bytes != (size_t)g->numel * sizeof(float) || slot < 0 || slot > 1)
         st = dist_error(DIST_INVALID_ARGUMENT, "parameter_server: these variables are not on the "
                                                "ps tasks");
-    const float *values = src;
-    for (int j = 0; j < c->cl->num_ps && st == DIST_OK; j++) {
-        ps_buf b = {0};
-        uint32_t count = 0;
-        for (int i = 0; i < g->num_shards; i++) count += g->shards[i].ps == j;
-        if (!count) continue;
-        ps_put_u32(&b, count);
-        for (int i = 0; i < g->num_shards; i++) {
-            const ps_shard *sh = &g->shards[i];
-            if (sh->ps != j) continue;
-            ps_put_u32(&b, sh->id);
-            ps_put_u64(&b, (uint64_t)sh->numel);
-            ps_put_u64(&b, (uint64_t)iterations);
-            ps_put_u32(&b, PS_RESTORE_SLOT + (uint32_t)slot);
-            ps_put_bytes(&b, values + sh->offset, (size_t)sh->numel * 4);
-        }
-        ps_piece piece = {b.p, b.len};
-        uint64_t id = 0;
-        ps_header h;
-        st = b.failed ? dist_error(DIST_OUT_OF_MEMORY, "out of memory") : DIST_OK;
-        if (st == DIST_OK) st = link_send(c, &c->links[j], PS_MSG_RESTORE, &piece, 1, &id);
-        if (st == DIST_OK) st = link_reply(c, &c->links[j], PS_MSG_RESTORE, id, &h, 4096);
-        ps_buf_free(&b);
-    }
+    if (st == DIST_OK)
+        st = restore_on_ps(c, g, src, (uint64_t)iterations, PS_RESTORE_SLOT + (uint32_t)slot);
     pthread_mutex_unlock(&c->mu);
     return st;
 }

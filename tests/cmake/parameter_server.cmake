@@ -63,3 +63,11 @@ add_test(NAME distrain.ps_partitioned
                  --workers 1 --ps 2 --variable-partitioner min_size:65536:4 --epochs 1
                  --steps-per-epoch 30)
 set_tests_properties(distrain.ps_partitioned PROPERTIES LABELS "cli;ps" TIMEOUT 300)
+
+# These tests pick loopback ports, close them and hand them to tasks that bind them later (a
+# TF_CONFIG names a task's port before the task listens): two of them at once can pick the same
+# port (seen once in a -j2 run). They take turns.
+set_tests_properties(unit.parameter_server unit.ps_security distrain.ps_accuracy_1ps
+                     distrain.ps_accuracy_2ps distrain.ps_worker_killed distrain.ps_worker_rejoins
+                     distrain.ps_ps_killed distrain.ps_restart_resumes example.parameter_server
+                     distrain.ps_partitioned PROPERTIES RESOURCE_LOCK loopback_ps_ports)
