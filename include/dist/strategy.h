@@ -111,16 +111,27 @@ typedef struct dist_strategy_options {
      * variable_partitioner; dist/partitioner.h). NULL: none, each variable on one ps.
      * Borrowed for the call. */
     const dist_partitioner *variable_partitioner;
+    /* tpu: the PJRT plugin to load (a path, or a file name for the dlopen search). NULL:
+     * $DIST_PJRT_PLUGIN, then $TPU_LIBRARY_PATH, then libtpu.so. Borrowed for the call. */
+    const char *pjrt_plugin;
+    /* tpu: TPUClusterResolver's `tpu` argument: NULL or "" reads $TPU_NAME, "local" (or no
+     * name at all) means the chips of this host; a remote TPU node (a name or
+     * grpc://host:port) is DIST_UNSUPPORTED. Borrowed for the call. */
+    const char *tpu;
+    /* tpu: replicas (devices of the plugin). 0: every device. The XLA CPU plugin makes this
+     * many CPU devices. */
+    int tpu_cores;
 } dist_strategy_options;
 
-#define DIST_STRATEGY_OPTIONS_VERSION 4
+#define DIST_STRATEGY_OPTIONS_VERSION 5
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
         .version = DIST_STRATEGY_OPTIONS_VERSION, .kind = DIST_STRATEGY_MIRRORED, .devices = NULL, \
         .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
         .collective_timeout_s = 0.0, .cluster_spec = NULL, .connect_timeout_s = 0.0,               \
         .transport = DIST_TRANSPORT_AUTO, .deterministic = 0, .cuda_graphs = 0,                    \
-        .allow_insecure = 0, .variable_partitioner = NULL                                          \
+        .allow_insecure = 0, .variable_partitioner = NULL, .pjrt_plugin = NULL, .tpu = NULL,      \
+        .tpu_cores = 0                                                                             \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,
@@ -278,6 +289,23 @@ DIST_API dist_status dist_strategy_gather(dist_strategy *strategy, const dist_pe
 DIST_API dist_status dist_strategy_local_results(const dist_strategy *strategy,
                                                  const dist_per_replica *values, int index,
                                                  dist_tensor **out, int *count);
+
+/* ---- tpu ---------------------------------------------------------------------------------- */
+
+/* What the tpu strategy has done: steps traced (every run traces its step on the host, in
+ * microseconds), programs compiled (a new graph signature: the first step, a slot-creating
+ * first step, a new input shape, an eval step), executions, seconds spent compiling, and state
+ * buffers uploaded from the host (after a restore or a host write). */
+typedef struct dist_tpu_stats {
+    int64_t traces;
+    int compiles;
+    int64_t executions;
+    double compile_seconds;
+    int64_t state_uploads;
+} dist_tpu_stats;
+
+/* DIST_INVALID_ARGUMENT when the strategy is not a tpu one. */
+DIST_API dist_status dist_tpu_strategy_stats(const dist_strategy *strategy, dist_tpu_stats *out);
 
 DIST_END_DECLS
 

@@ -10,7 +10,23 @@ struct dist_distributed_dataset {
     dist_strategy *strategy;
     dist_dataset *dataset;
     int per_replica_input; /* 1: each element is one replica's batch (from a function) */
+    int drop_partial;      /* tpu: a batch smaller than full_rows ends the epoch */
+    int64_t full_rows;     /* rows of a full batch (0: not known yet) */
 };
+
+void dist_distributed_dataset_set_drop_partial(dist_distributed_dataset *d) {
+    d->drop_partial = 1;
+    const dist_element_spec *spec = dist_dataset_element_spec(d->dataset);
+    if (spec && spec->count > 0 && spec->ndim[0] >= 1 && spec->shape[0][0] > 0)
+        d->full_rows = spec->shape[0][0];
+}
+
+/* drop_partial: whether a batch of `rows` is a partial last batch to drop. */
+static int partial_batch(dist_distributed_dataset *d, int64_t rows) {
+    if (!d->drop_partial) return 0;
+    if (d->full_rows == 0) d->full_rows = rows;
+    return rows < d->full_rows;
+}
 
 struct dist_distributed_iterator {
     dist_distributed_dataset *dds;
@@ -190,6 +206,10 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
     if (!it->dds->per_replica_input) {
         DIST_TRY(dist_iterator_next(it->it, &e, end));
         if (*end) return DIST_OK;
+        if (e.count > 0 && e.items[0]->ndim > 0 && partial_batch(it->dds, e.items[0]->shape[0])) {
+            *end = 1;
+            return DIST_OK;
+        }
         return split_global(it, &e, out);
     }
     int R = it->dds->strategy->num_replicas;
@@ -197,8 +217,14 @@ dist_status dist_distributed_iterator_next(dist_distributed_iterator *it,
     out->global_batch_size = 0; /* this worker's rows; times the workers below */
     for (int r = 0; r < R; r++) {
         DIST_TRY(dist_iterator_next(it->it, &e, end));
+        if (!*end && it->dds->drop_partial && e.count > 0 && e.items[0]->ndim > 0 &&
+            partial_batch(it->dds, e.items[0]->shape[0]))
+            *end = 1;
         if (*end) {
-            if (r == 0) return DIST_OK;
+            if (r == 0 || it->dds->drop_partial) {
+                *end = 1;
+                return DIST_OK;
+            }
             /* A partial step: the remaining replicas get empty batches shaped like replica 0's. */
             for (int q = r; q < R; q++) {
                 out->replicas[q].count = out->replicas[0].count;

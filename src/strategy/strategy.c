@@ -218,6 +218,7 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
         [DIST_STRATEGY_MIRRORED] = dist_strategy_init_mirrored,
         [DIST_STRATEGY_MULTI_WORKER] = dist_strategy_init_multi_worker,
         [DIST_STRATEGY_PARAMETER_SERVER] = dist_strategy_init_parameter_server,
+        [DIST_STRATEGY_TPU] = dist_strategy_init_tpu,
     };
     if ((size_t)o->kind >= sizeof inits / sizeof inits[0] || !inits[o->kind])
         return dist_error(DIST_UNSUPPORTED,

@@ -171,6 +171,11 @@ dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_
 dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_options *o);
 dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o);
 dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_strategy_options *o);
+dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options *o);
+
+/* A distributed dataset that ends at the first global batch smaller than a full one (the
+ * element spec's batch size, else the first batch's): TPUStrategy's drop_remainder. */
+void dist_distributed_dataset_set_drop_partial(dist_distributed_dataset *d);
 
 /* Devices from a list ("cpu:0,cpu:1"), or the kind's defaults when list is NULL or empty. */
 dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dist_device *out,

@@ -1,0 +1,102 @@
+/* The traced step: a graph of array operations recorded by the symbolic backend
+ * (src/xla/trace_backend.c) while a step function runs once on it, and the StableHLO
+ * emitter that turns the graph into one replicated XLA program (src/xla/stablehlo.c).
+ *
+ * Values are SSA nodes with a static dtype and shape. Memory the step reads and writes is
+ * tracked by byte ranges of the backend's allocations: a read of a range becomes the node (or
+ * the slices of the nodes) last written there, so the kernels the tape and the optimizer call
+ * (conv2d_forward, max_pool2d_backward, adam_update, ...) become graph operations without any
+ * change to the ops above the backend. */
+#ifndef DIST_XLA_GRAPH_H
+#define DIST_XLA_GRAPH_H
+
+#include "backend/backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XG_MAX_DIMS 4
+#define XG_MAX_IN 16
+
+typedef enum xg_op {
+    XG_ARG = 1,    /* program input: a replica's input tensor (i = input index) */
+    XG_STATE,      /* program input: the value of a state allocation at the step's start */
+    XG_SCALAR,     /* program input: runtime scalar i (the learning rate, ...), f32 [] */
+    XG_CONST,      /* constant bytes (a host upload during the step) */
+    XG_SPLAT,      /* constant: every element f[0] */
+    XG_RESHAPE,    /* in[0] with this node's shape (same element count) */
+    XG_SLICE,      /* flat in[0][i[0] .. i[0] + numel) */
+    XG_CONCAT,     /* flat concatenation of in[0..nin) */
+    XG_CONVERT,    /* in[0] to this node's dtype */
+    XG_BROADCAST,  /* scalar in[0] to this node's shape */
+    XG_BIAS,       /* in[0] [..., C] + in[1] [C] broadcast */
+    XG_ADD,        /* elementwise, equal shapes */
+    XG_SUB,
+    XG_MUL,
+    XG_DIV,
+    XG_MAX,
+    XG_SQRT,
+    XG_RELU_GRAD,  /* in[1] where in[0] > 0, else 0 */
+    XG_CONV,       /* NHWC x HWIO, conv attributes */
+    XG_CONV_DX,    /* gradient of the input: in[0] = dy, in[1] = w; shape = x's */
+    XG_CONV_DW,    /* gradient of the kernel: in[0] = x, in[1] = dy; shape = w's */
+    XG_REDUCE_SUM, /* sum over the axes in mask i[0] (bit a = axis a), result shape as node */
+    XG_MAXPOOL,    /* pool attributes */
+    XG_MAXPOOL_DX, /* in[0] = x, in[1] = dy; select_and_scatter */
+    XG_MATMUL,     /* in[0] @ in[1] with i[0] = transpose a, i[1] = transpose b */
+    XG_XENT_LOSS,  /* in[0] logits [N,K], in[1] labels [N] i32 -> [N] */
+    XG_SOFTMAX,    /* in[0] logits [N,K] -> probabilities */
+    XG_XENT_GRAD,  /* in[0] probs, in[1] labels, in[2] dloss [N] -> [N,K] */
+    XG_ACC_COUNT,  /* in[0] logits, in[1] labels -> count of rows whose first arg-max is the label */
+    XG_ALL_REDUCE, /* in[0] summed (i[0] = dist_reduce_op) over every replica */
+    XG_ALL_GATHER  /* in[0] [n, ...] of every replica, concatenated on axis 0 */
+} xg_op;
+
+typedef struct xg_node {
+    xg_op op;
+    dist_dtype dtype;
+    int ndim;
+    int64_t dims[XG_MAX_DIMS];
+    int nin;
+    int in[XG_MAX_IN];
+    int64_t i[2];
+    float f[1];
+    union {
+        dist_conv2d_desc conv;
+        dist_pool2d_desc pool;
+    } a;
+    /* XG_CONST: the bytes (owned by the graph) */
+    void *bytes;
+} xg_node;
+
+typedef struct xg_graph {
+    xg_node *nodes;
+    int count, cap;
+    /* program inputs in order: XG_SCALAR count, then the state nodes, then the args */
+    int num_scalars;
+    /* program outputs */
+    int *outputs;
+    int num_outputs, cap_outputs;
+    /* per output: the index of the state input it replaces (donated), or -1 */
+    int *aliases;
+    /* state inputs (node ids, in input order) */
+    int *states;
+    int num_states, cap_states;
+    int *args;
+    int num_args, cap_args;
+    int num_replicas;
+} xg_graph;
+
+void xg_init(xg_graph *g);
+void xg_clear(xg_graph *g);
+void xg_free(xg_graph *g);
+/* Appends a node; *id is its index. dims may be NULL for a scalar (ndim 0). */
+dist_status xg_add(xg_graph *g, xg_op op, dist_dtype dtype, int ndim, const int64_t *dims, int nin,
+                   const int *in, int *id);
+int64_t xg_numel(const xg_node *n);
+dist_status xg_add_output(xg_graph *g, int node, int alias);
+
+/* The program as StableHLO text (MLIR assembly, module `main`), malloc'd, NUL-terminated. */
+dist_status xg_emit_stablehlo(const xg_graph *g, char **text, size_t *len);
+
+#endif

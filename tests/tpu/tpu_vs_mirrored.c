@@ -1,0 +1,158 @@
+/* The tpu strategy on a PJRT plugin against the C engine's mirrored strategy: the same model
+ * from the same seed, the same batches in the same order, N steps each; the losses of every
+ * step and every weight afterwards must agree to a relative tolerance.
+ *
+ *   tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE]
+ *
+ * Exits 0 when they agree, 1 (naming the first difference) when not, 2 on an error. */
+#include <dist/dist.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GLOBAL_BATCH 64
+
+typedef struct state {
+    dist_model *model;
+    dist_optimizer *optimizer;
+} state;
+
+static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                              dist_element *out) {
+    state *s = user;
+    dist_tape *tape = dist_replica_tape(rc);
+    dist_tensor *logits, *per_example, *loss;
+    DIST_RETURN_IF_ERROR(dist_model_call(s->model, tape, in->items[0], &logits));
+    DIST_RETURN_IF_ERROR(dist_op_sparse_softmax_cross_entropy(tape, logits, in->items[1], &per_example));
+    DIST_RETURN_IF_ERROR(dist_compute_average_loss(tape, per_example, GLOBAL_BATCH, &loss));
+    DIST_RETURN_IF_ERROR(dist_model_compute_gradients(s->model, tape, loss));
+    DIST_RETURN_IF_ERROR(dist_optimizer_apply_gradients(s->optimizer, s->model, tape));
+    out->count = 1;
+    out->items[0] = loss;
+    return DIST_OK;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "tpu_vs_mirrored: %s: %s\n", what, dist_last_error());
+    return 2;
+}
+
+/* Trains `steps` steps; losses[steps] and weights (num_params) out. */
+static int train(dist_strategy_kind kind, const char *plugin, int replicas, int steps,
+                 const dist_mnist *mnist, double *losses, float **weights, int64_t *nparams) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = kind;
+    char devs[256] = "";
+    if (kind == DIST_STRATEGY_TPU) {
+        so.pjrt_plugin = plugin;
+        so.tpu_cores = replicas;
+    } else {
+        for (int r = 0; r < replicas; r++)
+            snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%scpu:%d", r ? "," : "", r);
+        so.devices = devs;
+        so.threads_per_replica = 1;
+    }
+    dist_strategy *strategy;
+    if (dist_strategy_create(&so, &strategy)) return fail("creating the strategy");
+    state st = {0};
+    int64_t input_shape[3] = {28, 28, 1};
+    dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
+    if (dist_strategy_scope_enter(strategy) || dist_model_create_mnist_cnn(&st.model) ||
+        dist_model_build(st.model, 3, input_shape, 42) ||
+        dist_optimizer_create_adam(&adam, &st.optimizer) || dist_strategy_scope_exit(strategy))
+        return fail("building the model");
+    dist_tensor images = *dist_mnist_train_images(mnist), labels = *dist_mnist_train_labels(mnist);
+    dist_tensor *parts[2] = {&images, &labels};
+    dist_dataset *ds, *next;
+    if (dist_dataset_from_tensor_slices(parts, 2, 0, &ds)) return fail("slicing");
+    if (dist_dataset_map_image_normalize(ds, &next)) return fail("normalizing");
+    dist_dataset_destroy(ds), ds = next;
+    if (dist_dataset_batch(ds, GLOBAL_BATCH, 1, &next)) return fail("batching");
+    dist_dataset_destroy(ds), ds = next;
+    dist_distributed_dataset *dds;
+    dist_distributed_iterator *it;
+    if (dist_strategy_distribute_dataset(strategy, ds, &dds) ||
+        dist_distributed_dataset_iterator(dds, &it))
+        return fail("distributing");
+    for (int s = 0; s < steps; s++) {
+        dist_per_replica_element batch;
+        dist_per_replica results;
+        int end = 0;
+        if (dist_distributed_iterator_next(it, &batch, &end)) return fail("reading a batch");
+        if (end) {
+            fprintf(stderr, "tpu_vs_mirrored: the data ended after %d steps\n", s);
+            return 2;
+        }
+        if (dist_strategy_run(strategy, train_step, &st, &batch, &results)) return fail("step");
+        dist_tensor *loss;
+        if (dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &loss))
+            return fail("reducing");
+        losses[s] = *(float *)loss->data;
+        dist_tensor_destroy(loss);
+    }
+    *nparams = dist_model_num_params(st.model);
+    *weights = malloc((size_t)*nparams * sizeof **weights);
+    if (!*weights || dist_model_get_weights(st.model, 0, *weights, *nparams))
+        return fail("reading the weights");
+    if (kind == DIST_STRATEGY_TPU) {
+        dist_tpu_stats ts;
+        if (dist_tpu_strategy_stats(strategy, &ts)) return fail("stats");
+        printf("tpu: %lld traces, %d compiles (%.2f s), %lld executions\n", (long long)ts.traces,
+               ts.compiles, ts.compile_seconds, (long long)ts.executions);
+    }
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    dist_dataset_destroy(ds);
+    dist_optimizer_destroy(st.optimizer);
+    dist_model_destroy(st.model);
+    dist_strategy_destroy(strategy);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE]\n");
+        return 2;
+    }
+    const char *plugin = argv[1];
+    int replicas = atoi(argv[2]), steps = atoi(argv[3]);
+    double tol = argc > 4 ? atof(argv[4]) : 1e-4;
+    dist_mnist *mnist;
+    if (dist_mnist_load(NULL, &mnist)) return fail("loading MNIST");
+    double *la = calloc((size_t)steps, sizeof *la), *lb = calloc((size_t)steps, sizeof *lb);
+    float *wa = NULL, *wb = NULL;
+    int64_t na = 0, nb = 0;
+    int rc = train(DIST_STRATEGY_MIRRORED, plugin, replicas, steps, mnist, la, &wa, &na);
+    if (rc) return rc;
+    rc = train(DIST_STRATEGY_TPU, plugin, replicas, steps, mnist, lb, &wb, &nb);
+    if (rc) return rc;
+    int bad = 0;
+    for (int s = 0; s < steps; s++) {
+        double rel = fabs(la[s] - lb[s]) / fmax(fabs(la[s]), 1e-6);
+        printf("step %2d: mirrored loss %.7f  tpu loss %.7f  rel %.2e\n", s + 1, la[s], lb[s], rel);
+        if (!(rel <= tol) && !bad) {
+            fprintf(stderr, "tpu_vs_mirrored: step %d loss differs: %.7f vs %.7f\n", s + 1, la[s],
+                    lb[s]);
+            bad = 1;
+        }
+    }
+    double worst = 0;
+    int64_t worst_i = 0;
+    for (int64_t i = 0; i < na && na == nb; i++) {
+        /* relative to the weight's scale, so that weights near zero compare absolutely */
+        double rel = fabs((double)wa[i] - wb[i]) / fmax(fabs(wa[i]), 1e-2);
+        if (!(rel <= worst)) worst = rel, worst_i = i;
+    }
+    printf("weights: %lld, largest relative difference %.2e (weight %lld: %.7g vs %.7g)\n",
+           (long long)na, worst, (long long)worst_i, na ? wa[worst_i] : 0.0,
+           nb ? wb[worst_i] : 0.0);
+    if (na != nb || !(worst <= tol)) {
+        fprintf(stderr, "tpu_vs_mirrored: weights differ beyond %.1e\n", tol);
+        bad = 1;
+    }
+    free(la), free(lb), free(wa), free(wb);
+    dist_mnist_destroy(mnist);
+    return bad;
+}
