@@ -52,7 +52,9 @@ void dist_strategy_graph_stats(const dist_strategy *s, dist_graph_stats *out) {
 
 dist_device dist_strategy_replica_device(const dist_strategy *s, int r) {
     dist_device none = {DIST_DEVICE_CPU, -1};
-    return s && r >= 0 && r < s->replicas.num_replicas ? s->replicas.devices[r] : none;
+    /* tpu has no local replica threads: its replicas are the plugin's devices */
+    int n = s && s->kind == DIST_STRATEGY_TPU ? s->num_replicas : s ? s->replicas.num_replicas : 0;
+    return s && r >= 0 && r < n ? s->replicas.devices[r] : none;
 }
 
 /* ---- devices ---- */

@@ -551,7 +551,10 @@ dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options
     s->placement.num_replicas = 1;
     s->placement.backends[0] = c->be;
     s->placement.owner = s;
-    for (int d = 0; d < c->ndev; d++) s->replicas.devices[d] = (dist_device){DIST_DEVICE_CPU, d};
+    const char *platform = dist_pjrt_client_platform(c->client);
+    int gpu = platform && (!strcmp(platform, "cuda") || !strcmp(platform, "gpu"));
+    for (int d = 0; d < c->ndev; d++)
+        s->replicas.devices[d] = (dist_device){gpu ? DIST_DEVICE_CUDA : DIST_DEVICE_CPU, d};
     snprintf(s->cross_device, sizeof s->cross_device, "xla (%s, %s)",
              dist_pjrt_client_platform(c->client), "all_reduce in the program");
     return DIST_OK;

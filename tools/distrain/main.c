@@ -571,6 +571,9 @@ static int train(run_state *s) {
     so.connect_timeout_s = o->connect_timeout_s;
     so.allow_insecure = o->insecure;
     so.variable_partitioner = &o->partitioner;
+    so.pjrt_plugin = o->pjrt_plugin;
+    so.tpu = o->tpu;
+    so.tpu_cores = o->tpu_cores;
     if (o->token_file) setenv("DIST_CLUSTER_TOKEN_FILE", o->token_file, 1);
     if (o->transport)
         so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP

@@ -18,8 +18,15 @@ typedef struct distrain_flag {
 } distrain_flag;
 
 static const distrain_flag flags[] = {
-    {"--strategy", 1, "one_device|mirrored|multi_worker|parameter_server", "mirrored",
+    {"--strategy", 1, "one_device|mirrored|multi_worker|parameter_server|tpu", "mirrored",
      "distribution strategy"},
+    {"--pjrt-plugin", 1, "FILE", "$DIST_PJRT_PLUGIN, $TPU_LIBRARY_PATH, then libtpu.so",
+     "tpu: the PJRT plugin that compiles and runs the step (XLA's CPU plugin, JAX's CUDA "
+     "plugin, libtpu)"},
+    {"--tpu-cores", 1, "N", "every device of the plugin",
+     "tpu: replicas; the XLA CPU plugin makes N CPU devices"},
+    {"--tpu", 1, "NAME", "$TPU_NAME, else local",
+     "tpu: TPUClusterResolver's tpu argument (local chips only; a remote TPU node is refused)"},
     {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core",
      "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
     {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
@@ -222,6 +229,12 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         int rc = 0;
         if (strcmp(a, "--strategy") == 0) {
             o->strategy = v;
+        } else if (strcmp(a, "--pjrt-plugin") == 0) {
+            o->pjrt_plugin = v;
+        } else if (strcmp(a, "--tpu") == 0) {
+            o->tpu = v;
+        } else if (strcmp(a, "--tpu-cores") == 0) {
+            if (!(rc = parse_int(a, v, 1, 64, &n))) o->tpu_cores = (int)n;
         } else if (strcmp(a, "--devices") == 0) {
             o->devices = v;
         } else if (strcmp(a, "--dataset") == 0) {
@@ -389,6 +402,21 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         fprintf(stderr, "distrain: --reduce-lr-patience cannot reduce a --lr-schedule (Keras's "
                         "ReduceLROnPlateau fails on a schedule: its learning rate is not "
                         "settable)\n");
+        return 2;
+    }
+    int tpu = strcmp(o->strategy, "tpu") == 0;
+    if (!tpu && (o->pjrt_plugin || o->tpu || o->tpu_cores)) {
+        fprintf(stderr, "distrain: --pjrt-plugin, --tpu and --tpu-cores apply to --strategy tpu "
+                        "only\n");
+        return 2;
+    }
+    if (tpu && (o->check_numerics || o->clipnorm > 0 || o->clipvalue > 0 ||
+                o->global_clipnorm > 0 ||
+                (o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0))) {
+        fprintf(stderr, "distrain: --strategy tpu compiles the whole step into one program: "
+                        "--check-numerics, gradient clipping and fp16 (its dynamic loss scale) "
+                        "decide on the host in the middle of a step, which the traced program "
+                        "cannot; use --mixed-precision bf16 (as on TPUs)\n");
         return 2;
     }
     if (o->partitioner_given && !ps) {

@@ -59,6 +59,9 @@ typedef struct distrain_options {
     double loss_scale_value;
     int deterministic; /* GPUs: deterministic cuDNN algorithms only */
     int cuda_graphs;   /* 0 = default (on, unless $DIST_CUDA_GRAPHS=0), 1 = on, -1 = off */
+    const char *pjrt_plugin; /* tpu: --pjrt-plugin */
+    const char *tpu;         /* tpu: --tpu (TPUClusterResolver's name) */
+    int tpu_cores;           /* tpu: replicas; 0 = every device */
 } distrain_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */

@@ -1,0 +1,37 @@
+# The tpu strategy on XLA's own CPU PJRT plugin (the pjrt_venv fixture installs it from PyPI;
+# tests/cmake/pjrt.cmake). Without the fixture these fail: the plugin path does not exist.
+add_executable(tpu_vs_mirrored ${CMAKE_CURRENT_SOURCE_DIR}/tpu/tpu_vs_mirrored.c)
+target_link_libraries(tpu_vs_mirrored PRIVATE dist m)
+target_compile_options(tpu_vs_mirrored PRIVATE ${DIST_WARNINGS})
+set(tpu_dump ${CMAKE_CURRENT_BINARY_DIR}/tpu_dump)
+
+# 20 steps from seed 42 on 2 devices against the C engine's mirrored strategy with 2 replicas:
+# every loss within 1e-4 relative; SGD: every weight within 1e-4; Adam: the weights within
+# 1e-3 as a whole (tpu_vs_mirrored.c says why). The Adam run also dumps its programs: the
+# steady-state step (the second program) must equal the golden StableHLO.
+add_test(NAME tpu.vs_mirrored_adam
+         COMMAND sh -c "rm -rf '${tpu_dump}' && mkdir -p '${tpu_dump}' && DIST_TPU_DUMP_DIR='${tpu_dump}' '$<TARGET_FILE:tpu_vs_mirrored>' '${DIST_TEST_PJRT_PLUGIN}' 2 20 1e-4 adam && cmp '${tpu_dump}/step-1.mlir' '${CMAKE_CURRENT_SOURCE_DIR}/tpu/golden/cnn_adam_step_2replicas.mlir' && echo 'golden StableHLO: equal'")
+add_test(NAME tpu.vs_mirrored_sgd
+         COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} 2 20 1e-4 sgd)
+add_test(NAME tpu.one_device_vs_one_replica
+         COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} 1 10 1e-4 sgd)
+add_test(NAME tpu.errors COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} errors)
+
+# distrain --strategy tpu: >= 0.96 on the built-in subset in 5 epochs (124 full batches an
+# epoch: the partial last batch is dropped, as TPUStrategy requires).
+add_test(NAME distrain.tpu_accuracy
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
+                 "-DARGS=--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tpu.json -DMIN_ACCURACY=0.96
+                 -DSTEPS=620 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+# A BackupAndRestore backup crosses strategies: tpu -> mirrored and mirrored -> tpu.
+add_test(NAME distrain.tpu_cross_restore
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tpu/cross_restore.sh $<TARGET_FILE:distrain>
+                 ${DIST_TEST_PJRT_PLUGIN} ${CMAKE_CURRENT_BINARY_DIR}/tpu_cross_restore)
+# Usage errors: tpu flags without tpu, and what a compiled step cannot do.
+add_test(NAME distrain.tpu_usage
+         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --check-numerics --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported'")
+set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
+                     tpu.errors distrain.tpu_accuracy distrain.tpu_cross_restore distrain.tpu_usage
+                     PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900
+                     RESOURCE_LOCK cpu_heavy_tpu)
