@@ -13,6 +13,7 @@
 #include "testutil.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,40 @@ static int fake_initialize_calls(const char *path) {
     dlclose(h); /* drops only the reference RTLD_NOLOAD took */
     return n;
 }
+
+struct concurrent_load {
+    pthread_barrier_t *go;
+    dist_pjrt_plugin *plugin;
+    dist_status st;
+};
+
+static void *load_after_barrier(void *arg) {
+    struct concurrent_load *c = arg;
+    pthread_barrier_wait(c->go);
+    c->st = dist_pjrt_plugin_load(FAKE_NEWER, &c->plugin);
+    return NULL;
+}
+
+/* Runs before any other test loads FAKE_NEWER: the first load races in four threads. */
+START_TEST(test_four_threads_loading_one_plugin_get_one_initialization) {
+    enum { N = 4 };
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, N);
+    pthread_t t[N];
+    struct concurrent_load c[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = (struct concurrent_load){&go, NULL, DIST_INTERNAL};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, load_after_barrier, &c[i]), 0);
+    }
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(c[i].st, DIST_OK);
+        ck_assert_ptr_eq(c[i].plugin, c[0].plugin);
+    }
+    ck_assert_int_eq(fake_initialize_calls(FAKE_NEWER), 1);
+}
+END_TEST
 
 START_TEST(test_a_plugin_is_loaded_and_initialized_once_per_process) {
     dist_pjrt_plugin *a = NULL, *b = NULL, *c = NULL;
@@ -502,6 +537,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_a_wrong_major_version_is_refused_naming_it);
         tcase_add_test(tc, test_a_minor_older_than_57_is_refused_naming_both);
         tcase_add_test(tc, test_a_function_table_too_short_is_refused_naming_the_entry);
+        tcase_add_test(tc, test_four_threads_loading_one_plugin_get_one_initialization);
         tcase_add_test(tc, test_a_plugin_is_loaded_and_initialized_once_per_process);
         tcase_add_test(tc, test_a_newer_plugin_refusing_a_struct_size_names_both_versions);
         suite_add_tcase(s, tc);
