@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define ASSERT_MSG_HAS(needle)                                                                     \
     ck_assert_msg(strstr(dist_last_error(), (needle)) != NULL, "message '%s' lacks '%s'",          \
@@ -268,6 +269,40 @@ START_TEST(test_tpu_resolver_grpc_without_host_port_is_invalid) {
 }
 END_TEST
 
+static void write_pci_device(const char *root, const char *name, const char *vendor,
+                             const char *device) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    const char *files[2] = {"vendor", "device"}, *values[2] = {vendor, device};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s/%s", root, name, files[i]);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "%s\n", values[i]);
+        fclose(f);
+    }
+}
+
+START_TEST(test_tpu_chips_are_google_pci_devices_with_a_tpu_id) {
+    char root[] = "/tmp/dist-test-pci-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    write_pci_device(root, "0000:00:04.0", "0x1ae0", "0x0042"); /* gVNIC: not a TPU */
+    write_pci_device(root, "0000:00:05.0", "0x1ae0", "0x0063"); /* v5e */
+    write_pci_device(root, "0000:00:06.0", "0x1ae0", "0x0063"); /* v5e */
+    write_pci_device(root, "0000:00:07.0", "0x8086", "0x0063"); /* another vendor's 0x0063 */
+    int n = -1;
+    ck_assert_int_eq(dist_tpu_count_local_chips(root, &n), DIST_OK);
+    ck_assert_int_eq(n, 2);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(dist_tpu_count_local_chips(root, &n), DIST_OK); /* gone: none */
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(dist_tpu_count_local_chips(NULL, NULL), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
 /* ---- the real CPU plugin ---- */
 
 static const char *plugin_path(const char *env) {
@@ -491,6 +526,9 @@ START_TEST(test_libtpu_without_a_tpu_ends_in_a_clear_error) {
     setenv("TPU_ACCELERATOR_TYPE", "v5litepod-1", 0);
     setenv("TPU_WORKER_ID", "0", 0);
     setenv("TPU_WORKER_HOSTNAMES", "localhost", 0);
+    int chips = -1;
+    ck_assert_int_eq(dist_tpu_count_local_chips(NULL, &chips), DIST_OK);
+    ck_assert_msg(chips == 0, "this test expects a host without TPUs, found %d chip(s)", chips);
     dist_pjrt_plugin *p = NULL;
     dist_status st = dist_pjrt_plugin_load(plugin_path("DIST_TEST_LIBTPU"), &p);
     ck_assert_msg(st == DIST_OK, "loading libtpu: %s", dist_last_error());
@@ -552,6 +590,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_tpu_resolver_local_by_default_and_by_name);
         tcase_add_test(tc, test_tpu_resolver_remote_address_is_unsupported_clearly);
         tcase_add_test(tc, test_tpu_resolver_grpc_without_host_port_is_invalid);
+        tcase_add_test(tc, test_tpu_chips_are_google_pci_devices_with_a_tpu_id);
         suite_add_tcase(s, tc);
     }
     return dist_test_run(s);
