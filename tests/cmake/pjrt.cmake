@@ -40,10 +40,12 @@ set_tests_properties(pjrt.venv PROPERTIES FIXTURES_SETUP pjrt_venv LABELS "pjrt"
                      ENVIRONMENT "DIST_PJRT_VENV=${DIST_PJRT_VENV}")
 
 # Without the fixture these fail (test_pjrt.c checks that the plugin file is there): a venv that
-# could not be built must not read as a pass.
+# could not be built must not read as a pass. Labelled integration too, so that .ci/run's
+# sanitizer stage runs them: what they check is our handling of the plugin's objects (LSan sees
+# a buffer, event or error we forget to destroy), unlike the conformance tests' Python.
 add_test(NAME pjrt.cpu_plugin COMMAND test_pjrt cpu_plugin)
-set_tests_properties(pjrt.cpu_plugin PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "pjrt"
+set_tests_properties(pjrt.cpu_plugin PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "pjrt;integration"
                      TIMEOUT 600 ENVIRONMENT "${unit_env};DIST_TEST_PJRT_PLUGIN=${DIST_TEST_PJRT_PLUGIN}")
 add_test(NAME pjrt.libtpu COMMAND test_pjrt libtpu)
-set_tests_properties(pjrt.libtpu PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "pjrt"
+set_tests_properties(pjrt.libtpu PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "pjrt;integration"
                      TIMEOUT 600 ENVIRONMENT "${unit_env};DIST_TEST_LIBTPU=${DIST_TEST_LIBTPU}")

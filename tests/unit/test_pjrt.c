@@ -475,6 +475,13 @@ START_TEST(test_cpu_plugin_aliased_input_is_donated_and_the_output_right) {
     /* the XLA CPU plugin does donate: the handle is dead, and says so */
     ck_assert_int_ne(dist_pjrt_buffer_to_host(args[0], g, sizeof g), DIST_OK);
     ASSERT_MSG_HAS("donated");
+    /* running again on the dead handle fails cleanly: a status, no outputs */
+    dist_pjrt_buffer *stale[2] = {(dist_pjrt_buffer *)0x1, (dist_pjrt_buffer *)0x1};
+    st = dist_pjrt_execute(e, 2, 2, args, 1, stale);
+    ck_assert_int_ne(st, DIST_OK);
+    ck_assert_ptr_null(stale[0]);
+    ck_assert_ptr_null(stale[1]);
+    ASSERT_MSG_HAS("executing on 2 device(s): ");
     for (int d = 0; d < 2; d++) {
         dist_pjrt_buffer_destroy(args[d * 2]);
         args[d * 2] = outs[d]; /* the updated variable */
