@@ -1,8 +1,11 @@
 /* Which PJRT plugin to load, and where the TPU is: TF's TPUClusterResolver rules for its `tpu`
- * argument, cut down to what runs here (chips attached to this host). */
+ * argument, cut down to what runs here (chips attached to this host), and whether this host
+ * has TPU chips at all. */
 #include "core/error.h"
 #include "pjrt/pjrt.h"
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,4 +61,44 @@ dist_status dist_tpu_resolve(const char *tpu, dist_tpu_target *out) {
                       "supported: libdist runs on TPU chips attached to this host (a TPU VM), "
                       "with tpu \"local\" or no tpu and no $TPU_NAME",
                       tpu, from);
+}
+
+/* The PCI device ids of Google's TPU chips, as JAX's hardware_utils lists them. */
+static const unsigned tpu_device_ids[] = {
+    0x0027, /* v2, v3 */
+    0x0056, /* no public name */
+    0x005e, /* v4 */
+    0x0062, /* v5p */
+    0x0063, /* v5e */
+    0x006f, /* v6e */
+    0x0076, /* 7x */
+};
+
+static int read_hex_file(const char *dir, const char *name, const char *file, unsigned *out) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/%s", dir, name, file);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    int ok = fscanf(f, "%x", out) == 1;
+    fclose(f);
+    return ok;
+}
+
+dist_status dist_tpu_count_local_chips(const char *pci_devices_dir, int *count) {
+    DIST_CHECK_ARG(count != NULL, "dist_tpu_count_local_chips: count must be given");
+    *count = 0;
+    const char *dir = pci_devices_dir ? pci_devices_dir : "/sys/bus/pci/devices";
+    DIR *d = opendir(dir);
+    if (d == NULL) return DIST_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        unsigned vendor = 0, device = 0;
+        if (!read_hex_file(dir, e->d_name, "vendor", &vendor) || vendor != 0x1ae0) continue;
+        if (!read_hex_file(dir, e->d_name, "device", &device)) continue;
+        for (size_t i = 0; i < sizeof tpu_device_ids / sizeof tpu_device_ids[0]; i++)
+            if (device == tpu_device_ids[i]) ++*count;
+    }
+    closedir(d);
+    return DIST_OK;
 }

@@ -117,4 +117,12 @@ typedef struct dist_tpu_target {
  * DIST_INVALID_ARGUMENT (a grpc:// address without host:port, a name too long). */
 dist_status dist_tpu_resolve(const char *tpu, dist_tpu_target *out);
 
+/* Counts the TPU chips attached to this host: PCI devices under `pci_devices_dir` (NULL:
+ * /sys/bus/pci/devices) whose vendor is Google (0x1ae0) and whose device id is a TPU's (v2/v3,
+ * v4, v5e, v5p, v6e, 7x; Google's virtual NIC is not one). Call it before loading libtpu: off a
+ * TPU VM, libtpu first asks the GCE metadata server for its topology, 30 tries per value, for
+ * minutes, before failing. A missing directory counts 0. Errors: DIST_INVALID_ARGUMENT (count
+ * NULL). */
+dist_status dist_tpu_count_local_chips(const char *pci_devices_dir, int *count);
+
 #endif
