@@ -130,7 +130,7 @@ typedef struct dist_strategy_options {
         .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
         .collective_timeout_s = 0.0, .cluster_spec = NULL, .connect_timeout_s = 0.0,               \
         .transport = DIST_TRANSPORT_AUTO, .deterministic = 0, .cuda_graphs = 0,                    \
-        .allow_insecure = 0, .variable_partitioner = NULL, .pjrt_plugin = NULL, .tpu = NULL,      \
+        .allow_insecure = 0, .variable_partitioner = NULL, .pjrt_plugin = NULL, .tpu = NULL,       \
         .tpu_cores = 0                                                                             \
     }
 

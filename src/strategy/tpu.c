@@ -338,8 +338,8 @@ static dist_status upload_state(tpu_ctx *c, int64_t region, void **bufs) {
     return DIST_OK;
 }
 
-static dist_status execute(dist_strategy *s, tpu_program *p,
-                           const dist_per_replica_element *inputs, dist_per_replica *results) {
+static dist_status execute(dist_strategy *s, tpu_program *p, const dist_per_replica_element *inputs,
+                           dist_per_replica *results) {
     tpu_ctx *c = s->ctx;
     int ndev = c->ndev;
     int nargs = (p->num_scalars > 0) + p->num_states + p->num_args;
@@ -506,6 +506,19 @@ dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options
     s->ctx = c;
     xg_init(&c->g);
     DIST_TRY(dist_pjrt_find_plugin(o->pjrt_plugin, c->plugin_path, sizeof c->plugin_path));
+    const char *base = strrchr(c->plugin_path, '/');
+    base = base ? base + 1 : c->plugin_path;
+    if (!strncmp(base, "libtpu", 6)) {
+        /* off a TPU VM libtpu asks the cloud metadata server for minutes before it fails */
+        int chips = 0;
+        DIST_TRY(dist_tpu_count_local_chips(NULL, &chips));
+        if (chips == 0)
+            return dist_error(DIST_NOT_FOUND,
+                              "tpu: no TPU devices found on this host (no Google TPU among the "
+                              "PCI devices); for another PJRT plugin give --pjrt-plugin or "
+                              "$DIST_PJRT_PLUGIN (%s was chosen)",
+                              c->plugin_path);
+    }
     DIST_TRY(dist_pjrt_plugin_load(c->plugin_path, &c->plugin));
     int want = o->tpu_cores;
     DIST_CHECK_ARG(want >= 0 && want <= DIST_MAX_REPLICAS, "tpu: tpu_cores must be 0..%d, got %d",
@@ -563,8 +576,7 @@ dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options
 dist_status dist_tpu_strategy_stats(const dist_strategy *s, dist_tpu_stats *out) {
     DIST_CHECK_ARG(s && out, "dist_tpu_strategy_stats: NULL argument");
     DIST_CHECK_ARG(s->kind == DIST_STRATEGY_TPU && s->ctx,
-                   "dist_tpu_strategy_stats: the strategy is '%s', not tpu",
-                   dist_strategy_name(s));
+                   "dist_tpu_strategy_stats: the strategy is '%s', not tpu", dist_strategy_name(s));
     *out = ((const tpu_ctx *)s->ctx)->stats;
     return DIST_OK;
 }

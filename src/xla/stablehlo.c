@@ -146,8 +146,8 @@ static void type_i1(char *s, size_t n, int ndim, const int64_t *dims) {
     if (k < n) snprintf(s + k, n - k, "i1>");
 }
 
-#define TY(name, node) \
-    char name[96];     \
+#define TY(name, node)                                                                             \
+    char name[96];                                                                                 \
     type_of(name, sizeof name, (node)->dtype, (node)->ndim, (node)->dims)
 
 static void ints(sbuf *b, const int64_t *v, int n) {
@@ -165,16 +165,16 @@ static void splat_f32(sbuf *b, float v, int ndim, const int64_t *dims, char *out
     snprintf(out, n, "%%t%d", b->tmp++);
     char ty[96];
     type_of(ty, sizeof ty, DIST_F32, ndim, dims);
-    put(b, "    %s = \"stablehlo.constant\"() {value = dense<0x%08" PRIX32 "> : %s} : () -> %s\n", out,
-        f32_bits(v), ty, ty);
+    put(b, "    %s = \"stablehlo.constant\"() {value = dense<0x%08" PRIX32 "> : %s} : () -> %s\n",
+        out, f32_bits(v), ty, ty);
 }
 
 /* A binary reduction region body (add, maximum or minimum over f32/i32 scalars). */
 static void region_body(sbuf *b, const char *op, const char *scalar_ty) {
     int a = b->tmp++, c = b->tmp++, r = b->tmp++;
     put(b, "{\n    ^bb0(%%t%d: %s, %%t%d: %s):\n", a, scalar_ty, c, scalar_ty);
-    put(b, "      %%t%d = \"stablehlo.%s\"(%%t%d, %%t%d) : (%s, %s) -> %s\n", r, op, a, c, scalar_ty,
-        scalar_ty, scalar_ty);
+    put(b, "      %%t%d = \"stablehlo.%s\"(%%t%d, %%t%d) : (%s, %s) -> %s\n", r, op, a, c,
+        scalar_ty, scalar_ty, scalar_ty);
     put(b, "      \"stablehlo.return\"(%%t%d) : (%s) -> ()\n    }", r, scalar_ty);
 }
 
@@ -237,8 +237,7 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
 #define INN(k) (&g->nodes[n->in[k]])
     switch (n->op) {
     case XG_ARG:
-    case XG_STATE:
-        return DIST_OK; /* function arguments */
+    case XG_STATE: return DIST_OK; /* function arguments */
     case XG_SCALAR: {
         char s[32];
         tname(b, s, sizeof s);
@@ -260,7 +259,9 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
     }
     case XG_SPLAT:
         if (n->dtype == DIST_F32) {
-            put(b, "    %s = \"stablehlo.constant\"() {value = dense<0x%08" PRIX32 "> : %s} : () -> %s\n",
+            put(b,
+                "    %s = \"stablehlo.constant\"() {value = dense<0x%08" PRIX32
+                "> : %s} : () -> %s\n",
                 out, f32_bits(n->f[0]), ty, ty);
         } else if (n->dtype == DIST_I32 || n->dtype == DIST_I64) {
             put(b, "    %s = \"stablehlo.constant\"() {value = dense<%lld> : %s} : () -> %s\n", out,
@@ -321,7 +322,9 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
     case XG_MUL: binary(b, out, "multiply", IN(0), IN(1), ty); return DIST_OK;
     case XG_DIV: binary(b, out, "divide", IN(0), IN(1), ty); return DIST_OK;
     case XG_MAX: binary(b, out, "maximum", IN(0), IN(1), ty); return DIST_OK;
-    case XG_SQRT: put(b, "    %s = \"stablehlo.sqrt\"(%s) : (%s) -> %s\n", out, IN(0), ty, ty); return DIST_OK;
+    case XG_SQRT:
+        put(b, "    %s = \"stablehlo.sqrt\"(%s) : (%s) -> %s\n", out, IN(0), ty, ty);
+        return DIST_OK;
     case XG_RELU_GRAD: {
         char z[32], p[32], pty[96];
         splat_f32(b, 0.0f, n->ndim, n->dims, z, sizeof z);
@@ -357,8 +360,8 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         int64_t hi_w = n->dims[2] + kw - 2 - (dy->dims[2] - 1) * d->stride_w - lo_w;
         char r[32];
         tname(b, r, sizeof r);
-        put(b, "    %s = \"stablehlo.reverse\"(%s) {dimensions = array<i64: 0, 1>} : (%s) -> %s\n", r,
-            IN(1), wty, wty);
+        put(b, "    %s = \"stablehlo.reverse\"(%s) {dimensions = array<i64: 0, 1>} : (%s) -> %s\n",
+            r, IN(1), wty, wty);
         put(b,
             "    %s = \"stablehlo.convolution\"(%s, %s) {batch_group_count = 1 : i64, "
             "dimension_numbers = #stablehlo.conv<[b, 0, 1, f]x[0, 1, o, i]->[b, 0, 1, f]>, "
@@ -483,8 +486,8 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         splat_f32(b, 1.0f, 2, l->dims, one, sizeof one);
         splat_f32(b, 0.0f, 2, l->dims, zero, sizeof zero);
         tname(b, oh, sizeof oh);
-        put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", oh, eq, one, zero,
-            pty, lty, lty, lty);
+        put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", oh, eq, one,
+            zero, pty, lty, lty, lty);
         if (n->op == XG_XENT_GRAD) {
             char db[32], diff[32];
             tname(b, db, sizeof db);
@@ -511,16 +514,17 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
             tname(b, hit, sizeof hit);
             tname(b, cnt, sizeof cnt);
             compare(b, ism, "EQ", IN(0), mxb, lty, pty);
-            put(b, "    %s = \"stablehlo.constant\"() {value = dense<%" PRId64 "> : %s} : () -> %s\n",
+            put(b,
+                "    %s = \"stablehlo.constant\"() {value = dense<%" PRId64 "> : %s} : () -> %s\n",
                 kk, K, ity, ity);
-            put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", idx, ism, iota,
-                kk, pty, ity, ity, ity);
+            put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", idx, ism,
+                iota, kk, pty, ity, ity, ity);
             reduce(b, first, idx, ity, &axis1, 1, "minimum", DIST_I32, "2147483647", nity);
             compare(b, ok, "EQ", first, IN(1), nity, npty);
             splat_f32(b, 1.0f, 1, &N, one1, sizeof one1);
             splat_f32(b, 0.0f, 1, &N, zero1, sizeof zero1);
-            put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", hit, ok, one1,
-                zero1, npty, nty, nty, nty);
+            put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", hit, ok,
+                one1, zero1, npty, nty, nty, nty);
             reduce(b, cnt, hit, nty, &map0, 1, "add", DIST_F32, "0x00000000", "tensor<f32>");
             put(b, "    %s = \"stablehlo.reshape\"(%s) : (tensor<f32>) -> %s\n", out, cnt, ty);
             return DIST_OK;
@@ -550,11 +554,13 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         return DIST_OK;
     }
     case XG_ALL_REDUCE: {
-        const char *sty = n->dtype == DIST_F32 ? "tensor<f32>"
+        const char *sty = n->dtype == DIST_F32   ? "tensor<f32>"
                           : n->dtype == DIST_I64 ? "tensor<i64>"
                                                  : "tensor<i32>";
         dist_reduce_op op = (dist_reduce_op)n->i[0];
-        const char *fn = op == DIST_REDUCE_MAX ? "maximum" : op == DIST_REDUCE_MIN ? "minimum" : "add";
+        const char *fn = op == DIST_REDUCE_MAX   ? "maximum"
+                         : op == DIST_REDUCE_MIN ? "minimum"
+                                                 : "add";
         char r[32];
         if (op == DIST_REDUCE_MEAN)
             tname(b, r, sizeof r);
@@ -637,7 +643,8 @@ dist_status xg_emit_stablehlo(const xg_graph *g, char **text, size_t *len) {
         st = emit_node(&b, g, i, (const char *const *)names);
     if (st == DIST_OK) {
         put(&b, "    \"func.return\"(");
-        for (int o = 0; o < g->num_outputs; o++) put(&b, "%s%s", o ? ", " : "", names[g->outputs[o]]);
+        for (int o = 0; o < g->num_outputs; o++)
+            put(&b, "%s%s", o ? ", " : "", names[g->outputs[o]]);
         put(&b, ") : (");
         for (int o = 0; o < g->num_outputs; o++) {
             TY(ty, &g->nodes[g->outputs[o]]);

@@ -8,9 +8,9 @@
 #include <string.h>
 
 typedef struct xseg {
-    size_t off, len;  /* bytes of the region */
-    int node;         /* the node whose value is there */
-    size_t node_off;  /* bytes into that node's (flat) value */
+    size_t off, len; /* bytes of the region */
+    int node;        /* the node whose value is there */
+    size_t node_off; /* bytes into that node's (flat) value */
 } xseg;
 
 typedef struct xregion {
@@ -40,7 +40,7 @@ struct xla_trace {
     xg_graph *g;
     float *scalars;
     int nscalars, cap_scalars;
-    int64_t *out_regions; /* per program output: region id or -1 */
+    int64_t *out_regions;   /* per program output: region id or -1 */
     int64_t *state_regions; /* per node id of the last trace: region id of XG_STATE nodes */
     int cap_state_regions;
 };
@@ -166,8 +166,7 @@ static dist_status region_write(xregion *r, size_t off, size_t len, int node, si
             continue;
         }
         if (s.off < off) keep[k++] = (xseg){s.off, off - s.off, s.node, s.node_off};
-        if (se > end)
-            keep[k++] = (xseg){end, se - end, s.node, s.node_off + (end - s.off)};
+        if (se > end) keep[k++] = (xseg){end, se - end, s.node, s.node_off + (end - s.off)};
     }
     /* insert sorted */
     int pos = 0;
@@ -182,8 +181,8 @@ static dist_status region_write(xregion *r, size_t off, size_t len, int node, si
     return DIST_OK;
 }
 
-static dist_status add_node(xla_trace *t, xg_op op, dist_dtype dtype, int ndim,
-                            const int64_t *dims, int nin, const int *in, int *id) {
+static dist_status add_node(xla_trace *t, xg_op op, dist_dtype dtype, int ndim, const int64_t *dims,
+                            int nin, const int *in, int *id) {
     return xg_add(t->g, op, dtype, ndim, dims, nin, in, id);
 }
 
@@ -281,7 +280,8 @@ static dist_status region_read(xla_trace *t, xregion *r, size_t off, size_t len,
                               "traced)",
                               dist_dtype_name(n->dtype), dist_dtype_name(dtype));
         if (node_off % es || take % es)
-            return dist_error(DIST_UNSUPPORTED, "tpu: a misaligned %s read", dist_dtype_name(dtype));
+            return dist_error(DIST_UNSUPPORTED, "tpu: a misaligned %s read",
+                              dist_dtype_name(dtype));
         int64_t n_numel = xg_numel(n), want = (int64_t)(take / es);
         int piece;
         if (node_off == 0 && want == n_numel) {
@@ -614,8 +614,7 @@ static dist_status tb_pool_forward(void *ctx, const dist_pool2d_desc *d, const d
 }
 
 static dist_status tb_pool_backward(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
-                                    const dist_tensor *dy, const void *workspace,
-                                    dist_tensor *dx) {
+                                    const dist_tensor *dy, const void *workspace, dist_tensor *dx) {
     xla_trace *t = ctx;
     (void)workspace;
     TRACED("max_pool2d_backward");
@@ -745,8 +744,7 @@ static dist_status tb_to_layout(void *ctx, const dist_tensor *src, dist_tensor *
     return write_tensor(t, dst, v);
 }
 
-static dist_status tb_add(void *ctx, const dist_tensor *a, const dist_tensor *b,
-                          dist_tensor *out) {
+static dist_status tb_add(void *ctx, const dist_tensor *a, const dist_tensor *b, dist_tensor *out) {
     xla_trace *t = ctx;
     TRACED("add");
     int x, y, v;
@@ -847,8 +845,8 @@ static dist_status tb_adam_update(void *ctx, const dist_adam_desc *d, float *par
     return write_tensor(t, &tp, p1);
 }
 
-static dist_status tb_sgd_update(void *ctx, const dist_sgd_desc *d, float *param,
-                                 const float *grad, float *mom, size_t n) {
+static dist_status tb_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
+                                 float *mom, size_t n) {
     xla_trace *t = ctx;
     TRACED("sgd_update");
     dist_tensor tp, tg, tm;
@@ -968,8 +966,8 @@ static const struct dist_backend_i trace_iface = {
 dist_status xla_trace_backend_create(int num_devices, const xla_device_ops *ops,
                                      dist_backend **out) {
     DIST_CHECK_ARG(out && ops, "xla_trace_backend_create: NULL argument");
-    DIST_CHECK_ARG(num_devices >= 1 && num_devices <= XLA_MAX_DEVICES,
-                   "tpu: %d devices (1..%d)", num_devices, XLA_MAX_DEVICES);
+    DIST_CHECK_ARG(num_devices >= 1 && num_devices <= XLA_MAX_DEVICES, "tpu: %d devices (1..%d)",
+                   num_devices, XLA_MAX_DEVICES);
     xla_trace *t = calloc(1, sizeof *t);
     dist_backend *be = calloc(1, sizeof *be);
     if (!t || !be) {

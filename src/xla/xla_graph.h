@@ -19,18 +19,18 @@
 #define XG_MAX_IN 16
 
 typedef enum xg_op {
-    XG_ARG = 1,    /* program input: a replica's input tensor (i = input index) */
-    XG_STATE,      /* program input: the value of a state allocation at the step's start */
-    XG_SCALAR,     /* program input: runtime scalar i (the learning rate, ...), f32 [] */
-    XG_CONST,      /* constant bytes (a host upload during the step) */
-    XG_SPLAT,      /* constant: every element f[0] */
-    XG_RESHAPE,    /* in[0] with this node's shape (same element count) */
-    XG_SLICE,      /* flat in[0][i[0] .. i[0] + numel) */
-    XG_CONCAT,     /* flat concatenation of in[0..nin) */
-    XG_CONVERT,    /* in[0] to this node's dtype */
-    XG_BROADCAST,  /* scalar in[0] to this node's shape */
-    XG_BIAS,       /* in[0] [..., C] + in[1] [C] broadcast */
-    XG_ADD,        /* elementwise, equal shapes */
+    XG_ARG = 1,   /* program input: a replica's input tensor (i = input index) */
+    XG_STATE,     /* program input: the value of a state allocation at the step's start */
+    XG_SCALAR,    /* program input: runtime scalar i (the learning rate, ...), f32 [] */
+    XG_CONST,     /* constant bytes (a host upload during the step) */
+    XG_SPLAT,     /* constant: every element f[0] */
+    XG_RESHAPE,   /* in[0] with this node's shape (same element count) */
+    XG_SLICE,     /* flat in[0][i[0] .. i[0] + numel) */
+    XG_CONCAT,    /* flat concatenation of in[0..nin) */
+    XG_CONVERT,   /* in[0] to this node's dtype */
+    XG_BROADCAST, /* scalar in[0] to this node's shape */
+    XG_BIAS,      /* in[0] [..., C] + in[1] [C] broadcast */
+    XG_ADD,       /* elementwise, equal shapes */
     XG_SUB,
     XG_MUL,
     XG_DIV,
@@ -47,7 +47,7 @@ typedef enum xg_op {
     XG_XENT_LOSS,  /* in[0] logits [N,K], in[1] labels [N] i32 -> [N] */
     XG_SOFTMAX,    /* in[0] logits [N,K] -> probabilities */
     XG_XENT_GRAD,  /* in[0] probs, in[1] labels, in[2] dloss [N] -> [N,K] */
-    XG_ACC_COUNT,  /* in[0] logits, in[1] labels -> count of rows whose first arg-max is the label */
+    XG_ACC_COUNT, /* in[0] logits, in[1] labels -> count of rows whose first arg-max is the label */
     XG_ALL_REDUCE, /* in[0] summed (i[0] = dist_reduce_op) over every replica */
     XG_ALL_GATHER  /* in[0] [n, ...] of every replica, concatenated on axis 0 */
 } xg_op;

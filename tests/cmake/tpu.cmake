@@ -30,7 +30,7 @@ add_test(NAME distrain.tpu_cross_restore
                  ${DIST_TEST_PJRT_PLUGIN} ${CMAKE_CURRENT_BINARY_DIR}/tpu_cross_restore)
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
-         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --check-numerics --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported'")
+         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --check-numerics --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
 set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
                      tpu.errors distrain.tpu_accuracy distrain.tpu_cross_restore distrain.tpu_usage
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900

@@ -7,7 +7,6 @@
  *
  * Exits 0 when they agree, 1 (naming the first difference) when not, 2 on an error. */
 #include <dist/dist.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +25,8 @@ static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void
     dist_tape *tape = dist_replica_tape(rc);
     dist_tensor *logits, *per_example, *loss;
     DIST_RETURN_IF_ERROR(dist_model_call(s->model, tape, in->items[0], &logits));
-    DIST_RETURN_IF_ERROR(dist_op_sparse_softmax_cross_entropy(tape, logits, in->items[1], &per_example));
+    DIST_RETURN_IF_ERROR(
+        dist_op_sparse_softmax_cross_entropy(tape, logits, in->items[1], &per_example));
     DIST_RETURN_IF_ERROR(dist_compute_average_loss(tape, per_example, GLOBAL_BATCH, &loss));
     DIST_RETURN_IF_ERROR(dist_model_compute_gradients(s->model, tape, loss));
     DIST_RETURN_IF_ERROR(dist_optimizer_apply_gradients(s->optimizer, s->model, tape));
@@ -140,7 +140,8 @@ static int errors(const char *plugin) {
     dist_per_replica_element in = {.num_replicas = 2, .global_batch_size = 16};
     for (int r = 0; r < 2; r++) {
         xs[0] = ys[0] = r == 0 ? 8 : 7;
-        if (dist_tensor_create(DIST_F32, 4, xs, &x[r]) || dist_tensor_create(DIST_I32, 1, ys, &y[r]))
+        if (dist_tensor_create(DIST_F32, 4, xs, &x[r]) ||
+            dist_tensor_create(DIST_I32, 1, ys, &y[r]))
             return fail("inputs");
         in.replicas[r].count = 2;
         in.replicas[r].items[0] = x[r];

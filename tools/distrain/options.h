@@ -57,8 +57,8 @@ typedef struct distrain_options {
      * "dynamic:F" (initial scale F), "none", or a fixed scale F; F in loss_scale_value */
     const char *loss_scale;
     double loss_scale_value;
-    int deterministic; /* GPUs: deterministic cuDNN algorithms only */
-    int cuda_graphs;   /* 0 = default (on, unless $DIST_CUDA_GRAPHS=0), 1 = on, -1 = off */
+    int deterministic;       /* GPUs: deterministic cuDNN algorithms only */
+    int cuda_graphs;         /* 0 = default (on, unless $DIST_CUDA_GRAPHS=0), 1 = on, -1 = off */
     const char *pjrt_plugin; /* tpu: --pjrt-plugin */
     const char *tpu;         /* tpu: --tpu (TPUClusterResolver's name) */
     int tpu_cores;           /* tpu: replicas; 0 = every device */
