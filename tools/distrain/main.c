@@ -649,6 +649,10 @@ static int train(run_state *s) {
                    dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
         printf("], %s reduction, %d thread(s) per replica, global batch %lld\n",
                dist_strategy_cross_device_name(s->strategy), s->threads, (long long)o->batch_size);
+        if (o->scale_lr != DIST_LR_SCALING_NONE)
+            printf("Learning rate: %g (%g scaled %s from batch %lld to global batch %lld)\n",
+                   o->learning_rate, o->base_learning_rate, dist_lr_scaling_name(o->scale_lr),
+                   (long long)o->base_batch, (long long)o->batch_size);
         if (s->policy == DIST_POLICY_FLOAT32 && s->loss_scale)
             printf("Loss scale: %s %g\n",
                    dist_loss_scale_is_dynamic(s->loss_scale) ? "dynamic from" : "fixed",
