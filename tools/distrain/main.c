@@ -810,24 +810,6 @@ static int check_flags(distrain_options *o) {
                         "classes are the folders under --data-dir)\n");
         return 2;
     }
-    if (o->devices) {
-        size_t n = strlen(o->devices);
-        if (n == 0 || o->devices[0] == ',' || o->devices[n - 1] == ',' ||
-            strstr(o->devices, ",,")) {
-            fprintf(stderr, "distrain: --devices: empty entry in '%s'\n", o->devices);
-            return 2;
-        }
-        char list[1024], *save = NULL;
-        snprintf(list, sizeof list, "%s", o->devices);
-        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            dist_device d;
-            while (*tok == ' ') tok++; /* "cpu:0, cpu:1", as the strategy reads it */
-            if (dist_device_parse(tok, &d)) {
-                fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
-                return 2;
-            }
-        }
-    }
     int rc = 0;
     if (!rc && o->save_weights) rc = check_output_file("--save-weights", o->save_weights);
     if (!rc && o->metrics_json) rc = check_output_file("--metrics-json", o->metrics_json);

@@ -428,6 +428,26 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         o->base_learning_rate = base;
         o->learning_rate = lr;
     }
+    /* each name as the strategy will read it (dist_device_parse: libdist's and TensorFlow's
+     * forms), so a bad one is a usage error before anything starts */
+    if (o->devices) {
+        size_t n = strlen(o->devices);
+        if (n == 0 || o->devices[0] == ',' || o->devices[n - 1] == ',' ||
+            strstr(o->devices, ",,")) {
+            fprintf(stderr, "distrain: --devices: empty entry in '%s'\n", o->devices);
+            return 2;
+        }
+        char list[1024], *save = NULL;
+        snprintf(list, sizeof list, "%s", o->devices);
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            dist_device d;
+            while (*tok == ' ') tok++; /* "cpu:0, cpu:1", as the strategy reads it */
+            if (dist_device_parse(tok, &d)) {
+                fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
+                return 2;
+            }
+        }
+    }
     if (o->partitioner_given && !ps) {
         fprintf(stderr, "distrain: --variable-partitioner applies to --strategy "
                         "parameter_server only\n");
