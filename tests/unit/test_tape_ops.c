@@ -11,6 +11,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -501,6 +502,77 @@ START_TEST(test_add_of_equal_sizes_keeps_its_elementwise_rule) {
 }
 END_TEST
 
+/* ---- on a GPU tape (only where a CUDA device is visible) ---- */
+
+static dist_backend *g_gpu;
+
+/* loss = sum(reshape(a @ b^T, [-1])) on a tape of `be`; returns the loss and a's gradient. */
+static void matmul_reshape_on(dist_backend *be, float *loss, float *ga) {
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    float av[6] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -0.75f}, bv[6] = {1, 2, 3, -1, 0.5f, 4};
+    int64_t s23[2] = {2, 3}, flat[1] = {-1};
+    dist_tensor *a = upload(t, av, 2, s23, 1), *b = upload(t, bv, 2, s23, 1), *p, *r, *s, *g;
+    ck_assert_int_eq(dist_op_matmul(t, a, b, 0, 1, &p), DIST_OK);
+    ck_assert_int_eq(dist_op_reshape(t, p, 1, flat, &r), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, r, &s), DIST_OK);
+    ck_assert_int_eq(dist_tape_read_scalar(t, s, loss), DIST_OK);
+    ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, 2, s23, &g), DIST_OK);
+    ck_assert_int_eq(dist_tape_gradient(t, s, 1, &a, &g), DIST_OK);
+    ck_assert_int_eq(dist_tape_download(t, g, ga, 6 * sizeof(float)), DIST_OK);
+    dist_tape_destroy(t);
+}
+
+START_TEST(test_gpu_tape_runs_matmul_and_reshape_like_the_cpu) {
+    float lc, lg, gc[6], gg[6];
+    matmul_reshape_on(g_be, &lc, gc);
+    matmul_reshape_on(g_gpu, &lg, gg);
+    ck_assert_float_eq_tol(lg, lc, 1e-5f);
+    ck_assert_double_lt(dist_test_rel_err(gg, gc, 6), 1e-5);
+}
+END_TEST
+
+START_TEST(test_gpu_tape_refuses_host_ops_naming_them) {
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(g_gpu, &t), DIST_OK);
+    float v[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    dist_tensor *x = upload(t, v, 1, shape, 1), *y;
+    ck_assert_int_eq(dist_op_mul(t, x, x, &y), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "mul"));
+    ck_assert_int_eq(dist_op_softmax(t, x, &y), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "softmax"));
+    ck_assert_int_eq(dist_op_mean_squared_error(t, x, x, &y), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "mean_squared_error"));
+    dist_tape_destroy(t);
+}
+END_TEST
+
+/* The CPU suite always; the GPU suite where a CUDA device is visible (its absence is a
+ * failure only where DIST_REQUIRE_GPU says there is one). */
+static int run_gpu_suite(void) {
+    if (dist_device_count(DIST_DEVICE_CUDA) == 0) {
+        int rc = dist_test_skip_without_gpu(1, "test_tape_ops: no CUDA device for the GPU tape "
+                                               "tests (the CPU tests ran)");
+        return rc == 77 ? 0 : rc;
+    }
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.device = (dist_device){DIST_DEVICE_CUDA, 0};
+    if (dist_backend_create(&o, &g_gpu) != DIST_OK) {
+        fprintf(stderr, "CUDA backend: %s\n", dist_last_error());
+        return 1;
+    }
+    Suite *s = suite_create("tape_ops_gpu");
+    TCase *tc = tcase_create("tape_ops_gpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_gpu_tape_runs_matmul_and_reshape_like_the_cpu);
+    tcase_add_test(tc, test_gpu_tape_refuses_host_ops_naming_them);
+    suite_add_tcase(s, tc);
+    int rc = dist_test_run(s);
+    dist_backend_destroy(g_gpu);
+    return rc;
+}
+
 int main(void) {
     dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
     o.threads = 2;
@@ -525,6 +597,7 @@ int main(void) {
     tcase_add_test(tc, test_add_of_equal_sizes_keeps_its_elementwise_rule);
     suite_add_tcase(s, tc);
     int rc = dist_test_run(s);
+    if (rc == 0) rc = run_gpu_suite();
     dist_backend_destroy(g_be);
     return rc;
 }
