@@ -210,6 +210,22 @@ static dist_status fwd_chain(dist_tape *t, dist_tensor **in, const op_case *c, d
     return dist_op_add(t, data_loss, scaled, y);
 }
 
+/* conv2d with 16 filters (the CPU backend may keep its output blocked, NCHW16C), then math
+ * ops on it: a per-channel scale (broadcast), tanh, and a reshape. */
+static dist_status fwd_after_conv(dist_tape *t, dist_tensor **in, const op_case *c,
+                                  dist_tensor **y) {
+    dist_tensor *h, *m, *a;
+    DIST_TRY_TEST(
+        dist_op_conv2d(t, in[0], in[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &h));
+    if (c->p[0]) {
+        int64_t shape[2] = {-1, 8};
+        return dist_op_reshape(t, h, 2, shape, y);
+    }
+    DIST_TRY_TEST(dist_op_mul(t, h, in[2], &m));
+    DIST_TRY_TEST(dist_op_tanh(t, m, &a));
+    return dist_op_log_softmax(t, a, y);
+}
+
 /* ---- gradient checks ---- */
 
 #define ONE(n0, d0, d1, d2, d3) .nin = 1, .ndim = {n0}, .shape = {{d0, d1, d2, d3}}
@@ -327,6 +343,25 @@ START_TEST(test_losses_both_inputs) {
     gradcheck(&xent);
     op_case mse = {TWO(2, 3, 4, 0, 2, 3, 4, 0), .lo = -1.0f, .hi = 1.0f, .forward = fwd_mse};
     gradcheck(&mse);
+}
+END_TEST
+
+START_TEST(test_ops_on_a_conv_output_in_a_blocked_layout) {
+    op_case c = {.nin = 3,
+                 .ndim = {4, 4, 1},
+                 .shape = {{1, 4, 4, 1}, {3, 3, 1, 16}, {16}},
+                 .lo = -1.0f,
+                 .hi = 1.0f,
+                 .forward = fwd_after_conv};
+    gradcheck(&c);
+    op_case reshape = {.nin = 2,
+                       .ndim = {4, 4},
+                       .shape = {{1, 4, 4, 1}, {3, 3, 1, 16}},
+                       .lo = -1.0f,
+                       .hi = 1.0f,
+                       .forward = fwd_after_conv,
+                       .p = {1}};
+    gradcheck(&reshape);
 }
 END_TEST
 
@@ -588,6 +623,7 @@ int main(void) {
     tcase_add_test(tc, test_reductions_over_axes);
     tcase_add_test(tc, test_softmax_and_log_softmax);
     tcase_add_test(tc, test_losses_both_inputs);
+    tcase_add_test(tc, test_ops_on_a_conv_output_in_a_blocked_layout);
     tcase_add_test(tc, test_a_custom_loss_chained_from_several_ops);
     tcase_add_test(tc, test_maximum_and_minimum_ties_send_the_gradient_to_the_first_input);
     tcase_add_test(tc, test_reduce_max_splits_the_gradient_between_ties);
