@@ -6,6 +6,7 @@
  * (L(x + eps) - L(x - eps)) / 2 eps with eps = 1e-3 on float32 inputs; their relative error
  * ||analytic - numeric|| / max(||analytic||, ||numeric||) must stay below 1e-2. Inputs keep
  * away from the kinks of abs, maximum, minimum and reduce_max. */
+#include "autodiff/tape_impl.h"
 #include "dist/backend.h"
 #include "dist/tape.h"
 #include "testutil.h"
@@ -537,6 +538,34 @@ START_TEST(test_add_of_equal_sizes_keeps_its_elementwise_rule) {
 }
 END_TEST
 
+START_TEST(test_steady_state_steps_with_math_ops_allocate_nothing) {
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(g_be, &t), DIST_OK);
+    float xv[12], wv[6], zv[8];
+    for (int i = 0; i < 12; i++) xv[i] = 0.1f * (float)i - 0.5f;
+    for (int i = 0; i < 6; i++) wv[i] = 0.2f * (float)i - 0.4f;
+    for (int i = 0; i < 8; i++) zv[i] = (float)(i % 2);
+    int64_t sx[2] = {4, 3}, sw[2] = {3, 2}, sz[2] = {4, 2};
+    size_t after_warmup = 0;
+    for (int step = 0; step < 4; step++) {
+        dist_tape_reset(t);
+        dist_tensor *in[3] = {upload(t, xv, 2, sx, 1), upload(t, wv, 2, sw, 1),
+                              upload(t, zv, 2, sz, 1)};
+        op_case c = {.nin = 3};
+        dist_tensor *loss, *g[3];
+        ck_assert_int_eq(fwd_chain(t, in, &c, &loss), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_max(t, loss, 0, NULL, 0, &loss), DIST_OK);
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, in[i]->ndim, in[i]->shape, &g[i]),
+                             DIST_OK);
+        ck_assert_int_eq(dist_tape_gradient(t, loss, 3, in, g), DIST_OK);
+        if (step == 1) after_warmup = t->arena.allocations;
+    }
+    ck_assert_uint_eq(t->arena.allocations, after_warmup);
+    dist_tape_destroy(t);
+}
+END_TEST
+
 /* ---- on a GPU tape (only where a CUDA device is visible) ---- */
 
 static dist_backend *g_gpu;
@@ -631,6 +660,7 @@ int main(void) {
     tcase_add_test(tc, test_forward_values_match_tensorflow_formulas);
     tcase_add_test(tc, test_shapes_that_do_not_broadcast_name_both_shapes);
     tcase_add_test(tc, test_add_of_equal_sizes_keeps_its_elementwise_rule);
+    tcase_add_test(tc, test_steady_state_steps_with_math_ops_allocate_nothing);
     suite_add_tcase(s, tc);
     int rc = dist_test_run(s);
     if (rc == 0) rc = run_gpu_suite();
