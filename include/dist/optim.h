@@ -164,6 +164,27 @@ DIST_API dist_status dist_optimizer_set_lr_schedule(dist_optimizer *opt,
 /* The optimizer's schedule (borrowed), NULL when it has a fixed learning rate. */
 DIST_API const dist_lr_schedule *dist_optimizer_lr_schedule(const dist_optimizer *opt);
 
+/* ---- learning rate for the global batch -------------------------------------------------
+ * TensorFlow's distributed-training guides advise scaling the learning rate with the global
+ * batch size when adding replicas: linearly (Goyal et al., "Accurate, Large Minibatch SGD") or
+ * by the square root (often preferred for Adam). The rate is tuned at base_batch. */
+typedef enum dist_lr_scaling {
+    DIST_LR_SCALING_NONE = 0, /* base_lr unchanged */
+    DIST_LR_SCALING_LINEAR,   /* base_lr * global_batch / base_batch */
+    DIST_LR_SCALING_SQRT,     /* base_lr * sqrt(global_batch / base_batch) */
+} dist_lr_scaling;
+
+/* The learning rate for global_batch, from base_lr tuned at base_batch, by `rule` (computed in
+ * double, rounded to float). Errors: DIST_INVALID_ARGUMENT naming the bad value (base_lr not
+ * positive and finite, a batch size below 1, an unknown rule, a result that overflows). */
+DIST_API dist_status dist_scale_learning_rate(float base_lr, int64_t base_batch,
+                                              int64_t global_batch, dist_lr_scaling rule,
+                                              float *out);
+/* Parses "none", "linear" or "sqrt". Errors: DIST_INVALID_ARGUMENT naming the text. */
+DIST_API dist_status dist_lr_scaling_parse(const char *text, dist_lr_scaling *out);
+/* "none", "linear" or "sqrt" (borrowed; "unknown" for other values). */
+DIST_API const char *dist_lr_scaling_name(dist_lr_scaling rule);
+
 /* Keras's gradient clipping (clipnorm: each variable's gradient to that L2 norm; clipvalue:
  * every element to [-clipvalue, clipvalue]; global_clipnorm: all gradients together to that
  * norm); 0 turns one off. Applied to the aggregated gradients (after the strategy's

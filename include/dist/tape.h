@@ -113,6 +113,92 @@ DIST_API dist_status dist_op_add(dist_tape *tape, const dist_tensor *a, const di
 DIST_API dist_status dist_op_accuracy_count(dist_tape *tape, const dist_tensor *logits,
                                             const dist_tensor *labels, dist_tensor **count);
 
+/* ---- math ops for custom losses and models (TensorFlow semantics, float32) ----
+ *
+ * Outputs are plain (row-major) arena tensors; inputs in a backend's blocked layout are
+ * converted first. Except dist_op_matmul and dist_op_reshape, which run on any backend, these
+ * ops compute on host memory: on a backend without host-accessible memory (CUDA) they return
+ * DIST_UNSUPPORTED naming the op. Gradients follow TensorFlow's registered gradients (the
+ * tie rules of maximum, minimum, abs and reduce_max included).
+ *
+ * Binary elementwise ops broadcast as NumPy does (dimensions aligned from the right; each
+ * pair equal or one of them 1); the gradient of a broadcast input is summed back to its
+ * shape. Shapes that do not broadcast fail with DIST_INVALID_ARGUMENT naming both shapes.
+ * dist_op_add keeps its earlier rule too: operands of equal element count add elementwise
+ * (on any backend) whatever their shapes; other shapes broadcast. */
+DIST_API dist_status dist_op_sub(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                 dist_tensor **y);
+DIST_API dist_status dist_op_mul(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                 dist_tensor **y);
+DIST_API dist_status dist_op_div(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                 dist_tensor **y);
+/* Elementwise max / min. Ties send the gradient to a (tf.maximum: where a >= b; tf.minimum:
+ * where a <= b). */
+DIST_API dist_status dist_op_maximum(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                     dist_tensor **y);
+DIST_API dist_status dist_op_minimum(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                     dist_tensor **y);
+
+/* Unary elementwise ops. abs's gradient is sign(x) (0 at 0); log and sqrt give -Inf/NaN
+ * outside their domains as TensorFlow does. */
+DIST_API dist_status dist_op_neg(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_exp(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_log(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_sqrt(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_square(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_abs(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_sigmoid(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_tanh(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* tf.nn.gelu: approximate != 0 uses the tanh approximation, 0 the exact erf form. */
+DIST_API dist_status dist_op_gelu(dist_tape *tape, const dist_tensor *x, int approximate,
+                                  dist_tensor **y);
+
+/* tf.linalg.matmul of 2-D tensors: y = op(a) @ op(b), op transposing when the flag is set.
+ * Runs on the backend's GEMM (any backend). */
+DIST_API dist_status dist_op_matmul(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
+                                    int transpose_a, int transpose_b, dist_tensor **y);
+/* tf.reshape: the same elements in row-major order under a new shape; one entry may be -1
+ * (inferred). Any backend. */
+DIST_API dist_status dist_op_reshape(dist_tape *tape, const dist_tensor *x, int ndim,
+                                     const int64_t *shape, dist_tensor **y);
+/* tf.transpose: output axis i is input axis perm[i]; perm NULL reverses the axes. */
+DIST_API dist_status dist_op_transpose(dist_tape *tape, const dist_tensor *x, const int *perm,
+                                       dist_tensor **y);
+/* tf.concat of count tensors (borrowed array) along axis (negative counts from the end). */
+DIST_API dist_status dist_op_concat(dist_tape *tape, int count, const dist_tensor *const *xs,
+                                    int axis, dist_tensor **y);
+/* tf.slice: begin[i] .. begin[i] + size[i] on each axis; size[i] = -1 takes the rest. */
+DIST_API dist_status dist_op_slice(dist_tape *tape, const dist_tensor *x, const int64_t *begin,
+                                   const int64_t *size, dist_tensor **y);
+
+/* tf.reduce_sum / reduce_mean / reduce_max over naxes axes (borrowed array; negative axes
+ * count from the end; naxes 0 reduces every axis), keeping reduced axes as size 1 when
+ * keepdims is set. reduce_max's gradient is split evenly between the elements that tie for
+ * the maximum, as TensorFlow's. */
+DIST_API dist_status dist_op_reduce_sum_axes(dist_tape *tape, const dist_tensor *x, int naxes,
+                                             const int *axes, int keepdims, dist_tensor **y);
+DIST_API dist_status dist_op_reduce_mean_axes(dist_tape *tape, const dist_tensor *x, int naxes,
+                                              const int *axes, int keepdims, dist_tensor **y);
+DIST_API dist_status dist_op_reduce_max(dist_tape *tape, const dist_tensor *x, int naxes,
+                                        const int *axes, int keepdims, dist_tensor **y);
+
+/* tf.nn.softmax and tf.nn.log_softmax over the last axis. */
+DIST_API dist_status dist_op_softmax(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_log_softmax(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+
+/* tf.nn.sigmoid_cross_entropy_with_logits, elementwise, in TensorFlow's stable form
+ * max(x, 0) - x * z + log(1 + exp(-|x|)); labels and logits have the same shape, and both
+ * get gradients (labels': -logits). */
+DIST_API dist_status dist_op_sigmoid_cross_entropy_with_logits(dist_tape *tape,
+                                                               const dist_tensor *labels,
+                                                               const dist_tensor *logits,
+                                                               dist_tensor **loss);
+/* keras.losses.mean_squared_error: mean((y_true - y_pred)^2) over the last axis, one value per
+ * example (shape of y_pred without its last axis); both inputs get gradients. */
+DIST_API dist_status dist_op_mean_squared_error(dist_tape *tape, const dist_tensor *y_true,
+                                                const dist_tensor *y_pred,
+                                                dist_tensor **per_example_loss);
+
 /* tf.nn.compute_average_loss: sum(per_example_loss) / global_batch_size. With
  * global_batch_size 0, uses the per-replica batch times the replica count of the tape's
  * replica context (TensorFlow's default). */

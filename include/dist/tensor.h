@@ -79,7 +79,26 @@ DIST_API void dist_tensor_destroy(dist_tensor *t);
 /* Formats a shape as "(64, 28, 28, 1)" into buf. Returns buf. */
 DIST_API char *dist_shape_str(const dist_tensor *t, char *buf, size_t size);
 
-/* Parses "cpu", "cpu:0", "gpu:1" or "cuda:1" into a device. */
+/* A device named as TensorFlow's DeviceSpec names it: the job, replica and task that hold it
+ * (absent: "" and -1) and the device itself. */
+typedef struct dist_device_spec {
+    char job[64];
+    int replica;
+    int task;
+    dist_device device;
+} dist_device_spec;
+
+/* Parses a device name: libdist's "cpu:0", "gpu:1", "cuda:1", and TensorFlow's forms as
+ * tf.DeviceSpec.from_string reads them: "/gpu:0", "GPU:0", "/CPU:0", "/device:GPU:0",
+ * "/job:worker/replica:0/task:1/device:CPU:0" (parts separated by '/', in any order; device
+ * types and keywords in any case). libdist needs a concrete device, so a name must give a device
+ * type (cpu, gpu or cuda) and an index (0..4096) exactly once; TensorFlow's partial names ("GPU",
+ * "/device:GPU:*", "/job:ps") are refused. Errors: DIST_INVALID_ARGUMENT naming the name and the
+ * part that is wrong. */
+DIST_API dist_status dist_device_spec_parse(const char *text, dist_device_spec *out);
+/* dist_device_spec_parse's device alone. Wherever libdist takes device names (a strategy's
+ * devices, distrain --devices) the job, replica and task are accepted and not used: the
+ * process's own task comes from TF_CONFIG or the launcher. */
 DIST_API dist_status dist_device_parse(const char *text, dist_device *out);
 /* Formats a device as "cpu:0" / "gpu:0". Returns buf. */
 DIST_API char *dist_device_str(dist_device device, char *buf, size_t size);

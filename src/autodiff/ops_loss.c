@@ -104,7 +104,8 @@ dist_status dist_compute_average_loss(dist_tape *t, const dist_tensor *per_examp
     DIST_CHECK_ARG(per_example_loss->ndim >= 1,
                    "compute_average_loss: per_example_loss needs a batch axis");
     int64_t global = global_batch_size;
-    if (global == 0) global = per_example_loss->shape[0] * dist_replica_num_replicas_in_sync(t->replica);
+    if (global == 0)
+        global = per_example_loss->shape[0] * dist_replica_num_replicas_in_sync(t->replica);
     return reduce_common(t, per_example_loss, global > 0 ? (float)(1.0 / (double)global) : 0.0f,
                          loss);
 }
@@ -152,7 +153,8 @@ static dist_status add_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 
 dist_status dist_op_add(dist_tape *t, const dist_tensor *a, const dist_tensor *b, dist_tensor **y) {
     DIST_CHECK_ARG(t && a && b && y, "dist_op_add: NULL argument");
-    DIST_CHECK_ARG(dist_tensor_numel(a) == dist_tensor_numel(b), "add: operands differ in size");
+    /* operands of equal size add elementwise on the backend, as before broadcasting came */
+    if (dist_tensor_numel(a) != dist_tensor_numel(b)) return tape_add_broadcast(t, a, b, y);
     const dist_tensor *bb = b;
     dist_tensor *conv = NULL;
     if (b->layout != a->layout) {

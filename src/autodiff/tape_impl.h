@@ -27,6 +27,12 @@ struct tape_node {
         float alpha;
         int relu;
         dist_dtype from; /* cast: the input's precision */
+        struct {
+            int kind;  /* ops_math.c: which op of a family (unary, binary, reduction) */
+            int a, b;  /* op parameters: transpose flags, axis, reduced-axes mask, ... */
+            int count; /* concat: inputs (all in the node's workspace) */
+            int64_t v[DIST_MAX_DIMS]; /* transpose: perm; slice: begin */
+        } m;
     } p;
 };
 
@@ -111,6 +117,11 @@ dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst);
 dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value);
 /* Makes a gradient entry a tensor in `like`'s layout (filling a uniform value). */
 dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like);
+
+/* a + b with NumPy broadcasting (ops_math.c); dist_op_add calls it for operands of different
+ * sizes. */
+dist_status tape_add_broadcast(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
+                               dist_tensor **y);
 
 static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
 static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }

@@ -95,43 +95,6 @@ char *dist_shape_str(const dist_tensor *t, char *buf, size_t size) {
     return buf;
 }
 
-/* "cpu:N" and "gpu:N" (also "cuda:N"), and TensorFlow's names: "/gpu:0", "GPU:0",
- * "/device:CPU:0", "/device:GPU:1" (kind in any case). The index is required: "cpu" alone, or
- * anything after the index, is refused. */
-dist_status dist_device_parse(const char *text, dist_device *out) {
-    DIST_CHECK_ARG(text && out, "dist_device_parse: NULL argument");
-    dist_device d = {DIST_DEVICE_CPU, 0};
-    const char *rest = text;
-    if (strncasecmp(rest, "/device:", 8) == 0)
-        rest += 8;
-    else if (*rest == '/')
-        rest++;
-    if (strncasecmp(rest, "cpu:", 4) == 0) {
-        d.kind = DIST_DEVICE_CPU;
-        rest += 4;
-    } else if (strncasecmp(rest, "gpu:", 4) == 0) {
-        d.kind = DIST_DEVICE_CUDA;
-        rest += 4;
-    } else if (strncasecmp(rest, "cuda:", 5) == 0) {
-        d.kind = DIST_DEVICE_CUDA;
-        rest += 5;
-    } else {
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "device '%s': expected cpu:N or gpu:N (or TensorFlow's /gpu:N, GPU:N, "
-                          "/device:CPU:N)",
-                          text);
-    }
-    if (!isdigit((unsigned char)*rest))
-        return dist_error(DIST_INVALID_ARGUMENT, "device '%s': index is not a number", text);
-    char *end;
-    long idx = strtol(rest, &end, 10);
-    if (*end != '\0' || idx > 4096)
-        return dist_error(DIST_INVALID_ARGUMENT, "device '%s': bad index", text);
-    d.index = (int)idx;
-    *out = d;
-    return DIST_OK;
-}
-
 char *dist_device_str(dist_device device, char *buf, size_t size) {
     snprintf(buf, size, "%s:%d", device.kind == DIST_DEVICE_CUDA ? "gpu" : "cpu", device.index);
     return buf;

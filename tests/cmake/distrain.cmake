@@ -25,6 +25,16 @@ add_test(NAME distrain.gpu_without_gpu
 set_tests_properties(distrain.gpu_without_gpu PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 60)
 distrain_error_test(gpu_that_does_not_exist 2 "gpu:64" --devices gpu:64)
 distrain_error_test(device_twice 2 "listed twice" --devices cpu:0,cpu:0)
+# TensorFlow's device names (tf.DeviceSpec's forms) name the same devices; the job and task are
+# accepted and not used; partial or malformed names are usage errors naming the part
+distrain_error_test(device_twice_tf_names 2 "listed twice" --devices /CPU:0,cpu:0)
+distrain_error_test(device_without_index 2 "'/device:GPU:*': index '*'" --devices /device:GPU:*)
+distrain_error_test(device_unknown_part 2 "unknown part 'host:0'" --devices /host:0/cpu:0)
+add_test(NAME distrain.devices_tensorflow_names
+         COMMAND ${expect} 0 "Strategy: mirrored, 2 replica(s) [cpu:0, cpu:1]" $<TARGET_FILE:distrain>
+                 --devices /job:worker/task:0/device:CPU:0,/cpu:1 --threads 1 --epochs 1
+                 --steps-per-epoch 1)
+set_tests_properties(distrain.devices_tensorflow_names PROPERTIES LABELS cli TIMEOUT 120)
 # --lr-schedule and clipping: Keras's messages for bad schedules, its one-clip rule, and a short
 # mirrored run with both (each replica clips the all-reduced gradients alike)
 distrain_error_test(lr_schedule_decay_steps_zero 2 "Argument `decay_steps` must be > 0"

@@ -54,3 +54,26 @@ add_test(NAME distrain.loss_scale_dynamic_invalid
          COMMAND ${expect_sh} 2 "dynamic:INITIAL" $<TARGET_FILE:distrain> --loss-scale dynamic:x)
 set_tests_properties(distrain.mixed_precision_invalid distrain.loss_scale_invalid
                      distrain.loss_scale_dynamic_invalid PROPERTIES LABELS cli TIMEOUT 60)
+
+# --scale-lr: the learning rate scaled from --base-batch (64) to the global --batch-size, as
+# TensorFlow's guides advise (linear: 0.001 * 256 / 64; sqrt: 0.01 * sqrt(256 / 64) for SGD's
+# default), and the refusals.
+add_test(NAME distrain.scale_lr_linear
+         COMMAND ${expect_sh} 0 "Learning rate: 0.004 (0.001 scaled linear from batch 64 to global batch 256)"
+                 $<TARGET_FILE:distrain> --scale-lr linear --batch-size 256 --epochs 1
+                 --steps-per-epoch 1 --threads 1 --devices cpu:0)
+add_test(NAME distrain.scale_lr_sqrt_sgd
+         COMMAND ${expect_sh} 0 "Learning rate: 0.02 (0.01 scaled sqrt from batch 32 to global batch 128)"
+                 $<TARGET_FILE:distrain> --scale-lr sqrt --base-batch 32 --batch-size 128
+                 --optimizer sgd --epochs 1 --steps-per-epoch 1 --threads 1 --devices cpu:0)
+add_test(NAME distrain.scale_lr_invalid
+         COMMAND ${expect_sh} 2 "expected none, linear or sqrt" $<TARGET_FILE:distrain> --scale-lr cubic)
+add_test(NAME distrain.base_batch_without_scale_lr
+         COMMAND ${expect_sh} 2 "--base-batch needs --scale-lr" $<TARGET_FILE:distrain> --base-batch 32)
+add_test(NAME distrain.scale_lr_with_schedule
+         COMMAND ${expect_sh} 2 "--scale-lr scales --learning-rate, not a --lr-schedule"
+                 $<TARGET_FILE:distrain> --scale-lr linear
+                 --lr-schedule cosine_decay:initial_learning_rate=0.1,decay_steps=10)
+set_tests_properties(distrain.scale_lr_linear distrain.scale_lr_sqrt_sgd distrain.scale_lr_invalid
+                     distrain.base_batch_without_scale_lr distrain.scale_lr_with_schedule
+                     PROPERTIES LABELS cli TIMEOUT 120)

@@ -652,6 +652,10 @@ static int train(run_state *s) {
                    dist_device_str(dist_strategy_replica_device(s->strategy, r), dev, sizeof dev));
         printf("], %s reduction, %d thread(s) per replica, global batch %lld\n",
                dist_strategy_cross_device_name(s->strategy), s->threads, (long long)o->batch_size);
+        if (o->scale_lr != DIST_LR_SCALING_NONE)
+            printf("Learning rate: %g (%g scaled %s from batch %lld to global batch %lld)\n",
+                   o->learning_rate, o->base_learning_rate, dist_lr_scaling_name(o->scale_lr),
+                   (long long)o->base_batch, (long long)o->batch_size);
         if (s->policy == DIST_POLICY_FLOAT32 && s->loss_scale)
             printf("Loss scale: %s %g\n",
                    dist_loss_scale_is_dynamic(s->loss_scale) ? "dynamic from" : "fixed",
@@ -808,24 +812,6 @@ static int check_flags(distrain_options *o) {
         fprintf(stderr, "distrain: --dataset does not apply to --data-format jpeg-folder (the "
                         "classes are the folders under --data-dir)\n");
         return 2;
-    }
-    if (o->devices) {
-        size_t n = strlen(o->devices);
-        if (n == 0 || o->devices[0] == ',' || o->devices[n - 1] == ',' ||
-            strstr(o->devices, ",,")) {
-            fprintf(stderr, "distrain: --devices: empty entry in '%s'\n", o->devices);
-            return 2;
-        }
-        char list[1024], *save = NULL;
-        snprintf(list, sizeof list, "%s", o->devices);
-        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            dist_device d;
-            while (*tok == ' ') tok++; /* "cpu:0, cpu:1", as the strategy reads it */
-            if (dist_device_parse(tok, &d)) {
-                fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
-                return 2;
-            }
-        }
     }
     int rc = 0;
     if (!rc && o->save_weights) rc = check_output_file("--save-weights", o->save_weights);

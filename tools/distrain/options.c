@@ -42,6 +42,11 @@ static const distrain_flag flags[] = {
      "exponential_decay:initial_learning_rate=0.01,decay_steps=100,decay_rate=0.9,staircase=1 "
      "or piecewise_constant:boundaries=100;200,values=0.1;0.01;0.001 (also polynomial_decay, "
      "inverse_time_decay, cosine_decay, cosine_decay_restarts)"},
+    {"--scale-lr", 1, "none|linear|sqrt", "none",
+     "scale the learning rate (--learning-rate or the optimizer's default) from --base-batch "
+     "to the global --batch-size: linearly, or by the square root of the ratio"},
+    {"--base-batch", 1, "N", "64",
+     "with --scale-lr: the batch size the learning rate is tuned for"},
     {"--clipnorm", 1, "F", "off", "clip each variable's gradient to L2 norm F (Keras's clipnorm)"},
     {"--clipvalue", 1, "F", "off", "clip every gradient element to [-F, F] (Keras's clipvalue)"},
     {"--global-clipnorm", 1, "F", "off",
@@ -161,6 +166,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->reduce_lr_patience = -1;
     o->reduce_lr_factor = 0.1;
     o->mixed_precision = "none";
+    o->base_batch = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -264,6 +270,12 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             if (dist_lr_schedule_parse(v, &o->lr_schedule) != DIST_OK)
                 return bad(a, v, dist_last_error());
             o->lr_schedule_given = 1;
+        } else if (strcmp(a, "--scale-lr") == 0) {
+            if (dist_lr_scaling_parse(v, &o->scale_lr) != DIST_OK)
+                return bad(a, v, "expected none, linear or sqrt");
+        } else if (strcmp(a, "--base-batch") == 0) {
+            if (!(rc = parse_int(a, v, 1, 1 << 20, &n))) o->base_batch = n;
+            o->base_batch_given = 1;
         } else if (strcmp(a, "--clipnorm") == 0 || strcmp(a, "--clipvalue") == 0 ||
                    strcmp(a, "--global-clipnorm") == 0) {
             char *end;
@@ -418,6 +430,51 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                         "decide on the host in the middle of a step, which the traced program "
                         "cannot; use --mixed-precision bf16 (as on TPUs)\n");
         return 2;
+    }
+    if (o->base_batch_given && o->scale_lr == DIST_LR_SCALING_NONE) {
+        fprintf(stderr, "distrain: --base-batch needs --scale-lr linear or sqrt (without it the "
+                        "learning rate is not scaled)\n");
+        return 2;
+    }
+    if (o->scale_lr != DIST_LR_SCALING_NONE && o->lr_schedule_given) {
+        fprintf(stderr, "distrain: --scale-lr scales --learning-rate, not a --lr-schedule (scale "
+                        "the schedule's rates in its spec)\n");
+        return 2;
+    }
+    if (o->scale_lr != DIST_LR_SCALING_NONE) {
+        dist_sgd_options sgd = DIST_SGD_OPTIONS_INIT;
+        dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
+        double base = o->learning_rate > 0               ? o->learning_rate
+                      : strcmp(o->optimizer, "sgd") == 0 ? sgd.learning_rate
+                                                         : adam.learning_rate;
+        float lr;
+        if (dist_scale_learning_rate((float)base, o->base_batch, o->batch_size, o->scale_lr, &lr) !=
+            DIST_OK) {
+            fprintf(stderr, "distrain: --scale-lr: %s\n", dist_last_error());
+            return 2;
+        }
+        o->base_learning_rate = base;
+        o->learning_rate = lr;
+    }
+    /* each name as the strategy will read it (dist_device_parse: libdist's and TensorFlow's
+     * forms), so a bad one is a usage error before anything starts */
+    if (o->devices) {
+        size_t n = strlen(o->devices);
+        if (n == 0 || o->devices[0] == ',' || o->devices[n - 1] == ',' ||
+            strstr(o->devices, ",,")) {
+            fprintf(stderr, "distrain: --devices: empty entry in '%s'\n", o->devices);
+            return 2;
+        }
+        char list[1024], *save = NULL;
+        snprintf(list, sizeof list, "%s", o->devices);
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            dist_device d;
+            while (*tok == ' ') tok++; /* "cpu:0, cpu:1", as the strategy reads it */
+            if (dist_device_parse(tok, &d)) {
+                fprintf(stderr, "distrain: --devices: %s\n", dist_last_error());
+                return 2;
+            }
+        }
     }
     if (o->partitioner_given && !ps) {
         fprintf(stderr, "distrain: --variable-partitioner applies to --strategy "

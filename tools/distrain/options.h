@@ -20,6 +20,12 @@ typedef struct distrain_options {
     const char *optimizer;        /* adam | sgd */
     dist_lr_schedule lr_schedule; /* --lr-schedule, when lr_schedule_given */
     int lr_schedule_given;
+    /* --scale-lr: learning_rate holds the scaled rate, base_learning_rate the one scaled
+     * (--learning-rate or the optimizer's default), tuned at base_batch (--base-batch, 64) */
+    dist_lr_scaling scale_lr;
+    int64_t base_batch;
+    int base_batch_given;
+    double base_learning_rate;
     double clipnorm, clipvalue, global_clipnorm; /* 0 = off */
     uint64_t seed;
     int threads; /* per replica; 0 = cores / replicas */
