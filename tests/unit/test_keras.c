@@ -217,6 +217,33 @@ START_TEST(test_a_sequential_json_builds_the_model_with_keras_names) {
 }
 END_TEST
 
+/* tf-keras 2.20's to_json (input_shape on the first layer, nested inbound_nodes lists), as
+ * tf_keras wrote it into tests/data/tf_keras_*.json: Conv2D(8, 3, relu) -> MaxPool(2) -> Flatten
+ * -> Dense(10), and Input -> Conv2D(4, 3, same, relu) -> Flatten -> Dense(10). */
+START_TEST(test_tf_keras_json_builds_too) {
+    static const struct {
+        const char *file, *first_var;
+        int64_t params;
+    } cases[] = {
+        {"tf_keras_sequential.json", "conv2d/kernel", 80 + 13 * 13 * 8 * 10 + 10},
+        {"tf_keras_functional.json", "conv2d_1/kernel", 40 + 28 * 28 * 4 * 10 + 10},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char file[512];
+        snprintf(file, sizeof file, "%s/%s", DIST_TEST_DATA_DIR, cases[i].file);
+        size_t n = 0;
+        char *json = (char *)dist_test_read_file(file, &n);
+        dist_model *m = NULL;
+        ck_assert_msg(dist_model_from_keras_json(json, 1, &m) == DIST_OK, "%s: %s", cases[i].file,
+                      dist_last_error());
+        ck_assert_str_eq(dist_model_variable_name(m, 0), cases[i].first_var);
+        ck_assert_int_eq(dist_model_num_params(m), cases[i].params);
+        dist_model_destroy(m);
+        free(json);
+    }
+}
+END_TEST
+
 START_TEST(test_a_layer_libdist_lacks_is_unsupported_by_name) {
     dist_model *m = NULL;
     const char *json = SEQUENTIAL(INPUT("in") "," FLATTEN ",{\"class_name\":\"Dropout\","
@@ -376,6 +403,7 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_shape_that_differs_names_the_layer_and_both_shapes);
     tcase_add_test(tc, test_a_layer_missing_from_the_file_or_extra_in_it_is_refused);
     tcase_add_test(tc, test_a_sequential_json_builds_the_model_with_keras_names);
+    tcase_add_test(tc, test_tf_keras_json_builds_too);
     tcase_add_test(tc, test_a_layer_libdist_lacks_is_unsupported_by_name);
     tcase_add_test(tc, test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argument);
     tcase_add_test(tc, test_a_functional_model_that_is_not_a_chain_is_unsupported);
