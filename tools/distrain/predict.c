@@ -7,13 +7,13 @@
 #include "options.h"
 #include "weights_file.h"
 
+#include <dirent.h>
 #include <dist/data.h>
 #include <dist/fit.h>
 #include <dist/idx.h>
 #include <dist/nn.h>
 #include <dist/strategy.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,24 +41,45 @@ static int is_jpeg_name(const char *name) {
     return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
 }
 
-/* nftw has no user pointer: the list being filled. */
-static file_list *walking;
-
-static int collect(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb;
-    const char *base = path + ftw->base;
-    if (type == FTW_F && base[0] != '.' && is_jpeg_name(base)) {
-        if (walking->count == walking->cap) {
-            int cap = walking->cap ? 2 * walking->cap : 256;
-            char **p = realloc(walking->paths, (size_t)cap * sizeof *p);
-            if (!p) return -1;
-            walking->paths = p;
-            walking->cap = cap;
-        }
-        if (!(walking->paths[walking->count] = strdup(path))) return -1;
-        walking->count++;
+static int file_list_push(file_list *l, const char *path) {
+    if (l->count == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        char **p = realloc(l->paths, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        l->paths = p;
+        l->cap = cap;
     }
+    if (!(l->paths[l->count] = strdup(path))) return -1;
+    l->count++;
     return 0;
+}
+
+/* Adds every .jpg/.jpeg under dir, subfolders included (hidden names and symbolic links
+ * skipped); -1 with errno set when a folder cannot be read. */
+static int collect(const char *dir, int depth, file_list *out) {
+    if (depth > 32) {
+        errno = ELOOP;
+        return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        struct stat sb;
+        if (lstat(path, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode))
+            rc = collect(path, depth + 1, out);
+        else if (S_ISREG(sb.st_mode) && is_jpeg_name(e->d_name))
+            rc = file_list_push(out, path);
+    }
+    int saved = errno;
+    closedir(d);
+    errno = saved;
+    return rc;
 }
 
 static int cmp_path(const void *a, const void *b) {
@@ -70,10 +91,9 @@ static int list_jpegs(const char *dir, file_list *out) {
     memset(out, 0, sizeof *out);
     out->root_len = strlen(dir);
     while (out->root_len > 1 && dir[out->root_len - 1] == '/') out->root_len--;
-    walking = out;
-    int rc = nftw(dir, collect, 16, FTW_PHYS);
-    walking = NULL;
-    if (rc != 0) {
+    char root[4096];
+    snprintf(root, sizeof root, "%.*s", (int)out->root_len, dir);
+    if (collect(root, 0, out) != 0) {
         fprintf(stderr, "distrain predict: --input: cannot read the folder '%s': %s\n", dir,
                 strerror(errno));
         return 1;
