@@ -1,8 +1,9 @@
-# cmake -DDISTRAIN=... -DWORK=dir -DWEIGHTS=name(.safetensors|.weights.h5) -P load_weights.cmake
+# cmake -DDISTRAIN=... -DWORK=dir -DWEIGHTS=name(.safetensors|.weights.h5) [-DEVAL_ARGS=a;b]
+#       -P load_weights.cmake
 # Trains briefly (mirrored on 2 CPU replicas) and saves the weights as WEIGHTS, then evaluates
-# them alone with --load-weights WEIGHTS --epochs 0 on one_device: it must exit 0 and print the
-# same "Test loss: ... - test accuracy: ..." line, and write the same test metrics, as the run
-# that saved them.
+# them alone with --load-weights WEIGHTS --epochs 0 under EVAL_ARGS (default --strategy
+# one_device): it must exit 0 and print the same "Test loss: ... - test accuracy: ..." line, and
+# write the same test metrics, as the run that saved them.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(w ${WORK}/${WEIGHTS})
@@ -12,7 +13,10 @@ execute_process(COMMAND ${DISTRAIN} --strategy mirrored --devices cpu:0,cpu:1 --
 if(NOT rc1 EQUAL 0)
   message(FATAL_ERROR "the training run exited with ${rc1}: ${err1}")
 endif()
-execute_process(COMMAND ${DISTRAIN} --strategy one_device --epochs 0 --load-weights ${w}
+if(NOT DEFINED EVAL_ARGS)
+  set(EVAL_ARGS --strategy one_device)
+endif()
+execute_process(COMMAND ${DISTRAIN} ${EVAL_ARGS} --epochs 0 --load-weights ${w}
                         --metrics-json ${WORK}/eval.json
                 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2 RESULT_VARIABLE rc2)
 if(NOT rc2 EQUAL 0)

@@ -117,6 +117,21 @@ foreach(format safetensors weights.h5)
                    -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/load_weights.cmake)
   set_tests_properties(distrain.load_weights_${tag} PROPERTIES LABELS cli TIMEOUT 120)
 endforeach()
+# Every worker of a multi_worker cluster loads the file; under parameter_server the chief's load
+# sets the variables on the ps task.
+add_test(NAME distrain.load_weights_multi_worker
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/load_weights_multi_worker -DWEIGHTS=w.safetensors
+                 "-DEVAL_ARGS=--strategy;multi_worker;--workers;2"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/load_weights.cmake)
+add_test(NAME distrain.load_weights_parameter_server
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/load_weights_parameter_server
+                 -DWEIGHTS=w.weights.h5 "-DEVAL_ARGS=--strategy;parameter_server;--workers;1;--ps;1"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/load_weights.cmake)
+set_tests_properties(distrain.load_weights_multi_worker distrain.load_weights_parameter_server
+                     PROPERTIES LABELS cli TIMEOUT 180)
+set_tests_properties(distrain.load_weights_parameter_server PROPERTIES RESOURCE_LOCK loopback_ps_ports)
 add_test(NAME distrain.predict_jpeg_folder
          COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
                  -DWORK=${CMAKE_CURRENT_BINARY_DIR}/predict_jpeg -DJPEG=${jpeg_dir}
