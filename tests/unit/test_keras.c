@@ -15,6 +15,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Under LeakSanitizer (.ci/run's sanitizer stage): after some damaged files (a flipped byte in
+ * an object header) HDF5 1.10.8 keeps one internal allocation (56 bytes) that it never frees,
+ * and says "infinite loop closing library" at exit, although every identifier libdist opened
+ * was closed (H5Fget_obj_count is 0 after each load). The leak is HDF5's, not the test's. */
+const char *__lsan_default_suppressions(void);
+__attribute__((visibility("default"))) const char *__lsan_default_suppressions(void) {
+    return "leak:libhdf5_serial.so\n";
+}
+
 static char tmpdir[64];
 static char path[160];
 
