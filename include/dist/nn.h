@@ -119,7 +119,9 @@ DIST_API dist_status dist_model_save_keras_weights(dist_model *model, const char
  * differs fails with DIST_FORMAT naming the layer and both shapes ("layer 'conv2d'
  * (layers/conv2d/vars/0, 'conv2d/kernel'): the file has shape (3, 3, 1, 16), the model (3, 3, 1,
  * 32)"), and so does a file that is not HDF5, truncated or corrupt (with HDF5's own message).
- * Errors: DIST_NOT_FOUND (no such file), DIST_FORMAT. */
+ * Errors: DIST_NOT_FOUND (no such file), DIST_IO (unreadable), DIST_FORMAT. libhdf5's serial
+ * build is not thread-safe: do not run this or dist_model_save_keras_weights on two threads at
+ * once (nor beside other HDF5 calls of the program). */
 DIST_API dist_status dist_model_load_keras_weights(dist_model *model, const char *path);
 
 /* Writes a Keras-style summary table into buf (truncated to size). */

@@ -375,7 +375,11 @@ dist_status dist_model_load_keras_weights(dist_model *m, const char *path) {
     DIST_CHECK_ARG(m && path, "dist_model_load_keras_weights: NULL argument");
     DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);
     FILE *probe = fopen(path, "rb");
-    if (!probe) return dist_error_errno(DIST_NOT_FOUND, errno, "cannot open '%s'", path);
+    if (!probe) {
+        int e = errno;
+        return dist_error_errno(e == ENOENT ? DIST_NOT_FOUND : DIST_IO, e,
+                                "loading Keras weights: cannot open '%s'", path);
+    }
     fclose(probe);
     float *params = calloc((size_t)m->nparams, sizeof *params);
     if (!params) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
