@@ -138,6 +138,13 @@ add_test(NAME distrain.predict_jpeg_folder
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/predict_jpeg.cmake)
 set_tests_properties(distrain.predict_jpeg_folder PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist
                      TIMEOUT 120)
+add_test(NAME distrain.predict_inputs
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/predict_inputs -DJPEG=${jpeg_dir}
+                 -DIDX=${PROJECT_SOURCE_DIR}/src/data/mnist_subset/t10k-images-idx3-ubyte.gz
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/predict_inputs.cmake)
+set_tests_properties(distrain.predict_inputs PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist
+                     TIMEOUT 120)
 distrain_error_test(epochs_0_with_csv_log 2 "--csv-log does nothing with --epochs 0" --epochs 0
                     --csv-log x.csv)
 distrain_error_test(load_weights_missing 1 "/nonexistent/w.safetensors" --epochs 0
