@@ -70,10 +70,11 @@ static dist_status check_dtype(const json_layer *l) {
                            name ? name : "(not a policy name)");
 }
 
-/* An initializer that is the one libdist draws from (class name, any seed). */
-static int is_initializer(const cJSON *v, const char *keras3, const char *tf_keras) {
+/* An initializer of that class (any seed): the one libdist draws from. Keras 3 and tf-keras
+ * name them alike. */
+static int is_initializer(const cJSON *v, const char *class_name) {
     const char *c = json_str(v, "class_name");
-    return c && (strcmp(c, keras3) == 0 || strcmp(c, tf_keras) == 0);
+    return c && strcmp(c, class_name) == 0;
 }
 
 static dist_status check_activation(const json_layer *l, dist_activation *out) {
@@ -136,10 +137,10 @@ static const char *const no_extras[] = {"kernel_regularizer",   "bias_regularize
 static dist_status check_initializers(const json_layer *l) {
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(l->config, "kernel_initializer");
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(l->config, "bias_initializer");
-    if (k && !is_initializer(k, "GlorotUniform", "GlorotUniform"))
+    if (k && !is_initializer(k, "GlorotUniform"))
         return unsupported_arg(l, "kernel_initializer", "is '%s'; libdist draws GlorotUniform",
                                json_str(k, "class_name") ? json_str(k, "class_name") : "?");
-    if (b && !is_initializer(b, "Zeros", "Zeros"))
+    if (b && !is_initializer(b, "Zeros"))
         return unsupported_arg(l, "bias_initializer", "is '%s'; libdist uses Zeros",
                                json_str(b, "class_name") ? json_str(b, "class_name") : "?");
     return DIST_OK;
