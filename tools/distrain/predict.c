@@ -14,6 +14,7 @@
 #include <dist/nn.h>
 #include <dist/strategy.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +219,13 @@ static void print_rows(const dist_tensor *out, const file_list *files, int logit
             putchar(',');
         }
         printf("\"class\":%lld,\"%s\":[", (long long)best, logits ? "logits" : "probabilities");
-        for (int64_t c = 0; c < cols; c++) printf("%s%.7g", c ? "," : "", (double)row[c]);
+        /* JSON has no NaN or Infinity: a non-finite value (weights that overflowed) is null */
+        for (int64_t c = 0; c < cols; c++) {
+            if (isfinite(row[c]))
+                printf("%s%.7g", c ? "," : "", (double)row[c]);
+            else
+                printf("%snull", c ? "," : "");
+        }
         printf("]}\n");
     }
 }
