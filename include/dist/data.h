@@ -145,6 +145,15 @@ DIST_API dist_status dist_dataset_from_jpeg_folder_classes(const char *root,
                                                            const char *const *class_names,
                                                            int count, dist_dataset **out);
 
+/* Elements (image uint8 [height, width, channels], index int32 []) of the listed JPEG files, in
+ * list order: the second item is the file's index in `paths`. Decoding, sizes and bad files as
+ * for a JPEG folder (a missing file fails dist_iterator_next with DIST_NOT_FOUND naming it, unless
+ * skip_bad). paths (count > 0 entries) is borrowed for the call. Errors now:
+ * DIST_INVALID_ARGUMENT, DIST_FORMAT (height/width 0 and the first image unreadable). */
+DIST_API dist_status dist_dataset_from_jpeg_files(const char *const *paths, int count,
+                                                  const dist_jpeg_folder_options *opts,
+                                                  dist_dataset **out);
+
 /* The number of classes of a JPEG-folder dataset (or of the JPEG source under a chain of
  * transformations), and the name of class `index` (borrowed, valid while `ds` lives).
  * Return 0 / NULL for other datasets. */

@@ -205,6 +205,23 @@ DIST_API dist_status dist_evaluate(dist_strategy *strategy, dist_model *model,
                                    dist_distributed_dataset *data, dist_step_fn step, void *user,
                                    int64_t steps, dist_logs *logs);
 
+/* What dist_predict returns per example: the model's outputs (the seed CNN's logits), or their
+ * softmax over the last axis. */
+typedef enum dist_predict_output {
+    DIST_PREDICT_LOGITS = 0,
+    DIST_PREDICT_PROBABILITIES
+} dist_predict_output;
+
+/* Keras's Model.predict: runs the model on element 0 (x) of every global batch of `data`
+ * (steps 0: until the end), each replica on its piece, and gathers the outputs of every replica
+ * of every worker in dataset order, the rows of a final partial batch included. *out is a new
+ * host float32 tensor [examples, outputs] (dist_tensor_destroy), on every worker. Errors:
+ * DIST_INVALID_ARGUMENT (an output that is not [batch, n], an empty dataset), the errors of the
+ * data and of the model's call. */
+DIST_API dist_status dist_predict(dist_strategy *strategy, dist_model *model,
+                                  dist_distributed_dataset *data, int64_t steps,
+                                  dist_predict_output output, dist_tensor **out);
+
 /* ---- the training state as a checkpoint ----------------------------------------------------- */
 
 /* A new checkpoint (dist_checkpoint_destroy) with everything needed to continue exactly:

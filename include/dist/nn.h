@@ -93,6 +93,37 @@ DIST_API dist_status dist_model_set_weights(dist_model *model, const float *src,
 DIST_API dist_status dist_model_set_check_numerics(dist_model *model, int enabled);
 DIST_API int dist_model_check_numerics(const dist_model *model);
 
+/* ---- Keras models in and out ---------------------------------------------------------------- */
+
+/* Builds a model from Keras's model.to_json() (Keras 3 or tf-keras): a Sequential or a linear
+ * Functional model (one input, each layer fed by the one before) of InputLayer, Conv2D (valid or
+ * same padding, any strides, relu or linear), MaxPooling2D (square, strides = pool_size, valid),
+ * Flatten and Dense (relu or linear, with bias), float32, channels_last. Layers and the model
+ * keep Keras's names. The model is built as dist_model_build does (inside a strategy's scope it
+ * is mirrored), for the input shape of the InputLayer, with fresh weights drawn from `seed`.
+ * `json` is borrowed; *out is released with dist_model_destroy. Errors: DIST_FORMAT (not JSON,
+ * not a Keras model config, a malformed argument), DIST_UNSUPPORTED (any other layer class, or
+ * an argument value libdist does not implement: the message names the layer and the argument,
+ * e.g. "layer 'dropout': class 'Dropout' is not supported"). */
+DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
+
+/* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3
+ * .weights.h5 file that keras.Model.load_weights reads: layers/<key>/vars/0 (kernel), 1 (bias),
+ * where <key> is the layer's class in snake case numbered per class in layer order (conv2d,
+ * conv2d_1, dense, ...), each group's "name" attribute the layer's name. The file is built in
+ * memory and replaces `path` atomically (dist/file.h). Errors: DIST_IO (naming the file). */
+DIST_API dist_status dist_model_save_keras_weights(dist_model *model, const char *path);
+/* Sets every replica's weights from a Keras 3 .weights.h5 file (model.save_weights), matching
+ * layers by the file's class-numbered keys above. Every variable is read and checked before the
+ * model changes: a missing layer group, a variable count, a non-float dataset or a shape that
+ * differs fails with DIST_FORMAT naming the layer and both shapes ("layer 'conv2d'
+ * (layers/conv2d/vars/0, 'conv2d/kernel'): the file has shape (3, 3, 1, 16), the model (3, 3, 1,
+ * 32)"), and so does a file that is not HDF5, truncated or corrupt (with HDF5's own message).
+ * Errors: DIST_NOT_FOUND (no such file), DIST_IO (unreadable), DIST_FORMAT. libhdf5's serial
+ * build is not thread-safe: do not run this or dist_model_save_keras_weights on two threads at
+ * once (nor beside other HDF5 calls of the program). */
+DIST_API dist_status dist_model_load_keras_weights(dist_model *model, const char *path);
+
 /* Writes a Keras-style summary table into buf (truncated to size). */
 DIST_API dist_status dist_model_summary(const dist_model *model, char *buf, size_t size);
 

@@ -409,43 +409,44 @@ dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
 /* ---- the public source
  * ----------------------------------------------------------------------------- */
 
-static dist_status from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
-                                    const char *const *class_names, int class_count,
-                                    dist_dataset **out) {
-    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+/* The options with their defaults filled in (a version 1 struct lacks max_pixels), checked. */
+static dist_status jpeg_options(const dist_jpeg_folder_options *opts, dist_jpeg_folder_options *o) {
+    *o = (dist_jpeg_folder_options)DIST_JPEG_FOLDER_OPTIONS_INIT;
     DIST_CHECK_ARG(!opts || opts->version == 1 || opts->version == DIST_JPEG_FOLDER_OPTIONS_VERSION,
                    "jpeg folder: options version %d, expected %d", opts->version,
                    DIST_JPEG_FOLDER_OPTIONS_VERSION);
     if (opts && opts->version == 1) /* the struct before max_pixels */
-        memcpy(&o, opts, offsetof(dist_jpeg_folder_options, max_pixels));
+        memcpy(o, opts, offsetof(dist_jpeg_folder_options, max_pixels));
     else if (opts)
-        o = *opts;
-    o.version = DIST_JPEG_FOLDER_OPTIONS_VERSION;
-    DIST_CHECK_ARG(root && out, "jpeg folder: NULL argument");
-    DIST_CHECK_ARG(o.max_pixels >= 0, "jpeg folder: max_pixels %lld < 0", (long long)o.max_pixels);
-    DIST_CHECK_ARG(o.channels == 1 || o.channels == 3, "jpeg folder: channels %d must be 1 or 3",
-                   o.channels);
-    DIST_CHECK_ARG(o.height >= 0 && o.width >= 0 && (o.height > 0) == (o.width > 0),
-                   "jpeg folder: height %d and width %d must both be > 0, or both 0", o.height,
-                   o.width);
-    DIST_CHECK_ARG(o.size_policy == DIST_JPEG_RESIZE || o.size_policy == DIST_JPEG_REJECT,
-                   "jpeg folder: unknown size policy %d", (int)o.size_policy);
-    file_table *t = calloc(1, sizeof *t);
-    if (!t) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
-    atomic_init(&t->refs, 1);
+        *o = *opts;
+    o->version = DIST_JPEG_FOLDER_OPTIONS_VERSION;
+    DIST_CHECK_ARG(o->max_pixels >= 0, "jpeg folder: max_pixels %lld < 0",
+                   (long long)o->max_pixels);
+    DIST_CHECK_ARG(o->channels == 1 || o->channels == 3, "jpeg folder: channels %d must be 1 or 3",
+                   o->channels);
+    DIST_CHECK_ARG(o->height >= 0 && o->width >= 0 && (o->height > 0) == (o->width > 0),
+                   "jpeg folder: height %d and width %d must both be > 0, or both 0", o->height,
+                   o->width);
+    DIST_CHECK_ARG(o->size_policy == DIST_JPEG_RESIZE || o->size_policy == DIST_JPEG_REJECT,
+                   "jpeg folder: unknown size policy %d", (int)o->size_policy);
+    return DIST_OK;
+}
+
+/* The source over a listed table: the FILES node of every file in order, then the decoding
+ * map. `what` names the source ("jpeg_folder(root)"). */
+static dist_status files_source(file_table *t, const dist_jpeg_folder_options *o, int skipped,
+                                const char *what, dist_dataset **out) {
     dist_status st = DIST_OK;
     dist_dataset *files = NULL;
     int32_t *idx = NULL;
-    int skipped = 0;
-    DIST_TRY_GOTO(scan(root, o.skip_bad, class_names, class_count, t, &skipped), st, done);
-    t->channels = o.channels;
-    t->height = o.height;
-    t->width = o.width;
-    t->size_policy = o.size_policy;
-    t->max_pixels = o.max_pixels ? o.max_pixels : DIST_JPEG_MAX_PIXELS_DEFAULT;
+    t->channels = o->channels;
+    t->height = o->height;
+    t->width = o->width;
+    t->size_policy = o->size_policy;
+    t->max_pixels = o->max_pixels ? o->max_pixels : DIST_JPEG_MAX_PIXELS_DEFAULT;
     if (t->height == 0) {
         if (t->count == 0) {
-            st = dist_error(DIST_FORMAT, "jpeg folder '%s': no images to take the size from", root);
+            st = dist_error(DIST_FORMAT, "%s: no images to take the size from", what);
             goto done;
         }
         DIST_TRY_GOTO(first_image_size(t, &t->width, &t->height), st, done);
@@ -456,9 +457,7 @@ static dist_status from_jpeg_folder(const char *root, const dist_jpeg_folder_opt
         goto done;
     }
     for (int i = 0; i < t->count; i++) idx[i] = i;
-    char label[1100];
-    snprintf(label, sizeof label, "jpeg_folder(%s)", root);
-    DIST_TRY_GOTO(files_node_new(t, idx, t->count, skipped, label, &files), st, done);
+    DIST_TRY_GOTO(files_node_new(t, idx, t->count, skipped, what, &files), st, done);
     dist_element_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.count = 2;
@@ -473,11 +472,54 @@ static dist_status from_jpeg_folder(const char *root, const dist_jpeg_folder_opt
              t->size_policy == DIST_JPEG_RESIZE ? "resize" : "reject");
     /* Thread count is not part of the name: the output does not depend on it. */
     DIST_TRY_GOTO(map_new_internal(files, jpeg_decode, jpeg_state_create, jpeg_state_destroy, t,
-                                   &spec, o.num_threads, o.skip_bad, name, out),
+                                   &spec, o->num_threads, o->skip_bad, name, out),
                   st, done);
 done:
     free(idx);
     dist_dataset_destroy(files);
+    return st;
+}
+
+static dist_status from_jpeg_folder(const char *root, const dist_jpeg_folder_options *opts,
+                                    const char *const *class_names, int class_count,
+                                    dist_dataset **out) {
+    dist_jpeg_folder_options o;
+    DIST_TRY(jpeg_options(opts, &o));
+    DIST_CHECK_ARG(root && out, "jpeg folder: NULL argument");
+    file_table *t = calloc(1, sizeof *t);
+    if (!t) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
+    atomic_init(&t->refs, 1);
+    dist_status st = DIST_OK;
+    int skipped = 0;
+    DIST_TRY_GOTO(scan(root, o.skip_bad, class_names, class_count, t, &skipped), st, done);
+    char what[1100];
+    snprintf(what, sizeof what, "jpeg_folder(%s)", root);
+    st = files_source(t, &o, skipped, what, out);
+done:
+    file_table_release(t);
+    return st;
+}
+
+dist_status dist_dataset_from_jpeg_files(const char *const *paths, int count,
+                                         const dist_jpeg_folder_options *opts, dist_dataset **out) {
+    dist_jpeg_folder_options o;
+    DIST_TRY(jpeg_options(opts, &o));
+    DIST_CHECK_ARG(paths && count > 0 && out, "jpeg files: a list of at least one file is needed");
+    for (int i = 0; i < count; i++)
+        DIST_CHECK_ARG(paths[i] && paths[i][0], "jpeg files: file %d has no name", i);
+    file_table *t = calloc(1, sizeof *t);
+    if (!t) return dist_error(DIST_OUT_OF_MEMORY, "jpeg files: out of memory");
+    atomic_init(&t->refs, 1);
+    dist_status st = DIST_OK;
+    int cap = 0;
+    for (int i = 0; i < count && st == DIST_OK; i++) {
+        char *copy = strdup(paths[i]);
+        st = copy ? table_add(t, &cap, copy, i)
+                  : dist_error(DIST_OUT_OF_MEMORY, "jpeg files: out of memory");
+    }
+    char what[1100];
+    snprintf(what, sizeof what, "jpeg_files(%s%s)", paths[0], count > 1 ? ", ..." : "");
+    if (st == DIST_OK) st = files_source(t, &o, 0, what, out);
     file_table_release(t);
     return st;
 }

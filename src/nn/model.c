@@ -55,6 +55,19 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
     return DIST_OK;
 }
 
+dist_status model_rename_last_layer(dist_model *m, const char *name) {
+    DIST_CHECK_ARG(m->nlayers > 0, "model '%s' has no layers", m->name);
+    model_layer *l = &m->layers[m->nlayers - 1];
+    DIST_CHECK_ARG(name && name[0] && strlen(name) < sizeof l->name,
+                   "model '%s': a layer name of 1 to %zu bytes is required", m->name,
+                   sizeof l->name - 1);
+    for (int i = 0; i < m->nlayers - 1; i++)
+        DIST_CHECK_ARG(strcmp(m->layers[i].name, name) != 0,
+                       "model '%s': two layers are named '%s'", m->name, name);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    return DIST_OK;
+}
+
 dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
     DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
     DIST_CHECK_ARG(o->version == DIST_CONV2D_OPTIONS_VERSION,

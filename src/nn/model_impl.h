@@ -60,6 +60,10 @@ struct dist_model {
     dist_dtype_policy policy;  /* dist_model_set_dtype_policy */
 };
 
+/* Renames the last layer added (Keras's layer names from a JSON config). The name must be
+ * non-empty, fit model_layer.name and differ from every other layer's. */
+dist_status model_rename_last_layer(dist_model *m, const char *name);
+
 /* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and
  * `what` when t (on the tape's device) holds an Inf or a NaN. */
 dist_status model_check_finite(const dist_model *m, dist_tape *tape, const model_layer *l,

@@ -115,3 +115,48 @@ distrain_error_test(reduce_lr_factor_without_patience 2 "needs --reduce-lr-patie
                     --reduce-lr-factor 0.5)
 distrain_error_test(reduce_lr_factor_out_of_range 2 "between 0 and 1" --reduce-lr-factor 1
                     --reduce-lr-patience 1)
+
+# Weights in and out: --load-weights with --epochs 0 reproduces the test metrics of the run that
+# saved them (safetensors and Keras .weights.h5), and distrain predict on the JPEG test folder
+# agrees with the --epochs 0 evaluation of the same images.
+foreach(format safetensors weights.h5)
+  string(REPLACE "." "_" tag ${format})
+  add_test(NAME distrain.load_weights_${tag}
+           COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                   -DWORK=${CMAKE_CURRENT_BINARY_DIR}/load_weights_${tag} -DWEIGHTS=w.${format}
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/load_weights.cmake)
+  set_tests_properties(distrain.load_weights_${tag} PROPERTIES LABELS cli TIMEOUT 120)
+endforeach()
+# Every worker of a multi_worker cluster loads the file; under parameter_server the chief's load
+# sets the variables on the ps task.
+add_test(NAME distrain.load_weights_multi_worker
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/load_weights_multi_worker -DWEIGHTS=w.safetensors
+                 "-DEVAL_ARGS=--strategy;multi_worker;--workers;2"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/load_weights.cmake)
+add_test(NAME distrain.load_weights_parameter_server
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/load_weights_parameter_server
+                 -DWEIGHTS=w.weights.h5 "-DEVAL_ARGS=--strategy;parameter_server;--workers;1;--ps;1"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/load_weights.cmake)
+set_tests_properties(distrain.load_weights_multi_worker distrain.load_weights_parameter_server
+                     PROPERTIES LABELS cli TIMEOUT 180)
+set_tests_properties(distrain.load_weights_parameter_server PROPERTIES RESOURCE_LOCK loopback_ps_ports)
+add_test(NAME distrain.predict_jpeg_folder
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/predict_jpeg -DJPEG=${jpeg_dir}
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/predict_jpeg.cmake)
+set_tests_properties(distrain.predict_jpeg_folder PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist
+                     TIMEOUT 120)
+add_test(NAME distrain.predict_inputs
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/predict_inputs -DJPEG=${jpeg_dir}
+                 -DIDX=${PROJECT_SOURCE_DIR}/src/data/mnist_subset/t10k-images-idx3-ubyte.gz
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/predict_inputs.cmake)
+set_tests_properties(distrain.predict_inputs PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist
+                     TIMEOUT 120)
+distrain_error_test(epochs_0_with_csv_log 2 "--csv-log does nothing with --epochs 0" --epochs 0
+                    --csv-log x.csv)
+distrain_error_test(load_weights_missing 1 "/nonexistent/w.safetensors" --epochs 0
+                    --load-weights /nonexistent/w.safetensors --quiet)
+distrain_error_test(predict_without_input 2 "--input is required" predict --weights w.safetensors)

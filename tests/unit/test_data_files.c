@@ -144,6 +144,46 @@ START_TEST(test_jpeg_folder_round_trips_labels_and_pixels) {
 }
 END_TEST
 
+/* Files given as a list come in list order (not sorted), each with its index; a missing one
+ * fails the iterator naming it. */
+START_TEST(test_jpeg_files_come_in_list_order_with_their_index) {
+    make_digit_folder(2);
+    char paths[3][512];
+    snprintf(paths[0], sizeof paths[0], "%s/zebra/img01.jpg", g_root);
+    snprintf(paths[1], sizeof paths[1], "%s/dog/img00.jpg", g_root);
+    snprintf(paths[2], sizeof paths[2], "%s/dog/missing.jpg", g_root);
+    const char *list[3] = {paths[0], paths[1], paths[2]};
+    const int seeds[2] = {2 * 100 + 1, 0 * 100 + 0}; /* zebra img01, dog img00 */
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.height = o.width = 28;
+    dist_dataset *ds = NULL;
+    ck_assert_msg(dist_dataset_from_jpeg_files(list, 3, &o, &ds) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_int_eq(dist_dataset_cardinality(ds), 3);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    for (int k = 0; k < 2; k++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        ck_assert_int_eq(*(int32_t *)el.items[1]->data, k);
+        uint8_t want[28 * 28];
+        digit(want, 28, 28, seeds[k]);
+        const uint8_t *got = el.items[0]->data;
+        double sum = 0;
+        for (int p = 0; p < 784; p++) sum += fabs((double)got[p] - want[p]);
+        ck_assert_msg(sum / 784 < 3.0, "image %d: mean abs error %.2f", k, sum / 784);
+    }
+    dist_element el;
+    int eos = 0;
+    ck_assert_int_eq(next(it, &el, &eos), DIST_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "missing.jpg"));
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+    ck_assert_int_eq(dist_dataset_from_jpeg_files(list, 0, &o, &ds), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
 START_TEST(test_jpeg_folder_rgb_resize_and_reject) {
     mkdir_in("a");
     uint8_t px[40 * 30];
@@ -660,6 +700,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_jpeg_folder_round_trips_labels_and_pixels);
     tcase_add_test(tc, test_jpeg_folder_rgb_resize_and_reject);
+    tcase_add_test(tc, test_jpeg_files_come_in_list_order_with_their_index);
     tcase_add_test(tc, test_bad_jpegs_error_naming_the_file_or_skip);
     tcase_add_test(tc, test_bad_jpegs_with_parallel_decode);
     tcase_add_test(tc, test_empty_class_folder_is_an_error_or_skipped);

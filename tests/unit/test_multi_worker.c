@@ -1,6 +1,7 @@
 /* multi_worker across real processes on 127.0.0.1: two workers x one replica against mirrored
  * with two replicas (bit for bit, over TCP, shared memory and MPI), the cluster-wide reduce,
- * gather and initial broadcast, and a cluster that never assembles.
+ * gather and initial broadcast, dist_predict's rows over two workers, and a cluster that never
+ * assembles.
  *
  * Workers are this test program executed again with "--worker ..." (fork + exec): a child
  * forked after oneDNN's OpenMP threads exist would hang, and exec gives every worker a fresh
@@ -11,6 +12,7 @@
 #include <arpa/inet.h>
 #include <dist/dist.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -233,11 +235,63 @@ static int worker_collectives(const char *spec, const char *out) {
     return 0;
 }
 
+/* 7 images (pixel = (i * 31 + p) % 17 / 17) in global batches of 3: over two workers of one
+ * replica each, a batch of 3 is 2 + 1 rows and the last batch of 1 is 1 + 0. */
+enum { PREDICT_N = 7 };
+
+static dist_status predict_logits(const dist_strategy_options *so, dist_tensor **out) {
+    static float x[PREDICT_N * 784];
+    for (int i = 0; i < PREDICT_N; i++)
+        for (int p = 0; p < 784; p++) x[i * 784 + p] = (float)((i * 31 + p) % 17) / 17.0f;
+    dist_strategy *s = NULL;
+    dist_model *m = NULL;
+    dist_dataset *ds = NULL, *batched = NULL;
+    dist_distributed_dataset *dds = NULL;
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, (int64_t[]){PREDICT_N, 28, 28, 1});
+    dist_tensor *parts[1] = {&tx};
+    dist_status st = dist_strategy_create(so, &s);
+    if (!st) st = dist_strategy_scope_enter(s);
+    if (!st) st = dist_model_create_mnist_cnn(&m);
+    if (!st) st = dist_model_build(m, 3, (int64_t[]){28, 28, 1}, 11);
+    if (!st) st = dist_strategy_scope_exit(s);
+    if (!st) st = dist_dataset_from_tensor_slices(parts, 1, 0, &ds);
+    if (!st) st = dist_dataset_batch(ds, 3, 0, &batched);
+    if (!st) st = dist_strategy_distribute_dataset(s, batched, &dds);
+    if (!st) st = dist_predict(s, m, dds, 0, DIST_PREDICT_LOGITS, out);
+    dist_distributed_dataset_destroy(dds);
+    dist_dataset_destroy(batched);
+    dist_dataset_destroy(ds);
+    dist_model_destroy(m);
+    dist_strategy_destroy(s);
+    return st;
+}
+
+/* --worker predict SPEC OUT: dist_predict's logits over both workers, written to OUT. */
+static int worker_predict(const char *spec, const char *out) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_MULTI_WORKER;
+    so.devices = "cpu:0";
+    so.threads_per_replica = 1;
+    so.cluster_spec = spec;
+    dist_tensor *logits = NULL;
+    if (predict_logits(&so, &logits)) {
+        fprintf(stderr, "worker: %s\n", dist_last_error());
+        return 1;
+    }
+    FILE *f = fopen(out, "wb");
+    size_t n = (size_t)dist_tensor_numel(logits);
+    int ok = f && logits->shape[0] == PREDICT_N && fwrite(logits->data, sizeof(float), n, f) == n;
+    if (f) fclose(f);
+    dist_tensor_destroy(logits);
+    return ok ? 0 : 1;
+}
+
 static int worker_main(int argc, char **argv) {
     if (argc >= 7 && strcmp(argv[2], "train") == 0)
         return worker_train(argv[3], atoi(argv[4]), atoi(argv[5]), argv[6]);
     if (argc >= 5 && strcmp(argv[2], "collectives") == 0)
         return worker_collectives(argv[3], argv[4]);
+    if (argc >= 5 && strcmp(argv[2], "predict") == 0) return worker_predict(argv[3], argv[4]);
     fprintf(stderr, "worker: bad arguments\n");
     return 2;
 }
@@ -498,6 +552,35 @@ START_TEST(test_reduce_gather_and_on_read_variables_span_the_workers) {
 }
 END_TEST
 
+/* Every worker gets all 7 rows in dataset order, equal to one_device's in this process. */
+START_TEST(test_predict_over_two_workers_gives_every_row_in_order_on_each) {
+    char path[2][64];
+    char *args[2][6];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path[i], sizeof path[i], "/tmp/dist_mw_p_%d_%d.bin", (int)getpid(), i);
+        char *a[] = {(char *)g_self, "--worker", "predict", NULL, path[i], NULL};
+        memcpy(args[i], a, sizeof a);
+    }
+    run_two_workers((char **[2]){args[0], args[1]});
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = DIST_STRATEGY_ONE_DEVICE;
+    so.devices = "cpu:0";
+    so.threads_per_replica = 1;
+    dist_tensor *want = NULL;
+    ck_assert_msg(predict_logits(&so, &want) == DIST_OK, "%s", dist_last_error());
+    for (int i = 0; i < 2; i++) {
+        float *got = read_floats(path[i], PREDICT_N * 10);
+        for (int k = 0; k < PREDICT_N * 10; k++)
+            ck_assert_msg(fabsf(got[k] - ((float *)want->data)[k]) <= 1e-5f,
+                          "worker %d, row %d, class %d: %g vs %g", i, k / 10, k % 10, got[k],
+                          ((float *)want->data)[k]);
+        free(got);
+        unlink(path[i]);
+    }
+    dist_tensor_destroy(want);
+}
+END_TEST
+
 /* worker/1 never starts: worker/0 gives up after the connect deadline, naming it. */
 START_TEST(test_a_worker_that_never_joins_is_named_after_the_deadline) {
     char spec[256];
@@ -580,6 +663,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_without_a_cluster_multi_worker_is_one_local_worker);
     tcase_add_test(tc, test_a_worker_that_never_joins_is_named_after_the_deadline);
     tcase_add_test(tc, test_reduce_gather_and_on_read_variables_span_the_workers);
+    tcase_add_test(tc, test_predict_over_two_workers_gives_every_row_in_order_on_each);
     tcase_add_test(tc, test_two_workers_match_mirrored_two_replicas_after_20_sgd_steps);
     tcase_add_test(tc, test_two_workers_match_mirrored_with_adam_for_20_steps);
     tcase_add_test(tc, test_mirrored_and_two_workers_over_tcp_shm_and_mpi_agree_bit_for_bit);

@@ -3,9 +3,11 @@
 #include "host_workers.h"
 #include "launcher.h"
 #include "options.h"
+#include "predict.h"
 #include "print_cluster.h"
 #include "settings_check.h"
 #include "version.h"
+#include "weights_file.h"
 
 #include <dist/checkpoint.h>
 #include <dist/cluster.h>
@@ -381,12 +383,7 @@ static int callbacks_create(const run_state *s, callbacks *c) {
 }
 
 static dist_status write_weights(const run_state *s, const char *path) {
-    dist_checkpoint *c = NULL;
-    dist_status st = dist_checkpoint_create(&c);
-    if (!st) st = dist_checkpoint_add_model(c, s->model);
-    if (!st) st = dist_checkpoint_save(c, path);
-    dist_checkpoint_destroy(c);
-    return st;
+    return distrain_save_weights(s->model, path);
 }
 
 /* After a late write failed (the paths were fine before the first step): the trained weights
@@ -437,10 +434,13 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         return fail("--trace");
     }
     dist_fit_result res;
+    memset(&res, 0, sizeof res);
     char training_error[1024] = "";
     int late_failure = 0; /* an output failed after a successful training */
-    dist_status st =
-        dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval, &fo, cbs.list, cbs.count, &res);
+    /* --epochs 0: no training at all, only the evaluation below (of --load-weights) */
+    dist_status st = o->epochs == 0 ? DIST_OK
+                                    : dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval,
+                                               &fo, cbs.list, cbs.count, &res);
     callbacks_destroy(&cbs);
     /* A failed run's timeline is written too: it shows where the time went before the error. */
     if (fo.trace) {
@@ -634,6 +634,11 @@ static int train(run_state *s) {
     if (!st) st = make_loss_scale(s);
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
+    /* Every task loads them (a ps task never gets here; under parameter_server the chief's
+     * load restores them on the ps tasks, and the workers read them from there). */
+    if (o->load_weights && !(ps_kind && strcmp(role, "worker") == 0) &&
+        distrain_load_weights(s->model, o->load_weights))
+        return fail("--load-weights");
     if (ps_kind && ps_register(s)) return fail("registering the training step");
     if (ps_kind && strcmp(role, "worker") == 0) {
         /* the worker runs the chief's closures until it shuts the cluster down */
@@ -787,6 +792,23 @@ static int check_flags(distrain_options *o) {
                         "supported there\n");
         return 2;
     }
+    if (o->epochs == 0) {
+        /* nothing trains: a flag about training or its epochs would do nothing */
+        const char *idle = o->checkpoint_dir                 ? "--checkpoint-dir"
+                           : o->backup_dir                   ? "--backup-dir"
+                           : o->csv_log                      ? "--csv-log"
+                           : o->logdir                       ? "--logdir"
+                           : o->trace                        ? "--trace"
+                           : o->validation_split > 0         ? "--validation-split"
+                           : o->early_stopping_patience >= 0 ? "--early-stopping-patience"
+                           : o->reduce_lr_patience >= 0      ? "--reduce-lr-patience"
+                                                             : NULL;
+        if (idle) {
+            fprintf(stderr, "distrain: %s does nothing with --epochs 0 (which only evaluates)\n",
+                    idle);
+            return 2;
+        }
+    }
     if (o->backup_freq && !o->backup_dir) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
         return 2;
@@ -825,6 +847,10 @@ static int check_flags(distrain_options *o) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "predict") == 0) {
+        dist_set_log_callback(on_log, DIST_LOG_WARN, NULL); /* stdout holds the predictions */
+        return distrain_predict_main(argc - 1, argv + 1);
+    }
     distrain_options o;
     int rc = distrain_parse_args(argc, argv, &o);
     if (rc == 1) return 0;

@@ -33,7 +33,8 @@ static const distrain_flag flags[] = {
     {"--data-dir", 1, "DIR", "the built-in sources",
      "directory with the IDX files (or train/ and test/ class folders for jpeg-folder)"},
     {"--data-format", 1, "idx|jpeg-folder", "idx", "how --data-dir is laid out"},
-    {"--epochs", 1, "N", "5", "epochs to train"},
+    {"--epochs", 1, "N", "5",
+     "epochs to train; 0 evaluates the test set only (with --load-weights)"},
     {"--batch-size", 1, "N", "64", "global batch size"},
     {"--learning-rate", 1, "F", "Adam 0.001, SGD 0.01", "the optimizer's learning rate"},
     {"--optimizer", 1, "adam|sgd", "adam", "the optimizer"},
@@ -82,7 +83,11 @@ static const distrain_flag flags[] = {
     {"--backup-freq", 1, "N", "every epoch", "with --backup-dir: back up every N steps"},
     {"--logdir", 1, "DIR", "", "TensorBoard event files under DIR/train and DIR/validation"},
     {"--csv-log", 1, "FILE", "", "one CSV row of metrics per epoch (appended to on resume)"},
-    {"--save-weights", 1, "FILE", "", "write the final weights as safetensors"},
+    {"--save-weights", 1, "FILE", "",
+     "write the final weights: as Keras's .weights.h5 when FILE ends so, else as safetensors"},
+    {"--load-weights", 1, "FILE", "",
+     "start from these weights: safetensors (--save-weights, --checkpoint-dir) or a Keras 3 "
+     ".weights.h5 file of the same model"},
     {"--check-numerics", 0, "", "off",
      "stop at the first layer output, gradient or update holding Inf or NaN, naming the "
      "layer, its op and the replica"},
@@ -117,20 +122,57 @@ static const distrain_flag flags[] = {
     {"--help", 0, "", "", "this list"},
 };
 
-static const distrain_flag *flag_find(const char *name) {
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (strcmp(flags[i].name, name) == 0) return &flags[i];
+/* distrain predict's flags. */
+static const distrain_flag predict_flags[] = {
+    {"--weights", 1, "FILE", "",
+     "required: the weights, safetensors (--save-weights) or a Keras 3 .weights.h5 file"},
+    {"--input", 1, "PATH", "",
+     "required: an IDX images file (e.g. t10k-images-idx3-ubyte[.gz]), a JPEG file, or a "
+     "folder whose .jpg/.jpeg files (in subfolders too) are read in sorted order"},
+    {"--model-json", 1, "FILE", "the seed CNN",
+     "the model as Keras's model.to_json() (Sequential or linear Functional, 28x28x1 inputs)"},
+    {"--strategy", 1, "one_device|mirrored|multi_worker", "mirrored",
+     "distribution strategy (multi_worker: the cluster from TF_CONFIG; the chief prints)"},
+    {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core", "e.g. cpu:0,cpu:1"},
+    {"--batch-size", 1, "N", "64", "global batch size"},
+    {"--threads", 1, "N", "cores / replicas", "compute threads per replica"},
+    {"--logits", 0, "", "off", "print \"logits\" instead of \"probabilities\""},
+    {"--help", 0, "", "", "this list"},
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const distrain_flag *flag_in(const distrain_flag *table, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(table[i].name, name) == 0) return &table[i];
     return NULL;
 }
 
-void distrain_usage(FILE *out) {
-    fprintf(out, "usage: distrain [options]\n");
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-        const distrain_flag *f = &flags[i];
+static const distrain_flag *flag_find(const char *name) {
+    return flag_in(flags, COUNT(flags), name);
+}
+
+static void print_flags(FILE *out, const distrain_flag *table, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const distrain_flag *f = &table[i];
         fprintf(out, "  %s%s%s\n      %s", f->name, f->takes_value ? " " : "", f->value, f->help);
         if (f->def[0]) fprintf(out, " (default: %s)", f->def);
         fputc('\n', out);
     }
+}
+
+void distrain_usage(FILE *out) {
+    fprintf(out, "usage: distrain [options]\n"
+                 "       distrain predict --weights FILE --input PATH [options] (see distrain "
+                 "predict --help)\n");
+    print_flags(out, flags, COUNT(flags));
+}
+
+static void predict_usage(FILE *out) {
+    fprintf(out, "usage: distrain predict --weights FILE --input PATH [options]\n"
+                 "Prints one JSON line per example: {\"index\":i,\"class\":c,"
+                 "\"probabilities\":[...]}, with \"file\" for JPEG input.\n");
+    print_flags(out, predict_flags, COUNT(predict_flags));
 }
 
 static int bad(const char *flag, const char *value, const char *why) {
@@ -254,7 +296,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 return bad(a, v, "expected idx or jpeg-folder");
             o->data_format = v;
         } else if (strcmp(a, "--epochs") == 0) {
-            if (!(rc = parse_int(a, v, 1, 100000, &n))) o->epochs = (int)n;
+            if (!(rc = parse_int(a, v, 0, 100000, &n))) o->epochs = (int)n;
         } else if (strcmp(a, "--batch-size") == 0) {
             if (!(rc = parse_int(a, v, 1, 1 << 20, &n))) o->batch_size = n;
         } else if (strcmp(a, "--learning-rate") == 0) {
@@ -339,6 +381,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->csv_log = v;
         } else if (strcmp(a, "--save-weights") == 0) {
             o->save_weights = v;
+        } else if (strcmp(a, "--load-weights") == 0) {
+            o->load_weights = v;
         } else if (strcmp(a, "--early-stopping-patience") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->early_stopping_patience = (int)n;
         } else if (strcmp(a, "--mixed-precision") == 0) {
@@ -479,6 +523,74 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     if (o->partitioner_given && !ps) {
         fprintf(stderr, "distrain: --variable-partitioner applies to --strategy "
                         "parameter_server only\n");
+        return 2;
+    }
+    return 0;
+}
+
+int distrain_parse_predict_args(int argc, char **argv, distrain_predict_options *o) {
+    memset(o, 0, sizeof *o);
+    o->strategy = "mirrored";
+    o->batch_size = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            predict_usage(stdout);
+            return 1;
+        }
+        const char *v = NULL;
+        char flag[64];
+        const char *eq = strchr(a, '=');
+        if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof flag) {
+            memcpy(flag, a, (size_t)(eq - a));
+            flag[eq - a] = '\0';
+            v = eq + 1;
+            a = flag;
+        }
+        const distrain_flag *known =
+            strncmp(a, "--", 2) == 0 ? flag_in(predict_flags, COUNT(predict_flags), a) : NULL;
+        if (!known) {
+            fprintf(stderr, "distrain predict: %s '%s' (see distrain predict --help)\n",
+                    strncmp(a, "--", 2) == 0 ? "unknown option" : "unexpected argument", a);
+            return 2;
+        }
+        if (!known->takes_value) {
+            if (v) {
+                fprintf(stderr, "distrain predict: %s takes no value (got '%s')\n", a, v);
+                return 2;
+            }
+            o->logits = 1; /* --logits, the one switch */
+            continue;
+        }
+        if (!v) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "distrain predict: %s needs a value (see --help)\n", a);
+                return 2;
+            }
+            v = argv[++i];
+        }
+        int64_t n;
+        int rc = 0;
+        if (strcmp(a, "--weights") == 0)
+            o->weights = v;
+        else if (strcmp(a, "--input") == 0)
+            o->input = v;
+        else if (strcmp(a, "--model-json") == 0)
+            o->model_json = v;
+        else if (strcmp(a, "--strategy") == 0)
+            o->strategy = v;
+        else if (strcmp(a, "--devices") == 0)
+            o->devices = v;
+        else if (strcmp(a, "--batch-size") == 0) {
+            if (!(rc = parse_int(a, v, 1, 1 << 20, &n))) o->batch_size = n;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!(rc = parse_int(a, v, 1, 1024, &n))) o->threads = (int)n;
+        }
+        if (rc) return rc;
+    }
+    if (!o->weights || !o->input) {
+        fprintf(stderr, "distrain predict: %s is required (see distrain predict --help)\n",
+                !o->weights ? "--weights" : "--input");
         return 2;
     }
     return 0;

@@ -13,8 +13,8 @@ typedef struct distrain_options {
     const char *devices;
     const char *dataset; /* mnist | fashion_mnist */
     const char *data_dir;
-    const char *data_format; /* idx | jpeg-folder */
-    int epochs;
+    const char *data_format;      /* idx | jpeg-folder */
+    int epochs;                   /* 0: evaluate only (with --load-weights) */
     int64_t batch_size;           /* global */
     double learning_rate;         /* <= 0: the optimizer's default */
     const char *optimizer;        /* adam | sgd */
@@ -49,7 +49,8 @@ typedef struct distrain_options {
     int64_t backup_freq;         /* backups every N batches; 0 = at epoch ends */
     const char *logdir;          /* TensorBoard event files */
     const char *csv_log;         /* CSVLogger */
-    const char *save_weights;    /* the final weights as safetensors */
+    const char *save_weights;    /* the final weights: safetensors, or Keras's *.weights.h5 */
+    const char *load_weights;    /* start from these weights (safetensors or .weights.h5) */
     int early_stopping_patience; /* -1 = no EarlyStopping */
     int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */
     double reduce_lr_factor;     /* ReduceLROnPlateau's factor (Keras's default 0.1) */
@@ -69,6 +70,22 @@ typedef struct distrain_options {
     const char *tpu;         /* tpu: --tpu (TPUClusterResolver's name) */
     int tpu_cores;           /* tpu: replicas; 0 = every device */
 } distrain_options;
+
+/* distrain predict: a model's predictions, one JSON line per example. */
+typedef struct distrain_predict_options {
+    const char *weights;    /* required: safetensors or Keras .weights.h5 */
+    const char *input;      /* required: an IDX images file, a JPEG file or a folder of JPEGs */
+    const char *model_json; /* Keras's model.to_json(); NULL: the seed CNN */
+    const char *strategy;
+    const char *devices;
+    int64_t batch_size; /* global */
+    int threads;        /* per replica; 0 = cores / replicas */
+    int logits;         /* print logits instead of probabilities */
+} distrain_predict_options;
+
+/* Parses the arguments after "predict" (argv[0] is "predict"). Returns 0 to run, 1 when --help
+ * was printed, 2 on a usage error (printed). */
+int distrain_parse_predict_args(int argc, char **argv, distrain_predict_options *o);
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed). */
 int distrain_parse_args(int argc, char **argv, distrain_options *o);
