@@ -167,6 +167,12 @@ typedef struct dist_fit_options {
     dist_coordinator *coordinator;
     const char *closure;
     int dataset;
+    /* Keras's steps_per_execution: batches per dist_strategy_run_steps (1..256; 0 or 1: one
+     * step per run). Under tpu the steps are one compiled loop; the other kinds run them one
+     * after another. Batch callbacks then run once per execution (on_batch_begin with its
+     * first batch, on_batch_end with its last), as in Keras; a step-frequency backup
+     * (BackupAndRestore's save_freq) should be a multiple of it. */
+    int steps_per_execution;
 } dist_fit_options;
 #define DIST_FIT_OPTIONS_VERSION 2
 #define DIST_FIT_OPTIONS_INIT                                                                      \
@@ -174,7 +180,7 @@ typedef struct dist_fit_options {
         .version = DIST_FIT_OPTIONS_VERSION, .epochs = 1, .steps_per_epoch = 0,                    \
         .train_step = NULL, .train_step_user = NULL, .eval_step = NULL, .eval_step_user = NULL,    \
         .loss_scale = NULL, .seed = 0, .trace = NULL, .coordinator = NULL, .closure = NULL,        \
-        .dataset = -1                                                                              \
+        .dataset = -1, .steps_per_execution = 0                                                    \
     }
 
 typedef struct dist_fit_result {

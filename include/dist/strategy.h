@@ -270,6 +270,16 @@ DIST_API dist_status dist_strategy_run(dist_strategy *strategy, dist_step_fn ste
                                        const dist_per_replica_element *inputs,
                                        dist_per_replica *results);
 
+/* Keras's steps_per_execution for a custom loop: `step` on k consecutive inputs (inputs[0..k),
+ * each split per replica, all shaped alike), as k calls of run, in order; results holds each
+ * output summed over the k steps, per replica (host tensors owned by the strategy, valid until
+ * the next run or run_steps). Under tpu the k steps are one program (a loop compiled once, the
+ * inputs stacked; when the k traced steps differ, as the first step of an optimizer that
+ * creates its slots does, each runs as its own program); the other kinds run k times. */
+DIST_API dist_status dist_strategy_run_steps(dist_strategy *strategy, dist_step_fn step, void *user,
+                                             int k, const dist_per_replica_element *const *inputs,
+                                             dist_per_replica *results);
+
 /* tf.distribute.Strategy.reduce of output `index`: axis -1 (None) combines the replicas'
  * tensors elementwise (SUM, or MEAN over replicas); axis >= 0 also reduces along that axis,
  * and MEAN then divides by the total number of elements along it over all replicas (not by
@@ -300,6 +310,7 @@ typedef struct dist_tpu_stats {
     int64_t traces;
     int compiles;
     int64_t executions;
+    int64_t steps; /* steps run: executions x steps per execution */
     double compile_seconds;
     int64_t state_uploads;
 } dist_tpu_stats;

@@ -122,6 +122,8 @@ void dist_strategy_destroy(dist_strategy *s) {
     if (s->iface && s->iface->destroy) s->iface->destroy(s);
     if (s->owns_workers_comm) dist_comm_destroy(s->workers_comm);
     dist_comm_destroy(s->replicas_comm);
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++)
+        for (int i = 0; i < DIST_RUN_MAX_OUTPUTS; i++) dist_tensor_destroy(s->steps_sum[r][i]);
     free(s);
 }
 
@@ -257,6 +259,66 @@ dist_status dist_strategy_run(dist_strategy *s, dist_step_fn step, void *user,
                    inputs ? inputs->num_replicas : 0, s->num_replicas);
     if (s->iface->run) return s->iface->run(s, step, user, inputs, results);
     return dist_local_replicas_run(s, step, user, inputs, results);
+}
+
+dist_status dist_strategy_run_steps(dist_strategy *s, dist_step_fn step, void *user, int k,
+                                    const dist_per_replica_element *const *inputs,
+                                    dist_per_replica *results) {
+    DIST_CHECK_ARG(s && step && inputs && results, "dist_strategy_run_steps: NULL argument");
+    DIST_CHECK_ARG(k >= 1, "dist_strategy_run_steps: k must be >= 1, got %d", k);
+    for (int j = 0; j < k; j++)
+        DIST_CHECK_ARG(inputs[j] && inputs[j]->num_replicas == s->num_replicas,
+                       "run_steps: inputs[%d] is not split for the strategy's %d replicas", j,
+                       s->num_replicas);
+    if (s->iface->run_steps) return s->iface->run_steps(s, step, user, k, inputs, results);
+    dist_per_replica one;
+    for (int j = 0; j < k; j++) {
+        DIST_TRY(dist_strategy_run(s, step, user, inputs[j], &one));
+        if (j == 0) {
+            results->num_replicas = one.num_replicas;
+            results->count = one.count;
+        } else if (one.count != results->count) {
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "run_steps: step %d returned %d outputs, step 0 %d", j, one.count,
+                              results->count);
+        }
+        for (int r = 0; r < one.num_replicas; r++)
+            for (int i = 0; i < one.count; i++) {
+                const dist_tensor *v = one.values[r][i];
+                dist_tensor **acc = &s->steps_sum[r][i];
+                if (j == 0) {
+                    int same = *acc && (*acc)->ndim == v->ndim && (*acc)->dtype == v->dtype;
+                    for (int q = 0; same && q < v->ndim; q++)
+                        same = (*acc)->shape[q] == v->shape[q];
+                    if (!same) {
+                        dist_tensor_destroy(*acc);
+                        *acc = NULL;
+                        DIST_TRY(dist_tensor_create(v->dtype, v->ndim, v->shape, acc));
+                    }
+                    memcpy((*acc)->data, v->data, dist_tensor_bytes(v));
+                    results->values[r][i] = *acc;
+                    continue;
+                }
+                if (dist_tensor_bytes(*acc) != dist_tensor_bytes(v))
+                    return dist_error(DIST_INVALID_ARGUMENT,
+                                      "run_steps: output %d of step %d is shaped unlike step 0's",
+                                      i, j);
+                int64_t n = dist_tensor_numel(v);
+                if (v->dtype == DIST_F32)
+                    for (int64_t e = 0; e < n; e++)
+                        ((float *)(*acc)->data)[e] += ((const float *)v->data)[e];
+                else if (v->dtype == DIST_I32)
+                    for (int64_t e = 0; e < n; e++)
+                        ((int32_t *)(*acc)->data)[e] += ((const int32_t *)v->data)[e];
+                else if (v->dtype == DIST_I64)
+                    for (int64_t e = 0; e < n; e++)
+                        ((int64_t *)(*acc)->data)[e] += ((const int64_t *)v->data)[e];
+                else
+                    return dist_error(DIST_UNSUPPORTED, "run_steps: cannot sum %s outputs",
+                                      dist_dtype_name(v->dtype));
+            }
+    }
+    return DIST_OK;
 }
 
 dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_reduce_op op,

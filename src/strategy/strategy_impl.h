@@ -25,6 +25,11 @@ struct dist_strategy_i {
      * local replica, each with its own backend and tape). */
     dist_status (*run)(dist_strategy *s, dist_step_fn step, void *user,
                        const dist_per_replica_element *inputs, dist_per_replica *results);
+    /* k steps on inputs[0..k), outputs summed over them (dist_strategy_run_steps). Optional:
+     * run k times, summing on the host. */
+    dist_status (*run_steps)(dist_strategy *s, dist_step_fn step, void *user, int k,
+                             const dist_per_replica_element *const *inputs,
+                             dist_per_replica *results);
     /* Variables were made in the strategy's scope: `copies` are their per-replica block
      * (`vars`, count of them, say where each variable lies in it),
      * allocated on s->placement.backends and initialized alike from the same seed or value.
@@ -129,6 +134,8 @@ struct dist_strategy {
     dist_comm *workers_comm;
     int owns_workers_comm;
     char cross_device[64];
+    /* dist_strategy_run_steps' default: the sums it returns */
+    dist_tensor *steps_sum[DIST_MAX_REPLICAS][DIST_RUN_MAX_OUTPUTS];
 };
 
 /* ---- the shared parts, for the kinds ----------------------------------------------------- */

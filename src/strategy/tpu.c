@@ -42,6 +42,8 @@ typedef struct tpu_program {
     int64_t *out_regions; /* per output: region id, or -1 for a step output */
     int *aliases;         /* per output: the state input it consumes, or -1 */
     int num_scalars;
+    int k;         /* steps per execution (a loop when > 1) */
+    xg_node *outn; /* per output: dtype and shape of one step's value */
     uint64_t last_use;
 } tpu_program;
 
@@ -60,6 +62,9 @@ typedef struct tpu_ctx {
     uint64_t clock;
     dist_tensor *out_host[DIST_MAX_REPLICAS][DIST_RUN_MAX_OUTPUTS];
     dist_tpu_stats stats;
+    /* steps per execution as a while loop ($DIST_TPU_STEPS_FORM=loop) or unrolled (the
+     * default: on XLA's CPU plugin the loop ran 5-9x slower per step) */
+    int loop_form;
     int dump; /* $DIST_TPU_DUMP_DIR set: each new program's StableHLO is written there */
     char dump_dir[512];
 } tpu_ctx;
@@ -188,6 +193,7 @@ static void program_free(tpu_program *p) {
     free(p->state_regions);
     free(p->out_regions);
     free(p->aliases);
+    free(p->outn);
     memset(p, 0, sizeof *p);
 }
 
@@ -197,10 +203,74 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static dist_status compile_program(tpu_ctx *c, sigbuf *sig, tpu_program **out) {
+/* One traced step, kept apart from the strategy's working graph: what compiling and running
+ * it needs (run_steps traces several before it runs them). */
+typedef struct tpu_rec {
+    xg_graph g;
+    int64_t *state_regions; /* per state input */
+    int64_t *out_regions;   /* per output */
+    float *scalars;
+    int num_scalars;
+    sigbuf sig;
+} tpu_rec;
+
+static void rec_free(tpu_rec *r) {
+    xg_free(&r->g);
+    free(r->state_regions);
+    free(r->out_regions);
+    free(r->scalars);
+    free(r->sig.p);
+    memset(r, 0, sizeof *r);
+}
+
+/* Moves the last trace (c->g and the trace's bookkeeping) into r. */
+static dist_status rec_take(tpu_ctx *c, tpu_rec *r) {
+    memset(r, 0, sizeof *r);
+    sig_graph(c, &r->sig);
+    r->g = c->g;
+    xg_init(&c->g);
+    const xg_graph *g = &r->g;
+    r->num_scalars = xla_trace_num_scalars(c->trace);
+    r->state_regions = malloc(sizeof(int64_t) * (size_t)(g->num_states + 1));
+    r->out_regions = malloc(sizeof(int64_t) * (size_t)(g->num_outputs + 1));
+    r->scalars = malloc(sizeof(float) * (size_t)(r->num_scalars + 1));
+    if (r->sig.oom || !r->state_regions || !r->out_regions || !r->scalars) {
+        rec_free(r);
+        return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (trace)");
+    }
+    for (int s = 0; s < g->num_states; s++)
+        r->state_regions[s] = xla_trace_state_region(c->trace, g->states[s]);
+    for (int o = 0; o < g->num_outputs; o++)
+        r->out_regions[o] = xla_trace_output_region(c->trace, o);
+    memcpy(r->scalars, xla_trace_scalars(c->trace), sizeof(float) * (size_t)r->num_scalars);
+    return DIST_OK;
+}
+
+static tpu_program *find_program(tpu_ctx *c, const tpu_rec *r, int k) {
+    for (int i = 0; i < c->nprogs; i++) {
+        tpu_program *p = &c->progs[i];
+        if (p->k == k && p->sig_len == r->sig.len && !memcmp(p->sig, r->sig.p, r->sig.len))
+            return p;
+    }
+    return NULL;
+}
+
+/* Compiles r's step, k times in a loop when k > 1. */
+static dist_status compile_program(tpu_ctx *c, const tpu_rec *r, int k, tpu_program **out) {
+    const xg_graph *g = &r->g;
     char *text = NULL;
     size_t len = 0;
-    DIST_TRY(xg_emit_stablehlo(&c->g, &text, &len));
+    if (k == 1) {
+        DIST_TRY(xg_emit_stablehlo(g, &text, &len));
+    } else {
+        int *is_state = malloc(sizeof(int) * (size_t)(g->num_outputs + 1));
+        if (!is_state) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+        for (int o = 0; o < g->num_outputs; o++) is_state[o] = r->out_regions[o] >= 0;
+        dist_status st = c->loop_form ? xg_emit_stablehlo_loop(g, k, is_state, &text, &len)
+                                      : xg_emit_stablehlo_unrolled(g, k, is_state, &text, &len);
+        free(is_state);
+        DIST_TRY(st);
+    }
     if (c->dump) {
         char path[600];
         snprintf(path, sizeof path, "%s/step-%d.mlir", c->dump_dir, c->stats.compiles);
@@ -227,11 +297,10 @@ static dist_status compile_program(tpu_ctx *c, sigbuf *sig, tpu_program **out) {
             if (c->progs[i].last_use < p->last_use) p = &c->progs[i];
         program_free(p);
     }
-    const xg_graph *g = &c->g;
     p->exec = exec;
-    p->sig = sig->p;
-    p->sig_len = sig->len;
-    sig->p = NULL;
+    p->k = k;
+    p->sig = malloc(r->sig.len ? r->sig.len : 1);
+    p->sig_len = r->sig.len;
     p->num_states = g->num_states;
     p->num_args = g->num_args;
     p->num_outputs = g->num_outputs;
@@ -239,17 +308,28 @@ static dist_status compile_program(tpu_ctx *c, sigbuf *sig, tpu_program **out) {
     p->state_regions = malloc(sizeof(int64_t) * (size_t)(g->num_states + 1));
     p->out_regions = malloc(sizeof(int64_t) * (size_t)(g->num_outputs + 1));
     p->aliases = malloc(sizeof(int) * (size_t)(g->num_outputs + 1));
-    if (!p->state_regions || !p->out_regions || !p->aliases) {
+    p->outn = malloc(sizeof(xg_node) * (size_t)(g->num_outputs + 1));
+    if (!p->sig || !p->state_regions || !p->out_regions || !p->aliases || !p->outn) {
         program_free(p);
         c->nprogs--;
         return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (program)");
     }
-    for (int s = 0; s < g->num_states; s++)
-        p->state_regions[s] = xla_trace_state_region(c->trace, g->states[s]);
+    memcpy(p->sig, r->sig.p, r->sig.len);
+    memcpy(p->state_regions, r->state_regions, sizeof(int64_t) * (size_t)g->num_states);
     for (int o = 0; o < g->num_outputs; o++) {
-        p->out_regions[o] = xla_trace_output_region(c->trace, o);
+        p->out_regions[o] = r->out_regions[o];
         p->aliases[o] = g->aliases[o];
+        p->outn[o] = g->nodes[g->outputs[o]];
+        p->outn[o].bytes = NULL;
     }
+    *out = p;
+    return DIST_OK;
+}
+
+static dist_status program_for(tpu_ctx *c, const tpu_rec *r, int k, tpu_program **out) {
+    tpu_program *p = find_program(c, r, k);
+    if (!p) DIST_TRY(compile_program(c, r, k, &p));
+    p->last_use = ++c->clock;
     *out = p;
     return DIST_OK;
 }
@@ -338,16 +418,34 @@ static dist_status upload_state(tpu_ctx *c, int64_t region, void **bufs) {
     return DIST_OK;
 }
 
-static dist_status execute(dist_strategy *s, tpu_program *p, const dist_per_replica_element *inputs,
-                           dist_per_replica *results) {
+/* Adds n elements of src to dst (dtype dt), or copies them when first. */
+static void accumulate(void *dst, const void *src, int64_t n, dist_dtype dt, int first) {
+    if (first) {
+        memcpy(dst, src, (size_t)n * dist_dtype_size(dt));
+        return;
+    }
+    if (dt == DIST_F32)
+        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] += ((const float *)src)[i];
+    else if (dt == DIST_I32)
+        for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] += ((const int32_t *)src)[i];
+    else if (dt == DIST_I64)
+        for (int64_t i = 0; i < n; i++) ((int64_t *)dst)[i] += ((const int64_t *)src)[i];
+}
+
+/* Runs p (k steps) with inputs[0..k) and scalars (k rows of p->num_scalars); the step outputs,
+ * summed over the k steps, into results (added to what is there when `add`). */
+static dist_status execute(dist_strategy *s, tpu_program *p, const float *scalars,
+                           const dist_per_replica_element *const *inputs, dist_per_replica *results,
+                           int add) {
     tpu_ctx *c = s->ctx;
-    int ndev = c->ndev;
+    int ndev = c->ndev, k = p->k;
     int nargs = (p->num_scalars > 0) + p->num_states + p->num_args;
     size_t na = (size_t)ndev * (size_t)(nargs ? nargs : 1);
     size_t no = (size_t)ndev * (size_t)(p->num_outputs ? p->num_outputs : 1);
     dist_pjrt_buffer **args = calloc(na, sizeof *args);
     dist_pjrt_buffer **outs = calloc(no, sizeof *outs);
     unsigned char *owned = calloc(na, 1); /* args made for this run only */
+    void *stage = NULL;
     dist_status st = DIST_OK;
     if (!args || !outs || !owned) {
         st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (execute)");
@@ -355,10 +453,10 @@ static dist_status execute(dist_strategy *s, tpu_program *p, const dist_per_repl
     }
     int a = 0;
     if (p->num_scalars > 0) {
-        int64_t n = p->num_scalars;
-        const float *sc = xla_trace_scalars(c->trace);
+        int64_t dims[2] = {k, p->num_scalars};
         for (int d = 0; d < ndev && st == DIST_OK; d++) {
-            st = dist_pjrt_buffer_from_host(c->client, d, DIST_F32, 1, &n, sc,
+            st = dist_pjrt_buffer_from_host(c->client, d, DIST_F32, k > 1 ? 2 : 1,
+                                            k > 1 ? dims : dims + 1, scalars,
                                             &args[(size_t)d * nargs + a]);
             owned[(size_t)d * nargs + a] = 1;
         }
@@ -371,9 +469,28 @@ static dist_status execute(dist_strategy *s, tpu_program *p, const dist_per_repl
     }
     for (int i = 0; i < p->num_args && st == DIST_OK; i++, a++) {
         for (int d = 0; d < ndev && st == DIST_OK; d++) {
-            const dist_tensor *h = inputs->replicas[d].items[i];
-            st = dist_pjrt_buffer_from_host(c->client, d, h->dtype, h->ndim, h->shape, h->data,
-                                            &args[(size_t)d * nargs + a]);
+            const dist_tensor *h = inputs[0]->replicas[d].items[i];
+            if (k == 1) {
+                st = dist_pjrt_buffer_from_host(c->client, d, h->dtype, h->ndim, h->shape, h->data,
+                                                &args[(size_t)d * nargs + a]);
+            } else {
+                /* the k steps' batches stacked on a new first axis */
+                size_t bytes = dist_tensor_bytes(h);
+                free(stage);
+                stage = malloc(bytes * (size_t)k);
+                if (!stage) {
+                    st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (inputs)");
+                    break;
+                }
+                for (int j = 0; j < k; j++)
+                    memcpy((char *)stage + bytes * (size_t)j, inputs[j]->replicas[d].items[i]->data,
+                           bytes);
+                int64_t dims[DIST_MAX_DIMS + 1];
+                dims[0] = k;
+                for (int q = 0; q < h->ndim; q++) dims[q + 1] = h->shape[q];
+                st = dist_pjrt_buffer_from_host(c->client, d, h->dtype, h->ndim + 1, dims, stage,
+                                                &args[(size_t)d * nargs + a]);
+            }
             owned[(size_t)d * nargs + a] = 1;
         }
     }
@@ -381,8 +498,8 @@ static dist_status execute(dist_strategy *s, tpu_program *p, const dist_per_repl
     st = dist_pjrt_execute(p->exec, ndev, nargs, args, p->num_outputs, outs);
     if (st) goto done;
     c->stats.executions++;
+    c->stats.steps += k;
     /* state: the outputs replace the regions' buffers (donated inputs are consumed) */
-    int k = 0;
     for (int o = 0; o < p->num_outputs; o++) {
         if (p->out_regions[o] < 0) continue;
         void *bufs[XLA_MAX_DEVICES];
@@ -391,28 +508,46 @@ static dist_status execute(dist_strategy *s, tpu_program *p, const dist_per_repl
             outs[(size_t)d * p->num_outputs + o] = NULL;
         }
         xla_trace_region_set_buffers(c->trace, p->out_regions[o], bufs, p->aliases[o] >= 0);
-        k++;
     }
-    /* the step's outputs to host, per replica */
+    /* the step's outputs to host, per replica, summed over the k steps */
     results->num_replicas = ndev;
     results->count = 0;
     for (int o = 0; o < p->num_outputs && st == DIST_OK; o++) {
         if (p->out_regions[o] >= 0) continue;
         int idx = results->count++;
+        const xg_node *n = &p->outn[o];
+        int64_t numel = xg_numel(n);
+        size_t bytes = (size_t)numel * dist_dtype_size(n->dtype);
         for (int d = 0; d < ndev && st == DIST_OK; d++) {
             dist_pjrt_buffer *b = outs[(size_t)d * p->num_outputs + o];
-            const xg_node *n = &c->g.nodes[c->g.outputs[o]];
             dist_tensor **h = &c->out_host[d][idx];
             int same = *h && (*h)->ndim == n->ndim && (*h)->dtype == n->dtype;
             for (int q = 0; same && q < n->ndim; q++) same = (*h)->shape[q] == n->dims[q];
             if (!same) {
+                if (add) {
+                    st = dist_error(DIST_INTERNAL, "tpu: steps of one run_steps differ in outputs");
+                    break;
+                }
                 dist_tensor_destroy(*h);
                 *h = NULL;
                 st = dist_tensor_create(n->dtype, n->ndim, n->dims, h);
                 if (st) break;
             }
-            st = dist_pjrt_buffer_to_host(b, (*h)->data, dist_tensor_bytes(*h));
             results->values[d][idx] = *h;
+            if (k == 1 && !add) {
+                st = dist_pjrt_buffer_to_host(b, (*h)->data, bytes);
+                continue;
+            }
+            free(stage);
+            stage = malloc(bytes * (size_t)k);
+            if (!stage) {
+                st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (outputs)");
+                break;
+            }
+            st = dist_pjrt_buffer_to_host(b, stage, bytes * (size_t)k);
+            for (int j = 0; j < k && st == DIST_OK; j++)
+                accumulate((*h)->data, (char *)stage + bytes * (size_t)j, numel, n->dtype,
+                           !add && j == 0);
         }
     }
 done:
@@ -424,38 +559,86 @@ done:
     free(args);
     free(outs);
     free(owned);
+    free(stage);
     return st;
+}
+
+static dist_status trace_rec(dist_strategy *s, dist_step_fn step, void *user,
+                             const dist_per_replica_element *inputs, tpu_rec *rec) {
+    tpu_ctx *c = s->ctx;
+    DIST_TRY(check_inputs(inputs, c->ndev));
+    dist_element outputs;
+    DIST_TRY(trace_step(s, step, user, inputs, &outputs));
+    c->stats.traces++;
+    return rec_take(c, rec);
 }
 
 static dist_status tpu_run(dist_strategy *s, dist_step_fn step, void *user,
                            const dist_per_replica_element *inputs, dist_per_replica *results) {
     tpu_ctx *c = s->ctx;
-    DIST_TRY(check_inputs(inputs, c->ndev));
-    dist_element outputs;
-    dist_status st = trace_step(s, step, user, inputs, &outputs);
-    if (st) return st;
-    c->stats.traces++;
-    sigbuf sig = {0};
-    sig_graph(c, &sig);
-    if (sig.oom) {
-        free(sig.p);
-        return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (signature)");
-    }
-    tpu_program *p = NULL;
-    for (int i = 0; i < c->nprogs; i++)
-        if (c->progs[i].sig_len == sig.len && !memcmp(c->progs[i].sig, sig.p, sig.len))
-            p = &c->progs[i];
-    if (!p) {
-        st = compile_program(c, &sig, &p);
-        free(sig.p);
-        if (st) return st;
-    } else {
-        free(sig.p);
-    }
-    p->last_use = ++c->clock;
+    tpu_rec rec;
+    DIST_TRY(trace_rec(s, step, user, inputs, &rec));
+    tpu_program *p;
+    dist_status st = program_for(c, &rec, 1, &p);
     dist_per_replica local;
-    if (!results) results = &local;
-    return execute(s, p, inputs, results);
+    if (st == DIST_OK) st = execute(s, p, rec.scalars, &inputs, results ? results : &local, 0);
+    rec_free(&rec);
+    return st;
+}
+
+/* k steps: every step is traced first (its host code runs, in order); when all k graphs are
+ * the same, one program runs them as a loop, else each runs on its own, in order. */
+static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user, int k,
+                                 const dist_per_replica_element *const *inputs,
+                                 dist_per_replica *results) {
+    tpu_ctx *c = s->ctx;
+    for (int j = 1; j < k; j++) {
+        const dist_tensor *a = inputs[0]->replicas[0].items[0],
+                          *b = inputs[j]->replicas[0].items[0];
+        int same = inputs[j]->replicas[0].count == inputs[0]->replicas[0].count &&
+                   a->ndim == b->ndim && a->dtype == b->dtype;
+        for (int q = 0; same && q < a->ndim; q++) same = a->shape[q] == b->shape[q];
+        if (!same)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "run_steps: step %d's inputs are shaped unlike step 0's (the "
+                              "steps of one execution share one program)",
+                              j);
+    }
+    tpu_rec *recs = calloc((size_t)k, sizeof *recs);
+    float *scalars = NULL;
+    if (!recs) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (run_steps)");
+    dist_status st = DIST_OK;
+    int traced = 0, alike = 1;
+    for (; traced < k && st == DIST_OK; traced++) {
+        st = trace_rec(s, step, user, inputs[traced], &recs[traced]);
+        if (st == DIST_OK && traced > 0)
+            alike = alike && recs[traced].sig.len == recs[0].sig.len &&
+                    !memcmp(recs[traced].sig.p, recs[0].sig.p, recs[0].sig.len);
+    }
+    if (st == DIST_OK && alike) {
+        int S = recs[0].num_scalars;
+        scalars = malloc(sizeof(float) * (size_t)(k * S + 1));
+        if (!scalars) st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (run_steps)");
+        for (int j = 0; j < k && st == DIST_OK; j++)
+            memcpy(scalars + (size_t)j * S, recs[j].scalars, sizeof(float) * (size_t)S);
+        tpu_program *p = NULL;
+        if (st == DIST_OK) st = program_for(c, &recs[0], k, &p);
+        if (st == DIST_OK) st = execute(s, p, scalars, inputs, results, 0);
+    } else {
+        /* the traced steps that succeeded run, in order (their host code has run) */
+        dist_status trace_st = st;
+        for (int j = 0; j < traced && recs[j].sig.p && trace_st == DIST_OK; j++) {
+            tpu_program *p;
+            st = program_for(c, &recs[j], 1, &p);
+            if (st == DIST_OK) st = execute(s, p, recs[j].scalars, &inputs[j], results, j > 0);
+            if (st) break;
+        }
+        if (trace_st) st = trace_st;
+    }
+    for (int j = 0; j < k; j++) rec_free(&recs[j]);
+    free(recs);
+    free(scalars);
+    return st;
 }
 
 static dist_status tpu_distribute_dataset(dist_strategy *s, dist_dataset *ds,
@@ -492,6 +675,7 @@ static void tpu_destroy(dist_strategy *s) {
 static const struct dist_strategy_i tpu_iface = {
     .name = "tpu",
     .run = tpu_run,
+    .run_steps = tpu_run_steps,
     .distribute_dataset = tpu_distribute_dataset,
     .distribute_datasets_from_function = tpu_distribute_from_function,
     .destroy = tpu_destroy,
@@ -541,6 +725,13 @@ dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options
     DIST_TRY(xla_trace_backend_create(c->ndev, &ops, &c->be));
     c->trace = xla_trace_of(c->be);
     DIST_TRY(dist_tape_create(c->be, &c->tape));
+    const char *form = getenv("DIST_TPU_STEPS_FORM");
+    if (form && *form) {
+        if (strcmp(form, "loop") && strcmp(form, "unrolled"))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "tpu: $DIST_TPU_STEPS_FORM is '%s'; expected loop or unrolled", form);
+        c->loop_form = strcmp(form, "loop") == 0;
+    }
     const char *dump = getenv("DIST_TPU_DUMP_DIR");
     if (dump && *dump) {
         c->dump = 1;

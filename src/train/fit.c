@@ -74,6 +74,70 @@ static dist_status run_step(dist_strategy *s, dist_step_fn fn, void *user, dist_
     return DIST_OK;
 }
 
+/* steps_per_execution: the batches of one execution, copied out of the iterator (whose views
+ * the next batch overwrites). */
+typedef struct fit_group {
+    int cap;
+    dist_per_replica_element *el;
+    dist_tensor *(*owned)[DIST_MAX_REPLICAS][DIST_ELEMENT_MAX];
+} fit_group;
+
+static void group_free(fit_group *g) {
+    for (int j = 0; g->owned && j < g->cap; j++)
+        for (int r = 0; r < DIST_MAX_REPLICAS; r++)
+            for (int i = 0; i < DIST_ELEMENT_MAX; i++) dist_tensor_destroy(g->owned[j][r][i]);
+    free(g->el);
+    free(g->owned);
+    memset(g, 0, sizeof *g);
+}
+
+static dist_status group_copy(fit_group *g, int j, const dist_per_replica_element *b) {
+    g->el[j] = *b;
+    for (int r = 0; r < b->num_replicas; r++)
+        for (int i = 0; i < b->replicas[r].count; i++) {
+            const dist_tensor *t = b->replicas[r].items[i];
+            dist_tensor **o = &g->owned[j][r][i];
+            int same = *o && (*o)->ndim == t->ndim && (*o)->dtype == t->dtype;
+            for (int q = 0; same && q < t->ndim; q++) same = (*o)->shape[q] == t->shape[q];
+            if (!same) {
+                dist_tensor_destroy(*o);
+                *o = NULL;
+                DIST_TRY(dist_tensor_create(t->dtype, t->ndim, t->shape, o));
+            }
+            memcpy((*o)->data, t->data, dist_tensor_bytes(t));
+            g->el[j].replicas[r].items[i] = *o;
+        }
+    return DIST_OK;
+}
+
+/* Runs n steps in one execution (batches of one global size) and adds their reduced outputs
+ * to sums, as run_step does for one. */
+static dist_status run_group(dist_strategy *s, dist_step_fn fn, void *user,
+                             dist_classifier_step *cs, const fit_group *g, int n, double sums[3]) {
+    const dist_per_replica_element *in[256];
+    for (int j = 0; j < n; j++) in[j] = &g->el[j];
+    if (cs) cs->global_batch_size = in[0]->global_batch_size;
+    dist_per_replica out;
+    DIST_TRY(dist_strategy_run_steps(s, fn, user, n, in, &out));
+    if (out.count < 3)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "fit: the step produced %d outputs; it must produce (loss share, "
+                          "correct, count)",
+                          out.count);
+    double v[3];
+    for (int i = 0; i < 3; i++) {
+        dist_tensor *t;
+        DIST_TRY(dist_strategy_reduce(s, DIST_REDUCE_SUM, &out, i, -1, &t));
+        v[i] = *(float *)t->data;
+        dist_tensor_destroy(t);
+    }
+    /* every step of the group had v[2] / n examples: its loss times that */
+    sums[0] += v[0] * (v[2] / n);
+    sums[1] += v[1];
+    sums[2] += v[2];
+    return DIST_OK;
+}
+
 /* The next batch, its wait recorded on the input row when tracing. */
 static dist_status next_batch(dist_strategy *s, dist_distributed_iterator *it,
                               dist_per_replica_element *in, int *end, dist_trace *trace) {
@@ -230,6 +294,12 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
                    "required (each worker repeats its own dataset, as in TF)");
     DIST_CHECK_ARG(o->epochs >= 1, "fit: epochs must be >= 1, got %d", o->epochs);
     DIST_CHECK_ARG(o->steps_per_epoch >= 0, "fit: steps_per_epoch must be >= 0");
+    DIST_CHECK_ARG(o->steps_per_execution >= 0 && o->steps_per_execution <= 256,
+                   "fit: steps_per_execution must be 1..256 (0: 1), got %d",
+                   o->steps_per_execution);
+    DIST_CHECK_ARG(!o->coordinator || o->steps_per_execution <= 1,
+                   "fit: steps_per_execution applies to synchronous strategies, not to a "
+                   "coordinator's closures");
     DIST_CHECK_ARG(count >= 0 && (count == 0 || callbacks), "fit: %d callbacks but no array",
                    count);
     dist_classifier_step cs = {model, optimizer, 0, o->loss_scale};
@@ -269,6 +339,18 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         base = dist_distributed_iterator_base(fs.train_iterator);
     }
 
+    int k = o->steps_per_execution > 1 ? o->steps_per_execution : 1;
+    fit_group grp = {0};
+    if (k > 1) {
+        grp.cap = k;
+        grp.el = calloc((size_t)k, sizeof *grp.el);
+        grp.owned = calloc((size_t)k, sizeof *grp.owned);
+        if (!grp.el || !grp.owned) {
+            group_free(&grp);
+            st = dist_error(DIST_OUT_OF_MEMORY, "fit: out of memory (steps_per_execution)");
+            goto out;
+        }
+    }
     EACH_CALLBACK(on_train_begin, &logs);
     for (int e = fs.initial_epoch; e < o->epochs && !fs.stop_training; e++) {
         int resumed_inside = e == fs.initial_epoch && fs.initial_step > 0;
@@ -286,42 +368,70 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         EACH_CALLBACK(on_epoch_begin, e, &logs);
         if (o->coordinator)
             DIST_TRY_GOTO(ps_epoch(o, &fs, &res, callbacks, count, &logs, epoch_start), st, out);
-        for (; !o->coordinator;) {
+        for (int data_end = 0; !o->coordinator && !data_end;) {
             if (o->steps_per_epoch && fs.step >= o->steps_per_epoch) break;
-            dist_per_replica_element in;
-            int end = 0;
+            dist_per_replica_element in, odd;
+            int end = 0, n = 1, have_odd = 0;
             DIST_TRY_GOTO(next_batch(s, fs.train_iterator, &in, &end, trace), st, out);
             if (end) break;
-            dist_logs_clear(&logs);
-            EACH_CALLBACK(on_batch_begin, fs.step, &logs);
-            double t0 = now_s(), seen = fs.sums[2];
-            DIST_TRY_GOTO(run_step(s, step, user, csp, &in, fs.sums, trace), st, out);
-            fs.epoch_step_seconds += now_s() - t0;
-            fs.epoch_seconds = now_s() - epoch_start;
-            fs.epoch_images += (int64_t)(fs.sums[2] - seen);
-            res.steps++;
-            if (!isfinite(fs.sums[0])) {
-                if (o->loss_scale && !dist_loss_scale_is_dynamic(o->loss_scale))
-                    st = dist_error(DIST_INVALID_ARGUMENT,
-                                    "fit: the loss became %g at epoch %d, step %lld: with a "
-                                    "fixed loss scale of %g the gradients overflowed (a fixed "
-                                    "scale applies non-finite steps, as Keras does); use a "
-                                    "dynamic loss scale or a smaller one",
-                                    fs.sums[0], e + 1, (long long)fs.step + 1,
-                                    (double)dist_loss_scale_loss_scale(o->loss_scale));
-                else
-                    st = dist_error(DIST_INVALID_ARGUMENT,
-                                    "fit: the loss became %g at epoch %d, step %lld (a learning "
-                                    "rate too high?)",
-                                    fs.sums[0], e + 1, (long long)fs.step + 1);
-                goto out;
+            if (k > 1) {
+                /* up to k batches of one global size for one execution; a batch of another
+                 * size (an epoch's partial last batch) runs on its own after them */
+                DIST_TRY_GOTO(group_copy(&grp, 0, &in), st, out);
+                int64_t room = o->steps_per_epoch ? o->steps_per_epoch - fs.step : k;
+                while (n < k && n < room) {
+                    dist_per_replica_element more;
+                    DIST_TRY_GOTO(next_batch(s, fs.train_iterator, &more, &data_end, trace), st,
+                                  out);
+                    if (data_end) break;
+                    if (more.global_batch_size != in.global_batch_size) {
+                        odd = more; /* the iterator's views stay valid until its next batch */
+                        have_odd = 1;
+                        break;
+                    }
+                    DIST_TRY_GOTO(group_copy(&grp, n, &more), st, out);
+                    n++;
+                }
             }
-            int64_t batch = fs.step;
-            fs.step++;
-            fs.global_step++;
-            dist_logs_clear(&logs);
-            sums_to_logs(fs.sums, "", &logs);
-            EACH_CALLBACK(on_batch_end, batch, &logs);
+            for (int pass = 0; pass < 1 + have_odd; pass++) {
+                if (pass == 1) n = 1;
+                dist_logs_clear(&logs);
+                EACH_CALLBACK(on_batch_begin, fs.step, &logs);
+                double t0 = now_s(), seen = fs.sums[2];
+                if (pass == 1)
+                    DIST_TRY_GOTO(run_step(s, step, user, csp, &odd, fs.sums, trace), st, out);
+                else if (k == 1)
+                    DIST_TRY_GOTO(run_step(s, step, user, csp, &in, fs.sums, trace), st, out);
+                else
+                    DIST_TRY_GOTO(run_group(s, step, user, csp, &grp, n, fs.sums), st, out);
+                fs.epoch_step_seconds += now_s() - t0;
+                fs.epoch_seconds = now_s() - epoch_start;
+                fs.epoch_images += (int64_t)(fs.sums[2] - seen);
+                res.steps += n;
+                if (!isfinite(fs.sums[0])) {
+                    if (o->loss_scale && !dist_loss_scale_is_dynamic(o->loss_scale))
+                        st = dist_error(DIST_INVALID_ARGUMENT,
+                                        "fit: the loss became %g at epoch %d, step %lld: with a "
+                                        "fixed loss scale of %g the gradients overflowed (a fixed "
+                                        "scale applies non-finite steps, as Keras does); use a "
+                                        "dynamic loss scale or a smaller one",
+                                        fs.sums[0], e + 1, (long long)fs.step + 1,
+                                        (double)dist_loss_scale_loss_scale(o->loss_scale));
+                    else
+                        st =
+                            dist_error(DIST_INVALID_ARGUMENT,
+                                       "fit: the loss became %g at epoch %d, step %lld (a learning "
+                                       "rate too high?)",
+                                       fs.sums[0], e + 1, (long long)fs.step + 1);
+                    goto out;
+                }
+                int64_t batch = fs.step + n - 1;
+                fs.step += n;
+                fs.global_step += n;
+                dist_logs_clear(&logs);
+                sums_to_logs(fs.sums, "", &logs);
+                EACH_CALLBACK(on_batch_end, batch, &logs);
+            }
         }
         dist_logs_clear(&logs);
         sums_to_logs(fs.sums, "", &logs);
@@ -345,6 +455,7 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
     }
     EVERY_CALLBACK(on_train_end, &logs);
 out:
+    group_free(&grp);
     dist_distributed_iterator_destroy(fs.train_iterator);
     res.global_step = fs.global_step;
     res.epochs_done = fs.initial_epoch + res.epochs_run;

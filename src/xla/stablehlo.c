@@ -88,6 +88,7 @@ typedef struct sbuf {
     size_t len, cap;
     int oom;
     int tmp; /* counter of auxiliary value names */
+    const char *scalars; /* the runtime scalars' value name (NULL: %scalars) */
 } sbuf;
 
 static void put(sbuf *b, const char *fmt, ...) {
@@ -231,7 +232,7 @@ static void replica_groups(sbuf *b, int n) {
 static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *const *names) {
     const xg_node *n = &g->nodes[id];
     char out[32];
-    snprintf(out, sizeof out, "%%v%d", id);
+    snprintf(out, sizeof out, "%s", names[id]);
     TY(ty, n);
 #define IN(k) (names[n->in[k]])
 #define INN(k) (&g->nodes[n->in[k]])
@@ -242,10 +243,10 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         char s[32];
         tname(b, s, sizeof s);
         put(b,
-            "    %s = \"stablehlo.slice\"(%%scalars) {limit_indices = array<i64: %" PRId64
+            "    %s = \"stablehlo.slice\"(%s) {limit_indices = array<i64: %" PRId64
             ">, start_indices = array<i64: %" PRId64 ">, strides = array<i64: 1>} : "
             "(tensor<%dxf32>) -> tensor<1xf32>\n",
-            s, n->i[0] + 1, n->i[0], g->num_scalars);
+            s, b->scalars ? b->scalars : "%scalars", n->i[0] + 1, n->i[0], g->num_scalars);
         put(b, "    %s = \"stablehlo.reshape\"(%s) : (tensor<1xf32>) -> tensor<f32>\n", out, s);
         return DIST_OK;
     }
@@ -661,6 +662,433 @@ dist_status xg_emit_stablehlo(const xg_graph *g, char **text, size_t *len) {
     if (b.oom) {
         free(b.p);
         return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+    }
+    *text = b.p;
+    *len = b.len;
+    return DIST_OK;
+}
+
+/* ---- k steps in one program: a while loop over stacked inputs ----------------------------- */
+
+static void stacked_type(char *s, size_t n, int k, const xg_node *node) {
+    int64_t dims[XG_MAX_DIMS + 1];
+    dims[0] = k;
+    for (int i = 0; i < node->ndim; i++) dims[i + 1] = node->dims[i];
+    type_of(s, n, node->dtype, node->ndim + 1, dims);
+}
+
+/* The carried values of the loop, in order: the counter, the scalars (when any), the state
+ * inputs, the state outputs that are not inputs, the stacked inputs, the stacked step outputs. */
+typedef struct loop_layout {
+    int scalars;    /* index of the scalars, or -1 */
+    int states;     /* first state input */
+    int write_only; /* first write-only state output */
+    int num_wo;
+    int *wo_output;  /* per write-only carried value: its output index */
+    int inputs;      /* first stacked input */
+    int accs;        /* first accumulator */
+    int *acc_output; /* per accumulator: its output index */
+    int num_accs;
+    int count; /* carried values in all */
+} loop_layout;
+
+static int is_state_output(const xg_graph *g, int o, const int *out_is_state) {
+    (void)g;
+    return out_is_state[o];
+}
+
+dist_status xg_emit_stablehlo_loop(const xg_graph *g, int k, const int *out_is_state, char **text,
+                                   size_t *len) {
+    DIST_CHECK_ARG(g && text && len && out_is_state && k >= 1,
+                   "xg_emit_stablehlo_loop: bad argument");
+    sbuf b = {0};
+    int n = g->count ? g->count : 1;
+    char **names = calloc((size_t)n, sizeof *names);
+    char *store = calloc((size_t)n, 24);
+    loop_layout L = {0};
+    L.wo_output = calloc((size_t)(g->num_outputs + 1), sizeof(int));
+    L.acc_output = calloc((size_t)(g->num_outputs + 1), sizeof(int));
+    char **ctype = NULL; /* type of each carried value */
+    dist_status st = DIST_OK;
+    if (!names || !store || !L.wo_output || !L.acc_output) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+        goto done;
+    }
+    for (int i = 0; i < g->count; i++) {
+        names[i] = store + (size_t)i * 24;
+        snprintf(names[i], 24, "%%v%d", i);
+    }
+    int c = 1;
+    L.scalars = g->num_scalars > 0 ? c++ : -1;
+    L.states = c;
+    c += g->num_states;
+    L.write_only = c;
+    for (int o = 0; o < g->num_outputs; o++)
+        if (is_state_output(g, o, out_is_state) && g->aliases[o] < 0) L.wo_output[L.num_wo++] = o;
+    c += L.num_wo;
+    L.inputs = c;
+    c += g->num_args;
+    L.accs = c;
+    for (int o = 0; o < g->num_outputs; o++)
+        if (!is_state_output(g, o, out_is_state)) L.acc_output[L.num_accs++] = o;
+    c += L.num_accs;
+    L.count = c;
+    ctype = calloc((size_t)c, sizeof *ctype);
+    char *tstore = calloc((size_t)c, 128);
+    if (!ctype || !tstore) {
+        free(tstore);
+        st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+        goto done;
+    }
+    for (int i = 0; i < c; i++) ctype[i] = tstore + (size_t)i * 128;
+    snprintf(ctype[0], 128, "tensor<i32>");
+    if (L.scalars >= 0) snprintf(ctype[L.scalars], 128, "tensor<%dx%dxf32>", k, g->num_scalars);
+    for (int s = 0; s < g->num_states; s++) {
+        const xg_node *nd = &g->nodes[g->states[s]];
+        type_of(ctype[L.states + s], 128, nd->dtype, nd->ndim, nd->dims);
+    }
+    for (int w = 0; w < L.num_wo; w++) {
+        const xg_node *nd = &g->nodes[g->outputs[L.wo_output[w]]];
+        type_of(ctype[L.write_only + w], 128, nd->dtype, nd->ndim, nd->dims);
+    }
+    for (int a = 0; a < g->num_args; a++)
+        stacked_type(ctype[L.inputs + a], 128, k, &g->nodes[g->args[a]]);
+    for (int q = 0; q < L.num_accs; q++)
+        stacked_type(ctype[L.accs + q], 128, k, &g->nodes[g->outputs[L.acc_output[q]]]);
+
+    /* the function: scalars [k, S], states, stacked inputs -> state outputs, stacked outputs */
+    put(&b,
+        "module @libdist_steps attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = %d "
+        ": i32} {\n  func.func public @main(",
+        g->num_replicas);
+    int argi = 0;
+    if (L.scalars >= 0) {
+        put(&b, "%%scalars_all: %s", ctype[L.scalars]);
+        argi++;
+    }
+    for (int s = 0; s < g->num_states; s++) {
+        put(&b, "%s%%arg%d: %s", argi ? ", " : "", argi, ctype[L.states + s]);
+        for (int o = 0; o < g->num_outputs; o++)
+            if (g->aliases[o] == s) put(&b, " {tf.aliasing_output = %d : i32}", o);
+        argi++;
+    }
+    for (int a = 0; a < g->num_args; a++, argi++)
+        put(&b, "%s%%arg%d: %s", argi ? ", " : "", argi, ctype[L.inputs + a]);
+    put(&b, ") -> (");
+    for (int o = 0; o < g->num_outputs; o++) {
+        int carried = -1;
+        for (int w = 0; w < L.num_wo; w++)
+            if (L.wo_output[w] == o) carried = L.write_only + w;
+        for (int q = 0; q < L.num_accs; q++)
+            if (L.acc_output[q] == o) carried = L.accs + q;
+        if (carried < 0) carried = L.states + g->aliases[o];
+        put(&b, "%s%s", o ? ", " : "", ctype[carried]);
+    }
+    put(&b, ") {\n");
+    /* initial values */
+    put(&b, "    %%i0 = \"stablehlo.constant\"() {value = dense<0> : tensor<i32>} : () -> "
+            "tensor<i32>\n");
+    for (int w = 0; w < L.num_wo; w++)
+        put(&b, "    %%wo%d = \"stablehlo.constant\"() {value = dense<0.0> : %s} : () -> %s\n", w,
+            ctype[L.write_only + w], ctype[L.write_only + w]);
+    for (int q = 0; q < L.num_accs; q++) {
+        const xg_node *nd = &g->nodes[g->outputs[L.acc_output[q]]];
+        const char *zero =
+            nd->dtype == DIST_F32 || nd->dtype == DIST_BF16 || nd->dtype == DIST_F16 ? "0.0" : "0";
+        put(&b, "    %%acc%d = \"stablehlo.constant\"() {value = dense<%s> : %s} : () -> %s\n", q,
+            zero, ctype[L.accs + q], ctype[L.accs + q]);
+    }
+    put(&b, "    %%w:%d = \"stablehlo.while\"(%%i0", L.count);
+    argi = 0;
+    if (L.scalars >= 0) put(&b, ", %%scalars_all"), argi++;
+    for (int s = 0; s < g->num_states; s++) put(&b, ", %%arg%d", argi++);
+    for (int w = 0; w < L.num_wo; w++) put(&b, ", %%wo%d", w);
+    for (int a = 0; a < g->num_args; a++) put(&b, ", %%arg%d", argi++);
+    for (int q = 0; q < L.num_accs; q++) put(&b, ", %%acc%d", q);
+    /* condition */
+    put(&b, ") ({\n    ^bb0(");
+    for (int i = 0; i < L.count; i++) put(&b, "%s%%p%d: %s", i ? ", " : "", i, ctype[i]);
+    put(&b, "):\n");
+    put(&b,
+        "      %%pk = \"stablehlo.constant\"() {value = dense<%d> : tensor<i32>} : () -> "
+        "tensor<i32>\n"
+        "      %%pc = \"stablehlo.compare\"(%%p0, %%pk) {comparison_direction = "
+        "#stablehlo<comparison_direction LT>} : (tensor<i32>, tensor<i32>) -> tensor<i1>\n"
+        "      \"stablehlo.return\"(%%pc) : (tensor<i1>) -> ()\n    }, {\n    ^bb0(",
+        k);
+    for (int i = 0; i < L.count; i++) put(&b, "%s%%c%d: %s", i ? ", " : "", i, ctype[i]);
+    put(&b, "):\n");
+    put(&b, "    %%z = \"stablehlo.constant\"() {value = dense<0> : tensor<i32>} : () -> "
+            "tensor<i32>\n");
+    if (L.scalars >= 0) {
+        put(&b,
+            "    %%srow = \"stablehlo.dynamic_slice\"(%%c%d, %%c0, %%z) {slice_sizes = array<i64: "
+            "1, %d>} : (%s, tensor<i32>, tensor<i32>) -> tensor<1x%dxf32>\n",
+            L.scalars, g->num_scalars, ctype[L.scalars], g->num_scalars);
+        put(&b,
+            "    %%scalars = \"stablehlo.reshape\"(%%srow) : (tensor<1x%dxf32>) -> "
+            "tensor<%dxf32>\n",
+            g->num_scalars, g->num_scalars);
+    }
+    for (int s = 0; s < g->num_states; s++)
+        snprintf(names[g->states[s]], 24, "%%c%d", L.states + s);
+    for (int a = 0; a < g->num_args; a++) {
+        const xg_node *nd = &g->nodes[g->args[a]];
+        char one[128], ty[96];
+        int64_t dims[XG_MAX_DIMS + 1];
+        dims[0] = 1;
+        for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
+        type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+        type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
+        put(&b, "    %%in%d_1 = \"stablehlo.dynamic_slice\"(%%c%d, %%c0", a, L.inputs + a);
+        for (int i = 0; i < nd->ndim; i++) put(&b, ", %%z");
+        put(&b, ") {slice_sizes = array<i64: 1");
+        for (int i = 0; i < nd->ndim; i++) put(&b, ", %" PRId64, nd->dims[i]);
+        put(&b, ">} : (%s, tensor<i32>", ctype[L.inputs + a]);
+        for (int i = 0; i < nd->ndim; i++) put(&b, ", tensor<i32>");
+        put(&b, ") -> %s\n", one);
+        put(&b, "    %%in%d = \"stablehlo.reshape\"(%%in%d_1) : (%s) -> %s\n", a, a, one, ty);
+        snprintf(names[g->args[a]], 24, "%%in%d", a);
+    }
+    for (int i = 0; i < g->count && st == DIST_OK; i++)
+        st = emit_node(&b, g, i, (const char *const *)names);
+    if (st) goto done;
+    /* the next carried values */
+    put(&b,
+        "    %%one = \"stablehlo.constant\"() {value = dense<1> : tensor<i32>} : () -> "
+        "tensor<i32>\n    %%next = \"stablehlo.add\"(%%c0, %%one) : (tensor<i32>, tensor<i32>) -> "
+        "tensor<i32>\n");
+    for (int q = 0; q < L.num_accs; q++) {
+        const xg_node *nd = &g->nodes[g->outputs[L.acc_output[q]]];
+        char one[128], ty[96];
+        int64_t dims[XG_MAX_DIMS + 1];
+        dims[0] = 1;
+        for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
+        type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+        type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
+        put(&b, "    %%up%d_1 = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", q,
+            names[g->outputs[L.acc_output[q]]], ty, one);
+        put(&b, "    %%up%d = \"stablehlo.dynamic_update_slice\"(%%c%d, %%up%d_1, %%c0", q,
+            L.accs + q, q);
+        for (int i = 0; i < nd->ndim; i++) put(&b, ", %%z");
+        put(&b, ") : (%s, %s, tensor<i32>", ctype[L.accs + q], one);
+        for (int i = 0; i < nd->ndim; i++) put(&b, ", tensor<i32>");
+        put(&b, ") -> %s\n", ctype[L.accs + q]);
+    }
+    put(&b, "    \"stablehlo.return\"(%%next");
+    if (L.scalars >= 0) put(&b, ", %%c%d", L.scalars);
+    for (int s = 0; s < g->num_states; s++) {
+        const char *v = NULL;
+        for (int o = 0; o < g->num_outputs; o++)
+            if (g->aliases[o] == s) v = names[g->outputs[o]];
+        if (v)
+            put(&b, ", %s", v);
+        else
+            put(&b, ", %%c%d", L.states + s);
+    }
+    for (int w = 0; w < L.num_wo; w++) put(&b, ", %s", names[g->outputs[L.wo_output[w]]]);
+    for (int a = 0; a < g->num_args; a++) put(&b, ", %%c%d", L.inputs + a);
+    for (int q = 0; q < L.num_accs; q++) put(&b, ", %%up%d", q);
+    put(&b, ") : (");
+    for (int i = 0; i < L.count; i++) put(&b, "%s%s", i ? ", " : "", ctype[i]);
+    put(&b, ") -> ()\n    }) : (");
+    for (int i = 0; i < L.count; i++) put(&b, "%s%s", i ? ", " : "", ctype[i]);
+    put(&b, ") -> (");
+    for (int i = 0; i < L.count; i++) put(&b, "%s%s", i ? ", " : "", ctype[i]);
+    put(&b, ")\n    \"func.return\"(");
+    for (int o = 0; o < g->num_outputs; o++) {
+        int carried = -1;
+        for (int w = 0; w < L.num_wo; w++)
+            if (L.wo_output[w] == o) carried = L.write_only + w;
+        for (int q = 0; q < L.num_accs; q++)
+            if (L.acc_output[q] == o) carried = L.accs + q;
+        if (carried < 0) carried = L.states + g->aliases[o];
+        put(&b, "%s%%w#%d", o ? ", " : "", carried);
+    }
+    put(&b, ") : (");
+    for (int o = 0; o < g->num_outputs; o++) {
+        int carried = -1;
+        for (int w = 0; w < L.num_wo; w++)
+            if (L.wo_output[w] == o) carried = L.write_only + w;
+        for (int q = 0; q < L.num_accs; q++)
+            if (L.acc_output[q] == o) carried = L.accs + q;
+        if (carried < 0) carried = L.states + g->aliases[o];
+        put(&b, "%s%s", o ? ", " : "", ctype[carried]);
+    }
+    put(&b, ") -> ()\n  }\n}\n");
+done:
+    if (ctype) free(ctype[0]);
+    free(ctype);
+    free(names);
+    free(store);
+    free(L.wo_output);
+    free(L.acc_output);
+    if (st == DIST_OK && b.oom) st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+    if (st != DIST_OK) {
+        free(b.p);
+        return st;
+    }
+    *text = b.p;
+    *len = b.len;
+    return DIST_OK;
+}
+
+/* k steps unrolled into one program: copy j reads row j of the stacked inputs and scalars and
+ * the state copy j - 1 wrote. */
+dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_is_state,
+                                       char **text, size_t *len) {
+    DIST_CHECK_ARG(g && text && len && out_is_state && k >= 1,
+                   "xg_emit_stablehlo_unrolled: bad argument");
+    sbuf b = {0};
+    int n = g->count ? g->count : 1;
+    char **names = calloc((size_t)n, sizeof *names);
+    char *store = calloc((size_t)n, 32);
+    char *cur = calloc((size_t)(g->num_states + 1), 32); /* each state's current value */
+    char *wo = calloc((size_t)(g->num_outputs + 1), 32); /* write-only outputs' last value */
+    char sname[32] = "";
+    dist_status st = DIST_OK;
+    if (!names || !store || !cur || !wo) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+        goto done;
+    }
+    for (int i = 0; i < g->count; i++) names[i] = store + (size_t)i * 32;
+    put(&b,
+        "module @libdist_steps attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = %d "
+        ": i32} {\n  func.func public @main(",
+        g->num_replicas);
+    int argi = 0;
+    if (g->num_scalars > 0) {
+        put(&b, "%%scalars_all: tensor<%dx%dxf32>", k, g->num_scalars);
+        argi++;
+    }
+    for (int s = 0; s < g->num_states; s++) {
+        TY(ty, &g->nodes[g->states[s]]);
+        put(&b, "%s%%arg%d: %s", argi ? ", " : "", argi, ty);
+        for (int o = 0; o < g->num_outputs; o++)
+            if (g->aliases[o] == s) put(&b, " {tf.aliasing_output = %d : i32}", o);
+        snprintf(cur + 32 * s, 32, "%%arg%d", argi);
+        argi++;
+    }
+    int first_arg = argi;
+    for (int a = 0; a < g->num_args; a++, argi++) {
+        char ty[128];
+        stacked_type(ty, sizeof ty, k, &g->nodes[g->args[a]]);
+        put(&b, "%s%%arg%d: %s", argi ? ", " : "", argi, ty);
+    }
+    put(&b, ") -> (");
+    for (int o = 0; o < g->num_outputs; o++) {
+        char ty[128];
+        const xg_node *nd = &g->nodes[g->outputs[o]];
+        if (out_is_state[o])
+            type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
+        else
+            stacked_type(ty, sizeof ty, k, nd);
+        put(&b, "%s%s", o ? ", " : "", ty);
+    }
+    put(&b, ") {\n");
+    for (int j = 0; j < k && st == DIST_OK; j++) {
+        if (g->num_scalars > 0) {
+            put(&b,
+                "    %%sr%d = \"stablehlo.slice\"(%%scalars_all) {limit_indices = array<i64: %d, "
+                "%d>, start_indices = array<i64: %d, 0>, strides = array<i64: 1, 1>} : "
+                "(tensor<%dx%dxf32>) -> tensor<1x%dxf32>\n",
+                j, j + 1, g->num_scalars, j, k, g->num_scalars, g->num_scalars);
+            snprintf(sname, sizeof sname, "%%sc%d", j);
+            put(&b, "    %s = \"stablehlo.reshape\"(%%sr%d) : (tensor<1x%dxf32>) -> tensor<%dxf32>\n",
+                sname, j, g->num_scalars, g->num_scalars);
+            b.scalars = sname;
+        }
+        for (int i = 0; i < g->count; i++) snprintf(names[i], 32, "%%u%d_%d", j, i);
+        for (int s = 0; s < g->num_states; s++)
+            snprintf(names[g->states[s]], 32, "%s", cur + 32 * s);
+        for (int a = 0; a < g->num_args; a++) {
+            const xg_node *nd = &g->nodes[g->args[a]];
+            char stk[128], one[128], ty[96];
+            int64_t dims[XG_MAX_DIMS + 1];
+            dims[0] = 1;
+            for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
+            stacked_type(stk, sizeof stk, k, nd);
+            type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+            type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
+            put(&b, "    %%in%d_%d_1 = \"stablehlo.slice\"(%%arg%d) {limit_indices = array<i64: %d",
+                j, a, first_arg + a, j + 1);
+            for (int i = 0; i < nd->ndim; i++) put(&b, ", %" PRId64, nd->dims[i]);
+            put(&b, ">, start_indices = array<i64: %d", j);
+            for (int i = 0; i < nd->ndim; i++) put(&b, ", 0");
+            put(&b, ">, strides = array<i64: 1");
+            for (int i = 0; i < nd->ndim; i++) put(&b, ", 1");
+            put(&b, ">} : (%s) -> %s\n", stk, one);
+            snprintf(names[g->args[a]], 32, "%%in%d_%d", j, a);
+            put(&b, "    %s = \"stablehlo.reshape\"(%%in%d_%d_1) : (%s) -> %s\n",
+                names[g->args[a]], j, a, one, ty);
+        }
+        for (int i = 0; i < g->count && st == DIST_OK; i++)
+            st = emit_node(&b, g, i, (const char *const *)names);
+        for (int o = 0; o < g->num_outputs; o++) {
+            if (g->aliases[o] >= 0)
+                snprintf(cur + 32 * g->aliases[o], 32, "%s", names[g->outputs[o]]);
+            else if (out_is_state[o])
+                snprintf(wo + 32 * o, 32, "%s", names[g->outputs[o]]);
+        }
+        /* step outputs of copy j, reshaped to [1, ...] for the stacking below */
+        for (int o = 0; o < g->num_outputs; o++) {
+            if (out_is_state[o]) continue;
+            const xg_node *nd = &g->nodes[g->outputs[o]];
+            char one[128], ty[96];
+            int64_t dims[XG_MAX_DIMS + 1];
+            dims[0] = 1;
+            for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
+            type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+            type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
+            put(&b, "    %%o%d_%d = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", j, o,
+                names[g->outputs[o]], ty, one);
+        }
+    }
+    if (st) goto done;
+    for (int o = 0; o < g->num_outputs; o++) {
+        if (out_is_state[o]) continue;
+        const xg_node *nd = &g->nodes[g->outputs[o]];
+        char one[128], stk[128];
+        int64_t dims[XG_MAX_DIMS + 1];
+        dims[0] = 1;
+        for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
+        type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+        stacked_type(stk, sizeof stk, k, nd);
+        put(&b, "    %%stk%d = \"stablehlo.concatenate\"(", o);
+        for (int j = 0; j < k; j++) put(&b, "%s%%o%d_%d", j ? ", " : "", j, o);
+        put(&b, ") {dimension = 0 : i64} : (");
+        for (int j = 0; j < k; j++) put(&b, "%s%s", j ? ", " : "", one);
+        put(&b, ") -> %s\n", stk);
+    }
+    put(&b, "    \"func.return\"(");
+    for (int o = 0; o < g->num_outputs; o++) {
+        if (!out_is_state[o])
+            put(&b, "%s%%stk%d", o ? ", " : "", o);
+        else if (g->aliases[o] >= 0)
+            put(&b, "%s%s", o ? ", " : "", cur + 32 * g->aliases[o]);
+        else
+            put(&b, "%s%s", o ? ", " : "", wo + 32 * o);
+    }
+    put(&b, ") : (");
+    for (int o = 0; o < g->num_outputs; o++) {
+        char ty[128];
+        const xg_node *nd = &g->nodes[g->outputs[o]];
+        if (out_is_state[o])
+            type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
+        else
+            stacked_type(ty, sizeof ty, k, nd);
+        put(&b, "%s%s", o ? ", " : "", ty);
+    }
+    put(&b, ") -> ()\n  }\n}\n");
+done:
+    free(names);
+    free(store);
+    free(cur);
+    free(wo);
+    if (st == DIST_OK && b.oom) st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (emitter)");
+    if (st != DIST_OK) {
+        free(b.p);
+        return st;
     }
     *text = b.p;
     *len = b.len;

@@ -99,4 +99,15 @@ dist_status xg_add_output(xg_graph *g, int node, int alias);
 /* The program as StableHLO text (MLIR assembly, module `main`), malloc'd, NUL-terminated. */
 dist_status xg_emit_stablehlo(const xg_graph *g, char **text, size_t *len);
 
+/* The same step k times in one program (steps_per_execution): a while loop whose body is the
+ * step. Inputs are stacked [k, ...] and the scalars [k, S]; state carries from one iteration to
+ * the next; step outputs come back stacked [k, ...]. out_is_state[o]: output o is state (else a
+ * step output). */
+/* The same k steps unrolled: copy j of the step reads row j of the inputs and the state copy
+ * j - 1 wrote. Same arguments and results as the loop. */
+dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_is_state,
+                                       char **text, size_t *len);
+dist_status xg_emit_stablehlo_loop(const xg_graph *g, int k, const int *out_is_state, char **text,
+                                   size_t *len);
+
 #endif

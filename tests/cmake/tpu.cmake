@@ -16,6 +16,13 @@ add_test(NAME tpu.vs_mirrored_sgd
 add_test(NAME tpu.one_device_vs_one_replica
          COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} 1 10 1e-4 sgd)
 add_test(NAME tpu.errors COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} errors)
+# steps_per_execution: 4 steps per program (unrolled, the default; and as a while loop), the
+# losses of each group of 4 and the weights against mirrored's 20 single steps.
+add_test(NAME tpu.steps_per_execution_unrolled
+         COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} 2 20 1e-4 adam 4)
+add_test(NAME tpu.steps_per_execution_loop
+         COMMAND ${CMAKE_COMMAND} -E env DIST_TPU_STEPS_FORM=loop
+                 $<TARGET_FILE:tpu_vs_mirrored> ${DIST_TEST_PJRT_PLUGIN} 2 20 1e-4 sgd 4)
 
 # distrain --strategy tpu: >= 0.96 on the built-in subset in 5 epochs (124 full batches an
 # epoch: the partial last batch is dropped, as TPUStrategy requires).
@@ -23,6 +30,13 @@ add_test(NAME distrain.tpu_accuracy
          COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
                  "-DARGS=--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
                  -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tpu.json -DMIN_ACCURACY=0.96
+                 -DSTEPS=620 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+# distrain --steps-per-execution 4 under tpu: the same accuracy floor; under mirrored (the
+# default run_steps: k runs) the same losses as one step per run.
+add_test(NAME distrain.tpu_steps_per_execution
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
+                 "-DARGS=--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2;--steps-per-execution;4"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tpu_spe.json -DMIN_ACCURACY=0.96
                  -DSTEPS=620 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
 # A BackupAndRestore backup crosses strategies: tpu -> mirrored and mirrored -> tpu.
 add_test(NAME distrain.tpu_cross_restore
@@ -32,6 +46,13 @@ add_test(NAME distrain.tpu_cross_restore
 add_test(NAME distrain.tpu_usage
          COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --check-numerics --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
 set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
-                     tpu.errors distrain.tpu_accuracy distrain.tpu_cross_restore distrain.tpu_usage
+                     tpu.errors tpu.steps_per_execution_unrolled tpu.steps_per_execution_loop
+                     distrain.tpu_steps_per_execution distrain.tpu_accuracy distrain.tpu_cross_restore distrain.tpu_usage
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu)
+
+# The default run_steps (every other kind): k runs, the same training as one step per run.
+set(spe_dir ${CMAKE_CURRENT_BINARY_DIR}/spe_mirrored)
+add_test(NAME distrain.steps_per_execution_mirrored
+         COMMAND sh -c "mkdir -p '${spe_dir}' && for k in 1 4; do '$<TARGET_FILE:distrain>' --strategy mirrored --devices cpu:0,cpu:1 --threads 1 --epochs 2 --steps-per-epoch 30 --quiet --steps-per-execution $k --metrics-json '${spe_dir}'/m$k.json || exit 1; grep -E '\"(train_loss|test_loss|steps)\"' '${spe_dir}'/m$k.json > '${spe_dir}'/l$k.txt; done && test -s '${spe_dir}'/l1.txt && cmp '${spe_dir}'/l1.txt '${spe_dir}'/l4.txt && cat '${spe_dir}'/l4.txt")
+set_tests_properties(distrain.steps_per_execution_mirrored PROPERTIES LABELS cli TIMEOUT 300)

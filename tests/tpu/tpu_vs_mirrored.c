@@ -2,7 +2,7 @@
  * from the same seed, the same batches in the same order, N steps each; the losses of every
  * step and every weight afterwards must agree to a relative tolerance.
  *
- *   tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE] [adam|sgd]
+ *   tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE] [adam|sgd] [STEPS_PER_EXECUTION]
  *   tpu_vs_mirrored PLUGIN errors
  *
  * Exits 0 when they agree, 1 (naming the first difference) when not, 2 on an error. */
@@ -42,6 +42,27 @@ static int fail(const char *what) {
 
 /* Trains `steps` steps; losses[steps] and weights (num_params) out. */
 static int use_sgd;
+static int spe = 1; /* the tpu run's steps per execution (dist_strategy_run_steps) */
+
+/* k batches copied out of the iterator (its views are overwritten by the next batch) */
+typedef struct group {
+    dist_per_replica_element el[64];
+    dist_tensor *owned[64][DIST_MAX_REPLICAS][2];
+} group;
+
+static int copy_batch(const dist_per_replica_element *b, group *g, int j) {
+    g->el[j] = *b;
+    for (int r = 0; r < b->num_replicas; r++)
+        for (int i = 0; i < b->replicas[r].count && i < 2; i++) {
+            const dist_tensor *t = b->replicas[r].items[i];
+            dist_tensor_destroy(g->owned[j][r][i]);
+            g->owned[j][r][i] = NULL;
+            if (dist_tensor_create(t->dtype, t->ndim, t->shape, &g->owned[j][r][i])) return 1;
+            memcpy(g->owned[j][r][i]->data, t->data, dist_tensor_bytes(t));
+            g->el[j].replicas[r].items[i] = g->owned[j][r][i];
+        }
+    return 0;
+}
 
 static int train(dist_strategy_kind kind, const char *plugin, int replicas, int steps,
                  const dist_mnist *mnist, double *losses, float **weights, int64_t *nparams) {
@@ -84,7 +105,29 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
     if (dist_strategy_distribute_dataset(strategy, ds, &dds) ||
         dist_distributed_dataset_iterator(dds, &it))
         return fail("distributing");
-    for (int s = 0; s < steps; s++) {
+    if (kind == DIST_STRATEGY_TPU && spe > 1) {
+        static group grp;
+        for (int s = 0; s < steps; s += spe) {
+            const dist_per_replica_element *in[64];
+            for (int j = 0; j < spe; j++) {
+                dist_per_replica_element batch;
+                int end = 0;
+                if (dist_distributed_iterator_next(it, &batch, &end) || end ||
+                    copy_batch(&batch, &grp, j))
+                    return fail("reading a batch");
+                in[j] = &grp.el[j];
+            }
+            dist_per_replica results;
+            if (dist_strategy_run_steps(strategy, train_step, &st, spe, in, &results))
+                return fail("steps");
+            dist_tensor *loss;
+            if (dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &loss))
+                return fail("reducing");
+            for (int j = 0; j < spe; j++) losses[s + j] = j == spe - 1 ? *(float *)loss->data : 0;
+            dist_tensor_destroy(loss);
+        }
+    }
+    for (int s = 0; s < steps && !(kind == DIST_STRATEGY_TPU && spe > 1); s++) {
         dist_per_replica_element batch;
         dist_per_replica results;
         int end = 0;
@@ -107,8 +150,9 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
     if (kind == DIST_STRATEGY_TPU) {
         dist_tpu_stats ts;
         if (dist_tpu_strategy_stats(strategy, &ts)) return fail("stats");
-        printf("tpu: %lld traces, %d compiles (%.2f s), %lld executions\n", (long long)ts.traces,
-               ts.compiles, ts.compile_seconds, (long long)ts.executions);
+        printf("tpu: %lld traces, %d compiles (%.2f s), %lld executions, %lld steps\n",
+               (long long)ts.traces, ts.compiles, ts.compile_seconds, (long long)ts.executions,
+               (long long)ts.steps);
     }
     dist_distributed_iterator_destroy(it);
     dist_distributed_dataset_destroy(dds);
@@ -186,6 +230,11 @@ int main(int argc, char **argv) {
     int replicas = atoi(argv[2]), steps = atoi(argv[3]);
     double tol = argc > 4 ? atof(argv[4]) : 1e-4;
     use_sgd = argc > 5 && !strcmp(argv[5], "sgd");
+    spe = argc > 6 ? atoi(argv[6]) : 1;
+    if (spe < 1 || spe > 64 || steps % spe) {
+        fprintf(stderr, "tpu_vs_mirrored: steps per execution 1..64, dividing STEPS\n");
+        return 2;
+    }
     dist_mnist *mnist;
     if (dist_mnist_load(NULL, &mnist)) return fail("loading MNIST");
     double *la = calloc((size_t)steps, sizeof *la), *lb = calloc((size_t)steps, sizeof *lb);
@@ -196,7 +245,16 @@ int main(int argc, char **argv) {
     rc = train(DIST_STRATEGY_TPU, plugin, replicas, steps, mnist, lb, &wb, &nb);
     if (rc) return rc;
     int bad = 0;
+    /* with steps per execution, the tpu run gives each group's sum at its last step */
+    for (int s = 0; s < steps && spe > 1; s++) {
+        if (s % spe != spe - 1) continue;
+        double sum = 0;
+        for (int j = s + 1 - spe; j <= s; j++) sum += la[j];
+        for (int j = s + 1 - spe; j < s; j++) la[j] = 0;
+        la[s] = sum;
+    }
     for (int s = 0; s < steps; s++) {
+        if (spe > 1 && s % spe != spe - 1) continue;
         double rel = fabs(la[s] - lb[s]) / fmax(fabs(la[s]), 1e-6);
         printf("step %2d: mirrored loss %.7f  tpu loss %.7f  rel %.2e\n", s + 1, la[s], lb[s], rel);
         if (!(rel <= tol) && !bad) {

@@ -429,6 +429,7 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     if (o->max_steps && o->max_steps < fo.steps_per_epoch) fo.steps_per_epoch = o->max_steps;
     fo.seed = o->seed;
     fo.loss_scale = s->loss_scale;
+    fo.steps_per_execution = o->steps_per_execution;
     if (o->trace && dist_trace_create(&fo.trace)) {
         callbacks_destroy(&cbs);
         return fail("--trace");

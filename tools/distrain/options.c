@@ -23,6 +23,9 @@ static const distrain_flag flags[] = {
     {"--pjrt-plugin", 1, "FILE", "$DIST_PJRT_PLUGIN, $TPU_LIBRARY_PATH, then libtpu.so",
      "tpu: the PJRT plugin that compiles and runs the step (XLA's CPU plugin, JAX's CUDA "
      "plugin, libtpu)"},
+    {"--steps-per-execution", 1, "K", "1",
+     "run K training steps per execution (Keras's steps_per_execution): under tpu one compiled "
+     "loop of K steps; callbacks see every K-th batch"},
     {"--tpu-cores", 1, "N", "every device of the plugin",
      "tpu: replicas; the XLA CPU plugin makes N CPU devices"},
     {"--tpu", 1, "NAME", "$TPU_NAME, else local",
@@ -281,6 +284,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->pjrt_plugin = v;
         } else if (strcmp(a, "--tpu") == 0) {
             o->tpu = v;
+        } else if (strcmp(a, "--steps-per-execution") == 0) {
+            if (!(rc = parse_int(a, v, 1, 256, &n))) o->steps_per_execution = (int)n;
         } else if (strcmp(a, "--tpu-cores") == 0) {
             if (!(rc = parse_int(a, v, 1, 64, &n))) o->tpu_cores = (int)n;
         } else if (strcmp(a, "--devices") == 0) {
@@ -519,6 +524,11 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 return 2;
             }
         }
+    }
+    if (ps && o->steps_per_execution > 1) {
+        fprintf(stderr, "distrain: --steps-per-execution does not apply to --strategy "
+                        "parameter_server (each step is a closure on a free worker)\n");
+        return 2;
     }
     if (o->partitioner_given && !ps) {
         fprintf(stderr, "distrain: --variable-partitioner applies to --strategy "

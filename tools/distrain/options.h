@@ -69,6 +69,7 @@ typedef struct distrain_options {
     const char *pjrt_plugin; /* tpu: --pjrt-plugin */
     const char *tpu;         /* tpu: --tpu (TPUClusterResolver's name) */
     int tpu_cores;           /* tpu: replicas; 0 = every device */
+    int steps_per_execution; /* Keras's steps_per_execution; 0 = 1 */
 } distrain_options;
 
 /* distrain predict: a model's predictions, one JSON line per example. */
