@@ -31,6 +31,7 @@
 #define NET_TLS_PSK_IDENTITY "libdist-cluster-psk-v1"
 #define NET_TLS_PSK_LABEL "libdist tls 1.3 external psk v1"
 #define NET_TLS_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"
+#define NET_TLS_READ_BUFFER_BYTES (64 * 1024)
 
 struct net_tls {
     SSL_CTX *ctx;
@@ -160,6 +161,11 @@ dist_status net_tls_setup(dist_net_comm *c, const char *cert, const char *key, c
     }
     SSL_CTX_set_app_data(t->ctx, t);
     SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* whole records from one read(): without it every record costs two system calls (header,
+     * then body) and often a wake-up between them; what is read ahead is seen by
+     * net_tls_pending, which the waits check before poll() */
+    SSL_CTX_set_read_ahead(t->ctx, 1);
+    SSL_CTX_set_default_read_buffer_len(t->ctx, NET_TLS_READ_BUFFER_BYTES);
     /* no resumption: every connection is a full handshake, no tickets after it */
     SSL_CTX_set_options(t->ctx, SSL_OP_NO_TICKET);
     SSL_CTX_set_num_tickets(t->ctx, 0);
@@ -252,7 +258,8 @@ const char *net_tls_last_reason(void) { return net_tls_reason; }
 
 size_t net_tls_pending(int fd) {
     SSL *s = tls_of(fd);
-    return s ? (size_t)SSL_pending(s) : 0;
+    /* decrypted bytes, or raw bytes read ahead (a whole record may be among them) */
+    return s ? (size_t)SSL_pending(s) + (size_t)SSL_has_pending(s) : 0;
 }
 
 /* The handshake's failure, worded for a person: what OpenSSL said and the likely cause.
