@@ -154,6 +154,61 @@ START_TEST(test_an_all_reduce_over_tls_gives_the_bits_of_tcp_on_three_ranks) {
 }
 END_TEST
 
+/* ---- deadlines and lost peers ------------------------------------------------------------------
+ */
+
+typedef struct failing_case {
+    bool kill; /* rank 1 dies after the first all-reduce; else it stays silent for 3 s */
+    double timeout_s;
+} failing_case;
+
+/* Rank 0 makes a second all-reduce that rank 1 never joins: DIST_TIMEOUT after timeout_s, or
+ * DIST_PEER_LOST at once when rank 1 died, naming worker/1 either way. */
+static void failing_rank(const cluster *cl, int rank, void *arg) {
+    const failing_case *fc = arg;
+    dist_net_comm_options o = cluster_options(cl, rank, DIST_NET_TCP);
+    o.tls = 1;
+    o.timeout_s = fc->timeout_s;
+    dist_net_comm *c = NULL;
+    CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
+    float x[1000] = {0};
+    CHILD_CHECK(dist_net_comm_all_reduce(c, x, 1000, DIST_REDUCE_SUM) == DIST_OK, "first: %s",
+                dist_last_error());
+    if (rank == 1) {
+        if (fc->kill) raise(SIGKILL);
+        usleep(3000 * 1000);
+        dist_net_comm_destroy(c);
+        return;
+    }
+    double t0 = now_s();
+    dist_status st = dist_net_comm_all_reduce(c, x, 1000, DIST_REDUCE_SUM);
+    double waited = now_s() - t0;
+    dist_status want = fc->kill ? DIST_PEER_LOST : DIST_TIMEOUT;
+    CHILD_CHECK(st == want, "second: %s, expected %s (%s)", dist_status_name(st),
+                dist_status_name(want), dist_last_error());
+    CHILD_CHECK(strstr(dist_last_error(), "worker/1 at 127.0.0.1:"), "%s", dist_last_error());
+    CHILD_CHECK(waited < dist_test_timeout_bound(fc->timeout_s), "gave up after %.3f s", waited);
+    if (!fc->kill)
+        CHILD_CHECK(waited >= 0.9 * fc->timeout_s, "gave up early, after %.3f s", waited);
+    fprintf(g_out, "%s\n", dist_last_error());
+    dist_net_comm_destroy(c);
+}
+
+START_TEST(test_over_tls_a_silent_peer_times_out_and_a_dead_one_is_lost_naming_it) {
+    for (int k = 0; k < 2; k++) {
+        cluster cl;
+        cluster_init(&cl, 2);
+        failing_case fc = {.kill = k == 1, .timeout_s = k == 1 ? 10 : 1};
+        pid_t p0 = spawn(&cl, 0, failing_rank, &fc), p1 = spawn(&cl, 1, failing_rank, &fc);
+        expect_exit_ok(&cl, p0, 0);
+        int status = 0;
+        ck_assert_int_eq(waitpid(p1, &status, 0), p1);
+        ck_assert(fc.kill ? WIFSIGNALED(status) : WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        cluster_cleanup(&cl);
+    }
+}
+END_TEST
+
 /* ---- peers that cannot complete TLS ---------------------------------------------------------- */
 
 /* A rank 1 that must be refused: creating fails with DIST_UNAVAILABLE naming rank 0 and TLS,
@@ -395,6 +450,7 @@ int main(void) {
     tcase_add_test(tc,
                    test_certificates_from_one_ca_carry_the_all_reduce_and_a_stranger_ca_is_refused);
     tcase_add_test(tc, test_tls_options_that_cannot_work_fail_at_create_naming_what_is_missing);
+    tcase_add_test(tc, test_over_tls_a_silent_peer_times_out_and_a_dead_one_is_lost_naming_it);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
