@@ -105,7 +105,7 @@ static void ps_start(ps_task *t) {
         t->worker = resolve_as(t, 1, TEST_CLUSTER_TOKEN);
         int fd = -1;
         if (ps_connect(t->chief, PS_RANK, net_now() + 10, &fd) == DIST_OK) {
-            close(fd);
+            net_close(&fd);
             return;
         }
         kill(t->pid, SIGKILL);
