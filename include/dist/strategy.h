@@ -53,7 +53,10 @@ typedef enum dist_transport {
     DIST_TRANSPORT_AUTO = 0, /* shared memory when every worker is on this host, else TCP */
     DIST_TRANSPORT_TCP,      /* a ring over TCP */
     DIST_TRANSPORT_SHM,      /* shared memory (every worker on one host) */
-    DIST_TRANSPORT_MPI       /* MPI (Open MPI; libdist built with MPI): the job's MPI world */
+    DIST_TRANSPORT_MPI,      /* MPI (Open MPI; libdist built with MPI): the job's MPI world */
+    /* TCP with every connection in TLS 1.3 (OpenSSL): keyed by certificates (tls_cert,
+     * tls_key, tls_ca) or by default by the cluster token; multi_worker and parameter_server */
+    DIST_TRANSPORT_TLS
 } dist_transport;
 
 /* Variable aggregation and synchronization (tf.VariableAggregation / VariableSynchronization),
@@ -91,7 +94,8 @@ typedef struct dist_strategy_options {
     /* multi_worker: deadline in seconds for every worker to join (0: 300). */
     double connect_timeout_s;
     /* multi_worker: how workers exchange data. AUTO: shared memory when every worker is on this
-     * host, else TCP; $DIST_COLLECTIVE_TRANSPORT (auto, tcp, shm) is read when AUTO. */
+     * host, else TCP; $DIST_COLLECTIVE_TRANSPORT (auto, tcp, shm, mpi, tls) is read when AUTO.
+     * parameter_server: TLS puts its connections in TLS (AUTO reads the variable too). */
     dist_transport transport;
     /* GPUs: 1 = deterministic algorithms only (cuDNN), as tf.config.experimental.
      * enable_op_determinism(): the same run gives the same bits. 0 = the fastest algorithms,
@@ -111,6 +115,13 @@ typedef struct dist_strategy_options {
      * variable_partitioner; dist/partitioner.h). NULL: none, each variable on one ps.
      * Borrowed for the call. */
     const dist_partitioner *variable_partitioner;
+    /* transport TLS: PEM files of this task's certificate, its private key and the CA that
+     * signed every task's certificate (each side verifies the other's: mutual TLS). All three,
+     * or none: then $DIST_TLS_CERT, $DIST_TLS_KEY, $DIST_TLS_CA, else a PSK derived from the
+     * cluster token (HKDF-SHA256). A peer without the key or a trusted certificate fails the
+     * TLS handshake; either way the token's handshake names the ranks inside the session.
+     * Borrowed for the call. */
+    const char *tls_cert, *tls_key, *tls_ca;
     /* tpu: the PJRT plugin to load (a path, or a file name for the dlopen search). NULL:
      * $DIST_PJRT_PLUGIN, then $TPU_LIBRARY_PATH, then libtpu.so. Borrowed for the call. */
     const char *pjrt_plugin;
@@ -130,8 +141,8 @@ typedef struct dist_strategy_options {
         .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
         .collective_timeout_s = 0.0, .cluster_spec = NULL, .connect_timeout_s = 0.0,               \
         .transport = DIST_TRANSPORT_AUTO, .deterministic = 0, .cuda_graphs = 0,                    \
-        .allow_insecure = 0, .variable_partitioner = NULL, .pjrt_plugin = NULL, .tpu = NULL,       \
-        .tpu_cores = 0                                                                             \
+        .allow_insecure = 0, .variable_partitioner = NULL, .tls_cert = NULL, .tls_key = NULL,      \
+        .tls_ca = NULL, .pjrt_plugin = NULL, .tpu = NULL, .tpu_cores = 0                           \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,

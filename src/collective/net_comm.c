@@ -252,6 +252,9 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
     DIST_CHECK_ARG(o->world == 1 || o->addresses, "net_comm: no addresses for %d ranks", o->world);
     DIST_CHECK_ARG(o->transport >= DIST_NET_AUTO && o->transport <= DIST_NET_SHM,
                    "net_comm: transport %d", (int)o->transport);
+    DIST_CHECK_ARG(!(o->tls && o->transport == DIST_NET_SHM),
+                   "net_comm: TLS protects the sockets and the shared-memory transport uses "
+                   "none; ask for one of them");
     for (int r = 0; o->addresses && r < o->world; r++)
         DIST_CHECK_ARG(o->addresses[r] && strlen(o->addresses[r]) < NET_ADDR_CAP,
                        "net_comm: address of rank %d missing or too long", r);
@@ -283,7 +286,10 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
         snprintf(c->addrs[r], NET_ADDR_CAP, "%s", o->addresses ? o->addresses[r] : "local:0");
     }
     dist_status st = c->world > 1 ? net_auth_setup(c, o->token, o->allow_insecure != 0) : DIST_OK;
-    if (st == DIST_OK) st = join(c, o->transport);
+    if (st == DIST_OK && o->tls && c->world > 1)
+        st = net_tls_setup(c, o->tls_cert, o->tls_key, o->tls_ca);
+    /* TLS: the bulk data stay on the encrypted sockets */
+    if (st == DIST_OK) st = join(c, o->tls ? DIST_NET_TCP : o->transport);
     if (st != DIST_OK) {
         dist_net_comm_destroy(c);
         return st;
@@ -299,6 +305,7 @@ void dist_net_comm_destroy(dist_net_comm *c) {
     net_close(&c->store_fd);
     net_close(&c->listen_fd);
     net_shm_destroy(c->shm);
+    net_tls_destroy(c->tls);
     free(c->scratch);
     free(c->fds);
     free(c->addrs);
@@ -309,7 +316,9 @@ void dist_net_comm_destroy(dist_net_comm *c) {
 
 int dist_net_comm_rank(const dist_net_comm *c) { return c->rank; }
 int dist_net_comm_world(const dist_net_comm *c) { return c->world; }
-const char *dist_net_comm_transport_name(const dist_net_comm *c) { return c->shm ? "shm" : "tcp"; }
+const char *dist_net_comm_transport_name(const dist_net_comm *c) {
+    return c->shm ? "shm" : c->tls ? "tls" : "tcp";
+}
 
 /* Starts a collective: the failed state, and the call's deadline (timeout_s 0: the
  * communicator's). */

@@ -21,7 +21,8 @@
  * keeps jobs apart) and a warning is logged. This holds for loopback clusters too: separately
  * started processes cannot agree on a generated secret, and every local user can reach
  * 127.0.0.1. The token authenticates; it does not encrypt: the data travel in clear, as
- * TensorFlow's gRPC does without TLS.
+ * TensorFlow's gRPC does without TLS, unless options.tls puts every connection in TLS 1.3
+ * (net_tls.c: a PSK from the token, or certificates), under the same handshake.
  *
  * Handshake (DIST_NET_PROTOCOL_VERSION 2, little-endian), on every store and mesh
  * connection:
@@ -118,11 +119,23 @@ typedef struct dist_net_comm_options {
     /* While joining, the ranks still missing are logged (DIST_LOG_WARN) every wait_log_s
      * seconds; 0: 10. */
     double wait_log_s;
+    /* 1: every connection (store, mesh) runs in TLS 1.3 (net_tls.c) and the bulk data travel
+     * over TCP, never shared memory. Keyed by certificates when tls_cert, tls_key and tls_ca
+     * (or $DIST_TLS_CERT, $DIST_TLS_KEY, $DIST_TLS_CA) name PEM files, all three; else by a
+     * PSK derived from the token (which allow_insecure then cannot replace). Paths borrowed
+     * for the call. */
+    int tls;
+    const char *tls_cert, *tls_key, *tls_ca;
 } dist_net_comm_options;
 
-#define DIST_NET_COMM_OPTIONS_VERSION 2
+#define DIST_NET_COMM_OPTIONS_VERSION 3
 #define DIST_NET_COMM_OPTIONS_INIT                                                                 \
-    { DIST_NET_COMM_OPTIONS_VERSION, 0, 1, NULL, NULL, NULL, 0.0, 0.0, DIST_NET_AUTO, NULL, 0, 0.0 }
+    {                                                                                              \
+        .version = DIST_NET_COMM_OPTIONS_VERSION, .rank = 0, .world = 1, .addresses = NULL,        \
+        .task_names = NULL, .fingerprint = NULL, .connect_timeout_s = 0.0, .timeout_s = 0.0,       \
+        .transport = DIST_NET_AUTO, .token = NULL, .allow_insecure = 0, .wait_log_s = 0.0,         \
+        .tls = 0, .tls_cert = NULL, .tls_key = NULL, .tls_ca = NULL                                \
+    }
 
 /* Joins the cluster: returns when every rank has joined (or fails with DIST_TIMEOUT naming the
  * ranks that did not, DIST_UNAVAILABLE when the own port cannot be bound, naming it). A world
@@ -134,7 +147,7 @@ void dist_net_comm_destroy(dist_net_comm *c);
 
 int dist_net_comm_rank(const dist_net_comm *c);
 int dist_net_comm_world(const dist_net_comm *c);
-/* "tcp" or "shm": the transport of the bulk collectives. */
+/* "tcp", "tls" or "shm": the transport of the bulk collectives. */
 const char *dist_net_comm_transport_name(const dist_net_comm *c);
 
 /* In place over every rank's `count` floats: SUM, MEAN (the sum divided by world), MAX or

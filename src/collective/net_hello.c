@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 enum {
     NET_ACCEPTED = 0,
@@ -25,6 +26,7 @@ enum {
     NET_BAD_RANK,
     NET_DUPLICATE_RANK,
     NET_BAD_KIND,
+    NET_NEEDS_TLS,
     NET_REASON_COUNT
 };
 
@@ -36,6 +38,7 @@ static const char *reason_text(uint32_t r) {
         "rank out of range",
         "duplicate rank (that rank has already joined)",
         "unexpected connection kind",
+        "this listener speaks TLS only (--transport tls)",
     };
     return r < NET_REASON_COUNT ? text[r] : "unknown reason";
 }
@@ -47,19 +50,34 @@ dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, d
     net_peer_desc(c, to_rank, who, sizeof who);
     unsigned char nc[NET_NONCE_BYTES], b[NET_HELLO_BYTES];
     DIST_TRY(net_random(nc, sizeof nc));
+    if (c->tls) DIST_TRY(net_tls_connect(c, fd, deadline, who));
     put32(b, NET_HELLO_MAGIC);
     put32(b + 4, DIST_NET_PROTOCOL_VERSION);
     put32(b + 8, (uint32_t)kind);
     put32(b + 12, (uint32_t)c->rank);
     memcpy(b + 16, nc, NET_NONCE_BYTES);
     DIST_TRY(net_send_all(fd, b, NET_HELLO_BYTES, deadline, who));
-    dist_status st = net_recv_all(fd, b, NET_CHALLENGE_BYTES, deadline, who);
+    /* the record header of a TLS alert first: a TLS listener refusing this plain hello */
+    dist_status st = net_recv_all(fd, b, NET_TLS_RECORD_HEADER_BYTES, deadline, who);
+    if (st == DIST_OK && !c->tls && net_is_tls_record(b))
+        return dist_error(DIST_UNAVAILABLE,
+                          "%s answered in TLS: it runs with --transport tls and this process "
+                          "(rank %d) without; every task needs the same --transport",
+                          who, c->rank);
+    if (st == DIST_OK)
+        st = net_recv_all(fd, b + NET_TLS_RECORD_HEADER_BYTES,
+                          NET_CHALLENGE_BYTES - NET_TLS_RECORD_HEADER_BYTES, deadline, who);
     if (st == DIST_PEER_LOST)
         return dist_error(DIST_PEER_LOST, "%s closed the connection without answering the hello",
                           who);
     DIST_TRY(st);
     if (get32(b) != NET_HELLO_MAGIC)
         return dist_error(DIST_UNAVAILABLE, "%s is not a libdist communicator (bad magic)", who);
+    if (get32(b + 8) == NET_NEEDS_TLS)
+        return dist_error(DIST_UNAVAILABLE,
+                          "%s refused this process (rank %d): it runs with --transport tls and "
+                          "this process without; every task needs the same --transport",
+                          who, c->rank);
     if (get32(b + 8) != NET_ACCEPTED || get32(b + 4) != DIST_NET_PROTOCOL_VERSION)
         return dist_error(DIST_UNAVAILABLE,
                           "%s refused this process (rank %d): other protocol version (it speaks "
@@ -94,7 +112,10 @@ dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, d
 
 struct net_pending {
     int fd;
-    bool proof; /* false: reading the hello; true: reading the proof */
+    bool tls;     /* the TLS handshake is done (or not asked for) */
+    bool sniffed; /* TLS: the first bytes are not a plain hello */
+    short events; /* what the pending step waits for */
+    bool proof;   /* false: reading the hello; true: reading the proof */
     size_t have;
     double deadline, born;
     int kind, rank;
@@ -150,6 +171,8 @@ void net_gate_accept(net_gate *g, int listen_fd) {
         net_pending *p = &g->p[g->n++];
         memset(p, 0, sizeof *p);
         p->fd = fd;
+        p->tls = !g->c->tls;
+        p->events = POLLIN;
         p->born = net_now();
         p->deadline = p->born + NET_HANDSHAKE_S;
         snprintf(p->peer, sizeof p->peer, "%s", peer);
@@ -157,7 +180,7 @@ void net_gate_accept(net_gate *g, int listen_fd) {
 }
 
 int net_gate_poll_fds(const net_gate *g, struct pollfd *pf) {
-    for (int i = 0; i < g->n; i++) pf[i] = (struct pollfd){g->p[i].fd, POLLIN, 0};
+    for (int i = 0; i < g->n; i++) pf[i] = (struct pollfd){g->p[i].fd, g->p[i].events, 0};
     return g->n;
 }
 
@@ -209,10 +232,50 @@ static int finish(net_gate *g, int i, net_gate_take_fn take, void *user) {
     return 1;
 }
 
+/* Before a TLS handshake: 1 the peer sent a plain hello (it runs without TLS and is answered
+ * in plain, which it understands), 0 it sent something else (TLS), 2 too few bytes yet, -1
+ * closed. */
+static int sniff_plain_hello(int fd) {
+    unsigned char m[4];
+    ssize_t k = recv(fd, m, sizeof m, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+    if (k < (ssize_t)sizeof m) return 2;
+    return get32(m) == NET_HELLO_MAGIC ? 1 : 0;
+}
+
 /* Reads what is there; 0 still pending, 1 accepted, -1 dropped. */
 static int step_one(net_gate *g, int i, net_gate_take_fn take, void *user) {
     net_pending *p = &g->p[i];
-    for (;;) {
+    if (!p->tls && !p->sniffed) {
+        int k = sniff_plain_hello(p->fd);
+        if (k < 0) {
+            drop(g, i, "closed before the TLS handshake", true);
+            return -1;
+        }
+        if (k == 1) {
+            unsigned char ch[NET_CHALLENGE_BYTES] = {0};
+            put32(ch, NET_HELLO_MAGIC);
+            put32(ch + 4, DIST_NET_PROTOCOL_VERSION);
+            put32(ch + 8, NET_NEEDS_TLS);
+            (void)send_small(p->fd, ch, sizeof ch);
+            drop(g, i,
+                 "it speaks plain TCP and this process TLS only (--transport tls); every task "
+                 "needs the same --transport",
+                 true);
+            return -1;
+        }
+        p->sniffed = k == 0;
+    }
+    if (!p->tls && p->sniffed) {
+        char why[NET_ADDR_CAP + 256];
+        int r = net_tls_accept_step(g->c, p->fd, &p->events, why, sizeof why);
+        if (r < 0) {
+            drop(g, i, why, true);
+            return -1;
+        }
+        p->tls = r == 1;
+    }
+    for (; p->tls;) {
         size_t need = p->proof ? NET_MAC_BYTES : NET_HELLO_BYTES;
         ssize_t k = net_recv_some(p->fd, p->buf + p->have, need - p->have);
         if (k < 0) {
@@ -225,6 +288,20 @@ static int step_one(net_gate *g, int i, net_gate_take_fn take, void *user) {
         p->have += (size_t)k;
         if (p->have < need) continue;
         if (p->proof) return finish(g, i, take, user);
+        if (!g->c->tls && net_is_tls_record(p->buf)) {
+            /* the challenge's bytes end the client's TLS handshake with a protocol error at
+             * once, where a silent close would look like a busy listener worth a retry */
+            unsigned char ch[NET_CHALLENGE_BYTES] = {0};
+            put32(ch, NET_HELLO_MAGIC);
+            put32(ch + 4, DIST_NET_PROTOCOL_VERSION);
+            put32(ch + 8, NET_BAD_VERSION);
+            (void)send_small(p->fd, ch, sizeof ch);
+            drop(g, i,
+                 "it speaks TLS (--transport tls) and this process plain TCP; every task needs "
+                 "the same --transport",
+                 true);
+            return -1;
+        }
         if (get32(p->buf) != NET_HELLO_MAGIC) {
             drop(g, i, "bad magic (not a libdist communicator)", true);
             return -1;
@@ -257,7 +334,10 @@ static int step_one(net_gate *g, int i, net_gate_take_fn take, void *user) {
     }
     if (net_now() >= p->deadline) {
         char why[80];
-        snprintf(why, sizeof why, "no %s within %g s", p->proof ? "proof" : "hello",
+        snprintf(why, sizeof why, "no %s within %g s",
+                 !p->tls    ? "TLS handshake"
+                 : p->proof ? "proof"
+                            : "hello",
                  NET_HANDSHAKE_S);
         drop(g, i, why, true);
         return -1;

@@ -1,6 +1,7 @@
 /* Internals of the cross-process communicator (net_comm.h), shared by its files:
  *   net_socket.c  sockets with deadlines, connect with retry and back-off
  *   net_auth.c    the cluster token, nonces and the handshake's HMACs (OpenSSL libcrypto)
+ *   net_tls.c     optional TLS 1.3 under every connection (OpenSSL libssl): PSK or certificates
  *   net_hello.c   the authenticated handshake that opens every connection; the gate that
  *                 serves many pending handshakes at once
  *   net_store.c   the leader's key-value store (a server thread on rank 0)
@@ -32,6 +33,7 @@
 
 typedef struct net_store net_store;
 typedef struct net_shm net_shm;
+typedef struct net_tls net_tls;
 
 struct dist_net_comm {
     int rank, world;
@@ -43,6 +45,7 @@ struct dist_net_comm {
     unsigned char key[NET_KEY_CAP];
     size_t key_len;
     bool insecure;
+    net_tls *tls;      /* NULL: plain TCP */
     uint64_t seq;      /* collective calls made so far (frame headers) */
     double wait_log_s; /* interval of the "still waiting for" log */
     char (*names)[NET_NAME_CAP];
@@ -110,6 +113,39 @@ void net_auth_mac(const dist_net_comm *c, bool server, int kind, int client_rank
                   unsigned char out[NET_MAC_BYTES]);
 /* Constant time (CRYPTO_memcmp). */
 bool net_auth_equal(const unsigned char a[NET_MAC_BYTES], const unsigned char b[NET_MAC_BYTES]);
+
+/* ---- net_tls.c ---- */
+/* TLS 1.3 on every connection of c (c->tls), after net_auth_setup: certificates when cert, key
+ * and ca (or $DIST_TLS_CERT, $DIST_TLS_KEY, $DIST_TLS_CA) are given, all three; else a PSK
+ * derived from the cluster token (HKDF-SHA256). DIST_INVALID_ARGUMENT naming a file that does
+ * not load, or the missing token. */
+dist_status net_tls_setup(dist_net_comm *c, const char *cert, const char *key, const char *ca);
+void net_tls_destroy(net_tls *t); /* accepts NULL */
+/* "off", "TLS 1.3, PSK from the cluster token", "TLS 1.3, certificates" */
+const char *net_tls_mode_name(const net_tls *t);
+/* The client's TLS handshake on a connected fd, until deadline. On failure the session stays
+ * registered to fd (net_close frees it): DIST_PEER_LOST when the peer closed without a TLS
+ * answer, DIST_UNAVAILABLE when TLS failed (another token, an untrusted certificate, a peer
+ * without TLS), DIST_TIMEOUT; messages name `who` and TLS. */
+dist_status net_tls_connect(dist_net_comm *c, int fd, double deadline, const char *who);
+/* One non-blocking step of the server's handshake on fd: 1 done, 0 in progress (*events: what
+ * to poll for), -1 failed (`why` says why). */
+int net_tls_accept_step(dist_net_comm *c, int fd, short *events, char *why, size_t cap);
+/* A TLS record header (handshake or alert, version 3.x) at the start of a plain message. */
+#define NET_TLS_RECORD_HEADER_BYTES 5
+static inline bool net_is_tls_record(const unsigned char *b) {
+    return (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03 && b[2] <= 0x04;
+}
+/* Frees fd's session, if any (net_close calls it before close). */
+void net_tls_release(int fd);
+bool net_tls_active(int fd);
+/* After net_send_some / net_recv_some failed with errno EPROTO on a TLS connection: what
+ * OpenSSL said ("tlsv1 alert unknown ca"). */
+const char *net_tls_last_reason(void);
+/* Decrypted bytes waiting in fd's session (poll() does not see them). */
+size_t net_tls_pending(int fd);
+ssize_t net_tls_send_some(int fd, const void *buf, size_t len);
+ssize_t net_tls_recv_some(int fd, void *buf, size_t len);
 
 /* ---- net_hello.c ---- */
 /* Connection kinds: the communicator's store and mesh, and the parameter-server strategy's

@@ -29,6 +29,7 @@ const char *net_peer_desc(const dist_net_comm *c, int r, char *buf, size_t cap) 
 }
 
 void net_close(int *fd) {
+    net_tls_release(*fd);
     if (*fd >= 0) close(*fd);
     *fd = -1;
 }
@@ -178,6 +179,7 @@ dist_status net_listen(const char *host, int port, bool loopback_ok, int *fd_out
 }
 
 int net_wait_fd(int fd, short events, double deadline) {
+    if ((events & POLLIN) && net_tls_pending(fd)) return 1;
     for (;;) {
         double left = deadline - net_now();
         if (left <= 0) return 0;
@@ -300,6 +302,18 @@ dist_status net_accept(int listen_fd, double deadline, int *fd_out, char *peer, 
     }
 }
 
+/* A connection that failed: in TLS, a refusal after the handshake (a client certificate
+ * that the peer does not trust is judged after the client has finished) is final. */
+static dist_status lost(int fd, const char *who) {
+    if (errno == EPROTO && net_tls_active(fd))
+        return dist_error(DIST_UNAVAILABLE,
+                          "%s: the TLS session failed (%s): every task must run with "
+                          "--transport tls and the same cluster token, or certificates from "
+                          "the same --tls-ca",
+                          who, net_tls_last_reason());
+    return dist_error(DIST_PEER_LOST, "%s: connection lost", who);
+}
+
 dist_status net_send_all(int fd, const void *buf, size_t len, double deadline, const char *who) {
     const char *p = buf;
     while (len) {
@@ -309,7 +323,7 @@ dist_status net_send_all(int fd, const void *buf, size_t len, double deadline, c
             len -= (size_t)n;
             continue;
         }
-        if (n < 0) return dist_error(DIST_PEER_LOST, "%s: connection lost", who);
+        if (n < 0) return lost(fd, who);
         int w = net_wait_fd(fd, POLLOUT, deadline);
         if (w == 0) return dist_error(DIST_TIMEOUT, "%s: no answer in time", who);
         if (w < 0) return dist_error_errno(DIST_SYSTEM, errno, "%s: poll", who);
@@ -326,7 +340,7 @@ dist_status net_recv_all(int fd, void *buf, size_t len, double deadline, const c
             len -= (size_t)n;
             continue;
         }
-        if (n < 0) return dist_error(DIST_PEER_LOST, "%s: connection lost", who);
+        if (n < 0) return lost(fd, who);
         int w = net_wait_fd(fd, POLLIN, deadline);
         if (w == 0) return dist_error(DIST_TIMEOUT, "%s: no answer in time", who);
         if (w < 0) return dist_error_errno(DIST_SYSTEM, errno, "%s: poll", who);

@@ -16,6 +16,7 @@
 #define NET_FRAME_MAGIC 0x52464c44u /* "DLFR" */
 
 ssize_t net_send_some(int fd, const void *buf, size_t len) {
+    if (net_tls_active(fd)) return net_tls_send_some(fd, buf, len);
     ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) return n;
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
@@ -23,6 +24,7 @@ ssize_t net_send_some(int fd, const void *buf, size_t len) {
 }
 
 ssize_t net_recv_some(int fd, void *buf, size_t len) {
+    if (net_tls_active(fd)) return net_tls_recv_some(fd, buf, len);
     ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
     if (n > 0) return n;
     if (n == 0) {
@@ -81,8 +83,12 @@ dist_status net_frame_check(dist_net_comm *c, const unsigned char in[NET_FRAME_B
     return net_fail(c, DIST_INVALID_USAGE);
 }
 
-/* The frame header, then the payload, in as few system calls as the kernel allows. */
+/* The frame header, then the payload, in as few system calls as the kernel allows (over TLS,
+ * one record for the header, then the payload's). */
 static ssize_t op_some(int fd, net_op *o) {
+    if (o->done < NET_FRAME_BYTES && net_tls_active(fd))
+        return o->is_send ? net_send_some(fd, o->hdr + o->done, NET_FRAME_BYTES - o->done)
+                          : net_recv_some(fd, o->hdr + o->done, NET_FRAME_BYTES - o->done);
     if (o->done >= NET_FRAME_BYTES) {
         size_t at = o->done - NET_FRAME_BYTES;
         return o->is_send ? net_send_some(fd, o->buf + at, o->len - at)

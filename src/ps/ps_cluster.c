@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 void ps_cluster_destroy(ps_cluster *cl) {
     if (!cl) return;
     if (cl->auth) {
+        net_tls_destroy(cl->auth->tls);
         free(cl->auth->names);
         free(cl->auth->addrs);
         free(cl->auth);
@@ -123,6 +125,11 @@ dist_status ps_cluster_resolve(const dist_strategy_options *o, ps_cluster **out)
         st = fill_tasks(cl, c);
     }
     if (st == DIST_OK) st = net_auth_setup(cl->auth, NULL, o->allow_insecure != 0);
+    /* the other transports mean nothing here: the connections are TCP */
+    const char *env = getenv("DIST_COLLECTIVE_TRANSPORT");
+    bool tls = o->transport == DIST_TRANSPORT_TLS ||
+               (o->transport == DIST_TRANSPORT_AUTO && env && strcasecmp(env, "tls") == 0);
+    if (st == DIST_OK && tls) st = net_tls_setup(cl->auth, o->tls_cert, o->tls_key, o->tls_ca);
     cl->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : 300.0;
     dist_cluster_destroy(c);
     if (st != DIST_OK) {

@@ -110,7 +110,8 @@ static dist_status transport_from_env(dist_transport *t) {
     } names[] = {{"auto", DIST_TRANSPORT_AUTO},
                  {"tcp", DIST_TRANSPORT_TCP},
                  {"shm", DIST_TRANSPORT_SHM},
-                 {"mpi", DIST_TRANSPORT_MPI}};
+                 {"mpi", DIST_TRANSPORT_MPI},
+                 {"tls", DIST_TRANSPORT_TLS}};
     const char *e = getenv("DIST_COLLECTIVE_TRANSPORT");
     if (!e || !*e) return DIST_OK;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -119,7 +120,7 @@ static dist_status transport_from_env(dist_transport *t) {
             return DIST_OK;
         }
     return dist_error(DIST_INVALID_ARGUMENT,
-                      "DIST_COLLECTIVE_TRANSPORT='%s': expected auto, tcp, shm or mpi", e);
+                      "DIST_COLLECTIVE_TRANSPORT='%s': expected auto, tcp, shm, mpi or tls", e);
 }
 
 /* The workers of the cluster (TF_CONFIG / Slurm / the spec in the options). `local` is set
@@ -196,9 +197,13 @@ static dist_status join_workers(const dist_strategy_options *o, double timeout, 
     no.allow_insecure = o->allow_insecure; /* the token: $DIST_CLUSTER_TOKEN(_FILE) */
     no.connect_timeout_s = o->connect_timeout_s;
     no.timeout_s = timeout;
-    no.transport = transport == DIST_TRANSPORT_TCP   ? DIST_NET_TCP
-                   : transport == DIST_TRANSPORT_SHM ? DIST_NET_SHM
+    no.transport = transport == DIST_TRANSPORT_TCP || transport == DIST_TRANSPORT_TLS ? DIST_NET_TCP
+                   : transport == DIST_TRANSPORT_SHM                                  ? DIST_NET_SHM
                                                      : DIST_NET_AUTO;
+    no.tls = transport == DIST_TRANSPORT_TLS;
+    no.tls_cert = o->tls_cert;
+    no.tls_key = o->tls_key;
+    no.tls_ca = o->tls_ca;
     return dist_comm_create_net(&no, out);
 }
 

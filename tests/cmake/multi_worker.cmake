@@ -41,3 +41,13 @@ add_test(NAME distrain.multi_worker_without_token_refuses
                  "TF_CONFIG={\"cluster\":{\"worker\":[\"127.0.0.1:1\",\"127.0.0.1:2\"]},\"task\":{\"type\":\"worker\",\"index\":1}}"
                  ${expect} 2 "--cluster-token-file" $<TARGET_FILE:distrain> --strategy multi_worker)
 set_tests_properties(distrain.multi_worker_without_token_refuses PROPERTIES LABELS cli TIMEOUT 60)
+# --transport tls: multi_worker (2 workers) and parameter_server (1 worker, 1 ps) reach the
+# losses of plain TCP; the certificate flags need --transport tls.
+add_test(NAME distrain.tls_same_loss_as_tcp
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/tls_same_loss.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/tls_same_loss)
+set_tests_properties(distrain.tls_same_loss_as_tcp PROPERTIES LABELS cli TIMEOUT 300 RUN_SERIAL TRUE)
+distrain_error_test(tls_cert_without_tls 2 "--tls-cert needs --transport tls"
+                    --strategy multi_worker --workers 2 --tls-cert cert.pem)
+distrain_error_test(ps_transport_shm 2 "parameter_server takes tcp or tls"
+                    --strategy parameter_server --workers 1 --ps 1 --transport shm)

@@ -262,8 +262,12 @@ static bool report_has(const cluster *cl, const char *file, const char *text) {
     return strstr(buf, text) != NULL;
 }
 
-static bool wait_report(const cluster *cl, const char *file, const char *text) {
-    for (double t0 = now_s(); now_s() - t0 < 10;) {
+/* The duplicate's connect timeout: it finds no listener and gives up after it. */
+#define DUPLICATE_CONNECT_S 1.0
+
+/* Waits until `file` says `text`, at most limit_s. */
+static bool wait_report(const cluster *cl, const char *file, const char *text, double limit_s) {
+    for (double t0 = now_s(); now_s() - t0 < limit_s;) {
         if (report_has(cl, file, text)) return true;
         usleep(10000);
     }
@@ -275,7 +279,11 @@ static void holding_rank(const cluster *cl, int rank, void *arg) {
     dist_net_comm *c = child_create(cl, rank, DIST_NET_TCP);
     fprintf(g_out, "joined\n");
     fflush(g_out);
-    CHILD_CHECK(wait_report(cl, "go", "go"), "no go");
+    /* the other rank joins within the connect timeout, then the duplicate runs out its own */
+    double connect_s = cluster_options(cl, rank, DIST_NET_TCP).connect_timeout_s;
+    CHILD_CHECK(
+        wait_report(cl, "go", "go", dist_test_timeout_bound(connect_s + DUPLICATE_CONNECT_S)),
+        "no go");
     float x = (float)rank + 1;
     CHILD_CHECK(dist_net_comm_all_reduce(c, &x, 1, DIST_REDUCE_SUM) == DIST_OK && x == 3.0f,
                 "all-reduce after the duplicate: %s", dist_last_error());
@@ -284,7 +292,7 @@ static void holding_rank(const cluster *cl, int rank, void *arg) {
 
 static void duplicate_rank1(const cluster *cl, int rank, void *arg) {
     dist_net_comm_options o = cluster_options(cl, 1, DIST_NET_TCP);
-    o.connect_timeout_s = 1;
+    o.connect_timeout_s = DUPLICATE_CONNECT_S;
     child_create_fails(&o, DIST_TIMEOUT, "duplicate");
 }
 
@@ -294,7 +302,10 @@ START_TEST(test_net_after_the_mesh_forms_a_late_duplicate_finds_every_port_close
     cluster cl;
     cluster_init(&cl, 2);
     pid_t p0 = spawn(&cl, 0, holding_rank, NULL), p1 = spawn(&cl, 1, holding_rank, NULL);
-    ck_assert(wait_report(&cl, "out0", "joined") && wait_report(&cl, "out1", "joined"));
+    double join_s =
+        dist_test_timeout_bound(cluster_options(&cl, 0, DIST_NET_TCP).connect_timeout_s);
+    ck_assert(wait_report(&cl, "out0", "joined", join_s) &&
+              wait_report(&cl, "out1", "joined", join_s));
     pid_t pd = spawn(&cl, 2, duplicate_rank1, NULL);
     expect_exit_ok(&cl, pd, 2);
     char path[128];

@@ -28,23 +28,32 @@ typedef struct cluster {
 
 static dist_mnist *g_mnist;
 
-/* Ports from the OS (bind to port 0), closed again before the tasks start: the ports must be in
- * the cluster spec first, and each task binds its own listener (the library cannot be handed a
- * socket). Another process may take one in between; unlike run_all (proc_testutil.h) and
- * run_two_workers (test_multi_worker.c), these tests do not repeat such a run yet. */
+/* Ports from the OS (bind to port 0). They must be in the cluster spec before the tasks
+ * start, and each task binds its own listener (the library cannot be handed a socket), so the
+ * picking sockets stay bound, not listening, with SO_REUSEADDR, until the next cluster: the
+ * library's listener (SO_REUSEADDR too) may bind the same port beside them, while the kernel
+ * gives the port to no other socket that binds port 0 or connects (a -j2 run once lost a port
+ * to another test in the window that closing them left). Repeating a run, as run_all does,
+ * would mean restarting the test's threads; holding the port needs no repeat. */
+static int g_port_fds[MAX_TASKS];
+static int g_port_count;
+
 static void free_ports(int n, int *ports) {
-    int fds[MAX_TASKS];
+    for (int i = 0; i < g_port_count; i++) close(g_port_fds[i]);
+    g_port_count = 0;
     for (int i = 0; i < n; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
         struct sockaddr_in a = {0};
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         socklen_t l = sizeof a;
-        ck_assert_int_eq(bind(fds[i], (struct sockaddr *)&a, sizeof a), 0);
-        ck_assert_int_eq(getsockname(fds[i], (struct sockaddr *)&a, &l), 0);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
         ports[i] = ntohs(a.sin_port);
+        g_port_fds[g_port_count++] = fd;
     }
-    for (int i = 0; i < n; i++) close(fds[i]);
 }
 
 static void cluster_init(cluster *c, int workers, int ps) {

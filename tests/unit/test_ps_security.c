@@ -105,7 +105,7 @@ static void ps_start(ps_task *t) {
         t->worker = resolve_as(t, 1, TEST_CLUSTER_TOKEN);
         int fd = -1;
         if (ps_connect(t->chief, PS_RANK, net_now() + 10, &fd) == DIST_OK) {
-            close(fd);
+            net_close(&fd);
             return;
         }
         kill(t->pid, SIGKILL);
@@ -236,7 +236,7 @@ static void ps_stop(ps_task *t) {
     (void)stats(fd, 90);
     send_frame(fd, PS_MSG_SHUTDOWN, 91, NULL);
     expect_reply(fd, PS_MSG_SHUTDOWN, 91, DIST_OK, NULL);
-    close(fd);
+    net_close(&fd); /* with its TLS session, when there is one */
     int status = wait_exit(t->pid, dist_test_timeout_bound(5.0));
     char *r = read_report(&t->cl, PS_RANK, NULL);
     ck_assert_msg(status == 0, "the ps exited with 0x%x: %.600s", status, r);
@@ -686,7 +686,52 @@ START_TEST(test_after_all_that_the_chief_creates_pulls_bit_exact_pushes_sgd_and_
 }
 END_TEST
 
+/* ---- TLS ------------------------------------------------------------------------------------ */
+
+/* A ps in TLS (DIST_COLLECTIVE_TRANSPORT=tls, read when the options say AUTO): the chief in TLS
+ * creates and pulls bit-exact; a plain chief and a TLS one with another token are refused at
+ * once, naming TLS, and the ps logs both and keeps serving. */
+START_TEST(test_a_ps_in_tls_serves_its_chief_and_refuses_plain_and_wrong_key_peers) {
+    setenv("DIST_COLLECTIVE_TRANSPORT", "tls", 1);
+    ps_task t;
+    ps_start(&t);
+    ck_assert_ptr_nonnull(t.chief->auth->tls);
+    int fd = chief_connect(&t);
+    ck_assert(net_tls_active(fd));
+    const float w[3] = {1.5f, -0.0f, 3.25f};
+    create_var(fd, 1, 0, "dense/kernel", w, 3);
+    float got[3];
+    pull_var(fd, 2, 0, got, 3);
+    ck_assert_mem_eq(got, w, sizeof w);
+    net_close(&fd);
+    /* the same chief without TLS */
+    unsetenv("DIST_COLLECTIVE_TRANSPORT");
+    ps_cluster *plain = resolve_as(&t, 0, TEST_CLUSTER_TOKEN);
+    ck_assert_ptr_null(plain->auth->tls);
+    double t0 = now_s();
+    dist_status st = ps_connect_once(plain, PS_RANK, soon(), &fd);
+    ck_assert_msg(st == DIST_UNAVAILABLE && strstr(dist_last_error(), "ps/0 at 127.0.0.1:") &&
+                      strstr(dist_last_error(), "--transport tls"),
+                  "%s: %s", dist_status_name(st), dist_last_error());
+    ck_assert_double_lt(now_s() - t0, dist_test_timeout_bound(0));
+    ps_cluster_destroy(plain);
+    /* in TLS, with another token */
+    setenv("DIST_COLLECTIVE_TRANSPORT", "tls", 1);
+    ps_cluster *stranger = resolve_as(&t, 0, OTHER_TOKEN);
+    st = ps_connect_once(stranger, PS_RANK, soon(), &fd);
+    ck_assert_msg(st == DIST_UNAVAILABLE && strstr(dist_last_error(), "TLS handshake failed"),
+                  "%s: %s", dist_status_name(st), dist_last_error());
+    ps_cluster_destroy(stranger);
+    ck_assert_msg(report_says(&t, "plain TCP and this process TLS only") &&
+                      report_says(&t, "TLS handshake failed"),
+                  "the ps did not log both refusals");
+    ps_stop(&t);
+    unsetenv("DIST_COLLECTIVE_TRANSPORT");
+}
+END_TEST
+
 static void kill_ps(void) {
+    unsetenv("DIST_COLLECTIVE_TRANSPORT"); /* a TLS test that failed half-way */
     if (g_ps_pid > 0) {
         kill(g_ps_pid, SIGKILL);
         waitpid(g_ps_pid, NULL, 0);
@@ -715,6 +760,7 @@ int main(void) {
     tcase_add_test(
         tc, test_a_pull_whose_reply_would_exceed_the_frame_cap_is_refused_before_it_is_built);
     tcase_add_test(tc, test_only_the_chief_may_create_restore_or_shut_down_the_ps);
+    tcase_add_test(tc, test_a_ps_in_tls_serves_its_chief_and_refuses_plain_and_wrong_key_peers);
     tcase_add_test(tc,
                    test_after_all_that_the_chief_creates_pulls_bit_exact_pushes_sgd_and_shuts_down);
     suite_add_tcase(s, tc);

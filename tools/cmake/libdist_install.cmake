@@ -93,7 +93,7 @@ install(FILES ${PROJECT_BINARY_DIR}/libdistConfig.cmake
 # ---- pkg-config -----------------------------------------------------------------------------
 # Imported targets that have a .pc file of their own go to Requires.private.
 set(dist_pc_modules "PkgConfig::CJSON=libcjson" "PkgConfig::TURBOJPEG=libturbojpeg"
-    "ZLIB::ZLIB=zlib" "CURL::libcurl=libcurl" "PkgConfig::LIBCRYPTO=libcrypto"
+    "ZLIB::ZLIB=zlib" "CURL::libcurl=libcurl" "PkgConfig::LIBSSL=libssl" "PkgConfig::LIBCRYPTO=libcrypto"
     "PkgConfig::HDF5=hdf5")
 
 # "-L<dir> -l<name>" for a library file; flags and bare names as the linker wants them.

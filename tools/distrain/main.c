@@ -580,7 +580,11 @@ static int train(run_state *s) {
         so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
                        : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM
                        : strcmp(o->transport, "mpi") == 0 ? DIST_TRANSPORT_MPI
+                       : strcmp(o->transport, "tls") == 0 ? DIST_TRANSPORT_TLS
                                                           : DIST_TRANSPORT_AUTO;
+    so.tls_cert = o->tls_cert;
+    so.tls_key = o->tls_key;
+    so.tls_ca = o->tls_ca;
     dist_status st = dist_strategy_create(&so, &s->strategy);
     if (st == DIST_INVALID_ARGUMENT || st == DIST_NOT_FOUND || st == DIST_UNSUPPORTED) {
         fprintf(stderr, "distrain: %s\n", dist_last_error());
@@ -826,7 +830,23 @@ static int check_flags(distrain_options *o) {
                           : o->collective_timeout_s ? "--collective-timeout"
                           : o->connect_timeout_s    ? "--connect-timeout"
                                                     : NULL;
-    if (mw_flag && !multi && !(ps && strcmp(mw_flag, "--transport") != 0)) {
+    /* parameter_server's connections are TCP, with or without TLS */
+    bool ps_transport =
+        o->transport && (!strcmp(o->transport, "tcp") || !strcmp(o->transport, "tls"));
+    if (ps && o->transport && !ps_transport) {
+        fprintf(stderr, "distrain: --transport %s: parameter_server takes tcp or tls\n",
+                o->transport);
+        return 2;
+    }
+    const char *tls_flag = o->tls_cert  ? "--tls-cert"
+                           : o->tls_key ? "--tls-key"
+                           : o->tls_ca  ? "--tls-ca"
+                                        : NULL;
+    if (tls_flag && !(o->transport && !strcmp(o->transport, "tls"))) {
+        fprintf(stderr, "distrain: %s needs --transport tls\n", tls_flag);
+        return 2;
+    }
+    if (mw_flag && !multi && !(ps && (strcmp(mw_flag, "--transport") != 0 || ps_transport))) {
         fprintf(stderr, "distrain: %s applies to --strategy multi_worker%s only\n", mw_flag,
                 strcmp(mw_flag, "--transport") ? " and parameter_server" : "");
         return 2;

@@ -67,9 +67,17 @@ static const distrain_flag flags[] = {
      "parameter_server: with --workers, also run a chief and N ps processes on loopback"},
     {"--variable-partitioner", 1, "none|fixed:N|min_size:B[:M]|max_size:B[:M]", "none",
      "parameter_server: split variables into shards on the ps tasks (TF's partitioners)"},
-    {"--transport", 1, "auto|tcp|shm|mpi", "auto",
+    {"--transport", 1, "auto|tcp|shm|mpi|tls", "auto",
      "multi_worker: how workers exchange gradients (auto: shared memory when all are on this "
-     "host; mpi: the MPI world of mpirun/srun, the cluster when TF_CONFIG is absent)"},
+     "host; mpi: the MPI world of mpirun/srun, the cluster when TF_CONFIG is absent; tls: TCP "
+     "with every connection in TLS 1.3, keyed by the cluster token or --tls-cert/--tls-key/"
+     "--tls-ca). parameter_server: tcp or tls"},
+    {"--tls-cert", 1, "FILE", "$DIST_TLS_CERT",
+     "--transport tls: this task's certificate (PEM); with --tls-key and --tls-ca, mutual TLS "
+     "with certificates instead of the key derived from the cluster token"},
+    {"--tls-key", 1, "FILE", "$DIST_TLS_KEY", "--transport tls: this task's private key (PEM)"},
+    {"--tls-ca", 1, "FILE", "$DIST_TLS_CA",
+     "--transport tls: the CA (PEM) that signed every task's certificate"},
     {"--cluster-token-file", 1, "FILE", "$DIST_CLUSTER_TOKEN; --workers makes one",
      "multi_worker: the cluster's shared secret; workers without it are refused"},
     {"--insecure", 0, "", "off",
@@ -352,9 +360,16 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 return bad(a, v, dist_last_error());
             o->partitioner_given = 1;
         } else if (strcmp(a, "--transport") == 0) {
-            if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm") && strcmp(v, "mpi"))
-                return bad(a, v, "expected auto, tcp, shm or mpi");
+            if (strcmp(v, "auto") && strcmp(v, "tcp") && strcmp(v, "shm") && strcmp(v, "mpi") &&
+                strcmp(v, "tls"))
+                return bad(a, v, "expected auto, tcp, shm, mpi or tls");
             o->transport = v;
+        } else if (strcmp(a, "--tls-cert") == 0) {
+            o->tls_cert = v;
+        } else if (strcmp(a, "--tls-key") == 0) {
+            o->tls_key = v;
+        } else if (strcmp(a, "--tls-ca") == 0) {
+            o->tls_ca = v;
         } else if (strcmp(a, "--cluster-token-file") == 0) {
             o->token_file = v;
         } else if (strcmp(a, "--collective-timeout") == 0 || strcmp(a, "--connect-timeout") == 0) {

@@ -41,7 +41,10 @@ typedef struct distrain_options {
     int partitioner_given;
     double collective_timeout_s; /* 0: the strategy's default (60 s across workers) */
     double connect_timeout_s;    /* 0: 300 s */
-    const char *transport;       /* auto | tcp | shm */
+    const char *transport;       /* auto | tcp | shm | mpi | tls */
+    const char *tls_cert;        /* --tls-cert */
+    const char *tls_key;         /* --tls-key */
+    const char *tls_ca;          /* --tls-ca */
     const char *token_file;      /* --cluster-token-file: $DIST_CLUSTER_TOKEN_FILE */
     int insecure;                /* --insecure: join without a cluster token */
     const char *checkpoint_dir;  /* ModelCheckpoint: the training state at every epoch end */

@@ -28,7 +28,7 @@ static const char *const flag_of[SET_COUNT] = {
 
 static const char *const optimizers[] = {"adam", "sgd"};
 static const char *const precisions[] = {"none", "fp16", "bf16"};
-static const char *const transports[] = {"auto", "tcp", "shm", "mpi"};
+static const char *const transports[] = {"auto", "tcp", "shm", "mpi", "tls"};
 
 static int64_t index_of(const char *v, const char *const *names, int n) {
     for (int i = 0; v && i < n; i++)
@@ -58,14 +58,14 @@ static void settings_of(const distrain_options *o, int64_t *v) {
     v[SET_EPOCHS] = o->epochs;
     v[SET_STEPS] = o->max_steps;
     v[SET_VALIDATION_SPLIT] = bits_of(o->validation_split);
-    v[SET_TRANSPORT] = index_of(o->transport, transports, 4);
+    v[SET_TRANSPORT] = index_of(o->transport, transports, 5);
 }
 
 static void format_value(int k, int64_t v, char *buf, size_t size) {
     switch (k) {
     case SET_OPTIMIZER: snprintf(buf, size, "%s", optimizers[v >= 0 && v < 2 ? v : 0]); break;
     case SET_MIXED_PRECISION: snprintf(buf, size, "%s", precisions[v >= 0 && v < 3 ? v : 0]); break;
-    case SET_TRANSPORT: snprintf(buf, size, "%s", transports[v >= 0 && v < 4 ? v : 0]); break;
+    case SET_TRANSPORT: snprintf(buf, size, "%s", transports[v >= 0 && v < 5 ? v : 0]); break;
     case SET_LEARNING_RATE:
         if (double_of(v) > 0)
             snprintf(buf, size, "%g", double_of(v));
