@@ -87,7 +87,7 @@ typedef struct sbuf {
     char *p;
     size_t len, cap;
     int oom;
-    int tmp; /* counter of auxiliary value names */
+    int tmp;             /* counter of auxiliary value names */
     const char *scalars; /* the runtime scalars' value name (NULL: %scalars) */
 } sbuf;
 
@@ -677,6 +677,9 @@ static void stacked_type(char *s, size_t n, int k, const xg_node *node) {
     type_of(s, n, node->dtype, node->ndim + 1, dims);
 }
 
+/* tensor<1x...> of a node's shape: one step's slice of a stacked value. */
+static void one_type(char *s, size_t n, const xg_node *node) { stacked_type(s, n, 1, node); }
+
 /* The carried values of the loop, in order: the counter, the scalars (when any), the state
  * inputs, the state outputs that are not inputs, the stacked inputs, the stacked step outputs. */
 typedef struct loop_layout {
@@ -691,6 +694,15 @@ typedef struct loop_layout {
     int num_accs;
     int count; /* carried values in all */
 } loop_layout;
+
+/* The carried value that holds output o at the end. */
+static int carried_of(const loop_layout *L, const xg_graph *g, int o) {
+    for (int w = 0; w < L->num_wo; w++)
+        if (L->wo_output[w] == o) return L->write_only + w;
+    for (int q = 0; q < L->num_accs; q++)
+        if (L->acc_output[q] == o) return L->accs + q;
+    return L->states + g->aliases[o];
+}
 
 static int is_state_output(const xg_graph *g, int o, const int *out_is_state) {
     (void)g;
@@ -776,12 +788,7 @@ dist_status xg_emit_stablehlo_loop(const xg_graph *g, int k, const int *out_is_s
         put(&b, "%s%%arg%d: %s", argi ? ", " : "", argi, ctype[L.inputs + a]);
     put(&b, ") -> (");
     for (int o = 0; o < g->num_outputs; o++) {
-        int carried = -1;
-        for (int w = 0; w < L.num_wo; w++)
-            if (L.wo_output[w] == o) carried = L.write_only + w;
-        for (int q = 0; q < L.num_accs; q++)
-            if (L.acc_output[q] == o) carried = L.accs + q;
-        if (carried < 0) carried = L.states + g->aliases[o];
+        int carried = carried_of(&L, g, o);
         put(&b, "%s%s", o ? ", " : "", ctype[carried]);
     }
     put(&b, ") {\n");
@@ -835,10 +842,7 @@ dist_status xg_emit_stablehlo_loop(const xg_graph *g, int k, const int *out_is_s
     for (int a = 0; a < g->num_args; a++) {
         const xg_node *nd = &g->nodes[g->args[a]];
         char one[128], ty[96];
-        int64_t dims[XG_MAX_DIMS + 1];
-        dims[0] = 1;
-        for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
-        type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+        one_type(one, sizeof one, nd);
         type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
         put(&b, "    %%in%d_1 = \"stablehlo.dynamic_slice\"(%%c%d, %%c0", a, L.inputs + a);
         for (int i = 0; i < nd->ndim; i++) put(&b, ", %%z");
@@ -861,10 +865,7 @@ dist_status xg_emit_stablehlo_loop(const xg_graph *g, int k, const int *out_is_s
     for (int q = 0; q < L.num_accs; q++) {
         const xg_node *nd = &g->nodes[g->outputs[L.acc_output[q]]];
         char one[128], ty[96];
-        int64_t dims[XG_MAX_DIMS + 1];
-        dims[0] = 1;
-        for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
-        type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+        one_type(one, sizeof one, nd);
         type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
         put(&b, "    %%up%d_1 = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", q,
             names[g->outputs[L.acc_output[q]]], ty, one);
@@ -897,22 +898,12 @@ dist_status xg_emit_stablehlo_loop(const xg_graph *g, int k, const int *out_is_s
     for (int i = 0; i < L.count; i++) put(&b, "%s%s", i ? ", " : "", ctype[i]);
     put(&b, ")\n    \"func.return\"(");
     for (int o = 0; o < g->num_outputs; o++) {
-        int carried = -1;
-        for (int w = 0; w < L.num_wo; w++)
-            if (L.wo_output[w] == o) carried = L.write_only + w;
-        for (int q = 0; q < L.num_accs; q++)
-            if (L.acc_output[q] == o) carried = L.accs + q;
-        if (carried < 0) carried = L.states + g->aliases[o];
+        int carried = carried_of(&L, g, o);
         put(&b, "%s%%w#%d", o ? ", " : "", carried);
     }
     put(&b, ") : (");
     for (int o = 0; o < g->num_outputs; o++) {
-        int carried = -1;
-        for (int w = 0; w < L.num_wo; w++)
-            if (L.wo_output[w] == o) carried = L.write_only + w;
-        for (int q = 0; q < L.num_accs; q++)
-            if (L.acc_output[q] == o) carried = L.accs + q;
-        if (carried < 0) carried = L.states + g->aliases[o];
+        int carried = carried_of(&L, g, o);
         put(&b, "%s%s", o ? ", " : "", ctype[carried]);
     }
     put(&b, ") -> ()\n  }\n}\n");
@@ -994,7 +985,8 @@ dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_
                 "(tensor<%dx%dxf32>) -> tensor<1x%dxf32>\n",
                 j, j + 1, g->num_scalars, j, k, g->num_scalars, g->num_scalars);
             snprintf(sname, sizeof sname, "%%sc%d", j);
-            put(&b, "    %s = \"stablehlo.reshape\"(%%sr%d) : (tensor<1x%dxf32>) -> tensor<%dxf32>\n",
+            put(&b,
+                "    %s = \"stablehlo.reshape\"(%%sr%d) : (tensor<1x%dxf32>) -> tensor<%dxf32>\n",
                 sname, j, g->num_scalars, g->num_scalars);
             b.scalars = sname;
         }
@@ -1004,11 +996,8 @@ dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_
         for (int a = 0; a < g->num_args; a++) {
             const xg_node *nd = &g->nodes[g->args[a]];
             char stk[128], one[128], ty[96];
-            int64_t dims[XG_MAX_DIMS + 1];
-            dims[0] = 1;
-            for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
             stacked_type(stk, sizeof stk, k, nd);
-            type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+            one_type(one, sizeof one, nd);
             type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
             put(&b, "    %%in%d_%d_1 = \"stablehlo.slice\"(%%arg%d) {limit_indices = array<i64: %d",
                 j, a, first_arg + a, j + 1);
@@ -1019,8 +1008,8 @@ dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_
             for (int i = 0; i < nd->ndim; i++) put(&b, ", 1");
             put(&b, ">} : (%s) -> %s\n", stk, one);
             snprintf(names[g->args[a]], 32, "%%in%d_%d", j, a);
-            put(&b, "    %s = \"stablehlo.reshape\"(%%in%d_%d_1) : (%s) -> %s\n",
-                names[g->args[a]], j, a, one, ty);
+            put(&b, "    %s = \"stablehlo.reshape\"(%%in%d_%d_1) : (%s) -> %s\n", names[g->args[a]],
+                j, a, one, ty);
         }
         for (int i = 0; i < g->count && st == DIST_OK; i++)
             st = emit_node(&b, g, i, (const char *const *)names);
@@ -1035,10 +1024,7 @@ dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_
             if (out_is_state[o]) continue;
             const xg_node *nd = &g->nodes[g->outputs[o]];
             char one[128], ty[96];
-            int64_t dims[XG_MAX_DIMS + 1];
-            dims[0] = 1;
-            for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
-            type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+            one_type(one, sizeof one, nd);
             type_of(ty, sizeof ty, nd->dtype, nd->ndim, nd->dims);
             put(&b, "    %%o%d_%d = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", j, o,
                 names[g->outputs[o]], ty, one);
@@ -1049,10 +1035,7 @@ dist_status xg_emit_stablehlo_unrolled(const xg_graph *g, int k, const int *out_
         if (out_is_state[o]) continue;
         const xg_node *nd = &g->nodes[g->outputs[o]];
         char one[128], stk[128];
-        int64_t dims[XG_MAX_DIMS + 1];
-        dims[0] = 1;
-        for (int i = 0; i < nd->ndim; i++) dims[i + 1] = nd->dims[i];
-        type_of(one, sizeof one, nd->dtype, nd->ndim + 1, dims);
+        one_type(one, sizeof one, nd);
         stacked_type(stk, sizeof stk, k, nd);
         put(&b, "    %%stk%d = \"stablehlo.concatenate\"(", o);
         for (int j = 0; j < k; j++) put(&b, "%s%%o%d_%d", j ? ", " : "", j, o);
