@@ -206,7 +206,8 @@ DIST_API dist_status dist_fit(dist_strategy *strategy, dist_model *model, dist_o
                               int count, dist_fit_result *result);
 
 /* One pass over `data` with the eval step (NULL: dist_classifier_eval_step on the model);
- * steps 0 means until the end. Sets "loss" and "accuracy" in *logs (cleared first). */
+ * steps 0 means until the end. Sets "loss", "accuracy" and "examples" (how many were
+ * evaluated: under tpu a partial last batch is dropped) in *logs (cleared first). */
 DIST_API dist_status dist_evaluate(dist_strategy *strategy, dist_model *model,
                                    dist_distributed_dataset *data, dist_step_fn step, void *user,
                                    int64_t steps, dist_logs *logs);

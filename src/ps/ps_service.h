@@ -41,6 +41,10 @@ typedef struct ps_worker_hooks {
     dist_status (*make_iterator)(void *user, dist_dataset_fn fn, void *fn_user,
                                  dist_distributed_iterator **out);
     void (*free_iterator)(void *user, dist_distributed_iterator *it);
+    /* Optional: runs after a closure returned and before its completion is reported, so that
+     * what the closure pushed is applied on the ps tasks when the chief hears it is done (a
+     * join is then followed by reads that see every update). */
+    dist_status (*after_closure)(void *user);
 } ps_worker_hooks;
 
 /* Serves the chief on this worker's address, running closures on the calling thread, until

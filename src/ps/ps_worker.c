@@ -88,6 +88,7 @@ static dist_status on_exec(worker_state *w, ps_reader *r) {
         if (st == DIST_OK && (nres < 0 || nres > DIST_CLOSURE_MAX_RESULTS))
             st = dist_error(DIST_INVALID_ARGUMENT, "function '%s' returned %d results (at most %d)",
                             name, nres, DIST_CLOSURE_MAX_RESULTS);
+        if (st == DIST_OK && w->hooks->after_closure) st = w->hooks->after_closure(w->hooks->user);
     }
     ps_buf_reset(&w->out);
     if (st == DIST_OK) {

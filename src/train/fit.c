@@ -196,6 +196,7 @@ dist_status dist_evaluate(dist_strategy *s, dist_model *model, dist_distributed_
     dist_logs_clear(logs);
     DIST_TRY(evaluate_pass(s, model, data, step, user, steps, sums));
     sums_to_logs(sums, "", logs);
+    dist_logs_set(logs, "examples", sums[2]);
     return DIST_OK;
 }
 

@@ -483,9 +483,11 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         return fail("evaluation");
     dist_logs_get(&test, "loss", &s->test_loss);
     dist_logs_get(&test, "accuracy", &s->test_accuracy);
+    double evaluated = (double)s->test_examples;
+    dist_logs_get(&test, "examples", &evaluated);
     if (!o->quiet && dist_strategy_is_chief(s->strategy))
         printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
-               s->test_accuracy, (long long)s->test_examples);
+               s->test_accuracy, (long long)evaluated);
     if (o->save_weights) {
         if (save_weights(s)) return 1;
     } else if (late_failure && s->chief) {
