@@ -336,7 +336,11 @@ static int callbacks_create(const run_state *s, callbacks *c) {
         c->list[c->count++] = dist_progress_bar_callback(c->bar);
     }
     if (o->logdir && s->chief) {
-        if (dist_tensorboard_create(o->logdir, &c->tensorboard)) return fail("--logdir");
+        dist_tensorboard_options to = DIST_TENSORBOARD_OPTIONS_INIT;
+        to.logdir = o->logdir;
+        to.histogram_freq = o->histogram_freq;
+        to.update_freq = o->update_freq;
+        if (dist_tensorboard_create_with_options(&to, &c->tensorboard)) return fail("--logdir");
         c->list[c->count++] = dist_tensorboard_callback(c->tensorboard);
     }
     if (o->csv_log && s->chief) {
@@ -813,6 +817,10 @@ static int check_flags(distrain_options *o) {
                     idle);
             return 2;
         }
+    }
+    if (o->tensorboard_flag_given && !o->logdir) {
+        fprintf(stderr, "distrain: --histogram-freq and --update-freq need --logdir\n");
+        return 2;
     }
     if (o->backup_freq && !o->backup_dir) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
