@@ -118,7 +118,7 @@ static int load_data(run_state *s) {
         char path[4096];
         dist_jpeg_folder_options jo = DIST_JPEG_FOLDER_OPTIONS_INIT;
         jo.height = jo.width = 28;
-        jo.num_threads = 2;
+        jo.num_threads = DIST_AUTOTUNE; /* decode threads tuned while it runs */
         snprintf(path, sizeof path, "%s/train", o->data_dir);
         if ((st = dist_dataset_from_jpeg_folder(path, &jo, &train)))
             return fail("reading the training images");
@@ -211,10 +211,11 @@ static int load_data(run_state *s) {
     if (!st)
         st = chain(&train, dist_dataset_batch(train, batch_of(o, s->train_examples), 0, &next),
                    &next);
-    if (!st) st = chain(&train, dist_dataset_prefetch(train, 2, &next), &next);
+    /* tf.data.AUTOTUNE, as Keras guides recommend: the depth follows the consumer's waits */
+    if (!st) st = chain(&train, dist_dataset_prefetch(train, DIST_AUTOTUNE, &next), &next);
     if (!st)
         st = chain(&test, dist_dataset_batch(test, batch_of(o, s->test_examples), 0, &next), &next);
-    if (!st) st = chain(&test, dist_dataset_prefetch(test, 2, &next), &next);
+    if (!st) st = chain(&test, dist_dataset_prefetch(test, DIST_AUTOTUNE, &next), &next);
     if (st) {
         dist_dataset_destroy(train);
         dist_dataset_destroy(test);
