@@ -46,7 +46,8 @@ DIST_BEGIN_DECLS
 /* tf.data.AUTOTUNE: as a prefetch buffer size, a map's num_parallel or a JPEG source's
  * num_threads, the value is chosen while the iterator runs, from what it measures:
  *   - prefetch: the buffer starts at 1 element and doubles each time the consumer finds it
- *     empty (not counting a pass's first element), up to DIST_AUTOTUNE_PREFETCH_MAX elements
+ *     empty (not counting a pass's first element) after the producer has been held back by
+ *     the buffer's bound since the last doubling, up to DIST_AUTOTUNE_PREFETCH_MAX elements
  *     and to as many as fit in DIST_AUTOTUNE_PREFETCH_BYTES (measured on the first element);
  *   - map: parallelism starts at 1 and grows by one each time that, of 16 consecutive outputs,
  *     4 or more were not ready when the consumer asked for them, up to the online cores

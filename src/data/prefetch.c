@@ -1,7 +1,9 @@
 /* prefetch: a background thread runs the input into a bounded ring of element slots. With
  * DIST_AUTOTUNE the bound (`limit`) starts at 1 and doubles whenever the consumer finds the ring
- * empty, as tf.data's legacy prefetch autotuning does, within the ring's capacity and the memory
- * budget of data.h. */
+ * empty, as tf.data's legacy prefetch autotuning does, but only when the producer was held back
+ * by the bound since the last growth (else the producer is simply slower and a deeper buffer
+ * only costs memory: in bench_data's slow map, tf.data's rule went to 64 elements for nothing),
+ * within the ring's capacity and the memory budget of data.h. */
 #include "core/error.h"
 #include "data/dataset.h"
 
@@ -33,6 +35,7 @@ typedef struct prefetch_it {
     int64_t limit;      /* the buffer now: the producer stays at most limit + 1 ahead */
     int64_t max_limit;  /* AUTOTUNE: the most `limit` may grow to; 0 when not tuned */
     int64_t consumed;   /* elements handed out in this pass */
+    int full_since;     /* the producer found the buffer full since the last growth */
     int64_t head, tail; /* [head, tail) are filled; head is held while `held` */
     int held, ended, stop, thread_started;
     carried_error err; /* status != OK: the producer failed after `tail` elements */
@@ -45,8 +48,10 @@ static void *producer(void *arg) {
     prefetch_it *it = arg;
     for (;;) {
         pthread_mutex_lock(&it->mu);
-        while (!it->stop && it->tail - it->head >= it->limit + 1)
+        while (!it->stop && it->tail - it->head >= it->limit + 1) {
+            it->full_since = 1;
             pthread_cond_wait(&it->not_full, &it->mu);
+        }
         int stop = it->stop;
         elem_slot *slot = &it->ring[it->tail % it->cap];
         pthread_mutex_unlock(&it->mu);
@@ -88,8 +93,11 @@ static dist_status prefetch_next(node_it *base, dist_element *out, int *eos) {
         pthread_cond_signal(&it->not_full);
     }
     if (it->head == it->tail && !it->ended && it->err.status == DIST_OK && it->consumed > 0 &&
-        it->limit < it->max_limit) {
-        /* The consumer waits: the producer is not far enough ahead. */
+        it->full_since && it->limit < it->max_limit) {
+        /* The consumer waits although the producer had to stop at the bound since the last
+         * growth: a deeper buffer would have absorbed the difference. (A producer that never
+         * reaches the bound is slower than the consumer: depth would not help.) */
+        it->full_since = 0;
         it->limit = it->limit * 2 < it->max_limit ? it->limit * 2 : it->max_limit;
         data_autotune_record(it->base.ctx, it->base.ds, (int)it->limit);
         pthread_cond_signal(&it->not_full);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* range(n) as int32 slices. */
@@ -654,9 +655,9 @@ START_TEST(test_autotune_yields_what_fixed_settings_yield_in_the_same_order) {
 }
 END_TEST
 
-/* A consumer that never waits on its own work starves a 1-deep buffer and a 1-thread map: both
- * grow, within their caps. */
-START_TEST(test_autotune_grows_a_starved_prefetch_and_map_within_their_caps) {
+/* A consumer that never waits on its own work starves a 1-thread map: it grows, within the
+ * cores. */
+START_TEST(test_autotune_grows_a_starved_map_within_the_cores) {
     dist_dataset *ds = slow_squares(7 * 400, DIST_AUTOTUNE, DIST_AUTOTUNE);
     dist_iterator *it = NULL;
     ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
@@ -664,18 +665,65 @@ START_TEST(test_autotune_grows_a_starved_prefetch_and_map_within_their_caps) {
     render(it, buf, sizeof buf);
     dist_autotune_state t;
     ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
-    ck_assert_int_gt(t.prefetch_buffer, 1);
-    ck_assert_int_le(t.prefetch_buffer, DIST_AUTOTUNE_PREFETCH_MAX);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores >= 2) ck_assert_int_ge(t.map_parallel, 2);
     ck_assert_int_le(t.map_parallel, cores < DIST_AUTOTUNE_MAP_MAX ? cores : DIST_AUTOTUNE_MAP_MAX);
+    ck_assert_int_ge(t.prefetch_buffer, 1);
+    ck_assert_int_le(t.prefetch_buffer, DIST_AUTOTUNE_PREFETCH_MAX);
     /* the next epoch starts where this one ended */
-    int before = t.prefetch_buffer;
+    int before = t.map_parallel;
     ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
     ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
-    ck_assert_int_eq(t.prefetch_buffer, before);
+    ck_assert_int_eq(t.map_parallel, before);
     dist_iterator_destroy(it);
     dist_dataset_destroy(ds);
+}
+END_TEST
+
+static dist_status sleepy_copy(const dist_element *in, dist_element *out, void *user) {
+    struct timespec ts = {0, *(const long *)user};
+    nanosleep(&ts, NULL);
+    *(int32_t *)out->items[0]->data = *(int32_t *)in->items[0]->data;
+    return DIST_OK;
+}
+
+/* range(n) -> a map sleeping `ns` per element -> prefetch(AUTOTUNE); the consumer sleeps
+ * `pause_ns` every 8th element; returns the tuned buffer. */
+static int tuned_prefetch(int n, long ns, long pause_ns) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    dist_dataset *ds = range_ds(n);
+    CHAIN(ds, dist_dataset_map(ds, sleepy_copy, &ns, &o, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    for (int i = 0; i < n; i++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        ck_assert_int_eq(*(int32_t *)el.items[0]->data, i);
+        if (pause_ns && i % 8 == 7) nanosleep(&(struct timespec){0, pause_ns}, NULL);
+    }
+    dist_autotune_state t;
+    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+    return t.prefetch_buffer;
+}
+
+/* A bursty consumer (3 ms pauses) of a steady producer (0.1 ms per element): the producer fills
+ * the buffer during a pause and the consumer then empties it, so the buffer grows. A producer
+ * slower than the consumer (1 ms per element, no pauses) never fills it: depth would not help,
+ * and the buffer stays small (at most 4 allows for the consumer being descheduled twice). */
+START_TEST(test_autotune_prefetch_grows_for_a_bursty_consumer_not_for_a_slow_producer) {
+    int bursty = tuned_prefetch(240, 100000, 3000000);
+    ck_assert_int_gt(bursty, 1);
+    ck_assert_int_le(bursty, DIST_AUTOTUNE_PREFETCH_MAX);
+    int slow = tuned_prefetch(100, 1000000, 0);
+    ck_assert_int_le(slow, 4);
 }
 END_TEST
 
@@ -745,7 +793,8 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_parallel_map_keeps_order_and_errors);
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
     tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
-    tcase_add_test(tc, test_autotune_grows_a_starved_prefetch_and_map_within_their_caps);
+    tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
+    tcase_add_test(tc, test_autotune_prefetch_grows_for_a_bursty_consumer_not_for_a_slow_producer);
     tcase_add_test(tc, test_autotune_prefetch_keeps_to_the_memory_budget);
     tcase_add_test(tc, test_prefetch_refuses_0_and_minus_2_naming_autotune);
     tcase_add_test(tc, test_transformations_take_their_own_reference);
