@@ -10,7 +10,11 @@ Trains 2 epochs of 6 steps with --logdir --histogram-freq 1 --update-freq 4 --sa
   - the last epoch's histograms equal, value for value (float64 edges and counts), the buckets
     tf.summary.histogram writes for the saved weights (read back from TensorFlow's own event
     file);
-  - the epoch scalars are still there.
+  - the epoch scalars are still there;
+  - Keras 3 itself (keras.callbacks.TensorBoard(histogram_freq=1, update_freq=3) on a model
+    with the seed CNN's layer types, 2 epochs of 3 batches), next to distrain with the same
+    epochs, batches and --update-freq 3, writes the same histogram tags, plugin, tensor dtype and
+    shape, and the same batch_* tags at the same steps.
 """
 import glob
 import os
@@ -37,6 +41,67 @@ def tf_histograms(weights, logdir):
     acc = event_accumulator.EventAccumulator(logdir, size_guidance={"tensors": 0})
     acc.Reload()
     return {tag: tf.make_ndarray(acc.Tensors(tag)[0].tensor_proto) for tag in acc.Tags()["tensors"]}
+
+
+KERAS_RUN = r"""
+import sys, numpy as np, keras
+x = np.random.RandomState(0).rand(48, 28, 28, 1).astype("float32")
+y = np.random.RandomState(1).randint(0, 10, 48)
+m = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Conv2D(2, 3, activation="relu"),
+                      keras.layers.Conv2D(2, 3, activation="relu"), keras.layers.MaxPooling2D(),
+                      keras.layers.Flatten(), keras.layers.Dense(4, activation="relu"),
+                      keras.layers.Dense(10)])
+m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+          metrics=["accuracy"])
+m.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[
+    keras.callbacks.TensorBoard(sys.argv[1], histogram_freq=1, update_freq=3, write_graph=False)])
+"""
+
+
+def summary_of(train_dir):
+    """{tag: (plugin, [steps], dtype, shape)} of one writer's directory."""
+    import tensorflow as tf
+    acc = event_accumulator.EventAccumulator(train_dir, size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    out = {}
+    for tag in acc.Tags()["tensors"]:
+        events = acc.Tensors(tag)
+        t = tf.make_ndarray(events[-1].tensor_proto)
+        out[tag] = (acc.SummaryMetadata(tag).plugin_data.plugin_name, [e.step for e in events],
+                    str(t.dtype), t.shape)
+    for tag in acc.Tags()["scalars"]:  # our simple_value scalars
+        out[tag] = ("scalars", [e.step for e in acc.Scalars(tag)], "float32", ())
+    return out
+
+
+def compare_with_keras(distrain, tmp, failures):
+    kdir = os.path.join(tmp, "keras")
+    p = subprocess.run([sys.executable, "-c", KERAS_RUN, kdir], capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        failures.append("the Keras run failed: %s" % p.stderr[-2000:])
+        return
+    ddir = os.path.join(tmp, "distrain_k")
+    p = subprocess.run([distrain, "--quiet", "--epochs", "2", "--steps-per-epoch", "3",
+                        "--logdir", ddir, "--histogram-freq", "1", "--update-freq", "3",
+                        "--threads", "1"], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        failures.append("distrain exited %d: %s" % (p.returncode, p.stderr))
+        return
+    keras_s = summary_of(os.path.join(kdir, "train"))
+    ours = summary_of(os.path.join(ddir, "train"))
+    for tag in sorted(set(keras_s) | set(ours)):
+        if not (tag.endswith("/histogram") or tag.startswith("batch_")):
+            continue
+        k, o = keras_s.get(tag), ours.get(tag)
+        if k is None or o is None:
+            failures.append("tag %s: Keras %s, distrain %s" % (tag, k, o))
+        elif tag.endswith("/histogram") and k != o:
+            failures.append("%s: Keras %s, distrain %s" % (tag, k, o))
+        elif tag.startswith("batch_") and k[1] != o[1]:
+            failures.append("%s steps: Keras %s, distrain %s" % (tag, k[1], o[1]))
+        else:
+            print("ok  as Keras 3: %-36s %s steps %s" % (tag, o[0], o[1]))
 
 
 def main():
@@ -105,6 +170,7 @@ def main():
         n = sum(1 for _ in tf.compat.v1.train.summary_iterator(
             glob.glob(os.path.join(train, "events.out.tfevents.*"))[0]))
         print("ok  summary_iterator read %d records" % n)
+        compare_with_keras(distrain, tmp, failures)
 
     for f in failures:
         print("FAIL: " + f)
