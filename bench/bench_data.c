@@ -6,12 +6,19 @@
  *    -> prefetch(2), 5 epochs of 7,996 images per run.
  * 2. A JPEG class folder (MNIST digits written as 28x28 JPEGs) -> decode on 1 and 2 threads
  *    -> image_normalize -> batch(64) -> prefetch(2), 3 passes over 7,996 files per run.
+ * 3. AUTOTUNE against hand-set values, with a consumer that spends --consume-us of CPU per
+ *    image (a training step's share of the same cores): a slow map (range -> busy map of
+ *    --map-us per element -> batch(64) -> prefetch) and the JPEG folder of 2 (decode ->
+ *    normalize -> batch(64) -> prefetch), each over every hand-set (parallelism, prefetch) in
+ *    {1, 2, 4} x {1, 2, 8} (JPEG: {1, 2} x {1, 2, 8}) and with DIST_AUTOTUNE for both; 2 epochs
+ *    per iterator, so AUTOTUNE's ramp-up from 1 is in the time.
  * Prints medians in images/s and the ratios: pipeline / consumption (target >= 10) and JPEG
  * 2 threads / 1 thread (target >= 1.8). */
 #include "dist/data.h"
 #include "dist/idx.h"
 
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +79,29 @@ static double cpu_s(void) {
 }
 
 static double g_cpu_us_per_image; /* of the last drain: process CPU time / images */
+static double g_consume_us;       /* the consumer's CPU time per image (section 3) */
+
+/* Busy work for about `us` microseconds: a loop calibrated once (reading a CPU-time clock in
+ * the loop would be a system call each time, and their cost would be most of the time). */
+static double g_iters_per_us;
+
+static uint32_t spin_iters(double iters) {
+    volatile uint32_t x = 1;
+    for (double i = 0; i < iters; i++) x = x * 1664525u + 1013904223u;
+    return x;
+}
+
+/* On this thread's CPU clock, so that a descheduled moment does not count. */
+static void calibrate_spin(void) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    spin_iters(2e7);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    double us = 1e6 * (double)(b.tv_sec - a.tv_sec) + 1e-3 * (double)(b.tv_nsec - a.tv_nsec);
+    g_iters_per_us = 2e7 / us;
+}
+
+static void spin_us(double us) { spin_iters(us * g_iters_per_us); }
 
 /* Images per second of `epochs` passes of `ds` (counting rows of item 0). */
 static double drain(dist_dataset *ds, int epochs) {
@@ -87,6 +117,7 @@ static double drain(dist_dataset *ds, int epochs) {
             CHECK(dist_iterator_next(it, &el, &eos));
             if (eos) break;
             images += el.items[0]->shape[0];
+            if (g_consume_us > 0) spin_us(g_consume_us * (double)el.items[0]->shape[0]);
         }
     }
     double dt = now_s() - t0;
@@ -154,20 +185,118 @@ static dist_dataset *idx_pipeline(void) {
     return ds;
 }
 
-static dist_dataset *jpeg_pipeline(const char *root, int threads) {
+static dist_dataset *jpeg_pipeline_with(const char *root, int threads, int prefetch) {
     dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
     o.num_threads = threads;
     dist_dataset *ds = NULL;
     CHECK(dist_dataset_from_jpeg_folder(root, &o, &ds));
     CHAIN(ds, dist_dataset_map_image_normalize(ds, &next_));
     CHAIN(ds, dist_dataset_batch(ds, 64, 0, &next_));
-    CHAIN(ds, dist_dataset_prefetch(ds, 2, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, prefetch, &next_));
     return ds;
+}
+
+static dist_dataset *jpeg_pipeline(const char *root, int threads) {
+    return jpeg_pipeline_with(root, threads, 2);
+}
+
+static double g_map_us = 40; /* the slow map's CPU time per element */
+
+static dist_status slow_map(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    spin_us(g_map_us);
+    *(float *)out->items[0]->data = (float)*(const int32_t *)in->items[0]->data;
+    return DIST_OK;
+}
+
+static dist_dataset *slow_map_pipeline(int n, int parallel, int prefetch) {
+    int64_t shape[1] = {n};
+    dist_tensor *t = NULL;
+    CHECK(dist_tensor_create(DIST_I32, 1, shape, &t));
+    for (int i = 0; i < n; i++) ((int32_t *)t->data)[i] = i;
+    dist_dataset *ds = NULL;
+    CHECK(dist_dataset_from_tensor_slices(&t, 1, 1, &ds));
+    dist_tensor_destroy(t);
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_F32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    o.num_parallel = parallel;
+    o.name = "slow";
+    CHAIN(ds, dist_dataset_map(ds, slow_map, NULL, &o, &next_));
+    CHAIN(ds, dist_dataset_batch(ds, 64, 0, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, prefetch, &next_));
+    return ds;
+}
+
+static const char *setting(int v, char *buf) {
+    if (v == DIST_AUTOTUNE) return "AUTOTUNE";
+    sprintf(buf, "%d", v);
+    return buf;
+}
+
+/* Section 3: one row per setting, runs alternating over the settings so that load changes on
+ * this shared machine hit all of them; the best hand-set row and AUTOTUNE's are summarized. */
+static void autotune_table(const char *what, dist_dataset *(*make)(const void *, int, int),
+                           const void *arg, const int *par, int npar, int runs) {
+    const int pre[3] = {1, 2, 8};
+    int n = npar * 3 + 1;
+    dist_dataset *ds[16];
+    int sp[16], sq[16];
+    double v[16][100], med[16];
+    for (int i = 0; i < n; i++) {
+        sp[i] = i < n - 1 ? par[i / 3] : DIST_AUTOTUNE;
+        sq[i] = i < n - 1 ? pre[i % 3] : DIST_AUTOTUNE;
+        ds[i] = make(arg, sp[i], sq[i]);
+        drain(ds[i], 1);
+    }
+    for (int r = 0; r < runs; r++)
+        for (int i = 0; i < n; i++) v[i][r] = drain(ds[i], 2);
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        med[i] = median(v[i], runs);
+        if (i < n - 1 && med[i] > med[best]) best = i;
+    }
+    dist_iterator *it = NULL;
+    dist_autotune_state at = {0, 0, 0, 0};
+    CHECK(dist_iterator_create(ds[n - 1], &it));
+    for (int e = 0; e < 2; e++) {
+        for (;;) {
+            dist_element el;
+            int eos = 0;
+            CHECK(dist_iterator_next(it, &el, &eos));
+            if (eos) break;
+            if (g_consume_us > 0) spin_us(g_consume_us * (double)el.items[0]->shape[0]);
+        }
+        CHECK(dist_iterator_reset(it));
+    }
+    CHECK(dist_iterator_autotune(it, &at));
+    dist_iterator_destroy(it);
+    printf("%s (consumer %.0f us/image)\n%-14s %-10s %14s\n", what, g_consume_us, "parallelism",
+           "prefetch", "images/s");
+    char b1[16], b2[16];
+    for (int i = 0; i < n; i++) {
+        printf("%-14s %-10s %14.0f%s\n", setting(sp[i], b1), setting(sq[i], b2), med[i],
+               i == best ? "  (best hand-set)" : "");
+        dist_dataset_destroy(ds[i]);
+    }
+    printf("AUTOTUNE / best hand-set: %.2fx; AUTOTUNE chose parallelism %d, prefetch %d\n",
+           med[n - 1] / med[best], at.map_parallel, at.prefetch_buffer);
+}
+
+static dist_dataset *make_slow(const void *arg, int parallel, int prefetch) {
+    return slow_map_pipeline(*(const int *)arg, parallel, prefetch);
+}
+
+static dist_dataset *make_jpeg(const void *arg, int parallel, int prefetch) {
+    return jpeg_pipeline_with((const char *)arg, parallel, prefetch);
 }
 
 int main(int argc, char **argv) {
     int runs = 7, epochs = 5, jpegs = 8000, jpeg_epochs = 3;
-    double consume = 10000.0;
+    double consume = 10000.0, consume_us = 20;
+    int autotune_runs = 3;
     if (getenv("DIST_SOURCE_DIR")) g_src = getenv("DIST_SOURCE_DIR");
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--runs") == 0)
@@ -180,6 +309,12 @@ int main(int argc, char **argv) {
             consume = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--source-dir") == 0)
             g_src = argv[i + 1];
+        else if (strcmp(argv[i], "--consume-us") == 0)
+            consume_us = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--map-us") == 0)
+            g_map_us = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--autotune-runs") == 0)
+            autotune_runs = atoi(argv[i + 1]);
     }
     if (runs < 1 || runs > 99) runs = 5;
     double v[100];
@@ -211,6 +346,24 @@ int main(int argc, char **argv) {
     double scaling = median(ratio, runs), cpu1 = median(c1, runs), cpu2 = median(c2, runs);
     dist_dataset_destroy(one);
     dist_dataset_destroy(two);
+
+    if (autotune_runs < 1 || autotune_runs > 99) autotune_runs = 3;
+    calibrate_spin();
+    g_consume_us = consume_us;
+    const int par3[3] = {1, 2, 4}, par2[2] = {1, 2};
+    int slow_n = 6400;
+    char what[160];
+    snprintf(what, sizeof what,
+             "slow map (%.0f us/element) -> batch(64) -> prefetch, %d elements, 2 epochs, "
+             "medians of %d runs",
+             g_map_us, slow_n, autotune_runs);
+    autotune_table(what, make_slow, &slow_n, par3, 3, autotune_runs);
+    snprintf(what, sizeof what,
+             "JPEG folder (%d files), decode -> normalize -> batch(64) -> prefetch, 2 epochs, "
+             "medians of %d runs",
+             jpegs, autotune_runs);
+    autotune_table(what, make_jpeg, root, par2, 2, autotune_runs);
+    g_consume_us = 0;
     rm_tree(root);
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -43,6 +43,23 @@ DIST_BEGIN_DECLS
 
 #define DIST_ELEMENT_MAX 8
 
+/* tf.data.AUTOTUNE: as a prefetch buffer size, a map's num_parallel or a JPEG source's
+ * num_threads, the value is chosen while the iterator runs, from what it measures:
+ *   - prefetch: the buffer starts at 1 element and doubles each time the consumer finds it
+ *     empty (not counting a pass's first element) after the producer has been held back by
+ *     the buffer's bound since the last doubling, up to DIST_AUTOTUNE_PREFETCH_MAX elements
+ *     and to as many as fit in DIST_AUTOTUNE_PREFETCH_BYTES (measured on the first element);
+ *   - map: parallelism starts at 1 and grows by one each time that, of 16 consecutive outputs,
+ *     4 or more were not ready when the consumer asked for them, up to the online cores
+ *     (at most DIST_AUTOTUNE_MAP_MAX).
+ * Values only grow, and an iterator keeps them from one epoch to the next. What is tuned is
+ * how far ahead and on how many threads elements are made, never which elements or their
+ * order: the output is the same as with any fixed setting. */
+#define DIST_AUTOTUNE (-1)
+#define DIST_AUTOTUNE_PREFETCH_MAX 64
+#define DIST_AUTOTUNE_PREFETCH_BYTES ((int64_t)64 << 20)
+#define DIST_AUTOTUNE_MAP_MAX 64
+
 typedef struct dist_dataset dist_dataset;
 typedef struct dist_iterator dist_iterator;
 
@@ -110,9 +127,9 @@ typedef struct dist_jpeg_folder_options {
     dist_jpeg_size_policy size_policy; /* default DIST_JPEG_RESIZE */
     int skip_bad;                      /* non-zero: skip (and count) bad files and empty class
                                           folders instead of failing */
-    int num_threads;                   /* decode threads; <= 1 decodes on the caller's thread */
-    int64_t max_pixels;                /* a header claiming more (width x height) is a bad file,
-                                          refused before any allocation; 0 = the default cap */
+    int num_threads;    /* decode threads; <= 1 decodes on the caller's thread; DIST_AUTOTUNE */
+    int64_t max_pixels; /* a header claiming more (width x height) is a bad file,
+                           refused before any allocation; 0 = the default cap */
 } dist_jpeg_folder_options;
 
 /* The default pixel cap: 64 Mpx (8192 x 8192). A 65535 x 65535 header would ask for 12 GiB. */
@@ -198,9 +215,9 @@ typedef dist_status (*dist_map_fn)(const dist_element *in, dist_element *out, vo
 typedef struct dist_map_options {
     int version;                          /* DIST_MAP_OPTIONS_VERSION */
     const dist_element_spec *output_spec; /* required; all dimensions known (copied) */
-    int num_parallel;                     /* threads; <= 1 runs on the caller's thread */
-    int skip_errors;                      /* drop (and count) elements whose map failed */
-    const char *name;                     /* part of the description; default "map" */
+    int num_parallel; /* threads; <= 1 (but -1) runs on the caller's thread; DIST_AUTOTUNE */
+    int skip_errors;  /* drop (and count) elements whose map failed */
+    const char *name; /* part of the description; default "map" */
 } dist_map_options;
 
 #define DIST_MAP_OPTIONS_VERSION 1
@@ -253,7 +270,9 @@ DIST_API dist_status dist_dataset_shard(dist_dataset *in, int64_t num, int64_t i
  * nothing. */
 DIST_API dist_status dist_dataset_cache(dist_dataset *in, const char *filename, dist_dataset **out);
 
-/* Produces up to `buffer_size` elements ahead on a background thread (bounded queue). */
+/* Produces up to `buffer_size` elements ahead on a background thread (bounded queue);
+ * buffer_size DIST_AUTOTUNE tunes it (see DIST_AUTOTUNE). Errors: DIST_INVALID_ARGUMENT
+ * (buffer_size < 1 and not DIST_AUTOTUNE). */
 DIST_API dist_status dist_dataset_prefetch(dist_dataset *in, int buffer_size, dist_dataset **out);
 
 /* ---- multi-worker input: tf.data.experimental.AutoShardPolicy ---------------------------- */
@@ -306,6 +325,15 @@ DIST_API int64_t dist_iterator_epoch(const dist_iterator *it);
 DIST_API int64_t dist_iterator_position(const dist_iterator *it);
 /* Bad files and failed map elements skipped so far in this epoch (skip_bad / skip_errors). */
 DIST_API int64_t dist_iterator_skipped(const dist_iterator *it);
+
+/* What DIST_AUTOTUNE has chosen so far in an iterator's pipeline: the number of autotuned
+ * prefetch and map stages and the largest current buffer size and parallelism among them (0
+ * when there is no such stage; values of stages beyond the first 16 are not reported). */
+typedef struct dist_autotune_state {
+    int prefetch_stages, prefetch_buffer;
+    int map_stages, map_parallel;
+} dist_autotune_state;
+DIST_API dist_status dist_iterator_autotune(const dist_iterator *it, dist_autotune_state *out);
 
 /* Saves the iterator's position: a small JSON text (pipeline description and fingerprint,
  * epoch, position) in *bytes (malloc'd, NUL-terminated, *n excludes the NUL; release it with

@@ -363,11 +363,37 @@ DIST_API dist_status dist_progress_bar_create(FILE *out, int interactive,
 DIST_API void dist_progress_bar_destroy(dist_progress_bar *bar);
 DIST_API dist_callback dist_progress_bar_callback(dist_progress_bar *bar);
 
-/* TensorBoard scalars: logdir/train gets epoch_loss, epoch_accuracy, epoch_learning_rate,
- * logdir/validation epoch_loss and epoch_accuracy from val_*, with the epoch as the step. The
- * writers are made at train begin; only the chief writes. */
+/* tf.keras.callbacks.TensorBoard (Keras 3). Epoch scalars: logdir/train gets epoch_loss,
+ * epoch_accuracy, epoch_learning_rate, logdir/validation epoch_loss and epoch_accuracy from
+ * val_*, with the epoch as the step. With histogram_freq N > 0, at the end of every epoch e with
+ * e % N == 0, one histogram per variable in logdir/train at step e, tagged
+ * "<model name>/<variable name>/histogram" ("sequential/conv2d/kernel/histogram", Keras 3's
+ * weight.path), in tf.summary.histogram's 30 buckets of replica 0's values. With update_freq
+ * N > 0, after every batch that brings the global batch count (fs->global_step, resumes
+ * included) to a multiple of N, "batch_" + each entry of the batch logs (batch_loss and
+ * batch_accuracy: the epoch's running means) in logdir/train at that count; with
+ * steps_per_execution the count moves by several batches per call and the call that passes a
+ * multiple writes, at its own count.
+ * The writers are made at train begin; only the chief writes. */
+#define DIST_TENSORBOARD_UPDATE_EPOCH 0 /* update_freq: epoch scalars only (Keras's "epoch") */
+typedef struct dist_tensorboard_options {
+    int version;
+    const char *logdir;  /* required; copied */
+    int histogram_freq;  /* 0: no histograms; N: every N epochs */
+    int64_t update_freq; /* DIST_TENSORBOARD_UPDATE_EPOCH, or every N batches (1: "batch") */
+} dist_tensorboard_options;
+#define DIST_TENSORBOARD_OPTIONS_VERSION 1
+#define DIST_TENSORBOARD_OPTIONS_INIT                                                              \
+    {                                                                                              \
+        .version = DIST_TENSORBOARD_OPTIONS_VERSION, .logdir = NULL, .histogram_freq = 0,          \
+        .update_freq = DIST_TENSORBOARD_UPDATE_EPOCH                                               \
+    }
 typedef struct dist_tensorboard dist_tensorboard;
+/* Epoch scalars only (the options' defaults). */
 DIST_API dist_status dist_tensorboard_create(const char *logdir, dist_tensorboard **out);
+/* Errors: DIST_INVALID_ARGUMENT (no logdir, another version, a negative frequency). */
+DIST_API dist_status dist_tensorboard_create_with_options(const dist_tensorboard_options *opts,
+                                                          dist_tensorboard **out);
 DIST_API void dist_tensorboard_destroy(dist_tensorboard *tb);
 DIST_API dist_callback dist_tensorboard_callback(dist_tensorboard *tb);
 

@@ -68,6 +68,8 @@ DIST_API dist_status dist_model_compute_gradients(dist_model *model, dist_tape *
 DIST_API int64_t dist_model_num_params(const dist_model *model);
 DIST_API int dist_model_num_replicas(const dist_model *model);
 DIST_API int dist_model_num_variables(const dist_model *model);
+/* The model's name ("sequential" by default; borrowed). */
+DIST_API const char *dist_model_name(const dist_model *model);
 /* "conv2d/kernel", "dense_1/bias", ... (borrowed). */
 DIST_API const char *dist_model_variable_name(const dist_model *model, int index);
 /* A view of variable `index` on `replica` (borrowed; device memory). */

@@ -98,8 +98,8 @@ struct dist_dataset {
             map_state_create_fn state_create;
             map_state_destroy_fn state_destroy;
             void *user;
-            file_table *table; /* the JPEG decode map's `user`, kept alive */
-            int num_parallel, skip_errors;
+            file_table *table;             /* the JPEG decode map's `user`, kept alive */
+            int num_parallel, skip_errors; /* num_parallel DIST_AUTOTUNE: tuned */
         } map;
         struct {
             dist_filter_fn fn;
@@ -128,7 +128,7 @@ struct dist_dataset {
             cache_store *store; /* memory cache, shared by iterators */
         } cache;
         struct {
-            int buffer_size;
+            int buffer_size; /* DIST_AUTOTUNE: tuned */
         } prefetch;
     } u;
 };
@@ -159,10 +159,28 @@ dist_status slot_alloc_spec(elem_slot *slot, const dist_element_spec *spec);
 
 /* ---- iterators ----------------------------------------------------------------------------- */
 
+/* The values AUTOTUNE stages chose, by stage (the dataset node), kept across the passes of one
+ * dist_iterator. */
+#define AUTOTUNE_SLOTS 16
+typedef struct autotune_slot {
+    const dist_dataset *node;
+    int value;
+} autotune_slot;
+
 /* Shared by all node iterators of one dist_iterator. */
 typedef struct iter_ctx {
     atomic_llong skipped;
+    pthread_mutex_t tune_mu;
+    int tune_count;
+    autotune_slot tune[AUTOTUNE_SLOTS];
 } iter_ctx;
+
+/* The value a stage's tuner starts from: the one it reached in an earlier pass, else `first`. */
+int data_autotune_start(iter_ctx *ctx, const dist_dataset *node, int first);
+/* Records a stage's new value (thread-safe). */
+void data_autotune_record(iter_ctx *ctx, const dist_dataset *node, int value);
+/* The online cores, bounded to 1..DIST_AUTOTUNE_MAP_MAX: a map's parallelism cap. */
+int data_autotune_map_max(void);
 
 typedef struct node_it node_it;
 typedef struct node_it_vt {

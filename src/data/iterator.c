@@ -49,6 +49,7 @@ dist_status dist_iterator_create(dist_dataset *ds, dist_iterator **out) {
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "dist_iterator_create: out of memory");
     it->ds = dist_dataset_retain(ds);
     atomic_init(&it->ctx.skipped, 0);
+    pthread_mutex_init(&it->ctx.tune_mu, NULL);
     dist_status st = start_epoch(it, 0);
     if (st != DIST_OK) {
         dist_iterator_destroy(it);
@@ -61,6 +62,7 @@ dist_status dist_iterator_create(dist_dataset *ds, dist_iterator **out) {
 void dist_iterator_destroy(dist_iterator *it) {
     if (!it) return;
     node_it_destroy(it->root);
+    pthread_mutex_destroy(&it->ctx.tune_mu);
     dist_dataset_destroy(it->ds);
     free(it);
 }
@@ -105,6 +107,26 @@ int64_t dist_iterator_epoch(const dist_iterator *it) { return it ? it->epoch : 0
 int64_t dist_iterator_position(const dist_iterator *it) { return it ? it->position : 0; }
 int64_t dist_iterator_skipped(const dist_iterator *it) {
     return it ? (int64_t)atomic_load(&((dist_iterator *)it)->ctx.skipped) : 0;
+}
+
+dist_status dist_iterator_autotune(const dist_iterator *it, dist_autotune_state *out) {
+    DIST_CHECK_ARG(it && out, "dist_iterator_autotune: NULL argument");
+    dist_autotune_state a = {0, 0, 0, 0};
+    iter_ctx *ctx = (iter_ctx *)&it->ctx;
+    pthread_mutex_lock(&ctx->tune_mu);
+    for (int i = 0; i < ctx->tune_count; i++) {
+        int v = ctx->tune[i].value;
+        if (ctx->tune[i].node->kind == NODE_PREFETCH) {
+            a.prefetch_stages++;
+            if (v > a.prefetch_buffer) a.prefetch_buffer = v;
+        } else {
+            a.map_stages++;
+            if (v > a.map_parallel) a.map_parallel = v;
+        }
+    }
+    pthread_mutex_unlock(&ctx->tune_mu);
+    *out = a;
+    return DIST_OK;
 }
 
 dist_status dist_iterator_save(const dist_iterator *it, void **bytes, size_t *n) {

@@ -1,5 +1,5 @@
-/* map (inline, or on N threads with the input order kept), filter, and the built-in
- * image-normalize map. */
+/* map (inline, or on N threads with the input order kept, or on an AUTOTUNE'd number of
+ * threads), filter, and the built-in image-normalize map. */
 #include "core/error.h"
 #include "data/dataset.h"
 
@@ -35,7 +35,9 @@ static dist_status map_new(dist_dataset *in, dist_map_fn fn, map_thread_fn tfn, 
     ds->u.map.fn = fn;
     ds->u.map.tfn = tfn;
     ds->u.map.user = user;
-    ds->u.map.num_parallel = num_parallel < 1 ? 1 : num_parallel;
+    ds->u.map.num_parallel = num_parallel == DIST_AUTOTUNE ? DIST_AUTOTUNE
+                             : num_parallel < 1            ? 1
+                                                           : num_parallel;
     ds->u.map.skip_errors = skip_errors ? 1 : 0;
     if (skip_errors) ds->cardinality = DIST_CARDINALITY_UNKNOWN;
     dist_status st = node_finish(ds);
@@ -148,6 +150,7 @@ typedef struct map_job {
 typedef struct worker_arg {
     struct map_it *it;
     void *state;
+    int index; /* worker i runs jobs while i < active - 1 */
 } worker_arg;
 
 typedef struct map_it {
@@ -166,6 +169,9 @@ typedef struct map_it {
     map_job *jobs;
     int64_t head, tail, claim; /* jobs [head, tail) are in flight; workers claim in order */
     int64_t chunk;             /* most jobs a worker takes at once */
+    int active;                /* threads that run jobs, the consumer included (<= nthreads + 1) */
+    int tuned;                 /* AUTOTUNE: `active` grows while outputs are not ready */
+    int period, starved;       /* outputs asked for in this period, and how many were not ready */
     atomic_llong waiting_for;  /* the job the consumer sleeps on, -1 none */
     int idle, consumer_waiting;
     carried_error input_err; /* the input failed after the published jobs */
@@ -222,10 +228,12 @@ static void *map_worker(void *arg) {
     void *state = a->state;
     pthread_mutex_lock(&it->mu);
     for (;;) {
-        while (!it->stop && it->claim >= it->tail) {
-            it->idle++;
+        while (!it->stop && (it->claim >= it->tail || a->index >= it->active - 1)) {
+            int counted = a->index < it->active - 1; /* a worker tuning has not enabled yet is
+                                                        not idle: it takes no share */
+            it->idle += counted;
             pthread_cond_wait(&it->work_cv, &it->mu);
-            it->idle--;
+            it->idle -= counted;
         }
         if (it->stop) break;
         int64_t lo = it->claim, avail = it->tail - lo;
@@ -244,6 +252,20 @@ static void *map_worker(void *arg) {
     }
     pthread_mutex_unlock(&it->mu);
     return NULL;
+}
+
+/* AUTOTUNE: one more thread when, of the last 16 outputs asked for, 4 or more were not ready. */
+static void tune_parallelism(map_it *it, int not_ready) {
+    it->starved += not_ready;
+    if (++it->period < 16) return;
+    if (it->starved >= 4 && it->active < it->nthreads + 1) {
+        pthread_mutex_lock(&it->mu);
+        it->active++;
+        pthread_cond_broadcast(&it->work_cv);
+        pthread_mutex_unlock(&it->mu);
+        data_autotune_record(it->base.ctx, it->base.ds, it->active);
+    }
+    it->period = it->starved = 0;
 }
 
 static dist_status map_parallel_next(map_it *it, dist_element *out, int *eos) {
@@ -284,6 +306,8 @@ static dist_status map_parallel_next(map_it *it, dist_element *out, int *eos) {
             return DIST_OK;
         }
         map_job *job = &it->jobs[it->head % it->window];
+        if (it->tuned)
+            tune_parallelism(it, !atomic_load_explicit(&job->done, memory_order_acquire));
         while (!atomic_load_explicit(&job->done, memory_order_acquire)) {
             pthread_mutex_lock(&it->mu);
             if (it->claim < it->tail) {
@@ -353,9 +377,18 @@ static const node_it_vt map_vt = {map_next, map_destroy};
 static dist_status map_start_threads(map_it *it) {
     const dist_dataset *ds = it->base.ds;
     /* num_parallel - 1 workers; the calling thread decodes too while it waits (state index
-     * nthreads is its own). */
-    it->nthreads = ds->u.map.num_parallel - 1;
-    it->window = 64 * ds->u.map.num_parallel;
+     * nthreads is its own). AUTOTUNE starts every thread it may use, enabling them one by one. */
+    int parallel = ds->u.map.num_parallel;
+    it->tuned = parallel == DIST_AUTOTUNE;
+    if (it->tuned) parallel = data_autotune_map_max();
+    it->nthreads = parallel - 1;
+    it->active = parallel;
+    if (it->tuned) {
+        it->active = data_autotune_start(it->base.ctx, ds, 1);
+        if (it->active > parallel) it->active = parallel;
+        data_autotune_record(it->base.ctx, ds, it->active);
+    }
+    it->window = 64 * parallel;
     it->chunk = 16;
     atomic_init(&it->waiting_for, -1);
     it->jobs = calloc((size_t)it->window, sizeof *it->jobs);
@@ -375,6 +408,7 @@ static dist_status map_start_threads(map_it *it) {
     for (int i = 0; i < it->nthreads; i++) {
         it->args[i].it = it;
         it->args[i].state = it->states[i];
+        it->args[i].index = i;
         int rc = pthread_create(&it->threads[i], NULL, map_worker, &it->args[i]);
         if (rc != 0) return dist_error_errno(DIST_SYSTEM, rc, "map: cannot start thread %d", i);
         it->started++;
@@ -391,7 +425,8 @@ dist_status map_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, n
         free(it);
         return st;
     }
-    if (ds->u.map.num_parallel <= 1) {
+    if (ds->u.map.num_parallel == 1 ||
+        (ds->u.map.num_parallel == DIST_AUTOTUNE && data_autotune_map_max() == 1)) {
         DIST_TRY_GOTO(slot_alloc_spec(&it->out, &ds->spec), st, fail);
         if (ds->u.map.state_create)
             DIST_TRY_GOTO(ds->u.map.state_create(ds->u.map.user, &it->state), st, fail);

@@ -1,4 +1,9 @@
-/* prefetch: a background thread runs the input into a bounded ring of element slots. */
+/* prefetch: a background thread runs the input into a bounded ring of element slots. With
+ * DIST_AUTOTUNE the bound (`limit`) starts at 1 and doubles whenever the consumer finds the ring
+ * empty, as tf.data's legacy prefetch autotuning does, but only when the producer was held back
+ * by the bound since the last growth (else the producer is simply slower and a deeper buffer
+ * only costs memory: in bench_data's slow map, tf.data's rule went to 64 elements for nothing),
+ * within the ring's capacity and the memory budget of data.h. */
 #include "core/error.h"
 #include "data/dataset.h"
 
@@ -6,9 +11,13 @@
 
 dist_status dist_dataset_prefetch(dist_dataset *in, int buffer_size, dist_dataset **out) {
     DIST_CHECK_ARG(in && out, "prefetch: NULL argument");
-    DIST_CHECK_ARG(buffer_size >= 1, "prefetch: buffer_size %d must be >= 1", buffer_size);
+    DIST_CHECK_ARG(buffer_size >= 1 || buffer_size == DIST_AUTOTUNE,
+                   "prefetch: buffer_size %d must be >= 1 or DIST_AUTOTUNE (-1)", buffer_size);
     dist_dataset *ds = NULL;
-    DIST_TRY(node_new(NODE_PREFETCH, in, &ds, "prefetch(%d)", buffer_size));
+    if (buffer_size == DIST_AUTOTUNE)
+        DIST_TRY(node_new(NODE_PREFETCH, in, &ds, "prefetch(AUTOTUNE)"));
+    else
+        DIST_TRY(node_new(NODE_PREFETCH, in, &ds, "prefetch(%d)", buffer_size));
     ds->u.prefetch.buffer_size = buffer_size;
     dist_status st = node_finish(ds);
     if (st != DIST_OK)
@@ -22,7 +31,11 @@ typedef struct prefetch_it {
     node_it base;
     node_it *input; /* used only by the producer thread while it runs */
     elem_slot *ring;
-    int64_t cap;        /* buffer_size + 1: the consumer holds one slot */
+    int64_t cap;        /* ring slots: the largest buffer + 1, as the consumer holds one */
+    int64_t limit;      /* the buffer now: the producer stays at most limit + 1 ahead */
+    int64_t max_limit;  /* AUTOTUNE: the most `limit` may grow to; 0 when not tuned */
+    int64_t consumed;   /* elements handed out in this pass */
+    int full_since;     /* the producer found the buffer full since the last growth */
     int64_t head, tail; /* [head, tail) are filled; head is held while `held` */
     int held, ended, stop, thread_started;
     carried_error err; /* status != OK: the producer failed after `tail` elements */
@@ -35,8 +48,10 @@ static void *producer(void *arg) {
     prefetch_it *it = arg;
     for (;;) {
         pthread_mutex_lock(&it->mu);
-        while (!it->stop && it->tail - it->head >= it->cap)
+        while (!it->stop && it->tail - it->head >= it->limit + 1) {
+            it->full_since = 1;
             pthread_cond_wait(&it->not_full, &it->mu);
+        }
         int stop = it->stop;
         elem_slot *slot = &it->ring[it->tail % it->cap];
         pthread_mutex_unlock(&it->mu);
@@ -46,6 +61,15 @@ static void *producer(void *arg) {
         dist_status st = node_it_next(it->input, &el, &eos);
         if (st == DIST_OK && !eos) st = slot_copy(slot, &el);
         pthread_mutex_lock(&it->mu);
+        if (st == DIST_OK && !eos && it->max_limit > 0 && it->tail == 0) {
+            /* The memory budget, in elements of the first one's size. */
+            int64_t bytes = 0;
+            for (int i = 0; i < slot->count; i++) bytes += (int64_t)dist_tensor_bytes(&slot->t[i]);
+            int64_t fit = bytes > 0 ? DIST_AUTOTUNE_PREFETCH_BYTES / bytes : it->max_limit;
+            if (fit < 1) fit = 1;
+            if (fit < it->max_limit) it->max_limit = fit;
+            if (it->limit > it->max_limit) it->limit = it->max_limit;
+        }
         if (st != DIST_OK)
             carried_error_capture(&it->err, st);
         else if (eos)
@@ -68,11 +92,22 @@ static dist_status prefetch_next(node_it *base, dist_element *out, int *eos) {
         it->held = 0;
         pthread_cond_signal(&it->not_full);
     }
+    if (it->head == it->tail && !it->ended && it->err.status == DIST_OK && it->consumed > 0 &&
+        it->full_since && it->limit < it->max_limit) {
+        /* The consumer waits although the producer had to stop at the bound since the last
+         * growth: a deeper buffer would have absorbed the difference. (A producer that never
+         * reaches the bound is slower than the consumer: depth would not help.) */
+        it->full_since = 0;
+        it->limit = it->limit * 2 < it->max_limit ? it->limit * 2 : it->max_limit;
+        data_autotune_record(it->base.ctx, it->base.ds, (int)it->limit);
+        pthread_cond_signal(&it->not_full);
+    }
     while (it->head == it->tail && !it->ended && it->err.status == DIST_OK)
         pthread_cond_wait(&it->not_empty, &it->mu);
     if (it->head < it->tail) {
         slot_view(&it->ring[it->head % it->cap], out);
         it->held = 1;
+        it->consumed++;
         pthread_mutex_unlock(&it->mu);
         return DIST_OK;
     }
@@ -110,7 +145,14 @@ dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t g
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->not_full, NULL);
     pthread_cond_init(&it->not_empty, NULL);
-    it->cap = (int64_t)ds->u.prefetch.buffer_size + 1;
+    if (ds->u.prefetch.buffer_size == DIST_AUTOTUNE) {
+        it->max_limit = DIST_AUTOTUNE_PREFETCH_MAX;
+        it->limit = data_autotune_start(ctx, ds, 1);
+        data_autotune_record(ctx, ds, (int)it->limit);
+    } else {
+        it->limit = ds->u.prefetch.buffer_size;
+    }
+    it->cap = (it->max_limit > 0 ? it->max_limit : it->limit) + 1;
     dist_status st = DIST_OK;
     it->ring = calloc((size_t)it->cap, sizeof *it->ring);
     if (!it->ring) {

@@ -448,6 +448,8 @@ int64_t dist_model_num_params(const dist_model *m) { return m ? m->nparams : 0; 
 int dist_model_num_replicas(const dist_model *m) { return m ? m->nreplicas : 0; }
 int dist_model_num_variables(const dist_model *m) { return m ? m->nvars : 0; }
 
+const char *dist_model_name(const dist_model *m) { return m ? m->name : NULL; }
+
 const char *dist_model_variable_name(const dist_model *m, int i) {
     return m && i >= 0 && i < m->nvars ? m->vars[i].name : NULL;
 }

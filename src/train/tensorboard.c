@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,137 @@ dist_status dist_summary_writer_scalar_at(dist_summary_writer *w, const char *ta
 dist_status dist_summary_writer_scalar(dist_summary_writer *w, const char *tag, float value,
                                        int64_t step) {
     return dist_summary_writer_scalar_at(w, tag, value, step, now_seconds());
+}
+
+/* ---- histograms -------------------------------------------------------------------------- */
+
+dist_status dist_tensorboard_histogram_buckets(const float *data, int64_t n, int k, double *out) {
+    DIST_CHECK_ARG(k >= 1, "tensorboard: a histogram needs at least 1 bucket, got %d", k);
+    DIST_CHECK_ARG(out && (data || n == 0) && n >= 0,
+                   "tensorboard: histogram of %lld values with NULL data or output", (long long)n);
+    memset(out, 0, (size_t)k * 3 * sizeof *out);
+    if (n == 0) return DIST_OK;
+    double lo = data[0], hi = data[0];
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(data[i]))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "tensorboard: histogram value %lld of %lld is %g; only finite "
+                              "values have buckets",
+                              (long long)i, (long long)n, (double)data[i]);
+        if (data[i] < lo) lo = data[i];
+        if (data[i] > hi) hi = data[i];
+    }
+    if (lo == hi) {
+        for (int b = 0; b < k; b++) out[3 * b] = out[3 * b + 1] = hi;
+        out[3 * (k - 1) + 2] = (double)n;
+        return DIST_OK;
+    }
+    /* TensorFlow's order of operations: width = range / k, index = floor(offset / width), edges
+     * from tf.linspace (start + i * delta with delta = range / k), the last edge set to max. */
+    double width = (hi - lo) / (double)k;
+    for (int64_t i = 0; i < n; i++) {
+        double idx = floor(((double)data[i] - lo) / width);
+        int b = idx >= (double)(k - 1) ? k - 1 : (int)idx;
+        out[3 * b + 2] += 1.0;
+    }
+    for (int b = 0; b < k; b++) {
+        out[3 * b] = b == 0 ? lo : lo + (double)b * width;
+        out[3 * b + 1] = b == k - 1 ? hi : lo + (double)(b + 1) * width;
+    }
+    return DIST_OK;
+}
+
+/* SummaryMetadata{1: PluginData{1: "histograms"}} (HistogramPluginData{version 0} is empty) */
+static void encode_histogram_metadata(pb_buf *b) {
+    pb_tag(b, 1, 2);
+    pb_varint(b, 2 + 10);
+    pb_bytes(b, 1, "histograms", 10);
+}
+
+/* TensorProto{1: DT_DOUBLE (2), 2: TensorShapeProto{2: Dim{1: k}, 2: Dim{1: 3}},
+ * 4: tensor_content (k * 3 little-endian doubles)} */
+static void encode_histogram_tensor(pb_buf *b, const double *rows, int k) {
+    size_t dim_k = 1 + varint_size((uint64_t)k), dim_3 = 2;
+    size_t shape_len = 1 + varint_size(dim_k) + dim_k + 1 + varint_size(dim_3) + dim_3;
+    pb_tag(b, 1, 0);
+    pb_varint(b, 2);
+    pb_tag(b, 2, 2);
+    pb_varint(b, shape_len);
+    pb_tag(b, 2, 2);
+    pb_varint(b, dim_k);
+    pb_tag(b, 1, 0);
+    pb_varint(b, (uint64_t)k);
+    pb_tag(b, 2, 2);
+    pb_varint(b, dim_3);
+    pb_tag(b, 1, 0);
+    pb_varint(b, 3);
+    pb_tag(b, 4, 2);
+    pb_varint(b, (uint64_t)k * 3 * 8);
+    for (int i = 0; i < 3 * k; i++) {
+        uint64_t bits;
+        memcpy(&bits, &rows[i], sizeof bits);
+        pb_fixed(b, bits, 8);
+    }
+}
+
+/* Event{1: wall_time, 2: step, 5: Summary{1: Value{1: tag, 9: metadata, 8: tensor}}} */
+static void encode_histogram(pb_buf *b, double wall_time, int64_t step, const char *tag,
+                             const double *rows, int k) {
+    pb_buf m = {NULL, 0, 0}, t = {NULL, 0, 0};
+    encode_histogram_metadata(&m);
+    encode_histogram_tensor(&t, rows, k);
+    size_t tag_len = strlen(tag);
+    size_t value_len = 1 + varint_size(tag_len) + tag_len + 1 + varint_size(m.len) + m.len + 1 +
+                       varint_size(t.len) + t.len;
+    size_t summary_len = 1 + varint_size(value_len) + value_len;
+    pb_double(b, 1, wall_time);
+    pb_tag(b, 2, 0);
+    pb_varint(b, (uint64_t)step);
+    pb_tag(b, 5, 2);
+    pb_varint(b, summary_len);
+    pb_tag(b, 1, 2);
+    pb_varint(b, value_len);
+    pb_bytes(b, 1, tag, tag_len);
+    pb_tag(b, 9, 2);
+    pb_varint(b, m.len);
+    encode_histogram_metadata(b);
+    pb_tag(b, 8, 2);
+    pb_varint(b, t.len);
+    encode_histogram_tensor(b, rows, k);
+}
+
+dist_status dist_summary_writer_histogram(dist_summary_writer *w, const char *tag,
+                                          const float *data, int64_t n, int buckets, int64_t step) {
+    DIST_CHECK_ARG(w, "tensorboard: NULL writer");
+    DIST_CHECK_ARG(tag && tag[0], "tensorboard: a histogram needs a non-empty tag");
+    size_t tag_len = strlen(tag);
+    DIST_CHECK_ARG(tag_len < 4096, "tensorboard: tag of %zu bytes is too long", tag_len);
+    DIST_CHECK_ARG(buckets >= 1 && buckets <= 65536,
+                   "tensorboard: histogram '%s' with %d buckets; 1..65536 are allowed", tag,
+                   buckets);
+    double *rows = malloc((size_t)buckets * 3 * sizeof *rows);
+    if (!rows) return dist_error(DIST_OUT_OF_MEMORY, "tensorboard: out of memory");
+    unsigned char *buf = NULL;
+    dist_status st = dist_tensorboard_histogram_buckets(data, n, buckets, rows);
+    if (st != DIST_OK) {
+        dist_error_context(st, "tensorboard: histogram '%s'", tag);
+        goto out;
+    }
+    pb_buf b = {NULL, 0, 0};
+    double t = now_seconds();
+    encode_histogram(&b, t, step, tag, rows, buckets);
+    buf = malloc(b.len);
+    if (!buf) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "tensorboard: out of memory");
+        goto out;
+    }
+    b = (pb_buf){buf, b.len, 0};
+    encode_histogram(&b, t, step, tag, rows, buckets);
+    st = write_record(w, buf, b.len);
+out:
+    free(buf);
+    free(rows);
+    return st;
 }
 
 const char *dist_summary_writer_path(const dist_summary_writer *w) { return w ? w->path : NULL; }

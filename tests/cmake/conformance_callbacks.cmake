@@ -21,3 +21,12 @@ add_test(NAME conformance.distrain_logs
                  $<TARGET_FILE:distrain>)
 set_tests_properties(conformance.distrain_logs PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
+
+# distrain --histogram-freq / --update-freq: weight histograms read by TensorBoard's
+# EventAccumulator and equal to tf.summary.histogram's buckets of the saved weights; batch_loss
+# and batch_accuracy at the global batch counts.
+add_test(NAME conformance.tensorboard_histograms
+         COMMAND ${DIST_CONF_VENV}/bin/python ${cb_conf_dir}/check_tensorboard_histograms.py
+                 $<TARGET_FILE:distrain>)
+set_tests_properties(conformance.tensorboard_histograms PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

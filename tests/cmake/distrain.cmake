@@ -113,6 +113,14 @@ distrain_error_test(restore_best_weights_without_early_stopping 2 "needs --early
                     --restore-best-weights)
 distrain_error_test(reduce_lr_factor_without_patience 2 "needs --reduce-lr-patience"
                     --reduce-lr-factor 0.5)
+distrain_error_test(histogram_freq_without_logdir 2 "--histogram-freq and --update-freq need --logdir"
+                    --histogram-freq 1)
+distrain_error_test(update_freq_without_logdir 2 "--histogram-freq and --update-freq need --logdir"
+                    --update-freq batch)
+distrain_error_test(update_freq_zero 2 "invalid value '0' for --update-freq"
+                    --logdir ${CMAKE_CURRENT_BINARY_DIR}/unused_logs --update-freq 0)
+distrain_error_test(update_freq_word 2 "invalid value 'often' for --update-freq"
+                    --logdir ${CMAKE_CURRENT_BINARY_DIR}/unused_logs --update-freq often)
 distrain_error_test(reduce_lr_factor_out_of_range 2 "between 0 and 1" --reduce-lr-factor 1
                     --reduce-lr-patience 1)
 

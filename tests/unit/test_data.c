@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* range(n) as int32 slices. */
 static dist_dataset *range_ds(int n) {
@@ -586,6 +588,190 @@ START_TEST(test_memory_cache_serves_the_second_epoch) {
 }
 END_TEST
 
+/* A map whose cost varies with the value (busy work, so threads finish out of order). */
+static dist_status slow_square_fn(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    int32_t v = *(int32_t *)in->items[0]->data;
+    volatile uint32_t x = (uint32_t)v;
+    for (int i = 0; i < 200 * (v % 7); i++) x = x * 1664525u + 1013904223u;
+    *(int32_t *)out->items[0]->data = v * v + (int32_t)(x & 0);
+    return DIST_OK;
+}
+
+static dist_dataset *slow_squares(int n, int parallel, int prefetch) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    o.num_parallel = parallel;
+    dist_dataset *ds = range_ds(n);
+    CHAIN(ds, dist_dataset_map(ds, slow_square_fn, NULL, &o, &next_));
+    CHAIN(ds, dist_dataset_batch(ds, 7, 0, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, prefetch, &next_));
+    return ds;
+}
+
+/* Two epochs of AUTOTUNE against fixed settings: the same batches, in the same order. */
+START_TEST(test_autotune_yields_what_fixed_settings_yield_in_the_same_order) {
+    static char fixed[65536], tuned[65536], wide[65536];
+    dist_dataset *a = slow_squares(3000, 1, 1),
+                 *b = slow_squares(3000, DIST_AUTOTUNE, DIST_AUTOTUNE),
+                 *c = slow_squares(3000, 3, 8);
+    ck_assert_str_eq(dist_dataset_describe(b), "prefetch(AUTOTUNE) <- batch(7,0) <- map <- "
+                                               "slices(int32(3000,))");
+    dist_iterator *ia = NULL, *ib = NULL, *ic = NULL;
+    ck_assert_int_eq(dist_iterator_create(a, &ia), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(b, &ib), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(c, &ic), DIST_OK);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        render(ia, fixed, sizeof fixed);
+        render(ib, tuned, sizeof tuned);
+        render(ic, wide, sizeof wide);
+        ck_assert_str_eq(fixed, tuned);
+        ck_assert_str_eq(fixed, wide);
+        ck_assert_ptr_nonnull(strstr(tuned, " [8976016,8982009,8988004,8994001]")); /* 2996^2.. */
+        ck_assert_int_eq(dist_iterator_reset(ia), DIST_OK);
+        ck_assert_int_eq(dist_iterator_reset(ib), DIST_OK);
+        ck_assert_int_eq(dist_iterator_reset(ic), DIST_OK);
+    }
+    dist_autotune_state t;
+    ck_assert_int_eq(dist_iterator_autotune(ib, &t), DIST_OK);
+    ck_assert_int_eq(t.prefetch_stages, 1);
+    ck_assert_int_eq(t.map_stages, 1);
+    ck_assert_int_ge(t.prefetch_buffer, 1);
+    ck_assert_int_le(t.prefetch_buffer, DIST_AUTOTUNE_PREFETCH_MAX);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    ck_assert_int_ge(t.map_parallel, 1);
+    ck_assert_int_le(t.map_parallel, cores < DIST_AUTOTUNE_MAP_MAX ? cores : DIST_AUTOTUNE_MAP_MAX);
+    ck_assert_int_eq(dist_iterator_autotune(ia, &t), DIST_OK);
+    ck_assert_int_eq(t.prefetch_stages + t.map_stages, 0); /* fixed settings are not tuned */
+    dist_iterator_destroy(ia);
+    dist_iterator_destroy(ib);
+    dist_iterator_destroy(ic);
+    dist_dataset_destroy(a);
+    dist_dataset_destroy(b);
+    dist_dataset_destroy(c);
+}
+END_TEST
+
+/* A consumer that never waits on its own work starves a 1-thread map: it grows, within the
+ * cores. */
+START_TEST(test_autotune_grows_a_starved_map_within_the_cores) {
+    dist_dataset *ds = slow_squares(7 * 400, DIST_AUTOTUNE, DIST_AUTOTUNE);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    char buf[65536];
+    render(it, buf, sizeof buf);
+    dist_autotune_state t;
+    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores >= 2) ck_assert_int_ge(t.map_parallel, 2);
+    ck_assert_int_le(t.map_parallel, cores < DIST_AUTOTUNE_MAP_MAX ? cores : DIST_AUTOTUNE_MAP_MAX);
+    ck_assert_int_ge(t.prefetch_buffer, 1);
+    ck_assert_int_le(t.prefetch_buffer, DIST_AUTOTUNE_PREFETCH_MAX);
+    /* the next epoch starts where this one ended */
+    int before = t.map_parallel;
+    ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
+    ck_assert_int_eq(t.map_parallel, before);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+static dist_status sleepy_copy(const dist_element *in, dist_element *out, void *user) {
+    struct timespec ts = {0, *(const long *)user};
+    nanosleep(&ts, NULL);
+    *(int32_t *)out->items[0]->data = *(int32_t *)in->items[0]->data;
+    return DIST_OK;
+}
+
+/* range(n) -> a map sleeping `ns` per element -> prefetch(AUTOTUNE); the consumer sleeps
+ * `pause_ns` every 8th element; returns the tuned buffer. */
+static int tuned_prefetch(int n, long ns, long pause_ns) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    dist_dataset *ds = range_ds(n);
+    CHAIN(ds, dist_dataset_map(ds, sleepy_copy, &ns, &o, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    for (int i = 0; i < n; i++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        ck_assert_int_eq(*(int32_t *)el.items[0]->data, i);
+        if (pause_ns && i % 8 == 7) nanosleep(&(struct timespec){0, pause_ns}, NULL);
+    }
+    dist_autotune_state t;
+    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+    return t.prefetch_buffer;
+}
+
+/* A bursty consumer (3 ms pauses) of a steady producer (0.1 ms per element): the producer fills
+ * the buffer during a pause and the consumer then empties it, so the buffer grows. A producer
+ * slower than the consumer (1 ms per element, no pauses) never fills it: depth would not help,
+ * and the buffer stays small (at most 4 allows for the consumer being descheduled twice). */
+START_TEST(test_autotune_prefetch_grows_for_a_bursty_consumer_not_for_a_slow_producer) {
+    int bursty = tuned_prefetch(240, 100000, 3000000);
+    ck_assert_int_gt(bursty, 1);
+    ck_assert_int_le(bursty, DIST_AUTOTUNE_PREFETCH_MAX);
+    int slow = tuned_prefetch(100, 1000000, 0);
+    ck_assert_int_le(slow, 4);
+}
+END_TEST
+
+static dist_status fill_33mib(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    memset(out->items[0]->data, *(int32_t *)in->items[0]->data, dist_tensor_bytes(out->items[0]));
+    return DIST_OK;
+}
+
+/* Elements of 33 MiB: two would pass the 64 MiB budget, so the buffer stays at 1 however
+ * long the consumer waits. */
+START_TEST(test_autotune_prefetch_keeps_to_the_memory_budget) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_U8;
+    spec.ndim[0] = 1;
+    spec.shape[0][0] = (int64_t)33 << 20;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    dist_dataset *ds = range_ds(8);
+    CHAIN(ds, dist_dataset_map(ds, fill_33mib, NULL, &o, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    for (int i = 0; i < 8; i++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        ck_assert_int_eq(((uint8_t *)el.items[0]->data)[12345], i);
+    }
+    dist_autotune_state t;
+    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
+    ck_assert_int_eq(t.prefetch_buffer, 1);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_prefetch_refuses_0_and_minus_2_naming_autotune) {
+    dist_dataset *ds = range_ds(3), *out = NULL;
+    ck_assert_int_eq(dist_dataset_prefetch(ds, 0, &out), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_dataset_prefetch(ds, -2, &out), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "DIST_AUTOTUNE"));
+    ck_assert_ptr_null(out);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
 static Suite *data_suite(void) {
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("pipeline");
@@ -606,6 +792,11 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_restore_into_another_pipeline_names_the_mismatch);
     tcase_add_test(tc, test_parallel_map_keeps_order_and_errors);
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
+    tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
+    tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
+    tcase_add_test(tc, test_autotune_prefetch_grows_for_a_bursty_consumer_not_for_a_slow_producer);
+    tcase_add_test(tc, test_autotune_prefetch_keeps_to_the_memory_budget);
+    tcase_add_test(tc, test_prefetch_refuses_0_and_minus_2_naming_autotune);
     tcase_add_test(tc, test_transformations_take_their_own_reference);
     tcase_add_test(tc, test_interleave_matches_tf_documented_order);
     tcase_add_test(tc, test_interleave_bad_file_errors_or_is_skipped);

@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +190,78 @@ START_TEST(test_writer_refuses_an_empty_tag_and_a_file_as_logdir) {
 }
 END_TEST
 
+/* tf.summary.histogram's rule, by hand: width = (max - min) / k, bucket floor((x - min) / width)
+ * with the maximum in the last bucket, edges min + i * width. */
+START_TEST(test_histogram_of_0_1_2_3_in_3_buckets_puts_the_maximum_in_the_last) {
+    const float data[] = {0.0f, 1.0f, 2.0f, 3.0f};
+    double rows[9];
+    ck_assert_int_eq(dist_tensorboard_histogram_buckets(data, 4, 3, rows), DIST_OK);
+    const double want[9] = {0, 1, 1, 1, 2, 1, 2, 3, 2};
+    for (int i = 0; i < 9; i++) ck_assert_double_eq(rows[i], want[i]);
+}
+END_TEST
+
+START_TEST(test_histogram_of_minus_1_and_1_in_2_buckets_splits_at_0) {
+    const float data[] = {1.0f, -1.0f, 0.0f};
+    double rows[6];
+    ck_assert_int_eq(dist_tensorboard_histogram_buckets(data, 3, 2, rows), DIST_OK);
+    const double want[6] = {-1, 0, 1, 0, 1, 2}; /* 0 is the left edge of the second bucket */
+    for (int i = 0; i < 6; i++) ck_assert_double_eq(rows[i], want[i]);
+}
+END_TEST
+
+START_TEST(test_histogram_of_one_repeated_value_counts_it_in_the_last_bucket) {
+    const float data[] = {2.5f, 2.5f, 2.5f};
+    double rows[12];
+    ck_assert_int_eq(dist_tensorboard_histogram_buckets(data, 3, 4, rows), DIST_OK);
+    const double want[12] = {2.5, 2.5, 0, 2.5, 2.5, 0, 2.5, 2.5, 0, 2.5, 2.5, 3};
+    for (int i = 0; i < 12; i++) ck_assert_double_eq(rows[i], want[i]);
+}
+END_TEST
+
+START_TEST(test_histogram_of_nothing_is_all_zeros_and_of_nan_an_error) {
+    double rows[6] = {7, 7, 7, 7, 7, 7};
+    ck_assert_int_eq(dist_tensorboard_histogram_buckets(NULL, 0, 2, rows), DIST_OK);
+    for (int i = 0; i < 6; i++) ck_assert_double_eq(rows[i], 0.0);
+    const float bad[] = {1.0f, NAN};
+    ck_assert_int_eq(dist_tensorboard_histogram_buckets(bad, 2, 2, rows), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "value 1 of 2 is nan"));
+    ck_assert_int_eq(dist_tensorboard_histogram_buckets(bad, 1, 0, rows), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+/* Event{step 7, summary{value{tag "w", metadata{plugin_data{plugin_name "histograms"}},
+ * tensor{dtype DT_DOUBLE, shape [1, 3], tensor_content (5, 5, 1)}}}} after the wall time. */
+START_TEST(test_histogram_event_is_a_float64_tensor_with_the_histograms_plugin) {
+    make_tmpdir();
+    dist_summary_writer *w = NULL;
+    ck_assert_int_eq(dist_summary_writer_create(tmpdir, &w), DIST_OK);
+    const float data[] = {5.0f};
+    ck_assert_int_eq(dist_summary_writer_histogram(w, "w", data, 1, 1, 7), DIST_OK);
+    ck_assert_int_eq(dist_summary_writer_histogram(w, "w", data, 1, 0, 7), DIST_INVALID_ARGUMENT);
+    size_t n;
+    unsigned char *b = slurp(dist_summary_writer_path(w), &n);
+    const unsigned char head[] = {0x10, 0x07, 0x2a, 0x3d, 0x0a, 0x3b, 0x0a, 0x01, 'w',  0x4a, 0x0e,
+                                  0x0a, 0x0c, 0x0a, 0x0a, 'h',  'i',  's',  't',  'o',  'g',  'r',
+                                  'a',  'm',  's',  0x42, 0x26, 0x08, 0x02, 0x12, 0x08, 0x12, 0x02,
+                                  0x08, 0x01, 0x12, 0x02, 0x08, 0x03, 0x22, 0x18};
+    const unsigned char *r = b + 40; /* after the file_version record */
+    size_t len = (size_t)r[0];
+    ck_assert_uint_eq(len, 9 + sizeof head + 24);
+    ck_assert_uint_eq(n, 40 + 12 + len + 4);
+    ck_assert_uint_eq(r[12], 0x09);
+    ck_assert_mem_eq(r + 12 + 9, head, sizeof head);
+    double rows[3];
+    memcpy(rows, r + 12 + 9 + sizeof head, sizeof rows);
+    ck_assert_double_eq(rows[0], 5.0);
+    ck_assert_double_eq(rows[1], 5.0);
+    ck_assert_double_eq(rows[2], 1.0);
+    ck_assert_uint_eq(le32(r + 12 + len), dist_crc32c_mask(dist_crc32c(r + 12, len)));
+    free(b);
+    dist_summary_writer_destroy(w);
+}
+END_TEST
+
 static Suite *tensorboard_suite(void) {
     Suite *s = suite_create("tensorboard");
     TCase *tc = tcase_create("events");
@@ -204,6 +277,11 @@ static Suite *tensorboard_suite(void) {
     tcase_add_test(tc, test_writer_names_the_file_and_frames_each_record);
     tcase_add_test(tc, test_two_writers_in_one_second_get_two_files);
     tcase_add_test(tc, test_writer_refuses_an_empty_tag_and_a_file_as_logdir);
+    tcase_add_test(tc, test_histogram_of_0_1_2_3_in_3_buckets_puts_the_maximum_in_the_last);
+    tcase_add_test(tc, test_histogram_of_minus_1_and_1_in_2_buckets_splits_at_0);
+    tcase_add_test(tc, test_histogram_of_one_repeated_value_counts_it_in_the_last_bucket);
+    tcase_add_test(tc, test_histogram_of_nothing_is_all_zeros_and_of_nan_an_error);
+    tcase_add_test(tc, test_histogram_event_is_a_float64_tensor_with_the_histograms_plugin);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -118,7 +118,7 @@ static int load_data(run_state *s) {
         char path[4096];
         dist_jpeg_folder_options jo = DIST_JPEG_FOLDER_OPTIONS_INIT;
         jo.height = jo.width = 28;
-        jo.num_threads = 2;
+        jo.num_threads = DIST_AUTOTUNE; /* decode threads tuned while it runs */
         snprintf(path, sizeof path, "%s/train", o->data_dir);
         if ((st = dist_dataset_from_jpeg_folder(path, &jo, &train)))
             return fail("reading the training images");
@@ -211,10 +211,11 @@ static int load_data(run_state *s) {
     if (!st)
         st = chain(&train, dist_dataset_batch(train, batch_of(o, s->train_examples), 0, &next),
                    &next);
-    if (!st) st = chain(&train, dist_dataset_prefetch(train, 2, &next), &next);
+    /* tf.data.AUTOTUNE, as Keras guides recommend: the depth follows the consumer's waits */
+    if (!st) st = chain(&train, dist_dataset_prefetch(train, DIST_AUTOTUNE, &next), &next);
     if (!st)
         st = chain(&test, dist_dataset_batch(test, batch_of(o, s->test_examples), 0, &next), &next);
-    if (!st) st = chain(&test, dist_dataset_prefetch(test, 2, &next), &next);
+    if (!st) st = chain(&test, dist_dataset_prefetch(test, DIST_AUTOTUNE, &next), &next);
     if (st) {
         dist_dataset_destroy(train);
         dist_dataset_destroy(test);
@@ -336,7 +337,11 @@ static int callbacks_create(const run_state *s, callbacks *c) {
         c->list[c->count++] = dist_progress_bar_callback(c->bar);
     }
     if (o->logdir && s->chief) {
-        if (dist_tensorboard_create(o->logdir, &c->tensorboard)) return fail("--logdir");
+        dist_tensorboard_options to = DIST_TENSORBOARD_OPTIONS_INIT;
+        to.logdir = o->logdir;
+        to.histogram_freq = o->histogram_freq;
+        to.update_freq = o->update_freq;
+        if (dist_tensorboard_create_with_options(&to, &c->tensorboard)) return fail("--logdir");
         c->list[c->count++] = dist_tensorboard_callback(c->tensorboard);
     }
     if (o->csv_log && s->chief) {
@@ -815,6 +820,10 @@ static int check_flags(distrain_options *o) {
                     idle);
             return 2;
         }
+    }
+    if (o->tensorboard_flag_given && !o->logdir) {
+        fprintf(stderr, "distrain: --histogram-freq and --update-freq need --logdir\n");
+        return 2;
     }
     if (o->backup_freq && !o->backup_dir) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");

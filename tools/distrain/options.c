@@ -93,6 +93,11 @@ static const distrain_flag flags[] = {
     {"--backup-dir", 1, "DIR", "", "back up the training state; a restarted run resumes from it"},
     {"--backup-freq", 1, "N", "every epoch", "with --backup-dir: back up every N steps"},
     {"--logdir", 1, "DIR", "", "TensorBoard event files under DIR/train and DIR/validation"},
+    {"--histogram-freq", 1, "N", "0",
+     "with --logdir: a histogram of every variable every N epochs (0: none), as Keras's "
+     "TensorBoard(histogram_freq=N)"},
+    {"--update-freq", 1, "epoch|batch|N", "epoch",
+     "with --logdir: batch_loss and batch_accuracy every N batches (batch: every batch)"},
     {"--csv-log", 1, "FILE", "", "one CSV row of metrics per epoch (appended to on resume)"},
     {"--save-weights", 1, "FILE", "",
      "write the final weights: as Keras's .weights.h5 when FILE ends so, else as safetensors"},
@@ -397,6 +402,17 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->trace = v;
         } else if (strcmp(a, "--logdir") == 0) {
             o->logdir = v;
+        } else if (strcmp(a, "--histogram-freq") == 0) {
+            if (!(rc = parse_int(a, v, 0, 1000000, &n))) o->histogram_freq = (int)n;
+            o->tensorboard_flag_given = 1;
+        } else if (strcmp(a, "--update-freq") == 0) {
+            if (strcmp(v, "epoch") == 0)
+                o->update_freq = 0;
+            else if (strcmp(v, "batch") == 0)
+                o->update_freq = 1;
+            else if (!(rc = parse_int(a, v, 1, INT64_MAX, &n)))
+                o->update_freq = n;
+            o->tensorboard_flag_given = 1;
         } else if (strcmp(a, "--csv-log") == 0) {
             o->csv_log = v;
         } else if (strcmp(a, "--save-weights") == 0) {

@@ -51,6 +51,9 @@ typedef struct distrain_options {
     const char *backup_dir;      /* BackupAndRestore */
     int64_t backup_freq;         /* backups every N batches; 0 = at epoch ends */
     const char *logdir;          /* TensorBoard event files */
+    int histogram_freq;          /* --histogram-freq: weight histograms every N epochs; 0 = off */
+    int64_t update_freq;         /* --update-freq: batch scalars every N batches; 0 = epoch */
+    int tensorboard_flag_given;  /* --histogram-freq or --update-freq was on the command line */
     const char *csv_log;         /* CSVLogger */
     const char *save_weights;    /* the final weights: safetensors, or Keras's *.weights.h5 */
     const char *load_weights;    /* start from these weights (safetensors or .weights.h5) */

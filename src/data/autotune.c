@@ -1,0 +1,29 @@
+/* AUTOTUNE bookkeeping: what each tuned stage of an iterator chose, kept across its passes. */
+#include "core/error.h"
+#include "data/dataset.h"
+
+#include <unistd.h>
+
+int data_autotune_start(iter_ctx *ctx, const dist_dataset *node, int first) {
+    int value = first;
+    pthread_mutex_lock(&ctx->tune_mu);
+    for (int i = 0; i < ctx->tune_count; i++)
+        if (ctx->tune[i].node == node) value = ctx->tune[i].value;
+    pthread_mutex_unlock(&ctx->tune_mu);
+    return value;
+}
+
+void data_autotune_record(iter_ctx *ctx, const dist_dataset *node, int value) {
+    pthread_mutex_lock(&ctx->tune_mu);
+    int i = 0;
+    while (i < ctx->tune_count && ctx->tune[i].node != node) i++;
+    if (i == ctx->tune_count && i < AUTOTUNE_SLOTS) ctx->tune[ctx->tune_count++].node = node;
+    if (i < AUTOTUNE_SLOTS) ctx->tune[i].value = value;
+    pthread_mutex_unlock(&ctx->tune_mu);
+}
+
+int data_autotune_map_max(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n > DIST_AUTOTUNE_MAP_MAX ? DIST_AUTOTUNE_MAP_MAX : (int)n;
+}
