@@ -37,14 +37,31 @@ DIST_API dist_status dist_model_create(const char *name, dist_model **out);
 /* Frees the model, its variables on every replica and its private backend. Accepts NULL. */
 DIST_API void dist_model_destroy(dist_model *model);
 
-/* Conv2D(filters, (k, k), activation), stride 1, valid padding, with bias. */
+/* Conv2D(filters, (k, k), activation), stride 1, valid padding, with bias. Any activation of
+ * dist_activation (Keras's "linear", "relu", "sigmoid", "tanh", "gelu"). */
 DIST_API dist_status dist_model_add_conv2d(dist_model *model, int filters, int kernel_size,
                                            dist_activation activation);
 DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model,
                                               const dist_conv2d_options *options);
 /* MaxPooling2D(pool_size) with strides = pool_size and valid padding. */
 DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
+/* AveragePooling2D(pool_size, strides, padding): the mean of each pool_size x pool_size window;
+ * strides 0 means pool_size (Keras's strides=None). With DIST_PADDING_SAME a window's mean
+ * counts only the input elements it covers, as Keras. Runs on a CPU tape (dist_op_avg_pool2d). */
+DIST_API dist_status dist_model_add_average_pool2d(dist_model *model, int pool_size, int strides,
+                                                   dist_padding padding);
+/* GlobalAveragePooling2D: (height, width, channels) -> (channels), the mean over height and
+ * width. Runs on a CPU tape (dist_op_reduce_mean_axes). */
+DIST_API dist_status dist_model_add_global_average_pool2d(dist_model *model);
+/* Dropout(rate, seed): while the tape records (training), each element is kept with
+ * probability 1 - rate and scaled by 1 / (1 - rate); otherwise (inference, dist_predict,
+ * dist_evaluate) the layer is the identity. Replica r's mask depends on (seed, the replica's
+ * count of training calls of the model, r's replica_id_in_sync_group): the replicas drop
+ * different elements, and a run repeated with the same seed drops the same ones. The masks are
+ * libdist's own draws, not TensorFlow's. rate in [0, 1). Runs on a CPU tape. */
+DIST_API dist_status dist_model_add_dropout(dist_model *model, float rate, uint64_t seed);
 DIST_API dist_status dist_model_add_flatten(dist_model *model);
+/* Dense(units, activation), with bias; any activation of dist_activation. */
 DIST_API dist_status dist_model_add_dense(dist_model *model, int units, dist_activation activation);
 
 /* The seed CNN: Conv2D(32,3x3,relu) -> MaxPool 2x2 -> Conv2D(64,3x3,relu) -> MaxPool 2x2 ->

@@ -399,6 +399,104 @@ dist_status dist_op_gelu(dist_tape *t, const dist_tensor *x, int approximate, di
     return unary_op(t, approximate ? UN_GELU_TANH : UN_GELU, x, y);
 }
 
+/* ---- average pooling ------------------------------------------------------------------- */
+
+/* tf.nn.avg_pool2d: with SAME padding a window's mean counts only the input elements it covers,
+ * not the padding. Node parameters: m.a, m.b = window; m.v = strides, then top and left pads. */
+typedef struct avg_window {
+    int64_t h0, h1, w0, w1; /* covered input rows [h0, h1), columns [w0, w1) */
+} avg_window;
+
+static avg_window avg_window_at(const tape_node *n, const dist_tensor *x, int64_t oh, int64_t ow) {
+    int64_t top = oh * n->p.m.v[0] - n->p.m.v[2], left = ow * n->p.m.v[1] - n->p.m.v[3];
+    avg_window w = {top < 0 ? 0 : top, top + n->p.m.a, left < 0 ? 0 : left, left + n->p.m.b};
+    if (w.h1 > x->shape[1]) w.h1 = x->shape[1];
+    if (w.w1 > x->shape[2]) w.w1 = x->shape[2];
+    return w;
+}
+
+static dist_status avg_pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *y = n->out;
+    const float *dy;
+    DIST_TRY(dy_of(t, n, g, &dy));
+    host_grad h;
+    float *dx;
+    DIST_TRY(hg_begin(t, x, &h, &dx));
+    if (!dx) return DIST_OK;
+    int64_t H = x->shape[1], W = x->shape[2], C = x->shape[3];
+    memset(dx, 0, (size_t)dist_tensor_numel(x) * sizeof *dx);
+    for (int64_t b = 0; b < y->shape[0]; b++)
+        for (int64_t oh = 0; oh < y->shape[1]; oh++)
+            for (int64_t ow = 0; ow < y->shape[2]; ow++) {
+                avg_window w = avg_window_at(n, x, oh, ow);
+                float inv = 1.0f / (float)((w.h1 - w.h0) * (w.w1 - w.w0));
+                const float *g_at = dy + ((b * y->shape[1] + oh) * y->shape[2] + ow) * C;
+                for (int64_t i = w.h0; i < w.h1; i++)
+                    for (int64_t j = w.w0; j < w.w1; j++) {
+                        float *d = dx + ((b * H + i) * W + j) * C;
+                        for (int64_t c = 0; c < C; c++) d[c] += g_at[c] * inv;
+                    }
+            }
+    return hg_end(t, x, &h);
+}
+
+dist_status dist_op_avg_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w,
+                               int stride_h, int stride_w, dist_padding padding, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_avg_pool2d: NULL argument");
+    DIST_CHECK_ARG(x->ndim == 4, "avg_pool2d: input must be 4-D NHWC, got %d-D", x->ndim);
+    DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
+                   "avg_pool2d: window and strides must be positive");
+    DIST_TRY(check_f32(x, "avg_pool2d"));
+    DIST_TRY(host_ready(t, "avg_pool2d"));
+    int64_t H = x->shape[1], W = x->shape[2], C = x->shape[3], oh, ow, pad_top = 0, pad_left = 0;
+    if (padding == DIST_PADDING_SAME) {
+        oh = (H + stride_h - 1) / stride_h;
+        ow = (W + stride_w - 1) / stride_w;
+        int64_t th = (oh - 1) * stride_h + pool_h - H, tw = (ow - 1) * stride_w + pool_w - W;
+        pad_top = th > 0 ? th / 2 : 0;
+        pad_left = tw > 0 ? tw / 2 : 0;
+    } else {
+        oh = H < pool_h ? 0 : (H - pool_h) / stride_h + 1;
+        ow = W < pool_w ? 0 : (W - pool_w) / stride_w + 1;
+    }
+    DIST_CHECK_ARG(oh > 0 && ow > 0,
+                   "avg_pool2d: the %dx%d window does not fit the %lldx%lld input", pool_h, pool_w,
+                   (long long)H, (long long)W);
+    const dist_tensor *px;
+    DIST_TRY(plain_of(t, x, &px));
+    int64_t shape[4] = {x->shape[0], oh, ow, C};
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    tape_node tmp = {0};
+    tmp.p.m.a = pool_h;
+    tmp.p.m.b = pool_w;
+    tmp.p.m.v[0] = stride_h;
+    tmp.p.m.v[1] = stride_w;
+    tmp.p.m.v[2] = pad_top;
+    tmp.p.m.v[3] = pad_left;
+    const float *xv = px->data;
+    float *o = out->data;
+    for (int64_t b = 0; b < shape[0]; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                avg_window w = avg_window_at(&tmp, x, i, j);
+                float *dst = o + ((b * oh + i) * ow + j) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    float sum = 0.0f;
+                    for (int64_t r = w.h0; r < w.h1; r++)
+                        for (int64_t q = w.w0; q < w.w1; q++)
+                            sum += xv[((b * H + r) * W + q) * C + c];
+                    dst[c] = sum / (float)((w.h1 - w.h0) * (w.w1 - w.w0));
+                }
+            }
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, avg_pool_backward, 1, in, &n));
+    if (n) n->p = tmp.p;
+    *y = out;
+    return DIST_OK;
+}
+
 /* ---- matmul ----------------------------------------------------------------------------- */
 
 /* TensorFlow's _MatMulGrad, case by case: with c = op(a) @ op(b),

@@ -84,11 +84,20 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
         *out = DIST_ACT_NONE;
         return DIST_OK;
     }
-    if (a && strcmp(a, "relu") == 0) {
-        *out = DIST_ACT_RELU;
-        return DIST_OK;
-    }
-    return unsupported_arg(l, "activation", "is '%s'; libdist has 'linear' and 'relu'",
+    static const struct {
+        const char *name;
+        dist_activation act;
+    } known[] = {{"relu", DIST_ACT_RELU},
+                 {"sigmoid", DIST_ACT_SIGMOID},
+                 {"tanh", DIST_ACT_TANH},
+                 {"gelu", DIST_ACT_GELU}};
+    for (size_t i = 0; a && i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(a, known[i].name) == 0) {
+            *out = known[i].act;
+            return DIST_OK;
+        }
+    return unsupported_arg(l, "activation",
+                           "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh' and 'gelu'",
                            a ? a : "(not a name)");
 }
 

@@ -65,6 +65,9 @@ static const char *keras_key_base(layer_kind kind) {
     case LAYER_MAX_POOL2D: return "max_pooling2d";
     case LAYER_FLATTEN: return "flatten";
     case LAYER_DENSE: return "dense";
+    case LAYER_AVG_POOL2D: return "average_pooling2d";
+    case LAYER_GLOBAL_AVG_POOL2D: return "global_average_pooling2d";
+    case LAYER_DROPOUT: return "dropout";
     }
     return "layer";
 }

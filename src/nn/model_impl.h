@@ -9,13 +9,25 @@
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_VARS (2 * MODEL_MAX_LAYERS)
 
-typedef enum layer_kind { LAYER_CONV2D, LAYER_MAX_POOL2D, LAYER_FLATTEN, LAYER_DENSE } layer_kind;
+typedef enum layer_kind {
+    LAYER_CONV2D,
+    LAYER_MAX_POOL2D,
+    LAYER_FLATTEN,
+    LAYER_DENSE,
+    LAYER_AVG_POOL2D,
+    LAYER_GLOBAL_AVG_POOL2D,
+    LAYER_DROPOUT
+} layer_kind;
 
 typedef struct model_layer {
     layer_kind kind;
     char name[48];
     dist_conv2d_options conv; /* conv2d */
-    int pool;                 /* max_pool2d */
+    int pool;                 /* max_pool2d, avg_pool2d: window */
+    int pool_stride;          /* avg_pool2d */
+    dist_padding padding;     /* avg_pool2d */
+    float rate;               /* dropout */
+    uint64_t seed;            /* dropout */
     int units;                /* dense */
     dist_activation activation;
     int kernel_var, bias_var; /* variable indices, -1 if none */
@@ -40,6 +52,7 @@ typedef struct model_replica {
     dist_tensor var_grads[MODEL_MAX_VARS]; /* views into grads */
     dist_tensor *var_ptrs[MODEL_MAX_VARS];
     dist_tensor *grad_ptrs[MODEL_MAX_VARS];
+    uint64_t training_calls; /* dist_model_call in training: the dropout masks' step */
 } model_replica;
 
 struct dist_model {

@@ -1,0 +1,305 @@
+/* The Keras layers beyond the seed CNN's: AveragePooling2D, GlobalAveragePooling2D, Dropout,
+ * and Conv2D / Dense with sigmoid, tanh and gelu. Values by hand, gradients against central
+ * finite differences, Dropout's masks per mode, per call and per replica. */
+#include "dist/nn.h"
+#include "dist/replica.h"
+#include "dist/strategy.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dist_model *new_model(void) {
+    dist_model *m;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    return m;
+}
+
+/* Runs the model once on a fresh tape of its backend; returns y on the host (malloc'd). */
+static float *run_model(dist_model *m, dist_tape *t, int recording, const float *x, int ndim,
+                        const int64_t *shape, int64_t *ny) {
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, recording);
+    dist_tensor hx = dist_tensor_view((void *)x, DIST_F32, ndim, shape), *dx, *y;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    *ny = dist_tensor_numel(y);
+    float *out = malloc((size_t)*ny * sizeof *out);
+    ck_assert_int_eq(dist_tape_download(t, y, out, (size_t)*ny * sizeof *out), DIST_OK);
+    return out;
+}
+
+START_TEST(test_average_pool_same_padding_counts_only_covered_elements) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 0, DIST_PADDING_SAME), DIST_OK);
+    int64_t in[3] = {3, 3, 1};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 1), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int64_t shape[4] = {1, 3, 3, 1}, n;
+    float *y = run_model(m, t, 0, x, 4, shape, &n);
+    /* windows [0,2)x[0,2), [0,2)x[2,3), [2,3)x[0,2), [2,3)x[2,3): padding is not counted */
+    ck_assert_int_eq(n, 4);
+    ck_assert_float_eq_tol(y[0], 3.0f, 1e-6f);
+    ck_assert_float_eq_tol(y[1], 4.5f, 1e-6f);
+    ck_assert_float_eq_tol(y[2], 7.5f, 1e-6f);
+    ck_assert_float_eq_tol(y[3], 9.0f, 1e-6f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_average_pool_valid_strides_and_global_average) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
+    int64_t in[3] = {3, 3, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 1), DIST_OK);
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    /* Keras cuts "name (Class)" to 27 characters */
+    ck_assert_ptr_nonnull(strstr(summary, " average_pooling2d (AverageP "));
+    ck_assert_ptr_nonnull(strstr(summary, "(None, 2, 2, 2)"));
+    ck_assert_ptr_nonnull(strstr(summary, " global_average_pooling2d (G "));
+    ck_assert_ptr_nonnull(strstr(summary, "(None, 2)"));
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    /* channel 0: 1..9; channel 1: 10 x that */
+    float x[18];
+    for (int i = 0; i < 9; i++) {
+        x[2 * i] = (float)(i + 1);
+        x[2 * i + 1] = 10.0f * (float)(i + 1);
+    }
+    int64_t shape[4] = {1, 3, 3, 2}, n;
+    float *y = run_model(m, t, 0, x, 4, shape, &n);
+    /* 2x2 windows at stride 1: 3, 4, 6, 7; their mean 5 */
+    ck_assert_int_eq(n, 2);
+    ck_assert_float_eq_tol(y[0], 5.0f, 1e-6f);
+    ck_assert_float_eq_tol(y[1], 50.0f, 1e-5f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_activations_apply_keras_functions) {
+    const dist_activation acts[3] = {DIST_ACT_SIGMOID, DIST_ACT_TANH, DIST_ACT_GELU};
+    for (int a = 0; a < 3; a++) {
+        dist_model *m = new_model();
+        ck_assert_int_eq(dist_model_add_dense(m, 1, acts[a]), DIST_OK);
+        int64_t in[1] = {1};
+        ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+        float w[2] = {1.0f, 0.0f}; /* kernel 1, bias 0: y = act(x) */
+        ck_assert_int_eq(dist_model_set_weights(m, w, 2), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        float x[3] = {-1.5f, 0.25f, 2.0f};
+        int64_t shape[2] = {3, 1}, n;
+        float *y = run_model(m, t, 0, x, 2, shape, &n);
+        for (int i = 0; i < 3; i++) {
+            double v = x[i];
+            double want = a == 0   ? 1.0 / (1.0 + exp(-v))
+                          : a == 1 ? tanh(v)
+                                   : 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+            ck_assert_double_eq_tol(y[i], want, 1e-6);
+        }
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dense(m, 1, (dist_activation)9), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "unknown activation 9"));
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* L = sum(r * model(x)) in double, in inference (no tape records). */
+static double loss_of(dist_model *m, dist_tape *t, const float *x, const int64_t *xs,
+                      const float *r) {
+    int64_t n;
+    float *y = run_model(m, t, 0, x, 4, xs, &n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    free(y);
+    return s;
+}
+
+START_TEST(test_layer_gradients_match_finite_differences) {
+    dist_model *m = new_model();
+    dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
+    c.filters = 3;
+    c.padding = DIST_PADDING_SAME;
+    c.activation = DIST_ACT_SIGMOID;
+    ck_assert_int_eq(dist_model_add_conv2d_ex(m, &c), DIST_OK);
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 0, DIST_PADDING_SAME), DIST_OK);
+    ck_assert_int_eq(dist_model_add_conv2d(m, 4, 2, DIST_ACT_TANH), DIST_OK);
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 5, DIST_ACT_GELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[3] = {7, 7, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
+    int64_t np = dist_model_num_params(m);
+    float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
+    for (int64_t i = 0; i < np; i++) w[i] += 0.05f * sinf((float)i); /* non-zero biases */
+    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+
+    int64_t xs[4] = {2, 7, 7, 2}, rs[2] = {2, 3};
+    float x[2 * 7 * 7 * 2], r[6];
+    for (int i = 0; i < 196; i++) x[i] = cosf(0.37f * (float)i);
+    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+
+    double num2 = 0, ana2 = 0, diff2 = 0;
+    const float eps = 2e-3f;
+    for (int64_t i = 0; i < np; i++) {
+        float keep = w[i];
+        w[i] = keep + eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double up = loss_of(m, t, x, xs, r);
+        w[i] = keep - eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double down = loss_of(m, t, x, xs, r);
+        w[i] = keep;
+        double numeric = (up - down) / (2.0 * eps);
+        num2 += numeric * numeric;
+        ana2 += (double)g[i] * g[i];
+        diff2 += (numeric - g[i]) * (numeric - g[i]);
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(num2), sqrt(ana2));
+    ck_assert_msg(rel < 1e-3, "relative gradient error %g over %lld parameters", rel,
+                  (long long)np);
+    ck_assert_double_gt(sqrt(ana2), 1e-2); /* the comparison is not of zeros */
+    free(w);
+    free(g);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dropout(m, 0.25f, 42), DIST_OK);
+    int64_t in[1] = {1000};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float *x = malloc(4000 * sizeof *x);
+    for (int i = 0; i < 4000; i++) x[i] = 1.0f + (float)(i % 7);
+    int64_t shape[2] = {4, 1000}, n;
+    float *inference = run_model(m, t, 0, x, 2, shape, &n);
+    ck_assert_int_eq(memcmp(inference, x, 4000 * sizeof *x), 0);
+    float *first = run_model(m, t, 1, x, 2, shape, &n);
+    float *second = run_model(m, t, 1, x, 2, shape, &n);
+    int dropped = 0, differ = 0;
+    for (int i = 0; i < 4000; i++) {
+        ck_assert(first[i] == 0.0f || fabsf(first[i] - x[i] / 0.75f) < 1e-5f);
+        dropped += first[i] == 0.0f;
+        differ += (first[i] == 0.0f) != (second[i] == 0.0f);
+    }
+    ck_assert_int_gt(dropped, 900); /* 1000 expected; sd 27 */
+    ck_assert_int_lt(dropped, 1100);
+    ck_assert_int_gt(differ, 1000); /* the next training call draws a new mask */
+
+    /* the same seed draws the same masks, call by call */
+    dist_model *again = new_model();
+    ck_assert_int_eq(dist_model_add_dropout(again, 0.25f, 42), DIST_OK);
+    ck_assert_int_eq(dist_model_build(again, 1, in, 1), DIST_OK);
+    float *replay = run_model(again, t, 1, x, 2, shape, &n);
+    ck_assert_int_eq(memcmp(replay, first, 4000 * sizeof *x), 0);
+    free(replay);
+    dist_model_destroy(again);
+
+    ck_assert_int_eq(dist_model_add_dropout(m, 0.5f, 1), DIST_INVALID_USAGE); /* built */
+    dist_model *bad = new_model();
+    ck_assert_int_eq(dist_model_add_dropout(bad, 1.0f, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "rate must be in [0, 1)"));
+    dist_model_destroy(bad);
+    free(inference);
+    free(first);
+    free(second);
+    free(x);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+static dist_status dropout_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    (void)in;
+    dist_model *m = user;
+    dist_tape *t = dist_replica_tape(rc);
+    float ones[256];
+    for (int i = 0; i < 256; i++) ones[i] = 1.0f;
+    int64_t shape[2] = {1, 256};
+    dist_tensor h = dist_tensor_view(ones, DIST_F32, 2, shape), *x, *y;
+    DIST_TRY_TEST(dist_tape_upload(t, &h, &x));
+    DIST_TRY_TEST(dist_model_call(m, t, x, &y));
+    out->count = 1;
+    out->items[0] = y;
+    return DIST_OK;
+}
+
+/* Two replicas, two runs each, with a model of the same seed built twice: the masks of the
+ * replicas differ, and the second build repeats the first's masks replica by replica. */
+START_TEST(test_dropout_masks_differ_per_replica_and_repeat_per_seed) {
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    o.kind = DIST_STRATEGY_MIRRORED;
+    o.devices = "cpu:0,cpu:1";
+    o.threads_per_replica = 1;
+    dist_strategy *s;
+    ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
+    float masks[2][2][2][256]; /* [build][run][replica] */
+    for (int b = 0; b < 2; b++) {
+        dist_model *m = new_model();
+        ck_assert_int_eq(dist_model_add_dropout(m, 0.5f, 7), DIST_OK);
+        int64_t in[1] = {256};
+        ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+        ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+        ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+        for (int run = 0; run < 2; run++) {
+            dist_per_replica res;
+            ck_assert_msg(dist_strategy_run(s, dropout_step, m, NULL, &res) == DIST_OK, "%s",
+                          dist_last_error());
+            for (int r = 0; r < 2; r++)
+                memcpy(masks[b][run][r], res.values[r][0]->data, 256 * sizeof(float));
+        }
+        dist_model_destroy(m);
+    }
+    ck_assert_int_ne(memcmp(masks[0][0][0], masks[0][0][1], 256 * sizeof(float)), 0);
+    ck_assert_int_ne(memcmp(masks[0][0][0], masks[0][1][0], 256 * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(masks[0], masks[1], sizeof masks[0]), 0);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("layers");
+    TCase *tc = tcase_create("layers");
+    tcase_add_test(tc, test_average_pool_same_padding_counts_only_covered_elements);
+    tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
+    tcase_add_test(tc, test_activations_apply_keras_functions);
+    tcase_add_test(tc, test_layer_gradients_match_finite_differences);
+    tcase_add_test(tc, test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training);
+    tcase_add_test(tc, test_dropout_masks_differ_per_replica_and_repeat_per_seed);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
