@@ -241,6 +241,64 @@ static dist_status add_max_pool2d(dist_model *m, const json_layer *l) {
     return dist_model_add_max_pool2d(m, p[0]);
 }
 
+static dist_status add_average_pool2d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"pool_size",   "strides",           "padding",
+                                        "data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_channels_last(l));
+    int p[2] = {2, 2}, s[2];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "pool_size");
+    if (v && (!json_pair(v, p) || !p[0] || !p[1]))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (AveragePooling2D): 'pool_size' must be 1 or 2 "
+                          "positive integers",
+                          l->name);
+    if (p[0] != p[1])
+        return unsupported_arg(l, "pool_size", "is (%d, %d); libdist pools square windows", p[0],
+                               p[1]);
+    s[0] = s[1] = p[0];
+    v = cJSON_GetObjectItemCaseSensitive(l->config, "strides");
+    if (v && !cJSON_IsNull(v) && (!json_pair(v, s) || !s[0] || !s[1]))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (AveragePooling2D): 'strides' must be 1 or 2 "
+                          "positive integers",
+                          l->name);
+    if (s[0] != s[1])
+        return unsupported_arg(l, "strides", "is (%d, %d); libdist pools with equal strides", s[0],
+                               s[1]);
+    dist_padding padding = DIST_PADDING_VALID;
+    const char *pad = json_str(l->config, "padding");
+    if (pad && strcmp(pad, "same") == 0)
+        padding = DIST_PADDING_SAME;
+    else if (pad && strcmp(pad, "valid") != 0)
+        return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
+    return dist_model_add_average_pool2d(m, p[0], s[0], padding);
+}
+
+static dist_status add_global_average_pool2d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
+    DIST_TRY(check_channels_last(l));
+    return dist_model_add_global_average_pool2d(m);
+}
+
+/* Dropout's seed: the config's when it has one, else the model's (Keras draws one at random). */
+static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t model_seed) {
+    static const char *const known[] = {"rate", "seed", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* a noise_shape that is set is refused there */
+    const cJSON *rate = cJSON_GetObjectItemCaseSensitive(l->config, "rate");
+    if (!cJSON_IsNumber(rate) || rate->valuedouble < 0.0 || rate->valuedouble >= 1.0)
+        return dist_error(DIST_FORMAT, "layer '%s' (Dropout): 'rate' must be a number in [0, 1)",
+                          l->name);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(l->config, "seed");
+    int s = 0;
+    if (seed && !cJSON_IsNull(seed) && !json_int(seed, &s))
+        return dist_error(DIST_FORMAT, "layer '%s' (Dropout): 'seed' must be an integer or null",
+                          l->name);
+    return dist_model_add_dropout(m, (float)rate->valuedouble,
+                                  seed && !cJSON_IsNull(seed) ? (uint64_t)s : model_seed);
+}
+
 static dist_status add_flatten(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
@@ -306,13 +364,21 @@ static dist_status input_layer_shape(const json_layer *l, int *ndim, int64_t sha
     return read_batch_shape(l, v, ndim, shape);
 }
 
-static dist_status add_layer(dist_model *m, const json_layer *l) {
+static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) {
+    if (strcmp(l->class_name, "Dropout") == 0) {
+        DIST_TRY(add_dropout(m, l, seed));
+        return model_rename_last_layer(m, l->name);
+    }
     static const struct {
         const char *class_name;
         dist_status (*add)(dist_model *, const json_layer *);
     } kinds[] = {{"Conv2D", add_conv2d},
                  {"MaxPooling2D", add_max_pool2d},
                  {"MaxPool2D", add_max_pool2d},
+                 {"AveragePooling2D", add_average_pool2d},
+                 {"AvgPool2D", add_average_pool2d},
+                 {"GlobalAveragePooling2D", add_global_average_pool2d},
+                 {"GlobalAvgPool2D", add_global_average_pool2d},
                  {"Flatten", add_flatten},
                  {"Dense", add_dense}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -322,7 +388,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l) {
         }
     return dist_error(DIST_UNSUPPORTED,
                       "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
-                      "MaxPooling2D, Flatten and Dense)",
+                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, Flatten "
+                      "and Dense)",
                       l->name, l->class_name);
 }
 
@@ -405,7 +472,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
             /* tf-keras's Sequential: the first layer carries the input shape */
             const cJSON *bis = cJSON_GetObjectItemCaseSensitive(l.config, "batch_input_shape");
             if (ndim == 0 && cJSON_IsArray(bis)) DIST_TRY(read_batch_shape(&l, bis, &ndim, shape));
-            DIST_TRY(add_layer(m, &l));
+            DIST_TRY(add_layer(m, &l, seed));
         }
         prev = l.name;
         index++;
