@@ -32,6 +32,21 @@ typedef struct dist_conv2d_options {
 #define DIST_CONV2D_OPTIONS_INIT                                                                   \
     { DIST_CONV2D_OPTIONS_VERSION, 0, 3, 3, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, 1 }
 
+/* keras.layers.BatchNormalization(axis=-1, ...): Keras's defaults. */
+typedef struct dist_batch_norm_options {
+    int version;
+    float momentum; /* moving = moving * momentum + batch * (1 - momentum) */
+    float epsilon;
+    int center, scale; /* beta, gamma */
+    int synchronized;  /* SyncBatchNorm: statistics over every replica of the strategy */
+} dist_batch_norm_options;
+#define DIST_BATCH_NORM_OPTIONS_VERSION 1
+#define DIST_BATCH_NORM_OPTIONS_INIT                                                               \
+    {                                                                                              \
+        .version = DIST_BATCH_NORM_OPTIONS_VERSION, .momentum = 0.99f, .epsilon = 1e-3f,           \
+        .center = 1, .scale = 1, .synchronized = 0                                                 \
+    }
+
 /* An empty Sequential model; name NULL means "sequential". */
 DIST_API dist_status dist_model_create(const char *name, dist_model **out);
 /* Frees the model, its variables on every replica and its private backend. Accepts NULL. */
@@ -61,6 +76,18 @@ DIST_API dist_status dist_model_add_global_average_pool2d(dist_model *model);
  * libdist's own draws, not TensorFlow's. rate in [0, 1). Runs on a CPU tape. */
 DIST_API dist_status dist_model_add_dropout(dist_model *model, float rate, uint64_t seed);
 DIST_API dist_status dist_model_add_flatten(dist_model *model);
+/* BatchNormalization over the last axis (options NULL: Keras's defaults). Variables, in Keras's
+ * order: gamma (ones; if scale), beta (zeros; if center), moving_mean (zeros) and
+ * moving_variance (ones). The moving statistics are non-trainable: they live in the parameter
+ * buffer (so checkpoints, get/set_weights and .weights.h5 files carry them) with a gradient of
+ * zero, and are updated by the layer, not the optimizer. While the tape records (training) the
+ * layer normalizes with the batch's statistics (dist_op_batch_norm_training; with synchronized,
+ * over every replica of the strategy) and updates the replica's moving statistics with Keras's
+ * rule; otherwise it normalizes with the moving statistics. Without synchronized each replica
+ * keeps its own moving statistics (replica 0's are the ones read and saved). Runs on a CPU
+ * tape, in float32 whatever the dtype policy. */
+DIST_API dist_status dist_model_add_batch_normalization(dist_model *model,
+                                                        const dist_batch_norm_options *options);
 /* Dense(units, activation), with bias; any activation of dist_activation. */
 DIST_API dist_status dist_model_add_dense(dist_model *model, int units, dist_activation activation);
 

@@ -173,6 +173,28 @@ DIST_API dist_status dist_op_avg_pool2d(dist_tape *tape, const dist_tensor *x, i
                                         int pool_w, int stride_h, int stride_w,
                                         dist_padding padding, dist_tensor **y);
 
+/* Keras's BatchNormalization (axis -1) in training: x [..., C] normalized per channel with the
+ * batch's statistics over every other axis, y = gamma * (x - mean) / sqrt(var + epsilon) + beta
+ * (gamma, beta: [C], either may be NULL for scale=False / center=False). The statistics used
+ * are written to batch_mean and batch_variance (caller's host arrays of C floats) for the
+ * moving averages. With synchronized != 0 inside a strategy's run, the per-channel sums of x and
+ * x^2 and the element counts are all-reduced over every replica (Keras's synchronized=True):
+ * every replica normalizes with the global statistics, mean = sum / count, var = max(E[x^2] -
+ * mean^2, 0), and the backward all-reduces the gradients flowing into those sums, as
+ * TensorFlow's gradient of an all-reduce. Every replica must then call it in the same order.
+ * Outside a run, or with synchronized 0, the statistics are the replica's own (tf.nn.moments).
+ * Host memory (a CPU tape), as the math ops. */
+DIST_API dist_status dist_op_batch_norm_training(dist_tape *tape, const dist_tensor *x,
+                                                 const dist_tensor *gamma, const dist_tensor *beta,
+                                                 float epsilon, int synchronized, float *batch_mean,
+                                                 float *batch_variance, dist_tensor **y);
+/* The same with given statistics (host arrays of C floats, borrowed): inference with the moving
+ * mean and variance. Gradients flow to x, gamma and beta. */
+DIST_API dist_status dist_op_batch_norm_inference(dist_tape *tape, const dist_tensor *x,
+                                                  const dist_tensor *gamma, const dist_tensor *beta,
+                                                  const float *mean, const float *variance,
+                                                  float epsilon, dist_tensor **y);
+
 /* tf.linalg.matmul of 2-D tensors: y = op(a) @ op(b), op transposing when the flag is set.
  * Runs on the backend's GEMM (any backend). */
 DIST_API dist_status dist_op_matmul(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,

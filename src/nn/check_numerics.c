@@ -22,6 +22,7 @@ static const char *op_name(layer_kind k) {
     case LAYER_AVG_POOL2D: return "AveragePooling2D";
     case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
     case LAYER_DROPOUT: return "Dropout";
+    case LAYER_BATCH_NORM: return "BatchNormalization";
     }
     return "?";
 }

@@ -299,6 +299,72 @@ static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t mode
                                   seed && !cJSON_IsNull(seed) ? (uint64_t)s : model_seed);
 }
 
+static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"axis",
+                                        "momentum",
+                                        "epsilon",
+                                        "center",
+                                        "scale",
+                                        "synchronized",
+                                        "beta_initializer",
+                                        "gamma_initializer",
+                                        "moving_mean_initializer",
+                                        "moving_variance_initializer",
+                                        "beta_regularizer",
+                                        "gamma_regularizer",
+                                        "beta_constraint",
+                                        "gamma_constraint",
+                                        "renorm_momentum", /* unused while renorm is off */
+                                        "batch_input_shape",
+                                        NULL};
+    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                         "gamma_constraint", NULL};
+    static const struct {
+        const char *key, *class_name;
+    } inits[] = {{"beta_initializer", "Zeros"},
+                 {"gamma_initializer", "Ones"},
+                 {"moving_mean_initializer", "Zeros"},
+                 {"moving_variance_initializer", "Ones"}};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_absent(l, extras));
+    for (size_t i = 0; i < sizeof inits / sizeof inits[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, inits[i].key);
+        if (v && !is_initializer(v, inits[i].class_name))
+            return unsupported_arg(l, inits[i].key, "is '%s'; libdist uses %s",
+                                   json_str(v, "class_name") ? json_str(v, "class_name") : "?",
+                                   inits[i].class_name);
+    }
+    const cJSON *axis = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
+    int a = -1;
+    if (cJSON_IsArray(axis) && cJSON_GetArraySize(axis) == 1) axis = cJSON_GetArrayItem(axis, 0);
+    if (axis && !json_int(axis, &a))
+        return dist_error(DIST_FORMAT, "layer '%s' (BatchNormalization): 'axis' must be an integer",
+                          l->name);
+    /* -1, or the last axis counted from the front; the input's rank is known only at build:
+     * 1 (features) or 3 (height, width, channels) */
+    if (a != -1 && a != 1 && a != 3)
+        return unsupported_arg(l, "axis", "is %d; libdist normalizes the last axis", a);
+    dist_batch_norm_options o = DIST_BATCH_NORM_OPTIONS_INIT;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "momentum");
+    if (v && !cJSON_IsNumber(v))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (BatchNormalization): 'momentum' must be a "
+                          "number",
+                          l->name);
+    if (v) o.momentum = (float)v->valuedouble;
+    v = cJSON_GetObjectItemCaseSensitive(l->config, "epsilon");
+    if (v && !cJSON_IsNumber(v))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (BatchNormalization): 'epsilon' must be a "
+                          "number",
+                          l->name);
+    if (v) o.epsilon = (float)v->valuedouble;
+    o.center = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "center"));
+    o.scale = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "scale"));
+    o.synchronized = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l->config, "synchronized"));
+    return dist_model_add_batch_normalization(m, &o);
+}
+
 static dist_status add_flatten(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
@@ -379,6 +445,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"AvgPool2D", add_average_pool2d},
                  {"GlobalAveragePooling2D", add_global_average_pool2d},
                  {"GlobalAvgPool2D", add_global_average_pool2d},
+                 {"BatchNormalization", add_batch_normalization},
                  {"Flatten", add_flatten},
                  {"Dense", add_dense}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -388,8 +455,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         }
     return dist_error(DIST_UNSUPPORTED,
                       "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
-                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, Flatten "
-                      "and Dense)",
+                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, "
+                      "BatchNormalization, Flatten and Dense)",
                       l->name, l->class_name);
 }
 

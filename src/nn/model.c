@@ -50,7 +50,7 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
                           MODEL_MAX_LAYERS);
     model_layer *l = &m->layers[m->nlayers];
     memset(l, 0, sizeof *l);
-    l->kernel_var = l->bias_var = -1;
+    l->kernel_var = l->bias_var = l->moving_mean_var = l->moving_variance_var = -1;
     *out = l;
     return DIST_OK;
 }
@@ -160,6 +160,26 @@ dist_status dist_model_add_dropout(dist_model *m, float rate, uint64_t seed) {
     return DIST_OK;
 }
 
+dist_status dist_model_add_batch_normalization(dist_model *m, const dist_batch_norm_options *o) {
+    DIST_CHECK_ARG(m, "dist_model_add_batch_normalization: model is NULL");
+    dist_batch_norm_options d = DIST_BATCH_NORM_OPTIONS_INIT;
+    if (!o) o = &d;
+    DIST_CHECK_ARG(o->version == DIST_BATCH_NORM_OPTIONS_VERSION,
+                   "batch_normalization options: version %d, expected %d", o->version,
+                   DIST_BATCH_NORM_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->momentum >= 0.0f && o->momentum <= 1.0f,
+                   "batch_normalization: momentum must be in [0, 1], got %g", (double)o->momentum);
+    DIST_CHECK_ARG(o->epsilon > 0.0f, "batch_normalization: epsilon must be positive, got %g",
+                   (double)o->epsilon);
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_BATCH_NORM;
+    l->bn = *o;
+    layer_name(m, l, "batch_normalization");
+    m->nlayers++;
+    return DIST_OK;
+}
+
 dist_status dist_model_add_flatten(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_flatten: model is NULL");
     model_layer *l = NULL;
@@ -215,6 +235,8 @@ static int add_var(dist_model *m, const model_layer *l, const char *what, int nd
     v->offset = m->nparams;
     v->fan_in = fan_in;
     v->fan_out = fan_out;
+    v->ones = 0;
+    v->trainable = 1;
     m->nparams += v->numel;
     return m->nvars++;
 }
@@ -281,6 +303,25 @@ static dist_status plan(dist_model *m) {
             nd = 1;
             break;
         case LAYER_DROPOUT: break;
+        case LAYER_BATCH_NORM: {
+            if (nd != 1 && nd != 3)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects (features) or (height, width, channels) "
+                                  "inputs",
+                                  l->name);
+            int64_t ch = shape[nd - 1];
+            if (l->bn.scale) {
+                l->kernel_var = add_var(m, l, "gamma", 1, &ch, 0, 0);
+                m->vars[l->kernel_var].ones = 1;
+            }
+            if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
+            l->moving_mean_var = add_var(m, l, "moving_mean", 1, &ch, 0, 0);
+            l->moving_variance_var = add_var(m, l, "moving_variance", 1, &ch, 0, 0);
+            m->vars[l->moving_mean_var].trainable = 0;
+            m->vars[l->moving_variance_var].trainable = 0;
+            m->vars[l->moving_variance_var].ones = 1;
+            break;
+        }
         case LAYER_FLATTEN: {
             int64_t n = 1;
             for (int d = 0; d < nd; d++) n *= shape[d];
@@ -312,6 +353,10 @@ static void initialize(const dist_model *m, float *host, uint64_t seed) {
     for (int i = 0; i < m->nvars; i++) {
         const model_var *v = &m->vars[i];
         float *p = host + v->offset;
+        if (v->ones) {
+            for (int64_t j = 0; j < v->numel; j++) p[j] = 1.0f;
+            continue;
+        }
         if (v->fan_in == 0) {
             memset(p, 0, (size_t)v->numel * sizeof *p);
             continue;
@@ -467,9 +512,45 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
     return st ? dist_error_context(st, "layer '%s' (Dropout)", l->name) : DIST_OK;
 }
 
+/* Keras's BatchNormalization: batch statistics and the moving-average update in training, the
+ * moving statistics in inference. gamma and beta are the float32 variables themselves (Keras
+ * computes the layer in float32 under any policy); the moving statistics are read and written
+ * in the replica's parameter buffer on the host. */
+static dist_status call_batch_norm(dist_model *m, dist_tape *tape, model_replica *rep,
+                                   const model_layer *l, const dist_tensor *h, dist_tensor **out) {
+    if (dist_tape_backend(tape)->device.kind != DIST_DEVICE_CPU)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (BatchNormalization) runs on host memory: use a CPU tape",
+                          l->name);
+    const dist_tensor *gamma = l->kernel_var >= 0 ? rep->var_ptrs[l->kernel_var] : NULL;
+    const dist_tensor *beta = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
+    float *moving_mean = rep->vars[l->moving_mean_var].data;
+    float *moving_var = rep->vars[l->moving_variance_var].data;
+    int64_t c = m->vars[l->moving_mean_var].numel;
+    if (!dist_tape_recording(tape))
+        return dist_op_batch_norm_inference(tape, h, gamma, beta, moving_mean, moving_var,
+                                            l->bn.epsilon, out);
+    float *stats = malloc((size_t)(2 * c) * sizeof *stats);
+    if (!stats)
+        return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for its statistics",
+                          l->name);
+    dist_status st = dist_op_batch_norm_training(tape, h, gamma, beta, l->bn.epsilon,
+                                                 l->bn.synchronized, stats, stats + c, out);
+    if (st == DIST_OK) {
+        float mo = l->bn.momentum, rest = (float)(1.0 - (double)l->bn.momentum);
+        for (int64_t j = 0; j < c; j++) {
+            moving_mean[j] = moving_mean[j] * mo + stats[j] * rest;
+            moving_var[j] = moving_var[j] * mo + stats[c + j] * rest;
+        }
+    }
+    free(stats);
+    return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
+}
+
 /* The layers of one call, at the tape's compute precision; *y is the last layer's output. */
-static dist_status call_layers(dist_model *m, dist_tape *tape, const dist_tensor *h,
-                               const dist_tensor *const *vars, dist_tensor **y) {
+static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *rep,
+                               const dist_tensor *h, const dist_tensor *const *vars,
+                               dist_tensor **y) {
     dist_tensor *out = NULL;
     for (int i = 0; i < m->nlayers; i++) {
         const model_layer *l = &m->layers[i];
@@ -493,6 +574,7 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, const dist_tensor
             break;
         }
         case LAYER_DROPOUT: DIST_TRY(call_dropout(m, tape, i, h, &out)); break;
+        case LAYER_BATCH_NORM: DIST_TRY(call_batch_norm(m, tape, rep, l, h, &out)); break;
         case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
         case LAYER_DENSE:
             DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, &out));
@@ -537,7 +619,7 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
     dist_dtype saved = dist_tape_compute_precision(tape);
     DIST_TRY(dist_tape_set_compute_precision(tape, compute));
     dist_tensor *out = NULL;
-    dist_status st = call_layers(m, tape, h, vars, &out);
+    dist_status st = call_layers(m, tape, rep, h, vars, &out);
     dist_tape_set_compute_precision(tape, saved);
     DIST_TRY(st);
     if (dist_tape_recording(tape)) rep->training_calls++;

@@ -291,6 +291,237 @@ START_TEST(test_dropout_masks_differ_per_replica_and_repeat_per_seed) {
 }
 END_TEST
 
+START_TEST(test_batch_norm_normalizes_with_batch_statistics_and_updates_moving_ones) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, NULL), DIST_OK);
+    int64_t in[1] = {2};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    ck_assert_str_eq(dist_model_variable_name(m, 0), "batch_normalization/gamma");
+    ck_assert_str_eq(dist_model_variable_name(m, 3), "batch_normalization/moving_variance");
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    ck_assert_ptr_nonnull(strstr(summary, "Trainable params: 4\nNon-trainable params: 4\n"));
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    /* channel 0: 1, 2, 3, 6 (mean 3, variance 3.5); channel 1: all 5 (variance 0) */
+    float x[8] = {1, 5, 2, 5, 3, 5, 6, 5};
+    int64_t shape[2] = {4, 2}, n;
+    float *y = run_model(m, t, 1, x, 2, shape, &n);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_double_eq_tol(y[2 * i], (x[2 * i] - 3.0) / sqrt(3.5 + 1e-3), 1e-6);
+        ck_assert_float_eq_tol(y[2 * i + 1], 0.0f, 1e-6f);
+    }
+    free(y);
+    float w[8];
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, 8), DIST_OK);
+    /* gamma, beta, moving_mean = 0.99 * 0 + 0.01 * mean, moving_variance = 0.99 * 1 + 0.01 * var */
+    ck_assert_float_eq(w[0], 1.0f);
+    ck_assert_float_eq(w[2], 0.0f);
+    ck_assert_float_eq_tol(w[4], 0.03f, 1e-7f);
+    ck_assert_float_eq_tol(w[5], 0.05f, 1e-7f);
+    ck_assert_float_eq_tol(w[6], 0.99f + 0.035f, 1e-6f);
+    ck_assert_float_eq_tol(w[7], 0.99f, 1e-6f);
+    /* inference: the moving statistics */
+    y = run_model(m, t, 0, x, 2, shape, &n);
+    ck_assert_double_eq_tol(y[0], (1.0 - w[4]) / sqrt(w[6] + 1e-3), 1e-6);
+    ck_assert_double_eq_tol(y[1], (5.0 - w[5]) / sqrt(w[7] + 1e-3), 1e-6);
+    free(y);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w + 0, 8), DIST_OK);
+    ck_assert_float_eq_tol(w[4], 0.03f, 1e-7f); /* inference leaves them */
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+static dist_model *bn_model(int synchronized) {
+    dist_model *m = new_model();
+    dist_batch_norm_options o = DIST_BATCH_NORM_OPTIONS_INIT;
+    o.synchronized = synchronized;
+    o.momentum = 0.9f;
+    ck_assert_int_eq(dist_model_add_conv2d(m, 3, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_TANH), DIST_OK);
+    o.center = 0;
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    return m;
+}
+
+static void perturb(dist_model *m, float *w, int64_t np) {
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
+    for (int64_t i = 0; i < np; i++) w[i] += 0.2f * sinf(1.3f * (float)i);
+    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+}
+
+/* L = sum(r * model(x)) in double, in training (batch statistics). */
+static double train_loss_of(dist_model *m, dist_tape *t, const float *x, const int64_t *xs,
+                            const float *r) {
+    int64_t n;
+    float *y = run_model(m, t, 1, x, 4, xs, &n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    free(y);
+    return s;
+}
+
+START_TEST(test_batch_norm_gradients_in_training_match_finite_differences) {
+    dist_model *m = bn_model(0);
+    int64_t in[3] = {5, 5, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 9), DIST_OK);
+    int64_t np = dist_model_num_params(m);
+    float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
+    perturb(m, w, np);
+    int64_t xs[4] = {4, 5, 5, 2}, rs[2] = {4, 3};
+    float x[4 * 5 * 5 * 2], r[12];
+    for (int i = 0; i < 200; i++) x[i] = cosf(0.71f * (float)i) + 0.1f * (float)(i % 3);
+    for (int i = 0; i < 12; i++) r[i] = sinf(2.1f * (float)i + 0.3f);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, 1);
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+    double num2 = 0, ana2 = 0, diff2 = 0;
+    const float eps = 2e-3f;
+    for (int64_t i = 0; i < np; i++) {
+        float keep = w[i];
+        w[i] = keep + eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double up = train_loss_of(m, t, x, xs, r);
+        w[i] = keep - eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double down = train_loss_of(m, t, x, xs, r);
+        w[i] = keep;
+        double numeric = (up - down) / (2.0 * eps);
+        num2 += numeric * numeric;
+        ana2 += (double)g[i] * g[i];
+        diff2 += (numeric - g[i]) * (numeric - g[i]);
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(num2), sqrt(ana2));
+    ck_assert_msg(rel < 1e-3, "relative gradient error %g over %lld parameters", rel,
+                  (long long)np);
+    ck_assert_double_gt(sqrt(ana2), 1e-2);
+    free(w);
+    free(g);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+typedef struct bn_run {
+    dist_model *m;
+    const float *x, *r; /* the global batch of 4 and its output weights */
+} bn_run;
+
+/* Replica k takes examples 2k and 2k + 1; its loss is sum(r * y) over them. */
+static dist_status bn_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                           dist_element *out) {
+    (void)in;
+    bn_run *b = user;
+    dist_tape *t = dist_replica_tape(rc);
+    int k = dist_replica_id_in_sync_group(rc);
+    int64_t xs[4] = {2, 5, 5, 2}, rs[2] = {2, 3};
+    dist_tensor hx = dist_tensor_view((void *)(b->x + k * 100), DIST_F32, 4, xs);
+    dist_tensor hr = dist_tensor_view((void *)(b->r + k * 6), DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    DIST_TRY_TEST(dist_tape_upload(t, &hx, &dx));
+    DIST_TRY_TEST(dist_tape_upload(t, &hr, &dr));
+    DIST_TRY_TEST(dist_model_call(b->m, t, dx, &y));
+    DIST_TRY_TEST(dist_op_mul(t, y, dr, &ry));
+    DIST_TRY_TEST(dist_op_reduce_sum(t, ry, &loss));
+    DIST_TRY_TEST(dist_model_compute_gradients(b->m, t, loss));
+    out->count = 1;
+    out->items[0] = y;
+    return DIST_OK;
+}
+
+/* SyncBatchNorm on 2 replicas of 2 examples equals BatchNormalization on one device with the
+ * 4: the outputs, the replicas' gradients summed, and the moving statistics of each replica. */
+START_TEST(test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole_batch) {
+    float x[400], r[12];
+    for (int i = 0; i < 400; i++) x[i] = cosf(0.53f * (float)i) * (1.0f + 0.3f * (float)(i % 5));
+    for (int i = 0; i < 12; i++) r[i] = sinf(1.7f * (float)i + 0.2f);
+    int64_t in[3] = {5, 5, 2};
+
+    dist_model *one = bn_model(1); /* synchronized, but no strategy: the batch's own statistics */
+    ck_assert_int_eq(dist_model_build(one, 3, in, 4), DIST_OK);
+    int64_t np = dist_model_num_params(one);
+    float *w = malloc((size_t)np * sizeof *w), *g1 = malloc((size_t)np * sizeof *g1);
+    float *w1 = malloc((size_t)np * sizeof *w1);
+    perturb(one, w, np);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(one, 0), &t), DIST_OK);
+    dist_tape_reset(t);
+    int64_t xs[4] = {4, 5, 5, 2}, rs[2] = {4, 3};
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y1, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_int_eq(dist_model_call(one, t, dx, &y1), DIST_OK);
+    ck_assert_int_eq(dist_op_mul(t, y1, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_int_eq(dist_model_compute_gradients(one, t, loss), DIST_OK);
+    float out1[12];
+    ck_assert_int_eq(dist_tape_download(t, y1, out1, sizeof out1), DIST_OK);
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(one, 0), g1, (size_t)np * 4), DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(one, 0, w1, np), DIST_OK);
+
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    o.devices = "cpu:0,cpu:1";
+    o.threads_per_replica = 1;
+    dist_strategy *s;
+    ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
+    dist_model *two = bn_model(1);
+    ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+    ck_assert_int_eq(dist_model_build(two, 3, in, 4), DIST_OK);
+    ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+    ck_assert_int_eq(dist_model_set_weights(two, w, np), DIST_OK);
+    bn_run b = {two, x, r};
+    dist_per_replica res;
+    ck_assert_msg(dist_strategy_run(s, bn_step, &b, NULL, &res) == DIST_OK, "%s",
+                  dist_last_error());
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 6; i++)
+            ck_assert_double_eq_tol(((float *)res.values[k][0]->data)[i], out1[6 * k + i], 1e-5);
+    const float *ga = dist_model_grads(two, 0)->data, *gb = dist_model_grads(two, 1)->data;
+    double d2 = 0, n2 = 0;
+    for (int64_t i = 0; i < np; i++) {
+        double sum = (double)ga[i] + gb[i];
+        d2 += (sum - g1[i]) * (sum - g1[i]);
+        n2 += (double)g1[i] * g1[i];
+    }
+    ck_assert_msg(sqrt(d2 / n2) < 1e-5, "relative gradient difference %g", sqrt(d2 / n2));
+    for (int k = 0; k < 2; k++) {
+        const float *wk = dist_model_params(two, k)->data;
+        for (int v = 0; v < dist_model_num_variables(two); v++) {
+            if (!strstr(dist_model_variable_name(two, v), "moving_")) continue;
+            const dist_tensor *var = dist_model_variable(two, k, v);
+            int64_t off = (const float *)var->data - wk;
+            for (int64_t i = 0; i < dist_tensor_numel(var); i++)
+                ck_assert_double_eq_tol(wk[off + i], w1[off + i], 1e-6);
+        }
+    }
+    free(w);
+    free(w1);
+    free(g1);
+    dist_tape_destroy(t);
+    dist_model_destroy(one);
+    dist_model_destroy(two);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("layers");
     TCase *tc = tcase_create("layers");
@@ -300,6 +531,9 @@ int main(void) {
     tcase_add_test(tc, test_layer_gradients_match_finite_differences);
     tcase_add_test(tc, test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training);
     tcase_add_test(tc, test_dropout_masks_differ_per_replica_and_repeat_per_seed);
+    tcase_add_test(tc, test_batch_norm_normalizes_with_batch_statistics_and_updates_moving_ones);
+    tcase_add_test(tc, test_batch_norm_gradients_in_training_match_finite_differences);
+    tcase_add_test(tc, test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole_batch);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
