@@ -337,9 +337,10 @@ static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
     const cJSON *axis = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
     int a = -1;
     if (cJSON_IsArray(axis) && cJSON_GetArraySize(axis) == 1) axis = cJSON_GetArrayItem(axis, 0);
-    if (axis && !json_int(axis, &a))
+    if (axis && !(cJSON_IsNumber(axis) && axis->valuedouble == (double)(int)axis->valuedouble))
         return dist_error(DIST_FORMAT, "layer '%s' (BatchNormalization): 'axis' must be an integer",
                           l->name);
+    if (axis) a = (int)axis->valuedouble;
     /* -1, or the last axis counted from the front; the input's rank is known only at build:
      * 1 (features) or 3 (height, width, channels) */
     if (a != -1 && a != 1 && a != 3)
