@@ -1,6 +1,7 @@
 /* The Keras layers beyond the seed CNN's: AveragePooling2D, GlobalAveragePooling2D, Dropout,
  * and Conv2D / Dense with sigmoid, tanh and gelu. Values by hand, gradients against central
  * finite differences, Dropout's masks per mode, per call and per replica. */
+#include "dist/checkpoint.h"
 #include "dist/nn.h"
 #include "dist/replica.h"
 #include "dist/strategy.h"
@@ -9,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static dist_model *new_model(void) {
     dist_model *m;
@@ -522,6 +524,48 @@ START_TEST(test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole
 }
 END_TEST
 
+/* The moving statistics travel in a checkpoint file (safetensors) under Keras's names and
+ * come back into another model, which then predicts the same in inference. */
+START_TEST(test_batch_norm_moving_statistics_are_saved_in_checkpoints) {
+    dist_model *a = bn_model(0), *b = bn_model(0);
+    int64_t in[3] = {5, 5, 2};
+    ck_assert_int_eq(dist_model_build(a, 3, in, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_build(b, 3, in, 2), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(a, 0), &t), DIST_OK);
+    float x[200];
+    for (int i = 0; i < 200; i++) x[i] = 2.0f + cosf(0.9f * (float)i);
+    int64_t xs[4] = {4, 5, 5, 2}, n;
+    free(run_model(a, t, 1, x, 4, xs, &n)); /* a training call moves the statistics */
+    float *ya = run_model(a, t, 0, x, 4, xs, &n);
+    dist_checkpoint *c = NULL, *back = NULL;
+    char path[] = "/tmp/test_layers_bn_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(dist_checkpoint_create(&c), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_add_model(c, a), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_save(c, path), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_load(path, &back), DIST_OK);
+    int found = 0;
+    for (int i = 0; i < dist_checkpoint_num_tensors(back); i++)
+        found +=
+            strcmp(dist_checkpoint_tensor_name(back, i), "batch_normalization/moving_mean") == 0;
+    ck_assert_int_eq(found, 1);
+    ck_assert_msg(dist_checkpoint_restore_model(back, b) == DIST_OK, "%s", dist_last_error());
+    float *yb = run_model(b, t, 0, x, 4, xs, &n);
+    ck_assert_int_eq(memcmp(ya, yb, (size_t)n * sizeof *ya), 0);
+    unlink(path);
+    free(ya);
+    free(yb);
+    dist_checkpoint_destroy(c);
+    dist_checkpoint_destroy(back);
+    dist_tape_destroy(t);
+    dist_model_destroy(a);
+    dist_model_destroy(b);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("layers");
     TCase *tc = tcase_create("layers");
@@ -534,6 +578,7 @@ int main(void) {
     tcase_add_test(tc, test_batch_norm_normalizes_with_batch_statistics_and_updates_moving_ones);
     tcase_add_test(tc, test_batch_norm_gradients_in_training_match_finite_differences);
     tcase_add_test(tc, test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole_batch);
+    tcase_add_test(tc, test_batch_norm_moving_statistics_are_saved_in_checkpoints);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
