@@ -141,14 +141,17 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
 
 /* Builds a model from Keras's model.to_json() (Keras 3 or tf-keras): a Sequential or a linear
  * Functional model (one input, each layer fed by the one before) of InputLayer, Conv2D (valid or
- * same padding, any strides, relu or linear), MaxPooling2D (square, strides = pool_size, valid),
- * Flatten and Dense (relu or linear, with bias), float32, channels_last. Layers and the model
- * keep Keras's names. The model is built as dist_model_build does (inside a strategy's scope it
- * is mirrored), for the input shape of the InputLayer, with fresh weights drawn from `seed`.
+ * same padding, any strides; linear, relu, sigmoid, tanh or gelu), MaxPooling2D (square,
+ * strides = pool_size, valid), AveragePooling2D (square pools and strides, valid or same),
+ * GlobalAveragePooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
+ * BatchNormalization (last axis, Keras's initializers, synchronized or not), Flatten and Dense
+ * (the same activations, with bias), float32, channels_last. Layers and the model keep Keras's
+ * names. The model is built as dist_model_build does (inside a strategy's scope it is
+ * mirrored), for the input shape of the InputLayer, with fresh weights drawn from `seed`.
  * `json` is borrowed; *out is released with dist_model_destroy. Errors: DIST_FORMAT (not JSON,
  * not a Keras model config, a malformed argument), DIST_UNSUPPORTED (any other layer class, or
  * an argument value libdist does not implement: the message names the layer and the argument,
- * e.g. "layer 'dropout': class 'Dropout' is not supported"). */
+ * e.g. "layer 'ln': class 'LayerNormalization' is not supported"). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 
 /* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3
