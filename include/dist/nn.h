@@ -32,19 +32,63 @@ typedef struct dist_conv2d_options {
 #define DIST_CONV2D_OPTIONS_INIT                                                                   \
     { DIST_CONV2D_OPTIONS_VERSION, 0, 3, 3, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, 1 }
 
+/* keras.layers.BatchNormalization(axis=-1, ...): Keras's defaults. */
+typedef struct dist_batch_norm_options {
+    int version;
+    float momentum; /* moving = moving * momentum + batch * (1 - momentum) */
+    float epsilon;
+    int center, scale; /* beta, gamma */
+    int synchronized;  /* SyncBatchNorm: statistics over every replica of the strategy */
+} dist_batch_norm_options;
+#define DIST_BATCH_NORM_OPTIONS_VERSION 1
+#define DIST_BATCH_NORM_OPTIONS_INIT                                                               \
+    {                                                                                              \
+        .version = DIST_BATCH_NORM_OPTIONS_VERSION, .momentum = 0.99f, .epsilon = 1e-3f,           \
+        .center = 1, .scale = 1, .synchronized = 0                                                 \
+    }
+
 /* An empty Sequential model; name NULL means "sequential". */
 DIST_API dist_status dist_model_create(const char *name, dist_model **out);
 /* Frees the model, its variables on every replica and its private backend. Accepts NULL. */
 DIST_API void dist_model_destroy(dist_model *model);
 
-/* Conv2D(filters, (k, k), activation), stride 1, valid padding, with bias. */
+/* Conv2D(filters, (k, k), activation), stride 1, valid padding, with bias. Any activation of
+ * dist_activation (Keras's "linear", "relu", "sigmoid", "tanh", "gelu"). */
 DIST_API dist_status dist_model_add_conv2d(dist_model *model, int filters, int kernel_size,
                                            dist_activation activation);
 DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model,
                                               const dist_conv2d_options *options);
 /* MaxPooling2D(pool_size) with strides = pool_size and valid padding. */
 DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
+/* AveragePooling2D(pool_size, strides, padding): the mean of each pool_size x pool_size window;
+ * strides 0 means pool_size (Keras's strides=None). With DIST_PADDING_SAME a window's mean
+ * counts only the input elements it covers, as Keras. Runs on a CPU tape (dist_op_avg_pool2d). */
+DIST_API dist_status dist_model_add_average_pool2d(dist_model *model, int pool_size, int strides,
+                                                   dist_padding padding);
+/* GlobalAveragePooling2D: (height, width, channels) -> (channels), the mean over height and
+ * width. Runs on a CPU tape (dist_op_reduce_mean_axes). */
+DIST_API dist_status dist_model_add_global_average_pool2d(dist_model *model);
+/* Dropout(rate, seed): while the tape records (training), each element is kept with
+ * probability 1 - rate and scaled by 1 / (1 - rate); otherwise (inference, dist_predict,
+ * dist_evaluate) the layer is the identity. Replica r's mask depends on (seed, the replica's
+ * count of training calls of the model, r's replica_id_in_sync_group): the replicas drop
+ * different elements, and a run repeated with the same seed drops the same ones. The masks are
+ * libdist's own draws, not TensorFlow's. rate in [0, 1). Runs on a CPU tape. */
+DIST_API dist_status dist_model_add_dropout(dist_model *model, float rate, uint64_t seed);
 DIST_API dist_status dist_model_add_flatten(dist_model *model);
+/* BatchNormalization over the last axis (options NULL: Keras's defaults). Variables, in Keras's
+ * order: gamma (ones; if scale), beta (zeros; if center), moving_mean (zeros) and
+ * moving_variance (ones). The moving statistics are non-trainable: they live in the parameter
+ * buffer (so checkpoints, get/set_weights and .weights.h5 files carry them) with a gradient of
+ * zero, and are updated by the layer, not the optimizer. While the tape records (training) the
+ * layer normalizes with the batch's statistics (dist_op_batch_norm_training; with synchronized,
+ * over every replica of the strategy) and updates the replica's moving statistics with Keras's
+ * rule; otherwise it normalizes with the moving statistics. Without synchronized each replica
+ * keeps its own moving statistics (replica 0's are the ones read and saved). Runs on a CPU
+ * tape, in float32 whatever the dtype policy. */
+DIST_API dist_status dist_model_add_batch_normalization(dist_model *model,
+                                                        const dist_batch_norm_options *options);
+/* Dense(units, activation), with bias; any activation of dist_activation. */
 DIST_API dist_status dist_model_add_dense(dist_model *model, int units, dist_activation activation);
 
 /* The seed CNN: Conv2D(32,3x3,relu) -> MaxPool 2x2 -> Conv2D(64,3x3,relu) -> MaxPool 2x2 ->
@@ -99,14 +143,17 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
 
 /* Builds a model from Keras's model.to_json() (Keras 3 or tf-keras): a Sequential or a linear
  * Functional model (one input, each layer fed by the one before) of InputLayer, Conv2D (valid or
- * same padding, any strides, relu or linear), MaxPooling2D (square, strides = pool_size, valid),
- * Flatten and Dense (relu or linear, with bias), float32, channels_last. Layers and the model
- * keep Keras's names. The model is built as dist_model_build does (inside a strategy's scope it
- * is mirrored), for the input shape of the InputLayer, with fresh weights drawn from `seed`.
+ * same padding, any strides; linear, relu, sigmoid, tanh or gelu), MaxPooling2D (square,
+ * strides = pool_size, valid), AveragePooling2D (square pools and strides, valid or same),
+ * GlobalAveragePooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
+ * BatchNormalization (last axis, Keras's initializers, synchronized or not), Flatten and Dense
+ * (the same activations, with bias), float32, channels_last. Layers and the model keep Keras's
+ * names. The model is built as dist_model_build does (inside a strategy's scope it is
+ * mirrored), for the input shape of the InputLayer, with fresh weights drawn from `seed`.
  * `json` is borrowed; *out is released with dist_model_destroy. Errors: DIST_FORMAT (not JSON,
  * not a Keras model config, a malformed argument), DIST_UNSUPPORTED (any other layer class, or
  * an argument value libdist does not implement: the message names the layer and the argument,
- * e.g. "layer 'dropout': class 'Dropout' is not supported"). */
+ * e.g. "layer 'ln': class 'LayerNormalization' is not supported"). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 
 /* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3

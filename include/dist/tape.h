@@ -22,7 +22,18 @@ typedef struct dist_tape dist_tape;
 typedef struct dist_replica_ctx dist_replica_ctx;
 
 typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist_padding;
-typedef enum dist_activation { DIST_ACT_NONE = 0, DIST_ACT_RELU = 1 } dist_activation;
+/* Keras's activation names: "linear" (NONE), "relu", "sigmoid", "tanh", "gelu" (the exact erf
+ * form, keras.activations.gelu's default). Conv2D and Dense fuse relu into their kernels; the
+ * others run as dist_op_sigmoid / dist_op_tanh / dist_op_gelu after the layer, so they need a
+ * tape on host memory (the CPU backend) and compute in float32. */
+typedef enum dist_activation {
+    DIST_ACT_NONE = 0,
+    DIST_ACT_LINEAR = DIST_ACT_NONE,
+    DIST_ACT_RELU = 1,
+    DIST_ACT_SIGMOID = 2,
+    DIST_ACT_TANH = 3,
+    DIST_ACT_GELU = 4
+} dist_activation;
 
 /* Creates a tape on a backend (borrowed: it must outlive the tape). */
 DIST_API dist_status dist_tape_create(dist_backend *backend, dist_tape **out);
@@ -35,6 +46,8 @@ DIST_API dist_backend *dist_tape_backend(const dist_tape *tape);
 DIST_API dist_replica_ctx *dist_tape_replica(const dist_tape *tape);
 /* While 0, ops run but record nothing (inference). Default 1. */
 DIST_API void dist_tape_set_recording(dist_tape *tape, int recording);
+/* The recording flag: a model's Dropout layers are active only while it is set (training). */
+DIST_API int dist_tape_recording(const dist_tape *tape);
 
 /* Mixed precision (Keras's compute dtype) for the ops recorded from now on: with DIST_F16 or
  * DIST_BF16, conv2d and dense store their outputs, and the gradients they produce, at that
@@ -75,7 +88,8 @@ DIST_API dist_status dist_tape_gradient_with(dist_tape *tape, const dist_tensor 
 
 /* ---- ops (TensorFlow semantics; NHWC activations, HWIO conv kernels, [in,out] dense) ---- */
 
-/* y = act(conv2d(x, kernel) + bias). bias may be NULL. */
+/* y = act(conv2d(x, kernel) + bias). bias may be NULL. An activation other than NONE and RELU
+ * needs a CPU tape (see dist_activation); an unknown one fails with DIST_INVALID_ARGUMENT. */
 DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x,
                                     const dist_tensor *kernel, const dist_tensor *bias,
                                     int stride_h, int stride_w, dist_padding padding,
@@ -83,7 +97,7 @@ DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x,
 DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h,
                                         int pool_w, int stride_h, int stride_w,
                                         dist_padding padding, dist_tensor **y);
-/* y = act(x @ kernel + bias) for x [N, in]. bias may be NULL. */
+/* y = act(x @ kernel + bias) for x [N, in]. bias may be NULL; activation as dist_op_conv2d. */
 DIST_API dist_status dist_op_dense(dist_tape *tape, const dist_tensor *x, const dist_tensor *kernel,
                                    const dist_tensor *bias, dist_activation activation,
                                    dist_tensor **y);
@@ -152,6 +166,34 @@ DIST_API dist_status dist_op_tanh(dist_tape *tape, const dist_tensor *x, dist_te
 /* tf.nn.gelu: approximate != 0 uses the tanh approximation, 0 the exact erf form. */
 DIST_API dist_status dist_op_gelu(dist_tape *tape, const dist_tensor *x, int approximate,
                                   dist_tensor **y);
+
+/* tf.nn.avg_pool2d on NHWC x: the mean of each pool_h x pool_w window; with SAME padding the
+ * mean counts only the input elements a window covers (TensorFlow's rule, not the padding). */
+DIST_API dist_status dist_op_avg_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h,
+                                        int pool_w, int stride_h, int stride_w,
+                                        dist_padding padding, dist_tensor **y);
+
+/* Keras's BatchNormalization (axis -1) in training: x [..., C] normalized per channel with the
+ * batch's statistics over every other axis, y = gamma * (x - mean) / sqrt(var + epsilon) + beta
+ * (gamma, beta: [C], either may be NULL for scale=False / center=False). The statistics used
+ * are written to batch_mean and batch_variance (caller's host arrays of C floats) for the
+ * moving averages. With synchronized != 0 inside a strategy's run, the per-channel sums of x and
+ * x^2 and the element counts are all-reduced over every replica (Keras's synchronized=True):
+ * every replica normalizes with the global statistics, mean = sum / count, var = max(E[x^2] -
+ * mean^2, 0), and the backward all-reduces the gradients flowing into those sums, as
+ * TensorFlow's gradient of an all-reduce. Every replica must then call it in the same order.
+ * Outside a run, or with synchronized 0, the statistics are the replica's own (tf.nn.moments).
+ * Host memory (a CPU tape), as the math ops. */
+DIST_API dist_status dist_op_batch_norm_training(dist_tape *tape, const dist_tensor *x,
+                                                 const dist_tensor *gamma, const dist_tensor *beta,
+                                                 float epsilon, int synchronized, float *batch_mean,
+                                                 float *batch_variance, dist_tensor **y);
+/* The same with given statistics (host arrays of C floats, borrowed): inference with the moving
+ * mean and variance. Gradients flow to x, gamma and beta. */
+DIST_API dist_status dist_op_batch_norm_inference(dist_tape *tape, const dist_tensor *x,
+                                                  const dist_tensor *gamma, const dist_tensor *beta,
+                                                  const float *mean, const float *variance,
+                                                  float epsilon, dist_tensor **y);
 
 /* tf.linalg.matmul of 2-D tensors: y = op(a) @ op(b), op transposing when the flag is set.
  * Runs on the backend's GEMM (any backend). */

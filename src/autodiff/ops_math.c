@@ -15,7 +15,7 @@
 
 /* ---- host access ---------------------------------------------------------------------- */
 
-static dist_status host_ready(dist_tape *t, const char *op) {
+dist_status tape_host_ready(dist_tape *t, const char *op) {
     if (t->backend->device.kind != DIST_DEVICE_CPU)
         return dist_error(DIST_UNSUPPORTED,
                           "%s: runs on host memory, and the %s backend keeps tensors in device "
@@ -25,7 +25,7 @@ static dist_status host_ready(dist_tape *t, const char *op) {
     return tape_be(t)->synchronize(tape_bectx(t));
 }
 
-static dist_status check_f32(const dist_tensor *x, const char *op) {
+dist_status tape_check_f32(const dist_tensor *x, const char *op) {
     if (x->dtype != DIST_F32)
         return dist_error(DIST_UNSUPPORTED, "%s: float32 input required, got %s", op,
                           dist_dtype_name(x->dtype));
@@ -33,7 +33,7 @@ static dist_status check_f32(const dist_tensor *x, const char *op) {
 }
 
 /* x itself when plain, else a plain arena copy. */
-static dist_status plain_of(dist_tape *t, const dist_tensor *x, const dist_tensor **out) {
+dist_status tape_plain_of(dist_tape *t, const dist_tensor *x, const dist_tensor **out) {
     if (x->layout == DIST_LAYOUT_PLAIN) {
         *out = x;
         return DIST_OK;
@@ -46,22 +46,17 @@ static dist_status plain_of(dist_tape *t, const dist_tensor *x, const dist_tenso
 }
 
 /* The gradient of a node's output as plain host floats. */
-static dist_status dy_of(dist_tape *t, tape_node *n, grad_entry *g, const float **dy) {
+dist_status tape_host_dy(dist_tape *t, tape_node *n, grad_entry *g, const float **dy) {
     DIST_TRY(grad_materialize(t, g, n->out));
     const dist_tensor *p;
-    DIST_TRY(plain_of(t, g->t, &p));
+    DIST_TRY(tape_plain_of(t, g->t, &p));
     *dy = p->data;
     return DIST_OK;
 }
 
 /* Where a backward writes x's gradient: plain host floats, in the gradient tensor itself or
  * in a plain temporary converted to its layout at the end. */
-typedef struct host_grad {
-    dist_tensor *dst;
-    dist_tensor *plain;
-} host_grad;
-
-static dist_status hg_begin(dist_tape *t, const dist_tensor *x, host_grad *h, float **p) {
+dist_status tape_host_grad_begin(dist_tape *t, const dist_tensor *x, tape_host_grad *h, float **p) {
     h->dst = h->plain = NULL;
     *p = NULL;
     DIST_TRY(grad_begin(t, x, &h->dst));
@@ -75,7 +70,7 @@ static dist_status hg_begin(dist_tape *t, const dist_tensor *x, host_grad *h, fl
     return DIST_OK;
 }
 
-static dist_status hg_end(dist_tape *t, const dist_tensor *x, host_grad *h) {
+dist_status tape_host_grad_end(dist_tape *t, const dist_tensor *x, tape_host_grad *h) {
     if (!h->dst) return DIST_OK;
     if (h->plain) DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), h->plain, h->dst));
     return grad_end(t, x, h->dst);
@@ -182,13 +177,13 @@ static dist_status binary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *a = n->saved[0], *b = n->saved[1];
     int kind = n->p.m.kind;
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
     const float *x = a->data, *y = b->data;
     int64_t total = dist_tensor_numel(n->out);
     for (int side = 0; side < 2; side++) {
-        host_grad h;
+        tape_host_grad h;
         float *d;
-        DIST_TRY(hg_begin(t, n->in[side], &h, &d));
+        DIST_TRY(tape_host_grad_begin(t, n->in[side], &h, &d));
         if (!d) continue;
         memset(d, 0, (size_t)dist_tensor_numel(side ? b : a) * sizeof *d);
         bc_iter it;
@@ -201,7 +196,7 @@ static dist_status binary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
             else
                 d[it.oa] += gx;
         }
-        DIST_TRY(hg_end(t, n->in[side], &h));
+        DIST_TRY(tape_host_grad_end(t, n->in[side], &h));
     }
     return DIST_OK;
 }
@@ -210,15 +205,15 @@ static dist_status binary_op(dist_tape *t, int kind, const dist_tensor *a, const
                              dist_tensor **y) {
     const char *op = bin_names[kind];
     DIST_CHECK_ARG(t && a && b && y, "dist_op_%s: NULL argument", op);
-    DIST_TRY(check_f32(a, op));
-    DIST_TRY(check_f32(b, op));
+    DIST_TRY(tape_check_f32(a, op));
+    DIST_TRY(tape_check_f32(b, op));
     int nd = 0;
     int64_t shape[DIST_MAX_DIMS] = {0};
     DIST_TRY(broadcast_shape(a, b, op, &nd, shape));
-    DIST_TRY(host_ready(t, op));
+    DIST_TRY(tape_host_ready(t, op));
     const dist_tensor *pa, *pb;
-    DIST_TRY(plain_of(t, a, &pa));
-    DIST_TRY(plain_of(t, b, &pb));
+    DIST_TRY(tape_plain_of(t, a, &pa));
+    DIST_TRY(tape_plain_of(t, b, &pb));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, nd, shape, &out));
     const float *x = pa->data, *z = pb->data;
@@ -336,24 +331,24 @@ static float un_grad(int kind, float x, float y, float g) {
 static dist_status unary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->saved[0];
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
-    host_grad h;
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
+    tape_host_grad h;
     float *dx;
-    DIST_TRY(hg_begin(t, n->in[0], &h, &dx));
+    DIST_TRY(tape_host_grad_begin(t, n->in[0], &h, &dx));
     if (!dx) return DIST_OK;
     const float *xv = x->data, *yv = n->out->data;
     int64_t total = dist_tensor_numel(x);
     for (int64_t i = 0; i < total; i++) dx[i] = un_grad(n->p.m.kind, xv[i], yv[i], dy[i]);
-    return hg_end(t, n->in[0], &h);
+    return tape_host_grad_end(t, n->in[0], &h);
 }
 
 static dist_status unary_op(dist_tape *t, int kind, const dist_tensor *x, dist_tensor **y) {
     const char *op = un_names[kind];
     DIST_CHECK_ARG(t && x && y, "dist_op_%s: NULL argument", op);
-    DIST_TRY(check_f32(x, op));
-    DIST_TRY(host_ready(t, op));
+    DIST_TRY(tape_check_f32(x, op));
+    DIST_TRY(tape_host_ready(t, op));
     const dist_tensor *px;
-    DIST_TRY(plain_of(t, x, &px));
+    DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
     const float *xv = px->data;
@@ -399,6 +394,104 @@ dist_status dist_op_gelu(dist_tape *t, const dist_tensor *x, int approximate, di
     return unary_op(t, approximate ? UN_GELU_TANH : UN_GELU, x, y);
 }
 
+/* ---- average pooling ------------------------------------------------------------------- */
+
+/* tf.nn.avg_pool2d: with SAME padding a window's mean counts only the input elements it covers,
+ * not the padding. Node parameters: m.a, m.b = window; m.v = strides, then top and left pads. */
+typedef struct avg_window {
+    int64_t h0, h1, w0, w1; /* covered input rows [h0, h1), columns [w0, w1) */
+} avg_window;
+
+static avg_window avg_window_at(const tape_node *n, const dist_tensor *x, int64_t oh, int64_t ow) {
+    int64_t top = oh * n->p.m.v[0] - n->p.m.v[2], left = ow * n->p.m.v[1] - n->p.m.v[3];
+    avg_window w = {top < 0 ? 0 : top, top + n->p.m.a, left < 0 ? 0 : left, left + n->p.m.b};
+    if (w.h1 > x->shape[1]) w.h1 = x->shape[1];
+    if (w.w1 > x->shape[2]) w.w1 = x->shape[2];
+    return w;
+}
+
+static dist_status avg_pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *y = n->out;
+    const float *dy;
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
+    tape_host_grad h;
+    float *dx;
+    DIST_TRY(tape_host_grad_begin(t, x, &h, &dx));
+    if (!dx) return DIST_OK;
+    int64_t H = x->shape[1], W = x->shape[2], C = x->shape[3];
+    memset(dx, 0, (size_t)dist_tensor_numel(x) * sizeof *dx);
+    for (int64_t b = 0; b < y->shape[0]; b++)
+        for (int64_t oh = 0; oh < y->shape[1]; oh++)
+            for (int64_t ow = 0; ow < y->shape[2]; ow++) {
+                avg_window w = avg_window_at(n, x, oh, ow);
+                float inv = 1.0f / (float)((w.h1 - w.h0) * (w.w1 - w.w0));
+                const float *g_at = dy + ((b * y->shape[1] + oh) * y->shape[2] + ow) * C;
+                for (int64_t i = w.h0; i < w.h1; i++)
+                    for (int64_t j = w.w0; j < w.w1; j++) {
+                        float *d = dx + ((b * H + i) * W + j) * C;
+                        for (int64_t c = 0; c < C; c++) d[c] += g_at[c] * inv;
+                    }
+            }
+    return tape_host_grad_end(t, x, &h);
+}
+
+dist_status dist_op_avg_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w,
+                               int stride_h, int stride_w, dist_padding padding, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_avg_pool2d: NULL argument");
+    DIST_CHECK_ARG(x->ndim == 4, "avg_pool2d: input must be 4-D NHWC, got %d-D", x->ndim);
+    DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
+                   "avg_pool2d: window and strides must be positive");
+    DIST_TRY(tape_check_f32(x, "avg_pool2d"));
+    DIST_TRY(tape_host_ready(t, "avg_pool2d"));
+    int64_t H = x->shape[1], W = x->shape[2], C = x->shape[3], oh, ow, pad_top = 0, pad_left = 0;
+    if (padding == DIST_PADDING_SAME) {
+        oh = (H + stride_h - 1) / stride_h;
+        ow = (W + stride_w - 1) / stride_w;
+        int64_t th = (oh - 1) * stride_h + pool_h - H, tw = (ow - 1) * stride_w + pool_w - W;
+        pad_top = th > 0 ? th / 2 : 0;
+        pad_left = tw > 0 ? tw / 2 : 0;
+    } else {
+        oh = H < pool_h ? 0 : (H - pool_h) / stride_h + 1;
+        ow = W < pool_w ? 0 : (W - pool_w) / stride_w + 1;
+    }
+    DIST_CHECK_ARG(oh > 0 && ow > 0,
+                   "avg_pool2d: the %dx%d window does not fit the %lldx%lld input", pool_h, pool_w,
+                   (long long)H, (long long)W);
+    const dist_tensor *px;
+    DIST_TRY(tape_plain_of(t, x, &px));
+    int64_t shape[4] = {x->shape[0], oh, ow, C};
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    tape_node tmp = {0};
+    tmp.p.m.a = pool_h;
+    tmp.p.m.b = pool_w;
+    tmp.p.m.v[0] = stride_h;
+    tmp.p.m.v[1] = stride_w;
+    tmp.p.m.v[2] = pad_top;
+    tmp.p.m.v[3] = pad_left;
+    const float *xv = px->data;
+    float *o = out->data;
+    for (int64_t b = 0; b < shape[0]; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                avg_window w = avg_window_at(&tmp, x, i, j);
+                float *dst = o + ((b * oh + i) * ow + j) * C;
+                for (int64_t c = 0; c < C; c++) {
+                    float sum = 0.0f;
+                    for (int64_t r = w.h0; r < w.h1; r++)
+                        for (int64_t q = w.w0; q < w.w1; q++)
+                            sum += xv[((b * H + r) * W + q) * C + c];
+                    dst[c] = sum / (float)((w.h1 - w.h0) * (w.w1 - w.w0));
+                }
+            }
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, avg_pool_backward, 1, in, &n));
+    if (n) n->p = tmp.p;
+    *y = out;
+    return DIST_OK;
+}
+
 /* ---- matmul ----------------------------------------------------------------------------- */
 
 /* TensorFlow's _MatMulGrad, case by case: with c = op(a) @ op(b),
@@ -409,7 +502,7 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     int ta = n->p.m.a, tb = n->p.m.b;
     DIST_TRY(grad_materialize(t, g, n->out));
     const dist_tensor *dy;
-    DIST_TRY(plain_of(t, g->t, &dy));
+    DIST_TRY(tape_plain_of(t, g->t, &dy));
     const struct dist_backend_i *be = tape_be(t);
     for (int side = 0; side < 2; side++) {
         const dist_tensor *x = n->in[side];
@@ -440,8 +533,8 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 dist_status dist_op_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
                            int transpose_a, int transpose_b, dist_tensor **y) {
     DIST_CHECK_ARG(t && a && b && y, "dist_op_matmul: NULL argument");
-    DIST_TRY(check_f32(a, "matmul"));
-    DIST_TRY(check_f32(b, "matmul"));
+    DIST_TRY(tape_check_f32(a, "matmul"));
+    DIST_TRY(tape_check_f32(b, "matmul"));
     char sa[96], sb[96];
     DIST_CHECK_ARG(a->ndim == 2 && b->ndim == 2, "matmul: operands must be 2-D, got %s and %s",
                    shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb));
@@ -455,8 +548,8 @@ dist_status dist_op_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor
                    shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb), !!transpose_a,
                    !!transpose_b, (long long)ka, (long long)kb);
     const dist_tensor *pa, *pb;
-    DIST_TRY(plain_of(t, a, &pa));
-    DIST_TRY(plain_of(t, b, &pb));
+    DIST_TRY(tape_plain_of(t, a, &pa));
+    DIST_TRY(tape_plain_of(t, b, &pb));
     int64_t shape[2] = {m, nn};
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 2, shape, &out));
@@ -487,7 +580,7 @@ static dist_status reshape_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (!tape_requires_grad(t, x)) return DIST_OK;
     if (g->is_const) return grad_add_const(t, x, g->value);
     const dist_tensor *p;
-    DIST_TRY(plain_of(t, g->t, &p));
+    DIST_TRY(tape_plain_of(t, g->t, &p));
     dist_tensor view = *p;
     view.ndim = x->ndim;
     memcpy(view.shape, x->shape, sizeof view.shape);
@@ -527,7 +620,7 @@ dist_status dist_op_reshape(dist_tape *t, const dist_tensor *x, int ndim, const 
     DIST_CHECK_ARG(known == total, "reshape: %s has %lld elements, the new shape holds %lld",
                    shape_str(x, sx, sizeof sx), (long long)total, (long long)known);
     const dist_tensor *px;
-    DIST_TRY(plain_of(t, x, &px));
+    DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_alias(t, px, px->data, ndim, s, &out));
     out->layout = DIST_LAYOUT_PLAIN;
@@ -570,21 +663,21 @@ static void permute(const float *src, const int64_t *src_shape, int nd, const in
 static dist_status transpose_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0];
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
-    host_grad h;
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
+    tape_host_grad h;
     float *dx;
-    DIST_TRY(hg_begin(t, x, &h, &dx));
+    DIST_TRY(tape_host_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
     int perm[DIST_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) perm[d] = (int)n->p.m.v[d];
     permute(dy, x->shape, x->ndim, perm, dx, 1);
-    return hg_end(t, x, &h);
+    return tape_host_grad_end(t, x, &h);
 }
 
 dist_status dist_op_transpose(dist_tape *t, const dist_tensor *x, const int *perm,
                               dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_transpose: NULL argument");
-    DIST_TRY(check_f32(x, "transpose"));
+    DIST_TRY(tape_check_f32(x, "transpose"));
     int p[DIST_MAX_DIMS], seen[DIST_MAX_DIMS] = {0};
     for (int d = 0; d < x->ndim; d++) {
         p[d] = perm ? perm[d] : x->ndim - 1 - d;
@@ -593,9 +686,9 @@ dist_status dist_op_transpose(dist_tape *t, const dist_tensor *x, const int *per
                        x->ndim - 1, d, p[d]);
         seen[p[d]] = 1;
     }
-    DIST_TRY(host_ready(t, "transpose"));
+    DIST_TRY(tape_host_ready(t, "transpose"));
     const dist_tensor *px;
-    DIST_TRY(plain_of(t, x, &px));
+    DIST_TRY(tape_plain_of(t, x, &px));
     int64_t shape[DIST_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[p[d]];
     dist_tensor *out;
@@ -629,18 +722,18 @@ static dist_status concat_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *const *xs = n->workspace;
     int axis = n->p.m.a;
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= n->out->shape[d];
     for (int d = axis + 1; d < n->out->ndim; d++) inner *= n->out->shape[d];
     int64_t at = 0;
     for (int i = 0; i < n->p.m.count; i++) {
         int64_t rows = xs[i]->shape[axis];
-        host_grad h;
+        tape_host_grad h;
         float *dx;
-        DIST_TRY(hg_begin(t, xs[i], &h, &dx));
+        DIST_TRY(tape_host_grad_begin(t, xs[i], &h, &dx));
         if (dx) copy_rows((float *)dy, NULL, dx, outer, n->out->shape[axis], rows, at, inner);
-        DIST_TRY(hg_end(t, xs[i], &h));
+        DIST_TRY(tape_host_grad_end(t, xs[i], &h));
         at += rows;
     }
     return DIST_OK;
@@ -651,7 +744,7 @@ dist_status dist_op_concat(dist_tape *t, int count, const dist_tensor *const *xs
     DIST_CHECK_ARG(t && xs && y && count > 0, "dist_op_concat: NULL argument or no inputs");
     for (int i = 0; i < count; i++) {
         DIST_CHECK_ARG(xs[i], "dist_op_concat: input %d is NULL", i);
-        DIST_TRY(check_f32(xs[i], "concat"));
+        DIST_TRY(tape_check_f32(xs[i], "concat"));
     }
     const dist_tensor *x0 = xs[0];
     DIST_CHECK_ARG(x0->ndim >= 1, "concat: inputs must have at least one axis");
@@ -674,7 +767,7 @@ dist_status dist_op_concat(dist_tape *t, int count, const dist_tensor *const *xs
         }
         shape[ax] += xs[i]->shape[ax];
     }
-    DIST_TRY(host_ready(t, "concat"));
+    DIST_TRY(tape_host_ready(t, "concat"));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x0->ndim, shape, &out));
     int64_t outer = 1, inner = 1;
@@ -683,7 +776,7 @@ dist_status dist_op_concat(dist_tape *t, int count, const dist_tensor *const *xs
     int64_t at = 0;
     for (int i = 0; i < count; i++) {
         const dist_tensor *p;
-        DIST_TRY(plain_of(t, xs[i], &p));
+        DIST_TRY(tape_plain_of(t, xs[i], &p));
         copy_rows(out->data, p->data, NULL, outer, shape[ax], xs[i]->shape[ax], at, inner);
         at += xs[i]->shape[ax];
     }
@@ -721,10 +814,10 @@ static void box_init(bc_iter *it, const dist_tensor *x, const int64_t *begin, co
 static dist_status slice_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0];
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
-    host_grad h;
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
+    tape_host_grad h;
     float *dx;
-    DIST_TRY(hg_begin(t, x, &h, &dx));
+    DIST_TRY(tape_host_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
     memset(dx, 0, (size_t)dist_tensor_numel(x) * sizeof *dx);
     bc_iter it;
@@ -732,14 +825,14 @@ static dist_status slice_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     box_init(&it, x, n->p.m.v, n->out->shape, &base);
     int64_t total = dist_tensor_numel(n->out);
     for (int64_t i = 0; i < total; i++, bc_next(&it)) dx[base + it.oa] = dy[i];
-    return hg_end(t, x, &h);
+    return tape_host_grad_end(t, x, &h);
 }
 
 dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *begin,
                           const int64_t *size, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y && ((begin && size) || x->ndim == 0),
                    "dist_op_slice: NULL argument");
-    DIST_TRY(check_f32(x, "slice"));
+    DIST_TRY(tape_check_f32(x, "slice"));
     int64_t b[DIST_MAX_DIMS], s[DIST_MAX_DIMS];
     char sx[96];
     for (int d = 0; d < x->ndim; d++) {
@@ -749,9 +842,9 @@ dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *beg
                        "slice: begin %lld, size %lld on axis %d is outside %s", (long long)begin[d],
                        (long long)size[d], d, shape_str(x, sx, sizeof sx));
     }
-    DIST_TRY(host_ready(t, "slice"));
+    DIST_TRY(tape_host_ready(t, "slice"));
     const dist_tensor *px;
-    DIST_TRY(plain_of(t, x, &px));
+    DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, s, &out));
     bc_iter it;
@@ -785,10 +878,10 @@ static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *
     const dist_tensor *x = n->saved[0];
     int kind = n->p.m.kind;
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
-    host_grad h;
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
+    tape_host_grad h;
     float *dx;
-    DIST_TRY(hg_begin(t, n->in[0], &h, &dx));
+    DIST_TRY(tape_host_grad_begin(t, n->in[0], &h, &dx));
     if (!dx) return DIST_OK;
     dist_tensor kept;
     kept_shape(x, n->p.m.a, &kept);
@@ -800,7 +893,7 @@ static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *
     if (kind != RED_MAX) {
         for (int64_t i = 0; i < total; i++, bc_next(&it))
             dx[i] = kind == RED_MEAN ? dy[it.oa] / count : dy[it.oa];
-        return hg_end(t, n->in[0], &h);
+        return tape_host_grad_end(t, n->in[0], &h);
     }
     /* reduce_max: dy / (number of ties) to each element equal to the maximum */
     const float *xv = x->data, *yv = n->out->data;
@@ -812,14 +905,14 @@ static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *
     bc_init(&it, x->ndim, x->shape, &kept, NULL);
     for (int64_t i = 0; i < total; i++, bc_next(&it))
         dx[i] = xv[i] == yv[it.oa] ? dy[it.oa] / ties[it.oa] : 0.0f;
-    return hg_end(t, n->in[0], &h);
+    return tape_host_grad_end(t, n->in[0], &h);
 }
 
 static dist_status reduce_axes(dist_tape *t, int kind, const dist_tensor *x, int naxes,
                                const int *axes, int keepdims, dist_tensor **y) {
     const char *op = red_names[kind];
     DIST_CHECK_ARG(t && x && y && (naxes == 0 || axes), "dist_op_%s: NULL argument", op);
-    DIST_TRY(check_f32(x, op));
+    DIST_TRY(tape_check_f32(x, op));
     DIST_CHECK_ARG(naxes >= 0, "%s: negative axis count %d", op, naxes);
     int mask = 0;
     for (int i = 0; i < naxes; i++) {
@@ -834,9 +927,9 @@ static dist_status reduce_axes(dist_tape *t, int kind, const dist_tensor *x, int
     int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
     DIST_CHECK_ARG(kind != RED_MAX || total > 0 || nout == 0,
                    "%s: reducing an empty axis has no maximum", op);
-    DIST_TRY(host_ready(t, op));
+    DIST_TRY(tape_host_ready(t, op));
     const dist_tensor *px;
-    DIST_TRY(plain_of(t, x, &px));
+    DIST_TRY(tape_plain_of(t, x, &px));
     int64_t shape[DIST_MAX_DIMS];
     int nd = 0;
     for (int d = 0; d < x->ndim; d++)
@@ -890,10 +983,10 @@ static dist_status softmax_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0];
     int log_form = n->p.m.kind;
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
-    host_grad h;
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
+    tape_host_grad h;
     float *dx;
-    DIST_TRY(hg_begin(t, x, &h, &dx));
+    DIST_TRY(tape_host_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
     int64_t k = x->ndim ? x->shape[x->ndim - 1] : 1, rows = k ? dist_tensor_numel(x) / k : 0;
     const float *yv = n->out->data;
@@ -911,18 +1004,18 @@ static dist_status softmax_backward(dist_tape *t, tape_node *n, grad_entry *g) {
             for (int64_t j = 0; j < k; j++) dr[j] = (gr[j] - s) * yr[j];
         }
     }
-    return hg_end(t, x, &h);
+    return tape_host_grad_end(t, x, &h);
 }
 
 static dist_status softmax_common(dist_tape *t, const dist_tensor *x, int log_form,
                                   dist_tensor **y) {
     const char *op = log_form ? "log_softmax" : "softmax";
     DIST_CHECK_ARG(t && x && y, "dist_op_%s: NULL argument", op);
-    DIST_TRY(check_f32(x, op));
+    DIST_TRY(tape_check_f32(x, op));
     DIST_CHECK_ARG(x->ndim >= 1, "%s: the input needs at least one axis", op);
-    DIST_TRY(host_ready(t, op));
+    DIST_TRY(tape_host_ready(t, op));
     const dist_tensor *px;
-    DIST_TRY(plain_of(t, x, &px));
+    DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
     int64_t k = x->shape[x->ndim - 1], rows = k ? dist_tensor_numel(x) / k : 0;
@@ -977,17 +1070,17 @@ static dist_status same_shape(const dist_tensor *a, const dist_tensor *b, const 
 static dist_status sigmoid_xent_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *z = n->saved[0], *x = n->saved[1];
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
     const float *zv = z->data, *xv = x->data;
     int64_t total = dist_tensor_numel(x);
     for (int side = 0; side < 2; side++) { /* labels, then logits (they may be one tensor) */
-        host_grad h;
+        tape_host_grad h;
         float *d;
-        DIST_TRY(hg_begin(t, n->in[side], &h, &d));
+        DIST_TRY(tape_host_grad_begin(t, n->in[side], &h, &d));
         if (!d) continue;
         for (int64_t i = 0; i < total; i++)
             d[i] = side ? dy[i] * (sigmoid_f(xv[i]) - zv[i]) : dy[i] * -xv[i];
-        DIST_TRY(hg_end(t, n->in[side], &h));
+        DIST_TRY(tape_host_grad_end(t, n->in[side], &h));
     }
     return DIST_OK;
 }
@@ -997,13 +1090,13 @@ dist_status dist_op_sigmoid_cross_entropy_with_logits(dist_tape *t, const dist_t
                                                       dist_tensor **loss) {
     const char *op = "sigmoid_cross_entropy_with_logits";
     DIST_CHECK_ARG(t && labels && logits && loss, "dist_op_%s: NULL argument", op);
-    DIST_TRY(check_f32(labels, op));
-    DIST_TRY(check_f32(logits, op));
+    DIST_TRY(tape_check_f32(labels, op));
+    DIST_TRY(tape_check_f32(logits, op));
     DIST_TRY(same_shape(logits, labels, op, "logits", "labels"));
-    DIST_TRY(host_ready(t, op));
+    DIST_TRY(tape_host_ready(t, op));
     const dist_tensor *pz, *px;
-    DIST_TRY(plain_of(t, labels, &pz));
-    DIST_TRY(plain_of(t, logits, &px));
+    DIST_TRY(tape_plain_of(t, labels, &pz));
+    DIST_TRY(tape_plain_of(t, logits, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, logits->ndim, logits->shape, &out));
     const float *zv = pz->data, *xv = px->data;
@@ -1028,20 +1121,20 @@ dist_status dist_op_sigmoid_cross_entropy_with_logits(dist_tape *t, const dist_t
 static dist_status mse_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *yt = n->saved[0], *yp = n->saved[1];
     const float *dy;
-    DIST_TRY(dy_of(t, n, g, &dy));
+    DIST_TRY(tape_host_dy(t, n, g, &dy));
     int64_t k = yp->shape[yp->ndim - 1];
     int64_t total = dist_tensor_numel(yp);
     const float *tv = yt->data, *pv = yp->data;
     for (int side = 0; side < 2; side++) { /* y_true, then y_pred (they may be one tensor) */
-        host_grad h;
+        tape_host_grad h;
         float *d;
-        DIST_TRY(hg_begin(t, n->in[side], &h, &d));
+        DIST_TRY(tape_host_grad_begin(t, n->in[side], &h, &d));
         if (!d) continue;
         for (int64_t i = 0; i < total; i++) {
             float v = 2.0f * (pv[i] - tv[i]) / (float)k * dy[i / k];
             d[i] = side ? v : -v;
         }
-        DIST_TRY(hg_end(t, n->in[side], &h));
+        DIST_TRY(tape_host_grad_end(t, n->in[side], &h));
     }
     return DIST_OK;
 }
@@ -1050,15 +1143,15 @@ dist_status dist_op_mean_squared_error(dist_tape *t, const dist_tensor *y_true,
                                        const dist_tensor *y_pred, dist_tensor **loss) {
     const char *op = "mean_squared_error";
     DIST_CHECK_ARG(t && y_true && y_pred && loss, "dist_op_%s: NULL argument", op);
-    DIST_TRY(check_f32(y_true, op));
-    DIST_TRY(check_f32(y_pred, op));
+    DIST_TRY(tape_check_f32(y_true, op));
+    DIST_TRY(tape_check_f32(y_pred, op));
     DIST_TRY(same_shape(y_pred, y_true, op, "y_pred", "y_true"));
     DIST_CHECK_ARG(y_pred->ndim >= 1 && y_pred->shape[y_pred->ndim - 1] > 0,
                    "%s: the inputs need a non-empty last axis to average over", op);
-    DIST_TRY(host_ready(t, op));
+    DIST_TRY(tape_host_ready(t, op));
     const dist_tensor *pt, *pp;
-    DIST_TRY(plain_of(t, y_true, &pt));
-    DIST_TRY(plain_of(t, y_pred, &pp));
+    DIST_TRY(tape_plain_of(t, y_true, &pt));
+    DIST_TRY(tape_plain_of(t, y_pred, &pp));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, y_pred->ndim - 1, y_pred->shape, &out));
     int64_t k = y_pred->shape[y_pred->ndim - 1], rows = dist_tensor_numel(out);

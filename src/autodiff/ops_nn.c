@@ -79,11 +79,28 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     return DIST_OK;
 }
 
+static dist_status check_activation(dist_activation a, const char *op) {
+    if (a < DIST_ACT_NONE || a > DIST_ACT_GELU)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: unknown activation %d", op, (int)a);
+    return DIST_OK;
+}
+
+/* The activations the kernels do not fuse (relu is fused) run as the tape's unary ops. */
+static dist_status unfused_activation(dist_tape *t, dist_activation a, dist_tensor **y) {
+    switch (a) {
+    case DIST_ACT_SIGMOID: return dist_op_sigmoid(t, *y, y);
+    case DIST_ACT_TANH: return dist_op_tanh(t, *y, y);
+    case DIST_ACT_GELU: return dist_op_gelu(t, *y, 0, y);
+    default: return DIST_OK;
+    }
+}
+
 dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
                            const dist_tensor *b, int stride_h, int stride_w, dist_padding padding,
                            dist_activation activation, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
     DIST_TRY(check_4d(x, "conv2d"));
+    DIST_TRY(check_activation(activation, "conv2d"));
     DIST_CHECK_ARG(w->ndim == 4, "conv2d: kernel must be 4-D HWIO, got %d-D", w->ndim);
     DIST_CHECK_ARG(x->shape[3] == w->shape[2],
                    "conv2d: input has %lld channels, the kernel expects %lld",
@@ -113,6 +130,7 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     DIST_TRY(tape_record(t, out, conv2d_backward, 3, in, &n));
     if (n) n->p.conv = d;
     DIST_TRY(tape_round_output(t, out, n));
+    DIST_TRY(unfused_activation(t, activation, &out));
     *y = out;
     return DIST_OK;
 }
@@ -216,6 +234,7 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
                           const dist_tensor *b, dist_activation activation, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && w && y, "dist_op_dense: NULL argument");
+    DIST_TRY(check_activation(activation, "dense"));
     DIST_CHECK_ARG(
         x->ndim == 2 && x->layout == DIST_LAYOUT_PLAIN,
         "dense: input must be a plain 2-D [batch, features] tensor (flatten first), got %d-D",
@@ -242,6 +261,7 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
     DIST_TRY(tape_record(t, out, dense_backward, 3, in, &n));
     if (n) n->p.relu = relu;
     DIST_TRY(tape_round_output(t, out, n));
+    DIST_TRY(unfused_activation(t, activation, &out));
     *y = out;
     return DIST_OK;
 }
@@ -298,8 +318,10 @@ static dist_status cast_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 dist_status dist_op_cast(dist_tape *t, const dist_tensor *x, dist_dtype from, dist_dtype to,
                          dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_cast: NULL argument");
-    DIST_CHECK_ARG(x->dtype == DIST_F32, "cast: the input is stored as %s; mixed precision "
-                   "keeps values in float32 storage on this backend", dist_dtype_name(x->dtype));
+    DIST_CHECK_ARG(x->dtype == DIST_F32,
+                   "cast: the input is stored as %s; mixed precision "
+                   "keeps values in float32 storage on this backend",
+                   dist_dtype_name(x->dtype));
     DIST_CHECK_ARG(is_float(from) && is_float(to),
                    "cast: %s to %s: only float32, float16 and bfloat16", dist_dtype_name(from),
                    dist_dtype_name(to));

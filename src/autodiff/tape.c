@@ -50,6 +50,7 @@ dist_backend *dist_tape_backend(const dist_tape *t) { return t->backend; }
 void dist_tape_bind_replica(dist_tape *t, dist_replica_ctx *rc) { t->replica = rc; }
 dist_replica_ctx *dist_tape_replica(const dist_tape *t) { return t->replica; }
 void dist_tape_set_recording(dist_tape *t, int recording) { t->recording = recording; }
+int dist_tape_recording(const dist_tape *t) { return t ? t->recording : 0; }
 
 dist_status dist_tape_set_compute_precision(dist_tape *t, dist_dtype dtype) {
     DIST_CHECK_ARG(t, "dist_tape_set_compute_precision: NULL tape");

@@ -123,6 +123,22 @@ dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *lik
 dist_status tape_add_broadcast(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
                                dist_tensor **y);
 
+/* Host access for the ops that loop on host memory (ops_math.c, ops_norm.c). */
+/* DIST_UNSUPPORTED naming `op` unless the tape's backend is the CPU one; waits for it. */
+dist_status tape_host_ready(dist_tape *t, const char *op);
+dist_status tape_check_f32(const dist_tensor *x, const char *op);
+/* x itself when plain, else a plain arena copy. */
+dist_status tape_plain_of(dist_tape *t, const dist_tensor *x, const dist_tensor **out);
+/* The gradient of a node's output as plain host floats. */
+dist_status tape_host_dy(dist_tape *t, tape_node *n, grad_entry *g, const float **dy);
+/* Where a backward writes x's gradient as plain host floats (*p NULL: x needs none). */
+typedef struct tape_host_grad {
+    dist_tensor *dst;
+    dist_tensor *plain;
+} tape_host_grad;
+dist_status tape_host_grad_begin(dist_tape *t, const dist_tensor *x, tape_host_grad *h, float **p);
+dist_status tape_host_grad_end(dist_tape *t, const dist_tensor *x, tape_host_grad *h);
+
 static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
 static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }
 

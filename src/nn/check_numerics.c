@@ -19,6 +19,10 @@ static const char *op_name(layer_kind k) {
     case LAYER_MAX_POOL2D: return "MaxPooling2D";
     case LAYER_FLATTEN: return "Flatten";
     case LAYER_DENSE: return "Dense";
+    case LAYER_AVG_POOL2D: return "AveragePooling2D";
+    case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
+    case LAYER_DROPOUT: return "Dropout";
+    case LAYER_BATCH_NORM: return "BatchNormalization";
     }
     return "?";
 }

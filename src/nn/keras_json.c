@@ -84,11 +84,20 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
         *out = DIST_ACT_NONE;
         return DIST_OK;
     }
-    if (a && strcmp(a, "relu") == 0) {
-        *out = DIST_ACT_RELU;
-        return DIST_OK;
-    }
-    return unsupported_arg(l, "activation", "is '%s'; libdist has 'linear' and 'relu'",
+    static const struct {
+        const char *name;
+        dist_activation act;
+    } known[] = {{"relu", DIST_ACT_RELU},
+                 {"sigmoid", DIST_ACT_SIGMOID},
+                 {"tanh", DIST_ACT_TANH},
+                 {"gelu", DIST_ACT_GELU}};
+    for (size_t i = 0; a && i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(a, known[i].name) == 0) {
+            *out = known[i].act;
+            return DIST_OK;
+        }
+    return unsupported_arg(l, "activation",
+                           "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh' and 'gelu'",
                            a ? a : "(not a name)");
 }
 
@@ -232,6 +241,131 @@ static dist_status add_max_pool2d(dist_model *m, const json_layer *l) {
     return dist_model_add_max_pool2d(m, p[0]);
 }
 
+static dist_status add_average_pool2d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"pool_size",   "strides",           "padding",
+                                        "data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_channels_last(l));
+    int p[2] = {2, 2}, s[2];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "pool_size");
+    if (v && (!json_pair(v, p) || !p[0] || !p[1]))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (AveragePooling2D): 'pool_size' must be 1 or 2 "
+                          "positive integers",
+                          l->name);
+    if (p[0] != p[1])
+        return unsupported_arg(l, "pool_size", "is (%d, %d); libdist pools square windows", p[0],
+                               p[1]);
+    s[0] = s[1] = p[0];
+    v = cJSON_GetObjectItemCaseSensitive(l->config, "strides");
+    if (v && !cJSON_IsNull(v) && (!json_pair(v, s) || !s[0] || !s[1]))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (AveragePooling2D): 'strides' must be 1 or 2 "
+                          "positive integers",
+                          l->name);
+    if (s[0] != s[1])
+        return unsupported_arg(l, "strides", "is (%d, %d); libdist pools with equal strides", s[0],
+                               s[1]);
+    dist_padding padding = DIST_PADDING_VALID;
+    const char *pad = json_str(l->config, "padding");
+    if (pad && strcmp(pad, "same") == 0)
+        padding = DIST_PADDING_SAME;
+    else if (pad && strcmp(pad, "valid") != 0)
+        return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
+    return dist_model_add_average_pool2d(m, p[0], s[0], padding);
+}
+
+static dist_status add_global_average_pool2d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
+    DIST_TRY(check_channels_last(l));
+    return dist_model_add_global_average_pool2d(m);
+}
+
+/* Dropout's seed: the config's when it has one, else the model's (Keras draws one at random). */
+static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t model_seed) {
+    static const char *const known[] = {"rate", "seed", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* a noise_shape that is set is refused there */
+    const cJSON *rate = cJSON_GetObjectItemCaseSensitive(l->config, "rate");
+    if (!cJSON_IsNumber(rate) || rate->valuedouble < 0.0 || rate->valuedouble >= 1.0)
+        return dist_error(DIST_FORMAT, "layer '%s' (Dropout): 'rate' must be a number in [0, 1)",
+                          l->name);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(l->config, "seed");
+    int s = 0;
+    if (seed && !cJSON_IsNull(seed) && !json_int(seed, &s))
+        return dist_error(DIST_FORMAT, "layer '%s' (Dropout): 'seed' must be an integer or null",
+                          l->name);
+    return dist_model_add_dropout(m, (float)rate->valuedouble,
+                                  seed && !cJSON_IsNull(seed) ? (uint64_t)s : model_seed);
+}
+
+static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"axis",
+                                        "momentum",
+                                        "epsilon",
+                                        "center",
+                                        "scale",
+                                        "synchronized",
+                                        "beta_initializer",
+                                        "gamma_initializer",
+                                        "moving_mean_initializer",
+                                        "moving_variance_initializer",
+                                        "beta_regularizer",
+                                        "gamma_regularizer",
+                                        "beta_constraint",
+                                        "gamma_constraint",
+                                        "renorm_momentum", /* unused while renorm is off */
+                                        "batch_input_shape",
+                                        NULL};
+    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                         "gamma_constraint", NULL};
+    static const struct {
+        const char *key, *class_name;
+    } inits[] = {{"beta_initializer", "Zeros"},
+                 {"gamma_initializer", "Ones"},
+                 {"moving_mean_initializer", "Zeros"},
+                 {"moving_variance_initializer", "Ones"}};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_absent(l, extras));
+    for (size_t i = 0; i < sizeof inits / sizeof inits[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, inits[i].key);
+        if (v && !is_initializer(v, inits[i].class_name))
+            return unsupported_arg(l, inits[i].key, "is '%s'; libdist uses %s",
+                                   json_str(v, "class_name") ? json_str(v, "class_name") : "?",
+                                   inits[i].class_name);
+    }
+    const cJSON *axis = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
+    int a = -1;
+    if (cJSON_IsArray(axis) && cJSON_GetArraySize(axis) == 1) axis = cJSON_GetArrayItem(axis, 0);
+    if (axis && !(cJSON_IsNumber(axis) && axis->valuedouble == (double)(int)axis->valuedouble))
+        return dist_error(DIST_FORMAT, "layer '%s' (BatchNormalization): 'axis' must be an integer",
+                          l->name);
+    if (axis) a = (int)axis->valuedouble;
+    /* -1, or the last axis counted from the front; the input's rank is known only at build:
+     * 1 (features) or 3 (height, width, channels) */
+    if (a != -1 && a != 1 && a != 3)
+        return unsupported_arg(l, "axis", "is %d; libdist normalizes the last axis", a);
+    dist_batch_norm_options o = DIST_BATCH_NORM_OPTIONS_INIT;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "momentum");
+    if (v && !cJSON_IsNumber(v))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (BatchNormalization): 'momentum' must be a "
+                          "number",
+                          l->name);
+    if (v) o.momentum = (float)v->valuedouble;
+    v = cJSON_GetObjectItemCaseSensitive(l->config, "epsilon");
+    if (v && !cJSON_IsNumber(v))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (BatchNormalization): 'epsilon' must be a "
+                          "number",
+                          l->name);
+    if (v) o.epsilon = (float)v->valuedouble;
+    o.center = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "center"));
+    o.scale = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "scale"));
+    o.synchronized = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l->config, "synchronized"));
+    return dist_model_add_batch_normalization(m, &o);
+}
+
 static dist_status add_flatten(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
@@ -297,13 +431,22 @@ static dist_status input_layer_shape(const json_layer *l, int *ndim, int64_t sha
     return read_batch_shape(l, v, ndim, shape);
 }
 
-static dist_status add_layer(dist_model *m, const json_layer *l) {
+static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) {
+    if (strcmp(l->class_name, "Dropout") == 0) {
+        DIST_TRY(add_dropout(m, l, seed));
+        return model_rename_last_layer(m, l->name);
+    }
     static const struct {
         const char *class_name;
         dist_status (*add)(dist_model *, const json_layer *);
     } kinds[] = {{"Conv2D", add_conv2d},
                  {"MaxPooling2D", add_max_pool2d},
                  {"MaxPool2D", add_max_pool2d},
+                 {"AveragePooling2D", add_average_pool2d},
+                 {"AvgPool2D", add_average_pool2d},
+                 {"GlobalAveragePooling2D", add_global_average_pool2d},
+                 {"GlobalAvgPool2D", add_global_average_pool2d},
+                 {"BatchNormalization", add_batch_normalization},
                  {"Flatten", add_flatten},
                  {"Dense", add_dense}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -313,7 +456,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l) {
         }
     return dist_error(DIST_UNSUPPORTED,
                       "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
-                      "MaxPooling2D, Flatten and Dense)",
+                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, "
+                      "BatchNormalization, Flatten and Dense)",
                       l->name, l->class_name);
 }
 
@@ -396,7 +540,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
             /* tf-keras's Sequential: the first layer carries the input shape */
             const cJSON *bis = cJSON_GetObjectItemCaseSensitive(l.config, "batch_input_shape");
             if (ndim == 0 && cJSON_IsArray(bis)) DIST_TRY(read_batch_shape(&l, bis, &ndim, shape));
-            DIST_TRY(add_layer(m, &l));
+            DIST_TRY(add_layer(m, &l, seed));
         }
         prev = l.name;
         index++;

@@ -65,6 +65,10 @@ static const char *keras_key_base(layer_kind kind) {
     case LAYER_MAX_POOL2D: return "max_pooling2d";
     case LAYER_FLATTEN: return "flatten";
     case LAYER_DENSE: return "dense";
+    case LAYER_AVG_POOL2D: return "average_pooling2d";
+    case LAYER_GLOBAL_AVG_POOL2D: return "global_average_pooling2d";
+    case LAYER_DROPOUT: return "dropout";
+    case LAYER_BATCH_NORM: return "batch_normalization";
     }
     return "layer";
 }
@@ -79,11 +83,14 @@ static void keras_key(const dist_model *m, int i, char *buf, size_t size) {
         snprintf(buf, size, "%s_%d", keras_key_base(m->layers[i].kind), count);
 }
 
-/* The variables of layer l, in Keras's order (kernel, then bias); returns how many. */
-static int layer_vars(const model_layer *l, int vars[2]) {
+/* The variables of layer l, in Keras's order (kernel, then bias; BatchNormalization's gamma,
+ * beta, moving_mean, moving_variance); returns how many. */
+static int layer_vars(const model_layer *l, int vars[4]) {
     int n = 0;
     if (l->kernel_var >= 0) vars[n++] = l->kernel_var;
     if (l->bias_var >= 0) vars[n++] = l->bias_var;
+    if (l->moving_mean_var >= 0) vars[n++] = l->moving_mean_var;
+    if (l->moving_variance_var >= 0) vars[n++] = l->moving_variance_var;
     return n;
 }
 
@@ -159,7 +166,7 @@ static dist_status build_image(h5_quiet *q, const dist_model *m, const float *pa
         keras_key(m, i, key, sizeof key);
         hid_t lg = H5Gcreate2(layers, key, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         hid_t vg = lg >= 0 ? create_vars_group(lg, l->name) : H5I_INVALID_HID;
-        int vars[2], n = layer_vars(l, vars), ok = vg >= 0;
+        int vars[4], n = layer_vars(l, vars), ok = vg >= 0;
         for (int k = 0; k < n && ok; k++) {
             char ds[8];
             snprintf(ds, sizeof ds, "%d", k);
@@ -313,7 +320,7 @@ static dist_status read_file(h5_quiet *q, const dist_model *m, hid_t file, float
     dist_status st = DIST_OK;
     for (int i = 0; i < m->nlayers && st == DIST_OK; i++) {
         const model_layer *l = &m->layers[i];
-        int vars[2], n = layer_vars(l, vars);
+        int vars[4], n = layer_vars(l, vars);
         if (n == 0) continue;
         char key[64], path[96];
         keras_key(m, i, key, sizeof key);

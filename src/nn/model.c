@@ -50,7 +50,7 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
                           MODEL_MAX_LAYERS);
     model_layer *l = &m->layers[m->nlayers];
     memset(l, 0, sizeof *l);
-    l->kernel_var = l->bias_var = -1;
+    l->kernel_var = l->bias_var = l->moving_mean_var = l->moving_variance_var = -1;
     *out = l;
     return DIST_OK;
 }
@@ -68,6 +68,13 @@ dist_status model_rename_last_layer(dist_model *m, const char *name) {
     return DIST_OK;
 }
 
+static dist_status check_activation(const dist_model *m, dist_activation a, const char *layer) {
+    if (a < DIST_ACT_NONE || a > DIST_ACT_GELU)
+        return dist_error(DIST_INVALID_ARGUMENT, "model '%s': %s: unknown activation %d", m->name,
+                          layer, (int)a);
+    return DIST_OK;
+}
+
 dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
     DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
     DIST_CHECK_ARG(o->version == DIST_CONV2D_OPTIONS_VERSION,
@@ -76,6 +83,9 @@ dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o
     DIST_CHECK_ARG(o->filters > 0 && o->kernel_h > 0 && o->kernel_w > 0 && o->stride_h > 0 &&
                        o->stride_w > 0,
                    "conv2d: filters, kernel size and strides must be positive");
+    DIST_CHECK_ARG(o->padding == DIST_PADDING_VALID || o->padding == DIST_PADDING_SAME,
+                   "conv2d: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME");
+    DIST_TRY(check_activation(m, o->activation, "conv2d"));
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
     l->kind = LAYER_CONV2D;
@@ -107,6 +117,69 @@ dist_status dist_model_add_max_pool2d(dist_model *m, int pool_size) {
     return DIST_OK;
 }
 
+dist_status dist_model_add_average_pool2d(dist_model *m, int pool_size, int strides,
+                                          dist_padding padding) {
+    DIST_CHECK_ARG(m, "dist_model_add_average_pool2d: model is NULL");
+    DIST_CHECK_ARG(pool_size > 0, "average_pool2d: pool size must be positive, got %d", pool_size);
+    DIST_CHECK_ARG(strides >= 0, "average_pool2d: strides must be positive (0: pool size), got %d",
+                   strides);
+    DIST_CHECK_ARG(padding == DIST_PADDING_VALID || padding == DIST_PADDING_SAME,
+                   "average_pool2d: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME");
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_AVG_POOL2D;
+    l->pool = pool_size;
+    l->pool_stride = strides ? strides : pool_size;
+    l->padding = padding;
+    layer_name(m, l, "average_pooling2d");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_global_average_pool2d(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_global_average_pool2d: model is NULL");
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_GLOBAL_AVG_POOL2D;
+    layer_name(m, l, "global_average_pooling2d");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_dropout(dist_model *m, float rate, uint64_t seed) {
+    DIST_CHECK_ARG(m, "dist_model_add_dropout: model is NULL");
+    DIST_CHECK_ARG(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got %g",
+                   (double)rate);
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_DROPOUT;
+    l->rate = rate;
+    l->seed = seed;
+    layer_name(m, l, "dropout");
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_batch_normalization(dist_model *m, const dist_batch_norm_options *o) {
+    DIST_CHECK_ARG(m, "dist_model_add_batch_normalization: model is NULL");
+    dist_batch_norm_options d = DIST_BATCH_NORM_OPTIONS_INIT;
+    if (!o) o = &d;
+    DIST_CHECK_ARG(o->version == DIST_BATCH_NORM_OPTIONS_VERSION,
+                   "batch_normalization options: version %d, expected %d", o->version,
+                   DIST_BATCH_NORM_OPTIONS_VERSION);
+    DIST_CHECK_ARG(o->momentum >= 0.0f && o->momentum <= 1.0f,
+                   "batch_normalization: momentum must be in [0, 1], got %g", (double)o->momentum);
+    DIST_CHECK_ARG(o->epsilon > 0.0f, "batch_normalization: epsilon must be positive, got %g",
+                   (double)o->epsilon);
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_BATCH_NORM;
+    l->bn = *o;
+    layer_name(m, l, "batch_normalization");
+    m->nlayers++;
+    return DIST_OK;
+}
+
 dist_status dist_model_add_flatten(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_flatten: model is NULL");
     model_layer *l = NULL;
@@ -120,6 +193,7 @@ dist_status dist_model_add_flatten(dist_model *m) {
 dist_status dist_model_add_dense(dist_model *m, int units, dist_activation act) {
     DIST_CHECK_ARG(m, "dist_model_add_dense: model is NULL");
     DIST_CHECK_ARG(units > 0, "dense: units must be positive, got %d", units);
+    DIST_TRY(check_activation(m, act, "dense"));
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
     l->kind = LAYER_DENSE;
@@ -161,6 +235,8 @@ static int add_var(dist_model *m, const model_layer *l, const char *what, int nd
     v->offset = m->nparams;
     v->fan_in = fan_in;
     v->fan_out = fan_out;
+    v->ones = 0;
+    v->trainable = 1;
     m->nparams += v->numel;
     return m->nvars++;
 }
@@ -209,6 +285,43 @@ static dist_status plan(dist_model *m) {
                 return dist_error(DIST_INVALID_ARGUMENT,
                                   "layer '%s': the pool is larger than its input", l->name);
             break;
+        case LAYER_AVG_POOL2D:
+            if (nd != 3)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects (height, width, channels) inputs", l->name);
+            shape[0] = out_dim(shape[0], l->pool, l->pool_stride, l->padding);
+            shape[1] = out_dim(shape[1], l->pool, l->pool_stride, l->padding);
+            if (shape[0] <= 0 || shape[1] <= 0)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s': the pool is larger than its input", l->name);
+            break;
+        case LAYER_GLOBAL_AVG_POOL2D:
+            if (nd != 3)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects (height, width, channels) inputs", l->name);
+            shape[0] = shape[2];
+            nd = 1;
+            break;
+        case LAYER_DROPOUT: break;
+        case LAYER_BATCH_NORM: {
+            if (nd != 1 && nd != 3)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' expects (features) or (height, width, channels) "
+                                  "inputs",
+                                  l->name);
+            int64_t ch = shape[nd - 1];
+            if (l->bn.scale) {
+                l->kernel_var = add_var(m, l, "gamma", 1, &ch, 0, 0);
+                m->vars[l->kernel_var].ones = 1;
+            }
+            if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
+            l->moving_mean_var = add_var(m, l, "moving_mean", 1, &ch, 0, 0);
+            l->moving_variance_var = add_var(m, l, "moving_variance", 1, &ch, 0, 0);
+            m->vars[l->moving_mean_var].trainable = 0;
+            m->vars[l->moving_variance_var].trainable = 0;
+            m->vars[l->moving_variance_var].ones = 1;
+            break;
+        }
         case LAYER_FLATTEN: {
             int64_t n = 1;
             for (int d = 0; d < nd; d++) n *= shape[d];
@@ -240,6 +353,10 @@ static void initialize(const dist_model *m, float *host, uint64_t seed) {
     for (int i = 0; i < m->nvars; i++) {
         const model_var *v = &m->vars[i];
         float *p = host + v->offset;
+        if (v->ones) {
+            for (int64_t j = 0; j < v->numel; j++) p[j] = 1.0f;
+            continue;
+        }
         if (v->fan_in == 0) {
             memset(p, 0, (size_t)v->numel * sizeof *p);
             continue;
@@ -363,9 +480,77 @@ static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
     return DIST_OK;
 }
 
+/* Keras's Dropout in training: each element kept with probability 1 - rate and scaled by
+ * 1 / (1 - rate). The mask is drawn from the layer's seed, the replica's count of training
+ * calls and the replica's id (replica_id_in_sync_group), so every replica drops differently and
+ * a rerun with the same seed drops the same elements. Identity in inference. */
+static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const dist_tensor *h,
+                                dist_tensor **out) {
+    const model_layer *l = &m->layers[layer];
+    if (!dist_tape_recording(tape) || l->rate == 0.0f) {
+        *out = (dist_tensor *)h;
+        return DIST_OK;
+    }
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    model_replica *rep = &m->replicas[rc ? rc->local_id : 0];
+    uint64_t replica = rc ? (uint64_t)rc->replica_id : 0;
+    uint64_t stream = (rep->training_calls * 0x100000001b3ULL + replica) * 131u + (uint64_t)layer;
+    dist_rng rng = dist_rng_stream(l->seed, stream);
+    int64_t n = dist_tensor_numel(h);
+    float *mask = malloc((size_t)(n > 0 ? n : 1) * sizeof *mask);
+    if (!mask)
+        return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for the dropout mask",
+                          l->name);
+    float scale = 1.0f / (1.0f - l->rate);
+    for (int64_t i = 0; i < n; i++) mask[i] = dist_rng_uniform(&rng) >= l->rate ? scale : 0.0f;
+    dist_tensor host = dist_tensor_view(mask, DIST_F32, h->ndim, h->shape);
+    dist_tensor *dev = NULL;
+    dist_status st = dist_tape_upload(tape, &host, &dev);
+    free(mask);
+    DIST_TRY(st);
+    st = dist_op_mul(tape, h, dev, out);
+    return st ? dist_error_context(st, "layer '%s' (Dropout)", l->name) : DIST_OK;
+}
+
+/* Keras's BatchNormalization: batch statistics and the moving-average update in training, the
+ * moving statistics in inference. gamma and beta are the float32 variables themselves (Keras
+ * computes the layer in float32 under any policy); the moving statistics are read and written
+ * in the replica's parameter buffer on the host. */
+static dist_status call_batch_norm(dist_model *m, dist_tape *tape, model_replica *rep,
+                                   const model_layer *l, const dist_tensor *h, dist_tensor **out) {
+    if (dist_tape_backend(tape)->device.kind != DIST_DEVICE_CPU)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (BatchNormalization) runs on host memory: use a CPU tape",
+                          l->name);
+    const dist_tensor *gamma = l->kernel_var >= 0 ? rep->var_ptrs[l->kernel_var] : NULL;
+    const dist_tensor *beta = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
+    float *moving_mean = rep->vars[l->moving_mean_var].data;
+    float *moving_var = rep->vars[l->moving_variance_var].data;
+    int64_t c = m->vars[l->moving_mean_var].numel;
+    if (!dist_tape_recording(tape))
+        return dist_op_batch_norm_inference(tape, h, gamma, beta, moving_mean, moving_var,
+                                            l->bn.epsilon, out);
+    float *stats = malloc((size_t)(2 * c) * sizeof *stats);
+    if (!stats)
+        return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for its statistics",
+                          l->name);
+    dist_status st = dist_op_batch_norm_training(tape, h, gamma, beta, l->bn.epsilon,
+                                                 l->bn.synchronized, stats, stats + c, out);
+    if (st == DIST_OK) {
+        float mo = l->bn.momentum, rest = (float)(1.0 - (double)l->bn.momentum);
+        for (int64_t j = 0; j < c; j++) {
+            moving_mean[j] = moving_mean[j] * mo + stats[j] * rest;
+            moving_var[j] = moving_var[j] * mo + stats[c + j] * rest;
+        }
+    }
+    free(stats);
+    return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
+}
+
 /* The layers of one call, at the tape's compute precision; *y is the last layer's output. */
-static dist_status call_layers(dist_model *m, dist_tape *tape, const dist_tensor *h,
-                               const dist_tensor *const *vars, dist_tensor **y) {
+static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *rep,
+                               const dist_tensor *h, const dist_tensor *const *vars,
+                               dist_tensor **y) {
     dist_tensor *out = NULL;
     for (int i = 0; i < m->nlayers; i++) {
         const model_layer *l = &m->layers[i];
@@ -379,6 +564,17 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, const dist_tensor
             DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool,
                                         DIST_PADDING_VALID, &out));
             break;
+        case LAYER_AVG_POOL2D:
+            DIST_TRY(dist_op_avg_pool2d(tape, h, l->pool, l->pool, l->pool_stride, l->pool_stride,
+                                        l->padding, &out));
+            break;
+        case LAYER_GLOBAL_AVG_POOL2D: {
+            static const int hw[2] = {1, 2};
+            DIST_TRY(dist_op_reduce_mean_axes(tape, h, 2, hw, 0, &out));
+            break;
+        }
+        case LAYER_DROPOUT: DIST_TRY(call_dropout(m, tape, i, h, &out)); break;
+        case LAYER_BATCH_NORM: DIST_TRY(call_batch_norm(m, tape, rep, l, h, &out)); break;
         case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
         case LAYER_DENSE:
             DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, &out));
@@ -423,9 +619,10 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
     dist_dtype saved = dist_tape_compute_precision(tape);
     DIST_TRY(dist_tape_set_compute_precision(tape, compute));
     dist_tensor *out = NULL;
-    dist_status st = call_layers(m, tape, h, vars, &out);
+    dist_status st = call_layers(m, tape, rep, h, vars, &out);
     dist_tape_set_compute_precision(tape, saved);
     DIST_TRY(st);
+    if (dist_tape_recording(tape)) rep->training_calls++;
     if (compute != DIST_F32) DIST_TRY(dist_op_cast(tape, out, compute, DIST_F32, &out));
     *y = out;
     return DIST_OK;

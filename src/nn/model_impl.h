@@ -7,16 +7,31 @@
 #include "dist/policy.h"
 
 #define MODEL_MAX_LAYERS 64
-#define MODEL_MAX_VARS (2 * MODEL_MAX_LAYERS)
+#define MODEL_MAX_VARS (4 * MODEL_MAX_LAYERS) /* BatchNormalization has 4 */
 
-typedef enum layer_kind { LAYER_CONV2D, LAYER_MAX_POOL2D, LAYER_FLATTEN, LAYER_DENSE } layer_kind;
+typedef enum layer_kind {
+    LAYER_CONV2D,
+    LAYER_MAX_POOL2D,
+    LAYER_FLATTEN,
+    LAYER_DENSE,
+    LAYER_AVG_POOL2D,
+    LAYER_GLOBAL_AVG_POOL2D,
+    LAYER_DROPOUT,
+    LAYER_BATCH_NORM
+} layer_kind;
 
 typedef struct model_layer {
     layer_kind kind;
     char name[48];
-    dist_conv2d_options conv; /* conv2d */
-    int pool;                 /* max_pool2d */
-    int units;                /* dense */
+    dist_conv2d_options conv;                 /* conv2d */
+    int pool;                                 /* max_pool2d, avg_pool2d: window */
+    int pool_stride;                          /* avg_pool2d */
+    dist_padding padding;                     /* avg_pool2d */
+    float rate;                               /* dropout */
+    uint64_t seed;                            /* dropout */
+    dist_batch_norm_options bn;               /* batch_norm: gamma is kernel_var, beta bias_var */
+    int moving_mean_var, moving_variance_var; /* batch_norm, -1 otherwise */
+    int units;                                /* dense */
     dist_activation activation;
     int kernel_var, bias_var; /* variable indices, -1 if none */
     int out_ndim;             /* output shape without the batch axis */
@@ -31,6 +46,8 @@ typedef struct model_var {
     int64_t offset; /* in floats, into the parameter buffer */
     int64_t numel;
     int64_t fan_in, fan_out; /* for Glorot; 0 = zeros (bias) */
+    int ones;                /* initialized to ones (gamma, moving_variance) */
+    int trainable;           /* 0: updated by its layer (moving statistics); gradient zero */
 } model_var;
 
 typedef struct model_replica {
@@ -40,6 +57,7 @@ typedef struct model_replica {
     dist_tensor var_grads[MODEL_MAX_VARS]; /* views into grads */
     dist_tensor *var_ptrs[MODEL_MAX_VARS];
     dist_tensor *grad_ptrs[MODEL_MAX_VARS];
+    uint64_t training_calls; /* dist_model_call in training: the dropout masks' step */
 } model_replica;
 
 struct dist_model {

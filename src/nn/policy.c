@@ -1,7 +1,8 @@
 /* Mixed-precision dtype policies (include/dist/policy.h). The model applies one in
  * dist_model_call (model.c) with dist_op_cast and the tape's compute precision. */
-#include "core/error.h"
 #include "dist/policy.h"
+
+#include "core/error.h"
 #include "nn/model_impl.h"
 
 #include <string.h>
@@ -10,10 +11,14 @@ static const struct {
     const char *name;
     dist_dtype_policy policy;
 } policy_names[] = {
-    {"float32", DIST_POLICY_FLOAT32},         {"none", DIST_POLICY_FLOAT32},
-    {"fp32", DIST_POLICY_FLOAT32},            {"mixed_float16", DIST_POLICY_MIXED_FLOAT16},
-    {"fp16", DIST_POLICY_MIXED_FLOAT16},      {"float16", DIST_POLICY_MIXED_FLOAT16},
-    {"mixed_bfloat16", DIST_POLICY_MIXED_BFLOAT16}, {"bf16", DIST_POLICY_MIXED_BFLOAT16},
+    {"float32", DIST_POLICY_FLOAT32},
+    {"none", DIST_POLICY_FLOAT32},
+    {"fp32", DIST_POLICY_FLOAT32},
+    {"mixed_float16", DIST_POLICY_MIXED_FLOAT16},
+    {"fp16", DIST_POLICY_MIXED_FLOAT16},
+    {"float16", DIST_POLICY_MIXED_FLOAT16},
+    {"mixed_bfloat16", DIST_POLICY_MIXED_BFLOAT16},
+    {"bf16", DIST_POLICY_MIXED_BFLOAT16},
     {"bfloat16", DIST_POLICY_MIXED_BFLOAT16},
 };
 

@@ -37,6 +37,10 @@ static const char *type_name(layer_kind k) {
     case LAYER_MAX_POOL2D: return "MaxPooling2D";
     case LAYER_FLATTEN: return "Flatten";
     case LAYER_DENSE: return "Dense";
+    case LAYER_AVG_POOL2D: return "AveragePooling2D";
+    case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
+    case LAYER_DROPOUT: return "Dropout";
+    case LAYER_BATCH_NORM: return "BatchNormalization";
     }
     return "?";
 }
@@ -63,10 +67,15 @@ dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
         name[27] = '\0'; /* Keras cuts long names to the column */
         put(&t, " %-28s%-26s%-10s\n\n", name, shape, params);
     }
-    char total[32];
+    char total[32], trainable[32], frozen[32];
+    int64_t fixed = 0;
+    for (int i = 0; i < m->nvars; i++)
+        if (!m->vars[i].trainable) fixed += m->vars[i].numel;
     thousands(m->nparams, total, sizeof total);
+    thousands(m->nparams - fixed, trainable, sizeof trainable);
+    thousands(fixed, frozen, sizeof frozen);
     if (t.len >= 1 && buf[t.len - 1] == '\n') t.len--; /* no blank line after the last layer */
-    put(&t, "%s\nTotal params: %s\nTrainable params: %s\nNon-trainable params: 0\n%s\n", dbl, total,
-        total, rule);
+    put(&t, "%s\nTotal params: %s\nTrainable params: %s\nNon-trainable params: %s\n%s\n", dbl,
+        total, trainable, frozen, rule);
     return DIST_OK;
 }

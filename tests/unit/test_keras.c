@@ -207,6 +207,30 @@ END_TEST
     "{\"module\":\"keras\",\"class_name\":\"Sequential\",\"config\":{\"name\":\"net\","            \
     "\"layers\":[" layers "]}}"
 
+START_TEST(test_pooling_dropout_and_activations_from_json) {
+    dist_model *m = NULL;
+    const char *json = SEQUENTIAL(INPUT("in") "," CONV(
+        "c", "") ",{\"class_name\":\"AveragePooling2D\",\"config\":{"
+                 "\"name\":\"avg\",\"pool_size\":[3,3],\"strides\":null,"
+                 "\"padding\":\"same\",\"data_format\":\"channels_last\"}},"
+                 "{\"class_name\":\"GlobalAveragePooling2D\",\"config\":{"
+                 "\"name\":\"gap\",\"data_format\":\"channels_last\","
+                 "\"keepdims\":false}},"
+                 "{\"class_name\":\"Dropout\",\"config\":{\"name\":\"drop\","
+                 "\"rate\":0.25,\"seed\":3,\"noise_shape\":null}}," DENSE("out", "gelu"));
+    ck_assert_msg(dist_model_from_keras_json(json, 1, &m) == DIST_OK, "%s", dist_last_error());
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    /* 28 -> conv 26 -> pool 3, stride 3, same: ceil(26 / 3) = 9 */
+    ck_assert_ptr_nonnull(strstr(summary, "avg (AveragePooling2D)"));
+    ck_assert_ptr_nonnull(strstr(summary, "(None, 9, 9, 8)"));
+    ck_assert_ptr_nonnull(strstr(summary, "gap (GlobalAveragePooling"));
+    ck_assert_ptr_nonnull(strstr(summary, "drop (Dropout)"));
+    ck_assert_int_eq(dist_model_num_params(m), 3 * 3 * 8 + 8 + 8 * 10 + 10);
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_a_sequential_json_builds_the_model_with_keras_names) {
     dist_model *m = NULL;
     ck_assert_int_eq(
@@ -255,13 +279,13 @@ END_TEST
 
 START_TEST(test_a_layer_libdist_lacks_is_unsupported_by_name) {
     dist_model *m = NULL;
-    const char *json = SEQUENTIAL(INPUT("in") "," FLATTEN ",{\"class_name\":\"Dropout\","
-                                              "\"config\":{\"name\":\"dropout\",\"rate\":0.5}},"
+    const char *json = SEQUENTIAL(INPUT("in") "," FLATTEN ",{\"class_name\":\"LayerNormalization\","
+                                              "\"config\":{\"name\":\"ln\",\"axis\":-1}},"
                                               "" DENSE("dense", "linear"));
     ck_assert_int_eq(dist_model_from_keras_json(json, 1, &m), DIST_UNSUPPORTED);
     ck_assert_ptr_null(m);
     ck_assert_ptr_nonnull(
-        strstr(dist_last_error(), "layer 'dropout': class 'Dropout' is not supported"));
+        strstr(dist_last_error(), "layer 'ln': class 'LayerNormalization' is not supported"));
 }
 END_TEST
 
@@ -282,6 +306,12 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
          "layer 'c' (Conv2D): argument 'data_format' is 'channels_first'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"future_option\":3")),
          "layer 'c' (Conv2D): argument 'future_option' is not supported"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Dropout\",\"config\":{\"name\":\"d\","
+                                "\"rate\":0.5,\"noise_shape\":[null,1,1,1]}}"),
+         "layer 'd' (Dropout): argument 'noise_shape' is not supported"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"GlobalAveragePooling2D\",\"config\":{"
+                                "\"name\":\"g\",\"keepdims\":true}}"),
+         "layer 'g' (GlobalAveragePooling2D): argument 'keepdims' is not supported"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dist_model *m = NULL;
@@ -412,6 +442,7 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_shape_that_differs_names_the_layer_and_both_shapes);
     tcase_add_test(tc, test_a_layer_missing_from_the_file_or_extra_in_it_is_refused);
     tcase_add_test(tc, test_a_sequential_json_builds_the_model_with_keras_names);
+    tcase_add_test(tc, test_pooling_dropout_and_activations_from_json);
     tcase_add_test(tc, test_tf_keras_json_builds_too);
     tcase_add_test(tc, test_a_layer_libdist_lacks_is_unsupported_by_name);
     tcase_add_test(tc, test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argument);

@@ -1,0 +1,270 @@
+/* A model that is not a stack: a small residual network with SyncBatchNorm and a custom loss,
+ * trained on MNIST under a mirrored strategy of two CPU replicas.
+ *
+ *   x [28,28,1] -> stem: Conv2D(8, 3, strides 2, same, relu)            -> s [14,14,8]
+ *   s -> block_a: Conv2D(8, 3, same) -> BatchNormalization(sync) -> relu
+ *     -> block_b: Conv2D(8, 3, same) -> BatchNormalization(sync)         -> f
+ *   relu(s + f)  (the skip connection, dist_op_add)
+ *     -> head: AveragePooling2D(2) -> Flatten -> Dense(64, relu) -> Dense(10) -> logits
+ *
+ * Each straight piece is a Sequential model (its variables in one buffer, its own optimizer);
+ * the step wires them with tape ops. The loss is cross-entropy with label smoothing 0.1, built
+ * from the tape's math ops: (1 - e) * CE(y) + e * mean_k(-log_softmax(logits)_k).
+ * SyncBatchNorm normalizes every replica's half of the batch with the statistics of the whole
+ * global batch (all-reduced through the replica context), as Keras's synchronized=True; its
+ * momentum is 0.9 rather than Keras's 0.99, so that the moving statistics used at test time
+ * settle within the few hundred steps this example trains.
+ *
+ * The BatchNormalization and math ops compute on host memory: this example runs on CPUs.
+ * usage: custom_model [epochs]   (default 5); prints the test accuracy. */
+#include <dist/dist.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GLOBAL_BATCH 32
+#define SMOOTHING 0.1f
+#define NPARTS 4 /* stem, block_a, block_b, head */
+
+typedef struct net {
+    dist_model *part[NPARTS];
+    dist_optimizer *opt[NPARTS];
+    int64_t global_batch;
+    /* every part's variables and gradient views per replica, for one gradient pass */
+    int nvars;
+    dist_tensor *vars[2][64];
+    dist_tensor grad_views[2][64];
+    dist_tensor *grads[2][64];
+} net;
+
+/* The forward pass of the whole network on this replica's tape. */
+static dist_status forward(net *n, dist_tape *t, const dist_tensor *x, dist_tensor **logits) {
+    dist_tensor *s, *a, *f, *sum, *h;
+    DIST_RETURN_IF_ERROR(dist_model_call(n->part[0], t, x, &s));
+    DIST_RETURN_IF_ERROR(dist_model_call(n->part[1], t, s, &a));
+    DIST_RETURN_IF_ERROR(dist_op_relu(t, a, &a));
+    DIST_RETURN_IF_ERROR(dist_model_call(n->part[2], t, a, &f));
+    DIST_RETURN_IF_ERROR(dist_op_add(t, s, f, &sum)); /* the skip connection */
+    DIST_RETURN_IF_ERROR(dist_op_relu(t, sum, &h));
+    return dist_model_call(n->part[3], t, h, logits);
+}
+
+/* Cross-entropy with label smoothing, per example. */
+static dist_status smoothed_loss(dist_tape *t, const dist_tensor *logits, const dist_tensor *labels,
+                                 dist_tensor **per_example) {
+    dist_tensor *ce, *logp, *mean_logp, *a, *b;
+    int last = -1;
+    DIST_RETURN_IF_ERROR(dist_op_sparse_softmax_cross_entropy(t, logits, labels, &ce));
+    DIST_RETURN_IF_ERROR(dist_op_log_softmax(t, logits, &logp));
+    DIST_RETURN_IF_ERROR(dist_op_reduce_mean_axes(t, logp, 1, &last, 0, &mean_logp));
+    DIST_RETURN_IF_ERROR(dist_op_scale(t, ce, 1.0f - SMOOTHING, &a));
+    DIST_RETURN_IF_ERROR(dist_op_scale(t, mean_logp, -SMOOTHING, &b));
+    return dist_op_add(t, a, b, per_example);
+}
+
+static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                              dist_element *out) {
+    net *n = user;
+    dist_tape *t = dist_replica_tape(rc);
+    int r = dist_replica_id_in_sync_group(rc); /* one process: the local replica too */
+    dist_tensor *logits, *per_example, *loss;
+    DIST_RETURN_IF_ERROR(forward(n, t, in->items[0], &logits));
+    DIST_RETURN_IF_ERROR(smoothed_loss(t, logits, in->items[1], &per_example));
+    DIST_RETURN_IF_ERROR(dist_compute_average_loss(t, per_example, n->global_batch, &loss));
+    /* one backward pass for the variables of all four parts, into their gradient buffers */
+    DIST_RETURN_IF_ERROR(dist_tape_gradient(t, loss, n->nvars, n->vars[r], n->grads[r]));
+    for (int p = 0; p < NPARTS; p++) /* all-reduce each part's gradients, then Adam */
+        DIST_RETURN_IF_ERROR(dist_optimizer_apply_gradients(n->opt[p], n->part[p], t));
+    out->count = 1;
+    out->items[0] = loss;
+    return DIST_OK;
+}
+
+/* Inference: the tape does not record, so BatchNormalization uses its moving statistics. */
+static dist_status eval_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                             dist_element *out) {
+    net *n = user;
+    dist_tape *t = dist_replica_tape(rc);
+    dist_tensor *logits, *correct;
+    dist_tape_set_recording(t, 0);
+    dist_status st = forward(n, t, in->items[0], &logits);
+    if (st == DIST_OK) st = dist_op_accuracy_count(t, logits, in->items[1], &correct);
+    dist_tape_set_recording(t, 1);
+    DIST_RETURN_IF_ERROR(st);
+    out->count = 1;
+    out->items[0] = correct;
+    return DIST_OK;
+}
+
+static int check(dist_status st, const char *what) {
+    if (st == DIST_OK) return 0;
+    fprintf(stderr, "custom_model: %s: %s\n", what, dist_last_error());
+    return 1;
+}
+
+static dist_status build_parts(net *n) {
+    dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
+    dist_batch_norm_options bn = DIST_BATCH_NORM_OPTIONS_INIT;
+    bn.synchronized = 1;
+    bn.momentum = 0.9f;
+    const char *names[NPARTS] = {"stem", "block_a", "block_b", "head"};
+    for (int p = 0; p < NPARTS; p++) DIST_RETURN_IF_ERROR(dist_model_create(names[p], &n->part[p]));
+    c.filters = 8;
+    c.padding = DIST_PADDING_SAME;
+    c.stride_h = c.stride_w = 2;
+    c.activation = DIST_ACT_RELU;
+    DIST_RETURN_IF_ERROR(dist_model_add_conv2d_ex(n->part[0], &c));
+    c.stride_h = c.stride_w = 1;
+    c.activation = DIST_ACT_LINEAR;
+    for (int p = 1; p <= 2; p++) {
+        DIST_RETURN_IF_ERROR(dist_model_add_conv2d_ex(n->part[p], &c));
+        DIST_RETURN_IF_ERROR(dist_model_add_batch_normalization(n->part[p], &bn));
+    }
+    DIST_RETURN_IF_ERROR(dist_model_add_average_pool2d(n->part[3], 2, 0, DIST_PADDING_VALID));
+    DIST_RETURN_IF_ERROR(dist_model_add_flatten(n->part[3]));
+    DIST_RETURN_IF_ERROR(dist_model_add_dense(n->part[3], 64, DIST_ACT_RELU));
+    DIST_RETURN_IF_ERROR(dist_model_add_dense(n->part[3], 10, DIST_ACT_LINEAR));
+    int64_t image[3] = {28, 28, 1}, features[3] = {14, 14, 8};
+    dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
+    for (int p = 0; p < NPARTS; p++) {
+        DIST_RETURN_IF_ERROR(dist_model_build(n->part[p], 3, p == 0 ? image : features, 42 + p));
+        DIST_RETURN_IF_ERROR(dist_optimizer_create_adam(&adam, &n->opt[p]));
+    }
+    return DIST_OK;
+}
+
+/* The variables of every part and views of their gradients, per replica. */
+static dist_status list_variables(net *n, int replicas) {
+    for (int r = 0; r < replicas; r++) {
+        int k = 0;
+        for (int p = 0; p < NPARTS; p++) {
+            dist_model *m = n->part[p];
+            const float *params = dist_model_params(m, r)->data;
+            float *grads = dist_model_grads(m, r)->data;
+            for (int i = 0; i < dist_model_num_variables(m); i++, k++) {
+                if (k == 64) {
+                    fprintf(stderr, "custom_model: more than 64 variables\n");
+                    return DIST_INVALID_ARGUMENT;
+                }
+                const dist_tensor *v = dist_model_variable(m, r, i);
+                n->vars[r][k] = (dist_tensor *)v;
+                n->grad_views[r][k] = dist_tensor_view(grads + ((const float *)v->data - params),
+                                                       DIST_F32, v->ndim, v->shape);
+                n->grad_views[r][k].device = v->device;
+                n->grads[r][k] = &n->grad_views[r][k];
+            }
+        }
+        n->nvars = k;
+    }
+    return DIST_OK;
+}
+
+/* images and labels -> normalized float32 -> (shuffled) -> GLOBAL batches, distributed. */
+static dist_status pipeline(dist_strategy *s, const dist_tensor *images, const dist_tensor *labels,
+                            int shuffle, dist_dataset **ds, dist_distributed_dataset **dds) {
+    dist_tensor x = *images, y = *labels;
+    dist_tensor *parts[2] = {&x, &y};
+    dist_dataset *d, *next;
+    DIST_RETURN_IF_ERROR(dist_dataset_from_tensor_slices(parts, 2, 0, &d));
+    DIST_RETURN_IF_ERROR(dist_dataset_map_image_normalize(d, &next));
+    dist_dataset_destroy(d), d = next;
+    if (shuffle) {
+        DIST_RETURN_IF_ERROR(dist_dataset_shuffle(d, 10000, 7, 1, &next));
+        dist_dataset_destroy(d), d = next;
+    }
+    DIST_RETURN_IF_ERROR(dist_dataset_batch(d, GLOBAL_BATCH, 0, &next));
+    dist_dataset_destroy(d), d = next;
+    *ds = d;
+    return dist_strategy_distribute_dataset(s, d, dds);
+}
+
+int main(int argc, char **argv) {
+    int epochs = argc > 1 ? atoi(argv[1]) : 5;
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT; /* mirrored */
+    so.devices = "cpu:0,cpu:1";
+    so.threads_per_replica = 1;
+    dist_strategy *strategy;
+    if (check(dist_strategy_create(&so, &strategy), "creating the strategy")) return 1;
+    int replicas = dist_strategy_num_replicas_in_sync(strategy);
+    printf("replicas in sync: %d\n", replicas);
+
+    net n = {0};
+    if (check(dist_strategy_scope_enter(strategy), "entering the scope") ||
+        check(build_parts(&n), "building the network") ||
+        check(dist_strategy_scope_exit(strategy), "leaving the scope") ||
+        check(list_variables(&n, replicas), "listing the variables"))
+        return 1;
+
+    dist_mnist *mnist;
+    dist_dataset *train_ds, *test_ds;
+    dist_distributed_dataset *train, *test;
+    if (check(dist_mnist_load(NULL, &mnist), "loading MNIST") ||
+        check(pipeline(strategy, dist_mnist_train_images(mnist), dist_mnist_train_labels(mnist), 1,
+                       &train_ds, &train),
+              "the training data") ||
+        check(pipeline(strategy, dist_mnist_test_images(mnist), dist_mnist_test_labels(mnist), 0,
+                       &test_ds, &test),
+              "the test data"))
+        return 1;
+
+    for (int e = 0; e < epochs; e++) {
+        dist_distributed_iterator *it;
+        if (check(dist_distributed_dataset_iterator(train, &it), "iterating")) return 1;
+        double loss_sum = 0;
+        long steps = 0;
+        for (;;) {
+            dist_per_replica_element batch;
+            dist_per_replica results;
+            int end = 0;
+            if (check(dist_distributed_iterator_next(it, &batch, &end), "reading a batch"))
+                return 1;
+            if (end) break;
+            n.global_batch = 0;
+            for (int r = 0; r < batch.num_replicas; r++)
+                n.global_batch += batch.replicas[r].items[0]->shape[0];
+            dist_tensor *loss;
+            if (check(dist_strategy_run(strategy, train_step, &n, &batch, &results), "training") ||
+                check(dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &loss),
+                      "reducing"))
+                return 1;
+            loss_sum += *(float *)loss->data;
+            steps++;
+            dist_tensor_destroy(loss);
+        }
+        dist_distributed_iterator_destroy(it);
+        printf("epoch %d: mean loss %.4f over %ld steps\n", e + 1, loss_sum / (double)steps, steps);
+    }
+
+    dist_distributed_iterator *it;
+    double correct = 0;
+    if (check(dist_distributed_dataset_iterator(test, &it), "iterating")) return 1;
+    for (;;) {
+        dist_per_replica_element batch;
+        dist_per_replica results;
+        int end = 0;
+        if (check(dist_distributed_iterator_next(it, &batch, &end), "reading a batch")) return 1;
+        if (end) break;
+        dist_tensor *count;
+        if (check(dist_strategy_run(strategy, eval_step, &n, &batch, &results), "evaluating") ||
+            check(dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &count),
+                  "reducing"))
+            return 1;
+        correct += *(float *)count->data;
+        dist_tensor_destroy(count);
+    }
+    dist_distributed_iterator_destroy(it);
+    int64_t total = dist_mnist_test_labels(mnist)->shape[0];
+    printf("test accuracy: %.4f (%.0f of %lld)\n", correct / (double)total, correct,
+           (long long)total);
+
+    dist_distributed_dataset_destroy(test);
+    dist_distributed_dataset_destroy(train);
+    dist_dataset_destroy(test_ds);
+    dist_dataset_destroy(train_ds);
+    dist_mnist_destroy(mnist);
+    for (int p = 0; p < NPARTS; p++) {
+        dist_optimizer_destroy(n.opt[p]);
+        dist_model_destroy(n.part[p]);
+    }
+    dist_strategy_destroy(strategy);
+    return 0;
+}

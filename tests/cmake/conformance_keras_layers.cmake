@@ -1,0 +1,25 @@
+# The layers beyond the seed CNN's (AveragePooling2D, GlobalAveragePooling2D, Dropout, Conv2D and
+# Dense with sigmoid, tanh and gelu) against Keras 3 on the same weights and inputs: logits and
+# every variable's gradient to 1e-5 relative (tests/conformance/keras_layers.py). Needs the venv
+# of the conformance.venv fixture (tests/cmake/conformance.cmake).
+add_executable(keras_layers ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers.c)
+target_link_libraries(keras_layers PRIVATE dist_static)
+target_compile_options(keras_layers PRIVATE ${DIST_WARNINGS})
+add_test(NAME conformance.keras_layers
+         COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers.py
+                 $<TARGET_FILE:keras_layers> ${CMAKE_CURRENT_BINARY_DIR}/keras_layers_work)
+set_tests_properties(conformance.keras_layers PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
+
+# SyncBatchNorm: libdist's mirrored strategy on two CPU replicas against Keras 3's
+# BatchNormalization(synchronized=True) under tf.distribute.MirroredStrategy on two logical CPUs:
+# each replica's logits and gradients and the moving statistics after one step, to 1e-5
+# relative (tests/conformance/keras_sync_bn.py).
+add_executable(keras_sync_bn ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_sync_bn.c)
+target_link_libraries(keras_sync_bn PRIVATE dist_static)
+target_compile_options(keras_sync_bn PRIVATE ${DIST_WARNINGS})
+add_test(NAME conformance.keras_sync_bn
+         COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_sync_bn.py
+                 $<TARGET_FILE:keras_sync_bn> ${CMAKE_CURRENT_BINARY_DIR}/keras_sync_bn_work)
+set_tests_properties(conformance.keras_sync_bn PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

@@ -1,0 +1,163 @@
+"""The layers of unit.layers against Keras 3 itself, on the same weights and inputs.
+
+Two Sequential models are made by Keras 3 (the conformance venv) from fixed seeds, every
+weight (biases included) then drawn by NumPy so that no bias is zero:
+
+  activations_pooling: Conv2D(6, 3, same, sigmoid) -> BatchNormalization ->
+      AveragePooling2D(2) -> Conv2D(8, 3, tanh) -> AveragePooling2D(3, strides=1, same) ->
+      Conv2D(8, 2, gelu) -> GlobalAveragePooling2D -> Dense(12, gelu) ->
+      BatchNormalization(momentum=0.9, center=False) -> Dense(5, tanh) -> Dense(4)
+  with_dropout: the same with Dropout(0.4) after the global pooling.
+
+Keras writes model.to_json() and model.save_weights(); the driver (keras_layers.c) builds the
+model from the JSON, loads the weights, and writes its logits in inference and the gradient of
+the mean sparse softmax cross-entropy of every variable. Keras computes the same: logits by
+model(x, training=False), gradients with tf.GradientTape of
+SparseCategoricalCrossentropy(from_logits=True) over model(x, training=True), twice: as saved
+(float32) and with the same JSON, weights and inputs at float64 (keras floatx and every
+layer's dtype float64), the exact reference.
+
+Bounds, relative (||libdist - keras|| / max(||libdist||, ||keras||), per variable):
+  - against float64 Keras: 1e-5, the denominator at least 10% of the whole gradient's norm;
+  - against float32 Keras: 1e-4, the same denominator.
+Why two: the gradients through BatchNormalization carry float32 rounding of about 1e-5 in
+TensorFlow itself (measured against float64: 1.8e-5 for the first BatchNormalization's gamma,
+whose gradient TensorFlow forms as sum(dy * x) - mean * sum(dy); libdist sums in double,
+3e-7), so libdist and float32 TensorFlow differ by up to ~3e-5 while each is within that of the
+exact value. The floor: a bias that feeds a BatchNormalization almost only through a near-linear
+activation has a gradient that nearly cancels (mathematically zero for a shift); its own norm
+(2% of the whole) makes its relative error rounding noise on both sides (float32 TensorFlow is
+5e-5 from float64 there). The Dropout model's gradients are not compared: in training its
+masks are libdist's own draws, not TensorFlow's; in inference both are the identity (and
+BatchNormalization uses the moving statistics), and its logits are compared.
+
+Usage: keras_layers.py DRIVER WORKDIR
+"""
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+N, H, W, C, K = 32, 12, 12, 3, 4
+TOL = 1e-5     # against float64 Keras
+TOL_F32 = 1e-4  # against float32 Keras (see above)
+FLOOR = 0.1     # the denominator is at least this share of the whole gradient's norm
+
+
+def make(dropout):
+    layers = [
+        keras.Input((H, W, C)),
+        keras.layers.Conv2D(6, 3, padding="same", activation="sigmoid"),
+        keras.layers.BatchNormalization(),
+        keras.layers.AveragePooling2D(2),
+        keras.layers.Conv2D(8, 3, activation="tanh"),
+        keras.layers.AveragePooling2D(3, strides=1, padding="same"),
+        keras.layers.Conv2D(8, 2, activation="gelu"),
+        keras.layers.GlobalAveragePooling2D(),
+    ]
+    if dropout:
+        layers.append(keras.layers.Dropout(0.4, seed=5))
+    layers += [
+        keras.layers.Dense(12, activation="gelu"),
+        keras.layers.BatchNormalization(momentum=0.9, center=False),
+        keras.layers.Dense(5, activation="tanh"),
+        keras.layers.Dense(K),
+    ]
+    return keras.Sequential(layers)
+
+
+def rel(a, b, floor=0.0):
+    d = float(np.linalg.norm(a - b))
+    m = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
+    return d / m if m > 0 else d
+
+
+def keras_reference(json_path, weights_path, x, y, floatx):
+    """Logits (inference) and, for every variable in file order (layer by layer), its gradient
+    (None for the moving statistics) at `floatx`."""
+    keras.config.set_floatx(floatx)
+    try:
+        with open(json_path) as f:
+            model = keras.models.model_from_json(f.read().replace('"float32"', f'"{floatx}"'))
+        model.load_weights(weights_path)
+        xs = x.astype(floatx)
+        logits = model(xs, training=False).numpy().astype(np.float64)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(xs, training=True))
+        grads = tape.gradient(loss, model.trainable_weights)
+        by_id = {id(v): g.numpy().astype(np.float64)
+                 for v, g in zip(model.trainable_weights, grads)}
+        return logits, [(v.path, tuple(v.shape), by_id.get(id(v)))
+                        for layer in model.layers for v in layer.weights]
+    finally:
+        keras.config.set_floatx("float32")
+
+
+def main():
+    driver, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(2026)
+    x = rng.standard_normal((N, H, W, C)).astype(np.float32)
+    y = rng.integers(0, K, N).astype(np.int32)
+    x_path, y_path = os.path.join(work, "x.f32"), os.path.join(work, "y.i32")
+    x.tofile(x_path)
+    y.tofile(y_path)
+    failures = 0
+    for name, dropout in (("activations_pooling", False), ("with_dropout", True)):
+        keras.utils.set_random_seed(11)
+        model = make(dropout)
+        # every weight drawn, moving variances positive (layer.weights: Keras's file order)
+        model.set_weights([rng.uniform(*((0.5, 1.5) if "moving_variance" in v.path
+                                         else (-0.6, 0.6)), v.shape).astype(np.float32)
+                           for layer in model.layers for v in layer.weights])
+        json_path = os.path.join(work, f"{name}.json")
+        with open(json_path, "w") as f:
+            f.write(model.to_json())
+        wpath = os.path.join(work, f"{name}.weights.h5")
+        model.save_weights(wpath)
+        lpath, gpath = os.path.join(work, f"{name}.logits"), os.path.join(work, f"{name}.grads")
+        r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(H), str(W),
+                            str(C), lpath, gpath], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"driver failed ({r.returncode}) on {name}:\n{r.stderr}")
+        got = np.fromfile(lpath, dtype=np.float32).astype(np.float64)
+        flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
+        ok, line, worst = True, "", {}
+        for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
+            want, grads = keras_reference(json_path, wpath, x, y, floatx)
+            e = rel(got.reshape(want.shape), want)
+            ok = ok and e <= bound
+            worst[floatx] = e
+            if dropout:
+                continue
+            whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads if g is not None)))
+            at = 0
+            for path, shape, g in grads:
+                mine = flat[at:at + int(np.prod(shape))].reshape(shape)
+                at += mine.size
+                if g is None:  # moving statistics: no gradient, libdist's is zero
+                    ok = ok and not np.any(mine)
+                    continue
+                e = rel(mine, g, FLOOR * whole)
+                worst[floatx] = max(worst[floatx], e)
+                if e > bound:
+                    ok = False
+                    line += f"; {path} gradient vs {floatx} {e:.2e}"
+            ok = ok and at == flat.size
+        what = "logits" if dropout else "logits and gradients"
+        line = (f"worst {what} vs float64 Keras {worst['float64']:.2e} (bound {TOL:g}), "
+                f"vs float32 Keras {worst['float32']:.2e} (bound {TOL_F32:g})" + line)
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {line}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

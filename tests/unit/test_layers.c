@@ -1,0 +1,584 @@
+/* The Keras layers beyond the seed CNN's: AveragePooling2D, GlobalAveragePooling2D, Dropout,
+ * and Conv2D / Dense with sigmoid, tanh and gelu. Values by hand, gradients against central
+ * finite differences, Dropout's masks per mode, per call and per replica. */
+#include "dist/checkpoint.h"
+#include "dist/nn.h"
+#include "dist/replica.h"
+#include "dist/strategy.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static dist_model *new_model(void) {
+    dist_model *m;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    return m;
+}
+
+/* Runs the model once on a fresh tape of its backend; returns y on the host (malloc'd). */
+static float *run_model(dist_model *m, dist_tape *t, int recording, const float *x, int ndim,
+                        const int64_t *shape, int64_t *ny) {
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, recording);
+    dist_tensor hx = dist_tensor_view((void *)x, DIST_F32, ndim, shape), *dx, *y;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    *ny = dist_tensor_numel(y);
+    float *out = malloc((size_t)*ny * sizeof *out);
+    ck_assert_int_eq(dist_tape_download(t, y, out, (size_t)*ny * sizeof *out), DIST_OK);
+    return out;
+}
+
+START_TEST(test_average_pool_same_padding_counts_only_covered_elements) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 0, DIST_PADDING_SAME), DIST_OK);
+    int64_t in[3] = {3, 3, 1};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 1), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int64_t shape[4] = {1, 3, 3, 1}, n;
+    float *y = run_model(m, t, 0, x, 4, shape, &n);
+    /* windows [0,2)x[0,2), [0,2)x[2,3), [2,3)x[0,2), [2,3)x[2,3): padding is not counted */
+    ck_assert_int_eq(n, 4);
+    ck_assert_float_eq_tol(y[0], 3.0f, 1e-6f);
+    ck_assert_float_eq_tol(y[1], 4.5f, 1e-6f);
+    ck_assert_float_eq_tol(y[2], 7.5f, 1e-6f);
+    ck_assert_float_eq_tol(y[3], 9.0f, 1e-6f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_average_pool_valid_strides_and_global_average) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
+    int64_t in[3] = {3, 3, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 1), DIST_OK);
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    /* Keras cuts "name (Class)" to 27 characters */
+    ck_assert_ptr_nonnull(strstr(summary, " average_pooling2d (AverageP "));
+    ck_assert_ptr_nonnull(strstr(summary, "(None, 2, 2, 2)"));
+    ck_assert_ptr_nonnull(strstr(summary, " global_average_pooling2d (G "));
+    ck_assert_ptr_nonnull(strstr(summary, "(None, 2)"));
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    /* channel 0: 1..9; channel 1: 10 x that */
+    float x[18];
+    for (int i = 0; i < 9; i++) {
+        x[2 * i] = (float)(i + 1);
+        x[2 * i + 1] = 10.0f * (float)(i + 1);
+    }
+    int64_t shape[4] = {1, 3, 3, 2}, n;
+    float *y = run_model(m, t, 0, x, 4, shape, &n);
+    /* 2x2 windows at stride 1: 3, 4, 6, 7; their mean 5 */
+    ck_assert_int_eq(n, 2);
+    ck_assert_float_eq_tol(y[0], 5.0f, 1e-6f);
+    ck_assert_float_eq_tol(y[1], 50.0f, 1e-5f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_activations_apply_keras_functions) {
+    const dist_activation acts[3] = {DIST_ACT_SIGMOID, DIST_ACT_TANH, DIST_ACT_GELU};
+    for (int a = 0; a < 3; a++) {
+        dist_model *m = new_model();
+        ck_assert_int_eq(dist_model_add_dense(m, 1, acts[a]), DIST_OK);
+        int64_t in[1] = {1};
+        ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+        float w[2] = {1.0f, 0.0f}; /* kernel 1, bias 0: y = act(x) */
+        ck_assert_int_eq(dist_model_set_weights(m, w, 2), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        float x[3] = {-1.5f, 0.25f, 2.0f};
+        int64_t shape[2] = {3, 1}, n;
+        float *y = run_model(m, t, 0, x, 2, shape, &n);
+        for (int i = 0; i < 3; i++) {
+            double v = x[i];
+            double want = a == 0   ? 1.0 / (1.0 + exp(-v))
+                          : a == 1 ? tanh(v)
+                                   : 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+            ck_assert_double_eq_tol(y[i], want, 1e-6);
+        }
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dense(m, 1, (dist_activation)9), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "unknown activation 9"));
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* L = sum(r * model(x)) in double, in inference (no tape records). */
+static double loss_of(dist_model *m, dist_tape *t, const float *x, const int64_t *xs,
+                      const float *r) {
+    int64_t n;
+    float *y = run_model(m, t, 0, x, 4, xs, &n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    free(y);
+    return s;
+}
+
+START_TEST(test_layer_gradients_match_finite_differences) {
+    dist_model *m = new_model();
+    dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
+    c.filters = 3;
+    c.padding = DIST_PADDING_SAME;
+    c.activation = DIST_ACT_SIGMOID;
+    ck_assert_int_eq(dist_model_add_conv2d_ex(m, &c), DIST_OK);
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 0, DIST_PADDING_SAME), DIST_OK);
+    ck_assert_int_eq(dist_model_add_conv2d(m, 4, 2, DIST_ACT_TANH), DIST_OK);
+    ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 5, DIST_ACT_GELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[3] = {7, 7, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
+    int64_t np = dist_model_num_params(m);
+    float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
+    for (int64_t i = 0; i < np; i++) w[i] += 0.05f * sinf((float)i); /* non-zero biases */
+    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+
+    int64_t xs[4] = {2, 7, 7, 2}, rs[2] = {2, 3};
+    float x[2 * 7 * 7 * 2], r[6];
+    for (int i = 0; i < 196; i++) x[i] = cosf(0.37f * (float)i);
+    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+
+    double num2 = 0, ana2 = 0, diff2 = 0;
+    const float eps = 2e-3f;
+    for (int64_t i = 0; i < np; i++) {
+        float keep = w[i];
+        w[i] = keep + eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double up = loss_of(m, t, x, xs, r);
+        w[i] = keep - eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double down = loss_of(m, t, x, xs, r);
+        w[i] = keep;
+        double numeric = (up - down) / (2.0 * eps);
+        num2 += numeric * numeric;
+        ana2 += (double)g[i] * g[i];
+        diff2 += (numeric - g[i]) * (numeric - g[i]);
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(num2), sqrt(ana2));
+    ck_assert_msg(rel < 1e-3, "relative gradient error %g over %lld parameters", rel,
+                  (long long)np);
+    ck_assert_double_gt(sqrt(ana2), 1e-2); /* the comparison is not of zeros */
+    free(w);
+    free(g);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dropout(m, 0.25f, 42), DIST_OK);
+    int64_t in[1] = {1000};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float *x = malloc(4000 * sizeof *x);
+    for (int i = 0; i < 4000; i++) x[i] = 1.0f + (float)(i % 7);
+    int64_t shape[2] = {4, 1000}, n;
+    float *inference = run_model(m, t, 0, x, 2, shape, &n);
+    ck_assert_int_eq(memcmp(inference, x, 4000 * sizeof *x), 0);
+    float *first = run_model(m, t, 1, x, 2, shape, &n);
+    float *second = run_model(m, t, 1, x, 2, shape, &n);
+    int dropped = 0, differ = 0;
+    for (int i = 0; i < 4000; i++) {
+        ck_assert(first[i] == 0.0f || fabsf(first[i] - x[i] / 0.75f) < 1e-5f);
+        dropped += first[i] == 0.0f;
+        differ += (first[i] == 0.0f) != (second[i] == 0.0f);
+    }
+    ck_assert_int_gt(dropped, 900); /* 1000 expected; sd 27 */
+    ck_assert_int_lt(dropped, 1100);
+    ck_assert_int_gt(differ, 1000); /* the next training call draws a new mask */
+
+    /* the same seed draws the same masks, call by call */
+    dist_model *again = new_model();
+    ck_assert_int_eq(dist_model_add_dropout(again, 0.25f, 42), DIST_OK);
+    ck_assert_int_eq(dist_model_build(again, 1, in, 1), DIST_OK);
+    float *replay = run_model(again, t, 1, x, 2, shape, &n);
+    ck_assert_int_eq(memcmp(replay, first, 4000 * sizeof *x), 0);
+    free(replay);
+    dist_model_destroy(again);
+
+    ck_assert_int_eq(dist_model_add_dropout(m, 0.5f, 1), DIST_INVALID_USAGE); /* built */
+    dist_model *bad = new_model();
+    ck_assert_int_eq(dist_model_add_dropout(bad, 1.0f, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "rate must be in [0, 1)"));
+    dist_model_destroy(bad);
+    free(inference);
+    free(first);
+    free(second);
+    free(x);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+static dist_status dropout_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    (void)in;
+    dist_model *m = user;
+    dist_tape *t = dist_replica_tape(rc);
+    float ones[256];
+    for (int i = 0; i < 256; i++) ones[i] = 1.0f;
+    int64_t shape[2] = {1, 256};
+    dist_tensor h = dist_tensor_view(ones, DIST_F32, 2, shape), *x, *y;
+    DIST_TRY_TEST(dist_tape_upload(t, &h, &x));
+    DIST_TRY_TEST(dist_model_call(m, t, x, &y));
+    out->count = 1;
+    out->items[0] = y;
+    return DIST_OK;
+}
+
+/* Two replicas, two runs each, with a model of the same seed built twice: the masks of the
+ * replicas differ, and the second build repeats the first's masks replica by replica. */
+START_TEST(test_dropout_masks_differ_per_replica_and_repeat_per_seed) {
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    o.kind = DIST_STRATEGY_MIRRORED;
+    o.devices = "cpu:0,cpu:1";
+    o.threads_per_replica = 1;
+    dist_strategy *s;
+    ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
+    float masks[2][2][2][256]; /* [build][run][replica] */
+    for (int b = 0; b < 2; b++) {
+        dist_model *m = new_model();
+        ck_assert_int_eq(dist_model_add_dropout(m, 0.5f, 7), DIST_OK);
+        int64_t in[1] = {256};
+        ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+        ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+        ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+        for (int run = 0; run < 2; run++) {
+            dist_per_replica res;
+            ck_assert_msg(dist_strategy_run(s, dropout_step, m, NULL, &res) == DIST_OK, "%s",
+                          dist_last_error());
+            for (int r = 0; r < 2; r++)
+                memcpy(masks[b][run][r], res.values[r][0]->data, 256 * sizeof(float));
+        }
+        dist_model_destroy(m);
+    }
+    ck_assert_int_ne(memcmp(masks[0][0][0], masks[0][0][1], 256 * sizeof(float)), 0);
+    ck_assert_int_ne(memcmp(masks[0][0][0], masks[0][1][0], 256 * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(masks[0], masks[1], sizeof masks[0]), 0);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
+START_TEST(test_batch_norm_normalizes_with_batch_statistics_and_updates_moving_ones) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, NULL), DIST_OK);
+    int64_t in[1] = {2};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    ck_assert_str_eq(dist_model_variable_name(m, 0), "batch_normalization/gamma");
+    ck_assert_str_eq(dist_model_variable_name(m, 3), "batch_normalization/moving_variance");
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    ck_assert_ptr_nonnull(strstr(summary, "Trainable params: 4\nNon-trainable params: 4\n"));
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    /* channel 0: 1, 2, 3, 6 (mean 3, variance 3.5); channel 1: all 5 (variance 0) */
+    float x[8] = {1, 5, 2, 5, 3, 5, 6, 5};
+    int64_t shape[2] = {4, 2}, n;
+    float *y = run_model(m, t, 1, x, 2, shape, &n);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_double_eq_tol(y[2 * i], (x[2 * i] - 3.0) / sqrt(3.5 + 1e-3), 1e-6);
+        ck_assert_float_eq_tol(y[2 * i + 1], 0.0f, 1e-6f);
+    }
+    free(y);
+    float w[8];
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, 8), DIST_OK);
+    /* gamma, beta, moving_mean = 0.99 * 0 + 0.01 * mean, moving_variance = 0.99 * 1 + 0.01 * var */
+    ck_assert_float_eq(w[0], 1.0f);
+    ck_assert_float_eq(w[2], 0.0f);
+    ck_assert_float_eq_tol(w[4], 0.03f, 1e-7f);
+    ck_assert_float_eq_tol(w[5], 0.05f, 1e-7f);
+    ck_assert_float_eq_tol(w[6], 0.99f + 0.035f, 1e-6f);
+    ck_assert_float_eq_tol(w[7], 0.99f, 1e-6f);
+    /* inference: the moving statistics */
+    y = run_model(m, t, 0, x, 2, shape, &n);
+    ck_assert_double_eq_tol(y[0], (1.0 - w[4]) / sqrt(w[6] + 1e-3), 1e-6);
+    ck_assert_double_eq_tol(y[1], (5.0 - w[5]) / sqrt(w[7] + 1e-3), 1e-6);
+    free(y);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w + 0, 8), DIST_OK);
+    ck_assert_float_eq_tol(w[4], 0.03f, 1e-7f); /* inference leaves them */
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+static dist_model *bn_model(int synchronized) {
+    dist_model *m = new_model();
+    dist_batch_norm_options o = DIST_BATCH_NORM_OPTIONS_INIT;
+    o.synchronized = synchronized;
+    o.momentum = 0.9f;
+    ck_assert_int_eq(dist_model_add_conv2d(m, 3, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_TANH), DIST_OK);
+    o.center = 0;
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    return m;
+}
+
+static void perturb(dist_model *m, float *w, int64_t np) {
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
+    for (int64_t i = 0; i < np; i++) w[i] += 0.2f * sinf(1.3f * (float)i);
+    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+}
+
+/* L = sum(r * model(x)) in double, in training (batch statistics). */
+static double train_loss_of(dist_model *m, dist_tape *t, const float *x, const int64_t *xs,
+                            const float *r) {
+    int64_t n;
+    float *y = run_model(m, t, 1, x, 4, xs, &n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    free(y);
+    return s;
+}
+
+START_TEST(test_batch_norm_gradients_in_training_match_finite_differences) {
+    dist_model *m = bn_model(0);
+    int64_t in[3] = {5, 5, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 9), DIST_OK);
+    int64_t np = dist_model_num_params(m);
+    float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
+    perturb(m, w, np);
+    int64_t xs[4] = {4, 5, 5, 2}, rs[2] = {4, 3};
+    float x[4 * 5 * 5 * 2], r[12];
+    for (int i = 0; i < 200; i++) x[i] = cosf(0.71f * (float)i) + 0.1f * (float)(i % 3);
+    for (int i = 0; i < 12; i++) r[i] = sinf(2.1f * (float)i + 0.3f);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, 1);
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+    double num2 = 0, ana2 = 0, diff2 = 0;
+    const float eps = 2e-3f;
+    for (int64_t i = 0; i < np; i++) {
+        float keep = w[i];
+        w[i] = keep + eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double up = train_loss_of(m, t, x, xs, r);
+        w[i] = keep - eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double down = train_loss_of(m, t, x, xs, r);
+        w[i] = keep;
+        double numeric = (up - down) / (2.0 * eps);
+        num2 += numeric * numeric;
+        ana2 += (double)g[i] * g[i];
+        diff2 += (numeric - g[i]) * (numeric - g[i]);
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(num2), sqrt(ana2));
+    ck_assert_msg(rel < 1e-3, "relative gradient error %g over %lld parameters", rel,
+                  (long long)np);
+    ck_assert_double_gt(sqrt(ana2), 1e-2);
+    free(w);
+    free(g);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+typedef struct bn_run {
+    dist_model *m;
+    const float *x, *r; /* the global batch of 4 and its output weights */
+} bn_run;
+
+/* Replica k takes examples 2k and 2k + 1; its loss is sum(r * y) over them. */
+static dist_status bn_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                           dist_element *out) {
+    (void)in;
+    bn_run *b = user;
+    dist_tape *t = dist_replica_tape(rc);
+    int k = dist_replica_id_in_sync_group(rc);
+    int64_t xs[4] = {2, 5, 5, 2}, rs[2] = {2, 3};
+    dist_tensor hx = dist_tensor_view((void *)(b->x + k * 100), DIST_F32, 4, xs);
+    dist_tensor hr = dist_tensor_view((void *)(b->r + k * 6), DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    DIST_TRY_TEST(dist_tape_upload(t, &hx, &dx));
+    DIST_TRY_TEST(dist_tape_upload(t, &hr, &dr));
+    DIST_TRY_TEST(dist_model_call(b->m, t, dx, &y));
+    DIST_TRY_TEST(dist_op_mul(t, y, dr, &ry));
+    DIST_TRY_TEST(dist_op_reduce_sum(t, ry, &loss));
+    DIST_TRY_TEST(dist_model_compute_gradients(b->m, t, loss));
+    out->count = 1;
+    out->items[0] = y;
+    return DIST_OK;
+}
+
+/* SyncBatchNorm on 2 replicas of 2 examples equals BatchNormalization on one device with the
+ * 4: the outputs, the replicas' gradients summed, and the moving statistics of each replica. */
+START_TEST(test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole_batch) {
+    float x[400], r[12];
+    for (int i = 0; i < 400; i++) x[i] = cosf(0.53f * (float)i) * (1.0f + 0.3f * (float)(i % 5));
+    for (int i = 0; i < 12; i++) r[i] = sinf(1.7f * (float)i + 0.2f);
+    int64_t in[3] = {5, 5, 2};
+
+    dist_model *one = bn_model(1); /* synchronized, but no strategy: the batch's own statistics */
+    ck_assert_int_eq(dist_model_build(one, 3, in, 4), DIST_OK);
+    int64_t np = dist_model_num_params(one);
+    float *w = malloc((size_t)np * sizeof *w), *g1 = malloc((size_t)np * sizeof *g1);
+    float *w1 = malloc((size_t)np * sizeof *w1);
+    perturb(one, w, np);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(one, 0), &t), DIST_OK);
+    dist_tape_reset(t);
+    int64_t xs[4] = {4, 5, 5, 2}, rs[2] = {4, 3};
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y1, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_int_eq(dist_model_call(one, t, dx, &y1), DIST_OK);
+    ck_assert_int_eq(dist_op_mul(t, y1, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_int_eq(dist_model_compute_gradients(one, t, loss), DIST_OK);
+    float out1[12];
+    ck_assert_int_eq(dist_tape_download(t, y1, out1, sizeof out1), DIST_OK);
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(one, 0), g1, (size_t)np * 4), DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(one, 0, w1, np), DIST_OK);
+
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    o.devices = "cpu:0,cpu:1";
+    o.threads_per_replica = 1;
+    dist_strategy *s;
+    ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
+    dist_model *two = bn_model(1);
+    ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+    ck_assert_int_eq(dist_model_build(two, 3, in, 4), DIST_OK);
+    ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+    ck_assert_int_eq(dist_model_set_weights(two, w, np), DIST_OK);
+    bn_run b = {two, x, r};
+    dist_per_replica res;
+    ck_assert_msg(dist_strategy_run(s, bn_step, &b, NULL, &res) == DIST_OK, "%s",
+                  dist_last_error());
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 6; i++)
+            ck_assert_double_eq_tol(((float *)res.values[k][0]->data)[i], out1[6 * k + i], 1e-5);
+    const float *ga = dist_model_grads(two, 0)->data, *gb = dist_model_grads(two, 1)->data;
+    double d2 = 0, n2 = 0;
+    for (int64_t i = 0; i < np; i++) {
+        double sum = (double)ga[i] + gb[i];
+        d2 += (sum - g1[i]) * (sum - g1[i]);
+        n2 += (double)g1[i] * g1[i];
+    }
+    ck_assert_msg(sqrt(d2 / n2) < 1e-5, "relative gradient difference %g", sqrt(d2 / n2));
+    for (int k = 0; k < 2; k++) {
+        const float *wk = dist_model_params(two, k)->data;
+        for (int v = 0; v < dist_model_num_variables(two); v++) {
+            if (!strstr(dist_model_variable_name(two, v), "moving_")) continue;
+            const dist_tensor *var = dist_model_variable(two, k, v);
+            int64_t off = (const float *)var->data - wk;
+            for (int64_t i = 0; i < dist_tensor_numel(var); i++)
+                ck_assert_double_eq_tol(wk[off + i], w1[off + i], 1e-6);
+        }
+    }
+    free(w);
+    free(w1);
+    free(g1);
+    dist_tape_destroy(t);
+    dist_model_destroy(one);
+    dist_model_destroy(two);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
+/* The moving statistics travel in a checkpoint file (safetensors) under Keras's names and
+ * come back into another model, which then predicts the same in inference. */
+START_TEST(test_batch_norm_moving_statistics_are_saved_in_checkpoints) {
+    dist_model *a = bn_model(0), *b = bn_model(0);
+    int64_t in[3] = {5, 5, 2};
+    ck_assert_int_eq(dist_model_build(a, 3, in, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_build(b, 3, in, 2), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(a, 0), &t), DIST_OK);
+    float x[200];
+    for (int i = 0; i < 200; i++) x[i] = 2.0f + cosf(0.9f * (float)i);
+    int64_t xs[4] = {4, 5, 5, 2}, n;
+    free(run_model(a, t, 1, x, 4, xs, &n)); /* a training call moves the statistics */
+    float *ya = run_model(a, t, 0, x, 4, xs, &n);
+    dist_checkpoint *c = NULL, *back = NULL;
+    char path[] = "/tmp/test_layers_bn_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(dist_checkpoint_create(&c), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_add_model(c, a), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_save(c, path), DIST_OK);
+    ck_assert_int_eq(dist_checkpoint_load(path, &back), DIST_OK);
+    int found = 0;
+    for (int i = 0; i < dist_checkpoint_num_tensors(back); i++)
+        found +=
+            strcmp(dist_checkpoint_tensor_name(back, i), "batch_normalization/moving_mean") == 0;
+    ck_assert_int_eq(found, 1);
+    ck_assert_msg(dist_checkpoint_restore_model(back, b) == DIST_OK, "%s", dist_last_error());
+    float *yb = run_model(b, t, 0, x, 4, xs, &n);
+    ck_assert_int_eq(memcmp(ya, yb, (size_t)n * sizeof *ya), 0);
+    unlink(path);
+    free(ya);
+    free(yb);
+    dist_checkpoint_destroy(c);
+    dist_checkpoint_destroy(back);
+    dist_tape_destroy(t);
+    dist_model_destroy(a);
+    dist_model_destroy(b);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("layers");
+    TCase *tc = tcase_create("layers");
+    tcase_add_test(tc, test_average_pool_same_padding_counts_only_covered_elements);
+    tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
+    tcase_add_test(tc, test_activations_apply_keras_functions);
+    tcase_add_test(tc, test_layer_gradients_match_finite_differences);
+    tcase_add_test(tc, test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training);
+    tcase_add_test(tc, test_dropout_masks_differ_per_replica_and_repeat_per_seed);
+    tcase_add_test(tc, test_batch_norm_normalizes_with_batch_statistics_and_updates_moving_ones);
+    tcase_add_test(tc, test_batch_norm_gradients_in_training_match_finite_differences);
+    tcase_add_test(tc, test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole_batch);
+    tcase_add_test(tc, test_batch_norm_moving_statistics_are_saved_in_checkpoints);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
