@@ -10,4 +10,4 @@ set_tests_properties(example.custom_training_loop PROPERTIES LABELS example TIME
 add_test(NAME example.custom_model
          COMMAND ${CMAKE_COMMAND} -DEXAMPLE=$<TARGET_FILE:example_custom_model> -DMIN_ACCURACY=0.97
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/example_accuracy.cmake)
-set_tests_properties(example.custom_model PROPERTIES LABELS example TIMEOUT 900)
+set_tests_properties(example.custom_model PROPERTIES LABELS "example;slow" TIMEOUT 900)

@@ -47,8 +47,12 @@ add_test(NAME distrain.tpu_usage
          COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --check-numerics --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
 set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
                      tpu.errors tpu.steps_per_execution_unrolled tpu.steps_per_execution_loop
-                     distrain.tpu_steps_per_execution distrain.tpu_accuracy distrain.tpu_cross_restore distrain.tpu_usage
+                     distrain.tpu_cross_restore distrain.tpu_usage
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900
+                     RESOURCE_LOCK cpu_heavy_tpu)
+# 5 epochs each: the first stage runs them, the sanitizer stage leaves them out (slow)
+set_tests_properties(distrain.tpu_accuracy distrain.tpu_steps_per_execution
+                     PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli;slow" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu)
 
 # The default run_steps (every other kind): k runs, the same training as one step per run.
