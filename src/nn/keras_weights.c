@@ -168,7 +168,7 @@ static dist_status build_image(h5_quiet *q, const dist_model *m, const float *pa
         hid_t vg = lg >= 0 ? create_vars_group(lg, l->name) : H5I_INVALID_HID;
         int vars[4], n = layer_vars(l, vars), ok = vg >= 0;
         for (int k = 0; k < n && ok; k++) {
-            char ds[8];
+            char ds[16];
             snprintf(ds, sizeof ds, "%d", k);
             ok = write_dataset(vg, ds, &m->vars[vars[k]], params + m->vars[vars[k]].offset);
         }
@@ -344,7 +344,7 @@ static dist_status read_file(h5_quiet *q, const dist_model *m, hid_t file, float
                             l->name, key, (unsigned long long)gi.nlinks, n);
         }
         for (int k = 0; k < n && st == DIST_OK; k++) {
-            char ds[8];
+            char ds[16];
             snprintf(ds, sizeof ds, "%d", k);
             const model_var *v = &m->vars[vars[k]];
             st = read_variable(q, vg, ds, l, key, v, params + v->offset);
