@@ -129,6 +129,9 @@ late_write() {
 for flag in --save-weights --trace; do
     rm -rf "$work/out" "$work"/distrain-weights-*.safetensors
     mkdir -p "$work/out"
+    # emptied here, not by the background job's redirection: the wait below must not see the
+    # previous flag's "Epoch 1" before the job has started (CI saw exit 2 from that race)
+    : >"$work/late.log"
     # shellcheck disable=SC2086
     (cd "$work" && exec "$distrain" $quick --epochs 3 --steps-per-epoch 20 \
         "$flag" "$work/out/file") >"$work/late.log" 2>&1 &
