@@ -147,7 +147,9 @@ typedef struct dist_strategy_options {
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,
  * one_device with several devices), DIST_NOT_FOUND (gpu:N without such a GPU, cpu:N beyond the
- * cores), DIST_UNSUPPORTED (a kind this build cannot run, NCCL forced on CPU devices). */
+ * cores; tpu: a PJRT plugin that cannot be opened, libtpu on a host without TPU chips),
+ * DIST_UNSUPPORTED (a kind this build cannot run, NCCL forced on CPU devices; tpu: a remote TPU
+ * node, a plugin that is not PJRT or is too old), and a plugin's own errors (its message). */
 DIST_API dist_status dist_strategy_create(const dist_strategy_options *options,
                                           dist_strategy **out);
 /* Joins the replica threads and frees everything. Models and optimizers built in its scope
