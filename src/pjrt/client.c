@@ -307,6 +307,42 @@ dist_status dist_pjrt_buffer_to_host(dist_pjrt_buffer *buf, void *dst, size_t by
     return DIST_OK;
 }
 
+dist_status dist_pjrt_buffer_shape(const dist_pjrt_buffer *buf, dist_dtype *dtype, int *ndim,
+                                   int64_t dims[DIST_MAX_DIMS]) {
+    DIST_CHECK_ARG(buf != NULL && dtype != NULL && ndim != NULL && dims != NULL,
+                   "dist_pjrt_buffer_shape: buffer, dtype, ndim and dims must be given");
+    dist_pjrt_buffer_element_type_args t = {0};
+    t.struct_size = DIST_PJRT_ARGS_SIZE(dist_pjrt_buffer_element_type_args, type);
+    t.buffer = buf->c;
+    DIST_TRY(dist_pjrt_call(buf->plugin, DIST_PJRT_SLOT_BUFFER_ELEMENT_TYPE, &t,
+                            "reading a buffer's element type"));
+    dist_pjrt_buffer_dimensions_args d = {0};
+    d.struct_size = DIST_PJRT_ARGS_SIZE(dist_pjrt_buffer_dimensions_args, num_dims);
+    d.buffer = buf->c;
+    DIST_TRY(dist_pjrt_call(buf->plugin, DIST_PJRT_SLOT_BUFFER_DIMENSIONS, &d,
+                            "reading a buffer's dimensions"));
+    int found = 0;
+    for (int k = 0; k < DIST_DTYPE_COUNT && !found; k++) {
+        size_t elem;
+        if (pjrt_type_of((dist_dtype)k, &elem) == t.type) {
+            *dtype = (dist_dtype)k;
+            found = 1;
+        }
+    }
+    if (!found)
+        return dist_error(DIST_UNSUPPORTED,
+                          "a PJRT buffer on device %d has element type %d (PJRT_Buffer_Type), "
+                          "which libdist has no dtype for",
+                          buf->device, t.type);
+    if (d.num_dims > DIST_MAX_DIMS)
+        return dist_error(DIST_UNSUPPORTED,
+                          "a PJRT buffer on device %d has %zu dimensions, libdist at most %d",
+                          buf->device, d.num_dims, DIST_MAX_DIMS);
+    *ndim = (int)d.num_dims;
+    for (size_t i = 0; i < d.num_dims; i++) dims[i] = d.dims[i];
+    return DIST_OK;
+}
+
 size_t dist_pjrt_buffer_bytes(const dist_pjrt_buffer *buf) { return buf ? buf->bytes : 0; }
 
 void dist_pjrt_buffer_destroy(dist_pjrt_buffer *buf) {

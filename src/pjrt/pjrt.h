@@ -64,6 +64,12 @@ dist_status dist_pjrt_buffer_from_host(dist_pjrt_client *client, int device, dis
  * be the buffer's exact size. Errors: DIST_INVALID_ARGUMENT (a size mismatch: the message
  * gives both), the plugin's (a buffer consumed by a donation reads as an error here). */
 dist_status dist_pjrt_buffer_to_host(dist_pjrt_buffer *buf, void *dst, size_t bytes);
+/* The buffer's dtype and shape as the plugin holds them (an output's, after a run): *ndim
+ * dimensions into dims (room for DIST_MAX_DIMS). Errors: DIST_UNSUPPORTED (an element type or a
+ * rank libdist has no dist_dtype / room for: the message names it), the plugin's (a donated
+ * buffer). */
+dist_status dist_pjrt_buffer_shape(const dist_pjrt_buffer *buf, dist_dtype *dtype, int *ndim,
+                                   int64_t dims[DIST_MAX_DIMS]);
 /* Size in bytes of the buffer's dense host copy. */
 size_t dist_pjrt_buffer_bytes(const dist_pjrt_buffer *buf);
 /* NULL is a no-op. */

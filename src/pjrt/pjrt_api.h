@@ -18,8 +18,8 @@
 
 #define DIST_PJRT_API_MAJOR 0
 #define DIST_PJRT_API_MINOR 94
-/* The oldest plugin we accept: older ones lack argument fields (execute's device_complete_events
- * and friends) that our structs assume. */
+/* The oldest plugin we accept (issue #16's floor). Nothing older has been tried: the plugins
+ * tested are 0.115 (the XLA CPU plugin) and 0.117 (libtpu 0.0.52). */
 #define DIST_PJRT_API_MIN_MINOR 57
 
 /* struct_size for an argument struct: up to the end of its last field, not sizeof (which may
@@ -73,6 +73,8 @@ enum dist_pjrt_slot {
     DIST_PJRT_SLOT_LOADED_GET_EXECUTABLE = 51,
     DIST_PJRT_SLOT_LOADED_EXECUTE = 55,
     DIST_PJRT_SLOT_BUFFER_DESTROY = 58,
+    DIST_PJRT_SLOT_BUFFER_ELEMENT_TYPE = 59,
+    DIST_PJRT_SLOT_BUFFER_DIMENSIONS = 60,
     DIST_PJRT_SLOT_BUFFER_TO_HOST = 70,
     DIST_PJRT_SLOT_COUNT = 71 /* the table must hold at least this many entries */
 };
@@ -262,6 +264,19 @@ typedef struct dist_pjrt_buffer_args { /* buffer destroy */
     DIST_PJRT_ARGS_HEAD;
     dist_pjrt_c_buffer *buffer;
 } dist_pjrt_buffer_args;
+
+typedef struct dist_pjrt_buffer_element_type_args {
+    DIST_PJRT_ARGS_HEAD;
+    dist_pjrt_c_buffer *buffer;
+    int type; /* out: the PJRT_Buffer_Type numbering */
+} dist_pjrt_buffer_element_type_args;
+
+typedef struct dist_pjrt_buffer_dimensions_args {
+    DIST_PJRT_ARGS_HEAD;
+    dist_pjrt_c_buffer *buffer;
+    const int64_t *dims; /* out, lives as long as the buffer */
+    size_t num_dims;     /* out */
+} dist_pjrt_buffer_dimensions_args;
 
 typedef struct dist_pjrt_buffer_to_host_args {
     DIST_PJRT_ARGS_HEAD;

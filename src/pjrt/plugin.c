@@ -39,6 +39,8 @@ static const struct {
     {DIST_PJRT_SLOT_LOADED_GET_EXECUTABLE, "PJRT_LoadedExecutable_GetExecutable"},
     {DIST_PJRT_SLOT_LOADED_EXECUTE, "PJRT_LoadedExecutable_Execute"},
     {DIST_PJRT_SLOT_BUFFER_DESTROY, "PJRT_Buffer_Destroy"},
+    {DIST_PJRT_SLOT_BUFFER_ELEMENT_TYPE, "PJRT_Buffer_ElementType"},
+    {DIST_PJRT_SLOT_BUFFER_DIMENSIONS, "PJRT_Buffer_Dimensions"},
     {DIST_PJRT_SLOT_BUFFER_TO_HOST, "PJRT_Buffer_ToHostBuffer"},
 };
 

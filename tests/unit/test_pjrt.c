@@ -368,6 +368,13 @@ START_TEST(test_cpu_plugin_all_reduce_sums_over_two_replicas) {
     for (int d = 0; d < 2; d++) {
         float y[4] = {0};
         ck_assert_uint_eq(dist_pjrt_buffer_bytes(outs[d]), sizeof y);
+        dist_dtype dt = DIST_I64;
+        int nd = -1;
+        int64_t shape[DIST_MAX_DIMS];
+        ck_assert_int_eq(dist_pjrt_buffer_shape(outs[d], &dt, &nd, shape), DIST_OK);
+        ck_assert_int_eq(dt, DIST_F32);
+        ck_assert_int_eq(nd, 1);
+        ck_assert_int_eq(shape[0], 4);
         st = dist_pjrt_buffer_to_host(outs[d], y, sizeof y);
         ck_assert_msg(st == DIST_OK, "read back: %s", dist_last_error());
         ck_assert_float_eq(y[0], 11);
@@ -514,6 +521,16 @@ START_TEST(test_cpu_plugin_s32_and_bf16_buffers_round_trip) {
     ck_assert_int_eq(dist_pjrt_buffer_to_host(bb, yb, sizeof yb), DIST_OK);
     ck_assert_mem_eq(yi, xi, sizeof xi);
     ck_assert_mem_eq(yb, xb, sizeof xb);
+    dist_dtype dt = DIST_F32;
+    int nd = -1;
+    int64_t shape[DIST_MAX_DIMS];
+    ck_assert_int_eq(dist_pjrt_buffer_shape(bb, &dt, &nd, shape), DIST_OK);
+    ck_assert_int_eq(dt, DIST_BF16);
+    ck_assert_int_eq(nd, 2);
+    ck_assert_int_eq(shape[0], 2);
+    ck_assert_int_eq(shape[1], 3);
+    ck_assert_int_eq(dist_pjrt_buffer_shape(bi, &dt, &nd, shape), DIST_OK);
+    ck_assert_int_eq(dt, DIST_I32);
     dist_pjrt_buffer *none = NULL;
     ck_assert_int_eq(dist_pjrt_buffer_from_host(cl, 2, DIST_I32, 2, dims, xi, &none),
                      DIST_INVALID_ARGUMENT);
