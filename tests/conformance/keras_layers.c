@@ -7,27 +7,12 @@
  *   INPUTS.f32: N x H x W x C float32, row-major; LABELS.i32: N int32;
  *   OUT_LOGITS.f32: N x outputs; OUT_GRADS.f32: every variable's gradient in the model's order
  *   (Keras's trainable_weights order), flattened row-major. */
+#include "conf_file.h"
+
 #include <dist/nn.h>
 #include <dist/tape.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    *n = (size_t)len;
-    return buf;
-}
 
 static int fail(const char *what) {
     fprintf(stderr, "keras_layers: %s: %s\n", what, dist_last_error());
@@ -52,9 +37,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t json_len = 0, in_len = 0, lab_len = 0;
-    char *json = slurp(argv[1], &json_len);
-    float *inputs = slurp(argv[3], &in_len);
-    int32_t *labels = slurp(argv[4], &lab_len);
+    char *json = conf_slurp(argv[1], &json_len);
+    float *inputs = conf_slurp(argv[3], &in_len);
+    int32_t *labels = conf_slurp(argv[4], &lab_len);
     int64_t n = atoll(argv[5]), xshape[4] = {n, atoll(argv[6]), atoll(argv[7]), atoll(argv[8])};
     if (!json || !inputs || !labels || n <= 0 || lab_len != (size_t)n * sizeof *labels ||
         in_len != (size_t)(n * xshape[1] * xshape[2] * xshape[3]) * sizeof *inputs) {

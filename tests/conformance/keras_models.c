@@ -5,29 +5,14 @@
  *
  * usage: keras_models MODEL.json WEIGHTS.h5|- SEED INPUTS.f32 N OUT_LOGITS.f32 [SAVE.weights.h5]
  *   INPUTS.f32: N x 28 x 28 x 1 float32, row-major; OUT_LOGITS.f32: N x outputs. */
+#include "conf_file.h"
+
 #include <dist/fit.h>
 #include <dist/nn.h>
 #include <dist/strategy.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    *n = (size_t)len;
-    return buf;
-}
 
 static int fail(const char *what) {
     fprintf(stderr, "keras_models: %s: %s\n", what, dist_last_error());
@@ -43,8 +28,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t json_len = 0, in_len = 0;
-    char *json = slurp(argv[1], &json_len);
-    float *inputs = (float *)slurp(argv[4], &in_len);
+    char *json = conf_slurp(argv[1], &json_len);
+    float *inputs = (float *)conf_slurp(argv[4], &in_len);
     int64_t n = atoll(argv[5]);
     if (!json || !inputs) {
         fprintf(stderr, "keras_models: cannot read %s or %s\n", argv[1], argv[4]);

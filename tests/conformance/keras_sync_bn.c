@@ -8,6 +8,8 @@
  * usage: keras_sync_bn MODEL.json WEIGHTS.h5 INPUTS.f32 LABELS.i32 N H W C OUT_PREFIX
  *   writes OUT_PREFIX.logits.f32 ([2][N/2][outputs]), .grads.f32 ([2][params]) and
  *   .vars.f32 ([2][params]). */
+#include "conf_file.h"
+
 #include <dist/nn.h>
 #include <dist/replica.h>
 #include <dist/strategy.h>
@@ -15,23 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    *n = (size_t)len;
-    return buf;
-}
 
 static int fail(const char *what) {
     fprintf(stderr, "keras_sync_bn: %s: %s\n", what, dist_last_error());
@@ -87,9 +72,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t json_len = 0, in_len = 0, lab_len = 0;
-    char *json = slurp(argv[1], &json_len);
-    step_args a = {NULL,           slurp(argv[3], &in_len), slurp(argv[4], &lab_len),
-                   atoll(argv[5]), atoll(argv[6]),          atoll(argv[7]),
+    char *json = conf_slurp(argv[1], &json_len);
+    step_args a = {NULL,
+                   conf_slurp(argv[3], &in_len),
+                   conf_slurp(argv[4], &lab_len),
+                   atoll(argv[5]),
+                   atoll(argv[6]),
+                   atoll(argv[7]),
                    atoll(argv[8])};
     if (!json || !a.x || !a.y || a.n <= 0 || a.n % 2 || lab_len != (size_t)a.n * sizeof(int32_t) ||
         in_len != (size_t)(a.n * a.h * a.w * a.c) * sizeof(float)) {
