@@ -79,6 +79,24 @@ DIST_API dist_status dist_checkpoint_restore(const dist_checkpoint *ckpt, int co
  * the same checks as dist_checkpoint_restore). */
 DIST_API dist_status dist_checkpoint_restore_model(const dist_checkpoint *ckpt, dist_model *model);
 
+/* Strategy variables (dist_strategy_create_variable), each under its name: their values where
+ * they live (dist_variable_read), and back into every copy (dist_variable_write) after every
+ * name, dtype and shape was checked. */
+DIST_API dist_status dist_checkpoint_add_variables(dist_checkpoint *ckpt, int count,
+                                                   dist_variable *const *vars);
+DIST_API dist_status dist_checkpoint_restore_variables(const dist_checkpoint *ckpt, int count,
+                                                       dist_variable *const *vars);
+/* An optimizer's state for a variable list it trains (dist_optimizer_apply_to_variables),
+ * named as for a model: "optimizer/iterations", "optimizer/learning_rate",
+ * "optimizer/<slot>/<variable name>". Restoring binds the optimizer to the list. */
+DIST_API dist_status dist_checkpoint_add_optimizer_for_variables(dist_checkpoint *ckpt,
+                                                                 dist_optimizer *opt, int count,
+                                                                 dist_variable *const *vars);
+DIST_API dist_status dist_checkpoint_restore_optimizer_for_variables(const dist_checkpoint *ckpt,
+                                                                     dist_optimizer *opt,
+                                                                     int count,
+                                                                     dist_variable *const *vars);
+
 /* Adds an optimizer's state for `model`: "optimizer/iterations" (I64 scalar),
  * "optimizer/learning_rate" (F32 scalar) and each slot per variable as
  * "optimizer/<slot>/<variable name>" ("optimizer/m/conv2d/kernel"; slots of dist/optim.h). */

@@ -11,6 +11,7 @@
 #include "dist/export.h"
 #include "dist/nn.h"
 #include "dist/status.h"
+#include "dist/strategy.h"
 #include "dist/tape.h"
 
 #include <math.h>
@@ -59,6 +60,36 @@ DIST_API dist_status dist_optimizer_apply_gradients(dist_optimizer *opt, dist_mo
  * replica's update runs. */
 DIST_API dist_status dist_optimizer_apply_scaled(dist_optimizer *opt, dist_model *model,
                                                  dist_tape *tape, float grad_scale, int aggregated);
+
+/* ---- strategy variables (Keras: optimizer.apply_gradients(zip(grads, variables))) --------
+ * Variables made with dist_strategy_create_variable (ON_WRITE; any aggregation) are trained
+ * like a model's parameters: the strategy aggregates the replicas' gradients (mirrored and
+ * multi_worker: one SUM all-reduce of all of them side by side; parameter_server: pushed to
+ * the ps tasks, which apply the update where the variables live; tpu: inside the program),
+ * then every copy gets the same update, with the optimizer's schedule and clipping.
+ *
+ * grads[i] is the gradient of vars[i] on the tape's device (as dist_tape_gradient writes it,
+ * the variable's shape, float32); it is read, not kept. Call from every replica's step with
+ * the same variables in the same order: the first call binds the optimizer to that list (its
+ * slots are laid out by it), and an optimizer serves one model or one list, not both.
+ * Errors: DIST_INVALID_ARGUMENT (an ON_READ variable, one listed twice, a gradient's size or
+ * dtype wrong, variables of two strategies), DIST_INVALID_USAGE (another list or a model). */
+DIST_API dist_status dist_optimizer_apply_to_variables(dist_optimizer *opt, dist_tape *tape,
+                                                       int count, dist_variable *const *vars,
+                                                       const dist_tensor *const *grads);
+/* The list the optimizer is bound to (0 / NULL before the first apply_to_variables). */
+DIST_API int dist_optimizer_num_bound_variables(const dist_optimizer *opt);
+DIST_API dist_variable *dist_optimizer_bound_variable(const dist_optimizer *opt, int index);
+/* Slot `slot` of a variable list, packed in list order (total = the variables' elements):
+ * replica 0's copy to host, or host memory into every replica's (and, under
+ * parameter_server, into the ps tasks'). Both bind the optimizer to the list like
+ * apply_to_variables, so a checkpoint can be restored before the first step. */
+DIST_API dist_status dist_optimizer_get_variables_slot(dist_optimizer *opt, int count,
+                                                       dist_variable *const *vars, int slot,
+                                                       float *dst, int64_t total);
+DIST_API dist_status dist_optimizer_set_variables_slot(dist_optimizer *opt, int count,
+                                                       dist_variable *const *vars, int slot,
+                                                       const float *src, int64_t total);
 
 /* The learning rate the next update uses: the fixed one, or the schedule's value at the
  * optimizer's iterations. */

@@ -193,8 +193,11 @@ DIST_API dist_status dist_strategy_create_variable(
     dist_strategy *strategy, const char *name, int ndim, const int64_t *shape, const float *initial,
     dist_aggregation aggregation, dist_synchronization synchronization, dist_variable **out);
 DIST_API void dist_variable_destroy(dist_variable *v);
-/* The replica's copy (device memory, borrowed). */
+/* The copy of local replica `replica` (device memory, borrowed); NULL when out of range. */
 DIST_API dist_tensor *dist_variable_value(dist_variable *v, int replica);
+/* Inside run(): the copy the calling replica computes with (its local copy; under tpu the one
+ * traced copy), to watch on its tape and use in ops. NULL outside a replica context's range. */
+DIST_API dist_tensor *dist_variable_local(dist_variable *v, const dist_replica_ctx *rc);
 /* Called by every replica inside run(): assigns `value` (this replica's device) following the
  * aggregation: SUM/MEAN all-reduce the replicas' values, ONLY_FIRST_REPLICA takes replica 0's,
  * NONE requires ON_READ or identical values. ON_READ variables keep per-replica values. */
@@ -203,6 +206,16 @@ DIST_API dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc
 /* Reads the variable to host (plain f32, count elements): a mirrored variable's value, or
  * an ON_READ variable aggregated over replicas by its aggregation (SUM or MEAN). */
 DIST_API dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count);
+/* Outside run(): sets the variable to `src` (host, plain f32, count elements) everywhere it
+ * lives: every local copy, or under parameter_server the ps task that holds it (as
+ * tf.Variable.assign in the cross-replica context). A checkpoint restore uses it. */
+DIST_API dist_status dist_variable_write(dist_variable *v, const float *src, int64_t count);
+/* The name given at creation (borrowed), its synchronization and aggregation. */
+DIST_API const char *dist_variable_name(const dist_variable *v);
+DIST_API dist_synchronization dist_variable_synchronization(const dist_variable *v);
+DIST_API dist_aggregation dist_variable_aggregation(const dist_variable *v);
+/* A variable's per-replica copies are trainable by an optimizer like a model's parameters:
+ * see dist_optimizer_apply_to_variables (dist/optim.h). */
 
 /* ---- distributed datasets ---------------------------------------------------------------- */
 

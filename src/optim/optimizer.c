@@ -8,6 +8,7 @@
 #include "optim/update_rule.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,17 @@ typedef struct opt_slots {
     int64_t iterations;
     float *clip_host; /* clipped gradients on the host (num_params floats), with clipping */
     void *clip_dev;   /* the same on a device backend, NULL on CPUs */
+    void *packed;     /* bound to variables: their gradients side by side (n floats) */
 } opt_slots;
+
+/* The strategy variables an optimizer updates (Keras's apply_gradients(zip(grads, vars))):
+ * their gradients and slots are packed side by side in list order, as a model's are. */
+typedef struct opt_varset {
+    int count;
+    dist_variable **vars;
+    int64_t *offsets;
+    int64_t n;
+} opt_varset;
 
 struct dist_optimizer {
     opt_kind kind;
@@ -32,6 +43,9 @@ struct dist_optimizer {
     dist_lr_schedule schedule;
     dist_grad_clip clip;
     _Atomic(dist_model *) model;
+    pthread_mutex_t bind_mu; /* binding to a variable list: the replicas' first calls race */
+    _Atomic int vars_bound;
+    opt_varset vars;
     opt_slots slots[DIST_MAX_REPLICAS];
 };
 
@@ -41,6 +55,8 @@ static dist_status create(opt_kind kind, dist_optimizer **out) {
     if (!o) return dist_error(DIST_OUT_OF_MEMORY, "optimizer: out of memory");
     o->kind = kind;
     atomic_init(&o->model, NULL);
+    atomic_init(&o->vars_bound, 0);
+    pthread_mutex_init(&o->bind_mu, NULL);
     *out = o;
     return DIST_OK;
 }
@@ -81,12 +97,20 @@ void dist_optimizer_destroy(dist_optimizer *o) {
         if (s->m) s->backend->iface->free(s->backend->ctx, s->m);
         if (s->v) s->backend->iface->free(s->backend->ctx, s->v);
         if (s->clip_dev) s->backend->iface->free(s->backend->ctx, s->clip_dev);
+        if (s->packed) s->backend->iface->free(s->backend->ctx, s->packed);
         free(s->clip_host);
     }
+    free(o->vars.vars);
+    free(o->vars.offsets);
+    pthread_mutex_destroy(&o->bind_mu);
     free(o);
 }
 
 static dist_status bind(dist_optimizer *o, dist_model *model) {
+    if (atomic_load(&o->vars_bound))
+        return dist_error(DIST_INVALID_USAGE,
+                          "optimizer: already applied to strategy variables; a model needs an "
+                          "optimizer of its own");
     dist_model *expected = NULL;
     if (atomic_compare_exchange_strong(&o->model, &expected, model) || expected == model)
         return DIST_OK;
@@ -94,11 +118,12 @@ static dist_status bind(dist_optimizer *o, dist_model *model) {
                       "optimizer: already applied to another model (one optimizer per model)");
 }
 
-static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_slots **out) {
+/* Replica r's slots for n parameters on `be`, allocated (zero) on first use. */
+static dist_status slots_alloc(dist_optimizer *o, dist_backend *be, int64_t n, int r,
+                               opt_slots **out) {
     opt_slots *s = &o->slots[r];
     if (!s->backend) {
-        dist_backend *be = dist_model_backend(model, r);
-        size_t bytes = (size_t)dist_model_num_params(model) * sizeof(float);
+        size_t bytes = (size_t)n * sizeof(float);
         int need_m = o->kind == OPT_ADAM || o->sgd.momentum > 0;
         void *m = NULL, *v = NULL;
         if (need_m) {
@@ -117,6 +142,10 @@ static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_sl
     return DIST_OK;
 }
 
+static dist_status slots_for(dist_optimizer *o, dist_model *model, int r, opt_slots **out) {
+    return slots_alloc(o, dist_model_backend(model, r), dist_model_num_params(model), r, out);
+}
+
 /* The learning rate of the update that follows `iterations` updates. */
 static dist_status lr_at(const dist_optimizer *o, int64_t iterations, float *out) {
     if (!o->has_schedule) {
@@ -133,10 +162,14 @@ static int clipping_on(const dist_optimizer *o) {
 /* grad_scale * grads, clipped, into the replica's clip buffer; *out is where the update reads
  * them. On a CUDA backend this goes through host memory both ways: correct and slow (two
  * copies of the whole gradient buffer per step), until the backends grow a norm kernel. */
-static dist_status clip_gradients(dist_optimizer *o, dist_model *model, int r, opt_slots *s,
-                                  const dist_tensor *grads, float grad_scale, const float **out) {
-    size_t n = (size_t)dist_model_num_params(model);
+static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_span *spans,
+                              int nv, size_t n, const dist_tensor *grads, float grad_scale,
+                              const float **out) {
     dist_backend *be = s->backend;
+    if (be->iface->name && !strcmp(be->iface->name, "xla-trace"))
+        return dist_error(DIST_UNSUPPORTED,
+                          "clipping (clipnorm/clipvalue/global_clipnorm) is not traced into the "
+                          "tpu strategy's program yet: drop it under tpu, or use mirrored");
     int on_host = grads->device.kind == DIST_DEVICE_CPU;
     if (!s->clip_host) {
         s->clip_host = malloc(n * sizeof(float));
@@ -145,6 +178,28 @@ static dist_status clip_gradients(dist_optimizer *o, dist_model *model, int r, o
     }
     if (!on_host && !s->clip_dev)
         DIST_TRY(be->iface->alloc(be->ctx, n * sizeof(float), &s->clip_dev));
+    const float *src = grads->data;
+    /* the backward pass may still be queued on the backend's stream */
+    if (on_host) DIST_TRY(be->iface->synchronize(be->ctx));
+    if (!on_host) {
+        DIST_TRY(dist_backend_to_host(be, grads, s->clip_host, n * sizeof(float)));
+        src = s->clip_host;
+    }
+    dist_grad_clip_host(&o->clip, spans, nv, src, s->clip_host, n, grad_scale);
+    if (on_host) {
+        *out = s->clip_host;
+        return DIST_OK;
+    }
+    DIST_TRY(
+        be->iface->copy(be->ctx, s->clip_dev, s->clip_host, n * sizeof(float), DIST_COPY_H2D));
+    DIST_TRY(be->iface->synchronize(be->ctx));
+    *out = s->clip_dev;
+    return DIST_OK;
+}
+
+static dist_status clip_gradients(dist_optimizer *o, dist_model *model, int r, opt_slots *s,
+                                  const dist_tensor *grads, float grad_scale, const float **out) {
+    size_t n = (size_t)dist_model_num_params(model);
     int nv = dist_model_num_variables(model);
     dist_grad_span *spans = malloc((size_t)(nv > 0 ? nv : 1) * sizeof *spans);
     if (!spans) return dist_error(DIST_OUT_OF_MEMORY, "optimizer: clipping: out of memory");
@@ -156,47 +211,17 @@ static dist_status clip_gradients(dist_optimizer *o, dist_model *model, int r, o
         spans[v].offset = (size_t)((const float *)var->data - base);
         spans[v].n = (size_t)dist_tensor_numel(var);
     }
-    dist_status st = DIST_OK;
-    const float *src = grads->data;
-    /* the backward pass may still be queued on the backend's stream */
-    if (on_host) DIST_TRY_GOTO(be->iface->synchronize(be->ctx), st, done);
-    if (!on_host) {
-        DIST_TRY_GOTO(dist_backend_to_host(be, grads, s->clip_host, n * sizeof(float)), st, done);
-        src = s->clip_host;
-    }
-    dist_grad_clip_host(&o->clip, spans, nv, src, s->clip_host, n, grad_scale);
-    if (on_host) {
-        *out = s->clip_host;
-    } else {
-        DIST_TRY_GOTO(
-            be->iface->copy(be->ctx, s->clip_dev, s->clip_host, n * sizeof(float), DIST_COPY_H2D),
-            st, done);
-        DIST_TRY_GOTO(be->iface->synchronize(be->ctx), st, done);
-        *out = s->clip_dev;
-    }
-done:
+    dist_status st = clip_spans(o, s, spans, nv, n, grads, grad_scale, out);
     free(spans);
     return st;
 }
 
-/* The update with gradients the strategy has aggregated: this replica's copy of the
- * variables, with its slots. */
-static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
-                                  const dist_tensor *grads, float grad_scale) {
-    dist_tensor *params = dist_model_params(model, r);
-    opt_slots *s;
-    DIST_TRY(slots_for(o, model, r, &s));
-    size_t n = (size_t)dist_model_num_params(model);
+/* One update of n parameters at `params` whose gradients are g and whose slots sit at `off`
+ * into the replica's slot buffers; s->iterations already counts this update. */
+static dist_status apply_rule(dist_optimizer *o, opt_slots *s, float lr, float grad_scale,
+                              float *params, const float *g, int64_t off, size_t n) {
     dist_backend *be = s->backend;
-    /* Keras evaluates learning_rate(iterations) before it counts the update */
-    float lr;
-    DIST_TRY(lr_at(o, s->iterations, &lr));
-    const float *g = grads->data;
-    if (clipping_on(o)) {
-        DIST_TRY(clip_gradients(o, model, r, s, grads, grad_scale, &g));
-        grad_scale = 1.0f;
-    }
-    s->iterations++;
+    float *m = s->m ? s->m + off : NULL;
     if (o->kind == OPT_ADAM) {
         double t = (double)s->iterations;
         double b1 = o->adam.beta_1, b2 = o->adam.beta_2;
@@ -207,18 +232,38 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
             .epsilon = o->adam.epsilon,
             .grad_scale = grad_scale,
         };
-        return be->iface->adam_update(be->ctx, &d, params->data, g, s->m, s->v, n);
+        return be->iface->adam_update(be->ctx, &d, params, g, m, s->v + off, n);
     }
     dist_sgd_desc d = {.lr = lr,
                        .momentum = o->sgd.momentum,
                        .nesterov = o->sgd.nesterov,
                        .grad_scale = grad_scale};
-    return be->iface->sgd_update(be->ctx, &d, params->data, g, s->m, n);
+    return be->iface->sgd_update(be->ctx, &d, params, g, m, n);
+}
+
+/* The update with gradients the strategy has aggregated: this replica's copy of the
+ * variables, with its slots. */
+static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
+                                  const dist_tensor *grads, float grad_scale) {
+    dist_tensor *params = dist_model_params(model, r);
+    opt_slots *s;
+    DIST_TRY(slots_for(o, model, r, &s));
+    size_t n = (size_t)dist_model_num_params(model);
+    /* Keras evaluates learning_rate(iterations) before it counts the update */
+    float lr;
+    DIST_TRY(lr_at(o, s->iterations, &lr));
+    const float *g = grads->data;
+    if (clipping_on(o)) {
+        DIST_TRY(clip_gradients(o, model, r, s, grads, grad_scale, &g));
+        grad_scale = 1.0f;
+    }
+    s->iterations++;
+    return apply_rule(o, s, lr, grad_scale, params->data, g, 0, n);
 }
 
 typedef struct opt_update {
     dist_optimizer *o;
-    dist_model *model;
+    dist_model *model; /* NULL: the optimizer's variable list */
     float grad_scale;
     int applied; /* update_fn ran: the update happened here, not on another task */
     int remote;  /* a strategy asked for the rule to apply it elsewhere (parameter_server) */
@@ -253,6 +298,176 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
 
 dist_status dist_optimizer_apply_gradients(dist_optimizer *o, dist_model *model, dist_tape *tape) {
     return dist_optimizer_apply_scaled(o, model, tape, 1.0f, 0);
+}
+
+/* ---- strategy variables ------------------------------------------------------------------ */
+
+static int same_list(const opt_varset *vs, int count, dist_variable *const *vars) {
+    if (vs->count != count) return 0;
+    for (int i = 0; i < count; i++)
+        if (vs->vars[i] != vars[i]) return 0;
+    return 1;
+}
+
+/* Binds the optimizer to this list (the first call) or checks it is the bound one. */
+static dist_status bind_vars(dist_optimizer *o, int count, dist_variable *const *vars) {
+    if (atomic_load(&o->model))
+        return dist_error(DIST_INVALID_USAGE,
+                          "optimizer: already applied to a model; strategy variables need an "
+                          "optimizer of their own");
+    if (atomic_load(&o->vars_bound)) {
+        if (same_list(&o->vars, count, vars)) return DIST_OK;
+        return dist_error(DIST_INVALID_USAGE,
+                          "optimizer: already applied to another list of %d variable(s): pass "
+                          "the same variables in the same order every step (one optimizer per "
+                          "list, as its slots are laid out by it)",
+                          o->vars.count);
+    }
+    dist_status st = DIST_OK;
+    pthread_mutex_lock(&o->bind_mu);
+    if (atomic_load(&o->vars_bound)) {
+        if (!same_list(&o->vars, count, vars))
+            st = dist_error(DIST_INVALID_USAGE,
+                            "optimizer: already applied to another list of %d variable(s)",
+                            o->vars.count);
+        pthread_mutex_unlock(&o->bind_mu);
+        return st;
+    }
+    opt_varset vs = {count, malloc((size_t)count * sizeof *vs.vars),
+                     malloc((size_t)count * sizeof *vs.offsets), 0};
+    if (!vs.vars || !vs.offsets) st = dist_error(DIST_OUT_OF_MEMORY, "optimizer: out of memory");
+    for (int i = 0; i < count && st == DIST_OK; i++) {
+        for (int j = 0; j < i; j++)
+            if (vars[j] == vars[i]) {
+                st = dist_error(DIST_INVALID_ARGUMENT,
+                                "optimizer: variable '%s' is listed twice (entries %d and %d)",
+                                dist_variable_name(vars[i]), j, i);
+                break;
+            }
+        if (st != DIST_OK) break;
+        if (dist_variable_synchronization(vars[i]) == DIST_SYNC_ON_READ) {
+            st = dist_error(DIST_INVALID_ARGUMENT,
+                            "optimizer: variable '%s' is ON_READ (per-replica, like a metric), "
+                            "and such variables are not trainable (as in TensorFlow)",
+                            dist_variable_name(vars[i]));
+            break;
+        }
+        if (i > 0 && dist_variable_placement(vars[i]) != dist_variable_placement(vars[0])) {
+            st = dist_error(DIST_INVALID_ARGUMENT,
+                            "optimizer: variables '%s' and '%s' belong to different strategies",
+                            dist_variable_name(vars[0]), dist_variable_name(vars[i]));
+            break;
+        }
+        vs.vars[i] = vars[i];
+        vs.offsets[i] = vs.n;
+        vs.n += dist_tensor_numel(dist_variable_value(vars[i], 0));
+    }
+    if (st == DIST_OK) {
+        o->vars = vs;
+        atomic_store(&o->vars_bound, 1);
+    } else {
+        free(vs.vars);
+        free(vs.offsets);
+    }
+    pthread_mutex_unlock(&o->bind_mu);
+    return st;
+}
+
+static dist_status var_slots_for(dist_optimizer *o, int r, opt_slots **out) {
+    const dist_placement *p = dist_variable_placement(o->vars.vars[0]);
+    DIST_TRY(slots_alloc(o, p->backends[r], o->vars.n, r, out));
+    opt_slots *s = *out;
+    if (!s->packed)
+        DIST_TRY(s->backend->iface->alloc(s->backend->ctx,
+                                          (size_t)(o->vars.n > 0 ? o->vars.n : 1) * sizeof(float),
+                                          &s->packed));
+    return DIST_OK;
+}
+
+static dist_status update_vars_replica(dist_optimizer *o, int r, const dist_tensor *grads,
+                                       float grad_scale) {
+    opt_slots *s;
+    DIST_TRY(var_slots_for(o, r, &s));
+    const opt_varset *vs = &o->vars;
+    float lr;
+    DIST_TRY(lr_at(o, s->iterations, &lr));
+    const float *g = grads->data;
+    if (clipping_on(o)) {
+        dist_grad_span *spans = malloc((size_t)vs->count * sizeof *spans);
+        if (!spans) return dist_error(DIST_OUT_OF_MEMORY, "optimizer: clipping: out of memory");
+        for (int i = 0; i < vs->count; i++) {
+            spans[i].offset = (size_t)vs->offsets[i];
+            spans[i].n = (size_t)dist_tensor_numel(dist_variable_value(vs->vars[i], r));
+        }
+        dist_status st = clip_spans(o, s, spans, vs->count, (size_t)vs->n, grads, grad_scale, &g);
+        free(spans);
+        DIST_TRY(st);
+        grad_scale = 1.0f;
+    }
+    s->iterations++;
+    for (int i = 0; i < vs->count; i++) {
+        dist_tensor *value = dist_variable_value(vs->vars[i], r);
+        DIST_TRY(apply_rule(o, s, lr, grad_scale, value->data, g + vs->offsets[i], vs->offsets[i],
+                            (size_t)dist_tensor_numel(value)));
+    }
+    return DIST_OK;
+}
+
+static dist_status var_update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
+    opt_update *u = user;
+    u->applied = 1;
+    return update_vars_replica(u->o, rc->local_id, grads, u->grad_scale);
+}
+
+dist_status dist_optimizer_apply_to_variables(dist_optimizer *o, dist_tape *tape, int count,
+                                              dist_variable *const *vars,
+                                              const dist_tensor *const *grads) {
+    DIST_CHECK_ARG(o && tape && vars && grads && count > 0,
+                   "dist_optimizer_apply_to_variables: NULL argument or no variables");
+    for (int i = 0; i < count; i++)
+        DIST_CHECK_ARG(vars[i] && grads[i],
+                       "dist_optimizer_apply_to_variables: variable or gradient %d is NULL", i);
+    DIST_TRY(bind_vars(o, count, vars));
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    int r = rc ? rc->local_id : 0;
+    DIST_CHECK_ARG(r < dist_variable_num_replicas(vars[0]),
+                   "optimizer: replica %d has no copy of variable '%s' (create it in the "
+                   "strategy's scope)",
+                   r, dist_variable_name(vars[0]));
+    opt_slots *s;
+    DIST_TRY(var_slots_for(o, r, &s));
+    dist_backend *be = s->backend;
+    /* the gradients side by side, in the variables' plain layout */
+    for (int i = 0; i < count; i++) {
+        const dist_tensor *value = dist_variable_value(vars[i], r);
+        const dist_tensor *g = grads[i];
+        if (g->dtype != DIST_F32 || dist_tensor_numel(g) != dist_tensor_numel(value))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "optimizer: the gradient for '%s' has %lld %s elements, the "
+                              "variable %lld float32",
+                              dist_variable_name(vars[i]), (long long)dist_tensor_numel(g),
+                              dist_dtype_name(g->dtype), (long long)dist_tensor_numel(value));
+        dist_tensor dst = *value;
+        dst.data = (float *)s->packed + o->vars.offsets[i];
+        DIST_TRY(be->iface->to_layout(be->ctx, g, &dst));
+    }
+    int64_t n = o->vars.n;
+    dist_tensor packed = dist_tensor_view(s->packed, DIST_F32, 1, &n);
+    packed.device = be->device;
+    if (!rc) return update_vars_replica(o, r, &packed, 1.0f);
+    opt_update u = {o, NULL, 1.0f, 0, 0};
+    DIST_TRY(dist_replica_apply_gradients(rc, &packed, var_update_fn, &u));
+    if (u.remote && !u.applied) o->slots[r].iterations++;
+    return DIST_OK;
+}
+
+int dist_optimizer_num_bound_variables(const dist_optimizer *o) {
+    return o && atomic_load(&o->vars_bound) ? o->vars.count : 0;
+}
+
+dist_variable *dist_optimizer_bound_variable(const dist_optimizer *o, int index) {
+    if (!o || !atomic_load(&o->vars_bound) || index < 0 || index >= o->vars.count) return NULL;
+    return o->vars.vars[index];
 }
 
 float dist_optimizer_learning_rate(const dist_optimizer *o) {
@@ -382,6 +597,72 @@ dist_status dist_optimizer_set_slot(dist_optimizer *o, dist_model *model, int sl
     return DIST_OK;
 }
 
+/* Slots of a variable list: packed in list order (count = the variables' total elements). */
+static dist_status check_var_slot(dist_optimizer *o, int count, dist_variable *const *vars,
+                                  int slot, int64_t total) {
+    DIST_CHECK_ARG(o && vars && count > 0, "optimizer slot: NULL argument or no variables");
+    DIST_CHECK_ARG(slot >= 0 && slot < dist_optimizer_num_slots(o),
+                   "optimizer '%s' has %d slot(s), slot %d requested", dist_optimizer_name(o),
+                   dist_optimizer_num_slots(o), slot);
+    for (int i = 0; i < count; i++)
+        DIST_CHECK_ARG(vars[i], "optimizer slot: variable %d is NULL", i);
+    DIST_TRY(bind_vars(o, count, vars));
+    DIST_CHECK_ARG(total == o->vars.n, "optimizer slot: the variables have %lld elements, %lld given",
+                   (long long)o->vars.n, (long long)total);
+    return DIST_OK;
+}
+
+dist_status dist_optimizer_get_variables_slot(dist_optimizer *o, int count,
+                                              dist_variable *const *vars, int slot, float *dst,
+                                              int64_t total) {
+    DIST_CHECK_ARG(dst, "dist_optimizer_get_variables_slot: dst is NULL");
+    DIST_TRY(check_var_slot(o, count, vars, slot, total));
+    const dist_placement *place = dist_variable_placement(vars[0]);
+    if (place->save_slot) { /* on the ps tasks, one variable at a time */
+        int64_t iterations = 0;
+        for (int i = 0; i < count; i++) {
+            dist_tensor *copies[DIST_MAX_REPLICAS] = {dist_variable_value(vars[i], 0)};
+            DIST_TRY(place->save_slot(place->owner, copies, slot, dst + o->vars.offsets[i],
+                                      (size_t)dist_tensor_numel(copies[0]) * sizeof *dst,
+                                      &iterations));
+        }
+        for (int r = 0; r < DIST_MAX_REPLICAS; r++) o->slots[r].iterations = iterations;
+        return DIST_OK;
+    }
+    opt_slots *s;
+    DIST_TRY(var_slots_for(o, 0, &s));
+    void *buf = slot == 0 ? s->m : s->v;
+    DIST_TRY(s->backend->iface->synchronize(s->backend->ctx));
+    return s->backend->iface->copy(s->backend->ctx, dst, buf, (size_t)total * sizeof *dst,
+                                   DIST_COPY_D2H);
+}
+
+dist_status dist_optimizer_set_variables_slot(dist_optimizer *o, int count,
+                                              dist_variable *const *vars, int slot,
+                                              const float *src, int64_t total) {
+    DIST_CHECK_ARG(src, "dist_optimizer_set_variables_slot: src is NULL");
+    DIST_TRY(check_var_slot(o, count, vars, slot, total));
+    const dist_placement *place = dist_variable_placement(vars[0]);
+    if (place->restore_slot) {
+        for (int i = 0; i < count; i++) {
+            dist_tensor *copies[DIST_MAX_REPLICAS] = {dist_variable_value(vars[i], 0)};
+            DIST_TRY(place->restore_slot(place->owner, copies, slot, src + o->vars.offsets[i],
+                                         (size_t)dist_tensor_numel(copies[0]) * sizeof *src,
+                                         o->slots[0].iterations));
+        }
+        return DIST_OK;
+    }
+    for (int r = 0; r < dist_variable_num_replicas(vars[0]); r++) {
+        opt_slots *s;
+        DIST_TRY(var_slots_for(o, r, &s));
+        void *buf = slot == 0 ? s->m : s->v;
+        DIST_TRY(s->backend->iface->copy(s->backend->ctx, buf, src, (size_t)total * sizeof *src,
+                                         DIST_COPY_H2D));
+        DIST_TRY(s->backend->iface->synchronize(s->backend->ctx));
+    }
+    return DIST_OK;
+}
+
 dist_status dist_optimizer_set_iterations(dist_optimizer *o, int64_t iterations) {
     DIST_CHECK_ARG(o, "dist_optimizer_set_iterations: optimizer is NULL");
     DIST_CHECK_ARG(iterations >= 0, "optimizer iterations must be >= 0, got %lld",
@@ -391,7 +672,7 @@ dist_status dist_optimizer_set_iterations(dist_optimizer *o, int64_t iterations)
 }
 
 dist_status dist_update_rule_of(dist_update_fn update, void *user, dist_update_rule *out) {
-    if (update != update_fn)
+    if (update != update_fn && update != var_update_fn)
         return dist_error(DIST_UNSUPPORTED,
                           "this update is applied where the variables live (on the ps tasks), "
                           "which can run only a dist_optimizer's Adam or SGD (not a loss-scale "
@@ -407,6 +688,11 @@ dist_status dist_update_rule_of(dist_update_fn update, void *user, dist_update_r
     *out = (dist_update_rule){0};
     out->grad_scale = u->grad_scale;
     out->model = u->model;
+    if (!u->model) {
+        out->num_variables = o->vars.count;
+        out->variables = o->vars.vars;
+        out->offsets = o->vars.offsets;
+    }
     /* the schedule at the updates this worker has pushed: with several workers the ps tasks
      * count more (every worker's), so a worker's step lags Keras's shared iterations */
     DIST_TRY(lr_at(o, o->slots[0].iterations, &out->lr));

@@ -6,6 +6,7 @@
 
 #include "dist/nn.h"
 #include "dist/replica.h"
+#include "dist/strategy.h"
 
 typedef enum dist_update_kind { DIST_UPDATE_ADAM = 1, DIST_UPDATE_SGD = 2 } dist_update_kind;
 
@@ -15,7 +16,10 @@ typedef struct dist_update_rule {
     float momentum;                  /* SGD */
     int nesterov;                    /* SGD */
     float grad_scale;                /* gradients are multiplied by it first */
-    dist_model *model;               /* whose variables the gradients are for */
+    dist_model *model;               /* whose variables the gradients are for; NULL: */
+    int num_variables;               /* these strategy variables', packed side by side */
+    dist_variable *const *variables; /* (gradient of variables[i] at offsets[i]) */
+    const int64_t *offsets;
 } dist_update_rule;
 
 /* The rule behind `update` when a dist_optimizer handed it to dist_replica_apply_gradients

@@ -682,9 +682,31 @@ static dist_status ps_apply_gradients(dist_strategy *s, dist_replica_ctx *rc, di
     DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_SUM, grads));
     if (rc->local_id != 0) return DIST_OK;
     pthread_mutex_lock(&c->mu);
+    dist_status st = DIST_OK;
+    if (!rule.model) { /* strategy variables: each is a group of its own */
+        for (int i = 0; i < rule.num_variables && st == DIST_OK; i++) {
+            dist_tensor *copies[DIST_MAX_REPLICAS] = {dist_variable_value(rule.variables[i], 0)};
+            ps_group *vg = group_of(c, copies);
+            if (!vg) {
+                st = dist_error(DIST_INVALID_ARGUMENT,
+                                "parameter_server: variable '%s' was not created in this "
+                                "strategy's scope",
+                                dist_variable_name(rule.variables[i]));
+                break;
+            }
+            dist_tensor piece = *grads;
+            piece.data = (float *)grads->data + rule.offsets[i];
+            piece.ndim = 1;
+            piece.shape[0] = vg->numel;
+            st = push(s, c, vg, &rule, &piece);
+        }
+        if (st == DIST_OK && c->cl->role == PS_ROLE_WORKER) st = prefetch(c);
+        pthread_mutex_unlock(&c->mu);
+        if (st != DIST_OK) return dist_error_context(st, "parameter_server: pushing the gradients");
+        return DIST_OK;
+    }
     dist_tensor *params[DIST_MAX_REPLICAS] = {dist_model_params(rule.model, 0)};
     ps_group *g = group_of(c, params);
-    dist_status st = DIST_OK;
     if (!g)
         st = dist_error(DIST_INVALID_ARGUMENT,
                         "parameter_server: the model was not built in this strategy's scope");

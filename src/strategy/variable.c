@@ -28,6 +28,12 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
         return dist_error(DIST_INVALID_USAGE,
                           "create_variable '%s': call it inside this strategy's scope",
                           name ? name : "");
+    if (s->kind == DIST_STRATEGY_TPU && sync == DIST_SYNC_ON_READ)
+        return dist_error(DIST_UNSUPPORTED,
+                          "create_variable '%s': tpu traces one program for every core, so it "
+                          "keeps no per-replica (ON_READ) values; reduce a metric with "
+                          "dist_strategy_reduce instead",
+                          name ? name : "");
     dist_variable *v = calloc(1, sizeof *v);
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "create_variable: out of memory");
     v->strategy = s;
@@ -35,8 +41,8 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
     v->aggregation = aggregation;
     v->sync = sync;
     dist_status st = DIST_OK;
-    for (int r = 0; r < s->num_replicas && st == DIST_OK; r++) {
-        dist_backend *be = s->replicas.backends[r];
+    for (int r = 0; r < s->placement.num_replicas && st == DIST_OK; r++) {
+        dist_backend *be = s->placement.backends[r];
         dist_tensor *t = &v->values[r];
         *t = dist_tensor_view(NULL, DIST_F32, ndim, shape);
         t->device = be->device;
@@ -51,7 +57,7 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
     }
     if (st == DIST_OK && s->iface->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
-        for (int r = 0; r < s->num_replicas; r++) copies[r] = &v->values[r];
+        for (int r = 0; r < s->placement.num_replicas; r++) copies[r] = &v->values[r];
         dist_variable_desc d = {v->name, ndim, shape, 0, dist_tensor_numel(&v->values[0])};
         st = s->iface->create_variable(s, copies, &d, 1);
     }
@@ -66,7 +72,7 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
 void dist_variable_destroy(dist_variable *v) {
     if (!v) return;
     for (int r = 0; r < v->num_replicas; r++) {
-        dist_backend *be = v->strategy->replicas.backends[r];
+        dist_backend *be = v->strategy->placement.backends[r];
         if (v->values[r].data) be->iface->free(be->ctx, v->values[r].data);
     }
     free(v);
@@ -115,11 +121,16 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
                    "read '%s': %lld values requested, it has %lld", v->name, (long long)count,
                    (long long)dist_tensor_numel(&v->values[0]));
     dist_strategy *s = v->strategy;
-    if (v->sync != DIST_SYNC_ON_READ || (v->num_replicas == 1 && !s->workers_comm))
-        return dist_backend_to_host(s->replicas.backends[0], &v->values[0], dst,
+    if (v->sync != DIST_SYNC_ON_READ) { /* where it lives (parameter_server: a ps task) */
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        for (int r = 0; r < v->num_replicas; r++) copies[r] = &v->values[r];
+        return s->placement.save_state(s, copies, dst, (size_t)count * sizeof *dst);
+    }
+    if (v->num_replicas == 1 && !s->workers_comm)
+        return dist_backend_to_host(s->placement.backends[0], &v->values[0], dst,
                                     (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_ONLY_FIRST_REPLICA)
-        return dist_backend_to_host(s->replicas.backends[0], &v->values[0], dst,
+        return dist_backend_to_host(s->placement.backends[0], &v->values[0], dst,
                                     (size_t)count * sizeof *dst);
     if (v->aggregation == DIST_AGGREGATION_NONE)
         return dist_error(DIST_INVALID_USAGE,
@@ -130,7 +141,7 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
     memset(dst, 0, (size_t)count * sizeof *dst);
     dist_status st = DIST_OK;
     for (int r = 0; r < v->num_replicas && st == DIST_OK; r++) {
-        st = dist_backend_to_host(s->replicas.backends[r], &v->values[r], tmp,
+        st = dist_backend_to_host(s->placement.backends[r], &v->values[r], tmp,
                                   (size_t)count * sizeof *tmp);
         for (int64_t i = 0; st == DIST_OK && i < count; i++) dst[i] += tmp[i];
     }
@@ -141,4 +152,49 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
         for (int64_t i = 0; i < count; i++) dst[i] /= (float)s->num_replicas_in_sync;
     free(tmp);
     return st;
+}
+
+const char *dist_variable_name(const dist_variable *v) {
+    return v ? v->name : NULL;
+}
+
+dist_synchronization dist_variable_synchronization(const dist_variable *v) {
+    return v ? v->sync : DIST_SYNC_ON_WRITE;
+}
+
+dist_aggregation dist_variable_aggregation(const dist_variable *v) {
+    return v ? v->aggregation : DIST_AGGREGATION_NONE;
+}
+
+const dist_placement *dist_variable_placement(const dist_variable *v) {
+    return v ? &v->strategy->placement : NULL;
+}
+
+int dist_variable_num_replicas(const dist_variable *v) {
+    return v ? v->num_replicas : 0;
+}
+
+dist_status dist_variable_write(dist_variable *v, const float *src, int64_t count) {
+    DIST_CHECK_ARG(v && src, "dist_variable_write: NULL argument");
+    DIST_CHECK_ARG(count == dist_tensor_numel(&v->values[0]),
+                   "write '%s': %lld values given, it has %lld", v->name, (long long)count,
+                   (long long)dist_tensor_numel(&v->values[0]));
+    dist_strategy *s = v->strategy;
+    dist_tensor *copies[DIST_MAX_REPLICAS];
+    for (int r = 0; r < v->num_replicas; r++) copies[r] = &v->values[r];
+    if (v->sync == DIST_SYNC_ON_READ) { /* every replica's own copy */
+        for (int r = 0; r < v->num_replicas; r++) {
+            dist_backend *be = s->placement.backends[r];
+            DIST_TRY(dist_backend_from_host(be, src, (size_t)count * sizeof *src, copies[r]));
+            DIST_TRY(dist_backend_synchronize(be));
+        }
+        return DIST_OK;
+    }
+    return s->placement.restore_state(s, copies, src, (size_t)count * sizeof *src);
+}
+
+dist_tensor *dist_variable_local(dist_variable *v, const dist_replica_ctx *rc) {
+    if (!v) return NULL;
+    int r = rc ? rc->local_id : 0;
+    return r < v->num_replicas ? &v->values[r] : NULL;
 }

@@ -15,19 +15,54 @@ static void slot_tensor_name(char *buf, size_t size, const char *slot, const cha
     snprintf(buf, size, "optimizer/%s/%s", slot, var);
 }
 
-dist_status dist_checkpoint_add_optimizer(dist_checkpoint *c, dist_optimizer *opt,
-                                          dist_model *model) {
-    DIST_CHECK_ARG(c && opt && model, "checkpoint: add_optimizer needs a checkpoint, an "
-                                      "optimizer and a model");
-    int64_t n = dist_model_num_params(model);
+/* What an optimizer updates, seen by a checkpoint: a model's parameters or a list of
+ * strategy variables, with their slots packed in the same order. */
+typedef struct ck_params {
+    dist_model *model;
+    int count;
+    dist_variable *const *vars;
+} ck_params;
+
+static int ck_num(const ck_params *p) {
+    return p->model ? dist_model_num_variables(p->model) : p->count;
+}
+
+static const char *ck_name(const ck_params *p, int i) {
+    return p->model ? dist_model_variable_name(p->model, i) : dist_variable_name(p->vars[i]);
+}
+
+static const dist_tensor *ck_var(const ck_params *p, int i) {
+    return p->model ? dist_model_variable(p->model, 0, i) : dist_variable_value(p->vars[i], 0);
+}
+
+static int64_t ck_total(const ck_params *p) {
+    if (p->model) return dist_model_num_params(p->model);
+    int64_t n = 0;
+    for (int i = 0; i < p->count; i++) n += dist_tensor_numel(dist_variable_value(p->vars[i], 0));
+    return n;
+}
+
+static dist_status ck_get_slot(dist_optimizer *opt, const ck_params *p, int s, float *dst,
+                               int64_t n) {
+    return p->model ? dist_optimizer_get_slot(opt, p->model, s, dst, n)
+                    : dist_optimizer_get_variables_slot(opt, p->count, p->vars, s, dst, n);
+}
+
+static dist_status ck_set_slot(dist_optimizer *opt, const ck_params *p, int s, const float *src,
+                               int64_t n) {
+    return p->model ? dist_optimizer_set_slot(opt, p->model, s, src, n)
+                    : dist_optimizer_set_variables_slot(opt, p->count, p->vars, s, src, n);
+}
+
+static dist_status add_optimizer(dist_checkpoint *c, dist_optimizer *opt, const ck_params *p) {
+    int64_t n = ck_total(p);
     int ns = dist_optimizer_num_slots(opt);
     float *all = malloc((size_t)(n > 0 ? n : 1) * (size_t)(ns > 0 ? ns : 1) * sizeof *all);
     if (!all) return dist_error(DIST_OUT_OF_MEMORY, "checkpoint: out of memory");
     dist_status st = DIST_OK;
     /* the slots first: where a strategy keeps them (parameter_server), reading them also
      * brings the optimizer's update count */
-    for (int s = 0; s < ns; s++)
-        DIST_TRY_GOTO(dist_optimizer_get_slot(opt, model, s, all + s * n, n), st, out);
+    for (int s = 0; s < ns; s++) DIST_TRY_GOTO(ck_get_slot(opt, p, s, all + s * n, n), st, out);
     int64_t iterations = dist_optimizer_iterations(opt);
     float lr = dist_optimizer_learning_rate(opt);
     dist_tensor it = dist_tensor_view(&iterations, DIST_I64, 0, NULL);
@@ -37,11 +72,10 @@ dist_status dist_checkpoint_add_optimizer(dist_checkpoint *c, dist_optimizer *op
     for (int s = 0; s < ns; s++) {
         float *buf = all + s * n;
         int64_t off = 0;
-        for (int i = 0; i < dist_model_num_variables(model); i++) {
-            const dist_tensor *v = dist_model_variable(model, 0, i);
+        for (int i = 0; i < ck_num(p); i++) {
+            const dist_tensor *v = ck_var(p, i);
             char name[NAME_MAX_LEN];
-            slot_tensor_name(name, sizeof name, dist_optimizer_slot_name(opt, s),
-                             dist_model_variable_name(model, i));
+            slot_tensor_name(name, sizeof name, dist_optimizer_slot_name(opt, s), ck_name(p, i));
             dist_tensor view = dist_tensor_view(buf + off, DIST_F32, v->ndim, v->shape);
             DIST_TRY_GOTO(dist_checkpoint_add(c, name, &view), st, out);
             off += dist_tensor_numel(v);
@@ -52,12 +86,10 @@ out:
     return st;
 }
 
-dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_optimizer *opt,
-                                              dist_model *model) {
-    DIST_CHECK_ARG(c && opt && model, "checkpoint: restore_optimizer needs a checkpoint, an "
-                                      "optimizer and a model");
-    int nv = dist_model_num_variables(model), ns = dist_optimizer_num_slots(opt);
-    int64_t n = dist_model_num_params(model);
+static dist_status restore_optimizer(const dist_checkpoint *c, dist_optimizer *opt,
+                                     const ck_params *p) {
+    int nv = ck_num(p), ns = dist_optimizer_num_slots(opt);
+    int64_t n = ck_total(p);
     int total = 2 + ns * nv;
     float *slots = malloc((size_t)(ns * n > 0 ? ns * n : 1) * sizeof *slots);
     char(*names)[NAME_MAX_LEN] = malloc((size_t)total * sizeof *names);
@@ -79,9 +111,9 @@ dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_opt
     for (int s = 0; s < ns; s++) {
         int64_t off = 0;
         for (int i = 0; i < nv; i++, k++) {
-            const dist_tensor *v = dist_model_variable(model, 0, i);
+            const dist_tensor *v = ck_var(p, i);
             slot_tensor_name(names[k], NAME_MAX_LEN, dist_optimizer_slot_name(opt, s),
-                             dist_model_variable_name(model, i));
+                             ck_name(p, i));
             views[k] = dist_tensor_view(slots + s * n + off, DIST_F32, v->ndim, v->shape);
             off += dist_tensor_numel(v);
         }
@@ -103,7 +135,7 @@ dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_opt
     }
     DIST_TRY_GOTO(dist_optimizer_set_iterations(opt, iterations), st, out);
     for (int s = 0; s < ns; s++)
-        DIST_TRY_GOTO(dist_optimizer_set_slot(opt, model, s, slots + s * n, n), st, out);
+        DIST_TRY_GOTO(ck_set_slot(opt, p, s, slots + s * n, n), st, out);
     if (!scheduled) DIST_TRY_GOTO(dist_optimizer_set_learning_rate(opt, lr), st, out);
 out:
     free(dst);
@@ -112,6 +144,48 @@ out:
     free(names);
     free(slots);
     return st;
+}
+
+dist_status dist_checkpoint_add_optimizer(dist_checkpoint *c, dist_optimizer *opt,
+                                          dist_model *model) {
+    DIST_CHECK_ARG(c && opt && model, "checkpoint: add_optimizer needs a checkpoint, an "
+                                      "optimizer and a model");
+    ck_params p = {model, 0, NULL};
+    return add_optimizer(c, opt, &p);
+}
+
+dist_status dist_checkpoint_restore_optimizer(const dist_checkpoint *c, dist_optimizer *opt,
+                                              dist_model *model) {
+    DIST_CHECK_ARG(c && opt && model, "checkpoint: restore_optimizer needs a checkpoint, an "
+                                      "optimizer and a model");
+    ck_params p = {model, 0, NULL};
+    return restore_optimizer(c, opt, &p);
+}
+
+static dist_status check_vars(int count, dist_variable *const *vars, const char *what) {
+    DIST_CHECK_ARG(vars && count > 0, "checkpoint: %s needs at least one variable", what);
+    for (int i = 0; i < count; i++)
+        DIST_CHECK_ARG(vars[i], "checkpoint: %s: variable %d is NULL", what, i);
+    return DIST_OK;
+}
+
+dist_status dist_checkpoint_add_optimizer_for_variables(dist_checkpoint *c, dist_optimizer *opt,
+                                                        int count, dist_variable *const *vars) {
+    DIST_CHECK_ARG(c && opt, "checkpoint: add_optimizer_for_variables needs a checkpoint and an "
+                             "optimizer");
+    DIST_TRY(check_vars(count, vars, "add_optimizer_for_variables"));
+    ck_params p = {NULL, count, vars};
+    return add_optimizer(c, opt, &p);
+}
+
+dist_status dist_checkpoint_restore_optimizer_for_variables(const dist_checkpoint *c,
+                                                            dist_optimizer *opt, int count,
+                                                            dist_variable *const *vars) {
+    DIST_CHECK_ARG(c && opt, "checkpoint: restore_optimizer_for_variables needs a checkpoint "
+                             "and an optimizer");
+    DIST_TRY(check_vars(count, vars, "restore_optimizer_for_variables"));
+    ck_params p = {NULL, count, vars};
+    return restore_optimizer(c, opt, &p);
 }
 
 dist_status dist_checkpoint_add_loss_scale(dist_checkpoint *c,

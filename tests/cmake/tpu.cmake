@@ -63,3 +63,12 @@ set(spe_dir ${CMAKE_CURRENT_BINARY_DIR}/spe_mirrored)
 add_test(NAME distrain.steps_per_execution_mirrored
          COMMAND sh -c "mkdir -p '${spe_dir}' && for k in 1 4; do '$<TARGET_FILE:distrain>' --strategy mirrored --devices cpu:0,cpu:1 --threads 1 --epochs 2 --steps-per-epoch 30 --quiet --steps-per-execution $k --metrics-json '${spe_dir}'/m$k.json || exit 1; grep -E '\"(train_loss|test_loss|steps)\"' '${spe_dir}'/m$k.json > '${spe_dir}'/l$k.txt; done && test -s '${spe_dir}'/l1.txt && cmp '${spe_dir}'/l1.txt '${spe_dir}'/l4.txt && cat '${spe_dir}'/l4.txt")
 set_tests_properties(distrain.steps_per_execution_mirrored PROPERTIES LABELS cli TIMEOUT 300)
+
+# Strategy variables trained by an optimizer under tpu (tests/unit/test_train_variables.c in
+# its tpu mode): the same weights as the Sequential model after 4 steps on 2 cores, the
+# optimizer's state through a checkpoint, clipping refused with a clear error.
+add_test(NAME tpu.train_variables
+         COMMAND test_train_variables tpu ${DIST_TEST_PJRT_PLUGIN})
+set_tests_properties(tpu.train_variables PROPERTIES FIXTURES_REQUIRED pjrt_venv
+                     LABELS "tpu;integration" TIMEOUT 600
+                     ENVIRONMENT "${unit_env};${tpu_env}")
