@@ -183,6 +183,37 @@ static dist_status rows_step(dist_replica_ctx *rc, const dist_element *in, void 
     return dist_variable_assign(var, rc, dv);
 }
 
+/* A trainable strategy variable w [2]: replica `id` (global) contributes the loss
+ * sum((w - (id + 1) * [1, 2])^2) / 2, whose gradient is w - (id + 1) * [1, 2]; their SUM
+ * over both workers is 2w - [3, 6], and SGD (lr 0.1) takes w from the chief's [0, 0] (not
+ * worker 1's [5, 5]) to [0.3, 0.6] on both. */
+typedef struct trainable {
+    dist_variable *w;
+    dist_optimizer *sgd;
+} trainable;
+
+static dist_status trainable_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                  dist_element *outputs) {
+    (void)in, (void)outputs;
+    trainable *tr = user;
+    dist_tape *t = dist_replica_tape(rc);
+    dist_tensor *w = dist_variable_local(tr->w, rc);
+    DIST_TRY_TEST(dist_tape_watch(t, w));
+    int id = dist_replica_id_in_sync_group(rc);
+    float c[2] = {(float)(id + 1), (float)(2 * (id + 1))};
+    int64_t shape[1] = {2};
+    dist_tensor hc = dist_tensor_view(c, DIST_F32, 1, shape);
+    dist_tensor *dc, *d, *sq, *sum, *loss, *g;
+    DIST_TRY_TEST(dist_tape_upload(t, &hc, &dc));
+    DIST_TRY_TEST(dist_op_sub(t, w, dc, &d));
+    DIST_TRY_TEST(dist_op_square(t, d, &sq));
+    DIST_TRY_TEST(dist_op_reduce_sum(t, sq, &sum));
+    DIST_TRY_TEST(dist_op_scale(t, sum, 0.5f, &loss));
+    DIST_TRY_TEST(dist_tape_alloc(t, DIST_F32, 1, shape, &g));
+    DIST_TRY_TEST(dist_tape_gradient(t, loss, 1, &w, &g));
+    return dist_optimizer_apply_to_variables(tr->sgd, t, 1, &tr->w, (const dist_tensor *const *)&g);
+}
+
 static int worker_collectives(const char *spec, const char *out) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_MULTI_WORKER;
@@ -193,13 +224,25 @@ static int worker_collectives(const char *spec, const char *out) {
     dist_variable *var = NULL;
     dist_per_replica pr;
     dist_tensor *sum = NULL, *mean = NULL, *mean_axis = NULL, *gathered = NULL, *by_col = NULL;
-    float init = 0, on_read = 0;
+    float init = 0, on_read = 0, trained[2] = {0};
+    trainable tr = {0};
+    dist_sgd_options sgd = DIST_SGD_OPTIONS_INIT;
+    sgd.learning_rate = 0.1f;
     dist_status st = dist_strategy_create(&so, &s);
     if (!st) st = dist_strategy_scope_enter(s);
     if (!st)
         st = dist_strategy_create_variable(s, "counter", 0, NULL, &init, DIST_AGGREGATION_SUM,
                                            DIST_SYNC_ON_READ, &var);
+    /* each worker starts from its own value: the chief's is the variable's */
+    float w0[2] = {dist_strategy_is_chief(s) ? 0.0f : 5.0f, dist_strategy_is_chief(s) ? 0.0f : 5.0f};
+    int64_t wshape[1] = {2};
+    if (!st)
+        st = dist_strategy_create_variable(s, "w", 1, wshape, w0, DIST_AGGREGATION_MEAN,
+                                           DIST_SYNC_ON_WRITE, &tr.w);
+    if (!st) st = dist_optimizer_create_sgd(&sgd, &tr.sgd);
     if (!st) st = dist_strategy_scope_exit(s);
+    if (!st) st = dist_strategy_run(s, trainable_step, &tr, NULL, NULL);
+    if (!st) st = dist_variable_read(tr.w, trained, 2);
     if (!st) st = dist_strategy_run(s, rows_step, var, NULL, &pr);
     if (!st) st = dist_strategy_reduce(s, DIST_REDUCE_SUM, &pr, 0, 0, &sum);
     if (!st) st = dist_strategy_reduce(s, DIST_REDUCE_MEAN, &pr, 0, 0, &mean_axis);
@@ -225,7 +268,10 @@ static int worker_collectives(const char *spec, const char *out) {
         fprintf(f, " %g", ((float *)by_col->data)[i]);
     fprintf(f, "\n");
     fprintf(f, "on_read_sum %g\n", on_read);
+    fprintf(f, "trained %g %g\n", trained[0], trained[1]);
     fclose(f);
+    dist_optimizer_destroy(tr.sgd);
+    dist_variable_destroy(tr.w);
     dist_tensor_destroy(sum);
     dist_tensor_destroy(mean_axis);
     dist_tensor_destroy(gathered);
@@ -528,7 +574,7 @@ static char *slurp(const char *path) {
 }
 
 /* Worker 0's replica has 1 row [1], worker 1's has 2 rows [11, 12]. */
-START_TEST(test_reduce_gather_and_on_read_variables_span_the_workers) {
+START_TEST(test_reduce_gather_variables_and_their_training_span_the_workers) {
     char path[2][64];
     char *args[2][6];
     for (int i = 0; i < 2; i++) {
@@ -540,11 +586,13 @@ START_TEST(test_reduce_gather_and_on_read_variables_span_the_workers) {
     const char *expect[2] = {"replicas_in_sync 2\nworkers 2\nworker_id 0\nchief 1\n"
                              "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
                              "gathered 1\ngathered 11\ngathered 12\n"
-                             "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n",
+                             "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n"
+                             "trained 0.3 0.6\n",
                              "replicas_in_sync 2\nworkers 2\nworker_id 1\nchief 0\n"
                              "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
                              "gathered 1\ngathered 11\ngathered 12\n"
-                             "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n"};
+                             "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n"
+                             "trained 0.3 0.6\n"};
     for (int i = 0; i < 2; i++) {
         ck_assert_str_eq(slurp(path[i]), expect[i]);
         unlink(path[i]);
@@ -662,7 +710,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_invalid_cluster_specs_are_refused_with_tensorflows_message);
     tcase_add_test(tc, test_without_a_cluster_multi_worker_is_one_local_worker);
     tcase_add_test(tc, test_a_worker_that_never_joins_is_named_after_the_deadline);
-    tcase_add_test(tc, test_reduce_gather_and_on_read_variables_span_the_workers);
+    tcase_add_test(tc, test_reduce_gather_variables_and_their_training_span_the_workers);
     tcase_add_test(tc, test_predict_over_two_workers_gives_every_row_in_order_on_each);
     tcase_add_test(tc, test_two_workers_match_mirrored_two_replicas_after_20_sgd_steps);
     tcase_add_test(tc, test_two_workers_match_mirrored_with_adam_for_20_steps);
