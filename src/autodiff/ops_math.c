@@ -16,6 +16,12 @@
 /* ---- host access ---------------------------------------------------------------------- */
 
 dist_status tape_host_ready(dist_tape *t, const char *op) {
+    if (dist_backend_is_traced(t->backend))
+        return dist_error(DIST_UNSUPPORTED,
+                          "%s: runs on host memory, which the tpu strategy cannot trace into its "
+                          "XLA program (under tpu: conv2d, dense, relu, max_pool2d, flatten, add, "
+                          "scale, matmul, reshape and the losses)",
+                          op);
     if (t->backend->device.kind != DIST_DEVICE_CPU)
         return dist_error(DIST_UNSUPPORTED,
                           "%s: runs on host memory, and the %s backend keeps tensors in device "

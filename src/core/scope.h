@@ -15,6 +15,7 @@ typedef struct dist_variable_desc {
     const int64_t *shape;
     int64_t offset; /* elements into the block */
     int64_t numel;
+    int non_trainable; /* updated by assignment (BatchNormalization's moving statistics) */
 } dist_variable_desc;
 
 typedef struct dist_placement {

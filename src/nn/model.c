@@ -452,7 +452,8 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         dist_variable_desc vars[MODEL_MAX_VARS];
         for (int i = 0; i < m->nvars; i++)
             vars[i] = (dist_variable_desc){m->vars[i].name, m->vars[i].ndim, m->vars[i].shape,
-                                           m->vars[i].offset, m->vars[i].numel};
+                                           m->vars[i].offset, m->vars[i].numel,
+                                           !m->vars[i].trainable};
         st = place->create_variable(place->owner, copies, vars, m->nvars);
     }
     if (st != DIST_OK) return st;
@@ -518,6 +519,11 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
  * in the replica's parameter buffer on the host. */
 static dist_status call_batch_norm(dist_model *m, dist_tape *tape, model_replica *rep,
                                    const model_layer *l, const dist_tensor *h, dist_tensor **out) {
+    if (dist_backend_is_traced(dist_tape_backend(tape)))
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (BatchNormalization) runs on host memory, which the tpu "
+                          "strategy cannot trace into its XLA program",
+                          l->name);
     if (dist_tape_backend(tape)->device.kind != DIST_DEVICE_CPU)
         return dist_error(DIST_UNSUPPORTED,
                           "layer '%s' (BatchNormalization) runs on host memory: use a CPU tape",

@@ -11,7 +11,10 @@
 #include <stdint.h>
 
 /* The update a push asks for: Keras's Adam or SGD with the worker's hyperparameters. */
-typedef enum ps_rule_kind { PS_RULE_ADAM = 1, PS_RULE_SGD = 2 } ps_rule_kind;
+/* PS_RULE_ASSIGN: the pushed values replace the variable's (a non-trainable variable a worker
+ * updates itself, as BatchNormalization's moving statistics: TF's ONLY_FIRST_REPLICA assign);
+ * its slots and update count stay. */
+typedef enum ps_rule_kind { PS_RULE_ADAM = 1, PS_RULE_SGD = 2, PS_RULE_ASSIGN = 3 } ps_rule_kind;
 typedef struct ps_rule {
     uint32_t kind;
     float lr, beta1, beta2, epsilon; /* Adam */

@@ -33,6 +33,7 @@ typedef struct ps_shard {
     char name[128];
     int shard, num_shards;
     int64_t first_row, rows;
+    bool assign; /* non-trainable: the worker assigns its value instead of pushing gradients */
 } ps_shard;
 
 /* The variables made by one create_variable call (a model's parameters): one block per
@@ -211,6 +212,7 @@ static dist_status place(ps_ctx *c, const dist_variable_desc *v, ps_shard *out, 
         sh->num_shards = shards;
         sh->first_row = first;
         sh->rows = count;
+        sh->assign = v->non_trainable != 0;
         if (shards > 1)
             snprintf(sh->name, sizeof sh->name, "%s/part_%d", v->name, i);
         else
@@ -589,6 +591,9 @@ static dist_status ps_run(dist_strategy *s, dist_step_fn step, void *user,
     return dist_local_replicas_run(s, step, user, inputs, results);
 }
 
+static dist_status push_shards(ps_ctx *c, ps_group *g, const ps_rule *rule, const float *data,
+                               bool assigned);
+
 static dist_status push(dist_strategy *s, ps_ctx *c, ps_group *g, const dist_update_rule *rule,
                         dist_tensor *grads) {
     const float *gd = grads->data;
@@ -607,16 +612,45 @@ static dist_status push(dist_strategy *s, ps_ctx *c, ps_group *g, const dist_upd
                  .momentum = rule->momentum,
                  .nesterov = (uint32_t)rule->nesterov,
                  .grad_scale = rule->grad_scale};
+    DIST_TRY(push_shards(c, g, &r, gd, false));
+    bool any_assign = false;
+    for (int i = 0; i < g->num_shards; i++) any_assign |= g->shards[i].assign;
+    if (!any_assign) return DIST_OK;
+    /* the non-trainable variables (moving statistics) as replica 0 left them in this step */
+    const float *vals = g->copies[0]->data;
+    float *host = NULL;
+    if (g->copies[0]->device.kind != DIST_DEVICE_CPU) {
+        host = malloc((size_t)g->numel * sizeof *host);
+        if (!host) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
+        dist_status st = dist_backend_to_host(s->replicas.backends[0], g->copies[0], host,
+                                              (size_t)g->numel * sizeof *host);
+        if (st != DIST_OK) {
+            free(host);
+            return st;
+        }
+        vals = host;
+    }
+    ps_rule assign = {.kind = PS_RULE_ASSIGN};
+    dist_status st = push_shards(c, g, &assign, vals, true);
+    free(host);
+    return st;
+}
+
+/* One PUSH per ps of the group's shards whose `assign` flag is `assigned`, with `rule` and
+ * their data at the shards' offsets into `data`. */
+static dist_status push_shards(ps_ctx *c, ps_group *g, const ps_rule *rule, const float *data,
+                               bool assigned) {
+    const float *gd = data;
     for (int j = 0; j < c->cl->num_ps; j++) {
         ps_buf_reset(&c->req);
         unsigned char rb[PS_RULE_BYTES];
-        ps_rule_encode(&r, rb);
+        ps_rule_encode(rule, rb);
         ps_put_bytes(&c->req, rb, sizeof rb);
         ps_put_u32(&c->req, 0);
         uint32_t count = 0;
         int npieces = 1;
         for (int i = 0; i < g->num_shards; i++)
-            if (g->shards[i].ps == j) {
+            if (g->shards[i].ps == j && g->shards[i].assign == assigned) {
                 ps_put_u32(&c->req, g->shards[i].id);
                 ps_put_u64(&c->req, (uint64_t)g->shards[i].numel);
                 count++;
@@ -630,7 +664,7 @@ static dist_status push(dist_strategy *s, ps_ctx *c, ps_group *g, const dist_upd
         pieces[0] = (ps_piece){c->req.p, c->req.len};
         for (int i = 0; i < g->num_shards; i++) {
             const ps_shard *sh = &g->shards[i];
-            if (sh->ps != j) continue;
+            if (sh->ps != j || sh->assign != assigned) continue;
             const float *p = gd + sh->offset;
             ps_piece *last = &pieces[npieces - 1];
             if (npieces > 1 && (const char *)last->p + last->n == (const char *)p)

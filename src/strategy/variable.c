@@ -58,7 +58,7 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
     if (st == DIST_OK && s->iface->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
         for (int r = 0; r < s->placement.num_replicas; r++) copies[r] = &v->values[r];
-        dist_variable_desc d = {v->name, ndim, shape, 0, dist_tensor_numel(&v->values[0])};
+        dist_variable_desc d = {v->name, ndim, shape, 0, dist_tensor_numel(&v->values[0]), 0};
         st = s->iface->create_variable(s, copies, &d, 1);
     }
     if (st != DIST_OK) {

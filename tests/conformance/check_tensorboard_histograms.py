@@ -14,7 +14,8 @@ Trains 2 epochs of 6 steps with --logdir --histogram-freq 1 --update-freq 4 --sa
   - Keras 3 itself (keras.callbacks.TensorBoard(histogram_freq=1, update_freq=3) on a model
     with the seed CNN's layer types, 2 epochs of 3 batches), next to distrain with the same
     epochs, batches and --update-freq 3, writes the same histogram tags, plugin, tensor dtype and
-    shape, and the same batch_* tags at the same steps.
+    shape, and the same batch_* tags at the same steps; and with validation data, the same
+    validation tags (epoch_loss, epoch_accuracy) at the same steps.
 """
 import glob
 import os
@@ -53,7 +54,7 @@ m = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Conv2D(2, 3, activa
                       keras.layers.Dense(10)])
 m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
           metrics=["accuracy"])
-m.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[
+m.fit(x, y, batch_size=16, epochs=2, verbose=0, validation_data=(x[:16], y[:16]), callbacks=[
     keras.callbacks.TensorBoard(sys.argv[1], histogram_freq=1, update_freq=3, write_graph=False)])
 """
 
@@ -83,7 +84,7 @@ def compare_with_keras(distrain, tmp, failures):
         return
     ddir = os.path.join(tmp, "distrain_k")
     p = subprocess.run([distrain, "--quiet", "--epochs", "2", "--steps-per-epoch", "3",
-                        "--logdir", ddir, "--histogram-freq", "1", "--update-freq", "3",
+                        "--validation-split", "0.1", "--logdir", ddir, "--histogram-freq", "1", "--update-freq", "3",
                         "--threads", "1"], capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         failures.append("distrain exited %d: %s" % (p.returncode, p.stderr))
@@ -102,6 +103,19 @@ def compare_with_keras(distrain, tmp, failures):
             failures.append("%s steps: Keras %s, distrain %s" % (tag, k[1], o[1]))
         else:
             print("ok  as Keras 3: %-36s %s steps %s" % (tag, o[0], o[1]))
+    # the validation writer: the same tags at the same steps (epoch_loss and epoch_accuracy at
+    # the epochs; Keras 3 writes its evaluation_*_vs_iterations only from evaluate(), not from
+    # fit's validation, and neither does distrain)
+    keras_v = summary_of(os.path.join(kdir, "validation"))
+    ours_v = summary_of(os.path.join(ddir, "validation"))
+    if sorted(keras_v) != sorted(ours_v) or not keras_v:
+        failures.append("validation tags: Keras %s, distrain %s" % (sorted(keras_v), sorted(ours_v)))
+    for tag in sorted(keras_v):
+        k, o = keras_v.get(tag), ours_v.get(tag)
+        if o is None or k[1] != o[1]:
+            failures.append("validation/%s: Keras %s, distrain %s" % (tag, k, o))
+        else:
+            print("ok  as Keras 3: validation/%-25s steps %s" % (tag, o[1]))
 
 
 def main():

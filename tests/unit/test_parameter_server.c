@@ -26,6 +26,7 @@ typedef struct cluster {
     dist_partitioner partitioner;
     int use_partitioner;
     int linear; /* every task also makes the linear classifier's strategy variables */
+    int bn;     /* the model: Conv2D + BatchNormalization + Dense instead of the seed CNN */
 } cluster;
 
 static dist_mnist *g_mnist;
@@ -209,11 +210,21 @@ static dist_status mnist_fn(const dist_input_context *ctx, void *user, dist_data
     return DIST_OK;
 }
 
-static dist_status build_model(dist_strategy *s, dist_model **m, dist_optimizer **opt) {
+static dist_status build_model(dist_strategy *s, int bn, dist_model **m, dist_optimizer **opt) {
     int64_t shape[3] = {28, 28, 1};
     dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
     DIST_TRY_TEST(dist_strategy_scope_enter(s));
-    DIST_TRY_TEST(dist_model_create_mnist_cnn(m));
+    if (bn) {
+        dist_batch_norm_options bo = DIST_BATCH_NORM_OPTIONS_INIT;
+        bo.momentum = 0.5f;
+        DIST_TRY_TEST(dist_model_create("bn", m));
+        DIST_TRY_TEST(dist_model_add_conv2d(*m, 4, 3, DIST_ACT_RELU));
+        DIST_TRY_TEST(dist_model_add_batch_normalization(*m, &bo));
+        DIST_TRY_TEST(dist_model_add_flatten(*m));
+        DIST_TRY_TEST(dist_model_add_dense(*m, 10, DIST_ACT_NONE));
+    } else {
+        DIST_TRY_TEST(dist_model_create_mnist_cnn(m));
+    }
     DIST_TRY_TEST(dist_model_build(*m, 3, shape, 7));
     DIST_TRY_TEST(dist_optimizer_create_adam(&adam, opt));
     return dist_strategy_scope_exit(s);
@@ -237,7 +248,7 @@ static void *task_main(void *arg) {
     dist_status st = dist_strategy_create(&o, &s);
     worker_state w = {0};
     if (st == DIST_OK && strcmp(a->type, "worker") == 0) {
-        st = build_model(s, &w.model, &w.opt);
+        st = build_model(s, a->c->bn, &w.model, &w.opt);
         if (st == DIST_OK && a->c->linear) st = build_linear(s, &w);
         if (st == DIST_OK) st = register_all(s, &w);
     }
@@ -279,7 +290,8 @@ static void chief_start(chief *ch, cluster *c) {
     dist_strategy_options o = options_for(c, "chief", 0, ch->buf, sizeof ch->buf);
     ck_assert_msg(dist_strategy_create(&o, &ch->s) == DIST_OK, "%s", dist_last_error());
     ck_assert_str_eq(dist_strategy_task_type(ch->s), "chief");
-    ck_assert_msg(build_model(ch->s, &ch->model, &ch->opt) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(build_model(ch->s, c->bn, &ch->model, &ch->opt) == DIST_OK, "%s",
+                  dist_last_error());
     ch->w.model = ch->model;
     ch->w.opt = ch->opt;
     if (c->linear)
@@ -485,6 +497,48 @@ START_TEST(test_strategy_variables_train_on_the_ps_tasks) {
 }
 END_TEST
 
+/* BatchNormalization's moving statistics are non-trainable: the worker assigns the values its
+ * training calls computed (TF's ONLY_FIRST_REPLICA) instead of pushing gradients, so the ps
+ * tasks, and through them the chief, hold statistics that moved; gamma and beta train. */
+START_TEST(test_moving_statistics_reach_the_ps_tasks) {
+    cluster c;
+    cluster_init(&c, 1, 2);
+    c.bn = 1;
+    start_ps(&c);
+    start(&c, "worker", 0);
+    chief ch;
+    chief_start(&ch, &c);
+    int64_t n = dist_model_num_params(ch.model);
+    float *before = malloc((size_t)n * 4), *after = malloc((size_t)n * 4);
+    ck_assert_int_eq(dist_model_get_weights(ch.model, 0, before, n), DIST_OK);
+    int ds = -1;
+    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch.coord, "mnist", &ds), DIST_OK);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "train", ds, NULL, 0, NULL), DIST_OK);
+    ck_assert_msg(dist_coordinator_join(ch.coord) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_get_weights(ch.model, 0, after, n), DIST_OK);
+    int64_t off = 0;
+    int checked = 0;
+    for (int v = 0; v < dist_model_num_variables(ch.model); v++) {
+        const char *name = dist_model_variable_name(ch.model, v);
+        int64_t k = dist_tensor_numel(dist_model_variable(ch.model, 0, v));
+        double moved = 0;
+        for (int64_t i = 0; i < k; i++) moved = fmax(moved, fabs(after[off + i] - before[off + i]));
+        ck_assert_msg(moved > 1e-3, "'%s' on the ps tasks did not move (%g)", name, moved);
+        if (strstr(name, "moving_mean")) {
+            /* ReLU outputs: their mean is positive, the initial one 0 */
+            for (int64_t i = 0; i < k; i++) ck_assert(after[off + i] >= 0);
+            checked++;
+        }
+        off += k;
+    }
+    ck_assert_int_eq(checked, 1);
+    free(before);
+    free(after);
+    chief_stop(&ch, &c);
+}
+END_TEST
+
 START_TEST(test_arguments_and_results_travel_as_tensors) {
     cluster c;
     cluster_init(&c, 1, 1);
@@ -611,6 +665,7 @@ int main(void) {
     tcase_set_timeout(co, 300);
     tcase_add_test(co, test_scheduled_training_steps_lower_the_loss_and_update_the_ps);
     tcase_add_test(co, test_strategy_variables_train_on_the_ps_tasks);
+    tcase_add_test(co, test_moving_statistics_reach_the_ps_tasks);
     tcase_add_test(co, test_arguments_and_results_travel_as_tensors);
     tcase_add_test(co, test_an_unregistered_function_is_refused_by_its_name);
     tcase_add_test(co, test_a_failed_closure_fails_join_cancels_the_queue_and_is_reported_once);

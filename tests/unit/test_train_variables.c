@@ -421,6 +421,32 @@ START_TEST(test_under_tpu_clipping_is_a_clear_error) {
 }
 END_TEST
 
+/* Layers that compute on host memory cannot be traced: a clear error naming the layer. */
+START_TEST(test_under_tpu_batch_normalization_is_a_clear_error) {
+    make_data();
+    dist_strategy *s = make("tpu:0,tpu:1");
+    dist_model *m;
+    dist_batch_norm_options bo = DIST_BATCH_NORM_OPTIONS_INIT;
+    ck_assert_int_eq(dist_model_create("sequential", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, HID, DIST_ACT_RELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &bo), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, OUT, DIST_ACT_NONE), DIST_OK);
+    int64_t in_shape[1] = {IN};
+    ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, in_shape, 7), DIST_OK);
+    ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+    model_run mr = {m, adam(0)};
+    step_inputs in;
+    split(0, 2, &in);
+    ck_assert_int_eq(dist_strategy_run(s, model_step, &mr, &in.el, NULL), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "(BatchNormalization)"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "tpu"));
+    dist_optimizer_destroy(mr.opt);
+    dist_model_destroy(m);
+    dist_strategy_destroy(s);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *su = suite_create("train_variables");
     if (argc == 3 && !strcmp(argv[1], "tpu")) {
@@ -435,6 +461,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_under_tpu_variables_train_like_the_sequential_model);
         tcase_add_test(tc, test_optimizer_state_of_variables_survives_a_checkpoint);
         tcase_add_test(tc, test_under_tpu_clipping_is_a_clear_error);
+        tcase_add_test(tc, test_under_tpu_batch_normalization_is_a_clear_error);
         suite_add_tcase(su, tc);
         return dist_test_run(su);
     }
