@@ -236,6 +236,8 @@ static dist_status binary_op(dist_tape *t, int kind, const dist_tensor *a, const
         n->saved[0] = pa;
         n->saved[1] = pb;
     }
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -368,6 +370,8 @@ static dist_status unary_op(dist_tape *t, int kind, const dist_tensor *x, dist_t
         n->p.m.kind = kind;
         n->saved[0] = px;
     }
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -494,6 +498,8 @@ dist_status dist_op_avg_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, i
     tape_node *n;
     DIST_TRY(tape_record(t, out, avg_pool_backward, 1, in, &n));
     if (n) n->p = tmp.p;
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -575,6 +581,8 @@ dist_status dist_op_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor
         n->saved[0] = pa;
         n->saved[1] = pb;
     }
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -966,6 +974,8 @@ static dist_status reduce_axes(dist_tape *t, int kind, const dist_tensor *x, int
         n->p.m.a = mask;
         n->saved[0] = px;
     }
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }
@@ -1046,6 +1056,8 @@ static dist_status softmax_common(dist_tape *t, const dist_tensor *x, int log_fo
     tape_node *n;
     DIST_TRY(tape_record(t, out, softmax_backward, 1, in, &n));
     if (n) n->p.m.kind = log_form;
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }

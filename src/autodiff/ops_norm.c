@@ -236,6 +236,8 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
         n->saved[1] = pg;
         n->workspace = ws;
     }
+    /* a mixed policy: stored at the compute precision */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }

@@ -389,6 +389,95 @@ START_TEST(test_float16_overflow_is_skipped_until_the_scale_fits) {
 }
 END_TEST
 
+/* The ops behind the layers beyond the seed CNN's (activations, average pooling, the skip
+ * connection's add, matmul, global pooling's mean, softmax, BatchNormalization) store their
+ * outputs, and the gradients they pass back, at the tape's compute precision: each output is
+ * the float32 result rounded once, and each input gradient is representable. */
+typedef enum { OP_SIGMOID, OP_TANH, OP_GELU, OP_AVG_POOL, OP_MUL, OP_MATMUL, OP_MEAN_AXES,
+               OP_SOFTMAX, OP_BATCH_NORM, OP_COUNT } low_op;
+
+static dist_status run_low_op(dist_tape *t, low_op op, dist_tensor *x, dist_tensor *w,
+                              dist_tensor **y) {
+    static const int axes[2] = {1, 2};
+    switch (op) {
+    case OP_SIGMOID: return dist_op_sigmoid(t, x, y);
+    case OP_TANH: return dist_op_tanh(t, x, y);
+    case OP_GELU: return dist_op_gelu(t, x, 0, y);
+    case OP_AVG_POOL: return dist_op_avg_pool2d(t, x, 2, 2, 2, 2, DIST_PADDING_VALID, y);
+    case OP_MUL: return dist_op_mul(t, x, x, y);
+    case OP_MATMUL: {
+        int64_t shape[2] = {4, 36};
+        dist_tensor *x2;
+        DIST_RETURN_IF_ERROR(dist_op_reshape(t, x, 2, shape, &x2));
+        return dist_op_matmul(t, x2, w, 0, 0, y);
+    }
+    case OP_MEAN_AXES: return dist_op_reduce_mean_axes(t, x, 2, axes, 0, y);
+    case OP_SOFTMAX: return dist_op_softmax(t, x, y);
+    case OP_BATCH_NORM: {
+        float mean[4], var[4];
+        return dist_op_batch_norm_training(t, x, NULL, NULL, 1e-3f, 0, mean, var, y);
+    }
+    case OP_COUNT: break;
+    }
+    return DIST_INVALID_ARGUMENT;
+}
+
+START_TEST(test_layer_ops_store_outputs_and_gradients_at_the_compute_precision) {
+    static const char *names[OP_COUNT] = {"sigmoid", "tanh", "gelu", "avg_pool2d", "mul",
+                                          "matmul", "reduce_mean_axes", "softmax", "batch_norm"};
+    dist_backend *be = cpu();
+    float xv[4 * 3 * 3 * 4], wv[36 * 5];
+    for (int i = 0; i < 144; i++) xv[i] = 1.7f * sinf(0.731f * (float)i + 0.3f);
+    for (int i = 0; i < 180; i++) wv[i] = 0.4f * cosf(0.53f * (float)i);
+    int64_t xs[4] = {4, 3, 3, 4}, ws[2] = {36, 5};
+    dist_dtype dtypes[2] = {DIST_BF16, DIST_F16};
+    for (int d = 0; d < 2; d++)
+        for (int op = 0; op < OP_COUNT; op++) {
+            dist_tape *t;
+            ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+            dist_tensor hx = dist_tensor_view(xv, DIST_F32, 4, xs), hw = dist_tensor_view(wv, DIST_F32, 2, ws);
+            dist_tensor *x, *w, *y;
+            ck_assert_int_eq(dist_tape_upload(t, &hx, &x), DIST_OK);
+            ck_assert_int_eq(dist_tape_upload(t, &hw, &w), DIST_OK);
+            /* the float32 result first, then the same at low precision */
+            ck_assert_int_eq(dist_tape_watch(t, x), DIST_OK);
+            ck_assert_msg(run_low_op(t, (low_op)op, x, w, &y) == DIST_OK, "%s: %s", names[op],
+                          dist_last_error());
+            int64_t n = dist_tensor_numel(y);
+            float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4), gx[144];
+            ck_assert_int_eq(dist_tape_download(t, y, ref, (size_t)n * 4), DIST_OK);
+            dist_tape_reset(t);
+            ck_assert_int_eq(dist_tape_upload(t, &hx, &x), DIST_OK);
+            ck_assert_int_eq(dist_tape_upload(t, &hw, &w), DIST_OK);
+            ck_assert_int_eq(dist_tape_watch(t, x), DIST_OK);
+            ck_assert_int_eq(dist_tape_set_compute_precision(t, dtypes[d]), DIST_OK);
+            ck_assert_int_eq(run_low_op(t, (low_op)op, x, w, &y), DIST_OK);
+            ck_assert_int_eq(dist_tape_set_compute_precision(t, DIST_F32), DIST_OK);
+            ck_assert_int_eq(dist_tape_download(t, y, got, (size_t)n * 4), DIST_OK);
+            for (int64_t i = 0; i < n; i++) {
+                float want = dtypes[d] == DIST_F16 ? (float)(_Float16)ref[i] : bf16_reference(ref[i]);
+                ck_assert_msg(f_bits(got[i]) == f_bits(want), "%s %s [%lld]: %a, expected %a",
+                              names[op], dist_dtype_name(dtypes[d]), (long long)i,
+                              (double)got[i], (double)want);
+            }
+            /* a gradient through it, weighted so that it is not trivially representable */
+            dist_tensor *gy, *gxt;
+            ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, y->ndim, y->shape, &gy), DIST_OK);
+            for (int64_t i = 0; i < n; i++) ((float *)gy->data)[i] = 0.37f * (float)(i % 7) - 1.01f;
+            ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, 4, xs, &gxt), DIST_OK);
+            ck_assert_msg(dist_tape_gradient_with(t, y, gy, 1, &x, &gxt) == DIST_OK, "%s: %s",
+                          names[op], dist_last_error());
+            ck_assert_int_eq(dist_tape_download(t, gxt, gx, sizeof gx), DIST_OK);
+            ck_assert_msg(representable(dtypes[d], gx, 144), "%s %s: the input gradient is not "
+                          "at the compute precision", names[op], dist_dtype_name(dtypes[d]));
+            free(ref);
+            free(got);
+            dist_tape_destroy(t);
+        }
+    dist_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(test_cast_rejects_what_it_cannot_cast) {
     dist_backend *be = cpu();
     dist_tape *t;
@@ -424,6 +513,7 @@ int main(void) {
     tcase_add_test(tc, test_float16_small_gradients_underflow_without_loss_scaling);
     tcase_add_test(tc, test_float16_overflow_is_skipped_until_the_scale_fits);
     tcase_add_test(tc, test_cast_rejects_what_it_cannot_cast);
+    tcase_add_test(tc, test_layer_ops_store_outputs_and_gradients_at_the_compute_precision);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
