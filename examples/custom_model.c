@@ -7,8 +7,11 @@
  *   relu(s + f)  (the skip connection, dist_op_add)
  *     -> head: AveragePooling2D(2) -> Flatten -> Dense(64, relu) -> Dense(10) -> logits
  *
- * Each straight piece is a Sequential model (its variables in one buffer, its own optimizer);
- * the step wires them with tape ops. The loss is cross-entropy with label smoothing 0.1, built
+ * The stem and the two blocks are Sequential models (each with its variables in one buffer and
+ * its own optimizer); the head is written with tape ops on four strategy variables
+ * (dist_strategy_create_variable: the two dense kernels and biases), trained by one Adam through
+ * dist_optimizer_apply_to_variables, as Keras's optimizer.apply_gradients(zip(grads, vars)).
+ * The step wires them together. The loss is cross-entropy with label smoothing 0.1, built
  * from the tape's math ops: (1 - e) * CE(y) + e * mean_k(-log_softmax(logits)_k).
  * SyncBatchNorm normalizes every replica's half of the batch with the statistics of the whole
  * global batch (all-reduced through the replica context), as Keras's synchronized=True; its
@@ -23,11 +26,14 @@
 
 #define GLOBAL_BATCH 32
 #define SMOOTHING 0.1f
-#define NPARTS 4 /* stem, block_a, block_b, head */
+#define NPARTS 3 /* stem, block_a, block_b */
+#define NHEAD 4  /* head: dense/kernel [392, 64], dense/bias, dense_1/kernel [64, 10], dense_1/bias */
 
 typedef struct net {
     dist_model *part[NPARTS];
     dist_optimizer *opt[NPARTS];
+    dist_variable *head[NHEAD];
+    dist_optimizer *head_opt;
     int64_t global_batch;
     /* every part's variables and gradient views per replica, for one gradient pass */
     int nvars;
@@ -37,15 +43,22 @@ typedef struct net {
 } net;
 
 /* The forward pass of the whole network on this replica's tape. */
-static dist_status forward(net *n, dist_tape *t, const dist_tensor *x, dist_tensor **logits) {
-    dist_tensor *s, *a, *f, *sum, *h;
+static dist_status forward(net *n, dist_replica_ctx *rc, dist_tape *t, const dist_tensor *x,
+                           dist_tensor **logits) {
+    dist_tensor *s, *a, *f, *sum, *h, *pooled, *flat, *hidden;
     DIST_RETURN_IF_ERROR(dist_model_call(n->part[0], t, x, &s));
     DIST_RETURN_IF_ERROR(dist_model_call(n->part[1], t, s, &a));
     DIST_RETURN_IF_ERROR(dist_op_relu(t, a, &a));
     DIST_RETURN_IF_ERROR(dist_model_call(n->part[2], t, a, &f));
     DIST_RETURN_IF_ERROR(dist_op_add(t, s, f, &sum)); /* the skip connection */
     DIST_RETURN_IF_ERROR(dist_op_relu(t, sum, &h));
-    return dist_model_call(n->part[3], t, h, logits);
+    /* the head: this replica's copies of the strategy variables */
+    dist_tensor *w[NHEAD];
+    for (int i = 0; i < NHEAD; i++) w[i] = dist_variable_local(n->head[i], rc);
+    DIST_RETURN_IF_ERROR(dist_op_avg_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &pooled));
+    DIST_RETURN_IF_ERROR(dist_op_flatten(t, pooled, &flat));
+    DIST_RETURN_IF_ERROR(dist_op_dense(t, flat, w[0], w[1], DIST_ACT_RELU, &hidden));
+    return dist_op_dense(t, hidden, w[2], w[3], DIST_ACT_LINEAR, logits);
 }
 
 /* Cross-entropy with label smoothing, per example. */
@@ -67,13 +80,31 @@ static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void
     dist_tape *t = dist_replica_tape(rc);
     int r = dist_replica_id_in_sync_group(rc); /* one process: the local replica too */
     dist_tensor *logits, *per_example, *loss;
-    DIST_RETURN_IF_ERROR(forward(n, t, in->items[0], &logits));
+    /* the tape computes gradients for what it watches: the head's copies (the models' own
+     * variables are watched by dist_model_call) */
+    for (int i = 0; i < NHEAD; i++)
+        DIST_RETURN_IF_ERROR(dist_tape_watch(t, dist_variable_local(n->head[i], rc)));
+    DIST_RETURN_IF_ERROR(forward(n, rc, t, in->items[0], &logits));
     DIST_RETURN_IF_ERROR(smoothed_loss(t, logits, in->items[1], &per_example));
     DIST_RETURN_IF_ERROR(dist_compute_average_loss(t, per_example, n->global_batch, &loss));
-    /* one backward pass for the variables of all four parts, into their gradient buffers */
-    DIST_RETURN_IF_ERROR(dist_tape_gradient(t, loss, n->nvars, n->vars[r], n->grads[r]));
+    /* one backward pass for every variable: the parts' into their gradient buffers, the
+     * head's into tensors of the tape's arena */
+    dist_tensor *sources[64 + NHEAD], *grads[64 + NHEAD];
+    for (int k = 0; k < n->nvars; k++) {
+        sources[k] = n->vars[r][k];
+        grads[k] = n->grads[r][k];
+    }
+    for (int i = 0; i < NHEAD; i++) {
+        dist_tensor *w = dist_variable_local(n->head[i], rc);
+        sources[n->nvars + i] = w;
+        DIST_RETURN_IF_ERROR(dist_tape_alloc(t, DIST_F32, w->ndim, w->shape, &grads[n->nvars + i]));
+    }
+    DIST_RETURN_IF_ERROR(dist_tape_gradient(t, loss, n->nvars + NHEAD, sources, grads));
     for (int p = 0; p < NPARTS; p++) /* all-reduce each part's gradients, then Adam */
         DIST_RETURN_IF_ERROR(dist_optimizer_apply_gradients(n->opt[p], n->part[p], t));
+    /* the head's gradients: all-reduced together, then Adam on every replica's copies */
+    DIST_RETURN_IF_ERROR(dist_optimizer_apply_to_variables(
+        n->head_opt, t, NHEAD, n->head, (const dist_tensor *const *)(grads + n->nvars)));
     out->count = 1;
     out->items[0] = loss;
     return DIST_OK;
@@ -86,7 +117,7 @@ static dist_status eval_step(dist_replica_ctx *rc, const dist_element *in, void 
     dist_tape *t = dist_replica_tape(rc);
     dist_tensor *logits, *correct;
     dist_tape_set_recording(t, 0);
-    dist_status st = forward(n, t, in->items[0], &logits);
+    dist_status st = forward(n, rc, t, in->items[0], &logits);
     if (st == DIST_OK) st = dist_op_accuracy_count(t, logits, in->items[1], &correct);
     dist_tape_set_recording(t, 1);
     DIST_RETURN_IF_ERROR(st);
@@ -101,12 +132,44 @@ static int check(dist_status st, const char *what) {
     return 1;
 }
 
+/* The head's variables in the strategy's scope. Their initial values are Keras's Dense
+ * initializers (glorot_uniform kernels, zero biases), drawn here by a throwaway Sequential
+ * model of the same shapes outside the scope; any initializer would do. */
+static dist_status create_head(dist_strategy *s, net *n) {
+    dist_model *init;
+    int64_t in[3] = {14, 14, 8};
+    DIST_RETURN_IF_ERROR(dist_model_create("head", &init));
+    dist_status st = dist_model_add_average_pool2d(init, 2, 0, DIST_PADDING_VALID);
+    if (st == DIST_OK) st = dist_model_add_flatten(init);
+    if (st == DIST_OK) st = dist_model_add_dense(init, 64, DIST_ACT_RELU);
+    if (st == DIST_OK) st = dist_model_add_dense(init, 10, DIST_ACT_LINEAR);
+    if (st == DIST_OK) st = dist_model_build(init, 3, in, 45);
+    float *w = malloc((size_t)dist_model_num_params(init) * sizeof *w);
+    if (st == DIST_OK && !w) st = DIST_OUT_OF_MEMORY;
+    if (st == DIST_OK) st = dist_model_get_weights(init, 0, w, dist_model_num_params(init));
+    if (st == DIST_OK) st = dist_strategy_scope_enter(s);
+    int64_t off = 0;
+    for (int i = 0; i < NHEAD && st == DIST_OK; i++) {
+        const dist_tensor *v = dist_model_variable(init, 0, i);
+        st = dist_strategy_create_variable(s, dist_model_variable_name(init, i), v->ndim, v->shape,
+                                           w + off, DIST_AGGREGATION_MEAN, DIST_SYNC_ON_WRITE,
+                                           &n->head[i]);
+        off += dist_tensor_numel(v);
+    }
+    dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
+    if (st == DIST_OK) st = dist_optimizer_create_adam(&adam, &n->head_opt);
+    if (st == DIST_OK) st = dist_strategy_scope_exit(s);
+    free(w);
+    dist_model_destroy(init);
+    return st;
+}
+
 static dist_status build_parts(net *n) {
     dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
     dist_batch_norm_options bn = DIST_BATCH_NORM_OPTIONS_INIT;
     bn.synchronized = 1;
     bn.momentum = 0.9f;
-    const char *names[NPARTS] = {"stem", "block_a", "block_b", "head"};
+    const char *names[NPARTS] = {"stem", "block_a", "block_b"};
     for (int p = 0; p < NPARTS; p++) DIST_RETURN_IF_ERROR(dist_model_create(names[p], &n->part[p]));
     c.filters = 8;
     c.padding = DIST_PADDING_SAME;
@@ -119,10 +182,6 @@ static dist_status build_parts(net *n) {
         DIST_RETURN_IF_ERROR(dist_model_add_conv2d_ex(n->part[p], &c));
         DIST_RETURN_IF_ERROR(dist_model_add_batch_normalization(n->part[p], &bn));
     }
-    DIST_RETURN_IF_ERROR(dist_model_add_average_pool2d(n->part[3], 2, 0, DIST_PADDING_VALID));
-    DIST_RETURN_IF_ERROR(dist_model_add_flatten(n->part[3]));
-    DIST_RETURN_IF_ERROR(dist_model_add_dense(n->part[3], 64, DIST_ACT_RELU));
-    DIST_RETURN_IF_ERROR(dist_model_add_dense(n->part[3], 10, DIST_ACT_LINEAR));
     int64_t image[3] = {28, 28, 1}, features[3] = {14, 14, 8};
     dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
     for (int p = 0; p < NPARTS; p++) {
@@ -191,6 +250,7 @@ int main(int argc, char **argv) {
     if (check(dist_strategy_scope_enter(strategy), "entering the scope") ||
         check(build_parts(&n), "building the network") ||
         check(dist_strategy_scope_exit(strategy), "leaving the scope") ||
+        check(create_head(strategy, &n), "creating the head's variables") ||
         check(list_variables(&n, replicas), "listing the variables"))
         return 1;
 
@@ -265,6 +325,8 @@ int main(int argc, char **argv) {
         dist_optimizer_destroy(n.opt[p]);
         dist_model_destroy(n.part[p]);
     }
+    for (int i = 0; i < NHEAD; i++) dist_variable_destroy(n.head[i]);
+    dist_optimizer_destroy(n.head_opt);
     dist_strategy_destroy(strategy);
     return 0;
 }

@@ -303,6 +303,19 @@ static void chief_start(chief *ch, cluster *c) {
                   dist_last_error());
 }
 
+/* One worker and `ps` ps tasks, the chief with its coordinator, and the worker's "mnist"
+ * dataset (its handle in *ds); linear / bn as in cluster. */
+static void start_training(cluster *c, chief *ch, int ps, int linear, int bn, int *ds) {
+    cluster_init(c, 1, ps);
+    c->linear = linear;
+    c->bn = bn;
+    start_ps(c);
+    start(c, "worker", 0);
+    chief_start(ch, c);
+    *ds = -1;
+    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch->coord, "mnist", ds), DIST_OK);
+}
+
 static void chief_stop(chief *ch, cluster *c) {
     ck_assert_int_eq(dist_coordinator_shutdown_cluster(ch->coord), DIST_OK);
     dist_coordinator_destroy(ch->coord);
@@ -409,13 +422,9 @@ END_TEST
 
 START_TEST(test_scheduled_training_steps_lower_the_loss_and_update_the_ps) {
     cluster c;
-    cluster_init(&c, 1, 1);
-    start_ps(&c);
-    start(&c, "worker", 0);
     chief ch;
-    chief_start(&ch, &c);
-    int ds = -1;
-    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch.coord, "mnist", &ds), DIST_OK);
+    int ds;
+    start_training(&c, &ch, 1, 0, 0, &ds);
     enum { STEPS = 60 };
     dist_remote_value *rv[STEPS];
     for (int i = 0; i < STEPS; i++)
@@ -457,14 +466,9 @@ END_TEST
  * and the slots (with one update per step) from the ps tasks. */
 START_TEST(test_strategy_variables_train_on_the_ps_tasks) {
     cluster c;
-    cluster_init(&c, 1, 2);
-    c.linear = 1;
-    start_ps(&c);
-    start(&c, "worker", 0);
     chief ch;
-    chief_start(&ch, &c);
-    int ds = -1;
-    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch.coord, "mnist", &ds), DIST_OK);
+    int ds;
+    start_training(&c, &ch, 2, 1, 0, &ds);
     enum { STEPS = 40 };
     dist_remote_value *rv[STEPS];
     for (int i = 0; i < STEPS; i++)
@@ -502,17 +506,12 @@ END_TEST
  * tasks, and through them the chief, hold statistics that moved; gamma and beta train. */
 START_TEST(test_moving_statistics_reach_the_ps_tasks) {
     cluster c;
-    cluster_init(&c, 1, 2);
-    c.bn = 1;
-    start_ps(&c);
-    start(&c, "worker", 0);
     chief ch;
-    chief_start(&ch, &c);
+    int ds;
+    start_training(&c, &ch, 2, 0, 1, &ds);
     int64_t n = dist_model_num_params(ch.model);
     float *before = malloc((size_t)n * 4), *after = malloc((size_t)n * 4);
     ck_assert_int_eq(dist_model_get_weights(ch.model, 0, before, n), DIST_OK);
-    int ds = -1;
-    ck_assert_int_eq(dist_coordinator_create_per_worker_dataset(ch.coord, "mnist", &ds), DIST_OK);
     for (int i = 0; i < 10; i++)
         ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "train", ds, NULL, 0, NULL), DIST_OK);
     ck_assert_msg(dist_coordinator_join(ch.coord) == DIST_OK, "%s", dist_last_error());
