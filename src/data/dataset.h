@@ -167,18 +167,35 @@ typedef struct autotune_slot {
     int value;
 } autotune_slot;
 
+/* A prefetch's consumer demand: elements asked for, and the nanoseconds it spent waiting for
+ * them on an empty buffer. A tuned map below it grows only while that consumer waits. */
+typedef struct demand_slot {
+    const dist_dataset *node;
+    atomic_llong asks, wait_ns;
+} demand_slot;
+
 /* Shared by all node iterators of one dist_iterator. */
 typedef struct iter_ctx {
     atomic_llong skipped;
+    const dist_dataset *top; /* the dataset the dist_iterator reads */
     pthread_mutex_t tune_mu;
     int tune_count;
     autotune_slot tune[AUTOTUNE_SLOTS];
+    int demand_count;
+    demand_slot demand[AUTOTUNE_SLOTS];
 } iter_ctx;
 
 /* The value a stage's tuner starts from: the one it reached in an earlier pass, else `first`. */
 int data_autotune_start(iter_ctx *ctx, const dist_dataset *node, int first);
 /* Records a stage's new value (thread-safe). */
 void data_autotune_record(iter_ctx *ctx, const dist_dataset *node, int value);
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t data_now_ns(void);
+/* The demand slot of prefetch `node` (made on first use; NULL when the table is full). */
+demand_slot *data_autotune_demand(iter_ctx *ctx, const dist_dataset *node);
+/* The prefetch nearest above `node` on the way from the iterator's dataset (ctx->top) down to
+ * it: the stage whose consumer `node`'s output ends up feeding; NULL when there is none. */
+const dist_dataset *data_autotune_prefetch_above(const iter_ctx *ctx, const dist_dataset *node);
 /* The online cores, bounded to 1..DIST_AUTOTUNE_MAP_MAX: a map's parallelism cap. */
 int data_autotune_map_max(void);
 

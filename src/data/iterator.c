@@ -49,6 +49,7 @@ dist_status dist_iterator_create(dist_dataset *ds, dist_iterator **out) {
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "dist_iterator_create: out of memory");
     it->ds = dist_dataset_retain(ds);
     atomic_init(&it->ctx.skipped, 0);
+    it->ctx.top = ds;
     pthread_mutex_init(&it->ctx.tune_mu, NULL);
     dist_status st = start_epoch(it, 0);
     if (st != DIST_OK) {

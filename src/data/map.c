@@ -171,6 +171,11 @@ typedef struct map_it {
     int64_t chunk;             /* most jobs a worker takes at once */
     int active;                /* threads that run jobs, the consumer included (<= nthreads + 1) */
     int tuned;                 /* AUTOTUNE: `active` grows while outputs are not ready */
+    const dist_dataset *above; /* AUTOTUNE: the prefetch this map feeds, NULL: none */
+    demand_slot *demand;       /* its consumer's demand, found on first use */
+    long long last_asks, last_wait_ns;
+    int64_t last_at; /* when the last decision was made (data_now_ns) */
+    int windows;     /* decisions so far: the first window (the pipeline filling) only counts */
     int period, starved;       /* outputs asked for in this period, and how many were not ready */
     atomic_llong waiting_for;  /* the job the consumer sleeps on, -1 none */
     int idle, consumer_waiting;
@@ -254,17 +259,45 @@ static void *map_worker(void *arg) {
     return NULL;
 }
 
-/* AUTOTUNE: one more thread when, of the last 16 outputs asked for, 4 or more were not ready. */
+static void grow(map_it *it) {
+    pthread_mutex_lock(&it->mu);
+    it->active++;
+    pthread_cond_broadcast(&it->work_cv);
+    pthread_mutex_unlock(&it->mu);
+    data_autotune_record(it->base.ctx, it->base.ds, it->active);
+}
+
+/* AUTOTUNE: one more thread when, of the last 16 outputs asked for, 4 or more were not ready.
+ * Below a prefetch that asks is the prefetch's thread, which asks as soon as it has room and
+ * so always finds the map behind; there the signal is the pipeline's own consumer instead: one
+ * more thread when, over its last 8 or more asks, it spent a fifth or more of the time waiting
+ * on an empty buffer. A consumer slower than the map (a training step on the same cores) then
+ * leaves it at one. */
 static void tune_parallelism(map_it *it, int not_ready) {
+    if (it->above && !it->demand) { /* from now on: the counts run across epochs */
+        it->demand = data_autotune_demand(it->base.ctx, it->above);
+        if (it->demand) {
+            it->last_asks = atomic_load_explicit(&it->demand->asks, memory_order_relaxed);
+            it->last_wait_ns = atomic_load_explicit(&it->demand->wait_ns, memory_order_relaxed);
+            it->last_at = data_now_ns();
+            return;
+        }
+    }
+    if (it->demand) {
+        long long asks = atomic_load_explicit(&it->demand->asks, memory_order_relaxed);
+        if (asks - it->last_asks < 8) return;
+        long long waited = atomic_load_explicit(&it->demand->wait_ns, memory_order_relaxed);
+        int64_t now = data_now_ns();
+        long long dw = waited - it->last_wait_ns, dt = now - it->last_at;
+        it->last_asks = asks;
+        it->last_wait_ns = waited;
+        it->last_at = now;
+        if (it->windows++ > 0 && 5 * dw >= dt && it->active < it->nthreads + 1) grow(it);
+        return;
+    }
     it->starved += not_ready;
     if (++it->period < 16) return;
-    if (it->starved >= 4 && it->active < it->nthreads + 1) {
-        pthread_mutex_lock(&it->mu);
-        it->active++;
-        pthread_cond_broadcast(&it->work_cv);
-        pthread_mutex_unlock(&it->mu);
-        data_autotune_record(it->base.ctx, it->base.ds, it->active);
-    }
+    if (it->starved >= 4 && it->active < it->nthreads + 1) grow(it);
     it->period = it->starved = 0;
 }
 
@@ -384,6 +417,7 @@ static dist_status map_start_threads(map_it *it) {
     it->nthreads = parallel - 1;
     it->active = parallel;
     if (it->tuned) {
+        it->above = data_autotune_prefetch_above(it->base.ctx, ds);
         it->active = data_autotune_start(it->base.ctx, ds, 1);
         if (it->active > parallel) it->active = parallel;
         data_autotune_record(it->base.ctx, ds, it->active);

@@ -34,6 +34,7 @@ typedef struct prefetch_it {
     int64_t cap;        /* ring slots: the largest buffer + 1, as the consumer holds one */
     int64_t limit;      /* the buffer now: the producer stays at most limit + 1 ahead */
     int64_t max_limit;  /* AUTOTUNE: the most `limit` may grow to; 0 when not tuned */
+    demand_slot *demand; /* its consumer's asks and waits, for a tuned map below */
     int64_t consumed;   /* elements handed out in this pass */
     int full_since;     /* the producer found the buffer full since the last growth */
     int64_t head, tail; /* [head, tail) are filled; head is held while `held` */
@@ -102,8 +103,15 @@ static dist_status prefetch_next(node_it *base, dist_element *out, int *eos) {
         data_autotune_record(it->base.ctx, it->base.ds, (int)it->limit);
         pthread_cond_signal(&it->not_full);
     }
-    while (it->head == it->tail && !it->ended && it->err.status == DIST_OK)
-        pthread_cond_wait(&it->not_empty, &it->mu);
+    if (it->demand) atomic_fetch_add_explicit(&it->demand->asks, 1, memory_order_relaxed);
+    if (it->head == it->tail && !it->ended && it->err.status == DIST_OK) {
+        int64_t t0 = data_now_ns();
+        while (it->head == it->tail && !it->ended && it->err.status == DIST_OK)
+            pthread_cond_wait(&it->not_empty, &it->mu);
+        if (it->demand)
+            atomic_fetch_add_explicit(&it->demand->wait_ns, data_now_ns() - t0,
+                                      memory_order_relaxed);
+    }
     if (it->head < it->tail) {
         slot_view(&it->ring[it->head % it->cap], out);
         it->held = 1;
@@ -142,6 +150,7 @@ dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t g
     prefetch_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "prefetch: out of memory");
     it->base = (node_it){&prefetch_vt, ds, ctx, gen};
+    it->demand = data_autotune_demand(ctx, ds);
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->not_full, NULL);
     pthread_cond_init(&it->not_empty, NULL);

@@ -714,6 +714,45 @@ static int tuned_prefetch(int n, long ns, long pause_ns) {
     return t.prefetch_buffer;
 }
 
+/* range(n) -> a map of AUTOTUNE parallelism sleeping `ns` per element -> prefetch(AUTOTUNE);
+ * the consumer sleeps `consumer_ns` per element; returns the tuned map parallelism. */
+static int tuned_map_below_prefetch(int n, long ns, long consumer_ns) {
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    o.num_parallel = DIST_AUTOTUNE;
+    dist_dataset *ds = range_ds(n);
+    CHAIN(ds, dist_dataset_map(ds, sleepy_copy, &ns, &o, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    for (int i = 0; i < n; i++) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        ck_assert_int_eq(*(int32_t *)el.items[0]->data, i);
+        if (consumer_ns) nanosleep(&(struct timespec){0, consumer_ns}, NULL);
+    }
+    dist_autotune_state t;
+    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+    return t.map_parallel;
+}
+
+/* Below a prefetch the map always looks behind (the prefetch's thread asks as soon as it has
+ * room), so its tuner follows the pipeline's consumer: a consumer slower than one map thread
+ * (4 ms against 0.2 ms per element, as a training step on the same cores) never waits, and the
+ * map keeps one thread; a consumer that takes each element at once waits, and the map grows. */
+START_TEST(test_autotune_map_below_a_prefetch_follows_the_pipelines_consumer) {
+    ck_assert_int_eq(tuned_map_below_prefetch(100, 200000, 4000000), 1);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores >= 2) ck_assert_int_ge(tuned_map_below_prefetch(400, 500000, 0), 2);
+}
+END_TEST
+
 /* A bursty consumer (3 ms pauses) of a steady producer (0.1 ms per element): the producer fills
  * the buffer during a pause and the consumer then empties it, so the buffer grows. A producer
  * slower than the consumer (1 ms per element, no pauses) never fills it: depth would not help,
@@ -794,6 +833,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
     tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
     tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
+    tcase_add_test(tc, test_autotune_map_below_a_prefetch_follows_the_pipelines_consumer);
     tcase_add_test(tc, test_autotune_prefetch_grows_for_a_bursty_consumer_not_for_a_slow_producer);
     tcase_add_test(tc, test_autotune_prefetch_keeps_to_the_memory_budget);
     tcase_add_test(tc, test_prefetch_refuses_0_and_minus_2_naming_autotune);
