@@ -16,10 +16,19 @@
  * "RESULT batch=B config=C images_per_sec=X" lines; exits 77 without a GPU, 1 when the graphs
  * were not replayed, a loss is not finite, or a measurement failed.
  *
- * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH] [--mixed-precision]
+ * TensorFlow's Keras fit (bench/tf_keras_fit.py) runs beside them when a Python with TensorFlow
+ * is found (--tf PYTHON, else ~/.cache/libdist/venv-tf/bin/python): 1 thread, every core, and
+ * MirroredStrategy over one logical CPU per core. Every repeat is a round over all
+ * configurations (each reference a fresh process), so the machine's drift hits all alike. The
+ * FP32 peak is measured at start (fma_peak.c).
+ *
+ * usage: bench_train [--steps N] [--repeats R] [--no-torch] [--python PATH] [--no-tf]
+ *                    [--tf PYTHON] [--mixed-precision]
  *        bench_train --gpu [--batch-sizes 64,1024] [--images 65536] [--repeats 3] [--no-torch]
  *                    [--python python3]
  *        (run from anywhere; the PyTorch scripts are found through the source tree) */
+#include "fma_peak.h"
+
 #include <arpa/inet.h>
 #include <dist/dist.h>
 #include <math.h>
@@ -37,13 +46,10 @@
 #endif
 
 #define FLOP_PER_IMAGE 14.8e6 /* training: forward + backward of the seed CNN */
-/* FP32 FMA peak of one core: measured on the AVX-512 Zen 5 (PERFORMANCE.md); half of it where
- * the widest vectors are AVX2's (same FMA ports, half the lanes). */
-#define PEAK_PER_CORE_AVX512 222e9
-static double peak_per_core(void) {
-    return __builtin_cpu_supports("avx512f") ? PEAK_PER_CORE_AVX512 : PEAK_PER_CORE_AVX512 / 2;
-}
-#define PEAK_PER_CORE peak_per_core()
+/* "% of FP32 peak" is against the FMA peak measured at start (fma_peak.c): one core's for
+ * 1-thread rows, cores x one core's for the others. The fixed figure used before, 222e9 per
+ * core on AVX-512 (PERFORMANCE.md's Zen 5) and half of it on AVX2, was 15% above what this
+ * AVX2 Zen 3 measures (~96 GFLOP/s). */
 #define MAX_REPEATS 32
 
 static double now_s(void) {
@@ -201,13 +207,10 @@ static double run_libdist(dist_strategy_kind kind, const char *devices, int thre
                               DIST_POLICY_FLOAT32, runs);
 }
 
-/* Runs bench/torch_cnn.py once; returns its median images/s (0 when it cannot run). */
-static double run_torch_once(const char *python, int threads, int steps, int repeats, int flush,
-                             char *runs_text, size_t size) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "%s %s/bench/torch_cnn.py --threads %d --steps %d --repeats %d%s 2>/dev/null", python,
-             DIST_SOURCE_DIR, threads, steps, repeats, flush ? " --flush-denormal" : "");
+/* Runs a reference script (bench/torch_cnn.py, bench/tf_keras_fit.py) given as a shell command
+ * whose stdout ends in a JSON line with "images_per_sec_median" and "runs"; returns the median
+ * (0 when it did not run or printed none) and the runs' text in runs_text. */
+static double run_python_ref(const char *cmd, char *runs_text, size_t size) {
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[4096] = "";
@@ -216,7 +219,7 @@ static double run_torch_once(const char *python, int threads, int steps, int rep
         const char *m = strstr(line, "\"images_per_sec_median\":");
         if (m) med = atof(m + strlen("\"images_per_sec_median\":"));
         const char *r = strstr(line, "\"runs\": [");
-        if (r) {
+        if (r && runs_text) {
             r += strlen("\"runs\": [");
             const char *e = strchr(r, ']');
             size_t n = e ? (size_t)(e - r) : 0;
@@ -225,21 +228,28 @@ static double run_torch_once(const char *python, int threads, int steps, int rep
             runs_text[n] = '\0';
         }
     }
-    pclose(p);
-    return med;
+    return pclose(p) == 0 ? med : 0;
 }
 
-/* PyTorch at its best: with and without flushing denormals, whichever is faster. */
-static double run_torch(const char *python, int threads, int steps, int repeats, char *runs_text,
-                        size_t size) {
-    char other[512] = "";
-    double a = run_torch_once(python, threads, steps, repeats, 0, runs_text, size);
-    double b = run_torch_once(python, threads, steps, repeats, 1, other, sizeof other);
-    if (b > a) {
-        snprintf(runs_text, size, "%s (flush-denormal)", other);
-        return b;
-    }
-    return a;
+/* One repeat of bench/torch_cnn.py (a fresh process, 20 warm-up steps); 0 when it cannot run. */
+static double run_torch_repeat(const char *python, int threads, int steps, int flush) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s %s/bench/torch_cnn.py --threads %d --steps %d --repeats 1%s 2>/dev/null", python,
+             DIST_SOURCE_DIR, threads, steps, flush ? " --flush-denormal" : "");
+    return run_python_ref(cmd, NULL, 0);
+}
+
+/* One repeat of bench/tf_keras_fit.py (a fresh process: TensorFlow's import, tracing and a
+ * warm-up epoch of `steps` steps, then one timed epoch); its stderr is appended to `log`.
+ * mirrored: MirroredStrategy over `threads` logical CPUs. 0 when it cannot run. */
+static double run_tf_repeat(const char *python, int threads, int mirrored, int steps,
+                            const char *log) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s' %s/bench/tf_keras_fit.py --threads %d%s --steps %d --repeats 1 2>>'%s'", python,
+             DIST_SOURCE_DIR, threads, mirrored ? " --mirrored" : "", steps, log);
+    return run_python_ref(cmd, NULL, 0);
 }
 
 static int free_port(void) {
@@ -377,6 +387,211 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
     }
     printf("\nThe mixed policies run float32 kernels with values stored at float16 / bfloat16 "
            "precision\n(dist/policy.h): the difference is the cost of the rounding passes.\n");
+    return 0;
+}
+
+/* ---- the default mode: strategies against PyTorch and TensorFlow, interleaved ------------ */
+
+/* One row of the table: its repeats in the order measured (0: that repeat failed). */
+typedef struct cpu_row {
+    char name[96];
+    char threads[16];
+    int peak_cores; /* the "% of FP32 peak" is against this many cores' peak */
+    double runs[MAX_REPEATS];
+    int count;
+    const char *missing; /* why the row has no numbers, or NULL */
+} cpu_row;
+
+static void cpu_row_init(cpu_row *row, const char *name, const char *threads, int peak_cores) {
+    memset(row, 0, sizeof *row);
+    snprintf(row->name, sizeof row->name, "%s", name);
+    snprintf(row->threads, sizeof row->threads, "%s", threads);
+    row->peak_cores = peak_cores;
+}
+
+/* The median of the repeats that ran (0 when one failed: a median over survivors would hide
+ * it). */
+static double cpu_row_median(const cpu_row *row) {
+    if (row->count == 0) return 0;
+    double copy[MAX_REPEATS];
+    for (int i = 0; i < row->count; i++) {
+        if (row->runs[i] <= 0) return 0;
+        copy[i] = row->runs[i];
+    }
+    return median(copy, row->count);
+}
+
+static void cpu_row_print(const cpu_row *row, double peak_per_core) {
+    if (row->missing) {
+        printf("| %s | %s | %s | | |\n", row->name, row->threads, row->missing);
+        return;
+    }
+    double med = cpu_row_median(row);
+    char buf[512], pct[32] = "n/a";
+    runs_str(row->runs, row->count, buf, sizeof buf);
+    if (med <= 0) {
+        printf("| %s | %s | failed (a repeat did not run) | | %s |\n", row->name, row->threads,
+               buf);
+        return;
+    }
+    if (peak_per_core > 0)
+        snprintf(pct, sizeof pct, "%.0f%%",
+                 100 * med * FLOP_PER_IMAGE / (peak_per_core * row->peak_cores));
+    printf("| %s | %s | %.0f | %s | %s |\n", row->name, row->threads, med, pct, buf);
+}
+
+/* "  label: 1.23x" when both ran, else why not. */
+static void print_ratio(const char *label, const cpu_row *ours, const cpu_row *ref,
+                        const char *target) {
+    double a = cpu_row_median(ours), b = ref->missing ? 0 : cpu_row_median(ref);
+    if (ref->missing)
+        printf("  %s: n/a (%s)\n", label, ref->missing);
+    else if (a > 0 && b > 0)
+        printf("  %s: %.2fx%s\n", label, a / b, target);
+    else
+        printf("  %s: n/a (a repeat failed)\n", label);
+}
+
+/* The default mode. Every repeat is a round that runs each configuration once, in turn:
+ * libdist's strategies (a fresh trainer, 20 warm-up steps, `steps` timed), the multi_worker
+ * clusters, PyTorch (a fresh process per repeat, with and without flushing denormals: the
+ * faster mode's repeats are reported) and TensorFlow's Keras fit (a fresh process per repeat).
+ * Drift of a shared machine thus hits every row alike. */
+static int bench_cpu(int steps, int repeats, int cores, const char *all_cpus,
+                     const dist_mnist *mnist, const char *torch_python, const char *tf_python,
+                     const char *tf_missing) {
+    const char *isa = "none";
+    double peak = dist_bench_fma_peak(7, 0.1, &isa);
+    if (peak > 0)
+        printf("FP32 peak, measured: %.1f GFLOP/s per core (%s FMA, 12 independent chains, one "
+               "thread, best of 7), %.1f GFLOP/s on %d cores\n",
+               peak / 1e9, isa, peak * cores / 1e9, cores);
+    else
+        printf("FP32 peak: not measured (no AVX2+FMA or AVX-512F here): %% of peak is n/a\n");
+    char tf_log[] = "/tmp/bench_train_tf.XXXXXX";
+    if (tf_python) {
+        int fd = mkstemp(tf_log);
+        if (fd < 0) {
+            perror("bench_train: mkstemp");
+            return 1;
+        }
+        close(fd);
+        printf("TensorFlow: %s bench/tf_keras_fit.py (its stderr: %s)\n", tf_python, tf_log);
+    }
+    printf("\n");
+    fflush(stdout);
+
+    enum { ONE, ALL, MIR, MW_SHM, MW_TCP, MW_MPI, T1, TALL, TF1, TFALL, TFMIR, ROWS };
+    cpu_row rows[ROWS];
+    char name[96], thr[16], thr_x1[16];
+    snprintf(thr, sizeof thr, "%d", cores);
+    snprintf(thr_x1, sizeof thr_x1, "%d x 1", cores);
+    cpu_row_init(&rows[ONE], "libdist one_device cpu:0", "1", 1);
+    cpu_row_init(&rows[ALL], "libdist one_device cpu:0", thr, cores);
+    snprintf(name, sizeof name, "libdist mirrored, %d CPU replicas", cores);
+    cpu_row_init(&rows[MIR], name, thr_x1, cores);
+    snprintf(name, sizeof name, "libdist multi_worker, %d workers, shared memory", cores);
+    cpu_row_init(&rows[MW_SHM], name, thr_x1, cores);
+    snprintf(name, sizeof name, "libdist multi_worker, %d workers, TCP", cores);
+    cpu_row_init(&rows[MW_TCP], name, thr_x1, cores);
+    snprintf(name, sizeof name, "libdist multi_worker, %d workers, MPI (mpiexec)", cores);
+    cpu_row_init(&rows[MW_MPI], name, thr_x1, cores);
+    cpu_row_init(&rows[T1], "PyTorch eager (torch_cnn.py)", "1", 1);
+    cpu_row_init(&rows[TALL], "PyTorch eager (torch_cnn.py)", thr, cores);
+    cpu_row_init(&rows[TF1], "TensorFlow Keras fit (tf_keras_fit.py)", "1", 1);
+    cpu_row_init(&rows[TFALL], "TensorFlow Keras fit (tf_keras_fit.py)", thr, cores);
+    snprintf(name, sizeof name,
+             "TensorFlow Keras fit, MirroredStrategy, %d logical CPUs (tf_keras_fit.py "
+             "--mirrored)",
+             cores);
+    cpu_row_init(&rows[TFMIR], name, thr, cores);
+    /* PyTorch's two modes per thread count: [row - T1][flush] */
+    double torch_runs[2][2][MAX_REPEATS];
+#ifndef DIST_BENCH_MPIEXEC
+    rows[MW_MPI].missing = "n/a (libdist built without MPI)";
+#endif
+    if (!torch_python)
+        rows[T1].missing = rows[TALL].missing = "not run (--no-torch)";
+    if (!tf_python) rows[TF1].missing = rows[TFALL].missing = rows[TFMIR].missing = tf_missing;
+
+    for (int r = 0; r < repeats; r++) {
+        fprintf(stderr, "bench_train: round %d of %d\n", r + 1, repeats);
+        run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, 1, mnist, NULL, &rows[ONE].runs[r]);
+        run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, 1, mnist, NULL,
+                    &rows[ALL].runs[r]);
+        run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, 1, mnist, NULL, &rows[MIR].runs[r]);
+        run_multi_worker(cores, steps, 1, "shm", &rows[MW_SHM].runs[r]);
+        run_multi_worker(cores, steps, 1, "tcp", &rows[MW_TCP].runs[r]);
+        if (!rows[MW_MPI].missing) run_multi_worker(cores, steps, 1, "mpi", &rows[MW_MPI].runs[r]);
+        for (int i = ONE; i <= MW_MPI; i++) rows[i].count = r + 1;
+        if (torch_python) {
+            for (int t = 0; t < 2; t++)
+                for (int flush = 0; flush < 2; flush++)
+                    torch_runs[t][flush][r] =
+                        run_torch_repeat(torch_python, t ? cores : 1, steps, flush);
+        }
+        if (tf_python) {
+            rows[TF1].runs[r] = run_tf_repeat(tf_python, 1, 0, steps, tf_log);
+            rows[TFALL].runs[r] = run_tf_repeat(tf_python, cores, 0, steps, tf_log);
+            rows[TFMIR].runs[r] = run_tf_repeat(tf_python, cores, 1, steps, tf_log);
+            rows[TF1].count = rows[TFALL].count = rows[TFMIR].count = r + 1;
+        }
+    }
+    if (rows[MW_MPI].count && cpu_row_median(&rows[MW_MPI]) <= 0)
+        rows[MW_MPI].missing = "n/a (no mpiexec, or the MPI run failed)";
+    if (torch_python) {
+        /* whichever mode of PyTorch was faster at each thread count, as before */
+        for (int t = 0; t < 2; t++) {
+            cpu_row plain = rows[T1 + t], flushed = rows[T1 + t];
+            memcpy(plain.runs, torch_runs[t][0], (size_t)repeats * sizeof(double));
+            memcpy(flushed.runs, torch_runs[t][1], (size_t)repeats * sizeof(double));
+            plain.count = flushed.count = repeats;
+            int use_flush = cpu_row_median(&flushed) > cpu_row_median(&plain);
+            rows[T1 + t] = use_flush ? flushed : plain;
+            if (use_flush)
+                snprintf(rows[T1 + t].name, sizeof rows[T1 + t].name, "%s",
+                         "PyTorch eager (torch_cnn.py --flush-denormal)");
+        }
+        if (cpu_row_median(&rows[T1]) <= 0 && cpu_row_median(&rows[TALL]) <= 0)
+            rows[T1].missing = rows[TALL].missing =
+                "failed to run (bench/torch_cnn.py; install python3-torch: tools/setup-deps.sh "
+                "--bench)";
+    }
+    if (tf_python && cpu_row_median(&rows[TF1]) <= 0 && cpu_row_median(&rows[TFALL]) <= 0)
+        rows[TF1].missing = rows[TFALL].missing = rows[TFMIR].missing =
+            "failed to run (see the TensorFlow log named above)";
+
+    printf("| configuration | threads | images/s (median) | %% of FP32 peak | repeats "
+           "|\n|---|---|---|---|---|\n");
+    for (int i = 0; i < ROWS; i++) cpu_row_print(&rows[i], peak);
+
+    double one = cpu_row_median(&rows[ONE]), mir = cpu_row_median(&rows[MIR]);
+    printf("\nratios:\n");
+    if (one > 0 && mir > 0)
+        printf("  mirrored %d replicas / one replica on one core: %.2fx (target >= 1.7x)\n", cores,
+               mir / one);
+    if (mir > 0)
+        printf("  multi_worker %d workers / mirrored %d replicas: %.2fx shared memory, %.2fx TCP, "
+               "%.2fx MPI (target >= 0.9x)\n",
+               cores, cores, cpu_row_median(&rows[MW_SHM]) / mir,
+               cpu_row_median(&rows[MW_TCP]) / mir,
+               rows[MW_MPI].missing ? 0.0 : cpu_row_median(&rows[MW_MPI]) / mir);
+    char label[128];
+    print_ratio("libdist 1 thread / PyTorch 1 thread", &rows[ONE], &rows[T1], " (target >= 2x)");
+    snprintf(label, sizeof label, "libdist one_device %d threads / PyTorch %d threads", cores,
+             cores);
+    print_ratio(label, &rows[ALL], &rows[TALL], " (target >= 2x)");
+    snprintf(label, sizeof label, "libdist mirrored / PyTorch %d threads", cores);
+    print_ratio(label, &rows[MIR], &rows[TALL], " (target >= 2x)");
+    print_ratio("libdist 1 thread / TF Keras fit 1 thread", &rows[ONE], &rows[TF1], "");
+    snprintf(label, sizeof label, "libdist one_device %d threads / TF Keras fit %d threads", cores,
+             cores);
+    print_ratio(label, &rows[ALL], &rows[TFALL], "");
+    snprintf(label, sizeof label, "libdist mirrored / TF Keras fit %d threads", cores);
+    print_ratio(label, &rows[MIR], &rows[TFALL], "");
+    snprintf(label, sizeof label, "libdist mirrored / TF Keras fit MirroredStrategy, %d logical CPUs",
+             cores);
+    print_ratio(label, &rows[MIR], &rows[TFMIR], "");
     return 0;
 }
 
@@ -700,7 +915,8 @@ int main(int argc, char **argv) {
     int steps = 300, repeats = 5, torch = 1, policies = 0;
     int gpu = 0, images = 65536, nb = 2, steps_set = 0, repeats_set = 0, gpu_args = 0;
     int64_t batches[GPU_MAX_BATCHES] = {64, 1024};
-    const char *python = NULL;
+    const char *python = NULL, *tf_python = NULL;
+    int tf = 1;
 #ifdef DIST_BENCH_MPI_MODULE
     /* linked statically: the MPI workers find the build tree's module, unless told another */
     if (access(DIST_BENCH_MPI_MODULE, F_OK) == 0)
@@ -725,6 +941,10 @@ int main(int argc, char **argv) {
             torch = 0;
         else if (!strcmp(argv[i], "--python") && i + 1 < argc)
             python = argv[++i];
+        else if (!strcmp(argv[i], "--tf") && i + 1 < argc)
+            tf_python = argv[++i];
+        else if (!strcmp(argv[i], "--no-tf"))
+            tf = 0;
         else if (!strcmp(argv[i], "--mixed-precision"))
             policies = 1;
         else if (!strcmp(argv[i], "--gpu"))
@@ -739,8 +959,8 @@ int main(int argc, char **argv) {
     /* --steps and --mixed-precision are the CPU modes'; --batch-sizes and --images the GPU's */
     if (bad || (gpu && (steps_set || policies)) || (!gpu && gpu_args)) {
         fprintf(stderr,
-                "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH] "
-                "[--mixed-precision]\n"
+                "usage: %s [--steps N] [--repeats R] [--no-torch] [--python PATH] [--no-tf] "
+                "[--tf PYTHON] [--mixed-precision]\n"
                 "       %s --gpu [--batch-sizes 64,1024] [--images N] [--repeats R] [--no-torch] "
                 "[--python PATH]\n",
                 argv[0], argv[0]);
@@ -754,6 +974,19 @@ int main(int argc, char **argv) {
     }
     if (gpu) return gpu_main(batches, nb, images, repeats, torch, python ? python : "python3");
     if (!python) python = "/usr/bin/python3";
+    /* TensorFlow: --tf, else the project's venv (tools/setup-deps.sh makes it) when present */
+    char venv_python[4096] = "";
+    const char *tf_missing = "not run (--no-tf)";
+    if (tf && !tf_python) {
+        const char *home = getenv("HOME");
+        snprintf(venv_python, sizeof venv_python, "%s/.cache/libdist/venv-tf/bin/python",
+                 home ? home : "");
+        if (home && access(venv_python, X_OK) == 0)
+            tf_python = venv_python;
+        else
+            tf_missing = "not run: no TensorFlow found (no ~/.cache/libdist/venv-tf/bin/python; "
+                         "--tf PYTHON names one)";
+    }
     int cores = dist_device_count(DIST_DEVICE_CPU);
     char all_cpus[256] = "";
     for (int c = 0, len = 0; c < cores && len < 240; c++)
@@ -770,71 +1003,8 @@ int main(int argc, char **argv) {
         dist_mnist_destroy(mnist);
         return rc;
     }
-    double r1[MAX_REPEATS], rall[MAX_REPEATS], rmir[MAX_REPEATS], rmw[MAX_REPEATS],
-        rmwt[MAX_REPEATS], rmwm[MAX_REPEATS] = {0};
-    double one = run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, repeats, mnist, NULL, r1);
-    double all =
-        run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, repeats, mnist, NULL, rall);
-    double mir =
-        run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, repeats, mnist, NULL, rmir);
-    double mw = run_multi_worker(cores, steps, repeats, "shm", rmw);
-    double mwt = run_multi_worker(cores, steps, repeats, "tcp", rmwt);
-    double mwm = run_multi_worker(cores, steps, repeats, "mpi", rmwm);
-    char t1_runs[512] = "n/a", tall_runs[512] = "n/a";
-    double t1 = torch ? run_torch(python, 1, steps, repeats, t1_runs, sizeof t1_runs) : 0;
-    double tall = torch ? run_torch(python, cores, steps, repeats, tall_runs, sizeof tall_runs) : 0;
-
-    char buf[512];
-    printf("| configuration | threads | images/s (median) | %% of FP32 peak | repeats "
-           "|\n|---|---|---|---|---|\n");
-    runs_str(r1, repeats, buf, sizeof buf);
-    printf("| libdist one_device cpu:0 | 1 | %.0f | %.0f%% | %s |\n", one,
-           100 * one * FLOP_PER_IMAGE / PEAK_PER_CORE, buf);
-    runs_str(rall, repeats, buf, sizeof buf);
-    printf("| libdist one_device cpu:0 | %d | %.0f | %.0f%% | %s |\n", cores, all,
-           100 * all * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
-    runs_str(rmir, repeats, buf, sizeof buf);
-    printf("| libdist mirrored, %d CPU replicas | %d x 1 | %.0f | %.0f%% | %s |\n", cores, cores,
-           mir, 100 * mir * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
-    runs_str(rmw, repeats, buf, sizeof buf);
-    printf("| libdist multi_worker, %d workers, shared memory | %d x 1 | %.0f | %.0f%% | %s |\n",
-           cores, cores, mw, 100 * mw * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
-    runs_str(rmwt, repeats, buf, sizeof buf);
-    printf("| libdist multi_worker, %d workers, TCP | %d x 1 | %.0f | %.0f%% | %s |\n", cores,
-           cores, mwt, 100 * mwt * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
-    runs_str(rmwm, repeats, buf, sizeof buf);
-    if (mwm > 0)
-        printf("| libdist multi_worker, %d workers, MPI (mpiexec) | %d x 1 | %.0f | %.0f%% | %s "
-               "|\n",
-               cores, cores, mwm, 100 * mwm * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), buf);
-    else
-        printf("| libdist multi_worker, %d workers, MPI (mpiexec) | %d x 1 | n/a (no mpiexec, "
-               "or libdist built without MPI) | | |\n",
-               cores, cores);
-    if (torch) {
-        printf("| PyTorch eager (torch_cnn.py) | 1 | %.0f | %.0f%% | %s |\n", t1,
-               100 * t1 * FLOP_PER_IMAGE / PEAK_PER_CORE, t1_runs);
-        printf("| PyTorch eager (torch_cnn.py) | %d | %.0f | %.0f%% | %s |\n", cores, tall,
-               100 * tall * FLOP_PER_IMAGE / (PEAK_PER_CORE * cores), tall_runs);
-    }
-    printf("\nratios:\n");
-    printf("  mirrored %d replicas / one replica on one core: %.2fx (target >= 1.7x)\n", cores,
-           mir / one);
-    if (mir > 0)
-        printf("  multi_worker %d workers / mirrored %d replicas: %.2fx shared memory, %.2fx TCP, "
-               "%.2fx MPI (target >= 0.9x)\n",
-               cores, cores, mw / mir, mwt / mir, mwm / mir);
-    if (torch && t1 > 0 && tall > 0) {
-        printf("  libdist 1 thread / PyTorch 1 thread: %.2fx (target >= 2x)\n", one / t1);
-        printf("  libdist one_device %d threads / PyTorch %d threads: %.2fx (target >= 2x)\n",
-               cores, cores, all / tall);
-        printf("  libdist mirrored / PyTorch %d threads: %.2fx (target >= 2x)\n", cores,
-               mir / tall);
-    } else if (torch) {
-        printf("  PyTorch did not run (%s bench/torch_cnn.py; install python3-torch: "
-               "tools/setup-deps.sh --bench)\n",
-               python);
-    }
+    int rc = bench_cpu(steps, repeats, cores, all_cpus, mnist, torch ? python : NULL,
+                       tf ? tf_python : NULL, tf_missing);
     dist_mnist_destroy(mnist);
-    return 0;
+    return rc;
 }

@@ -77,3 +77,17 @@ add_test(NAME distrain.scale_lr_with_schedule
 set_tests_properties(distrain.scale_lr_linear distrain.scale_lr_sqrt_sgd distrain.scale_lr_invalid
                      distrain.base_batch_without_scale_lr distrain.scale_lr_with_schedule
                      PROPERTIES LABELS cli TIMEOUT 120)
+
+# --target-accuracy A: the test split after every epoch, stopping after the first epoch that
+# reaches A (bench/time_to_accuracy.sh uses it); a target not reached runs every epoch.
+add_test(NAME distrain.target_accuracy
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/target_accuracy.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/target_accuracy)
+add_test(NAME distrain.target_accuracy_out_of_range
+         COMMAND ${expect_sh} 2 "invalid value '1.5' for --target-accuracy" $<TARGET_FILE:distrain>
+                 --target-accuracy 1.5)
+add_test(NAME distrain.target_accuracy_with_epochs_0
+         COMMAND ${expect_sh} 2 "--target-accuracy does nothing with --epochs 0" $<TARGET_FILE:distrain>
+                 --target-accuracy 0.9 --epochs 0)
+set_tests_properties(distrain.target_accuracy distrain.target_accuracy_out_of_range
+                     distrain.target_accuracy_with_epochs_0 PROPERTIES LABELS cli TIMEOUT 300)

@@ -6,6 +6,7 @@
 #include "predict.h"
 #include "print_cluster.h"
 #include "settings_check.h"
+#include "target_accuracy.h"
 #include "version.h"
 #include "weights_file.h"
 
@@ -54,6 +55,7 @@ typedef struct run_state {
     uint64_t data_seed;
     dist_coordinator *coordinator;
     int ps_dataset;
+    distrain_target_accuracy target; /* --target-accuracy (target.target 0: off) */
 } run_state;
 
 static int fail(const char *what) {
@@ -295,6 +297,12 @@ static int write_metrics(const run_state *s) {
             "%lld, \"capture_failures\": %lld}",
             (long long)g.captured, (long long)g.replayed, (long long)g.eager_segments,
             (long long)g.capture_failures);
+    if (s->o->target_accuracy > 0)
+        fprintf(f,
+                ",\n  \"target_accuracy\": {\"target\": %.6g, \"reached\": %s, \"epoch\": %d, "
+                "\"epochs_evaluated\": %d}",
+                s->o->target_accuracy, s->target.reached_epoch ? "true" : "false",
+                s->target.reached_epoch, s->target.epochs_evaluated);
     fprintf(f, "\n}\n");
     int bad = fclose(f) != 0 || dist_file_write_atomic(s->o->metrics_json, text, len) != DIST_OK;
     if (bad) fprintf(stderr, "distrain: --metrics-json: %s\n", dist_last_error());
@@ -311,7 +319,7 @@ typedef struct callbacks {
     dist_csv_logger *csv;
     dist_early_stopping *early;
     dist_reduce_lr_on_plateau *reduce_lr;
-    dist_callback list[8];
+    dist_callback list[9];
     int count;
 } callbacks;
 
@@ -425,6 +433,15 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         callbacks_destroy(&cbs);
         return rc;
     }
+    if (o->target_accuracy > 0) {
+        /* after the others: an epoch's checkpoint and backup are written before it stops */
+        s->target = (distrain_target_accuracy){.strategy = s->strategy,
+                                               .model = s->model,
+                                               .test = dtest,
+                                               .target = o->target_accuracy,
+                                               .out = !o->quiet && s->chief ? stdout : NULL};
+        cbs.list[cbs.count++] = distrain_target_accuracy_callback(&s->target);
+    }
     dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
     fo.coordinator = s->coordinator; /* parameter_server: steps are closures on the workers */
     fo.closure = "distrain.train";
@@ -493,6 +510,14 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     if (!o->quiet && dist_strategy_is_chief(s->strategy))
         printf("Test loss: %.4f - test accuracy: %.4f (%lld examples)\n", s->test_loss,
                s->test_accuracy, (long long)evaluated);
+    if (o->target_accuracy > 0 && !o->quiet && dist_strategy_is_chief(s->strategy)) {
+        if (s->target.reached_epoch)
+            printf("Target accuracy %.4g reached after epoch %d\n", o->target_accuracy,
+                   s->target.reached_epoch);
+        else
+            printf("Target accuracy %.4g not reached in %d epochs\n", o->target_accuracy,
+                   s->target.epochs_evaluated);
+    }
     if (o->save_weights) {
         if (save_weights(s)) return 1;
     } else if (late_failure && s->chief) {
@@ -814,6 +839,7 @@ static int check_flags(distrain_options *o) {
                            : o->validation_split > 0         ? "--validation-split"
                            : o->early_stopping_patience >= 0 ? "--early-stopping-patience"
                            : o->reduce_lr_patience >= 0      ? "--reduce-lr-patience"
+                           : o->target_accuracy > 0          ? "--target-accuracy"
                                                              : NULL;
         if (idle) {
             fprintf(stderr, "distrain: %s does nothing with --epochs 0 (which only evaluates)\n",

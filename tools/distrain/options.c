@@ -121,6 +121,9 @@ static const distrain_flag flags[] = {
     {"--restore-best-weights", 0, "", "off",
      "with --early-stopping-patience: end with the weights of the best epoch (Keras's "
      "restore_best_weights)"},
+    {"--target-accuracy", 1, "A", "off",
+     "evaluate the test split after every epoch and stop after the first epoch whose test "
+     "accuracy is >= A (0 < A <= 1); --epochs is then the most epochs to run"},
     {"--reduce-lr-patience", 1, "N", "no reduction",
      "multiply the learning rate by --reduce-lr-factor when val_loss (or loss) stalls N "
      "epochs"},
@@ -419,6 +422,12 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->save_weights = v;
         } else if (strcmp(a, "--load-weights") == 0) {
             o->load_weights = v;
+        } else if (strcmp(a, "--target-accuracy") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0 && x <= 1))
+                return bad(a, v, "must be a number in (0, 1]");
+            o->target_accuracy = x;
         } else if (strcmp(a, "--early-stopping-patience") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->early_stopping_patience = (int)n;
         } else if (strcmp(a, "--mixed-precision") == 0) {

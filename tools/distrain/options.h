@@ -61,6 +61,7 @@ typedef struct distrain_options {
     int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */
     double reduce_lr_factor;     /* ReduceLROnPlateau's factor (Keras's default 0.1) */
     int reduce_lr_factor_given;  /* --reduce-lr-factor was on the command line */
+    double target_accuracy;      /* > 0: stop after the epoch whose test accuracy reaches it */
     int restore_best_weights;    /* EarlyStopping's restore_best_weights (Keras's default off) */
     double validation_split;     /* 0 = no validation */
     const char *trace;           /* Chrome trace JSON of the training steps */

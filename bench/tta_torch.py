@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Time-to-accuracy contestant: the seed CNN in PyTorch eager, trained until the test accuracy
+reaches a target (bench/time_to_accuracy.sh times the whole process from outside).
+
+The model, optimizer and data reading are bench/torch_cnn.py's (Conv2d 32 / 64, pools, Linear
+1600->64->10, CrossEntropy, Adam(1e-3, eps 1e-7)), on the built-in MNIST subset: every epoch
+a fresh permutation of the training split in batches of 64 (the last, partial batch kept, as
+distrain's and Keras's epochs), then the test split evaluated; training stops after the first
+epoch whose test accuracy is >= --target. torch.set_num_threads(--threads, default every core),
+OMP/OpenBLAS thread counts set before torch is imported.
+
+Prints one JSON line on stdout: {"epochs": E, "test_accuracy": A, "reached": true|false, ...}.
+Exits 3 when torch cannot be imported.
+
+  /usr/bin/python3 bench/tta_torch.py --target 0.96 --max-epochs 15
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_cnn  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", type=float, default=0.96, help="test accuracy to reach")
+    p.add_argument("--max-epochs", type=int, default=15)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=torch_cnn.DEFAULT_DATA)
+    args = p.parse_args()
+    if not 0 < args.target <= 1 or args.max_epochs < 1 or args.threads < 1:
+        p.error("--target must be in (0, 1], --max-epochs and --threads >= 1")
+    return args
+
+
+def main():
+    args = parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    try:
+        import torch
+        from torch import nn
+    except ImportError as e:
+        print(f"tta_torch.py: torch is not importable with {sys.executable} ({e}); install "
+              "python3-torch (tools/setup-deps.sh --bench)", file=sys.stderr)
+        sys.exit(3)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    def split(name):
+        x = torch_cnn.read_idx(os.path.join(args.data_dir, f"{name}-images-idx3-ubyte.gz"), torch)
+        y = torch_cnn.read_idx(os.path.join(args.data_dir, f"{name}-labels-idx1-ubyte.gz"), torch)
+        return x.to(torch.float32).div_(255.0).unsqueeze(1).contiguous(), y.to(torch.int64)
+
+    x, y = split("train")
+    xt, yt = split("t10k")
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(1600, 64), nn.ReLU(), nn.Linear(64, 10))
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    bs, n = args.batch_size, x.shape[0]
+    epochs, accuracy = 0, 0.0
+    for epoch in range(args.max_epochs):
+        model.train()
+        perm = torch.randperm(n)
+        for i in range(0, n, bs):
+            idx = perm[i:i + bs]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x[idx]), y[idx]).backward()
+            opt.step()
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for i in range(0, xt.shape[0], 1000):
+                correct += (model(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum().item()
+        epochs, accuracy = epoch + 1, correct / xt.shape[0]
+        reached = accuracy >= args.target
+        print(f"Epoch {epochs}: test accuracy {accuracy:.4f}{' (target reached)' if reached else ''}",
+              file=sys.stderr)
+        if reached:
+            break
+    print(json.dumps({
+        "epochs": epochs,
+        "test_accuracy": round(accuracy, 6),
+        "reached": accuracy >= args.target,
+        "target": args.target,
+        "seed": args.seed,
+        "threads": args.threads,
+        "torch": torch.__version__,
+    }))
+
+
+if __name__ == "__main__":
+    main()
