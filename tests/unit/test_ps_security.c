@@ -19,6 +19,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #define PS_RANK 2 /* chief 0, worker/0 1, ps/0 2 */
 #define OTHER_TOKEN "another-cluster-token-9876543210"
@@ -76,11 +77,18 @@ static ps_cluster *resolve_as(const ps_task *t, int which, const char *token) {
     return c;
 }
 
+/* Whether the ps has reported `text`. Its connection threads write the report while the
+ * client may already hold the refusal, so this waits for it (10 s at most: a loaded host). */
 static bool report_says(const ps_task *t, const char *text) {
-    char *r = read_report(&t->cl, PS_RANK, NULL);
-    bool has = strstr(r, text) != NULL;
-    free(r);
-    return has;
+    double deadline = net_now() + 10;
+    for (;;) {
+        char *r = read_report(&t->cl, PS_RANK, NULL);
+        bool has = strstr(r, text) != NULL;
+        free(r);
+        if (has || net_now() > deadline) return has;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* The chief's connection, with the token; waits (10 s at most) for the ps to listen. */
