@@ -454,6 +454,8 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
     DIST_TRY(conv_check(d, x, dw, &oh, &ow));
     if (cpu_conv1_backward_filter_applies(d, x, dy, dw))
         return cpu_conv1_backward_filter(c, d, x, dy, dw, db);
+    if (cpu_conv2_backward_filter_applies(c, d, x, dy, dw))
+        return cpu_conv2_backward_filter(c, d, x, dy, dw, db);
     prim_key k;
     conv_key(&k, OP_CONV_BWD_FILTER, d, x, dy, dw);
     k.flags[0] = db != NULL;
