@@ -306,6 +306,8 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, w, &oh, &ow));
     dist_layout yl = preferred_layout(c, w->shape[3]);
+    if (cpu_conv2_forward_applies(c, d, x, w, b, y, yl))
+        return cpu_conv2_forward(c, d, x, w, b, y, yl);
     prim_key k;
     conv_key(&k, OP_CONV_FWD, d, x, w, b);
     cpu_prim *p = cache_find(c, &k);
