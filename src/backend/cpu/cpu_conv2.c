@@ -170,25 +170,22 @@ dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
                  .gq = By,
                  .gr = dy->shape[2] * By,
                  .wj = ci_n * co_n};
-    /* Work items: (output-channel group, tap row i, input channel), the group outermost so
-     * that two threads split the output channels and each reads half of dy. A group is 32
-     * output channels, or 8 in the tail. */
+    /* Work items: (output-channel group, input-channel block, tap row i, channel in the
+     * block), the group outermost so that two threads split the output channels and each
+     * reads half of dy; the block next, so that one image's x block and dy group (5 + 15 KB
+     * here) stay in L1 across 24 items (~2.5% faster than tap rows outside the blocks). A
+     * group is 32 output channels, or 8 in the tail. */
     int64_t g32 = co_n / 32, groups = g32 + (co_n % 32) / 8;
     int64_t work = groups * kh * ci_n;
     const float *xd = x->data, *gd = dy->data;
     float *wd = dw->data;
     int threads = c->threads > 1 ? c->threads : 1;
-    if (threads > work) threads = (int)work;
+    if (threads > work) threads = work > 0 ? (int)work : 1;
+    memset(wd, 0, sizeof(float) * (size_t)(kh * 3 * ci_n * co_n));
 #pragma omp parallel num_threads(threads)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int64_t t0 = work * t / nt, t1 = work * (t + 1) / nt;
-        for (int64_t it = t0; it < t1; it++) {
-            int64_t g = it / (kh * ci_n), i = it / ci_n % kh, ci = it % ci_n;
-            int64_t co = g < g32 ? g * 32 : g32 * 32 + (g - g32) * 8, nv = g < g32 ? 4 : 1;
-            for (int64_t j = 0; j < 3; j++)
-                memset(wd + ((i * 3 + j) * ci_n + ci) * co_n + co, 0, sizeof(float) * 8 * nv);
-        }
         /* Loop nest in the order of the work items, offsets kept incrementally: a division
          * per item cost ~10% of the kernel. */
         const int64_t xplane = x->shape[1] * W * Bx, xrow = W * Bx;
@@ -204,10 +201,10 @@ dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
                 const float *gv[4];
                 for (int v = 0; v < (g < g32 ? 4 : 1); v++)
                     gv[v] = gd + act_offset(dy, By, m, 0, 0, co + v * 8);
-                for (int64_t i = 0; i < kh; i++) {
-                    float *w = wd + i * 3 * ci_n * co_n + co;
-                    const float *xi = xm + i * xrow;
-                    for (int64_t cb = 0; cb < ci_n; cb += Bx, xi += xplane)
+                for (int64_t cb = 0; cb < ci_n; cb += Bx)
+                    for (int64_t i = 0; i < kh; i++) {
+                        float *w = wd + i * 3 * ci_n * co_n + co;
+                        const float *xi = xm + i * xrow + cb / Bx * xplane;
                         for (int64_t c8 = 0; c8 < Bx; c8++, it++) {
                             if (it < t0 || it >= t1) continue;
                             if (g < g32)
@@ -342,7 +339,7 @@ dist_status cpu_conv2_forward(cpu_ctx *c, const dist_conv2d_desc *d, const dist_
     float *yd = y->data;
     int64_t groups = co_n / 32, work = n * groups, pixels = oh * ow;
     int threads = c->threads > 1 ? c->threads : 1;
-    if (threads > work) threads = (int)work;
+    if (threads > work) threads = work > 0 ? (int)work : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t it = 0; it < work; it++) {
         int64_t m = it / groups, co = it % groups * 32;
