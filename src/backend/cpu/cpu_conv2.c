@@ -215,9 +215,14 @@ dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
                 }
             }
         }
+        /* db: each group's by the thread that owns its first item (still one fixed order) */
+        for (int64_t g = 0; db && g < groups; g++) {
+            int64_t first = g * kh * ci_n;
+            if (first < t0 || first >= t1) continue;
+            int64_t co = g < g32 ? g * 32 : g32 * 32 + (g - g32) * 8, nv = g < g32 ? 4 : 1;
+            for (int64_t v = 0; v < nv; v++) bias8(dy, By, co + v * 8, db->data);
+        }
     }
-    if (db)
-        for (int64_t co = 0; co < co_n; co += 8) bias8(dy, By, co, db->data);
     dw->layout = DIST_LAYOUT_PLAIN;
     if (db) db->layout = DIST_LAYOUT_PLAIN;
     return DIST_OK;
