@@ -49,7 +49,8 @@ static void backend_grads(dist_backend *be, const conv2_case *k, const float *x,
     int64_t ws[4] = {k->kh, 3, k->ci, k->co}, bs[1] = {k->co};
     dist_tensor tx, tdy;
     float *xb = in_layout(be, x, xs, k->xl, &tx), *yb = in_layout(be, dy, ys, k->dyl, &tdy);
-    dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws), tb = dist_tensor_view(db, DIST_F32, 1, bs);
+    dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
+                tb = dist_tensor_view(db, DIST_F32, 1, bs);
     dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, 0};
     ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
                                                     k->bias ? &tb : NULL) == DIST_OK,
@@ -96,7 +97,9 @@ START_TEST(test_conv2_backward_filter_matches_reference) {
                             for (int j = 0; j < 3; j++)
                                 for (int ci = 0; ci < k->ci; ci++) {
                                     double v = g * x[(((size_t)m * k->h + r * k->sh + i) * k->w +
-                                                      q * k->sw + j) * k->ci + ci];
+                                                      q * k->sw + j) *
+                                                         k->ci +
+                                                     ci];
                                     size_t o = (((size_t)i * 3 + j) * k->ci + ci) * k->co + co;
                                     rw[o] += v;
                                     aw[o] += fabs(v);
@@ -112,7 +115,8 @@ START_TEST(test_conv2_backward_filter_matches_reference) {
         for (int i = 0; i < k->co; i++) {
             if (k->bias)
                 ck_assert_msg(fabs(db[i] - rb[i]) <= gamma_k(terms) * ab[i] + 1e-30,
-                              "case %zu: db[%d] = %.9g, reference %.9g", c, i, (double)db[i], rb[i]);
+                              "case %zu: db[%d] = %.9g, reference %.9g", c, i, (double)db[i],
+                              rb[i]);
             else
                 ck_assert_msg(db[i] == -99.0f, "case %zu: db written without a bias", c);
         }
@@ -209,17 +213,20 @@ START_TEST(test_conv2_forward_matches_reference) {
                         for (int i = 0; i < k->kh; i++)
                             for (int j = 0; j < k->kw; j++)
                                 for (int ci = 0; ci < k->ci; ci++) {
-                                    double v = (double)x[(((size_t)m * k->h + r * k->sh + i) *
-                                                              k->w + q * k->sw + j) * k->ci + ci] *
-                                               w[(((size_t)i * k->kw + j) * k->ci + ci) * k->co + co];
+                                    double v =
+                                        (double)x[(((size_t)m * k->h + r * k->sh + i) * k->w +
+                                                   q * k->sw + j) *
+                                                      k->ci +
+                                                  ci] *
+                                        w[(((size_t)i * k->kw + j) * k->ci + ci) * k->co + co];
                                     ref += v;
                                     mag += fabs(v);
                                 }
                         if (k->relu && ref < 0) ref = 0;
                         size_t o = (((size_t)m * oh + r) * ow + q) * k->co + co;
                         ck_assert_msg(fabs(y[o] - ref) <= gamma_k(terms) * mag + 1e-30,
-                                      "case %zu: y[%zu] = %.9g, reference %.9g", c, o,
-                                      (double)y[o], ref);
+                                      "case %zu: y[%zu] = %.9g, reference %.9g", c, o, (double)y[o],
+                                      ref);
                     }
         free(x);
         free(w);

@@ -58,24 +58,24 @@ int cpu_conv2_backward_filter_applies(const cpu_ctx *c, const dist_conv2d_desc *
 
 typedef struct bf_geom {
     int64_t oh, ow;
-    int64_t xq;   /* floats between the x pixels of adjacent output columns (sw * Bx) */
-    int64_t xj;   /* floats between horizontally adjacent x pixels (Bx) */
-    int64_t xr;   /* floats between the x rows of adjacent output rows (sh * W * Bx) */
-    int64_t gq;   /* floats between adjacent dy pixels (By) */
-    int64_t gr;   /* floats between adjacent dy rows (ow * By) */
-    int64_t wj;   /* floats between dw taps j and j + 1 (Ci * Co) */
+    int64_t xq; /* floats between the x pixels of adjacent output columns (sw * Bx) */
+    int64_t xj; /* floats between horizontally adjacent x pixels (Bx) */
+    int64_t xr; /* floats between the x rows of adjacent output rows (sh * W * Bx) */
+    int64_t gq; /* floats between adjacent dy pixels (By) */
+    int64_t gr; /* floats between adjacent dy rows (ow * By) */
+    int64_t wj; /* floats between dw taps j and j + 1 (Ci * Co) */
 } bf_geom;
 
 /* dw[j][0..32) += sum over the image's pixels of x[tap j] * dy[g[v] + 0..8), j < 3, v < 4. */
 __attribute__((target("avx2,fma"))) static void taps3x4(const float *x, const float *const g[4],
                                                         const bf_geom *k, float *dw) {
     float *w0 = dw, *w1 = dw + k->wj, *w2 = dw + 2 * k->wj;
-    __m256 a00 = _mm256_loadu_ps(w0), a01 = _mm256_loadu_ps(w0 + 8),
-           a02 = _mm256_loadu_ps(w0 + 16), a03 = _mm256_loadu_ps(w0 + 24);
-    __m256 a10 = _mm256_loadu_ps(w1), a11 = _mm256_loadu_ps(w1 + 8),
-           a12 = _mm256_loadu_ps(w1 + 16), a13 = _mm256_loadu_ps(w1 + 24);
-    __m256 a20 = _mm256_loadu_ps(w2), a21 = _mm256_loadu_ps(w2 + 8),
-           a22 = _mm256_loadu_ps(w2 + 16), a23 = _mm256_loadu_ps(w2 + 24);
+    __m256 a00 = _mm256_loadu_ps(w0), a01 = _mm256_loadu_ps(w0 + 8), a02 = _mm256_loadu_ps(w0 + 16),
+           a03 = _mm256_loadu_ps(w0 + 24);
+    __m256 a10 = _mm256_loadu_ps(w1), a11 = _mm256_loadu_ps(w1 + 8), a12 = _mm256_loadu_ps(w1 + 16),
+           a13 = _mm256_loadu_ps(w1 + 24);
+    __m256 a20 = _mm256_loadu_ps(w2), a21 = _mm256_loadu_ps(w2 + 8), a22 = _mm256_loadu_ps(w2 + 16),
+           a23 = _mm256_loadu_ps(w2 + 24);
     const float *g0 = g[0], *g1 = g[1], *g2 = g[2], *g3 = g[3];
     const int64_t xj = k->xj;
     for (int64_t r = 0; r < k->oh; r++) {
@@ -138,8 +138,8 @@ __attribute__((target("avx2,fma"))) static void taps3x1(const float *x, const fl
 }
 
 /* db[co..co+8) = sum over images and pixels of dy, in a fixed order. */
-__attribute__((target("avx2,fma"))) static void bias8(const dist_tensor *dy, int64_t B,
-                                                      int64_t co, float *db) {
+__attribute__((target("avx2,fma"))) static void bias8(const dist_tensor *dy, int64_t B, int64_t co,
+                                                      float *db) {
     int64_t n = dy->shape[0], pixels = dy->shape[1] * dy->shape[2];
     const float *g = dy->data;
     __m256 s = _mm256_setzero_ps();
@@ -212,7 +212,7 @@ dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
                             else
                                 taps3x1(xi + c8, gv[0], &k, w + (cb + c8) * co_n);
                         }
-                }
+                    }
             }
         }
         /* db: each group's by the thread that owns its first item (still one fixed order) */
@@ -229,10 +229,10 @@ dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
 }
 
 /* ---- forward -----------------------------------------------------------------------------
- * y[n][r][q][co] = relu?(b[co] + sum over i, j, ci of x[n][r*sh + i][q*sw + j][ci] * w[i][j][ci][co])
- * from the plain HWIO weights (no reorder). Three output pixels times four vectors of 8 output
- * channels are twelve accumulators; each (i, j, ci) costs three broadcasts of x and four
- * loads of w. oneDNN's jit:avx2 took 3.7-4.0 ms for the seed CNN's second convolution on one
+ * y[n][r][q][co] = relu?(b[co] + sum over i, j, ci of x[n][r*sh + i][q*sw + j][ci] *
+ * w[i][j][ci][co]) from the plain HWIO weights (no reorder). Three output pixels times four vectors
+ * of 8 output channels are twelve accumulators; each (i, j, ci) costs three broadcasts of x and
+ * four loads of w. oneDNN's jit:avx2 took 3.7-4.0 ms for the seed CNN's second convolution on one
  * core, this 3.2-3.4 ms (interleaved, medians of per-run minima). Splitting the reduction by
  * tap row to keep the weights in L1 (partial sums in y) was slower: 3.5 ms. */
 
@@ -274,29 +274,29 @@ px3x4_any(const float *x0, const float *x1, const float *x2, const float *w, con
     for (int64_t i = 0; i < k->kh; i++)
         for (int64_t j = 0; j < k->kw; j++)
             for (int64_t cb = 0; cb < k->ci_n; cb += Bx) {
-            const int64_t o = i * k->xrow + j * Bx + cb / Bx * k->xplane;
-            const float *p0 = x0 + o, *p1 = x1 + o, *p2 = x2 + o;
-            for (int64_t c = 0; c < Bx; c++, w += co_n) {
-                __m256 b0 = _mm256_broadcast_ss(p0 + c), b1 = _mm256_broadcast_ss(p1 + c),
-                       b2 = _mm256_broadcast_ss(p2 + c);
-                __m256 v = _mm256_loadu_ps(w);
-                a00 = _mm256_fmadd_ps(b0, v, a00);
-                a10 = _mm256_fmadd_ps(b1, v, a10);
-                a20 = _mm256_fmadd_ps(b2, v, a20);
-                v = _mm256_loadu_ps(w + 8);
-                a01 = _mm256_fmadd_ps(b0, v, a01);
-                a11 = _mm256_fmadd_ps(b1, v, a11);
-                a21 = _mm256_fmadd_ps(b2, v, a21);
-                v = _mm256_loadu_ps(w + 16);
-                a02 = _mm256_fmadd_ps(b0, v, a02);
-                a12 = _mm256_fmadd_ps(b1, v, a12);
-                a22 = _mm256_fmadd_ps(b2, v, a22);
-                v = _mm256_loadu_ps(w + 24);
-                a03 = _mm256_fmadd_ps(b0, v, a03);
-                a13 = _mm256_fmadd_ps(b1, v, a13);
-                a23 = _mm256_fmadd_ps(b2, v, a23);
+                const int64_t o = i * k->xrow + j * Bx + cb / Bx * k->xplane;
+                const float *p0 = x0 + o, *p1 = x1 + o, *p2 = x2 + o;
+                for (int64_t c = 0; c < Bx; c++, w += co_n) {
+                    __m256 b0 = _mm256_broadcast_ss(p0 + c), b1 = _mm256_broadcast_ss(p1 + c),
+                           b2 = _mm256_broadcast_ss(p2 + c);
+                    __m256 v = _mm256_loadu_ps(w);
+                    a00 = _mm256_fmadd_ps(b0, v, a00);
+                    a10 = _mm256_fmadd_ps(b1, v, a10);
+                    a20 = _mm256_fmadd_ps(b2, v, a20);
+                    v = _mm256_loadu_ps(w + 8);
+                    a01 = _mm256_fmadd_ps(b0, v, a01);
+                    a11 = _mm256_fmadd_ps(b1, v, a11);
+                    a21 = _mm256_fmadd_ps(b2, v, a21);
+                    v = _mm256_loadu_ps(w + 16);
+                    a02 = _mm256_fmadd_ps(b0, v, a02);
+                    a12 = _mm256_fmadd_ps(b1, v, a12);
+                    a22 = _mm256_fmadd_ps(b2, v, a22);
+                    v = _mm256_loadu_ps(w + 24);
+                    a03 = _mm256_fmadd_ps(b0, v, a03);
+                    a13 = _mm256_fmadd_ps(b1, v, a13);
+                    a23 = _mm256_fmadd_ps(b2, v, a23);
+                }
             }
-        }
     if (relu) {
         const __m256 z = _mm256_setzero_ps();
         a00 = _mm256_max_ps(a00, z), a01 = _mm256_max_ps(a01, z);
@@ -337,7 +337,12 @@ dist_status cpu_conv2_forward(cpu_ctx *c, const dist_conv2d_desc *d, const dist_
     yt.shape[0] = n, yt.shape[1] = oh, yt.shape[2] = ow, yt.shape[3] = co_n;
     yt.layout = y_layout;
     int64_t By = act_block(&yt);
-    fw_geom k = {.kh = kh, .kw = kw, .ci_n = ci_n, .co_n = co_n, .Bx = Bx, .xrow = W * Bx,
+    fw_geom k = {.kh = kh,
+                 .kw = kw,
+                 .ci_n = ci_n,
+                 .co_n = co_n,
+                 .Bx = Bx,
+                 .xrow = W * Bx,
                  .xplane = x->shape[1] * W * Bx};
     for (int v = 0; v < 4; v++) k.yv[v] = act_offset(&yt, By, 0, 0, 0, v * 8);
     const float *xd = x->data, *wd = w->data, *bd = b ? b->data : NULL;
