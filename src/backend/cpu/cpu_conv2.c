@@ -1,8 +1,9 @@
-/* Backward-filter of convolutions three taps wide with many input channels, on AVX2 (the seed
- * CNN's second convolution: 64x13x13x32 -> 11x11x64, 3x3, no padding).
+/* Backward-filter and forward of convolutions with many input channels, on AVX2 (the seed
+ * CNN's second convolution: 64x13x13x32 -> 11x11x64, 3x3, no padding). Backward-data stays on
+ * oneDNN (bench/RESULTS.md, 4 December 2026, says why).
  *
- * oneDNN 2.6's jit:avx2 backward-weights kernel ran this shape at 5.2 ms of a ~15.5 ms training
- * step on one core (285 MFLOP at ~55 GFLOP/s of ~111). Here each output element
+ * Backward-filter: oneDNN 2.6's jit:avx2 kernel ran this shape at 5.1 ms of a ~16 ms training
+ * step on one core (285 MFLOP at ~56 GFLOP/s of ~111); this file's, 3.3 ms. Each output element
  *   dw[i][j][ci][co] = sum over n, r, q of x[n][r*sh + i][q*sw + j][ci] * dy[n][r][q][co]
  * is summed in a register: for one row of taps i, one input channel ci and 32 output channels,
  * the three taps j times four vectors of 8 output channels make twelve AVX2 accumulators, and
