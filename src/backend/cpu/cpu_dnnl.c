@@ -306,6 +306,8 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, w, &oh, &ow));
     dist_layout yl = preferred_layout(c, w->shape[3]);
+    if (cpu_conv2_forward_applies(c, d, x, w, b, y, yl))
+        return cpu_conv2_forward(c, d, x, w, b, y, yl);
     prim_key k;
     conv_key(&k, OP_CONV_FWD, d, x, w, b);
     cpu_prim *p = cache_find(c, &k);
@@ -454,6 +456,8 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
     DIST_TRY(conv_check(d, x, dw, &oh, &ow));
     if (cpu_conv1_backward_filter_applies(d, x, dy, dw))
         return cpu_conv1_backward_filter(c, d, x, dy, dw, db);
+    if (cpu_conv2_backward_filter_applies(c, d, x, dy, dw))
+        return cpu_conv2_backward_filter(c, d, x, dy, dw, db);
     prim_key k;
     conv_key(&k, OP_CONV_BWD_FILTER, d, x, dy, dw);
     k.flags[0] = db != NULL;

@@ -69,6 +69,20 @@ int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tens
                                       const dist_tensor *dy, const dist_tensor *dw);
 dist_status cpu_conv1_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
+/* cpu_conv2.c: backward-filter of 3-wide convolutions with several input channels on AVX2. */
+int cpu_conv2_backward_filter_applies(const cpu_ctx *c, const dist_conv2d_desc *d,
+                                      const dist_tensor *x, const dist_tensor *dy,
+                                      const dist_tensor *dw);
+dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
+                                      const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
+/* cpu_conv2.c: forward (bias and ReLU fused) of convolutions with several input channels and
+ * output channels a multiple of 32 on AVX2, writing y in y_layout. */
+int cpu_conv2_forward_applies(const cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
+                              const dist_tensor *w, const dist_tensor *b, const dist_tensor *y,
+                              dist_layout y_layout);
+dist_status cpu_conv2_forward(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
+                              const dist_tensor *w, const dist_tensor *b, dist_tensor *y,
+                              dist_layout y_layout);
 /* cpu_round.c: y = x rounded to float16 / bfloat16 precision, in float32 storage. */
 dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
 /* 1 when the vector paths (AVX2 + F16C) run on this processor. */

@@ -1,0 +1,271 @@
+/* The CPU backend's backward-filter of multi-channel convolutions (cpu_conv2.c on AVX2, oneDNN
+ * elsewhere) against a naive double-precision reference: the seed CNN's second convolution in
+ * nChw8c and nChw16c, plain NHWC with odd channel counts and sizes, output channels that are
+ * not a multiple of 32, strides that differ per axis, a kernel 2 rows high, mixed layouts, with
+ * and without the bias gradient; and bitwise the same result on 1 and 2 threads.
+ *
+ * Tolerance: a float32 sum of K products, in any order, is within gamma(K) = K u / (1 - K u)
+ * of the sum of their absolute values (u = 2^-24), which the reference computes alongside. */
+#include "backend/backend.h"
+#include "testutil.h"
+
+#include <dist/dist.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dist_backend *cpu(int threads) {
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.threads = threads;
+    dist_backend *be;
+    ck_assert_int_eq(dist_backend_create(&o, &be), DIST_OK);
+    return be;
+}
+
+typedef struct conv2_case {
+    int n, h, w, ci, co, kh, sh, sw;
+    dist_layout xl, dyl;
+    int bias;
+} conv2_case;
+
+static int out_h(const conv2_case *k) { return (k->h - k->kh) / k->sh + 1; }
+static int out_w(const conv2_case *k) { return (k->w - 3) / k->sw + 1; }
+
+/* A plain NHWC tensor copied into layout l through the backend. */
+static float *in_layout(dist_backend *be, const float *plain, int64_t *shape, dist_layout l,
+                        dist_tensor *t) {
+    dist_tensor src = dist_tensor_view((void *)plain, DIST_F32, 4, shape);
+    float *buf = malloc(dist_tensor_bytes(&src));
+    *t = dist_tensor_view(buf, DIST_F32, 4, shape);
+    t->layout = l;
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &src, t), DIST_OK);
+    return buf;
+}
+
+/* dw [kh][3][ci][co] and db [co] through the backend; x and dy given in plain NHWC. */
+static void backend_grads(dist_backend *be, const conv2_case *k, const float *x, const float *dy,
+                          float *dw, float *db) {
+    int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, out_h(k), out_w(k), k->co};
+    int64_t ws[4] = {k->kh, 3, k->ci, k->co}, bs[1] = {k->co};
+    dist_tensor tx, tdy;
+    float *xb = in_layout(be, x, xs, k->xl, &tx), *yb = in_layout(be, dy, ys, k->dyl, &tdy);
+    dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
+                tb = dist_tensor_view(db, DIST_F32, 1, bs);
+    dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, 0};
+    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
+                                                    k->bias ? &tb : NULL) == DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(tw.layout, DIST_LAYOUT_PLAIN);
+    free(xb);
+    free(yb);
+}
+
+static double gamma_k(double terms) {
+    double u = ldexp(1.0, -24);
+    return terms * u / (1.0 - terms * u);
+}
+
+START_TEST(test_conv2_backward_filter_matches_reference) {
+    const conv2_case cases[] = {
+        {5, 13, 13, 32, 64, 3, 1, 1, DIST_LAYOUT_NCHW8C, DIST_LAYOUT_NCHW8C, 1},
+        {3, 13, 13, 32, 64, 3, 1, 1, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 1},
+        {4, 9, 10, 3, 40, 3, 2, 2, DIST_LAYOUT_PLAIN, DIST_LAYOUT_PLAIN, 1},
+        {3, 8, 11, 16, 24, 2, 2, 1, DIST_LAYOUT_NCHW8C, DIST_LAYOUT_NCHW8C, 0},
+        {2, 7, 6, 8, 72, 3, 1, 2, DIST_LAYOUT_NCHW8C, DIST_LAYOUT_PLAIN, 1},
+        {1, 3, 3, 5, 8, 3, 1, 1, DIST_LAYOUT_PLAIN, DIST_LAYOUT_NCHW8C, 1},
+    };
+    dist_backend *be = cpu(1);
+    uint64_t s = 5;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const conv2_case *k = &cases[c];
+        int oh = out_h(k), ow = out_w(k), taps = k->kh * 3;
+        size_t nx = (size_t)k->n * k->h * k->w * k->ci, ny = (size_t)k->n * oh * ow * k->co;
+        size_t nw = (size_t)taps * k->ci * k->co;
+        float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+        for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+        for (size_t i = 0; i < ny; i++) dy[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+        double *rw = calloc(nw, sizeof *rw), *aw = calloc(nw, sizeof *aw);
+        double *rb = calloc((size_t)k->co, sizeof *rb), *ab = calloc((size_t)k->co, sizeof *ab);
+        for (int m = 0; m < k->n; m++)
+            for (int r = 0; r < oh; r++)
+                for (int q = 0; q < ow; q++)
+                    for (int co = 0; co < k->co; co++) {
+                        double g = dy[(((size_t)m * oh + r) * ow + q) * k->co + co];
+                        rb[co] += g;
+                        ab[co] += fabs(g);
+                        for (int i = 0; i < k->kh; i++)
+                            for (int j = 0; j < 3; j++)
+                                for (int ci = 0; ci < k->ci; ci++) {
+                                    double v = g * x[(((size_t)m * k->h + r * k->sh + i) * k->w +
+                                                      q * k->sw + j) *
+                                                         k->ci +
+                                                     ci];
+                                    size_t o = (((size_t)i * 3 + j) * k->ci + ci) * k->co + co;
+                                    rw[o] += v;
+                                    aw[o] += fabs(v);
+                                }
+                    }
+        double terms = (double)k->n * oh * ow + 1;
+        float *dw = malloc(nw * sizeof *dw), *db = malloc((size_t)k->co * sizeof *db);
+        for (int i = 0; i < k->co; i++) db[i] = -99.0f;
+        backend_grads(be, k, x, dy, dw, db);
+        for (size_t i = 0; i < nw; i++)
+            ck_assert_msg(fabs(dw[i] - rw[i]) <= gamma_k(terms) * aw[i] + 1e-30,
+                          "case %zu: dw[%zu] = %.9g, reference %.9g", c, i, (double)dw[i], rw[i]);
+        for (int i = 0; i < k->co; i++) {
+            if (k->bias)
+                ck_assert_msg(fabs(db[i] - rb[i]) <= gamma_k(terms) * ab[i] + 1e-30,
+                              "case %zu: db[%d] = %.9g, reference %.9g", c, i, (double)db[i],
+                              rb[i]);
+            else
+                ck_assert_msg(db[i] == -99.0f, "case %zu: db written without a bias", c);
+        }
+        free(x);
+        free(dy);
+        free(rw);
+        free(aw);
+        free(rb);
+        free(ab);
+        free(dw);
+        free(db);
+    }
+    dist_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_conv2_backward_filter_is_the_same_on_1_and_2_threads) {
+    const conv2_case k = {64, 13, 13, 32, 64, 3, 1, 1, DIST_LAYOUT_NCHW8C, DIST_LAYOUT_NCHW8C, 1};
+    size_t nx = 64 * 13 * 13 * 32, ny = 64 * 11 * 11 * 64;
+    float *x = malloc(nx * sizeof *x), *dy = malloc(ny * sizeof *dy);
+    uint64_t s = 13;
+    for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+    for (size_t i = 0; i < ny; i++) dy[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+    static float w1[9 * 32 * 64], w2[9 * 32 * 64];
+    float b1[64], b2[64];
+    dist_backend *one = cpu(1), *two = cpu(2);
+    backend_grads(one, &k, x, dy, w1, b1);
+    backend_grads(two, &k, x, dy, w2, b2);
+    ck_assert_int_eq(memcmp(w1, w2, sizeof w1), 0);
+    ck_assert_int_eq(memcmp(b1, b2, sizeof b1), 0);
+    dist_backend_destroy(one);
+    dist_backend_destroy(two);
+    free(x);
+    free(dy);
+}
+END_TEST
+
+typedef struct fwd_case {
+    int n, h, w, ci, co, kh, kw, sh, sw;
+    dist_layout xl;
+    int bias, relu;
+} fwd_case;
+
+/* y [n][oh][ow][co] in plain NHWC through the backend's forward; x given in plain NHWC. */
+static void backend_forward(dist_backend *be, const fwd_case *k, const float *x, const float *w,
+                            const float *b, float *y) {
+    int oh = (k->h - k->kh) / k->sh + 1, ow = (k->w - k->kw) / k->sw + 1;
+    int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, oh, ow, k->co};
+    int64_t ws[4] = {k->kh, k->kw, k->ci, k->co}, bs[1] = {k->co};
+    dist_tensor tx;
+    float *xb = in_layout(be, x, xs, k->xl, &tx);
+    dist_tensor tw = dist_tensor_view((void *)w, DIST_F32, 4, ws);
+    dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 1, bs);
+    dist_tensor out = dist_tensor_view(y, DIST_F32, 4, ys);
+    float *yb = malloc(dist_tensor_bytes(&out));
+    dist_tensor ty = dist_tensor_view(yb, DIST_F32, 4, ys);
+    dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, k->relu};
+    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL, &ty) ==
+                      DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &out), DIST_OK);
+    free(xb);
+    free(yb);
+}
+
+START_TEST(test_conv2_forward_matches_reference) {
+    const fwd_case cases[] = {
+        {5, 13, 13, 32, 64, 3, 3, 1, 1, DIST_LAYOUT_NCHW8C, 1, 1},
+        {3, 13, 13, 32, 64, 3, 3, 1, 1, DIST_LAYOUT_NCHW16C, 1, 1},
+        {2, 9, 10, 3, 32, 3, 3, 2, 2, DIST_LAYOUT_PLAIN, 1, 0},
+        {3, 8, 11, 16, 96, 2, 5, 2, 1, DIST_LAYOUT_NCHW8C, 0, 1},
+        {2, 7, 6, 8, 40, 3, 3, 1, 2, DIST_LAYOUT_NCHW8C, 1, 1},
+        {1, 3, 4, 5, 32, 3, 3, 1, 1, DIST_LAYOUT_PLAIN, 0, 0},
+    };
+    dist_backend *be = cpu(1);
+    uint64_t s = 17;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const fwd_case *k = &cases[c];
+        int oh = (k->h - k->kh) / k->sh + 1, ow = (k->w - k->kw) / k->sw + 1;
+        size_t nx = (size_t)k->n * k->h * k->w * k->ci, ny = (size_t)k->n * oh * ow * k->co;
+        size_t nw = (size_t)k->kh * k->kw * k->ci * k->co;
+        float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w);
+        float *b = malloc((size_t)k->co * sizeof *b), *y = malloc(ny * sizeof *y);
+        for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+        for (size_t i = 0; i < nw; i++) w[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+        for (int i = 0; i < k->co; i++) b[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+        backend_forward(be, k, x, w, b, y);
+        double terms = (double)k->kh * k->kw * k->ci + 1;
+        for (int m = 0; m < k->n; m++)
+            for (int r = 0; r < oh; r++)
+                for (int q = 0; q < ow; q++)
+                    for (int co = 0; co < k->co; co++) {
+                        double ref = k->bias ? b[co] : 0.0, mag = fabs(ref);
+                        for (int i = 0; i < k->kh; i++)
+                            for (int j = 0; j < k->kw; j++)
+                                for (int ci = 0; ci < k->ci; ci++) {
+                                    double v =
+                                        (double)x[(((size_t)m * k->h + r * k->sh + i) * k->w +
+                                                   q * k->sw + j) *
+                                                      k->ci +
+                                                  ci] *
+                                        w[(((size_t)i * k->kw + j) * k->ci + ci) * k->co + co];
+                                    ref += v;
+                                    mag += fabs(v);
+                                }
+                        if (k->relu && ref < 0) ref = 0;
+                        size_t o = (((size_t)m * oh + r) * ow + q) * k->co + co;
+                        ck_assert_msg(fabs(y[o] - ref) <= gamma_k(terms) * mag + 1e-30,
+                                      "case %zu: y[%zu] = %.9g, reference %.9g", c, o, (double)y[o],
+                                      ref);
+                    }
+        free(x);
+        free(w);
+        free(b);
+        free(y);
+    }
+    dist_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_conv2_forward_is_the_same_on_1_and_2_threads) {
+    const fwd_case k = {64, 13, 13, 32, 64, 3, 3, 1, 1, DIST_LAYOUT_NCHW8C, 1, 1};
+    size_t nx = 64 * 13 * 13 * 32, ny = 64 * 11 * 11 * 64;
+    float *x = malloc(nx * sizeof *x), *y1 = malloc(ny * sizeof *y1), *y2 = malloc(ny * sizeof *y2);
+    static float w[9 * 32 * 64];
+    float b[64];
+    uint64_t s = 19;
+    for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+    for (size_t i = 0; i < 9 * 32 * 64; i++) w[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+    for (int i = 0; i < 64; i++) b[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+    dist_backend *one = cpu(1), *two = cpu(2);
+    backend_forward(one, &k, x, w, b, y1);
+    backend_forward(two, &k, x, w, b, y2);
+    ck_assert_int_eq(memcmp(y1, y2, ny * sizeof *y1), 0);
+    dist_backend_destroy(one);
+    dist_backend_destroy(two);
+    free(x);
+    free(y1);
+    free(y2);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cpu_conv2");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_conv2_backward_filter_matches_reference);
+    tcase_add_test(tc, test_conv2_backward_filter_is_the_same_on_1_and_2_threads);
+    tcase_add_test(tc, test_conv2_forward_matches_reference);
+    tcase_add_test(tc, test_conv2_forward_is_the_same_on_1_and_2_threads);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
