@@ -15,31 +15,17 @@ Exits 3 when TensorFlow or Keras cannot be imported.
   ~/.cache/libdist/venv-tf/bin/python bench/tta_keras.py --target 0.96 --max-epochs 15
 """
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras_cnn  # noqa: E402
-
-
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", type=float, default=0.96, help="test accuracy to reach")
-    p.add_argument("--max-epochs", type=int, default=15)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", default=keras_cnn.DEFAULT_DATA)
-    args = p.parse_args()
-    if not 0 < args.target <= 1 or args.max_epochs < 1 or args.threads < 1:
-        p.error("--target must be in (0, 1], --max-epochs and --threads >= 1")
-    return args
+import tta_args  # noqa: E402
 
 
 def main():
-    args = parse_args()
+    args = tta_args.parse(__doc__.split("\n\n")[0], keras_cnn.DEFAULT_DATA)
     keras_cnn.set_thread_env(args.threads, args.threads)
     tf, keras = keras_cnn.import_tf_keras("keras3")
     keras_cnn.set_tf_threads(tf, args.threads, args.threads)

@@ -687,14 +687,15 @@ static dist_status sleepy_copy(const dist_element *in, dist_element *out, void *
     return DIST_OK;
 }
 
-/* range(n) -> a map sleeping `ns` per element -> prefetch(AUTOTUNE); the consumer sleeps
- * `pause_ns` every 8th element; returns the tuned buffer. */
-static int tuned_prefetch(int n, long ns, long pause_ns) {
+/* range(n) -> a map sleeping `ns` per element on `parallel` threads -> prefetch(AUTOTUNE); the
+ * consumer sleeps `pause_ns` after every `every`th element; returns what AUTOTUNE chose. */
+static dist_autotune_state tuned_run(int n, long ns, int parallel, int every, long pause_ns) {
     dist_element_spec spec = {0};
     spec.count = 1;
     spec.dtype[0] = DIST_I32;
     dist_map_options o = DIST_MAP_OPTIONS_INIT;
     o.output_spec = &spec;
+    if (parallel) o.num_parallel = parallel;
     dist_dataset *ds = range_ds(n);
     CHAIN(ds, dist_dataset_map(ds, sleepy_copy, &ns, &o, &next_));
     CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
@@ -705,41 +706,24 @@ static int tuned_prefetch(int n, long ns, long pause_ns) {
         int eos = 0;
         ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
         ck_assert_int_eq(*(int32_t *)el.items[0]->data, i);
-        if (pause_ns && i % 8 == 7) nanosleep(&(struct timespec){0, pause_ns}, NULL);
+        if (pause_ns && i % every == every - 1)
+            nanosleep(&(struct timespec){0, pause_ns}, NULL);
     }
     dist_autotune_state t;
     ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
     dist_iterator_destroy(it);
     dist_dataset_destroy(ds);
-    return t.prefetch_buffer;
+    return t;
 }
 
-/* range(n) -> a map of AUTOTUNE parallelism sleeping `ns` per element -> prefetch(AUTOTUNE);
- * the consumer sleeps `consumer_ns` per element; returns the tuned map parallelism. */
+/* The tuned prefetch buffer of a map of the default parallelism, with a pause every 8th. */
+static int tuned_prefetch(int n, long ns, long pause_ns) {
+    return tuned_run(n, ns, 0, 8, pause_ns).prefetch_buffer;
+}
+
+/* The tuned parallelism of an AUTOTUNE map whose consumer sleeps `consumer_ns` per element. */
 static int tuned_map_below_prefetch(int n, long ns, long consumer_ns) {
-    dist_element_spec spec = {0};
-    spec.count = 1;
-    spec.dtype[0] = DIST_I32;
-    dist_map_options o = DIST_MAP_OPTIONS_INIT;
-    o.output_spec = &spec;
-    o.num_parallel = DIST_AUTOTUNE;
-    dist_dataset *ds = range_ds(n);
-    CHAIN(ds, dist_dataset_map(ds, sleepy_copy, &ns, &o, &next_));
-    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
-    dist_iterator *it = NULL;
-    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
-    for (int i = 0; i < n; i++) {
-        dist_element el;
-        int eos = 0;
-        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
-        ck_assert_int_eq(*(int32_t *)el.items[0]->data, i);
-        if (consumer_ns) nanosleep(&(struct timespec){0, consumer_ns}, NULL);
-    }
-    dist_autotune_state t;
-    ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
-    dist_iterator_destroy(it);
-    dist_dataset_destroy(ds);
-    return t.map_parallel;
+    return tuned_run(n, ns, DIST_AUTOTUNE, 1, consumer_ns).map_parallel;
 }
 
 /* Below a prefetch the map always looks behind (the prefetch's thread asks as soon as it has
