@@ -1,6 +1,6 @@
 /* The tpu strategy on a PJRT plugin against the C engine's mirrored strategy: the same model
  * from the same seed, the same batches in the same order, N steps each; the losses of every
- * step and every weight afterwards must agree to a relative tolerance.
+ * step and the weights afterwards (as a whole: relative L2) must agree to a relative tolerance.
  *
  *   tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE] [adam|sgd] [STEPS_PER_EXECUTION]
  *   tpu_vs_mirrored PLUGIN errors
@@ -278,11 +278,18 @@ int main(int argc, char **argv) {
         d2 += ((double)wa[i] - wb[i]) * ((double)wa[i] - wb[i]), n2 += (double)wa[i] * wa[i];
     double l2 = sqrt(d2 / (n2 > 0 ? n2 : 1));
     printf("weights: relative L2 difference %.2e\n", l2);
-    /* Adam divides by sqrt(v): a weight whose gradient is near zero moves by about the learning
-     * rate in the direction of its rounding noise, so two correct engines differ there by up
-     * to lr per step. Under Adam the weights are compared as a whole (relative L2 norm); under
-     * SGD each one. */
-    if (!use_sgd) worst = l2 / 10.0; /* Adam: the weights as a whole within 10 x tolerance */
+    /* The weights are compared as a whole (relative L2 norm), not one by one:
+     * - Adam divides by sqrt(v): a weight whose gradient is near zero moves by about the
+     *   learning rate in the direction of its rounding noise, so two correct engines differ
+     *   there by up to lr per step: within 10 x tolerance.
+     * - SGD: within the tolerance. Each weight was compared while XLA's convolutions and
+     *   oneDNN's summed in the same order. The CPU backend's own AVX2 kernel for the second
+     *   convolution (cpu_conv2.c) sums in another order, and an example whose pre-activation
+     *   at a Dense unit is within rounding of 0 then takes the other side of ReLU in one
+     *   engine: that unit's weights and the convolutions below them differ by the learning
+     *   rate times that example's gradient (measured on AVX2: unit 8 of the first Dense, its
+     *   bias 1e-4 apart, relative L2 5.4e-5 over the model; 2.4e-8 with oneDNN's kernel). */
+    worst = use_sgd ? l2 : l2 / 10.0;
     if (na != nb || !(worst <= tol)) {
         fprintf(stderr, "tpu_vs_mirrored: weights differ beyond %.1e\n", tol);
         bad = 1;
