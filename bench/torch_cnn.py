@@ -99,13 +99,24 @@ def blas_in_use(torch):
     return {"library": library, "kind": kind, "dense_sgemm_gflops": round(gflops, 1)}
 
 
+def make_cnn(torch):
+    """The seed CNN, its loss and Keras's Adam (eps 1e-7): (model, loss_fn, optimizer)."""
+    from torch import nn
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(1600, 64), nn.ReLU(), nn.Linear(64, 10))
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    return model, loss_fn, opt
+
+
 def main():
     args = parse_args()
     # Before torch loads: OpenBLAS (OpenMP build) and libgomp read these at start-up.
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     import torch
-    from torch import nn
 
     torch.set_num_threads(args.threads)
     if args.flush_denormal and not torch.set_flush_denormal(True):
@@ -123,12 +134,7 @@ def main():
     if n < bs:
         raise ValueError(f"{n} images are fewer than one batch of {bs}")
 
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(1600, 64), nn.ReLU(), nn.Linear(64, 10))
-    loss_fn = nn.CrossEntropyLoss()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    model, loss_fn, opt = make_cnn(torch)
     model.train()
 
     # Shuffled full batches, a fresh permutation per pass over the data (drop the remainder).

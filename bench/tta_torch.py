@@ -31,7 +31,6 @@ def main():
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     try:
         import torch
-        from torch import nn
     except ImportError as e:
         print(f"tta_torch.py: torch is not importable with {sys.executable} ({e}); install "
               "python3-torch (tools/setup-deps.sh --bench)", file=sys.stderr)
@@ -46,12 +45,7 @@ def main():
 
     x, y = split("train")
     xt, yt = split("t10k")
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(1600, 64), nn.ReLU(), nn.Linear(64, 10))
-    loss_fn = nn.CrossEntropyLoss()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    model, loss_fn, opt = torch_cnn.make_cnn(torch)
     bs, n = args.batch_size, x.shape[0]
     epochs, accuracy = 0, 0.0
     for epoch in range(args.max_epochs):

@@ -166,7 +166,7 @@ static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_s
                               int nv, size_t n, const dist_tensor *grads, float grad_scale,
                               const float **out) {
     dist_backend *be = s->backend;
-    if (be->iface->name && !strcmp(be->iface->name, "xla-trace"))
+    if (dist_backend_is_traced(be))
         return dist_error(DIST_UNSUPPORTED,
                           "clipping (clipnorm/clipvalue/global_clipnorm) is not traced into the "
                           "tpu strategy's program yet: drop it under tpu, or use mirrored");

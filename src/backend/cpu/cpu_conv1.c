@@ -21,18 +21,9 @@
 
 #define GROUP 8 /* images per partial sum */
 
-static int has_avx2_fma(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return cached;
-}
-
 int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, const dist_tensor *dw) {
-    return has_avx2_fma() && x->ndim == 4 && x->shape[3] == 1 && x->dtype == DIST_F32 &&
+    return cpu_has_avx2_fma() && x->ndim == 4 && x->shape[3] == 1 && x->dtype == DIST_F32 &&
            dy->dtype == DIST_F32 && dw->ndim == 4 && dw->shape[0] == 3 && dw->shape[1] == 3 &&
            dw->shape[2] == 1 && dy->shape[3] % 8 == 0 && d->pad_top == 0 && d->pad_bottom == 0 &&
            d->pad_left == 0 && d->pad_right == 0;

@@ -64,6 +64,8 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
 dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                        const dist_tensor *b, float beta, dist_tensor *c);
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst);
+/* The CPU runs AVX2 and FMA (the own convolution kernels' instructions); cached. cpu_round.c. */
+int cpu_has_avx2_fma(void);
 /* cpu_conv1.c: backward-filter of a 3x3 convolution of a one-channel input (see the file). */
 int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, const dist_tensor *dw);

@@ -71,6 +71,15 @@ static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, i
     }
 }
 
+int cpu_has_avx2_fma(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return cached;
+}
+
 int cpu_round_simd(void) {
     static int cached = -1;
     if (cached < 0) {
