@@ -261,40 +261,6 @@ static dist_status cpu_reduce_sum(void *ctx, const dist_tensor *x, dist_tensor *
     return DIST_OK;
 }
 
-static dist_status cpu_adam_update(void *ctx, const dist_adam_desc *d, float *param,
-                                   const float *grad, float *m, float *v, size_t n) {
-    cpu_ctx *c = ctx;
-    const float b1 = d->beta1, b2 = d->beta2, lr = d->lr, eps = d->epsilon, gs = d->grad_scale;
-    const float omb1 = 1.0f - b1, omb2 = 1.0f - b2;
-#pragma omp parallel for simd num_threads(nthreads_for(c, (int64_t)n)) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * gs;
-        float mi = m[i] + (g - m[i]) * omb1;
-        float vi = v[i] + (g * g - v[i]) * omb2;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] -= lr * mi / (sqrtf(vi) + eps);
-    }
-    return DIST_OK;
-}
-
-static dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param,
-                                  const float *grad, float *mom, size_t n) {
-    const float lr = d->lr, mu = d->momentum, gs = d->grad_scale;
-    if (mu == 0.0f) {
-        for (size_t i = 0; i < n; i++) param[i] -= lr * grad[i] * gs;
-        return DIST_OK;
-    }
-    if (!mom) return dist_error(DIST_INVALID_ARGUMENT, "sgd_update: momentum buffer is NULL");
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * gs;
-        float vel = mu * mom[i] - lr * g;
-        mom[i] = vel;
-        param[i] += d->nesterov ? mu * vel - lr * g : vel;
-    }
-    return DIST_OK;
-}
-
 static uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

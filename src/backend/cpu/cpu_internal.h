@@ -64,6 +64,13 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
 dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                        const dist_tensor *b, float beta, dist_tensor *c);
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst);
+/* cpu_update.c: the optimizers' element-wise updates, vectorized (the same bits in every width) */
+dist_status cpu_adam_update(void *ctx, const dist_adam_desc *d, float *param, const float *grad,
+                            float *m, float *v, size_t n);
+dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
+                           float *mom, size_t n);
+/* 8 (AVX), 4 (SSE2) or 1: the lanes the updates use on this CPU */
+int cpu_update_vector_width(void);
 /* The CPU runs AVX2 and FMA (the own convolution kernels' instructions); cached. cpu_round.c. */
 int cpu_has_avx2_fma(void);
 /* cpu_conv1.c: backward-filter of a 3x3 convolution of a one-channel input (see the file). */
