@@ -19,6 +19,15 @@ int dist_device_count(dist_device_kind kind) {
     return 0;
 }
 
+int dist_backends_fit_cores(dist_backend *const *backends, int n) {
+    int threads = 0;
+    for (int r = 0; r < n; r++) {
+        const dist_backend *b = backends ? backends[r] : NULL;
+        threads += b && b->device.kind == DIST_DEVICE_CPU && b->threads > 1 ? b->threads : 1;
+    }
+    return threads <= dist_device_count(DIST_DEVICE_CPU);
+}
+
 dist_status dist_backend_create(const dist_backend_options *options, dist_backend **out) {
     DIST_CHECK_ARG(options && out, "dist_backend_create: NULL argument");
     DIST_CHECK_ARG(

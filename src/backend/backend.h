@@ -163,6 +163,11 @@ struct dist_backend {
     int threads;
 };
 
+/* 1 when n replicas with these backends (a CPU backend's threads each, one thread for any other
+ * device's; a NULL array: one thread each) fit the CPU cores this process may use, so their
+ * threads can wait for each other by spinning (core/spin.h). backend.c. */
+int dist_backends_fit_cores(dist_backend *const *backends, int n);
+
 /* Constructors of the built-in backends (NULL-safe failure with a message). */
 dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_backend **out);
 /* The CUDA backend, from the CUDA module loaded on first use (cuda_loader.c): without the

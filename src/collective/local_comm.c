@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/scope.h"
+#include "core/spin.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 struct dist_local_comm {
     int n;
     double timeout_s;
+    long spin_ns; /* how long a waiter spins before it sleeps (core/spin.h) */
     dist_backend *backends[DIST_MAX_REPLICAS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -41,6 +43,7 @@ dist_status dist_local_comm_create(int n, dist_backend *const *backends, double 
     c->n = n;
     c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
     for (int i = 0; i < n; i++) c->backends[i] = backends ? backends[i] : NULL;
+    c->spin_ns = dist_spin_budget_ns(dist_backends_fit_cores(c->backends, n));
     c->aborted_rank = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_condattr_t ca;
@@ -89,23 +92,17 @@ static local_call start_call(const dist_local_comm *c, const char *what, double 
     return (local_call){what, dist_comm_deadline(NULL, limit), limit};
 }
 
-/* Replicas usually arrive within microseconds of each other (they run the same step on equal
- * cores), so a waiter spins briefly before sleeping: a futex wake-up costs tens of
- * microseconds, three times per all-reduce. */
-#define BARRIER_SPIN_NS 30000
-
+/* A waiter spins before it sleeps (core/spin.h): replicas that own their cores arrive within a
+ * few hundred microseconds of each other, and a sleeping one takes longer than that to wake on a
+ * virtual machine, three times per all-reduce. */
 static int spin_until_released(dist_local_comm *c, unsigned long gen) {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 1;; i++) {
+    dist_spin sp;
+    dist_spin_start(&sp, c->spin_ns);
+    do {
         if (atomic_load_explicit(&c->generation, memory_order_acquire) != gen) return 1;
         if (atomic_load_explicit(&c->aborted_rank, memory_order_relaxed) >= 0) return 0;
-        if ((i & 63) == 0) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > BARRIER_SPIN_NS)
-                return 0;
-        }
-    }
+    } while (dist_spin_again(&sp));
+    return 0;
 }
 
 static dist_status abandoned(const local_call *call, int who) {

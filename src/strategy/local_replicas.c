@@ -4,6 +4,7 @@
 #include "autodiff/tape_bind.h"
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/spin.h"
 #include "strategy/strategy_impl.h"
 
 #include <stdio.h>
@@ -85,6 +86,7 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
         s->placement.backends[r] = L->backends[r];
     }
     s->placement.num_replicas = n;
+    L->spin_ns = dist_spin_budget_ns(dist_backends_fit_cores(L->backends, n));
     return DIST_OK;
 }
 
@@ -104,7 +106,7 @@ void dist_local_replicas_destroy(dist_strategy *s) {
     if (L->num_replicas == 0) return;
     if (L->threads_started > 1) {
         pthread_mutex_lock(&L->mu);
-        L->stopping = 1;
+        __atomic_store_n(&L->stopping, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&L->cv_work);
         pthread_mutex_unlock(&L->mu);
         for (int r = 1; r < L->threads_started; r++) pthread_join(L->threads[r], NULL);
@@ -224,13 +226,24 @@ static void *replica_thread(void *arg) {
     unsigned long seen = 0;
     pthread_mutex_lock(&L->mu);
     for (;;) {
+        if (L->generation == seen && !L->stopping) {
+            /* the next step usually comes within ~100 us: spin first (core/spin.h) */
+            pthread_mutex_unlock(&L->mu);
+            dist_spin sp;
+            dist_spin_start(&sp, L->spin_ns);
+            while (__atomic_load_n(&L->generation, __ATOMIC_ACQUIRE) == seen &&
+                   !__atomic_load_n(&L->stopping, __ATOMIC_ACQUIRE) && dist_spin_again(&sp)) {
+            }
+            pthread_mutex_lock(&L->mu);
+        }
         while (L->generation == seen && !L->stopping) pthread_cond_wait(&L->cv_work, &L->mu);
         if (L->stopping) break;
         seen = L->generation;
         pthread_mutex_unlock(&L->mu);
         run_replica(s, r);
         pthread_mutex_lock(&L->mu);
-        if (--L->pending == 0) pthread_cond_signal(&L->cv_done);
+        if (__atomic_sub_fetch(&L->pending, 1, __ATOMIC_RELEASE) == 0)
+            pthread_cond_signal(&L->cv_done);
     }
     pthread_mutex_unlock(&L->mu);
     return NULL;
@@ -249,13 +262,17 @@ dist_status dist_local_replicas_run(dist_strategy *s, dist_step_fn step, void *u
     }
     if (n > 1) {
         pthread_mutex_lock(&L->mu);
-        L->pending = n - 1;
-        L->generation++;
+        __atomic_store_n(&L->pending, n - 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&L->generation, L->generation + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&L->cv_work);
         pthread_mutex_unlock(&L->mu);
     }
     run_replica(s, 0);
     if (n > 1) {
+        dist_spin sp;
+        dist_spin_start(&sp, L->spin_ns);
+        while (__atomic_load_n(&L->pending, __ATOMIC_ACQUIRE) > 0 && dist_spin_again(&sp)) {
+        }
         pthread_mutex_lock(&L->mu);
         while (L->pending > 0) pthread_cond_wait(&L->cv_done, &L->mu);
         pthread_mutex_unlock(&L->mu);

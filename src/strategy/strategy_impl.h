@@ -100,9 +100,11 @@ typedef struct dist_local_replicas {
     int threads_started;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
+    /* written under mu; also read without it (atomically) by spinning waiters */
     unsigned long generation;
     int pending;
     int stopping;
+    long spin_ns; /* how long a waiting thread spins before it sleeps (core/spin.h) */
     replica_job jobs[DIST_MAX_REPLICAS];
 
     /* host copies of the step outputs, reused across runs */
