@@ -180,7 +180,8 @@ int dist_cuda_device_count(void);
 /* The tpu strategy's symbolic backend (src/xla/trace_backend.c): its memory holds no values
  * while a step is traced, so code that reads or writes tensors on the host cannot run on it. */
 static inline int dist_backend_is_traced(const dist_backend *be) {
-    return be && be->iface && be->iface->name && __builtin_strcmp(be->iface->name, "xla-trace") == 0;
+    return be && be->iface && be->iface->name &&
+           __builtin_strcmp(be->iface->name, "xla-trace") == 0;
 }
 
 static inline dist_status dist_backend_alloc_raw(dist_backend *be, size_t bytes, void **out) {

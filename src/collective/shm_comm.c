@@ -14,12 +14,14 @@
  * is one read of its input and one write of its output in memory, as a memcpy: the memory
  * traffic floor (bench_allreduce compares with memcpy in two processes at once). Buffers up to
  * 64 KiB skip steps 2-3: every rank reduces all slots in rank order (same bits again). Counters are
- * C11 atomics (release/acquire); a waiter spins briefly, then sleeps on the rank's futex word
- * (woken by its next publish, or after 1 ms), and every millisecond checks the TCP mesh for a peer
- * whose process died (EOF), so a dead peer fails the call at once instead of at the timeout.
- * Sleeping matters on a loaded machine: a spinning waiter takes the core its peer needs. */
+ * C11 atomics (release/acquire); a waiter spins (about 2 ms when the ranks fit the cores, a few
+ * pauses when they do not; core/spin.h), then sleeps on the rank's futex word (woken by its next
+ * publish, or after 1 ms), and every millisecond checks the TCP mesh for a peer whose process
+ * died (EOF), so a dead peer fails the call at once instead of at the timeout. Sleeping matters
+ * on a loaded machine: a spinning waiter takes the core its peer needs. */
 #include "collective/net_internal.h"
 #include "core/error.h"
+#include "core/spin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -191,14 +193,10 @@ static void copy_out(char *dst, const char *src, size_t n, bool stream) {
     memcpy(dst, src, n);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* A peer whose socket reports EOF or an error has died. */
-static dist_status check_peers(dist_net_comm *c) {
+/* A peer whose socket reports EOF or an error has died, unless it already published what this
+ * wait needs (its counter at `which` reached q): a peer that finished its last collective may
+ * close its end while a slower rank still waits for another rank's counter. */
+static dist_status check_peers(dist_net_comm *c, size_t which, uint64_t q) {
     struct pollfd pf[NET_MAX_WORLD];
     int who[NET_MAX_WORLD], n = 0;
     for (int r = 0; r < c->world; r++) {
@@ -211,9 +209,13 @@ static dist_status check_peers(dist_net_comm *c) {
         if (!pf[i].revents) continue;
         char b;
         ssize_t k = recv(pf[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            int err = errno;
+            _Atomic uint64_t *ctr = (_Atomic uint64_t *)((char *)&c->shm->flags[who[i]] + which);
+            if (atomic_load_explicit(ctr, memory_order_acquire) >= q) continue;
             return net_fail_peer(c, DIST_PEER_LOST, who[i], "all-reduce",
-                                 k == 0 ? "end of stream" : strerror(errno));
+                                 k == 0 ? "end of stream" : strerror(err));
+        }
     }
     return DIST_OK;
 }
@@ -239,7 +241,10 @@ static void sleep_on(shm_flags *f, _Atomic uint64_t *ctr, uint64_t q) {
 /* Waits until every rank's counter (offset `which` in shm_flags) reaches q. */
 static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double deadline) {
     net_shm *s = c->shm;
-    unsigned spins = 0, max_spins = c->spin_s > 0 ? 2000 : 50;
+    /* spin first (core/spin.h): ~2 ms when the ranks fit the cores, a few pauses otherwise */
+    dist_spin sp;
+    dist_spin_start(&sp, c->spin_s > 0 ? DIST_SPIN_LONG_NS : 0);
+    int spinning = 1;
     double next_check = 0;
     for (int r = 0; r < c->world;) {
         _Atomic uint64_t *ctr = (_Atomic uint64_t *)((char *)&s->flags[r] + which);
@@ -247,14 +252,10 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
             r++;
             continue;
         }
-        spins++;
-        if (spins < max_spins) {
-            cpu_relax();
-            continue;
-        }
+        if (spinning && (spinning = dist_spin_again(&sp))) continue;
         double now = net_now();
         if (now >= next_check) {
-            DIST_TRY(check_peers(c));
+            DIST_TRY(check_peers(c, which, q));
             if (now >= deadline) return net_fail_peer(c, DIST_TIMEOUT, r, "all-reduce", NULL);
             next_check = now + 1e-3;
         }

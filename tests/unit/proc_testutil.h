@@ -161,13 +161,22 @@ static inline char *read_report(const cluster *cl, int rank, size_t *len) {
     return b;
 }
 
+/* The part of a report worth quoting in a failure: from its "FAIL: " line when it has one (a
+ * report may hold binary results before it), else its start. */
+static inline const char *report_failure(const char *r, size_t len) {
+    const char *f = memmem(r, len, "FAIL: ", 6);
+    return f ? f : r;
+}
+
 /* Waits for the child; fails the test with its report when it did not exit 0. */
 static inline void expect_exit_ok(const cluster *cl, pid_t pid, int rank) {
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char *r = read_report(cl, rank, NULL);
-        ck_abort_msg("rank %d exited with status 0x%x: %.400s", rank, status, r);
+        size_t len = 0;
+        char *r = read_report(cl, rank, &len);
+        ck_abort_msg("rank %d exited with status 0x%x: %.400s", rank, status,
+                     report_failure(r, len));
     }
 }
 
@@ -198,8 +207,10 @@ static inline void run_all(cluster *cl, rank_fn fn, void *arg) {
             cluster_pick_ports(cl);
             continue;
         }
-        char *r = read_report(cl, failed, NULL);
-        ck_abort_msg("rank %d exited with status 0x%x: %.400s", failed, status[failed], r);
+        size_t len = 0;
+        char *r = read_report(cl, failed, &len);
+        ck_abort_msg("rank %d exited with status 0x%x: %.400s", failed, status[failed],
+                     report_failure(r, len));
     }
 }
 

@@ -43,8 +43,8 @@ static const size_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 1000, 4
 
 static void check_adam(int threads) {
     dist_backend *be = make_backend(threads);
-    const dist_adam_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f,
-                              .grad_scale = 0.5f};
+    const dist_adam_desc d = {
+        .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f, .grad_scale = 0.5f};
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
         size_t n = lengths[li], bytes = (n ? n : 1) * sizeof(float);
         float *p = malloc(bytes), *g = malloc(bytes), *m = malloc(bytes), *v = malloc(bytes);
@@ -93,8 +93,8 @@ END_TEST
 
 START_TEST(test_adam_carries_non_finite_gradients_like_the_scalar_rule) {
     dist_backend *be = make_backend(1);
-    const dist_adam_desc d = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f,
-                              .grad_scale = 1.0f};
+    const dist_adam_desc d = {
+        .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f, .grad_scale = 1.0f};
     enum { N = 19 }; /* a vector body and a scalar tail */
     float p[N], g[N], m[N], v[N], p2[N], m2[N], v2[N];
     for (int i = 0; i < N; i++) {
@@ -117,8 +117,8 @@ END_TEST
 
 static void check_sgd(float momentum, int nesterov, int threads) {
     dist_backend *be = make_backend(threads);
-    const dist_sgd_desc d = {.lr = 0.05f, .momentum = momentum, .nesterov = nesterov,
-                             .grad_scale = 0.25f};
+    const dist_sgd_desc d = {
+        .lr = 0.05f, .momentum = momentum, .nesterov = nesterov, .grad_scale = 0.25f};
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
         size_t n = lengths[li], bytes = (n ? n : 1) * sizeof(float);
         float *p = malloc(bytes), *g = malloc(bytes), *mo = malloc(bytes);
@@ -130,8 +130,7 @@ static void check_sgd(float momentum, int nesterov, int threads) {
         for (int step = 0; step < 2; step++) {
             fill(g, n, 50u + (unsigned)step + (unsigned)n, 0.1f);
             ck_assert_int_eq(
-                be->iface->sgd_update(be->ctx, &d, p, g, momentum != 0.0f ? mo : NULL, n),
-                DIST_OK);
+                be->iface->sgd_update(be->ctx, &d, p, g, momentum != 0.0f ? mo : NULL, n), DIST_OK);
             for (size_t i = 0; i < n; i++) { /* Keras's SGD rule */
                 float gi = g[i] * d.grad_scale;
                 if (momentum == 0.0f) {

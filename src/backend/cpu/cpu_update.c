@@ -88,8 +88,10 @@ static int has_avx(void) {
 static void adam_range(const adam_k *k, int vec, float *p, const float *g, float *m, float *v,
                        size_t lo, size_t hi) {
 #ifdef CPU_UPDATE_X86
-    if (vec == 2) lo = adam_avx(k, p, g, m, v, lo, hi);
-    else if (vec == 1) lo = adam_sse2(k, p, g, m, v, lo, hi);
+    if (vec == 2)
+        lo = adam_avx(k, p, g, m, v, lo, hi);
+    else if (vec == 1)
+        lo = adam_sse2(k, p, g, m, v, lo, hi);
 #else
     (void)vec;
 #endif
@@ -104,53 +106,70 @@ int cpu_update_vector_width(void) {
 #endif
 }
 
+/* One update over [lo, hi) of its buffers. */
+typedef struct update_job {
+    const dist_adam_desc *adam;
+    const dist_sgd_desc *sgd;
+    float *param, *m, *v;
+    const float *grad;
+} update_job;
+
+static void run_range(const update_job *j, size_t lo, size_t hi) {
+    if (j->adam) {
+        const dist_adam_desc *d = j->adam;
+        const adam_k k = {1.0f - d->beta1, 1.0f - d->beta2, d->lr, d->epsilon, d->grad_scale};
+        const int w = cpu_update_vector_width();
+        adam_range(&k, w == 8 ? 2 : w == 4 ? 1 : 0, j->param, j->grad, j->m, j->v, lo, hi);
+        return;
+    }
+    /* plain loops without a library call: GCC vectorizes these by itself */
+    const float lr = j->sgd->lr, mu = j->sgd->momentum, gs = j->sgd->grad_scale;
+    float *p = j->param, *mom = j->m;
+    const float *g = j->grad;
+    if (mu == 0.0f) {
+        for (size_t i = lo; i < hi; i++) p[i] -= lr * g[i] * gs;
+    } else if (j->sgd->nesterov) {
+        for (size_t i = lo; i < hi; i++) {
+            float gi = g[i] * gs;
+            float vel = mu * mom[i] - lr * gi;
+            mom[i] = vel;
+            p[i] += mu * vel - lr * gi;
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            float gi = g[i] * gs;
+            float vel = mu * mom[i] - lr * gi;
+            mom[i] = vel;
+            p[i] += vel;
+        }
+    }
+}
+
 /* Splits n elements over the threads in multiples of 8 elements (every path gives the same bits,
  * so the split only keeps each thread's vectors whole). */
-#define SPLIT(c, n, body)                                                                        \
-    do {                                                                                         \
-        int nt_ = (int64_t)(n) >= UPDATE_PAR_MIN && (c)->threads > 1 ? (c)->threads : 1;         \
-        size_t per_ = (((n) + (size_t)nt_ - 1) / (size_t)nt_ + 7) & ~(size_t)7;                  \
-        _Pragma("omp parallel for num_threads(nt_) schedule(static) if (nt_ > 1)")               \
-        for (int t_ = 0; t_ < nt_; t_++) {                                                       \
-            size_t lo = (size_t)t_ * per_ < (n) ? (size_t)t_ * per_ : (n);                       \
-            size_t hi = lo + per_ < (n) ? lo + per_ : (n);                                       \
-            body;                                                                                \
-        }                                                                                        \
-    } while (0)
+static void run_split(const cpu_ctx *c, const update_job *j, size_t n) {
+    int nt = n >= UPDATE_PAR_MIN && c->threads > 1 ? c->threads : 1;
+    size_t per = ((n + (size_t)nt - 1) / (size_t)nt + 7) & ~(size_t)7;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int t = 0; t < nt; t++) {
+        size_t lo = (size_t)t * per < n ? (size_t)t * per : n;
+        size_t hi = lo + per < n ? lo + per : n;
+        run_range(j, lo, hi);
+    }
+}
 
 dist_status cpu_adam_update(void *ctx, const dist_adam_desc *d, float *param, const float *grad,
                             float *m, float *v, size_t n) {
-    const cpu_ctx *c = ctx;
-    const adam_k k = {1.0f - d->beta1, 1.0f - d->beta2, d->lr, d->epsilon, d->grad_scale};
-    const int w = cpu_update_vector_width();
-    const int vec = w == 8 ? 2 : w == 4 ? 1 : 0;
-    SPLIT(c, n, adam_range(&k, vec, param, grad, m, v, lo, hi));
+    const update_job j = {.adam = d, .param = param, .grad = grad, .m = m, .v = v};
+    run_split(ctx, &j, n);
     return DIST_OK;
 }
 
 dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
                            float *mom, size_t n) {
-    const cpu_ctx *c = ctx;
-    const float lr = d->lr, mu = d->momentum, gs = d->grad_scale;
-    if (mu != 0.0f && !mom)
+    if (d->momentum != 0.0f && !mom)
         return dist_error(DIST_INVALID_ARGUMENT, "sgd_update: momentum buffer is NULL");
-    /* plain loops without a library call: GCC vectorizes these by itself */
-    if (mu == 0.0f) {
-        SPLIT(c, n, for (size_t i = lo; i < hi; i++) param[i] -= lr * grad[i] * gs);
-    } else if (d->nesterov) {
-        SPLIT(c, n, for (size_t i = lo; i < hi; i++) {
-            float g = grad[i] * gs;
-            float vel = mu * mom[i] - lr * g;
-            mom[i] = vel;
-            param[i] += mu * vel - lr * g;
-        });
-    } else {
-        SPLIT(c, n, for (size_t i = lo; i < hi; i++) {
-            float g = grad[i] * gs;
-            float vel = mu * mom[i] - lr * g;
-            mom[i] = vel;
-            param[i] += vel;
-        });
-    }
+    const update_job j = {.sgd = d, .param = param, .grad = grad, .m = mom};
+    run_split(ctx, &j, n);
     return DIST_OK;
 }
