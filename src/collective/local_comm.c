@@ -24,10 +24,10 @@ struct dist_local_comm {
     bool here[DIST_MAX_REPLICAS];     /* who has arrived at the barrier in progress */
     _Atomic unsigned long generation; /* read without the lock by spinning waiters */
     _Atomic int aborted_rank;         /* -1: healthy */
-    /* the collective in flight: rank 0's count and dtype, every rank's host buffer */
+    /* the collective in flight: every rank's host buffer, count and dtype */
     const void *posted[DIST_MAX_REPLICAS];
-    size_t count;
-    dist_dtype dtype;
+    size_t counts[DIST_MAX_REPLICAS];
+    dist_dtype dtypes[DIST_MAX_REPLICAS];
     void *scratch; /* the reduced result, bytes */
     size_t scratch_cap;
     void *staging[DIST_MAX_REPLICAS]; /* host copies of device buffers */
@@ -209,6 +209,13 @@ static dist_status write_back(dist_local_comm *c, int rank, void *dst, const voi
     return be->iface->synchronize(be->ctx);
 }
 
+/* Whether every rank's buffers are host memory (the in-place all-reduce's condition). */
+static bool all_host(const dist_local_comm *c) {
+    for (int r = 0; r < c->n; r++)
+        if (on_device(c, r)) return false;
+    return true;
+}
+
 /* Makes rank's host view of `data` visible to the others and meets them; checks that every
  * rank passed rank 0's count and dtype. A rank that fails before the meeting cancels, so the
  * others do not wait for it. */
@@ -220,10 +227,8 @@ static dist_status post_and_meet(dist_local_comm *c, int rank, const void *data,
     if (st == DIST_OK) {
         pthread_mutex_lock(&c->mu);
         c->posted[rank] = mine;
-        if (rank == 0) {
-            c->count = count;
-            c->dtype = dtype;
-        }
+        c->counts[rank] = count;
+        c->dtypes[rank] = dtype;
         st = grow(&c->scratch, &c->scratch_cap, scratch_elems * esize);
         pthread_mutex_unlock(&c->mu);
     }
@@ -232,10 +237,13 @@ static dist_status post_and_meet(dist_local_comm *c, int rank, const void *data,
         return st;
     }
     DIST_TRY(barrier(c, rank, call));
-    if (c->count != count || c->dtype != dtype)
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: replica %d passes %zu %s, replica 0 %zu %s",
-                          call->what, rank, count, dist_dtype_name(dtype), c->count,
-                          dist_dtype_name(c->dtype));
+    /* every rank checks every rank, so all of them fail together before touching a buffer */
+    for (int r = 1; r < c->n; r++)
+        if (c->counts[r] != c->counts[0] || c->dtypes[r] != c->dtypes[0])
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "%s: replica %d passes %zu %s, replica 0 %zu %s", call->what, r,
+                              c->counts[r], dist_dtype_name(c->dtypes[r]), c->counts[0],
+                              dist_dtype_name(c->dtypes[0]));
     return DIST_OK;
 }
 
@@ -245,11 +253,27 @@ static dist_status local_all_reduce(dist_local_comm *c, int rank, void *data, si
                                     dist_dtype dtype, dist_reduce_op op, double timeout_s) {
     if (c->n == 1 || count == 0) return DIST_OK;
     local_call call = start_call(c, "all-reduce", timeout_s);
-    DIST_TRY(post_and_meet(c, rank, data, count, dtype, count, &call));
     size_t esize = dist_dtype_size(dtype);
     size_t chunk = (count + (size_t)c->n - 1) / (size_t)c->n;
     size_t lo = (size_t)rank * chunk < count ? (size_t)rank * chunk : count;
     size_t hi = lo + chunk < count ? lo + chunk : count;
+    if (all_host(c)) {
+        /* Every buffer is host memory: rank r sums its chunk into rank 0's buffer in rank order
+         * and copies the result into the others' (no rank reads another's chunk), then one
+         * barrier; no scratch, no second copy of the whole buffer. */
+        DIST_TRY(post_and_meet(c, rank, data, count, dtype, 0, &call));
+        if (lo < hi) {
+            char *out = (char *)c->posted[0] + lo * esize;
+            for (int r = 1; r < c->n; r++)
+                dist_comm_accumulate(dtype, op, out, (const char *)c->posted[r] + lo * esize,
+                                     hi - lo);
+            if (op == DIST_REDUCE_MEAN) dist_comm_divide(dtype, out, hi - lo, c->n);
+            for (int r = 1; r < c->n; r++)
+                memcpy((char *)c->posted[r] + lo * esize, out, (hi - lo) * esize);
+        }
+        return barrier(c, rank, &call);
+    }
+    DIST_TRY(post_and_meet(c, rank, data, count, dtype, count, &call));
     char *out = (char *)c->scratch + lo * esize;
     if (lo < hi) {
         memcpy(out, (const char *)c->posted[0] + lo * esize, (hi - lo) * esize);

@@ -350,6 +350,36 @@ START_TEST(test_in_process_all_gather_in_rank_order_and_broadcast_from_root) {
 }
 END_TEST
 
+/* Rank 1 passes fewer elements than the others: every rank fails with a message naming it,
+ * and no rank's buffer is written (the in-place path writes into the others' buffers, so the
+ * check must come first on every rank). */
+typedef struct mismatch_arg {
+    float buf[3][64];
+} mismatch_arg;
+
+static void mismatch_rank(rank_job *j) {
+    mismatch_arg *a = j->arg;
+    for (int i = 0; i < 64; i++) a->buf[j->local][i] = (float)(j->local * 100 + i);
+    size_t n = j->local == 1 ? 40 : 64;
+    record(j,
+           dist_comm_all_reduce(j->c, j->local, a->buf[j->local], n, DIST_F32, DIST_REDUCE_SUM, 0));
+}
+
+START_TEST(test_in_process_count_mismatch_fails_every_rank_and_writes_nothing) {
+    dist_comm *c = in_process(3, 10);
+    static mismatch_arg a;
+    rank_job jobs[3];
+    run_threads(c, 3, mismatch_rank, &a, jobs);
+    for (int r = 0; r < 3; r++) {
+        ck_assert_int_eq(jobs[r].st, DIST_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(jobs[r].msg, "replica 1 passes 40 float32") != NULL, "%s",
+                      jobs[r].msg);
+        for (int i = 0; i < 64; i++) ck_assert(a.buf[r][i] == (float)(r * 100 + i));
+    }
+    dist_comm_destroy(c);
+}
+END_TEST
+
 static void absent_rank2(rank_job *j) {
     if (j->local == 2) return; /* never arrives */
     int32_t x = 1;
@@ -665,6 +695,7 @@ int main(void) {
     tcase_add_test(tc, test_in_process_f16_and_bf16_round_to_nearest_even_after_each_step);
     tcase_add_test(tc, test_in_process_max_min_and_nan_propagates_through_max);
     tcase_add_test(tc, test_in_process_all_gather_in_rank_order_and_broadcast_from_root);
+    tcase_add_test(tc, test_in_process_count_mismatch_fails_every_rank_and_writes_nothing);
     tcase_add_test(
         tc, test_in_process_rank_that_never_arrives_times_out_within_the_call_timeout_naming_it);
     tcase_add_test(
