@@ -3,6 +3,7 @@
 #include "dist/data.h"
 #include "testutil.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,6 +481,48 @@ START_TEST(test_prefetch_destroyed_mid_epoch_joins_cleanly) {
 }
 END_TEST
 
+/* Bytes the allocator has handed out (heap and mmap'ed chunks). */
+static size_t allocated_bytes(void) {
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/* An AUTOTUNE'd prefetch sizes its ring for the largest bound (64 elements of 1 MB here) but
+ * holds only about `limit` + 2 elements' buffers: a slot never filled takes the buffers of the
+ * one the consumer released. Before, every slot got its own as the indices went round. */
+START_TEST(test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity) {
+    int64_t shape[2] = {256, 1024};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_F32, 2, shape, &t), DIST_OK);
+    for (int64_t i = 0; i < 256 * 1024; i++) ((float *)t->data)[i] = (float)(i % 1000);
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &ds), DIST_OK);
+    dist_tensor_destroy(t);
+    CHAIN(ds, dist_dataset_batch(ds, 256, 0, &next_)); /* one element of 1 MB */
+    CHAIN(ds, dist_dataset_repeat(ds, 150, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    size_t before = allocated_bytes();
+    int count = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        if (eos) break;
+        ck_assert_int_eq(el.items[0]->shape[0], 256);
+        ck_assert(((float *)el.items[0]->data)[1001] == 1.0f);
+        count++;
+    }
+    ck_assert_int_eq(count, 150);
+    size_t grew = allocated_bytes() - before;
+    ck_assert_msg(grew < (size_t)16 << 20, "the prefetch holds %zu MB after 150 elements of 1 MB",
+                  grew >> 20);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
 START_TEST(test_transformations_take_their_own_reference) {
     dist_dataset *src = range_ds(5), *b = NULL;
     ck_assert_int_eq(dist_dataset_batch(src, 2, 0, &b), DIST_OK);
@@ -706,8 +749,7 @@ static dist_autotune_state tuned_run(int n, long ns, int parallel, int every, lo
         int eos = 0;
         ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
         ck_assert_int_eq(*(int32_t *)el.items[0]->data, i);
-        if (pause_ns && i % every == every - 1)
-            nanosleep(&(struct timespec){0, pause_ns}, NULL);
+        if (pause_ns && i % every == every - 1) nanosleep(&(struct timespec){0, pause_ns}, NULL);
     }
     dist_autotune_state t;
     ck_assert_int_eq(dist_iterator_autotune(it, &t), DIST_OK);
@@ -815,6 +857,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_restore_into_another_pipeline_names_the_mismatch);
     tcase_add_test(tc, test_parallel_map_keeps_order_and_errors);
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
+    tcase_add_test(tc, test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity);
     tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
     tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
     tcase_add_test(tc, test_autotune_map_below_a_prefetch_follows_the_pipelines_consumer);
