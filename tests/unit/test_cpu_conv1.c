@@ -10,13 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dist_backend *cpu(int threads) {
-    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
-    o.threads = threads;
-    dist_backend *be;
-    ck_assert_int_eq(dist_backend_create(&o, &be), DIST_OK);
-    return be;
-}
+static dist_backend *cpu(int threads) { return dist_test_cpu_backend(threads); }
 
 typedef struct conv1_case {
     int n, h, w, ch, stride;
@@ -37,7 +31,8 @@ static void backend_grads(dist_backend *be, const conv1_case *k, const float *x,
     dist_tensor tdy = dist_tensor_view(blocked, DIST_F32, 4, ys);
     tdy.layout = k->layout;
     ck_assert_int_eq(be->iface->to_layout(be->ctx, &plain, &tdy), DIST_OK);
-    dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws), tb = dist_tensor_view(db, DIST_F32, 1, bs);
+    dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
+                tb = dist_tensor_view(db, DIST_F32, 1, bs);
     dist_conv2d_desc d = {k->stride, k->stride, 0, 0, 0, 0, 1};
     ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
                                                     k->bias ? &tb : NULL) == DIST_OK,
@@ -82,7 +77,8 @@ START_TEST(test_conv1_backward_filter_matches_reference) {
         for (int i = 0; i < k->ch; i++) {
             if (k->bias)
                 ck_assert_msg(fabs(db[i] - rb[i]) <= 1e-4 * (1 + fabs(rb[i])),
-                              "case %zu: db[%d] = %.7g, reference %.7g", c, i, (double)db[i], rb[i]);
+                              "case %zu: db[%d] = %.7g, reference %.7g", c, i, (double)db[i],
+                              rb[i]);
             else
                 ck_assert_msg(db[i] == -99.0f, "case %zu: db written without a bias", c);
         }

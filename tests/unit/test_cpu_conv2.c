@@ -14,13 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dist_backend *cpu(int threads) {
-    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
-    o.threads = threads;
-    dist_backend *be;
-    ck_assert_int_eq(dist_backend_create(&o, &be), DIST_OK);
-    return be;
-}
+static dist_backend *cpu(int threads) { return dist_test_cpu_backend(threads); }
 
 typedef struct conv2_case {
     int n, h, w, ci, co, kh, sh, sw;

@@ -11,14 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dist_backend *make_backend(int threads) {
-    dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
-    bo.threads = threads;
-    dist_backend *be;
-    ck_assert_int_eq(dist_backend_create(&bo, &be), DIST_OK);
-    return be;
-}
-
 static float frand(unsigned *s) {
     *s = *s * 1664525u + 1013904223u;
     return (float)((*s >> 8) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
@@ -42,7 +34,7 @@ static void adam_ref(const dist_adam_desc *d, float *p, const float *g, float *m
 static const size_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 1000, 40003, 65536};
 
 static void check_adam(int threads) {
-    dist_backend *be = make_backend(threads);
+    dist_backend *be = dist_test_cpu_backend(threads);
     const dist_adam_desc d = {
         .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f, .grad_scale = 0.5f};
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
@@ -92,7 +84,7 @@ START_TEST(test_adam_matches_scalar_rule_bit_for_bit_two_threads) { check_adam(2
 END_TEST
 
 START_TEST(test_adam_carries_non_finite_gradients_like_the_scalar_rule) {
-    dist_backend *be = make_backend(1);
+    dist_backend *be = dist_test_cpu_backend(1);
     const dist_adam_desc d = {
         .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f, .grad_scale = 1.0f};
     enum { N = 19 }; /* a vector body and a scalar tail */
@@ -116,7 +108,7 @@ START_TEST(test_adam_carries_non_finite_gradients_like_the_scalar_rule) {
 END_TEST
 
 static void check_sgd(float momentum, int nesterov, int threads) {
-    dist_backend *be = make_backend(threads);
+    dist_backend *be = dist_test_cpu_backend(threads);
     const dist_sgd_desc d = {
         .lr = 0.05f, .momentum = momentum, .nesterov = nesterov, .grad_scale = 0.25f};
     for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
@@ -162,7 +154,7 @@ START_TEST(test_sgd_matches_scalar_rules) {
 END_TEST
 
 START_TEST(test_sgd_momentum_without_buffer_is_an_error) {
-    dist_backend *be = make_backend(1);
+    dist_backend *be = dist_test_cpu_backend(1);
     const dist_sgd_desc d = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 1.0f};
     float p[4] = {0}, g[4] = {1, 1, 1, 1};
     ck_assert_int_eq(be->iface->sgd_update(be->ctx, &d, p, g, NULL, 4), DIST_INVALID_ARGUMENT);

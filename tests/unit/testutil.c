@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include "backend/backend.h"
+
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -173,4 +175,12 @@ double dist_test_rel_err(const float *a, const float *b, int64_t n) {
 
 dist_status dist_error_for_test(dist_status st, const char *msg) {
     return dist_error(st, "%s", msg);
+}
+
+struct dist_backend *dist_test_cpu_backend(int threads) {
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.threads = threads;
+    dist_backend *be = NULL;
+    ck_assert_int_eq(dist_backend_create(&o, &be), DIST_OK);
+    return be;
 }

@@ -9,6 +9,10 @@
 /* Runs a Check suite; returns the process exit code (0 when all passed). */
 int dist_test_run(Suite *s);
 
+/* A CPU backend with this many compute threads (the test fails if it cannot be made). */
+struct dist_backend;
+struct dist_backend *dist_test_cpu_backend(int threads);
+
 /* The watchdog. Tests run without forking (CK_FORK=no: OpenMP does not survive fork()), where
  * Check never enforces a timeout. So every test case made through these wrappers arms a timer
  * before each test (its checked setup) and disarms it after: the tcase's timeout, or
