@@ -269,7 +269,8 @@ static dist_status local_all_reduce(dist_local_comm *c, int rank, void *data, si
                                      hi - lo);
             if (op == DIST_REDUCE_MEAN) dist_comm_divide(dtype, out, hi - lo, c->n);
             for (int r = 1; r < c->n; r++)
-                memcpy((char *)c->posted[r] + lo * esize, out, (hi - lo) * esize);
+                if (c->posted[r] != c->posted[0]) /* a buffer two ranks share holds it already */
+                    memcpy((char *)c->posted[r] + lo * esize, out, (hi - lo) * esize);
         }
         return barrier(c, rank, &call);
     }
