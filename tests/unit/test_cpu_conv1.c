@@ -33,7 +33,7 @@ static void backend_grads(dist_backend *be, const conv1_case *k, const float *x,
     ck_assert_int_eq(be->iface->to_layout(be->ctx, &plain, &tdy), DIST_OK);
     dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tb = dist_tensor_view(db, DIST_F32, 1, bs);
-    dist_conv2d_desc d = {k->stride, k->stride, 0, 0, 0, 0, 1};
+    dist_conv2d_desc d = {k->stride, k->stride, 0, 0, 0, 0, 1, 0};
     ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
                                                     k->bias ? &tb : NULL) == DIST_OK,
                   "%s", dist_last_error());

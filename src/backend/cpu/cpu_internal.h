@@ -33,6 +33,9 @@ typedef struct cpu_ctx {
      * 8 on AVX2 (its kernels there are written for nChw8c; nChw16c falls back to ref:any,
      * ~1000x slower), 0 (plain NHWC) below that. */
     int block;
+    /* Convolutions marked bf16 (mixed_bfloat16) run on oneDNN's native bfloat16 kernels:
+     * set where oneDNN dispatches to AVX512_BF16 or AMX (cpu_dnnl_native_bf16_default). */
+    int native_bf16;
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
@@ -47,6 +50,14 @@ void dist_cpu_set_flush_denormals(void);
 dist_status cpu_dnnl_check(dnnl_status_t s, const char *what);
 /* The channel block for the ISA oneDNN dispatches to on this processor (see cpu_ctx.block). */
 int cpu_dnnl_activation_block(void);
+/* 1 when oneDNN runs bfloat16 convolutions natively here (its ISA includes AVX512_BF16: Cooper
+ * Lake, Sapphire Rapids and later with AMX, AMD Zen 4 and later) and DIST_CPU_NATIVE_BF16 is
+ * not 0. Plain AVX-512 only emulates bfloat16 (3-4x slower than float32), AVX2 has none. */
+int cpu_dnnl_native_bf16_default(void);
+/* For tests: native bfloat16 convolutions on (1) or off (0) for this backend. On also works
+ * on plain AVX-512, where oneDNN emulates the instructions (same results, slower); it fails
+ * with DIST_UNSUPPORTED below AVX-512, where oneDNN has no bfloat16 convolution. */
+dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on);
 
 /* oneDNN-backed kernels (cpu_dnnl.c) */
 dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
