@@ -528,14 +528,14 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
             DIST_TRY(be->fill(tape_bectx(t), d, 0.0f)); /* an empty product: zeros */
         } else if (side == 0) {
             if (!ta)
-                DIST_TRY(be->matmul(tape_bectx(t), 0, !tb, 1.0f, dy, b, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 0, !tb, 1.0f, dy, b, 0.0f, d));
             else
-                DIST_TRY(be->matmul(tape_bectx(t), tb, 1, 1.0f, b, dy, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, tb, 1, 1.0f, b, dy, 0.0f, d));
         } else {
             if (!tb)
-                DIST_TRY(be->matmul(tape_bectx(t), !ta, 0, 1.0f, a, dy, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, !ta, 0, 1.0f, a, dy, 0.0f, d));
             else
-                DIST_TRY(be->matmul(tape_bectx(t), 1, ta, 1.0f, dy, a, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 1, ta, 1.0f, dy, a, 0.0f, d));
         }
         DIST_TRY(grad_end(t, x, d));
     }
@@ -569,8 +569,8 @@ dist_status dist_op_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor
         if (ka == 0)
             DIST_TRY(tape_be(t)->fill(tape_bectx(t), out, 0.0f));
         else
-            DIST_TRY(tape_be(t)->matmul(tape_bectx(t), !!transpose_a, !!transpose_b, 1.0f, pa, pb,
-                                        0.0f, out));
+            DIST_TRY(tape_matmul(t, t->compute_precision == DIST_BF16, !!transpose_a,
+                                 !!transpose_b, 1.0f, pa, pb, 0.0f, out));
     }
     const dist_tensor *in[2] = {a, b};
     tape_node *n;

@@ -220,13 +220,13 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (tape_requires_grad(t, w)) {
         dist_tensor *dw;
         DIST_TRY(grad_begin(t, w, &dw));
-        DIST_TRY(be->matmul(tape_bectx(t), 1, 0, 1.0f, x, dy, 0.0f, dw));
+        DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 1, 0, 1.0f, x, dy, 0.0f, dw));
         DIST_TRY(grad_end(t, w, dw));
     }
     if (tape_requires_grad(t, x)) {
         dist_tensor *dx;
         DIST_TRY(grad_begin(t, x, &dx));
-        DIST_TRY(be->matmul(tape_bectx(t), 0, 1, 1.0f, dy, w, 0.0f, dx));
+        DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 0, 1, 1.0f, dy, w, 0.0f, dx));
         DIST_TRY(grad_end(t, x, dx));
     }
     return DIST_OK;
@@ -250,7 +250,7 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
     DIST_TRY(tape_new_tensor(t, DIST_F32, 2, shape, &out));
     int relu = activation == DIST_ACT_RELU;
     if (x->shape[0] > 0) {
-        DIST_TRY(tape_be(t)->matmul(tape_bectx(t), 0, 0, 1.0f, x, w, 0.0f, out));
+        DIST_TRY(tape_matmul(t, t->compute_precision == DIST_BF16, 0, 0, 1.0f, x, w, 0.0f, out));
         if (b)
             DIST_TRY(tape_be(t)->bias_add(tape_bectx(t), out, b, relu));
         else if (relu)

@@ -92,6 +92,13 @@ struct dist_backend_i {
     /* c = alpha * op(a) @ op(b) + beta * c, plain 2-D f32 tensors, op = transpose when set */
     dist_status (*matmul)(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                           const dist_tensor *b, float beta, dist_tensor *c);
+    /* Optional (NULL: matmul computes it): matmul under mixed_bfloat16, as dist_conv2d_desc.bf16
+     * says for convolutions: a and b hold bfloat16 values in float32 storage, and a backend with
+     * native bfloat16 kernels may multiply bfloat16 copies of them (float32 accumulation and
+     * result). */
+    dist_status (*matmul_bf16)(void *ctx, int trans_a, int trans_b, float alpha,
+                               const dist_tensor *a, const dist_tensor *b, float beta,
+                               dist_tensor *c);
     /* y[..., j] += b[j], then ReLU when relu is set (in place) */
     dist_status (*bias_add)(void *ctx, dist_tensor *y, const dist_tensor *b, int relu);
     /* db[j] = sum of dy[..., j] over all other axes */

@@ -343,6 +343,7 @@ static const struct dist_backend_i cpu_iface = {
     .max_pool2d_forward = cpu_max_pool2d_forward,
     .max_pool2d_backward = cpu_max_pool2d_backward,
     .matmul = cpu_matmul,
+    .matmul_bf16 = cpu_matmul_bf16,
     .bias_add = cpu_bias_add,
     .bias_grad = cpu_bias_grad,
     .relu_forward = cpu_relu_forward,

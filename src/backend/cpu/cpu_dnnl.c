@@ -836,21 +836,106 @@ ready:
 
 /* ---- matmul --------------------------------------------------------------------------- */
 
-static dist_status mat_md(const dist_tensor *t, int trans, dnnl_memory_desc_t *md) {
+static dist_status mat_md(const dist_tensor *t, int trans, dnnl_data_type_t dt,
+                          dnnl_memory_desc_t *md) {
     if (t->ndim != 2)
         return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors, got %d-D", t->ndim);
     int64_t r = t->shape[0], cl = t->shape[1];
     dnnl_dims_t dims = {trans ? cl : r, trans ? r : cl};
     dnnl_dims_t strides = {trans ? 1 : cl, trans ? cl : 1};
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_dt(t->dtype), strides),
-             "matmul md");
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides), "matmul md");
     return DIST_OK;
 }
 
-dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
-                       const dist_tensor *b, float beta, dist_tensor *cm) {
-    cpu_ctx *c = ctx;
-    use_threads(c);
+/* Products below this many multiply-adds stay float32 under mixed_bfloat16: converting the
+ * operands costs more than the bfloat16 kernel saves (the seed CNN's 64x64x10 output layer). */
+#define MATMUL_BF16_MIN_MACS (1 << 20)
+
+/* native: bfloat16 copies of a and b (mem[8] -> mem[0], mem[10] -> mem[1]) feed a bfloat16
+ * kernel with a float32 result; *ran = 0 when oneDNN has none for these shapes. */
+static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, float alpha,
+                              const dist_tensor *a, const dist_tensor *b, float beta,
+                              dist_tensor *cm, int *ran) {
+    *ran = 0;
+    prim_key k;
+    memset(&k, 0, sizeof k);
+    k.op = OP_MATMUL;
+    key_tensor(&k, 0, a);
+    key_tensor(&k, 1, b);
+    key_tensor(&k, 2, cm);
+    k.flags[0] = trans_a;
+    k.flags[1] = trans_b;
+    memcpy(&k.flags[2], &alpha, sizeof alpha);
+    memcpy(&k.flags[3], &beta, sizeof beta);
+    k.geom[0] = native;
+    cpu_prim *p = cache_find(c, &k);
+    if (!p) {
+        dnnl_data_type_t in = native ? dnnl_bf16 : dnnl_f32;
+        dnnl_memory_desc_t amd, bmd, cmd, af, bf;
+        DIST_TRY(mat_md(a, trans_a, in, &amd));
+        DIST_TRY(mat_md(b, trans_b, in, &bmd));
+        DIST_TRY(mat_md(a, trans_a, dnnl_f32, &af));
+        DIST_TRY(mat_md(b, trans_b, dnnl_f32, &bf));
+        DIST_TRY(mat_md(cm, 0, dnnl_f32, &cmd));
+        dnnl_matmul_desc_t md;
+        DNNL_TRY(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd), "matmul descriptor");
+        dnnl_primitive_attr_t attr;
+        DIST_TRY(attr_new(&attr));
+        if (alpha != 1.0f) dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
+        if (beta != 0.0f) {
+            dnnl_post_ops_t po;
+            dnnl_post_ops_create(&po);
+            dnnl_post_ops_append_sum(po, beta);
+            dnnl_primitive_attr_set_post_ops(attr, po);
+            dnnl_post_ops_destroy(po);
+        }
+        dnnl_primitive_desc_t pd;
+        dnnl_status_t s = dnnl_primitive_desc_create(&pd, &md, attr, c->engine, NULL);
+        dnnl_primitive_attr_destroy(attr);
+        if (native && s != dnnl_success && s != dnnl_out_of_memory) return no_native(c, &k, ran);
+        DIST_TRY(cpu_dnnl_check(s, "matmul"));
+        p = cache_slot(c, &k);
+        dist_status st = DIST_OK;
+        if (native) {
+            DIST_TRY_GOTO(copy_setup(c, p, &af, &amd, 3, 8, 0, &p->reorder_x), st, fail);
+            DIST_TRY_GOTO(copy_setup(c, p, &bf, &bmd, 4, 10, 1, &p->reorder_dy), st, fail);
+        } else {
+            DIST_TRY_GOTO(mem_new(c, &amd, &p->mem[0]), st, fail);
+            DIST_TRY_GOTO(mem_new(c, &bmd, &p->mem[1]), st, fail);
+        }
+        DIST_TRY_GOTO(mem_new(c, &cmd, &p->mem[2]), st, fail);
+        DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
+        goto ready;
+    fail:
+        dnnl_primitive_desc_destroy(pd);
+    fail_nopd:
+        prim_release(p);
+        c->nprims--;
+        return st;
+    }
+    if (!p->prim) return DIST_OK;
+ready:
+    if (native) {
+        set_handle(p->mem[8], a->data);
+        DIST_TRY(run_reorder(c, p->reorder_x, p->mem[8], p->mem[0]));
+        set_handle(p->mem[10], b->data);
+        DIST_TRY(run_reorder(c, p->reorder_dy, p->mem[10], p->mem[1]));
+    } else {
+        set_handle(p->mem[0], a->data);
+        set_handle(p->mem[1], b->data);
+    }
+    set_handle(p->mem[2], cm->data);
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
+    DIST_TRY(run_prim(c, p, 3, args));
+    *ran = 1;
+    return DIST_OK;
+}
+
+/* Shape checks and the empty cases; *done = 1 when nothing is left to compute. */
+static dist_status matmul_check(int trans_a, int trans_b, float beta, const dist_tensor *a,
+                                const dist_tensor *b, dist_tensor *cm, int64_t *macs, int *done) {
+    *done = 1;
     if (a->ndim != 2 || b->ndim != 2 || cm->ndim != 2)
         return dist_error(DIST_INVALID_ARGUMENT, "matmul: expected 2-D tensors");
     int64_t m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
@@ -867,59 +952,33 @@ dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const d
         for (int64_t i = 0; i < m * nn; i++) out[i] = beta == 0.0f ? 0.0f : beta * out[i];
         return DIST_OK;
     }
-    prim_key k;
-    memset(&k, 0, sizeof k);
-    k.op = OP_MATMUL;
-    key_tensor(&k, 0, a);
-    key_tensor(&k, 1, b);
-    key_tensor(&k, 2, cm);
-    k.flags[0] = trans_a;
-    k.flags[1] = trans_b;
-    memcpy(&k.flags[2], &alpha, sizeof alpha);
-    memcpy(&k.flags[3], &beta, sizeof beta);
-    cpu_prim *p = cache_find(c, &k);
-    if (!p) {
-        dnnl_memory_desc_t amd, bmd, cmd;
-        DIST_TRY(mat_md(a, trans_a, &amd));
-        DIST_TRY(mat_md(b, trans_b, &bmd));
-        DIST_TRY(mat_md(cm, 0, &cmd));
-        dnnl_matmul_desc_t md;
-        DNNL_TRY(dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd), "matmul descriptor");
-        dnnl_primitive_attr_t attr;
-        DIST_TRY(attr_new(&attr));
-        if (alpha != 1.0f) dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
-        if (beta != 0.0f) {
-            dnnl_post_ops_t po;
-            dnnl_post_ops_create(&po);
-            dnnl_post_ops_append_sum(po, beta);
-            dnnl_primitive_attr_set_post_ops(attr, po);
-            dnnl_post_ops_destroy(po);
-        }
-        dnnl_primitive_desc_t pd;
-        dnnl_status_t s = dnnl_primitive_desc_create(&pd, &md, attr, c->engine, NULL);
-        dnnl_primitive_attr_destroy(attr);
-        DIST_TRY(cpu_dnnl_check(s, "matmul"));
-        p = cache_slot(c, &k);
-        dist_status st = DIST_OK;
-        DIST_TRY_GOTO(mem_new(c, &amd, &p->mem[0]), st, fail);
-        DIST_TRY_GOTO(mem_new(c, &bmd, &p->mem[1]), st, fail);
-        DIST_TRY_GOTO(mem_new(c, &cmd, &p->mem[2]), st, fail);
-        DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
-        goto ready;
-    fail:
-        dnnl_primitive_desc_destroy(pd);
-    fail_nopd:
-        prim_release(p);
-        c->nprims--;
-        return st;
-    }
-ready:
-    set_handle(p->mem[0], a->data);
-    set_handle(p->mem[1], b->data);
-    set_handle(p->mem[2], cm->data);
-    dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
-    return run_prim(c, p, 3, args);
+    *macs = m * nn * ka;
+    *done = 0;
+    return DIST_OK;
+}
+
+dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
+                       const dist_tensor *b, float beta, dist_tensor *cm) {
+    cpu_ctx *c = ctx;
+    use_threads(c);
+    int64_t macs;
+    int done, ran;
+    DIST_TRY(matmul_check(trans_a, trans_b, beta, a, b, cm, &macs, &done));
+    if (done) return DIST_OK;
+    return matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, &ran);
+}
+
+dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
+                            const dist_tensor *b, float beta, dist_tensor *cm) {
+    cpu_ctx *c = ctx;
+    use_threads(c);
+    int64_t macs;
+    int done, ran = 0;
+    DIST_TRY(matmul_check(trans_a, trans_b, beta, a, b, cm, &macs, &done));
+    if (done) return DIST_OK;
+    if (c->native_bf16 && macs >= MATMUL_BF16_MIN_MACS)
+        DIST_TRY(matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, &ran));
+    return ran ? DIST_OK : matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, &ran);
 }
 
 /* ---- layout conversion ---------------------------------------------------------------- */

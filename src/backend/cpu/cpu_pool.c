@@ -201,6 +201,79 @@ static void backward_row_2x2(const pool_geom *g, const float *dy, const uint8_t 
     }
 }
 #define HAVE_BACKWARD_2X2 1
+
+/* The same two loops sixteen channels at a time with AVX-512 (F, BW, VL), for blocks that are a
+ * multiple of 16 (nChw16c, where oneDNN runs AVX-512): byte masks select the arg-max instead of
+ * the SSE2 path's 32-bit lanes and packing. Same comparisons, same results. */
+#define HAVE_AVX512_2X2 1
+#include <immintrin.h>
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+forward_row_2x2_avx512(const pool_geom *g, const float *x, float *y, uint8_t *ws, int64_t oh) {
+    const int64_t B = g->block, row = g->w * B;
+    const float *r0 = x + 2 * oh * row, *r1 = r0 + row;
+    const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2), three = _mm_set1_epi8(3);
+    const __m128i pos = _mm_set1_epi8((char)POS);
+    for (int64_t ow = 0; ow < g->ow; ow++) {
+        const float *p0 = r0 + 2 * ow * B, *p1 = p0 + B, *p2 = r1 + 2 * ow * B, *p3 = p2 + B;
+        float *py = y + (oh * g->ow + ow) * B;
+        uint8_t *pw = ws + (oh * g->ow + ow) * B;
+        for (int64_t b = 0; b < B; b += 16) {
+            __m512 m = _mm512_loadu_ps(p0 + b), v;
+            __m128i k = _mm_setzero_si128();
+            v = _mm512_loadu_ps(p1 + b);
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), one);
+            m = _mm512_max_ps(v, m);
+            v = _mm512_loadu_ps(p2 + b);
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), two);
+            m = _mm512_max_ps(v, m);
+            v = _mm512_loadu_ps(p3 + b);
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), three);
+            m = _mm512_max_ps(v, m);
+            _mm512_storeu_ps(py + b, m);
+            k = _mm_mask_mov_epi8(
+                k, _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ), _mm_or_si128(k, pos));
+            _mm_storeu_si128((__m128i *)(pw + b), k);
+        }
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+backward_row_2x2_avx512(const pool_geom *g, const float *dy, const uint8_t *ws, float *dx,
+                        int64_t oh, int relu_mask) {
+    const int64_t B = g->block, row = g->w * B;
+    float *r0 = dx + 2 * oh * row, *r1 = r0 + row;
+    const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2), three = _mm_set1_epi8(3);
+    const __m128i arg = _mm_set1_epi8(ARG), pos = _mm_set1_epi8((char)POS);
+    for (int64_t ow = 0; ow < g->ow; ow++) {
+        float *p0 = r0 + 2 * ow * B, *p1 = p0 + B, *p2 = r1 + 2 * ow * B, *p3 = p2 + B;
+        const float *pdy = dy + (oh * g->ow + ow) * B;
+        const uint8_t *pw = ws + (oh * g->ow + ow) * B;
+        for (int64_t b = 0; b < B; b += 16) {
+            __m128i kw = _mm_loadu_si128((const __m128i *)(pw + b));
+            __mmask16 keep = relu_mask ? _mm_test_epi8_mask(kw, pos) : (__mmask16)0xffff;
+            __m128i k = _mm_and_si128(kw, arg);
+            __m512 v = _mm512_maskz_loadu_ps(keep, pdy + b);
+            _mm512_storeu_ps(p0 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_setzero_si128()), v));
+            _mm512_storeu_ps(p1 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, one), v));
+            _mm512_storeu_ps(p2 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, two), v));
+            _mm512_storeu_ps(p3 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, three), v));
+        }
+    }
+}
+
+/* 1 when the AVX-512 loops run here; cached. */
+static int pool_avx512(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
 #else
 static void forward_row_2x2(const pool_geom *g, const float *x, float *y, uint8_t *ws, int64_t oh) {
     const int64_t B = g->block, row = g->w * B;
@@ -226,9 +299,21 @@ dist_status cpu_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d, const d
     const int64_t rows = g.outer * g.oh;
     const int fast = d->window_h == 2 && d->window_w == 2 && d->stride_h == 2 && d->stride_w == 2 &&
                      d->pad_top == 0 && d->pad_bottom == 0 && d->pad_left == 0 && d->pad_right == 0;
+#ifdef HAVE_AVX512_2X2
+    const int wide = fast && g.block % 16 == 0 && pool_avx512();
+#else
+    const int wide = 0;
+#endif
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (c->threads > 1)
     for (int64_t i = 0; i < rows; i++) {
         int64_t o = i / g.oh, oh = i % g.oh;
+#ifdef HAVE_AVX512_2X2
+        if (wide) {
+            forward_row_2x2_avx512(&g, xs + o * in_plane, ys + o * out_plane, ws + o * out_plane,
+                                   oh);
+            continue;
+        }
+#endif
         if (fast)
             forward_row_2x2(&g, xs + o * in_plane, ys + o * out_plane, ws + o * out_plane, oh);
         else
@@ -256,13 +341,19 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
         d->pad_top == 0 && d->pad_bottom == 0 && d->pad_left == 0 && d->pad_right == 0) {
         /* an odd height or width leaves a last row or column no window covers */
         const int remnant = 2 * g.oh < g.h || 2 * g.ow < g.w;
+        const int wide = g.block % 16 == 0 && pool_avx512();
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (c->threads > 1)
         for (int64_t o = 0; o < g.outer; o++) {
             float *px = dxs + o * in_plane;
             if (remnant) memset(px, 0, (size_t)in_plane * sizeof *px);
-            for (int64_t oh = 0; oh < g.oh; oh++)
-                backward_row_2x2(&g, dys + o * out_plane, ws + o * out_plane, px, oh,
-                                 d->relu_mask);
+            for (int64_t oh = 0; oh < g.oh; oh++) {
+                if (wide)
+                    backward_row_2x2_avx512(&g, dys + o * out_plane, ws + o * out_plane, px, oh,
+                                            d->relu_mask);
+                else
+                    backward_row_2x2(&g, dys + o * out_plane, ws + o * out_plane, px, oh,
+                                     d->relu_mask);
+            }
         }
         return DIST_OK;
     }
