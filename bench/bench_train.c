@@ -5,7 +5,8 @@
  * the median of several repeats, the ratios the targets are stated in, and the fraction of
  * the FP32 peak.
  *
- * With --mixed-precision: the dtype policies instead, float32 against mixed_bfloat16 and
+ * With --mixed-precision: the dtype policies instead, float32 against mixed_bfloat16 (its
+ * native bfloat16 kernels where the CPU has AVX512_BF16 or AMX, and its rounding path) and
  * mixed_float16 (dynamic loss scale), one_device on 1 thread and mirrored over every core, the
  * policies' repeats interleaved so that drift of the machine hits all alike.
  *
@@ -27,6 +28,7 @@
  *        bench_train --gpu [--batch-sizes 64,1024] [--images 65536] [--repeats 3] [--no-torch]
  *                    [--python python3]
  *        (run from anywhere; the PyTorch scripts are found through the source tree) */
+#include "backend/cpu/cpu_internal.h"
 #include "fma_peak.h"
 
 #include <arpa/inet.h>
@@ -355,24 +357,35 @@ static void runs_str(const double *runs, int n, char *buf, size_t size) {
         len += (size_t)snprintf(buf + len, size - len, "%s%.0f", i ? ", " : "", runs[i]);
 }
 
-/* --mixed-precision: float32, mixed_bfloat16 and mixed_float16 on one_device (1 thread) and
- * mirrored (every core); each repeat runs every policy once, in turn. */
+/* --mixed-precision: float32, mixed_bfloat16 (native bfloat16 kernels where the CPU has them,
+ * and the rounding path with DIST_CPU_NATIVE_BF16=0) and mixed_float16 on one_device (1 thread)
+ * and mirrored (every core); each repeat runs every policy once, in turn. */
 static int bench_policies(int steps, int repeats, int cores, const char *all_cpus,
                           const dist_mnist *mnist) {
-    const dist_dtype_policy pol[3] = {DIST_POLICY_FLOAT32, DIST_POLICY_MIXED_BFLOAT16,
-                                      DIST_POLICY_MIXED_FLOAT16};
-    double runs[2][3][MAX_REPEATS];
+    enum { NP = 4 };
+    const dist_dtype_policy pol[NP] = {DIST_POLICY_FLOAT32, DIST_POLICY_MIXED_BFLOAT16,
+                                       DIST_POLICY_MIXED_BFLOAT16, DIST_POLICY_MIXED_FLOAT16};
+    const int rounding[NP] = {0, 0, 1, 0}; /* the bfloat16 rounding path forced */
+    const int native = cpu_dnnl_native_bf16_default();
+    const char *env = getenv("DIST_CPU_NATIVE_BF16");
+    char *saved = env ? strdup(env) : NULL;
+    double runs[2][NP][MAX_REPEATS];
     for (int r = 0; r < repeats; r++)
         for (int cfg = 0; cfg < 2; cfg++)
-            for (int p = 0; p < 3; p++)
+            for (int p = 0; p < NP; p++) {
+                if (rounding[p]) setenv("DIST_CPU_NATIVE_BF16", "0", 1);
                 run_libdist_policy(cfg ? DIST_STRATEGY_MIRRORED : DIST_STRATEGY_ONE_DEVICE,
                                    cfg ? all_cpus : "cpu:0", 1, steps, 1, mnist, NULL, pol[p],
                                    &runs[cfg][p][r]);
+                if (rounding[p] && saved) setenv("DIST_CPU_NATIVE_BF16", saved, 1);
+                if (rounding[p] && !saved) unsetenv("DIST_CPU_NATIVE_BF16");
+            }
+    free(saved);
     printf("| configuration | policy | images/s (median) | vs float32 | repeats |\n"
            "|---|---|---|---|---|\n");
     for (int cfg = 0; cfg < 2; cfg++) {
         double f32 = 0;
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < NP; p++) {
             char buf[512], name[64];
             runs_str(runs[cfg][p], repeats, buf, sizeof buf);
             double copy[MAX_REPEATS];
@@ -381,14 +394,21 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
             if (p == 0) f32 = med;
             snprintf(name, sizeof name, cfg ? "mirrored, %d CPU replicas" : "one_device, 1 thread",
                      cores);
+            const char *how = pol[p] == DIST_POLICY_MIXED_FLOAT16 ? " + dynamic loss scale"
+                              : pol[p] != DIST_POLICY_MIXED_BFLOAT16 ? ""
+                              : rounding[p] ? ", rounding path (DIST_CPU_NATIVE_BF16=0)"
+                              : native      ? ", native bfloat16 kernels"
+                                            : ", rounding path (no AVX512_BF16)";
             printf("| libdist %s | %s%s | %.0f | %.2fx | %s |\n", name,
-                   dist_dtype_policy_name(pol[p]),
-                   pol[p] == DIST_POLICY_MIXED_FLOAT16 ? " + dynamic loss scale" : "", med,
-                   med / f32, buf);
+                   dist_dtype_policy_name(pol[p]), how, med, med / f32, buf);
         }
     }
-    printf("\nThe mixed policies run float32 kernels with values stored at float16 / bfloat16 "
-           "precision\n(dist/policy.h): the difference is the cost of the rounding passes.\n");
+    printf("\nmixed_bfloat16 %s. The rounding path and mixed_float16 run float32 kernels with\n"
+           "values stored at bfloat16 / float16 precision (dist/policy.h): their difference\n"
+           "from float32 is the cost of the rounding passes.\n",
+           native ? "ran oneDNN's bfloat16 convolutions and matmuls (this CPU has AVX512_BF16)"
+                  : "fell back to the rounding path: oneDNN has no native bfloat16 kernels "
+                    "on this CPU (no AVX512_BF16 or AMX)");
     return 0;
 }
 

@@ -1,7 +1,9 @@
 #!/bin/sh
 # usage: mixed_precision.sh DISTRAIN DIR
 # distrain --mixed-precision on the embedded MNIST:
-#  - bf16 reaches the test accuracy of float32 within 0.5 points (same seed, 5 epochs);
+#  - bf16 reaches the test accuracy of float32 within 0.5 points (same seed, 5 epochs), on
+#    the native bfloat16 kernels where the CPU has AVX512_BF16 or AMX and on the rounding path
+#    (DIST_CPU_NATIVE_BF16=0; the only path on other CPUs);
 #  - fp16 with a dynamic loss scale starting at 1e9, where the float16 gradients overflow:
 #    steps are skipped and the scale halved until they fit, it trains, and the metrics JSON
 #    reports the skipped steps (the final scale is 1e9 / 2^skipped: no growth in 60 steps);
@@ -26,6 +28,12 @@ echo "float32 test accuracy $a32, mixed_bfloat16 $a16 (policy $pol, loss scale $
 [ "$ls16" = None ] || { echo "FAIL: bf16 should not scale the loss by default ($ls16)"; exit 1; }
 python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b) <= 0.005 and b >= 0.95 else 1)" "$a32" "$a16" ||
     { echo "FAIL: bf16 accuracy $a16 is not within 0.5 points of float32's $a32 (or below 0.95)"; exit 1; }
+DIST_CPU_NATIVE_BF16=0 "$distrain" --quiet --mixed-precision bf16 --metrics-json "$dir/bf16r.json" ||
+    { echo "FAIL: bf16 rounding-path run exited $?"; exit 1; }
+a16r=$(field "$dir/bf16r.json" "d['test_accuracy']")
+echo "mixed_bfloat16 on the rounding path (DIST_CPU_NATIVE_BF16=0): $a16r"
+python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b) <= 0.005 and b >= 0.95 else 1)" "$a32" "$a16r" ||
+    { echo "FAIL: bf16 rounding-path accuracy $a16r is not within 0.5 points of float32's $a32"; exit 1; }
 
 "$distrain" --quiet --mixed-precision fp16 --loss-scale dynamic:1e9 --epochs 1 --steps-per-epoch 60 \
     --metrics-json "$dir/fp16.json" || { echo "FAIL: fp16 dynamic run exited $?"; exit 1; }
