@@ -394,7 +394,7 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
             if (p == 0) f32 = med;
             snprintf(name, sizeof name, cfg ? "mirrored, %d CPU replicas" : "one_device, 1 thread",
                      cores);
-            const char *how = pol[p] == DIST_POLICY_MIXED_FLOAT16 ? " + dynamic loss scale"
+            const char *how = pol[p] == DIST_POLICY_MIXED_FLOAT16    ? " + dynamic loss scale"
                               : pol[p] != DIST_POLICY_MIXED_BFLOAT16 ? ""
                               : rounding[p] ? ", rounding path (DIST_CPU_NATIVE_BF16=0)"
                               : native      ? ", native bfloat16 kernels"
@@ -532,13 +532,13 @@ static int bench_cpu(int steps, int repeats, int cores, const char *all_cpus,
 #ifndef DIST_BENCH_MPIEXEC
     rows[MW_MPI].missing = "n/a (libdist built without MPI)";
 #endif
-    if (!torch_python)
-        rows[T1].missing = rows[TALL].missing = "not run (--no-torch)";
+    if (!torch_python) rows[T1].missing = rows[TALL].missing = "not run (--no-torch)";
     if (!tf_python) rows[TF1].missing = rows[TFALL].missing = rows[TFMIR].missing = tf_missing;
 
     for (int r = 0; r < repeats; r++) {
         fprintf(stderr, "bench_train: round %d of %d\n", r + 1, repeats);
-        run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, 1, mnist, NULL, &rows[ONE].runs[r]);
+        run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", 1, steps, 1, mnist, NULL,
+                    &rows[ONE].runs[r]);
         run_libdist(DIST_STRATEGY_ONE_DEVICE, "cpu:0", cores, steps, 1, mnist, NULL,
                     &rows[ALL].runs[r]);
         run_libdist(DIST_STRATEGY_MIRRORED, all_cpus, 1, steps, 1, mnist, NULL, &rows[MIR].runs[r]);
@@ -619,8 +619,8 @@ static int bench_cpu(int steps, int repeats, int cores, const char *all_cpus,
     print_ratio(label, &rows[ALL], &rows[TFALL], "");
     snprintf(label, sizeof label, "libdist mirrored / TF Keras fit %d threads", cores);
     print_ratio(label, &rows[MIR], &rows[TFALL], "");
-    snprintf(label, sizeof label, "libdist mirrored / TF Keras fit MirroredStrategy, %d logical CPUs",
-             cores);
+    snprintf(label, sizeof label,
+             "libdist mirrored / TF Keras fit MirroredStrategy, %d logical CPUs", cores);
     print_ratio(label, &rows[MIR], &rows[TFMIR], "");
     return 0;
 }

@@ -569,8 +569,8 @@ dist_status dist_op_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor
         if (ka == 0)
             DIST_TRY(tape_be(t)->fill(tape_bectx(t), out, 0.0f));
         else
-            DIST_TRY(tape_matmul(t, t->compute_precision == DIST_BF16, !!transpose_a,
-                                 !!transpose_b, 1.0f, pa, pb, 0.0f, out));
+            DIST_TRY(tape_matmul(t, t->compute_precision == DIST_BF16, !!transpose_a, !!transpose_b,
+                                 1.0f, pa, pb, 0.0f, out));
     }
     const dist_tensor *in[2] = {a, b};
     tape_node *n;

@@ -109,7 +109,13 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[3],
                    "conv2d: bias has %lld values, kernel has %lld filters",
                    b ? (long long)dist_tensor_numel(b) : 0LL, (long long)w->shape[3]);
-    dist_conv2d_desc d = {stride_h, stride_w, 0, 0, 0, 0, activation == DIST_ACT_RELU,
+    dist_conv2d_desc d = {stride_h,
+                          stride_w,
+                          0,
+                          0,
+                          0,
+                          0,
+                          activation == DIST_ACT_RELU,
                           t->compute_precision == DIST_BF16};
     if (padding == DIST_PADDING_SAME) {
         same_padding(x->shape[1], (int)w->shape[0], stride_h, &d.pad_top, &d.pad_bottom);

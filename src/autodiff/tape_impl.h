@@ -144,9 +144,9 @@ static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }
 
 /* be->matmul, or be->matmul_bf16 for a product computed in bfloat16 (bf16: the tape's compute
  * precision in a forward, the node's rounding in its backward) where the backend has it. */
-static inline dist_status tape_matmul(dist_tape *t, int bf16, int trans_a, int trans_b,
-                                      float alpha, const dist_tensor *a, const dist_tensor *b,
-                                      float beta, dist_tensor *c) {
+static inline dist_status tape_matmul(dist_tape *t, int bf16, int trans_a, int trans_b, float alpha,
+                                      const dist_tensor *a, const dist_tensor *b, float beta,
+                                      dist_tensor *c) {
     const struct dist_backend_i *be = t->backend->iface;
     if (bf16 && be->matmul_bf16)
         return be->matmul_bf16(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);

@@ -71,7 +71,7 @@ static dist_status act_md(const dist_tensor *t, dnnl_memory_desc_t *md) {
         return dist_error(DIST_INVALID_ARGUMENT, "expected a 4-D NHWC tensor, got %d-D", t->ndim);
     dnnl_dims_t dims = {t->shape[0], t->shape[3], t->shape[1], t->shape[2]};
     /* With one channel, NHWC and NCHW are the same bytes; oneDNN's fast kernels want nchw. */
-    dnnl_format_tag_t tag = t->layout == DIST_LAYOUT_NCHW16C ? dnnl_nChw16c
+    dnnl_format_tag_t tag = t->layout == DIST_LAYOUT_NCHW16C  ? dnnl_nChw16c
                             : t->layout == DIST_LAYOUT_NCHW8C ? dnnl_nChw8c
                             : t->shape[3] == 1                ? dnnl_nchw
                                                               : dnnl_nhwc;
@@ -284,13 +284,12 @@ static int use_bf16(const cpu_ctx *c, const dist_conv2d_desc *d, int64_t in_chan
 static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                                  const dist_tensor *w, const dist_tensor *b, dist_tensor *y,
                                  int64_t oh, int64_t ow, dist_layout yl, int *ran);
-static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d,
-                                      const dist_tensor *dy, const dist_tensor *w, dist_tensor *dx,
-                                      int64_t oh, int64_t ow, int *ran);
-static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d,
-                                        const dist_tensor *x, const dist_tensor *dy,
-                                        dist_tensor *dw, dist_tensor *db, int64_t oh, int64_t ow,
-                                        int *ran);
+static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *dy,
+                                      const dist_tensor *w, dist_tensor *dx, int64_t oh, int64_t ow,
+                                      int *ran);
+static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
+                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db,
+                                        int64_t oh, int64_t ow, int *ran);
 
 static dist_status conv_fwd_pd(cpu_ctx *c, const conv_mds *m, int with_bias, int relu,
                                dnnl_primitive_desc_t *pd) {
@@ -464,8 +463,8 @@ static int is_reference_impl(dnnl_primitive_desc_t pd) {
  * backward-weights, a bfloat16 copy for the native kernels): a reorder from the tensor's own
  * layout into a buffer the primitive owns (buf[slot], mem[from] -> mem[to]). */
 static dist_status copy_setup(cpu_ctx *c, cpu_prim *p, const dnnl_memory_desc_t *from,
-                                    const dnnl_memory_desc_t *to, int slot, int mfrom, int mto,
-                                    dnnl_primitive_t *reorder) {
+                              const dnnl_memory_desc_t *to, int slot, int mfrom, int mto,
+                              dnnl_primitive_t *reorder) {
     DIST_TRY(buf_new(to, &p->buf[slot]));
     DIST_TRY(mem_new(c, from, &p->mem[mfrom]));
     DIST_TRY(mem_new(c, to, &p->mem[mto]));
@@ -506,8 +505,10 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
             dnnl_memory_desc_t xs = m.src, ds = m.dst;
             dnnl_dims_t xd = {x->shape[0], x->shape[3], x->shape[1], x->shape[2]};
             dnnl_dims_t dd = {dy->shape[0], dy->shape[3], dy->shape[1], dy->shape[2]};
-            dnnl_status_t s1 = dnnl_memory_desc_init_by_tag(&m.src, 4, xd, dnnl_dt(x->dtype), dnnl_nhwc);
-            dnnl_status_t s2 = dnnl_memory_desc_init_by_tag(&m.dst, 4, dd, dnnl_dt(dy->dtype), dnnl_nhwc);
+            dnnl_status_t s1 =
+                dnnl_memory_desc_init_by_tag(&m.src, 4, xd, dnnl_dt(x->dtype), dnnl_nhwc);
+            dnnl_status_t s2 =
+                dnnl_memory_desc_init_by_tag(&m.dst, 4, dd, dnnl_dt(dy->dtype), dnnl_nhwc);
             dnnl_primitive_desc_t alt = NULL;
             if (s1 == dnnl_success && s2 == dnnl_success &&
                 conv_bwd_filter_pd(c, &m, db != NULL, &alt) == DIST_OK && !is_reference_impl(alt)) {
@@ -536,8 +537,7 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
         if (plain && x->layout != DIST_LAYOUT_PLAIN)
             DIST_TRY_GOTO(copy_setup(c, p, &x_own, &m.src, 3, 8, 9, &p->reorder_x), st, fail);
         if (plain && dy->layout != DIST_LAYOUT_PLAIN)
-            DIST_TRY_GOTO(copy_setup(c, p, &dy_own, &m.dst, 4, 10, 11, &p->reorder_dy), st,
-                          fail);
+            DIST_TRY_GOTO(copy_setup(c, p, &dy_own, &m.dst, 4, 10, 11, &p->reorder_dy), st, fail);
         DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
         goto ready;
     fail:
@@ -564,9 +564,8 @@ ready:
         set_handle(p->mem[1], dy->data);
     }
     set_handle(p->mem[3], dw->data);
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, xm},
-                               {DNNL_ARG_DIFF_DST, dym},
-                               {DNNL_ARG_DIFF_WEIGHTS, p->mem[2]}};
+    dnnl_exec_arg_t args[5] = {
+        {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_DIFF_WEIGHTS, p->mem[2]}};
     int n = 3;
     if (db) {
         set_handle(p->mem[4], db->data);
@@ -620,9 +619,9 @@ static int use_bf16(const cpu_ctx *c, const dist_conv2d_desc *d, int64_t in_chan
 }
 
 static dist_status any_bf16(const dnnl_memory_desc_t *f32, dnnl_memory_desc_t *out) {
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(out, f32->ndims, f32->dims, dnnl_bf16,
-                                          dnnl_format_tag_any),
-             "bfloat16 memory descriptor");
+    DNNL_TRY(
+        dnnl_memory_desc_init_by_tag(out, f32->ndims, f32->dims, dnnl_bf16, dnnl_format_tag_any),
+        "bfloat16 memory descriptor");
     return DIST_OK;
 }
 
@@ -713,9 +712,9 @@ static dnnl_status_t bwd_pd(cpu_ctx *c, const conv_mds *hint_mds, int with_bias,
     return s;
 }
 
-static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d,
-                                      const dist_tensor *dy, const dist_tensor *w, dist_tensor *dx,
-                                      int64_t oh, int64_t ow, int *ran) {
+static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *dy,
+                                      const dist_tensor *w, dist_tensor *dx, int64_t oh, int64_t ow,
+                                      int *ran) {
     prim_key k;
     conv_key(&k, OP_CONV_BWD_DATA, d, dy, w, dx);
     k.flags[1] = 1;
@@ -726,9 +725,9 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d,
         DIST_TRY(bf16_mds(&m, 1, 1, 1, &mb));
         dnnl_convolution_desc_t cd;
         dnnl_primitive_desc_t pd;
-        dnnl_status_t s = dnnl_convolution_backward_data_desc_init(
-            &cd, dnnl_convolution_direct, &m.src, &mb.wei_any, &mb.dst, m.strides, m.pad_l,
-            m.pad_r);
+        dnnl_status_t s = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
+                                                                   &m.src, &mb.wei_any, &mb.dst,
+                                                                   m.strides, m.pad_l, m.pad_r);
         if (s == dnnl_success) s = bwd_pd(c, &mb, 0, &cd, &pd);
         if (s == dnnl_out_of_memory) return cpu_dnnl_check(s, "convolution backward-data");
         if (s != dnnl_success) return no_native(c, &k, ran);
@@ -765,10 +764,9 @@ ready:
     return DIST_OK;
 }
 
-static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d,
-                                        const dist_tensor *x, const dist_tensor *dy,
-                                        dist_tensor *dw, dist_tensor *db, int64_t oh, int64_t ow,
-                                        int *ran) {
+static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
+                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db,
+                                        int64_t oh, int64_t ow, int *ran) {
     prim_key k;
     conv_key(&k, OP_CONV_BWD_FILTER, d, x, dy, dw);
     k.flags[0] = db != NULL;

@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define POS 0x80  /* workspace: the pooled value is > 0 */
-#define ARG 0x7f  /* workspace: the arg-max's offset in the window */
+#define POS 0x80 /* workspace: the pooled value is > 0 */
+#define ARG 0x7f /* workspace: the arg-max's offset in the window */
 
 typedef struct pool_geom {
     int64_t outer; /* N x channel blocks */
@@ -95,8 +95,7 @@ static void forward_row(const dist_pool2d_desc *d, const pool_geom *g, const flo
             float *py = y + (oh * g->ow + ow) * B + b0;
             uint8_t *pw = ws + (oh * g->ow + ow) * B + b0;
             memcpy(py, best, (size_t)nb * sizeof *py);
-            for (int64_t b = 0; b < nb; b++)
-                pw[b] = (uint8_t)(arg[b] | (best[b] > 0.0f ? POS : 0));
+            for (int64_t b = 0; b < nb; b++) pw[b] = (uint8_t)(arg[b] | (best[b] > 0.0f ? POS : 0));
         }
     }
 }
@@ -231,8 +230,8 @@ forward_row_2x2_avx512(const pool_geom *g, const float *x, float *y, uint8_t *ws
             k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), three);
             m = _mm512_max_ps(v, m);
             _mm512_storeu_ps(py + b, m);
-            k = _mm_mask_mov_epi8(
-                k, _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ), _mm_or_si128(k, pos));
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                  _mm_or_si128(k, pos));
             _mm_storeu_si128((__m128i *)(pw + b), k);
         }
     }
@@ -254,7 +253,8 @@ backward_row_2x2_avx512(const pool_geom *g, const float *dy, const uint8_t *ws, 
             __mmask16 keep = relu_mask ? _mm_test_epi8_mask(kw, pos) : (__mmask16)0xffff;
             __m128i k = _mm_and_si128(kw, arg);
             __m512 v = _mm512_maskz_loadu_ps(keep, pdy + b);
-            _mm512_storeu_ps(p0 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_setzero_si128()), v));
+            _mm512_storeu_ps(p0 + b,
+                             _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_setzero_si128()), v));
             _mm512_storeu_ps(p1 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, one), v));
             _mm512_storeu_ps(p2 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, two), v));
             _mm512_storeu_ps(p3 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, three), v));
