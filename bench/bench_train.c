@@ -403,8 +403,8 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
                    dist_dtype_policy_name(pol[p]), how, med, med / f32, buf);
         }
     }
-    printf("\nmixed_bfloat16 %s. The rounding path and mixed_float16 run float32 kernels with\n"
-           "values stored at bfloat16 / float16 precision (dist/policy.h): their difference\n"
+    printf("\nmixed_bfloat16 %s.\nThe rounding path and mixed_float16 run float32 kernels with "
+           "values stored at bfloat16 / float16\nprecision (dist/policy.h): their difference "
            "from float32 is the cost of the rounding passes.\n",
            native ? "ran oneDNN's bfloat16 convolutions and matmuls (this CPU has AVX512_BF16)"
                   : "fell back to the rounding path: oneDNN has no native bfloat16 kernels "
