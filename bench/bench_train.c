@@ -8,7 +8,8 @@
  * With --mixed-precision: the dtype policies instead, float32 against mixed_bfloat16 (its
  * native bfloat16 kernels where the CPU has AVX512_BF16 or AMX, and its rounding path) and
  * mixed_float16 (dynamic loss scale), one_device on 1 thread and mirrored over every core, the
- * policies' repeats interleaved so that drift of the machine hits all alike.
+ * policies' repeats interleaved so that drift of the machine hits all alike; TensorFlow's Keras
+ * fit at 1 thread in float32 and mixed_bfloat16 in the same rounds when it is found.
  *
  * With --gpu: one GPU instead. libdist one_device on gpu:0 with CUDA graphs on and off (both
  * strategies alive, repeats interleaved) at each batch size, max(20, images / batch) steps per
@@ -246,13 +247,15 @@ static double run_torch_repeat(const char *python, int threads, int steps, int f
 
 /* One repeat of bench/tf_keras_fit.py (a fresh process: TensorFlow's import, tracing and a
  * warm-up epoch of `steps` steps, then one timed epoch); its stderr is appended to `log`.
- * mirrored: MirroredStrategy over `threads` logical CPUs. 0 when it cannot run. */
-static double run_tf_repeat(const char *python, int threads, int mirrored, int steps,
+ * mirrored: MirroredStrategy over `threads` logical CPUs; bf16: the mixed_bfloat16 policy.
+ * 0 when it cannot run. */
+static double run_tf_repeat(const char *python, int threads, int mirrored, int bf16, int steps,
                             const char *log) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "'%s' %s/bench/tf_keras_fit.py --threads %d%s --steps %d --repeats 1 2>>'%s'", python,
-             DIST_SOURCE_DIR, threads, mirrored ? " --mirrored" : "", steps, log);
+             "'%s' %s/bench/tf_keras_fit.py --threads %d%s%s --steps %d --repeats 1 2>>'%s'",
+             python, DIST_SOURCE_DIR, threads, mirrored ? " --mirrored" : "",
+             bf16 ? " --mixed-precision bf16" : "", steps, log);
     return run_python_ref(cmd, NULL, 0);
 }
 
@@ -361,7 +364,7 @@ static void runs_str(const double *runs, int n, char *buf, size_t size) {
  * and the rounding path with DIST_CPU_NATIVE_BF16=0) and mixed_float16 on one_device (1 thread)
  * and mirrored (every core); each repeat runs every policy once, in turn. */
 static int bench_policies(int steps, int repeats, int cores, const char *all_cpus,
-                          const dist_mnist *mnist) {
+                          const dist_mnist *mnist, const char *tf_python) {
     enum { NP = 4 };
     const dist_dtype_policy pol[NP] = {DIST_POLICY_FLOAT32, DIST_POLICY_MIXED_BFLOAT16,
                                        DIST_POLICY_MIXED_BFLOAT16, DIST_POLICY_MIXED_FLOAT16};
@@ -369,8 +372,23 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
     const int native = cpu_dnnl_native_bf16_default();
     const char *env = getenv("DIST_CPU_NATIVE_BF16");
     char *saved = env ? strdup(env) : NULL;
-    double runs[2][NP][MAX_REPEATS];
-    for (int r = 0; r < repeats; r++)
+    double runs[2][NP][MAX_REPEATS], tf_runs[2][MAX_REPEATS]; /* TF float32, mixed_bfloat16 */
+    char tf_log[] = "/tmp/bench_train_tf.XXXXXX";
+    if (tf_python) {
+        int fd = mkstemp(tf_log);
+        if (fd < 0) {
+            perror("bench_train: mkstemp");
+            return 1;
+        }
+        close(fd);
+        printf("TensorFlow: %s bench/tf_keras_fit.py, 1 thread, float32 and mixed_bfloat16 "
+               "(its stderr: %s)\n\n",
+               tf_python, tf_log);
+        fflush(stdout);
+    }
+    for (int r = 0; r < repeats; r++) {
+        for (int b = 0; tf_python && b < 2; b++)
+            tf_runs[b][r] = run_tf_repeat(tf_python, 1, 0, b, steps, tf_log);
         for (int cfg = 0; cfg < 2; cfg++)
             for (int p = 0; p < NP; p++) {
                 if (rounding[p]) setenv("DIST_CPU_NATIVE_BF16", "0", 1);
@@ -380,6 +398,7 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
                 if (rounding[p] && saved) setenv("DIST_CPU_NATIVE_BF16", saved, 1);
                 if (rounding[p] && !saved) unsetenv("DIST_CPU_NATIVE_BF16");
             }
+    }
     free(saved);
     printf("| configuration | policy | images/s (median) | vs float32 | repeats |\n"
            "|---|---|---|---|---|\n");
@@ -402,6 +421,28 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
             printf("| libdist %s | %s%s | %.0f | %.2fx | %s |\n", name,
                    dist_dtype_policy_name(pol[p]), how, med, med / f32, buf);
         }
+    }
+    if (tf_python) {
+        double tf_med[2];
+        for (int b = 0; b < 2; b++) {
+            char buf[512];
+            runs_str(tf_runs[b], repeats, buf, sizeof buf);
+            double copy[MAX_REPEATS];
+            memcpy(copy, tf_runs[b], (size_t)repeats * sizeof *copy);
+            tf_med[b] = median(copy, repeats);
+            printf(
+                "| TensorFlow Keras fit, 1 thread (tf_keras_fit.py) | %s | %.0f | %.2fx | %s |\n",
+                b ? "mixed_bfloat16" : "float32", tf_med[b],
+                tf_med[0] > 0 ? tf_med[b] / tf_med[0] : 0.0, buf);
+        }
+        double lib[2];
+        for (int b = 0; b < 2; b++) {
+            double copy[MAX_REPEATS];
+            memcpy(copy, runs[0][b], (size_t)repeats * sizeof *copy);
+            lib[b] = median(copy, repeats);
+        }
+        printf("\nlibdist / TF Keras fit, 1 thread: %.2fx float32, %.2fx mixed_bfloat16\n",
+               tf_med[0] > 0 ? lib[0] / tf_med[0] : 0.0, tf_med[1] > 0 ? lib[1] / tf_med[1] : 0.0);
     }
     printf("\nmixed_bfloat16 %s.\nThe rounding path and mixed_float16 run float32 kernels with "
            "values stored at bfloat16 / float16\nprecision (dist/policy.h): their difference "
@@ -553,9 +594,9 @@ static int bench_cpu(int steps, int repeats, int cores, const char *all_cpus,
                         run_torch_repeat(torch_python, t ? cores : 1, steps, flush);
         }
         if (tf_python) {
-            rows[TF1].runs[r] = run_tf_repeat(tf_python, 1, 0, steps, tf_log);
-            rows[TFALL].runs[r] = run_tf_repeat(tf_python, cores, 0, steps, tf_log);
-            rows[TFMIR].runs[r] = run_tf_repeat(tf_python, cores, 1, steps, tf_log);
+            rows[TF1].runs[r] = run_tf_repeat(tf_python, 1, 0, 0, steps, tf_log);
+            rows[TFALL].runs[r] = run_tf_repeat(tf_python, cores, 0, 0, steps, tf_log);
+            rows[TFMIR].runs[r] = run_tf_repeat(tf_python, cores, 1, 0, steps, tf_log);
             rows[TF1].count = rows[TFALL].count = rows[TFMIR].count = r + 1;
         }
     }
@@ -1029,7 +1070,7 @@ int main(int argc, char **argv) {
     printf("seed CNN, batch 64, Adam; %d steps x %d repeats after 20 warm-up steps; %d cores\n\n",
            steps, repeats, cores);
     if (policies) {
-        int rc = bench_policies(steps, repeats, cores, all_cpus, mnist);
+        int rc = bench_policies(steps, repeats, cores, all_cpus, mnist, tf ? tf_python : NULL);
         dist_mnist_destroy(mnist);
         return rc;
     }

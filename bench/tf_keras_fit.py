@@ -16,6 +16,9 @@ run use a second core for tf.data and the optimizer's ops. --inter-op N is there
 OMP_NUM_THREADS / TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS are set before TensorFlow is
 imported, and tf.config.threading after.
 
+With --mixed-precision bf16: Keras's mixed_bfloat16 policy (bfloat16 compute, float32 variables),
+the reference for libdist's mixed_bfloat16 rows (bench_train --mixed-precision).
+
 With --mirrored: tf.distribute.MirroredStrategy over N logical CPU devices (the one physical CPU
 split with tf.config.set_logical_device_configuration), each with the same thread pools.
 
@@ -51,6 +54,9 @@ def parse_args():
                    help="Keras 3 (TF 2.20's tf.keras) or tf_keras (Keras 2); default keras3")
     p.add_argument("--jit-compile", choices=["off", "on"], default="off",
                    help="XLA-compile the train step (default off: TF's own kernels, oneDNN)")
+    p.add_argument("--mixed-precision", choices=["none", "bf16"], default="none",
+                   help="bf16: Keras's global dtype policy mixed_bfloat16 (oneDNN's bfloat16 "
+                        "kernels where the CPU has AVX512_BF16 or AMX)")
     p.add_argument("--mirrored", action="store_true",
                    help="MirroredStrategy over --threads logical CPUs, 1 intra-op thread each")
     args = p.parse_args()
@@ -73,6 +79,8 @@ def main():
             [f"/cpu:{i}" for i in range(args.threads)],
             cross_device_ops=tf.distribute.ReductionToOneDevice())
     keras.utils.set_random_seed(args.seed)
+    if args.mixed_precision == "bf16":
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
 
     x, y = keras_cnn.load_split(args.data_dir, "train")
     ds = (tf.data.Dataset.from_tensor_slices((x, y))
@@ -115,6 +123,7 @@ def main():
         "mirrored": args.mirrored,
         "keras": f"{args.keras} {keras.__version__}",
         "jit_compile": args.jit_compile,
+        "dtype_policy": "mixed_bfloat16" if args.mixed_precision == "bf16" else "float32",
         "tensorflow": tf.__version__,
         "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
     }))

@@ -634,8 +634,9 @@ static dist_status bf16_mds(const conv_mds *m, int src, int wei, int dst, conv_m
     return DIST_OK;
 }
 
-/* Records that oneDNN has no bfloat16 kernel for this key, so the float32 path runs without
- * asking again: a cache entry with no primitive. */
+/* Records that oneDNN has no bfloat16 kernel for this key (or only its reference loops, which
+ * are far slower than float32: plain NHWC with odd channel counts gets them), so the float32
+ * path runs without asking again: a cache entry with no primitive. */
 static dist_status no_native(cpu_ctx *c, const prim_key *k, int *ran) {
     cpu_prim *p = cache_slot(c, k);
     p->impl = "float32 (no bfloat16 kernel)";
@@ -656,6 +657,10 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
         DIST_TRY(bf16_mds(&m, 1, 1, 0, &mb));
         dnnl_primitive_desc_t pd;
         if (conv_fwd_pd(c, &mb, b != NULL, d->relu, &pd) != DIST_OK) return no_native(c, &k, ran);
+        if (is_reference_impl(pd)) { /* oneDNN's reference loops: far slower than float32 */
+            dnnl_primitive_desc_destroy(pd);
+            return no_native(c, &k, ran);
+        }
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
@@ -731,6 +736,10 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
         if (s == dnnl_success) s = bwd_pd(c, &mb, 0, &cd, &pd);
         if (s == dnnl_out_of_memory) return cpu_dnnl_check(s, "convolution backward-data");
         if (s != dnnl_success) return no_native(c, &k, ran);
+        if (is_reference_impl(pd)) {
+            dnnl_primitive_desc_destroy(pd);
+            return no_native(c, &k, ran);
+        }
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *ddmd =
@@ -785,6 +794,10 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
         if (s == dnnl_success) s = bwd_pd(c, &mb, db != NULL, &cd, &pd);
         if (s == dnnl_out_of_memory) return cpu_dnnl_check(s, "convolution backward-weights");
         if (s != dnnl_success) return no_native(c, &k, ran);
+        if (is_reference_impl(pd)) {
+            dnnl_primitive_desc_destroy(pd);
+            return no_native(c, &k, ran);
+        }
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
@@ -892,6 +905,10 @@ static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, 
         dnnl_primitive_attr_destroy(attr);
         if (native && s != dnnl_success && s != dnnl_out_of_memory) return no_native(c, &k, ran);
         DIST_TRY(cpu_dnnl_check(s, "matmul"));
+        if (native && is_reference_impl(pd)) {
+            dnnl_primitive_desc_destroy(pd);
+            return no_native(c, &k, ran);
+        }
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         if (native) {
