@@ -25,11 +25,13 @@ typedef struct dist_conv2d_desc {
     int pad_top, pad_bottom, pad_left, pad_right;
     int relu; /* forward: apply ReLU to the output (the op layer's fused activation) */
     /* mixed_bfloat16 (Keras's compute dtype bfloat16): the convolution computes in bfloat16.
-     * x, w and dy hold bfloat16 values in float32 storage (the tape rounds every op's output
-     * and gradient). A backend with native bfloat16 kernels may run it on bfloat16 copies of
-     * them (inputs not already bfloat16 are rounded to nearest even, as Keras's autocast does)
-     * with float32 accumulation and float32 results; others compute in float32. Both give
-     * the same products: one of two bfloat16 values is exact in float32. */
+     * A backend with native bfloat16 kernels may run it on bfloat16 copies of x, w and dy
+     * (rounded to nearest even) with float32 accumulation and float32 results; others compute
+     * in float32 on the values as they are. Under the layers of nn/ the two agree up to the
+     * order of the sums: the tape rounds every op's output and gradient to bfloat16, and the
+     * layers cast w and the model's input to it (Keras's autocast), so the copies are exact
+     * and so are the products (one of two bfloat16 values is exact in float32). An op called
+     * on float32 values that are not bfloat16 gets them rounded on the native path only. */
     int bf16;
 } dist_conv2d_desc;
 

@@ -278,6 +278,41 @@ static void conv_key(prim_key *k, int op, const dist_conv2d_desc *d, const dist_
     k->geom[6] = d->relu;
 }
 
+static int is_reference_impl(dnnl_primitive_desc_t pd);
+static dist_status copy_setup(cpu_ctx *c, cpu_prim *p, const dnnl_memory_desc_t *from,
+                              const dnnl_memory_desc_t *to, int slot, int mfrom, int mto,
+                              dnnl_primitive_t *reorder);
+
+/* oneDNN 2.6 has only its reference loops (~200-1700x slower, measured on AVX-512) for a
+ * convolution whose plain NHWC activation meets a blocked one (a plain input from an op that
+ * writes plain tensors, such as BatchNormalization or average pooling, before a convolution
+ * with a blocked output; its backward-data). The activation's blocked twin: where the channels
+ * fill the ISA's block, m's descriptor in that layout and *alt a fast primitive descriptor for
+ * it (NULL otherwise). make_pd builds the descriptor from the modified m. */
+typedef dist_status (*conv_pd_fn)(cpu_ctx *c, const conv_mds *m, const void *arg,
+                                  dnnl_primitive_desc_t *pd);
+static dist_status blocked_twin(cpu_ctx *c, const dist_tensor *t, int is_src, conv_mds *m,
+                                conv_pd_fn make_pd, const void *arg, dnnl_primitive_desc_t *alt) {
+    *alt = NULL;
+    dist_layout bl = preferred_layout(c, t->shape[3]);
+    if (t->layout != DIST_LAYOUT_PLAIN || bl == DIST_LAYOUT_PLAIN || t->shape[3] == 1)
+        return DIST_OK;
+    dist_tensor tb = *t;
+    tb.layout = bl;
+    conv_mds m2 = *m;
+    DIST_TRY(act_md(&tb, is_src ? &m2.src : &m2.dst));
+    dnnl_primitive_desc_t pd = NULL;
+    dist_status st = make_pd(c, &m2, arg, &pd);
+    if (st == DIST_OUT_OF_MEMORY) return st;
+    if (st != DIST_OK || is_reference_impl(pd)) {
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        return DIST_OK;
+    }
+    *m = m2;
+    *alt = pd;
+    return DIST_OK;
+}
+
 /* The native bfloat16 versions (below): *ran = 0 when oneDNN has no such kernel for the
  * shapes, and the float32 path runs instead. */
 static int use_bf16(const cpu_ctx *c, const dist_conv2d_desc *d, int64_t in_channels);
@@ -312,6 +347,12 @@ static dist_status conv_fwd_pd(cpu_ctx *c, const conv_mds *m, int with_bias, int
     return cpu_dnnl_check(s, "convolution forward");
 }
 
+static dist_status fwd_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg,
+                             dnnl_primitive_desc_t *pd) {
+    const int *flags = arg; /* with bias, relu */
+    return conv_fwd_pd(c, m, flags[0], flags[1], pd);
+}
+
 dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                const dist_tensor *w, const dist_tensor *b, dist_tensor *y) {
     cpu_ctx *c = ctx;
@@ -334,9 +375,25 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
         DIST_TRY(conv_setup(d, x, w, yl, y->dtype, oh, ow, &m));
         dnnl_primitive_desc_t pd;
         DIST_TRY(conv_fwd_pd(c, &m, b != NULL, d->relu, &pd));
+        dnnl_memory_desc_t x_own = m.src;
+        dnnl_primitive_desc_t alt = NULL;
+        if (is_reference_impl(pd)) {
+            const int flags[2] = {b != NULL, d->relu};
+            dist_status bst = blocked_twin(c, x, 1, &m, fwd_pd_fn, flags, &alt);
+            if (bst != DIST_OK) {
+                dnnl_primitive_desc_destroy(pd);
+                return bst;
+            }
+            if (alt) {
+                dnnl_primitive_desc_destroy(pd);
+                pd = alt;
+            }
+        }
         p = cache_slot(c, &k);
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         dist_status st = DIST_OK;
+        if (alt) /* x into its blocked twin first: mem[8] -> mem[9] */
+            DIST_TRY_GOTO(copy_setup(c, p, &x_own, &m.src, 3, 8, 9, &p->reorder_x), st, fail);
         DIST_TRY_GOTO(buf_new(wmd, &p->buf[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.src, &p->mem[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.wei_plain, &p->mem[1]), st, fail);
@@ -354,13 +411,20 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
         c->nprims--;
         return st;
     }
-ready:
-    set_handle(p->mem[0], x->data);
+ready:;
+    dnnl_memory_t xm = p->mem[0];
+    if (p->reorder_x) {
+        set_handle(p->mem[8], x->data);
+        DIST_TRY(run_reorder(c, p->reorder_x, p->mem[8], p->mem[9]));
+        xm = p->mem[9];
+    } else {
+        set_handle(p->mem[0], x->data);
+    }
     set_handle(p->mem[1], w->data);
     set_handle(p->mem[4], y->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     dnnl_exec_arg_t args[6] = {
-        {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DST, p->mem[4]}};
+        {DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DST, p->mem[4]}};
     int n = 3;
     if (b) {
         set_handle(p->mem[3], b->data);
@@ -370,6 +434,28 @@ ready:
     DIST_TRY(run_prim(c, p, n, args));
     y->layout = yl;
     return DIST_OK;
+}
+
+/* backward-data's primitive descriptor for m (a forward one as the hint); arg unused. */
+static dist_status bwd_data_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg,
+                                  dnnl_primitive_desc_t *pd) {
+    (void)arg;
+    dnnl_primitive_desc_t hint;
+    DIST_TRY(conv_fwd_pd(c, m, 0, 0, &hint));
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_attr_t attr;
+    dist_status st = attr_new(&attr);
+    if (st != DIST_OK) {
+        dnnl_primitive_desc_destroy(hint);
+        return st;
+    }
+    dnnl_status_t s =
+        dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &m->src, &m->wei_any,
+                                                 &m->dst, m->strides, m->pad_l, m->pad_r);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, c->engine, hint);
+    dnnl_primitive_attr_destroy(attr);
+    dnnl_primitive_desc_destroy(hint);
+    return cpu_dnnl_check(s, "convolution backward-data");
 }
 
 dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
@@ -389,23 +475,31 @@ dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const
     if (!p) {
         conv_mds m;
         DIST_TRY(conv_setup(d, dx, w, dy->layout, dy->dtype, oh, ow, &m));
-        dnnl_primitive_desc_t hint, pd;
-        DIST_TRY(conv_fwd_pd(c, &m, 0, 0, &hint));
-        dnnl_convolution_desc_t cd;
-        dnnl_primitive_attr_t attr;
-        dist_status st = attr_new(&attr);
-        if (st != DIST_OK) {
-            dnnl_primitive_desc_destroy(hint);
-            return st;
+        dnnl_primitive_desc_t pd;
+        DIST_TRY(bwd_data_pd_fn(c, &m, NULL, &pd));
+        dnnl_memory_desc_t dx_own = m.src;
+        dnnl_primitive_desc_t alt = NULL;
+        if (is_reference_impl(pd)) {
+            dist_status bst = blocked_twin(c, dx, 1, &m, bwd_data_pd_fn, NULL, &alt);
+            if (bst != DIST_OK) {
+                dnnl_primitive_desc_destroy(pd);
+                return bst;
+            }
+            if (alt) {
+                dnnl_primitive_desc_destroy(pd);
+                pd = alt;
+            }
         }
-        dnnl_status_t s = dnnl_convolution_backward_data_desc_init(
-            &cd, dnnl_convolution_direct, &m.src, &m.wei_any, &m.dst, m.strides, m.pad_l, m.pad_r);
-        if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &cd, attr, c->engine, hint);
-        dnnl_primitive_attr_destroy(attr);
-        dnnl_primitive_desc_destroy(hint);
-        DIST_TRY(cpu_dnnl_check(s, "convolution backward-data"));
         p = cache_slot(c, &k);
+        dist_status st = DIST_OK;
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (alt) { /* dx written blocked into buf[3] (mem[8]), then reordered to plain (mem[9]) */
+            DIST_TRY_GOTO(buf_new(&m.src, &p->buf[3]), st, fail);
+            DIST_TRY_GOTO(mem_new(c, &m.src, &p->mem[8]), st, fail);
+            DIST_TRY_GOTO(mem_new(c, &dx_own, &p->mem[9]), st, fail);
+            set_handle(p->mem[8], p->buf[3]);
+            DIST_TRY_GOTO(reorder_new(c, &m.src, &dx_own, &p->reorder_out), st, fail);
+        }
         DIST_TRY_GOTO(buf_new(wmd, &p->buf[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.dst, &p->mem[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.wei_plain, &p->mem[1]), st, fail);
@@ -422,15 +516,18 @@ dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const
         c->nprims--;
         return st;
     }
-ready:
+ready:;
+    dnnl_memory_t dxm = p->reorder_out ? p->mem[8] : p->mem[3];
     set_handle(p->mem[0], dy->data);
     set_handle(p->mem[1], w->data);
-    set_handle(p->mem[3], dx->data);
+    if (!p->reorder_out) set_handle(p->mem[3], dx->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, p->mem[0]},
-                               {DNNL_ARG_WEIGHTS, p->mem[2]},
-                               {DNNL_ARG_DIFF_SRC, p->mem[3]}};
-    return run_prim(c, p, 3, args);
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_DIFF_DST, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DIFF_SRC, dxm}};
+    DIST_TRY(run_prim(c, p, 3, args));
+    if (!p->reorder_out) return DIST_OK;
+    set_handle(p->mem[9], dx->data);
+    return run_reorder(c, p->reorder_out, p->mem[8], p->mem[9]);
 }
 
 static dist_status conv_bwd_filter_pd(cpu_ctx *c, const conv_mds *m, int with_bias,
@@ -656,7 +753,9 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
         DIST_TRY(conv_setup(d, x, w, yl, DIST_F32, oh, ow, &m));
         DIST_TRY(bf16_mds(&m, 1, 1, 0, &mb));
         dnnl_primitive_desc_t pd;
-        if (conv_fwd_pd(c, &mb, b != NULL, d->relu, &pd) != DIST_OK) return no_native(c, &k, ran);
+        dist_status pst = conv_fwd_pd(c, &mb, b != NULL, d->relu, &pd);
+        if (pst == DIST_OUT_OF_MEMORY) return pst;
+        if (pst != DIST_OK) return no_native(c, &k, ran);
         if (is_reference_impl(pd)) { /* oneDNN's reference loops: far slower than float32 */
             dnnl_primitive_desc_destroy(pd);
             return no_native(c, &k, ran);
@@ -705,7 +804,8 @@ ready:
 static dnnl_status_t bwd_pd(cpu_ctx *c, const conv_mds *hint_mds, int with_bias,
                             const dnnl_convolution_desc_t *cd, dnnl_primitive_desc_t *pd) {
     dnnl_primitive_desc_t hint;
-    if (conv_fwd_pd(c, hint_mds, with_bias, 0, &hint) != DIST_OK) return dnnl_unimplemented;
+    dist_status st = conv_fwd_pd(c, hint_mds, with_bias, 0, &hint);
+    if (st != DIST_OK) return st == DIST_OUT_OF_MEMORY ? dnnl_out_of_memory : dnnl_unimplemented;
     dnnl_primitive_attr_t attr;
     if (attr_new(&attr) != DIST_OK) {
         dnnl_primitive_desc_destroy(hint);

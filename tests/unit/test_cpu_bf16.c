@@ -1,0 +1,437 @@
+/* Native bfloat16 convolutions on the CPU backend (dist_conv2d_desc.bf16 with native bfloat16
+ * forced on): forward (bias, fused ReLU), backward-data and backward-weights (bias gradient) of
+ * three convolutions (the seed CNN's second in nChw16c; plain NHWC, stride 2x1, padding 1; a 2x3
+ * kernel, stride 1x2, 16 channels in nChw16c) against a double-precision reference, with the
+ * implementation names showing that oneDNN's bfloat16 kernels ran, and the same calls with
+ * native off within the same bound on float32 kernels; operands that are not bfloat16 values
+ * are rounded to nearest even (the results are the rounded operands', measurably not the
+ * float32 ones'); a one-channel input stays float32; and on a bfloat16 tape the seed CNN's two
+ * convolutions give the same loss and gradients with native on and off. Plain NHWC with 24 and
+ * 40 channels gets only oneDNN's reference loops in bfloat16 for some passes (forward and
+ * backward-data with oneDNN 2.6 on AVX512_BF16): the backend declines those, and they must
+ * then be float32 passes on the float32 operands, never the reference loops. A plain input
+ * with 32 channels meeting a blocked dy gets only the reference loops in float32 too (forward
+ * and backward-data, ~200-1700x slower): no pass, native or not, may run them.
+ *
+ * Tolerance: a product of two bfloat16 values has at most 16 significant bits, exact in
+ * float32, so each result, a float32 sum of K such products in any order, is within
+ * gamma(K) = K u / (1 - K u) of the sum of the products' absolute values (u = 2^-24), as for
+ * a float32 kernel; 1e-30 more lets an exact zero compare with a zero bound. Through the tape
+ * both paths round every output and gradient to bfloat16 (2^-9 relative) and native also
+ * rounds the float32 weights, hence 1e-2 relative there.
+ *
+ * Needs AVX-512 (oneDNN 2.6 has no bfloat16 convolution below it): without it the program
+ * prints SKIP and exits 77, or fails when DIST_REQUIRE_NATIVE_BF16=1 says the machine has it. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include "testutil.h"
+
+#include <dist/dist.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* float32 -> bfloat16 -> float32, round to nearest even (finite values only). */
+static float to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static double gamma_k(double k) {
+    double u = ldexp(1.0, -24);
+    return k * u / (1.0 - k * u);
+}
+
+typedef struct conv_case {
+    int n, h, w, ci, co, kh, kw, sh, sw, pad; /* pad: the same on every side */
+    dist_layout xl, dyl;                      /* dx takes x's layout */
+    int bias, relu;
+} conv_case;
+
+static const conv_case cases[] = {
+    {5, 13, 13, 32, 64, 3, 3, 1, 1, 0, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 1, 1},
+    {3, 9, 10, 24, 40, 3, 3, 2, 1, 1, DIST_LAYOUT_PLAIN, DIST_LAYOUT_PLAIN, 0, 0},
+    {2, 8, 11, 16, 16, 2, 3, 1, 2, 0, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 1, 0},
+    /* a plain input that fills the channel blocks (after an op that writes plain tensors) and a
+     * blocked dy: oneDNN 2.6 offers only its reference loops in float32 for this mix, so the
+     * backend converts the activation to its blocked twin */
+    {3, 9, 10, 32, 64, 3, 3, 1, 1, 0, DIST_LAYOUT_PLAIN, DIST_LAYOUT_NCHW16C, 1, 1},
+};
+
+static int oh_of(const conv_case *k) { return (k->h + 2 * k->pad - k->kh) / k->sh + 1; }
+static int ow_of(const conv_case *k) { return (k->w + 2 * k->pad - k->kw) / k->sw + 1; }
+
+/* Plain NHWC x and dy, HWIO w, and what the backend returned, all as plain float arrays. */
+typedef struct io {
+    size_t nx, nw, ny;
+    float *x, *w, *b, *dy, *y, *dx, *dw, *db;
+} io;
+
+static void io_make(const conv_case *k, uint64_t *s, int bf16_values, io *o) {
+    o->nx = (size_t)k->n * k->h * k->w * k->ci, o->ny = (size_t)k->n * oh_of(k) * ow_of(k) * k->co;
+    o->nw = (size_t)k->kh * k->kw * k->ci * k->co;
+    o->x = malloc(o->nx * 4), o->dx = malloc(o->nx * 4), o->w = malloc(o->nw * 4);
+    o->dw = malloc(o->nw * 4), o->dy = malloc(o->ny * 4), o->y = malloc(o->ny * 4);
+    o->b = malloc((size_t)k->co * 4), o->db = malloc((size_t)k->co * 4);
+    float *fill[4] = {o->x, o->w, o->dy, o->b};
+    size_t count[4] = {o->nx, o->nw, o->ny, (size_t)k->co};
+    for (int a = 0; a < 4; a++)
+        for (size_t i = 0; i < count[a]; i++) {
+            float v = dist_test_uniform(s, -1.0f, 1.0f);
+            fill[a][i] = bf16_values ? to_bf16(v) : v;
+        }
+}
+
+static void io_free(io *o) {
+    free(o->x), free(o->w), free(o->b), free(o->dy);
+    free(o->y), free(o->dx), free(o->dw), free(o->db);
+}
+
+/* A plain NHWC array moved into layout l by the backend (buffer returned, caller frees). */
+static float *in_layout(dist_backend *be, const float *plain, int64_t *shape, dist_layout l,
+                        dist_tensor *t) {
+    dist_tensor src = dist_tensor_view((void *)plain, DIST_F32, 4, shape);
+    float *buf = malloc(dist_tensor_bytes(&src));
+    *t = dist_tensor_view(buf, DIST_F32, 4, shape);
+    t->layout = l;
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &src, t), DIST_OK);
+    return buf;
+}
+
+static void to_plain(dist_backend *be, const dist_tensor *t, float *plain) {
+    dist_tensor dst = dist_tensor_view(plain, DIST_F32, t->ndim, t->shape);
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, t, &dst), DIST_OK);
+}
+
+/* The backend's three passes on o's x, w, b, dy into o's y, dx, dw, db. */
+static void run_passes(dist_backend *be, const conv_case *k, io *o) {
+    int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, oh_of(k), ow_of(k), k->co};
+    int64_t ws[4] = {k->kh, k->kw, k->ci, k->co}, bs[1] = {k->co};
+    dist_conv2d_desc d = {k->sh, k->sw, k->pad, k->pad, k->pad, k->pad, k->relu, 1};
+    dist_tensor tx, tdy, tw = dist_tensor_view(o->w, DIST_F32, 4, ws);
+    dist_tensor tb = dist_tensor_view(o->b, DIST_F32, 1, bs);
+    float *xb = in_layout(be, o->x, xs, k->xl, &tx), *dyb = in_layout(be, o->dy, ys, k->dyl, &tdy);
+    float *yb = malloc(o->ny * 4), *dxb = malloc(o->nx * 4);
+    dist_tensor ty = dist_tensor_view(yb, DIST_F32, 4, ys),
+                tdx = dist_tensor_view(dxb, DIST_F32, 4, xs);
+    tdx.layout = k->xl;
+    dist_tensor tdw = dist_tensor_view(o->dw, DIST_F32, 4, ws);
+    dist_tensor tdb = dist_tensor_view(o->db, DIST_F32, 1, bs);
+    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL, &ty) ==
+                      DIST_OK,
+                  "%s", dist_last_error());
+    to_plain(be, &ty, o->y);
+    ck_assert_msg(be->iface->conv2d_backward_data(be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_int_eq(tdx.layout, k->xl);
+    to_plain(be, &tdx, o->dx);
+    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tdw,
+                                                    k->bias ? &tdb : NULL) == DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(tdw.layout, DIST_LAYOUT_PLAIN);
+    free(xb), free(dyb), free(yb), free(dxb);
+}
+
+/* The largest |error| / bound of each pass (y, dx, dw, db) against a double-precision
+ * reference computed from x, w, b, dy (which may differ from o's: the rounded operands). */
+typedef struct worst {
+    double y, dx, dw, db;
+} worst;
+
+static worst compare(const conv_case *k, const io *o, const float *x, const float *w,
+                     const float *dy) {
+    int oh = oh_of(k), ow = ow_of(k);
+    double *ref = calloc(2 * (o->ny + o->nx + o->nw + (size_t)k->co), sizeof(double));
+    double *y = ref, *ay = y + o->ny, *dx = ay + o->ny, *adx = dx + o->nx, *dw = adx + o->nx;
+    double *adw = dw + o->nw, *db = adw + o->nw, *adb = db + k->co;
+    for (int m = 0; m < k->n; m++)
+        for (int p = 0; p < oh; p++)
+            for (int q = 0; q < ow; q++)
+                for (int co = 0; co < k->co; co++) {
+                    size_t yo = (((size_t)m * oh + p) * ow + q) * k->co + co;
+                    double g = dy[yo];
+                    if (k->bias) y[yo] = o->b[co], ay[yo] = fabs(o->b[co]);
+                    db[co] += g, adb[co] += fabs(g);
+                    for (int i = 0; i < k->kh; i++)
+                        for (int j = 0; j < k->kw; j++) {
+                            int ih = p * k->sh - k->pad + i, iw = q * k->sw - k->pad + j;
+                            if (ih < 0 || ih >= k->h || iw < 0 || iw >= k->w) continue;
+                            for (int ci = 0; ci < k->ci; ci++) {
+                                size_t xo = (((size_t)m * k->h + ih) * k->w + iw) * k->ci + ci;
+                                size_t wo = (((size_t)i * k->kw + j) * k->ci + ci) * k->co + co;
+                                y[yo] += (double)x[xo] * w[wo],
+                                    ay[yo] += fabs((double)x[xo] * w[wo]);
+                                dx[xo] += g * w[wo], adx[xo] += fabs(g * w[wo]);
+                                dw[wo] += g * x[xo], adw[wo] += fabs(g * x[xo]);
+                            }
+                        }
+                }
+    /* K: the products (and the bias) each result sums at most */
+    double ky = (double)k->kh * k->kw * k->ci + 1, kx = (double)k->kh * k->kw * k->co;
+    double kw = (double)k->n * oh * ow;
+    worst r = {0, 0, 0, 0};
+#define WORST(field, got, want, abs_sum, terms)                                                    \
+    do {                                                                                           \
+        double e_ = fabs((double)(got) - (want)) / (gamma_k(terms) * (abs_sum) + 1e-30);           \
+        if (e_ > r.field) r.field = e_;                                                            \
+    } while (0)
+    for (size_t i = 0; i < o->ny; i++) /* ReLU is 1-Lipschitz: the bound holds after it */
+        WORST(y, o->y[i], k->relu ? fmax(y[i], 0.0) : y[i], ay[i], ky);
+    for (size_t i = 0; i < o->nx; i++) WORST(dx, o->dx[i], dx[i], adx[i], kx);
+    for (size_t i = 0; i < o->nw; i++) WORST(dw, o->dw[i], dw[i], adw[i], kw);
+    for (int i = 0; k->bias && i < k->co; i++) WORST(db, o->db[i], db[i], adb[i], kw);
+#undef WORST
+    free(ref);
+    return r;
+}
+
+/* Whether some entry of operation op ("conv_fwd", ...) in the "op=impl;" list of the backend's
+ * implementation info names an implementation containing `what`. */
+static int op_impl_has(const char *info, const char *op, const char *what) {
+    size_t n = strlen(op), wn = strlen(what);
+    for (const char *p = info; *p;) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > n && strncmp(p, op, n) == 0 && p[n] == '=') {
+            for (const char *q = p + n + 1; q + wn <= p + len; q++)
+                if (strncmp(q, what, wn) == 0) return 1;
+        }
+        p += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+static dist_backend *backend_with_native(int on) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    ck_assert_msg(dist_cpu_backend_set_native_bf16(be, on) == DIST_OK, "%s", dist_last_error());
+    return be;
+}
+
+static int op_on_bf16(const char *info, const char *op) { return op_impl_has(info, op, "bf16"); }
+
+static const char *const conv_ops[3] = {"conv_fwd", "conv_bwd_data", "conv_bwd_filter"};
+
+/* Which passes ran on bfloat16 kernels (on[3]: forward, backward-data, backward-weights). With
+ * native on, the others must have been declined for want of a kernel rather than left to
+ * oneDNN's reference loops, and a blocked case must get all three. */
+static void native_passes(dist_backend *be, const conv_case *k, size_t c, int native, int on[3]) {
+    char info[8192];
+    dist_cpu_backend_impl_info(be, info, sizeof info);
+    for (int op = 0; op < 3; op++) {
+        on[op] = op_on_bf16(info, conv_ops[op]);
+        ck_assert_msg(!native || on[op] ||
+                          (k->xl == DIST_LAYOUT_PLAIN &&
+                           op_impl_has(info, conv_ops[op], "no bfloat16 kernel")),
+                      "case %zu: %s neither on a bfloat16 kernel nor declined: %s", c, conv_ops[op],
+                      info);
+    }
+    ck_assert_msg(strstr(info, "ref:") == NULL, "case %zu, native %d: oneDNN's reference loops: %s",
+                  c, native, info);
+}
+
+/* Each backend runs twice on different values: the second run takes the cached primitives. */
+START_TEST(test_native_bf16_passes_match_a_double_reference_on_bf16_kernels) {
+    uint64_t s = 41;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const conv_case *k = &cases[c];
+        io o[2];
+        io_make(k, &s, 1, &o[0]);
+        io_make(k, &s, 1, &o[1]);
+        for (int native = 1; native >= 0; native--) {
+            dist_backend *be = backend_with_native(native);
+            for (int r = 0; r < 2; r++) {
+                run_passes(be, k, &o[r]);
+                worst e = compare(k, &o[r], o[r].x, o[r].w, o[r].dy);
+                ck_assert_msg(e.y <= 1 && e.dx <= 1 && e.dw <= 1 && e.db <= 1,
+                              "case %zu native %d run %d: y %.3g dx %.3g dw %.3g db %.3g x the "
+                              "bound",
+                              c, native, r, e.y, e.dx, e.dw, e.db);
+            }
+            int on[3];
+            native_passes(be, k, c, native, on);
+            for (int op = 0; op < 3 && !native; op++)
+                ck_assert_msg(!on[op], "case %zu, native off: %s on a bfloat16 kernel", c,
+                              conv_ops[op]);
+            dist_backend_destroy(be);
+        }
+        io_free(&o[0]);
+        io_free(&o[1]);
+    }
+}
+END_TEST
+
+START_TEST(test_native_bf16_rounds_float32_operands_to_nearest_even) {
+    uint64_t s = 42;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const conv_case *k = &cases[c];
+        io o;
+        io_make(k, &s, 0, &o); /* plain random floats: almost none is a bfloat16 value */
+        float *rx = malloc(o.nx * 4), *rw = malloc(o.nw * 4), *rdy = malloc(o.ny * 4);
+        for (size_t i = 0; i < o.nx; i++) rx[i] = to_bf16(o.x[i]);
+        for (size_t i = 0; i < o.nw; i++) rw[i] = to_bf16(o.w[i]);
+        for (size_t i = 0; i < o.ny; i++) rdy[i] = to_bf16(o.dy[i]);
+        dist_backend *be = backend_with_native(1);
+        run_passes(be, k, &o);
+        worst rounded = compare(k, &o, rx, rw, rdy), exact = compare(k, &o, o.x, o.w, o.dy);
+        int on[3];
+        native_passes(be, k, c, 1, on);
+        /* A native pass gives the rounded operands' results; one that fell back to float32
+         * (plain NHWC here) the float32 operands'. */
+        double to_rounded[3] = {rounded.y, rounded.dx, fmax(rounded.dw, rounded.db)};
+        double to_exact[3] = {exact.y, exact.dx, fmax(exact.dw, exact.db)};
+        for (int op = 0; op < 3; op++) {
+            double e = on[op] ? to_rounded[op] : to_exact[op];
+            ck_assert_msg(e <= 1, "case %zu, %s (native %d): %.3g x the bound", c, conv_ops[op],
+                          on[op], e);
+            /* both operands of a native pass are rounded: the float32 ones' results are off */
+            ck_assert_msg(!on[op] || to_exact[op] > 1,
+                          "case %zu, %s: the float32 operands' results (%.3g x the bound)", c,
+                          conv_ops[op], to_exact[op]);
+        }
+        dist_backend_destroy(be);
+        free(rx), free(rw), free(rdy);
+        io_free(&o);
+    }
+}
+END_TEST
+
+START_TEST(test_one_input_channel_stays_float32_under_bf16) {
+    /* the seed CNN's first convolution: 28x28 images, one channel, plain */
+    const conv_case k = {4, 28, 28, 1, 32, 3, 3, 1, 1, 0, DIST_LAYOUT_PLAIN, DIST_LAYOUT_NCHW16C,
+                         1, 1};
+    uint64_t s = 43;
+    io o;
+    io_make(&k, &s, 0, &o);
+    dist_backend *be = backend_with_native(1);
+    run_passes(be, &k, &o);
+    worst e = compare(&k, &o, o.x, o.w, o.dy); /* the unrounded operands, float32 bound */
+    ck_assert_msg(e.y <= 1 && e.dx <= 1 && e.dw <= 1 && e.db <= 1,
+                  "one channel: y %.3g dx %.3g dw %.3g db %.3g x the float32 bound", e.y, e.dx,
+                  e.dw, e.db);
+    char info[8192];
+    dist_cpu_backend_impl_info(be, info, sizeof info);
+    ck_assert_msg(strstr(info, "bf16") == NULL, "a bfloat16 kernel ran: %s", info);
+    dist_backend_destroy(be);
+    io_free(&o);
+}
+END_TEST
+
+/* The seed CNN's two convolutions on a bfloat16 tape: loss = sum(conv2(conv1(x))^2), both with
+ * bias and ReLU; the second takes the first's output in the backend's blocked layout, as in
+ * training. Returns the loss; g gets the five sources x, w1, b1, w2, b2 and then their
+ * gradients (written over them). */
+enum { TAPE_VARS = 5 };
+static const int64_t tape_shapes[TAPE_VARS][4] = {
+    {4, 15, 15, 1}, {3, 3, 1, 32}, {32}, {3, 3, 32, 64}, {64}};
+static const int tape_ndim[TAPE_VARS] = {4, 4, 1, 4, 1};
+
+static size_t tape_count(int i) {
+    size_t n = 1;
+    for (int d = 0; d < tape_ndim[i]; d++) n *= (size_t)tape_shapes[i][d];
+    return n;
+}
+
+static float tape_convs(int native, float *g) {
+    dist_backend *be = backend_with_native(native);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, DIST_BF16), DIST_OK);
+    dist_tensor *v[TAPE_VARS], *gv[TAPE_VARS];
+    uint64_t s = 44;
+    for (int i = 0, off = 0; i < TAPE_VARS; off += (int)tape_count(i), i++) {
+        for (size_t j = 0; j < tape_count(i); j++) /* float32 values, as images and weights are */
+            g[off + j] = dist_test_uniform(&s, i == 0 ? 0.0f : -0.5f, i == 0 ? 1.0f : 0.5f);
+        ck_assert_int_eq(
+            dist_backend_alloc_tensor(be, DIST_F32, tape_ndim[i], tape_shapes[i], &v[i]), DIST_OK);
+        ck_assert_int_eq(
+            dist_backend_alloc_tensor(be, DIST_F32, tape_ndim[i], tape_shapes[i], &gv[i]), DIST_OK);
+        ck_assert_int_eq(dist_backend_from_host(be, g + off, tape_count(i) * 4, v[i]), DIST_OK);
+        ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+    }
+    dist_tensor *h, *y, *sq, *loss;
+    ck_assert_msg(
+        dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h) == DIST_OK,
+        "%s", dist_last_error());
+    ck_assert_msg(dist_op_conv2d(t, h, v[3], v[4], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &y) ==
+                      DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, y, &sq), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, sq, &loss), DIST_OK);
+    ck_assert_msg(dist_tape_gradient(t, loss, TAPE_VARS, v, gv) == DIST_OK, "%s",
+                  dist_last_error());
+    float l;
+    ck_assert_int_eq(dist_tape_read_scalar(t, loss, &l), DIST_OK);
+    for (int i = 0, off = 0; i < TAPE_VARS; off += (int)tape_count(i), i++) {
+        ck_assert_int_eq(dist_backend_to_host(be, gv[i], g + off, tape_count(i) * 4), DIST_OK);
+        dist_backend_free_tensor(be, v[i]);
+        dist_backend_free_tensor(be, gv[i]);
+    }
+    /* the second convolution's three passes on bfloat16 kernels (the first has one channel) */
+    char info[8192];
+    dist_cpu_backend_impl_info(be, info, sizeof info);
+    for (int op = 0; op < 3; op++)
+        ck_assert_msg(op_on_bf16(info, conv_ops[op]) == native, "native %d, %s: %s", native,
+                      conv_ops[op], info);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+    return l;
+}
+
+START_TEST(test_seed_convolutions_on_a_bf16_tape_agree_with_native_on_and_off) {
+    size_t ng = 0;
+    for (int i = 0; i < TAPE_VARS; i++) ng += tape_count(i);
+    float *g1 = malloc(ng * 4), *g0 = malloc(ng * 4);
+    float l1 = tape_convs(1, g1), l0 = tape_convs(0, g0);
+    ck_assert_msg(l0 > 0 && fabsf(l1 - l0) <= 1e-2f * l0, "loss %g native, %g not", l1, l0);
+    const char *name[TAPE_VARS] = {"x", "w1", "b1", "w2", "b2"};
+    for (int i = 0, off = 0; i < TAPE_VARS; off += (int)tape_count(i), i++) {
+        double rel = dist_test_rel_err(g1 + off, g0 + off, (int64_t)tape_count(i));
+        ck_assert_msg(rel <= 1e-2, "gradient of %s: %.3g relative, native vs not", name[i], rel);
+    }
+    free(g1), free(g0);
+}
+END_TEST
+
+/* 77 (skipped) when oneDNN has no bfloat16 convolution here, unless DIST_REQUIRE_NATIVE_BF16=1
+ * says the machine has one: then a failure, so that such a machine cannot pass by skipping. */
+static int skip_without_native_bf16(void) {
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.threads = 1;
+    dist_backend *be = NULL;
+    if (dist_backend_create(&o, &be) != DIST_OK) {
+        fprintf(stderr, "FAIL: no CPU backend: %s\n", dist_last_error());
+        return EXIT_FAILURE;
+    }
+    dist_status st = dist_cpu_backend_set_native_bf16(be, 1);
+    dist_backend_destroy(be);
+    if (st == DIST_OK) return 0;
+    if (st != DIST_UNSUPPORTED) {
+        fprintf(stderr, "FAIL: dist_cpu_backend_set_native_bf16: %s\n", dist_last_error());
+        return EXIT_FAILURE;
+    }
+    const char *require = getenv("DIST_REQUIRE_NATIVE_BF16");
+    if (require && strcmp(require, "1") == 0) {
+        fprintf(stderr, "FAIL: DIST_REQUIRE_NATIVE_BF16=1, but: %s\n", dist_last_error());
+        return EXIT_FAILURE;
+    }
+    printf("SKIP: no native bfloat16 convolutions: %s\n", dist_last_error());
+    return 77;
+}
+
+int main(void) {
+    int skip = skip_without_native_bf16();
+    if (skip) return skip;
+    Suite *s = suite_create("cpu_bf16");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_native_bf16_passes_match_a_double_reference_on_bf16_kernels);
+    tcase_add_test(tc, test_native_bf16_rounds_float32_operands_to_nearest_even);
+    tcase_add_test(tc, test_one_input_channel_stays_float32_under_bf16);
+    tcase_add_test(tc, test_seed_convolutions_on_a_bf16_tape_agree_with_native_on_and_off);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
