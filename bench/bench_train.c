@@ -360,6 +360,19 @@ static void runs_str(const double *runs, int n, char *buf, size_t size) {
         len += (size_t)snprintf(buf + len, size - len, "%s%.0f", i ? ", " : "", runs[i]);
 }
 
+/* Makes the file TensorFlow's stderr goes to (path: a mkstemp template) and says so on stdout
+ * with `what`; 0, or 1 with a message. */
+static int tf_log_open(char *path, const char *tf_python, const char *what) {
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("bench_train: mkstemp");
+        return 1;
+    }
+    close(fd);
+    printf("TensorFlow: %s bench/tf_keras_fit.py%s (its stderr: %s)\n", tf_python, what, path);
+    return 0;
+}
+
 /* --mixed-precision: float32, mixed_bfloat16 (native bfloat16 kernels where the CPU has them,
  * and the rounding path with DIST_CPU_NATIVE_BF16=0) and mixed_float16 on one_device (1 thread)
  * and mirrored (every core); each repeat runs every policy once, in turn. */
@@ -375,15 +388,8 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
     double runs[2][NP][MAX_REPEATS], tf_runs[2][MAX_REPEATS]; /* TF float32, mixed_bfloat16 */
     char tf_log[] = "/tmp/bench_train_tf.XXXXXX";
     if (tf_python) {
-        int fd = mkstemp(tf_log);
-        if (fd < 0) {
-            perror("bench_train: mkstemp");
-            return 1;
-        }
-        close(fd);
-        printf("TensorFlow: %s bench/tf_keras_fit.py, 1 thread, float32 and mixed_bfloat16 "
-               "(its stderr: %s)\n\n",
-               tf_python, tf_log);
+        if (tf_log_open(tf_log, tf_python, ", 1 thread, float32 and mixed_bfloat16")) return 1;
+        printf("\n");
         fflush(stdout);
     }
     for (int r = 0; r < repeats; r++) {
@@ -532,15 +538,7 @@ static int bench_cpu(int steps, int repeats, int cores, const char *all_cpus,
     else
         printf("FP32 peak: not measured (no AVX2+FMA or AVX-512F here): %% of peak is n/a\n");
     char tf_log[] = "/tmp/bench_train_tf.XXXXXX";
-    if (tf_python) {
-        int fd = mkstemp(tf_log);
-        if (fd < 0) {
-            perror("bench_train: mkstemp");
-            return 1;
-        }
-        close(fd);
-        printf("TensorFlow: %s bench/tf_keras_fit.py (its stderr: %s)\n", tf_python, tf_log);
-    }
+    if (tf_python && tf_log_open(tf_log, tf_python, "")) return 1;
     printf("\n");
     fflush(stdout);
 

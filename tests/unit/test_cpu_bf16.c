@@ -32,15 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* float32 -> bfloat16 -> float32, round to nearest even (finite values only). */
-static float to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static double gamma_k(double k) {
     double u = ldexp(1.0, -24);
     return k * u / (1.0 - k * u);
@@ -82,24 +73,13 @@ static void io_make(const conv_case *k, uint64_t *s, int bf16_values, io *o) {
     for (int a = 0; a < 4; a++)
         for (size_t i = 0; i < count[a]; i++) {
             float v = dist_test_uniform(s, -1.0f, 1.0f);
-            fill[a][i] = bf16_values ? to_bf16(v) : v;
+            fill[a][i] = bf16_values ? dist_test_round_bf16(v) : v;
         }
 }
 
 static void io_free(io *o) {
     free(o->x), free(o->w), free(o->b), free(o->dy);
     free(o->y), free(o->dx), free(o->dw), free(o->db);
-}
-
-/* A plain NHWC array moved into layout l by the backend (buffer returned, caller frees). */
-static float *in_layout(dist_backend *be, const float *plain, int64_t *shape, dist_layout l,
-                        dist_tensor *t) {
-    dist_tensor src = dist_tensor_view((void *)plain, DIST_F32, 4, shape);
-    float *buf = malloc(dist_tensor_bytes(&src));
-    *t = dist_tensor_view(buf, DIST_F32, 4, shape);
-    t->layout = l;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &src, t), DIST_OK);
-    return buf;
 }
 
 static void to_plain(dist_backend *be, const dist_tensor *t, float *plain) {
@@ -114,7 +94,8 @@ static void run_passes(dist_backend *be, const conv_case *k, io *o) {
     dist_conv2d_desc d = {k->sh, k->sw, k->pad, k->pad, k->pad, k->pad, k->relu, 1};
     dist_tensor tx, tdy, tw = dist_tensor_view(o->w, DIST_F32, 4, ws);
     dist_tensor tb = dist_tensor_view(o->b, DIST_F32, 1, bs);
-    float *xb = in_layout(be, o->x, xs, k->xl, &tx), *dyb = in_layout(be, o->dy, ys, k->dyl, &tdy);
+    float *xb = dist_test_in_layout(be, o->x, xs, k->xl, &tx),
+          *dyb = dist_test_in_layout(be, o->dy, ys, k->dyl, &tdy);
     float *yb = malloc(o->ny * 4), *dxb = malloc(o->nx * 4);
     dist_tensor ty = dist_tensor_view(yb, DIST_F32, 4, ys),
                 tdx = dist_tensor_view(dxb, DIST_F32, 4, xs);
@@ -271,9 +252,9 @@ START_TEST(test_native_bf16_rounds_float32_operands_to_nearest_even) {
         io o;
         io_make(k, &s, 0, &o); /* plain random floats: almost none is a bfloat16 value */
         float *rx = malloc(o.nx * 4), *rw = malloc(o.nw * 4), *rdy = malloc(o.ny * 4);
-        for (size_t i = 0; i < o.nx; i++) rx[i] = to_bf16(o.x[i]);
-        for (size_t i = 0; i < o.nw; i++) rw[i] = to_bf16(o.w[i]);
-        for (size_t i = 0; i < o.ny; i++) rdy[i] = to_bf16(o.dy[i]);
+        for (size_t i = 0; i < o.nx; i++) rx[i] = dist_test_round_bf16(o.x[i]);
+        for (size_t i = 0; i < o.nw; i++) rw[i] = dist_test_round_bf16(o.w[i]);
+        for (size_t i = 0; i < o.ny; i++) rdy[i] = dist_test_round_bf16(o.dy[i]);
         dist_backend *be = backend_with_native(1);
         run_passes(be, k, &o);
         worst rounded = compare(k, &o, rx, rw, rdy), exact = compare(k, &o, o.x, o.w, o.dy);
@@ -396,34 +377,8 @@ START_TEST(test_seed_convolutions_on_a_bf16_tape_agree_with_native_on_and_off) {
 }
 END_TEST
 
-/* 77 (skipped) when oneDNN has no bfloat16 convolution here, unless DIST_REQUIRE_NATIVE_BF16=1
- * says the machine has one: then a failure, so that such a machine cannot pass by skipping. */
-static int skip_without_native_bf16(void) {
-    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
-    o.threads = 1;
-    dist_backend *be = NULL;
-    if (dist_backend_create(&o, &be) != DIST_OK) {
-        fprintf(stderr, "FAIL: no CPU backend: %s\n", dist_last_error());
-        return EXIT_FAILURE;
-    }
-    dist_status st = dist_cpu_backend_set_native_bf16(be, 1);
-    dist_backend_destroy(be);
-    if (st == DIST_OK) return 0;
-    if (st != DIST_UNSUPPORTED) {
-        fprintf(stderr, "FAIL: dist_cpu_backend_set_native_bf16: %s\n", dist_last_error());
-        return EXIT_FAILURE;
-    }
-    const char *require = getenv("DIST_REQUIRE_NATIVE_BF16");
-    if (require && strcmp(require, "1") == 0) {
-        fprintf(stderr, "FAIL: DIST_REQUIRE_NATIVE_BF16=1, but: %s\n", dist_last_error());
-        return EXIT_FAILURE;
-    }
-    printf("SKIP: no native bfloat16 convolutions: %s\n", dist_last_error());
-    return 77;
-}
-
 int main(void) {
-    int skip = skip_without_native_bf16();
+    int skip = dist_test_skip_without_native_bf16();
     if (skip) return skip;
     Suite *s = suite_create("cpu_bf16");
     TCase *tc = tcase_create("core");

@@ -21,15 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float round_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (no NaN or Inf here) */
-    u &= 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static double gamma_k(double terms) {
     double u = ldexp(1.0, -24);
     return terms * u / (1.0 - terms * u);
@@ -106,7 +97,7 @@ static int impl_has(dist_backend *be, const char *op_impl) {
 static void fill(uint64_t *s, float *x, size_t n, int rounded) {
     for (size_t i = 0; i < n; i++) {
         float v = dist_test_uniform(s, -1.0f, 1.0f);
-        x[i] = rounded ? round_bf16(v) : v;
+        x[i] = rounded ? dist_test_round_bf16(v) : v;
     }
 }
 
@@ -151,8 +142,8 @@ START_TEST(test_matmul_bf16_rounds_float32_operands) {
     uint64_t s = 12;
     fill(&s, a, na, 0);
     fill(&s, b, nb, 0);
-    for (size_t i = 0; i < na; i++) ra[i] = round_bf16(a[i]);
-    for (size_t i = 0; i < nb; i++) rb[i] = round_bf16(b[i]);
+    for (size_t i = 0; i < na; i++) ra[i] = dist_test_round_bf16(a[i]);
+    for (size_t i = 0; i < nb; i++) rb[i] = dist_test_round_bf16(b[i]);
     double to_rounded, to_float32;
     ck_assert_msg(run_case_abs(be, c, a, b, ra, rb, ci, co, &to_rounded) <= 1.0,
                   "not the rounded operands' product");
@@ -254,25 +245,8 @@ START_TEST(test_dense_on_a_bf16_tape_uses_the_native_kernel) {
 END_TEST
 
 int main(void) {
-    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
-    o.threads = 1;
-    dist_backend *probe = NULL;
-    dist_status st = dist_backend_create(&o, &probe);
-    if (st != DIST_OK) {
-        fprintf(stderr, "FAIL: no CPU backend: %s\n", dist_last_error());
-        return EXIT_FAILURE;
-    }
-    st = dist_cpu_backend_set_native_bf16(probe, 1);
-    dist_backend_destroy(probe);
-    if (st == DIST_UNSUPPORTED) {
-        const char *req = getenv("DIST_REQUIRE_NATIVE_BF16");
-        if (req && strcmp(req, "1") == 0) {
-            fprintf(stderr, "FAIL: DIST_REQUIRE_NATIVE_BF16=1 but %s\n", dist_last_error());
-            return EXIT_FAILURE;
-        }
-        printf("SKIP: %s\n", dist_last_error());
-        return 77;
-    }
+    int skip = dist_test_skip_without_native_bf16();
+    if (skip) return skip;
     Suite *s = suite_create("cpu_bf16_matmul");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);

@@ -25,24 +25,14 @@ typedef struct conv2_case {
 static int out_h(const conv2_case *k) { return (k->h - k->kh) / k->sh + 1; }
 static int out_w(const conv2_case *k) { return (k->w - 3) / k->sw + 1; }
 
-/* A plain NHWC tensor copied into layout l through the backend. */
-static float *in_layout(dist_backend *be, const float *plain, int64_t *shape, dist_layout l,
-                        dist_tensor *t) {
-    dist_tensor src = dist_tensor_view((void *)plain, DIST_F32, 4, shape);
-    float *buf = malloc(dist_tensor_bytes(&src));
-    *t = dist_tensor_view(buf, DIST_F32, 4, shape);
-    t->layout = l;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &src, t), DIST_OK);
-    return buf;
-}
-
 /* dw [kh][3][ci][co] and db [co] through the backend; x and dy given in plain NHWC. */
 static void backend_grads(dist_backend *be, const conv2_case *k, const float *x, const float *dy,
                           float *dw, float *db) {
     int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, out_h(k), out_w(k), k->co};
     int64_t ws[4] = {k->kh, 3, k->ci, k->co}, bs[1] = {k->co};
     dist_tensor tx, tdy;
-    float *xb = in_layout(be, x, xs, k->xl, &tx), *yb = in_layout(be, dy, ys, k->dyl, &tdy);
+    float *xb = dist_test_in_layout(be, x, xs, k->xl, &tx),
+          *yb = dist_test_in_layout(be, dy, ys, k->dyl, &tdy);
     dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tb = dist_tensor_view(db, DIST_F32, 1, bs);
     dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, 0, 0};
@@ -161,7 +151,7 @@ static void backend_forward(dist_backend *be, const fwd_case *k, const float *x,
     int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, oh, ow, k->co};
     int64_t ws[4] = {k->kh, k->kw, k->ci, k->co}, bs[1] = {k->co};
     dist_tensor tx;
-    float *xb = in_layout(be, x, xs, k->xl, &tx);
+    float *xb = dist_test_in_layout(be, x, xs, k->xl, &tx);
     dist_tensor tw = dist_tensor_view((void *)w, DIST_F32, 4, ws);
     dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 1, bs);
     dist_tensor out = dist_tensor_view(y, DIST_F32, 4, ys);

@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 
 #include <math.h>
 #include <signal.h>
@@ -138,6 +139,49 @@ int dist_test_skip_without_gpu(int needed, const char *why) {
     }
     printf("%s; skipped\n", why);
     return 77;
+}
+
+int dist_test_skip_without_native_bf16(void) {
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.threads = 1;
+    dist_backend *be = NULL;
+    if (dist_backend_create(&o, &be) != DIST_OK) {
+        fprintf(stderr, "FAIL: no CPU backend: %s\n", dist_last_error());
+        return EXIT_FAILURE;
+    }
+    dist_status st = dist_cpu_backend_set_native_bf16(be, 1);
+    dist_backend_destroy(be);
+    if (st == DIST_OK) return 0;
+    if (st != DIST_UNSUPPORTED) {
+        fprintf(stderr, "FAIL: dist_cpu_backend_set_native_bf16: %s\n", dist_last_error());
+        return EXIT_FAILURE;
+    }
+    const char *require = getenv("DIST_REQUIRE_NATIVE_BF16");
+    if (require && strcmp(require, "1") == 0) {
+        fprintf(stderr, "FAIL: DIST_REQUIRE_NATIVE_BF16=1, but: %s\n", dist_last_error());
+        return EXIT_FAILURE;
+    }
+    printf("SKIP: no native bfloat16 kernels: %s\n", dist_last_error());
+    return 77;
+}
+
+float dist_test_round_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float *dist_test_in_layout(dist_backend *be, const float *plain, const int64_t *shape,
+                           dist_layout l, dist_tensor *t) {
+    dist_tensor src = dist_tensor_view((void *)plain, DIST_F32, 4, shape);
+    float *buf = malloc(dist_tensor_bytes(&src));
+    ck_assert_ptr_nonnull(buf);
+    *t = dist_tensor_view(buf, DIST_F32, 4, shape);
+    t->layout = l;
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &src, t), DIST_OK);
+    return buf;
 }
 
 /* ---- running ----------------------------------------------------------------------------- */

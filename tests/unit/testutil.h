@@ -39,6 +39,18 @@ double dist_test_timeout_bound(double timeout_s);
  * says that at least `needed` GPUs are there, so that a GPU run whose tests cannot see the GPU
  * fails instead of passing. */
 int dist_test_skip_without_gpu(int needed, const char *why);
+/* What a test of the native bfloat16 kernels returns from main before its suite: 0 when the CPU
+ * backend can run them here (AVX-512; emulated without AVX512_BF16), else 77 (CTest: skipped)
+ * after printing why, or EXIT_FAILURE when DIST_REQUIRE_NATIVE_BF16=1 says the machine has
+ * them. Call it outside a test (no ck_assert inside). */
+int dist_test_skip_without_native_bf16(void);
+/* float32 -> bfloat16 -> float32, round to nearest even (finite values). */
+float dist_test_round_bf16(float f);
+/* A plain NHWC float32 array of `shape` (4-D) copied into layout l by the backend's to_layout:
+ * *t views the returned buffer (caller frees). */
+#include "dist/tensor.h"
+float *dist_test_in_layout(struct dist_backend *be, const float *plain, const int64_t *shape,
+                           dist_layout l, dist_tensor *t);
 /* The bytes of a file (malloc'd, NUL-terminated; caller frees), their count in *n. Fails the test
  * when the file cannot be read. */
 unsigned char *dist_test_read_file(const char *path, size_t *n);
