@@ -17,7 +17,11 @@
  *                          loss scale after the step (0 without loss scaling)
  *   DIR/final.safetensors  the weights after STEPS steps
  * The batches are the embedded MNIST subset in file order (no shuffle), so the test needs no
- * download and every run uses the same bytes. */
+ * download and every run uses the same bytes.
+ *
+ * KERAS_STEPS_REVERSE_ROWS=1 (one_device only): each batch's 64 rows are trained in reverse
+ * order. The loss and gradients are the same sums in another order, so against a plain run this
+ * measures float32 reorder noise on any ISA (keras_steps.py's Adam bound). */
 #include <dist/dist.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +46,22 @@ static dist_status save_weights(dist_model *model, const char *dir, const char *
 }
 
 /* Appends the global batch (the per-replica pieces in replica order) to f. */
+/* Reverses the rows of a one-replica batch in place (images [64, ...] and labels [64]). */
+static void reverse_rows(dist_per_replica_element *e) {
+    for (int item = 0; item < 2; item++) {
+        dist_tensor *t = e->replicas[0].items[item];
+        int64_t rows = t->shape[0];
+        size_t row = rows ? dist_tensor_bytes(t) / (size_t)rows : 0;
+        unsigned char *d = t->data, tmp[4096];
+        for (int64_t i = 0; i < rows / 2 && row <= sizeof tmp; i++) {
+            unsigned char *a = d + (size_t)i * row, *b = d + (size_t)(rows - 1 - i) * row;
+            memcpy(tmp, a, row);
+            memcpy(a, b, row);
+            memcpy(b, tmp, row);
+        }
+    }
+}
+
 static int write_batch(FILE *f, const dist_per_replica_element *e) {
     for (int item = 0; item < 2; item++)
         for (int r = 0; r < e->num_replicas; r++) {
@@ -130,12 +150,17 @@ int main(int argc, char **argv) {
         perror(path);
         return 1;
     }
+    const char *rev = getenv("KERAS_STEPS_REVERSE_ROWS");
+    int reverse = rev && strcmp(rev, "1") == 0;
+    if (reverse && (strcmp(kind, "one_device") != 0 || 784 * sizeof(float) > 4096))
+        return fail("KERAS_STEPS_REVERSE_ROWS needs one_device");
     dist_classifier_step cs = {model, opt, BATCH, lso};
     for (int step = 0; step < steps; step++) {
         dist_per_replica_element e;
         int end = 0;
         if (dist_distributed_iterator_next(it, &e, &end) || end) return fail("next batch");
         if (fb && !write_batch(fb, &e)) return fail("writing the batches");
+        if (reverse) reverse_rows(&e);
         dist_per_replica out;
         if (dist_strategy_run(s, dist_classifier_train_step, &cs, &e, &out)) return fail("step");
         dist_tensor *loss = NULL;

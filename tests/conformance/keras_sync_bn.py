@@ -12,11 +12,14 @@ strategy of cpu:0 and cpu:1. The model, made by Keras from fixed seeds with ever
 
 Keras writes to_json() and save_weights(); both sides run one training step on a global batch
 of 8 (replica k takes examples 4k .. 4k + 3), loss = tf.nn.compute_average_loss of the sparse
-softmax cross-entropy, no optimizer. Compared, each to 1e-5 relative
-(||libdist - tf|| / max(||libdist||, ||tf||)): each replica's logits (normalized with the
-global batch statistics), each replica's gradient of every trainable variable (through the
-all-reduced statistics: tf.distribute's all-reduce gradient), and every replica's
-moving_mean / moving_variance after the step. A control run with synchronized=False on the
+softmax cross-entropy, no optimizer. Compared, relative (||libdist - tf|| / max(||libdist||,
+||tf||)): each replica's logits (normalized with the global batch statistics) and every
+replica's moving_mean / moving_variance after the step to 1e-5; each replica's gradient of
+every trainable variable (through the all-reduced statistics: tf.distribute's all-reduce
+gradient) to 3e-5. The gradients pass back through both normalizations (a division by the
+batch standard deviation of 8 examples each) and end in sums with cancellation, such as the
+second normalization's 6-element beta gradient: float32 kernels that sum in another order (the
+ISA oneDNN picks) differ there by 1.26e-5 on the AVX-512 Zen 4 machine (under 1e-5 on AVX2). A control run with synchronized=False on the
 TensorFlow side must differ, so the comparison sees the synchronization.
 
 Usage: keras_sync_bn.py DRIVER WORKDIR
@@ -39,6 +42,7 @@ import keras  # noqa: E402
 
 N, H, W, C, K = 8, 6, 6, 3, 3
 TOL = 1e-5
+GRAD_TOL = 3e-5
 
 
 def make(synchronized):
@@ -150,7 +154,7 @@ def main():
                 e = rel(mine_v, value)
                 what = "moving statistics"
             worst[what] = max(worst[what], e)
-            if e > TOL:
+            if e > (GRAD_TOL if trainable else TOL):
                 failures += 1
                 print(f"FAIL replica {rep} {path} ({what}): {e:.2e}")
         assert at == nparams
@@ -161,7 +165,8 @@ def main():
         print(f"FAIL the unsynchronized control matches too ({control:.2e}): the test is blind")
     print(f"{'ok  ' if not failures else 'FAIL'} SyncBatchNorm, 2 replicas: worst relative "
           + ", ".join(f"{k} {v:.2e}" for k, v in worst.items())
-          + f" (bound {TOL:g}); unsynchronized control differs by {control:.2e}")
+          + f" (bounds {TOL:g}, gradients {GRAD_TOL:g}); unsynchronized control differs by "
+          + f"{control:.2e}")
     sys.exit(1 if failures else 0)
 
 
