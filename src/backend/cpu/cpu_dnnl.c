@@ -134,6 +134,14 @@ static cpu_prim *cache_slot(cpu_ctx *c, const prim_key *k) {
     return p;
 }
 
+/* Gives back a slot cache_slot handed out whose primitive could not be made. A slot it
+ * appended leaves the cache; one it took by eviction (cache full) stays, released: its zeroed
+ * key matches no lookup (op 0). Decrementing nprims there would drop the last entry instead. */
+static void cache_abandon(cpu_ctx *c, cpu_prim *p) {
+    prim_release(p);
+    if (c->nprims > 0 && p == &c->prims[c->nprims - 1]) c->nprims--;
+}
+
 void cpu_prims_destroy(cpu_ctx *c) {
     for (int i = 0; i < c->nprims; i++) prim_release(&c->prims[i]);
     c->nprims = 0;
@@ -407,8 +415,7 @@ dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
 ready:;
@@ -512,8 +519,7 @@ dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
 ready:;
@@ -640,8 +646,7 @@ dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, con
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
 ready:
@@ -773,8 +778,7 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
     *ran = p->prim != NULL;
@@ -853,8 +857,7 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
     *ran = p->prim != NULL;
@@ -918,8 +921,7 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
     *ran = p->prim != NULL;
@@ -1024,8 +1026,7 @@ static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, 
     fail:
         dnnl_primitive_desc_destroy(pd);
     fail_nopd:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
     if (!p->prim) return DIST_OK;
@@ -1127,8 +1128,7 @@ dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst) {
         p->impl = "reorder";
         goto ready;
     fail:
-        prim_release(p);
-        c->nprims--;
+        cache_abandon(c, p);
         return st;
     }
 ready:
