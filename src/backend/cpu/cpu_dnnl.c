@@ -738,17 +738,18 @@ static dist_status bf16_mds(const conv_mds *m, int src, int wei, int dst, conv_m
 
 /* Records that oneDNN has no bfloat16 kernel for this key (or only its reference loops, which
  * are far slower than float32: plain NHWC with odd channel counts gets them), so the float32
- * path runs without asking again: a cache entry with no primitive. */
-static dist_status no_native(cpu_ctx *c, const prim_key *k, int *ran) {
+ * path runs without asking again: a cache entry with no primitive. Destroys pd (may be NULL). */
+static dist_status no_native(cpu_ctx *c, const prim_key *k, dnnl_primitive_desc_t pd) {
+    if (pd) dnnl_primitive_desc_destroy(pd);
     cpu_prim *p = cache_slot(c, k);
     p->impl = "float32 (no bfloat16 kernel)";
-    *ran = 0;
     return DIST_OK;
 }
 
 static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                                  const dist_tensor *w, const dist_tensor *b, dist_tensor *y,
                                  int64_t oh, int64_t ow, dist_layout yl, int *ran) {
+    *ran = 0;
     prim_key k;
     conv_key(&k, OP_CONV_FWD, d, x, w, b);
     k.flags[1] = 1;
@@ -757,14 +758,10 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
         conv_mds m, mb;
         DIST_TRY(conv_setup(d, x, w, yl, DIST_F32, oh, ow, &m));
         DIST_TRY(bf16_mds(&m, 1, 1, 0, &mb));
-        dnnl_primitive_desc_t pd;
+        dnnl_primitive_desc_t pd = NULL;
         dist_status pst = conv_fwd_pd(c, &mb, b != NULL, d->relu, &pd);
         if (pst == DIST_OUT_OF_MEMORY) return pst;
-        if (pst != DIST_OK) return no_native(c, &k, ran);
-        if (is_reference_impl(pd)) { /* oneDNN's reference loops: far slower than float32 */
-            dnnl_primitive_desc_destroy(pd);
-            return no_native(c, &k, ran);
-        }
+        if (pst != DIST_OK || is_reference_impl(pd)) return no_native(c, &k, pst ? NULL : pd);
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
@@ -781,7 +778,6 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
         cache_abandon(c, p);
         return st;
     }
-    *ran = p->prim != NULL;
     if (!p->prim) return DIST_OK;
 ready:
     set_handle(p->mem[8], x->data);
@@ -805,25 +801,25 @@ ready:
 
 /* A backward descriptor's primitive descriptor, with a forward one on bfloat16 "any" as the
  * hint oneDNN requires. */
-static dnnl_status_t bwd_pd(cpu_ctx *c, const conv_mds *hint_mds, int with_bias,
-                            const dnnl_convolution_desc_t *cd, dnnl_primitive_desc_t *pd) {
+static dist_status bwd_pd(cpu_ctx *c, const conv_mds *hint_mds, int with_bias,
+                          const dnnl_convolution_desc_t *cd, dnnl_primitive_desc_t *pd) {
     dnnl_primitive_desc_t hint;
-    dist_status st = conv_fwd_pd(c, hint_mds, with_bias, 0, &hint);
-    if (st != DIST_OK) return st == DIST_OUT_OF_MEMORY ? dnnl_out_of_memory : dnnl_unimplemented;
+    DIST_TRY(conv_fwd_pd(c, hint_mds, with_bias, 0, &hint));
     dnnl_primitive_attr_t attr;
-    if (attr_new(&attr) != DIST_OK) {
-        dnnl_primitive_desc_destroy(hint);
-        return dnnl_out_of_memory;
+    dist_status st = attr_new(&attr);
+    if (st == DIST_OK) {
+        st = cpu_dnnl_check(dnnl_primitive_desc_create(pd, cd, attr, c->engine, hint),
+                            "bfloat16 convolution backward");
+        dnnl_primitive_attr_destroy(attr);
     }
-    dnnl_status_t s = dnnl_primitive_desc_create(pd, cd, attr, c->engine, hint);
-    dnnl_primitive_attr_destroy(attr);
     dnnl_primitive_desc_destroy(hint);
-    return s;
+    return st;
 }
 
 static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *dy,
                                       const dist_tensor *w, dist_tensor *dx, int64_t oh, int64_t ow,
                                       int *ran) {
+    *ran = 0;
     prim_key k;
     conv_key(&k, OP_CONV_BWD_DATA, d, dy, w, dx);
     k.flags[1] = 1;
@@ -833,17 +829,14 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
         DIST_TRY(conv_setup(d, dx, w, dy->layout, DIST_F32, oh, ow, &m));
         DIST_TRY(bf16_mds(&m, 1, 1, 1, &mb));
         dnnl_convolution_desc_t cd;
-        dnnl_primitive_desc_t pd;
-        dnnl_status_t s = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                                                                   &m.src, &mb.wei_any, &mb.dst,
-                                                                   m.strides, m.pad_l, m.pad_r);
-        if (s == dnnl_success) s = bwd_pd(c, &mb, 0, &cd, &pd);
-        if (s == dnnl_out_of_memory) return cpu_dnnl_check(s, "convolution backward-data");
-        if (s != dnnl_success) return no_native(c, &k, ran);
-        if (is_reference_impl(pd)) {
-            dnnl_primitive_desc_destroy(pd);
-            return no_native(c, &k, ran);
-        }
+        dnnl_primitive_desc_t pd = NULL;
+        dist_status pst = cpu_dnnl_check(dnnl_convolution_backward_data_desc_init(
+                                             &cd, dnnl_convolution_direct, &m.src, &mb.wei_any,
+                                             &mb.dst, m.strides, m.pad_l, m.pad_r),
+                                         "bfloat16 convolution backward-data");
+        if (pst == DIST_OK) pst = bwd_pd(c, &mb, 0, &cd, &pd);
+        if (pst == DIST_OUT_OF_MEMORY) return pst;
+        if (pst != DIST_OK || is_reference_impl(pd)) return no_native(c, &k, pst ? NULL : pd);
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *ddmd =
@@ -860,7 +853,6 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
         cache_abandon(c, p);
         return st;
     }
-    *ran = p->prim != NULL;
     if (!p->prim) return DIST_OK;
 ready:
     set_handle(p->mem[10], dy->data);
@@ -879,6 +871,7 @@ ready:
 static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                                         const dist_tensor *dy, dist_tensor *dw, dist_tensor *db,
                                         int64_t oh, int64_t ow, int *ran) {
+    *ran = 0;
     prim_key k;
     conv_key(&k, OP_CONV_BWD_FILTER, d, x, dy, dw);
     k.flags[0] = db != NULL;
@@ -889,18 +882,16 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
         DIST_TRY(conv_setup(d, x, dw, dy->layout, DIST_F32, oh, ow, &m));
         DIST_TRY(bf16_mds(&m, 1, 1, 1, &mb));
         dnnl_convolution_desc_t cd;
-        dnnl_primitive_desc_t pd;
+        dnnl_primitive_desc_t pd = NULL;
         /* float32 weight and bias gradients straight from the kernel */
-        dnnl_status_t s = dnnl_convolution_backward_weights_desc_init(
-            &cd, dnnl_convolution_direct, &mb.src, &m.wei_any, db ? &m.bias : NULL, &mb.dst,
-            m.strides, m.pad_l, m.pad_r);
-        if (s == dnnl_success) s = bwd_pd(c, &mb, db != NULL, &cd, &pd);
-        if (s == dnnl_out_of_memory) return cpu_dnnl_check(s, "convolution backward-weights");
-        if (s != dnnl_success) return no_native(c, &k, ran);
-        if (is_reference_impl(pd)) {
-            dnnl_primitive_desc_destroy(pd);
-            return no_native(c, &k, ran);
-        }
+        dist_status pst =
+            cpu_dnnl_check(dnnl_convolution_backward_weights_desc_init(
+                               &cd, dnnl_convolution_direct, &mb.src, &m.wei_any,
+                               db ? &m.bias : NULL, &mb.dst, m.strides, m.pad_l, m.pad_r),
+                           "bfloat16 convolution backward-weights");
+        if (pst == DIST_OK) pst = bwd_pd(c, &mb, db != NULL, &cd, &pd);
+        if (pst == DIST_OUT_OF_MEMORY) return pst;
+        if (pst != DIST_OK || is_reference_impl(pd)) return no_native(c, &k, pst ? NULL : pd);
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
@@ -924,7 +915,6 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
         cache_abandon(c, p);
         return st;
     }
-    *ran = p->prim != NULL;
     if (!p->prim) return DIST_OK;
 ready:
     set_handle(p->mem[8], x->data);
@@ -1002,15 +992,13 @@ static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, 
             dnnl_primitive_attr_set_post_ops(attr, po);
             dnnl_post_ops_destroy(po);
         }
-        dnnl_primitive_desc_t pd;
-        dnnl_status_t s = dnnl_primitive_desc_create(&pd, &md, attr, c->engine, NULL);
+        dnnl_primitive_desc_t pd = NULL;
+        dist_status pst =
+            cpu_dnnl_check(dnnl_primitive_desc_create(&pd, &md, attr, c->engine, NULL), "matmul");
         dnnl_primitive_attr_destroy(attr);
-        if (native && s != dnnl_success && s != dnnl_out_of_memory) return no_native(c, &k, ran);
-        DIST_TRY(cpu_dnnl_check(s, "matmul"));
-        if (native && is_reference_impl(pd)) {
-            dnnl_primitive_desc_destroy(pd);
-            return no_native(c, &k, ran);
-        }
+        if (native && pst != DIST_OUT_OF_MEMORY && (pst != DIST_OK || is_reference_impl(pd)))
+            return no_native(c, &k, pst ? NULL : pd);
+        DIST_TRY(pst);
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         if (native) {
