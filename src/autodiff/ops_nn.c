@@ -144,6 +144,71 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
 
 /* ---- max_pool2d ---- */
 
+/* The node before n that produced x, or NULL. */
+static tape_node *producer(dist_tape *t, tape_node *n, const dist_tensor *x) {
+    for (tape_node *p = n; p > t->nodes;)
+        if ((--p)->out == x) return p;
+    return NULL;
+}
+
+/* Gives x the gradient computed in tmp (an arena tensor shaped like x), at the precision of the
+ * node `round_as` stores its gradients at. */
+static dist_status grad_give(dist_tape *t, const dist_tensor *x, dist_tensor *tmp,
+                             dist_dtype round_as) {
+    dist_tensor *dst;
+    DIST_TRY(grad_begin(t, x, &dst));
+    if (!dst) return DIST_OK;
+    if (dst != tmp) {
+        dst->layout = tmp->layout;
+        DIST_TRY(tape_be(t)->copy(tape_bectx(t), dst->data, tmp->data, dist_tensor_bytes(tmp),
+                                  DIST_COPY_D2D));
+    }
+    dist_dtype saved = t->cur_round;
+    t->cur_round = round_as;
+    dist_status st = grad_end(t, x, dst);
+    t->cur_round = saved;
+    return st;
+}
+
+/* conv2d with a fused ReLU -> max_pool2d, where the convolution's input needs no gradient (the
+ * model's images): the backend computes the convolution's filter and bias gradients from the
+ * pool's output gradient directly (conv2d_relu_pool_backward_filter), so the pooled input never
+ * gets its gradient (4x the pool's size, mostly zeros) and the convolution's own backward does
+ * not run for it. Gradients are linear, so another consumer of the pooled input still reaches
+ * the convolution's backward with its own contribution. *done = 0 where this does not apply. */
+static dist_status pool_backward_fused(dist_tape *t, tape_node *n, const dist_tensor *dy,
+                                       int *done) {
+    *done = 0;
+    const dist_tensor *y = n->in[0];
+    const struct dist_backend_i *be = tape_be(t);
+    if (!be->conv2d_relu_pool_backward_filter || !tape_is_relu_output(t, y) ||
+        t->grads[y->node].is_source)
+        return DIST_OK;
+    tape_node *c = producer(t, n, y);
+    if (!c || c->backward != conv2d_backward || !c->p.conv.relu) return DIST_OK;
+    const dist_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
+    if (tape_requires_grad(t, x) || dist_tensor_numel(x) == 0) return DIST_OK;
+    /* Unfused, the pool's gradient is rounded to the pool's precision as it is scattered. */
+    const dist_tensor *g = dy;
+    if (n->round != DIST_F32) {
+        dist_tensor *r;
+        DIST_TRY(tape_new_like(t, dy, &r));
+        DIST_TRY(tape_round(t, dy, n->round, r));
+        g = r;
+    }
+    dist_tensor *dw, *db = NULL;
+    DIST_TRY(tape_new_like(t, w, &dw));
+    if (b) DIST_TRY(tape_new_like(t, b, &db));
+    int ran = 0;
+    DIST_TRY(be->conv2d_relu_pool_backward_filter(tape_bectx(t), &c->p.conv, &n->p.pool, x, g,
+                                                  n->workspace, dw, db, &ran));
+    if (!ran) return DIST_OK;
+    if (tape_requires_grad(t, w)) DIST_TRY(grad_give(t, w, dw, c->round));
+    if (b && tape_requires_grad(t, b)) DIST_TRY(grad_give(t, b, db, c->round));
+    *done = 1;
+    return DIST_OK;
+}
+
 /* When the pooled input is a ReLU's output, the ReLU's mask (x > 0) is applied here to the
  * pooled gradient, which is 4x smaller: the gradient reaches x only at each window's arg-max,
  * where x equals the pooled value y, so masking by y > 0 before the scatter equals masking by
@@ -154,6 +219,9 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (dist_tensor_numel(x) == 0) return grad_zero(t, x);
     dist_tensor *dy, *dx;
     DIST_TRY(output_grad(t, n, g, &dy));
+    int fused;
+    DIST_TRY(pool_backward_fused(t, n, dy, &fused));
+    if (fused) return DIST_OK;
     int fold_relu = tape_is_relu_output(t, x) && !t->grads[x->node].present;
     dist_pool2d_desc d = n->p.pool;
     if (fold_relu && tape_be(t)->pool_backward_masks_relu)

@@ -90,6 +90,16 @@ struct dist_backend_i {
     dist_status (*max_pool2d_backward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
                                        const dist_tensor *dy, const void *workspace,
                                        dist_tensor *dx);
+    /* Optional (NULL: none). The filter and bias gradients (as conv2d_backward_filter writes
+     * them) of y = ReLU(conv(x, w) + b) followed by p = max_pool(y), computed from the pool's
+     * output gradient dy (in p's layout) and its forward workspace without materializing the
+     * gradient of y. Sets *done = 0 and writes nothing for shapes it does not cover; the tape
+     * then runs the pool's and the convolution's backward as usual. */
+    dist_status (*conv2d_relu_pool_backward_filter)(void *ctx, const dist_conv2d_desc *cd,
+                                                    const dist_pool2d_desc *pd,
+                                                    const dist_tensor *x, const dist_tensor *dy,
+                                                    const void *workspace, dist_tensor *dw,
+                                                    dist_tensor *db, int *done);
 
     /* c = alpha * op(a) @ op(b) + beta * c, plain 2-D f32 tensors, op = transpose when set */
     dist_status (*matmul)(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,

@@ -1,8 +1,16 @@
 /* The CPU backend's own backward-filter for 3x3 convolutions of one-channel inputs against a
  * naive double-precision reference: plain NHWC, nChw8c and nChw16c gradients, strides 1 and 2,
  * a batch that is not a multiple of the kernel's image groups, with and without the bias
- * gradient; and bitwise the same result on 1 and 2 threads. */
+ * gradient; and bitwise the same result on 1 and 2 threads.
+ *
+ * Then the same gradients fused with the 2x2 max pool after the convolution
+ * (conv2d_relu_pool_backward_filter): against a double-precision reference that finds each
+ * window's arg-max in the convolution's output itself, in every layout, for odd sizes, on 1 and
+ * 2 threads; shapes it does not cover are declined; and on a tape (float32 and bfloat16, with a
+ * second consumer of the convolution's output, with the images watched) the fused and the unfused
+ * path give the same gradients. */
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -109,11 +117,310 @@ START_TEST(test_conv1_backward_filter_is_the_same_on_1_and_2_threads) {
 }
 END_TEST
 
+/* ---- fused with the max pool ---- */
+
+typedef struct pooled_case {
+    int n, h, w, ch;
+    dist_layout layout;
+    int threads;
+} pooled_case;
+
+/* The lanes the fused kernel uses for a block of B channels here (0: none, it declines). */
+static int fused_lanes(int B) {
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return B % 16 == 0 && avx512 ? 16 : B % 8 == 0 && avx2 ? 8 : 0;
+}
+
+/* Forward conv (ReLU) and pool on the backend in k->layout, then the fused filter gradient for a
+ * random pooled gradient; rw / rb get the double reference. Returns *done. */
+static int pooled_grads(const pooled_case *k, uint64_t seed, float *dw, float *db, double *rw,
+                        double *rb) {
+    dist_backend *be = cpu(k->threads);
+    int oh = k->h - 2, ow = k->w - 2, ph = oh / 2, pw = ow / 2;
+    size_t nx = (size_t)k->n * k->h * k->w, ny = (size_t)k->n * oh * ow * k->ch;
+    size_t np = (size_t)k->n * ph * pw * k->ch;
+    float *x = malloc(nx * 4), *y = malloc(ny * 4), *yb = malloc(ny * 4), *yplain = malloc(ny * 4);
+    float *p = malloc(np * 4), *dy = malloc(np * 4), *dyb = malloc(np * 4);
+    float w[9 * 64], b[64];
+    uint64_t s = seed;
+    for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+    for (int i = 0; i < 9 * k->ch; i++) w[i] = dist_test_uniform(&s, -0.5f, 0.5f);
+    for (int i = 0; i < k->ch; i++) b[i] = dist_test_uniform(&s, -0.3f, 0.1f);
+    for (size_t i = 0; i < np; i++) dy[i] = dist_test_uniform(&s, -1.0f, 1.0f);
+    int64_t xs[4] = {k->n, k->h, k->w, 1}, ys[4] = {k->n, oh, ow, k->ch};
+    int64_t ps[4] = {k->n, ph, pw, k->ch}, wsh[4] = {3, 3, 1, k->ch}, bs[1] = {k->ch};
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                tw = dist_tensor_view(w, DIST_F32, 4, wsh);
+    dist_tensor tb = dist_tensor_view(b, DIST_F32, 1, bs),
+                ty = dist_tensor_view(y, DIST_F32, 4, ys);
+    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0};
+    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0};
+    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK, "%s",
+                  dist_last_error());
+    /* y in the case's layout (the forward picks its own), and plain for the reference */
+    dist_tensor tyb = dist_tensor_view(yb, DIST_F32, 4, ys),
+                typ = dist_tensor_view(yplain, DIST_F32, 4, ys);
+    tyb.layout = k->layout;
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &tyb), DIST_OK);
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &typ), DIST_OK);
+    size_t wsb = 0;
+    ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &pd, &tyb, &wsb), DIST_OK);
+    unsigned char *ws = malloc(wsb);
+    dist_tensor tp = dist_tensor_view(p, DIST_F32, 4, ps);
+    ck_assert_int_eq(be->iface->max_pool2d_forward(be->ctx, &pd, &tyb, &tp, ws), DIST_OK);
+    dist_tensor tdp = dist_tensor_view(dy, DIST_F32, 4, ps),
+                tdb = dist_tensor_view(dyb, DIST_F32, 4, ps);
+    tdb.layout = k->layout;
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &tdp, &tdb), DIST_OK);
+    dist_tensor tdw = dist_tensor_view(dw, DIST_F32, 4, wsh),
+                tdbias = dist_tensor_view(db, DIST_F32, 1, bs);
+    int done = -1;
+    ck_assert_msg(be->iface->conv2d_relu_pool_backward_filter(be->ctx, &cd, &pd, &tx, &tdb, ws,
+                                                              &tdw, &tdbias, &done) == DIST_OK,
+                  "%s", dist_last_error());
+    /* reference: each window's first maximum in y; its gradient counts where that is > 0 */
+    for (int i = 0; i < 9 * k->ch; i++) rw[i] = 0;
+    for (int i = 0; i < k->ch; i++) rb[i] = 0;
+    for (int m = 0; m < k->n; m++)
+        for (int r = 0; r < ph; r++)
+            for (int q = 0; q < pw; q++)
+                for (int c = 0; c < k->ch; c++) {
+                    int ba = 0, bb = 0;
+                    float best = -1e30f;
+                    for (int a = 0; a < 2; a++)
+                        for (int bq = 0; bq < 2; bq++) {
+                            float v =
+                                yplain[(((size_t)m * oh + 2 * r + a) * ow + 2 * q + bq) * k->ch +
+                                       c];
+                            if (v > best) best = v, ba = a, bb = bq;
+                        }
+                    if (!(best > 0)) continue;
+                    double g = dy[(((size_t)m * ph + r) * pw + q) * k->ch + c];
+                    rb[c] += g;
+                    for (int i = 0; i < 3; i++)
+                        for (int j = 0; j < 3; j++)
+                            rw[(i * 3 + j) * k->ch + c] +=
+                                g * x[((size_t)m * k->h + 2 * r + ba + i) * k->w + 2 * q + bb + j];
+                }
+    free(ws);
+    free(x);
+    free(y);
+    free(yb);
+    free(yplain);
+    free(p);
+    free(dy);
+    free(dyb);
+    dist_backend_destroy(be);
+    return done;
+}
+
+START_TEST(test_fused_pool_filter_matches_reference) {
+    const pooled_case cases[] = {
+        {13, 28, 28, 32, DIST_LAYOUT_NCHW16C, 1}, {13, 28, 28, 32, DIST_LAYOUT_NCHW8C, 1},
+        {13, 28, 28, 32, DIST_LAYOUT_PLAIN, 1},   {5, 29, 27, 16, DIST_LAYOUT_NCHW16C, 2},
+        {9, 11, 12, 24, DIST_LAYOUT_PLAIN, 2},    {3, 4, 4, 8, DIST_LAYOUT_NCHW8C, 1},
+        {17, 15, 15, 64, DIST_LAYOUT_NCHW16C, 2},
+    };
+    int ran = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const pooled_case *k = &cases[c];
+        int B = k->layout == DIST_LAYOUT_NCHW16C ? 16 : k->layout == DIST_LAYOUT_NCHW8C ? 8 : k->ch;
+        float dw[9 * 64], db[64];
+        double rw[9 * 64], rb[64];
+        int done = pooled_grads(k, 100 + c, dw, db, rw, rb);
+        ck_assert_msg(done == (fused_lanes(B) != 0), "case %zu: done %d, lanes %d", c, done,
+                      fused_lanes(B));
+        if (!done) continue;
+        ran++;
+        for (int i = 0; i < 9 * k->ch; i++)
+            ck_assert_msg(fabs(dw[i] - rw[i]) <= 1e-4 * (1 + fabs(rw[i])),
+                          "case %zu: dw[%d] = %.7g, reference %.7g", c, i, (double)dw[i], rw[i]);
+        for (int i = 0; i < k->ch; i++)
+            ck_assert_msg(fabs(db[i] - rb[i]) <= 1e-4 * (1 + fabs(rb[i])),
+                          "case %zu: db[%d] = %.7g, reference %.7g", c, i, (double)db[i], rb[i]);
+    }
+    /* every processor the project runs on has AVX2: the fused kernel must have run */
+    ck_assert_msg(!fused_lanes(8) || ran > 0, "the fused kernel never ran");
+}
+END_TEST
+
+START_TEST(test_fused_pool_filter_is_the_same_on_1_and_2_threads) {
+    pooled_case k = {64, 28, 28, 32, DIST_LAYOUT_NCHW16C, 1};
+    if (!fused_lanes(16)) k.layout = DIST_LAYOUT_NCHW8C;
+    float w1[288], b1[32], w2[288], b2[32];
+    double rw[288], rb[32];
+    int d1 = pooled_grads(&k, 5, w1, b1, rw, rb);
+    k.threads = 2;
+    int d2 = pooled_grads(&k, 5, w2, b2, rw, rb);
+    ck_assert_int_eq(d1, d2);
+    if (!d1) return;
+    ck_assert_int_eq(memcmp(w1, w2, sizeof w1), 0);
+    ck_assert_int_eq(memcmp(b1, b2, sizeof b1), 0);
+}
+END_TEST
+
+/* Shapes the fused kernel does not cover: it says so and writes nothing. */
+START_TEST(test_fused_pool_filter_declines_other_shapes) {
+    dist_backend *be = cpu(1);
+    float x[2 * 12 * 12], dy[2 * 6 * 6 * 16], w[9 * 16], b[16];
+    unsigned char ws[2 * 6 * 6 * 16] = {0};
+    memset(x, 0, sizeof x);
+    memset(dy, 0, sizeof dy);
+    int64_t xs[4] = {2, 12, 12, 1}, ds[4] = {2, 5, 5, 16}, wsh[4] = {3, 3, 1, 16}, bs[1] = {16};
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                tdy = dist_tensor_view(dy, DIST_F32, 4, ds);
+    dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh),
+                tb = dist_tensor_view(b, DIST_F32, 1, bs);
+    const dist_conv2d_desc conv_ok = {1, 1, 0, 0, 0, 0, 1, 0};
+    const dist_pool2d_desc pool_ok = {2, 2, 2, 2, 0, 0, 0, 0, 0};
+    struct {
+        dist_conv2d_desc cd;
+        dist_pool2d_desc pd;
+        const char *what;
+    } no[] = {
+        {{2, 2, 0, 0, 0, 0, 1, 0}, pool_ok, "conv stride 2"},
+        {{1, 1, 1, 1, 1, 1, 1, 0}, pool_ok, "conv padding"},
+        {{1, 1, 0, 0, 0, 0, 0, 0}, pool_ok, "no ReLU"},
+        {conv_ok, {3, 3, 2, 2, 0, 0, 0, 0, 0}, "3x3 pool"},
+        {conv_ok, {2, 2, 1, 1, 0, 0, 0, 0, 0}, "pool stride 1"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        for (int j = 0; j < 9 * 16; j++) w[j] = 7.0f;
+        int done = -1;
+        ck_assert_int_eq(be->iface->conv2d_relu_pool_backward_filter(
+                             be->ctx, &no[i].cd, &no[i].pd, &tx, &tdy, ws, &tw, &tb, &done),
+                         DIST_OK);
+        ck_assert_msg(done == 0, "%s: not declined", no[i].what);
+        ck_assert_msg(w[0] == 7.0f && w[9 * 16 - 1] == 7.0f, "%s: dw written", no[i].what);
+    }
+    /* a pooled gradient whose size is not the convolution's output pooled (5x5, not 5x5 of a
+     * 12x12 input's 10x10 output: 5 == 10 / 2 fits; 4x4 does not) */
+    int64_t bad[4] = {2, 4, 4, 16};
+    dist_tensor tbad = dist_tensor_view(dy, DIST_F32, 4, bad);
+    int done = -1;
+    ck_assert_int_eq(be->iface->conv2d_relu_pool_backward_filter(be->ctx, &conv_ok, &pool_ok, &tx,
+                                                                 &tbad, ws, &tw, &tb, &done),
+                     DIST_OK);
+    ck_assert_int_eq(done, 0);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* conv2d(x, w1, b1, relu) -> max_pool 2x2 -> loss = sum(pool * r) [+ sum(h * h)] on a tape with
+ * the fused path on or off; gv gets the gradients of w1, b1 (and x when watched). */
+enum { TP_N = 6, TP_H = 16, TP_C = 32 };
+static long tape_pooled(int fused, dist_dtype precision, int second_consumer, int watch_x,
+                        float *gv_host) {
+    dist_backend *be = cpu(1);
+    ck_assert_int_eq(dist_cpu_backend_set_fused_pool_filter(be, fused), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
+    const int64_t shapes[4][4] = {{TP_N, TP_H, TP_H, 1},
+                                  {3, 3, 1, TP_C},
+                                  {TP_C},
+                                  {TP_N, (TP_H - 2) / 2, (TP_H - 2) / 2, TP_C}};
+    const int ndim[4] = {4, 4, 1, 4};
+    dist_tensor *v[4], *gv[3];
+    uint64_t s = 77;
+    for (int i = 0; i < 4; i++) {
+        size_t cnt = 1;
+        for (int d = 0; d < ndim[i]; d++) cnt *= (size_t)shapes[i][d];
+        float *h = malloc(cnt * 4);
+        for (size_t j = 0; j < cnt; j++)
+            h[j] = dist_test_uniform(&s, i == 0 ? 0.0f : -0.5f, i == 0 ? 1.0f : 0.5f);
+        if (precision == DIST_BF16 && i == 0)
+            for (size_t j = 0; j < cnt; j++) h[j] = dist_test_round_bf16(h[j]);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &v[i]),
+                         DIST_OK);
+        ck_assert_int_eq(dist_backend_from_host(be, h, cnt * 4, v[i]), DIST_OK);
+        if (i < 3) {
+            ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &gv[i]),
+                             DIST_OK);
+            if (i > 0 || watch_x) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+        }
+        free(h);
+    }
+    dist_tensor *h, *p, *pr, *loss;
+    ck_assert_msg(
+        dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h) == DIST_OK,
+        "%s", dist_last_error());
+    ck_assert_msg(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_msg(dist_op_mul(t, p, v[3], &pr) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
+    if (second_consumer) {
+        dist_tensor *hh, *l2, *sum;
+        ck_assert_int_eq(dist_op_mul(t, h, h, &hh), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, hh, &l2), DIST_OK);
+        ck_assert_int_eq(dist_op_add(t, loss, l2, &sum), DIST_OK);
+        loss = sum;
+    }
+    int first = watch_x ? 0 : 1;
+    ck_assert_msg(dist_tape_gradient(t, loss, 3 - first, v + first, gv + first) == DIST_OK, "%s",
+                  dist_last_error());
+    /* gv_host: x's gradient (left as it is when x is not watched), then w1's, then b1's */
+    const size_t at[3] = {0, TP_N * TP_H * TP_H, TP_N * TP_H * TP_H + 9 * TP_C};
+    for (int i = first; i < 3; i++)
+        ck_assert_int_eq(
+            dist_backend_to_host(be, gv[i], gv_host + at[i], (size_t)dist_tensor_numel(gv[i]) * 4),
+            DIST_OK);
+    long runs = dist_cpu_backend_fused_pool_filter_runs(be);
+    for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, v[i]);
+    for (int i = 0; i < 3; i++) dist_backend_free_tensor(be, gv[i]);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+    return runs;
+}
+
+START_TEST(test_fused_pool_filter_on_a_tape_agrees_with_unfused) {
+    const size_t nx = TP_N * TP_H * TP_H, nw = 9 * TP_C + TP_C, total = nx + nw;
+    const dist_dtype precisions[2] = {DIST_F32, DIST_BF16};
+    for (int pi = 0; pi < 2; pi++)
+        for (int variant = 0; variant < 3; variant++) {
+            int second = variant == 1, watch_x = variant == 2;
+            float *on = calloc(total, 4), *off = calloc(total, 4);
+            long runs_on = tape_pooled(1, precisions[pi], second, watch_x, on);
+            long runs_off = tape_pooled(0, precisions[pi], second, watch_x, off);
+            ck_assert_int_eq(runs_off, 0);
+            /* the images' gradient needs the convolution's output gradient: no fusion then */
+            ck_assert_msg(runs_on == (watch_x || !fused_lanes(8) ? 0 : 1),
+                          "precision %d variant %d: fused ran %ld times", pi, variant, runs_on);
+            const float *a = on + (watch_x ? 0 : nx), *b = off + (watch_x ? 0 : nx);
+            size_t n = watch_x ? total : nw;
+            double worst = 0, top = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = fabs((double)a[i] - b[i]);
+                if (d > worst) worst = d;
+                if (fabs((double)b[i]) > top) top = fabs((double)b[i]);
+            }
+            /* the same products summed in another order (float32: ~1e-7 of the largest
+             * gradient); bfloat16 stores each gradient with 8 bits, one step is 2^-8 */
+            double bound = (precisions[pi] == DIST_F32 ? 1e-5 : 1e-2) * top;
+            ck_assert_msg(worst <= bound, "precision %d variant %d: worst %g, largest %g", pi,
+                          variant, worst, top);
+            double norm = 0;
+            for (size_t i = 0; i < nw; i++) norm += fabs((double)off[nx + i]);
+            ck_assert_msg(norm > 1.0, "precision %d variant %d: gradients vanish (%g)", pi, variant,
+                          norm);
+            free(on);
+            free(off);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_conv1");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_conv1_backward_filter_matches_reference);
     tcase_add_test(tc, test_conv1_backward_filter_is_the_same_on_1_and_2_threads);
+    tcase_add_test(tc, test_fused_pool_filter_matches_reference);
+    tcase_add_test(tc, test_fused_pool_filter_is_the_same_on_1_and_2_threads);
+    tcase_add_test(tc, test_fused_pool_filter_declines_other_shapes);
+    tcase_add_test(tc, test_fused_pool_filter_on_a_tape_agrees_with_unfused);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -342,6 +342,7 @@ static const struct dist_backend_i cpu_iface = {
     .max_pool2d_workspace_bytes = cpu_max_pool2d_workspace_bytes,
     .max_pool2d_forward = cpu_max_pool2d_forward,
     .max_pool2d_backward = cpu_max_pool2d_backward,
+    .conv2d_relu_pool_backward_filter = cpu_conv1_pool_backward_filter,
     .matmul = cpu_matmul,
     .matmul_bf16 = cpu_matmul_bf16,
     .bias_add = cpu_bias_add,
@@ -382,6 +383,7 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
     c->threads = options->threads > 0 ? options->threads : ncpu;
     c->block = cpu_dnnl_activation_block();
     c->native_bf16 = cpu_dnnl_native_bf16_default();
+    c->fused_pool_filter = 1;
     dist_status st = cpu_dnnl_check(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "engine");
     if (st == DIST_OK)
         st = cpu_dnnl_check(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags),

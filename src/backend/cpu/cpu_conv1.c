@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,13 +31,12 @@ int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tens
 }
 
 /* Images [m0, m1) for the 8 channels at g: out[0..8] the taps, out[9] the bias (8 floats each). */
-__attribute__((target("avx2,fma"))) static void group8(const float *x, const float *g,
-                                                       int64_t m0, int64_t m1, int64_t h,
-                                                       int64_t w, int64_t oh, int64_t ow,
-                                                       int64_t img, int64_t row, int64_t pix,
-                                                       int sh, int sw, float *out) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-           a7 = a0, a8 = a0, ab = a0;
+__attribute__((target("avx2,fma"))) static void group8(const float *x, const float *g, int64_t m0,
+                                                       int64_t m1, int64_t h, int64_t w, int64_t oh,
+                                                       int64_t ow, int64_t img, int64_t row,
+                                                       int64_t pix, int sh, int sw, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+           a8 = a0, ab = a0;
     for (int64_t m = m0; m < m1; m++) {
         const float *xi = x + m * h * w, *gi = g + m * img;
         for (int64_t r = 0; r < oh; r++) {
@@ -77,8 +77,8 @@ dist_status cpu_conv1_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
     int64_t B = dy->layout == DIST_LAYOUT_NCHW16C ? 16 : dy->layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
     if (ch % B != 0)
         return dist_error(DIST_INVALID_ARGUMENT,
-                          "conv2d backward filter: %lld channels in blocks of %lld",
-                          (long long)ch, (long long)B);
+                          "conv2d backward filter: %lld channels in blocks of %lld", (long long)ch,
+                          (long long)B);
     /* dy offsets: image, row, pixel; channel k sits in block k / B at lane k % B */
     int64_t img = oh * ow * ch, row = ow * B, pix = B;
     int64_t cgroups = ch / 8, igroups = (n + GROUP - 1) / GROUP;
@@ -116,4 +116,221 @@ dist_status cpu_conv1_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
     dw->layout = DIST_LAYOUT_PLAIN;
     if (db) db->layout = DIST_LAYOUT_PLAIN;
     return DIST_OK;
+}
+
+/* ---- fused with the max pool after it ---------------------------------------------------
+ *
+ * When the one-channel convolution's output (ReLU fused) feeds a 2x2 / stride 2 max pool and
+ * nothing needs the gradient of the convolution's input (the model's images), the gradient of
+ * the convolution's output is the pool's output gradient dy scattered to each window's arg-max
+ * and masked by the ReLU (pooled value > 0): three of four values are zero. Writing it (26x26x32
+ * floats per image, 5.5 MB at batch 64) and reading it back cost more than the arithmetic. Here
+ * the filter and bias gradients are summed straight from dy and the pool's workspace:
+ *   dw[i][j][0][k] += g * x[n][2*ph + a + i][2*pw + b + j],  db[k] += g
+ * for every pooled position (n, ph, pw) and channel k, where (a, b) is the arg-max in the
+ * window and g = dy[n][ph][pw][k] when the pooled value is > 0, else 0. The products are the
+ * unfused path's nonzero ones; only the order of the sums differs.
+ *
+ * For each pooled position the 4x4 input block under the window's four 3x3 patches is loaded
+ * once; each lane (channel) picks its tap from it with one permute (vpermps): index
+ * (a * 4 + b) + (i * 4 + j). AVX-512: 16 channels per vector; AVX2: 8, the block in two
+ * registers and a blend. Deterministic like group8: images in fixed groups of GROUP. */
+
+#define FUSED_PART 160 /* floats per (image group, 16-channel block): 9 taps + bias, 16 lanes */
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+pooled16(const float *x, const float *dy, const uint8_t *ws, int64_t m0, int64_t m1, int64_t h,
+         int64_t w, int64_t ph, int64_t pw, int64_t img, int64_t row, int64_t pix, float *out) {
+    __m512 acc[10];
+    for (int i = 0; i < 10; i++) acc[i] = _mm512_setzero_ps();
+    const __m512i arg = _mm512_set1_epi32(CPU_POOL_WS_ARG), one = _mm512_set1_epi32(1),
+                  two = _mm512_set1_epi32(2);
+    for (int64_t m = m0; m < m1; m++) {
+        const float *xi = x + m * h * w;
+        for (int64_t r = 0; r < ph; r++) {
+            const float *x0 = xi + 2 * r * w;
+            const float *gr = dy + m * img + r * row;
+            const uint8_t *wr = ws + m * img + r * row;
+            for (int64_t q = 0; q < pw; q++) {
+                const float *xb = x0 + 2 * q;
+                __m512 blk = _mm512_castps128_ps512(_mm_loadu_ps(xb));
+                blk = _mm512_insertf32x4(blk, _mm_loadu_ps(xb + w), 1);
+                blk = _mm512_insertf32x4(blk, _mm_loadu_ps(xb + 2 * w), 2);
+                blk = _mm512_insertf32x4(blk, _mm_loadu_ps(xb + 3 * w), 3);
+                __m128i bytes = _mm_loadu_si128((const __m128i *)(wr + q * pix));
+                __mmask16 keep = _mm_test_epi8_mask(bytes, _mm_set1_epi8((char)CPU_POOL_WS_POS));
+                __m512 g = _mm512_maskz_loadu_ps(keep, gr + q * pix);
+                __m512i k = _mm512_and_si512(_mm512_cvtepu8_epi32(bytes), arg);
+                /* window offset k = a * 2 + b  ->  block index a * 4 + b */
+                __m512i base = _mm512_add_epi32(_mm512_and_si512(k, one),
+                                                _mm512_slli_epi32(_mm512_and_si512(k, two), 1));
+                acc[9] = _mm512_add_ps(acc[9], g);
+#define TAP(t, off)                                                                                \
+    acc[t] = _mm512_fmadd_ps(                                                                      \
+        g, _mm512_permutexvar_ps(_mm512_add_epi32(base, _mm512_set1_epi32(off)), blk), acc[t])
+                TAP(0, 0);
+                TAP(1, 1);
+                TAP(2, 2);
+                TAP(3, 4);
+                TAP(4, 5);
+                TAP(5, 6);
+                TAP(6, 8);
+                TAP(7, 9);
+                TAP(8, 10);
+#undef TAP
+            }
+        }
+    }
+    for (int i = 0; i < 10; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+/* The same for 8 channels with AVX2 (nChw8c): out holds 10 x 8 floats. */
+__attribute__((target("avx2,fma"))) static void
+pooled8(const float *x, const float *dy, const uint8_t *ws, int64_t m0, int64_t m1, int64_t h,
+        int64_t w, int64_t ph, int64_t pw, int64_t img, int64_t row, int64_t pix, float *out) {
+    __m256 acc[10];
+    for (int i = 0; i < 10; i++) acc[i] = _mm256_setzero_ps();
+    const __m256i arg = _mm256_set1_epi32(CPU_POOL_WS_ARG),
+                  pos = _mm256_set1_epi32(CPU_POOL_WS_POS), one = _mm256_set1_epi32(1),
+                  two = _mm256_set1_epi32(2);
+    for (int64_t m = m0; m < m1; m++) {
+        const float *xi = x + m * h * w;
+        for (int64_t r = 0; r < ph; r++) {
+            const float *x0 = xi + 2 * r * w;
+            const float *gr = dy + m * img + r * row;
+            const uint8_t *wr = ws + m * img + r * row;
+            for (int64_t q = 0; q < pw; q++) {
+                const float *xb = x0 + 2 * q;
+                __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(xb)),
+                                                 _mm_loadu_ps(xb + w), 1);
+                __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(xb + 2 * w)),
+                                                 _mm_loadu_ps(xb + 3 * w), 1);
+                __m256i b32 =
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wr + q * pix)));
+                __m256 keep =
+                    _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(b32, pos), pos));
+                __m256 g = _mm256_and_ps(_mm256_loadu_ps(gr + q * pix), keep);
+                __m256i k = _mm256_and_si256(b32, arg);
+                __m256i base = _mm256_add_epi32(_mm256_and_si256(k, one),
+                                                _mm256_slli_epi32(_mm256_and_si256(k, two), 1));
+                acc[9] = _mm256_add_ps(acc[9], g);
+#define TAP(t, off)                                                                                \
+    do {                                                                                           \
+        __m256i ix = _mm256_add_epi32(base, _mm256_set1_epi32(off));                               \
+        __m256 v =                                                                                 \
+            _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, ix), _mm256_permutevar8x32_ps(hi, ix),   \
+                             _mm256_castsi256_ps(_mm256_slli_epi32(ix, 28)));                      \
+        acc[t] = _mm256_fmadd_ps(g, v, acc[t]);                                                    \
+    } while (0)
+                TAP(0, 0);
+                TAP(1, 1);
+                TAP(2, 2);
+                TAP(3, 4);
+                TAP(4, 5);
+                TAP(5, 6);
+                TAP(6, 8);
+                TAP(7, 9);
+                TAP(8, 10);
+#undef TAP
+            }
+        }
+    }
+    for (int i = 0; i < 10; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+static int has_avx512_bw_vl(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd,
+                                           const dist_pool2d_desc *pd, const dist_tensor *x,
+                                           const dist_tensor *dy, const void *workspace,
+                                           dist_tensor *dw, dist_tensor *db, int *done) {
+    cpu_ctx *c = ctx;
+    *done = 0;
+    if (!c->fused_pool_filter || !workspace || x->ndim != 4 || dy->ndim != 4 || dw->ndim != 4)
+        return DIST_OK;
+    int64_t n = x->shape[0], h = x->shape[1], w = x->shape[2];
+    int64_t ph = dy->shape[1], pw = dy->shape[2], ch = dy->shape[3];
+    int64_t B = dy->layout == DIST_LAYOUT_NCHW16C ? 16 : dy->layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
+    /* lanes: 16 with AVX-512 where the channel block holds whole vectors of 16, else 8 */
+    int lanes = B % 16 == 0 && has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
+    int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
+                  dy->dtype == DIST_F32 && dw->shape[0] == 3 && dw->shape[1] == 3 &&
+                  dw->shape[2] == 1 && dw->shape[3] == ch && cd->stride_h == 1 &&
+                  cd->stride_w == 1 && cd->pad_top == 0 && cd->pad_bottom == 0 &&
+                  cd->pad_left == 0 && cd->pad_right == 0 && cd->relu;
+    int pool_ok = pd->window_h == 2 && pd->window_w == 2 && pd->stride_h == 2 &&
+                  pd->stride_w == 2 && pd->pad_top == 0 && pd->pad_bottom == 0 &&
+                  pd->pad_left == 0 && pd->pad_right == 0;
+    /* the pool's input is the convolution's (h - 2) x (w - 2) output */
+    int shape_ok = dy->shape[0] == n && ph == (h - 2) / 2 && pw == (w - 2) / 2 && ph > 0 && pw > 0;
+    if (!lanes || !conv_ok || !pool_ok || !shape_ok || ch % B != 0 || n <= 0) return DIST_OK;
+    /* dy and workspace offsets: image, pooled row, pooled pixel; channel k in block k / B */
+    int64_t img = ph * pw * ch, row = pw * B, pix = B;
+    int64_t cvecs = ch / lanes, igroups = (n + GROUP - 1) / GROUP;
+    size_t need = (size_t)igroups * (size_t)cvecs * FUSED_PART;
+    if (need > c->conv1_part_n) {
+        float *grown = realloc(c->conv1_part, need * sizeof(float));
+        if (!grown) return dist_error(DIST_OUT_OF_MEMORY, "conv2d backward filter: out of memory");
+        c->conv1_part = grown;
+        c->conv1_part_n = need;
+    }
+    float *part = c->conv1_part;
+    const float *xd = x->data, *gd = dy->data;
+    const uint8_t *wsd = workspace;
+    int64_t work = igroups * cvecs;
+    int threads = c->threads > 1 && work > 1 ? c->threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < work; t++) {
+        int64_t gi = t / cvecs, k = (t % cvecs) * lanes;
+        int64_t at = (k / B) * ph * pw * B + k % B;
+        int64_t m0 = gi * GROUP, m1 = m0 + GROUP < n ? m0 + GROUP : n;
+        if (lanes == 16)
+            pooled16(xd, gd + at, wsd + at, m0, m1, h, w, ph, pw, img, row, pix,
+                     part + (size_t)t * FUSED_PART);
+        else
+            pooled8(xd, gd + at, wsd + at, m0, m1, h, w, ph, pw, img, row, pix,
+                    part + (size_t)t * FUSED_PART);
+    }
+    float *wd = dw->data, *bd = db ? db->data : NULL;
+    memset(wd, 0, sizeof(float) * 9 * (size_t)ch);
+    if (bd) memset(bd, 0, sizeof(float) * (size_t)ch);
+    for (int64_t gi = 0; gi < igroups; gi++)
+        for (int64_t cv = 0; cv < cvecs; cv++) {
+            const float *p = part + (size_t)(gi * cvecs + cv) * FUSED_PART;
+            for (int tap = 0; tap < 9; tap++)
+                for (int l = 0; l < lanes; l++) wd[tap * ch + cv * lanes + l] += p[tap * lanes + l];
+            if (bd)
+                for (int l = 0; l < lanes; l++) bd[cv * lanes + l] += p[9 * lanes + l];
+        }
+    dw->layout = DIST_LAYOUT_PLAIN;
+    if (db) db->layout = DIST_LAYOUT_PLAIN;
+    c->fused_pool_filter_runs++;
+    *done = 1;
+    return DIST_OK;
+}
+
+dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on) {
+    if (!backend || !backend->iface ||
+        backend->iface->conv2d_relu_pool_backward_filter != cpu_conv1_pool_backward_filter)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "dist_cpu_backend_set_fused_pool_filter: not a CPU backend");
+    ((cpu_ctx *)backend->ctx)->fused_pool_filter = on != 0;
+    return DIST_OK;
+}
+
+long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
+    if (!backend || !backend->iface ||
+        backend->iface->conv2d_relu_pool_backward_filter != cpu_conv1_pool_backward_filter)
+        return -1;
+    return ((const cpu_ctx *)backend->ctx)->fused_pool_filter_runs;
 }

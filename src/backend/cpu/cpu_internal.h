@@ -36,6 +36,9 @@ typedef struct cpu_ctx {
     /* Convolutions marked bf16 (mixed_bfloat16) run on oneDNN's native bfloat16 kernels:
      * set where oneDNN dispatches to AVX512_BF16 or AMX (cpu_dnnl_native_bf16_default). */
     int native_bf16;
+    /* cpu_conv1_pool_backward_filter runs (1, the default); tests turn it off to compare */
+    int fused_pool_filter;
+    long fused_pool_filter_runs; /* times it ran (tests check the tape takes the fused path) */
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
@@ -66,6 +69,10 @@ dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const
                                      const dist_tensor *w, dist_tensor *dx);
 dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                        const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
+/* The max pool's workspace: one byte per output, the arg-max's offset in the window (ARG) and
+ * whether the pooled value is > 0 (POS). cpu_conv1.c's fused backward reads it too. */
+#define CPU_POOL_WS_POS 0x80
+#define CPU_POOL_WS_ARG 0x7f
 dist_status cpu_max_pool2d_workspace_bytes(void *ctx, const dist_pool2d_desc *d,
                                            const dist_tensor *x, size_t *bytes);
 dist_status cpu_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
@@ -93,6 +100,17 @@ int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tens
                                       const dist_tensor *dy, const dist_tensor *dw);
 dist_status cpu_conv1_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
+/* cpu_conv1.c: the same filter and bias gradients when the convolution (ReLU fused) feeds a 2x2 /
+ * stride 2 max pool, read straight from the pool's output gradient and workspace (the
+ * backend's conv2d_relu_pool_backward_filter entry). */
+dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd,
+                                           const dist_pool2d_desc *pd, const dist_tensor *x,
+                                           const dist_tensor *dy, const void *workspace,
+                                           dist_tensor *dw, dist_tensor *db, int *done);
+/* For tests: the fused entry above on (1, the default) or off (0) for this backend, and how
+ * many times it ran (-1: not a CPU backend). */
+dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on);
+long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend);
 /* cpu_conv2.c: backward-filter of 3-wide convolutions with several input channels on AVX2. */
 int cpu_conv2_backward_filter_applies(const cpu_ctx *c, const dist_conv2d_desc *d,
                                       const dist_tensor *x, const dist_tensor *dy,

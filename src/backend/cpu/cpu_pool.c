@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define POS 0x80 /* workspace: the pooled value is > 0 */
-#define ARG 0x7f /* workspace: the arg-max's offset in the window */
+#define POS CPU_POOL_WS_POS
+#define ARG CPU_POOL_WS_ARG
 
 typedef struct pool_geom {
     int64_t outer; /* N x channel blocks */
