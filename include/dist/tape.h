@@ -97,6 +97,18 @@ DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x,
 DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h,
                                         int pool_w, int stride_h, int stride_w,
                                         dist_padding padding, dist_tensor **y);
+/* y = max_pool2d(conv2d(x, kernel, bias, activation)), the two ops above in one call with their
+ * arguments and semantics. A backend may compute it without writing the convolution's output:
+ * the CPU backend does for a one-channel input, a 3x3 stride-1 VALID kernel, ReLU and a 2x2
+ * stride-2 VALID pool when nothing needs x's gradient (the seed CNN's first layers), and falls
+ * back to the two ops otherwise. Keras's Sequential models (dist_model) call it for a Conv2D
+ * followed by MaxPooling2D. */
+DIST_API dist_status dist_op_conv2d_max_pool2d(dist_tape *tape, const dist_tensor *x,
+                                               const dist_tensor *kernel, const dist_tensor *bias,
+                                               int stride_h, int stride_w, dist_padding padding,
+                                               dist_activation activation, int pool_h, int pool_w,
+                                               int pool_stride_h, int pool_stride_w,
+                                               dist_padding pool_padding, dist_tensor **y);
 /* y = act(x @ kernel + bias) for x [N, in]. bias may be NULL; activation as dist_op_conv2d. */
 DIST_API dist_status dist_op_dense(dist_tape *tape, const dist_tensor *x, const dist_tensor *kernel,
                                    const dist_tensor *bias, dist_activation activation,

@@ -95,10 +95,11 @@ static dist_status unfused_activation(dist_tape *t, dist_activation a, dist_tens
     }
 }
 
-dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
-                           const dist_tensor *b, int stride_h, int stride_w, dist_padding padding,
-                           dist_activation activation, dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
+/* Checks conv2d's arguments; its descriptor and output shape. */
+static dist_status conv2d_setup(const dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                                const dist_tensor *b, int stride_h, int stride_w,
+                                dist_padding padding, dist_activation activation,
+                                dist_conv2d_desc *desc, int64_t shape[4]) {
     DIST_TRY(check_4d(x, "conv2d"));
     DIST_TRY(check_activation(activation, "conv2d"));
     DIST_CHECK_ARG(w->ndim == 4, "conv2d: kernel must be 4-D HWIO, got %d-D", w->ndim);
@@ -127,7 +128,21 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
                    "conv2d: the %lldx%lld kernel does not fit the %lldx%lld input",
                    (long long)w->shape[0], (long long)w->shape[1], (long long)x->shape[1],
                    (long long)x->shape[2]);
-    int64_t shape[4] = {x->shape[0], oh, ow, w->shape[3]};
+    *desc = d;
+    shape[0] = x->shape[0];
+    shape[1] = oh;
+    shape[2] = ow;
+    shape[3] = w->shape[3];
+    return DIST_OK;
+}
+
+dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                           const dist_tensor *b, int stride_h, int stride_w, dist_padding padding,
+                           dist_activation activation, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
+    dist_conv2d_desc d;
+    int64_t shape[4];
+    DIST_TRY(conv2d_setup(t, x, w, b, stride_h, stride_w, padding, activation, &d, shape));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
     if (x->shape[0] > 0) DIST_TRY(tape_be(t)->conv2d_forward(tape_bectx(t), &d, x, w, b, out));
@@ -236,21 +251,35 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     return DIST_OK;
 }
 
-dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w,
-                               int stride_h, int stride_w, dist_padding padding, dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && y, "dist_op_max_pool2d: NULL argument");
-    DIST_TRY(check_4d(x, "max_pool2d"));
+/* Checks max_pool2d's arguments for an input of in_shape; its descriptor and output shape. */
+static dist_status pool2d_setup(const int64_t in_shape[4], int pool_h, int pool_w, int stride_h,
+                                int stride_w, dist_padding padding, dist_pool2d_desc *desc,
+                                int64_t shape[4]) {
     DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
                    "max_pool2d: window and strides must be positive");
     dist_pool2d_desc d = {pool_h, pool_w, stride_h, stride_w, 0, 0, 0, 0, 0};
     if (padding == DIST_PADDING_SAME) {
-        same_padding(x->shape[1], pool_h, stride_h, &d.pad_top, &d.pad_bottom);
-        same_padding(x->shape[2], pool_w, stride_w, &d.pad_left, &d.pad_right);
+        same_padding(in_shape[1], pool_h, stride_h, &d.pad_top, &d.pad_bottom);
+        same_padding(in_shape[2], pool_w, stride_w, &d.pad_left, &d.pad_right);
     }
-    int64_t oh = (x->shape[1] + d.pad_top + d.pad_bottom - pool_h) / stride_h + 1;
-    int64_t ow = (x->shape[2] + d.pad_left + d.pad_right - pool_w) / stride_w + 1;
+    int64_t oh = (in_shape[1] + d.pad_top + d.pad_bottom - pool_h) / stride_h + 1;
+    int64_t ow = (in_shape[2] + d.pad_left + d.pad_right - pool_w) / stride_w + 1;
     DIST_CHECK_ARG(oh > 0 && ow > 0, "max_pool2d: the window does not fit the input");
-    int64_t shape[4] = {x->shape[0], oh, ow, x->shape[3]};
+    *desc = d;
+    shape[0] = in_shape[0];
+    shape[1] = oh;
+    shape[2] = ow;
+    shape[3] = in_shape[3];
+    return DIST_OK;
+}
+
+dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, int pool_w,
+                               int stride_h, int stride_w, dist_padding padding, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_max_pool2d: NULL argument");
+    DIST_TRY(check_4d(x, "max_pool2d"));
+    dist_pool2d_desc d;
+    int64_t shape[4];
+    DIST_TRY(pool2d_setup(x->shape, pool_h, pool_w, stride_h, stride_w, padding, &d, shape));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
     out->layout = x->layout;
@@ -270,6 +299,79 @@ dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, i
     }
     *y = out;
     return DIST_OK;
+}
+
+/* ---- conv2d -> max_pool2d in one op ---- */
+
+/* The fused node's workspace: the pool's descriptor and arg-max bytes. */
+typedef struct conv_pool_ws {
+    dist_pool2d_desc pool;
+    void *bytes;
+} conv_pool_ws;
+
+static dist_status conv_pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    const conv_pool_ws *cw = n->workspace;
+    const struct dist_backend_i *be = tape_be(t);
+    dist_tensor *dy, *dw, *db = NULL;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    DIST_TRY(tape_new_like(t, w, &dw));
+    if (b) DIST_TRY(tape_new_like(t, b, &db));
+    int ran = 0;
+    DIST_TRY(be->conv2d_relu_pool_backward_filter(tape_bectx(t), &n->p.conv, &cw->pool, x, dy,
+                                                  cw->bytes, dw, db, &ran));
+    if (!ran)
+        return dist_error(DIST_INTERNAL, "conv2d + max_pool2d: the backend ran the fused forward "
+                                         "but declines its gradient");
+    if (tape_requires_grad(t, w)) DIST_TRY(grad_give(t, w, dw, n->round));
+    if (b && tape_requires_grad(t, b)) DIST_TRY(grad_give(t, b, db, n->round));
+    return DIST_OK;
+}
+
+dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                                      const dist_tensor *b, int stride_h, int stride_w,
+                                      dist_padding padding, dist_activation activation, int pool_h,
+                                      int pool_w, int pool_stride_h, int pool_stride_w,
+                                      dist_padding pool_padding, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d_max_pool2d: NULL argument");
+    dist_conv2d_desc cd;
+    dist_pool2d_desc pd;
+    int64_t conv_shape[4], shape[4];
+    DIST_TRY(conv2d_setup(t, x, w, b, stride_h, stride_w, padding, activation, &cd, conv_shape));
+    DIST_TRY(pool2d_setup(conv_shape, pool_h, pool_w, pool_stride_h, pool_stride_w, pool_padding,
+                          &pd, shape));
+    const struct dist_backend_i *be = tape_be(t);
+    /* Fused: the backend never writes the convolution's output, so nothing may need it: not
+     * the gradient of x (it needs the convolution's output gradient) */
+    if (be->conv2d_relu_pool_forward && be->conv2d_relu_pool_backward_filter &&
+        activation == DIST_ACT_RELU && x->shape[0] > 0 && !tape_requires_grad(t, x)) {
+        dist_tensor *out;
+        DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+        void *bytes;
+        DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(out), &bytes));
+        int ran = 0;
+        DIST_TRY(be->conv2d_relu_pool_forward(tape_bectx(t), &cd, &pd, x, w, b,
+                                              t->compute_precision, out, bytes, &ran));
+        if (ran) {
+            const dist_tensor *in[3] = {x, w, b};
+            tape_node *n;
+            DIST_TRY(tape_record(t, out, conv_pool_backward, 3, in, &n));
+            if (n) {
+                conv_pool_ws *cw;
+                DIST_TRY(dist_arena_alloc(&t->arena, sizeof *cw, (void **)&cw));
+                cw->pool = pd;
+                cw->bytes = bytes;
+                n->p.conv = cd;
+                n->workspace = cw;
+                n->round = t->compute_precision; /* the gradients of w and b, as conv2d's */
+            }
+            *y = out;
+            return DIST_OK;
+        }
+    }
+    dist_tensor *h;
+    DIST_TRY(dist_op_conv2d(t, x, w, b, stride_h, stride_w, padding, activation, &h));
+    return dist_op_max_pool2d(t, h, pool_h, pool_w, pool_stride_h, pool_stride_w, pool_padding, y);
 }
 
 /* ---- dense ---- */

@@ -90,6 +90,17 @@ struct dist_backend_i {
     dist_status (*max_pool2d_backward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
                                        const dist_tensor *dy, const void *workspace,
                                        dist_tensor *dx);
+    /* Optional (NULL: none). p = max_pool(round(ReLU(conv(x, w) + b))) without writing the
+     * convolution's output, round_to the tape's compute precision (F32: none). Writes p in the
+     * layout it picks (set in p->layout) and the pool's workspace: one byte per element of p,
+     * what max_pool2d_forward writes, which conv2d_relu_pool_backward_filter reads. Sets
+     * *done = 0 and writes nothing for shapes it does not cover (the same shapes as the
+     * backward's, in p's layout). */
+    dist_status (*conv2d_relu_pool_forward)(void *ctx, const dist_conv2d_desc *cd,
+                                            const dist_pool2d_desc *pd, const dist_tensor *x,
+                                            const dist_tensor *w, const dist_tensor *b,
+                                            dist_dtype round_to, dist_tensor *p, void *workspace,
+                                            int *done);
     /* Optional (NULL: none). The filter and bias gradients (as conv2d_backward_filter writes
      * them) of y = ReLU(conv(x, w) + b) followed by p = max_pool(y), computed from the pool's
      * output gradient dy (in p's layout) and its forward workspace without materializing the

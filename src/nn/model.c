@@ -451,9 +451,9 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         params_copies(m, copies);
         dist_variable_desc vars[MODEL_MAX_VARS];
         for (int i = 0; i < m->nvars; i++)
-            vars[i] = (dist_variable_desc){m->vars[i].name, m->vars[i].ndim, m->vars[i].shape,
-                                           m->vars[i].offset, m->vars[i].numel,
-                                           !m->vars[i].trainable};
+            vars[i] =
+                (dist_variable_desc){m->vars[i].name,   m->vars[i].ndim,  m->vars[i].shape,
+                                     m->vars[i].offset, m->vars[i].numel, !m->vars[i].trainable};
         st = place->create_variable(place->owner, copies, vars, m->nvars);
     }
     if (st != DIST_OK) return st;
@@ -563,6 +563,16 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
         const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
         switch (l->kind) {
         case LAYER_CONV2D:
+            if (i + 1 < m->nlayers && m->layers[i + 1].kind == LAYER_MAX_POOL2D &&
+                !m->check_numerics) {
+                /* one op: a backend may pool without writing the convolution's output */
+                const model_layer *p = &m->layers[++i];
+                DIST_TRY(dist_op_conv2d_max_pool2d(tape, h, vars[l->kernel_var], bias,
+                                                   l->conv.stride_h, l->conv.stride_w,
+                                                   l->conv.padding, l->activation, p->pool, p->pool,
+                                                   p->pool, p->pool, DIST_PADDING_VALID, &out));
+                break;
+            }
             DIST_TRY(dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
                                     l->conv.stride_w, l->conv.padding, l->activation, &out));
             break;

@@ -412,6 +412,212 @@ START_TEST(test_fused_pool_filter_on_a_tape_agrees_with_unfused) {
 }
 END_TEST
 
+/* ---- the fused forward ---- */
+
+/* The fused forward against a double reference (conv + bias, ReLU, rounded to bfloat16 when
+ * asked, 2x2 max): pooled values to the rounding of the sums' order, arg-max bytes pointing at
+ * a window element equal to the maximum (within that), the > 0 bit; in the layout `block`
+ * gives (16, 8, 0 = plain NHWC). */
+static void check_fused_forward(int block, int n, int h, int w, int ch, int threads, int bf16) {
+    dist_backend *be = cpu(threads);
+    ((cpu_ctx *)be->ctx)->block = block;
+    int oh = h - 2, ow = w - 2, ph = oh / 2, pw = ow / 2;
+    size_t nx = (size_t)n * h * w, np = (size_t)n * ph * pw * ch;
+    float *x = malloc(nx * 4), *p = malloc(np * 4), *pplain = malloc(np * 4);
+    unsigned char *ws = malloc(np), *wsplain = malloc(np);
+    float wt[9 * 64], b[64];
+    uint64_t s = 1000 + (uint64_t)block * 7 + (uint64_t)ch + (uint64_t)bf16;
+    for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+    for (int i = 0; i < 9 * ch; i++) wt[i] = dist_test_uniform(&s, -0.5f, 0.5f);
+    for (int i = 0; i < ch; i++) b[i] = dist_test_uniform(&s, -0.3f, 0.1f);
+    int64_t xs[4] = {n, h, w, 1}, ps[4] = {n, ph, pw, ch}, wsh[4] = {3, 3, 1, ch}, bs[1] = {ch};
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                tw = dist_tensor_view(wt, DIST_F32, 4, wsh);
+    dist_tensor tb = dist_tensor_view(b, DIST_F32, 1, bs),
+                tp = dist_tensor_view(p, DIST_F32, 4, ps);
+    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0};
+    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0};
+    int done = -1;
+    ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb,
+                                                      bf16 ? DIST_BF16 : DIST_F32, &tp, ws,
+                                                      &done) == DIST_OK,
+                  "%s", dist_last_error());
+    int B = block ? block : ch;
+    ck_assert_msg(done == (fused_lanes(B) != 0), "block %d: done %d", block, done);
+    if (!done) goto out;
+    ck_assert_int_eq(tp.layout, block == 16  ? DIST_LAYOUT_NCHW16C
+                                : block == 8 ? DIST_LAYOUT_NCHW8C
+                                             : DIST_LAYOUT_PLAIN);
+    /* p and the workspace bytes to plain NHWC (the bytes are indexed like p) */
+    dist_tensor tpp = dist_tensor_view(pplain, DIST_F32, 4, ps);
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, &tp, &tpp), DIST_OK);
+    for (int m = 0; m < n; m++)
+        for (int r = 0; r < ph; r++)
+            for (int q = 0; q < pw; q++)
+                for (int c = 0; c < ch; c++) {
+                    size_t at = (size_t)m * ph * pw * ch + ((size_t)c / B) * ph * pw * B +
+                                ((size_t)r * pw + q) * B + c % B;
+                    wsplain[(((size_t)m * ph + r) * pw + q) * ch + c] = ws[at];
+                }
+    for (int m = 0; m < n; m++)
+        for (int r = 0; r < ph; r++)
+            for (int q = 0; q < pw; q++)
+                for (int c = 0; c < ch; c++) {
+                    double v[4], best = -1e30;
+                    for (int k = 0; k < 4; k++) {
+                        int a = k / 2, bq = k % 2;
+                        double acc = b[c];
+                        for (int i = 0; i < 3; i++)
+                            for (int j = 0; j < 3; j++)
+                                acc += (double)wt[(i * 3 + j) * ch + c] *
+                                       x[((size_t)m * h + 2 * r + a + i) * w + 2 * q + bq + j];
+                        if (acc < 0) acc = 0;
+                        if (bf16) acc = dist_test_round_bf16((float)acc);
+                        v[k] = acc;
+                        if (acc > best) best = acc;
+                    }
+                    size_t o = (((size_t)m * ph + r) * pw + q) * ch + c;
+                    /* sums of 10 terms below ~1.5 in another order: ~1e-7 absolute */
+                    double tol = (bf16 ? 1.0 / 128 : 1e-5) * fabs(best) + 1e-6;
+                    ck_assert_msg(fabs(pplain[o] - best) <= tol,
+                                  "block %d bf16 %d: p[%zu] = %.8g, reference %.8g", block, bf16, o,
+                                  (double)pplain[o], best);
+                    ck_assert_msg(!bf16 || dist_test_round_bf16(pplain[o]) == pplain[o],
+                                  "p[%zu] = %.9g is not a bfloat16 value", o, (double)pplain[o]);
+                    int arg = wsplain[o] & CPU_POOL_WS_ARG;
+                    ck_assert_msg(arg < 4 && fabs(v[arg] - best) <= tol,
+                                  "block %d: arg-max %d of %zu is %.8g, max %.8g", block, arg, o,
+                                  arg < 4 ? v[arg] : -1.0, best);
+                    ck_assert_msg(!!(wsplain[o] & CPU_POOL_WS_POS) == (pplain[o] > 0),
+                                  "block %d: > 0 bit of %zu", block, o);
+                }
+out:
+    free(x);
+    free(p);
+    free(pplain);
+    free(ws);
+    free(wsplain);
+    dist_backend_destroy(be);
+}
+
+START_TEST(test_fused_pool_forward_matches_reference) {
+    check_fused_forward(16, 7, 28, 28, 32, 1, 0);
+    check_fused_forward(16, 5, 29, 27, 64, 2, 1);
+    check_fused_forward(8, 7, 28, 28, 32, 1, 0);
+    check_fused_forward(8, 3, 11, 12, 24, 2, 1);
+    check_fused_forward(0, 4, 16, 16, 32, 1, 1);
+    check_fused_forward(0, 3, 9, 9, 8, 1, 0);
+}
+END_TEST
+
+/* dist_op_conv2d_max_pool2d against dist_op_conv2d + dist_op_max_pool2d on tapes: the pooled
+ * output and the gradients of w and b (float32 and bfloat16); with x watched it falls back to
+ * the two ops, and x's gradient matches too. */
+static long tape_conv_pool(int fused_op, dist_dtype precision, int watch_x, float *out_host,
+                           float *gv_host) {
+    dist_backend *be = cpu(1);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
+    const int64_t shapes[4][4] = {{TP_N, TP_H, TP_H, 1},
+                                  {3, 3, 1, TP_C},
+                                  {TP_C},
+                                  {TP_N, (TP_H - 2) / 2, (TP_H - 2) / 2, TP_C}};
+    const int ndim[4] = {4, 4, 1, 4};
+    dist_tensor *v[4], *gv[3];
+    uint64_t s = 91;
+    for (int i = 0; i < 4; i++) {
+        size_t cnt = 1;
+        for (int d = 0; d < ndim[i]; d++) cnt *= (size_t)shapes[i][d];
+        float *h = malloc(cnt * 4);
+        for (size_t j = 0; j < cnt; j++)
+            h[j] = dist_test_uniform(&s, i == 0 ? 0.0f : -0.5f, i == 0 ? 1.0f : 0.5f);
+        if (precision == DIST_BF16 && i < 3)
+            for (size_t j = 0; j < cnt; j++) h[j] = dist_test_round_bf16(h[j]);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &v[i]),
+                         DIST_OK);
+        ck_assert_int_eq(dist_backend_from_host(be, h, cnt * 4, v[i]), DIST_OK);
+        if (i < 3) {
+            ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &gv[i]),
+                             DIST_OK);
+            if (i > 0 || watch_x) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+        }
+        free(h);
+    }
+    dist_tensor *p, *pr, *loss;
+    if (fused_op) {
+        ck_assert_msg(dist_op_conv2d_max_pool2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID,
+                                                DIST_ACT_RELU, 2, 2, 2, 2, DIST_PADDING_VALID,
+                                                &p) == DIST_OK,
+                      "%s", dist_last_error());
+    } else {
+        dist_tensor *h;
+        ck_assert_int_eq(dist_cpu_backend_set_fused_pool_filter(be, 0), DIST_OK);
+        ck_assert_int_eq(
+            dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h),
+            DIST_OK);
+        ck_assert_int_eq(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
+    }
+    ck_assert_int_eq(dist_op_mul(t, p, v[3], &pr), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
+    int first = watch_x ? 0 : 1;
+    ck_assert_msg(dist_tape_gradient(t, loss, 3 - first, v + first, gv + first) == DIST_OK, "%s",
+                  dist_last_error());
+    size_t np = (size_t)dist_tensor_numel(p);
+    float *pp = malloc(np * 4);
+    dist_tensor *plain;
+    ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, p->shape, &plain), DIST_OK);
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, p, plain), DIST_OK);
+    ck_assert_int_eq(dist_backend_to_host(be, plain, out_host, np * 4), DIST_OK);
+    free(pp);
+    dist_backend_free_tensor(be, plain);
+    const size_t at[3] = {0, TP_N * TP_H * TP_H, TP_N * TP_H * TP_H + 9 * TP_C};
+    for (int i = first; i < 3; i++)
+        ck_assert_int_eq(
+            dist_backend_to_host(be, gv[i], gv_host + at[i], (size_t)dist_tensor_numel(gv[i]) * 4),
+            DIST_OK);
+    long runs = dist_cpu_backend_fused_pool_filter_runs(be);
+    for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, v[i]);
+    for (int i = 0; i < 3; i++) dist_backend_free_tensor(be, gv[i]);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+    return runs;
+}
+
+START_TEST(test_fused_conv_pool_op_agrees_with_the_two_ops) {
+    const size_t nx = TP_N * TP_H * TP_H, total = nx + 9 * TP_C + TP_C;
+    const size_t np = (size_t)TP_N * ((TP_H - 2) / 2) * ((TP_H - 2) / 2) * TP_C;
+    const dist_dtype precisions[2] = {DIST_F32, DIST_BF16};
+    for (int pi = 0; pi < 2; pi++)
+        for (int watch_x = 0; watch_x < 2; watch_x++) {
+            float *g1 = calloc(total, 4), *g0 = calloc(total, 4);
+            float *p1 = malloc(np * 4), *p0 = malloc(np * 4);
+            long runs = tape_conv_pool(1, precisions[pi], watch_x, p1, g1);
+            ck_assert_int_eq(tape_conv_pool(0, precisions[pi], watch_x, p0, g0), 0);
+            ck_assert_msg(runs == (watch_x || !fused_lanes(8) ? 0 : 1),
+                          "precision %d watch_x %d: fused %ld", pi, watch_x, runs);
+            double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 128;
+            for (size_t i = 0; i < np; i++)
+                ck_assert_msg(fabs(p1[i] - p0[i]) <= tol * fabs(p0[i]) + 1e-6,
+                              "precision %d: pooled[%zu] %.8g vs %.8g", pi, i, (double)p1[i],
+                              (double)p0[i]);
+            double worst = 0, top = 0;
+            for (size_t i = watch_x ? 0 : nx; i < total; i++) {
+                double d = fabs((double)g1[i] - g0[i]);
+                if (d > worst) worst = d;
+                if (fabs((double)g0[i]) > top) top = fabs((double)g0[i]);
+            }
+            ck_assert_msg(top > 0.1 && worst <= (precisions[pi] == DIST_F32 ? 1e-5 : 1e-2) * top,
+                          "precision %d watch_x %d: gradients differ by %g of %g", pi, watch_x,
+                          worst, top);
+            free(g1);
+            free(g0);
+            free(p1);
+            free(p0);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_conv1");
     TCase *tc = tcase_create("core");
@@ -421,6 +627,8 @@ int main(void) {
     tcase_add_test(tc, test_fused_pool_filter_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_fused_pool_filter_declines_other_shapes);
     tcase_add_test(tc, test_fused_pool_filter_on_a_tape_agrees_with_unfused);
+    tcase_add_test(tc, test_fused_pool_forward_matches_reference);
+    tcase_add_test(tc, test_fused_conv_pool_op_agrees_with_the_two_ops);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

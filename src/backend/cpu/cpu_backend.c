@@ -342,6 +342,7 @@ static const struct dist_backend_i cpu_iface = {
     .max_pool2d_workspace_bytes = cpu_max_pool2d_workspace_bytes,
     .max_pool2d_forward = cpu_max_pool2d_forward,
     .max_pool2d_backward = cpu_max_pool2d_backward,
+    .conv2d_relu_pool_forward = cpu_conv1_pool_forward,
     .conv2d_relu_pool_backward_filter = cpu_conv1_pool_backward_filter,
     .matmul = cpu_matmul,
     .matmul_bf16 = cpu_matmul_bf16,

@@ -334,3 +334,215 @@ long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
         return -1;
     return ((const cpu_ctx *)backend->ctx)->fused_pool_filter_runs;
 }
+
+/* ---- the forward, fused the same way ----------------------------------------------------
+ *
+ * y = max_pool_2x2(round(ReLU(conv(x, w) + b))) for the same shapes, without writing the
+ * convolution's output: each 2x2 window's four outputs are summed in registers (9 taps, the
+ * input values broadcast), ReLU'd, rounded to bfloat16 when the tape computes in it (the value
+ * the unfused path stores), and pooled with the max pool's comparisons in its order (the first
+ * maximum wins; NaN as cpu_pool.c treats it) into y and the same workspace bytes the pool
+ * writes. The unfused path writes the
+ * 26x26x32 output, rounds it and reads it back: three passes over 5.5 MB at batch 64. */
+
+static int conv1_pool_lanes(int64_t B) {
+    return B % 16 == 0 && has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
+}
+
+/* The shapes both fused kernels cover; *B and *lanes for dy / y in `layout`. */
+static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
+                             const dist_tensor *x, const dist_tensor *w, int64_t ch,
+                             dist_layout layout, int64_t *B, int *lanes) {
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[0] <= 0) return 0;
+    *B = layout == DIST_LAYOUT_NCHW16C ? 16 : layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
+    *lanes = conv1_pool_lanes(*B);
+    int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
+                  w->shape[0] == 3 && w->shape[1] == 3 && w->shape[2] == 1 && w->shape[3] == ch &&
+                  cd->stride_h == 1 && cd->stride_w == 1 && cd->pad_top == 0 &&
+                  cd->pad_bottom == 0 && cd->pad_left == 0 && cd->pad_right == 0 && cd->relu;
+    int pool_ok = pd->window_h == 2 && pd->window_w == 2 && pd->stride_h == 2 &&
+                  pd->stride_w == 2 && pd->pad_top == 0 && pd->pad_bottom == 0 &&
+                  pd->pad_left == 0 && pd->pad_right == 0;
+    int sizes_ok =
+        (x->shape[1] - 2) / 2 > 0 && (x->shape[2] - 2) / 2 > 0 && ch > 0 && *B > 0 && ch % *B == 0;
+    return *lanes && conv_ok && pool_ok && sizes_ok;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 round_bf16_512(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r =
+        _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)),
+                         _mm512_set1_epi32((int)0xffff0000u));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_castsi512_ps(r);
+}
+
+/* One image, 16 channels (weights wk[tap * ch], bias bk) -> pooled rows into y / ws at stride
+ * pix per pooled pixel. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+conv_pool16(const float *xi, int64_t w, int64_t ph, int64_t pw, const float *wk, int64_t ch,
+            const float *bk, int round_bf16, float *y, uint8_t *ws, int64_t pix) {
+    __m512 W[9];
+    for (int t = 0; t < 9; t++) W[t] = _mm512_loadu_ps(wk + t * ch);
+    const __m512 bias = bk ? _mm512_loadu_ps(bk) : _mm512_setzero_ps(), zero = _mm512_setzero_ps();
+    const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2), three = _mm_set1_epi8(3);
+    const __m128i pos = _mm_set1_epi8((char)CPU_POOL_WS_POS);
+    for (int64_t r = 0; r < ph; r++) {
+        const float *x0 = xi + 2 * r * w;
+        for (int64_t q = 0; q < pw; q++) {
+            const float *xb = x0 + 2 * q;
+            __m512 a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+            for (int i = 0; i < 3; i++) {
+                const float *r0 = xb + i * w, *r1 = r0 + w;
+                for (int j = 0; j < 3; j++) {
+                    __m512 wt = W[i * 3 + j];
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(r0[j]), wt, a0);
+                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(r0[j + 1]), wt, a1);
+                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(r1[j]), wt, a2);
+                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(r1[j + 1]), wt, a3);
+                }
+            }
+            /* ReLU keeping NaN (max returns its second operand when either is NaN) */
+            a0 = _mm512_max_ps(zero, a0);
+            a1 = _mm512_max_ps(zero, a1);
+            a2 = _mm512_max_ps(zero, a2);
+            a3 = _mm512_max_ps(zero, a3);
+            if (round_bf16) {
+                a0 = round_bf16_512(a0);
+                a1 = round_bf16_512(a1);
+                a2 = round_bf16_512(a2);
+                a3 = round_bf16_512(a3);
+            }
+            /* the pool's comparisons, in its order (cpu_pool.c) */
+            __m512 m = a0;
+            __m128i k = _mm_setzero_si128();
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(a1, m, _CMP_GT_OQ), one);
+            m = _mm512_max_ps(a1, m);
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(a2, m, _CMP_GT_OQ), two);
+            m = _mm512_max_ps(a2, m);
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(a3, m, _CMP_GT_OQ), three);
+            m = _mm512_max_ps(a3, m);
+            _mm512_storeu_ps(y + (r * pw + q) * pix, m);
+            k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm_or_si128(k, pos));
+            _mm_storeu_si128((__m128i *)(ws + (r * pw + q) * pix), k);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 round_bf16_256(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r =
+        _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)),
+                         _mm256_set1_epi32((int)0xffff0000u));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+    return _mm256_castsi256_ps(r);
+}
+
+/* The same for 8 channels with AVX2; the arg-max bytes as the pool's SSE2 loop packs them. */
+__attribute__((target("avx2,fma"))) static void conv_pool8(const float *xi, int64_t w, int64_t ph,
+                                                           int64_t pw, const float *wk, int64_t ch,
+                                                           const float *bk, int round_bf16,
+                                                           float *y, uint8_t *ws, int64_t pix) {
+    __m256 W[9];
+    for (int t = 0; t < 9; t++) W[t] = _mm256_loadu_ps(wk + t * ch);
+    const __m256 bias = bk ? _mm256_loadu_ps(bk) : _mm256_setzero_ps(), zero = _mm256_setzero_ps();
+    for (int64_t r = 0; r < ph; r++) {
+        const float *x0 = xi + 2 * r * w;
+        for (int64_t q = 0; q < pw; q++) {
+            const float *xb = x0 + 2 * q;
+            __m256 a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+            for (int i = 0; i < 3; i++) {
+                const float *r0 = xb + i * w, *r1 = r0 + w;
+                for (int j = 0; j < 3; j++) {
+                    __m256 wt = W[i * 3 + j];
+                    a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(r0 + j), wt, a0);
+                    a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(r0 + j + 1), wt, a1);
+                    a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(r1 + j), wt, a2);
+                    a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(r1 + j + 1), wt, a3);
+                }
+            }
+            a0 = _mm256_max_ps(zero, a0);
+            a1 = _mm256_max_ps(zero, a1);
+            a2 = _mm256_max_ps(zero, a2);
+            a3 = _mm256_max_ps(zero, a3);
+            if (round_bf16) {
+                a0 = round_bf16_256(a0);
+                a1 = round_bf16_256(a1);
+                a2 = round_bf16_256(a2);
+                a3 = round_bf16_256(a3);
+            }
+            __m256 m = a0;
+            __m256i k = _mm256_setzero_si256();
+            __m256 gt = _mm256_cmp_ps(a1, m, _CMP_GT_OQ);
+            k = _mm256_blendv_epi8(k, _mm256_set1_epi32(1), _mm256_castps_si256(gt));
+            m = _mm256_max_ps(a1, m);
+            gt = _mm256_cmp_ps(a2, m, _CMP_GT_OQ);
+            k = _mm256_blendv_epi8(k, _mm256_set1_epi32(2), _mm256_castps_si256(gt));
+            m = _mm256_max_ps(a2, m);
+            gt = _mm256_cmp_ps(a3, m, _CMP_GT_OQ);
+            k = _mm256_blendv_epi8(k, _mm256_set1_epi32(3), _mm256_castps_si256(gt));
+            m = _mm256_max_ps(a3, m);
+            _mm256_storeu_ps(y + (r * pw + q) * pix, m);
+            __m256i p = _mm256_castps_si256(_mm256_cmp_ps(m, zero, _CMP_GT_OQ));
+            k = _mm256_or_si256(k, _mm256_and_si256(p, _mm256_set1_epi32(CPU_POOL_WS_POS)));
+            /* 8 x 32-bit -> 8 bytes */
+            __m128i lo = _mm256_castsi256_si128(k), hi = _mm256_extracti128_si256(k, 1);
+            __m128i b16 = _mm_packus_epi32(lo, hi);
+            __m128i b8 = _mm_packus_epi16(b16, b16);
+            _mm_storel_epi64((__m128i *)(ws + (r * pw + q) * pix), b8);
+        }
+    }
+}
+
+dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
+                                   const dist_pool2d_desc *pd, const dist_tensor *x,
+                                   const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
+                                   dist_tensor *y, void *workspace, int *done) {
+    cpu_ctx *c = ctx;
+    *done = 0;
+    if (!c->fused_pool_filter || (round_to != DIST_F32 && round_to != DIST_BF16) ||
+        w->dtype != DIST_F32 || (b && b->dtype != DIST_F32) || y->dtype != DIST_F32 || y->ndim != 4)
+        return DIST_OK;
+    int64_t ch = w->ndim == 4 ? w->shape[3] : 0;
+    dist_layout layout = c->block == 16  ? DIST_LAYOUT_NCHW16C
+                         : c->block == 8 ? DIST_LAYOUT_NCHW8C
+                                         : DIST_LAYOUT_PLAIN;
+    int64_t B;
+    int lanes;
+    if (!conv1_pool_covers(cd, pd, x, w, ch, layout, &B, &lanes)) return DIST_OK;
+    int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2];
+    int64_t ph = (h - 2) / 2, pw = (wd - 2) / 2;
+    if (y->shape[0] != n || y->shape[1] != ph || y->shape[2] != pw || y->shape[3] != ch)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "conv2d + max_pool2d: output is %lldx%lldx%lldx%lld, expected "
+                          "%lldx%lldx%lldx%lld",
+                          (long long)y->shape[0], (long long)y->shape[1], (long long)y->shape[2],
+                          (long long)y->shape[3], (long long)n, (long long)ph, (long long)pw,
+                          (long long)ch);
+    const float *xs = x->data, *ws_ = w->data, *bs = b ? b->data : NULL;
+    float *ys = y->data;
+    uint8_t *wsd = workspace;
+    int64_t cvecs = ch / lanes, work = n * cvecs;
+    int rb = round_to == DIST_BF16;
+    int threads = c->threads > 1 && work > 1 ? c->threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t t = 0; t < work; t++) {
+        int64_t m = t / cvecs, k = (t % cvecs) * lanes;
+        /* y / ws offset of image m, channel k: block k / B holds ph x pw x B */
+        int64_t at = m * ph * pw * ch + (k / B) * ph * pw * B + k % B;
+        const float *bk = bs ? bs + k : NULL;
+        if (lanes == 16)
+            conv_pool16(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at, B);
+        else
+            conv_pool8(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at, B);
+    }
+    y->layout = layout;
+    *done = 1;
+    return DIST_OK;
+}

@@ -107,7 +107,13 @@ dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd
                                            const dist_pool2d_desc *pd, const dist_tensor *x,
                                            const dist_tensor *dy, const void *workspace,
                                            dist_tensor *dw, dist_tensor *db, int *done);
-/* For tests: the fused entry above on (1, the default) or off (0) for this backend, and how
+/* ... and the forward: y = max_pool(round(ReLU(conv(x, w) + b))) and the pool's workspace,
+ * without writing the convolution's output (conv2d_relu_pool_forward). */
+dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
+                                   const dist_pool2d_desc *pd, const dist_tensor *x,
+                                   const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
+                                   dist_tensor *y, void *workspace, int *done);
+/* For tests: the fused entries above on (1, the default) or off (0) for this backend, and how
  * many times it ran (-1: not a CPU backend). */
 dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on);
 long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend);
