@@ -507,6 +507,9 @@ START_TEST(test_fused_pool_forward_matches_reference) {
     check_fused_forward(8, 3, 11, 12, 24, 2, 1);
     check_fused_forward(0, 4, 16, 16, 32, 1, 1);
     check_fused_forward(0, 3, 9, 9, 8, 1, 0);
+    /* AVX-512 pairs vectors of 16 channels; an odd count leaves one (or all) unpaired */
+    check_fused_forward(16, 3, 12, 14, 16, 1, 1);
+    check_fused_forward(0, 2, 10, 10, 48, 2, 0);
 }
 END_TEST
 
