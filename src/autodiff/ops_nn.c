@@ -57,6 +57,14 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (n->p.conv.relu && !g->relu_applied)
         DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
     int need_w = tape_requires_grad(t, w), need_b = b && tape_requires_grad(t, b);
+    /* the backend's bfloat16 copy of dy, made by the first of the two passes for both */
+    dist_conv2d_desc *d = &n->p.conv;
+    if (d->copies) {
+        *d->copies &= ~2u;
+        d->dy_bf16 = NULL;
+        if ((need_w || need_b) && tape_requires_grad(t, x))
+            DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(dy) * 2, &d->dy_bf16));
+    }
     if (need_w || need_b) {
         dist_tensor *dw = NULL, *db = NULL;
         DIST_TRY(grad_begin(t, w, &dw));
@@ -64,8 +72,7 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         dist_tensor *dw_use = dw, *db_use = db;
         if (!dw_use) DIST_TRY(tape_new_like(t, w, &dw_use));
         if (b && !db_use) DIST_TRY(tape_new_like(t, b, &db_use));
-        DIST_TRY(
-            tape_be(t)->conv2d_backward_filter(tape_bectx(t), &n->p.conv, x, dy, dw_use, db_use));
+        DIST_TRY(tape_be(t)->conv2d_backward_filter(tape_bectx(t), d, x, dy, dw_use, db_use));
         DIST_TRY(grad_end(t, w, dw));
         if (b) DIST_TRY(grad_end(t, b, db));
     }
@@ -73,7 +80,7 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         dist_tensor *dx;
         DIST_TRY(grad_begin(t, x, &dx));
         dx->layout = x->layout;
-        DIST_TRY(tape_be(t)->conv2d_backward_data(tape_bectx(t), &n->p.conv, dy, w, dx));
+        DIST_TRY(tape_be(t)->conv2d_backward_data(tape_bectx(t), d, dy, w, dx));
         DIST_TRY(grad_end(t, x, dx));
     }
     return DIST_OK;
@@ -110,14 +117,11 @@ static dist_status conv2d_setup(const dist_tape *t, const dist_tensor *x, const 
     DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[3],
                    "conv2d: bias has %lld values, kernel has %lld filters",
                    b ? (long long)dist_tensor_numel(b) : 0LL, (long long)w->shape[3]);
-    dist_conv2d_desc d = {stride_h,
-                          stride_w,
-                          0,
-                          0,
-                          0,
-                          0,
-                          activation == DIST_ACT_RELU,
-                          t->compute_precision == DIST_BF16};
+    dist_conv2d_desc d = {0};
+    d.stride_h = stride_h;
+    d.stride_w = stride_w;
+    d.relu = activation == DIST_ACT_RELU;
+    d.bf16 = t->compute_precision == DIST_BF16;
     if (padding == DIST_PADDING_SAME) {
         same_padding(x->shape[1], (int)w->shape[0], stride_h, &d.pad_top, &d.pad_bottom);
         same_padding(x->shape[2], (int)w->shape[1], stride_w, &d.pad_left, &d.pad_right);
@@ -145,6 +149,13 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     DIST_TRY(conv2d_setup(t, x, w, b, stride_h, stride_w, padding, activation, &d, shape));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    /* bfloat16 while recording: where the backward-weights will read x again, a buffer for the
+     * backend's bfloat16 copy of x, kept with the node (dist_conv2d_desc.x_bf16) */
+    if (d.bf16 && t->recording && x->shape[0] > 0 && tape_requires_grad(t, w)) {
+        DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &d.x_bf16));
+        DIST_TRY(dist_arena_alloc(&t->arena, sizeof *d.copies, (void **)&d.copies));
+        *d.copies = 0;
+    }
     if (x->shape[0] > 0) DIST_TRY(tape_be(t)->conv2d_forward(tape_bectx(t), &d, x, w, b, out));
     if (d.relu) tape_mark_relu_output(t, out);
     const dist_tensor *in[3] = {x, w, b};

@@ -33,6 +33,14 @@ typedef struct dist_conv2d_desc {
      * and so are the products (one of two bfloat16 values is exact in float32). An op called
      * on float32 values that are not bfloat16 gets them rounded on the native path only. */
     int bf16;
+    /* Optional, with bf16 (NULL: none): buffers the tape's node owns for the step, where a
+     * native bfloat16 backend keeps its bfloat16 copies of x (made by the forward, read again
+     * by the backward-weights) and of dy (made by the first backward pass, read by the other),
+     * numel * 2 bytes each, when the kernel takes them in the tensors' own layouts. Bit 0 of
+     * *copies says x_bf16 holds x, bit 1 dy_bf16 dy; the tape clears bit 1 before each backward.
+     * Valid because the tape never changes a node's x or dy between its passes. */
+    void *x_bf16, *dy_bf16;
+    unsigned *copies;
 } dist_conv2d_desc;
 
 typedef struct dist_pool2d_desc {

@@ -91,7 +91,8 @@ static void to_plain(dist_backend *be, const dist_tensor *t, float *plain) {
 static void run_passes(dist_backend *be, const conv_case *k, io *o) {
     int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, oh_of(k), ow_of(k), k->co};
     int64_t ws[4] = {k->kh, k->kw, k->ci, k->co}, bs[1] = {k->co};
-    dist_conv2d_desc d = {k->sh, k->sw, k->pad, k->pad, k->pad, k->pad, k->relu, 1};
+    dist_conv2d_desc d = {k->sh,   k->sw, k->pad, k->pad, k->pad, k->pad,
+                          k->relu, 1,     NULL,   NULL,   NULL};
     dist_tensor tx, tdy, tw = dist_tensor_view(o->w, DIST_F32, 4, ws);
     dist_tensor tb = dist_tensor_view(o->b, DIST_F32, 1, bs);
     float *xb = dist_test_in_layout(be, o->x, xs, k->xl, &tx),
@@ -377,6 +378,122 @@ START_TEST(test_seed_convolutions_on_a_bf16_tape_agree_with_native_on_and_off) {
 }
 END_TEST
 
+/* Two convolutions of the same shapes (one cached primitive for both) on a bfloat16 tape, both
+ * forwards before either backward: each node's bfloat16 copies of x and dy
+ * (dist_conv2d_desc.x_bf16 / dy_bf16) must stay its own. watch: bit 0 the inputs, bit 1 the
+ * kernels (frozen kernels: no backward-weights, so no copy of x is kept; frozen inputs: no
+ * backward-data, so dy is converted once anyway). g gets x1, x2, w1, w2's gradients (zeros for
+ * the unwatched). */
+enum { PAIR_X = 4 * 13 * 13 * 32, PAIR_W = 3 * 3 * 32 * 64 };
+
+/* h (plain) into v; the inputs in nChw16c, as activations between layers are on AVX-512: the
+ * layout the bfloat16 kernels take, so their copies are shared */
+static void upload_pair_tensor(dist_backend *be, const float *h, int is_x, dist_tensor *v) {
+    if (!is_x) {
+        ck_assert_int_eq(dist_backend_from_host(be, h, (size_t)PAIR_W * 4, v), DIST_OK);
+        return;
+    }
+    dist_tensor blocked;
+    float *buf = dist_test_in_layout(be, h, v->shape, DIST_LAYOUT_NCHW16C, &blocked);
+    v->layout = DIST_LAYOUT_PLAIN; /* from_host copies plain bytes; they are nChw16c's */
+    ck_assert_int_eq(dist_backend_from_host(be, buf, (size_t)PAIR_X * 4, v), DIST_OK);
+    v->layout = DIST_LAYOUT_NCHW16C;
+    free(buf);
+}
+static void tape_pair(int native, int watch, float *g) {
+    dist_backend *be = backend_with_native(native);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, DIST_BF16), DIST_OK);
+    const int64_t xs[4] = {4, 13, 13, 32}, ws[4] = {3, 3, 32, 64};
+    dist_tensor *v[4], *gv[4];
+    uint64_t s = 314;
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = i < 2 ? PAIR_X : PAIR_W;
+        float *h = malloc(n * 4);
+        for (size_t j = 0; j < n; j++)
+            h[j] = dist_test_round_bf16(
+                dist_test_uniform(&s, i < 2 ? 0.0f : -0.3f, i < 2 ? 1.0f : 0.3f));
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, i < 2 ? xs : ws, &v[i]),
+                         DIST_OK);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, i < 2 ? xs : ws, &gv[i]),
+                         DIST_OK);
+        upload_pair_tensor(be, h, i < 2, v[i]);
+        if (watch & (i < 2 ? 1 : 2)) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+        memset(g + off, 0, n * 4);
+        off += n;
+        free(h);
+    }
+    /* two steps on one tape (the second reuses the first's arena), the inputs changed between
+     * them: g gets the second step's gradients */
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) {
+            dist_tape_reset(t);
+            float *h = malloc((size_t)PAIR_X * 4);
+            for (int i = 0; i < 2; i++) {
+                for (size_t j = 0; j < PAIR_X; j++)
+                    h[j] = dist_test_round_bf16(dist_test_uniform(&s, -1.0f, 1.0f));
+                upload_pair_tensor(be, h, 1, v[i]);
+                if (watch & 1) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+            }
+            for (int i = 2; i < 4; i++)
+                if (watch & 2) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+            free(h);
+        }
+        dist_tensor *y1, *y2, *q1, *q2, *l1, *l2, *loss;
+        ck_assert_int_eq(
+            dist_op_conv2d(t, v[0], v[2], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &y1),
+            DIST_OK);
+        ck_assert_int_eq(
+            dist_op_conv2d(t, v[1], v[3], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, &y2),
+            DIST_OK);
+        ck_assert_int_eq(dist_op_mul(t, y1, y1, &q1), DIST_OK);
+        ck_assert_int_eq(dist_op_mul(t, y2, y2, &q2), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, q1, &l1), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, q2, &l2), DIST_OK);
+        ck_assert_int_eq(dist_op_add(t, l1, l2, &loss), DIST_OK);
+        dist_tensor *src[4], *dst[4];
+        int count = 0;
+        size_t at[4] = {0, PAIR_X, 2 * PAIR_X, 2 * PAIR_X + PAIR_W}, where[4];
+        for (int i = 0; i < 4; i++)
+            if (watch & (i < 2 ? 1 : 2))
+                src[count] = v[i], dst[count] = gv[i], where[count++] = at[i];
+        ck_assert_msg(dist_tape_gradient(t, loss, count, src, dst) == DIST_OK, "%s",
+                      dist_last_error());
+        for (int i = 0; i < count; i++)
+            ck_assert_int_eq(dist_backend_to_host(be, dst[i], g + where[i],
+                                                  (size_t)dist_tensor_numel(dst[i]) * 4),
+                             DIST_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        dist_backend_free_tensor(be, v[i]);
+        dist_backend_free_tensor(be, gv[i]);
+    }
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+}
+
+START_TEST(test_two_same_shaped_convolutions_keep_their_own_bf16_copies) {
+    const size_t total = 2 * PAIR_X + 2 * PAIR_W;
+    const char *name[4] = {"x1", "x2", "w1", "w2"};
+    const size_t at[4] = {0, PAIR_X, 2 * PAIR_X, 2 * PAIR_X + PAIR_W};
+    for (int watch = 1; watch <= 3; watch++) {
+        float *g1 = malloc(total * 4), *g0 = malloc(total * 4);
+        tape_pair(1, watch, g1);
+        tape_pair(0, watch, g0);
+        for (int i = 0; i < 4; i++) {
+            if (!(watch & (i < 2 ? 1 : 2))) continue;
+            int64_t n = i < 2 ? PAIR_X : PAIR_W;
+            double rel = dist_test_rel_err(g1 + at[i], g0 + at[i], n);
+            ck_assert_msg(rel <= 1e-2, "watch %d, gradient of %s: %.3g relative, native vs not",
+                          watch, name[i], rel);
+        }
+        free(g1), free(g0);
+    }
+}
+END_TEST
+
 int main(void) {
     int skip = dist_test_skip_without_native_bf16();
     if (skip) return skip;
@@ -387,6 +504,7 @@ int main(void) {
     tcase_add_test(tc, test_native_bf16_rounds_float32_operands_to_nearest_even);
     tcase_add_test(tc, test_one_input_channel_stays_float32_under_bf16);
     tcase_add_test(tc, test_seed_convolutions_on_a_bf16_tape_agree_with_native_on_and_off);
+    tcase_add_test(tc, test_two_same_shaped_convolutions_keep_their_own_bf16_copies);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -216,9 +216,17 @@ typedef struct conv_case {
 } conv_case;
 
 static const conv_case conv_cases[] = {
-    {"conv1 (seed)", {64, 28, 28, 1}, {3, 3, 1, 32}, {1, 1, 0, 0, 0, 0, 1, 0}, 1},
-    {"conv2 (seed)", {64, 13, 13, 32}, {3, 3, 32, 64}, {1, 1, 0, 0, 0, 0, 1, 0}, 1},
-    {"odd (stride 2x1, pad 2x1)", {3, 9, 7, 5}, {3, 2, 5, 6}, {2, 1, 2, 2, 1, 1, 0, 0}, 0},
+    {"conv1 (seed)", {64, 28, 28, 1}, {3, 3, 1, 32}, {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL}, 1},
+    {"conv2 (seed)",
+     {64, 13, 13, 32},
+     {3, 3, 32, 64},
+     {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL},
+     1},
+    {"odd (stride 2x1, pad 2x1)",
+     {3, 9, 7, 5},
+     {3, 2, 5, 6},
+     {2, 1, 2, 2, 1, 1, 0, 0, NULL, NULL, NULL},
+     0},
 };
 
 static void conv_out_shape(const conv_case *cc, int64_t y[4]) {
@@ -292,7 +300,8 @@ START_TEST(test_conv2d_bf16_f16_match_cpu_float32) {
 END_TEST
 
 START_TEST(test_conv2d_asymmetric_padding_is_refused_with_a_message) {
-    conv_case cc = {"asym", {2, 8, 8, 3}, {2, 2, 3, 4}, {2, 2, 0, 1, 0, 1, 0, 0}, 0};
+    conv_case cc = {
+        "asym", {2, 8, 8, 3}, {2, 2, 3, 4}, {2, 2, 0, 1, 0, 1, 0, 0, NULL, NULL, NULL}, 0};
     int64_t yshape[4];
     conv_out_shape(&cc, yshape);
     pair x = pair_input(DIST_F32, 4, cc.x, -1, 1), w = pair_input(DIST_F32, 4, cc.w, -1, 1);
@@ -485,7 +494,7 @@ START_TEST(test_float32_matmul_and_conv_do_not_use_tf32) {
     for (int i = 0; i < 2; i++) {
         int64_t xs[4] = {8, 16, 16, 64}, ws[4] = {ks[i], ks[i], 64, 64}, ys[4] = {8, 16, 16, 64};
         int pad = (int)(ks[i] / 2);
-        dist_conv2d_desc d = {1, 1, pad, pad, pad, pad, 0, 0};
+        dist_conv2d_desc d = {1, 1, pad, pad, pad, pad, 0, 0, NULL, NULL, NULL};
         pair x = pair_tf32_probe(4, xs), w = pair_ones(4, ws), y = pair_output(DIST_F32, 4, ys);
         OK(CPU(conv2d_forward, &d, x.c, w.c, NULL, y.c));
         OK(GPU(conv2d_forward, &d, x.g, w.g, NULL, y.g));

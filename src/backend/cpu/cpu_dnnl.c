@@ -746,6 +746,34 @@ static dist_status no_native(cpu_ctx *c, const prim_key *k, dnnl_primitive_desc_
     return DIST_OK;
 }
 
+/* 1 when md (a kernel's bfloat16 operand) is t's own layout in bfloat16. */
+static int own_layout_bf16(const dnnl_memory_desc_t *md, const dist_tensor *t) {
+    dist_tensor tb = *t;
+    tb.dtype = DIST_BF16;
+    dnnl_memory_desc_t own;
+    return t->ndim == 4 && act_md(&tb, &own) == DIST_OK && dnnl_memory_desc_equal(&own, md);
+}
+
+/* The bfloat16 copy of x (bit 0, mem[8] -> mem[0], own buffer buf[3]) or dy (bit 1, mem[10] ->
+ * mem[5], buf[4]) for a native pass: the tape's shared copy when it already holds the values,
+ * else converted, into the shared buffer when the kernel's layout is the tensor's own. */
+static dist_status bf16_operand(cpu_ctx *c, cpu_prim *p, const dist_conv2d_desc *d,
+                                const dist_tensor *t, unsigned bit) {
+    int is_x = bit == 1u;
+    void *shared = is_x ? d->x_bf16 : d->dy_bf16;
+    int share = shared && d->copies && (p->own_layout & bit);
+    dnnl_memory_t from = p->mem[is_x ? 8 : 10], to = p->mem[is_x ? 0 : 5];
+    if (share && (*d->copies & bit)) {
+        set_handle(to, shared);
+        return DIST_OK;
+    }
+    set_handle(to, share ? shared : p->buf[is_x ? 3 : 4]);
+    set_handle(from, t->data);
+    DIST_TRY(run_reorder(c, is_x ? p->reorder_x : p->reorder_dy, from, to));
+    if (share) *d->copies |= bit;
+    return DIST_OK;
+}
+
 static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                                  const dist_tensor *w, const dist_tensor *b, dist_tensor *y,
                                  int64_t oh, int64_t ow, dist_layout yl, int *ran) {
@@ -767,6 +795,7 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DIST_TRY_GOTO(copy_setup(c, p, &m.src, smd, 3, 8, 0, &p->reorder_x), st, fail);
+        p->own_layout = own_layout_bf16(smd, x) ? 1u : 0u;
         DIST_TRY_GOTO(copy_setup(c, p, &m.wei_plain, wmd, 0, 1, 2, &p->reorder_in), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.bias, &p->mem[3]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.dst, &p->mem[4]), st, fail);
@@ -780,8 +809,7 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
     }
     if (!p->prim) return DIST_OK;
 ready:
-    set_handle(p->mem[8], x->data);
-    DIST_TRY(run_reorder(c, p->reorder_x, p->mem[8], p->mem[0]));
+    DIST_TRY(bf16_operand(c, p, d, x, 1u));
     set_handle(p->mem[1], w->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     set_handle(p->mem[4], y->data);
@@ -843,6 +871,7 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
             dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         DIST_TRY_GOTO(copy_setup(c, p, &m.dst, ddmd, 4, 10, 5, &p->reorder_dy), st, fail);
+        p->own_layout = own_layout_bf16(ddmd, dy) ? 2u : 0u;
         DIST_TRY_GOTO(copy_setup(c, p, &m.wei_plain, wmd, 0, 1, 2, &p->reorder_in), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.src, &p->mem[4]), st, fail);
         DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
@@ -855,8 +884,7 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
     }
     if (!p->prim) return DIST_OK;
 ready:
-    set_handle(p->mem[10], dy->data);
-    DIST_TRY(run_reorder(c, p->reorder_dy, p->mem[10], p->mem[5]));
+    DIST_TRY(bf16_operand(c, p, d, dy, 2u));
     set_handle(p->mem[1], w->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     set_handle(p->mem[4], dx->data);
@@ -901,6 +929,7 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
             dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
         DIST_TRY_GOTO(copy_setup(c, p, &m.src, smd, 3, 8, 0, &p->reorder_x), st, fail);
         DIST_TRY_GOTO(copy_setup(c, p, &m.dst, ddmd, 4, 10, 5, &p->reorder_dy), st, fail);
+        p->own_layout = (own_layout_bf16(smd, x) ? 1u : 0u) | (own_layout_bf16(ddmd, dy) ? 2u : 0u);
         DIST_TRY_GOTO(buf_new(wmd, &p->buf[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, wmd, &p->mem[2]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.wei_plain, &p->mem[1]), st, fail);
@@ -917,10 +946,8 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
     }
     if (!p->prim) return DIST_OK;
 ready:
-    set_handle(p->mem[8], x->data);
-    DIST_TRY(run_reorder(c, p->reorder_x, p->mem[8], p->mem[0]));
-    set_handle(p->mem[10], dy->data);
-    DIST_TRY(run_reorder(c, p->reorder_dy, p->mem[10], p->mem[5]));
+    DIST_TRY(bf16_operand(c, p, d, x, 1u));
+    DIST_TRY(bf16_operand(c, p, d, dy, 2u));
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mem[0]},
                                {DNNL_ARG_DIFF_DST, p->mem[5]},
                                {DNNL_ARG_DIFF_WEIGHTS, p->mem[2]}};

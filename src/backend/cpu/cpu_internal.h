@@ -21,6 +21,9 @@ typedef struct cpu_prim {
     void *buf[5];
     size_t workspace_bytes;
     const char *impl; /* oneDNN implementation name, e.g. "jit:avx512_core" */
+    /* native bfloat16 convolutions: the kernel takes x (bit 0) / dy (bit 1) in the tensor's own
+     * layout, so the tape's shared copies (dist_conv2d_desc.x_bf16, dy_bf16) fit it */
+    unsigned own_layout;
 } cpu_prim;
 
 #define CPU_PRIM_CACHE 48
