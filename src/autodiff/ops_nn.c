@@ -387,6 +387,27 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
 
 /* ---- dense ---- */
 
+/* Under mixed_bfloat16 while recording: the bfloat16 copies of x and w the forward's product
+ * makes, kept in the node's workspace for the backward's two products (dist_bf16_copy). */
+typedef struct dense_copies {
+    dist_bf16_copy x, w;
+    unsigned ready;
+} dense_copies;
+
+static dist_status dense_copies_new(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                                    dense_copies **out) {
+    dense_copies *k;
+    DIST_TRY(dist_arena_alloc(&t->arena, sizeof *k, (void **)&k));
+    memset(k, 0, sizeof *k);
+    DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &k->x.data));
+    DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(w) * 2, &k->w.data));
+    k->x.ready = k->w.ready = &k->ready;
+    k->x.bit = 1u;
+    k->w.bit = 2u;
+    *out = k;
+    return DIST_OK;
+}
+
 static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     if (x->shape[0] == 0) {
@@ -397,6 +418,7 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
     const struct dist_backend_i *be = tape_be(t);
+    const dense_copies *kept = n->workspace; /* the forward's bfloat16 copies of x and w */
     if (n->p.relu && !g->relu_applied) DIST_TRY(be->relu_backward(tape_bectx(t), n->out, dy, dy));
     if (b && tape_requires_grad(t, b)) {
         dist_tensor *db;
@@ -407,13 +429,15 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (tape_requires_grad(t, w)) {
         dist_tensor *dw;
         DIST_TRY(grad_begin(t, w, &dw));
-        DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 1, 0, 1.0f, x, dy, 0.0f, dw));
+        DIST_TRY(tape_matmul_kept(t, n->round == DIST_BF16, 1, 0, 1.0f, x, dy, 0.0f, dw,
+                                  kept ? &kept->x : NULL, NULL));
         DIST_TRY(grad_end(t, w, dw));
     }
     if (tape_requires_grad(t, x)) {
         dist_tensor *dx;
         DIST_TRY(grad_begin(t, x, &dx));
-        DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 0, 1, 1.0f, dy, w, 0.0f, dx));
+        DIST_TRY(tape_matmul_kept(t, n->round == DIST_BF16, 0, 1, 1.0f, dy, w, 0.0f, dx, NULL,
+                                  kept ? &kept->w : NULL));
         DIST_TRY(grad_end(t, x, dx));
     }
     return DIST_OK;
@@ -436,8 +460,14 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 2, shape, &out));
     int relu = activation == DIST_ACT_RELU;
+    int bf16 = t->compute_precision == DIST_BF16;
+    dense_copies *kept = NULL;
+    if (bf16 && t->recording && x->shape[0] > 0 &&
+        (tape_requires_grad(t, x) || tape_requires_grad(t, w)))
+        DIST_TRY(dense_copies_new(t, x, w, &kept));
     if (x->shape[0] > 0) {
-        DIST_TRY(tape_matmul(t, t->compute_precision == DIST_BF16, 0, 0, 1.0f, x, w, 0.0f, out));
+        DIST_TRY(tape_matmul_kept(t, bf16, 0, 0, 1.0f, x, w, 0.0f, out, kept ? &kept->x : NULL,
+                                  kept ? &kept->w : NULL));
         if (b)
             DIST_TRY(tape_be(t)->bias_add(tape_bectx(t), out, b, relu));
         else if (relu)
@@ -447,7 +477,10 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
     const dist_tensor *in[3] = {x, w, b};
     tape_node *n;
     DIST_TRY(tape_record(t, out, dense_backward, 3, in, &n));
-    if (n) n->p.relu = relu;
+    if (n) {
+        n->p.relu = relu;
+        n->workspace = kept;
+    }
     DIST_TRY(tape_round_output(t, out, n));
     DIST_TRY(unfused_activation(t, activation, &out));
     *y = out;

@@ -142,15 +142,25 @@ dist_status tape_host_grad_end(dist_tape *t, const dist_tensor *x, tape_host_gra
 static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
 static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }
 
+/* tape_matmul with the operands' bfloat16 copies kept for (or taken from) another product of
+ * the same step (dist_bf16_copy; NULL: none). */
+static inline dist_status tape_matmul_kept(dist_tape *t, int bf16, int trans_a, int trans_b,
+                                           float alpha, const dist_tensor *a, const dist_tensor *b,
+                                           float beta, dist_tensor *c, const dist_bf16_copy *a_copy,
+                                           const dist_bf16_copy *b_copy) {
+    const struct dist_backend_i *be = t->backend->iface;
+    if (bf16 && be->matmul_bf16)
+        return be->matmul_bf16(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c, a_copy,
+                               b_copy);
+    return be->matmul(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);
+}
+
 /* be->matmul, or be->matmul_bf16 for a product computed in bfloat16 (bf16: the tape's compute
  * precision in a forward, the node's rounding in its backward) where the backend has it. */
 static inline dist_status tape_matmul(dist_tape *t, int bf16, int trans_a, int trans_b, float alpha,
                                       const dist_tensor *a, const dist_tensor *b, float beta,
                                       dist_tensor *c) {
-    const struct dist_backend_i *be = t->backend->iface;
-    if (bf16 && be->matmul_bf16)
-        return be->matmul_bf16(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);
-    return be->matmul(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);
+    return tape_matmul_kept(t, bf16, trans_a, trans_b, alpha, a, b, beta, c, NULL, NULL);
 }
 
 #endif

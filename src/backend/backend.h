@@ -43,6 +43,16 @@ typedef struct dist_conv2d_desc {
     unsigned *copies;
 } dist_conv2d_desc;
 
+/* A bfloat16 copy of a matmul operand that a native backend may keep for a later call of the
+ * same step (matmul_bf16): numel * 2 bytes in the tensor's own row-major layout, and the bit of
+ * *ready that says it holds the tensor's values. The caller owns both and guarantees the tensor
+ * does not change while the bit is set. */
+typedef struct dist_bf16_copy {
+    void *data;
+    unsigned *ready;
+    unsigned bit;
+} dist_bf16_copy;
+
 typedef struct dist_pool2d_desc {
     int window_h, window_w;
     int stride_h, stride_w;
@@ -126,10 +136,11 @@ struct dist_backend_i {
     /* Optional (NULL: matmul computes it): matmul under mixed_bfloat16, as dist_conv2d_desc.bf16
      * says for convolutions: a and b hold bfloat16 values in float32 storage, and a backend with
      * native bfloat16 kernels may multiply bfloat16 copies of them (float32 accumulation and
-     * result). */
+     * result). a_copy / b_copy (may be NULL): where to keep or find those copies. */
     dist_status (*matmul_bf16)(void *ctx, int trans_a, int trans_b, float alpha,
                                const dist_tensor *a, const dist_tensor *b, float beta,
-                               dist_tensor *c);
+                               dist_tensor *c, const dist_bf16_copy *a_copy,
+                               const dist_bf16_copy *b_copy);
     /* y[..., j] += b[j], then ReLU when relu is set (in place) */
     dist_status (*bias_add)(void *ctx, dist_tensor *y, const dist_tensor *b, int relu);
     /* db[j] = sum of dy[..., j] over all other axes */

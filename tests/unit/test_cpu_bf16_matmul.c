@@ -58,8 +58,8 @@ static double run_case_abs(dist_backend *be, const mm_case *c, const float *a, c
     dist_tensor ta = dist_tensor_view((void *)a, DIST_F32, 2, as);
     dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 2, bs);
     dist_tensor tc = dist_tensor_view(c_out, DIST_F32, 2, cs);
-    ck_assert_msg(be->iface->matmul_bf16(be->ctx, c->ta, c->tb, c->alpha, &ta, &tb, c->beta, &tc) ==
-                      DIST_OK,
+    ck_assert_msg(be->iface->matmul_bf16(be->ctx, c->ta, c->tb, c->alpha, &ta, &tb, c->beta, &tc,
+                                         NULL, NULL) == DIST_OK,
                   "%s", dist_last_error());
     double worst = 0, worst_abs = 0;
     for (int i = 0; i < c->m; i++)
@@ -244,6 +244,79 @@ START_TEST(test_dense_on_a_bf16_tape_uses_the_native_kernel) {
 }
 END_TEST
 
+/* Two Dense layers of the same shapes (the same cached products) on a bfloat16 tape, both
+ * forwards before either backward, over two steps of one tape with new inputs in the second:
+ * each node keeps its own bfloat16 copies of x and w for its backward (dist_bf16_copy), so the
+ * gradients match the rounding path's. g: the second step's dx1, dx2, dw1, dw2. */
+enum { DP_X = 64 * 1600, DP_W = 1600 * 64 };
+static void dense_pair(int native, float *g) {
+    dist_backend *be = native_backend(1);
+    if (!native) ck_assert_int_eq(dist_cpu_backend_set_native_bf16(be, 0), DIST_OK);
+    const int64_t xs[2] = {64, 1600}, ws[2] = {1600, 64};
+    dist_tensor *v[4], *gv[4];
+    float *h = malloc((size_t)DP_X * 4);
+    uint64_t s = 15;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 2, i < 2 ? xs : ws, &v[i]),
+                         DIST_OK);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 2, i < 2 ? xs : ws, &gv[i]),
+                         DIST_OK);
+        fill(&s, h, i < 2 ? DP_X : DP_W, 1);
+        ck_assert_int_eq(dist_backend_from_host(be, h, (size_t)(i < 2 ? DP_X : DP_W) * 4, v[i]),
+                         DIST_OK);
+    }
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, DIST_BF16), DIST_OK);
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) {
+            dist_tape_reset(t);
+            for (int i = 0; i < 2; i++) {
+                fill(&s, h, DP_X, 1);
+                ck_assert_int_eq(dist_backend_from_host(be, h, (size_t)DP_X * 4, v[i]), DIST_OK);
+            }
+        }
+        for (int i = 0; i < 4; i++) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+        dist_tensor *y1, *y2, *q1, *q2, *l1, *l2, *loss;
+        ck_assert_int_eq(dist_op_dense(t, v[0], v[2], NULL, DIST_ACT_NONE, &y1), DIST_OK);
+        ck_assert_int_eq(dist_op_dense(t, v[1], v[3], NULL, DIST_ACT_NONE, &y2), DIST_OK);
+        ck_assert_int_eq(dist_op_mul(t, y1, y1, &q1), DIST_OK);
+        ck_assert_int_eq(dist_op_mul(t, y2, y2, &q2), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, q1, &l1), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, q2, &l2), DIST_OK);
+        ck_assert_int_eq(dist_op_add(t, l1, l2, &loss), DIST_OK);
+        ck_assert_msg(dist_tape_gradient(t, loss, 4, v, gv) == DIST_OK, "%s", dist_last_error());
+    }
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = (size_t)(i < 2 ? DP_X : DP_W);
+        ck_assert_int_eq(dist_backend_to_host(be, gv[i], g + off, n * 4), DIST_OK);
+        off += n;
+        dist_backend_free_tensor(be, v[i]);
+        dist_backend_free_tensor(be, gv[i]);
+    }
+    free(h);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+}
+
+START_TEST(test_two_same_shaped_dense_layers_keep_their_own_bf16_copies) {
+    const size_t total = 2 * (size_t)DP_X + 2 * (size_t)DP_W;
+    float *g1 = malloc(total * 4), *g0 = malloc(total * 4);
+    dense_pair(1, g1);
+    dense_pair(0, g0);
+    const char *name[4] = {"x1", "x2", "w1", "w2"};
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t n = i < 2 ? DP_X : DP_W;
+        double rel = dist_test_rel_err(g1 + off, g0 + off, n);
+        ck_assert_msg(rel <= 1e-2, "gradient of %s: %.3g relative, native vs not", name[i], rel);
+        off += (size_t)n;
+    }
+    free(g1), free(g0);
+}
+END_TEST
+
 int main(void) {
     int skip = dist_test_skip_without_native_bf16();
     if (skip) return skip;
@@ -254,6 +327,7 @@ int main(void) {
     tcase_add_test(tc, test_matmul_bf16_rounds_float32_operands);
     tcase_add_test(tc, test_small_products_and_native_off_stay_float32);
     tcase_add_test(tc, test_dense_on_a_bf16_tape_uses_the_native_kernel);
+    tcase_add_test(tc, test_two_same_shaped_dense_layers_keep_their_own_bf16_copies);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -983,9 +983,28 @@ static dist_status mat_md(const dist_tensor *t, int trans, dnnl_data_type_t dt,
 
 /* native: bfloat16 copies of a and b (mem[8] -> mem[0], mem[10] -> mem[1]) feed a bfloat16
  * kernel with a float32 result; *ran = 0 when oneDNN has none for these shapes. */
+/* A native matmul's bfloat16 operand (mem[from] -> mem[to], own buffer buf[slot]): the kept copy
+ * when it holds the values, else converted, into the kept copy when there is one. The copy has
+ * the f32 operand's row-major layout: mat_md gives the bfloat16 descriptor the same strides. */
+static dist_status matmul_operand(cpu_ctx *c, cpu_prim *p, const dist_tensor *t,
+                                  const dist_bf16_copy *kept, int from, int to, int slot,
+                                  dnnl_primitive_t reorder) {
+    int keep = kept && kept->data && kept->ready;
+    if (keep && (*kept->ready & kept->bit)) {
+        set_handle(p->mem[to], kept->data);
+        return DIST_OK;
+    }
+    set_handle(p->mem[to], keep ? kept->data : p->buf[slot]);
+    set_handle(p->mem[from], t->data);
+    DIST_TRY(run_reorder(c, reorder, p->mem[from], p->mem[to]));
+    if (keep) *kept->ready |= kept->bit;
+    return DIST_OK;
+}
+
 static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, float alpha,
                               const dist_tensor *a, const dist_tensor *b, float beta,
-                              dist_tensor *cm, int *ran) {
+                              dist_tensor *cm, const dist_bf16_copy *a_copy,
+                              const dist_bf16_copy *b_copy, int *ran) {
     *ran = 0;
     prim_key k;
     memset(&k, 0, sizeof k);
@@ -1047,10 +1066,8 @@ static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, 
     if (!p->prim) return DIST_OK;
 ready:
     if (native) {
-        set_handle(p->mem[8], a->data);
-        DIST_TRY(run_reorder(c, p->reorder_x, p->mem[8], p->mem[0]));
-        set_handle(p->mem[10], b->data);
-        DIST_TRY(run_reorder(c, p->reorder_dy, p->mem[10], p->mem[1]));
+        DIST_TRY(matmul_operand(c, p, a, a_copy, 8, 0, 3, p->reorder_x));
+        DIST_TRY(matmul_operand(c, p, b, b_copy, 10, 1, 4, p->reorder_dy));
     } else {
         set_handle(p->mem[0], a->data);
         set_handle(p->mem[1], b->data);
@@ -1096,11 +1113,12 @@ dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const d
     int done, ran;
     DIST_TRY(matmul_check(trans_a, trans_b, beta, a, b, cm, &macs, &done));
     if (done) return DIST_OK;
-    return matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, &ran);
+    return matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, NULL, NULL, &ran);
 }
 
 dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
-                            const dist_tensor *b, float beta, dist_tensor *cm) {
+                            const dist_tensor *b, float beta, dist_tensor *cm,
+                            const dist_bf16_copy *a_copy, const dist_bf16_copy *b_copy) {
     cpu_ctx *c = ctx;
     use_threads(c);
     int64_t macs;
@@ -1108,8 +1126,9 @@ dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, co
     DIST_TRY(matmul_check(trans_a, trans_b, beta, a, b, cm, &macs, &done));
     if (done) return DIST_OK;
     if (c->native_bf16 && macs >= MATMUL_BF16_MIN_MACS)
-        DIST_TRY(matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, &ran));
-    return ran ? DIST_OK : matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, &ran);
+        DIST_TRY(matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, a_copy, b_copy, &ran));
+    return ran ? DIST_OK
+               : matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, NULL, NULL, &ran);
 }
 
 /* ---- layout conversion ---------------------------------------------------------------- */

@@ -87,7 +87,8 @@ dist_status cpu_matmul(void *ctx, int trans_a, int trans_b, float alpha, const d
 /* matmul under mixed_bfloat16 (backend.h): bfloat16 copies of a and b where native_bf16 is
  * set and the product is large enough to gain, else cpu_matmul. */
 dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
-                            const dist_tensor *b, float beta, dist_tensor *c);
+                            const dist_tensor *b, float beta, dist_tensor *c,
+                            const dist_bf16_copy *a_copy, const dist_bf16_copy *b_copy);
 dist_status cpu_to_layout(void *ctx, const dist_tensor *src, dist_tensor *dst);
 /* cpu_update.c: the optimizers' element-wise updates, vectorized (the same bits in every width) */
 dist_status cpu_adam_update(void *ctx, const dist_adam_desc *d, float *param, const float *grad,
