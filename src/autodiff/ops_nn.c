@@ -54,15 +54,25 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     }
     dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
-    if (n->p.conv.relu && !g->relu_applied)
+    void *twin = tape_bf16_twin(t, dy); /* written by dy's producer (a max pool's backward) */
+    if (n->p.conv.relu && !g->relu_applied) {
         DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+        twin = NULL; /* dy changed */
+    }
     int need_w = tape_requires_grad(t, w), need_b = b && tape_requires_grad(t, b);
-    /* the backend's bfloat16 copy of dy, made by the first of the two passes for both */
+    /* the backend's bfloat16 copy of dy: the twin, or made by the first of the two passes for
+     * both */
     dist_conv2d_desc *d = &n->p.conv;
+    if (twin && !d->copies) {
+        DIST_TRY(dist_arena_alloc(&t->arena, sizeof *d->copies, (void **)&d->copies));
+        *d->copies = 0;
+    }
     if (d->copies) {
         *d->copies &= ~2u;
-        d->dy_bf16 = NULL;
-        if ((need_w || need_b) && tape_requires_grad(t, x))
+        d->dy_bf16 = twin;
+        if (twin)
+            *d->copies |= 2u;
+        else if ((need_w || need_b) && tape_requires_grad(t, x))
             DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(dy) * 2, &d->dy_bf16));
     }
     if (need_w || need_b) {
@@ -149,12 +159,16 @@ dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor
     DIST_TRY(conv2d_setup(t, x, w, b, stride_h, stride_w, padding, activation, &d, shape));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
-    /* bfloat16 while recording: where the backward-weights will read x again, a buffer for the
-     * backend's bfloat16 copy of x, kept with the node (dist_conv2d_desc.x_bf16) */
-    if (d.bf16 && t->recording && x->shape[0] > 0 && tape_requires_grad(t, w)) {
-        DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &d.x_bf16));
+    /* bfloat16: x's bfloat16 twin where its producer wrote one, else, while recording and
+     * where the backward-weights will read x again, a buffer for the backend's bfloat16 copy
+     * of x, kept with the node (dist_conv2d_desc.x_bf16) */
+    void *twin = d.bf16 ? tape_bf16_twin(t, x) : NULL; /* x's producer wrote one */
+    if (twin || (d.bf16 && t->recording && x->shape[0] > 0 && tape_requires_grad(t, w))) {
         DIST_TRY(dist_arena_alloc(&t->arena, sizeof *d.copies, (void **)&d.copies));
-        *d.copies = 0;
+        *d.copies = twin ? 1u : 0u;
+        d.x_bf16 = twin;
+        if (!twin)
+            DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &d.x_bf16));
     }
     if (x->shape[0] > 0) DIST_TRY(tape_be(t)->conv2d_forward(tape_bectx(t), &d, x, w, b, out));
     if (d.relu) tape_mark_relu_output(t, out);
@@ -256,7 +270,15 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;
+    /* for a convolution computing in bfloat16 before the pool: a bfloat16 twin of dx, its dy */
+    tape_node *c = producer(t, n, x);
+    int twin_done = 0;
+    if (c && c->backward == conv2d_backward && c->p.conv.bf16 && !t->grads[x->node].present) {
+        DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(dx) * 2, &d.dx_bf16));
+        d.dx_bf16_done = &twin_done;
+    }
     DIST_TRY(tape_be(t)->max_pool2d_backward(tape_bectx(t), &d, x, dy, n->workspace, dx));
+    if (twin_done) tape_set_bf16_twin(t, dx, d.dx_bf16);
     DIST_TRY(grad_end(t, x, dx));
     if (fold_relu) t->grads[x->node].relu_applied = 1;
     return DIST_OK;
@@ -268,7 +290,7 @@ static dist_status pool2d_setup(const int64_t in_shape[4], int pool_h, int pool_
                                 int64_t shape[4]) {
     DIST_CHECK_ARG(pool_h > 0 && pool_w > 0 && stride_h > 0 && stride_w > 0,
                    "max_pool2d: window and strides must be positive");
-    dist_pool2d_desc d = {pool_h, pool_w, stride_h, stride_w, 0, 0, 0, 0, 0};
+    dist_pool2d_desc d = {pool_h, pool_w, stride_h, stride_w, 0, 0, 0, 0, 0, NULL, NULL};
     if (padding == DIST_PADDING_SAME) {
         same_padding(in_shape[1], pool_h, stride_h, &d.pad_top, &d.pad_bottom);
         same_padding(in_shape[2], pool_w, stride_w, &d.pad_left, &d.pad_right);
@@ -360,9 +382,15 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
         DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
         void *bytes;
         DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(out), &bytes));
+        /* under mixed_bfloat16 a bfloat16 twin of the output for the next convolution's native
+         * kernel (saves it converting the output) */
+        void *twin = NULL;
+        if (t->compute_precision == DIST_BF16)
+            DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(out) * 2, &twin));
         int ran = 0;
         DIST_TRY(be->conv2d_relu_pool_forward(tape_bectx(t), &cd, &pd, x, w, b,
-                                              t->compute_precision, out, bytes, &ran));
+                                              t->compute_precision, out, bytes, twin, &ran));
+        if (ran & 2) tape_set_bf16_twin(t, out, twin);
         if (ran) {
             const dist_tensor *in[3] = {x, w, b};
             tape_node *n;

@@ -32,6 +32,7 @@ void dist_tape_destroy(dist_tape *t) {
     free(t->by_id);
     free(t->requires_grad);
     free(t->relu_output);
+    free(t->bf16_twin);
     free(t->grads);
     free(t->nodes);
     free(t);
@@ -93,9 +94,12 @@ static dist_status grow_ids(dist_tape *t) {
     if (rg) t->requires_grad = rg;
     unsigned char *ro = realloc(t->relu_output, (size_t)cap);
     if (ro) t->relu_output = ro;
+    void **tw = realloc(t->bf16_twin, (size_t)cap * sizeof *tw);
+    if (tw) t->bf16_twin = tw;
     grad_entry *g = realloc(t->grads, (size_t)cap * sizeof *g);
     if (g) t->grads = g;
-    if (!by_id || !rg || !ro || !g) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+    if (!by_id || !rg || !ro || !tw || !g)
+        return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
     t->cap_ids = cap;
     return DIST_OK;
 }
@@ -107,6 +111,7 @@ static dist_status assign_id(dist_tape *t, dist_tensor *x, int requires_grad) {
     t->by_id[id] = x;
     t->requires_grad[id] = (unsigned char)requires_grad;
     t->relu_output[id] = 0;
+    t->bf16_twin[id] = NULL;
     memset(&t->grads[id], 0, sizeof t->grads[id]);
     return DIST_OK;
 }
@@ -119,6 +124,16 @@ static int tensor_id(const dist_tape *t, const dist_tensor *x) {
 void tape_mark_relu_output(dist_tape *t, const dist_tensor *x) {
     int id = tensor_id(t, x);
     if (id >= 0) t->relu_output[id] = 1;
+}
+
+void tape_set_bf16_twin(dist_tape *t, const dist_tensor *x, void *twin) {
+    int id = tensor_id(t, x);
+    if (id >= 0) t->bf16_twin[id] = twin;
+}
+
+void *tape_bf16_twin(const dist_tape *t, const dist_tensor *x) {
+    int id = tensor_id(t, x);
+    return id >= 0 ? t->bf16_twin[id] : NULL;
 }
 
 int tape_is_relu_output(const dist_tape *t, const dist_tensor *x) {
@@ -291,7 +306,12 @@ dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
 
 static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
     grad_entry *g = &t->grads[x->node];
-    if (g->present) g->relu_applied = 0;
+    if (g->present) {
+        g->relu_applied = 0;
+        /* the sum is written over a tensor: bfloat16 twins of either no longer hold it */
+        if (g->t) tape_set_bf16_twin(t, g->t, NULL);
+        tape_set_bf16_twin(t, dst, NULL);
+    }
     if (!g->present) {
         g->t = dst;
         g->present = 1;

@@ -75,6 +75,9 @@ struct dist_tape {
     const dist_tensor **by_id;
     unsigned char *requires_grad;
     unsigned char *relu_output; /* produced by an op whose last step is a ReLU */
+    /* a bfloat16 copy of the tensor in its own layout that its producer wrote beside it (for
+     * native bfloat16 consumers: dist_conv2d_desc.x_bf16), or NULL */
+    void **bf16_twin;
     grad_entry *grads;
     int nids, cap_ids;
 
@@ -93,6 +96,10 @@ dist_status tape_new_alias(dist_tape *t, const dist_tensor *like, void *data, in
 /* Marks x as the output of a ReLU (its values are >= 0 and its producer masks by x > 0). */
 void tape_mark_relu_output(dist_tape *t, const dist_tensor *x);
 int tape_is_relu_output(const dist_tape *t, const dist_tensor *x);
+/* The bfloat16 twin of x (see dist_tape.bf16_twin): set by the op that wrote x and its copy,
+ * which must not change x afterwards. */
+void tape_set_bf16_twin(dist_tape *t, const dist_tensor *x, void *twin);
+void *tape_bf16_twin(const dist_tape *t, const dist_tensor *x);
 
 /* Whether a tensor takes part in differentiation on this tape. */
 int tape_requires_grad(const dist_tape *t, const dist_tensor *x);

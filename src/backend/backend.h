@@ -60,6 +60,11 @@ typedef struct dist_pool2d_desc {
     /* backward only, on backends with pool_backward_masks_relu: the pooled input is a ReLU's
      * output, and dy counts only where the pooled value y > 0 (the ReLU's gradient, folded) */
     int relu_mask;
+    /* backward only, optional (NULL: none): where a backend may also write dx in bfloat16
+     * (rounded to nearest even, in dx's layout) for a native bfloat16 consumer
+     * (dist_conv2d_desc.dy_bf16); it sets *dx_bf16_done = 1 when it did */
+    void *dx_bf16;
+    int *dx_bf16_done;
 } dist_pool2d_desc;
 
 typedef struct dist_adam_desc {
@@ -113,12 +118,14 @@ struct dist_backend_i {
      * layout it picks (set in p->layout) and the pool's workspace: one byte per element of p,
      * what max_pool2d_forward writes, which conv2d_relu_pool_backward_filter reads. Sets
      * *done = 0 and writes nothing for shapes it does not cover (the same shapes as the
-     * backward's, in p's layout). */
+     * backward's, in p's layout). p_bf16 (may be NULL; with round_to BF16): where it may also
+     * write p in bfloat16, in p's layout, for a native bfloat16 consumer (dist_conv2d_desc.x_bf16);
+     * *done |= 2 when it did. */
     dist_status (*conv2d_relu_pool_forward)(void *ctx, const dist_conv2d_desc *cd,
                                             const dist_pool2d_desc *pd, const dist_tensor *x,
                                             const dist_tensor *w, const dist_tensor *b,
                                             dist_dtype round_to, dist_tensor *p, void *workspace,
-                                            int *done);
+                                            void *p_bf16, int *done);
     /* Optional (NULL: none). The filter and bias gradients (as conv2d_backward_filter writes
      * them) of y = ReLU(conv(x, w) + b) followed by p = max_pool(y), computed from the pool's
      * output gradient dy (in p's layout) and its forward workspace without materializing the

@@ -494,6 +494,60 @@ START_TEST(test_two_same_shaped_convolutions_keep_their_own_bf16_copies) {
 }
 END_TEST
 
+/* Conv2D (ReLU) -> MaxPooling2D on a bfloat16 tape, as the seed CNN's second layers: the pool's
+ * backward writes a bfloat16 twin of its dx, which the convolution's native backward passes take
+ * as their dy (no conversion of their own). Gradients of x and w against the rounding path. */
+static void conv_pool_grads(int native, float *g) {
+    dist_backend *be = backend_with_native(native);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, DIST_BF16), DIST_OK);
+    const int64_t xs[4] = {4, 13, 13, 32}, ws[4] = {3, 3, 32, 64};
+    dist_tensor *v[2], *gv[2];
+    uint64_t s = 2718;
+    float *h = malloc((size_t)(PAIR_X + PAIR_W) * 4);
+    for (int i = 0; i < 2; i++) {
+        size_t n = i == 0 ? PAIR_X : PAIR_W;
+        for (size_t j = 0; j < n; j++)
+            h[j] = dist_test_round_bf16(
+                dist_test_uniform(&s, i == 0 ? 0.0f : -0.3f, i == 0 ? 1.0f : 0.3f));
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, i == 0 ? xs : ws, &v[i]),
+                         DIST_OK);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, i == 0 ? xs : ws, &gv[i]),
+                         DIST_OK);
+        upload_pair_tensor(be, h, i == 0, v[i]);
+        ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
+    }
+    free(h);
+    dist_tensor *y, *p, *q, *loss;
+    ck_assert_int_eq(
+        dist_op_conv2d(t, v[0], v[1], NULL, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &y), DIST_OK);
+    ck_assert_int_eq(dist_op_max_pool2d(t, y, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
+    ck_assert_int_eq(dist_op_mul(t, p, p, &q), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, q, &loss), DIST_OK);
+    ck_assert_msg(dist_tape_gradient(t, loss, 2, v, gv) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_backend_to_host(be, gv[0], g, (size_t)PAIR_X * 4), DIST_OK);
+    ck_assert_int_eq(dist_backend_to_host(be, gv[1], g + PAIR_X, (size_t)PAIR_W * 4), DIST_OK);
+    for (int i = 0; i < 2; i++) {
+        dist_backend_free_tensor(be, v[i]);
+        dist_backend_free_tensor(be, gv[i]);
+    }
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+}
+
+START_TEST(test_conv_then_pool_takes_the_pools_bf16_gradient) {
+    float *g1 = malloc((size_t)(PAIR_X + PAIR_W) * 4), *g0 = malloc((size_t)(PAIR_X + PAIR_W) * 4);
+    conv_pool_grads(1, g1);
+    conv_pool_grads(0, g0);
+    double rx = dist_test_rel_err(g1, g0, PAIR_X),
+           rw = dist_test_rel_err(g1 + PAIR_X, g0 + PAIR_X, PAIR_W);
+    ck_assert_msg(rx <= 1e-2 && rw <= 1e-2, "gradients of x %.3g, w %.3g relative, native vs not",
+                  rx, rw);
+    free(g1), free(g0);
+}
+END_TEST
+
 int main(void) {
     int skip = dist_test_skip_without_native_bf16();
     if (skip) return skip;
@@ -505,6 +559,7 @@ int main(void) {
     tcase_add_test(tc, test_one_input_channel_stays_float32_under_bf16);
     tcase_add_test(tc, test_seed_convolutions_on_a_bf16_tape_agree_with_native_on_and_off);
     tcase_add_test(tc, test_two_same_shaped_convolutions_keep_their_own_bf16_copies);
+    tcase_add_test(tc, test_conv_then_pool_takes_the_pools_bf16_gradient);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -157,7 +157,7 @@ static int pooled_grads(const pooled_case *k, uint64_t seed, float *dw, float *d
     dist_tensor tb = dist_tensor_view(b, DIST_F32, 1, bs),
                 ty = dist_tensor_view(y, DIST_F32, 4, ys);
     dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
-    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0};
+    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     ck_assert_msg(be->iface->conv2d_forward(be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK, "%s",
                   dist_last_error());
     /* y in the case's layout (the forward picks its own), and plain for the reference */
@@ -275,7 +275,7 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
     dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh),
                 tb = dist_tensor_view(b, DIST_F32, 1, bs);
     const dist_conv2d_desc conv_ok = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
-    const dist_pool2d_desc pool_ok = {2, 2, 2, 2, 0, 0, 0, 0, 0};
+    const dist_pool2d_desc pool_ok = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     struct {
         dist_conv2d_desc cd;
         dist_pool2d_desc pd;
@@ -284,8 +284,8 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
         {{2, 2, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL}, pool_ok, "conv stride 2"},
         {{1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL}, pool_ok, "conv padding"},
         {{1, 1, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}, pool_ok, "no ReLU"},
-        {conv_ok, {3, 3, 2, 2, 0, 0, 0, 0, 0}, "3x3 pool"},
-        {conv_ok, {2, 2, 1, 1, 0, 0, 0, 0, 0}, "pool stride 1"},
+        {conv_ok, {3, 3, 2, 2, 0, 0, 0, 0, 0, NULL, NULL}, "3x3 pool"},
+        {conv_ok, {2, 2, 1, 1, 0, 0, 0, 0, 0, NULL, NULL}, "pool stride 1"},
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
         for (int j = 0; j < 9 * 16; j++) w[j] = 7.0f;
@@ -436,14 +436,24 @@ static void check_fused_forward(int block, int n, int h, int w, int ch, int thre
     dist_tensor tb = dist_tensor_view(b, DIST_F32, 1, bs),
                 tp = dist_tensor_view(p, DIST_F32, 4, ps);
     dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
-    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0};
+    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int done = -1;
+    uint16_t *twin = malloc(np * 2);
     ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb,
                                                       bf16 ? DIST_BF16 : DIST_F32, &tp, ws,
-                                                      &done) == DIST_OK,
+                                                      bf16 ? twin : NULL, &done) == DIST_OK,
                   "%s", dist_last_error());
     int B = block ? block : ch;
-    ck_assert_msg(done == (fused_lanes(B) != 0), "block %d: done %d", block, done);
+    ck_assert_msg((done & 1) == (fused_lanes(B) != 0), "block %d: done %d", block, done);
+    /* the bfloat16 twin: from the AVX-512 loop under bfloat16, p's upper halves */
+    ck_assert_msg(!!(done & 2) == (bf16 && fused_lanes(B) == 16), "block %d: twin %d", block, done);
+    for (size_t i = 0; (done & 2) && i < np; i++) {
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        ck_assert_msg(twin[i] == (uint16_t)(u >> 16) && (u & 0xffffu) == 0,
+                      "block %d: twin[%zu] = 0x%04x, p = 0x%08x", block, i, twin[i], u);
+    }
+    free(twin);
     if (!done) goto out;
     ck_assert_int_eq(tp.layout, block == 16  ? DIST_LAYOUT_NCHW16C
                                 : block == 8 ? DIST_LAYOUT_NCHW8C

@@ -7,6 +7,7 @@
 #include <dist/dist.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,14 @@ static void to_layout(dist_backend *be, const dist_tensor *src, dist_tensor *dst
 
 /* relu_mask: the backward folds in a ReLU before the pool, so the reference gradient counts dy
  * only where the pooled value is > 0. */
+/* The bits of f rounded to bfloat16 (nearest even). */
+static uint32_t bf16_bits(float f) {
+    float r = dist_test_round_bf16(f);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return u;
+}
+
 static void check_case(const pool_case *p, dist_layout layout, int relu_mask) {
     dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
     bo.threads = 2;
@@ -87,8 +96,8 @@ static void check_case(const pool_case *p, dist_layout layout, int relu_mask) {
     to_layout(be, &tdy, &ldy);
     for (size_t i = 0; i < ny; i++) by[i] = NAN; /* poisoned: every output must be written */
     for (size_t i = 0; i < nx; i++) bdx[i] = NAN;
-    dist_pool2d_desc d = {p->win,   p->win,   p->stride, p->stride,
-                          p->pad_t, p->pad_b, p->pad_l,  p->pad_r, 0};
+    dist_pool2d_desc d = {p->win,   p->win,   p->stride, p->stride, p->pad_t, p->pad_b,
+                          p->pad_l, p->pad_r, 0,         NULL,      NULL};
     ck_assert_int_eq(be->iface->pool_backward_masks_relu, 1);
     size_t wsb = 0;
     ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &d, &lx, &wsb), DIST_OK);
@@ -96,8 +105,28 @@ static void check_case(const pool_case *p, dist_layout layout, int relu_mask) {
     ck_assert_msg(be->iface->max_pool2d_forward(be->ctx, &d, &lx, &ly, ws) == DIST_OK, "%s",
                   dist_last_error());
     d.relu_mask = relu_mask;
+    /* the bfloat16 copy of dx (for a native bfloat16 convolution's dy), poisoned first */
+    uint16_t *twin = malloc(nx * 2);
+    memset(twin, 0xff, nx * 2);
+    int twin_done = 0;
+    d.dx_bf16 = twin;
+    d.dx_bf16_done = &twin_done;
     ck_assert_msg(be->iface->max_pool2d_backward(be->ctx, &d, &lx, &ldy, ws, &ldx) == DIST_OK, "%s",
                   dist_last_error());
+    /* written by the AVX-512 2x2 / stride 2 loop: nChw16c (or 16-channel multiples) there */
+    __builtin_cpu_init();
+    int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    int block = layout == DIST_LAYOUT_NCHW16C ? 16 : layout == DIST_LAYOUT_NCHW8C ? 8 : p->c;
+    int expect = wide && block % 16 == 0 && p->win == 2 && p->stride == 2 && p->pad_t == 0 &&
+                 p->pad_b == 0 && p->pad_l == 0 && p->pad_r == 0;
+    ck_assert_msg(twin_done == expect, "bfloat16 copy %d, expected %d (layout %d)", twin_done,
+                  expect, (int)layout);
+    for (size_t i = 0; twin_done && i < nx; i++)
+        ck_assert_msg(twin[i] == (uint16_t)(bf16_bits(bdx[i]) >> 16),
+                      "twin[%zu] = 0x%04x, dx 0x%08x (layout %d)", i, twin[i], bf16_bits(bdx[i]),
+                      (int)layout);
+    free(twin);
     dist_tensor py = dist_tensor_view(y, DIST_F32, 4, ys),
                 pdx = dist_tensor_view(dx, DIST_F32, 4, xs);
     to_layout(be, &ly, &py);

@@ -352,12 +352,12 @@ typedef struct pool_case {
 } pool_case;
 
 static const pool_case pool_cases[] = {
-    {"pool1 (seed)", {64, 26, 26, 32}, {2, 2, 2, 2, 0, 0, 0, 0, 0}, -1.0f},
-    {"pool2 (seed)", {64, 11, 11, 64}, {2, 2, 2, 2, 0, 0, 0, 0, 0}, -1.0f},
-    {"odd (3x3 stride 2, SAME pads)", {3, 7, 9, 5}, {3, 3, 2, 2, 1, 1, 0, 1, 0}, -1.0f},
+    {"pool1 (seed)", {64, 26, 26, 32}, {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL}, -1.0f},
+    {"pool2 (seed)", {64, 11, 11, 64}, {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL}, -1.0f},
+    {"odd (3x3 stride 2, SAME pads)", {3, 7, 9, 5}, {3, 3, 2, 2, 1, 1, 0, 1, 0, NULL, NULL}, -1.0f},
     {"overlapping (3x2 stride 1x2, asymmetric pads)",
      {2, 6, 5, 3},
-     {3, 2, 1, 2, 0, 2, 1, 0, 0},
+     {3, 2, 1, 2, 0, 2, 1, 0, 0, NULL, NULL},
      -1.0f},
 };
 

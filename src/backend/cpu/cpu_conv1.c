@@ -368,23 +368,13 @@ static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc 
     return *lanes && conv_ok && pool_ok && sizes_ok;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 round_bf16_512(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r =
-        _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)),
-                         _mm512_set1_epi32((int)0xffff0000u));
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    return _mm512_castsi512_ps(r);
-}
 
 /* One image, 16 channels (weights wk[tap * ch], bias bk) -> pooled rows into y / ws at stride
- * pix per pooled pixel. */
+ * pix per pooled pixel, and into yb in bfloat16 when given (then the values are rounded to
+ * bfloat16 already: their upper halves). */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 conv_pool16(const float *xi, int64_t w, int64_t ph, int64_t pw, const float *wk, int64_t ch,
-            const float *bk, int round_bf16, float *y, uint8_t *ws, int64_t pix) {
+            const float *bk, int round_bf16, float *y, uint8_t *ws, uint16_t *yb, int64_t pix) {
     __m512 W[9];
     for (int t = 0; t < 9; t++) W[t] = _mm512_loadu_ps(wk + t * ch);
     const __m512 bias = bk ? _mm512_loadu_ps(bk) : _mm512_setzero_ps(), zero = _mm512_setzero_ps();
@@ -411,10 +401,10 @@ conv_pool16(const float *xi, int64_t w, int64_t ph, int64_t pw, const float *wk,
             a2 = _mm512_max_ps(zero, a2);
             a3 = _mm512_max_ps(zero, a3);
             if (round_bf16) {
-                a0 = round_bf16_512(a0);
-                a1 = round_bf16_512(a1);
-                a2 = round_bf16_512(a2);
-                a3 = round_bf16_512(a3);
+                a0 = cpu_round_bf16_512(a0);
+                a1 = cpu_round_bf16_512(a1);
+                a2 = cpu_round_bf16_512(a2);
+                a3 = cpu_round_bf16_512(a3);
             }
             /* the pool's comparisons, in its order (cpu_pool.c) */
             __m512 m = a0;
@@ -426,6 +416,10 @@ conv_pool16(const float *xi, int64_t w, int64_t ph, int64_t pw, const float *wk,
             k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(a3, m, _CMP_GT_OQ), three);
             m = _mm512_max_ps(a3, m);
             _mm512_storeu_ps(y + (r * pw + q) * pix, m);
+            if (yb)
+                _mm256_storeu_si256(
+                    (__m256i *)(yb + (r * pw + q) * pix),
+                    _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(m), 16)));
             k = _mm_mask_mov_epi8(k, _mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm_or_si128(k, pos));
             _mm_storeu_si128((__m128i *)(ws + (r * pw + q) * pix), k);
         }
@@ -503,7 +497,7 @@ __attribute__((target("avx2,fma"))) static void conv_pool8(const float *xi, int6
 dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
                                    const dist_pool2d_desc *pd, const dist_tensor *x,
                                    const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
-                                   dist_tensor *y, void *workspace, int *done) {
+                                   dist_tensor *y, void *workspace, void *y_bf16, int *done) {
     cpu_ctx *c = ctx;
     *done = 0;
     if (!c->fused_pool_filter || (round_to != DIST_F32 && round_to != DIST_BF16) ||
@@ -530,6 +524,8 @@ dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
     uint8_t *wsd = workspace;
     int64_t cvecs = ch / lanes, work = n * cvecs;
     int rb = round_to == DIST_BF16;
+    /* the bfloat16 copy: from the AVX-512 loop, of values it rounded to bfloat16 */
+    uint16_t *yb = rb && lanes == 16 ? y_bf16 : NULL;
     int threads = c->threads > 1 && work > 1 ? c->threads : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < work; t++) {
@@ -538,11 +534,12 @@ dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
         int64_t at = m * ph * pw * ch + (k / B) * ph * pw * B + k % B;
         const float *bk = bs ? bs + k : NULL;
         if (lanes == 16)
-            conv_pool16(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at, B);
+            conv_pool16(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at,
+                        yb ? yb + at : NULL, B);
         else
             conv_pool8(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at, B);
     }
     y->layout = layout;
-    *done = 1;
+    *done = yb ? 3 : 1;
     return DIST_OK;
 }

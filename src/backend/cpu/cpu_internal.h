@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 
 #include <dnnl.h>
+#include <immintrin.h>
 
 /* One cached oneDNN primitive with everything it needs to run without allocating: its memory
  * objects (data handles swapped per call), reorders for weights, and a user scratchpad. */
@@ -49,6 +50,20 @@ typedef struct cpu_ctx {
     float *conv1_part;
     size_t conv1_part_n;
 } cpu_ctx;
+
+/* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet), as cpu_round.c
+ * rounds them, for the AVX-512 loops that round in registers. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 cpu_round_bf16_512(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r =
+        _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)),
+                         _mm512_set1_epi32((int)0xffff0000u));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_castsi512_ps(r);
+}
 
 /* Sets flush-to-zero and denormals-are-zero on the calling thread. */
 void dist_cpu_set_flush_denormals(void);
@@ -116,7 +131,7 @@ dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd
 dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
                                    const dist_pool2d_desc *pd, const dist_tensor *x,
                                    const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
-                                   dist_tensor *y, void *workspace, int *done);
+                                   dist_tensor *y, void *workspace, void *y_bf16, int *done);
 /* For tests: the fused entries above on (1, the default) or off (0) for this backend, and how
  * many times it ran (-1: not a CPU backend). */
 dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on);

@@ -237,9 +237,16 @@ forward_row_2x2_avx512(const pool_geom *g, const float *x, float *y, uint8_t *ws
     }
 }
 
+/* v rounded to bfloat16 (nearest even), stored at p: the bfloat16 copy of dx */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline void store_bf16(uint16_t *p,
+                                                                                   __m512 v) {
+    __m512i u = _mm512_castps_si512(cpu_round_bf16_512(v));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 backward_row_2x2_avx512(const pool_geom *g, const float *dy, const uint8_t *ws, float *dx,
-                        int64_t oh, int relu_mask) {
+                        uint16_t *dxb, int64_t oh, int relu_mask) {
     const int64_t B = g->block, row = g->w * B;
     float *r0 = dx + 2 * oh * row, *r1 = r0 + row;
     const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2), three = _mm_set1_epi8(3);
@@ -253,11 +260,21 @@ backward_row_2x2_avx512(const pool_geom *g, const float *dy, const uint8_t *ws, 
             __mmask16 keep = relu_mask ? _mm_test_epi8_mask(kw, pos) : (__mmask16)0xffff;
             __m128i k = _mm_and_si128(kw, arg);
             __m512 v = _mm512_maskz_loadu_ps(keep, pdy + b);
-            _mm512_storeu_ps(p0 + b,
-                             _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_setzero_si128()), v));
-            _mm512_storeu_ps(p1 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, one), v));
-            _mm512_storeu_ps(p2 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, two), v));
-            _mm512_storeu_ps(p3 + b, _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, three), v));
+            __m512 v0 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, _mm_setzero_si128()), v);
+            __m512 v1 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, one), v);
+            __m512 v2 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, two), v);
+            __m512 v3 = _mm512_maskz_mov_ps(_mm_cmpeq_epi8_mask(k, three), v);
+            _mm512_storeu_ps(p0 + b, v0);
+            _mm512_storeu_ps(p1 + b, v1);
+            _mm512_storeu_ps(p2 + b, v2);
+            _mm512_storeu_ps(p3 + b, v3);
+            if (dxb) {
+                /* the same offsets in the bfloat16 copy */
+                store_bf16(dxb + (p0 + b - dx), v0);
+                store_bf16(dxb + (p1 + b - dx), v1);
+                store_bf16(dxb + (p2 + b - dx), v2);
+                store_bf16(dxb + (p3 + b - dx), v3);
+            }
         }
     }
 }
@@ -342,19 +359,23 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
         /* an odd height or width leaves a last row or column no window covers */
         const int remnant = 2 * g.oh < g.h || 2 * g.ow < g.w;
         const int wide = g.block % 16 == 0 && pool_avx512();
+        /* the bfloat16 copy, from the AVX-512 loop (zeroed like dx where a remnant is) */
+        uint16_t *dxb = wide ? d->dx_bf16 : NULL;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (c->threads > 1)
         for (int64_t o = 0; o < g.outer; o++) {
             float *px = dxs + o * in_plane;
             if (remnant) memset(px, 0, (size_t)in_plane * sizeof *px);
+            if (remnant && dxb) memset(dxb + o * in_plane, 0, (size_t)in_plane * sizeof *dxb);
             for (int64_t oh = 0; oh < g.oh; oh++) {
                 if (wide)
-                    backward_row_2x2_avx512(&g, dys + o * out_plane, ws + o * out_plane, px, oh,
-                                            d->relu_mask);
+                    backward_row_2x2_avx512(&g, dys + o * out_plane, ws + o * out_plane, px,
+                                            dxb ? dxb + o * in_plane : NULL, oh, d->relu_mask);
                 else
                     backward_row_2x2(&g, dys + o * out_plane, ws + o * out_plane, px, oh,
                                      d->relu_mask);
             }
         }
+        if (dxb && d->dx_bf16_done) *d->dx_bf16_done = 1;
         return DIST_OK;
     }
 #endif
