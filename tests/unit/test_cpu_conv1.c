@@ -309,13 +309,17 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
 }
 END_TEST
 
-/* conv2d(x, w1, b1, relu) -> max_pool 2x2 -> loss = sum(pool * r) [+ sum(h * h)] on a tape with
- * the fused path on or off; gv gets the gradients of w1, b1 (and x when watched). */
+/* conv2d(x, w1, b1, relu) -> max_pool 2x2 -> loss = sum(pool * r) [+ sum(h * h)] on a tape, as
+ * the two ops with the fused backward off (TWO_OPS_UNFUSED) or on (TWO_OPS), or as
+ * dist_op_conv2d_max_pool2d (ONE_OP; no second consumer then). out_host (may be NULL) gets the
+ * pooled output (plain NHWC), gv_host the gradients of x (left as it is when x is not watched),
+ * w1 and b1. Returns how many times the fused backward ran. */
 enum { TP_N = 6, TP_H = 16, TP_C = 32 };
-static long tape_pooled(int fused, dist_dtype precision, int second_consumer, int watch_x,
-                        float *gv_host) {
+enum { TWO_OPS_UNFUSED, TWO_OPS, ONE_OP };
+static long conv_pool_tape(int mode, dist_dtype precision, int second_consumer, int watch_x,
+                           float *out_host, float *gv_host) {
     dist_backend *be = cpu(1);
-    ck_assert_int_eq(dist_cpu_backend_set_fused_pool_filter(be, fused), DIST_OK);
+    ck_assert_int_eq(dist_cpu_backend_set_fused_pool_filter(be, mode != TWO_OPS_UNFUSED), DIST_OK);
     dist_tape *t;
     ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
     ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
@@ -332,7 +336,7 @@ static long tape_pooled(int fused, dist_dtype precision, int second_consumer, in
         float *h = malloc(cnt * 4);
         for (size_t j = 0; j < cnt; j++)
             h[j] = dist_test_uniform(&s, i == 0 ? 0.0f : -0.5f, i == 0 ? 1.0f : 0.5f);
-        if (precision == DIST_BF16 && i == 0)
+        if (precision == DIST_BF16 && i < 3) /* as the layers' casts give them */
             for (size_t j = 0; j < cnt; j++) h[j] = dist_test_round_bf16(h[j]);
         ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &v[i]),
                          DIST_OK);
@@ -344,15 +348,22 @@ static long tape_pooled(int fused, dist_dtype precision, int second_consumer, in
         }
         free(h);
     }
-    dist_tensor *h, *p, *pr, *loss;
-    ck_assert_msg(
-        dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h) == DIST_OK,
-        "%s", dist_last_error());
-    ck_assert_msg(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p) == DIST_OK, "%s",
-                  dist_last_error());
+    dist_tensor *h = NULL, *p, *pr, *loss;
+    if (mode == ONE_OP) {
+        ck_assert_msg(dist_op_conv2d_max_pool2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID,
+                                                DIST_ACT_RELU, 2, 2, 2, 2, DIST_PADDING_VALID,
+                                                &p) == DIST_OK,
+                      "%s", dist_last_error());
+    } else {
+        ck_assert_msg(dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU,
+                                     &h) == DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_msg(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p) == DIST_OK, "%s",
+                      dist_last_error());
+    }
     ck_assert_msg(dist_op_mul(t, p, v[3], &pr) == DIST_OK, "%s", dist_last_error());
     ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
-    if (second_consumer) {
+    if (second_consumer && h) {
         dist_tensor *hh, *l2, *sum;
         ck_assert_int_eq(dist_op_mul(t, h, h, &hh), DIST_OK);
         ck_assert_int_eq(dist_op_reduce_sum(t, hh, &l2), DIST_OK);
@@ -362,7 +373,14 @@ static long tape_pooled(int fused, dist_dtype precision, int second_consumer, in
     int first = watch_x ? 0 : 1;
     ck_assert_msg(dist_tape_gradient(t, loss, 3 - first, v + first, gv + first) == DIST_OK, "%s",
                   dist_last_error());
-    /* gv_host: x's gradient (left as it is when x is not watched), then w1's, then b1's */
+    if (out_host) {
+        dist_tensor *plain;
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, p->shape, &plain), DIST_OK);
+        ck_assert_int_eq(be->iface->to_layout(be->ctx, p, plain), DIST_OK);
+        ck_assert_int_eq(
+            dist_backend_to_host(be, plain, out_host, (size_t)dist_tensor_numel(p) * 4), DIST_OK);
+        dist_backend_free_tensor(be, plain);
+    }
     const size_t at[3] = {0, TP_N * TP_H * TP_H, TP_N * TP_H * TP_H + 9 * TP_C};
     for (int i = first; i < 3; i++)
         ck_assert_int_eq(
@@ -383,8 +401,9 @@ START_TEST(test_fused_pool_filter_on_a_tape_agrees_with_unfused) {
         for (int variant = 0; variant < 3; variant++) {
             int second = variant == 1, watch_x = variant == 2;
             float *on = calloc(total, 4), *off = calloc(total, 4);
-            long runs_on = tape_pooled(1, precisions[pi], second, watch_x, on);
-            long runs_off = tape_pooled(0, precisions[pi], second, watch_x, off);
+            long runs_on = conv_pool_tape(TWO_OPS, precisions[pi], second, watch_x, NULL, on);
+            long runs_off =
+                conv_pool_tape(TWO_OPS_UNFUSED, precisions[pi], second, watch_x, NULL, off);
             ck_assert_int_eq(runs_off, 0);
             /* the images' gradient needs the convolution's output gradient: no fusion then */
             ck_assert_msg(runs_on == (watch_x || !fused_lanes(8) ? 0 : 1),
@@ -526,77 +545,6 @@ END_TEST
 /* dist_op_conv2d_max_pool2d against dist_op_conv2d + dist_op_max_pool2d on tapes: the pooled
  * output and the gradients of w and b (float32 and bfloat16); with x watched it falls back to
  * the two ops, and x's gradient matches too. */
-static long tape_conv_pool(int fused_op, dist_dtype precision, int watch_x, float *out_host,
-                           float *gv_host) {
-    dist_backend *be = cpu(1);
-    dist_tape *t;
-    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
-    ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
-    const int64_t shapes[4][4] = {{TP_N, TP_H, TP_H, 1},
-                                  {3, 3, 1, TP_C},
-                                  {TP_C},
-                                  {TP_N, (TP_H - 2) / 2, (TP_H - 2) / 2, TP_C}};
-    const int ndim[4] = {4, 4, 1, 4};
-    dist_tensor *v[4], *gv[3];
-    uint64_t s = 91;
-    for (int i = 0; i < 4; i++) {
-        size_t cnt = 1;
-        for (int d = 0; d < ndim[i]; d++) cnt *= (size_t)shapes[i][d];
-        float *h = malloc(cnt * 4);
-        for (size_t j = 0; j < cnt; j++)
-            h[j] = dist_test_uniform(&s, i == 0 ? 0.0f : -0.5f, i == 0 ? 1.0f : 0.5f);
-        if (precision == DIST_BF16 && i < 3)
-            for (size_t j = 0; j < cnt; j++) h[j] = dist_test_round_bf16(h[j]);
-        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &v[i]),
-                         DIST_OK);
-        ck_assert_int_eq(dist_backend_from_host(be, h, cnt * 4, v[i]), DIST_OK);
-        if (i < 3) {
-            ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &gv[i]),
-                             DIST_OK);
-            if (i > 0 || watch_x) ck_assert_int_eq(dist_tape_watch(t, v[i]), DIST_OK);
-        }
-        free(h);
-    }
-    dist_tensor *p, *pr, *loss;
-    if (fused_op) {
-        ck_assert_msg(dist_op_conv2d_max_pool2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID,
-                                                DIST_ACT_RELU, 2, 2, 2, 2, DIST_PADDING_VALID,
-                                                &p) == DIST_OK,
-                      "%s", dist_last_error());
-    } else {
-        dist_tensor *h;
-        ck_assert_int_eq(dist_cpu_backend_set_fused_pool_filter(be, 0), DIST_OK);
-        ck_assert_int_eq(
-            dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h),
-            DIST_OK);
-        ck_assert_int_eq(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
-    }
-    ck_assert_int_eq(dist_op_mul(t, p, v[3], &pr), DIST_OK);
-    ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
-    int first = watch_x ? 0 : 1;
-    ck_assert_msg(dist_tape_gradient(t, loss, 3 - first, v + first, gv + first) == DIST_OK, "%s",
-                  dist_last_error());
-    size_t np = (size_t)dist_tensor_numel(p);
-    float *pp = malloc(np * 4);
-    dist_tensor *plain;
-    ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, p->shape, &plain), DIST_OK);
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, p, plain), DIST_OK);
-    ck_assert_int_eq(dist_backend_to_host(be, plain, out_host, np * 4), DIST_OK);
-    free(pp);
-    dist_backend_free_tensor(be, plain);
-    const size_t at[3] = {0, TP_N * TP_H * TP_H, TP_N * TP_H * TP_H + 9 * TP_C};
-    for (int i = first; i < 3; i++)
-        ck_assert_int_eq(
-            dist_backend_to_host(be, gv[i], gv_host + at[i], (size_t)dist_tensor_numel(gv[i]) * 4),
-            DIST_OK);
-    long runs = dist_cpu_backend_fused_pool_filter_runs(be);
-    for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, v[i]);
-    for (int i = 0; i < 3; i++) dist_backend_free_tensor(be, gv[i]);
-    dist_tape_destroy(t);
-    dist_backend_destroy(be);
-    return runs;
-}
-
 START_TEST(test_fused_conv_pool_op_agrees_with_the_two_ops) {
     const size_t nx = TP_N * TP_H * TP_H, total = nx + 9 * TP_C + TP_C;
     const size_t np = (size_t)TP_N * ((TP_H - 2) / 2) * ((TP_H - 2) / 2) * TP_C;
@@ -605,8 +553,9 @@ START_TEST(test_fused_conv_pool_op_agrees_with_the_two_ops) {
         for (int watch_x = 0; watch_x < 2; watch_x++) {
             float *g1 = calloc(total, 4), *g0 = calloc(total, 4);
             float *p1 = malloc(np * 4), *p0 = malloc(np * 4);
-            long runs = tape_conv_pool(1, precisions[pi], watch_x, p1, g1);
-            ck_assert_int_eq(tape_conv_pool(0, precisions[pi], watch_x, p0, g0), 0);
+            long runs = conv_pool_tape(ONE_OP, precisions[pi], 0, watch_x, p1, g1);
+            ck_assert_int_eq(conv_pool_tape(TWO_OPS_UNFUSED, precisions[pi], 0, watch_x, p0, g0),
+                             0);
             ck_assert_msg(runs == (watch_x || !fused_lanes(8) ? 0 : 1),
                           "precision %d watch_x %d: fused %ld", pi, watch_x, runs);
             double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 128;

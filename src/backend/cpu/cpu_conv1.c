@@ -238,16 +238,9 @@ pooled8(const float *x, const float *dy, const uint8_t *ws, int64_t m0, int64_t 
     for (int i = 0; i < 10; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
-static int has_avx512_bw_vl(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl");
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+/* The lanes the fused kernels use for a block of B channels (0: they decline). */
+static int conv1_pool_lanes(int64_t B) {
+    return B % 16 == 0 && cpu_has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
 }
 
 dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd,
@@ -262,7 +255,7 @@ dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd
     int64_t ph = dy->shape[1], pw = dy->shape[2], ch = dy->shape[3];
     int64_t B = dy->layout == DIST_LAYOUT_NCHW16C ? 16 : dy->layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
     /* lanes: 16 with AVX-512 where the channel block holds whole vectors of 16, else 8 */
-    int lanes = B % 16 == 0 && has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
+    int lanes = conv1_pool_lanes(B);
     int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
                   dy->dtype == DIST_F32 && dw->shape[0] == 3 && dw->shape[1] == 3 &&
                   dw->shape[2] == 1 && dw->shape[3] == ch && cd->stride_h == 1 &&
@@ -345,10 +338,6 @@ long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
  * writes. The unfused path writes the
  * 26x26x32 output, rounds it and reads it back: three passes over 5.5 MB at batch 64. */
 
-static int conv1_pool_lanes(int64_t B) {
-    return B % 16 == 0 && has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
-}
-
 /* The shapes both fused kernels cover; *B and *lanes for dy / y in `layout`. */
 static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
                              const dist_tensor *x, const dist_tensor *w, int64_t ch,
@@ -367,7 +356,6 @@ static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc 
         (x->shape[1] - 2) / 2 > 0 && (x->shape[2] - 2) / 2 > 0 && ch > 0 && *B > 0 && ch % *B == 0;
     return *lanes && conv_ok && pool_ok && sizes_ok;
 }
-
 
 /* One image, 16 channels (weights wk[tap * ch], bias bk) -> pooled rows into y / ws at stride
  * pix per pooled pixel, and into yb in bfloat16 when given (then the values are rounded to

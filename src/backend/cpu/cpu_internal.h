@@ -53,7 +53,8 @@ typedef struct cpu_ctx {
 
 /* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet), as cpu_round.c
  * rounds them, for the AVX-512 loops that round in registers. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 cpu_round_bf16_512(__m512 v) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512
+cpu_round_bf16_512(__m512 v) {
     __m512i u = _mm512_castps_si512(v);
     __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r =
@@ -114,6 +115,8 @@ dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, cons
 int cpu_update_vector_width(void);
 /* The CPU runs AVX2 and FMA (the own convolution kernels' instructions); cached. cpu_round.c. */
 int cpu_has_avx2_fma(void);
+/* AVX-512 F, BW and VL (the own AVX-512 loops' instructions); cached. cpu_round.c. */
+int cpu_has_avx512_bw_vl(void);
 /* cpu_conv1.c: backward-filter of a 3x3 convolution of a one-channel input (see the file). */
 int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, const dist_tensor *dw);

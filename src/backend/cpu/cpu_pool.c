@@ -279,18 +279,6 @@ backward_row_2x2_avx512(const pool_geom *g, const float *dy, const uint8_t *ws, 
     }
 }
 
-/* 1 when the AVX-512 loops run here; cached. */
-static int pool_avx512(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl");
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
 #else
 static void forward_row_2x2(const pool_geom *g, const float *x, float *y, uint8_t *ws, int64_t oh) {
     const int64_t B = g->block, row = g->w * B;
@@ -317,7 +305,7 @@ dist_status cpu_max_pool2d_forward(void *ctx, const dist_pool2d_desc *d, const d
     const int fast = d->window_h == 2 && d->window_w == 2 && d->stride_h == 2 && d->stride_w == 2 &&
                      d->pad_top == 0 && d->pad_bottom == 0 && d->pad_left == 0 && d->pad_right == 0;
 #ifdef HAVE_AVX512_2X2
-    const int wide = fast && g.block % 16 == 0 && pool_avx512();
+    const int wide = fast && g.block % 16 == 0 && cpu_has_avx512_bw_vl();
 #else
     const int wide = 0;
 #endif
@@ -358,7 +346,7 @@ dist_status cpu_max_pool2d_backward(void *ctx, const dist_pool2d_desc *d, const 
         d->pad_top == 0 && d->pad_bottom == 0 && d->pad_left == 0 && d->pad_right == 0) {
         /* an odd height or width leaves a last row or column no window covers */
         const int remnant = 2 * g.oh < g.h || 2 * g.ow < g.w;
-        const int wide = g.block % 16 == 0 && pool_avx512();
+        const int wide = g.block % 16 == 0 && cpu_has_avx512_bw_vl();
         /* the bfloat16 copy, from the AVX-512 loop (zeroed like dx where a remnant is) */
         uint16_t *dxb = wide ? d->dx_bf16 : NULL;
 #pragma omp parallel for num_threads(c->threads) schedule(static) if (c->threads > 1)

@@ -66,18 +66,6 @@ round_bf16_avx512(const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = round_bf16_scalar(x[i]);
 }
 
-static int round_avx512(void) {
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl");
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
 static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, int simd) {
     if (dtype == DIST_F16) {
         if (simd) {
@@ -85,7 +73,7 @@ static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, i
         } else {
             for (int64_t i = 0; i < n; i++) y[i] = round_f16_scalar(x[i]);
         }
-    } else if (simd && round_avx512()) {
+    } else if (simd && cpu_has_avx512_bw_vl()) {
         round_bf16_avx512(x, y, n);
     } else if (simd) {
         round_bf16_avx2(x, y, n);
@@ -101,6 +89,18 @@ int cpu_has_avx2_fma(void) {
         cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
     return cached;
+}
+
+int cpu_has_avx512_bw_vl(void) {
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 int cpu_round_simd(void) {
