@@ -63,16 +63,14 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     /* the backend's bfloat16 copy of dy: the twin, or made by the first of the two passes for
      * both */
     dist_conv2d_desc *d = &n->p.conv;
-    if (twin && !d->copies) {
+    if (twin && !d->copies) { /* no copy of x was kept (frozen kernel): bit 0 stays clear */
         DIST_TRY(dist_arena_alloc(&t->arena, sizeof *d->copies, (void **)&d->copies));
         *d->copies = 0;
     }
     if (d->copies) {
-        *d->copies &= ~2u;
+        *d->copies = (*d->copies & ~2u) | (twin ? 2u : 0u);
         d->dy_bf16 = twin;
-        if (twin)
-            *d->copies |= 2u;
-        else if ((need_w || need_b) && tape_requires_grad(t, x))
+        if (!twin && (need_w || need_b) && tape_requires_grad(t, x))
             DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(dy) * 2, &d->dy_bf16));
     }
     if (need_w || need_b) {
@@ -210,6 +208,26 @@ static dist_status grad_give(dist_tape *t, const dist_tensor *x, dist_tensor *tm
     return st;
 }
 
+/* The filter and bias gradients of conv2d(x, w, b) + ReLU -> max pool from the pool's output
+ * gradient dy and arg-max workspace (the backend's conv2d_relu_pool_backward_filter), given to
+ * w and b at the precision `round_as`. *ran = 0 where the backend declines the shapes. */
+static dist_status conv_pool_filter_grads(dist_tape *t, const dist_conv2d_desc *cd,
+                                          const dist_pool2d_desc *pd, const dist_tensor *x,
+                                          const dist_tensor *w, const dist_tensor *b,
+                                          const dist_tensor *dy, const void *ws,
+                                          dist_dtype round_as, int *ran) {
+    dist_tensor *dw, *db = NULL;
+    DIST_TRY(tape_new_like(t, w, &dw));
+    if (b) DIST_TRY(tape_new_like(t, b, &db));
+    *ran = 0;
+    DIST_TRY(tape_be(t)->conv2d_relu_pool_backward_filter(tape_bectx(t), cd, pd, x, dy, ws, dw, db,
+                                                          ran));
+    if (!*ran) return DIST_OK;
+    if (tape_requires_grad(t, w)) DIST_TRY(grad_give(t, w, dw, round_as));
+    if (b && tape_requires_grad(t, b)) DIST_TRY(grad_give(t, b, db, round_as));
+    return DIST_OK;
+}
+
 /* conv2d with a fused ReLU -> max_pool2d, where the convolution's input needs no gradient (the
  * model's images): the backend computes the convolution's filter and bias gradients from the
  * pool's output gradient directly (conv2d_relu_pool_backward_filter), so the pooled input never
@@ -228,25 +246,10 @@ static dist_status pool_backward_fused(dist_tape *t, tape_node *n, const dist_te
     if (!c || c->backward != conv2d_backward || !c->p.conv.relu) return DIST_OK;
     const dist_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
     if (tape_requires_grad(t, x) || dist_tensor_numel(x) == 0) return DIST_OK;
-    /* Unfused, the pool's gradient is rounded to the pool's precision as it is scattered. */
-    const dist_tensor *g = dy;
-    if (n->round != DIST_F32) {
-        dist_tensor *r;
-        DIST_TRY(tape_new_like(t, dy, &r));
-        DIST_TRY(tape_round(t, dy, n->round, r));
-        g = r;
-    }
-    dist_tensor *dw, *db = NULL;
-    DIST_TRY(tape_new_like(t, w, &dw));
-    if (b) DIST_TRY(tape_new_like(t, b, &db));
-    int ran = 0;
-    DIST_TRY(be->conv2d_relu_pool_backward_filter(tape_bectx(t), &c->p.conv, &n->p.pool, x, g,
-                                                  n->workspace, dw, db, &ran));
-    if (!ran) return DIST_OK;
-    if (tape_requires_grad(t, w)) DIST_TRY(grad_give(t, w, dw, c->round));
-    if (b && tape_requires_grad(t, b)) DIST_TRY(grad_give(t, b, db, c->round));
-    *done = 1;
-    return DIST_OK;
+    /* the pool only routes dy (its gradients are not rounded: dist_op_max_pool2d stores
+     * nothing it computed), so the convolution's part of dy is dy itself */
+    return conv_pool_filter_grads(t, &c->p.conv, &n->p.pool, x, w, b, dy, n->workspace, c->round,
+                                  done);
 }
 
 /* When the pooled input is a ReLU's output, the ReLU's mask (x > 0) is applied here to the
@@ -345,19 +348,14 @@ typedef struct conv_pool_ws {
 static dist_status conv_pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     const conv_pool_ws *cw = n->workspace;
-    const struct dist_backend_i *be = tape_be(t);
-    dist_tensor *dy, *dw, *db = NULL;
+    dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
-    DIST_TRY(tape_new_like(t, w, &dw));
-    if (b) DIST_TRY(tape_new_like(t, b, &db));
-    int ran = 0;
-    DIST_TRY(be->conv2d_relu_pool_backward_filter(tape_bectx(t), &n->p.conv, &cw->pool, x, dy,
-                                                  cw->bytes, dw, db, &ran));
+    int ran;
+    DIST_TRY(
+        conv_pool_filter_grads(t, &n->p.conv, &cw->pool, x, w, b, dy, cw->bytes, n->round, &ran));
     if (!ran)
         return dist_error(DIST_INTERNAL, "conv2d + max_pool2d: the backend ran the fused forward "
                                          "but declines its gradient");
-    if (tape_requires_grad(t, w)) DIST_TRY(grad_give(t, w, dw, n->round));
-    if (b && tape_requires_grad(t, b)) DIST_TRY(grad_give(t, b, db, n->round));
     return DIST_OK;
 }
 

@@ -243,30 +243,40 @@ static int conv1_pool_lanes(int64_t B) {
     return B % 16 == 0 && cpu_has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
 }
 
+/* The shapes both fused kernels cover; *B and *lanes for dy / y in `layout`. */
+static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
+                             const dist_tensor *x, const dist_tensor *w, int64_t ch,
+                             dist_layout layout, int64_t *B, int *lanes) {
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[0] <= 0) return 0;
+    *B = layout == DIST_LAYOUT_NCHW16C ? 16 : layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
+    *lanes = conv1_pool_lanes(*B);
+    int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
+                  w->shape[0] == 3 && w->shape[1] == 3 && w->shape[2] == 1 && w->shape[3] == ch &&
+                  cd->stride_h == 1 && cd->stride_w == 1 && cd->pad_top == 0 &&
+                  cd->pad_bottom == 0 && cd->pad_left == 0 && cd->pad_right == 0 && cd->relu;
+    int pool_ok = pd->window_h == 2 && pd->window_w == 2 && pd->stride_h == 2 &&
+                  pd->stride_w == 2 && pd->pad_top == 0 && pd->pad_bottom == 0 &&
+                  pd->pad_left == 0 && pd->pad_right == 0;
+    int sizes_ok =
+        (x->shape[1] - 2) / 2 > 0 && (x->shape[2] - 2) / 2 > 0 && ch > 0 && *B > 0 && ch % *B == 0;
+    return *lanes && conv_ok && pool_ok && sizes_ok;
+}
+
 dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd,
                                            const dist_pool2d_desc *pd, const dist_tensor *x,
                                            const dist_tensor *dy, const void *workspace,
                                            dist_tensor *dw, dist_tensor *db, int *done) {
     cpu_ctx *c = ctx;
     *done = 0;
-    if (!c->fused_pool_filter || !workspace || x->ndim != 4 || dy->ndim != 4 || dw->ndim != 4)
-        return DIST_OK;
+    if (!c->fused_pool_filter || !workspace || dy->ndim != 4) return DIST_OK;
     int64_t n = x->shape[0], h = x->shape[1], w = x->shape[2];
     int64_t ph = dy->shape[1], pw = dy->shape[2], ch = dy->shape[3];
-    int64_t B = dy->layout == DIST_LAYOUT_NCHW16C ? 16 : dy->layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
-    /* lanes: 16 with AVX-512 where the channel block holds whole vectors of 16, else 8 */
-    int lanes = conv1_pool_lanes(B);
-    int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
-                  dy->dtype == DIST_F32 && dw->shape[0] == 3 && dw->shape[1] == 3 &&
-                  dw->shape[2] == 1 && dw->shape[3] == ch && cd->stride_h == 1 &&
-                  cd->stride_w == 1 && cd->pad_top == 0 && cd->pad_bottom == 0 &&
-                  cd->pad_left == 0 && cd->pad_right == 0 && cd->relu;
-    int pool_ok = pd->window_h == 2 && pd->window_w == 2 && pd->stride_h == 2 &&
-                  pd->stride_w == 2 && pd->pad_top == 0 && pd->pad_bottom == 0 &&
-                  pd->pad_left == 0 && pd->pad_right == 0;
-    /* the pool's input is the convolution's (h - 2) x (w - 2) output */
-    int shape_ok = dy->shape[0] == n && ph == (h - 2) / 2 && pw == (w - 2) / 2 && ph > 0 && pw > 0;
-    if (!lanes || !conv_ok || !pool_ok || !shape_ok || ch % B != 0 || n <= 0) return DIST_OK;
+    int64_t B;
+    int lanes;
+    /* dy is the convolution's (h - 2) x (w - 2) output pooled */
+    if (!conv1_pool_covers(cd, pd, x, dw, ch, dy->layout, &B, &lanes) || dy->dtype != DIST_F32 ||
+        dy->shape[0] != n || ph != (h - 2) / 2 || pw != (w - 2) / 2)
+        return DIST_OK;
     /* dy and workspace offsets: image, pooled row, pooled pixel; channel k in block k / B */
     int64_t img = ph * pw * ch, row = pw * B, pix = B;
     int64_t cvecs = ch / lanes, igroups = (n + GROUP - 1) / GROUP;
@@ -337,25 +347,6 @@ long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
  * maximum wins; NaN as cpu_pool.c treats it) into y and the same workspace bytes the pool
  * writes. The unfused path writes the
  * 26x26x32 output, rounds it and reads it back: three passes over 5.5 MB at batch 64. */
-
-/* The shapes both fused kernels cover; *B and *lanes for dy / y in `layout`. */
-static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
-                             const dist_tensor *x, const dist_tensor *w, int64_t ch,
-                             dist_layout layout, int64_t *B, int *lanes) {
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[0] <= 0) return 0;
-    *B = layout == DIST_LAYOUT_NCHW16C ? 16 : layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
-    *lanes = conv1_pool_lanes(*B);
-    int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
-                  w->shape[0] == 3 && w->shape[1] == 3 && w->shape[2] == 1 && w->shape[3] == ch &&
-                  cd->stride_h == 1 && cd->stride_w == 1 && cd->pad_top == 0 &&
-                  cd->pad_bottom == 0 && cd->pad_left == 0 && cd->pad_right == 0 && cd->relu;
-    int pool_ok = pd->window_h == 2 && pd->window_w == 2 && pd->stride_h == 2 &&
-                  pd->stride_w == 2 && pd->pad_top == 0 && pd->pad_bottom == 0 &&
-                  pd->pad_left == 0 && pd->pad_right == 0;
-    int sizes_ok =
-        (x->shape[1] - 2) / 2 > 0 && (x->shape[2] - 2) / 2 > 0 && ch > 0 && *B > 0 && ch % *B == 0;
-    return *lanes && conv_ok && pool_ok && sizes_ok;
-}
 
 /* One image, 16 channels (weights wk[tap * ch], bias bk) -> pooled rows into y / ws at stride
  * pix per pooled pixel, and into yb in bfloat16 when given (then the values are rounded to

@@ -754,24 +754,33 @@ static int own_layout_bf16(const dnnl_memory_desc_t *md, const dist_tensor *t) {
     return t->ndim == 4 && act_md(&tb, &own) == DIST_OK && dnnl_memory_desc_equal(&own, md);
 }
 
-/* The bfloat16 copy of x (bit 0, mem[8] -> mem[0], own buffer buf[3]) or dy (bit 1, mem[10] ->
- * mem[5], buf[4]) for a native pass: the tape's shared copy when it already holds the values,
- * else converted, into the shared buffer when the kernel's layout is the tensor's own. */
-static dist_status bf16_operand(cpu_ctx *c, cpu_prim *p, const dist_conv2d_desc *d,
-                                const dist_tensor *t, unsigned bit) {
-    int is_x = bit == 1u;
-    void *shared = is_x ? d->x_bf16 : d->dy_bf16;
-    int share = shared && d->copies && (p->own_layout & bit);
-    dnnl_memory_t from = p->mem[is_x ? 8 : 10], to = p->mem[is_x ? 0 : 5];
-    if (share && (*d->copies & bit)) {
-        set_handle(to, shared);
+/* A native pass's bfloat16 operand t (reorder mem[from] -> mem[to], the primitive's own buffer
+ * buf[slot]): the kept copy when it holds t's values, else converted, into the kept copy when
+ * there is one (then marked as holding them). The kept copy has t's own layout. */
+static dist_status bf16_operand(cpu_ctx *c, cpu_prim *p, const dist_tensor *t,
+                                const dist_bf16_copy *kept, int from, int to, int slot,
+                                dnnl_primitive_t reorder) {
+    int keep = kept && kept->data && kept->ready;
+    if (keep && (*kept->ready & kept->bit)) {
+        set_handle(p->mem[to], kept->data);
         return DIST_OK;
     }
-    set_handle(to, share ? shared : p->buf[is_x ? 3 : 4]);
-    set_handle(from, t->data);
-    DIST_TRY(run_reorder(c, is_x ? p->reorder_x : p->reorder_dy, from, to));
-    if (share) *d->copies |= bit;
+    set_handle(p->mem[to], keep ? kept->data : p->buf[slot]);
+    set_handle(p->mem[from], t->data);
+    DIST_TRY(run_reorder(c, reorder, p->mem[from], p->mem[to]));
+    if (keep) *kept->ready |= kept->bit;
     return DIST_OK;
+}
+
+/* A convolution's x (bit 1: mem[8] -> mem[0], buf[3]) or dy (bit 2: mem[10] -> mem[5], buf[4])
+ * in bfloat16, kept in dist_conv2d_desc.x_bf16 / dy_bf16 where the kernel takes the tensor's
+ * own layout. */
+static dist_status conv_bf16_operand(cpu_ctx *c, cpu_prim *p, const dist_conv2d_desc *d,
+                                     const dist_tensor *t, unsigned bit) {
+    int is_x = bit == 1u;
+    dist_bf16_copy kept = {is_x ? d->x_bf16 : d->dy_bf16, d->copies, bit};
+    return bf16_operand(c, p, t, p->own_layout & bit ? &kept : NULL, is_x ? 8 : 10, is_x ? 0 : 5,
+                        is_x ? 3 : 4, is_x ? p->reorder_x : p->reorder_dy);
 }
 
 static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
@@ -809,7 +818,7 @@ static dist_status conv_fwd_bf16(cpu_ctx *c, const dist_conv2d_desc *d, const di
     }
     if (!p->prim) return DIST_OK;
 ready:
-    DIST_TRY(bf16_operand(c, p, d, x, 1u));
+    DIST_TRY(conv_bf16_operand(c, p, d, x, 1u));
     set_handle(p->mem[1], w->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     set_handle(p->mem[4], y->data);
@@ -884,7 +893,7 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
     }
     if (!p->prim) return DIST_OK;
 ready:
-    DIST_TRY(bf16_operand(c, p, d, dy, 2u));
+    DIST_TRY(conv_bf16_operand(c, p, d, dy, 2u));
     set_handle(p->mem[1], w->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     set_handle(p->mem[4], dx->data);
@@ -946,8 +955,8 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
     }
     if (!p->prim) return DIST_OK;
 ready:
-    DIST_TRY(bf16_operand(c, p, d, x, 1u));
-    DIST_TRY(bf16_operand(c, p, d, dy, 2u));
+    DIST_TRY(conv_bf16_operand(c, p, d, x, 1u));
+    DIST_TRY(conv_bf16_operand(c, p, d, dy, 2u));
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mem[0]},
                                {DNNL_ARG_DIFF_DST, p->mem[5]},
                                {DNNL_ARG_DIFF_WEIGHTS, p->mem[2]}};
@@ -983,24 +992,6 @@ static dist_status mat_md(const dist_tensor *t, int trans, dnnl_data_type_t dt,
 
 /* native: bfloat16 copies of a and b (mem[8] -> mem[0], mem[10] -> mem[1]) feed a bfloat16
  * kernel with a float32 result; *ran = 0 when oneDNN has none for these shapes. */
-/* A native matmul's bfloat16 operand (mem[from] -> mem[to], own buffer buf[slot]): the kept copy
- * when it holds the values, else converted, into the kept copy when there is one. The copy has
- * the f32 operand's row-major layout: mat_md gives the bfloat16 descriptor the same strides. */
-static dist_status matmul_operand(cpu_ctx *c, cpu_prim *p, const dist_tensor *t,
-                                  const dist_bf16_copy *kept, int from, int to, int slot,
-                                  dnnl_primitive_t reorder) {
-    int keep = kept && kept->data && kept->ready;
-    if (keep && (*kept->ready & kept->bit)) {
-        set_handle(p->mem[to], kept->data);
-        return DIST_OK;
-    }
-    set_handle(p->mem[to], keep ? kept->data : p->buf[slot]);
-    set_handle(p->mem[from], t->data);
-    DIST_TRY(run_reorder(c, reorder, p->mem[from], p->mem[to]));
-    if (keep) *kept->ready |= kept->bit;
-    return DIST_OK;
-}
-
 static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, float alpha,
                               const dist_tensor *a, const dist_tensor *b, float beta,
                               dist_tensor *cm, const dist_bf16_copy *a_copy,
@@ -1066,8 +1057,8 @@ static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, 
     if (!p->prim) return DIST_OK;
 ready:
     if (native) {
-        DIST_TRY(matmul_operand(c, p, a, a_copy, 8, 0, 3, p->reorder_x));
-        DIST_TRY(matmul_operand(c, p, b, b_copy, 10, 1, 4, p->reorder_dy));
+        DIST_TRY(bf16_operand(c, p, a, a_copy, 8, 0, 3, p->reorder_x));
+        DIST_TRY(bf16_operand(c, p, b, b_copy, 10, 1, 4, p->reorder_dy));
     } else {
         set_handle(p->mem[0], a->data);
         set_handle(p->mem[1], b->data);
