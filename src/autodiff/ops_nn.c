@@ -228,26 +228,54 @@ static dist_status conv_pool_filter_grads(dist_tape *t, const dist_conv2d_desc *
     return DIST_OK;
 }
 
-/* conv2d with a fused ReLU -> max_pool2d, where the convolution's input needs no gradient (the
- * model's images): the backend computes the convolution's filter and bias gradients from the
- * pool's output gradient directly (conv2d_relu_pool_backward_filter), so the pooled input never
- * gets its gradient (4x the pool's size, mostly zeros) and the convolution's own backward does
- * not run for it. Gradients are linear, so another consumer of the pooled input still reaches
- * the convolution's backward with its own contribution. *done = 0 where this does not apply. */
+/* All gradients of conv2d + ReLU (node c) -> max pool from the pool's output gradient dy and
+ * arg-max workspace (the backend's conv2d_relu_pool_backward), at the convolution's precision.
+ * *ran = 0 where the backend declines the shapes (then nothing was given). */
+static dist_status conv_pool_all_grads(dist_tape *t, const tape_node *c, const dist_pool2d_desc *pd,
+                                       const dist_tensor *dy, const void *ws, int *ran) {
+    const dist_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
+    dist_tensor *dx, *dw = NULL, *db = NULL;
+    DIST_TRY(grad_begin(t, x, &dx)); /* nothing is recorded until grad_end */
+    if (tape_requires_grad(t, w)) DIST_TRY(tape_new_like(t, w, &dw));
+    if (b && tape_requires_grad(t, b)) DIST_TRY(tape_new_like(t, b, &db));
+    *ran = 0;
+    DIST_TRY(tape_be(t)->conv2d_relu_pool_backward(tape_bectx(t), &c->p.conv, pd, x, w, dy, ws,
+                                                   dx, dw, db, ran));
+    if (!*ran) return DIST_OK;
+    dist_dtype saved = t->cur_round;
+    t->cur_round = c->round;
+    dist_status st = grad_end(t, x, dx);
+    t->cur_round = saved;
+    DIST_TRY(st);
+    if (dw) DIST_TRY(grad_give(t, w, dw, c->round));
+    if (db) DIST_TRY(grad_give(t, b, db, c->round));
+    return DIST_OK;
+}
+
+/* conv2d with a fused ReLU -> max_pool2d: the backend computes the convolution's gradients from
+ * the pool's output gradient directly, so the convolution's output gradient (4x the pool's size,
+ * mostly zeros) is never written and neither the pool's nor the convolution's own backward runs
+ * for it: conv2d_relu_pool_backward_filter where the convolution's input needs no gradient (the
+ * model's images), conv2d_relu_pool_backward where it does. Gradients are linear, so another
+ * consumer of the pooled input still reaches the convolution's backward with its own
+ * contribution. *done = 0 where this does not apply. */
 static dist_status pool_backward_fused(dist_tape *t, tape_node *n, const dist_tensor *dy,
                                        int *done) {
     *done = 0;
     const dist_tensor *y = n->in[0];
     const struct dist_backend_i *be = tape_be(t);
-    if (!be->conv2d_relu_pool_backward_filter || !tape_is_relu_output(t, y) ||
-        t->grads[y->node].is_source)
-        return DIST_OK;
+    if (!tape_is_relu_output(t, y) || t->grads[y->node].is_source) return DIST_OK;
     tape_node *c = producer(t, n, y);
     if (!c || c->backward != conv2d_backward || !c->p.conv.relu) return DIST_OK;
     const dist_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
-    if (tape_requires_grad(t, x) || dist_tensor_numel(x) == 0) return DIST_OK;
+    if (dist_tensor_numel(x) == 0) return DIST_OK;
     /* the pool only routes dy (its gradients are not rounded: dist_op_max_pool2d stores
      * nothing it computed), so the convolution's part of dy is dy itself */
+    if (tape_requires_grad(t, x))
+        return be->conv2d_relu_pool_backward
+                   ? conv_pool_all_grads(t, c, &n->p.pool, dy, n->workspace, done)
+                   : DIST_OK;
+    if (!be->conv2d_relu_pool_backward_filter) return DIST_OK;
     return conv_pool_filter_grads(t, &c->p.conv, &n->p.pool, x, w, b, dy, n->workspace, c->round,
                                   done);
 }

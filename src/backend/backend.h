@@ -136,6 +136,16 @@ struct dist_backend_i {
                                                     const dist_tensor *x, const dist_tensor *dy,
                                                     const void *workspace, dist_tensor *dw,
                                                     dist_tensor *db, int *done);
+    /* Optional (NULL: none). All gradients of the same pair where x needs one too: dx (written
+     * in the layout it picks, set in dx->layout; overwritten) and dw, db (may be NULL) as
+     * conv2d_backward_filter writes them, from the pool's output gradient dy (in p's layout)
+     * and its workspace, w the convolution's kernel. Sets *done = 0 and writes nothing for
+     * shapes it does not cover; the tape then runs the two backward passes as usual. */
+    dist_status (*conv2d_relu_pool_backward)(void *ctx, const dist_conv2d_desc *cd,
+                                             const dist_pool2d_desc *pd, const dist_tensor *x,
+                                             const dist_tensor *w, const dist_tensor *dy,
+                                             const void *workspace, dist_tensor *dx,
+                                             dist_tensor *dw, dist_tensor *db, int *done);
 
     /* c = alpha * op(a) @ op(b) + beta * c, plain 2-D f32 tensors, op = transpose when set */
     dist_status (*matmul)(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,

@@ -33,6 +33,7 @@ static void cpu_destroy(void *ctx) {
     if (!c) return;
     cpu_prims_destroy(c);
     free(c->conv1_part);
+    free(c->conv_pool_buf);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->engine) dnnl_engine_destroy(c->engine);
     free(c);
@@ -344,6 +345,7 @@ static const struct dist_backend_i cpu_iface = {
     .max_pool2d_backward = cpu_max_pool2d_backward,
     .conv2d_relu_pool_forward = cpu_conv1_pool_forward,
     .conv2d_relu_pool_backward_filter = cpu_conv1_pool_backward_filter,
+    .conv2d_relu_pool_backward = cpu_conv_pool_backward,
     .matmul = cpu_matmul,
     .matmul_bf16 = cpu_matmul_bf16,
     .bias_add = cpu_bias_add,

@@ -49,6 +49,9 @@ typedef struct cpu_ctx {
     /* cpu_conv1.c's partial sums, grown on first use of a shape (steady state: no allocation) */
     float *conv1_part;
     size_t conv1_part_n;
+    /* cpu_conv_pool.c's scratch (the kernel rearranged, partials, lists), grown likewise */
+    float *conv_pool_buf;
+    size_t conv_pool_n;
 } cpu_ctx;
 
 /* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet), as cpu_round.c
@@ -139,6 +142,17 @@ dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
  * many times it ran (-1: not a CPU backend). */
 dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on);
 long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend);
+/* cpu_conv_pool.c: all gradients of a 3x3 convolution (ReLU fused) followed by a 2x2 / stride 2
+ * max pool, from the pool's output gradient and workspace (conv2d_relu_pool_backward). *lanes:
+ * the vector width it would use (16, 8), 0 where it declines. */
+int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
+                                   const dist_tensor *x, const dist_tensor *w,
+                                   const dist_tensor *dy, int *lanes);
+dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
+                                   const dist_pool2d_desc *pd, const dist_tensor *x,
+                                   const dist_tensor *w, const dist_tensor *dy,
+                                   const void *workspace, dist_tensor *dx, dist_tensor *dw,
+                                   dist_tensor *db, int *done);
 /* cpu_conv2.c: backward-filter of 3-wide convolutions with several input channels on AVX2. */
 int cpu_conv2_backward_filter_applies(const cpu_ctx *c, const dist_conv2d_desc *d,
                                       const dist_tensor *x, const dist_tensor *dy,
