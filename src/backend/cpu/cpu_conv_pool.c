@@ -15,12 +15,15 @@
  *     db[k] += g
  *
  * Vectorized over the input channels c (16 per AVX-512 register, 8 per AVX2 one), which are
- * contiguous at a pixel in every layout the backend keeps (nChw16c, nChw8c, plain NHWC):
- *   - dx: the entries of a pooled pixel are sorted by a into four lists; each list adds into one
- *     3x3 block of dx, summed in 9 registers over the list (w, rearranged [k][tap][c], read
- *     from memory by the FMAs) and added to dx once;
- *   - dw: the entries of an image are sorted by k; each k's list sums its 9 taps of x into 9
- *     registers, added to the image group's partial [k][tap][c] once.
+ * contiguous at a pixel in every layout the backend keeps (nChw16c, nChw8c, plain NHWC); per
+ * image, whose channels stay in the L1 cache:
+ *   - dx: the entries (g, k) of each pooled pixel are sorted by a into four lists (compressed
+ *     16 at a time with AVX-512). Each list sums g * w[k][tap] (the kernel rearranged
+ *     [k][tap][c]) in 9 registers; the four lists' sums meet in the 4x4 block of dx the window's
+ *     taps cover, kept in 16 registers and added to dx once.
+ *   - dw: for each k, its pooled gradient is read in place (g set to 0 where POS is clear) and
+ *     sums g * x[q + tap] over the pooled pixels in 9 registers per 16 channels (18 for 32),
+ *     added to the image group's partial [k][tap][c] once.
  * Deterministic whatever the thread count: images are summed in fixed groups (by the batch
  * size only), each into its own partial, and the partials are added in group order. */
 #include "backend/cpu/cpu_internal.h"
@@ -34,85 +37,161 @@
 
 #define MAX_GROUPS 8 /* image groups, each with its own filter-gradient partial */
 
+/* A dx list's entry: a pooled gradient value and its output channel. */
 typedef struct cp_entry {
     float g;
-    int32_t i; /* dx lists: the output channel; dw lists: the pixel index q (row * w + col) */
+    int32_t k;
 } cp_entry;
 
-/* dx[q + tap] += sum over the list of g * wt[k][tap] (wt: the kernel for these lanes, 9 vectors
- * per output channel); dx points at q, pixel stride pix, row width w. */
+/* dx: one pooled pixel's entries (g, output channel k), sorted by the window offset a into
+ * lists e[a] of n[a]; dx points at the window's top-left pixel (pixel stride pix, row width w),
+ * wt at the kernel [k][tap][16 lanes]. Each list sums g * wt[k][tap] in 9 registers, added to the
+ * 4x4 block of dx its 3x3 taps cover, kept in 16 registers and added to dx once. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-dx_list16(const cp_entry *e, int n, const float *wt, float *dx, int64_t pix, int64_t w) {
-    __m512 a[9];
-    for (int t = 0; t < 9; t++) a[t] = _mm512_setzero_ps();
-    for (int i = 0; i < n; i++) {
-        __m512 g = _mm512_set1_ps(e[i].g);
-        const float *wp = wt + (int64_t)e[i].i * 144;
-        for (int t = 0; t < 9; t++) a[t] = _mm512_fmadd_ps(g, _mm512_loadu_ps(wp + 16 * t), a[t]);
+dx_pixel16(const cp_entry *const *e, const int *n, const float *wt, float *dx, int64_t pix,
+           int64_t w) {
+    __m512 B[16];
+    for (int t = 0; t < 16; t++) B[t] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        __m512 acc[9];
+        for (int t = 0; t < 9; t++) acc[t] = _mm512_setzero_ps();
+        for (int i = 0; i < n[a]; i++) {
+            __m512 g = _mm512_set1_ps(e[a][i].g);
+            const float *wp = wt + (int64_t)e[a][i].k * 144;
+            for (int t = 0; t < 9; t++)
+                acc[t] = _mm512_fmadd_ps(g, _mm512_loadu_ps(wp + 16 * t), acc[t]);
+        }
+        for (int t = 0; t < 9; t++) {
+            int at = ((a >> 1) + t / 3) * 4 + (a & 1) + t % 3;
+            B[at] = _mm512_add_ps(B[at], acc[t]);
+        }
     }
-    for (int t = 0; t < 9; t++) {
-        float *d = dx + ((t / 3) * w + t % 3) * pix;
-        _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), a[t]));
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) {
+            float *d = dx + (r * w + c) * pix;
+            _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), B[r * 4 + c]));
+        }
+}
+
+/* The same with AVX2, 8 lanes: each list's 9 sums are added to dx directly (a 4x4 block does
+ * not fit its 16 registers beside them). */
+__attribute__((target("avx2,fma"))) static void dx_pixel8(const cp_entry *const *e, const int *n,
+                                                         const float *wt, float *dx, int64_t pix,
+                                                         int64_t w) {
+    for (int a = 0; a < 4; a++) {
+        if (!n[a]) continue;
+        __m256 acc[9];
+        for (int t = 0; t < 9; t++) acc[t] = _mm256_setzero_ps();
+        for (int i = 0; i < n[a]; i++) {
+            __m256 g = _mm256_broadcast_ss(&e[a][i].g);
+            const float *wp = wt + (int64_t)e[a][i].k * 72;
+            for (int t = 0; t < 9; t++)
+                acc[t] = _mm256_fmadd_ps(g, _mm256_loadu_ps(wp + 8 * t), acc[t]);
+        }
+        float *d0 = dx + ((a >> 1) * w + (a & 1)) * pix;
+        for (int t = 0; t < 9; t++) {
+            float *d = d0 + ((t / 3) * w + t % 3) * pix;
+            _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), acc[t]));
+        }
     }
 }
 
-/* dw[tap] += sum over the list of g * x[q + tap] (dw: 9 vectors; x: the image at these lanes) */
+/* dw: one output channel k of one image, its pooled gradient g[p * sy] and workspace bytes
+ * b[p * sy] read in place for the P pooled pixels: dw[v][tap] += g * x[v][q + tap] for V (1 or
+ * 2) vectors of 16 input channels, x[v] = x + v * vstep (pixel stride pix, row width w), dw
+ * [v][tap][16], q = base[p] + delta[b & 3] (the arg-max's pixel), g taken as 0 where the
+ * ReLU cut (POS clear). The 9 V sums stay in registers. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-dw_list16(const cp_entry *e, int n, const float *x, int64_t pix, int64_t w, float *dw) {
+dw_chan16(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, const int32_t *delta,
+          int64_t P, const float *x, int64_t vstep, int V, int64_t pix, int64_t w, float *dw) {
+    const int64_t row = w * pix;
+    if (V == 2) {
+        __m512 a[9], c[9];
+        for (int t = 0; t < 9; t++) {
+            a[t] = _mm512_loadu_ps(dw + 16 * t);
+            c[t] = _mm512_loadu_ps(dw + 144 + 16 * t);
+        }
+        for (int64_t p = 0; p < P; p++) {
+            uint8_t bp = b[p * sy];
+            if (!(bp & CPU_POOL_WS_POS)) continue;
+            __m512 gv = _mm512_set1_ps(g[p * sy]);
+            const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
+            for (int t = 0; t < 9; t++) {
+                const float *xp = x0 + (t / 3) * row + (t % 3) * pix;
+                a[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(xp), a[t]);
+                c[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(xp + vstep), c[t]);
+            }
+        }
+        for (int t = 0; t < 9; t++) {
+            _mm512_storeu_ps(dw + 16 * t, a[t]);
+            _mm512_storeu_ps(dw + 144 + 16 * t, c[t]);
+        }
+        return;
+    }
     __m512 a[9];
     for (int t = 0; t < 9; t++) a[t] = _mm512_loadu_ps(dw + 16 * t);
-    const int64_t row = w * pix;
-    for (int i = 0; i < n; i++) {
-        __m512 g = _mm512_set1_ps(e[i].g);
-        const float *x0 = x + (int64_t)e[i].i * pix, *x1 = x0 + row, *x2 = x1 + row;
-        a[0] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x0), a[0]);
-        a[1] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x0 + pix), a[1]);
-        a[2] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x0 + 2 * pix), a[2]);
-        a[3] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x1), a[3]);
-        a[4] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x1 + pix), a[4]);
-        a[5] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x1 + 2 * pix), a[5]);
-        a[6] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x2), a[6]);
-        a[7] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x2 + pix), a[7]);
-        a[8] = _mm512_fmadd_ps(g, _mm512_loadu_ps(x2 + 2 * pix), a[8]);
+    for (int64_t p = 0; p < P; p++) {
+        uint8_t bp = b[p * sy];
+        __m512 gv = _mm512_set1_ps(bp & CPU_POOL_WS_POS ? g[p * sy] : 0.0f);
+        const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
+        for (int t = 0; t < 9; t++)
+            a[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(x0 + (t / 3) * row + (t % 3) * pix), a[t]);
     }
     for (int t = 0; t < 9; t++) _mm512_storeu_ps(dw + 16 * t, a[t]);
 }
 
-/* The same two with AVX2, 8 lanes (9 accumulators of the 16 registers). */
-__attribute__((target("avx2,fma"))) static void dx_list8(const cp_entry *e, int n, const float *wt,
-                                                        float *dx, int64_t pix, int64_t w) {
-    __m256 a[9];
-    for (int t = 0; t < 9; t++) a[t] = _mm256_setzero_ps();
-    for (int i = 0; i < n; i++) {
-        __m256 g = _mm256_broadcast_ss(&e[i].g);
-        const float *wp = wt + (int64_t)e[i].i * 72;
-        for (int t = 0; t < 9; t++) a[t] = _mm256_fmadd_ps(g, _mm256_loadu_ps(wp + 8 * t), a[t]);
-    }
-    for (int t = 0; t < 9; t++) {
-        float *d = dx + ((t / 3) * w + t % 3) * pix;
-        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), a[t]));
-    }
-}
-
-__attribute__((target("avx2,fma"))) static void dw_list8(const cp_entry *e, int n, const float *x,
-                                                        int64_t pix, int64_t w, float *dw) {
+/* The same with AVX2 for one vector of 8 input channels. */
+__attribute__((target("avx2,fma"))) static void
+dw_chan8(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, const int32_t *delta,
+         int64_t P, const float *x, int64_t pix, int64_t w, float *dw) {
+    const int64_t row = w * pix;
     __m256 a[9];
     for (int t = 0; t < 9; t++) a[t] = _mm256_loadu_ps(dw + 8 * t);
-    const int64_t row = w * pix;
-    for (int i = 0; i < n; i++) {
-        __m256 g = _mm256_broadcast_ss(&e[i].g);
-        const float *x0 = x + (int64_t)e[i].i * pix, *x1 = x0 + row, *x2 = x1 + row;
-        a[0] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x0), a[0]);
-        a[1] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x0 + pix), a[1]);
-        a[2] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x0 + 2 * pix), a[2]);
-        a[3] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x1), a[3]);
-        a[4] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x1 + pix), a[4]);
-        a[5] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x1 + 2 * pix), a[5]);
-        a[6] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x2), a[6]);
-        a[7] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x2 + pix), a[7]);
-        a[8] = _mm256_fmadd_ps(g, _mm256_loadu_ps(x2 + 2 * pix), a[8]);
+    for (int64_t p = 0; p < P; p++) {
+        uint8_t bp = b[p * sy];
+        __m256 gv = _mm256_set1_ps(bp & CPU_POOL_WS_POS ? g[p * sy] : 0.0f);
+        const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
+        for (int t = 0; t < 9; t++)
+            a[t] = _mm256_fmadd_ps(gv, _mm256_loadu_ps(x0 + (t / 3) * row + (t % 3) * pix), a[t]);
     }
     for (int t = 0; t < 9; t++) _mm256_storeu_ps(dw + 8 * t, a[t]);
+}
+
+/* dx's lists for 16 output channels k0.. at one pooled pixel (their gradient g and workspace
+ * bytes b contiguous): the entries with POS set and g != 0 appended to the list of their window
+ * offset (lists at e + a * stride, counts n[a]; each list has 8 entries of slack), and db[k] +=
+ * g for them. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+lists16(const float *g, const uint8_t *b, int32_t k0, cp_entry *e, int64_t stride, int *n,
+        float *db) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)b);
+    const __m512 gv = _mm512_loadu_ps(g);
+    __mmask16 act = _mm_test_epi8_mask(bytes, _mm_set1_epi8((char)CPU_POOL_WS_POS)) &
+                    _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    if (!act) return;
+    _mm512_storeu_ps(db, _mm512_add_ps(_mm512_loadu_ps(db), _mm512_maskz_mov_ps(act, gv)));
+    const __m512i a = _mm512_and_si512(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(3));
+    const __m512i kv = _mm512_add_epi32(
+        _mm512_set1_epi32(k0),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    /* (g, k) pairs of lanes 0-7 and 8-15 */
+    const __m512i lo = _mm512_permutex2var_epi32(
+        _mm512_castps_si512(gv),
+        _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), kv);
+    const __m512i hi = _mm512_permutex2var_epi32(
+        _mm512_castps_si512(gv),
+        _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), kv);
+    for (int q = 0; q < 4; q++) {
+        __mmask16 m = act & _mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(q));
+        if (!m) continue;
+        cp_entry *d = e + q * stride + n[q];
+        __mmask8 ml = (__mmask8)m, mh = (__mmask8)(m >> 8);
+        int cl = __builtin_popcount(ml);
+        _mm512_storeu_si512(d, _mm512_maskz_compress_epi64(ml, lo));
+        _mm512_storeu_si512(d + cl, _mm512_maskz_compress_epi64(mh, hi));
+        n[q] += cl + __builtin_popcount(mh);
+    }
 }
 
 /* A 4-D activation's channel blocking: block B (channels contiguous at a pixel), 0 if none
@@ -136,6 +215,9 @@ typedef struct cp_geom {
     int64_t n, h, w, C, K, ph, pw, P;
     int64_t Bx, By, L; /* x / dx block, dy / workspace block, lanes */
     int64_t cvecs;     /* C / L */
+    int vec_lists;     /* lists16 builds the dx lists (AVX-512, dy blocks of 16) */
+    const int32_t *base; /* [P]: the pixel index of pooled pixel p's window's top-left */
+    int32_t delta[4];    /* + the window offset a's pixel */
 } cp_geom;
 
 int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
@@ -163,59 +245,67 @@ int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d
 }
 
 /* One image m: adds its part of dw (partial [k][cvec][tap][L]) and db (partial [K]) and writes
- * its dx. lists: K * P entries and K counts; bucket: 4 * K entries; wt: [cvec][k][tap][L]. */
+ * its dx. lists: P * 4 lists of K + 8 entries (dx), nb their P * 4 counts; wt: [cvec][k][tap][L]. */
 static void cp_image(const cp_geom *G, int64_t m, const float *x, const float *dy,
                      const uint8_t *ws, const float *wt, float *dx, float *dwp, float *dbp,
-                     cp_entry *lists, int *cnt, cp_entry *bucket) {
-    const int64_t hw = G->h * G->w, L = G->L, P = G->P;
-    const int64_t pixx = G->Bx, pixy = G->By;
+                     cp_entry *lists, int *nb) {
+    const int64_t hw = G->h * G->w, L = G->L, P = G->P, K = G->K, By = G->By, KB = K + 8;
     const float *xi = x + m * hw * G->C;
     float *dxi = dx + m * hw * G->C;
-    const float *gi = dy + m * P * G->K;
-    const uint8_t *wi = ws + m * P * G->K;
+    const float *gi = dy + m * P * K;
+    const uint8_t *wi = ws + m * P * K;
     memset(dxi, 0, sizeof(float) * (size_t)(hw * G->C));
-    memset(cnt, 0, sizeof(int) * (size_t)G->K);
+    memset(nb, 0, sizeof(int) * (size_t)(4 * P));
+    /* dx's lists and db */
     for (int64_t p = 0; p < P; p++) {
-        int64_t r = p / G->pw, c = p % G->pw;
-        int nb[4] = {0, 0, 0, 0};
-        for (int64_t k0 = 0; k0 < G->K; k0 += pixy) {
-            /* one block of dy's channels at pooled pixel p */
-            const float *gb = gi + (k0 / pixy) * P * pixy + p * pixy;
-            const uint8_t *wb = wi + (k0 / pixy) * P * pixy + p * pixy;
-            for (int64_t l = 0; l < pixy; l++) {
+        int *np = nb + 4 * p;
+        cp_entry *lp = lists + 4 * p * KB;
+        for (int64_t k0 = 0; k0 < K; k0 += By) {
+            const float *gb = gi + (k0 / By) * P * By + p * By;
+            const uint8_t *wb = wi + (k0 / By) * P * By + p * By;
+            if (G->vec_lists) {
+                for (int64_t l = 0; l < By; l += 16)
+                    lists16(gb + l, wb + l, (int32_t)(k0 + l), lp, KB, np, dbp + k0 + l);
+                continue;
+            }
+            for (int64_t l = 0; l < By; l++) {
                 uint8_t b = wb[l];
                 float g = gb[l];
                 if (!(b & CPU_POOL_WS_POS) || g == 0.0f) continue;
                 int a = b & 3;
-                int32_t k = (int32_t)(k0 + l);
-                int32_t q = (int32_t)((2 * r + (a >> 1)) * G->w + 2 * c + (a & 1));
-                lists[k * P + cnt[k]++] = (cp_entry){g, q};
-                bucket[a * G->K + nb[a]++] = (cp_entry){g, k};
-                dbp[k] += g;
-            }
-        }
-        for (int a = 0; a < 4; a++) {
-            if (!nb[a]) continue;
-            int64_t q = (2 * r + (a >> 1)) * G->w + 2 * c + (a & 1);
-            for (int64_t v = 0; v < G->cvecs; v++) {
-                float *d = dxi + chan_at(v * L, pixx, hw) + q * pixx;
-                const float *wv = wt + v * G->K * 9 * L;
-                if (L == 16)
-                    dx_list16(bucket + a * G->K, nb[a], wv, d, pixx, G->w);
-                else
-                    dx_list8(bucket + a * G->K, nb[a], wv, d, pixx, G->w);
+                lp[a * KB + np[a]++] = (cp_entry){g, (int32_t)(k0 + l)};
+                dbp[k0 + l] += g;
             }
         }
     }
-    for (int64_t k = 0; k < G->K; k++) {
-        if (!cnt[k]) continue;
-        for (int64_t v = 0; v < G->cvecs; v++) {
-            const float *xv = xi + chan_at(v * L, pixx, hw);
-            float *dv = dwp + (k * G->cvecs + v) * 9 * L;
+    for (int64_t v = 0; v < G->cvecs; v++) {
+        float *dv = dxi + chan_at(v * L, G->Bx, hw);
+        const float *wv = wt + v * K * 9 * L;
+        for (int64_t p = 0; p < P; p++) {
+            const cp_entry *e[4];
+            for (int a = 0; a < 4; a++) e[a] = lists + (4 * p + a) * KB;
+            float *d = dv + (int64_t)G->base[p] * G->Bx;
             if (L == 16)
-                dw_list16(lists + k * P, cnt[k], xv, pixx, G->w, dv);
+                dx_pixel16(e, nb + 4 * p, wv, d, G->Bx, G->w);
             else
-                dw_list8(lists + k * P, cnt[k], xv, pixx, G->w, dv);
+                dx_pixel8(e, nb + 4 * p, wv, d, G->Bx, G->w);
+        }
+    }
+    for (int64_t k = 0; k < K; k++) {
+        const float *gk = gi + (k / By) * P * By + k % By;
+        const uint8_t *bk = wi + (k / By) * P * By + k % By;
+        for (int64_t v = 0; v < G->cvecs;) {
+            const float *xv = xi + chan_at(v * L, G->Bx, hw);
+            float *dv = dwp + (k * G->cvecs + v) * 9 * L;
+            if (L == 8) {
+                dw_chan8(gk, bk, By, G->base, G->delta, P, xv, G->Bx, G->w, dv);
+                v++;
+                continue;
+            }
+            int V = v + 1 < G->cvecs ? 2 : 1;
+            int64_t vstep = V == 2 ? chan_at((v + 1) * L, G->Bx, hw) - chan_at(v * L, G->Bx, hw) : 0;
+            dw_chan16(gk, bk, By, G->base, G->delta, P, xv, vstep, V, G->Bx, G->w, dv);
+            v += V;
         }
     }
 }
@@ -249,11 +339,13 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     groups = (G.n + per - 1) / per;
     int threads = c->threads > 1 && groups > 1 ? c->threads : 1;
     if (threads > groups) threads = (int)groups;
-    /* scratch: the kernel rearranged, a partial dw and db per group, lists per thread */
-    size_t wt_n = (size_t)(G.K * 9 * G.C), part_n = wt_n + (size_t)G.K;
-    size_t list_n = (size_t)(G.K * G.P + 4 * G.K) * sizeof(cp_entry) / sizeof(float) +
-                    (size_t)G.K; /* entries, buckets, counts (int, float-sized) */
-    size_t need = wt_n + (size_t)groups * part_n + (size_t)threads * list_n;
+    G.vec_lists = L == 16 && G.By % 16 == 0;
+    /* scratch: the kernel rearranged, the window tables, a partial dw and db per group, lists
+     * per thread */
+    size_t wt_n = (size_t)(G.K * 9 * G.C), part_n = wt_n + (size_t)G.K, base_n = (size_t)G.P;
+    size_t list_n = (size_t)(4 * G.P * (G.K + 8)) * sizeof(cp_entry) / sizeof(float) +
+                    (size_t)(4 * G.P); /* entries, counts (int) */
+    size_t need = wt_n + base_n + (size_t)groups * part_n + (size_t)threads * list_n;
     if (need > c->conv_pool_n) {
         float *grown = realloc(c->conv_pool_buf, need * sizeof(float));
         if (!grown)
@@ -261,7 +353,12 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
         c->conv_pool_buf = grown;
         c->conv_pool_n = need;
     }
-    float *wt = c->conv_pool_buf, *parts = wt + wt_n, *lists = parts + groups * part_n;
+    float *wt = c->conv_pool_buf, *parts = wt + wt_n + base_n, *lists = parts + groups * part_n;
+    int32_t *base = (int32_t *)(wt + wt_n);
+    for (int64_t p = 0; p < G.P; p++)
+        base[p] = (int32_t)(2 * (p / G.pw) * G.w + 2 * (p % G.pw));
+    G.base = base;
+    for (int a = 0; a < 4; a++) G.delta[a] = (int32_t)((a >> 1) * G.w + (a & 1));
     /* wt[v][k][tap][l] = w[tap][v * L + l][k] */
     const float *wd = w->data;
     for (int64_t v = 0; v < G.cvecs; v++)
@@ -278,12 +375,12 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t gi = 0; gi < groups; gi++) {
         float *mine = lists + (size_t)omp_get_thread_num() * list_n;
-        cp_entry *ent = (cp_entry *)mine, *bucket = ent + G.K * G.P;
-        int *cnt = (int *)(bucket + 4 * G.K);
+        cp_entry *ent = (cp_entry *)mine;
+        int *nb = (int *)(ent + 4 * G.P * (G.K + 8));
         float *dwp = parts + gi * part_n, *dbp = dwp + wt_n;
         int64_t m1 = (gi + 1) * per < G.n ? (gi + 1) * per : G.n;
         for (int64_t m = gi * per; m < m1; m++)
-            cp_image(&G, m, xd, gd, wsd, wt, dxd, dwp, dbp, ent, cnt, bucket);
+            cp_image(&G, m, xd, gd, wsd, wt, dxd, dwp, dbp, ent, nb);
     }
     dx->layout = x->layout;
     /* the partials summed in group order into the first, then dw[tap][v * L + l][k] =
