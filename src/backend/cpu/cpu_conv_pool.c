@@ -35,7 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_GROUPS 8 /* image groups, each with its own filter-gradient partial */
+/* Images are summed in groups of at least GROUP_MIN (fewer partials to clear and add), at most
+ * MAX_GROUPS groups, each with its own filter-gradient partial. */
+#define GROUP_MIN 16
+#define MAX_GROUPS 16
 
 /* A dx list's entry: a pooled gradient value and its output channel. */
 typedef struct cp_entry {
@@ -334,7 +337,8 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     G.By = channel_block(dy);
     G.L = L;
     G.cvecs = G.C / L;
-    int64_t groups = G.n < MAX_GROUPS ? G.n : MAX_GROUPS;
+    int64_t groups = (G.n + GROUP_MIN - 1) / GROUP_MIN;
+    if (groups > MAX_GROUPS) groups = MAX_GROUPS;
     int64_t per = (G.n + groups - 1) / groups;
     groups = (G.n + per - 1) / per;
     int threads = c->threads > 1 && groups > 1 ? c->threads : 1;
