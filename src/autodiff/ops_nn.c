@@ -239,8 +239,8 @@ static dist_status conv_pool_all_grads(dist_tape *t, const tape_node *c, const d
     if (tape_requires_grad(t, w)) DIST_TRY(tape_new_like(t, w, &dw));
     if (b && tape_requires_grad(t, b)) DIST_TRY(tape_new_like(t, b, &db));
     *ran = 0;
-    DIST_TRY(tape_be(t)->conv2d_relu_pool_backward(tape_bectx(t), &c->p.conv, pd, x, w, dy, ws,
-                                                   dx, dw, db, ran));
+    DIST_TRY(tape_be(t)->conv2d_relu_pool_backward(tape_bectx(t), &c->p.conv, pd, x, w, dy, ws, dx,
+                                                   dw, db, ran));
     if (!*ran) return DIST_OK;
     dist_dtype saved = t->cur_round;
     t->cur_round = c->round;

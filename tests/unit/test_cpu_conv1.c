@@ -125,15 +125,6 @@ typedef struct pooled_case {
     int threads;
 } pooled_case;
 
-/* The lanes the fused kernel uses for a block of B channels here (0: none, it declines). */
-static int fused_lanes(int B) {
-    __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return B % 16 == 0 && avx512 ? 16 : B % 8 == 0 && avx2 ? 8 : 0;
-}
-
 /* Forward conv (ReLU) and pool on the backend in k->layout, then the fused filter gradient for a
  * random pooled gradient; rw / rb get the double reference. Returns *done. */
 static int pooled_grads(const pooled_case *k, uint64_t seed, float *dw, float *db, double *rw,
@@ -231,8 +222,8 @@ START_TEST(test_fused_pool_filter_matches_reference) {
         float dw[9 * 64], db[64];
         double rw[9 * 64], rb[64];
         int done = pooled_grads(k, 100 + c, dw, db, rw, rb);
-        ck_assert_msg(done == (fused_lanes(B) != 0), "case %zu: done %d, lanes %d", c, done,
-                      fused_lanes(B));
+        ck_assert_msg(done == (dist_test_fused_lanes(B) != 0), "case %zu: done %d, lanes %d", c,
+                      done, dist_test_fused_lanes(B));
         if (!done) continue;
         ran++;
         for (int i = 0; i < 9 * k->ch; i++)
@@ -243,13 +234,13 @@ START_TEST(test_fused_pool_filter_matches_reference) {
                           "case %zu: db[%d] = %.7g, reference %.7g", c, i, (double)db[i], rb[i]);
     }
     /* every processor the project runs on has AVX2: the fused kernel must have run */
-    ck_assert_msg(!fused_lanes(8) || ran > 0, "the fused kernel never ran");
+    ck_assert_msg(!dist_test_fused_lanes(8) || ran > 0, "the fused kernel never ran");
 }
 END_TEST
 
 START_TEST(test_fused_pool_filter_is_the_same_on_1_and_2_threads) {
     pooled_case k = {64, 28, 28, 32, DIST_LAYOUT_NCHW16C, 1};
-    if (!fused_lanes(16)) k.layout = DIST_LAYOUT_NCHW8C;
+    if (!dist_test_fused_lanes(16)) k.layout = DIST_LAYOUT_NCHW8C;
     float w1[288], b1[32], w2[288], b2[32];
     double rw[288], rb[32];
     int d1 = pooled_grads(&k, 5, w1, b1, rw, rb);
@@ -406,7 +397,7 @@ START_TEST(test_fused_pool_filter_on_a_tape_agrees_with_unfused) {
                 conv_pool_tape(TWO_OPS_UNFUSED, precisions[pi], second, watch_x, NULL, off);
             ck_assert_int_eq(runs_off, 0);
             /* the images' gradient needs the convolution's output gradient: no fusion then */
-            ck_assert_msg(runs_on == (watch_x || !fused_lanes(8) ? 0 : 1),
+            ck_assert_msg(runs_on == (watch_x || !dist_test_fused_lanes(8) ? 0 : 1),
                           "precision %d variant %d: fused ran %ld times", pi, variant, runs_on);
             const float *a = on + (watch_x ? 0 : nx), *b = off + (watch_x ? 0 : nx);
             size_t n = watch_x ? total : nw;
@@ -463,9 +454,10 @@ static void check_fused_forward(int block, int n, int h, int w, int ch, int thre
                                                       bf16 ? twin : NULL, &done) == DIST_OK,
                   "%s", dist_last_error());
     int B = block ? block : ch;
-    ck_assert_msg((done & 1) == (fused_lanes(B) != 0), "block %d: done %d", block, done);
+    ck_assert_msg((done & 1) == (dist_test_fused_lanes(B) != 0), "block %d: done %d", block, done);
     /* the bfloat16 twin: from the AVX-512 loop under bfloat16, p's upper halves */
-    ck_assert_msg(!!(done & 2) == (bf16 && fused_lanes(B) == 16), "block %d: twin %d", block, done);
+    ck_assert_msg(!!(done & 2) == (bf16 && dist_test_fused_lanes(B) == 16), "block %d: twin %d",
+                  block, done);
     for (size_t i = 0; (done & 2) && i < np; i++) {
         uint32_t u;
         memcpy(&u, &p[i], 4);
@@ -556,7 +548,7 @@ START_TEST(test_fused_conv_pool_op_agrees_with_the_two_ops) {
             long runs = conv_pool_tape(ONE_OP, precisions[pi], 0, watch_x, p1, g1);
             ck_assert_int_eq(conv_pool_tape(TWO_OPS_UNFUSED, precisions[pi], 0, watch_x, p0, g0),
                              0);
-            ck_assert_msg(runs == (watch_x || !fused_lanes(8) ? 0 : 1),
+            ck_assert_msg(runs == (watch_x || !dist_test_fused_lanes(8) ? 0 : 1),
                           "precision %d watch_x %d: fused %ld", pi, watch_x, runs);
             double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 128;
             for (size_t i = 0; i < np; i++)

@@ -20,15 +20,6 @@
 
 static dist_backend *cpu(int threads) { return dist_test_cpu_backend(threads); }
 
-/* The lanes the kernel uses for x's channel block B here (0: it declines). */
-static int lanes_for(int B) {
-    __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return B % 16 == 0 && avx512 ? 16 : B % 8 == 0 && avx2 ? 8 : 0;
-}
-
 static int block_of(dist_layout l, int ch) {
     return l == DIST_LAYOUT_NCHW16C ? 16 : l == DIST_LAYOUT_NCHW8C ? 8 : ch;
 }
@@ -66,9 +57,13 @@ static cp_out run_case(const cp_case *k, uint64_t seed) {
     float *yplain = malloc(ny * 4), *p = malloc(np * 4), *dy = malloc(np * 4);
     float *dyb = malloc(np * 4), *w = malloc(nw * 4), *b = malloc((size_t)k->K * 4);
     float *dxb = malloc(nx * 4);
-    cp_out o = {malloc(nx * 4), malloc(nw * 4), malloc((size_t)k->K * 4),
-                calloc(nx, sizeof(double)), calloc(nw, sizeof(double)),
-                calloc((size_t)k->K, sizeof(double)), -1};
+    cp_out o = {malloc(nx * 4),
+                malloc(nw * 4),
+                malloc((size_t)k->K * 4),
+                calloc(nx, sizeof(double)),
+                calloc(nw, sizeof(double)),
+                calloc((size_t)k->K, sizeof(double)),
+                -1};
     uint64_t s = seed;
     for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, -0.2f, 1.0f);
     for (size_t i = 0; i < nw; i++) w[i] = dist_test_uniform(&s, -0.3f, 0.3f);
@@ -77,10 +72,12 @@ static cp_out run_case(const cp_case *k, uint64_t seed) {
         dy[i] = i % 7 == 3 ? 0.0f : dist_test_uniform(&s, -1.0f, 1.0f); /* some exact zeros */
     int64_t xs[4] = {k->n, k->h, k->w, k->C}, ys[4] = {k->n, oh, ow, k->K};
     int64_t ps[4] = {k->n, ph, pw, k->K}, wsh[4] = {3, 3, k->C, k->K}, bs[1] = {k->K};
-    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs), txb = dist_tensor_view(xb, DIST_F32, 4, xs);
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                txb = dist_tensor_view(xb, DIST_F32, 4, xs);
     txb.layout = k->xl;
     ck_assert_int_eq(be->iface->to_layout(be->ctx, &tx, &txb), DIST_OK);
-    dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh), tb = dist_tensor_view(b, DIST_F32, 1, bs);
+    dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh),
+                tb = dist_tensor_view(b, DIST_F32, 1, bs);
     dist_tensor ty = dist_tensor_view(y, DIST_F32, 4, ys);
     dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
@@ -107,10 +104,9 @@ static cp_out run_case(const cp_case *k, uint64_t seed) {
     dist_tensor tdx = dist_tensor_view(dxb, DIST_F32, 4, xs),
                 tdw = dist_tensor_view(o.dw, DIST_F32, 4, wsh),
                 tdbias = dist_tensor_view(o.db, DIST_F32, 1, bs);
-    ck_assert_msg(be->iface->conv2d_relu_pool_backward(be->ctx, &cd, &pd, &txb, &tw, &tdb, ws,
-                                                       &tdx, k->filter ? &tdw : NULL,
-                                                       k->filter ? &tdbias : NULL,
-                                                       &o.done) == DIST_OK,
+    ck_assert_msg(be->iface->conv2d_relu_pool_backward(
+                      be->ctx, &cd, &pd, &txb, &tw, &tdb, ws, &tdx, k->filter ? &tdw : NULL,
+                      k->filter ? &tdbias : NULL, &o.done) == DIST_OK,
                   "%s", dist_last_error());
     if (o.done) {
         ck_assert_int_eq(tdx.layout, k->xl);
@@ -184,7 +180,7 @@ START_TEST(test_conv_pool_backward_matches_reference) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const cp_case *k = &cases[c];
         cp_out o = run_case(k, 300 + c);
-        int lanes = lanes_for(block_of(k->xl, k->C));
+        int lanes = dist_test_fused_lanes(block_of(k->xl, k->C));
         ck_assert_msg(o.done == (lanes != 0), "case %zu: done %d, lanes %d", c, o.done, lanes);
         if (o.done) {
             ran++;
@@ -200,13 +196,13 @@ START_TEST(test_conv_pool_backward_matches_reference) {
         cp_out_free(&o);
     }
     /* every processor the project runs on has AVX2 */
-    ck_assert_msg(!lanes_for(8) || ran > 0, "the fused backward never ran");
+    ck_assert_msg(!dist_test_fused_lanes(8) || ran > 0, "the fused backward never ran");
 }
 END_TEST
 
 START_TEST(test_conv_pool_backward_is_the_same_on_1_and_2_threads) {
     cp_case k = {64, 13, 13, 32, 64, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 1, 1};
-    if (!lanes_for(16)) k.xl = k.yl = DIST_LAYOUT_NCHW8C;
+    if (!dist_test_fused_lanes(16)) k.xl = k.yl = DIST_LAYOUT_NCHW8C;
     cp_out a = run_case(&k, 9);
     k.threads = 2;
     cp_out b = run_case(&k, 9);
@@ -229,16 +225,20 @@ START_TEST(test_conv_pool_backward_declines_other_shapes) {
         dw[5 * 5 * 32 * K], db[K];
     static unsigned char ws[N * 6 * 6 * K];
     int64_t xs[4] = {N, H, H, C}, ds[4] = {N, 5, 5, K}, wsh[4] = {3, 3, C, K}, bs[1] = {K};
-    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs), tdy = dist_tensor_view(dy, DIST_F32, 4, ds);
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                tdy = dist_tensor_view(dy, DIST_F32, 4, ds);
     dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh);
-    dist_tensor tdx = dist_tensor_view(dx, DIST_F32, 4, xs), tdw = dist_tensor_view(dw, DIST_F32, 4, wsh),
+    dist_tensor tdx = dist_tensor_view(dx, DIST_F32, 4, xs),
+                tdw = dist_tensor_view(dw, DIST_F32, 4, wsh),
                 tdb = dist_tensor_view(db, DIST_F32, 1, bs);
     const dist_conv2d_desc conv_ok = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
     const dist_pool2d_desc pool_ok = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int64_t xs12[4] = {N, H, H, 12}, ws12[4] = {3, 3, 12, K}, ws5[4] = {5, 5, C, K};
     int64_t dbad[4] = {N, 4, 4, K};
-    dist_tensor x12 = dist_tensor_view(x, DIST_F32, 4, xs12), w12 = dist_tensor_view(w, DIST_F32, 4, ws12);
-    dist_tensor w5 = dist_tensor_view(w, DIST_F32, 4, ws5), dyb = dist_tensor_view(dy, DIST_F32, 4, dbad);
+    dist_tensor x12 = dist_tensor_view(x, DIST_F32, 4, xs12),
+                w12 = dist_tensor_view(w, DIST_F32, 4, ws12);
+    dist_tensor w5 = dist_tensor_view(w, DIST_F32, 4, ws5),
+                dyb = dist_tensor_view(dy, DIST_F32, 4, dbad);
     dist_tensor dx12 = dist_tensor_view(dx, DIST_F32, 4, xs12);
     struct {
         dist_conv2d_desc cd;
@@ -247,7 +247,13 @@ START_TEST(test_conv_pool_backward_declines_other_shapes) {
         dist_tensor *dx;
         const char *what;
     } no[] = {
-        {{2, 2, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL}, pool_ok, &tx, &tw, &tdy, &tdx, "conv stride 2"},
+        {{2, 2, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL},
+         pool_ok,
+         &tx,
+         &tw,
+         &tdy,
+         &tdx,
+         "conv stride 2"},
         {{1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL}, pool_ok, &tx, &tw, &tdy, &tdx, "conv padding"},
         {{1, 1, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}, pool_ok, &tx, &tw, &tdy, &tdx, "no ReLU"},
         {conv_ok, {3, 3, 2, 2, 0, 0, 0, 0, 0, NULL, NULL}, &tx, &tw, &tdy, &tdx, "3x3 pool"},
@@ -290,7 +296,12 @@ static long tape_grads(int fused, dist_dtype precision, int second_consumer, flo
         size_t cnt = 1;
         for (int d = 0; d < ndim[i]; d++) cnt *= (size_t)shapes[i][d];
         float *h = malloc(cnt * 4);
-        float lo = i == 0 ? 0.0f : i == 3 ? -1.0f : -0.2f, hi = i == 0 ? 1.0f : i == 3 ? 1.0f : 0.2f;
+        float lo = i == 0   ? 0.0f
+                   : i == 3 ? -1.0f
+                            : -0.2f,
+              hi = i == 0   ? 1.0f
+                   : i == 3 ? 1.0f
+                            : 0.2f;
         for (size_t j = 0; j < cnt; j++) h[j] = dist_test_uniform(&s, lo, hi);
         if (precision == DIST_BF16) /* as the layers' casts and the tape's rounding give them */
             for (size_t j = 0; j < cnt; j++) h[j] = dist_test_round_bf16(h[j]);
@@ -305,9 +316,9 @@ static long tape_grads(int fused, dist_dtype precision, int second_consumer, flo
         free(h);
     }
     dist_tensor *h, *p, *pr, *loss;
-    ck_assert_msg(dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU,
-                                 &h) == DIST_OK,
-                  "%s", dist_last_error());
+    ck_assert_msg(
+        dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h) == DIST_OK,
+        "%s", dist_last_error());
     ck_assert_int_eq(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
     ck_assert_int_eq(dist_op_mul(t, p, v[3], &pr), DIST_OK);
     ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
@@ -346,7 +357,8 @@ START_TEST(test_conv_pool_backward_on_a_tape_agrees_with_unfused) {
             float *on = calloc(total, 4), *off = calloc(total, 4);
             long runs_on = tape_grads(1, precisions[pi], second, on);
             ck_assert_int_eq(tape_grads(0, precisions[pi], second, off), 0);
-            ck_assert_msg(runs_on == (lanes_for(16) || lanes_for(8) ? 1 : 0),
+            ck_assert_msg(runs_on ==
+                              (dist_test_fused_lanes(16) || dist_test_fused_lanes(8) ? 1 : 0),
                           "precision %d second %d: fused ran %ld times", pi, second, runs_on);
             /* each of x, w and b against its largest gradient: the same products summed in
              * another order (float32); bfloat16 stores each gradient with 8 bits */
@@ -360,8 +372,8 @@ START_TEST(test_conv_pool_backward_on_a_tape_agrees_with_unfused) {
                 }
                 double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 64;
                 ck_assert_msg(top > 0.01 && worst <= tol * top,
-                              "precision %d second %d gradient %d: differ by %g of %g", pi,
-                              second, part, worst, top);
+                              "precision %d second %d gradient %d: differ by %g of %g", pi, second,
+                              part, worst, top);
             }
             free(on);
             free(off);

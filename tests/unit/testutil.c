@@ -165,6 +165,14 @@ int dist_test_skip_without_native_bf16(void) {
     return 77;
 }
 
+int dist_test_fused_lanes(int B) {
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return B % 16 == 0 && avx512 ? 16 : B % 8 == 0 && avx2 ? 8 : 0;
+}
+
 float dist_test_round_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

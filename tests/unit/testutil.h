@@ -46,6 +46,10 @@ int dist_test_skip_without_gpu(int needed, const char *why);
 int dist_test_skip_without_native_bf16(void);
 /* float32 -> bfloat16 -> float32, round to nearest even (finite values). */
 float dist_test_round_bf16(float f);
+/* The lanes the CPU backend's own fused convolution kernels use for a channel block of B here:
+ * 16 (AVX-512 F/BW/VL, B a multiple of 16), 8 (AVX2 and FMA, B a multiple of 8), 0 (they
+ * decline). */
+int dist_test_fused_lanes(int B);
 /* A plain NHWC float32 array of `shape` (4-D) copied into layout l by the backend's to_layout:
  * *t views the returned buffer (caller frees). */
 #include "dist/tensor.h"

@@ -21,7 +21,7 @@
  *     16 at a time with AVX-512). Each list sums g * w[k][tap] (the kernel rearranged
  *     [k][tap][c]) in 9 registers; the four lists' sums meet in the 4x4 block of dx the window's
  *     taps cover, kept in 16 registers and added to dx once.
- *   - dw: for each k, its pooled gradient is read in place (g set to 0 where POS is clear) and
+ *   - dw: for each k, its pooled gradient is read in place (skipped where POS is clear) and
  *     sums g * x[q + tap] over the pooled pixels in 9 registers per 16 channels (18 for 32),
  *     added to the image group's partial [k][tap][c] once.
  * Deterministic whatever the thread count: images are summed in fixed groups (by the batch
@@ -80,8 +80,8 @@ dx_pixel16(const cp_entry *const *e, const int *n, const float *wt, float *dx, i
 /* The same with AVX2, 8 lanes: each list's 9 sums are added to dx directly (a 4x4 block does
  * not fit its 16 registers beside them). */
 __attribute__((target("avx2,fma"))) static void dx_pixel8(const cp_entry *const *e, const int *n,
-                                                         const float *wt, float *dx, int64_t pix,
-                                                         int64_t w) {
+                                                          const float *wt, float *dx, int64_t pix,
+                                                          int64_t w) {
     for (int a = 0; a < 4; a++) {
         if (!n[a]) continue;
         __m256 acc[9];
@@ -103,8 +103,8 @@ __attribute__((target("avx2,fma"))) static void dx_pixel8(const cp_entry *const 
 /* dw: one output channel k of one image, its pooled gradient g[p * sy] and workspace bytes
  * b[p * sy] read in place for the P pooled pixels: dw[v][tap] += g * x[v][q + tap] for V (1 or
  * 2) vectors of 16 input channels, x[v] = x + v * vstep (pixel stride pix, row width w), dw
- * [v][tap][16], q = base[p] + delta[b & 3] (the arg-max's pixel), g taken as 0 where the
- * ReLU cut (POS clear). The 9 V sums stay in registers. */
+ * [v][tap][16], q = base[p] + delta[b & 3] (the arg-max's pixel), skipping the pixels where
+ * the ReLU cut (POS clear). The 9 V sums stay in registers. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 dw_chan16(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, const int32_t *delta,
           int64_t P, const float *x, int64_t vstep, int V, int64_t pix, int64_t w, float *dw) {
@@ -136,7 +136,8 @@ dw_chan16(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, con
     for (int t = 0; t < 9; t++) a[t] = _mm512_loadu_ps(dw + 16 * t);
     for (int64_t p = 0; p < P; p++) {
         uint8_t bp = b[p * sy];
-        __m512 gv = _mm512_set1_ps(bp & CPU_POOL_WS_POS ? g[p * sy] : 0.0f);
+        if (!(bp & CPU_POOL_WS_POS)) continue;
+        __m512 gv = _mm512_set1_ps(g[p * sy]);
         const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
         for (int t = 0; t < 9; t++)
             a[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(x0 + (t / 3) * row + (t % 3) * pix), a[t]);
@@ -153,7 +154,8 @@ dw_chan8(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, cons
     for (int t = 0; t < 9; t++) a[t] = _mm256_loadu_ps(dw + 8 * t);
     for (int64_t p = 0; p < P; p++) {
         uint8_t bp = b[p * sy];
-        __m256 gv = _mm256_set1_ps(bp & CPU_POOL_WS_POS ? g[p * sy] : 0.0f);
+        if (!(bp & CPU_POOL_WS_POS)) continue;
+        __m256 gv = _mm256_set1_ps(g[p * sy]);
         const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
         for (int t = 0; t < 9; t++)
             a[t] = _mm256_fmadd_ps(gv, _mm256_loadu_ps(x0 + (t / 3) * row + (t % 3) * pix), a[t]);
@@ -175,9 +177,9 @@ lists16(const float *g, const uint8_t *b, int32_t k0, cp_entry *e, int64_t strid
     if (!act) return;
     _mm512_storeu_ps(db, _mm512_add_ps(_mm512_loadu_ps(db), _mm512_maskz_mov_ps(act, gv)));
     const __m512i a = _mm512_and_si512(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(3));
-    const __m512i kv = _mm512_add_epi32(
-        _mm512_set1_epi32(k0),
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __m512i kv =
+        _mm512_add_epi32(_mm512_set1_epi32(k0),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     /* (g, k) pairs of lanes 0-7 and 8-15 */
     const __m512i lo = _mm512_permutex2var_epi32(
         _mm512_castps_si512(gv),
@@ -209,16 +211,14 @@ static int64_t channel_block(const dist_tensor *t) {
 }
 
 /* Offset of channel c at pixel 0 of an image with hw pixels in blocks of B channels. */
-static inline int64_t chan_at(int64_t c, int64_t B, int64_t hw) {
-    return (c / B) * hw * B + c % B;
-}
+static inline int64_t chan_at(int64_t c, int64_t B, int64_t hw) { return (c / B) * hw * B + c % B; }
 
 /* The geometry of one call, shared by the threads. */
 typedef struct cp_geom {
     int64_t n, h, w, C, K, ph, pw, P;
-    int64_t Bx, By, L; /* x / dx block, dy / workspace block, lanes */
-    int64_t cvecs;     /* C / L */
-    int vec_lists;     /* lists16 builds the dx lists (AVX-512, dy blocks of 16) */
+    int64_t Bx, By, L;   /* x / dx block, dy / workspace block, lanes */
+    int64_t cvecs;       /* C / L */
+    int vec_lists;       /* lists16 builds the dx lists (AVX-512, dy blocks of 16) */
     const int32_t *base; /* [P]: the pixel index of pooled pixel p's window's top-left */
     int32_t delta[4];    /* + the window offset a's pixel */
 } cp_geom;
@@ -239,16 +239,19 @@ int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d
                   pd->pad_left == 0 && pd->pad_right == 0;
     int sizes_ok = x->shape[0] > 0 && x->shape[1] >= 4 && x->shape[2] >= 4 && C > 0 && K > 0 &&
                    dy->shape[0] == x->shape[0] && dy->shape[1] == (x->shape[1] - 2) / 2 &&
-                   dy->shape[2] == (x->shape[2] - 2) / 2 && dy->shape[3] == K && Bx > 0 &&
-                   By > 0 && C % Bx == 0 && K % By == 0 &&
-                   x->shape[1] * x->shape[2] < INT32_MAX && K < INT32_MAX;
+                   dy->shape[2] == (x->shape[2] - 2) / 2 && dy->shape[3] == K && Bx > 0 && By > 0 &&
+                   C % Bx == 0 && K % By == 0 && x->shape[1] * x->shape[2] < INT32_MAX &&
+                   K < INT32_MAX;
     if (!conv_ok || !pool_ok || !sizes_ok) return 0;
-    *lanes = Bx % 16 == 0 && cpu_has_avx512_bw_vl() ? 16 : Bx % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
+    *lanes = Bx % 16 == 0 && cpu_has_avx512_bw_vl() ? 16
+             : Bx % 8 == 0 && cpu_has_avx2_fma()    ? 8
+                                                    : 0;
     return *lanes != 0;
 }
 
 /* One image m: adds its part of dw (partial [k][cvec][tap][L]) and db (partial [K]) and writes
- * its dx. lists: P * 4 lists of K + 8 entries (dx), nb their P * 4 counts; wt: [cvec][k][tap][L]. */
+ * its dx. lists: P * 4 lists of K + 8 entries (dx), nb their P * 4 counts; wt: [cvec][k][tap][L].
+ */
 static void cp_image(const cp_geom *G, int64_t m, const float *x, const float *dy,
                      const uint8_t *ws, const float *wt, float *dx, float *dwp, float *dbp,
                      cp_entry *lists, int *nb) {
@@ -306,7 +309,8 @@ static void cp_image(const cp_geom *G, int64_t m, const float *x, const float *d
                 continue;
             }
             int V = v + 1 < G->cvecs ? 2 : 1;
-            int64_t vstep = V == 2 ? chan_at((v + 1) * L, G->Bx, hw) - chan_at(v * L, G->Bx, hw) : 0;
+            int64_t vstep =
+                V == 2 ? chan_at((v + 1) * L, G->Bx, hw) - chan_at(v * L, G->Bx, hw) : 0;
             dw_chan16(gk, bk, By, G->base, G->delta, P, xv, vstep, V, G->Bx, G->w, dv);
             v += V;
         }
@@ -359,8 +363,7 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     }
     float *wt = c->conv_pool_buf, *parts = wt + wt_n + base_n, *lists = parts + groups * part_n;
     int32_t *base = (int32_t *)(wt + wt_n);
-    for (int64_t p = 0; p < G.P; p++)
-        base[p] = (int32_t)(2 * (p / G.pw) * G.w + 2 * (p % G.pw));
+    for (int64_t p = 0; p < G.P; p++) base[p] = (int32_t)(2 * (p / G.pw) * G.w + 2 * (p % G.pw));
     G.base = base;
     for (int a = 0; a < 4; a++) G.delta[a] = (int32_t)((a >> 1) * G.w + (a & 1));
     /* wt[v][k][tap][l] = w[tap][v * L + l][k] */
