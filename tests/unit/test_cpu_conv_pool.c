@@ -4,7 +4,8 @@
  *     the convolution's output itself: every layout pair of x and the pooled gradient (nChw16c,
  *     nChw8c, plain NHWC; 16 and 8 lanes), odd sizes whose last row and column the pool drops,
  *     channel counts that are not the seed CNN's, a pooled gradient with exact zeros, a batch
- *     that is not a multiple of the image groups, without the filter or bias gradient;
+ *     that is not a multiple of the image groups, without the filter or bias gradient, an image
+ *     whose dx lists are built in two bands;
  *   - bitwise the same result on 1 and 2 threads;
  *   - shapes it does not cover are declined without writing anything;
  *   - on a tape (float32 and bfloat16, with a second consumer of the convolution's output) the
@@ -175,6 +176,8 @@ START_TEST(test_conv_pool_backward_matches_reference) {
         {3, 4, 4, 8, 8, DIST_LAYOUT_NCHW8C, DIST_LAYOUT_NCHW8C, 1, 1},
         {9, 11, 10, 24, 40, DIST_LAYOUT_PLAIN, DIST_LAYOUT_NCHW8C, 2, 0},
         {2, 7, 9, 64, 32, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW8C, 1, 1},
+        /* 961 pooled pixels: the dx lists are built in two bands */
+        {2, 64, 64, 16, 64, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 2, 1},
     };
     int ran = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

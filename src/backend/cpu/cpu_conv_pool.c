@@ -39,6 +39,8 @@
  * MAX_GROUPS groups, each with its own filter-gradient partial. */
 #define GROUP_MIN 16
 #define MAX_GROUPS 16
+#define PARTS_BYTES ((size_t)64 << 20) /* the groups' partials at most (fewer groups) */
+#define LISTS_BYTES ((size_t)2 << 20)  /* a thread's dx lists at most (bands of pixels) */
 
 /* A dx list's entry: a pooled gradient value and its output channel. */
 typedef struct cp_entry {
@@ -219,6 +221,7 @@ typedef struct cp_geom {
     int64_t Bx, By, L;   /* x / dx block, dy / workspace block, lanes */
     int64_t cvecs;       /* C / L */
     int vec_lists;       /* lists16 builds the dx lists (AVX-512, dy blocks of 16) */
+    int64_t band;        /* pooled pixels whose dx lists are built at a time */
     const int32_t *base; /* [P]: the pixel index of pooled pixel p's window's top-left */
     int32_t delta[4];    /* + the window offset a's pixel */
 } cp_geom;
@@ -261,40 +264,44 @@ static void cp_image(const cp_geom *G, int64_t m, const float *x, const float *d
     const float *gi = dy + m * P * K;
     const uint8_t *wi = ws + m * P * K;
     memset(dxi, 0, sizeof(float) * (size_t)(hw * G->C));
-    memset(nb, 0, sizeof(int) * (size_t)(4 * P));
-    /* dx's lists and db */
-    for (int64_t p = 0; p < P; p++) {
-        int *np = nb + 4 * p;
-        cp_entry *lp = lists + 4 * p * KB;
-        for (int64_t k0 = 0; k0 < K; k0 += By) {
-            const float *gb = gi + (k0 / By) * P * By + p * By;
-            const uint8_t *wb = wi + (k0 / By) * P * By + p * By;
-            if (G->vec_lists) {
-                for (int64_t l = 0; l < By; l += 16)
-                    lists16(gb + l, wb + l, (int32_t)(k0 + l), lp, KB, np, dbp + k0 + l);
-                continue;
-            }
-            for (int64_t l = 0; l < By; l++) {
-                uint8_t b = wb[l];
-                float g = gb[l];
-                if (!(b & CPU_POOL_WS_POS) || g == 0.0f) continue;
-                int a = b & 3;
-                lp[a * KB + np[a]++] = (cp_entry){g, (int32_t)(k0 + l)};
-                dbp[k0 + l] += g;
+    /* dx: the lists (and db) of a band of pooled pixels, then its dx (bands bound the lists'
+     * memory; the seed CNN's 25 pooled pixels are one band) */
+    for (int64_t p0 = 0; p0 < P; p0 += G->band) {
+        int64_t p1 = p0 + G->band < P ? p0 + G->band : P;
+        memset(nb, 0, sizeof(int) * (size_t)(4 * (p1 - p0)));
+        for (int64_t p = p0; p < p1; p++) {
+            int *np = nb + 4 * (p - p0);
+            cp_entry *lp = lists + 4 * (p - p0) * KB;
+            for (int64_t k0 = 0; k0 < K; k0 += By) {
+                const float *gb = gi + (k0 / By) * P * By + p * By;
+                const uint8_t *wb = wi + (k0 / By) * P * By + p * By;
+                if (G->vec_lists) {
+                    for (int64_t l = 0; l < By; l += 16)
+                        lists16(gb + l, wb + l, (int32_t)(k0 + l), lp, KB, np, dbp + k0 + l);
+                    continue;
+                }
+                for (int64_t l = 0; l < By; l++) {
+                    uint8_t b = wb[l];
+                    float g = gb[l];
+                    if (!(b & CPU_POOL_WS_POS) || g == 0.0f) continue;
+                    int a = b & 3;
+                    lp[a * KB + np[a]++] = (cp_entry){g, (int32_t)(k0 + l)};
+                    dbp[k0 + l] += g;
+                }
             }
         }
-    }
-    for (int64_t v = 0; v < G->cvecs; v++) {
-        float *dv = dxi + chan_at(v * L, G->Bx, hw);
-        const float *wv = wt + v * K * 9 * L;
-        for (int64_t p = 0; p < P; p++) {
-            const cp_entry *e[4];
-            for (int a = 0; a < 4; a++) e[a] = lists + (4 * p + a) * KB;
-            float *d = dv + (int64_t)G->base[p] * G->Bx;
-            if (L == 16)
-                dx_pixel16(e, nb + 4 * p, wv, d, G->Bx, G->w);
-            else
-                dx_pixel8(e, nb + 4 * p, wv, d, G->Bx, G->w);
+        for (int64_t v = 0; v < G->cvecs; v++) {
+            float *dv = dxi + chan_at(v * L, G->Bx, hw);
+            const float *wv = wt + v * K * 9 * L;
+            for (int64_t p = p0; p < p1; p++) {
+                const cp_entry *e[4];
+                for (int a = 0; a < 4; a++) e[a] = lists + (4 * (p - p0) + a) * KB;
+                float *d = dv + (int64_t)G->base[p] * G->Bx;
+                if (L == 16)
+                    dx_pixel16(e, nb + 4 * (p - p0), wv, d, G->Bx, G->w);
+                else
+                    dx_pixel8(e, nb + 4 * (p - p0), wv, d, G->Bx, G->w);
+            }
         }
     }
     for (int64_t k = 0; k < K; k++) {
@@ -341,18 +348,26 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     G.By = channel_block(dy);
     G.L = L;
     G.cvecs = G.C / L;
+    size_t wt_n = (size_t)(G.K * 9 * G.C), part_n = wt_n + (size_t)G.K, base_n = (size_t)G.P;
     int64_t groups = (G.n + GROUP_MIN - 1) / GROUP_MIN;
     if (groups > MAX_GROUPS) groups = MAX_GROUPS;
+    /* at most PARTS_BYTES of partials (large kernels: fewer groups; by shape, not threads) */
+    if ((size_t)groups * part_n * sizeof(float) > PARTS_BYTES)
+        groups = (int64_t)(PARTS_BYTES / (part_n * sizeof(float))) > 1
+                     ? (int64_t)(PARTS_BYTES / (part_n * sizeof(float)))
+                     : 1;
     int64_t per = (G.n + groups - 1) / groups;
     groups = (G.n + per - 1) / per;
     int threads = c->threads > 1 && groups > 1 ? c->threads : 1;
     if (threads > groups) threads = (int)groups;
     G.vec_lists = L == 16 && G.By % 16 == 0;
+    G.band = (int64_t)(LISTS_BYTES / sizeof(cp_entry)) / (4 * (G.K + 8));
+    if (G.band < 1) G.band = 1;
+    if (G.band > G.P) G.band = G.P;
     /* scratch: the kernel rearranged, the window tables, a partial dw and db per group, lists
      * per thread */
-    size_t wt_n = (size_t)(G.K * 9 * G.C), part_n = wt_n + (size_t)G.K, base_n = (size_t)G.P;
-    size_t list_n = (size_t)(4 * G.P * (G.K + 8)) * sizeof(cp_entry) / sizeof(float) +
-                    (size_t)(4 * G.P); /* entries, counts (int) */
+    size_t list_n = (size_t)(4 * G.band * (G.K + 8)) * sizeof(cp_entry) / sizeof(float) +
+                    (size_t)(4 * G.band); /* entries, counts (int) */
     size_t need = wt_n + base_n + (size_t)groups * part_n + (size_t)threads * list_n;
     if (need > c->conv_pool_n) {
         float *grown = realloc(c->conv_pool_buf, need * sizeof(float));
@@ -383,7 +398,7 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     for (int64_t gi = 0; gi < groups; gi++) {
         float *mine = lists + (size_t)omp_get_thread_num() * list_n;
         cp_entry *ent = (cp_entry *)mine;
-        int *nb = (int *)(ent + 4 * G.P * (G.K + 8));
+        int *nb = (int *)(ent + 4 * G.band * (G.K + 8));
         float *dwp = parts + gi * part_n, *dbp = dwp + wt_n;
         int64_t m1 = (gi + 1) * per < G.n ? (gi + 1) * per : G.n;
         for (int64_t m = gi * per; m < m1; m++)
