@@ -379,8 +379,12 @@ static dist_status conv_pool_backward(dist_tape *t, tape_node *n, grad_entry *g)
     dist_tensor *dy;
     DIST_TRY(output_grad(t, n, g, &dy));
     int ran;
-    DIST_TRY(
-        conv_pool_filter_grads(t, &n->p.conv, &cw->pool, x, w, b, dy, cw->bytes, n->round, &ran));
+    /* the forward ran with need_dx = whether x needs a gradient: the matching backward */
+    if (tape_requires_grad(t, x))
+        DIST_TRY(conv_pool_all_grads(t, n, &cw->pool, dy, cw->bytes, &ran));
+    else
+        DIST_TRY(conv_pool_filter_grads(t, &n->p.conv, &cw->pool, x, w, b, dy, cw->bytes, n->round,
+                                        &ran));
     if (!ran)
         return dist_error(DIST_INTERNAL, "conv2d + max_pool2d: the backend ran the fused forward "
                                          "but declines its gradient");
@@ -400,10 +404,13 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
     DIST_TRY(pool2d_setup(conv_shape, pool_h, pool_w, pool_stride_h, pool_stride_w, pool_padding,
                           &pd, shape));
     const struct dist_backend_i *be = tape_be(t);
-    /* Fused: the backend never writes the convolution's output, so nothing may need it: not
-     * the gradient of x (it needs the convolution's output gradient) */
-    if (be->conv2d_relu_pool_forward && be->conv2d_relu_pool_backward_filter &&
-        activation == DIST_ACT_RELU && x->shape[0] > 0 && !tape_requires_grad(t, x)) {
+    /* Fused: the convolution's output is the backend's own business; its backward takes the
+     * filter gradients only, or all of them where x needs one (need_dx) */
+    int need_dx = tape_requires_grad(t, x);
+    if (be->conv2d_relu_pool_forward &&
+        (need_dx ? be->conv2d_relu_pool_backward != NULL
+                 : be->conv2d_relu_pool_backward_filter != NULL) &&
+        activation == DIST_ACT_RELU && x->shape[0] > 0) {
         dist_tensor *out;
         DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
         void *bytes;
@@ -415,7 +422,8 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
             DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(out) * 2, &twin));
         int ran = 0;
         DIST_TRY(be->conv2d_relu_pool_forward(tape_bectx(t), &cd, &pd, x, w, b,
-                                              t->compute_precision, out, bytes, twin, &ran));
+                                              t->compute_precision, need_dx, out, bytes, twin,
+                                              &ran));
         if (ran & 2) tape_set_bf16_twin(t, out, twin);
         if (ran) {
             const dist_tensor *in[3] = {x, w, b};

@@ -450,7 +450,7 @@ static void check_fused_forward(int block, int n, int h, int w, int ch, int thre
     int done = -1;
     uint16_t *twin = malloc(np * 2);
     ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb,
-                                                      bf16 ? DIST_BF16 : DIST_F32, &tp, ws,
+                                                      bf16 ? DIST_BF16 : DIST_F32, 0, &tp, ws,
                                                       bf16 ? twin : NULL, &done) == DIST_OK,
                   "%s", dist_last_error());
     int B = block ? block : ch;

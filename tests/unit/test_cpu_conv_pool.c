@@ -284,14 +284,23 @@ END_TEST
  * [+ sum(h * h)]; the gradients of x, w and b into g (plain, in that order). Returns how many
  * times a fused backward ran. */
 enum { TN = 5, TH = 13, TC = 32, TK = 48 };
+static long tape_grads_op(int fused, dist_dtype precision, int second_consumer, int one_op,
+                          int img_h, int img_w, float *g, float *pooled);
 static long tape_grads(int fused, dist_dtype precision, int second_consumer, float *g) {
+    return tape_grads_op(fused, precision, second_consumer, 0, TH, TH, g, NULL);
+}
+/* ... as dist_op_conv2d_max_pool2d (one_op, no second consumer) or the two ops, on
+ * images (img_h x img_w); pooled (may be NULL) gets the pooled output, plain. Returns the fused
+ * backward's runs plus 1000 times cpu_conv_pool_forward's. */
+static long tape_grads_op(int fused, dist_dtype precision, int second_consumer, int one_op,
+                          int img_h, int img_w, float *g, float *pooled) {
     dist_backend *be = cpu(1);
     ck_assert_int_eq(dist_cpu_backend_set_fused_pool_filter(be, fused), DIST_OK);
     dist_tape *t;
     ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
     ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
     const int64_t shapes[4][4] = {
-        {TN, TH, TH, TC}, {3, 3, TC, TK}, {TK}, {TN, (TH - 2) / 2, (TH - 2) / 2, TK}};
+        {TN, img_h, img_w, TC}, {3, 3, TC, TK}, {TK}, {TN, (img_h - 2) / 2, (img_w - 2) / 2, TK}};
     const int ndim[4] = {4, 4, 1, 4};
     dist_tensor *v[4], *gv[3];
     uint64_t s = 91;
@@ -318,14 +327,21 @@ static long tape_grads(int fused, dist_dtype precision, int second_consumer, flo
         }
         free(h);
     }
-    dist_tensor *h, *p, *pr, *loss;
-    ck_assert_msg(
-        dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &h) == DIST_OK,
-        "%s", dist_last_error());
-    ck_assert_int_eq(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
+    dist_tensor *h = NULL, *p, *pr, *loss;
+    if (one_op) {
+        ck_assert_msg(dist_op_conv2d_max_pool2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID,
+                                                DIST_ACT_RELU, 2, 2, 2, 2, DIST_PADDING_VALID,
+                                                &p) == DIST_OK,
+                      "%s", dist_last_error());
+    } else {
+        ck_assert_msg(dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU,
+                                     &h) == DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_int_eq(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
+    }
     ck_assert_int_eq(dist_op_mul(t, p, v[3], &pr), DIST_OK);
     ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
-    if (second_consumer) {
+    if (second_consumer && h) {
         dist_tensor *hh, *l2, *sum;
         ck_assert_int_eq(dist_op_mul(t, h, h, &hh), DIST_OK);
         ck_assert_int_eq(dist_op_reduce_sum(t, hh, &l2), DIST_OK);
@@ -344,7 +360,16 @@ static long tape_grads(int fused, dist_dtype precision, int second_consumer, flo
         at += cnt;
         dist_backend_free_tensor(be, plain);
     }
-    long runs = dist_cpu_backend_fused_pool_filter_runs(be);
+    if (pooled) {
+        dist_tensor *plain;
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, p->shape, &plain), DIST_OK);
+        ck_assert_int_eq(be->iface->to_layout(be->ctx, p, plain), DIST_OK);
+        ck_assert_int_eq(dist_backend_to_host(be, plain, pooled, (size_t)dist_tensor_numel(p) * 4),
+                         DIST_OK);
+        dist_backend_free_tensor(be, plain);
+    }
+    long runs = dist_cpu_backend_fused_pool_filter_runs(be) +
+                1000 * dist_cpu_backend_conv_pool_forward_runs(be);
     for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, v[i]);
     for (int i = 0; i < 3; i++) dist_backend_free_tensor(be, gv[i]);
     dist_tape_destroy(t);
@@ -384,6 +409,50 @@ START_TEST(test_conv_pool_backward_on_a_tape_agrees_with_unfused) {
 }
 END_TEST
 
+/* dist_op_conv2d_max_pool2d with x watched: the backend's forward runs the convolution over only
+ * the rows and columns the pool reads; pooled output and gradients as the two ops give them, on
+ * odd, even and mixed image sizes, float32 and bfloat16. */
+START_TEST(test_conv_pool_one_op_agrees_with_the_two_ops) {
+    const int sizes[3][2] = {{13, 13}, {12, 12}, {13, 10}};
+    const dist_dtype precisions[2] = {DIST_F32, DIST_BF16};
+    for (int si = 0; si < 3; si++)
+        for (int pi = 0; pi < 2; pi++) {
+            int hh = sizes[si][0], ww = sizes[si][1];
+            size_t nx = (size_t)TN * hh * ww * TC, total = nx + 9 * TC * TK + TK;
+            size_t np = (size_t)TN * ((hh - 2) / 2) * ((ww - 2) / 2) * TK;
+            float *g1 = calloc(total, 4), *g0 = calloc(total, 4);
+            float *p1 = calloc(np, 4), *p0 = calloc(np, 4);
+            long one = tape_grads_op(1, precisions[pi], 0, 1, hh, ww, g1, p1);
+            long two = tape_grads_op(1, precisions[pi], 0, 0, hh, ww, g0, p0);
+            int lanes = dist_test_fused_lanes(16);
+            /* the one op: its forward and the fused backward; the two ops: the backward only */
+            ck_assert_msg(one == (lanes ? 1001 : 0) && two == (lanes ? 1 : 0),
+                          "size %d precision %d: runs %ld / %ld", si, pi, one, two);
+            for (size_t i = 0; i < np; i++)
+                ck_assert_msg(fabs((double)p1[i] - p0[i]) <= 1e-5 * (fabs((double)p0[i]) + 1e-3),
+                              "size %d precision %d: pooled[%zu] %.8g vs %.8g", si, pi, i,
+                              (double)p1[i], (double)p0[i]);
+            const size_t from[4] = {0, nx, total - TK, total};
+            for (int part = 0; part < 3; part++) {
+                double worst = 0, top = 0;
+                for (size_t i = from[part]; i < from[part + 1]; i++) {
+                    double d = fabs((double)g1[i] - g0[i]);
+                    if (d > worst) worst = d;
+                    if (fabs((double)g0[i]) > top) top = fabs((double)g0[i]);
+                }
+                double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 64;
+                ck_assert_msg(top > 0.01 && worst <= tol * top,
+                              "size %d precision %d gradient %d: differ by %g of %g", si, pi, part,
+                              worst, top);
+            }
+            free(g1);
+            free(g0);
+            free(p1);
+            free(p0);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_conv_pool");
     TCase *tc = tcase_create("core");
@@ -391,6 +460,7 @@ int main(void) {
     tcase_add_test(tc, test_conv_pool_backward_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_conv_pool_backward_declines_other_shapes);
     tcase_add_test(tc, test_conv_pool_backward_on_a_tape_agrees_with_unfused);
+    tcase_add_test(tc, test_conv_pool_one_op_agrees_with_the_two_ops);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -34,6 +34,7 @@ static void cpu_destroy(void *ctx) {
     cpu_prims_destroy(c);
     free(c->conv1_part);
     free(c->conv_pool_buf);
+    free(c->conv_fwd_buf);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->engine) dnnl_engine_destroy(c->engine);
     free(c);

@@ -476,9 +476,12 @@ __attribute__((target("avx2,fma"))) static void conv_pool8(const float *xi, int6
 dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
                                    const dist_pool2d_desc *pd, const dist_tensor *x,
                                    const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
-                                   dist_tensor *y, void *workspace, void *y_bf16, int *done) {
+                                   int need_dx, dist_tensor *y, void *workspace, void *y_bf16,
+                                   int *done) {
     cpu_ctx *c = ctx;
     *done = 0;
+    /* x's gradient wanted: the several-channel pair (cpu_conv_pool.c), whose backward gives it */
+    if (need_dx) return cpu_conv_pool_forward(c, cd, pd, x, w, b, round_to, y, workspace, done);
     if (!c->fused_pool_filter || (round_to != DIST_F32 && round_to != DIST_BF16) ||
         w->dtype != DIST_F32 || (b && b->dtype != DIST_F32) || y->dtype != DIST_F32 || y->ndim != 4)
         return DIST_OK;

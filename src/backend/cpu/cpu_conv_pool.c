@@ -430,3 +430,75 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     *done = 1;
     return DIST_OK;
 }
+
+/* ---- the forward, where x needs a gradient -----------------------------------------------
+ *
+ * p = max_pool(round(ReLU(conv(x, w) + b))) with the pool's workspace, as the two ops compute
+ * it, but the convolution (oneDNN's) runs on x's first 2 ph + 2 rows and 2 pw + 2 columns only:
+ * a 2x2 / stride-2 pool of an odd-sized output never reads its last row or column, and at the
+ * seed CNN's second layer that is 17% of the convolution. x is copied (its channels' rows) when
+ * it has more rows or columns than that. The backward is conv2d_relu_pool_backward's, so the
+ * shapes are the ones it covers. */
+dist_status cpu_conv_pool_forward(cpu_ctx *c, const dist_conv2d_desc *cd,
+                                  const dist_pool2d_desc *pd, const dist_tensor *x,
+                                  const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
+                                  dist_tensor *p, void *workspace, int *done) {
+    *done = 0;
+    if (!c->fused_pool_filter || !workspace || p->ndim != 4 || p->dtype != DIST_F32 ||
+        (b && (b->dtype != DIST_F32 || b->layout != DIST_LAYOUT_PLAIN)) ||
+        (round_to != DIST_F32 && round_to != DIST_BF16 && round_to != DIST_F16))
+        return DIST_OK;
+    /* p (and its gradient) in the layout the convolution writes: the activations' block */
+    dist_tensor pshape = dist_tensor_view(NULL, DIST_F32, 4, p->shape);
+    pshape.layout = c->block == 16  ? DIST_LAYOUT_NCHW16C
+                    : c->block == 8 ? DIST_LAYOUT_NCHW8C
+                                    : DIST_LAYOUT_PLAIN;
+    int L;
+    if (!cpu_conv_pool_backward_applies(cd, pd, x, w, &pshape, &L)) return DIST_OK;
+    const int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], C = x->shape[3];
+    const int64_t K = w->shape[3], ph = p->shape[1], pw = p->shape[2];
+    const int64_t hc = 2 * ph + 2, wc = 2 * pw + 2, B = channel_block(x);
+    const int crop = hc != h || wc != wd;
+    size_t xn = crop ? (size_t)(n * hc * wc * C) : 0, yn = (size_t)(n * 2 * ph * 2 * pw * K);
+    if (xn + yn > c->conv_fwd_n) {
+        float *grown = realloc(c->conv_fwd_buf, (xn + yn) * sizeof(float));
+        if (!grown)
+            return dist_error(DIST_OUT_OF_MEMORY, "conv2d + max_pool2d forward: out of memory");
+        c->conv_fwd_buf = grown;
+        c->conv_fwd_n = xn + yn;
+    }
+    int64_t xs[4] = {n, hc, wc, C}, ys[4] = {n, 2 * ph, 2 * pw, K};
+    dist_tensor xc = *x;
+    if (crop) {
+        /* x's rows of wc pixels (B channels each) for the first hc rows of each channel block */
+        xc = dist_tensor_view(c->conv_fwd_buf, DIST_F32, 4, xs);
+        xc.layout = x->layout;
+        const float *src = x->data;
+        float *dst = c->conv_fwd_buf;
+        const int64_t planes = n * (C / B);
+        for (int64_t q = 0; q < planes; q++)
+            for (int64_t r = 0; r < hc; r++)
+                memcpy(dst + (q * hc + r) * wc * B, src + (q * h + r) * wd * B,
+                       sizeof(float) * (size_t)(wc * B));
+    }
+    dist_tensor yc = dist_tensor_view(c->conv_fwd_buf + xn, DIST_F32, 4, ys);
+    /* the node's bfloat16 copies hold all of x: not this crop */
+    dist_conv2d_desc d = *cd;
+    d.x_bf16 = d.dy_bf16 = NULL;
+    d.copies = NULL;
+    DIST_TRY(cpu_conv2d_forward(c, &d, &xc, w, b, &yc));
+    pshape.layout = yc.layout;
+    if (!cpu_conv_pool_backward_applies(cd, pd, x, w, &pshape, &L)) return DIST_OK;
+    if (round_to != DIST_F32) DIST_TRY(cpu_round(c, &yc, round_to, &yc));
+    DIST_TRY(cpu_max_pool2d_forward(c, pd, &yc, p, workspace));
+    c->conv_pool_forward_runs++;
+    *done = 1;
+    return DIST_OK;
+}
+
+long dist_cpu_backend_conv_pool_forward_runs(const dist_backend *backend) {
+    if (!backend || !backend->iface ||
+        backend->iface->conv2d_relu_pool_backward != cpu_conv_pool_backward)
+        return -1;
+    return ((const cpu_ctx *)backend->ctx)->conv_pool_forward_runs;
+}

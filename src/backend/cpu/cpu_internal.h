@@ -43,6 +43,7 @@ typedef struct cpu_ctx {
     /* cpu_conv1_pool_backward_filter runs (1, the default); tests turn it off to compare */
     int fused_pool_filter;
     long fused_pool_filter_runs; /* times it ran (tests check the tape takes the fused path) */
+    long conv_pool_forward_runs; /* times cpu_conv_pool_forward ran (likewise) */
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
@@ -52,6 +53,9 @@ typedef struct cpu_ctx {
     /* cpu_conv_pool.c's scratch (the kernel rearranged, partials, lists), grown likewise */
     float *conv_pool_buf;
     size_t conv_pool_n;
+    /* cpu_conv_pool_forward's scratch: the cropped input and the convolution's output */
+    float *conv_fwd_buf;
+    size_t conv_fwd_n;
 } cpu_ctx;
 
 /* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet), as cpu_round.c
@@ -137,17 +141,26 @@ dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd
 dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
                                    const dist_pool2d_desc *pd, const dist_tensor *x,
                                    const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
-                                   dist_tensor *y, void *workspace, void *y_bf16, int *done);
+                                   int need_dx, dist_tensor *y, void *workspace, void *y_bf16,
+                                   int *done);
 /* For tests: the fused entries above on (1, the default) or off (0) for this backend, and how
  * many times it ran (-1: not a CPU backend). */
 dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on);
 long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend);
+/* For tests: how many times cpu_conv_pool_forward ran (-1: not a CPU backend). */
+long dist_cpu_backend_conv_pool_forward_runs(const dist_backend *backend);
 /* cpu_conv_pool.c: all gradients of a 3x3 convolution (ReLU fused) followed by a 2x2 / stride 2
  * max pool, from the pool's output gradient and workspace (conv2d_relu_pool_backward). *lanes:
  * the vector width it would use (16, 8), 0 where it declines. */
 int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
                                    const dist_tensor *x, const dist_tensor *w,
                                    const dist_tensor *dy, int *lanes);
+/* ... and its forward where x needs a gradient (conv2d_relu_pool_forward with need_dx): the
+ * convolution over only the rows and columns the pool reads, rounded to round_to, pooled. */
+dist_status cpu_conv_pool_forward(cpu_ctx *c, const dist_conv2d_desc *cd,
+                                  const dist_pool2d_desc *pd, const dist_tensor *x,
+                                  const dist_tensor *w, const dist_tensor *b, dist_dtype round_to,
+                                  dist_tensor *p, void *workspace, int *done);
 dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
                                    const dist_pool2d_desc *pd, const dist_tensor *x,
                                    const dist_tensor *w, const dist_tensor *dy,
