@@ -377,6 +377,25 @@ static long tape_grads_op(int fused, dist_dtype precision, int second_consumer, 
     return runs;
 }
 
+/* The gradients of x ([0, nx)), w and b (the last TK) in got against want, each part against
+ * its largest value: the same products summed in another order (float32); bfloat16 stores each
+ * gradient with 8 bits. */
+static void grads_close(const float *got, const float *want, size_t nx, size_t total,
+                        dist_dtype precision, int which) {
+    const size_t from[4] = {0, nx, total - TK, total};
+    for (int part = 0; part < 3; part++) {
+        double worst = 0, top = 0;
+        for (size_t i = from[part]; i < from[part + 1]; i++) {
+            double d = fabs((double)got[i] - want[i]);
+            if (d > worst) worst = d;
+            if (fabs((double)want[i]) > top) top = fabs((double)want[i]);
+        }
+        double tol = precision == DIST_F32 ? 1e-5 : 1.0 / 64;
+        ck_assert_msg(top > 0.01 && worst <= tol * top,
+                      "case %d gradient %d (x, w, b): differ by %g of %g", which, part, worst, top);
+    }
+}
+
 START_TEST(test_conv_pool_backward_on_a_tape_agrees_with_unfused) {
     const size_t nx = (size_t)TN * TH * TH * TC, total = nx + 9 * TC * TK + TK;
     const dist_dtype precisions[2] = {DIST_F32, DIST_BF16};
@@ -388,21 +407,7 @@ START_TEST(test_conv_pool_backward_on_a_tape_agrees_with_unfused) {
             ck_assert_msg(runs_on ==
                               (dist_test_fused_lanes(16) || dist_test_fused_lanes(8) ? 1 : 0),
                           "precision %d second %d: fused ran %ld times", pi, second, runs_on);
-            /* each of x, w and b against its largest gradient: the same products summed in
-             * another order (float32); bfloat16 stores each gradient with 8 bits */
-            const size_t from[4] = {0, nx, total - TK, total};
-            for (int part = 0; part < 3; part++) {
-                double worst = 0, top = 0;
-                for (size_t i = from[part]; i < from[part + 1]; i++) {
-                    double d = fabs((double)on[i] - off[i]);
-                    if (d > worst) worst = d;
-                    if (fabs((double)off[i]) > top) top = fabs((double)off[i]);
-                }
-                double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 64;
-                ck_assert_msg(top > 0.01 && worst <= tol * top,
-                              "precision %d second %d gradient %d: differ by %g of %g", pi, second,
-                              part, worst, top);
-            }
+            grads_close(on, off, nx, total, precisions[pi], pi * 10 + second);
             free(on);
             free(off);
         }
@@ -432,19 +437,7 @@ START_TEST(test_conv_pool_one_op_agrees_with_the_two_ops) {
                 ck_assert_msg(fabs((double)p1[i] - p0[i]) <= 1e-5 * (fabs((double)p0[i]) + 1e-3),
                               "size %d precision %d: pooled[%zu] %.8g vs %.8g", si, pi, i,
                               (double)p1[i], (double)p0[i]);
-            const size_t from[4] = {0, nx, total - TK, total};
-            for (int part = 0; part < 3; part++) {
-                double worst = 0, top = 0;
-                for (size_t i = from[part]; i < from[part + 1]; i++) {
-                    double d = fabs((double)g1[i] - g0[i]);
-                    if (d > worst) worst = d;
-                    if (fabs((double)g0[i]) > top) top = fabs((double)g0[i]);
-                }
-                double tol = precisions[pi] == DIST_F32 ? 1e-5 : 1.0 / 64;
-                ck_assert_msg(top > 0.01 && worst <= tol * top,
-                              "size %d precision %d gradient %d: differ by %g of %g", si, pi, part,
-                              worst, top);
-            }
+            grads_close(g1, g0, nx, total, precisions[pi], si * 10 + pi);
             free(g1);
             free(g0);
             free(p1);
