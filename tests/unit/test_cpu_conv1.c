@@ -339,19 +339,8 @@ static long conv_pool_tape(int mode, dist_dtype precision, int second_consumer, 
         }
         free(h);
     }
-    dist_tensor *h = NULL, *p, *pr, *loss;
-    if (mode == ONE_OP) {
-        ck_assert_msg(dist_op_conv2d_max_pool2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID,
-                                                DIST_ACT_RELU, 2, 2, 2, 2, DIST_PADDING_VALID,
-                                                &p) == DIST_OK,
-                      "%s", dist_last_error());
-    } else {
-        ck_assert_msg(dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU,
-                                     &h) == DIST_OK,
-                      "%s", dist_last_error());
-        ck_assert_msg(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p) == DIST_OK, "%s",
-                      dist_last_error());
-    }
+    dist_tensor *h, *pr, *loss;
+    dist_tensor *p = dist_test_conv_relu_pool(t, v[0], v[1], v[2], mode == ONE_OP, &h);
     ck_assert_msg(dist_op_mul(t, p, v[3], &pr) == DIST_OK, "%s", dist_last_error());
     ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
     if (second_consumer && h) {
@@ -364,14 +353,7 @@ static long conv_pool_tape(int mode, dist_dtype precision, int second_consumer, 
     int first = watch_x ? 0 : 1;
     ck_assert_msg(dist_tape_gradient(t, loss, 3 - first, v + first, gv + first) == DIST_OK, "%s",
                   dist_last_error());
-    if (out_host) {
-        dist_tensor *plain;
-        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, p->shape, &plain), DIST_OK);
-        ck_assert_int_eq(be->iface->to_layout(be->ctx, p, plain), DIST_OK);
-        ck_assert_int_eq(
-            dist_backend_to_host(be, plain, out_host, (size_t)dist_tensor_numel(p) * 4), DIST_OK);
-        dist_backend_free_tensor(be, plain);
-    }
+    if (out_host) dist_test_to_host_plain(be, p, out_host);
     const size_t at[3] = {0, TP_N * TP_H * TP_H, TP_N * TP_H * TP_H + 9 * TP_C};
     for (int i = first; i < 3; i++)
         ck_assert_int_eq(

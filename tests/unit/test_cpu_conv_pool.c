@@ -327,18 +327,8 @@ static long tape_grads_op(int fused, dist_dtype precision, int second_consumer, 
         }
         free(h);
     }
-    dist_tensor *h = NULL, *p, *pr, *loss;
-    if (one_op) {
-        ck_assert_msg(dist_op_conv2d_max_pool2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID,
-                                                DIST_ACT_RELU, 2, 2, 2, 2, DIST_PADDING_VALID,
-                                                &p) == DIST_OK,
-                      "%s", dist_last_error());
-    } else {
-        ck_assert_msg(dist_op_conv2d(t, v[0], v[1], v[2], 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU,
-                                     &h) == DIST_OK,
-                      "%s", dist_last_error());
-        ck_assert_int_eq(dist_op_max_pool2d(t, h, 2, 2, 2, 2, DIST_PADDING_VALID, &p), DIST_OK);
-    }
+    dist_tensor *h, *pr, *loss;
+    dist_tensor *p = dist_test_conv_relu_pool(t, v[0], v[1], v[2], one_op, &h);
     ck_assert_int_eq(dist_op_mul(t, p, v[3], &pr), DIST_OK);
     ck_assert_int_eq(dist_op_reduce_sum(t, pr, &loss), DIST_OK);
     if (second_consumer && h) {
@@ -351,23 +341,10 @@ static long tape_grads_op(int fused, dist_dtype precision, int second_consumer, 
     ck_assert_msg(dist_tape_gradient(t, loss, 3, v, gv) == DIST_OK, "%s", dist_last_error());
     size_t at = 0;
     for (int i = 0; i < 3; i++) {
-        dist_tensor *plain;
-        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &plain),
-                         DIST_OK);
-        ck_assert_int_eq(be->iface->to_layout(be->ctx, gv[i], plain), DIST_OK);
-        size_t cnt = (size_t)dist_tensor_numel(gv[i]);
-        ck_assert_int_eq(dist_backend_to_host(be, plain, g + at, cnt * 4), DIST_OK);
-        at += cnt;
-        dist_backend_free_tensor(be, plain);
+        dist_test_to_host_plain(be, gv[i], g + at);
+        at += (size_t)dist_tensor_numel(gv[i]);
     }
-    if (pooled) {
-        dist_tensor *plain;
-        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, p->shape, &plain), DIST_OK);
-        ck_assert_int_eq(be->iface->to_layout(be->ctx, p, plain), DIST_OK);
-        ck_assert_int_eq(dist_backend_to_host(be, plain, pooled, (size_t)dist_tensor_numel(p) * 4),
-                         DIST_OK);
-        dist_backend_free_tensor(be, plain);
-    }
+    if (pooled) dist_test_to_host_plain(be, p, pooled);
     long runs = dist_cpu_backend_fused_pool_filter_runs(be) +
                 1000 * dist_cpu_backend_conv_pool_forward_runs(be);
     for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, v[i]);

@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "dist/tape.h"
 
 #include <math.h>
 #include <signal.h>
@@ -171,6 +172,33 @@ int dist_test_fused_lanes(int B) {
                  __builtin_cpu_supports("avx512vl");
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     return B % 16 == 0 && avx512 ? 16 : B % 8 == 0 && avx2 ? 8 : 0;
+}
+
+void dist_test_to_host_plain(struct dist_backend *be, const dist_tensor *t, float *out) {
+    dist_tensor *plain;
+    ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, t->ndim, t->shape, &plain), DIST_OK);
+    ck_assert_int_eq(be->iface->to_layout(be->ctx, t, plain), DIST_OK);
+    ck_assert_int_eq(dist_backend_to_host(be, plain, out, (size_t)dist_tensor_numel(t) * 4),
+                     DIST_OK);
+    dist_backend_free_tensor(be, plain);
+}
+
+dist_tensor *dist_test_conv_relu_pool(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                                      const dist_tensor *b, int one_op, dist_tensor **h) {
+    dist_tensor *p = NULL, *conv = NULL;
+    if (one_op) {
+        ck_assert_msg(dist_op_conv2d_max_pool2d(t, x, w, b, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU,
+                                                2, 2, 2, 2, DIST_PADDING_VALID, &p) == DIST_OK,
+                      "%s", dist_last_error());
+    } else {
+        ck_assert_msg(dist_op_conv2d(t, x, w, b, 1, 1, DIST_PADDING_VALID, DIST_ACT_RELU, &conv) ==
+                          DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_msg(dist_op_max_pool2d(t, conv, 2, 2, 2, 2, DIST_PADDING_VALID, &p) == DIST_OK,
+                      "%s", dist_last_error());
+    }
+    if (h) *h = conv;
+    return p;
 }
 
 float dist_test_round_bf16(float f) {

@@ -50,6 +50,17 @@ float dist_test_round_bf16(float f);
  * 16 (AVX-512 F/BW/VL, B a multiple of 16), 8 (AVX2 and FMA, B a multiple of 8), 0 (they
  * decline). */
 int dist_test_fused_lanes(int B);
+/* t (any layout) copied to host in plain row-major order: numel floats into out. */
+struct dist_tensor;
+void dist_test_to_host_plain(struct dist_backend *be, const struct dist_tensor *t, float *out);
+/* On tape t: conv2d(x, w, b, 3x3 VALID, ReLU) then a 2x2 / stride-2 VALID max pool, as
+ * dist_op_conv2d_max_pool2d (one_op) or as the two ops (then *h, if given, is the convolution's
+ * output; NULL for one_op). Returns the pooled tensor. */
+struct dist_tape;
+struct dist_tensor *dist_test_conv_relu_pool(struct dist_tape *t, const struct dist_tensor *x,
+                                             const struct dist_tensor *w,
+                                             const struct dist_tensor *b, int one_op,
+                                             struct dist_tensor **h);
 /* A plain NHWC float32 array of `shape` (4-D) copied into layout l by the backend's to_layout:
  * *t views the returned buffer (caller frees). */
 #include "dist/tensor.h"
