@@ -155,7 +155,7 @@ static const node_it_vt batch_vt = {batch_next, batch_destroy};
 dist_status batch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     batch_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "batch: out of memory");
-    it->base = (node_it){&batch_vt, ds, ctx, gen};
+    it->base = (node_it){&batch_vt, ds, ctx, gen, 0};
     dist_status st = node_it_create(ds->input, ctx, gen, &it->input);
     if (st != DIST_OK) {
         free(it);
@@ -223,7 +223,7 @@ static const node_it_vt rebatch_vt = {rebatch_next, rebatch_destroy};
 dist_status rebatch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     rebatch_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "rebatch: out of memory");
-    it->base = (node_it){&rebatch_vt, ds, ctx, gen};
+    it->base = (node_it){&rebatch_vt, ds, ctx, gen, 0};
     it->piece = ds->u.rebatch.num_replicas;
     dist_status st = node_it_create(ds->input, ctx, gen, &it->input);
     if (st != DIST_OK) {

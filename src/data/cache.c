@@ -352,7 +352,7 @@ static dist_status open_file_mode(cache_it *it) {
 dist_status cache_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     cache_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "cache: out of memory");
-    it->base = (node_it){&cache_vt, ds, ctx, gen};
+    it->base = (node_it){&cache_vt, ds, ctx, gen, 0};
     dist_status st = DIST_OK;
     if (ds->u.cache.filename) {
         DIST_TRY_GOTO(open_file_mode(it), st, fail);

@@ -165,13 +165,16 @@ static const node_it_vt count_vt = {count_next, count_destroy};
 dist_status count_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     count_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "dataset: out of memory");
-    it->base = (node_it){&count_vt, ds, ctx, gen};
+    it->base = (node_it){&count_vt, ds, ctx, gen, 0};
     uint64_t in_gen = ds->kind == NODE_REPEAT ? data_mix64(gen) : gen; /* repeat: pass 0 */
     dist_status st = node_it_create(ds->input, ctx, in_gen, &it->input);
     if (st != DIST_OK) {
         free(it);
         return st;
     }
+    /* every kind passes its input's elements through (repeat's later inputs are iterators of
+     * the same node) */
+    it->base.stable = it->input->stable;
     *out = &it->base;
     return DIST_OK;
 }

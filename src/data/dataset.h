@@ -210,6 +210,10 @@ struct node_it {
     const dist_dataset *ds;
     iter_ctx *ctx;
     uint64_t gen; /* which pass: mixes the epoch and the repetitions above this node */
+    /* non-zero: the data of every element this iterator returns stays valid and unchanged while
+     * its dataset lives (views into a slices source's arrays), so a consumer may keep the
+     * views instead of copies */
+    int stable;
 };
 
 /* Makes the iterator of node `ds` for pass `gen`. */

@@ -48,12 +48,13 @@ static const node_it_vt filter_vt = {filter_next, filter_destroy};
 dist_status filter_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     filter_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "filter: out of memory");
-    it->base = (node_it){&filter_vt, ds, ctx, gen};
+    it->base = (node_it){&filter_vt, ds, ctx, gen, 0};
     dist_status st = node_it_create(ds->input, ctx, gen, &it->input);
     if (st != DIST_OK) {
         free(it);
         return st;
     }
+    it->base.stable = it->input->stable; /* it passes its input's elements through */
     *out = &it->base;
     return DIST_OK;
 }

@@ -207,7 +207,7 @@ dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t
                                  node_it **out) {
     interleave_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "interleave: out of memory");
-    it->base = (node_it){&interleave_vt, ds, ctx, gen};
+    it->base = (node_it){&interleave_vt, ds, ctx, gen, 0};
     it->cycle = ds->u.interleave.cycle_length;
     it->cur = calloc((size_t)it->cycle, sizeof *it->cur);
     it->cur_ds = calloc((size_t)it->cycle, sizeof *it->cur_ds);

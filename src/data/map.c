@@ -174,10 +174,10 @@ typedef struct map_it {
     const dist_dataset *above; /* AUTOTUNE: the prefetch this map feeds, NULL: none */
     demand_slot *demand;       /* its consumer's demand, found on first use */
     long long last_asks, last_wait_ns;
-    int64_t last_at; /* when the last decision was made (data_now_ns) */
-    int windows;     /* decisions so far: the first window (the pipeline filling) only counts */
-    int period, starved;       /* outputs asked for in this period, and how many were not ready */
-    atomic_llong waiting_for;  /* the job the consumer sleeps on, -1 none */
+    int64_t last_at;     /* when the last decision was made (data_now_ns) */
+    int windows;         /* decisions so far: the first window (the pipeline filling) only counts */
+    int period, starved; /* outputs asked for in this period, and how many were not ready */
+    atomic_llong waiting_for; /* the job the consumer sleeps on, -1 none */
     int idle, consumer_waiting;
     carried_error input_err; /* the input failed after the published jobs */
     int held, input_ended, stop;
@@ -453,7 +453,7 @@ static dist_status map_start_threads(map_it *it) {
 dist_status map_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     map_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "map: out of memory");
-    it->base = (node_it){&map_vt, ds, ctx, gen};
+    it->base = (node_it){&map_vt, ds, ctx, gen, 0};
     dist_status st = node_it_create(ds->input, ctx, gen, &it->input);
     if (st != DIST_OK) {
         free(it);

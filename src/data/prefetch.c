@@ -162,7 +162,7 @@ static const node_it_vt prefetch_vt = {prefetch_next, prefetch_destroy};
 dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     prefetch_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "prefetch: out of memory");
-    it->base = (node_it){&prefetch_vt, ds, ctx, gen};
+    it->base = (node_it){&prefetch_vt, ds, ctx, gen, 0};
     it->demand = data_autotune_demand(ctx, ds);
     pthread_mutex_init(&it->mu, NULL);
     pthread_cond_init(&it->not_full, NULL);

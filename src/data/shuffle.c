@@ -32,6 +32,7 @@ typedef struct shuffle_it {
     int64_t cap, n;
     int64_t pending; /* the slot handed out last: refilled on the next call; -1 none */
     int input_ended;
+    int borrow; /* the input's elements are stable: the buffer holds their views, not copies */
     uint64_t rng;
 } shuffle_it;
 
@@ -62,7 +63,11 @@ static dist_status pull_into(shuffle_it *it, int64_t index) {
         }
         it->n++;
     }
-    return slot_copy(&it->slots[index], &el);
+    if (!it->borrow) return slot_copy(&it->slots[index], &el);
+    elem_slot *slot = &it->slots[index];
+    slot->count = el.count;
+    for (int i = 0; i < el.count; i++) slot->t[i] = *el.items[i];
+    return DIST_OK;
 }
 
 static dist_status shuffle_next(node_it *base, dist_element *out, int *eos) {
@@ -94,7 +99,8 @@ static dist_status shuffle_next(node_it *base, dist_element *out, int *eos) {
 static void shuffle_destroy(node_it *base) {
     shuffle_it *it = (shuffle_it *)base;
     node_it_destroy(it->input);
-    for (int64_t i = 0; i < it->cap; i++) slot_free(&it->slots[i]);
+    if (!it->borrow)
+        for (int64_t i = 0; i < it->cap; i++) slot_free(&it->slots[i]);
     free(it->slots);
     free(it);
 }
@@ -104,7 +110,7 @@ static const node_it_vt shuffle_vt = {shuffle_next, shuffle_destroy};
 dist_status shuffle_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     shuffle_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "shuffle: out of memory");
-    it->base = (node_it){&shuffle_vt, ds, ctx, gen};
+    it->base = (node_it){&shuffle_vt, ds, ctx, gen, 0};
     it->pending = -1;
     uint64_t seed = ds->u.shuffle.seed;
     it->rng = data_mix64(ds->u.shuffle.reshuffle ? seed ^ data_mix64(gen) : seed);
@@ -113,6 +119,10 @@ dist_status shuffle_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t ge
         free(it);
         return st;
     }
+    /* Over a stable input (an in-memory source) the buffer keeps views: filling 10,000 slots
+     * at each epoch's start then copies no data and allocates nothing per element. */
+    it->borrow = it->input->stable;
+    it->base.stable = it->borrow;
     *out = &it->base;
     return DIST_OK;
 }

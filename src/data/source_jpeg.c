@@ -398,7 +398,7 @@ static const node_it_vt files_vt = {files_next, files_destroy};
 dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     files_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "jpeg folder: out of memory");
-    it->base = (node_it){&files_vt, ds, ctx, gen};
+    it->base = (node_it){&files_vt, ds, ctx, gen, 0};
     it->t[0] = dist_tensor_view(&it->index, DIST_I32, 0, NULL);
     it->t[1] = dist_tensor_view(&it->label, DIST_I32, 0, NULL);
     atomic_fetch_add(&ctx->skipped, ds->u.files.skipped_at_create);

@@ -165,7 +165,8 @@ static const node_it_vt slices_vt = {slices_next, slices_destroy};
 dist_status slices_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     slices_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "slices: out of memory");
-    it->base = (node_it){&slices_vt, ds, ctx, gen};
+    it->base = (node_it){&slices_vt, ds, ctx, gen, 0};
+    it->base.stable = 1; /* views into the node's arrays, which the dataset owns or borrows */
     for (int i = 0; i < ds->u.slices.count; i++) {
         const dist_tensor *t = &ds->u.slices.t[i];
         it->view[i] = dist_tensor_view(NULL, t->dtype, t->ndim - 1, t->shape + 1);

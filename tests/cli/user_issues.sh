@@ -26,7 +26,8 @@ fail() {
 }
 
 # Runs distrain with the remaining arguments in the background (output in $work/$1.log) and
-# SIGKILLs it once $work/bk holds the backup of global step $2.
+# SIGKILLs it once $work/bk holds the backup of global step $2. It polls every 20 ms: the last
+# epoch of a short run can take under 100 ms, after which the finished run deletes its backup.
 kill_after_backup() {
     name=$1
     step=$2
@@ -36,9 +37,9 @@ kill_after_backup() {
     i=0
     while [ ! -f "$work/bk/ckpt-$step.safetensors" ]; do
         i=$((i + 1))
-        [ $i -gt 3000 ] && { kill -9 $pid; fail "$name: no backup of step $step after 300 s"; }
+        [ $i -gt 15000 ] && { kill -9 $pid; fail "$name: no backup of step $step after 300 s"; }
         kill -0 $pid 2>/dev/null || fail "$name: exited before the backup of step $step"
-        sleep 0.1
+        sleep 0.02
     done
     kill -9 $pid
     wait $pid 2>/dev/null

@@ -603,6 +603,81 @@ static dist_status count_calls(const dist_element *in, dist_element *out, void *
     return DIST_OK;
 }
 
+static dist_status identity_fn(const dist_element *in, dist_element *out, void *user) {
+    (void)user;
+    *(int32_t *)out->items[0]->data = *(int32_t *)in->items[0]->data;
+    return DIST_OK;
+}
+
+static dist_status keep_all(const dist_element *in, int *keep, void *user) {
+    (void)in, (void)user;
+    *keep = 1;
+    return DIST_OK;
+}
+
+/* Over an in-memory source (and take, filter and repeat above it) the shuffle buffer keeps
+ * views of the source's rows instead of copies: the same order as over a map's copies, each
+ * element's data the source's own row, valid after later elements were drawn. */
+START_TEST(test_shuffle_over_a_memory_source_keeps_views_in_the_same_order) {
+    enum { N = 300, B = 64, E = 3 };
+    static int32_t rows[N];
+    for (int i = 0; i < N; i++) rows[i] = i;
+    int64_t shape[1] = {N};
+    dist_tensor t = dist_tensor_view(rows, DIST_I32, 1, shape);
+    dist_tensor *tp = &t;
+    dist_element_spec spec = {0};
+    spec.count = 1;
+    spec.dtype[0] = DIST_I32;
+    dist_map_options o = DIST_MAP_OPTIONS_INIT;
+    o.output_spec = &spec;
+    dist_dataset *views = NULL, *copies = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&tp, 1, 0, &views), DIST_OK);
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&tp, 1, 0, &copies), DIST_OK);
+    CHAIN(views, dist_dataset_take(views, N - 10, &next_));
+    CHAIN(views, dist_dataset_filter(views, keep_all, NULL, "keep_all", &next_));
+    CHAIN(views, dist_dataset_shuffle(views, B, 5, 1, &next_));
+    CHAIN(views, dist_dataset_repeat(views, 2, &next_));
+    CHAIN(copies, dist_dataset_take(copies, N - 10, &next_));
+    CHAIN(copies, dist_dataset_map(copies, identity_fn, NULL, &o, &next_));
+    CHAIN(copies, dist_dataset_shuffle(copies, B, 5, 1, &next_));
+    CHAIN(copies, dist_dataset_repeat(copies, 2, &next_));
+    dist_iterator *a = NULL, *b = NULL;
+    ck_assert_int_eq(dist_iterator_create(views, &a), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(copies, &b), DIST_OK);
+    static const int32_t *seen[2 * (N - 10)];
+    for (int e = 0; e < E; e++) {
+        int n = 0, moved = 0;
+        for (;;) {
+            dist_element ea, eb;
+            int enda = 0, endb = 0;
+            ck_assert_int_eq(dist_iterator_next(a, &ea, &enda), DIST_OK);
+            ck_assert_int_eq(dist_iterator_next(b, &eb, &endb), DIST_OK);
+            ck_assert_int_eq(enda, endb);
+            if (enda) break;
+            const int32_t *p = ea.items[0]->data;
+            ck_assert_int_eq(*p, *(int32_t *)eb.items[0]->data);
+            ck_assert_ptr_eq(p, &rows[*p]); /* the source's row itself: no copy */
+            ck_assert_int_eq(ea.items[0]->ndim, 0);
+            ck_assert_int_eq(ea.items[0]->owns, 0);
+            moved += *p != n % (N - 10);
+            seen[n++] = p;
+        }
+        ck_assert_int_eq(n, 2 * (N - 10));
+        ck_assert_int_gt(moved, N / 2);
+        /* each pass of the repeat is a permutation of the first N - 10 rows */
+        int count[N] = {0};
+        for (int i = 0; i < n; i++) count[*seen[i]]++;
+        for (int i = 0; i < N; i++) ck_assert_int_eq(count[i], i < N - 10 ? 2 : 0);
+        ck_assert_int_eq(dist_iterator_reset(a), DIST_OK);
+        ck_assert_int_eq(dist_iterator_reset(b), DIST_OK);
+    }
+    dist_iterator_destroy(a);
+    dist_iterator_destroy(b);
+    dist_dataset_destroy(views);
+    dist_dataset_destroy(copies);
+}
+END_TEST
+
 START_TEST(test_memory_cache_serves_the_second_epoch) {
     dist_element_spec spec = {0};
     spec.count = 1;
@@ -846,6 +921,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_shuffle_buffer_1_is_identity);
     tcase_add_test(tc, test_shuffle_is_a_permutation_within_the_buffer_window);
     tcase_add_test(tc, test_shuffle_seed_and_reshuffle_each_iteration);
+    tcase_add_test(tc, test_shuffle_over_a_memory_source_keeps_views_in_the_same_order);
     tcase_add_test(tc, test_auto_shard_data_12_elements_2_workers_batch_4);
     tcase_add_test(tc, test_auto_shard_off_every_worker_sees_everything);
     tcase_add_test(tc, test_auto_shard_file_without_files_is_not_found);
