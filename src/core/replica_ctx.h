@@ -24,6 +24,22 @@ struct dist_replica_ctx {
     int local_id;     /* this process's replica index: its copy of models and optimizer slots */
     dist_backend *backend;
     dist_tape *tape;
+    /* Set by the strategy only while it runs an update callback (dist_replica_apply_gradients)
+     * on replicas that share host memory and all run it at once (mirrored CPU replicas), 0
+     * otherwise: an optimizer may then split the update, replica local_id writing its
+     * 1/update_shards of every local copy (dist_update_shard_range); the strategy meets the
+     * replicas after the callback, so every copy is whole when any of them goes on. */
+    int update_shards;
 };
+
+/* The [lo, hi) of n parameters replica `shard` of `shards` updates: equal parts, each a whole
+ * number of 64-byte lines of floats (no two replicas write one cache line). */
+static inline void dist_update_shard_range(size_t n, int shard, int shards, size_t *lo,
+                                           size_t *hi) {
+    size_t part = ((n + (size_t)shards - 1) / (size_t)shards + 15) & ~(size_t)15;
+    size_t a = (size_t)shard * part;
+    *lo = a < n ? a : n;
+    *hi = a + part < n ? a + part : n;
+}
 
 #endif

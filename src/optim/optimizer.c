@@ -45,6 +45,7 @@ struct dist_optimizer {
     _Atomic(dist_model *) model;
     pthread_mutex_t bind_mu; /* binding to a variable list: the replicas' first calls race */
     _Atomic int vars_bound;
+    _Atomic int all_slots; /* every replica's slots exist (made together for split updates) */
     opt_varset vars;
     opt_slots slots[DIST_MAX_REPLICAS];
 };
@@ -56,6 +57,7 @@ static dist_status create(opt_kind kind, dist_optimizer **out) {
     o->kind = kind;
     atomic_init(&o->model, NULL);
     atomic_init(&o->vars_bound, 0);
+    atomic_init(&o->all_slots, 0);
     pthread_mutex_init(&o->bind_mu, NULL);
     *out = o;
     return DIST_OK;
@@ -162,8 +164,8 @@ static int clipping_on(const dist_optimizer *o) {
 /* grad_scale * grads, clipped, into the replica's clip buffer; *out is where the update reads
  * them. On a CUDA backend this goes through host memory both ways: correct and slow (two
  * copies of the whole gradient buffer per step), until the backends grow a norm kernel. */
-static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_span *spans,
-                              int nv, size_t n, const dist_tensor *grads, float grad_scale,
+static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_span *spans, int nv,
+                              size_t n, const dist_tensor *grads, float grad_scale,
                               const float **out) {
     dist_backend *be = s->backend;
     if (dist_backend_is_traced(be))
@@ -190,8 +192,7 @@ static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_s
         *out = s->clip_host;
         return DIST_OK;
     }
-    DIST_TRY(
-        be->iface->copy(be->ctx, s->clip_dev, s->clip_host, n * sizeof(float), DIST_COPY_H2D));
+    DIST_TRY(be->iface->copy(be->ctx, s->clip_dev, s->clip_host, n * sizeof(float), DIST_COPY_H2D));
     DIST_TRY(be->iface->synchronize(be->ctx));
     *out = s->clip_dev;
     return DIST_OK;
@@ -241,12 +242,36 @@ static dist_status apply_rule(dist_optimizer *o, opt_slots *s, float lr, float g
     return be->iface->sgd_update(be->ctx, &d, params, g, m, n);
 }
 
+/* Every replica's slots, made at once by whichever replica comes first (the others wait on the
+ * lock): a split update writes the slots of every copy, so none may still be made lazily by
+ * its own replica. */
+static dist_status slots_all(dist_optimizer *o, dist_model *model) {
+    if (atomic_load_explicit(&o->all_slots, memory_order_acquire)) return DIST_OK;
+    dist_status st = DIST_OK;
+    pthread_mutex_lock(&o->bind_mu);
+    if (!atomic_load_explicit(&o->all_slots, memory_order_relaxed)) {
+        opt_slots *s;
+        for (int q = 0; q < dist_model_num_replicas(model) && st == DIST_OK; q++)
+            st = slots_for(o, model, q, &s);
+        if (st == DIST_OK) atomic_store_explicit(&o->all_slots, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&o->bind_mu);
+    return st;
+}
+
 /* The update with gradients the strategy has aggregated: this replica's copy of the
- * variables, with its slots. */
+ * variables, with its slots. With `shards` > 1 (dist_replica_ctx.update_shards: host replicas
+ * running this at once) the rule runs on this replica's part of the parameters only, and the
+ * part's new values and slots are copied into every other copy: each parameter is updated
+ * once, not once per replica, to the same bits (every replica holds the same sums, slots and
+ * parameters before the step). Clipping needs the whole gradient: not split. */
 static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
-                                  const dist_tensor *grads, float grad_scale) {
+                                  const dist_tensor *grads, float grad_scale, int shards) {
     dist_tensor *params = dist_model_params(model, r);
     opt_slots *s;
+    int split = shards > 1 && !clipping_on(o) && dist_model_num_replicas(model) == shards &&
+                grads->device.kind == DIST_DEVICE_CPU;
+    if (split) DIST_TRY(slots_all(o, model));
     DIST_TRY(slots_for(o, model, r, &s));
     size_t n = (size_t)dist_model_num_params(model);
     /* Keras evaluates learning_rate(iterations) before it counts the update */
@@ -258,7 +283,21 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
         grad_scale = 1.0f;
     }
     s->iterations++;
-    return apply_rule(o, s, lr, grad_scale, params->data, g, 0, n);
+    if (!split) return apply_rule(o, s, lr, grad_scale, params->data, g, 0, n);
+    size_t lo, hi;
+    dist_update_shard_range(n, r, shards, &lo, &hi);
+    if (lo == hi) return DIST_OK;
+    float *p = (float *)params->data + lo;
+    DIST_TRY(apply_rule(o, s, lr, grad_scale, p, g + lo, (int64_t)lo, hi - lo));
+    size_t bytes = (hi - lo) * sizeof(float);
+    for (int q = 0; q < shards; q++) {
+        if (q == r) continue;
+        const opt_slots *t = &o->slots[q];
+        memcpy((float *)dist_model_params(model, q)->data + lo, p, bytes);
+        if (s->m) memcpy(t->m + lo, s->m + lo, bytes);
+        if (s->v) memcpy(t->v + lo, s->v + lo, bytes);
+    }
+    return DIST_OK;
 }
 
 typedef struct opt_update {
@@ -272,7 +311,7 @@ typedef struct opt_update {
 static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
     opt_update *u = user;
     u->applied = 1;
-    return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale);
+    return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale, rc->update_shards);
 }
 
 dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape,
@@ -285,7 +324,10 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
         r < dist_model_num_replicas(model),
         "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
     dist_tensor *grads = dist_model_grads(model, r);
-    if (aggregated || !rc) return update_replica(o, model, r, grads, grad_scale);
+    /* aggregated: called from the strategy's update callback (loss scaling's), or by a caller
+     * that reduced the gradients itself (rc->update_shards 0 then) */
+    if (aggregated || !rc)
+        return update_replica(o, model, r, grads, grad_scale, rc ? rc->update_shards : 0);
     /* the strategy aggregates the gradients its way, then calls the update */
     opt_update u = {o, model, grad_scale, 0, 0};
     DIST_TRY(dist_replica_apply_gradients(rc, grads, update_fn, &u));
@@ -378,9 +420,8 @@ static dist_status var_slots_for(dist_optimizer *o, int r, opt_slots **out) {
     DIST_TRY(slots_alloc(o, p->backends[r], o->vars.n, r, out));
     opt_slots *s = *out;
     if (!s->packed)
-        DIST_TRY(s->backend->iface->alloc(s->backend->ctx,
-                                          (size_t)(o->vars.n > 0 ? o->vars.n : 1) * sizeof(float),
-                                          &s->packed));
+        DIST_TRY(s->backend->iface->alloc(
+            s->backend->ctx, (size_t)(o->vars.n > 0 ? o->vars.n : 1) * sizeof(float), &s->packed));
     return DIST_OK;
 }
 
@@ -607,7 +648,8 @@ static dist_status check_var_slot(dist_optimizer *o, int count, dist_variable *c
     for (int i = 0; i < count; i++)
         DIST_CHECK_ARG(vars[i], "optimizer slot: variable %d is NULL", i);
     DIST_TRY(bind_vars(o, count, vars));
-    DIST_CHECK_ARG(total == o->vars.n, "optimizer slot: the variables have %lld elements, %lld given",
+    DIST_CHECK_ARG(total == o->vars.n,
+                   "optimizer slot: the variables have %lld elements, %lld given",
                    (long long)o->vars.n, (long long)total);
     return DIST_OK;
 }

@@ -12,14 +12,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* An on/off setting of the environment: 0 when it says 0 (or off, false, no), else 1. */
-static int env_flag(const char *name, int fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    return !(strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0 ||
-             strcasecmp(v, "no") == 0);
-}
-
 /* ---- the replica context ----------------------------------------------------------------- */
 
 static dist_status rc_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t) {
@@ -58,8 +50,8 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
     pthread_cond_init(&L->cv_work, NULL);
     pthread_cond_init(&L->cv_done, NULL);
     /* the environment is read once, here; explicit options win */
-    int deterministic = o->deterministic ? 1 : env_flag("DIST_DETERMINISTIC", 0);
-    int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : env_flag("DIST_CUDA_GRAPHS", 1);
+    int deterministic = o->deterministic ? 1 : dist_env_flag("DIST_DETERMINISTIC", 0);
+    int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : dist_env_flag("DIST_CUDA_GRAPHS", 1);
     int cpus = dist_device_count(DIST_DEVICE_CPU), ncpu_replicas = 0;
     for (int r = 0; r < n; r++) ncpu_replicas += devs[r].kind == DIST_DEVICE_CPU;
     int threads = o->threads_per_replica;
@@ -82,7 +74,7 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
         if (st != DIST_OK) return st;
         dist_tape_bind_replica(L->tapes[r], &L->rctx[r]);
         L->rctx[r] =
-            (dist_replica_ctx){&replica_ctx_iface, s, r, n, r, L->backends[r], L->tapes[r]};
+            (dist_replica_ctx){&replica_ctx_iface, s, r, n, r, L->backends[r], L->tapes[r], 0};
         s->placement.backends[r] = L->backends[r];
     }
     s->placement.num_replicas = n;

@@ -26,6 +26,11 @@ dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_op
         snprintf(s->cross_device, sizeof s->cross_device, "nccl");
         return DIST_OK;
     }
-    return dist_comm_create_in_process(n, s->replicas.backends, s->collective_timeout_s,
-                                       &s->replicas_comm);
+    DIST_TRY(dist_comm_create_in_process(n, s->replicas.backends, s->collective_timeout_s,
+                                         &s->replicas_comm));
+    /* CPU replicas share the host's memory: each can update its part of every copy */
+    int cpus = 1;
+    for (int r = 0; r < n; r++) cpus &= devs[r].kind == DIST_DEVICE_CPU;
+    s->replicas.share_updates = cpus && dist_env_flag("DIST_SHARDED_UPDATE", 1);
+    return DIST_OK;
 }

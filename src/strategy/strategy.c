@@ -343,5 +343,15 @@ dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica
                                                   dist_tensor *grads, dist_update_fn update,
                                                   void *user) {
     DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_SUM, grads));
-    return update(rc, grads, user);
+    if (!s->replicas.share_updates || !s->replicas_comm) return update(rc, grads, user);
+    /* The replicas may split the update (the optimizer's choice, the same on every replica):
+     * each writes its part of every copy, so all of them meet before any copy is read. */
+    rc->update_shards = s->replicas.num_replicas;
+    dist_status st = update(rc, grads, user);
+    rc->update_shards = 0;
+    if (st != DIST_OK) {
+        dist_comm_cancel(s->replicas_comm, rc->local_id);
+        return st;
+    }
+    return dist_comm_barrier(s->replicas_comm, rc->local_id, 0);
 }

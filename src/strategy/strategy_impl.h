@@ -12,6 +12,9 @@
 #include "dist/strategy.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 /* Defaults of the collective deadline (rule 10): a peer in this process is late after 300 s,
  * a peer across the network after 60 s (gloo's and PyTorch's defaults bracket these). */
@@ -76,6 +79,15 @@ struct dist_strategy_i {
     void (*destroy)(dist_strategy *s);
 };
 
+/* An on/off setting of the environment: 0 when it says 0 (or off, false, no), else 1;
+ * `fallback` when unset or empty. */
+static inline int dist_env_flag(const char *name, int fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    return !(strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0 ||
+             strcasecmp(v, "no") == 0);
+}
+
 typedef struct replica_job {
     dist_step_fn step;
     void *user;
@@ -94,6 +106,11 @@ typedef struct dist_local_replicas {
     dist_backend *backends[DIST_MAX_REPLICAS];
     dist_tape *tapes[DIST_MAX_REPLICAS];
     dist_replica_ctx rctx[DIST_MAX_REPLICAS];
+
+    /* the replicas split each update between them (dist_replica_ctx.update_shards): 2+ CPU
+     * replicas of one process meeting in-process (mirrored); DIST_SHARDED_UPDATE=0 turns it
+     * off */
+    int share_updates;
 
     /* replica 0 runs on the caller, replicas 1.. on their own threads */
     pthread_t threads[DIST_MAX_REPLICAS];

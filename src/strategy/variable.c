@@ -154,9 +154,7 @@ dist_status dist_variable_read(dist_variable *v, float *dst, int64_t count) {
     return st;
 }
 
-const char *dist_variable_name(const dist_variable *v) {
-    return v ? v->name : NULL;
-}
+const char *dist_variable_name(const dist_variable *v) { return v ? v->name : NULL; }
 
 dist_synchronization dist_variable_synchronization(const dist_variable *v) {
     return v ? v->sync : DIST_SYNC_ON_WRITE;
@@ -170,9 +168,7 @@ const dist_placement *dist_variable_placement(const dist_variable *v) {
     return v ? &v->strategy->placement : NULL;
 }
 
-int dist_variable_num_replicas(const dist_variable *v) {
-    return v ? v->num_replicas : 0;
-}
+int dist_variable_num_replicas(const dist_variable *v) { return v ? v->num_replicas : 0; }
 
 dist_status dist_variable_write(dist_variable *v, const float *src, int64_t count) {
     DIST_CHECK_ARG(v && src, "dist_variable_write: NULL argument");

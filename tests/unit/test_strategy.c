@@ -143,7 +143,8 @@ END_TEST
 static dist_status collectives_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                     dist_element *out) {
     dist_tape *tape = dist_replica_tape(rc);
-    float mine[2] = {(float)(dist_replica_id_in_sync_group(rc) + 1), 10.0f * (float)(dist_replica_id_in_sync_group(rc) + 1)};
+    float mine[2] = {(float)(dist_replica_id_in_sync_group(rc) + 1),
+                     10.0f * (float)(dist_replica_id_in_sync_group(rc) + 1)};
     int64_t n = 2;
     dist_tensor h = dist_tensor_view(mine, DIST_F32, 1, &n), *sum, *mean, *gathered;
     DIST_TRY_TEST(dist_tape_upload(tape, &h, &sum));
@@ -611,6 +612,50 @@ START_TEST(test_bytes_per_pack_gives_identical_results) {
 }
 END_TEST
 
+/* Mirrored CPU replicas split each update (every replica runs the rule on its part of the
+ * parameters and copies the part into the other copies): the same bits as every replica
+ * updating its whole copy, in the weights of every replica and in the optimizer's slots (what
+ * a checkpoint saves), for Adam and SGD with momentum. */
+static void split_vs_whole(int use_sgd, const char *devices) {
+    dist_mnist *m;
+    ck_assert_int_eq(dist_mnist_load(NULL, &m), DIST_OK);
+    dist_dataset *ds = mnist_batches(m, 64);
+    setenv("DIST_SHARDED_UPDATE", "0", 1);
+    trainer whole = make_trainer_opt(DIST_STRATEGY_MIRRORED, devices, use_sgd);
+    unsetenv("DIST_SHARDED_UPDATE");
+    trainer split = make_trainer_opt(DIST_STRATEGY_MIRRORED, devices, use_sgd);
+    train_steps(&whole, ds, 4, 1);
+    train_steps(&split, ds, 4, 1);
+    int64_t n = dist_model_num_params(whole.model);
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    ck_assert_int_eq(dist_model_get_weights(whole.model, 0, a, n), DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(split.model, 0, b, n), DIST_OK);
+    ck_assert_int_eq(memcmp(a, b, (size_t)n * sizeof *a), 0);
+    int slots = dist_optimizer_num_slots(split.opt);
+    ck_assert_int_eq(slots, use_sgd ? 1 : 2);
+    for (int k = 0; k < slots; k++) {
+        ck_assert_int_eq(dist_optimizer_get_slot(whole.opt, whole.model, k, a, n), DIST_OK);
+        ck_assert_int_eq(dist_optimizer_get_slot(split.opt, split.model, k, b, n), DIST_OK);
+        ck_assert_msg(memcmp(a, b, (size_t)n * sizeof *a) == 0, "slot %s differs",
+                      dist_optimizer_slot_name(split.opt, k));
+        int moved = 0;
+        for (int64_t i = n / 2; i < n; i++) moved += b[i] != 0; /* the last replica's part too */
+        ck_assert_int_gt(moved, n / 4);
+    }
+    free(a);
+    free(b);
+    free_trainer(&whole);
+    free_trainer(&split);
+    dist_dataset_destroy(ds);
+    dist_mnist_destroy(m);
+}
+
+START_TEST(test_split_updates_give_the_bits_of_whole_updates) {
+    split_vs_whole(0, "cpu:0,cpu:1");
+    split_vs_whole(1, "cpu:0,cpu:1");
+}
+END_TEST
+
 START_TEST(test_empty_replica_batch_trains_and_keeps_replicas_identical) {
     dist_mnist *m;
     ck_assert_int_eq(dist_mnist_load(NULL, &m), DIST_OK);
@@ -642,6 +687,7 @@ int main(void) {
     tcase_add_test(tc, test_mirrored_matches_one_device_with_adam_for_2_steps);
     tcase_add_test(tc, test_bytes_per_pack_gives_identical_results);
     tcase_add_test(tc, test_empty_replica_batch_trains_and_keeps_replicas_identical);
+    tcase_add_test(tc, test_split_updates_give_the_bits_of_whole_updates);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -143,7 +143,8 @@ static dist_status seq_init(dist_strategy *s, const dist_strategy_options *o) {
     DIST_TRY_TEST(dist_backend_create(&bo, &c->backend));
     DIST_TRY_TEST(dist_tape_create(c->backend, &c->tape));
     for (int r = 0; r < SEQ_REPLICAS; r++)
-        c->rctx[r] = (dist_replica_ctx){&seq_rc_iface, s, r, SEQ_REPLICAS, 0, c->backend, c->tape};
+        c->rctx[r] =
+            (dist_replica_ctx){&seq_rc_iface, s, r, SEQ_REPLICAS, 0, c->backend, c->tape, 0};
     s->num_replicas = SEQ_REPLICAS;
     s->num_replicas_in_sync = SEQ_REPLICAS;
     /* one copy of the variables, which every replica reads */
