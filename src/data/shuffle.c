@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,27 @@ typedef struct shuffle_it {
 static uint64_t rng_below(shuffle_it *it, int64_t n) {
     uint64_t r = data_mix64(it->rng++);
     return (uint64_t)(((unsigned __int128)r * (uint64_t)n) >> 64);
+}
+
+/* Warms the cache for the next draws, which land anywhere in a buffer of megabytes: the data
+ * of the next draw (its slot was warmed by the previous call) and the slot of the one after.
+ * The indices are guessed with today's n, as the stream's next values are known; a wrong guess
+ * (the buffer shrinking at the end) costs only the prefetch. */
+static void warm_next(const shuffle_it *it) {
+    const uint64_t n = (uint64_t)it->n;
+    const uint64_t a = (uint64_t)(((unsigned __int128)data_mix64(it->rng) * n) >> 64);
+    const uint64_t b = (uint64_t)(((unsigned __int128)data_mix64(it->rng + 1) * n) >> 64);
+    const char *sb = (const char *)&it->slots[b];
+    /* the count and the first two tensors (image, label): what a draw reads of the slot */
+    const size_t head = offsetof(elem_slot, t) + 2 * sizeof(dist_tensor);
+    for (size_t off = 0; off < head; off += 64) __builtin_prefetch(sb + off);
+    const elem_slot *s = &it->slots[a];
+    for (int i = 0; i < s->count; i++) {
+        size_t bytes = dist_tensor_bytes(&s->t[i]);
+        if (bytes > 4096) bytes = 4096; /* the first 4 KB: the rest streams in behind them */
+        for (size_t off = 0; off < bytes; off += 64)
+            __builtin_prefetch((const char *)s->t[i].data + off);
+    }
 }
 
 static dist_status pull_into(shuffle_it *it, int64_t index) {
@@ -93,6 +115,7 @@ static dist_status shuffle_next(node_it *base, dist_element *out, int *eos) {
     int64_t r = (int64_t)rng_below(it, it->n);
     it->pending = r;
     slot_view(&it->slots[r], out);
+    warm_next(it);
     return DIST_OK;
 }
 
