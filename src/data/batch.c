@@ -150,7 +150,15 @@ static void batch_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt batch_vt = {batch_next, batch_destroy};
+/* The batch just made is it->buf: hand its buffers over (batch_start grows what it gets back). */
+static void batch_take(node_it *base, elem_slot *dst) {
+    batch_it *it = (batch_it *)base;
+    elem_slot mine = it->buf;
+    it->buf = *dst;
+    *dst = mine;
+}
+
+static const node_it_vt batch_vt = {batch_next, batch_destroy, batch_take};
 
 dist_status batch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     batch_it *it = calloc(1, sizeof *it);
@@ -218,7 +226,7 @@ static void rebatch_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt rebatch_vt = {rebatch_next, rebatch_destroy};
+static const node_it_vt rebatch_vt = {rebatch_next, rebatch_destroy, NULL};
 
 dist_status rebatch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     rebatch_it *it = calloc(1, sizeof *it);

@@ -269,7 +269,7 @@ static void cache_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt cache_vt = {cache_next, cache_destroy};
+static const node_it_vt cache_vt = {cache_next, cache_destroy, NULL};
 
 /* Reads the whole file once, checking the CRC-32C in its last 4 bytes; leaves it rewound. */
 static dist_status verify_file(cache_it *it, const char *name) {

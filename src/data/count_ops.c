@@ -160,7 +160,7 @@ static void count_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt count_vt = {count_next, count_destroy};
+static const node_it_vt count_vt = {count_next, count_destroy, NULL};
 
 dist_status count_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     count_it *it = calloc(1, sizeof *it);

@@ -203,6 +203,10 @@ typedef struct node_it node_it;
 typedef struct node_it_vt {
     dist_status (*next)(node_it *it, dist_element *out, int *eos);
     void (*destroy)(node_it *it);
+    /* Optional: right after next() gave an element held in the iterator's own slot, moves that
+     * slot's buffers (the element) into `dst` and takes dst's old buffers in exchange, for a
+     * consumer that would copy the element into dst (prefetch): no copy, no allocation. */
+    void (*take)(node_it *it, elem_slot *dst);
 } node_it_vt;
 
 struct node_it {

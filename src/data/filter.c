@@ -43,7 +43,7 @@ static void filter_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt filter_vt = {filter_next, filter_destroy};
+static const node_it_vt filter_vt = {filter_next, filter_destroy, NULL};
 
 dist_status filter_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     filter_it *it = calloc(1, sizeof *it);

@@ -201,7 +201,7 @@ static void interleave_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt interleave_vt = {interleave_next, interleave_destroy};
+static const node_it_vt interleave_vt = {interleave_next, interleave_destroy, NULL};
 
 dist_status interleave_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
                                  node_it **out) {

@@ -405,7 +405,7 @@ static void map_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt map_vt = {map_next, map_destroy};
+static const node_it_vt map_vt = {map_next, map_destroy, NULL};
 
 static dist_status map_start_threads(map_it *it) {
     const dist_dataset *ds = it->base.ds;

@@ -73,7 +73,12 @@ static void *producer(void *arg) {
         dist_element el;
         int eos = 0;
         dist_status st = node_it_next(it->input, &el, &eos);
-        if (st == DIST_OK && !eos) st = slot_copy(slot, &el);
+        if (st == DIST_OK && !eos) {
+            if (it->input->vt->take) /* a batch: its buffers, not a copy of them */
+                it->input->vt->take(it->input, slot);
+            else
+                st = slot_copy(slot, &el);
+        }
         pthread_mutex_lock(&it->mu);
         if (st == DIST_OK && !eos && it->max_limit > 0 && it->tail == 0) {
             /* The memory budget, in elements of the first one's size. */
@@ -157,7 +162,7 @@ static void prefetch_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt prefetch_vt = {prefetch_next, prefetch_destroy};
+static const node_it_vt prefetch_vt = {prefetch_next, prefetch_destroy, NULL};
 
 dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     prefetch_it *it = calloc(1, sizeof *it);

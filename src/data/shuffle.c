@@ -128,7 +128,7 @@ static void shuffle_destroy(node_it *base) {
     free(it);
 }
 
-static const node_it_vt shuffle_vt = {shuffle_next, shuffle_destroy};
+static const node_it_vt shuffle_vt = {shuffle_next, shuffle_destroy, NULL};
 
 dist_status shuffle_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     shuffle_it *it = calloc(1, sizeof *it);

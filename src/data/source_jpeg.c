@@ -393,7 +393,7 @@ static dist_status files_next(node_it *base, dist_element *out, int *eos) {
 
 static void files_destroy(node_it *base) { free(base); }
 
-static const node_it_vt files_vt = {files_next, files_destroy};
+static const node_it_vt files_vt = {files_next, files_destroy, NULL};
 
 dist_status files_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     files_it *it = calloc(1, sizeof *it);

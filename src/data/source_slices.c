@@ -160,7 +160,7 @@ static dist_status slices_next(node_it *base, dist_element *out, int *eos) {
 
 static void slices_destroy(node_it *base) { free(base); }
 
-static const node_it_vt slices_vt = {slices_next, slices_destroy};
+static const node_it_vt slices_vt = {slices_next, slices_destroy, NULL};
 
 dist_status slices_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     slices_it *it = calloc(1, sizeof *it);

@@ -463,6 +463,33 @@ START_TEST(test_parallel_map_keeps_order_and_errors) {
 }
 END_TEST
 
+/* A prefetch over a batch takes the batch's buffers instead of copying them (the batch gets
+ * the ring slot's in exchange): every batch, the short last one, and the next epoch's full
+ * ones arrive as without the prefetch, at fixed depths and AUTOTUNE. */
+START_TEST(test_prefetch_over_batch_gives_the_batches_unchanged) {
+    static char want[8192], got[8192];
+    dist_dataset *plain = range_ds(103);
+    CHAIN(plain, dist_dataset_batch(plain, 10, 0, &next_));
+    render_ds(plain, want, sizeof want);
+    ck_assert_ptr_nonnull(strstr(want, "[100,101,102]"));
+    const int depths[3] = {1, 3, DIST_AUTOTUNE};
+    for (int d = 0; d < 3; d++) {
+        dist_dataset *ds = NULL;
+        ck_assert_int_eq(dist_dataset_prefetch(plain, depths[d], &ds), DIST_OK);
+        dist_iterator *it = NULL;
+        ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+        for (int epoch = 0; epoch < 3; epoch++) {
+            render(it, got, sizeof got);
+            ck_assert_str_eq(got, want);
+            ck_assert_int_eq(dist_iterator_reset(it), DIST_OK);
+        }
+        dist_iterator_destroy(it);
+        dist_dataset_destroy(ds);
+    }
+    dist_dataset_destroy(plain);
+}
+END_TEST
+
 START_TEST(test_prefetch_destroyed_mid_epoch_joins_cleanly) {
     dist_dataset *ds = squares(100000, 2, 0);
     CHAIN(ds, dist_dataset_prefetch(ds, 4, &next_));
@@ -933,6 +960,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_restore_into_another_pipeline_names_the_mismatch);
     tcase_add_test(tc, test_parallel_map_keeps_order_and_errors);
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
+    tcase_add_test(tc, test_prefetch_over_batch_gives_the_batches_unchanged);
     tcase_add_test(tc, test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity);
     tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
     tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
