@@ -46,6 +46,7 @@ struct dist_optimizer {
     pthread_mutex_t bind_mu; /* binding to a variable list: the replicas' first calls race */
     _Atomic int vars_bound;
     _Atomic int all_slots; /* every replica's slots exist (made together for split updates) */
+    _Atomic int split;     /* an update was split: replica 0's slots are the only whole ones */
     opt_varset vars;
     opt_slots slots[DIST_MAX_REPLICAS];
 };
@@ -58,6 +59,7 @@ static dist_status create(opt_kind kind, dist_optimizer **out) {
     atomic_init(&o->model, NULL);
     atomic_init(&o->vars_bound, 0);
     atomic_init(&o->all_slots, 0);
+    atomic_init(&o->split, 0);
     pthread_mutex_init(&o->bind_mu, NULL);
     *out = o;
     return DIST_OK;
@@ -260,17 +262,28 @@ static dist_status slots_all(dist_optimizer *o, dist_model *model) {
 }
 
 /* The update with gradients the strategy has aggregated: this replica's copy of the
- * variables, with its slots. With `shards` > 1 (dist_replica_ctx.update_shards: host replicas
- * running this at once) the rule runs on this replica's part of the parameters only, and the
- * part's new values and slots are copied into every other copy: each parameter is updated
- * once, not once per replica, to the same bits (every replica holds the same sums, slots and
- * parameters before the step). Clipping needs the whole gradient: not split. */
+ * variables, with its slots.
+ *
+ * With `shards` > 1 (dist_replica_ctx.update_shards: host replicas running this at once, each
+ * copy identical before the step) the update is split: this replica runs the rule on its part
+ * of the parameters and copies the part's new values into every other copy, so each parameter
+ * is updated once, not once per replica, to the same bits. The slots of a split update have
+ * one copy, replica 0's (each replica updates its part of them): what get_slot and checkpoints
+ * read, and nothing is copied between the replicas' slots. Clipping (which needs the whole
+ * gradient) clips it on every replica alike first. */
 static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
                                   const dist_tensor *grads, float grad_scale, int shards) {
     dist_tensor *params = dist_model_params(model, r);
     opt_slots *s;
-    int split = shards > 1 && !clipping_on(o) && dist_model_num_replicas(model) == shards &&
+    int split = shards > 1 && dist_model_num_replicas(model) == shards &&
                 grads->device.kind == DIST_DEVICE_CPU;
+    if (!split && r > 0 && atomic_load_explicit(&o->split, memory_order_relaxed))
+        return dist_error(DIST_INVALID_USAGE,
+                          "optimizer: its updates were split between the mirrored replicas, "
+                          "whose slots replica 0 holds; replica %d cannot update alone: apply "
+                          "it from the strategy's update (dist_optimizer_apply_gradients, or "
+                          "apply_scaled inside a dist_update_fn)",
+                          r);
     if (split) DIST_TRY(slots_all(o, model));
     DIST_TRY(slots_for(o, model, r, &s));
     size_t n = (size_t)dist_model_num_params(model);
@@ -284,19 +297,19 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
     }
     s->iterations++;
     if (!split) return apply_rule(o, s, lr, grad_scale, params->data, g, 0, n);
+    atomic_store_explicit(&o->split, 1, memory_order_relaxed);
     size_t lo, hi;
     dist_update_shard_range(n, r, shards, &lo, &hi);
     if (lo == hi) return DIST_OK;
+    /* this replica's backend and update count, replica 0's slots */
+    opt_slots part = *s;
+    part.m = o->slots[0].m;
+    part.v = o->slots[0].v;
     float *p = (float *)params->data + lo;
-    DIST_TRY(apply_rule(o, s, lr, grad_scale, p, g + lo, (int64_t)lo, hi - lo));
-    size_t bytes = (hi - lo) * sizeof(float);
-    for (int q = 0; q < shards; q++) {
-        if (q == r) continue;
-        const opt_slots *t = &o->slots[q];
-        memcpy((float *)dist_model_params(model, q)->data + lo, p, bytes);
-        if (s->m) memcpy(t->m + lo, s->m + lo, bytes);
-        if (s->v) memcpy(t->v + lo, s->v + lo, bytes);
-    }
+    DIST_TRY(apply_rule(o, &part, lr, grad_scale, p, g + lo, (int64_t)lo, hi - lo));
+    for (int q = 0; q < shards; q++)
+        if (q != r)
+            memcpy((float *)dist_model_params(model, q)->data + lo, p, (hi - lo) * sizeof(float));
     return DIST_OK;
 }
 

@@ -613,17 +613,20 @@ START_TEST(test_bytes_per_pack_gives_identical_results) {
 END_TEST
 
 /* Mirrored CPU replicas split each update (every replica runs the rule on its part of the
- * parameters and copies the part into the other copies): the same bits as every replica
- * updating its whole copy, in the weights of every replica and in the optimizer's slots (what
- * a checkpoint saves), for Adam and SGD with momentum. */
-static void split_vs_whole(int use_sgd, const char *devices) {
+ * parameters, with replica 0's slots, and copies the part into the other copies): the same
+ * bits as every replica updating its whole copy, in the weights of every replica and in the
+ * optimizer's slots (what a checkpoint saves), for Adam and SGD with momentum, with and
+ * without global clipping (which needs the whole gradient). */
+static void split_vs_whole(int use_sgd, float global_clipnorm) {
     dist_mnist *m;
     ck_assert_int_eq(dist_mnist_load(NULL, &m), DIST_OK);
     dist_dataset *ds = mnist_batches(m, 64);
     setenv("DIST_SHARDED_UPDATE", "0", 1);
-    trainer whole = make_trainer_opt(DIST_STRATEGY_MIRRORED, devices, use_sgd);
+    trainer whole = make_trainer_opt(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1", use_sgd);
     unsetenv("DIST_SHARDED_UPDATE");
-    trainer split = make_trainer_opt(DIST_STRATEGY_MIRRORED, devices, use_sgd);
+    trainer split = make_trainer_opt(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1", use_sgd);
+    ck_assert_int_eq(dist_optimizer_set_clipping(whole.opt, 0, 0, global_clipnorm), DIST_OK);
+    ck_assert_int_eq(dist_optimizer_set_clipping(split.opt, 0, 0, global_clipnorm), DIST_OK);
     train_steps(&whole, ds, 4, 1);
     train_steps(&split, ds, 4, 1);
     int64_t n = dist_model_num_params(whole.model);
@@ -651,8 +654,46 @@ static void split_vs_whole(int use_sgd, const char *devices) {
 }
 
 START_TEST(test_split_updates_give_the_bits_of_whole_updates) {
-    split_vs_whole(0, "cpu:0,cpu:1");
-    split_vs_whole(1, "cpu:0,cpu:1");
+    split_vs_whole(0, 0);
+    split_vs_whole(1, 0);
+    split_vs_whole(0, 0.05f);
+}
+END_TEST
+
+/* A step that applies the optimizer itself, bypassing the strategy's aggregation. */
+static dist_status apply_alone_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                    dist_element *out) {
+    (void)in;
+    out->count = 0;
+    trainer *t = user;
+    return dist_optimizer_apply_scaled(t->opt, t->model, dist_replica_tape(rc), 1.0f, 1);
+}
+
+/* After split updates replica 0 holds the only whole slots: another replica that updates on
+ * its own (outside the strategy's update) is refused with a message that says why. */
+START_TEST(test_after_split_updates_a_replica_alone_is_refused) {
+    dist_mnist *m;
+    ck_assert_int_eq(dist_mnist_load(NULL, &m), DIST_OK);
+    dist_dataset *ds = mnist_batches(m, 64);
+    trainer t = make_trainer(DIST_STRATEGY_MIRRORED, "cpu:0,cpu:1");
+    train_steps(&t, ds, 1, 1);
+    dist_distributed_dataset *dds;
+    dist_distributed_iterator *it;
+    ck_assert_int_eq(dist_strategy_distribute_dataset(t.s, ds, &dds), DIST_OK);
+    ck_assert_int_eq(dist_distributed_dataset_iterator(dds, &it), DIST_OK);
+    dist_per_replica_element e;
+    int end = 1;
+    ck_assert_int_eq(dist_distributed_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(end, 0);
+    dist_per_replica out;
+    dist_status st = dist_strategy_run(t.s, apply_alone_step, &t, &e, &out);
+    ck_assert_msg(st == DIST_INVALID_USAGE, "%d: %s", st, dist_last_error());
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "replica 1 cannot update alone"));
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    free_trainer(&t);
+    dist_dataset_destroy(ds);
+    dist_mnist_destroy(m);
 }
 END_TEST
 
@@ -688,6 +729,7 @@ int main(void) {
     tcase_add_test(tc, test_bytes_per_pack_gives_identical_results);
     tcase_add_test(tc, test_empty_replica_batch_trains_and_keeps_replicas_identical);
     tcase_add_test(tc, test_split_updates_give_the_bits_of_whole_updates);
+    tcase_add_test(tc, test_after_split_updates_a_replica_alone_is_refused);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
