@@ -529,6 +529,18 @@ static void train_steps(trainer *t, dist_dataset *ds, int steps, int check_repli
     dist_distributed_dataset_destroy(dds);
 }
 
+/* x's and y's weights (replica 0's copies) are the same bits. */
+static void assert_same_weights(const trainer *x, const trainer *y) {
+    int64_t n = dist_model_num_params(x->model);
+    ck_assert_int_eq(dist_model_num_params(y->model), n);
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    ck_assert_int_eq(dist_model_get_weights(x->model, 0, a, n), DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(y->model, 0, b, n), DIST_OK);
+    ck_assert_int_eq(memcmp(a, b, (size_t)n * sizeof *a), 0);
+    free(a);
+    free(b);
+}
+
 /* Trains one_device (batch 64) and mirrored over 2 CPU replicas (global batch 64) from the
  * same initial weights on the same batches and returns the worst relative difference of a
  * variable after `nsteps` steps. */
@@ -598,13 +610,7 @@ START_TEST(test_bytes_per_pack_gives_identical_results) {
     g_bytes_per_pack = 0;
     train_steps(&whole, ds, 3, 0);
     train_steps(&packed, ds, 3, 1);
-    int64_t n = dist_model_num_params(whole.model);
-    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-    ck_assert_int_eq(dist_model_get_weights(whole.model, 0, a, n), DIST_OK);
-    ck_assert_int_eq(dist_model_get_weights(packed.model, 0, b, n), DIST_OK);
-    ck_assert_int_eq(memcmp(a, b, (size_t)n * sizeof *a), 0);
-    free(a);
-    free(b);
+    assert_same_weights(&whole, &packed);
     free_trainer(&whole);
     free_trainer(&packed);
     dist_dataset_destroy(ds);
@@ -629,11 +635,9 @@ static void split_vs_whole(int use_sgd, float global_clipnorm) {
     ck_assert_int_eq(dist_optimizer_set_clipping(split.opt, 0, 0, global_clipnorm), DIST_OK);
     train_steps(&whole, ds, 4, 1);
     train_steps(&split, ds, 4, 1);
+    assert_same_weights(&whole, &split);
     int64_t n = dist_model_num_params(whole.model);
     float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-    ck_assert_int_eq(dist_model_get_weights(whole.model, 0, a, n), DIST_OK);
-    ck_assert_int_eq(dist_model_get_weights(split.model, 0, b, n), DIST_OK);
-    ck_assert_int_eq(memcmp(a, b, (size_t)n * sizeof *a), 0);
     int slots = dist_optimizer_num_slots(split.opt);
     ck_assert_int_eq(slots, use_sgd ? 1 : 2);
     for (int k = 0; k < slots; k++) {
