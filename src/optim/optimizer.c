@@ -275,8 +275,8 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
                                   const dist_tensor *grads, float grad_scale, int shards) {
     dist_tensor *params = dist_model_params(model, r);
     opt_slots *s;
-    int split = shards > 1 && dist_model_num_replicas(model) == shards &&
-                grads->device.kind == DIST_DEVICE_CPU;
+    /* shards > 1 only on host replicas (the strategy's share_updates) */
+    int split = shards > 1 && dist_model_num_replicas(model) == shards;
     if (!split && r > 0 && atomic_load_explicit(&o->split, memory_order_relaxed))
         return dist_error(DIST_INVALID_USAGE,
                           "optimizer: its updates were split between the mirrored replicas, "
