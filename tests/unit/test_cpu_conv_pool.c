@@ -5,7 +5,7 @@
  *     nChw8c, plain NHWC; 16 and 8 lanes), odd sizes whose last row and column the pool drops,
  *     channel counts that are not the seed CNN's, a pooled gradient with exact zeros, a batch
  *     that is not a multiple of the image groups, without the filter or bias gradient, an image
- *     whose dx lists are built in two bands;
+ *     whose dx lists are built in two bands, output channels in several dx chunks;
  *   - bitwise the same result on 1 and 2 threads;
  *   - shapes it does not cover are declined without writing anything;
  *   - on a tape (float32 and bfloat16, with a second consumer of the convolution's output) the
@@ -176,6 +176,10 @@ START_TEST(test_conv_pool_backward_matches_reference) {
         {3, 4, 4, 8, 8, DIST_LAYOUT_NCHW8C, DIST_LAYOUT_NCHW8C, 1, 1},
         {9, 11, 10, 24, 40, DIST_LAYOUT_PLAIN, DIST_LAYOUT_NCHW8C, 2, 0},
         {2, 7, 9, 64, 32, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW8C, 1, 1},
+        /* more output channels than one dx chunk holds (32 at 16 lanes): a partial last chunk,
+         * lists built 16 at a time and one by one (dy in blocks of 8) */
+        {4, 9, 9, 32, 48, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 1, 1},
+        {3, 9, 11, 32, 80, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW8C, 2, 1},
         /* 961 pooled pixels: the dx lists are built in two bands */
         {2, 64, 64, 16, 64, DIST_LAYOUT_NCHW16C, DIST_LAYOUT_NCHW16C, 2, 1},
     };

@@ -18,12 +18,13 @@
  * contiguous at a pixel in every layout the backend keeps (nChw16c, nChw8c, plain NHWC); per
  * image, whose channels stay in the L1 cache:
  *   - dx: the entries (g, k) of each pooled pixel are sorted by a into four lists (compressed
- *     16 at a time with AVX-512). Each list sums g * w[k][tap] (the kernel rearranged
- *     [k][tap][c]) in 9 registers; the four lists' sums meet in the 4x4 block of dx the window's
- *     taps cover, kept in 16 registers and added to dx once.
- *   - dw: for each k, its pooled gradient is read in place (skipped where POS is clear) and
- *     sums g * x[q + tap] over the pooled pixels in 9 registers per 16 channels (18 for 32),
- *     added to the image group's partial [k][tap][c] once.
+ *     16 at a time with AVX-512), per chunk of output channels whose rearranged kernel
+ *     ([k][tap][c]) fits the L1 cache. Each list sums g * w[k][tap] in 9 registers; the four
+ *     lists' sums meet in the 4x4 block of dx the window's taps cover, kept in 16 registers and
+ *     added to dx once per chunk.
+ *   - dw: for each k, the pooled pixels where POS is set are listed without branches (g and
+ *     the arg-max's offset), then g * x[q + tap] is summed over them in 9 registers per 16
+ *     channels (18 for 32), added to the image group's partial [k][tap][c] once.
  * Deterministic whatever the thread count: images are summed in fixed groups (by the batch
  * size only), each into its own partial, and the partials are added in group order. */
 #include "backend/cpu/cpu_internal.h"
@@ -41,6 +42,7 @@
 #define MAX_GROUPS 16
 #define PARTS_BYTES ((size_t)64 << 20) /* the groups' partials at most (fewer groups) */
 #define LISTS_BYTES ((size_t)2 << 20)  /* a thread's dx lists at most (bands of pixels) */
+#define CHUNK_BYTES ((size_t)18 << 10) /* dx: a chunk of output channels' kernel (L1 cache) */
 
 /* A dx list's entry: a pooled gradient value and its output channel. */
 typedef struct cp_entry {
@@ -102,28 +104,26 @@ __attribute__((target("avx2,fma"))) static void dx_pixel8(const cp_entry *const 
     }
 }
 
-/* dw: one output channel k of one image, its pooled gradient g[p * sy] and workspace bytes
- * b[p * sy] read in place for the P pooled pixels: dw[v][tap] += g * x[v][q + tap] for V (1 or
- * 2) vectors of 16 input channels, x[v] = x + v * vstep (pixel stride pix, row width w), dw
- * [v][tap][16], q = base[p] + delta[b & 3] (the arg-max's pixel), skipping the pixels where
- * the ReLU cut (POS clear). The 9 V sums stay in registers. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-dw_chan16(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, const int32_t *delta,
-          int64_t P, const float *x, int64_t vstep, int V, int64_t pix, int64_t w, float *dw) {
-    const int64_t row = w * pix;
+/* dw: one output channel k of one image, its n pooled gradient values g[i] whose ReLU passed
+ * (POS set) and the pixel offsets q[i] of their arg-max (the pixel index times pix, the pixel
+ * stride): dw[v][tap] += g * x[v][q + tap] for V (1 or 2) vectors of 16 input channels, x[v] =
+ * x + v * vstep (row stride row), dw [v][tap][16]. The 9 V sums stay in registers. Inlined with
+ * pix a constant (16, nChw16c), the taps are constant displacements from three row pointers. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
+dw_list16_at(const float *g, const int32_t *q, int n, const float *x, int64_t vstep, int V,
+             const int64_t pix, int64_t row, float *dw) {
     if (V == 2) {
         __m512 a[9], c[9];
         for (int t = 0; t < 9; t++) {
             a[t] = _mm512_loadu_ps(dw + 16 * t);
             c[t] = _mm512_loadu_ps(dw + 144 + 16 * t);
         }
-        for (int64_t p = 0; p < P; p++) {
-            uint8_t bp = b[p * sy];
-            if (!(bp & CPU_POOL_WS_POS)) continue;
-            __m512 gv = _mm512_set1_ps(g[p * sy]);
-            const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
+        for (int i = 0; i < n; i++) {
+            __m512 gv = _mm512_set1_ps(g[i]);
+            const float *r0 = x + q[i], *r1 = r0 + row, *r2 = r1 + row;
+            const float *rr[3] = {r0, r1, r2};
             for (int t = 0; t < 9; t++) {
-                const float *xp = x0 + (t / 3) * row + (t % 3) * pix;
+                const float *xp = rr[t / 3] + (t % 3) * pix;
                 a[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(xp), a[t]);
                 c[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(xp + vstep), c[t]);
             }
@@ -136,33 +136,54 @@ dw_chan16(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, con
     }
     __m512 a[9];
     for (int t = 0; t < 9; t++) a[t] = _mm512_loadu_ps(dw + 16 * t);
-    for (int64_t p = 0; p < P; p++) {
-        uint8_t bp = b[p * sy];
-        if (!(bp & CPU_POOL_WS_POS)) continue;
-        __m512 gv = _mm512_set1_ps(g[p * sy]);
-        const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
+    for (int i = 0; i < n; i++) {
+        __m512 gv = _mm512_set1_ps(g[i]);
+        const float *r0 = x + q[i], *r1 = r0 + row, *r2 = r1 + row;
+        const float *rr[3] = {r0, r1, r2};
         for (int t = 0; t < 9; t++)
-            a[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(x0 + (t / 3) * row + (t % 3) * pix), a[t]);
+            a[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(rr[t / 3] + (t % 3) * pix), a[t]);
     }
     for (int t = 0; t < 9; t++) _mm512_storeu_ps(dw + 16 * t, a[t]);
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+dw_list16(const float *g, const int32_t *q, int n, const float *x, int64_t vstep, int V,
+          int64_t pix, int64_t row, float *dw) {
+    if (pix == 16)
+        dw_list16_at(g, q, n, x, vstep, V, 16, row, dw);
+    else
+        dw_list16_at(g, q, n, x, vstep, V, pix, row, dw);
+}
+
 /* The same with AVX2 for one vector of 8 input channels. */
-__attribute__((target("avx2,fma"))) static void
-dw_chan8(const float *g, const uint8_t *b, int64_t sy, const int32_t *base, const int32_t *delta,
-         int64_t P, const float *x, int64_t pix, int64_t w, float *dw) {
-    const int64_t row = w * pix;
+__attribute__((target("avx2,fma"))) static void dw_list8(const float *g, const int32_t *q, int n,
+                                                         const float *x, int64_t pix, int64_t row,
+                                                         float *dw) {
     __m256 a[9];
     for (int t = 0; t < 9; t++) a[t] = _mm256_loadu_ps(dw + 8 * t);
-    for (int64_t p = 0; p < P; p++) {
-        uint8_t bp = b[p * sy];
-        if (!(bp & CPU_POOL_WS_POS)) continue;
-        __m256 gv = _mm256_set1_ps(g[p * sy]);
-        const float *x0 = x + (int64_t)(base[p] + delta[bp & 3]) * pix;
+    for (int i = 0; i < n; i++) {
+        __m256 gv = _mm256_set1_ps(g[i]);
+        const float *x0 = x + q[i];
         for (int t = 0; t < 9; t++)
             a[t] = _mm256_fmadd_ps(gv, _mm256_loadu_ps(x0 + (t / 3) * row + (t % 3) * pix), a[t]);
     }
     for (int t = 0; t < 9; t++) _mm256_storeu_ps(dw + 8 * t, a[t]);
+}
+
+/* dw's list for output channel k of one image: of its P pooled gradient values g[p * sy] (with
+ * workspace bytes b[p * sy]), the ones whose ReLU passed (POS), in pixel order, and their
+ * arg-max's offset (base[p] + delta[b & 3]) * pix; returns their count. Without branches: the
+ * POS bits follow no pattern a predictor could learn. */
+static int dw_list(const float *g, const uint8_t *b, int64_t sy, const int32_t *base,
+                   const int32_t *delta, int64_t P, int64_t pix, float *gl, int32_t *ql) {
+    int n = 0;
+    for (int64_t p = 0; p < P; p++) {
+        uint8_t bp = b[p * sy];
+        gl[n] = g[p * sy];
+        ql[n] = (int32_t)((base[p] + delta[bp & 3]) * pix);
+        n += (bp & CPU_POOL_WS_POS) != 0;
+    }
+    return n;
 }
 
 /* dx's lists for 16 output channels k0.. at one pooled pixel (their gradient g and workspace
@@ -222,6 +243,7 @@ typedef struct cp_geom {
     int64_t cvecs;       /* C / L */
     int vec_lists;       /* lists16 builds the dx lists (AVX-512, dy blocks of 16) */
     int64_t band;        /* pooled pixels whose dx lists are built at a time */
+    int64_t kc, nc;      /* dx: output channels per chunk, chunks */
     const int32_t *base; /* [P]: the pixel index of pooled pixel p's window's top-left */
     int32_t delta[4];    /* + the window offset a's pixel */
 } cp_geom;
@@ -258,26 +280,29 @@ int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d
 static void cp_image(const cp_geom *G, int64_t m, const float *x, const float *dy,
                      const uint8_t *ws, const float *wt, float *dx, float *dwp, float *dbp,
                      cp_entry *lists, int *nb) {
-    const int64_t hw = G->h * G->w, L = G->L, P = G->P, K = G->K, By = G->By, KB = K + 8;
+    const int64_t hw = G->h * G->w, L = G->L, P = G->P, K = G->K, By = G->By;
+    const int64_t kc = G->kc, nc = G->nc, KB = kc + 8;
     const float *xi = x + m * hw * G->C;
     float *dxi = dx + m * hw * G->C;
     const float *gi = dy + m * P * K;
     const uint8_t *wi = ws + m * P * K;
     memset(dxi, 0, sizeof(float) * (size_t)(hw * G->C));
     /* dx: the lists (and db) of a band of pooled pixels, then its dx (bands bound the lists'
-     * memory; the seed CNN's 25 pooled pixels are one band) */
+     * memory; the seed CNN's 25 pooled pixels are one band). Pixel p's list of window offset a
+     * for chunk c of the output channels: lists + ((p - p0) * nc + c) * 4 + a) * KB. */
     for (int64_t p0 = 0; p0 < P; p0 += G->band) {
         int64_t p1 = p0 + G->band < P ? p0 + G->band : P;
-        memset(nb, 0, sizeof(int) * (size_t)(4 * (p1 - p0)));
+        memset(nb, 0, sizeof(int) * (size_t)(4 * nc * (p1 - p0)));
         for (int64_t p = p0; p < p1; p++) {
-            int *np = nb + 4 * (p - p0);
-            cp_entry *lp = lists + 4 * (p - p0) * KB;
             for (int64_t k0 = 0; k0 < K; k0 += By) {
                 const float *gb = gi + (k0 / By) * P * By + p * By;
                 const uint8_t *wb = wi + (k0 / By) * P * By + p * By;
                 if (G->vec_lists) {
-                    for (int64_t l = 0; l < By; l += 16)
-                        lists16(gb + l, wb + l, (int32_t)(k0 + l), lp, KB, np, dbp + k0 + l);
+                    for (int64_t l = 0; l < By; l += 16) {
+                        int64_t at = (p - p0) * nc + (k0 + l) / kc;
+                        lists16(gb + l, wb + l, (int32_t)(k0 + l), lists + 4 * at * KB, KB,
+                                nb + 4 * at, dbp + k0 + l);
+                    }
                     continue;
                 }
                 for (int64_t l = 0; l < By; l++) {
@@ -285,40 +310,48 @@ static void cp_image(const cp_geom *G, int64_t m, const float *x, const float *d
                     float g = gb[l];
                     if (!(b & CPU_POOL_WS_POS) || g == 0.0f) continue;
                     int a = b & 3;
-                    lp[a * KB + np[a]++] = (cp_entry){g, (int32_t)(k0 + l)};
+                    int64_t at = (p - p0) * nc + (k0 + l) / kc;
+                    lists[(4 * at + a) * KB + nb[4 * at + a]++] = (cp_entry){g, (int32_t)(k0 + l)};
                     dbp[k0 + l] += g;
                 }
             }
         }
+        /* chunk by chunk: a chunk's rearranged kernel stays in the L1 cache across the pixels */
         for (int64_t v = 0; v < G->cvecs; v++) {
             float *dv = dxi + chan_at(v * L, G->Bx, hw);
             const float *wv = wt + v * K * 9 * L;
-            for (int64_t p = p0; p < p1; p++) {
-                const cp_entry *e[4];
-                for (int a = 0; a < 4; a++) e[a] = lists + (4 * (p - p0) + a) * KB;
-                float *d = dv + (int64_t)G->base[p] * G->Bx;
-                if (L == 16)
-                    dx_pixel16(e, nb + 4 * (p - p0), wv, d, G->Bx, G->w);
-                else
-                    dx_pixel8(e, nb + 4 * (p - p0), wv, d, G->Bx, G->w);
-            }
+            for (int64_t c = 0; c < nc; c++)
+                for (int64_t p = p0; p < p1; p++) {
+                    int64_t at = (p - p0) * nc + c;
+                    const cp_entry *e[4];
+                    for (int a = 0; a < 4; a++) e[a] = lists + (4 * at + a) * KB;
+                    float *d = dv + (int64_t)G->base[p] * G->Bx;
+                    if (L == 16)
+                        dx_pixel16(e, nb + 4 * at, wv, d, G->Bx, G->w);
+                    else
+                        dx_pixel8(e, nb + 4 * at, wv, d, G->Bx, G->w);
+                }
         }
     }
+    /* dw: output channel by channel, from its list of entries */
+    float *gk = (float *)(nb + 4 * nc * G->band);
+    int32_t *qk = (int32_t *)(gk + P);
+    const int64_t row = G->w * G->Bx;
     for (int64_t k = 0; k < K; k++) {
-        const float *gk = gi + (k / By) * P * By + k % By;
-        const uint8_t *bk = wi + (k / By) * P * By + k % By;
+        int n = dw_list(gi + (k / By) * P * By + k % By, wi + (k / By) * P * By + k % By, By,
+                        G->base, G->delta, P, G->Bx, gk, qk);
         for (int64_t v = 0; v < G->cvecs;) {
             const float *xv = xi + chan_at(v * L, G->Bx, hw);
             float *dv = dwp + (k * G->cvecs + v) * 9 * L;
             if (L == 8) {
-                dw_chan8(gk, bk, By, G->base, G->delta, P, xv, G->Bx, G->w, dv);
+                dw_list8(gk, qk, n, xv, G->Bx, row, dv);
                 v++;
                 continue;
             }
             int V = v + 1 < G->cvecs ? 2 : 1;
             int64_t vstep =
                 V == 2 ? chan_at((v + 1) * L, G->Bx, hw) - chan_at(v * L, G->Bx, hw) : 0;
-            dw_chan16(gk, bk, By, G->base, G->delta, P, xv, vstep, V, G->Bx, G->w, dv);
+            dw_list16(gk, qk, n, xv, vstep, V, G->Bx, row, dv);
             v += V;
         }
     }
@@ -361,13 +394,20 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     int threads = c->threads > 1 && groups > 1 ? c->threads : 1;
     if (threads > groups) threads = (int)groups;
     G.vec_lists = L == 16 && G.By % 16 == 0;
-    G.band = (int64_t)(LISTS_BYTES / sizeof(cp_entry)) / (4 * (G.K + 8));
+    /* dx's chunks of output channels: a chunk's rearranged kernel (kc * 9 * L floats per
+     * vector of input channels) at most CHUNK_BYTES, whole blocks of 16 for lists16 */
+    G.kc = (int64_t)(CHUNK_BYTES / (sizeof(float) * 9 * (size_t)L)) / 16 * 16;
+    if (G.kc < 16) G.kc = 16;
+    if (G.kc >= G.K) G.kc = G.K;
+    G.nc = (G.K + G.kc - 1) / G.kc;
+    G.band = (int64_t)(LISTS_BYTES / sizeof(cp_entry)) / (4 * G.nc * (G.kc + 8));
     if (G.band < 1) G.band = 1;
     if (G.band > G.P) G.band = G.P;
     /* scratch: the kernel rearranged, the window tables, a partial dw and db per group, lists
      * per thread */
-    size_t list_n = (size_t)(4 * G.band * (G.K + 8)) * sizeof(cp_entry) / sizeof(float) +
-                    (size_t)(4 * G.band); /* entries, counts (int) */
+    size_t list_n = (size_t)(4 * G.band * G.nc * (G.kc + 8)) * sizeof(cp_entry) / sizeof(float) +
+                    (size_t)(4 * G.nc * G.band) +
+                    (size_t)(2 * G.P); /* entries, counts, dw's list */
     size_t need = wt_n + base_n + (size_t)groups * part_n + (size_t)threads * list_n;
     if (need > c->conv_pool_n) {
         float *grown = realloc(c->conv_pool_buf, need * sizeof(float));
@@ -398,7 +438,7 @@ dist_status cpu_conv_pool_backward(void *ctx, const dist_conv2d_desc *cd,
     for (int64_t gi = 0; gi < groups; gi++) {
         float *mine = lists + (size_t)omp_get_thread_num() * list_n;
         cp_entry *ent = (cp_entry *)mine;
-        int *nb = (int *)(ent + 4 * G.band * (G.K + 8));
+        int *nb = (int *)(ent + 4 * G.band * G.nc * (G.kc + 8));
         float *dwp = parts + gi * part_n, *dbp = dwp + wt_n;
         int64_t m1 = (gi + 1) * per < G.n ? (gi + 1) * per : G.n;
         for (int64_t m = gi * per; m < m1; m++)
