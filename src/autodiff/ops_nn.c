@@ -407,9 +407,15 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
     /* Fused: the convolution's output is the backend's own business; its backward takes the
      * filter gradients only, or all of them where x needs one (need_dx) */
     int need_dx = tape_requires_grad(t, x);
+    /* no node will be recorded (evaluation, prediction, or nothing here trains): no backward
+     * to match, so any shape the backend's forward covers */
+    int no_grad = !t->recording ||
+                  (!need_dx && !tape_requires_grad(t, w) && !(b && tape_requires_grad(t, b)));
+    if (no_grad) need_dx = 2;
     if (be->conv2d_relu_pool_forward &&
-        (need_dx ? be->conv2d_relu_pool_backward != NULL
-                 : be->conv2d_relu_pool_backward_filter != NULL) &&
+        (need_dx == 2   ? 1
+         : need_dx == 1 ? be->conv2d_relu_pool_backward != NULL
+                        : be->conv2d_relu_pool_backward_filter != NULL) &&
         activation == DIST_ACT_RELU && x->shape[0] > 0) {
         dist_tensor *out;
         DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));

@@ -120,9 +120,10 @@ struct dist_backend_i {
      * *done = 0 and writes nothing for shapes it does not cover (the same shapes as the
      * backward's, in p's layout). p_bf16 (may be NULL; with round_to BF16): where it may also
      * write p in bfloat16, in p's layout, for a native bfloat16 consumer (dist_conv2d_desc.x_bf16);
-     * *done |= 2 when it did. need_dx: the caller will want x's gradient too, from
-     * conv2d_relu_pool_backward (then the shapes are those it covers; else those of
-     * conv2d_relu_pool_backward_filter). */
+     * *done |= 2 when it did. need_dx: 1: the caller will want x's gradient too, from
+     * conv2d_relu_pool_backward (then the shapes are those it covers); 0: the filter's only
+     * (those of conv2d_relu_pool_backward_filter); 2: no gradient (inference: the shapes of
+     * either). */
     dist_status (*conv2d_relu_pool_forward)(void *ctx, const dist_conv2d_desc *cd,
                                             const dist_pool2d_desc *pd, const dist_tensor *x,
                                             const dist_tensor *w, const dist_tensor *b,

@@ -427,6 +427,65 @@ START_TEST(test_conv_pool_one_op_agrees_with_the_two_ops) {
 }
 END_TEST
 
+/* The same forward with nothing watched (evaluation, prediction): the pooled output (plain)
+ * into pooled; returns cpu_conv_pool_forward's runs. */
+static long infer_pooled(dist_dtype precision, int one_op, int img_h, int img_w, float *pooled) {
+    dist_backend *be = cpu(1);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
+    const int64_t shapes[3][4] = {{TN, img_h, img_w, TC}, {3, 3, TC, TK}, {TK}};
+    const int ndim[3] = {4, 4, 1};
+    dist_tensor *v[3];
+    uint64_t s = 57;
+    for (int i = 0; i < 3; i++) {
+        size_t cnt = 1;
+        for (int d = 0; d < ndim[i]; d++) cnt *= (size_t)shapes[i][d];
+        float *h = malloc(cnt * 4);
+        for (size_t j = 0; j < cnt; j++) {
+            h[j] = dist_test_uniform(&s, i == 0 ? 0.0f : -0.2f, i == 0 ? 1.0f : 0.2f);
+            if (precision == DIST_BF16) h[j] = dist_test_round_bf16(h[j]);
+        }
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, ndim[i], shapes[i], &v[i]),
+                         DIST_OK);
+        ck_assert_int_eq(dist_backend_from_host(be, h, cnt * 4, v[i]), DIST_OK);
+        free(h);
+    }
+    dist_tensor *p = dist_test_conv_relu_pool(t, v[0], v[1], v[2], one_op, NULL);
+    dist_test_to_host_plain(be, p, pooled);
+    long runs = dist_cpu_backend_conv_pool_forward_runs(be);
+    for (int i = 0; i < 3; i++) dist_backend_free_tensor(be, v[i]);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+    return runs;
+}
+
+/* dist_op_conv2d_max_pool2d with nothing watched (no node, no backward to match) takes the same
+ * forward over only the rows and columns the pool reads; the pooled output as the two ops give
+ * it, odd, even and mixed sizes, float32 and bfloat16. */
+START_TEST(test_conv_pool_one_op_without_gradients) {
+    const int sizes[3][2] = {{13, 13}, {12, 12}, {13, 10}};
+    const dist_dtype precisions[2] = {DIST_F32, DIST_BF16};
+    for (int si = 0; si < 3; si++)
+        for (int pi = 0; pi < 2; pi++) {
+            int hh = sizes[si][0], ww = sizes[si][1];
+            size_t np = (size_t)TN * ((hh - 2) / 2) * ((ww - 2) / 2) * TK;
+            float *p1 = calloc(np, 4), *p0 = calloc(np, 4);
+            long one = infer_pooled(precisions[pi], 1, hh, ww, p1);
+            long two = infer_pooled(precisions[pi], 0, hh, ww, p0);
+            int lanes = dist_test_fused_lanes(16);
+            ck_assert_msg(one == (lanes ? 1 : 0) && two == 0,
+                          "size %d precision %d: runs %ld / %ld", si, pi, one, two);
+            for (size_t i = 0; i < np; i++)
+                ck_assert_msg(fabs((double)p1[i] - p0[i]) <= 1e-5 * (fabs((double)p0[i]) + 1e-3),
+                              "size %d precision %d: pooled[%zu] %.8g vs %.8g", si, pi, i,
+                              (double)p1[i], (double)p0[i]);
+            free(p1);
+            free(p0);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_conv_pool");
     TCase *tc = tcase_create("core");
@@ -435,6 +494,7 @@ int main(void) {
     tcase_add_test(tc, test_conv_pool_backward_declines_other_shapes);
     tcase_add_test(tc, test_conv_pool_backward_on_a_tape_agrees_with_unfused);
     tcase_add_test(tc, test_conv_pool_one_op_agrees_with_the_two_ops);
+    tcase_add_test(tc, test_conv_pool_one_op_without_gradients);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -481,7 +481,8 @@ dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
     cpu_ctx *c = ctx;
     *done = 0;
     /* x's gradient wanted: the several-channel pair (cpu_conv_pool.c), whose backward gives it */
-    if (need_dx) return cpu_conv_pool_forward(c, cd, pd, x, w, b, round_to, y, workspace, done);
+    if (need_dx == 1)
+        return cpu_conv_pool_forward(c, cd, pd, x, w, b, round_to, y, workspace, done);
     if (!c->fused_pool_filter || (round_to != DIST_F32 && round_to != DIST_BF16) ||
         w->dtype != DIST_F32 || (b && b->dtype != DIST_F32) || y->dtype != DIST_F32 || y->ndim != 4)
         return DIST_OK;
@@ -491,7 +492,11 @@ dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
                                          : DIST_LAYOUT_PLAIN;
     int64_t B;
     int lanes;
-    if (!conv1_pool_covers(cd, pd, x, w, ch, layout, &B, &lanes)) return DIST_OK;
+    if (!conv1_pool_covers(cd, pd, x, w, ch, layout, &B, &lanes))
+        /* inference: the several-channel forward, which convolves only what the pool reads */
+        return need_dx == 2
+                   ? cpu_conv_pool_forward(c, cd, pd, x, w, b, round_to, y, workspace, done)
+                   : DIST_OK;
     int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2];
     int64_t ph = (h - 2) / 2, pw = (wd - 2) / 2;
     if (y->shape[0] != n || y->shape[1] != ph || y->shape[2] != pw || y->shape[3] != ch)
