@@ -7,9 +7,10 @@
  *
  * With --mixed-precision: the dtype policies instead, float32 against mixed_bfloat16 (its
  * native bfloat16 kernels where the CPU has AVX512_BF16 or AMX, and its rounding path) and
- * mixed_float16 (dynamic loss scale), one_device on 1 thread and mirrored over every core, the
- * policies' repeats interleaved so that drift of the machine hits all alike; TensorFlow's Keras
- * fit at 1 thread in float32 and mixed_bfloat16 in the same rounds when it is found.
+ * mixed_float16 (dynamic loss scale), and float32 on oneDNN's Winograd forwards
+ * (DIST_CPU_WINOGRAD=1, --conv-algorithm winograd), one_device on 1 thread and mirrored over every
+ * core, the policies' repeats interleaved so that drift of the machine hits all alike; TensorFlow's
+ * Keras fit at 1 thread in float32 and mixed_bfloat16 in the same rounds when it is found.
  *
  * With --gpu: one GPU instead. libdist one_device on gpu:0 with CUDA graphs on and off (both
  * strategies alive, repeats interleaved) at each batch size, max(20, images / batch) steps per
@@ -374,17 +375,23 @@ static int tf_log_open(char *path, const char *tf_python, const char *what) {
 }
 
 /* --mixed-precision: float32, mixed_bfloat16 (native bfloat16 kernels where the CPU has them,
- * and the rounding path with DIST_CPU_NATIVE_BF16=0) and mixed_float16 on one_device (1 thread)
- * and mirrored (every core); each repeat runs every policy once, in turn. */
+ * and the rounding path with DIST_CPU_NATIVE_BF16=0), mixed_float16 and float32 on oneDNN's
+ * Winograd forwards (DIST_CPU_WINOGRAD=1) on one_device (1 thread) and mirrored (every core);
+ * each repeat runs every policy once, in turn. */
 static int bench_policies(int steps, int repeats, int cores, const char *all_cpus,
                           const dist_mnist *mnist, const char *tf_python) {
-    enum { NP = 4 };
+    enum { NP = 5 };
     const dist_dtype_policy pol[NP] = {DIST_POLICY_FLOAT32, DIST_POLICY_MIXED_BFLOAT16,
-                                       DIST_POLICY_MIXED_BFLOAT16, DIST_POLICY_MIXED_FLOAT16};
-    const int rounding[NP] = {0, 0, 1, 0}; /* the bfloat16 rounding path forced */
+                                       DIST_POLICY_MIXED_BFLOAT16, DIST_POLICY_MIXED_FLOAT16,
+                                       DIST_POLICY_FLOAT32};
+    const int rounding[NP] = {0, 0, 1, 0, 0}; /* the bfloat16 rounding path forced */
+    const int wino[NP] = {0, 0, 0, 0, 1};     /* float32 with DIST_CPU_WINOGRAD=1 */
     const int native = cpu_dnnl_native_bf16_default();
     const char *env = getenv("DIST_CPU_NATIVE_BF16");
     char *saved = env ? strdup(env) : NULL;
+    const char *wenv = getenv("DIST_CPU_WINOGRAD");
+    char *wsaved = wenv ? strdup(wenv) : NULL;
+    unsetenv("DIST_CPU_WINOGRAD"); /* the float32 row: the default, direct kernels */
     double runs[2][NP][MAX_REPEATS], tf_runs[2][MAX_REPEATS]; /* TF float32, mixed_bfloat16 */
     char tf_log[] = "/tmp/bench_train_tf.XXXXXX";
     if (tf_python) {
@@ -398,14 +405,18 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
         for (int cfg = 0; cfg < 2; cfg++)
             for (int p = 0; p < NP; p++) {
                 if (rounding[p]) setenv("DIST_CPU_NATIVE_BF16", "0", 1);
+                if (wino[p]) setenv("DIST_CPU_WINOGRAD", "1", 1);
                 run_libdist_policy(cfg ? DIST_STRATEGY_MIRRORED : DIST_STRATEGY_ONE_DEVICE,
                                    cfg ? all_cpus : "cpu:0", 1, steps, 1, mnist, NULL, pol[p],
                                    &runs[cfg][p][r]);
                 if (rounding[p] && saved) setenv("DIST_CPU_NATIVE_BF16", saved, 1);
                 if (rounding[p] && !saved) unsetenv("DIST_CPU_NATIVE_BF16");
+                if (wino[p]) unsetenv("DIST_CPU_WINOGRAD");
             }
     }
     free(saved);
+    if (wsaved) setenv("DIST_CPU_WINOGRAD", wsaved, 1);
+    free(wsaved);
     printf("| configuration | policy | images/s (median) | vs float32 | repeats |\n"
            "|---|---|---|---|---|\n");
     for (int cfg = 0; cfg < 2; cfg++) {
@@ -419,7 +430,8 @@ static int bench_policies(int steps, int repeats, int cores, const char *all_cpu
             if (p == 0) f32 = med;
             snprintf(name, sizeof name, cfg ? "mirrored, %d CPU replicas" : "one_device, 1 thread",
                      cores);
-            const char *how = pol[p] == DIST_POLICY_MIXED_FLOAT16    ? " + dynamic loss scale"
+            const char *how = wino[p] ? ", Winograd forwards (DIST_CPU_WINOGRAD=1)"
+                              : pol[p] == DIST_POLICY_MIXED_FLOAT16  ? " + dynamic loss scale"
                               : pol[p] != DIST_POLICY_MIXED_BFLOAT16 ? ""
                               : rounding[p] ? ", rounding path (DIST_CPU_NATIVE_BF16=0)"
                               : native      ? ", native bfloat16 kernels"

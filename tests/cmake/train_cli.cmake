@@ -45,6 +45,15 @@ add_test(NAME distrain.mixed_precision
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/mixed_precision.sh $<TARGET_FILE:distrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/mixed_precision)
 set_tests_properties(distrain.mixed_precision PROPERTIES LABELS cli TIMEOUT 600)
+# --conv-algorithm winograd: oneDNN's Winograd forwards where it has them, the flag over
+# DIST_CPU_WINOGRAD, and the accuracy of 2 epochs.
+add_test(NAME distrain.conv_algorithm_winograd
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/winograd.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/winograd)
+set_tests_properties(distrain.conv_algorithm_winograd PROPERTIES LABELS cli TIMEOUT 300)
+add_test(NAME distrain.conv_algorithm_invalid
+         COMMAND ${expect_sh} 2 "expected direct or winograd" $<TARGET_FILE:distrain>
+                 --conv-algorithm fast)
 add_test(NAME distrain.mixed_precision_invalid
          COMMAND ${expect_sh} 2 "expected none, fp16 or bf16" $<TARGET_FILE:distrain>
                  --mixed-precision fp8)
@@ -53,7 +62,8 @@ add_test(NAME distrain.loss_scale_invalid
 add_test(NAME distrain.loss_scale_dynamic_invalid
          COMMAND ${expect_sh} 2 "dynamic:INITIAL" $<TARGET_FILE:distrain> --loss-scale dynamic:x)
 set_tests_properties(distrain.mixed_precision_invalid distrain.loss_scale_invalid
-                     distrain.loss_scale_dynamic_invalid PROPERTIES LABELS cli TIMEOUT 60)
+                     distrain.loss_scale_dynamic_invalid distrain.conv_algorithm_invalid
+                     PROPERTIES LABELS cli TIMEOUT 60)
 
 # --scale-lr: the learning rate scaled from --base-batch (64) to the global --batch-size, as
 # TensorFlow's guides advise (linear: 0.001 * 256 / 64; sqrt: 0.01 * sqrt(256 / 64) for SGD's

@@ -7,10 +7,12 @@
  * Tolerance: a float32 sum of K products, in any order, is within gamma(K) = K u / (1 - K u)
  * of the sum of their absolute values (u = 2^-24), which the reference computes alongside. */
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +168,54 @@ static void backend_forward(dist_backend *be, const fwd_case *k, const float *x,
     free(yb);
 }
 
+/* Random x, w and b for case k, its forward through be and a double-precision reference: each
+ * output within rel times the sum of its terms' magnitudes (rel 0: gamma(terms), any order of
+ * a float32 sum). Returns the largest error over that sum. */
+static double forward_against_reference(dist_backend *be, const fwd_case *k, uint64_t *s,
+                                        double rel, size_t c) {
+    int oh = (k->h - k->kh) / k->sh + 1, ow = (k->w - k->kw) / k->sw + 1;
+    size_t nx = (size_t)k->n * k->h * k->w * k->ci, ny = (size_t)k->n * oh * ow * k->co;
+    size_t nw = (size_t)k->kh * k->kw * k->ci * k->co;
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w);
+    float *b = malloc((size_t)k->co * sizeof *b), *y = malloc(ny * sizeof *y);
+    for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(s, 0.0f, 1.0f);
+    for (size_t i = 0; i < nw; i++) w[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    for (int i = 0; i < k->co; i++) b[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    backend_forward(be, k, x, w, b, y);
+    double terms = (double)k->kh * k->kw * k->ci + 1, tol = rel > 0 ? rel : gamma_k(terms);
+    double worst = 0;
+    for (int m = 0; m < k->n; m++)
+        for (int r = 0; r < oh; r++)
+            for (int q = 0; q < ow; q++)
+                for (int co = 0; co < k->co; co++) {
+                    double ref = k->bias ? b[co] : 0.0, mag = fabs(ref);
+                    for (int i = 0; i < k->kh; i++)
+                        for (int j = 0; j < k->kw; j++)
+                            for (int ci = 0; ci < k->ci; ci++) {
+                                double v = (double)x[(((size_t)m * k->h + r * k->sh + i) * k->w +
+                                                      q * k->sw + j) *
+                                                         k->ci +
+                                                     ci] *
+                                           w[(((size_t)i * k->kw + j) * k->ci + ci) * k->co + co];
+                                ref += v;
+                                mag += fabs(v);
+                            }
+                    if (k->relu && ref < 0) ref = 0;
+                    size_t o = (((size_t)m * oh + r) * ow + q) * k->co + co;
+                    double err = fabs(y[o] - ref);
+                    if (err > worst * mag) worst = err / mag;
+                    ck_assert_msg(err <= tol * mag + 1e-30,
+                                  "case %zu: y[%zu] = %.9g, reference %.9g (error %.3g of the "
+                                  "terms' magnitude %.6g)",
+                                  c, o, (double)y[o], ref, err / mag, mag);
+                }
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    return worst;
+}
+
 START_TEST(test_conv2_forward_matches_reference) {
     const fwd_case cases[] = {
         {5, 13, 13, 32, 64, 3, 3, 1, 1, DIST_LAYOUT_NCHW8C, 1, 1},
@@ -177,46 +227,44 @@ START_TEST(test_conv2_forward_matches_reference) {
     };
     dist_backend *be = cpu(1);
     uint64_t s = 17;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const fwd_case *k = &cases[c];
-        int oh = (k->h - k->kh) / k->sh + 1, ow = (k->w - k->kw) / k->sw + 1;
-        size_t nx = (size_t)k->n * k->h * k->w * k->ci, ny = (size_t)k->n * oh * ow * k->co;
-        size_t nw = (size_t)k->kh * k->kw * k->ci * k->co;
-        float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w);
-        float *b = malloc((size_t)k->co * sizeof *b), *y = malloc(ny * sizeof *y);
-        for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
-        for (size_t i = 0; i < nw; i++) w[i] = dist_test_uniform(&s, -1.0f, 1.0f);
-        for (int i = 0; i < k->co; i++) b[i] = dist_test_uniform(&s, -1.0f, 1.0f);
-        backend_forward(be, k, x, w, b, y);
-        double terms = (double)k->kh * k->kw * k->ci + 1;
-        for (int m = 0; m < k->n; m++)
-            for (int r = 0; r < oh; r++)
-                for (int q = 0; q < ow; q++)
-                    for (int co = 0; co < k->co; co++) {
-                        double ref = k->bias ? b[co] : 0.0, mag = fabs(ref);
-                        for (int i = 0; i < k->kh; i++)
-                            for (int j = 0; j < k->kw; j++)
-                                for (int ci = 0; ci < k->ci; ci++) {
-                                    double v =
-                                        (double)x[(((size_t)m * k->h + r * k->sh + i) * k->w +
-                                                   q * k->sw + j) *
-                                                      k->ci +
-                                                  ci] *
-                                        w[(((size_t)i * k->kw + j) * k->ci + ci) * k->co + co];
-                                    ref += v;
-                                    mag += fabs(v);
-                                }
-                        if (k->relu && ref < 0) ref = 0;
-                        size_t o = (((size_t)m * oh + r) * ow + q) * k->co + co;
-                        ck_assert_msg(fabs(y[o] - ref) <= gamma_k(terms) * mag + 1e-30,
-                                      "case %zu: y[%zu] = %.9g, reference %.9g", c, o, (double)y[o],
-                                      ref);
-                    }
-        free(x);
-        free(w);
-        free(b);
-        free(y);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        forward_against_reference(be, &cases[c], &s, 0, c);
+    ck_assert_int_eq(dist_cpu_backend_winograd_runs(be), 0); /* off unless asked for */
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* DIST_CPU_WINOGRAD's path: oneDNN's Winograd F(4x4, 3x3) kernel for the 3x3 / stride-1
+ * forwards where oneDNN runs AVX-512 (the seed CNN's second convolution, with and without bias
+ * and ReLU, and its cropped input), within WINO_REL of the terms' magnitude; the other shapes
+ * (a stride of 2, a 2x5 kernel, 3 input channels) on the direct kernels as before. */
+#define WINO_REL 2e-6
+START_TEST(test_conv2_forward_winograd_where_it_applies) {
+    const fwd_case wino[] = {
+        {4, 13, 13, 32, 64, 3, 3, 1, 1, DIST_LAYOUT_NCHW16C, 1, 1},
+        {3, 12, 12, 32, 64, 3, 3, 1, 1, DIST_LAYOUT_NCHW16C, 0, 0},
+    };
+    const fwd_case direct[] = {
+        {2, 9, 10, 3, 32, 3, 3, 2, 2, DIST_LAYOUT_PLAIN, 1, 0},
+        {3, 8, 11, 16, 96, 2, 5, 2, 1, DIST_LAYOUT_NCHW16C, 0, 1},
+    };
+    dist_backend *be = cpu(1);
+    ck_assert_int_eq(dist_cpu_backend_set_winograd(be, 1), DIST_OK);
+    int avx512 = cpu_dnnl_activation_block() == 16;
+    uint64_t s = 23;
+    double worst = 0;
+    for (size_t c = 0; c < 2; c++) {
+        double e = forward_against_reference(be, &wino[c], &s, avx512 ? WINO_REL : 0, c);
+        if (e > worst) worst = e;
     }
+    ck_assert_int_eq(dist_cpu_backend_winograd_runs(be), avx512 ? 2 : 0);
+    for (size_t c = 0; c < 2; c++) forward_against_reference(be, &direct[c], &s, 0, 10 + c);
+    ck_assert_int_eq(dist_cpu_backend_winograd_runs(be), avx512 ? 2 : 0);
+    ck_assert_int_eq(dist_cpu_backend_set_winograd(be, 0), DIST_OK);
+    double direct_worst = forward_against_reference(be, &wino[0], &s, 0, 20);
+    fprintf(stderr, "largest error over the terms' magnitude: winograd %.3g, direct %.3g\n", worst,
+            direct_worst);
+    ck_assert_int_eq(dist_cpu_backend_set_winograd(NULL, 1), DIST_INVALID_ARGUMENT);
     dist_backend_destroy(be);
 }
 END_TEST
@@ -250,6 +298,7 @@ int main(void) {
     tcase_add_test(tc, test_conv2_backward_filter_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_conv2_forward_matches_reference);
     tcase_add_test(tc, test_conv2_forward_is_the_same_on_1_and_2_threads);
+    tcase_add_test(tc, test_conv2_forward_winograd_where_it_applies);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -608,6 +608,9 @@ static int train(run_state *s) {
     so.tpu = o->tpu;
     so.tpu_cores = o->tpu_cores;
     if (o->token_file) setenv("DIST_CLUSTER_TOKEN_FILE", o->token_file, 1);
+    /* read by every CPU backend the strategy creates */
+    if (o->conv_algorithm)
+        setenv("DIST_CPU_WINOGRAD", strcmp(o->conv_algorithm, "winograd") == 0 ? "1" : "0", 1);
     if (o->transport)
         so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
                        : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM

@@ -67,6 +67,7 @@ typedef struct distrain_options {
     const char *trace;           /* Chrome trace JSON of the training steps */
     int check_numerics;          /* stop at the first Inf/NaN, naming layer, op and replica */
     const char *mixed_precision; /* none | fp16 | bf16 */
+    const char *conv_algorithm;  /* direct | winograd; NULL: $DIST_CPU_WINOGRAD decides */
     /* --loss-scale: NULL = the policy's default (dynamic for fp16, none otherwise), "dynamic",
      * "dynamic:F" (initial scale F), "none", or a fixed scale F; F in loss_scale_value */
     const char *loss_scale;

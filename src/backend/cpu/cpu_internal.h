@@ -40,6 +40,12 @@ typedef struct cpu_ctx {
     /* Convolutions marked bf16 (mixed_bfloat16) run on oneDNN's native bfloat16 kernels:
      * set where oneDNN dispatches to AVX512_BF16 or AMX (cpu_dnnl_native_bf16_default). */
     int native_bf16;
+    /* float32 convolution forwards on oneDNN's Winograd kernel (F(4x4, 3x3), AVX-512) where
+     * it has one for the shape, else the direct one: DIST_CPU_WINOGRAD=1 (0, the default: the
+     * direct kernels TensorFlow runs). 1.75x faster at the seed CNN's second convolution,
+     * outputs as accurate but not the same bits (cpu_dnnl.c). */
+    int winograd;
+    long winograd_runs; /* forwards that ran on it (tests) */
     /* cpu_conv1_pool_backward_filter runs (1, the default); tests turn it off to compare */
     int fused_pool_filter;
     long fused_pool_filter_runs; /* times it ran (tests check the tape takes the fused path) */
@@ -87,6 +93,10 @@ int cpu_dnnl_native_bf16_default(void);
  * on plain AVX-512, where oneDNN emulates the instructions (same results, slower); it fails
  * with DIST_UNSUPPORTED below AVX-512, where oneDNN has no bfloat16 convolution. */
 dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on);
+/* DIST_CPU_WINOGRAD's setting, and the setter and run counter tests use (cpu_dnnl.c). */
+int cpu_dnnl_winograd_default(void);
+dist_status dist_cpu_backend_set_winograd(dist_backend *backend, int on);
+long dist_cpu_backend_winograd_runs(const dist_backend *backend);
 
 /* oneDNN-backed kernels (cpu_dnnl.c) */
 dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
