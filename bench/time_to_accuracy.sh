@@ -1,14 +1,15 @@
 #!/bin/sh
 # Time to accuracy: wall-clock seconds from a command's start (process start, imports and data
 # loading included) to the end of the first epoch whose test accuracy is >= TARGET, on the
-# built-in MNIST subset (7,996 train / 2,004 test images), for four contestants:
+# built-in MNIST subset (7,996 train / 2,004 test images), for six contestants:
 #   libdist one_device   build/distrain --strategy one_device --devices cpu:0 (every core)
 #   libdist mirrored     build/distrain --strategy mirrored --devices cpu:0,cpu:1 (1 thread each)
+#   the same two with --conv-algorithm winograd (oneDNN's Winograd forwards, opt-in)
 #   TF Keras fit         bench/tta_keras.py (TensorFlow's default pools over every core)
 #   PyTorch eager        bench/tta_torch.py (torch.set_num_threads(every core))
 # The seed CNN, batch 64, Adam 1e-3 everywhere; each evaluates the test split after every epoch
 # and stops at the first that reaches TARGET (distrain: --target-accuracy), or after MAX_EPOCHS.
-# ROUNDS rounds, each running every contestant once in turn (A, B, C, D) with the round's seed
+# ROUNDS rounds, each running every contestant once in turn (A, B, C, ...) with the round's seed
 # (42 + round): a machine's drift hits all alike, and the epochs needed vary with the seed as
 # they would for a user. Timing: date +%s.%N around each command.
 #
@@ -92,6 +93,14 @@ for r in $(seq 1 "$rounds"); do
     run "libdist mirrored" "$work/mirrored.$r" "$distrain" --quiet --strategy mirrored \
         --devices "$devices" --seed "$seed" --epochs "$max_epochs" --target-accuracy "$target" \
         --metrics-json "$work/mirrored.$r.json"
+    run "libdist one_device, Winograd" "$work/one_device_wino.$r" "$distrain" --quiet \
+        --strategy one_device --devices cpu:0 --seed "$seed" --epochs "$max_epochs" \
+        --target-accuracy "$target" --conv-algorithm winograd \
+        --metrics-json "$work/one_device_wino.$r.json"
+    run "libdist mirrored, Winograd" "$work/mirrored_wino.$r" "$distrain" --quiet \
+        --strategy mirrored --devices "$devices" --seed "$seed" --epochs "$max_epochs" \
+        --target-accuracy "$target" --conv-algorithm winograd \
+        --metrics-json "$work/mirrored_wino.$r.json"
     [ $have_tf = 1 ] && run "TF Keras fit" "$work/keras.$r" "$tf_python" "$here/tta_keras.py" \
         --seed "$seed" --target "$target" --max-epochs "$max_epochs"
     [ $have_torch = 1 ] && run "PyTorch eager" "$work/torch.$r" "$torch_python" "$here/tta_torch.py" \
@@ -107,7 +116,8 @@ rows = {}
 for line in open(path):
     name, secs, epochs, acc, reached = line.rstrip("\n").split("\t")
     rows.setdefault(name, []).append((float(secs), epochs, acc, reached))
-order = ["libdist one_device", "libdist mirrored", "TF Keras fit", "PyTorch eager"]
+order = ["libdist one_device", "libdist mirrored", "libdist one_device, Winograd",
+         "libdist mirrored, Winograd", "TF Keras fit", "PyTorch eager"]
 absent = {"TF Keras fit": have_tf == "0", "PyTorch eager": have_torch == "0"}
 med = {}
 print(f"| contestant | median s to test accuracy >= {target} | seconds per round | epochs needed | final test accuracy |")
@@ -132,8 +142,8 @@ for name in order:
         cell = f"{med[name]:.1f}"
     print(f"| {name} | {cell} | {secs} | {epochs} | {accs} |")
 print()
-for ours in order[:2]:
-    for ref in order[2:]:
+for ours in order[:4]:
+    for ref in order[4:]:
         if ours in med and ref in med:
             print(f"{ref} time / {ours} time: {med[ref] / med[ours]:.2f}x")
         else:
