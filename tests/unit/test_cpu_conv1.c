@@ -14,6 +14,7 @@
 #include "testutil.h"
 
 #include <dist/dist.h>
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,6 +504,74 @@ out:
     dist_backend_destroy(be);
 }
 
+/* Under bfloat16 the fused forward rounds with vcvtneps2bf16 on threads that flush denormals
+ * to zero where the CPU has AVX512_BF16 (the backend's threads), else with integer steps: the
+ * same pooled values, workspace bytes and bfloat16 twin, over inputs with a NaN pixel (NaN: NaN
+ * both ways; its payload's low bits are not kept by the instruction). */
+static void fused_forward_bf16(dist_backend *be, const float *x, const float *wt, const float *b,
+                               float *p, unsigned char *ws, uint16_t *twin, int want_done) {
+    enum { N = 4, H = 28, C = 32, P = 13 };
+    int64_t xs[4] = {N, H, H, 1}, ps[4] = {N, P, P, C}, wsh[4] = {3, 3, 1, C}, bs[1] = {C};
+    dist_tensor tx = dist_tensor_view((void *)x, DIST_F32, 4, xs),
+                tw = dist_tensor_view((void *)wt, DIST_F32, 4, wsh);
+    dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 1, bs),
+                tp = dist_tensor_view(p, DIST_F32, 4, ps);
+    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
+    int done = -1;
+    ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb, DIST_BF16,
+                                                      0, &tp, ws, twin, &done) == DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(done, want_done);
+}
+
+START_TEST(test_fused_forward_bf16_rounding_paths_agree) {
+    enum { N = 4, H = 28, C = 32, P = 13, NP = N * P * P * C };
+    /* the AVX-512 loop writes the twin (3); AVX2's rounds with integer steps only (1) */
+    int lanes = dist_test_fused_lanes(16), want = lanes == 16 ? 3 : lanes ? 1 : 0;
+    dist_backend *be = cpu(1);
+    ((cpu_ctx *)be->ctx)->block = 16;
+    static float x[N * H * H], p1[NP], p2[NP];
+    static unsigned char ws1[NP], ws2[NP];
+    static uint16_t t1[NP], t2[NP];
+    float wt[9 * C], b[C];
+    uint64_t s = 77;
+    for (int i = 0; i < N * H * H; i++) x[i] = dist_test_uniform(&s, 0.0f, 1.0f);
+    for (int i = 0; i < 9 * C; i++) wt[i] = dist_test_uniform(&s, -0.5f, 0.5f);
+    for (int i = 0; i < C; i++) b[i] = dist_test_uniform(&s, -0.3f, 0.1f);
+    x[H * H + 5 * H + 9] = NAN; /* image 1 */
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | _MM_FLUSH_ZERO_ON); /* as the backend's threads run */
+    fused_forward_bf16(be, x, wt, b, p1, ws1, t1, want);
+    long cvt = ((cpu_ctx *)be->ctx)->conv1_cvt_rounding;
+    _mm_setcsr(csr & ~(unsigned)_MM_FLUSH_ZERO_ON); /* the integer steps */
+    fused_forward_bf16(be, x, wt, b, p2, ws2, t2, want);
+    long cvt_after = ((cpu_ctx *)be->ctx)->conv1_cvt_rounding;
+    _mm_setcsr(csr);
+    ck_assert_int_eq(cvt, lanes == 16 && cpu_has_avx512_bf16() ? 1 : 0);
+    ck_assert_int_eq(cvt_after, cvt);
+    if (!want) { /* no fused kernel on this CPU: nothing written */
+        dist_backend_destroy(be);
+        return;
+    }
+    int nans = 0;
+    for (int i = 0; i < NP; i++) {
+        if (isnan(p1[i]) || isnan(p2[i])) {
+            ck_assert_msg(isnan(p1[i]) && isnan(p2[i]), "p[%d]: %g vs %g", i, (double)p1[i],
+                          (double)p2[i]);
+            nans++;
+        } else {
+            ck_assert_msg(memcmp(&p1[i], &p2[i], 4) == 0, "p[%d]: %.9g vs %.9g", i, (double)p1[i],
+                          (double)p2[i]);
+        }
+        ck_assert_msg(ws1[i] == ws2[i] && (want != 3 || t1[i] == t2[i]),
+                      "ws / twin [%d]: %u / %u, 0x%04x / 0x%04x", i, ws1[i], ws2[i], t1[i], t2[i]);
+    }
+    ck_assert_msg(nans > 0, "the NaN pixel reached no pooled output");
+    dist_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(test_fused_pool_forward_matches_reference) {
     check_fused_forward(16, 7, 28, 28, 32, 1, 0);
     check_fused_forward(16, 5, 29, 27, 64, 2, 1);
@@ -564,6 +633,7 @@ int main(void) {
     tcase_add_test(tc, test_fused_pool_filter_declines_other_shapes);
     tcase_add_test(tc, test_fused_pool_filter_on_a_tape_agrees_with_unfused);
     tcase_add_test(tc, test_fused_pool_forward_matches_reference);
+    tcase_add_test(tc, test_fused_forward_bf16_rounding_paths_agree);
     tcase_add_test(tc, test_fused_conv_pool_op_agrees_with_the_two_ops);
     suite_add_tcase(s, tc);
     return dist_test_run(s);

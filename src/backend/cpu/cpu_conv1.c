@@ -348,12 +348,35 @@ long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
  * writes. The unfused path writes the
  * 26x26x32 output, rounds it and reads it back: three passes over 5.5 MB at batch 64. */
 
+/* Rounding to bfloat16 in one instruction (AVX512_BF16): vcvtneps2bf16 rounds to nearest even
+ * like cpu_round_bf16_512 but reads a denormal input as zero, so it serves only where no input
+ * is denormal: results of FMAs with flush-to-zero on (CONV_ROUND_CVT). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static inline __m512
+round_bf16_cvt512(__m512 v) {
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+enum { CONV_ROUND_NONE, CONV_ROUND_INT, CONV_ROUND_CVT };
+
+/* How conv_pool16 rounds to bfloat16 on the calling thread: not (F32), with vcvtneps2bf16
+ * where the CPU has it and the thread flushes denormal results to zero (the backend's threads
+ * do: dist_cpu_set_flush_denormals), else with cpu_round_bf16_512's integer steps. Both give
+ * the same bits there. */
+static int conv_round_mode(int round_bf16) {
+    if (!round_bf16) return CONV_ROUND_NONE;
+    return cpu_has_avx512_bf16() && (_mm_getcsr() & _MM_FLUSH_ZERO_ON) ? CONV_ROUND_CVT
+                                                                       : CONV_ROUND_INT;
+}
+
 /* One image, 16 channels (weights wk[tap * ch], bias bk) -> pooled rows into y / ws at stride
  * pix per pooled pixel, and into yb in bfloat16 when given (then the values are rounded to
- * bfloat16 already: their upper halves). */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+ * bfloat16 already: their upper halves). round: CONV_ROUND_*. Compiled for AVX512_BF16 too, for
+ * CONV_ROUND_CVT's instruction; the other modes run on any AVX-512 CPU (the compiler emits
+ * AVX512_BF16 instructions only for that intrinsic). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
 conv_pool16(const float *xi, int64_t w, int64_t ph, int64_t pw, const float *wk, int64_t ch,
-            const float *bk, int round_bf16, float *y, uint8_t *ws, uint16_t *yb, int64_t pix) {
+            const float *bk, int round, float *y, uint8_t *ws, uint16_t *yb, int64_t pix) {
     __m512 W[9];
     for (int t = 0; t < 9; t++) W[t] = _mm512_loadu_ps(wk + t * ch);
     const __m512 bias = bk ? _mm512_loadu_ps(bk) : _mm512_setzero_ps(), zero = _mm512_setzero_ps();
@@ -379,7 +402,12 @@ conv_pool16(const float *xi, int64_t w, int64_t ph, int64_t pw, const float *wk,
             a1 = _mm512_max_ps(zero, a1);
             a2 = _mm512_max_ps(zero, a2);
             a3 = _mm512_max_ps(zero, a3);
-            if (round_bf16) {
+            if (round == CONV_ROUND_CVT) {
+                a0 = round_bf16_cvt512(a0);
+                a1 = round_bf16_cvt512(a1);
+                a2 = round_bf16_cvt512(a2);
+                a3 = round_bf16_cvt512(a3);
+            } else if (round == CONV_ROUND_INT) {
                 a0 = cpu_round_bf16_512(a0);
                 a1 = cpu_round_bf16_512(a1);
                 a2 = cpu_round_bf16_512(a2);
@@ -514,17 +542,23 @@ dist_status cpu_conv1_pool_forward(void *ctx, const dist_conv2d_desc *cd,
     /* the bfloat16 copy: from the AVX-512 loop, of values it rounded to bfloat16 */
     uint16_t *yb = rb && lanes == 16 ? y_bf16 : NULL;
     int threads = c->threads > 1 && work > 1 ? c->threads : 1;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t t = 0; t < work; t++) {
-        int64_t m = t / cvecs, k = (t % cvecs) * lanes;
-        /* y / ws offset of image m, channel k: block k / B holds ph x pw x B */
-        int64_t at = m * ph * pw * ch + (k / B) * ph * pw * B + k % B;
-        const float *bk = bs ? bs + k : NULL;
-        if (lanes == 16)
-            conv_pool16(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at,
-                        yb ? yb + at : NULL, B);
-        else
-            conv_pool8(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at, B);
+#pragma omp parallel num_threads(threads)
+    {
+        int round = conv_round_mode(rb); /* this thread's */
+        if (round == CONV_ROUND_CVT && lanes == 16)
+            __atomic_fetch_add(&c->conv1_cvt_rounding, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < work; t++) {
+            int64_t m = t / cvecs, k = (t % cvecs) * lanes;
+            /* y / ws offset of image m, channel k: block k / B holds ph x pw x B */
+            int64_t at = m * ph * pw * ch + (k / B) * ph * pw * B + k % B;
+            const float *bk = bs ? bs + k : NULL;
+            if (lanes == 16)
+                conv_pool16(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, round, ys + at, wsd + at,
+                            yb ? yb + at : NULL, B);
+            else
+                conv_pool8(xs + m * h * wd, wd, ph, pw, ws_ + k, ch, bk, rb, ys + at, wsd + at, B);
+        }
     }
     y->layout = layout;
     *done = yb ? 3 : 1;

@@ -50,6 +50,8 @@ typedef struct cpu_ctx {
     int fused_pool_filter;
     long fused_pool_filter_runs; /* times it ran (tests check the tape takes the fused path) */
     long conv_pool_forward_runs; /* times cpu_conv_pool_forward ran (likewise) */
+    long conv1_cvt_rounding;     /* threads of the fused first layer that rounded with
+                                  * vcvtneps2bf16 (cpu_conv1.c; tests) */
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
@@ -134,6 +136,8 @@ int cpu_update_vector_width(void);
 int cpu_has_avx2_fma(void);
 /* AVX-512 F, BW and VL (the own AVX-512 loops' instructions); cached. cpu_round.c. */
 int cpu_has_avx512_bw_vl(void);
+/* ... and AVX512_BF16 (vcvtneps2bf16, vdpbf16ps) beside it; cached. cpu_round.c. */
+int cpu_has_avx512_bf16(void);
 /* cpu_conv1.c: backward-filter of a 3x3 convolution of a one-channel input (see the file). */
 int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, const dist_tensor *dw);

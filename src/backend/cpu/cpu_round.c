@@ -91,7 +91,7 @@ round_bf16_cvt(const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = round_bf16_scalar(x[i]);
 }
 
-static int has_avx512_bf16(void) {
+int cpu_has_avx512_bf16(void) {
     static int cached = -1;
     int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
     if (v < 0) {
@@ -109,7 +109,7 @@ static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, i
         } else {
             for (int64_t i = 0; i < n; i++) y[i] = round_f16_scalar(x[i]);
         }
-    } else if (simd && has_avx512_bf16()) {
+    } else if (simd && cpu_has_avx512_bf16()) {
         round_bf16_cvt(x, y, n);
     } else if (simd && cpu_has_avx512_bw_vl()) {
         round_bf16_avx512(x, y, n);
