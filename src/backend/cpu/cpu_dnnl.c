@@ -176,6 +176,7 @@ static dist_status prim_finish(cpu_ctx *c, cpu_prim *p, dnnl_primitive_desc_t pd
     const char *impl = "unknown";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     p->impl = impl; /* a static string inside oneDNN */
+    p->winograd = strstr(impl, "wino") != NULL;
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (sp && dnnl_memory_desc_get_size(sp) > 0) {
         DIST_TRY_GOTO(buf_new(sp, &p->buf[2]), st, out);
@@ -335,21 +336,6 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
                                         int64_t oh, int64_t ow, int *ran);
 
 static dist_status conv_fwd_pd_alg(cpu_ctx *c, const conv_mds *m, int with_bias, int relu,
-                                   dnnl_alg_kind_t alg, dnnl_primitive_desc_t *pd);
-
-/* The forward's primitive descriptor: oneDNN's Winograd kernel first where the backend uses it
- * (cpu_ctx.winograd) and oneDNN has one for the shape, else the direct kernel. */
-static dist_status conv_fwd_pd(cpu_ctx *c, const conv_mds *m, int with_bias, int relu,
-                               dnnl_primitive_desc_t *pd) {
-    if (c->winograd && m->src.data_type == dnnl_f32) {
-        if (conv_fwd_pd_alg(c, m, with_bias, relu, dnnl_convolution_winograd, pd) == DIST_OK)
-            return DIST_OK;
-        dist_clear_error(); /* no Winograd kernel for it (shape, stride, ISA): the direct one */
-    }
-    return conv_fwd_pd_alg(c, m, with_bias, relu, dnnl_convolution_direct, pd);
-}
-
-static dist_status conv_fwd_pd_alg(cpu_ctx *c, const conv_mds *m, int with_bias, int relu,
                                    dnnl_alg_kind_t alg, dnnl_primitive_desc_t *pd) {
     dnnl_convolution_desc_t cd;
     DNNL_TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &m->src,
@@ -368,6 +354,18 @@ static dist_status conv_fwd_pd_alg(cpu_ctx *c, const conv_mds *m, int with_bias,
     dnnl_status_t s = dnnl_primitive_desc_create(pd, &cd, attr, c->engine, NULL);
     dnnl_primitive_attr_destroy(attr);
     return cpu_dnnl_check(s, "convolution forward");
+}
+
+/* The forward's primitive descriptor: oneDNN's Winograd kernel first where the backend uses it
+ * (cpu_ctx.winograd) and oneDNN has one for the shape, else the direct kernel. */
+static dist_status conv_fwd_pd(cpu_ctx *c, const conv_mds *m, int with_bias, int relu,
+                               dnnl_primitive_desc_t *pd) {
+    if (c->winograd && m->src.data_type == dnnl_f32) {
+        if (conv_fwd_pd_alg(c, m, with_bias, relu, dnnl_convolution_winograd, pd) == DIST_OK)
+            return DIST_OK;
+        dist_clear_error(); /* no Winograd kernel for it (shape, stride, ISA): the direct one */
+    }
+    return conv_fwd_pd_alg(c, m, with_bias, relu, dnnl_convolution_direct, pd);
 }
 
 static dist_status fwd_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg,
@@ -455,7 +453,7 @@ ready:;
         args[n++].memory = p->mem[3];
     }
     DIST_TRY(run_prim(c, p, n, args));
-    if (p->impl && strstr(p->impl, "wino")) c->winograd_runs++;
+    if (p->winograd) c->winograd_runs++;
     y->layout = yl;
     return DIST_OK;
 }

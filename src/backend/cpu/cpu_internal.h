@@ -21,7 +21,8 @@ typedef struct cpu_prim {
     /* scratch: reordered weights, reordered diff weights, scratchpad, plain x, plain dy */
     void *buf[5];
     size_t workspace_bytes;
-    const char *impl; /* oneDNN implementation name, e.g. "jit:avx512_core" */
+    const char *impl;  /* oneDNN implementation name, e.g. "jit:avx512_core" */
+    unsigned winograd; /* impl is a Winograd kernel (counted in cpu_ctx.winograd_runs) */
     /* native bfloat16 convolutions: the kernel takes x (bit 0) / dy (bit 1) in the tensor's own
      * layout, so the tape's shared copies (dist_conv2d_desc.x_bf16, dy_bf16) fit it */
     unsigned own_layout;
