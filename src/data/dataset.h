@@ -240,6 +240,10 @@ dist_status rebatch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t ge
 dist_status count_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
 dist_status cache_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
 dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out);
+/* The bytes of element buffers a prefetch iterator's ring holds now (its own memory, whatever
+ * the rest of the process allocates or frees meanwhile). DIST_INVALID_ARGUMENT when `it` is
+ * not a prefetch iterator. */
+dist_status prefetch_it_held_bytes(node_it *it, int64_t *bytes);
 
 void cache_store_free(cache_store *s);
 

@@ -164,6 +164,19 @@ static void prefetch_destroy(node_it *base) {
 
 static const node_it_vt prefetch_vt = {prefetch_next, prefetch_destroy, NULL};
 
+dist_status prefetch_it_held_bytes(node_it *base, int64_t *bytes) {
+    DIST_CHECK_ARG(base && bytes && base->vt == &prefetch_vt,
+                   "prefetch_it_held_bytes: not a prefetch iterator");
+    prefetch_it *it = (prefetch_it *)base;
+    int64_t sum = 0;
+    pthread_mutex_lock(&it->mu);
+    for (int64_t i = 0; i < it->cap; i++)
+        for (int k = 0; k < DIST_ELEMENT_MAX; k++) sum += (int64_t)it->ring[i].cap[k];
+    pthread_mutex_unlock(&it->mu);
+    *bytes = sum;
+    return DIST_OK;
+}
+
 dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, node_it **out) {
     prefetch_it *it = calloc(1, sizeof *it);
     if (!it) return dist_error(DIST_OUT_OF_MEMORY, "prefetch: out of memory");

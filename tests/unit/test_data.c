@@ -1,9 +1,9 @@
 /* The input pipeline: TF's documented results for batch, shuffle, shard/rebatch, cardinality,
  * and iterator checkpoints. */
+#include "data/dataset.h"
 #include "dist/data.h"
 #include "testutil.h"
 
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,15 +508,11 @@ START_TEST(test_prefetch_destroyed_mid_epoch_joins_cleanly) {
 }
 END_TEST
 
-/* Bytes the allocator has handed out (heap and mmap'ed chunks). */
-static size_t allocated_bytes(void) {
-    struct mallinfo2 mi = mallinfo2();
-    return mi.uordblks + mi.hblkhd;
-}
-
 /* An AUTOTUNE'd prefetch sizes its ring for the largest bound (64 elements of 1 MB here) but
  * holds only about `limit` + 2 elements' buffers: a slot never filled takes the buffers of the
- * one the consumer released. Before, every slot got its own as the indices went round. */
+ * one the consumer released. Before, every slot got its own as the indices went round (65 MB).
+ * The prefetch's own buffers are counted (prefetch_it_held_bytes), not the process's heap,
+ * which other threads grow and shrink meanwhile; so the test drives the node iterator itself. */
 START_TEST(test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity) {
     int64_t shape[2] = {256, 1024};
     dist_tensor *t = NULL;
@@ -528,24 +524,53 @@ START_TEST(test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity)
     CHAIN(ds, dist_dataset_batch(ds, 256, 0, &next_)); /* one element of 1 MB */
     CHAIN(ds, dist_dataset_repeat(ds, 150, &next_));
     CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
-    dist_iterator *it = NULL;
-    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
-    size_t before = allocated_bytes();
+    iter_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    atomic_init(&ctx.skipped, 0);
+    ctx.top = ds;
+    pthread_mutex_init(&ctx.tune_mu, NULL);
+    node_it *it = NULL;
+    ck_assert_int_eq(node_it_create(ds, &ctx, 0, &it), DIST_OK);
     int count = 0;
     for (;;) {
         dist_element el;
         int eos = 0;
-        ck_assert_int_eq(dist_iterator_next(it, &el, &eos), DIST_OK);
+        ck_assert_int_eq(node_it_next(it, &el, &eos), DIST_OK);
         if (eos) break;
         ck_assert_int_eq(el.items[0]->shape[0], 256);
         ck_assert(((float *)el.items[0]->data)[1001] == 1.0f);
         count++;
     }
     ck_assert_int_eq(count, 150);
-    size_t grew = allocated_bytes() - before;
-    ck_assert_msg(grew < (size_t)16 << 20, "the prefetch holds %zu MB after 150 elements of 1 MB",
-                  grew >> 20);
-    dist_iterator_destroy(it);
+    const int64_t element = (int64_t)1 << 20;
+    int64_t held = 0;
+    ck_assert_int_eq(prefetch_it_held_bytes(it, &held), DIST_OK);
+    int bound = data_autotune_start(&ctx, ds, 0); /* the deepest it went: it only grows */
+    ck_assert_int_ge(bound, 1);
+    ck_assert_msg(held >= element && held <= (bound + 3) * element,
+                  "the prefetch holds %lld bytes (%lld MB) after 150 elements of 1 MB, with a "
+                  "bound of %d elements",
+                  (long long)held, (long long)(held >> 20), bound);
+    node_it_destroy(it);
+    pthread_mutex_destroy(&ctx.tune_mu);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_prefetch_held_bytes_refuses_an_iterator_of_another_kind) {
+    dist_dataset *ds = range_ds(3);
+    iter_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    atomic_init(&ctx.skipped, 0);
+    ctx.top = ds;
+    pthread_mutex_init(&ctx.tune_mu, NULL);
+    node_it *it = NULL;
+    ck_assert_int_eq(node_it_create(ds, &ctx, 0, &it), DIST_OK);
+    int64_t held = -1;
+    ck_assert_int_eq(prefetch_it_held_bytes(it, &held), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(held, -1);
+    node_it_destroy(it);
+    pthread_mutex_destroy(&ctx.tune_mu);
     dist_dataset_destroy(ds);
 }
 END_TEST
@@ -962,6 +987,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
     tcase_add_test(tc, test_prefetch_over_batch_gives_the_batches_unchanged);
     tcase_add_test(tc, test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity);
+    tcase_add_test(tc, test_prefetch_held_bytes_refuses_an_iterator_of_another_kind);
     tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
     tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
     tcase_add_test(tc, test_autotune_map_below_a_prefetch_follows_the_pipelines_consumer);
