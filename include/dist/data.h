@@ -171,6 +171,18 @@ DIST_API dist_status dist_dataset_from_jpeg_files(const char *const *paths, int 
                                                   const dist_jpeg_folder_options *opts,
                                                   dist_dataset **out);
 
+/* A JPEG source (as dist_dataset_from_jpeg_folder, _folder_classes or _files made it, with no
+ * transformation above it) with its files in a seeded order: the permutation that numpy's
+ * RandomState(seed).shuffle makes of the source's list (class by class in label order, names
+ * sorted within a class), which is what tf.keras.utils.image_dataset_from_directory(shuffle=True,
+ * seed=seed) does to the same folder of JPEGs (no subfolders in the classes) before its
+ * validation_split takes the last fraction. Labels go with their files. A folder split by
+ * position without it holds out whole classes. The order depends only on the listing and the
+ * seed: the same on every run and every worker. ds is borrowed; *out is a new dataset.
+ * Errors: DIST_INVALID_ARGUMENT (NULL, or ds is not such a source). */
+DIST_API dist_status dist_dataset_shuffle_files(const dist_dataset *ds, uint32_t seed,
+                                                dist_dataset **out);
+
 /* The number of classes of a JPEG-folder dataset (or of the JPEG source under a chain of
  * transformations), and the name of class `index` (borrowed, valid while `ds` lives).
  * Return 0 / NULL for other datasets. */

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -537,4 +538,87 @@ dist_status dist_dataset_from_jpeg_folder_classes(const char *root,
     for (int c = 0; c < count; c++)
         DIST_CHECK_ARG(class_names[c] && class_names[c][0], "jpeg folder: class %d has no name", c);
     return from_jpeg_folder(root, opts, class_names, count, out);
+}
+
+/* ---- Keras's shuffled file order
+ * ----------------------------------------------------------------- */
+
+/* numpy's legacy RandomState: MT19937 seeded by init_genrand (mt19937_seed) and its bounded
+ * integers (random_interval), so that a seed gives the permutation it gives in Keras. */
+typedef struct np_mt19937 {
+    uint32_t key[624];
+    int pos;
+} np_mt19937;
+
+static void np_mt19937_seed(np_mt19937 *m, uint32_t seed) {
+    m->key[0] = seed;
+    for (int i = 1; i < 624; i++)
+        m->key[i] = 1812433253u * (m->key[i - 1] ^ (m->key[i - 1] >> 30)) + (uint32_t)i;
+    m->pos = 624;
+}
+
+static uint32_t np_mt19937_next32(np_mt19937 *m) {
+    if (m->pos == 624) {
+        for (int k = 0; k < 624; k++) {
+            uint32_t y = (m->key[k] & 0x80000000u) | (m->key[(k + 1) % 624] & 0x7fffffffu);
+            m->key[k] = m->key[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        m->pos = 0;
+    }
+    uint32_t y = m->key[m->pos++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+/* A uniform integer in [0, max] by masked rejection (numpy's random_interval, max < 2^31). */
+static uint32_t np_random_interval(np_mt19937 *m, uint32_t max) {
+    if (max == 0) return 0;
+    uint32_t mask = max;
+    mask |= mask >> 1;
+    mask |= mask >> 2;
+    mask |= mask >> 4;
+    mask |= mask >> 8;
+    mask |= mask >> 16;
+    uint32_t v;
+    do v = np_mt19937_next32(m) & mask;
+    while (v > max);
+    return v;
+}
+
+dist_status dist_dataset_shuffle_files(const dist_dataset *ds, uint32_t seed, dist_dataset **out) {
+    DIST_CHECK_ARG(ds && out, "shuffle_files: NULL argument");
+    const dist_dataset *files = ds->kind == NODE_MAP && ds->input ? ds->input : NULL;
+    DIST_CHECK_ARG(files && files->kind == NODE_FILES && ds->u.map.table == files->u.files.table,
+                   "shuffle_files: '%s' is not a JPEG folder or file list as its source made it "
+                   "(shuffle the files before any transformation)",
+                   ds->desc);
+    int count = files->u.files.count;
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)(count ? count : 1));
+    if (!idx) return dist_error(DIST_OUT_OF_MEMORY, "shuffle_files: out of memory");
+    if (count) memcpy(idx, files->u.files.indices, sizeof(int32_t) * (size_t)count);
+    /* numpy's shuffle: Fisher-Yates from the end, as RandomState(seed).shuffle(file_paths) */
+    np_mt19937 *m = malloc(sizeof *m);
+    if (!m) {
+        free(idx);
+        return dist_error(DIST_OUT_OF_MEMORY, "shuffle_files: out of memory");
+    }
+    np_mt19937_seed(m, seed);
+    for (int i = count - 1; i >= 1; i--) {
+        uint32_t j = np_random_interval(m, (uint32_t)i);
+        int32_t tmp = idx[i];
+        idx[i] = idx[j];
+        idx[j] = tmp;
+    }
+    free(m);
+    char label[1200];
+    snprintf(label, sizeof label, "%s.shuffle_files(%" PRIu32 ")", files->label, seed);
+    dist_dataset *shuffled = NULL;
+    dist_status st = files_node_new(files->u.files.table, idx, count,
+                                    files->u.files.skipped_at_create, label, &shuffled);
+    free(idx);
+    if (st == DIST_OK) st = node_clone_over(ds, shuffled, out);
+    dist_dataset_destroy(shuffled);
+    return st;
 }

@@ -101,3 +101,11 @@ add_test(NAME distrain.target_accuracy_with_epochs_0
                  --target-accuracy 0.9 --epochs 0)
 set_tests_properties(distrain.target_accuracy distrain.target_accuracy_out_of_range
                      distrain.target_accuracy_with_epochs_0 PROPERTIES LABELS cli TIMEOUT 300)
+
+# --validation-split on a JPEG folder: the files are shuffled with the seed before the last
+# fraction is held out (Keras's image_dataset_from_directory), so every class is validated.
+add_test(NAME distrain.jpeg_validation_split_holds_every_class
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/jpeg_validation_split.sh $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist ${CMAKE_CURRENT_BINARY_DIR}/jpeg_validation_split)
+set_tests_properties(distrain.jpeg_validation_split_holds_every_class PROPERTIES LABELS cli
+                     TIMEOUT 300 FIXTURES_REQUIRED jpeg_mnist)

@@ -184,6 +184,107 @@ START_TEST(test_jpeg_files_come_in_list_order_with_their_index) {
 }
 END_TEST
 
+/* The file indices a JPEG dataset yields, in order (its files are all decodable). */
+static int file_order(dist_dataset *ds, int32_t *out, int max) {
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    int n = 0;
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_msg(next(it, &el, &eos) == DIST_OK, "%s", dist_last_error());
+        if (eos) break;
+        ck_assert_int_lt(n, max);
+        out[n++] = *(int32_t *)el.items[1]->data;
+    }
+    dist_iterator_destroy(it);
+    return n;
+}
+
+/* Keras's image_dataset_from_directory(shuffle=True, seed=s) orders its files with numpy's
+ * np.random.RandomState(s).shuffle: for 10 files, np.random.RandomState(0).permutation(10) is
+ * [2 8 4 9 1 6 7 3 0 5] and RandomState(42)'s is [8 1 5 0 7 2 9 4 3 6]. */
+START_TEST(test_shuffled_jpeg_files_come_in_numpys_randomstate_order) {
+    make_digit_folder(1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/dog/img00.jpg", g_root);
+    const char *list[10];
+    for (int i = 0; i < 10; i++) list[i] = path; /* the index tells the files apart */
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    o.height = o.width = 28;
+    dist_dataset *ds = NULL, *shuffled = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_files(list, 10, &o, &ds), DIST_OK);
+    const int32_t seed0[10] = {2, 8, 4, 9, 1, 6, 7, 3, 0, 5};
+    const int32_t seed42[10] = {8, 1, 5, 0, 7, 2, 9, 4, 3, 6};
+    int32_t got[10];
+    ck_assert_int_eq(dist_dataset_shuffle_files(ds, 0, &shuffled), DIST_OK);
+    ck_assert_int_eq(dist_dataset_cardinality(shuffled), 10);
+    ck_assert_int_eq(file_order(shuffled, got, 10), 10);
+    for (int i = 0; i < 10; i++) ck_assert_int_eq(got[i], seed0[i]);
+    dist_dataset_destroy(shuffled);
+    ck_assert_int_eq(dist_dataset_shuffle_files(ds, 42, &shuffled), DIST_OK);
+    ck_assert_int_eq(file_order(shuffled, got, 10), 10);
+    for (int i = 0; i < 10; i++) ck_assert_int_eq(got[i], seed42[i]);
+    dist_dataset_destroy(shuffled);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+/* A class-ordered folder split by position holds out its last class only; with its files
+ * shuffled first the held-out last third holds every class, and the labels go with the files.
+ * A dataset with a transformation above the source is refused. */
+START_TEST(test_a_split_of_shuffled_folder_files_holds_every_class) {
+    make_digit_folder(8);
+    dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+    dist_dataset *ds = NULL, *shuffled = NULL, *held = NULL;
+    ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_shuffle_files(ds, 42, &shuffled), DIST_OK);
+    ck_assert_int_eq(dist_dataset_class_count(shuffled), 3);
+    ck_assert_str_eq(dist_dataset_class_name(shuffled, 0), "cat");
+    ck_assert_int_eq(dist_dataset_skip(shuffled, 16, &held), DIST_OK);
+    int32_t labels[8];
+    ck_assert_int_eq(file_order(held, labels, 8), 8);
+    int seen[3] = {0, 0, 0};
+    for (int i = 0; i < 8; i++) seen[labels[i]]++;
+    ck_assert_msg(seen[0] && seen[1] && seen[2], "held out: %d cat, %d dog, %d zebra", seen[0],
+                  seen[1], seen[2]);
+    dist_dataset_destroy(held);
+    /* every image once, with its own label: the pixels match the class's digits */
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(shuffled, &it), DIST_OK);
+    int per_label[3] = {0, 0, 0};
+    for (;;) {
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(next(it, &el, &eos), DIST_OK);
+        if (eos) break;
+        int label = *(int32_t *)el.items[1]->data, c = label == 0 ? 1 : label == 1 ? 0 : 2;
+        const uint8_t *got = el.items[0]->data;
+        double best = 1e9;
+        for (int i = 0; i < 8; i++) {
+            uint8_t want[28 * 28];
+            digit(want, 28, 28, c * 100 + i);
+            double sum = 0;
+            for (int p = 0; p < 784; p++) sum += fabs((double)got[p] - want[p]);
+            if (sum / 784 < best) best = sum / 784;
+        }
+        ck_assert_msg(best < 3.0, "an image labelled %d is none of its class's", label);
+        per_label[label]++;
+    }
+    ck_assert_int_eq(per_label[0] + per_label[1] + per_label[2], 24);
+    ck_assert_int_eq(per_label[0], 8);
+    ck_assert_int_eq(per_label[1], 8);
+    dist_iterator_destroy(it);
+    ck_assert_int_eq(dist_dataset_batch(ds, 2, 0, &held), DIST_OK);
+    dist_dataset *out = NULL;
+    ck_assert_int_eq(dist_dataset_shuffle_files(held, 1, &out), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "not a JPEG folder"), "%s", dist_last_error());
+    dist_dataset_destroy(held);
+    dist_dataset_destroy(shuffled);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
 START_TEST(test_jpeg_folder_rgb_resize_and_reject) {
     mkdir_in("a");
     uint8_t px[40 * 30];
@@ -701,6 +802,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_jpeg_folder_round_trips_labels_and_pixels);
     tcase_add_test(tc, test_jpeg_folder_rgb_resize_and_reject);
     tcase_add_test(tc, test_jpeg_files_come_in_list_order_with_their_index);
+    tcase_add_test(tc, test_shuffled_jpeg_files_come_in_numpys_randomstate_order);
+    tcase_add_test(tc, test_a_split_of_shuffled_folder_files_holds_every_class);
     tcase_add_test(tc, test_bad_jpegs_error_naming_the_file_or_skip);
     tcase_add_test(tc, test_bad_jpegs_with_parallel_decode);
     tcase_add_test(tc, test_empty_class_folder_is_an_error_or_skipped);

@@ -182,8 +182,16 @@ static int load_data(run_state *s) {
         dist_dataset_destroy(test);
         return 1;
     }
-    /* --validation-split F: the last F of the training set, as Keras's validation_split. */
+    /* --validation-split F: the last F of the training set, as Keras's validation_split. A JPEG
+     * folder lists its files class by class, so they are first shuffled with the run's seed (the
+     * same on every worker), as image_dataset_from_directory(shuffle=True, seed) does. */
     dist_dataset *val = NULL;
+    if (o->validation_split > 0 && !s->mnist &&
+        (st = chain(&train, dist_dataset_shuffle_files(train, (uint32_t)o->seed, &next), &next))) {
+        dist_dataset_destroy(train);
+        dist_dataset_destroy(test);
+        return fail("--validation-split: shuffling the training files");
+    }
     if (o->validation_split > 0) {
         int64_t split_at = (int64_t)((double)s->train_examples * (1.0 - o->validation_split));
         if (split_at < 1 || split_at >= s->train_examples) {
