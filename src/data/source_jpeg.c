@@ -276,10 +276,18 @@ dist_status dist_jpeg_read_header(void *tj, const unsigned char *bytes, size_t n
                                   int64_t max_pixels, int *w, int *h) {
     int subsamp = 0, cs = 0;
     *w = *h = 0;
+    if (n == 0) return dist_error(DIST_FORMAT, "jpeg: '%s' is empty (0 bytes): not a JPEG", path);
     if (tjDecompressHeader3(tj, bytes, (unsigned long)n, w, h, &subsamp, &cs) != 0)
-        return dist_error(DIST_FORMAT, "jpeg: '%s' is not a readable JPEG: %s", path,
+        return dist_error(DIST_FORMAT,
+                          "jpeg: '%s' is truncated or not a valid JPEG (%zu bytes): %s", path, n,
                           tjGetErrorStr2(tj));
-    if (*w <= 0 || *h <= 0 || (int64_t)*w * (int64_t)*h > max_pixels)
+    /* libjpeg-turbo accepts bytes that end before the frame header (SOF) and reports 0x0 */
+    if (*w <= 0 || *h <= 0)
+        return dist_error(DIST_FORMAT,
+                          "jpeg: '%s' is truncated or not a valid JPEG: its %zu bytes end before "
+                          "the image size (no frame header)",
+                          path, n);
+    if ((int64_t)*w * (int64_t)*h > max_pixels)
         return dist_error(DIST_FORMAT,
                           "jpeg: '%s' claims %dx%d pixels, over the cap of %lld (max_pixels)", path,
                           *w, *h, (long long)max_pixels);

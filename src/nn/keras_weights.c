@@ -387,7 +387,12 @@ dist_status dist_model_load_keras_weights(dist_model *m, const char *path) {
         return dist_error_errno(e == ENOENT ? DIST_NOT_FOUND : DIST_IO, e,
                                 "loading Keras weights: cannot open '%s'", path);
     }
+    int empty = fgetc(probe) == EOF;
     fclose(probe);
+    /* HDF5 would call an empty file one it "cannot open" */
+    if (empty)
+        return dist_error(DIST_FORMAT, "'%s' is empty (0 bytes): not an HDF5 Keras weights file",
+                          path);
     float *params = calloc((size_t)m->nparams, sizeof *params);
     if (!params) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
     h5_quiet q;

@@ -516,6 +516,10 @@ dist_status dist_checkpoint_load(const char *path, dist_checkpoint **out) {
     dist_checkpoint *c = NULL;
     dist_status st;
     DIST_TRY(read_file(path, &buf, &size));
+    if (size == 0) {
+        st = BAD("checkpoint '%s' is empty (0 bytes): not a safetensors file", path);
+        goto out;
+    }
     if (size < 8) {
         st = BAD("checkpoint '%s': %zu bytes is too short for a safetensors file", path, size);
         goto out;

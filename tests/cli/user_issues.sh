@@ -1,7 +1,8 @@
 #!/bin/sh
 # usage: user_issues.sh DISTRAIN JPEG_DIR SUBSET_DIR WORKDIR PART
 # PART: jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs
-#       | nothing_trained | callbacks_resume
+#       | nothing_trained | callbacks_resume | truncated_test_jpeg | empty_keras_weights
+#       | png_named_jpg_predict
 # Issue #22's behaviours that need data on disk or two runs:
 #   1. JPEG folders: test/ lacking a class keeps the training split's numbering (accuracy stays
 #      high); a test class that train/ does not have is refused before any training.
@@ -9,6 +10,8 @@
 #   4. --csv-log on a resumed run keeps the epochs before the kill, once each.
 #   5. An IDX set with 0 examples is an error naming the file.
 #   15. The metrics JSON counts the epochs that ran.
+# and messages that named another problem than the real one (each part: the message names the
+# file and its real problem, and not the one it used to name).
 set -u
 distrain=$1
 jpeg=$2
@@ -124,6 +127,56 @@ printf 'not a jpeg' >"$work/corrupt/test/3/$victim"
 expect_refused corrupt "^distrain: .*test/3/$victim"
 }
 
+# "$@" exits with $2 and prints one line that holds $3 and not $4; the output goes to $work/$1.log.
+expect_message() {
+    name=$1
+    want_rc=$2
+    want=$3
+    not=$4
+    shift 4
+    "$@" >"$work/$name.log" 2>&1
+    rc=$?
+    [ $rc -eq "$want_rc" ] || fail "$name: exit $rc, expected $want_rc"
+    grep -qF -- "$want" "$work/$name.log" || fail "$name: the message does not say '$want'"
+    grep -qF -- "$not" "$work/$name.log" && fail "$name: the message still says '$not'"
+    [ "$(grep -c . "$work/$name.log")" -eq 1 ] || fail "$name: not a one-line message"
+}
+
+truncated_test_jpeg() {
+# a test JPEG cut inside its header (10 bytes) is called truncated, naming it; it used to "claim
+# 0x0 pixels, over the cap"
+cp -r "$jpeg" "$work/cut"
+victim=$(ls "$work/cut/test/3" | head -n 1)
+head -c 10 "$jpeg/test/3/$victim" >"$work/cut/test/3/$victim"
+expect_refused cut "test/3/$victim' is truncated or not a valid JPEG"
+grep -q "0x0 pixels" "$work/cut.log" && fail "cut: the message still says 0x0 pixels"
+}
+
+empty_keras_weights() {
+# a 0-byte .weights.h5 is called an empty HDF5 Keras weights file, not too short for safetensors
+: >"$work/empty.weights.h5"
+# shellcheck disable=SC2086
+expect_message empty_weights 1 "'$work/empty.weights.h5' is empty (0 bytes): not an HDF5 Keras weights file" \
+    safetensors "$distrain" $quick --epochs 0 --load-weights "$work/empty.weights.h5" --quiet
+# and an empty safetensors file is called empty, not "0 bytes is too short"
+: >"$work/empty.safetensors"
+# shellcheck disable=SC2086
+expect_message empty_safetensors 1 "'$work/empty.safetensors' is empty (0 bytes): not a safetensors file" \
+    "too short" "$distrain" $quick --epochs 0 --load-weights "$work/empty.safetensors" --quiet
+}
+
+png_named_jpg_predict() {
+# distrain predict on a .jpg that holds PNG bytes says so, rather than "reading the IDX file"
+# shellcheck disable=SC2086
+"$distrain" $quick --epochs 0 --save-weights "$work/w.weights.h5" --quiet >"$work/w.log" 2>&1 ||
+    fail "saving the initial weights failed"
+printf '\211PNG\r\n\032\n\000\000\000\rIHDR\000\000\000\034\000\000\000\034\010\000\000\000\000' \
+    >"$work/digit.jpg"
+expect_message png_as_jpg 1 "'$work/digit.jpg' holds PNG data; distrain predict reads JPEG and IDX files" \
+    "IDX file:" "$distrain" predict --weights "$work/w.weights.h5" --input "$work/digit.jpg" \
+    --strategy one_device --devices cpu:0 --threads 1
+}
+
 late_write() {
 # 6. an output whose folder disappears during the training (--save-weights, then --trace): the
 # weights are saved elsewhere, and the message says where
@@ -214,7 +267,7 @@ cmp -s "$work/reference.safetensors" "$work/resumed.safetensors" ||
 }
 
 case $part in
-jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs | nothing_trained | callbacks_resume) $part ;;
+jpeg_classes | empty_sets | csv_resume | corrupt_test_jpeg | late_write | early_stop_epochs | nothing_trained | callbacks_resume | truncated_test_jpeg | empty_keras_weights | png_named_jpg_predict) $part ;;
 *) fail "unknown part '$part'" ;;
 esac
 echo "ok: $part"

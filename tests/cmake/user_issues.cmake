@@ -10,8 +10,11 @@ endfunction()
 # counts; epochs after early stopping; null train metrics when nothing trained), 6 (a corrupt test JPEG found up front; weights rescued
 # from a late write failure):
 # parts of one script.
+# Messages that named another problem than the real one: a truncated JPEG, an empty
+# .weights.h5 (and .safetensors), PNG bytes in a .jpg given to distrain predict.
 foreach(part jpeg_classes empty_sets csv_resume corrupt_test_jpeg late_write early_stop_epochs
-             nothing_trained callbacks_resume)
+             nothing_trained callbacks_resume truncated_test_jpeg empty_keras_weights
+             png_named_jpg_predict)
   add_test(NAME distrain.i22.${part}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli/user_issues.sh $<TARGET_FILE:distrain>
                    ${CMAKE_CURRENT_BINARY_DIR}/jpeg_mnist ${PROJECT_SOURCE_DIR}/src/data/mnist_subset

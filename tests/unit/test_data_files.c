@@ -704,6 +704,41 @@ START_TEST(test_a_jpeg_header_over_the_pixel_cap_is_refused_before_decoding) {
 }
 END_TEST
 
+/* A JPEG cut inside its header (libjpeg-turbo reads 10 bytes as a 0x0 image) or emptied says
+ * so, naming the file, as the first image (which sets the size) and at decode time; it used to
+ * "claim 0x0 pixels, over the cap". */
+START_TEST(test_a_truncated_jpeg_header_is_called_truncated_naming_the_file) {
+    mkdir_in("a");
+    uint8_t px[28 * 28];
+    digit(px, 28, 28, 1);
+    write_jpeg("a/cut.jpg", px, 28, 28);
+    char p[512];
+    snprintf(p, sizeof p, "%s/a/cut.jpg", g_root);
+    const off_t sizes[2] = {10, 0};
+    const char *const want[2] = {"a/cut.jpg' is truncated or not a valid JPEG",
+                                 "a/cut.jpg' is empty (0 bytes)"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(truncate(p, sizes[k]), 0);
+        dist_dataset *ds = NULL;
+        ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, NULL, &ds), DIST_FORMAT);
+        ck_assert_msg(strstr(dist_last_error(), want[k]) && !strstr(dist_last_error(), "0x0"), "%s",
+                      dist_last_error());
+        dist_jpeg_folder_options o = DIST_JPEG_FOLDER_OPTIONS_INIT;
+        o.height = o.width = 28;
+        ck_assert_int_eq(dist_dataset_from_jpeg_folder(g_root, &o, &ds), DIST_OK);
+        dist_iterator *it = NULL;
+        ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(next(it, &el, &eos), DIST_FORMAT);
+        ck_assert_msg(strstr(dist_last_error(), want[k]) && !strstr(dist_last_error(), "0x0"), "%s",
+                      dist_last_error());
+        dist_iterator_destroy(it);
+        dist_dataset_destroy(ds);
+    }
+}
+END_TEST
+
 START_TEST(test_the_jpeg_pixel_cap_is_configurable) {
     mkdir_in("a");
     uint8_t px[28 * 28];
@@ -814,6 +849,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_jpeg_pipeline_is_deterministic_across_threads_and_restores);
     tcase_add_test(tc, test_a_jpeg_header_over_the_pixel_cap_is_refused_before_decoding);
     tcase_add_test(tc, test_the_jpeg_pixel_cap_is_configurable);
+    tcase_add_test(tc, test_a_truncated_jpeg_header_is_called_truncated_naming_the_file);
     tcase_add_test(tc, test_a_damaged_cache_file_is_refused_and_left_as_it_was);
     tcase_add_test(tc, test_a_cache_write_past_the_file_size_limit_leaves_no_file);
     suite_add_tcase(s, tc);

@@ -107,13 +107,45 @@ static int list_jpegs(const char *dir, file_list *out) {
     return 0;
 }
 
-static int has_jpeg_signature(const char *path) {
-    unsigned char head[3];
+/* What a file's first bytes say it holds: the formats predict reads, and others a user may hand
+ * it by mistake (by name they all look alike: a PNG renamed .jpg). */
+typedef enum input_kind {
+    INPUT_EMPTY,
+    INPUT_JPEG, /* FF D8 FF */
+    INPUT_IDX,  /* 00 00 <type 08..0E> <ndim>, or gzip (1F 8B), which dist_idx_read unpacks */
+    INPUT_OTHER /* something else: `name` says what when it is known */
+} input_kind;
+
+static input_kind sniff_input(const char *path, const char **name) {
+    static const struct {
+        const char *name;
+        unsigned char magic[8];
+        size_t len;
+    } known[] = {
+        {"PNG", {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}, 8},
+        {"GIF", {'G', 'I', 'F', '8'}, 4},
+        {"HDF5", {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'}, 8},
+        {"PDF", {'%', 'P', 'D', 'F'}, 4},
+        {"zip", {'P', 'K', 3, 4}, 4},
+    };
+    unsigned char h[8];
+    size_t n = 0;
     FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    return n == 3 && head[0] == 0xFF && head[1] == 0xD8 && head[2] == 0xFF;
+    if (f) {
+        n = fread(h, 1, sizeof h, f);
+        fclose(f);
+    }
+    *name = NULL;
+    if (n == 0) return INPUT_EMPTY;
+    if (n >= 3 && h[0] == 0xFF && h[1] == 0xD8 && h[2] == 0xFF) return INPUT_JPEG;
+    if ((n >= 4 && h[0] == 0 && h[1] == 0 && h[2] >= 0x08 && h[2] <= 0x0E) ||
+        (n >= 2 && h[0] == 0x1F && h[1] == 0x8B))
+        return INPUT_IDX;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (n >= known[i].len && memcmp(h, known[i].magic, known[i].len) == 0)
+            *name = known[i].name;
+    if (!*name && n >= 2 && h[0] == 'B' && h[1] == 'M' && is_jpeg_name(path)) *name = "BMP";
+    return INPUT_OTHER;
 }
 
 /* The input as a dataset of uint8 28x28 images: JPEGs (files listed in *files) or an IDX file
@@ -127,7 +159,24 @@ static int open_input(const char *input, file_list *files, dist_tensor **images,
         return 1;
     }
     memset(files, 0, sizeof *files);
-    if (S_ISDIR(sb.st_mode) || has_jpeg_signature(input)) {
+    const char *format = NULL;
+    input_kind kind = S_ISDIR(sb.st_mode) ? INPUT_JPEG : sniff_input(input, &format);
+    if (kind == INPUT_EMPTY || format || (kind == INPUT_OTHER && is_jpeg_name(input))) {
+        /* told by its bytes, not its name; an unknown one not named .jpg is left to the IDX
+         * reader, whose message says what an IDX file starts with */
+        if (kind == INPUT_EMPTY)
+            fprintf(stderr, "distrain predict: --input: '%s' is empty (0 bytes)", input);
+        else if (format)
+            fprintf(stderr, "distrain predict: --input: '%s' holds %s data", input, format);
+        else
+            fprintf(stderr,
+                    "distrain predict: --input: '%s' is not a JPEG (it does not start with "
+                    "FF D8 FF)",
+                    input);
+        fprintf(stderr, "; distrain predict reads JPEG and IDX files\n");
+        return 1;
+    }
+    if (kind == INPUT_JPEG) {
         if (S_ISDIR(sb.st_mode)) {
             if (list_jpegs(input, files)) return 1;
         } else {

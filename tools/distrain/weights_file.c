@@ -10,19 +10,34 @@ int distrain_is_keras_weights_name(const char *path) {
     return n >= k && strcmp(path + n - k, suffix) == 0;
 }
 
-/* HDF5's 8-byte signature at offset 0 (where h5py and Keras put it). */
-static int has_hdf5_signature(const char *path) {
+/* The first bytes of a weights file: HDF5's 8-byte signature at offset 0 (where h5py and Keras
+ * put it), or safetensors' start (an 8-byte little-endian header length, then '{'). */
+typedef enum weights_kind { WEIGHTS_UNKNOWN, WEIGHTS_HDF5, WEIGHTS_SAFETENSORS } weights_kind;
+
+static weights_kind sniff_weights(const char *path) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-    unsigned char head[8];
+    unsigned char head[9];
     FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    if (!f) return WEIGHTS_UNKNOWN;
     size_t n = fread(head, 1, sizeof head, f);
     fclose(f);
-    return n == sizeof head && memcmp(head, sig, sizeof sig) == 0;
+    if (n >= sizeof sig && memcmp(head, sig, sizeof sig) == 0) return WEIGHTS_HDF5;
+    return n == sizeof head && head[8] == '{' ? WEIGHTS_SAFETENSORS : WEIGHTS_UNKNOWN;
+}
+
+/* A name Keras gives weights: ".weights.h5", or any ".h5" (Keras 2's save_weights). */
+static int has_h5_name(const char *path) {
+    size_t n = strlen(path);
+    return distrain_is_keras_weights_name(path) || (n >= 3 && strcmp(path + n - 3, ".h5") == 0);
 }
 
 dist_status distrain_load_weights(dist_model *model, const char *path) {
-    if (has_hdf5_signature(path)) return dist_model_load_keras_weights(model, path);
+    weights_kind kind = sniff_weights(path);
+    /* An .h5 name that does not hold safetensors goes to the Keras loader, whose message then
+     * says what the file lacks for HDF5 (an empty file, no signature) rather than for
+     * safetensors. */
+    if (kind == WEIGHTS_HDF5 || (kind != WEIGHTS_SAFETENSORS && has_h5_name(path)))
+        return dist_model_load_keras_weights(model, path);
     dist_checkpoint *c = NULL;
     dist_status st = dist_checkpoint_load(path, &c);
     if (st == DIST_OK) st = dist_checkpoint_restore_model(c, model);
