@@ -38,6 +38,11 @@ typedef struct prefetch_it {
     int64_t consumed;    /* elements handed out in this pass */
     int full_since;      /* the producer found the buffer full since the last growth */
     int64_t head, tail;  /* [head, tail) are filled; head is held while `held` */
+    /* Released slots (absolute indices, oldest first) that may still hold buffers: entries
+     * [spare_lo, spare_hi) of a ring of `cap`. Those the producer has come round to (index <=
+     * tail - cap) are dropped, so fewer than cap are ever kept. */
+    int64_t *spares;
+    int64_t spare_lo, spare_hi;
     int held, ended, stop, thread_started;
     carried_error err; /* status != OK: the producer failed after `tail` elements */
     pthread_t thread;
@@ -55,14 +60,21 @@ static void *producer(void *arg) {
         }
         int stop = it->stop;
         elem_slot *slot = &it->ring[it->tail % it->cap];
-        if (!slot->t[0].data && it->head > 0) {
-            /* A slot never filled: take the buffers of the one the consumer released last
-             * instead of allocating. The ring has room for AUTOTUNE's largest bound, but only
-             * about `limit` + 2 slots are ever live; without this every slot of the ring got
-             * its own buffers as the indices went round (65 batches, 13 MB in distrain). The
-             * released slot is outside [head, tail] unless the ring is full to capacity. */
-            elem_slot *spare = &it->ring[(it->head - 1) % it->cap];
-            if (spare != slot && spare->t[0].data) {
+        /* Spares the producer has come round to are its own slots again. */
+        while (it->spare_lo < it->spare_hi &&
+               it->spares[it->spare_lo % it->cap] <= it->tail - it->cap)
+            it->spare_lo++;
+        while (!slot->t[0].data && it->spare_hi > it->spare_lo) {
+            /* A slot never filled (or emptied as a spare): take the buffers of a slot the
+             * consumer released instead of allocating. The ring has room for AUTOTUNE's largest
+             * bound, but only about `limit` + 2 slots are ever live; without this every slot of
+             * the ring got its own buffers as the indices went round (65 batches, 13 MB in
+             * distrain). Any released slot, not only the last one: a producer that runs ahead
+             * again after the consumer caught up would otherwise allocate anew (19 buffers for
+             * a bound of 8 under load). */
+            it->spare_hi--;
+            elem_slot *spare = &it->ring[it->spares[it->spare_hi % it->cap] % it->cap];
+            if (spare->t[0].data) {
                 elem_slot tmp = *spare;
                 *spare = *slot;
                 *slot = tmp;
@@ -107,6 +119,8 @@ static dist_status prefetch_next(node_it *base, dist_element *out, int *eos) {
     *eos = 0;
     pthread_mutex_lock(&it->mu);
     if (it->held) {
+        /* its buffers stay in the slot, offered to the producer's next empty slot */
+        it->spares[it->spare_hi++ % it->cap] = it->head;
         it->head++;
         it->held = 0;
         pthread_cond_signal(&it->not_full);
@@ -159,6 +173,7 @@ static void prefetch_destroy(node_it *base) {
     if (it->ring)
         for (int64_t i = 0; i < it->cap; i++) slot_free(&it->ring[i]);
     free(it->ring);
+    free(it->spares);
     free(it);
 }
 
@@ -195,7 +210,8 @@ dist_status prefetch_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t g
     it->cap = (it->max_limit > 0 ? it->max_limit : it->limit) + 1;
     dist_status st = DIST_OK;
     it->ring = calloc((size_t)it->cap, sizeof *it->ring);
-    if (!it->ring) {
+    it->spares = calloc((size_t)it->cap, sizeof *it->spares);
+    if (!it->ring || !it->spares) {
         st = dist_error(DIST_OUT_OF_MEMORY, "prefetch: out of memory");
         goto fail;
     }

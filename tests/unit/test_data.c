@@ -557,6 +557,56 @@ START_TEST(test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity)
 }
 END_TEST
 
+/* A producer that refills several slots at once, after the consumer took several, reuses the
+ * buffers of every slot the consumer released, not only the last one: with the bound at 8 and
+ * bursts of 4, it used to allocate about 3 new buffers a burst until the ring's 65 slots each
+ * had their own (the CI run under load that held 19 buffers for a bound of 8). */
+START_TEST(test_a_prefetch_refilled_in_bursts_reuses_the_released_buffers) {
+    int64_t shape[2] = {64, 256};
+    dist_tensor *t = NULL;
+    ck_assert_int_eq(dist_tensor_create(DIST_F32, 2, shape, &t), DIST_OK);
+    for (int64_t i = 0; i < 64 * 256; i++) ((float *)t->data)[i] = (float)(i % 1000);
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(&t, 1, 1, &ds), DIST_OK);
+    dist_tensor_destroy(t);
+    CHAIN(ds, dist_dataset_batch(ds, 64, 0, &next_)); /* one element of 64 KB */
+    CHAIN(ds, dist_dataset_repeat(ds, 160, &next_));
+    CHAIN(ds, dist_dataset_prefetch(ds, DIST_AUTOTUNE, &next_));
+    iter_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    atomic_init(&ctx.skipped, 0);
+    ctx.top = ds;
+    pthread_mutex_init(&ctx.tune_mu, NULL);
+    data_autotune_record(&ctx, ds, 8); /* as an earlier pass would have left it */
+    node_it *it = NULL;
+    ck_assert_int_eq(node_it_create(ds, &ctx, 0, &it), DIST_OK);
+    int count = 0;
+    for (;;) {
+        if (count % 4 == 0) { /* the producer fills the buffer up again: 4 slots at once */
+            struct timespec pause = {0, 20 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        dist_element el;
+        int eos = 0;
+        ck_assert_int_eq(node_it_next(it, &el, &eos), DIST_OK);
+        if (eos) break;
+        ck_assert(((float *)el.items[0]->data)[1001] == 1.0f);
+        count++;
+    }
+    ck_assert_int_eq(count, 160);
+    const int64_t element = (int64_t)64 << 10;
+    int64_t held = 0;
+    ck_assert_int_eq(prefetch_it_held_bytes(it, &held), DIST_OK);
+    int bound = data_autotune_start(&ctx, ds, 0);
+    ck_assert_msg(held <= (bound + 3) * element,
+                  "the prefetch holds %lld buffers of 64 KB with a bound of %d elements",
+                  (long long)(held / element), bound);
+    node_it_destroy(it);
+    pthread_mutex_destroy(&ctx.tune_mu);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
 START_TEST(test_prefetch_held_bytes_refuses_an_iterator_of_another_kind) {
     dist_dataset *ds = range_ds(3);
     iter_ctx ctx;
@@ -987,6 +1037,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_prefetch_destroyed_mid_epoch_joins_cleanly);
     tcase_add_test(tc, test_prefetch_over_batch_gives_the_batches_unchanged);
     tcase_add_test(tc, test_autotuned_prefetch_keeps_buffers_for_its_bound_not_its_capacity);
+    tcase_add_test(tc, test_a_prefetch_refilled_in_bursts_reuses_the_released_buffers);
     tcase_add_test(tc, test_prefetch_held_bytes_refuses_an_iterator_of_another_kind);
     tcase_add_test(tc, test_autotune_yields_what_fixed_settings_yield_in_the_same_order);
     tcase_add_test(tc, test_autotune_grows_a_starved_map_within_the_cores);
