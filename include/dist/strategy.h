@@ -80,7 +80,9 @@ typedef struct dist_strategy_options {
      * mirrored, every GPU, or without GPUs one CPU replica per core; for one_device, gpu:0 if
      * a GPU exists, else cpu:0. Borrowed. */
     const char *devices;
-    /* Compute threads of each CPU replica. 0: cores / replicas (at least 1). */
+    /* Compute threads of each CPU replica. 0: cores / replicas (at least 1), counting only the
+     * cores other programs do not keep busy when the strategy is made (a 60 ms look at
+     * /proc/stat, logged at INFO when it lowers the count; DIST_CPU_LOAD_PROBE=0: every core). */
     int threads_per_replica;
     dist_cross_device_ops cross_device_ops;
     /* Gradients are all-reduced as one buffer (0) or in packs of this many bytes. */
@@ -166,6 +168,10 @@ DIST_API int dist_strategy_num_replicas_in_sync(const dist_strategy *strategy);
 DIST_API int dist_strategy_num_local_replicas(const dist_strategy *strategy);
 /* The device of local replica `replica`. */
 DIST_API dist_device dist_strategy_replica_device(const dist_strategy *strategy, int replica);
+/* Compute threads of each local CPU replica, as chosen at creation: threads_per_replica, or by
+ * default the cores / CPU replicas, counting only cores that other programs did not keep busy
+ * then (DIST_CPU_LOAD_PROBE=0 counts every core). 0 when no local replica is a CPU. */
+DIST_API int dist_strategy_threads_per_replica(const dist_strategy *strategy);
 /* Workers in the cluster (1 for the single-process strategies), this process's worker id
  * (TF's id_in_cluster: the chief is 0) and whether it is the chief, the one worker that
  * writes checkpoints, logs and summaries (TF's rule). */

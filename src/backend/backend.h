@@ -244,6 +244,11 @@ struct dist_backend {
  * threads can wait for each other by spinning (core/spin.h). backend.c. */
 int dist_backends_fit_cores(dist_backend *const *backends, int n);
 
+/* How many of the cores this process may use other programs keep busy, measured over
+ * sample_ms (their share of /proc/stat's ticks, this process's own left out; a core counts
+ * from ~60% busy). At most cores - 1; 0 when unreadable or on one core. cpu_load.c. */
+int dist_cpu_busy_cores(int sample_ms);
+
 /* Constructors of the built-in backends (NULL-safe failure with a message). */
 dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_backend **out);
 /* The CUDA backend, from the CUDA module loaded on first use (cuda_loader.c): without the

@@ -12,6 +12,10 @@
 #include <string.h>
 #include <strings.h>
 
+/* Long enough for /proc/stat's 10 ms ticks to tell a busy core from noise, short enough for a
+ * strategy's creation. */
+#define DIST_CPU_LOAD_SAMPLE_MS 60
+
 /* ---- the replica context ----------------------------------------------------------------- */
 
 static dist_status rc_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t) {
@@ -55,7 +59,24 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
     int cpus = dist_device_count(DIST_DEVICE_CPU), ncpu_replicas = 0;
     for (int r = 0; r < n; r++) ncpu_replicas += devs[r].kind == DIST_DEVICE_CPU;
     int threads = o->threads_per_replica;
-    if (threads == 0) threads = ncpu_replicas > 0 ? cpus / ncpu_replicas : cpus;
+    if (threads == 0) {
+        int share = ncpu_replicas > 0 ? ncpu_replicas : 1;
+        threads = cpus / share;
+        /* cores that other programs keep busy would make every step wait for the threads on
+         * them (cpu_load.c): the default counts the free ones */
+        int busy = threads > 1 && dist_env_flag("DIST_CPU_LOAD_PROBE", 1)
+                       ? dist_cpu_busy_cores(DIST_CPU_LOAD_SAMPLE_MS)
+                       : 0;
+        if (busy > 0) {
+            int free_threads = (cpus - busy) / share > 0 ? (cpus - busy) / share : 1;
+            dist_log(DIST_LOG_INFO,
+                     "CPU: %d of the %d cores this process may use %s busy with other programs: "
+                     "%d compute thread(s) per replica instead of %d (threads_per_replica, "
+                     "distrain --threads, chooses)",
+                     busy, cpus, busy == 1 ? "is" : "are", free_threads, threads);
+            threads = free_threads;
+        }
+    }
     if (threads < 1) threads = 1;
     s->num_replicas = n;
     s->num_replicas_in_sync = n;

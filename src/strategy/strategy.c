@@ -57,6 +57,15 @@ dist_device dist_strategy_replica_device(const dist_strategy *s, int r) {
     return s && r >= 0 && r < n ? s->replicas.devices[r] : none;
 }
 
+int dist_strategy_threads_per_replica(const dist_strategy *s) {
+    if (!s) return 0;
+    for (int r = 0; r < s->replicas.num_replicas; r++) {
+        const dist_backend *b = s->replicas.backends[r];
+        if (b && b->device.kind == DIST_DEVICE_CPU) return b->threads > 0 ? b->threads : 1;
+    }
+    return 0;
+}
+
 /* ---- devices ---- */
 
 static dist_status parse_devices(const char *list, dist_device *out, int *count) {
