@@ -1,13 +1,20 @@
 /* Verified downloads for the MNIST cache: libcurl into a temporary file, SHA-256 checked on the
- * way, renamed into place only when the sum matches. */
+ * way, renamed into place only when the sum matches.
+ *
+ * libcurl is opened with dlopen() on the first download, not linked: libdist's link line (and
+ * `pkg-config --static --libs libdist`) then does not carry libcurl's static closure (nghttp2,
+ * ssh2, ldap, ...), and a host without libcurl still trains from the embedded subset or a
+ * --data-dir. Only its types and constants come from <curl/curl.h>. */
 #include "core/error.h"
 #include "core/sha256.h"
 #include "data/mnist_internal.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,10 +54,57 @@ dist_status dist_file_sha256_check(const char *path, const char *sha256_hex) {
     return compare_sums(what, &sha, sha256_hex);
 }
 
-static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
-static CURLcode g_curl_init_rc;
+/* The libcurl calls a download makes, resolved from the library's soname. */
+typedef struct curl_api {
+    CURLcode (*global_init)(long flags);
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *c, CURLoption option, ...);
+    CURLcode (*easy_perform)(CURL *c);
+    CURLcode (*easy_getinfo)(CURL *c, CURLINFO info, ...);
+    void (*easy_cleanup)(CURL *c);
+    const char *(*easy_strerror)(CURLcode rc);
+} curl_api;
 
-static void curl_init_once(void) { g_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
+static curl_api g_curl;
+static int g_curl_ok;
+static char g_curl_why[512];
+
+static void curl_load_once(void) {
+    /* libcurl's ABI has kept soname 4 since 2006 (libcurl4-openssl-dev links against it) */
+    void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(g_curl_why, sizeof g_curl_why, "libcurl could not be loaded (%s)", dlerror());
+        return;
+    }
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+        {"curl_global_init", offsetof(curl_api, global_init)},
+        {"curl_easy_init", offsetof(curl_api, easy_init)},
+        {"curl_easy_setopt", offsetof(curl_api, easy_setopt)},
+        {"curl_easy_perform", offsetof(curl_api, easy_perform)},
+        {"curl_easy_getinfo", offsetof(curl_api, easy_getinfo)},
+        {"curl_easy_cleanup", offsetof(curl_api, easy_cleanup)},
+        {"curl_easy_strerror", offsetof(curl_api, easy_strerror)},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *f = dlsym(h, syms[i].name);
+        if (!f) {
+            snprintf(g_curl_why, sizeof g_curl_why, "libcurl.so.4 has no %s", syms[i].name);
+            return; /* the handle stays open: a library is never unloaded mid-process */
+        }
+        memcpy((char *)&g_curl + syms[i].offset, &f, sizeof f);
+    }
+    CURLcode rc = g_curl.global_init(CURL_GLOBAL_DEFAULT);
+    if (rc != CURLE_OK) {
+        snprintf(g_curl_why, sizeof g_curl_why, "libcurl did not initialise: %s",
+                 g_curl.easy_strerror(rc));
+        return;
+    }
+    g_curl_ok = 1;
+}
 
 typedef struct sink {
     FILE *file;
@@ -70,7 +124,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *user) {
 }
 
 static dist_status curl_failure(const char *url, CURLcode rc, long http, const char *detail) {
-    const char *text = detail[0] ? detail : curl_easy_strerror(rc);
+    const char *text = detail[0] ? detail : g_curl.easy_strerror(rc);
     switch (rc) {
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
@@ -85,32 +139,30 @@ static dist_status curl_failure(const char *url, CURLcode rc, long http, const c
 
 /* Fetches url into the open sink. */
 static dist_status fetch(const char *url, sink *s, long connect_timeout_ms) {
-    pthread_once(&g_curl_once, curl_init_once);
-    if (g_curl_init_rc != CURLE_OK)
-        return dist_error(DIST_UNAVAILABLE, "download '%s': libcurl did not initialise: %s", url,
-                          curl_easy_strerror(g_curl_init_rc));
-    CURL *c = curl_easy_init();
+    pthread_once(&g_curl_once, curl_load_once);
+    if (!g_curl_ok) return dist_error(DIST_UNAVAILABLE, "download '%s': %s", url, g_curl_why);
+    CURL *c = g_curl.easy_init();
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "download '%s': curl_easy_init failed", url);
     char detail[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, detail);
-    curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* no SIGALRM games in a library */
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, DOWNLOAD_MAX_MS);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, DOWNLOAD_STALL_BYTES);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, DOWNLOAD_STALL_S);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "libdist");
-    CURLcode rc = curl_easy_perform(c);
+    g_curl.easy_setopt(c, CURLOPT_URL, url);
+    g_curl.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    g_curl.easy_setopt(c, CURLOPT_WRITEDATA, s);
+    g_curl.easy_setopt(c, CURLOPT_ERRORBUFFER, detail);
+    g_curl.easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+    g_curl.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    g_curl.easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+    g_curl.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    g_curl.easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    g_curl.easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* no SIGALRM games in a library */
+    g_curl.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
+    g_curl.easy_setopt(c, CURLOPT_TIMEOUT_MS, DOWNLOAD_MAX_MS);
+    g_curl.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, DOWNLOAD_STALL_BYTES);
+    g_curl.easy_setopt(c, CURLOPT_LOW_SPEED_TIME, DOWNLOAD_STALL_S);
+    g_curl.easy_setopt(c, CURLOPT_USERAGENT, "libdist");
+    CURLcode rc = g_curl.easy_perform(c);
     long http = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-    curl_easy_cleanup(c);
+    g_curl.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+    g_curl.easy_cleanup(c);
     if (rc == CURLE_WRITE_ERROR && s->write_errno)
         return dist_error_errno(DIST_IO, s->write_errno, "download '%s': cannot write", url);
     if (rc != CURLE_OK) return curl_failure(url, rc, http, detail);

@@ -94,18 +94,23 @@ for exe in "$tmp/pc_consumer_c" "$tmp/pc_consumer_cpp"; do
     run "$exe"
 done
 
-# The static libdist with its dependencies shared, as a user does it: libdist.a, libdist's own
-# Libs.private, and the plain --libs of its Requires.private modules. (pkg-config --static
-# would also want every dependency's static closure, e.g. libcurl's nghttp2, ssh2, ldap.)
-requires_private=$(pkg-config --print-requires-private libdist | awk '{print $1}')
-libs_private=$(sed -n 's/^Libs\.private: *//p' "$libdir/pkgconfig/libdist.pc")
-static_libs=("$libdir/libdist.a")
+# The static libdist as a user links it: `pkg-config --static --libs libdist`, with -ldist
+# naming libdist.a (the dependencies' own libraries stay shared where only those are
+# installed). It must link: libdist's private requirements are the libraries it calls; libcurl
+# is opened at run time (data/mnist_download.c), so its static closure is not among them.
+static_libs=()
 rpaths=()
-# shellcheck disable=SC2086 # word lists from pkg-config and the .pc file
-for w in $libs_private $(pkg-config --libs $requires_private); do
-    static_libs+=("$w")
-    case $w in -L*) rpaths+=("-Wl,-rpath,${w#-L}") ;; esac
+# shellcheck disable=SC2086 # word lists from pkg-config
+for w in $(pkg-config --static --libs libdist); do
+    case $w in
+    -ldist) static_libs+=("$libdir/libdist.a") ;;
+    -L*) static_libs+=("$w"); rpaths+=("-Wl,-rpath,${w#-L}") ;;
+    *) static_libs+=("$w") ;;
+    esac
 done
+case " ${static_libs[*]} " in
+*curl*) fail "pkg-config --static --libs libdist names libcurl: ${static_libs[*]}" ;;
+esac
 # shellcheck disable=SC2086
 "$CC" -std=c11 "${common[@]}" $sanitize $pc_cflags "$here/consumer.c" -o "$tmp/pc_consumer_c_static" \
     "${static_libs[@]}" "${rpaths[@]}"
