@@ -179,7 +179,8 @@ DIST_API dist_status dist_lr_schedule_value(const dist_lr_schedule *schedule, in
 /* Parses the command-line form `NAME:key=value,key=value` into *out (starting from
  * DIST_LR_SCHEDULE_INIT). NAME is constant, exponential_decay, piecewise_constant,
  * polynomial_decay, inverse_time_decay, cosine_decay or cosine_decay_restarts; keys are the
- * struct's field names; lists are separated by ';' (boundaries=100;200,values=0.1;0.01;0.001);
+ * struct's field names; lists are separated by '/' (boundaries=100/200,values=0.1/0.01/0.001;
+ * ';' is accepted too, but a shell ends a command at it unless it is quoted);
  * booleans are 0/1/true/false; warmup_target=none is None. Checks the result as
  * dist_lr_schedule_value does. Errors: DIST_INVALID_ARGUMENT naming the bad part. */
 DIST_API dist_status dist_lr_schedule_parse(const char *text, dist_lr_schedule *out);

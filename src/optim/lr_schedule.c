@@ -220,12 +220,13 @@ static int lr_parse_double(const char *text, double *out) {
     return 1;
 }
 
-/* A ';'-separated list into out[0..max-1]; *n its length. */
+/* A list separated by '/' (which a shell leaves alone) or ';' (the first form, which a shell
+ * ends a command at unless quoted) into out[0..max-1]; *n its length. */
 static dist_status lr_parse_list(const char *key, char *text, int is_int, double *dout,
                                  int64_t *iout, int max, int *n) {
     *n = 0;
-    for (char *save = NULL, *item = strtok_r(text, ";", &save); item;
-         item = strtok_r(NULL, ";", &save)) {
+    for (char *save = NULL, *item = strtok_r(text, "/;", &save); item;
+         item = strtok_r(NULL, "/;", &save)) {
         DIST_CHECK_ARG(*n < max, "%s has more than %d entries", key, max);
         double v;
         DIST_CHECK_ARG(lr_parse_double(item, &v), "%s: '%s' is not a number", key, item);

@@ -54,6 +54,21 @@ START_TEST(test_piecewise_constant_takes_the_new_value_one_step_after_a_boundary
 }
 END_TEST
 
+START_TEST(test_lists_separated_by_slashes_parse_as_with_semicolons) {
+    /* '/' survives an unquoted shell command line; ';' is the older form */
+    dist_lr_schedule slash = parsed("piecewise_constant:boundaries=100/200,values=0.1/0.01/0.001");
+    dist_lr_schedule semi = parsed("piecewise_constant:boundaries=100;200,values=0.1;0.01;0.001");
+    ck_assert_int_eq(slash.num_boundaries, 2);
+    ck_assert_int_eq(slash.num_values, 3);
+    ck_assert_int_eq(slash.boundaries[1], 200);
+    ck_assert_int_eq(semi.num_values, slash.num_values);
+    ck_assert_mem_eq(semi.boundaries, slash.boundaries, 2 * sizeof slash.boundaries[0]);
+    ck_assert_mem_eq(semi.values, slash.values, 3 * sizeof slash.values[0]);
+    ck_assert_lr(lr_at(&slash, 150), 0.01);
+    ck_assert_lr(lr_at(&slash, 201), 0.001);
+}
+END_TEST
+
 START_TEST(test_polynomial_decay_stops_at_the_end_or_cycles) {
     dist_lr_schedule s = parsed("polynomial_decay:initial_learning_rate=0.1,decay_steps=10,"
                                 "end_learning_rate=0.001");
@@ -386,6 +401,7 @@ int main(void) {
     TCase *tc = tcase_create("schedules");
     tcase_add_test(tc, test_exponential_decay_docstring_and_staircase);
     tcase_add_test(tc, test_piecewise_constant_takes_the_new_value_one_step_after_a_boundary);
+    tcase_add_test(tc, test_lists_separated_by_slashes_parse_as_with_semicolons);
     tcase_add_test(tc, test_polynomial_decay_stops_at_the_end_or_cycles);
     tcase_add_test(tc, test_inverse_time_decay_docstring);
     tcase_add_test(tc, test_cosine_decay_warms_up_linearly_then_decays_to_alpha);
