@@ -4,6 +4,10 @@
 #   tools/setup-deps.sh           what building and testing need (the default)
 #   tools/setup-deps.sh --bench   only the benchmarks' PyTorch reference (python3-torch, OpenBLAS)
 #   tools/setup-deps.sh --all     both
+#   tools/setup-deps.sh --pjrt    the PJRT plugins --strategy tpu runs on (XLA's CPU plugin and
+#                                 libtpu, from PyPI with pinned hashes, into
+#                                 ~/.cache/libdist/venv-pjrt or $DIST_PJRT_VENV); prints the
+#                                 --pjrt-plugin path to give distrain
 #
 # Idempotent: run it as often as you like. Needs root only when something is missing.
 set -eu
@@ -14,7 +18,7 @@ openmpi-bin clang libomp-dev libhdf5-dev"
 BENCH_PKGS="python3-torch libopenblas0-openmp"
 
 usage() {
-    echo "usage: $0 [--bench | --all]" >&2
+    echo "usage: $0 [--bench | --all | --pjrt]" >&2
     exit 2
 }
 
@@ -25,8 +29,15 @@ case $# in
     case $1 in
     --bench) wanted=$BENCH_PKGS ;;
     --all) wanted="$BUILD_PKGS $BENCH_PKGS" ;;
+    --pjrt)
+        here=$(cd "$(dirname "$0")" && pwd)
+        "$here/../tests/pjrt/venv.sh"
+        venv=${DIST_PJRT_VENV:-$HOME/.cache/libdist/venv-pjrt}
+        echo "setup-deps: XLA's CPU PJRT plugin: --pjrt-plugin $venv/plugins/pjrt_c_api_cpu_plugin.so"
+        exit 0
+        ;;
     -h | --help)
-        sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) usage ;;

@@ -28,13 +28,14 @@ static int is_this_host(const char *host, const char *name) {
     return hn == nn && strncmp(host, name, hn) == 0 && (!host[hn] || !name[nn]);
 }
 
-int distrain_host_workers(const dist_cluster *cluster) {
+int distrain_host_tasks(const dist_cluster *cluster, const char *job) {
     char name[256] = "";
     if (gethostname(name, sizeof name) != 0) name[0] = '\0';
     name[sizeof name - 1] = '\0';
-    static const char *const jobs[] = {"chief", "worker"};
+    static const char *const compute[] = {"chief", "worker"};
+    const char *const *jobs = job ? &job : compute;
     int count = 0;
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < (job ? 1 : 2); j++) {
         size_t n = dist_cluster_num_tasks(cluster, jobs[j]);
         for (size_t i = 0; i < n; i++) {
             const char *address = dist_cluster_task_address(cluster, jobs[j], i, NULL);

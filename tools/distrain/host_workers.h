@@ -4,8 +4,8 @@
 
 #include <dist/cluster.h>
 
-/* The chief and worker tasks whose address names this host: its host name (full or short),
- * localhost, 127.x.x.x or ::1. */
-int distrain_host_workers(const dist_cluster *cluster);
+/* The tasks of job `job` ("chief", "worker", "ps"; NULL: chief and worker) whose address
+ * names this host: its host name (full or short), localhost, 127.x.x.x or ::1. */
+int distrain_host_tasks(const dist_cluster *cluster, const char *job);
 
 #endif

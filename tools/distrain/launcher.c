@@ -237,6 +237,9 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             break;
         }
         if (pid == 0) {
+            /* Its own process group: a Ctrl-C in the terminal reaches the launcher only, which
+             * passes it on once (a second copy would end a worker without saving). */
+            setpgid(0, 0);
             dup2(po[1], STDOUT_FILENO);
             dup2(pe[1], STDERR_FILENO);
             close(po[0]);
@@ -265,7 +268,7 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
     /* forward output until every worker has exited and its pipes are drained */
     int first_failure = -1, running = started;
     double failed_at = 0, grace_s = o->collective_timeout_s > 0 ? o->collective_timeout_s + 30 : 90;
-    int killed = 0;
+    int killed = 0, interrupted_by = 0;
     if (rc) { /* a worker could not be started: stop the others */
         for (int i = 0; i < started; i++) kill(w[i].pid, SIGTERM);
     }
@@ -313,6 +316,7 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
         if (g_signal) {
             for (int i = 0; i < started; i++)
                 if (!w[i].done) kill(w[i].pid, (int)g_signal);
+            interrupted_by = (int)g_signal;
             g_signal = 0;
             if (first_failure < 0) {
                 first_failure = n; /* interrupted: no worker to blame */
@@ -333,6 +337,6 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
     }
     if (rc) return rc;
     if (first_failure < 0) return 0;
-    if (first_failure == n) return 1; /* interrupted */
+    if (first_failure == n) return 128 + interrupted_by; /* interrupted: as a shell reports it */
     return exit_code(w[first_failure].status);
 }

@@ -1,6 +1,7 @@
 /* distrain: trains the seed CNN on MNIST with a tf.distribute-style strategy. Exit codes:
  * 0 success, 1 training or data error, 2 usage error. */
 #include "host_workers.h"
+#include "interrupt.h"
 #include "launcher.h"
 #include "options.h"
 #include "predict.h"
@@ -47,8 +48,10 @@ typedef struct run_state {
     int trained;     /* at least one training step ran: the train metrics mean something */
     int epochs_done; /* epochs completed, resumes included */
     int threads;
-    int host_workers; /* > 1: workers of this cluster sharing this host's cores */
-    int chief;        /* prints progress and writes the metrics (TF's chief rule) */
+    int host_workers;         /* > 1: workers of this cluster sharing this host's cores */
+    int cluster_workers;      /* parameter_server: the cluster's worker tasks */
+    const char *shared_cores; /* why the default thread count was divided, or NULL */
+    int chief;                /* prints progress and writes the metrics (TF's chief rule) */
     /* parameter_server: the training closure's state on a worker, the data seed (each worker
      * shuffles its own copy of the training set in its own order), the chief's coordinator */
     dist_classifier_step ps_step;
@@ -56,6 +59,7 @@ typedef struct run_state {
     dist_coordinator *coordinator;
     int ps_dataset;
     distrain_target_accuracy target; /* --target-accuracy (target.target 0: off) */
+    distrain_interrupt interrupt;    /* where a Ctrl-C stopped the training */
 } run_state;
 
 static int fail(const char *what) {
@@ -282,9 +286,9 @@ static int write_metrics(const run_state *s) {
             "%lld,\n"
             "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  "
             "\"data_source\": ",
-            dist_strategy_num_workers(s->strategy), dist_strategy_cross_device_name(s->strategy),
-            s->epochs_done, (long long)s->steps, (long long)s->o->batch_size, train_loss,
-            train_accuracy, s->test_loss, s->test_accuracy,
+            s->cluster_workers ? s->cluster_workers : dist_strategy_num_workers(s->strategy),
+            dist_strategy_cross_device_name(s->strategy), s->epochs_done, (long long)s->steps,
+            (long long)s->o->batch_size, train_loss, train_accuracy, s->test_loss, s->test_accuracy,
             s->train_seconds > 0 ? (double)s->train_images_total / s->train_seconds : 0.0,
             s->train_seconds, (long long)s->train_examples, (long long)s->test_examples,
             (long long)dist_model_num_params(s->model), s->threads);
@@ -327,7 +331,7 @@ typedef struct callbacks {
     dist_csv_logger *csv;
     dist_early_stopping *early;
     dist_reduce_lr_on_plateau *reduce_lr;
-    dist_callback list[9];
+    dist_callback list[10];
     int count;
 } callbacks;
 
@@ -432,6 +436,31 @@ static int save_weights(const run_state *s) {
     return 1;
 }
 
+/* After a Ctrl-C: say where the training stopped, keep the weights (--save-weights, else a
+ * rescue file; the chief only, as every write) and exit 130, as a shell reports SIGINT. A
+ * --backup-dir backup stays for a restart to resume from, as Keras's BackupAndRestore keeps
+ * it when training is interrupted. */
+static int stop_interrupted(const run_state *s) {
+    const distrain_interrupt *w = &s->interrupt;
+    if (w->stopped)
+        fprintf(stderr,
+                "distrain: interrupted: stopped after step %lld of epoch %d (%lld steps "
+                "in all)\n",
+                (long long)w->step, w->epoch, (long long)w->global_step);
+    else
+        fprintf(stderr, "distrain: interrupted\n");
+    if (s->chief) {
+        if (s->o->save_weights && write_weights(s, s->o->save_weights) == DIST_OK)
+            fprintf(stderr, "distrain: the weights are saved in '%s'\n", s->o->save_weights);
+        else
+            rescue_weights(s);
+    }
+    if (s->o->backup_dir)
+        fprintf(stderr, "distrain: the backup in '%s' is kept: run the same command to resume\n",
+                s->o->backup_dir);
+    return 130;
+}
+
 static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_dataset *dval,
                dist_distributed_dataset *dtest) {
     const distrain_options *o = s->o;
@@ -450,6 +479,7 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
                                                .out = !o->quiet && s->chief ? stdout : NULL};
         cbs.list[cbs.count++] = distrain_target_accuracy_callback(&s->target);
     }
+    cbs.list[cbs.count++] = distrain_interrupt_callback(&s->interrupt);
     dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
     fo.coordinator = s->coordinator; /* parameter_server: steps are closures on the workers */
     fo.closure = "distrain.train";
@@ -494,6 +524,7 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     } else if (st) {
         snprintf(training_error, sizeof training_error, "%s", dist_last_error());
     }
+    if (distrain_interrupted()) return stop_interrupted(s);
     if (st) {
         fprintf(stderr, "distrain: training: %s\n", training_error);
         /* A callback's write failed (checkpoint, backup, CSV, logs): the weights so far are
@@ -509,8 +540,9 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     s->train_seconds = res.step_seconds;
     s->train_images_total = res.images;
     dist_logs test;
-    if (dist_evaluate(s->strategy, s->model, dtest, NULL, NULL, 0, &test))
-        return fail("evaluation");
+    st = dist_evaluate(s->strategy, s->model, dtest, NULL, NULL, 0, &test);
+    if (distrain_interrupted()) return stop_interrupted(s);
+    if (st) return fail("evaluation");
     dist_logs_get(&test, "loss", &s->test_loss);
     dist_logs_get(&test, "accuracy", &s->test_accuracy);
     double evaluated = (double)s->test_examples;
@@ -572,7 +604,11 @@ static int train(run_state *s) {
         fprintf(stderr, "distrain: --strategy: %s\n", dist_last_error());
         return 2;
     }
-    if (so.kind == DIST_STRATEGY_MULTI_WORKER && !(o->transport && !strcmp(o->transport, "mpi"))) {
+    int ps_kind = so.kind == DIST_STRATEGY_PARAMETER_SERVER;
+    int cpus = dist_device_count(DIST_DEVICE_CPU);
+    if ((so.kind == DIST_STRATEGY_MULTI_WORKER &&
+         !(o->transport && !strcmp(o->transport, "mpi"))) ||
+        ps_kind) {
         /* Resolved here first so that every invalid TF_CONFIG, malformed JSON included, is a
          * usage error, and a role distrain does not play is refused before anything starts. */
         dist_cluster *cl = NULL;
@@ -583,10 +619,16 @@ static int train(run_state *s) {
         char type[32];
         snprintf(type, sizeof type, "%s",
                  dist_cluster_task_type(cl) ? dist_cluster_task_type(cl) : "");
-        int evaluator = strcmp(type, "evaluator") == 0, ps = strcmp(type, "ps") == 0;
-        s->host_workers = distrain_host_workers(cl);
+        int evaluator = strcmp(type, "evaluator") == 0, ps_task = strcmp(type, "ps") == 0;
+        if (ps_kind) {
+            /* the steps run on the workers; the chief coordinates, the ps tasks update */
+            s->host_workers = strcmp(type, "worker") == 0 ? distrain_host_tasks(cl, "worker") : 0;
+            s->cluster_workers = (int)dist_cluster_num_tasks(cl, "worker");
+        } else {
+            s->host_workers = distrain_host_tasks(cl, NULL);
+        }
         dist_cluster_destroy(cl);
-        if (evaluator || ps) {
+        if (evaluator || (ps_task && !ps_kind)) {
             fprintf(stderr,
                     "distrain: TF_CONFIG: task type '%s' is not supported: distrain trains as "
                     "a chief or worker only (evaluate the chief's --checkpoint-dir with a "
@@ -594,10 +636,14 @@ static int train(run_state *s) {
                     type);
             return 2;
         }
+        if (ps_kind && !o->threads && strcmp(type, "worker") != 0) {
+            /* a chief or ps task of a cluster: it leaves the cores to the workers */
+            so.threads_per_replica = 1;
+            s->shared_cores = "the workers compute; this task coordinates or holds variables";
+        }
     }
     so.devices = o->devices;
-    so.threads_per_replica = o->threads;
-    int cpus = dist_device_count(DIST_DEVICE_CPU);
+    if (!so.threads_per_replica) so.threads_per_replica = o->threads;
     if (!o->threads && s->host_workers > 1) {
         /* Workers started by hand on one host would each take every core (1,250 images/s
          * against 15,000 with --threads 1 for two of them): they share the cores instead. */
@@ -605,6 +651,7 @@ static int train(run_state *s) {
         for (const char *p = o->devices; p && *p; p++) replicas += *p == ',';
         int t = cpus / (s->host_workers * replicas);
         so.threads_per_replica = t > 0 ? t : 1;
+        s->shared_cores = "workers of this cluster share this host's cores";
     }
     so.deterministic = o->deterministic;
     so.cuda_graphs = o->cuda_graphs;
@@ -634,11 +681,24 @@ static int train(run_state *s) {
         return 2;
     }
     if (st) return fail("creating the strategy");
+    if (so.kind == DIST_STRATEGY_TPU &&
+        o->batch_size % dist_strategy_num_replicas_in_sync(s->strategy) != 0) {
+        /* --tpu-cores given was checked with the flags; this is the plugin's device count */
+        fprintf(stderr,
+                "distrain: --batch-size %lld does not split evenly over the %d replicas of "
+                "--strategy tpu (the plugin's devices): use a multiple of %d, or --tpu-cores\n",
+                (long long)o->batch_size, dist_strategy_num_replicas_in_sync(s->strategy),
+                dist_strategy_num_replicas_in_sync(s->strategy));
+        return 2;
+    }
     s->chief = dist_strategy_is_chief(s->strategy);
-    int ps_kind = so.kind == DIST_STRATEGY_PARAMETER_SERVER;
     const char *role = dist_strategy_task_type(s->strategy);
     if (ps_kind && strcmp(role, "ps") == 0) {
         /* a ps task holds variables until the chief shuts the cluster down */
+        if (!o->quiet)
+            printf("ps %d: holding variables for the chief, %d compute thread(s)\n",
+                   dist_strategy_task_index(s->strategy),
+                   dist_strategy_threads_per_replica(s->strategy));
         if (dist_strategy_serve(s->strategy)) return fail("serving the variables");
         return 0;
     }
@@ -651,8 +711,10 @@ static int train(run_state *s) {
     if (o->threads > cpus)
         fprintf(stderr, "distrain: warning: --threads %d is more than this host's %d cores\n",
                 o->threads, cpus);
-    s->threads = so.threads_per_replica ? so.threads_per_replica
-                                        : (cpus / replicas > 0 ? cpus / replicas : 1);
+    s->threads = dist_strategy_threads_per_replica(s->strategy);
+    if (!s->threads) /* no local CPU replica (tpu: the plugin's devices) */
+        s->threads = so.threads_per_replica ? so.threads_per_replica
+                                            : (cpus / replicas > 0 ? cpus / replicas : 1);
     int rc = distrain_check_settings(s->strategy, o);
     if (rc) return rc;
     rc = load_data(s);
@@ -690,6 +752,14 @@ static int train(run_state *s) {
     if (ps_kind && ps_register(s)) return fail("registering the training step");
     if (ps_kind && strcmp(role, "worker") == 0) {
         /* the worker runs the chief's closures until it shuts the cluster down */
+        if (!o->quiet) {
+            printf("worker %d: running the chief's steps, %d thread(s) per replica",
+                   dist_strategy_task_index(s->strategy), s->threads);
+            if (!o->threads && s->host_workers > 1)
+                printf(" (%d workers share this host's %d cores; --threads overrides)",
+                       s->host_workers, cpus);
+            printf("\n");
+        }
         if (dist_strategy_serve(s->strategy)) return fail("serving the chief");
         return 0;
     }
@@ -731,6 +801,9 @@ static int train(run_state *s) {
             printf("Threads: %d workers share this host's %d cores: %d thread(s) per replica "
                    "(--threads overrides)\n",
                    s->host_workers, cpus, s->threads);
+        else if (!o->threads && s->shared_cores)
+            printf("Threads: %d per replica: %s (--threads overrides)\n", s->threads,
+                   s->shared_cores);
         if (ps_kind)
             printf("Cluster: parameter_server, this is the chief (coordinator); steps run on the "
                    "workers as closures, variables live on the ps tasks\n");
@@ -857,6 +930,12 @@ static int check_flags(distrain_options *o) {
                     idle);
             return 2;
         }
+        if (!o->load_weights && !o->save_weights) {
+            fprintf(stderr, "distrain: --epochs 0 trains nothing: give it --load-weights FILE to "
+                            "evaluate, or --save-weights FILE to write the initial weights "
+                            "(alone it would evaluate random weights)\n");
+            return 2;
+        }
     }
     if (o->tensorboard_flag_given && !o->logdir) {
         fprintf(stderr, "distrain: --histogram-freq and --update-freq need --logdir\n");
@@ -915,6 +994,27 @@ static int check_flags(distrain_options *o) {
     return rc;
 }
 
+/* Under mpirun (or another MPI launcher) with more than one process, every strategy but
+ * multi_worker would train once per process, each alone, all printing: refused, naming the
+ * strategy that joins them. */
+static int check_mpi_world(const distrain_options *o) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    if (strcmp(o->strategy, "multi_worker") == 0) return 0;
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        long n = v ? strtol(v, NULL, 10) : 0;
+        if (n > 1) {
+            fprintf(stderr,
+                    "distrain: started by MPI as one of %ld processes (%s=%s), but --strategy %s "
+                    "would train in each of them alone: use --strategy multi_worker --transport "
+                    "mpi, or start one process\n",
+                    n, vars[i], v, o->strategy);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "predict") == 0) {
         dist_set_log_callback(on_log, DIST_LOG_WARN, NULL); /* stdout holds the predictions */
@@ -938,15 +1038,22 @@ int main(int argc, char **argv) {
                 o.workers);
         return 2;
     }
+    if ((rc = check_mpi_world(&o))) return rc;
     if (o.workers > 0) return distrain_launch(argc, argv, &o);
     /* Line by line, so a launcher or a log collector reading a pipe sees progress as it
      * happens. */
     setvbuf(stdout, NULL, _IOLBF, 0);
     dist_set_log_callback(on_log, o.quiet ? DIST_LOG_WARN : DIST_LOG_INFO, NULL);
+    distrain_interrupt_install();
     run_state s;
     memset(&s, 0, sizeof s);
     s.o = &o;
     rc = train(&s);
+    if (rc != 130 && distrain_interrupted()) {
+        /* interrupted before or outside the training (loading data, joining a cluster) */
+        fprintf(stderr, "distrain: interrupted\n");
+        rc = 130;
+    }
     dist_loss_scale_optimizer_destroy(s.loss_scale);
     dist_optimizer_destroy(s.optimizer);
     dist_model_destroy(s.model);

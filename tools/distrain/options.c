@@ -37,14 +37,16 @@ static const distrain_flag flags[] = {
      "directory with the IDX files (or train/ and test/ class folders for jpeg-folder)"},
     {"--data-format", 1, "idx|jpeg-folder", "idx", "how --data-dir is laid out"},
     {"--epochs", 1, "N", "5",
-     "epochs to train; 0 evaluates the test set only (with --load-weights)"},
+     "epochs to train; 0 trains nothing: evaluates --load-weights, or writes the initial "
+     "weights to --save-weights"},
     {"--batch-size", 1, "N", "64", "global batch size"},
     {"--learning-rate", 1, "F", "Adam 0.001, SGD 0.01", "the optimizer's learning rate"},
     {"--optimizer", 1, "adam|sgd", "adam", "the optimizer"},
     {"--lr-schedule", 1, "SPEC", "a constant --learning-rate",
      "a Keras learning-rate schedule, NAME:key=value,... with Keras's argument names, e.g. "
      "exponential_decay:initial_learning_rate=0.01,decay_steps=100,decay_rate=0.9,staircase=1 "
-     "or piecewise_constant:boundaries=100;200,values=0.1;0.01;0.001 (also polynomial_decay, "
+     "or piecewise_constant:boundaries=100/200,values=0.1/0.01/0.001 (lists separated by '/'; "
+     "';' too, quoted from a shell; also polynomial_decay, "
      "inverse_time_decay, cosine_decay, cosine_decay_restarts)"},
     {"--scale-lr", 1, "none|linear|sqrt", "none",
      "scale the learning rate (--learning-rate or the optimizer's default) from --base-batch "
@@ -514,6 +516,18 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         return 2;
     }
     int tpu = strcmp(o->strategy, "tpu") == 0;
+    if (tpu && o->devices) {
+        fprintf(stderr, "distrain: --devices does not apply to --strategy tpu: its replicas are "
+                        "the PJRT plugin's devices (choose how many with --tpu-cores)\n");
+        return 2;
+    }
+    if (tpu && o->tpu_cores && o->batch_size % o->tpu_cores != 0) {
+        fprintf(stderr,
+                "distrain: --batch-size %lld does not split evenly over --tpu-cores %d: the "
+                "compiled step takes equal per-replica shards; use a multiple of %d\n",
+                (long long)o->batch_size, o->tpu_cores, o->tpu_cores);
+        return 2;
+    }
     if (!tpu && (o->pjrt_plugin || o->tpu || o->tpu_cores)) {
         fprintf(stderr, "distrain: --pjrt-plugin, --tpu and --tpu-cores apply to --strategy tpu "
                         "only\n");
