@@ -166,6 +166,100 @@ int dist_test_skip_without_native_bf16(void) {
     return 77;
 }
 
+/* ---- which kernels ran ------------------------------------------------------------------- */
+
+int dist_test_impl_isa_has_bf16(const char *impl) {
+    const char *isa = strchr(impl, ':');
+    if (!isa) return -1;
+    isa++;
+    /* longest names first: avx2_vnni_2 before avx2, avx512_core_bf16 before avx512_core */
+    static const char *const with[] = {"avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx",
+                                       "avx10", "avx2_vnni_2"};
+    static const char *const without[] = {"avx512_core", "avx512_common", "avx512_mic",
+                                          "avx2",        "avx",           "sse41"};
+    if (strstr(isa, "amx")) return 1;
+    for (size_t i = 0; i < sizeof with / sizeof *with; i++)
+        if (strncmp(isa, with[i], strlen(with[i])) == 0) return 1;
+    for (size_t i = 0; i < sizeof without / sizeof *without; i++)
+        if (strncmp(isa, without[i], strlen(without[i])) == 0) return 0;
+    return -1;
+}
+
+dist_test_kernel dist_test_bf16_kernel_here(void) {
+    /* bits, not order: avx2_vnni (0x407) is numerically above avx512_core_amx (0x3e7) in 2.6 */
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & bf16) == bf16 ? DIST_TEST_KERNEL_BF16 : DIST_TEST_KERNEL_BF16_EMULATED;
+}
+
+static dnnl_data_type_t md_type(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    return md && md->ndims > 0 ? md->data_type : dnnl_data_type_undef;
+}
+
+/* The kind of a cached primitive, from the primitive: its operands' data types (source,
+ * weights and the gradient it takes) and oneDNN's name for it. */
+static dist_test_kernel prim_kernel(const cpu_prim *p) {
+    if (!p->prim)
+        return p->impl && strstr(p->impl, "no bfloat16 kernel") ? DIST_TEST_KERNEL_DECLINED
+                                                                : DIST_TEST_KERNEL_OTHER;
+    const_dnnl_primitive_desc_t pd = NULL;
+    ck_assert_int_eq(dnnl_primitive_get_primitive_desc(p->prim, &pd), dnnl_success);
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (strncmp(impl, "ref", 3) == 0) return DIST_TEST_KERNEL_REFERENCE;
+    dnnl_primitive_kind_t kind = dnnl_undefined_primitive;
+    dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind);
+    if (kind == dnnl_reorder) return DIST_TEST_KERNEL_OTHER;
+    const dnnl_query_t inputs[3] = {dnnl_query_src_md, dnnl_query_weights_md,
+                                    dnnl_query_diff_dst_md};
+    int bf16 = 0, f32 = 0, other = 0;
+    for (int i = 0; i < 3; i++) {
+        dnnl_data_type_t t = md_type(pd, inputs[i]);
+        bf16 += t == dnnl_bf16, f32 += t == dnnl_f32;
+        other += t != dnnl_bf16 && t != dnnl_f32 && t != dnnl_data_type_undef;
+    }
+    if (bf16 && !f32 && !other) {
+        int has = dist_test_impl_isa_has_bf16(impl);
+        return has == 1   ? DIST_TEST_KERNEL_BF16
+               : has == 0 ? DIST_TEST_KERNEL_BF16_EMULATED
+                          : dist_test_bf16_kernel_here();
+    }
+    return f32 && !bf16 && !other ? DIST_TEST_KERNEL_F32 : DIST_TEST_KERNEL_OTHER;
+}
+
+dist_test_kernel dist_test_cpu_kernel(struct dist_backend *be, int i, const char **op) {
+    ck_assert_msg(be->iface->conv2d_forward == cpu_conv2d_forward, "not a CPU backend");
+    const cpu_ctx *c = be->ctx;
+    ck_assert_msg(i >= 0 && i < c->nprims, "no cached primitive %d (%d cached)", i, c->nprims);
+    if (op) {
+        /* the op's name from the i-th entry of the implementation info, which lists the cache
+         * in order */
+        static char info[16384], name[32];
+        dist_cpu_backend_impl_info(be, info, sizeof info);
+        const char *e = info;
+        for (int k = 0; k < i && e; k++)
+            if ((e = strchr(e, ';')) != NULL) e++;
+        const char *eq = e ? strchr(e, '=') : NULL;
+        ck_assert_msg(eq && (size_t)(eq - e) < sizeof name, "entry %d missing in %s", i, info);
+        memcpy(name, e, (size_t)(eq - e));
+        name[eq - e] = '\0';
+        *op = name;
+    }
+    return prim_kernel(&c->prims[i]);
+}
+
+int dist_test_cpu_kernel_count(struct dist_backend *be, const char *op, dist_test_kernel kind) {
+    const cpu_ctx *c = be->ctx;
+    int n = 0;
+    for (int i = 0; i < c->nprims; i++) {
+        const char *name;
+        dist_test_kernel k = dist_test_cpu_kernel(be, i, &name);
+        n += k == kind && (!op || strcmp(name, op) == 0);
+    }
+    return n;
+}
+
 int dist_test_fused_lanes(int B) {
     __builtin_cpu_init();
     int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -44,6 +44,40 @@ int dist_test_skip_without_gpu(int needed, const char *why);
  * after printing why, or EXIT_FAILURE when DIST_REQUIRE_NATIVE_BF16=1 says the machine has
  * them. Call it outside a test (no ck_assert inside). */
 int dist_test_skip_without_native_bf16(void);
+/* What kind of kernel one of the CPU backend's cached oneDNN primitives is, asked of the
+ * primitive itself (its operands' data types) and of oneDNN's name for it. A test must not match
+ * one implementation name: oneDNN names a kernel after the ISA it was built for, so the same
+ * bfloat16 matmul is brg:avx512_core_bf16 on AVX512_BF16, brg:avx512_core_amx_bf16 on AMX and
+ * gemm:jit (no ISA in the name) on plain AVX-512 or where the brgemm kernel declines. */
+typedef enum dist_test_kernel {
+    DIST_TEST_KERNEL_DECLINED,      /* no primitive: the backend runs its float32 path instead
+                                     * ("float32 (no bfloat16 kernel)") */
+    DIST_TEST_KERNEL_REFERENCE,     /* oneDNN's reference loops ("ref:..."), any data type */
+    DIST_TEST_KERNEL_F32,           /* a fast kernel on float32 operands */
+    DIST_TEST_KERNEL_BF16,          /* a fast kernel on bfloat16 operands with the bfloat16
+                                     * instructions (AVX512_BF16, AVX512_FP16, AMX, ...) */
+    DIST_TEST_KERNEL_BF16_EMULATED, /* a fast kernel on bfloat16 operands that emulates them
+                                     * (plain AVX-512: same results, slower) */
+    DIST_TEST_KERNEL_OTHER,         /* anything else: reorders, other data types */
+} dist_test_kernel;
+/* 1 when oneDNN's implementation name (dnnl_query_impl_info_str, e.g. "brgconv:avx512_core_amx")
+ * names an ISA with bfloat16 instructions: avx512_core_bf16, avx512_core_fp16, any AMX one
+ * (avx512_core_amx, avx512_core_amx_bf16, ..._amx_fp16), avx10_*, avx2_vnni_2; 0 for one that
+ * emulates them (avx512_core, avx512_core_vnni, avx2, ...) and -1 for a name without an ISA
+ * ("gemm:jit", "jit:uni"). */
+int dist_test_impl_isa_has_bf16(const char *impl);
+/* The kind a bfloat16 kernel has where oneDNN runs now: DIST_TEST_KERNEL_BF16 when its effective
+ * ISA (dnnl_get_effective_cpu_isa, which ONEDNN_MAX_CPU_ISA caps) has AVX512_BF16's bits, else
+ * DIST_TEST_KERNEL_BF16_EMULATED. */
+dist_test_kernel dist_test_bf16_kernel_here(void);
+/* The kind of the backend's i-th cached primitive: the i-th "op=impl;" entry of
+ * dist_cpu_backend_impl_info, whose op name goes to *op (may be NULL; a static string). Fails
+ * the test if there is no such entry. */
+dist_test_kernel dist_test_cpu_kernel(struct dist_backend *be, int i, const char **op);
+/* How many of the backend's cached primitives of operation `op` (dist_cpu_backend_impl_info's
+ * names: "conv_fwd", "conv_bwd_data", "conv_bwd_filter", "matmul", ...; NULL: all) are of
+ * `kind`. */
+int dist_test_cpu_kernel_count(struct dist_backend *be, const char *op, dist_test_kernel kind);
 /* float32 -> bfloat16 -> float32, round to nearest even (finite values). */
 float dist_test_round_bf16(float f);
 /* The lanes the CPU backend's own fused convolution kernels use for a channel block of B here:
