@@ -1,4 +1,13 @@
-/* Atomic file replacement: temporary, fsync, rename, fsync of the directory. */
+/* Atomic file replacement: temporary, fsync, rename, fsync of the directory.
+ *
+ * The temporary lives in the output folder, which others may be able to write (a shared
+ * checkpoint directory). Its name was "<path>.tmp.<pid>", opened with O_CREAT|O_TRUNC: anyone who
+ * planted a symlink at that name made a checkpoint overwrite the link's target, and the
+ * checkpoint became that symlink. So the name ends in 64 random bits, and it is created with
+ * O_EXCL (which never follows a symlink at the final component and never reuses a file) plus
+ * O_NOFOLLOW, retried under a new name on EEXIST: only a file this call created is written. The
+ * pid stays in the name so that a later write can tell a crashed writer's leftover from a live
+ * one. rename() over a path that is a symlink replaces the link, never its target. */
 #include "core/atomic_file.h"
 
 #include "core/error.h"
@@ -6,10 +15,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 static int pid_is_running(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
@@ -21,7 +34,8 @@ static char *dir_of(const char *path) {
     return strndup(path, slash == path ? 1 : (size_t)(slash - path));
 }
 
-/* Removes "<path>.tmp.<pid>" files whose writer no longer runs: what a crashed write left.
+/* Removes "<path>.tmp.<pid>.<random>" files (and "<path>.tmp.<pid>", the older form) whose
+ * writer no longer runs: what a crashed write left.
  * Another live process's file is its write in progress and stays; this process's own is stale,
  * since one path is never written by two threads at once. */
 static void remove_stale_temporaries(const char *path, const char *what) {
@@ -38,7 +52,7 @@ static void remove_stale_temporaries(const char *path, const char *what) {
         const char *digits = n + blen + ilen;
         char *end;
         long pid = strtol(digits, &end, 10);
-        if (end == digits || *end || pid <= 0) continue;
+        if (end == digits || (*end && *end != '.') || pid <= 0) continue;
         if (pid != (long)getpid() && pid_is_running(pid)) continue;
         if (unlinkat(dirfd(d), n, 0) == 0)
             dist_log(DIST_LOG_INFO, "%s: removed '%s/%s', left by an interrupted write", what, dir,
@@ -73,19 +87,48 @@ static dist_status fsync_dir_of(const char *path, const char *what) {
     return st;
 }
 
+/* 64 bits nobody else can guess. Without getrandom (ENOSYS before Linux 3.17) the clock and a
+ * counter stand in: they are guessable, but O_EXCL still refuses any name that exists. */
+static uint64_t random_bits(void) {
+    uint64_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 20);
+    return r ^ (++counter * 0x9E3779B97F4A7C15u);
+}
+
+/* Creates a new temporary next to path ("<path>.tmp.<pid>.<16 hex digits>", written to tmp)
+ * that no one else has opened; returns its descriptor or -1 with errno set. */
+static int create_temporary(const char *path, char *tmp, size_t tmp_len, mode_t mode) {
+    for (int attempt = 0; attempt < 100; attempt++) {
+        snprintf(tmp, tmp_len, "%s" DIST_ATOMIC_TMP_INFIX "%ld.%016" PRIx64, path, (long)getpid(),
+                 random_bits());
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1; /* errno is EEXIST: 100 names taken, someone is filling the directory */
+}
+
 dist_status dist_file_write_atomic_pieces(const char *path, const struct iovec *pieces, int count,
                                           const char *what) {
+    return dist_file_write_atomic_pieces_mode(path, pieces, count, DIST_ATOMIC_MODE_SHARED, what);
+}
+
+dist_status dist_file_write_atomic_pieces_mode(const char *path, const struct iovec *pieces,
+                                               int count, mode_t mode, const char *what) {
     DIST_CHECK_ARG(path && path[0] && count >= 0 && (count == 0 || pieces),
                    "%s: writing a file needs a path", what);
     remove_stale_temporaries(path, what);
-    size_t tmp_len = strlen(path) + 32;
+    size_t tmp_len = strlen(path) + 48;
     char *tmp = malloc(tmp_len);
     if (!tmp) return dist_error(DIST_OUT_OF_MEMORY, "%s: out of memory", what);
-    snprintf(tmp, tmp_len, "%s" DIST_ATOMIC_TMP_INFIX "%ld", path, (long)getpid());
     dist_status st = DIST_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = create_temporary(path, tmp, tmp_len, mode);
     if (fd < 0) {
         st = dist_error_errno(DIST_IO, errno, "%s: creating '%s'", what, tmp);
+        tmp[0] = '\0'; /* not ours: nothing to remove */
         goto out;
     }
     for (int i = 0; i < count; i++)
@@ -107,7 +150,7 @@ dist_status dist_file_write_atomic_pieces(const char *path, const struct iovec *
     st = fsync_dir_of(path, what);
 out:
     if (fd >= 0) close(fd);
-    if (st != DIST_OK) unlink(tmp);
+    if (st != DIST_OK && tmp[0]) unlink(tmp);
     free(tmp);
     return st;
 }
@@ -115,5 +158,5 @@ out:
 dist_status dist_file_write_atomic(const char *path, const void *data, size_t size) {
     DIST_CHECK_ARG(data || size == 0, "dist_file_write_atomic: NULL data");
     struct iovec piece = {(void *)data, size};
-    return dist_file_write_atomic_pieces(path, &piece, 1, "file");
+    return dist_file_write_atomic_pieces_mode(path, &piece, 1, DIST_ATOMIC_MODE_PRIVATE, "file");
 }

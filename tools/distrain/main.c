@@ -412,17 +412,31 @@ static dist_status write_weights(const run_state *s, const char *path) {
 }
 
 /* After a late write failed (the paths were fine before the first step): the trained weights
- * go to the working directory, or /tmp, and the message says where, rather than being lost. */
+ * go to the output folder (that of --save-weights, else the working directory), else to a new
+ * directory that only this user can enter, made under $TMPDIR or /tmp, and the message says
+ * where, rather than being lost. Never a fixed name in a shared /tmp: anyone could have made
+ * it first. Every file goes through the atomic writer (a temporary created with O_EXCL). */
 static void rescue_weights(const run_state *s) {
-    char cwd[4096];
-    const char *dirs[] = {getcwd(cwd, sizeof cwd) ? cwd : ".", "/tmp"};
-    for (int i = 0; i < 2; i++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/distrain-weights-%ld.safetensors", dirs[i], (long)getpid());
+    char dir[4096], path[4200];
+    const char *sw = s->o->save_weights, *slash = sw ? strrchr(sw, '/') : NULL;
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", slash == sw ? 1 : (int)(slash - sw), sw);
+    else if (!getcwd(dir, sizeof dir))
+        strcpy(dir, ".");
+    snprintf(path, sizeof path, "%s/distrain-weights-%ld.safetensors", dir, (long)getpid());
+    if (write_weights(s, path) == DIST_OK) {
+        fprintf(stderr, "distrain: the trained weights are saved in '%s'\n", path);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/distrain-weights-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(dir)) {
+        snprintf(path, sizeof path, "%s/weights.safetensors", dir);
         if (write_weights(s, path) == DIST_OK) {
             fprintf(stderr, "distrain: the trained weights are saved in '%s'\n", path);
             return;
         }
+        rmdir(dir);
     }
     fprintf(stderr, "distrain: the trained weights could not be saved anywhere\n");
 }
