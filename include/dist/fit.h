@@ -401,7 +401,9 @@ DIST_API dist_callback dist_tensorboard_callback(dist_tensorboard *tb);
  * manager keeping the 2 newest) at every epoch end, or every save_freq_batches batches; at
  * train begin restores the newest good backup (a damaged newer file is refused with a logged
  * warning and the previous one used) so fit resumes where it was, with the same data order.
- * delete_on_end: remove the backups when training ends normally (Keras's default). */
+ * delete_on_end: remove the backups when training ends normally (Keras's default). Under a
+ * coordinator (parameter_server) only epoch-end backups: save_freq_batches > 0 makes fit fail
+ * at train begin with DIST_INVALID_USAGE (the workers' data positions are not the chief's). */
 typedef struct dist_backup_and_restore dist_backup_and_restore;
 DIST_API dist_status dist_backup_and_restore_create(const char *backup_dir,
                                                     int64_t save_freq_batches, int delete_on_end,

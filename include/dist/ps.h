@@ -96,7 +96,8 @@ typedef struct dist_remote_value dist_remote_value;
 typedef struct dist_coordinator_options {
     int version;
     /* The longest one closure may run on a worker before the worker counts as lost and the
-     * closure is re-queued (0: 600 s). */
+     * closure is re-queued (0: the strategy's collective_timeout_s, 60 s by default across
+     * processes; distrain --collective-timeout). A worker that wakes later rejoins. */
     double closure_timeout_s;
     /* How often a lost worker is probed for its return (0: 1 s). */
     double rejoin_interval_s;

@@ -1019,5 +1019,11 @@ dist_status dist_coordinator_create(dist_strategy *s, const dist_coordinator_opt
     DIST_CHECK_ARG(!o || o->version == DIST_COORDINATOR_OPTIONS_VERSION,
                    "coordinator options: version %d, expected %d", o ? o->version : 0,
                    DIST_COORDINATOR_OPTIONS_VERSION);
-    return ps_coordinator_create(c->cl, &c->reg, o, out);
+    /* A closure is one step or one evaluation batch, seconds at most: a worker that has not
+     * answered one by the strategy's collective deadline is stopped, hung or cut off, so it
+     * counts as lost and its closures go to another worker (TF re-queues them too), rather
+     * than the job waiting for it. */
+    dist_coordinator_options co = o ? *o : (dist_coordinator_options)DIST_COORDINATOR_OPTIONS_INIT;
+    if (co.closure_timeout_s <= 0) co.closure_timeout_s = s->collective_timeout_s;
+    return ps_coordinator_create(c->cl, &c->reg, &co, out);
 }

@@ -45,6 +45,15 @@ static dist_status on_train_begin(void *user, dist_fit_state *fs, dist_logs *log
     (void)logs;
     dist_backup_and_restore *br = user;
     br->resumed = 0;
+    /* A backup inside an epoch must hold where the data stopped. Under a coordinator
+     * (parameter_server) every worker reads its own stream, whose position the chief does not
+     * have: such backups could be written but never resumed, so they are refused up front. */
+    if (br->save_freq_batches && !fs->train_iterator)
+        return dist_error(DIST_INVALID_USAGE,
+                          "BackupAndRestore: a backup every %lld steps needs the training data's "
+                          "position, which a coordinator's workers (parameter_server) keep to "
+                          "themselves: back up at epoch ends (save_freq_batches 0)",
+                          (long long)br->save_freq_batches);
     /* Only the chief writes (and makes the directory); another worker reads the chief's
      * backups where it can see them (one host, or a shared file system). */
     struct stat sb;

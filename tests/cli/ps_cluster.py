@@ -2,7 +2,8 @@
 """Starts a local parameter-server cluster of one program and checks how it ends.
 
     ps_cluster.py --workers 2 --ps 1 [--timeout 300] [--expect-chief-exit N]
-                  [--kill TASK --kill-after REGEX] [--restart] [--expect REGEX ...]
+                  [--kill TASK --kill-after REGEX [--kill-signal KILL|STOP [--cont-after S]]]
+                  [--restart] [--expect REGEX ...]
                   [--expect-not REGEX ...] -- PROGRAM ARGS...
 
 Every task (chief/0, worker/i, ps/j) runs PROGRAM ARGS with its TF_CONFIG and a fresh cluster
@@ -10,6 +11,8 @@ token in DIST_CLUSTER_TOKEN, on loopback ports the kernel hands out (each port i
 listening socket until just before the tasks start). Output lines are forwarded as
 "[chief/0] ...". --kill TASK sends SIGKILL to that task once a line of the chief matches
 --kill-after; with --restart the task is started again 2 s later (same TF_CONFIG).
+--kill-signal STOP sends SIGSTOP instead (a hung task), and --cont-after S a SIGCONT S seconds
+later; a stopped task left at the end is killed.
 The exit status is 0 when the chief exits with --expect-chief-exit (default 0), every
 --expect regex matched some output line, no --expect-not regex did, and (for a chief that
 succeeds) every other task exited 0; otherwise 1, with the reason on stderr."""
@@ -49,6 +52,8 @@ def main():
     ap.add_argument("--kill")
     ap.add_argument("--kill-after")
     ap.add_argument("--restart", action="store_true")
+    ap.add_argument("--kill-signal", choices=["KILL", "STOP"], default="KILL")
+    ap.add_argument("--cont-after", type=float, default=0)
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--expect-not", action="append", default=[])
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -86,9 +91,16 @@ def main():
                 if task == "chief/0" and a.kill and a.kill_after and killed_at[0] is None \
                         and re.search(a.kill_after, line):
                     victim = procs[a.kill]
-                    victim.send_signal(signal.SIGKILL)
+                    victim.send_signal(getattr(signal, "SIG" + a.kill_signal))
                     killed_at[0] = time.monotonic()
-                    print(f"[ps_cluster] killed {a.kill} (SIGKILL)", flush=True)
+                    print(f"[ps_cluster] killed {a.kill} (SIG{a.kill_signal})", flush=True)
+                    if a.kill_signal == "STOP" and a.cont_after > 0:
+                        def wake():
+                            time.sleep(a.cont_after)
+                            if victim.poll() is None:
+                                victim.send_signal(signal.SIGCONT)
+                                print(f"[ps_cluster] woke {a.kill} (SIGCONT)", flush=True)
+                        threading.Thread(target=wake, daemon=True).start()
                     if a.restart:
                         def again():
                             time.sleep(2.0)
@@ -126,6 +138,7 @@ def main():
             p.wait()
     for p in procs.values():
         if p.poll() is None:
+            p.send_signal(signal.SIGCONT)  # a stopped task takes its SIGKILL at once either way
             p.kill()
         p.pump.join(timeout=5)
     if chief.returncode is None:

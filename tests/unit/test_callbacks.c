@@ -768,6 +768,36 @@ static float *interrupted(const char *devices, int crash_epoch, int64_t crash_ba
     return w;
 }
 
+START_TEST(test_step_backups_are_refused_where_fit_has_no_iterator_to_record) {
+    /* a coordinator's fit (parameter_server) has no train_iterator: its workers read their own
+     * streams, so a backup inside an epoch could not be resumed */
+    make_tmpdir();
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/backup", tmpdir);
+    run r = make_run("cpu:0");
+    dist_fit_state fs;
+    memset(&fs, 0, sizeof fs);
+    fs.strategy = r.s;
+    fs.model = r.m;
+    fs.optimizer = r.opt;
+    dist_logs logs;
+    dist_logs_clear(&logs);
+    dist_backup_and_restore *br = NULL;
+    ck_assert_int_eq(dist_backup_and_restore_create(dir, 10, 1, &br), DIST_OK);
+    dist_callback cb = dist_backup_and_restore_callback(br);
+    ck_assert_int_eq(cb.on_train_begin(cb.user, &fs, &logs), DIST_INVALID_USAGE);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "a backup every 10 steps needs"));
+    dist_backup_and_restore_destroy(br);
+    /* epoch-end backups need no position */
+    ck_assert_int_eq(dist_backup_and_restore_create(dir, 0, 1, &br), DIST_OK);
+    cb = dist_backup_and_restore_callback(br);
+    ck_assert_msg(cb.on_train_begin(cb.user, &fs, &logs) == DIST_OK, "%s", dist_last_error());
+    dist_backup_and_restore_destroy(br);
+    free_run(&r);
+    remove_tmpdir();
+}
+END_TEST
+
 START_TEST(test_backup_and_restore_resumes_to_the_same_weights_bit_for_bit) {
     make_tmpdir();
     const char *devices[2] = {"cpu:0", "cpu:0,cpu:1"};
@@ -820,6 +850,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_check_numerics_names_the_first_layer_and_replica_with_an_inf);
     tcase_add_test(tc, test_a_traced_fit_records_every_phase_per_replica_and_changes_no_bit);
     tcase_add_test(tc, test_backup_and_restore_resumes_to_the_same_weights_bit_for_bit);
+    tcase_add_test(tc, test_step_backups_are_refused_where_fit_has_no_iterator_to_record);
     suite_add_tcase(s, tc);
     return s;
 }

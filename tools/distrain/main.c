@@ -959,6 +959,12 @@ static int check_flags(distrain_options *o) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
         return 2;
     }
+    if (o->backup_freq && ps) {
+        fprintf(stderr, "distrain: --backup-freq: a backup inside an epoch cannot be resumed under "
+                        "parameter_server (each worker reads its own data stream, whose position "
+                        "is not in the backup); --backup-dir alone backs up at every epoch end\n");
+        return 2;
+    }
     if (o->restore_best_weights && o->early_stopping_patience < 0) {
         fprintf(stderr, "distrain: --restore-best-weights needs --early-stopping-patience\n");
         return 2;
