@@ -11,7 +11,9 @@
  *
  * Unless a token is given ($DIST_CLUSTER_TOKEN, $DIST_CLUSTER_TOKEN_FILE, --cluster-token-file),
  * the launcher makes a random cluster token and hands it to its workers in their environment
- * (never on a command line, which every local user can read in /proc): only they can join. */
+ * (never on a command line, which every local user can read in /proc): only they can join.
+ *
+ * Every task dies with the launcher, even a launcher killed by SIGKILL (PR_SET_PDEATHSIG). */
 #include "launcher.h"
 
 #include <arpa/inet.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -219,6 +222,7 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
     worker w[MAX_WORKERS];
     memset(w, 0, sizeof w);
     int started = 0, rc = 0;
+    pid_t launcher = getpid();
     for (int i = 0; i < n; i++) {
         int po[2], pe[2];
         if (pipe(po) != 0 || pipe(pe) != 0) {
@@ -240,6 +244,11 @@ int distrain_launch(int argc, char **argv, const distrain_options *o) {
             /* Its own process group: a Ctrl-C in the terminal reaches the launcher only, which
              * passes it on once (a second copy would end a worker without saving). */
             setpgid(0, 0);
+            /* A launcher killed outright (SIGKILL, the OOM killer) passes nothing on: its tasks
+             * would train on alone, and one that finished would delete the backup a restarted
+             * job resumes from. The kernel kills each task when the launcher dies (the flag
+             * survives exec); a launcher that died before prctl is seen as a changed parent. */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) _exit(1);
             dup2(po[1], STDOUT_FILENO);
             dup2(pe[1], STDERR_FILENO);
             close(po[0]);
