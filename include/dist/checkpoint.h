@@ -6,7 +6,9 @@
  * 8-byte aligned) that safetensors.numpy.load_file reads. Saving is atomic: a temporary file in
  * the same directory is written, fsync()ed and renamed over the target, and the directory is
  * fsync()ed, so a crash leaves the old file or the new one, never half of one; temporaries
- * ("<path>.tmp.<pid>") that a crashed save left behind are removed by the next save of that path.
+ * ("<path>.tmp.<pid>.<random>", created with O_EXCL: never through a planted symlink) that a
+ * crashed save left behind are removed by the next save of that path. The file is created 0600:
+ * it holds model state.
  * The metadata key "libdist.crc32c" holds the CRC-32C of the whole file (length, header, padding
  * and data) computed with its own 8 digits as "00000000"; loading verifies it before trusting any
  * header field, then checks every field, so a truncated or bit-flipped file is refused with
@@ -60,12 +62,19 @@ DIST_API const char *dist_checkpoint_metadata_key(const dist_checkpoint *ckpt, i
 DIST_API int dist_checkpoint_num_tensors(const dist_checkpoint *ckpt);
 /* The name of tensor i, in the order added (or, after load, in file order). Borrowed. */
 DIST_API const char *dist_checkpoint_tensor_name(const dist_checkpoint *ckpt, int index);
-/* The tensor of that name, or NULL (borrowed; host memory owned by the checkpoint). */
+/* The tensor of that name, or NULL (borrowed; host memory owned by the checkpoint, read-only
+ * after a load). Constant time: names are hashed. */
 DIST_API const dist_tensor *dist_checkpoint_find(const dist_checkpoint *ckpt, const char *name);
 
 /* Writes the checkpoint to path atomically (see above). Errors: DIST_IO. */
 DIST_API dist_status dist_checkpoint_save(const dist_checkpoint *ckpt, const char *path);
-/* Reads and validates a safetensors file. Errors: DIST_NOT_FOUND, DIST_IO, DIST_FORMAT (any
+/* Reads and validates a safetensors file. The file is not read into memory: every claim of the
+ * header is checked against the file's size, the CRC streams over it, and the tensors are views
+ * into a read-only mapping of the file (kept until dist_checkpoint_destroy), so memory grows by
+ * the tensors that are read, not by what the file claims. A tensor the file does not align to
+ * its element size is copied on first use. The mapping stays valid when the file is replaced
+ * (rename, as every libdist save does); a file truncated in place while the checkpoint lives
+ * faults (SIGBUS) when its tensors are read. Errors: DIST_NOT_FOUND, DIST_IO, DIST_FORMAT (any
  * inconsistency, a CRC mismatch), DIST_UNSUPPORTED (a dtype other than F32/I32/I64). */
 DIST_API dist_status dist_checkpoint_load(const char *path, dist_checkpoint **out);
 
