@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define NET_TOKEN_MIN_BYTES 16
 /* The key without a token (allow_insecure): public, so the MAC only keeps jobs apart. */
@@ -22,6 +23,20 @@ static const char k_insecure_key[] = "libdist insecure cluster (no token)";
 static dist_status read_token_file(const char *path, unsigned char *out, size_t cap, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return dist_error_errno(DIST_NOT_FOUND, errno, "cluster token file '%s'", path);
+    /* As ssh does for a private key: a token that other users can read lets them join the
+     * job (and read and change its variables). Warned, not refused: a shared account or a
+     * container may have no one else to hide it from. Once per read, which is once per
+     * strategy or communicator that a process makes. */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & (S_IRWXG | S_IRWXO)))
+        dist_log(DIST_LOG_WARN,
+                 "cluster token file '%s' has mode %04o: %s, and whoever holds the token can "
+                 "join this job; chmod 600 '%s'",
+                 path, (unsigned)(sb.st_mode & 07777),
+                 sb.st_mode & S_IROTH   ? "every user of this machine can read it"
+                 : sb.st_mode & S_IRGRP ? "its group can read it"
+                                        : "users other than its owner have access to it",
+                 path);
     size_t n = fread(out, 1, cap, f);
     bool more = fgetc(f) != EOF;
     fclose(f);

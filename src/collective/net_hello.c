@@ -27,6 +27,7 @@ enum {
     NET_DUPLICATE_RANK,
     NET_BAD_KIND,
     NET_NEEDS_TLS,
+    NET_BUSY,
     NET_REASON_COUNT
 };
 
@@ -39,6 +40,7 @@ static const char *reason_text(uint32_t r) {
         "duplicate rank (that rank has already joined)",
         "unexpected connection kind",
         "this listener speaks TLS only (--transport tls)",
+        "too many connections from that task at once",
     };
     return r < NET_REASON_COUNT ? text[r] : "unknown reason";
 }
@@ -96,6 +98,12 @@ dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, d
     uint32_t status = get32(b + 4);
     if (get32(b) != NET_HELLO_MAGIC)
         return dist_error(DIST_UNAVAILABLE, "%s is not a libdist communicator (bad magic)", who);
+    /* a listener at its cap of connections from this task: busy, like one that ended the
+     * handshake unanswered, so a caller that retries does (the cap frees as old connections
+     * close) */
+    if (status == NET_BUSY)
+        return dist_error(DIST_PEER_LOST, "%s refused this process (rank %d) for now: %s", who,
+                          c->rank, reason_text(status));
     if (status != NET_ACCEPTED)
         return dist_error(DIST_UNAVAILABLE, "%s refused this process (rank %d): %s", who, c->rank,
                           reason_text(status));
@@ -129,21 +137,28 @@ dist_status net_gate_init(net_gate *g, dist_net_comm *c, int min_rank) {
     g->min_rank = min_rank;
     g->kind = 0;
     g->n = 0;
+    g->room = NULL;
     g->p = calloc(NET_PENDING_CAP, sizeof *g->p);
     if (!g->p) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "net_comm rank %d: refused", c->rank);
+    dist_log_limit_init(&g->refusals, 0, -1, prefix, "connections");
     return DIST_OK;
 }
 
 void net_gate_close(net_gate *g) {
-    for (int i = 0; g->p && i < g->n; i++) net_close(&g->p[i].fd);
+    if (!g->p) return; /* closed already (the store closes its gate with the listener) */
+    for (int i = 0; i < g->n; i++) net_close(&g->p[i].fd);
     free(g->p);
     g->p = NULL;
     g->n = 0;
+    dist_log_limit_destroy(&g->refusals);
 }
 
 static void drop(net_gate *g, int i, const char *why, bool log) {
     net_pending *p = &g->p[i];
-    if (log) {
+    /* anyone who can reach the port decides how often this happens: rate-limited */
+    if (log && dist_log_limit_admit(&g->refusals, dist_log_limit_now(), p->peer, why)) {
         if (p->proof)
             dist_log(DIST_LOG_WARN,
                      "net_comm rank %d: refused the connection from %s (claims rank "
@@ -219,6 +234,8 @@ static int finish(net_gate *g, int i, net_gate_take_fn take, void *user) {
         reason = NET_BAD_KIND;
     else if (!take(user, p->kind, p->rank, p->fd, p->peer, false))
         reason = NET_DUPLICATE_RANK;
+    else if (g->room && !g->room(user, p->rank))
+        reason = NET_BUSY;
     if (reason != NET_ACCEPTED) {
         answer(p->fd, reason, NULL);
         drop(g, i, reason_text(reason), true);
@@ -347,4 +364,6 @@ static int step_one(net_gate *g, int i, net_gate_take_fn take, void *user) {
 
 void net_gate_step(net_gate *g, net_gate_take_fn take, void *user) {
     for (int i = g->n - 1; i >= 0; i--) (void)step_one(g, i, take, user);
+    /* a flood that has stopped still gets its summary line */
+    if (g->p) dist_log_limit_tick(&g->refusals, dist_log_limit_now(), false);
 }

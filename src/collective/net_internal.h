@@ -14,6 +14,7 @@
 
 #include "collective/net_comm.h"
 #include "core/comm.h"
+#include "core/log_limit.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -168,16 +169,26 @@ enum { NET_KIND_STORE = 1, NET_KIND_MESH = 2, NET_KIND_PS = 3 };
 dist_status net_hello_connect(dist_net_comm *c, int fd, int kind, int to_rank, double deadline);
 
 typedef struct net_pending net_pending;
+/* Optional: whether the listener has room for one more connection from `rank` (its proof
+ * holds); false refuses it as busy, which the client takes as a busy listener (it retries
+ * until its deadline). `user` is net_gate_step's. */
+typedef bool (*net_gate_room_fn)(void *user, int rank);
 /* The listening side: pending handshakes, each non-blocking with its own deadline. */
 typedef struct net_gate {
     dist_net_comm *c;
     int min_rank;
     int kind; /* 0: the communicator's kinds (mesh; store on rank 0); else only this kind */
     int n;
-    net_pending *p; /* NET_PENDING_CAP */
+    net_pending *p;        /* NET_PENDING_CAP */
+    net_gate_room_fn room; /* NULL: no cap besides the take function's */
+    /* Refusals are logged through this limiter: a flood of strangers (anyone who can reach
+     * the port) writes a few lines in full and then one summary per interval. */
+    dist_log_limit refusals;
 } net_gate;
 dist_status net_gate_init(net_gate *g, dist_net_comm *c, int min_rank);
-void net_gate_close(net_gate *g); /* closes what is pending */
+/* Closes what is pending and logs the refusals' summary still due; a second call does
+ * nothing. */
+void net_gate_close(net_gate *g);
 /* Accepts every connection waiting on the listener. */
 void net_gate_accept(net_gate *g, int listen_fd);
 /* pollfds of the pending handshakes into pf (NET_PENDING_CAP entries); returns how many. */

@@ -202,6 +202,7 @@ struct ps_acceptor {
     const ps_cluster *cl;
     int listen_fd;
     ps_accept_fn accept;
+    ps_room_fn room;
     void *user;
     net_gate gate;
     pthread_t thread;
@@ -214,6 +215,11 @@ static bool take(void *user, int kind, int rank, int fd, const char *peer, bool 
     ps_acceptor *a = user;
     if (commit) a->accept(a->user, rank, fd);
     return true;
+}
+
+static bool room(void *user, int rank) {
+    ps_acceptor *a = user;
+    return a->room(a->user, rank);
 }
 
 static void *acceptor_main(void *arg) {
@@ -232,16 +238,18 @@ static void *acceptor_main(void *arg) {
     return NULL;
 }
 
-dist_status ps_acceptor_start(const ps_cluster *cl, int listen_fd, ps_accept_fn accept, void *user,
-                              ps_acceptor **out) {
+dist_status ps_acceptor_start(const ps_cluster *cl, int listen_fd, ps_accept_fn accept,
+                              ps_room_fn room_fn, void *user, ps_acceptor **out) {
     ps_acceptor *a = calloc(1, sizeof *a);
     if (!a) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
     a->cl = cl;
     a->listen_fd = listen_fd;
     a->accept = accept;
+    a->room = room_fn;
     a->user = user;
     dist_status st = net_gate_init(&a->gate, cl->auth, 0);
     a->gate.kind = NET_KIND_PS;
+    if (room_fn) a->gate.room = room;
     if (st == DIST_OK && pthread_create(&a->thread, NULL, acceptor_main, a) != 0)
         st = dist_error(DIST_SYSTEM, "parameter_server: cannot start the acceptor thread");
     if (st != DIST_OK) {

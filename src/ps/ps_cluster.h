@@ -47,11 +47,14 @@ dist_status ps_connect_once(const ps_cluster *cl, int rank, double deadline, int
 dist_status ps_listen(const ps_cluster *cl, int *fd_out);
 
 /* Serves handshakes on `listen_fd` until `stop` is set: each connection that proves
- * membership is handed to accept(user, rank, fd), which owns the fd from then on. */
+ * membership is handed to accept(user, rank, fd), which owns the fd from then on. room
+ * (NULL: no cap) is asked first, on the acceptor's thread as accept is: false refuses that
+ * connection as busy (a rate-limited warning here; the client retries until its deadline). */
 typedef void (*ps_accept_fn)(void *user, int rank, int fd);
+typedef bool (*ps_room_fn)(void *user, int rank);
 typedef struct ps_acceptor ps_acceptor;
-dist_status ps_acceptor_start(const ps_cluster *cl, int listen_fd, ps_accept_fn accept, void *user,
-                              ps_acceptor **out);
+dist_status ps_acceptor_start(const ps_cluster *cl, int listen_fd, ps_accept_fn accept,
+                              ps_room_fn room, void *user, ps_acceptor **out);
 void ps_acceptor_stop(ps_acceptor *a);
 
 #endif

@@ -11,6 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* A ps task serves at most this many connections from each task at once: the task's link, the
+ * chief's shutdown, and a reconnection whose old connection the kernel has not reported closed
+ * yet (a vanished host: keepalive, ~25 s). Each connection has its own thread, so without a
+ * cap a token holder opening 300 connections made 300 threads; with it a task gets at most
+ * PS_CONNS_PER_TASK x (tasks - 1) connection threads, and a task over its share is refused as
+ * busy (it retries until its connect deadline) while the others are served. */
+#define PS_CONNS_PER_TASK 4
 
 void ps_rule_encode(const ps_rule *r, unsigned char out[PS_RULE_BYTES]) {
     const float f[6] = {r->lr, r->beta1, r->beta2, r->epsilon, r->momentum, r->grad_scale};
@@ -67,6 +76,12 @@ struct ps_server {
     pthread_cond_t cv;
     ps_conn *conns;
     int shutdown;
+    /* The chief's connections open now; whether it ever had one; when the last one closed
+     * (net_now()). A chief that has left and does not come back within the connect timeout
+     * will not send shutdown: ps_server_wait gives up then. */
+    int chief_conns;
+    bool chief_seen;
+    double chief_left_at;
     atomic_uint_fast64_t updates;
 };
 
@@ -539,6 +554,12 @@ static void *conn_main(void *arg) {
         }
     }
     net_close(&c->fd);
+    if (c->rank == 0) {
+        pthread_mutex_lock(&s->mu);
+        if (--s->chief_conns == 0) s->chief_left_at = net_now();
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
     atomic_store(&c->done, 1);
     return NULL;
 }
@@ -581,7 +602,24 @@ static void on_accept(void *user, int rank, int fd) {
     }
     c->next = s->conns;
     s->conns = c;
+    if (rank == 0) {
+        s->chief_conns++;
+        s->chief_seen = true;
+    }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* The cap (PS_CONNS_PER_TASK), asked on the acceptor's thread, the only one that adds
+ * connections, so the count cannot grow between here and on_accept. */
+static bool has_room(void *user, int rank) {
+    ps_server *s = user;
+    pthread_mutex_lock(&s->mu);
+    reap(s, false);
+    int open = 0;
+    for (ps_conn *c = s->conns; c; c = c->next)
+        if (c->rank == rank && !atomic_load(&c->done)) open++;
+    pthread_mutex_unlock(&s->mu);
+    return open < PS_CONNS_PER_TASK;
 }
 
 dist_status ps_server_start(ps_cluster *cl, ps_server **out) {
@@ -596,7 +634,8 @@ dist_status ps_server_start(ps_cluster *cl, ps_server **out) {
     bo.threads = 1;
     dist_status st = dist_backend_create(&bo, &s->be);
     if (st == DIST_OK) st = ps_listen(cl, &s->listen_fd);
-    if (st == DIST_OK) st = ps_acceptor_start(cl, s->listen_fd, on_accept, s, &s->acceptor);
+    if (st == DIST_OK)
+        st = ps_acceptor_start(cl, s->listen_fd, on_accept, has_room, s, &s->acceptor);
     if (st != DIST_OK) {
         ps_server_destroy(s);
         return st;
@@ -608,10 +647,33 @@ dist_status ps_server_start(ps_cluster *cl, ps_server **out) {
 }
 
 dist_status ps_server_wait(ps_server *s) {
+    const ps_cluster *cl = s->cl;
+    dist_status st = DIST_OK;
     pthread_mutex_lock(&s->mu);
-    while (!s->shutdown) pthread_cond_wait(&s->cv, &s->mu);
+    while (!s->shutdown) {
+        /* The chief never reconnects to a ps while its job runs (a lost link fails the job),
+         * so a chief that closed every connection without shutting this task down has ended
+         * (a failed job, a crash) or is gone: waiting for it would keep this process alive
+         * forever, as a ps SIGSTOPped past the chief's deadline did after SIGCONT. */
+        double gone_s = net_now() - s->chief_left_at;
+        if (s->chief_seen && s->chief_conns == 0 && gone_s >= cl->connect_timeout_s) {
+            char who[NET_NAME_CAP + NET_ADDR_CAP + 8];
+            st = dist_error(DIST_UNAVAILABLE,
+                            "parameter_server %s: the chief (%s) closed its last connection "
+                            "%.0f s ago without shutting this task down and has not connected "
+                            "again within the connect timeout (%g s): its job has ended or it is "
+                            "gone; exiting",
+                            ps_task_name(cl, cl->rank), ps_task_desc(cl, 0, who, sizeof who),
+                            gone_s, cl->connect_timeout_s);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
     pthread_mutex_unlock(&s->mu);
-    return DIST_OK;
+    return st;
 }
 
 uint64_t ps_server_updates(const ps_server *s) {

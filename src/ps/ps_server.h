@@ -39,7 +39,10 @@ void ps_rule_decode(const unsigned char in[PS_RULE_BYTES], ps_rule *r);
 typedef struct ps_server ps_server;
 /* Listens on this task's address and serves every authenticated connection. */
 dist_status ps_server_start(ps_cluster *cl, ps_server **out);
-/* Waits until the coordinator sends shutdown (DIST_OK). */
+/* Waits until the coordinator sends shutdown (DIST_OK), or until the chief, having connected,
+ * has had no connection here for the cluster's connect timeout: DIST_UNAVAILABLE saying so
+ * (its job is over or it is gone; nobody will send shutdown). A ps task serves at most a few
+ * connections from each task at once (ps_server.c: PS_CONNS_PER_TASK). */
 dist_status ps_server_wait(ps_server *s);
 /* Updates applied so far (one per variable per push). */
 uint64_t ps_server_updates(const ps_server *s);

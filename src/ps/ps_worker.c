@@ -1,5 +1,6 @@
 /* The worker service (ps_service.h): closures from the chief, run on the serving thread. */
 #include "core/error.h"
+#include "core/log_limit.h"
 #include "ps/ps_service.h"
 #include "ps/ps_wire.h"
 
@@ -18,15 +19,18 @@ typedef struct worker_state {
     int pending_fd; /* the chief's newest connection, not yet taken */
     dist_distributed_iterator *iterators[PS_MAX_DATASETS];
     ps_buf out;
+    dist_log_limit refusals; /* members other than the chief: as many as they like */
 } worker_state;
 
 static void on_accept(void *user, int rank, int fd) {
     worker_state *w = user;
     if (rank != 0) { /* only the chief schedules work */
-        dist_log(DIST_LOG_WARN,
-                 "parameter_server %s: refused %s: only the chief connects to a "
-                 "worker",
-                 ps_task_name(w->cl, w->cl->rank), ps_task_name(w->cl, rank));
+        if (dist_log_limit_admit(&w->refusals, dist_log_limit_now(), ps_task_name(w->cl, rank),
+                                 "only the chief connects to a worker"))
+            dist_log(DIST_LOG_WARN,
+                     "parameter_server %s: refused %s: only the chief connects to a "
+                     "worker",
+                     ps_task_name(w->cl, w->cl->rank), ps_task_name(w->cl, rank));
         net_close(&fd);
         return;
     }
@@ -150,24 +154,42 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
     w->hooks = hooks;
     w->pending_fd = -1;
     pthread_mutex_init(&w->mu, NULL);
+    char prefix[NET_NAME_CAP + 32];
+    snprintf(prefix, sizeof prefix, "parameter_server %s: refused", ps_task_name(cl, cl->rank));
+    dist_log_limit_init(&w->refusals, 0, -1, prefix, "connections");
     int listen_fd = -1, fd = -1;
     ps_acceptor *acc = NULL;
     dist_status st = ps_listen(cl, &listen_fd);
-    if (st == DIST_OK) st = ps_acceptor_start(cl, listen_fd, on_accept, w, &acc);
+    if (st == DIST_OK) st = ps_acceptor_start(cl, listen_fd, on_accept, NULL, w, &acc);
     if (st == DIST_OK)
         dist_log(DIST_LOG_INFO, "parameter_server: %s serves closures at %s",
                  ps_task_name(cl, cl->rank), cl->auth->addrs[cl->rank]);
     char who[NET_NAME_CAP + NET_ADDR_CAP + 8];
     ps_task_desc(cl, 0, who, sizeof who);
     bool stop = false;
+    /* The coordinator probes a worker whose connection ended every rejoin interval (1 s), so
+     * a chief that has not connected again within the connect timeout has ended or is gone,
+     * and will never send shutdown: the worker leaves rather than wait forever. */
+    bool had_chief = false;
+    double lost_at = 0;
     while (st == DIST_OK && !stop) {
         pthread_mutex_lock(&w->mu);
         if (w->pending_fd >= 0) { /* the chief connected (again): the newest connection wins */
             net_close(&fd);
             fd = w->pending_fd;
             w->pending_fd = -1;
+            had_chief = true;
         }
         pthread_mutex_unlock(&w->mu);
+        if (fd < 0 && had_chief && net_now() - lost_at >= cl->connect_timeout_s) {
+            st = dist_error(DIST_UNAVAILABLE,
+                            "parameter_server %s: the connection of %s ended %.0f s ago and "
+                            "it has not connected again within the connect timeout (%g s): its "
+                            "job has ended or it is gone; exiting",
+                            ps_task_name(cl, cl->rank), who, net_now() - lost_at,
+                            cl->connect_timeout_s);
+            break;
+        }
         if (fd < 0) {
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
@@ -183,6 +205,7 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
                      "for the chief to connect again",
                      ps_task_name(cl, cl->rank), who, dist_last_error());
             net_close(&fd);
+            lost_at = net_now();
         }
     }
     ps_acceptor_stop(acc);
@@ -192,6 +215,7 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
     for (int i = 0; i < PS_MAX_DATASETS; i++)
         if (w->iterators[i]) hooks->free_iterator(hooks->user, w->iterators[i]);
     ps_buf_free(&w->out);
+    dist_log_limit_destroy(&w->refusals);
     pthread_mutex_destroy(&w->mu);
     free(w);
     return st;

@@ -11,3 +11,13 @@ foreach(mode multi_worker parameter_server)
   set_tests_properties(distrain.i37.launcher_killed_leaves_no_${mode}_task
                        PROPERTIES LABELS cli TIMEOUT 120 RUN_SERIAL TRUE)
 endforeach()
+
+# 10. A ps task SIGSTOPped until the chief gives up on it (--collective-timeout 3), then woken:
+# its chief is gone for good, so it exits by itself within the connect timeout (8 s) plus 15 s,
+# saying why, and the worker exits too (before: the ps waited for a shutdown that never came).
+# Tasks started by hand, as on a real cluster: there is no launcher to stop them.
+add_test(NAME distrain.i37.ps_woken_after_its_chief_gave_up_exits
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/ps_chief_gone.py $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/ps_chief_gone)
+set_tests_properties(distrain.i37.ps_woken_after_its_chief_gave_up_exits
+                     PROPERTIES LABELS cli TIMEOUT 150 RUN_SERIAL TRUE)
