@@ -1,4 +1,10 @@
-/* TensorBoard event files: TFRecord framing around hand-encoded tensorflow.Event protos. */
+/* TensorBoard event files: TFRecord framing around hand-encoded tensorflow.Event protos.
+ *
+ * A record is appended with pwritev at the end of the last whole record; one cut by a full disk
+ * (a short write, then ENOSPC) is truncated away before the error is returned. A reader stops at
+ * the first record whose length or CRC is wrong, so a cut record would hide everything written
+ * after it once there is room again; and stdio, which wrote these files before, kept the unwritten
+ * rest of the record in its buffer and appended it at fclose, after the cut. */
 #include "dist/tensorboard.h"
 
 #include "core/crc32c.h"
@@ -13,11 +19,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 struct dist_summary_writer {
-    FILE *file;
+    int fd;
+    uint64_t size; /* the bytes of the whole records written: where the next one goes */
     char *path;
 };
 
@@ -118,9 +126,32 @@ static dist_status write_record(dist_summary_writer *w, const unsigned char *dat
         head[8 + i] = (unsigned char)(len_crc >> (8 * i));
         tail[i] = (unsigned char)(data_crc >> (8 * i));
     }
-    if (fwrite(head, 1, sizeof head, w->file) != sizeof head || fwrite(data, 1, n, w->file) != n ||
-        fwrite(tail, 1, sizeof tail, w->file) != sizeof tail || fflush(w->file) != 0)
-        return dist_error_errno(DIST_IO, errno, "tensorboard: writing '%s'", w->path);
+    struct iovec v[3] = {{head, sizeof head}, {(void *)data, n}, {tail, sizeof tail}};
+    uint64_t at = w->size;
+    for (int i = 0; i < 3;) {
+        if (v[i].iov_len == 0) {
+            i++;
+            continue;
+        }
+        ssize_t r = pwritev(w->fd, v + i, 3 - i, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int err = r < 0 ? errno : EIO;
+            if (at > w->size && ftruncate(w->fd, (off_t)w->size) != 0)
+                dist_log(DIST_LOG_WARN, "tensorboard: '%s' ends in a cut record: %s", w->path,
+                         strerror(errno));
+            return dist_error_errno(DIST_IO, err, "tensorboard: writing '%s'", w->path);
+        }
+        at += (uint64_t)r;
+        for (size_t left = (size_t)r; left > 0;) {
+            size_t k = left < v[i].iov_len ? left : v[i].iov_len;
+            v[i].iov_base = (char *)v[i].iov_base + k;
+            v[i].iov_len -= k;
+            left -= k;
+            if (v[i].iov_len == 0) i++;
+        }
+    }
+    w->size = at;
     return DIST_OK;
 }
 
@@ -318,6 +349,7 @@ dist_status dist_summary_writer_create(const char *logdir, dist_summary_writer *
         return dist_error(DIST_OUT_OF_MEMORY, "tensorboard: out of memory");
     }
     w->path = path;
+    w->fd = -1;
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
         int k =
@@ -331,12 +363,7 @@ dist_status dist_summary_writer_create(const char *logdir, dist_summary_writer *
         dist_summary_writer_destroy(w);
         return st;
     }
-    w->file = fdopen(fd, "wb");
-    if (!w->file) {
-        close(fd);
-        dist_summary_writer_destroy(w);
-        return dist_error_errno(DIST_IO, errno, "tensorboard: opening '%s'", path);
-    }
+    w->fd = fd;
     /* Event{1: wall_time, 3: file_version} */
     unsigned char buf[64];
     pb_buf b = {buf, sizeof buf, 0};
@@ -353,7 +380,7 @@ dist_status dist_summary_writer_create(const char *logdir, dist_summary_writer *
 
 void dist_summary_writer_destroy(dist_summary_writer *w) {
     if (!w) return;
-    if (w->file) fclose(w->file);
+    if (w->fd >= 0) close(w->fd);
     free(w->path);
     free(w);
 }
