@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A ps task SIGSTOPped until the chief gives up on it, then woken: it exits by itself.
 
-    ps_chief_gone.py DISTRAIN WORKDIR
+    ps_chief_gone.py DISTRAIN WORKDIR [stop-ps|kill-chief]
 
 Starts a chief, one worker and one ps task by hand (TF_CONFIG and one cluster token each, as
 on a real cluster: no launcher to stop them) with --collective-timeout 3 --connect-timeout 8.
 Once the chief trains, the ps is SIGSTOPped; the chief names it and exits. Then the ps gets
 SIGCONT: its chief is gone for good, so it must exit within the connect timeout plus 15 s,
 saying why, and so must the worker (before, the ps waited for a shutdown that never came).
+With kill-chief the chief is SIGKILLed instead (it sends no shutdown to anyone): the ps and
+the worker must exit within the connect timeout plus 15 s, saying why.
 Exit status 0 when all of that holds, 1 with the reason otherwise."""
 import os
 import secrets
@@ -32,6 +34,7 @@ def free_ports(n):
 
 def main():
     distrain, workdir = sys.argv[1], sys.argv[2]
+    mode = sys.argv[3] if len(sys.argv) > 3 else "stop-ps"
     os.makedirs(workdir, exist_ok=True)
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"],
@@ -72,6 +75,20 @@ def main():
             time.sleep(0.1)
 
     wait_for(lambda: "Epoch 2/30" in log("chief"), 60, "the chief never reached epoch 2")
+    bound = CONNECT_TIMEOUT + 15
+    if mode == "kill-chief":
+        tasks["chief"].kill()
+        tasks["chief"].wait()
+        gone = time.monotonic()
+        for job in ("ps", "worker"):
+            wait_for(lambda: tasks[job].poll() is not None, max(1.0, gone + bound - time.monotonic()),
+                     f"{job}/0 was still running {bound} s after its chief was SIGKILLed")
+            if "within the connect timeout" not in log(job):
+                fail(f"{job}/0 did not say why it exited")
+        print(f"ok: {time.monotonic() - gone:.0f} s after the chief was SIGKILLed the ps "
+              f"(code {tasks['ps'].returncode}) and the worker (code "
+              f"{tasks['worker'].returncode}) had exited, saying why")
+        return
     tasks["ps"].send_signal(signal.SIGSTOP)
     stopped = time.monotonic()
     wait_for(lambda: tasks["chief"].poll() is not None, 40,
@@ -83,7 +100,6 @@ def main():
     gave_up = time.monotonic() - stopped
     tasks["ps"].send_signal(signal.SIGCONT)
     woken = time.monotonic()
-    bound = CONNECT_TIMEOUT + 15
     wait_for(lambda: tasks["ps"].poll() is not None, bound,
              f"the woken ps was still running {bound} s after SIGCONT, its chief gone")
     ps_took = time.monotonic() - woken

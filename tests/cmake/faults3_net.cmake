@@ -21,3 +21,10 @@ add_test(NAME distrain.i37.ps_woken_after_its_chief_gave_up_exits
                  ${CMAKE_CURRENT_BINARY_DIR}/ps_chief_gone)
 set_tests_properties(distrain.i37.ps_woken_after_its_chief_gave_up_exits
                      PROPERTIES LABELS cli TIMEOUT 150 RUN_SERIAL TRUE)
+# ... and the chief SIGKILLed (no shutdown for anyone): the ps and the worker both exit within
+# the connect timeout plus 15 s, saying why (before: both waited for it forever).
+add_test(NAME distrain.i37.ps_and_worker_exit_when_their_chief_is_killed
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/ps_chief_gone.py $<TARGET_FILE:distrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/ps_chief_killed kill-chief)
+set_tests_properties(distrain.i37.ps_and_worker_exit_when_their_chief_is_killed
+                     PROPERTIES LABELS cli TIMEOUT 150 RUN_SERIAL TRUE)
