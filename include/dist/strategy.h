@@ -82,7 +82,7 @@ typedef struct dist_strategy_options {
     const char *devices;
     /* Compute threads of each CPU replica. 0: cores / replicas (at least 1), counting only the
      * cores other programs do not keep busy when the strategy is made (a 60 ms look at
-     * /proc/stat, logged at INFO when it lowers the count; DIST_CPU_LOAD_PROBE=0: every core). */
+     * /proc/stat, logged at DEBUG when it lowers the count; DIST_CPU_LOAD_PROBE=0: every core). */
     int threads_per_replica;
     dist_cross_device_ops cross_device_ops;
     /* Gradients are all-reduced as one buffer (0) or in packs of this many bytes. */

@@ -64,12 +64,13 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
         threads = cpus / share;
         /* cores that other programs keep busy would make every step wait for the threads on
          * them (cpu_load.c): the default counts the free ones */
-        int busy = threads > 1 && dist_env_flag("DIST_CPU_LOAD_PROBE", 1)
+        int busy = ncpu_replicas > 0 && threads > 1 && dist_env_flag("DIST_CPU_LOAD_PROBE", 1)
                        ? dist_cpu_busy_cores(DIST_CPU_LOAD_SAMPLE_MS)
                        : 0;
         if (busy > 0) {
             int free_threads = (cpus - busy) / share > 0 ? (cpus - busy) / share : 1;
-            dist_log(DIST_LOG_INFO,
+            /* DEBUG: distrain says it in its header; an error that follows stays one line */
+            dist_log(DIST_LOG_DEBUG,
                      "CPU: %d of the %d cores this process may use %s busy with other programs: "
                      "%d compute thread(s) per replica instead of %d (threads_per_replica, "
                      "distrain --threads, chooses)",

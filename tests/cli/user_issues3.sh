@@ -57,7 +57,7 @@ busy_core)
         d="$d $(speed "$work/default$i.json")"
         o="$o $(speed "$work/one$i.json")"
     done
-    grep -q "cores this process may use is busy with other programs: $((cpus - 1)) compute thread(s) per replica instead of $cpus" \
+    grep -q "Threads: $((cpus - 1)) per replica: other programs keep 1 of this host's $cpus cores busy" \
         "$work/default1.log" || fail "the default run does not say it saw the busy core and chose $((cpus - 1)) thread(s)"
     dm=$(median $d)
     om=$(median $o)

@@ -818,6 +818,13 @@ static int train(run_state *s) {
         else if (!o->threads && s->shared_cores)
             printf("Threads: %d per replica: %s (--threads overrides)\n", s->threads,
                    s->shared_cores);
+        else if (!o->threads && s->threads * replicas < cpus && cpus / replicas > 1 &&
+                 dist_strategy_replica_device(s->strategy, 0).kind == DIST_DEVICE_CPU)
+            /* the strategy counted only the cores other programs left free (a look at the
+             * load when it was made): say so, and what it left out */
+            printf("Threads: %d per replica: other programs keep %d of this host's %d cores "
+                   "busy (--threads overrides)\n",
+                   s->threads, cpus - s->threads * replicas, cpus);
         if (ps_kind)
             printf("Cluster: parameter_server, this is the chief (coordinator); steps run on the "
                    "workers as closures, variables live on the ps tasks\n");
