@@ -15,67 +15,12 @@
 #include "ps/ps_cluster.h"
 #include "ps/ps_server.h"
 #include "ps/ps_wire.h"
+#include "ps_task_testutil.h"
 #include "testutil.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
 #include <time.h>
-
-#define PS_RANK 2 /* chief 0, worker/0 1, ps/0 2 */
-#define OTHER_TOKEN "another-cluster-token-9876543210"
-
-static void log_to_report(dist_log_level level, const char *msg, void *user) {
-    if (level <= DIST_LOG_WARN) fprintf((FILE *)user, "LOG: %s\n", msg);
-    fflush((FILE *)user);
-}
-
-/* ---- the ps task ---------------------------------------------------------------------------- */
-
-typedef struct ps_task {
-    cluster cl; /* ports: chief, worker/0, ps/0; the report folder */
-    char spec[3][512];
-    pid_t pid;
-    ps_cluster *chief, *worker; /* this process's identities, with the token */
-} ps_task;
-
-static pid_t g_ps_pid = -1; /* killed by the teardown when a test fails half-way */
-
-static void make_spec(ps_task *t, int which, const char *type) {
-    snprintf(t->spec[which], sizeof t->spec[which],
-             "{\"cluster\": {\"chief\": [\"%s\"], \"worker\": [\"%s\"], \"ps\": [\"%s\"]}, "
-             "\"task\": {\"type\": \"%s\", \"index\": 0}}",
-             t->cl.addrs[0], t->cl.addrs[1], t->cl.addrs[2], type);
-}
-
-static void ps_main(const cluster *cl, int rank, void *arg) {
-    (void)cl;
-    (void)rank;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setenv("DIST_CLUSTER_TOKEN", TEST_CLUSTER_TOKEN, 1);
-    dist_set_log_callback(log_to_report, DIST_LOG_WARN, g_out);
-    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
-    o.kind = DIST_STRATEGY_PARAMETER_SERVER;
-    o.cluster_spec = arg;
-    o.connect_timeout_s = 10;
-    dist_strategy *s = NULL;
-    dist_status st = dist_strategy_create(&o, &s);
-    CHILD_CHECK(st == DIST_OK, "create: %s", dist_last_error());
-    st = dist_strategy_serve(s);
-    fprintf(g_out, "serve: %s %s\n", dist_status_name(st), st ? dist_last_error() : "");
-    dist_strategy_destroy(s);
-}
-
-static ps_cluster *resolve_as(const ps_task *t, int which, const char *token) {
-    setenv("DIST_CLUSTER_TOKEN", token, 1);
-    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
-    o.kind = DIST_STRATEGY_PARAMETER_SERVER;
-    o.cluster_spec = t->spec[which];
-    ps_cluster *c = NULL;
-    dist_status st = ps_cluster_resolve(&o, &c);
-    setenv("DIST_CLUSTER_TOKEN", TEST_CLUSTER_TOKEN, 1);
-    ck_assert_msg(st == DIST_OK, "resolve: %s", dist_last_error());
-    return c;
-}
 
 /* Whether the ps has reported `text`. Its connection threads write the report while the
  * client may already hold the refusal, so this waits for it (10 s at most: a loaded host). */
@@ -91,62 +36,7 @@ static bool report_says(const ps_task *t, const char *text) {
     }
 }
 
-/* The chief's connection, with the token; waits (10 s at most) for the ps to listen. */
-static int chief_connect(const ps_task *t) {
-    int fd = -1;
-    dist_status st = ps_connect(t->chief, PS_RANK, net_now() + 10, &fd);
-    ck_assert_msg(st == DIST_OK, "the chief cannot connect: %s", dist_last_error());
-    return fd;
-}
-
-/* Starts the ps task and waits until the chief can connect; fresh ports when another process
- * took one (as run_all does). */
-static void ps_start(ps_task *t) {
-    memset(t, 0, sizeof *t);
-    cluster_init(&t->cl, 3);
-    for (int attempt = 0;; attempt++) {
-        make_spec(t, 0, "chief");
-        make_spec(t, 1, "worker");
-        make_spec(t, PS_RANK, "ps");
-        t->pid = g_ps_pid = spawn(&t->cl, PS_RANK, ps_main, t->spec[PS_RANK]);
-        t->chief = resolve_as(t, 0, TEST_CLUSTER_TOKEN);
-        t->worker = resolve_as(t, 1, TEST_CLUSTER_TOKEN);
-        int fd = -1;
-        if (ps_connect(t->chief, PS_RANK, net_now() + 10, &fd) == DIST_OK) {
-            net_close(&fd);
-            return;
-        }
-        kill(t->pid, SIGKILL);
-        waitpid(t->pid, NULL, 0);
-        g_ps_pid = -1;
-        ps_cluster_destroy(t->chief);
-        ps_cluster_destroy(t->worker);
-        char *r = read_report(&t->cl, PS_RANK, NULL);
-        ck_assert_msg(strstr(r, "Address already in use") && attempt < 2,
-                      "the ps did not start: %s", r);
-        free(r);
-        cluster_pick_ports(&t->cl);
-    }
-}
-
-/* Waits (with a deadline) for the ps to exit; its exit status, or -1 when it did not. */
-static int wait_exit(pid_t pid, double timeout_s) {
-    for (double end = now_s() + timeout_s; now_s() < end;) {
-        int status = 0;
-        if (waitpid(pid, &status, WNOHANG) == pid) return status;
-        usleep(10 * 1000);
-    }
-    return -1;
-}
-
 /* ---- frames by hand -------------------------------------------------------------------------- */
-
-static double soon(void) { return net_now() + dist_test_timeout_bound(2.0); }
-
-static void send_frame(int fd, uint32_t type, uint64_t id, const ps_buf *b) {
-    ps_piece p = {b ? b->p : NULL, b ? b->len : 0};
-    ck_assert_int_eq(ps_send_frame(fd, type, id, 0, &p, 1, soon(), "ps/0"), DIST_OK);
-}
 
 /* A header with every field chosen by the caller. */
 static dist_status send_header(int fd, uint32_t magic, uint16_t version, uint16_t type,
@@ -170,15 +60,6 @@ static void expect_dropped(int fd, const char *what) {
     ck_assert_msg(st == DIST_PEER_LOST, "%s: not dropped (%s: %s)", what, dist_status_name(st),
                   dist_last_error());
     close(fd);
-}
-
-/* The reply to (type, id) carries `want` (DIST_OK: its payload is left to read). */
-static void expect_reply(int fd, uint32_t type, uint64_t id, dist_status want, ps_header *h) {
-    ps_header hh;
-    dist_status st = ps_recv_reply(fd, type, id, h ? h : &hh, PS_DEFAULT_FRAME_CAP, soon(), "ps/0");
-    ck_assert_msg(st == want, "%s #%llu: %s, expected %s (%s)", ps_msg_name(type),
-                  (unsigned long long)id, dist_status_name(st), dist_status_name(want),
-                  dist_last_error());
 }
 
 static void put_create(ps_buf *b, uint32_t id, const char *name, const float *v, uint64_t n) {
@@ -275,7 +156,7 @@ static long proc_status_kb(pid_t pid, const char *field) {
 
 START_TEST(test_garbage_bytes_at_the_ps_port_are_refused_and_the_ps_keeps_serving) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     /* an HTTP request */
     int fd = -1;
     ck_assert_int_eq(net_connect_retry(t.cl.addrs[PS_RANK], soon(), "ps/0", &fd, NULL, 0), DIST_OK);
@@ -300,7 +181,7 @@ END_TEST
 
 START_TEST(test_a_stranger_without_the_token_is_refused_by_the_handshake_and_served_nothing) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     /* the cluster spec, the chief's rank and the fingerprint, another token */
     ps_cluster *stranger = resolve_as(&t, 0, OTHER_TOKEN);
     ck_assert_mem_eq(stranger->auth->fp_digest, t.chief->auth->fp_digest, NET_DIGEST_BYTES);
@@ -342,7 +223,7 @@ END_TEST
 
 START_TEST(test_a_truncated_frame_from_the_chief_ends_its_connection_only) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     /* a header, then half of its payload, then close */
     ps_buf b = {0};
     ps_put_u32(&b, 1);
@@ -379,7 +260,7 @@ END_TEST
 
 START_TEST(test_a_frame_claiming_4_GB_is_dropped_at_its_header_without_allocating) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     long peak0 = proc_status_kb(t.pid, "VmPeak"), hwm0 = proc_status_kb(t.pid, "VmHWM");
     const uint16_t types[] = {PS_MSG_CREATE, PS_MSG_PULL, PS_MSG_PUSH, PS_MSG_RESTORE};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
@@ -409,7 +290,7 @@ END_TEST
 
 START_TEST(test_bad_magic_wrong_version_and_unknown_types_are_dropped) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     int fd = chief_connect(&t);
     ck_assert_int_eq(send_header(fd, 0x50545448u /* "HTTP" */, PS_WIRE_VERSION, PS_MSG_STATS, 0, 0),
                      DIST_OK);
@@ -442,7 +323,7 @@ END_TEST
 
 START_TEST(test_a_payload_whose_crc32c_differs_is_refused_and_not_applied) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     int fd = chief_connect(&t);
     const float w[4] = {1.0f, -2.0f, 3.5f, 0.25f};
     create_var(fd, 1, 0, "w", w, 4);
@@ -483,7 +364,7 @@ END_TEST
 
 START_TEST(test_pushes_to_missing_variables_or_with_sizes_that_disagree_are_answered_not_applied) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     int fd = chief_connect(&t);
     const float w[4] = {1.0f, -2.0f, 3.5f, 0.25f};
     create_var(fd, 1, 0, "w", w, 4);
@@ -576,7 +457,7 @@ END_TEST
 
 START_TEST(test_a_pull_whose_reply_would_exceed_the_frame_cap_is_refused_before_it_is_built) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     int fd = chief_connect(&t);
     float *w = calloc(1024, sizeof *w);
     create_var(fd, 1, 0, "w", w, 1024);
@@ -601,7 +482,7 @@ END_TEST
 
 START_TEST(test_only_the_chief_may_create_restore_or_shut_down_the_ps) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     int fd = -1;
     ck_assert_int_eq(ps_connect(t.worker, PS_RANK, soon(), &fd), DIST_OK);
     ps_buf b = {0};
@@ -639,7 +520,7 @@ END_TEST
 
 START_TEST(test_after_all_that_the_chief_creates_pulls_bit_exact_pushes_sgd_and_shuts_down) {
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     /* a little of everything above first */
     int fd = chief_connect(&t);
     (void)send_header(fd, PS_MAGIC, PS_WIRE_VERSION, PS_MSG_PUSH, 0, 4ull << 30);
@@ -702,7 +583,7 @@ END_TEST
 START_TEST(test_a_ps_in_tls_serves_its_chief_and_refuses_plain_and_wrong_key_peers) {
     setenv("DIST_COLLECTIVE_TRANSPORT", "tls", 1);
     ps_task t;
-    ps_start(&t);
+    ps_start(&t, 10, NULL);
     ck_assert_ptr_nonnull(t.chief->auth->tls);
     int fd = chief_connect(&t);
     ck_assert(net_tls_active(fd));
@@ -737,17 +618,6 @@ START_TEST(test_a_ps_in_tls_serves_its_chief_and_refuses_plain_and_wrong_key_pee
     unsetenv("DIST_COLLECTIVE_TRANSPORT");
 }
 END_TEST
-
-static void kill_ps(void) {
-    unsetenv("DIST_COLLECTIVE_TRANSPORT"); /* a TLS test that failed half-way */
-    if (g_ps_pid > 0) {
-        kill(g_ps_pid, SIGKILL);
-        waitpid(g_ps_pid, NULL, 0);
-        g_ps_pid = -1;
-    }
-}
-
-static void no_setup(void) {}
 
 int main(void) {
     signal(SIGPIPE, SIG_DFL); /* the library must not need SIGPIPE ignored */
