@@ -23,18 +23,7 @@ static void setup(void) {
     snprintf(path, sizeof path, "%s/out.txt", tmpdir);
 }
 
-static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    char p[320];
-    while (d && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmpdir);
-}
+static void teardown(void) { dist_test_remove_flat_dir(tmpdir); }
 
 static int count_files(void) {
     DIR *d = opendir(tmpdir);

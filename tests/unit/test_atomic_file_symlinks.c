@@ -32,18 +32,7 @@ static void setup(void) {
     fclose(f);
 }
 
-static void teardown(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    char p[320];
-    while (d && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(tmpdir);
-}
+static void teardown(void) { dist_test_remove_flat_dir(tmpdir); }
 
 static void expect_victim_untouched(void) {
     size_t n;
@@ -177,7 +166,8 @@ int main(void) {
     tcase_add_test(tc, test_a_symlink_kept_at_the_pid_temporary_name_never_receives_the_bytes);
     tcase_add_test(tc, test_symlinks_at_every_pid_temporary_name_leave_their_target_untouched);
     tcase_add_test(tc, test_a_symlink_at_the_output_path_is_replaced_and_its_target_untouched);
-    tcase_add_test(tc, test_checkpoints_and_files_are_created_owner_only_and_logs_as_the_umask_says);
+    tcase_add_test(tc,
+                   test_checkpoints_and_files_are_created_owner_only_and_logs_as_the_umask_says);
     tcase_add_test(tc, test_a_dead_writers_random_named_temporary_is_removed);
     suite_add_tcase(s, tc);
     return dist_test_run(s);

@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "dist/tape.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -109,6 +110,19 @@ double dist_test_tcase_timeout(const TCase *tc) {
         if (g_slots[i].tc == tc)
             return g_slots[i].timeout_s * env_seconds("CK_TIMEOUT_MULTIPLIER", 1.0);
     return 0;
+}
+
+void dist_test_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[4400];
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
 }
 
 unsigned char *dist_test_read_file(const char *path, size_t *n) {

@@ -103,6 +103,8 @@ float *dist_test_in_layout(struct dist_backend *be, const float *plain, const in
 /* The bytes of a file (malloc'd, NUL-terminated; caller frees), their count in *n. Fails the test
  * when the file cannot be read. */
 unsigned char *dist_test_read_file(const char *path, size_t *n);
+/* Removes a test's scratch folder of plain files (no subfolders); a missing one is fine. */
+void dist_test_remove_flat_dir(const char *dir);
 /* A deterministic uniform random float in [lo, hi) from a 64-bit state. */
 float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */
