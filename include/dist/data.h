@@ -216,6 +216,112 @@ DIST_API dist_status dist_dataset_from_files(const char *const *paths, int n,
                                              const dist_interleave_options *opts,
                                              dist_dataset **out);
 
+/* ---- TFRecord files and tf.train.Example (tf.data.TFRecordDataset, tf.io.parse_example) ---- */
+
+typedef enum dist_tfrecord_compression {
+    DIST_TFRECORD_NONE = 0, /* compression_type "" */
+    DIST_TFRECORD_GZIP,     /* "GZIP": the whole file is one gzip stream (members may follow) */
+    DIST_TFRECORD_ZLIB      /* "ZLIB": the whole file is one zlib stream */
+} dist_tfrecord_compression;
+
+typedef struct dist_tfrecord_options {
+    int version;                           /* DIST_TFRECORD_OPTIONS_VERSION */
+    dist_tfrecord_compression compression; /* default DIST_TFRECORD_NONE */
+    int64_t buffer_size;      /* bytes read from a file at a time; 0 = 256 KiB (TF's default) */
+    int64_t max_record_bytes; /* a record claiming more is damaged, refused before any
+                                 allocation; 0 = DIST_TFRECORD_MAX_RECORD_BYTES_DEFAULT */
+    int ignore_errors;        /* non-zero: a damaged record ends its file (see below) */
+} dist_tfrecord_options;
+
+/* The default record cap: 256 MiB. */
+#define DIST_TFRECORD_MAX_RECORD_BYTES_DEFAULT ((int64_t)256 << 20)
+#define DIST_TFRECORD_OPTIONS_VERSION 1
+#define DIST_TFRECORD_OPTIONS_INIT                                                                 \
+    {                                                                                              \
+        .version = DIST_TFRECORD_OPTIONS_VERSION, .compression = DIST_TFRECORD_NONE,               \
+        .buffer_size = 0, .max_record_bytes = 0, .ignore_errors = 0                                \
+    }
+
+/* Elements (record uint8 [length]) of the TFRecord files, in list order, one per record, as
+ * tf.data.TFRecordDataset(files, compression_type, buffer_size) yields them. Each record is
+ *     uint64 length (little-endian), uint32 masked CRC-32C of those 8 bytes,
+ *     length bytes of data, uint32 masked CRC-32C of the data,
+ * and both CRCs are checked. Files are streamed (opened in turn by the iterator, read
+ * buffer_size bytes at a time, inflated on the fly): memory is one record and one buffer.
+ * A damaged record makes dist_iterator_next fail with DIST_FORMAT naming the file and the byte
+ * offset (in the uncompressed stream) that TensorFlow's DataLossError names: "corrupted record
+ * at N" with N the record's first byte for a length CRC that differs, its data's first byte
+ * (N + 12) for a data CRC that differs; "truncated record at N" (the record's first byte) for a
+ * file that ends inside a record. A length above max_record_bytes or (NONE) above the bytes left
+ * in the file is refused before any allocation, and corrupt gzip/zlib data is DIST_FORMAT too.
+ * Unlike TensorFlow 2.20, which ends a file quietly when fewer than 12 bytes are left (a
+ * partial length field), libdist reports that as a truncated record. A missing file is
+ * DIST_NOT_FOUND naming it. Auto-sharding treats the source as not file based (DATA). With
+ * ignore_errors, as tf.data.experimental.ignore_errors() over a TFRecordDataset, the failing file
+ * is left there: its damaged record and every record after it are skipped (TF moves to the next
+ * file after a DataLossError: a length it cannot trust leaves no way to find the next record),
+ * dist_iterator_skipped counts one per such file and a warning naming the file and offset is logged
+ * once per file (a file that cannot be opened is skipped and counted the same way). The records
+ * before the damage are kept. files (num_files > 0 entries) is copied; opts NULL means
+ * DIST_TFRECORD_OPTIONS_INIT. The cardinality is unknown. Errors now: DIST_INVALID_ARGUMENT. */
+DIST_API dist_status dist_dataset_from_tfrecord(const char *const *files, int num_files,
+                                                const dist_tfrecord_options *opts,
+                                                dist_dataset **out);
+
+/* The paths matching a glob(3) pattern (`dir/train.tfrecord-*-of-*`), sorted byte-wise, as
+ * tf.io.gfile.glob and tf.data.Dataset.list_files(pattern, shuffle=False) list them. *paths
+ * (an array of *count strings) is the caller's: release it with dist_glob_free.
+ * Errors: DIST_NOT_FOUND (nothing matches, naming the pattern), DIST_IO, DIST_OUT_OF_MEMORY. */
+DIST_API dist_status dist_glob(const char *pattern, char ***paths, int *count);
+DIST_API void dist_glob_free(char **paths, int count);
+
+/* dist_dataset_from_tfrecord over dist_glob(pattern). Errors: those of both. */
+DIST_API dist_status dist_dataset_from_tfrecord_glob(const char *pattern,
+                                                     const dist_tfrecord_options *opts,
+                                                     dist_dataset **out);
+
+typedef enum dist_feature_kind {
+    DIST_FEATURE_FIXED_LEN = 0, /* tf.io.FixedLenFeature */
+    DIST_FEATURE_VAR_LEN        /* tf.io.VarLenFeature */
+} dist_feature_kind;
+
+/* One feature of a tf.train.Example to parse (tf.io.parse_single_example's features dict).
+ * dtype is the tensor's: DIST_I64 for an Int64List, DIST_F32 for a FloatList, DIST_U8 for a
+ * BytesList (the bytes themselves). */
+typedef struct dist_feature_spec {
+    const char *key;        /* the feature's name in the Example's map */
+    dist_feature_kind kind; /* FIXED_LEN or VAR_LEN */
+    dist_dtype dtype;       /* DIST_I64, DIST_F32 or DIST_U8 */
+    int ndim;               /* FIXED_LEN numbers: the shape (0: a scalar); bytes: 0 */
+    int64_t shape[DIST_MAX_DIMS];
+    /* FIXED_LEN, optional: used when the Example lacks the feature (NULL: it is required):
+     * the values (int64_t or float, as many as the shape holds), or for bytes
+     * default_bytes bytes. Copied. */
+    const void *default_value;
+    size_t default_bytes;
+} dist_feature_spec;
+
+/* A map from serialized tf.train.Example records (elements of one uint8 [length] tensor, as
+ * dist_dataset_from_tfrecord makes) to one tensor per feature, in `spec` order, as
+ * tf.io.parse_single_example(record, features) gives them:
+ *   - FIXED_LEN int64 / float: DIST_I64 / DIST_F32 of the spec's shape; the list must hold
+ *     exactly that many values (row-major);
+ *   - FIXED_LEN bytes (a scalar, ndim 0): DIST_U8 [length], the one value's bytes;
+ *   - VAR_LEN int64 / float: DIST_I64 / DIST_F32 [n], the list's values; n (the tensor's
+ *     dimension 0, 0 when the feature is absent) is its length: TF's SparseTensor for one
+ *     Example, values with dense_shape [n]. VAR_LEN bytes is not supported yet.
+ * The protobuf is read by a parser of libdist's own (packed and unpacked repeated values;
+ * unknown fields skipped; for a key given twice the last wins); every length is checked
+ * against the bytes left, so a record cannot make the parser allocate more than a small
+ * multiple of its own size. Errors in dist_iterator_next: DIST_FORMAT naming the feature and
+ * the record's index in the pass (from 0) for a missing required feature, a list of another
+ * kind (an Int64List for a float feature), a wrong number of values, malformed protobuf.
+ * spec (num_features 1..DIST_ELEMENT_MAX entries) is copied. Errors now:
+ * DIST_INVALID_ARGUMENT (in is not a dataset of one uint8 [length] tensor; a bad spec),
+ * DIST_UNSUPPORTED (VAR_LEN bytes, FIXED_LEN bytes with a shape). */
+DIST_API dist_status dist_dataset_parse_example(dist_dataset *in, const dist_feature_spec *spec,
+                                                int num_features, dist_dataset **out);
+
 /* ---- transformations (each takes a reference on `in`; see Ownership above) ---------------- */
 
 /* A map function: reads `in` (borrowed) and writes `out`, whose tensors are preallocated with

@@ -87,6 +87,7 @@ void dist_dataset_destroy(dist_dataset *ds) {
             free(ds->u.cache.filename);
             cache_store_free(ds->u.cache.store);
             break;
+        case NODE_EXT: ds->u.ext.iface->release(ds->u.ext.ctx); break;
         default: break;
         }
         free(ds->label);
@@ -143,6 +144,10 @@ dist_status node_clone_over(const dist_dataset *node, dist_dataset *new_input, d
         break;
     case NODE_SHUFFLE:
     case NODE_PREFETCH: ds->cardinality = n; break;
+    case NODE_EXT:
+        ds->u.ext.iface->retain(ds->u.ext.ctx);
+        ds->cardinality = DIST_CARDINALITY_UNKNOWN;
+        break;
     default: ds->cardinality = DIST_CARDINALITY_UNKNOWN; break;
     }
     dist_status st = node_finish(ds);
@@ -170,6 +175,7 @@ dist_status node_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, 
     case NODE_SHARD: return count_it_create(ds, ctx, gen, out);
     case NODE_CACHE: return cache_it_create(ds, ctx, gen, out);
     case NODE_PREFETCH: return prefetch_it_create(ds, ctx, gen, out);
+    case NODE_EXT: return ds->u.ext.iface->it_create(ds, ctx, gen, out);
     }
     return dist_error(DIST_INTERNAL, "dataset: unknown node kind %d", (int)ds->kind);
 }

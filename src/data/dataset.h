@@ -22,8 +22,22 @@ typedef enum node_kind {
     NODE_SKIP,
     NODE_SHARD,
     NODE_CACHE,
-    NODE_PREFETCH
+    NODE_PREFETCH,
+    NODE_EXT /* a kind whose behaviour lives in its own file, behind node_ext_i */
 } node_kind;
+
+struct iter_ctx;
+struct node_it;
+
+/* The entries of a NODE_EXT node (the TFRecord source, parse_example): its iterator and the
+ * context the node shares with its clones (auto-shard rewrites copy nodes above a leaf). */
+typedef struct node_ext_i {
+    const char *name;
+    dist_status (*it_create)(const struct dist_dataset *ds, struct iter_ctx *ctx, uint64_t gen,
+                             struct node_it **out);
+    void (*retain)(void *ctx);  /* a clone takes a reference */
+    void (*release)(void *ctx); /* the node's reference is dropped */
+} node_ext_i;
 
 /* A list of files with labels, shared (reference counted) by the FILES node of a JPEG folder,
  * its FILE-sharded copies and the decode map. */
@@ -130,6 +144,10 @@ struct dist_dataset {
         struct {
             int buffer_size; /* DIST_AUTOTUNE: tuned */
         } prefetch;
+        struct {
+            const node_ext_i *iface;
+            void *ctx;
+        } ext;
     } u;
 };
 

@@ -1,0 +1,15 @@
+# Conformance of the TFRecord reader and the tf.train.Example parser against TensorFlow: files
+# written by tf.io.TFRecordWriter (none, GZIP, ZLIB), values from tf.io.parse_single_example
+# against dist_dataset_from_tfrecord + dist_dataset_parse_example, bit for bit, and the offsets of
+# TF's DataLossError on damaged copies. Needs the venv of the conformance.venv fixture
+# (tests/cmake/conformance.cmake).
+set(tfrecord_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
+add_executable(tfrecord_conformance ${tfrecord_conf_dir}/tfrecord_conformance.c)
+target_link_libraries(tfrecord_conformance PRIVATE dist_static)
+target_compile_options(tfrecord_conformance PRIVATE ${DIST_WARNINGS})
+
+add_test(NAME conformance.tfrecord
+         COMMAND ${DIST_CONF_VENV}/bin/python ${tfrecord_conf_dir}/tfrecord_conformance.py
+                 $<TARGET_FILE:tfrecord_conformance> ${CMAKE_CURRENT_BINARY_DIR}/tfrecord_conformance_files)
+set_tests_properties(conformance.tfrecord PROPERTIES FIXTURES_REQUIRED tf_venv LABELS conformance
+                     TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
