@@ -51,6 +51,10 @@ def examples():
         if i % 4 == 3:
             del f["tokens"]  # a VarLenFeature that is absent
         out.append(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+    # Protobuf merging, by hand: a second Features message giving "label" again (the last value
+    # wins) and an unknown Example field (number 5, a varint) that the parsers must skip.
+    label = tf.train.Features(feature={"label": int64s([77])}).SerializeToString()
+    out.append(out[-1] + b"\x0a" + bytes([len(label)]) + label + b"\x28\x07")
     return out
 
 
