@@ -201,9 +201,10 @@ dist_status tfrecord_reader_open_file(const char *path, const dist_tfrecord_opti
     r->inbuf_cap = opts && opts->buffer_size > 0 ? (size_t)opts->buffer_size : TFR_DEFAULT_BUFFER;
     r->inbuf = malloc(r->inbuf_cap);
     if (!r->inbuf) {
+        size_t cap = r->inbuf_cap;
         tfrecord_reader_close(r);
         return dist_error(DIST_OUT_OF_MEMORY, "'%s': cannot allocate a %zu-byte read buffer", path,
-                          (size_t)(opts ? opts->buffer_size : 0));
+                          cap);
     }
     *out = r;
     return DIST_OK;
