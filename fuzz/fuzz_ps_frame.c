@@ -34,9 +34,9 @@ dist_status ps_listen(const ps_cluster *cl, int *fd_out) {
     *fd_out = -1;
     return dist_error(DIST_UNAVAILABLE, "fuzz: no listener");
 }
-dist_status ps_acceptor_start(const ps_cluster *cl, int listen_fd, ps_accept_fn accept, void *user,
-                              ps_acceptor **out) {
-    (void)cl, (void)listen_fd, (void)accept, (void)user;
+dist_status ps_acceptor_start(const ps_cluster *cl, int listen_fd, ps_accept_fn accept,
+                              ps_room_fn room, void *user, ps_acceptor **out) {
+    (void)cl, (void)listen_fd, (void)accept, (void)room, (void)user;
     *out = NULL;
     return dist_error(DIST_UNAVAILABLE, "fuzz: no acceptor");
 }
