@@ -322,6 +322,49 @@ typedef struct dist_feature_spec {
 DIST_API dist_status dist_dataset_parse_example(dist_dataset *in, const dist_feature_spec *spec,
                                                 int num_features, dist_dataset **out);
 
+/* ---- decoding bytes (tf.io.decode_image, tf.io.decode_raw) -------------------------------- */
+
+typedef struct dist_decode_image_options {
+    int version;                       /* DIST_DECODE_IMAGE_OPTIONS_VERSION */
+    int component;                     /* the element's component holding the bytes; default 0 */
+    int channels;                      /* 1 (grayscale, default) or 3 (RGB) */
+    int height, width;                 /* required (> 0): every image comes out this size */
+    dist_jpeg_size_policy size_policy; /* default DIST_JPEG_RESIZE */
+    int64_t max_pixels; /* a header claiming more pixels is refused before any allocation;
+                           0 = DIST_JPEG_MAX_PIXELS_DEFAULT */
+} dist_decode_image_options;
+
+#define DIST_DECODE_IMAGE_OPTIONS_VERSION 1
+#define DIST_DECODE_IMAGE_OPTIONS_INIT                                                             \
+    {                                                                                              \
+        .version = DIST_DECODE_IMAGE_OPTIONS_VERSION, .component = 0, .channels = 1, .height = 0,  \
+        .width = 0, .size_policy = DIST_JPEG_RESIZE, .max_pixels = 0                               \
+    }
+
+/* A map over elements whose component opts->component holds an encoded image (uint8
+ * [length], as dist_dataset_parse_example gives a bytes feature), as tf.io.decode_image with
+ * expand_animations=False followed by a resize: the component becomes uint8 [height, width,
+ * channels]; the other components pass through unchanged. PNG (libpng; any bit depth and colour
+ * type, alpha composited on black) and JPEG (libjpeg-turbo) are told apart by their first bytes.
+ * An image of another size is resized (bilinear, half-pixel centres, as the JPEG folder source)
+ * or, with DIST_JPEG_REJECT, an error. Errors in dist_iterator_next: DIST_FORMAT naming the
+ * element's index in the pass (from 0) and what its bytes are: another format ("record 3 is a
+ * GIF image"), bytes of no known format, a truncated or damaged PNG or JPEG, a header claiming
+ * more than max_pixels pixels. Errors now: DIST_INVALID_ARGUMENT (the component is not uint8
+ * [length]; bad options). */
+DIST_API dist_status dist_dataset_map_decode_image(dist_dataset *in,
+                                                   const dist_decode_image_options *opts,
+                                                   dist_dataset **out);
+
+/* A map that reinterprets component `component` (uint8 [length]) as little-endian values of
+ * `dtype` (DIST_U8, DIST_I32, DIST_I64 or DIST_F32) of the given shape (ndim 0..DIST_MAX_DIMS,
+ * every dimension known), as tf.io.decode_raw followed by a reshape; the other components pass
+ * through. A record whose length is not numel * dtype size is DIST_FORMAT in
+ * dist_iterator_next, naming its index and both lengths. Errors now: DIST_INVALID_ARGUMENT. */
+DIST_API dist_status dist_dataset_map_decode_raw(dist_dataset *in, int component, dist_dtype dtype,
+                                                 int ndim, const int64_t *shape,
+                                                 dist_dataset **out);
+
 /* ---- transformations (each takes a reference on `in`; see Ownership above) ---------------- */
 
 /* A map function: reads `in` (borrowed) and writes `out`, whose tensors are preallocated with

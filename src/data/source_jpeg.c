@@ -1,7 +1,8 @@
 /* JPEG image folders: root/<class>/<file>.jpg, listed now, decoded by an internal map with
- * libjpeg-turbo (TurboJPEG API) on per-thread handles and scratch buffers. */
+ * libjpeg-turbo (data/image_codec.c) on per-thread handles and scratch buffers. */
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/image_codec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -183,19 +184,17 @@ done:
  * ------------------------------------------------------------------------------------ */
 
 typedef struct jpeg_state {
-    tjhandle tj;
+    image_decoder dec;
     unsigned char *file;
     size_t file_cap;
-    unsigned char *pix;
-    size_t pix_cap;
 } jpeg_state;
 
 static dist_status jpeg_state_create(void *user, void **out) {
     (void)user;
     jpeg_state *s = calloc(1, sizeof *s);
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "jpeg: out of memory");
-    s->tj = tjInitDecompress();
-    if (!s->tj) {
+    s->dec.tj = tjInitDecompress();
+    if (!s->dec.tj) {
         free(s);
         return dist_error(DIST_SYSTEM, "jpeg: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
     }
@@ -206,9 +205,8 @@ static dist_status jpeg_state_create(void *user, void **out) {
 static void jpeg_state_destroy(void *p) {
     jpeg_state *s = p;
     if (!s) return;
-    tjDestroy(s->tj);
+    image_decoder_free(&s->dec);
     free(s->file);
-    free(s->pix);
     free(s);
 }
 
@@ -242,56 +240,11 @@ static dist_status read_file(jpeg_state *s, const char *path, size_t *n) {
     return st;
 }
 
-/* Bilinear resize with half-pixel centres (TF's resize(..., "bilinear")). */
-static void resize_bilinear(const unsigned char *src, int sw, int sh, unsigned char *dst, int dw,
-                            int dh, int c) {
-    const float sx = (float)sw / (float)dw, sy = (float)sh / (float)dh;
-    for (int y = 0; y < dh; y++) {
-        float fy = ((float)y + 0.5f) * sy - 0.5f;
-        if (fy < 0) fy = 0;
-        int y0 = (int)fy;
-        if (y0 > sh - 1) y0 = sh - 1;
-        int y1 = y0 + 1 < sh ? y0 + 1 : sh - 1;
-        float wy = fy - (float)y0;
-        for (int x = 0; x < dw; x++) {
-            float fx = ((float)x + 0.5f) * sx - 0.5f;
-            if (fx < 0) fx = 0;
-            int x0 = (int)fx;
-            if (x0 > sw - 1) x0 = sw - 1;
-            int x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
-            float wx = fx - (float)x0;
-            for (int k = 0; k < c; k++) {
-                float a = src[((size_t)y0 * sw + x0) * c + k],
-                      b = src[((size_t)y0 * sw + x1) * c + k];
-                float d = src[((size_t)y1 * sw + x0) * c + k],
-                      e = src[((size_t)y1 * sw + x1) * c + k];
-                float v = (a + (b - a) * wx) * (1 - wy) + (d + (e - d) * wx) * wy;
-                dst[((size_t)y * dw + x) * c + k] = (unsigned char)(v + 0.5f);
-            }
-        }
-    }
-}
-
 dist_status dist_jpeg_read_header(void *tj, const unsigned char *bytes, size_t n, const char *path,
                                   int64_t max_pixels, int *w, int *h) {
-    int subsamp = 0, cs = 0;
-    *w = *h = 0;
-    if (n == 0) return dist_error(DIST_FORMAT, "jpeg: '%s' is empty (0 bytes): not a JPEG", path);
-    if (tjDecompressHeader3(tj, bytes, (unsigned long)n, w, h, &subsamp, &cs) != 0)
-        return dist_error(DIST_FORMAT,
-                          "jpeg: '%s' is truncated or not a valid JPEG (%zu bytes): %s", path, n,
-                          tjGetErrorStr2(tj));
-    /* libjpeg-turbo accepts bytes that end before the frame header (SOF) and reports 0x0 */
-    if (*w <= 0 || *h <= 0)
-        return dist_error(DIST_FORMAT,
-                          "jpeg: '%s' is truncated or not a valid JPEG: its %zu bytes end before "
-                          "the image size (no frame header)",
-                          path, n);
-    if ((int64_t)*w * (int64_t)*h > max_pixels)
-        return dist_error(DIST_FORMAT,
-                          "jpeg: '%s' claims %dx%d pixels, over the cap of %lld (max_pixels)", path,
-                          *w, *h, (long long)max_pixels);
-    return DIST_OK;
+    char subject[4200];
+    snprintf(subject, sizeof subject, "'%s'", path);
+    return image_jpeg_header(tj, bytes, n, subject, max_pixels, w, h);
 }
 
 static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *user, void *state) {
@@ -301,23 +254,10 @@ static dist_status jpeg_decode(const dist_element *in, dist_element *out, void *
     const char *path = t->paths[idx];
     size_t n = 0;
     DIST_TRY(read_file(s, path, &n));
-    int w = 0, h = 0;
-    DIST_TRY(dist_jpeg_read_header(s->tj, s->file, n, path, t->max_pixels, &w, &h));
-    const int c = t->channels, pf = c == 1 ? TJPF_GRAY : TJPF_RGB;
-    const int flags = TJFLAG_STOPONWARNING;
-    unsigned char *dst = out->items[0]->data;
-    if (w == t->width && h == t->height) {
-        if (tjDecompress2(s->tj, s->file, (unsigned long)n, dst, w, w * c, h, pf, flags) != 0)
-            return dist_error(DIST_FORMAT, "jpeg: '%s': %s", path, tjGetErrorStr2(s->tj));
-    } else if (t->size_policy == DIST_JPEG_REJECT) {
-        return dist_error(DIST_FORMAT, "jpeg: '%s' is %dx%d, expected %dx%d (size policy: reject)",
-                          path, w, h, t->width, t->height);
-    } else {
-        DIST_TRY(grow(&s->pix, &s->pix_cap, (size_t)w * (size_t)h * (size_t)c));
-        if (tjDecompress2(s->tj, s->file, (unsigned long)n, s->pix, w, w * c, h, pf, flags) != 0)
-            return dist_error(DIST_FORMAT, "jpeg: '%s': %s", path, tjGetErrorStr2(s->tj));
-        resize_bilinear(s->pix, w, h, dst, t->width, t->height, c);
-    }
+    const image_target target = {t->height, t->width, t->channels, t->size_policy, t->max_pixels};
+    char subject[4200];
+    snprintf(subject, sizeof subject, "'%s'", path);
+    DIST_TRY(image_decode_jpeg(&s->dec, s->file, n, subject, &target, out->items[0]->data));
     *(int32_t *)out->items[1]->data = *(const int32_t *)in->items[1]->data;
     return DIST_OK;
 }
@@ -328,8 +268,8 @@ static dist_status first_image_size(const file_table *t, int *w, int *h) {
     jpeg_state *s = st_;
     size_t n = 0;
     dist_status st = read_file(s, t->paths[0], &n);
-    if (st == DIST_OK && (st = dist_jpeg_read_header(s->tj, s->file, n, t->paths[0], t->max_pixels,
-                                                     w, h)) != DIST_OK)
+    if (st == DIST_OK && (st = dist_jpeg_read_header(s->dec.tj, s->file, n, t->paths[0],
+                                                     t->max_pixels, w, h)) != DIST_OK)
         dist_error_context(st, "jpeg folder: the first image sets the size");
     jpeg_state_destroy(s);
     return st;

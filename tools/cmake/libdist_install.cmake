@@ -92,7 +92,7 @@ install(FILES ${PROJECT_BINARY_DIR}/libdistConfig.cmake
 
 # ---- pkg-config -----------------------------------------------------------------------------
 # Imported targets that have a .pc file of their own go to Requires.private.
-set(dist_pc_modules "PkgConfig::CJSON=libcjson" "PkgConfig::TURBOJPEG=libturbojpeg"
+set(dist_pc_modules "PkgConfig::CJSON=libcjson" "PkgConfig::TURBOJPEG=libturbojpeg" "PkgConfig::PNG=libpng"
     "ZLIB::ZLIB=zlib" "CURL::libcurl=libcurl" "PkgConfig::LIBSSL=libssl" "PkgConfig::LIBCRYPTO=libcrypto"
     "PkgConfig::HDF5=hdf5")
 

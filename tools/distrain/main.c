@@ -92,17 +92,55 @@ static dist_status chain(dist_dataset **ds, dist_status st, dist_dataset *const 
     return DIST_OK;
 }
 
-/* Reads every image of a JPEG split once, so that a corrupt file is found now rather than
- * after the training. */
-static dist_status check_images(dist_dataset *ds) {
+/* Reads every image of a JPEG or TFRecord split once, so that a corrupt file is found now
+ * rather than after the training; *count (if not NULL) is the number of examples. */
+static dist_status check_images(dist_dataset *ds, int64_t *count) {
     dist_iterator *it = NULL;
     dist_status st = dist_iterator_create(ds, &it);
+    int64_t n = 0;
     for (int end = 0; !st && !end;) {
         dist_element e;
         st = dist_iterator_next(it, &e, &end);
+        n += !st && !end;
     }
     dist_iterator_destroy(it);
+    if (count) *count = n;
     return st;
+}
+
+/* One split of a --data-format tfrecord directory, named as TensorFlow Datasets names shards
+ * (mnist-train.tfrecord-00000-of-00001): tf.train.Examples of an encoded image (PNG or JPEG
+ * bytes) and an int64 label, decoded to uint8 [28, 28, 1] (resized as the JPEG folders are),
+ * read once now to count them and to find a damaged record before the training. */
+static int tfrecord_split(const distrain_options *o, const char *split, const char *what,
+                          dist_dataset **out, int64_t *count) {
+    char pattern[4200];
+    snprintf(pattern, sizeof pattern, "%s/*%s*.tfrecord*", o->data_dir, split);
+    dist_tfrecord_options to = DIST_TFRECORD_OPTIONS_INIT;
+    to.compression = (dist_tfrecord_compression)o->tfrecord_compression;
+    const dist_feature_spec spec[2] = {
+        {.key = o->image_feature, .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_U8},
+        {.key = o->label_feature, .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64}};
+    dist_decode_image_options di = DIST_DECODE_IMAGE_OPTIONS_INIT;
+    di.height = di.width = 28;
+    dist_dataset *ds = NULL, *next;
+    dist_status st = dist_dataset_from_tfrecord_glob(pattern, &to, &ds);
+    if (!st) st = chain(&ds, dist_dataset_parse_example(ds, spec, 2, &next), &next);
+    if (!st) st = chain(&ds, dist_dataset_map_decode_image(ds, &di, &next), &next);
+    if (!st) st = check_images(ds, count);
+    if (!st && *count == 0) {
+        fprintf(stderr, "distrain: %s: the %s set has no examples\n", pattern, what);
+        dist_dataset_destroy(ds);
+        return 1;
+    }
+    if (st) {
+        fprintf(stderr, "distrain: reading the %s records (%s): %s\n", what, pattern,
+                dist_last_error());
+        dist_dataset_destroy(ds);
+        return 1;
+    }
+    *out = ds;
+    return 0;
 }
 
 /* A batch holds at most the whole set: the batch buffer is sized by min(batch, examples), so
@@ -146,13 +184,25 @@ static int load_data(run_state *s) {
             dist_dataset_destroy(train);
             return fail("reading the test images");
         }
-        if ((st = check_images(test))) {
+        if ((st = check_images(test, NULL))) {
             dist_dataset_destroy(train);
             dist_dataset_destroy(test);
             return fail("checking the test images");
         }
         s->train_examples = dist_dataset_cardinality(train);
         s->test_examples = dist_dataset_cardinality(test);
+        s->data_source = o->data_dir;
+    } else if (strcmp(o->data_format, "tfrecord") == 0) {
+        if (!o->data_dir) {
+            fprintf(stderr, "distrain: --data-format tfrecord needs --data-dir (with "
+                            "*train*.tfrecord* and *test*.tfrecord* files)\n");
+            return 2;
+        }
+        if (tfrecord_split(o, "train", "training", &train, &s->train_examples)) return 1;
+        if (tfrecord_split(o, "test", "test", &test, &s->test_examples)) {
+            dist_dataset_destroy(train);
+            return 1;
+        }
         s->data_source = o->data_dir;
     } else {
         dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
@@ -190,7 +240,7 @@ static int load_data(run_state *s) {
      * folder lists its files class by class, so they are first shuffled with the run's seed (the
      * same on every worker), as image_dataset_from_directory(shuffle=True, seed) does. */
     dist_dataset *val = NULL;
-    if (o->validation_split > 0 && !s->mnist &&
+    if (o->validation_split > 0 && strcmp(o->data_format, "jpeg-folder") == 0 &&
         (st = chain(&train, dist_dataset_shuffle_files(train, (uint32_t)o->seed, &next), &next))) {
         dist_dataset_destroy(train);
         dist_dataset_destroy(test);
@@ -836,7 +886,9 @@ static int train(run_state *s) {
         if (s->mnist)
             printf("Data: %s\n", s->data_source);
         else
-            printf("Data: JPEG class folders under %s (%lld train / %lld test images)\n",
+            printf("Data: %s under %s (%lld train / %lld test images)\n",
+                   strcmp(s->o->data_format, "tfrecord") == 0 ? "TFRecord files"
+                                                              : "JPEG class folders",
                    s->data_source, (long long)s->train_examples, (long long)s->test_examples);
     }
     dist_distributed_dataset *dtrain = NULL, *dtest = NULL, *dval = NULL;
@@ -1008,6 +1060,17 @@ static int check_flags(distrain_options *o) {
     if (o->dataset && strcmp(o->data_format, "jpeg-folder") == 0) {
         fprintf(stderr, "distrain: --dataset does not apply to --data-format jpeg-folder (the "
                         "classes are the folders under --data-dir)\n");
+        return 2;
+    }
+    if (strcmp(o->image_feature, o->label_feature) == 0) {
+        fprintf(stderr,
+                "distrain: --image-feature and --label-feature name the same feature '%s'\n",
+                o->image_feature);
+        return 2;
+    }
+    if (o->dataset && strcmp(o->data_format, "tfrecord") == 0) {
+        fprintf(stderr, "distrain: --dataset does not apply to --data-format tfrecord (the "
+                        "records under --data-dir are the data)\n");
         return 2;
     }
     int rc = 0;

@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include "dist/data.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,8 +36,14 @@ static const distrain_flag flags[] = {
      "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
     {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
     {"--data-dir", 1, "DIR", "the built-in sources",
-     "directory with the IDX files (or train/ and test/ class folders for jpeg-folder)"},
-    {"--data-format", 1, "idx|jpeg-folder", "idx", "how --data-dir is laid out"},
+     "directory with the IDX files (or train/ and test/ class folders for jpeg-folder, or "
+     "*train*.tfrecord* and *test*.tfrecord* shards for tfrecord)"},
+    {"--data-format", 1, "idx|jpeg-folder|tfrecord", "idx", "how --data-dir is laid out"},
+    {"--image-feature", 1, "NAME", "image",
+     "tfrecord: the tf.train.Example feature holding the encoded image (PNG or JPEG bytes)"},
+    {"--label-feature", 1, "NAME", "label", "tfrecord: the int64 label feature"},
+    {"--tfrecord-compression", 1, "none|gzip|zlib", "none",
+     "tfrecord: how the shards are compressed (TFRecordDataset's compression_type)"},
     {"--epochs", 1, "N", "5",
      "epochs to train; 0 trains nothing: evaluates --load-weights, or writes the initial "
      "weights to --save-weights"},
@@ -225,6 +233,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->partitioner = (dist_partitioner)DIST_PARTITIONER_INIT;
     o->dataset = NULL; /* mnist; NULL tells "not given" apart */
     o->data_format = "idx";
+    o->image_feature = "image";
+    o->label_feature = "label";
     o->epochs = 5;
     o->batch_size = 64;
     o->optimizer = "adam";
@@ -319,9 +329,24 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         } else if (strcmp(a, "--data-dir") == 0) {
             o->data_dir = v;
         } else if (strcmp(a, "--data-format") == 0) {
-            if (strcmp(v, "idx") && strcmp(v, "jpeg-folder"))
-                return bad(a, v, "expected idx or jpeg-folder");
+            if (strcmp(v, "idx") && strcmp(v, "jpeg-folder") && strcmp(v, "tfrecord"))
+                return bad(a, v, "expected idx, jpeg-folder or tfrecord");
             o->data_format = v;
+        } else if (strcmp(a, "--image-feature") == 0) {
+            if (!*v) return bad(a, v, "a feature name is needed");
+            o->image_feature = v;
+        } else if (strcmp(a, "--label-feature") == 0) {
+            if (!*v) return bad(a, v, "a feature name is needed");
+            o->label_feature = v;
+        } else if (strcmp(a, "--tfrecord-compression") == 0) {
+            if (strcmp(v, "none") == 0)
+                o->tfrecord_compression = DIST_TFRECORD_NONE;
+            else if (strcmp(v, "gzip") == 0)
+                o->tfrecord_compression = DIST_TFRECORD_GZIP;
+            else if (strcmp(v, "zlib") == 0)
+                o->tfrecord_compression = DIST_TFRECORD_ZLIB;
+            else
+                return bad(a, v, "expected none, gzip or zlib");
         } else if (strcmp(a, "--epochs") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->epochs = (int)n;
         } else if (strcmp(a, "--batch-size") == 0) {
