@@ -30,9 +30,9 @@ speed() {
     sed -n 's/.*"train_images_per_sec": \([0-9.]*\).*/\1/p' "$1"
 }
 
-# The median of the arguments (an odd count).
-median() {
-    printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"
+# The largest of the arguments.
+best() {
+    printf '%s\n' "$@" | sort -g | tail -n 1
 }
 
 case $part in
@@ -44,10 +44,14 @@ busy_core)
     hog=$!
     trap 'kill $hog 2>/dev/null' EXIT
     sleep 0.5
-    run="--strategy one_device --devices cpu:0 --epochs 1 --steps-per-epoch 100 --batch-size 64"
-    # interleaved: the default, then --threads 1, five times; medians
+    run="--strategy one_device --devices cpu:0 --epochs 1 --steps-per-epoch 150 --batch-size 64"
+    # Interleaved: the default, then --threads 1, seven times. Each side's best run is what it
+    # can do: beside a busy process the scheduler sometimes puts a run's thread on the busy
+    # core for a while, which slows either side at random (runs of one configuration spread
+    # 10,000-13,800 images/s here), but never makes a run faster than its configuration allows.
+    # Two threads (the default before) reach ~0.6x at best; one thread ~1.0x.
     d="" o=""
-    for i in 1 2 3 4 5; do
+    for i in 1 2 3 4 5 6 7; do
         # shellcheck disable=SC2086
         "$distrain" $run --metrics-json "$work/default$i.json" >"$work/default$i.log" 2>&1 ||
             fail "default run $i exited $?"
@@ -59,11 +63,13 @@ busy_core)
     done
     grep -q "Threads: $((cpus - 1)) per replica: other programs keep 1 of this host's $cpus cores busy" \
         "$work/default1.log" || fail "the default run does not say it saw the busy core and chose $((cpus - 1)) thread(s)"
-    dm=$(median $d)
-    om=$(median $o)
-    echo "with one busy process: default $dm images/s (runs:$d), --threads 1 $om (runs:$o)"
-    awk -v d="$dm" -v o="$om" 'BEGIN { exit !(d >= 0.9 * o) }' ||
-        fail "the default ran at $dm images/s, under 0.9x the $om of --threads 1"
+    # shellcheck disable=SC2086
+    db=$(best $d)
+    # shellcheck disable=SC2086
+    ob=$(best $o)
+    echo "with one busy process: default best $db images/s (runs:$d), --threads 1 best $ob (runs:$o)"
+    awk -v d="$db" -v o="$ob" 'BEGIN { exit !(d >= 0.9 * o) }' ||
+        fail "the default's best run made $db images/s, under 0.9x the $ob of --threads 1"
     # and without the busy process the default takes every core again
     kill $hog
     wait $hog 2>/dev/null
