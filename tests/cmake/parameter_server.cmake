@@ -20,11 +20,13 @@ add_test(NAME distrain.ps_worker_killed
                  --kill-after "Epoch 2/5" --expect "lost worker/1 at 127\\.0\\.0\\.1:[0-9]+.*closure #[0-9]+ 'distrain\\.train' re-queued"
                  --expect "${accuracy_re}" --expect "625/625|125/125" --
                  $<TARGET_FILE:distrain> --strategy parameter_server)
+# (12 epochs: the restart waits 2 s and the worker needs ~1 s to start and be probed, while an
+# epoch here takes 0.5-1 s; with 5 epochs the job sometimes ended before the worker was back.)
 add_test(NAME distrain.ps_worker_rejoins
          COMMAND python3 ${ps_cluster} --workers 2 --ps 1 --timeout 500 --kill worker/1
-                 --kill-after "Epoch 2/5" --restart --expect "re-queued"
+                 --kill-after "Epoch 2/12" --restart --expect "re-queued"
                  --expect "worker/1 at 127\\.0\\.0\\.1:[0-9]+ rejoined" --expect "${accuracy_re}" --
-                 $<TARGET_FILE:distrain> --strategy parameter_server)
+                 $<TARGET_FILE:distrain> --strategy parameter_server --epochs 12)
 # The ps SIGKILLed: the chief fails (exit 1) within 90 s, naming the ps and its address.
 add_test(NAME distrain.ps_ps_killed
          COMMAND python3 ${ps_cluster} --workers 2 --ps 1 --timeout 300 --kill ps/0
