@@ -21,7 +21,7 @@ const char *image_sniff(const unsigned char *b, size_t n) {
     return NULL;
 }
 
-static dist_status grow(unsigned char **buf, size_t *cap, size_t need) {
+dist_status image_buffer_grow(unsigned char **buf, size_t *cap, size_t need) {
     if (need <= *cap) return DIST_OK;
     size_t c = *cap ? *cap : 4096;
     while (c < need) c *= 2;
@@ -81,7 +81,7 @@ static dist_status pixels_for(image_decoder *d, const char *format, const char *
     if (t->size_policy == DIST_JPEG_REJECT)
         return dist_error(DIST_FORMAT, "%s: %s is %dx%d, expected %dx%d (size policy: reject)",
                           format, subject, w, h, t->width, t->height);
-    DIST_TRY(grow(&d->pix, &d->pix_cap, (size_t)w * (size_t)h * (size_t)t->channels));
+    DIST_TRY(image_buffer_grow(&d->pix, &d->pix_cap, (size_t)w * (size_t)h * (size_t)t->channels));
     *out = d->pix;
     return DIST_OK;
 }

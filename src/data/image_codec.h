@@ -24,6 +24,9 @@ typedef struct image_target {
     int64_t max_pixels;
 } image_target;
 
+/* Grows *buf (realloc, doubling from 4 KiB) to hold at least `need` bytes; *cap its size. */
+dist_status image_buffer_grow(unsigned char **buf, size_t *cap, size_t need);
+
 /* The format named by the first bytes ("PNG", "JPEG", "GIF", "BMP", "WebP", "TIFF"), or NULL. */
 const char *image_sniff(const unsigned char *bytes, size_t n);
 

@@ -210,17 +210,6 @@ static void jpeg_state_destroy(void *p) {
     free(s);
 }
 
-static dist_status grow(unsigned char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return DIST_OK;
-    size_t c = *cap ? *cap : 4096;
-    while (c < need) c *= 2;
-    unsigned char *p = realloc(*buf, c);
-    if (!p) return dist_error(DIST_OUT_OF_MEMORY, "jpeg: cannot allocate %zu bytes", c);
-    *buf = p;
-    *cap = c;
-    return DIST_OK;
-}
-
 static dist_status read_file(jpeg_state *s, const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -231,7 +220,7 @@ static dist_status read_file(jpeg_state *s, const char *path, size_t *n) {
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
         st = dist_error_errno(DIST_IO, errno, "jpeg: cannot size '%s'", path);
-    } else if ((st = grow(&s->file, &s->file_cap, (size_t)size + 1)) == DIST_OK) {
+    } else if ((st = image_buffer_grow(&s->file, &s->file_cap, (size_t)size + 1)) == DIST_OK) {
         if (fread(s->file, 1, (size_t)size, f) != (size_t)size)
             st = dist_error_errno(DIST_IO, errno, "jpeg: cannot read '%s'", path);
         *n = (size_t)size;
