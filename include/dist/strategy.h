@@ -160,7 +160,13 @@ DIST_API void dist_strategy_destroy(dist_strategy *strategy);
 
 /* "one_device", "mirrored", ... */
 DIST_API const char *dist_strategy_name(const dist_strategy *strategy);
+/* The kind named `text` ("mirrored"). DIST_INVALID_ARGUMENT for another name, with a message
+ * that lists the valid names. */
 DIST_API dist_status dist_strategy_kind_parse(const char *text, dist_strategy_kind *out);
+/* The name of `kind` (static), or NULL when it is no kind of this library. */
+DIST_API const char *dist_strategy_kind_name(dist_strategy_kind kind);
+/* How many kinds this library has: they are the values 0 .. count - 1 of dist_strategy_kind. */
+DIST_API int dist_strategy_kind_count(void);
 /* Replicas over the whole cluster (every worker's local replicas together). */
 DIST_API int dist_strategy_num_replicas_in_sync(const dist_strategy *strategy);
 /* Replicas of this process: run() calls the step this many times, per_replica values hold this

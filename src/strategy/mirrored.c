@@ -8,12 +8,12 @@
 
 #include <stdio.h>
 
-static const struct dist_strategy_i mirrored_iface = {.name = "mirrored"};
+static const struct dist_strategy_i mirrored_iface = {0};
 
-dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_options *o) {
+static dist_status init_mirrored(dist_strategy *s, const dist_strategy_options *o) {
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;
-    DIST_TRY(dist_strategy_devices(DIST_STRATEGY_MIRRORED, o->devices, devs, &n));
+    DIST_TRY(dist_strategy_devices(s->desc->devices, o->devices, devs, &n));
     int nccl = 0;
     DIST_TRY(dist_strategy_cross_device_rule(o, devs, n, &nccl));
     s->iface = &mirrored_iface;
@@ -34,3 +34,11 @@ dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_op
     s->replicas.share_updates = cpus && dist_env_flag("DIST_SHARDED_UPDATE", 1);
     return DIST_OK;
 }
+
+const dist_strategy_kind_desc dist_strategy_kind_mirrored = {
+    .kind = DIST_STRATEGY_MIRRORED,
+    .name = "mirrored",
+    .init = init_mirrored,
+    .collective_timeout_s = DIST_LOCAL_COLLECTIVE_TIMEOUT_S,
+    .devices = DIST_DEFAULT_DEVICES_EVERY,
+};

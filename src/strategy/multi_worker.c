@@ -46,7 +46,6 @@ static dist_status mw_create_variable(dist_strategy *s, dist_tensor *const *copi
 }
 
 static const struct dist_strategy_i multi_worker_iface = {
-    .name = "multi_worker",
     .create_variable = mw_create_variable,
 };
 
@@ -266,11 +265,11 @@ static dist_status replicas_communicator(dist_strategy *s, const dist_strategy_o
                                        s->collective_timeout_s, &s->replicas_comm);
 }
 
-dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o) {
+static dist_status init_multi_worker(dist_strategy *s, const dist_strategy_options *o) {
     s->iface = &multi_worker_iface;
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;
-    DIST_TRY(dist_strategy_devices(DIST_STRATEGY_MULTI_WORKER, o->devices, devs, &n));
+    DIST_TRY(dist_strategy_devices(s->desc->devices, o->devices, devs, &n));
     for (int r = 0; r < n; r++)
         if (devs[r].kind != devs[0].kind)
             return dist_error(DIST_INVALID_ARGUMENT,
@@ -317,3 +316,11 @@ dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strateg
     free(w);
     return st;
 }
+
+const dist_strategy_kind_desc dist_strategy_kind_multi_worker = {
+    .kind = DIST_STRATEGY_MULTI_WORKER,
+    .name = "multi_worker",
+    .init = init_multi_worker,
+    .collective_timeout_s = DIST_NET_COLLECTIVE_TIMEOUT_S,
+    .devices = DIST_DEFAULT_DEVICES_WORKER,
+};

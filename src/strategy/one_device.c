@@ -5,12 +5,12 @@
 
 #include <stdio.h>
 
-static const struct dist_strategy_i one_device_iface = {.name = "one_device"};
+static const struct dist_strategy_i one_device_iface = {0};
 
-dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_options *o) {
+static dist_status init_one_device(dist_strategy *s, const dist_strategy_options *o) {
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;
-    DIST_TRY(dist_strategy_devices(DIST_STRATEGY_ONE_DEVICE, o->devices, devs, &n));
+    DIST_TRY(dist_strategy_devices(s->desc->devices, o->devices, devs, &n));
     if (n != 1)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "one_device takes exactly one device, got %d ('%s')", n, o->devices);
@@ -20,3 +20,11 @@ dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_
     snprintf(s->cross_device, sizeof s->cross_device, "in-process");
     return dist_local_replicas_init(s, devs, n, o);
 }
+
+const dist_strategy_kind_desc dist_strategy_kind_one_device = {
+    .kind = DIST_STRATEGY_ONE_DEVICE,
+    .name = "one_device",
+    .init = init_one_device,
+    .collective_timeout_s = DIST_LOCAL_COLLECTIVE_TIMEOUT_S,
+    .devices = DIST_DEFAULT_DEVICES_ONE,
+};

@@ -790,7 +790,6 @@ static void ps_destroy(dist_strategy *s) {
 }
 
 static const struct dist_strategy_i parameter_server_iface = {
-    .name = "parameter_server",
     .run = ps_run,
     .create_variable = ps_create_variable,
     .save_state = ps_save_state,
@@ -802,7 +801,7 @@ static const struct dist_strategy_i parameter_server_iface = {
     .destroy = ps_destroy,
 };
 
-dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_strategy_options *o) {
+static dist_status init_parameter_server(dist_strategy *s, const dist_strategy_options *o) {
     s->iface = &parameter_server_iface;
     ps_ctx *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
@@ -823,8 +822,7 @@ dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_str
     s->is_chief = c->cl->role == PS_ROLE_CHIEF;
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;
-    DIST_TRY(dist_strategy_devices(o->devices ? DIST_STRATEGY_MIRRORED : DIST_STRATEGY_ONE_DEVICE,
-                                   o->devices, devs, &n));
+    DIST_TRY(dist_strategy_devices(s->desc->devices, o->devices, devs, &n));
     DIST_TRY(dist_local_replicas_init(s, devs, n, o));
     snprintf(s->cross_device, sizeof s->cross_device, "in-process+ps");
     if (n > 1)
@@ -836,7 +834,7 @@ dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_str
 /* ---- the public calls of dist/ps.h that need the strategy ---- */
 
 int dist_strategy_num_placed_variables(const dist_strategy *s) {
-    if (!s || s->kind != DIST_STRATEGY_PARAMETER_SERVER || !s->ctx) return 0;
+    if (!s || s->iface != &parameter_server_iface || !s->ctx) return 0;
     ps_ctx *c = ctx_of(s);
     pthread_mutex_lock(&c->mu);
     int n = 0;
@@ -871,10 +869,10 @@ dist_status dist_strategy_placed_variable(const dist_strategy *s, int i,
 
 static dist_status need_ps(const dist_strategy *s, const char *what) {
     if (!s) return dist_error(DIST_INVALID_ARGUMENT, "%s: NULL strategy", what);
-    if (s->kind != DIST_STRATEGY_PARAMETER_SERVER || !s->ctx)
+    if (s->iface != &parameter_server_iface || !s->ctx)
         return dist_error(DIST_INVALID_USAGE,
                           "%s: needs the parameter_server strategy (this is %s)", what,
-                          s->iface->name);
+                          dist_strategy_name(s));
     return DIST_OK;
 }
 
@@ -927,15 +925,14 @@ dist_status dist_strategy_register_dataset_function(dist_strategy *s, const char
 
 const char *dist_strategy_task_type(const dist_strategy *s) {
     if (!s) return "";
-    if (s->kind != DIST_STRATEGY_PARAMETER_SERVER || !s->ctx)
-        return s->is_chief ? "chief" : "worker";
+    if (s->iface != &parameter_server_iface || !s->ctx) return s->is_chief ? "chief" : "worker";
     static const char *const roles[] = {"chief", "worker", "ps"};
     return roles[ctx_of(s)->cl->role];
 }
 
 int dist_strategy_task_index(const dist_strategy *s) {
     if (!s) return 0;
-    if (s->kind != DIST_STRATEGY_PARAMETER_SERVER || !s->ctx) return s->worker_id;
+    if (s->iface != &parameter_server_iface || !s->ctx) return s->worker_id;
     return ctx_of(s)->cl->index;
 }
 
@@ -1027,3 +1024,12 @@ dist_status dist_coordinator_create(dist_strategy *s, const dist_coordinator_opt
     if (co.closure_timeout_s <= 0) co.closure_timeout_s = s->collective_timeout_s;
     return ps_coordinator_create(c->cl, &c->reg, &co, out);
 }
+
+const dist_strategy_kind_desc dist_strategy_kind_parameter_server = {
+    .kind = DIST_STRATEGY_PARAMETER_SERVER,
+    .name = "parameter_server",
+    .init = init_parameter_server,
+    .collective_timeout_s = DIST_NET_COLLECTIVE_TIMEOUT_S,
+    /* a worker's replicas: the devices listed, else one */
+    .devices = DIST_DEFAULT_DEVICES_ONE,
+};

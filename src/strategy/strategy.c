@@ -8,23 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = {"one_device", "mirrored", "multi_worker",
-                                         "parameter_server", "tpu"};
-
-dist_status dist_strategy_kind_parse(const char *text, dist_strategy_kind *out) {
-    DIST_CHECK_ARG(text && out, "dist_strategy_kind_parse: NULL argument");
-    for (int i = 0; i < 5; i++)
-        if (strcmp(text, kind_names[i]) == 0) {
-            *out = (dist_strategy_kind)i;
-            return DIST_OK;
-        }
-    return dist_error(
-        DIST_INVALID_ARGUMENT,
-        "unknown strategy '%s' (one_device, mirrored, multi_worker, parameter_server, tpu)", text);
-}
-
 const char *dist_strategy_name(const dist_strategy *s) {
-    return s && s->iface ? s->iface->name : "none";
+    if (!s || !s->iface) return "none";
+    return s->iface->name ? s->iface->name : s->desc->name;
 }
 int dist_strategy_num_replicas_in_sync(const dist_strategy *s) {
     return s ? s->num_replicas_in_sync : 0;
@@ -52,8 +38,8 @@ void dist_strategy_graph_stats(const dist_strategy *s, dist_graph_stats *out) {
 
 dist_device dist_strategy_replica_device(const dist_strategy *s, int r) {
     dist_device none = {DIST_DEVICE_CPU, -1};
-    /* tpu has no local replica threads: its replicas are the plugin's devices */
-    int n = s && s->kind == DIST_STRATEGY_TPU ? s->num_replicas : s ? s->replicas.num_replicas : 0;
+    /* a kind without local replica threads lists its replicas' devices there all the same */
+    int n = !s ? 0 : s->replicas.num_replicas > 0 ? s->replicas.num_replicas : s->num_replicas;
     return s && r >= 0 && r < n ? s->replicas.devices[r] : none;
 }
 
@@ -92,19 +78,19 @@ static dist_status parse_devices(const char *list, dist_device *out, int *count)
     return DIST_OK;
 }
 
-dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dist_device *out,
+dist_status dist_strategy_devices(dist_default_devices rule, const char *list, dist_device *out,
                                   int *count) {
     if (list && *list) return parse_devices(list, out, count);
     int gpus = dist_device_count(DIST_DEVICE_CUDA);
     int cpus = dist_device_count(DIST_DEVICE_CPU);
-    if (kind == DIST_STRATEGY_ONE_DEVICE) {
+    if (rule == DIST_DEFAULT_DEVICES_ONE) {
         out[0] = (dist_device){gpus > 0 ? DIST_DEVICE_CUDA : DIST_DEVICE_CPU, 0};
         *count = 1;
         return DIST_OK;
     }
     int n = gpus > 0 ? gpus : cpus;
     /* A CPU worker is one replica using every core, as in TensorFlow. */
-    if (kind == DIST_STRATEGY_MULTI_WORKER && gpus == 0) n = 1;
+    if (rule == DIST_DEFAULT_DEVICES_WORKER && gpus == 0) n = 1;
     if (n > DIST_MAX_REPLICAS) n = DIST_MAX_REPLICAS;
     for (int i = 0; i < n; i++)
         out[i] = (dist_device){gpus > 0 ? DIST_DEVICE_CUDA : DIST_DEVICE_CPU, i};
@@ -174,19 +160,17 @@ static dist_status place_restore_slot(void *owner, dist_tensor *const *copies, i
     return s->iface->restore_slot(s, copies, slot, src, bytes, iterations);
 }
 
-static dist_status create_with(dist_strategy_kind kind, dist_strategy_init_fn init,
+static dist_status create_with(const dist_strategy_kind_desc *desc, dist_strategy_init_fn init,
                                const dist_strategy_options *o, dist_strategy **out) {
     dist_strategy *s = calloc(1, sizeof *s);
     if (!s) return dist_error(DIST_OUT_OF_MEMORY, "strategy: out of memory");
-    s->kind = kind;
+    s->kind = desc->kind;
+    s->desc = desc;
     s->num_workers = 1;
     s->is_chief = 1;
     s->bytes_per_pack = o->bytes_per_pack;
     s->collective_timeout_s =
-        o->collective_timeout_s > 0 ? o->collective_timeout_s
-        : kind == DIST_STRATEGY_MULTI_WORKER || kind == DIST_STRATEGY_PARAMETER_SERVER
-            ? DIST_NET_COLLECTIVE_TIMEOUT_S
-            : DIST_LOCAL_COLLECTIVE_TIMEOUT_S;
+        o->collective_timeout_s > 0 ? o->collective_timeout_s : desc->collective_timeout_s;
     s->placement.owner = s;
     s->placement.create_variable = place_create;
     s->placement.save_state = place_save;
@@ -211,8 +195,12 @@ static dist_status check_options(const dist_strategy_options *o) {
     DIST_CHECK_ARG(o->version == DIST_STRATEGY_OPTIONS_VERSION,
                    "strategy options: version %d, expected %d (use DIST_STRATEGY_OPTIONS_INIT)",
                    o->version, DIST_STRATEGY_OPTIONS_VERSION);
-    DIST_CHECK_ARG((int)o->kind >= 0 && o->kind <= DIST_STRATEGY_TPU, "strategy: unknown kind %d",
-                   (int)o->kind);
+    if (!dist_strategy_kind_find(o->kind)) {
+        char names[256];
+        dist_strategy_kind_list(names, sizeof names, ", ");
+        return dist_error(DIST_INVALID_ARGUMENT, "strategy: unknown kind %d (the kinds: %s)",
+                          (int)o->kind, names);
+    }
     DIST_CHECK_ARG(o->threads_per_replica >= 0, "strategy: threads_per_replica must be >= 0");
     DIST_CHECK_ARG(o->cuda_graphs >= -1 && o->cuda_graphs <= 1,
                    "strategy: cuda_graphs must be 1 (on), -1 (off) or 0 (default), got %d",
@@ -226,18 +214,8 @@ dist_status dist_strategy_create(const dist_strategy_options *o, dist_strategy *
     DIST_CHECK_ARG(o && out, "dist_strategy_create: NULL argument");
     *out = NULL;
     DIST_TRY(check_options(o));
-    static const dist_strategy_init_fn inits[] = {
-        [DIST_STRATEGY_ONE_DEVICE] = dist_strategy_init_one_device,
-        [DIST_STRATEGY_MIRRORED] = dist_strategy_init_mirrored,
-        [DIST_STRATEGY_MULTI_WORKER] = dist_strategy_init_multi_worker,
-        [DIST_STRATEGY_PARAMETER_SERVER] = dist_strategy_init_parameter_server,
-        [DIST_STRATEGY_TPU] = dist_strategy_init_tpu,
-    };
-    if ((size_t)o->kind >= sizeof inits / sizeof inits[0] || !inits[o->kind])
-        return dist_error(DIST_UNSUPPORTED,
-                          "strategy '%s' is not available in this version of libdist",
-                          kind_names[o->kind]);
-    return create_with(o->kind, inits[o->kind], o, out);
+    const dist_strategy_kind_desc *desc = dist_strategy_kind_find(o->kind);
+    return create_with(desc, desc->init, o, out);
 }
 
 dist_status dist_strategy_create_custom(dist_strategy_kind kind, dist_strategy_init_fn init,
@@ -245,7 +223,9 @@ dist_status dist_strategy_create_custom(dist_strategy_kind kind, dist_strategy_i
     DIST_CHECK_ARG(init && o && out, "dist_strategy_create_custom: NULL argument");
     *out = NULL;
     DIST_TRY(check_options(o));
-    return create_with(kind, init, o, out);
+    const dist_strategy_kind_desc *desc = dist_strategy_kind_find(kind);
+    DIST_CHECK_ARG(desc, "dist_strategy_create_custom: kind %d has no defaults to lend", (int)kind);
+    return create_with(desc, init, o, out);
 }
 
 dist_status dist_strategy_scope_enter(dist_strategy *s) {

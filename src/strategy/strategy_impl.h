@@ -1,8 +1,9 @@
 /* The strategy vtable (docs/architecture.md, "The strategy vtable"). A kind's behaviour lives
  * in its entries; the public functions in strategy.c check arguments and dispatch. Entries
  * marked optional may be NULL: the shared default named beside them runs instead. A new kind
- * is one file that fills a dist_strategy_i and a constructor (tests/unit/test_strategy_kind.c
- * defines one outside the library). */
+ * is one file that fills a dist_strategy_i, a constructor and its dist_strategy_kind_desc,
+ * plus its line in kinds.c (tests/unit/test_strategy_kind.c defines one outside the
+ * library). */
 #ifndef DIST_STRATEGY_IMPL_H
 #define DIST_STRATEGY_IMPL_H
 
@@ -22,6 +23,8 @@
 #define DIST_NET_COLLECTIVE_TIMEOUT_S 60.0
 
 struct dist_strategy_i {
+    /* The kind's name when it differs from its descriptor's (a kind defined outside the
+     * library); NULL: the descriptor's. */
     const char *name;
     /* Calls `step` once per local replica in its replica context and returns the outputs as
      * host tensors owned by the strategy. Optional: dist_local_replicas_run (one thread per
@@ -99,7 +102,8 @@ typedef struct replica_job {
 
 /* The local replicas of a process: threads, each with a backend and a tape
  * (src/strategy/local_replicas.c). one_device, mirrored and multi_worker use them as they
- * are; a kind may leave them empty (num_replicas 0) and run elsewhere. */
+ * are; a kind may leave them empty (num_replicas 0) and run elsewhere: it then lists its
+ * s->num_replicas replicas' devices in `devices` (dist_strategy_replica_device reads them). */
 typedef struct dist_local_replicas {
     int num_replicas;
     dist_device devices[DIST_MAX_REPLICAS];
@@ -135,7 +139,8 @@ struct dist_strategy {
     const struct dist_strategy_i *iface;
     void *ctx; /* the kind's own state */
     dist_strategy_kind kind;
-    int num_replicas; /* local replicas (threads of this process) */
+    const struct dist_strategy_kind_desc *desc; /* the kind's defaults (kinds.c) */
+    int num_replicas;                           /* local replicas (threads of this process) */
     /* Over the whole cluster: workers x local replicas. This worker's replicas are global
      * replicas replica_offset .. replica_offset + num_replicas - 1. */
     int num_replicas_in_sync;
@@ -190,21 +195,42 @@ dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica
 dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_reduce_op op,
                                             dist_tensor *t);
 
-/* Kind constructors: called by dist_strategy_create with the common fields zeroed; each sets
- * iface, ctx and everything of its kind (local replicas, communicators, cluster). */
+/* Kind constructors: called by dist_strategy_create with the common fields zeroed but for
+ * kind, desc and collective_timeout_s; each sets iface, ctx and everything of its kind (local
+ * replicas, communicators, cluster). */
 typedef dist_status (*dist_strategy_init_fn)(dist_strategy *s, const dist_strategy_options *o);
-dist_status dist_strategy_init_one_device(dist_strategy *s, const dist_strategy_options *o);
-dist_status dist_strategy_init_mirrored(dist_strategy *s, const dist_strategy_options *o);
-dist_status dist_strategy_init_multi_worker(dist_strategy *s, const dist_strategy_options *o);
-dist_status dist_strategy_init_parameter_server(dist_strategy *s, const dist_strategy_options *o);
-dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options *o);
+
+/* Where a kind's replicas go when the options name no devices (dist_strategy_devices). */
+typedef enum dist_default_devices {
+    DIST_DEFAULT_DEVICES_ONE = 0, /* gpu:0 when a GPU exists, else cpu:0 */
+    DIST_DEFAULT_DEVICES_EVERY,   /* every GPU, else one CPU replica per core */
+    DIST_DEFAULT_DEVICES_WORKER   /* every GPU, else one CPU replica on every core (TF's CPU
+                                   * worker) */
+} dist_default_devices;
+
+/* A kind as the library knows it: everything that is decided per kind outside its vtable.
+ * Each kind's file defines its descriptor, dist_strategy_kind_<name>, and kinds.c lists them
+ * (one line each); dist_strategy_create, the name parsing and distrain (through
+ * dist_strategy_kind_name) read kinds from there only. */
+typedef struct dist_strategy_kind_desc {
+    dist_strategy_kind kind; /* its value of the public enum */
+    const char *name;        /* "mirrored": --strategy NAME, dist_strategy_name */
+    dist_strategy_init_fn init;
+    double collective_timeout_s; /* the collectives' deadline when the options give none */
+    dist_default_devices devices;
+} dist_strategy_kind_desc;
+
+/* The descriptor of a built-in kind, or NULL when `kind` is none of them. */
+const dist_strategy_kind_desc *dist_strategy_kind_find(dist_strategy_kind kind);
+/* The built-in kinds' names, separated by `sep`, into buf (truncated to size). */
+void dist_strategy_kind_list(char *buf, size_t size, const char *sep);
 
 /* A distributed dataset that ends at the first global batch smaller than a full one (the
  * element spec's batch size, else the first batch's): TPUStrategy's drop_remainder. */
 void dist_distributed_dataset_set_drop_partial(dist_distributed_dataset *d);
 
-/* Devices from a list ("cpu:0,cpu:1"), or the kind's defaults when list is NULL or empty. */
-dist_status dist_strategy_devices(dist_strategy_kind kind, const char *list, dist_device *out,
+/* Devices from a list ("cpu:0,cpu:1"), or the defaults `rule` when list is NULL or empty. */
+dist_status dist_strategy_devices(dist_default_devices rule, const char *list, dist_device *out,
                                   int *count);
 
 /* TF's choice rule for the replicas' communicator: *use_nccl = 1 when every device is a GPU
@@ -213,7 +239,7 @@ dist_status dist_strategy_cross_device_rule(const dist_strategy_options *o,
                                             const dist_device *devices, int n, int *use_nccl);
 
 /* Makes a strategy of a kind defined outside the library (tests): `init` fills it as the
- * built-in constructors do. The kind field reads `kind` for names. */
+ * built-in constructors do, with the defaults of the built-in `kind` (its descriptor). */
 dist_status dist_strategy_create_custom(dist_strategy_kind kind, dist_strategy_init_fn init,
                                         const dist_strategy_options *o, dist_strategy **out);
 

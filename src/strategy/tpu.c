@@ -673,7 +673,6 @@ static void tpu_destroy(dist_strategy *s) {
 }
 
 static const struct dist_strategy_i tpu_iface = {
-    .name = "tpu",
     .run = tpu_run,
     .run_steps = tpu_run_steps,
     .distribute_dataset = tpu_distribute_dataset,
@@ -681,7 +680,7 @@ static const struct dist_strategy_i tpu_iface = {
     .destroy = tpu_destroy,
 };
 
-dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options *o) {
+static dist_status init_tpu(dist_strategy *s, const dist_strategy_options *o) {
     dist_tpu_target target;
     DIST_TRY(dist_tpu_resolve(o->tpu, &target));
     tpu_ctx *c = calloc(1, sizeof *c);
@@ -766,8 +765,17 @@ dist_status dist_strategy_init_tpu(dist_strategy *s, const dist_strategy_options
 
 dist_status dist_tpu_strategy_stats(const dist_strategy *s, dist_tpu_stats *out) {
     DIST_CHECK_ARG(s && out, "dist_tpu_strategy_stats: NULL argument");
-    DIST_CHECK_ARG(s->kind == DIST_STRATEGY_TPU && s->ctx,
+    DIST_CHECK_ARG(s->iface == &tpu_iface && s->ctx,
                    "dist_tpu_strategy_stats: the strategy is '%s', not tpu", dist_strategy_name(s));
     *out = ((const tpu_ctx *)s->ctx)->stats;
     return DIST_OK;
 }
+
+const dist_strategy_kind_desc dist_strategy_kind_tpu = {
+    .kind = DIST_STRATEGY_TPU,
+    .name = "tpu",
+    .init = init_tpu,
+    .collective_timeout_s = DIST_LOCAL_COLLECTIVE_TIMEOUT_S,
+    /* its replicas are the PJRT plugin's devices (tpu_cores), not a device list */
+    .devices = DIST_DEFAULT_DEVICES_EVERY,
+};

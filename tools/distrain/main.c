@@ -664,10 +664,7 @@ static dist_status ps_register(run_state *s) {
 static int train(run_state *s) {
     const distrain_options *o = s->o;
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
-    if (dist_strategy_kind_parse(o->strategy, &so.kind)) {
-        fprintf(stderr, "distrain: --strategy: %s\n", dist_last_error());
-        return 2;
-    }
+    so.kind = o->strategy_kind; /* parsed with the flags */
     int ps_kind = so.kind == DIST_STRATEGY_PARAMETER_SERVER;
     int cpus = dist_device_count(DIST_DEVICE_CPU);
     if ((so.kind == DIST_STRATEGY_MULTI_WORKER &&
@@ -977,8 +974,8 @@ static int check_output_dir(const char *flag, const char *path) {
 /* Flags that would do nothing in this combination are usage errors, and every output path is
  * checked now. */
 static int check_flags(distrain_options *o) {
-    int multi = strcmp(o->strategy, "multi_worker") == 0;
-    int ps = strcmp(o->strategy, "parameter_server") == 0;
+    int multi = o->strategy_kind == DIST_STRATEGY_MULTI_WORKER;
+    int ps = o->strategy_kind == DIST_STRATEGY_PARAMETER_SERVER;
     if (ps && ((o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0) ||
                (o->loss_scale && strcmp(o->loss_scale, "none") != 0))) {
         fprintf(stderr, "distrain: --strategy parameter_server: the ps tasks apply plain Adam or "
@@ -1089,7 +1086,7 @@ static int check_flags(distrain_options *o) {
  * strategy that joins them. */
 static int check_mpi_world(const distrain_options *o) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
-    if (strcmp(o->strategy, "multi_worker") == 0) return 0;
+    if (o->strategy_kind == DIST_STRATEGY_MULTI_WORKER) return 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         long n = v ? strtol(v, NULL, 10) : 0;

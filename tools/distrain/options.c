@@ -14,14 +14,19 @@
 typedef struct distrain_flag {
     const char *name;
     int takes_value;
-    const char *value; /* the value's form, for --help */
-    const char *def;   /* the default, for --help ("" = none) */
+    const char *value; /* the value's form, for --help; NULL: the library's strategy names */
+    const char *def;   /* the default, for --help ("" = none; NULL: the default strategy) */
     const char *help;
 } distrain_flag;
 
+/* --strategy's names, from the library's registry of kinds */
+static void strategy_names(FILE *out) {
+    for (int k = 0; k < dist_strategy_kind_count(); k++)
+        fprintf(out, "%s%s", k ? "|" : "", dist_strategy_kind_name((dist_strategy_kind)k));
+}
+
 static const distrain_flag flags[] = {
-    {"--strategy", 1, "one_device|mirrored|multi_worker|parameter_server|tpu", "mirrored",
-     "distribution strategy"},
+    {"--strategy", 1, NULL, NULL, "distribution strategy"},
     {"--pjrt-plugin", 1, "FILE", "$DIST_PJRT_PLUGIN, $TPU_LIBRARY_PATH, then libtpu.so",
      "tpu: the PJRT plugin that compiles and runs the step (XLA's CPU plugin, JAX's CUDA "
      "plugin, libtpu)"},
@@ -164,7 +169,7 @@ static const distrain_flag predict_flags[] = {
      "folder whose .jpg/.jpeg files (in subfolders too) are read in sorted order"},
     {"--model-json", 1, "FILE", "the seed CNN",
      "the model as Keras's model.to_json() (Sequential or linear Functional, 28x28x1 inputs)"},
-    {"--strategy", 1, "one_device|mirrored|multi_worker", "mirrored",
+    {"--strategy", 1, NULL, NULL,
      "distribution strategy (multi_worker: the cluster from TF_CONFIG; the chief prints)"},
     {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core", "e.g. cpu:0,cpu:1"},
     {"--batch-size", 1, "N", "64", "global batch size"},
@@ -188,8 +193,11 @@ static const distrain_flag *flag_find(const char *name) {
 static void print_flags(FILE *out, const distrain_flag *table, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const distrain_flag *f = &table[i];
-        fprintf(out, "  %s%s%s\n      %s", f->name, f->takes_value ? " " : "", f->value, f->help);
-        if (f->def[0]) fprintf(out, " (default: %s)", f->def);
+        fprintf(out, "  %s%s%s", f->name, f->takes_value ? " " : "", f->value ? f->value : "");
+        if (!f->value) strategy_names(out);
+        fprintf(out, "\n      %s", f->help);
+        const char *def = f->def ? f->def : dist_strategy_kind_name(DIST_STRATEGY_MIRRORED);
+        if (def[0]) fprintf(out, " (default: %s)", def);
         fputc('\n', out);
     }
 }
@@ -229,7 +237,7 @@ static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, in
 
 int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     memset(o, 0, sizeof *o);
-    o->strategy = "mirrored";
+    o->strategy = dist_strategy_kind_name(DIST_STRATEGY_MIRRORED);
     o->partitioner = (dist_partitioner)DIST_PARTITIONER_INIT;
     o->dataset = NULL; /* mnist; NULL tells "not given" apart */
     o->data_format = "idx";
@@ -504,8 +512,12 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (rc) return rc;
     }
-    int ps = strcmp(o->strategy, "parameter_server") == 0;
-    if (o->workers > 0 && strcmp(o->strategy, "multi_worker") != 0 && !ps) {
+    if (dist_strategy_kind_parse(o->strategy, &o->strategy_kind)) {
+        fprintf(stderr, "distrain: --strategy: %s\n", dist_last_error());
+        return 2;
+    }
+    int ps = o->strategy_kind == DIST_STRATEGY_PARAMETER_SERVER;
+    if (o->workers > 0 && o->strategy_kind != DIST_STRATEGY_MULTI_WORKER && !ps) {
         fprintf(stderr, "distrain: --workers needs --strategy multi_worker or parameter_server\n");
         return 2;
     }
@@ -540,7 +552,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                         "settable)\n");
         return 2;
     }
-    int tpu = strcmp(o->strategy, "tpu") == 0;
+    int tpu = o->strategy_kind == DIST_STRATEGY_TPU;
     if (tpu && o->devices) {
         fprintf(stderr, "distrain: --devices does not apply to --strategy tpu: its replicas are "
                         "the PJRT plugin's devices (choose how many with --tpu-cores)\n");
@@ -627,7 +639,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
 
 int distrain_parse_predict_args(int argc, char **argv, distrain_predict_options *o) {
     memset(o, 0, sizeof *o);
-    o->strategy = "mirrored";
+    o->strategy = dist_strategy_kind_name(DIST_STRATEGY_MIRRORED);
     o->batch_size = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -688,6 +700,10 @@ int distrain_parse_predict_args(int argc, char **argv, distrain_predict_options 
     if (!o->weights || !o->input) {
         fprintf(stderr, "distrain predict: %s is required (see distrain predict --help)\n",
                 !o->weights ? "--weights" : "--input");
+        return 2;
+    }
+    if (dist_strategy_kind_parse(o->strategy, &o->strategy_kind)) {
+        fprintf(stderr, "distrain predict: --strategy: %s\n", dist_last_error());
         return 2;
     }
     return 0;

@@ -4,12 +4,14 @@
 
 #include "dist/optim.h"
 #include "dist/partitioner.h"
+#include "dist/strategy.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
 typedef struct distrain_options {
     const char *strategy;
+    dist_strategy_kind strategy_kind; /* --strategy, parsed by the library's registry */
     const char *devices;
     const char *dataset; /* mnist | fashion_mnist */
     const char *data_dir;
@@ -89,6 +91,7 @@ typedef struct distrain_predict_options {
     const char *input;      /* required: an IDX images file, a JPEG file or a folder of JPEGs */
     const char *model_json; /* Keras's model.to_json(); NULL: the seed CNN */
     const char *strategy;
+    dist_strategy_kind strategy_kind;
     const char *devices;
     int64_t batch_size; /* global */
     int threads;        /* per replica; 0 = cores / replicas */

@@ -282,10 +282,7 @@ static void print_rows(const dist_tensor *out, const file_list *files, int logit
 static int run(const distrain_predict_options *o, dist_strategy **s, dist_model **model,
                file_list *files, dist_tensor **images, dist_dataset **ds) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
-    if (dist_strategy_kind_parse(o->strategy, &so.kind)) {
-        fprintf(stderr, "distrain predict: --strategy: %s\n", dist_last_error());
-        return 2;
-    }
+    so.kind = o->strategy_kind; /* parsed with the flags */
     if (so.kind == DIST_STRATEGY_PARAMETER_SERVER) {
         fprintf(stderr, "distrain predict: --strategy parameter_server is not supported (use "
                         "one_device, mirrored or multi_worker)\n");
