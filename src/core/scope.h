@@ -16,6 +16,9 @@ typedef struct dist_variable_desc {
     int64_t offset; /* elements into the block */
     int64_t numel;
     int non_trainable; /* updated by assignment (BatchNormalization's moving statistics) */
+    /* synchronization ON_READ: each replica keeps its own value, which the strategy must not
+     * make one (a metric's per-replica sums) */
+    int per_replica;
 } dist_variable_desc;
 
 typedef struct dist_placement {
@@ -28,6 +31,9 @@ typedef struct dist_placement {
      * parameter_server places them on ps tasks). NULL: none. */
     dist_status (*create_variable)(void *owner, dist_tensor *const *per_replica,
                                    const dist_variable_desc *vars, int count);
+    /* The copies of a block given to create_variable are about to be freed (its model or
+     * variable is destroyed): a strategy that kept them forgets them. NULL: nothing to do. */
+    void (*release_variable)(void *owner, dist_tensor *const *per_replica);
     /* The variable's value to host. NULL: replica 0's copy. */
     dist_status (*save_state)(void *owner, dist_tensor *const *per_replica, void *dst,
                               size_t bytes);

@@ -21,6 +21,11 @@ dist_status dist_model_create(const char *name, dist_model **out) {
 
 void dist_model_destroy(dist_model *m) {
     if (!m) return;
+    if (m->built && m->place.owner && m->place.release_variable) {
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        for (int r = 0; r < m->nreplicas; r++) copies[r] = &m->replicas[r].params;
+        m->place.release_variable(m->place.owner, copies);
+    }
     for (int r = 0; r < m->nreplicas; r++) {
         model_replica *rep = &m->replicas[r];
         if (rep->params.data) rep->backend->iface->free(rep->backend->ctx, rep->params.data);
@@ -451,9 +456,12 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         params_copies(m, copies);
         dist_variable_desc vars[MODEL_MAX_VARS];
         for (int i = 0; i < m->nvars; i++)
-            vars[i] =
-                (dist_variable_desc){m->vars[i].name,   m->vars[i].ndim,  m->vars[i].shape,
-                                     m->vars[i].offset, m->vars[i].numel, !m->vars[i].trainable};
+            vars[i] = (dist_variable_desc){.name = m->vars[i].name,
+                                           .ndim = m->vars[i].ndim,
+                                           .shape = m->vars[i].shape,
+                                           .offset = m->vars[i].offset,
+                                           .numel = m->vars[i].numel,
+                                           .non_trainable = !m->vars[i].trainable};
         st = place->create_variable(place->owner, copies, vars, m->nvars);
     }
     if (st != DIST_OK) return st;

@@ -130,6 +130,11 @@ static dist_status place_create(void *owner, dist_tensor *const *copies,
     return s->iface->create_variable ? s->iface->create_variable(s, copies, vars, count) : DIST_OK;
 }
 
+static void place_release(void *owner, dist_tensor *const *copies) {
+    dist_strategy *s = owner;
+    if (s->iface->release_variable) s->iface->release_variable(s, copies);
+}
+
 static dist_status place_save(void *owner, dist_tensor *const *copies, void *dst, size_t bytes) {
     dist_strategy *s = owner;
     if (s->iface->save_state) return s->iface->save_state(s, copies, dst, bytes);
@@ -173,6 +178,7 @@ static dist_status create_with(const dist_strategy_kind_desc *desc, dist_strateg
         o->collective_timeout_s > 0 ? o->collective_timeout_s : desc->collective_timeout_s;
     s->placement.owner = s;
     s->placement.create_variable = place_create;
+    s->placement.release_variable = place_release;
     s->placement.save_state = place_save;
     s->placement.restore_state = place_restore;
     dist_status st = init(s, o);

@@ -43,6 +43,9 @@ struct dist_strategy_i {
      * broadcast, so every worker starts from it). Optional: nothing to do. */
     dist_status (*create_variable)(dist_strategy *s, dist_tensor *const *copies,
                                    const dist_variable_desc *vars, int count);
+    /* The copies of a block that create_variable accepted are about to be freed (a model or
+     * variable destroyed). Optional: nothing to forget. */
+    void (*release_variable)(dist_strategy *s, dist_tensor *const *copies);
     /* A variable's value to host (dst, bytes), for checkpoints and reads. Optional: replica
      * 0's copy. */
     dist_status (*save_state)(dist_strategy *s, dist_tensor *const *copies, void *dst,

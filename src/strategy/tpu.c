@@ -672,8 +672,22 @@ static void tpu_destroy(dist_strategy *s) {
     s->ctx = NULL;
 }
 
+/* One program runs on every core, traced once: there is no per-replica value to keep. */
+static dist_status tpu_create_variable(dist_strategy *s, dist_tensor *const *copies,
+                                       const dist_variable_desc *vars, int count) {
+    for (int i = 0; i < count; i++)
+        if (vars[i].per_replica)
+            return dist_error(DIST_UNSUPPORTED,
+                              "create_variable '%s': tpu traces one program for every core, so "
+                              "it keeps no per-replica (ON_READ) values; reduce a metric with "
+                              "dist_strategy_reduce instead",
+                              vars[i].name);
+    return DIST_OK;
+}
+
 static const struct dist_strategy_i tpu_iface = {
     .run = tpu_run,
+    .create_variable = tpu_create_variable,
     .run_steps = tpu_run_steps,
     .distribute_dataset = tpu_distribute_dataset,
     .distribute_datasets_from_function = tpu_distribute_from_function,

@@ -12,6 +12,7 @@ struct dist_variable {
     char name[64];
     dist_aggregation aggregation;
     dist_synchronization sync;
+    int accepted; /* the strategy's create_variable took it: release_variable on destroy */
     int num_replicas;
     dist_tensor values[DIST_MAX_REPLICAS];
 };
@@ -27,12 +28,6 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
     if (p != &s->placement)
         return dist_error(DIST_INVALID_USAGE,
                           "create_variable '%s': call it inside this strategy's scope",
-                          name ? name : "");
-    if (s->kind == DIST_STRATEGY_TPU && sync == DIST_SYNC_ON_READ)
-        return dist_error(DIST_UNSUPPORTED,
-                          "create_variable '%s': tpu traces one program for every core, so it "
-                          "keeps no per-replica (ON_READ) values; reduce a metric with "
-                          "dist_strategy_reduce instead",
                           name ? name : "");
     dist_variable *v = calloc(1, sizeof *v);
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "create_variable: out of memory");
@@ -58,8 +53,13 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
     if (st == DIST_OK && s->iface->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
         for (int r = 0; r < s->placement.num_replicas; r++) copies[r] = &v->values[r];
-        dist_variable_desc d = {v->name, ndim, shape, 0, dist_tensor_numel(&v->values[0]), 0};
+        dist_variable_desc d = {.name = v->name,
+                                .ndim = ndim,
+                                .shape = shape,
+                                .numel = dist_tensor_numel(&v->values[0]),
+                                .per_replica = sync == DIST_SYNC_ON_READ};
         st = s->iface->create_variable(s, copies, &d, 1);
+        v->accepted = st == DIST_OK;
     }
     if (st != DIST_OK) {
         dist_variable_destroy(v);
@@ -71,6 +71,12 @@ dist_status dist_strategy_create_variable(dist_strategy *s, const char *name, in
 
 void dist_variable_destroy(dist_variable *v) {
     if (!v) return;
+    dist_strategy *s = v->strategy;
+    if (v->accepted && s->iface->release_variable) {
+        dist_tensor *copies[DIST_MAX_REPLICAS];
+        for (int r = 0; r < v->num_replicas; r++) copies[r] = &v->values[r];
+        s->iface->release_variable(s, copies);
+    }
     for (int r = 0; r < v->num_replicas; r++) {
         dist_backend *be = v->strategy->placement.backends[r];
         if (v->values[r].data) be->iface->free(be->ctx, v->values[r].data);
