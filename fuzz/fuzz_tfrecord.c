@@ -12,19 +12,23 @@
 static const int64_t two = 2;
 static const float half = 0.5f;
 
-/* One feature of each shape the parser fills, one with a default. */
-static const dist_feature_spec spec[5] = {
+/* One feature of each shape the parser fills (a VarLenFeature of bytes too), one with a default. */
+static const dist_feature_spec spec[6] = {
     {.key = "ids", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64, .ndim = 1, .shape = {2}},
     {.key = "weight", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_F32, .default_value = &half},
     {.key = "image", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_U8},
     {.key = "tokens", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_I64},
     {.key = "label", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64, .default_value = &two},
+    {.key = "frames", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8},
 };
 
 static void parse(const uint8_t *rec, size_t n, int64_t index) {
-    example_value values[5] = {{0}};
-    example_parse(spec, 5, rec, n, index, values);
-    for (int i = 0; i < 5; i++) free(values[i].data);
+    example_value values[6] = {{0}};
+    example_parse(spec, 6, rec, n, index, values);
+    for (int i = 0; i < 6; i++) {
+        free(values[i].data);
+        free(values[i].lens);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

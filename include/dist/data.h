@@ -221,7 +221,8 @@ DIST_API dist_status dist_dataset_from_files(const char *const *paths, int n,
 typedef enum dist_tfrecord_compression {
     DIST_TFRECORD_NONE = 0, /* compression_type "" */
     DIST_TFRECORD_GZIP,     /* "GZIP": the whole file is one gzip stream (members may follow) */
-    DIST_TFRECORD_ZLIB      /* "ZLIB": the whole file is one zlib stream */
+    DIST_TFRECORD_ZLIB,     /* "ZLIB": the whole file is one zlib stream */
+    DIST_TFRECORD_AUTO      /* libdist's own: each file's first bytes tell (see below) */
 } dist_tfrecord_compression;
 
 typedef struct dist_tfrecord_options {
@@ -231,6 +232,8 @@ typedef struct dist_tfrecord_options {
     int64_t max_record_bytes; /* a record claiming more is damaged, refused before any
                                  allocation; 0 = DIST_TFRECORD_MAX_RECORD_BYTES_DEFAULT */
     int ignore_errors;        /* non-zero: a damaged record ends its file (see below) */
+    int num_parallel_reads;   /* > 1: that many files read at once (see below); 0 or 1: one
+                                 file after the other */
 } dist_tfrecord_options;
 
 /* The default record cap: 256 MiB. */
@@ -239,7 +242,7 @@ typedef struct dist_tfrecord_options {
 #define DIST_TFRECORD_OPTIONS_INIT                                                                 \
     {                                                                                              \
         .version = DIST_TFRECORD_OPTIONS_VERSION, .compression = DIST_TFRECORD_NONE,               \
-        .buffer_size = 0, .max_record_bytes = 0, .ignore_errors = 0                                \
+        .buffer_size = 0, .max_record_bytes = 0, .ignore_errors = 0, .num_parallel_reads = 0       \
     }
 
 /* Elements (record uint8 [length]) of the TFRecord files, in list order, one per record, as
@@ -256,7 +259,18 @@ typedef struct dist_tfrecord_options {
  * in the file is refused before any allocation, and corrupt gzip/zlib data is DIST_FORMAT too.
  * Unlike TensorFlow 2.20, which ends a file quietly when fewer than 12 bytes are left (a
  * partial length field), libdist reports that as a truncated record. A missing file is
- * DIST_NOT_FOUND naming it. Auto-sharding treats the source as not file based (DATA). With
+ * DIST_NOT_FOUND naming it.
+ * Compression DIST_TFRECORD_AUTO (libdist's own; TensorFlow needs to be told) looks at each
+ * file's first 12 bytes: a valid length CRC there means uncompressed (gzip or zlib bytes pass
+ * that check once in 2^32), else the gzip magic 1f 8b 08 means GZIP and a zlib header ZLIB;
+ * anything else is read as uncompressed (and its first record reported as corrupted).
+ * num_parallel_reads N > 1 reads N files at once, each on its own thread, and yields their
+ * records interleaved as TF's TFRecordDataset(num_parallel_reads=N) does (cycle_length N,
+ * block_length 1, deterministic): the first record of files 0..N-1, then the second of each, a
+ * finished file replaced by the next one in the list.
+ * Auto-sharding (dist_dataset_auto_shard) treats the source as file based: FILE and AUTO give
+ * worker i files i, i + num_workers, ..., and with fewer files than workers both are
+ * DIST_INVALID_ARGUMENT, as tf.data's InvalidArgumentError (use DATA then). With
  * ignore_errors, as tf.data.experimental.ignore_errors() over a TFRecordDataset, the failing file
  * is left there: its damaged record and every record after it are skipped (TF moves to the next
  * file after a DataLossError: a length it cannot trust leaves no way to find the next record),
@@ -309,16 +323,20 @@ typedef struct dist_feature_spec {
  *   - FIXED_LEN bytes (a scalar, ndim 0): DIST_U8 [length], the one value's bytes;
  *   - VAR_LEN int64 / float: DIST_I64 / DIST_F32 [n], the list's values; n (the tensor's
  *     dimension 0, 0 when the feature is absent) is its length: TF's SparseTensor for one
- *     Example, values with dense_shape [n]. VAR_LEN bytes is not supported yet.
+ *     Example, values with dense_shape [n];
+ *   - VAR_LEN bytes: TWO components, DIST_U8 [total] (the n values' bytes back to back) then
+ *     DIST_I64 [n] (each value's length), so the components after it move up by one.
+ * Batch the VAR_LEN components with dist_dataset_padded_batch (to the batch's longest) or
+ * dist_dataset_ragged_batch (values + row lengths); dist_dataset_batch needs equal shapes.
  * The protobuf is read by a parser of libdist's own (packed and unpacked repeated values;
  * unknown fields skipped; for a key given twice the last wins); every length is checked
  * against the bytes left, so a record cannot make the parser allocate more than a small
  * multiple of its own size. Errors in dist_iterator_next: DIST_FORMAT naming the feature and
  * the record's index in the pass (from 0) for a missing required feature, a list of another
  * kind (an Int64List for a float feature), a wrong number of values, malformed protobuf.
- * spec (num_features 1..DIST_ELEMENT_MAX entries) is copied. Errors now:
- * DIST_INVALID_ARGUMENT (in is not a dataset of one uint8 [length] tensor; a bad spec),
- * DIST_UNSUPPORTED (VAR_LEN bytes, FIXED_LEN bytes with a shape). */
+ * spec (num_features 1..DIST_ELEMENT_MAX entries, DIST_ELEMENT_MAX components at most) is
+ * copied. Errors now: DIST_INVALID_ARGUMENT (in is not a dataset of one uint8 [length] tensor;
+ * a bad spec; too many components), DIST_UNSUPPORTED (FIXED_LEN bytes with a shape). */
 DIST_API dist_status dist_dataset_parse_example(dist_dataset *in, const dist_feature_spec *spec,
                                                 int num_features, dist_dataset **out);
 
@@ -332,13 +350,16 @@ typedef struct dist_decode_image_options {
     dist_jpeg_size_policy size_policy; /* default DIST_JPEG_RESIZE */
     int64_t max_pixels; /* a header claiming more pixels is refused before any allocation;
                            0 = DIST_JPEG_MAX_PIXELS_DEFAULT */
+    int num_parallel;   /* images decoded at once, as map's num_parallel_calls: 0 or 1 on the
+                           caller's thread, N > 1 threads, DIST_AUTOTUNE (see above); the order
+                           and the results are the same for every value */
 } dist_decode_image_options;
 
 #define DIST_DECODE_IMAGE_OPTIONS_VERSION 1
 #define DIST_DECODE_IMAGE_OPTIONS_INIT                                                             \
     {                                                                                              \
         .version = DIST_DECODE_IMAGE_OPTIONS_VERSION, .component = 0, .channels = 1, .height = 0,  \
-        .width = 0, .size_policy = DIST_JPEG_RESIZE, .max_pixels = 0                               \
+        .width = 0, .size_policy = DIST_JPEG_RESIZE, .max_pixels = 0, .num_parallel = 1            \
     }
 
 /* A map over elements whose component opts->component holds an encoded image (uint8
@@ -409,6 +430,45 @@ DIST_API dist_status dist_dataset_shuffle(dist_dataset *in, int64_t buffer_size,
 DIST_API dist_status dist_dataset_batch(dist_dataset *in, int64_t size, int drop_remainder,
                                         dist_dataset **out);
 
+/* padded_batch's options: the shape each component is padded to and the value it is padded
+ * with (tf.data's padded_shapes and padding_values). */
+typedef struct dist_padded_batch_options {
+    int version;           /* DIST_PADDED_BATCH_OPTIONS_VERSION */
+    int has_padded_shapes; /* 0: every dimension padded to the batch's longest */
+    /* component i's dimension d (of the element, before batching): its padded size, or -1 for
+     * the batch's longest in that dimension */
+    int64_t padded_shapes[DIST_ELEMENT_MAX][DIST_MAX_DIMS];
+    /* component i's padding, converted to its dtype (integers exact to 2^53); default 0 */
+    double padding_values[DIST_ELEMENT_MAX];
+} dist_padded_batch_options;
+
+#define DIST_PADDED_BATCH_OPTIONS_VERSION 1
+#define DIST_PADDED_BATCH_OPTIONS_INIT                                                             \
+    { .version = DIST_PADDED_BATCH_OPTIONS_VERSION }
+
+/* Batches elements whose shapes differ (the VarLenFeatures of parse_example, token lists) as
+ * tf.data's Dataset.padded_batch: each component of a batch becomes [n, D1, .., Dr] with Dd the
+ * padded shape's dimension, or the longest of the batch's elements in that dimension; each
+ * element's values sit at the start of its block, the rest is the padding value. The elements of
+ * a batch must agree on each component's dtype and rank; an element larger than a fixed padded
+ * dimension is DIST_INVALID_ARGUMENT in dist_iterator_next naming the batch, element, item and
+ * dimension (TF's error), as is a padded shape below a known dimension now. opts NULL: the
+ * defaults (pad to the longest, with 0). */
+DIST_API dist_status dist_dataset_padded_batch(dist_dataset *in, int64_t size, int drop_remainder,
+                                               const dist_padded_batch_options *opts,
+                                               dist_dataset **out);
+
+/* Batches as tf.data's Dataset.ragged_batch, with each RaggedTensor given as two components:
+ * a component whose dimension 0 is unknown in the element spec (a VarLenFeature, the values of
+ * a VarLenFeature of bytes) becomes its elements' values back to back ([sum of the lengths,
+ * D1, ..]) followed by an int64 [n] tensor of the elements' lengths (the RaggedTensor's
+ * row_lengths()); every other component is stacked as batch does. The other dimensions of a
+ * ragged component must agree within a batch. Errors now: DIST_INVALID_ARGUMENT (more than
+ * DIST_ELEMENT_MAX components after the split); in dist_iterator_next: DIST_INVALID_ARGUMENT
+ * naming the batch, element and item whose shape does not fit. */
+DIST_API dist_status dist_dataset_ragged_batch(dist_dataset *in, int64_t size, int drop_remainder,
+                                               dist_dataset **out);
+
 /* Splits each batch into num_replicas consecutive pieces of ceil(b / num_replicas) rows (the
  * last pieces may be smaller or empty), as tf.distribute splits a global batch over
  * replicas: range(6).batch(4) over 2 -> [0,1] [2,3] [4] [5]. */
@@ -454,8 +514,8 @@ typedef enum dist_auto_shard_policy {
  *     elements, batch(4), 2 workers and 2 replicas worker 0 sees [0,1] [4,5] [8,9];
  *   - FILE: the source's file list is sharded instead (file i goes to worker i % num_workers);
  *     fewer files than workers is DIST_INVALID_ARGUMENT, no file-based source DIST_NOT_FOUND;
- *   - AUTO: FILE when the source is a JPEG folder or a file list (the same error when it has
- *     fewer files than workers, as TF raises InvalidArgumentError), else DATA;
+ *   - AUTO: FILE when the source is a JPEG folder, a file list or TFRecord files (the same
+ *     error when it has fewer files than workers, as TF raises InvalidArgumentError), else DATA;
  *   - OFF: no sharding.
  * Tensor slices and IDX sources are in-memory, not file-based. */
 DIST_API dist_status dist_dataset_auto_shard(dist_dataset *in, dist_auto_shard_policy policy,

@@ -21,6 +21,8 @@ dist_status dist_auto_shard_policy_parse(const char *text, dist_auto_shard_polic
 static int file_count(const dist_dataset *leaf) {
     if (leaf->kind == NODE_FILES) return leaf->u.files.count;
     if (leaf->kind == NODE_INTERLEAVE) return leaf->u.interleave.count;
+    if (leaf->kind == NODE_EXT && leaf->u.ext.iface->file_count)
+        return leaf->u.ext.iface->file_count(leaf);
     return -1;
 }
 
@@ -49,8 +51,10 @@ static dist_status shard_by_file(dist_dataset *top, int num, int index, dist_dat
     dist_dataset *cur = NULL;
     if (leaf->kind == NODE_FILES)
         DIST_TRY(files_node_subset(leaf, num, index, &cur));
-    else
+    else if (leaf->kind == NODE_INTERLEAVE)
         DIST_TRY(interleave_node_subset(leaf, num, index, &cur));
+    else
+        DIST_TRY(leaf->u.ext.iface->file_subset(leaf, num, index, &cur));
     for (int i = depth - 1; i >= 0; i--) {
         dist_dataset *next = NULL;
         dist_status st = node_clone_over(chain[i], cur, &next);

@@ -81,8 +81,13 @@ void dist_dataset_destroy(dist_dataset *ds) {
         case NODE_INTERLEAVE:
             for (int i = 0; i < ds->u.interleave.count; i++) free(ds->u.interleave.paths[i]);
             free(ds->u.interleave.paths);
+            if (ds->u.interleave.owned.release)
+                ds->u.interleave.owned.release(ds->u.interleave.owned.ctx);
             break;
-        case NODE_MAP: file_table_release(ds->u.map.table); break;
+        case NODE_MAP:
+            file_table_release(ds->u.map.table);
+            if (ds->u.map.owned.release) ds->u.map.owned.release(ds->u.map.owned.ctx);
+            break;
         case NODE_CACHE:
             free(ds->u.cache.filename);
             cache_store_free(ds->u.cache.store);
@@ -135,6 +140,7 @@ dist_status node_clone_over(const dist_dataset *node, dist_dataset *new_input, d
     switch (node->kind) {
     case NODE_MAP:
         file_table_retain(ds->u.map.table);
+        if (ds->u.map.owned.retain) ds->u.map.owned.retain(ds->u.map.owned.ctx);
         ds->cardinality = node->u.map.skip_errors ? DIST_CARDINALITY_UNKNOWN : n;
         break;
     case NODE_CACHE:

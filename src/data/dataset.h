@@ -37,6 +37,11 @@ typedef struct node_ext_i {
                              struct node_it **out);
     void (*retain)(void *ctx);  /* a clone takes a reference */
     void (*release)(void *ctx); /* the node's reference is dropped */
+    /* Optional, for a source that reads a list of files (auto-shard FILE): how many, and a
+     * copy of the node that reads files index, index + num, ... of them. NULL: not file based. */
+    int (*file_count)(const struct dist_dataset *ds);
+    dist_status (*file_subset)(const struct dist_dataset *ds, int num, int index,
+                               struct dist_dataset **out);
 } node_ext_i;
 
 /* A list of files with labels, shared (reference counted) by the FILES node of a JPEG folder,
@@ -67,6 +72,17 @@ typedef dist_status (*map_thread_fn)(const dist_element *in, dist_element *out, 
                                      void *state);
 typedef dist_status (*map_state_create_fn)(void *user, void **state);
 typedef void (*map_state_destroy_fn)(void *state);
+/* A map whose outputs' shapes vary: writes element `index` of the pass (from 0, counting the
+ * map's inputs) into `out`, growing its buffers (slot_reserve) and setting count and shapes. */
+typedef struct elem_slot elem_slot;
+typedef dist_status (*map_slot_fn)(const dist_element *in, int64_t index, elem_slot *out,
+                                   void *user, void *state);
+/* A reference-counted context an internal node keeps alive (retain on clone, release). */
+typedef struct owned_ctx {
+    void *ctx;
+    void (*retain)(void *ctx);
+    void (*release)(void *ctx);
+} owned_ctx;
 
 typedef struct cache_store cache_store;
 typedef struct dist_dataset dist_dataset;
@@ -77,6 +93,13 @@ dist_status map_new_internal(dist_dataset *in, map_thread_fn tfn, map_state_crea
                              map_state_destroy_fn destroy, file_table *table,
                              const dist_element_spec *spec, int num_parallel, int skip_errors,
                              const char *name, dist_dataset **out);
+/* A map node running `sfn` (outputs of varying shapes; `spec` may hold unknown dimensions),
+ * on num_parallel threads (DIST_AUTOTUNE: tuned) with the input order kept; `owned` (taken
+ * over, also on failure) is its `user`, released with the node. */
+dist_status map_new_slots(dist_dataset *in, map_slot_fn sfn, map_state_create_fn create,
+                          map_state_destroy_fn destroy, owned_ctx owned,
+                          const dist_element_spec *spec, int num_parallel, const char *name,
+                          dist_dataset **out);
 
 struct dist_dataset {
     atomic_int refs;
@@ -104,6 +127,7 @@ struct dist_dataset {
             int count;
             dist_file_reader_fn reader;
             void *user;
+            owned_ctx owned; /* internal readers: `user`, kept alive (ctx NULL: borrowed) */
             int cycle_length, block_length, num_parallel, skip_bad;
         } interleave;
         struct {
@@ -111,8 +135,10 @@ struct dist_dataset {
             map_thread_fn tfn;
             map_state_create_fn state_create;
             map_state_destroy_fn state_destroy;
+            map_slot_fn sfn; /* internal maps whose output shapes vary */
             void *user;
             file_table *table;             /* the JPEG decode map's `user`, kept alive */
+            owned_ctx owned;               /* other internal maps' `user`, kept alive */
             int num_parallel, skip_errors; /* num_parallel DIST_AUTOTUNE: tuned */
         } map;
         struct {
@@ -161,17 +187,19 @@ dist_status node_clone_over(const dist_dataset *node, dist_dataset *new_input, d
 
 /* ---- element slots: an element copy that owns growable buffers --------------------------- */
 
-typedef struct elem_slot {
+struct elem_slot {
     int count;
     dist_tensor t[DIST_ELEMENT_MAX];
     size_t cap[DIST_ELEMENT_MAX];
-} elem_slot;
+};
 
 /* Copies `src` into `slot`, growing buffers only when an item is larger than ever before. */
 dist_status slot_copy(elem_slot *slot, const dist_element *src);
 /* Points `out` at the slot's tensors. */
 void slot_view(elem_slot *slot, dist_element *out);
 void slot_free(elem_slot *slot);
+/* Makes item i's buffer hold at least `bytes` (its contents are kept). */
+dist_status slot_reserve(elem_slot *slot, int i, size_t bytes);
 /* Preallocates the slot's tensors for a fully known spec. */
 dist_status slot_alloc_spec(elem_slot *slot, const dist_element_spec *spec);
 
@@ -267,6 +295,11 @@ void cache_store_free(cache_store *s);
 
 /* FILE sharding: a copy of a file-based source keeping files i with i % num == index. */
 dist_status files_node_subset(const dist_dataset *leaf, int num, int index, dist_dataset **out);
+/* The interleave node (paths taken over, also on failure; `owned` too: its ctx is kept alive
+ * with the node and its FILE shards, NULL ctx for a borrowed `user`). */
+dist_status interleave_new(char **paths, int n, dist_file_reader_fn reader, void *user,
+                           owned_ctx owned, int cycle, int block, int parallel, int skip_bad,
+                           const dist_element_spec *spec, const char *label, dist_dataset **out);
 dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index,
                                    dist_dataset **out);
 

@@ -1,6 +1,7 @@
 /* Maps from encoded bytes to tensors: decode_image (PNG and JPEG, by their first bytes; the
- * decoding itself is data/image_codec.c) and decode_raw. Each is a node of its own (NODE_EXT)
- * that counts the elements of its pass, so that an error names the record it is about. */
+ * decoding itself is data/image_codec.c) and decode_raw. Each is a map whose outputs keep the
+ * input's other components as they are (of any shape), on one thread or several (the input
+ * order kept); an error names the record (the element's index in the pass) it is about. */
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/image_codec.h"
@@ -27,26 +28,31 @@ static void decode_release(void *ctx) {
     if (c && atomic_fetch_sub(&c->refs, 1) == 1) free(c);
 }
 
-typedef struct decode_it {
-    node_it base;
-    const decode_ctx *c;
-    node_it *input;
-    int64_t record;
-    image_decoder dec;
-    unsigned char *buf; /* the output tensor's data (c->bytes) */
-    dist_tensor items[DIST_ELEMENT_MAX];
-} decode_it;
+/* A thread's decoder state (the PNG/JPEG decoders keep buffers between images). */
+static dist_status decoder_create(void *user, void **state) {
+    (void)user;
+    image_decoder *d = calloc(1, sizeof *d);
+    if (!d) return dist_error(DIST_OUT_OF_MEMORY, "decode: out of memory");
+    *state = d;
+    return DIST_OK;
+}
 
-static dist_status decode_one_image(decode_it *it, const unsigned char *b, size_t n,
-                                    int64_t record) {
+static void decoder_destroy(void *state) {
+    if (!state) return;
+    image_decoder_free(state);
+    free(state);
+}
+
+static dist_status decode_one_image(const decode_ctx *c, image_decoder *dec, const unsigned char *b,
+                                    size_t n, int64_t record, unsigned char *dst) {
     const char *format = image_sniff(b, n);
     char subject[48];
     snprintf(subject, sizeof subject, "record %lld", (long long)record);
     dist_status st;
     if (format && strcmp(format, "PNG") == 0)
-        st = image_decode_png(&it->dec, b, n, subject, &it->c->image, it->buf);
+        st = image_decode_png(dec, b, n, subject, &c->image, dst);
     else if (format && strcmp(format, "JPEG") == 0)
-        st = image_decode_jpeg(&it->dec, b, n, subject, &it->c->image, it->buf);
+        st = image_decode_jpeg(dec, b, n, subject, &c->image, dst);
     else if (format)
         return dist_error(DIST_FORMAT,
                           "decode_image: record %lld is a %s image (%zu bytes): only PNG and "
@@ -64,116 +70,73 @@ static dist_status decode_one_image(decode_it *it, const unsigned char *b, size_
     return st ? dist_error_context(st, "decode_image") : DIST_OK;
 }
 
-static dist_status decode_one_raw(decode_it *it, const unsigned char *b, size_t n, int64_t record) {
-    const decode_ctx *c = it->c;
+static dist_status decode_one_raw(const decode_ctx *c, const unsigned char *b, size_t n,
+                                  int64_t record, unsigned char *dst) {
     if (n != c->bytes)
         return dist_error(DIST_FORMAT,
                           "decode_raw: record %lld holds %zu bytes, expected %zu (%zu %s values)",
                           (long long)record, n, c->bytes, c->bytes / dist_dtype_size(c->dtype),
                           dist_dtype_name(c->dtype));
-    memcpy(it->buf, b, n);
+    memcpy(dst, b, n);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     size_t size = dist_dtype_size(c->dtype);
     for (size_t v = 0; size > 1 && v < n; v += size)
         for (size_t i = 0; i < size / 2; i++) {
-            unsigned char t = it->buf[v + i];
-            it->buf[v + i] = it->buf[v + size - 1 - i];
-            it->buf[v + size - 1 - i] = t;
+            unsigned char t = dst[v + i];
+            dst[v + i] = dst[v + size - 1 - i];
+            dst[v + size - 1 - i] = t;
         }
 #endif
     return DIST_OK;
 }
 
-static dist_status decode_next(node_it *base, dist_element *out, int *eos) {
-    decode_it *it = (decode_it *)base;
-    const decode_ctx *c = it->c;
+/* The map: the other components are copied into the slot as they are, the bytes component
+ * decoded into it. */
+static dist_status decode_element(const dist_element *in, int64_t record, elem_slot *out,
+                                  void *user, void *state) {
+    const decode_ctx *c = user;
     const char *what = c->raw ? "decode_raw" : "decode_image";
-    dist_element in;
-    DIST_TRY(node_it_next(it->input, &in, eos));
-    out->count = 0;
-    if (*eos) return DIST_OK;
-    int64_t record = it->record++;
-    const dist_tensor *t = c->component < in.count ? in.items[c->component] : NULL;
+    const dist_tensor *t = c->component < in->count ? in->items[c->component] : NULL;
     if (!t || t->dtype != DIST_U8 || t->ndim != 1)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "%s: component %d of record %lld is not a uint8 [length] tensor", what,
                           c->component, (long long)record);
+    for (int i = 0; i < in->count; i++) {
+        const dist_tensor *s = in->items[i];
+        if (i == c->component) {
+            DIST_TRY(slot_reserve(out, i, c->bytes));
+            void *data = out->t[i].data;
+            out->t[i] = dist_tensor_view(data, c->dtype, c->ndim, c->shape);
+            continue;
+        }
+        size_t bytes = dist_tensor_bytes(s);
+        DIST_TRY(slot_reserve(out, i, bytes));
+        void *data = out->t[i].data;
+        out->t[i] = dist_tensor_view(data, s->dtype, s->ndim, s->shape);
+        if (bytes) memcpy(data, s->data, bytes);
+    }
+    out->count = in->count;
     const unsigned char *b = t->data;
     size_t n = (size_t)t->shape[0];
-    DIST_TRY(c->raw ? decode_one_raw(it, b, n, record) : decode_one_image(it, b, n, record));
-    for (int i = 0; i < in.count; i++) {
-        it->items[i] = *in.items[i]; /* views, valid until the input's next element */
-        out->items[i] = &it->items[i];
-    }
-    if (c->raw)
-        it->items[c->component] = dist_tensor_view(it->buf, c->dtype, c->ndim, c->shape);
-    else
-        it->items[c->component] = dist_tensor_view(
-            it->buf, DIST_U8, 3,
-            (const int64_t[3]){c->image.height, c->image.width, c->image.channels});
-    out->count = in.count;
-    return DIST_OK;
+    unsigned char *dst = out->t[c->component].data;
+    return c->raw ? decode_one_raw(c, b, n, record, dst)
+                  : decode_one_image(c, state, b, n, record, dst);
 }
 
-static void decode_it_destroy(node_it *base) {
-    decode_it *it = (decode_it *)base;
-    node_it_destroy(it->input);
-    image_decoder_free(&it->dec);
-    free(it->buf);
-    free(it);
-}
-
-static const node_it_vt decode_vt = {decode_next, decode_it_destroy, NULL};
-
-static dist_status decode_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen,
-                                    node_it **out) {
-    const decode_ctx *c = ds->u.ext.ctx;
-    decode_it *it = calloc(1, sizeof *it);
-    if (it) it->buf = malloc(c->bytes ? c->bytes : 1);
-    if (!it || !it->buf) {
-        if (it) free(it);
-        return dist_error(DIST_OUT_OF_MEMORY, "decode: cannot allocate %zu bytes", c->bytes);
-    }
-    it->base = (node_it){&decode_vt, ds, ctx, gen, 0};
-    it->c = c;
-    dist_status st = node_it_create(ds->input, ctx, gen, &it->input);
-    if (st != DIST_OK) {
-        free(it->buf);
-        free(it);
-        return st;
-    }
-    *out = &it->base;
-    return DIST_OK;
-}
-
-static const node_ext_i decode_iface = {"decode", decode_it_create, decode_retain, decode_release};
-
-/* The node over `in` with ctx `c` (taken over, also on failure): in's spec with the decoded
+/* The map node over `in` with ctx `c` (taken over, also on failure): in's spec with the decoded
  * component's replaced by dtype [ndim shape]. */
-static dist_status decode_node_new(dist_dataset *in, decode_ctx *c, const char *label,
-                                   dist_dataset **out) {
-    dist_dataset *ds = NULL;
-    dist_status st = node_new(NODE_EXT, in, &ds, "%s", label);
-    if (st != DIST_OK) {
-        free(c);
-        return st;
-    }
+static dist_status decode_node_new(dist_dataset *in, decode_ctx *c, int num_parallel,
+                                   const char *label, dist_dataset **out) {
     atomic_init(&c->refs, 1);
-    ds->u.ext.iface = &decode_iface;
-    ds->u.ext.ctx = c;
-    ds->spec = in->spec;
-    ds->cardinality = in->cardinality;
+    dist_element_spec spec = in->spec;
     int k = c->component;
-    ds->spec.dtype[k] = c->dtype;
-    ds->spec.ndim[k] = c->ndim;
-    memset(ds->spec.shape[k], 0, sizeof ds->spec.shape[k]);
-    for (int d = 0; d < c->ndim; d++) ds->spec.shape[k][d] = c->shape[d];
-    DIST_TRY_GOTO(node_finish(ds), st, fail);
-    *out = ds;
-    return DIST_OK;
-fail:
-    dist_dataset_destroy(ds);
-    return st;
+    spec.dtype[k] = c->dtype;
+    spec.ndim[k] = c->ndim;
+    memset(spec.shape[k], 0, sizeof spec.shape[k]);
+    for (int d = 0; d < c->ndim; d++) spec.shape[k][d] = c->shape[d];
+    owned_ctx owned = {c, decode_retain, decode_release};
+    return map_new_slots(in, decode_element, c->raw ? NULL : decoder_create,
+                         c->raw ? NULL : decoder_destroy, owned, &spec, num_parallel, label, out);
 }
 
 static dist_status check_bytes_component(const dist_dataset *in, int component, const char *what) {
@@ -200,6 +163,10 @@ dist_status dist_dataset_map_decode_image(dist_dataset *in, const dist_decode_im
                    "decode_image: unknown size policy %d", (int)opts->size_policy);
     DIST_CHECK_ARG(opts->max_pixels >= 0, "decode_image: max_pixels %lld < 0",
                    (long long)opts->max_pixels);
+    DIST_CHECK_ARG(opts->num_parallel >= 0 || opts->num_parallel == DIST_AUTOTUNE,
+                   "decode_image: num_parallel %d (0 or 1: the caller's thread, N > 1 threads, or "
+                   "DIST_AUTOTUNE)",
+                   opts->num_parallel);
     decode_ctx *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "decode_image: out of memory");
     c->component = opts->component;
@@ -212,10 +179,11 @@ dist_status dist_dataset_map_decode_image(dist_dataset *in, const dist_decode_im
     c->shape[2] = opts->channels;
     c->bytes = (size_t)opts->height * (size_t)opts->width * (size_t)opts->channels;
     char label[96];
+    /* not num_parallel: it changes how fast, never what (a saved iterator state stays valid) */
     snprintf(label, sizeof label, "decode_image(%d,%d,%d,%d,%s)", opts->component, opts->height,
              opts->width, opts->channels,
              opts->size_policy == DIST_JPEG_RESIZE ? "resize" : "reject");
-    return decode_node_new(in, c, label, out);
+    return decode_node_new(in, c, opts->num_parallel, label, out);
 }
 
 dist_status dist_dataset_map_decode_raw(dist_dataset *in, int component, dist_dtype dtype, int ndim,
@@ -247,5 +215,5 @@ dist_status dist_dataset_map_decode_raw(dist_dataset *in, int component, dist_dt
         len += (size_t)snprintf(label + len, sizeof label - len, "%s%lld", d ? "," : "",
                                 (long long)shape[d]);
     if (len < sizeof label) snprintf(label + len, sizeof label - len, "])");
-    return decode_node_new(in, c, label, out);
+    return decode_node_new(in, c, 1, label, out);
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dist_status slot_reserve(elem_slot *slot, int i, size_t bytes) {
+dist_status slot_reserve(elem_slot *slot, int i, size_t bytes) {
     if (bytes <= slot->cap[i] && slot->t[i].data) return DIST_OK;
     void *p = realloc(slot->t[i].data, bytes ? bytes : 1);
     if (!p)

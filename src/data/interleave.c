@@ -9,21 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dist_status interleave_new(char **paths, int n, dist_file_reader_fn reader, void *user,
-                                  int cycle, int block, int parallel, int skip_bad,
-                                  const dist_element_spec *spec, const char *label,
-                                  dist_dataset **out) {
+dist_status interleave_new(char **paths, int n, dist_file_reader_fn reader, void *user,
+                           owned_ctx owned, int cycle, int block, int parallel, int skip_bad,
+                           const dist_element_spec *spec, const char *label, dist_dataset **out) {
     dist_dataset *ds = NULL;
     dist_status st = node_new(NODE_INTERLEAVE, NULL, &ds, "%s", label);
     if (st != DIST_OK) {
         for (int i = 0; i < n; i++) free(paths[i]);
         free(paths);
+        if (owned.release) owned.release(owned.ctx);
         return st;
     }
     ds->u.interleave.paths = paths;
     ds->u.interleave.count = n;
     ds->u.interleave.reader = reader;
     ds->u.interleave.user = user;
+    ds->u.interleave.owned = owned;
     ds->u.interleave.cycle_length = cycle;
     ds->u.interleave.block_length = block;
     ds->u.interleave.num_parallel = parallel;
@@ -75,8 +76,8 @@ dist_status dist_dataset_from_files(const char *const *paths, int n, dist_file_r
     char label[600];
     snprintf(label, sizeof label, "files(%d,%s,%d,%d%s)", n, o.name ? o.name : "reader",
              o.cycle_length, o.block_length, o.skip_bad ? ",skip_bad" : "");
-    return interleave_new(v, kept, reader, user, o.cycle_length, o.block_length, o.num_parallel,
-                          o.skip_bad, o.element_spec, label, out);
+    return interleave_new(v, kept, reader, user, (owned_ctx){NULL, NULL, NULL}, o.cycle_length,
+                          o.block_length, o.num_parallel, o.skip_bad, o.element_spec, label, out);
 }
 
 dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index,
@@ -87,7 +88,9 @@ dist_status interleave_node_subset(const dist_dataset *leaf, int num, int index,
     if (!v) return dist_error(DIST_OUT_OF_MEMORY, "auto-shard: out of memory");
     char label[700];
     snprintf(label, sizeof label, "%s.file_shard(%d,%d)", leaf->label, num, index);
-    return interleave_new(v, kept, leaf->u.interleave.reader, leaf->u.interleave.user,
+    owned_ctx owned = leaf->u.interleave.owned;
+    if (owned.retain) owned.retain(owned.ctx);
+    return interleave_new(v, kept, leaf->u.interleave.reader, leaf->u.interleave.user, owned,
                           leaf->u.interleave.cycle_length, leaf->u.interleave.block_length,
                           leaf->u.interleave.num_parallel, leaf->u.interleave.skip_bad,
                           leaf->spec.count ? &leaf->spec : NULL, label, out);

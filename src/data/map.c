@@ -71,6 +71,34 @@ dist_status map_new_internal(dist_dataset *in, map_thread_fn tfn, map_state_crea
     return DIST_OK;
 }
 
+dist_status map_new_slots(dist_dataset *in, map_slot_fn sfn, map_state_create_fn create,
+                          map_state_destroy_fn destroy, owned_ctx owned,
+                          const dist_element_spec *spec, int num_parallel, const char *name,
+                          dist_dataset **out) {
+    dist_dataset *ds = NULL;
+    dist_status st = node_new(NODE_MAP, in, &ds, "%s", name);
+    if (st != DIST_OK) {
+        if (owned.release) owned.release(owned.ctx);
+        return st;
+    }
+    ds->spec = *spec;
+    ds->u.map.sfn = sfn;
+    ds->u.map.user = owned.ctx;
+    ds->u.map.owned = owned;
+    ds->u.map.state_create = create;
+    ds->u.map.state_destroy = destroy;
+    ds->u.map.num_parallel = num_parallel == DIST_AUTOTUNE ? DIST_AUTOTUNE
+                             : num_parallel < 1            ? 1
+                                                           : num_parallel;
+    ds->cardinality = in->cardinality;
+    st = node_finish(ds);
+    if (st != DIST_OK)
+        dist_dataset_destroy(ds);
+    else
+        *out = ds;
+    return st;
+}
+
 /* ---- built-in: image normalize ----------------------------------------------------------------
  */
 
@@ -159,6 +187,7 @@ typedef struct map_it {
     /* inline */
     elem_slot out;
     void *state;
+    int64_t count; /* inputs mapped so far in this pass */
     /* parallel */
     int nthreads, window;
     pthread_t *threads;
@@ -185,8 +214,17 @@ typedef struct map_it {
     pthread_cond_t work_cv, done_cv;
 } map_it;
 
-static dist_status call_map(const dist_dataset *ds, const dist_element *in, dist_element *out,
-                            void *state) {
+/* Runs the map on input `index` of the pass into `slot` (a slot map writes the slot; the others
+ * write the tensors slot_alloc_spec preallocated) and points `out` at the result. */
+static dist_status call_map(const dist_dataset *ds, const dist_element *in, int64_t index,
+                            elem_slot *slot, dist_element *out, void *state) {
+    dist_status st;
+    if (ds->u.map.sfn) {
+        st = ds->u.map.sfn(in, index, slot, ds->u.map.user, state);
+        slot_view(slot, out);
+        return st;
+    }
+    slot_view(slot, out);
     if (ds->u.map.tfn) return ds->u.map.tfn(in, out, ds->u.map.user, state);
     return ds->u.map.fn(in, out, ds->u.map.user);
 }
@@ -202,8 +240,7 @@ static dist_status map_inline_next(map_it *it, dist_element *out, int *eos) {
         dist_element in;
         DIST_TRY(node_it_next(it->input, &in, eos));
         if (*eos) return DIST_OK;
-        slot_view(&it->out, out);
-        dist_status st = call_map(ds, &in, out, it->state);
+        dist_status st = call_map(ds, &in, it->count++, &it->out, out, it->state);
         if (st == DIST_OK) return DIST_OK;
         if (!ds->u.map.skip_errors) {
             dist_error_breadcrumb(__FILE__, __LINE__);
@@ -213,11 +250,11 @@ static dist_status map_inline_next(map_it *it, dist_element *out, int *eos) {
     }
 }
 
-static void run_job(map_it *it, map_job *job, void *state) {
+static void run_job(map_it *it, int64_t j, void *state) {
+    map_job *job = &it->jobs[j % it->window];
     dist_element in, out;
     slot_view(&job->in, &in);
-    slot_view(&job->out, &out);
-    dist_status st = call_map(it->base.ds, &in, &out, state);
+    dist_status st = call_map(it->base.ds, &in, j, &job->out, &out, state);
     if (st != DIST_OK)
         carried_error_capture(&job->err, st);
     else
@@ -249,7 +286,7 @@ static void *map_worker(void *arg) {
         pthread_mutex_unlock(&it->mu);
         int wake = 0;
         for (int64_t j = lo; j < lo + take; j++) {
-            run_job(it, &it->jobs[j % it->window], state);
+            run_job(it, j, state);
             wake |= j == atomic_load_explicit(&it->waiting_for, memory_order_acquire);
         }
         pthread_mutex_lock(&it->mu);
@@ -347,7 +384,7 @@ static dist_status map_parallel_next(map_it *it, dist_element *out, int *eos) {
                 /* Help instead of sleeping: the caller is one of the num_parallel threads. */
                 int64_t j = it->claim++;
                 pthread_mutex_unlock(&it->mu);
-                run_job(it, &it->jobs[j % it->window], it->states[it->nthreads]);
+                run_job(it, j, it->states[it->nthreads]);
                 continue;
             }
             atomic_store_explicit(&it->waiting_for, it->head, memory_order_release);
@@ -431,7 +468,8 @@ static dist_status map_start_threads(map_it *it) {
     it->args = calloc((size_t)it->nthreads, sizeof *it->args);
     if (!it->jobs || !it->threads || !it->states || !it->args)
         return dist_error(DIST_OUT_OF_MEMORY, "map: out of memory");
-    for (int i = 0; i < it->window; i++) DIST_TRY(slot_alloc_spec(&it->jobs[i].out, &ds->spec));
+    if (!ds->u.map.sfn)
+        for (int i = 0; i < it->window; i++) DIST_TRY(slot_alloc_spec(&it->jobs[i].out, &ds->spec));
     for (int i = 0; i <= it->nthreads; i++)
         if (ds->u.map.state_create)
             DIST_TRY(ds->u.map.state_create(ds->u.map.user, &it->states[i]));
@@ -461,7 +499,7 @@ dist_status map_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64_t gen, n
     }
     if (ds->u.map.num_parallel == 1 ||
         (ds->u.map.num_parallel == DIST_AUTOTUNE && data_autotune_map_max() == 1)) {
-        DIST_TRY_GOTO(slot_alloc_spec(&it->out, &ds->spec), st, fail);
+        if (!ds->u.map.sfn) DIST_TRY_GOTO(slot_alloc_spec(&it->out, &ds->spec), st, fail);
         if (ds->u.map.state_create)
             DIST_TRY_GOTO(ds->u.map.state_create(ds->u.map.user, &it->state), st, fail);
     } else {

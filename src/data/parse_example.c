@@ -154,7 +154,8 @@ static int list_kind_of(dist_dtype dt) {
 
 /* Walks a list's values: counts them (out == NULL) or writes them. *count is values for
  * numbers, bytes for a BytesList (*items: its values). */
-static int walk_list(pb list, int kind, unsigned char *out, int64_t *count, int64_t *items) {
+static int walk_list(pb list, int kind, unsigned char *out, int64_t *lens, int64_t *count,
+                     int64_t *items) {
     int64_t k = 0, m = 0;
     uint32_t f;
     int wt;
@@ -170,6 +171,7 @@ static int walk_list(pb list, int kind, unsigned char *out, int64_t *count, int6
             if (wt != WT_LEN || !pb_len(&list, &sub)) return 0;
             size_t len = (size_t)(sub.end - sub.p);
             if (out && len) memcpy(out + k, sub.p, len);
+            if (lens) lens[m] = (int64_t)len;
             k += (int64_t)len;
             m++;
         } else if (kind == LIST_FLOAT && wt == WT_I32) {
@@ -232,6 +234,7 @@ static dist_status parse_feature(const dist_feature_spec *s, const found_feature
     if (!found->present) {
         if (s->kind == DIST_FEATURE_VAR_LEN) {
             v->count = 0;
+            v->items = 0;
             return DIST_OK;
         }
         if (s->default_value) return DIST_OK;
@@ -255,7 +258,7 @@ static dist_status parse_feature(const dist_feature_spec *s, const found_feature
         return FEATURE_ERROR(s, record, "the Example holds a %s, the spec asks for a %s",
                              list_name(kind), list_name(want));
     int64_t count = 0, items = 0;
-    if (kind && !walk_list(list, kind, NULL, &count, &items))
+    if (kind && !walk_list(list, kind, NULL, NULL, &count, &items))
         return FEATURE_ERROR(s, record, "malformed %s", list_name(kind));
     if (s->kind == DIST_FEATURE_FIXED_LEN && s->dtype == DIST_U8 && items != 1)
         return FEATURE_ERROR(s, record, "holds %lld bytes values, a scalar bytes feature needs 1",
@@ -264,8 +267,22 @@ static dist_status parse_feature(const dist_feature_spec *s, const found_feature
         return FEATURE_ERROR(s, record, "holds %lld values, its shape holds %lld", (long long)count,
                              (long long)numel);
     DIST_TRY(grow(v, (size_t)count * size, s, record));
-    if (kind) walk_list(list, kind, v->data, &count, NULL);
+    int64_t *lens = NULL;
+    if (s->kind == DIST_FEATURE_VAR_LEN && s->dtype == DIST_U8) {
+        /* each value's length: 8 bytes per value, and each value took 2 bytes of the record */
+        if ((size_t)items * sizeof *lens > v->lens_cap) {
+            void *p = realloc(v->lens, (size_t)items * sizeof *lens);
+            if (!p)
+                return FEATURE_ERROR(s, record, "cannot allocate the lengths of %lld values",
+                                     (long long)items);
+            v->lens = p;
+            v->lens_cap = (size_t)items * sizeof *lens;
+        }
+        lens = v->lens;
+    }
+    if (kind) walk_list(list, kind, v->data, lens, &count, NULL);
     v->count = count;
+    v->items = kind ? items : 0;
     return DIST_OK;
 }
 
@@ -285,6 +302,8 @@ dist_status example_parse(const dist_feature_spec *spec, int n, const unsigned c
 typedef struct parse_ctx {
     atomic_int refs;
     int n;
+    int first[DIST_ELEMENT_MAX]; /* each feature's first component (VarLen bytes takes two) */
+    int components;
     dist_feature_spec spec[DIST_ELEMENT_MAX]; /* keys and defaults point at the copies below */
     char *keys[DIST_ELEMENT_MAX];
     void *defaults[DIST_ELEMENT_MAX];
@@ -311,6 +330,10 @@ typedef struct parse_it {
     dist_tensor out[DIST_ELEMENT_MAX];
 } parse_it;
 
+static int is_var_bytes(const dist_feature_spec *s) {
+    return s->kind == DIST_FEATURE_VAR_LEN && s->dtype == DIST_U8;
+}
+
 static dist_status parse_next(node_it *base, dist_element *out, int *eos) {
     parse_it *it = (parse_it *)base;
     const parse_ctx *c = it->c;
@@ -329,27 +352,40 @@ static dist_status parse_next(node_it *base, dist_element *out, int *eos) {
         const dist_feature_spec *s = &c->spec[i];
         const example_value *v = &it->values[i];
         int64_t len[1];
+        int k = c->first[i];
+        if (is_var_bytes(s)) { /* the values' bytes back to back, then their lengths */
+            len[0] = v->count;
+            it->out[k] = dist_tensor_view(v->data, DIST_U8, 1, len);
+            len[0] = v->items;
+            it->out[k + 1] = dist_tensor_view(v->lens, DIST_I64, 1, len);
+            out->items[k] = &it->out[k];
+            out->items[k + 1] = &it->out[k + 1];
+            continue;
+        }
         if (v->count < 0) { /* the default */
             len[0] = (int64_t)s->default_bytes;
-            it->out[i] = s->dtype == DIST_U8
+            it->out[k] = s->dtype == DIST_U8
                              ? dist_tensor_view(c->defaults[i], DIST_U8, 1, len)
                              : dist_tensor_view(c->defaults[i], s->dtype, s->ndim, s->shape);
         } else if (s->kind == DIST_FEATURE_FIXED_LEN && s->dtype != DIST_U8) {
-            it->out[i] = dist_tensor_view(v->data, s->dtype, s->ndim, s->shape);
+            it->out[k] = dist_tensor_view(v->data, s->dtype, s->ndim, s->shape);
         } else {
             len[0] = v->count;
-            it->out[i] = dist_tensor_view(v->data, s->dtype, 1, len);
+            it->out[k] = dist_tensor_view(v->data, s->dtype, 1, len);
         }
-        out->items[i] = &it->out[i];
+        out->items[k] = &it->out[k];
     }
-    out->count = c->n;
+    out->count = c->components;
     return DIST_OK;
 }
 
 static void parse_it_destroy(node_it *base) {
     parse_it *it = (parse_it *)base;
     node_it_destroy(it->input);
-    for (int i = 0; i < DIST_ELEMENT_MAX; i++) free(it->values[i].data);
+    for (int i = 0; i < DIST_ELEMENT_MAX; i++) {
+        free(it->values[i].data);
+        free(it->values[i].lens);
+    }
     free(it);
 }
 
@@ -370,8 +406,10 @@ static dist_status parse_it_create(const dist_dataset *ds, iter_ctx *ctx, uint64
     return DIST_OK;
 }
 
-static const node_ext_i parse_iface = {"parse_example", parse_it_create, parse_retain,
-                                       parse_release};
+static const node_ext_i parse_iface = {.name = "parse_example",
+                                       .it_create = parse_it_create,
+                                       .retain = parse_retain,
+                                       .release = parse_release};
 
 static dist_status check_feature(const dist_feature_spec *s, int i) {
     DIST_CHECK_ARG(s->key && s->key[0], "parse_example: feature %d has no key", i);
@@ -380,11 +418,6 @@ static dist_status check_feature(const dist_feature_spec *s, int i) {
     DIST_CHECK_ARG(s->dtype == DIST_I64 || s->dtype == DIST_F32 || s->dtype == DIST_U8,
                    "parse_example: feature '%s': dtype %s (int64, float32 or uint8 for bytes)",
                    s->key, dist_dtype_name(s->dtype));
-    if (s->dtype == DIST_U8 && s->kind == DIST_FEATURE_VAR_LEN)
-        return dist_error(DIST_UNSUPPORTED,
-                          "parse_example: feature '%s': a VarLenFeature of bytes is not "
-                          "supported yet",
-                          s->key);
     if (s->dtype == DIST_U8 && s->ndim != 0)
         return dist_error(DIST_UNSUPPORTED,
                           "parse_example: feature '%s': a bytes FixedLenFeature must be a scalar "
@@ -416,8 +449,14 @@ dist_status dist_dataset_parse_example(dist_dataset *in, const dist_feature_spec
     DIST_CHECK_ARG(is->count == 1 && is->dtype[0] == DIST_U8 && is->ndim[0] == 1,
                    "parse_example: the input's elements must be one uint8 [length] tensor "
                    "(serialized records, as dist_dataset_from_tfrecord makes)");
+    int components = 0;
     for (int i = 0; i < num_features; i++) {
         DIST_TRY(check_feature(&spec[i], i));
+        components += is_var_bytes(&spec[i]) ? 2 : 1;
+        DIST_CHECK_ARG(components <= DIST_ELEMENT_MAX,
+                       "parse_example: the features make more than %d components (a VarLenFeature "
+                       "of bytes takes two)",
+                       DIST_ELEMENT_MAX);
         for (int j = 0; j < i; j++)
             DIST_CHECK_ARG(strcmp(spec[i].key, spec[j].key) != 0,
                            "parse_example: feature '%s' is given twice", spec[i].key);
@@ -464,18 +503,27 @@ dist_status dist_dataset_parse_example(dist_dataset *in, const dist_feature_spec
     }
     ds->u.ext.iface = &parse_iface;
     ds->u.ext.ctx = c;
-    ds->spec.count = num_features;
-    for (int i = 0; i < num_features; i++) {
+    ds->spec.count = components;
+    for (int i = 0, k = 0; i < num_features; i++) {
         const dist_feature_spec *s = &spec[i];
-        ds->spec.dtype[i] = s->dtype;
+        c->first[i] = k;
+        ds->spec.dtype[k] = s->dtype;
         if (s->kind == DIST_FEATURE_FIXED_LEN && s->dtype != DIST_U8) {
-            ds->spec.ndim[i] = s->ndim;
-            for (int d = 0; d < s->ndim; d++) ds->spec.shape[i][d] = s->shape[d];
+            ds->spec.ndim[k] = s->ndim;
+            for (int d = 0; d < s->ndim; d++) ds->spec.shape[k][d] = s->shape[d];
         } else {
-            ds->spec.ndim[i] = 1;
-            ds->spec.shape[i][0] = -1;
+            ds->spec.ndim[k] = 1;
+            ds->spec.shape[k][0] = -1;
+        }
+        k++;
+        if (is_var_bytes(s)) {
+            ds->spec.dtype[k] = DIST_I64;
+            ds->spec.ndim[k] = 1;
+            ds->spec.shape[k][0] = -1;
+            k++;
         }
     }
+    c->components = components;
     DIST_TRY_GOTO(node_finish(ds), st, fail);
     *out = ds;
     return DIST_OK;

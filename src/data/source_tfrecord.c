@@ -157,19 +157,41 @@ static dist_status check_options(const dist_tfrecord_options *o, const char *wha
     DIST_CHECK_ARG(o->version == DIST_TFRECORD_OPTIONS_VERSION,
                    "%s: options version %d, this libdist knows %d", what, o->version,
                    DIST_TFRECORD_OPTIONS_VERSION);
-    DIST_CHECK_ARG(o->compression >= DIST_TFRECORD_NONE && o->compression <= DIST_TFRECORD_ZLIB,
+    DIST_CHECK_ARG(o->compression >= DIST_TFRECORD_NONE && o->compression <= DIST_TFRECORD_AUTO,
                    "%s: unknown compression %d", what, (int)o->compression);
     DIST_CHECK_ARG(o->buffer_size >= 0 && o->max_record_bytes >= 0,
                    "%s: buffer_size %lld and max_record_bytes %lld must not be negative", what,
                    (long long)o->buffer_size, (long long)o->max_record_bytes);
+    DIST_CHECK_ARG(o->num_parallel_reads >= 0 && o->num_parallel_reads <= 1024,
+                   "%s: num_parallel_reads %d is outside 0..1024", what, o->num_parallel_reads);
     return DIST_OK;
+}
+
+static uint32_t le32(const unsigned char *b) {
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+/* DIST_TFRECORD_AUTO: what the first bytes of a file are. A first record whose length CRC
+ * holds is an uncompressed file (gzip or zlib bytes pass that check once in 2^32); else the
+ * gzip magic (1f 8b 08) or a zlib header (deflate, the check bits of RFC 1950) names the
+ * compression; anything else is read as uncompressed, and its first record is then reported
+ * as corrupted. */
+dist_tfrecord_compression tfrecord_sniff(const unsigned char *b, size_t n) {
+    if (n >= 12 && dist_crc32c_mask(dist_crc32c(b, 8)) == le32(b + 8)) return DIST_TFRECORD_NONE;
+    if (n >= 3 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8) return DIST_TFRECORD_GZIP;
+    if (n >= 2 && (b[0] & 0x0f) == 8 && (b[0] >> 4) <= 7 && ((b[0] << 8) | b[1]) % 31 == 0)
+        return DIST_TFRECORD_ZLIB;
+    return DIST_TFRECORD_NONE;
 }
 
 dist_status tfrecord_reader_open_memory(const void *bytes, size_t n, const char *name,
                                         const dist_tfrecord_options *opts, tfrecord_reader **out) {
     DIST_CHECK_ARG(out && (bytes || n == 0), "tfrecord: NULL argument");
     DIST_TRY(check_options(opts, "tfrecord"));
-    DIST_TRY(reader_new(name ? name : "<memory>", opts, -1, out));
+    dist_tfrecord_options o = DIST_TFRECORD_OPTIONS_INIT;
+    if (opts) o = *opts;
+    if (o.compression == DIST_TFRECORD_AUTO) o.compression = tfrecord_sniff(bytes, n);
+    DIST_TRY(reader_new(name ? name : "<memory>", &o, -1, out));
     (*out)->in = bytes;
     (*out)->in_len = n;
     (*out)->raw_size = n;
@@ -191,8 +213,22 @@ dist_status tfrecord_reader_open_file(const char *path, const dist_tfrecord_opti
         close(fd);
         return dist_error(DIST_IO, "'%s' is not a readable regular file", path);
     }
+    dist_tfrecord_options o = DIST_TFRECORD_OPTIONS_INIT;
+    if (opts) o = *opts;
+    if (o.compression == DIST_TFRECORD_AUTO) {
+        unsigned char head[12];
+        ssize_t k;
+        do k = pread(fd, head, sizeof head, 0);
+        while (k < 0 && errno == EINTR);
+        if (k < 0) {
+            int e = errno;
+            close(fd);
+            return dist_error_errno(DIST_IO, e, "'%s': read failed", path);
+        }
+        o.compression = tfrecord_sniff(head, (size_t)k);
+    }
     tfrecord_reader *r = NULL;
-    dist_status st = reader_new(path, opts, fd, &r);
+    dist_status st = reader_new(path, &o, fd, &r);
     if (st != DIST_OK) {
         close(fd);
         return st;
@@ -218,10 +254,6 @@ void tfrecord_reader_close(tfrecord_reader *r) {
     free(r->rec);
     free(r->name);
     free(r);
-}
-
-static uint32_t le32(const unsigned char *b) {
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
 static dist_status truncated(const tfrecord_reader *r, uint64_t at, const char *where) {
@@ -432,10 +464,75 @@ static dist_status tfrecord_it_create(const dist_dataset *ds, iter_ctx *ctx, uin
     return DIST_OK;
 }
 
-static const node_ext_i tfrecord_iface = {"tfrecord", tfrecord_it_create, src_retain, src_release};
+static int tfrecord_file_count(const dist_dataset *ds) {
+    return ((const tfrecord_src *)ds->u.ext.ctx)->count;
+}
+
+/* auto-shard FILE: the same source over files index, index + num, ... */
+static dist_status tfrecord_file_subset(const dist_dataset *ds, int num, int index,
+                                        dist_dataset **out) {
+    const tfrecord_src *s = ds->u.ext.ctx;
+    int kept = 0;
+    const char **v = calloc((size_t)s->count, sizeof *v);
+    if (!v) return dist_error(DIST_OUT_OF_MEMORY, "auto-shard: out of memory");
+    for (int i = index; i < s->count; i += num) v[kept++] = s->paths[i];
+    dist_status st = kept ? dist_dataset_from_tfrecord(v, kept, &s->opts, out)
+                          : dist_error(DIST_INVALID_ARGUMENT,
+                                       "auto-shard FILE: worker %d of %d gets none of the %d files",
+                                       index, num, s->count);
+    free(v);
+    return st;
+}
+
+static const node_ext_i tfrecord_iface = {.name = "tfrecord",
+                                          .it_create = tfrecord_it_create,
+                                          .retain = src_retain,
+                                          .release = src_release,
+                                          .file_count = tfrecord_file_count,
+                                          .file_subset = tfrecord_file_subset};
 
 static const char *compression_name(dist_tfrecord_compression c) {
-    return c == DIST_TFRECORD_GZIP ? "GZIP" : c == DIST_TFRECORD_ZLIB ? "ZLIB" : "";
+    return c == DIST_TFRECORD_GZIP   ? "GZIP"
+           : c == DIST_TFRECORD_ZLIB ? "ZLIB"
+           : c == DIST_TFRECORD_AUTO ? "AUTO"
+                                     : "";
+}
+
+/* num_parallel_reads > 1: each file is a one-file source of the interleave. */
+static dist_status open_one_file(const char *path, void *user, dist_dataset **out) {
+    const tfrecord_src *s = user;
+    return dist_dataset_from_tfrecord(&path, 1, &s->opts, out);
+}
+
+static dist_status parallel_reads_new(const char *const *files, int num_files,
+                                      const dist_tfrecord_options *opts, dist_dataset **out) {
+    tfrecord_src *s = calloc(1, sizeof *s);
+    char **paths = calloc((size_t)num_files, sizeof *paths);
+    int n = 0;
+    for (; s && paths && n < num_files; n++)
+        if (!(paths[n] = strdup(files[n]))) break;
+    if (!s || !paths || n < num_files) {
+        for (int i = 0; paths && i < n; i++) free(paths[i]);
+        free(paths);
+        free(s);
+        return dist_error(DIST_OUT_OF_MEMORY, "from_tfrecord: out of memory");
+    }
+    atomic_init(&s->refs, 1);
+    s->opts = *opts;
+    s->opts.num_parallel_reads = 0; /* each file is read by a one-file source */
+    char label[600];
+    size_t len = (size_t)snprintf(label, sizeof label, "tfrecord(%s,%d,reads=%d,[",
+                                  compression_name(opts->compression), opts->ignore_errors != 0,
+                                  opts->num_parallel_reads);
+    for (int i = 0; i < num_files && len < sizeof label; i++)
+        len += (size_t)snprintf(label + len, sizeof label - len, "%s%s", i ? "," : "", files[i]);
+    if (len < sizeof label) snprintf(label + len, sizeof label - len, "])");
+    dist_element_spec spec = {.count = 1, .dtype = {DIST_U8}, .ndim = {1}, .shape = {{-1}}};
+    /* TF's TFRecordDataset(num_parallel_reads=N): ParallelInterleave with cycle_length N,
+     * block_length 1, deterministic */
+    return interleave_new(paths, num_files, open_one_file, s,
+                          (owned_ctx){s, src_retain, src_release}, opts->num_parallel_reads, 1,
+                          opts->num_parallel_reads, 0, &spec, label, out);
 }
 
 dist_status dist_dataset_from_tfrecord(const char *const *files, int num_files,
@@ -445,6 +542,8 @@ dist_status dist_dataset_from_tfrecord(const char *const *files, int num_files,
     DIST_TRY(check_options(opts, "from_tfrecord"));
     for (int i = 0; i < num_files; i++)
         DIST_CHECK_ARG(files[i] != NULL, "from_tfrecord: file %d is NULL", i);
+    if (opts && opts->num_parallel_reads > 1)
+        return parallel_reads_new(files, num_files, opts, out);
     tfrecord_src *s = calloc(1, sizeof *s);
     char **paths = calloc((size_t)num_files, sizeof *paths);
     if (!s || !paths) {

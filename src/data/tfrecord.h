@@ -22,6 +22,8 @@ dist_status tfrecord_reader_open_memory(const void *bytes, size_t n, const char 
 dist_status tfrecord_reader_next(tfrecord_reader *r, const unsigned char **data, size_t *len,
                                  int *eof);
 void tfrecord_reader_close(tfrecord_reader *r);
+/* What DIST_TFRECORD_AUTO reads a file starting with these n bytes as (NONE, GZIP or ZLIB). */
+dist_tfrecord_compression tfrecord_sniff(const unsigned char *b, size_t n);
 
 /* One parsed feature: `count` values (int64_t or float) or `count` bytes (bytes features) in
  * a buffer owned by the caller, grown by example_parse as needed. */
@@ -29,6 +31,9 @@ typedef struct example_value {
     void *data;
     size_t cap;    /* bytes allocated at data */
     int64_t count; /* values (numbers) or bytes (DIST_U8) */
+    int64_t items; /* bytes features: how many values (a VarLenFeature's may be several) */
+    int64_t *lens; /* VarLenFeature of bytes: each value's length (lens_cap bytes allocated) */
+    size_t lens_cap;
 } example_value;
 
 /* Parses one serialized tf.train.Example against `spec` (n features, already validated) into

@@ -253,6 +253,10 @@ START_TEST(test_decode_image_refuses_bad_options) {
     o.component = 1; /* the int32 labels */
     ck_assert_int_eq(dist_dataset_map_decode_image(in, &o, &ds), DIST_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "component 1 is not uint8 [length]"));
+    o.component = 0;
+    o.num_parallel = -7;
+    ck_assert_int_eq(dist_dataset_map_decode_image(in, &o, &ds), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "num_parallel -7"));
     ck_assert_ptr_null(ds);
     dist_dataset_destroy(in);
 }
@@ -292,6 +296,86 @@ START_TEST(test_decode_raw_reads_little_endian_floats_of_the_shape) {
 }
 END_TEST
 
+/* 8 PNG rows of distinct images, padded to one row length (PNG ignores bytes after IEND). */
+static unsigned char *eight_pngs(int64_t *len) {
+    unsigned char *png[8];
+    size_t n[8], longest = 0;
+    for (int i = 0; i < 8; i++) {
+        unsigned char pix[28 * 28];
+        pattern(pix, 28, 28, 1);
+        pix[i * 30] = (unsigned char)(i + 1); /* each image differs */
+        png[i] = png_of(pix, 28, 28, 1, &n[i]);
+        if (n[i] > longest) longest = n[i];
+    }
+    unsigned char *all = calloc(8, longest);
+    for (int i = 0; i < 8; i++) {
+        memcpy(all + (size_t)i * longest, png[i], n[i]);
+        free(png[i]);
+    }
+    *len = (int64_t)longest;
+    return all;
+}
+
+/* Every element's image and label, concatenated. */
+static void collect(dist_dataset *ds, unsigned char *pix, int32_t *labels, int64_t *count) {
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    int64_t k = 0;
+    for (;;) {
+        dist_element e;
+        int end = 0;
+        ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+        if (end) break;
+        memcpy(pix + (size_t)k * 28 * 28, e.items[0]->data, 28 * 28);
+        labels[k++] = *(const int32_t *)e.items[1]->data;
+    }
+    *count = k;
+    dist_iterator_destroy(it);
+}
+
+START_TEST(test_decode_image_on_several_threads_gives_the_same_elements_in_order) {
+    int64_t len = 0;
+    unsigned char *pngs = eight_pngs(&len);
+    unsigned char want[8 * 28 * 28], got[8 * 28 * 28];
+    int32_t want_labels[8], got_labels[8];
+    int64_t nw = 0, ng = 0;
+    dist_dataset *one = decoded(rows(pngs, 8, len), 28, 28, 1);
+    collect(one, want, want_labels, &nw);
+    ck_assert_int_eq(nw, 8);
+    ck_assert_int_eq(want_labels[6], 9);
+    ck_assert_int_eq(want[6 * 28 * 28 + 6 * 30], 7); /* image 6 is image 6 */
+    const int parallel[3] = {3, 8, DIST_AUTOTUNE};
+    for (int p = 0; p < 3; p++) {
+        dist_decode_image_options o = DIST_DECODE_IMAGE_OPTIONS_INIT;
+        o.height = o.width = 28;
+        o.num_parallel = parallel[p];
+        dist_dataset *in = rows(pngs, 8, len), *ds = NULL;
+        ck_assert_int_eq(dist_dataset_map_decode_image(in, &o, &ds), DIST_OK);
+        dist_dataset_destroy(in);
+        /* the same pipeline whatever the threads: the description does not change */
+        ck_assert_str_eq(dist_dataset_describe(ds), dist_dataset_describe(one));
+        collect(ds, got, got_labels, &ng);
+        ck_assert_int_eq(ng, 8);
+        ck_assert_mem_eq(got, want, sizeof want);
+        ck_assert_mem_eq(got_labels, want_labels, sizeof want_labels);
+        dist_dataset_destroy(ds);
+    }
+    /* the error of record 5 names record 5 with 4 threads too */
+    memset(pngs + 5 * len + 20, 0xee, 40);
+    dist_decode_image_options o = DIST_DECODE_IMAGE_OPTIONS_INIT;
+    o.height = o.width = 28;
+    o.num_parallel = 4;
+    dist_dataset *in = rows(pngs, 8, len), *ds = NULL;
+    ck_assert_int_eq(dist_dataset_map_decode_image(in, &o, &ds), DIST_OK);
+    dist_dataset_destroy(in);
+    ck_assert_int_eq(read_all(ds), DIST_FORMAT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "record 5"));
+    dist_dataset_destroy(ds);
+    dist_dataset_destroy(one);
+    free(pngs);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("decode_image");
     TCase *tc = tcase_create("decode");
@@ -304,6 +388,7 @@ int main(void) {
     tcase_add_test(tc, test_decode_image_gif_bytes_are_named_with_their_record);
     tcase_add_test(tc, test_decode_image_refuses_bad_options);
     tcase_add_test(tc, test_decode_raw_reads_little_endian_floats_of_the_shape);
+    tcase_add_test(tc, test_decode_image_on_several_threads_gives_the_same_elements_in_order);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -345,23 +345,144 @@ START_TEST(test_tfrecord_glob_lists_shards_in_byte_order) {
 }
 END_TEST
 
-START_TEST(test_tfrecord_auto_shard_splits_the_records_by_data) {
-    buf a = {.n = 0};
-    put_record(&a, "r0", 2);
-    put_record(&a, "r1", 2);
-    put_record(&a, "r2", 2);
-    put_record(&a, "r3", 2);
-    const char *f = write_file("s.tfrecord", a.b, a.n);
-    dist_dataset *ds = NULL, *mine = NULL;
-    ck_assert_int_eq(dist_dataset_from_tfrecord(&f, 1, NULL, &ds), DIST_OK);
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_FILE, 2, 1, 1, &mine),
-                     DIST_NOT_FOUND); /* FILE sharding of TFRecord files: not yet */
-    ck_assert_int_eq(dist_dataset_auto_shard(ds, DIST_AUTO_SHARD_AUTO, 2, 1, 1, &mine), DIST_OK);
-    char text[64];
-    ck_assert_int_eq(read_all(mine, text, sizeof text, NULL), DIST_OK);
-    ck_assert_str_eq(text, "r1|r3");
+/* Reads ds after auto_shard(policy, workers, index); the status of the shard call. */
+static dist_status shard_text(dist_dataset *ds, dist_auto_shard_policy policy, int workers,
+                              int index, char *text, size_t size) {
+    dist_dataset *mine = NULL;
+    dist_status st = dist_dataset_auto_shard(ds, policy, workers, index, 1, &mine);
+    if (st != DIST_OK) return st;
+    ck_assert_int_eq(read_all(mine, text, size, NULL), DIST_OK);
     dist_dataset_destroy(mine);
+    return DIST_OK;
+}
+
+/* Three files: a (a0 a1), b (b0), c (c0 c1 c2). */
+static void abc_files(const char **files) {
+    buf a = {.n = 0}, b = {.n = 0}, c = {.n = 0};
+    put_record(&a, "a0", 2);
+    put_record(&a, "a1", 2);
+    put_record(&b, "b0", 2);
+    put_record(&c, "c0", 2);
+    put_record(&c, "c1", 2);
+    put_record(&c, "c2", 2);
+    static char names[3][512];
+    snprintf(names[0], sizeof names[0], "%s", write_file("a.tfrecord", a.b, a.n));
+    snprintf(names[1], sizeof names[1], "%s", write_file("b.tfrecord", b.b, b.n));
+    snprintf(names[2], sizeof names[2], "%s", write_file("c.tfrecord", c.b, c.n));
+    for (int i = 0; i < 3; i++) files[i] = names[i];
+}
+
+START_TEST(test_tfrecord_auto_shard_gives_each_worker_its_files_as_tf_data) {
+    const char *files[3];
+    abc_files(files);
+    char text[128];
+    for (int reads = 0; reads <= 2; reads += 2) {
+        dist_tfrecord_options o = DIST_TFRECORD_OPTIONS_INIT;
+        o.num_parallel_reads = reads;
+        dist_dataset *ds = NULL, *top = NULL;
+        ck_assert_int_eq(dist_dataset_from_tfrecord(files, 3, &o, &ds), DIST_OK);
+        for (int p = DIST_AUTO_SHARD_AUTO; p <= DIST_AUTO_SHARD_FILE; p++) {
+            /* worker 0 reads files 0 and 2, worker 1 file 1 (tf.data's FILE sharding) */
+            ck_assert_int_eq(shard_text(ds, p, 2, 0, text, sizeof text), DIST_OK);
+            ck_assert_str_eq(text, reads ? "a0|c0|a1|c1|c2" : "a0|a1|c0|c1|c2");
+            ck_assert_int_eq(shard_text(ds, p, 2, 1, text, sizeof text), DIST_OK);
+            ck_assert_str_eq(text, "b0");
+        }
+        /* the stages above the source are rebuilt over each worker's files */
+        ck_assert_int_eq(dist_dataset_take(ds, 2, &top), DIST_OK);
+        ck_assert_int_eq(shard_text(top, DIST_AUTO_SHARD_FILE, 2, 0, text, sizeof text), DIST_OK);
+        ck_assert_str_eq(text, reads ? "a0|c0" : "a0|a1");
+        /* DATA: every worker reads every file and keeps every second record */
+        ck_assert_int_eq(shard_text(ds, DIST_AUTO_SHARD_DATA, 2, 1, text, sizeof text), DIST_OK);
+        ck_assert_str_eq(text, reads ? "b0|c0|c2" : "a1|c0|c2");
+        /* fewer files than workers: FILE and AUTO fail as tf.data does, DATA works */
+        for (int p = DIST_AUTO_SHARD_AUTO; p <= DIST_AUTO_SHARD_FILE; p++) {
+            ck_assert_int_eq(shard_text(ds, p, 4, 3, text, sizeof text), DIST_INVALID_ARGUMENT);
+            ck_assert_ptr_nonnull(strstr(dist_last_error(), "has 3 file(s), fewer than the 4"));
+        }
+        ck_assert_int_eq(shard_text(ds, DIST_AUTO_SHARD_DATA, 4, 3, text, sizeof text), DIST_OK);
+        ck_assert_str_eq(text, "c0");
+        dist_dataset_destroy(top);
+        dist_dataset_destroy(ds);
+    }
+}
+END_TEST
+
+START_TEST(test_tfrecord_parallel_reads_interleave_files_in_tf_order) {
+    const char *files[3];
+    abc_files(files);
+    char text[128];
+    dist_tfrecord_options o = DIST_TFRECORD_OPTIONS_INIT;
+    /* TFRecordDataset(files, num_parallel_reads=2): cycle 2, block 1; b ends, c takes its place */
+    o.num_parallel_reads = 2;
+    ck_assert_int_eq(read_files(files, 3, &o, text, sizeof text, NULL), DIST_OK);
+    ck_assert_str_eq(text, "a0|b0|a1|c0|c1|c2");
+    o.num_parallel_reads = 3;
+    ck_assert_int_eq(read_files(files, 3, &o, text, sizeof text, NULL), DIST_OK);
+    ck_assert_str_eq(text, "a0|b0|c0|a1|c1|c2");
+    o.num_parallel_reads = 8; /* more than the files: all at once */
+    ck_assert_int_eq(read_files(files, 3, &o, text, sizeof text, NULL), DIST_OK);
+    ck_assert_str_eq(text, "a0|b0|c0|a1|c1|c2");
+    /* a damaged file among them: the error names it; ignore_errors skips its rest and counts */
+    buf d = {.n = 0};
+    put_record(&d, "d0", 2);
+    put_record(&d, "d1", 2);
+    d.b[d.n - 6] ^= 1; /* d1's data */
+    const char *four[4] = {files[0], write_file("d.tfrecord", d.b, d.n), files[1], files[2]};
+    ck_assert_int_eq(read_files(four, 4, &o, text, sizeof text, NULL), DIST_FORMAT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "d.tfrecord"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "corrupted record at 30"));
+    o.ignore_errors = 1;
+    int64_t skipped = 0;
+    ck_assert_int_eq(read_files(four, 4, &o, text, sizeof text, &skipped), DIST_OK);
+    ck_assert_str_eq(text, "a0|d0|b0|c0|a1|c1|c2");
+    ck_assert_int_eq(skipped, 1);
+    o.num_parallel_reads = -1;
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tfrecord(files, 3, &o, &ds), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "num_parallel_reads -1"));
+}
+END_TEST
+
+START_TEST(test_tfrecord_auto_compression_reads_each_file_by_its_first_bytes) {
+    buf a = {.n = 0};
+    three_records(&a);
+    const char *files[3] = {write_file("n.tfrecord", a.b, a.n), write_gzip("g.tfrecord", a.b, a.n),
+                            write_zlib("z.tfrecord", a.b, a.n)};
+    dist_tfrecord_options o = DIST_TFRECORD_OPTIONS_INIT;
+    o.compression = DIST_TFRECORD_AUTO;
+    char text[256];
+    ck_assert_int_eq(read_files(files, 3, &o, text, sizeof text, NULL), DIST_OK);
+    ck_assert_str_eq(text, "alpha||gamma!|alpha||gamma!|alpha||gamma!");
+    /* an uncompressed file whose first bytes look like gzip (a record of 0x088b1f bytes: the
+     * length field starts 1f 8b 08) is read as uncompressed: its length CRC holds */
+    size_t big = 0x088b1f;
+    unsigned char *data = malloc(big + 16);
+    buf g = {.n = 0};
+    put_header(&g, big);
+    ck_assert_int_eq(g.b[0], 0x1f);
+    ck_assert_int_eq(g.b[1], 0x8b);
+    ck_assert_int_eq(g.b[2], 0x08);
+    memcpy(data, g.b, 12);
+    memset(data + 12, 'q', big);
+    uint32_t crc = dist_crc32c_mask(dist_crc32c(data + 12, big));
+    for (int i = 0; i < 4; i++) data[12 + big + (size_t)i] = (unsigned char)(crc >> (8 * i));
+    const char *f = write_file("looks_gzip.tfrecord", data, big + 16);
+    free(data);
+    dist_dataset *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tfrecord(&f, 1, &o, &ds), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(ds, &it), DIST_OK);
+    dist_element e;
+    int end = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.items[0]->shape[0], (int64_t)big);
+    dist_iterator_destroy(it);
     dist_dataset_destroy(ds);
+    /* bytes of no kind: read as uncompressed, the first record is corrupted */
+    f = write_file("junk.tfrecord", "0123456789abcdefgh", 18);
+    ck_assert_int_eq(read_files(&f, 1, &o, text, sizeof text, NULL), DIST_FORMAT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "corrupted record at 0"));
 }
 END_TEST
 
@@ -661,7 +782,7 @@ START_TEST(test_parse_example_skips_unknown_fields_and_refuses_overrunning_lengt
     buf features = {.n = 0};
     put(&features, entries.b, entries.n);
     put_field(&ex, 1, &features);
-    example_value values[1] = {{NULL, 0, 0}};
+    example_value values[1] = {{.data = NULL}};
     dist_feature_spec spec[1] = {{.key = "a", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64}};
     ck_assert_int_eq(example_parse(spec, 1, ex.b, ex.n, 0, values), DIST_OK);
     ck_assert_int_eq(values[0].count, 1);
@@ -680,13 +801,228 @@ START_TEST(test_parse_example_refuses_bad_specs_and_inputs) {
     const char *f = write_file("s.tfrecord", a.b, a.n);
     dist_dataset *rec = NULL, *ds = NULL;
     ck_assert_int_eq(dist_dataset_from_tfrecord(&f, 1, NULL, &rec), DIST_OK);
-    dist_feature_spec varbytes = {.key = "s", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8};
-    ck_assert_int_eq(dist_dataset_parse_example(rec, &varbytes, 1, &ds), DIST_UNSUPPORTED);
+    /* five VarLenFeatures of bytes take ten components */
+    dist_feature_spec varbytes[5] = {{.key = "s0", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8},
+                                     {.key = "s1", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8},
+                                     {.key = "s2", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8},
+                                     {.key = "s3", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8},
+                                     {.key = "s4", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8}};
+    ck_assert_int_eq(dist_dataset_parse_example(rec, varbytes, 4, &ds), DIST_OK);
+    dist_dataset_destroy(ds);
+    ds = NULL;
+    ck_assert_int_eq(dist_dataset_parse_example(rec, varbytes, 5, &ds), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "more than 8 components"));
+    dist_feature_spec shaped = {.key = "s", .dtype = DIST_U8, .ndim = 1, .shape = {2}};
+    ck_assert_int_eq(dist_dataset_parse_example(rec, &shaped, 1, &ds), DIST_UNSUPPORTED);
     dist_feature_spec twice[2] = {{.key = "k", .dtype = DIST_I64}, {.key = "k", .dtype = DIST_F32}};
     ck_assert_int_eq(dist_dataset_parse_example(rec, twice, 2, &ds), DIST_INVALID_ARGUMENT);
     dist_feature_spec i32 = {.key = "k", .dtype = DIST_I32};
     ck_assert_int_eq(dist_dataset_parse_example(rec, &i32, 1, &ds), DIST_INVALID_ARGUMENT);
     dist_dataset_destroy(rec);
+}
+END_TEST
+
+START_TEST(test_parse_example_varlen_bytes_gives_the_values_and_their_lengths) {
+    buf entries = {.n = 0}, l = {.n = 0}, v = {.n = 0};
+    int64_t label = 4;
+    int64_list(&l, &label, 1, 0);
+    put_entry(&entries, "label", 3, &l);
+    const char *values[3] = {"ab", "", "cde"};
+    buf list = {.n = 0};
+    for (int i = 0; i < 3; i++) {
+        v.n = 0;
+        put(&v, values[i], strlen(values[i]));
+        put_field(&list, 1, &v);
+    }
+    put_entry(&entries, "frames", 1, &list);
+    float w = 0.5f;
+    float_list(&l, &w, 1, 1);
+    put_entry(&entries, "w", 2, &l);
+    example_of(&g_ex[0], &entries);
+    buf only = {.n = 0};
+    int64_list(&l, &label, 1, 0);
+    put_entry(&only, "label", 3, &l);
+    float_list(&l, &w, 1, 0);
+    put_entry(&only, "w", 2, &l);
+    example_of(&g_ex[1], &only); /* "frames" absent: no values */
+    dist_feature_spec spec[3] = {
+        {.key = "label", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64},
+        {.key = "frames", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_U8},
+        {.key = "w", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_F32}};
+    dist_iterator *it = parse_over(g_ex, 2, spec, 3);
+    dist_element e;
+    int end = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.count, 4); /* label, the bytes, their lengths, w */
+    ck_assert_int_eq(*(int64_t *)e.items[0]->data, 4);
+    ck_assert_int_eq(e.items[1]->dtype, DIST_U8);
+    ck_assert_int_eq(e.items[1]->shape[0], 5);
+    ck_assert_mem_eq(e.items[1]->data, "abcde", 5);
+    ck_assert_int_eq(e.items[2]->dtype, DIST_I64);
+    ck_assert_int_eq(e.items[2]->shape[0], 3);
+    const int64_t *lens = e.items[2]->data;
+    ck_assert_int_eq(lens[0], 2);
+    ck_assert_int_eq(lens[1], 0);
+    ck_assert_int_eq(lens[2], 3);
+    ck_assert_float_eq(*(float *)e.items[3]->data, 0.5f);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.items[1]->shape[0], 0);
+    ck_assert_int_eq(e.items[2]->shape[0], 0);
+    ck_assert_float_eq(*(float *)e.items[3]->data, 0.5f);
+    dist_iterator_destroy(it);
+}
+END_TEST
+
+/* Examples 0..n-1 with "tokens" = [k*10 .. k*10 + len[k]) and "label" = k; the parse of them. */
+static dist_dataset *token_examples(const int *len, int n) {
+    buf file = {.n = 0};
+    for (int k = 0; k < n; k++) {
+        buf entries = {.n = 0}, l = {.n = 0}, ex = {.n = 0};
+        int64_t v[16];
+        for (int i = 0; i < len[k]; i++) v[i] = k * 10 + i;
+        int64_list(&l, v, len[k], 1);
+        put_entry(&entries, "tokens", 3, &l);
+        int64_t label = k;
+        int64_list(&l, &label, 1, 0);
+        put_entry(&entries, "label", 3, &l);
+        example_of(&ex, &entries);
+        put_record(&file, ex.b, ex.n);
+    }
+    const char *f = write_file("tokens.tfrecord", file.b, file.n);
+    dist_dataset *rec = NULL, *ds = NULL;
+    ck_assert_int_eq(dist_dataset_from_tfrecord(&f, 1, NULL, &rec), DIST_OK);
+    dist_feature_spec spec[2] = {
+        {.key = "tokens", .kind = DIST_FEATURE_VAR_LEN, .dtype = DIST_I64},
+        {.key = "label", .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64}};
+    ck_assert_int_eq(dist_dataset_parse_example(rec, spec, 2, &ds), DIST_OK);
+    dist_dataset_destroy(rec);
+    return ds;
+}
+
+START_TEST(test_padded_batch_pads_each_batch_to_its_longest_or_to_a_shape) {
+    const int len[5] = {2, 0, 3, 1, 1};
+    dist_dataset *ds = token_examples(len, 5), *b = NULL;
+    dist_padded_batch_options o = DIST_PADDED_BATCH_OPTIONS_INIT;
+    o.padding_values[0] = -1;
+    ck_assert_int_eq(dist_dataset_padded_batch(ds, 3, 0, &o, &b), DIST_OK);
+    const dist_element_spec *spec = dist_dataset_element_spec(b);
+    ck_assert_int_eq(spec->ndim[0], 2);
+    ck_assert_int_eq(spec->shape[0][1], -1);
+    ck_assert_int_eq(dist_dataset_cardinality(b), DIST_CARDINALITY_UNKNOWN);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+    dist_element e;
+    int end = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.items[0]->shape[0], 3);
+    ck_assert_int_eq(e.items[0]->shape[1], 3); /* the longest of 2, 0, 3 */
+    const int64_t want0[9] = {0, 1, -1, -1, -1, -1, 20, 21, 22};
+    ck_assert_mem_eq(e.items[0]->data, want0, sizeof want0);
+    const int64_t labels0[3] = {0, 1, 2};
+    ck_assert_mem_eq(e.items[1]->data, labels0, sizeof labels0);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK); /* the partial last batch */
+    ck_assert_int_eq(e.items[0]->shape[0], 2);
+    ck_assert_int_eq(e.items[0]->shape[1], 1);
+    const int64_t want1[2] = {30, 40};
+    ck_assert_mem_eq(e.items[0]->data, want1, sizeof want1);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(end, 1);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(b);
+    /* a fixed padded shape: 4 wide; an element above it fails naming it */
+    o.has_padded_shapes = 1;
+    o.padded_shapes[0][0] = 4;
+    ck_assert_int_eq(dist_dataset_padded_batch(ds, 5, 1, &o, &b), DIST_OK);
+    ck_assert_int_eq(dist_dataset_element_spec(b)->shape[0][1], 4);
+    ck_assert_int_eq(dist_dataset_element_spec(b)->shape[0][0], 5);
+    ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.items[0]->shape[1], 4);
+    ck_assert_int_eq(((int64_t *)e.items[0]->data)[4 * 2 + 3], -1);
+    ck_assert_int_eq(((int64_t *)e.items[0]->data)[4 * 4 + 0], 40);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(b);
+    o.padded_shapes[0][0] = 2;
+    ck_assert_int_eq(dist_dataset_padded_batch(ds, 5, 0, &o, &b), DIST_OK);
+    ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "element 2 item 0 has 3 in dimension 0"));
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(b);
+    /* a padded shape below a known dimension is refused now (the label is a scalar: rank 0,
+       so give the tokens' rank-1 shape to a known-shape source instead) */
+    ck_assert_int_eq(dist_dataset_padded_batch(ds, 0, 0, NULL, &b), DIST_INVALID_ARGUMENT);
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_padded_batch_pads_rank_two_blocks_row_by_row) {
+    /* float [2,3] elements padded to [3,4] with 9.5 */
+    float v[2][2][3] = {{{1, 2, 3}, {4, 5, 6}}, {{7, 8, 9}, {10, 11, 12}}};
+    int64_t shape[3] = {2, 2, 3};
+    dist_tensor t = dist_tensor_view(v, DIST_F32, 3, shape);
+    dist_tensor *ptrs[1] = {&t};
+    dist_dataset *ds = NULL, *b = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(ptrs, 1, 1, &ds), DIST_OK);
+    dist_padded_batch_options o = DIST_PADDED_BATCH_OPTIONS_INIT;
+    o.has_padded_shapes = 1;
+    o.padded_shapes[0][0] = 3;
+    o.padded_shapes[0][1] = 4;
+    o.padding_values[0] = 9.5;
+    ck_assert_int_eq(dist_dataset_padded_batch(ds, 2, 0, &o, &b), DIST_OK);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+    dist_element e;
+    int end = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.items[0]->ndim, 3);
+    ck_assert_int_eq(e.items[0]->shape[1], 3);
+    ck_assert_int_eq(e.items[0]->shape[2], 4);
+    const float want[24] = {1, 2, 3, 9.5, 4,  5,  6,  9.5, 9.5, 9.5, 9.5, 9.5,
+                            7, 8, 9, 9.5, 10, 11, 12, 9.5, 9.5, 9.5, 9.5, 9.5};
+    ck_assert_mem_eq(e.items[0]->data, want, sizeof want);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(b);
+    o.padded_shapes[0][1] = 2; /* below the known 3 */
+    ck_assert_int_eq(dist_dataset_padded_batch(ds, 2, 0, &o, &b), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "padded shape 2 is below the elements' 3"));
+    dist_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(test_ragged_batch_gives_values_and_row_lengths) {
+    const int len[4] = {2, 0, 3, 1};
+    dist_dataset *ds = token_examples(len, 4), *b = NULL;
+    ck_assert_int_eq(dist_dataset_ragged_batch(ds, 3, 0, &b), DIST_OK);
+    const dist_element_spec *spec = dist_dataset_element_spec(b);
+    ck_assert_int_eq(spec->count, 3); /* tokens' values, their row lengths, labels */
+    ck_assert_int_eq(spec->dtype[1], DIST_I64);
+    ck_assert_int_eq(spec->ndim[2], 1);
+    dist_iterator *it = NULL;
+    ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+    dist_element e;
+    int end = 0;
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.count, 3);
+    ck_assert_int_eq(e.items[0]->shape[0], 5);
+    const int64_t values[5] = {0, 1, 20, 21, 22}, lengths[3] = {2, 0, 3}, labels[3] = {0, 1, 2};
+    ck_assert_mem_eq(e.items[0]->data, values, sizeof values);
+    ck_assert_mem_eq(e.items[1]->data, lengths, sizeof lengths);
+    ck_assert_mem_eq(e.items[2]->data, labels, sizeof labels);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(e.items[0]->shape[0], 1);
+    ck_assert_int_eq(e.items[1]->shape[0], 1);
+    ck_assert_int_eq(((int64_t *)e.items[0]->data)[0], 30);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(b);
+    ck_assert_int_eq(dist_dataset_ragged_batch(ds, 3, 1, &b), DIST_OK); /* drop the partial */
+    ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+    ck_assert_int_eq(end, 1);
+    dist_iterator_destroy(it);
+    dist_dataset_destroy(b);
+    dist_dataset_destroy(ds);
 }
 END_TEST
 
@@ -704,7 +1040,9 @@ static Suite *tfrecord_suite(void) {
     tcase_add_test(tc, test_tfrecord_a_hostile_length_is_refused_before_any_allocation);
     tcase_add_test(tc, test_tfrecord_missing_file_is_not_found_naming_it);
     tcase_add_test(tc, test_tfrecord_glob_lists_shards_in_byte_order);
-    tcase_add_test(tc, test_tfrecord_auto_shard_splits_the_records_by_data);
+    tcase_add_test(tc, test_tfrecord_auto_shard_gives_each_worker_its_files_as_tf_data);
+    tcase_add_test(tc, test_tfrecord_parallel_reads_interleave_files_in_tf_order);
+    tcase_add_test(tc, test_tfrecord_auto_compression_reads_each_file_by_its_first_bytes);
     tcase_add_test(tc, test_tfrecord_bad_arguments_are_refused);
     suite_add_tcase(s, tc);
     TCase *ex = tcase_create("example");
@@ -717,6 +1055,10 @@ static Suite *tfrecord_suite(void) {
     tcase_add_test(ex, test_parse_example_packed_and_unpacked_values_are_the_same);
     tcase_add_test(ex, test_parse_example_skips_unknown_fields_and_refuses_overrunning_lengths);
     tcase_add_test(ex, test_parse_example_refuses_bad_specs_and_inputs);
+    tcase_add_test(ex, test_parse_example_varlen_bytes_gives_the_values_and_their_lengths);
+    tcase_add_test(ex, test_padded_batch_pads_each_batch_to_its_longest_or_to_a_shape);
+    tcase_add_test(ex, test_padded_batch_pads_rank_two_blocks_row_by_row);
+    tcase_add_test(ex, test_ragged_batch_gives_values_and_row_lengths);
     suite_add_tcase(s, ex);
     return s;
 }
