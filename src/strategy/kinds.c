@@ -8,13 +8,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* In the public enum's order. */
+/* In the public enum's order, one line each (a new kind adds its line above the last). */
 #define DIST_STRATEGY_KINDS(X)                                                                     \
     X(one_device)                                                                                  \
     X(mirrored)                                                                                    \
     X(multi_worker)                                                                                \
     X(parameter_server)                                                                            \
-    X(tpu)
+    X(tpu)                                                                                         \
+    /* the end of the list */
 
 #define DIST_KIND_DECLARE(k) extern const dist_strategy_kind_desc dist_strategy_kind_##k;
 #define DIST_KIND_ENTRY(k) &dist_strategy_kind_##k,
