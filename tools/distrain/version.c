@@ -1,6 +1,7 @@
 #include "version.h"
 
 #include <dist/backend.h>
+#include <dist/strategy.h>
 #include <dist/tensor.h>
 #include <dnnl.h>
 
@@ -23,6 +24,10 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
 void distrain_print_version(FILE *out) {
     const dnnl_version_t *v = dnnl_version();
     fprintf(out, "distrain (libdist) %s\n", DISTRAIN_VERSION);
+    fprintf(out, "Strategies:");
+    for (int k = 0; k < dist_strategy_kind_count(); k++)
+        fprintf(out, "%s %s", k ? "," : "", dist_strategy_kind_name((dist_strategy_kind)k));
+    fputc('\n', out);
     fprintf(out, "oneDNN %d.%d.%d, CPU ISA in use: %s\n", v->major, v->minor, v->patch,
             isa_name(dnnl_get_effective_cpu_isa()));
     /* Creating a GPU backend is how the library loads the module: its error says why not. */
