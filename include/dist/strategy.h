@@ -38,7 +38,12 @@ typedef enum dist_strategy_kind {
     DIST_STRATEGY_MIRRORED,
     DIST_STRATEGY_MULTI_WORKER,
     DIST_STRATEGY_PARAMETER_SERVER,
-    DIST_STRATEGY_TPU
+    DIST_STRATEGY_TPU,
+    /* tf.distribute.experimental.CentralStorageStrategy: compute mirrored over the local
+     * replicas, the variables once on replica 0's device (the host for CPU replicas), updated
+     * once there and read by the other replicas after each update. As TF's LossScaleOptimizer,
+     * do not combine it with loss scaling: the scale's update would run on replica 0 only. */
+    DIST_STRATEGY_CENTRAL_STORAGE
 } dist_strategy_kind;
 
 /* How gradients meet across the replicas of one process (tf.distribute's cross_device_ops). */

@@ -15,6 +15,7 @@
     X(multi_worker)                                                                                \
     X(parameter_server)                                                                            \
     X(tpu)                                                                                         \
+    X(central_storage)                                                                             \
     /* the end of the list */
 
 #define DIST_KIND_DECLARE(k) extern const dist_strategy_kind_desc dist_strategy_kind_##k;
