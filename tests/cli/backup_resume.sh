@@ -1,5 +1,5 @@
 #!/bin/sh
-# usage: backup_resume.sh DISTRAIN WORKDIR
+# usage: backup_resume.sh DISTRAIN WORKDIR [STRATEGY]
 # distrain --backup-dir, SIGKILLed during epoch 3 of 5 and started again with the same command,
 # ends with the same weights, byte for byte, as an uninterrupted run. Then the same with the
 # newest backup bit-flipped before the restart: it is refused with a message and the previous
@@ -8,10 +8,11 @@
 set -u
 distrain=$1
 work=$2
+strategy=${3:-mirrored} # over cpu:0,cpu:1
 rm -rf "$work"
 mkdir -p "$work"
 steps=40
-common="--epochs 5 --steps-per-epoch $steps --strategy mirrored --devices cpu:0,cpu:1 --threads 1"
+common="--epochs 5 --steps-per-epoch $steps --strategy $strategy --devices cpu:0,cpu:1 --threads 1"
 
 fail() {
     printf 'FAIL: %s\n' "$1"

@@ -983,6 +983,16 @@ static int check_flags(distrain_options *o) {
                         "supported there\n");
         return 2;
     }
+    if (o->strategy_kind == DIST_STRATEGY_CENTRAL_STORAGE &&
+        ((o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0) ||
+         (o->loss_scale && strcmp(o->loss_scale, "none") != 0))) {
+        /* TF's LossScaleOptimizer refuses it too: the update that adjusts the scale runs on the
+         * central device only, while every replica scales its loss */
+        fprintf(stderr, "distrain: --strategy central_storage: loss scaling (--loss-scale, "
+                        "--mixed-precision fp16) is not supported with it, as in TensorFlow; use "
+                        "mirrored, or --mixed-precision bf16\n");
+        return 2;
+    }
     if (o->epochs == 0) {
         /* nothing trains: a flag about training or its epochs would do nothing */
         const char *idle = o->checkpoint_dir                 ? "--checkpoint-dir"
