@@ -3,7 +3,9 @@
  * OUT/mnist-test.tfrecord-00000-of-00001, each record a tf.train.Example with the features
  * "image" (bytes: a 28x28 grayscale PNG, written by libpng) and "label" (int64), in an order
  * shuffled with a fixed seed (TFDS shuffles the examples when it writes the shards).
- * usage: make_tfrecord_mnist OUT [train_count [test_count]] (default: the whole subset) */
+ * With --in-order the examples keep the IDX order (consecutive blocks per shard, odd shards
+ * gzip-compressed): reading the shards in turn gives what the IDX files give.
+ * usage: make_tfrecord_mnist [--in-order] OUT [train_count [test_count]] (default: all) */
 #include <dist/mnist.h>
 #include <errno.h>
 #include <png.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 /* A growable byte buffer. */
 typedef struct bytes {
@@ -109,14 +112,37 @@ static int example_of(const unsigned char *pix, int label, bytes *ex) {
     return 0;
 }
 
+/* Compresses the file at path with gzip, in place (TFRecordOptions(compression_type="GZIP")
+ * writes the same stream format). */
+static int gzip_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return perror(path), 1;
+    bytes all = {0};
+    unsigned char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) put(&all, chunk, n);
+    fclose(f);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.gz-tmp", path);
+    gzFile g = gzopen(tmp, "wb");
+    int rc = !g || (all.n && gzwrite(g, all.b, (unsigned)all.n) != (int)all.n);
+    if (g && gzclose(g) != Z_OK) rc = 1;
+    free(all.b);
+    if (rc || rename(tmp, path)) return perror(tmp), 1;
+    return 0;
+}
+
+/* in_order: the examples in the IDX order, in consecutive blocks (shard s holds the s-th of
+ * `shards` blocks) and the odd shards gzip-compressed, so that reading the shards one after
+ * the other gives the IDX order; else shuffled and dealt round-robin (TFDS-style). */
 static int write_split(const char *out, const char *split, int shards, const dist_tensor *images,
-                       const dist_tensor *labels, int64_t count, uint64_t seed) {
+                       const dist_tensor *labels, int64_t count, uint64_t seed, int in_order) {
     int64_t total = images->shape[0];
     if (count > total) count = total;
     int64_t *order = malloc(sizeof *order * (size_t)total);
     if (!order) return 1;
     for (int64_t i = 0; i < total; i++) order[i] = i;
-    for (int64_t i = total - 1; i > 0; i--) { /* Fisher-Yates with an LCG: fixed, portable */
+    for (int64_t i = total - 1; i > 0 && !in_order; i--) { /* Fisher-Yates with an LCG */
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         int64_t j = (int64_t)((seed >> 33) % (uint64_t)(i + 1));
         int64_t t = order[i];
@@ -131,11 +157,14 @@ static int write_split(const char *out, const char *split, int shards, const dis
         snprintf(path, sizeof path, "%s/mnist-%s.tfrecord-%05d-of-%05d", out, split, s, shards);
         FILE *f = fopen(path, "wb");
         if (!f) return perror(path), free(order), 1;
-        for (int64_t k = s; k < count && !rc; k += shards) {
+        int64_t lo = in_order ? s * count / shards : s;
+        int64_t hi = in_order ? (s + 1) * count / shards : count;
+        for (int64_t k = lo; k < hi && !rc; k += in_order ? 1 : shards) {
             int64_t i = order[k];
             rc = example_of(px + i * 784, lab[i], &ex) || put_record(f, &ex);
         }
         if (fclose(f) || rc) rc = (perror(path), 1);
+        if (!rc && in_order && s % 2 == 1) rc = gzip_file(path);
     }
     free(ex.b);
     free(order);
@@ -143,8 +172,11 @@ static int write_split(const char *out, const char *split, int shards, const dis
 }
 
 int main(int argc, char **argv) {
+    int in_order = argc > 1 && strcmp(argv[1], "--in-order") == 0;
+    argv += in_order;
+    argc -= in_order;
     if (argc < 2) {
-        fprintf(stderr, "usage: %s OUT [train_count [test_count]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--in-order] OUT [train_count [test_count]]\n", argv[0]);
         return 2;
     }
     int64_t train = argc > 2 ? atoll(argv[2]) : INT64_MAX;
@@ -158,9 +190,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rc = write_split(argv[1], "train", 2, dist_mnist_train_images(m),
-                         dist_mnist_train_labels(m), train, 42) ||
+                         dist_mnist_train_labels(m), train, 42, in_order) ||
              write_split(argv[1], "test", 1, dist_mnist_test_images(m), dist_mnist_test_labels(m),
-                         test, 43);
+                         test, 43, in_order);
     dist_mnist_destroy(m);
     return rc;
 }

@@ -108,9 +108,31 @@ static dist_status check_images(dist_dataset *ds, int64_t *count) {
     return st;
 }
 
+/* Whether the image feature holds raw pixels: its first record is 784 bytes that are neither
+ * PNG nor JPEG (tf.io.serialize_tensor-free uint8 [28, 28] bytes, as numpy's tobytes() writes
+ * them); encoded images are decoded (and any other bytes named as an error). */
+static dist_status raw_images(dist_dataset *ds, int *raw) {
+    dist_iterator *it = NULL;
+    DIST_RETURN_IF_ERROR(dist_iterator_create(ds, &it));
+    dist_element e;
+    int end = 0;
+    dist_status st = dist_iterator_next(it, &e, &end);
+    *raw = 0;
+    if (!st && !end) {
+        const unsigned char *b = e.items[0]->data;
+        int64_t n = e.items[0]->shape[0];
+        int png = n >= 4 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G';
+        int jpeg = n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
+        *raw = n == 28 * 28 && !png && !jpeg;
+    }
+    dist_iterator_destroy(it);
+    return st;
+}
+
 /* One split of a --data-format tfrecord directory, named as TensorFlow Datasets names shards
  * (mnist-train.tfrecord-00000-of-00001): tf.train.Examples of an encoded image (PNG or JPEG
- * bytes) and an int64 label, decoded to uint8 [28, 28, 1] (resized as the JPEG folders are),
+ * bytes, or 784 raw pixels) and an int64 label, decoded to uint8 [28, 28, 1] (resized as the
+ * JPEG folders are),
  * read once now to count them and to find a damaged record before the training. */
 static int tfrecord_split(const distrain_options *o, const char *split, const char *what,
                           dist_dataset **out, int64_t *count) {
@@ -123,10 +145,17 @@ static int tfrecord_split(const distrain_options *o, const char *split, const ch
         {.key = o->label_feature, .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64}};
     dist_decode_image_options di = DIST_DECODE_IMAGE_OPTIONS_INIT;
     di.height = di.width = 28;
+    di.num_parallel = DIST_AUTOTUNE; /* decode threads tuned while it runs */
     dist_dataset *ds = NULL, *next;
     dist_status st = dist_dataset_from_tfrecord_glob(pattern, &to, &ds);
     if (!st) st = chain(&ds, dist_dataset_parse_example(ds, spec, 2, &next), &next);
-    if (!st) st = chain(&ds, dist_dataset_map_decode_image(ds, &di, &next), &next);
+    int raw = 0;
+    if (!st) st = raw_images(ds, &raw);
+    static const int64_t pixels[3] = {28, 28, 1};
+    if (!st && raw)
+        st = chain(&ds, dist_dataset_map_decode_raw(ds, 0, DIST_U8, 3, pixels, &next), &next);
+    else if (!st)
+        st = chain(&ds, dist_dataset_map_decode_image(ds, &di, &next), &next);
     if (!st) st = check_images(ds, count);
     if (!st && *count == 0) {
         fprintf(stderr, "distrain: %s: the %s set has no examples\n", pattern, what);
@@ -642,6 +671,75 @@ static dist_status make_loss_scale(run_state *s) {
     return dist_loss_scale_optimizer_create(s->optimizer, &lo, &s->loss_scale);
 }
 
+/* multi_worker with FILE sharding: this worker's TFRecord shards through the whole pipeline
+ * (tf.data's FILE policy), its global batches split into per-replica batches. */
+static dist_status file_shard_fn(const dist_input_context *ctx, void *user, dist_dataset **out) {
+    run_state *s = user;
+    return dist_dataset_auto_shard(s->train, DIST_AUTO_SHARD_FILE, ctx->num_input_pipelines,
+                                   ctx->input_pipeline_id, ctx->num_replicas_in_sync, out);
+}
+
+/* multi_worker: 1 when each worker reads its own TFRecord shards (--auto-shard file, or auto
+ * when the shards give every worker as many batches: synchronous steps need that), 0 when
+ * every worker reads all the data and keeps its replicas' part of each batch (DATA), -1 after
+ * printing why --auto-shard file cannot be honoured. *mine: this worker's examples. */
+static int choose_file_sharding(run_state *s, int64_t *mine) {
+    const distrain_options *o = s->o;
+    int want = strcmp(o->auto_shard, "file") == 0;
+    if (strcmp(o->auto_shard, "data") == 0) return 0;
+    if (strcmp(o->data_format, "tfrecord") != 0 || o->validation_split > 0) {
+        if (!want) return 0;
+        fprintf(stderr, "distrain: --auto-shard file needs --data-format tfrecord shards and no "
+                        "--validation-split (the split is taken from the whole training set)\n");
+        return -1;
+    }
+    int workers = dist_strategy_num_workers(s->strategy);
+    int64_t batches0 = -1, rows0 = -1;
+    for (int w = 0; w < workers; w++) {
+        dist_dataset *part = NULL;
+        dist_status st =
+            dist_dataset_auto_shard(s->train, DIST_AUTO_SHARD_FILE, workers, w, 1, &part);
+        if (st != DIST_OK) {
+            if (!want) return 0;
+            fprintf(stderr, "distrain: --auto-shard file: %s\n", dist_last_error());
+            return -1;
+        }
+        dist_iterator *it = NULL;
+        int64_t batches = 0, rows = 0;
+        st = dist_iterator_create(part, &it);
+        for (int end = 0; !st && !end;) {
+            dist_element e;
+            st = dist_iterator_next(it, &e, &end);
+            if (!st && !end) {
+                batches++;
+                rows += e.items[0]->shape[0];
+            }
+        }
+        dist_iterator_destroy(it);
+        dist_dataset_destroy(part);
+        if (st != DIST_OK) {
+            fprintf(stderr, "distrain: reading worker %d's shards: %s\n", w, dist_last_error());
+            return -1;
+        }
+        if (w == dist_strategy_worker_id(s->strategy)) *mine = rows;
+        if (w == 0) {
+            batches0 = batches;
+            rows0 = rows;
+        } else if (batches != batches0) {
+            if (!want) return 0;
+            fprintf(stderr,
+                    "distrain: --auto-shard file: worker 0's shards make %lld batches of %lld, "
+                    "worker %d's %lld (%lld and %lld examples); synchronous training needs as "
+                    "many on every worker: split the data into shards of equal size, or use "
+                    "--auto-shard data\n",
+                    (long long)batches0, (long long)o->batch_size, w, (long long)batches,
+                    (long long)rows0, (long long)rows);
+            return -1;
+        }
+    }
+    return 1;
+}
+
 /* parameter_server: each worker's dataset is its own shuffle of the training set (its data
  * seed), in per-replica batches. */
 static dist_status ps_dataset_fn(const dist_input_context *ctx, void *user, dist_dataset **out) {
@@ -888,10 +986,25 @@ static int train(run_state *s) {
                                                               : "JPEG class folders",
                    s->data_source, (long long)s->train_examples, (long long)s->test_examples);
     }
+    int by_file = 0;
+    int64_t my_examples = 0;
+    if (!rc && !ps_kind && dist_strategy_num_workers(s->strategy) > 1) {
+        by_file = choose_file_sharding(s, &my_examples);
+        if (by_file < 0) rc = 2;
+        if (by_file > 0 && !o->quiet)
+            printf("Input: FILE sharding: worker %d reads its own TFRecord shards (%lld of the "
+                   "%lld training examples)\n",
+                   dist_strategy_worker_id(s->strategy), (long long)my_examples,
+                   (long long)s->train_examples);
+    }
     dist_distributed_dataset *dtrain = NULL, *dtest = NULL, *dval = NULL;
-    if (dist_strategy_distribute_dataset(s->strategy, s->train, &dtrain) ||
-        dist_strategy_distribute_dataset(s->strategy, s->test, &dtest) ||
-        (s->val && dist_strategy_distribute_dataset(s->strategy, s->val, &dval)))
+    if (rc) {
+        /* refused above */
+    } else if ((by_file ? dist_strategy_distribute_datasets_from_function(s->strategy,
+                                                                          file_shard_fn, s, &dtrain)
+                        : dist_strategy_distribute_dataset(s->strategy, s->train, &dtrain)) ||
+               dist_strategy_distribute_dataset(s->strategy, s->test, &dtest) ||
+               (s->val && dist_strategy_distribute_dataset(s->strategy, s->val, &dval)))
         rc = fail("distributing the data");
     if (!rc && ps_kind) {
         if (dist_coordinator_create(s->strategy, NULL, &s->coordinator) ||
@@ -1078,6 +1191,14 @@ static int check_flags(distrain_options *o) {
     if (o->dataset && strcmp(o->data_format, "tfrecord") == 0) {
         fprintf(stderr, "distrain: --dataset does not apply to --data-format tfrecord (the "
                         "records under --data-dir are the data)\n");
+        return 2;
+    }
+    if (strcmp(o->auto_shard, "file") == 0 &&
+        (o->strategy_kind != DIST_STRATEGY_MULTI_WORKER ||
+         strcmp(o->data_format, "tfrecord") != 0 || o->validation_split > 0)) {
+        fprintf(stderr, "distrain: --auto-shard file needs --strategy multi_worker, --data-format "
+                        "tfrecord shards and no --validation-split (the split is taken from the "
+                        "whole training set)\n");
         return 2;
     }
     int rc = 0;

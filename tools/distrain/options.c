@@ -45,10 +45,18 @@ static const distrain_flag flags[] = {
      "*train*.tfrecord* and *test*.tfrecord* shards for tfrecord)"},
     {"--data-format", 1, "idx|jpeg-folder|tfrecord", "idx", "how --data-dir is laid out"},
     {"--image-feature", 1, "NAME", "image",
-     "tfrecord: the tf.train.Example feature holding the encoded image (PNG or JPEG bytes)"},
+     "tfrecord: the tf.train.Example feature holding the image (PNG or JPEG bytes, or 784 raw "
+     "uint8 pixels)"},
     {"--label-feature", 1, "NAME", "label", "tfrecord: the int64 label feature"},
-    {"--tfrecord-compression", 1, "none|gzip|zlib", "none",
-     "tfrecord: how the shards are compressed (TFRecordDataset's compression_type)"},
+    {"--feature-keys", 1, "image=KEY,label=KEY", "image=image,label=label",
+     "tfrecord: both feature names at once"},
+    {"--tfrecord-compression", 1, "auto|none|gzip|zlib", "auto",
+     "tfrecord: how the shards are compressed (TFRecordDataset's compression_type; auto: each "
+     "file's first bytes tell)"},
+    {"--auto-shard", 1, "auto|file|data", "auto",
+     "multi_worker: how workers split the training data (tf.data's AutoShardPolicy): file = "
+     "each worker reads its own TFRecord shards; data = every worker reads all and keeps its "
+     "part of each batch; auto = file for TFRecord shards that split evenly, else data"},
     {"--epochs", 1, "N", "5",
      "epochs to train; 0 trains nothing: evaluates --load-weights, or writes the initial "
      "weights to --save-weights"},
@@ -243,6 +251,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->data_format = "idx";
     o->image_feature = "image";
     o->label_feature = "label";
+    o->tfrecord_compression = DIST_TFRECORD_AUTO;
+    o->auto_shard = "auto";
     o->epochs = 5;
     o->batch_size = 64;
     o->optimizer = "adam";
@@ -346,15 +356,44 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         } else if (strcmp(a, "--label-feature") == 0) {
             if (!*v) return bad(a, v, "a feature name is needed");
             o->label_feature = v;
+        } else if (strcmp(a, "--feature-keys") == 0) {
+            /* image=KEY,label=KEY (either or both) */
+            static char keys[2][256];
+            char copy[600];
+            if (strlen(v) >= sizeof copy) return bad(a, v, "too long");
+            snprintf(copy, sizeof copy, "%s", v);
+            char *save = NULL;
+            int any = 0;
+            for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+                char *sep = strchr(kv, '=');
+                if (!sep || !sep[1]) return bad(a, v, "expected image=KEY,label=KEY");
+                *sep = 0;
+                int which = strcmp(kv, "image") == 0 ? 0 : strcmp(kv, "label") == 0 ? 1 : -1;
+                if (which < 0) return bad(a, v, "the keys are image and label");
+                if (strlen(sep + 1) >= sizeof keys[which]) return bad(a, v, "a key is too long");
+                snprintf(keys[which], sizeof keys[which], "%s", sep + 1);
+                if (which == 0)
+                    o->image_feature = keys[0];
+                else
+                    o->label_feature = keys[1];
+                any = 1;
+            }
+            if (!any) return bad(a, v, "expected image=KEY,label=KEY");
+        } else if (strcmp(a, "--auto-shard") == 0) {
+            if (strcmp(v, "auto") && strcmp(v, "file") && strcmp(v, "data"))
+                return bad(a, v, "expected auto, file or data");
+            o->auto_shard = v;
         } else if (strcmp(a, "--tfrecord-compression") == 0) {
-            if (strcmp(v, "none") == 0)
+            if (strcmp(v, "auto") == 0)
+                o->tfrecord_compression = DIST_TFRECORD_AUTO;
+            else if (strcmp(v, "none") == 0)
                 o->tfrecord_compression = DIST_TFRECORD_NONE;
             else if (strcmp(v, "gzip") == 0)
                 o->tfrecord_compression = DIST_TFRECORD_GZIP;
             else if (strcmp(v, "zlib") == 0)
                 o->tfrecord_compression = DIST_TFRECORD_ZLIB;
             else
-                return bad(a, v, "expected none, gzip or zlib");
+                return bad(a, v, "expected auto, none, gzip or zlib");
         } else if (strcmp(a, "--epochs") == 0) {
             if (!(rc = parse_int(a, v, 0, 100000, &n))) o->epochs = (int)n;
         } else if (strcmp(a, "--batch-size") == 0) {

@@ -18,7 +18,8 @@ typedef struct distrain_options {
     const char *data_format;      /* idx | jpeg-folder | tfrecord */
     const char *image_feature;    /* tfrecord: the Example's encoded image (bytes); "image" */
     const char *label_feature;    /* tfrecord: the Example's label (int64); "label" */
-    int tfrecord_compression;     /* tfrecord: dist_tfrecord_compression; none */
+    int tfrecord_compression;     /* tfrecord: dist_tfrecord_compression; auto */
+    const char *auto_shard;       /* multi_worker: auto | file | data */
     int epochs;                   /* 0: evaluate only (with --load-weights) */
     int64_t batch_size;           /* global */
     double learning_rate;         /* <= 0: the optimizer's default */
