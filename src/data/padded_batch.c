@@ -40,6 +40,30 @@ typedef struct pad_it {
 
 static const char *what(const pad_ctx *c) { return c->ragged ? "ragged_batch" : "padded_batch"; }
 
+/* float32 -> IEEE half, rounded to nearest even (overflow to infinity, gradual underflow, NaN
+ * kept), in integer steps: the fuzz build's clang has no _Float16 on x86. */
+static uint16_t half_of(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: infinity */
+    if (a < 0x33000000u) return (uint16_t)sign;              /* < 2^-25: zero */
+    uint32_t h, rem, mid;
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal half, in units of 2^-24 */
+        uint32_t shift = 126u - (a >> 23), m = (a & 0x7fffffu) | 0x800000u;
+        h = m >> shift;
+        rem = m & ((1u << shift) - 1u);
+        mid = 1u << (shift - 1u);
+    } else { /* rebias the exponent (127 -> 15), keep 10 mantissa bits */
+        h = (a - 0x38000000u) >> 13;
+        rem = a & 0x1fffu;
+        mid = 0x1000u;
+    }
+    if (rem > mid || (rem == mid && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
 /* One value of `dtype` holding v. */
 static void encode_value(dist_dtype dtype, double v, unsigned char *out) {
     switch (dtype) {
@@ -49,7 +73,7 @@ static void encode_value(dist_dtype dtype, double v, unsigned char *out) {
         break;
     }
     case DIST_F16: {
-        _Float16 h = (_Float16)v;
+        uint16_t h = half_of((float)v);
         memcpy(out, &h, 2);
         break;
     }

@@ -990,6 +990,41 @@ START_TEST(test_padded_batch_pads_rank_two_blocks_row_by_row) {
 }
 END_TEST
 
+START_TEST(test_padded_batch_pads_float16_and_bfloat16_with_the_nearest_value) {
+    /* one-value f16 / bf16 elements padded to 2 wide: the padding's bits, as numpy rounds */
+    const double values[8] = {0.333, 65519.0, 65520.0, 1e-7, -2.5, 0x1p-25, 3 * 0x1p-26, 6.1e-5};
+    const uint16_t f16[8] = {0x3554, 0x7bff, 0x7c00, 0x0002, 0xc100, 0x0000, 0x0001, 0x03ff};
+    const uint16_t bf16[8] = {0x3eaa, 0x4780, 0x4780, 0x33d7, 0xc020, 0x3300, 0x3340, 0x3880};
+    for (int v = 0; v < 8; v++)
+        for (int kind = 0; kind < 2; kind++) {
+            uint16_t one[1] = {0x1234};
+            int64_t shape[2] = {1, 1};
+            dist_tensor t = dist_tensor_view(one, kind ? DIST_BF16 : DIST_F16, 2, shape);
+            dist_tensor *ptrs[1] = {&t};
+            dist_dataset *ds = NULL, *b = NULL;
+            ck_assert_int_eq(dist_dataset_from_tensor_slices(ptrs, 1, 1, &ds), DIST_OK);
+            dist_padded_batch_options o = DIST_PADDED_BATCH_OPTIONS_INIT;
+            o.has_padded_shapes = 1;
+            o.padded_shapes[0][0] = 2;
+            o.padding_values[0] = values[v];
+            ck_assert_int_eq(dist_dataset_padded_batch(ds, 1, 0, &o, &b), DIST_OK);
+            dist_iterator *it = NULL;
+            ck_assert_int_eq(dist_iterator_create(b, &it), DIST_OK);
+            dist_element e;
+            int end = 0;
+            ck_assert_int_eq(dist_iterator_next(it, &e, &end), DIST_OK);
+            const uint16_t *got = e.items[0]->data;
+            ck_assert_uint_eq(got[0], 0x1234);
+            ck_assert_msg(got[1] == (kind ? bf16[v] : f16[v]), "%s of %g: %04x, expected %04x",
+                          kind ? "bfloat16" : "float16", values[v], got[1],
+                          kind ? bf16[v] : f16[v]);
+            dist_iterator_destroy(it);
+            dist_dataset_destroy(b);
+            dist_dataset_destroy(ds);
+        }
+}
+END_TEST
+
 START_TEST(test_ragged_batch_gives_values_and_row_lengths) {
     const int len[4] = {2, 0, 3, 1};
     dist_dataset *ds = token_examples(len, 4), *b = NULL;
@@ -1059,6 +1094,7 @@ static Suite *tfrecord_suite(void) {
     tcase_add_test(ex, test_padded_batch_pads_each_batch_to_its_longest_or_to_a_shape);
     tcase_add_test(ex, test_padded_batch_pads_rank_two_blocks_row_by_row);
     tcase_add_test(ex, test_ragged_batch_gives_values_and_row_lengths);
+    tcase_add_test(ex, test_padded_batch_pads_float16_and_bfloat16_with_the_nearest_value);
     suite_add_tcase(s, ex);
     return s;
 }
