@@ -7,7 +7,8 @@ Usage: scenario.py DISTRAIN JPEG_DIR WORKDIR [FILTER]
   FILTER:   run only the cases whose name contains it.
 
 Strategies: one_device (cpu:0), mirrored (2 CPU replicas), multi_worker with 2 local worker
-processes over TCP, and over shared memory, parameter_server with 2 workers and 1 ps. Features: a validation split, BackupAndRestore
+processes over TCP, and over shared memory, parameter_server with 2 workers and 1 ps,
+central_storage (2 CPU replicas, the variables on cpu:0). Features: a validation split, BackupAndRestore
 resume after SIGKILL (the resumed run's final weights equal the uninterrupted run's, byte for
 byte: every CPU strategy is deterministic; also with EarlyStopping and ReduceLROnPlateau, whose
 state must travel in the backup), EarlyStopping, ReduceLROnPlateau, mixed_bfloat16,
@@ -30,6 +31,8 @@ STRATEGIES = {
     "mw_tcp": ["--strategy", "multi_worker", "--workers", "2", "--transport", "tcp"],
     "mw_shm": ["--strategy", "multi_worker", "--workers", "2", "--transport", "shm"],
     "ps": ["--strategy", "parameter_server", "--workers", "2", "--ps", "1"],
+    "central_storage": ["--strategy", "central_storage", "--devices", "cpu:0,cpu:1", "--threads",
+                        "1"],
 }
 # Not run, and why (printed): asynchronous updates are not bit-reproducible, so the resume
 # cases' byte-for-byte check does not apply (distrain.ps_restart_resumes covers resuming);
