@@ -1,8 +1,8 @@
 /* TFRecord streams and tf.train.Example records (src/data/source_tfrecord.c, parse_example.c).
  * The first byte picks the path: bit 2 set, the rest is one serialized Example (random bytes
  * rarely carry a right CRC, so the parser is also reached directly); else the rest is a
- * TFRecord stream, uncompressed, gzip or zlib (byte % 3), and every record that passes its CRCs
- * is parsed as an Example. */
+ * TFRecord stream, uncompressed, gzip, zlib or found by its first bytes (byte % 4), and every
+ * record that passes its CRCs is parsed as an Example. fuzz_example fuzzes the parser alone. */
 #include "data/tfrecord.h"
 
 #include <stddef.h>
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     dist_tfrecord_options o = DIST_TFRECORD_OPTIONS_INIT;
-    o.compression = (dist_tfrecord_compression)(mode % 3);
+    o.compression = (dist_tfrecord_compression)(mode % 4); /* NONE, GZIP, ZLIB, AUTO */
     o.max_record_bytes = (int64_t)1 << 24;
     tfrecord_reader *r = NULL;
     if (tfrecord_reader_open_memory(data, size, "fuzz", &o, &r) != DIST_OK) return 0;
