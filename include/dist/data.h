@@ -195,11 +195,12 @@ DIST_API const char *dist_dataset_class_name(const dist_dataset *ds, int index);
 typedef dist_status (*dist_file_reader_fn)(const char *path, void *user, dist_dataset **out);
 
 typedef struct dist_interleave_options {
-    int version;                           /* DIST_INTERLEAVE_OPTIONS_VERSION */
-    int cycle_length;                      /* files open at once; default 4 */
-    int block_length;                      /* consecutive elements taken from each; default 1 */
-    int num_parallel;                      /* > 1: each open file is read ahead on its own thread */
-    int skip_bad;                          /* skip (and count) files that fail to open or read */
+    int version;      /* DIST_INTERLEAVE_OPTIONS_VERSION */
+    int cycle_length; /* files open at once; default 4 */
+    int block_length; /* consecutive elements taken from each; default 1 */
+    int num_parallel; /* > 1: each open file is read ahead on its own thread (a DIST_AUTOTUNE
+                         prefetch per file) */
+    int skip_bad;     /* skip (and count) files that fail to open or read */
     const dist_element_spec *element_spec; /* optional: the files' element spec (copied) */
     const char *name; /* optional: the reader's name, part of the description */
 } dist_interleave_options;

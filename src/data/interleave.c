@@ -1,7 +1,8 @@
 /* A list of files read with (parallel) interleave, with TF's InterleaveDataset order:
  * cycle_length open files, block_length elements from each in turn, a finished file replaced by
  * the next path in its cycle position. num_parallel > 1 reads each open file ahead on its own
- * thread (a prefetch over it), which keeps the order. */
+ * thread (a prefetch over it, AUTOTUNE'd: a buffer of 2 woke the threads for every small
+ * TFRecord record, 6x slower on raw MNIST records than 1.2 M/s), which keeps the order. */
 #include "core/error.h"
 #include "data/dataset.h"
 
@@ -130,7 +131,7 @@ static dist_status open_file(interleave_it *it, int file, node_it **out, dist_da
     if (st != DIST_OK) return dist_error_context(st, "file '%s'", path);
     if (!sub) return dist_error(DIST_INTERNAL, "file '%s': the reader returned no dataset", path);
     if (ds->u.interleave.num_parallel > 1) {
-        st = dist_dataset_prefetch(sub, ds->u.interleave.block_length * 2, &pre);
+        st = dist_dataset_prefetch(sub, DIST_AUTOTUNE, &pre);
         dist_dataset_destroy(sub);
         if (st != DIST_OK) return st;
         sub = pre;
