@@ -42,7 +42,8 @@ typedef enum dist_strategy_kind {
     /* tf.distribute.experimental.CentralStorageStrategy: compute mirrored over the local
      * replicas, the variables once on replica 0's device (the host for CPU replicas), updated
      * once there and read by the other replicas after each update. As TF's LossScaleOptimizer,
-     * do not combine it with loss scaling: the scale's update would run on replica 0 only. */
+     * loss scaling refuses it (DIST_UNSUPPORTED): the scale's update would run on replica 0
+     * only. */
     DIST_STRATEGY_CENTRAL_STORAGE
 } dist_strategy_kind;
 

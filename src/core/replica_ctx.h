@@ -30,6 +30,11 @@ struct dist_replica_ctx {
      * 1/update_shards of every local copy (dist_update_shard_range); the strategy meets the
      * replicas after the callback, so every copy is whole when any of them goes on. */
     int update_shards;
+    /* Set by a strategy whose apply_gradients runs the update callback on one replica only,
+     * the others reading its result (central_storage). A callback that keeps state per replica
+     * and changes it in the update (a dynamic loss scale) would leave the other replicas'
+     * state behind, so it refuses such a strategy, as TF's LossScaleOptimizer does. */
+    int update_on_one;
 };
 
 /* The [lo, hi) of n parameters replica `shard` of `shards` updates: equal parts, each a whole

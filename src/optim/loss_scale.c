@@ -62,9 +62,22 @@ static int replica_of(const dist_tape *tape) {
     return rc ? rc->local_id : 0;
 }
 
+/* Each replica scales its loss by its own copy of the scale, which the update changes: a
+ * strategy that runs the update on one replica only would leave the others' scales behind. */
+static dist_status check_strategy(const dist_tape *tape) {
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    if (rc && rc->update_on_one)
+        return dist_error(DIST_UNSUPPORTED,
+                          "loss scaling is not supported with a strategy that applies the update "
+                          "on one replica only, as TensorFlow's LossScaleOptimizer refuses "
+                          "CentralStorageStrategy; use mirrored");
+    return DIST_OK;
+}
+
 dist_status dist_loss_scale_get_scaled_loss(dist_loss_scale_optimizer *l, dist_tape *tape,
                                             const dist_tensor *loss, dist_tensor **scaled) {
     DIST_CHECK_ARG(l && tape && loss && scaled, "dist_loss_scale_get_scaled_loss: NULL argument");
+    DIST_TRY(check_strategy(tape));
     return dist_op_scale(tape, loss, l->state[replica_of(tape)].loss_scale, scaled);
 }
 
@@ -127,6 +140,7 @@ dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *l, dist_m
                                             dist_tape *tape, int *applied) {
     DIST_CHECK_ARG(l && model && tape, "dist_loss_scale_apply_gradients: NULL argument");
     if (applied) *applied = 0;
+    DIST_TRY(check_strategy(tape));
     dist_replica_ctx *rc = dist_tape_replica(tape);
     if (!rc) return dist_loss_scale_apply_aggregated(l, model, tape, applied);
     /* Aggregate before deciding: an Inf on one replica becomes an Inf in everyone's sum, and

@@ -161,6 +161,8 @@ static dist_status init_central_storage(dist_strategy *s, const dist_strategy_op
     s->ctx = c;
     s->iface = &central_storage_iface;
     DIST_TRY(dist_local_replicas_init(s, devs, n, o));
+    /* the update callback runs on replica 0 only: per-replica state in it cannot follow */
+    for (int r = 0; r < n; r++) s->replicas.rctx[r].update_on_one = 1;
     char centre[32];
     dist_device_str(devs[CS_CENTRAL], centre, sizeof centre);
     snprintf(s->cross_device, sizeof s->cross_device, "%s onto %s", nccl ? "nccl" : "in-process",

@@ -95,8 +95,13 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
         L->num_replicas = r + 1;
         if (st != DIST_OK) return st;
         dist_tape_bind_replica(L->tapes[r], &L->rctx[r]);
-        L->rctx[r] =
-            (dist_replica_ctx){&replica_ctx_iface, s, r, n, r, L->backends[r], L->tapes[r], 0};
+        L->rctx[r] = (dist_replica_ctx){.iface = &replica_ctx_iface,
+                                        .impl = s,
+                                        .replica_id = r,
+                                        .num_replicas = n,
+                                        .local_id = r,
+                                        .backend = L->backends[r],
+                                        .tape = L->tapes[r]};
         s->placement.backends[r] = L->backends[r];
     }
     s->placement.num_replicas = n;

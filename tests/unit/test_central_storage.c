@@ -326,6 +326,52 @@ START_TEST(test_a_model_destroyed_in_a_live_strategy_is_forgotten) {
 }
 END_TEST
 
+/* As TF's LossScaleOptimizer refuses CentralStorageStrategy: each replica scales its loss by
+ * its own copy of the scale, which only the central replica's update would change. */
+static void loss_scaled_step(dist_strategy_kind kind, dist_status want) {
+    trainer t = make_trainer(make(kind, "cpu:0,cpu:1"));
+    dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
+    dist_loss_scale_optimizer *ls;
+    ck_assert_int_eq(dist_loss_scale_optimizer_create(t.opt, &lo, &ls), DIST_OK);
+    dist_mnist *m;
+    ck_assert_int_eq(dist_mnist_load(NULL, &m), DIST_OK);
+    dist_tensor parts[2] = {*dist_mnist_train_images(m), *dist_mnist_train_labels(m)};
+    dist_tensor *ptrs[2] = {&parts[0], &parts[1]};
+    dist_dataset *ds, *n, *b;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(ptrs, 2, 0, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_map_image_normalize(ds, &n), DIST_OK);
+    ck_assert_int_eq(dist_dataset_batch(n, 64, 0, &b), DIST_OK);
+    dist_distributed_dataset *dds;
+    dist_distributed_iterator *it;
+    ck_assert_int_eq(dist_strategy_distribute_dataset(t.s, b, &dds), DIST_OK);
+    ck_assert_int_eq(dist_distributed_dataset_iterator(dds, &it), DIST_OK);
+    dist_per_replica_element e;
+    int end;
+    ck_assert_int_eq(dist_distributed_iterator_next(it, &e, &end), DIST_OK);
+    dist_classifier_step cs = {t.model, t.opt, 64, ls};
+    dist_status st = dist_strategy_run(t.s, dist_classifier_train_step, &cs, &e, NULL);
+    ck_assert_msg(st == want, "%s: status %d, %s", dist_strategy_name(t.s), (int)st,
+                  dist_last_error());
+    if (want != DIST_OK)
+        ck_assert_msg(
+            strstr(dist_last_error(), "LossScaleOptimizer refuses CentralStorageStrategy"), "%s",
+            dist_last_error());
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    dist_dataset_destroy(ds);
+    dist_dataset_destroy(n);
+    dist_dataset_destroy(b);
+    dist_mnist_destroy(m);
+    dist_loss_scale_optimizer_destroy(ls);
+    free_trainer(&t);
+}
+
+START_TEST(test_loss_scaling_is_refused_as_in_tensorflow) {
+    loss_scaled_step(DIST_STRATEGY_CENTRAL_STORAGE, DIST_UNSUPPORTED);
+    loss_scaled_step(DIST_STRATEGY_MIRRORED, DIST_OK);
+}
+END_TEST
+
 START_TEST(test_it_says_where_the_variables_live) {
     dist_strategy *s = make(DIST_STRATEGY_CENTRAL_STORAGE, "cpu:0,cpu:1");
     ck_assert_str_eq(dist_strategy_cross_device_name(s), "in-process onto cpu:0");
@@ -350,6 +396,7 @@ int main(void) {
     tcase_add_test(tc, test_strategy_variables_are_updated_once_and_read_everywhere);
     tcase_add_test(tc, test_per_replica_variables_keep_each_replicas_value);
     tcase_add_test(tc, test_a_model_destroyed_in_a_live_strategy_is_forgotten);
+    tcase_add_test(tc, test_loss_scaling_is_refused_as_in_tensorflow);
     tcase_add_test(tc, test_it_says_where_the_variables_live);
     suite_add_tcase(s, tc);
     return dist_test_run(s);

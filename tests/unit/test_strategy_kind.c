@@ -143,8 +143,13 @@ static dist_status seq_init(dist_strategy *s, const dist_strategy_options *o) {
     DIST_TRY_TEST(dist_backend_create(&bo, &c->backend));
     DIST_TRY_TEST(dist_tape_create(c->backend, &c->tape));
     for (int r = 0; r < SEQ_REPLICAS; r++)
-        c->rctx[r] =
-            (dist_replica_ctx){&seq_rc_iface, s, r, SEQ_REPLICAS, 0, c->backend, c->tape, 0};
+        c->rctx[r] = (dist_replica_ctx){.iface = &seq_rc_iface,
+                                        .impl = s,
+                                        .replica_id = r,
+                                        .num_replicas = SEQ_REPLICAS,
+                                        .local_id = 0,
+                                        .backend = c->backend,
+                                        .tape = c->tape};
     s->num_replicas = SEQ_REPLICAS;
     s->num_replicas_in_sync = SEQ_REPLICAS;
     /* one copy of the variables, which every replica reads */
