@@ -4,6 +4,7 @@
  * through the MPI the build found.
  *
  *   bench_allreduce [--quick] [--procs P] [--transport tcp|tls|shm|mpi]
+ *   bench_allreduce --algorithms [--small] [--quick] [--procs P] [--transport tcp|tls]
  *
  * The MPI rows start this program again as `mpiexec -n P bench_allreduce --mpi-rank`, with
  * OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 and OMPI_MCA_rmaps_base_oversubscribe=1 in the environment
@@ -17,7 +18,12 @@
  * and memcpy of 64 MB in two processes at once (the ceiling of a 2-process shared-memory
  * all-reduce, which has to read each rank's input and write its output at least once: the
  * two cores share the memory bandwidth). Targets (P = 2): TCP >= 1.2 GB/s bus bandwidth at 64 MB, 4
- * KB in <= 100 us; shm >= 5 GB/s at 64 MB. */
+ * KB in <= 100 us; shm >= 5 GB/s at 64 MB.
+ *
+ * --algorithms: the TCP (or TLS) all-reduce's algorithms (net_allreduce.c) side by side at
+ * small and middle sizes (8 B to 4 MB; --small: to 64 KB), P = 2, 4 and 8 (or --procs P, 2 to
+ * 16): each one forced (ring, direct, doubling, scatter), then auto's choice; the rows that set
+ * auto's thresholds. */
 #include "collective/mpi_comm.h"
 #include "collective/net_comm.h"
 
@@ -32,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_P 4
+#define MAX_P 16
 #define REF_BYTES (64u << 20)
 
 static double now_s(void) {
@@ -159,7 +165,17 @@ static double tcp_stream_gbs(int reps) {
 }
 
 static const size_t k_sizes[] = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
-#define NSIZES (int)(sizeof k_sizes / sizeof k_sizes[0])
+static const size_t k_algo_sizes[] = {8,         256,        4u << 10, 16u << 10, 32u << 10,
+                                      64u << 10, 256u << 10, 1u << 20, 4u << 20};
+
+/* What one run times: its sizes, and the algorithm (FROM_ENV: the communicator's default). */
+typedef struct bench_plan {
+    const size_t *sizes;
+    int nsizes;
+    dist_net_allreduce_algorithm algo;
+} bench_plan;
+static const bench_plan k_default_plan = {k_sizes, (int)(sizeof k_sizes / sizeof k_sizes[0]),
+                                          DIST_NET_ALLREDUCE_FROM_ENV};
 
 static int iters_for(size_t bytes, int quick) {
     int n = bytes <= (64u << 10) ? 300 : bytes <= (1u << 20) ? 40 : bytes <= (16u << 20) ? 10 : 7;
@@ -172,12 +188,12 @@ typedef dist_status (*bench_barrier_fn)(void *c);
 typedef dist_status (*bench_all_reduce_fn)(void *c, float *data, size_t count);
 
 static int time_sizes(void *c, bench_barrier_fn barrier, bench_all_reduce_fn all_reduce, int rank,
-                      int quick, int out) {
+                      const bench_plan *plan, int quick, int out) {
     float *data = malloc(64u << 20);
     for (size_t i = 0; i < (64u << 20) / sizeof(float); i++) data[i] = (float)(i % 13);
-    for (int s = 0; s < NSIZES; s++) {
-        size_t count = k_sizes[s] / sizeof(float);
-        int iters = iters_for(k_sizes[s], quick), warm = iters / 5 > 2 ? iters / 5 : 2;
+    for (int s = 0; s < plan->nsizes; s++) {
+        size_t size = plan->sizes[s], count = size / sizeof(float);
+        int iters = iters_for(size, quick), warm = iters / 5 > 2 ? iters / 5 : 2;
         double *times = malloc((size_t)iters * sizeof *times);
         for (int i = 0; i < warm + iters; i++) {
             if (barrier(c) != DIST_OK) return 1;
@@ -189,7 +205,7 @@ static int time_sizes(void *c, bench_barrier_fn barrier, bench_all_reduce_fn all
         free(times);
         if (rank == 0) {
             char line[64];
-            int n = snprintf(line, sizeof line, "%zu %.9f\n", k_sizes[s], m);
+            int n = snprintf(line, sizeof line, "%zu %.9f\n", size, m);
             if (write(out, line, (size_t)n) != n) return 1;
         }
     }
@@ -204,7 +220,7 @@ static dist_status net_all_reduce(void *c, float *data, size_t count) {
 
 /* Rank's part over TCP or shm. */
 static int run_rank(int rank, int p, const char *const *addrs, dist_net_transport t, int tls,
-                    int quick, int out) {
+                    const bench_plan *plan, int quick, int out) {
     dist_net_comm_options o = DIST_NET_COMM_OPTIONS_INIT;
     o.rank = rank;
     o.world = p;
@@ -215,6 +231,7 @@ static int run_rank(int rank, int p, const char *const *addrs, dist_net_transpor
     o.timeout_s = 60;
     o.transport = t;
     o.tls = tls;
+    o.allreduce_algorithm = plan->algo;
     dist_net_comm *c = NULL;
     double t0 = now_s();
     dist_status st = dist_net_comm_create(&o, &c);
@@ -223,7 +240,7 @@ static int run_rank(int rank, int p, const char *const *addrs, dist_net_transpor
         int n = snprintf(line, sizeof line, "0 %.9f\n", now_s() - t0);
         if (write(out, line, (size_t)n) != n) st = DIST_SYSTEM;
     }
-    if (st != DIST_OK || time_sizes(c, net_barrier, net_all_reduce, rank, quick, out) != 0) {
+    if (st != DIST_OK || time_sizes(c, net_barrier, net_all_reduce, rank, plan, quick, out) != 0) {
         fprintf(stderr, "rank %d: %s\n", rank, dist_last_error());
         return 1;
     }
@@ -243,7 +260,8 @@ static int run_mpi_rank(int quick) {
         fprintf(stderr, "mpi: %s\n", dist_last_error());
         return 1;
     }
-    int rc = time_sizes(c, mpi_barrier, mpi_all_reduce, c->first_rank, quick, STDOUT_FILENO);
+    int rc = time_sizes(c, mpi_barrier, mpi_all_reduce, c->first_rank, &k_default_plan, quick,
+                        STDOUT_FILENO);
     if (rc != 0) fprintf(stderr, "mpi rank %d: %s\n", c->first_rank, dist_last_error());
     dist_comm_destroy(c);
     return rc;
@@ -262,14 +280,17 @@ static void print_rows(FILE *f, int p, const char *tname) {
         char size[32];
         if (bytes >= (1u << 20))
             snprintf(size, sizeof size, "%zu MB", bytes >> 20);
-        else
+        else if (bytes >= (1u << 10))
             snprintf(size, sizeof size, "%zu KB", bytes >> 10);
+        else
+            snprintf(size, sizeof size, "%zu B", bytes);
         printf("| %d | %s | %s | %.1f | %.2f | %.2f |\n", p, tname, size, m * 1e6, alg, bus);
         fflush(stdout);
     }
 }
 
-static void run_config(int p, dist_net_transport t, int tls, const char *tname, int quick) {
+static void run_config(int p, dist_net_transport t, int tls, const char *tname,
+                       const bench_plan *plan, int quick) {
     char abuf[MAX_P][32];
     const char *addrs[MAX_P];
     for (int r = 0; r < p; r++) {
@@ -284,7 +305,7 @@ static void run_config(int p, dist_net_transport t, int tls, const char *tname, 
         pids[r] = fork();
         if (pids[r] == 0) {
             close(pfd[0]);
-            _exit(run_rank(r, p, addrs, t, tls, quick, pfd[1]));
+            _exit(run_rank(r, p, addrs, t, tls, plan, quick, pfd[1]));
         }
     }
     close(pfd[1]);
@@ -333,8 +354,49 @@ static void run_mpi_config(int p, int quick) {
 #endif
 }
 
+/* --algorithms: every algorithm forced, then auto, over TCP (or TLS), P = 2, 4, 8. */
+static int run_algorithms(int only_p, const char *only_t, int small, int quick) {
+    int tls = only_t && strcmp(only_t, "tls") == 0;
+    if (only_t && !tls && strcmp(only_t, "tcp") != 0) {
+        fprintf(stderr, "--algorithms runs over tcp or tls, not %s\n", only_t);
+        return 2;
+    }
+    static const struct {
+        dist_net_allreduce_algorithm algo;
+        const char *name;
+    } algos[] = {{DIST_NET_ALLREDUCE_RING, "ring"},
+                 {DIST_NET_ALLREDUCE_DIRECT, "direct"},
+                 {DIST_NET_ALLREDUCE_DOUBLING, "doubling"},
+                 {DIST_NET_ALLREDUCE_SCATTER, "scatter"},
+                 {DIST_NET_ALLREDUCE_AUTO, "auto"}};
+    printf("| P | transport/algorithm | size | median latency (us) | algbw (GB/s) | busbw (GB/s) "
+           "|\n");
+    printf("|---|---|---|---|---|---|\n");
+    /* --procs picks any world up to MAX_P here (the crossovers between 4 and 8) */
+    int ps[] = {2, 4, 8}, nps = 3;
+    if (only_p) {
+        if (only_p < 2 || only_p > MAX_P) {
+            fprintf(stderr, "--procs %d: 2 to %d\n", only_p, MAX_P);
+            return 2;
+        }
+        ps[0] = only_p;
+        nps = 1;
+    }
+    for (int i = 0; i < nps; i++) {
+        for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+            int nsizes = (int)(sizeof k_algo_sizes / sizeof k_algo_sizes[0]);
+            while (small && k_algo_sizes[nsizes - 1] > (64u << 10)) nsizes--;
+            bench_plan plan = {k_algo_sizes, nsizes, algos[a].algo};
+            char tname[32];
+            snprintf(tname, sizeof tname, "%s/%s", tls ? "tls" : "tcp", algos[a].name);
+            run_config(ps[i], DIST_NET_TCP, tls, tname, &plan, quick);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int quick = 0, only_p = 0, mpi_rank = 0;
+    int quick = 0, only_p = 0, mpi_rank = 0, algorithms = 0, small = 0;
     const char *only_t = NULL;
 #ifdef DIST_BENCH_MPI_MODULE
     if (access(DIST_BENCH_MPI_MODULE, F_OK) == 0)
@@ -345,17 +407,24 @@ int main(int argc, char **argv) {
             mpi_rank = 1;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--algorithms") == 0) {
+            algorithms = 1;
+        } else if (strcmp(argv[i], "--small") == 0) {
+            small = 1;
         } else if (strcmp(argv[i], "--procs") == 0 && i + 1 < argc) {
             only_p = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
             only_t = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--procs 2|4] [--transport tcp|tls|shm|mpi]\n",
+            fprintf(stderr,
+                    "usage: %s [--algorithms [--small]] [--quick] [--procs P] "
+                    "[--transport tcp|tls|shm|mpi]\n",
                     argv[0]);
             return 2;
         }
     }
     if (mpi_rank) return run_mpi_rank(quick);
+    if (algorithms) return run_algorithms(only_p, only_t, small, quick);
     int reps = quick ? 3 : 7;
     double tcp = tcp_stream_gbs(reps), mem = memcpy_gbs(reps), pair = memcpy_pair_gbs(reps);
     printf("reference: loopback TCP, one stream, 64 MB: %.2f GB/s; memcpy 64 MB: %.2f GB/s; "
@@ -366,9 +435,13 @@ int main(int argc, char **argv) {
     const int ps[] = {2, 4};
     for (int i = 0; i < 2; i++) {
         if (only_p && only_p != ps[i]) continue;
-        if (!only_t || strcmp(only_t, "tcp") == 0) run_config(ps[i], DIST_NET_TCP, 0, "tcp", quick);
-        if (!only_t || strcmp(only_t, "tls") == 0) run_config(ps[i], DIST_NET_TCP, 1, "tls", quick);
-        if (!only_t || strcmp(only_t, "shm") == 0) run_config(ps[i], DIST_NET_SHM, 0, "shm", quick);
+        const bench_plan *d = &k_default_plan;
+        if (!only_t || strcmp(only_t, "tcp") == 0)
+            run_config(ps[i], DIST_NET_TCP, 0, "tcp", d, quick);
+        if (!only_t || strcmp(only_t, "tls") == 0)
+            run_config(ps[i], DIST_NET_TCP, 1, "tls", d, quick);
+        if (!only_t || strcmp(only_t, "shm") == 0)
+            run_config(ps[i], DIST_NET_SHM, 0, "shm", d, quick);
         if (!only_t || strcmp(only_t, "mpi") == 0) run_mpi_config(ps[i], quick);
     }
     printf("\nbusbw = size / time x 2 (P - 1) / P; targets at P = 2: tcp >= 1.2 GB/s at 64 MB "

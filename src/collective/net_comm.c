@@ -285,7 +285,8 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
             snprintf(c->names[r], NET_NAME_CAP, "rank %d", r);
         snprintf(c->addrs[r], NET_ADDR_CAP, "%s", o->addresses ? o->addresses[r] : "local:0");
     }
-    dist_status st = c->world > 1 ? net_auth_setup(c, o->token, o->allow_insecure != 0) : DIST_OK;
+    dist_status st = net_allreduce_setting(o->allreduce_algorithm, &c->allreduce);
+    if (st == DIST_OK && c->world > 1) st = net_auth_setup(c, o->token, o->allow_insecure != 0);
     if (st == DIST_OK && o->tls && c->world > 1)
         st = net_tls_setup(c, o->tls_cert, o->tls_key, o->tls_ca);
     /* TLS: the bulk data stay on the encrypted sockets */
@@ -334,11 +335,13 @@ static dist_status net_all_reduce(dist_net_comm *c, void *data, size_t count, di
     double deadline = 0;
     DIST_TRY(begin_call(c, timeout_s, &deadline));
     size_t bytes = count * dist_dtype_size(dtype);
-    net_frame f =
-        net_frame_next(c, NET_FRAME_ALL_REDUCE, (uint32_t)dtype | (uint32_t)op << 8, bytes);
+    dist_net_allreduce_algorithm algo = c->shm ? 0 : net_allreduce_pick(c, bytes);
+    uint32_t detail =
+        (uint32_t)dtype | (uint32_t)op << 8 | (uint32_t)algo << NET_DETAIL_ALGORITHM_SHIFT;
+    net_frame f = net_frame_next(c, NET_FRAME_ALL_REDUCE, detail, bytes);
     if (c->world == 1 || count == 0) return DIST_OK;
     if (c->shm) return net_shm_all_reduce(c, &f, data, count, dtype, op, deadline);
-    return net_tcp_all_reduce(c, &f, data, count, dtype, op, deadline);
+    return net_tcp_all_reduce(c, algo, &f, data, count, dtype, op, deadline);
 }
 
 static dist_status net_broadcast(dist_net_comm *c, void *data, size_t bytes, int root,

@@ -49,21 +49,26 @@
  * member cannot replace them. A SET over the value limit is refused and its connection
  * closed unread.
  *
- * Transports for the bulk data: TCP (a pipelined ring: reduce-scatter + all-gather; a direct
- * exchange for messages up to 64 KiB) or, when every rank is on this host (same hostname and
- * boot id), shared memory. Every rank ends with bitwise identical results: each element's sum
- * is computed once, by its owner, in a fixed order, and copied to the others (or, for small
- * messages, computed by every rank in rank order 0..world-1). Shared memory carries the
+ * Transports for the bulk data: TCP or, when every rank is on this host (same hostname and
+ * boot id), shared memory. Over TCP (and TLS) the all-reduce has four algorithms
+ * (dist_net_allreduce_algorithm; auto picks by bytes and world, net_allreduce.c): direct
+ * exchange, recursive doubling, scatter-gather and a pipelined ring. Every rank ends with
+ * bitwise identical results: each element's sum is computed once, by its owner, in a fixed
+ * order, and copied to the others, or computed by every rank in that order. The order is rank
+ * order 0..world-1 for every algorithm but the forced ring (see the enum), and for shared
+ * memory: auto's choice never changes the bits. Shared memory carries the
  * all-reduce; broadcast, all-gather and barrier always travel over the TCP mesh, which also
  * stays open for liveness (a peer's EOF fails a shared-memory wait at once).
  *
  * Frames: every collective message on the mesh starts with a 24-byte header: magic "DLFR" ^
  * kind (all-reduce, broadcast, all-gather, barrier, shared-memory setup), detail (dtype | op
- * << 8, or the broadcast's root), the call's sequence number (calls since create, the same on
- * every rank), its bytes per rank. The ring sends one header ahead of its stream. Over shared
+ * << 8 | algorithm << 16 over TCP, or the broadcast's root), the call's sequence number (calls
+ * since create, the same on every rank), its bytes per rank. The ring sends one header ahead of
+ * its stream; the other algorithms one per message (each round, each piece). Over shared
  * memory each rank publishes its call's sequence number and size with the first chunk. A
  * receiver whose header differs from its own call fails with DIST_INVALID_USAGE naming both
- * ranks, both calls and both sizes: ranks that disagree never corrupt data silently.
+ * ranks, both calls, both sizes and both algorithms: ranks that disagree (on a size, or on
+ * DIST_ALLREDUCE_ALGORITHM) never corrupt data silently.
  *
  * Failures: every blocking call has a deadline. A peer whose connection closes (its process
  * died) fails the call with DIST_PEER_LOST; one that stops answering fails it with
@@ -93,6 +98,20 @@ typedef enum dist_net_transport {
 } dist_net_transport;
 
 #define DIST_NET_PROTOCOL_VERSION 2
+
+/* How the TCP (and TLS) transport all-reduces. Every algorithm sums each element in rank
+ * order, x0 + x1 + ... + x(world-1), except the ring, whose chunk c is summed from rank c on
+ * (xc + xc+1 + ... + xc-1, cyclically): from 3 ranks on the ring's bits differ from the
+ * others', so auto never picks it. Shared memory has one algorithm of its own (rank order too)
+ * and ignores this. */
+typedef enum dist_net_allreduce_algorithm {
+    DIST_NET_ALLREDUCE_FROM_ENV = 0, /* $DIST_ALLREDUCE_ALGORITHM, else auto */
+    DIST_NET_ALLREDUCE_AUTO,         /* by size and world size (net_allreduce.c) */
+    DIST_NET_ALLREDUCE_RING,         /* pipelined ring: reduce-scatter + all-gather */
+    DIST_NET_ALLREDUCE_DIRECT,       /* every rank sends its buffer to every other: 1 round */
+    DIST_NET_ALLREDUCE_DOUBLING,     /* recursive doubling (Bruck): ceil(log2 world) rounds */
+    DIST_NET_ALLREDUCE_SCATTER       /* chunk r to rank r, summed there, then sent to all */
+} dist_net_allreduce_algorithm;
 
 typedef struct dist_net_comm_options {
     int version; /* DIST_NET_COMM_OPTIONS_VERSION */
@@ -126,15 +145,20 @@ typedef struct dist_net_comm_options {
      * for the call. */
     int tls;
     const char *tls_cert, *tls_key, *tls_ca;
+    /* The all-reduce algorithm over TCP/TLS. FROM_ENV: $DIST_ALLREDUCE_ALGORITHM (ring, direct,
+     * doubling, scatter or auto; another value fails create with DIST_INVALID_ARGUMENT naming
+     * it), unset: auto. Every rank must choose alike: the frames carry the algorithm. */
+    dist_net_allreduce_algorithm allreduce_algorithm;
 } dist_net_comm_options;
 
-#define DIST_NET_COMM_OPTIONS_VERSION 3
+#define DIST_NET_COMM_OPTIONS_VERSION 4
 #define DIST_NET_COMM_OPTIONS_INIT                                                                 \
     {                                                                                              \
         .version = DIST_NET_COMM_OPTIONS_VERSION, .rank = 0, .world = 1, .addresses = NULL,        \
         .task_names = NULL, .fingerprint = NULL, .connect_timeout_s = 0.0, .timeout_s = 0.0,       \
         .transport = DIST_NET_AUTO, .token = NULL, .allow_insecure = 0, .wait_log_s = 0.0,         \
-        .tls = 0, .tls_cert = NULL, .tls_key = NULL, .tls_ca = NULL                                \
+        .tls = 0, .tls_cert = NULL, .tls_key = NULL, .tls_ca = NULL,                               \
+        .allreduce_algorithm = DIST_NET_ALLREDUCE_FROM_ENV                                         \
     }
 
 /* Joins the cluster: returns when every rank has joined (or fails with DIST_TIMEOUT naming the

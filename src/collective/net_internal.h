@@ -6,7 +6,9 @@
  *                 serves many pending handshakes at once
  *   net_store.c   the leader's key-value store (a server thread on rank 0)
  *   net_xfer.c    the non-blocking transfer engine: many sends and receives at once
- *   net_ring.c    TCP all-reduce: direct exchange (small) and pipelined ring (large)
+ *   net_allreduce.c  the TCP all-reduce's algorithms by name, the choice by size and world
+ *   net_ring.c    TCP all-reduce: direct exchange and pipelined ring
+ *   net_doubling.c  TCP all-reduce: recursive doubling (Bruck) and scatter-gather, rank order
  *   shm_comm.c    same-host shared-memory all-reduce
  *   net_comm.c    create/destroy, rendezvous, mesh, the public calls */
 #ifndef DIST_COLLECTIVE_NET_INTERNAL_H
@@ -29,8 +31,6 @@
 #define NET_HOST_ID_CAP 160
 #define NET_KEY_CAP 512 /* cluster token bytes */
 #define NET_DIGEST_BYTES 32
-/* Direct exchange up to this many bytes per rank; the pipelined ring above. */
-#define NET_SMALL_BYTES (64 * 1024)
 
 typedef struct net_store net_store;
 typedef struct net_shm net_shm;
@@ -61,6 +61,8 @@ struct dist_net_comm {
     /* How long a waiter busy-polls before sleeping: a wake-up costs tens of microseconds, but
      * with more ranks on this host than cores a spinner takes the core its peer needs. */
     double spin_s;
+    /* the all-reduce algorithm over TCP: AUTO or one forced (options, $DIST_ALLREDUCE_ALGORITHM) */
+    dist_net_allreduce_algorithm allreduce;
     dist_status failed; /* DIST_OK while healthy */
     char failed_msg[512];
 };
@@ -277,11 +279,44 @@ size_t net_peer_list(const dist_net_comm *c, const bool *missing, char *buf, siz
  * *next is when the next line is due (0: start counting now). */
 void net_log_waiting(dist_net_comm *c, double *next, const bool *missing, const char *detail);
 
+/* ---- net_allreduce.c ---- */
+/* The all-reduce frame's detail: dtype | op << 8 | algorithm << 16 (0 over shared memory). */
+#define NET_DETAIL_ALGORITHM_SHIFT 16
+/* "ring", "direct", "doubling", "scatter", "auto"; NULL for another value. */
+const char *net_allreduce_name(dist_net_allreduce_algorithm a);
+/* The setting of a new communicator: `asked` unless FROM_ENV, else $DIST_ALLREDUCE_ALGORITHM,
+ * else AUTO. DIST_INVALID_ARGUMENT naming the variable and the choices for another word. */
+dist_status net_allreduce_setting(dist_net_allreduce_algorithm asked,
+                                  dist_net_allreduce_algorithm *out);
+/* The algorithm of one call: the forced one, or auto's choice by bytes per rank and world
+ * (the same on every rank). */
+dist_net_allreduce_algorithm net_allreduce_pick(const dist_net_comm *c, size_t bytes);
+/* Runs `algo` (never AUTO). op as in core/comm.h; MEAN divides the sums by world where each
+ * element's final value is made. */
+dist_status net_tcp_all_reduce(dist_net_comm *c, dist_net_allreduce_algorithm algo,
+                               const net_frame *frame, void *data, size_t count, dist_dtype dtype,
+                               dist_reduce_op op, double deadline);
+
 /* ---- net_ring.c ---- */
-/* op as in core/comm.h; MEAN divides the sums by world where each element's final value is
- * made. */
-dist_status net_tcp_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
-                               dist_dtype dtype, dist_reduce_op op, double deadline);
+dist_status net_direct_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
+                                  size_t count, dist_dtype dtype, dist_reduce_op op,
+                                  double deadline);
+dist_status net_ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
+                                dist_dtype dtype, dist_reduce_op op, double deadline);
+
+/* ---- net_doubling.c ---- */
+/* Recursive doubling for any world (Bruck's all-gather: in round k rank r sends what it holds,
+ * up to 2^k inputs, to rank r - 2^k), then every rank sums all inputs in rank order. */
+dist_status net_doubling_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
+                                    size_t count, dist_dtype dtype, dist_reduce_op op,
+                                    double deadline);
+/* Rank r receives chunk r of every input and sums it in rank order, then sends the sum to every
+ * rank: the ring's traffic, 2 rounds, rank order; a piece of NET_SCATTER_PIECE_BYTES at a time
+ * (the scratch it needs). */
+#define NET_SCATTER_PIECE_BYTES (4u << 20)
+dist_status net_scatter_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
+                                   size_t count, dist_dtype dtype, dist_reduce_op op,
+                                   double deadline);
 
 /* Reductions run a block at a time, so that the copy next to each accumulate pass hits L1:
  * a 1 MB shm all-reduce of two processes took 100 us with copy + accumulate over whole
@@ -291,6 +326,9 @@ dist_status net_tcp_all_reduce(dist_net_comm *c, const net_frame *frame, void *d
  * order, then MEAN's division; the same bits wherever it runs. */
 void net_reduce_slots(const char *slots, size_t stride, void *data, size_t count, dist_dtype dtype,
                       dist_reduce_op op, int n);
+/* The same over n inputs anywhere: in[r] is rank r's (none of them may overlap data). */
+void net_reduce_inputs(const char *const *in, void *data, size_t count, dist_dtype dtype,
+                       dist_reduce_op op, int n);
 
 /* ---- shm_comm.c ---- */
 /* Collective over the mesh: rank 0 creates the segment, everyone maps it, rank 0 unlinks it.

@@ -1,9 +1,11 @@
-/* TCP all-reduce. Small buffers: a direct exchange (every rank sends its buffer to every other
- * rank and sums all contributions in rank order 0..world-1, so every rank computes the same
- * bits). Large buffers: a ring, reduce-scatter then all-gather, run as one pipelined stream:
- * the chunk received in step g is the chunk sent in step g+1, so each received segment is
- * summed as it arrives and forwarded at once, while the next one is still on the wire. Each
- * chunk's final value is computed by its owner and only copied by the others. */
+/* TCP all-reduce, two of its algorithms (net_allreduce.c chooses). Direct exchange: every rank
+ * sends its buffer to every other rank and sums all contributions in rank order 0..world-1, so
+ * every rank computes the same bits. Ring: reduce-scatter then all-gather, run as one
+ * pipelined stream: the chunk received in step g is the chunk sent in step g+1, so each
+ * received segment is summed as it arrives and forwarded at once, while the next one is still
+ * on the wire. Each chunk's final value is computed by its owner and only copied by the
+ * others; chunk c's sum starts at rank c (xc + xc+1 + ... + xc-1, cyclically), so from 3
+ * ranks on its bits differ from the rank-order sum of the other algorithms. */
 #include "collective/net_internal.h"
 #include "core/error.h"
 
@@ -15,22 +17,28 @@
  * early and the segment is still in cache. */
 #define RING_SEG_BYTES (256u * 1024u)
 
-void net_reduce_slots(const char *slots, size_t stride, void *data, size_t count, dist_dtype dtype,
-                      dist_reduce_op op, int n) {
+void net_reduce_inputs(const char *const *in, void *data, size_t count, dist_dtype dtype,
+                       dist_reduce_op op, int n) {
     size_t esize = dist_dtype_size(dtype), block = NET_REDUCE_BLOCK_BYTES / esize;
     for (size_t lo = 0; lo < count; lo += block) {
         size_t k = count - lo < block ? count - lo : block;
         char *acc = (char *)data + lo * esize;
-        memcpy(acc, slots + lo * esize, k * esize);
-        for (int r = 1; r < n; r++)
-            dist_comm_accumulate(dtype, op, acc, slots + (size_t)r * stride + lo * esize, k);
+        memcpy(acc, in[0] + lo * esize, k * esize);
+        for (int r = 1; r < n; r++) dist_comm_accumulate(dtype, op, acc, in[r] + lo * esize, k);
         if (op == DIST_REDUCE_MEAN) dist_comm_divide(dtype, acc, k, n);
     }
 }
 
-static dist_status direct_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
-                                     size_t count, dist_dtype dtype, dist_reduce_op op,
-                                     double deadline) {
+void net_reduce_slots(const char *slots, size_t stride, void *data, size_t count, dist_dtype dtype,
+                      dist_reduce_op op, int n) {
+    const char *in[NET_MAX_WORLD];
+    for (int r = 0; r < n; r++) in[r] = slots + (size_t)r * stride;
+    net_reduce_inputs(in, data, count, dtype, op, n);
+}
+
+dist_status net_direct_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
+                                  size_t count, dist_dtype dtype, dist_reduce_op op,
+                                  double deadline) {
     int n = c->world, me = c->rank;
     size_t bytes = count * dist_dtype_size(dtype);
     DIST_TRY(net_reserve_scratch(c, (size_t)n * bytes));
@@ -86,9 +94,8 @@ static dist_status header_step(dist_net_comm *c, bool send, int r, unsigned char
 
 /* The stream to the next rank starts with the frame header; the one from the previous rank is
  * checked before any of its bytes is summed. */
-static dist_status ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *data,
-                                   size_t count, dist_dtype dtype, dist_reduce_op op,
-                                   double deadline) {
+dist_status net_ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
+                                dist_dtype dtype, dist_reduce_op op, double deadline) {
     size_t esize = dist_dtype_size(dtype);
     ring_plan p = {c->world, c->rank, 2 * (c->world - 1), count, esize};
     int next = (c->rank + 1) % c->world, prev = (c->rank + c->world - 1) % c->world;
@@ -191,11 +198,4 @@ static dist_status ring_all_reduce(dist_net_comm *c, const net_frame *frame, voi
         spin_until = net_now() + c->spin_s;
     }
     return DIST_OK;
-}
-
-dist_status net_tcp_all_reduce(dist_net_comm *c, const net_frame *frame, void *data, size_t count,
-                               dist_dtype dtype, dist_reduce_op op, double deadline) {
-    if (count * dist_dtype_size(dtype) <= NET_SMALL_BYTES || count < (size_t)c->world)
-        return direct_all_reduce(c, frame, data, count, dtype, op, deadline);
-    return ring_all_reduce(c, frame, data, count, dtype, op, deadline);
 }

@@ -57,6 +57,22 @@ net_frame net_frame_next(dist_net_comm *c, uint32_t kind, uint32_t detail, uint6
     return (net_frame){kind, detail, ++c->seq, bytes};
 }
 
+/* What a frame's detail says: "float32 SUM by doubling", "root 1". */
+static const char *detail_desc(uint32_t kind, uint32_t detail, char *buf, size_t cap) {
+    static const char *const ops[] = {"SUM", "MEAN", "MAX", "MIN"};
+    if (kind == NET_FRAME_ALL_REDUCE) {
+        uint32_t op = (detail >> 8) & 0xff;
+        const char *algo = net_allreduce_name(detail >> NET_DETAIL_ALGORITHM_SHIFT);
+        snprintf(buf, cap, "%s %s%s%s", dist_dtype_name((dist_dtype)(detail & 0xff)),
+                 op < 4 ? ops[op] : "?", algo ? " by " : " over shared memory", algo ? algo : "");
+    } else if (kind == NET_FRAME_BROADCAST) {
+        snprintf(buf, cap, "root %u", detail);
+    } else {
+        snprintf(buf, cap, "detail %u", detail);
+    }
+    return buf;
+}
+
 dist_status net_frame_check(dist_net_comm *c, const unsigned char in[NET_FRAME_BYTES],
                             const net_frame *mine, int from) {
     net_frame t = {get32(in) ^ NET_FRAME_MAGIC, get32(in + 4), get64(in + 8), get64(in + 16)};
@@ -71,15 +87,20 @@ dist_status net_frame_check(dist_net_comm *c, const unsigned char in[NET_FRAME_B
                    "of step",
                    d, net_frame_kind_name(mine->kind), (unsigned long long)mine->seq,
                    c->names[c->rank], c->rank);
-    else
+    else {
+        char theirs[64], ours[64];
         dist_error(DIST_INVALID_USAGE,
                    "collectives differ between ranks: %s (rank %d) is in %s #%llu with %llu bytes "
-                   "per rank (detail %u), %s (rank %d, this process) in %s #%llu with %llu bytes "
-                   "per rank (detail %u); every rank must make the same calls with the same sizes",
+                   "per rank (%s), %s (rank %d, this process) in %s #%llu with %llu bytes per "
+                   "rank (%s); every rank must make the same calls with the same sizes and the "
+                   "same DIST_ALLREDUCE_ALGORITHM",
                    d, from, net_frame_kind_name(t.kind), (unsigned long long)t.seq,
-                   (unsigned long long)t.bytes, t.detail, c->names[c->rank], c->rank,
+                   (unsigned long long)t.bytes,
+                   detail_desc(t.kind, t.detail, theirs, sizeof theirs), c->names[c->rank], c->rank,
                    net_frame_kind_name(mine->kind), (unsigned long long)mine->seq,
-                   (unsigned long long)mine->bytes, mine->detail);
+                   (unsigned long long)mine->bytes,
+                   detail_desc(mine->kind, mine->detail, ours, sizeof ours));
+    }
     return net_fail(c, DIST_INVALID_USAGE);
 }
 

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_RANKS 4
+#define MAX_RANKS 8
 #define TEST_CLUSTER_TOKEN "test-cluster-token-0123456789"
 
 typedef struct cluster {
@@ -30,7 +30,8 @@ typedef struct cluster {
     char dir[64];
 } cluster;
 
-static const char *const k_names[MAX_RANKS] = {"chief/0", "worker/1", "worker/2", "worker/3"};
+static const char *const k_names[MAX_RANKS] = {"chief/0",  "worker/1", "worker/2", "worker/3",
+                                               "worker/4", "worker/5", "worker/6", "worker/7"};
 
 static inline int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -1,0 +1,104 @@
+/* The TCP (and TLS) all-reduce's algorithms: their names, the setting of a communicator
+ * (options, else $DIST_ALLREDUCE_ALGORITHM, else auto) and auto's choice by bytes per rank and
+ * world size. The choice is a function of what every rank knows alike, so every rank picks the
+ * same algorithm; the frame header carries it, and a rank that picked another (a different
+ * setting) fails the call naming both.
+ *
+ * Auto picks only algorithms that sum in rank order (direct, doubling, scatter), so its choice
+ * never shows in the bits: a buffer all-reduced whole or in buckets of any sizes gives the same
+ * result, which the shared-memory transport and the in-process communicator also give. The ring
+ * (whose chunks start their sums at their own rank) runs only when forced.
+ *
+ * The thresholds come from bench_allreduce --algorithms (bench/RESULTS.md, "TCP all-reduce
+ * algorithms": 2 to 16 processes on 127.0.0.1, medians of 3 to 13 runs). Up to 16 KiB per rank
+ * the latency-bound algorithms won at every world size, at 32 KiB they tied with scatter-gather
+ * from 7 ranks on and won below, at 64 KiB scatter-gather won or tied from 3 ranks on: the
+ * direct exchange and doubling move (world - 1) x the buffer per rank, scatter-gather and the
+ * ring 2 (world - 1) / world x. With 2 ranks the bytes are the same and scatter-gather only adds
+ * a round: the direct exchange won to 256 KiB there. Scatter-gather against the ring: faster
+ * from 1 MB at 2 to 6 ranks and at 4 MB at every world size, slower at 256 KB-1 MB with 7 and 8
+ * processes, which on 2 cores measures the processes' turns on the cores more than the links
+ * (the ring keeps 2 of them busy at a time); auto keeps rank order there. Direct exchange
+ * against doubling: within the runs' noise from 2 to 16 processes. Auto takes the direct
+ * exchange's single round below 16 ranks (on a link with a real latency, ceil(log2 world)
+ * rounds cost that latency each) and doubling from 16 on, where world - 1 messages each way
+ * (incast at every receiver, a per-message cost at every sender) outweigh 4 rounds.
+ */
+#include "collective/net_internal.h"
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    dist_net_allreduce_algorithm algo;
+    const char *name;
+} k_algorithms[] = {
+    {DIST_NET_ALLREDUCE_AUTO, "auto"},       {DIST_NET_ALLREDUCE_RING, "ring"},
+    {DIST_NET_ALLREDUCE_DIRECT, "direct"},   {DIST_NET_ALLREDUCE_DOUBLING, "doubling"},
+    {DIST_NET_ALLREDUCE_SCATTER, "scatter"},
+};
+#define NALGORITHMS (sizeof k_algorithms / sizeof k_algorithms[0])
+
+const char *net_allreduce_name(dist_net_allreduce_algorithm a) {
+    for (size_t i = 0; i < NALGORITHMS; i++)
+        if (k_algorithms[i].algo == a) return k_algorithms[i].name;
+    return NULL;
+}
+
+dist_status net_allreduce_setting(dist_net_allreduce_algorithm asked,
+                                  dist_net_allreduce_algorithm *out) {
+    if (asked != DIST_NET_ALLREDUCE_FROM_ENV) {
+        if (!net_allreduce_name(asked))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "net_comm: allreduce_algorithm %d is none of the algorithms",
+                              (int)asked);
+        *out = asked;
+        return DIST_OK;
+    }
+    const char *v = getenv("DIST_ALLREDUCE_ALGORITHM");
+    if (!v || !v[0]) {
+        *out = DIST_NET_ALLREDUCE_AUTO;
+        return DIST_OK;
+    }
+    for (size_t i = 0; i < NALGORITHMS; i++)
+        if (strcmp(v, k_algorithms[i].name) == 0) {
+            *out = k_algorithms[i].algo;
+            return DIST_OK;
+        }
+    return dist_error(DIST_INVALID_ARGUMENT,
+                      "DIST_ALLREDUCE_ALGORITHM is '%.64s'; expected ring, direct, doubling, "
+                      "scatter or auto",
+                      v);
+}
+
+/* Up to this many bytes per rank the latency-bound algorithms (direct, doubling); with 2 ranks
+ * up to the second. */
+#define NET_LATENCY_BOUND_BYTES (32u * 1024u)
+#define NET_LATENCY_BOUND_BYTES_2 (256u * 1024u)
+/* From this world size on doubling, below it the direct exchange. */
+#define NET_DOUBLING_MIN_WORLD 16
+
+dist_net_allreduce_algorithm net_allreduce_pick(const dist_net_comm *c, size_t bytes) {
+    if (c->allreduce != DIST_NET_ALLREDUCE_AUTO) return c->allreduce;
+    if (bytes > (c->world == 2 ? NET_LATENCY_BOUND_BYTES_2 : NET_LATENCY_BOUND_BYTES))
+        return DIST_NET_ALLREDUCE_SCATTER;
+    return c->world >= NET_DOUBLING_MIN_WORLD ? DIST_NET_ALLREDUCE_DOUBLING
+                                              : DIST_NET_ALLREDUCE_DIRECT;
+}
+
+dist_status net_tcp_all_reduce(dist_net_comm *c, dist_net_allreduce_algorithm algo,
+                               const net_frame *frame, void *data, size_t count, dist_dtype dtype,
+                               dist_reduce_op op, double deadline) {
+    switch (algo) {
+    case DIST_NET_ALLREDUCE_DIRECT:
+        return net_direct_all_reduce(c, frame, data, count, dtype, op, deadline);
+    case DIST_NET_ALLREDUCE_DOUBLING:
+        return net_doubling_all_reduce(c, frame, data, count, dtype, op, deadline);
+    case DIST_NET_ALLREDUCE_SCATTER:
+        return net_scatter_all_reduce(c, frame, data, count, dtype, op, deadline);
+    case DIST_NET_ALLREDUCE_RING:
+        return net_ring_all_reduce(c, frame, data, count, dtype, op, deadline);
+    default: return dist_error(DIST_INTERNAL, "net_comm: all-reduce algorithm %d", (int)algo);
+    }
+}
