@@ -362,6 +362,87 @@ typedef struct dist_tpu_stats {
 /* DIST_INVALID_ARGUMENT when the strategy is not a tpu one. */
 DIST_API dist_status dist_tpu_strategy_stats(const dist_strategy *strategy, dist_tpu_stats *out);
 
+/* ---- the replica context (tf.distribute.get_replica_context and friends) --------------- */
+
+/* The replica context of the calling thread while a strategy runs a step function on it
+ * (dist_strategy_run, run_steps, a parameter_server closure's step), else NULL: TF's
+ * tf.distribute.get_replica_context() outside any replica (libdist has no default replica
+ * context object; NULL stands for it, and for cross-replica context). */
+DIST_API dist_replica_ctx *dist_get_replica_context(void);
+/* 1 in cross-replica context: the calling thread is inside a strategy's scope
+ * (dist_strategy_scope_enter) or a merge_call's function, and not in a replica context; else 0
+ * (tf.distribute.in_cross_replica_context()). */
+DIST_API int dist_in_cross_replica_context(void);
+/* The strategy a replica context belongs to. */
+DIST_API dist_strategy *dist_replica_strategy(const dist_replica_ctx *rc);
+
+/* A merge function: runs once, in cross-replica context, with values->values[r][i] = local
+ * replica r's args[i] as host tensors (values->num_replicas local replicas, values->count args
+ * each). It may read them, combine them (dist_strategy_reduce / _gather, which span every worker
+ * under multi_worker), and write results into them: what it leaves there is what each replica's
+ * args hold when merge_call returns (TF's merge_fn returning mirrored values). */
+typedef dist_status (*dist_merge_fn)(dist_strategy *strategy, dist_per_replica *values,
+                                     void *user);
+
+/* ReplicaContext.merge_call: every local replica of the step calls it (in the same order as
+ * its collectives) with `count` (0..DIST_RUN_MAX_OUTPUTS) tensors of its own, of the same
+ * dtypes and sizes on every replica; when the last one arrives `fn` runs once, on that
+ * replica's thread, with every replica's values copied to the host (and copied back after), and
+ * every replica returns fn's status (its message too). Under multi_worker fn runs once per worker,
+ * over that worker's replicas, as TF's merge_fn does; one_device, mirrored, central_storage and
+ * parameter_server steps have it; a step compiled into one program (tpu) does not: there it is
+ * DIST_UNSUPPORTED. A replica that fails before it reaches merge_call makes the waiting ones
+ * return DIST_PEER_LOST naming it. Errors: DIST_INVALID_ARGUMENT (count, NULL tensors, replicas
+ * disagreeing on count, dtype or size: named). */
+DIST_API dist_status dist_replica_merge_call(dist_replica_ctx *rc, dist_merge_fn fn, void *user,
+                                             dist_tensor *const *args, int count);
+
+/* What distribute_values_from_function tells its function about the replica. */
+typedef struct dist_value_context {
+    int replica_id_in_sync_group; /* over every worker's replicas */
+    int num_replicas_in_sync;
+} dist_value_context;
+
+/* Makes one replica's values: sets out->count (1..DIST_ELEMENT_MAX) and out->items to new host
+ * tensors (dist_tensor_create), which libdist owns afterwards (also when fn fails). */
+typedef dist_status (*dist_value_fn)(const dist_value_context *ctx, void *user, dist_element *out);
+
+/* strategy.experimental_distribute_values_from_function: calls fn once per local replica and
+ * gathers the values as per-replica inputs for dist_strategy_run (which places each replica's
+ * tensors on its device, as it does a dataset's). out->global_batch_size is 0. Release with
+ * dist_per_replica_element_release. Errors: fn's (naming the replica), DIST_INVALID_ARGUMENT
+ * (a count outside 1..DIST_ELEMENT_MAX, NULL items). */
+DIST_API dist_status dist_strategy_distribute_values_from_function(dist_strategy *strategy,
+                                                                   dist_value_fn fn, void *user,
+                                                                   dist_per_replica_element *out);
+/* Destroys the tensors of values made by distribute_values_from_function (NULL ok). */
+DIST_API void dist_per_replica_element_release(dist_per_replica_element *values);
+
+/* tf.distribute.InputOptions for distribute_dataset. */
+typedef struct dist_input_options {
+    int version; /* DIST_INPUT_OPTIONS_VERSION */
+    /* experimental_fetch_to_device: 1, each replica's batch is copied to its device when run()
+     * takes it (the only choice on GPUs here); 0, kept on the host: accepted where every
+     * replica's device is the host (CPU replicas: their batches are in host memory either way) */
+    int fetch_to_device;
+    /* experimental_per_replica_buffer_size: batches made ready ahead for each replica (>= 1):
+     * a prefetch of that many global batches (each holds one batch per replica) on its own
+     * thread; 1 adds none beyond the dataset's own */
+    int per_replica_buffer_size;
+} dist_input_options;
+
+#define DIST_INPUT_OPTIONS_VERSION 1
+#define DIST_INPUT_OPTIONS_INIT                                                                    \
+    { .version = DIST_INPUT_OPTIONS_VERSION, .fetch_to_device = 1, .per_replica_buffer_size = 1 }
+
+/* dist_strategy_distribute_dataset with input options (NULL: DIST_INPUT_OPTIONS_INIT).
+ * Errors: DIST_INVALID_ARGUMENT (version, buffer size < 1), DIST_UNSUPPORTED (fetch_to_device
+ * 0 with a replica on a GPU), those of distribute_dataset. */
+DIST_API dist_status dist_strategy_distribute_dataset_with_options(dist_strategy *strategy,
+                                                                   dist_dataset *dataset,
+                                                                   const dist_input_options *opts,
+                                                                   dist_distributed_dataset **out);
+
 DIST_END_DECLS
 
 #endif

@@ -53,6 +53,7 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv_work, NULL);
     pthread_cond_init(&L->cv_done, NULL);
+    dist_merge_point_init(&L->merge);
     /* the environment is read once, here; explicit options win */
     int deterministic = o->deterministic ? 1 : dist_env_flag("DIST_DETERMINISTIC", 0);
     int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : dist_env_flag("DIST_CUDA_GRAPHS", 1);
@@ -139,6 +140,7 @@ void dist_local_replicas_destroy(dist_strategy *s) {
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv_work);
     pthread_cond_destroy(&L->cv_done);
+    dist_merge_point_destroy(&L->merge);
     L->num_replicas = 0;
 }
 
@@ -208,7 +210,10 @@ static dist_status run_step_on_replica(dist_local_replicas *L, int r, replica_jo
         inp = &in;
     }
     memset(&job->outputs, 0, sizeof job->outputs);
-    DIST_TRY(job->step(&L->rctx[r], inp, job->user, &job->outputs));
+    dist_replica_ctx *outer = dist_replica_ctx_enter(&L->rctx[r]);
+    dist_status st = job->step(&L->rctx[r], inp, job->user, &job->outputs);
+    dist_replica_ctx_enter(outer);
+    DIST_TRY(st);
     if (job->outputs.count < 0 || job->outputs.count > DIST_RUN_MAX_OUTPUTS)
         return dist_error(DIST_INVALID_ARGUMENT, "run: the step returned %d outputs (at most %d)",
                           job->outputs.count, DIST_RUN_MAX_OUTPUTS);
@@ -234,6 +239,7 @@ static void run_replica(dist_strategy *s, int r) {
             if (q != r && L->backends[q]->iface->cancel_waits)
                 L->backends[q]->iface->cancel_waits(L->backends[q]->ctx, 1);
         dist_comm_cancel(s->replicas_comm, r);
+        dist_merge_point_fail(&L->merge, r);
     }
 }
 
@@ -279,6 +285,7 @@ dist_status dist_local_replicas_run(dist_strategy *s, dist_step_fn step, void *u
         L->jobs[r].inputs = inputs;
         L->jobs[r].status = DIST_OK;
     }
+    dist_merge_point_reset(&L->merge);
     if (n > 1) {
         pthread_mutex_lock(&L->mu);
         __atomic_store_n(&L->pending, n - 1, __ATOMIC_RELAXED);

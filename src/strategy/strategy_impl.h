@@ -103,6 +103,30 @@ typedef struct replica_job {
     char error[512];
 } replica_job;
 
+/* Where the local replicas meet in dist_replica_merge_call (strategy/replica_context.c): the
+ * last to arrive runs the merge function; the others wait for `generation` to move, or for a
+ * replica's failure (failed >= 0, set by the run when a replica's step fails). */
+typedef struct dist_merge_point {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    unsigned long generation;
+    int failed; /* a replica whose step failed in this run; -1 none */
+    dist_tensor *const *args[DIST_MAX_REPLICAS];
+    int counts[DIST_MAX_REPLICAS];
+    dist_status status; /* of the last merge */
+    char error[512];
+} dist_merge_point;
+
+void dist_merge_point_init(dist_merge_point *m);
+void dist_merge_point_destroy(dist_merge_point *m);
+/* Before a run: nobody waits, nobody failed. */
+void dist_merge_point_reset(dist_merge_point *m);
+/* Replica r's step failed: the replicas waiting in merge_call give up. */
+void dist_merge_point_fail(dist_merge_point *m, int r);
+/* The calling thread's replica context becomes rc (NULL: none); returns the previous one. */
+dist_replica_ctx *dist_replica_ctx_enter(dist_replica_ctx *rc);
+
 /* The local replicas of a process: threads, each with a backend and a tape
  * (src/strategy/local_replicas.c). one_device, mirrored and multi_worker use them as they
  * are; a kind may leave them empty (num_replicas 0) and run elsewhere: it then lists its
@@ -136,6 +160,7 @@ typedef struct dist_local_replicas {
     /* each replica's outputs as they come back from its device, in one block */
     void *out_pack[DIST_MAX_REPLICAS];
     size_t out_pack_bytes[DIST_MAX_REPLICAS];
+    dist_merge_point merge; /* dist_replica_merge_call */
 } dist_local_replicas;
 
 struct dist_strategy {

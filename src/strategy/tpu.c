@@ -387,7 +387,11 @@ static dist_status trace_step(dist_strategy *s, dist_step_fn step, void *user,
         }
     }
     memset(outputs, 0, sizeof *outputs);
-    if (st == DIST_OK) st = step(&c->rc, inputs ? &in : NULL, user, outputs);
+    if (st == DIST_OK) {
+        dist_replica_ctx *outer = dist_replica_ctx_enter(&c->rc);
+        st = step(&c->rc, inputs ? &in : NULL, user, outputs);
+        dist_replica_ctx_enter(outer);
+    }
     if (st) {
         xla_trace_abort(c->trace);
         return st;

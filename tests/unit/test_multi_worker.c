@@ -214,6 +214,31 @@ static dist_status trainable_step(dist_replica_ctx *rc, const dist_element *in, 
     return dist_optimizer_apply_to_variables(tr->sgd, t, 1, &tr->w, (const dist_tensor *const *)&g);
 }
 
+/* merge_call under multi_worker: replica id (global) gives [id + 1, 10 (id + 1)]; the merge
+ * function runs once on each worker over its one replica, and its dist_strategy_reduce spans
+ * both workers: [3, 30] everywhere. */
+static dist_status sum_over_workers(dist_strategy *s, dist_per_replica *values, void *user) {
+    (void)user;
+    dist_tensor *sum = NULL;
+    DIST_TRY_TEST(dist_strategy_reduce(s, DIST_REDUCE_SUM, values, 0, -1, &sum));
+    for (int r = 0; r < values->num_replicas; r++)
+        memcpy(values->values[r][0]->data, sum->data, dist_tensor_bytes(sum));
+    dist_tensor_destroy(sum);
+    return DIST_OK;
+}
+
+static dist_status merging_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *outputs) {
+    (void)in, (void)user;
+    int id = dist_replica_id_in_sync_group(rc);
+    float v[2] = {(float)(id + 1), 10.0f * (float)(id + 1)};
+    int64_t shape[1] = {2};
+    dist_tensor host = dist_tensor_view(v, DIST_F32, 1, shape);
+    DIST_TRY_TEST(dist_tape_upload(dist_replica_tape(rc), &host, &outputs->items[0]));
+    outputs->count = 1;
+    return dist_replica_merge_call(rc, sum_over_workers, NULL, &outputs->items[0], 1);
+}
+
 static int worker_collectives(const char *spec, const char *out) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_MULTI_WORKER;
@@ -234,7 +259,8 @@ static int worker_collectives(const char *spec, const char *out) {
         st = dist_strategy_create_variable(s, "counter", 0, NULL, &init, DIST_AGGREGATION_SUM,
                                            DIST_SYNC_ON_READ, &var);
     /* each worker starts from its own value: the chief's is the variable's */
-    float w0[2] = {dist_strategy_is_chief(s) ? 0.0f : 5.0f, dist_strategy_is_chief(s) ? 0.0f : 5.0f};
+    float w0[2] = {dist_strategy_is_chief(s) ? 0.0f : 5.0f,
+                   dist_strategy_is_chief(s) ? 0.0f : 5.0f};
     int64_t wshape[1] = {2};
     if (!st)
         st = dist_strategy_create_variable(s, "w", 1, wshape, w0, DIST_AGGREGATION_MEAN,
@@ -249,6 +275,8 @@ static int worker_collectives(const char *spec, const char *out) {
     if (!st) st = dist_strategy_gather(s, &pr, 0, 0, &gathered);
     if (!st) st = dist_strategy_gather(s, &pr, 1, -1, &by_col);
     if (!st) st = dist_variable_read(var, &on_read, 1);
+    dist_per_replica merged;
+    if (!st) st = dist_strategy_run(s, merging_step, NULL, NULL, &merged);
     (void)mean;
     if (st) {
         fprintf(stderr, "worker: %s\n", dist_last_error());
@@ -269,6 +297,8 @@ static int worker_collectives(const char *spec, const char *out) {
     fprintf(f, "\n");
     fprintf(f, "on_read_sum %g\n", on_read);
     fprintf(f, "trained %g %g\n", trained[0], trained[1]);
+    fprintf(f, "merged %g %g\n", ((float *)merged.values[0][0]->data)[0],
+            ((float *)merged.values[0][0]->data)[1]);
     fclose(f);
     dist_optimizer_destroy(tr.sgd);
     dist_variable_destroy(tr.w);
@@ -587,12 +617,12 @@ START_TEST(test_reduce_gather_variables_and_their_training_span_the_workers) {
                              "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
                              "gathered 1\ngathered 11\ngathered 12\n"
                              "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n"
-                             "trained 0.3 0.6\n",
+                             "trained 0.3 0.6\nmerged 3 30\n",
                              "replicas_in_sync 2\nworkers 2\nworker_id 1\nchief 0\n"
                              "sum_axis0 24\nmean_axis0 8\ngathered_rows 3\n"
                              "gathered 1\ngathered 11\ngathered 12\n"
                              "by_column [2 x 3] 1 11 12 -1 -11 -12\non_read_sum 3\n"
-                             "trained 0.3 0.6\n"};
+                             "trained 0.3 0.6\nmerged 3 30\n"};
     for (int i = 0; i < 2; i++) {
         ck_assert_str_eq(slurp(path[i]), expect[i]);
         unlink(path[i]);
