@@ -39,11 +39,12 @@ i22_test(help_lists_defaults 0 "stalls N epochs (default: no early stopping)" --
 add_test(NAME distrain.i22.tf_config_not_json
          COMMAND ${CMAKE_COMMAND} -E env "TF_CONFIG=not json"
                  ${expect_sh} 2 "distrain: TF_CONFIG: " $<TARGET_FILE:distrain> --strategy multi_worker)
-# 14. An evaluator task is refused clearly rather than trained as a chief.
+# 14. An evaluator task is never trained as a chief: it evaluates the training's checkpoints
+# (tests/cmake/evaluator.cmake), and without --checkpoint-dir it is a usage error.
 add_test(NAME distrain.i22.evaluator_refused
          COMMAND ${CMAKE_COMMAND} -E env
                  "TF_CONFIG={\"cluster\":{\"worker\":[\"localhost:1\"],\"evaluator\":[\"localhost:2\"]},\"task\":{\"type\":\"evaluator\",\"index\":0}}"
-                 ${expect_sh} 2 "task type 'evaluator' is not supported" $<TARGET_FILE:distrain>
+                 ${expect_sh} 2 "--task evaluator needs --checkpoint-dir" $<TARGET_FILE:distrain>
                  --strategy multi_worker)
 set_tests_properties(distrain.i22.tf_config_not_json distrain.i22.evaluator_refused
                      PROPERTIES LABELS cli TIMEOUT 60)

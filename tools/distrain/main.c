@@ -1,5 +1,6 @@
 /* distrain: trains the seed CNN on MNIST with a tf.distribute-style strategy. Exit codes:
  * 0 success, 1 training or data error, 2 usage error. */
+#include "evaluator.h"
 #include "host_workers.h"
 #include "interrupt.h"
 #include "launcher.h"
@@ -790,8 +791,8 @@ static int train(run_state *s) {
         if (evaluator || (ps_task && !ps_kind)) {
             fprintf(stderr,
                     "distrain: TF_CONFIG: task type '%s' is not supported: distrain trains as "
-                    "a chief or worker only (evaluate the chief's --checkpoint-dir with a "
-                    "separate program)\n",
+                    "a chief or worker only (or evaluates, as TF_CONFIG's evaluator task or "
+                    "with --task evaluator)\n",
                     type);
             return 2;
         }
@@ -1012,7 +1013,9 @@ static int train(run_state *s) {
                                                        &s->ps_dataset))
             rc = fail("starting the coordinator");
     }
-    if (!rc) rc = fit(s, dtrain, dval, dtest);
+    if (!rc)
+        rc = o->evaluator ? distrain_evaluator_run(o, s->strategy, s->model, dtest)
+                          : fit(s, dtrain, dval, dtest);
     if (s->coordinator) {
         /* the workers and ps tasks leave when told, failed run or not */
         if (dist_coordinator_shutdown_cluster(s->coordinator))
@@ -1206,7 +1209,9 @@ static int check_flags(distrain_options *o) {
     if (!rc && o->metrics_json) rc = check_output_file("--metrics-json", o->metrics_json);
     if (!rc && o->trace) rc = check_output_file("--trace", o->trace);
     if (!rc && o->csv_log) rc = check_output_file("--csv-log", o->csv_log);
-    if (!rc && o->checkpoint_dir) rc = check_output_dir("--checkpoint-dir", o->checkpoint_dir);
+    /* the evaluator's is the training's: made by the training, and read only */
+    if (!rc && o->checkpoint_dir && !o->evaluator)
+        rc = check_output_dir("--checkpoint-dir", o->checkpoint_dir);
     if (!rc && o->backup_dir) rc = check_output_dir("--backup-dir", o->backup_dir);
     if (!rc && o->logdir) rc = check_output_dir("--logdir", o->logdir);
     return rc;
@@ -1247,6 +1252,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (o.print_cluster) return distrain_print_cluster();
+    if ((rc = distrain_evaluator_setup(&o))) return rc;
     if ((rc = check_flags(&o))) return rc;
     if (o.workers > 0 && o.transport && strcmp(o.transport, "mpi") == 0) {
         fprintf(stderr,

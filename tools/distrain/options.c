@@ -113,6 +113,12 @@ static const distrain_flag flags[] = {
     {"--validation-split", 1, "F", "", "hold out the last fraction F of the training set"},
     {"--checkpoint-dir", 1, "DIR", "",
      "save the training state at every epoch end (DIR/ckpt-EE.safetensors)"},
+    {"--task", 1, "train|evaluator", "train; TF_CONFIG's task type evaluator: evaluator",
+     "evaluator: TensorFlow's evaluator task beside a training started with the same flags: "
+     "evaluates each new checkpoint of --checkpoint-dir once on the test set, writes the "
+     "scalars to --logdir/validation, exits after the checkpoint of epoch --epochs"},
+    {"--evaluator-timeout", 1, "S", "600",
+     "--task evaluator: fail when no new checkpoint has appeared for S seconds"},
     {"--backup-dir", 1, "DIR", "", "back up the training state; a restarted run resumes from it"},
     {"--backup-freq", 1, "N", "every epoch", "with --backup-dir: back up every N steps"},
     {"--logdir", 1, "DIR", "", "TensorBoard event files under DIR/train and DIR/validation"},
@@ -262,6 +268,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
     o->reduce_lr_factor = 0.1;
     o->mixed_precision = "none";
     o->base_batch = 64;
+    o->evaluator_timeout_s = 600;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -475,6 +482,18 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->validation_split = x;
         } else if (strcmp(a, "--checkpoint-dir") == 0) {
             o->checkpoint_dir = v;
+        } else if (strcmp(a, "--task") == 0) {
+            if (strcmp(v, "train") && strcmp(v, "evaluator"))
+                return bad(a, v, "expected train or evaluator");
+            o->evaluator = strcmp(v, "evaluator") == 0;
+            o->task_given = 1;
+        } else if (strcmp(a, "--evaluator-timeout") == 0) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || end == v || !(x > 0) || x > 1e6)
+                return bad(a, v, "must be a positive number of seconds");
+            o->evaluator_timeout_s = x;
+            o->evaluator_timeout_given = 1;
         } else if (strcmp(a, "--backup-dir") == 0) {
             o->backup_dir = v;
         } else if (strcmp(a, "--backup-freq") == 0) {

@@ -84,6 +84,12 @@ typedef struct distrain_options {
     const char *tpu;         /* tpu: --tpu (TPUClusterResolver's name) */
     int tpu_cores;           /* tpu: replicas; 0 = every device */
     int steps_per_execution; /* Keras's steps_per_execution; 0 = 1 */
+    /* --task evaluator, or TF_CONFIG's evaluator task: evaluate --checkpoint-dir's checkpoints
+     * as they appear (evaluator.h) */
+    int evaluator;
+    int task_given;              /* --task was on the command line */
+    double evaluator_timeout_s;  /* --evaluator-timeout: the longest wait for a new checkpoint */
+    int evaluator_timeout_given; /* --evaluator-timeout was on the command line */
 } distrain_options;
 
 /* distrain predict: a model's predictions, one JSON line per example. */
