@@ -9,6 +9,8 @@
 #   after       started (as TF_CONFIG's evaluator task) after the training finished: evaluates
 #               all 3, then exits 0; its final result is --epochs 0 --load-weights's test result
 #   corrupt     a damaged ckpt-02 is named and skipped; a damaged final checkpoint is exit 1
+#   cleanup     a cleanup keeping only the newest checkpoint races the evaluator: the final one is
+#               evaluated, none twice, none reported as damaged
 #   removed     a checkpoint gone between the listing and the load (a dangling name) is passed
 #   timeout     no directory, then no new checkpoint, for --evaluator-timeout 1: exit 1, named
 #   disappears  the directory removed while the evaluator waits: exit 1, named
@@ -98,6 +100,35 @@ during)
     done
     [ "$(grep -c '^Evaluator: done: 3 checkpoint(s) evaluated, 0 skipped' "$dir/eval.out")" -eq 1 ] ||
         fail "no summary line"
+    ;;
+cleanup)
+    # a max_to_keep=1 style cleanup beside the training removes every checkpoint but the newest
+    # as soon as it sees it, racing the evaluator's listings and loads
+    rm -rf "$dir" && mkdir -p "$dir"
+    # shellcheck disable=SC2086
+    "$distrain" --task evaluator --checkpoint-dir "$dir/ck" $common --evaluator-timeout 60 \
+        >"$dir/eval.out" 2>&1 &
+    pid=$!
+    (
+        while [ ! -f "$dir/trained" ]; do
+            ls "$dir/ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.safetensors$' | sort | head -n -1 |
+                while read -r f; do rm -f "$dir/ck/$f"; done
+            sleep 0.05
+        done
+    ) &
+    cleaner=$!
+    # shellcheck disable=SC2086
+    "$distrain" --checkpoint-dir "$dir/ck" $common --steps-per-epoch 5 --quiet ||
+        fail "the training failed"
+    touch "$dir/trained"
+    wait $cleaner
+    wait $pid
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "evaluator exit $rc"
+    grep -q '^Evaluated ckpt-03.safetensors (epoch 3): ' "$dir/eval.out" || fail "epoch 3 not evaluated"
+    twice=$(sed -n 's/^Evaluated \(ckpt-[0-9]*\).*/\1/p' "$dir/eval.out" | sort | uniq -d)
+    [ -z "$twice" ] || fail "evaluated twice: $twice"
+    grep -q skipping "$dir/eval.out" && fail "a removed checkpoint was reported as damaged"
     ;;
 cluster)
     # TF's cluster: two multi_worker workers (the chief writes the checkpoints, the other one
