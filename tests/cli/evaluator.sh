@@ -13,6 +13,7 @@
 #               evaluated, none twice, none reported as damaged
 #   removed     a checkpoint gone between the listing and the load (a dangling name) is passed
 #   timeout     no directory, then no new checkpoint, for --evaluator-timeout 1: exit 1, named
+#   idle        waiting 2 s for a checkpoint uses at most 0.2 s of CPU; SIGINT ends it with 130
 #   disappears  the directory removed while the evaluator waits: exit 1, named
 set -u
 case_name=$1
@@ -202,6 +203,33 @@ timeout)
     grep -q "no new checkpoint in '$dir/ck' for 1 s (--evaluator-timeout) after 1 evaluation(s); still waiting for the checkpoint of epoch 3" \
         "$dir/eval.out" || fail "no timeout message"
     [ $(($(date +%s) - start)) -lt 30 ] || fail "the timeouts took $(($(date +%s) - start)) s"
+    ;;
+idle)
+    # waiting costs no CPU (the listing is polled with a sleep), and Ctrl-C ends the wait
+    rm -rf "$dir" && mkdir -p "$dir"
+    # shellcheck disable=SC2086
+    "$distrain" --task evaluator --checkpoint-dir "$dir/ck" $common --evaluator-timeout 60 \
+        >"$dir/eval.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 150); do
+        grep -q '^Evaluator: watching' "$dir/eval.out" && break
+        sleep 0.2
+    done
+    grep -q '^Evaluator: watching' "$dir/eval.out" || fail "the evaluator did not start waiting"
+    ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+    t0=$(ticks)
+    sleep 2
+    t1=$(ticks)
+    hz=$(getconf CLK_TCK)
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    [ "$rc" -eq 130 ] || fail "evaluator exit $rc after SIGINT, expected 130"
+    grep -q '^distrain: evaluator: interrupted after 0 evaluation(s)' "$dir/eval.out" ||
+        fail "no message for the interrupt"
+    # a busy loop would use ~2 s; the polls use milliseconds
+    [ $((t1 - t0)) -le $((hz / 5)) ] || fail "waiting 2 s used $((t1 - t0)) ticks of $hz/s"
+    echo "waiting 2 s used $((t1 - t0)) CPU ticks ($hz per second)"
     ;;
 disappears)
     fresh
