@@ -112,8 +112,12 @@ cleanup)
     pid=$!
     (
         while [ ! -f "$dir/trained" ]; do
-            ls "$dir/ck" 2>/dev/null | grep -E '^ckpt-[0-9]+\.safetensors$' | sort | head -n -1 |
-                while read -r f; do rm -f "$dir/ck/$f"; done
+            last=
+            for f in "$dir"/ck/ckpt-[0-9]*.safetensors; do # in sorted order: the newest last
+                [ -e "$f" ] || continue
+                [ -n "$last" ] && rm -f "$last"
+                last=$f
+            done
             sleep 0.05
         done
     ) &
@@ -177,9 +181,11 @@ corrupt)
     damage "$dir/ck/ckpt-03.safetensors"
     evaluate "$dir" 1 --evaluator-timeout 5
     evaluations ckpt-01.safetensors ckpt-02.safetensors
-    grep -q "skipping ckpt-03.safetensors (epoch 3): " "$dir/eval.out" &&
-        grep -q "the final checkpoint (epoch 3) in '$dir/ck' could not be evaluated" \
-            "$dir/eval.out" || fail "a damaged final checkpoint is not an error naming it"
+    if ! grep -q "skipping ckpt-03.safetensors (epoch 3): " "$dir/eval.out" ||
+        ! grep -q "the final checkpoint (epoch 3) in '$dir/ck' could not be evaluated" \
+            "$dir/eval.out"; then
+        fail "a damaged final checkpoint is not an error naming it"
+    fi
     ;;
 removed)
     fresh
