@@ -12,7 +12,8 @@
 #   cleanup     a cleanup keeping only the newest checkpoint races the evaluator: the final one is
 #               evaluated, none twice, none reported as damaged
 #   removed     a checkpoint gone between the listing and the load (a dangling name) is passed
-#   timeout     no directory, then no new checkpoint, for --evaluator-timeout 1: exit 1, named
+#   timeout     no directory, then no new checkpoint (only a half-written temporary and a
+#               workertemp_1/ copy), for --evaluator-timeout 1: exit 1, named
 #   idle        waiting 2 s for a checkpoint uses at most 0.2 s of CPU; SIGINT ends it with 130
 #   disappears  the directory removed while the evaluator waits: exit 1, named
 set -u
@@ -203,9 +204,15 @@ timeout)
     grep -q "the checkpoint directory '$dir/ck' did not appear in 1 s (--evaluator-timeout)" \
         "$dir/eval.out" || fail "no message for the missing directory"
     fresh
-    rm "$dir/ck/ckpt-02.safetensors" "$dir/ck/ckpt-03.safetensors"
+    # what a save in progress leaves: the atomic writer's temporary, and another worker's copy
+    # under workertemp_1/ (TF's rule); neither is a checkpoint yet
+    head -c 4096 "$dir/ck/ckpt-02.safetensors" >"$dir/ck/ckpt-02.safetensors.tmp.4242.0123456789abcdef"
+    mkdir "$dir/ck/workertemp_1"
+    mv "$dir/ck/ckpt-02.safetensors" "$dir/ck/workertemp_1/"
+    rm "$dir/ck/ckpt-03.safetensors"
     evaluate "$dir" 1 --evaluator-timeout 1
     evaluations ckpt-01.safetensors
+    grep -q skipping "$dir/eval.out" && fail "a temporary file was taken for a checkpoint"
     grep -q "no new checkpoint in '$dir/ck' for 1 s (--evaluator-timeout) after 1 evaluation(s); still waiting for the checkpoint of epoch 3" \
         "$dir/eval.out" || fail "no timeout message"
     [ $(($(date +%s) - start)) -lt 30 ] || fail "the timeouts took $(($(date +%s) - start)) s"
