@@ -259,6 +259,33 @@ DIST_API dist_status dist_op_mean_squared_error(dist_tape *tape, const dist_tens
 DIST_API dist_status dist_compute_average_loss(dist_tape *tape, const dist_tensor *per_example_loss,
                                                int64_t global_batch_size, dist_tensor **loss);
 
+/* ---- debugging: tf.debugging's assertions ------------------------------------------------ */
+
+/* tf.debugging.assert_equal / assert_less: x == y / x < y element-wise (same element count, or
+ * one side a scalar). Nothing is recorded (no gradient); the values are read back from the
+ * tape's device (CPU or GPU). On failure DIST_INVALID_ARGUMENT with TensorFlow's text:
+ *     step 3: <message>
+ *     Condition x < y did not hold.
+ *     Indices of first 3 different values:
+ *     [[0]
+ *      [2]]
+ *     Corresponding x values: ... Corresponding y values: ... First 3 elements of x: ...
+ * "step N" (the strategy's run, from 1) when the tape is a strategy replica's, whose run then
+ * adds "replica R: ". Under tpu (one compiled program, which cannot stop to read a value):
+ * DIST_UNSUPPORTED. message may be NULL. */
+DIST_API dist_status dist_debug_assert_equal(dist_tape *tape, const dist_tensor *x,
+                                             const dist_tensor *y, const char *message);
+DIST_API dist_status dist_debug_assert_less(dist_tape *tape, const dist_tensor *x,
+                                            const dist_tensor *y, const char *message);
+/* tf.debugging.assert_all_finite: "<message> : Tensor had NaN values" (or Inf values) */
+DIST_API dist_status dist_debug_assert_all_finite(dist_tape *tape, const dist_tensor *x,
+                                                  const char *message);
+/* tf.debugging.assert_shapes for one tensor: rank ndim and each shape[d] (-1: any size);
+ * "Specified explicitly.  Tensor shape=(4,) dtype=float32 dimension 0 must have size 3.
+ * Received size 4, shape (4,)". Checks metadata only (any backend, tpu included). */
+DIST_API dist_status dist_debug_assert_shape(dist_tape *tape, const dist_tensor *x, int ndim,
+                                             const int64_t *shape, const char *message);
+
 DIST_END_DECLS
 
 #endif

@@ -22,6 +22,7 @@ struct dist_replica_ctx {
     int replica_id;   /* replica_id_in_sync_group: global, over every worker's replicas */
     int num_replicas; /* num_replicas_in_sync: global */
     int local_id;     /* this process's replica index: its copy of models and optimizer slots */
+    int64_t step;     /* the run (from 1) the replica's step belongs to; 0 outside runs */
     dist_backend *backend;
     dist_tape *tape;
     /* Set by the strategy only while it runs an update callback (dist_replica_apply_gradients)

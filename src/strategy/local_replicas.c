@@ -286,6 +286,8 @@ dist_status dist_local_replicas_run(dist_strategy *s, dist_step_fn step, void *u
         L->jobs[r].status = DIST_OK;
     }
     dist_merge_point_reset(&L->merge);
+    L->runs++;
+    for (int r = 0; r < n; r++) L->rctx[r].step = L->runs;
     if (n > 1) {
         pthread_mutex_lock(&L->mu);
         __atomic_store_n(&L->pending, n - 1, __ATOMIC_RELAXED);

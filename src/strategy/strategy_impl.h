@@ -161,6 +161,7 @@ typedef struct dist_local_replicas {
     void *out_pack[DIST_MAX_REPLICAS];
     size_t out_pack_bytes[DIST_MAX_REPLICAS];
     dist_merge_point merge; /* dist_replica_merge_call */
+    int64_t runs;           /* runs so far: each replica context's `step` */
 } dist_local_replicas;
 
 struct dist_strategy {
