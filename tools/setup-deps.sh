@@ -14,7 +14,7 @@ set -eu
 
 BUILD_PKGS="g++ pkg-config libdnnl-dev check libsubunit-dev libcjson-dev zlib1g-dev
 libturbojpeg0-dev libpng-dev libcurl4-openssl-dev libssl-dev dataset-fashion-mnist python3 python3-venv libopenmpi-dev
-openmpi-bin clang libomp-dev libhdf5-dev"
+openmpi-bin clang libomp-dev libhdf5-dev libzip-dev"
 BENCH_PKGS="python3-torch libopenblas0-openmp"
 
 usage() {

@@ -8,6 +8,7 @@
  * default, so a model built from JSON with other names still finds its variables. */
 #include "core/error.h"
 #include "dist/file.h"
+#include "nn/keras_impl.h"
 #include "nn/model_impl.h"
 
 #include <errno.h>
@@ -209,21 +210,26 @@ out:
     return st;
 }
 
-dist_status dist_model_save_keras_weights(dist_model *m, const char *path) {
-    DIST_CHECK_ARG(m && path, "dist_model_save_keras_weights: NULL argument");
+dist_status keras_weights_image(dist_model *m, void **image, size_t *size) {
     DIST_CHECK_ARG(m->built, "model '%s' is not built", m->name);
     float *params = malloc((size_t)m->nparams * sizeof *params);
     if (!params) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
     dist_status st = dist_model_get_weights(m, 0, params, m->nparams);
-    void *image = NULL;
-    size_t size = 0;
     if (st == DIST_OK) {
         h5_quiet q;
         h5_quiet_begin(&q);
-        st = build_image(&q, m, params, &image, &size);
+        st = build_image(&q, m, params, image, size);
         h5_quiet_end(&q);
     }
     free(params);
+    return st;
+}
+
+dist_status dist_model_save_keras_weights(dist_model *m, const char *path) {
+    DIST_CHECK_ARG(m && path, "dist_model_save_keras_weights: NULL argument");
+    void *image = NULL;
+    size_t size = 0;
+    dist_status st = keras_weights_image(m, &image, &size);
     if (st == DIST_OK) st = dist_file_write_atomic(path, image, size);
     free(image);
     if (st != DIST_OK) return dist_error_context(st, "saving Keras weights to '%s'", path);

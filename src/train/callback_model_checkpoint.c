@@ -1,4 +1,6 @@
-/* ModelCheckpoint with tf-keras's rules: when to save, save_best_only, path templates. */
+/* ModelCheckpoint with tf-keras's rules: when to save, save_best_only, path templates. What is
+ * saved follows the name, as in Keras 3: a .keras path gets the model (dist_model_save_keras), a
+ * .weights.h5 path its weights, any other path libdist's whole training state (safetensors). */
 #include "callback_state.h"
 #include "core/error.h"
 #include "dist/fit.h"
@@ -126,7 +128,24 @@ void dist_model_checkpoint_destroy(dist_model_checkpoint *mc) {
     free(mc);
 }
 
-/* Saves the state; a restart from it continues at (epoch, step). */
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Keras 3's model files: the whole model for a .keras name, the weights for .weights.h5. Only
+ * the chief writes them; the other workers' copies would be the same values. */
+static dist_status save_keras_file(dist_model_checkpoint *mc, dist_fit_state *fs,
+                                   const char *path) {
+    if (!dist_strategy_is_chief(fs->strategy)) return DIST_OK;
+    DIST_TRY(has_suffix(path, ".keras") ? dist_model_save_keras(fs->model, path)
+                                        : dist_model_save_keras_weights(fs->model, path));
+    snprintf(mc->last_path, sizeof mc->last_path, "%s", path);
+    return DIST_OK;
+}
+
+/* Saves the state; a restart from it continues at (epoch, step). With save_best_only, only
+ * when the monitor improved on the best value so far, saying so as Keras's verbose=1 does. */
 static dist_status save(dist_model_checkpoint *mc, dist_fit_state *fs, int epoch,
                         const dist_logs *logs, int next_epoch, int64_t next_step) {
     char path[4096];
@@ -140,9 +159,17 @@ static dist_status save(dist_model_checkpoint *mc, dist_fit_state *fs, int epoch
                      mc->monitor);
             return DIST_OK;
         }
-        if (!(mc->is_max ? current > mc->best : current < mc->best)) return DIST_OK;
+        if (!(mc->is_max ? current > mc->best : current < mc->best)) {
+            dist_log(DIST_LOG_INFO, "Epoch %d: %s did not improve from %.5f", epoch + 1,
+                     mc->monitor, mc->best);
+            return DIST_OK;
+        }
+        dist_log(DIST_LOG_INFO, "Epoch %d: %s improved from %.5f to %.5f, saving model to %s",
+                 epoch + 1, mc->monitor, mc->best, current, path);
         mc->best = current;
     }
+    if (has_suffix(path, ".keras") || has_suffix(path, ".weights.h5"))
+        return save_keras_file(mc, fs, path);
     dist_checkpoint *c;
     DIST_TRY(dist_fit_state_checkpoint(fs, next_epoch, next_step, &c));
     dist_status st = dist_checkpoint_save_for(c, fs->strategy, path);

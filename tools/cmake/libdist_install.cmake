@@ -94,7 +94,7 @@ install(FILES ${PROJECT_BINARY_DIR}/libdistConfig.cmake
 # Imported targets that have a .pc file of their own go to Requires.private.
 set(dist_pc_modules "PkgConfig::CJSON=libcjson" "PkgConfig::TURBOJPEG=libturbojpeg" "PkgConfig::PNG=libpng"
     "ZLIB::ZLIB=zlib" "CURL::libcurl=libcurl" "PkgConfig::LIBSSL=libssl" "PkgConfig::LIBCRYPTO=libcrypto"
-    "PkgConfig::HDF5=hdf5")
+    "PkgConfig::HDF5=hdf5" "PkgConfig::LIBZIP=libzip")
 
 # "-L<dir> -l<name>" for a library file; flags and bare names as the linker wants them.
 function(dist_pc_link_flags items out_var)

@@ -43,6 +43,7 @@ static const char *refused_flag(const distrain_options *o, const char **why) {
     if (o->ps > 0) return "--ps";
     *why = not_trained;
     if (o->save_weights) return "--save-weights";
+    if (o->save_model) return "--save-model";
     if (o->load_weights) return "--load-weights";
     if (o->backup_dir) return "--backup-dir";
     if (o->backup_freq) return "--backup-freq";
@@ -55,6 +56,9 @@ static const char *refused_flag(const distrain_options *o, const char **why) {
     if (o->early_stopping_patience >= 0) return "--early-stopping-patience";
     if (o->restore_best_weights) return "--restore-best-weights";
     if (o->target_accuracy > 0) return "--target-accuracy";
+    *why = "with it the training writes only the checkpoints of improving epochs, and maybe not "
+           "the last one, which the evaluator waits for";
+    if (o->checkpoint_best_only) return "--checkpoint-best-only";
     return NULL;
 }
 

@@ -48,6 +48,8 @@ typedef struct run_state {
     double train_loss, train_accuracy, test_loss, test_accuracy;
     int trained;     /* at least one training step ran: the train metrics mean something */
     int epochs_done; /* epochs completed, resumes included */
+    /* --checkpoint-best-only: an epoch improved and wrote --save-model */
+    int best_model_saved;
     int threads;
     int host_workers;         /* > 1: workers of this cluster sharing this host's cores */
     int cluster_workers;      /* parameter_server: the cluster's worker tasks */
@@ -407,11 +409,12 @@ typedef struct callbacks {
     dist_progress_bar *bar;
     dist_backup_and_restore *backup;
     dist_model_checkpoint *checkpoint;
+    dist_model_checkpoint *best_model; /* --save-model with --checkpoint-best-only */
     dist_tensorboard *tensorboard;
     dist_csv_logger *csv;
     dist_early_stopping *early;
     dist_reduce_lr_on_plateau *reduce_lr;
-    dist_callback list[10];
+    dist_callback list[12];
     int count;
 } callbacks;
 
@@ -419,10 +422,29 @@ static void callbacks_destroy(callbacks *c) {
     dist_progress_bar_destroy(c->bar);
     dist_backup_and_restore_destroy(c->backup);
     dist_model_checkpoint_destroy(c->checkpoint);
+    dist_model_checkpoint_destroy(c->best_model);
     dist_tensorboard_destroy(c->tensorboard);
     dist_csv_logger_destroy(c->csv);
     dist_early_stopping_destroy(c->early);
     dist_reduce_lr_on_plateau_destroy(c->reduce_lr);
+}
+
+/* --checkpoint-best-only's ModelCheckpoint options for a file template (monitor, mode), or
+ * plain ModelCheckpoint ones monitoring `monitor` without it. */
+static dist_model_checkpoint_options checkpoint_options(const distrain_options *o, const char *tmpl,
+                                                        const char *monitor) {
+    dist_model_checkpoint_options mo = DIST_MODEL_CHECKPOINT_OPTIONS_INIT;
+    mo.filepath = tmpl;
+    mo.monitor = monitor;
+    if (o->checkpoint_best_only) {
+        const char *mode = o->checkpoint_mode ? o->checkpoint_mode : "auto";
+        mo.save_best_only = 1;
+        mo.monitor = o->checkpoint_monitor ? o->checkpoint_monitor : "val_loss";
+        mo.mode = strcmp(mode, "min") == 0   ? DIST_MODE_MIN
+                  : strcmp(mode, "max") == 0 ? DIST_MODE_MAX
+                                             : DIST_MODE_AUTO;
+    }
+    return mo;
 }
 
 /* Order matters where callbacks interact: the checkpoint and the backup come last, so that at an
@@ -473,11 +495,23 @@ static int callbacks_create(const run_state *s, callbacks *c) {
             return 1;
         }
         snprintf(tmpl, sizeof tmpl, "%s/ckpt-{epoch:02d}.safetensors", o->checkpoint_dir);
-        dist_model_checkpoint_options mo = DIST_MODEL_CHECKPOINT_OPTIONS_INIT;
-        mo.filepath = tmpl;
-        mo.monitor = monitor;
+        dist_model_checkpoint_options mo = checkpoint_options(o, tmpl, monitor);
         if (dist_model_checkpoint_create(&mo, &c->checkpoint)) return fail("--checkpoint-dir");
         c->list[c->count++] = dist_model_checkpoint_callback(c->checkpoint);
+    }
+    if (o->save_model && o->checkpoint_best_only && s->chief) {
+        /* ModelCheckpoint("FILE.keras", save_best_only=True): the name's braces doubled, so
+         * that the template is the name itself */
+        char tmpl[8192];
+        size_t n = 0;
+        for (const char *p = o->save_model; *p && n + 3 < sizeof tmpl; p++) {
+            if (*p == '{' || *p == '}') tmpl[n++] = *p;
+            tmpl[n++] = *p;
+        }
+        tmpl[n] = '\0';
+        dist_model_checkpoint_options mo = checkpoint_options(o, tmpl, monitor);
+        if (dist_model_checkpoint_create(&mo, &c->best_model)) return fail("--save-model");
+        c->list[c->count++] = dist_model_checkpoint_callback(c->best_model);
     }
     if (o->backup_dir) {
         if (dist_backup_and_restore_create(o->backup_dir, o->backup_freq, 1, &c->backup))
@@ -521,6 +555,16 @@ static void rescue_weights(const run_state *s) {
     fprintf(stderr, "distrain: the trained weights could not be saved anywhere\n");
 }
 
+/* --save-model: the model as Keras 3's .keras, written by the chief only (as every output);
+ * when that fails, the weights are rescued as after any late write failure. */
+static int save_model(const run_state *s) {
+    if (!s->chief) return 0;
+    if (dist_model_save_keras(s->model, s->o->save_model) == DIST_OK) return 0;
+    fail("--save-model");
+    if (!s->o->save_weights) rescue_weights(s); /* else the weights are in that file */
+    return 1;
+}
+
 /* Only the chief writes the final weights (TF's chief rule); the others write nothing. */
 static int save_weights(const run_state *s) {
     if (!s->chief) return 0;
@@ -548,6 +592,10 @@ static int stop_interrupted(const run_state *s) {
             fprintf(stderr, "distrain: the weights are saved in '%s'\n", s->o->save_weights);
         else
             rescue_weights(s);
+        /* the best epoch's model, if any, is already in the file */
+        if (s->o->save_model && !s->o->checkpoint_best_only &&
+            dist_model_save_keras(s->model, s->o->save_model) == DIST_OK)
+            fprintf(stderr, "distrain: the model is saved in '%s'\n", s->o->save_model);
     }
     if (s->o->backup_dir)
         fprintf(stderr, "distrain: the backup in '%s' is kept: run the same command to resume\n",
@@ -596,6 +644,7 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     dist_status st = o->epochs == 0 ? DIST_OK
                                     : dist_fit(s->strategy, s->model, s->optimizer, dtrain, dval,
                                                &fo, cbs.list, cbs.count, &res);
+    s->best_model_saved = cbs.best_model && dist_model_checkpoint_last_path(cbs.best_model)[0];
     callbacks_destroy(&cbs);
     /* A failed run's timeline is written too: it shows where the time went before the error. */
     if (fo.trace) {
@@ -656,6 +705,13 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
         if (save_weights(s)) return 1;
     } else if (late_failure && s->chief) {
         rescue_weights(s);
+    }
+    if (o->save_model && !o->checkpoint_best_only && save_model(s)) return 1;
+    if (o->save_model && o->checkpoint_best_only && s->chief && !s->best_model_saved) {
+        /* as Keras's ModelCheckpoint: no epoch improved (a NaN monitor), nothing was written */
+        fprintf(stderr, "distrain: --save-model: no epoch improved %s, so '%s' was not written\n",
+                o->checkpoint_monitor ? o->checkpoint_monitor : "val_loss", o->save_model);
+        return 1;
     }
     return late_failure;
 }
@@ -1087,6 +1143,41 @@ static int check_output_dir(const char *flag, const char *path) {
     return 2;
 }
 
+/* --save-model and ModelCheckpoint's save_best_only flags: a model file Keras opens, and a
+ * monitor that the epochs' logs will have. Returns 2 (usage error, printed) or 0. */
+static int check_checkpoint_flags(const distrain_options *o) {
+    static const char suffix[] = ".keras";
+    size_t n = o->save_model ? strlen(o->save_model) : 0, k = sizeof suffix - 1;
+    if (o->save_model && (n <= k || strcmp(o->save_model + n - k, suffix) != 0)) {
+        fprintf(stderr,
+                "distrain: --save-model: '%s' must end in .keras (the model file "
+                "keras.models.load_model opens; --save-weights writes weights alone)\n",
+                o->save_model);
+        return 2;
+    }
+    if (o->save_model && check_output_file("--save-model", o->save_model)) return 2;
+    if ((o->checkpoint_monitor || o->checkpoint_mode) && !o->checkpoint_best_only) {
+        fprintf(stderr, "distrain: %s needs --checkpoint-best-only\n",
+                o->checkpoint_monitor ? "--checkpoint-monitor" : "--checkpoint-mode");
+        return 2;
+    }
+    if (!o->checkpoint_best_only) return 0;
+    if (!o->checkpoint_dir && !o->save_model) {
+        fprintf(stderr, "distrain: --checkpoint-best-only needs --checkpoint-dir or --save-model "
+                        "(what it saves)\n");
+        return 2;
+    }
+    const char *monitor = o->checkpoint_monitor ? o->checkpoint_monitor : "val_loss";
+    if (strncmp(monitor, "val_", 4) == 0 && !(o->validation_split > 0)) {
+        fprintf(stderr,
+                "distrain: --checkpoint-best-only monitors %s%s, which needs --validation-split "
+                "(or --checkpoint-monitor loss or accuracy)\n",
+                monitor, o->checkpoint_monitor ? "" : " (the default, as ModelCheckpoint's)");
+        return 2;
+    }
+    return 0;
+}
+
 /* Flags that would do nothing in this combination are usage errors, and every output path is
  * checked now. */
 static int check_flags(distrain_options *o) {
@@ -1120,13 +1211,14 @@ static int check_flags(distrain_options *o) {
                            : o->early_stopping_patience >= 0 ? "--early-stopping-patience"
                            : o->reduce_lr_patience >= 0      ? "--reduce-lr-patience"
                            : o->target_accuracy > 0          ? "--target-accuracy"
+                           : o->checkpoint_best_only         ? "--checkpoint-best-only"
                                                              : NULL;
         if (idle) {
             fprintf(stderr, "distrain: %s does nothing with --epochs 0 (which only evaluates)\n",
                     idle);
             return 2;
         }
-        if (!o->load_weights && !o->save_weights) {
+        if (!o->load_weights && !o->save_weights && !o->save_model) {
             fprintf(stderr, "distrain: --epochs 0 trains nothing: give it --load-weights FILE to "
                             "evaluate, or --save-weights FILE to write the initial weights "
                             "(alone it would evaluate random weights)\n");
@@ -1137,6 +1229,7 @@ static int check_flags(distrain_options *o) {
         fprintf(stderr, "distrain: --histogram-freq and --update-freq need --logdir\n");
         return 2;
     }
+    if (check_checkpoint_flags(o)) return 2;
     if (o->backup_freq && !o->backup_dir) {
         fprintf(stderr, "distrain: --backup-freq needs --backup-dir\n");
         return 2;

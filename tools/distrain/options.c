@@ -130,6 +130,18 @@ static const distrain_flag flags[] = {
     {"--csv-log", 1, "FILE", "", "one CSV row of metrics per epoch (appended to on resume)"},
     {"--save-weights", 1, "FILE", "",
      "write the final weights: as Keras's .weights.h5 when FILE ends so, else as safetensors"},
+    {"--save-model", 1, "FILE.keras", "",
+     "write the trained model as a Keras 3 .keras file, which keras.models.load_model opens "
+     "(with --checkpoint-best-only: the model of the best epoch)"},
+    {"--checkpoint-best-only", 0, "", "off",
+     "with --checkpoint-dir or --save-model: save only at the epochs where "
+     "--checkpoint-monitor improves on the best so far (ModelCheckpoint's save_best_only)"},
+    {"--checkpoint-monitor", 1, "val_loss|val_accuracy|loss|accuracy", "val_loss",
+     "with --checkpoint-best-only: the metric that picks the epoch (val_* need "
+     "--validation-split)"},
+    {"--checkpoint-mode", 1, "auto|min|max", "auto",
+     "with --checkpoint-best-only: whether the lowest or the highest value is best; auto: "
+     "max for names containing 'acc', else min (ModelCheckpoint's mode)"},
     {"--load-weights", 1, "FILE", "",
      "start from these weights: safetensors (--save-weights, --checkpoint-dir) or a Keras 3 "
      ".weights.h5 file of the same model"},
@@ -293,6 +305,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
         }
         if (strcmp(a, "--restore-best-weights") == 0) {
             o->restore_best_weights = 1;
+            continue;
+        }
+        if (strcmp(a, "--checkpoint-best-only") == 0) {
+            o->checkpoint_best_only = 1;
             continue;
         }
         if (strcmp(a, "--insecure") == 0) {
@@ -517,6 +533,17 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->csv_log = v;
         } else if (strcmp(a, "--save-weights") == 0) {
             o->save_weights = v;
+        } else if (strcmp(a, "--save-model") == 0) {
+            o->save_model = v;
+        } else if (strcmp(a, "--checkpoint-monitor") == 0) {
+            if (strcmp(v, "val_loss") && strcmp(v, "val_accuracy") && strcmp(v, "loss") &&
+                strcmp(v, "accuracy"))
+                return bad(a, v, "expected val_loss, val_accuracy, loss or accuracy");
+            o->checkpoint_monitor = v;
+        } else if (strcmp(a, "--checkpoint-mode") == 0) {
+            if (strcmp(v, "auto") && strcmp(v, "min") && strcmp(v, "max"))
+                return bad(a, v, "expected auto, min or max");
+            o->checkpoint_mode = v;
         } else if (strcmp(a, "--load-weights") == 0) {
             o->load_weights = v;
         } else if (strcmp(a, "--target-accuracy") == 0) {

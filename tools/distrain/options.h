@@ -62,6 +62,13 @@ typedef struct distrain_options {
     int tensorboard_flag_given;  /* --histogram-freq or --update-freq was on the command line */
     const char *csv_log;         /* CSVLogger */
     const char *save_weights;    /* the final weights: safetensors, or Keras's *.weights.h5 */
+    /* --save-model: the trained model as Keras 3's .keras (the best epoch's with
+     * --checkpoint-best-only, ModelCheckpoint's save_best_only for it and --checkpoint-dir,
+     * with its monitor, NULL: val_loss, and mode, NULL: auto) */
+    const char *save_model;
+    int checkpoint_best_only;
+    const char *checkpoint_monitor;
+    const char *checkpoint_mode;
     const char *load_weights;    /* start from these weights (safetensors or .weights.h5) */
     int early_stopping_patience; /* -1 = no EarlyStopping */
     int reduce_lr_patience;      /* -1 = no ReduceLROnPlateau */

@@ -1,0 +1,300 @@
+/* A model as Keras 3's config.json: what keras.saving.serialize_keras_object(model) writes for a
+ * Sequential of the same layers (checked against Keras 3.15's output for the seed CNN and for
+ * every layer kind libdist has), so that keras.models.load_model rebuilds the same network.
+ *
+ * Keras's own keys are all written, defaults included, in Keras's order: the reader
+ * (keras_json.c) and Keras itself then see the file Keras would have written. Values are floats
+ * written in their shortest form that reads back as the same float32 (0.001, not
+ * 0.0010000000474974513), as Python prints the floats Keras was given. What Keras cannot hold is
+ * refused rather than written differently: a name with '/' (Keras refuses it in every layer
+ * name) and a Dropout seed beyond int64 (TensorFlow's seed dtype). */
+#include "core/error.h"
+#include "nn/keras_impl.h"
+#include "nn/model_impl.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* {"module": ..., "class_name": ..., "config": config, "registered_name": null}; takes config. */
+static cJSON *keras_object(const char *module, const char *class_name, cJSON *config) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) {
+        cJSON_Delete(config);
+        return NULL;
+    }
+    cJSON_AddStringToObject(o, "module", module);
+    cJSON_AddStringToObject(o, "class_name", class_name);
+    cJSON_AddItemToObject(o, "config", config);
+    cJSON_AddNullToObject(o, "registered_name");
+    return o;
+}
+
+static cJSON *dtype_policy(const dist_model *m) {
+    cJSON *config = cJSON_CreateObject();
+    if (config) cJSON_AddStringToObject(config, "name", dist_dtype_policy_name(m->policy));
+    return keras_object("keras", "DTypePolicy", config);
+}
+
+/* GlorotUniform and Zeros as Keras writes them with no seed (libdist draws its own). */
+static cJSON *initializer(const char *class_name) {
+    cJSON *config = cJSON_CreateObject();
+    if (config && strcmp(class_name, "GlorotUniform") == 0) {
+        cJSON_AddNullToObject(config, "seed");
+        cJSON_AddNullToObject(config, "input_axes");
+        cJSON_AddNullToObject(config, "output_axes");
+    }
+    return keras_object("keras.initializers", class_name, config);
+}
+
+/* The double whose shortest decimal form reads back as f: 1e-3f becomes 0.001. */
+static double float_value(float f) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        if (strtof(buf, NULL) == f) break;
+    }
+    return strtod(buf, NULL);
+}
+
+static cJSON *int_pair(int a, int b) {
+    int v[2] = {a, b};
+    return cJSON_CreateIntArray(v, 2);
+}
+
+/* [null, d1, ..., dn]: a shape with Keras's unknown batch axis. */
+static cJSON *batch_shape(int ndim, const int64_t *shape) {
+    cJSON *a = cJSON_CreateArray();
+    if (!a) return NULL;
+    cJSON_AddItemToArray(a, cJSON_CreateNull());
+    for (int d = 0; d < ndim; d++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
+    return a;
+}
+
+static const char *activation_name(dist_activation a) {
+    switch (a) {
+    case DIST_ACT_NONE: return "linear";
+    case DIST_ACT_RELU: return "relu";
+    case DIST_ACT_SIGMOID: return "sigmoid";
+    case DIST_ACT_TANH: return "tanh";
+    case DIST_ACT_GELU: return "gelu";
+    }
+    return "linear";
+}
+
+static void add_nulls(cJSON *config, const char *const *keys) {
+    for (int i = 0; keys[i]; i++) cJSON_AddNullToObject(config, keys[i]);
+}
+
+static void conv2d_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {"kernel_regularizer",   "bias_regularizer",
+                                         "activity_regularizer", "kernel_constraint",
+                                         "bias_constraint",      NULL};
+    const dist_conv2d_options *o = &l->conv;
+    cJSON_AddNumberToObject(c, "filters", o->filters);
+    cJSON_AddItemToObject(c, "kernel_size", int_pair(o->kernel_h, o->kernel_w));
+    cJSON_AddItemToObject(c, "strides", int_pair(o->stride_h, o->stride_w));
+    cJSON_AddStringToObject(c, "padding", o->padding == DIST_PADDING_SAME ? "same" : "valid");
+    cJSON_AddStringToObject(c, "data_format", "channels_last");
+    cJSON_AddItemToObject(c, "dilation_rate", int_pair(1, 1));
+    cJSON_AddNumberToObject(c, "groups", 1);
+    cJSON_AddStringToObject(c, "activation", activation_name(o->activation));
+    cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
+    cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
+    cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
+    add_nulls(c, extras);
+}
+
+static void pool_config(cJSON *c, int pool, int stride, dist_padding padding) {
+    cJSON_AddItemToObject(c, "pool_size", int_pair(pool, pool));
+    cJSON_AddStringToObject(c, "padding", padding == DIST_PADDING_SAME ? "same" : "valid");
+    cJSON_AddItemToObject(c, "strides", int_pair(stride, stride));
+    cJSON_AddStringToObject(c, "data_format", "channels_last");
+}
+
+static dist_status dropout_config(cJSON *c, const model_layer *l) {
+    if (l->seed > (uint64_t)INT64_MAX)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (Dropout): argument 'seed' is %llu; Keras's seeds are "
+                          "int64 (at most %lld)",
+                          l->name, (unsigned long long)l->seed, (long long)INT64_MAX);
+    cJSON_AddNumberToObject(c, "rate", float_value(l->rate));
+    /* an integer literal: cJSON would print a large double in exponent form, which Python reads
+     * as a float, and Keras wants an int */
+    char digits[24];
+    snprintf(digits, sizeof digits, "%llu", (unsigned long long)l->seed);
+    cJSON_AddItemToObject(c, "seed", cJSON_CreateRaw(digits));
+    cJSON_AddNullToObject(c, "noise_shape");
+    return DIST_OK;
+}
+
+static void batch_norm_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                         "gamma_constraint", NULL};
+    const dist_batch_norm_options *o = &l->bn;
+    cJSON_AddNumberToObject(c, "axis", -1);
+    cJSON_AddNumberToObject(c, "momentum", float_value(o->momentum));
+    cJSON_AddNumberToObject(c, "epsilon", float_value(o->epsilon));
+    cJSON_AddBoolToObject(c, "center", o->center != 0);
+    cJSON_AddBoolToObject(c, "scale", o->scale != 0);
+    cJSON_AddItemToObject(c, "beta_initializer", initializer("Zeros"));
+    cJSON_AddItemToObject(c, "gamma_initializer", initializer("Ones"));
+    cJSON_AddItemToObject(c, "moving_mean_initializer", initializer("Zeros"));
+    cJSON_AddItemToObject(c, "moving_variance_initializer", initializer("Ones"));
+    add_nulls(c, extras);
+    cJSON_AddBoolToObject(c, "synchronized", o->synchronized != 0);
+    cJSON_AddFalseToObject(c, "renorm");
+    cJSON_AddNullToObject(c, "renorm_clipping");
+    cJSON_AddNumberToObject(c, "renorm_momentum", 0.99);
+}
+
+static void dense_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {"kernel_regularizer",  "bias_regularizer",
+                                         "kernel_constraint",   "bias_constraint",
+                                         "quantization_config", NULL};
+    cJSON_AddNumberToObject(c, "units", l->units);
+    cJSON_AddStringToObject(c, "activation", activation_name(l->activation));
+    cJSON_AddTrueToObject(c, "use_bias");
+    cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
+    cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
+    add_nulls(c, extras);
+}
+
+static const char *class_name(layer_kind kind) {
+    switch (kind) {
+    case LAYER_CONV2D: return "Conv2D";
+    case LAYER_MAX_POOL2D: return "MaxPooling2D";
+    case LAYER_FLATTEN: return "Flatten";
+    case LAYER_DENSE: return "Dense";
+    case LAYER_AVG_POOL2D: return "AveragePooling2D";
+    case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
+    case LAYER_DROPOUT: return "Dropout";
+    case LAYER_BATCH_NORM: return "BatchNormalization";
+    }
+    return "Layer";
+}
+
+/* Keras writes build_config for the layers whose build() makes variables or needs the input's
+ * shape; the pooling and dropout layers have none. */
+static int has_build_config(layer_kind kind) {
+    return kind == LAYER_CONV2D || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
+           kind == LAYER_BATCH_NORM;
+}
+
+/* Layer i of m, fed by input of shape (in_ndim, in_shape). */
+static dist_status layer_object(const dist_model *m, int i, int in_ndim, const int64_t *in_shape,
+                                cJSON **out) {
+    const model_layer *l = &m->layers[i];
+    if (strchr(l->name, '/'))
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s': Keras refuses a layer name with '/' (it separates the "
+                          "names of nested objects)",
+                          l->name);
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    cJSON_AddStringToObject(c, "name", l->name);
+    cJSON_AddTrueToObject(c, "trainable");
+    cJSON_AddItemToObject(c, "dtype", dtype_policy(m));
+    dist_status st = DIST_OK;
+    switch (l->kind) {
+    case LAYER_CONV2D: conv2d_config(c, l); break;
+    case LAYER_MAX_POOL2D: pool_config(c, l->pool, l->pool, DIST_PADDING_VALID); break;
+    case LAYER_AVG_POOL2D: pool_config(c, l->pool, l->pool_stride, l->padding); break;
+    case LAYER_GLOBAL_AVG_POOL2D:
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        cJSON_AddFalseToObject(c, "keepdims");
+        break;
+    case LAYER_DROPOUT: st = dropout_config(c, l); break;
+    case LAYER_BATCH_NORM: batch_norm_config(c, l); break;
+    case LAYER_FLATTEN: cJSON_AddStringToObject(c, "data_format", "channels_last"); break;
+    case LAYER_DENSE: dense_config(c, l); break;
+    }
+    if (st != DIST_OK) {
+        cJSON_Delete(c);
+        return st;
+    }
+    cJSON *o = keras_object("keras.layers", class_name(l->kind), c);
+    if (o && has_build_config(l->kind)) {
+        cJSON *build = cJSON_AddObjectToObject(o, "build_config");
+        if (build) cJSON_AddItemToObject(build, "input_shape", batch_shape(in_ndim, in_shape));
+    }
+    if (!o) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    *out = o;
+    return DIST_OK;
+}
+
+/* "input_layer", Keras's name for a Sequential's input, unless a layer has it already. */
+static void input_name(const dist_model *m, char *buf, size_t size) {
+    for (int k = 0;; k++) {
+        if (k == 0)
+            snprintf(buf, size, "input_layer");
+        else
+            snprintf(buf, size, "input_layer_%d", k);
+        int taken = 0;
+        for (int i = 0; i < m->nlayers && !taken; i++) taken = strcmp(m->layers[i].name, buf) == 0;
+        if (!taken) return;
+    }
+}
+
+static cJSON *input_layer(const dist_model *m) {
+    char name[48];
+    input_name(m, name, sizeof name);
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON_AddItemToObject(c, "batch_shape", batch_shape(m->in_ndim, m->in_shape));
+    cJSON_AddStringToObject(c, "dtype", "float32");
+    cJSON_AddFalseToObject(c, "sparse");
+    cJSON_AddFalseToObject(c, "ragged");
+    cJSON_AddStringToObject(c, "name", name);
+    cJSON_AddFalseToObject(c, "optional");
+    return keras_object("keras.layers", "InputLayer", c);
+}
+
+static dist_status build_config_tree(const dist_model *m, cJSON *config) {
+    if (strchr(m->name, '/'))
+        return dist_error(DIST_UNSUPPORTED,
+                          "model '%s': Keras refuses a model name with '/' (it separates the "
+                          "names of nested objects)",
+                          m->name);
+    cJSON_AddStringToObject(config, "name", m->name);
+    cJSON_AddTrueToObject(config, "trainable");
+    cJSON_AddItemToObject(config, "dtype", dtype_policy(m));
+    cJSON *layers = cJSON_AddArrayToObject(config, "layers");
+    if (!layers) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    cJSON_AddItemToArray(layers, input_layer(m));
+    int ndim = m->in_ndim;
+    const int64_t *shape = m->in_shape;
+    for (int i = 0; i < m->nlayers; i++) {
+        cJSON *layer = NULL;
+        DIST_TRY(layer_object(m, i, ndim, shape, &layer));
+        cJSON_AddItemToArray(layers, layer);
+        ndim = m->layers[i].out_ndim;
+        shape = m->layers[i].out_shape;
+    }
+    cJSON_AddItemToObject(config, "build_input_shape", batch_shape(m->in_ndim, m->in_shape));
+    return DIST_OK;
+}
+
+dist_status keras_model_config(const dist_model *m, char **json) {
+    DIST_CHECK_ARG(m->built, "model '%s' is not built: Keras's config needs its input shape",
+                   m->name);
+    cJSON *config = cJSON_CreateObject();
+    cJSON *root = keras_object("keras", "Sequential", config);
+    if (!root) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    dist_status st = build_config_tree(m, config);
+    if (st == DIST_OK) {
+        cJSON *build = cJSON_AddObjectToObject(root, "build_config");
+        if (build)
+            cJSON_AddItemToObject(build, "input_shape", batch_shape(m->in_ndim, m->in_shape));
+        /* Keras writes {} for a model that was not compiled: load_model then compiles nothing */
+        cJSON_AddObjectToObject(root, "compile_config");
+        char *text = cJSON_PrintUnformatted(root);
+        *json = text ? strdup(text) : NULL;
+        cJSON_free(text);
+        if (!*json) st = dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    }
+    cJSON_Delete(root);
+    return st;
+}
