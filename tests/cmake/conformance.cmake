@@ -4,7 +4,7 @@
 # fails loudly without it.
 set(conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(cluster_json ${conf_dir}/cluster_json.c)
-target_link_libraries(cluster_json PRIVATE dist_static)
+target_link_libraries(cluster_json PRIVATE dist_internal)
 target_compile_options(cluster_json PRIVATE ${DIST_WARNINGS})
 
 

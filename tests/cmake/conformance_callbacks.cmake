@@ -4,7 +4,7 @@
 # conformance.venv fixture (tests/cmake/conformance.cmake).
 set(cb_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(callback_trace ${cb_conf_dir}/callback_trace.c)
-target_link_libraries(callback_trace PRIVATE dist_static)
+target_link_libraries(callback_trace PRIVATE dist_internal)
 target_compile_options(callback_trace PRIVATE ${DIST_WARNINGS})
 
 

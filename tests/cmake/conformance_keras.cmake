@@ -3,7 +3,7 @@
 # (tests/conformance/keras_steps.py says the cases and tolerances). Needs the venv fixture of
 # conformance.cmake.
 add_executable(keras_steps ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_steps.c)
-target_link_libraries(keras_steps PRIVATE dist_static)
+target_link_libraries(keras_steps PRIVATE dist_internal)
 target_compile_options(keras_steps PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_steps
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_steps.py

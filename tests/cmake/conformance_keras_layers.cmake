@@ -3,7 +3,7 @@
 # every variable's gradient to 1e-5 relative (tests/conformance/keras_layers.py). Needs the venv
 # of the conformance.venv fixture (tests/cmake/conformance.cmake).
 add_executable(keras_layers ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers.c)
-target_link_libraries(keras_layers PRIVATE dist_static)
+target_link_libraries(keras_layers PRIVATE dist_internal)
 target_compile_options(keras_layers PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_layers
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers.py
@@ -16,7 +16,7 @@ set_tests_properties(conformance.keras_layers PROPERTIES FIXTURES_REQUIRED tf_ve
 # each replica's logits and gradients and the moving statistics after one step, to 1e-5
 # relative (tests/conformance/keras_sync_bn.py).
 add_executable(keras_sync_bn ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_sync_bn.c)
-target_link_libraries(keras_sync_bn PRIVATE dist_static)
+target_link_libraries(keras_sync_bn PRIVATE dist_internal)
 target_compile_options(keras_sync_bn PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_sync_bn
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_sync_bn.py

@@ -3,7 +3,7 @@
 # and predict what libdist predicts (tests/conformance/keras_models.py). Needs the venv fixture
 # of conformance.cmake.
 add_executable(keras_models ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_models.c)
-target_link_libraries(keras_models PRIVATE dist_static)
+target_link_libraries(keras_models PRIVATE dist_internal)
 target_compile_options(keras_models PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_models
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_models.py

@@ -4,7 +4,7 @@
 # (tests/cmake/conformance.cmake), which ships tensorflow-cpu, tf-keras and Keras 3.
 set(ls_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(loss_scale_trace ${ls_conf_dir}/loss_scale_trace.c)
-target_link_libraries(loss_scale_trace PRIVATE dist_static)
+target_link_libraries(loss_scale_trace PRIVATE dist_internal)
 target_compile_options(loss_scale_trace PRIVATE ${DIST_WARNINGS})
 
 

@@ -6,7 +6,7 @@
 # conformance.venv fixture (tests/cmake/conformance.cmake).
 set(lr_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(lr_schedule_cases ${lr_conf_dir}/lr_schedule_cases.c)
-target_link_libraries(lr_schedule_cases PRIVATE dist_static PkgConfig::CJSON)
+target_link_libraries(lr_schedule_cases PRIVATE dist_internal PkgConfig::CJSON)
 target_compile_options(lr_schedule_cases PRIVATE ${DIST_WARNINGS})
 
 add_test(NAME conformance.lr_schedules

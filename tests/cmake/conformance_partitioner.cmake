@@ -6,7 +6,7 @@
 # (tests/cmake/conformance.cmake).
 set(part_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(partitioner_cases ${part_conf_dir}/partitioner_cases.c)
-target_link_libraries(partitioner_cases PRIVATE dist_static PkgConfig::CJSON)
+target_link_libraries(partitioner_cases PRIVATE dist_internal PkgConfig::CJSON)
 target_compile_options(partitioner_cases PRIVATE ${DIST_WARNINGS})
 
 add_test(NAME conformance.partitioners

@@ -3,7 +3,7 @@
 # venv of the conformance.venv fixture (tests/cmake/conformance.cmake).
 set(round_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(round_cast ${round_conf_dir}/round_cast.c)
-target_link_libraries(round_cast PRIVATE dist_static)
+target_link_libraries(round_cast PRIVATE dist_internal)
 target_compile_options(round_cast PRIVATE ${DIST_WARNINGS})
 
 

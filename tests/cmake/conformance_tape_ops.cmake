@@ -5,7 +5,7 @@
 # (tests/cmake/conformance.cmake).
 set(tape_ops_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(tape_ops_cases ${tape_ops_conf_dir}/tape_ops_cases.c)
-target_link_libraries(tape_ops_cases PRIVATE dist_static)
+target_link_libraries(tape_ops_cases PRIVATE dist_internal)
 target_compile_options(tape_ops_cases PRIVATE ${DIST_WARNINGS})
 
 add_test(NAME conformance.tape_ops

@@ -5,7 +5,7 @@
 # (tests/cmake/conformance.cmake).
 set(tfrecord_conf_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(tfrecord_conformance ${tfrecord_conf_dir}/tfrecord_conformance.c)
-target_link_libraries(tfrecord_conformance PRIVATE dist_static)
+target_link_libraries(tfrecord_conformance PRIVATE dist_internal)
 target_compile_options(tfrecord_conformance PRIVATE ${DIST_WARNINGS})
 
 add_test(NAME conformance.tfrecord
@@ -19,7 +19,7 @@ set_tests_properties(conformance.tfrecord PROPERTIES FIXTURES_REQUIRED tf_venv L
 # tensors in the same order, one file after the other, with parallel reads and per worker under
 # FILE auto-sharding.
 add_executable(tfrecord_mnist_conformance ${tfrecord_conf_dir}/tfrecord_mnist_conformance.c)
-target_link_libraries(tfrecord_mnist_conformance PRIVATE dist_static)
+target_link_libraries(tfrecord_mnist_conformance PRIVATE dist_internal)
 target_compile_options(tfrecord_mnist_conformance PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.tfrecord_mnist
          COMMAND ${DIST_CONF_VENV}/bin/python ${tfrecord_conf_dir}/tfrecord_mnist_conformance.py

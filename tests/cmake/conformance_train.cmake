@@ -4,7 +4,7 @@
 # conformance.cmake (registered as conformance.venv, fixture name tf_venv).
 set(conf_train_dir ${CMAKE_CURRENT_SOURCE_DIR}/conformance)
 add_executable(train_artifacts ${conf_train_dir}/train_artifacts.c)
-target_link_libraries(train_artifacts PRIVATE dist_static)
+target_link_libraries(train_artifacts PRIVATE dist_internal)
 target_compile_options(train_artifacts PRIVATE ${DIST_WARNINGS})
 
 
