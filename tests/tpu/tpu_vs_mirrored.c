@@ -165,6 +165,28 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
 
 /* The errors a traced step reports: a host read inside the step (check numerics) names the
  * kernel; replicas with different batch shapes name drop_remainder. */
+/* merge_call and the value assertions inside a traced step: refused, naming why; the step's
+ * replica context is the one get_replica_context returns. */
+static int g_context_seen;
+
+static dist_status merge_nothing(dist_strategy *s, dist_per_replica *values, void *user) {
+    (void)s, (void)values, (void)user;
+    return DIST_OK;
+}
+
+static dist_status merging_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    (void)in, (void)user, (void)out;
+    g_context_seen = dist_get_replica_context() == rc;
+    return dist_replica_merge_call(rc, merge_nothing, NULL, NULL, 0);
+}
+
+static dist_status asserting_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                  dist_element *out) {
+    (void)user, (void)out;
+    return dist_debug_assert_less(dist_replica_tape(rc), in->items[0], in->items[0], "x < x");
+}
+
 static int errors(const char *plugin) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_TPU;
@@ -211,6 +233,16 @@ static int errors(const char *plugin) {
     if (dist_model_set_check_numerics(st.model, 0)) return fail("check numerics");
     rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
     printf("plain step: status %d\n", (int)rc);
+    if (rc != DIST_OK) bad = 1;
+    rc = dist_strategy_run(strategy, merging_step, NULL, &in, NULL);
+    printf("merge_call: status %d: %s\n", (int)rc, dist_last_error());
+    if (rc != DIST_UNSUPPORTED || !strstr(dist_last_error(), "one program") || !g_context_seen)
+        bad = 1;
+    rc = dist_strategy_run(strategy, asserting_step, NULL, &in, NULL);
+    printf("assert_less: status %d: %s\n", (int)rc, dist_last_error());
+    if (rc != DIST_UNSUPPORTED || !strstr(dist_last_error(), "dist_debug_assert_less")) bad = 1;
+    /* and the strategy still runs a step after the refusals */
+    rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
     if (rc != DIST_OK) bad = 1;
     for (int r = 0; r < 2; r++) dist_tensor_destroy(x[r]), dist_tensor_destroy(y[r]);
     dist_optimizer_destroy(st.optimizer);
