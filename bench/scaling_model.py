@@ -380,6 +380,7 @@ def main():
                 r["rate"], r["delay_us"] / 1000,
                 " / ".join("%.1f" % x for x in r["step_ms_each"]), r["step_ms"], pred * 1e3,
                 100 * err))
+        print()
         for strat in ("multi_worker", "parameter_server"):
             e = sorted(x for st, x in errs if st == strat)
             if e:
