@@ -20,6 +20,8 @@
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,6 +241,41 @@ const char *net_tls_mode_name(const net_tls *t) {
     return !t ? "off" : t->psk ? "TLS 1.3, PSK from the cluster token" : "TLS 1.3, certificates";
 }
 
+/* ---- SIGPIPE ---------------------------------------------------------------------------------
+ * Until the handshake is done OpenSSL writes to the socket itself (its socket BIO: write(2),
+ * without MSG_NOSIGNAL), and a peer that is gone turns that write into SIGPIPE, which ends the
+ * whole process (a proxy that accepted and closed, a worker killed mid-handshake: seen in the
+ * namespace cluster runs as exit 141). Around those calls the thread blocks SIGPIPE and takes back
+ * one the call raised, so the write fails with EPIPE and the handshake reports it; the
+ * process's own SIGPIPE handling is left as the program set it. */
+typedef struct pipe_guard {
+    sigset_t old;
+    bool armed; /* SIGPIPE was not blocked before: drop one raised meanwhile, then unblock */
+} pipe_guard;
+
+static void pipe_guard_begin(pipe_guard *g) {
+    sigset_t p;
+    sigemptyset(&p);
+    sigaddset(&p, SIGPIPE);
+    g->armed = pthread_sigmask(SIG_BLOCK, &p, &g->old) == 0 && !sigismember(&g->old, SIGPIPE);
+}
+
+static void pipe_guard_end(pipe_guard *g) {
+    if (!g->armed) return;
+    int saved = errno;
+    sigset_t p, pending;
+    sigemptyset(&p);
+    sigaddset(&p, SIGPIPE);
+    sigemptyset(&pending);
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec now = {0, 0};
+        while (sigtimedwait(&p, NULL, &now) == SIGPIPE) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+    errno = saved;
+}
+
 /* ---- connections -------------------------------------------------------------------------- */
 
 /* An SSL object on fd, registered so that net_send_some and friends find it. */
@@ -322,8 +359,11 @@ void net_tls_release(int fd) {
     tls_conn *t = atomic_exchange_explicit(&net_tls_by_fd[fd], NULL, memory_order_acq_rel);
     if (!t) return;
     /* close_notify when the handshake finished and the socket takes it; never waits */
+    pipe_guard g; /* without a memory BIO the close_notify goes straight to the socket */
+    pipe_guard_begin(&g);
     if (SSL_is_init_finished(t->ssl) && SSL_shutdown(t->ssl) >= 0 && t->wmem && collect(t))
         (void)flush_out(fd, t);
+    pipe_guard_end(&g);
     SSL_free(t->ssl);
     free(t->out);
     free(t);
@@ -373,12 +413,15 @@ dist_status net_tls_connect(dist_net_comm *c, int fd, double deadline, const cha
     for (;;) {
         ERR_clear_error();
         errno = 0;
+        pipe_guard g;
+        pipe_guard_begin(&g);
         int r = SSL_do_handshake(s);
+        int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(s, r);
+        pipe_guard_end(&g);
         if (r == 1) {
             batch_writes(fd);
             return DIST_OK;
         }
-        int e = SSL_get_error(s, r);
         short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
         if (!ev) return handshake_error(c->tls, s, e, who);
         int w = net_wait_fd(fd, ev, deadline);
@@ -396,13 +439,16 @@ int net_tls_accept_step(dist_net_comm *c, int fd, short *events, char *why, size
     }
     ERR_clear_error();
     errno = 0;
+    pipe_guard g;
+    pipe_guard_begin(&g);
     int r = SSL_do_handshake(s);
+    int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(s, r);
+    pipe_guard_end(&g);
     if (r == 1) {
         batch_writes(fd);
         *events = POLLIN;
         return 1;
     }
-    int e = SSL_get_error(s, r);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         *events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         return 0;
@@ -446,9 +492,13 @@ ssize_t net_tls_send_some(int fd, const void *buf, size_t len) {
     if (!len) return 0;
     ERR_clear_error();
     errno = 0;
-    if (!t->wmem) {
+    if (!t->wmem) { /* writes straight to the socket (no memory BIO could be made) */
+        pipe_guard g;
+        pipe_guard_begin(&g);
         int r = SSL_write_ex(t->ssl, buf, len, &n); /* before n is read */
-        return io_result(t->ssl, r, n);
+        ssize_t got = io_result(t->ssl, r, n);
+        pipe_guard_end(&g);
+        return got;
     }
     bool fresh = t->rec_n == 0; /* else buf starts with what is queued */
     for (size_t off = 0; fresh && t->rec_n < NET_TLS_BATCH_RECORDS && off < len;) {

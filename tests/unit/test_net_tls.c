@@ -442,6 +442,54 @@ START_TEST(test_tls_options_that_cannot_work_fail_at_create_naming_what_is_missi
 }
 END_TEST
 
+/* A peer gone mid-handshake: OpenSSL's own handshake writes hit a closed socket. They must fail
+ * the handshake with an error, never end the process with SIGPIPE (the namespace cluster saw
+ * exit 141 behind a relay that accepted and closed). Both sides, in a child whose SIGPIPE has
+ * the default action, over socketpairs whose other end is closed: the client's ClientHello, and
+ * the server's alert after a malformed record the peer sent before it went. */
+static int handshake_into_a_closed_socket(void) {
+    signal(SIGPIPE, SIG_DFL);
+    dist_net_comm c;
+    memset(&c, 0, sizeof c);
+    memcpy(c.key, TEST_CLUSTER_TOKEN, strlen(TEST_CLUSTER_TOKEN));
+    c.key_len = strlen(TEST_CLUSTER_TOKEN);
+    if (net_tls_setup(&c, NULL, NULL, NULL) != DIST_OK) return 10;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 11;
+    close(sv[1]);
+    dist_status st = net_tls_connect(&c, sv[0], now_s() + 5, "gone peer");
+    net_tls_release(sv[0]);
+    close(sv[0]);
+    if (st == DIST_OK) return 12;
+    /* server side: a record that cannot be a ClientHello, then the peer closes */
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 13;
+    const unsigned char junk[10] = {0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00};
+    if (write(sv[1], junk, sizeof junk) != (ssize_t)sizeof junk) return 14;
+    close(sv[1]);
+    short events = 0;
+    char why[256];
+    int r = 0;
+    for (int k = 0; k < 100 && r == 0; k++)
+        r = net_tls_accept_step(&c, sv[0], &events, why, sizeof why);
+    net_tls_release(sv[0]);
+    close(sv[0]);
+    net_tls_destroy(c.tls);
+    return r < 0 ? 0 : 15;
+}
+
+START_TEST(test_a_peer_gone_mid_handshake_is_an_error_not_a_sigpipe) {
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) _exit(handshake_into_a_closed_socket());
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(!WIFSIGNALED(status), "the handshake killed the process with signal %d",
+                  WTERMSIG(status));
+    ck_assert_msg(WEXITSTATUS(status) == 0, "the child failed at step %d", WEXITSTATUS(status));
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_DFL); /* the library must not need SIGPIPE ignored */
     Suite *s = suite_create("net_tls");
@@ -455,6 +503,7 @@ int main(void) {
     tcase_add_test(tc,
                    test_certificates_from_one_ca_carry_the_all_reduce_and_a_stranger_ca_is_refused);
     tcase_add_test(tc, test_tls_options_that_cannot_work_fail_at_create_naming_what_is_missing);
+    tcase_add_test(tc, test_a_peer_gone_mid_handshake_is_an_error_not_a_sigpipe);
     tcase_add_test(tc, test_over_tls_a_silent_peer_times_out_and_a_dead_one_is_lost_naming_it);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
