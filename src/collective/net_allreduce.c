@@ -1,7 +1,8 @@
-/* The TCP (and TLS) all-reduce's algorithms: their names, the setting of a communicator
- * (options, else $DIST_ALLREDUCE_ALGORITHM, else auto) and auto's choice by bytes per rank and
- * world size. The choice is a function of what every rank knows alike, so every rank picks the
- * same algorithm; the frame header carries it, and a rank that picked another (a different
+/* The TCP (and TLS) all-reduce's algorithms: auto's choice by bytes per rank and world size
+ * (their names and a communicator's setting, options else $DIST_ALLREDUCE_ALGORITHM else
+ * auto, are in net_allreduce_names.c, which the fuzz targets of the wire protocol link alone).
+ * The choice is a function of what every rank knows alike, so every rank picks the same
+ * algorithm; the frame header carries it, and a rank that picked another (a different
  * setting) fails the call naming both.
  *
  * Auto picks only algorithms that sum in rank order (direct, doubling, scatter), so its choice
@@ -32,48 +33,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-static const struct {
-    dist_net_allreduce_algorithm algo;
-    const char *name;
-} k_algorithms[] = {
-    {DIST_NET_ALLREDUCE_AUTO, "auto"},       {DIST_NET_ALLREDUCE_RING, "ring"},
-    {DIST_NET_ALLREDUCE_DIRECT, "direct"},   {DIST_NET_ALLREDUCE_DOUBLING, "doubling"},
-    {DIST_NET_ALLREDUCE_SCATTER, "scatter"},
-};
-#define NALGORITHMS (sizeof k_algorithms / sizeof k_algorithms[0])
-
-const char *net_allreduce_name(dist_net_allreduce_algorithm a) {
-    for (size_t i = 0; i < NALGORITHMS; i++)
-        if (k_algorithms[i].algo == a) return k_algorithms[i].name;
-    return NULL;
-}
-
-dist_status net_allreduce_setting(dist_net_allreduce_algorithm asked,
-                                  dist_net_allreduce_algorithm *out) {
-    if (asked != DIST_NET_ALLREDUCE_FROM_ENV) {
-        if (!net_allreduce_name(asked))
-            return dist_error(DIST_INVALID_ARGUMENT,
-                              "net_comm: allreduce_algorithm %d is none of the algorithms",
-                              (int)asked);
-        *out = asked;
-        return DIST_OK;
-    }
-    const char *v = getenv("DIST_ALLREDUCE_ALGORITHM");
-    if (!v || !v[0]) {
-        *out = DIST_NET_ALLREDUCE_AUTO;
-        return DIST_OK;
-    }
-    for (size_t i = 0; i < NALGORITHMS; i++)
-        if (strcmp(v, k_algorithms[i].name) == 0) {
-            *out = k_algorithms[i].algo;
-            return DIST_OK;
-        }
-    return dist_error(DIST_INVALID_ARGUMENT,
-                      "DIST_ALLREDUCE_ALGORITHM is '%.64s'; expected ring, direct, doubling, "
-                      "scatter or auto",
-                      v);
-}
 
 /* Up to this many bytes per rank the latency-bound algorithms (direct, doubling); with 2 ranks
  * up to the second. */
