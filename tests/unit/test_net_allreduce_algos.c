@@ -259,6 +259,10 @@ static dist_comm *create_with(const cluster *cl, int rank, dist_net_allreduce_al
     dist_net_comm_options o = cluster_options(cl, rank, DIST_NET_TCP);
     o.allreduce_algorithm = a;
     o.tls = tls;
+    /* up to 8 processes on 2 cores, beside other tests: 10 s to join ran out once in a clean
+     * CI run (rank 0 waiting for 2 ranks still starting); a rank that never comes still fails */
+    o.connect_timeout_s = 60;
+    o.timeout_s = 60;
     dist_comm *c = NULL;
     dist_status st = dist_comm_create_net(&o, &c);
     CHILD_CHECK(st == DIST_OK, "rank %d create (%s): %s %s", rank, net_allreduce_name(a),
