@@ -13,6 +13,7 @@
 #ifndef DIST_BACKEND_BACKEND_H
 #define DIST_BACKEND_BACKEND_H
 
+#include "backend/ops.h"
 #include "dist/backend.h"
 #include "dist/tensor.h"
 
@@ -210,6 +211,15 @@ struct dist_backend_i {
     dist_status (*round)(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
     /* *all_finite (host int) = 1 when no element of x is Inf or NaN; waits for the device */
     dist_status (*all_finite)(void *ctx, const dist_tensor *x, int *all_finite);
+
+    /* The op set (backend/ops.h): 1 when this backend runs `op` (its code, kind and the
+     * dtypes of in/out as given; NULL arrays: the attributes only), else 0. */
+    int (*supports_op)(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                       dist_tensor *const *out);
+    /* Runs one op of the set: op->nin inputs, op->nout outputs (optional ones may be NULL).
+     * DIST_UNSUPPORTED naming the op where supports_op says 0. */
+    dist_status (*run_op)(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out);
 
     /* Optional (NULL on CPU): the backend's native stream (a cudaStream_t for CUDA), for
      * collectives such as NCCL that queue work on it. Work a step deferred must run first

@@ -1,0 +1,62 @@
+/* The op set's names and the dispatch every caller of run_op goes through (backend/ops.h). */
+#include "backend/ops_dispatch.h"
+
+#include "core/error.h"
+
+static const char *const unary_names[DIST_UN_COUNT] = {
+    "neg", "exp", "log", "sqrt", "square", "abs", "sigmoid", "tanh", "gelu", "gelu"};
+static const char *const binary_names[DIST_BIN_COUNT] = {"add", "sub",     "mul",
+                                                          "div", "maximum", "minimum"};
+static const char *const reduce_names[] = {"reduce_sum", "reduce_mean", "reduce_max"};
+
+const char *dist_op_name(const dist_op *op) {
+    switch (op->code) {
+    case DIST_OPC_UNARY:
+    case DIST_OPC_UNARY_GRAD:
+        return op->k >= 0 && op->k < DIST_UN_COUNT ? unary_names[op->k] : "unary";
+    case DIST_OPC_BINARY:
+    case DIST_OPC_BINARY_GRAD:
+        return op->k >= 0 && op->k < DIST_BIN_COUNT ? binary_names[op->k] : "binary";
+    case DIST_OPC_REDUCE:
+    case DIST_OPC_REDUCE_GRAD:
+        return op->k >= 0 && op->k <= DIST_RED_MAX ? reduce_names[op->k] : "reduce";
+    case DIST_OPC_TRANSPOSE: return "transpose";
+    case DIST_OPC_SLICE:
+    case DIST_OPC_PAD: return "slice";
+    case DIST_OPC_CONCAT: return "concat";
+    case DIST_OPC_AVG_POOL2D:
+    case DIST_OPC_AVG_POOL2D_GRAD: return "avg_pool2d";
+    case DIST_OPC_SOFTMAX:
+    case DIST_OPC_SOFTMAX_GRAD: return op->k ? "log_softmax" : "softmax";
+    case DIST_OPC_SIGMOID_XENT:
+    case DIST_OPC_SIGMOID_XENT_GRAD: return "sigmoid_cross_entropy_with_logits";
+    case DIST_OPC_MSE:
+    case DIST_OPC_MSE_GRAD: return "mean_squared_error";
+    case DIST_OPC_BN_STATS:
+    case DIST_OPC_BN_MOMENTS:
+    case DIST_OPC_BN_INFER_STATS:
+    case DIST_OPC_BN_APPLY:
+    case DIST_OPC_BN_GRAD_SUMS:
+    case DIST_OPC_BN_GRAD_INPUT: return "batch_norm";
+    case DIST_OPC_DROPOUT_MASK: return "dropout";
+    case DIST_OPC_SUM_SQUARES: return "global_norm";
+    case DIST_OPC_CLIP_VALUE: return "clip_by_value";
+    case DIST_OPC_CLIP_BY_NORM: return "clip_by_norm";
+    case DIST_OPC_COUNT: break;
+    }
+    return "op";
+}
+
+int dist_backend_supports_op(const dist_backend *be, const dist_op *op,
+                             const dist_tensor *const *in, dist_tensor *const *out) {
+    const struct dist_backend_i *i = be->iface;
+    return i->run_op && i->supports_op && i->supports_op(be->ctx, op, in, out);
+}
+
+dist_status dist_backend_run_op(dist_backend *be, const dist_op *op, const dist_tensor *const *in,
+                                dist_tensor *const *out) {
+    if (!dist_backend_supports_op(be, op, in, out))
+        return dist_error(DIST_UNSUPPORTED, "%s: the %s backend does not run this op (op code %d)",
+                          dist_op_name(op), be->iface->name, (int)op->code);
+    return be->iface->run_op(be->ctx, op, in, out);
+}

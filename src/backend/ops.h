@@ -1,0 +1,206 @@
+/* The op set: every computation the tape's math, normalization and regularization ops run is
+ * one op of this enumerated set, with its attributes, dispatched to the backend by op
+ * (`dist_backend_i.run_op`). A backend says which ops it runs (`supports_op`); the CPU backend
+ * runs all of them, the CUDA backend all of them on device memory, and the tpu strategy's
+ * symbolic backend records each as one node of its graph and emits it as StableHLO.
+ *
+ * The layer kernels of backend.h (convolutions, max pooling, matmul, bias, ReLU, the softmax
+ * cross-entropy, the optimizer updates) keep their own entries: they carry layouts, fusions and
+ * bfloat16 copies that the generic entry does not. Everything else that computes on tensors
+ * goes through run_op; no op of the tape loops on host memory itself.
+ *
+ * Conventions for every op:
+ * - tensors are float32 in the plain row-major layout (the caller converts with to_layout),
+ *   except where an op names another dtype; shapes are TensorFlow's;
+ * - in[] and out[] are arrays of the counts the op's comment gives; an out[] entry documented
+ *   as optional may be NULL (nothing to write); outputs never alias inputs unless stated;
+ * - outputs are overwritten, never accumulated into;
+ * - the arithmetic is the one written below, in that order where the order changes the bits
+ *   (float32 unless double is named), so backends agree to rounding and the CPU backend's
+ *   results are those the host loops gave before the op set existed;
+ * - run_op queues work on the backend's stream like any kernel (results are visible to later
+ *   kernels of the same backend). An op whose result the host must see (none today) says so. */
+#ifndef DIST_BACKEND_OPS_H
+#define DIST_BACKEND_OPS_H
+
+#include "dist/tensor.h"
+
+#include <stdint.h>
+
+typedef enum dist_opcode {
+    /* ---- elementwise ---------------------------------------------------------------------- */
+    /* out[0] = f(in[0]), same shape; k = dist_unary_kind */
+    DIST_OPC_UNARY = 1,
+    /* in: x, y (= f(x)), dy; out: dx (= dy * f'(x), as unary_grad below) */
+    DIST_OPC_UNARY_GRAD,
+    /* out[0] = in[0] (op) in[1] with NumPy broadcasting (shapes aligned right; out's shape is
+     * the broadcast shape); k = dist_binary_kind */
+    DIST_OPC_BINARY,
+    /* in: a, b, dy (broadcast shape); out: da (a's shape, optional), db (b's shape, optional):
+     * the per-element gradients summed over the axes each operand was broadcast along, in
+     * row-major order of dy (float32 accumulation) */
+    DIST_OPC_BINARY_GRAD,
+
+    /* ---- reductions and shapes ------------------------------------------------------------ */
+    /* out[0] = reduce over the axes of `mask` (bit a: axis a) of in[0]; out has in[0]'s rank
+     * with the reduced axes of extent 1 (keepdims; the tape reshapes); k = dist_reduce_kind.
+     * SUM and MEAN accumulate in double, MEAN divides by the reduced count; MAX of an empty
+     * reduction is -inf. */
+    DIST_OPC_REDUCE,
+    /* in: x, y (the forward's out), dy (y's shape); out: dx. SUM: dy broadcast; MEAN: dy / count
+     * broadcast; MAX: dy split evenly over the positions equal to the maximum (TensorFlow's) */
+    DIST_OPC_REDUCE_GRAD,
+    /* out[0][j_0..] = in[0][j_perm...]: out.shape[d] = in.shape[perm[d]]; v[0..ndim) = perm */
+    DIST_OPC_TRANSPOSE,
+    /* out[0] = in[0][v[d] .. v[d] + out.shape[d]) along each axis d; v = begin */
+    DIST_OPC_SLICE,
+    /* out[0] = zeros of out[0]'s shape with in[0] written at offset v (slice's gradient) */
+    DIST_OPC_PAD,
+    /* out[0] = the n inputs (n = nin) concatenated along axis `axis` (each with out's shape
+     * except along it) */
+    DIST_OPC_CONCAT,
+
+    /* ---- pooling -------------------------------------------------------------------------- */
+    /* NHWC average pooling, `pool` attributes (padding as pad_*; padded positions are not
+     * counted: Keras's "same" average); in: x; out: y */
+    DIST_OPC_AVG_POOL2D,
+    /* in: dy (y's shape); out: dx (x's shape): each dy spread evenly over its window's counted
+     * positions, summed where windows overlap */
+    DIST_OPC_AVG_POOL2D_GRAD,
+
+    /* ---- softmax and losses --------------------------------------------------------------- */
+    /* softmax over the last axis (k = 1: log_softmax); max-subtracted, sums in double;
+     * in: x; out: y */
+    DIST_OPC_SOFTMAX,
+    /* in: y (the forward's out), dy; out: dx. softmax: y * (dy - sum(dy * y));
+     * log_softmax (k = 1): dy - exp(y) * sum(dy) (sums over the last axis, double) */
+    DIST_OPC_SOFTMAX_GRAD,
+    /* TensorFlow's sigmoid_cross_entropy_with_logits, elementwise:
+     * in: labels z, logits x; out: max(x, 0) - x z + log1p(exp(-|x|)) */
+    DIST_OPC_SIGMOID_XENT,
+    /* in: z, x, dy; out: dz (= dy * -x, optional), dx (= dy * (sigmoid(x) - z), optional) */
+    DIST_OPC_SIGMOID_XENT_GRAD,
+    /* mean over the last axis (extent k) of (y_pred - y_true)^2, float32 sum in order:
+     * in: y_true, y_pred; out: loss (in's shape without the last axis) */
+    DIST_OPC_MSE,
+    /* in: y_true, y_pred, dloss; out: dtrue (optional), dpred (optional):
+     * v = 2 (p - t) / k * dloss[row]; dpred = v, dtrue = -v */
+    DIST_OPC_MSE_GRAD,
+
+    /* ---- batch normalization (over every axis but the last: x viewed as [rows, C]) -------- */
+    /* in: x; out: stats [4, C] = mean, variance, 1 / sqrt(variance + epsilon), clamped.
+     * k = DIST_BN_LOCAL: tf.nn.moments (mean, then the mean squared deviation from it; double);
+     * clamped = 0.
+     * k = DIST_BN_SUMS: out[0] is [2, C]: sum of x, sum of x^2 (double accumulation, stored
+     * float32): the synchronized statistics' local part, which the caller all-reduces. */
+    DIST_OPC_BN_STATS,
+    /* The synchronized moments from all-reduced sums: in: sums [2, C], count (f32 scalar: rows
+     * over every replica); out: stats [4, C]: mean = sum / count, var = max(E[x^2] - mean^2, 0)
+     * (double), inv, clamped = 1 where E[x^2] - mean^2 < 0 (no gradient through var then) */
+    DIST_OPC_BN_MOMENTS,
+    /* Inference statistics: in: mean [C], variance [C]; out: stats [4, C] (clamped 0) */
+    DIST_OPC_BN_INFER_STATS,
+    /* in: x, stats [4, C], gamma [C] (optional: NULL = 1), beta [C] (optional: NULL = 0);
+     * out: y = (x - mean) * inv * gamma + beta */
+    DIST_OPC_BN_APPLY,
+    /* in: x, dy, stats; out: sums [2, C] = sum dy, sum dy * (x - mean) * inv (double
+     * accumulation): the local part of the backward, all-reduced by the caller when
+     * synchronized; dbeta = sums[0], dgamma = sums[1] before any all-reduce */
+    DIST_OPC_BN_GRAD_SUMS,
+    /* in: x, dy, stats, gamma (optional), sums [2, C] (all-reduced when synchronized), count
+     * (f32 scalar); out: dx. k = DIST_BN_LOCAL / DIST_BN_SYNC as the forward (the sync form
+     * drops the variance term where clamped); k = DIST_BN_INFERENCE: dx = dy * gamma * inv */
+    DIST_OPC_BN_GRAD_INPUT,
+
+    /* ---- randomness and regularization ----------------------------------------------------- */
+    /* Dropout's scaled keep mask, counter-based and stateless (TF's stateless random ops'
+     * idea): element i of out[0] is 1 / (1 - rate) when u_i >= rate, else 0, where
+     * u_i = (h >> 8) * 2^-24 and h = dist_op_hash32(key, i) below. key = seed_lo, seed_hi,
+     * counter, replica (attributes u[0..3]); under tpu the counter and the replica are runtime
+     * values of the program (the step's and stablehlo.replica_id). in: none; out: mask. */
+    DIST_OPC_DROPOUT_MASK,
+
+    /* ---- whole-tensor ---------------------------------------------------------------------- */
+    /* out[0] (f32 scalar) = sum of in[0]^2 over every element (double accumulation) */
+    DIST_OPC_SUM_SQUARES,
+    /* out[0] = in[0] clipped to [f[0], f[1]] elementwise (clipvalue) */
+    DIST_OPC_CLIP_VALUE,
+    /* out[0] = in[0] * min(1, f[0] / sqrt(in[1][0])) where in[1] is a f32 scalar of summed
+     * squares (clipnorm / global_clipnorm: TF's clip_by_norm / clip_by_global_norm); a zero or
+     * non-finite norm leaves in[0] as it is (times 1) except NaN, which propagates */
+    DIST_OPC_CLIP_BY_NORM,
+
+    DIST_OPC_COUNT
+} dist_opcode;
+
+typedef enum dist_unary_kind {
+    DIST_UN_NEG = 0,
+    DIST_UN_EXP,
+    DIST_UN_LOG,
+    DIST_UN_SQRT,
+    DIST_UN_SQUARE,
+    DIST_UN_ABS,
+    DIST_UN_SIGMOID,
+    DIST_UN_TANH,
+    DIST_UN_GELU,      /* x * Phi(x), erf form */
+    DIST_UN_GELU_TANH, /* the tanh approximation */
+    DIST_UN_COUNT
+} dist_unary_kind;
+
+typedef enum dist_binary_kind {
+    DIST_BIN_ADD = 0,
+    DIST_BIN_SUB,
+    DIST_BIN_MUL,
+    DIST_BIN_DIV,
+    DIST_BIN_MAX, /* gradient to a where a >= b (TensorFlow's maximum) */
+    DIST_BIN_MIN, /* gradient to a where a <= b */
+    DIST_BIN_COUNT
+} dist_binary_kind;
+
+typedef enum dist_reduce_kind { DIST_RED_SUM = 0, DIST_RED_MEAN, DIST_RED_MAX } dist_reduce_kind;
+
+enum { DIST_BN_INFERENCE = 0, DIST_BN_LOCAL = 1, DIST_BN_SYNC = 2, DIST_BN_SUMS = 3 };
+
+#define DIST_OP_MAX_IN 8
+
+/* One op and its attributes. Fields an op does not name are zero. */
+typedef struct dist_op {
+    dist_opcode code;
+    int k;        /* the kind within a family (unary, binary, reduce, BN mode, softmax form) */
+    int mask;     /* REDUCE*: the reduced axes */
+    int axis;     /* CONCAT */
+    int nin;      /* inputs in use (CONCAT: any count up to DIST_OP_MAX_IN) */
+    int nout;     /* outputs in use */
+    int64_t v[DIST_MAX_DIMS]; /* TRANSPOSE: perm; SLICE / PAD: begin */
+    float f[2];   /* BN*: f[0] = epsilon; DROPOUT_MASK: f[0] = rate; CLIP_*: bounds */
+    uint32_t u[4];  /* DROPOUT_MASK: the key */
+    struct {      /* AVG_POOL2D* */
+        int window_h, window_w, stride_h, stride_w;
+        int pad_top, pad_bottom, pad_left, pad_right;
+    } pool;
+} dist_op;
+
+/* The op's name for messages ("exp", "reduce_max", "batch_norm", ...). */
+const char *dist_op_name(const dist_op *op);
+
+/* The 32-bit mix behind DROPOUT_MASK, in unsigned 32-bit arithmetic (wrapping), so every
+ * backend and the StableHLO emitter compute the same bits:
+ *   mix(x): x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16
+ *   h = mix(i ^ mix(k[3] ^ mix(k[2] ^ mix(k[1] ^ mix(k[0])))))   (i: the element index) */
+static inline uint32_t dist_op_mix32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+static inline uint32_t dist_op_hash32(const uint32_t k[4], uint32_t i) {
+    uint32_t s = dist_op_mix32(k[0]);
+    s = dist_op_mix32(k[1] ^ s);
+    s = dist_op_mix32(k[2] ^ s);
+    s = dist_op_mix32(k[3] ^ s);
+    return dist_op_mix32(i ^ s);
+}
+
+#endif
