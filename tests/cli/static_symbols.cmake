@@ -1,7 +1,13 @@
 # cmake -DNM=nm -DLIB=libdist.a -P static_symbols.cmake
 # Every global symbol libdist.a defines is the API's (dist_*): an internal name left global
 # (net_now, node_new, tape_*, ...) could collide with a program that links libdist statically.
-execute_process(COMMAND ${NM} -g --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+# With -DDYNAMIC=1 and LIB=libdist.so: every symbol the shared library exports (nm -D).
+if(DYNAMIC)
+  set(nm_what -D)
+else()
+  set(nm_what -g)
+endif()
+execute_process(COMMAND ${NM} ${nm_what} --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${NM} ${LIB} failed (${rc})")
 endif()

@@ -1,0 +1,231 @@
+/* The CPU backend's dropout mask, sum of squares and clipping ops (cpu_ops_misc.c) against
+ * ops.h's definitions: the mask bit for bit against dist_op_hash32 computed here, its keep
+ * fraction, different keys giving different masks; the sum of squares against a double
+ * reference, the same bits on 1 and 2 threads; the clippings against hand values, zero, Inf and
+ * NaN included. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include "testutil.h"
+
+#include <dist/dist.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef dist_status (*misc_fn)(void *, const dist_op *, const dist_tensor *const *,
+                               dist_tensor *const *);
+
+static dist_status run1(dist_backend *be, misc_fn fn, const dist_op *op, const dist_tensor *a,
+                        const dist_tensor *b, dist_tensor *out) {
+    const dist_tensor *in[2] = {a, b};
+    dist_tensor *outs[1] = {out};
+    return fn(be->ctx, op, in, outs);
+}
+
+static dist_tensor vec(float *data, int64_t n) { return dist_tensor_view(data, DIST_F32, 1, &n); }
+
+static dist_op dropout_op(float rate, uint32_t k0, uint32_t k1, uint32_t k2, uint32_t k3) {
+    dist_op op = {.code = DIST_OPC_DROPOUT_MASK, .nout = 1};
+    op.f[0] = rate;
+    op.u[0] = k0;
+    op.u[1] = k1;
+    op.u[2] = k2;
+    op.u[3] = k3;
+    return op;
+}
+
+START_TEST(test_dropout_mask_is_the_hash_of_key_and_index_bit_for_bit) {
+    enum { N = 100000 };
+    float *mask = malloc(N * sizeof *mask);
+    const uint32_t key[4] = {42u, 0x9e3779b9u, 3u, 1u};
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        dist_op op = dropout_op(0.3f, key[0], key[1], key[2], key[3]);
+        dist_tensor t = vec(mask, N);
+        ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &op, NULL, NULL, &t), DIST_OK);
+        int kept = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            float u = (float)(dist_op_hash32(key, i) >> 8) * 0x1p-24f;
+            float want = u >= 0.3f ? 1.0f / (1.0f - 0.3f) : 0.0f;
+            ck_assert_msg(mask[i] == want, "element %u: %g, want %g", i, (double)mask[i],
+                          (double)want);
+            kept += mask[i] != 0.0f;
+        }
+        /* 70000 expected, sd 145 */
+        ck_assert_int_gt(kept, 69000);
+        ck_assert_int_lt(kept, 71000);
+        dist_backend_destroy(be);
+    }
+    free(mask);
+}
+END_TEST
+
+START_TEST(test_dropout_masks_differ_per_counter_and_replica) {
+    enum { N = 4096 };
+    dist_backend *be = dist_test_cpu_backend(1);
+    static float a[N], b[N], c[N], again[N];
+    dist_tensor ta = vec(a, N), tb = vec(b, N), tc = vec(c, N), tg = vec(again, N);
+    dist_op base = dropout_op(0.5f, 7u, 0u, 0u, 0u), next_call = dropout_op(0.5f, 7u, 0u, 1u, 0u),
+            other_replica = dropout_op(0.5f, 7u, 0u, 0u, 1u);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &base, NULL, NULL, &ta), DIST_OK);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &next_call, NULL, NULL, &tb), DIST_OK);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &other_replica, NULL, NULL, &tc), DIST_OK);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &base, NULL, NULL, &tg), DIST_OK);
+    int differ_call = 0, differ_replica = 0;
+    for (int i = 0; i < N; i++) {
+        differ_call += (a[i] == 0.0f) != (b[i] == 0.0f);
+        differ_replica += (a[i] == 0.0f) != (c[i] == 0.0f);
+    }
+    /* independent masks of rate 0.5 disagree on half the elements (2048, sd 32) */
+    ck_assert_int_gt(differ_call, 1800);
+    ck_assert_int_gt(differ_replica, 1800);
+    ck_assert_int_eq(memcmp(a, again, sizeof a), 0);
+
+    /* rate 0 keeps everything with scale 1; a rate of 1 or NaN is refused */
+    dist_op none = dropout_op(0.0f, 1u, 2u, 3u, 4u), all = dropout_op(1.0f, 1u, 2u, 3u, 4u),
+            nan_rate = dropout_op(NAN, 1u, 2u, 3u, 4u);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &none, NULL, NULL, &ta), DIST_OK);
+    for (int i = 0; i < N; i++) ck_assert(a[i] == 1.0f);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &all, NULL, NULL, &ta), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(run1(be, cpu_op_dropout_mask, &nan_rate, NULL, NULL, &ta),
+                     DIST_INVALID_ARGUMENT);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_sum_squares_matches_a_double_reference_on_any_thread_count) {
+    enum { N = 300001 };
+    float *x = malloc(N * sizeof *x);
+    uint64_t s = 11;
+    double want = 0.0;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(s >> 40) / (double)(1u << 24) * 2.0 - 1.0) * 3.0f;
+        want += (double)x[i] * (double)x[i];
+    }
+    dist_op op = {.code = DIST_OPC_SUM_SQUARES, .nin = 1, .nout = 1};
+    float got[3] = {0};
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        dist_tensor tx = vec(x, N), out = dist_tensor_view(&got[threads], DIST_F32, 0, NULL);
+        ck_assert_int_eq(run1(be, cpu_op_sum_squares, &op, &tx, NULL, &out), DIST_OK);
+        ck_assert_msg(fabs(got[threads] - want) <= 1e-6 * want, "%.9g vs %.9g",
+                      (double)got[threads], want);
+        dist_backend_destroy(be);
+    }
+    ck_assert_int_eq(memcmp(&got[1], &got[2], sizeof got[1]), 0);
+
+    /* hand values: 3^2 + 4^2; an empty tensor sums to 0; Inf and NaN carry through */
+    dist_backend *be = dist_test_cpu_backend(1);
+    float small[2] = {3.0f, -4.0f}, inf[2] = {1.0f, INFINITY}, nan[2] = {NAN, 1.0f}, r;
+    dist_tensor out = dist_tensor_view(&r, DIST_F32, 0, NULL);
+    dist_tensor t = vec(small, 2);
+    ck_assert_int_eq(run1(be, cpu_op_sum_squares, &op, &t, NULL, &out), DIST_OK);
+    ck_assert(r == 25.0f);
+    t = vec(small, 0);
+    ck_assert_int_eq(run1(be, cpu_op_sum_squares, &op, &t, NULL, &out), DIST_OK);
+    ck_assert(r == 0.0f);
+    t = vec(inf, 2);
+    ck_assert_int_eq(run1(be, cpu_op_sum_squares, &op, &t, NULL, &out), DIST_OK);
+    ck_assert(isinf(r) && r > 0);
+    t = vec(nan, 2);
+    ck_assert_int_eq(run1(be, cpu_op_sum_squares, &op, &t, NULL, &out), DIST_OK);
+    ck_assert(isnan(r));
+    /* the output must be a scalar */
+    t = vec(small, 2);
+    ck_assert_int_eq(run1(be, cpu_op_sum_squares, &op, &t, NULL, &t), DIST_INVALID_ARGUMENT);
+    dist_backend_destroy(be);
+    free(x);
+}
+END_TEST
+
+START_TEST(test_clip_value_clamps_and_keeps_nan) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    float x[6] = {3.0f, -4.0f, 0.2f, -0.5f, INFINITY, NAN}, y[6];
+    dist_op op = {.code = DIST_OPC_CLIP_VALUE, .nin = 1, .nout = 1};
+    op.f[0] = -0.5f;
+    op.f[1] = 0.5f;
+    dist_tensor tx = vec(x, 6), ty = vec(y, 6);
+    ck_assert_int_eq(run1(be, cpu_op_clip_value, &op, &tx, NULL, &ty), DIST_OK);
+    ck_assert(y[0] == 0.5f);
+    ck_assert(y[1] == -0.5f);
+    ck_assert(y[2] == 0.2f);
+    ck_assert(y[3] == -0.5f);
+    ck_assert(y[4] == 0.5f);
+    ck_assert(isnan(y[5]));
+    op.f[0] = 1.0f; /* empty bounds */
+    ck_assert_int_eq(run1(be, cpu_op_clip_value, &op, &tx, NULL, &ty), DIST_INVALID_ARGUMENT);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* out = x * min(1, clip / sqrt(sumsq)) for the summed squares given */
+static void clip_by_norm(dist_backend *be, float clip, float sumsq, const float *x, float *y,
+                         int n) {
+    dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1};
+    op.f[0] = clip;
+    dist_tensor tx = vec((float *)x, n), ty = vec(y, n);
+    dist_tensor ts = dist_tensor_view(&sumsq, DIST_F32, 0, NULL);
+    ck_assert_msg(run1(be, cpu_op_clip_by_norm, &op, &tx, &ts, &ty) == DIST_OK, "%s",
+                  dist_last_error());
+}
+
+START_TEST(test_clip_by_norm_scales_above_the_norm_only) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    float x[2] = {3.0f, 4.0f}, y[2];
+    /* norm 5 clipped to 1: scaled by 1/5 */
+    clip_by_norm(be, 1.0f, 25.0f, x, y, 2);
+    ck_assert_float_eq_tol(y[0], 0.6f, 1e-7f);
+    ck_assert_float_eq_tol(y[1], 0.8f, 1e-7f);
+    /* norm 5 under a clip of 10: unchanged, bit for bit */
+    clip_by_norm(be, 10.0f, 25.0f, x, y, 2);
+    ck_assert(y[0] == 3.0f && y[1] == 4.0f);
+    /* a norm that is not the input's own (the global norm of several tensors): 3, 4 with a
+     * global norm of 10 clipped to 5 are halved */
+    clip_by_norm(be, 5.0f, 100.0f, x, y, 2);
+    ck_assert(y[0] == 1.5f && y[1] == 2.0f);
+    /* zero norm: the zero gradient stays as it is */
+    float zero[2] = {0.0f, -0.0f};
+    clip_by_norm(be, 1.0f, 0.0f, zero, y, 2);
+    ck_assert(y[0] == 0.0f && !signbit(y[0]) && y[1] == 0.0f && signbit(y[1]));
+    /* infinite norm: times 1 (ops.h), the Inf element stays Inf */
+    float inf[2] = {INFINITY, 2.0f};
+    clip_by_norm(be, 1.0f, INFINITY, inf, y, 2);
+    ck_assert(isinf(y[0]) && y[1] == 2.0f);
+    /* NaN norm: NaN everywhere */
+    float nan[2] = {NAN, 2.0f};
+    clip_by_norm(be, 1.0f, NAN, nan, y, 2);
+    ck_assert(isnan(y[0]) && isnan(y[1]));
+    /* on 2 threads over many elements, the same bits as on 1 */
+    enum { N = 100003 };
+    float *big = malloc(N * sizeof *big), *y1 = malloc(N * sizeof *y1), *y2 = malloc(N * sizeof *y2);
+    for (int i = 0; i < N; i++) big[i] = (float)(i % 13) - 6.0f;
+    clip_by_norm(be, 2.5f, 1.0e6f, big, y1, N);
+    dist_backend *be2 = dist_test_cpu_backend(2);
+    clip_by_norm(be2, 2.5f, 1.0e6f, big, y2, N);
+    ck_assert_int_eq(memcmp(y1, y2, N * sizeof *y1), 0);
+    ck_assert(y1[0] == -6.0f * (2.5f / 1000.0f));
+    /* a clip norm of 0 is refused */
+    dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1};
+    float s = 1.0f;
+    dist_tensor tx = vec(x, 2), ty = vec(y, 2), ts = dist_tensor_view(&s, DIST_F32, 0, NULL);
+    ck_assert_int_eq(run1(be, cpu_op_clip_by_norm, &op, &tx, &ts, &ty), DIST_INVALID_ARGUMENT);
+    free(big);
+    free(y1);
+    free(y2);
+    dist_backend_destroy(be2);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cpu_ops_misc");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_dropout_mask_is_the_hash_of_key_and_index_bit_for_bit);
+    tcase_add_test(tc, test_dropout_masks_differ_per_counter_and_replica);
+    tcase_add_test(tc, test_sum_squares_matches_a_double_reference_on_any_thread_count);
+    tcase_add_test(tc, test_clip_value_clamps_and_keeps_nan);
+    tcase_add_test(tc, test_clip_by_norm_scales_above_the_norm_only);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
