@@ -367,6 +367,8 @@ static const struct dist_backend_i cpu_iface = {
     .all_finite = cpu_all_finite,
     .pool_backward_masks_relu = 1,
     .round = cpu_round,
+    .supports_op = cpu_supports_op,
+    .run_op = cpu_run_op,
 };
 
 dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_backend **out) {

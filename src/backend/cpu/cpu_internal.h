@@ -200,6 +200,11 @@ dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_te
 /* 1 when the vector paths (AVX2 + F16C) run on this processor. */
 int cpu_round_simd(void);
 void cpu_prims_destroy(cpu_ctx *c);
+/* cpu_ops.c: the op set (backend/ops.h) on plain float32 host tensors. */
+int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                    dist_tensor *const *out);
+dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                       dist_tensor *const *out);
 /* cpu_ops_misc.c: the op set's dropout mask and whole-tensor ops, called by cpu_run_op with
  * the arguments it was given (supports_op has checked the dtypes and counts). */
 dist_status cpu_op_dropout_mask(void *ctx, const dist_op *op, const dist_tensor *const *in,
