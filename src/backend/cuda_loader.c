@@ -2,6 +2,7 @@
  * process and forwards the CUDA backend entries of backend.h and the NCCL ones of nccl.h to
  * it. No CUDA header here. */
 #include "backend/cuda_module.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/module_loader.h"
 
@@ -41,7 +42,7 @@ static void resolve(void) {
     static const struct dist_module_spec spec = {
         .what = "CUDA",
         .file = DIST_CUDA_MODULE_FILE,
-        .env = DIST_CUDA_MODULE_ENV,
+        .env = DIST_ENV_CUDA_MODULE,
         .entry = DIST_CUDA_MODULE_ENTRY,
         .search_how = "libdist built without CUDA, or the module not installed",
     };

@@ -26,8 +26,8 @@
 #define DIST_CUDA_MODULE_ABI 4
 #define DIST_CUDA_MODULE_FILE "libdist_cuda.so"
 #define DIST_CUDA_MODULE_ENTRY "dist_cuda_module_get"
-/* Full path of the module to load instead of searching for it. */
-#define DIST_CUDA_MODULE_ENV "DIST_CUDA_MODULE"
+/* Full path of the module to load instead of searching for it: core/env.h's
+ * DIST_ENV_CUDA_MODULE. */
 
 /* What libdist lends the module: its error and log functions, so that the module's messages
  * land in the caller's dist_last_error(), and the communicator's allocation (core/comm.h), so

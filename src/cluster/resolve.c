@@ -1,5 +1,6 @@
 /* dist_cluster_resolve: explicit options > TF_CONFIG > Slurm > the empty cluster. */
 #include "cluster/cluster_impl.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -15,12 +16,13 @@ dist_status dist_cluster_resolve(const dist_cluster_options *opts, dist_cluster 
     dist_cluster *c = NULL;
     dist_status st;
     DIST_TRY(dist_cluster_alloc(&c));
-    const char *env = getenv("TF_CONFIG");
+    const char *env = dist_env_raw(DIST_ENV_TF_CONFIG);
     if (opts->tf_config)
         DIST_TRY_GOTO(dist_cluster_parse_tf_config(opts->tf_config, c), st, fail);
     else if (env && env[0])
         DIST_TRY_GOTO(dist_cluster_parse_tf_config(env, c), st, fail);
-    else if (getenv("SLURM_PROCID") && (getenv("SLURM_JOB_NODELIST") || getenv("SLURM_NODELIST")))
+    else if (dist_env_raw(DIST_ENV_SLURM_PROCID) &&
+             (dist_env_raw(DIST_ENV_SLURM_JOB_NODELIST) || dist_env_raw(DIST_ENV_SLURM_NODELIST)))
         DIST_TRY_GOTO(dist_cluster_slurm_from_env(c, opts->slurm_port_base), st, fail);
 
     if (opts->task_type)

@@ -1,6 +1,7 @@
 /* A cluster from Slurm's environment, in the spirit of TensorFlow's SlurmClusterResolver:
  * every task is a worker, numbered by SLURM_PROCID, tasks placed node by node. */
 #include "cluster/cluster_impl.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <ctype.h>
@@ -269,15 +270,15 @@ out:
     return st;
 }
 
-static const char *env_first(const char *a, const char *b) {
-    const char *v = getenv(a);
-    return v ? v : (b ? getenv(b) : NULL);
+static const char *env_first(dist_env_var a, dist_env_var b) {
+    const char *v = dist_env_raw(a);
+    return v ? v : dist_env_raw(b);
 }
 
 dist_status dist_cluster_slurm_from_env(dist_cluster *c, int port_base) {
-    return build_slurm(c, port_base, getenv("SLURM_PROCID"), getenv("SLURM_NTASKS"),
-                       env_first("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
-                       env_first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"));
+    return build_slurm(c, port_base, dist_env_raw(DIST_ENV_SLURM_PROCID), dist_env_raw(DIST_ENV_SLURM_NTASKS),
+                       env_first(DIST_ENV_SLURM_JOB_NODELIST, DIST_ENV_SLURM_NODELIST),
+                       env_first(DIST_ENV_SLURM_STEP_TASKS_PER_NODE, DIST_ENV_SLURM_TASKS_PER_NODE));
 }
 
 dist_status dist_cluster_from_slurm_values(int port_base, const char *procid, const char *ntasks,
@@ -299,7 +300,7 @@ fail:
 
 dist_status dist_cluster_from_slurm(int port_base, dist_cluster **out) {
     return dist_cluster_from_slurm_values(
-        port_base, getenv("SLURM_PROCID"), getenv("SLURM_NTASKS"),
-        env_first("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
-        env_first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"), out);
+        port_base, dist_env_raw(DIST_ENV_SLURM_PROCID), dist_env_raw(DIST_ENV_SLURM_NTASKS),
+        env_first(DIST_ENV_SLURM_JOB_NODELIST, DIST_ENV_SLURM_NODELIST),
+        env_first(DIST_ENV_SLURM_STEP_TASKS_PER_NODE, DIST_ENV_SLURM_TASKS_PER_NODE), out);
 }

@@ -2,6 +2,7 @@
  * (tensorflow/python/distribute/cluster_resolver/tfconfig_cluster_resolver.py) and the
  * ClusterSpec constructor (tensorflow/python/training/server_lib.py). Messages are TF's. */
 #include "cluster/cluster_impl.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <cjson/cJSON.h>
@@ -166,7 +167,7 @@ static dist_status parse_document(const cJSON *root, dist_cluster *c) {
 }
 
 dist_status dist_cluster_parse_tf_config(const char *json, dist_cluster *c) {
-    if (!json) json = getenv("TF_CONFIG");
+    if (!json) json = dist_env_raw(DIST_ENV_TF_CONFIG);
     if (!json || !json[0]) return DIST_OK; /* unset or empty: the empty cluster */
     if (strnlen(json, TF_CONFIG_MAX_BYTES + 1) > TF_CONFIG_MAX_BYTES)
         return dist_error(DIST_FORMAT, "TF_CONFIG is longer than %zu bytes", TF_CONFIG_MAX_BYTES);

@@ -1,6 +1,7 @@
 /* libdist's side of the MPI module (mpi_module.h): finds libdist_mpi.so, loads it once per
  * process and forwards the entries of mpi_comm.h to it. No MPI header here. */
 #include "collective/mpi_comm.h"
+#include "core/env.h"
 #include "collective/mpi_module.h"
 #include "core/error.h"
 #include "core/module_loader.h"
@@ -36,7 +37,7 @@ static void resolve(void) {
     static const struct dist_module_spec spec = {
         .what = "MPI",
         .file = DIST_MPI_MODULE_FILE,
-        .env = DIST_MPI_MODULE_ENV,
+        .env = DIST_ENV_MPI_MODULE,
         .entry = DIST_MPI_MODULE_ENTRY,
 #ifdef DIST_MPI_BUILT
         .search_how = "not next to libdist: searched the library path",
@@ -68,12 +69,8 @@ dist_status dist_mpi_module_load(const struct dist_mpi_module **out) {
 }
 
 int dist_mpi_launched(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return 1;
-    }
-    return 0;
+    return dist_env(DIST_ENV_OMPI_COMM_WORLD_SIZE) || dist_env(DIST_ENV_PMIX_RANK) ||
+           dist_env(DIST_ENV_PMI_SIZE);
 }
 
 dist_status dist_mpi_world(int *rank, int *size) {

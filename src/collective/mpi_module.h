@@ -27,8 +27,8 @@
 #define DIST_MPI_MODULE_ABI 1
 #define DIST_MPI_MODULE_FILE "libdist_mpi.so"
 #define DIST_MPI_MODULE_ENTRY "dist_mpi_module_get"
-/* Full path of the module to load instead of searching for it. */
-#define DIST_MPI_MODULE_ENV "DIST_MPI_MODULE"
+/* Full path of the module to load instead of searching for it: core/env.h's
+ * DIST_ENV_MPI_MODULE. */
 
 /* What libdist lends the module. Borrowed for the life of the process. */
 struct dist_mpi_host {

@@ -3,6 +3,7 @@
  * (net_allreduce.c): the frame header's description names the algorithm (net_xfer.c), and the
  * fuzz targets of the wire protocol link this file without the collectives' arithmetic. */
 #include "collective/net_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -34,7 +35,7 @@ dist_status net_allreduce_setting(dist_net_allreduce_algorithm asked,
         *out = asked;
         return DIST_OK;
     }
-    const char *v = getenv("DIST_ALLREDUCE_ALGORITHM");
+    const char *v = dist_env_raw(DIST_ENV_ALLREDUCE_ALGORITHM);
     if (!v || !v[0]) {
         *out = DIST_NET_ALLREDUCE_AUTO;
         return DIST_OK;

@@ -3,6 +3,7 @@
  * nonces, that they hold the same token and describe the same task of the same cluster. The
  * token never travels; a nonce is never reused, so a recorded handshake proves nothing. */
 #include "collective/net_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <ctype.h>
@@ -51,7 +52,7 @@ dist_status net_auth_setup(dist_net_comm *c, const char *token, bool allow_insec
     const char *src = "the options' token";
     size_t len = 0;
     if (!token || !token[0]) {
-        token = getenv("DIST_CLUSTER_TOKEN");
+        token = dist_env_raw(DIST_ENV_CLUSTER_TOKEN);
         src = "$DIST_CLUSTER_TOKEN";
     }
     if (token && token[0]) {
@@ -61,7 +62,7 @@ dist_status net_auth_setup(dist_net_comm *c, const char *token, bool allow_insec
                               src, NET_KEY_CAP - 1);
         memcpy(c->key, token, len);
     } else {
-        const char *path = getenv("DIST_CLUSTER_TOKEN_FILE");
+        const char *path = dist_env_raw(DIST_ENV_CLUSTER_TOKEN_FILE);
         if (path && path[0]) {
             DIST_TRY(read_token_file(path, c->key, NET_KEY_CAP - 1, &len));
             src = path;

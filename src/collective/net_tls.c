@@ -13,6 +13,7 @@
  * context, because the fd is the one handle every path of the net_ files and of src/ps/ carries;
  * net_close() releases the entry before the fd can be reused. */
 #include "collective/net_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -147,16 +148,15 @@ static int psk_find(SSL *ssl, const unsigned char *id, size_t id_len, SSL_SESSIO
 
 /* ---- setup -------------------------------------------------------------------------------- */
 
-static const char *env_or(const char *explicit_value, const char *name) {
+static const char *env_or(const char *explicit_value, dist_env_var name) {
     if (explicit_value && *explicit_value) return explicit_value;
-    const char *e = getenv(name);
-    return e && *e ? e : NULL;
+    return dist_env(name);
 }
 
 dist_status net_tls_setup(dist_net_comm *c, const char *cert, const char *key, const char *ca) {
-    cert = env_or(cert, "DIST_TLS_CERT");
-    key = env_or(key, "DIST_TLS_KEY");
-    ca = env_or(ca, "DIST_TLS_CA");
+    cert = env_or(cert, DIST_ENV_TLS_CERT);
+    key = env_or(key, DIST_ENV_TLS_KEY);
+    ca = env_or(ca, DIST_ENV_TLS_CA);
     bool certs = cert || key || ca;
     if (certs && !(cert && key && ca))
         return dist_error(DIST_INVALID_ARGUMENT,

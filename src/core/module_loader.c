@@ -1,5 +1,6 @@
 /* The search and dlopen() shared by the plug-in module loaders (core/module_loader.h). */
 #include "core/module_loader.h"
+#include "core/env.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -23,11 +24,12 @@ static int path_next_to_libdist(const char *file, char *buf, size_t size) {
 void *dist_module_open(const struct dist_module_spec *spec, char *where, size_t where_size,
                        char *why, size_t why_size) {
     char next[PATH_MAX];
-    const char *env = getenv(spec->env);
+    const char *env = dist_env_raw(spec->env);
+    const char *env_name = dist_env_info_of(spec->env)->name;
     const char *path = spec->file;
     if (env && *env) {
         path = env;
-        snprintf(where, where_size, "%s (from $%s)", env, spec->env);
+        snprintf(where, where_size, "%s (from $%s)", env, env_name);
     } else if (path_next_to_libdist(spec->file, next, sizeof next) && access(next, F_OK) == 0) {
         path = next;
         snprintf(where, where_size, "%s (next to libdist)", next);

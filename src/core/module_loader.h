@@ -5,12 +5,14 @@
 #ifndef DIST_CORE_MODULE_LOADER_H
 #define DIST_CORE_MODULE_LOADER_H
 
+#include "core/env.h"
+
 #include <stddef.h>
 
 struct dist_module_spec {
     const char *what;       /* "CUDA": names the module in messages */
     const char *file;       /* "libdist_cuda.so" */
-    const char *env;        /* "DIST_CUDA_MODULE": a full path that replaces the search */
+    dist_env_var env;       /* DIST_ENV_CUDA_MODULE: a full path that replaces the search */
     const char *entry;      /* the one exported symbol */
     const char *search_how; /* why the last resort, the library path, was tried */
 };

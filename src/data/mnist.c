@@ -1,6 +1,7 @@
 /* The MNIST loader: walks the sources in the order dist/mnist.h documents and keeps the first
  * complete, valid set of the four IDX files. */
 #include "dist/mnist.h"
+#include "core/env.h"
 
 #include "core/error.h"
 #include "data/mnist_internal.h"
@@ -162,11 +163,11 @@ static dist_status cache_dir(const dist_mnist_options *o, char *buf, size_t cap)
     int n;
     if (o->cache_dir && o->cache_dir[0])
         n = snprintf(buf, cap, "%s/mnist", o->cache_dir);
-    else if ((env = getenv("DIST_CACHE_DIR")) && env[0])
+    else if ((env = dist_env_raw(DIST_ENV_CACHE_DIR)) && env[0])
         n = snprintf(buf, cap, "%s/mnist", env);
-    else if ((env = getenv("XDG_CACHE_HOME")) && env[0])
+    else if ((env = dist_env_raw(DIST_ENV_XDG_CACHE_HOME)) && env[0])
         n = snprintf(buf, cap, "%s/libdist/mnist", env);
-    else if ((env = getenv("HOME")) && env[0])
+    else if ((env = dist_env_raw(DIST_ENV_HOME)) && env[0])
         n = snprintf(buf, cap, "%s/.cache/libdist/mnist", env);
     else
         return dist_error(DIST_NOT_FOUND,
@@ -254,7 +255,7 @@ static dist_status load_digits(const dist_mnist_options *o, dist_mnist *m, skip_
             snprintf(why, sizeof why, "%s", dist_last_error());
         }
         note_skip(skipped, "cache %s", dir, why);
-        const char *base = o->base_url ? o->base_url : getenv("DIST_MNIST_URL");
+        const char *base = o->base_url ? o->base_url : dist_env_raw(DIST_ENV_MNIST_URL);
         if (!base || !base[0]) base = DIST_MNIST_DEFAULT_URL;
         if (!o->allow_download) {
             note_skip(skipped, "%s", "download", "disabled by allow_download = 0");
@@ -316,7 +317,7 @@ dist_status dist_mnist_load(const dist_mnist_options *o, dist_mnist **out) {
     dist_mnist *m = calloc(1, sizeof *m);
     if (!m) return dist_error(DIST_OUT_OF_MEMORY, "dist_mnist_load: out of memory");
     const char *what = o->kind == DIST_MNIST_FASHION ? "Fashion-MNIST" : "MNIST";
-    const char *env = getenv("DIST_DATA_DIR");
+    const char *env = dist_env_raw(DIST_ENV_DATA_DIR);
     skip_notes skipped = {{0}};
     dist_status st;
     if (o->data_dir) {

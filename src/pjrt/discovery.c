@@ -2,6 +2,7 @@
  * argument, cut down to what runs here (chips attached to this host), and whether this host
  * has TPU chips at all. */
 #include "core/error.h"
+#include "core/env.h"
 #include "pjrt/pjrt.h"
 
 #include <dirent.h>
@@ -23,10 +24,10 @@ dist_status dist_pjrt_find_plugin(const char *option, char *out, size_t n) {
     DIST_CHECK_ARG(out != NULL && n > 0, "dist_pjrt_find_plugin: out must be given");
     out[0] = '\0';
     if (option != NULL && option[0] != '\0') return copy_out(option, "the option", out, n);
-    static const char *const envs[] = {"DIST_PJRT_PLUGIN", "TPU_LIBRARY_PATH"};
+    static const dist_env_var envs[] = {DIST_ENV_PJRT_PLUGIN, DIST_ENV_TPU_LIBRARY_PATH};
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
-        const char *v = getenv(envs[i]);
-        if (v != NULL && v[0] != '\0') return copy_out(v, envs[i], out, n);
+        const char *v = dist_env(envs[i]);
+        if (v != NULL) return copy_out(v, dist_env_info_of(envs[i])->name, out, n);
     }
     /* No '/': dlopen searches LD_LIBRARY_PATH, the cache and the default directories. */
     return copy_out("libtpu.so", "the default", out, n);
@@ -38,7 +39,7 @@ dist_status dist_tpu_resolve(const char *tpu, dist_tpu_target *out) {
     out->kind = DIST_TPU_LOCAL;
     const char *from = "the tpu argument";
     if (tpu == NULL || tpu[0] == '\0') {
-        tpu = getenv("TPU_NAME");
+        tpu = dist_env_raw(DIST_ENV_TPU_NAME);
         from = "$TPU_NAME";
     }
     if (tpu == NULL || tpu[0] == '\0' || strcmp(tpu, "local") == 0) return DIST_OK;

@@ -1,5 +1,6 @@
 /* The parameter-server cluster and its authenticated connections (ps_cluster.h). */
 #include "ps/ps_cluster.h"
+#include "core/env.h"
 
 #include "core/error.h"
 #include "core/sha256.h"
@@ -126,7 +127,7 @@ dist_status ps_cluster_resolve(const dist_strategy_options *o, ps_cluster **out)
     }
     if (st == DIST_OK) st = net_auth_setup(cl->auth, NULL, o->allow_insecure != 0);
     /* the other transports mean nothing here: the connections are TCP */
-    const char *env = getenv("DIST_COLLECTIVE_TRANSPORT");
+    const char *env = dist_env_raw(DIST_ENV_COLLECTIVE_TRANSPORT);
     bool tls = o->transport == DIST_TRANSPORT_TLS ||
                (o->transport == DIST_TRANSPORT_AUTO && env && strcasecmp(env, "tls") == 0);
     if (st == DIST_OK && tls) st = net_tls_setup(cl->auth, o->tls_cert, o->tls_key, o->tls_ca);

@@ -2,6 +2,7 @@
  * 0 on the caller's), each with its own backend and tape; run() hands every thread the step,
  * waits for all, and brings each replica's outputs to the host in one transfer. */
 #include "autodiff/tape_bind.h"
+#include "core/env.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/spin.h"
@@ -55,8 +56,8 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
     pthread_cond_init(&L->cv_done, NULL);
     dist_merge_point_init(&L->merge);
     /* the environment is read once, here; explicit options win */
-    int deterministic = o->deterministic ? 1 : dist_env_flag("DIST_DETERMINISTIC", 0);
-    int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : dist_env_flag("DIST_CUDA_GRAPHS", 1);
+    int deterministic = o->deterministic ? 1 : dist_env_flag(DIST_ENV_DETERMINISTIC, 0);
+    int graphs = o->cuda_graphs ? o->cuda_graphs > 0 : dist_env_flag(DIST_ENV_CUDA_GRAPHS, 1);
     int cpus = dist_device_count(DIST_DEVICE_CPU), ncpu_replicas = 0;
     for (int r = 0; r < n; r++) ncpu_replicas += devs[r].kind == DIST_DEVICE_CPU;
     int threads = o->threads_per_replica;
@@ -65,7 +66,7 @@ dist_status dist_local_replicas_init(dist_strategy *s, const dist_device *devs, 
         threads = cpus / share;
         /* cores that other programs keep busy would make every step wait for the threads on
          * them (cpu_load.c): the default counts the free ones */
-        int busy = ncpu_replicas > 0 && threads > 1 && dist_env_flag("DIST_CPU_LOAD_PROBE", 1)
+        int busy = ncpu_replicas > 0 && threads > 1 && dist_env_flag(DIST_ENV_CPU_LOAD_PROBE, 1)
                        ? dist_cpu_busy_cores(DIST_CPU_LOAD_SAMPLE_MS)
                        : 0;
         if (busy > 0) {

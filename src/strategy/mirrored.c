@@ -2,6 +2,7 @@
  * in-process communicator (CPU replicas, or forced) or NCCL (every device a GPU: TF's choice
  * rule). Every entry is the shared default; what makes it mirrored is its communicator. */
 #include "backend/nccl.h"
+#include "core/env.h"
 #include "collective/local_comm.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
@@ -31,7 +32,7 @@ static dist_status init_mirrored(dist_strategy *s, const dist_strategy_options *
     /* CPU replicas share the host's memory: each can update its part of every copy */
     int cpus = 1;
     for (int r = 0; r < n; r++) cpus &= devs[r].kind == DIST_DEVICE_CPU;
-    s->replicas.share_updates = cpus && dist_env_flag("DIST_SHARDED_UPDATE", 1);
+    s->replicas.share_updates = cpus && dist_env_flag(DIST_ENV_SHARDED_UPDATE, 1);
     return DIST_OK;
 }
 

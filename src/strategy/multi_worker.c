@@ -7,6 +7,7 @@
  * from the chief, so every worker starts from the chief's values. Every other entry is the
  * shared default, over those communicators. */
 #include "backend/backend.h"
+#include "core/env.h"
 #include "backend/nccl.h"
 #include "collective/hier_comm.h"
 #include "collective/local_comm.h"
@@ -111,7 +112,7 @@ static dist_status transport_from_env(dist_transport *t) {
                  {"shm", DIST_TRANSPORT_SHM},
                  {"mpi", DIST_TRANSPORT_MPI},
                  {"tls", DIST_TRANSPORT_TLS}};
-    const char *e = getenv("DIST_COLLECTIVE_TRANSPORT");
+    const char *e = dist_env_raw(DIST_ENV_COLLECTIVE_TRANSPORT);
     if (!e || !*e) return DIST_OK;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcasecmp(e, names[i].name) == 0) {

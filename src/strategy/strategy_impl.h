@@ -8,6 +8,7 @@
 #define DIST_STRATEGY_IMPL_H
 
 #include "core/comm.h"
+#include "core/env.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "dist/strategy.h"
@@ -84,15 +85,6 @@ struct dist_strategy_i {
     /* Frees the kind's ctx (the shared parts are freed by dist_strategy_destroy). Optional. */
     void (*destroy)(dist_strategy *s);
 };
-
-/* An on/off setting of the environment: 0 when it says 0 (or off, false, no), else 1;
- * `fallback` when unset or empty. */
-static inline int dist_env_flag(const char *name, int fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    return !(strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0 ||
-             strcasecmp(v, "no") == 0);
-}
 
 typedef struct replica_job {
     dist_step_fn step;

@@ -16,6 +16,7 @@
  *    donated to the program and replaced by its outputs; the host mirror is refreshed only
  *    when the host reads a variable (checkpoints, get_weights). */
 #include "autodiff/tape_bind.h"
+#include "core/env.h"
 #include "autodiff/tape_impl.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
@@ -742,14 +743,14 @@ static dist_status init_tpu(dist_strategy *s, const dist_strategy_options *o) {
     DIST_TRY(xla_trace_backend_create(c->ndev, &ops, &c->be));
     c->trace = xla_trace_of(c->be);
     DIST_TRY(dist_tape_create(c->be, &c->tape));
-    const char *form = getenv("DIST_TPU_STEPS_FORM");
+    const char *form = dist_env_raw(DIST_ENV_TPU_STEPS_FORM);
     if (form && *form) {
         if (strcmp(form, "loop") && strcmp(form, "unrolled"))
             return dist_error(DIST_INVALID_ARGUMENT,
                               "tpu: $DIST_TPU_STEPS_FORM is '%s'; expected loop or unrolled", form);
         c->loop_form = strcmp(form, "loop") == 0;
     }
-    const char *dump = getenv("DIST_TPU_DUMP_DIR");
+    const char *dump = dist_env_raw(DIST_ENV_TPU_DUMP_DIR);
     if (dump && *dump) {
         c->dump = 1;
         snprintf(c->dump_dir, sizeof c->dump_dir, "%s", dump);

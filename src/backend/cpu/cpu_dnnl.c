@@ -6,6 +6,7 @@
  * where oneDNN runs AVX-512, nChw8c on AVX2. A plain NHWC convolution falls back to a GEMM
  * path 2-3x slower, and the wrong block for the ISA to the reference code, ~1000x slower. */
 #include "backend/cpu/cpu_internal.h"
+#include "core/env.h"
 #include "core/error.h"
 
 #include <omp.h>
@@ -704,7 +705,7 @@ ready:
  * activations between kernels stay float32 storage, as on every other path. */
 
 int cpu_dnnl_native_bf16_default(void) {
-    const char *env = getenv("DIST_CPU_NATIVE_BF16");
+    const char *env = dist_env_raw(DIST_ENV_CPU_NATIVE_BF16);
     if (env && strcmp(env, "0") == 0) return 0;
     /* Compare the ISA's bits, not its value: avx2_vnni (0x407) is numerically larger than
      * avx512_core_amx (0x3e7) in oneDNN 2.6 but has no AVX-512. */
@@ -728,7 +729,7 @@ int cpu_dnnl_native_bf16_default(void) {
  * kernels. */
 
 int cpu_dnnl_winograd_default(void) {
-    const char *env = getenv("DIST_CPU_WINOGRAD");
+    const char *env = dist_env_raw(DIST_ENV_CPU_WINOGRAD);
     return env && strcmp(env, "1") == 0;
 }
 
