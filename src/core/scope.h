@@ -49,15 +49,8 @@ typedef struct dist_placement {
                                 const void *src, size_t bytes, int64_t iterations);
 } dist_placement;
 
-/* Where `model` was built (its strategy's placement; NULL outside every scope). Implemented
- * by nn (src/nn/model.c), for the optimizer's slots. */
-struct dist_model;
-const dist_placement *dist_model_placement(const struct dist_model *model);
-/* The same for a variable made by dist_strategy_create_variable (its strategy's placement),
- * and how many local copies it has. Implemented by the strategy (src/strategy/variable.c). */
-struct dist_variable;
-const dist_placement *dist_variable_placement(const struct dist_variable *v);
-int dist_variable_num_replicas(const struct dist_variable *v);
+/* A model's or a strategy variable's placement is asked of the part that owns it
+ * (nn/model_placement.h, strategy/variable_placement.h): core names no higher part's function. */
 
 /* The innermost placement on this thread, or NULL outside every scope. */
 const dist_placement *dist_scope_current(void);

@@ -3,9 +3,11 @@
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
+#include "core/update_rule.h"
 #include "dist/optim.h"
+#include "nn/model_placement.h"
 #include "optim/grad_clip.h"
-#include "optim/update_rule.h"
+#include "strategy/variable_placement.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -313,7 +315,10 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
     return DIST_OK;
 }
 
+/* The update handed to dist_replica_apply_gradients: run here (update_fn, var_update_fn), or
+ * described for a strategy that applies it where the variables live (describe_update). */
 typedef struct opt_update {
+    dist_update_rule_source src; /* first: the source is the opt_update */
     dist_optimizer *o;
     dist_model *model; /* NULL: the optimizer's variable list */
     float grad_scale;
@@ -321,8 +326,11 @@ typedef struct opt_update {
     int remote;  /* a strategy asked for the rule to apply it elsewhere (parameter_server) */
 } opt_update;
 
-static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
-    opt_update *u = user;
+static dist_status describe_update(dist_update_rule_source *src, dist_update_rule *out);
+
+static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads,
+                             dist_update_rule_source *src) {
+    opt_update *u = (opt_update *)src;
     u->applied = 1;
     return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale, rc->update_shards);
 }
@@ -342,8 +350,8 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
     if (aggregated || !rc)
         return update_replica(o, model, r, grads, grad_scale, rc ? rc->update_shards : 0);
     /* the strategy aggregates the gradients its way, then calls the update */
-    opt_update u = {o, model, grad_scale, 0, 0};
-    DIST_TRY(dist_replica_apply_gradients(rc, grads, update_fn, &u));
+    opt_update u = {{update_fn, describe_update}, o, model, grad_scale, 0, 0};
+    DIST_TRY(dist_replica_apply_gradients(rc, grads, dist_update_rule_source_fn, &u.src));
     /* the strategy applied it where the variables live (parameter_server): count it here too,
      * so that this worker's schedule moves on. A strategy that merely skipped this replica's
      * update (the others' replica applies it) counts nothing. */
@@ -467,8 +475,9 @@ static dist_status update_vars_replica(dist_optimizer *o, int r, const dist_tens
     return DIST_OK;
 }
 
-static dist_status var_update_fn(dist_replica_ctx *rc, dist_tensor *grads, void *user) {
-    opt_update *u = user;
+static dist_status var_update_fn(dist_replica_ctx *rc, dist_tensor *grads,
+                                 dist_update_rule_source *src) {
+    opt_update *u = (opt_update *)src;
     u->applied = 1;
     return update_vars_replica(u->o, rc->local_id, grads, u->grad_scale);
 }
@@ -509,8 +518,8 @@ dist_status dist_optimizer_apply_to_variables(dist_optimizer *o, dist_tape *tape
     dist_tensor packed = dist_tensor_view(s->packed, DIST_F32, 1, &n);
     packed.device = be->device;
     if (!rc) return update_vars_replica(o, r, &packed, 1.0f);
-    opt_update u = {o, NULL, 1.0f, 0, 0};
-    DIST_TRY(dist_replica_apply_gradients(rc, &packed, var_update_fn, &u));
+    opt_update u = {{var_update_fn, describe_update}, o, NULL, 1.0f, 0, 0};
+    DIST_TRY(dist_replica_apply_gradients(rc, &packed, dist_update_rule_source_fn, &u.src));
     if (u.remote && !u.applied) o->slots[r].iterations++;
     return DIST_OK;
 }
@@ -726,13 +735,9 @@ dist_status dist_optimizer_set_iterations(dist_optimizer *o, int64_t iterations)
     return DIST_OK;
 }
 
-dist_status dist_update_rule_of(dist_update_fn update, void *user, dist_update_rule *out) {
-    if (update != update_fn && update != var_update_fn)
-        return dist_error(DIST_UNSUPPORTED,
-                          "this update is applied where the variables live (on the ps tasks), "
-                          "which can run only a dist_optimizer's Adam or SGD (not a loss-scale "
-                          "optimizer's or a custom update function)");
-    opt_update *u = user;
+/* What update_fn / var_update_fn would do, for parameter_server (core/update_rule.h). */
+static dist_status describe_update(dist_update_rule_source *src, dist_update_rule *out) {
+    opt_update *u = (opt_update *)src;
     u->remote = 1;
     const dist_optimizer *o = u->o;
     if (clipping_on(o))

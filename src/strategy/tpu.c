@@ -15,9 +15,9 @@
  * 3. State (variables, optimizer slots) lives on the devices between steps as PJRT buffers,
  *    donated to the program and replaced by its outputs; the host mirror is refreshed only
  *    when the host reads a variable (checkpoints, get_weights). */
+#include "autodiff/tape_arena.h"
 #include "autodiff/tape_bind.h"
 #include "core/env.h"
-#include "autodiff/tape_impl.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "dist/tape.h"
@@ -84,11 +84,7 @@ static void dev_release(void *user, void *buffer) {
 
 static int dev_is_scratch(void *user, const void *base) {
     tpu_ctx *c = user;
-    if (!c->tape) return 0;
-    const dist_arena *a = &c->tape->arena;
-    for (int i = 0; i < a->nchunks; i++)
-        if (a->chunks[i].base == base) return 1;
-    return 0;
+    return dist_tape_arena_has_chunk(c->tape, base);
 }
 
 /* ---- the replica context of a traced step ------------------------------------------------- */

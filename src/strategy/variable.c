@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
+#include "strategy/variable_placement.h"
 
 #include <stdio.h>
 #include <stdlib.h>
