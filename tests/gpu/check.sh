@@ -121,13 +121,14 @@ step configure 180 --tee /tmp/libdist_configure.txt cmake -S . -B "$BUILD" "${ge
 grep -q "CUDA backend ON" /tmp/libdist_configure.txt || { echo "!!! configure did not enable the CUDA backend"; failures+=("CUDA backend not configured"); }
 # only what this script runs: the CUDA module, distrain, the GPU unit tests and bench_train
 step build 300 cmake --build "$BUILD" -j "$(nproc)" --target dist_cuda distrain test_cuda_backend \
-    test_cuda_graphs test_cuda_mirrored test_cuda_loader test_step_graphs bench_train
+    test_cuda_ops test_cuda_graphs test_cuda_mirrored test_cuda_loader test_step_graphs bench_train
 # (unit.cuda_mirrored needs two GPUs: skipped on one). DIST_REQUIRE_GPU=1: a test that needs
 # one GPU and sees none fails instead of reporting "skipped".
 export DIST_REQUIRE_GPU=1
 step unit-tests-cuda 180 --tee /tmp/libdist_ctest.txt ctest --test-dir "$BUILD" \
-    -R '^unit\.(cuda_backend|cuda_graphs|cuda_mirrored|cuda_loader|step_graphs)$' --output-on-failure
-if grep -Eq "unit\.(cuda_backend|cuda_graphs) .*Skipped" /tmp/libdist_ctest.txt; then
+    -R '^unit\.(cuda_backend|cuda_ops|cuda_graphs|cuda_mirrored|cuda_loader|step_graphs)$' \
+    --output-on-failure
+if grep -Eq "unit\.(cuda_backend|cuda_ops|cuda_graphs) .*Skipped" /tmp/libdist_ctest.txt; then
     echo "!!! GPU tests were skipped: no GPU visible to them"
     failures+=("CUDA unit tests skipped")
 fi

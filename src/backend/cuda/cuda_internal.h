@@ -178,6 +178,11 @@ dist_status cuda_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, co
 void cuda_conv_plans_release(cuda_ctx *c);
 dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                         const dist_tensor *b, float beta, dist_tensor *cm);
+/* The op set (backend/ops.h) on device memory (cuda_ops.c, kernels in cuda_ops.cu). */
+int cuda_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                     dist_tensor *const *out);
+dist_status cuda_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                        dist_tensor *const *out);
 
 /* Commands shared with the cuDNN and cuBLAS files (cuda_backend.c): y[r, j] += b[j] then
  * ReLU (b may be NULL), fill, out = alpha * x. */

@@ -1,0 +1,809 @@
+/* The op set's kernels (backend/ops.h) on float32 row-major device memory.
+ *
+ * The arithmetic is the one ops.h writes down, operation for operation: float32 steps are
+ * spelled with __f*_rn intrinsics so that nvcc cannot contract them into FMAs (the CPU backend
+ * computes each product and sum rounded), and the sums ops.h names as double are double here.
+ *
+ * Reductions (REDUCE, BINARY_GRAD's broadcast sums, the tie counts of reduce_max's gradient)
+ * gather: each output walks the elements that reduce into it. Where outputs are many or the
+ * reduced extent small, one thread per output sums in row-major order, the CPU's order, so the
+ * bits agree; otherwise a block per output sums strided partials (same value to rounding). No
+ * floating-point atomics: results repeat bitwise run to run. Nothing here synchronizes, so the
+ * kernels can be captured in step graphs (cuda_graphs.c). */
+#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+using namespace distk;
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)(n);             \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+namespace {
+
+/* ---- index arithmetic -------------------------------------------------------------------- */
+
+/* Offsets of NS operands (a.st[0..NS)) at the row-major index i of a.shape. */
+template <int NS>
+__device__ __forceinline__ void offsets(const cudak_op &a, int64_t i, int64_t *o) {
+    for (int t = 0; t < NS; t++) o[t] = 0;
+    for (int d = a.nd - 1; d >= 0; d--) {
+        int64_t e = a.shape[d], q = i % e;
+        i /= e;
+        for (int t = 0; t < NS; t++) o[t] += q * a.st[t][d];
+    }
+}
+
+/* The index space split into kept axes (one output per combination, row-major) and reduced
+ * axes (cnt elements per output, row-major: the CPU's order of the sum). */
+struct Split {
+    int nk, nr;
+    int kept[DIST_MAX_DIMS], red[DIST_MAX_DIMS];
+    int64_t nout, cnt;
+};
+
+Split make_split(const cudak_op *a, int mask) {
+    Split s;
+    memset(&s, 0, sizeof s);
+    s.nout = s.cnt = 1;
+    for (int d = 0; d < a->nd; d++) {
+        if (mask & (1 << d)) {
+            s.red[s.nr++] = d;
+            s.cnt *= a->shape[d];
+        } else {
+            s.kept[s.nk++] = d;
+            s.nout *= a->shape[d];
+        }
+    }
+    return s;
+}
+
+__device__ __forceinline__ void split_offsets(const cudak_op &a, const Split &s, int64_t j,
+                                              int64_t r, int64_t *o) {
+    o[0] = o[1] = o[2] = 0;
+    for (int q = s.nk - 1; q >= 0; q--) {
+        int d = s.kept[q];
+        int64_t e = a.shape[d], x = j % e;
+        j /= e;
+        for (int t = 0; t < 3; t++) o[t] += x * a.st[t][d];
+    }
+    for (int q = s.nr - 1; q >= 0; q--) {
+        int d = s.red[q];
+        int64_t e = a.shape[d], x = r % e;
+        r /= e;
+        for (int t = 0; t < 3; t++) o[t] += x * a.st[t][d];
+    }
+}
+
+/* ---- gather reductions ------------------------------------------------------------------- */
+
+template <class F> __global__ void gather_thread_kernel(cudak_op a, Split s) {
+    GRID_STRIDE(j, s.nout) {
+        typename F::Acc acc = F::init();
+        for (int64_t r = 0; r < s.cnt; r++) {
+            int64_t o[3];
+            split_offsets(a, s, j, r, o);
+            acc = F::combine(acc, F::value(a, j, o));
+        }
+        F::store(a, s, j, acc);
+    }
+}
+
+template <class F> __global__ void gather_block_kernel(cudak_op a, Split s) {
+    __shared__ typename F::Acc sh[kThreads];
+    for (int64_t j = blockIdx.x; j < s.nout; j += gridDim.x) {
+        typename F::Acc acc = F::init();
+        for (int64_t r = threadIdx.x; r < s.cnt; r += blockDim.x) {
+            int64_t o[3];
+            split_offsets(a, s, j, r, o);
+            acc = F::combine(acc, F::value(a, j, o));
+        }
+        sh[threadIdx.x] = acc;
+        __syncthreads();
+        for (int w = kThreads / 2; w > 0; w >>= 1) {
+            if ((int)threadIdx.x < w)
+                sh[threadIdx.x] = F::combine(sh[threadIdx.x], sh[threadIdx.x + w]);
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) F::store(a, s, j, sh[0]);
+        __syncthreads();
+    }
+}
+
+template <class F> void launch_gather(cudaStream_t st, const cudak_op &a, const Split &s) {
+    if (s.nout == 0) return;
+    if (s.cnt <= 128 || s.nout >= 8192) {
+        gather_thread_kernel<F><<<grid_for((size_t)s.nout), kThreads, 0, st>>>(a, s);
+    } else {
+        unsigned blocks = s.nout > 4096 ? 4096u : (unsigned)s.nout;
+        gather_block_kernel<F><<<blocks, kThreads, 0, st>>>(a, s);
+    }
+}
+
+/* reduce_sum / reduce_mean of in[0] (st[0]) into out[0]: double accumulation */
+struct RedSum {
+    typedef double Acc;
+    static __device__ Acc init() { return 0.0; }
+    static __device__ Acc combine(Acc x, Acc y) { return __dadd_rn(x, y); }
+    static __device__ Acc value(const cudak_op &a, int64_t, const int64_t *o) {
+        return (double)a.in[0][o[0]];
+    }
+    static __device__ void store(const cudak_op &a, const Split &s, int64_t j, Acc v) {
+        a.out[0][j] = a.k == DIST_RED_MEAN ? (float)(v / (double)s.cnt) : (float)v;
+    }
+};
+
+/* reduce_max: NaN wins, -inf for an empty reduction */
+struct RedMax {
+    typedef float Acc;
+    static __device__ Acc init() { return -INFINITY; }
+    static __device__ Acc combine(Acc x, Acc y) { return (y > x || isnan(y)) ? y : x; }
+    static __device__ Acc value(const cudak_op &a, int64_t, const int64_t *o) {
+        return a.in[0][o[0]];
+    }
+    static __device__ void store(const cudak_op &a, const Split &, int64_t j, Acc v) {
+        a.out[0][j] = v;
+    }
+};
+
+/* reduce_max's gradient, first pass: how many elements equal each maximum (in: x, y) */
+struct Ties {
+    typedef float Acc;
+    static __device__ Acc init() { return 0.0f; }
+    static __device__ Acc combine(Acc x, Acc y) { return __fadd_rn(x, y); }
+    static __device__ Acc value(const cudak_op &a, int64_t j, const int64_t *o) {
+        return a.in[0][o[0]] == a.in[1][j] ? 1.0f : 0.0f;
+    }
+    static __device__ void store(const cudak_op &a, const Split &, int64_t j, Acc v) {
+        a.scratch[j] = v;
+    }
+};
+
+/* ---- elementwise arithmetic (ops.h, as the CPU computes it) -------------------------------- */
+
+__device__ __forceinline__ float sigmoid_f(float x) {
+    /* 1 / (1 + exp(-x)) without overflow for large negative x */
+    if (x >= 0.0f) return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+    float e = expf(x);
+    return __fdiv_rn(e, __fadd_rn(1.0f, e));
+}
+
+#define GELU_C 0.7978845608028654   /* sqrt(2 / pi) */
+#define SQRT_2PI 2.5066282746310002 /* sqrt(2 pi) */
+
+__device__ float un_apply(int k, float x) {
+    switch (k) {
+    case DIST_UN_NEG: return -x;
+    case DIST_UN_EXP: return expf(x);
+    case DIST_UN_LOG: return logf(x);
+    case DIST_UN_SQRT: return __fsqrt_rn(x);
+    case DIST_UN_SQUARE: return __fmul_rn(x, x);
+    case DIST_UN_ABS: return fabsf(x);
+    case DIST_UN_SIGMOID: return sigmoid_f(x);
+    case DIST_UN_TANH: return tanhf(x);
+    case DIST_UN_GELU: {
+        double xd = x;
+        return (float)(__dmul_rn(__dmul_rn(0.5, xd), __dadd_rn(1.0, erf(xd / sqrt(2.0)))));
+    }
+    default: {
+        double xd = x;
+        double u = GELU_C * __dadd_rn(xd, __dmul_rn(__dmul_rn(__dmul_rn(0.044715, xd), xd), xd));
+        return (float)(__dmul_rn(__dmul_rn(0.5, xd), __dadd_rn(1.0, tanh(u))));
+    }
+    }
+}
+
+/* dy * f'(x), with y = f(x) where TensorFlow's gradient reads the output */
+__device__ float un_grad(int k, float x, float y, float g) {
+    switch (k) {
+    case DIST_UN_NEG: return -g;
+    case DIST_UN_EXP: return __fmul_rn(g, y);
+    case DIST_UN_LOG: return __fdiv_rn(g, x);
+    case DIST_UN_SQRT: return __fdiv_rn(__fmul_rn(g, 0.5f), y);
+    case DIST_UN_SQUARE: return __fmul_rn(g, __fmul_rn(2.0f, x));
+    case DIST_UN_ABS: return x > 0.0f ? g : (x < 0.0f ? -g : 0.0f);
+    case DIST_UN_SIGMOID: return __fmul_rn(g, __fmul_rn(y, __fsub_rn(1.0f, y)));
+    case DIST_UN_TANH: return __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(y, y)));
+    case DIST_UN_GELU: {
+        double xd = x;
+        double d = __dadd_rn(__dmul_rn(0.5, __dadd_rn(1.0, erf(xd / sqrt(2.0)))),
+                             __dmul_rn(xd, exp(__dmul_rn(__dmul_rn(-0.5, xd), xd))) / SQRT_2PI);
+        return (float)__dmul_rn((double)g, d);
+    }
+    default: {
+        double xd = x;
+        double u = GELU_C * __dadd_rn(xd, __dmul_rn(__dmul_rn(__dmul_rn(0.044715, xd), xd), xd));
+        double th = tanh(u);
+        double d = __dadd_rn(
+            __dmul_rn(0.5, __dadd_rn(1.0, th)),
+            __dmul_rn(
+                __dmul_rn(__dmul_rn(__dmul_rn(0.5, xd), __dsub_rn(1.0, __dmul_rn(th, th))), GELU_C),
+                __dadd_rn(1.0, __dmul_rn(__dmul_rn(3.0 * 0.044715, xd), xd))));
+        return (float)__dmul_rn((double)g, d);
+    }
+    }
+}
+
+__device__ __forceinline__ float bin_apply(int k, float x, float y) {
+    switch (k) {
+    case DIST_BIN_ADD: return __fadd_rn(x, y);
+    case DIST_BIN_SUB: return __fsub_rn(x, y);
+    case DIST_BIN_MUL: return __fmul_rn(x, y);
+    case DIST_BIN_DIV: return __fdiv_rn(x, y);
+    case DIST_BIN_MAX: return x >= y ? x : y;
+    default: return x <= y ? x : y;
+    }
+}
+
+/* TensorFlow's gradient functions: side 0 d/dx * g, side 1 d/dy * g */
+__device__ __forceinline__ float bin_grad(int k, float x, float y, float g, int side) {
+    switch (k) {
+    case DIST_BIN_ADD: return g;
+    case DIST_BIN_SUB: return side ? -g : g;
+    case DIST_BIN_MUL: return side ? __fmul_rn(x, g) : __fmul_rn(g, y);
+    case DIST_BIN_DIV: return side ? __fmul_rn(g, __fdiv_rn(__fdiv_rn(-x, y), y)) : __fdiv_rn(g, y);
+    case DIST_BIN_MAX: return (x >= y) != side ? g : 0.0f;
+    default: return (x <= y) != side ? g : 0.0f;
+    }
+}
+
+/* BINARY_GRAD: in a, b, dy; st[0] dy, st[1] a, st[2] b; out[SIDE] summed over its broadcast axes */
+template <int SIDE> struct BinGrad {
+    typedef float Acc;
+    static __device__ Acc init() { return 0.0f; }
+    static __device__ Acc combine(Acc x, Acc y) { return __fadd_rn(x, y); }
+    static __device__ Acc value(const cudak_op &a, int64_t, const int64_t *o) {
+        return bin_grad(a.k, a.in[0][o[1]], a.in[1][o[2]], a.in[2][o[0]], SIDE);
+    }
+    static __device__ void store(const cudak_op &a, const Split &, int64_t j, Acc v) {
+        a.out[SIDE][j] = v;
+    }
+};
+
+/* ---- elementwise kernels ------------------------------------------------------------------- */
+
+__global__ void unary_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) a.out[0][i] = un_apply(a.k, a.in[0][i]);
+}
+
+__global__ void unary_grad_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) a.out[0][i] = un_grad(a.k, a.in[0][i], a.in[1][i], a.in[2][i]);
+}
+
+__global__ void binary_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        int64_t o[2];
+        offsets<2>(a, i, o);
+        a.out[0][i] = bin_apply(a.k, a.in[0][o[0]], a.in[1][o[1]]);
+    }
+}
+
+/* in: x, y, dy; st[1]: y's offsets (keepdims); f[0]: the reduced count (MEAN) */
+__global__ void reduce_grad_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        int64_t o[2];
+        offsets<2>(a, i, o);
+        float g = a.in[2][o[1]];
+        if (a.k == DIST_RED_SUM)
+            a.out[0][i] = g;
+        else if (a.k == DIST_RED_MEAN)
+            a.out[0][i] = __fdiv_rn(g, a.f[0]);
+        else
+            a.out[0][i] = a.in[0][i] == a.in[1][o[1]] ? __fdiv_rn(g, a.scratch[o[1]]) : 0.0f;
+    }
+}
+
+/* TRANSPOSE, SLICE: out[i] = in[base + offset of i] */
+__global__ void gather_copy_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        int64_t o[1];
+        offsets<1>(a, i, o);
+        a.out[0][i] = a.in[0][a.base + o[0]];
+    }
+}
+
+/* PAD: zeros with in[0] (shape ext, strides st[0]) at offset v */
+__global__ void pad_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        int64_t rem = i, off = 0;
+        bool inside = true;
+        for (int d = a.nd - 1; d >= 0; d--) {
+            int64_t q = rem % a.shape[d] - a.v[d];
+            rem /= a.shape[d];
+            if (q < 0 || q >= a.ext[d])
+                inside = false;
+            else
+                off += q * a.st[0][d];
+        }
+        a.out[0][i] = inside ? a.in[0][off] : 0.0f;
+    }
+}
+
+/* CONCAT: out seen as [rows (outer), v[0] (the axis), cols (inner)] */
+__global__ void concat_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        int64_t c = i % a.cols, t = i / a.cols;
+        int64_t row = t % a.v[0], outer = t / a.v[0], at = 0;
+        int q = 0;
+        while (q < a.nin - 1 && row >= at + a.ext[q]) at += a.ext[q++];
+        a.out[0][i] = a.in[q][(outer * a.ext[q] + (row - at)) * a.cols + c];
+    }
+}
+
+/* ---- average pooling (padded positions not counted) ---------------------------------------- */
+
+__device__ __forceinline__ int64_t avg_count(const cudak_pool_geom &g, int64_t oh, int64_t ow) {
+    int64_t top = oh * g.sh - g.pt, left = ow * g.sw - g.pl;
+    int64_t h0 = top < 0 ? 0 : top, h1 = top + g.wh < g.h ? top + g.wh : g.h;
+    int64_t w0 = left < 0 ? 0 : left, w1 = left + g.ww < g.w ? left + g.ww : g.w;
+    return (h1 - h0) * (w1 - w0);
+}
+
+__global__ void avg_pool_fwd_kernel(cudak_op a) {
+    const cudak_pool_geom g = a.pool;
+    const float *x = a.in[0];
+    GRID_STRIDE(i, g.n * g.oh * g.ow * g.c) {
+        int64_t c = i % g.c, t = i / g.c;
+        int64_t ow = t % g.ow;
+        t /= g.ow;
+        int64_t oh = t % g.oh, b = t / g.oh;
+        int64_t top = oh * g.sh - g.pt, left = ow * g.sw - g.pl;
+        int64_t h0 = top < 0 ? 0 : top, h1 = top + g.wh < g.h ? top + g.wh : g.h;
+        int64_t w0 = left < 0 ? 0 : left, w1 = left + g.ww < g.w ? left + g.ww : g.w;
+        float sum = 0.0f;
+        for (int64_t r = h0; r < h1; r++)
+            for (int64_t q = w0; q < w1; q++)
+                sum = __fadd_rn(sum, x[((b * g.h + r) * g.w + q) * g.c + c]);
+        a.out[0][i] = __fdiv_rn(sum, (float)((h1 - h0) * (w1 - w0)));
+    }
+}
+
+/* Gathers, for each dx element, dy * (1 / count) of the windows covering it, in the order the
+ * CPU scatters them (output rows, then columns): the same sum, bit for bit. */
+__global__ void avg_pool_bwd_kernel(cudak_op a) {
+    const cudak_pool_geom g = a.pool;
+    const float *dy = a.in[0];
+    GRID_STRIDE(i, g.n * g.h * g.w * g.c) {
+        int64_t c = i % g.c, t = i / g.c;
+        int64_t iw = t % g.w;
+        t /= g.w;
+        int64_t ih = t % g.h, b = t / g.h;
+        int64_t ph = ih + g.pt, pw = iw + g.pl;
+        int64_t oh_lo = ph - g.wh + 1 > 0 ? (ph - g.wh + 1 + g.sh - 1) / g.sh : 0;
+        int64_t oh_hi = ph / g.sh;
+        int64_t ow_lo = pw - g.ww + 1 > 0 ? (pw - g.ww + 1 + g.sw - 1) / g.sw : 0;
+        int64_t ow_hi = pw / g.sw;
+        if (oh_hi > g.oh - 1) oh_hi = g.oh - 1;
+        if (ow_hi > g.ow - 1) ow_hi = g.ow - 1;
+        float sum = 0.0f;
+        for (int64_t oh = oh_lo; oh <= oh_hi; oh++)
+            for (int64_t ow = ow_lo; ow <= ow_hi; ow++) {
+                float inv = __fdiv_rn(1.0f, (float)avg_count(g, oh, ow));
+                sum = __fadd_rn(sum, __fmul_rn(dy[((b * g.oh + oh) * g.ow + ow) * g.c + c], inv));
+            }
+        a.out[0][i] = sum;
+    }
+}
+
+/* ---- softmax, losses ------------------------------------------------------------------------ */
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+constexpr int kRowsPerBlock = kThreads / 32;
+
+/* one warp per row of [rows, cols] */
+__global__ void softmax_kernel(cudak_op a) {
+    const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= a.rows) return; /* whole warps leave together */
+    const int64_t k = a.cols;
+    const float *x = a.in[0] + row * k;
+    float *y = a.out[0] + row * k;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < k; j += 32) m = fmaxf(m, x[j]);
+    m = warp_max(m);
+    double s = 0.0;
+    for (int64_t j = lane; j < k; j += 32) s += (double)expf(__fsub_rn(x[j], m));
+    s = warp_sum_d(s);
+    if (a.k) {
+        float ls = (float)log(s);
+        for (int64_t j = lane; j < k; j += 32) y[j] = __fsub_rn(__fsub_rn(x[j], m), ls);
+    } else {
+        for (int64_t j = lane; j < k; j += 32) y[j] = (float)((double)expf(__fsub_rn(x[j], m)) / s);
+    }
+}
+
+/* in: y, dy */
+__global__ void softmax_grad_kernel(cudak_op a) {
+    const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= a.rows) return;
+    const int64_t k = a.cols;
+    const float *y = a.in[0] + row * k, *dy = a.in[1] + row * k;
+    float *dx = a.out[0] + row * k;
+    double s = 0.0;
+    for (int64_t j = lane; j < k; j += 32)
+        s += a.k ? (double)dy[j] : __dmul_rn((double)dy[j], (double)y[j]);
+    const float sf = (float)warp_sum_d(s);
+    for (int64_t j = lane; j < k; j += 32)
+        dx[j] = a.k ? __fsub_rn(dy[j], __fmul_rn(expf(y[j]), sf))
+                    : __fmul_rn(y[j], __fsub_rn(dy[j], sf));
+}
+
+/* in: z, x */
+__global__ void sigmoid_xent_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        float x = a.in[1][i], z = a.in[0][i];
+        a.out[0][i] = __fadd_rn(__fsub_rn(x >= 0.0f ? x : 0.0f, __fmul_rn(x, z)),
+                                log1pf(expf(x >= 0.0f ? -x : x)));
+    }
+}
+
+/* in: z, x, dy; out: dz, dx (each optional) */
+__global__ void sigmoid_xent_grad_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        float x = a.in[1][i], z = a.in[0][i], g = a.in[2][i];
+        if (a.out[0]) a.out[0][i] = __fmul_rn(g, -x);
+        if (a.out[1]) a.out[1][i] = __fmul_rn(g, __fsub_rn(sigmoid_f(x), z));
+    }
+}
+
+/* in: y_true, y_pred as [rows, cols]; a float32 sum per row, in order */
+__global__ void mse_kernel(cudak_op a) {
+    GRID_STRIDE(r, a.rows) {
+        const float *t = a.in[0] + r * a.cols, *p = a.in[1] + r * a.cols;
+        float s = 0.0f;
+        for (int64_t j = 0; j < a.cols; j++) {
+            float d = __fsub_rn(p[j], t[j]);
+            s = __fadd_rn(s, __fmul_rn(d, d));
+        }
+        a.out[0][r] = __fdiv_rn(s, (float)a.cols);
+    }
+}
+
+/* in: y_true, y_pred, dloss; out: dtrue, dpred (each optional) */
+__global__ void mse_grad_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        float v =
+            __fmul_rn(__fdiv_rn(__fmul_rn(2.0f, __fsub_rn(a.in[1][i], a.in[0][i])), (float)a.cols),
+                      a.in[2][i / a.cols]);
+        if (a.out[0]) a.out[0][i] = -v;
+        if (a.out[1]) a.out[1][i] = v;
+    }
+}
+
+/* ---- batch normalization: x as [rows, C] (rows = a.rows, C = a.cols) ------------------------ */
+
+/* The block's sum of v (every thread gets it); sh holds 32 doubles. */
+__device__ double block_sum_d(double v, double *sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        v = lane < nw ? sh[lane] : 0.0;
+        v = warp_sum_d(v);
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float bn_inv(float var, float eps) {
+    return (float)(1.0 / sqrt(__dadd_rn((double)var, (double)eps)));
+}
+
+/* BN_STATS: a block per channel */
+__global__ void bn_stats_kernel(cudak_op a) {
+    __shared__ double sh[32];
+    const int64_t rows = a.rows, C = a.cols;
+    const float *x = a.in[0];
+    float *out = a.out[0];
+    for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+        double s = 0.0;
+        for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += (double)x[r * C + c];
+        s = block_sum_d(s, sh);
+        if (a.k == DIST_BN_SUMS) {
+            double q = 0.0;
+            for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+                double v = x[r * C + c];
+                q = __dadd_rn(q, __dmul_rn(v, v));
+            }
+            q = block_sum_d(q, sh);
+            if (threadIdx.x == 0) {
+                out[c] = (float)s;
+                out[C + c] = (float)q;
+            }
+        } else {
+            double mean = rows > 0 ? s / (double)rows : 0.0, q = 0.0;
+            for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+                double d = (double)x[r * C + c] - mean;
+                q = __dadd_rn(q, __dmul_rn(d, d));
+            }
+            q = block_sum_d(q, sh);
+            if (threadIdx.x == 0) {
+                float var = (float)(rows > 0 ? q / (double)rows : 0.0);
+                out[c] = (float)mean;
+                out[C + c] = var;
+                out[2 * C + c] = bn_inv(var, a.f[0]);
+                out[3 * C + c] = 0.0f;
+            }
+        }
+    }
+}
+
+/* BN_MOMENTS: in: sums [2, C], count; a thread per channel */
+__global__ void bn_moments_kernel(cudak_op a) {
+    const int64_t C = a.cols;
+    const double n = (double)a.in[1][0];
+    GRID_STRIDE(c, C) {
+        double S = a.in[0][c], Q = a.in[0][C + c];
+        double mean = n > 0 ? S / n : 0.0, e2 = n > 0 ? Q / n : 0.0;
+        double var = __dsub_rn(e2, __dmul_rn(mean, mean));
+        float mf = (float)mean, vf = (float)(var > 0 ? var : 0.0);
+        double md = mf;
+        float *out = a.out[0];
+        out[c] = mf;
+        out[C + c] = vf;
+        out[2 * C + c] = bn_inv(vf, a.f[0]);
+        out[3 * C + c] = __dsub_rn(Q / (n > 0 ? n : 1.0), __dmul_rn(md, md)) < 0 ? 1.0f : 0.0f;
+    }
+}
+
+/* BN_INFER_STATS: in: mean [C], variance [C] */
+__global__ void bn_infer_stats_kernel(cudak_op a) {
+    const int64_t C = a.cols;
+    GRID_STRIDE(c, C) {
+        float *out = a.out[0];
+        out[c] = a.in[0][c];
+        out[C + c] = a.in[1][c];
+        out[2 * C + c] = bn_inv(a.in[1][c], a.f[0]);
+        out[3 * C + c] = 0.0f;
+    }
+}
+
+/* BN_APPLY: in: x, stats, gamma (or NULL), beta (or NULL); tf.nn.batch_normalization's form:
+ * x * inv' + (beta - mean * inv') with inv' = inv * gamma */
+__global__ void bn_apply_kernel(cudak_op a) {
+    const int64_t C = a.cols;
+    const float *x = a.in[0], *st = a.in[1], *gm = a.in[2], *bt = a.in[3];
+    GRID_STRIDE(i, a.n) {
+        int64_t c = i % C;
+        float inv = __fmul_rn(st[2 * C + c], gm ? gm[c] : 1.0f);
+        a.out[0][i] =
+            __fadd_rn(__fmul_rn(x[i], inv), __fsub_rn(bt ? bt[c] : 0.0f, __fmul_rn(st[c], inv)));
+    }
+}
+
+/* BN_GRAD_SUMS: in: x, dy, stats; out: sums [2, C]; a block per channel */
+__global__ void bn_grad_sums_kernel(cudak_op a) {
+    __shared__ double sh[32];
+    const int64_t rows = a.rows, C = a.cols;
+    const float *x = a.in[0], *dy = a.in[1], *st = a.in[2];
+    for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+        const double mean = st[c];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+            double d = dy[r * C + c];
+            sdy += d;
+            sdyx = __dadd_rn(sdyx, __dmul_rn(d, (double)x[r * C + c] - mean));
+        }
+        sdy = block_sum_d(sdy, sh);
+        sdyx = block_sum_d(sdyx, sh);
+        if (threadIdx.x == 0) {
+            a.out[0][c] = (float)sdy;
+            a.out[0][C + c] = (float)(sdyx * (double)st[2 * C + c]);
+        }
+    }
+}
+
+/* BN_GRAD_INPUT: in: x, dy, stats, gamma (or NULL), sums (not read by INFERENCE), count (SYNC) */
+__global__ void bn_grad_input_kernel(cudak_op a) {
+    const int64_t C = a.cols;
+    const float *x = a.in[0], *dy = a.in[1], *st = a.in[2], *gm = a.in[3], *sums = a.in[4];
+    const double total = a.k == DIST_BN_SYNC ? (double)a.in[5][0] : (double)a.rows;
+    GRID_STRIDE(i, a.n) {
+        int64_t c = i % C;
+        if (a.k == DIST_BN_INFERENCE) {
+            a.out[0][i] = __fmul_rn(__fmul_rn(dy[i], gm ? gm[c] : 1.0f), st[2 * C + c]);
+            continue;
+        }
+        double gam = gm ? gm[c] : 1.0, inv = st[2 * C + c], mean = st[c];
+        double s0 = sums[c], s1 = sums[C + c];
+        /* sums[1] = sum dy (x - mean) inv: dL/dvar = -inv^3 / 2 * gamma * sum dy (x - mean) */
+        double dmean = -(s0 * gam) * inv;
+        double dvar = -0.5 * inv * inv * gam * s1;
+        double g = (double)dy[i] * gam * inv;
+        if (a.k == DIST_BN_SYNC) {
+            /* mean = S / N, var = Q / N - mean^2: dL/dS and dL/dQ */
+            if (st[3 * C + c] != 0.0f) dvar = 0.0;
+            double dS = (dmean - 2.0 * mean * dvar) / total, dQ = dvar / total;
+            a.out[0][i] = (float)(g + dS + 2.0 * (double)x[i] * dQ);
+        } else {
+            /* tf.nn.moments: var's path to the mean is stopped, and sum(x - mean) = 0 */
+            double xc = (double)x[i] - mean;
+            a.out[0][i] = (float)(g + dmean / total + dvar * 2.0 * xc / total);
+        }
+    }
+}
+
+/* ---- dropout, whole-tensor ops -------------------------------------------------------------- */
+
+/* dist_op_mix32 / dist_op_hash32 of ops.h (host-only there), the same unsigned arithmetic */
+__device__ __forceinline__ uint32_t mix32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+__global__ void dropout_mask_kernel(cudak_op a) {
+    uint32_t s = mix32(a.key[0]);
+    s = mix32(a.key[1] ^ s);
+    s = mix32(a.key[2] ^ s);
+    s = mix32(a.key[3] ^ s);
+    const float rate = a.f[0], scale = __fdiv_rn(1.0f, __fsub_rn(1.0f, rate));
+    GRID_STRIDE(i, a.n) {
+        uint32_t h = mix32((uint32_t)i ^ s);
+        float u = (float)(h >> 8) * 0x1p-24f;
+        a.out[0][i] = u >= rate ? scale : 0.0f;
+    }
+}
+
+/* one block of 1024 threads, double accumulation */
+__global__ void sum_squares_kernel(cudak_op a) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < a.n; i += blockDim.x) {
+        double v = a.in[0][i];
+        s = __dadd_rn(s, __dmul_rn(v, v));
+    }
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) a.out[0][0] = (float)s;
+}
+
+__global__ void clip_value_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) a.out[0][i] = fminf(fmaxf(a.in[0][i], a.f[0]), a.f[1]);
+}
+
+/* in: x, the summed squares (scalar) */
+__global__ void clip_by_norm_kernel(cudak_op a) {
+    const float norm = __fsqrt_rn(a.in[1][0]);
+    float scale = 1.0f;
+    if (isnan(norm))
+        scale = norm;
+    else if (norm > 0.0f && !isinf(norm))
+        scale = fminf(1.0f, __fdiv_rn(a.f[0], norm));
+    GRID_STRIDE(i, a.n) a.out[0][i] = __fmul_rn(a.in[0][i], scale);
+}
+
+unsigned rows_blocks(int64_t rows) {
+    return (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+unsigned channel_blocks(int64_t c) { return c > 4096 ? 4096u : (unsigned)c; }
+
+} // namespace
+
+extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
+    const cudak_op &a = *ap;
+    const unsigned g = grid_for((size_t)(a.n > 0 ? a.n : 1));
+    switch (a.code) {
+    case DIST_OPC_UNARY:
+        if (a.n) unary_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_UNARY_GRAD:
+        if (a.n) unary_grad_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BINARY:
+        if (a.n) binary_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BINARY_GRAD:
+        /* each operand's gradient: a reduction over the axes it was broadcast along */
+        for (int side = 0; side < 2; side++) {
+            if (!a.out[side]) continue;
+            int mask = 0;
+            for (int d = 0; d < a.nd; d++)
+                if (a.st[1 + side][d] == 0 && a.shape[d] != 1) mask |= 1 << d;
+            Split sp = make_split(&a, mask);
+            if (sp.cnt == 0) { /* dy is empty: a gradient of zeros */
+                cudaError_t e = cudaMemsetAsync(a.out[side], 0, (size_t)sp.nout * sizeof(float), s);
+                if (e != cudaSuccess) return e;
+                continue;
+            }
+            if (side)
+                launch_gather<BinGrad<1>>(s, a, sp);
+            else
+                launch_gather<BinGrad<0>>(s, a, sp);
+        }
+        break;
+    case DIST_OPC_REDUCE: {
+        Split sp = make_split(&a, a.mask);
+        if (a.k == DIST_RED_MAX)
+            launch_gather<RedMax>(s, a, sp);
+        else
+            launch_gather<RedSum>(s, a, sp);
+        break;
+    }
+    case DIST_OPC_REDUCE_GRAD:
+        if (!a.n) break;
+        if (a.k == DIST_RED_MAX) launch_gather<Ties>(s, a, make_split(&a, a.mask));
+        reduce_grad_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_TRANSPOSE:
+    case DIST_OPC_SLICE:
+        if (a.n) gather_copy_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_PAD:
+        if (a.n) pad_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_CONCAT:
+        if (a.n) concat_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_AVG_POOL2D:
+        if (a.n) avg_pool_fwd_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_AVG_POOL2D_GRAD:
+        if (a.n) avg_pool_bwd_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SOFTMAX:
+        if (a.rows) softmax_kernel<<<rows_blocks(a.rows), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SOFTMAX_GRAD:
+        if (a.rows) softmax_grad_kernel<<<rows_blocks(a.rows), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SIGMOID_XENT:
+        if (a.n) sigmoid_xent_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SIGMOID_XENT_GRAD:
+        if (a.n) sigmoid_xent_grad_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_MSE:
+        if (a.rows) mse_kernel<<<grid_for((size_t)a.rows), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_MSE_GRAD:
+        if (a.n) mse_grad_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BN_STATS:
+        if (a.cols) bn_stats_kernel<<<channel_blocks(a.cols), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BN_MOMENTS:
+        if (a.cols) bn_moments_kernel<<<grid_for((size_t)a.cols), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BN_INFER_STATS:
+        if (a.cols) bn_infer_stats_kernel<<<grid_for((size_t)a.cols), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BN_APPLY:
+        if (a.n) bn_apply_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BN_GRAD_SUMS:
+        if (a.cols) bn_grad_sums_kernel<<<channel_blocks(a.cols), kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_BN_GRAD_INPUT:
+        if (a.n) bn_grad_input_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_DROPOUT_MASK:
+        if (a.n) dropout_mask_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SUM_SQUARES: sum_squares_kernel<<<1, 1024, 0, s>>>(a); break;
+    case DIST_OPC_CLIP_VALUE:
+        if (a.n) clip_value_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_CLIP_BY_NORM:
+        if (a.n) clip_by_norm_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
