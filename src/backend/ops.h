@@ -42,13 +42,16 @@ typedef enum dist_opcode {
     DIST_OPC_BINARY_GRAD,
 
     /* ---- reductions and shapes ------------------------------------------------------------ */
-    /* out[0] = reduce over the axes of `mask` (bit a: axis a) of in[0]; out has in[0]'s rank
-     * with the reduced axes of extent 1 (keepdims; the tape reshapes); k = dist_reduce_kind.
-     * SUM and MEAN accumulate in double, MEAN divides by the reduced count; MAX of an empty
-     * reduction is -inf. */
+    /* out[0] = reduce over the axes of `mask` (bit a: axis a) of in[0]; out holds the kept
+     * elements in row-major order (in[0]'s shape with the reduced axes of extent 1, or with
+     * them dropped: only its element count is read); k = dist_reduce_kind. SUM and MEAN
+     * accumulate in float32, each output in row-major order of in[0]; MEAN then divides by the
+     * reduced count (float32); MAX takes a NaN as the maximum, and of an empty reduction is
+     * -inf. */
     DIST_OPC_REDUCE,
-    /* in: x, y (the forward's out), dy (y's shape); out: dx. SUM: dy broadcast; MEAN: dy / count
-     * broadcast; MAX: dy split evenly over the positions equal to the maximum (TensorFlow's) */
+    /* in: x, y (the forward's out), dy (y's elements); out: dx. SUM: dy broadcast; MEAN:
+     * dy / count broadcast; MAX: dy / ties to each position equal to the maximum, ties counted
+     * in float32 (TensorFlow's). x and y are read by MAX only but always passed. */
     DIST_OPC_REDUCE_GRAD,
     /* out[0][j_0..] = in[0][j_perm...]: out.shape[d] = in.shape[perm[d]]; v[0..ndim) = perm */
     DIST_OPC_TRANSPOSE,
@@ -69,11 +72,11 @@ typedef enum dist_opcode {
     DIST_OPC_AVG_POOL2D_GRAD,
 
     /* ---- softmax and losses --------------------------------------------------------------- */
-    /* softmax over the last axis (k = 1: log_softmax); max-subtracted, sums in double;
-     * in: x; out: y */
+    /* softmax over the last axis (k = 1: log_softmax); max-subtracted, the sum of exp in
+     * float32 in order; softmax: exp(x - m) / s, log_softmax: x - m - log(s); in: x; out: y */
     DIST_OPC_SOFTMAX,
-    /* in: y (the forward's out), dy; out: dx. softmax: y * (dy - sum(dy * y));
-     * log_softmax (k = 1): dy - exp(y) * sum(dy) (sums over the last axis, double) */
+    /* in: y (the forward's out), dy; out: dx. softmax: (dy - sum(dy * y)) * y;
+     * log_softmax (k = 1): dy - exp(y) * sum(dy) (sums over the last axis, float32 in order) */
     DIST_OPC_SOFTMAX_GRAD,
     /* TensorFlow's sigmoid_cross_entropy_with_logits, elementwise:
      * in: labels z, logits x; out: max(x, 0) - x z + log1p(exp(-|x|)) */
@@ -88,28 +91,42 @@ typedef enum dist_opcode {
     DIST_OPC_MSE_GRAD,
 
     /* ---- batch normalization (over every axis but the last: x viewed as [rows, C]) -------- */
-    /* in: x; out: stats [4, C] = mean, variance, 1 / sqrt(variance + epsilon), clamped.
-     * k = DIST_BN_LOCAL: tf.nn.moments (mean, then the mean squared deviation from it; double);
-     * clamped = 0.
+    /* in: x; out: stats [4, C] = mean, variance, inv = (float)(1 / sqrt((double)variance +
+     * epsilon)) from the float32 variance, clamped.
+     * k = DIST_BN_LOCAL: tf.nn.moments (mean, then the mean squared deviation from it; double,
+     * each rounded to float32 at the end); clamped = 0.
      * k = DIST_BN_SUMS: out[0] is [2, C]: sum of x, sum of x^2 (double accumulation, stored
      * float32): the synchronized statistics' local part, which the caller all-reduces. */
     DIST_OPC_BN_STATS,
     /* The synchronized moments from all-reduced sums: in: sums [2, C], count (f32 scalar: rows
      * over every replica); out: stats [4, C]: mean = sum / count, var = max(E[x^2] - mean^2, 0)
-     * (double), inv, clamped = 1 where E[x^2] - mean^2 < 0 (no gradient through var then) */
+     * (double; 0 where count is 0), inv as BN_STATS, clamped = 1 where E[x^2] - m^2 < 0 with m
+     * the mean rounded to float32 (no gradient through var then) */
     DIST_OPC_BN_MOMENTS,
-    /* Inference statistics: in: mean [C], variance [C]; out: stats [4, C] (clamped 0) */
+    /* Inference statistics: in: mean [C], variance [C]; out: stats [4, C] (the two copied, inv
+     * as BN_STATS, clamped 0) */
     DIST_OPC_BN_INFER_STATS,
     /* in: x, stats [4, C], gamma [C] (optional: NULL = 1), beta [C] (optional: NULL = 0);
-     * out: y = (x - mean) * inv * gamma + beta */
+     * out: y = x * s + (beta - mean * s), s = inv * gamma (float32, tf.nn.batch_normalization's
+     * order) */
     DIST_OPC_BN_APPLY,
-    /* in: x, dy, stats; out: sums [2, C] = sum dy, sum dy * (x - mean) * inv (double
-     * accumulation): the local part of the backward, all-reduced by the caller when
-     * synchronized; dbeta = sums[0], dgamma = sums[1] before any all-reduce */
+    /* in: x, dy, stats, gamma (optional), count (f32 scalar: the forward's rows over every
+     * replica; read by k = DIST_BN_SYNC only, optional otherwise). Per channel, in double:
+     * S = sum dy, T = sum dy * (x - mean); g = gamma or 1.
+     * out[0] (optional): [2, C] = dbeta = S, dgamma = T * inv (stored float32): the parameters'
+     * gradients, of this replica's rows (never all-reduced);
+     * out[1] (optional): [2, C], the input gradient's per-channel terms, with a = (float)(S g),
+     * b = (float)(T g): k = DIST_BN_LOCAL (and INFERENCE): a, b. k = DIST_BN_SYNC: dL/dS and
+     * dL/dQ of the sums of x and x^2, dmean = -a inv, dvar = clamped ? 0 : -0.5 inv^3 b,
+     * [(dmean - 2 mean dvar) / count, dvar / count]: all-reduced by the caller (the gradient
+     * of an all-reduce is the all-reduce of the gradients). */
     DIST_OPC_BN_GRAD_SUMS,
-    /* in: x, dy, stats, gamma (optional), sums [2, C] (all-reduced when synchronized), count
-     * (f32 scalar); out: dx. k = DIST_BN_LOCAL / DIST_BN_SYNC as the forward (the sync form
-     * drops the variance term where clamped); k = DIST_BN_INFERENCE: dx = dy * gamma * inv */
+    /* in: x, dy, stats, gamma (optional), sums (BN_GRAD_SUMS's out[1], all-reduced when
+     * synchronized; unused by k = DIST_BN_INFERENCE), count (unused: may be NULL); out: dx.
+     * In double, g = gamma or 1, rows of this replica:
+     * k = DIST_BN_LOCAL: dy g inv + (-a inv) / rows + (-0.5 inv^3 b) 2 (x - mean) / rows;
+     * k = DIST_BN_SYNC: dy g inv + sums[0] + 2 x sums[1];
+     * k = DIST_BN_INFERENCE: dx = dy * g * inv in float32 */
     DIST_OPC_BN_GRAD_INPUT,
 
     /* ---- randomness and regularization ----------------------------------------------------- */

@@ -1,17 +1,1019 @@
-/* The op set (backend/ops.h) on the CPU backend: plain float32 tensors in host memory, the
- * arithmetic of each op as ops.h writes it. */
+/* The op set (backend/ops.h) on the CPU backend: plain float32 tensors in host memory.
+ *
+ * These are the loops the tape's math and normalization ops ran on host memory before the op
+ * set existed (autodiff/ops_math.c, ops_norm.c), moved here unchanged: the same expressions in
+ * the same order, float or double as they were, so results keep their bits. Elementwise loops
+ * and loops over independent rows split over the backend's threads (each element is computed
+ * alone, so the split does not change it); reductions and gradients that accumulate into one
+ * element run in row-major order on one thread. The dropout mask and the whole-tensor ops are
+ * cpu_ops_misc.c's. */
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
-int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
-                    dist_tensor *const *out) {
-    (void)ctx, (void)op, (void)in, (void)out;
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPS_PAR_MIN 32768 /* elements below which a loop runs on one thread */
+
+static int ops_threads(const cpu_ctx *c, int64_t n) {
+    return n >= OPS_PAR_MIN && c->threads > 1 ? c->threads : 1;
+}
+
+/* ---- what each op takes ------------------------------------------------------------------ */
+
+/* Inputs and outputs an op uses (CONCAT: op->nin inputs) and which of them may be NULL
+ * (bit i: in[i] / out[i] optional). */
+typedef struct op_arity {
+    int nin, nout;
+    unsigned in_optional, out_optional;
+} op_arity;
+
+static int op_arity_of(const dist_op *op, op_arity *a) {
+    *a = (op_arity){0, 1, 0, 0};
+    switch (op->code) {
+    case DIST_OPC_UNARY: a->nin = 1; return op->k >= 0 && op->k < DIST_UN_COUNT;
+    case DIST_OPC_UNARY_GRAD: a->nin = 3; return op->k >= 0 && op->k < DIST_UN_COUNT;
+    case DIST_OPC_BINARY: a->nin = 2; return op->k >= 0 && op->k < DIST_BIN_COUNT;
+    case DIST_OPC_BINARY_GRAD:
+        *a = (op_arity){3, 2, 0, 3};
+        return op->k >= 0 && op->k < DIST_BIN_COUNT;
+    case DIST_OPC_REDUCE: a->nin = 1; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
+    case DIST_OPC_REDUCE_GRAD: a->nin = 3; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
+    case DIST_OPC_TRANSPOSE:
+    case DIST_OPC_SLICE:
+    case DIST_OPC_PAD:
+    case DIST_OPC_AVG_POOL2D:
+    case DIST_OPC_AVG_POOL2D_GRAD: a->nin = 1; return 1;
+    case DIST_OPC_CONCAT: a->nin = op->nin; return op->nin >= 1 && op->nin <= DIST_OP_MAX_IN;
+    case DIST_OPC_SOFTMAX: a->nin = 1; return op->k == 0 || op->k == 1;
+    case DIST_OPC_SOFTMAX_GRAD: a->nin = 2; return op->k == 0 || op->k == 1;
+    case DIST_OPC_SIGMOID_XENT: a->nin = 2; return 1;
+    case DIST_OPC_SIGMOID_XENT_GRAD: *a = (op_arity){3, 2, 0, 3}; return 1;
+    case DIST_OPC_MSE: a->nin = 2; return 1;
+    case DIST_OPC_MSE_GRAD: *a = (op_arity){3, 2, 0, 3}; return 1;
+    case DIST_OPC_BN_STATS: a->nin = 1; return op->k == DIST_BN_LOCAL || op->k == DIST_BN_SUMS;
+    case DIST_OPC_BN_MOMENTS: a->nin = 2; return 1;
+    case DIST_OPC_BN_INFER_STATS: a->nin = 2; return 1;
+    case DIST_OPC_BN_APPLY: *a = (op_arity){4, 1, 0xc, 0}; return 1;
+    case DIST_OPC_BN_GRAD_SUMS:
+        /* the count is read by the synchronized form only */
+        *a = (op_arity){5, 2, op->k == DIST_BN_SYNC ? 0x8 : 0x18, 3};
+        return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
+    case DIST_OPC_BN_GRAD_INPUT:
+        /* the sums are not read by the inference form, the count by none */
+        *a = (op_arity){6, 1, op->k == DIST_BN_INFERENCE ? 0x38 : 0x28, 0};
+        return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
+    case DIST_OPC_DROPOUT_MASK: a->nin = 0; return 1;
+    case DIST_OPC_SUM_SQUARES:
+    case DIST_OPC_CLIP_VALUE: a->nin = 1; return 1;
+    case DIST_OPC_CLIP_BY_NORM: a->nin = 2; return 1;
+    case DIST_OPC_COUNT: break;
+    }
     return 0;
 }
 
+static int plain_f32(const dist_tensor *x) {
+    return x->dtype == DIST_F32 && x->layout == DIST_LAYOUT_PLAIN;
+}
+
+int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                    dist_tensor *const *out) {
+    (void)ctx;
+    op_arity a;
+    if (!op_arity_of(op, &a)) return 0;
+    for (int i = 0; in && i < a.nin; i++) {
+        if (!in[i] && !(a.in_optional >> i & 1)) return 0;
+        if (in[i] && !plain_f32(in[i])) return 0;
+    }
+    for (int i = 0; out && i < a.nout; i++) {
+        if (!out[i] && !(a.out_optional >> i & 1)) return 0;
+        if (out[i] && !plain_f32(out[i])) return 0;
+    }
+    return 1;
+}
+
+static dist_status need_numel(const dist_op *op, const dist_tensor *x, int64_t n,
+                              const char *what) {
+    if (dist_tensor_numel(x) != n)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: %s has %lld elements, %lld expected",
+                          dist_op_name(op), what, (long long)dist_tensor_numel(x), (long long)n);
+    return DIST_OK;
+}
+
+/* ---- broadcasting walks ------------------------------------------------------------------- */
+
+/* Walks the elements of `shape` in row-major order, keeping the offsets of up to two tensors
+ * broadcast to it (stride 0 along their broadcast axes). */
+typedef struct bc_iter {
+    int nd;
+    int64_t shape[DIST_MAX_DIMS], idx[DIST_MAX_DIMS];
+    int64_t sa[DIST_MAX_DIMS], sb[DIST_MAX_DIMS];
+    int64_t oa, ob;
+} bc_iter;
+
+/* Strides of a tensor of shape (ndim, in) aligned right against the nd-dim out shape. */
+static void bc_strides(int ndim, const int64_t *in, int nd, const int64_t *out, int64_t *s) {
+    int64_t stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int k = d - (nd - ndim);
+        int64_t dim = k >= 0 ? in[k] : 1;
+        s[d] = (dim == 1 && out[d] != 1) ? 0 : stride;
+        stride *= dim;
+    }
+}
+
+static void bc_init(bc_iter *it, int nd, const int64_t *shape, const dist_tensor *a,
+                    const dist_tensor *b) {
+    memset(it, 0, sizeof *it);
+    it->nd = nd;
+    memcpy(it->shape, shape, (size_t)nd * sizeof *shape);
+    if (a) bc_strides(a->ndim, a->shape, nd, shape, it->sa);
+    if (b) bc_strides(b->ndim, b->shape, nd, shape, it->sb);
+}
+
+static void bc_next(bc_iter *it) {
+    for (int d = it->nd - 1; d >= 0; d--) {
+        it->idx[d]++;
+        it->oa += it->sa[d];
+        it->ob += it->sb[d];
+        if (it->idx[d] < it->shape[d]) return;
+        it->oa -= it->sa[d] * it->shape[d];
+        it->ob -= it->sb[d] * it->shape[d];
+        it->idx[d] = 0;
+    }
+}
+
+/* x broadcasts to `to` (aligned right, each axis equal or 1). */
+static dist_status check_broadcasts(const dist_op *op, const dist_tensor *x, const dist_tensor *to) {
+    int ok = x->ndim <= to->ndim;
+    for (int d = 0; ok && d < x->ndim; d++) {
+        int64_t dx = x->shape[x->ndim - 1 - d], dt = to->shape[to->ndim - 1 - d];
+        ok = dx == dt || dx == 1;
+    }
+    if (ok) return DIST_OK;
+    char sx[96], st[96];
+    return dist_error(DIST_INVALID_ARGUMENT, "%s: shape %s does not broadcast to %s",
+                      dist_op_name(op), dist_shape_str(x, sx, sizeof sx),
+                      dist_shape_str(to, st, sizeof st));
+}
+
+/* ---- unary ---------------------------------------------------------------------------------- */
+
+#define GELU_C 0.7978845608028654   /* sqrt(2 / pi) */
+#define SQRT_2PI 2.5066282746310002 /* sqrt(2 pi) */
+
+static float sigmoid_f(float x) {
+    /* 1 / (1 + exp(-x)) without overflow for large negative x */
+    if (x >= 0) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+static float un_apply(int kind, float x) {
+    switch (kind) {
+    case DIST_UN_NEG: return -x;
+    case DIST_UN_EXP: return expf(x);
+    case DIST_UN_LOG: return logf(x);
+    case DIST_UN_SQRT: return sqrtf(x);
+    case DIST_UN_SQUARE: return x * x;
+    case DIST_UN_ABS: return fabsf(x);
+    case DIST_UN_SIGMOID: return sigmoid_f(x);
+    case DIST_UN_TANH: return tanhf(x);
+    case DIST_UN_GELU: return (float)(0.5 * x * (1.0 + erf(x / sqrt(2.0))));
+    default: {
+        double xd = x;
+        return (float)(0.5 * xd * (1.0 + tanh(GELU_C * (xd + 0.044715 * xd * xd * xd))));
+    }
+    }
+}
+
+/* dy * f'(x), with y = f(x) where TensorFlow's gradient reads the output. */
+static float un_grad(int kind, float x, float y, float g) {
+    switch (kind) {
+    case DIST_UN_NEG: return -g;
+    case DIST_UN_EXP: return g * y;
+    case DIST_UN_LOG: return g / x;
+    case DIST_UN_SQRT: return g * 0.5f / y;
+    case DIST_UN_SQUARE: return g * (2.0f * x);
+    case DIST_UN_ABS: return x > 0 ? g : (x < 0 ? -g : 0.0f);
+    case DIST_UN_SIGMOID: return g * (y * (1.0f - y));
+    case DIST_UN_TANH: return g * (1.0f - y * y);
+    case DIST_UN_GELU: {
+        double xd = x;
+        double d = 0.5 * (1.0 + erf(xd / sqrt(2.0))) + xd * exp(-0.5 * xd * xd) / SQRT_2PI;
+        return (float)(g * d);
+    }
+    default: {
+        double xd = x, u = GELU_C * (xd + 0.044715 * xd * xd * xd), th = tanh(u);
+        double d = 0.5 * (1.0 + th) +
+                   0.5 * xd * (1.0 - th * th) * GELU_C * (1.0 + 3.0 * 0.044715 * xd * xd);
+        return (float)(g * d);
+    }
+    }
+}
+
+static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                            dist_tensor *const *out) {
+    int64_t n = dist_tensor_numel(in[0]);
+    DIST_TRY(need_numel(op, out[0], n, "the output"));
+    const float *x = in[0]->data;
+    float *y = out[0]->data;
+    int kind = op->k;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, x[i]);
+    return DIST_OK;
+}
+
+static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                 dist_tensor *const *out) {
+    int64_t n = dist_tensor_numel(in[0]);
+    DIST_TRY(need_numel(op, in[1], n, "y"));
+    DIST_TRY(need_numel(op, in[2], n, "dy"));
+    DIST_TRY(need_numel(op, out[0], n, "dx"));
+    const float *x = in[0]->data, *y = in[1]->data, *dy = in[2]->data;
+    float *dx = out[0]->data;
+    int kind = op->k;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, x[i], y[i], dy[i]);
+    return DIST_OK;
+}
+
+/* ---- binary --------------------------------------------------------------------------------- */
+
+static float bin_apply(int kind, float x, float y) {
+    switch (kind) {
+    case DIST_BIN_ADD: return x + y;
+    case DIST_BIN_SUB: return x - y;
+    case DIST_BIN_MUL: return x * y;
+    case DIST_BIN_DIV: return x / y;
+    case DIST_BIN_MAX: return x >= y ? x : y;
+    default: return x <= y ? x : y;
+    }
+}
+
+/* d(out)/dx * dy and d(out)/dy * dy, as TensorFlow's gradient functions compute them. */
+static void bin_grad(int kind, float x, float y, float g, float *gx, float *gy) {
+    switch (kind) {
+    case DIST_BIN_ADD: *gx = g, *gy = g; break;
+    case DIST_BIN_SUB: *gx = g, *gy = -g; break;
+    case DIST_BIN_MUL: *gx = g * y, *gy = x * g; break;
+    case DIST_BIN_DIV: *gx = g / y, *gy = g * ((-x / y) / y); break;
+    case DIST_BIN_MAX: *gx = x >= y ? g : 0.0f, *gy = x >= y ? 0.0f : g; break;
+    default: *gx = x <= y ? g : 0.0f, *gy = x <= y ? 0.0f : g; break;
+    }
+}
+
+static dist_status op_binary(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                             dist_tensor *const *out) {
+    const dist_tensor *a = in[0], *b = in[1];
+    dist_tensor *o = out[0];
+    DIST_TRY(check_broadcasts(op, a, o));
+    DIST_TRY(check_broadcasts(op, b, o));
+    int64_t n = dist_tensor_numel(o);
+    const float *x = a->data, *z = b->data;
+    float *y = o->data;
+    int kind = op->k;
+    if (dist_tensor_numel(a) == n && dist_tensor_numel(b) == n) {
+        /* nothing broadcast: every operand walks in step with the output */
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = bin_apply(kind, x[i], z[i]);
+        return DIST_OK;
+    }
+    bc_iter it;
+    bc_init(&it, o->ndim, o->shape, a, b);
+    for (int64_t i = 0; i < n; i++, bc_next(&it)) y[i] = bin_apply(kind, x[it.oa], z[it.ob]);
+    return DIST_OK;
+}
+
+static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                  dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *a = in[0], *b = in[1], *g = in[2];
+    DIST_TRY(check_broadcasts(op, a, g));
+    DIST_TRY(check_broadcasts(op, b, g));
+    int64_t n = dist_tensor_numel(g);
+    const float *x = a->data, *y = b->data, *dy = g->data;
+    for (int side = 0; side < 2; side++) {
+        dist_tensor *dt = out[side];
+        if (!dt) continue;
+        DIST_TRY(need_numel(op, dt, dist_tensor_numel(side ? b : a), side ? "db" : "da"));
+        float *d = dt->data;
+        memset(d, 0, (size_t)dist_tensor_numel(dt) * sizeof *d);
+        bc_iter it;
+        bc_init(&it, g->ndim, g->shape, a, b);
+        for (int64_t i = 0; i < n; i++, bc_next(&it)) {
+            float gx, gy;
+            bin_grad(op->k, x[it.oa], y[it.ob], dy[i], &gx, &gy);
+            if (side)
+                d[it.ob] += gy;
+            else
+                d[it.oa] += gx;
+        }
+    }
+    return DIST_OK;
+}
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+
+/* x's shape with the reduced axes (mask) set to 1: the output's shape with keepdims. */
+static void kept_shape(const dist_tensor *x, int mask, dist_tensor *kept) {
+    *kept = *x;
+    for (int d = 0; d < x->ndim; d++)
+        if (mask & (1 << d)) kept->shape[d] = 1;
+}
+
+static dist_status op_reduce(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                             dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *x = in[0];
+    dist_tensor kept;
+    kept_shape(x, op->mask, &kept);
+    int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
+    DIST_TRY(need_numel(op, out[0], nout, "the output"));
+    int kind = op->k;
+    float *o = out[0]->data;
+    const float *xv = x->data;
+    for (int64_t j = 0; j < nout; j++) o[j] = kind == DIST_RED_MAX ? -INFINITY : 0.0f;
+    bc_iter it;
+    bc_init(&it, x->ndim, x->shape, &kept, NULL);
+    for (int64_t i = 0; i < total; i++, bc_next(&it)) {
+        if (kind == DIST_RED_MAX) {
+            if (xv[i] > o[it.oa] || isnan(xv[i])) o[it.oa] = xv[i];
+        } else {
+            o[it.oa] += xv[i];
+        }
+    }
+    if (kind == DIST_RED_MEAN) {
+        float count = nout > 0 ? (float)(total / nout) : 0.0f;
+        for (int64_t j = 0; j < nout; j++) o[j] /= count;
+    }
+    return DIST_OK;
+}
+
+static dist_status op_reduce_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                  dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *x = in[0];
+    dist_tensor kept;
+    kept_shape(x, op->mask, &kept);
+    int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
+    DIST_TRY(need_numel(op, in[1], nout, "y"));
+    DIST_TRY(need_numel(op, in[2], nout, "dy"));
+    DIST_TRY(need_numel(op, out[0], total, "dx"));
+    const float *dy = in[2]->data;
+    float *dx = out[0]->data;
+    /* TensorFlow's _MeanGrad divides by the number of elements averaged */
+    float count = nout > 0 ? (float)(total / nout) : 1.0f;
+    bc_iter it;
+    bc_init(&it, x->ndim, x->shape, &kept, NULL);
+    if (op->k != DIST_RED_MAX) {
+        for (int64_t i = 0; i < total; i++, bc_next(&it))
+            dx[i] = op->k == DIST_RED_MEAN ? dy[it.oa] / count : dy[it.oa];
+        return DIST_OK;
+    }
+    /* reduce_max: dy / (number of ties) to each element equal to the maximum */
+    const float *xv = x->data, *yv = in[1]->data;
+    float *ties = calloc((size_t)(nout ? nout : 1), sizeof *ties);
+    if (!ties) return dist_error(DIST_OUT_OF_MEMORY, "%s: out of memory", dist_op_name(op));
+    for (int64_t i = 0; i < total; i++, bc_next(&it))
+        if (xv[i] == yv[it.oa]) ties[it.oa] += 1.0f;
+    bc_init(&it, x->ndim, x->shape, &kept, NULL);
+    for (int64_t i = 0; i < total; i++, bc_next(&it))
+        dx[i] = xv[i] == yv[it.oa] ? dy[it.oa] / ties[it.oa] : 0.0f;
+    free(ties);
+    return DIST_OK;
+}
+
+/* ---- shapes --------------------------------------------------------------------------------- */
+
+static dist_status op_transpose(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *x = in[0];
+    dist_tensor *o = out[0];
+    int nd = x->ndim, seen[DIST_MAX_DIMS] = {0};
+    int ok = o->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) {
+        int64_t p = op->v[d];
+        ok = p >= 0 && p < nd && !seen[p] && o->shape[d] == x->shape[p];
+        if (ok) seen[p] = 1;
+    }
+    if (!ok)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: perm is not a permutation of the input's axes that gives the "
+                          "output's shape",
+                          dist_op_name(op));
+    int64_t sstride[DIST_MAX_DIMS], stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        sstride[d] = stride;
+        stride *= x->shape[d];
+    }
+    bc_iter it;
+    memset(&it, 0, sizeof it);
+    it.nd = nd;
+    for (int d = 0; d < nd; d++) {
+        it.shape[d] = o->shape[d];
+        it.sa[d] = sstride[op->v[d]];
+    }
+    const float *src = x->data;
+    float *dst = o->data;
+    for (int64_t i = 0; i < stride; i++, bc_next(&it)) dst[i] = src[it.oa];
+    return DIST_OK;
+}
+
+/* The box [v, v + small's shape) of big: its walk in row-major order of the box and the offset
+ * of its first element. */
+static dist_status box_of(const dist_op *op, const dist_tensor *big, const dist_tensor *small,
+                          bc_iter *it, int64_t *base) {
+    int ok = big->ndim == small->ndim;
+    for (int d = 0; ok && d < big->ndim; d++)
+        ok = op->v[d] >= 0 && op->v[d] + small->shape[d] <= big->shape[d];
+    if (!ok) {
+        char sb[96], ss[96];
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: a %s box at the begin given is outside %s",
+                          dist_op_name(op), dist_shape_str(small, ss, sizeof ss),
+                          dist_shape_str(big, sb, sizeof sb));
+    }
+    memset(it, 0, sizeof *it);
+    it->nd = big->ndim;
+    int64_t stride = 1;
+    *base = 0;
+    for (int d = big->ndim - 1; d >= 0; d--) {
+        it->shape[d] = small->shape[d];
+        it->sa[d] = stride;
+        *base += op->v[d] * stride;
+        stride *= big->shape[d];
+    }
+    return DIST_OK;
+}
+
+static dist_status op_slice(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                            dist_tensor *const *out) {
+    (void)c;
+    bc_iter it;
+    int64_t base;
+    DIST_TRY(box_of(op, in[0], out[0], &it, &base));
+    const float *xv = in[0]->data;
+    float *o = out[0]->data;
+    int64_t n = dist_tensor_numel(out[0]);
+    for (int64_t i = 0; i < n; i++, bc_next(&it)) o[i] = xv[base + it.oa];
+    return DIST_OK;
+}
+
+static dist_status op_pad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out) {
+    (void)c;
+    bc_iter it;
+    int64_t base;
+    DIST_TRY(box_of(op, out[0], in[0], &it, &base));
+    const float *dy = in[0]->data;
+    float *dx = out[0]->data;
+    memset(dx, 0, (size_t)dist_tensor_numel(out[0]) * sizeof *dx);
+    int64_t n = dist_tensor_numel(in[0]);
+    for (int64_t i = 0; i < n; i++, bc_next(&it)) dx[base + it.oa] = dy[i];
+    return DIST_OK;
+}
+
+static dist_status op_concat(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                             dist_tensor *const *out) {
+    (void)c;
+    dist_tensor *o = out[0];
+    int ax = op->axis;
+    if (ax < 0 || ax >= o->ndim)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: axis %d out of range for %d-D output",
+                          dist_op_name(op), ax, o->ndim);
+    int64_t rows_total = 0;
+    for (int i = 0; i < op->nin; i++) {
+        int same = in[i]->ndim == o->ndim;
+        for (int d = 0; same && d < o->ndim; d++)
+            same = d == ax || in[i]->shape[d] == o->shape[d];
+        if (!same)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "%s: input %d's shape differs from the output's off axis %d",
+                              dist_op_name(op), i, ax);
+        rows_total += in[i]->shape[ax];
+    }
+    if (rows_total != o->shape[ax])
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: the inputs hold %lld along axis %d, the "
+                          "output %lld", dist_op_name(op), (long long)rows_total, ax,
+                          (long long)o->shape[ax]);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++) outer *= o->shape[d];
+    for (int d = ax + 1; d < o->ndim; d++) inner *= o->shape[d];
+    int64_t at = 0;
+    float *big = o->data;
+    for (int i = 0; i < op->nin; i++) {
+        int64_t rows = in[i]->shape[ax];
+        const float *src = in[i]->data;
+        for (int64_t q = 0; q < outer; q++)
+            memcpy(big + (q * o->shape[ax] + at) * inner, src + q * rows * inner,
+                   (size_t)(rows * inner) * sizeof *big);
+        at += rows;
+    }
+    return DIST_OK;
+}
+
+/* ---- average pooling ------------------------------------------------------------------------ */
+
+/* tf.nn.avg_pool2d: with SAME padding a window's mean counts only the input elements it covers,
+ * not the padding. */
+typedef struct avg_window {
+    int64_t h0, h1, w0, w1; /* covered input rows [h0, h1), columns [w0, w1) */
+} avg_window;
+
+static avg_window avg_window_at(const dist_op *op, int64_t H, int64_t W, int64_t oh, int64_t ow) {
+    int64_t top = oh * op->pool.stride_h - op->pool.pad_top;
+    int64_t left = ow * op->pool.stride_w - op->pool.pad_left;
+    avg_window w = {top < 0 ? 0 : top, top + op->pool.window_h, left < 0 ? 0 : left,
+                    left + op->pool.window_w};
+    if (w.h1 > H) w.h1 = H;
+    if (w.w1 > W) w.w1 = W;
+    return w;
+}
+
+static dist_status check_pool(const dist_op *op, const dist_tensor *x, const dist_tensor *y) {
+    int ok = x->ndim == 4 && y->ndim == 4 && x->shape[0] == y->shape[0] &&
+             x->shape[3] == y->shape[3] && op->pool.window_h > 0 && op->pool.window_w > 0 &&
+             op->pool.stride_h > 0 && op->pool.stride_w > 0 && op->pool.pad_top >= 0 &&
+             op->pool.pad_left >= 0;
+    /* every window covers at least one input element */
+    ok = ok && (y->shape[1] == 0 ||
+                (y->shape[1] - 1) * op->pool.stride_h - op->pool.pad_top < x->shape[1]);
+    ok = ok && (y->shape[2] == 0 ||
+                (y->shape[2] - 1) * op->pool.stride_w - op->pool.pad_left < x->shape[2]);
+    ok = ok && op->pool.window_h > op->pool.pad_top && op->pool.window_w > op->pool.pad_left;
+    if (ok) return DIST_OK;
+    return dist_error(DIST_INVALID_ARGUMENT,
+                      "%s: NHWC input and output of the same batch and channels, positive "
+                      "windows and strides, and windows that cover the input required",
+                      dist_op_name(op));
+}
+
+static dist_status op_avg_pool(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                               dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *x = in[0];
+    dist_tensor *y = out[0];
+    DIST_TRY(check_pool(op, x, y));
+    int64_t H = x->shape[1], W = x->shape[2], C = x->shape[3], oh = y->shape[1], ow = y->shape[2];
+    const float *xv = x->data;
+    float *o = y->data;
+    for (int64_t b = 0; b < y->shape[0]; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                avg_window w = avg_window_at(op, H, W, i, j);
+                float *dst = o + ((b * oh + i) * ow + j) * C;
+                for (int64_t ch = 0; ch < C; ch++) {
+                    float sum = 0.0f;
+                    for (int64_t r = w.h0; r < w.h1; r++)
+                        for (int64_t q = w.w0; q < w.w1; q++)
+                            sum += xv[((b * H + r) * W + q) * C + ch];
+                    dst[ch] = sum / (float)((w.h1 - w.h0) * (w.w1 - w.w0));
+                }
+            }
+    return DIST_OK;
+}
+
+static dist_status op_avg_pool_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                    dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *y = in[0];
+    dist_tensor *x = out[0];
+    DIST_TRY(check_pool(op, x, y));
+    int64_t H = x->shape[1], W = x->shape[2], C = x->shape[3];
+    const float *dy = y->data;
+    float *dx = x->data;
+    memset(dx, 0, (size_t)dist_tensor_numel(x) * sizeof *dx);
+    for (int64_t b = 0; b < y->shape[0]; b++)
+        for (int64_t oh = 0; oh < y->shape[1]; oh++)
+            for (int64_t ow = 0; ow < y->shape[2]; ow++) {
+                avg_window w = avg_window_at(op, H, W, oh, ow);
+                float inv = 1.0f / (float)((w.h1 - w.h0) * (w.w1 - w.w0));
+                const float *g_at = dy + ((b * y->shape[1] + oh) * y->shape[2] + ow) * C;
+                for (int64_t i = w.h0; i < w.h1; i++)
+                    for (int64_t j = w.w0; j < w.w1; j++) {
+                        float *d = dx + ((b * H + i) * W + j) * C;
+                        for (int64_t ch = 0; ch < C; ch++) d[ch] += g_at[ch] * inv;
+                    }
+            }
+    return DIST_OK;
+}
+
+/* ---- softmax and losses --------------------------------------------------------------------- */
+
+static int64_t last_axis(const dist_tensor *x) { return x->ndim ? x->shape[x->ndim - 1] : 1; }
+
+static dist_status op_softmax(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                              dist_tensor *const *out) {
+    const dist_tensor *x = in[0];
+    int64_t n = dist_tensor_numel(x);
+    DIST_TRY(need_numel(op, out[0], n, "the output"));
+    int64_t k = last_axis(x), rows = k ? n / k : 0;
+    const float *xv = x->data;
+    float *o = out[0]->data;
+    int log_form = op->k;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = xv + r * k;
+        float *orow = o + r * k;
+        float m = xr[0];
+        for (int64_t j = 1; j < k; j++)
+            if (xr[j] > m) m = xr[j];
+        float s = 0.0f;
+        for (int64_t j = 0; j < k; j++) s += expf(xr[j] - m);
+        if (log_form) {
+            float ls = logf(s);
+            for (int64_t j = 0; j < k; j++) orow[j] = xr[j] - m - ls;
+        } else {
+            for (int64_t j = 0; j < k; j++) orow[j] = expf(xr[j] - m) / s;
+        }
+    }
+    return DIST_OK;
+}
+
+static dist_status op_softmax_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                   dist_tensor *const *out) {
+    const dist_tensor *y = in[0];
+    int64_t n = dist_tensor_numel(y);
+    DIST_TRY(need_numel(op, in[1], n, "dy"));
+    DIST_TRY(need_numel(op, out[0], n, "dx"));
+    int64_t k = last_axis(y), rows = k ? n / k : 0;
+    const float *yv = y->data, *dy = in[1]->data;
+    float *dx = out[0]->data;
+    int log_form = op->k;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = yv + r * k, *gr = dy + r * k;
+        float *dr = dx + r * k;
+        float s = 0.0f;
+        if (log_form) {
+            /* dx = dy - softmax * sum(dy) */
+            for (int64_t j = 0; j < k; j++) s += gr[j];
+            for (int64_t j = 0; j < k; j++) dr[j] = gr[j] - expf(yr[j]) * s;
+        } else {
+            /* dx = (dy - sum(dy * y)) * y */
+            for (int64_t j = 0; j < k; j++) s += gr[j] * yr[j];
+            for (int64_t j = 0; j < k; j++) dr[j] = (gr[j] - s) * yr[j];
+        }
+    }
+    return DIST_OK;
+}
+
+static dist_status op_sigmoid_xent(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                   dist_tensor *const *out) {
+    int64_t n = dist_tensor_numel(in[1]);
+    DIST_TRY(need_numel(op, in[0], n, "the labels"));
+    DIST_TRY(need_numel(op, out[0], n, "the loss"));
+    const float *zv = in[0]->data, *xv = in[1]->data;
+    float *o = out[0]->data;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float x = xv[i];
+        o[i] = (x >= 0 ? x : 0.0f) - x * zv[i] + log1pf(expf(x >= 0 ? -x : x));
+    }
+    return DIST_OK;
+}
+
+/* d/dx of TensorFlow's composed form (where(x >= 0, x, 0) - x z + log1p(exp(where(x >= 0, -x,
+ * x)))) is sigmoid(x) - z at every x, 0 included; d/dz is -x. */
+static dist_status op_sigmoid_xent_grad(cpu_ctx *c, const dist_op *op,
+                                        const dist_tensor *const *in, dist_tensor *const *out) {
+    int64_t n = dist_tensor_numel(in[1]);
+    DIST_TRY(need_numel(op, in[0], n, "the labels"));
+    DIST_TRY(need_numel(op, in[2], n, "dy"));
+    const float *zv = in[0]->data, *xv = in[1]->data, *dy = in[2]->data;
+    for (int side = 0; side < 2; side++) {
+        if (!out[side]) continue;
+        DIST_TRY(need_numel(op, out[side], n, side ? "dx" : "dz"));
+        float *d = out[side]->data;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = side ? dy[i] * (sigmoid_f(xv[i]) - zv[i]) : dy[i] * -xv[i];
+    }
+    return DIST_OK;
+}
+
+static dist_status op_mse(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out) {
+    (void)c;
+    const dist_tensor *p = in[1];
+    int64_t n = dist_tensor_numel(p), k = last_axis(p);
+    if (p->ndim < 1 || k <= 0)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: the inputs need a non-empty last axis",
+                          dist_op_name(op));
+    int64_t rows = n / k;
+    DIST_TRY(need_numel(op, in[0], n, "y_true"));
+    DIST_TRY(need_numel(op, out[0], rows, "the loss"));
+    const float *tv = in[0]->data, *pv = p->data;
+    float *o = out[0]->data;
+    for (int64_t r = 0; r < rows; r++) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < k; j++) {
+            float d = pv[r * k + j] - tv[r * k + j];
+            s += d * d;
+        }
+        o[r] = s / (float)k;
+    }
+    return DIST_OK;
+}
+
+/* loss = mean_j (p - y)^2: d/dp = 2 (p - y) / k * dloss, d/dy its negative. */
+static dist_status op_mse_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                               dist_tensor *const *out) {
+    const dist_tensor *p = in[1];
+    int64_t n = dist_tensor_numel(p), k = last_axis(p);
+    if (p->ndim < 1 || k <= 0)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: the inputs need a non-empty last axis",
+                          dist_op_name(op));
+    DIST_TRY(need_numel(op, in[0], n, "y_true"));
+    DIST_TRY(need_numel(op, in[2], n / k, "dloss"));
+    const float *tv = in[0]->data, *pv = p->data, *dy = in[2]->data;
+    for (int side = 0; side < 2; side++) { /* y_true, then y_pred */
+        if (!out[side]) continue;
+        DIST_TRY(need_numel(op, out[side], n, side ? "dpred" : "dtrue"));
+        float *d = out[side]->data;
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = 2.0f * (pv[i] - tv[i]) / (float)k * dy[i / k];
+            d[i] = side ? v : -v;
+        }
+    }
+    return DIST_OK;
+}
+
+/* ---- batch normalization -------------------------------------------------------------------- */
+
+/* The rows of the statistics tensor [4, C]. */
+typedef struct bn_rows {
+    float *mean, *var, *inv, *clamped;
+} bn_rows;
+
+static bn_rows bn_rows_of(const dist_tensor *stats, int64_t c) {
+    float *w = stats->data;
+    return (bn_rows){w, w + c, w + 2 * c, w + 3 * c};
+}
+
+static int64_t channels(const dist_tensor *x) { return x->ndim >= 1 ? x->shape[x->ndim - 1] : 0; }
+
+static dist_status check_channels(const dist_op *op, const dist_tensor *x, int64_t c) {
+    if (x->ndim < 2 || c <= 0)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: the input needs a batch axis and channels (x viewed as [rows, C])",
+                          dist_op_name(op));
+    return DIST_OK;
+}
+
+static dist_status op_bn_stats(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
+                               dist_tensor *const *out) {
+    (void)c_;
+    const dist_tensor *xt = in[0];
+    int64_t c = channels(xt);
+    DIST_TRY(check_channels(op, xt, c));
+    int64_t rows = dist_tensor_numel(xt) / c;
+    const float *x = xt->data;
+    if (op->k == DIST_BN_SUMS) {
+        /* Keras: local sums of x and x^2 (float32 tensors), all-reduced by the caller */
+        DIST_TRY(need_numel(op, out[0], 2 * c, "the sums"));
+        float *buf = out[0]->data;
+        for (int64_t j = 0; j < c; j++) {
+            double a = 0, q = 0;
+            for (int64_t i = 0; i < rows; i++) {
+                double v = x[i * c + j];
+                a += v;
+                q += v * v;
+            }
+            buf[j] = (float)a;
+            buf[c + j] = (float)q;
+        }
+        return DIST_OK;
+    }
+    DIST_TRY(need_numel(op, out[0], 4 * c, "the statistics"));
+    bn_rows s = bn_rows_of(out[0], c);
+    float eps = op->f[0];
+    for (int64_t j = 0; j < c; j++) {
+        double a = 0;
+        for (int64_t i = 0; i < rows; i++) a += x[i * c + j];
+        double mean = rows > 0 ? a / (double)rows : 0.0, q = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            double d = x[i * c + j] - mean;
+            q += d * d;
+        }
+        s.mean[j] = (float)mean;
+        s.var[j] = (float)(rows > 0 ? q / (double)rows : 0.0);
+        s.clamped[j] = 0.0f;
+        s.inv[j] = (float)(1.0 / sqrt((double)s.var[j] + eps));
+    }
+    return DIST_OK;
+}
+
+static dist_status op_bn_moments(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
+                                 dist_tensor *const *out) {
+    (void)c_;
+    int64_t c = dist_tensor_numel(in[0]) / 2;
+    DIST_TRY(need_numel(op, in[0], 2 * c, "the sums"));
+    DIST_TRY(need_numel(op, in[1], 1, "the count"));
+    DIST_TRY(need_numel(op, out[0], 4 * c, "the statistics"));
+    const float *buf = in[0]->data;
+    double n = *(const float *)in[1]->data;
+    bn_rows s = bn_rows_of(out[0], c);
+    float eps = op->f[0];
+    for (int64_t j = 0; j < c; j++) {
+        double mean = n > 0 ? (double)buf[j] / n : 0.0;
+        double e2 = n > 0 ? (double)buf[c + j] / n : 0.0;
+        double var = e2 - mean * mean;
+        s.mean[j] = (float)mean;
+        s.var[j] = (float)(var > 0 ? var : 0.0);
+        /* with the mean rounded to float32, as the gradient sees it */
+        s.clamped[j] =
+            (double)buf[c + j] / (n > 0 ? n : 1.0) - (double)s.mean[j] * (double)s.mean[j] < 0
+                ? 1.0f
+                : 0.0f;
+        s.inv[j] = (float)(1.0 / sqrt((double)s.var[j] + eps));
+    }
+    return DIST_OK;
+}
+
+static dist_status op_bn_infer_stats(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
+                                     dist_tensor *const *out) {
+    (void)c_;
+    int64_t c = dist_tensor_numel(in[0]);
+    DIST_TRY(need_numel(op, in[1], c, "the variance"));
+    DIST_TRY(need_numel(op, out[0], 4 * c, "the statistics"));
+    const float *mean = in[0]->data, *variance = in[1]->data;
+    bn_rows s = bn_rows_of(out[0], c);
+    float eps = op->f[0];
+    for (int64_t j = 0; j < c; j++) {
+        s.mean[j] = mean[j];
+        s.var[j] = variance[j];
+        s.inv[j] = (float)(1.0 / sqrt((double)variance[j] + eps));
+        s.clamped[j] = 0.0f;
+    }
+    return DIST_OK;
+}
+
+static dist_status check_bn_params(const dist_op *op, const dist_tensor *stats,
+                                   const dist_tensor *gamma, const dist_tensor *beta, int64_t c) {
+    DIST_TRY(need_numel(op, stats, 4 * c, "the statistics"));
+    if (gamma) DIST_TRY(need_numel(op, gamma, c, "gamma"));
+    if (beta) DIST_TRY(need_numel(op, beta, c, "beta"));
+    return DIST_OK;
+}
+
+static dist_status op_bn_apply(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
+                               dist_tensor *const *out) {
+    const dist_tensor *xt = in[0];
+    int64_t c = channels(xt);
+    DIST_TRY(check_channels(op, xt, c));
+    DIST_TRY(check_bn_params(op, in[1], in[2], in[3], c));
+    int64_t n = dist_tensor_numel(xt), rows = n / c;
+    DIST_TRY(need_numel(op, out[0], n, "the output"));
+    bn_rows s = bn_rows_of(in[1], c);
+    const float *xv = xt->data, *gv = in[2] ? in[2]->data : NULL, *bv = in[3] ? in[3]->data : NULL;
+    float *o = out[0]->data;
+    /* tf.nn.batch_normalization: x * inv + (beta - mean * inv), inv = rsqrt(var + eps) * gamma */
+#pragma omp parallel for num_threads(ops_threads(c_, n)) schedule(static)
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < c; j++) {
+            float inv = s.inv[j] * (gv ? gv[j] : 1.0f);
+            o[i * c + j] = xv[i * c + j] * inv + ((bv ? bv[j] : 0.0f) - s.mean[j] * inv);
+        }
+    return DIST_OK;
+}
+
+static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
+                                   dist_tensor *const *out) {
+    (void)c_;
+    const dist_tensor *xt = in[0];
+    int64_t c = channels(xt);
+    DIST_TRY(check_channels(op, xt, c));
+    DIST_TRY(check_bn_params(op, in[2], in[3], NULL, c));
+    int64_t n = dist_tensor_numel(xt), rows = n / c;
+    DIST_TRY(need_numel(op, in[1], n, "dy"));
+    if (out[0]) DIST_TRY(need_numel(op, out[0], 2 * c, "the parameters' sums"));
+    if (out[1]) DIST_TRY(need_numel(op, out[1], 2 * c, "the input's sums"));
+    double total = 0;
+    if (op->k == DIST_BN_SYNC) {
+        DIST_TRY(need_numel(op, in[4], 1, "the count"));
+        total = *(const float *)in[4]->data;
+    }
+    bn_rows s = bn_rows_of(in[2], c);
+    const float *xv = xt->data, *dy = in[1]->data, *gv = in[3] ? in[3]->data : NULL;
+    float *dbeta = out[0] ? out[0]->data : NULL, *dgamma = dbeta ? dbeta + c : NULL;
+    float *ga = out[1] ? out[1]->data : NULL, *gb = ga ? ga + c : NULL;
+    for (int64_t j = 0; j < c; j++) {
+        double sdy = 0, sdyx = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            double d = dy[i * c + j], xc = (double)xv[i * c + j] - s.mean[j];
+            sdy += d;
+            sdyx += d * xc;
+        }
+        if (dbeta) {
+            dbeta[j] = (float)sdy;
+            dgamma[j] = (float)(sdyx * s.inv[j]);
+        }
+        if (!ga) continue;
+        double gam = gv ? gv[j] : 1.0;
+        float sa = (float)(sdy * gam);  /* sum dxhat */
+        float sb = (float)(sdyx * gam); /* sum dxhat * (x - mean) */
+        if (op->k == DIST_BN_SYNC) {
+            /* mean = S / N, var = Q / N - mean^2: dL/dS and dL/dQ, which the caller sums over
+             * the replicas */
+            double inv = s.inv[j], dmean = -(double)sa * inv;
+            double dvar = s.clamped[j] != 0.0f ? 0.0 : -0.5 * inv * inv * inv * (double)sb;
+            ga[j] = (float)((dmean - 2.0 * s.mean[j] * dvar) / total); /* dL/dS */
+            gb[j] = (float)(dvar / total);                             /* dL/dQ */
+        } else {
+            ga[j] = sa;
+            gb[j] = sb;
+        }
+    }
+    return DIST_OK;
+}
+
+static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
+                                    dist_tensor *const *out) {
+    const dist_tensor *xt = in[0];
+    int64_t c = channels(xt);
+    DIST_TRY(check_channels(op, xt, c));
+    DIST_TRY(check_bn_params(op, in[2], in[3], NULL, c));
+    int64_t n = dist_tensor_numel(xt), rows = n / c;
+    DIST_TRY(need_numel(op, in[1], n, "dy"));
+    DIST_TRY(need_numel(op, out[0], n, "dx"));
+    if (op->k != DIST_BN_INFERENCE) DIST_TRY(need_numel(op, in[4], 2 * c, "the sums"));
+    bn_rows s = bn_rows_of(in[2], c);
+    const float *xv = xt->data, *dy = in[1]->data, *gv = in[3] ? in[3]->data : NULL;
+    const float *ga = in[4] ? in[4]->data : NULL, *gb = ga ? ga + c : NULL;
+    float *dx = out[0]->data;
+    int nt = ops_threads(c_, n);
+    if (op->k == DIST_BN_SYNC) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < c; j++) {
+                double gam = gv ? gv[j] : 1.0, xv_ = xv[i * c + j];
+                dx[i * c + j] = (float)(dy[i * c + j] * gam * s.inv[j] + ga[j] + 2.0 * xv_ * gb[j]);
+            }
+    } else if (op->k == DIST_BN_LOCAL) {
+        /* tf.nn.moments: var's path to the mean is stopped, and sum(x - mean) = 0 */
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < c; j++) {
+                double inv = s.inv[j], gam = gv ? gv[j] : 1.0;
+                double xc = (double)xv[i * c + j] - s.mean[j];
+                double dmean = -(double)ga[j] * inv, dvar = -0.5 * inv * inv * inv * (double)gb[j];
+                dx[i * c + j] = (float)(dy[i * c + j] * gam * inv + dmean / (double)rows +
+                                        dvar * 2.0 * xc / (double)rows);
+            }
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < c; j++)
+                dx[i * c + j] = (float)(dy[i * c + j] * (gv ? gv[j] : 1.0f) * s.inv[j]);
+    }
+    return DIST_OK;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
 dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                        dist_tensor *const *out) {
-    (void)ctx, (void)in, (void)out;
-    return dist_error(DIST_UNSUPPORTED, "%s: the CPU backend does not run this op yet",
-                      dist_op_name(op));
+    cpu_ctx *c = ctx;
+    if (!cpu_supports_op(ctx, op, in, out))
+        return dist_error(DIST_UNSUPPORTED,
+                          "%s: the CPU backend runs it on plain float32 tensors, with the "
+                          "inputs and outputs ops.h names (op code %d, kind %d)",
+                          dist_op_name(op), (int)op->code, op->k);
+    switch (op->code) {
+    case DIST_OPC_UNARY: return op_unary(c, op, in, out);
+    case DIST_OPC_UNARY_GRAD: return op_unary_grad(c, op, in, out);
+    case DIST_OPC_BINARY: return op_binary(c, op, in, out);
+    case DIST_OPC_BINARY_GRAD: return op_binary_grad(c, op, in, out);
+    case DIST_OPC_REDUCE: return op_reduce(c, op, in, out);
+    case DIST_OPC_REDUCE_GRAD: return op_reduce_grad(c, op, in, out);
+    case DIST_OPC_TRANSPOSE: return op_transpose(c, op, in, out);
+    case DIST_OPC_SLICE: return op_slice(c, op, in, out);
+    case DIST_OPC_PAD: return op_pad(c, op, in, out);
+    case DIST_OPC_CONCAT: return op_concat(c, op, in, out);
+    case DIST_OPC_AVG_POOL2D: return op_avg_pool(c, op, in, out);
+    case DIST_OPC_AVG_POOL2D_GRAD: return op_avg_pool_grad(c, op, in, out);
+    case DIST_OPC_SOFTMAX: return op_softmax(c, op, in, out);
+    case DIST_OPC_SOFTMAX_GRAD: return op_softmax_grad(c, op, in, out);
+    case DIST_OPC_SIGMOID_XENT: return op_sigmoid_xent(c, op, in, out);
+    case DIST_OPC_SIGMOID_XENT_GRAD: return op_sigmoid_xent_grad(c, op, in, out);
+    case DIST_OPC_MSE: return op_mse(c, op, in, out);
+    case DIST_OPC_MSE_GRAD: return op_mse_grad(c, op, in, out);
+    case DIST_OPC_BN_STATS: return op_bn_stats(c, op, in, out);
+    case DIST_OPC_BN_MOMENTS: return op_bn_moments(c, op, in, out);
+    case DIST_OPC_BN_INFER_STATS: return op_bn_infer_stats(c, op, in, out);
+    case DIST_OPC_BN_APPLY: return op_bn_apply(c, op, in, out);
+    case DIST_OPC_BN_GRAD_SUMS: return op_bn_grad_sums(c, op, in, out);
+    case DIST_OPC_BN_GRAD_INPUT: return op_bn_grad_input(c, op, in, out);
+    case DIST_OPC_DROPOUT_MASK: return cpu_op_dropout_mask(ctx, op, in, out);
+    case DIST_OPC_SUM_SQUARES: return cpu_op_sum_squares(ctx, op, in, out);
+    case DIST_OPC_CLIP_VALUE: return cpu_op_clip_value(ctx, op, in, out);
+    case DIST_OPC_CLIP_BY_NORM: return cpu_op_clip_by_norm(ctx, op, in, out);
+    case DIST_OPC_COUNT: break;
+    }
+    return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);
 }
