@@ -291,7 +291,7 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
     case XG_CONCAT: {
         put(b, "    %s = \"stablehlo.concatenate\"(", out);
         for (int k = 0; k < n->nin; k++) put(b, "%s%s", k ? ", " : "", IN(k));
-        put(b, ") {dimension = 0 : i64} : (");
+        put(b, ") {dimension = %" PRId64 " : i64} : (", n->i[0]);
         for (int k = 0; k < n->nin; k++) {
             TY(ity, INN(k));
             put(b, "%s%s", k ? ", " : "", ity);
@@ -584,6 +584,129 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         put(b, "    %s = \"stablehlo.all_gather\"(%s) {all_gather_dim = 0 : i64, ", out, IN(0));
         replica_groups(b, g->num_replicas);
         put(b, "} : (%s) -> %s\n", ity, ty);
+        return DIST_OK;
+    }
+    case XG_UNARY: {
+        static const char *const fn[XU_COUNT] = {
+            "stablehlo.negate",       "stablehlo.exponential", "stablehlo.log",
+            "stablehlo.log_plus_one", "stablehlo.abs",         "stablehlo.sign",
+            "stablehlo.tanh",         "stablehlo.logistic",    "chlo.erf"};
+        if (n->i[0] < 0 || n->i[0] >= XU_COUNT) break;
+        put(b, "    %s = \"%s\"(%s) : (%s) -> %s\n", out, fn[n->i[0]], IN(0), ty, ty);
+        return DIST_OK;
+    }
+    case XG_MIN: binary(b, out, "minimum", IN(0), IN(1), ty); return DIST_OK;
+    case XG_XOR: binary(b, out, "xor", IN(0), IN(1), ty); return DIST_OK;
+    case XG_OR: binary(b, out, "or", IN(0), IN(1), ty); return DIST_OK;
+    case XG_SHL: binary(b, out, "shift_left", IN(0), IN(1), ty); return DIST_OK;
+    case XG_SHR: binary(b, out, "shift_right_logical", IN(0), IN(1), ty); return DIST_OK;
+    case XG_SELECT_CMP: {
+        static const char *const dir[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+        if (n->i[0] < 0 || n->i[0] > XC_GE) break;
+        TY(cty, INN(0));
+        char p[32], pty[96];
+        tname(b, p, sizeof p);
+        type_i1(pty, sizeof pty, n->ndim, n->dims);
+        compare(b, p, dir[n->i[0]], IN(0), IN(1), cty, pty);
+        put(b, "    %s = \"stablehlo.select\"(%s, %s, %s) : (%s, %s, %s) -> %s\n", out, p, IN(2),
+            IN(3), pty, ty, ty, ty);
+        return DIST_OK;
+    }
+    case XG_BCAST_DIMS: {
+        TY(ity, INN(0));
+        int64_t map[XG_MAX_DIMS];
+        int nm = 0;
+        for (int a = 0; a < n->ndim; a++)
+            if (n->i[0] >> a & 1) map[nm++] = a;
+        bcast_in_dim(b, out, IN(0), ity, map, nm, ty);
+        return DIST_OK;
+    }
+    case XG_REDUCE_MAX: {
+        const xg_node *x = INN(0);
+        TY(xty, x);
+        int64_t axes[XG_MAX_DIMS], kept[XG_MAX_DIMS];
+        int na = 0, nk = 0;
+        for (int a = 0; a < x->ndim; a++) {
+            if (n->i[0] >> a & 1)
+                axes[na++] = a;
+            else
+                kept[nk++] = x->dims[a];
+        }
+        char rty[96], r[32];
+        type_of(rty, sizeof rty, n->dtype, nk, kept);
+        tname(b, r, sizeof r);
+        reduce(b, r, IN(0), xty, axes, na, "maximum", DIST_F32, "0xFF800000", rty);
+        put(b, "    %s = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", out, r, rty, ty);
+        return DIST_OK;
+    }
+    case XG_TRANSPOSE: {
+        TY(ity, INN(0));
+        put(b, "    %s = \"stablehlo.transpose\"(%s) {permutation = array<i64: ", out, IN(0));
+        ints(b, n->a.perm, n->ndim);
+        put(b, ">} : (%s) -> %s\n", ity, ty);
+        return DIST_OK;
+    }
+    case XG_SLICE_ND: {
+        TY(ity, INN(0));
+        int64_t lim[XG_MAX_DIMS], one[XG_MAX_DIMS];
+        for (int a = 0; a < n->ndim; a++) lim[a] = n->a.pad.lo[a] + n->dims[a], one[a] = 1;
+        put(b, "    %s = \"stablehlo.slice\"(%s) {limit_indices = array<i64: ", out, IN(0));
+        ints(b, lim, n->ndim);
+        put(b, ">, start_indices = array<i64: ");
+        ints(b, n->a.pad.lo, n->ndim);
+        put(b, ">, strides = array<i64: ");
+        ints(b, one, n->ndim);
+        put(b, ">} : (%s) -> %s\n", ity, ty);
+        return DIST_OK;
+    }
+    case XG_PAD: {
+        TY(ity, INN(0));
+        int z = b->tmp++;
+        put(b,
+            "    %%t%d = \"stablehlo.constant\"() {value = dense<0x00000000> : tensor<f32>} : () "
+            "-> tensor<f32>\n",
+            z);
+        put(b, "    %s = \"stablehlo.pad\"(%s, %%t%d) {edge_padding_high = array<i64: ", out, IN(0),
+            z);
+        ints(b, n->a.pad.hi, n->ndim);
+        put(b, ">, edge_padding_low = array<i64: ");
+        ints(b, n->a.pad.lo, n->ndim);
+        put(b, ">, interior_padding = array<i64: ");
+        ints(b, n->a.pad.interior, n->ndim);
+        put(b, ">} : (%s, tensor<f32>) -> %s\n", ity, ty);
+        return DIST_OK;
+    }
+    case XG_REDUCE_WINDOW: {
+        const dist_pool2d_desc *d = &n->a.pool;
+        TY(xty, INN(0));
+        int init = b->tmp++;
+        put(b,
+            "    %%t%d = \"stablehlo.constant\"() {value = dense<0x00000000> : tensor<f32>} : () "
+            "-> tensor<f32>\n",
+            init);
+        put(b, "    %s = \"stablehlo.reduce_window\"(%s, %%t%d)", out, IN(0), init);
+        region2(b, "add", "tensor<f32>");
+        put(b,
+            " {padding = dense<[[0, 0], [%d, %d], [%d, %d], [0, 0]]> : tensor<4x2xi64>, "
+            "window_dimensions = array<i64: 1, %d, %d, 1>, window_strides = array<i64: 1, %d, "
+            "%d, 1>} : (%s, tensor<f32>) -> %s\n",
+            d->pad_top, d->pad_bottom, d->pad_left, d->pad_right, d->window_h, d->window_w,
+            d->stride_h, d->stride_w, xty, ty);
+        return DIST_OK;
+    }
+    case XG_IOTA:
+        put(b, "    %s = \"stablehlo.iota\"() {iota_dimension = %" PRId64 " : i64} : () -> %s\n",
+            out, n->i[0], ty);
+        return DIST_OK;
+    case XG_ISPLAT:
+        put(b, "    %s = \"stablehlo.constant\"() {value = dense<%" PRId64 "> : %s} : () -> %s\n",
+            out, n->dtype == DIST_I32 ? (int64_t)(int32_t)(uint32_t)n->i[0] : n->i[0], ty, ty);
+        return DIST_OK;
+    case XG_REPLICA_ID: {
+        char r[32];
+        tname(b, r, sizeof r);
+        put(b, "    %s = \"stablehlo.replica_id\"() : () -> tensor<ui32>\n", r);
+        put(b, "    %s = \"stablehlo.convert\"(%s) : (tensor<ui32>) -> %s\n", out, r, ty);
         return DIST_OK;
     }
     }

@@ -914,6 +914,878 @@ static dist_status tb_all_finite(void *ctx, const dist_tensor *x, int *all_finit
                       "inside the step; it is not traced");
 }
 
+/* ---- the op set (backend/ops.h) ----------------------------------------------------------- */
+
+/* Every op is composed of generic graph nodes (xla_graph.h) in the arithmetic ops.h writes, in
+ * float32 throughout: the sums ops.h accumulates in double are float32 reductions here, as
+ * XLA's own (TPUs have no float64), which keeps them within rounding of the CPU backend's.
+ * Shapes are copied out of the graph before a node is added: adding one may move the nodes. */
+
+typedef struct xshape {
+    int ndim;
+    int64_t dims[XG_MAX_DIMS];
+} xshape;
+
+static xshape shape_of(const xla_trace *t, int id) {
+    const xg_node *n = &t->g->nodes[id];
+    xshape s = {n->ndim, {0}};
+    memcpy(s.dims, n->dims, sizeof s.dims);
+    return s;
+}
+
+static xshape tensor_shape(const dist_tensor *x) {
+    xshape s = {x->ndim, {0}};
+    for (int i = 0; i < x->ndim && i < XG_MAX_DIMS; i++) s.dims[i] = x->shape[i];
+    return s;
+}
+
+static dist_status node_of(xla_trace *t, xg_op op, dist_dtype dt, const xshape *s, int nin,
+                           const int *in, int64_t attr, int *id) {
+    DIST_TRY(add_node(t, op, dt, s->ndim, s->dims, nin, in, id));
+    t->g->nodes[*id].i[0] = attr;
+    return DIST_OK;
+}
+
+static dist_status unary(xla_trace *t, xg_unary f, int x, int *out) {
+    xshape s = shape_of(t, x);
+    return node_of(t, XG_UNARY, t->g->nodes[x].dtype, &s, 1, &x, f, out);
+}
+
+static dist_status sqrt_of(xla_trace *t, int x, int *out) {
+    xshape s = shape_of(t, x);
+    return node_of(t, XG_SQRT, DIST_F32, &s, 1, &x, 0, out);
+}
+
+static dist_status splat_like(xla_trace *t, float v, int like, int *out) {
+    xshape s = shape_of(t, like);
+    return splat(t, v, DIST_F32, s.ndim, s.dims, out);
+}
+
+/* a (op) c and c (op) a for a float constant c */
+static dist_status binop_c(xla_trace *t, xg_op op, int a, float c, int *out) {
+    int k;
+    DIST_TRY(splat_like(t, c, a, &k));
+    return binop(t, op, a, k, out);
+}
+
+static dist_status c_binop(xla_trace *t, xg_op op, float c, int a, int *out) {
+    int k;
+    DIST_TRY(splat_like(t, c, a, &k));
+    return binop(t, op, k, a, out);
+}
+
+/* (a cmp b) ? tv : fv, all of one shape */
+static dist_status select_cmp(xla_trace *t, xg_cmp c, int a, int b, int tv, int fv, int *out) {
+    xshape s = shape_of(t, tv);
+    int in[4] = {a, b, tv, fv};
+    return node_of(t, XG_SELECT_CMP, t->g->nodes[tv].dtype, &s, 4, in, c, out);
+}
+
+static dist_status reshape_to(xla_trace *t, int x, const xshape *s, int *out) {
+    if (same_dims(&t->g->nodes[x], s->ndim, s->dims)) {
+        *out = x;
+        return DIST_OK;
+    }
+    return node_of(t, XG_RESHAPE, t->g->nodes[x].dtype, s, 1, &x, 0, out);
+}
+
+/* x broadcast to s with its axes aligned right (NumPy's rule: extents equal or 1) */
+static dist_status bcast_right(xla_trace *t, int x, const xshape *s, int *out) {
+    const xg_node *n = &t->g->nodes[x];
+    if (same_dims(n, s->ndim, s->dims)) {
+        *out = x;
+        return DIST_OK;
+    }
+    int64_t mask = 0;
+    for (int a = s->ndim - n->ndim; a < s->ndim; a++) mask |= (int64_t)1 << a;
+    return node_of(t, XG_BCAST_DIMS, n->dtype, s, 1, &x, mask, out);
+}
+
+/* x reduced (XG_REDUCE_SUM / XG_REDUCE_MAX) over the axes of mask, to shape s (the kept axes,
+ * with or without the reduced ones as extent 1) */
+static dist_status reduce_to(xla_trace *t, xg_op op, int x, int64_t mask, const xshape *s,
+                             int *out) {
+    return node_of(t, op, DIST_F32, s, 1, &x, mask, out);
+}
+
+/* x's shape with the axes of mask as extent 1 */
+static xshape keepdims(const xshape *x, int64_t mask) {
+    xshape s = *x;
+    for (int a = 0; a < s.ndim; a++)
+        if (mask >> a & 1) s.dims[a] = 1;
+    return s;
+}
+
+static dist_status isplat(xla_trace *t, uint32_t v, const xshape *s, int *out) {
+    return node_of(t, XG_ISPLAT, DIST_I32, s, 0, NULL, (int64_t)v, out);
+}
+
+/* dist_op_mix32 on an int32 node (the bits of uint32 arithmetic: wrapping multiply, logical
+ * shifts) */
+static dist_status mix32(xla_trace *t, int x, int *out) {
+    static const struct {
+        xg_op op;
+        uint32_t c;
+    } steps[] = {
+        {XG_SHR, 16}, {XG_MUL, 0x7feb352du}, {XG_SHR, 15}, {XG_MUL, 0x846ca68bu}, {XG_SHR, 16}};
+    xshape s = shape_of(t, x);
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        int c, v;
+        DIST_TRY(isplat(t, steps[k].c, &s, &c));
+        DIST_TRY(binop(t, steps[k].op, x, c, &v));
+        if (steps[k].op == XG_SHR) DIST_TRY(binop(t, XG_XOR, x, v, &v));
+        x = v;
+    }
+    *out = x;
+    return DIST_OK;
+}
+
+static dist_status read_opt(xla_trace *t, const dist_tensor *x, int *out) {
+    *out = -1;
+    return x ? read_tensor(t, x, out) : DIST_OK;
+}
+
+static dist_status write_opt(xla_trace *t, dist_tensor *y, int node) {
+    if (!y) return DIST_OK;
+    int v;
+    xshape s = tensor_shape(y);
+    DIST_TRY(reshape_to(t, node, &s, &v));
+    return write_tensor(t, y, v);
+}
+
+#define GELU_C 0.7978845608028654f    /* sqrt(2 / pi) */
+#define RSQRT_2 0.7071067811865476f   /* 1 / sqrt(2) */
+#define RSQRT_2PI 0.3989422804014327f /* 1 / sqrt(2 pi) */
+
+static dist_status op_unary(xla_trace *t, int k, int x, int *y) {
+    int a, b, c;
+    switch (k) {
+    case DIST_UN_NEG: return unary(t, XU_NEG, x, y);
+    case DIST_UN_EXP: return unary(t, XU_EXP, x, y);
+    case DIST_UN_LOG: return unary(t, XU_LOG, x, y);
+    case DIST_UN_SQRT: return sqrt_of(t, x, y);
+    case DIST_UN_SQUARE: return binop(t, XG_MUL, x, x, y);
+    case DIST_UN_ABS: return unary(t, XU_ABS, x, y);
+    case DIST_UN_SIGMOID: return unary(t, XU_LOGISTIC, x, y);
+    case DIST_UN_TANH: return unary(t, XU_TANH, x, y);
+    case DIST_UN_GELU: /* 0.5 x (1 + erf(x / sqrt 2)) */
+        DIST_TRY(binop_c(t, XG_MUL, x, RSQRT_2, &a));
+        DIST_TRY(unary(t, XU_ERF, a, &a));
+        DIST_TRY(c_binop(t, XG_ADD, 1.0f, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, x, 0.5f, &b));
+        return binop(t, XG_MUL, b, a, y);
+    default: /* DIST_UN_GELU_TANH: 0.5 x (1 + tanh(c (x + 0.044715 x^3))) */
+        DIST_TRY(binop(t, XG_MUL, x, x, &a));
+        DIST_TRY(binop(t, XG_MUL, a, x, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, 0.044715f, &a));
+        DIST_TRY(binop(t, XG_ADD, x, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, GELU_C, &a));
+        DIST_TRY(unary(t, XU_TANH, a, &a));
+        DIST_TRY(c_binop(t, XG_ADD, 1.0f, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, x, 0.5f, &c));
+        return binop(t, XG_MUL, c, a, y);
+    }
+}
+
+/* dx = dy * f'(x), y = f(x) where TensorFlow's gradient reads the output */
+static dist_status op_unary_grad(xla_trace *t, int k, int x, int y, int dy, int *dx) {
+    int a, b, c;
+    switch (k) {
+    case DIST_UN_NEG: return unary(t, XU_NEG, dy, dx);
+    case DIST_UN_EXP: return binop(t, XG_MUL, dy, y, dx);
+    case DIST_UN_LOG: return binop(t, XG_DIV, dy, x, dx);
+    case DIST_UN_SQRT:
+        DIST_TRY(binop_c(t, XG_MUL, dy, 0.5f, &a));
+        return binop(t, XG_DIV, a, y, dx);
+    case DIST_UN_SQUARE:
+        DIST_TRY(c_binop(t, XG_MUL, 2.0f, x, &a));
+        return binop(t, XG_MUL, dy, a, dx);
+    case DIST_UN_ABS: DIST_TRY(unary(t, XU_SIGN, x, &a)); return binop(t, XG_MUL, dy, a, dx);
+    case DIST_UN_SIGMOID:
+        DIST_TRY(c_binop(t, XG_SUB, 1.0f, y, &a));
+        DIST_TRY(binop(t, XG_MUL, y, a, &a));
+        return binop(t, XG_MUL, dy, a, dx);
+    case DIST_UN_TANH:
+        DIST_TRY(binop(t, XG_MUL, y, y, &a));
+        DIST_TRY(c_binop(t, XG_SUB, 1.0f, a, &a));
+        return binop(t, XG_MUL, dy, a, dx);
+    case DIST_UN_GELU: /* 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi) */
+        DIST_TRY(binop_c(t, XG_MUL, x, RSQRT_2, &a));
+        DIST_TRY(unary(t, XU_ERF, a, &a));
+        DIST_TRY(c_binop(t, XG_ADD, 1.0f, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, 0.5f, &a));
+        DIST_TRY(binop(t, XG_MUL, x, x, &b));
+        DIST_TRY(binop_c(t, XG_MUL, b, -0.5f, &b));
+        DIST_TRY(unary(t, XU_EXP, b, &b));
+        DIST_TRY(binop(t, XG_MUL, x, b, &b));
+        DIST_TRY(binop_c(t, XG_MUL, b, RSQRT_2PI, &b));
+        DIST_TRY(binop(t, XG_ADD, a, b, &a));
+        return binop(t, XG_MUL, dy, a, dx);
+    default: { /* 0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 * 0.044715 x^2) */
+        int x2, th;
+        DIST_TRY(binop(t, XG_MUL, x, x, &x2));
+        DIST_TRY(binop(t, XG_MUL, x2, x, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, 0.044715f, &a));
+        DIST_TRY(binop(t, XG_ADD, x, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, GELU_C, &a));
+        DIST_TRY(unary(t, XU_TANH, a, &th));
+        DIST_TRY(c_binop(t, XG_ADD, 1.0f, th, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, 0.5f, &a));
+        DIST_TRY(binop(t, XG_MUL, th, th, &b));
+        DIST_TRY(c_binop(t, XG_SUB, 1.0f, b, &b));
+        DIST_TRY(binop_c(t, XG_MUL, x, 0.5f, &c));
+        DIST_TRY(binop(t, XG_MUL, c, b, &b));
+        DIST_TRY(binop_c(t, XG_MUL, b, GELU_C, &b));
+        DIST_TRY(binop_c(t, XG_MUL, x2, 3.0f * 0.044715f, &c));
+        DIST_TRY(c_binop(t, XG_ADD, 1.0f, c, &c));
+        DIST_TRY(binop(t, XG_MUL, b, c, &b));
+        DIST_TRY(binop(t, XG_ADD, a, b, &a));
+        return binop(t, XG_MUL, dy, a, dx);
+    }
+    }
+}
+
+/* a (op) b with both already broadcast; max and min as TensorFlow picks (a >= b ? a : b) */
+static dist_status op_binary(xla_trace *t, int k, int a, int b, int *y) {
+    switch (k) {
+    case DIST_BIN_ADD: return binop(t, XG_ADD, a, b, y);
+    case DIST_BIN_SUB: return binop(t, XG_SUB, a, b, y);
+    case DIST_BIN_MUL: return binop(t, XG_MUL, a, b, y);
+    case DIST_BIN_DIV: return binop(t, XG_DIV, a, b, y);
+    case DIST_BIN_MAX: return select_cmp(t, XC_GE, a, b, a, b, y);
+    default: return select_cmp(t, XC_LE, a, b, a, b, y);
+    }
+}
+
+/* The per-element gradient of a broadcast operand summed back to its shape s: over the axes
+ * of dy it was broadcast along (missing ones and extent-1 ones). */
+static dist_status unbroadcast(xla_trace *t, int g, const xshape *s, int *out) {
+    xshape o = shape_of(t, g);
+    int64_t mask = 0;
+    for (int a = 0; a < o.ndim; a++) {
+        int ai = a - (o.ndim - s->ndim);
+        if (ai < 0 || (s->dims[ai] == 1 && o.dims[a] != 1)) mask |= (int64_t)1 << a;
+    }
+    if (!mask) return reshape_to(t, g, s, out);
+    return reduce_to(t, XG_REDUCE_SUM, g, mask, s, out);
+}
+
+static dist_status op_binary_grad(xla_trace *t, int k, int a, int b, int dy, int *ga, int *gb) {
+    int z, v;
+    switch (k) {
+    case DIST_BIN_ADD: *ga = *gb = dy; return DIST_OK;
+    case DIST_BIN_SUB: *ga = dy; return unary(t, XU_NEG, dy, gb);
+    case DIST_BIN_MUL: DIST_TRY(binop(t, XG_MUL, dy, b, ga)); return binop(t, XG_MUL, a, dy, gb);
+    case DIST_BIN_DIV: /* g / b, g * ((-a / b) / b) */
+        DIST_TRY(binop(t, XG_DIV, dy, b, ga));
+        DIST_TRY(unary(t, XU_NEG, a, &v));
+        DIST_TRY(binop(t, XG_DIV, v, b, &v));
+        DIST_TRY(binop(t, XG_DIV, v, b, &v));
+        return binop(t, XG_MUL, dy, v, gb);
+    default: /* to a where a >= b (max) / a <= b (min), else to b */
+        DIST_TRY(splat_like(t, 0.0f, dy, &z));
+        xg_cmp c = k == DIST_BIN_MAX ? XC_GE : XC_LE;
+        DIST_TRY(select_cmp(t, c, a, b, dy, z, ga));
+        return select_cmp(t, c, a, b, z, dy, gb);
+    }
+}
+
+static int64_t axes_mask(int mask, int ndim) { return (int64_t)mask & (((int64_t)1 << ndim) - 1); }
+
+static int64_t reduced_count(const xshape *x, int64_t mask) {
+    int64_t n = 1;
+    for (int a = 0; a < x->ndim; a++)
+        if (mask >> a & 1) n *= x->dims[a];
+    return n;
+}
+
+/* The row statistics of BatchNorm's [4, C] (or [2, C]) tensors: row r as [1, C]. */
+static dist_status row_of(xla_trace *t, int m, int r, int *out) {
+    xshape s = shape_of(t, m);
+    s.dims[0] = 1;
+    DIST_TRY(node_of(t, XG_SLICE_ND, DIST_F32, &s, 1, &m, 0, out));
+    t->g->nodes[*out].a.pad.lo[0] = r;
+    return DIST_OK;
+}
+
+static dist_status concat_rows(xla_trace *t, const int *rows, int n, int64_t c, int *out) {
+    xshape s = {2, {n, c}};
+    return node_of(t, XG_CONCAT, DIST_F32, &s, n, rows, 0, out);
+}
+
+/* a [C] (or any shape of C elements) as [1, C] */
+static dist_status channel_row(xla_trace *t, int a, int64_t c, int *out) {
+    xshape s = {2, {1, c}};
+    return reshape_to(t, a, &s, out);
+}
+
+/* a f32 scalar of any shape ([] or [1]) broadcast to s */
+static dist_status scalar_to(xla_trace *t, int a, const xshape *s, int *out) {
+    xshape sc = {0, {0}};
+    DIST_TRY(reshape_to(t, a, &sc, &a));
+    return node_of(t, XG_BCAST_DIMS, DIST_F32, s, 1, &a, 0, out);
+}
+
+/* mean, var (each [1, C]) -> [4, C] stats with clamped (or zeros when clamped < 0) */
+static dist_status bn_stats_of(xla_trace *t, int mean, int var, int clamped, float eps, int64_t c,
+                               int *out) {
+    int inv, rows[4];
+    DIST_TRY(binop_c(t, XG_ADD, var, eps, &inv));
+    DIST_TRY(sqrt_of(t, inv, &inv));
+    DIST_TRY(c_binop(t, XG_DIV, 1.0f, inv, &inv));
+    if (clamped < 0) DIST_TRY(splat_like(t, 0.0f, mean, &clamped));
+    rows[0] = mean, rows[1] = var, rows[2] = inv, rows[3] = clamped;
+    return concat_rows(t, rows, 4, c, out);
+}
+
+static dist_status op_batch_norm(xla_trace *t, const dist_op *op, const dist_tensor *const *in,
+                                 dist_tensor *const *out) {
+    const dist_tensor *x0 = in[0];
+    int64_t c = x0->shape[x0->ndim - 1], rows = dist_tensor_numel(x0) / (c ? c : 1);
+    xshape x2s = {2, {rows, c}}, cs = {2, {1, c}};
+    int x, v, w, st, mean, inv;
+    switch (op->code) {
+    case DIST_OPC_BN_STATS: {
+        DIST_TRY(read_tensor(t, in[0], &x));
+        DIST_TRY(reshape_to(t, x, &x2s, &x));
+        int sum;
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, x, 1, &cs, &sum));
+        if (op->k == DIST_BN_SUMS) {
+            int sq, r[2];
+            DIST_TRY(binop(t, XG_MUL, x, x, &sq));
+            r[0] = sum;
+            DIST_TRY(reduce_to(t, XG_REDUCE_SUM, sq, 1, &cs, &r[1]));
+            DIST_TRY(concat_rows(t, r, 2, c, &v));
+            return write_opt(t, out[0], v);
+        }
+        DIST_TRY(binop_c(t, XG_DIV, sum, (float)rows, &mean));
+        DIST_TRY(bcast_right(t, mean, &x2s, &w));
+        DIST_TRY(binop(t, XG_SUB, x, w, &w));
+        DIST_TRY(binop(t, XG_MUL, w, w, &w));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, w, 1, &cs, &w));
+        DIST_TRY(binop_c(t, XG_DIV, w, (float)rows, &w));
+        DIST_TRY(bn_stats_of(t, mean, w, -1, op->f[0], c, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_BN_MOMENTS: {
+        int sums, cnt, s0, s1, ex2, d, z, one, var, clamped;
+        c = in[0]->shape[in[0]->ndim - 1];
+        cs.dims[1] = c;
+        xshape ss = {2, {2, c}};
+        DIST_TRY(read_tensor(t, in[0], &sums));
+        DIST_TRY(reshape_to(t, sums, &ss, &sums));
+        DIST_TRY(read_tensor(t, in[1], &cnt));
+        DIST_TRY(scalar_to(t, cnt, &cs, &cnt));
+        DIST_TRY(row_of(t, sums, 0, &s0));
+        DIST_TRY(row_of(t, sums, 1, &s1));
+        DIST_TRY(binop(t, XG_DIV, s0, cnt, &mean));
+        DIST_TRY(binop(t, XG_DIV, s1, cnt, &ex2));
+        DIST_TRY(binop(t, XG_MUL, mean, mean, &d));
+        DIST_TRY(binop(t, XG_SUB, ex2, d, &d));
+        DIST_TRY(splat_like(t, 0.0f, d, &z));
+        DIST_TRY(splat_like(t, 1.0f, d, &one));
+        /* no rows anywhere: mean and variance 0 */
+        DIST_TRY(select_cmp(t, XC_EQ, cnt, z, z, mean, &mean));
+        DIST_TRY(select_cmp(t, XC_EQ, cnt, z, z, d, &d));
+        DIST_TRY(select_cmp(t, XC_LT, d, z, z, d, &var));
+        DIST_TRY(select_cmp(t, XC_LT, d, z, one, z, &clamped));
+        DIST_TRY(bn_stats_of(t, mean, var, clamped, op->f[0], c, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_BN_INFER_STATS: {
+        int var;
+        c = dist_tensor_numel(in[0]);
+        DIST_TRY(read_tensor(t, in[0], &mean));
+        DIST_TRY(channel_row(t, mean, c, &mean));
+        DIST_TRY(read_tensor(t, in[1], &var));
+        DIST_TRY(channel_row(t, var, c, &var));
+        DIST_TRY(bn_stats_of(t, mean, var, -1, op->f[0], c, &v));
+        return write_opt(t, out[0], v);
+    }
+    default: break;
+    }
+    /* the ops on x with its stats: per-channel rows broadcast over x's rows */
+    xshape ss = {2, {4, c}};
+    DIST_TRY(read_tensor(t, in[0], &x));
+    DIST_TRY(reshape_to(t, x, &x2s, &x));
+    int sti = op->code == DIST_OPC_BN_APPLY ? 1 : 2, gti = sti + 1;
+    DIST_TRY(read_tensor(t, in[sti], &st));
+    DIST_TRY(reshape_to(t, st, &ss, &st));
+    DIST_TRY(row_of(t, st, 0, &mean));
+    DIST_TRY(row_of(t, st, 2, &inv));
+    int g = -1, bmean, binv, bg = -1;
+    if (op->nin > gti && in[gti]) {
+        DIST_TRY(read_tensor(t, in[gti], &g));
+        DIST_TRY(channel_row(t, g, c, &g));
+        DIST_TRY(bcast_right(t, g, &x2s, &bg));
+    }
+    DIST_TRY(bcast_right(t, mean, &x2s, &bmean));
+    DIST_TRY(bcast_right(t, inv, &x2s, &binv));
+    if (op->code == DIST_OPC_BN_APPLY) { /* x s + (beta - mean s), s = inv gamma */
+        int sc = inv, off;
+        if (g >= 0) DIST_TRY(binop(t, XG_MUL, inv, g, &sc));
+        DIST_TRY(binop(t, XG_MUL, mean, sc, &off));
+        if (op->nin > 3 && in[3]) {
+            int beta;
+            DIST_TRY(read_tensor(t, in[3], &beta));
+            DIST_TRY(channel_row(t, beta, c, &beta));
+            DIST_TRY(binop(t, XG_SUB, beta, off, &off));
+        } else {
+            DIST_TRY(unary(t, XU_NEG, off, &off));
+        }
+        DIST_TRY(bcast_right(t, sc, &x2s, &sc));
+        DIST_TRY(bcast_right(t, off, &x2s, &off));
+        DIST_TRY(binop(t, XG_MUL, x, sc, &v));
+        DIST_TRY(binop(t, XG_ADD, v, off, &v));
+        return write_opt(t, out[0], v);
+    }
+    int dy, xc;
+    DIST_TRY(read_tensor(t, in[1], &dy));
+    DIST_TRY(reshape_to(t, dy, &x2s, &dy));
+    DIST_TRY(binop(t, XG_SUB, x, bmean, &xc));
+    if (op->code == DIST_OPC_BN_GRAD_SUMS) {
+        /* S = sum dy, T = sum dy (x - mean); out[0] = S, T inv; out[1] = a = S g, b = T g, or
+         * under SYNC the gradients of the sums of x and x^2 */
+        int S, T, r[2];
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, dy, 1, &cs, &S));
+        DIST_TRY(binop(t, XG_MUL, dy, xc, &w));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, w, 1, &cs, &T));
+        if (op->nout > 0 && out[0]) {
+            r[0] = S;
+            DIST_TRY(binop(t, XG_MUL, T, inv, &r[1]));
+            DIST_TRY(concat_rows(t, r, 2, c, &v));
+            DIST_TRY(write_opt(t, out[0], v));
+        }
+        if (op->nout < 2 || !out[1]) return DIST_OK;
+        int a = S, b = T;
+        if (g >= 0) {
+            DIST_TRY(binop(t, XG_MUL, S, g, &a));
+            DIST_TRY(binop(t, XG_MUL, T, g, &b));
+        }
+        if (op->k == DIST_BN_SYNC) { /* dmean = -a inv, dvar = clamped ? 0 : -0.5 inv^3 b */
+            int dmean, dvar, cnt, clamped, z;
+            DIST_TRY(binop(t, XG_MUL, a, inv, &dmean));
+            DIST_TRY(unary(t, XU_NEG, dmean, &dmean));
+            DIST_TRY(binop(t, XG_MUL, inv, inv, &dvar));
+            DIST_TRY(binop(t, XG_MUL, dvar, inv, &dvar));
+            DIST_TRY(c_binop(t, XG_MUL, -0.5f, dvar, &dvar));
+            DIST_TRY(binop(t, XG_MUL, dvar, b, &dvar));
+            DIST_TRY(row_of(t, st, 3, &clamped));
+            DIST_TRY(splat_like(t, 0.0f, dvar, &z));
+            DIST_TRY(select_cmp(t, XC_NE, clamped, z, z, dvar, &dvar));
+            DIST_TRY(read_tensor(t, in[4], &cnt));
+            DIST_TRY(scalar_to(t, cnt, &cs, &cnt));
+            DIST_TRY(binop(t, XG_MUL, mean, dvar, &w));
+            DIST_TRY(c_binop(t, XG_MUL, 2.0f, w, &w));
+            DIST_TRY(binop(t, XG_SUB, dmean, w, &a));
+            DIST_TRY(binop(t, XG_DIV, a, cnt, &a));
+            DIST_TRY(binop(t, XG_DIV, dvar, cnt, &b));
+        }
+        r[0] = a, r[1] = b;
+        DIST_TRY(concat_rows(t, r, 2, c, &v));
+        return write_opt(t, out[1], v);
+    }
+    /* DIST_OPC_BN_GRAD_INPUT: dy g inv, plus the terms of the statistics' gradients */
+    int gi = binv;
+    if (bg >= 0) DIST_TRY(binop(t, XG_MUL, bg, binv, &gi));
+    DIST_TRY(binop(t, XG_MUL, dy, gi, &v));
+    if (op->k == DIST_BN_INFERENCE) return write_opt(t, out[0], v);
+    int sums, a, b;
+    xshape s2 = {2, {2, c}};
+    DIST_TRY(read_tensor(t, in[4], &sums));
+    DIST_TRY(reshape_to(t, sums, &s2, &sums));
+    DIST_TRY(row_of(t, sums, 0, &a));
+    DIST_TRY(row_of(t, sums, 1, &b));
+    if (op->k == DIST_BN_SYNC) { /* + sums[0] + 2 x sums[1] */
+        DIST_TRY(bcast_right(t, a, &x2s, &a));
+        DIST_TRY(bcast_right(t, b, &x2s, &b));
+        DIST_TRY(binop(t, XG_ADD, v, a, &v));
+        DIST_TRY(c_binop(t, XG_MUL, 2.0f, x, &w));
+        DIST_TRY(binop(t, XG_MUL, w, b, &w));
+        DIST_TRY(binop(t, XG_ADD, v, w, &v));
+        return write_opt(t, out[0], v);
+    }
+    /* LOCAL: + (-a inv) / rows + (-0.5 inv^3 b) 2 (x - mean) / rows */
+    int dmean, dvar;
+    DIST_TRY(binop(t, XG_MUL, a, inv, &dmean));
+    DIST_TRY(unary(t, XU_NEG, dmean, &dmean));
+    DIST_TRY(binop_c(t, XG_DIV, dmean, (float)rows, &dmean));
+    DIST_TRY(binop(t, XG_MUL, inv, inv, &dvar));
+    DIST_TRY(binop(t, XG_MUL, dvar, inv, &dvar));
+    DIST_TRY(c_binop(t, XG_MUL, -0.5f, dvar, &dvar));
+    DIST_TRY(binop(t, XG_MUL, dvar, b, &dvar));
+    DIST_TRY(bcast_right(t, dmean, &x2s, &dmean));
+    DIST_TRY(bcast_right(t, dvar, &x2s, &dvar));
+    DIST_TRY(binop(t, XG_ADD, v, dmean, &v));
+    DIST_TRY(c_binop(t, XG_MUL, 2.0f, xc, &w));
+    DIST_TRY(binop(t, XG_MUL, dvar, w, &w));
+    DIST_TRY(binop_c(t, XG_DIV, w, (float)rows, &w));
+    DIST_TRY(binop(t, XG_ADD, v, w, &v));
+    return write_opt(t, out[0], v);
+}
+
+/* Window sums of x (NHWC) and the count of each window's positions inside x (padding left
+ * out: Keras's "same" average), as XG_REDUCE_WINDOW nodes of shape ys. */
+static dist_status window_sum(xla_trace *t, int x, const dist_op *op, const xshape *ys, int *out) {
+    DIST_TRY(node_of(t, XG_REDUCE_WINDOW, DIST_F32, ys, 1, &x, 0, out));
+    dist_pool2d_desc *d = &t->g->nodes[*out].a.pool;
+    memset(d, 0, sizeof *d);
+    d->window_h = op->pool.window_h, d->window_w = op->pool.window_w;
+    d->stride_h = op->pool.stride_h, d->stride_w = op->pool.stride_w;
+    d->pad_top = op->pool.pad_top, d->pad_bottom = op->pool.pad_bottom;
+    d->pad_left = op->pool.pad_left, d->pad_right = op->pool.pad_right;
+    return DIST_OK;
+}
+
+static dist_status window_count(xla_trace *t, const xshape *xs, const dist_op *op, const xshape *ys,
+                                int *out) {
+    int ones;
+    DIST_TRY(splat(t, 1.0f, DIST_F32, xs->ndim, xs->dims, &ones));
+    return window_sum(t, ones, op, ys, out);
+}
+
+/* dx of the average pool: dy / count spread back over each window. The transpose of a
+ * strided window sum is a stride-1 window sum over dy dilated by the stride and padded so
+ * that window i covers the outputs whose windows hold position i. */
+static dist_status avg_pool_grad(xla_trace *t, const dist_op *op, int dy, const xshape *xs,
+                                 int *out) {
+    xshape ys = shape_of(t, dy);
+    int cnt, g, gp;
+    DIST_TRY(window_count(t, xs, op, &ys, &cnt));
+    DIST_TRY(binop(t, XG_DIV, dy, cnt, &g));
+    int64_t wh = op->pool.window_h, ww = op->pool.window_w;
+    int64_t lo_h = wh - 1 - op->pool.pad_top, lo_w = ww - 1 - op->pool.pad_left;
+    xshape ps = ys;
+    ps.dims[1] = xs->dims[1] + wh - 1;
+    ps.dims[2] = xs->dims[2] + ww - 1;
+    DIST_TRY(node_of(t, XG_PAD, DIST_F32, &ps, 1, &g, 0, &gp));
+    xg_node *p = &t->g->nodes[gp];
+    p->a.pad.lo[1] = lo_h, p->a.pad.lo[2] = lo_w;
+    p->a.pad.interior[1] = op->pool.stride_h - 1, p->a.pad.interior[2] = op->pool.stride_w - 1;
+    p->a.pad.hi[1] = ps.dims[1] - lo_h - ((ys.dims[1] - 1) * op->pool.stride_h + 1);
+    p->a.pad.hi[2] = ps.dims[2] - lo_w - ((ys.dims[2] - 1) * op->pool.stride_w + 1);
+    dist_op w = *op;
+    w.pool.stride_h = w.pool.stride_w = 1;
+    w.pool.pad_top = w.pool.pad_bottom = w.pool.pad_left = w.pool.pad_right = 0;
+    return window_sum(t, gp, &w, xs, out);
+}
+
+/* Dropout's keep mask: dist_op_hash32 of the key and each element's index, in int32 nodes.
+ * The counter (u[2]) is two runtime scalars of 16 bits each (exact in float32), so that every
+ * step of a traced program, and each of k steps in one program, gets its own; the replica is
+ * stablehlo.replica_id, the program being one for every replica. */
+static dist_status dropout_mask(xla_trace *t, const dist_op *op, const dist_tensor *y, int *out) {
+    uint32_t s = dist_op_mix32(op->u[1] ^ dist_op_mix32(op->u[0]));
+    xshape sc = {0, {0}}, flat1 = {1, {dist_tensor_numel(y)}};
+    int lo, hi, k, sixteen, v, r, idx, b;
+    DIST_TRY(scalar_input(t, (float)(op->u[2] & 0xffffu), &lo));
+    DIST_TRY(scalar_input(t, (float)(op->u[2] >> 16), &hi));
+    DIST_TRY(node_of(t, XG_CONVERT, DIST_I32, &sc, 1, &lo, 0, &lo));
+    DIST_TRY(node_of(t, XG_CONVERT, DIST_I32, &sc, 1, &hi, 0, &hi));
+    DIST_TRY(isplat(t, 16, &sc, &sixteen));
+    DIST_TRY(binop(t, XG_SHL, hi, sixteen, &hi));
+    DIST_TRY(binop(t, XG_OR, hi, lo, &v));
+    DIST_TRY(isplat(t, s, &sc, &k));
+    DIST_TRY(binop(t, XG_XOR, v, k, &v));
+    DIST_TRY(mix32(t, v, &v));
+    DIST_TRY(node_of(t, XG_REPLICA_ID, DIST_I32, &sc, 0, NULL, 0, &r));
+    DIST_TRY(binop(t, XG_XOR, r, v, &v));
+    DIST_TRY(mix32(t, v, &v));
+    DIST_TRY(node_of(t, XG_IOTA, DIST_I32, &flat1, 0, NULL, 0, &idx));
+    DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_I32, &flat1, 1, &v, 0, &b));
+    DIST_TRY(binop(t, XG_XOR, idx, b, &v));
+    DIST_TRY(mix32(t, v, &v));
+    /* u = (h >> 8) 2^-24: 24 bits, exact in float32 */
+    int eight, u, rate, keep, zero;
+    DIST_TRY(isplat(t, 8, &flat1, &eight));
+    DIST_TRY(binop(t, XG_SHR, v, eight, &v));
+    DIST_TRY(node_of(t, XG_CONVERT, DIST_F32, &flat1, 1, &v, 0, &u));
+    DIST_TRY(binop_c(t, XG_MUL, u, 1.0f / 16777216.0f, &u));
+    DIST_TRY(splat_like(t, op->f[0], u, &rate));
+    DIST_TRY(splat_like(t, 1.0f / (1.0f - op->f[0]), u, &keep));
+    DIST_TRY(splat_like(t, 0.0f, u, &zero));
+    return select_cmp(t, XC_GE, u, rate, keep, zero, out);
+}
+
+static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out) {
+    (void)ctx;
+    switch (op->code) {
+    case DIST_OPC_UNARY:
+    case DIST_OPC_UNARY_GRAD:
+        if (op->k < 0 || op->k >= DIST_UN_COUNT) return 0;
+        break;
+    case DIST_OPC_BINARY:
+    case DIST_OPC_BINARY_GRAD:
+        if (op->k < 0 || op->k >= DIST_BIN_COUNT) return 0;
+        break;
+    case DIST_OPC_REDUCE:
+    case DIST_OPC_REDUCE_GRAD:
+        if (op->k < DIST_RED_SUM || op->k > DIST_RED_MAX) return 0;
+        break;
+    case DIST_OPC_SOFTMAX:
+    case DIST_OPC_SOFTMAX_GRAD:
+        if (op->k != 0 && op->k != 1) return 0;
+        break;
+    case DIST_OPC_BN_STATS:
+        if (op->k != DIST_BN_LOCAL && op->k != DIST_BN_SUMS) return 0;
+        break;
+    case DIST_OPC_BN_GRAD_SUMS:
+    case DIST_OPC_BN_GRAD_INPUT:
+        if (op->k != DIST_BN_INFERENCE && op->k != DIST_BN_LOCAL && op->k != DIST_BN_SYNC) return 0;
+        break;
+    case DIST_OPC_CONCAT:
+        if (op->nin < 1 || op->nin > DIST_OP_MAX_IN) return 0;
+        break;
+    case DIST_OPC_COUNT: return 0;
+    default:
+        if (op->code < DIST_OPC_UNARY || op->code >= DIST_OPC_COUNT) return 0;
+        break;
+    }
+    /* float32 tensors of rank up to the graph's */
+    for (int i = 0; in && i < op->nin && i < DIST_OP_MAX_IN; i++)
+        if (in[i] && (in[i]->dtype != DIST_F32 || in[i]->ndim > XG_MAX_DIMS)) return 0;
+    for (int i = 0; out && i < op->nout && i < DIST_OP_MAX_IN; i++)
+        if (out[i] && (out[i]->dtype != DIST_F32 || out[i]->ndim > XG_MAX_DIMS)) return 0;
+    return 1;
+}
+
+static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                             dist_tensor *const *out) {
+    xla_trace *t = ctx;
+    DIST_TRY(need_trace(t, dist_op_name(op)));
+    int x[DIST_OP_MAX_IN], v, w;
+    int nin = op->nin < DIST_OP_MAX_IN ? op->nin : DIST_OP_MAX_IN;
+    if (op->code < DIST_OPC_BN_STATS || op->code > DIST_OPC_BN_GRAD_INPUT)
+        for (int i = 0; i < nin; i++) DIST_TRY(read_opt(t, in[i], &x[i]));
+    xshape ys = out[0] ? tensor_shape(out[0]) : (xshape){0, {0}};
+    switch (op->code) {
+    case DIST_OPC_UNARY: DIST_TRY(op_unary(t, op->k, x[0], &v)); return write_opt(t, out[0], v);
+    case DIST_OPC_UNARY_GRAD:
+        DIST_TRY(op_unary_grad(t, op->k, x[0], x[1], x[2], &v));
+        return write_opt(t, out[0], v);
+    case DIST_OPC_BINARY:
+        DIST_TRY(bcast_right(t, x[0], &ys, &x[0]));
+        DIST_TRY(bcast_right(t, x[1], &ys, &x[1]));
+        DIST_TRY(op_binary(t, op->k, x[0], x[1], &v));
+        return write_opt(t, out[0], v);
+    case DIST_OPC_BINARY_GRAD: {
+        xshape as = shape_of(t, x[0]), bs = shape_of(t, x[1]), os = shape_of(t, x[2]);
+        int a, b;
+        DIST_TRY(bcast_right(t, x[0], &os, &a));
+        DIST_TRY(bcast_right(t, x[1], &os, &b));
+        DIST_TRY(op_binary_grad(t, op->k, a, b, x[2], &v, &w));
+        if (op->nout > 0 && out[0]) {
+            DIST_TRY(unbroadcast(t, v, &as, &v));
+            DIST_TRY(write_opt(t, out[0], v));
+        }
+        if (op->nout > 1 && out[1]) {
+            DIST_TRY(unbroadcast(t, w, &bs, &w));
+            DIST_TRY(write_opt(t, out[1], w));
+        }
+        return DIST_OK;
+    }
+    case DIST_OPC_REDUCE: {
+        xshape xs = shape_of(t, x[0]);
+        int64_t mask = axes_mask(op->mask, xs.ndim);
+        xshape ks = keepdims(&xs, mask);
+        DIST_TRY(reduce_to(t, op->k == DIST_RED_MAX ? XG_REDUCE_MAX : XG_REDUCE_SUM, x[0], mask,
+                           &ks, &v));
+        if (op->k == DIST_RED_MEAN)
+            DIST_TRY(binop_c(t, XG_DIV, v, (float)reduced_count(&xs, mask), &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_REDUCE_GRAD: {
+        xshape xs = shape_of(t, x[0]);
+        int64_t mask = axes_mask(op->mask, xs.ndim);
+        xshape ks = keepdims(&xs, mask);
+        int dy, y;
+        DIST_TRY(reshape_to(t, x[2], &ks, &dy));
+        if (op->k == DIST_RED_SUM) {
+            DIST_TRY(bcast_right(t, dy, &xs, &v));
+        } else if (op->k == DIST_RED_MEAN) {
+            DIST_TRY(binop_c(t, XG_DIV, dy, (float)reduced_count(&xs, mask), &v));
+            DIST_TRY(bcast_right(t, v, &xs, &v));
+        } else { /* dy split evenly over the positions equal to the maximum */
+            int one, zero, hit, cnt;
+            DIST_TRY(reshape_to(t, x[1], &ks, &y));
+            DIST_TRY(bcast_right(t, y, &xs, &y));
+            DIST_TRY(splat_like(t, 1.0f, x[0], &one));
+            DIST_TRY(splat_like(t, 0.0f, x[0], &zero));
+            DIST_TRY(select_cmp(t, XC_EQ, x[0], y, one, zero, &hit));
+            DIST_TRY(reduce_to(t, XG_REDUCE_SUM, hit, mask, &ks, &cnt));
+            DIST_TRY(binop(t, XG_DIV, dy, cnt, &v));
+            DIST_TRY(bcast_right(t, v, &xs, &v));
+            DIST_TRY(binop(t, XG_MUL, hit, v, &v));
+        }
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_TRANSPOSE:
+        DIST_TRY(node_of(t, XG_TRANSPOSE, DIST_F32, &ys, 1, &x[0], 0, &v));
+        for (int d = 0; d < ys.ndim; d++) t->g->nodes[v].a.perm[d] = op->v[d];
+        return write_opt(t, out[0], v);
+    case DIST_OPC_SLICE:
+        DIST_TRY(node_of(t, XG_SLICE_ND, DIST_F32, &ys, 1, &x[0], 0, &v));
+        for (int d = 0; d < ys.ndim; d++) t->g->nodes[v].a.pad.lo[d] = op->v[d];
+        return write_opt(t, out[0], v);
+    case DIST_OPC_PAD: {
+        xshape xs = shape_of(t, x[0]);
+        DIST_TRY(node_of(t, XG_PAD, DIST_F32, &ys, 1, &x[0], 0, &v));
+        xg_node *p = &t->g->nodes[v];
+        for (int d = 0; d < ys.ndim; d++) {
+            p->a.pad.lo[d] = op->v[d];
+            p->a.pad.hi[d] = ys.dims[d] - xs.dims[d] - op->v[d];
+        }
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_CONCAT:
+        DIST_TRY(node_of(t, XG_CONCAT, DIST_F32, &ys, nin, x, op->axis, &v));
+        return write_opt(t, out[0], v);
+    case DIST_OPC_AVG_POOL2D: {
+        xshape xs = shape_of(t, x[0]);
+        int sum, cnt;
+        DIST_TRY(window_sum(t, x[0], op, &ys, &sum));
+        DIST_TRY(window_count(t, &xs, op, &ys, &cnt));
+        DIST_TRY(binop(t, XG_DIV, sum, cnt, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_AVG_POOL2D_GRAD:
+        DIST_TRY(avg_pool_grad(t, op, x[0], &ys, &v));
+        return write_opt(t, out[0], v);
+    case DIST_OPC_SOFTMAX:
+    case DIST_OPC_SOFTMAX_GRAD: {
+        xshape xs = shape_of(t, x[0]);
+        int64_t last = (int64_t)1 << (xs.ndim - 1);
+        xshape ks = keepdims(&xs, last);
+        int m, e, s;
+        if (op->code == DIST_OPC_SOFTMAX_GRAD) { /* in: y, dy */
+            if (op->k == 0) {                    /* y (dy - sum(dy y)) */
+                DIST_TRY(binop(t, XG_MUL, x[1], x[0], &s));
+                DIST_TRY(reduce_to(t, XG_REDUCE_SUM, s, last, &ks, &s));
+                DIST_TRY(bcast_right(t, s, &xs, &s));
+                DIST_TRY(binop(t, XG_SUB, x[1], s, &v));
+                DIST_TRY(binop(t, XG_MUL, x[0], v, &v));
+            } else { /* dy - exp(y) sum(dy) */
+                DIST_TRY(reduce_to(t, XG_REDUCE_SUM, x[1], last, &ks, &s));
+                DIST_TRY(bcast_right(t, s, &xs, &s));
+                DIST_TRY(unary(t, XU_EXP, x[0], &e));
+                DIST_TRY(binop(t, XG_MUL, e, s, &e));
+                DIST_TRY(binop(t, XG_SUB, x[1], e, &v));
+            }
+            return write_opt(t, out[0], v);
+        }
+        DIST_TRY(reduce_to(t, XG_REDUCE_MAX, x[0], last, &ks, &m));
+        DIST_TRY(bcast_right(t, m, &xs, &m));
+        DIST_TRY(binop(t, XG_SUB, x[0], m, &m));
+        DIST_TRY(unary(t, XU_EXP, m, &e));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, e, last, &ks, &s));
+        if (op->k == 0) {
+            DIST_TRY(bcast_right(t, s, &xs, &s));
+            DIST_TRY(binop(t, XG_DIV, e, s, &v));
+        } else {
+            DIST_TRY(unary(t, XU_LOG, s, &s));
+            DIST_TRY(bcast_right(t, s, &xs, &s));
+            DIST_TRY(binop(t, XG_SUB, m, s, &v));
+        }
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_SIGMOID_XENT: { /* max(x, 0) - x z + log1p(exp(-|x|)) */
+        int z, m, l;
+        DIST_TRY(splat_like(t, 0.0f, x[1], &z));
+        DIST_TRY(select_cmp(t, XC_GE, x[1], z, x[1], z, &m));
+        DIST_TRY(binop(t, XG_MUL, x[1], x[0], &v));
+        DIST_TRY(binop(t, XG_SUB, m, v, &v));
+        DIST_TRY(unary(t, XU_ABS, x[1], &l));
+        DIST_TRY(unary(t, XU_NEG, l, &l));
+        DIST_TRY(unary(t, XU_EXP, l, &l));
+        DIST_TRY(unary(t, XU_LOG1P, l, &l));
+        DIST_TRY(binop(t, XG_ADD, v, l, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_SIGMOID_XENT_GRAD: /* dz = dy -x, dx = dy (sigmoid(x) - z) */
+        if (op->nout > 0 && out[0]) {
+            DIST_TRY(unary(t, XU_NEG, x[1], &v));
+            DIST_TRY(binop(t, XG_MUL, x[2], v, &v));
+            DIST_TRY(write_opt(t, out[0], v));
+        }
+        if (op->nout > 1 && out[1]) {
+            DIST_TRY(unary(t, XU_LOGISTIC, x[1], &v));
+            DIST_TRY(binop(t, XG_SUB, v, x[0], &v));
+            DIST_TRY(binop(t, XG_MUL, x[2], v, &v));
+            DIST_TRY(write_opt(t, out[1], v));
+        }
+        return DIST_OK;
+    case DIST_OPC_MSE: {
+        xshape xs = shape_of(t, x[0]);
+        int64_t k = xs.dims[xs.ndim - 1];
+        xshape ks = keepdims(&xs, (int64_t)1 << (xs.ndim - 1));
+        DIST_TRY(binop(t, XG_SUB, x[1], x[0], &v));
+        DIST_TRY(binop(t, XG_MUL, v, v, &v));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, v, (int64_t)1 << (xs.ndim - 1), &ks, &v));
+        DIST_TRY(binop_c(t, XG_DIV, v, (float)k, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_MSE_GRAD: { /* v = 2 (p - t) / k * dloss[row] */
+        xshape xs = shape_of(t, x[0]);
+        int64_t k = xs.dims[xs.ndim - 1];
+        xshape ks = keepdims(&xs, (int64_t)1 << (xs.ndim - 1));
+        int d;
+        DIST_TRY(reshape_to(t, x[2], &ks, &d));
+        DIST_TRY(bcast_right(t, d, &xs, &d));
+        DIST_TRY(binop(t, XG_SUB, x[1], x[0], &v));
+        DIST_TRY(c_binop(t, XG_MUL, 2.0f, v, &v));
+        DIST_TRY(binop_c(t, XG_DIV, v, (float)k, &v));
+        DIST_TRY(binop(t, XG_MUL, v, d, &v));
+        if (op->nout > 1 && out[1]) DIST_TRY(write_opt(t, out[1], v));
+        if (op->nout > 0 && out[0]) {
+            DIST_TRY(unary(t, XU_NEG, v, &v));
+            DIST_TRY(write_opt(t, out[0], v));
+        }
+        return DIST_OK;
+    }
+    case DIST_OPC_BN_STATS:
+    case DIST_OPC_BN_MOMENTS:
+    case DIST_OPC_BN_INFER_STATS:
+    case DIST_OPC_BN_APPLY:
+    case DIST_OPC_BN_GRAD_SUMS:
+    case DIST_OPC_BN_GRAD_INPUT: return op_batch_norm(t, op, in, out);
+    case DIST_OPC_DROPOUT_MASK:
+        DIST_TRY(dropout_mask(t, op, out[0], &v));
+        return write_opt(t, out[0], v);
+    case DIST_OPC_SUM_SQUARES: {
+        xshape xs = shape_of(t, x[0]);
+        DIST_TRY(binop(t, XG_MUL, x[0], x[0], &v));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, v, ((int64_t)1 << xs.ndim) - 1, &ys, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_CLIP_VALUE: {
+        int lo, hi;
+        DIST_TRY(splat_like(t, op->f[0], x[0], &lo));
+        DIST_TRY(splat_like(t, op->f[1], x[0], &hi));
+        DIST_TRY(select_cmp(t, XC_LT, x[0], lo, lo, x[0], &v));
+        DIST_TRY(select_cmp(t, XC_GT, v, hi, hi, v, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_CLIP_BY_NORM: { /* x min(1, c / norm); 1 where norm is 0 or inf; NaN stays */
+        xshape sc = {0, {0}};
+        xshape xs = shape_of(t, x[0]);
+        int n, r, one, inf, f;
+        DIST_TRY(reshape_to(t, x[1], &sc, &n));
+        DIST_TRY(sqrt_of(t, n, &n));
+        DIST_TRY(c_binop(t, XG_DIV, op->f[0], n, &r));
+        DIST_TRY(splat_like(t, 1.0f, r, &one));
+        DIST_TRY(splat_like(t, __builtin_inff(), r, &inf));
+        DIST_TRY(select_cmp(t, XC_GT, r, one, one, r, &f));
+        DIST_TRY(select_cmp(t, XC_EQ, n, inf, one, f, &f));
+        DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_F32, &xs, 1, &f, 0, &f));
+        DIST_TRY(binop(t, XG_MUL, x[0], f, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_COUNT: break;
+    }
+    return dist_error(DIST_UNSUPPORTED, "tpu: op code %d", (int)op->code);
+}
+
 static void tb_destroy(void *ctx) {
     xla_trace *t = ctx;
     for (int i = 0; i < t->nregions; i++) {
@@ -961,6 +1833,8 @@ static const struct dist_backend_i trace_iface = {
     .cast = tb_cast,
     .round = tb_round,
     .all_finite = tb_all_finite,
+    .supports_op = tb_supports_op,
+    .run_op = tb_run_op,
 };
 
 dist_status xla_trace_backend_create(int num_devices, const xla_device_ops *ops,

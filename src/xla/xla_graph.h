@@ -26,7 +26,7 @@ typedef enum xg_op {
     XG_SPLAT,     /* constant: every element f[0] */
     XG_RESHAPE,   /* in[0] with this node's shape (same element count) */
     XG_SLICE,     /* flat in[0][i[0] .. i[0] + numel) */
-    XG_CONCAT,    /* flat concatenation of in[0..nin) */
+    XG_CONCAT,    /* concatenation of in[0..nin) along axis i[0] (flat values: 0) */
     XG_CONVERT,   /* in[0] to this node's dtype */
     XG_BROADCAST, /* scalar in[0] to this node's shape */
     XG_BIAS,      /* in[0] [..., C] + in[1] [C] broadcast */
@@ -49,8 +49,43 @@ typedef enum xg_op {
     XG_XENT_GRAD,  /* in[0] probs, in[1] labels, in[2] dloss [N] -> [N,K] */
     XG_ACC_COUNT, /* in[0] logits, in[1] labels -> count of rows whose first arg-max is the label */
     XG_ALL_REDUCE, /* in[0] summed (i[0] = dist_reduce_op) over every replica */
-    XG_ALL_GATHER  /* in[0] [n, ...] of every replica, concatenated on axis 0 */
+    XG_ALL_GATHER, /* in[0] [n, ...] of every replica, concatenated on axis 0 */
+    /* generic kinds the op set (backend/ops.h) is composed of */
+    XG_UNARY, /* elementwise f(in[0]), i[0] = xg_unary */
+    XG_MIN,   /* elementwise, equal shapes */
+    XG_XOR,   /* integer (i32: two's complement, the bits of uint32 arithmetic) */
+    XG_OR,
+    XG_SHL,           /* in[0] << in[1] */
+    XG_SHR,           /* in[0] >> in[1], logical (zeros in) */
+    XG_SELECT_CMP,    /* (in[0] cmp in[1]) ? in[2] : in[3], i[0] = xg_cmp; equal shapes */
+    XG_BCAST_DIMS,    /* in[0] to this shape: its axes are those of this node in mask i[0] (in
+                       * order), each of equal extent or 1 (broadcast_in_dim) */
+    XG_REDUCE_MAX,    /* as XG_REDUCE_SUM with maximum (-inf for an empty reduction) */
+    XG_TRANSPOSE,     /* out.dims[d] = in.dims[a.perm[d]] */
+    XG_SLICE_ND,      /* in[0][a.pad.lo[d] .. + dims[d]) along each axis */
+    XG_PAD,           /* zeros around and between: a.pad lo / hi (may be negative) / interior */
+    XG_REDUCE_WINDOW, /* window sums over NHWC in[0], pool attributes (zeros as padding) */
+    XG_IOTA,          /* i32 index along axis i[0] */
+    XG_ISPLAT,        /* integer constant: every element i[0] (as the dtype's bits) */
+    XG_REPLICA_ID     /* i32 []: the replica running the program (stablehlo.replica_id) */
 } xg_op;
+
+/* XG_UNARY's functions (the StableHLO op; erf is CHLO's, which the PJRT compilers lower) */
+typedef enum xg_unary {
+    XU_NEG = 0,
+    XU_EXP,
+    XU_LOG,
+    XU_LOG1P,
+    XU_ABS,
+    XU_SIGN,
+    XU_TANH,
+    XU_LOGISTIC,
+    XU_ERF,
+    XU_COUNT
+} xg_unary;
+
+/* XG_SELECT_CMP's comparisons */
+typedef enum xg_cmp { XC_EQ = 0, XC_NE, XC_LT, XC_LE, XC_GT, XC_GE } xg_cmp;
 
 typedef struct xg_node {
     xg_op op;
@@ -64,6 +99,10 @@ typedef struct xg_node {
     union {
         dist_conv2d_desc conv;
         dist_pool2d_desc pool;
+        int64_t perm[XG_MAX_DIMS];
+        struct {
+            int64_t lo[XG_MAX_DIMS], hi[XG_MAX_DIMS], interior[XG_MAX_DIMS];
+        } pad;
     } a;
     /* XG_CONST: the bytes (owned by the graph) */
     void *bytes;

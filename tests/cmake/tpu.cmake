@@ -72,3 +72,11 @@ add_test(NAME tpu.train_variables
 set_tests_properties(tpu.train_variables PROPERTIES FIXTURES_REQUIRED pjrt_venv
                      LABELS "tpu;integration" TIMEOUT 600
                      ENVIRONMENT "${unit_env};${tpu_env}")
+
+# The op set under the tpu strategy's symbolic backend (tests/unit/test_trace_ops.c in its
+# plugin mode): every opcode as a program on the CPU plugin against the CPU backend's results,
+# the dropout mask's bits per replica and per step of a k-step program.
+add_test(NAME tpu.trace_ops COMMAND test_trace_ops cpu_plugin ${DIST_TEST_PJRT_PLUGIN})
+set_tests_properties(tpu.trace_ops PROPERTIES FIXTURES_REQUIRED pjrt_venv
+                     LABELS "tpu;integration" TIMEOUT 600
+                     ENVIRONMENT "${unit_env};${tpu_env}")

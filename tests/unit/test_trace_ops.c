@@ -1,0 +1,1133 @@
+/* The op set (backend/ops.h) under the tpu strategy's symbolic backend (src/xla/trace_backend.c):
+ * every opcode recorded as graph nodes and emitted as StableHLO (src/xla/stablehlo.c).
+ *
+ * Without arguments (CTest unit.trace_ops): what needs no PJRT plugin: the backend says it runs
+ * every op, each op records and emits in the three emitters (one step, k steps unrolled, k steps
+ * as a loop), and the dropout mask reads the replica from stablehlo.replica_id and the counter
+ * from the step's runtime scalars.
+ *
+ * "cpu_plugin PLUGIN" (CTest tpu.trace_ops): each op runs as a program on XLA's CPU PJRT plugin
+ * and its results are compared with the CPU backend's for the same op and inputs (within 1e-5
+ * relative, 1e-6 absolute: the sums the CPU backend makes in double are float32 here), and with
+ * the arithmetic ops.h writes, computed below (ref_run), where the CPU backend does not run the
+ * op. The dropout mask: the same bits as dist_op_hash32's for the same key, replica r's mask as
+ * key word 3 = r gives, different on the two replicas, and a new counter per step inside one
+ * program of k steps. Fails, not skips, without the plugin. */
+#include "backend/backend.h"
+#include "backend/ops_dispatch.h"
+#include "pjrt/pjrt.h"
+#include "testutil.h"
+#include "xla/trace_backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *g_plugin;
+static dist_pjrt_client *g_client;
+
+/* A host value: shape and float32 data (owned). */
+typedef struct hval {
+    int ndim;
+    int64_t dims[4];
+    float *data;
+} hval;
+
+static int64_t hnumel(const hval *v) {
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim; i++) n *= v->dims[i];
+    return n;
+}
+
+static hval hnew(int ndim, const int64_t *dims) {
+    hval v = {ndim, {0}, NULL};
+    for (int i = 0; i < ndim; i++) v.dims[i] = dims[i];
+    v.data = calloc((size_t)(hnumel(&v) + 1), sizeof(float));
+    ck_assert_ptr_nonnull(v.data);
+    return v;
+}
+
+/* Values in [lo, hi), the same for the same seed. */
+static hval hrand(int ndim, const int64_t *dims, unsigned seed, float lo, float hi) {
+    hval v = hnew(ndim, dims);
+    uint32_t s = seed * 2654435761u + 12345u;
+    for (int64_t i = 0; i < hnumel(&v); i++) {
+        s = s * 1664525u + 1013904223u;
+        v.data[i] = lo + (hi - lo) * (float)(s >> 8) / 16777216.0f;
+    }
+    return v;
+}
+
+static void hfree(hval *v) {
+    free(v->data);
+    v->data = NULL;
+}
+
+/* ---- running an op ------------------------------------------------------------------------ */
+
+static dist_pjrt_client *client(void) {
+    if (!g_client) {
+        dist_pjrt_plugin *p = NULL;
+        ck_assert_msg(dist_pjrt_plugin_load(g_plugin, &p) == DIST_OK, "%s", dist_last_error());
+        ck_assert_msg(dist_pjrt_client_create(p, 2, &g_client) == DIST_OK, "%s", dist_last_error());
+    }
+    return g_client;
+}
+
+/* A traced op on the trace backend: the inputs in its memory, the outputs' tensors. */
+typedef struct traced {
+    dist_backend *be;
+    xla_trace *t;
+    xg_graph g;
+    dist_tensor in[DIST_OP_MAX_IN], out[4];
+    const dist_tensor *inp[DIST_OP_MAX_IN];
+    dist_tensor *outp[4];
+} traced;
+
+static void trace_setup(traced *tr, int replicas) {
+    memset(tr, 0, sizeof *tr);
+    xla_device_ops ops = {0};
+    ck_assert_int_eq(xla_trace_backend_create(replicas, &ops, &tr->be), DIST_OK);
+    tr->t = xla_trace_of(tr->be);
+    xg_init(&tr->g);
+}
+
+static void trace_alloc(traced *tr, const dist_op *op, const hval *in, const hval *out) {
+    for (int i = 0; i < op->nin; i++) {
+        tr->inp[i] = NULL;
+        if (!in[i].data) continue;
+        void *p;
+        size_t bytes = (size_t)hnumel(&in[i]) * sizeof(float);
+        ck_assert_int_eq(tr->be->iface->alloc(tr->be->ctx, bytes, &p), DIST_OK);
+        ck_assert_int_eq(tr->be->iface->copy(tr->be->ctx, p, in[i].data, bytes, DIST_COPY_H2D),
+                         DIST_OK);
+        tr->in[i] = dist_tensor_view(p, DIST_F32, in[i].ndim, in[i].dims);
+        tr->inp[i] = &tr->in[i];
+    }
+    for (int o = 0; o < op->nout; o++) {
+        tr->outp[o] = NULL;
+        if (!out[o].data) continue;
+        void *p;
+        ck_assert_int_eq(tr->be->iface->alloc(tr->be->ctx, (size_t)hnumel(&out[o]) * 4, &p),
+                         DIST_OK);
+        tr->out[o] = dist_tensor_view(p, DIST_F32, out[o].ndim, out[o].dims);
+        tr->outp[o] = &tr->out[o];
+    }
+}
+
+static void trace_op(traced *tr, const dist_op *op, int replicas, int nstep_out) {
+    ck_assert_int_eq(xla_trace_begin(tr->t, &tr->g), DIST_OK);
+    tr->g.num_replicas = replicas;
+    ck_assert_msg(dist_backend_run_op(tr->be, op, tr->inp, tr->outp) == DIST_OK, "%s: %s",
+                  dist_op_name(op), dist_last_error());
+    ck_assert_int_eq(xla_trace_end(tr->t, nstep_out, tr->outp), DIST_OK);
+}
+
+static void trace_teardown(traced *tr) {
+    xg_free(&tr->g);
+    dist_backend_destroy(tr->be);
+}
+
+/* The program's value of output o of the trace on each replica: res[r * nout + o] (shapes of
+ * `out`). scalars: k rows of the trace's runtime scalars (NULL: the last trace's). */
+static void execute(traced *tr, const char *text, size_t len, int replicas, int k,
+                    const float *scalars, const hval *out, int nout, hval *res) {
+    dist_pjrt_executable *ex = NULL;
+    ck_assert_msg(dist_pjrt_compile(client(), text, len, replicas, &ex) == DIST_OK, "%s\n%s",
+                  dist_last_error(), text);
+    const xg_graph *g = &tr->g;
+    int S = g->num_scalars, nargs = (S > 0) + g->num_states + g->num_args;
+    ck_assert_int_eq(g->num_args, 0);
+    dist_pjrt_buffer **args = calloc((size_t)(replicas * nargs + 1), sizeof *args);
+    int nouts = dist_pjrt_executable_num_outputs(ex);
+    ck_assert_int_eq(nouts, g->num_outputs);
+    dist_pjrt_buffer **outs = calloc((size_t)(replicas * nouts + 1), sizeof *outs);
+    for (int d = 0; d < replicas; d++) {
+        int a = 0;
+        if (S > 0) {
+            int64_t dims[2] = {k, S};
+            const float *sv = scalars ? scalars : xla_trace_scalars(tr->t);
+            ck_assert_int_eq(dist_pjrt_buffer_from_host(client(), d, DIST_F32, k > 1 ? 2 : 1,
+                                                        k > 1 ? dims : dims + 1, sv,
+                                                        &args[d * nargs + a++]),
+                             DIST_OK);
+        }
+        for (int s = 0; s < g->num_states; s++) {
+            xla_region_view rv;
+            int64_t id = xla_trace_state_region(tr->t, g->states[s]);
+            ck_assert_int_eq(xla_trace_region(tr->t, id, &rv), DIST_OK);
+            int64_t n = (int64_t)(rv.bytes / 4);
+            ck_assert_int_eq(dist_pjrt_buffer_from_host(client(), d, DIST_F32, 1, &n, rv.base,
+                                                        &args[d * nargs + a++]),
+                             DIST_OK);
+        }
+    }
+    ck_assert_msg(dist_pjrt_execute(ex, replicas, nargs, args, nouts, outs) == DIST_OK, "%s",
+                  dist_last_error());
+    /* the program's outputs by the region they write (or, for step outputs, in order) */
+    for (int d = 0; d < replicas; d++) {
+        int step = 0;
+        for (int o = 0; o < nouts; o++) {
+            int64_t id = xla_trace_output_region(tr->t, o);
+            int which = -1;
+            if (id < 0) {
+                which = step++;
+            } else {
+                xla_region_view rv;
+                ck_assert_int_eq(xla_trace_region(tr->t, id, &rv), DIST_OK);
+                for (int q = 0; q < nout; q++)
+                    if (tr->outp[q] && tr->outp[q]->data == rv.base) which = q;
+                if (nout && res[0].data && k > 1) which = -1; /* k steps: the stacked outputs */
+            }
+            if (which >= 0 && which < nout && res[d * nout + which].data) {
+                hval *r = &res[d * nout + which];
+                ck_assert_msg(dist_pjrt_buffer_to_host(outs[d * nouts + o], r->data,
+                                                       (size_t)hnumel(r) * 4) == DIST_OK,
+                              "%s", dist_last_error());
+            }
+            dist_pjrt_buffer_destroy(outs[d * nouts + o]);
+        }
+    }
+    for (int i = 0; i < replicas * nargs; i++) dist_pjrt_buffer_destroy(args[i]);
+    free(args);
+    free(outs);
+    dist_pjrt_executable_destroy(ex);
+}
+
+/* Runs op on the trace backend as one program of `replicas` replicas: res[r * nout + o]
+ * (allocated here with out's shapes; NULL data where out[o] is NULL). */
+static void run_traced(const dist_op *op, const hval *in, const hval *out, int replicas,
+                       hval *res) {
+    traced tr;
+    trace_setup(&tr, replicas);
+    trace_alloc(&tr, op, in, out);
+    trace_op(&tr, op, replicas, 0);
+    char *text;
+    size_t len;
+    ck_assert_int_eq(xg_emit_stablehlo(&tr.g, &text, &len), DIST_OK);
+    for (int r = 0; r < replicas; r++)
+        for (int o = 0; o < op->nout; o++)
+            res[r * op->nout + o] =
+                out[o].data ? hnew(out[o].ndim, out[o].dims) : (hval){0, {0}, NULL};
+    execute(&tr, text, len, replicas, 1, NULL, out, op->nout, res);
+    free(text);
+    trace_teardown(&tr);
+}
+
+/* The CPU backend's results, or 0 when it does not run the op (yet). */
+static int run_cpu(const dist_op *op, const hval *in, const hval *out, hval *res) {
+    dist_backend *cpu = dist_test_cpu_backend(1);
+    dist_tensor ti[DIST_OP_MAX_IN], to[4];
+    const dist_tensor *pi[DIST_OP_MAX_IN] = {0};
+    dist_tensor *po[4] = {0};
+    for (int i = 0; i < op->nin; i++) {
+        if (!in[i].data) continue;
+        ti[i] = dist_tensor_view(in[i].data, DIST_F32, in[i].ndim, in[i].dims);
+        pi[i] = &ti[i];
+    }
+    for (int o = 0; o < op->nout; o++) {
+        res[o] = out[o].data ? hnew(out[o].ndim, out[o].dims) : (hval){0, {0}, NULL};
+        if (!out[o].data) continue;
+        to[o] = dist_tensor_view(res[o].data, DIST_F32, out[o].ndim, out[o].dims);
+        po[o] = &to[o];
+    }
+    int ok = dist_backend_supports_op(cpu, op, pi, po);
+    if (ok) {
+        ck_assert_msg(dist_backend_run_op(cpu, op, pi, po) == DIST_OK, "cpu %s: %s",
+                      dist_op_name(op), dist_last_error());
+        ck_assert_int_eq(cpu->iface->synchronize(cpu->ctx), DIST_OK);
+    }
+    dist_backend_destroy(cpu);
+    return ok;
+}
+
+static void expect_close(const char *what, int o, const hval *got, const hval *want) {
+    ck_assert_int_eq(hnumel(got), hnumel(want));
+    for (int64_t i = 0; i < hnumel(got); i++) {
+        double g = got->data[i], w = want->data[i];
+        if (isnan(w)) {
+            ck_assert_msg(isnan(g), "%s out %d [%lld]: %g, want NaN", what, o, (long long)i, g);
+            continue;
+        }
+        ck_assert_msg(fabs(g - w) <= 1e-6 + 1e-5 * fabs(w), "%s out %d [%lld]: %.9g, want %.9g",
+                      what, o, (long long)i, g, w);
+    }
+}
+
+/* ---- the arithmetic of ops.h, on host values ---------------------------------------------- */
+
+/* element index of out's multi-index in a right-aligned broadcast operand */
+static int64_t bidx(const hval *a, const hval *o, int64_t i) {
+    int64_t idx[4], r = i, k = 0, stride = 1;
+    for (int d = o->ndim - 1; d >= 0; d--) idx[d] = r % o->dims[d], r /= o->dims[d];
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        int od = d + o->ndim - a->ndim;
+        k += (a->dims[d] == 1 ? 0 : idx[od]) * stride;
+        stride *= a->dims[d];
+    }
+    return k;
+}
+
+static void unravel(const hval *v, int64_t i, int64_t *idx) {
+    for (int d = v->ndim - 1; d >= 0; d--) idx[d] = i % v->dims[d], i /= v->dims[d];
+}
+
+static int64_t ravel(const hval *v, const int64_t *idx) {
+    int64_t k = 0;
+    for (int d = 0; d < v->ndim; d++) k = k * v->dims[d] + idx[d];
+    return k;
+}
+
+static float un_f(int k, float x) {
+    switch (k) {
+    case DIST_UN_NEG: return -x;
+    case DIST_UN_EXP: return expf(x);
+    case DIST_UN_LOG: return logf(x);
+    case DIST_UN_SQRT: return sqrtf(x);
+    case DIST_UN_SQUARE: return x * x;
+    case DIST_UN_ABS: return fabsf(x);
+    case DIST_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case DIST_UN_TANH: return tanhf(x);
+    case DIST_UN_GELU: return (float)(0.5 * x * (1.0 + erf(x / sqrt(2.0))));
+    default: {
+        double xd = x;
+        return (float)(0.5 * xd *
+                       (1.0 + tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd))));
+    }
+    }
+}
+
+static float un_g(int k, float x, float y, float g) {
+    switch (k) {
+    case DIST_UN_NEG: return -g;
+    case DIST_UN_EXP: return g * y;
+    case DIST_UN_LOG: return g / x;
+    case DIST_UN_SQRT: return g * 0.5f / y;
+    case DIST_UN_SQUARE: return g * 2.0f * x;
+    case DIST_UN_ABS: return x > 0 ? g : (x < 0 ? -g : 0.0f);
+    case DIST_UN_SIGMOID: return g * y * (1.0f - y);
+    case DIST_UN_TANH: return g * (1.0f - y * y);
+    case DIST_UN_GELU: {
+        double xd = x;
+        return (float)(g * (0.5 * (1.0 + erf(xd / sqrt(2.0))) +
+                            xd * exp(-0.5 * xd * xd) / 2.5066282746310002));
+    }
+    default: {
+        double xd = x, c = 0.7978845608028654, th = tanh(c * (xd + 0.044715 * xd * xd * xd));
+        return (float)(g * (0.5 * (1.0 + th) +
+                            0.5 * xd * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * xd * xd)));
+    }
+    }
+}
+
+static float bin_f(int k, float a, float b) {
+    switch (k) {
+    case DIST_BIN_ADD: return a + b;
+    case DIST_BIN_SUB: return a - b;
+    case DIST_BIN_MUL: return a * b;
+    case DIST_BIN_DIV: return a / b;
+    case DIST_BIN_MAX: return a >= b ? a : b;
+    default: return a <= b ? a : b;
+    }
+}
+
+static void bin_g(int k, float a, float b, float g, float *ga, float *gb) {
+    switch (k) {
+    case DIST_BIN_ADD: *ga = g, *gb = g; break;
+    case DIST_BIN_SUB: *ga = g, *gb = -g; break;
+    case DIST_BIN_MUL: *ga = g * b, *gb = a * g; break;
+    case DIST_BIN_DIV: *ga = g / b, *gb = g * ((-a / b) / b); break;
+    case DIST_BIN_MAX: *ga = a >= b ? g : 0.0f, *gb = a >= b ? 0.0f : g; break;
+    default: *ga = a <= b ? g : 0.0f, *gb = a <= b ? 0.0f : g; break;
+    }
+}
+
+/* out's position i reduced along mask: the keepdims index */
+static int64_t kidx(const hval *x, int mask, int64_t i) {
+    int64_t idx[4], k = 0;
+    unravel(x, i, idx);
+    for (int d = 0; d < x->ndim; d++)
+        k = k * (mask >> d & 1 ? 1 : x->dims[d]) + (mask >> d & 1 ? 0 : idx[d]);
+    return k;
+}
+
+/* avg pool: the window's counted positions of output (n, oh, ow) */
+static void window(const dist_op *op, const hval *x, int64_t oh, int64_t ow, int64_t *h0,
+                   int64_t *h1, int64_t *w0, int64_t *w1) {
+    *h0 = oh * op->pool.stride_h - op->pool.pad_top, *h1 = *h0 + op->pool.window_h;
+    *w0 = ow * op->pool.stride_w - op->pool.pad_left, *w1 = *w0 + op->pool.window_w;
+    if (*h0 < 0) *h0 = 0;
+    if (*w0 < 0) *w0 = 0;
+    if (*h1 > x->dims[1]) *h1 = x->dims[1];
+    if (*w1 > x->dims[2]) *w1 = x->dims[2];
+}
+
+static void ref_run(const dist_op *op, const hval *in, hval *out) {
+    const hval *x = in;
+    int64_t n = in ? hnumel(x) : 0;
+    switch (op->code) {
+    case DIST_OPC_UNARY:
+        for (int64_t i = 0; i < n; i++) out[0].data[i] = un_f(op->k, x->data[i]);
+        return;
+    case DIST_OPC_UNARY_GRAD:
+        for (int64_t i = 0; i < n; i++)
+            out[0].data[i] = un_g(op->k, x->data[i], in[1].data[i], in[2].data[i]);
+        return;
+    case DIST_OPC_BINARY:
+        for (int64_t i = 0; i < hnumel(&out[0]); i++)
+            out[0].data[i] = bin_f(op->k, in[0].data[bidx(&in[0], &out[0], i)],
+                                   in[1].data[bidx(&in[1], &out[0], i)]);
+        return;
+    case DIST_OPC_BINARY_GRAD:
+        for (int o = 0; o < 2; o++)
+            if (out[o].data) memset(out[o].data, 0, (size_t)hnumel(&out[o]) * 4);
+        for (int64_t i = 0; i < hnumel(&in[2]); i++) {
+            int64_t ia = bidx(&in[0], &in[2], i), ib = bidx(&in[1], &in[2], i);
+            float ga, gb;
+            bin_g(op->k, in[0].data[ia], in[1].data[ib], in[2].data[i], &ga, &gb);
+            if (out[0].data) out[0].data[ia] += ga;
+            if (out[1].data) out[1].data[ib] += gb;
+        }
+        return;
+    case DIST_OPC_REDUCE: {
+        int64_t m = hnumel(&out[0]);
+        double *acc = calloc((size_t)m, sizeof *acc);
+        int64_t *cnt = calloc((size_t)m, sizeof *cnt);
+        for (int64_t j = 0; j < m; j++) acc[j] = op->k == DIST_RED_MAX ? -INFINITY : 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = kidx(x, op->mask, i);
+            acc[j] = op->k == DIST_RED_MAX ? fmax(acc[j], x->data[i]) : acc[j] + x->data[i];
+            cnt[j]++;
+        }
+        for (int64_t j = 0; j < m; j++)
+            out[0].data[j] = (float)(op->k == DIST_RED_MEAN ? acc[j] / (double)cnt[j] : acc[j]);
+        free(acc);
+        free(cnt);
+        return;
+    }
+    case DIST_OPC_REDUCE_GRAD: {
+        int64_t m = hnumel(&in[1]);
+        int64_t *cnt = calloc((size_t)m, sizeof *cnt);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = kidx(x, op->mask, i);
+            if (op->k != DIST_RED_MAX || x->data[i] == in[1].data[j]) cnt[j]++;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t j = kidx(x, op->mask, i);
+            float dy = in[2].data[j];
+            out[0].data[i] = op->k == DIST_RED_SUM ? dy
+                             : op->k == DIST_RED_MEAN
+                                 ? dy / (float)cnt[j]
+                                 : (x->data[i] == in[1].data[j] ? dy / (float)cnt[j] : 0.0f);
+        }
+        free(cnt);
+        return;
+    }
+    case DIST_OPC_TRANSPOSE:
+    case DIST_OPC_SLICE:
+        for (int64_t i = 0; i < hnumel(&out[0]); i++) {
+            int64_t oi[4] = {0}, xi[4] = {0};
+            unravel(&out[0], i, oi);
+            for (int d = 0; d < out[0].ndim; d++)
+                xi[op->code == DIST_OPC_TRANSPOSE ? op->v[d] : d] =
+                    op->code == DIST_OPC_TRANSPOSE ? oi[d] : oi[d] + op->v[d];
+            out[0].data[i] = x->data[ravel(x, xi)];
+        }
+        return;
+    case DIST_OPC_PAD:
+        memset(out[0].data, 0, (size_t)hnumel(&out[0]) * 4);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t xi[4] = {0};
+            unravel(x, i, xi);
+            for (int d = 0; d < x->ndim; d++) xi[d] += op->v[d];
+            out[0].data[ravel(&out[0], xi)] = x->data[i];
+        }
+        return;
+    case DIST_OPC_CONCAT: {
+        int64_t off = 0;
+        for (int k = 0; k < op->nin; k++) {
+            for (int64_t i = 0; i < hnumel(&in[k]); i++) {
+                int64_t xi[4] = {0};
+                unravel(&in[k], i, xi);
+                xi[op->axis] += off;
+                out[0].data[ravel(&out[0], xi)] = in[k].data[i];
+            }
+            off += in[k].dims[op->axis];
+        }
+        return;
+    }
+    case DIST_OPC_AVG_POOL2D:
+    case DIST_OPC_AVG_POOL2D_GRAD: {
+        int grad = op->code == DIST_OPC_AVG_POOL2D_GRAD;
+        const hval *xs = grad ? &out[0] : x, *ys = grad ? x : &out[0];
+        if (grad) memset(out[0].data, 0, (size_t)hnumel(&out[0]) * 4);
+        int64_t C = xs->dims[3];
+        for (int64_t i = 0; i < hnumel(ys); i++) {
+            int64_t yi[4], h0, h1, w0, w1;
+            unravel(ys, i, yi);
+            window(op, xs, yi[1], yi[2], &h0, &h1, &w0, &w1);
+            float cnt = (float)((h1 - h0) * (w1 - w0));
+            double s = 0;
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) {
+                    int64_t k = ((yi[0] * xs->dims[1] + h) * xs->dims[2] + w) * C + yi[3];
+                    if (grad)
+                        out[0].data[k] += x->data[i] / cnt;
+                    else
+                        s += x->data[k];
+                }
+            if (!grad) out[0].data[i] = (float)s / cnt;
+        }
+        return;
+    }
+    case DIST_OPC_SOFTMAX:
+    case DIST_OPC_SOFTMAX_GRAD: {
+        int64_t K = x->dims[x->ndim - 1];
+        for (int64_t r = 0; r < n / K; r++) {
+            const float *a = x->data + r * K, *b = op->nin > 1 ? in[1].data + r * K : NULL;
+            float *o = out[0].data + r * K;
+            double s = 0;
+            if (op->code == DIST_OPC_SOFTMAX) {
+                float m = -INFINITY;
+                for (int64_t j = 0; j < K; j++) m = fmaxf(m, a[j]);
+                for (int64_t j = 0; j < K; j++) s += expf(a[j] - m);
+                for (int64_t j = 0; j < K; j++)
+                    o[j] = op->k ? a[j] - m - logf((float)s) : expf(a[j] - m) / (float)s;
+            } else {
+                for (int64_t j = 0; j < K; j++) s += op->k ? b[j] : (double)b[j] * a[j];
+                for (int64_t j = 0; j < K; j++)
+                    o[j] = op->k ? b[j] - expf(a[j]) * (float)s : a[j] * (b[j] - (float)s);
+            }
+        }
+        return;
+    }
+    case DIST_OPC_SIGMOID_XENT:
+        for (int64_t i = 0; i < n; i++) {
+            float z = in[0].data[i], v = in[1].data[i];
+            out[0].data[i] = (v >= 0 ? v : 0.0f) - v * z + log1pf(expf(-fabsf(v)));
+        }
+        return;
+    case DIST_OPC_SIGMOID_XENT_GRAD:
+        for (int64_t i = 0; i < n; i++) {
+            float z = in[0].data[i], v = in[1].data[i], g = in[2].data[i];
+            if (out[0].data) out[0].data[i] = g * -v;
+            if (out[1].data) out[1].data[i] = g * (1.0f / (1.0f + expf(-v)) - z);
+        }
+        return;
+    case DIST_OPC_MSE:
+    case DIST_OPC_MSE_GRAD: {
+        int64_t K = x->dims[x->ndim - 1];
+        for (int64_t r = 0; r < n / K; r++) {
+            float s = 0;
+            for (int64_t j = 0; j < K; j++) {
+                float d = in[1].data[r * K + j] - in[0].data[r * K + j];
+                if (op->code == DIST_OPC_MSE) {
+                    s += d * d;
+                } else {
+                    float v = 2.0f * d / (float)K * in[2].data[r];
+                    if (out[0].data) out[0].data[r * K + j] = -v;
+                    if (out[1].data) out[1].data[r * K + j] = v;
+                }
+            }
+            if (op->code == DIST_OPC_MSE) out[0].data[r] = s / (float)K;
+        }
+        return;
+    }
+    case DIST_OPC_BN_STATS:
+    case DIST_OPC_BN_MOMENTS:
+    case DIST_OPC_BN_INFER_STATS: {
+        int64_t C = in[0].dims[in[0].ndim - 1], rows = hnumel(&in[0]) / C;
+        float *o = out[0].data;
+        for (int64_t j = 0; j < C; j++) {
+            double mean, var, clamped = 0;
+            if (op->code == DIST_OPC_BN_STATS) {
+                double s = 0, q = 0;
+                for (int64_t i = 0; i < rows; i++) s += x->data[i * C + j];
+                if (op->k == DIST_BN_SUMS) {
+                    for (int64_t i = 0; i < rows; i++)
+                        q += (double)x->data[i * C + j] * x->data[i * C + j];
+                    o[j] = (float)s, o[C + j] = (float)q;
+                    continue;
+                }
+                mean = s / (double)rows;
+                for (int64_t i = 0; i < rows; i++)
+                    q += (x->data[i * C + j] - mean) * (x->data[i * C + j] - mean);
+                var = q / (double)rows;
+            } else if (op->code == DIST_OPC_BN_MOMENTS) {
+                double cnt = in[1].data[0];
+                mean = x->data[j] / cnt;
+                double d = x->data[C + j] / cnt - mean * mean;
+                var = d < 0 ? 0 : d;
+                clamped = d < 0;
+            } else {
+                mean = in[0].data[j], var = in[1].data[j];
+            }
+            o[j] = (float)mean, o[C + j] = (float)var;
+            o[2 * C + j] = (float)(1.0 / sqrt(var + op->f[0]));
+            o[3 * C + j] = (float)clamped;
+        }
+        return;
+    }
+    case DIST_OPC_BN_APPLY:
+    case DIST_OPC_BN_GRAD_SUMS:
+    case DIST_OPC_BN_GRAD_INPUT: {
+        int64_t C = x->dims[x->ndim - 1], rows = n / C;
+        int apply = op->code == DIST_OPC_BN_APPLY;
+        const float *st = in[apply ? 1 : 2].data;
+        const float *gv = op->nin > (apply ? 2 : 3) ? in[apply ? 2 : 3].data : NULL;
+        for (int64_t j = 0; j < C; j++) {
+            double mean = st[j], inv = st[2 * C + j], g = gv ? gv[j] : 1.0, S = 0, T = 0;
+            for (int64_t i = 0; i < rows; i++) {
+                int64_t e = i * C + j;
+                float xv = x->data[e];
+                if (apply) { /* x s + (beta - mean s) */
+                    float s = st[2 * C + j] * (gv ? gv[j] : 1.0f);
+                    float b = op->nin > 3 && in[3].data ? in[3].data[j] : 0.0f;
+                    out[0].data[e] = xv * s + (b - st[j] * s);
+                    continue;
+                }
+                double dy = in[1].data[e];
+                if (op->code == DIST_OPC_BN_GRAD_SUMS) {
+                    S += dy, T += dy * ((double)xv - mean);
+                    continue;
+                }
+                if (op->k == DIST_BN_INFERENCE) {
+                    out[0].data[e] = in[1].data[e] * (gv ? gv[j] : 1.0f) * st[2 * C + j];
+                    continue;
+                }
+                double a = in[4].data[j], b = in[4].data[C + j];
+                out[0].data[e] = op->k == DIST_BN_SYNC
+                                     ? (float)(dy * g * inv + a + 2.0 * xv * b)
+                                     : (float)(dy * g * inv + (-a * inv) / (double)rows +
+                                               (-0.5 * inv * inv * inv * b) * 2.0 *
+                                                   ((double)xv - mean) / (double)rows);
+            }
+            if (op->code != DIST_OPC_BN_GRAD_SUMS) continue;
+            if (out[0].data) out[0].data[j] = (float)S, out[0].data[C + j] = (float)(T * inv);
+            if (op->nout < 2 || !out[1].data) continue;
+            float a = (float)(S * g), b = (float)(T * g);
+            if (op->k == DIST_BN_SYNC) {
+                double total = in[4].data[0], dmean = -(double)a * inv;
+                double dvar = st[3 * C + j] != 0.0f ? 0.0 : -0.5 * inv * inv * inv * (double)b;
+                a = (float)((dmean - 2.0 * mean * dvar) / total);
+                b = (float)(dvar / total);
+            }
+            out[1].data[j] = a, out[1].data[C + j] = b;
+        }
+        return;
+    }
+    case DIST_OPC_DROPOUT_MASK:
+        for (int64_t i = 0; i < hnumel(&out[0]); i++) {
+            uint32_t h = dist_op_hash32(op->u, (uint32_t)i);
+            float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+            out[0].data[i] = u >= op->f[0] ? 1.0f / (1.0f - op->f[0]) : 0.0f;
+        }
+        return;
+    case DIST_OPC_SUM_SQUARES: {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++) s += (double)x->data[i] * x->data[i];
+        out[0].data[0] = (float)s;
+        return;
+    }
+    case DIST_OPC_CLIP_VALUE:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x->data[i];
+            out[0].data[i] = v < op->f[0] ? op->f[0] : (v > op->f[1] ? op->f[1] : v);
+        }
+        return;
+    case DIST_OPC_CLIP_BY_NORM: {
+        float norm = sqrtf(in[1].data[0]), f = op->f[0] / norm;
+        f = isnan(f) ? f : (isinf(norm) || f > 1.0f ? 1.0f : f);
+        for (int64_t i = 0; i < n; i++) out[0].data[i] = x->data[i] * f;
+        return;
+    }
+    default: ck_abort_msg("no reference for op code %d", (int)op->code);
+    }
+}
+
+/* Runs op on the trace backend and compares with the CPU backend (when it runs the op) and
+ * with ref_run. in/out: the values and output shapes (an out entry with NULL data: optional,
+ * not asked for). */
+static void check_op(const char *what, const dist_op *op, const hval *in, const hval *out) {
+    hval got[4], want[4], cpu[4];
+    run_traced(op, in, out, 1, got);
+    for (int o = 0; o < op->nout; o++)
+        want[o] = out[o].data ? hnew(out[o].ndim, out[o].dims) : (hval){0, {0}, NULL};
+    ref_run(op, in, want);
+    int on_cpu = run_cpu(op, in, out, cpu);
+    for (int o = 0; o < op->nout; o++) {
+        if (!out[o].data) continue;
+        expect_close(what, o, &got[o], &want[o]);
+        if (on_cpu) expect_close(what, o, &got[o], &cpu[o]);
+        hfree(&got[o]);
+        hfree(&want[o]);
+        hfree(&cpu[o]);
+    }
+    if (!on_cpu) fprintf(stderr, "  %s: the CPU backend does not run it yet (ref only)\n", what);
+}
+
+static const int64_t D23[] = {2, 3}, D3[] = {3}, D1[] = {1};
+static const int64_t D243[] = {2, 4, 3};
+
+/* ---- the tests (with the plugin) ---------------------------------------------------------- */
+
+START_TEST(test_every_unary_function_and_its_gradient_match) {
+    for (int k = 0; k < DIST_UN_COUNT; k++) {
+        int pos = k == DIST_UN_LOG || k == DIST_UN_SQRT;
+        hval x = hrand(2, D23, 1 + k, pos ? 0.1f : -3.0f, 3.0f);
+        hval y = hnew(2, D23), dy = hrand(2, D23, 7, -1.0f, 1.0f);
+        ref_run(&(dist_op){.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1}, &x, &y);
+        dist_op f = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1};
+        dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1};
+        char name[64];
+        snprintf(name, sizeof name, "unary %d (%s)", k, dist_op_name(&f));
+        check_op(name, &f, &x, &y);
+        hval in[3] = {x, y, dy};
+        check_op(name, &g, in, &x);
+        hfree(&x), hfree(&y), hfree(&dy);
+    }
+}
+END_TEST
+
+START_TEST(test_every_binary_op_broadcasts_and_its_gradient_sums_back) {
+    for (int k = 0; k < DIST_BIN_COUNT; k++) {
+        hval a = hrand(2, D23, 3 + k, 0.5f, 2.0f), b = hrand(1, D3, 9 + k, 0.5f, 2.0f);
+        b.data[1] = a.data[1]; /* a tie for max / min */
+        hval o = hnew(2, D23), dy = hrand(2, D23, 5, -1.0f, 1.0f);
+        dist_op f = {.code = DIST_OPC_BINARY, .k = k, .nin = 2, .nout = 1};
+        dist_op g = {.code = DIST_OPC_BINARY_GRAD, .k = k, .nin = 3, .nout = 2};
+        char name[64];
+        snprintf(name, sizeof name, "binary %s", dist_op_name(&f));
+        hval in[3] = {a, b, dy}, outs[2] = {a, b};
+        check_op(name, &f, in, &o);
+        check_op(name, &g, in, outs);
+        /* the other way round: a [2,1] against b [3] */
+        hval c = hrand(2, (int64_t[]){2, 1}, 11, 0.5f, 2.0f);
+        hval in2[3] = {c, b, dy}, outs2[2] = {c, b};
+        check_op(name, &f, in2, &o);
+        check_op(name, &g, in2, outs2);
+        hfree(&a), hfree(&b), hfree(&o), hfree(&dy), hfree(&c);
+    }
+}
+END_TEST
+
+START_TEST(test_reductions_over_axes_and_their_gradients_match) {
+    hval x = hrand(3, D243, 2, -2.0f, 2.0f);
+    x.data[4] = x.data[1]; /* a tie for the maximum along axis 1 */
+    for (int k = DIST_RED_SUM; k <= DIST_RED_MAX; k++)
+        for (int mask = 1; mask < 8; mask++) {
+            int64_t kd[3];
+            for (int d = 0; d < 3; d++) kd[d] = mask >> d & 1 ? 1 : D243[d];
+            hval y = hnew(3, kd), dy = hrand(3, kd, 4, -1.0f, 1.0f);
+            dist_op f = {.code = DIST_OPC_REDUCE, .k = k, .mask = mask, .nin = 1, .nout = 1};
+            dist_op g = {.code = DIST_OPC_REDUCE_GRAD, .k = k, .mask = mask, .nin = 3, .nout = 1};
+            ref_run(&f, &x, &y);
+            char name[64];
+            snprintf(name, sizeof name, "%s mask %d", dist_op_name(&f), mask);
+            check_op(name, &f, &x, &y);
+            hval in[3] = {x, y, dy};
+            check_op(name, &g, in, &x);
+            hfree(&y), hfree(&dy);
+        }
+    hfree(&x);
+}
+END_TEST
+
+START_TEST(test_transpose_slice_pad_and_concat_match) {
+    hval x = hrand(3, D243, 3, -1.0f, 1.0f);
+    dist_op tr = {.code = DIST_OPC_TRANSPOSE, .nin = 1, .nout = 1, .v = {2, 0, 1}};
+    hval xt = hnew(3, (int64_t[]){3, 2, 4});
+    check_op("transpose", &tr, &x, &xt);
+    dist_op sl = {.code = DIST_OPC_SLICE, .nin = 1, .nout = 1, .v = {1, 1, 0}};
+    hval xs = hnew(3, (int64_t[]){1, 2, 3});
+    check_op("slice", &sl, &x, &xs);
+    dist_op pd = {.code = DIST_OPC_PAD, .nin = 1, .nout = 1, .v = {1, 1, 0}};
+    hval small = hrand(3, (int64_t[]){1, 2, 3}, 8, -1.0f, 1.0f);
+    check_op("pad", &pd, &small, &x);
+    hval parts[3] = {hrand(3, (int64_t[]){2, 1, 3}, 1, 0, 1),
+                     hrand(3, (int64_t[]){2, 2, 3}, 2, 0, 1),
+                     hrand(3, (int64_t[]){2, 1, 3}, 3, 0, 1)};
+    dist_op cc = {.code = DIST_OPC_CONCAT, .axis = 1, .nin = 3, .nout = 1};
+    check_op("concat", &cc, parts, &x);
+    for (int i = 0; i < 3; i++) hfree(&parts[i]);
+    hfree(&x), hfree(&xt), hfree(&xs), hfree(&small);
+}
+END_TEST
+
+START_TEST(test_average_pooling_and_its_gradient_match_valid_and_same) {
+    hval x = hrand(4, (int64_t[]){2, 5, 5, 3}, 4, -1.0f, 1.0f);
+    for (int same = 0; same <= 1; same++) {
+        dist_op f = {.code = DIST_OPC_AVG_POOL2D, .nin = 1, .nout = 1};
+        f.pool.window_h = f.pool.window_w = 2;
+        f.pool.stride_h = f.pool.stride_w = 2;
+        f.pool.pad_bottom = f.pool.pad_right = same; /* "same": 5 -> 3 */
+        int64_t o = same ? 3 : 2;
+        hval y = hnew(4, (int64_t[]){2, o, o, 3}), dy = hrand(4, y.dims, 6, -1.0f, 1.0f);
+        check_op(same ? "avg_pool2d same" : "avg_pool2d valid", &f, &x, &y);
+        dist_op g = f;
+        g.code = DIST_OPC_AVG_POOL2D_GRAD;
+        check_op(same ? "avg_pool2d grad same" : "avg_pool2d grad valid", &g, &dy, &x);
+        hfree(&y), hfree(&dy);
+    }
+    /* overlapping windows: 3x3, stride 1, padded 1 all round */
+    dist_op f = {.code = DIST_OPC_AVG_POOL2D, .nin = 1, .nout = 1};
+    f.pool.window_h = f.pool.window_w = 3;
+    f.pool.stride_h = f.pool.stride_w = 1;
+    f.pool.pad_top = f.pool.pad_bottom = f.pool.pad_left = f.pool.pad_right = 1;
+    hval y = hnew(4, x.dims), dy = hrand(4, x.dims, 9, -1.0f, 1.0f);
+    check_op("avg_pool2d 3x3", &f, &x, &y);
+    f.code = DIST_OPC_AVG_POOL2D_GRAD;
+    check_op("avg_pool2d grad 3x3", &f, &dy, &x);
+    hfree(&y), hfree(&dy), hfree(&x);
+}
+END_TEST
+
+START_TEST(test_softmax_losses_and_their_gradients_match) {
+    hval x = hrand(2, (int64_t[]){3, 4}, 5, -3.0f, 3.0f), dy = hrand(2, x.dims, 6, -1, 1);
+    for (int k = 0; k <= 1; k++) {
+        hval y = hnew(2, x.dims);
+        dist_op f = {.code = DIST_OPC_SOFTMAX, .k = k, .nin = 1, .nout = 1};
+        ref_run(&f, &x, &y);
+        check_op(dist_op_name(&f), &f, &x, &y);
+        dist_op g = {.code = DIST_OPC_SOFTMAX_GRAD, .k = k, .nin = 2, .nout = 1};
+        hval in[2] = {y, dy};
+        check_op(dist_op_name(&f), &g, in, &x);
+        hfree(&y);
+    }
+    hval z = hrand(2, x.dims, 7, 0.0f, 1.0f);
+    hval in[3] = {z, x, dy};
+    check_op("sigmoid xent", &(dist_op){.code = DIST_OPC_SIGMOID_XENT, .nin = 2, .nout = 1}, in,
+             &x);
+    hval two[2] = {z, x};
+    check_op("sigmoid xent grad",
+             &(dist_op){.code = DIST_OPC_SIGMOID_XENT_GRAD, .nin = 3, .nout = 2}, in, two);
+    hval loss = hnew(1, (int64_t[]){3}), dl = hrand(1, loss.dims, 8, -1, 1);
+    check_op("mse", &(dist_op){.code = DIST_OPC_MSE, .nin = 2, .nout = 1}, in, &loss);
+    hval gin[3] = {z, x, dl};
+    check_op("mse grad", &(dist_op){.code = DIST_OPC_MSE_GRAD, .nin = 3, .nout = 2}, gin, two);
+    hval only_pred[2] = {{0, {0}, NULL}, x};
+    check_op("mse grad (dpred only)", &(dist_op){.code = DIST_OPC_MSE_GRAD, .nin = 3, .nout = 2},
+             gin, only_pred);
+    hfree(&x), hfree(&dy), hfree(&z), hfree(&loss), hfree(&dl);
+}
+END_TEST
+
+START_TEST(test_batch_normalization_ops_match) {
+    hval x = hrand(3, D243, 10, -2.0f, 3.0f), dy = hrand(3, D243, 11, -1.0f, 1.0f);
+    hval st = hnew(2, (int64_t[]){4, 3}), sums = hnew(2, (int64_t[]){2, 3});
+    dist_op s = {.code = DIST_OPC_BN_STATS, .k = DIST_BN_LOCAL, .nin = 1, .nout = 1, .f = {1e-3f}};
+    ref_run(&s, &x, &st);
+    check_op("bn stats local", &s, &x, &st);
+    s.k = DIST_BN_SUMS;
+    ref_run(&s, &x, &sums);
+    check_op("bn stats sums", &s, &x, &sums);
+    hval cnt = hnew(0, NULL);
+    cnt.data[0] = 8.0f;
+    hval min[2] = {sums, cnt};
+    check_op("bn moments",
+             &(dist_op){.code = DIST_OPC_BN_MOMENTS, .nin = 2, .nout = 1, .f = {1e-3f}}, min, &st);
+    /* a variance below 0 from rounding: clamped */
+    hval bad = hnew(2, (int64_t[]){2, 3});
+    for (int j = 0; j < 3; j++)
+        bad.data[j] = 8.0f * (j + 1), bad.data[3 + j] = 7.9f * (j + 1) * (j + 1);
+    hval bin[2] = {bad, cnt};
+    hval stc = hnew(2, (int64_t[]){4, 3});
+    dist_op mo = {.code = DIST_OPC_BN_MOMENTS, .nin = 2, .nout = 1, .f = {1e-3f}};
+    ref_run(&mo, bin, &stc);
+    check_op("bn moments clamped", &mo, bin, &stc);
+    hval mean = hrand(1, D3, 12, -1, 1), var = hrand(1, D3, 13, 0.5f, 2);
+    hval iin[2] = {mean, var};
+    check_op("bn infer stats",
+             &(dist_op){.code = DIST_OPC_BN_INFER_STATS, .nin = 2, .nout = 1, .f = {1e-3f}}, iin,
+             &st);
+    hval gamma = hrand(1, D3, 14, 0.5f, 1.5f), beta = hrand(1, D3, 15, -1, 1);
+    hval ain[4] = {x, st, gamma, beta};
+    check_op("bn apply", &(dist_op){.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1}, ain, &x);
+    hval ain0[4] = {x, st, {0, {0}, NULL}, {0, {0}, NULL}};
+    check_op("bn apply (no gamma, beta)",
+             &(dist_op){.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1}, ain0, &x);
+    /* the backward: the sums, then the input's gradient from them */
+    for (int k = DIST_BN_INFERENCE; k <= DIST_BN_SYNC; k++) {
+        hval *stk = k == DIST_BN_SYNC ? &stc : &st;
+        hval gin[5] = {x, dy, *stk, gamma, cnt};
+        hval gs[2] = {hnew(2, (int64_t[]){2, 3}), hnew(2, (int64_t[]){2, 3})};
+        dist_op gsum = {.code = DIST_OPC_BN_GRAD_SUMS, .k = k, .nin = 5, .nout = 2};
+        ref_run(&gsum, gin, gs);
+        char name[64];
+        snprintf(name, sizeof name, "bn grad sums mode %d", k);
+        check_op(name, &gsum, gin, gs);
+        hval xin[6] = {x, dy, *stk, gamma, gs[1], cnt};
+        snprintf(name, sizeof name, "bn grad input mode %d", k);
+        check_op(name, &(dist_op){.code = DIST_OPC_BN_GRAD_INPUT, .k = k, .nin = 6, .nout = 1}, xin,
+                 &x);
+        hval xin0[6] = {x, dy, *stk, {0, {0}, NULL}, gs[1], {0, {0}, NULL}};
+        snprintf(name, sizeof name, "bn grad input mode %d (no gamma)", k);
+        check_op(name, &(dist_op){.code = DIST_OPC_BN_GRAD_INPUT, .k = k, .nin = 6, .nout = 1},
+                 xin0, &x);
+        hfree(&gs[0]), hfree(&gs[1]);
+    }
+    hfree(&x), hfree(&dy), hfree(&st), hfree(&sums), hfree(&cnt), hfree(&bad), hfree(&stc);
+    hfree(&mean), hfree(&var), hfree(&gamma), hfree(&beta);
+}
+END_TEST
+
+START_TEST(test_sum_of_squares_and_clipping_match) {
+    hval x = hrand(2, D23, 20, -3.0f, 3.0f), s = hnew(0, NULL);
+    check_op("sum of squares", &(dist_op){.code = DIST_OPC_SUM_SQUARES, .nin = 1, .nout = 1}, &x,
+             &s);
+    check_op("clip by value",
+             &(dist_op){.code = DIST_OPC_CLIP_VALUE, .nin = 1, .nout = 1, .f = {-1.0f, 0.5f}}, &x,
+             &x);
+    /* norms: above the bound, below it, zero, Inf, NaN */
+    const float sq[] = {25.0f, 0.25f, 0.0f, INFINITY, NAN};
+    for (int i = 0; i < 5; i++) {
+        hval n = hnew(1, D1);
+        n.data[0] = sq[i];
+        hval in[2] = {x, n};
+        char name[64];
+        snprintf(name, sizeof name, "clip by norm, sum of squares %g", (double)sq[i]);
+        check_op(name, &(dist_op){.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1, .f = {2.0f}},
+                 in, &x);
+        hfree(&n);
+    }
+    hfree(&x), hfree(&s);
+}
+END_TEST
+
+START_TEST(test_dropout_mask_has_the_hash_bits_and_each_replica_its_own) {
+    dist_op op = {.code = DIST_OPC_DROPOUT_MASK,
+                  .nout = 1,
+                  .f = {0.3f},
+                  .u = {0x1234u, 0xdeadbeefu, 0x00abcdefu, 0}};
+    hval shape = hnew(2, (int64_t[]){4, 64});
+    hval got[2], want = hnew(2, shape.dims);
+    run_traced(&op, NULL, &shape, 2, got);
+    int differ = 0;
+    for (int r = 0; r < 2; r++) {
+        op.u[3] = (uint32_t)r;
+        ref_run(&op, NULL, &want);
+        char name[64];
+        snprintf(name, sizeof name, "dropout mask replica %d", r);
+        ck_assert_int_eq(memcmp(got[r].data, want.data, (size_t)hnumel(&want) * 4), 0);
+        hval cpu[1];
+        if (run_cpu(&op, NULL, &shape, cpu)) {
+            ck_assert_msg(memcmp(got[r].data, cpu[0].data, (size_t)hnumel(&want) * 4) == 0,
+                          "%s: not the CPU backend's bits", name);
+            hfree(&cpu[0]);
+        }
+    }
+    for (int64_t i = 0; i < hnumel(&want); i++) differ += got[0].data[i] != got[1].data[i];
+    ck_assert_msg(differ > 10, "the two replicas' masks differ in %d of 256 places", differ);
+    hfree(&got[0]), hfree(&got[1]), hfree(&want), hfree(&shape);
+}
+END_TEST
+
+/* k steps in one program: each step's counter is a runtime input, so the step j mask is the one
+ * of counter c_j, in the unrolled and the loop form alike. */
+START_TEST(test_dropout_counter_is_a_runtime_input_of_each_of_k_steps) {
+    const uint32_t counters[3] = {7u, 0x12345u, 0xfffffffeu};
+    dist_op op = {.code = DIST_OPC_DROPOUT_MASK, .nout = 1, .f = {0.5f}, .u = {1, 2, 0, 0}};
+    hval shape = hnew(1, (int64_t[]){40});
+    for (int form = 0; form < 2; form++) {
+        traced tr;
+        trace_setup(&tr, 2);
+        trace_alloc(&tr, &op, NULL, &shape);
+        float scalars[3 * 8];
+        int S = 0;
+        for (int j = 0; j < 3; j++) {
+            op.u[2] = counters[j];
+            trace_op(&tr, &op, 2, 1);
+            S = xla_trace_num_scalars(tr.t);
+            ck_assert_int_le(S, 8);
+            memcpy(scalars + j * S, xla_trace_scalars(tr.t), sizeof(float) * (size_t)S);
+        }
+        int out_is_state[4];
+        for (int o = 0; o < tr.g.num_outputs; o++)
+            out_is_state[o] = xla_trace_output_region(tr.t, o) >= 0;
+        char *text;
+        size_t len;
+        if (form == 0)
+            ck_assert_int_eq(xg_emit_stablehlo_unrolled(&tr.g, 3, out_is_state, &text, &len),
+                             DIST_OK);
+        else
+            ck_assert_int_eq(xg_emit_stablehlo_loop(&tr.g, 3, out_is_state, &text, &len), DIST_OK);
+        hval res[2] = {hnew(2, (int64_t[]){3, 40}), hnew(2, (int64_t[]){3, 40})};
+        hval stacked = res[0];
+        execute(&tr, text, len, 2, 3, scalars, &stacked, 1, res);
+        for (int r = 0; r < 2; r++)
+            for (int j = 0; j < 3; j++) {
+                hval want = hnew(1, shape.dims);
+                dist_op oj = op;
+                oj.u[2] = counters[j], oj.u[3] = (uint32_t)r;
+                ref_run(&oj, NULL, &want);
+                ck_assert_msg(memcmp(res[r].data + j * 40, want.data, 40 * 4) == 0,
+                              "%s form, replica %d, step %d: not the mask of counter %u",
+                              form ? "loop" : "unrolled", r, j, counters[j]);
+                hfree(&want);
+            }
+        hfree(&res[0]), hfree(&res[1]);
+        free(text);
+        trace_teardown(&tr);
+    }
+    hfree(&shape);
+}
+END_TEST
+
+/* ---- without the plugin ------------------------------------------------------------------- */
+
+START_TEST(test_the_trace_backend_runs_every_opcode) {
+    dist_backend *be;
+    xla_device_ops ops = {0};
+    ck_assert_int_eq(xla_trace_backend_create(1, &ops, &be), DIST_OK);
+    for (int c = DIST_OPC_UNARY; c < DIST_OPC_COUNT; c++) {
+        dist_op op = {.code = (dist_opcode)c, .nin = 1, .nout = 1};
+        if (c == DIST_OPC_BN_STATS) op.k = DIST_BN_LOCAL;
+        ck_assert_msg(dist_backend_supports_op(be, &op, NULL, NULL), "op code %d (%s)", c,
+                      dist_op_name(&op));
+    }
+    dist_op bad = {.code = DIST_OPC_UNARY, .k = DIST_UN_COUNT, .nin = 1, .nout = 1};
+    ck_assert(!dist_backend_supports_op(be, &bad, NULL, NULL));
+    /* outside a traced step it records nothing: a clear error */
+    float v[2] = {1, 2};
+    void *p;
+    ck_assert_int_eq(be->iface->alloc(be->ctx, sizeof v, &p), DIST_OK);
+    dist_tensor x = dist_tensor_view(p, DIST_F32, 1, (int64_t[]){2});
+    const dist_tensor *in[1] = {&x};
+    dist_tensor *out[1] = {&x};
+    dist_op ex = {.code = DIST_OPC_UNARY, .k = DIST_UN_EXP, .nin = 1, .nout = 1};
+    ck_assert_int_eq(dist_backend_run_op(be, &ex, in, out), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "outside a traced step"));
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* Each op traced and emitted by the three emitters (the programs are compiled in the plugin
+ * mode); the dropout mask's program reads replica_id and two scalars. */
+START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
+    hval x = hrand(2, D23, 1, 0.5f, 1.5f), b = hrand(1, D3, 2, 0.5f, 1.5f);
+    hval st = hnew(2, (int64_t[]){4, 3}), s2 = hnew(2, (int64_t[]){2, 3}), c = hnew(0, NULL);
+    hval m = hnew(2, (int64_t[]){1, 3}), sc = hnew(0, NULL), row = hnew(1, (int64_t[]){2});
+    hval x4 = hrand(4, (int64_t[]){1, 4, 4, 1}, 3, 0, 1), y4 = hnew(4, (int64_t[]){1, 2, 2, 1});
+    c.data[0] = 2.0f;
+    struct {
+        dist_op op;
+        hval in[6], out[2];
+    } cases[] = {
+        {{.code = DIST_OPC_UNARY, .k = DIST_UN_GELU, .nin = 1, .nout = 1}, {x}, {x}},
+        {{.code = DIST_OPC_UNARY_GRAD, .k = DIST_UN_GELU_TANH, .nin = 3, .nout = 1},
+         {x, x, x},
+         {x}},
+        {{.code = DIST_OPC_BINARY, .k = DIST_BIN_MAX, .nin = 2, .nout = 1}, {x, b}, {x}},
+        {{.code = DIST_OPC_BINARY_GRAD, .k = DIST_BIN_DIV, .nin = 3, .nout = 2}, {x, b, x}, {x, b}},
+        {{.code = DIST_OPC_REDUCE, .k = DIST_RED_MAX, .mask = 1, .nin = 1, .nout = 1}, {x}, {m}},
+        {{.code = DIST_OPC_REDUCE_GRAD, .k = DIST_RED_MAX, .mask = 1, .nin = 3, .nout = 1},
+         {x, m, m},
+         {x}},
+        {{.code = DIST_OPC_TRANSPOSE, .nin = 1, .nout = 1, .v = {1, 0}},
+         {x},
+         {hnew(2, (int64_t[]){3, 2})}},
+        {{.code = DIST_OPC_SLICE, .nin = 1, .nout = 1, .v = {1, 0}}, {x}, {m}},
+        {{.code = DIST_OPC_PAD, .nin = 1, .nout = 1, .v = {1, 0}}, {m}, {x}},
+        {{.code = DIST_OPC_CONCAT, .nin = 2, .nout = 1}, {m, m}, {x}},
+        {{.code = DIST_OPC_AVG_POOL2D,
+          .nin = 1,
+          .nout = 1,
+          .pool = {.window_h = 2, .window_w = 2, .stride_h = 2, .stride_w = 2}},
+         {x4},
+         {y4}},
+        {{.code = DIST_OPC_AVG_POOL2D_GRAD,
+          .nin = 1,
+          .nout = 1,
+          .pool = {.window_h = 2, .window_w = 2, .stride_h = 2, .stride_w = 2}},
+         {y4},
+         {x4}},
+        {{.code = DIST_OPC_SOFTMAX, .k = 1, .nin = 1, .nout = 1}, {x}, {x}},
+        {{.code = DIST_OPC_SOFTMAX_GRAD, .nin = 2, .nout = 1}, {x, x}, {x}},
+        {{.code = DIST_OPC_SIGMOID_XENT, .nin = 2, .nout = 1}, {x, x}, {x}},
+        {{.code = DIST_OPC_SIGMOID_XENT_GRAD, .nin = 3, .nout = 2}, {x, x, x}, {x, x}},
+        {{.code = DIST_OPC_MSE, .nin = 2, .nout = 1}, {x, x}, {row}},
+        {{.code = DIST_OPC_MSE_GRAD, .nin = 3, .nout = 2}, {x, x, row}, {x, x}},
+        {{.code = DIST_OPC_BN_STATS, .k = DIST_BN_LOCAL, .nin = 1, .nout = 1, .f = {1e-3f}},
+         {x},
+         {st}},
+        {{.code = DIST_OPC_BN_MOMENTS, .nin = 2, .nout = 1, .f = {1e-3f}}, {s2, c}, {st}},
+        {{.code = DIST_OPC_BN_INFER_STATS, .nin = 2, .nout = 1, .f = {1e-3f}}, {b, b}, {st}},
+        {{.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1}, {x, st, b, b}, {x}},
+        {{.code = DIST_OPC_BN_GRAD_SUMS, .k = DIST_BN_SYNC, .nin = 5, .nout = 2},
+         {x, x, st, b, c},
+         {s2, s2}},
+        {{.code = DIST_OPC_BN_GRAD_INPUT, .k = DIST_BN_SYNC, .nin = 6, .nout = 1},
+         {x, x, st, b, s2, c},
+         {x}},
+        {{.code = DIST_OPC_DROPOUT_MASK, .nout = 1, .f = {0.5f}, .u = {1, 2, 3, 4}}, {{0}}, {x}},
+        {{.code = DIST_OPC_SUM_SQUARES, .nin = 1, .nout = 1}, {x}, {sc}},
+        {{.code = DIST_OPC_CLIP_VALUE, .nin = 1, .nout = 1, .f = {0, 1}}, {x}, {x}},
+        {{.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1, .f = {1}}, {x, sc}, {x}},
+    };
+    int seen[DIST_OPC_COUNT] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        traced tr;
+        trace_setup(&tr, 2);
+        trace_alloc(&tr, &cases[i].op, cases[i].in, cases[i].out);
+        trace_op(&tr, &cases[i].op, 2, 0);
+        seen[cases[i].op.code] = 1;
+        int is_state[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        for (int form = 0; form < 3; form++) {
+            char *text = NULL;
+            size_t len;
+            dist_status st_ = form == 0 ? xg_emit_stablehlo(&tr.g, &text, &len)
+                              : form == 1
+                                  ? xg_emit_stablehlo_unrolled(&tr.g, 2, is_state, &text, &len)
+                                  : xg_emit_stablehlo_loop(&tr.g, 2, is_state, &text, &len);
+            ck_assert_msg(st_ == DIST_OK, "%s form %d: %s", dist_op_name(&cases[i].op), form,
+                          dist_last_error());
+            if (cases[i].op.code == DIST_OPC_DROPOUT_MASK) {
+                ck_assert_ptr_nonnull(strstr(text, "stablehlo.replica_id"));
+                ck_assert_ptr_nonnull(strstr(text, "stablehlo.shift_right_logical"));
+                ck_assert_int_eq(tr.g.num_scalars, 2);
+            }
+            free(text);
+        }
+        trace_teardown(&tr);
+    }
+    for (int c2 = DIST_OPC_UNARY; c2 < DIST_OPC_COUNT; c2++)
+        ck_assert_msg(seen[c2], "op code %d has no case", c2);
+    hfree(&x), hfree(&b), hfree(&st), hfree(&s2), hfree(&c), hfree(&m), hfree(&sc), hfree(&row);
+    hfree(&x4), hfree(&y4), hfree(&cases[6].out[0]);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    Suite *su = suite_create("trace_ops");
+    TCase *tc = tcase_create("record");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_the_trace_backend_runs_every_opcode);
+    tcase_add_test(tc, test_every_op_records_and_emits_in_the_three_forms);
+    suite_add_tcase(su, tc);
+    if (argc == 3 && !strcmp(argv[1], "cpu_plugin")) {
+        g_plugin = argv[2];
+        if (access(g_plugin, R_OK) != 0) {
+            fprintf(stderr, "the PJRT plugin %s is not there (the pjrt_venv fixture makes it)\n",
+                    g_plugin);
+            return 1;
+        }
+        TCase *run = tcase_create("cpu_plugin");
+        tcase_set_timeout(run, 600);
+        tcase_add_test(run, test_every_unary_function_and_its_gradient_match);
+        tcase_add_test(run, test_every_binary_op_broadcasts_and_its_gradient_sums_back);
+        tcase_add_test(run, test_reductions_over_axes_and_their_gradients_match);
+        tcase_add_test(run, test_transpose_slice_pad_and_concat_match);
+        tcase_add_test(run, test_average_pooling_and_its_gradient_match_valid_and_same);
+        tcase_add_test(run, test_softmax_losses_and_their_gradients_match);
+        tcase_add_test(run, test_batch_normalization_ops_match);
+        tcase_add_test(run, test_sum_of_squares_and_clipping_match);
+        tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
+        tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);
+        suite_add_tcase(su, run);
+    }
+    int rc = dist_test_run(su);
+    dist_pjrt_client_destroy(g_client);
+    return rc;
+}
