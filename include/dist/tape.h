@@ -58,6 +58,21 @@ DIST_API int dist_tape_recording(const dist_tape *tape);
 DIST_API dist_status dist_tape_set_compute_precision(dist_tape *tape, dist_dtype dtype);
 DIST_API dist_dtype dist_tape_compute_precision(const dist_tape *tape);
 
+/* How often the tape's fused patterns ran, counted since the tape was created (never reset).
+ * conv2d with ReLU -> max_pool2d is one pattern wherever it occurs: its forward runs as one
+ * kernel when a model's layer graph or the caller pairs the two (dist_op_conv2d_max_pool2d);
+ * its backward runs as one kernel from the pool's output gradient whenever the recorded step
+ * holds a max pool of a ReLU convolution's output, however the step was written.
+ * A *_declined count is a pattern the backend's fused kernel does not cover for those shapes
+ * (or a backend without one): the unfused kernels ran, with the same results. */
+typedef struct dist_fusion_stats {
+    int64_t conv_pool_forward;
+    int64_t conv_pool_forward_declined;
+    int64_t conv_pool_backward;
+    int64_t conv_pool_backward_declined;
+} dist_fusion_stats;
+DIST_API void dist_tape_fusion_stats(const dist_tape *tape, dist_fusion_stats *out);
+
 /* Marks a tensor (a variable on the tape's device) as a source of gradients for this step. */
 DIST_API dist_status dist_tape_watch(dist_tape *tape, dist_tensor *variable);
 

@@ -271,13 +271,16 @@ static dist_status pool_backward_fused(dist_tape *t, tape_node *n, const dist_te
     if (dist_tensor_numel(x) == 0) return DIST_OK;
     /* the pool only routes dy (its gradients are not rounded: dist_op_max_pool2d stores
      * nothing it computed), so the convolution's part of dy is dy itself */
-    if (tape_requires_grad(t, x))
-        return be->conv2d_relu_pool_backward
-                   ? conv_pool_all_grads(t, c, &n->p.pool, dy, n->workspace, done)
-                   : DIST_OK;
-    if (!be->conv2d_relu_pool_backward_filter) return DIST_OK;
-    return conv_pool_filter_grads(t, &c->p.conv, &n->p.pool, x, w, b, dy, n->workspace, c->round,
-                                  done);
+    if (tape_requires_grad(t, x) && be->conv2d_relu_pool_backward)
+        DIST_TRY(conv_pool_all_grads(t, c, &n->p.pool, dy, n->workspace, done));
+    else if (!tape_requires_grad(t, x) && be->conv2d_relu_pool_backward_filter)
+        DIST_TRY(conv_pool_filter_grads(t, &c->p.conv, &n->p.pool, x, w, b, dy, n->workspace,
+                                        c->round, done));
+    if (*done)
+        t->fusion.conv_pool_backward++;
+    else
+        t->fusion.conv_pool_backward_declined++;
+    return DIST_OK;
 }
 
 /* When the pooled input is a ReLU's output, the ReLU's mask (x > 0) is applied here to the
@@ -388,6 +391,7 @@ static dist_status conv_pool_backward(dist_tape *t, tape_node *n, grad_entry *g)
     if (!ran)
         return dist_error(DIST_INTERNAL, "conv2d + max_pool2d: the backend ran the fused forward "
                                          "but declines its gradient");
+    t->fusion.conv_pool_backward++;
     return DIST_OK;
 }
 
@@ -431,7 +435,9 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
                                               t->compute_precision, need_dx, out, bytes, twin,
                                               &ran));
         if (ran & 2) tape_set_bf16_twin(t, out, twin);
+        if (!ran) t->fusion.conv_pool_forward_declined++;
         if (ran) {
+            t->fusion.conv_pool_forward++;
             const dist_tensor *in[3] = {x, w, b};
             tape_node *n;
             DIST_TRY(tape_record(t, out, conv_pool_backward, 3, in, &n));

@@ -20,6 +20,14 @@ dist_status dist_tape_create(dist_backend *backend, dist_tape **out) {
     return DIST_OK;
 }
 
+void dist_tape_fusion_stats(const dist_tape *t, dist_fusion_stats *out) {
+    if (!out) return;
+    if (t)
+        *out = t->fusion;
+    else
+        memset(out, 0, sizeof *out);
+}
+
 void dist_tape_destroy(dist_tape *t) {
     if (!t) return;
     dist_arena_release(&t->arena);

@@ -65,6 +65,7 @@ struct dist_tape {
      * store their outputs at; cur_round: the node whose backward runs now (grad_end). */
     dist_dtype compute_precision;
     dist_dtype cur_round;
+    dist_fusion_stats fusion; /* dist_tape_fusion_stats */
 
     /* tensors handed out this step, in stable blocks */
     tensor_block *blocks;
