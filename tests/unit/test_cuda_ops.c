@@ -430,6 +430,83 @@ START_TEST(test_sum_squares_and_clipping_match_cpu) {
 }
 END_TEST
 
+/* ---- step graphs ----------------------------------------------------------------------------- */
+
+enum { G_X, G_B, G_U, G_DA, G_DB, G_R, G_DX, G_S, G_ST, G_M, G_COUNT };
+
+/* The ops of one step on fixed tensors (t), in one order: what a graph replays. */
+static void graph_step_ops(dist_tensor **t) {
+    const dist_op ops[] = {
+        {.code = DIST_OPC_UNARY, .k = DIST_UN_GELU, .nin = 1, .nout = 1},
+        {.code = DIST_OPC_BINARY_GRAD, .k = DIST_BIN_MUL, .nin = 3, .nout = 2},
+        {.code = DIST_OPC_REDUCE, .k = DIST_RED_MAX, .mask = 1, .nin = 1, .nout = 1},
+        {.code = DIST_OPC_REDUCE_GRAD, .k = DIST_RED_MAX, .mask = 1, .nin = 3, .nout = 1},
+        {.code = DIST_OPC_SOFTMAX, .nin = 1, .nout = 1},
+        {.code = DIST_OPC_BN_STATS, .k = DIST_BN_LOCAL, .nin = 1, .nout = 1, .f = {1e-3f, 0}},
+        {.code = DIST_OPC_DROPOUT_MASK, .nout = 1, .f = {0.25f, 0}, .u = {1, 2, 3, 4}},
+    };
+    const dist_tensor *in[][3] = {
+        {t[G_X]}, {t[G_X], t[G_B], t[G_X]}, {t[G_X]}, {t[G_X], t[G_R], t[G_B]}, {t[G_X]}, {t[G_X]},
+        {NULL}};
+    dist_tensor *out[][2] = {{t[G_U]}, {t[G_DA], t[G_DB]}, {t[G_R]}, {t[G_DX]},
+                             {t[G_S]}, {t[G_ST]},          {t[G_M]}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        dist_status st = dist_backend_run_op(g_gpu, &ops[i], in[i], out[i]);
+        ck_assert_msg(st == DIST_OK, "%s: %s", dist_op_name(&ops[i]), dist_last_error());
+    }
+}
+
+START_TEST(test_ops_replayed_from_a_step_graph_give_the_eager_bits) {
+    /* [300, 40]: db sums 300 rows per output (the block-per-output path); b [1, 40] is also
+     * the reduce_max gradient's dy */
+    const int64_t shapes[G_COUNT][2] = {{300, 40}, {1, 40},   {300, 40}, {300, 40}, {1, 40},
+                                        {1, 40},   {300, 40}, {300, 40}, {4, 40},   {300, 40}};
+    dist_tensor *t[G_COUNT];
+    for (int i = 0; i < G_COUNT; i++) {
+        spec s = {2, {shapes[i][0], shapes[i][1]}, 0, 0, NULL};
+        t[i] = alloc_on(g_gpu, &s);
+    }
+    float *xv = malloc(300 * 40 * sizeof *xv), bv[40];
+    for (int i = 0; i < 300 * 40; i++)
+        xv[i] = 0.25f * (float)((int)dist_test_uniform(&g_rng, -8, 8));
+    for (int i = 0; i < 40; i++) bv[i] = dist_test_uniform(&g_rng, -1, 1);
+    upload(g_gpu, t[G_X], xv);
+    upload(g_gpu, t[G_B], bv);
+    graph_step_ops(t); /* eager: outside a step */
+    float *eager[G_COUNT] = {0};
+    for (int i = G_U; i < G_COUNT; i++) eager[i] = download(g_gpu, t[i]);
+    dist_backend *be = g_gpu;
+    for (int rep = 0; rep < 4; rep++) {
+        for (int i = G_U; i < G_COUNT; i++) {
+            float *nan = malloc(dist_tensor_bytes(t[i]));
+            memset(nan, 0xff, dist_tensor_bytes(t[i]));
+            upload(g_gpu, t[i], nan);
+            free(nan);
+        }
+        ck_assert_msg(be->iface->step_begin(be->ctx) == DIST_OK, "step_begin: %s",
+                      dist_last_error());
+        graph_step_ops(t);
+        ck_assert_msg(be->iface->step_end(be->ctx) == DIST_OK, "step_end: %s", dist_last_error());
+        for (int i = G_U; i < G_COUNT; i++) {
+            float *v = download(g_gpu, t[i]);
+            ck_assert_msg(memcmp(v, eager[i], dist_tensor_bytes(t[i])) == 0,
+                          "step %d: output %d differs from the eager run's", rep, i);
+            free(v);
+        }
+    }
+    dist_graph_stats gs;
+    dist_backend_graph_stats(g_gpu, &gs);
+    ck_assert_msg(gs.replayed >= 1,
+                  "no step was replayed from a graph (captured %lld, failures %lld)",
+                  (long long)gs.captured, (long long)gs.capture_failures);
+    for (int i = 0; i < G_COUNT; i++) {
+        free(eager[i]);
+        dist_backend_free_tensor(g_gpu, t[i]);
+    }
+    free(xv);
+}
+END_TEST
+
 /* ---- what the backend refuses -------------------------------------------------------------- */
 
 START_TEST(test_every_opcode_is_supported_and_non_float32_is_refused_with_a_message) {
@@ -470,6 +547,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_batch_norm_family_matches_cpu);
     tcase_add_test(tc, test_dropout_mask_bits_equal_cpu_and_the_hash);
     tcase_add_test(tc, test_sum_squares_and_clipping_match_cpu);
+    tcase_add_test(tc, test_ops_replayed_from_a_step_graph_give_the_eager_bits);
     suite_add_tcase(s, tc);
     return s;
 }
