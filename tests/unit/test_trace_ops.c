@@ -130,8 +130,10 @@ static void trace_teardown(traced *tr) {
     dist_backend_destroy(tr->be);
 }
 
-/* The program's value of output o of the trace on each replica: res[r * nout + o] (shapes of
- * `out`). scalars: k rows of the trace's runtime scalars (NULL: the last trace's). */
+/* Compiles and runs the trace's program on each replica: res[r * nout + q] receives the output
+ * that writes the trace's output tensor q, or (k > 1, or no such tensor) the q-th step output
+ * in order, stacked [k, ...] over the k steps. scalars: k rows of the trace's runtime scalars
+ * (NULL: the last trace's). */
 static void execute(traced *tr, const char *text, size_t len, int replicas, int k,
                     const float *scalars, const hval *out, int nout, hval *res) {
     dist_pjrt_executable *ex = NULL;
@@ -179,7 +181,7 @@ static void execute(traced *tr, const char *text, size_t len, int replicas, int 
                 ck_assert_int_eq(xla_trace_region(tr->t, id, &rv), DIST_OK);
                 for (int q = 0; q < nout; q++)
                     if (tr->outp[q] && tr->outp[q]->data == rv.base) which = q;
-                if (nout && res[0].data && k > 1) which = -1; /* k steps: the stacked outputs */
+                if (k > 1) which = -1; /* k steps: only the stacked step outputs are read */
             }
             if (which >= 0 && which < nout && res[d * nout + which].data) {
                 hval *r = &res[d * nout + which];
@@ -975,6 +977,98 @@ START_TEST(test_dropout_counter_is_a_runtime_input_of_each_of_k_steps) {
 }
 END_TEST
 
+/* A tensor of the trace backend holding v (uploaded: a state input when the step reads it). */
+static dist_tensor dev_tensor(traced *tr, const hval *v) {
+    void *p;
+    size_t bytes = (size_t)hnumel(v) * 4;
+    ck_assert_int_eq(tr->be->iface->alloc(tr->be->ctx, bytes, &p), DIST_OK);
+    if (v->data)
+        ck_assert_int_eq(tr->be->iface->copy(tr->be->ctx, p, v->data, bytes, DIST_COPY_H2D),
+                         DIST_OK);
+    return dist_tensor_view(p, DIST_F32, v->ndim, v->dims);
+}
+
+static void run_on(dist_backend *be, const dist_op *op, const dist_tensor *const *in,
+                   dist_tensor *const *out) {
+    ck_assert_msg(dist_backend_run_op(be, op, in, out) == DIST_OK, "%s: %s", dist_op_name(op),
+                  dist_last_error());
+}
+
+/* Synchronized BatchNorm as the tpu strategy would trace it: local sums, their all-reduce, the
+ * moments, the normalization, chained in one program on 2 replicas (replica r normalizes
+ * (r + 1) x); each replica's y equals the CPU backend's for the same chain over both parts. */
+START_TEST(test_synchronized_batch_norm_chains_ops_and_an_all_reduce_in_one_program) {
+    hval x = hrand(3, D243, 30, -2.0f, 3.0f), cnt = hnew(0, NULL),
+         none = hnew(2, (int64_t[]){2, 3});
+    hval st = hnew(2, (int64_t[]){4, 3});
+    cnt.data[0] = 16.0f;
+    dist_op sums = {.code = DIST_OPC_BN_STATS, .k = DIST_BN_SUMS, .nin = 1, .nout = 1};
+    dist_op mom = {.code = DIST_OPC_BN_MOMENTS, .nin = 2, .nout = 1, .f = {1e-3f}};
+    dist_op app = {.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1}; /* no gamma, beta */
+    traced tr;
+    trace_setup(&tr, 2);
+    dist_tensor tx = dev_tensor(&tr, &x), txr = dev_tensor(&tr, &(hval){3, {2, 4, 3}, NULL});
+    dist_tensor ts = dev_tensor(&tr, &(hval){2, {2, 3}, NULL}), tc = dev_tensor(&tr, &cnt);
+    dist_tensor tst = dev_tensor(&tr, &(hval){2, {4, 3}, NULL});
+    dist_tensor ty = dev_tensor(&tr, &(hval){3, {2, 4, 3}, NULL});
+    ck_assert_int_eq(xla_trace_begin(tr.t, &tr.g), DIST_OK);
+    tr.g.num_replicas = 2;
+    /* x_r = (replica_id + 1) x */
+    int X, rid, f, one, fb, xr, S, all;
+    ck_assert_int_eq(xla_trace_read(tr.t, &tx, &X), DIST_OK);
+    ck_assert_int_eq(xg_add(&tr.g, XG_REPLICA_ID, DIST_I32, 0, NULL, 0, NULL, &rid), DIST_OK);
+    ck_assert_int_eq(xg_add(&tr.g, XG_CONVERT, DIST_F32, 0, NULL, 1, &rid, &f), DIST_OK);
+    ck_assert_int_eq(xg_add(&tr.g, XG_SPLAT, DIST_F32, 0, NULL, 0, NULL, &one), DIST_OK);
+    tr.g.nodes[one].f[0] = 1.0f;
+    ck_assert_int_eq(xg_add(&tr.g, XG_ADD, DIST_F32, 0, NULL, 2, (int[]){f, one}, &f), DIST_OK);
+    ck_assert_int_eq(xg_add(&tr.g, XG_BCAST_DIMS, DIST_F32, 3, D243, 1, &f, &fb), DIST_OK);
+    ck_assert_int_eq(xg_add(&tr.g, XG_MUL, DIST_F32, 3, D243, 2, (int[]){X, fb}, &xr), DIST_OK);
+    ck_assert_int_eq(xla_trace_write_node(tr.t, &txr, xr), DIST_OK);
+    run_on(tr.be, &sums, (const dist_tensor *[]){&txr}, (dist_tensor *[]){&ts});
+    ck_assert_int_eq(xla_trace_read(tr.t, &ts, &S), DIST_OK);
+    ck_assert_int_eq(xg_add(&tr.g, XG_ALL_REDUCE, DIST_F32, 2, none.dims, 1, &S, &all), DIST_OK);
+    tr.g.nodes[all].i[0] = DIST_REDUCE_SUM;
+    ck_assert_int_eq(xla_trace_write_node(tr.t, &ts, all), DIST_OK);
+    run_on(tr.be, &mom, (const dist_tensor *[]){&ts, &tc}, (dist_tensor *[]){&tst});
+    run_on(tr.be, &app, (const dist_tensor *[]){&txr, &tst, NULL, NULL}, (dist_tensor *[]){&ty});
+    dist_tensor *step_out[1] = {&ty};
+    ck_assert_int_eq(xla_trace_end(tr.t, 1, step_out), DIST_OK);
+    char *text;
+    size_t len;
+    ck_assert_int_eq(xg_emit_stablehlo(&tr.g, &text, &len), DIST_OK);
+    hval got[2] = {hnew(3, D243), hnew(3, D243)};
+    execute(&tr, text, len, 2, 1, NULL, &x, 1, got);
+    free(text);
+    trace_teardown(&tr);
+
+    /* the CPU backend: the same chain, the all-reduce a sum of the two replicas' sums */
+    dist_backend *cpu = dist_test_cpu_backend(1);
+    hval xs[2] = {hnew(3, D243), hnew(3, D243)}, sm[2] = {hnew(2, none.dims), hnew(2, none.dims)};
+    hval want = hnew(3, D243);
+    dist_tensor c_x[2], c_s[2], c_cnt = dist_tensor_view(cnt.data, DIST_F32, 0, NULL);
+    for (int r = 0; r < 2; r++) {
+        for (int64_t i = 0; i < hnumel(&x); i++) xs[r].data[i] = (float)(r + 1) * x.data[i];
+        c_x[r] = dist_tensor_view(xs[r].data, DIST_F32, 3, D243);
+        c_s[r] = dist_tensor_view(sm[r].data, DIST_F32, 2, none.dims);
+        run_on(cpu, &sums, (const dist_tensor *[]){&c_x[r]}, (dist_tensor *[]){&c_s[r]});
+    }
+    for (int i = 0; i < 6; i++) sm[0].data[i] += sm[1].data[i];
+    dist_tensor c_st = dist_tensor_view(st.data, DIST_F32, 2, st.dims);
+    dist_tensor c_y = dist_tensor_view(want.data, DIST_F32, 3, D243);
+    run_on(cpu, &mom, (const dist_tensor *[]){&c_s[0], &c_cnt}, (dist_tensor *[]){&c_st});
+    for (int r = 0; r < 2; r++) {
+        run_on(cpu, &app, (const dist_tensor *[]){&c_x[r], &c_st, NULL, NULL},
+               (dist_tensor *[]){&c_y});
+        ck_assert_int_eq(cpu->iface->synchronize(cpu->ctx), DIST_OK);
+        expect_close(r ? "sync batch norm replica 1" : "sync batch norm replica 0", 0, &got[r],
+                     &want);
+    }
+    dist_backend_destroy(cpu);
+    for (int r = 0; r < 2; r++) hfree(&got[r]), hfree(&xs[r]), hfree(&sm[r]);
+    hfree(&x), hfree(&cnt), hfree(&none), hfree(&st), hfree(&want);
+}
+END_TEST
+
 /* ---- without the plugin ------------------------------------------------------------------- */
 
 START_TEST(test_the_trace_backend_runs_every_opcode) {
@@ -1125,6 +1219,8 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_sum_of_squares_and_clipping_match);
         tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
         tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);
+        tcase_add_test(run,
+                       test_synchronized_batch_norm_chains_ops_and_an_all_reduce_in_one_program);
         suite_add_tcase(su, run);
     }
     int rc = dist_test_run(su);
