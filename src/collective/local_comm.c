@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/scope.h"
 #include "core/spin.h"
+#include "core/timeouts.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,7 +42,7 @@ dist_status dist_local_comm_create(int n, dist_backend *const *backends, double 
     dist_local_comm *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "local communicator: out of memory");
     c->n = n;
-    c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+    c->timeout_s = timeout_s > 0 ? timeout_s : DIST_LOCAL_COLLECTIVE_TIMEOUT_S;
     for (int i = 0; i < n; i++) c->backends[i] = backends ? backends[i] : NULL;
     c->spin_ns = dist_spin_budget_ns(dist_backends_fit_cores(c->backends, n));
     c->aborted_rank = -1;

@@ -1,8 +1,8 @@
 /* libdist's side of the MPI module (mpi_module.h): finds libdist_mpi.so, loads it once per
  * process and forwards the entries of mpi_comm.h to it. No MPI header here. */
 #include "collective/mpi_comm.h"
-#include "core/env.h"
 #include "collective/mpi_module.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/module_loader.h"
 

@@ -3,6 +3,7 @@
  * public collectives (argument checks, the failed state, MEAN). */
 #include "collective/net_internal.h"
 #include "core/error.h"
+#include "core/timeouts.h"
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -262,8 +263,8 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
     c->rank = o->rank;
     c->world = o->world;
-    c->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : 300.0;
-    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : 60.0;
+    c->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : DIST_CONNECT_TIMEOUT_S;
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : DIST_NET_COLLECTIVE_TIMEOUT_S;
     const char *fp = o->fingerprint ? o->fingerprint : "";
     SHA256((const unsigned char *)fp, strlen(fp), c->fp_digest);
     c->fingerprint = get64(c->fp_digest);

@@ -3,6 +3,7 @@
 #include "core/comm.h"
 
 #include "core/error.h"
+#include "core/timeouts.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -18,7 +19,7 @@ dist_comm *dist_comm_alloc(const struct dist_comm_i *iface, void *ctx, const cha
     c->ctx = ctx;
     c->size = 1;
     c->local_ranks = 1;
-    c->timeout_s = 60.0;
+    c->timeout_s = DIST_NET_COLLECTIVE_TIMEOUT_S;
     snprintf(c->name, sizeof c->name, "%s", name ? name : "");
     return c;
 }
@@ -91,7 +92,8 @@ double dist_comm_deadline(const dist_comm *c, double timeout_s) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     double now = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-    double limit = timeout_s > 0 ? timeout_s : c && c->timeout_s > 0 ? c->timeout_s : 60.0;
+    double limit = timeout_s > 0 ? timeout_s : c && c->timeout_s > 0 ? c->timeout_s
+                                                          : DIST_NET_COLLECTIVE_TIMEOUT_S;
     return now + limit;
 }
 

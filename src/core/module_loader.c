@@ -1,5 +1,6 @@
 /* The search and dlopen() shared by the plug-in module loaders (core/module_loader.h). */
 #include "core/module_loader.h"
+
 #include "core/env.h"
 
 #include <dlfcn.h>

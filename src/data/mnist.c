@@ -1,9 +1,10 @@
 /* The MNIST loader: walks the sources in the order dist/mnist.h documents and keeps the first
  * complete, valid set of the four IDX files. */
 #include "dist/mnist.h"
-#include "core/env.h"
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/timeouts.h"
 #include "data/mnist_internal.h"
 #include "dist/idx.h"
 
@@ -215,7 +216,7 @@ static dist_status download_all(const dist_mnist_options *o, const char *dir,
     DIST_TRY(make_dirs(dir));
     size_t blen = strlen(base);
     const char *slash = blen && base[blen - 1] == '/' ? "" : "/";
-    long timeout = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 3000;
+    long timeout = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : DIST_DOWNLOAD_CONNECT_TIMEOUT_MS;
     for (int i = 0; i < MNIST_FILES; i++) {
         if (ok[i]) continue;
         char url[MNIST_PATH_CAP], path[MNIST_PATH_CAP];

@@ -1,8 +1,8 @@
 /* Which PJRT plugin to load, and where the TPU is: TF's TPUClusterResolver rules for its `tpu`
  * argument, cut down to what runs here (chips attached to this host), and whether this host
  * has TPU chips at all. */
-#include "core/error.h"
 #include "core/env.h"
+#include "core/error.h"
 #include "pjrt/pjrt.h"
 
 #include <dirent.h>

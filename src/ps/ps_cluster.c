@@ -1,9 +1,10 @@
 /* The parameter-server cluster and its authenticated connections (ps_cluster.h). */
 #include "ps/ps_cluster.h"
-#include "core/env.h"
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "core/timeouts.h"
 #include "dist/cluster.h"
 
 #include <pthread.h>
@@ -131,7 +132,7 @@ dist_status ps_cluster_resolve(const dist_strategy_options *o, ps_cluster **out)
     bool tls = o->transport == DIST_TRANSPORT_TLS ||
                (o->transport == DIST_TRANSPORT_AUTO && env && strcasecmp(env, "tls") == 0);
     if (st == DIST_OK && tls) st = net_tls_setup(cl->auth, o->tls_cert, o->tls_key, o->tls_ca);
-    cl->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : 300.0;
+    cl->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : DIST_CONNECT_TIMEOUT_S;
     dist_cluster_destroy(c);
     if (st != DIST_OK) {
         ps_cluster_destroy(cl);

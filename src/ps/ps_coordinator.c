@@ -4,6 +4,7 @@
  * its deadline) has the closure put back at the head of the queue for the next free worker;
  * its thread then probes the worker until it is back (rejoined, datasets rebuilt). */
 #include "core/error.h"
+#include "core/timeouts.h"
 #include "ps/ps_service.h"
 #include "ps/ps_wire.h"
 
@@ -457,7 +458,7 @@ dist_status ps_coordinator_create(const ps_cluster *cl, const ps_registry *reg,
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "coordinator: out of memory");
     c->cl = cl;
     c->reg = reg;
-    c->closure_timeout_s = o && o->closure_timeout_s > 0 ? o->closure_timeout_s : 600.0;
+    c->closure_timeout_s = o && o->closure_timeout_s > 0 ? o->closure_timeout_s : DIST_CLOSURE_TIMEOUT_S;
     c->rejoin_s = o && o->rejoin_interval_s > 0 ? o->rejoin_interval_s : 1.0;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv_work, NULL);

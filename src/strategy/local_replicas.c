@@ -2,8 +2,8 @@
  * 0 on the caller's), each with its own backend and tape; run() hands every thread the step,
  * waits for all, and brings each replica's outputs to the host in one transfer. */
 #include "autodiff/tape_bind.h"
-#include "core/env.h"
 #include "backend/backend.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/spin.h"
 #include "strategy/strategy_impl.h"

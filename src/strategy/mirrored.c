@@ -2,8 +2,8 @@
  * in-process communicator (CPU replicas, or forced) or NCCL (every device a GPU: TF's choice
  * rule). Every entry is the shared default; what makes it mirrored is its communicator. */
 #include "backend/nccl.h"
-#include "core/env.h"
 #include "collective/local_comm.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
 

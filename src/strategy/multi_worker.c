@@ -7,12 +7,12 @@
  * from the chief, so every worker starts from the chief's values. Every other entry is the
  * shared default, over those communicators. */
 #include "backend/backend.h"
-#include "core/env.h"
 #include "backend/nccl.h"
 #include "collective/hier_comm.h"
 #include "collective/local_comm.h"
 #include "collective/mpi_comm.h"
 #include "collective/net_comm.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "dist/cluster.h"

@@ -11,17 +11,13 @@
 #include "core/env.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
+#include "core/timeouts.h"
 #include "dist/strategy.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* Defaults of the collective deadline (rule 10): a peer in this process is late after 300 s,
- * a peer across the network after 60 s (gloo's and PyTorch's defaults bracket these). */
-#define DIST_LOCAL_COLLECTIVE_TIMEOUT_S 300.0
-#define DIST_NET_COLLECTIVE_TIMEOUT_S 60.0
 
 struct dist_strategy_i {
     /* The kind's name when it differs from its descriptor's (a kind defined outside the

@@ -58,6 +58,17 @@ set_tests_properties(distrain.tpu_accuracy distrain.tpu_steps_per_execution
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli;slow" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
 
+# examples/custom_model.c under tpu against mirrored: Conv2D, synchronized BatchNormalization,
+# Dropout, AveragePooling2D, a residual add, math-op loss and global clipping, 20 steps within
+# 1e-4 relative loss; with dropout on, reruns repeat bit for bit (the script says how).
+add_test(NAME tpu.custom_model_vs_mirrored
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tpu/custom_model_vs_mirrored.sh
+                 $<TARGET_FILE:example_custom_model> ${DIST_TEST_PJRT_PLUGIN}
+                 ${CMAKE_CURRENT_BINARY_DIR}/tpu_custom_model 1e-4)
+set_tests_properties(tpu.custom_model_vs_mirrored PROPERTIES FIXTURES_REQUIRED pjrt_venv
+                     LABELS "tpu;example" TIMEOUT 900 RESOURCE_LOCK cpu_heavy_tpu
+                     ENVIRONMENT "${tpu_env}")
+
 # The default run_steps (every other kind): k runs, the same training as one step per run.
 set(spe_dir ${CMAKE_CURRENT_BINARY_DIR}/spe_mirrored)
 add_test(NAME distrain.steps_per_execution_mirrored

@@ -5,9 +5,10 @@
  * Tensors are always plain (NHWC for activations): cuDNN runs NHWC natively, so there is no
  * blocked layout to keep between kernels. */
 #include "backend/cuda/cuda_internal.h"
-#include "core/env.h"
 #include "backend/xent_check.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "core/timeouts.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -912,7 +913,8 @@ dist_status cuda_backend_create(const dist_backend_options *options, dist_backen
     c->device = idx;
     c->deterministic = options->deterministic != 0;
     c->graphs = options->graphs != 0;
-    c->wait_timeout_s = options->wait_timeout_s > 0 ? options->wait_timeout_s : 300.0;
+    c->wait_timeout_s = options->wait_timeout_s > 0 ? options->wait_timeout_s
+                                                   : DIST_LOCAL_COLLECTIVE_TIMEOUT_S;
     const char *tf32 = dist_env(DIST_ENV_CUDA_TF32);
     c->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
     dist_status st = ctx_init(c);
