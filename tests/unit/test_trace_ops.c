@@ -8,11 +8,12 @@
  *
  * "cpu_plugin PLUGIN" (CTest tpu.trace_ops): each op runs as a program on XLA's CPU PJRT plugin
  * and its results are compared with the CPU backend's for the same op and inputs (within 1e-5
- * relative, 1e-6 absolute: the sums the CPU backend makes in double are float32 here), and with
- * the arithmetic ops.h writes, computed below (ref_run), where the CPU backend does not run the
- * op. The dropout mask: the same bits as dist_op_hash32's for the same key, replica r's mask as
- * key word 3 = r gives, different on the two replicas, and a new counter per step inside one
- * program of k steps. Fails, not skips, without the plugin. */
+ * relative, 1e-6 absolute: the sums the CPU backend makes in double are float32 here) and with
+ * ops.h's arithmetic written out below (ref_run). The dropout mask: the same bits as
+ * dist_op_hash32's for the same key, replica r's mask the one key word 3 = r gives, different on
+ * the two replicas, and a new counter per step inside one program of k steps. Synchronized
+ * BatchNorm: ops and an all-reduce chained in one program. Fails, not skips, without the
+ * plugin. */
 #include "backend/backend.h"
 #include "backend/ops_dispatch.h"
 #include "pjrt/pjrt.h"
