@@ -22,8 +22,14 @@ typedef struct opt_slots {
     float *m; /* Adam first moment / SGD momentum */
     float *v; /* Adam second moment */
     int64_t iterations;
-    float *clip_host; /* clipped gradients on the host (num_params floats), with clipping */
-    void *clip_dev;   /* the same on a device backend, NULL on CPUs */
+    /* with clipping, on the backend (grad_clip.h): the clipped gradients (n floats), the
+     * scaled ones (n floats, with a loss scale) and the sums of squares (clip_nsums floats).
+     * Freed through the vtable they came from (static), not s->backend: programs and tests
+     * destroy a model, and with it its own backend, before the optimizer. */
+    void *clip_dev, *clip_scaled, *clip_sums;
+    int clip_nsums;
+    const struct dist_backend_i *clip_iface;
+    void *clip_ctx;
     void *packed;     /* bound to variables: their gradients side by side (n floats) */
 } opt_slots;
 
@@ -102,9 +108,10 @@ void dist_optimizer_destroy(dist_optimizer *o) {
         if (!s->backend) continue;
         if (s->m) s->backend->iface->free(s->backend->ctx, s->m);
         if (s->v) s->backend->iface->free(s->backend->ctx, s->v);
-        if (s->clip_dev) s->backend->iface->free(s->backend->ctx, s->clip_dev);
         if (s->packed) s->backend->iface->free(s->backend->ctx, s->packed);
-        free(s->clip_host);
+        void *clip[3] = {s->clip_dev, s->clip_scaled, s->clip_sums};
+        for (int i = 0; i < 3; i++)
+            if (clip[i]) s->clip_iface->free(s->clip_ctx, clip[i]);
     }
     free(o->vars.vars);
     free(o->vars.offsets);
@@ -166,38 +173,33 @@ static int clipping_on(const dist_optimizer *o) {
 }
 
 /* grad_scale * grads, clipped, into the replica's clip buffer; *out is where the update reads
- * them. On a CUDA backend this goes through host memory both ways: correct and slow (two
- * copies of the whole gradient buffer per step), until the backends grow a norm kernel. */
+ * them. The clipping runs as ops of the backend's op set on its own memory (grad_clip.c): no
+ * copy to the host and back on a device, and traced into the tpu strategy's program. */
 static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_span *spans, int nv,
                               size_t n, const dist_tensor *grads, float grad_scale,
                               const float **out) {
     dist_backend *be = s->backend;
-    if (dist_backend_is_traced(be))
-        return dist_error(DIST_UNSUPPORTED,
-                          "clipping (clipnorm/clipvalue/global_clipnorm) is not traced into the "
-                          "tpu strategy's program yet: drop it under tpu, or use mirrored");
-    int on_host = grads->device.kind == DIST_DEVICE_CPU;
-    if (!s->clip_host) {
-        s->clip_host = malloc(n * sizeof(float));
-        if (!s->clip_host)
-            return dist_error(DIST_OUT_OF_MEMORY, "optimizer: clipping: out of memory");
+    if (!s->clip_iface) {
+        s->clip_iface = be->iface;
+        s->clip_ctx = be->ctx;
     }
-    if (!on_host && !s->clip_dev)
-        DIST_TRY(be->iface->alloc(be->ctx, n * sizeof(float), &s->clip_dev));
-    const float *src = grads->data;
-    /* the backward pass may still be queued on the backend's stream */
-    if (on_host) DIST_TRY(be->iface->synchronize(be->ctx));
-    if (!on_host) {
-        DIST_TRY(dist_backend_to_host(be, grads, s->clip_host, n * sizeof(float)));
-        src = s->clip_host;
+    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
+    if (!s->clip_dev) DIST_TRY(be->iface->alloc(be->ctx, bytes, &s->clip_dev));
+    if (grad_scale != 1.0f && !s->clip_scaled)
+        DIST_TRY(be->iface->alloc(be->ctx, bytes, &s->clip_scaled));
+    if (s->clip_nsums < nv + 1) {
+        if (s->clip_sums) be->iface->free(be->ctx, s->clip_sums);
+        s->clip_sums = NULL;
+        s->clip_nsums = 0;
+        DIST_TRY(be->iface->alloc(be->ctx, (size_t)(nv + 1) * sizeof(float), &s->clip_sums));
+        s->clip_nsums = nv + 1;
     }
-    dist_grad_clip_host(&o->clip, spans, nv, src, s->clip_host, n, grad_scale);
-    if (on_host) {
-        *out = s->clip_host;
-        return DIST_OK;
-    }
-    DIST_TRY(be->iface->copy(be->ctx, s->clip_dev, s->clip_host, n * sizeof(float), DIST_COPY_H2D));
-    DIST_TRY(be->iface->synchronize(be->ctx));
+    dist_grad_clip_bufs b = {s->clip_dev, s->clip_scaled, s->clip_sums};
+    dist_status st = dist_grad_clip_run(be, &o->clip, spans, nv, grads->data, n, grad_scale, &b);
+    if (st)
+        return dist_error_context(st, "optimizer: clipping (clipnorm/clipvalue/global_clipnorm) "
+                                      "on the %s backend",
+                                  be->iface->name);
     *out = s->clip_dev;
     return DIST_OK;
 }

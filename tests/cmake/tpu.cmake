@@ -77,7 +77,7 @@ set_tests_properties(distrain.steps_per_execution_mirrored PROPERTIES LABELS cli
 
 # Strategy variables trained by an optimizer under tpu (tests/unit/test_train_variables.c in
 # its tpu mode): the same weights as the Sequential model after 4 steps on 2 cores, the
-# optimizer's state through a checkpoint, clipping refused with a clear error.
+# optimizer's state through a checkpoint, and again with global clipping (traced op by op).
 add_test(NAME tpu.train_variables
          COMMAND test_train_variables tpu ${DIST_TEST_PJRT_PLUGIN})
 set_tests_properties(tpu.train_variables PROPERTIES FIXTURES_REQUIRED pjrt_venv

@@ -24,12 +24,14 @@ static uint64_t g_rng = 0x0b5e7c0da5ULL;
 #define REL_TOL 1e-5
 #define SCALE_TOL 1e-7
 
-/* One input or output of an op: nd = -1 for a NULL slot; values random in [lo, hi) unless v. */
+/* One input or output of an op: nd = -1 for a NULL slot; values random in [lo, hi) unless v,
+ * rounded to multiples of q where q > 0 (long sums of them are exact in any order). */
 typedef struct spec {
     int nd;
     int64_t shape[DIST_MAX_DIMS];
     float lo, hi;
     const float *v;
+    float q;
 } spec;
 
 #define NONE ((spec){.nd = -1})
@@ -73,8 +75,10 @@ static both run_both(const dist_op *op, const spec *in, const spec *out) {
         if (in[i].nd < 0) continue;
         int64_t n = spec_numel(&in[i]);
         float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-        for (int64_t j = 0; j < n; j++)
+        for (int64_t j = 0; j < n; j++) {
             v[j] = in[i].v ? in[i].v[j] : dist_test_uniform(&g_rng, in[i].lo, in[i].hi);
+            if (in[i].q > 0) v[j] = roundf(v[j] / in[i].q) * in[i].q;
+        }
         ic[i] = alloc_on(g_cpu, &in[i]);
         ig[i] = alloc_on(g_gpu, &in[i]);
         upload(g_cpu, ic[i], v);
@@ -155,22 +159,25 @@ START_TEST(test_unary_and_its_gradient_match_cpu_for_every_kind) {
         int positive = k == DIST_UN_LOG || k == DIST_UN_SQRT;
         float lo = positive ? 0.05f : -4.0f, hi = 4.0f;
         dist_op op = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1};
-        spec x = {3, {3, 5, 7}, lo, hi, NULL}, y = {3, {3, 5, 7}, 0, 0, NULL};
+        spec x = {3, {3, 5, 7}, lo, hi, NULL, 0}, y = {3, {3, 5, 7}, 0, 0, NULL, 0};
         check_op("unary", &op, &x, &y);
         dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1};
-        spec gin[3] = {x, {3, {3, 5, 7}, 0.1f, 0.9f, NULL}, {3, {3, 5, 7}, -1, 1, NULL}};
+        spec gin[3] = {x, {3, {3, 5, 7}, 0.1f, 0.9f, NULL, 0}, {3, {3, 5, 7}, -1, 1, NULL, 0}};
         check_op("unary_grad", &g, gin, &y);
     }
 }
 END_TEST
 
-/* a [4, 1, 6] with b [5, 1]; a [7, 3] with a scalar b; equal shapes; a [1] against b [40, 50]
- * (2000 elements summed into da: the block-per-output path) */
+/* a [4, 1, 6] with b [5, 1]; a [7, 3] with a scalar b; equal shapes; a [1] against b [50, 60]
+ * (3000 elements summed into da: the block-per-output path; quarters, so that the sums are
+ * exact in any order) */
 static const spec bin_cases[][3] = {
-    {{3, {4, 1, 6}, -2, 2, NULL}, {2, {5, 1}, 0.5f, 2, NULL}, {3, {4, 5, 6}, 0, 0, NULL}},
-    {{2, {7, 3}, -2, 2, NULL}, {0, {0}, 0.5f, 2, NULL}, {2, {7, 3}, 0, 0, NULL}},
-    {{2, {3, 4}, -2, 2, NULL}, {2, {3, 4}, 0.5f, 2, NULL}, {2, {3, 4}, 0, 0, NULL}},
-    {{1, {1}, -2, 2, NULL}, {2, {40, 50}, 0.5f, 2, NULL}, {2, {40, 50}, 0, 0, NULL}},
+    {{3, {4, 1, 6}, -2, 2, NULL, 0}, {2, {5, 1}, 0.5f, 2, NULL, 0}, {3, {4, 5, 6}, 0, 0, NULL, 0}},
+    {{2, {7, 3}, -2, 2, NULL, 0}, {0, {0}, 0.5f, 2, NULL, 0}, {2, {7, 3}, 0, 0, NULL, 0}},
+    {{2, {3, 4}, -2, 2, NULL, 0}, {2, {3, 4}, 0.5f, 2, NULL, 0}, {2, {3, 4}, 0, 0, NULL, 0}},
+    {{1, {1}, -2, 2, NULL, 0.25f},
+     {2, {50, 60}, 0.5f, 2, NULL, 0.25f},
+     {2, {50, 60}, 0, 0, NULL, 0.25f}},
 };
 
 START_TEST(test_binary_broadcasts_and_its_gradient_sums_like_cpu) {
@@ -200,7 +207,7 @@ START_TEST(test_reduce_and_its_gradient_match_cpu_over_axis_masks) {
     const int masks[] = {5, 2, 7, 0, 1, 4};
     for (int k = DIST_RED_SUM; k <= DIST_RED_MAX; k++) {
         for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++) {
-            spec x = {3, {4, 5, 6}, 0, 0, xv}, y = {3, {4, 5, 6}, 0, 0, NULL};
+            spec x = {3, {4, 5, 6}, 0, 0, xv, 0}, y = {3, {4, 5, 6}, 0, 0, NULL, 0};
             for (int d = 0; d < 3; d++)
                 if (masks[m] & (1 << d)) y.shape[d] = 1;
             dist_op op = {.code = DIST_OPC_REDUCE, .k = k, .mask = masks[m], .nin = 1, .nout = 1};
@@ -208,17 +215,17 @@ START_TEST(test_reduce_and_its_gradient_match_cpu_over_axis_masks) {
             expect_close("reduce", &op, &fwd);
             spec yv = y;
             yv.v = fwd.cpu[0];
-            spec dy = {y.nd, {0}, -1, 1, NULL};
+            spec dy = {y.nd, {0}, -1, 1, NULL, 0};
             memcpy(dy.shape, y.shape, sizeof dy.shape);
             dist_op g = {
                 .code = DIST_OPC_REDUCE_GRAD, .k = k, .mask = masks[m], .nin = 3, .nout = 1};
-            spec gin[3] = {x, yv, dy}, dx = {3, {4, 5, 6}, 0, 0, NULL};
+            spec gin[3] = {x, yv, dy}, dx = {3, {4, 5, 6}, 0, 0, NULL, 0};
             check_op("reduce_grad", &g, gin, &dx);
             both_free(&fwd);
         }
-        /* 1000 elements per output: the block-per-output path */
+        /* 3000 quarters per output: the block-per-output path, exact in any order */
         dist_op op = {.code = DIST_OPC_REDUCE, .k = k, .mask = 2, .nin = 1, .nout = 1};
-        spec x = {2, {3, 1000}, -1, 1, NULL}, y = {2, {3, 1}, 0, 0, NULL};
+        spec x = {2, {3, 3000}, -1, 1, NULL, 0.25f}, y = {2, {3, 1}, 0, 0, NULL, 0};
         check_op("reduce (long rows)", &op, &x, &y);
     }
 }
@@ -226,27 +233,28 @@ END_TEST
 
 START_TEST(test_transpose_slice_pad_concat_match_cpu) {
     dist_op t = {.code = DIST_OPC_TRANSPOSE, .nin = 1, .nout = 1, .v = {2, 0, 3, 1}};
-    spec x4 = {4, {2, 3, 4, 5}, -1, 1, NULL}, y4 = {4, {4, 2, 5, 3}, 0, 0, NULL};
+    spec x4 = {4, {2, 3, 4, 5}, -1, 1, NULL, 0}, y4 = {4, {4, 2, 5, 3}, 0, 0, NULL, 0};
     check_op("transpose", &t, &x4, &y4);
 
     dist_op s = {.code = DIST_OPC_SLICE, .nin = 1, .nout = 1, .v = {1, 2, 3}};
-    spec big = {3, {5, 6, 7}, -1, 1, NULL}, box = {3, {3, 2, 4}, -1, 1, NULL};
+    spec big = {3, {5, 6, 7}, -1, 1, NULL, 0}, box = {3, {3, 2, 4}, -1, 1, NULL, 0};
     check_op("slice", &s, &big, &box);
     dist_op p = {.code = DIST_OPC_PAD, .nin = 1, .nout = 1, .v = {1, 2, 3}};
     check_op("pad", &p, &box, &big);
 
-    spec parts[3] = {
-        {3, {2, 3, 4}, -1, 1, NULL}, {3, {2, 1, 4}, -1, 1, NULL}, {3, {2, 5, 4}, -1, 1, NULL}};
+    spec parts[3] = {{3, {2, 3, 4}, -1, 1, NULL, 0},
+                     {3, {2, 1, 4}, -1, 1, NULL, 0},
+                     {3, {2, 5, 4}, -1, 1, NULL, 0}};
     dist_op c = {.code = DIST_OPC_CONCAT, .axis = 1, .nin = 3, .nout = 1};
-    spec out = {3, {2, 9, 4}, 0, 0, NULL};
+    spec out = {3, {2, 9, 4}, 0, 0, NULL, 0};
     check_op("concat (axis 1)", &c, parts, &out);
-    spec rows[2] = {{2, {3, 4}, -1, 1, NULL}, {2, {2, 4}, -1, 1, NULL}};
+    spec rows[2] = {{2, {3, 4}, -1, 1, NULL, 0}, {2, {2, 4}, -1, 1, NULL, 0}};
     dist_op c0 = {.code = DIST_OPC_CONCAT, .axis = 0, .nin = 2, .nout = 1};
-    spec out0 = {2, {5, 4}, 0, 0, NULL};
+    spec out0 = {2, {5, 4}, 0, 0, NULL, 0};
     check_op("concat (axis 0)", &c0, rows, &out0);
-    spec cols[2] = {{2, {3, 4}, -1, 1, NULL}, {2, {3, 2}, -1, 1, NULL}};
+    spec cols[2] = {{2, {3, 4}, -1, 1, NULL, 0}, {2, {3, 2}, -1, 1, NULL, 0}};
     dist_op c1 = {.code = DIST_OPC_CONCAT, .axis = 1, .nin = 2, .nout = 1};
-    spec out1 = {2, {3, 6}, 0, 0, NULL};
+    spec out1 = {2, {3, 6}, 0, 0, NULL, 0};
     check_op("concat (last axis)", &c1, cols, &out1);
 }
 END_TEST
@@ -259,7 +267,7 @@ START_TEST(test_avg_pool_same_and_valid_and_gradient_match_cpu) {
     same.pool.window_h = 3, same.pool.window_w = 2, same.pool.stride_h = 2, same.pool.stride_w = 2;
     same.pool.pad_top = 1, same.pool.pad_bottom = 1, same.pool.pad_left = 0,
     same.pool.pad_right = 1;
-    spec x = {4, {2, 7, 9, 3}, -1, 1, NULL}, y = {4, {2, 4, 5, 3}, -1, 1, NULL};
+    spec x = {4, {2, 7, 9, 3}, -1, 1, NULL, 0}, y = {4, {2, 4, 5, 3}, -1, 1, NULL, 0};
     check_op("avg_pool2d (same)", &same, &x, &y);
     dist_op gs = same;
     gs.code = DIST_OPC_AVG_POOL2D_GRAD;
@@ -268,7 +276,7 @@ START_TEST(test_avg_pool_same_and_valid_and_gradient_match_cpu) {
     /* VALID, 2x2 window, stride 1: overlapping windows */
     dist_op valid = {.code = DIST_OPC_AVG_POOL2D, .nin = 1, .nout = 1};
     valid.pool.window_h = valid.pool.window_w = 2, valid.pool.stride_h = valid.pool.stride_w = 1;
-    spec x2 = {4, {3, 5, 6, 2}, -1, 1, NULL}, y2 = {4, {3, 4, 5, 2}, -1, 1, NULL};
+    spec x2 = {4, {3, 5, 6, 2}, -1, 1, NULL, 0}, y2 = {4, {3, 4, 5, 2}, -1, 1, NULL, 0};
     check_op("avg_pool2d (valid)", &valid, &x2, &y2);
     dist_op gv = valid;
     gv.code = DIST_OPC_AVG_POOL2D_GRAD;
@@ -282,11 +290,11 @@ START_TEST(test_softmax_log_softmax_and_gradients_match_cpu) {
     const int64_t widths[] = {10, 70, 1};
     for (int k = 0; k < 2; k++) {
         for (size_t w = 0; w < 3; w++) {
-            spec x = {2, {6, widths[w]}, -5, 5, NULL}, y = {2, {6, widths[w]}, 0, 0, NULL};
+            spec x = {2, {6, widths[w]}, -5, 5, NULL, 0}, y = {2, {6, widths[w]}, 0, 0, NULL, 0};
             dist_op op = {.code = DIST_OPC_SOFTMAX, .k = k, .nin = 1, .nout = 1};
             both fwd = run_both(&op, &x, &y);
             expect_close("softmax", &op, &fwd);
-            spec yv = y, dy = {2, {6, widths[w]}, -1, 1, NULL};
+            spec yv = y, dy = {2, {6, widths[w]}, -1, 1, NULL, 0};
             yv.v = fwd.cpu[0];
             dist_op g = {.code = DIST_OPC_SOFTMAX_GRAD, .k = k, .nin = 2, .nout = 1};
             spec gin[2] = {yv, dy};
@@ -298,22 +306,23 @@ START_TEST(test_softmax_log_softmax_and_gradients_match_cpu) {
 END_TEST
 
 START_TEST(test_sigmoid_xent_and_mse_with_gradients_match_cpu) {
-    spec z = {2, {8, 5}, 0, 1, NULL}, x = {2, {8, 5}, -6, 6, NULL}, l = {2, {8, 5}, 0, 0, NULL};
+    spec z = {2, {8, 5}, 0, 1, NULL, 0}, x = {2, {8, 5}, -6, 6, NULL, 0},
+         l = {2, {8, 5}, 0, 0, NULL, 0};
     dist_op f = {.code = DIST_OPC_SIGMOID_XENT, .nin = 2, .nout = 1};
     spec fin[2] = {z, x};
     check_op("sigmoid_xent", &f, fin, &l);
     dist_op g = {.code = DIST_OPC_SIGMOID_XENT_GRAD, .nin = 3, .nout = 2};
-    spec gin[3] = {z, x, {2, {8, 5}, -1, 1, NULL}}, gout[2] = {l, l}, dx_only[2] = {NONE, l};
+    spec gin[3] = {z, x, {2, {8, 5}, -1, 1, NULL, 0}}, gout[2] = {l, l}, dx_only[2] = {NONE, l};
     check_op("sigmoid_xent_grad", &g, gin, gout);
     check_op("sigmoid_xent_grad (dx only)", &g, gin, dx_only);
 
-    spec t = {3, {4, 3, 7}, -1, 1, NULL}, p = {3, {4, 3, 7}, -1, 1, NULL},
-         loss = {2, {4, 3}, 0, 0, NULL};
+    spec t = {3, {4, 3, 7}, -1, 1, NULL, 0}, p = {3, {4, 3, 7}, -1, 1, NULL, 0},
+         loss = {2, {4, 3}, 0, 0, NULL, 0};
     dist_op m = {.code = DIST_OPC_MSE, .nin = 2, .nout = 1};
     spec min_[2] = {t, p};
     check_op("mse", &m, min_, &loss);
     dist_op mg = {.code = DIST_OPC_MSE_GRAD, .nin = 3, .nout = 2};
-    spec mgin[3] = {t, p, {2, {4, 3}, -1, 1, NULL}}, mgout[2] = {t, p};
+    spec mgin[3] = {t, p, {2, {4, 3}, -1, 1, NULL, 0}}, mgout[2] = {t, p};
     check_op("mse_grad", &mg, mgin, mgout);
 }
 END_TEST
@@ -323,52 +332,56 @@ END_TEST
 START_TEST(test_batch_norm_family_matches_cpu) {
     const float eps = 1e-3f;
     /* rows 40, C 3; rows 600, C 4 (strided block sums) */
-    const spec xs[2] = {{3, {8, 5, 3}, -2, 3, NULL}, {2, {600, 4}, -2, 3, NULL}};
+    const spec xs[2] = {{3, {8, 5, 3}, -2, 3, NULL, 0}, {2, {600, 4}, -2, 3, NULL, 0}};
     for (int c = 0; c < 2; c++) {
         spec x = xs[c];
         int64_t ch = x.shape[x.nd - 1];
-        spec stats = {2, {4, ch}, 0, 0, NULL}, sums = {2, {2, ch}, 0, 0, NULL};
+        spec stats = {2, {4, ch}, 0, 0, NULL, 0}, sums = {2, {2, ch}, 0, 0, NULL, 0};
         dist_op local = {
             .code = DIST_OPC_BN_STATS, .k = DIST_BN_LOCAL, .nin = 1, .nout = 1, .f = {eps, 0}};
         both st = run_both(&local, &x, &stats);
         expect_close("bn_stats (local)", &local, &st);
         dist_op sm = {.code = DIST_OPC_BN_STATS, .k = DIST_BN_SUMS, .nin = 1, .nout = 1};
-        both su = run_both(&sm, &x, &sums);
-        expect_close("bn_stats (sums)", &sm, &su);
+        check_op("bn_stats (sums)", &sm, &x, &sums);
 
-        spec sv = stats, gamma = {1, {ch}, 0.5f, 1.5f, NULL}, beta = {1, {ch}, -1, 1, NULL};
+        spec sv = stats, gamma = {1, {ch}, 0.5f, 1.5f, NULL, 0}, beta = {1, {ch}, -1, 1, NULL, 0};
         sv.v = st.cpu[0];
         dist_op ap = {.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1};
         spec apin[4] = {x, sv, gamma, beta}, apin_plain[4] = {x, sv, NONE, NONE};
         check_op("bn_apply", &ap, apin, &x);
         check_op("bn_apply (no gamma, beta)", &ap, apin_plain, &x);
 
-        spec dy = x;
+        /* the backward of each mode: the sums (both outputs, or one), then dx from them */
+        spec dy = x, count = {0, {0}, 0, 0, NULL, 0};
         dy.lo = -1, dy.hi = 1;
-        dist_op gs = {.code = DIST_OPC_BN_GRAD_SUMS, .nin = 3, .nout = 1};
-        spec gsin[3] = {x, dy, sv};
-        both gsum = run_both(&gs, gsin, &sums);
-        expect_close("bn_grad_sums", &gs, &gsum);
-
-        spec gsv = sums, count = {0, {0}, 0, 0, NULL};
-        gsv.v = gsum.cpu[0];
         float rows = (float)(spec_numel(&x) / ch);
         count.v = &rows;
         const int modes[] = {DIST_BN_INFERENCE, DIST_BN_LOCAL, DIST_BN_SYNC};
         for (int m = 0; m < 3; m++) {
-            dist_op gi = {.code = DIST_OPC_BN_GRAD_INPUT, .k = modes[m], .nin = 6, .nout = 1};
-            spec giin[6] = {x, dy, sv, gamma, gsv, count},
-                 giin_plain[6] = {x, dy, sv, NONE, gsv, count};
-            check_op("bn_grad_input", &gi, giin, &x);
-            check_op("bn_grad_input (no gamma)", &gi, giin_plain, &x);
+            for (int g = 0; g < 2; g++) {
+                spec gm = g ? gamma : NONE;
+                dist_op gs = {.code = DIST_OPC_BN_GRAD_SUMS, .k = modes[m], .nin = 5, .nout = 2};
+                spec gsin[5] = {x, dy, sv, gm, count}, gsout[2] = {sums, sums};
+                both gsum = run_both(&gs, gsin, gsout);
+                expect_close("bn_grad_sums", &gs, &gsum);
+                spec params_only[2] = {sums, NONE}, input_only[2] = {NONE, sums};
+                check_op("bn_grad_sums (parameters only)", &gs, gsin, params_only);
+                check_op("bn_grad_sums (input terms only)", &gs, gsin, input_only);
+
+                spec terms = sums;
+                terms.v = gsum.cpu[1];
+                dist_op gi = {.code = DIST_OPC_BN_GRAD_INPUT, .k = modes[m], .nin = 6, .nout = 1};
+                spec giin[6] = {x, dy, sv, gm, terms, NONE};
+                check_op("bn_grad_input", &gi, giin, &x);
+                both_free(&gsum);
+            }
         }
         both_free(&st);
-        both_free(&su);
-        both_free(&gsum);
     }
     /* moments from all-reduced sums; channel 2's E[x^2] < mean^2 (clamped) */
     const float sv[6] = {4.0f, -2.0f, 10.0f, 3.0f, 5.0f, 1.0f}, n = 10.0f;
-    spec sums = {2, {2, 3}, 0, 0, sv}, count = {0, {0}, 0, 0, &n}, stats = {2, {4, 3}, 0, 0, NULL};
+    spec sums = {2, {2, 3}, 0, 0, sv, 0}, count = {0, {0}, 0, 0, &n, 0},
+         stats = {2, {4, 3}, 0, 0, NULL, 0};
     dist_op mo = {.code = DIST_OPC_BN_MOMENTS, .nin = 2, .nout = 1, .f = {eps, 0}};
     spec moin[2] = {sums, count};
     both r = run_both(&mo, moin, &stats);
@@ -376,8 +389,8 @@ START_TEST(test_batch_norm_family_matches_cpu) {
     ck_assert_msg(r.gpu[0][3 * 3 + 2] == 1.0f, "bn_moments: channel 2 is not marked clamped");
     both_free(&r);
     dist_op is = {.code = DIST_OPC_BN_INFER_STATS, .nin = 2, .nout = 1, .f = {eps, 0}};
-    spec isin[2] = {{1, {5}, -1, 1, NULL}, {1, {5}, 0.1f, 2, NULL}},
-         isout = {2, {4, 5}, 0, 0, NULL};
+    spec isin[2] = {{1, {5}, -1, 1, NULL, 0}, {1, {5}, 0.1f, 2, NULL, 0}},
+         isout = {2, {4, 5}, 0, 0, NULL, 0};
     check_op("bn_infer_stats", &is, isin, &isout);
 }
 END_TEST
@@ -392,7 +405,7 @@ START_TEST(test_dropout_mask_bits_equal_cpu_and_the_hash) {
                       .nout = 1,
                       .f = {rates[r], 0},
                       .u = {0x1234u, 0xdeadbeefu, 7u + (uint32_t)r, 3u}};
-        spec mask = {2, {33, 31}, 0, 0, NULL};
+        spec mask = {2, {33, 31}, 0, 0, NULL, 0};
         both m = run_both(&op, NULL, &mask);
         ck_assert_msg(memcmp(m.cpu[0], m.gpu[0], (size_t)m.n[0] * sizeof(float)) == 0,
                       "dropout (rate %g): the GPU mask differs from the CPU's", (double)rates[r]);
@@ -411,19 +424,25 @@ END_TEST
 
 START_TEST(test_sum_squares_and_clipping_match_cpu) {
     dist_op ss = {.code = DIST_OPC_SUM_SQUARES, .nin = 1, .nout = 1};
-    spec x = {2, {37, 29}, -2, 2, NULL}, scalar = {0, {0}, 0, 0, NULL};
+    spec x = {2, {37, 29}, -2, 2, NULL, 0}, scalar = {0, {0}, 0, 0, NULL, 0};
     check_op("sum_squares", &ss, &x, &scalar);
-    spec big = {1, {100000}, -1, 1, NULL};
+    spec big = {1, {100000}, -1, 1, NULL, 0};
     check_op("sum_squares (100000)", &ss, &big, &scalar);
 
     dist_op cv = {.code = DIST_OPC_CLIP_VALUE, .nin = 1, .nout = 1, .f = {-0.5f, 0.75f}};
     check_op("clip_by_value", &cv, &x, &x);
+    const float odd[4] = {NAN, INFINITY, -INFINITY, 0.5f};
+    spec oddx = {1, {4}, 0, 0, odd, 0};
+    both r = run_both(&cv, &oddx, &oddx);
+    expect_close("clip_by_value (NaN, inf)", &cv, &r);
+    ck_assert_msg(isnan(r.gpu[0][0]), "clip_by_value: a NaN became %g", (double)r.gpu[0][0]);
+    both_free(&r);
 
     /* summed squares that clip, that do not, zero, inf and NaN */
     const float sq[] = {400.0f, 0.25f, 0.0f, INFINITY, NAN};
     for (int i = 0; i < 5; i++) {
         dist_op cn = {.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1, .f = {2.0f, 0}};
-        spec s = {0, {0}, 0, 0, &sq[i]};
+        spec s = {0, {0}, 0, 0, &sq[i], 0};
         spec in[2] = {x, s};
         check_op("clip_by_norm", &cn, in, &x);
     }
@@ -457,19 +476,19 @@ static void graph_step_ops(dist_tensor **t) {
 }
 
 START_TEST(test_ops_replayed_from_a_step_graph_give_the_eager_bits) {
-    /* [300, 40]: db sums 300 rows per output (the block-per-output path); b [1, 40] is also
+    /* [2400, 8]: db sums 2400 rows per output (the block-per-output path); b [1, 8] is also
      * the reduce_max gradient's dy */
-    const int64_t shapes[G_COUNT][2] = {{300, 40}, {1, 40},   {300, 40}, {300, 40}, {1, 40},
-                                        {1, 40},   {300, 40}, {300, 40}, {4, 40},   {300, 40}};
+    enum { R = 2400, C = 8 };
+    const int64_t shapes[G_COUNT][2] = {{R, C}, {1, C}, {R, C}, {R, C}, {1, C},
+                                        {1, C}, {R, C}, {R, C}, {4, C}, {R, C}};
     dist_tensor *t[G_COUNT];
     for (int i = 0; i < G_COUNT; i++) {
-        spec s = {2, {shapes[i][0], shapes[i][1]}, 0, 0, NULL};
+        spec s = {2, {shapes[i][0], shapes[i][1]}, 0, 0, NULL, 0};
         t[i] = alloc_on(g_gpu, &s);
     }
-    float *xv = malloc(300 * 40 * sizeof *xv), bv[40];
-    for (int i = 0; i < 300 * 40; i++)
-        xv[i] = 0.25f * (float)((int)dist_test_uniform(&g_rng, -8, 8));
-    for (int i = 0; i < 40; i++) bv[i] = dist_test_uniform(&g_rng, -1, 1);
+    float *xv = malloc(R * C * sizeof *xv), bv[C];
+    for (int i = 0; i < R * C; i++) xv[i] = 0.25f * (float)((int)dist_test_uniform(&g_rng, -8, 8));
+    for (int i = 0; i < C; i++) bv[i] = dist_test_uniform(&g_rng, -1, 1);
     upload(g_gpu, t[G_X], xv);
     upload(g_gpu, t[G_B], bv);
     graph_step_ops(t); /* eager: outside a step */

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "core/error.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- which slots an op reads and writes --------------------------------------------------- */
@@ -50,13 +51,16 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_BN_INFER_STATS:
     case DIST_OPC_CLIP_BY_NORM: s->in_req = 3; return 1;
     case DIST_OPC_BN_APPLY: s->in_req = 3, s->in_opt = 12; return 1;
-    case DIST_OPC_BN_GRAD_SUMS: s->in_req = 7; return 1;
+    case DIST_OPC_BN_GRAD_SUMS:
+        /* x, dy, stats, gamma (optional), count (read by SYNC only); both outputs optional */
+        s->in_req = 7 | (op->k == DIST_BN_SYNC ? 16u : 0u);
+        s->in_opt = 8 | (op->k == DIST_BN_SYNC ? 0u : 16u);
+        s->out_req = 0, s->out_opt = 3;
+        return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_BN_GRAD_INPUT:
-        /* x, dy, stats, gamma (optional), sums (not read by INFERENCE), count (SYNC only) */
-        s->in_req =
-            7 | (op->k != DIST_BN_INFERENCE ? 16u : 0u) | (op->k == DIST_BN_SYNC ? 32u : 0u);
-        s->in_opt =
-            8 | (op->k == DIST_BN_INFERENCE ? 16u : 0u) | (op->k != DIST_BN_SYNC ? 32u : 0u);
+        /* x, dy, stats, gamma (optional), sums (not read by INFERENCE), count (read by none) */
+        s->in_req = 7 | (op->k != DIST_BN_INFERENCE ? 16u : 0u);
+        s->in_opt = 8 | 32 | (op->k == DIST_BN_INFERENCE ? 16u : 0u);
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_DROPOUT_MASK: return 1;
     case DIST_OPC_COUNT: break;
@@ -189,7 +193,8 @@ static dist_status pool_setup(const dist_op *op, const dist_tensor *x, const dis
 }
 
 static dist_status bn_channels(const dist_op *op, const dist_tensor *x, int64_t *c, int64_t *rows) {
-    if (x->ndim < 1 || last_dim(x) <= 0) return bad(op, "x needs a non-empty channel axis");
+    if (x->ndim < 2 || last_dim(x) <= 0)
+        return bad(op, "x needs a batch axis and channels (x viewed as [rows, C])");
     *c = last_dim(x);
     *rows = dist_tensor_numel(x) / *c;
     return DIST_OK;
@@ -208,8 +213,10 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
     for (int i = 0; i < op->nin && i < CUDAK_OP_MAX_IN; i++) a->in[i] = in[i] ? in[i]->data : NULL;
     for (int i = 0; i < op->nout && i < 2; i++) a->out[i] = out[i] ? out[i]->data : NULL;
     switch (op->code) {
-    case DIST_OPC_UNARY:
     case DIST_OPC_CLIP_VALUE:
+        if (!(op->f[0] <= op->f[1])) return bad(op, "the bounds [f[0], f[1]] are empty");
+        /* fall through */
+    case DIST_OPC_UNARY:
         DIST_TRY(same_numel(op, x, y, "x", "y"));
         a->n = dist_tensor_numel(y);
         return DIST_OK;
@@ -382,29 +389,35 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
     case DIST_OPC_BN_GRAD_INPUT: {
         DIST_TRY(bn_channels(op, x, &a->cols, &a->rows));
         const int64_t c = a->cols;
-        const int stats_at = op->code == DIST_OPC_BN_APPLY ? 1 : 2;
-        DIST_TRY(numel_is(op, in[stats_at], 4 * c, "the statistics"));
-        if (op->code != DIST_OPC_BN_APPLY) DIST_TRY(same_numel(op, x, in[1], "x", "dy"));
-        if (op->code == DIST_OPC_BN_GRAD_SUMS) return numel_is(op, y, 2 * c, "the sums");
-        const int last = op->code == DIST_OPC_BN_APPLY ? 4 : 5;
-        for (int i = op->code == DIST_OPC_BN_APPLY ? 2 : 3; i < op->nin && i < last; i++) {
-            const dist_tensor *t = in[i];
-            if (t)
-                DIST_TRY(
-                    numel_is(op, t, i == 4 ? 2 * c : c, i == 4 ? "the sums" : "gamma or beta"));
+        const int apply = op->code == DIST_OPC_BN_APPLY;
+        /* apply: x, stats, gamma, beta; the gradients: x, dy, stats, gamma, then sums or count */
+        DIST_TRY(numel_is(op, in[apply ? 1 : 2], 4 * c, "the statistics"));
+        if (!apply) DIST_TRY(same_numel(op, x, in[1], "x", "dy"));
+        for (int i = apply ? 2 : 3; i < (apply ? 4 : 3 + 1) && i < op->nin; i++)
+            if (in[i]) DIST_TRY(numel_is(op, in[i], c, apply && i == 3 ? "beta" : "gamma"));
+        if (op->code == DIST_OPC_BN_GRAD_SUMS) {
+            if (op->k == DIST_BN_SYNC) DIST_TRY(numel_is(op, in[4], 1, "the count"));
+            for (int i = 0; i < 2 && i < op->nout; i++)
+                if (out[i])
+                    DIST_TRY(numel_is(op, out[i], 2 * c,
+                                      i ? "the input's sums" : "the parameters' sums"));
+            return DIST_OK;
         }
-        if (op->code == DIST_OPC_BN_GRAD_INPUT && op->k == DIST_BN_SYNC)
-            DIST_TRY(numel_is(op, in[5], 1, "the count"));
+        if (op->code == DIST_OPC_BN_GRAD_INPUT && op->k != DIST_BN_INFERENCE)
+            DIST_TRY(numel_is(op, in[4], 2 * c, "the sums"));
         DIST_TRY(same_numel(op, x, y, "x", "the output"));
         a->n = dist_tensor_numel(x);
         return DIST_OK;
     }
     case DIST_OPC_DROPOUT_MASK:
+        if (!(op->f[0] >= 0.0f && op->f[0] < 1.0f)) return bad(op, "rate must be in [0, 1)");
         for (int i = 0; i < 4; i++) a->key[i] = op->u[i];
         a->n = dist_tensor_numel(y);
         return DIST_OK;
     case DIST_OPC_SUM_SQUARES: a->n = dist_tensor_numel(x); return numel_is(op, y, 1, "the output");
     case DIST_OPC_CLIP_BY_NORM:
+        if (!(op->f[0] > 0.0f) || isinf(op->f[0]))
+            return bad(op, "the clip norm must be finite and > 0");
         DIST_TRY(same_numel(op, x, y, "x", "y"));
         DIST_TRY(numel_is(op, in[1], 1, "the summed squares"));
         a->n = dist_tensor_numel(y);

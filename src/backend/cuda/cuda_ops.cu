@@ -5,9 +5,12 @@
  * computes each product and sum rounded), and the sums ops.h names as double are double here.
  *
  * Reductions (REDUCE, BINARY_GRAD's broadcast sums, the tie counts of reduce_max's gradient)
- * gather: each output walks the elements that reduce into it. Where outputs are many or the
- * reduced extent small, one thread per output sums in row-major order, the CPU's order, so the
- * bits agree; otherwise a block per output sums strided partials (same value to rounding). No
+ * gather: each output walks the elements that reduce into it. One thread per output sums in
+ * row-major order, the CPU's float32 order, so the bits agree; only where a few outputs each
+ * sum thousands of elements does a block per output sum strided partials (the same value to
+ * rounding, in a fraction of the time). Softmax and MSE sum a row per thread, in order. The
+ * double sums (BatchNorm's, the sum of squares) are block trees: rounded to float32 at the end
+ * they agree with the CPU's sequential doubles but for a rare last-bit rounding. No
  * floating-point atomics: results repeat bitwise run to run. Nothing here synchronizes, so the
  * kernels can be captured in step graphs (cuda_graphs.c). */
 #include "backend/cuda/cuda_device.cuh"
@@ -116,7 +119,7 @@ template <class F> __global__ void gather_block_kernel(cudak_op a, Split s) {
 
 template <class F> void launch_gather(cudaStream_t st, const cudak_op &a, const Split &s) {
     if (s.nout == 0) return;
-    if (s.cnt <= 128 || s.nout >= 8192) {
+    if (s.cnt <= 2048 || s.nout >= 1024) {
         gather_thread_kernel<F><<<grid_for((size_t)s.nout), kThreads, 0, st>>>(a, s);
     } else {
         unsigned blocks = s.nout > 4096 ? 4096u : (unsigned)s.nout;
@@ -124,16 +127,16 @@ template <class F> void launch_gather(cudaStream_t st, const cudak_op &a, const 
     }
 }
 
-/* reduce_sum / reduce_mean of in[0] (st[0]) into out[0]: double accumulation */
+/* reduce_sum / reduce_mean of in[0] (st[0]) into out[0]: float32, then / count (float32) */
 struct RedSum {
-    typedef double Acc;
-    static __device__ Acc init() { return 0.0; }
-    static __device__ Acc combine(Acc x, Acc y) { return __dadd_rn(x, y); }
+    typedef float Acc;
+    static __device__ Acc init() { return 0.0f; }
+    static __device__ Acc combine(Acc x, Acc y) { return __fadd_rn(x, y); }
     static __device__ Acc value(const cudak_op &a, int64_t, const int64_t *o) {
-        return (double)a.in[0][o[0]];
+        return a.in[0][o[0]];
     }
     static __device__ void store(const cudak_op &a, const Split &s, int64_t j, Acc v) {
-        a.out[0][j] = a.k == DIST_RED_MEAN ? (float)(v / (double)s.cnt) : (float)v;
+        a.out[0][j] = a.k == DIST_RED_MEAN ? __fdiv_rn(v, (float)s.cnt) : v;
     }
 };
 
@@ -396,45 +399,43 @@ __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
-constexpr int kRowsPerBlock = kThreads / 32;
-
-/* one warp per row of [rows, cols] */
+/* a thread per row of [rows, cols], float32 sums in order */
 __global__ void softmax_kernel(cudak_op a) {
-    const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= a.rows) return; /* whole warps leave together */
     const int64_t k = a.cols;
-    const float *x = a.in[0] + row * k;
-    float *y = a.out[0] + row * k;
-    float m = -INFINITY;
-    for (int64_t j = lane; j < k; j += 32) m = fmaxf(m, x[j]);
-    m = warp_max(m);
-    double s = 0.0;
-    for (int64_t j = lane; j < k; j += 32) s += (double)expf(__fsub_rn(x[j], m));
-    s = warp_sum_d(s);
-    if (a.k) {
-        float ls = (float)log(s);
-        for (int64_t j = lane; j < k; j += 32) y[j] = __fsub_rn(__fsub_rn(x[j], m), ls);
-    } else {
-        for (int64_t j = lane; j < k; j += 32) y[j] = (float)((double)expf(__fsub_rn(x[j], m)) / s);
+    GRID_STRIDE(r, a.rows) {
+        const float *x = a.in[0] + r * k;
+        float *y = a.out[0] + r * k;
+        float m = x[0];
+        for (int64_t j = 1; j < k; j++)
+            if (x[j] > m) m = x[j];
+        float s = 0.0f;
+        for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, expf(__fsub_rn(x[j], m)));
+        if (a.k) {
+            const float ls = logf(s);
+            for (int64_t j = 0; j < k; j++) y[j] = __fsub_rn(__fsub_rn(x[j], m), ls);
+        } else {
+            for (int64_t j = 0; j < k; j++) y[j] = __fdiv_rn(expf(__fsub_rn(x[j], m)), s);
+        }
     }
 }
 
 /* in: y, dy */
 __global__ void softmax_grad_kernel(cudak_op a) {
-    const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= a.rows) return;
     const int64_t k = a.cols;
-    const float *y = a.in[0] + row * k, *dy = a.in[1] + row * k;
-    float *dx = a.out[0] + row * k;
-    double s = 0.0;
-    for (int64_t j = lane; j < k; j += 32)
-        s += a.k ? (double)dy[j] : __dmul_rn((double)dy[j], (double)y[j]);
-    const float sf = (float)warp_sum_d(s);
-    for (int64_t j = lane; j < k; j += 32)
-        dx[j] = a.k ? __fsub_rn(dy[j], __fmul_rn(expf(y[j]), sf))
-                    : __fmul_rn(y[j], __fsub_rn(dy[j], sf));
+    GRID_STRIDE(r, a.rows) {
+        const float *y = a.in[0] + r * k, *dy = a.in[1] + r * k;
+        float *dx = a.out[0] + r * k;
+        float s = 0.0f;
+        if (a.k) {
+            /* dx = dy - softmax * sum(dy) */
+            for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, dy[j]);
+            for (int64_t j = 0; j < k; j++) dx[j] = __fsub_rn(dy[j], __fmul_rn(expf(y[j]), s));
+        } else {
+            /* dx = (dy - sum(dy * y)) * y */
+            for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, __fmul_rn(dy[j], y[j]));
+            for (int64_t j = 0; j < k; j++) dx[j] = __fmul_rn(__fsub_rn(dy[j], s), y[j]);
+        }
+    }
 }
 
 /* in: z, x */
@@ -584,54 +585,73 @@ __global__ void bn_apply_kernel(cudak_op a) {
     }
 }
 
-/* BN_GRAD_SUMS: in: x, dy, stats; out: sums [2, C]; a block per channel */
+/* BN_GRAD_SUMS: in: x, dy, stats, gamma (or NULL), count (SYNC); out: the parameters' sums
+ * [2, C] and the input gradient's terms [2, C] (each may be NULL); a block per channel */
 __global__ void bn_grad_sums_kernel(cudak_op a) {
     __shared__ double sh[32];
     const int64_t rows = a.rows, C = a.cols;
-    const float *x = a.in[0], *dy = a.in[1], *st = a.in[2];
+    const float *x = a.in[0], *dy = a.in[1], *st = a.in[2], *gm = a.in[3];
     for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
         const double mean = st[c];
         double sdy = 0.0, sdyx = 0.0;
         for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
             double d = dy[r * C + c];
-            sdy += d;
-            sdyx = __dadd_rn(sdyx, __dmul_rn(d, (double)x[r * C + c] - mean));
+            sdy = __dadd_rn(sdy, d);
+            sdyx = __dadd_rn(sdyx, __dmul_rn(d, __dsub_rn((double)x[r * C + c], mean)));
         }
         sdy = block_sum_d(sdy, sh);
         sdyx = block_sum_d(sdyx, sh);
-        if (threadIdx.x == 0) {
+        if (threadIdx.x != 0) continue;
+        const double inv = st[2 * C + c];
+        if (a.out[0]) {
             a.out[0][c] = (float)sdy;
-            a.out[0][C + c] = (float)(sdyx * (double)st[2 * C + c]);
+            a.out[0][C + c] = (float)__dmul_rn(sdyx, inv);
+        }
+        if (!a.out[1]) continue;
+        const double gam = gm ? gm[c] : 1.0;
+        const float sa = (float)__dmul_rn(sdy, gam), sb = (float)__dmul_rn(sdyx, gam);
+        if (a.k == DIST_BN_SYNC) {
+            /* mean = S / N, var = Q / N - mean^2: dL/dS and dL/dQ, all-reduced by the caller */
+            const double total = a.in[4][0];
+            const double dmean = __dmul_rn(-(double)sa, inv);
+            const double dvar =
+                st[3 * C + c] != 0.0f
+                    ? 0.0
+                    : __dmul_rn(__dmul_rn(__dmul_rn(__dmul_rn(-0.5, inv), inv), inv), (double)sb);
+            a.out[1][c] = (float)(__dsub_rn(dmean, __dmul_rn(__dmul_rn(2.0, mean), dvar)) / total);
+            a.out[1][C + c] = (float)(dvar / total);
+        } else {
+            a.out[1][c] = sa;
+            a.out[1][C + c] = sb;
         }
     }
 }
 
-/* BN_GRAD_INPUT: in: x, dy, stats, gamma (or NULL), sums (not read by INFERENCE), count (SYNC) */
+/* BN_GRAD_INPUT: in: x, dy, stats, gamma (or NULL), sums (BN_GRAD_SUMS's out[1]; not read by
+ * INFERENCE); rows: this replica's */
 __global__ void bn_grad_input_kernel(cudak_op a) {
     const int64_t C = a.cols;
+    const double rows = (double)a.rows;
     const float *x = a.in[0], *dy = a.in[1], *st = a.in[2], *gm = a.in[3], *sums = a.in[4];
-    const double total = a.k == DIST_BN_SYNC ? (double)a.in[5][0] : (double)a.rows;
     GRID_STRIDE(i, a.n) {
         int64_t c = i % C;
         if (a.k == DIST_BN_INFERENCE) {
             a.out[0][i] = __fmul_rn(__fmul_rn(dy[i], gm ? gm[c] : 1.0f), st[2 * C + c]);
             continue;
         }
-        double gam = gm ? gm[c] : 1.0, inv = st[2 * C + c], mean = st[c];
-        double s0 = sums[c], s1 = sums[C + c];
-        /* sums[1] = sum dy (x - mean) inv: dL/dvar = -inv^3 / 2 * gamma * sum dy (x - mean) */
-        double dmean = -(s0 * gam) * inv;
-        double dvar = -0.5 * inv * inv * gam * s1;
-        double g = (double)dy[i] * gam * inv;
+        const double gam = gm ? gm[c] : 1.0, inv = st[2 * C + c];
+        const double ga = sums[c], gb = sums[C + c];
+        const double g = __dmul_rn(__dmul_rn((double)dy[i], gam), inv);
         if (a.k == DIST_BN_SYNC) {
-            /* mean = S / N, var = Q / N - mean^2: dL/dS and dL/dQ */
-            if (st[3 * C + c] != 0.0f) dvar = 0.0;
-            double dS = (dmean - 2.0 * mean * dvar) / total, dQ = dvar / total;
-            a.out[0][i] = (float)(g + dS + 2.0 * (double)x[i] * dQ);
+            a.out[0][i] =
+                (float)__dadd_rn(__dadd_rn(g, ga), __dmul_rn(__dmul_rn(2.0, (double)x[i]), gb));
         } else {
             /* tf.nn.moments: var's path to the mean is stopped, and sum(x - mean) = 0 */
-            double xc = (double)x[i] - mean;
-            a.out[0][i] = (float)(g + dmean / total + dvar * 2.0 * xc / total);
+            const double xc = __dsub_rn((double)x[i], (double)st[c]);
+            const double dmean = __dmul_rn(-ga, inv);
+            const double dvar = __dmul_rn(__dmul_rn(__dmul_rn(__dmul_rn(-0.5, inv), inv), inv), gb);
+            a.out[0][i] = (float)__dadd_rn(__dadd_rn(g, dmean / rows),
+                                           __dmul_rn(__dmul_rn(dvar, 2.0), xc) / rows);
         }
     }
 }
@@ -661,20 +681,36 @@ __global__ void dropout_mask_kernel(cudak_op a) {
     }
 }
 
-/* one block of 1024 threads, double accumulation */
+/* The CPU's blocking: 64 fixed blocks of ceil(n / 64) elements, each summed in double (here by
+ * 16 threads), then the 64 partials in order. One block of 1024 threads. */
+constexpr int kSumSqBlocks = 64;
+
 __global__ void sum_squares_kernel(cudak_op a) {
-    __shared__ double sh[32];
+    __shared__ double part[kSumSqBlocks];
+    const int p = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    const int64_t block = (a.n + kSumSqBlocks - 1) / kSumSqBlocks;
+    const int64_t lo = (int64_t)p * block, hi = lo + block < a.n ? lo + block : a.n;
     double s = 0.0;
-    for (int64_t i = threadIdx.x; i < a.n; i += blockDim.x) {
+    for (int64_t i = lo + lane; i < hi; i += 16) {
         double v = a.in[0][i];
         s = __dadd_rn(s, __dmul_rn(v, v));
     }
-    s = block_sum_d(s, sh);
-    if (threadIdx.x == 0) a.out[0][0] = (float)s;
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) part[p] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int b = 0; b < kSumSqBlocks; b++) total = __dadd_rn(total, part[b]);
+        a.out[0][0] = (float)total;
+    }
 }
 
 __global__ void clip_value_kernel(cudak_op a) {
-    GRID_STRIDE(i, a.n) a.out[0][i] = fminf(fmaxf(a.in[0][i], a.f[0]), a.f[1]);
+    /* compares, not fminf/fmaxf: a NaN stays NaN (tf.clip_by_value) */
+    GRID_STRIDE(i, a.n) {
+        float v = a.in[0][i];
+        a.out[0][i] = v < a.f[0] ? a.f[0] : v > a.f[1] ? a.f[1] : v;
+    }
 }
 
 /* in: x, the summed squares (scalar) */
@@ -686,10 +722,6 @@ __global__ void clip_by_norm_kernel(cudak_op a) {
     else if (norm > 0.0f && !isinf(norm))
         scale = fminf(1.0f, __fdiv_rn(a.f[0], norm));
     GRID_STRIDE(i, a.n) a.out[0][i] = __fmul_rn(a.in[0][i], scale);
-}
-
-unsigned rows_blocks(int64_t rows) {
-    return (unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
 unsigned channel_blocks(int64_t c) { return c > 4096 ? 4096u : (unsigned)c; }
@@ -758,10 +790,10 @@ extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
         if (a.n) avg_pool_bwd_kernel<<<g, kThreads, 0, s>>>(a);
         break;
     case DIST_OPC_SOFTMAX:
-        if (a.rows) softmax_kernel<<<rows_blocks(a.rows), kThreads, 0, s>>>(a);
+        if (a.rows) softmax_kernel<<<grid_for((size_t)a.rows), kThreads, 0, s>>>(a);
         break;
     case DIST_OPC_SOFTMAX_GRAD:
-        if (a.rows) softmax_grad_kernel<<<rows_blocks(a.rows), kThreads, 0, s>>>(a);
+        if (a.rows) softmax_grad_kernel<<<grid_for((size_t)a.rows), kThreads, 0, s>>>(a);
         break;
     case DIST_OPC_SIGMOID_XENT:
         if (a.n) sigmoid_xent_kernel<<<g, kThreads, 0, s>>>(a);
