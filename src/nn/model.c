@@ -1,5 +1,6 @@
 /* The Sequential model: layers, variables in one buffer per replica, forward, gradients. */
 #include "backend/backend.h"
+#include "backend/ops_dispatch.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/rng.h"
@@ -490,9 +491,11 @@ static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
 }
 
 /* Keras's Dropout in training: each element kept with probability 1 - rate and scaled by
- * 1 / (1 - rate). The mask is drawn from the layer's seed, the replica's count of training
- * calls and the replica's id (replica_id_in_sync_group), so every replica drops differently and
- * a rerun with the same seed drops the same elements. Identity in inference. */
+ * 1 / (1 - rate). The mask is the op set's DROPOUT_MASK on the tape's backend (counter-based,
+ * no host memory): its key is the layer's seed mixed with the layer's index, the replica's
+ * count of training calls and the replica's id (replica_id_in_sync_group), so every replica
+ * and every layer drops differently and a rerun with the same seed drops the same elements.
+ * Identity in inference. */
 static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const dist_tensor *h,
                                 dist_tensor **out) {
     const model_layer *l = &m->layers[layer];
@@ -502,22 +505,19 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
     }
     dist_replica_ctx *rc = dist_tape_replica(tape);
     model_replica *rep = &m->replicas[rc ? rc->local_id : 0];
-    uint64_t replica = rc ? (uint64_t)rc->replica_id : 0;
-    uint64_t stream = (rep->training_calls * 0x100000001b3ULL + replica) * 131u + (uint64_t)layer;
-    dist_rng rng = dist_rng_stream(l->seed, stream);
-    int64_t n = dist_tensor_numel(h);
-    float *mask = malloc((size_t)(n > 0 ? n : 1) * sizeof *mask);
-    if (!mask)
-        return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for the dropout mask",
-                          l->name);
-    float scale = 1.0f / (1.0f - l->rate);
-    for (int64_t i = 0; i < n; i++) mask[i] = dist_rng_uniform(&rng) >= l->rate ? scale : 0.0f;
-    dist_tensor host = dist_tensor_view(mask, DIST_F32, h->ndim, h->shape);
-    dist_tensor *dev = NULL;
-    dist_status st = dist_tape_upload(tape, &host, &dev);
-    free(mask);
-    DIST_TRY(st);
-    st = dist_op_mul(tape, h, dev, out);
+    dist_op op = {.code = DIST_OPC_DROPOUT_MASK, .nout = 1};
+    op.f[0] = l->rate;
+    op.u[0] = (uint32_t)l->seed;
+    op.u[1] = (uint32_t)(l->seed >> 32) ^ dist_op_mix32((uint32_t)layer + 1u);
+    op.u[2] = (uint32_t)rep->training_calls;
+    op.u[3] = rc ? (uint32_t)rc->replica_id : 0u;
+    dist_tensor *mask = NULL;
+    dist_status st = dist_tape_alloc(tape, DIST_F32, h->ndim, h->shape, &mask);
+    if (st == DIST_OK) {
+        dist_tensor *const outs[1] = {mask};
+        st = dist_backend_run_op(dist_tape_backend(tape), &op, NULL, outs);
+    }
+    if (st == DIST_OK) st = dist_op_mul(tape, h, mask, out);
     return st ? dist_error_context(st, "layer '%s' (Dropout)", l->name) : DIST_OK;
 }
 

@@ -198,7 +198,8 @@ START_TEST(test_clip_by_norm_scales_above_the_norm_only) {
     ck_assert(isnan(y[0]) && isnan(y[1]));
     /* on 2 threads over many elements, the same bits as on 1 */
     enum { N = 100003 };
-    float *big = malloc(N * sizeof *big), *y1 = malloc(N * sizeof *y1), *y2 = malloc(N * sizeof *y2);
+    float *big = malloc(N * sizeof *big), *y1 = malloc(N * sizeof *y1),
+          *y2 = malloc(N * sizeof *y2);
     for (int i = 0; i < N; i++) big[i] = (float)(i % 13) - 6.0f;
     clip_by_norm(be, 2.5f, 1.0e6f, big, y1, N);
     dist_backend *be2 = dist_test_cpu_backend(2);

@@ -25,8 +25,8 @@ static dist_status misc_check_f32(const dist_op *op, const dist_tensor *t, const
     if (!t || !t->data)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: %s is missing", dist_op_name(op), which);
     if (t->dtype != DIST_F32)
-        return dist_error(DIST_UNSUPPORTED, "%s: CPU op takes float32 %s, got %s",
-                          dist_op_name(op), which, dist_dtype_name(t->dtype));
+        return dist_error(DIST_UNSUPPORTED, "%s: CPU op takes float32 %s, got %s", dist_op_name(op),
+                          which, dist_dtype_name(t->dtype));
     return DIST_OK;
 }
 
@@ -103,8 +103,8 @@ dist_status cpu_op_clip_value(void *ctx, const dist_op *op, const dist_tensor *c
     DIST_TRY(misc_check_same(op, in[0], out[0]));
     const float lo = op->f[0], hi = op->f[1];
     if (!(lo <= hi))
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: bounds [%g, %g] are empty",
-                          dist_op_name(op), (double)lo, (double)hi);
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: bounds [%g, %g] are empty", dist_op_name(op),
+                          (double)lo, (double)hi);
     int64_t n = dist_tensor_numel(in[0]);
     const float *x = in[0]->data;
     float *y = out[0]->data;
