@@ -18,16 +18,26 @@
  * momentum is 0.9 rather than Keras's 0.99, so that the moving statistics used at test time
  * settle within the few hundred steps this example trains.
  *
- * The BatchNormalization and math ops compute on host memory: this example runs on CPUs.
- * usage: custom_model [epochs]   (default 5); prints the test accuracy. */
+ * Every op runs on every executor (the op set, src/backend/ops.h): the same network trains
+ * under mirrored on CPU replicas and under tpu, compiled into one XLA program.
+ *
+ * usage: custom_model [epochs] [options]   (default 5 epochs); prints the test accuracy
+ *   --strategy mirrored|tpu    (default mirrored: two CPU replicas; tpu: two devices of
+ *                              --pjrt-plugin PATH, the partial last batch dropped)
+ *   --dropout RATE             a Dropout layer after block_b's BatchNormalization (default 0)
+ *   --global-clipnorm NORM     Keras's global_clipnorm on every optimizer (default off)
+ *   --steps N                  train N steps only, print each step's loss (%.9g), no test */
 #include <dist/dist.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GLOBAL_BATCH 32
 #define SMOOTHING 0.1f
 #define NPARTS 3 /* stem, block_a, block_b */
 #define NHEAD 4  /* head: dense/kernel [392, 64], dense/bias, dense_1/kernel [64, 10], dense_1/bias */
+
+static float g_dropout, g_clipnorm; /* --dropout, --global-clipnorm */
 
 typedef struct net {
     dist_model *part[NPARTS];
@@ -78,7 +88,8 @@ static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void
                               dist_element *out) {
     net *n = user;
     dist_tape *t = dist_replica_tape(rc);
-    int r = dist_replica_id_in_sync_group(rc); /* one process: the local replica too */
+    /* the replica copies of this process (under tpu one: the step is traced on replica 0) */
+    int r = dist_replica_id_in_sync_group(rc);
     dist_tensor *logits, *per_example, *loss;
     /* the tape computes gradients for what it watches: the head's copies (the models' own
      * variables are watched by dist_model_call) */
@@ -158,6 +169,8 @@ static dist_status create_head(dist_strategy *s, net *n) {
     }
     dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
     if (st == DIST_OK) st = dist_optimizer_create_adam(&adam, &n->head_opt);
+    if (st == DIST_OK && g_clipnorm > 0)
+        st = dist_optimizer_set_clipping(n->head_opt, 0, 0, g_clipnorm);
     if (st == DIST_OK) st = dist_strategy_scope_exit(s);
     free(w);
     dist_model_destroy(init);
@@ -182,11 +195,14 @@ static dist_status build_parts(net *n) {
         DIST_RETURN_IF_ERROR(dist_model_add_conv2d_ex(n->part[p], &c));
         DIST_RETURN_IF_ERROR(dist_model_add_batch_normalization(n->part[p], &bn));
     }
+    DIST_RETURN_IF_ERROR(dist_model_add_dropout(n->part[2], g_dropout, 46));
     int64_t image[3] = {28, 28, 1}, features[3] = {14, 14, 8};
     dist_adam_options adam = DIST_ADAM_OPTIONS_INIT;
     for (int p = 0; p < NPARTS; p++) {
         DIST_RETURN_IF_ERROR(dist_model_build(n->part[p], 3, p == 0 ? image : features, 42 + p));
         DIST_RETURN_IF_ERROR(dist_optimizer_create_adam(&adam, &n->opt[p]));
+        if (g_clipnorm > 0)
+            DIST_RETURN_IF_ERROR(dist_optimizer_set_clipping(n->opt[p], 0, 0, g_clipnorm));
     }
     return DIST_OK;
 }
@@ -219,7 +235,8 @@ static dist_status list_variables(net *n, int replicas) {
 
 /* images and labels -> normalized float32 -> (shuffled) -> GLOBAL batches, distributed. */
 static dist_status pipeline(dist_strategy *s, const dist_tensor *images, const dist_tensor *labels,
-                            int shuffle, dist_dataset **ds, dist_distributed_dataset **dds) {
+                            int shuffle, int drop_remainder, dist_dataset **ds,
+                            dist_distributed_dataset **dds) {
     dist_tensor x = *images, y = *labels;
     dist_tensor *parts[2] = {&x, &y};
     dist_dataset *d, *next;
@@ -230,17 +247,76 @@ static dist_status pipeline(dist_strategy *s, const dist_tensor *images, const d
         DIST_RETURN_IF_ERROR(dist_dataset_shuffle(d, 10000, 7, 1, &next));
         dist_dataset_destroy(d), d = next;
     }
-    DIST_RETURN_IF_ERROR(dist_dataset_batch(d, GLOBAL_BATCH, 0, &next));
+    DIST_RETURN_IF_ERROR(dist_dataset_batch(d, GLOBAL_BATCH, drop_remainder, &next));
     dist_dataset_destroy(d), d = next;
     *ds = d;
     return dist_strategy_distribute_dataset(s, d, dds);
 }
 
+/* The test accuracy over the test batches (under tpu the partial last batch is dropped: the
+ * accuracy is over the examples evaluated). */
+static int evaluate(dist_strategy *strategy, net *n, dist_distributed_dataset *test) {
+    dist_distributed_iterator *it;
+    double correct = 0;
+    int64_t total = 0;
+    if (check(dist_distributed_dataset_iterator(test, &it), "iterating")) return 1;
+    for (;;) {
+        dist_per_replica_element batch;
+        dist_per_replica results;
+        int end = 0;
+        if (check(dist_distributed_iterator_next(it, &batch, &end), "reading a batch")) return 1;
+        if (end) break;
+        for (int r = 0; r < batch.num_replicas; r++) total += batch.replicas[r].items[0]->shape[0];
+        dist_tensor *count;
+        if (check(dist_strategy_run(strategy, eval_step, n, &batch, &results), "evaluating") ||
+            check(dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &count),
+                  "reducing"))
+            return 1;
+        correct += *(float *)count->data;
+        dist_tensor_destroy(count);
+    }
+    dist_distributed_iterator_destroy(it);
+    printf("test accuracy: %.4f (%.0f of %lld)\n", correct / (double)(total ? total : 1), correct,
+           (long long)total);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int epochs = argc > 1 ? atoi(argv[1]) : 5;
+    int epochs = 5, tpu = 0;
+    long max_steps = -1;
+    const char *plugin = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--strategy") && v) {
+            tpu = !strcmp(v, "tpu");
+            if (!tpu && strcmp(v, "mirrored")) break;
+        } else if (!strcmp(a, "--pjrt-plugin") && v) {
+            plugin = v;
+        } else if (!strcmp(a, "--dropout") && v) {
+            g_dropout = (float)atof(v);
+        } else if (!strcmp(a, "--global-clipnorm") && v) {
+            g_clipnorm = (float)atof(v);
+        } else if (!strcmp(a, "--steps") && v) {
+            max_steps = atol(v);
+        } else if (a[0] != '-' && i == 1) {
+            epochs = atoi(a);
+            continue;
+        } else {
+            fprintf(stderr, "custom_model: unknown or incomplete option '%s' (see the file's "
+                            "header for the usage)\n", a);
+            return 2;
+        }
+        i++;
+    }
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT; /* mirrored */
-    so.devices = "cpu:0,cpu:1";
-    so.threads_per_replica = 1;
+    if (tpu) {
+        so.kind = DIST_STRATEGY_TPU;
+        so.pjrt_plugin = plugin;
+        so.tpu_cores = 2;
+    } else {
+        so.devices = "cpu:0,cpu:1";
+        so.threads_per_replica = 1;
+    }
     dist_strategy *strategy;
     if (check(dist_strategy_create(&so, &strategy), "creating the strategy")) return 1;
     int replicas = dist_strategy_num_replicas_in_sync(strategy);
@@ -251,7 +327,7 @@ int main(int argc, char **argv) {
         check(build_parts(&n), "building the network") ||
         check(dist_strategy_scope_exit(strategy), "leaving the scope") ||
         check(create_head(strategy, &n), "creating the head's variables") ||
-        check(list_variables(&n, replicas), "listing the variables"))
+        check(list_variables(&n, dist_model_num_replicas(n.part[0])), "listing the variables"))
         return 1;
 
     dist_mnist *mnist;
@@ -259,14 +335,15 @@ int main(int argc, char **argv) {
     dist_distributed_dataset *train, *test;
     if (check(dist_mnist_load(NULL, &mnist), "loading MNIST") ||
         check(pipeline(strategy, dist_mnist_train_images(mnist), dist_mnist_train_labels(mnist), 1,
-                       &train_ds, &train),
+                       tpu, &train_ds, &train),
               "the training data") ||
         check(pipeline(strategy, dist_mnist_test_images(mnist), dist_mnist_test_labels(mnist), 0,
-                       &test_ds, &test),
+                       tpu, &test_ds, &test),
               "the test data"))
         return 1;
 
-    for (int e = 0; e < epochs; e++) {
+    long total_steps = 0;
+    for (int e = 0; e < epochs && total_steps != max_steps; e++) {
         dist_distributed_iterator *it;
         if (check(dist_distributed_dataset_iterator(train, &it), "iterating")) return 1;
         double loss_sum = 0;
@@ -277,7 +354,7 @@ int main(int argc, char **argv) {
             int end = 0;
             if (check(dist_distributed_iterator_next(it, &batch, &end), "reading a batch"))
                 return 1;
-            if (end) break;
+            if (end || total_steps == max_steps) break;
             n.global_batch = 0;
             for (int r = 0; r < batch.num_replicas; r++)
                 n.global_batch += batch.replicas[r].items[0]->shape[0];
@@ -288,33 +365,14 @@ int main(int argc, char **argv) {
                 return 1;
             loss_sum += *(float *)loss->data;
             steps++;
+            if (max_steps >= 0) printf("step %ld: loss %.9g\n", ++total_steps, *(float *)loss->data);
             dist_tensor_destroy(loss);
         }
         dist_distributed_iterator_destroy(it);
         printf("epoch %d: mean loss %.4f over %ld steps\n", e + 1, loss_sum / (double)steps, steps);
     }
 
-    dist_distributed_iterator *it;
-    double correct = 0;
-    if (check(dist_distributed_dataset_iterator(test, &it), "iterating")) return 1;
-    for (;;) {
-        dist_per_replica_element batch;
-        dist_per_replica results;
-        int end = 0;
-        if (check(dist_distributed_iterator_next(it, &batch, &end), "reading a batch")) return 1;
-        if (end) break;
-        dist_tensor *count;
-        if (check(dist_strategy_run(strategy, eval_step, &n, &batch, &results), "evaluating") ||
-            check(dist_strategy_reduce(strategy, DIST_REDUCE_SUM, &results, 0, -1, &count),
-                  "reducing"))
-            return 1;
-        correct += *(float *)count->data;
-        dist_tensor_destroy(count);
-    }
-    dist_distributed_iterator_destroy(it);
-    int64_t total = dist_mnist_test_labels(mnist)->shape[0];
-    printf("test accuracy: %.4f (%.0f of %lld)\n", correct / (double)total, correct,
-           (long long)total);
+    if (max_steps < 0 && evaluate(strategy, &n, test)) return 1;
 
     dist_distributed_dataset_destroy(test);
     dist_distributed_dataset_destroy(train);
