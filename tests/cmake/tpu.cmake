@@ -91,3 +91,10 @@ add_test(NAME tpu.trace_ops COMMAND test_trace_ops cpu_plugin ${DIST_TEST_PJRT_P
 set_tests_properties(tpu.trace_ops PROPERTIES FIXTURES_REQUIRED pjrt_venv
                      LABELS "tpu;integration" TIMEOUT 600
                      ENVIRONMENT "${unit_env};${tpu_env}")
+
+# Dropout traced into the program (tests/unit/test_layers.c in its tpu mode): the masks of 2
+# replicas over two runs equal mirrored's bit for bit.
+add_test(NAME tpu.layers COMMAND test_layers tpu ${DIST_TEST_PJRT_PLUGIN})
+set_tests_properties(tpu.layers PROPERTIES FIXTURES_REQUIRED pjrt_venv
+                     LABELS "tpu;integration" TIMEOUT 300
+                     ENVIRONMENT "${unit_env};${tpu_env}")

@@ -9,6 +9,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -301,6 +302,51 @@ START_TEST(test_dropout_masks_differ_per_replica_and_repeat_per_seed) {
 }
 END_TEST
 
+static const char *g_plugin; /* tpu mode: XLA's CPU PJRT plugin (argv[1] "tpu", argv[2]) */
+
+/* Dense(256) then Dropout(0.5, seed 7) on 2 replicas, two runs: the outputs [run][replica]. */
+static void dropout_runs(int tpu, float out[2][2][256]) {
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    if (tpu) {
+        o.kind = DIST_STRATEGY_TPU;
+        o.pjrt_plugin = g_plugin;
+        o.tpu_cores = 2;
+    } else {
+        o.kind = DIST_STRATEGY_MIRRORED;
+        o.devices = "cpu:0,cpu:1";
+    }
+    o.threads_per_replica = 1;
+    dist_strategy *s;
+    ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dense(m, 256, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dropout(m, 0.5f, 7), DIST_OK);
+    int64_t in[1] = {256};
+    ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+    for (int run = 0; run < 2; run++) {
+        dist_per_replica res;
+        ck_assert_msg(dist_strategy_run(s, dropout_step, m, NULL, &res) == DIST_OK, "%s",
+                      dist_last_error());
+        for (int r = 0; r < 2; r++) memcpy(out[run][r], res.values[r][0]->data, sizeof out[0][0]);
+    }
+    dist_model_destroy(m);
+    dist_strategy_destroy(s);
+}
+
+/* The mask is DROPOUT_MASK traced into the program (the training call a runtime value, the
+ * replica stablehlo.replica_id): the same outputs as mirrored's, bit for bit, run by run. */
+START_TEST(test_under_tpu_dropout_drops_as_mirrored_does) {
+    static float tpu[2][2][256], mirrored[2][2][256];
+    dropout_runs(1, tpu);
+    dropout_runs(0, mirrored);
+    ck_assert_int_eq(memcmp(tpu, mirrored, sizeof tpu), 0);
+    ck_assert_int_ne(memcmp(tpu[0][0], tpu[0][1], sizeof tpu[0][0]), 0);
+    ck_assert_int_ne(memcmp(tpu[0][0], tpu[1][0], sizeof tpu[0][0]), 0);
+}
+END_TEST
+
 START_TEST(test_batch_norm_normalizes_with_batch_statistics_and_updates_moving_ones) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_batch_normalization(m, NULL), DIST_OK);
@@ -574,8 +620,21 @@ START_TEST(test_batch_norm_moving_statistics_are_saved_in_checkpoints) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
     Suite *s = suite_create("layers");
+    if (argc == 3 && !strcmp(argv[1], "tpu")) {
+        g_plugin = argv[2];
+        if (access(g_plugin, R_OK) != 0) {
+            fprintf(stderr, "the PJRT plugin %s is not there (the pjrt_venv fixture makes it)\n",
+                    g_plugin);
+            return 1;
+        }
+        TCase *tc = tcase_create("tpu");
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, test_under_tpu_dropout_drops_as_mirrored_does);
+        suite_add_tcase(s, tc);
+        return dist_test_run(s);
+    }
     TCase *tc = tcase_create("layers");
     tcase_add_test(tc, test_average_pool_same_padding_counts_only_covered_elements);
     tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
