@@ -2,10 +2,10 @@
  * training (batch statistics, optionally all-reduced over the replicas: SyncBatchNorm) and in
  * inference (given statistics), with TensorFlow's gradients.
  *
- * A host loop, as the math ops: the backend vtable has no normalization kernel. Statistics are
- * summed in double. In training the statistics follow Keras 3's TensorFlow backend:
- * unsynchronized, tf.nn.moments (mean, then the mean squared deviation from it); synchronized,
- * the replicas' sums of x, of x^2 and of the counts all-reduced, mean = sum / count and
+ * The ops of the op set's batch normalization family (backend/ops.h) compute it on the tape's
+ * backend. In training the statistics follow Keras 3's TensorFlow backend: unsynchronized,
+ * tf.nn.moments (mean, then the mean squared deviation from it); synchronized, the replicas'
+ * sums of x, of x^2 and of the counts all-reduced (backend tensors), mean = sum / count and
  * variance = max(E[x^2] - mean^2, 0). The gradient of an all-reduce is the all-reduce of the
  * gradients (TensorFlow's), so the synchronized backward all-reduces the per-channel gradients
  * of the two sums. */
@@ -14,172 +14,110 @@
 #include "core/replica_ctx.h"
 #include "dist/replica.h"
 
-#include <math.h>
 #include <string.h>
 
-enum { BN_INFERENCE = 0, BN_LOCAL = 1, BN_SYNC = 2 };
+/* The node's workspace is one arena tensor of 4 C + 1 floats: the statistics [4, C] (ops.h:
+ * mean, variance, inv, clamped) and the count of rows over every replica (synchronized only),
+ * seen through these two views. */
+typedef struct bn_ws {
+    dist_tensor *stats, *count;
+} bn_ws;
 
-/* The node's workspace: per channel mean, 1 / sqrt(var + eps), and 1 where the synchronized
- * variance was clamped at 0 (no gradient flows through it then). */
-typedef struct bn_stats {
-    float *mean, *inv, *clamped;
-} bn_stats;
-
-static bn_stats bn_stats_of(void *workspace, int64_t c) {
-    float *w = workspace;
-    return (bn_stats){w, w + c, w + 2 * c};
+static dist_status bn_ws_views(dist_tape *t, const dist_tensor *ws, int64_t c, bn_ws *v) {
+    int64_t shape[2] = {4, c};
+    DIST_TRY(tape_new_alias(t, ws, ws->data, 2, shape, &v->stats));
+    return tape_new_alias(t, ws, (float *)ws->data + 4 * c, 0, NULL, &v->count);
 }
 
-/* All-reduces (SUM) `count` floats of host memory through an arena tensor of the tape. */
-static dist_status all_reduce_host(dist_tape *t, dist_replica_ctx *rc, float *v, int64_t count) {
-    dist_tensor *dev;
-    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &count, &dev));
-    memcpy(dev->data, v, (size_t)count * sizeof *v);
-    DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, dev));
-    DIST_TRY(tape_be(t)->synchronize(tape_bectx(t)));
-    memcpy(v, dev->data, (size_t)count * sizeof *v);
-    return DIST_OK;
+static dist_op bn_op(dist_opcode code, int k, int nin, int nout, float eps) {
+    dist_op op;
+    memset(&op, 0, sizeof op);
+    op.code = code;
+    op.k = k;
+    op.nin = nin;
+    op.nout = nout;
+    op.f[0] = eps;
+    return op;
 }
 
-static dist_status all_reduce_count(dist_tape *t, dist_replica_ctx *rc, int64_t *n) {
-    dist_tensor *dev;
-    DIST_TRY(tape_new_tensor(t, DIST_I64, 0, NULL, &dev));
-    memcpy(dev->data, n, sizeof *n);
-    DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, dev));
-    DIST_TRY(tape_be(t)->synchronize(tape_bectx(t)));
-    memcpy(n, dev->data, sizeof *n);
-    return DIST_OK;
-}
-
-/* Batch statistics of x [rows, c] into s (and the caller's mean / variance). */
-static dist_status batch_stats(dist_tape *t, int mode, const float *x, int64_t rows, int64_t c,
-                               bn_stats s, float eps, float *mean_out, float *var_out,
-                               int64_t *count) {
-    int64_t n = rows;
-    if (mode == BN_SYNC) {
-        /* Keras: local sums of x and x^2 (float32 tensors), all-reduced with the counts; the
-         * 2c sums live in s.inv and s.clamped (contiguous) until those are computed */
-        float *buf = s.inv;
-        for (int64_t j = 0; j < c; j++) {
-            double a = 0, q = 0;
-            for (int64_t i = 0; i < rows; i++) {
-                double v = x[i * c + j];
-                a += v;
-                q += v * v;
-            }
-            buf[j] = (float)a;
-            buf[c + j] = (float)q;
-        }
-        DIST_TRY(all_reduce_host(t, dist_tape_replica(t), buf, 2 * c));
-        DIST_TRY(all_reduce_count(t, dist_tape_replica(t), &n));
-        for (int64_t j = 0; j < c; j++) {
-            double mean = n > 0 ? (double)buf[j] / (double)n : 0.0;
-            double e2 = n > 0 ? (double)buf[c + j] / (double)n : 0.0;
-            double var = e2 - mean * mean;
-            s.mean[j] = (float)mean;
-            mean_out[j] = (float)mean;
-            var_out[j] = (float)(var > 0 ? var : 0.0);
-        }
-        for (int64_t j = 0; j < c; j++) /* reads buf[c + j] before overwriting it */
-            s.clamped[j] = (double)buf[c + j] / (double)(n > 0 ? n : 1) -
-                                       (double)s.mean[j] * (double)s.mean[j] <
-                                   0
-                               ? 1.0f
-                               : 0.0f;
-    } else {
-        for (int64_t j = 0; j < c; j++) {
-            double a = 0;
-            for (int64_t i = 0; i < rows; i++) a += x[i * c + j];
-            double mean = rows > 0 ? a / (double)rows : 0.0, q = 0;
-            for (int64_t i = 0; i < rows; i++) {
-                double d = x[i * c + j] - mean;
-                q += d * d;
-            }
-            s.mean[j] = mean_out[j] = (float)mean;
-            var_out[j] = (float)(rows > 0 ? q / (double)rows : 0.0);
-            s.clamped[j] = 0.0f;
-        }
-    }
-    for (int64_t j = 0; j < c; j++) s.inv[j] = (float)(1.0 / sqrt((double)var_out[j] + eps));
-    *count = n;
-    return DIST_OK;
+/* Copies the first c floats of a backend tensor row into x's gradient (dgamma, dbeta). */
+static dist_status bn_param_grad(dist_tape *t, const dist_tensor *x, const float *row, int64_t c) {
+    tape_plain_grad h;
+    dist_tensor *dst;
+    DIST_TRY(tape_plain_grad_begin(t, x, &h, &dst));
+    if (!dst) return DIST_OK;
+    DIST_TRY(
+        tape_be(t)->copy(tape_bectx(t), dst->data, row, (size_t)c * sizeof *row, DIST_COPY_D2D));
+    return tape_plain_grad_end(t, x, &h);
 }
 
 static dist_status bn_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
-    const float *xv = n->saved[0]->data, *gv = n->saved[1] ? n->saved[1]->data : NULL;
-    int64_t c = x->shape[x->ndim - 1], rows = dist_tensor_numel(x) / c, total = n->p.m.v[0];
+    const dist_tensor *px = n->saved[0], *pg = n->saved[1], *dy;
+    int64_t c = x->shape[x->ndim - 1], two_c[2] = {2, c};
     int mode = n->p.m.kind;
-    bn_stats s = bn_stats_of(n->workspace, c);
-    const float *dy;
-    DIST_TRY(tape_host_dy(t, n, g, &dy));
-    /* per channel: sum dy, sum dy * xhat, and the sums of dxhat = dy * gamma and dxhat * (x - mean)
-     */
-    int64_t bytes = 4 * c;
-    dist_tensor *acc_t;
-    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &bytes, &acc_t));
-    float *dbeta = acc_t->data, *dgamma = dbeta + c, *ga = dgamma + c, *gb = ga + c;
-    for (int64_t j = 0; j < c; j++) {
-        double sdy = 0, sdyx = 0;
-        for (int64_t i = 0; i < rows; i++) {
-            double d = dy[i * c + j], xc = (double)xv[i * c + j] - s.mean[j];
-            sdy += d;
-            sdyx += d * xc;
-        }
-        double gam = gv ? gv[j] : 1.0;
-        dbeta[j] = (float)sdy;
-        dgamma[j] = (float)(sdyx * s.inv[j]);
-        ga[j] = (float)(sdy * gam);  /* sum dxhat */
-        gb[j] = (float)(sdyx * gam); /* sum dxhat * (x - mean) */
-    }
-    if (gamma) {
-        tape_host_grad h;
-        float *dst;
-        DIST_TRY(tape_host_grad_begin(t, gamma, &h, &dst));
-        if (dst) memcpy(dst, dgamma, (size_t)c * sizeof *dst);
-        DIST_TRY(tape_host_grad_end(t, gamma, &h));
-    }
-    if (beta) {
-        tape_host_grad h;
-        float *dst;
-        DIST_TRY(tape_host_grad_begin(t, beta, &h, &dst));
-        if (dst) memcpy(dst, dbeta, (size_t)c * sizeof *dst);
-        DIST_TRY(tape_host_grad_end(t, beta, &h));
-    }
-    tape_host_grad h;
-    float *dx;
-    DIST_TRY(tape_host_grad_begin(t, x, &h, &dx));
+    bn_ws ws;
+    DIST_TRY(bn_ws_views(t, n->workspace, c, &ws));
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    /* per channel: dbeta, dgamma (this replica's rows), and the input gradient's two terms */
+    int need_dx = tape_requires_grad(t, x);
+    dist_tensor *sums[2] = {NULL, NULL};
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 2, two_c, &sums[0]));
+    if (need_dx && mode != DIST_BN_INFERENCE)
+        DIST_TRY(tape_new_tensor(t, DIST_F32, 2, two_c, &sums[1]));
+    dist_op op = bn_op(DIST_OPC_BN_GRAD_SUMS, mode, 5, 2, 0.0f);
+    const dist_tensor *in_sums[5] = {px, dy, ws.stats, pg, ws.count};
+    DIST_TRY(tape_run_op(t, &op, in_sums, sums));
+    const float *dbeta = sums[0]->data;
+    if (gamma) DIST_TRY(bn_param_grad(t, gamma, dbeta + c, c));
+    if (beta) DIST_TRY(bn_param_grad(t, beta, dbeta, c));
+    tape_plain_grad h;
+    dist_tensor *dx;
+    DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
-    if (mode == BN_SYNC) {
-        /* mean = S / N, var = Q / N - mean^2: dL/dS and dL/dQ, summed over the replicas */
-        for (int64_t j = 0; j < c; j++) {
-            double inv = s.inv[j], dmean = -(double)ga[j] * inv;
-            double dvar = s.clamped[j] != 0.0f ? 0.0 : -0.5 * inv * inv * inv * (double)gb[j];
-            ga[j] = (float)((dmean - 2.0 * s.mean[j] * dvar) / (double)total); /* dL/dS */
-            gb[j] = (float)(dvar / (double)total);                             /* dL/dQ */
-        }
-        DIST_TRY(all_reduce_host(t, dist_tape_replica(t), ga, 2 * c));
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < c; j++) {
-                double gam = gv ? gv[j] : 1.0, xv_ = xv[i * c + j];
-                dx[i * c + j] = (float)(dy[i * c + j] * gam * s.inv[j] + ga[j] + 2.0 * xv_ * gb[j]);
-            }
-    } else if (mode == BN_LOCAL) {
-        /* tf.nn.moments: var's path to the mean is stopped, and sum(x - mean) = 0 */
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < c; j++) {
-                double inv = s.inv[j], gam = gv ? gv[j] : 1.0;
-                double xc = (double)xv[i * c + j] - s.mean[j];
-                double dmean = -(double)ga[j] * inv, dvar = -0.5 * inv * inv * inv * (double)gb[j];
-                dx[i * c + j] = (float)(dy[i * c + j] * gam * inv + dmean / (double)rows +
-                                        dvar * 2.0 * xc / (double)rows);
-            }
-    } else {
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < c; j++)
-                dx[i * c + j] = (float)(dy[i * c + j] * (gv ? gv[j] : 1.0f) * s.inv[j]);
+    if (mode == DIST_BN_SYNC)
+        DIST_TRY(dist_replica_all_reduce(dist_tape_replica(t), DIST_REDUCE_SUM, sums[1]));
+    op = bn_op(DIST_OPC_BN_GRAD_INPUT, mode, 6, 1, 0.0f);
+    const dist_tensor *in_dx[6] = {px, dy, ws.stats, pg, sums[1], NULL};
+    DIST_TRY(tape_run_op(t, &op, in_dx, &dx));
+    return tape_plain_grad_end(t, x, &h);
+}
+
+/* The statistics of the batch x (plain, [rows, c]) into ws: tf.nn.moments, or (synchronized)
+ * from the sums of x and x^2 and the row counts all-reduced over the replicas. */
+static dist_status batch_stats(dist_tape *t, int mode, const dist_tensor *px, int64_t c, float eps,
+                               bn_ws *ws) {
+    if (mode != DIST_BN_SYNC) {
+        dist_op op = bn_op(DIST_OPC_BN_STATS, DIST_BN_LOCAL, 1, 1, eps);
+        return tape_run_op(t, &op, &px, &ws->stats);
     }
-    return tape_host_grad_end(t, x, &h);
+    dist_replica_ctx *rc = dist_tape_replica(t);
+    int64_t two_c[2] = {2, c};
+    dist_tensor *sums;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 2, two_c, &sums));
+    dist_op op = bn_op(DIST_OPC_BN_STATS, DIST_BN_SUMS, 1, 1, eps);
+    DIST_TRY(tape_run_op(t, &op, &px, &sums));
+    DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, sums));
+    /* float32 counts are exact up to 2^24 rows */
+    DIST_TRY(tape_be(t)->fill(tape_bectx(t), ws->count, (float)(dist_tensor_numel(px) / c)));
+    DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, ws->count));
+    op = bn_op(DIST_OPC_BN_MOMENTS, 0, 2, 1, eps);
+    const dist_tensor *in[2] = {sums, ws->count};
+    return tape_run_op(t, &op, in, &ws->stats);
+}
+
+/* The inference statistics from the caller's host arrays (uploaded). */
+static dist_status given_stats(dist_tape *t, const float *mean, const float *variance, int64_t c,
+                               float eps, bn_ws *ws) {
+    dist_tensor *m, *v;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &m));
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &v));
+    size_t bytes = (size_t)c * sizeof(float);
+    DIST_TRY(tape_be(t)->copy(tape_bectx(t), m->data, mean, bytes, DIST_COPY_H2D));
+    DIST_TRY(tape_be(t)->copy(tape_bectx(t), v->data, variance, bytes, DIST_COPY_H2D));
+    dist_op op = bn_op(DIST_OPC_BN_INFER_STATS, 0, 2, 1, eps);
+    const dist_tensor *in[2] = {m, v};
+    return tape_run_op(t, &op, in, &ws->stats);
 }
 
 static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
@@ -189,7 +127,7 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
     DIST_CHECK_ARG(x->ndim >= 2, "batch_norm: input must have a batch axis and channels, got %d-D",
                    x->ndim);
     DIST_CHECK_ARG(epsilon > 0.0f, "batch_norm: epsilon must be positive, got %g", (double)epsilon);
-    int64_t c = x->shape[x->ndim - 1], total = dist_tensor_numel(x);
+    int64_t c = x->shape[x->ndim - 1];
     DIST_CHECK_ARG(c > 0, "batch_norm: the input has no channels");
     DIST_CHECK_ARG(!gamma || dist_tensor_numel(gamma) == c,
                    "batch_norm: gamma has %lld values, the input %lld channels",
@@ -198,43 +136,40 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
                    "batch_norm: beta has %lld values, the input %lld channels",
                    beta ? (long long)dist_tensor_numel(beta) : 0LL, (long long)c);
     DIST_TRY(tape_check_f32(x, "batch_norm"));
-    DIST_TRY(tape_host_ready(t, "batch_norm"));
     const dist_tensor *px, *pg = NULL, *pb = NULL;
     DIST_TRY(tape_plain_of(t, x, &px));
     if (gamma) DIST_TRY(tape_plain_of(t, gamma, &pg));
     if (beta) DIST_TRY(tape_plain_of(t, beta, &pb));
-    void *ws;
-    DIST_TRY(dist_arena_alloc(&t->arena, (size_t)(3 * c) * sizeof(float), &ws));
-    bn_stats s = bn_stats_of(ws, c);
-    int64_t rows = total / c, count = rows;
-    if (mode == BN_INFERENCE) {
-        for (int64_t j = 0; j < c; j++) {
-            s.mean[j] = mean[j];
-            s.inv[j] = (float)(1.0 / sqrt((double)variance[j] + epsilon));
-            s.clamped[j] = 0.0f;
-        }
+    int64_t wn = 4 * c + 1;
+    dist_tensor *wst;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &wn, &wst));
+    bn_ws ws;
+    DIST_TRY(bn_ws_views(t, wst, c, &ws));
+    if (mode == DIST_BN_INFERENCE) {
+        DIST_TRY(given_stats(t, mean, variance, c, epsilon, &ws));
     } else {
-        DIST_TRY(batch_stats(t, mode, px->data, rows, c, s, epsilon, mean, variance, &count));
+        DIST_TRY(batch_stats(t, mode, px, c, epsilon, &ws));
+        /* the API's batch statistics, in the caller's host memory */
+        const struct dist_backend_i *be = tape_be(t);
+        size_t bytes = (size_t)c * sizeof(float);
+        DIST_TRY(be->synchronize(tape_bectx(t)));
+        DIST_TRY(be->copy(tape_bectx(t), mean, ws.stats->data, bytes, DIST_COPY_D2H));
+        DIST_TRY(
+            be->copy(tape_bectx(t), variance, (float *)ws.stats->data + c, bytes, DIST_COPY_D2H));
     }
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
-    const float *xv = px->data, *gv = pg ? pg->data : NULL, *bv = pb ? pb->data : NULL;
-    float *o = out->data;
-    /* tf.nn.batch_normalization: x * inv + (beta - mean * inv), inv = rsqrt(var + eps) * gamma */
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < c; j++) {
-            float inv = s.inv[j] * (gv ? gv[j] : 1.0f);
-            o[i * c + j] = xv[i * c + j] * inv + ((bv ? bv[j] : 0.0f) - s.mean[j] * inv);
-        }
+    dist_op op = bn_op(DIST_OPC_BN_APPLY, 0, 4, 1, epsilon);
+    const dist_tensor *ain[4] = {px, ws.stats, pg, pb};
+    DIST_TRY(tape_run_op(t, &op, ain, &out));
     const dist_tensor *in[3] = {x, gamma, beta};
     tape_node *n;
     DIST_TRY(tape_record(t, out, bn_backward, 3, in, &n));
     if (n) {
         n->p.m.kind = mode;
-        n->p.m.v[0] = count;
         n->saved[0] = px;
         n->saved[1] = pg;
-        n->workspace = ws;
+        n->workspace = wst;
     }
     /* a mixed policy: stored at the compute precision */
     DIST_TRY(tape_round_output(t, out, n));
@@ -246,7 +181,7 @@ dist_status dist_op_batch_norm_training(dist_tape *t, const dist_tensor *x,
                                         const dist_tensor *gamma, const dist_tensor *beta,
                                         float epsilon, int synchronized, float *batch_mean,
                                         float *batch_variance, dist_tensor **y) {
-    int mode = synchronized && t && dist_tape_replica(t) ? BN_SYNC : BN_LOCAL;
+    int mode = synchronized && t && dist_tape_replica(t) ? DIST_BN_SYNC : DIST_BN_LOCAL;
     return batch_norm(t, mode, x, gamma, beta, epsilon, batch_mean, batch_variance, y);
 }
 
@@ -254,6 +189,6 @@ dist_status dist_op_batch_norm_inference(dist_tape *t, const dist_tensor *x,
                                          const dist_tensor *gamma, const dist_tensor *beta,
                                          const float *mean, const float *variance, float epsilon,
                                          dist_tensor **y) {
-    return batch_norm(t, BN_INFERENCE, x, gamma, beta, epsilon, (float *)mean, (float *)variance,
-                      y);
+    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, (float *)mean,
+                      (float *)variance, y);
 }

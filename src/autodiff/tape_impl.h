@@ -131,21 +131,25 @@ dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *lik
 dist_status tape_add_broadcast(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
                                dist_tensor **y);
 
-/* Host access for the ops that loop on host memory (ops_math.c, ops_norm.c). */
-/* DIST_UNSUPPORTED naming `op` unless the tape's backend is the CPU one; waits for it. */
-dist_status tape_host_ready(dist_tape *t, const char *op);
+/* Running ops of the set (backend/ops.h) on plain tensors (ops_math.c, ops_norm.c). */
 dist_status tape_check_f32(const dist_tensor *x, const char *op);
 /* x itself when plain, else a plain arena copy. */
 dist_status tape_plain_of(dist_tape *t, const dist_tensor *x, const dist_tensor **out);
-/* The gradient of a node's output as plain host floats. */
-dist_status tape_host_dy(dist_tape *t, tape_node *n, grad_entry *g, const float **dy);
-/* Where a backward writes x's gradient as plain host floats (*p NULL: x needs none). */
-typedef struct tape_host_grad {
+/* dist_backend_run_op on the tape's backend (DIST_UNSUPPORTED naming the op and the backend
+ * where it does not run it). */
+dist_status tape_run_op(dist_tape *t, const dist_op *op, const dist_tensor *const *in,
+                        dist_tensor *const *out);
+/* The gradient of a node's output as a plain tensor (a uniform gradient materialized). */
+dist_status tape_plain_dy(dist_tape *t, tape_node *n, grad_entry *g, const dist_tensor **dy);
+/* Where a backward's op writes x's gradient as a plain tensor (*p NULL: x needs none); _end
+ * converts it to the gradient's layout where that is not plain, and folds it in. */
+typedef struct tape_plain_grad {
     dist_tensor *dst;
     dist_tensor *plain;
-} tape_host_grad;
-dist_status tape_host_grad_begin(dist_tape *t, const dist_tensor *x, tape_host_grad *h, float **p);
-dist_status tape_host_grad_end(dist_tape *t, const dist_tensor *x, tape_host_grad *h);
+} tape_plain_grad;
+dist_status tape_plain_grad_begin(dist_tape *t, const dist_tensor *x, tape_plain_grad *h,
+                                  dist_tensor **p);
+dist_status tape_plain_grad_end(dist_tape *t, const dist_tensor *x, tape_plain_grad *h);
 
 static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
 static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }

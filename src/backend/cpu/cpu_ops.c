@@ -146,7 +146,8 @@ static void bc_next(bc_iter *it) {
 }
 
 /* x broadcasts to `to` (aligned right, each axis equal or 1). */
-static dist_status check_broadcasts(const dist_op *op, const dist_tensor *x, const dist_tensor *to) {
+static dist_status check_broadcasts(const dist_op *op, const dist_tensor *x,
+                                    const dist_tensor *to) {
     int ok = x->ndim <= to->ndim;
     for (int d = 0; ok && d < x->ndim; d++) {
         int64_t dx = x->shape[x->ndim - 1 - d], dt = to->shape[to->ndim - 1 - d];
@@ -487,8 +488,7 @@ static dist_status op_concat(cpu_ctx *c, const dist_op *op, const dist_tensor *c
     int64_t rows_total = 0;
     for (int i = 0; i < op->nin; i++) {
         int same = in[i]->ndim == o->ndim;
-        for (int d = 0; same && d < o->ndim; d++)
-            same = d == ax || in[i]->shape[d] == o->shape[d];
+        for (int d = 0; same && d < o->ndim; d++) same = d == ax || in[i]->shape[d] == o->shape[d];
         if (!same)
             return dist_error(DIST_INVALID_ARGUMENT,
                               "%s: input %d's shape differs from the output's off axis %d",
@@ -496,9 +496,10 @@ static dist_status op_concat(cpu_ctx *c, const dist_op *op, const dist_tensor *c
         rows_total += in[i]->shape[ax];
     }
     if (rows_total != o->shape[ax])
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: the inputs hold %lld along axis %d, the "
-                          "output %lld", dist_op_name(op), (long long)rows_total, ax,
-                          (long long)o->shape[ax]);
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: the inputs hold %lld along axis %d, the "
+                          "output %lld",
+                          dist_op_name(op), (long long)rows_total, ax, (long long)o->shape[ax]);
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < ax; d++) outer *= o->shape[d];
     for (int d = ax + 1; d < o->ndim; d++) inner *= o->shape[d];
@@ -678,8 +679,8 @@ static dist_status op_sigmoid_xent(cpu_ctx *c, const dist_op *op, const dist_ten
 
 /* d/dx of TensorFlow's composed form (where(x >= 0, x, 0) - x z + log1p(exp(where(x >= 0, -x,
  * x)))) is sigmoid(x) - z at every x, 0 included; d/dz is -x. */
-static dist_status op_sigmoid_xent_grad(cpu_ctx *c, const dist_op *op,
-                                        const dist_tensor *const *in, dist_tensor *const *out) {
+static dist_status op_sigmoid_xent_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
+                                        dist_tensor *const *out) {
     int64_t n = dist_tensor_numel(in[1]);
     DIST_TRY(need_numel(op, in[0], n, "the labels"));
     DIST_TRY(need_numel(op, in[2], n, "dy"));

@@ -1,0 +1,509 @@
+/* The op set on the CPU backend (cpu_ops.c), through dist_backend_run_op as the tape calls it:
+ * every op of backend/ops.h but the four of cpu_ops_misc.c (test_cpu_ops_misc.c), on small
+ * inputs whose results are worked out by hand in the comments (exact in float32), or, for the
+ * transcendental ones, against the closed form in double; and the refusals: a backend without
+ * run_op, and a tensor the CPU ops do not take, give DIST_UNSUPPORTED naming the op. */
+#include "backend/backend.h"
+#include "backend/ops_dispatch.h"
+#include "testutil.h"
+
+#include <dist/dist.h>
+#include <math.h>
+#include <string.h>
+
+static dist_backend *g_be;
+
+static dist_tensor t1(float *data, int64_t n) { return dist_tensor_view(data, DIST_F32, 1, &n); }
+static dist_tensor t2(float *data, int64_t r, int64_t c) {
+    int64_t s[2] = {r, c};
+    return dist_tensor_view(data, DIST_F32, 2, s);
+}
+static dist_tensor t4(float *data, int64_t n, int64_t h, int64_t w, int64_t c) {
+    int64_t s[4] = {n, h, w, c};
+    return dist_tensor_view(data, DIST_F32, 4, s);
+}
+static dist_tensor scalar(float *data) { return dist_tensor_view(data, DIST_F32, 0, NULL); }
+
+static dist_op op_of(dist_opcode code, int k, int nin, int nout) {
+    dist_op op;
+    memset(&op, 0, sizeof op);
+    op.code = code;
+    op.k = k;
+    op.nin = nin;
+    op.nout = nout;
+    return op;
+}
+
+/* Runs op with up to 6 inputs and 2 outputs (NULL-terminated lists are not used: counts). */
+static dist_status run(const dist_op *op, const dist_tensor *i0, const dist_tensor *i1,
+                       const dist_tensor *i2, const dist_tensor *i3, const dist_tensor *i4,
+                       dist_tensor *o0, dist_tensor *o1) {
+    const dist_tensor *in[6] = {i0, i1, i2, i3, i4, NULL};
+    dist_tensor *out[2] = {o0, o1};
+    return dist_backend_run_op(g_be, op, in, out);
+}
+
+static void expect(const float *got, const float *want, int n, double tol) {
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)got[i] - (double)want[i]) <= tol, "element %d: %.9g, want %.9g",
+                      i, (double)got[i], (double)want[i]);
+}
+
+/* ---- elementwise ---------------------------------------------------------------------- */
+
+START_TEST(test_unary_ops_give_their_functions) {
+    float x[4] = {-1.0f, 0.0f, 0.5f, 2.0f}, y[4];
+    dist_tensor tx = t1(x, 4), ty = t1(y, 4);
+    struct {
+        int k;
+        float want[4];
+    } exact[] = {{DIST_UN_NEG, {1, 0, -0.5f, -2}},
+                 {DIST_UN_SQUARE, {1, 0, 0.25f, 4}},
+                 {DIST_UN_ABS, {1, 0, 0.5f, 2}}};
+    for (int c = 0; c < 3; c++) {
+        dist_op op = op_of(DIST_OPC_UNARY, exact[c].k, 1, 1);
+        ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+        expect(y, exact[c].want, 4, 0.0);
+    }
+    for (int k = DIST_UN_EXP; k < DIST_UN_COUNT; k++) {
+        if (k == DIST_UN_SQUARE || k == DIST_UN_ABS) continue;
+        float xs[4] = {0.25f, 0.5f, 1.0f, 2.0f}, want[4];
+        dist_tensor txs = t1(xs, 4);
+        for (int i = 0; i < 4; i++) {
+            double v = xs[i];
+            double f[DIST_UN_COUNT] = {
+                [DIST_UN_EXP] = exp(v),
+                [DIST_UN_LOG] = log(v),
+                [DIST_UN_SQRT] = sqrt(v),
+                [DIST_UN_SIGMOID] = 1.0 / (1.0 + exp(-v)),
+                [DIST_UN_TANH] = tanh(v),
+                [DIST_UN_GELU] = 0.5 * v * (1.0 + erf(v / sqrt(2.0))),
+                [DIST_UN_GELU_TANH] =
+                    0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)))};
+            want[i] = (float)f[k];
+        }
+        dist_op op = op_of(DIST_OPC_UNARY, k, 1, 1);
+        ck_assert_int_eq(run(&op, &txs, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+        expect(y, want, 4, 1e-6);
+    }
+}
+END_TEST
+
+START_TEST(test_unary_gradients_read_x_or_y) {
+    /* square: dy * 2x; exp: dy * y; abs: sign(x) dy, 0 at 0; sqrt: dy * 0.5 / y */
+    float x[3] = {-1.0f, 0.0f, 3.0f}, y[3] = {1.0f, 2.0f, 4.0f}, dy[3] = {2.0f, 3.0f, 0.5f}, dx[3];
+    dist_tensor tx = t1(x, 3), ty = t1(y, 3), tdy = t1(dy, 3), tdx = t1(dx, 3);
+    struct {
+        int k;
+        float want[3];
+    } c[] = {{DIST_UN_SQUARE, {-4, 0, 3}},
+             {DIST_UN_EXP, {2, 6, 2}},
+             {DIST_UN_ABS, {-2, 0, 0.5f}},
+             {DIST_UN_SQRT, {1, 0.75f, 0.0625f}},
+             {DIST_UN_NEG, {-2, -3, -0.5f}}};
+    for (int i = 0; i < 5; i++) {
+        dist_op op = op_of(DIST_OPC_UNARY_GRAD, c[i].k, 3, 1);
+        ck_assert_int_eq(run(&op, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+        expect(dx, c[i].want, 3, 0.0);
+    }
+}
+END_TEST
+
+START_TEST(test_binary_ops_broadcast_numpy_style) {
+    float a[6] = {1, 2, 3, 4, 5, 6}, row[3] = {10, 20, 30}, col[2] = {2, 4}, y[6];
+    dist_tensor ta = t2(a, 2, 3), trow = t1(row, 3), tcol = t2(col, 2, 1), ty = t2(y, 2, 3);
+    dist_op add = op_of(DIST_OPC_BINARY, DIST_BIN_ADD, 2, 1);
+    ck_assert_int_eq(run(&add, &ta, &trow, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){11, 22, 33, 14, 25, 36}, 6, 0.0);
+    dist_op div = op_of(DIST_OPC_BINARY, DIST_BIN_DIV, 2, 1);
+    ck_assert_int_eq(run(&div, &ta, &tcol, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){0.5f, 1, 1.5f, 1, 1.25f, 1.5f}, 6, 0.0);
+    dist_op sub = op_of(DIST_OPC_BINARY, DIST_BIN_SUB, 2, 1);
+    ck_assert_int_eq(run(&sub, &trow, &ta, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){9, 18, 27, 6, 15, 24}, 6, 0.0);
+    float p[3] = {1, 5, 3}, q[3] = {2, 5, 1}, m[3];
+    dist_tensor tp = t1(p, 3), tq = t1(q, 3), tm = t1(m, 3);
+    dist_op mx = op_of(DIST_OPC_BINARY, DIST_BIN_MAX, 2, 1), mn = mx;
+    mn.k = DIST_BIN_MIN;
+    ck_assert_int_eq(run(&mx, &tp, &tq, NULL, NULL, NULL, &tm, NULL), DIST_OK);
+    expect(m, (float[]){2, 5, 3}, 3, 0.0);
+    ck_assert_int_eq(run(&mn, &tp, &tq, NULL, NULL, NULL, &tm, NULL), DIST_OK);
+    expect(m, (float[]){1, 5, 1}, 3, 0.0);
+    /* a shape that does not broadcast to the output */
+    float bad[2] = {0, 0};
+    dist_tensor tbad = t1(bad, 2);
+    ck_assert_int_eq(run(&add, &ta, &tbad, NULL, NULL, NULL, &ty, NULL), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_binary_gradients_sum_over_broadcast_axes) {
+    /* y = a * row: da = dy * row, drow = column sums of dy * a */
+    float a[6] = {1, 2, 3, 4, 5, 6}, row[3] = {10, 20, 30}, dy[6] = {1, 1, 1, 1, 1, 2};
+    float da[6], drow[3];
+    dist_tensor ta = t2(a, 2, 3), trow = t1(row, 3), tdy = t2(dy, 2, 3), tda = t2(da, 2, 3),
+                tdrow = t1(drow, 3);
+    dist_op mul = op_of(DIST_OPC_BINARY_GRAD, DIST_BIN_MUL, 3, 2);
+    ck_assert_int_eq(run(&mul, &ta, &trow, &tdy, NULL, NULL, &tda, &tdrow), DIST_OK);
+    expect(da, (float[]){10, 20, 30, 10, 20, 60}, 6, 0.0);
+    expect(drow, (float[]){5, 7, 15}, 3, 0.0);
+    /* only db asked for: da stays untouched */
+    float keep[6] = {-7, -7, -7, -7, -7, -7};
+    memcpy(da, keep, sizeof da);
+    ck_assert_int_eq(run(&mul, &ta, &trow, &tdy, NULL, NULL, NULL, &tdrow), DIST_OK);
+    expect(da, keep, 6, 0.0);
+    /* maximum: a tie sends the gradient to a (TensorFlow's) */
+    float p[2] = {1, 2}, q[2] = {1, 3}, g[2] = {4, 5}, dp[2], dq[2];
+    dist_tensor tp = t1(p, 2), tq = t1(q, 2), tg = t1(g, 2), tdp = t1(dp, 2), tdq = t1(dq, 2);
+    dist_op mx = op_of(DIST_OPC_BINARY_GRAD, DIST_BIN_MAX, 3, 2);
+    ck_assert_int_eq(run(&mx, &tp, &tq, &tg, NULL, NULL, &tdp, &tdq), DIST_OK);
+    expect(dp, (float[]){4, 0}, 2, 0.0);
+    expect(dq, (float[]){0, 5}, 2, 0.0);
+    /* div: da = dy / b, db = dy * (-a / b) / b */
+    float n[1] = {3}, d[1] = {2}, one[1] = {1}, dn[1], dd[1];
+    dist_tensor tn = t1(n, 1), td = t1(d, 1), tone = t1(one, 1), tdn = t1(dn, 1), tdd = t1(dd, 1);
+    dist_op dv = op_of(DIST_OPC_BINARY_GRAD, DIST_BIN_DIV, 3, 2);
+    ck_assert_int_eq(run(&dv, &tn, &td, &tone, NULL, NULL, &tdn, &tdd), DIST_OK);
+    expect(dn, (float[]){0.5f}, 1, 0.0);
+    expect(dd, (float[]){-0.75f}, 1, 0.0);
+}
+END_TEST
+
+/* ---- reductions and shapes ------------------------------------------------------------ */
+
+START_TEST(test_reductions_over_masked_axes) {
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[3];
+    dist_tensor tx = t2(x, 2, 3), rows = t1(y, 2), cols = t1(y, 3), all = t1(y, 1);
+    dist_op op = op_of(DIST_OPC_REDUCE, DIST_RED_SUM, 1, 1);
+    op.mask = 2; /* axis 1 */
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &rows, NULL), DIST_OK);
+    expect(y, (float[]){6, 15}, 2, 0.0);
+    op.k = DIST_RED_MEAN;
+    op.mask = 1; /* axis 0 */
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &cols, NULL), DIST_OK);
+    expect(y, (float[]){2.5f, 3.5f, 4.5f}, 3, 0.0);
+    op.k = DIST_RED_MAX;
+    op.mask = 3;
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &all, NULL), DIST_OK);
+    expect(y, (float[]){6}, 1, 0.0);
+    x[4] = NAN; /* a NaN is the maximum */
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &all, NULL), DIST_OK);
+    ck_assert(isnan(y[0]));
+    /* the output must hold the kept elements */
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &rows, NULL), DIST_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_reduction_gradients_broadcast_back) {
+    float x[6] = {1, 3, 3, 4, 0, 2}, y[2] = {3, 4}, dy[2] = {3, 6}, dx[6];
+    dist_tensor tx = t2(x, 2, 3), ty = t1(y, 2), tdy = t1(dy, 2), tdx = t2(dx, 2, 3);
+    dist_op op = op_of(DIST_OPC_REDUCE_GRAD, DIST_RED_SUM, 3, 1);
+    op.mask = 2;
+    ck_assert_int_eq(run(&op, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+    expect(dx, (float[]){3, 3, 3, 6, 6, 6}, 6, 0.0);
+    op.k = DIST_RED_MEAN;
+    ck_assert_int_eq(run(&op, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+    expect(dx, (float[]){1, 1, 1, 2, 2, 2}, 6, 0.0);
+    /* max: the two tied 3s of row 0 share its gradient */
+    op.k = DIST_RED_MAX;
+    ck_assert_int_eq(run(&op, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+    expect(dx, (float[]){0, 1.5f, 1.5f, 6, 0, 0}, 6, 0.0);
+}
+END_TEST
+
+START_TEST(test_transpose_slice_pad_and_concat_move_elements) {
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
+    dist_tensor tx = t2(x, 2, 3), ty = t2(y, 3, 2);
+    dist_op tr = op_of(DIST_OPC_TRANSPOSE, 0, 1, 1);
+    tr.v[0] = 1;
+    tr.v[1] = 0;
+    ck_assert_int_eq(run(&tr, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){1, 4, 2, 5, 3, 6}, 6, 0.0);
+    /* slice [:, 1:3] */
+    dist_tensor ts = t2(y, 2, 2);
+    dist_op sl = op_of(DIST_OPC_SLICE, 0, 1, 1);
+    sl.v[1] = 1;
+    ck_assert_int_eq(run(&sl, &tx, NULL, NULL, NULL, NULL, &ts, NULL), DIST_OK);
+    expect(y, (float[]){2, 3, 5, 6}, 4, 0.0);
+    sl.v[1] = 2; /* a 2-wide box at column 2 of 3 is outside */
+    ck_assert_int_eq(run(&sl, &tx, NULL, NULL, NULL, NULL, &ts, NULL), DIST_INVALID_ARGUMENT);
+    /* pad: [7, 8] at (1, 1) of zeros [2, 3] */
+    float small[2] = {7, 8};
+    dist_tensor tsmall = t2(small, 1, 2), tbig = t2(y, 2, 3);
+    dist_op pad = op_of(DIST_OPC_PAD, 0, 1, 1);
+    pad.v[0] = 1;
+    pad.v[1] = 1;
+    ck_assert_int_eq(run(&pad, &tsmall, NULL, NULL, NULL, NULL, &tbig, NULL), DIST_OK);
+    expect(y, (float[]){0, 0, 0, 0, 7, 8}, 6, 0.0);
+    /* concat along axis 1: [2, 1] and [2, 2] */
+    float a[2] = {1, 2}, b[4] = {3, 4, 5, 6};
+    dist_tensor ta = t2(a, 2, 1), tb = t2(b, 2, 2), tc = t2(y, 2, 3);
+    dist_op cat = op_of(DIST_OPC_CONCAT, 0, 2, 1);
+    cat.axis = 1;
+    ck_assert_int_eq(run(&cat, &ta, &tb, NULL, NULL, NULL, &tc, NULL), DIST_OK);
+    expect(y, (float[]){1, 3, 4, 2, 5, 6}, 6, 0.0);
+}
+END_TEST
+
+/* ---- pooling ---------------------------------------------------------------------------- */
+
+START_TEST(test_avg_pool_counts_only_covered_positions) {
+    float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4];
+    dist_tensor tx = t4(x, 1, 3, 3, 1), ty = t4(y, 1, 2, 2, 1);
+    /* 2x2 windows, stride 1, no padding: means of 1 2 4 5, 2 3 5 6, ... */
+    dist_op op = op_of(DIST_OPC_AVG_POOL2D, 0, 1, 1);
+    op.pool.window_h = op.pool.window_w = 2;
+    op.pool.stride_h = op.pool.stride_w = 1;
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){3, 4, 6, 7}, 4, 0.0);
+    /* stride 2 with one padded row and column at the end (SAME): the edge windows average the
+     * 2 or 1 elements they cover: (3 + 6) / 2, (7 + 8) / 2, 9 */
+    op.pool.stride_h = op.pool.stride_w = 2;
+    op.pool.pad_bottom = op.pool.pad_right = 1;
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){3, 4.5f, 7.5f, 9}, 4, 0.0);
+    /* backward of the stride-1 pool: each window spreads dy / 4; the centre is in 4 windows */
+    float dy[4] = {1, 1, 1, 1}, dx[9];
+    dist_tensor tdy = t4(dy, 1, 2, 2, 1), tdx = t4(dx, 1, 3, 3, 1);
+    op.code = DIST_OPC_AVG_POOL2D_GRAD;
+    op.pool.stride_h = op.pool.stride_w = 1;
+    op.pool.pad_bottom = op.pool.pad_right = 0;
+    ck_assert_int_eq(run(&op, &tdy, NULL, NULL, NULL, NULL, &tdx, NULL), DIST_OK);
+    expect(dx, (float[]){0.25f, 0.5f, 0.25f, 0.5f, 1, 0.5f, 0.25f, 0.5f, 0.25f}, 9, 0.0);
+}
+END_TEST
+
+/* ---- softmax and losses ----------------------------------------------------------------- */
+
+START_TEST(test_softmax_and_its_gradients) {
+    float x[4] = {0, 0, 0, logf(3.0f)}, y[4];
+    dist_tensor tx = t2(x, 2, 2), ty = t2(y, 2, 2);
+    dist_op op = op_of(DIST_OPC_SOFTMAX, 0, 1, 1);
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){0.5f, 0.5f, 0.25f, 0.75f}, 4, 1e-6);
+    op.k = 1;
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){-logf(2), -logf(2), -logf(4), logf(0.75f)}, 4, 1e-6);
+    /* softmax: (dy - sum(dy y)) y with y = (0.25, 0.75), dy = (1, 0): s = 0.25 */
+    float sy[2] = {0.25f, 0.75f}, dy[2] = {1, 0}, dx[2];
+    dist_tensor tsy = t2(sy, 1, 2), tdy = t2(dy, 1, 2), tdx = t2(dx, 1, 2);
+    dist_op g = op_of(DIST_OPC_SOFTMAX_GRAD, 0, 2, 1);
+    ck_assert_int_eq(run(&g, &tsy, &tdy, NULL, NULL, NULL, &tdx, NULL), DIST_OK);
+    expect(dx, (float[]){0.1875f, -0.1875f}, 2, 0.0);
+    /* log_softmax: dy - exp(y) sum(dy) with exp(y) = (0.25, 0.75), dy = (1, 1) */
+    float ly[2] = {logf(0.25f), logf(0.75f)}, ones[2] = {1, 1};
+    dist_tensor tly = t2(ly, 1, 2), tones = t2(ones, 1, 2);
+    g.k = 1;
+    ck_assert_int_eq(run(&g, &tly, &tones, NULL, NULL, NULL, &tdx, NULL), DIST_OK);
+    expect(dx, (float[]){0.5f, -0.5f}, 2, 1e-6);
+}
+END_TEST
+
+START_TEST(test_sigmoid_cross_entropy_and_mse_with_gradients) {
+    /* x = 0, z = 1: log 2; x = 2, z = 0: 2 + log1p(exp(-2)); x = -2, z = 1: 2 + log1p(exp(-2)) */
+    float z[3] = {1, 0, 1}, x[3] = {0, 2, -2}, l[3];
+    dist_tensor tz = t1(z, 3), tx = t1(x, 3), tl = t1(l, 3);
+    dist_op op = op_of(DIST_OPC_SIGMOID_XENT, 0, 2, 1);
+    ck_assert_int_eq(run(&op, &tz, &tx, NULL, NULL, NULL, &tl, NULL), DIST_OK);
+    float e = (float)(2.0 + log1p(exp(-2.0)));
+    expect(l, (float[]){(float)log(2.0), e, e}, 3, 1e-6);
+    /* dz = dy * -x, dx = dy * (sigmoid(x) - z) */
+    float dy[3] = {2, 1, 1}, dz[3], dx[3];
+    dist_tensor tdy = t1(dy, 3), tdz = t1(dz, 3), tdx = t1(dx, 3);
+    op = op_of(DIST_OPC_SIGMOID_XENT_GRAD, 0, 3, 2);
+    ck_assert_int_eq(run(&op, &tz, &tx, &tdy, NULL, NULL, &tdz, &tdx), DIST_OK);
+    float s2 = (float)(1.0 / (1.0 + exp(-2.0)));
+    expect(dz, (float[]){0, -2, 2}, 3, 0.0);
+    expect(dx, (float[]){-1, s2, (1 - s2) - 1}, 3, 1e-6);
+    /* mse per row of 2: ((1 - 0)^2 + (3 - 0)^2) / 2 = 5, ((1 - 1)^2 + (2 - 1)^2) / 2 = 0.5 */
+    float t[4] = {0, 0, 1, 1}, p[4] = {1, 3, 1, 2}, m[2];
+    dist_tensor tt = t2(t, 2, 2), tp = t2(p, 2, 2), tm = t1(m, 2);
+    op = op_of(DIST_OPC_MSE, 0, 2, 1);
+    ck_assert_int_eq(run(&op, &tt, &tp, NULL, NULL, NULL, &tm, NULL), DIST_OK);
+    expect(m, (float[]){5, 0.5f}, 2, 0.0);
+    /* dpred = 2 (p - t) / 2 * dloss[row], dtrue its negative */
+    float dl[2] = {1, 2}, dt[4], dp[4];
+    dist_tensor tdl = t1(dl, 2), tdt = t2(dt, 2, 2), tdp = t2(dp, 2, 2);
+    op = op_of(DIST_OPC_MSE_GRAD, 0, 3, 2);
+    ck_assert_int_eq(run(&op, &tt, &tp, &tdl, NULL, NULL, &tdt, &tdp), DIST_OK);
+    expect(dp, (float[]){1, 3, 0, 2}, 4, 0.0);
+    expect(dt, (float[]){-1, -3, -0, -2}, 4, 0.0);
+}
+END_TEST
+
+/* ---- batch normalization ---------------------------------------------------------------- */
+
+/* x = rows (1, 2) and (3, 6): channel means 2 and 4, variances 1 and 4 */
+static float bn_x[4] = {1, 2, 3, 6};
+
+START_TEST(test_bn_statistics_local_sums_moments_and_given) {
+    float st[8];
+    dist_tensor tx = t2(bn_x, 2, 2), tst = t2(st, 4, 2);
+    dist_op op = op_of(DIST_OPC_BN_STATS, DIST_BN_LOCAL, 1, 1);
+    op.f[0] = 0.0f;
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &tst, NULL), DIST_OK);
+    expect(st, (float[]){2, 4, 1, 4, 1, 0.5f, 0, 0}, 8, 0.0);
+    /* the synchronized form's local part: sums of x and x^2 */
+    float sums[4];
+    dist_tensor tsums = t2(sums, 2, 2);
+    op.k = DIST_BN_SUMS;
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &tsums, NULL), DIST_OK);
+    expect(sums, (float[]){4, 8, 10, 40}, 4, 0.0);
+    /* moments from those sums over 2 rows: the same statistics */
+    float count = 2;
+    dist_tensor tcount = scalar(&count);
+    op = op_of(DIST_OPC_BN_MOMENTS, 0, 2, 1);
+    ck_assert_int_eq(run(&op, &tsums, &tcount, NULL, NULL, NULL, &tst, NULL), DIST_OK);
+    expect(st, (float[]){2, 4, 1, 4, 1, 0.5f, 0, 0}, 8, 0.0);
+    /* E[x^2] - mean^2 < 0 (rounding across replicas): variance 0, clamped; eps 0.25: inv 2 */
+    float bad[2] = {2, 1}, one = 1, st1[4];
+    dist_tensor tbad = t2(bad, 2, 1), tone = scalar(&one), tst1 = t2(st1, 4, 1);
+    op.f[0] = 0.25f;
+    ck_assert_int_eq(run(&op, &tbad, &tone, NULL, NULL, NULL, &tst1, NULL), DIST_OK);
+    expect(st1, (float[]){2, 0, 2, 1}, 4, 0.0);
+    /* inference: given mean 1, variance 3, eps 1: inv 0.5 */
+    float m = 1, v = 3;
+    dist_tensor tm = t1(&m, 1), tv = t1(&v, 1);
+    op = op_of(DIST_OPC_BN_INFER_STATS, 0, 2, 1);
+    op.f[0] = 1.0f;
+    ck_assert_int_eq(run(&op, &tm, &tv, NULL, NULL, NULL, &tst1, NULL), DIST_OK);
+    expect(st1, (float[]){1, 3, 0.5f, 0}, 4, 0.0);
+}
+END_TEST
+
+/* statistics of bn_x with eps 0, gamma (2, 1), beta (0, 1) */
+static float bn_st[8] = {2, 4, 1, 4, 1, 0.5f, 0, 0}, bn_gamma[2] = {2, 1}, bn_beta[2] = {0, 1};
+
+START_TEST(test_bn_apply_normalizes_scales_and_shifts) {
+    /* channel 0: (x - 2) * 1 * 2 + 0; channel 1: (x - 4) * 0.5 * 1 + 1 */
+    float y[4];
+    dist_tensor tx = t2(bn_x, 2, 2), tst = t2(bn_st, 4, 2), tg = t1(bn_gamma, 2),
+                tb = t1(bn_beta, 2), ty = t2(y, 2, 2);
+    dist_op op = op_of(DIST_OPC_BN_APPLY, 0, 4, 1);
+    ck_assert_int_eq(run(&op, &tx, &tst, &tg, &tb, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){-2, 0, 2, 2}, 4, 0.0);
+    /* without gamma and beta: (x - mean) * inv */
+    ck_assert_int_eq(run(&op, &tx, &tst, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+    expect(y, (float[]){-1, -1, 1, 1}, 4, 0.0);
+}
+END_TEST
+
+START_TEST(test_bn_gradient_sums_local_and_synchronized) {
+    /* dy = (1, 1), (2, 0). Channel 0: S = 3, T = sum dy (x - 2) = -1 + 2 = 1; channel 1: S = 1,
+     * T = -2. dbeta = S, dgamma = T inv = (1, -1). Input terms a = S g = (6, 1), b = T g = (2, -2)
+     */
+    float dy[4] = {1, 1, 2, 0}, par[4], xs[4], count = 2;
+    dist_tensor tx = t2(bn_x, 2, 2), tdy = t2(dy, 2, 2), tst = t2(bn_st, 4, 2),
+                tg = t1(bn_gamma, 2), tc = scalar(&count), tpar = t2(par, 2, 2), txs = t2(xs, 2, 2);
+    dist_op op = op_of(DIST_OPC_BN_GRAD_SUMS, DIST_BN_LOCAL, 5, 2);
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, NULL, &tpar, &txs), DIST_OK);
+    expect(par, (float[]){3, 1, 1, -1}, 4, 0.0);
+    expect(xs, (float[]){6, 1, 2, -2}, 4, 0.0);
+    /* synchronized over a count of 2: dmean = -a inv, dvar = -0.5 inv^3 b;
+     * channel 0: dmean -6, dvar -1: ((-6 + 4) / 2, -1 / 2); channel 1: dmean -0.5,
+     * dvar 0.125: ((-0.5 - 1) / 2, 0.125 / 2) */
+    op.k = DIST_BN_SYNC;
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, &tc, &tpar, &txs), DIST_OK);
+    expect(par, (float[]){3, 1, 1, -1}, 4, 0.0);
+    expect(xs, (float[]){-1, -0.75f, -0.5f, 0.0625f}, 4, 0.0);
+    /* the synchronized form needs the count */
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, NULL, &tpar, &txs), DIST_UNSUPPORTED);
+}
+END_TEST
+
+START_TEST(test_bn_input_gradient_matches_the_textbook_formula) {
+    /* three rows, one channel, gamma 1.5: dx = g inv / N (N dy - sum dy - xhat sum(dy xhat)) */
+    float x[3] = {1, 2, 6}, dy[3] = {0.5f, -1, 2}, g = 1.5f, st[4], xs[2], dx[3];
+    dist_tensor tx = t2(x, 3, 1), tdy = t2(dy, 3, 1), tg = t1(&g, 1), tst = t2(st, 4, 1),
+                txs = t2(xs, 2, 1), tdx = t2(dx, 3, 1);
+    dist_op op = op_of(DIST_OPC_BN_STATS, DIST_BN_LOCAL, 1, 1);
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &tst, NULL), DIST_OK);
+    op = op_of(DIST_OPC_BN_GRAD_SUMS, DIST_BN_LOCAL, 5, 2);
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, NULL, NULL, &txs), DIST_OK);
+    op = op_of(DIST_OPC_BN_GRAD_INPUT, DIST_BN_LOCAL, 6, 1);
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, &txs, &tdx, NULL), DIST_OK);
+    double mean = 3, var = (4.0 + 1.0 + 9.0) / 3, inv = 1 / sqrt(var), sdy = 1.5, sdyxh = 0;
+    for (int i = 0; i < 3; i++) sdyxh += dy[i] * (x[i] - mean) * inv;
+    float want[3];
+    for (int i = 0; i < 3; i++)
+        want[i] = (float)(g * inv / 3 * (3 * dy[i] - sdy - (x[i] - mean) * inv * sdyxh));
+    expect(dx, want, 3, 1e-6);
+    /* synchronized with one replica (the sums as BN_GRAD_SUMS gives them): the same gradient */
+    float count = 3;
+    dist_tensor tc = scalar(&count);
+    op = op_of(DIST_OPC_BN_GRAD_SUMS, DIST_BN_SYNC, 5, 2);
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, &tc, NULL, &txs), DIST_OK);
+    op = op_of(DIST_OPC_BN_GRAD_INPUT, DIST_BN_SYNC, 6, 1);
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, &txs, &tdx, NULL), DIST_OK);
+    expect(dx, want, 3, 1e-5);
+    /* inference: dy g inv, no sums */
+    op.k = DIST_BN_INFERENCE;
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, NULL, &tdx, NULL), DIST_OK);
+    for (int i = 0; i < 3; i++) want[i] = dy[i] * g * st[2];
+    expect(dx, want, 3, 0.0);
+}
+END_TEST
+
+/* ---- dispatch and refusals -------------------------------------------------------------- */
+
+START_TEST(test_run_op_dispatches_the_misc_ops_too) {
+    float x[3] = {1, 2, 2}, s;
+    dist_tensor tx = t1(x, 3), ts = scalar(&s);
+    dist_op op = op_of(DIST_OPC_SUM_SQUARES, 0, 1, 1);
+    ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ts, NULL), DIST_OK);
+    ck_assert_float_eq(s, 9.0f);
+}
+END_TEST
+
+START_TEST(test_a_backend_without_the_op_refuses_naming_it) {
+    struct dist_backend_i iface = {.name = "fake"};
+    dist_backend fake = {.iface = &iface};
+    float x[2] = {1, 2}, y[2];
+    dist_tensor tx = t1(x, 2), ty = t1(y, 2);
+    const dist_tensor *in[1] = {&tx};
+    dist_tensor *out[1] = {&ty};
+    dist_op op = op_of(DIST_OPC_UNARY, DIST_UN_EXP, 1, 1);
+    ck_assert_int_eq(dist_backend_run_op(&fake, &op, in, out), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "exp"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "fake"));
+    /* the CPU backend takes float32 only */
+    uint16_t h[2] = {0, 0};
+    dist_tensor th = dist_tensor_view(h, DIST_F16, 1, (int64_t[]){2});
+    in[0] = &th;
+    op = op_of(DIST_OPC_SOFTMAX, 0, 1, 1);
+    ck_assert_int_eq(dist_backend_supports_op(g_be, &op, in, out), 0);
+    ck_assert_int_eq(dist_backend_run_op(g_be, &op, in, out), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "softmax"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "cpu"));
+    /* an op code outside the set */
+    op.code = DIST_OPC_COUNT;
+    ck_assert_int_eq(dist_backend_supports_op(g_be, &op, NULL, NULL), 0);
+}
+END_TEST
+
+int main(void) {
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.threads = 2;
+    if (dist_backend_create(&o, &g_be) != DIST_OK) return 1;
+    Suite *s = suite_create("cpu_ops");
+    TCase *tc = tcase_create("cpu_ops");
+    tcase_add_test(tc, test_unary_ops_give_their_functions);
+    tcase_add_test(tc, test_unary_gradients_read_x_or_y);
+    tcase_add_test(tc, test_binary_ops_broadcast_numpy_style);
+    tcase_add_test(tc, test_binary_gradients_sum_over_broadcast_axes);
+    tcase_add_test(tc, test_reductions_over_masked_axes);
+    tcase_add_test(tc, test_reduction_gradients_broadcast_back);
+    tcase_add_test(tc, test_transpose_slice_pad_and_concat_move_elements);
+    tcase_add_test(tc, test_avg_pool_counts_only_covered_positions);
+    tcase_add_test(tc, test_softmax_and_its_gradients);
+    tcase_add_test(tc, test_sigmoid_cross_entropy_and_mse_with_gradients);
+    tcase_add_test(tc, test_bn_statistics_local_sums_moments_and_given);
+    tcase_add_test(tc, test_bn_apply_normalizes_scales_and_shifts);
+    tcase_add_test(tc, test_bn_gradient_sums_local_and_synchronized);
+    tcase_add_test(tc, test_bn_input_gradient_matches_the_textbook_formula);
+    tcase_add_test(tc, test_run_op_dispatches_the_misc_ops_too);
+    tcase_add_test(tc, test_a_backend_without_the_op_refuses_naming_it);
+    suite_add_tcase(s, tc);
+    int rc = dist_test_run(s);
+    dist_backend_destroy(g_be);
+    return rc;
+}
