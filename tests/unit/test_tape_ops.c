@@ -386,6 +386,33 @@ static dist_tensor *upload(dist_tape *t, float *v, int ndim, const int64_t *shap
     return d;
 }
 
+/* A node holds three inputs, so a concat of more is a chain of nodes: every input still gets
+ * its slice of the output gradient. */
+START_TEST(test_a_concat_of_five_inputs_sends_each_its_slice_of_the_gradient) {
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(g_be, &t), DIST_OK);
+    float v[5][2] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}, {9, 10}};
+    int64_t s12[2] = {1, 2}, s110[2] = {1, 10};
+    dist_tensor *xs[5], *g[5], *y, *dy;
+    for (int i = 0; i < 5; i++) xs[i] = upload(t, v[i], 2, s12, 1);
+    ck_assert_int_eq(dist_op_concat(t, 5, (const dist_tensor *const *)xs, 1, &y), DIST_OK);
+    float yv[10], dyv[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    ck_assert_int_eq(dist_tape_download(t, y, yv, sizeof yv), DIST_OK);
+    for (int j = 0; j < 10; j++) ck_assert_float_eq(yv[j], (float)(j + 1));
+    dy = upload(t, dyv, 2, s110, 0);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, 2, s12, &g[i]), DIST_OK);
+    ck_assert_int_eq(dist_tape_gradient_with(t, y, dy, 5, xs, g), DIST_OK);
+    for (int i = 0; i < 5; i++) {
+        float gv[2];
+        ck_assert_int_eq(dist_tape_download(t, g[i], gv, sizeof gv), DIST_OK);
+        ck_assert_float_eq(gv[0], (float)(2 * i));
+        ck_assert_float_eq(gv[1], (float)(2 * i + 1));
+    }
+    dist_tape_destroy(t);
+}
+END_TEST
+
 START_TEST(test_maximum_and_minimum_ties_send_the_gradient_to_the_first_input) {
     dist_tape *t;
     ck_assert_int_eq(dist_tape_create(g_be, &t), DIST_OK);
@@ -654,6 +681,7 @@ int main(void) {
     tcase_add_test(tc, test_losses_both_inputs);
     tcase_add_test(tc, test_ops_on_a_conv_output_in_a_blocked_layout);
     tcase_add_test(tc, test_a_custom_loss_chained_from_several_ops);
+    tcase_add_test(tc, test_a_concat_of_five_inputs_sends_each_its_slice_of_the_gradient);
     tcase_add_test(tc, test_maximum_and_minimum_ties_send_the_gradient_to_the_first_input);
     tcase_add_test(tc, test_reduce_max_splits_the_gradient_between_ties);
     tcase_add_test(tc, test_an_input_used_twice_gets_both_gradients);
