@@ -302,6 +302,11 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
 
 void dist_net_comm_destroy(dist_net_comm *c) {
     if (!c) return;
+    if (c->store && c->failed) {
+        /* leave the mesh first, then answer the others' abort-record lookups (net_xfer.c) */
+        for (int r = 0; c->fds && r < c->world; r++) net_close(&c->fds[r]);
+        net_store_linger(c->store, net_now() + 2.0);
+    }
     net_store_stop(c->store); /* its thread polls the listener */
     for (int r = 0; c->fds && r < c->world; r++) net_close(&c->fds[r]);
     net_close(&c->store_fd);

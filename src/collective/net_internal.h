@@ -239,13 +239,22 @@ net_frame net_frame_next(dist_net_comm *c, uint32_t kind, uint32_t detail, uint6
  * mesh ones); mesh connections are handed over through net_store_take_mesh. */
 dist_status net_store_start(dist_net_comm *c, net_store **out);
 void net_store_stop(net_store *s);
+/* Serves the store until every other rank closed its store connection or `deadline`: a failed
+ * rank 0 keeps its abort record readable for the ranks that see it leave. */
+void net_store_linger(net_store *s, double deadline);
 /* Waits until every rank > 0 has a mesh connection to rank 0 (fills c->fds); then the store
  * thread closes rank 0's listener. */
 dist_status net_store_take_mesh(dist_net_comm *c, double deadline);
 dist_status net_store_set(dist_net_comm *c, const char *key, const void *value, size_t len);
+/* The same with the request bounded by `deadline` (ranks > 0). */
+dist_status net_store_set_until(dist_net_comm *c, const char *key, const void *value, size_t len,
+                                double deadline);
 /* Waits until `deadline`; DIST_NOT_FOUND when the key did not appear by then. */
 dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t cap, size_t *len,
                           double deadline);
+/* The same, giving up on rank 0's answer margin_s after `deadline` (net_store_get: 10 s). */
+dist_status net_store_get_within(dist_net_comm *c, const char *key, void *value, size_t cap,
+                                 size_t *len, double deadline, double margin_s);
 
 /* ---- net_xfer.c ---- */
 typedef struct net_op {
@@ -264,7 +273,11 @@ dist_status net_xfer(dist_net_comm *c, const net_frame *frame, net_op *ops, int 
 const char *net_frame_kind_name(uint32_t kind);
 /* Records a failure (first one wins) and returns it; later calls repeat it. */
 dist_status net_fail(dist_net_comm *c, dist_status st);
-/* A failure naming rank r: "worker/1 at 127.0.0.1:23456: connection lost during all-reduce". */
+/* A failure naming rank r: "worker/1 at 127.0.0.1:23456: connection lost during all-reduce".
+ * The abort record: a rank that fails publishes its message in the store ("<rank>/abort")
+ * before it leaves, and a rank that then sees it leave (or time out) reads that record
+ * (waiting up to NET_ABORT_WAIT_S for a peer that closed) and names the failure it reports,
+ * so every survivor names the worker that was lost, not the partner that left after it. */
 dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *what,
                           const char *detail);
 /* One non-blocking step on a socket: >0 bytes moved, 0 would block, -1 peer lost (EOF or

@@ -63,6 +63,7 @@ struct net_store {
     int *mesh_fd;
     store_client *clients;
     int nclients, client_cap;
+    int connected; /* nclients, for net_store_linger's thread (atomic) */
 };
 
 static store_entry *find_locked(net_store *s, const char *key) {
@@ -132,6 +133,7 @@ static uint32_t put_locked(net_store *s, int writer, const char *key, const void
 static void drop_client(net_store *s, int i) {
     net_close(&s->clients[i].fd);
     s->clients[i] = s->clients[--s->nclients];
+    __atomic_store_n(&s->connected, s->nclients, __ATOMIC_RELEASE);
 }
 
 /* Answers with the entry (NULL: not found, or only the status for a SET). false when the
@@ -219,6 +221,7 @@ static bool take(void *user, int kind, int rank, int fd, const char *peer, bool 
         s->client_cap = cap;
     }
     store_client *cl = &s->clients[s->nclients++];
+    __atomic_store_n(&s->connected, s->nclients, __ATOMIC_RELEASE);
     memset(cl, 0, sizeof *cl);
     cl->fd = fd;
     cl->rank = rank;
@@ -335,6 +338,12 @@ dist_status net_store_start(dist_net_comm *c, net_store **out) {
     return DIST_OK;
 }
 
+void net_store_linger(net_store *s, double deadline) {
+    if (!s || !s->started) return;
+    while (__atomic_load_n(&s->connected, __ATOMIC_ACQUIRE) > 0 && net_now() < deadline)
+        usleep(5000);
+}
+
 void net_store_stop(net_store *s) {
     if (!s) return;
     if (s->started) {
@@ -427,6 +436,11 @@ static dist_status request(dist_net_comm *c, uint32_t op, const char *key, const
 }
 
 dist_status net_store_set(dist_net_comm *c, const char *key, const void *value, size_t len) {
+    return net_store_set_until(c, key, value, len, net_now() + c->timeout_s);
+}
+
+dist_status net_store_set_until(dist_net_comm *c, const char *key, const void *value, size_t len,
+                                double deadline) {
     DIST_CHECK_ARG(key && key[0] && strlen(key) <= STORE_KEY_CAP, "store: key empty or too long");
     DIST_CHECK_ARG(len <= STORE_VALUE_CAP, "store: value of %zu bytes exceeds %u", len,
                    STORE_VALUE_CAP);
@@ -440,7 +454,7 @@ dist_status net_store_set(dist_net_comm *c, const char *key, const void *value, 
     }
     uint32_t status;
     uint64_t vlen;
-    DIST_TRY(request(c, STORE_SET, key, value, len, net_now() + c->timeout_s, &status, &vlen));
+    DIST_TRY(request(c, STORE_SET, key, value, len, deadline, &status, &vlen));
     if (status == STORE_DENIED)
         return dist_error(DIST_INVALID_USAGE,
                           "store: rank %d may not write key '%s' (a rank writes keys that start "
@@ -456,6 +470,12 @@ dist_status net_store_set(dist_net_comm *c, const char *key, const void *value, 
 
 dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t cap, size_t *len,
                           double deadline) {
+    /* the server answers by the deadline; the margin covers the transfer */
+    return net_store_get_within(c, key, value, cap, len, deadline, 10.0);
+}
+
+dist_status net_store_get_within(dist_net_comm *c, const char *key, void *value, size_t cap,
+                                 size_t *len, double deadline, double margin_s) {
     DIST_CHECK_ARG(key && key[0] && strlen(key) <= STORE_KEY_CAP, "store: key empty or too long");
     if (c->store) {
         net_store *s = c->store;
@@ -483,8 +503,7 @@ dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t
     uint64_t wait_ms = left > 0 ? (uint64_t)(left * 1000.0) : 0;
     uint32_t status;
     uint64_t vlen;
-    /* the server answers by the deadline; the margin covers the transfer */
-    double d = deadline + 10.0;
+    double d = deadline + margin_s;
     DIST_TRY(request(c, STORE_GET, key, NULL, wait_ms, d, &status, &vlen));
     char who[NET_NAME_CAP + NET_ADDR_CAP + 16];
     net_peer_desc(c, 0, who, sizeof who);

@@ -138,15 +138,50 @@ dist_status net_fail(dist_net_comm *c, dist_status st) {
     return st;
 }
 
+/* How long a rank that saw a peer leave waits for the peer's abort record: the record is
+ * published before the peer closes, so a peer that failed has it in the store already; a peer
+ * that was killed never writes one, and this is the delay before it is named itself. */
+#define NET_ABORT_WAIT_S 0.5
+#define NET_ABORT_CAP 768
+
+/* The abort record rank r published (its failure's message), or "" within wait_s. */
+static void abort_record_of(dist_net_comm *c, int r, double wait_s, char *out, size_t cap) {
+    out[0] = '\0';
+    if (r < 0 || r >= c->world || r == c->rank || (!c->store && c->store_fd < 0)) return;
+    char key[32];
+    snprintf(key, sizeof key, "%d/abort", r);
+    size_t len = 0;
+    if (net_store_get_within(c, key, out, cap - 1, &len, net_now() + wait_s, NET_ABORT_WAIT_S) ==
+        DIST_OK)
+        out[len < cap ? len : cap - 1] = '\0';
+    else
+        out[0] = '\0';
+}
+
 dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *what,
                           const char *detail) {
-    char d[NET_NAME_CAP + NET_ADDR_CAP + 8];
+    char d[NET_NAME_CAP + NET_ADDR_CAP + 8], root[NET_ABORT_CAP];
     net_peer_desc(c, r, d, sizeof d);
-    if (st == DIST_TIMEOUT)
+    root[0] = '\0';
+    /* a peer that closed may have failed first: its record names the worker really lost */
+    if (c->failed == DIST_OK)
+        abort_record_of(c, r, st == DIST_PEER_LOST ? NET_ABORT_WAIT_S : 0.0, root, sizeof root);
+    if (root[0])
+        dist_error(st, "%s (reported by %s, which then left the %s)", root, d, what);
+    else if (st == DIST_TIMEOUT)
         dist_error(st, "%s: no answer within %g s during %s", d, c->call_timeout_s, what);
     else
         dist_error(st, "%s: connection lost during %s%s%s", d, what,
                    detail && detail[0] ? ": " : "", detail ? detail : "");
+    if (c->failed == DIST_OK) {
+        /* this rank's record before it leaves: the root failure (not who relayed it) */
+        char msg[NET_ABORT_CAP], key[32];
+        snprintf(msg, sizeof msg, "%s", dist_last_error());
+        const char *rec = root[0] ? root : msg;
+        snprintf(key, sizeof key, "%d/abort", c->rank);
+        (void)net_store_set_until(c, key, rec, strlen(rec), net_now() + NET_ABORT_WAIT_S);
+        dist_error(st, "%s", msg); /* publishing may not change the message */
+    }
     return net_fail(c, st);
 }
 

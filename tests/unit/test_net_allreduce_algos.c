@@ -755,6 +755,65 @@ START_TEST(test_a_killed_rank_fails_the_others_with_peer_lost_naming_it_doubling
 }
 END_TEST
 
+/* 8 ranks, the last killed after joining; each survivor leaves as soon as its all-reduce fails
+ * (destroys its communicator, as a training process exits), so most survivors see a partner
+ * leave rather than the killed rank itself: every one of them must still name the killed rank
+ * (the partners' abort records), within 3 s. */
+typedef struct lost_case {
+    dist_net_allreduce_algorithm algo;
+} lost_case;
+
+static void lost_rank(const cluster *cl, int rank, void *arg) {
+    const lost_case *lc = arg;
+    dist_net_comm_options o = cluster_options(cl, rank, DIST_NET_TCP);
+    o.allreduce_algorithm = lc->algo;
+    o.timeout_s = 30;
+    dist_net_comm *c = NULL;
+    CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
+    if (rank == cl->world - 1) {
+        fclose(g_out);
+        raise(SIGKILL);
+    }
+    float x[1000] = {0};
+    double t0 = now_s();
+    dist_status st = dist_net_comm_all_reduce(c, x, 1000, DIST_REDUCE_SUM);
+    double dt = now_s() - t0;
+    dist_net_comm_destroy(c); /* leaves at once */
+    fprintf(g_out, "%s %.3f %s\n", dist_status_name(st), dt, dist_last_error());
+    fflush(g_out);
+}
+
+static void check_lost(dist_net_allreduce_algorithm algo) {
+    cluster cl;
+    cluster_init(&cl, 8);
+    lost_case lc = {algo};
+    pid_t p[8];
+    for (int r = 0; r < 8; r++) p[r] = spawn(&cl, r, lost_rank, &lc);
+    for (int r = 0; r < 7; r++) expect_exit_ok(&cl, p[r], r);
+    int status = 0;
+    ck_assert_int_eq(waitpid(p[7], &status, 0), p[7]);
+    for (int r = 0; r < 7; r++) {
+        char *rep = read_report(&cl, r, NULL), status_name[32] = "";
+        double dt = -1;
+        ck_assert_int_eq(sscanf(rep, "%31s %lf", status_name, &dt), 2);
+        ck_assert_msg(strcmp(status_name, "DIST_PEER_LOST") == 0, "%s, rank %d: %s",
+                      net_allreduce_name(algo), r, rep);
+        ck_assert_msg(dt < 3.0, "%s, rank %d took %.3f s: %s", net_allreduce_name(algo), r, dt,
+                      rep);
+        ck_assert_msg(strstr(rep, "worker/7 at 127.0.0.1:"), "%s, rank %d does not name rank 7: %s",
+                      net_allreduce_name(algo), r, rep);
+        free(rep);
+    }
+    cluster_cleanup(&cl);
+}
+
+START_TEST(test_every_survivor_of_8_names_the_killed_rank_though_partners_leave_first) {
+    check_lost(DIST_NET_ALLREDUCE_DOUBLING);
+    check_lost(DIST_NET_ALLREDUCE_SCATTER);
+    check_lost(DIST_NET_ALLREDUCE_RING);
+}
+END_TEST
+
 int main(void) {
     signal(SIGPIPE, SIG_DFL);
     Suite *s = suite_create("net_allreduce_algos");
@@ -779,6 +838,7 @@ int main(void) {
         tc, test_a_rank_that_never_arrives_times_out_the_others_naming_it_doubling_and_scatter);
     tcase_add_test(
         tc, test_a_killed_rank_fails_the_others_with_peer_lost_naming_it_doubling_and_scatter);
+    tcase_add_test(tc, test_every_survivor_of_8_names_the_killed_rank_though_partners_leave_first);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
