@@ -62,18 +62,19 @@ DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model,
 DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
 /* AveragePooling2D(pool_size, strides, padding): the mean of each pool_size x pool_size window;
  * strides 0 means pool_size (Keras's strides=None). With DIST_PADDING_SAME a window's mean
- * counts only the input elements it covers, as Keras. Runs on a CPU tape (dist_op_avg_pool2d). */
+ * counts only the input elements it covers, as Keras (dist_op_avg_pool2d). */
 DIST_API dist_status dist_model_add_average_pool2d(dist_model *model, int pool_size, int strides,
                                                    dist_padding padding);
 /* GlobalAveragePooling2D: (height, width, channels) -> (channels), the mean over height and
- * width. Runs on a CPU tape (dist_op_reduce_mean_axes). */
+ * width (dist_op_reduce_mean_axes). */
 DIST_API dist_status dist_model_add_global_average_pool2d(dist_model *model);
 /* Dropout(rate, seed): while the tape records (training), each element is kept with
  * probability 1 - rate and scaled by 1 / (1 - rate); otherwise (inference, dist_predict,
  * dist_evaluate) the layer is the identity. Replica r's mask depends on (seed, the replica's
  * count of training calls of the model, r's replica_id_in_sync_group): the replicas drop
  * different elements, and a run repeated with the same seed drops the same ones. The masks are
- * libdist's own draws, not TensorFlow's. rate in [0, 1). Runs on a CPU tape. */
+ * libdist's own draws, not TensorFlow's (a counter-based hash of that key: the same bits on
+ * every backend and under tpu). rate in [0, 1). */
 DIST_API dist_status dist_model_add_dropout(dist_model *model, float rate, uint64_t seed);
 DIST_API dist_status dist_model_add_flatten(dist_model *model);
 /* BatchNormalization over the last axis (options NULL: Keras's defaults). Variables, in Keras's
@@ -84,8 +85,9 @@ DIST_API dist_status dist_model_add_flatten(dist_model *model);
  * layer normalizes with the batch's statistics (dist_op_batch_norm_training; with synchronized,
  * over every replica of the strategy) and updates the replica's moving statistics with Keras's
  * rule; otherwise it normalizes with the moving statistics. Without synchronized each replica
- * keeps its own moving statistics (replica 0's are the ones read and saved). Runs on a CPU
- * tape, in float32 whatever the dtype policy. */
+ * keeps its own moving statistics (replica 0's are the ones read and saved). Runs on every
+ * backend and under tpu (the op set's batch normalization ops; the moving statistics are
+ * updated with the backend's scale and add), in float32 whatever the dtype policy. */
 DIST_API dist_status dist_model_add_batch_normalization(dist_model *model,
                                                         const dist_batch_norm_options *options);
 /* Dense(units, activation), with bias; any activation of dist_activation. */
@@ -118,6 +120,9 @@ DIST_API const char *dist_model_name(const dist_model *model);
 DIST_API const char *dist_model_variable_name(const dist_model *model, int index);
 /* A view of variable `index` on `replica` (borrowed; device memory). */
 DIST_API const dist_tensor *dist_model_variable(const dist_model *model, int replica, int index);
+/* 1 when variable `index` is trainable (the optimizer updates it; Keras's trainable_variables),
+ * 0 for a layer's own state (BatchNormalization's moving statistics) or a bad index. */
+DIST_API int dist_model_variable_trainable(const dist_model *model, int index);
 /* The replica's contiguous parameter and gradient buffers ([num_params] f32 views). */
 DIST_API dist_tensor *dist_model_params(dist_model *model, int replica);
 DIST_API dist_tensor *dist_model_grads(dist_model *model, int replica);

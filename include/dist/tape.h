@@ -24,8 +24,8 @@ typedef struct dist_replica_ctx dist_replica_ctx;
 typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist_padding;
 /* Keras's activation names: "linear" (NONE), "relu", "sigmoid", "tanh", "gelu" (the exact erf
  * form, keras.activations.gelu's default). Conv2D and Dense fuse relu into their kernels; the
- * others run as dist_op_sigmoid / dist_op_tanh / dist_op_gelu after the layer, so they need a
- * tape on host memory (the CPU backend) and compute in float32. */
+ * others run as dist_op_sigmoid / dist_op_tanh / dist_op_gelu after the layer (ops of the op
+ * set: every backend, the tpu strategy's included) and compute in float32. */
 typedef enum dist_activation {
     DIST_ACT_NONE = 0,
     DIST_ACT_LINEAR = DIST_ACT_NONE,
@@ -104,7 +104,8 @@ DIST_API dist_status dist_tape_gradient_with(dist_tape *tape, const dist_tensor 
 /* ---- ops (TensorFlow semantics; NHWC activations, HWIO conv kernels, [in,out] dense) ---- */
 
 /* y = act(conv2d(x, kernel) + bias). bias may be NULL. An activation other than NONE and RELU
- * needs a CPU tape (see dist_activation); an unknown one fails with DIST_INVALID_ARGUMENT. */
+ * runs as its own op after the convolution (see dist_activation); an unknown one fails with
+ * DIST_INVALID_ARGUMENT. */
 DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x,
                                     const dist_tensor *kernel, const dist_tensor *bias,
                                     int stride_h, int stride_w, dist_padding padding,
@@ -157,10 +158,11 @@ DIST_API dist_status dist_op_accuracy_count(dist_tape *tape, const dist_tensor *
 /* ---- math ops for custom losses and models (TensorFlow semantics, float32) ----
  *
  * Outputs are plain (row-major) arena tensors; inputs in a backend's blocked layout are
- * converted first. Except dist_op_matmul and dist_op_reshape, which run on any backend, these
- * ops compute on host memory: on a backend without host-accessible memory (CUDA) they return
- * DIST_UNSUPPORTED naming the op. Gradients follow TensorFlow's registered gradients (the
- * tie rules of maximum, minimum, abs and reduce_max included).
+ * converted first. They run on every backend: each is an op of the op set (src/backend/ops.h)
+ * that the CPU backend, the CUDA backend and the tpu strategy's traced program implement; a
+ * backend that lacks one returns DIST_UNSUPPORTED naming the op and the backend. Gradients
+ * follow TensorFlow's registered gradients (the tie rules of maximum, minimum, abs and
+ * reduce_max included).
  *
  * Binary elementwise ops broadcast as NumPy does (dimensions aligned from the right; each
  * pair equal or one of them 1); the gradient of a broadcast input is summed back to its
@@ -210,7 +212,8 @@ DIST_API dist_status dist_op_avg_pool2d(dist_tape *tape, const dist_tensor *x, i
  * mean^2, 0), and the backward all-reduces the gradients flowing into those sums, as
  * TensorFlow's gradient of an all-reduce. Every replica must then call it in the same order.
  * Outside a run, or with synchronized 0, the statistics are the replica's own (tf.nn.moments).
- * Host memory (a CPU tape), as the math ops. */
+ * Any backend (the op set's batch normalization ops); the statistics come back to the host,
+ * which the tpu strategy's traced step cannot do: use dist_op_fused_batch_norm there. */
 DIST_API dist_status dist_op_batch_norm_training(dist_tape *tape, const dist_tensor *x,
                                                  const dist_tensor *gamma, const dist_tensor *beta,
                                                  float epsilon, int synchronized, float *batch_mean,
@@ -221,6 +224,23 @@ DIST_API dist_status dist_op_batch_norm_inference(dist_tape *tape, const dist_te
                                                   const dist_tensor *gamma, const dist_tensor *beta,
                                                   const float *mean, const float *variance,
                                                   float epsilon, dist_tensor **y);
+/* dist_op_batch_norm_training with the batch statistics left on the tape's backend, as
+ * tf.compat.v1.nn.fused_batch_norm returns them: *batch_mean and *batch_variance are [C] float32
+ * tensors of the tape (valid until dist_tape_reset; either pointer may be NULL). Nothing comes
+ * back to the host, so it runs on every backend and inside the tpu strategy's program. */
+DIST_API dist_status dist_op_fused_batch_norm(dist_tape *tape, const dist_tensor *x,
+                                              const dist_tensor *gamma, const dist_tensor *beta,
+                                              float epsilon, int synchronized, dist_tensor **y,
+                                              dist_tensor **batch_mean,
+                                              dist_tensor **batch_variance);
+/* dist_op_batch_norm_inference with the statistics as [C] float32 tensors on the tape's backend
+ * (a model's moving mean and variance): every backend, the tpu strategy's included. */
+DIST_API dist_status dist_op_batch_norm_with_statistics(dist_tape *tape, const dist_tensor *x,
+                                                        const dist_tensor *gamma,
+                                                        const dist_tensor *beta,
+                                                        const dist_tensor *mean,
+                                                        const dist_tensor *variance,
+                                                        float epsilon, dist_tensor **y);
 
 /* tf.linalg.matmul of 2-D tensors: y = op(a) @ op(b), op transposing when the flag is set.
  * Runs on the backend's GEMM (any backend). */

@@ -106,24 +106,50 @@ static dist_status batch_stats(dist_tape *t, int mode, const dist_tensor *px, in
     return tape_run_op(t, &op, in, &ws->stats);
 }
 
-/* The inference statistics from the caller's host arrays (uploaded). */
-static dist_status given_stats(dist_tape *t, const float *mean, const float *variance, int64_t c,
-                               float eps, bn_ws *ws) {
-    dist_tensor *m, *v;
-    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &m));
-    DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &v));
-    size_t bytes = (size_t)c * sizeof(float);
-    DIST_TRY(tape_be(t)->copy(tape_bectx(t), m->data, mean, bytes, DIST_COPY_H2D));
-    DIST_TRY(tape_be(t)->copy(tape_bectx(t), v->data, variance, bytes, DIST_COPY_H2D));
+/* Where the statistics come from (inference) and go to (training): host arrays, or tensors on
+ * the tape's backend (the tpu strategy's among them). */
+typedef struct bn_io {
+    const float *mean_in, *var_in;     /* inference: host arrays of C floats */
+    const dist_tensor *mean_t, *var_t; /* inference: [C] float32 tensors of the backend */
+    float *mean_out, *var_out;         /* training: host copies of the batch statistics */
+    dist_tensor **mean_ret, **var_ret; /* training: the batch statistics as tape tensors */
+} bn_io;
+
+/* The inference statistics from the caller's host arrays (uploaded) or backend tensors. */
+static dist_status given_stats(dist_tape *t, const bn_io *io, int64_t c, float eps, bn_ws *ws) {
+    const dist_tensor *pm, *pv;
+    if (io->mean_t) {
+        DIST_CHECK_ARG(dist_tensor_numel(io->mean_t) == c && dist_tensor_numel(io->var_t) == c,
+                       "batch_norm: the statistics have %lld and %lld values, the input %lld "
+                       "channels",
+                       (long long)dist_tensor_numel(io->mean_t),
+                       (long long)dist_tensor_numel(io->var_t), (long long)c);
+        DIST_TRY(tape_check_f32(io->mean_t, "batch_norm"));
+        DIST_TRY(tape_check_f32(io->var_t, "batch_norm"));
+        DIST_TRY(tape_plain_of(t, io->mean_t, &pm));
+        DIST_TRY(tape_plain_of(t, io->var_t, &pv));
+    } else {
+        dist_tensor *m, *v;
+        DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &m));
+        DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &v));
+        size_t bytes = (size_t)c * sizeof(float);
+        DIST_TRY(tape_be(t)->copy(tape_bectx(t), m->data, io->mean_in, bytes, DIST_COPY_H2D));
+        DIST_TRY(tape_be(t)->copy(tape_bectx(t), v->data, io->var_in, bytes, DIST_COPY_H2D));
+        pm = m;
+        pv = v;
+    }
     dist_op op = bn_op(DIST_OPC_BN_INFER_STATS, 0, 2, 1, eps);
-    const dist_tensor *in[2] = {m, v};
+    const dist_tensor *in[2] = {pm, pv};
     return tape_run_op(t, &op, in, &ws->stats);
 }
 
 static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
                               const dist_tensor *gamma, const dist_tensor *beta, float epsilon,
-                              float *mean, float *variance, dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && mean && variance && y, "dist_op_batch_norm: NULL argument");
+                              const bn_io *io, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_batch_norm: NULL argument");
+    DIST_CHECK_ARG(mode != DIST_BN_INFERENCE ||
+                       (io->mean_t ? io->var_t != NULL : io->mean_in && io->var_in),
+                   "dist_op_batch_norm: NULL statistics");
     DIST_CHECK_ARG(x->ndim >= 2, "batch_norm: input must have a batch axis and channels, got %d-D",
                    x->ndim);
     DIST_CHECK_ARG(epsilon > 0.0f, "batch_norm: epsilon must be positive, got %g", (double)epsilon);
@@ -146,16 +172,24 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
     bn_ws ws;
     DIST_TRY(bn_ws_views(t, wst, c, &ws));
     if (mode == DIST_BN_INFERENCE) {
-        DIST_TRY(given_stats(t, mean, variance, c, epsilon, &ws));
+        DIST_TRY(given_stats(t, io, c, epsilon, &ws));
     } else {
         DIST_TRY(batch_stats(t, mode, px, c, epsilon, &ws));
-        /* the API's batch statistics, in the caller's host memory */
-        const struct dist_backend_i *be = tape_be(t);
-        size_t bytes = (size_t)c * sizeof(float);
-        DIST_TRY(be->synchronize(tape_bectx(t)));
-        DIST_TRY(be->copy(tape_bectx(t), mean, ws.stats->data, bytes, DIST_COPY_D2H));
-        DIST_TRY(
-            be->copy(tape_bectx(t), variance, (float *)ws.stats->data + c, bytes, DIST_COPY_D2H));
+        /* the batch statistics: rows 0 and 1 of the statistics, as tensors or host copies */
+        if (io->mean_ret) DIST_TRY(tape_new_alias(t, ws.stats, ws.stats->data, 1, &c, io->mean_ret));
+        if (io->var_ret)
+            DIST_TRY(tape_new_alias(t, ws.stats, (float *)ws.stats->data + c, 1, &c, io->var_ret));
+        if (io->mean_out || io->var_out) {
+            const struct dist_backend_i *be = tape_be(t);
+            size_t bytes = (size_t)c * sizeof(float);
+            DIST_TRY(be->synchronize(tape_bectx(t)));
+            if (io->mean_out)
+                DIST_TRY(be->copy(tape_bectx(t), io->mean_out, ws.stats->data, bytes,
+                                  DIST_COPY_D2H));
+            if (io->var_out)
+                DIST_TRY(be->copy(tape_bectx(t), io->var_out, (float *)ws.stats->data + c, bytes,
+                                  DIST_COPY_D2H));
+        }
     }
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
@@ -181,14 +215,34 @@ dist_status dist_op_batch_norm_training(dist_tape *t, const dist_tensor *x,
                                         const dist_tensor *gamma, const dist_tensor *beta,
                                         float epsilon, int synchronized, float *batch_mean,
                                         float *batch_variance, dist_tensor **y) {
+    DIST_CHECK_ARG(batch_mean && batch_variance, "dist_op_batch_norm_training: NULL argument");
     int mode = synchronized && t && dist_tape_replica(t) ? DIST_BN_SYNC : DIST_BN_LOCAL;
-    return batch_norm(t, mode, x, gamma, beta, epsilon, batch_mean, batch_variance, y);
+    bn_io io = {.mean_out = batch_mean, .var_out = batch_variance};
+    return batch_norm(t, mode, x, gamma, beta, epsilon, &io, y);
+}
+
+dist_status dist_op_fused_batch_norm(dist_tape *t, const dist_tensor *x, const dist_tensor *gamma,
+                                     const dist_tensor *beta, float epsilon, int synchronized,
+                                     dist_tensor **y, dist_tensor **batch_mean,
+                                     dist_tensor **batch_variance) {
+    int mode = synchronized && t && dist_tape_replica(t) ? DIST_BN_SYNC : DIST_BN_LOCAL;
+    bn_io io = {.mean_ret = batch_mean, .var_ret = batch_variance};
+    return batch_norm(t, mode, x, gamma, beta, epsilon, &io, y);
+}
+
+dist_status dist_op_batch_norm_with_statistics(dist_tape *t, const dist_tensor *x,
+                                               const dist_tensor *gamma, const dist_tensor *beta,
+                                               const dist_tensor *mean, const dist_tensor *variance,
+                                               float epsilon, dist_tensor **y) {
+    DIST_CHECK_ARG(mean && variance, "dist_op_batch_norm_with_statistics: NULL statistics");
+    bn_io io = {.mean_t = mean, .var_t = variance};
+    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, &io, y);
 }
 
 dist_status dist_op_batch_norm_inference(dist_tape *t, const dist_tensor *x,
                                          const dist_tensor *gamma, const dist_tensor *beta,
                                          const float *mean, const float *variance, float epsilon,
                                          dist_tensor **y) {
-    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, (float *)mean,
-                      (float *)variance, y);
+    bn_io io = {.mean_in = mean, .var_in = variance};
+    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, &io, y);
 }

@@ -5,6 +5,7 @@
 #include "core/replica_ctx.h"
 #include "core/rng.h"
 #include "nn/model_impl.h"
+#include "nn/model_placement.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -527,37 +528,30 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
  * in the replica's parameter buffer on the host. */
 static dist_status call_batch_norm(dist_model *m, dist_tape *tape, model_replica *rep,
                                    const model_layer *l, const dist_tensor *h, dist_tensor **out) {
-    if (dist_backend_is_traced(dist_tape_backend(tape)))
-        return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (BatchNormalization) runs on host memory, which the tpu "
-                          "strategy cannot trace into its XLA program",
-                          l->name);
-    if (dist_tape_backend(tape)->device.kind != DIST_DEVICE_CPU)
-        return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (BatchNormalization) runs on host memory: use a CPU tape",
-                          l->name);
     const dist_tensor *gamma = l->kernel_var >= 0 ? rep->var_ptrs[l->kernel_var] : NULL;
     const dist_tensor *beta = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
-    float *moving_mean = rep->vars[l->moving_mean_var].data;
-    float *moving_var = rep->vars[l->moving_variance_var].data;
-    int64_t c = m->vars[l->moving_mean_var].numel;
-    if (!dist_tape_recording(tape))
-        return dist_op_batch_norm_inference(tape, h, gamma, beta, moving_mean, moving_var,
-                                            l->bn.epsilon, out);
-    float *stats = malloc((size_t)(2 * c) * sizeof *stats);
-    if (!stats)
-        return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for its statistics",
-                          l->name);
-    dist_status st = dist_op_batch_norm_training(tape, h, gamma, beta, l->bn.epsilon,
-                                                 l->bn.synchronized, stats, stats + c, out);
-    if (st == DIST_OK) {
-        float mo = l->bn.momentum, rest = (float)(1.0 - (double)l->bn.momentum);
-        for (int64_t j = 0; j < c; j++) {
-            moving_mean[j] = moving_mean[j] * mo + stats[j] * rest;
-            moving_var[j] = moving_var[j] * mo + stats[c + j] * rest;
-        }
+    dist_tensor *moving_mean = &rep->vars[l->moving_mean_var];
+    dist_tensor *moving_var = &rep->vars[l->moving_variance_var];
+    (void)m;
+    dist_status st;
+    if (!dist_tape_recording(tape)) {
+        st = dist_op_batch_norm_with_statistics(tape, h, gamma, beta, moving_mean, moving_var,
+                                                l->bn.epsilon, out);
+        return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
     }
-    free(stats);
+    dist_tensor *batch[2] = {NULL, NULL}, *moving[2] = {moving_mean, moving_var};
+    st = dist_op_fused_batch_norm(tape, h, gamma, beta, l->bn.epsilon, l->bn.synchronized, out,
+                                  &batch[0], &batch[1]);
+    /* moving = moving * momentum + batch * (1 - momentum), on the backend (traced under tpu) */
+    dist_backend *be = dist_tape_backend(tape);
+    float mo = l->bn.momentum, rest = (float)(1.0 - (double)l->bn.momentum);
+    for (int k = 0; k < 2 && st == DIST_OK; k++) {
+        dist_tensor *part;
+        st = dist_tape_alloc(tape, DIST_F32, 1, &moving[k]->shape[0], &part);
+        if (st == DIST_OK) st = be->iface->scale(be->ctx, batch[k], rest, part);
+        if (st == DIST_OK) st = be->iface->scale(be->ctx, moving[k], mo, moving[k]);
+        if (st == DIST_OK) st = be->iface->add(be->ctx, moving[k], part, moving[k]);
+    }
     return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
 }
 
@@ -679,6 +673,11 @@ const dist_tensor *dist_model_variable(const dist_model *m, int replica, int i) 
     if (!m || !m->built || replica < 0 || replica >= m->nreplicas || i < 0 || i >= m->nvars)
         return NULL;
     return &m->replicas[replica].vars[i];
+}
+
+int dist_model_variable_trainable(const dist_model *m, int i) {
+    if (!m || i < 0 || i >= m->nvars) return 0;
+    return m->vars[i].trainable != 0;
 }
 
 dist_tensor *dist_model_params(dist_model *m, int replica) {

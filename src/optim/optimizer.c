@@ -311,9 +311,20 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
     part.v = o->slots[0].v;
     float *p = (float *)params->data + lo;
     DIST_TRY(apply_rule(o, &part, lr, grad_scale, p, g + lo, (int64_t)lo, hi - lo));
-    for (int q = 0; q < shards; q++)
-        if (q != r)
-            memcpy((float *)dist_model_params(model, q)->data + lo, p, (hi - lo) * sizeof(float));
+    /* the new values of the trainable variables in the part, into every other copy: a layer's
+     * own state (BatchNormalization's moving statistics) stays each replica's own */
+    const float *base = params->data;
+    for (int i = 0; i < dist_model_num_variables(model); i++) {
+        if (!dist_model_variable_trainable(model, i)) continue;
+        const dist_tensor *v = dist_model_variable(model, r, i);
+        size_t a = (size_t)((const float *)v->data - base), b = a + (size_t)dist_tensor_numel(v);
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        for (int q = 0; q < shards && a < b; q++)
+            if (q != r)
+                memcpy((float *)dist_model_params(model, q)->data + a, base + a,
+                       (b - a) * sizeof(float));
+    }
     return DIST_OK;
 }
 

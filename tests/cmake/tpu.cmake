@@ -58,6 +58,13 @@ set_tests_properties(distrain.tpu_accuracy distrain.tpu_steps_per_execution
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli;slow" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
 
+# distrain's clipping flags under tpu: the norms are ops of the program (5 steps each run).
+add_test(NAME distrain.tpu_clipping
+         COMMAND sh -c "for f in '--global-clipnorm 1' '--clipnorm 0.5' '--clipvalue 0.01'; do '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --tpu-cores 2 --epochs 1 --steps-per-epoch 5 --quiet $f || exit 1; done")
+set_tests_properties(distrain.tpu_clipping PROPERTIES FIXTURES_REQUIRED pjrt_venv
+                     LABELS "tpu;cli" TIMEOUT 600 RESOURCE_LOCK cpu_heavy_tpu
+                     ENVIRONMENT "${tpu_env}")
+
 # examples/custom_model.c under tpu against mirrored: Conv2D, synchronized BatchNormalization,
 # Dropout, AveragePooling2D, a residual add, math-op loss and global clipping, 20 steps within
 # 1e-4 relative loss; with dropout on, reruns repeat bit for bit (the script says how).

@@ -655,13 +655,12 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                         "only\n");
         return 2;
     }
-    if (tpu &&
-        (o->check_numerics || o->clipnorm > 0 || o->clipvalue > 0 || o->global_clipnorm > 0 ||
-         (o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0))) {
+    if (tpu && (o->check_numerics ||
+                (o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0))) {
         fprintf(stderr, "distrain: --strategy tpu compiles the whole step into one program: "
-                        "--check-numerics, gradient clipping and fp16 (its dynamic loss scale) "
-                        "decide on the host in the middle of a step, which the traced program "
-                        "cannot; use --mixed-precision bf16 (as on TPUs)\n");
+                        "--check-numerics and fp16 (its dynamic loss scale) decide on the host "
+                        "in the middle of a step, which the traced program cannot; use "
+                        "--mixed-precision bf16 (as on TPUs)\n");
         return 2;
     }
     if (o->base_batch_given && o->scale_lr == DIST_LR_SCALING_NONE) {
