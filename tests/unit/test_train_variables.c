@@ -411,7 +411,6 @@ START_TEST(test_under_tpu_variables_train_like_the_sequential_model_with_clippin
 }
 END_TEST
 
-/* Layers that compute on host memory cannot be traced: a clear error naming the layer. */
 /* A Dense -> BatchNormalization -> Dense model trained 4 steps on 2 replicas (mirrored's CPU
  * replicas, or tpu's cores when tpu); every weight, the moving statistics included, out. */
 static int64_t bn_train(int tpu, int synchronized, float *w, int64_t cap) {
