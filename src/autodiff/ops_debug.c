@@ -3,8 +3,10 @@
  * tensors back from the tape's device (any eager backend: CPU or GPU) and, when the condition
  * fails, fails with TensorFlow's message layout, prefixed with the step (the strategy's run
  * count) when the tape belongs to a strategy's replica (whose run adds "replica N: "). A
- * traced tape (the tpu strategy's one compiled program) cannot stop to read a value and refuses
- * them. */
+ * traced tape (the tpu strategy's one compiled program) cannot stop to read a value: there the
+ * tensors become outputs of the program and the same check runs on their host copies after
+ * the step (the replica context's defer_check), failing the run with the same message; the
+ * step's updates have happened by then. */
 #include "autodiff/tape_impl.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
@@ -31,16 +33,30 @@ static void put(text *t, const char *fmt, ...) {
     if (k > 0) t->n += (size_t)k < sizeof t->buf - t->n ? (size_t)k : sizeof t->buf - 1 - t->n;
 }
 
-static dist_status refuse_traced(const dist_tape *tape, const char *op) {
-    if (!dist_backend_is_traced(tape->backend)) return DIST_OK;
-    return dist_error(DIST_UNSUPPORTED,
-                      "%s: the tpu strategy compiles the step into one program, which cannot "
-                      "stop to read a value on the host; check the values the step returns "
-                      "instead (dist_strategy_run's outputs)",
-                      op);
+/* What a deferred check needs besides the values: which check, the user's message. */
+typedef struct deferred_args {
+    int kind;
+    char message[512];
+} deferred_args;
+
+/* On a traced tape: the check of `tensors` after the step (the replica context's defer_check),
+ * or DIST_UNSUPPORTED naming op where the strategy has none. */
+static dist_status defer(dist_tape *tape, const char *op, int count,
+                         const dist_tensor *const *tensors, dist_deferred_check_fn fn, int kind,
+                         const char *message) {
+    dist_replica_ctx *rc = tape->replica;
+    if (!rc || !rc->iface || !rc->iface->defer_check)
+        return dist_error(DIST_UNSUPPORTED,
+                          "%s: the step is compiled into one program, which cannot stop to read "
+                          "a value on the host, and this strategy checks none after it",
+                          op);
+    deferred_args a = {.kind = kind};
+    snprintf(a.message, sizeof a.message, "%s", message ? message : "");
+    return rc->iface->defer_check(rc, count, tensors, fn, &a, sizeof a);
 }
 
-/* The tensor's values as doubles (host copy; integers exact to 2^53). *out is malloc'ed. */
+/* The tensor's values as doubles (integers exact to 2^53), read back through the tape, or
+ * from host memory where tape is NULL. *out is malloc'ed. */
 static dist_status values_of(dist_tape *tape, const dist_tensor *t, double **out) {
     size_t bytes = dist_tensor_bytes(t);
     int64_t n = dist_tensor_numel(t);
@@ -52,7 +68,11 @@ static dist_status values_of(dist_tape *tape, const dist_tensor *t, double **out
         return dist_error(DIST_OUT_OF_MEMORY, "assert: out of memory reading %lld values",
                           (long long)n);
     }
-    dist_status st = dist_tape_download(tape, t, raw, bytes);
+    dist_status st = DIST_OK;
+    if (tape)
+        st = dist_tape_download(tape, t, raw, bytes);
+    else if (bytes)
+        memcpy(raw, t->data, bytes);
     for (int64_t i = 0; st == DIST_OK && i < n; i++) {
         switch (t->dtype) {
         case DIST_F32: {
@@ -130,28 +150,18 @@ static void put_list(text *t, const double *v, const int64_t *at, int64_t n, dis
 }
 
 /* "replica 1: " comes from the strategy's run; the step from the tape's replica context. */
-static void put_prefix(text *t, const dist_tape *tape, const char *message) {
-    if (tape->replica && tape->replica->step > 0)
-        put(t, "step %lld: ", (long long)tape->replica->step);
+static void put_prefix(text *t, int64_t step, const char *message) {
+    if (step > 0) put(t, "step %lld: ", (long long)step);
     if (message && *message) put(t, "%s\n", message);
 }
 
+static int64_t step_of(const dist_tape *tape) { return tape->replica ? tape->replica->step : 0; }
+
 typedef enum { CMP_EQUAL, CMP_LESS } cmp_kind;
 
-static dist_status compare(dist_tape *tape, const dist_tensor *x, const dist_tensor *y,
-                           const char *message, cmp_kind kind) {
-    const char *op = kind == CMP_EQUAL ? "dist_debug_assert_equal" : "dist_debug_assert_less";
-    DIST_CHECK_ARG(tape && x && y, "%s: NULL argument", op);
-    DIST_TRY(refuse_traced(tape, op));
+static dist_status compare_values(dist_tape *tape, int64_t step, const dist_tensor *x,
+                                  const dist_tensor *y, const char *message, cmp_kind kind) {
     int64_t nx = dist_tensor_numel(x), ny = dist_tensor_numel(y);
-    if (nx != ny && nx != 1 && ny != 1) {
-        char a[96], b[96];
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "%s: x %s and y %s have %lld and %lld values (equal counts, or a scalar "
-                          "against a tensor)",
-                          op, dist_shape_str(x, a, sizeof a), dist_shape_str(y, b, sizeof b),
-                          (long long)nx, (long long)ny);
-    }
     double *vx = NULL, *vy = NULL;
     DIST_TRY(values_of(tape, x, &vx));
     dist_status st = values_of(tape, y, &vy);
@@ -173,7 +183,7 @@ static dist_status compare(dist_tape *tape, const dist_tensor *x, const dist_ten
     /* TensorFlow's layout (tf.debugging.assert_less / assert_equal in eager mode) */
     const dist_tensor *big = nx >= ny ? x : y;
     text t = {.n = 0};
-    put_prefix(&t, tape, message);
+    put_prefix(&t, step, message);
     put(&t, "Condition x %s y did not hold.\nIndices of first %lld different values:\n[",
         kind == CMP_EQUAL ? "==" : "<", (long long)nbad);
     for (int64_t k = 0; k < nbad; k++) {
@@ -203,6 +213,33 @@ static dist_status compare(dist_tape *tape, const dist_tensor *x, const dist_ten
     return dist_error(DIST_INVALID_ARGUMENT, "%s", t.buf);
 }
 
+static dist_status compare_deferred(const dist_tensor *const *v, int count, const void *args,
+                                    int64_t step) {
+    const deferred_args *a = args;
+    (void)count;
+    return compare_values(NULL, step, v[0], v[1], a->message, (cmp_kind)a->kind);
+}
+
+static dist_status compare(dist_tape *tape, const dist_tensor *x, const dist_tensor *y,
+                           const char *message, cmp_kind kind) {
+    const char *op = kind == CMP_EQUAL ? "dist_debug_assert_equal" : "dist_debug_assert_less";
+    DIST_CHECK_ARG(tape && x && y, "%s: NULL argument", op);
+    int64_t nx = dist_tensor_numel(x), ny = dist_tensor_numel(y);
+    if (nx != ny && nx != 1 && ny != 1) {
+        char a[96], b[96];
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: x %s and y %s have %lld and %lld values (equal counts, or a scalar "
+                          "against a tensor)",
+                          op, dist_shape_str(x, a, sizeof a), dist_shape_str(y, b, sizeof b),
+                          (long long)nx, (long long)ny);
+    }
+    if (dist_backend_is_traced(tape->backend)) {
+        const dist_tensor *xy[2] = {x, y};
+        return defer(tape, op, 2, xy, compare_deferred, kind, message);
+    }
+    return compare_values(tape, step_of(tape), x, y, message, kind);
+}
+
 dist_status dist_debug_assert_equal(dist_tape *tape, const dist_tensor *x, const dist_tensor *y,
                                     const char *message) {
     return compare(tape, x, y, message, CMP_EQUAL);
@@ -213,24 +250,45 @@ dist_status dist_debug_assert_less(dist_tape *tape, const dist_tensor *x, const 
     return compare(tape, x, y, message, CMP_LESS);
 }
 
+/* TensorFlow's CheckNumerics text: "<message> : Tensor had NaN values" (NaN first); v holds
+ * a non-finite value. */
+static dist_status not_finite(int64_t step, const double *v, int64_t n, const char *message) {
+    int nan = 0;
+    for (int64_t i = 0; i < n && !nan; i++) nan = isnan(v[i]);
+    text t = {.n = 0};
+    put_prefix(&t, step, NULL);
+    put(&t, "%s : Tensor had %s values", message ? message : "", nan ? "NaN" : "Inf");
+    return dist_error(DIST_INVALID_ARGUMENT, "%s", t.buf);
+}
+
+static dist_status all_finite_deferred(const dist_tensor *const *v, int count, const void *args,
+                                       int64_t step) {
+    const deferred_args *a = args;
+    (void)count;
+    double *vals = NULL;
+    DIST_TRY(values_of(NULL, v[0], &vals));
+    int64_t n = dist_tensor_numel(v[0]), bad = 0;
+    for (int64_t i = 0; i < n && !bad; i++) bad = !isfinite(vals[i]);
+    dist_status st = bad ? not_finite(step, vals, n, a->message) : DIST_OK;
+    free(vals);
+    return st;
+}
+
 dist_status dist_debug_assert_all_finite(dist_tape *tape, const dist_tensor *x,
                                          const char *message) {
     DIST_CHECK_ARG(tape && x, "dist_debug_assert_all_finite: NULL argument");
-    DIST_TRY(refuse_traced(tape, "dist_debug_assert_all_finite"));
     if (!is_float(x->dtype)) return DIST_OK; /* integers are always finite */
+    if (dist_backend_is_traced(tape->backend))
+        return defer(tape, "dist_debug_assert_all_finite", 1, &x, all_finite_deferred, 0,
+                     message);
     int ok = 1;
     DIST_TRY(tape->backend->iface->all_finite(tape->backend->ctx, x, &ok));
     if (ok) return DIST_OK;
     double *v = NULL;
     DIST_TRY(values_of(tape, x, &v));
-    int nan = 0;
-    for (int64_t i = 0; i < dist_tensor_numel(x) && !nan; i++) nan = isnan(v[i]);
+    dist_status st = not_finite(step_of(tape), v, dist_tensor_numel(x), message);
     free(v);
-    /* TensorFlow's CheckNumerics text: "<message> : Tensor had NaN values" (NaN first) */
-    text t = {.n = 0};
-    put_prefix(&t, tape, NULL);
-    put(&t, "%s : Tensor had %s values", message ? message : "", nan ? "NaN" : "Inf");
-    return dist_error(DIST_INVALID_ARGUMENT, "%s", t.buf);
+    return st;
 }
 
 /* A shape as Python prints a tuple: (), (4,), (2, 3). */
@@ -248,7 +306,7 @@ dist_status dist_debug_assert_shape(dist_tape *tape, const dist_tensor *x, int n
     char have[96];
     tuple_str(x, have, sizeof have);
     text t = {.n = 0};
-    put_prefix(&t, tape, NULL);
+    put_prefix(&t, step_of(tape), NULL);
     if (message && *message) put(&t, "%s.  ", message);
     if (x->ndim != ndim) {
         put(&t,

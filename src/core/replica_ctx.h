@@ -6,6 +6,14 @@
 
 #include "dist/replica.h"
 
+#include <stddef.h>
+
+/* A check the host makes on values of a step after the step ran (defer_check): values are host
+ * tensors in the order given, args the copy the strategy keeps, step the run's number. DIST_OK,
+ * or the error (its message set) that fails the run. */
+typedef dist_status (*dist_deferred_check_fn)(const dist_tensor *const *values, int count,
+                                              const void *args, int64_t step);
+
 struct dist_replica_ctx_i {
     /* In place over every replica's tensor (any dtype). Called only with 2+ replicas. */
     dist_status (*all_reduce)(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t);
@@ -14,6 +22,13 @@ struct dist_replica_ctx_i {
     /* The strategy's apply_gradients (dist_replica_apply_gradients documents it). */
     dist_status (*apply_gradients)(dist_replica_ctx *rc, dist_tensor *grads, dist_update_fn update,
                                    void *user);
+    /* Optional (NULL: a caller reads the values back and checks at once). A strategy whose
+     * step is one compiled program that cannot stop to read a value (tpu) makes `tensors`
+     * (count, traced values of the step) extra outputs of the program and, after the run,
+     * calls fn on their host copies replica by replica in order; the first failure fails the
+     * run, its message prefixed "replica R: ". args (args_bytes) is copied. */
+    dist_status (*defer_check)(dist_replica_ctx *rc, int count, const dist_tensor *const *tensors,
+                               dist_deferred_check_fn fn, const void *args, size_t args_bytes);
 };
 
 struct dist_replica_ctx {

@@ -1,9 +1,16 @@
-/* check numerics: the first layer output or gradient holding an Inf or a NaN, named. */
+/* check numerics: the first layer output or gradient holding an Inf or a NaN, named. Under the
+ * tpu strategy (a traced tape) the tensors become outputs of the program and the same check
+ * runs on their host copies after the step (the replica context's defer_check), with the same
+ * message; the step's update has happened by then. */
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/replica_ctx.h"
+#include "nn/check_numerics.h"
 #include "nn/model_impl.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 dist_status dist_model_set_check_numerics(dist_model *m, int enabled) {
     DIST_CHECK_ARG(m, "dist_model_set_check_numerics: model is NULL");
@@ -32,31 +39,68 @@ static dist_status all_finite(dist_tape *tape, const dist_tensor *t, int *ok) {
     return be->iface->all_finite(be->ctx, t, ok);
 }
 
+/* The message a failed check gives, written when the check is made. */
+typedef struct later_check {
+    char message[768];
+} later_check;
+
+static dist_status check_host_copy(const dist_tensor *const *v, int count, const void *args,
+                                   int64_t step) {
+    (void)count, (void)step;
+    const later_check *a = args;
+    if (v[0]->dtype != DIST_F32) return DIST_OK;
+    const float *x = v[0]->data;
+    for (int64_t i = 0; i < dist_tensor_numel(v[0]); i++)
+        if (!isfinite(x[i])) return dist_error(DIST_INVALID_ARGUMENT, "%s", a->message);
+    return DIST_OK;
+}
+
+/* Under a traced tape: the check after the step, failing with `message` (DIST_UNSUPPORTED
+ * where the strategy defers none). *deferred = 1 when it was handed over. */
+static dist_status defer_if_traced(dist_tape *tape, const dist_tensor *t, const char *message,
+                                   int *deferred) {
+    *deferred = 0;
+    if (!dist_backend_is_traced(dist_tape_backend(tape))) return DIST_OK;
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    if (!rc || !rc->iface->defer_check)
+        return dist_error(DIST_UNSUPPORTED,
+                          "check numerics: the step is compiled into one program, which cannot "
+                          "stop to read a value, and this strategy checks none after it");
+    later_check a;
+    snprintf(a.message, sizeof a.message, "%s", message);
+    *deferred = 1;
+    return rc->iface->defer_check(rc, 1, &t, check_host_copy, &a, sizeof a);
+}
+
 /* The replica is not named here: the strategy that runs the step prefixes its failure with
  * "replica N: " (once). */
+dist_status dist_check_finite_or_fail(dist_tape *tape, const dist_tensor *t, const char *message) {
+    int deferred, ok = 1;
+    DIST_TRY(defer_if_traced(tape, t, message, &deferred));
+    if (deferred) return DIST_OK;
+    DIST_TRY(all_finite(tape, t, &ok));
+    return ok ? DIST_OK : dist_error(DIST_INVALID_ARGUMENT, "%s", message);
+}
+
 dist_status model_check_finite(const dist_model *m, dist_tape *tape, const model_layer *l,
                                const dist_tensor *t, const char *what) {
-    int ok = 1;
-    DIST_TRY(all_finite(tape, t, &ok));
-    if (ok) return DIST_OK;
-    char shape[96];
-    return dist_error(DIST_INVALID_ARGUMENT,
-                      "check numerics: layer '%s' (%s) of model '%s' produced Inf or NaN in %s %s",
-                      l->name, op_name(l->kind), m->name, what,
-                      dist_shape_str(t, shape, sizeof shape));
+    char shape[96], message[768];
+    snprintf(message, sizeof message,
+             "check numerics: layer '%s' (%s) of model '%s' produced Inf or NaN in %s %s", l->name,
+             op_name(l->kind), m->name, what, dist_shape_str(t, shape, sizeof shape));
+    return dist_check_finite_or_fail(tape, t, message);
 }
 
 dist_status model_check_gradient(const dist_model *m, dist_tape *tape, int var,
                                  const dist_tensor *grad) {
-    int ok = 1;
-    DIST_TRY(all_finite(tape, grad, &ok));
-    if (ok) return DIST_OK;
     const model_layer *owner = NULL;
     for (int i = 0; i < m->nlayers && !owner; i++)
         if (m->layers[i].kernel_var == var || m->layers[i].bias_var == var) owner = &m->layers[i];
-    return dist_error(DIST_INVALID_ARGUMENT,
-                      "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN "
-                      "in the gradient of '%s'",
-                      owner ? owner->name : "?", owner ? op_name(owner->kind) : "?", m->name,
-                      m->vars[var].name);
+    char message[768];
+    snprintf(message, sizeof message,
+             "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN in the "
+             "gradient of '%s'",
+             owner ? owner->name : "?", owner ? op_name(owner->kind) : "?", m->name,
+             m->vars[var].name);
+    return dist_check_finite_or_fail(tape, grad, message);
 }

@@ -39,8 +39,8 @@ static dist_status rc_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
     return dist_strategy_default_apply_gradients(s, rc, grads, update, user);
 }
 
-static const struct dist_replica_ctx_i replica_ctx_iface = {rc_all_reduce, rc_all_gather,
-                                                            rc_apply_gradients};
+static const struct dist_replica_ctx_i replica_ctx_iface = {
+    .all_reduce = rc_all_reduce, .all_gather = rc_all_gather, .apply_gradients = rc_apply_gradients};
 
 /* ---- set-up and tear-down ---------------------------------------------------------------- */
 

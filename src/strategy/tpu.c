@@ -32,6 +32,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The checks a traced step deferred (dist_replica_ctx_i.defer_check): their tensors are the
+ * program's outputs after the step's own `user_outputs`. */
+typedef struct tpu_check {
+    dist_deferred_check_fn fn;
+    int count;
+    void *args;
+} tpu_check;
+
+typedef struct tpu_checks {
+    int user_outputs;
+    int n, ntensors;
+    tpu_check items[XLA_MAX_OUTPUTS];
+    dist_tensor *tensors[XLA_MAX_OUTPUTS];
+} tpu_checks;
+
 typedef struct tpu_ctx {
     dist_pjrt_plugin *plugin;
     dist_pjrt_client *client;
@@ -44,7 +59,23 @@ typedef struct tpu_ctx {
     dist_replica_ctx rc;
     xg_graph g;
     int64_t traces;
+    int64_t steps;       /* steps traced: the replica context's step (the run's number) */
+    tpu_checks *checks;  /* where the step being traced defers its checks */
+    xla_results res;     /* the last execution's outputs, the checks' values after the step's */
 } tpu_ctx;
+
+/* The step's own outputs of the last execution, for the caller. */
+static void user_results(const tpu_ctx *c, int count, dist_per_replica *out) {
+    out->num_replicas = c->res.num_replicas;
+    out->count = count < c->res.count ? count : c->res.count;
+    for (int d = 0; d < c->res.num_replicas; d++)
+        for (int i = 0; i < out->count; i++) out->values[d][i] = c->res.values[d][i];
+}
+
+static void checks_clear(tpu_checks *k) {
+    for (int i = 0; i < k->n; i++) free(k->items[i].args);
+    memset(k, 0, sizeof *k);
+}
 
 /* ---- the runtime's executor: the PJRT client ---------------------------------------------- */
 
@@ -109,11 +140,53 @@ static dist_status rc_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
     return update(rc, grads, user);
 }
 
+static dist_status rc_defer_check(dist_replica_ctx *rc, int count,
+                                  const dist_tensor *const *tensors, dist_deferred_check_fn fn,
+                                  const void *args, size_t args_bytes) {
+    tpu_ctx *c = ((dist_strategy *)rc->impl)->ctx;
+    tpu_checks *k = c->checks;
+    if (!k)
+        return dist_error(DIST_INVALID_USAGE, "tpu: a check deferred outside a traced step");
+    if (count < 1 || k->ntensors + count > XLA_MAX_OUTPUTS - DIST_RUN_MAX_OUTPUTS)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "tpu: the step's checks read more than %d tensors (their values leave "
+                          "the program as outputs)",
+                          XLA_MAX_OUTPUTS - DIST_RUN_MAX_OUTPUTS);
+    void *copy = malloc(args_bytes ? args_bytes : 1);
+    if (!copy) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (a deferred check)");
+    memcpy(copy, args, args_bytes);
+    k->items[k->n++] = (tpu_check){fn, count, copy};
+    for (int i = 0; i < count; i++) k->tensors[k->ntensors++] = (dist_tensor *)tensors[i];
+    return DIST_OK;
+}
+
 static const struct dist_replica_ctx_i tpu_rc_iface = {
     .all_reduce = rc_all_reduce,
     .all_gather = rc_all_gather,
     .apply_gradients = rc_apply_gradients,
+    .defer_check = rc_defer_check,
 };
+
+/* After a run: the deferred checks in the step's order, each on every replica's host copies in
+ * replica order, so the failure named is the first the step met (as a replica that fails stops
+ * its step and the others' under the other kinds). */
+static dist_status run_checks(const tpu_checks *k, int64_t step, const xla_results *results) {
+    int at = k->user_outputs;
+    for (int i = 0; i < k->n; i++) {
+        for (int d = 0; d < results->num_replicas; d++) {
+            const dist_tensor *v[XLA_MAX_OUTPUTS];
+            for (int j = 0; j < k->items[i].count; j++) v[j] = results->values[d][at + j];
+            dist_status st = k->items[i].fn(v, k->items[i].count, k->items[i].args, step);
+            if (st) {
+                char msg[2048];
+                snprintf(msg, sizeof msg, "%s", dist_last_error());
+                return dist_error(st, "replica %d: %s", d, msg);
+            }
+        }
+        at += k->items[i].count;
+    }
+    return DIST_OK;
+}
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
@@ -149,9 +222,12 @@ static dist_status check_inputs(const dist_per_replica_element *in, int ndev) {
 }
 
 static dist_status trace_step(dist_strategy *s, dist_step_fn step, void *user,
-                              const dist_per_replica_element *inputs, dist_element *outputs) {
+                              const dist_per_replica_element *inputs, dist_element *outputs,
+                              tpu_checks *checks) {
     tpu_ctx *c = s->ctx;
     dist_tape_reset(c->tape);
+    checks_clear(checks);
+    c->rc.step = ++c->steps;
     DIST_TRY(xla_trace_begin(c->trace, &c->g));
     c->g.num_replicas = c->ndev;
     dist_element in = {0};
@@ -170,22 +246,32 @@ static dist_status trace_step(dist_strategy *s, dist_step_fn step, void *user,
     memset(outputs, 0, sizeof *outputs);
     if (st == DIST_OK) {
         dist_replica_ctx *outer = dist_replica_ctx_enter(&c->rc);
+        c->checks = checks;
         st = step(&c->rc, inputs ? &in : NULL, user, outputs);
+        c->checks = NULL;
         dist_replica_ctx_enter(outer);
     }
+    /* the deferred checks' tensors leave the program after the step's own outputs */
+    checks->user_outputs = outputs->count;
     if (st) {
         xla_trace_abort(c->trace);
+        checks_clear(checks);
         return st;
     }
-    return xla_trace_end(c->trace, outputs->count, outputs->items);
+    dist_tensor *items[XLA_MAX_OUTPUTS];
+    int n = outputs->count;
+    memcpy(items, outputs->items, sizeof(dist_tensor *) * (size_t)n);
+    for (int i = 0; i < checks->ntensors; i++) items[n++] = checks->tensors[i];
+    return xla_trace_end(c->trace, n, items);
 }
 
 static dist_status trace_rec(dist_strategy *s, dist_step_fn step, void *user,
-                             const dist_per_replica_element *inputs, xla_step *rec) {
+                             const dist_per_replica_element *inputs, xla_step *rec,
+                             tpu_checks *checks) {
     tpu_ctx *c = s->ctx;
     DIST_TRY(check_inputs(inputs, c->ndev));
     dist_element outputs;
-    DIST_TRY(trace_step(s, step, user, inputs, &outputs));
+    DIST_TRY(trace_step(s, step, user, inputs, &outputs, checks));
     c->traces++;
     return xla_step_take(c->rt, &c->g, rec);
 }
@@ -194,12 +280,15 @@ static dist_status tpu_run(dist_strategy *s, dist_step_fn step, void *user,
                            const dist_per_replica_element *inputs, dist_per_replica *results) {
     tpu_ctx *c = s->ctx;
     xla_step rec;
-    DIST_TRY(trace_rec(s, step, user, inputs, &rec));
+    tpu_checks checks = {0};
+    DIST_TRY(trace_rec(s, step, user, inputs, &rec, &checks));
+    int64_t at_step = c->steps;
     xla_program *p;
     dist_status st = xla_runtime_program(c->rt, &rec, 1, &p);
-    dist_per_replica local;
-    if (st == DIST_OK)
-        st = xla_runtime_execute(c->rt, p, rec.scalars, &inputs, results ? results : &local, 0);
+    if (st == DIST_OK) st = xla_runtime_execute(c->rt, p, rec.scalars, &inputs, &c->res, 0);
+    if (st == DIST_OK) st = run_checks(&checks, at_step, &c->res);
+    if (st == DIST_OK && results) user_results(c, checks.user_outputs, results);
+    checks_clear(&checks);
     xla_step_free(&rec);
     return st;
 }
@@ -227,11 +316,20 @@ static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user
     if (!recs) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (run_steps)");
     dist_status st = DIST_OK;
     int traced = 0, alike = 1;
+    tpu_checks checks = {0};
     for (; traced < k && st == DIST_OK; traced++) {
-        st = trace_rec(s, step, user, inputs[traced], &recs[traced]);
+        st = trace_rec(s, step, user, inputs[traced], &recs[traced], &checks);
         if (st == DIST_OK && traced > 0)
             alike = alike && xla_step_same_program(&recs[traced], &recs[0]);
+        /* the k steps' outputs are summed: a check could not see one step's values */
+        if (st == DIST_OK && checks.n > 0)
+            st = dist_error(DIST_UNSUPPORTED,
+                            "tpu: run_steps (steps_per_execution %d): step %d asserts values "
+                            "(dist_debug_assert_*), which the host checks after each step; "
+                            "under tpu that needs one step per run (dist_strategy_run)",
+                            k, traced);
     }
+    checks_clear(&checks);
     if (st == DIST_OK && alike) {
         int S = recs[0].num_scalars;
         scalars = malloc(sizeof(float) * (size_t)(k * S + 1));
@@ -240,7 +338,7 @@ static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user
             memcpy(scalars + (size_t)j * S, recs[j].scalars, sizeof(float) * (size_t)S);
         xla_program *p = NULL;
         if (st == DIST_OK) st = xla_runtime_program(c->rt, &recs[0], k, &p);
-        if (st == DIST_OK) st = xla_runtime_execute(c->rt, p, scalars, inputs, results, 0);
+        if (st == DIST_OK) st = xla_runtime_execute(c->rt, p, scalars, inputs, &c->res, 0);
     } else {
         /* the traced steps that succeeded run, in order (their host code has run) */
         dist_status trace_st = st;
@@ -248,11 +346,12 @@ static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user
             xla_program *p;
             st = xla_runtime_program(c->rt, &recs[j], 1, &p);
             if (st == DIST_OK)
-                st = xla_runtime_execute(c->rt, p, recs[j].scalars, &inputs[j], results, j > 0);
+                st = xla_runtime_execute(c->rt, p, recs[j].scalars, &inputs[j], &c->res, j > 0);
             if (st) break;
         }
         if (trace_st) st = trace_st;
     }
+    if (st == DIST_OK && results) user_results(c, c->res.count, results);
     for (int j = 0; j < k; j++) xla_step_free(&recs[j]);
     free(recs);
     free(scalars);

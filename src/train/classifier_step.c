@@ -4,8 +4,10 @@
 #include "core/replica_ctx.h"
 #include "dist/tape.h"
 #include "dist/train.h"
+#include "nn/check_numerics.h"
 #include "train/classifier_forward.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* When the step is told no global batch, it counts this step's examples over all replicas. */
@@ -93,19 +95,16 @@ dist_status dist_classifier_check_loss_scale(const dist_classifier_step *s) {
 
 dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classifier_step *s) {
     if (!dist_model_check_numerics(s->model)) return DIST_OK;
-    dist_backend *be = dist_model_backend(s->model, rc->local_id);
     for (int i = 0; i < dist_model_num_variables(s->model); i++) {
-        int ok = 1;
-        DIST_TRY(
-            be->iface->all_finite(be->ctx, dist_model_variable(s->model, rc->local_id, i), &ok));
-        if (ok) continue;
         const char *var = dist_model_variable_name(s->model, i);
         const char *slash = strchr(var, '/');
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "check numerics: layer '%.*s' (the %s update) produced Inf or NaN in "
-                          "'%s'",
-                          slash ? (int)(slash - var) : (int)strlen(var), var,
-                          dist_optimizer_name(s->optimizer), var);
+        char message[512];
+        snprintf(message, sizeof message,
+                 "check numerics: layer '%.*s' (the %s update) produced Inf or NaN in '%s'",
+                 slash ? (int)(slash - var) : (int)strlen(var), var,
+                 dist_optimizer_name(s->optimizer), var);
+        DIST_TRY(dist_check_finite_or_fail(rc->tape, dist_model_variable(s->model, rc->local_id, i),
+                                           message));
     }
     return DIST_OK;
 }

@@ -37,7 +37,7 @@ struct xla_runtime {
     xla_program progs[XLA_RUNTIME_MAX_PROGRAMS];
     int nprogs;
     uint64_t clock;
-    dist_tensor *out_host[DIST_MAX_REPLICAS][DIST_RUN_MAX_OUTPUTS];
+    dist_tensor *out_host[DIST_MAX_REPLICAS][XLA_MAX_OUTPUTS];
     xla_runtime_stats stats;
     int loop_form;
     int dump;
@@ -336,7 +336,7 @@ static void accumulate(void *dst, const void *src, int64_t n, dist_dtype dt, int
 
 dist_status xla_runtime_execute(xla_runtime *rt, xla_program *p, const float *scalars,
                                 const dist_per_replica_element *const *inputs,
-                                dist_per_replica *results, int add) {
+                                xla_results *results, int add) {
     int ndev = rt->ndev, k = p->k;
     int nargs = (p->num_scalars > 0) + p->num_states + p->num_args;
     size_t na = (size_t)ndev * (size_t)(nargs ? nargs : 1);
@@ -413,6 +413,12 @@ dist_status xla_runtime_execute(xla_runtime *rt, xla_program *p, const float *sc
     results->count = 0;
     for (int o = 0; o < p->num_outputs && st == DIST_OK; o++) {
         if (p->out_regions[o] >= 0) continue;
+        if (results->count == XLA_MAX_OUTPUTS) {
+            st = dist_error(DIST_INVALID_ARGUMENT,
+                            "xla runtime: the program has more than %d outputs for the host",
+                            XLA_MAX_OUTPUTS);
+            break;
+        }
         int idx = results->count++;
         const xg_node *n = &p->outn[o];
         int64_t numel = xg_numel(n);
@@ -467,7 +473,7 @@ void xla_runtime_destroy(xla_runtime *rt) {
     if (!rt) return;
     for (int i = 0; i < rt->nprogs; i++) program_free(rt, &rt->progs[i]);
     for (int d = 0; d < DIST_MAX_REPLICAS; d++)
-        for (int k = 0; k < DIST_RUN_MAX_OUTPUTS; k++) dist_tensor_destroy(rt->out_host[d][k]);
+        for (int k = 0; k < XLA_MAX_OUTPUTS; k++) dist_tensor_destroy(rt->out_host[d][k]);
     /* the backend's regions hold device buffers: free them before the client */
     if (rt->be) rt->be->iface->destroy(rt->be->ctx);
     free(rt->be);

@@ -100,12 +100,21 @@ int xla_step_same_program(const xla_step *a, const xla_step *b);
  * each step's inputs stacked on a new first axis): from the cache, else compiled. */
 dist_status xla_runtime_program(xla_runtime *rt, const xla_step *step, int k, xla_program **out);
 
+/* A program's outputs on the host: the step's own (at most DIST_RUN_MAX_OUTPUTS), then the
+ * values its deferred checks read. */
+#define XLA_MAX_OUTPUTS 64
+typedef struct xla_results {
+    int num_replicas;
+    int count;
+    dist_tensor *values[DIST_MAX_REPLICAS][XLA_MAX_OUTPUTS];
+} xla_results;
+
 /* Runs p (k steps) with inputs[0..k) (host tensors per replica, each of the same shape on
  * every replica) and scalars (k rows of the step's runtime scalars); the step outputs, summed
  * over the k steps, into results (added to what is there when `add`). Results are host tensors
  * owned by the runtime, valid until the next execution. */
 dist_status xla_runtime_execute(xla_runtime *rt, xla_program *p, const float *scalars,
                                 const dist_per_replica_element *const *inputs,
-                                dist_per_replica *results, int add);
+                                xla_results *results, int add);
 
 #endif

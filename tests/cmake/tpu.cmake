@@ -19,6 +19,9 @@ add_test(NAME tpu.vs_mirrored_sgd
 add_test(NAME tpu.one_device_vs_one_replica
          COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} 1 10 1e-4 sgd)
 add_test(NAME tpu.errors COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} errors)
+# tf.debugging's assertions inside the compiled step: checked on the program's outputs after
+# it, failing the right run with mirrored's message, byte for byte.
+add_test(NAME tpu.asserts_like_mirrored COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} asserts)
 # steps_per_execution: 4 steps per program (unrolled, the default; and as a while loop), the
 # losses of each group of 4 and the weights against mirrored's 20 single steps.
 add_test(NAME tpu.steps_per_execution_unrolled
@@ -47,9 +50,9 @@ add_test(NAME distrain.tpu_cross_restore
                  ${DIST_TEST_PJRT_PLUGIN} ${CMAKE_CURRENT_BINARY_DIR}/tpu_cross_restore)
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
-         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --check-numerics --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
+         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --mixed-precision fp16 --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
 set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
-                     tpu.errors tpu.steps_per_execution_unrolled tpu.steps_per_execution_loop
+                     tpu.errors tpu.asserts_like_mirrored tpu.steps_per_execution_unrolled tpu.steps_per_execution_loop
                      distrain.tpu_cross_restore distrain.tpu_usage
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
@@ -58,9 +61,10 @@ set_tests_properties(distrain.tpu_accuracy distrain.tpu_steps_per_execution
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli;slow" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
 
-# distrain's clipping flags under tpu: the norms are ops of the program (5 steps each run).
+# distrain's clipping flags and --check-numerics under tpu: the norms are ops of the program,
+# the checks run on its outputs after each step (5 steps each run).
 add_test(NAME distrain.tpu_clipping
-         COMMAND sh -c "for f in '--global-clipnorm 1' '--clipnorm 0.5' '--clipvalue 0.01'; do '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --tpu-cores 2 --epochs 1 --steps-per-epoch 5 --quiet $f || exit 1; done")
+         COMMAND sh -c "for f in '--global-clipnorm 1' '--clipnorm 0.5' '--clipvalue 0.01' '--check-numerics'; do '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --tpu-cores 2 --epochs 1 --steps-per-epoch 5 --quiet $f || exit 1; done")
 set_tests_properties(distrain.tpu_clipping PROPERTIES FIXTURES_REQUIRED pjrt_venv
                      LABELS "tpu;cli" TIMEOUT 600 RESOURCE_LOCK cpu_heavy_tpu
                      ENVIRONMENT "${tpu_env}")

@@ -4,6 +4,7 @@
  *
  *   tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE] [adam|sgd] [STEPS_PER_EXECUTION]
  *   tpu_vs_mirrored PLUGIN errors
+ *   tpu_vs_mirrored PLUGIN asserts
  *
  * Exits 0 when they agree, 1 (naming the first difference) when not, 2 on an error. */
 #include <dist/dist.h>
@@ -163,8 +164,8 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
     return 0;
 }
 
-/* The errors a traced step reports: a host read inside the step (check numerics) names the
- * kernel; replicas with different batch shapes name drop_remainder. */
+/* The errors a traced step reports: replicas with different batch shapes name drop_remainder;
+ * check numerics and the assertions fail the run after the step, naming the replica. */
 /* merge_call and the value assertions inside a traced step: refused, naming why; the step's
  * replica context is the one get_replica_context returns. */
 static int g_context_seen;
@@ -218,7 +219,8 @@ static int errors(const char *plugin) {
     dist_status rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
     printf("uneven batches: status %d: %s\n", (int)rc, dist_last_error());
     if (rc != DIST_INVALID_ARGUMENT || !strstr(dist_last_error(), "drop_remainder")) bad = 1;
-    /* even batches, check numerics on: the traced step cannot read a value on the host */
+    /* even batches, check numerics on: each layer's output and gradient leave the program and
+     * are checked on the host after the step */
     dist_tensor_destroy(x[1]), dist_tensor_destroy(y[1]);
     xs[0] = ys[0] = 8;
     if (dist_tensor_create(DIST_F32, 4, xs, &x[1]) || dist_tensor_create(DIST_I32, 1, ys, &y[1]))
@@ -227,8 +229,16 @@ static int errors(const char *plugin) {
     in.replicas[1].items[1] = y[1];
     if (dist_model_set_check_numerics(st.model, 1)) return fail("check numerics");
     rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
-    printf("check numerics: status %d: %s\n", (int)rc, dist_last_error());
-    if (rc != DIST_UNSUPPORTED || !strstr(dist_last_error(), "all_finite")) bad = 1;
+    printf("check numerics, finite: status %d\n", (int)rc);
+    if (rc != DIST_OK) bad = 1;
+    ((float *)x[1]->data)[5] = NAN; /* replica 1's first image */
+    rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
+    printf("check numerics, a NaN: status %d: %s\n", (int)rc, dist_last_error());
+    if (rc != DIST_INVALID_ARGUMENT ||
+        !strstr(dist_last_error(), "replica 1: check numerics: layer 'conv2d' (Conv2D)") ||
+        !strstr(dist_last_error(), "produced Inf or NaN in its output"))
+        bad = 1;
+    ((float *)x[1]->data)[5] = 0.0f;
     /* and without it the same step runs */
     if (dist_model_set_check_numerics(st.model, 0)) return fail("check numerics");
     rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
@@ -240,7 +250,9 @@ static int errors(const char *plugin) {
         bad = 1;
     rc = dist_strategy_run(strategy, asserting_step, NULL, &in, NULL);
     printf("assert_less: status %d: %s\n", (int)rc, dist_last_error());
-    if (rc != DIST_UNSUPPORTED || !strstr(dist_last_error(), "dist_debug_assert_less")) bad = 1;
+    if (rc != DIST_INVALID_ARGUMENT || !strstr(dist_last_error(), "replica 0: step ") ||
+        !strstr(dist_last_error(), "Condition x < y did not hold"))
+        bad = 1;
     /* and the strategy still runs a step after the refusals */
     rc = dist_strategy_run(strategy, train_step, &st, &in, &out);
     if (rc != DIST_OK) bad = 1;
@@ -252,8 +264,80 @@ static int errors(const char *plugin) {
     return bad;
 }
 
+/* tf.debugging's assertions in a step: x finite, then x < 3. Under tpu the checks run on the
+ * program's outputs after the step; the messages must be mirrored's, to the byte. */
+static dist_status checked_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    (void)user, (void)out;
+    dist_tape *t = dist_replica_tape(rc);
+    float three = 3.0f;
+    dist_tensor host = dist_tensor_view(&three, DIST_F32, 0, NULL), *y;
+    DIST_RETURN_IF_ERROR(dist_debug_assert_all_finite(t, in->items[0], "x finite"));
+    DIST_RETURN_IF_ERROR(dist_tape_upload(t, &host, &y));
+    return dist_debug_assert_less(t, in->items[0], y, "x below 3");
+}
+
+/* Three runs on 2 replicas: all pass; replica 1 has 5 (x < 3 fails at step 2); replica 0 has a
+ * NaN (all_finite fails first at step 3). msgs[3] out. */
+static int assert_runs(dist_strategy_kind kind, const char *plugin, char msgs[3][2048],
+                       dist_status sts[3]) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.kind = kind;
+    if (kind == DIST_STRATEGY_TPU) {
+        so.pjrt_plugin = plugin;
+        so.tpu_cores = 2;
+    } else {
+        so.devices = "cpu:0,cpu:1";
+        so.threads_per_replica = 1;
+    }
+    dist_strategy *strategy;
+    if (dist_strategy_create(&so, &strategy)) return fail("creating the strategy");
+    float v[3][2][2] = {{{1, 2}, {0, -1}}, {{1, 2}, {1, 5}}, {{NAN, 2}, {1, 2}}};
+    int64_t shape[1] = {2};
+    dist_tensor x[2];
+    for (int run = 0; run < 3; run++) {
+        dist_per_replica_element in = {.num_replicas = 2, .global_batch_size = 4};
+        for (int r = 0; r < 2; r++) {
+            x[r] = dist_tensor_view(v[run][r], DIST_F32, 1, shape);
+            in.replicas[r].count = 1;
+            in.replicas[r].items[0] = &x[r];
+        }
+        sts[run] = dist_strategy_run(strategy, checked_step, NULL, &in, NULL);
+        snprintf(msgs[run], 2048, "%s", sts[run] ? dist_last_error() : "");
+    }
+    /* a run after a failed check still runs */
+    dist_status again = sts[0];
+    dist_strategy_destroy(strategy);
+    return again != DIST_OK;
+}
+
+static int asserts(const char *plugin) {
+    static char m[2][3][2048];
+    dist_status st[2][3];
+    if (assert_runs(DIST_STRATEGY_MIRRORED, plugin, m[0], st[0]) ||
+        assert_runs(DIST_STRATEGY_TPU, plugin, m[1], st[1]))
+        return 2;
+    int bad = 0;
+    static const char *const want[3] = {NULL, "replica 1: step 2: x below 3\nCondition x < y",
+                                        "replica 0: step 3: x finite : Tensor had NaN values"};
+    for (int run = 0; run < 3; run++) {
+        printf("run %d: mirrored %d '%s'\n       tpu      %d '%s'\n", run + 1, (int)st[0][run],
+               m[0][run], (int)st[1][run], m[1][run]);
+        for (int k = 0; k < 2; k++) {
+            int ok = want[run] ? st[k][run] == DIST_INVALID_ARGUMENT &&
+                                     strncmp(m[k][run], want[run], strlen(want[run])) == 0
+                               : st[k][run] == DIST_OK;
+            if (!ok) bad = 1;
+        }
+        if (strcmp(m[0][run], m[1][run]) != 0) bad = 1;
+    }
+    if (bad) fprintf(stderr, "tpu_vs_mirrored: the assertions differ from what is expected\n");
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[2], "errors")) return errors(argv[1]);
+    if (argc == 3 && !strcmp(argv[2], "asserts")) return asserts(argv[1]);
     if (argc < 4) {
         fprintf(stderr, "usage: tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE]\n");
         return 2;

@@ -69,8 +69,9 @@ static dist_status seq_rc_apply_gradients(dist_replica_ctx *rc, dist_tensor *gra
     return s->iface->apply_gradients(s, rc, grads, update, user);
 }
 
-static const struct dist_replica_ctx_i seq_rc_iface = {seq_all_reduce, seq_all_gather,
-                                                       seq_rc_apply_gradients};
+static const struct dist_replica_ctx_i seq_rc_iface = {
+    .all_reduce = seq_all_reduce, .all_gather = seq_all_gather,
+    .apply_gradients = seq_rc_apply_gradients};
 
 static dist_status keep_output(seq_ctx *c, int r, int i, const dist_tensor *t) {
     dist_tensor *h = c->out[r][i];

@@ -655,11 +655,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                         "only\n");
         return 2;
     }
-    if (tpu && (o->check_numerics ||
-                (o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0))) {
+    if (tpu && o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0) {
         fprintf(stderr, "distrain: --strategy tpu compiles the whole step into one program: "
-                        "--check-numerics and fp16 (its dynamic loss scale) decide on the host "
-                        "in the middle of a step, which the traced program cannot; use "
+                        "fp16's dynamic loss scale decides on the host in the middle of a step "
+                        "whether to apply it, which the traced program cannot; use "
                         "--mixed-precision bf16 (as on TPUs)\n");
         return 2;
     }
