@@ -22,6 +22,7 @@ if [ ! -x "$old_tree/build/bench/bench_train" ]; then
 fi
 old="$old_tree/build/bench/bench_train"
 out=$(mktemp -d)
+: > "$out/rows.tsv"
 for r in $(seq 1 "$rounds"); do
     for side in old new; do
         bin=$old
