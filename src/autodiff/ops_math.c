@@ -633,7 +633,7 @@ dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *beg
     for (int d = 0; d < x->ndim; d++) {
         b[d] = begin[d];
         s[d] = size[d] == -1 ? x->shape[d] - begin[d] : size[d];
-        DIST_CHECK_ARG(b[d] >= 0 && s[d] >= 0 && b[d] + s[d] <= x->shape[d],
+        DIST_CHECK_ARG(b[d] >= 0 && s[d] >= 0 && b[d] <= x->shape[d] && s[d] <= x->shape[d] - b[d],
                        "slice: begin %lld, size %lld on axis %d is outside %s", (long long)begin[d],
                        (long long)size[d], d, shape_str(x, sx, sizeof sx));
     }

@@ -524,15 +524,14 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
 
 /* Keras's BatchNormalization: batch statistics and the moving-average update in training, the
  * moving statistics in inference. gamma and beta are the float32 variables themselves (Keras
- * computes the layer in float32 under any policy); the moving statistics are read and written
- * in the replica's parameter buffer on the host. */
-static dist_status call_batch_norm(dist_model *m, dist_tape *tape, model_replica *rep,
-                                   const model_layer *l, const dist_tensor *h, dist_tensor **out) {
+ * computes the layer in float32 under any policy); the moving statistics are variables of the
+ * replica's parameter buffer, updated on its backend with scale and add. */
+static dist_status call_batch_norm(dist_tape *tape, model_replica *rep, const model_layer *l,
+                                   const dist_tensor *h, dist_tensor **out) {
     const dist_tensor *gamma = l->kernel_var >= 0 ? rep->var_ptrs[l->kernel_var] : NULL;
     const dist_tensor *beta = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
     dist_tensor *moving_mean = &rep->vars[l->moving_mean_var];
     dist_tensor *moving_var = &rep->vars[l->moving_variance_var];
-    (void)m;
     dist_status st;
     if (!dist_tape_recording(tape)) {
         st = dist_op_batch_norm_with_statistics(tape, h, gamma, beta, moving_mean, moving_var,
@@ -592,7 +591,7 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
             break;
         }
         case LAYER_DROPOUT: DIST_TRY(call_dropout(m, tape, i, h, &out)); break;
-        case LAYER_BATCH_NORM: DIST_TRY(call_batch_norm(m, tape, rep, l, h, &out)); break;
+        case LAYER_BATCH_NORM: DIST_TRY(call_batch_norm(tape, rep, l, h, &out)); break;
         case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
         case LAYER_DENSE:
             DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, &out));

@@ -23,13 +23,15 @@ typedef struct opt_slots {
     float *v; /* Adam second moment */
     int64_t iterations;
     /* with clipping, on the backend (grad_clip.h): the clipped gradients (n floats), the
-     * scaled ones (n floats, with a loss scale) and the sums of squares (clip_nsums floats).
-     * Freed through the vtable they came from (static), not s->backend: programs and tests
-     * destroy a model, and with it its own backend, before the optimizer. */
+     * scaled ones (n floats, with a loss scale) and the sums of squares (clip_nsums floats). */
     void *clip_dev, *clip_scaled, *clip_sums;
     int clip_nsums;
-    const struct dist_backend_i *clip_iface;
-    void *clip_ctx;
+    /* Every buffer above is freed through the vtable (static) and context it came from, kept
+     * here, not through s->backend: programs and tests destroy a model, and with it the
+     * backend it owns (one built outside every scope: a CPU backend, whose free needs no
+     * context), before the optimizer. */
+    const struct dist_backend_i *be_iface;
+    void *be_ctx;
     void *packed;     /* bound to variables: their gradients side by side (n floats) */
 } opt_slots;
 
@@ -106,12 +108,9 @@ void dist_optimizer_destroy(dist_optimizer *o) {
     for (int r = 0; r < DIST_MAX_REPLICAS; r++) {
         opt_slots *s = &o->slots[r];
         if (!s->backend) continue;
-        if (s->m) s->backend->iface->free(s->backend->ctx, s->m);
-        if (s->v) s->backend->iface->free(s->backend->ctx, s->v);
-        if (s->packed) s->backend->iface->free(s->backend->ctx, s->packed);
-        void *clip[3] = {s->clip_dev, s->clip_scaled, s->clip_sums};
-        for (int i = 0; i < 3; i++)
-            if (clip[i]) s->clip_iface->free(s->clip_ctx, clip[i]);
+        void *bufs[6] = {s->m, s->v, s->packed, s->clip_dev, s->clip_scaled, s->clip_sums};
+        for (int i = 0; i < 6; i++)
+            if (bufs[i]) s->be_iface->free(s->be_ctx, bufs[i]);
     }
     free(o->vars.vars);
     free(o->vars.offsets);
@@ -139,17 +138,25 @@ static dist_status slots_alloc(dist_optimizer *o, dist_backend *be, int64_t n, i
         size_t bytes = (size_t)n * sizeof(float);
         int need_m = o->kind == OPT_ADAM || o->sgd.momentum > 0;
         void *m = NULL, *v = NULL;
+        dist_status st = DIST_OK;
         if (need_m) {
-            DIST_TRY(be->iface->alloc(be->ctx, bytes, &m));
-            DIST_TRY(be->iface->memset_zero(be->ctx, m, bytes));
+            st = be->iface->alloc(be->ctx, bytes, &m);
+            if (st == DIST_OK) st = be->iface->memset_zero(be->ctx, m, bytes);
         }
-        if (o->kind == OPT_ADAM) {
-            DIST_TRY(be->iface->alloc(be->ctx, bytes, &v));
-            DIST_TRY(be->iface->memset_zero(be->ctx, v, bytes));
+        if (st == DIST_OK && o->kind == OPT_ADAM) {
+            st = be->iface->alloc(be->ctx, bytes, &v);
+            if (st == DIST_OK) st = be->iface->memset_zero(be->ctx, v, bytes);
+        }
+        if (st != DIST_OK) {
+            if (m) be->iface->free(be->ctx, m);
+            if (v) be->iface->free(be->ctx, v);
+            return st;
         }
         s->m = m;
         s->v = v;
         s->backend = be;
+        s->be_iface = be->iface;
+        s->be_ctx = be->ctx;
     }
     *out = s;
     return DIST_OK;
@@ -179,10 +186,6 @@ static dist_status clip_spans(dist_optimizer *o, opt_slots *s, const dist_grad_s
                               size_t n, const dist_tensor *grads, float grad_scale,
                               const float **out) {
     dist_backend *be = s->backend;
-    if (!s->clip_iface) {
-        s->clip_iface = be->iface;
-        s->clip_ctx = be->ctx;
-    }
     size_t bytes = (n > 0 ? n : 1) * sizeof(float);
     if (!s->clip_dev) DIST_TRY(be->iface->alloc(be->ctx, bytes, &s->clip_dev));
     if (grad_scale != 1.0f && !s->clip_scaled)

@@ -1554,6 +1554,11 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
                              dist_tensor *const *out) {
     xla_trace *t = ctx;
     DIST_TRY(need_trace(t, dist_op_name(op)));
+    if (!out || !tb_supports_op(ctx, op, in, out))
+        return dist_error(DIST_UNSUPPORTED,
+                          "%s: the tpu strategy's program does not take this op on these tensors "
+                          "(op code %d, kind %d)",
+                          dist_op_name(op), (int)op->code, op->k);
     int x[DIST_OP_MAX_IN], v, w;
     int nin = op->nin < DIST_OP_MAX_IN ? op->nin : DIST_OP_MAX_IN;
     if (op->code < DIST_OPC_BN_STATS || op->code > DIST_OPC_BN_GRAD_INPUT)

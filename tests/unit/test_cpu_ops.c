@@ -2,7 +2,8 @@
  * every op of backend/ops.h but the four of cpu_ops_misc.c (test_cpu_ops_misc.c), on small
  * inputs whose results are worked out by hand in the comments (exact in float32), or, for the
  * transcendental ones, against the closed form in double; and the refusals: a backend without
- * run_op, and a tensor the CPU ops do not take, give DIST_UNSUPPORTED naming the op. */
+ * run_op, and a tensor the CPU ops do not take, give DIST_UNSUPPORTED naming the op; a missing
+ * input or output is DIST_INVALID_ARGUMENT naming the slot. */
 #include "backend/backend.h"
 #include "backend/ops_dispatch.h"
 #include "testutil.h"
@@ -405,8 +406,9 @@ START_TEST(test_bn_gradient_sums_local_and_synchronized) {
     ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, &tc, &tpar, &txs), DIST_OK);
     expect(par, (float[]){3, 1, 1, -1}, 4, 0.0);
     expect(xs, (float[]){-1, -0.75f, -0.5f, 0.0625f}, 4, 0.0);
-    /* the synchronized form needs the count */
-    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, NULL, &tpar, &txs), DIST_UNSUPPORTED);
+    /* the synchronized form needs the count: a missing input, named */
+    ck_assert_int_eq(run(&op, &tx, &tdy, &tst, &tg, NULL, &tpar, &txs), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "input 4 is required"));
 }
 END_TEST
 
@@ -473,7 +475,12 @@ START_TEST(test_a_backend_without_the_op_refuses_naming_it) {
     ck_assert_int_eq(dist_backend_supports_op(g_be, &op, in, out), 0);
     ck_assert_int_eq(dist_backend_run_op(g_be, &op, in, out), DIST_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "softmax"));
-    ck_assert_ptr_nonnull(strstr(dist_last_error(), "cpu"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "input 0 is float16"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "CPU backend"));
+    /* no input array where the op takes one: a clear error, not a crash */
+    op = op_of(DIST_OPC_UNARY, DIST_UN_EXP, 1, 1);
+    ck_assert_int_eq(dist_backend_run_op(g_be, &op, NULL, out), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "exp: input 0 is required"));
     /* an op code outside the set */
     op.code = DIST_OPC_COUNT;
     ck_assert_int_eq(dist_backend_supports_op(g_be, &op, NULL, NULL), 0);

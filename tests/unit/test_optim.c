@@ -122,9 +122,32 @@ START_TEST(test_bad_options_and_second_model_are_errors) {
 }
 END_TEST
 
+/* A model built outside every scope owns its backend; destroying the model first and the
+ * optimizer (Adam's slots and the clipping buffers on that backend) after it frees the
+ * optimizer's buffers without touching the destroyed backend (AddressSanitizer's run checks). */
+START_TEST(test_an_optimizer_outlives_the_model_that_owned_its_backend) {
+    dist_model *m = NULL;
+    int64_t in[1] = {4};
+    ck_assert_int_eq(dist_model_create("m", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    dist_adam_options ao = DIST_ADAM_OPTIONS_INIT;
+    dist_optimizer *opt = NULL;
+    ck_assert_int_eq(dist_optimizer_create_adam(&ao, &opt), DIST_OK);
+    ck_assert_int_eq(dist_optimizer_set_clipping(opt, 1.0f, 0.0f, 0.0f), DIST_OK);
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    ck_assert_int_eq(dist_optimizer_apply_gradients(opt, m, t), DIST_OK);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+    dist_optimizer_destroy(opt);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("optim");
     TCase *tc = tcase_create("rules");
+    tcase_add_test(tc, test_an_optimizer_outlives_the_model_that_owned_its_backend);
     tcase_add_test(tc, test_adam_matches_keras_formula_over_three_steps);
     tcase_add_test(tc, test_sgd_plain_momentum_and_nesterov);
     tcase_add_test(tc, test_bad_options_and_second_model_are_errors);

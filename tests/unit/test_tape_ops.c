@@ -544,6 +544,10 @@ START_TEST(test_shapes_that_do_not_broadcast_name_both_shapes) {
     ck_assert_int_eq(dist_op_transpose(t, a, perm, &y), DIST_INVALID_ARGUMENT);
     int64_t begin[2] = {1, 0}, size[2] = {2, -1};
     ck_assert_int_eq(dist_op_slice(t, a, begin, size, &y), DIST_INVALID_ARGUMENT);
+    /* begin + size past INT64_MAX: refused, not wrapped into a small box */
+    int64_t huge[2] = {INT64_MAX, INT64_MAX};
+    begin[1] = 1;
+    ck_assert_int_eq(dist_op_slice(t, a, begin, huge, &y), DIST_INVALID_ARGUMENT);
     int axis = 2;
     ck_assert_int_eq(dist_op_reduce_sum_axes(t, a, 1, &axis, 0, &y), DIST_INVALID_ARGUMENT);
     dist_tape_destroy(t);

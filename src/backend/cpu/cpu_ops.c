@@ -430,7 +430,8 @@ static dist_status box_of(const dist_op *op, const dist_tensor *big, const dist_
                           bc_iter *it, int64_t *base) {
     int ok = big->ndim == small->ndim;
     for (int d = 0; ok && d < big->ndim; d++)
-        ok = op->v[d] >= 0 && op->v[d] + small->shape[d] <= big->shape[d];
+        ok = op->v[d] >= 0 && op->v[d] <= big->shape[d] &&
+             small->shape[d] <= big->shape[d] - op->v[d];
     if (!ok) {
         char sb[96], ss[96];
         return dist_error(DIST_INVALID_ARGUMENT, "%s: a %s box at the begin given is outside %s",
@@ -980,11 +981,29 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
 dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                        dist_tensor *const *out) {
     cpu_ctx *c = ctx;
-    if (!cpu_supports_op(ctx, op, in, out))
-        return dist_error(DIST_UNSUPPORTED,
-                          "%s: the CPU backend runs it on plain float32 tensors, with the "
-                          "inputs and outputs ops.h names (op code %d, kind %d)",
-                          dist_op_name(op), (int)op->code, op->k);
+    op_arity a;
+    if (!op || !op_arity_of(op, &a))
+        return dist_error(DIST_UNSUPPORTED, "%s: not an op of the set (op code %d, kind %d)",
+                          op ? dist_op_name(op) : "op", op ? (int)op->code : -1, op ? op->k : 0);
+    /* the slots ops.h requires, then their dtype and layout, each named */
+    for (int i = 0; i < a.nin; i++)
+        if (!(a.in_optional >> i & 1) && (!in || !in[i]))
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: input %d is required (op code %d)",
+                              dist_op_name(op), i, (int)op->code);
+    for (int i = 0; i < a.nout; i++)
+        if (!(a.out_optional >> i & 1) && (!out || !out[i]))
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: output %d is required (op code %d)",
+                              dist_op_name(op), i, (int)op->code);
+    for (int i = 0; i < a.nin + a.nout; i++) {
+        const dist_tensor *t = i < a.nin ? (in ? in[i] : NULL) : (out ? out[i - a.nin] : NULL);
+        if (t && !plain_f32(t))
+            return dist_error(DIST_UNSUPPORTED,
+                              "%s: %s %d is %s%s; the CPU backend runs the op set on plain "
+                              "float32 tensors",
+                              dist_op_name(op), i < a.nin ? "input" : "output",
+                              i < a.nin ? i : i - a.nin, dist_dtype_name(t->dtype),
+                              t->layout == DIST_LAYOUT_PLAIN ? "" : " in a blocked layout");
+    }
     switch (op->code) {
     case DIST_OPC_UNARY: return op_unary(c, op, in, out);
     case DIST_OPC_UNARY_GRAD: return op_unary_grad(c, op, in, out);
