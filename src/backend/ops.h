@@ -142,9 +142,12 @@ typedef enum dist_opcode {
     DIST_OPC_SUM_SQUARES,
     /* out[0] = in[0] clipped to [f[0], f[1]] elementwise (clipvalue) */
     DIST_OPC_CLIP_VALUE,
-    /* out[0] = in[0] * min(1, f[0] / sqrt(in[1][0])) where in[1] is a f32 scalar of summed
-     * squares (clipnorm / global_clipnorm: TF's clip_by_norm / clip_by_global_norm); a zero or
-     * non-finite norm leaves in[0] as it is (times 1) except NaN, which propagates */
+    /* in[1] is a f32 scalar of summed squares s, c = f[0]; Keras 3's arithmetic in float32:
+     * k = 0, clipnorm (tf.clip_by_norm): norm = s > 0 ? sqrt(s) : s,
+     *        out = in[0] * c / max(norm, c) (NaN propagates; an Inf norm gives 0);
+     * k = 1, global_clipnorm (tf.clip_by_global_norm): norm = sqrt(s),
+     *        out = in[0] * (c * min(1 / norm, 1 / c) + (norm - norm)) (an Inf or NaN norm
+     *        makes every output NaN, as TensorFlow documents) */
     DIST_OPC_CLIP_BY_NORM,
 
     DIST_OPC_COUNT

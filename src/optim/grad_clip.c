@@ -1,13 +1,12 @@
 /* Keras's clipping rules as op chains on the backend (grad_clip.h).
  *
- * tf.clip_by_norm (clipnorm) writes g * clipnorm / max(norm, clipnorm) and
- * clip_by_global_norm g * clipnorm * min(1 / norm, 1 / clipnorm); DIST_OPC_CLIP_BY_NORM
- * computes g * min(1, clipnorm / norm), the same factor up to rounding (an ulp of the result:
- * the conformance test against TensorFlow holds them to 1e-6 relative). Sums of squares
- * accumulate in double: TF's float32 reduction order is its own, and double keeps us within
- * an ulp of the exact norm. Where they differ: a global norm of Inf leaves the gradients as
- * they are (ops.h) where Keras makes them all NaN; NaN propagates in both, and clipvalue keeps
- * a NaN as tf.clip_by_value does. */
+ * DIST_OPC_CLIP_BY_NORM computes Keras 3's arithmetic: clipnorm (kind 0) g * clipnorm /
+ * max(norm, clipnorm) as tf.clip_by_norm, global_clipnorm (kind 1) g * (clipnorm * min(1 / norm,
+ * 1 / clipnorm) + (norm - norm)) as tf.clip_by_global_norm, so an Inf norm clips to 0 and makes
+ * the global form NaN, as TensorFlow does. Sums of squares accumulate in double and are stored
+ * in float32 (TF's float32 reduction order is its own; double keeps us within an ulp of the
+ * exact sum, and a sum past float32's range is Inf in both). clipvalue keeps a NaN as
+ * tf.clip_by_value does. */
 #include "optim/grad_clip.h"
 
 #include "backend/ops_dispatch.h"
@@ -43,12 +42,13 @@ static int spans_tile(const dist_grad_span *spans, int num_spans, size_t n) {
     return end == n;
 }
 
-/* dst[span] = src[span] * min(1, clip / sqrt(sums[v])) for each span v (per_span), or with
- * the one sum *sums for all of them (the global norm), adjacent spans then running as one op */
+/* dst[span] = src[span] clipped by norm sqrt(sums[v]) for each span v (per_span: clipnorm), or
+ * by the one global norm of *sums for all of them (global_clipnorm), adjacent spans then
+ * running as one op */
 static dist_status clip_spans_by_norm(dist_backend *be, float clip, const dist_grad_span *spans,
                                       int num_spans, const float *src, float *dst,
                                       const float *sums, int per_span) {
-    dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1};
+    dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .k = per_span ? 0 : 1, .nin = 2, .nout = 1};
     op.f[0] = clip;
     for (int v = 0; v < num_spans;) {
         size_t off = spans[v].offset, len = spans[v].n;

@@ -1771,17 +1771,31 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         DIST_TRY(select_cmp(t, XC_GT, v, hi, hi, v, &v));
         return write_opt(t, out[0], v);
     }
-    case DIST_OPC_CLIP_BY_NORM: { /* x min(1, c / norm); 1 where norm is 0 or inf; NaN stays */
+    case DIST_OPC_CLIP_BY_NORM: { /* Keras 3's arithmetic (ops.h) */
         xshape sc = {0, {0}};
         xshape xs = shape_of(t, x[0]);
-        int n, r, one, inf, f;
-        DIST_TRY(reshape_to(t, x[1], &sc, &n));
-        DIST_TRY(sqrt_of(t, n, &n));
-        DIST_TRY(c_binop(t, XG_DIV, op->f[0], n, &r));
-        DIST_TRY(splat_like(t, 1.0f, r, &one));
-        DIST_TRY(splat_like(t, __builtin_inff(), r, &inf));
-        DIST_TRY(select_cmp(t, XC_GT, r, one, one, r, &f));
-        DIST_TRY(select_cmp(t, XC_EQ, n, inf, one, f, &f));
+        const float c = op->f[0];
+        int s, n, zero, cc, f;
+        DIST_TRY(reshape_to(t, x[1], &sc, &s));
+        DIST_TRY(sqrt_of(t, s, &n));
+        if (op->k == 0) { /* x * c / max(norm, c), norm = s > 0 ? sqrt(s) : s */
+            DIST_TRY(splat_like(t, 0.0f, s, &zero));
+            DIST_TRY(select_cmp(t, XC_GT, s, zero, n, s, &n));
+            DIST_TRY(splat_like(t, c, n, &cc));
+            DIST_TRY(binop(t, XG_MAX, n, cc, &f)); /* stablehlo.maximum propagates NaN */
+            DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_F32, &xs, 1, &f, 0, &f));
+            DIST_TRY(c_binop(t, XG_MUL, c, x[0], &v));
+            DIST_TRY(binop(t, XG_DIV, v, f, &v));
+            return write_opt(t, out[0], v);
+        }
+        /* x * (c * min(1 / norm, 1 / c) + (norm - norm)) */
+        int lo, hi, d;
+        DIST_TRY(c_binop(t, XG_DIV, 1.0f, n, &lo));
+        DIST_TRY(splat_like(t, 1.0f / c, lo, &hi));
+        DIST_TRY(binop(t, XG_MIN, lo, hi, &f));
+        DIST_TRY(c_binop(t, XG_MUL, c, f, &f));
+        DIST_TRY(binop(t, XG_SUB, n, n, &d));
+        DIST_TRY(binop(t, XG_ADD, f, d, &f));
         DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_F32, &xs, 1, &f, 0, &f));
         DIST_TRY(binop(t, XG_MUL, x[0], f, &v));
         return write_opt(t, out[0], v);

@@ -159,10 +159,10 @@ START_TEST(test_clip_value_clamps_and_keeps_nan) {
 }
 END_TEST
 
-/* out = x * min(1, clip / sqrt(sumsq)) for the summed squares given */
-static void clip_by_norm(dist_backend *be, float clip, float sumsq, const float *x, float *y,
-                         int n) {
-    dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1};
+/* x clipped by the norm of the summed squares given: kind 0 tf.clip_by_norm, 1 the global form */
+static void clip_by_norm_k(dist_backend *be, int k, float clip, float sumsq, const float *x,
+                           float *y, int n) {
+    dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .k = k, .nin = 2, .nout = 1};
     op.f[0] = clip;
     dist_tensor tx = vec((float *)x, n), ty = vec(y, n);
     dist_tensor ts = dist_tensor_view(&sumsq, DIST_F32, 0, NULL);
@@ -170,16 +170,20 @@ static void clip_by_norm(dist_backend *be, float clip, float sumsq, const float 
                   dist_last_error());
 }
 
+static void clip_by_norm(dist_backend *be, float clip, float sumsq, const float *x, float *y,
+                         int n) {
+    clip_by_norm_k(be, 0, clip, sumsq, x, y, n);
+}
+
 START_TEST(test_clip_by_norm_scales_above_the_norm_only) {
     dist_backend *be = dist_test_cpu_backend(1);
     float x[2] = {3.0f, 4.0f}, y[2];
-    /* norm 5 clipped to 1: scaled by 1/5 */
+    /* norm 5 clipped to 1: x * 1 / 5, tf.clip_by_norm's order */
     clip_by_norm(be, 1.0f, 25.0f, x, y, 2);
-    ck_assert_float_eq_tol(y[0], 0.6f, 1e-7f);
-    ck_assert_float_eq_tol(y[1], 0.8f, 1e-7f);
-    /* norm 5 under a clip of 10: unchanged, bit for bit */
+    ck_assert(y[0] == 3.0f * 1.0f / 5.0f && y[1] == 4.0f * 1.0f / 5.0f);
+    /* norm 5 under a clip of 10: x * 10 / 10 */
     clip_by_norm(be, 10.0f, 25.0f, x, y, 2);
-    ck_assert(y[0] == 3.0f && y[1] == 4.0f);
+    ck_assert(y[0] == 3.0f * 10.0f / 10.0f && y[1] == 4.0f * 10.0f / 10.0f);
     /* a norm that is not the input's own (the global norm of several tensors): 3, 4 with a
      * global norm of 10 clipped to 5 are halved */
     clip_by_norm(be, 5.0f, 100.0f, x, y, 2);
@@ -188,13 +192,26 @@ START_TEST(test_clip_by_norm_scales_above_the_norm_only) {
     float zero[2] = {0.0f, -0.0f};
     clip_by_norm(be, 1.0f, 0.0f, zero, y, 2);
     ck_assert(y[0] == 0.0f && !signbit(y[0]) && y[1] == 0.0f && signbit(y[1]));
-    /* infinite norm: times 1 (ops.h), the Inf element stays Inf */
-    float inf[2] = {INFINITY, 2.0f};
+    /* an infinite norm (summed squares past float32's range, as huge gradients give): finite
+     * values clip to 0, as tf.clip_by_norm does; the Inf element is Inf / Inf */
+    float inf[2] = {INFINITY, 2.0f}, huge[2] = {1e20f, 1e20f};
     clip_by_norm(be, 1.0f, INFINITY, inf, y, 2);
-    ck_assert(isinf(y[0]) && y[1] == 2.0f);
+    ck_assert(isnan(y[0]) && y[1] == 0.0f);
+    clip_by_norm(be, 1.0f, INFINITY, huge, y, 2);
+    ck_assert(y[0] == 0.0f && y[1] == 0.0f);
     /* NaN norm: NaN everywhere */
     float nan[2] = {NAN, 2.0f};
     clip_by_norm(be, 1.0f, NAN, nan, y, 2);
+    ck_assert(isnan(y[0]) && isnan(y[1]));
+    /* the global form (tf.clip_by_global_norm): x * (c * min(1 / norm, 1 / c) + 0), NaN
+     * everywhere for an Inf or NaN norm */
+    clip_by_norm_k(be, 1, 5.0f, 100.0f, x, y, 2);
+    ck_assert(y[0] == 3.0f * (5.0f * (1.0f / 10.0f)) && y[1] == 4.0f * (5.0f * (1.0f / 10.0f)));
+    clip_by_norm_k(be, 1, 5.0f, 0.0f, x, y, 2);
+    ck_assert(y[0] == 3.0f * (5.0f * (1.0f / 5.0f)));
+    clip_by_norm_k(be, 1, 1.0f, INFINITY, huge, y, 2);
+    ck_assert(isnan(y[0]) && isnan(y[1]));
+    clip_by_norm_k(be, 1, 1.0f, NAN, x, y, 2);
     ck_assert(isnan(y[0]) && isnan(y[1]));
     /* on 2 threads over many elements, the same bits as on 1 */
     enum { N = 100003 };
@@ -205,7 +222,7 @@ START_TEST(test_clip_by_norm_scales_above_the_norm_only) {
     dist_backend *be2 = dist_test_cpu_backend(2);
     clip_by_norm(be2, 2.5f, 1.0e6f, big, y2, N);
     ck_assert_int_eq(memcmp(y1, y2, N * sizeof *y1), 0);
-    ck_assert(y1[0] == -6.0f * (2.5f / 1000.0f));
+    ck_assert(y1[0] == -6.0f * 2.5f / 1000.0f);
     /* a clip norm of 0 is refused */
     dist_op op = {.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1};
     float s = 1.0f;

@@ -640,10 +640,16 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
             out[0].data[i] = v < op->f[0] ? op->f[0] : (v > op->f[1] ? op->f[1] : v);
         }
         return;
-    case DIST_OPC_CLIP_BY_NORM: {
-        float norm = sqrtf(in[1].data[0]), f = op->f[0] / norm;
-        f = isnan(f) ? f : (isinf(norm) || f > 1.0f ? 1.0f : f);
-        for (int64_t i = 0; i < n; i++) out[0].data[i] = x->data[i] * f;
+    case DIST_OPC_CLIP_BY_NORM: { /* Keras 3's arithmetic, as ops.h writes it */
+        float s = in[1].data[0], c = op->f[0];
+        if (op->k == 0) {
+            float norm = s > 0.0f ? sqrtf(s) : s, d = isnan(norm) ? norm : fmaxf(norm, c);
+            for (int64_t i = 0; i < n; i++) out[0].data[i] = (x->data[i] * c) / d;
+        } else {
+            float norm = sqrtf(s), lo = 1.0f / norm;
+            float f = c * (isnan(lo) ? lo : fminf(lo, 1.0f / c)) + (norm - norm);
+            for (int64_t i = 0; i < n; i++) out[0].data[i] = x->data[i] * f;
+        }
         return;
     }
     default: ck_abort_msg("no reference for op code %d", (int)op->code);
@@ -885,13 +891,16 @@ START_TEST(test_sum_of_squares_and_clipping_match) {
              &x);
     /* norms: above the bound, below it, zero, Inf, NaN */
     const float sq[] = {25.0f, 0.25f, 0.0f, INFINITY, NAN};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 10; i++) {
         hval n = hnew(1, D1);
-        n.data[0] = sq[i];
+        n.data[0] = sq[i % 5];
         hval in[2] = {x, n};
         char name[64];
-        snprintf(name, sizeof name, "clip by norm, sum of squares %g", (double)sq[i]);
-        check_op(name, &(dist_op){.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1, .f = {2.0f}},
+        snprintf(name, sizeof name, "clip by %s norm, sum of squares %g", i < 5 ? "its" : "global",
+                 (double)sq[i % 5]);
+        check_op(name,
+                 &(dist_op){.code = DIST_OPC_CLIP_BY_NORM, .k = i / 5, .nin = 2, .nout = 1,
+                            .f = {2.0f}},
                  in, &x);
         hfree(&n);
     }

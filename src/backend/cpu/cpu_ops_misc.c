@@ -128,19 +128,22 @@ dist_status cpu_op_clip_by_norm(void *ctx, const dist_op *op, const dist_tensor 
     if (!(clip > 0.0f) || isinf(clip))
         return dist_error(DIST_INVALID_ARGUMENT, "%s: the clip norm must be finite and > 0, got %g",
                           dist_op_name(op), (double)clip);
-    float norm = sqrtf(*(const float *)in[1]->data);
-    float scale;
-    if (isnan(norm))
-        scale = norm; /* propagates */
-    else if (norm == 0.0f || isinf(norm))
-        scale = 1.0f;
-    else
-        scale = fminf(1.0f, clip / norm);
+    const float s = *(const float *)in[1]->data;
     int64_t n = dist_tensor_numel(in[0]);
     const float *x = in[0]->data;
     float *y = out[0]->data;
+    if (op->k == 0) { /* tf.clip_by_norm: x * c / max(norm, c), NaN propagating */
+        float norm = s > 0.0f ? sqrtf(s) : s;
+        float d = isnan(norm) ? norm : fmaxf(norm, clip);
 #pragma omp parallel for simd num_threads(misc_threads(ctx, n)) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] * clip) / d;
+    } else { /* tf.clip_by_global_norm: NaN everywhere when the norm is not finite */
+        float norm = sqrtf(s);
+        float lo = 1.0f / norm, hi = 1.0f / clip;
+        float scale = clip * (isnan(lo) ? lo : fminf(lo, hi)) + (norm - norm);
+#pragma omp parallel for simd num_threads(misc_threads(ctx, n)) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+    }
     out[0]->layout = in[0]->layout;
     return DIST_OK;
 }

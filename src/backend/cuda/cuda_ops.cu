@@ -715,13 +715,18 @@ __global__ void clip_value_kernel(cudak_op a) {
 
 /* in: x, the summed squares (scalar) */
 __global__ void clip_by_norm_kernel(cudak_op a) {
-    const float norm = __fsqrt_rn(a.in[1][0]);
-    float scale = 1.0f;
-    if (isnan(norm))
-        scale = norm;
-    else if (norm > 0.0f && !isinf(norm))
-        scale = fminf(1.0f, __fdiv_rn(a.f[0], norm));
-    GRID_STRIDE(i, a.n) a.out[0][i] = __fmul_rn(a.in[0][i], scale);
+    const float s = a.in[1][0], c = a.f[0];
+    if (a.k == 0) { /* tf.clip_by_norm: x * c / max(norm, c), NaN propagating */
+        const float norm = s > 0.0f ? __fsqrt_rn(s) : s;
+        const float d = isnan(norm) ? norm : fmaxf(norm, c);
+        GRID_STRIDE(i, a.n) a.out[0][i] = __fdiv_rn(__fmul_rn(a.in[0][i], c), d);
+    } else { /* tf.clip_by_global_norm: NaN everywhere when the norm is not finite */
+        const float norm = __fsqrt_rn(s);
+        const float lo = __fdiv_rn(1.0f, norm), hi = __fdiv_rn(1.0f, c);
+        const float scale =
+            __fadd_rn(__fmul_rn(c, isnan(lo) ? lo : fminf(lo, hi)), __fsub_rn(norm, norm));
+        GRID_STRIDE(i, a.n) a.out[0][i] = __fmul_rn(a.in[0][i], scale);
+    }
 }
 
 unsigned channel_blocks(int64_t c) { return c > 4096 ? 4096u : (unsigned)c; }
