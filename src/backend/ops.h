@@ -50,8 +50,9 @@ typedef enum dist_opcode {
      * -inf. */
     DIST_OPC_REDUCE,
     /* in: x, y (the forward's out), dy (y's elements); out: dx. SUM: dy broadcast; MEAN:
-     * dy / count broadcast; MAX: dy / ties to each position equal to the maximum, ties counted
-     * in float32 (TensorFlow's). x and y are read by MAX only but always passed. */
+     * dy / count broadcast; MAX: (x == y) * (dy / ties), ties counted in float32 (TensorFlow's
+     * even split; NaN everywhere in a reduction whose maximum is NaN, as TensorFlow's). x and y
+     * are read by MAX only but always passed. */
     DIST_OPC_REDUCE_GRAD,
     /* out[0][j_0..] = in[0][j_perm...]: out.shape[d] = in.shape[perm[d]]; v[0..ndim) = perm */
     DIST_OPC_TRANSPOSE,
@@ -172,8 +173,8 @@ typedef enum dist_binary_kind {
     DIST_BIN_SUB,
     DIST_BIN_MUL,
     DIST_BIN_DIV,
-    DIST_BIN_MAX, /* gradient to a where a >= b (TensorFlow's maximum) */
-    DIST_BIN_MIN, /* gradient to a where a <= b */
+    DIST_BIN_MAX, /* NaN propagates; gradient to a where a >= b (TensorFlow's maximum) */
+    DIST_BIN_MIN, /* NaN propagates; gradient to a where a <= b */
     DIST_BIN_COUNT
 } dist_binary_kind;
 

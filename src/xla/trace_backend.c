@@ -1152,8 +1152,9 @@ static dist_status op_binary(xla_trace *t, int k, int a, int b, int *y) {
     case DIST_BIN_SUB: return binop(t, XG_SUB, a, b, y);
     case DIST_BIN_MUL: return binop(t, XG_MUL, a, b, y);
     case DIST_BIN_DIV: return binop(t, XG_DIV, a, b, y);
-    case DIST_BIN_MAX: return select_cmp(t, XC_GE, a, b, a, b, y);
-    default: return select_cmp(t, XC_LE, a, b, a, b, y);
+    /* stablehlo.maximum / minimum propagate NaN, as tf.maximum / tf.minimum */
+    case DIST_BIN_MAX: return binop(t, XG_MAX, a, b, y);
+    default: return binop(t, XG_MIN, a, b, y);
     }
 }
 

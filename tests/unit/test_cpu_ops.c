@@ -211,6 +211,39 @@ START_TEST(test_reduction_gradients_broadcast_back) {
 }
 END_TEST
 
+/* NaN as TensorFlow 2.20 treats it (printed by tf itself): maximum / minimum propagate it,
+ * reduce_max's gradient is NaN everywhere when the maximum is NaN, abs's gradient at NaN is
+ * NaN (sign(NaN)), and maximum's gradient keeps the x >= y rule (0 to x where x is NaN). */
+START_TEST(test_nan_follows_tensorflow) {
+    const float nan = NAN;
+    float a[3] = {nan, 1, 2}, b[3] = {1, nan, 2}, m[3];
+    dist_tensor ta = t1(a, 3), tb = t1(b, 3), tm = t1(m, 3);
+    dist_op mx = op_of(DIST_OPC_BINARY, DIST_BIN_MAX, 2, 1), mn = mx;
+    mn.k = DIST_BIN_MIN;
+    ck_assert_int_eq(run(&mx, &ta, &tb, NULL, NULL, NULL, &tm, NULL), DIST_OK);
+    ck_assert(isnan(m[0]) && isnan(m[1]) && m[2] == 2.0f);
+    ck_assert_int_eq(run(&mn, &ta, &tb, NULL, NULL, NULL, &tm, NULL), DIST_OK);
+    ck_assert(isnan(m[0]) && isnan(m[1]) && m[2] == 2.0f);
+    float x[3] = {1, nan, 2}, y[1] = {nan}, dy[1] = {1}, dx[3];
+    dist_tensor tx = t1(x, 3), ty = t1(y, 1), tdy = t1(dy, 1), tdx = t1(dx, 3);
+    dist_op rg = op_of(DIST_OPC_REDUCE_GRAD, DIST_RED_MAX, 3, 1);
+    rg.mask = 1;
+    ck_assert_int_eq(run(&rg, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+    ck_assert(isnan(dx[0]) && isnan(dx[1]) && isnan(dx[2]));
+    float ax[3] = {nan, 0, -1}, g[3] = {1, 1, 1}, ag[3];
+    dist_tensor tax = t1(ax, 3), tg = t1(g, 3), tag = t1(ag, 3);
+    dist_op abs_g = op_of(DIST_OPC_UNARY_GRAD, DIST_UN_ABS, 3, 1);
+    ck_assert_int_eq(run(&abs_g, &tax, &tax, &tg, NULL, NULL, &tag, NULL), DIST_OK);
+    ck_assert(isnan(ag[0]) && ag[1] == 0.0f && ag[2] == -1.0f);
+    float x2[2] = {nan, 1}, c2[2] = {1, nan}, one[2] = {1, 1}, gx[2], gc[2];
+    dist_tensor tx2 = t1(x2, 2), tc2 = t1(c2, 2), t_one = t1(one, 2), tgx = t1(gx, 2),
+                tgc = t1(gc, 2);
+    dist_op mg = op_of(DIST_OPC_BINARY_GRAD, DIST_BIN_MAX, 3, 2);
+    ck_assert_int_eq(run(&mg, &tx2, &tc2, &t_one, NULL, NULL, &tgx, &tgc), DIST_OK);
+    ck_assert(gx[0] == 0.0f && gx[1] == 0.0f);
+}
+END_TEST
+
 START_TEST(test_transpose_slice_pad_and_concat_move_elements) {
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
     dist_tensor tx = t2(x, 2, 3), ty = t2(y, 3, 2);
@@ -496,6 +529,7 @@ int main(void) {
     tcase_add_test(tc, test_unary_ops_give_their_functions);
     tcase_add_test(tc, test_unary_gradients_read_x_or_y);
     tcase_add_test(tc, test_binary_ops_broadcast_numpy_style);
+    tcase_add_test(tc, test_nan_follows_tensorflow);
     tcase_add_test(tc, test_binary_gradients_sum_over_broadcast_axes);
     tcase_add_test(tc, test_reductions_over_masked_axes);
     tcase_add_test(tc, test_reduction_gradients_broadcast_back);

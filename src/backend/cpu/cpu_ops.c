@@ -198,7 +198,7 @@ static float un_grad(int kind, float x, float y, float g) {
     case DIST_UN_LOG: return g / x;
     case DIST_UN_SQRT: return g * 0.5f / y;
     case DIST_UN_SQUARE: return g * (2.0f * x);
-    case DIST_UN_ABS: return x > 0 ? g : (x < 0 ? -g : 0.0f);
+    case DIST_UN_ABS: return x > 0 ? g : (x < 0 ? -g : (x == 0 ? 0.0f : g * x)); /* sign(NaN) */
     case DIST_UN_SIGMOID: return g * (y * (1.0f - y));
     case DIST_UN_TANH: return g * (1.0f - y * y);
     case DIST_UN_GELU: {
@@ -249,8 +249,9 @@ static float bin_apply(int kind, float x, float y) {
     case DIST_BIN_SUB: return x - y;
     case DIST_BIN_MUL: return x * y;
     case DIST_BIN_DIV: return x / y;
-    case DIST_BIN_MAX: return x >= y ? x : y;
-    default: return x <= y ? x : y;
+    /* NaN propagates, as tf.maximum / tf.minimum */
+    case DIST_BIN_MAX: return x != x ? x : y != y ? y : x >= y ? x : y;
+    default: return x != x ? x : y != y ? y : x <= y ? x : y;
     }
 }
 
@@ -382,7 +383,8 @@ static dist_status op_reduce_grad(cpu_ctx *c, const dist_op *op, const dist_tens
         if (xv[i] == yv[it.oa]) ties[it.oa] += 1.0f;
     bc_init(&it, x->ndim, x->shape, &kept, NULL);
     for (int64_t i = 0; i < total; i++, bc_next(&it))
-        dx[i] = xv[i] == yv[it.oa] ? dy[it.oa] / ties[it.oa] : 0.0f;
+        /* TensorFlow's indicators * (dy / count): NaN everywhere when the maximum is NaN */
+        dx[i] = (xv[i] == yv[it.oa] ? 1.0f : 0.0f) * (dy[it.oa] / ties[it.oa]);
     free(ties);
     return DIST_OK;
 }

@@ -208,7 +208,7 @@ __device__ float un_grad(int k, float x, float y, float g) {
     case DIST_UN_LOG: return __fdiv_rn(g, x);
     case DIST_UN_SQRT: return __fdiv_rn(__fmul_rn(g, 0.5f), y);
     case DIST_UN_SQUARE: return __fmul_rn(g, __fmul_rn(2.0f, x));
-    case DIST_UN_ABS: return x > 0.0f ? g : (x < 0.0f ? -g : 0.0f);
+    case DIST_UN_ABS: return x > 0.0f ? g : (x < 0.0f ? -g : (x == 0.0f ? 0.0f : __fmul_rn(g, x)));
     case DIST_UN_SIGMOID: return __fmul_rn(g, __fmul_rn(y, __fsub_rn(1.0f, y)));
     case DIST_UN_TANH: return __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(y, y)));
     case DIST_UN_GELU: {
@@ -237,8 +237,9 @@ __device__ __forceinline__ float bin_apply(int k, float x, float y) {
     case DIST_BIN_SUB: return __fsub_rn(x, y);
     case DIST_BIN_MUL: return __fmul_rn(x, y);
     case DIST_BIN_DIV: return __fdiv_rn(x, y);
-    case DIST_BIN_MAX: return x >= y ? x : y;
-    default: return x <= y ? x : y;
+    /* NaN propagates, as tf.maximum / tf.minimum */
+    case DIST_BIN_MAX: return x != x ? x : y != y ? y : x >= y ? x : y;
+    default: return x != x ? x : y != y ? y : x <= y ? x : y;
     }
 }
 
@@ -296,7 +297,8 @@ __global__ void reduce_grad_kernel(cudak_op a) {
         else if (a.k == DIST_RED_MEAN)
             a.out[0][i] = __fdiv_rn(g, a.f[0]);
         else
-            a.out[0][i] = a.in[0][i] == a.in[1][o[1]] ? __fdiv_rn(g, a.scratch[o[1]]) : 0.0f;
+            a.out[0][i] = __fmul_rn(a.in[0][i] == a.in[1][o[1]] ? 1.0f : 0.0f,
+                                    __fdiv_rn(g, a.scratch[o[1]]));
     }
 }
 
