@@ -305,7 +305,7 @@ void dist_net_comm_destroy(dist_net_comm *c) {
     if (c->store && c->failed) {
         /* leave the mesh first, then answer the others' abort-record lookups (net_xfer.c) */
         for (int r = 0; c->fds && r < c->world; r++) net_close(&c->fds[r]);
-        net_store_linger(c->store, net_now() + 2.0);
+        net_store_linger(c->store, net_now() + DIST_ABORT_LINGER_S);
     }
     net_store_stop(c->store); /* its thread polls the listener */
     for (int r = 0; c->fds && r < c->world; r++) net_close(&c->fds[r]);

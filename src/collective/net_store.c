@@ -16,6 +16,7 @@
  * the connection closed (its value is not read). */
 #include "collective/net_internal.h"
 #include "core/error.h"
+#include "core/timeouts.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -471,7 +472,7 @@ dist_status net_store_set_until(dist_net_comm *c, const char *key, const void *v
 dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t cap, size_t *len,
                           double deadline) {
     /* the server answers by the deadline; the margin covers the transfer */
-    return net_store_get_within(c, key, value, cap, len, deadline, 10.0);
+    return net_store_get_within(c, key, value, cap, len, deadline, DIST_STORE_ANSWER_MARGIN_S);
 }
 
 dist_status net_store_get_within(dist_net_comm *c, const char *key, void *value, size_t cap,

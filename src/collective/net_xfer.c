@@ -4,6 +4,7 @@
  * of microseconds, which is the whole budget of a small all-reduce. */
 #include "collective/net_internal.h"
 #include "core/error.h"
+#include "core/timeouts.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -141,7 +142,7 @@ dist_status net_fail(dist_net_comm *c, dist_status st) {
 /* How long a rank that saw a peer leave waits for the peer's abort record: the record is
  * published before the peer closes, so a peer that failed has it in the store already; a peer
  * that was killed never writes one, and this is the delay before it is named itself. */
-#define NET_ABORT_WAIT_S 0.5
+#define NET_ABORT_WAIT_S DIST_ABORT_RECORD_WAIT_S
 #define NET_ABORT_CAP 768
 
 /* The abort record rank r published (its failure's message), or "" within wait_s. */

@@ -252,7 +252,13 @@ static dist_status trace_step(dist_strategy *s, dist_step_fn step, void *user,
         dist_replica_ctx_enter(outer);
     }
     /* the deferred checks' tensors leave the program after the step's own outputs */
-    checks->user_outputs = outputs->count;
+    if (st == DIST_OK && (outputs->count < 0 || outputs->count > DIST_RUN_MAX_OUTPUTS))
+        st = dist_error(DIST_INVALID_ARGUMENT, "tpu: the step set %d outputs (0 to %d)",
+                        outputs->count, DIST_RUN_MAX_OUTPUTS);
+    for (int i = 0; st == DIST_OK && i < outputs->count; i++)
+        if (!outputs->items[i])
+            st = dist_error(DIST_INVALID_ARGUMENT, "tpu: the step's output %d is NULL", i);
+    checks->user_outputs = st == DIST_OK ? outputs->count : 0;
     if (st) {
         xla_trace_abort(c->trace);
         checks_clear(checks);
