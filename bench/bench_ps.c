@@ -148,7 +148,7 @@ static int run_task(long warmup, long steps, int threads) {
 static int run_updates(long updates) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     ps_cluster *cl;
-    if (ps_cluster_resolve(&so, &cl)) return die("cluster");
+    if (ps_cluster_resolve(&so.cluster, &cl)) return die("cluster");
     if (cl->role == PS_ROLE_WORKER) { /* the chief is the only client here */
         ps_cluster_destroy(cl);
         return 0;

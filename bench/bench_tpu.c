@@ -78,8 +78,8 @@ static double run(const config *c, const char *plugin, int warmup, int steps,
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = c->kind;
     so.devices = c->devices;
-    so.pjrt_plugin = plugin;
-    so.tpu_cores = c->cores;
+    so.tpu.pjrt_plugin = plugin;
+    so.tpu.cores = c->cores;
     if (c->form)
         setenv("DIST_TPU_STEPS_FORM", c->form, 1);
     else

@@ -191,7 +191,7 @@ static double run_libdist_policy(dist_strategy_kind kind, const char *devices, i
     so.kind = kind;
     so.devices = devices;
     so.threads_per_replica = threads;
-    so.cluster_spec = cluster_spec;
+    so.cluster.spec = cluster_spec;
     trainer t;
     CHECK(trainer_create(&so, 64, policy, mnist, &t));
     for (int r = -1; r < repeats; r++) {

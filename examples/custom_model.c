@@ -311,8 +311,8 @@ int main(int argc, char **argv) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT; /* mirrored */
     if (tpu) {
         so.kind = DIST_STRATEGY_TPU;
-        so.pjrt_plugin = plugin;
-        so.tpu_cores = 2;
+        so.tpu.pjrt_plugin = plugin;
+        so.tpu.cores = 2;
     } else {
         so.devices = "cpu:0,cpu:1";
         so.threads_per_replica = 1;

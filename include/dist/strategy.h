@@ -60,7 +60,7 @@ typedef enum dist_transport {
     DIST_TRANSPORT_TCP,      /* a ring over TCP */
     DIST_TRANSPORT_SHM,      /* shared memory (every worker on one host) */
     DIST_TRANSPORT_MPI,      /* MPI (Open MPI; libdist built with MPI): the job's MPI world */
-    /* TCP with every connection in TLS 1.3 (OpenSSL): keyed by certificates (tls_cert,
+    /* TCP with every connection in TLS 1.3 (OpenSSL): keyed by certificates (cluster.tls_cert,
      * tls_key, tls_ca) or by default by the cluster token; multi_worker and parameter_server */
     DIST_TRANSPORT_TLS
 } dist_transport;
@@ -79,6 +79,57 @@ typedef enum dist_synchronization {
     DIST_SYNC_ON_READ       /* per-replica values, aggregated when read (metrics) */
 } dist_synchronization;
 
+/* The cluster kinds' settings (multi_worker, parameter_server): where the cluster is, how its
+ * tasks connect and how they prove to each other that they belong to the job. */
+typedef struct dist_cluster_settings {
+    /* The cluster as a TF_CONFIG-shaped JSON document; NULL resolves it from the environment
+     * (TF_CONFIG, then Slurm; see dist/cluster.h). Borrowed for the call. */
+    const char *spec;
+    /* Deadline in seconds for every task to join (0: 300). parameter_server: also how long a
+     * worker or ps waits for a chief that left before it exits. */
+    double connect_timeout_s;
+    /* multi_worker: how workers exchange data. AUTO: shared memory when every worker is on this
+     * host, else TCP; $DIST_COLLECTIVE_TRANSPORT (auto, tcp, shm, mpi, tls) is read when AUTO.
+     * parameter_server: TLS puts its connections in TLS (AUTO reads the variable too). */
+    dist_transport transport;
+    /* Over TCP/shm: tasks prove to each other that they hold the same cluster token
+     * ($DIST_CLUSTER_TOKEN, or the file named by $DIST_CLUSTER_TOKEN_FILE; distrain --workers
+     * makes one). Without a token creating the strategy fails, unless this is 1: then tasks
+     * join unauthenticated, and anyone who can reach their ports can join the job. */
+    int allow_insecure;
+    /* transport TLS: PEM files of this task's certificate, its private key and the CA that
+     * signed every task's certificate (each side verifies the other's: mutual TLS). All three,
+     * or none: then $DIST_TLS_CERT, $DIST_TLS_KEY, $DIST_TLS_CA, else a PSK derived from the
+     * cluster token (HKDF-SHA256). A peer without the key or a trusted certificate fails the
+     * TLS handshake; either way the token's handshake names the ranks inside the session.
+     * Borrowed for the call. */
+    const char *tls_cert, *tls_key, *tls_ca;
+} dist_cluster_settings;
+
+/* parameter_server's own settings. */
+typedef struct dist_ps_settings {
+    /* How variables are split into shards on the ps tasks (TF's variable_partitioner;
+     * dist/partitioner.h). NULL: none, each variable on one ps. Borrowed for the call. */
+    const dist_partitioner *variable_partitioner;
+} dist_ps_settings;
+
+/* tpu's own settings. */
+typedef struct dist_tpu_settings {
+    /* The PJRT plugin to load (a path, or a file name for the dlopen search). NULL:
+     * $DIST_PJRT_PLUGIN, then $TPU_LIBRARY_PATH, then libtpu.so. Borrowed for the call. */
+    const char *pjrt_plugin;
+    /* TPUClusterResolver's `tpu` argument: NULL or "" reads $TPU_NAME, "local" (or no name at
+     * all) means the chips of this host; a remote TPU node (a name or grpc://host:port) is
+     * DIST_UNSUPPORTED. Borrowed for the call. */
+    const char *name;
+    /* Replicas (devices of the plugin). 0: every device. The XLA CPU plugin makes this many CPU
+     * devices. */
+    int cores;
+} dist_tpu_settings;
+
+/* The settings every kind reads at the top level; a kind's own settings in its sub-struct
+ * (cluster: multi_worker and parameter_server; ps: parameter_server; tpu: tpu), which the
+ * other kinds do not read. */
 typedef struct dist_strategy_options {
     int version;
     dist_strategy_kind kind; /* default DIST_STRATEGY_MIRRORED */
@@ -96,15 +147,6 @@ typedef struct dist_strategy_options {
     /* Deadline in seconds for a collective to complete (0: 300 in one process, 60 across
      * workers). A peer that has not arrived by then fails the step with DIST_TIMEOUT. */
     double collective_timeout_s;
-    /* multi_worker: the cluster as a TF_CONFIG-shaped JSON document; NULL resolves it from the
-     * environment (TF_CONFIG, then Slurm; see dist/cluster.h). Borrowed for the call. */
-    const char *cluster_spec;
-    /* multi_worker: deadline in seconds for every worker to join (0: 300). */
-    double connect_timeout_s;
-    /* multi_worker: how workers exchange data. AUTO: shared memory when every worker is on this
-     * host, else TCP; $DIST_COLLECTIVE_TRANSPORT (auto, tcp, shm, mpi, tls) is read when AUTO.
-     * parameter_server: TLS puts its connections in TLS (AUTO reads the variable too). */
-    dist_transport transport;
     /* GPUs: 1 = deterministic algorithms only (cuDNN), as tf.config.experimental.
      * enable_op_determinism(): the same run gives the same bits. 0 = the fastest algorithms,
      * or deterministic ones when $DIST_DETERMINISTIC is 1. CPU kernels are always
@@ -114,43 +156,28 @@ typedef struct dist_strategy_options {
      * dist_graph_stats). 0 = on, unless $DIST_CUDA_GRAPHS is 0; 1 = on; -1 = off. Results
      * are the same either way. */
     int cuda_graphs;
-    /* multi_worker over TCP/shm: workers prove to each other that they hold the same cluster
-     * token ($DIST_CLUSTER_TOKEN, or the file named by $DIST_CLUSTER_TOKEN_FILE; distrain
-     * --workers makes one). Without a token creating the strategy fails, unless this is 1: then
-     * workers join unauthenticated, and anyone who can reach their ports can join the job. */
-    int allow_insecure;
-    /* parameter_server: how variables are split into shards on the ps tasks (TF's
-     * variable_partitioner; dist/partitioner.h). NULL: none, each variable on one ps.
-     * Borrowed for the call. */
-    const dist_partitioner *variable_partitioner;
-    /* transport TLS: PEM files of this task's certificate, its private key and the CA that
-     * signed every task's certificate (each side verifies the other's: mutual TLS). All three,
-     * or none: then $DIST_TLS_CERT, $DIST_TLS_KEY, $DIST_TLS_CA, else a PSK derived from the
-     * cluster token (HKDF-SHA256). A peer without the key or a trusted certificate fails the
-     * TLS handshake; either way the token's handshake names the ranks inside the session.
-     * Borrowed for the call. */
-    const char *tls_cert, *tls_key, *tls_ca;
-    /* tpu: the PJRT plugin to load (a path, or a file name for the dlopen search). NULL:
-     * $DIST_PJRT_PLUGIN, then $TPU_LIBRARY_PATH, then libtpu.so. Borrowed for the call. */
-    const char *pjrt_plugin;
-    /* tpu: TPUClusterResolver's `tpu` argument: NULL or "" reads $TPU_NAME, "local" (or no
-     * name at all) means the chips of this host; a remote TPU node (a name or
-     * grpc://host:port) is DIST_UNSUPPORTED. Borrowed for the call. */
-    const char *tpu;
-    /* tpu: replicas (devices of the plugin). 0: every device. The XLA CPU plugin makes this
-     * many CPU devices. */
-    int tpu_cores;
+    dist_cluster_settings cluster; /* multi_worker, parameter_server */
+    dist_ps_settings ps;           /* parameter_server */
+    dist_tpu_settings tpu;         /* tpu */
 } dist_strategy_options;
 
-#define DIST_STRATEGY_OPTIONS_VERSION 5
+/* Version 6: the kinds' own settings moved into cluster, ps and tpu (version 5 had them flat:
+ * cluster_spec is cluster.spec, tpu is tpu.name, tpu_cores is tpu.cores). */
+#define DIST_STRATEGY_OPTIONS_VERSION 6
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
         .version = DIST_STRATEGY_OPTIONS_VERSION, .kind = DIST_STRATEGY_MIRRORED, .devices = NULL, \
         .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
-        .collective_timeout_s = 0.0, .cluster_spec = NULL, .connect_timeout_s = 0.0,               \
-        .transport = DIST_TRANSPORT_AUTO, .deterministic = 0, .cuda_graphs = 0,                    \
-        .allow_insecure = 0, .variable_partitioner = NULL, .tls_cert = NULL, .tls_key = NULL,      \
-        .tls_ca = NULL, .pjrt_plugin = NULL, .tpu = NULL, .tpu_cores = 0                           \
+        .collective_timeout_s = 0.0, .deterministic = 0, .cuda_graphs = 0,                         \
+        .cluster = {.spec = NULL,                                                                  \
+                    .connect_timeout_s = 0.0,                                                      \
+                    .transport = DIST_TRANSPORT_AUTO,                                              \
+                    .allow_insecure = 0,                                                           \
+                    .tls_cert = NULL,                                                              \
+                    .tls_key = NULL,                                                               \
+                    .tls_ca = NULL},                                                               \
+        .ps = {.variable_partitioner = NULL},                                                      \
+        .tpu = {.pjrt_plugin = NULL, .name = NULL, .cores = 0},                                    \
     }
 
 /* Creates a strategy. Errors: DIST_INVALID_ARGUMENT (a device listed twice, a malformed list,

@@ -59,10 +59,10 @@ static dist_status fill_tasks(ps_cluster *cl, const dist_cluster *c) {
     return DIST_OK;
 }
 
-dist_status ps_cluster_resolve(const dist_strategy_options *o, ps_cluster **out) {
+dist_status ps_cluster_resolve(const dist_cluster_settings *cs, ps_cluster **out) {
     *out = NULL;
     dist_cluster_options co = DIST_CLUSTER_OPTIONS_INIT;
-    co.tf_config = o->cluster_spec;
+    co.tf_config = cs->spec;
     dist_cluster *c = NULL;
     DIST_TRY(dist_cluster_resolve(&co, &c));
     dist_status st = DIST_OK;
@@ -126,13 +126,14 @@ dist_status ps_cluster_resolve(const dist_strategy_options *o, ps_cluster **out)
         cl->auth->listen_fd = cl->auth->store_fd = -1;
         st = fill_tasks(cl, c);
     }
-    if (st == DIST_OK) st = net_auth_setup(cl->auth, NULL, o->allow_insecure != 0);
+    if (st == DIST_OK) st = net_auth_setup(cl->auth, NULL, cs->allow_insecure != 0);
     /* the other transports mean nothing here: the connections are TCP */
     const char *env = dist_env_raw(DIST_ENV_COLLECTIVE_TRANSPORT);
-    bool tls = o->transport == DIST_TRANSPORT_TLS ||
-               (o->transport == DIST_TRANSPORT_AUTO && env && strcasecmp(env, "tls") == 0);
-    if (st == DIST_OK && tls) st = net_tls_setup(cl->auth, o->tls_cert, o->tls_key, o->tls_ca);
-    cl->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : DIST_CONNECT_TIMEOUT_S;
+    bool tls = cs->transport == DIST_TRANSPORT_TLS ||
+               (cs->transport == DIST_TRANSPORT_AUTO && env && strcasecmp(env, "tls") == 0);
+    if (st == DIST_OK && tls) st = net_tls_setup(cl->auth, cs->tls_cert, cs->tls_key, cs->tls_ca);
+    cl->connect_timeout_s =
+        cs->connect_timeout_s > 0 ? cs->connect_timeout_s : DIST_CONNECT_TIMEOUT_S;
     dist_cluster_destroy(c);
     if (st != DIST_OK) {
         ps_cluster_destroy(cl);

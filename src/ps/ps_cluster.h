@@ -27,9 +27,10 @@ typedef struct ps_cluster {
     double connect_timeout_s;
 } ps_cluster;
 
-/* From TF_CONFIG / options.cluster_spec, with TF's checks: at least one ps and one worker
- * ("There must be at least one ps."), and a chief to run the coordinator. */
-dist_status ps_cluster_resolve(const dist_strategy_options *o, ps_cluster **out);
+/* From TF_CONFIG / the strategy options' cluster.spec, with TF's checks: at least one ps and one
+ * worker ("There must be at least one ps."), and a chief to run the coordinator. The token,
+ * TLS and connect deadline come from the same settings. */
+dist_status ps_cluster_resolve(const dist_cluster_settings *cs, ps_cluster **out);
 void ps_cluster_destroy(ps_cluster *cl);
 
 static inline int ps_worker_rank(const ps_cluster *cl, int i) { return 1 + i; }

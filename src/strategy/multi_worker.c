@@ -1,5 +1,5 @@
 /* multi_worker (MultiWorkerMirroredStrategy): mirrored across processes. The cluster comes
- * from TF_CONFIG (or Slurm, or options.cluster_spec), or from the MPI world under an MPI
+ * from TF_CONFIG (or Slurm, or options.cluster.spec), or from the MPI world under an MPI
  * launcher without TF_CONFIG; every chief/worker task is one worker, numbered by TF's
  * id_in_cluster, with the same number of local replicas. The replicas meet through one
  * communicator: NCCL over every GPU of every worker, or a hierarchical one (in-process inside
@@ -126,9 +126,9 @@ static dist_status transport_from_env(dist_transport *t) {
 /* The workers of the cluster (TF_CONFIG / Slurm / the spec in the options). `local` is set
  * when there is no cluster (or this task is an evaluator, which TF runs on its own): one
  * worker, this process. */
-static dist_status resolve_workers(const dist_strategy_options *o, mw_workers *w, int *local) {
+static dist_status resolve_workers(const dist_cluster_settings *c, mw_workers *w, int *local) {
     dist_cluster_options co = DIST_CLUSTER_OPTIONS_INIT;
-    co.tf_config = o->cluster_spec;
+    co.tf_config = c->spec;
     dist_cluster *cl = NULL;
     dist_status st = dist_cluster_resolve(&co, &cl);
     if (st != DIST_OK) return dist_error_context(st, "multi_worker: TF_CONFIG");
@@ -180,7 +180,7 @@ static dist_status workers_from_mpi(mw_workers *w, int have_cluster) {
 }
 
 /* The communicator between workers (one rank each, host memory). */
-static dist_status join_workers(const dist_strategy_options *o, double timeout, mw_workers *w,
+static dist_status join_workers(const dist_cluster_settings *c, double timeout, mw_workers *w,
                                 dist_transport transport, dist_comm **out) {
     if (transport == DIST_TRANSPORT_MPI) return dist_comm_create_mpi(timeout, out);
     const char *names[MW_MAX_WORKERS], *addresses[MW_MAX_WORKERS];
@@ -194,16 +194,16 @@ static dist_status join_workers(const dist_strategy_options *o, double timeout, 
     no.addresses = addresses;
     no.task_names = names;
     no.fingerprint = w->fingerprint;
-    no.allow_insecure = o->allow_insecure; /* the token: $DIST_CLUSTER_TOKEN(_FILE) */
-    no.connect_timeout_s = o->connect_timeout_s;
+    no.allow_insecure = c->allow_insecure; /* the token: $DIST_CLUSTER_TOKEN(_FILE) */
+    no.connect_timeout_s = c->connect_timeout_s;
     no.timeout_s = timeout;
     no.transport = transport == DIST_TRANSPORT_TCP || transport == DIST_TRANSPORT_TLS ? DIST_NET_TCP
                    : transport == DIST_TRANSPORT_SHM                                  ? DIST_NET_SHM
                                                      : DIST_NET_AUTO;
     no.tls = transport == DIST_TRANSPORT_TLS;
-    no.tls_cert = o->tls_cert;
-    no.tls_key = o->tls_key;
-    no.tls_ca = o->tls_ca;
+    no.tls_cert = c->tls_cert;
+    no.tls_key = c->tls_key;
+    no.tls_ca = c->tls_ca;
     return dist_comm_create_net(&no, out);
 }
 
@@ -277,12 +277,12 @@ static dist_status init_multi_worker(dist_strategy *s, const dist_strategy_optio
                               "multi_worker: a worker's replicas must all be CPUs or all GPUs");
     DIST_TRY(dist_local_replicas_init(s, devs, n, o));
 
-    dist_transport transport = o->transport;
+    dist_transport transport = o->cluster.transport;
     if (transport == DIST_TRANSPORT_AUTO) DIST_TRY(transport_from_env(&transport));
     mw_workers *w = calloc(1, sizeof *w);
     if (!w) return dist_error(DIST_OUT_OF_MEMORY, "multi_worker: out of memory");
     int local = 0;
-    dist_status st = resolve_workers(o, w, &local);
+    dist_status st = resolve_workers(&o->cluster, w, &local);
     /* Under an MPI launcher without a cluster, the MPI world is the cluster. */
     if (st == DIST_OK && local && transport == DIST_TRANSPORT_AUTO && dist_mpi_launched())
         transport = DIST_TRANSPORT_MPI;
@@ -295,7 +295,7 @@ static dist_status init_multi_worker(dist_strategy *s, const dist_strategy_optio
         w->rank = 0;
     }
     if (st == DIST_OK && w->count > 1) {
-        st = join_workers(o, s->collective_timeout_s, w, transport, &s->workers_comm);
+        st = join_workers(&o->cluster, s->collective_timeout_s, w, transport, &s->workers_comm);
         s->owns_workers_comm = s->workers_comm != NULL;
         if (st != DIST_OK)
             st = dist_error_context(st, "multi_worker: joining the cluster as %s",

@@ -368,9 +368,10 @@ static dist_status init_parameter_server(dist_strategy *s, const dist_strategy_o
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
     pthread_mutex_init(&c->mu, NULL);
     s->ctx = c;
-    DIST_TRY(ps_cluster_resolve(o, &c->cl));
+    DIST_TRY(ps_cluster_resolve(&o->cluster, &c->cl));
     /* each request's deadline: the strategy's collective deadline */
-    DIST_TRY(ps_client_create(c->cl, o->variable_partitioner, s->collective_timeout_s, &c->client));
+    DIST_TRY(
+        ps_client_create(c->cl, o->ps.variable_partitioner, s->collective_timeout_s, &c->client));
     s->is_chief = c->cl->role == PS_ROLE_CHIEF;
     dist_device devs[DIST_MAX_REPLICAS];
     int n = 0;

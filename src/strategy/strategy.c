@@ -211,8 +211,9 @@ static dist_status check_options(const dist_strategy_options *o) {
     DIST_CHECK_ARG(o->cuda_graphs >= -1 && o->cuda_graphs <= 1,
                    "strategy: cuda_graphs must be 1 (on), -1 (off) or 0 (default), got %d",
                    o->cuda_graphs);
-    DIST_CHECK_ARG((int)o->transport >= DIST_TRANSPORT_AUTO && o->transport <= DIST_TRANSPORT_TLS,
-                   "strategy: unknown transport %d", (int)o->transport);
+    DIST_CHECK_ARG((int)o->cluster.transport >= DIST_TRANSPORT_AUTO &&
+                       o->cluster.transport <= DIST_TRANSPORT_TLS,
+                   "strategy: unknown cluster.transport %d", (int)o->cluster.transport);
     return DIST_OK;
 }
 

@@ -415,13 +415,13 @@ static const struct dist_strategy_i tpu_iface = {
 
 static dist_status init_tpu(dist_strategy *s, const dist_strategy_options *o) {
     dist_tpu_target target;
-    DIST_TRY(dist_tpu_resolve(o->tpu, &target));
+    DIST_TRY(dist_tpu_resolve(o->tpu.name, &target));
     tpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory");
     s->iface = &tpu_iface;
     s->ctx = c;
     xg_init(&c->g);
-    DIST_TRY(dist_pjrt_find_plugin(o->pjrt_plugin, c->plugin_path, sizeof c->plugin_path));
+    DIST_TRY(dist_pjrt_find_plugin(o->tpu.pjrt_plugin, c->plugin_path, sizeof c->plugin_path));
     const char *base = strrchr(c->plugin_path, '/');
     base = base ? base + 1 : c->plugin_path;
     if (!strncmp(base, "libtpu", 6)) {
@@ -436,8 +436,8 @@ static dist_status init_tpu(dist_strategy *s, const dist_strategy_options *o) {
                               c->plugin_path);
     }
     DIST_TRY(dist_pjrt_plugin_load(c->plugin_path, &c->plugin));
-    int want = o->tpu_cores;
-    DIST_CHECK_ARG(want >= 0 && want <= DIST_MAX_REPLICAS, "tpu: tpu_cores must be 0..%d, got %d",
+    int want = o->tpu.cores;
+    DIST_CHECK_ARG(want >= 0 && want <= DIST_MAX_REPLICAS, "tpu: tpu.cores must be 0..%d, got %d",
                    DIST_MAX_REPLICAS, want);
     /* the CPU plugin makes as many devices as asked; other plugins have what they have */
     dist_status st = dist_pjrt_client_create(c->plugin, want, &c->client);
@@ -522,6 +522,6 @@ const dist_strategy_kind_desc dist_strategy_kind_tpu = {
     .name = "tpu",
     .init = init_tpu,
     .collective_timeout_s = DIST_LOCAL_COLLECTIVE_TIMEOUT_S,
-    /* its replicas are the PJRT plugin's devices (tpu_cores), not a device list */
+    /* its replicas are the PJRT plugin's devices (tpu.cores), not a device list */
     .devices = DIST_DEFAULT_DEVICES_EVERY,
 };

@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(kind, "multi_worker") == 0 && argc >= 7) {
         so.kind = DIST_STRATEGY_MULTI_WORKER;
         so.devices = "cpu:0";
-        so.cluster_spec = argv[6];
+        so.cluster.spec = argv[6];
     } else {
         fprintf(stderr, "keras_steps: unknown strategy '%s'\n", kind);
         return 2;

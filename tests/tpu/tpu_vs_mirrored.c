@@ -71,8 +71,8 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
     so.kind = kind;
     char devs[256] = "";
     if (kind == DIST_STRATEGY_TPU) {
-        so.pjrt_plugin = plugin;
-        so.tpu_cores = replicas;
+        so.tpu.pjrt_plugin = plugin;
+        so.tpu.cores = replicas;
     } else {
         for (int r = 0; r < replicas; r++)
             snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%scpu:%d", r ? "," : "", r);
@@ -191,8 +191,8 @@ static dist_status asserting_step(dist_replica_ctx *rc, const dist_element *in, 
 static int errors(const char *plugin) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_TPU;
-    so.pjrt_plugin = plugin;
-    so.tpu_cores = 2;
+    so.tpu.pjrt_plugin = plugin;
+    so.tpu.cores = 2;
     dist_strategy *strategy;
     if (dist_strategy_create(&so, &strategy)) return fail("creating the strategy");
     state st = {0};
@@ -284,8 +284,8 @@ static int assert_runs(dist_strategy_kind kind, const char *plugin, char msgs[3]
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = kind;
     if (kind == DIST_STRATEGY_TPU) {
-        so.pjrt_plugin = plugin;
-        so.tpu_cores = 2;
+        so.tpu.pjrt_plugin = plugin;
+        so.tpu.cores = 2;
     } else {
         so.devices = "cpu:0,cpu:1";
         so.threads_per_replica = 1;

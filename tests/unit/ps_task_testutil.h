@@ -54,8 +54,8 @@ static inline void ps_main(const cluster *cl, int rank, void *arg) {
     dist_set_log_callback(log_to_report, DIST_LOG_WARN, g_out);
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     o.kind = DIST_STRATEGY_PARAMETER_SERVER;
-    o.cluster_spec = t->spec[PS_RANK];
-    o.connect_timeout_s = t->connect_timeout_s;
+    o.cluster.spec = t->spec[PS_RANK];
+    o.cluster.connect_timeout_s = t->connect_timeout_s;
     dist_strategy *s = NULL;
     dist_status st = dist_strategy_create(&o, &s);
     CHILD_CHECK(st == DIST_OK, "create: %s", dist_last_error());
@@ -68,10 +68,9 @@ static inline void ps_main(const cluster *cl, int rank, void *arg) {
 static inline ps_cluster *resolve_as(const ps_task *t, int which, const char *token) {
     setenv("DIST_CLUSTER_TOKEN", token, 1);
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
-    o.kind = DIST_STRATEGY_PARAMETER_SERVER;
-    o.cluster_spec = t->spec[which];
+    o.cluster.spec = t->spec[which];
     ps_cluster *c = NULL;
-    dist_status st = ps_cluster_resolve(&o, &c);
+    dist_status st = ps_cluster_resolve(&o.cluster, &c);
     setenv("DIST_CLUSTER_TOKEN", TEST_CLUSTER_TOKEN, 1);
     ck_assert_msg(st == DIST_OK, "resolve: %s", dist_last_error());
     return c;

@@ -309,8 +309,8 @@ static void dropout_runs(int tpu, float out[2][2][256]) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
         o.kind = DIST_STRATEGY_TPU;
-        o.pjrt_plugin = g_plugin;
-        o.tpu_cores = 2;
+        o.tpu.pjrt_plugin = g_plugin;
+        o.tpu.cores = 2;
     } else {
         o.kind = DIST_STRATEGY_MIRRORED;
         o.devices = "cpu:0,cpu:1";

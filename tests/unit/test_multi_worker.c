@@ -132,9 +132,9 @@ static int worker_train(const char *spec, int steps, int use_sgd, const char *ou
     so.threads_per_replica = 1;
     /* "mpi": the cluster is the MPI world of the mpiexec that started this process */
     if (strcmp(spec, "mpi") == 0)
-        so.transport = DIST_TRANSPORT_MPI;
+        so.cluster.transport = DIST_TRANSPORT_MPI;
     else
-        so.cluster_spec = spec;
+        so.cluster.spec = spec;
     trainer t;
     float *w = NULL;
     int64_t n = 0;
@@ -146,7 +146,7 @@ static int worker_train(const char *spec, int steps, int use_sgd, const char *ou
     }
     char path[512];
     /* under MPI every rank gets the same arguments: the rank names the file */
-    if (so.transport == DIST_TRANSPORT_MPI)
+    if (so.cluster.transport == DIST_TRANSPORT_MPI)
         snprintf(path, sizeof path, "%s.%d", out, dist_strategy_worker_id(t.s));
     else
         snprintf(path, sizeof path, "%s", out);
@@ -244,7 +244,7 @@ static int worker_collectives(const char *spec, const char *out) {
     so.kind = DIST_STRATEGY_MULTI_WORKER;
     so.devices = "cpu:0";
     so.threads_per_replica = 1;
-    so.cluster_spec = spec;
+    so.cluster.spec = spec;
     dist_strategy *s = NULL;
     dist_variable *var = NULL;
     dist_per_replica pr;
@@ -348,7 +348,7 @@ static int worker_predict(const char *spec, const char *out) {
     so.kind = DIST_STRATEGY_MULTI_WORKER;
     so.devices = "cpu:0";
     so.threads_per_replica = 1;
-    so.cluster_spec = spec;
+    so.cluster.spec = spec;
     dist_tensor *logits = NULL;
     if (predict_logits(&so, &logits)) {
         fprintf(stderr, "worker: %s\n", dist_last_error());
@@ -665,8 +665,8 @@ START_TEST(test_a_worker_that_never_joins_is_named_after_the_deadline) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_MULTI_WORKER;
     so.devices = "cpu:0";
-    so.cluster_spec = spec;
-    so.connect_timeout_s = 2;
+    so.cluster.spec = spec;
+    so.cluster.connect_timeout_s = 2;
     dist_strategy *s = NULL;
     struct timespec t0, t1;
     dist_status st;
@@ -684,9 +684,10 @@ START_TEST(test_a_worker_that_never_joins_is_named_after_the_deadline) {
     ck_assert_ptr_null(s);
     ck_assert_msg(strstr(dist_last_error(), "worker/1") != NULL, "%s", dist_last_error());
     double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    ck_assert_msg(took >= 0.9 * so.connect_timeout_s &&
-                      took < dist_test_timeout_bound(so.connect_timeout_s),
-                  "gave up after %.1f s (connect timeout %g s)", took, so.connect_timeout_s);
+    ck_assert_msg(took >= 0.9 * so.cluster.connect_timeout_s &&
+                      took < dist_test_timeout_bound(so.cluster.connect_timeout_s),
+                  "gave up after %.1f s (connect timeout %g s)", took,
+                  so.cluster.connect_timeout_s);
 }
 END_TEST
 
@@ -694,12 +695,12 @@ START_TEST(test_invalid_cluster_specs_are_refused_with_tensorflows_message) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_MULTI_WORKER;
     so.devices = "cpu:0";
-    so.cluster_spec = "{\"cluster\":{\"worker\":[\"127.0.0.1:1\"]},\"task\":{\"type\":\"worker\","
+    so.cluster.spec = "{\"cluster\":{\"worker\":[\"127.0.0.1:1\"]},\"task\":{\"type\":\"worker\","
                       "\"index\":3}}";
     dist_strategy *s = NULL;
     ck_assert_int_eq(dist_strategy_create(&so, &s), DIST_INVALID_ARGUMENT);
     ck_assert_msg(strstr(dist_last_error(), "TF_CONFIG") != NULL, "%s", dist_last_error());
-    so.cluster_spec = "{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:2\"]},"
+    so.cluster.spec = "{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:2\"]},"
                       "\"task\":{\"type\":\"ps\",\"index\":0}}";
     ck_assert_int_eq(dist_strategy_create(&so, &s), DIST_INVALID_ARGUMENT);
     ck_assert_msg(strstr(dist_last_error(), "parameter_server") != NULL, "%s", dist_last_error());
@@ -711,7 +712,7 @@ START_TEST(test_without_a_cluster_multi_worker_is_one_local_worker) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_MULTI_WORKER;
     so.devices = "cpu:0,cpu:1";
-    so.cluster_spec = "";
+    so.cluster.spec = "";
     dist_strategy *s = NULL;
     ck_assert_msg(dist_strategy_create(&so, &s) == DIST_OK, "%s", dist_last_error());
     ck_assert_int_eq(dist_strategy_num_workers(s), 1);

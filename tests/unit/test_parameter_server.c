@@ -1,5 +1,5 @@
 /* The parameter_server strategy in one process: the ps tasks and a worker are threads with
- * their own strategies (their TF_CONFIG in options.cluster_spec), the test is the chief. Real
+ * their own strategies (their TF_CONFIG in options.cluster.spec), the test is the chief. Real
  * sockets on 127.0.0.1, the cluster token in DIST_CLUSTER_TOKEN. Pins TF's placement rules,
  * the round trip of values through the ps tasks, the coordinator's API and its errors. */
 #include "testutil.h"
@@ -84,10 +84,10 @@ static dist_strategy_options options_for(const cluster *c, const char *type, int
              index);
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     o.kind = DIST_STRATEGY_PARAMETER_SERVER;
-    o.cluster_spec = buf;
+    o.cluster.spec = buf;
     o.threads_per_replica = 1;
-    o.connect_timeout_s = 30;
-    if (c->use_partitioner) o.variable_partitioner = &c->partitioner;
+    o.cluster.connect_timeout_s = 30;
+    if (c->use_partitioner) o.ps.variable_partitioner = &c->partitioner;
     return o;
 }
 
@@ -618,7 +618,7 @@ END_TEST
 static dist_status create_with(const char *tf_config, dist_strategy **s) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     o.kind = DIST_STRATEGY_PARAMETER_SERVER;
-    o.cluster_spec = tf_config;
+    o.cluster.spec = tf_config;
     return dist_strategy_create(&o, s);
 }
 

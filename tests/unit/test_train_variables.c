@@ -38,8 +38,8 @@ static dist_strategy *make(const char *devices) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (g_plugin) { /* as many TPU cores as devices were asked for */
         o.kind = DIST_STRATEGY_TPU;
-        o.pjrt_plugin = g_plugin;
-        o.tpu_cores = strchr(devices, ',') ? 2 : 1;
+        o.tpu.pjrt_plugin = g_plugin;
+        o.tpu.cores = strchr(devices, ',') ? 2 : 1;
         devices = NULL;
     }
     o.devices = devices;

@@ -872,25 +872,25 @@ static int train(run_state *s) {
     so.deterministic = o->deterministic;
     so.cuda_graphs = o->cuda_graphs;
     so.collective_timeout_s = o->collective_timeout_s;
-    so.connect_timeout_s = o->connect_timeout_s;
-    so.allow_insecure = o->insecure;
-    so.variable_partitioner = &o->partitioner;
-    so.pjrt_plugin = o->pjrt_plugin;
-    so.tpu = o->tpu;
-    so.tpu_cores = o->tpu_cores;
+    so.cluster.connect_timeout_s = o->connect_timeout_s;
+    so.cluster.allow_insecure = o->insecure;
+    so.ps.variable_partitioner = &o->partitioner;
+    so.tpu.pjrt_plugin = o->pjrt_plugin;
+    so.tpu.name = o->tpu;
+    so.tpu.cores = o->tpu_cores;
     if (o->token_file) setenv("DIST_CLUSTER_TOKEN_FILE", o->token_file, 1);
     /* read by every CPU backend the strategy creates */
     if (o->conv_algorithm)
         setenv("DIST_CPU_WINOGRAD", strcmp(o->conv_algorithm, "winograd") == 0 ? "1" : "0", 1);
     if (o->transport)
-        so.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
-                       : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM
-                       : strcmp(o->transport, "mpi") == 0 ? DIST_TRANSPORT_MPI
-                       : strcmp(o->transport, "tls") == 0 ? DIST_TRANSPORT_TLS
-                                                          : DIST_TRANSPORT_AUTO;
-    so.tls_cert = o->tls_cert;
-    so.tls_key = o->tls_key;
-    so.tls_ca = o->tls_ca;
+        so.cluster.transport = strcmp(o->transport, "tcp") == 0   ? DIST_TRANSPORT_TCP
+                               : strcmp(o->transport, "shm") == 0 ? DIST_TRANSPORT_SHM
+                               : strcmp(o->transport, "mpi") == 0 ? DIST_TRANSPORT_MPI
+                               : strcmp(o->transport, "tls") == 0 ? DIST_TRANSPORT_TLS
+                                                                  : DIST_TRANSPORT_AUTO;
+    so.cluster.tls_cert = o->tls_cert;
+    so.cluster.tls_key = o->tls_key;
+    so.cluster.tls_ca = o->tls_ca;
     dist_status st = dist_strategy_create(&so, &s->strategy);
     if (st == DIST_INVALID_ARGUMENT || st == DIST_NOT_FOUND || st == DIST_UNSUPPORTED) {
         fprintf(stderr, "distrain: %s\n", dist_last_error());
