@@ -68,17 +68,6 @@ dist_status tape_plain_grad_end(dist_tape *t, const dist_tensor *x, tape_plain_g
     return grad_end(t, x, h->dst);
 }
 
-/* One op of the set: its code and kind, the rest zero. */
-static dist_op op_of(dist_opcode code, int k, int nin, int nout) {
-    dist_op op;
-    memset(&op, 0, sizeof op);
-    op.code = code;
-    op.k = k;
-    op.nin = nin;
-    op.nout = nout;
-    return op;
-}
-
 static char *shape_str(const dist_tensor *x, char *buf, size_t size) {
     return dist_shape_str(x, buf, size);
 }
@@ -107,14 +96,13 @@ static dist_status broadcast_shape(const dist_tensor *a, const dist_tensor *b, c
 
 /* ---- binary elementwise ----------------------------------------------------------------- */
 
-static const char *const bin_names[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
 
 /* One input's gradient at a time: a and b may be the same tensor (x * x), whose two parts
  * must be folded one after the other. */
 static dist_status binary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
-    dist_op op = op_of(DIST_OPC_BINARY_GRAD, n->p.m.kind, 3, 2);
+    dist_op op = tape_op(DIST_OPC_BINARY_GRAD, n->p.m.kind, 3, 2);
     const dist_tensor *in[3] = {n->saved[0], n->saved[1], dy};
     for (int side = 0; side < 2; side++) {
         tape_plain_grad h;
@@ -130,7 +118,7 @@ static dist_status binary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 
 static dist_status binary_op(dist_tape *t, int kind, const dist_tensor *a, const dist_tensor *b,
                              dist_tensor **y) {
-    const char *op = bin_names[kind];
+    const char *op = dist_op_name(&(dist_op){.code = DIST_OPC_BINARY, .k = kind});
     DIST_CHECK_ARG(t && a && b && y, "dist_op_%s: NULL argument", op);
     DIST_TRY(tape_check_f32(a, op));
     DIST_TRY(tape_check_f32(b, op));
@@ -142,7 +130,7 @@ static dist_status binary_op(dist_tape *t, int kind, const dist_tensor *a, const
     DIST_TRY(tape_plain_of(t, b, &pb));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, nd, shape, &out));
-    dist_op o = op_of(DIST_OPC_BINARY, kind, 2, 1);
+    dist_op o = tape_op(DIST_OPC_BINARY, kind, 2, 1);
     const dist_tensor *oin[2] = {pa, pb};
     DIST_TRY(tape_run_op(t, &o, oin, &out));
     const dist_tensor *in[2] = {a, b};
@@ -185,8 +173,6 @@ dist_status dist_op_minimum(dist_tape *t, const dist_tensor *a, const dist_tenso
 
 /* ---- unary elementwise ------------------------------------------------------------------ */
 
-static const char *const un_names[] = {"neg", "exp",     "log",  "sqrt", "square",
-                                       "abs", "sigmoid", "tanh", "gelu", "gelu"};
 
 static dist_status unary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *dy;
@@ -195,21 +181,21 @@ static dist_status unary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dx;
     DIST_TRY(tape_plain_grad_begin(t, n->in[0], &h, &dx));
     if (!dx) return DIST_OK;
-    dist_op op = op_of(DIST_OPC_UNARY_GRAD, n->p.m.kind, 3, 1);
+    dist_op op = tape_op(DIST_OPC_UNARY_GRAD, n->p.m.kind, 3, 1);
     const dist_tensor *in[3] = {n->saved[0], n->out, dy};
     DIST_TRY(tape_run_op(t, &op, in, &dx));
     return tape_plain_grad_end(t, n->in[0], &h);
 }
 
 static dist_status unary_op(dist_tape *t, int kind, const dist_tensor *x, dist_tensor **y) {
-    const char *op = un_names[kind];
+    const char *op = dist_op_name(&(dist_op){.code = DIST_OPC_UNARY, .k = kind});
     DIST_CHECK_ARG(t && x && y, "dist_op_%s: NULL argument", op);
     DIST_TRY(tape_check_f32(x, op));
     const dist_tensor *px;
     DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
-    dist_op o = op_of(DIST_OPC_UNARY, kind, 1, 1);
+    dist_op o = tape_op(DIST_OPC_UNARY, kind, 1, 1);
     DIST_TRY(tape_run_op(t, &o, &px, &out));
     const dist_tensor *in[1] = {x};
     tape_node *n;
@@ -258,7 +244,7 @@ dist_status dist_op_gelu(dist_tape *t, const dist_tensor *x, int approximate, di
  * top, left, bottom and right pads (tf.nn.avg_pool2d: with SAME padding a window's mean
  * counts only the input elements it covers, not the padding). */
 static dist_op avg_pool_op(const tape_node *n, dist_opcode code) {
-    dist_op op = op_of(code, 0, 1, 1);
+    dist_op op = tape_op(code, 0, 1, 1);
     op.pool.window_h = n->p.m.a;
     op.pool.window_w = n->p.m.b;
     op.pool.stride_h = (int)n->p.m.v[0];
@@ -483,7 +469,7 @@ static dist_status transpose_backward(dist_tape *t, tape_node *n, grad_entry *g)
     dist_tensor *dx;
     DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
-    dist_op op = op_of(DIST_OPC_TRANSPOSE, 0, 1, 1);
+    dist_op op = tape_op(DIST_OPC_TRANSPOSE, 0, 1, 1);
     for (int d = 0; d < x->ndim; d++) op.v[n->p.m.v[d]] = d;
     DIST_TRY(tape_run_op(t, &op, &dy, &dx));
     return tape_plain_grad_end(t, x, &h);
@@ -507,7 +493,7 @@ dist_status dist_op_transpose(dist_tape *t, const dist_tensor *x, const int *per
     for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[p[d]];
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, shape, &out));
-    dist_op op = op_of(DIST_OPC_TRANSPOSE, 0, 1, 1);
+    dist_op op = tape_op(DIST_OPC_TRANSPOSE, 0, 1, 1);
     for (int d = 0; d < x->ndim; d++) op.v[d] = p[d];
     DIST_TRY(tape_run_op(t, &op, &px, &out));
     const dist_tensor *in[1] = {x};
@@ -526,7 +512,7 @@ static dist_status concat_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     int axis = n->p.m.a;
     const dist_tensor *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
-    dist_op op = op_of(DIST_OPC_SLICE, 0, 1, 1);
+    dist_op op = tape_op(DIST_OPC_SLICE, 0, 1, 1);
     for (int i = 0; i < n->p.m.count; i++) {
         const dist_tensor *x = n->in[i];
         tape_plain_grad h;
@@ -552,7 +538,7 @@ static dist_status concat_link(dist_tape *t, int count, const dist_tensor *const
     }
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, xs[0]->ndim, shape, &out));
-    dist_op op = op_of(DIST_OPC_CONCAT, 0, count, 1);
+    dist_op op = tape_op(DIST_OPC_CONCAT, 0, count, 1);
     op.axis = ax;
     DIST_TRY(tape_run_op(t, &op, plain, &out));
     tape_node *n;
@@ -617,7 +603,7 @@ static dist_status slice_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dx;
     DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
-    dist_op op = op_of(DIST_OPC_PAD, 0, 1, 1);
+    dist_op op = tape_op(DIST_OPC_PAD, 0, 1, 1);
     memcpy(op.v, n->p.m.v, sizeof op.v);
     DIST_TRY(tape_run_op(t, &op, &dy, &dx));
     return tape_plain_grad_end(t, x, &h);
@@ -641,7 +627,7 @@ dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *beg
     DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, s, &out));
-    dist_op op = op_of(DIST_OPC_SLICE, 0, 1, 1);
+    dist_op op = tape_op(DIST_OPC_SLICE, 0, 1, 1);
     memcpy(op.v, b, (size_t)x->ndim * sizeof *b);
     DIST_TRY(tape_run_op(t, &op, &px, &out));
     const dist_tensor *in[1] = {x};
@@ -654,7 +640,6 @@ dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *beg
 
 /* ---- reductions over axes --------------------------------------------------------------- */
 
-static const char *const red_names[] = {"reduce_sum", "reduce_mean", "reduce_max"};
 
 /* x's shape with the reduced axes (mask) set to 1: the output's shape with keepdims. */
 static void kept_shape(const dist_tensor *x, int mask, dist_tensor *kept) {
@@ -670,7 +655,7 @@ static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *
     dist_tensor *dx;
     DIST_TRY(tape_plain_grad_begin(t, n->in[0], &h, &dx));
     if (!dx) return DIST_OK;
-    dist_op op = op_of(DIST_OPC_REDUCE_GRAD, n->p.m.kind, 3, 1);
+    dist_op op = tape_op(DIST_OPC_REDUCE_GRAD, n->p.m.kind, 3, 1);
     op.mask = n->p.m.a;
     const dist_tensor *in[3] = {n->saved[0], n->out, dy};
     DIST_TRY(tape_run_op(t, &op, in, &dx));
@@ -679,7 +664,7 @@ static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *
 
 static dist_status reduce_axes(dist_tape *t, int kind, const dist_tensor *x, int naxes,
                                const int *axes, int keepdims, dist_tensor **y) {
-    const char *op = red_names[kind];
+    const char *op = dist_op_name(&(dist_op){.code = DIST_OPC_REDUCE, .k = kind});
     DIST_CHECK_ARG(t && x && y && (naxes == 0 || axes), "dist_op_%s: NULL argument", op);
     DIST_TRY(tape_check_f32(x, op));
     DIST_CHECK_ARG(naxes >= 0, "%s: negative axis count %d", op, naxes);
@@ -704,7 +689,7 @@ static dist_status reduce_axes(dist_tape *t, int kind, const dist_tensor *x, int
         if (keepdims || !(mask & (1 << d))) shape[nd++] = kept.shape[d];
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, nd, shape, &out));
-    dist_op o = op_of(DIST_OPC_REDUCE, kind, 1, 1);
+    dist_op o = tape_op(DIST_OPC_REDUCE, kind, 1, 1);
     o.mask = mask;
     DIST_TRY(tape_run_op(t, &o, &px, &out));
     const dist_tensor *in[1] = {x};
@@ -743,7 +728,7 @@ static dist_status softmax_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dx;
     DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
     if (!dx) return DIST_OK;
-    dist_op op = op_of(DIST_OPC_SOFTMAX_GRAD, n->p.m.kind, 2, 1);
+    dist_op op = tape_op(DIST_OPC_SOFTMAX_GRAD, n->p.m.kind, 2, 1);
     const dist_tensor *in[2] = {n->out, dy};
     DIST_TRY(tape_run_op(t, &op, in, &dx));
     return tape_plain_grad_end(t, x, &h);
@@ -759,7 +744,7 @@ static dist_status softmax_common(dist_tape *t, const dist_tensor *x, int log_fo
     DIST_TRY(tape_plain_of(t, x, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
-    dist_op o = op_of(DIST_OPC_SOFTMAX, log_form, 1, 1);
+    dist_op o = tape_op(DIST_OPC_SOFTMAX, log_form, 1, 1);
     DIST_TRY(tape_run_op(t, &o, &px, &out));
     const dist_tensor *in[1] = {x};
     tape_node *n;
@@ -797,7 +782,7 @@ static dist_status same_shape(const dist_tensor *a, const dist_tensor *b, const 
 static dist_status sigmoid_xent_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
-    dist_op op = op_of(DIST_OPC_SIGMOID_XENT_GRAD, 0, 3, 2);
+    dist_op op = tape_op(DIST_OPC_SIGMOID_XENT_GRAD, 0, 3, 2);
     const dist_tensor *in[3] = {n->saved[0], n->saved[1], dy};
     for (int side = 0; side < 2; side++) { /* labels, then logits (they may be one tensor) */
         tape_plain_grad h;
@@ -824,7 +809,7 @@ dist_status dist_op_sigmoid_cross_entropy_with_logits(dist_tape *t, const dist_t
     DIST_TRY(tape_plain_of(t, logits, &px));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, logits->ndim, logits->shape, &out));
-    dist_op o = op_of(DIST_OPC_SIGMOID_XENT, 0, 2, 1);
+    dist_op o = tape_op(DIST_OPC_SIGMOID_XENT, 0, 2, 1);
     const dist_tensor *oin[2] = {pz, px};
     DIST_TRY(tape_run_op(t, &o, oin, &out));
     const dist_tensor *in[2] = {labels, logits};
@@ -842,7 +827,7 @@ dist_status dist_op_sigmoid_cross_entropy_with_logits(dist_tape *t, const dist_t
 static dist_status mse_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
-    dist_op op = op_of(DIST_OPC_MSE_GRAD, 0, 3, 2);
+    dist_op op = tape_op(DIST_OPC_MSE_GRAD, 0, 3, 2);
     const dist_tensor *in[3] = {n->saved[0], n->saved[1], dy};
     for (int side = 0; side < 2; side++) { /* y_true, then y_pred (they may be one tensor) */
         tape_plain_grad h;
@@ -870,7 +855,7 @@ dist_status dist_op_mean_squared_error(dist_tape *t, const dist_tensor *y_true,
     DIST_TRY(tape_plain_of(t, y_pred, &pp));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, y_pred->ndim - 1, y_pred->shape, &out));
-    dist_op o = op_of(DIST_OPC_MSE, 0, 2, 1);
+    dist_op o = tape_op(DIST_OPC_MSE, 0, 2, 1);
     const dist_tensor *oin[2] = {pt, pp};
     DIST_TRY(tape_run_op(t, &o, oin, &out));
     const dist_tensor *in[2] = {y_true, y_pred};

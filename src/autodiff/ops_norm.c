@@ -30,12 +30,7 @@ static dist_status bn_ws_views(dist_tape *t, const dist_tensor *ws, int64_t c, b
 }
 
 static dist_op bn_op(dist_opcode code, int k, int nin, int nout, float eps) {
-    dist_op op;
-    memset(&op, 0, sizeof op);
-    op.code = code;
-    op.k = k;
-    op.nin = nin;
-    op.nout = nout;
+    dist_op op = tape_op(code, k, nin, nout);
     op.f[0] = eps;
     return op;
 }

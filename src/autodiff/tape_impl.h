@@ -6,6 +6,8 @@
 #include "backend/backend.h"
 #include "dist/tape.h"
 
+#include <string.h>
+
 typedef struct tape_node tape_node;
 typedef struct grad_entry grad_entry;
 
@@ -152,6 +154,17 @@ dist_status tape_plain_grad_begin(dist_tape *t, const dist_tensor *x, tape_plain
 dist_status tape_plain_grad_end(dist_tape *t, const dist_tensor *x, tape_plain_grad *h);
 
 static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
+
+/* One op of the set (backend/ops.h): its code, kind and slot counts, the rest zero. */
+static inline dist_op tape_op(dist_opcode code, int k, int nin, int nout) {
+    dist_op op;
+    memset(&op, 0, sizeof op);
+    op.code = code;
+    op.k = k;
+    op.nin = nin;
+    op.nout = nout;
+    return op;
+}
 static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }
 
 /* tape_matmul with the operands' bfloat16 copies kept for (or taken from) another product of

@@ -392,7 +392,8 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
             out, IN(0), IN(1), lo_h, hi_h, lo_w, hi_w, d->stride_h, d->stride_w, xty, dyty, ty);
         return DIST_OK;
     }
-    case XG_REDUCE_SUM: {
+    case XG_REDUCE_SUM:
+    case XG_REDUCE_MAX: { /* over the axes of mask i[0], then to the node's shape */
         const xg_node *x = INN(0);
         TY(xty, x);
         int64_t axes[XG_MAX_DIMS], kept[XG_MAX_DIMS];
@@ -406,7 +407,10 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         char rty[96], r[32];
         type_of(rty, sizeof rty, n->dtype, nk, kept);
         tname(b, r, sizeof r);
-        reduce(b, r, IN(0), xty, axes, na, "add", DIST_F32, "0x00000000", rty);
+        if (n->op == XG_REDUCE_SUM)
+            reduce(b, r, IN(0), xty, axes, na, "add", DIST_F32, "0x00000000", rty);
+        else
+            reduce(b, r, IN(0), xty, axes, na, "maximum", DIST_F32, "0xFF800000", rty);
         put(b, "    %s = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", out, r, rty, ty);
         return DIST_OK;
     }
@@ -619,24 +623,6 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         for (int a = 0; a < n->ndim; a++)
             if (n->i[0] >> a & 1) map[nm++] = a;
         bcast_in_dim(b, out, IN(0), ity, map, nm, ty);
-        return DIST_OK;
-    }
-    case XG_REDUCE_MAX: {
-        const xg_node *x = INN(0);
-        TY(xty, x);
-        int64_t axes[XG_MAX_DIMS], kept[XG_MAX_DIMS];
-        int na = 0, nk = 0;
-        for (int a = 0; a < x->ndim; a++) {
-            if (n->i[0] >> a & 1)
-                axes[na++] = a;
-            else
-                kept[nk++] = x->dims[a];
-        }
-        char rty[96], r[32];
-        type_of(rty, sizeof rty, n->dtype, nk, kept);
-        tname(b, r, sizeof r);
-        reduce(b, r, IN(0), xty, axes, na, "maximum", DIST_F32, "0xFF800000", rty);
-        put(b, "    %s = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", out, r, rty, ty);
         return DIST_OK;
     }
     case XG_TRANSPOSE: {
