@@ -152,11 +152,16 @@ static void abort_record_of(dist_net_comm *c, int r, double wait_s, char *out, s
     char key[32];
     snprintf(key, sizeof key, "%d/abort", r);
     size_t len = 0;
-    if (net_store_get_within(c, key, out, cap - 1, &len, net_now() + wait_s, NET_ABORT_WAIT_S) ==
-        DIST_OK)
+    dist_status st =
+        net_store_get_within(c, key, out, cap - 1, &len, net_now() + wait_s, NET_ABORT_WAIT_S);
+    if (st == DIST_OK) {
         out[len < cap ? len : cap - 1] = '\0';
-    else
-        out[0] = '\0';
+        return;
+    }
+    out[0] = '\0';
+    /* rank 0 did not answer in time: its late answer would be read as the next request's, so
+     * the store connection is dropped (the communicator is failing anyway) */
+    if (st != DIST_NOT_FOUND && !c->store) net_close(&c->store_fd);
 }
 
 dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *what,
