@@ -270,6 +270,8 @@ dist_status dist_net_comm_create(const dist_net_comm_options *o, dist_net_comm *
     c->fingerprint = get64(c->fp_digest);
     c->wait_log_s = o->wait_log_s > 0 ? o->wait_log_s : 10.0;
     c->listen_fd = c->store_fd = -1;
+    c->abort_lookup = net_abort_lookup;
+    c->abort_publish = net_abort_publish;
     c->spin_s = 50e-6;
     c->names = calloc((size_t)c->world, sizeof *c->names);
     c->addrs = calloc((size_t)c->world, sizeof *c->addrs);

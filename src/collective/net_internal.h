@@ -65,6 +65,11 @@ struct dist_net_comm {
     dist_net_allreduce_algorithm allreduce;
     dist_status failed; /* DIST_OK while healthy */
     char failed_msg[512];
+    /* The abort records (net_fail_peer): through the store (net_store.c), set by
+     * dist_net_comm_create; NULL where a communicator has no store (then failures name the
+     * peer they saw, and net_xfer.c needs no store). */
+    void (*abort_lookup)(dist_net_comm *c, int r, double wait_s, char *out, size_t cap);
+    void (*abort_publish)(dist_net_comm *c, const char *record);
 };
 
 /* ---- net_socket.c ---- */
@@ -255,6 +260,10 @@ dist_status net_store_get(dist_net_comm *c, const char *key, void *value, size_t
 /* The same, giving up on rank 0's answer margin_s after `deadline` (net_store_get: 10 s). */
 dist_status net_store_get_within(dist_net_comm *c, const char *key, void *value, size_t cap,
                                  size_t *len, double deadline, double margin_s);
+/* The abort record rank r published ("" when none within wait_s), and this rank's own
+ * (dist_net_comm.abort_lookup / abort_publish). */
+void net_abort_lookup(dist_net_comm *c, int r, double wait_s, char *out, size_t cap);
+void net_abort_publish(dist_net_comm *c, const char *record);
 
 /* ---- net_xfer.c ---- */
 typedef struct net_op {

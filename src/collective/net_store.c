@@ -521,3 +521,30 @@ dist_status net_store_get_within(dist_net_comm *c, const char *key, void *value,
     return dist_error(DIST_INVALID_ARGUMENT, "store: value of '%s' has %zu bytes > %zu", key,
                       (size_t)vlen, cap);
 }
+
+/* ---- abort records (net_fail_peer in net_xfer.c) ------------------------------------------ */
+
+void net_abort_lookup(dist_net_comm *c, int r, double wait_s, char *out, size_t cap) {
+    out[0] = '\0';
+    if (r < 0 || r >= c->world || r == c->rank || (!c->store && c->store_fd < 0)) return;
+    char key[32];
+    snprintf(key, sizeof key, "%d/abort", r);
+    size_t len = 0;
+    dist_status st = net_store_get_within(c, key, out, cap - 1, &len, net_now() + wait_s,
+                                          DIST_ABORT_RECORD_WAIT_S);
+    if (st == DIST_OK) {
+        out[len < cap ? len : cap - 1] = '\0';
+        return;
+    }
+    out[0] = '\0';
+    /* rank 0 did not answer in time: its late answer would be read as the next request's, so
+     * the store connection is dropped (the communicator is failing anyway) */
+    if (st != DIST_NOT_FOUND && !c->store) net_close(&c->store_fd);
+}
+
+void net_abort_publish(dist_net_comm *c, const char *record) {
+    char key[32];
+    snprintf(key, sizeof key, "%d/abort", c->rank);
+    (void)net_store_set_until(c, key, record, strlen(record),
+                              net_now() + DIST_ABORT_RECORD_WAIT_S);
+}

@@ -145,33 +145,14 @@ dist_status net_fail(dist_net_comm *c, dist_status st) {
 #define NET_ABORT_WAIT_S DIST_ABORT_RECORD_WAIT_S
 #define NET_ABORT_CAP 768
 
-/* The abort record rank r published (its failure's message), or "" within wait_s. */
-static void abort_record_of(dist_net_comm *c, int r, double wait_s, char *out, size_t cap) {
-    out[0] = '\0';
-    if (r < 0 || r >= c->world || r == c->rank || (!c->store && c->store_fd < 0)) return;
-    char key[32];
-    snprintf(key, sizeof key, "%d/abort", r);
-    size_t len = 0;
-    dist_status st =
-        net_store_get_within(c, key, out, cap - 1, &len, net_now() + wait_s, NET_ABORT_WAIT_S);
-    if (st == DIST_OK) {
-        out[len < cap ? len : cap - 1] = '\0';
-        return;
-    }
-    out[0] = '\0';
-    /* rank 0 did not answer in time: its late answer would be read as the next request's, so
-     * the store connection is dropped (the communicator is failing anyway) */
-    if (st != DIST_NOT_FOUND && !c->store) net_close(&c->store_fd);
-}
-
 dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *what,
                           const char *detail) {
     char d[NET_NAME_CAP + NET_ADDR_CAP + 8], root[NET_ABORT_CAP];
     net_peer_desc(c, r, d, sizeof d);
     root[0] = '\0';
     /* a peer that closed may have failed first: its record names the worker really lost */
-    if (c->failed == DIST_OK)
-        abort_record_of(c, r, st == DIST_PEER_LOST ? NET_ABORT_WAIT_S : 0.0, root, sizeof root);
+    if (c->failed == DIST_OK && c->abort_lookup)
+        c->abort_lookup(c, r, st == DIST_PEER_LOST ? NET_ABORT_WAIT_S : 0.0, root, sizeof root);
     if (root[0])
         dist_error(st, "%s (reported by %s, which then left the %s)", root, d, what);
     else if (st == DIST_TIMEOUT)
@@ -181,11 +162,10 @@ dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *w
                    detail && detail[0] ? ": " : "", detail ? detail : "");
     if (c->failed == DIST_OK) {
         /* this rank's record before it leaves: the root failure (not who relayed it) */
-        char msg[NET_ABORT_CAP], key[32];
+        char msg[NET_ABORT_CAP];
         snprintf(msg, sizeof msg, "%s", dist_last_error());
         const char *rec = root[0] ? root : msg;
-        snprintf(key, sizeof key, "%d/abort", c->rank);
-        (void)net_store_set_until(c, key, rec, strlen(rec), net_now() + NET_ABORT_WAIT_S);
+        if (c->abort_publish) c->abort_publish(c, rec);
         dist_error(st, "%s", msg); /* publishing may not change the message */
     }
     return net_fail(c, st);
