@@ -100,7 +100,7 @@ typedef struct sigbuf {
 } sigbuf;
 
 static void sig_put(sigbuf *s, const void *data, size_t n) {
-    if (s->oom) return;
+    if (s->oom || n == 0) return; /* an empty list may be a NULL pointer */
     if (s->len + n > s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 4096;
         while (cap < s->len + n) cap *= 2;
@@ -182,7 +182,8 @@ dist_status xla_step_take(xla_runtime *rt, xg_graph *g, xla_step *r) {
         r->state_regions[s] = xla_trace_state_region(rt->trace, rg->states[s]);
     for (int o = 0; o < rg->num_outputs; o++)
         r->out_regions[o] = xla_trace_output_region(rt->trace, o);
-    memcpy(r->scalars, xla_trace_scalars(rt->trace), sizeof(float) * (size_t)r->num_scalars);
+    if (r->num_scalars > 0)
+        memcpy(r->scalars, xla_trace_scalars(rt->trace), sizeof(float) * (size_t)r->num_scalars);
     return DIST_OK;
 }
 
@@ -277,7 +278,8 @@ static dist_status compile_program(xla_runtime *rt, const xla_step *r, int k, xl
         return dist_error(DIST_OUT_OF_MEMORY, "xla runtime: out of memory (program)");
     }
     memcpy(p->sig, r->sig, r->sig_len);
-    memcpy(p->state_regions, r->state_regions, sizeof(int64_t) * (size_t)g->num_states);
+    if (g->num_states > 0)
+        memcpy(p->state_regions, r->state_regions, sizeof(int64_t) * (size_t)g->num_states);
     for (int o = 0; o < g->num_outputs; o++) {
         p->out_regions[o] = r->out_regions[o];
         p->aliases[o] = g->aliases[o];
