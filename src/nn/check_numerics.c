@@ -55,52 +55,70 @@ static dist_status check_host_copy(const dist_tensor *const *v, int count, const
     return DIST_OK;
 }
 
-/* Under a traced tape: the check after the step, failing with `message` (DIST_UNSUPPORTED
- * where the strategy defers none). *deferred = 1 when it was handed over. */
-static dist_status defer_if_traced(dist_tape *tape, const dist_tensor *t, const char *message,
-                                   int *deferred) {
-    *deferred = 0;
-    if (!dist_backend_is_traced(dist_tape_backend(tape))) return DIST_OK;
+/* The replica is not named here: the strategy that runs the step prefixes its failure with
+ * "replica N: " (once). Under a traced tape the check runs after the step (DIST_UNSUPPORTED where
+ * the strategy defers none); the message is written only when it may be needed. */
+dist_status dist_check_finite_or_fail(dist_tape *tape, const dist_tensor *t,
+                                      dist_check_message_fn describe, const void *user) {
+    later_check a;
+    if (!dist_backend_is_traced(dist_tape_backend(tape))) {
+        int ok = 1;
+        DIST_TRY(all_finite(tape, t, &ok));
+        if (ok) return DIST_OK;
+        describe(a.message, sizeof a.message, user);
+        return dist_error(DIST_INVALID_ARGUMENT, "%s", a.message);
+    }
     dist_replica_ctx *rc = dist_tape_replica(tape);
     if (!rc || !rc->iface->defer_check)
         return dist_error(DIST_UNSUPPORTED,
                           "check numerics: the step is compiled into one program, which cannot "
                           "stop to read a value, and this strategy checks none after it");
-    later_check a;
-    snprintf(a.message, sizeof a.message, "%s", message);
-    *deferred = 1;
+    describe(a.message, sizeof a.message, user);
     return rc->iface->defer_check(rc, 1, &t, check_host_copy, &a, sizeof a);
 }
 
-/* The replica is not named here: the strategy that runs the step prefixes its failure with
- * "replica N: " (once). */
-dist_status dist_check_finite_or_fail(dist_tape *tape, const dist_tensor *t, const char *message) {
-    int deferred, ok = 1;
-    DIST_TRY(defer_if_traced(tape, t, message, &deferred));
-    if (deferred) return DIST_OK;
-    DIST_TRY(all_finite(tape, t, &ok));
-    return ok ? DIST_OK : dist_error(DIST_INVALID_ARGUMENT, "%s", message);
+typedef struct layer_output {
+    const dist_model *m;
+    const model_layer *l;
+    const dist_tensor *t;
+    const char *what;
+} layer_output;
+
+static void describe_output(char *buf, size_t cap, const void *user) {
+    const layer_output *o = user;
+    char shape[96];
+    snprintf(buf, cap, "check numerics: layer '%s' (%s) of model '%s' produced Inf or NaN in %s %s",
+             o->l->name, op_name(o->l->kind), o->m->name, o->what,
+             dist_shape_str(o->t, shape, sizeof shape));
 }
 
 dist_status model_check_finite(const dist_model *m, dist_tape *tape, const model_layer *l,
                                const dist_tensor *t, const char *what) {
-    char shape[96], message[768];
-    snprintf(message, sizeof message,
-             "check numerics: layer '%s' (%s) of model '%s' produced Inf or NaN in %s %s", l->name,
-             op_name(l->kind), m->name, what, dist_shape_str(t, shape, sizeof shape));
-    return dist_check_finite_or_fail(tape, t, message);
+    layer_output o = {m, l, t, what};
+    return dist_check_finite_or_fail(tape, t, describe_output, &o);
+}
+
+typedef struct variable_grad {
+    const dist_model *m;
+    int var;
+} variable_grad;
+
+static void describe_gradient(char *buf, size_t cap, const void *user) {
+    const variable_grad *g = user;
+    const dist_model *m = g->m;
+    const model_layer *owner = NULL;
+    for (int i = 0; i < m->nlayers && !owner; i++)
+        if (m->layers[i].kernel_var == g->var || m->layers[i].bias_var == g->var)
+            owner = &m->layers[i];
+    snprintf(buf, cap,
+             "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN in the "
+             "gradient of '%s'",
+             owner ? owner->name : "?", owner ? op_name(owner->kind) : "?", m->name,
+             m->vars[g->var].name);
 }
 
 dist_status model_check_gradient(const dist_model *m, dist_tape *tape, int var,
                                  const dist_tensor *grad) {
-    const model_layer *owner = NULL;
-    for (int i = 0; i < m->nlayers && !owner; i++)
-        if (m->layers[i].kernel_var == var || m->layers[i].bias_var == var) owner = &m->layers[i];
-    char message[768];
-    snprintf(message, sizeof message,
-             "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN in the "
-             "gradient of '%s'",
-             owner ? owner->name : "?", owner ? op_name(owner->kind) : "?", m->name,
-             m->vars[var].name);
-    return dist_check_finite_or_fail(tape, grad, message);
+    variable_grad g = {m, var};
+    return dist_check_finite_or_fail(tape, grad, describe_gradient, &g);
 }

@@ -93,18 +93,26 @@ dist_status dist_classifier_check_loss_scale(const dist_classifier_step *s) {
     return DIST_OK;
 }
 
+typedef struct updated_var {
+    const dist_classifier_step *s;
+    int index;
+} updated_var;
+
+static void describe_update(char *buf, size_t cap, const void *user) {
+    const updated_var *u = user;
+    const char *var = dist_model_variable_name(u->s->model, u->index);
+    const char *slash = strchr(var, '/');
+    snprintf(buf, cap, "check numerics: layer '%.*s' (the %s update) produced Inf or NaN in '%s'",
+             slash ? (int)(slash - var) : (int)strlen(var), var,
+             dist_optimizer_name(u->s->optimizer), var);
+}
+
 dist_status dist_classifier_check_update(dist_replica_ctx *rc, const dist_classifier_step *s) {
     if (!dist_model_check_numerics(s->model)) return DIST_OK;
     for (int i = 0; i < dist_model_num_variables(s->model); i++) {
-        const char *var = dist_model_variable_name(s->model, i);
-        const char *slash = strchr(var, '/');
-        char message[512];
-        snprintf(message, sizeof message,
-                 "check numerics: layer '%.*s' (the %s update) produced Inf or NaN in '%s'",
-                 slash ? (int)(slash - var) : (int)strlen(var), var,
-                 dist_optimizer_name(s->optimizer), var);
+        updated_var u = {s, i};
         DIST_TRY(dist_check_finite_or_fail(rc->tape, dist_model_variable(s->model, rc->local_id, i),
-                                           message));
+                                           describe_update, &u));
     }
     return DIST_OK;
 }

@@ -127,11 +127,14 @@ static float *op_by_op_grad(dist_backend *be, int kernel, int paired, dist_fusio
     return out;
 }
 
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
 START_TEST(test_a_step_written_op_by_op_gets_the_fused_backward_and_the_same_gradient) {
-    dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
-    bo.threads = 1;
-    dist_backend *be;
-    ck_assert_int_eq(dist_backend_create(&bo, &be), DIST_OK);
+    dist_backend *be = dist_test_cpu_backend(1);
     dist_fusion_stats sep, pair;
     int64_t n1, n2;
     float *g1 = op_by_op_grad(be, 3, 0, &sep, &n1);
@@ -142,8 +145,7 @@ START_TEST(test_a_step_written_op_by_op_gets_the_fused_backward_and_the_same_gra
     ck_assert_int_eq(pair.conv_pool_forward, 1);
     ck_assert_int_eq(pair.conv_pool_backward, 1);
     ck_assert_int_eq(n1, n2);
-    double worst = 0;
-    for (int64_t i = 0; i < n1; i++) worst = fmax(worst, fabs((double)g1[i] - g2[i]));
+    double worst = max_abs_diff(g1, g2, n1);
     ck_assert_msg(worst < 1e-5, "fused and unfused gradients differ by %g", worst);
     free(g1);
     free(g2);
@@ -152,10 +154,7 @@ START_TEST(test_a_step_written_op_by_op_gets_the_fused_backward_and_the_same_gra
 END_TEST
 
 START_TEST(test_a_shape_the_kernels_do_not_cover_is_counted_as_declined_and_still_right) {
-    dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
-    bo.threads = 1;
-    dist_backend *be;
-    ck_assert_int_eq(dist_backend_create(&bo, &be), DIST_OK);
+    dist_backend *be = dist_test_cpu_backend(1);
     dist_fusion_stats sep, pair;
     int64_t n1, n2;
     /* a 5x5 kernel: the fused kernels take 3x3 ones */
@@ -165,8 +164,7 @@ START_TEST(test_a_shape_the_kernels_do_not_cover_is_counted_as_declined_and_stil
     ck_assert_int_eq(pair.conv_pool_forward_declined, 1);
     ck_assert_int_eq(sep.conv_pool_backward, 0);
     ck_assert_int_eq(sep.conv_pool_backward_declined, 1);
-    double worst = 0;
-    for (int64_t i = 0; i < n1; i++) worst = fmax(worst, fabs((double)g1[i] - g2[i]));
+    double worst = max_abs_diff(g1, g2, n1);
     ck_assert_msg(worst < 1e-6, "gradients differ by %g", worst);
     free(g1);
     free(g2);
