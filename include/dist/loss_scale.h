@@ -87,7 +87,13 @@ DIST_API dist_status dist_loss_scale_get_unscaled_gradients(dist_loss_scale_opti
  * under mirrored and multi_worker), then checks the aggregated buffer for Inf/NaN, applies
  * the inner optimizer with grad_scale 1/scale or skips it, and updates the scale and counter
  * by the rules above. *applied (may be NULL) is 1 when the inner optimizer ran. Call it once
- * per step on every replica, like dist_optimizer_apply_gradients. */
+ * per step on every replica, like dist_optimizer_apply_gradients.
+ * Under tpu, whose step is one compiled program, the decision is taken inside it, as
+ * TensorFlow's LossScaleOptimizer does on a TPU: the finite test and the choice between the
+ * updated and the old parameters and slots are ops of the program, and the scale, the counters
+ * and the optimizer's update count follow on the host after the step, to the same values as
+ * under mirrored (each traced step reads the scale the previous one left); *applied is -1
+ * there (decided in the program: compare dist_loss_scale_skipped_steps before and after). */
 DIST_API dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *lso,
                                                      dist_model *model, dist_tape *tape,
                                                      int *applied);

@@ -1,4 +1,5 @@
 /* Loss and arithmetic ops and their gradients: softmax cross-entropy, sums, scale, add. */
+#include "autodiff/ops_step_value.h"
 #include "autodiff/tape_impl.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
@@ -53,19 +54,25 @@ dist_status dist_op_accuracy_count(dist_tape *t, const dist_tensor *logits,
 
 /* ---- reductions ---- */
 
-/* The uniform value of a scalar output's gradient (reads the device when it is a tensor). */
-static dist_status scalar_grad_value(dist_tape *t, grad_entry *g, float *v) {
-    if (g->is_const) {
-        *v = g->value;
-        return DIST_OK;
-    }
-    return dist_tape_read_scalar(t, g->t, v);
-}
-
+/* A uniform gradient stays a host value; a tensor one (a loss scaled by a value of the step,
+ * dist__op_scale_step_value) is broadcast on the device (REDUCE_GRAD of a sum) and scaled,
+ * never read back: the same bits as the host's v * alpha added uniformly, and no wait for the
+ * device (nor a host read inside a traced step). */
 static dist_status reduce_backward(dist_tape *t, tape_node *n, grad_entry *g) {
-    float v;
-    DIST_TRY(scalar_grad_value(t, g, &v));
-    return grad_add_const(t, n->in[0], v * n->p.alpha);
+    if (g->is_const) return grad_add_const(t, n->in[0], g->value * n->p.alpha);
+    const dist_tensor *x = n->in[0], *px, *dy;
+    tape_plain_grad h;
+    dist_tensor *dx;
+    DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
+    if (!dx) return DIST_OK;
+    DIST_TRY(tape_plain_of(t, x, &px));
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    dist_op op = tape_op(DIST_OPC_REDUCE_GRAD, DIST_RED_SUM, 3, 1);
+    op.mask = (1 << x->ndim) - 1;
+    const dist_tensor *in[3] = {px, n->out, dy};
+    DIST_TRY(tape_run_op(t, &op, in, &dx));
+    if (n->p.alpha != 1.0f) DIST_TRY(tape_be(t)->scale(tape_bectx(t), dx, n->p.alpha, dx));
+    return tape_plain_grad_end(t, x, &h);
 }
 
 static dist_status reduce_common(dist_tape *t, const dist_tensor *x, float factor,
@@ -130,6 +137,38 @@ dist_status dist_op_scale(dist_tape *t, const dist_tensor *x, float alpha, dist_
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, scale_backward, 1, in, &n));
+    if (n) n->p.alpha = alpha;
+    *y = out;
+    return DIST_OK;
+}
+
+static dist_status scale_step_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *dy;
+    tape_plain_grad h;
+    dist_tensor *dx;
+    DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
+    if (!dx) return DIST_OK;
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    dist_op op = tape_op(DIST_OPC_SCALE, 0, 1, 1);
+    op.f[0] = n->p.alpha;
+    DIST_TRY(tape_run_op(t, &op, &dy, &dx));
+    return tape_plain_grad_end(t, x, &h);
+}
+
+dist_status dist__op_scale_step_value(dist_tape *t, const dist_tensor *x, float alpha,
+                                      dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "scale: NULL argument");
+    DIST_TRY(tape_check_f32(x, "scale"));
+    const dist_tensor *px;
+    DIST_TRY(tape_plain_of(t, x, &px));
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
+    dist_op op = tape_op(DIST_OPC_SCALE, 0, 1, 1);
+    op.f[0] = alpha;
+    DIST_TRY(tape_run_op(t, &op, &px, &out));
+    const dist_tensor *in[1] = {x};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, scale_step_backward, 1, in, &n));
     if (n) n->p.alpha = alpha;
     *y = out;
     return DIST_OK;

@@ -42,6 +42,9 @@ const char *dist_op_name(const dist_op *op) {
     case DIST_OPC_SUM_SQUARES: return "global_norm";
     case DIST_OPC_CLIP_VALUE: return "clip_by_value";
     case DIST_OPC_CLIP_BY_NORM: return "clip_by_norm";
+    case DIST_OPC_ALL_FINITE: return "all_finite";
+    case DIST_OPC_SELECT: return "select";
+    case DIST_OPC_SCALE: return "scale";
     case DIST_OPC_COUNT: break;
     }
     return "op";

@@ -151,6 +151,21 @@ typedef enum dist_opcode {
      *        makes every output NaN, as TensorFlow documents) */
     DIST_OPC_CLIP_BY_NORM,
 
+    /* ---- the dynamic loss scale's decision, on the device ----------------------------------- */
+    /* out[0] (f32 scalar) = 1 when no element of in[0] (float32) is Inf or NaN, else 0: the
+     * finite test stays a value of the step (a traced program reads no host answer mid-step) */
+    DIST_OPC_ALL_FINITE,
+    /* out[0] = in[0] != 0 ? in[1] : in[2] elementwise, in[0] a f32 scalar (a NaN counts as
+     * nonzero), in[1], in[2] and out[0] of one element count. The values are copied, never
+     * computed with (an Inf or NaN in the branch not chosen does not reach out[0]); out[0] may
+     * be in[1] or in[2] (a conditional update writes the chosen values back in place). */
+    DIST_OPC_SELECT,
+    /* out[0] = in[0] * f[0] elementwise (float32), for a factor that changes from step to step
+     * (the dynamic loss scale): a traced program takes f[0] as a runtime value, so one program
+     * serves every value, where the backend's scale entry builds its factor into the program.
+     * out[0] may be in[0]. */
+    DIST_OPC_SCALE,
+
     DIST_OPC_COUNT
 } dist_opcode;
 

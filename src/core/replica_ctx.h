@@ -29,6 +29,14 @@ struct dist_replica_ctx_i {
      * run, its message prefixed "replica R: ". args (args_bytes) is copied. */
     dist_status (*defer_check)(dist_replica_ctx *rc, int count, const dist_tensor *const *tensors,
                                dist_deferred_check_fn fn, const void *args, size_t args_bytes);
+    /* Optional, with defer_check (NULL: the caller decides on the host at once). For host state
+     * that a step's values decide and every replica holds alike (a dynamic loss scale: its
+     * scale and counters, the optimizer's count of updates): fn runs once after the step, in
+     * the order of the step's deferred calls, on replica 0's host copies; its error fails the
+     * run. The host code of the next step sees the state fn left. */
+    dist_status (*defer_update)(dist_replica_ctx *rc, int count,
+                                const dist_tensor *const *tensors, dist_deferred_check_fn fn,
+                                const void *args, size_t args_bytes);
 };
 
 struct dist_replica_ctx {

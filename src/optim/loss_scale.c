@@ -2,11 +2,14 @@
  * dist/loss_scale.h for the rules and the Keras sources they follow). */
 #include "dist/loss_scale.h"
 
+#include "autodiff/ops_step_value.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
+#include "backend/ops_dispatch.h"
 #include "dist/replica.h"
+#include "optim/optimizer_select.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -78,7 +81,9 @@ dist_status dist_loss_scale_get_scaled_loss(dist_loss_scale_optimizer *l, dist_t
                                             const dist_tensor *loss, dist_tensor **scaled) {
     DIST_CHECK_ARG(l && tape && loss && scaled, "dist_loss_scale_get_scaled_loss: NULL argument");
     DIST_TRY(check_strategy(tape));
-    return dist_op_scale(tape, loss, l->state[replica_of(tape)].loss_scale, scaled);
+    /* the scale as a value of the step (DIST_OPC_SCALE): under tpu a new scale is a new input,
+     * not a new program */
+    return dist__op_scale_step_value(tape, loss, l->state[replica_of(tape)].loss_scale, scaled);
 }
 
 static dist_status replica_grads(dist_model *model, dist_tape *tape, int *r, dist_tensor **grads) {
@@ -153,6 +158,44 @@ dist_status dist_loss_scale_apply_gradients(dist_loss_scale_optimizer *l, dist_m
     return dist_replica_apply_gradients(rc, g, update_fn, &u);
 }
 
+/* After a step whose decision stayed in the program: the flag's host copy updates the scale
+ * and the counters as the host decision would have, and a skipped step's update is taken back
+ * from the optimizer's count (the program left its parameters and slots as they were). */
+typedef struct ls_after {
+    dist_loss_scale_optimizer *l;
+    int replica;
+} ls_after;
+
+static dist_status after_step(const dist_tensor *const *values, int count, const void *args,
+                              int64_t step) {
+    (void)count, (void)step;
+    const ls_after *a = args;
+    int finite = *(const float *)values[0]->data != 0.0f;
+    update_dynamic(&a->l->opt, &a->l->state[a->replica], finite);
+    if (!finite) dist__optimizer_uncount(a->l->inner, a->replica);
+    return DIST_OK;
+}
+
+/* The finite test (DIST_OPC_ALL_FINITE) and the choice between the updated and the old values
+ * (DIST_OPC_SELECT) run inside the step, as TensorFlow's LossScaleOptimizer does on a TPU; the
+ * host state follows after the step (after_step). */
+static dist_status apply_in_step(dist_loss_scale_optimizer *l, dist_model *model,
+                                 dist_tape *tape, dist_replica_ctx *rc, int r,
+                                 const dist_tensor *g) {
+    dist_backend *be = dist_model_backend(model, r);
+    dist_tensor *flag;
+    DIST_TRY(dist_tape_alloc(tape, DIST_F32, 0, NULL, &flag));
+    dist_op op = {.code = DIST_OPC_ALL_FINITE, .nin = 1, .nout = 1};
+    const dist_tensor *in[1] = {g};
+    dist_tensor *out[1] = {flag};
+    DIST_TRY(dist_backend_run_op(be, &op, in, out));
+    DIST_TRY(dist__optimizer_apply_selected(l->inner, model, tape,
+                                            1.0f / l->state[r].loss_scale, flag));
+    const dist_tensor *vals[1] = {flag};
+    ls_after a = {l, r};
+    return rc->iface->defer_update(rc, 1, vals, after_step, &a, sizeof a);
+}
+
 dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer *l, dist_model *model,
                                              dist_tape *tape, int *applied) {
     DIST_CHECK_ARG(l && model && tape, "loss scale: NULL argument");
@@ -163,6 +206,11 @@ dist_status dist_loss_scale_apply_aggregated(dist_loss_scale_optimizer *l, dist_
     dist_loss_scale_state *s = &l->state[r];
     float scale = s->loss_scale;
     int apply = 1;
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    if (l->opt.dynamic && rc && rc->iface->defer_update) {
+        if (applied) *applied = -1;
+        return apply_in_step(l, model, tape, rc, r, g);
+    }
     if (l->opt.dynamic) {
         dist_backend *be = dist_model_backend(model, r);
         int finite = 0;

@@ -6,7 +6,9 @@
 #include "core/update_rule.h"
 #include "dist/optim.h"
 #include "nn/model_placement.h"
+#include "backend/ops_dispatch.h"
 #include "optim/grad_clip.h"
+#include "optim/optimizer_select.h"
 #include "strategy/variable_placement.h"
 
 #include <math.h>
@@ -373,6 +375,50 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
      * update (the others' replica applies it) counts nothing. */
     if (u.remote && !u.applied) o->slots[r].iterations++;
     return DIST_OK;
+}
+
+dist_status dist__optimizer_apply_selected(dist_optimizer *o, dist_model *model, dist_tape *tape,
+                                           float grad_scale, const dist_tensor *flag) {
+    DIST_CHECK_ARG(o && model && tape && flag, "optimizer: a selected update: NULL argument");
+    DIST_TRY(bind(o, model));
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    int r = rc ? rc->local_id : 0;
+    DIST_CHECK_ARG(
+        r < dist_model_num_replicas(model),
+        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
+    opt_slots *s;
+    DIST_TRY(slots_for(o, model, r, &s));
+    dist_backend *be = s->backend;
+    int64_t n = dist_model_num_params(model);
+    size_t bytes = (size_t)n * sizeof(float);
+    /* what the update writes: the parameters, then the slots it has */
+    void *bufs[3] = {dist_model_params(model, r)->data, s->m, s->v};
+    dist_tensor *old[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        if (!bufs[i]) continue;
+        DIST_TRY(dist_tape_alloc(tape, DIST_F32, 1, &n, &old[i]));
+        DIST_TRY(be->iface->copy(be->ctx, old[i]->data, bufs[i], bytes, DIST_COPY_D2D));
+    }
+    DIST_TRY(update_replica(o, model, r, dist_model_grads(model, r), grad_scale, 0));
+    for (int i = 0; i < 3; i++) {
+        if (!bufs[i]) continue;
+        dist_tensor cur = dist_tensor_view(bufs[i], DIST_F32, 1, &n);
+        cur.device = be->device;
+        dist_op op = {.code = DIST_OPC_SELECT, .nin = 3, .nout = 1};
+        const dist_tensor *in[3] = {flag, &cur, old[i]};
+        dist_tensor *out[1] = {&cur};
+        dist_status st = dist_backend_run_op(be, &op, in, out);
+        if (st)
+            return dist_error_context(st, "optimizer: the loss scale's conditional update on "
+                                          "the %s backend",
+                                      be->iface->name);
+    }
+    return DIST_OK;
+}
+
+void dist__optimizer_uncount(dist_optimizer *o, int r) {
+    if (o && r >= 0 && r < DIST_MAX_REPLICAS && o->slots[r].iterations > 0)
+        o->slots[r].iterations--;
 }
 
 dist_status dist_optimizer_apply_gradients(dist_optimizer *o, dist_model *model, dist_tape *tape) {

@@ -37,6 +37,7 @@
 typedef struct tpu_check {
     dist_deferred_check_fn fn;
     int count;
+    int once; /* a state update (defer_update): replica 0's values only */
     void *args;
 } tpu_check;
 
@@ -140,9 +141,9 @@ static dist_status rc_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
     return update(rc, grads, user);
 }
 
-static dist_status rc_defer_check(dist_replica_ctx *rc, int count,
-                                  const dist_tensor *const *tensors, dist_deferred_check_fn fn,
-                                  const void *args, size_t args_bytes) {
+static dist_status defer(dist_replica_ctx *rc, int count, const dist_tensor *const *tensors,
+                         dist_deferred_check_fn fn, const void *args, size_t args_bytes,
+                         int once) {
     tpu_ctx *c = ((dist_strategy *)rc->impl)->ctx;
     tpu_checks *k = c->checks;
     if (!k)
@@ -155,9 +156,21 @@ static dist_status rc_defer_check(dist_replica_ctx *rc, int count,
     void *copy = malloc(args_bytes ? args_bytes : 1);
     if (!copy) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (a deferred check)");
     memcpy(copy, args, args_bytes);
-    k->items[k->n++] = (tpu_check){fn, count, copy};
+    k->items[k->n++] = (tpu_check){fn, count, once, copy};
     for (int i = 0; i < count; i++) k->tensors[k->ntensors++] = (dist_tensor *)tensors[i];
     return DIST_OK;
+}
+
+static dist_status rc_defer_check(dist_replica_ctx *rc, int count,
+                                  const dist_tensor *const *tensors, dist_deferred_check_fn fn,
+                                  const void *args, size_t args_bytes) {
+    return defer(rc, count, tensors, fn, args, args_bytes, 0);
+}
+
+static dist_status rc_defer_update(dist_replica_ctx *rc, int count,
+                                   const dist_tensor *const *tensors, dist_deferred_check_fn fn,
+                                   const void *args, size_t args_bytes) {
+    return defer(rc, count, tensors, fn, args, args_bytes, 1);
 }
 
 static const struct dist_replica_ctx_i tpu_rc_iface = {
@@ -165,15 +178,17 @@ static const struct dist_replica_ctx_i tpu_rc_iface = {
     .all_gather = rc_all_gather,
     .apply_gradients = rc_apply_gradients,
     .defer_check = rc_defer_check,
+    .defer_update = rc_defer_update,
 };
 
 /* After a run: the deferred checks in the step's order, each on every replica's host copies in
  * replica order, so the failure named is the first the step met (as a replica that fails stops
- * its step and the others' under the other kinds). */
+ * its step and the others' under the other kinds); a state update on replica 0's only. */
 static dist_status run_checks(const tpu_checks *k, int64_t step, const xla_results *results) {
     int at = k->user_outputs;
     for (int i = 0; i < k->n; i++) {
-        for (int d = 0; d < results->num_replicas; d++) {
+        int replicas = k->items[i].once ? 1 : results->num_replicas;
+        for (int d = 0; d < replicas; d++) {
             const dist_tensor *v[XLA_MAX_OUTPUTS];
             for (int j = 0; j < k->items[i].count; j++) v[j] = results->values[d][at + j];
             dist_status st = k->items[i].fn(v, k->items[i].count, k->items[i].args, step);
@@ -282,17 +297,24 @@ static dist_status trace_rec(dist_strategy *s, dist_step_fn step, void *user,
     return xla_step_take(c->rt, &c->g, rec);
 }
 
+/* One traced step run on its own: its program, its execution (the step's own outputs added to
+ * the earlier steps' when add_outputs > 0), then its deferred checks and state updates. */
+static dist_status run_traced(tpu_ctx *c, const xla_step *rec,
+                              const dist_per_replica_element *inputs, const tpu_checks *checks,
+                              int add_outputs) {
+    xla_program *p;
+    DIST_TRY(xla_runtime_program(c->rt, rec, 1, &p));
+    DIST_TRY(xla_runtime_execute(c->rt, p, rec->scalars, &inputs, &c->res, add_outputs));
+    return run_checks(checks, c->steps, &c->res);
+}
+
 static dist_status tpu_run(dist_strategy *s, dist_step_fn step, void *user,
                            const dist_per_replica_element *inputs, dist_per_replica *results) {
     tpu_ctx *c = s->ctx;
     xla_step rec;
     tpu_checks checks = {0};
     DIST_TRY(trace_rec(s, step, user, inputs, &rec, &checks));
-    int64_t at_step = c->steps;
-    xla_program *p;
-    dist_status st = xla_runtime_program(c->rt, &rec, 1, &p);
-    if (st == DIST_OK) st = xla_runtime_execute(c->rt, p, rec.scalars, &inputs, &c->res, 0);
-    if (st == DIST_OK) st = run_checks(&checks, at_step, &c->res);
+    dist_status st = run_traced(c, &rec, inputs, &checks, 0);
     if (st == DIST_OK && results) user_results(c, checks.user_outputs, results);
     checks_clear(&checks);
     xla_step_free(&rec);
@@ -300,7 +322,10 @@ static dist_status tpu_run(dist_strategy *s, dist_step_fn step, void *user,
 }
 
 /* k steps: every step is traced first (its host code runs, in order); when all k graphs are
- * the same, one program runs them as a loop, else each runs on its own, in order. */
+ * the same, one program runs them as a loop, else each runs on its own, in order. A step that
+ * defers checks or state updates to the host (assertions, a dynamic loss scale) needs the host
+ * between steps (the next step's host code reads what the update left): then each step is
+ * traced, run and checked in turn, its program compiled once and reused. */
 static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user, int k,
                                  const dist_per_replica_element *const *inputs,
                                  dist_per_replica *results) {
@@ -321,22 +346,38 @@ static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user
     float *scalars = NULL;
     if (!recs) return dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (run_steps)");
     dist_status st = DIST_OK;
-    int traced = 0, alike = 1;
+    int traced = 0, alike = 1, stepwise = 0;
     tpu_checks checks = {0};
-    for (; traced < k && st == DIST_OK; traced++) {
+    for (; traced < k && st == DIST_OK && !stepwise; traced++) {
         st = trace_rec(s, step, user, inputs[traced], &recs[traced], &checks);
+        if (st == DIST_OK && checks.n > 0) {
+            if (traced == 0)
+                stepwise = 1;
+            else
+                st = dist_error(DIST_INVALID_ARGUMENT,
+                                "tpu: run_steps (steps_per_execution %d): step %d defers checks "
+                                "or updates to the host that step 0 did not (the steps of one "
+                                "run_steps must be the same step)",
+                                k, traced);
+        }
         if (st == DIST_OK && traced > 0)
             alike = alike && xla_step_same_program(&recs[traced], &recs[0]);
-        /* the k steps' outputs are summed: a check could not see one step's values */
-        if (st == DIST_OK && checks.n > 0)
-            st = dist_error(DIST_UNSUPPORTED,
-                            "tpu: run_steps (steps_per_execution %d): step %d asserts values "
-                            "(dist_debug_assert_*), which the host checks after each step; "
-                            "under tpu that needs one step per run (dist_strategy_run)",
-                            k, traced);
     }
-    checks_clear(&checks);
-    if (st == DIST_OK && alike) {
+    if (stepwise) {
+        int outputs = checks.user_outputs;
+        st = run_traced(c, &recs[0], inputs[0], &checks, 0);
+        for (int j = 1; j < k && st == DIST_OK; j++) {
+            xla_step rec = {0};
+            st = trace_rec(s, step, user, inputs[j], &rec, &checks);
+            if (st == DIST_OK && checks.user_outputs != outputs)
+                st = dist_error(DIST_INVALID_ARGUMENT,
+                                "tpu: run_steps: step %d has %d outputs, step 0 %d", j,
+                                checks.user_outputs, outputs);
+            if (st == DIST_OK) st = run_traced(c, &rec, inputs[j], &checks, outputs);
+            xla_step_free(&rec);
+        }
+        if (st == DIST_OK && results) user_results(c, outputs, results);
+    } else if (st == DIST_OK && alike) {
         int S = recs[0].num_scalars;
         scalars = malloc(sizeof(float) * (size_t)(k * S + 1));
         if (!scalars) st = dist_error(DIST_OUT_OF_MEMORY, "tpu: out of memory (run_steps)");
@@ -352,12 +393,14 @@ static dist_status tpu_run_steps(dist_strategy *s, dist_step_fn step, void *user
             xla_program *p;
             st = xla_runtime_program(c->rt, &recs[j], 1, &p);
             if (st == DIST_OK)
-                st = xla_runtime_execute(c->rt, p, recs[j].scalars, &inputs[j], &c->res, j > 0);
+                st = xla_runtime_execute(c->rt, p, recs[j].scalars, &inputs[j], &c->res,
+                                         j > 0 ? XLA_MAX_OUTPUTS : 0);
             if (st) break;
         }
         if (trace_st) st = trace_st;
     }
-    if (st == DIST_OK && results) user_results(c, c->res.count, results);
+    if (st == DIST_OK && results && !stepwise) user_results(c, c->res.count, results);
+    checks_clear(&checks);
     for (int j = 0; j < k; j++) xla_step_free(&recs[j]);
     free(recs);
     free(scalars);

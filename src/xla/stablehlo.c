@@ -595,7 +595,15 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
             "stablehlo.negate",       "stablehlo.exponential", "stablehlo.log",
             "stablehlo.log_plus_one", "stablehlo.abs",         "stablehlo.sign",
             "stablehlo.tanh",         "stablehlo.logistic",    "chlo.erf"};
-        if (n->i[0] < 0 || n->i[0] >= XU_COUNT) break;
+        if (n->i[0] == XU_IS_FINITE) {
+            char p[32], pty[96];
+            tname(b, p, sizeof p);
+            type_i1(pty, sizeof pty, n->ndim, n->dims);
+            put(b, "    %s = \"stablehlo.is_finite\"(%s) : (%s) -> %s\n", p, IN(0), ty, pty);
+            put(b, "    %s = \"stablehlo.convert\"(%s) : (%s) -> %s\n", out, p, pty, ty);
+            return DIST_OK;
+        }
+        if (n->i[0] < 0 || n->i[0] >= XU_IS_FINITE) break;
         put(b, "    %s = \"%s\"(%s) : (%s) -> %s\n", out, fn[n->i[0]], IN(0), ty, ty);
         return DIST_OK;
     }

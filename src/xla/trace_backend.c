@@ -1801,6 +1801,32 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         DIST_TRY(binop(t, XG_MUL, x[0], f, &v));
         return write_opt(t, out[0], v);
     }
+    case DIST_OPC_ALL_FINITE: { /* 1 - max(1 - is_finite(x)) > 0 ? 0 : 1 */
+        xshape xs = shape_of(t, x[0]);
+        int f, one, zero;
+        DIST_TRY(unary(t, XU_IS_FINITE, x[0], &f));
+        DIST_TRY(c_binop(t, XG_SUB, 1.0f, f, &f));
+        DIST_TRY(reduce_to(t, XG_REDUCE_MAX, f, ((int64_t)1 << xs.ndim) - 1, &ys, &f));
+        DIST_TRY(splat_like(t, 0.0f, f, &zero));
+        DIST_TRY(splat_like(t, 1.0f, f, &one));
+        /* an empty x reduces to -inf: finite */
+        DIST_TRY(select_cmp(t, XC_GT, f, zero, zero, one, &v));
+        return write_opt(t, out[0], v);
+    }
+    case DIST_OPC_SCALE: /* the factor a runtime scalar */
+        DIST_TRY(scaled(t, x[0], op->f[0], &v));
+        return write_opt(t, out[0], v);
+    case DIST_OPC_SELECT: { /* in[0] != 0 ? in[1] : in[2], the condition broadcast */
+        xshape sc = {0, {0}};
+        int c, zero;
+        DIST_TRY(reshape_to(t, x[0], &sc, &c));
+        DIST_TRY(reshape_to(t, x[1], &ys, &v));
+        DIST_TRY(reshape_to(t, x[2], &ys, &w));
+        DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_F32, &ys, 1, &c, 0, &c));
+        DIST_TRY(splat_like(t, 0.0f, c, &zero));
+        DIST_TRY(select_cmp(t, XC_NE, c, zero, v, w, &v));
+        return write_opt(t, out[0], v);
+    }
     case DIST_OPC_COUNT: break;
     }
     return dist_error(DIST_UNSUPPORTED, "tpu: op code %d", (int)op->code);

@@ -81,6 +81,7 @@ typedef enum xg_unary {
     XU_TANH,
     XU_LOGISTIC,
     XU_ERF,
+    XU_IS_FINITE, /* 1.0 where in[0] is finite, else 0.0 (stablehlo.is_finite, converted) */
     XU_COUNT
 } xg_unary;
 

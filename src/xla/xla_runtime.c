@@ -338,7 +338,7 @@ static void accumulate(void *dst, const void *src, int64_t n, dist_dtype dt, int
 
 dist_status xla_runtime_execute(xla_runtime *rt, xla_program *p, const float *scalars,
                                 const dist_per_replica_element *const *inputs,
-                                xla_results *results, int add) {
+                                xla_results *results, int add_outputs) {
     int ndev = rt->ndev, k = p->k;
     int nargs = (p->num_scalars > 0) + p->num_states + p->num_args;
     size_t na = (size_t)ndev * (size_t)(nargs ? nargs : 1);
@@ -422,6 +422,7 @@ dist_status xla_runtime_execute(xla_runtime *rt, xla_program *p, const float *sc
             break;
         }
         int idx = results->count++;
+        const int add = idx < add_outputs;
         const xg_node *n = &p->outn[o];
         int64_t numel = xg_numel(n);
         size_t bytes = (size_t)numel * dist_dtype_size(n->dtype);

@@ -111,10 +111,12 @@ typedef struct xla_results {
 
 /* Runs p (k steps) with inputs[0..k) (host tensors per replica, each of the same shape on
  * every replica) and scalars (k rows of the step's runtime scalars); the step outputs, summed
- * over the k steps, into results (added to what is there when `add`). Results are host tensors
- * owned by the runtime, valid until the next execution. */
+ * over the k steps, into results: the first `add_outputs` added to what is there (the step's
+ * own outputs over separate executions of one run_steps), the others replaced (the values of
+ * this execution's deferred checks). Results are host tensors owned by the runtime, valid
+ * until the next execution. */
 dist_status xla_runtime_execute(xla_runtime *rt, xla_program *p, const float *scalars,
                                 const dist_per_replica_element *const *inputs,
-                                xla_results *results, int add);
+                                xla_results *results, int add_outputs);
 
 #endif

@@ -24,6 +24,19 @@ add_test(NAME tpu.errors COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} errors
 add_test(NAME tpu.asserts_like_mirrored COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} asserts)
 # steps_per_execution: 4 steps per program (unrolled, the default; and as a while loop), the
 # losses of each group of 4 and the weights against mirrored's 20 single steps.
+# Dynamic loss scaling decided inside the program (the finite test and the choice between the
+# updated and the old parameters and slots are ops of it): mixed_float16 from a scale of 1e9,
+# growing after 4 finite steps, 24 steps: the same scale, counter and skipped total as
+# mirrored's host decision after every step, the same optimizer update count; one step per
+# run, and 4 steps per run_steps (run one by one: each step's scale decides the next).
+add_test(NAME tpu.loss_scale_like_mirrored
+         COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} loss_scale)
+add_test(NAME tpu.loss_scale_steps_per_execution
+         COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} loss_scale 4)
+# distrain --mixed-precision fp16 under tpu: the metrics' loss scale (scale, skipped steps)
+# equals mirrored's on a run that overflows (dynamic from 1e9, 12 steps)
+add_test(NAME distrain.tpu_fp16_loss_scale
+         COMMAND sh -c "for k in mirrored tpu; do a='--strategy mirrored --devices cpu:0,cpu:1'; [ $k = tpu ] && a='--strategy tpu --tpu-cores 2 --pjrt-plugin ${DIST_TEST_PJRT_PLUGIN}'; '$<TARGET_FILE:distrain>' $a --quiet --mixed-precision fp16 --loss-scale dynamic:1e9 --epochs 1 --steps-per-epoch 12 --metrics-json ${CMAKE_CURRENT_BINARY_DIR}/tpu_fp16_$k.json || exit 1; done; python3 -c \"import json,sys; m,t=(json.load(open('${CMAKE_CURRENT_BINARY_DIR}/tpu_fp16_'+k+'.json'))['loss_scale'] for k in ('mirrored','tpu')); print('mirrored', m, 'tpu', t); sys.exit(0 if m == t and m['skipped_steps'] >= 1 else 1)\"")
 add_test(NAME tpu.steps_per_execution_unrolled
          COMMAND tpu_vs_mirrored ${DIST_TEST_PJRT_PLUGIN} 2 20 1e-4 adam 4)
 add_test(NAME tpu.steps_per_execution_loop
@@ -50,9 +63,10 @@ add_test(NAME distrain.tpu_cross_restore
                  ${DIST_TEST_PJRT_PLUGIN} ${CMAKE_CURRENT_BINARY_DIR}/tpu_cross_restore)
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
-         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --mixed-precision fp16 --epochs 1 2>&1 | grep -q 'compiles the whole step' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
+         COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
 set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
                      tpu.errors tpu.asserts_like_mirrored tpu.steps_per_execution_unrolled tpu.steps_per_execution_loop
+                     tpu.loss_scale_like_mirrored tpu.loss_scale_steps_per_execution distrain.tpu_fp16_loss_scale
                      distrain.tpu_cross_restore distrain.tpu_usage
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")

@@ -5,9 +5,12 @@
  *   tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE] [adam|sgd] [STEPS_PER_EXECUTION]
  *   tpu_vs_mirrored PLUGIN errors
  *   tpu_vs_mirrored PLUGIN asserts
+ *   tpu_vs_mirrored PLUGIN loss_scale [STEPS_PER_EXECUTION]
  *
  * Exits 0 when they agree, 1 (naming the first difference) when not, 2 on an error. */
 #include <dist/dist.h>
+#include <dist/loss_scale.h>
+#include <dist/policy.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +21,16 @@
 typedef struct state {
     dist_model *model;
     dist_optimizer *optimizer;
+    dist_loss_scale_optimizer *lso; /* loss_scale mode */
 } state;
+
+/* loss_scale mode: mixed_float16 with a dynamic scale from 1e9 (the conformance case, where
+ * the float16 gradients overflow) that grows after 4 finite steps; per step the scale, the
+ * counter and the skipped total of each run ([0] mirrored, [1] tpu) */
+#define LS_MAX_STEPS 64
+static int use_loss_scale;
+static double ls_trace[2][LS_MAX_STEPS][3];
+static int64_t ls_iterations[2];
 
 static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                               dist_element *out) {
@@ -29,8 +41,15 @@ static dist_status train_step(dist_replica_ctx *rc, const dist_element *in, void
     DIST_RETURN_IF_ERROR(
         dist_op_sparse_softmax_cross_entropy(tape, logits, in->items[1], &per_example));
     DIST_RETURN_IF_ERROR(dist_compute_average_loss(tape, per_example, GLOBAL_BATCH, &loss));
-    DIST_RETURN_IF_ERROR(dist_model_compute_gradients(s->model, tape, loss));
-    DIST_RETURN_IF_ERROR(dist_optimizer_apply_gradients(s->optimizer, s->model, tape));
+    if (s->lso) {
+        dist_tensor *scaled;
+        DIST_RETURN_IF_ERROR(dist_loss_scale_get_scaled_loss(s->lso, tape, loss, &scaled));
+        DIST_RETURN_IF_ERROR(dist_model_compute_gradients(s->model, tape, scaled));
+        DIST_RETURN_IF_ERROR(dist_loss_scale_apply_gradients(s->lso, s->model, tape, NULL));
+    } else {
+        DIST_RETURN_IF_ERROR(dist_model_compute_gradients(s->model, tape, loss));
+        DIST_RETURN_IF_ERROR(dist_optimizer_apply_gradients(s->optimizer, s->model, tape));
+    }
     out->count = 1;
     out->items[0] = loss;
     return DIST_OK;
@@ -93,6 +112,15 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
                  : dist_optimizer_create_adam(&adam, &st.optimizer)) ||
         dist_strategy_scope_exit(strategy))
         return fail("building the model");
+    if (use_loss_scale) {
+        dist_loss_scale_options lo = DIST_LOSS_SCALE_OPTIONS_INIT;
+        lo.initial_scale = 1e9f;
+        lo.dynamic_growth_steps = 4;
+        if (dist_model_set_dtype_policy(st.model, DIST_POLICY_MIXED_FLOAT16) ||
+            dist_loss_scale_optimizer_create(st.optimizer, &lo, &st.lso))
+            return fail("loss scaling");
+    }
+    const int run = kind == DIST_STRATEGY_TPU;
     dist_tensor images = *dist_mnist_train_images(mnist), labels = *dist_mnist_train_labels(mnist);
     dist_tensor *parts[2] = {&images, &labels};
     dist_dataset *ds, *next;
@@ -126,6 +154,11 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
                 return fail("reducing");
             for (int j = 0; j < spe; j++) losses[s + j] = j == spe - 1 ? *(float *)loss->data : 0;
             dist_tensor_destroy(loss);
+            if (st.lso && s + spe - 1 < LS_MAX_STEPS) {
+                ls_trace[run][s + spe - 1][0] = dist_loss_scale_loss_scale(st.lso);
+                ls_trace[run][s + spe - 1][1] = (double)dist_loss_scale_dynamic_counter(st.lso);
+                ls_trace[run][s + spe - 1][2] = (double)dist_loss_scale_skipped_steps(st.lso);
+            }
         }
     }
     for (int s = 0; s < steps && !(kind == DIST_STRATEGY_TPU && spe > 1); s++) {
@@ -143,7 +176,13 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
             return fail("reducing");
         losses[s] = *(float *)loss->data;
         dist_tensor_destroy(loss);
+        if (st.lso && s < LS_MAX_STEPS) {
+            ls_trace[run][s][0] = dist_loss_scale_loss_scale(st.lso);
+            ls_trace[run][s][1] = (double)dist_loss_scale_dynamic_counter(st.lso);
+            ls_trace[run][s][2] = (double)dist_loss_scale_skipped_steps(st.lso);
+        }
     }
+    ls_iterations[run] = dist_optimizer_iterations(st.optimizer);
     *nparams = dist_model_num_params(st.model);
     *weights = malloc((size_t)*nparams * sizeof **weights);
     if (!*weights || dist_model_get_weights(st.model, 0, *weights, *nparams))
@@ -158,10 +197,70 @@ static int train(dist_strategy_kind kind, const char *plugin, int replicas, int 
     dist_distributed_iterator_destroy(it);
     dist_distributed_dataset_destroy(dds);
     dist_dataset_destroy(ds);
+    dist_loss_scale_optimizer_destroy(st.lso);
     dist_optimizer_destroy(st.optimizer);
     dist_model_destroy(st.model);
     dist_strategy_destroy(strategy);
     return 0;
+}
+
+/* Dynamic loss scaling decided inside the tpu program against mirrored's host decision: the
+ * same scale, counter and skipped total after every step (exactly), the same number of
+ * optimizer updates (skipped steps do not count), the losses within float16's rounding. With
+ * steps per execution, the tpu run's steps go one program execution each (the scale after a
+ * step decides the next), compared at each group's end. */
+static int loss_scale_runs(const char *plugin, int steps_per_execution) {
+    const int steps = 24;
+    use_loss_scale = 1;
+    use_sgd = 1;
+    spe = steps_per_execution;
+    dist_mnist *mnist;
+    if (dist_mnist_load(NULL, &mnist)) return fail("loading MNIST");
+    double la[24], lb[24];
+    float *wa = NULL, *wb = NULL;
+    int64_t na = 0, nb = 0;
+    int rc = train(DIST_STRATEGY_MIRRORED, plugin, 2, steps, mnist, la, &wa, &na);
+    if (!rc) rc = train(DIST_STRATEGY_TPU, plugin, 2, steps, mnist, lb, &wb, &nb);
+    dist_mnist_destroy(mnist);
+    if (rc) return rc;
+    int bad = 0, grew = 0;
+    for (int s = 0; s < steps; s++) {
+        if (spe > 1 && s % spe != spe - 1) continue;
+        const double *m = ls_trace[0][s], *t = ls_trace[1][s];
+        printf("step %2d: scale %.6g / %.6g  counter %g / %g  skipped %g / %g\n", s + 1, m[0],
+               t[0], m[1], t[1], m[2], t[2]);
+        if ((m[0] != t[0] || m[1] != t[1] || m[2] != t[2]) && !bad) {
+            fprintf(stderr, "tpu_vs_mirrored: step %d: the loss scale state differs (mirrored "
+                            "%g %g %g, tpu %g %g %g)\n",
+                    s + 1, m[0], m[1], m[2], t[0], t[1], t[2]);
+            bad = 1;
+        }
+    }
+    for (int s = 1; s < steps; s++) grew |= ls_trace[0][s][0] > ls_trace[0][s - 1][0];
+    double skipped = ls_trace[0][steps - 1][2];
+    if (!(skipped >= 1) || !grew) {
+        fprintf(stderr, "tpu_vs_mirrored: the run should skip steps and grow the scale (skipped "
+                        "%g, grew %d)\n",
+                skipped, grew);
+        bad = 1;
+    }
+    printf("optimizer updates: mirrored %lld, tpu %lld (%d steps, %g skipped)\n",
+           (long long)ls_iterations[0], (long long)ls_iterations[1], steps, skipped);
+    if (ls_iterations[0] != ls_iterations[1] || ls_iterations[0] != steps - (int64_t)skipped) {
+        fprintf(stderr, "tpu_vs_mirrored: optimizer updates differ\n");
+        bad = 1;
+    }
+    if (spe == 1)
+        for (int s = 0; s < steps; s++) {
+            double rel = fabs(la[s] - lb[s]) / fmax(fabs(la[s]), 1e-6);
+            if (!(rel <= 5e-3) && !bad) {
+                fprintf(stderr, "tpu_vs_mirrored: step %d loss %.7f vs %.7f\n", s + 1, la[s],
+                        lb[s]);
+                bad = 1;
+            }
+        }
+    free(wa), free(wb);
+    return bad;
 }
 
 /* The errors a traced step reports: replicas with different batch shapes name drop_remainder;
@@ -338,6 +437,8 @@ static int asserts(const char *plugin) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[2], "errors")) return errors(argv[1]);
     if (argc == 3 && !strcmp(argv[2], "asserts")) return asserts(argv[1]);
+    if (argc >= 3 && !strcmp(argv[2], "loss_scale"))
+        return loss_scale_runs(argv[1], argc > 3 ? atoi(argv[3]) : 1);
     if (argc < 4) {
         fprintf(stderr, "usage: tpu_vs_mirrored PLUGIN REPLICAS STEPS [TOLERANCE]\n");
         return 2;

@@ -93,6 +93,61 @@ START_TEST(test_dropout_masks_differ_per_counter_and_replica) {
 }
 END_TEST
 
+/* The dynamic loss scale's ops: the finite test (bits of Inf and NaN, an empty tensor finite,
+ * the same answer at 1 and 2 threads over a tensor that splits); select copies the chosen
+ * operand, in place too, without a value of the other; scale multiplies in place */
+START_TEST(test_loss_scale_ops) {
+    enum { N = 100003 };
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; i++) x[i] = (float)(i % 13) - 6.0f;
+    dist_op af = {.code = DIST_OPC_ALL_FINITE, .nin = 1, .nout = 1};
+    const float bad[4] = {0.0f, INFINITY, -INFINITY, NAN};
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        for (int i = 0; i < 4; i++) {
+            float r = -1.0f;
+            x[N - 2] = bad[i];
+            dist_tensor t = vec(x, N), out = dist_tensor_view(&r, DIST_F32, 0, NULL);
+            ck_assert_int_eq(run1(be, cpu_op_all_finite, &af, &t, NULL, &out), DIST_OK);
+            ck_assert_msg(r == (i ? 0.0f : 1.0f), "threads %d, value %g: %g", threads,
+                          (double)bad[i], (double)r);
+        }
+        float r = -1.0f;
+        dist_tensor empty = vec(x, 0), out = dist_tensor_view(&r, DIST_F32, 0, NULL);
+        ck_assert_int_eq(run1(be, cpu_op_all_finite, &af, &empty, NULL, &out), DIST_OK);
+        ck_assert(r == 1.0f);
+        dist_backend_destroy(be);
+    }
+    dist_backend *be = dist_test_cpu_backend(1);
+    float a[4] = {1, 2, 3, 4}, b[4] = {INFINITY, NAN, -1, -2}, y[4], c;
+    dist_op sel = {.code = DIST_OPC_SELECT, .nin = 3, .nout = 1};
+    dist_tensor tc = dist_tensor_view(&c, DIST_F32, 0, NULL), ta = vec(a, 4), tb = vec(b, 4),
+                ty = vec(y, 4);
+    const dist_tensor *in[3] = {&tc, &ta, &tb};
+    dist_tensor *out[1] = {&ty};
+    c = 1.0f;
+    ck_assert_int_eq(cpu_op_select(be->ctx, &sel, in, out), DIST_OK);
+    ck_assert(memcmp(y, a, sizeof a) == 0);
+    c = 0.0f;
+    out[0] = &ta; /* in place into the first operand */
+    ck_assert_int_eq(cpu_op_select(be->ctx, &sel, in, out), DIST_OK);
+    ck_assert(memcmp(a, b, sizeof a) == 0);
+    /* a condition that is not a scalar, operands of other sizes: refused */
+    dist_tensor t2 = vec(y, 2);
+    in[0] = &ta;
+    ck_assert_int_eq(cpu_op_select(be->ctx, &sel, in, out), DIST_INVALID_ARGUMENT);
+    in[0] = &tc, in[2] = &t2;
+    ck_assert_int_eq(cpu_op_select(be->ctx, &sel, in, out), DIST_INVALID_ARGUMENT);
+    dist_op sc = {.code = DIST_OPC_SCALE, .nin = 1, .nout = 1, .f = {0.5f, 0}};
+    float v[3] = {2, -4, INFINITY};
+    dist_tensor tv = vec(v, 3);
+    ck_assert_int_eq(run1(be, cpu_op_scale, &sc, &tv, NULL, &tv), DIST_OK);
+    ck_assert(v[0] == 1.0f && v[1] == -2.0f && isinf(v[2]));
+    dist_backend_destroy(be);
+    free(x);
+}
+END_TEST
+
 START_TEST(test_sum_squares_matches_a_double_reference_on_any_thread_count) {
     enum { N = 300001 };
     float *x = malloc(N * sizeof *x);
@@ -244,6 +299,7 @@ int main(void) {
     tcase_add_test(tc, test_sum_squares_matches_a_double_reference_on_any_thread_count);
     tcase_add_test(tc, test_clip_value_clamps_and_keeps_nan);
     tcase_add_test(tc, test_clip_by_norm_scales_above_the_norm_only);
+    tcase_add_test(tc, test_loss_scale_ops);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

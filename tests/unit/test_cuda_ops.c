@@ -449,6 +449,41 @@ START_TEST(test_sum_squares_and_clipping_match_cpu) {
 }
 END_TEST
 
+START_TEST(test_loss_scale_ops_match_cpu) {
+    /* the finite test on a large tensor (many blocks) with one Inf or NaN anywhere, or none */
+    dist_op af = {.code = DIST_OPC_ALL_FINITE, .nin = 1, .nout = 1};
+    spec scalar = {0, {0}, 0, 0, NULL, 0};
+    static float big[70001];
+    const float bad[3] = {1.0f, INFINITY, NAN};
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 70001; j++) big[j] = (float)(j % 17) - 8.0f;
+        big[69999] = bad[i] * (i ? 1.0f : big[69999]);
+        spec x = {1, {70001}, 0, 0, big, 0};
+        both r = run_both(&af, &x, &scalar);
+        expect_close("all_finite", &af, &r);
+        ck_assert_msg(r.gpu[0][0] == (i ? 0.0f : 1.0f), "all_finite: %g", (double)r.gpu[0][0]);
+        both_free(&r);
+    }
+    /* select: the branch not chosen holds an Inf and a NaN */
+    dist_op sel = {.code = DIST_OPC_SELECT, .nin = 3, .nout = 1};
+    static float a[64], b[64];
+    for (int c = 0; c < 2; c++) {
+        for (int j = 0; j < 64; j++) a[j] = (float)j, b[j] = -(float)j;
+        (c ? b : a)[3] = INFINITY, (c ? b : a)[5] = NAN;
+        const float cond = (float)c;
+        spec in[3] = {{0, {0}, 0, 0, &cond, 0}, {1, {64}, 0, 0, a, 0}, {1, {64}, 0, 0, b, 0}};
+        spec y = {1, {64}, 0, 0, NULL, 0};
+        both r = run_both(&sel, in, &y);
+        expect_close("select", &sel, &r);
+        for (int j = 0; j < 64; j++) ck_assert(isfinite(r.gpu[0][j]));
+        both_free(&r);
+    }
+    dist_op sc = {.code = DIST_OPC_SCALE, .nin = 1, .nout = 1, .f = {65536.0f, 0}};
+    spec x = {2, {37, 29}, -2, 2, NULL, 0};
+    check_op("scale", &sc, &x, &x);
+}
+END_TEST
+
 /* ---- step graphs ----------------------------------------------------------------------------- */
 
 enum { G_X, G_B, G_U, G_DA, G_DB, G_R, G_DX, G_S, G_ST, G_M, G_COUNT };
@@ -566,6 +601,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_batch_norm_family_matches_cpu);
     tcase_add_test(tc, test_dropout_mask_bits_equal_cpu_and_the_hash);
     tcase_add_test(tc, test_sum_squares_and_clipping_match_cpu);
+    tcase_add_test(tc, test_loss_scale_ops_match_cpu);
     tcase_add_test(tc, test_ops_replayed_from_a_step_graph_give_the_eager_bits);
     suite_add_tcase(s, tc);
     return s;

@@ -652,6 +652,19 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
         }
         return;
     }
+    case DIST_OPC_ALL_FINITE: {
+        float ok = 1.0f;
+        for (int64_t i = 0; i < n; i++) ok = isfinite(x->data[i]) ? ok : 0.0f;
+        out[0].data[0] = ok;
+        return;
+    }
+    case DIST_OPC_SELECT:
+        for (int64_t i = 0; i < hnumel(&out[0]); i++)
+            out[0].data[i] = in[0].data[0] != 0.0f ? in[1].data[i] : in[2].data[i];
+        return;
+    case DIST_OPC_SCALE:
+        for (int64_t i = 0; i < n; i++) out[0].data[i] = x->data[i] * op->f[0];
+        return;
     default: ck_abort_msg("no reference for op code %d", (int)op->code);
     }
 }
@@ -905,6 +918,35 @@ START_TEST(test_sum_of_squares_and_clipping_match) {
         hfree(&n);
     }
     hfree(&x), hfree(&s);
+}
+END_TEST
+
+/* The dynamic loss scale's ops: the finite test of finite, Inf and NaN tensors; the select of
+ * either branch, the other holding an Inf and a NaN that must not leak; the scale by a value of
+ * the step */
+START_TEST(test_loss_scale_ops_match) {
+    const float bad[] = {1.0f, INFINITY, -INFINITY, NAN};
+    for (int i = 0; i < 4; i++) {
+        hval x = hrand(2, D23, 30 + i, -3.0f, 3.0f), f = hnew(0, NULL);
+        x.data[4] = bad[i] * (i == 0 ? x.data[4] : 1.0f);
+        char name[64];
+        snprintf(name, sizeof name, "all finite, element 4 = %g", (double)x.data[4]);
+        check_op(name, &(dist_op){.code = DIST_OPC_ALL_FINITE, .nin = 1, .nout = 1}, &x, &f);
+        hfree(&x), hfree(&f);
+    }
+    for (int c = 0; c < 2; c++) {
+        hval in[3] = {hnew(1, D1), hrand(2, D23, 40, -3.0f, 3.0f), hrand(2, D23, 41, -3.0f, 3.0f)};
+        in[0].data[0] = (float)c;
+        in[c ? 2 : 1].data[1] = INFINITY, in[c ? 2 : 1].data[2] = NAN;
+        hval y = hnew(2, D23);
+        check_op(c ? "select, condition 1" : "select, condition 0",
+                 &(dist_op){.code = DIST_OPC_SELECT, .nin = 3, .nout = 1}, in, &y);
+        hfree(&in[0]), hfree(&in[1]), hfree(&in[2]), hfree(&y);
+    }
+    hval x = hrand(2, D23, 50, -3.0f, 3.0f), y = hnew(2, D23);
+    check_op("scale by a value of the step",
+             &(dist_op){.code = DIST_OPC_SCALE, .nin = 1, .nout = 1, .f = {32768.0f}}, &x, &y);
+    hfree(&x), hfree(&y);
 }
 END_TEST
 
@@ -1169,6 +1211,9 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
         {{.code = DIST_OPC_SUM_SQUARES, .nin = 1, .nout = 1}, {x}, {sc}},
         {{.code = DIST_OPC_CLIP_VALUE, .nin = 1, .nout = 1, .f = {0, 1}}, {x}, {x}},
         {{.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1, .f = {1}}, {x, sc}, {x}},
+        {{.code = DIST_OPC_ALL_FINITE, .nin = 1, .nout = 1}, {x}, {sc}},
+        {{.code = DIST_OPC_SELECT, .nin = 3, .nout = 1}, {sc, x, x}, {x}},
+        {{.code = DIST_OPC_SCALE, .nin = 1, .nout = 1, .f = {3.0f}}, {x}, {x}},
     };
     int seen[DIST_OPC_COUNT] = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1227,6 +1272,7 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_softmax_losses_and_their_gradients_match);
         tcase_add_test(run, test_batch_normalization_ops_match);
         tcase_add_test(run, test_sum_of_squares_and_clipping_match);
+        tcase_add_test(run, test_loss_scale_ops_match);
         tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
         tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);
         tcase_add_test(run,

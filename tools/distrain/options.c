@@ -655,13 +655,6 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                         "only\n");
         return 2;
     }
-    if (tpu && o->mixed_precision && strcmp(o->mixed_precision, "fp16") == 0) {
-        fprintf(stderr, "distrain: --strategy tpu compiles the whole step into one program: "
-                        "fp16's dynamic loss scale decides on the host in the middle of a step "
-                        "whether to apply it, which the traced program cannot; use "
-                        "--mixed-precision bf16 (as on TPUs)\n");
-        return 2;
-    }
     if (o->base_batch_given && o->scale_lr == DIST_LR_SCALING_NONE) {
         fprintf(stderr, "distrain: --base-batch needs --scale-lr linear or sqrt (without it the "
                         "learning rate is not scaled)\n");

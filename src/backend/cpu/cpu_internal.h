@@ -215,6 +215,12 @@ dist_status cpu_op_clip_value(void *ctx, const dist_op *op, const dist_tensor *c
                               dist_tensor *const *out);
 dist_status cpu_op_clip_by_norm(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                 dist_tensor *const *out);
+dist_status cpu_op_all_finite(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                              dist_tensor *const *out);
+dist_status cpu_op_select(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out);
+dist_status cpu_op_scale(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                         dist_tensor *const *out);
 
 /* For tests and start-up checks: the implementation names of the primitives created so far,
  * written as "op=impl;..." into buf. */

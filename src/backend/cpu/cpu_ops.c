@@ -69,6 +69,9 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_SUM_SQUARES:
     case DIST_OPC_CLIP_VALUE: a->nin = 1; return 1;
     case DIST_OPC_CLIP_BY_NORM: a->nin = 2; return 1;
+    case DIST_OPC_ALL_FINITE: a->nin = 1; return 1;
+    case DIST_OPC_SELECT: a->nin = 3; return 1;
+    case DIST_OPC_SCALE: a->nin = 1; return 1;
     case DIST_OPC_COUNT: break;
     }
     return 0;
@@ -1035,6 +1038,9 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
     case DIST_OPC_SUM_SQUARES: return cpu_op_sum_squares(ctx, op, in, out);
     case DIST_OPC_CLIP_VALUE: return cpu_op_clip_value(ctx, op, in, out);
     case DIST_OPC_CLIP_BY_NORM: return cpu_op_clip_by_norm(ctx, op, in, out);
+    case DIST_OPC_ALL_FINITE: return cpu_op_all_finite(ctx, op, in, out);
+    case DIST_OPC_SELECT: return cpu_op_select(ctx, op, in, out);
+    case DIST_OPC_SCALE: return cpu_op_scale(ctx, op, in, out);
     case DIST_OPC_COUNT: break;
     }
     return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);

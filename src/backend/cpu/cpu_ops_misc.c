@@ -1,6 +1,6 @@
 /* The op set's randomness and whole-tensor ops on the CPU (backend/ops.h): dropout's keep mask,
- * the sum of squares, and the two clippings of the optimizer's gradients. cpu_ops.c dispatches
- * to them.
+ * the sum of squares, the two clippings of the optimizer's gradients, and the dynamic loss
+ * scale's finite test, select and scaling. cpu_ops.c dispatches to them.
  *
  * The sum of squares splits the tensor into a fixed number of blocks whose size depends on the
  * element count only, sums each block in double, then the blocks in order: the same bits for
@@ -144,6 +144,58 @@ dist_status cpu_op_clip_by_norm(void *ctx, const dist_op *op, const dist_tensor 
 #pragma omp parallel for simd num_threads(misc_threads(ctx, n)) schedule(static)
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
     }
+    out[0]->layout = in[0]->layout;
+    return DIST_OK;
+}
+
+dist_status cpu_op_all_finite(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                              dist_tensor *const *out) {
+    DIST_TRY(misc_check_f32(op, in[0], "the input"));
+    DIST_TRY(misc_check_scalar(op, out[0], "the output"));
+    int64_t n = dist_tensor_numel(in[0]);
+    const uint32_t *u = in[0]->data;
+    int bad = 0;
+    /* an exponent of all ones is Inf or NaN; the bits, not isfinite, so fast-math cannot
+     * fold the test away */
+#pragma omp parallel for simd num_threads(misc_threads(ctx, n)) schedule(static) reduction(|| : bad)
+    for (int64_t i = 0; i < n; i++) bad = bad || (u[i] & 0x7f800000u) == 0x7f800000u;
+    *(float *)out[0]->data = bad ? 0.0f : 1.0f;
+    out[0]->layout = DIST_LAYOUT_PLAIN;
+    return DIST_OK;
+}
+
+dist_status cpu_op_select(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out) {
+    DIST_TRY(misc_check_scalar(op, in[0], "the condition"));
+    DIST_TRY(misc_check_f32(op, in[1], "the first choice"));
+    DIST_TRY(misc_check_f32(op, in[2], "the second choice"));
+    DIST_TRY(misc_check_f32(op, out[0], "the output"));
+    DIST_TRY(misc_check_same(op, in[1], out[0]));
+    DIST_TRY(misc_check_same(op, in[2], out[0]));
+    const float c = *(const float *)in[0]->data;
+    const dist_tensor *pick = c != 0.0f ? in[1] : in[2];
+    if (pick->data != out[0]->data) {
+        int64_t n = dist_tensor_numel(out[0]);
+        const float *x = pick->data;
+        float *y = out[0]->data;
+#pragma omp parallel for simd num_threads(misc_threads(ctx, n)) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    }
+    out[0]->layout = pick->layout;
+    return DIST_OK;
+}
+
+dist_status cpu_op_scale(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                         dist_tensor *const *out) {
+    DIST_TRY(misc_check_f32(op, in[0], "the input"));
+    DIST_TRY(misc_check_f32(op, out[0], "the output"));
+    DIST_TRY(misc_check_same(op, in[0], out[0]));
+    int64_t n = dist_tensor_numel(in[0]);
+    const float f = op->f[0];
+    const float *x = in[0]->data;
+    float *y = out[0]->data;
+#pragma omp parallel for simd num_threads(misc_threads(ctx, n)) schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * f;
     out[0]->layout = in[0]->layout;
     return DIST_OK;
 }

@@ -36,7 +36,10 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_AVG_POOL2D:
     case DIST_OPC_AVG_POOL2D_GRAD:
     case DIST_OPC_SUM_SQUARES:
-    case DIST_OPC_CLIP_VALUE: s->in_req = 1; return 1;
+    case DIST_OPC_CLIP_VALUE:
+    case DIST_OPC_ALL_FINITE:
+    case DIST_OPC_SCALE: s->in_req = 1; return 1;
+    case DIST_OPC_SELECT: s->in_req = 7; return 1;
     case DIST_OPC_CONCAT:
         s->in_req = (1u << (op->nin > 0 && op->nin <= DIST_OP_MAX_IN ? op->nin : 0)) - 1u;
         return op->nin > 0 && op->nin <= DIST_OP_MAX_IN && op->nin <= CUDAK_OP_MAX_IN;
@@ -414,7 +417,18 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         for (int i = 0; i < 4; i++) a->key[i] = op->u[i];
         a->n = dist_tensor_numel(y);
         return DIST_OK;
-    case DIST_OPC_SUM_SQUARES: a->n = dist_tensor_numel(x); return numel_is(op, y, 1, "the output");
+    case DIST_OPC_SUM_SQUARES:
+    case DIST_OPC_ALL_FINITE: a->n = dist_tensor_numel(x); return numel_is(op, y, 1, "the output");
+    case DIST_OPC_SCALE:
+        DIST_TRY(same_numel(op, x, y, "x", "y"));
+        a->n = dist_tensor_numel(y);
+        return DIST_OK;
+    case DIST_OPC_SELECT:
+        DIST_TRY(numel_is(op, in[0], 1, "the condition"));
+        DIST_TRY(same_numel(op, in[1], y, "the first choice", "the output"));
+        DIST_TRY(same_numel(op, in[2], y, "the second choice", "the output"));
+        a->n = dist_tensor_numel(y);
+        return DIST_OK;
     case DIST_OPC_CLIP_BY_NORM:
         if (!(op->f[0] > 0.0f) || isinf(op->f[0]))
             return bad(op, "the clip norm must be finite and > 0");

@@ -715,6 +715,28 @@ __global__ void clip_value_kernel(cudak_op a) {
     }
 }
 
+/* ALL_FINITE in two launches: the flag set to 1, then any thread that meets an Inf or a NaN
+ * (an exponent of all ones) writes 0 (every writer writes the same value) */
+__global__ void set_one_kernel(cudak_op a) { a.out[0][0] = 1.0f; }
+
+__global__ void all_finite_kernel(cudak_op a) {
+    const uint32_t *u = reinterpret_cast<const uint32_t *>(a.in[0]);
+    GRID_STRIDE(i, a.n) {
+        if ((u[i] & 0x7f800000u) == 0x7f800000u) a.out[0][0] = 0.0f;
+    }
+}
+
+/* SELECT: copies of the chosen operand (out may be it) */
+__global__ void select_kernel(cudak_op a) {
+    const float *pick = a.in[0][0] != 0.0f ? a.in[1] : a.in[2];
+    if (pick == a.out[0]) return;
+    GRID_STRIDE(i, a.n) a.out[0][i] = pick[i];
+}
+
+__global__ void scale_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) a.out[0][i] = __fmul_rn(a.in[0][i], a.f[0]);
+}
+
 /* in: x, the summed squares (scalar) */
 __global__ void clip_by_norm_kernel(cudak_op a) {
     const float s = a.in[1][0], c = a.f[0];
@@ -841,6 +863,16 @@ extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
         break;
     case DIST_OPC_CLIP_BY_NORM:
         if (a.n) clip_by_norm_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_ALL_FINITE:
+        set_one_kernel<<<1, 1, 0, s>>>(a);
+        if (a.n) all_finite_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SELECT:
+        if (a.n) select_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_SCALE:
+        if (a.n) scale_kernel<<<g, kThreads, 0, s>>>(a);
         break;
     default: return cudaErrorInvalidValue;
     }
