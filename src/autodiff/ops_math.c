@@ -642,12 +642,6 @@ dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *beg
 
 
 /* x's shape with the reduced axes (mask) set to 1: the output's shape with keepdims. */
-static void kept_shape(const dist_tensor *x, int mask, dist_tensor *kept) {
-    *kept = *x;
-    for (int d = 0; d < x->ndim; d++)
-        if (mask & (1 << d)) kept->shape[d] = 1;
-}
-
 static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
@@ -677,7 +671,7 @@ static dist_status reduce_axes(dist_tape *t, int kind, const dist_tensor *x, int
     }
     if (naxes == 0) mask = (1 << x->ndim) - 1;
     dist_tensor kept;
-    kept_shape(x, mask, &kept);
+    dist_op_kept_shape(x, mask, &kept);
     int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
     DIST_CHECK_ARG(kind != DIST_RED_MAX || total > 0 || nout == 0,
                    "%s: reducing an empty axis has no maximum", op);

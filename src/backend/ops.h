@@ -216,6 +216,14 @@ typedef struct dist_op {
     } pool;
 } dist_op;
 
+/* REDUCE's output as a tensor of x's rank: x's shape with the axes of `mask` of extent 1 (the
+ * caller and the backends agree on the kept elements' order through it). */
+static inline void dist_op_kept_shape(const dist_tensor *x, int mask, dist_tensor *kept) {
+    *kept = *x;
+    for (int d = 0; d < x->ndim; d++)
+        if (mask & (1 << d)) kept->shape[d] = 1;
+}
+
 /* The op's name for messages ("exp", "reduce_max", "batch_norm", ...). */
 const char *dist_op_name(const dist_op *op);
 

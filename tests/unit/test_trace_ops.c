@@ -1248,12 +1248,52 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
 }
 END_TEST
 
+/* Attributes the CPU backend refuses are refused by the trace backend too, naming the op and
+ * why, and record nothing */
+START_TEST(test_bad_attributes_are_refused_as_on_the_cpu) {
+    hval x = hrand(2, D23, 60, -1.0f, 1.0f), y = hnew(2, D23), sc = hnew(0, NULL);
+    hval x2[2] = {x, sc};
+    const struct {
+        dist_op op;
+        const hval *in;
+        const char *why;
+    } cases[] = {
+        {{.code = DIST_OPC_DROPOUT_MASK, .nout = 1, .f = {1.0f}}, NULL, "rate must be in [0, 1)"},
+        {{.code = DIST_OPC_CLIP_VALUE, .nin = 1, .nout = 1, .f = {1.0f, -1.0f}}, &x,
+         "bounds"},
+        {{.code = DIST_OPC_CLIP_BY_NORM, .nin = 2, .nout = 1, .f = {0.0f}}, x2, "clip norm"},
+        {{.code = DIST_OPC_REDUCE, .k = DIST_RED_SUM, .mask = 4, .nin = 1, .nout = 1}, &x,
+         "mask"},
+        {{.code = DIST_OPC_TRANSPOSE, .nin = 1, .nout = 1, .v = {0, 0}}, &x, "permutation"},
+        {{.code = DIST_OPC_SLICE, .nin = 1, .nout = 1, .v = {1, 0}}, &x, "leaves the tensor"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        traced tr;
+        trace_setup(&tr, 1);
+        hval none[1] = {{0}};
+        trace_alloc(&tr, &cases[i].op, cases[i].in ? cases[i].in : none, &y);
+        ck_assert_int_eq(xla_trace_begin(tr.t, &tr.g), DIST_OK);
+        int before = tr.g.count;
+        dist_status st = dist_backend_run_op(tr.be, &cases[i].op, tr.inp, tr.outp);
+        ck_assert_msg(st == DIST_INVALID_ARGUMENT, "%s: status %d", dist_op_name(&cases[i].op),
+                      (int)st);
+        ck_assert_msg(strstr(dist_last_error(), cases[i].why) != NULL, "%s: message '%s'",
+                      dist_op_name(&cases[i].op), dist_last_error());
+        ck_assert_int_eq(tr.g.count, before);
+        xla_trace_abort(tr.t);
+        trace_teardown(&tr);
+    }
+    hfree(&x), hfree(&y), hfree(&sc);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *su = suite_create("trace_ops");
     TCase *tc = tcase_create("record");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_the_trace_backend_runs_every_opcode);
     tcase_add_test(tc, test_every_op_records_and_emits_in_the_three_forms);
+    tcase_add_test(tc, test_bad_attributes_are_refused_as_on_the_cpu);
     suite_add_tcase(su, tc);
     if (argc == 3 && !strcmp(argv[1], "cpu_plugin")) {
         g_plugin = argv[2];

@@ -323,18 +323,12 @@ static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tens
 /* ---- reductions ----------------------------------------------------------------------------- */
 
 /* x's shape with the reduced axes (mask) set to 1: the output's shape with keepdims. */
-static void kept_shape(const dist_tensor *x, int mask, dist_tensor *kept) {
-    *kept = *x;
-    for (int d = 0; d < x->ndim; d++)
-        if (mask & (1 << d)) kept->shape[d] = 1;
-}
-
 static dist_status op_reduce(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                              dist_tensor *const *out) {
     (void)c;
     const dist_tensor *x = in[0];
     dist_tensor kept;
-    kept_shape(x, op->mask, &kept);
+    dist_op_kept_shape(x, op->mask, &kept);
     int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
     DIST_TRY(need_numel(op, out[0], nout, "the output"));
     int kind = op->k;
@@ -362,7 +356,7 @@ static dist_status op_reduce_grad(cpu_ctx *c, const dist_op *op, const dist_tens
     (void)c;
     const dist_tensor *x = in[0];
     dist_tensor kept;
-    kept_shape(x, op->mask, &kept);
+    dist_op_kept_shape(x, op->mask, &kept);
     int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
     DIST_TRY(need_numel(op, in[1], nout, "y"));
     DIST_TRY(need_numel(op, in[2], nout, "dy"));
