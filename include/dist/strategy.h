@@ -142,8 +142,21 @@ typedef struct dist_strategy_options {
      * /proc/stat, logged at DEBUG when it lowers the count; DIST_CPU_LOAD_PROBE=0: every core). */
     int threads_per_replica;
     dist_cross_device_ops cross_device_ops;
-    /* Gradients are all-reduced as one buffer (0) or in packs of this many bytes. */
+    /* Gradients are all-reduced as one buffer (0) or in packs of this many bytes; with
+     * overlap_gradients, the size of a bucket (0: DIST_OVERLAP_BUCKET_BYTES). */
     size_t bytes_per_pack;
+    /* 1 = all-reduce a model's gradients in buckets while the backward pass still runs
+     * (mirrored and multi_worker with CPU replicas; the other kinds ignore it): as
+     * dist_tape_gradient writes the gradients of a buffer that apply_gradients has applied
+     * before (a model's gradient buffer, from the second step on), each bucket of it
+     * (bytes_per_pack, whole variables, in the order the backward pass finishes them: the same
+     * on every replica) is summed over the replicas by a communication thread of the replica,
+     * and the call returns with the buffer summed; apply_gradients then reduces it no more.
+     * The bits are those of one all-reduce of the whole buffer. A step must apply those
+     * gradients as the tape wrote them (scaling or clipping them per replica in between
+     * would act on the sums). 0 (the default) = off. Refused with GPU replicas
+     * (DIST_UNSUPPORTED). dist_strategy_gradient_overlap_stats says what it did. */
+    int overlap_gradients;
     /* Deadline in seconds for a collective to complete (0: 300 in one process, 60 across
      * workers). A peer that has not arrived by then fails the step with DIST_TIMEOUT. */
     double collective_timeout_s;
@@ -161,14 +174,18 @@ typedef struct dist_strategy_options {
     dist_tpu_settings tpu;         /* tpu */
 } dist_strategy_options;
 
-/* Version 6: the kinds' own settings moved into cluster, ps and tpu (version 5 had them flat:
- * cluster_spec is cluster.spec, tpu is tpu.name, tpu_cores is tpu.cores). */
-#define DIST_STRATEGY_OPTIONS_VERSION 6
+/* Version 7: overlap_gradients. Version 6: the kinds' own settings moved into cluster, ps and
+ * tpu (version 5 had them flat: cluster_spec is cluster.spec, tpu is tpu.name, tpu_cores is
+ * tpu.cores). */
+#define DIST_STRATEGY_OPTIONS_VERSION 7
+/* The bucket of overlap_gradients when bytes_per_pack is 0 (bench/RESULTS.md, "Overlapped
+ * all-reduce"). */
+#define DIST_OVERLAP_BUCKET_BYTES ((size_t)256 * 1024)
 #define DIST_STRATEGY_OPTIONS_INIT                                                                 \
     {                                                                                              \
         .version = DIST_STRATEGY_OPTIONS_VERSION, .kind = DIST_STRATEGY_MIRRORED, .devices = NULL, \
         .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
-        .collective_timeout_s = 0.0, .deterministic = 0, .cuda_graphs = 0,                         \
+        .overlap_gradients = 0, .collective_timeout_s = 0.0, .deterministic = 0, .cuda_graphs = 0, \
         .cluster = {.spec = NULL,                                                                  \
                     .connect_timeout_s = 0.0,                                                      \
                     .transport = DIST_TRANSPORT_AUTO,                                              \
@@ -211,6 +228,21 @@ DIST_API dist_device dist_strategy_replica_device(const dist_strategy *strategy,
  * default the cores / CPU replicas, counting only cores that other programs did not keep busy
  * then (DIST_CPU_LOAD_PROBE=0 counts every core). 0 when no local replica is a CPU. */
 DIST_API int dist_strategy_threads_per_replica(const dist_strategy *strategy);
+
+/* What overlap_gradients did on one local replica since the strategy was made. */
+typedef struct dist_gradient_overlap_stats {
+    int64_t calls;          /* dist_tape_gradient calls whose buffer was reduced in buckets */
+    int64_t buckets;        /* buckets all-reduced */
+    int64_t bytes;          /* their bytes */
+    double comm_seconds;    /* time the communication thread spent in those all-reduces */
+    double exposed_seconds; /* time the replica waited for them after its backward pass */
+} dist_gradient_overlap_stats;
+/* Fills *out for local replica `replica` (zeros when overlap_gradients is off or does not
+ * apply to the kind). DIST_INVALID_ARGUMENT for a NULL argument or a replica out of range.
+ * Read it between runs. */
+DIST_API dist_status dist_strategy_gradient_overlap_stats(const dist_strategy *strategy,
+                                                          int replica,
+                                                          dist_gradient_overlap_stats *out);
 /* Workers in the cluster (1 for the single-process strategies), this process's worker id
  * (TF's id_in_cluster: the chief is 0) and whether it is the chief, the one worker that
  * writes checkpoints, logs and summaries (TF's rule). */
@@ -408,8 +440,7 @@ DIST_API dist_strategy *dist_replica_strategy(const dist_replica_ctx *rc);
  * each). It may read them, combine them (dist_strategy_reduce / _gather, which span every worker
  * under multi_worker), and write results into them: what it leaves there is what each replica's
  * args hold when merge_call returns (TF's merge_fn returning mirrored values). */
-typedef dist_status (*dist_merge_fn)(dist_strategy *strategy, dist_per_replica *values,
-                                     void *user);
+typedef dist_status (*dist_merge_fn)(dist_strategy *strategy, dist_per_replica *values, void *user);
 
 /* ReplicaContext.merge_call: every local replica of the step calls it (in the same order as
  * its collectives) with `count` (0..DIST_RUN_MAX_OUTPUTS) tensors of its own, of the same

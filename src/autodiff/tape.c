@@ -43,6 +43,9 @@ void dist_tape_destroy(dist_tape *t) {
     free(t->bf16_twin);
     free(t->grads);
     free(t->nodes);
+    free(t->last_use);
+    free(t->finish_order);
+    free(t->source_of);
     free(t);
 }
 
@@ -57,6 +60,15 @@ void dist_tape_reset(dist_tape *t) {
 
 dist_backend *dist_tape_backend(const dist_tape *t) { return t->backend; }
 void dist_tape_bind_replica(dist_tape *t, dist_replica_ctx *rc) { t->replica = rc; }
+
+void dist_tape_set_gradient_hooks(dist_tape *t, const dist_tape_gradient_hooks *hooks) {
+    if (!t) return;
+    t->has_hooks = hooks && hooks->begin && hooks->ready && hooks->end;
+    if (t->has_hooks)
+        t->hooks = *hooks;
+    else
+        memset(&t->hooks, 0, sizeof t->hooks);
+}
 dist_replica_ctx *dist_tape_replica(const dist_tape *t) { return t->replica; }
 void dist_tape_set_recording(dist_tape *t, int recording) { t->recording = recording; }
 int dist_tape_recording(const dist_tape *t) { return t ? t->recording : 0; }
@@ -365,8 +377,90 @@ dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {
     return tape_be(t)->add(tape_bectx(t), g->t, tmp.t, g->t);
 }
 
-static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_tensor *seed,
-                            int count, dist_tensor *const *sources, dist_tensor *const *grads) {
+/* grads[i] gets its final value from the sweep's entry for sources[i]. */
+static dist_status finish_source(dist_tape *t, dist_tensor *const *sources,
+                                 dist_tensor *const *grads, int i) {
+    int id = tensor_id(t, sources[i]);
+    grad_entry *g = id >= 0 ? &t->grads[id] : NULL;
+    if (!g || !g->present) {
+        DIST_TRY(
+            tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data, dist_tensor_bytes(grads[i])));
+    } else if (g->is_const) {
+        grads[i]->layout = DIST_LAYOUT_PLAIN;
+        DIST_TRY(tape_be(t)->fill(tape_bectx(t), grads[i], g->value));
+    } else if (g->t != grads[i]) {
+        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, grads[i]));
+    }
+    if (id >= 0) memset(g, 0, sizeof *g);
+    return DIST_OK;
+}
+
+static int grow_ints(int **a, int *cap, int n) {
+    if (n <= *cap) return 1;
+    int *grown = realloc(*a, (size_t)n * sizeof *grown);
+    if (!grown) return 0;
+    *a = grown;
+    *cap = n;
+    return 1;
+}
+
+/* For a followed call: after which node each source's gradient is final (the earliest node of
+ * the tape that reads the source: the sweep runs backwards, and a backward writes gradients
+ * to its node's inputs only), and the order the sweep finishes them in (latest node first;
+ * among the sources of one node, the higher index first). A source no node reads is final at
+ * once (zeros). *ok = 0 where a source is listed twice: the call then reports every gradient
+ * at its end, as one written last. */
+static dist_status plan_finishing(dist_tape *t, int count, dist_tensor *const *sources, int *ok) {
+    *ok = 1;
+    if (!grow_ints(&t->last_use, &t->cap_last_use, count) ||
+        !grow_ints(&t->finish_order, &t->cap_finish_order, count) ||
+        !grow_ints(&t->source_of, &t->cap_source_of, t->nids))
+        return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+    for (int id = 0; id < t->nids; id++) t->source_of[id] = -1;
+    for (int i = 0; i < count; i++) {
+        t->last_use[i] = -1;
+        int id = tensor_id(t, sources[i]);
+        if (id < 0) continue;
+        if (t->source_of[id] >= 0) *ok = 0;
+        t->source_of[id] = i;
+    }
+    for (int j = t->nnodes - 1; j >= 0; j--)
+        for (int k = 0; k < 3; k++) {
+            int id = tensor_id(t, t->nodes[j].in[k]);
+            int i = id >= 0 ? t->source_of[id] : -1;
+            if (i >= 0) t->last_use[i] = j;
+        }
+    /* insertion sort by (last_use, index) descending: a model has tens of variables */
+    for (int i = 0; i < count; i++) {
+        int p = i;
+        while (p > 0 && (t->last_use[t->finish_order[p - 1]] < t->last_use[i] ||
+                         (t->last_use[t->finish_order[p - 1]] == t->last_use[i] &&
+                          t->finish_order[p - 1] < i))) {
+            t->finish_order[p] = t->finish_order[p - 1];
+            p--;
+        }
+        t->finish_order[p] = i;
+    }
+    return DIST_OK;
+}
+
+/* Finishes and reports, in finish_order from *next on, every source final once the sweep is
+ * past node `node` (-1: every one left). */
+static dist_status report_final(dist_tape *t, int count, dist_tensor *const *sources,
+                                dist_tensor *const *grads, int node, int *next) {
+    while (*next < count) {
+        int i = t->finish_order[*next];
+        if (node >= 0 && t->last_use[i] < node) break;
+        DIST_TRY(finish_source(t, sources, grads, i));
+        (*next)++;
+        DIST_TRY(t->hooks.ready(t->hooks.user, t, i, grads[i]));
+    }
+    return DIST_OK;
+}
+
+static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_tensor *seed,
+                         int count, dist_tensor *const *sources, dist_tensor *const *grads,
+                         int follow) {
     int tid = tensor_id(t, target);
     for (int i = 0; i < count; i++) {
         int id = tensor_id(t, sources[i]);
@@ -379,7 +473,14 @@ static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_
         g->t = grads[i];
         g->is_source = 1;
     }
-    if (tid >= 0 && t->requires_grad[tid]) {
+    int early = 0, next = 0;
+    if (follow) DIST_TRY(plan_finishing(t, count, sources, &early));
+    int swept = tid >= 0 && t->requires_grad[tid];
+    if (early && !swept) early = 0;
+    /* reported at the end: in index order, as a call without hooks writes them */
+    if (follow && !early)
+        for (int i = 0; i < count; i++) t->finish_order[i] = i;
+    if (swept) {
         if (seed) {
             dist_tensor *copy;
             DIST_TRY(tape_new_like(t, target, &copy));
@@ -395,31 +496,32 @@ static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_
         } else {
             DIST_TRY(grad_add_const(t, target, 1.0f));
         }
+        /* sources no node reads: zeros, final before the sweep */
+        if (early) DIST_TRY(report_final(t, count, sources, grads, t->nnodes, &next));
         for (int i = t->nnodes - 1; i >= 0; i--) {
             tape_node *n = &t->nodes[i];
             grad_entry *g = &t->grads[n->out->node];
-            if (!g->present) continue;
-            t->cur_round = n->round;
-            dist_status st = n->backward(t, n, g);
-            t->cur_round = DIST_F32;
-            DIST_TRY(st);
+            if (g->present) {
+                t->cur_round = n->round;
+                dist_status st = n->backward(t, n, g);
+                t->cur_round = DIST_F32;
+                DIST_TRY(st);
+            }
+            if (early) DIST_TRY(report_final(t, count, sources, grads, i, &next));
         }
     }
-    for (int i = 0; i < count; i++) {
-        int id = tensor_id(t, sources[i]);
-        grad_entry *g = id >= 0 ? &t->grads[id] : NULL;
-        if (!g || !g->present) {
-            DIST_TRY(tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data,
-                                             dist_tensor_bytes(grads[i])));
-        } else if (g->is_const) {
-            grads[i]->layout = DIST_LAYOUT_PLAIN;
-            DIST_TRY(tape_be(t)->fill(tape_bectx(t), grads[i], g->value));
-        } else if (g->t != grads[i]) {
-            DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, grads[i]));
-        }
-        if (id >= 0) memset(g, 0, sizeof *g);
-    }
+    if (follow) return report_final(t, count, sources, grads, -1, &next);
+    for (int i = 0; i < count; i++) DIST_TRY(finish_source(t, sources, grads, i));
     return DIST_OK;
+}
+
+static dist_status gradient(dist_tape *t, const dist_tensor *target, const dist_tensor *seed,
+                            int count, dist_tensor *const *sources, dist_tensor *const *grads) {
+    int follow = 0;
+    if (t->has_hooks) DIST_TRY(t->hooks.begin(t->hooks.user, t, count, grads, &follow));
+    dist_status st = sweep(t, target, seed, count, sources, grads, follow);
+    if (!follow) return st;
+    return t->hooks.end(t->hooks.user, t, st);
 }
 
 dist_status dist_tape_gradient(dist_tape *t, const dist_tensor *target, int count,

@@ -3,6 +3,7 @@
 #define DIST_AUTODIFF_TAPE_IMPL_H
 
 #include "autodiff/arena.h"
+#include "autodiff/tape_bind.h"
 #include "backend/backend.h"
 #include "dist/tape.h"
 
@@ -86,6 +87,14 @@ struct dist_tape {
 
     tape_node *nodes;
     int nnodes, cap_nodes;
+
+    /* dist_tape_set_gradient_hooks; `has_hooks` 0: none. The arrays say, per source of a
+     * followed gradient call, after which node it is final (last_use), the order the sweep
+     * finishes them in (finish_order), and per tensor id its source (source_of, -1: none). */
+    dist_tape_gradient_hooks hooks;
+    int has_hooks;
+    int *last_use, *finish_order, cap_last_use, cap_finish_order;
+    int *source_of, cap_source_of;
 };
 
 /* A new arena tensor with the given shape (layout plain, node id assigned). */

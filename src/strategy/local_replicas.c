@@ -19,12 +19,17 @@
 
 /* ---- the replica context ----------------------------------------------------------------- */
 
+/* A collective of the step's own waits for the buckets the backward pass gave the replica's
+ * communication thread (strategy/grad_overlap.c): one caller per rank at a time, in the same
+ * order on every replica. */
 static dist_status rc_all_reduce(dist_replica_ctx *rc, dist_reduce_op op, dist_tensor *t) {
+    DIST_TRY(dist_grad_overlap_drain(rc->impl, rc->local_id));
     return dist_strategy_all_reduce_tensor(rc->impl, rc->local_id, op, t);
 }
 
 static dist_status rc_all_gather(dist_replica_ctx *rc, const dist_tensor *in, dist_tensor *out) {
     dist_strategy *s = rc->impl;
+    DIST_TRY(dist_grad_overlap_drain(s, rc->local_id));
     if (!s->replicas_comm)
         return rc->backend->iface->copy(rc->backend->ctx, out->data, in->data,
                                         dist_tensor_bytes(in), DIST_COPY_D2D);
@@ -39,8 +44,9 @@ static dist_status rc_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
     return dist_strategy_default_apply_gradients(s, rc, grads, update, user);
 }
 
-static const struct dist_replica_ctx_i replica_ctx_iface = {
-    .all_reduce = rc_all_reduce, .all_gather = rc_all_gather, .apply_gradients = rc_apply_gradients};
+static const struct dist_replica_ctx_i replica_ctx_iface = {.all_reduce = rc_all_reduce,
+                                                            .all_gather = rc_all_gather,
+                                                            .apply_gradients = rc_apply_gradients};
 
 /* ---- set-up and tear-down ---------------------------------------------------------------- */
 
@@ -242,6 +248,8 @@ static void run_replica(dist_strategy *s, int r) {
         dist_comm_cancel(s->replicas_comm, r);
         dist_merge_point_fail(&L->merge, r);
     }
+    /* after the cancel: a bucket in flight for this rank gives up */
+    dist_grad_overlap_step_end(s, r);
 }
 
 static void *replica_thread(void *arg) {

@@ -113,6 +113,7 @@ dist_status dist_strategy_cross_device_rule(const dist_strategy_options *o,
 void dist_strategy_destroy(dist_strategy *s) {
     if (!s) return;
     /* the threads stop before the communicators they may be waiting in go away */
+    dist_grad_overlap_stop(s);
     dist_local_replicas_destroy(s);
     if (s->iface && s->iface->destroy) s->iface->destroy(s);
     if (s->owns_workers_comm) dist_comm_destroy(s->workers_comm);
@@ -174,6 +175,7 @@ static dist_status create_with(const dist_strategy_kind_desc *desc, dist_strateg
     s->num_workers = 1;
     s->is_chief = 1;
     s->bytes_per_pack = o->bytes_per_pack;
+    s->overlap_gradients = o->overlap_gradients;
     s->collective_timeout_s =
         o->collective_timeout_s > 0 ? o->collective_timeout_s : desc->collective_timeout_s;
     s->placement.owner = s;
@@ -189,6 +191,7 @@ static dist_status create_with(const dist_strategy_kind_desc *desc, dist_strateg
         s->placement.restore_slot = place_restore_slot;
     }
     if (st == DIST_OK && s->replicas.num_replicas > 0) st = dist_local_replicas_start(s);
+    if (st == DIST_OK && s->replicas.num_replicas > 0) st = dist_grad_overlap_start(s);
     if (st != DIST_OK) {
         dist_strategy_destroy(s);
         return st;
@@ -208,6 +211,9 @@ static dist_status check_options(const dist_strategy_options *o) {
                           (int)o->kind, names);
     }
     DIST_CHECK_ARG(o->threads_per_replica >= 0, "strategy: threads_per_replica must be >= 0");
+    DIST_CHECK_ARG(o->overlap_gradients == 0 || o->overlap_gradients == 1,
+                   "strategy: overlap_gradients must be 1 (on) or 0 (off), got %d",
+                   o->overlap_gradients);
     DIST_CHECK_ARG(o->cuda_graphs >= -1 && o->cuda_graphs <= 1,
                    "strategy: cuda_graphs must be 1 (on), -1 (off) or 0 (default), got %d",
                    o->cuda_graphs);
@@ -338,7 +344,9 @@ dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_re
 dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica_ctx *rc,
                                                   dist_tensor *grads, dist_update_fn update,
                                                   void *user) {
-    DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_SUM, grads));
+    /* with overlap_gradients the backward pass may have summed the buffer already */
+    if (!dist_grad_overlap_take_summed(s, rc->local_id, grads))
+        DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_SUM, grads));
     if (!s->replicas.share_updates || !s->replicas_comm) return update(rc, grads, user);
     /* The replicas may split the update (the optimizer's choice, the same on every replica):
      * each writes its part of every copy, so all of them meet before any copy is read. */

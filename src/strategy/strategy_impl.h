@@ -165,6 +165,10 @@ struct dist_strategy {
     int num_workers, worker_id, is_chief;
     double collective_timeout_s; /* the deadline of every collective call */
     size_t bytes_per_pack;       /* gradients all-reduced in packs of this size (0: whole) */
+    /* options.overlap_gradients: one dist_grad_overlap per local replica once the local
+     * replicas start (strategy/grad_overlap.c), NULL where it is off or does not apply */
+    int overlap_gradients;
+    struct dist_grad_overlap *overlap[DIST_MAX_REPLICAS];
     dist_local_replicas replicas;
     dist_placement placement;
     /* Every replica in sync (device memory of each local replica); NULL with one replica. */
@@ -207,6 +211,24 @@ dist_status dist_strategy_default_gather(dist_strategy *s, const dist_per_replic
 dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica_ctx *rc,
                                                   dist_tensor *grads, dist_update_fn update,
                                                   void *user);
+
+/* ---- overlapped gradient all-reduce (strategy/grad_overlap.c) ---------------------------- */
+
+/* With options.overlap_gradients, on a kind that uses the default apply_gradients and has a
+ * replicas' communicator: a communication thread per local replica and the tape's gradient
+ * hooks. DIST_UNSUPPORTED for GPU replicas. Nothing when off. */
+dist_status dist_grad_overlap_start(dist_strategy *s);
+/* Stops the threads and removes the hooks (before the communicators go). */
+void dist_grad_overlap_stop(dist_strategy *s);
+/* Waits until replica r's communication thread has finished what it was given; the first
+ * failure of its all-reduces since the last gradient call, if any (DIST_OK when off). */
+dist_status dist_grad_overlap_drain(dist_strategy *s, int r);
+/* apply_gradients: 1 when `grads` is the buffer that replica r's last gradient call of this
+ * step summed whole (the mark is consumed); the buffer is remembered for the next steps. */
+int dist_grad_overlap_take_summed(dist_strategy *s, int r, const dist_tensor *grads);
+/* End of replica r's step (after a failure: once its communicator rank is cancelled): the
+ * thread idle, the mark dropped. */
+void dist_grad_overlap_step_end(dist_strategy *s, int r);
 
 /* An all-reduce of a replica's tensor over s->replicas_comm, in packs of bytes_per_pack. */
 dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_reduce_op op,

@@ -874,6 +874,8 @@ static int train(run_state *s) {
     so.collective_timeout_s = o->collective_timeout_s;
     so.cluster.connect_timeout_s = o->connect_timeout_s;
     so.cluster.allow_insecure = o->insecure;
+    so.overlap_gradients = o->overlap_gradients;
+    so.bytes_per_pack = (size_t)o->bytes_per_pack;
     so.ps.variable_partitioner = &o->partitioner;
     so.tpu.pjrt_plugin = o->pjrt_plugin;
     so.tpu.name = o->tpu;

@@ -106,6 +106,12 @@ static const distrain_flag flags[] = {
     {"--insecure", 0, "", "off",
      "multi_worker: join without a cluster token (anyone who can reach the workers' ports can "
      "join the job)"},
+    {"--overlap-gradients", 0, "", "off",
+     "mirrored, multi_worker (CPU replicas): all-reduce the gradients in buckets while the "
+     "backward pass runs, on a communication thread per replica (the same bits)"},
+    {"--bytes-per-pack", 1, "B", "0: one buffer; 262144 with --overlap-gradients",
+     "mirrored, multi_worker: all-reduce the gradients in packs (buckets with "
+     "--overlap-gradients) of B bytes"},
     {"--collective-timeout", 1, "S", "60",
      "multi_worker: fail a step when a worker has not answered in S seconds"},
     {"--connect-timeout", 1, "S", "300",
@@ -315,6 +321,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->insecure = 1;
             continue;
         }
+        if (strcmp(a, "--overlap-gradients") == 0) {
+            o->overlap_gradients = 1;
+            continue;
+        }
         if (strcmp(a, "--version") == 0) {
             o->version = 1;
             continue;
@@ -473,6 +483,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 strcmp(v, "tls"))
                 return bad(a, v, "expected auto, tcp, shm, mpi or tls");
             o->transport = v;
+        } else if (strcmp(a, "--bytes-per-pack") == 0) {
+            if (!(rc = parse_int(a, v, 1, INT64_MAX, &n))) o->bytes_per_pack = n;
         } else if (strcmp(a, "--tls-cert") == 0) {
             o->tls_cert = v;
         } else if (strcmp(a, "--tls-key") == 0) {

@@ -53,6 +53,8 @@ typedef struct distrain_options {
     const char *tls_ca;          /* --tls-ca */
     const char *token_file;      /* --cluster-token-file: $DIST_CLUSTER_TOKEN_FILE */
     int insecure;                /* --insecure: join without a cluster token */
+    int overlap_gradients;       /* --overlap-gradients */
+    int64_t bytes_per_pack;      /* --bytes-per-pack; 0: the strategy's default */
     const char *checkpoint_dir;  /* ModelCheckpoint: the training state at every epoch end */
     const char *backup_dir;      /* BackupAndRestore */
     int64_t backup_freq;         /* backups every N batches; 0 = at epoch ends */
