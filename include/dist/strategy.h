@@ -157,6 +157,15 @@ typedef struct dist_strategy_options {
      * would act on the sums). 0 (the default) = off. Refused with GPU replicas
      * (DIST_UNSUPPORTED). dist_strategy_gradient_overlap_stats says what it did. */
     int overlap_gradients;
+    /* The dtype the gradients cross the replicas' communicator in (mirrored and multi_worker
+     * with CPU replicas; the other kinds ignore it): DIST_F32 (the default) as they are;
+     * DIST_BF16 or DIST_F16 to halve the bytes, as Horovod's fp16 compression: each gradient
+     * rounded to it (nearest even), summed in float32 and rounded again after each addition,
+     * widened back to float32. Other bits than float32's, the same with or without
+     * overlap_gradients and for any bytes_per_pack. float16 turns gradients above 65504 into
+     * Inf (dynamic loss scaling then skips the step). Other dtypes: DIST_INVALID_ARGUMENT;
+     * GPU replicas: DIST_UNSUPPORTED. */
+    dist_dtype gradient_wire_dtype;
     /* Deadline in seconds for a collective to complete (0: 300 in one process, 60 across
      * workers). A peer that has not arrived by then fails the step with DIST_TIMEOUT. */
     double collective_timeout_s;
@@ -174,9 +183,9 @@ typedef struct dist_strategy_options {
     dist_tpu_settings tpu;         /* tpu */
 } dist_strategy_options;
 
-/* Version 7: overlap_gradients. Version 6: the kinds' own settings moved into cluster, ps and
- * tpu (version 5 had them flat: cluster_spec is cluster.spec, tpu is tpu.name, tpu_cores is
- * tpu.cores). */
+/* Version 7: overlap_gradients, gradient_wire_dtype. Version 6: the kinds' own settings moved into
+ * cluster, ps and tpu (version 5 had them flat: cluster_spec is cluster.spec, tpu is tpu.name,
+ * tpu_cores is tpu.cores). */
 #define DIST_STRATEGY_OPTIONS_VERSION 7
 /* The bucket of overlap_gradients when bytes_per_pack is 0 (bench/RESULTS.md, "Overlapped
  * all-reduce"). */
@@ -185,7 +194,8 @@ typedef struct dist_strategy_options {
     {                                                                                              \
         .version = DIST_STRATEGY_OPTIONS_VERSION, .kind = DIST_STRATEGY_MIRRORED, .devices = NULL, \
         .threads_per_replica = 0, .cross_device_ops = DIST_CROSS_DEVICE_AUTO, .bytes_per_pack = 0, \
-        .overlap_gradients = 0, .collective_timeout_s = 0.0, .deterministic = 0, .cuda_graphs = 0, \
+        .overlap_gradients = 0, .gradient_wire_dtype = DIST_F32, .collective_timeout_s = 0.0,      \
+        .deterministic = 0, .cuda_graphs = 0,                                                      \
         .cluster = {.spec = NULL,                                                                  \
                     .connect_timeout_s = 0.0,                                                      \
                     .transport = DIST_TRANSPORT_AUTO,                                              \

@@ -92,8 +92,9 @@ double dist_comm_deadline(const dist_comm *c, double timeout_s) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     double now = (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-    double limit = timeout_s > 0 ? timeout_s : c && c->timeout_s > 0 ? c->timeout_s
-                                                          : DIST_NET_COLLECTIVE_TIMEOUT_S;
+    double limit = timeout_s > 0           ? timeout_s
+                   : c && c->timeout_s > 0 ? c->timeout_s
+                                           : DIST_NET_COLLECTIVE_TIMEOUT_S;
     return now + limit;
 }
 
@@ -169,6 +170,16 @@ void dist_comm_accumulate(dist_dtype dtype, dist_reduce_op op, void *acc, const 
     case DIST_BF16: accumulate_half(acc, x, n, op, bf16_to_float, float_to_bf16); break;
     default: break;
     }
+}
+
+void dist_comm_to_half(dist_dtype dtype, const float *x, uint16_t *h, size_t n) {
+    uint16_t (*from)(float) = dtype == DIST_F16 ? float_to_f16 : float_to_bf16;
+    for (size_t i = 0; i < n; i++) h[i] = from(x[i]);
+}
+
+void dist_comm_from_half(dist_dtype dtype, const uint16_t *h, float *x, size_t n) {
+    float (*to)(uint16_t) = dtype == DIST_F16 ? f16_to_float : bf16_to_float;
+    for (size_t i = 0; i < n; i++) x[i] = to(h[i]);
 }
 
 void dist_comm_divide(dist_dtype dtype, void *acc, size_t n, int divisor) {

@@ -84,6 +84,10 @@ void dist_comm_destroy(dist_comm *c);
  * bf16 are computed in float32 and rounded to nearest even after each step, as NCCL does.
  * NaN propagates through MAX and MIN. */
 void dist_comm_accumulate(dist_dtype dtype, dist_reduce_op op, void *acc, const void *x, size_t n);
+/* float32 to f16 / bf16 (dtype) and back, n elements, rounded to nearest even as the
+ * accumulation rounds: a gradient compressed for the wire (strategy/strategy.c). */
+void dist_comm_to_half(dist_dtype dtype, const float *x, uint16_t *h, size_t n);
+void dist_comm_from_half(dist_dtype dtype, const uint16_t *h, float *x, size_t n);
 /* The MEAN's final step: acc[i] /= divisor (integers truncate toward zero). */
 void dist_comm_divide(dist_dtype dtype, void *acc, size_t n, int divisor);
 /* DIST_OK when dtype and op are ones a communicator reduces, else DIST_INVALID_ARGUMENT. */

@@ -94,8 +94,8 @@ static void *comm_thread(void *arg) {
         /* after a failure the peers cannot complete the later buckets either: they fail too,
          * on their own deadline or on this rank's cancel */
         if (!skip)
-            st = dist_comm_all_reduce(o->s->replicas_comm, o->r, b.data, b.bytes / sizeof(float),
-                                      DIST_F32, DIST_REDUCE_SUM, 0);
+            st = dist_strategy_reduce_gradient_range(o->s, o->r, (float *)(void *)b.data,
+                                                     b.bytes / sizeof(float));
         double spent = go_now() - t0;
         char why[sizeof o->error];
         if (st != DIST_OK) snprintf(why, sizeof why, "%s", dist_last_error());
@@ -264,14 +264,16 @@ static dist_status hook_end(void *user, dist_tape *t, dist_status st) {
 }
 
 dist_status dist_grad_overlap_start(dist_strategy *s) {
-    if (!s->overlap_gradients || !s->replicas_comm || s->iface->apply_gradients) return DIST_OK;
+    if (!s->replicas_comm || s->iface->apply_gradients) return DIST_OK;
+    if (!s->overlap_gradients && s->grad_wire == DIST_F32) return DIST_OK;
     dist_local_replicas *L = &s->replicas;
+    /* both read and write the gradients on the host, beside the device's stream */
     for (int r = 0; r < L->num_replicas; r++)
         if (L->devices[r].kind != DIST_DEVICE_CPU)
-            return dist_error(DIST_UNSUPPORTED,
-                              "overlap_gradients: replica %d is on a GPU; the overlapped "
-                              "all-reduce runs on CPU replicas only",
-                              r);
+            return dist_error(
+                DIST_UNSUPPORTED, "%s: replica %d is on a GPU; it works on CPU replicas only",
+                s->overlap_gradients ? "overlap_gradients" : "gradient_wire_dtype", r);
+    if (!s->overlap_gradients) return DIST_OK;
     size_t bucket = s->bytes_per_pack > 0 ? s->bytes_per_pack : DIST_OVERLAP_BUCKET_BYTES;
     for (int r = 0; r < L->num_replicas; r++) {
         dist_grad_overlap *o = calloc(1, sizeof *o);
@@ -295,6 +297,22 @@ dist_status dist_grad_overlap_start(dist_strategy *s) {
     return DIST_OK;
 }
 
+/* What the overlap did, once, as the strategy goes: the communication it hid is what a user
+ * tunes bytes_per_pack by. */
+static void log_summary(const dist_grad_overlap *o) {
+    const dist_gradient_overlap_stats *st = &o->stats;
+    if (st->calls == 0) return;
+    double hidden = st->comm_seconds > 0 ? 1.0 - st->exposed_seconds / st->comm_seconds : 0.0;
+    if (hidden < 0) hidden = 0;
+    dist_log(DIST_LOG_INFO,
+             "overlap_gradients: replica %d: %lld backward passes in %lld buckets of up to %zu "
+             "bytes (%.1f MB); all-reduce %.3f ms per pass, %.3f ms of it after the backward "
+             "pass: %.0f%% hidden",
+             o->r, (long long)st->calls, (long long)st->buckets, o->bucket_bytes,
+             (double)st->bytes / 1e6, 1e3 * st->comm_seconds / (double)st->calls,
+             1e3 * st->exposed_seconds / (double)st->calls, 100.0 * hidden);
+}
+
 void dist_grad_overlap_stop(dist_strategy *s) {
     for (int r = 0; r < DIST_MAX_REPLICAS; r++) {
         dist_grad_overlap *o = s->overlap[r];
@@ -307,6 +325,7 @@ void dist_grad_overlap_stop(dist_strategy *s) {
             pthread_mutex_unlock(&o->mu);
             pthread_join(o->thread, NULL);
         }
+        if (r == 0) log_summary(o);
         pthread_mutex_destroy(&o->mu);
         pthread_cond_destroy(&o->cv_work);
         pthread_cond_destroy(&o->cv_done);

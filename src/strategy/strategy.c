@@ -118,6 +118,7 @@ void dist_strategy_destroy(dist_strategy *s) {
     if (s->iface && s->iface->destroy) s->iface->destroy(s);
     if (s->owns_workers_comm) dist_comm_destroy(s->workers_comm);
     dist_comm_destroy(s->replicas_comm);
+    for (int r = 0; r < DIST_MAX_REPLICAS; r++) free(s->wire_buf[r]);
     for (int r = 0; r < DIST_MAX_REPLICAS; r++)
         for (int i = 0; i < DIST_RUN_MAX_OUTPUTS; i++) dist_tensor_destroy(s->steps_sum[r][i]);
     free(s);
@@ -176,6 +177,7 @@ static dist_status create_with(const dist_strategy_kind_desc *desc, dist_strateg
     s->is_chief = 1;
     s->bytes_per_pack = o->bytes_per_pack;
     s->overlap_gradients = o->overlap_gradients;
+    s->grad_wire = o->gradient_wire_dtype;
     s->collective_timeout_s =
         o->collective_timeout_s > 0 ? o->collective_timeout_s : desc->collective_timeout_s;
     s->placement.owner = s;
@@ -214,6 +216,10 @@ static dist_status check_options(const dist_strategy_options *o) {
     DIST_CHECK_ARG(o->overlap_gradients == 0 || o->overlap_gradients == 1,
                    "strategy: overlap_gradients must be 1 (on) or 0 (off), got %d",
                    o->overlap_gradients);
+    DIST_CHECK_ARG(o->gradient_wire_dtype == DIST_F32 || o->gradient_wire_dtype == DIST_BF16 ||
+                       o->gradient_wire_dtype == DIST_F16,
+                   "strategy: gradient_wire_dtype must be float32, bfloat16 or float16, got %s",
+                   dist_dtype_name(o->gradient_wire_dtype));
     DIST_CHECK_ARG(o->cuda_graphs >= -1 && o->cuda_graphs <= 1,
                    "strategy: cuda_graphs must be 1 (on), -1 (off) or 0 (default), got %d",
                    o->cuda_graphs);
@@ -341,12 +347,46 @@ dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_re
     return DIST_OK;
 }
 
+dist_status dist_strategy_reduce_gradient_range(dist_strategy *s, int r, float *data, size_t n) {
+    if (s->grad_wire == DIST_F32)
+        return dist_comm_all_reduce(s->replicas_comm, r, data, n, DIST_F32, DIST_REDUCE_SUM, 0);
+    size_t bytes = n * sizeof(uint16_t);
+    if (s->wire_cap[r] < bytes) {
+        void *grown = realloc(s->wire_buf[r], bytes);
+        if (!grown)
+            return dist_error(DIST_OUT_OF_MEMORY,
+                              "gradient_wire_dtype: out of memory for %zu bytes", bytes);
+        s->wire_buf[r] = grown;
+        s->wire_cap[r] = bytes;
+    }
+    uint16_t *wire = s->wire_buf[r];
+    dist_comm_to_half(s->grad_wire, data, wire, n);
+    DIST_TRY(dist_comm_all_reduce(s->replicas_comm, r, wire, n, s->grad_wire, DIST_REDUCE_SUM, 0));
+    dist_comm_from_half(s->grad_wire, wire, data, n);
+    return DIST_OK;
+}
+
+/* The gradient buffer's all-reduce: in packs of bytes_per_pack (of float32 bytes), compressed
+ * where gradient_wire_dtype says so. */
+static dist_status reduce_gradients(dist_strategy *s, int r, dist_tensor *grads) {
+    if (!s->replicas_comm) return DIST_OK;
+    if (s->grad_wire == DIST_F32 || grads->dtype != DIST_F32)
+        return dist_strategy_all_reduce_tensor(s, r, DIST_REDUCE_SUM, grads);
+    size_t n = (size_t)dist_tensor_numel(grads);
+    size_t pack = s->bytes_per_pack > 0 ? s->bytes_per_pack / sizeof(float) : n;
+    if (pack == 0) pack = 1;
+    for (size_t lo = 0; lo < n; lo += pack)
+        DIST_TRY(dist_strategy_reduce_gradient_range(s, r, (float *)grads->data + lo,
+                                                     n - lo < pack ? n - lo : pack));
+    return DIST_OK;
+}
+
 dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica_ctx *rc,
                                                   dist_tensor *grads, dist_update_fn update,
                                                   void *user) {
     /* with overlap_gradients the backward pass may have summed the buffer already */
     if (!dist_grad_overlap_take_summed(s, rc->local_id, grads))
-        DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_SUM, grads));
+        DIST_TRY(reduce_gradients(s, rc->local_id, grads));
     if (!s->replicas.share_updates || !s->replicas_comm) return update(rc, grads, user);
     /* The replicas may split the update (the optimizer's choice, the same on every replica):
      * each writes its part of every copy, so all of them meet before any copy is read. */

@@ -169,6 +169,12 @@ struct dist_strategy {
      * replicas start (strategy/grad_overlap.c), NULL where it is off or does not apply */
     int overlap_gradients;
     struct dist_grad_overlap *overlap[DIST_MAX_REPLICAS];
+    /* options.gradient_wire_dtype, and per local replica the buffer its gradients are
+     * compressed into (used by the replica's thread or its communication thread, never both
+     * at once) */
+    dist_dtype grad_wire;
+    void *wire_buf[DIST_MAX_REPLICAS];
+    size_t wire_cap[DIST_MAX_REPLICAS];
     dist_local_replicas replicas;
     dist_placement placement;
     /* Every replica in sync (device memory of each local replica); NULL with one replica. */
@@ -216,7 +222,8 @@ dist_status dist_strategy_default_apply_gradients(dist_strategy *s, dist_replica
 
 /* With options.overlap_gradients, on a kind that uses the default apply_gradients and has a
  * replicas' communicator: a communication thread per local replica and the tape's gradient
- * hooks. DIST_UNSUPPORTED for GPU replicas. Nothing when off. */
+ * hooks. DIST_UNSUPPORTED for GPU replicas (with overlap_gradients or a gradient_wire_dtype
+ * other than float32). Nothing when off. */
 dist_status dist_grad_overlap_start(dist_strategy *s);
 /* Stops the threads and removes the hooks (before the communicators go). */
 void dist_grad_overlap_stop(dist_strategy *s);
@@ -229,6 +236,10 @@ int dist_grad_overlap_take_summed(dist_strategy *s, int r, const dist_tensor *gr
 /* End of replica r's step (after a failure: once its communicator rank is cancelled): the
  * thread idle, the mark dropped. */
 void dist_grad_overlap_step_end(dist_strategy *s, int r);
+
+/* SUM all-reduce of n float32 gradients of local replica r (host memory) over
+ * s->replicas_comm, in s->grad_wire on the wire. */
+dist_status dist_strategy_reduce_gradient_range(dist_strategy *s, int r, float *data, size_t n);
 
 /* An all-reduce of a replica's tensor over s->replicas_comm, in packs of bytes_per_pack. */
 dist_status dist_strategy_all_reduce_tensor(dist_strategy *s, int local, dist_reduce_op op,

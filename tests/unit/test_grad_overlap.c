@@ -1,7 +1,8 @@
 /* Overlapped gradient all-reduce (options.overlap_gradients, strategy/grad_overlap.c): the
  * tape's gradient hooks (each gradient reported once, when final, in reverse layer order),
  * the buckets and their bits under mirrored (threads) and multi_worker (processes on
- * 127.0.0.1 over TCP and shared memory), and a worker lost while a bucket is in flight.
+ * 127.0.0.1 over TCP and shared memory), gradients compressed to bfloat16 / float16 on the
+ * wire, and a worker lost while a bucket is in flight.
  *
  * Workers are this program executed again with "--worker ..." (fork + exec), as in
  * test_multi_worker.c: a child forked after oneDNN's threads exist could hang. */
@@ -315,13 +316,14 @@ static dist_status train(trainer *t, int steps, int die_at, float **weights, int
  * 256 KiB (the first as at 8 KiB, then both convolutions). */
 #define CNN_GRAD_BYTES (121930 * 4)
 
-static void mirrored_run(int overlap, size_t bucket, int steps, float **w, int64_t *n,
-                         dist_gradient_overlap_stats *stats) {
+static void mirrored_run_wire(int overlap, size_t bucket, dist_dtype wire, int steps, float **w,
+                              int64_t *n, dist_gradient_overlap_stats *stats) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.devices = "cpu:0,cpu:1";
     so.threads_per_replica = 1;
     so.overlap_gradients = overlap;
     so.bytes_per_pack = bucket;
+    so.gradient_wire_dtype = wire;
     trainer t;
     ck_assert_msg(make_trainer(&so, &t) == DIST_OK, "%s", dist_last_error());
     ck_assert_msg(train(&t, steps, -1, w, n) == DIST_OK, "%s", dist_last_error());
@@ -333,6 +335,11 @@ static void mirrored_run(int overlap, size_t bucket, int steps, float **w, int64
     ck_assert_int_eq(memcmp(*w, w1, (size_t)*n * sizeof *w1), 0);
     free(w1);
     free_trainer(&t);
+}
+
+static void mirrored_run(int overlap, size_t bucket, int steps, float **w, int64_t *n,
+                         dist_gradient_overlap_stats *stats) {
+    mirrored_run_wire(overlap, bucket, DIST_F32, steps, w, n, stats);
 }
 
 START_TEST(test_mirrored_overlap_gives_the_bits_of_one_all_reduce_after_8_adam_steps) {
@@ -360,6 +367,49 @@ START_TEST(test_mirrored_overlap_gives_the_bits_of_one_all_reduce_after_8_adam_s
     free(off);
     free(small);
     free(dflt);
+}
+END_TEST
+
+/* Gradients compressed to bfloat16 / float16 on the wire: rounded elementwise, so the same
+ * bits whole, in 8 KiB packs, or in overlapped buckets; not float32's bits, but near them. */
+static void compressed(dist_dtype wire) {
+    const int steps = 8;
+    float *exact = NULL, *whole = NULL, *packed = NULL, *overlapped = NULL;
+    int64_t n = 0;
+    dist_gradient_overlap_stats st[2];
+    mirrored_run_wire(0, 0, DIST_F32, steps, &exact, &n, st);
+    mirrored_run_wire(0, 0, wire, steps, &whole, &n, st);
+    mirrored_run_wire(0, 8192, wire, steps, &packed, &n, st);
+    mirrored_run_wire(1, 8192, wire, steps, &overlapped, &n, st);
+    ck_assert_int_eq(st[0].buckets, 3 * (steps - 1));
+    ck_assert_int_eq(memcmp(whole, packed, (size_t)n * sizeof *whole), 0);
+    ck_assert_int_eq(memcmp(whole, overlapped, (size_t)n * sizeof *whole), 0);
+    ck_assert_int_ne(memcmp(whole, exact, (size_t)n * sizeof *whole), 0);
+    double err = dist_test_rel_err(whole, exact, n);
+    ck_assert_msg(err < 0.05, "%s on the wire: %.3g from float32 after %d steps",
+                  dist_dtype_name(wire), err, steps);
+    free(exact);
+    free(whole);
+    free(packed);
+    free(overlapped);
+}
+
+START_TEST(test_bfloat16_on_the_wire_gives_one_result_whatever_the_buckets) {
+    compressed(DIST_BF16);
+}
+END_TEST
+
+START_TEST(test_float16_on_the_wire_gives_one_result_whatever_the_buckets) { compressed(DIST_F16); }
+END_TEST
+
+START_TEST(test_a_wire_dtype_other_than_the_floats_is_refused) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.devices = "cpu:0,cpu:1";
+    so.gradient_wire_dtype = DIST_I32;
+    dist_strategy *s = NULL;
+    ck_assert_int_eq(dist_strategy_create(&so, &s), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "gradient_wire_dtype") != NULL, "%s",
+                  dist_last_error());
 }
 END_TEST
 
@@ -416,8 +466,9 @@ static void tf_config(char *buf, size_t cap, const int *ports, int index) {
              ports[0], ports[1], index);
 }
 
-/* --worker SPEC TRANSPORT OVERLAP STEPS DIE_AT OUT: trains; a worker with overlap checks that
- * every step after the first was bucketed; writes the weights to OUT. */
+/* --worker SPEC TRANSPORT OVERLAP STEPS DIE_AT OUT WIRE: trains (WIRE: f32 or bf16 on the wire); a
+ * worker with overlap checks that every step after the first was bucketed; writes the weights to
+ * OUT. */
 static int worker_main(char **argv) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.kind = DIST_STRATEGY_MULTI_WORKER;
@@ -426,6 +477,7 @@ static int worker_main(char **argv) {
     so.cluster.spec = argv[2];
     so.cluster.transport = strcmp(argv[3], "tcp") == 0 ? DIST_TRANSPORT_TCP : DIST_TRANSPORT_SHM;
     so.overlap_gradients = atoi(argv[4]);
+    so.gradient_wire_dtype = strcmp(argv[8], "bf16") == 0 ? DIST_BF16 : DIST_F32;
     so.bytes_per_pack = 8192;
     so.collective_timeout_s = 20;
     int steps = atoi(argv[5]), die_at = atoi(argv[6]);
@@ -486,8 +538,8 @@ static int wait_exit(pid_t pid) {
 
 /* Two workers; each one's exit code in code[], its stderr in err[] (kept for the caller to
  * read and remove). A run where a port was taken in between (free_port) is repeated. */
-static void run_workers(const char *transport, int overlap, int steps, int die_at, char out[2][64],
-                        char err[2][96], int code[2]) {
+static void run_workers(const char *transport, int overlap, const char *wire, int steps, int die_at,
+                        char out[2][64], char err[2][96], int code[2]) {
     char spec[2][256], ov[4], steps_s[16], die_s[16];
     snprintf(ov, sizeof ov, "%d", overlap);
     snprintf(steps_s, sizeof steps_s, "%d", steps);
@@ -499,9 +551,16 @@ static void run_workers(const char *transport, int overlap, int steps, int die_a
             tf_config(spec[i], sizeof spec[i], ports, i);
             snprintf(out[i], 64, "/tmp/dist_ov_%d_%d.bin", (int)getpid(), i);
             snprintf(err[i], 96, "/tmp/dist_ov_err_%d_%d.txt", (int)getpid(), i);
-            char *args[] = {(char *)g_self,        "--worker", spec[i],
-                            (char *)transport,     ov,         steps_s,
-                            i == 1 ? die_s : "-1", out[i],     NULL};
+            char *args[] = {(char *)g_self,
+                            "--worker",
+                            spec[i],
+                            (char *)transport,
+                            ov,
+                            steps_s,
+                            i == 1 ? die_s : "-1",
+                            out[i],
+                            (char *)wire,
+                            NULL};
             pid[i] = spawn_logged(args, err[i]);
         }
         int taken = 0;
@@ -523,10 +582,10 @@ static float *read_floats(const char *path, int64_t n) {
 }
 
 /* The weights of worker 0 after `steps` steps, both workers checked equal. */
-static float *two_workers(const char *transport, int overlap, int steps) {
+static float *two_workers(const char *transport, int overlap, const char *wire, int steps) {
     char out[2][64], err[2][96];
     int code[2];
-    run_workers(transport, overlap, steps, -1, out, err, code);
+    run_workers(transport, overlap, wire, steps, -1, out, err, code);
     for (int i = 0; i < 2; i++)
         ck_assert_msg(code[i] == 0, "worker %d (%s, overlap %d) exited with %d: %s", i, transport,
                       overlap, code[i], head_of(err[i]));
@@ -541,17 +600,24 @@ static float *two_workers(const char *transport, int overlap, int steps) {
     return w0;
 }
 
-START_TEST(test_two_workers_with_overlap_match_without_bit_for_bit_over_tcp_and_shm) {
+START_TEST(test_two_workers_with_overlap_match_without_bit_for_bit_over_tcp_shm_and_in_bf16) {
     const int steps = 8;
     const int64_t n = 121930;
-    float *tcp_off = two_workers("tcp", 0, steps);
-    float *tcp_on = two_workers("tcp", 1, steps);
-    float *shm_on = two_workers("shm", 1, steps);
+    float *tcp_off = two_workers("tcp", 0, "f32", steps);
+    float *tcp_on = two_workers("tcp", 1, "f32", steps);
+    float *shm_on = two_workers("shm", 1, "f32", steps);
     ck_assert_int_eq(memcmp(tcp_off, tcp_on, (size_t)n * sizeof *tcp_off), 0);
     ck_assert_int_eq(memcmp(tcp_off, shm_on, (size_t)n * sizeof *tcp_off), 0);
+    /* bfloat16 on the wire between processes: the same bits bucketed or not */
+    float *bf_off = two_workers("tcp", 0, "bf16", steps);
+    float *bf_on = two_workers("tcp", 1, "bf16", steps);
+    ck_assert_int_eq(memcmp(bf_off, bf_on, (size_t)n * sizeof *bf_off), 0);
+    ck_assert_int_ne(memcmp(bf_off, tcp_off, (size_t)n * sizeof *bf_off), 0);
     free(tcp_off);
     free(tcp_on);
     free(shm_on);
+    free(bf_off);
+    free(bf_on);
 }
 END_TEST
 
@@ -562,7 +628,7 @@ START_TEST(test_a_worker_lost_during_an_overlapped_bucket_is_named_without_a_han
     char out[2][64], err[2][96];
     int code[2];
     double t0 = (double)time(NULL);
-    run_workers("tcp", 1, 8, 3, out, err, code);
+    run_workers("tcp", 1, "f32", 8, 3, out, err, code);
     double took = (double)time(NULL) - t0;
     ck_assert_int_eq(code[1], 3);
     ck_assert_int_eq(code[0], 1);
@@ -586,7 +652,7 @@ int main(int argc, char **argv) {
         self[n] = '\0';
         g_self = self;
     }
-    if (argc == 8 && strcmp(argv[1], "--worker") == 0) return worker_main(argv);
+    if (argc == 9 && strcmp(argv[1], "--worker") == 0) return worker_main(argv);
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("grad_overlap");
     TCase *tc = tcase_create("core");
@@ -597,9 +663,13 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_a_source_listed_twice_is_reported_at_the_end_in_index_order);
     tcase_add_test(tc, test_a_refused_report_fails_the_call_and_end_is_told);
     tcase_add_test(tc, test_mirrored_overlap_gives_the_bits_of_one_all_reduce_after_8_adam_steps);
+    tcase_add_test(tc, test_bfloat16_on_the_wire_gives_one_result_whatever_the_buckets);
+    tcase_add_test(tc, test_float16_on_the_wire_gives_one_result_whatever_the_buckets);
+    tcase_add_test(tc, test_a_wire_dtype_other_than_the_floats_is_refused);
     tcase_add_test(tc, test_overlap_gradients_other_than_0_or_1_is_refused);
     tcase_add_test(tc, test_one_device_has_nothing_to_overlap);
-    tcase_add_test(tc, test_two_workers_with_overlap_match_without_bit_for_bit_over_tcp_and_shm);
+    tcase_add_test(
+        tc, test_two_workers_with_overlap_match_without_bit_for_bit_over_tcp_shm_and_in_bf16);
     tcase_add_test(tc, test_a_worker_lost_during_an_overlapped_bucket_is_named_without_a_hang);
     suite_add_tcase(s, tc);
     return dist_test_run(s);

@@ -876,6 +876,10 @@ static int train(run_state *s) {
     so.cluster.allow_insecure = o->insecure;
     so.overlap_gradients = o->overlap_gradients;
     so.bytes_per_pack = (size_t)o->bytes_per_pack;
+    if (o->gradient_compression)
+        so.gradient_wire_dtype = strcmp(o->gradient_compression, "bf16") == 0   ? DIST_BF16
+                                 : strcmp(o->gradient_compression, "fp16") == 0 ? DIST_F16
+                                                                                : DIST_F32;
     so.ps.variable_partitioner = &o->partitioner;
     so.tpu.pjrt_plugin = o->pjrt_plugin;
     so.tpu.name = o->tpu;

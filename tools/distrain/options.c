@@ -112,6 +112,9 @@ static const distrain_flag flags[] = {
     {"--bytes-per-pack", 1, "B", "0: one buffer; 262144 with --overlap-gradients",
      "mirrored, multi_worker: all-reduce the gradients in packs (buckets with "
      "--overlap-gradients) of B bytes"},
+    {"--gradient-compression", 1, "none|bf16|fp16", "none",
+     "mirrored, multi_worker (CPU replicas): all-reduce the gradients in bfloat16 or float16 "
+     "(half the bytes on the wire, other bits)"},
     {"--collective-timeout", 1, "S", "60",
      "multi_worker: fail a step when a worker has not answered in S seconds"},
     {"--connect-timeout", 1, "S", "300",
@@ -483,6 +486,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 strcmp(v, "tls"))
                 return bad(a, v, "expected auto, tcp, shm, mpi or tls");
             o->transport = v;
+        } else if (strcmp(a, "--gradient-compression") == 0) {
+            if (strcmp(v, "none") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+                return bad(a, v, "expected none, bf16 or fp16");
+            o->gradient_compression = v;
         } else if (strcmp(a, "--bytes-per-pack") == 0) {
             if (!(rc = parse_int(a, v, 1, INT64_MAX, &n))) o->bytes_per_pack = n;
         } else if (strcmp(a, "--tls-cert") == 0) {

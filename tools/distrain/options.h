@@ -45,25 +45,26 @@ typedef struct distrain_options {
     int ps;                       /* parameter_server with workers: this many ps tasks too */
     dist_partitioner partitioner; /* --variable-partitioner */
     int partitioner_given;
-    double collective_timeout_s; /* 0: the strategy's default (60 s across workers) */
-    double connect_timeout_s;    /* 0: 300 s */
-    const char *transport;       /* auto | tcp | shm | mpi | tls */
-    const char *tls_cert;        /* --tls-cert */
-    const char *tls_key;         /* --tls-key */
-    const char *tls_ca;          /* --tls-ca */
-    const char *token_file;      /* --cluster-token-file: $DIST_CLUSTER_TOKEN_FILE */
-    int insecure;                /* --insecure: join without a cluster token */
-    int overlap_gradients;       /* --overlap-gradients */
-    int64_t bytes_per_pack;      /* --bytes-per-pack; 0: the strategy's default */
-    const char *checkpoint_dir;  /* ModelCheckpoint: the training state at every epoch end */
-    const char *backup_dir;      /* BackupAndRestore */
-    int64_t backup_freq;         /* backups every N batches; 0 = at epoch ends */
-    const char *logdir;          /* TensorBoard event files */
-    int histogram_freq;          /* --histogram-freq: weight histograms every N epochs; 0 = off */
-    int64_t update_freq;         /* --update-freq: batch scalars every N batches; 0 = epoch */
-    int tensorboard_flag_given;  /* --histogram-freq or --update-freq was on the command line */
-    const char *csv_log;         /* CSVLogger */
-    const char *save_weights;    /* the final weights: safetensors, or Keras's *.weights.h5 */
+    double collective_timeout_s;      /* 0: the strategy's default (60 s across workers) */
+    double connect_timeout_s;         /* 0: 300 s */
+    const char *transport;            /* auto | tcp | shm | mpi | tls */
+    const char *tls_cert;             /* --tls-cert */
+    const char *tls_key;              /* --tls-key */
+    const char *tls_ca;               /* --tls-ca */
+    const char *token_file;           /* --cluster-token-file: $DIST_CLUSTER_TOKEN_FILE */
+    int insecure;                     /* --insecure: join without a cluster token */
+    int overlap_gradients;            /* --overlap-gradients */
+    int64_t bytes_per_pack;           /* --bytes-per-pack; 0: the strategy's default */
+    const char *gradient_compression; /* --gradient-compression: none | bf16 | fp16 */
+    const char *checkpoint_dir;       /* ModelCheckpoint: the training state at every epoch end */
+    const char *backup_dir;           /* BackupAndRestore */
+    int64_t backup_freq;              /* backups every N batches; 0 = at epoch ends */
+    const char *logdir;               /* TensorBoard event files */
+    int histogram_freq;         /* --histogram-freq: weight histograms every N epochs; 0 = off */
+    int64_t update_freq;        /* --update-freq: batch scalars every N batches; 0 = epoch */
+    int tensorboard_flag_given; /* --histogram-freq or --update-freq was on the command line */
+    const char *csv_log;        /* CSVLogger */
+    const char *save_weights;   /* the final weights: safetensors, or Keras's *.weights.h5 */
     /* --save-model: the trained model as Keras 3's .keras (the best epoch's with
      * --checkpoint-best-only, ModelCheckpoint's save_best_only for it and --checkpoint-dir,
      * with its monitor, NULL: val_loss, and mode, NULL: auto) */
