@@ -6,7 +6,7 @@
 #       [--transport tcp|tls] [--rate none|1gbit|10gbit|RATE] [--delay-us D]
 #       [--steps S] [--batch-size B] [--epochs E] [--fault none|kill|stop] [--fault-after SEC]
 #       [--collective-timeout S] [--time-limit SEC] [--label TEXT] [--results FILE]
-#       [--overlap] [--bytes-per-pack B]
+#       [--overlap] [--bytes-per-pack B] [--gradient-compression none|bf16|fp16]
 #   tests/cluster/run_cluster.sh --probe [--rate R] [--delay-us D] --out DIR ...
 #
 # What it builds (every name starts with ldc-<id>-, <id> this script's pid):
@@ -31,6 +31,7 @@
 # --overlap: distrain --overlap-gradients (multi_worker: the gradients all-reduced in buckets
 # during the backward pass), with --bytes-per-pack B as the bucket; the chief's summary line
 # (all-reduce and exposed milliseconds per pass, the fraction hidden) goes into the result.
+# --gradient-compression: the gradients' dtype on the wire (distrain's flag).
 #
 # Every run is bounded (--time-limit, default 300 s: then every task is killed and the run is
 # marked timed_out). Everything is torn down on exit, also on Ctrl-C or an error (trap): the
@@ -51,7 +52,7 @@ set -uo pipefail
 
 distrain= relay= out= ns_count=4 strategy=multi_worker ps=1 transport=tcp rate=none delay_us=0
 steps=200 batch=64 epochs=1 fault=none fault_after=10 coll_timeout=10 time_limit=300 label=
-results= probe= overlap= bytes_per_pack=
+results= probe= overlap= bytes_per_pack= compression=none
 while [ $# -gt 0 ]; do
     case $1 in
     --distrain) distrain=$2; shift ;;
@@ -74,6 +75,7 @@ while [ $# -gt 0 ]; do
     --results) results=$2; shift ;;
     --overlap) overlap=1 ;;
     --bytes-per-pack) bytes_per_pack=$2; shift ;;
+    --gradient-compression) compression=$2; shift ;;
     --probe) probe=1; distrain=${distrain:-/bin/true} ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_cluster.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
@@ -250,6 +252,7 @@ common=(--strategy "$strategy" --threads 1 --transport "$transport" --epochs "$e
         --collective-timeout "$coll_timeout" --connect-timeout 60)
 [ -n "$overlap" ] && common+=(--overlap-gradients)
 [ -n "$bytes_per_pack" ] && common+=(--bytes-per-pack "$bytes_per_pack")
+[ "$compression" != none ] && common+=(--gradient-compression "$compression")
 t_start=$(date +%s.%N)
 for ((i = 0; i < ns_count; i++)); do
     tf="{\"cluster\":$cluster,\"task\":{\"type\":\"${role[$i]}\",\"index\":${role_index[$i]}}}"
@@ -400,7 +403,7 @@ line = {
     "label": "$label", "strategy": "$strategy", "namespaces": len(rc), "ps": int("$ps") if "$strategy" == "parameter_server" else 0,
     "transport": "$transport", "rate": "$rate", "delay_us": int("$delay_us"),
     "batch_size": int("$batch"), "steps_asked": int("$steps"), "fault": fault,
-    "overlap": "$overlap" == "1", "bytes_per_pack": int("${bytes_per_pack:-0}"), "overlap_stats": ov,
+    "overlap": "$overlap" == "1", "bytes_per_pack": int("${bytes_per_pack:-0}"), "gradient_compression": "$compression", "overlap_stats": ov,
     "steps": steps, "train_seconds": secs, "step_ms": round(1000 * secs / steps, 3) if steps else None,
     "train_images_per_sec": m.get("train_images_per_sec"), "test_accuracy": m.get("test_accuracy"),
     "wall_s": round(float("$t_end") - float("$t_start"), 2),
