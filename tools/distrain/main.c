@@ -1279,6 +1279,16 @@ static int check_flags(distrain_options *o) {
                 strcmp(mw_flag, "--transport") ? " and parameter_server" : "");
         return 2;
     }
+    /* the gradients' all-reduce flags: the kinds that all-reduce them (mirrored, multi_worker) */
+    const char *ar_flag = o->overlap_gradients      ? "--overlap-gradients"
+                          : o->bytes_per_pack       ? "--bytes-per-pack"
+                          : o->gradient_compression ? "--gradient-compression"
+                                                    : NULL;
+    if (ar_flag && !multi && o->strategy_kind != DIST_STRATEGY_MIRRORED) {
+        fprintf(stderr, "distrain: %s applies to --strategy mirrored and multi_worker only\n",
+                ar_flag);
+        return 2;
+    }
     if (o->dataset && strcmp(o->data_format, "jpeg-folder") == 0) {
         fprintf(stderr, "distrain: --dataset does not apply to --data-format jpeg-folder (the "
                         "classes are the folders under --data-dir)\n");
