@@ -1279,14 +1279,17 @@ static int check_flags(distrain_options *o) {
                 strcmp(mw_flag, "--transport") ? " and parameter_server" : "");
         return 2;
     }
-    /* the gradients' all-reduce flags: the kinds that all-reduce them (mirrored, multi_worker) */
+    /* the gradients' all-reduce flags: the kinds that all-reduce them (mirrored, multi_worker;
+     * central_storage's sum goes in packs too, but neither overlapped nor compressed) */
     const char *ar_flag = o->overlap_gradients      ? "--overlap-gradients"
-                          : o->bytes_per_pack       ? "--bytes-per-pack"
                           : o->gradient_compression ? "--gradient-compression"
+                          : o->bytes_per_pack       ? "--bytes-per-pack"
                                                     : NULL;
-    if (ar_flag && !multi && o->strategy_kind != DIST_STRATEGY_MIRRORED) {
-        fprintf(stderr, "distrain: %s applies to --strategy mirrored and multi_worker only\n",
-                ar_flag);
+    int packs_only = ar_flag && !strcmp(ar_flag, "--bytes-per-pack");
+    if (ar_flag && !multi && o->strategy_kind != DIST_STRATEGY_MIRRORED &&
+        !(packs_only && o->strategy_kind == DIST_STRATEGY_CENTRAL_STORAGE)) {
+        fprintf(stderr, "distrain: %s applies to --strategy mirrored%s and multi_worker only\n",
+                ar_flag, packs_only ? ", central_storage" : "");
         return 2;
     }
     if (o->dataset && strcmp(o->data_format, "jpeg-folder") == 0) {
