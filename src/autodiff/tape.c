@@ -407,9 +407,9 @@ static int grow_ints(int **a, int *cap, int n) {
 /* For a followed call: after which node each source's gradient is final (the earliest node of
  * the tape that reads the source: the sweep runs backwards, and a backward writes gradients
  * to its node's inputs only), and the order the sweep finishes them in (latest node first;
- * among the sources of one node, the higher index first). A source no node reads is final at
- * once (zeros). *ok = 0 where a source is listed twice: the call then reports every gradient
- * at its end, as one written last. */
+ * among the sources of one node, the higher index first). A source no node reads (its
+ * gradient is zeros) comes last. *ok = 0 where a source is listed twice: the call then reports
+ * every gradient at its end, as one written last. */
 static dist_status plan_finishing(dist_tape *t, int count, dist_tensor *const *sources, int *ok) {
     *ok = 1;
     if (!grow_ints(&t->last_use, &t->cap_last_use, count) ||
@@ -496,8 +496,6 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
         } else {
             DIST_TRY(grad_add_const(t, target, 1.0f));
         }
-        /* sources no node reads: zeros, final before the sweep */
-        if (early) DIST_TRY(report_final(t, count, sources, grads, t->nnodes, &next));
         for (int i = t->nnodes - 1; i >= 0; i--) {
             tape_node *n = &t->nodes[i];
             grad_entry *g = &t->grads[n->out->node];

@@ -362,6 +362,12 @@ void dist_grad_overlap_step_end(dist_strategy *s, int r) {
     dist_grad_overlap *o = s->overlap[r];
     if (!o) return;
     wait_done(o);
+    /* a failure belongs to this step: the next one starts clean (the run resets the
+     * communicator after a failed step) */
+    pthread_mutex_lock(&o->mu);
+    o->failed = DIST_OK;
+    o->launched = o->done = 0;
+    pthread_mutex_unlock(&o->mu);
     o->summed_base = NULL;
     o->following = 0;
     o->lo = o->hi = NULL;

@@ -234,7 +234,7 @@ dist_status dist_grad_overlap_drain(dist_strategy *s, int r);
  * step summed whole (the mark is consumed); the buffer is remembered for the next steps. */
 int dist_grad_overlap_take_summed(dist_strategy *s, int r, const dist_tensor *grads);
 /* End of replica r's step (after a failure: once its communicator rank is cancelled): the
- * thread idle, the mark dropped. */
+ * thread idle, the mark and any failure of its buckets dropped. */
 void dist_grad_overlap_step_end(dist_strategy *s, int r);
 
 /* SUM all-reduce of n float32 gradients of local replica r (host memory) over

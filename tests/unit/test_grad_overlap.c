@@ -197,6 +197,49 @@ START_TEST(test_reports_follow_the_sweep_not_the_order_of_the_sources) {
 }
 END_TEST
 
+/* A watched source that no op reads gets zeros, reported after every source the sweep
+ * finished. */
+START_TEST(test_a_source_no_op_reads_is_reported_last_with_zeros) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    net n;
+    make_net(&n);
+    seen s = {.follow = 1, .fail_at = -1};
+    dist_tape_gradient_hooks h = {on_begin, on_ready, on_end, &s};
+    dist_tape_set_gradient_hooks(t, &h);
+    dist_tape_reset(t);
+    float xs[10] = {1, 2, 3, 4, 5, -1, -2, -3, -4, -5}, spare[3] = {7, 8, 9};
+    float gspare[3] = {1, 1, 1}, gw[30], gb[6];
+    int64_t xshape[2] = {2, 5}, sshape[1] = {3};
+    dist_tensor xh = dist_tensor_view(xs, DIST_F32, 2, xshape);
+    dist_tensor sv = dist_tensor_view(spare, DIST_F32, 1, sshape);
+    dist_tensor gsv = dist_tensor_view(gspare, DIST_F32, 1, sshape);
+    dist_tensor gwv = dist_tensor_view(gw, DIST_F32, 2, n.vars[0].shape);
+    dist_tensor gbv = dist_tensor_view(gb, DIST_F32, 1, n.vars[1].shape);
+    dist_tensor *x, *y, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &xh, &x), DIST_OK);
+    ck_assert_int_eq(dist_tape_watch(t, &sv), DIST_OK);
+    ck_assert_int_eq(dist_tape_watch(t, n.vp[0]), DIST_OK);
+    ck_assert_int_eq(dist_tape_watch(t, n.vp[1]), DIST_OK);
+    ck_assert_int_eq(dist_op_dense(t, x, n.vp[0], n.vp[1], DIST_ACT_NONE, &y), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, y, &loss), DIST_OK);
+    dist_tensor *src[3] = {&sv, n.vp[0], n.vp[1]}, *dst[3] = {&gsv, &gwv, &gbv};
+    ck_assert_int_eq(dist_tape_gradient(t, loss, 3, src, dst), DIST_OK);
+    ck_assert_int_eq(s.nready, 3);
+    ck_assert_int_eq(s.order[0], 2);
+    ck_assert_int_eq(s.order[1], 1);
+    ck_assert_int_eq(s.order[2], 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_float_eq(gspare[i], 0.0f);
+        ck_assert_float_eq(s.snapshot[2][i], 0.0f);
+    }
+    ck_assert_float_eq(gb[0], 2.0f); /* d sum / d bias: one per row */
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 /* A source listed twice cannot be final at one node for both entries: every gradient is
  * reported at the end, in index order, with the bits of the call without hooks. */
 START_TEST(test_a_source_listed_twice_is_reported_at_the_end_in_index_order) {
@@ -660,6 +703,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_each_gradient_is_reported_once_when_final_in_reverse_layer_order);
     tcase_add_test(tc, test_a_call_the_hooks_do_not_follow_is_reported_nowhere);
     tcase_add_test(tc, test_reports_follow_the_sweep_not_the_order_of_the_sources);
+    tcase_add_test(tc, test_a_source_no_op_reads_is_reported_last_with_zeros);
     tcase_add_test(tc, test_a_source_listed_twice_is_reported_at_the_end_in_index_order);
     tcase_add_test(tc, test_a_refused_report_fails_the_call_and_end_is_told);
     tcase_add_test(tc, test_mirrored_overlap_gives_the_bits_of_one_all_reduce_after_8_adam_steps);
