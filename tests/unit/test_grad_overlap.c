@@ -456,6 +456,73 @@ START_TEST(test_a_wire_dtype_other_than_the_floats_is_refused) {
 }
 END_TEST
 
+/* A step that replica 1 refuses while replica 0's first bucket waits for it: the run fails with
+ * replica 1's own error (replica 0's bucket gives up on the cancel, no hang), and the runs after
+ * it train and stay bucketed, the replicas in step. */
+typedef struct flaky {
+    dist_classifier_step cs;
+    int fail;
+} flaky;
+
+static dist_status flaky_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                              dist_element *out) {
+    flaky *f = user;
+    if (f->fail && dist_replica_id_in_sync_group(rc) == 1)
+        return dist_error_for_test(DIST_INVALID_ARGUMENT, "replica 1 refuses this step");
+    return dist_classifier_train_step(rc, in, &f->cs, out);
+}
+
+START_TEST(test_a_replica_failing_while_a_bucket_waits_fails_the_run_and_the_next_runs_train) {
+    dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
+    so.devices = "cpu:0,cpu:1";
+    so.threads_per_replica = 1;
+    so.overlap_gradients = 1;
+    so.collective_timeout_s = 20;
+    trainer t;
+    ck_assert_msg(make_trainer(&so, &t) == DIST_OK, "%s", dist_last_error());
+    dist_mnist *m = NULL;
+    ck_assert_int_eq(dist_mnist_load(NULL, &m), DIST_OK);
+    dist_dataset *ds = mnist_batches(m, 64);
+    dist_distributed_dataset *dds;
+    dist_distributed_iterator *it;
+    ck_assert_int_eq(dist_strategy_distribute_dataset(t.s, ds, &dds), DIST_OK);
+    ck_assert_int_eq(dist_distributed_dataset_iterator(dds, &it), DIST_OK);
+    flaky f = {{t.model, t.opt, 64, NULL}, 0};
+    time_t t0 = time(NULL);
+    for (int i = 0; i < 6; i++) {
+        dist_per_replica_element e;
+        int end;
+        ck_assert_int_eq(dist_distributed_iterator_next(it, &e, &end), DIST_OK);
+        dist_per_replica out;
+        f.fail = i == 3;
+        dist_status st = dist_strategy_run(t.s, flaky_step, &f, &e, &out);
+        if (i == 3) {
+            ck_assert_int_eq(st, DIST_INVALID_ARGUMENT);
+            ck_assert_msg(strstr(dist_last_error(), "replica 1 refuses this step") != NULL, "%s",
+                          dist_last_error());
+        } else {
+            ck_assert_msg(st == DIST_OK, "step %d: %s", i, dist_last_error());
+        }
+    }
+    ck_assert_msg(time(NULL) - t0 < 15, "took %ld s", (long)(time(NULL) - t0));
+    dist_gradient_overlap_stats st;
+    ck_assert_int_eq(dist_strategy_gradient_overlap_stats(t.s, 1, &st), DIST_OK);
+    ck_assert_int_eq(st.calls, 4); /* steps 1, 2, 4, 5 (replica 1 never reached step 3's) */
+    int64_t n = dist_model_num_params(t.model);
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    ck_assert_int_eq(dist_model_get_weights(t.model, 0, a, n), DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(t.model, 1, b, n), DIST_OK);
+    ck_assert_int_eq(memcmp(a, b, (size_t)n * sizeof *a), 0);
+    free(a);
+    free(b);
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    dist_dataset_destroy(ds);
+    dist_mnist_destroy(m);
+    free_trainer(&t);
+}
+END_TEST
+
 START_TEST(test_overlap_gradients_other_than_0_or_1_is_refused) {
     dist_strategy_options so = DIST_STRATEGY_OPTIONS_INIT;
     so.devices = "cpu:0,cpu:1";
@@ -710,6 +777,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_bfloat16_on_the_wire_gives_one_result_whatever_the_buckets);
     tcase_add_test(tc, test_float16_on_the_wire_gives_one_result_whatever_the_buckets);
     tcase_add_test(tc, test_a_wire_dtype_other_than_the_floats_is_refused);
+    tcase_add_test(
+        tc, test_a_replica_failing_while_a_bucket_waits_fails_the_run_and_the_next_runs_train);
     tcase_add_test(tc, test_overlap_gradients_other_than_0_or_1_is_refused);
     tcase_add_test(tc, test_one_device_has_nothing_to_overlap);
     tcase_add_test(
