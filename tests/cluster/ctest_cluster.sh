@@ -42,6 +42,16 @@ if [ "$strategy" = multi_worker ]; then
         "${net[@]}" --epochs 50 --fault kill --fault-after 2 --collective-timeout 5
     run stop "r['fault_to_first_exit_s'] is not None and r['fault_to_first_exit_s'] <= 8" \
         "${net[@]}" --epochs 50 --fault stop --fault-after 2 --collective-timeout 5
+    # The overlapped all-reduce (--overlap-gradients): 2 workers, 256 images each per step,
+    # the same test accuracy as without to the last digit (the same bits), every step after the
+    # first in 2 buckets; then a worker killed while the buckets run, named within 2 s.
+    two=(--namespaces 2 --rate 1gbit --delay-us 1000 --batch-size 512 --epochs 4 --steps 15 --time-limit 240)
+    run overlap_off "r['steps'] == 60" "${two[@]}"
+    acc=$(tail -n 1 "$results" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['test_accuracy'])")
+    run overlap "r['steps'] == 60 and r['test_accuracy'] == $acc and r['overlap_stats'] is not None and r['overlap_stats']['passes'] == 59 and r['overlap_stats']['buckets'] == 118" \
+        "${two[@]}" --overlap
+    run overlap_kill "r['fault_to_first_exit_s'] is not None and r['fault_to_first_exit_s'] <= 2" \
+        "${net[@]}" --epochs 50 --fault kill --fault-after 2 --collective-timeout 5 --overlap
 else
     run ps "r['steps'] == 125 and r['test_accuracy'] >= 0.84" "${net[@]}" --strategy parameter_server --ps 1
     run ps_kill "r['exit_codes']['chief/0'] == 0 and r['steps'] == 625" "${net[@]}" \

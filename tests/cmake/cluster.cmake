@@ -14,7 +14,8 @@ target_compile_definitions(ldc_delay_relay PRIVATE _GNU_SOURCE)
 # 4 workers on 1 Gbit/s links with 1 ms each way: one epoch of the built-in subset (125 steps,
 # global batch 64) over TCP, then over TLS, to the accuracy of a local run; then a worker
 # killed mid-run and one stopped (SIGSTOP), each named by the survivors, within 2 s for the
-# kill and the collective timeout (5 s) plus 3 s for the stop.
+# kill and the collective timeout (5 s) plus 3 s for the stop; then 2 workers with and without
+# --overlap-gradients (the same accuracy, the buckets counted) and a kill under overlap.
 add_test(NAME cluster.multi_worker_4
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cluster/ctest_cluster.sh $<TARGET_FILE:distrain>
                  $<TARGET_FILE:ldc_delay_relay> ${CMAKE_CURRENT_BINARY_DIR}/cluster_mw4 multi_worker)
