@@ -154,8 +154,9 @@ typedef struct dist_strategy_options {
      * and the call returns with the buffer summed; apply_gradients then reduces it no more.
      * The bits are those of one all-reduce of the whole buffer. A step must apply those
      * gradients as the tape wrote them (scaling or clipping them per replica in between
-     * would act on the sums). 0 (the default) = off. Refused with GPU replicas
-     * (DIST_UNSUPPORTED). dist_strategy_gradient_overlap_stats says what it did. */
+     * would act on the sums; a model's check_numerics sees the sums). 0 (the default) =
+     * off. Refused with GPU replicas (DIST_UNSUPPORTED). dist_strategy_gradient_overlap_stats
+     * says what it did. */
     int overlap_gradients;
     /* The dtype the gradients cross the replicas' communicator in (mirrored and multi_worker
      * with CPU replicas; the other kinds ignore it): DIST_F32 (the default) as they are;
