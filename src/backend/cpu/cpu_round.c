@@ -120,13 +120,17 @@ static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, i
     }
 }
 
+/* Each flag is cached with relaxed atomics: replica threads ask at once (a plain static was a
+ * data race under ThreadSanitizer; every thread computes the same value). */
 int cpu_has_avx2_fma(void) {
     static int cached = -1;
-    if (cached < 0) {
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
-    return cached;
+    return v;
 }
 
 int cpu_has_avx512_bw_vl(void) {
@@ -143,11 +147,13 @@ int cpu_has_avx512_bw_vl(void) {
 
 int cpu_round_simd(void) {
     static int cached = -1;
-    if (cached < 0) {
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
-    return cached;
+    return v;
 }
 
 dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {

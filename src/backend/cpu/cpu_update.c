@@ -75,12 +75,14 @@ static size_t adam_sse2(const adam_k *k, float *p, const float *g, float *m, flo
 }
 
 static int has_avx(void) {
-    static int cached = -1;
-    if (cached < 0) {
+    static int cached = -1; /* replica threads ask at once: relaxed atomics */
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx");
+        v = __builtin_cpu_supports("avx");
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
-    return cached;
+    return v;
 }
 #endif
 
