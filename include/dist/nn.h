@@ -1,6 +1,9 @@
-/* libdist: layers and the Sequential model.
+/* libdist: layers and models.
  *
- * A model is a stack of layers with Keras's semantics and names. Its variables live in one
+ * A model is a graph of layers with Keras's semantics and names: a Sequential stack by default
+ * (each layer reads the output of the layer added before it), any directed acyclic graph with
+ * one input and one output when layers are wired with dist_model_set_inputs (Keras's
+ * Functional models: skip connections, branches merged by Add or Concatenate). Its variables live in one
  * contiguous buffer per replica (and its gradients in another), each variable a view into it.
  * Built inside a strategy's scope, a model is mirrored: one copy per replica, identical initial
  * values; built outside every scope it lives on one CPU device. */
@@ -92,6 +95,62 @@ DIST_API dist_status dist_model_add_batch_normalization(dist_model *model,
                                                         const dist_batch_norm_options *options);
 /* Dense(units, activation), with bias; any activation of dist_activation. */
 DIST_API dist_status dist_model_add_dense(dist_model *model, int units, dist_activation activation);
+/* Activation(activation) (dist_op_relu, dist_op_sigmoid, ...; NONE is the identity), ReLU()
+ * (Keras's defaults: no max_value, negative_slope or threshold) and Softmax() over the last
+ * axis (dist_op_softmax). */
+DIST_API dist_status dist_model_add_activation(dist_model *model, dist_activation activation);
+DIST_API dist_status dist_model_add_relu(dist_model *model);
+DIST_API dist_status dist_model_add_softmax(dist_model *model);
+/* Rescaling(scale, offset): y = x * scale + offset. */
+DIST_API dist_status dist_model_add_rescaling(dist_model *model, float scale, float offset);
+/* Reshape(target_shape): ndim (1 to 3) dimensions without the batch axis, one of them may be
+ * -1 (inferred); the element count must equal the input's (checked at build). */
+DIST_API dist_status dist_model_add_reshape(dist_model *model, int ndim, const int64_t *shape);
+/* ZeroPadding2D(((top, bottom), (left, right))) on (height, width, channels) inputs. */
+DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, int bottom,
+                                                   int left, int right);
+/* GlobalMaxPooling2D: (height, width, channels) -> (channels), the maximum over height and width
+ * (dist_op_reduce_max: a tie shares the gradient evenly, as TensorFlow). */
+DIST_API dist_status dist_model_add_global_max_pool2d(dist_model *model);
+/* LayerNormalization(axis=-1, epsilon, center, scale): each example's last axis normalized to
+ * mean 0 and variance 1 (biased), then gamma (ones; if scale) and beta (zeros; if center), in
+ * Keras's order gamma, beta. Composed of the tape's mean, subtraction, square and sqrt ops. */
+DIST_API dist_status dist_model_add_layer_normalization(dist_model *model, float epsilon,
+                                                        int center, int scale);
+
+/* ---- layer graphs (Keras's Functional models) ----------------------------------------------- */
+
+/* The model's input, as a layer index for dist_model_set_inputs. */
+#define DIST_MODEL_INPUT (-1)
+
+/* Keras's merge layers: Add, Subtract (two inputs: first - second), Multiply and Average of
+ * inputs of one shape. */
+typedef enum dist_merge {
+    DIST_MERGE_ADD = 0,
+    DIST_MERGE_SUBTRACT = 1,
+    DIST_MERGE_MULTIPLY = 2,
+    DIST_MERGE_AVERAGE = 3
+} dist_merge;
+/* A merge layer; wire its inputs (2 to 8) with dist_model_set_inputs. */
+DIST_API dist_status dist_model_add_merge(dist_model *model, dist_merge merge);
+/* Concatenate(axis): its inputs (2 to 8) joined along axis (counted with the batch axis as 0,
+ * as Keras; negative counts from the end; not the batch axis), the other dimensions equal. */
+DIST_API dist_status dist_model_add_concatenate(dist_model *model, int axis);
+
+/* How many layers the model has; the last one added is this minus 1. */
+DIST_API int dist_model_num_layers(const dist_model *model);
+/* Layer `layer` (an index in the order layers were added) reads the outputs of `inputs`
+ * (count of them, 1 to 8; layer indices or DIST_MODEL_INPUT; borrowed) instead of the output of
+ * the layer before it. A layer may read any other layer, before or after it in the list, and
+ * one output may feed several layers (its gradient is the sum of theirs); dist_model_build
+ * checks that the graph has no cycle, that every layer leads to the output, and that each
+ * layer gets the number of inputs it takes (1, a merge layer 2 or more, Subtract 2). The layers
+ * keep the order they were added in for their variables, names and the Keras files; a call
+ * runs them in a topological order (of the graph; ties in the order added). */
+DIST_API dist_status dist_model_set_inputs(dist_model *model, int layer, int count,
+                                           const int *inputs);
+/* The layer whose output dist_model_call returns (default: the last layer added). */
+DIST_API dist_status dist_model_set_output(dist_model *model, int layer);
 
 /* The seed CNN: Conv2D(32,3x3,relu) -> MaxPool 2x2 -> Conv2D(64,3x3,relu) -> MaxPool 2x2 ->
  * Flatten -> Dense(64,relu) -> Dense(10). */

@@ -20,19 +20,6 @@ dist_status dist_model_set_check_numerics(dist_model *m, int enabled) {
 
 int dist_model_check_numerics(const dist_model *m) { return m ? m->check_numerics : 0; }
 
-static const char *op_name(layer_kind k) {
-    switch (k) {
-    case LAYER_CONV2D: return "Conv2D";
-    case LAYER_MAX_POOL2D: return "MaxPooling2D";
-    case LAYER_FLATTEN: return "Flatten";
-    case LAYER_DENSE: return "Dense";
-    case LAYER_AVG_POOL2D: return "AveragePooling2D";
-    case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
-    case LAYER_DROPOUT: return "Dropout";
-    case LAYER_BATCH_NORM: return "BatchNormalization";
-    }
-    return "?";
-}
 
 static dist_status all_finite(dist_tape *tape, const dist_tensor *t, int *ok) {
     dist_backend *be = dist_tape_backend(tape);
@@ -88,7 +75,7 @@ static void describe_output(char *buf, size_t cap, const void *user) {
     const layer_output *o = user;
     char shape[96];
     snprintf(buf, cap, "check numerics: layer '%s' (%s) of model '%s' produced Inf or NaN in %s %s",
-             o->l->name, op_name(o->l->kind), o->m->name, o->what,
+             o->l->name, model_layer_class(o->l->kind), o->m->name, o->what,
              dist_shape_str(o->t, shape, sizeof shape));
 }
 
@@ -113,7 +100,7 @@ static void describe_gradient(char *buf, size_t cap, const void *user) {
     snprintf(buf, cap,
              "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN in the "
              "gradient of '%s'",
-             owner ? owner->name : "?", owner ? op_name(owner->kind) : "?", m->name,
+             owner ? owner->name : "?", owner ? model_layer_class(owner->kind) : "?", m->name,
              m->vars[g->var].name);
 }
 

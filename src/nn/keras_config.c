@@ -162,19 +162,6 @@ static void dense_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
-static const char *class_name(layer_kind kind) {
-    switch (kind) {
-    case LAYER_CONV2D: return "Conv2D";
-    case LAYER_MAX_POOL2D: return "MaxPooling2D";
-    case LAYER_FLATTEN: return "Flatten";
-    case LAYER_DENSE: return "Dense";
-    case LAYER_AVG_POOL2D: return "AveragePooling2D";
-    case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
-    case LAYER_DROPOUT: return "Dropout";
-    case LAYER_BATCH_NORM: return "BatchNormalization";
-    }
-    return "Layer";
-}
 
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
@@ -210,12 +197,19 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_BATCH_NORM: batch_norm_config(c, l); break;
     case LAYER_FLATTEN: cJSON_AddStringToObject(c, "data_format", "channels_last"); break;
     case LAYER_DENSE: dense_config(c, l); break;
+    default:
+        st = dist_error(DIST_UNSUPPORTED,
+                        "layer '%s' (%s): libdist writes the .keras config of Sequential models "
+                        "of Conv2D, pooling, Dropout, BatchNormalization, Flatten and Dense "
+                        "layers only",
+                        l->name, model_layer_class(l->kind));
+        break;
     }
     if (st != DIST_OK) {
         cJSON_Delete(c);
         return st;
     }
-    cJSON *o = keras_object("keras.layers", class_name(l->kind), c);
+    cJSON *o = keras_object("keras.layers", model_layer_class(l->kind), c);
     if (o && has_build_config(l->kind)) {
         cJSON *build = cJSON_AddObjectToObject(o, "build_config");
         if (build) cJSON_AddItemToObject(build, "input_shape", batch_shape(in_ndim, in_shape));
@@ -258,6 +252,14 @@ static dist_status build_config_tree(const dist_model *m, cJSON *config) {
                           "model '%s': Keras refuses a model name with '/' (it separates the "
                           "names of nested objects)",
                           m->name);
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].inputs[0] != (i == 0 ? DIST_MODEL_INPUT : i - 1) ||
+            m->layers[i].ninputs != 1 || (m->output >= 0 && m->output != m->nlayers - 1))
+            return dist_error(DIST_UNSUPPORTED,
+                              "model '%s': libdist writes the .keras config of Sequential "
+                              "models only; layer '%s' is wired as a graph (write the weights "
+                              "with dist_model_save_keras_weights)",
+                              m->name, m->layers[i].name);
     cJSON_AddStringToObject(config, "name", m->name);
     cJSON_AddTrueToObject(config, "trainable");
     cJSON_AddItemToObject(config, "dtype", dtype_policy(m));

@@ -1,5 +1,5 @@
-/* A model from Keras's model.to_json(): Sequential and linear Functional models of the layers
- * libdist has. Anything the model would compute differently from Keras (another layer, an
+/* A model from Keras's model.to_json(): Sequential models and Functional models (any DAG of
+ * one input and one output) of the layers libdist has. Anything the model would compute differently from Keras (another layer, an
  * argument value libdist does not implement) is refused, naming the layer and the argument,
  * rather than approximated. Both Keras 3's format and tf-keras's (batch_input_shape, nested
  * inbound_nodes lists) are read. */
@@ -400,6 +400,211 @@ static dist_status add_dense(dist_model *m, const json_layer *l) {
     return dist_model_add_dense(m, units, act);
 }
 
+/* An integer of either sign that fits an int (an axis). */
+static int json_signed(const cJSON *v, int *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= -(1 << 30) && d <= 1 << 30) || floor(d) != d) return 0;
+    *out = (int)d;
+    return 1;
+}
+
+/* A number argument that must hold `want` (a default libdist implements); absent or null
+ * passes. */
+static dist_status check_number_is(const json_layer *l, const char *key, double want) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    if (!v || cJSON_IsNull(v)) return DIST_OK;
+    if (!cJSON_IsNumber(v))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): '%s' must be a number", l->name,
+                          l->class_name, key);
+    if (v->valuedouble != want)
+        return unsupported_arg(l, key, "is %g; libdist implements %g only", v->valuedouble, want);
+    return DIST_OK;
+}
+
+static dist_status add_merge(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {NULL};
+    DIST_TRY(check_keys(l, known));
+    static const struct {
+        const char *class_name;
+        dist_merge merge;
+    } merges[] = {{"Add", DIST_MERGE_ADD},
+                  {"Subtract", DIST_MERGE_SUBTRACT},
+                  {"Multiply", DIST_MERGE_MULTIPLY},
+                  {"Average", DIST_MERGE_AVERAGE}};
+    for (size_t i = 0; i < sizeof merges / sizeof merges[0]; i++)
+        if (strcmp(l->class_name, merges[i].class_name) == 0)
+            return dist_model_add_merge(m, merges[i].merge);
+    return dist_error(DIST_INTERNAL, "layer '%s': '%s' is not a merge layer", l->name,
+                      l->class_name);
+}
+
+static dist_status add_concatenate(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"axis", NULL};
+    DIST_TRY(check_keys(l, known));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
+    int axis = -1;
+    if (v && !json_signed(v, &axis))
+        return dist_error(DIST_FORMAT, "layer '%s' (Concatenate): 'axis' must be an integer",
+                          l->name);
+    if (axis == 0 || axis < -4 || axis > 3)
+        return unsupported_arg(l, "axis", "is %d; libdist concatenates along axes 1 to 3 (or -1 "
+                               "to -3) of inputs of 1 to 3 dimensions after the batch",
+                               axis);
+    return dist_model_add_concatenate(m, axis);
+}
+
+static dist_status add_activation_layer(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"activation", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    const char *a = json_str(l->config, "activation");
+    if (a && strcmp(a, "softmax") == 0) return model_add_softmax_activation(m);
+    dist_activation act;
+    DIST_TRY(check_activation(l, &act));
+    return dist_model_add_activation(m, act);
+}
+
+static dist_status add_relu(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"max_value", "negative_slope", "threshold",
+                                        "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_number_is(l, "negative_slope", 0.0));
+    DIST_TRY(check_number_is(l, "threshold", 0.0));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "max_value");
+    if (v && !cJSON_IsNull(v)) return unsupported_arg(l, "max_value", "is set; libdist has none");
+    return dist_model_add_relu(m);
+}
+
+static dist_status add_softmax(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"axis", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1) v = cJSON_GetArrayItem(v, 0);
+    int axis = -1;
+    if (v && !json_signed(v, &axis))
+        return dist_error(DIST_FORMAT, "layer '%s' (Softmax): 'axis' must be an integer", l->name);
+    if (axis != -1)
+        return unsupported_arg(l, "axis", "is %d; libdist's softmax is over the last axis (-1)",
+                               axis);
+    return dist_model_add_softmax(m);
+}
+
+static dist_status add_rescaling(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"scale", "offset", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    double v[2] = {1.0, 0.0};
+    static const char *const keys[2] = {"scale", "offset"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(l->config, keys[k]);
+        if (!x || cJSON_IsNull(x)) continue;
+        if (cJSON_IsArray(x))
+            return unsupported_arg(l, keys[k], "is a list; libdist has one %s for every element",
+                                   keys[k]);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble))
+            return dist_error(DIST_FORMAT, "layer '%s' (Rescaling): '%s' must be a number",
+                              l->name, keys[k]);
+        v[k] = x->valuedouble;
+    }
+    return dist_model_add_rescaling(m, (float)v[0], (float)v[1]);
+}
+
+static dist_status add_reshape(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"target_shape", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "target_shape");
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n < 1 || n > 3)
+        return unsupported_arg(l, "target_shape", "must have 1 to 3 dimensions");
+    int64_t shape[3];
+    for (int d = 0; d < n; d++) {
+        int x;
+        if (!json_signed(cJSON_GetArrayItem(v, d), &x) || (x <= 0 && x != -1))
+            return dist_error(DIST_FORMAT,
+                              "layer '%s' (Reshape): 'target_shape' holds positive integers "
+                              "and at most one -1",
+                              l->name);
+        shape[d] = x;
+    }
+    return dist_model_add_reshape(m, n, shape);
+}
+
+/* padding: n, (h, w) or ((top, bottom), (left, right)). */
+static dist_status add_zero_padding2d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"padding", "data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_channels_last(l));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "padding");
+    int p[4] = {1, 1, 1, 1}, hw[2];
+    if (v && json_pair(v, hw)) {
+        p[0] = p[1] = hw[0];
+        p[2] = p[3] = hw[1];
+    } else if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+                      json_pair(cJSON_GetArrayItem(v, 0), &p[0]) &&
+                      json_pair(cJSON_GetArrayItem(v, 1), &p[2]))) {
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (ZeroPadding2D): 'padding' must be an integer, 2 "
+                          "integers or 2 pairs of integers",
+                          l->name);
+    }
+    for (int k = 0; k < 4; k++)
+        if (p[k] > 1 << 16)
+            return unsupported_arg(l, "padding", "is %d; libdist pads at most 65536", p[k]);
+    return dist_model_add_zero_padding2d(m, p[0], p[1], p[2], p[3]);
+}
+
+static dist_status add_global_max_pool2d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
+    DIST_TRY(check_channels_last(l));
+    return dist_model_add_global_max_pool2d(m);
+}
+
+static dist_status add_layer_normalization(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"axis",
+                                        "epsilon",
+                                        "center",
+                                        "scale",
+                                        "beta_initializer",
+                                        "gamma_initializer",
+                                        "beta_regularizer",
+                                        "gamma_regularizer",
+                                        "beta_constraint",
+                                        "gamma_constraint",
+                                        "batch_input_shape",
+                                        NULL};
+    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                         "gamma_constraint", NULL};
+    DIST_TRY(check_keys(l, known)); /* rms_scaling: true is refused there */
+    DIST_TRY(check_absent(l, extras));
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(l->config, "beta_initializer");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(l->config, "gamma_initializer");
+    if (b && !is_initializer(b, "Zeros"))
+        return unsupported_arg(l, "beta_initializer", "is '%s'; libdist uses Zeros",
+                               json_str(b, "class_name") ? json_str(b, "class_name") : "?");
+    if (g && !is_initializer(g, "Ones"))
+        return unsupported_arg(l, "gamma_initializer", "is '%s'; libdist uses Ones",
+                               json_str(g, "class_name") ? json_str(g, "class_name") : "?");
+    const cJSON *axis = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
+    if (cJSON_IsArray(axis) && cJSON_GetArraySize(axis) == 1) axis = cJSON_GetArrayItem(axis, 0);
+    int a = -1;
+    if (axis && !json_signed(axis, &a))
+        return unsupported_arg(l, "axis", "is not one integer; libdist normalizes the last axis");
+    if (a == 0 || a < -1)
+        return unsupported_arg(l, "axis", "is %d; libdist normalizes the last axis", a);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "epsilon");
+    if (v && (!cJSON_IsNumber(v) || !(v->valuedouble > 0)))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (LayerNormalization): 'epsilon' must be a positive number",
+                          l->name);
+    int center = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "center"));
+    int scale = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "scale"));
+    DIST_TRY(dist_model_add_layer_normalization(m, v ? (float)v->valuedouble : 1e-3f, center,
+                                                scale));
+    /* a positive axis must be the last one, which only the input's rank says (at build) */
+    m->layers[m->nlayers - 1].axis = a > 0 ? a : 0;
+    return DIST_OK;
+}
+
 /* [null, d1, ..., dn] -> the input shape without the batch axis. */
 static dist_status read_batch_shape(const json_layer *l, const cJSON *v, int *ndim,
                                     int64_t shape[3]) {
@@ -448,7 +653,21 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"GlobalAvgPool2D", add_global_average_pool2d},
                  {"BatchNormalization", add_batch_normalization},
                  {"Flatten", add_flatten},
-                 {"Dense", add_dense}};
+                 {"Dense", add_dense},
+                 {"Add", add_merge},
+                 {"Subtract", add_merge},
+                 {"Multiply", add_merge},
+                 {"Average", add_merge},
+                 {"Concatenate", add_concatenate},
+                 {"Activation", add_activation_layer},
+                 {"ReLU", add_relu},
+                 {"Softmax", add_softmax},
+                 {"Rescaling", add_rescaling},
+                 {"Reshape", add_reshape},
+                 {"ZeroPadding2D", add_zero_padding2d},
+                 {"GlobalMaxPooling2D", add_global_max_pool2d},
+                 {"GlobalMaxPool2D", add_global_max_pool2d},
+                 {"LayerNormalization", add_layer_normalization}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
             DIST_TRY(kinds[i].add(m, l));
@@ -456,8 +675,10 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         }
     return dist_error(DIST_UNSUPPORTED,
                       "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
-                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Dropout, "
-                      "BatchNormalization, Flatten and Dense)",
+                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
+                      "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
+                      "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
+                      "Activation, ReLU, Softmax, Rescaling, Reshape and ZeroPadding2D)",
                       l->name, l->class_name);
 }
 
@@ -472,37 +693,188 @@ static dist_status read_layer(const cJSON *item, int index, json_layer *out) {
     return DIST_OK;
 }
 
-/* The name of the layer that feeds a Functional model's layer, from its single inbound node:
- * Keras 3 {"args": [{"config": {"keras_history": [NAME, 0, 0]}}]}, tf-keras [[[NAME, 0, 0, {}]]].
- * NULL when there is not exactly one input. */
-static const char *inbound_name(const cJSON *item) {
-    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes");
-    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1) return NULL;
-    const cJSON *node = cJSON_GetArrayItem(nodes, 0);
-    if (cJSON_IsObject(node)) {
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
-        if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1) return NULL;
-        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(args, 0), "config");
-        const cJSON *hist = cJSON_GetObjectItemCaseSensitive(cfg, "keras_history");
-        const cJSON *name = cJSON_GetArrayItem(hist, 0);
-        return cJSON_IsString(name) ? name->valuestring : NULL;
-    }
-    if (cJSON_IsArray(node) && cJSON_GetArraySize(node) == 1) {
-        const cJSON *name = cJSON_GetArrayItem(cJSON_GetArrayItem(node, 0), 0);
-        return cJSON_IsString(name) ? name->valuestring : NULL;
-    }
-    return NULL;
+/* One tensor of a Functional model's graph: [NAME, node_index, tensor_index]. Only a layer's
+ * first call (node 0) and single-output layers (tensor 0) exist in libdist. */
+static dist_status history_name(const json_layer *l, const cJSON *hist, const char **name) {
+    const cJSON *n = cJSON_GetArrayItem(hist, 0);
+    int node, tensor;
+    if (!cJSON_IsArray(hist) || cJSON_GetArraySize(hist) < 3 || !cJSON_IsString(n) ||
+        !json_int(cJSON_GetArrayItem(hist, 1), &node) ||
+        !json_int(cJSON_GetArrayItem(hist, 2), &tensor))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s': an input is not [layer name, node index, tensor index]",
+                          l->name);
+    if (node != 0)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s': its input is call %d of layer '%s'; libdist runs each "
+                          "layer once (no shared layers)",
+                          l->name, node, n->valuestring);
+    if (tensor != 0)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s': its input is output %d of layer '%s'; libdist's layers "
+                          "have one output",
+                          l->name, tensor, n->valuestring);
+    *name = n->valuestring;
+    return DIST_OK;
 }
 
-/* input_layers / output_layers: exactly one [NAME, 0, 0]; its name. */
-static const char *single_endpoint(const cJSON *config, const char *key) {
+/* Call arguments beside the inputs: only absent ones (null, as Keras 3's {"mask": null}). */
+static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs) {
+    const cJSON *kv;
+    if (kwargs && !cJSON_IsObject(kwargs))
+        return dist_error(DIST_FORMAT, "layer '%s': its call's kwargs are not an object", l->name);
+    cJSON_ArrayForEach(kv, kwargs) {
+        if (!cJSON_IsNull(kv))
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s): call argument '%s' is not supported", l->name,
+                              l->class_name, kv->string);
+    }
+    return DIST_OK;
+}
+
+/* The names of the tensors a Functional model's layer is called on, from its one inbound node:
+ * Keras 3 {"args": [TENSOR or [TENSOR, ...]], "kwargs": {...}} with TENSOR
+ * {"config": {"keras_history": [NAME, 0, 0]}}; tf-keras [[NAME, 0, 0, {kwargs}], ...]. */
+static dist_status inbound_names(const json_layer *l, const cJSON *item, const char **names,
+                                 int *count) {
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes");
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
+        return dist_error(DIST_FORMAT, "layer '%s' (%s) has no inbound node", l->name,
+                          l->class_name);
+    if (cJSON_GetArraySize(nodes) > 1)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (%s) is called %d times; libdist runs each layer once "
+                          "(no shared layers)",
+                          l->name, l->class_name, cJSON_GetArraySize(nodes));
+    const cJSON *node = cJSON_GetArrayItem(nodes, 0), *tensors = NULL;
+    int keras3 = cJSON_IsObject(node);
+    if (keras3) {
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
+        if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s): its call has %d positional arguments; libdist "
+                              "reads one (a tensor or a list of tensors)",
+                              l->name, l->class_name, cJSON_GetArraySize(args));
+        DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs")));
+        tensors = cJSON_GetArrayItem(args, 0);
+        if (cJSON_IsObject(tensors)) {
+            /* one tensor */
+            const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(tensors, "config");
+            *count = 1;
+            return history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"),
+                                &names[0]);
+        }
+    } else {
+        tensors = node;
+    }
+    int n = cJSON_IsArray(tensors) ? cJSON_GetArraySize(tensors) : 0;
+    if (n < 1)
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): its inbound node lists no tensor",
+                          l->name, l->class_name);
+    if (n > MODEL_MAX_INPUTS)
+        return dist_error(DIST_UNSUPPORTED, "layer '%s' (%s) has %d inputs; libdist takes %d at most",
+                          l->name, l->class_name, n, MODEL_MAX_INPUTS);
+    for (int j = 0; j < n; j++) {
+        const cJSON *t = cJSON_GetArrayItem(tensors, j);
+        if (keras3) {
+            const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(t, "config");
+            DIST_TRY(history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"),
+                                  &names[j]));
+        } else {
+            DIST_TRY(history_name(l, t, &names[j]));
+            if (cJSON_GetArraySize(t) > 3)
+                DIST_TRY(check_call_kwargs(l, cJSON_GetArrayItem(t, 3)));
+        }
+    }
+    *count = n;
+    return DIST_OK;
+}
+
+/* input_layers / output_layers: Keras 3 writes one endpoint unnested ([NAME, 0, 0]), several
+ * as a list of them, as tf-keras always does ([[NAME, 0, 0], ...]). *name is the one
+ * endpoint's layer. */
+static dist_status single_endpoint(const dist_model *m, const cJSON *config, const char *key,
+                                   const char *what, const char **name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
-    /* Keras 3 writes one endpoint unnested ([NAME, 0, 0]), tf-keras as [[NAME, 0, 0]]. */
-    if (cJSON_IsArray(v) && cJSON_IsString(cJSON_GetArrayItem(v, 0)))
-        return cJSON_GetArrayItem(v, 0)->valuestring;
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 1) return NULL;
-    const cJSON *name = cJSON_GetArrayItem(cJSON_GetArrayItem(v, 0), 0);
-    return cJSON_IsString(name) ? name->valuestring : NULL;
+    if (!cJSON_IsArray(v))
+        return dist_error(DIST_FORMAT, "model '%s': '%s' is not a list", m->name, key);
+    const cJSON *first = cJSON_GetArrayItem(v, 0);
+    if (cJSON_IsString(first)) {
+        *name = first->valuestring;
+        return DIST_OK;
+    }
+    if (cJSON_GetArraySize(v) != 1)
+        return dist_error(DIST_UNSUPPORTED, "model '%s' has %d %ss; libdist's models have one",
+                          m->name, cJSON_GetArraySize(v), what);
+    const cJSON *n = cJSON_GetArrayItem(first, 0);
+    if (!cJSON_IsString(n))
+        return dist_error(DIST_FORMAT, "model '%s': '%s' holds no layer name", m->name, key);
+    *name = n->valuestring;
+    return DIST_OK;
+}
+
+/* The layer named `name` among the model's: its index, or DIST_MODEL_INPUT for the input. */
+static dist_status find_layer(const dist_model *m, const char *input, const json_layer *l,
+                              const char *name, int *index) {
+    if (input && strcmp(name, input) == 0) {
+        *index = DIST_MODEL_INPUT;
+        return DIST_OK;
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, name) == 0) {
+            *index = i;
+            return DIST_OK;
+        }
+    return dist_error(DIST_FORMAT, "layer '%s' (%s): its input '%s' is not a layer of the model",
+                      l->name, l->class_name, name);
+}
+
+/* A Functional model: every layer added in the file's order (Keras's model.layers, which the
+ * weights follow), then each wired to the layers its inbound node names. */
+static dist_status build_functional(const cJSON *config, const cJSON *layers, uint64_t seed,
+                                    dist_model *m, int *ndim, int64_t shape[3]) {
+    const char *input = NULL, *in_name = NULL, *out_name = NULL;
+    const cJSON *item;
+    int index = 0;
+    cJSON_ArrayForEach(item, layers) {
+        json_layer l;
+        DIST_TRY(read_layer(item, index++, &l));
+        if (strcmp(l.class_name, "InputLayer") == 0) {
+            if (input)
+                return dist_error(DIST_UNSUPPORTED,
+                                  "model '%s' has several inputs ('%s', '%s'); libdist's models "
+                                  "have one",
+                                  m->name, input, l.name);
+            DIST_TRY(input_layer_shape(&l, ndim, shape));
+            input = l.name;
+        } else {
+            DIST_TRY(add_layer(m, &l, seed));
+        }
+    }
+    if (!input)
+        return dist_error(DIST_UNSUPPORTED, "model '%s': a Functional model needs its InputLayer",
+                          m->name);
+    DIST_TRY(single_endpoint(m, config, "input_layers", "input", &in_name));
+    DIST_TRY(single_endpoint(m, config, "output_layers", "output", &out_name));
+    if (strcmp(in_name, input) != 0)
+        return dist_error(DIST_FORMAT, "model '%s': its input '%s' is not its InputLayer '%s'",
+                          m->name, in_name, input);
+    int layer = 0;
+    index = 0;
+    cJSON_ArrayForEach(item, layers) {
+        json_layer l;
+        DIST_TRY(read_layer(item, index++, &l));
+        if (strcmp(l.class_name, "InputLayer") == 0) continue;
+        const char *names[MODEL_MAX_INPUTS];
+        int inputs[MODEL_MAX_INPUTS], n = 0;
+        DIST_TRY(inbound_names(&l, item, names, &n));
+        for (int j = 0; j < n; j++) DIST_TRY(find_layer(m, input, &l, names[j], &inputs[j]));
+        DIST_TRY(dist_model_set_inputs(m, layer++, n, inputs));
+    }
+    int out = 0;
+    json_layer model_as_layer = {config, "Functional", m->name};
+    DIST_TRY(find_layer(m, NULL, &model_as_layer, out_name, &out));
+    return dist_model_set_output(m, out);
 }
 
 static dist_status build_from_layers(const cJSON *config, int functional, uint64_t seed,
@@ -512,25 +884,18 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
         return dist_error(DIST_FORMAT, "the model config has no 'layers' list");
     int ndim = 0;
     int64_t shape[3] = {0};
-    const char *prev = NULL;
+    if (functional) {
+        DIST_TRY(build_functional(config, layers, seed, m, &ndim, shape));
+        if (m->nlayers == 0)
+            return dist_error(DIST_UNSUPPORTED, "model '%s' has no layers besides its input",
+                              m->name);
+        return dist_model_build(m, ndim, shape, seed);
+    }
     int index = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index, &l));
-        if (functional) {
-            const char *from = inbound_name(item);
-            if (index == 0 && strcmp(l.class_name, "InputLayer") != 0)
-                return dist_error(DIST_UNSUPPORTED,
-                                  "layer '%s': a Functional model must start with its InputLayer",
-                                  l.name);
-            if (index > 0 && (!from || strcmp(from, prev) != 0))
-                return dist_error(DIST_UNSUPPORTED,
-                                  "layer '%s' (%s): its input is not the layer before it ('%s'); "
-                                  "only linear models (one input, a chain of layers) are "
-                                  "supported",
-                                  l.name, l.class_name, prev);
-        }
         if (strcmp(l.class_name, "InputLayer") == 0) {
             if (index != 0)
                 return dist_error(DIST_UNSUPPORTED, "layer '%s': an InputLayer after other layers",
@@ -542,20 +907,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
             if (ndim == 0 && cJSON_IsArray(bis)) DIST_TRY(read_batch_shape(&l, bis, &ndim, shape));
             DIST_TRY(add_layer(m, &l, seed));
         }
-        prev = l.name;
         index++;
-    }
-    if (functional) {
-        const char *in = single_endpoint(config, "input_layers");
-        const char *out = single_endpoint(config, "output_layers");
-        const cJSON *first = cJSON_GetArrayItem(layers, 0);
-        if (!in ||
-            strcmp(in, json_str(cJSON_GetObjectItemCaseSensitive(first, "config"), "name")) != 0 ||
-            !out || strcmp(out, prev) != 0)
-            return dist_error(DIST_UNSUPPORTED,
-                              "model '%s': only linear models are supported (one input, the "
-                              "first layer; one output, the last layer '%s')",
-                              m->name, prev);
     }
     if (ndim == 0) {
         /* Keras 3's Sequential built without an Input records it here */
@@ -594,7 +946,7 @@ dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_mod
     }
     if (!functional && strcmp(cls, "Sequential") != 0) {
         st = dist_error(DIST_UNSUPPORTED,
-                        "Keras JSON: model class '%s' is not supported (Sequential and linear "
+                        "Keras JSON: model class '%s' is not supported (Sequential and "
                         "Functional models are)",
                         cls);
         goto out;

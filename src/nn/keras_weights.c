@@ -60,28 +60,15 @@ static dist_status h5_error(h5_quiet *q, dist_status status, const char *what) {
 static void h5_forget(h5_quiet *q) { q->msg[0] = '\0'; }
 
 /* Keras's class names in snake case (the file's group names), per layer kind. */
-static const char *keras_key_base(layer_kind kind) {
-    switch (kind) {
-    case LAYER_CONV2D: return "conv2d";
-    case LAYER_MAX_POOL2D: return "max_pooling2d";
-    case LAYER_FLATTEN: return "flatten";
-    case LAYER_DENSE: return "dense";
-    case LAYER_AVG_POOL2D: return "average_pooling2d";
-    case LAYER_GLOBAL_AVG_POOL2D: return "global_average_pooling2d";
-    case LAYER_DROPOUT: return "dropout";
-    case LAYER_BATCH_NORM: return "batch_normalization";
-    }
-    return "layer";
-}
 
 /* The group key of layer i: its class, numbered among the layers of that class before it. */
 static void keras_key(const dist_model *m, int i, char *buf, size_t size) {
     int count = 0;
     for (int j = 0; j < i; j++) count += m->layers[j].kind == m->layers[i].kind;
     if (count == 0)
-        snprintf(buf, size, "%s", keras_key_base(m->layers[i].kind));
+        snprintf(buf, size, "%s", model_layer_key(m->layers[i].kind));
     else
-        snprintf(buf, size, "%s_%d", keras_key_base(m->layers[i].kind), count);
+        snprintf(buf, size, "%s_%d", model_layer_key(m->layers[i].kind), count);
 }
 
 /* The variables of layer l, in Keras's order (kernel, then bias; BatchNormalization's gamma,

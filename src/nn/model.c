@@ -1,4 +1,5 @@
-/* The Sequential model: layers, variables in one buffer per replica, forward, gradients. */
+/* The model: a graph of layers (a Sequential stack by default), variables in one buffer per
+ * replica, forward in topological order, gradients. */
 #include "backend/backend.h"
 #include "backend/ops_dispatch.h"
 #include "core/error.h"
@@ -17,6 +18,7 @@ dist_status dist_model_create(const char *name, dist_model **out) {
     dist_model *m = calloc(1, sizeof *m);
     if (!m) return dist_error(DIST_OUT_OF_MEMORY, "dist_model_create: out of memory");
     snprintf(m->name, sizeof m->name, "%s", name ? name : "sequential");
+    m->output = -1;
     *out = m;
     return DIST_OK;
 }
@@ -38,15 +40,50 @@ void dist_model_destroy(dist_model *m) {
     free(m);
 }
 
+/* Keras's class of each kind, and its snake case (keras.src.utils.naming.to_snake_case). */
+static const struct {
+    const char *class_name, *key;
+} layer_classes[LAYER_KIND_COUNT] = {
+    [LAYER_CONV2D] = {"Conv2D", "conv2d"},
+    [LAYER_MAX_POOL2D] = {"MaxPooling2D", "max_pooling2d"},
+    [LAYER_FLATTEN] = {"Flatten", "flatten"},
+    [LAYER_DENSE] = {"Dense", "dense"},
+    [LAYER_AVG_POOL2D] = {"AveragePooling2D", "average_pooling2d"},
+    [LAYER_GLOBAL_AVG_POOL2D] = {"GlobalAveragePooling2D", "global_average_pooling2d"},
+    [LAYER_DROPOUT] = {"Dropout", "dropout"},
+    [LAYER_BATCH_NORM] = {"BatchNormalization", "batch_normalization"},
+    [LAYER_ACTIVATION] = {"Activation", "activation"},
+    [LAYER_RELU] = {"ReLU", "re_lu"},
+    [LAYER_SOFTMAX] = {"Softmax", "softmax"},
+    [LAYER_ADD] = {"Add", "add"},
+    [LAYER_SUBTRACT] = {"Subtract", "subtract"},
+    [LAYER_MULTIPLY] = {"Multiply", "multiply"},
+    [LAYER_AVERAGE] = {"Average", "average"},
+    [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
+    [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
+    [LAYER_RESCALING] = {"Rescaling", "rescaling"},
+    [LAYER_RESHAPE] = {"Reshape", "reshape"},
+    [LAYER_GLOBAL_MAX_POOL2D] = {"GlobalMaxPooling2D", "global_max_pooling2d"},
+    [LAYER_LAYER_NORM] = {"LayerNormalization", "layer_normalization"},
+};
+
+const char *model_layer_class(layer_kind kind) {
+    return kind >= 0 && kind < LAYER_KIND_COUNT ? layer_classes[kind].class_name : "?";
+}
+
+const char *model_layer_key(layer_kind kind) {
+    return kind >= 0 && kind < LAYER_KIND_COUNT ? layer_classes[kind].key : "layer";
+}
+
 /* Keras names layers by type with a per-model counter: conv2d, conv2d_1, ... */
-static void layer_name(dist_model *m, model_layer *l, const char *base) {
+static void layer_name(dist_model *m, model_layer *l) {
     int count = 0;
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].kind == l->kind) count++;
     if (count == 0)
-        snprintf(l->name, sizeof l->name, "%s", base);
+        snprintf(l->name, sizeof l->name, "%s", model_layer_key(l->kind));
     else
-        snprintf(l->name, sizeof l->name, "%s_%d", base, count);
+        snprintf(l->name, sizeof l->name, "%s_%d", model_layer_key(l->kind), count);
 }
 
 static dist_status add_layer(dist_model *m, model_layer **out) {
@@ -98,7 +135,7 @@ dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o
     l->kind = LAYER_CONV2D;
     l->conv = *o;
     l->activation = o->activation;
-    layer_name(m, l, "conv2d");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -119,7 +156,7 @@ dist_status dist_model_add_max_pool2d(dist_model *m, int pool_size) {
     DIST_TRY(add_layer(m, &l));
     l->kind = LAYER_MAX_POOL2D;
     l->pool = pool_size;
-    layer_name(m, l, "max_pooling2d");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -138,7 +175,7 @@ dist_status dist_model_add_average_pool2d(dist_model *m, int pool_size, int stri
     l->pool = pool_size;
     l->pool_stride = strides ? strides : pool_size;
     l->padding = padding;
-    layer_name(m, l, "average_pooling2d");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -148,7 +185,7 @@ dist_status dist_model_add_global_average_pool2d(dist_model *m) {
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
     l->kind = LAYER_GLOBAL_AVG_POOL2D;
-    layer_name(m, l, "global_average_pooling2d");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -162,7 +199,7 @@ dist_status dist_model_add_dropout(dist_model *m, float rate, uint64_t seed) {
     l->kind = LAYER_DROPOUT;
     l->rate = rate;
     l->seed = seed;
-    layer_name(m, l, "dropout");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -182,7 +219,7 @@ dist_status dist_model_add_batch_normalization(dist_model *m, const dist_batch_n
     DIST_TRY(add_layer(m, &l));
     l->kind = LAYER_BATCH_NORM;
     l->bn = *o;
-    layer_name(m, l, "batch_normalization");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -192,7 +229,7 @@ dist_status dist_model_add_flatten(dist_model *m) {
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
     l->kind = LAYER_FLATTEN;
-    layer_name(m, l, "flatten");
+    layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
@@ -206,8 +243,162 @@ dist_status dist_model_add_dense(dist_model *m, int units, dist_activation act) 
     l->kind = LAYER_DENSE;
     l->units = units;
     l->activation = act;
-    layer_name(m, l, "dense");
+    layer_name(m, l);
     m->nlayers++;
+    return DIST_OK;
+}
+
+/* A layer of `kind` with no arguments beyond its name. */
+static dist_status add_plain(dist_model *m, layer_kind kind, model_layer **out) {
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = kind;
+    layer_name(m, l);
+    m->nlayers++;
+    if (out) *out = l;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_activation(dist_model *m, dist_activation act) {
+    DIST_CHECK_ARG(m, "dist_model_add_activation: model is NULL");
+    DIST_TRY(check_activation(m, act, "activation"));
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_ACTIVATION, &l));
+    l->activation = act;
+    return DIST_OK;
+}
+
+/* Activation("softmax"): Keras's Activation layer (its file key) computing a softmax. */
+dist_status model_add_softmax_activation(dist_model *m) {
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_ACTIVATION, &l));
+    l->softmax = 1;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_relu(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_relu: model is NULL");
+    return add_plain(m, LAYER_RELU, NULL);
+}
+
+dist_status dist_model_add_softmax(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_softmax: model is NULL");
+    return add_plain(m, LAYER_SOFTMAX, NULL);
+}
+
+dist_status dist_model_add_rescaling(dist_model *m, float scale, float offset) {
+    DIST_CHECK_ARG(m, "dist_model_add_rescaling: model is NULL");
+    DIST_CHECK_ARG(isfinite(scale) && isfinite(offset),
+                   "rescaling: scale and offset must be finite, got %g and %g", (double)scale,
+                   (double)offset);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_RESCALING, &l));
+    l->scale = scale;
+    l->offset = offset;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_reshape(dist_model *m, int ndim, const int64_t *shape) {
+    DIST_CHECK_ARG(m && shape, "dist_model_add_reshape: NULL argument");
+    DIST_CHECK_ARG(ndim >= 1 && ndim <= 3, "reshape: the target shape must have 1 to 3 dimensions");
+    int unknown = 0;
+    for (int d = 0; d < ndim; d++) {
+        DIST_CHECK_ARG(shape[d] > 0 || shape[d] == -1,
+                       "reshape: dimension %d is %lld; dimensions are positive or -1", d,
+                       (long long)shape[d]);
+        unknown += shape[d] == -1;
+    }
+    DIST_CHECK_ARG(unknown <= 1, "reshape: at most one dimension may be -1");
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_RESHAPE, &l));
+    l->target_ndim = ndim;
+    memcpy(l->target, shape, (size_t)ndim * sizeof *shape);
+    return DIST_OK;
+}
+
+dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, int left,
+                                          int right) {
+    DIST_CHECK_ARG(m, "dist_model_add_zero_padding2d: model is NULL");
+    DIST_CHECK_ARG(top >= 0 && bottom >= 0 && left >= 0 && right >= 0 && top <= 1 << 16 &&
+                       bottom <= 1 << 16 && left <= 1 << 16 && right <= 1 << 16,
+                   "zero_padding2d: paddings must be in [0, 65536], got %d, %d, %d, %d", top,
+                   bottom, left, right);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_ZERO_PADDING2D, &l));
+    l->pad[0] = top;
+    l->pad[1] = bottom;
+    l->pad[2] = left;
+    l->pad[3] = right;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_global_max_pool2d(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_global_max_pool2d: model is NULL");
+    return add_plain(m, LAYER_GLOBAL_MAX_POOL2D, NULL);
+}
+
+dist_status dist_model_add_layer_normalization(dist_model *m, float epsilon, int center,
+                                               int scale) {
+    DIST_CHECK_ARG(m, "dist_model_add_layer_normalization: model is NULL");
+    DIST_CHECK_ARG(epsilon > 0.0f && isfinite(epsilon),
+                   "layer_normalization: epsilon must be positive, got %g", (double)epsilon);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_LAYER_NORM, &l));
+    l->epsilon = epsilon;
+    l->bn.center = center != 0;
+    l->bn.scale = scale != 0;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_merge(dist_model *m, dist_merge merge) {
+    static const layer_kind kinds[] = {LAYER_ADD, LAYER_SUBTRACT, LAYER_MULTIPLY, LAYER_AVERAGE};
+    DIST_CHECK_ARG(m, "dist_model_add_merge: model is NULL");
+    DIST_CHECK_ARG(merge >= DIST_MERGE_ADD && merge <= DIST_MERGE_AVERAGE,
+                   "dist_model_add_merge: unknown merge %d", (int)merge);
+    return add_plain(m, kinds[merge], NULL);
+}
+
+dist_status dist_model_add_concatenate(dist_model *m, int axis) {
+    DIST_CHECK_ARG(m, "dist_model_add_concatenate: model is NULL");
+    DIST_CHECK_ARG(axis != 0, "concatenate: axis 0 is the batch axis");
+    DIST_CHECK_ARG(axis >= -4 && axis <= 3, "concatenate: axis %d is outside the inputs", axis);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_CONCATENATE, &l));
+    l->axis = axis;
+    return DIST_OK;
+}
+
+int dist_model_num_layers(const dist_model *m) { return m ? m->nlayers : 0; }
+
+dist_status dist_model_set_inputs(dist_model *m, int layer, int count, const int *inputs) {
+    DIST_CHECK_ARG(m && inputs, "dist_model_set_inputs: NULL argument");
+    if (m->built)
+        return dist_error(DIST_INVALID_USAGE, "model '%s': cannot rewire layers after build",
+                          m->name);
+    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name,
+                   layer);
+    model_layer *l = &m->layers[layer];
+    DIST_CHECK_ARG(count >= 1 && count <= MODEL_MAX_INPUTS,
+                   "layer '%s': %d inputs; a layer takes 1 to %d", l->name, count,
+                   MODEL_MAX_INPUTS);
+    for (int j = 0; j < count; j++)
+        DIST_CHECK_ARG(inputs[j] == DIST_MODEL_INPUT ||
+                           (inputs[j] >= 0 && inputs[j] < MODEL_MAX_LAYERS && inputs[j] != layer),
+                       "layer '%s': input %d is layer %d, which it cannot read", l->name, j,
+                       inputs[j]);
+    l->ninputs = count;
+    memcpy(l->inputs, inputs, (size_t)count * sizeof *inputs);
+    return DIST_OK;
+}
+
+dist_status dist_model_set_output(dist_model *m, int layer) {
+    DIST_CHECK_ARG(m, "dist_model_set_output: model is NULL");
+    if (m->built)
+        return dist_error(DIST_INVALID_USAGE, "model '%s': cannot change the output after build",
+                          m->name);
+    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name,
+                   layer);
+    m->output = layer;
     return DIST_OK;
 }
 
@@ -253,105 +444,310 @@ static int64_t out_dim(int64_t in, int k, int s, dist_padding p) {
     return in < k ? 0 : (in - k) / s + 1;
 }
 
-/* Shapes every layer and lays out the variables; no memory yet. */
-static dist_status plan(dist_model *m) {
-    int nd = m->in_ndim;
-    int64_t shape[4];
-    memcpy(shape, m->in_shape, sizeof shape);
+/* How many inputs a layer of this kind takes: [*lo, *hi]. */
+static void input_range(layer_kind kind, int *lo, int *hi) {
+    *lo = *hi = 1;
+    if (kind == LAYER_ADD || kind == LAYER_MULTIPLY || kind == LAYER_AVERAGE ||
+        kind == LAYER_CONCATENATE) {
+        *lo = 2;
+        *hi = MODEL_MAX_INPUTS;
+    } else if (kind == LAYER_SUBTRACT) {
+        *lo = *hi = 2;
+    }
+}
+
+/* Every layer's inputs made explicit (a Sequential's: the layer before), checked against the
+ * graph and the kinds. */
+static dist_status wire(dist_model *m) {
     for (int i = 0; i < m->nlayers; i++) {
         model_layer *l = &m->layers[i];
-        int64_t before = m->nparams;
-        switch (l->kind) {
-        case LAYER_CONV2D: {
-            if (nd != 3)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s' expects (height, width, channels) inputs", l->name);
-            const dist_conv2d_options *c = &l->conv;
-            int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], c->filters};
-            int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
-            l->kernel_var = add_var(m, l, "kernel", 4, k, rf * shape[2], rf * c->filters);
-            if (c->use_bias) {
-                int64_t b = c->filters;
-                l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
-            }
-            shape[0] = out_dim(shape[0], c->kernel_h, c->stride_h, c->padding);
-            shape[1] = out_dim(shape[1], c->kernel_w, c->stride_w, c->padding);
-            shape[2] = c->filters;
-            if (shape[0] <= 0 || shape[1] <= 0)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s': the kernel is larger than its input", l->name);
-            break;
+        if (l->ninputs == 0) {
+            l->ninputs = 1;
+            l->inputs[0] = i == 0 ? DIST_MODEL_INPUT : i - 1;
         }
-        case LAYER_MAX_POOL2D:
-            if (nd != 3)
+        int lo, hi;
+        input_range(l->kind, &lo, &hi);
+        if (l->ninputs < lo || l->ninputs > hi)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (%s) takes %d%s input%s, it has %d (wire them with "
+                              "dist_model_set_inputs)",
+                              l->name, model_layer_class(l->kind), lo,
+                              hi > lo ? " or more" : "", lo > 1 ? "s" : "", l->ninputs);
+        for (int j = 0; j < l->ninputs; j++)
+            if (l->inputs[j] >= m->nlayers)
                 return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s' expects (height, width, channels) inputs", l->name);
-            shape[0] = out_dim(shape[0], l->pool, l->pool, DIST_PADDING_VALID);
-            shape[1] = out_dim(shape[1], l->pool, l->pool, DIST_PADDING_VALID);
-            if (shape[0] <= 0 || shape[1] <= 0)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s': the pool is larger than its input", l->name);
-            break;
-        case LAYER_AVG_POOL2D:
-            if (nd != 3)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s' expects (height, width, channels) inputs", l->name);
-            shape[0] = out_dim(shape[0], l->pool, l->pool_stride, l->padding);
-            shape[1] = out_dim(shape[1], l->pool, l->pool_stride, l->padding);
-            if (shape[0] <= 0 || shape[1] <= 0)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s': the pool is larger than its input", l->name);
-            break;
-        case LAYER_GLOBAL_AVG_POOL2D:
-            if (nd != 3)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s' expects (height, width, channels) inputs", l->name);
-            shape[0] = shape[2];
-            nd = 1;
-            break;
-        case LAYER_DROPOUT: break;
-        case LAYER_BATCH_NORM: {
-            if (nd != 1 && nd != 3)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s' expects (features) or (height, width, channels) "
-                                  "inputs",
-                                  l->name);
-            int64_t ch = shape[nd - 1];
-            if (l->bn.scale) {
-                l->kernel_var = add_var(m, l, "gamma", 1, &ch, 0, 0);
-                m->vars[l->kernel_var].ones = 1;
-            }
-            if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
-            l->moving_mean_var = add_var(m, l, "moving_mean", 1, &ch, 0, 0);
-            l->moving_variance_var = add_var(m, l, "moving_variance", 1, &ch, 0, 0);
-            m->vars[l->moving_mean_var].trainable = 0;
-            m->vars[l->moving_variance_var].trainable = 0;
-            m->vars[l->moving_variance_var].ones = 1;
-            break;
-        }
-        case LAYER_FLATTEN: {
-            int64_t n = 1;
-            for (int d = 0; d < nd; d++) n *= shape[d];
-            shape[0] = n;
-            nd = 1;
-            break;
-        }
-        case LAYER_DENSE: {
-            if (nd != 1)
-                return dist_error(DIST_INVALID_ARGUMENT,
-                                  "layer '%s' expects flat inputs (add a Flatten layer)", l->name);
-            int64_t k[2] = {shape[0], l->units};
-            l->kernel_var = add_var(m, l, "kernel", 2, k, shape[0], l->units);
-            int64_t b = l->units;
-            l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
-            shape[0] = l->units;
-            break;
-        }
-        }
-        l->out_ndim = nd;
-        memcpy(l->out_shape, shape, sizeof shape);
-        l->params = m->nparams - before;
+                                  "layer '%s': input %d is layer %d; model '%s' has %d layers",
+                                  l->name, j, l->inputs[j], m->name, m->nlayers);
     }
+    return DIST_OK;
+}
+
+/* m->order: the layers in a topological order of the graph, ties in the order they were added
+ * (a Sequential's order is its list); then every layer must lead to the output. */
+static dist_status sort_layers(dist_model *m, int output) {
+    int pending[MODEL_MAX_LAYERS], done[MODEL_MAX_LAYERS] = {0};
+    for (int i = 0; i < m->nlayers; i++) {
+        pending[i] = 0;
+        for (int j = 0; j < m->layers[i].ninputs; j++) pending[i] += m->layers[i].inputs[j] >= 0;
+    }
+    for (int k = 0; k < m->nlayers; k++) {
+        int next = -1;
+        for (int i = 0; i < m->nlayers && next < 0; i++)
+            if (!done[i] && pending[i] == 0) next = i;
+        if (next < 0) {
+            for (int i = 0; i < m->nlayers && next < 0; i++)
+                if (!done[i]) next = i;
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "model '%s': the layers form a cycle (layer '%s' depends on its "
+                              "own output)",
+                              m->name, m->layers[next].name);
+        }
+        done[next] = 1;
+        m->order[k] = next;
+        for (int i = 0; i < m->nlayers; i++)
+            for (int j = 0; j < m->layers[i].ninputs; j++)
+                pending[i] -= m->layers[i].inputs[j] == next;
+    }
+    /* backwards from the output, in reverse topological order: a layer is used when a used
+     * layer reads it */
+    int used[MODEL_MAX_LAYERS] = {0};
+    used[output] = 1;
+    for (int k = m->nlayers - 1; k >= 0; k--) {
+        const model_layer *l = &m->layers[m->order[k]];
+        for (int j = 0; j < l->ninputs && used[m->order[k]]; j++)
+            if (l->inputs[j] >= 0) used[l->inputs[j]] = 1;
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        if (!used[i])
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "model '%s': layer '%s' does not lead to the output (layer '%s')",
+                              m->name, m->layers[i].name, m->layers[output].name);
+        m->layers[i].readers = i == output;
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i].ninputs; j++)
+            if (m->layers[i].inputs[j] >= 0) m->layers[m->layers[i].inputs[j]].readers++;
+    return DIST_OK;
+}
+
+static int same_shape(int na, const int64_t *a, int nb, const int64_t *b) {
+    if (na != nb) return 0;
+    for (int d = 0; d < na; d++)
+        if (a[d] != b[d]) return 0;
+    return 1;
+}
+
+static dist_status expect_image(const model_layer *l, int nd) {
+    if (nd == 3) return DIST_OK;
+    return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (height, width, channels) inputs",
+                      l->name);
+}
+
+/* Layer l's output shape from its inputs' (l->in_* is the first). */
+static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, const int *in_nd,
+                               const int64_t (*in_shape)[4]) {
+    int nd = in_nd[0];
+    int64_t shape[4];
+    memcpy(shape, in_shape[0], sizeof shape);
+    switch (l->kind) {
+    case LAYER_CONV2D: {
+        DIST_TRY(expect_image(l, nd));
+        const dist_conv2d_options *c = &l->conv;
+        shape[0] = out_dim(shape[0], c->kernel_h, c->stride_h, c->padding);
+        shape[1] = out_dim(shape[1], c->kernel_w, c->stride_w, c->padding);
+        shape[2] = c->filters;
+        if (shape[0] <= 0 || shape[1] <= 0)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s': the kernel is larger than its input", l->name);
+        break;
+    }
+    case LAYER_MAX_POOL2D:
+    case LAYER_AVG_POOL2D: {
+        DIST_TRY(expect_image(l, nd));
+        int stride = l->kind == LAYER_MAX_POOL2D ? l->pool : l->pool_stride;
+        dist_padding p = l->kind == LAYER_MAX_POOL2D ? DIST_PADDING_VALID : l->padding;
+        shape[0] = out_dim(shape[0], l->pool, stride, p);
+        shape[1] = out_dim(shape[1], l->pool, stride, p);
+        if (shape[0] <= 0 || shape[1] <= 0)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s': the pool is larger than its input", l->name);
+        break;
+    }
+    case LAYER_GLOBAL_AVG_POOL2D:
+    case LAYER_GLOBAL_MAX_POOL2D:
+        DIST_TRY(expect_image(l, nd));
+        shape[0] = shape[2];
+        nd = 1;
+        break;
+    case LAYER_BATCH_NORM:
+        if (nd != 1 && nd != 3)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' expects (features) or (height, width, channels) "
+                              "inputs",
+                              l->name);
+        break;
+    case LAYER_DROPOUT:
+    case LAYER_ACTIVATION:
+    case LAYER_RELU:
+    case LAYER_SOFTMAX:
+    case LAYER_RESCALING: break;
+    case LAYER_LAYER_NORM:
+        /* a Keras axis given as a positive index (tf-keras writes [3]) must be the last */
+        if (l->axis > 0 && l->axis != nd)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (LayerNormalization): argument 'axis' is %d; libdist "
+                              "normalizes the last axis (%d)",
+                              l->name, l->axis, nd);
+        break;
+    case LAYER_FLATTEN: {
+        int64_t n = 1;
+        for (int d = 0; d < nd; d++) n *= shape[d];
+        shape[0] = n;
+        nd = 1;
+        break;
+    }
+    case LAYER_DENSE:
+        if (nd != 1)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' expects flat inputs (add a Flatten layer)", l->name);
+        shape[0] = l->units;
+        break;
+    case LAYER_ADD:
+    case LAYER_SUBTRACT:
+    case LAYER_MULTIPLY:
+    case LAYER_AVERAGE:
+        for (int j = 1; j < nin; j++)
+            if (!same_shape(nd, shape, in_nd[j], in_shape[j]))
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' (%s): input %d's shape differs from input 0's "
+                                  "(merged inputs have one shape)",
+                                  l->name, model_layer_class(l->kind), j);
+        break;
+    case LAYER_CONCATENATE: {
+        /* Keras's axis counts the batch axis as 0 */
+        int a = l->axis < 0 ? l->axis + nd + 1 : l->axis;
+        if (a < 1 || a > nd)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (Concatenate): axis %d is outside inputs of %d "
+                              "dimensions (and the batch)",
+                              l->name, l->axis, nd);
+        l->axis = a;
+        for (int j = 1; j < nin; j++) {
+            int ok = in_nd[j] == nd;
+            for (int d = 0; d < nd && ok; d++) ok = d == a - 1 || in_shape[j][d] == shape[d];
+            if (!ok)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' (Concatenate): input %d's shape differs from "
+                                  "input 0's beyond axis %d",
+                                  l->name, j, a);
+            shape[a - 1] += in_shape[j][a - 1];
+        }
+        break;
+    }
+    case LAYER_ZERO_PADDING2D:
+        DIST_TRY(expect_image(l, nd));
+        shape[0] += l->pad[0] + l->pad[1];
+        shape[1] += l->pad[2] + l->pad[3];
+        break;
+    case LAYER_RESHAPE: {
+        int64_t n = 1, known = 1;
+        int unknown = -1;
+        for (int d = 0; d < nd; d++) n *= shape[d];
+        for (int d = 0; d < l->target_ndim; d++) {
+            if (l->target[d] < 0)
+                unknown = d;
+            else
+                known *= l->target[d];
+        }
+        nd = l->target_ndim;
+        memcpy(shape, l->target, sizeof shape);
+        if (unknown >= 0 && known > 0 && n % known == 0) shape[unknown] = n / known;
+        if ((unknown >= 0 && (known <= 0 || n % known != 0)) || (unknown < 0 && known != n))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (Reshape): its input's %lld elements do not fit the "
+                              "target shape",
+                              l->name, (long long)n);
+        break;
+    }
+    case LAYER_KIND_COUNT: break;
+    }
+    (void)m;
+    l->out_ndim = nd;
+    memcpy(l->out_shape, shape, sizeof shape);
+    return DIST_OK;
+}
+
+/* Layer l's variables, from its input's shape, in Keras's order. */
+static void layer_variables(dist_model *m, model_layer *l) {
+    const int64_t *shape = l->in_shape;
+    int64_t before = m->nparams;
+    switch (l->kind) {
+    case LAYER_CONV2D: {
+        const dist_conv2d_options *c = &l->conv;
+        int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], c->filters};
+        int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
+        l->kernel_var = add_var(m, l, "kernel", 4, k, rf * shape[2], rf * c->filters);
+        if (c->use_bias) {
+            int64_t b = c->filters;
+            l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+        }
+        break;
+    }
+    case LAYER_BATCH_NORM: {
+        int64_t ch = shape[l->in_ndim - 1];
+        if (l->bn.scale) {
+            l->kernel_var = add_var(m, l, "gamma", 1, &ch, 0, 0);
+            m->vars[l->kernel_var].ones = 1;
+        }
+        if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
+        l->moving_mean_var = add_var(m, l, "moving_mean", 1, &ch, 0, 0);
+        l->moving_variance_var = add_var(m, l, "moving_variance", 1, &ch, 0, 0);
+        m->vars[l->moving_mean_var].trainable = 0;
+        m->vars[l->moving_variance_var].trainable = 0;
+        m->vars[l->moving_variance_var].ones = 1;
+        break;
+    }
+    case LAYER_LAYER_NORM: {
+        int64_t ch = shape[l->in_ndim - 1];
+        if (l->bn.scale) {
+            l->kernel_var = add_var(m, l, "gamma", 1, &ch, 0, 0);
+            m->vars[l->kernel_var].ones = 1;
+        }
+        if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
+        break;
+    }
+    case LAYER_DENSE: {
+        int64_t k[2] = {shape[0], l->units};
+        l->kernel_var = add_var(m, l, "kernel", 2, k, shape[0], l->units);
+        int64_t b = l->units;
+        l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+        break;
+    }
+    default: break;
+    }
+    l->params = m->nparams - before;
+}
+
+/* Wires, orders and shapes every layer and lays out the variables (in the order the layers were
+ * added: Keras's model.weights order, whatever order a call runs them in); no memory yet. */
+static dist_status plan(dist_model *m) {
+    DIST_TRY(wire(m));
+    int output = m->output < 0 ? m->nlayers - 1 : m->output;
+    DIST_TRY(sort_layers(m, output));
+    for (int k = 0; k < m->nlayers; k++) {
+        model_layer *l = &m->layers[m->order[k]];
+        int nd[MODEL_MAX_INPUTS];
+        int64_t shapes[MODEL_MAX_INPUTS][4];
+        for (int j = 0; j < l->ninputs; j++) {
+            const model_layer *from = l->inputs[j] >= 0 ? &m->layers[l->inputs[j]] : NULL;
+            nd[j] = from ? from->out_ndim : m->in_ndim;
+            memcpy(shapes[j], from ? from->out_shape : m->in_shape, sizeof shapes[j]);
+        }
+        l->in_ndim = nd[0];
+        memcpy(l->in_shape, shapes[0], sizeof l->in_shape);
+        DIST_TRY(layer_shape(m, l, l->ninputs, nd, (const int64_t(*)[4])shapes));
+    }
+    for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
     return DIST_OK;
 }
 
@@ -554,54 +950,203 @@ static dist_status call_batch_norm(dist_tape *tape, model_replica *rep, const mo
     return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
 }
 
-/* The layers of one call, at the tape's compute precision; *y is the last layer's output. */
-static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *rep,
-                               const dist_tensor *h, const dist_tensor *const *vars,
-                               dist_tensor **y) {
-    dist_tensor *out = NULL;
-    for (int i = 0; i < m->nlayers; i++) {
-        const model_layer *l = &m->layers[i];
-        const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
-        switch (l->kind) {
-        case LAYER_CONV2D:
-            if (i + 1 < m->nlayers && m->layers[i + 1].kind == LAYER_MAX_POOL2D &&
-                !m->check_numerics) {
-                /* one op: a backend may pool without writing the convolution's output */
-                const model_layer *p = &m->layers[++i];
-                DIST_TRY(dist_op_conv2d_max_pool2d(tape, h, vars[l->kernel_var], bias,
-                                                   l->conv.stride_h, l->conv.stride_w,
-                                                   l->conv.padding, l->activation, p->pool, p->pool,
-                                                   p->pool, p->pool, DIST_PADDING_VALID, &out));
-                break;
-            }
-            DIST_TRY(dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
-                                    l->conv.stride_w, l->conv.padding, l->activation, &out));
-            break;
-        case LAYER_MAX_POOL2D:
-            DIST_TRY(dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool,
-                                        DIST_PADDING_VALID, &out));
-            break;
-        case LAYER_AVG_POOL2D:
-            DIST_TRY(dist_op_avg_pool2d(tape, h, l->pool, l->pool, l->pool_stride, l->pool_stride,
-                                        l->padding, &out));
-            break;
-        case LAYER_GLOBAL_AVG_POOL2D: {
-            static const int hw[2] = {1, 2};
-            DIST_TRY(dist_op_reduce_mean_axes(tape, h, 2, hw, 0, &out));
-            break;
+/* `value` as a one-element tensor, which the binary ops broadcast: a host constant, which the
+ * tpu strategy's trace records as a constant of the program. */
+static dist_status scalar_constant(dist_tape *tape, float value, dist_tensor **out) {
+    int64_t one = 1;
+    dist_tensor host = dist_tensor_view(&value, DIST_F32, 1, &one);
+    return dist_tape_upload(tape, &host, out);
+}
+
+/* A tensor of zeros on the tape's device (no gradient flows into it). */
+static dist_status zeros(dist_tape *tape, int ndim, const int64_t *shape, dist_tensor **out) {
+    DIST_TRY(dist_tape_alloc(tape, DIST_F32, ndim, shape, out));
+    dist_backend *be = dist_tape_backend(tape);
+    return be->iface->memset_zero(be->ctx, (*out)->data, dist_tensor_bytes(*out));
+}
+
+/* Keras's ZeroPadding2D: zeros concatenated above and below (axis 1), then left and right. */
+static dist_status call_zero_padding(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                     dist_tensor **out) {
+    const dist_tensor *cur = h;
+    dist_tensor *next = (dist_tensor *)h;
+    for (int axis = 1; axis <= 2; axis++) {
+        int before = l->pad[2 * (axis - 1)], after = l->pad[2 * (axis - 1) + 1];
+        if (!before && !after) continue;
+        const dist_tensor *parts[3];
+        int n = 0;
+        int64_t shape[4];
+        memcpy(shape, cur->shape, sizeof shape);
+        dist_tensor *z;
+        if (before) {
+            shape[axis] = before;
+            DIST_TRY(zeros(tape, cur->ndim, shape, &z));
+            parts[n++] = z;
         }
-        case LAYER_DROPOUT: DIST_TRY(call_dropout(m, tape, i, h, &out)); break;
-        case LAYER_BATCH_NORM: DIST_TRY(call_batch_norm(tape, rep, l, h, &out)); break;
-        case LAYER_FLATTEN: DIST_TRY(dist_op_flatten(tape, h, &out)); break;
-        case LAYER_DENSE:
-            DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, &out));
-            break;
+        parts[n++] = cur;
+        if (after) {
+            shape[axis] = after;
+            DIST_TRY(zeros(tape, cur->ndim, shape, &z));
+            parts[n++] = z;
         }
-        if (m->check_numerics) DIST_TRY(model_check_finite(m, tape, l, out, "its output"));
-        h = out;
+        DIST_TRY(dist_op_concat(tape, n, parts, axis, &next));
+        cur = next;
     }
-    DIST_CHECK_ARG(out, "model '%s' has no layers", m->name);
-    *y = out;
+    *out = next;
+    return DIST_OK;
+}
+
+/* Keras's LayerNormalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma +
+ * beta, the mean and the (biased) variance of each example's last axis. */
+static dist_status call_layer_norm(dist_tape *tape, const model_layer *l,
+                                   const dist_tensor *const *vars, const dist_tensor *h,
+                                   dist_tensor **out) {
+    static const int last[1] = {-1};
+    dist_tensor *mean, *centered, *sq, *var, *eps, *shifted, *sd, *y;
+    DIST_TRY(dist_op_reduce_mean_axes(tape, h, 1, last, 1, &mean));
+    DIST_TRY(dist_op_sub(tape, h, mean, &centered));
+    DIST_TRY(dist_op_square(tape, centered, &sq));
+    DIST_TRY(dist_op_reduce_mean_axes(tape, sq, 1, last, 1, &var));
+    DIST_TRY(scalar_constant(tape, l->epsilon, &eps));
+    DIST_TRY(dist_op_add(tape, var, eps, &shifted));
+    DIST_TRY(dist_op_sqrt(tape, shifted, &sd));
+    DIST_TRY(dist_op_div(tape, centered, sd, &y));
+    if (l->kernel_var >= 0) DIST_TRY(dist_op_mul(tape, y, vars[l->kernel_var], &y));
+    if (l->bias_var >= 0) DIST_TRY(dist_op_add(tape, y, vars[l->bias_var], &y));
+    *out = y;
+    return DIST_OK;
+}
+
+/* Add, Subtract, Multiply and Average of the layer's inputs (Keras folds left to right). */
+static dist_status call_merge(dist_tape *tape, const model_layer *l, int n,
+                              const dist_tensor *const *in, dist_tensor **out) {
+    dist_tensor *acc = (dist_tensor *)in[0];
+    for (int j = 1; j < n; j++) {
+        if (l->kind == LAYER_SUBTRACT)
+            DIST_TRY(dist_op_sub(tape, acc, in[j], &acc));
+        else if (l->kind == LAYER_MULTIPLY)
+            DIST_TRY(dist_op_mul(tape, acc, in[j], &acc));
+        else
+            DIST_TRY(dist_op_add(tape, acc, in[j], &acc));
+    }
+    if (l->kind == LAYER_AVERAGE) DIST_TRY(dist_op_scale(tape, acc, 1.0f / (float)n, &acc));
+    *out = acc;
+    return DIST_OK;
+}
+
+/* dist_activation as its own op (the Activation layer; Conv2D and Dense fuse theirs). */
+static dist_status call_activation(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                   dist_tensor **out) {
+    if (l->softmax) return dist_op_softmax(tape, h, out);
+    switch (l->activation) {
+    case DIST_ACT_RELU: return dist_op_relu(tape, h, out);
+    case DIST_ACT_SIGMOID: return dist_op_sigmoid(tape, h, out);
+    case DIST_ACT_TANH: return dist_op_tanh(tape, h, out);
+    case DIST_ACT_GELU: return dist_op_gelu(tape, h, 0, out);
+    case DIST_ACT_NONE: break;
+    }
+    *out = (dist_tensor *)h;
+    return DIST_OK;
+}
+
+/* Layer i on its inputs `in`; *out is its output. */
+static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep, int i,
+                              const dist_tensor *const *in, const dist_tensor *const *vars,
+                              dist_tensor **out) {
+    const model_layer *l = &m->layers[i];
+    const dist_tensor *h = in[0];
+    const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+    switch (l->kind) {
+    case LAYER_CONV2D:
+        return dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
+                              l->conv.stride_w, l->conv.padding, l->activation, out);
+    case LAYER_MAX_POOL2D:
+        return dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID,
+                                  out);
+    case LAYER_AVG_POOL2D:
+        return dist_op_avg_pool2d(tape, h, l->pool, l->pool, l->pool_stride, l->pool_stride,
+                                  l->padding, out);
+    case LAYER_GLOBAL_AVG_POOL2D: {
+        static const int hw[2] = {1, 2};
+        return dist_op_reduce_mean_axes(tape, h, 2, hw, 0, out);
+    }
+    case LAYER_GLOBAL_MAX_POOL2D: {
+        static const int hw[2] = {1, 2};
+        return dist_op_reduce_max(tape, h, 2, hw, 0, out);
+    }
+    case LAYER_DROPOUT: return call_dropout(m, tape, i, h, out);
+    case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, h, out);
+    case LAYER_LAYER_NORM: return call_layer_norm(tape, l, vars, h, out);
+    case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
+    case LAYER_DENSE: return dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out);
+    case LAYER_ACTIVATION: return call_activation(tape, l, h, out);
+    case LAYER_RELU: return dist_op_relu(tape, h, out);
+    case LAYER_SOFTMAX: return dist_op_softmax(tape, h, out);
+    case LAYER_ADD:
+    case LAYER_SUBTRACT:
+    case LAYER_MULTIPLY:
+    case LAYER_AVERAGE: return call_merge(tape, l, l->ninputs, in, out);
+    case LAYER_CONCATENATE: return dist_op_concat(tape, l->ninputs, in, l->axis, out);
+    case LAYER_ZERO_PADDING2D: return call_zero_padding(tape, l, h, out);
+    case LAYER_RESCALING: {
+        dist_tensor *scaled, *offset;
+        DIST_TRY(dist_op_scale(tape, h, l->scale, &scaled));
+        if (l->offset == 0.0f) {
+            *out = scaled;
+            return DIST_OK;
+        }
+        DIST_TRY(scalar_constant(tape, l->offset, &offset));
+        return dist_op_add(tape, scaled, offset, out);
+    }
+    case LAYER_RESHAPE: {
+        int64_t shape[5] = {h->shape[0]};
+        memcpy(shape + 1, l->out_shape, (size_t)l->out_ndim * sizeof *shape);
+        return dist_op_reshape(tape, h, l->out_ndim + 1, shape, out);
+    }
+    case LAYER_KIND_COUNT: break;
+    }
+    return dist_error(DIST_INTERNAL, "layer '%s': unknown kind %d", l->name, (int)l->kind);
+}
+
+/* A Conv2D whose only reader is the MaxPooling2D run right after it: one op, so a backend may
+ * pool without writing the convolution's output (not while check numerics wants it). */
+static int fuses_with_pool(const dist_model *m, int k) {
+    if (k + 1 >= m->nlayers || m->check_numerics) return 0;
+    const model_layer *c = &m->layers[m->order[k]], *p = &m->layers[m->order[k + 1]];
+    return c->kind == LAYER_CONV2D && p->kind == LAYER_MAX_POOL2D && c->readers == 1 &&
+           p->inputs[0] == m->order[k];
+}
+
+/* The layers of one call in topological order, at the tape's compute precision; *y is the
+ * output layer's output. A layer's output stays on the tape until the step's end, so any
+ * number of later layers may read it. */
+static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *rep,
+                               const dist_tensor *x, const dist_tensor *const *vars,
+                               dist_tensor **y) {
+    dist_tensor *outs[MODEL_MAX_LAYERS] = {NULL};
+    for (int k = 0; k < m->nlayers; k++) {
+        int i = m->order[k];
+        const model_layer *l = &m->layers[i];
+        const dist_tensor *in[MODEL_MAX_INPUTS];
+        for (int j = 0; j < l->ninputs; j++)
+            in[j] = l->inputs[j] == DIST_MODEL_INPUT ? x : outs[l->inputs[j]];
+        if (fuses_with_pool(m, k)) {
+            const model_layer *p = &m->layers[m->order[++k]];
+            const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+            DIST_TRY(dist_op_conv2d_max_pool2d(tape, in[0], vars[l->kernel_var], bias,
+                                               l->conv.stride_h, l->conv.stride_w,
+                                               l->conv.padding, l->activation, p->pool, p->pool,
+                                               p->pool, p->pool, DIST_PADDING_VALID,
+                                               &outs[m->order[k]]));
+            continue;
+        }
+        dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
+        if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_BATCH_NORM)
+            return dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind));
+        DIST_TRY(st);
+        if (m->check_numerics) DIST_TRY(model_check_finite(m, tape, l, outs[i], "its output"));
+    }
+    *y = outs[m->output < 0 ? m->nlayers - 1 : m->output];
     return DIST_OK;
 }
 

@@ -1,4 +1,4 @@
-/* The Sequential model's private structure (model.c, summary.c). */
+/* The model's private structure (model.c, summary.c, the Keras files): a graph of layers. */
 #ifndef DIST_NN_MODEL_IMPL_H
 #define DIST_NN_MODEL_IMPL_H
 
@@ -8,6 +8,7 @@
 
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_VARS (4 * MODEL_MAX_LAYERS) /* BatchNormalization has 4 */
+#define MODEL_MAX_INPUTS 8                   /* a merge layer's inputs */
 
 typedef enum layer_kind {
     LAYER_CONV2D,
@@ -17,12 +18,43 @@ typedef enum layer_kind {
     LAYER_AVG_POOL2D,
     LAYER_GLOBAL_AVG_POOL2D,
     LAYER_DROPOUT,
-    LAYER_BATCH_NORM
+    LAYER_BATCH_NORM,
+    LAYER_ACTIVATION, /* Activation(name): activation, or softmax when `softmax` is set */
+    LAYER_RELU,
+    LAYER_SOFTMAX,
+    LAYER_ADD,
+    LAYER_SUBTRACT,
+    LAYER_MULTIPLY,
+    LAYER_AVERAGE,
+    LAYER_CONCATENATE,
+    LAYER_ZERO_PADDING2D,
+    LAYER_RESCALING,
+    LAYER_RESHAPE,
+    LAYER_GLOBAL_MAX_POOL2D,
+    LAYER_LAYER_NORM,
+    LAYER_KIND_COUNT
 } layer_kind;
+
+/* Keras's class name of a kind ("Conv2D") and the same in snake case ("conv2d"), the base of
+ * its group key in .weights.h5 files (keras_weights.c). */
+const char *model_layer_class(layer_kind kind);
+const char *model_layer_key(layer_kind kind);
 
 typedef struct model_layer {
     layer_kind kind;
     char name[48];
+    /* Its inputs: layer indices, or DIST_MODEL_INPUT for the model's input. ninputs 0 until
+     * dist_model_set_inputs: the layer added before it (the model's input for the first), as a
+     * Sequential. */
+    int ninputs;
+    int inputs[MODEL_MAX_INPUTS];
+    int axis;                        /* concatenate: an axis of the output, batch axis 0 */
+    int pad[4];                      /* zero_padding2d: top, bottom, left, right */
+    float scale, offset;             /* rescaling */
+    int softmax;                     /* activation: Activation("softmax") */
+    int target_ndim;                 /* reshape: the target shape without the batch */
+    int64_t target[4];               /* (one entry may be -1) */
+    float epsilon;                   /* layer_norm; gamma is kernel_var, beta bias_var */
     dist_conv2d_options conv;                 /* conv2d */
     int pool;                                 /* max_pool2d, avg_pool2d: window */
     int pool_stride;                          /* avg_pool2d */
@@ -34,8 +66,11 @@ typedef struct model_layer {
     int units;                                /* dense */
     dist_activation activation;
     int kernel_var, bias_var; /* variable indices, -1 if none */
+    int in_ndim;              /* its (first) input's shape without the batch axis */
+    int64_t in_shape[4];
     int out_ndim;             /* output shape without the batch axis */
     int64_t out_shape[4];
+    int readers;              /* layers reading its output (+1 for the model's output) */
     int64_t params;
 } model_layer;
 
@@ -64,6 +99,8 @@ struct dist_model {
     char name[48];
     model_layer layers[MODEL_MAX_LAYERS];
     int nlayers;
+    int output;                    /* the layer whose output the model returns (-1: the last) */
+    int order[MODEL_MAX_LAYERS];   /* the layers in the order a call runs them (topological) */
     model_var vars[MODEL_MAX_VARS];
     int nvars;
     int64_t nparams;
@@ -81,6 +118,9 @@ struct dist_model {
 /* Renames the last layer added (Keras's layer names from a JSON config). The name must be
  * non-empty, fit model_layer.name and differ from every other layer's. */
 dist_status model_rename_last_layer(dist_model *m, const char *name);
+/* Keras's Activation("softmax") layer (dist_activation has no softmax: a kernel's fused
+ * activation never is one). */
+dist_status model_add_softmax_activation(dist_model *m);
 
 /* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and
  * `what` when t (on the tape's device) holds an Inf or a NaN. */

@@ -31,19 +31,6 @@ static void thousands(int64_t v, char *out, size_t size) {
     out[j] = '\0';
 }
 
-static const char *type_name(layer_kind k) {
-    switch (k) {
-    case LAYER_CONV2D: return "Conv2D";
-    case LAYER_MAX_POOL2D: return "MaxPooling2D";
-    case LAYER_FLATTEN: return "Flatten";
-    case LAYER_DENSE: return "Dense";
-    case LAYER_AVG_POOL2D: return "AveragePooling2D";
-    case LAYER_GLOBAL_AVG_POOL2D: return "GlobalAveragePooling2D";
-    case LAYER_DROPOUT: return "Dropout";
-    case LAYER_BATCH_NORM: return "BatchNormalization";
-    }
-    return "?";
-}
 
 dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
     DIST_CHECK_ARG(m && buf && size > 0, "dist_model_summary: NULL argument");
@@ -57,7 +44,7 @@ dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
     for (int i = 0; i < m->nlayers; i++) {
         const model_layer *l = &m->layers[i];
         char name[64], shape[64], params[32];
-        snprintf(name, sizeof name, "%s (%s)", l->name, type_name(l->kind));
+        snprintf(name, sizeof name, "%s (%s)", l->name, model_layer_class(l->kind));
         size_t len = (size_t)snprintf(shape, sizeof shape, "(None");
         for (int d = 0; d < l->out_ndim; d++)
             len += (size_t)snprintf(shape + len, sizeof shape - len, ", %lld",
