@@ -3,9 +3,9 @@
  * A model is a graph of layers with Keras's semantics and names: a Sequential stack by default
  * (each layer reads the output of the layer added before it), any directed acyclic graph with
  * one input and one output when layers are wired with dist_model_set_inputs (Keras's
- * Functional models: skip connections, branches merged by Add or Concatenate). Its variables live in one
- * contiguous buffer per replica (and its gradients in another), each variable a view into it.
- * Built inside a strategy's scope, a model is mirrored: one copy per replica, identical initial
+ * Functional models: skip connections, branches merged by Add or Concatenate). Its variables live
+ * in one contiguous buffer per replica (and its gradients in another), each variable a view into
+ * it. Built inside a strategy's scope, a model is mirrored: one copy per replica, identical initial
  * values; built outside every scope it lives on one CPU device. */
 #ifndef DIST_NN_H
 #define DIST_NN_H
@@ -107,8 +107,8 @@ DIST_API dist_status dist_model_add_rescaling(dist_model *model, float scale, fl
  * -1 (inferred); the element count must equal the input's (checked at build). */
 DIST_API dist_status dist_model_add_reshape(dist_model *model, int ndim, const int64_t *shape);
 /* ZeroPadding2D(((top, bottom), (left, right))) on (height, width, channels) inputs. */
-DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, int bottom,
-                                                   int left, int right);
+DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, int bottom, int left,
+                                                   int right);
 /* GlobalMaxPooling2D: (height, width, channels) -> (channels), the maximum over height and width
  * (dist_op_reduce_max: a tie shares the gradient evenly, as TensorFlow). */
 DIST_API dist_status dist_model_add_global_max_pool2d(dist_model *model);

@@ -2,10 +2,11 @@
  * tpu strategy (a traced tape) the tensors become outputs of the program and the same check
  * runs on their host copies after the step (the replica context's defer_check), with the same
  * message; the step's update has happened by then. */
+#include "nn/check_numerics.h"
+
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
-#include "nn/check_numerics.h"
 #include "nn/model_impl.h"
 
 #include <math.h>
@@ -19,7 +20,6 @@ dist_status dist_model_set_check_numerics(dist_model *m, int enabled) {
 }
 
 int dist_model_check_numerics(const dist_model *m) { return m ? m->check_numerics : 0; }
-
 
 static dist_status all_finite(dist_tape *tape, const dist_tensor *t, int *ok) {
     dist_backend *be = dist_tape_backend(tape);

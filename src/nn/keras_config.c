@@ -162,7 +162,6 @@ static void dense_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
-
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
 static int has_build_config(layer_kind kind) {

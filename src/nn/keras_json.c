@@ -1,8 +1,8 @@
 /* A model from Keras's model.to_json(): Sequential models and Functional models (any DAG of
- * one input and one output) of the layers libdist has. Anything the model would compute differently from Keras (another layer, an
- * argument value libdist does not implement) is refused, naming the layer and the argument,
- * rather than approximated. Both Keras 3's format and tf-keras's (batch_input_shape, nested
- * inbound_nodes lists) are read. */
+ * one input and one output) of the layers libdist has. Anything the model would compute differently
+ * from Keras (another layer, an argument value libdist does not implement) is refused, naming the
+ * layer and the argument, rather than approximated. Both Keras 3's format and tf-keras's
+ * (batch_input_shape, nested inbound_nodes lists) are read. */
 #include "core/error.h"
 #include "nn/model_impl.h"
 
@@ -448,7 +448,8 @@ static dist_status add_concatenate(dist_model *m, const json_layer *l) {
         return dist_error(DIST_FORMAT, "layer '%s' (Concatenate): 'axis' must be an integer",
                           l->name);
     if (axis == 0 || axis < -4 || axis > 3)
-        return unsupported_arg(l, "axis", "is %d; libdist concatenates along axes 1 to 3 (or -1 "
+        return unsupported_arg(l, "axis",
+                               "is %d; libdist concatenates along axes 1 to 3 (or -1 "
                                "to -3) of inputs of 1 to 3 dimensions after the batch",
                                axis);
     return dist_model_add_concatenate(m, axis);
@@ -501,8 +502,8 @@ static dist_status add_rescaling(dist_model *m, const json_layer *l) {
             return unsupported_arg(l, keys[k], "is a list; libdist has one %s for every element",
                                    keys[k]);
         if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble))
-            return dist_error(DIST_FORMAT, "layer '%s' (Rescaling): '%s' must be a number",
-                              l->name, keys[k]);
+            return dist_error(DIST_FORMAT, "layer '%s' (Rescaling): '%s' must be a number", l->name,
+                              keys[k]);
         v[k] = x->valuedouble;
     }
     return dist_model_add_rescaling(m, (float)v[0], (float)v[1]);
@@ -513,8 +514,7 @@ static dist_status add_reshape(dist_model *m, const json_layer *l) {
     DIST_TRY(check_keys(l, known));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "target_shape");
     int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
-    if (n < 1 || n > 3)
-        return unsupported_arg(l, "target_shape", "must have 1 to 3 dimensions");
+    if (n < 1 || n > 3) return unsupported_arg(l, "target_shape", "must have 1 to 3 dimensions");
     int64_t shape[3];
     for (int d = 0; d < n; d++) {
         int x;
@@ -598,8 +598,8 @@ static dist_status add_layer_normalization(dist_model *m, const json_layer *l) {
                           l->name);
     int center = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "center"));
     int scale = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "scale"));
-    DIST_TRY(dist_model_add_layer_normalization(m, v ? (float)v->valuedouble : 1e-3f, center,
-                                                scale));
+    DIST_TRY(
+        dist_model_add_layer_normalization(m, v ? (float)v->valuedouble : 1e-3f, center, scale));
     /* a positive axis must be the last one, which only the input's rank says (at build) */
     m->layers[m->nlayers - 1].axis = a > 0 ? a : 0;
     return DIST_OK;
@@ -769,21 +769,21 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
     }
     int n = cJSON_IsArray(tensors) ? cJSON_GetArraySize(tensors) : 0;
     if (n < 1)
-        return dist_error(DIST_FORMAT, "layer '%s' (%s): its inbound node lists no tensor",
-                          l->name, l->class_name);
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): its inbound node lists no tensor", l->name,
+                          l->class_name);
     if (n > MODEL_MAX_INPUTS)
-        return dist_error(DIST_UNSUPPORTED, "layer '%s' (%s) has %d inputs; libdist takes %d at most",
-                          l->name, l->class_name, n, MODEL_MAX_INPUTS);
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (%s) has %d inputs; libdist takes %d at most", l->name,
+                          l->class_name, n, MODEL_MAX_INPUTS);
     for (int j = 0; j < n; j++) {
         const cJSON *t = cJSON_GetArrayItem(tensors, j);
         if (keras3) {
             const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(t, "config");
-            DIST_TRY(history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"),
-                                  &names[j]));
+            DIST_TRY(
+                history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"), &names[j]));
         } else {
             DIST_TRY(history_name(l, t, &names[j]));
-            if (cJSON_GetArraySize(t) > 3)
-                DIST_TRY(check_call_kwargs(l, cJSON_GetArrayItem(t, 3)));
+            if (cJSON_GetArraySize(t) > 3) DIST_TRY(check_call_kwargs(l, cJSON_GetArrayItem(t, 3)));
         }
     }
     *count = n;
@@ -871,10 +871,10 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
         for (int j = 0; j < n; j++) DIST_TRY(find_layer(m, input, &l, names[j], &inputs[j]));
         DIST_TRY(dist_model_set_inputs(m, layer++, n, inputs));
     }
-    int out = 0;
-    json_layer model_as_layer = {config, "Functional", m->name};
-    DIST_TRY(find_layer(m, NULL, &model_as_layer, out_name, &out));
-    return dist_model_set_output(m, out);
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, out_name) == 0) return dist_model_set_output(m, i);
+    return dist_error(DIST_FORMAT, "model '%s': its output '%s' is not a layer of the model",
+                      m->name, out_name);
 }
 
 static dist_status build_from_layers(const cJSON *config, int functional, uint64_t seed,

@@ -316,8 +316,7 @@ dist_status dist_model_add_reshape(dist_model *m, int ndim, const int64_t *shape
     return DIST_OK;
 }
 
-dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, int left,
-                                          int right) {
+dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, int left, int right) {
     DIST_CHECK_ARG(m, "dist_model_add_zero_padding2d: model is NULL");
     DIST_CHECK_ARG(top >= 0 && bottom >= 0 && left >= 0 && right >= 0 && top <= 1 << 16 &&
                        bottom <= 1 << 16 && left <= 1 << 16 && right <= 1 << 16,
@@ -375,8 +374,7 @@ dist_status dist_model_set_inputs(dist_model *m, int layer, int count, const int
     if (m->built)
         return dist_error(DIST_INVALID_USAGE, "model '%s': cannot rewire layers after build",
                           m->name);
-    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name,
-                   layer);
+    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name, layer);
     model_layer *l = &m->layers[layer];
     DIST_CHECK_ARG(count >= 1 && count <= MODEL_MAX_INPUTS,
                    "layer '%s': %d inputs; a layer takes 1 to %d", l->name, count,
@@ -396,8 +394,7 @@ dist_status dist_model_set_output(dist_model *m, int layer) {
     if (m->built)
         return dist_error(DIST_INVALID_USAGE, "model '%s': cannot change the output after build",
                           m->name);
-    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name,
-                   layer);
+    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name, layer);
     m->output = layer;
     return DIST_OK;
 }
@@ -471,8 +468,8 @@ static dist_status wire(dist_model *m) {
             return dist_error(DIST_INVALID_ARGUMENT,
                               "layer '%s' (%s) takes %d%s input%s, it has %d (wire them with "
                               "dist_model_set_inputs)",
-                              l->name, model_layer_class(l->kind), lo,
-                              hi > lo ? " or more" : "", lo > 1 ? "s" : "", l->ninputs);
+                              l->name, model_layer_class(l->kind), lo, hi > lo ? " or more" : "",
+                              lo > 1 ? "s" : "", l->ninputs);
         for (int j = 0; j < l->ninputs; j++)
             if (l->inputs[j] >= m->nlayers)
                 return dist_error(DIST_INVALID_ARGUMENT,
@@ -1134,10 +1131,9 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
             const model_layer *p = &m->layers[m->order[++k]];
             const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
             DIST_TRY(dist_op_conv2d_max_pool2d(tape, in[0], vars[l->kernel_var], bias,
-                                               l->conv.stride_h, l->conv.stride_w,
-                                               l->conv.padding, l->activation, p->pool, p->pool,
-                                               p->pool, p->pool, DIST_PADDING_VALID,
-                                               &outs[m->order[k]]));
+                                               l->conv.stride_h, l->conv.stride_w, l->conv.padding,
+                                               l->activation, p->pool, p->pool, p->pool, p->pool,
+                                               DIST_PADDING_VALID, &outs[m->order[k]]));
             continue;
         }
         dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);

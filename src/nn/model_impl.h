@@ -8,7 +8,7 @@
 
 #define MODEL_MAX_LAYERS 64
 #define MODEL_MAX_VARS (4 * MODEL_MAX_LAYERS) /* BatchNormalization has 4 */
-#define MODEL_MAX_INPUTS 8                   /* a merge layer's inputs */
+#define MODEL_MAX_INPUTS 8                    /* a merge layer's inputs */
 
 typedef enum layer_kind {
     LAYER_CONV2D,
@@ -48,13 +48,13 @@ typedef struct model_layer {
      * Sequential. */
     int ninputs;
     int inputs[MODEL_MAX_INPUTS];
-    int axis;                        /* concatenate: an axis of the output, batch axis 0 */
-    int pad[4];                      /* zero_padding2d: top, bottom, left, right */
-    float scale, offset;             /* rescaling */
-    int softmax;                     /* activation: Activation("softmax") */
-    int target_ndim;                 /* reshape: the target shape without the batch */
-    int64_t target[4];               /* (one entry may be -1) */
-    float epsilon;                   /* layer_norm; gamma is kernel_var, beta bias_var */
+    int axis;                                 /* concatenate: an axis of the output, batch axis 0 */
+    int pad[4];                               /* zero_padding2d: top, bottom, left, right */
+    float scale, offset;                      /* rescaling */
+    int softmax;                              /* activation: Activation("softmax") */
+    int target_ndim;                          /* reshape: the target shape without the batch */
+    int64_t target[4];                        /* (one entry may be -1) */
+    float epsilon;                            /* layer_norm; gamma is kernel_var, beta bias_var */
     dist_conv2d_options conv;                 /* conv2d */
     int pool;                                 /* max_pool2d, avg_pool2d: window */
     int pool_stride;                          /* avg_pool2d */
@@ -68,9 +68,9 @@ typedef struct model_layer {
     int kernel_var, bias_var; /* variable indices, -1 if none */
     int in_ndim;              /* its (first) input's shape without the batch axis */
     int64_t in_shape[4];
-    int out_ndim;             /* output shape without the batch axis */
+    int out_ndim; /* output shape without the batch axis */
     int64_t out_shape[4];
-    int readers;              /* layers reading its output (+1 for the model's output) */
+    int readers; /* layers reading its output (+1 for the model's output) */
     int64_t params;
 } model_layer;
 
@@ -99,8 +99,8 @@ struct dist_model {
     char name[48];
     model_layer layers[MODEL_MAX_LAYERS];
     int nlayers;
-    int output;                    /* the layer whose output the model returns (-1: the last) */
-    int order[MODEL_MAX_LAYERS];   /* the layers in the order a call runs them (topological) */
+    int output;                  /* the layer whose output the model returns (-1: the last) */
+    int order[MODEL_MAX_LAYERS]; /* the layers in the order a call runs them (topological) */
     model_var vars[MODEL_MAX_VARS];
     int nvars;
     int64_t nparams;

@@ -31,7 +31,6 @@ static void thousands(int64_t v, char *out, size_t size) {
     out[j] = '\0';
 }
 
-
 dist_status dist_model_summary(const dist_model *m, char *buf, size_t size) {
     DIST_CHECK_ARG(m && buf && size > 0, "dist_model_summary: NULL argument");
     DIST_CHECK_ARG(m->built, "model '%s' is not built: its shapes are unknown", m->name);

@@ -1,0 +1,33 @@
+"""Writes tests/data/keras3_dag.json and tests/data/tf_keras_dag.json: one small Functional
+DAG (a skip connection, a shared tensor read by three layers, Add and Concatenate) as Keras 3
+and as tf-keras write model.to_json(). unit.keras_graph builds both and expects the same
+network. Run with the conformance venv's python from tests/data/."""
+import os
+import subprocess
+import sys
+
+CODE = """
+x = keras.Input((6, 6, 2), name="img")
+c1 = keras.layers.Conv2D(4, 3, padding="same", name="c1")(x)
+r = keras.layers.ReLU(name="r")(c1)
+c2 = keras.layers.Conv2D(4, 3, padding="same", name="c2")(r)
+s = keras.layers.Add(name="skip")([c2, r])
+j = keras.layers.Concatenate(axis=-1, name="join")([s, r])
+g = keras.layers.GlobalAveragePooling2D(name="gap")(j)
+y = keras.layers.Dense(3, name="out")(g)
+m = keras.Model(x, y, name="dag")
+open(OUT, "w").write(m.to_json())
+"""
+
+if len(sys.argv) == 1:
+    for out, legacy in (("keras3_dag.json", "0"), ("tf_keras_dag.json", "1")):
+        env = dict(os.environ, TF_USE_LEGACY_KERAS=legacy, TF_CPP_MIN_LOG_LEVEL="2",
+                   KERAS_BACKEND="tensorflow")
+        subprocess.run([sys.executable, __file__, out, legacy], env=env, check=True)
+else:
+    if sys.argv[2] == "1":
+        import tf_keras as keras  # noqa: F401
+    else:
+        import keras  # noqa: F401
+    OUT = sys.argv[1]
+    exec(CODE)

@@ -1,0 +1,467 @@
+/* The model as a graph of layers: wiring, topological order, gradients of an output read by
+ * several layers, the graph-only layers' values, refusals, and Functional Keras JSON in both
+ * Keras 3's and tf-keras's formats. (Agreement with Keras itself: conformance.keras_functional
+ * and conformance.keras_graph_layers.) */
+#include "dist/nn.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Runs m on host input x [n, ...] (inference unless `record`), returns the output on the host
+ * (malloc'ed, *count floats) and leaves the tape for gradients. */
+static float *run(dist_model *m, dist_tape *t, const float *x, int ndim, const int64_t *shape,
+                  int record, dist_tensor **y_out, int64_t *count) {
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, record);
+    dist_tensor hx = dist_tensor_view((void *)x, DIST_F32, ndim, shape);
+    dist_tensor *dx = NULL, *y = NULL;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    *count = dist_tensor_numel(y);
+    float *out = malloc((size_t)*count * sizeof *out);
+    ck_assert_int_eq(dist_tape_download(t, y, out, (size_t)*count * sizeof *out), DIST_OK);
+    if (y_out) *y_out = y;
+    return out;
+}
+
+static float *weights_of(dist_model *m) {
+    int64_t n = dist_model_num_params(m);
+    float *w = malloc((size_t)n * sizeof *w);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, n), DIST_OK);
+    return w;
+}
+
+START_TEST(test_a_layer_may_read_a_layer_added_after_it_and_runs_after_it) {
+    /* layer 0 "dense" (3 -> 2) reads layer 1 "dense_1" (4 -> 3), which reads the input; the
+     * output is layer 0: y = (x Wb + bb) Wa + ba */
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("g", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_num_layers(m), 2);
+    ck_assert_int_eq(dist_model_set_inputs(m, 0, 1, (int[]){1}), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 1, (int[]){DIST_MODEL_INPUT}), DIST_OK);
+    ck_assert_int_eq(dist_model_set_output(m, 0), DIST_OK);
+    ck_assert_msg(dist_model_build(m, 1, (int64_t[]){4}, 3) == DIST_OK, "%s", dist_last_error());
+    /* variables in the order the layers were added, shaped by the graph */
+    ck_assert_str_eq(dist_model_variable_name(m, 0), "dense/kernel");
+    ck_assert_str_eq(dist_model_variable_name(m, 2), "dense_1/kernel");
+    ck_assert_int_eq(dist_model_variable(m, 0, 0)->shape[0], 3);
+    ck_assert_int_eq(dist_model_variable(m, 0, 0)->shape[1], 2);
+    ck_assert_int_eq(dist_model_variable(m, 0, 2)->shape[0], 4);
+    ck_assert_int_eq(dist_model_variable(m, 0, 2)->shape[1], 3);
+    ck_assert_int_eq(dist_model_num_params(m), 3 * 2 + 2 + 4 * 3 + 3);
+
+    float w[23];
+    for (int i = 0; i < 23; i++) w[i] = 0.1f * (float)((i * 7) % 11) - 0.5f;
+    ck_assert_int_eq(dist_model_set_weights(m, w, 23), DIST_OK);
+    const float *wa = w, *ba = w + 6, *wb = w + 8, *bb = w + 20;
+    float x[2][4] = {{1, -2, 0.5f, 3}, {0.25f, 1, -1, 2}};
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    int64_t n = 0;
+    float *y = run(m, t, &x[0][0], 2, (int64_t[]){2, 4}, 0, NULL, &n);
+    ck_assert_int_eq(n, 4);
+    for (int r = 0; r < 2; r++) {
+        float h[3];
+        for (int j = 0; j < 3; j++) {
+            h[j] = bb[j];
+            for (int k = 0; k < 4; k++) h[j] += x[r][k] * wb[k * 3 + j];
+        }
+        for (int j = 0; j < 2; j++) {
+            float want = ba[j];
+            for (int k = 0; k < 3; k++) want += h[k] * wa[k * 2 + j];
+            ck_assert_float_eq_tol(y[r * 2 + j], want, 1e-5f);
+        }
+    }
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* d = Dense(3)(x), s = Add([d, d]), y = Concatenate([s, d]): d is read three times (twice by
+ * one layer), and the gradient of sum(y) reaching d's variables is the sum of all three. */
+START_TEST(test_an_output_read_twice_gets_the_sum_of_both_gradients) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("twice", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK); /* 0: d */
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);   /* 1: d + d */
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, 0}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 2: [d + d, d] */
+    ck_assert_int_eq(dist_model_set_inputs(m, 2, 2, (int[]){1, 0}), DIST_OK);
+    ck_assert_msg(dist_model_build(m, 1, (int64_t[]){2}, 1) == DIST_OK, "%s", dist_last_error());
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[5][2] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}, {9, 10}};
+    dist_tensor *y = NULL, *loss = NULL;
+    int64_t n = 0;
+    float *out = run(m, t, &x[0][0], 2, (int64_t[]){5, 2}, 1, &y, &n);
+    ck_assert_int_eq(n, 5 * 6);
+    /* the concatenation: columns 0..2 are 2 d, 3..5 are d */
+    for (int r = 0; r < 5; r++)
+        for (int j = 0; j < 3; j++)
+            ck_assert_float_eq_tol(out[r * 6 + j], 2 * out[r * 6 + 3 + j], 1e-5f);
+    ck_assert_int_eq(dist_op_reduce_sum(t, y, &loss), DIST_OK);
+    ck_assert_int_eq(dist_model_compute_gradients(m, t, loss), DIST_OK);
+    float g[2 * 3 + 3];
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, sizeof g), DIST_OK);
+    /* y holds d three times per row: d(sum y)/d bias_j = 3 * 5 rows; d/dW[k][j] = 3 sum_r x[r][k]
+     */
+    for (int j = 0; j < 3; j++) {
+        ck_assert_float_eq_tol(g[6 + j], 15.0f, 1e-5f);
+        ck_assert_float_eq_tol(g[0 * 3 + j], 3.0f * 25.0f, 1e-4f);
+        ck_assert_float_eq_tol(g[1 * 3 + j], 3.0f * 30.0f, 1e-4f);
+    }
+    free(out);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_subtract_multiply_and_average_merge_elementwise) {
+    static const dist_merge merges[3] = {DIST_MERGE_SUBTRACT, DIST_MERGE_MULTIPLY,
+                                         DIST_MERGE_AVERAGE};
+    float x[2][3] = {{1, -2, 3}, {0.5f, 4, -1}};
+    for (int k = 0; k < 3; k++) {
+        /* merge(relu(x), x) */
+        dist_model *m = NULL;
+        ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+        ck_assert_int_eq(dist_model_add_relu(m), DIST_OK);
+        ck_assert_int_eq(dist_model_add_merge(m, merges[k]), DIST_OK);
+        ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, DIST_MODEL_INPUT}), DIST_OK);
+        ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){3}, 1), DIST_OK);
+        ck_assert_int_eq(dist_model_num_params(m), 0);
+        dist_tape *t = NULL;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        int64_t n = 0;
+        float *y = run(m, t, &x[0][0], 2, (int64_t[]){2, 3}, 0, NULL, &n);
+        for (int i = 0; i < 6; i++) {
+            float a = fmaxf((&x[0][0])[i], 0.0f), b = (&x[0][0])[i];
+            float want = k == 0 ? a - b : k == 1 ? a * b : (a + b) / 2;
+            ck_assert_float_eq_tol(y[i], want, 1e-6f);
+        }
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+}
+END_TEST
+
+START_TEST(test_zero_padding_rescaling_reshape_and_global_max_pooling) {
+    /* x [1, 2, 2, 1] -> Rescaling(2, 1) -> ZeroPadding2D(top 1, bottom 0, left 0, right 2);
+     * then Reshape(-1, 2, 1) -> GlobalMaxPooling2D */
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_rescaling(m, 2.0f, 1.0f), DIST_OK);
+    ck_assert_int_eq(dist_model_add_zero_padding2d(m, 1, 0, 0, 2), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 3, (int64_t[]){2, 2, 1}, 1), DIST_OK);
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[4] = {1, -2, 3, -4};
+    int64_t n = 0;
+    float *y = run(m, t, x, 4, (int64_t[]){1, 2, 2, 1}, 0, NULL, &n);
+    /* 3 x 4: a zero row on top, two zero columns on the right of 2x + 1 */
+    const float want[12] = {0, 0, 0, 0, 3, -3, 0, 0, 7, -7, 0, 0};
+    ck_assert_int_eq(n, 12);
+    for (int i = 0; i < 12; i++) ck_assert_float_eq_tol(y[i], want[i], 1e-6f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_reshape(m, 3, (int64_t[]){-1, 2, 1}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_max_pool2d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){6}, 1), DIST_OK);
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float v[12] = {1, 9, -3, 4, 2, 0, -1, -2, -3, -4, -5, -6};
+    y = run(m, t, v, 2, (int64_t[]){2, 6}, 0, NULL, &n);
+    ck_assert_int_eq(n, 2);
+    ck_assert_float_eq(y[0], 9.0f);
+    ck_assert_float_eq(y[1], -1.0f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_layer_normalization_gives_each_row_mean_zero_and_variance_one) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-3f, 1, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){4}, 1), DIST_OK);
+    ck_assert_str_eq(dist_model_variable_name(m, 0), "layer_normalization/gamma");
+    ck_assert_str_eq(dist_model_variable_name(m, 1), "layer_normalization/beta");
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[8] = {1, 2, 3, 6, -4, 0, 4, 8};
+    int64_t n = 0;
+    float *y = run(m, t, x, 2, (int64_t[]){2, 4}, 0, NULL, &n);
+    for (int r = 0; r < 2; r++) {
+        double mean = 0, var = 0;
+        for (int j = 0; j < 4; j++) mean += x[r * 4 + j] / 4.0;
+        for (int j = 0; j < 4; j++) var += (x[r * 4 + j] - mean) * (x[r * 4 + j] - mean) / 4.0;
+        for (int j = 0; j < 4; j++)
+            ck_assert_double_eq_tol(y[r * 4 + j], (x[r * 4 + j] - mean) / sqrt(var + 1e-3), 1e-5);
+    }
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+static void expect_build_error(dist_model *m, int ndim, const int64_t *shape, dist_status want,
+                               const char *message) {
+    dist_status st = dist_model_build(m, ndim, shape, 1);
+    ck_assert_msg(st == want, "got %s: %s", dist_status_name(st), dist_last_error());
+    ck_assert_msg(strstr(dist_last_error(), message), "'%s' lacks '%s'", dist_last_error(),
+                  message);
+    dist_model_destroy(m);
+}
+
+START_TEST(test_wiring_errors_name_the_layer) {
+    dist_model *m = NULL;
+    /* a cycle: dense reads dense_1, which reads dense */
+    ck_assert_int_eq(dist_model_create("c", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 0, 1, (int[]){1}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "model 'c': the layers form a cycle (layer 'dense' depends on its own "
+                       "output)");
+    /* a merge layer left as a stack gets one input */
+    ck_assert_int_eq(dist_model_create("a", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_relu(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "layer 'add' (Add) takes 2 or more inputs, it has 1");
+    /* Subtract takes exactly two */
+    ck_assert_int_eq(dist_model_create("s", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_SUBTRACT), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 0, 3, (int[]){-1, -1, -1}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "layer 'subtract' (Subtract) takes 2 inputs, it has 3");
+    /* merged shapes differ */
+    ck_assert_int_eq(dist_model_create("d", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, DIST_MODEL_INPUT}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "layer 'add' (Add): input 1's shape differs from input 0's");
+    /* a layer that does not lead to the output */
+    ck_assert_int_eq(dist_model_create("u", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 1, (int[]){DIST_MODEL_INPUT}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "model 'u': layer 'dense' does not lead to the output (layer 'dense_1')");
+    /* an input that is no layer */
+    ck_assert_int_eq(dist_model_create("n", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 0, 1, (int[]){0}), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_set_inputs(m, 0, 1, (int[]){5}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "layer 'dense': input 0 is layer 5; model 'n' has 1 layers");
+    /* concatenation along the batch, or beyond the inputs */
+    ck_assert_int_eq(dist_model_create("k", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_concatenate(m, 0), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_add_concatenate(m, 2), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 0, 2, (int[]){-1, -1}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
+                       "layer 'concatenate' (Concatenate): axis 2 is outside inputs of 1");
+}
+END_TEST
+
+START_TEST(test_a_graph_model_has_no_sequential_keras_config) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("g", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, 0}), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){2}, 1), DIST_OK);
+    char path[] = "/tmp/dist_graph_XXXXXX.keras";
+    ck_assert_int_eq(dist_model_save_keras(m, path), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "libdist writes the .keras config of "
+                                                    "Sequential models only; layer 'add'"));
+    dist_model_destroy(m);
+}
+END_TEST
+
+static char *read_data(const char *name) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/%s", DIST_TEST_DATA_DIR, name);
+    size_t n = 0;
+    char *json = (char *)dist_test_read_file(file, &n);
+    ck_assert_ptr_nonnull(json);
+    return json;
+}
+
+/* tests/data/keras3_dag.json and tf_keras_dag.json (make_keras_dag_json.py): img -> c1 (Conv2D
+ * 4, same) -> r (ReLU) -> c2 (Conv2D 4, same); skip = Add([c2, r]); join =
+ * Concatenate([skip, r]); gap; out (Dense 3). r is read by three layers. */
+START_TEST(test_a_functional_dag_reads_from_keras3_and_tf_keras_alike) {
+    char *k3 = read_data("keras3_dag.json"), *tk = read_data("tf_keras_dag.json");
+    dist_model *a = NULL, *b = NULL;
+    ck_assert_msg(dist_model_from_keras_json(k3, 1, &a) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(dist_model_from_keras_json(tk, 2, &b) == DIST_OK, "%s", dist_last_error());
+    static const char *const names[6] = {"c1/kernel", "c1/bias",    "c2/kernel",
+                                         "c2/bias",   "out/kernel", "out/bias"};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_str_eq(dist_model_variable_name(a, i), names[i]);
+        ck_assert_str_eq(dist_model_variable_name(b, i), names[i]);
+    }
+    int64_t np = 3 * 3 * 2 * 4 + 4 + 3 * 3 * 4 * 4 + 4 + 8 * 3 + 3;
+    ck_assert_int_eq(dist_model_num_params(a), np);
+    ck_assert_int_eq(dist_model_num_params(b), np);
+    char summary[4096];
+    ck_assert_int_eq(dist_model_summary(a, summary, sizeof summary), DIST_OK);
+    ck_assert_ptr_nonnull(strstr(summary, "join (Concatenate)"));
+    ck_assert_ptr_nonnull(strstr(summary, "(None, 6, 6, 8)"));
+    /* the same weights give the same outputs */
+    float *w = weights_of(a);
+    ck_assert_int_eq(dist_model_set_weights(b, w, np), DIST_OK);
+    float x[2 * 6 * 6 * 2];
+    for (int i = 0; i < 2 * 6 * 6 * 2; i++) x[i] = sinf((float)i);
+    dist_tape *ta = NULL, *tb = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(a, 0), &ta), DIST_OK);
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(b, 0), &tb), DIST_OK);
+    int64_t na = 0, nb = 0, shape[4] = {2, 6, 6, 2};
+    float *ya = run(a, ta, x, 4, shape, 0, NULL, &na), *yb = run(b, tb, x, 4, shape, 0, NULL, &nb);
+    ck_assert_int_eq(na, 6);
+    ck_assert_int_eq(nb, 6);
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(ya[i], yb[i]);
+    free(ya);
+    free(yb);
+    free(w);
+    dist_tape_destroy(ta);
+    dist_tape_destroy(tb);
+    dist_model_destroy(a);
+    dist_model_destroy(b);
+    free(k3);
+    free(tk);
+}
+END_TEST
+
+/* A Functional model's config: InputLayers, the layers (class, config, inbound tensors in
+ * Keras 3's form), input and output endpoints. */
+#define K3_IN(name)                                                                                \
+    "{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,4],\"name\":\"" name         \
+    "\"},\"inbound_nodes\":[]}"
+#define K3_T(name) "{\"class_name\":\"__keras_tensor__\",\"config\":{\"keras_history\":[" name "]}}"
+#define K3_DENSE(name, args)                                                                       \
+    "{\"class_name\":\"Dense\",\"config\":{\"name\":\"" name "\",\"units\":4},"                    \
+    "\"inbound_nodes\":[" args "]}"
+#define K3_MODEL(layers, ins, outs)                                                                \
+    "{\"class_name\":\"Functional\",\"config\":{\"name\":\"f\",\"layers\":[" layers                \
+    "],\"input_layers\":" ins ",\"output_layers\":" outs "}}"
+
+START_TEST(test_functional_json_refusals_name_what_libdist_lacks) {
+    static const struct {
+        const char *json;
+        dist_status status;
+        const char *message;
+    } cases[] = {
+        {K3_MODEL(K3_IN("a") "," K3_IN("b") "," K3_DENSE("d", "{\"args\":[" K3_T("\"a\",0,0") "]}"),
+                  "[[\"a\",0,0],[\"b\",0,0]]", "[\"d\",0,0]"),
+         DIST_UNSUPPORTED, "model 'f' has several inputs ('a', 'b')"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE("d", "{\"args\":[" K3_T("\"a\",0,0") "]}") "," K3_DENSE(
+                      "e", "{\"args\":[" K3_T("\"a\",0,0") "]}"),
+                  "[\"a\",0,0]", "[[\"d\",0,0],[\"e\",0,0]]"),
+         DIST_UNSUPPORTED, "model 'f' has 2 outputs; libdist's models have one"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE(
+                      "d", "{\"args\":[" K3_T("\"a\",0,0") "]},{\"args\":[" K3_T("\"d\",0,0") "]}"),
+                  "[\"a\",0,0]", "[\"d\",1,0]"),
+         DIST_UNSUPPORTED, "layer 'd' (Dense) is called 2 times; libdist runs each layer once"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE("d", "{\"args\":[" K3_T("\"a\",0,1") "]}"), "[\"a\",0,0]",
+                  "[\"d\",0,0]"),
+         DIST_UNSUPPORTED, "layer 'd': its input is output 1 of layer 'a'"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE("d", "{\"args\":[" K3_T("\"zz\",0,0") "]}"),
+                  "[\"a\",0,0]", "[\"d\",0,0]"),
+         DIST_FORMAT, "layer 'd' (Dense): its input 'zz' is not a layer of the model"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE("d",
+                                          "{\"args\":[" K3_T("\"a\",0,0") "],\"kwargs\":{"
+                                                                          "\"training\":true}}"),
+                  "[\"a\",0,0]", "[\"d\",0,0]"),
+         DIST_UNSUPPORTED, "layer 'd' (Dense): call argument 'training' is not supported"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE("d", "{\"args\":[{\"config\":{}}]}"), "[\"a\",0,0]",
+                  "[\"d\",0,0]"),
+         DIST_FORMAT, "layer 'd': an input is not [layer name, node index, tensor index]"},
+        {K3_MODEL(K3_IN("a") "," K3_DENSE("d", "{\"args\":[" K3_T("\"a\",0,0") "]}"), "[\"a\",0,0]",
+                  "[\"nope\",0,0]"),
+         DIST_FORMAT, "model 'f': its output 'nope' is not a layer of the model"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dist_model *m = NULL;
+        dist_status st = dist_model_from_keras_json(cases[i].json, 1, &m);
+        ck_assert_msg(st == cases[i].status, "case %zu: %s '%s'", i, dist_status_name(st),
+                      dist_last_error());
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(dist_last_error(), cases[i].message), "case %zu: '%s'", i,
+                      dist_last_error());
+    }
+}
+END_TEST
+
+START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
+#define SEQ(layer)                                                                                 \
+    "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"       \
+    "\"InputLayer\",\"config\":{\"batch_shape\":[null,4,4,2],\"name\":\"in\"}}," layer "]}}"
+    static const struct {
+        const char *json, *message;
+    } cases[] = {
+        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"max_value\":6.0}}"),
+         "layer 'r' (ReLU): argument 'max_value' is set"},
+        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"negative_slope\":0.1}}"),
+         "layer 'r' (ReLU): argument 'negative_slope' is 0.1"},
+        {SEQ("{\"class_name\":\"Softmax\",\"config\":{\"name\":\"s\",\"axis\":1}}"),
+         "layer 's' (Softmax): argument 'axis' is 1"},
+        {SEQ("{\"class_name\":\"Activation\",\"config\":{\"name\":\"a\",\"activation\":"
+             "\"elu\"}}"),
+         "layer 'a' (Activation): argument 'activation' is 'elu'"},
+        {SEQ("{\"class_name\":\"Rescaling\",\"config\":{\"name\":\"r\",\"scale\":[1,2]}}"),
+         "layer 'r' (Rescaling): argument 'scale' is a list"},
+        {SEQ("{\"class_name\":\"LayerNormalization\",\"config\":{\"name\":\"n\",\"axis\":[1,2]}}"),
+         "layer 'n' (LayerNormalization): argument 'axis' is not one integer"},
+        {SEQ("{\"class_name\":\"LayerNormalization\",\"config\":{\"name\":\"n\",\"axis\":2}}"),
+         "layer 'n' (LayerNormalization): argument 'axis' is 2; libdist normalizes the last "
+         "axis (3)"},
+        {SEQ("{\"class_name\":\"LayerNormalization\",\"config\":{\"name\":\"n\","
+             "\"rms_scaling\":true}}"),
+         "layer 'n' (LayerNormalization): argument 'rms_scaling' is not supported"},
+        {SEQ("{\"class_name\":\"GlobalMaxPooling2D\",\"config\":{\"name\":\"g\","
+             "\"keepdims\":true}}"),
+         "layer 'g' (GlobalMaxPooling2D): argument 'keepdims' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dist_model *m = NULL;
+        dist_status st = dist_model_from_keras_json(cases[i].json, 1, &m);
+        ck_assert_msg(st == DIST_UNSUPPORTED, "case %zu: %s '%s'", i, dist_status_name(st),
+                      dist_last_error());
+        ck_assert_msg(strstr(dist_last_error(), cases[i].message), "case %zu: '%s'", i,
+                      dist_last_error());
+    }
+#undef SEQ
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model_graph");
+    TCase *tc = tcase_create("graph");
+    tcase_add_test(tc, test_a_layer_may_read_a_layer_added_after_it_and_runs_after_it);
+    tcase_add_test(tc, test_an_output_read_twice_gets_the_sum_of_both_gradients);
+    tcase_add_test(tc, test_subtract_multiply_and_average_merge_elementwise);
+    tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
+    tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
+    tcase_add_test(tc, test_wiring_errors_name_the_layer);
+    tcase_add_test(tc, test_a_graph_model_has_no_sequential_keras_config);
+    suite_add_tcase(s, tc);
+    TCase *json = tcase_create("keras_json");
+    tcase_add_test(json, test_a_functional_dag_reads_from_keras3_and_tf_keras_alike);
+    tcase_add_test(json, test_functional_json_refusals_name_what_libdist_lacks);
+    tcase_add_test(json, test_new_layer_arguments_libdist_lacks_are_refused_by_name);
+    suite_add_tcase(s, json);
+    return dist_test_run(s);
+}
