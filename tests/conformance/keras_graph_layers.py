@@ -1,0 +1,137 @@
+"""The layers of Functional models against Keras 3 itself, on the same weights and inputs.
+
+Keras 3 (the conformance venv) builds, from a fixed seed, a Functional model that uses every
+layer libdist reads for graphs, with every weight (biases, gamma and beta included) then drawn
+by NumPy:
+
+  x (8, 8, 3) -> Rescaling(1/2, offset 0.25) -> ZeroPadding2D(((1, 0), (0, 1))) -> c1
+  Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, tanh)(a);  c = Activation(gelu)(a)
+  Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Add([sub, mul, avg]);
+  Concatenate(axis=-1)([add, a]) -> LayerNormalization -> GlobalMaxPooling2D -> d =
+  Dense(12); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
+  Activation(softmax) -> Dense(4)
+
+`a` is read by six layers. Keras writes model.to_json() and save_weights(); the keras_layers
+driver (keras_layers.c) builds the model from the JSON, loads the weights, and writes its
+logits in inference and the gradient of the mean sparse softmax cross-entropy of every
+variable; Keras computes the same with tf.GradientTape at float32 and at float64 (every
+layer's dtype and keras floatx float64: the exact reference), as conformance.keras_layers.
+Bounds, relative (||libdist - keras|| / max(||libdist||, ||keras||), per variable, the
+denominator at least 10% of the whole gradient's norm): 1e-5 against float64 Keras, 1e-4
+against float32 Keras (conformance.keras_layers says why two).
+
+Usage: keras_graph_layers.py DRIVER WORKDIR   (DRIVER: the keras_layers executable)
+"""
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+N, H, W, C, K = 16, 8, 8, 3, 4
+TOL, TOL_F32, FLOOR = 1e-5, 1e-4, 0.1
+
+
+def make():
+    L = keras.layers
+    x = keras.Input((H, W, C), name="x")
+    h = L.Rescaling(0.5, offset=0.25, name="rescale")(x)
+    h = L.ZeroPadding2D(((1, 0), (0, 1)), name="pad")(h)
+    h = L.Conv2D(6, 3, name="c1")(h)
+    a = L.ReLU(name="a")(h)
+    b = L.Conv2D(6, 3, padding="same", activation="tanh", name="b")(a)
+    c = L.Activation("gelu", name="c")(a)
+    sub = L.Subtract(name="sub")([b, c])
+    mul = L.Multiply(name="mul")([a, b])
+    avg = L.Average(name="avg")([a, b, c])
+    add = L.Add(name="add")([sub, mul, avg])
+    h = L.Concatenate(axis=-1, name="cat")([add, a])
+    h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
+    h = L.GlobalMaxPooling2D(name="gmp")(h)
+    d = L.Dense(12, name="d")(h)
+    s = L.Reshape((3, 4), name="rows")(d)
+    s = L.Softmax(name="softmax")(s)
+    s = L.Reshape((12,), name="flat")(s)
+    h = L.Multiply(name="gate")([s, d])
+    h = L.Activation("softmax", name="probs")(h)
+    y = L.Dense(K, name="out")(h)
+    return keras.Model(x, y, name="graph_layers")
+
+
+def rel(a, b, floor=0.0):
+    d = float(np.linalg.norm(a - b))
+    m = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
+    return d / m if m > 0 else d
+
+
+def keras_reference(json_path, weights_path, x, y, floatx):
+    keras.config.set_floatx(floatx)
+    try:
+        with open(json_path) as f:
+            model = keras.models.model_from_json(f.read().replace('"float32"', f'"{floatx}"'))
+        model.load_weights(weights_path)
+        xs = x.astype(floatx)
+        logits = model(xs, training=False).numpy().astype(np.float64)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(xs, training=True))
+        grads = tape.gradient(loss, model.trainable_weights)
+        return logits, [(v.path, tuple(v.shape), g.numpy().astype(np.float64))
+                        for v, g in zip(model.trainable_weights, grads)]
+    finally:
+        keras.config.set_floatx("float32")
+
+
+def main():
+    driver, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(36)
+    x = rng.standard_normal((N, H, W, C)).astype(np.float32)
+    y = rng.integers(0, K, N).astype(np.int32)
+    x_path, y_path = os.path.join(work, "x.f32"), os.path.join(work, "y.i32")
+    x.tofile(x_path)
+    y.tofile(y_path)
+    keras.utils.set_random_seed(12)
+    model = make()
+    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    json_path, wpath = os.path.join(work, "graph.json"), os.path.join(work, "graph.weights.h5")
+    with open(json_path, "w") as f:
+        f.write(model.to_json())
+    model.save_weights(wpath)
+    lpath, gpath = os.path.join(work, "graph.logits"), os.path.join(work, "graph.grads")
+    r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(H), str(W), str(C),
+                        lpath, gpath], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"driver failed ({r.returncode}):\n{r.stderr}")
+    got = np.fromfile(lpath, dtype=np.float32).astype(np.float64)
+    flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
+    ok, line, worst = True, "", {}
+    for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
+        want, grads = keras_reference(json_path, wpath, x, y, floatx)
+        worst[floatx] = rel(got.reshape(want.shape), want)
+        ok = ok and worst[floatx] <= bound
+        whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads)))
+        at = 0
+        for path, shape, g in grads:
+            mine = flat[at:at + int(np.prod(shape))].reshape(shape)
+            at += mine.size
+            e = rel(mine, g, FLOOR * whole)
+            worst[floatx] = max(worst[floatx], e)
+            if e > bound:
+                ok = False
+                line += f"; {path} gradient vs {floatx} {e:.2e}"
+        ok = ok and at == flat.size
+    print(f"{'ok  ' if ok else 'FAIL'} graph_layers: worst logits and gradients vs float64 Keras "
+          f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
+          f"(bound {TOL_F32:g})" + line)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
