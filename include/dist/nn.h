@@ -205,19 +205,27 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
 
 /* ---- Keras models in and out ---------------------------------------------------------------- */
 
-/* Builds a model from Keras's model.to_json() (Keras 3 or tf-keras): a Sequential or a linear
- * Functional model (one input, each layer fed by the one before) of InputLayer, Conv2D (valid or
- * same padding, any strides; linear, relu, sigmoid, tanh or gelu), MaxPooling2D (square,
- * strides = pool_size, valid), AveragePooling2D (square pools and strides, valid or same),
- * GlobalAveragePooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
- * BatchNormalization (last axis, Keras's initializers, synchronized or not), Flatten and Dense
- * (the same activations, with bias), float32, channels_last. Layers and the model keep Keras's
- * names. The model is built as dist_model_build does (inside a strategy's scope it is
- * mirrored), for the input shape of the InputLayer, with fresh weights drawn from `seed`.
- * `json` is borrowed; *out is released with dist_model_destroy. Errors: DIST_FORMAT (not JSON,
- * not a Keras model config, a malformed argument), DIST_UNSUPPORTED (any other layer class, or
+/* Builds a model from Keras's model.to_json() (Keras 3 or tf-keras): a Sequential, or a
+ * Functional model of any directed acyclic graph with one InputLayer and one output (one tensor
+ * may feed several layers), of InputLayer, Conv2D (valid or same padding, any strides; linear,
+ * relu, sigmoid, tanh or gelu), MaxPooling2D (square, strides = pool_size, valid),
+ * AveragePooling2D (square pools and strides, valid or same), GlobalAveragePooling2D and
+ * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
+ * BatchNormalization (last axis, Keras's initializers, synchronized or not),
+ * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
+ * with bias), Add, Subtract, Multiply, Average, Concatenate, Activation (those activations and
+ * softmax), ReLU (Keras's defaults), Softmax (last axis), Rescaling (scalar scale and offset),
+ * Reshape and ZeroPadding2D, float32, channels_last. Layers and the model keep Keras's names,
+ * and the layers Keras's order (the variables are in model.weights' order). The model is built
+ * as dist_model_build does (inside a strategy's scope it is mirrored), for the input shape of
+ * the InputLayer, with fresh weights drawn from `seed`. `json` is borrowed; *out is released
+ * with dist_model_destroy. Errors: DIST_FORMAT (not JSON, not a Keras model config, a malformed
+ * argument, a graph naming a layer the model lacks), DIST_UNSUPPORTED (any other layer class,
  * an argument value libdist does not implement: the message names the layer and the argument,
- * e.g. "layer 'ln': class 'LayerNormalization' is not supported"). */
+ * e.g. "layer 'un': class 'UnitNormalization' is not supported"; several inputs or outputs; a
+ * layer called more than once; call arguments besides the inputs), DIST_INVALID_ARGUMENT (what
+ * dist_model_build refuses: a cycle, a layer that does not lead to the output, shapes that do
+ * not fit). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 
 /* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3
@@ -237,14 +245,14 @@ DIST_API dist_status dist_model_save_keras_weights(dist_model *model, const char
  * once (nor beside other HDF5 calls of the program). */
 DIST_API dist_status dist_model_load_keras_weights(dist_model *model, const char *path);
 
-/* Writes a built model as a Keras 3 .keras file, the archive keras.models.load_model opens and
- * Keras's model.save("m.keras") writes: a zip of metadata.json (keras_version, date_saved),
- * config.json (the model as a Keras Sequential: an InputLayer of the model's input shape, then
- * its layers with their names and arguments and the model's dtype policy) and
- * model.weights.h5 (dist_model_save_keras_weights's layout: replica 0's weights, or the
- * strategy's value). No optimizer state and no compile config: Keras loads it uncompiled. The
- * archive is built in memory and replaces `path` atomically (dist/file.h): on any failure
- * `path` is unchanged. Errors: DIST_INVALID_ARGUMENT (a name not ending in ".keras", which
+/* Writes a built Sequential model (not a graph: DIST_UNSUPPORTED) as a Keras 3 .keras file, the
+ * archive keras.models.load_model opens and Keras's model.save("m.keras") writes: a zip of
+ * metadata.json (keras_version, date_saved), config.json (the model as a Keras Sequential: an
+ * InputLayer of the model's input shape, then its layers with their names and arguments and the
+ * model's dtype policy) and model.weights.h5 (dist_model_save_keras_weights's layout: replica 0's
+ * weights, or the strategy's value). No optimizer state and no compile config: Keras loads it
+ * uncompiled. The archive is built in memory and replaces `path` atomically (dist/file.h): on any
+ * failure `path` is unchanged. Errors: DIST_INVALID_ARGUMENT (a name not ending in ".keras", which
  * load_model requires; a model that is not built), DIST_UNSUPPORTED (what Keras cannot hold: a
  * layer or model name with '/', a Dropout seed above INT64_MAX; the message names the layer
  * and the argument), DIST_IO (naming the file: a missing directory, a full disk). Not
