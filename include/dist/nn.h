@@ -137,6 +137,10 @@ DIST_API dist_status dist_model_add_merge(dist_model *model, dist_merge merge);
  * as Keras; negative counts from the end; not the batch axis), the other dimensions equal. */
 DIST_API dist_status dist_model_add_concatenate(dist_model *model, int axis);
 
+/* 1 when the built model's output layer ends in a softmax that dist_model_call leaves out
+ * (returning its logits), else 0. */
+DIST_API int dist_model_output_is_softmax(const dist_model *model);
+
 /* How many layers the model has; the last one added is this minus 1. */
 DIST_API int dist_model_num_layers(const dist_model *model);
 /* Layer `layer` (an index in the order layers were added) reads the outputs of `inputs`
@@ -162,7 +166,13 @@ DIST_API dist_status dist_model_create_mnist_cnn(dist_model **out);
 DIST_API dist_status dist_model_build(dist_model *model, int ndim, const int64_t *input_shape,
                                       uint64_t seed);
 
-/* Runs the model on x (on the tape's device) for the tape's replica; returns the logits. */
+/* Runs the model on x (on the tape's device) for the tape's replica; returns the logits. A model
+ * whose output layer ends in a softmax over the last axis (Keras's classifier heads:
+ * Dense(activation="softmax"), or a Softmax or Activation("softmax") layer as the output;
+ * dist_model_output_is_softmax) returns the input of that softmax: libdist's cross-entropy of
+ * those logits is Keras's SparseCategoricalCrossentropy(from_logits=False) of the model's
+ * probabilities, computed stably (as Keras itself does from the logits under a softmax), and
+ * dist_predict's DIST_PREDICT_PROBABILITIES are the model's outputs. */
 DIST_API dist_status dist_model_call(dist_model *model, dist_tape *tape, const dist_tensor *x,
                                      dist_tensor **y);
 /* Gradients of a scalar loss for every variable of the tape's replica, written into that

@@ -155,7 +155,8 @@ static void dense_config(cJSON *c, const model_layer *l) {
                                          "kernel_constraint",   "bias_constraint",
                                          "quantization_config", NULL};
     cJSON_AddNumberToObject(c, "units", l->units);
-    cJSON_AddStringToObject(c, "activation", activation_name(l->activation));
+    cJSON_AddStringToObject(c, "activation",
+                            l->softmax ? "softmax" : activation_name(l->activation));
     cJSON_AddTrueToObject(c, "use_bias");
     cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));

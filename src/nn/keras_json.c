@@ -395,6 +395,8 @@ static dist_status add_dense(dist_model *m, const json_layer *l) {
                           l->name);
     if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "use_bias")))
         return unsupported_arg(l, "use_bias", "is false; libdist's Dense always has a bias");
+    const char *a = json_str(l->config, "activation");
+    if (a && strcmp(a, "softmax") == 0) return model_add_dense_softmax(m, units);
     dist_activation act;
     DIST_TRY(check_activation(l, &act));
     return dist_model_add_dense(m, units, act);

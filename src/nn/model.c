@@ -276,6 +276,12 @@ dist_status model_add_softmax_activation(dist_model *m) {
     return DIST_OK;
 }
 
+dist_status model_add_dense_softmax(dist_model *m, int units) {
+    DIST_TRY(dist_model_add_dense(m, units, DIST_ACT_NONE));
+    m->layers[m->nlayers - 1].softmax = 1;
+    return DIST_OK;
+}
+
 dist_status dist_model_add_relu(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_relu: model is NULL");
     return add_plain(m, LAYER_RELU, NULL);
@@ -368,6 +374,8 @@ dist_status dist_model_add_concatenate(dist_model *m, int axis) {
 }
 
 int dist_model_num_layers(const dist_model *m) { return m ? m->nlayers : 0; }
+
+int dist_model_output_is_softmax(const dist_model *m) { return m && m->built && m->softmax_head; }
 
 dist_status dist_model_set_inputs(dist_model *m, int layer, int count, const int *inputs) {
     DIST_CHECK_ARG(m && inputs, "dist_model_set_inputs: NULL argument");
@@ -745,6 +753,8 @@ static dist_status plan(dist_model *m) {
         DIST_TRY(layer_shape(m, l, l->ninputs, nd, (const int64_t(*)[4])shapes));
     }
     for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
+    const model_layer *o = &m->layers[output];
+    m->softmax_head = (o->kind == LAYER_SOFTMAX || o->softmax) && o->out_ndim >= 1;
     return DIST_OK;
 }
 
@@ -1051,6 +1061,12 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
                               const dist_tensor *const *in, const dist_tensor *const *vars,
                               dist_tensor **out) {
     const model_layer *l = &m->layers[i];
+    /* the output's softmax is left to the loss and dist_predict (dist_model_output_is_softmax) */
+    int is_head = m->softmax_head && i == (m->output < 0 ? m->nlayers - 1 : m->output);
+    if (is_head && l->kind != LAYER_DENSE) {
+        *out = (dist_tensor *)in[0];
+        return DIST_OK;
+    }
     const dist_tensor *h = in[0];
     const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
     switch (l->kind) {
@@ -1075,7 +1091,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, h, out);
     case LAYER_LAYER_NORM: return call_layer_norm(tape, l, vars, h, out);
     case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
-    case LAYER_DENSE: return dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out);
+    case LAYER_DENSE:
+        DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
+        return l->softmax && !is_head ? dist_op_softmax(tape, *out, out) : DIST_OK;
     case LAYER_ACTIVATION: return call_activation(tape, l, h, out);
     case LAYER_RELU: return dist_op_relu(tape, h, out);
     case LAYER_SOFTMAX: return dist_op_softmax(tape, h, out);

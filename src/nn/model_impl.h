@@ -48,13 +48,13 @@ typedef struct model_layer {
      * Sequential. */
     int ninputs;
     int inputs[MODEL_MAX_INPUTS];
-    int axis;                                 /* concatenate: an axis of the output, batch axis 0 */
-    int pad[4];                               /* zero_padding2d: top, bottom, left, right */
-    float scale, offset;                      /* rescaling */
-    int softmax;                              /* activation: Activation("softmax") */
-    int target_ndim;                          /* reshape: the target shape without the batch */
-    int64_t target[4];                        /* (one entry may be -1) */
-    float epsilon;                            /* layer_norm; gamma is kernel_var, beta bias_var */
+    int axis;            /* concatenate: an axis of the output, batch axis 0 */
+    int pad[4];          /* zero_padding2d: top, bottom, left, right */
+    float scale, offset; /* rescaling */
+    int softmax;         /* activation: Activation("softmax"); dense: Dense(activation="softmax") */
+    int target_ndim;     /* reshape: the target shape without the batch */
+    int64_t target[4];   /* (one entry may be -1) */
+    float epsilon;       /* layer_norm; gamma is kernel_var, beta bias_var */
     dist_conv2d_options conv;                 /* conv2d */
     int pool;                                 /* max_pool2d, avg_pool2d: window */
     int pool_stride;                          /* avg_pool2d */
@@ -100,6 +100,7 @@ struct dist_model {
     model_layer layers[MODEL_MAX_LAYERS];
     int nlayers;
     int output;                  /* the layer whose output the model returns (-1: the last) */
+    int softmax_head;            /* the output layer ends in a softmax: a call returns its input */
     int order[MODEL_MAX_LAYERS]; /* the layers in the order a call runs them (topological) */
     model_var vars[MODEL_MAX_VARS];
     int nvars;
@@ -121,6 +122,9 @@ dist_status model_rename_last_layer(dist_model *m, const char *name);
 /* Keras's Activation("softmax") layer (dist_activation has no softmax: a kernel's fused
  * activation never is one). */
 dist_status model_add_softmax_activation(dist_model *m);
+/* Keras's Dense(units, activation="softmax"): a linear Dense whose output the softmax follows
+ * (dist_model_output_is_softmax). */
+dist_status model_add_dense_softmax(dist_model *m, int units);
 
 /* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and
  * `what` when t (on the tape's device) holds an Inf or a NaN. */

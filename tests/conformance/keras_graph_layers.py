@@ -11,7 +11,15 @@ by NumPy:
   Dense(12); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
   Activation(softmax) -> Dense(4)
 
-`a` is read by six layers. Keras writes model.to_json() and save_weights(); the keras_layers
+`a` is read by six layers. Two classifier heads that end in a softmax follow the same body
+(dense_softmax: GlobalMaxPooling2D -> Dense(4, activation="softmax"); softmax_layer: ... ->
+Dense(4) -> Activation("softmax")): Keras trains them with
+SparseCategoricalCrossentropy(from_logits=False); libdist returns the logits under the softmax
+(dist_model_output_is_softmax), so the driver's logits are compared through a softmax with
+Keras's probabilities, and its gradients (of the cross-entropy from those logits) with Keras's
+from_logits=False gradients.
+
+Keras writes model.to_json() and save_weights(); the keras_layers
 driver (keras_layers.c) builds the model from the JSON, loads the weights, and writes its
 logits in inference and the gradient of the mean sparse softmax cross-entropy of every
 variable; Keras computes the same with tf.GradientTape at float32 and at float64 (every
@@ -37,9 +45,7 @@ N, H, W, C, K = 16, 8, 8, 3, 4
 TOL, TOL_F32, FLOOR = 1e-5, 1e-4, 0.1
 
 
-def make():
-    L = keras.layers
-    x = keras.Input((H, W, C), name="x")
+def body(L, x):
     h = L.Rescaling(0.5, offset=0.25, name="rescale")(x)
     h = L.ZeroPadding2D(((1, 0), (0, 1)), name="pad")(h)
     h = L.Conv2D(6, 3, name="c1")(h)
@@ -52,15 +58,31 @@ def make():
     add = L.Add(name="add")([sub, mul, avg])
     h = L.Concatenate(axis=-1, name="cat")([add, a])
     h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
-    h = L.GlobalMaxPooling2D(name="gmp")(h)
-    d = L.Dense(12, name="d")(h)
-    s = L.Reshape((3, 4), name="rows")(d)
-    s = L.Softmax(name="softmax")(s)
-    s = L.Reshape((12,), name="flat")(s)
-    h = L.Multiply(name="gate")([s, d])
-    h = L.Activation("softmax", name="probs")(h)
-    y = L.Dense(K, name="out")(h)
-    return keras.Model(x, y, name="graph_layers")
+    return L.GlobalMaxPooling2D(name="gmp")(h)
+
+
+def make(head):
+    L = keras.layers
+    x = keras.Input((H, W, C), name="x")
+    h = body(L, x)
+    if head == "dense_softmax":
+        y = L.Dense(K, activation="softmax", name="out")(h)
+    elif head == "softmax_layer":
+        y = L.Activation("softmax", name="probs")(L.Dense(K, name="out")(h))
+    else:
+        d = L.Dense(12, name="d")(h)
+        s = L.Reshape((3, 4), name="rows")(d)
+        s = L.Softmax(name="softmax")(s)
+        s = L.Reshape((12,), name="flat")(s)
+        h = L.Multiply(name="gate")([s, d])
+        h = L.Activation("softmax", name="probs")(h)
+        y = L.Dense(K, name="out")(h)
+    return keras.Model(x, y, name=head)
+
+
+def softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def rel(a, b, floor=0.0):
@@ -69,7 +91,7 @@ def rel(a, b, floor=0.0):
     return d / m if m > 0 else d
 
 
-def keras_reference(json_path, weights_path, x, y, floatx):
+def keras_reference(json_path, weights_path, x, y, floatx, from_logits):
     keras.config.set_floatx(floatx)
     try:
         with open(json_path) as f:
@@ -77,7 +99,7 @@ def keras_reference(json_path, weights_path, x, y, floatx):
         model.load_weights(weights_path)
         xs = x.astype(floatx)
         logits = model(xs, training=False).numpy().astype(np.float64)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits)
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(xs, training=True))
         grads = tape.gradient(loss, model.trainable_weights)
@@ -96,25 +118,36 @@ def main():
     x_path, y_path = os.path.join(work, "x.f32"), os.path.join(work, "y.i32")
     x.tofile(x_path)
     y.tofile(y_path)
-    keras.utils.set_random_seed(12)
-    model = make()
-    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                       for w in model.get_weights()])
-    json_path, wpath = os.path.join(work, "graph.json"), os.path.join(work, "graph.weights.h5")
+    failures = 0
+    for head in ("graph_layers", "dense_softmax", "softmax_layer"):
+        keras.utils.set_random_seed(12)
+        model = make(head)
+        model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                           for w in model.get_weights()])
+        failures += not run_case(driver, work, head, model, x, y, x_path, y_path)
+    sys.exit(1 if failures else 0)
+
+
+def run_case(driver, work, head, model, x, y, x_path, y_path):
+    json_path = os.path.join(work, f"{head}.json")
+    wpath = os.path.join(work, f"{head}.weights.h5")
     with open(json_path, "w") as f:
         f.write(model.to_json())
     model.save_weights(wpath)
-    lpath, gpath = os.path.join(work, "graph.logits"), os.path.join(work, "graph.grads")
+    lpath, gpath = os.path.join(work, f"{head}.logits"), os.path.join(work, f"{head}.grads")
     r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(H), str(W), str(C),
                         lpath, gpath], capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"driver failed ({r.returncode}):\n{r.stderr}")
-    got = np.fromfile(lpath, dtype=np.float32).astype(np.float64)
+        sys.exit(f"driver failed ({r.returncode}) on {head}:\n{r.stderr}")
+    probs = head != "graph_layers"
+    got = np.fromfile(lpath, dtype=np.float32).astype(np.float64).reshape(N, K)
+    if probs:
+        got = softmax(got)
     flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
     ok, line, worst = True, "", {}
     for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
-        want, grads = keras_reference(json_path, wpath, x, y, floatx)
-        worst[floatx] = rel(got.reshape(want.shape), want)
+        want, grads = keras_reference(json_path, wpath, x, y, floatx, from_logits=not probs)
+        worst[floatx] = rel(got, want)
         ok = ok and worst[floatx] <= bound
         whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads)))
         at = 0
@@ -127,11 +160,11 @@ def main():
                 ok = False
                 line += f"; {path} gradient vs {floatx} {e:.2e}"
         ok = ok and at == flat.size
-    print(f"{'ok  ' if ok else 'FAIL'} graph_layers: worst logits and gradients vs float64 Keras "
+    what = "probabilities" if probs else "logits"
+    print(f"{'ok  ' if ok else 'FAIL'} {head}: worst {what} and gradients vs float64 Keras "
           f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
           f"(bound {TOL_F32:g})" + line)
-    sys.exit(0 if ok else 1)
-
+    return ok
 
 if __name__ == "__main__":
     main()

@@ -213,6 +213,46 @@ START_TEST(test_layer_normalization_gives_each_row_mean_zero_and_variance_one) {
 }
 END_TEST
 
+START_TEST(test_a_softmax_head_returns_the_logits_under_it) {
+    /* Dense(3) -> Softmax as the output: the call returns the Dense's output */
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_softmax(m), DIST_OK);
+    ck_assert_int_eq(dist_model_output_is_softmax(m), 0); /* not built */
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){2}, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_output_is_softmax(m), 1);
+    float w[9] = {1, 2, 3, -1, 0.5f, 2, 0.1f, 0.2f, 0.3f}; /* kernel [2, 3], bias */
+    ck_assert_int_eq(dist_model_set_weights(m, w, 9), DIST_OK);
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[2] = {1, 2};
+    int64_t n = 0;
+    float *y = run(m, t, x, 2, (int64_t[]){1, 2}, 0, NULL, &n);
+    ck_assert_float_eq_tol(y[0], 1 - 2 + 0.1f, 1e-6f);
+    ck_assert_float_eq_tol(y[1], 2 + 1 + 0.2f, 1e-6f);
+    ck_assert_float_eq_tol(y[2], 3 + 4 + 0.3f, 1e-6f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+
+    /* a softmax inside the model is computed: Softmax -> Dense is no head */
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_softmax(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 1, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){2}, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_output_is_softmax(m), 0);
+    float v[3] = {1, 1, 0.5f}; /* sum of the probabilities + 0.5 */
+    ck_assert_int_eq(dist_model_set_weights(m, v, 3), DIST_OK);
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    y = run(m, t, x, 2, (int64_t[]){1, 2}, 0, NULL, &n);
+    ck_assert_float_eq_tol(y[0], 1.5f, 1e-6f);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
 static void expect_build_error(dist_model *m, int ndim, const int64_t *shape, dist_status want,
                                const char *message) {
     dist_status st = dist_model_build(m, ndim, shape, 1);
@@ -455,6 +495,7 @@ int main(void) {
     tcase_add_test(tc, test_subtract_multiply_and_average_merge_elementwise);
     tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
+    tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
     tcase_add_test(tc, test_wiring_errors_name_the_layer);
     tcase_add_test(tc, test_a_graph_model_has_no_sequential_keras_config);
     suite_add_tcase(s, tc);
