@@ -180,6 +180,11 @@ DIST_API dist_status dist_model_call(dist_model *model, dist_tape *tape, const d
 DIST_API dist_status dist_model_compute_gradients(dist_model *model, dist_tape *tape,
                                                   const dist_tensor *loss);
 
+/* A built model's input and output shapes without the batch axis: writes up to 4 dimensions into
+ * shape and returns how many (0 for a model that is not built). The output is what
+ * dist_model_call returns (a softmax head's logits: dist_model_output_is_softmax). */
+DIST_API int dist_model_input_shape(const dist_model *model, int64_t shape[4]);
+DIST_API int dist_model_output_shape(const dist_model *model, int64_t shape[4]);
 DIST_API int64_t dist_model_num_params(const dist_model *model);
 DIST_API int dist_model_num_replicas(const dist_model *model);
 DIST_API int dist_model_num_variables(const dist_model *model);

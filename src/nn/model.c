@@ -1217,6 +1217,19 @@ dist_status dist_model_compute_gradients(dist_model *m, dist_tape *tape, const d
     return DIST_OK;
 }
 
+int dist_model_input_shape(const dist_model *m, int64_t shape[4]) {
+    if (!m || !m->built || !shape) return 0;
+    memcpy(shape, m->in_shape, (size_t)m->in_ndim * sizeof *shape);
+    return m->in_ndim;
+}
+
+int dist_model_output_shape(const dist_model *m, int64_t shape[4]) {
+    if (!m || !m->built || !shape) return 0;
+    const model_layer *o = &m->layers[m->output < 0 ? m->nlayers - 1 : m->output];
+    memcpy(shape, o->out_shape, (size_t)o->out_ndim * sizeof *shape);
+    return o->out_ndim;
+}
+
 int64_t dist_model_num_params(const dist_model *m) { return m ? m->nparams : 0; }
 int dist_model_num_replicas(const dist_model *m) { return m ? m->nreplicas : 0; }
 int dist_model_num_variables(const dist_model *m) { return m ? m->nvars : 0; }

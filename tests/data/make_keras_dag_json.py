@@ -1,7 +1,9 @@
 """Writes tests/data/keras3_dag.json and tests/data/tf_keras_dag.json: one small Functional
 DAG (a skip connection, a shared tensor read by three layers, Add and Concatenate) as Keras 3
-and as tf-keras write model.to_json(). unit.keras_graph builds both and expects the same
-network. Run with the conformance venv's python from tests/data/."""
+and as tf-keras write model.to_json(). unit.model_graph builds both and expects the same
+network. Also tests/data/keras3_resnet_mnist.json (Keras 3 only): a small Functional ResNet on
+(28, 28, 1) images with a Dense(10, softmax) head, which the distrain.model_* tests train.
+Run with the conformance venv's python from tests/data/."""
 import os
 import subprocess
 import sys
@@ -19,8 +21,28 @@ m = keras.Model(x, y, name="dag")
 open(OUT, "w").write(m.to_json())
 """
 
+RESNET = """
+x = keras.Input((28, 28, 1), name="image")
+h = keras.layers.Conv2D(8, 3, strides=2, padding="same", name="stem")(x)
+h = keras.layers.BatchNormalization(name="stem_bn")(h)
+h = keras.layers.ReLU(name="stem_relu")(h)
+s = h
+h = keras.layers.Conv2D(8, 3, padding="same", name="conv1")(h)
+h = keras.layers.BatchNormalization(name="bn1")(h)
+h = keras.layers.ReLU(name="relu1")(h)
+h = keras.layers.Conv2D(8, 3, padding="same", name="conv2")(h)
+h = keras.layers.BatchNormalization(name="bn2")(h)
+h = keras.layers.Add(name="skip")([h, s])
+h = keras.layers.ReLU(name="out_relu")(h)
+h = keras.layers.GlobalAveragePooling2D(name="pool")(h)
+y = keras.layers.Dense(10, activation="softmax", name="probs")(h)
+m = keras.Model(x, y, name="resnet_mnist")
+open(OUT, "w").write(m.to_json())
+"""
+
 if len(sys.argv) == 1:
-    for out, legacy in (("keras3_dag.json", "0"), ("tf_keras_dag.json", "1")):
+    for out, legacy in (("keras3_dag.json", "0"), ("tf_keras_dag.json", "1"),
+                        ("keras3_resnet_mnist.json", "0")):
         env = dict(os.environ, TF_USE_LEGACY_KERAS=legacy, TF_CPP_MIN_LOG_LEVEL="2",
                    KERAS_BACKEND="tensorflow")
         subprocess.run([sys.executable, __file__, out, legacy], env=env, check=True)
@@ -30,4 +52,4 @@ else:
     else:
         import keras  # noqa: F401
     OUT = sys.argv[1]
-    exec(CODE)
+    exec(RESNET if "resnet" in OUT else CODE)

@@ -4,6 +4,7 @@
 #include "host_workers.h"
 #include "interrupt.h"
 #include "launcher.h"
+#include "model_file.h"
 #include "options.h"
 #include "predict.h"
 #include "print_cluster.h"
@@ -944,8 +945,14 @@ static int train(run_state *s) {
 
     if (dist_strategy_scope_enter(s->strategy)) return fail("entering the strategy scope");
     int64_t shape[3] = {28, 28, 1};
-    st = dist_model_create_mnist_cnn(&s->model);
-    if (!st) st = dist_model_build(s->model, 3, shape, o->seed);
+    if (o->model_file) {
+        rc = distrain_model_from_file(o->model_file, o->seed, &s->model);
+        if (rc) return rc;
+        st = DIST_OK;
+    } else {
+        st = dist_model_create_mnist_cnn(&s->model);
+        if (!st) st = dist_model_build(s->model, 3, shape, o->seed);
+    }
     if (!st && strcmp(o->optimizer, "sgd") == 0) {
         dist_sgd_options sg = DIST_SGD_OPTIONS_INIT;
         if (o->learning_rate > 0) sg.learning_rate = (float)o->learning_rate;

@@ -39,6 +39,10 @@ static const distrain_flag flags[] = {
      "tpu: TPUClusterResolver's tpu argument (local chips only; a remote TPU node is refused)"},
     {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core",
      "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
+    {"--model", 1, "FILE.json", "the seed CNN",
+     "train the model Keras's model.to_json() wrote (Sequential or Functional; inputs (28, 28, "
+     "1), 10 outputs: logits, or probabilities of a softmax head, trained as Keras's "
+     "from_logits=False)"},
     {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
     {"--data-dir", 1, "DIR", "the built-in sources",
      "directory with the IDX files (or train/ and test/ class folders for jpeg-folder, or "
@@ -203,7 +207,7 @@ static const distrain_flag predict_flags[] = {
      "required: an IDX images file (e.g. t10k-images-idx3-ubyte[.gz]), a JPEG file, or a "
      "folder whose .jpg/.jpeg files (in subfolders too) are read in sorted order"},
     {"--model-json", 1, "FILE", "the seed CNN",
-     "the model as Keras's model.to_json() (Sequential or linear Functional, 28x28x1 inputs)"},
+     "the model as Keras's model.to_json() (Sequential or Functional, 28x28x1 inputs)"},
     {"--strategy", 1, NULL, NULL,
      "distribution strategy (multi_worker: the cluster from TF_CONFIG; the chief prints)"},
     {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core", "e.g. cpu:0,cpu:1"},
@@ -554,6 +558,8 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             o->save_weights = v;
         } else if (strcmp(a, "--save-model") == 0) {
             o->save_model = v;
+        } else if (strcmp(a, "--model") == 0) {
+            o->model_file = v;
         } else if (strcmp(a, "--checkpoint-monitor") == 0) {
             if (strcmp(v, "val_loss") && strcmp(v, "val_accuracy") && strcmp(v, "loss") &&
                 strcmp(v, "accuracy"))

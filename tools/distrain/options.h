@@ -64,6 +64,7 @@ typedef struct distrain_options {
     int64_t update_freq;        /* --update-freq: batch scalars every N batches; 0 = epoch */
     int tensorboard_flag_given; /* --histogram-freq or --update-freq was on the command line */
     const char *csv_log;        /* CSVLogger */
+    const char *model_file;     /* --model: Keras's model.to_json() to train; NULL: the seed CNN */
     const char *save_weights;   /* the final weights: safetensors, or Keras's *.weights.h5 */
     /* --save-model: the trained model as Keras 3's .keras (the best epoch's with
      * --checkpoint-best-only, ModelCheckpoint's save_best_only for it and --checkpoint-dir,

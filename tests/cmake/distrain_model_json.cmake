@@ -1,0 +1,28 @@
+# distrain --model FILE.json: a Keras Functional model (tests/data/keras3_resnet_mnist.json: a
+# residual block, BatchNormalization, a Dense(10, softmax) head) trains under mirrored, and a
+# model distrain's data does not fit, or libdist cannot read, is a one-line usage error.
+# Agreement of the training with Keras itself is conformance.keras_functional's.
+set(mdir ${CMAKE_CURRENT_BINARY_DIR}/distrain_model_json)
+file(MAKE_DIRECTORY ${mdir})
+add_test(NAME distrain.model_functional_trains
+         COMMAND ${expect} 0 "skip (Add)" $<TARGET_FILE:distrain>
+                 --model ${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_resnet_mnist.json
+                 --strategy mirrored --devices cpu:0,cpu:1 --epochs 1 --batch-size 64
+                 --save-weights ${mdir}/resnet.weights.h5)
+set_tests_properties(distrain.model_functional_trains PROPERTIES LABELS cli TIMEOUT 300)
+
+# (28, 28, 1) inputs but 3 outputs; and a dilated Conv2D, which libdist refuses
+set(seq_head "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,28,28,1],\"name\":\"in\"}}")
+file(WRITE ${mdir}/three_outputs.json
+     "${seq_head},{\"class_name\":\"Flatten\",\"config\":{\"name\":\"f\"}},{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":3}}]}}")
+file(WRITE ${mdir}/dilated.json
+     "${seq_head},{\"class_name\":\"Conv2D\",\"config\":{\"name\":\"c\",\"filters\":2,\"kernel_size\":3,\"dilation_rate\":2}}]}}")
+# (the expected texts stop before the messages' ';', a CMake list separator)
+distrain_error_test(model_input_shape 2 "keras3_dag.json' takes inputs of shape (6, 6, 2)"
+                    --model ${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_dag.json --quiet)
+distrain_error_test(model_output_shape 2 "three_outputs.json' has outputs of shape (3,)"
+                    --model ${mdir}/three_outputs.json --quiet)
+distrain_error_test(model_unsupported 2 "layer 'c' (Conv2D): argument 'dilation_rate' is not 1"
+                    --model ${mdir}/dilated.json --quiet)
+distrain_error_test(model_unreadable 2 "--model: cannot read '/nonexistent/m.json'"
+                    --model /nonexistent/m.json --quiet)
