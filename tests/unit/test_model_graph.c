@@ -2,13 +2,14 @@
  * several layers, the graph-only layers' values, refusals, and Functional Keras JSON in both
  * Keras 3's and tf-keras's formats. (Agreement with Keras itself: conformance.keras_functional
  * and conformance.keras_graph_layers.) */
-#include "dist/nn.h"
+#include "dist/dist.h"
 #include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Runs m on host input x [n, ...] (inference unless `record`), returns the output on the host
  * (malloc'ed, *count floats) and leaves the tape for gradients. */
@@ -487,8 +488,123 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
 }
 END_TEST
 
-int main(void) {
+static const char *g_plugin; /* tpu mode: XLA's CPU PJRT plugin (argv[1] "tpu", argv[2]) */
+
+/* Rescaling(0.5, 0.25) -> ZeroPadding2D(1, 0, 0, 1) -> Conv2D(4, 3) -> a = ReLU;
+ * n = LayerNormalization(a); s = Add([a, n]); Concatenate([s, a]) -> GlobalMaxPooling2D ->
+ * Dense(10) -> Softmax (a head): the graph layers that upload constants (the offset,
+ * epsilon) and zero tensors, on 2 replicas, 3 SGD steps of global batches of 8. */
+static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count) {
+    dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
+    if (tpu) {
+        o.kind = DIST_STRATEGY_TPU;
+        o.tpu.pjrt_plugin = g_plugin;
+        o.tpu.cores = 2;
+    } else {
+        o.kind = DIST_STRATEGY_MIRRORED;
+        o.devices = "cpu:0,cpu:1";
+    }
+    o.threads_per_replica = 1;
+    dist_strategy *s = NULL;
+    ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("graph", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_rescaling(m, 0.5f, 0.25f), DIST_OK);           /* 0 */
+    ck_assert_int_eq(dist_model_add_zero_padding2d(m, 1, 0, 0, 1), DIST_OK);       /* 1 */
+    ck_assert_int_eq(dist_model_add_conv2d(m, 4, 3, DIST_ACT_NONE), DIST_OK);      /* 2 */
+    ck_assert_int_eq(dist_model_add_relu(m), DIST_OK);                             /* 3 */
+    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-3f, 1, 1), DIST_OK); /* 4 */
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);            /* 5 */
+    ck_assert_int_eq(dist_model_set_inputs(m, 5, 2, (int[]){3, 4}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 6 */
+    ck_assert_int_eq(dist_model_set_inputs(m, 6, 2, (int[]){5, 3}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_max_pool2d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 10, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_softmax(m), DIST_OK);
+    dist_optimizer *opt = NULL;
+    dist_sgd_options sgd = DIST_SGD_OPTIONS_INIT;
+    sgd.learning_rate = 0.1f;
+    ck_assert_int_eq(dist_strategy_scope_enter(s), DIST_OK);
+    ck_assert_msg(dist_model_build(m, 3, (int64_t[]){6, 6, 2}, 4) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_int_eq(dist_optimizer_create_sgd(&sgd, &opt), DIST_OK);
+    ck_assert_int_eq(dist_strategy_scope_exit(s), DIST_OK);
+
+    static float x[24][6][6][2];
+    static int32_t y[24];
+    for (int i = 0; i < 24; i++) {
+        y[i] = (i * 7) % 10;
+        for (int j = 0; j < 72; j++) (&x[i][0][0][0])[j] = sinf((float)(i * 72 + j) * 0.37f);
+    }
+    int64_t xs[4] = {24, 6, 6, 2}, ys[1] = {24};
+    dist_tensor parts[2] = {dist_tensor_view(x, DIST_F32, 4, xs),
+                            dist_tensor_view(y, DIST_I32, 1, ys)};
+    dist_tensor *ptrs[2] = {&parts[0], &parts[1]};
+    dist_dataset *ds = NULL, *b = NULL;
+    dist_distributed_dataset *dds = NULL;
+    dist_distributed_iterator *it = NULL;
+    ck_assert_int_eq(dist_dataset_from_tensor_slices(ptrs, 2, 0, &ds), DIST_OK);
+    ck_assert_int_eq(dist_dataset_batch(ds, 8, 1, &b), DIST_OK);
+    ck_assert_int_eq(dist_strategy_distribute_dataset(s, b, &dds), DIST_OK);
+    ck_assert_int_eq(dist_distributed_dataset_iterator(dds, &it), DIST_OK);
+    dist_classifier_step cs = {m, opt, 8, NULL};
+    for (int step = 0; step < 3; step++) {
+        dist_per_replica_element e;
+        int end = 0;
+        ck_assert_int_eq(dist_distributed_iterator_next(it, &e, &end), DIST_OK);
+        dist_per_replica out;
+        ck_assert_msg(dist_strategy_run(s, dist_classifier_train_step, &cs, &e, &out) == DIST_OK,
+                      "%s", dist_last_error());
+        dist_tensor *loss = NULL;
+        ck_assert_int_eq(dist_strategy_reduce(s, DIST_REDUCE_SUM, &out, 0, -1, &loss), DIST_OK);
+        losses[step] = *(float *)loss->data;
+        dist_tensor_destroy(loss);
+    }
+    *count = dist_model_num_params(m);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, weights, *count), DIST_OK);
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    dist_dataset_destroy(b);
+    dist_dataset_destroy(ds);
+    dist_optimizer_destroy(opt);
+    dist_model_destroy(m);
+    dist_strategy_destroy(s);
+}
+
+/* The graph traced into one program: the same losses and weights as mirrored's. */
+START_TEST(test_under_tpu_a_graph_model_trains_as_mirrored_does) {
+    float lt[3], lm[3];
+    static float wt[4096], wm[4096];
+    int64_t nt = 0, nm = 0;
+    graph_steps(1, lt, wt, &nt);
+    graph_steps(0, lm, wm, &nm);
+    ck_assert_int_eq(nt, nm);
+    for (int k = 0; k < 3; k++) ck_assert_float_eq_tol(lt[k], lm[k], 1e-5f * fabsf(lm[k]));
+    double d = 0, n = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        d += ((double)wt[i] - wm[i]) * ((double)wt[i] - wm[i]);
+        n += (double)wm[i] * wm[i];
+    }
+    ck_assert_msg(sqrt(d / n) < 1e-5, "weights differ by %g (relative)", sqrt(d / n));
+    ck_assert_float_ne(lm[0], lm[2]); /* it trained */
+}
+END_TEST
+
+int main(int argc, char **argv) {
     Suite *s = suite_create("model_graph");
+    if (argc == 3 && !strcmp(argv[1], "tpu")) {
+        g_plugin = argv[2];
+        if (access(g_plugin, R_OK) != 0) {
+            fprintf(stderr, "the PJRT plugin %s is not there (the pjrt_venv fixture makes it)\n",
+                    g_plugin);
+            return 1;
+        }
+        TCase *tc = tcase_create("tpu");
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, test_under_tpu_a_graph_model_trains_as_mirrored_does);
+        suite_add_tcase(s, tc);
+        return dist_test_run(s);
+    }
     TCase *tc = tcase_create("graph");
     tcase_add_test(tc, test_a_layer_may_read_a_layer_added_after_it_and_runs_after_it);
     tcase_add_test(tc, test_an_output_read_twice_gets_the_sum_of_both_gradients);
