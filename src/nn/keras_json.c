@@ -849,6 +849,7 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
                                   m->name, input, l.name);
             DIST_TRY(input_layer_shape(&l, ndim, shape));
             input = l.name;
+            model_set_input_name(m, input);
         } else {
             DIST_TRY(add_layer(m, &l, seed));
         }

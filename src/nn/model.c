@@ -19,6 +19,7 @@ dist_status dist_model_create(const char *name, dist_model **out) {
     if (!m) return dist_error(DIST_OUT_OF_MEMORY, "dist_model_create: out of memory");
     snprintf(m->name, sizeof m->name, "%s", name ? name : "sequential");
     m->output = -1;
+    snprintf(m->input_name, sizeof m->input_name, "input_layer");
     *out = m;
     return DIST_OK;
 }
@@ -374,6 +375,10 @@ dist_status dist_model_add_concatenate(dist_model *m, int axis) {
 }
 
 int dist_model_num_layers(const dist_model *m) { return m ? m->nlayers : 0; }
+
+void model_set_input_name(dist_model *m, const char *name) {
+    snprintf(m->input_name, sizeof m->input_name, "%s", name);
+}
 
 int dist_model_output_is_softmax(const dist_model *m) { return m && m->built && m->softmax_head; }
 

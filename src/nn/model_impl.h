@@ -99,6 +99,7 @@ struct dist_model {
     char name[48];
     model_layer layers[MODEL_MAX_LAYERS];
     int nlayers;
+    char input_name[48];         /* the input's name in summaries ("input_layer", or Keras's) */
     int output;                  /* the layer whose output the model returns (-1: the last) */
     int softmax_head;            /* the output layer ends in a softmax: a call returns its input */
     int order[MODEL_MAX_LAYERS]; /* the layers in the order a call runs them (topological) */
@@ -119,6 +120,9 @@ struct dist_model {
 /* Renames the last layer added (Keras's layer names from a JSON config). The name must be
  * non-empty, fit model_layer.name and differ from every other layer's. */
 dist_status model_rename_last_layer(dist_model *m, const char *name);
+/* Names the model's input (its InputLayer's name in Keras's JSON); a name too long is kept
+ * cut. */
+void model_set_input_name(dist_model *m, const char *name);
 /* Keras's Activation("softmax") layer (dist_activation has no softmax: a kernel's fused
  * activation never is one). */
 dist_status model_add_softmax_activation(dist_model *m);
