@@ -661,18 +661,21 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         break;
     case LAYER_RESHAPE: {
         int64_t n = 1, known = 1;
-        int unknown = -1;
+        int unknown = -1, fits = 1;
         for (int d = 0; d < nd; d++) n *= shape[d];
-        for (int d = 0; d < l->target_ndim; d++) {
-            if (l->target[d] < 0)
+        for (int d = 0; d < l->target_ndim && fits; d++) {
+            if (l->target[d] < 0) {
                 unknown = d;
-            else
-                known *= l->target[d];
+                continue;
+            }
+            /* a product past the input's count cannot fit (nor overflow) */
+            fits = l->target[d] <= n / known;
+            known *= fits ? l->target[d] : 1;
         }
         nd = l->target_ndim;
         memcpy(shape, l->target, sizeof shape);
-        if (unknown >= 0 && known > 0 && n % known == 0) shape[unknown] = n / known;
-        if ((unknown >= 0 && (known <= 0 || n % known != 0)) || (unknown < 0 && known != n))
+        if (fits && unknown >= 0 && n % known == 0) shape[unknown] = n / known;
+        if (!fits || (unknown >= 0 && n % known != 0) || (unknown < 0 && known != n))
             return dist_error(DIST_INVALID_ARGUMENT,
                               "layer '%s' (Reshape): its input's %lld elements do not fit the "
                               "target shape",

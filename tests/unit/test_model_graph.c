@@ -306,6 +306,17 @@ START_TEST(test_wiring_errors_name_the_layer) {
     ck_assert_int_eq(dist_model_set_inputs(m, 0, 1, (int[]){5}), DIST_OK);
     expect_build_error(m, 1, (int64_t[]){2}, DIST_INVALID_ARGUMENT,
                        "layer 'dense': input 0 is layer 5; model 'n' has 1 layers");
+    /* a reshape whose target does not hold the input's elements, or whose product would
+     * overflow */
+    ck_assert_int_eq(dist_model_create("r", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_reshape(m, 2, (int64_t[]){4, -1}), DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){6}, DIST_INVALID_ARGUMENT,
+                       "layer 'reshape' (Reshape): its input's 6 elements do not fit");
+    ck_assert_int_eq(dist_model_create("r", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_reshape(m, 3, (int64_t[]){1LL << 40, 1LL << 40, 1LL << 40}),
+                     DIST_OK);
+    expect_build_error(m, 1, (int64_t[]){8}, DIST_INVALID_ARGUMENT,
+                       "layer 'reshape' (Reshape): its input's 8 elements do not fit");
     /* concatenation along the batch, or beyond the inputs */
     ck_assert_int_eq(dist_model_create("k", &m), DIST_OK);
     ck_assert_int_eq(dist_model_add_concatenate(m, 0), DIST_INVALID_ARGUMENT);
