@@ -84,6 +84,13 @@ static const char *activation_name(dist_activation a) {
     return "linear";
 }
 
+/* A Dense's or Conv2D's activation: its kernel's, or the one nn runs after it. */
+static const char *layer_activation_name(const model_layer *l) {
+    if (l->post == POST_SOFTMAX) return "softmax";
+    if (l->post == POST_SWISH) return "silu";
+    return activation_name(l->activation);
+}
+
 static void add_nulls(cJSON *config, const char *const *keys) {
     for (int i = 0; keys[i]; i++) cJSON_AddNullToObject(config, keys[i]);
 }
@@ -100,7 +107,7 @@ static void conv2d_config(cJSON *c, const model_layer *l) {
     cJSON_AddStringToObject(c, "data_format", "channels_last");
     cJSON_AddItemToObject(c, "dilation_rate", int_pair(1, 1));
     cJSON_AddNumberToObject(c, "groups", 1);
-    cJSON_AddStringToObject(c, "activation", activation_name(o->activation));
+    cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
     cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
     cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
@@ -155,8 +162,7 @@ static void dense_config(cJSON *c, const model_layer *l) {
                                          "kernel_constraint",   "bias_constraint",
                                          "quantization_config", NULL};
     cJSON_AddNumberToObject(c, "units", l->units);
-    cJSON_AddStringToObject(c, "activation",
-                            l->softmax ? "softmax" : activation_name(l->activation));
+    cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
     cJSON_AddTrueToObject(c, "use_bias");
     cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));

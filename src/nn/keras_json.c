@@ -97,8 +97,18 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
             return DIST_OK;
         }
     return unsupported_arg(l, "activation",
-                           "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh' and 'gelu'",
+                           "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh', 'gelu', "
+                           "'swish' ('silu') and 'softmax'",
                            a ? a : "(not a name)");
+}
+
+/* The activations no kernel fuses, which nn runs after the layer: softmax, swish (silu). */
+static model_post_act post_activation(const json_layer *l) {
+    const char *a = json_str(l->config, "activation");
+    if (!a) return POST_NONE;
+    if (strcmp(a, "softmax") == 0) return POST_SOFTMAX;
+    if (strcmp(a, "swish") == 0 || strcmp(a, "silu") == 0) return POST_SWISH;
+    return POST_NONE;
 }
 
 /* The arguments every layer of a kind may carry that do not change what it computes. */
@@ -206,13 +216,15 @@ static dist_status add_conv2d(dist_model *m, const json_layer *l) {
         o.padding = DIST_PADDING_SAME;
     else if (pad && strcmp(pad, "valid") != 0)
         return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
-    DIST_TRY(check_activation(l, &o.activation));
+    model_post_act post = post_activation(l);
+    if (post == POST_NONE) DIST_TRY(check_activation(l, &o.activation));
     o.use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "use_bias"));
     o.kernel_h = k[0];
     o.kernel_w = k[1];
     o.stride_h = s[0];
     o.stride_w = s[1];
-    return dist_model_add_conv2d_ex(m, &o);
+    DIST_TRY(dist_model_add_conv2d_ex(m, &o));
+    return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
 }
 
 static dist_status add_max_pool2d(dist_model *m, const json_layer *l) {
@@ -395,8 +407,11 @@ static dist_status add_dense(dist_model *m, const json_layer *l) {
                           l->name);
     if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "use_bias")))
         return unsupported_arg(l, "use_bias", "is false; libdist's Dense always has a bias");
-    const char *a = json_str(l->config, "activation");
-    if (a && strcmp(a, "softmax") == 0) return model_add_dense_softmax(m, units);
+    model_post_act post = post_activation(l);
+    if (post != POST_NONE) {
+        DIST_TRY(dist_model_add_dense(m, units, DIST_ACT_NONE));
+        return model_set_last_post_activation(m, post);
+    }
     dist_activation act;
     DIST_TRY(check_activation(l, &act));
     return dist_model_add_dense(m, units, act);
@@ -460,8 +475,8 @@ static dist_status add_concatenate(dist_model *m, const json_layer *l) {
 static dist_status add_activation_layer(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"activation", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
-    const char *a = json_str(l->config, "activation");
-    if (a && strcmp(a, "softmax") == 0) return model_add_softmax_activation(m);
+    model_post_act post = post_activation(l);
+    if (post != POST_NONE) return model_add_post_activation(m, post);
     dist_activation act;
     DIST_TRY(check_activation(l, &act));
     return dist_model_add_activation(m, act);

@@ -269,17 +269,20 @@ dist_status dist_model_add_activation(dist_model *m, dist_activation act) {
     return DIST_OK;
 }
 
-/* Activation("softmax"): Keras's Activation layer (its file key) computing a softmax. */
-dist_status model_add_softmax_activation(dist_model *m) {
+dist_status model_add_post_activation(dist_model *m, model_post_act post) {
     model_layer *l = NULL;
     DIST_TRY(add_plain(m, LAYER_ACTIVATION, &l));
-    l->softmax = 1;
+    l->post = post;
     return DIST_OK;
 }
 
-dist_status model_add_dense_softmax(dist_model *m, int units) {
-    DIST_TRY(dist_model_add_dense(m, units, DIST_ACT_NONE));
-    m->layers[m->nlayers - 1].softmax = 1;
+dist_status model_set_last_post_activation(dist_model *m, model_post_act post) {
+    model_layer *l = &m->layers[m->nlayers - 1];
+    DIST_CHECK_ARG(m->nlayers > 0 && (l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D) &&
+                       l->activation == DIST_ACT_NONE,
+                   "model '%s': an activation after a layer follows a linear Dense or Conv2D",
+                   m->name);
+    l->post = post;
     return DIST_OK;
 }
 
@@ -762,7 +765,7 @@ static dist_status plan(dist_model *m) {
     }
     for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
     const model_layer *o = &m->layers[output];
-    m->softmax_head = (o->kind == LAYER_SOFTMAX || o->softmax) && o->out_ndim >= 1;
+    m->softmax_head = (o->kind == LAYER_SOFTMAX || o->post == POST_SOFTMAX) && o->out_ndim >= 1;
     return DIST_OK;
 }
 
@@ -1049,10 +1052,23 @@ static dist_status call_merge(dist_tape *tape, const model_layer *l, int n,
     return DIST_OK;
 }
 
+/* An activation no kernel fuses: softmax over the last axis, or swish = x * sigmoid(x). */
+static dist_status call_post(dist_tape *tape, model_post_act post, const dist_tensor *h,
+                             dist_tensor **out) {
+    if (post == POST_SOFTMAX) return dist_op_softmax(tape, h, out);
+    if (post == POST_SWISH) {
+        dist_tensor *s;
+        DIST_TRY(dist_op_sigmoid(tape, h, &s));
+        return dist_op_mul(tape, h, s, out);
+    }
+    *out = (dist_tensor *)h;
+    return DIST_OK;
+}
+
 /* dist_activation as its own op (the Activation layer; Conv2D and Dense fuse theirs). */
 static dist_status call_activation(dist_tape *tape, const model_layer *l, const dist_tensor *h,
                                    dist_tensor **out) {
-    if (l->softmax) return dist_op_softmax(tape, h, out);
+    if (l->post != POST_NONE) return call_post(tape, l->post, h, out);
     switch (l->activation) {
     case DIST_ACT_RELU: return dist_op_relu(tape, h, out);
     case DIST_ACT_SIGMOID: return dist_op_sigmoid(tape, h, out);
@@ -1071,7 +1087,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     const model_layer *l = &m->layers[i];
     /* the output's softmax is left to the loss and dist_predict (dist_model_output_is_softmax) */
     int is_head = m->softmax_head && i == (m->output < 0 ? m->nlayers - 1 : m->output);
-    if (is_head && l->kind != LAYER_DENSE) {
+    if (is_head && l->kind != LAYER_DENSE && l->kind != LAYER_CONV2D) {
         *out = (dist_tensor *)in[0];
         return DIST_OK;
     }
@@ -1079,8 +1095,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
     switch (l->kind) {
     case LAYER_CONV2D:
-        return dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
-                              l->conv.stride_w, l->conv.padding, l->activation, out);
+        DIST_TRY(dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
+                                l->conv.stride_w, l->conv.padding, l->activation, out));
+        return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
     case LAYER_MAX_POOL2D:
         return dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID,
                                   out);
@@ -1101,7 +1118,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
     case LAYER_DENSE:
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
-        return l->softmax && !is_head ? dist_op_softmax(tape, *out, out) : DIST_OK;
+        return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
     case LAYER_ACTIVATION: return call_activation(tape, l, h, out);
     case LAYER_RELU: return dist_op_relu(tape, h, out);
     case LAYER_SOFTMAX: return dist_op_softmax(tape, h, out);
@@ -1136,8 +1153,8 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
 static int fuses_with_pool(const dist_model *m, int k) {
     if (k + 1 >= m->nlayers || m->check_numerics) return 0;
     const model_layer *c = &m->layers[m->order[k]], *p = &m->layers[m->order[k + 1]];
-    return c->kind == LAYER_CONV2D && p->kind == LAYER_MAX_POOL2D && c->readers == 1 &&
-           p->inputs[0] == m->order[k];
+    return c->kind == LAYER_CONV2D && c->post == POST_NONE && p->kind == LAYER_MAX_POOL2D &&
+           c->readers == 1 && p->inputs[0] == m->order[k];
 }
 
 /* The layers of one call in topological order, at the tape's compute precision; *y is the

@@ -19,7 +19,7 @@ typedef enum layer_kind {
     LAYER_GLOBAL_AVG_POOL2D,
     LAYER_DROPOUT,
     LAYER_BATCH_NORM,
-    LAYER_ACTIVATION, /* Activation(name): activation, or softmax when `softmax` is set */
+    LAYER_ACTIVATION, /* Activation(name): activation, or `post` when set */
     LAYER_RELU,
     LAYER_SOFTMAX,
     LAYER_ADD,
@@ -35,6 +35,10 @@ typedef enum layer_kind {
     LAYER_KIND_COUNT
 } layer_kind;
 
+/* Activations that no kernel fuses, run by nn after a layer (Dense, Conv2D) or as the
+ * Activation layer: Keras's softmax (over the last axis) and swish / silu (x * sigmoid(x)). */
+typedef enum model_post_act { POST_NONE = 0, POST_SOFTMAX, POST_SWISH } model_post_act;
+
 /* Keras's class name of a kind ("Conv2D") and the same in snake case ("conv2d"), the base of
  * its group key in .weights.h5 files (keras_weights.c). */
 const char *model_layer_class(layer_kind kind);
@@ -48,20 +52,20 @@ typedef struct model_layer {
      * Sequential. */
     int ninputs;
     int inputs[MODEL_MAX_INPUTS];
-    int axis;            /* concatenate: an axis of the output, batch axis 0 */
-    int pad[4];          /* zero_padding2d: top, bottom, left, right */
-    float scale, offset; /* rescaling */
-    int softmax;         /* activation: Activation("softmax"); dense: Dense(activation="softmax") */
-    int target_ndim;     /* reshape: the target shape without the batch */
-    int64_t target[4];   /* (one entry may be -1) */
-    float epsilon;       /* layer_norm; gamma is kernel_var, beta bias_var */
-    dist_conv2d_options conv;                 /* conv2d */
-    int pool;                                 /* max_pool2d, avg_pool2d: window */
-    int pool_stride;                          /* avg_pool2d */
-    dist_padding padding;                     /* avg_pool2d */
-    float rate;                               /* dropout */
-    uint64_t seed;                            /* dropout */
-    dist_batch_norm_options bn;               /* batch_norm: gamma is kernel_var, beta bias_var */
+    int axis;                   /* concatenate: an axis of the output, batch axis 0 */
+    int pad[4];                 /* zero_padding2d: top, bottom, left, right */
+    float scale, offset;        /* rescaling */
+    model_post_act post;        /* activation, dense, conv2d: the activation after the op */
+    int target_ndim;            /* reshape: the target shape without the batch */
+    int64_t target[4];          /* (one entry may be -1) */
+    float epsilon;              /* layer_norm; gamma is kernel_var, beta bias_var */
+    dist_conv2d_options conv;   /* conv2d */
+    int pool;                   /* max_pool2d, avg_pool2d: window */
+    int pool_stride;            /* avg_pool2d */
+    dist_padding padding;       /* avg_pool2d */
+    float rate;                 /* dropout */
+    uint64_t seed;              /* dropout */
+    dist_batch_norm_options bn; /* batch_norm: gamma is kernel_var, beta bias_var */
     int moving_mean_var, moving_variance_var; /* batch_norm, -1 otherwise */
     int units;                                /* dense */
     dist_activation activation;
@@ -123,12 +127,12 @@ dist_status model_rename_last_layer(dist_model *m, const char *name);
 /* Names the model's input (its InputLayer's name in Keras's JSON); a name too long is kept
  * cut. */
 void model_set_input_name(dist_model *m, const char *name);
-/* Keras's Activation("softmax") layer (dist_activation has no softmax: a kernel's fused
- * activation never is one). */
-dist_status model_add_softmax_activation(dist_model *m);
-/* Keras's Dense(units, activation="softmax"): a linear Dense whose output the softmax follows
- * (dist_model_output_is_softmax). */
-dist_status model_add_dense_softmax(dist_model *m, int units);
+/* Keras's Activation layer of an activation dist_activation lacks (no kernel fuses it). */
+dist_status model_add_post_activation(dist_model *m, model_post_act post);
+/* Sets the activation after the last layer added (a linear Dense or Conv2D): Keras's
+ * Dense(activation="softmax") or "swish". A softmax after the output layer is left out of the
+ * call (dist_model_output_is_softmax). */
+dist_status model_set_last_post_activation(dist_model *m, model_post_act post);
 
 /* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and
  * `what` when t (on the tape's device) holds an Inf or a NaN. */

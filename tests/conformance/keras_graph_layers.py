@@ -5,11 +5,11 @@ layer libdist reads for graphs, with every weight (biases, gamma and beta includ
 by NumPy:
 
   x (8, 8, 3) -> Rescaling(1/2, offset 0.25) -> ZeroPadding2D(((1, 0), (0, 1))) -> c1
-  Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, tanh)(a);  c = Activation(gelu)(a)
+  Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, silu)(a);  c = Activation(gelu)(a)
   Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Add([sub, mul, avg]);
   Concatenate(axis=-1)([add, a]) -> LayerNormalization -> GlobalMaxPooling2D -> d =
-  Dense(12); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
-  Activation(softmax) -> Dense(4)
+  Dense(12, swish); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
+  Activation(swish) -> Activation(softmax) -> Dense(4)
 
 `a` is read by six layers. Two classifier heads that end in a softmax follow the same body
 (dense_softmax: GlobalMaxPooling2D -> Dense(4, activation="softmax"); softmax_layer: ... ->
@@ -50,7 +50,7 @@ def body(L, x):
     h = L.ZeroPadding2D(((1, 0), (0, 1)), name="pad")(h)
     h = L.Conv2D(6, 3, name="c1")(h)
     a = L.ReLU(name="a")(h)
-    b = L.Conv2D(6, 3, padding="same", activation="tanh", name="b")(a)
+    b = L.Conv2D(6, 3, padding="same", activation="silu", name="b")(a)
     c = L.Activation("gelu", name="c")(a)
     sub = L.Subtract(name="sub")([b, c])
     mul = L.Multiply(name="mul")([a, b])
@@ -70,11 +70,12 @@ def make(head):
     elif head == "softmax_layer":
         y = L.Activation("softmax", name="probs")(L.Dense(K, name="out")(h))
     else:
-        d = L.Dense(12, name="d")(h)
+        d = L.Dense(12, activation="swish", name="d")(h)
         s = L.Reshape((3, 4), name="rows")(d)
         s = L.Softmax(name="softmax")(s)
         s = L.Reshape((12,), name="flat")(s)
         h = L.Multiply(name="gate")([s, d])
+        h = L.Activation("swish", name="sw")(h)
         h = L.Activation("softmax", name="probs")(h)
         y = L.Dense(K, name="out")(h)
     return keras.Model(x, y, name=head)
