@@ -112,6 +112,11 @@ DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, i
 /* GlobalMaxPooling2D: (height, width, channels) -> (channels), the maximum over height and width
  * (dist_op_reduce_max: a tie shares the gradient evenly, as TensorFlow). */
 DIST_API dist_status dist_model_add_global_max_pool2d(dist_model *model);
+/* GlobalAveragePooling1D: (steps, features) -> (features), the mean over the steps. */
+DIST_API dist_status dist_model_add_global_average_pool1d(dist_model *model);
+/* Permute(dims): the input's axes (without the batch, counted from 1) reordered: output axis i is
+ * input axis dims[i] (dist_op_transpose); ndim 1 to 3, dims a permutation of 1..ndim (borrowed). */
+DIST_API dist_status dist_model_add_permute(dist_model *model, int ndim, const int *dims);
 /* LayerNormalization(axis=-1, epsilon, center, scale): each example's last axis normalized to
  * mean 0 and variance 1 (biased), then gamma (ones; if scale) and beta (zeros; if center), in
  * Keras's order gamma, beta. Composed of the tape's mean, subtraction, square and sqrt ops. */
@@ -229,17 +234,18 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * BatchNormalization (last axis, Keras's initializers, synchronized or not),
  * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
  * with bias), Add, Subtract, Multiply, Average, Concatenate, Activation (those activations), ReLU
- * (Keras's defaults), Softmax (last axis), Rescaling (scalar scale and offset), Reshape and
- * ZeroPadding2D, float32, channels_last. Layers and the model keep Keras's names, and the layers
- * Keras's order (the variables are in model.weights' order). The model is built as dist_model_build
- * does (inside a strategy's scope it is mirrored), for the input shape of the InputLayer, with
- * fresh weights drawn from `seed`. `json` is borrowed; *out is released with dist_model_destroy.
- * Errors: DIST_FORMAT (not JSON, not a Keras model config, a malformed argument, a graph naming a
- * layer the model lacks), DIST_UNSUPPORTED (any other layer class, an argument value libdist does
- * not implement: the message names the layer and the argument, e.g. "layer 'un': class
- * 'UnitNormalization' is not supported"; several inputs or outputs; a layer called more than once;
- * call arguments besides the inputs), DIST_INVALID_ARGUMENT (what dist_model_build refuses: a
- * cycle, a layer that does not lead to the output, shapes that do not fit). */
+ * (Keras's defaults), Softmax (last axis), Rescaling (scalar scale and offset), Reshape, Permute,
+ * GlobalAveragePooling1D and ZeroPadding2D, float32, channels_last. Layers and the model keep
+ * Keras's names, and the layers Keras's order (the variables are in model.weights' order). The
+ * model is built as dist_model_build does (inside a strategy's scope it is mirrored), for the input
+ * shape of the InputLayer, with fresh weights drawn from `seed`. `json` is borrowed; *out is
+ * released with dist_model_destroy. Errors: DIST_FORMAT (not JSON, not a Keras model config, a
+ * malformed argument, a graph naming a layer the model lacks), DIST_UNSUPPORTED (any other layer
+ * class, an argument value libdist does not implement: the message names the layer and the
+ * argument, e.g. "layer 'un': class 'UnitNormalization' is not supported"; several inputs or
+ * outputs; a layer called more than once; call arguments besides the inputs), DIST_INVALID_ARGUMENT
+ * (what dist_model_build refuses: a cycle, a layer that does not lead to the output, shapes that do
+ * not fit). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 
 /* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3

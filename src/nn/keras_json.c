@@ -576,6 +576,26 @@ static dist_status add_global_max_pool2d(dist_model *m, const json_layer *l) {
     return dist_model_add_global_max_pool2d(m);
 }
 
+static dist_status add_global_average_pool1d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
+    DIST_TRY(check_channels_last(l));
+    return dist_model_add_global_average_pool1d(m);
+}
+
+static dist_status add_permute(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"dims", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "dims");
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0, dims[3];
+    if (n < 1 || n > 3) return unsupported_arg(l, "dims", "must list 1 to 3 axes");
+    for (int d = 0; d < n; d++)
+        if (!json_int(cJSON_GetArrayItem(v, d), &dims[d]))
+            return dist_error(DIST_FORMAT, "layer '%s' (Permute): 'dims' holds axis numbers",
+                              l->name);
+    return dist_model_add_permute(m, n, dims);
+}
+
 static dist_status add_layer_normalization(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"axis",
                                         "epsilon",
@@ -684,7 +704,10 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"ZeroPadding2D", add_zero_padding2d},
                  {"GlobalMaxPooling2D", add_global_max_pool2d},
                  {"GlobalMaxPool2D", add_global_max_pool2d},
-                 {"LayerNormalization", add_layer_normalization}};
+                 {"LayerNormalization", add_layer_normalization},
+                 {"GlobalAveragePooling1D", add_global_average_pool1d},
+                 {"GlobalAvgPool1D", add_global_average_pool1d},
+                 {"Permute", add_permute}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
             DIST_TRY(kinds[i].add(m, l));
@@ -695,7 +718,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                       "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
                       "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
                       "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
-                      "Activation, ReLU, Softmax, Rescaling, Reshape and ZeroPadding2D)",
+                      "Activation, ReLU, Softmax, Rescaling, Reshape, Permute, "
+                      "GlobalAveragePooling1D and ZeroPadding2D)",
                       l->name, l->class_name);
 }
 

@@ -66,6 +66,8 @@ static const struct {
     [LAYER_RESHAPE] = {"Reshape", "reshape"},
     [LAYER_GLOBAL_MAX_POOL2D] = {"GlobalMaxPooling2D", "global_max_pooling2d"},
     [LAYER_LAYER_NORM] = {"LayerNormalization", "layer_normalization"},
+    [LAYER_GLOBAL_AVG_POOL1D] = {"GlobalAveragePooling1D", "global_average_pooling1d"},
+    [LAYER_PERMUTE] = {"Permute", "permute"},
 };
 
 const char *model_layer_class(layer_kind kind) {
@@ -341,6 +343,27 @@ dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, in
     return DIST_OK;
 }
 
+dist_status dist_model_add_global_average_pool1d(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_global_average_pool1d: model is NULL");
+    return add_plain(m, LAYER_GLOBAL_AVG_POOL1D, NULL);
+}
+
+dist_status dist_model_add_permute(dist_model *m, int ndim, const int *dims) {
+    DIST_CHECK_ARG(m && dims, "dist_model_add_permute: NULL argument");
+    DIST_CHECK_ARG(ndim >= 1 && ndim <= 3, "permute: 1 to 3 dimensions, got %d", ndim);
+    int seen[4] = {0};
+    for (int d = 0; d < ndim; d++) {
+        DIST_CHECK_ARG(dims[d] >= 1 && dims[d] <= ndim && !seen[dims[d]],
+                       "permute: dims must be a permutation of 1..%d", ndim);
+        seen[dims[d]] = 1;
+    }
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_PERMUTE, &l));
+    l->target_ndim = ndim;
+    for (int d = 0; d < ndim; d++) l->target[d] = dims[d];
+    return DIST_OK;
+}
+
 dist_status dist_model_add_global_max_pool2d(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_global_max_pool2d: model is NULL");
     return add_plain(m, LAYER_GLOBAL_MAX_POOL2D, NULL);
@@ -591,6 +614,20 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         DIST_TRY(expect_image(l, nd));
         shape[0] = shape[2];
         nd = 1;
+        break;
+    case LAYER_GLOBAL_AVG_POOL1D:
+        if (nd != 2)
+            return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
+                              l->name);
+        shape[0] = shape[1];
+        nd = 1;
+        break;
+    case LAYER_PERMUTE:
+        if (nd != l->target_ndim)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (Permute): %d dims for inputs of %d dimensions", l->name,
+                              l->target_ndim, nd);
+        for (int d = 0; d < nd; d++) shape[d] = in_shape[0][l->target[d] - 1];
         break;
     case LAYER_BATCH_NORM:
         if (nd != 1 && nd != 3)
@@ -1111,6 +1148,15 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_GLOBAL_MAX_POOL2D: {
         static const int hw[2] = {1, 2};
         return dist_op_reduce_max(tape, h, 2, hw, 0, out);
+    }
+    case LAYER_GLOBAL_AVG_POOL1D: {
+        static const int steps[1] = {1};
+        return dist_op_reduce_mean_axes(tape, h, 1, steps, 0, out);
+    }
+    case LAYER_PERMUTE: {
+        int perm[4] = {0};
+        for (int d = 0; d < l->target_ndim; d++) perm[d + 1] = (int)l->target[d];
+        return dist_op_transpose(tape, h, perm, out);
     }
     case LAYER_DROPOUT: return call_dropout(m, tape, i, h, out);
     case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, h, out);

@@ -32,6 +32,8 @@ typedef enum layer_kind {
     LAYER_RESHAPE,
     LAYER_GLOBAL_MAX_POOL2D,
     LAYER_LAYER_NORM,
+    LAYER_GLOBAL_AVG_POOL1D,
+    LAYER_PERMUTE,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -56,8 +58,8 @@ typedef struct model_layer {
     int pad[4];                 /* zero_padding2d: top, bottom, left, right */
     float scale, offset;        /* rescaling */
     model_post_act post;        /* activation, dense, conv2d: the activation after the op */
-    int target_ndim;            /* reshape: the target shape without the batch */
-    int64_t target[4];          /* (one entry may be -1) */
+    int target_ndim;            /* reshape, permute: the target shape without the batch */
+    int64_t target[4];          /* (one entry may be -1); permute: its dims, counted from 1 */
     float epsilon;              /* layer_norm; gamma is kernel_var, beta bias_var */
     dist_conv2d_options conv;   /* conv2d */
     int pool;                   /* max_pool2d, avg_pool2d: window */

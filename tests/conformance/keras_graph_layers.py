@@ -7,7 +7,8 @@ by NumPy:
   x (8, 8, 3) -> Rescaling(1/2, offset 0.25) -> ZeroPadding2D(((1, 0), (0, 1))) -> c1
   Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, silu)(a);  c = Activation(gelu)(a)
   Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Add([sub, mul, avg]);
-  Concatenate(axis=-1)([add, a]) -> LayerNormalization -> GlobalMaxPooling2D -> d =
+  Concatenate(axis=-1)([add, a]) -> LayerNormalization -> GlobalMaxPooling2D, concatenated
+  with x -> Reshape((64, 3)) -> Permute((2, 1)) -> GlobalAveragePooling1D; then d =
   Dense(12, swish); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
   Activation(swish) -> Activation(softmax) -> Dense(4)
 
@@ -58,7 +59,12 @@ def body(L, x):
     add = L.Add(name="add")([sub, mul, avg])
     h = L.Concatenate(axis=-1, name="cat")([add, a])
     h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
-    return L.GlobalMaxPooling2D(name="gmp")(h)
+    h = L.GlobalMaxPooling2D(name="gmp")(h)
+    # the input again, as 3 sequences of 64 steps: Reshape -> Permute -> GlobalAveragePooling1D
+    e = L.Reshape((64, 3), name="seq")(x)
+    e = L.Permute((2, 1), name="swap")(e)
+    e = L.GlobalAveragePooling1D(name="gap1d")(e)
+    return L.Concatenate(name="both")([h, e])
 
 
 def make(head):
