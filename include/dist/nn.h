@@ -265,11 +265,12 @@ DIST_API dist_status dist_model_save_keras_weights(dist_model *model, const char
  * once (nor beside other HDF5 calls of the program). */
 DIST_API dist_status dist_model_load_keras_weights(dist_model *model, const char *path);
 
-/* Writes a built Sequential model (not a graph: DIST_UNSUPPORTED) as a Keras 3 .keras file, the
- * archive keras.models.load_model opens and Keras's model.save("m.keras") writes: a zip of
- * metadata.json (keras_version, date_saved), config.json (the model as a Keras Sequential: an
- * InputLayer of the model's input shape, then its layers with their names and arguments and the
- * model's dtype policy) and model.weights.h5 (dist_model_save_keras_weights's layout: replica 0's
+/* Writes a built model as a Keras 3 .keras file, the archive keras.models.load_model opens and
+ * Keras's model.save("m.keras") writes: a zip of metadata.json (keras_version, date_saved),
+ * config.json (a stack as a Keras Sequential: an InputLayer of the model's input shape, then its
+ * layers with their names and arguments and the model's dtype policy; a graph as Keras 3's
+ * Functional model: the InputLayer, the layers with their inbound nodes, the input and output)
+ * and model.weights.h5 (dist_model_save_keras_weights's layout: replica 0's
  * weights, or the strategy's value). No optimizer state and no compile config: Keras loads it
  * uncompiled. The archive is built in memory and replaces `path` atomically (dist/file.h): on any
  * failure `path` is unchanged. Errors: DIST_INVALID_ARGUMENT (a name not ending in ".keras", which

@@ -169,11 +169,24 @@ static void dense_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
+static void layer_norm_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
+                                         "gamma_constraint", NULL};
+    cJSON_AddNumberToObject(c, "axis", -1);
+    cJSON_AddNumberToObject(c, "epsilon", float_value(l->epsilon));
+    cJSON_AddBoolToObject(c, "center", l->bn.center != 0);
+    cJSON_AddBoolToObject(c, "scale", l->bn.scale != 0);
+    cJSON_AddFalseToObject(c, "rms_scaling");
+    cJSON_AddItemToObject(c, "beta_initializer", initializer("Zeros"));
+    cJSON_AddItemToObject(c, "gamma_initializer", initializer("Ones"));
+    add_nulls(c, extras);
+}
+
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
 static int has_build_config(layer_kind kind) {
     return kind == LAYER_CONV2D || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
-           kind == LAYER_BATCH_NORM;
+           kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM;
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
@@ -203,13 +216,54 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_BATCH_NORM: batch_norm_config(c, l); break;
     case LAYER_FLATTEN: cJSON_AddStringToObject(c, "data_format", "channels_last"); break;
     case LAYER_DENSE: dense_config(c, l); break;
-    default:
-        st = dist_error(DIST_UNSUPPORTED,
-                        "layer '%s' (%s): libdist writes the .keras config of Sequential models "
-                        "of Conv2D, pooling, Dropout, BatchNormalization, Flatten and Dense "
-                        "layers only",
-                        l->name, model_layer_class(l->kind));
+    case LAYER_ACTIVATION:
+        cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
         break;
+    case LAYER_RELU:
+        cJSON_AddNullToObject(c, "max_value");
+        cJSON_AddNumberToObject(c, "negative_slope", 0.0);
+        cJSON_AddNumberToObject(c, "threshold", 0.0);
+        break;
+    case LAYER_SOFTMAX: cJSON_AddNumberToObject(c, "axis", -1); break;
+    case LAYER_ADD:
+    case LAYER_SUBTRACT:
+    case LAYER_MULTIPLY:
+    case LAYER_AVERAGE: break;
+    case LAYER_CONCATENATE: cJSON_AddNumberToObject(c, "axis", l->axis); break;
+    case LAYER_ZERO_PADDING2D: {
+        cJSON *p = cJSON_CreateArray();
+        cJSON_AddItemToArray(p, int_pair(l->pad[0], l->pad[1]));
+        cJSON_AddItemToArray(p, int_pair(l->pad[2], l->pad[3]));
+        cJSON_AddItemToObject(c, "padding", p);
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        break;
+    }
+    case LAYER_RESCALING:
+        cJSON_AddNumberToObject(c, "scale", float_value(l->scale));
+        cJSON_AddNumberToObject(c, "offset", float_value(l->offset));
+        break;
+    case LAYER_RESHAPE: {
+        /* the shape as built: a -1 resolved */
+        cJSON *t = cJSON_CreateArray();
+        for (int d = 0; d < l->out_ndim; d++)
+            cJSON_AddItemToArray(t, cJSON_CreateNumber((double)l->out_shape[d]));
+        cJSON_AddItemToObject(c, "target_shape", t);
+        break;
+    }
+    case LAYER_PERMUTE: {
+        cJSON *t = cJSON_CreateArray();
+        for (int d = 0; d < l->target_ndim; d++)
+            cJSON_AddItemToArray(t, cJSON_CreateNumber((double)l->target[d]));
+        cJSON_AddItemToObject(c, "dims", t);
+        break;
+    }
+    case LAYER_GLOBAL_MAX_POOL2D:
+    case LAYER_GLOBAL_AVG_POOL1D:
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        cJSON_AddFalseToObject(c, "keepdims");
+        break;
+    case LAYER_LAYER_NORM: layer_norm_config(c, l); break;
+    case LAYER_KIND_COUNT: break;
     }
     if (st != DIST_OK) {
         cJSON_Delete(c);
@@ -238,9 +292,7 @@ static void input_name(const dist_model *m, char *buf, size_t size) {
     }
 }
 
-static cJSON *input_layer(const dist_model *m) {
-    char name[48];
-    input_name(m, name, sizeof name);
+static cJSON *input_layer(const dist_model *m, const char *name) {
     cJSON *c = cJSON_CreateObject();
     if (!c) return NULL;
     cJSON_AddItemToObject(c, "batch_shape", batch_shape(m->in_ndim, m->in_shape));
@@ -252,26 +304,107 @@ static cJSON *input_layer(const dist_model *m) {
     return keras_object("keras.layers", "InputLayer", c);
 }
 
-static dist_status build_config_tree(const dist_model *m, cJSON *config) {
-    if (strchr(m->name, '/'))
-        return dist_error(DIST_UNSUPPORTED,
-                          "model '%s': Keras refuses a model name with '/' (it separates the "
-                          "names of nested objects)",
-                          m->name);
+/* A model wired as anything but a stack is written as Keras's Functional model. */
+static int is_graph(const dist_model *m) {
+    if (m->output >= 0 && m->output != m->nlayers - 1) return 1;
     for (int i = 0; i < m->nlayers; i++)
-        if (m->layers[i].inputs[0] != (i == 0 ? DIST_MODEL_INPUT : i - 1) ||
-            m->layers[i].ninputs != 1 || (m->output >= 0 && m->output != m->nlayers - 1))
-            return dist_error(DIST_UNSUPPORTED,
-                              "model '%s': libdist writes the .keras config of Sequential "
-                              "models only; layer '%s' is wired as a graph (write the weights "
-                              "with dist_model_save_keras_weights)",
-                              m->name, m->layers[i].name);
+        if (m->layers[i].ninputs != 1 || m->layers[i].inputs[0] != i - 1) return 1;
+    return 0;
+}
+
+/* [NAME, 0, 0]: a tensor of the graph (every layer runs once, with one output). */
+static cJSON *history(const char *name) {
+    cJSON *h = cJSON_CreateArray();
+    if (!h) return NULL;
+    cJSON_AddItemToArray(h, cJSON_CreateString(name));
+    cJSON_AddItemToArray(h, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(h, cJSON_CreateNumber(0));
+    return h;
+}
+
+/* Keras 3's symbolic tensor of a node's arguments: its shape, dtype and producer. */
+static cJSON *keras_tensor(const dist_model *m, int from, const char *input) {
+    const model_layer *f = from >= 0 ? &m->layers[from] : NULL;
+    cJSON *c = cJSON_CreateObject(), *t = cJSON_CreateObject();
+    if (!c || !t) {
+        cJSON_Delete(c);
+        cJSON_Delete(t);
+        return NULL;
+    }
+    cJSON_AddItemToObject(c, "shape",
+                          f ? batch_shape(f->out_ndim, f->out_shape)
+                            : batch_shape(m->in_ndim, m->in_shape));
+    cJSON_AddStringToObject(c, "dtype", "float32");
+    cJSON_AddItemToObject(c, "keras_history", history(f ? f->name : input));
+    cJSON_AddStringToObject(t, "class_name", "__keras_tensor__");
+    cJSON_AddItemToObject(t, "config", c);
+    return t;
+}
+
+/* A Functional layer entry: the layer's object with its name and its one inbound node
+ * ({"args": [tensor] or [[tensors]], "kwargs": {}}, as Keras 3 writes a merge layer's list). */
+static dist_status graph_layer(const dist_model *m, int i, const char *input, cJSON **out) {
+    const model_layer *l = &m->layers[i];
+    cJSON *o = NULL;
+    DIST_TRY(layer_object(m, i, l->in_ndim, l->in_shape, &o));
+    cJSON_AddStringToObject(o, "name", l->name);
+    cJSON *nodes = cJSON_AddArrayToObject(o, "inbound_nodes");
+    cJSON *node = cJSON_CreateObject();
+    cJSON *args = node ? cJSON_AddArrayToObject(node, "args") : NULL;
+    if (node) cJSON_AddObjectToObject(node, "kwargs");
+    if (nodes && node) cJSON_AddItemToArray(nodes, node);
+    int merge = l->kind == LAYER_ADD || l->kind == LAYER_SUBTRACT || l->kind == LAYER_MULTIPLY ||
+                l->kind == LAYER_AVERAGE || l->kind == LAYER_CONCATENATE;
+    cJSON *list = merge ? cJSON_CreateArray() : args;
+    if (merge && args && list) cJSON_AddItemToArray(args, list);
+    if (!nodes || !node || !args || !list) {
+        cJSON_Delete(o);
+        return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    }
+    for (int j = 0; j < l->ninputs; j++)
+        cJSON_AddItemToArray(list, keras_tensor(m, l->inputs[j], input));
+    *out = o;
+    return DIST_OK;
+}
+
+/* The graph as Keras 3's Functional config: the InputLayer (named as in the JSON the model came
+ * from, else "input_layer"), the layers in their order with their inbound nodes, and the one
+ * input and output. */
+static dist_status functional_config_tree(const dist_model *m, cJSON *config) {
+    char input[48];
+    snprintf(input, sizeof input, "%s", m->input_name);
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, input) == 0) input_name(m, input, sizeof input);
+    cJSON_AddStringToObject(config, "name", m->name);
+    cJSON_AddTrueToObject(config, "trainable");
+    cJSON *layers = cJSON_AddArrayToObject(config, "layers");
+    if (!layers) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    cJSON *in = input_layer(m, input);
+    if (in) {
+        cJSON_AddStringToObject(in, "name", input);
+        cJSON_AddArrayToObject(in, "inbound_nodes");
+        cJSON_AddItemToArray(layers, in);
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        cJSON *layer = NULL;
+        DIST_TRY(graph_layer(m, i, input, &layer));
+        cJSON_AddItemToArray(layers, layer);
+    }
+    cJSON_AddItemToObject(config, "input_layers", history(input));
+    cJSON_AddItemToObject(config, "output_layers",
+                          history(m->layers[m->output < 0 ? m->nlayers - 1 : m->output].name));
+    return DIST_OK;
+}
+
+static dist_status build_config_tree(const dist_model *m, cJSON *config) {
     cJSON_AddStringToObject(config, "name", m->name);
     cJSON_AddTrueToObject(config, "trainable");
     cJSON_AddItemToObject(config, "dtype", dtype_policy(m));
     cJSON *layers = cJSON_AddArrayToObject(config, "layers");
     if (!layers) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
-    cJSON_AddItemToArray(layers, input_layer(m));
+    char input[48];
+    input_name(m, input, sizeof input);
+    cJSON_AddItemToArray(layers, input_layer(m, input));
     int ndim = m->in_ndim;
     const int64_t *shape = m->in_shape;
     for (int i = 0; i < m->nlayers; i++) {
@@ -288,14 +421,29 @@ static dist_status build_config_tree(const dist_model *m, cJSON *config) {
 dist_status keras_model_config(const dist_model *m, char **json) {
     DIST_CHECK_ARG(m->built, "model '%s' is not built: Keras's config needs its input shape",
                    m->name);
+    if (strchr(m->name, '/'))
+        return dist_error(DIST_UNSUPPORTED,
+                          "model '%s': Keras refuses a model name with '/' (it separates the "
+                          "names of nested objects)",
+                          m->name);
+    int graph = is_graph(m);
     cJSON *config = cJSON_CreateObject();
-    cJSON *root = keras_object("keras", "Sequential", config);
+    cJSON *root = graph ? keras_object("keras.src.models.functional", "Functional", config)
+                        : keras_object("keras", "Sequential", config);
     if (!root) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
-    dist_status st = build_config_tree(m, config);
-    if (st == DIST_OK) {
+    dist_status st = graph ? functional_config_tree(m, config) : build_config_tree(m, config);
+    if (st == DIST_OK && graph) {
+        /* Keras's registered name for its Functional class; it builds the graph from the
+         * layers' nodes, so the model's build_config has no input shape */
+        cJSON_ReplaceItemInObject(root, "registered_name", cJSON_CreateString("Functional"));
+        cJSON *build = cJSON_AddObjectToObject(root, "build_config");
+        if (build) cJSON_AddNullToObject(build, "input_shape");
+    } else if (st == DIST_OK) {
         cJSON *build = cJSON_AddObjectToObject(root, "build_config");
         if (build)
             cJSON_AddItemToObject(build, "input_shape", batch_shape(m->in_ndim, m->in_shape));
+    }
+    if (st == DIST_OK) {
         /* Keras writes {} for a model that was not compiled: load_model then compiles nothing */
         cJSON_AddObjectToObject(root, "compile_config");
         char *text = cJSON_PrintUnformatted(root);

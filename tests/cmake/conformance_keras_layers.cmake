@@ -41,10 +41,12 @@ set_tests_properties(conformance.keras_functional PROPERTIES FIXTURES_REQUIRED t
 # The layers of Functional graphs (Add, Subtract, Multiply, Average, Concatenate, ZeroPadding2D,
 # Rescaling, Reshape, ReLU, Softmax, Activation, LayerNormalization, GlobalMaxPooling2D) against
 # Keras 3 through the keras_layers driver: logits and every gradient to 1e-5 relative of
-# float64 Keras (tests/conformance/keras_graph_layers.py).
+# float64 Keras; and each model written back by dist_model_save_keras opens in Keras's
+# load_model with the original's outputs (tests/conformance/keras_graph_layers.py).
 add_test(NAME conformance.keras_graph_layers
          COMMAND ${DIST_CONF_VENV}/bin/python
                  ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_graph_layers.py
-                 $<TARGET_FILE:keras_layers> ${CMAKE_CURRENT_BINARY_DIR}/keras_graph_layers_work)
+                 $<TARGET_FILE:keras_layers> ${CMAKE_CURRENT_BINARY_DIR}/keras_graph_layers_work
+                 $<TARGET_FILE:keras_functional>)
 set_tests_properties(conformance.keras_graph_layers PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

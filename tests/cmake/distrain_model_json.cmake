@@ -1,5 +1,6 @@
 # distrain --model FILE.json: a Keras Functional model (tests/data/keras3_resnet_mnist.json: a
-# residual block, BatchNormalization, a Dense(10, softmax) head) trains under mirrored, and a
+# residual block, BatchNormalization, a Dense(10, softmax) head) trains under mirrored and writes
+# its .weights.h5 and .keras files, and a
 # model distrain's data does not fit, or libdist cannot read, is a one-line usage error.
 # Agreement of the training with Keras itself is conformance.keras_functional's.
 set(mdir ${CMAKE_CURRENT_BINARY_DIR}/distrain_model_json)
@@ -8,7 +9,7 @@ add_test(NAME distrain.model_functional_trains
          COMMAND ${expect} 0 "skip (Add)" $<TARGET_FILE:distrain>
                  --model ${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_resnet_mnist.json
                  --strategy mirrored --devices cpu:0,cpu:1 --epochs 1 --batch-size 64
-                 --save-weights ${mdir}/resnet.weights.h5)
+                 --save-weights ${mdir}/resnet.weights.h5 --save-model ${mdir}/resnet.keras)
 set_tests_properties(distrain.model_functional_trains PROPERTIES LABELS cli TIMEOUT 300)
 
 # (28, 28, 1) inputs but 3 outputs; and a dilated Conv2D, which libdist refuses

@@ -9,7 +9,8 @@
  *   SGD(learning rate 0.01, momentum 0.9), the mean sparse softmax cross-entropy of the logits
  *   (dist_classifier_train_step), inside a one_device strategy's scope.
  * Writes OUTDIR/losses.txt (one loss per step, %.9g), OUTDIR/final.f32 (every weight after the
- * steps, the model's order), OUTDIR/final.weights.h5 (dist_model_save_keras_weights) and
+ * steps, the model's order), OUTDIR/final.weights.h5 (dist_model_save_keras_weights),
+ * OUTDIR/final.keras (dist_model_save_keras: the model as Keras's Functional config) and
  * OUTDIR/logits.f32 (the logits of the first BATCH rows in inference after the steps). */
 #include "conf_file.h"
 
@@ -127,6 +128,8 @@ int main(int argc, char **argv) {
     if (write_floats(dir, "final.f32", w, (size_t)np)) return 1;
     snprintf(path, sizeof path, "%s/final.weights.h5", dir);
     if (dist_model_save_keras_weights(m, path)) return fail("saving the weights");
+    snprintf(path, sizeof path, "%s/final.keras", dir);
+    if (dist_model_save_keras(m, path)) return fail("saving the .keras file");
 
     /* inference on the first batch (BatchNormalization with its moving statistics) */
     dist_tape *t = NULL;

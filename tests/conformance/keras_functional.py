@@ -37,6 +37,10 @@ Each block's input is read by two layers (the skip), so its gradient is the sum 
    predicts the first batch in inference: the logits equal libdist's within 1e-5 (relative
    to their norm).
 
+4. libdist writes each trained model as a .keras file (dist_model_save_keras: Keras's
+   Functional config.json and the weights); keras.models.load_model opens it as a Functional
+   model whose logits on the first batch equal libdist's within 1e-5.
+
 Usage: keras_functional.py DRIVER WORKDIR [STEPS]
 """
 import os
@@ -204,6 +208,18 @@ def main():
     print(f"{'ok  ' if trip else 'FAIL'} round trip: Keras 3 loads libdist's trained "
           f".weights.h5; its logits vs libdist's {e:.1e} (<= {LOGIT_TOL:g})")
     ok = ok and trip
+
+    # 4. libdist's .keras files (its own Functional config.json) into keras.models.load_model
+    for tag, run, sub in (("tf_keras JSON", ours1, "from_tf_keras"),
+                          ("Keras 3 JSON", ours2, "from_keras3")):
+        loaded = keras.models.load_model(os.path.join(work, sub, "final.keras"))
+        want = loaded(x[:BATCH], training=False).numpy()
+        e = rel(run[2].reshape(want.shape), want)
+        good = e <= LOGIT_TOL and type(loaded).__name__ == "Functional"
+        print(f"{'ok  ' if good else 'FAIL'} .keras of the model from the {tag}: "
+              f"keras.models.load_model gives a {type(loaded).__name__} whose logits vs "
+              f"libdist's {e:.1e} (<= {LOGIT_TOL:g})")
+        ok = ok and good
     return 0 if ok else 1
 
 

@@ -29,7 +29,13 @@ Bounds, relative (||libdist - keras|| / max(||libdist||, ||keras||), per variabl
 denominator at least 10% of the whole gradient's norm): 1e-5 against float64 Keras, 1e-4
 against float32 Keras (conformance.keras_layers says why two).
 
-Usage: keras_graph_layers.py DRIVER WORKDIR   (DRIVER: the keras_layers executable)
+Then libdist writes each model back as a .keras file (the keras_functional driver with 0 training
+steps: dist_model_save_keras, Keras's Functional config of every layer above and the weights it
+loaded): keras.models.load_model opens it and predicts what the original Keras model predicts,
+within 1e-5 relative.
+
+Usage: keras_graph_layers.py DRIVER WORKDIR [SAVER]
+  DRIVER: the keras_layers executable; SAVER: the keras_functional executable (the .keras check)
 """
 import os
 import subprocess
@@ -116,8 +122,26 @@ def keras_reference(json_path, weights_path, x, y, floatx, from_logits):
         keras.config.set_floatx("float32")
 
 
+def keras_file_check(saver, work, head, json_path, wpath, x_path, y_path, model, x):
+    out = os.path.join(work, f"{head}_saved")
+    os.makedirs(out, exist_ok=True)
+    r = subprocess.run([saver, json_path, wpath, x_path, y_path, str(N), str(H), str(W), str(C),
+                        "0", str(N), out], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL {head}: writing the .keras file ({r.returncode}): {r.stderr.strip()}")
+        return False
+    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
+    e = rel(loaded(x, training=False).numpy().astype(np.float64),
+            model(x, training=False).numpy().astype(np.float64))
+    ok = e <= TOL
+    print(f"{'ok  ' if ok else 'FAIL'} {head}: libdist's .keras file, loaded by Keras, predicts "
+          f"the original model's outputs within {e:.2e} (bound {TOL:g})")
+    return ok
+
+
 def main():
     driver, work = sys.argv[1], sys.argv[2]
+    saver = sys.argv[3] if len(sys.argv) > 3 else None
     os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(36)
     x = rng.standard_normal((N, H, W, C)).astype(np.float32)
@@ -132,6 +156,11 @@ def main():
         model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
                            for w in model.get_weights()])
         failures += not run_case(driver, work, head, model, x, y, x_path, y_path)
+        if saver:
+            failures += not keras_file_check(saver, work, head,
+                                             os.path.join(work, f"{head}.json"),
+                                             os.path.join(work, f"{head}.weights.h5"),
+                                             x_path, y_path, model, x)
     sys.exit(1 if failures else 0)
 
 

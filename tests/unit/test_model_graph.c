@@ -3,6 +3,7 @@
  * Keras 3's and tf-keras's formats. (Agreement with Keras itself: conformance.keras_functional
  * and conformance.keras_graph_layers.) */
 #include "dist/dist.h"
+#include "nn/keras_impl.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -33,6 +34,15 @@ static float *weights_of(dist_model *m) {
     float *w = malloc((size_t)n * sizeof *w);
     ck_assert_int_eq(dist_model_get_weights(m, 0, w, n), DIST_OK);
     return w;
+}
+
+static char *read_data(const char *name) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/%s", DIST_TEST_DATA_DIR, name);
+    size_t n = 0;
+    char *json = (char *)dist_test_read_file(file, &n);
+    ck_assert_ptr_nonnull(json);
+    return json;
 }
 
 START_TEST(test_a_layer_may_read_a_layer_added_after_it_and_runs_after_it) {
@@ -327,29 +337,43 @@ START_TEST(test_wiring_errors_name_the_layer) {
 }
 END_TEST
 
-START_TEST(test_a_graph_model_has_no_sequential_keras_config) {
-    dist_model *m = NULL;
-    ck_assert_int_eq(dist_model_create("g", &m), DIST_OK);
-    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
-    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);
-    ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, 0}), DIST_OK);
-    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){2}, 1), DIST_OK);
-    char path[] = "/tmp/dist_graph_XXXXXX.keras";
-    ck_assert_int_eq(dist_model_save_keras(m, path), DIST_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(dist_last_error(), "libdist writes the .keras config of "
-                                                    "Sequential models only; layer 'add'"));
-    dist_model_destroy(m);
+/* A graph's .keras config is Keras's Functional one; read back, it is the same model. */
+START_TEST(test_a_graph_model_writes_a_functional_keras_config_that_reads_back) {
+    char *k3 = read_data("keras3_dag.json");
+    dist_model *a = NULL, *b = NULL;
+    ck_assert_int_eq(dist_model_from_keras_json(k3, 1, &a), DIST_OK);
+    char *config = NULL;
+    ck_assert_msg(keras_model_config(a, &config) == DIST_OK, "%s", dist_last_error());
+    ck_assert_ptr_nonnull(strstr(config, "\"class_name\":\"Functional\""));
+    ck_assert_ptr_nonnull(strstr(config, "\"input_layers\":[\"img\",0,0]"));
+    ck_assert_ptr_nonnull(strstr(config, "\"output_layers\":[\"out\",0,0]"));
+    ck_assert_msg(dist_model_from_keras_json(config, 2, &b) == DIST_OK, "%s", dist_last_error());
+    int64_t np = dist_model_num_params(a);
+    ck_assert_int_eq(dist_model_num_params(b), np);
+    for (int i = 0; i < dist_model_num_variables(a); i++)
+        ck_assert_str_eq(dist_model_variable_name(a, i), dist_model_variable_name(b, i));
+    float *w = weights_of(a);
+    ck_assert_int_eq(dist_model_set_weights(b, w, np), DIST_OK);
+    float x[2 * 6 * 6 * 2];
+    for (int i = 0; i < 2 * 6 * 6 * 2; i++) x[i] = cosf((float)i);
+    dist_tape *ta = NULL, *tb = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(a, 0), &ta), DIST_OK);
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(b, 0), &tb), DIST_OK);
+    int64_t na = 0, nb = 0, shape[4] = {2, 6, 6, 2};
+    float *ya = run(a, ta, x, 4, shape, 0, NULL, &na), *yb = run(b, tb, x, 4, shape, 0, NULL, &nb);
+    ck_assert_int_eq(na, nb);
+    for (int64_t i = 0; i < na; i++) ck_assert_float_eq(ya[i], yb[i]);
+    free(ya);
+    free(yb);
+    free(w);
+    free(config);
+    dist_tape_destroy(ta);
+    dist_tape_destroy(tb);
+    dist_model_destroy(a);
+    dist_model_destroy(b);
+    free(k3);
 }
 END_TEST
-
-static char *read_data(const char *name) {
-    char file[512];
-    snprintf(file, sizeof file, "%s/%s", DIST_TEST_DATA_DIR, name);
-    size_t n = 0;
-    char *json = (char *)dist_test_read_file(file, &n);
-    ck_assert_ptr_nonnull(json);
-    return json;
-}
 
 /* tests/data/keras3_dag.json and tf_keras_dag.json (make_keras_dag_json.py): img -> c1 (Conv2D
  * 4, same) -> r (ReLU) -> c2 (Conv2D 4, same); skip = Add([c2, r]); join =
@@ -632,11 +656,12 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
     tcase_add_test(tc, test_wiring_errors_name_the_layer);
-    tcase_add_test(tc, test_a_graph_model_has_no_sequential_keras_config);
+
     suite_add_tcase(s, tc);
     TCase *json = tcase_create("keras_json");
     tcase_add_test(json, test_a_functional_dag_reads_from_keras3_and_tf_keras_alike);
     tcase_add_test(json, test_functional_json_refusals_name_what_libdist_lacks);
+    tcase_add_test(json, test_a_graph_model_writes_a_functional_keras_config_that_reads_back);
     tcase_add_test(json, test_new_layer_arguments_libdist_lacks_are_refused_by_name);
     suite_add_tcase(s, json);
     return dist_test_run(s);
