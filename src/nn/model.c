@@ -279,11 +279,11 @@ dist_status model_add_post_activation(dist_model *m, model_post_act post) {
 }
 
 dist_status model_set_last_post_activation(dist_model *m, model_post_act post) {
+    DIST_CHECK_ARG(m->nlayers > 0, "model '%s' has no layers", m->name);
     model_layer *l = &m->layers[m->nlayers - 1];
-    DIST_CHECK_ARG(m->nlayers > 0 && (l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D) &&
-                       l->activation == DIST_ACT_NONE,
-                   "model '%s': an activation after a layer follows a linear Dense or Conv2D",
-                   m->name);
+    DIST_CHECK_ARG(
+        (l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D) && l->activation == DIST_ACT_NONE,
+        "model '%s': an activation after a layer follows a linear Dense or Conv2D", m->name);
     l->post = post;
     return DIST_OK;
 }
