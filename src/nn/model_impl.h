@@ -6,7 +6,7 @@
 #include "dist/nn.h"
 #include "dist/policy.h"
 
-#define MODEL_MAX_LAYERS 64
+#define MODEL_MAX_LAYERS 256                  /* ResNet-20 as Keras builds it has 70 */
 #define MODEL_MAX_VARS (4 * MODEL_MAX_LAYERS) /* BatchNormalization has 4 */
 #define MODEL_MAX_INPUTS 8                    /* a merge layer's inputs */
 

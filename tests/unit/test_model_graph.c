@@ -264,6 +264,28 @@ START_TEST(test_a_softmax_head_returns_the_logits_under_it) {
 }
 END_TEST
 
+/* A Keras ResNet-20 has 70 layers: deep graphs fit, and the limit is refused by name. */
+START_TEST(test_a_model_of_256_layers_builds_and_the_257th_is_refused) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("deep", &m), DIST_OK);
+    for (int i = 0; i < 255; i++) ck_assert_int_eq(dist_model_add_relu(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_relu(m), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "model 'deep': more than 256 layers"));
+    ck_assert_msg(dist_model_build(m, 1, (int64_t[]){3}, 1) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_num_layers(m), 256);
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[3] = {1, -2, 3};
+    int64_t n = 0;
+    float *y = run(m, t, x, 2, (int64_t[]){1, 3}, 0, NULL, &n);
+    ck_assert_int_eq(n, 2);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
 static void expect_build_error(dist_model *m, int ndim, const int64_t *shape, dist_status want,
                                const char *message) {
     dist_status st = dist_model_build(m, ndim, shape, 1);
@@ -656,6 +678,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
     tcase_add_test(tc, test_wiring_errors_name_the_layer);
+    tcase_add_test(tc, test_a_model_of_256_layers_builds_and_the_257th_is_refused);
 
     suite_add_tcase(s, tc);
     TCase *json = tcase_create("keras_json");
