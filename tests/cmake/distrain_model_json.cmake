@@ -21,8 +21,29 @@ file(WRITE ${mdir}/dilated.json
 # (the expected texts stop before the messages' ';', a CMake list separator)
 distrain_error_test(model_input_shape 2 "keras3_dag.json' takes inputs of shape (6, 6, 2)"
                     --model ${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_dag.json --quiet)
-distrain_error_test(model_output_shape 2 "three_outputs.json' has outputs of shape (3,)"
+# 3 outputs are a classifier too, but the IDX sets have 10 classes; one output is no classifier
+file(WRITE ${mdir}/one_output.json
+     "${seq_head},{\"class_name\":\"Flatten\",\"config\":{\"name\":\"f\"}},{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":1}}]}}")
+distrain_error_test(model_classes_idx 2 "takes (28, 28, 1) images into 3 classes"
                     --model ${mdir}/three_outputs.json --quiet)
+distrain_error_test(model_output_shape 2 "one_output.json' has outputs of shape (1,)"
+                    --model ${mdir}/one_output.json --quiet)
+
+# The input shape comes from the model: a (32, 32, 3) CNN trains on the MNIST JPEG folders, each
+# grayscale digit decoded to RGB and resized to 32 x 32 (2 epochs of 25 steps); the IDX sets,
+# which are (28, 28, 1), are refused for it
+set(rgb_head "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"rgb\",\"layers\":[{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,32,32,3],\"name\":\"in\"}}")
+file(WRITE ${mdir}/rgb32.json
+     "${rgb_head},{\"class_name\":\"Conv2D\",\"config\":{\"name\":\"c1\",\"filters\":16,\"kernel_size\":3,\"activation\":\"relu\"}},{\"class_name\":\"MaxPooling2D\",\"config\":{\"name\":\"p1\",\"pool_size\":2}},{\"class_name\":\"Conv2D\",\"config\":{\"name\":\"c2\",\"filters\":32,\"kernel_size\":3,\"activation\":\"relu\"}},{\"class_name\":\"MaxPooling2D\",\"config\":{\"name\":\"p2\",\"pool_size\":2}},{\"class_name\":\"Flatten\",\"config\":{\"name\":\"f\"}},{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":10,\"activation\":\"softmax\"}}]}}")
+add_test(NAME distrain.model_rgb32_jpeg_folder
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain>
+                 "-DARGS=--model;${mdir}/rgb32.json;--data-format;jpeg-folder;--data-dir;${jpeg_dir};--epochs;2;--steps-per-epoch;25"
+                 -DOUT=${mdir}/metrics_rgb32.json -DMIN_ACCURACY=0.6 -DSTEPS=50
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+set_tests_properties(distrain.model_rgb32_jpeg_folder
+                     PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist TIMEOUT 300)
+distrain_error_test(model_rgb32_idx 2 "takes (32, 32, 3) images into 10 classes"
+                    --model ${mdir}/rgb32.json --quiet)
 distrain_error_test(model_unsupported 2 "layer 'c' (Conv2D): argument 'dilation_rate' is not 1"
                     --model ${mdir}/dilated.json --quiet)
 distrain_error_test(model_unreadable 2 "--model: cannot read '/nonexistent/m.json'"

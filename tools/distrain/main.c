@@ -37,6 +37,10 @@ typedef struct run_state {
     const distrain_options *o;
     dist_strategy *strategy;
     dist_model *model;
+    /* what the model takes: images of in_shape (height, width, channels) and labels 0..classes-1
+     * (the seed CNN's (28, 28, 1) and 10; --model: the Keras model's); the sources decode to it */
+    int64_t in_shape[3];
+    int classes;
     dist_optimizer *optimizer;
     dist_loss_scale_optimizer *loss_scale; /* NULL without loss scaling */
     dist_dtype_policy policy;
@@ -112,10 +116,11 @@ static dist_status check_images(dist_dataset *ds, int64_t *count) {
     return st;
 }
 
-/* Whether the image feature holds raw pixels: its first record is 784 bytes that are neither
- * PNG nor JPEG (tf.io.serialize_tensor-free uint8 [28, 28] bytes, as numpy's tobytes() writes
- * them); encoded images are decoded (and any other bytes named as an error). */
-static dist_status raw_images(dist_dataset *ds, int *raw) {
+/* Whether the image feature holds raw pixels: its first record is the model's height x width x
+ * channels bytes (784 for the seed CNN) and neither PNG nor JPEG (tf.io.serialize_tensor-free
+ * uint8 pixels, as numpy's tobytes() writes them); encoded images are decoded (and any other
+ * bytes named as an error). */
+static dist_status raw_images(dist_dataset *ds, int64_t pixels, int *raw) {
     dist_iterator *it = NULL;
     DIST_RETURN_IF_ERROR(dist_iterator_create(ds, &it));
     dist_element e;
@@ -127,7 +132,7 @@ static dist_status raw_images(dist_dataset *ds, int *raw) {
         int64_t n = e.items[0]->shape[0];
         int png = n >= 4 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G';
         int jpeg = n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
-        *raw = n == 28 * 28 && !png && !jpeg;
+        *raw = n == pixels && !png && !jpeg;
     }
     dist_iterator_destroy(it);
     return st;
@@ -135,11 +140,12 @@ static dist_status raw_images(dist_dataset *ds, int *raw) {
 
 /* One split of a --data-format tfrecord directory, named as TensorFlow Datasets names shards
  * (mnist-train.tfrecord-00000-of-00001): tf.train.Examples of an encoded image (PNG or JPEG
- * bytes, or 784 raw pixels) and an int64 label, decoded to uint8 [28, 28, 1] (resized as the
- * JPEG folders are),
- * read once now to count them and to find a damaged record before the training. */
-static int tfrecord_split(const distrain_options *o, const char *split, const char *what,
+ * bytes, or the model's raw pixels) and an int64 label, decoded to uint8 images of the model's
+ * input shape (resized as the JPEG folders are), read once now to count them and to find a
+ * damaged record before the training. */
+static int tfrecord_split(const run_state *s, const char *split, const char *what,
                           dist_dataset **out, int64_t *count) {
+    const distrain_options *o = s->o;
     char pattern[4200];
     snprintf(pattern, sizeof pattern, "%s/*%s*.tfrecord*", o->data_dir, split);
     dist_tfrecord_options to = DIST_TFRECORD_OPTIONS_INIT;
@@ -148,16 +154,18 @@ static int tfrecord_split(const distrain_options *o, const char *split, const ch
         {.key = o->image_feature, .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_U8},
         {.key = o->label_feature, .kind = DIST_FEATURE_FIXED_LEN, .dtype = DIST_I64}};
     dist_decode_image_options di = DIST_DECODE_IMAGE_OPTIONS_INIT;
-    di.height = di.width = 28;
+    di.height = (int)s->in_shape[0];
+    di.width = (int)s->in_shape[1];
+    di.channels = (int)s->in_shape[2];
     di.num_parallel = DIST_AUTOTUNE; /* decode threads tuned while it runs */
     dist_dataset *ds = NULL, *next;
     dist_status st = dist_dataset_from_tfrecord_glob(pattern, &to, &ds);
     if (!st) st = chain(&ds, dist_dataset_parse_example(ds, spec, 2, &next), &next);
     int raw = 0;
-    if (!st) st = raw_images(ds, &raw);
-    static const int64_t pixels[3] = {28, 28, 1};
+    if (!st) st = raw_images(ds, s->in_shape[0] * s->in_shape[1] * s->in_shape[2], &raw);
     if (!st && raw)
-        st = chain(&ds, dist_dataset_map_decode_raw(ds, 0, DIST_U8, 3, pixels, &next), &next);
+        st = chain(&ds, dist_dataset_map_decode_raw(ds, 0, DIST_U8, 3, s->in_shape, &next),
+                   &next);
     else if (!st)
         st = chain(&ds, dist_dataset_map_decode_image(ds, &di, &next), &next);
     if (!st) st = check_images(ds, count);
@@ -194,7 +202,9 @@ static int load_data(run_state *s) {
         }
         char path[4096];
         dist_jpeg_folder_options jo = DIST_JPEG_FOLDER_OPTIONS_INIT;
-        jo.height = jo.width = 28;
+        jo.height = (int)s->in_shape[0];
+        jo.width = (int)s->in_shape[1];
+        jo.channels = (int)s->in_shape[2];
         jo.num_threads = DIST_AUTOTUNE; /* decode threads tuned while it runs */
         snprintf(path, sizeof path, "%s/train", o->data_dir);
         if ((st = dist_dataset_from_jpeg_folder(path, &jo, &train)))
@@ -202,18 +212,25 @@ static int load_data(run_state *s) {
         /* One class list, the training split's (Keras's class_names): test/ may lack a class,
          * and a class folder that train/ does not have is refused before any training. */
         int nclasses = dist_dataset_class_count(train);
-        const char *names[10];
-        if (nclasses > 10) {
+        if (nclasses > s->classes) {
             fprintf(stderr,
-                    "distrain: --data-dir: '%s' has %d class folders; the model has 10 "
+                    "distrain: --data-dir: '%s' has %d class folders; the model has %d "
                     "outputs\n",
-                    path, nclasses);
+                    path, nclasses, s->classes);
             dist_dataset_destroy(train);
+            return 1;
+        }
+        const char **names = calloc((size_t)(nclasses > 0 ? nclasses : 1), sizeof *names);
+        if (!names) {
+            dist_dataset_destroy(train);
+            fprintf(stderr, "distrain: out of memory\n");
             return 1;
         }
         for (int c = 0; c < nclasses; c++) names[c] = dist_dataset_class_name(train, c);
         snprintf(path, sizeof path, "%s/test", o->data_dir);
-        if ((st = dist_dataset_from_jpeg_folder_classes(path, &jo, names, nclasses, &test))) {
+        st = dist_dataset_from_jpeg_folder_classes(path, &jo, names, nclasses, &test);
+        free(names);
+        if (st) {
             dist_dataset_destroy(train);
             return fail("reading the test images");
         }
@@ -231,13 +248,25 @@ static int load_data(run_state *s) {
                             "*train*.tfrecord* and *test*.tfrecord* files)\n");
             return 2;
         }
-        if (tfrecord_split(o, "train", "training", &train, &s->train_examples)) return 1;
-        if (tfrecord_split(o, "test", "test", &test, &s->test_examples)) {
+        if (tfrecord_split(s, "train", "training", &train, &s->train_examples)) return 1;
+        if (tfrecord_split(s, "test", "test", &test, &s->test_examples)) {
             dist_dataset_destroy(train);
             return 1;
         }
         s->data_source = o->data_dir;
     } else {
+        /* IDX images are 28 x 28 grayscale, labels 0..9: a model must take them as they are */
+        if (s->in_shape[0] != 28 || s->in_shape[1] != 28 || s->in_shape[2] != 1 ||
+            s->classes < 10) {
+            fprintf(stderr,
+                    "distrain: --model: the model takes (%lld, %lld, %lld) images into %d "
+                    "classes; the IDX datasets are (28, 28, 1) images of 10 classes: use "
+                    "--data-format jpeg-folder or tfrecord, whose images are decoded to the "
+                    "model's input shape\n",
+                    (long long)s->in_shape[0], (long long)s->in_shape[1],
+                    (long long)s->in_shape[2], s->classes);
+            return 2;
+        }
         dist_mnist_options mo = DIST_MNIST_OPTIONS_INIT;
         mo.kind = o->dataset && strcmp(o->dataset, "fashion_mnist") == 0 ? DIST_MNIST_FASHION
                                                                          : DIST_MNIST_DIGITS;
@@ -940,18 +969,18 @@ static int train(run_state *s) {
                                             : (cpus / replicas > 0 ? cpus / replicas : 1);
     int rc = distrain_check_settings(s->strategy, o);
     if (rc) return rc;
-    rc = load_data(s);
-    if (rc) return rc;
-
+    /* the model first: the sources decode images to its input shape */
     if (dist_strategy_scope_enter(s->strategy)) return fail("entering the strategy scope");
-    int64_t shape[3] = {28, 28, 1};
+    s->in_shape[0] = 28, s->in_shape[1] = 28, s->in_shape[2] = 1;
+    s->classes = 10;
     if (o->model_file) {
-        rc = distrain_model_from_file(o->model_file, o->seed, &s->model);
+        rc = distrain_model_from_file(o->model_file, o->seed, &s->model, s->in_shape,
+                                      &s->classes);
         if (rc) return rc;
         st = DIST_OK;
     } else {
         st = dist_model_create_mnist_cnn(&s->model);
-        if (!st) st = dist_model_build(s->model, 3, shape, o->seed);
+        if (!st) st = dist_model_build(s->model, 3, s->in_shape, o->seed);
     }
     if (!st && strcmp(o->optimizer, "sgd") == 0) {
         dist_sgd_options sg = DIST_SGD_OPTIONS_INIT;
@@ -973,6 +1002,8 @@ static int train(run_state *s) {
     if (!st) st = make_loss_scale(s);
     if (st) return fail("building the model");
     if (dist_strategy_scope_exit(s->strategy)) return fail("leaving the strategy scope");
+    rc = load_data(s);
+    if (rc) return rc;
     /* Every task loads them (a ps task never gets here; under parameter_server the chief's
      * load restores them on the ps tasks, and the workers read them from there). */
     if (o->load_weights && !(ps_kind && strcmp(role, "worker") == 0) &&

@@ -39,7 +39,8 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
     if (at < size) snprintf(buf + at, size - at, "%s)", ndim == 1 ? "," : "");
 }
 
-int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model) {
+int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model, int64_t *input,
+                             int *classes) {
     const char *why = NULL;
     char *json = read_text(path, &why);
     if (!json) {
@@ -58,18 +59,22 @@ int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model
     shape_text(in_nd, in, a, sizeof a);
     shape_text(out_nd, out, b, sizeof b);
     int rc = 0;
-    if (in_nd != 3 || in[0] != 28 || in[1] != 28 || in[2] != 1) {
+    if (in_nd != 3 || in[0] < 1 || in[1] < 1 || (in[2] != 1 && in[2] != 3) ||
+        in[0] > 8192 || in[1] > 8192) {
         fprintf(stderr,
-                "distrain: --model: '%s' takes inputs of shape %s; distrain's images are "
-                "(28, 28, 1)\n",
+                "distrain: --model: '%s' takes inputs of shape %s; distrain feeds images of "
+                "shape (height, width, 1 or 3)\n",
                 path, a);
         rc = 2;
-    } else if (out_nd != 1 || out[0] != 10) {
+    } else if (out_nd != 1 || out[0] < 2 || out[0] > 65536) {
         fprintf(stderr,
-                "distrain: --model: '%s' has outputs of shape %s; distrain's datasets have 10 "
-                "classes (10,)\n",
+                "distrain: --model: '%s' has outputs of shape %s; distrain trains classifiers "
+                "whose outputs are (classes,), 2 to 65536 of them\n",
                 path, b);
         rc = 2;
+    } else {
+        for (int d = 0; d < 3; d++) input[d] = in[d];
+        *classes = (int)out[0];
     }
     if (rc) {
         dist_model_destroy(*model);

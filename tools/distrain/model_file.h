@@ -6,10 +6,13 @@
 #include <stdint.h>
 
 /* Builds *model from the JSON file at `path` (in the current strategy scope, weights drawn from
- * `seed`) and checks that distrain's data fits it: inputs of shape (28, 28, 1), the images every
- * source decodes to, and 10 outputs, one per label. Prints "distrain: --model: ..." and returns
- * 2 (a usage error: an unreadable file, a model libdist refuses, shapes that do not fit) or 1
- * (building failed otherwise); 0 on success. */
-int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model);
+ * `seed`) and checks that it is an image classifier distrain can feed: inputs of shape
+ * (height, width, channels) with 1 or 3 channels (the JPEG folder and TFRecord sources decode
+ * to it; the IDX sets are (28, 28, 1)), and outputs (classes,) with at least 2 classes, one per
+ * label. input (3 values) and *classes receive them. Prints "distrain: --model: ..." and
+ * returns 2 (a usage error: an unreadable file, a model libdist refuses, shapes that do not
+ * fit) or 1 (building failed otherwise); 0 on success. */
+int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model, int64_t *input,
+                             int *classes);
 
 #endif
