@@ -353,15 +353,24 @@ static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads,
     return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale, rc->update_shards);
 }
 
+/* Binds the optimizer to model and finds the tape's replica (*r, its copy of the model). */
+static dist_status bind_replica(dist_optimizer *o, dist_model *model, dist_tape *tape,
+                                dist_replica_ctx **rc, int *r) {
+    DIST_TRY(bind(o, model));
+    *rc = dist_tape_replica(tape);
+    *r = *rc ? (*rc)->local_id : 0;
+    DIST_CHECK_ARG(
+        *r < dist_model_num_replicas(model),
+        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", *r);
+    return DIST_OK;
+}
+
 dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, dist_tape *tape,
                                         float grad_scale, int aggregated) {
     DIST_CHECK_ARG(o && model && tape, "dist_optimizer_apply_gradients: NULL argument");
-    DIST_TRY(bind(o, model));
-    dist_replica_ctx *rc = dist_tape_replica(tape);
-    int r = rc ? rc->local_id : 0;
-    DIST_CHECK_ARG(
-        r < dist_model_num_replicas(model),
-        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
+    dist_replica_ctx *rc;
+    int r;
+    DIST_TRY(bind_replica(o, model, tape, &rc, &r));
     dist_tensor *grads = dist_model_grads(model, r);
     /* aggregated: called from the strategy's update callback (loss scaling's), or by a caller
      * that reduced the gradients itself (rc->update_shards 0 then) */
@@ -380,12 +389,9 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
 dist_status dist__optimizer_apply_selected(dist_optimizer *o, dist_model *model, dist_tape *tape,
                                            float grad_scale, const dist_tensor *flag) {
     DIST_CHECK_ARG(o && model && tape && flag, "optimizer: a selected update: NULL argument");
-    DIST_TRY(bind(o, model));
-    dist_replica_ctx *rc = dist_tape_replica(tape);
-    int r = rc ? rc->local_id : 0;
-    DIST_CHECK_ARG(
-        r < dist_model_num_replicas(model),
-        "optimizer: replica %d has no copy of the model (build it in the strategy's scope)", r);
+    dist_replica_ctx *rc;
+    int r;
+    DIST_TRY(bind_replica(o, model, tape, &rc, &r));
     opt_slots *s;
     DIST_TRY(slots_for(o, model, r, &s));
     dist_backend *be = s->backend;
