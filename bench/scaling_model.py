@@ -20,10 +20,15 @@ Inputs, all measured on the machine the model is for (bench/RESULTS.md, "Namespa
 
 The all-reduce costs follow src/collective/net_allreduce.c's algorithms and its auto choice;
 a step of distrain's multi_worker makes one gradient all-reduce of 4 x params bytes and three
-scalar all-reduces (the loss, correct and count sums of fit.c's run_step), each its own
-collective. No communication overlaps the backward pass today: the gradients are reduced as
-one buffer after it (bytes_per_pack only cuts that buffer into consecutive packs). The model
-also gives what bucketed overlap (issue #40) would hide, from the layers' backward times.
+all-reduce of the metrics (fit.c's run_step; three scalar ones before they were fused:
+--metric-reduces 3 for the sweeps of that time). Without --overlap-gradients the gradients are
+reduced as one buffer after the backward pass; with it, in buckets as the layers' gradients
+become ready (strategy/grad_overlap.c's rule, reproduced by buckets() below).
+
+On the namespace cluster (one 2-core machine) the compute part of a step is measured, not
+scaled: --contention gives each N-process, batch-b configuration's per-process step time with N
+one_device processes sharing the cores at once (tests/cluster/contention.sh), which is what the
+time-sharing does to a worker's forward, backward and update.
 """
 import argparse
 import json
@@ -35,7 +40,10 @@ LATENCY_BOUND_BYTES = 32 * 1024
 LATENCY_BOUND_BYTES_2 = 256 * 1024
 DOUBLING_MIN_WORLD = 8
 SCATTER_PIECE = 4 << 20  # scatter-gather sends a 4 MiB piece at a time
-METRIC_REDUCES = 3       # fit.c run_step: loss share, correct, count
+# fit.c run_step's metrics (loss share, correct, count): three scalar all-reduces in the sweeps
+# of docs/scaling.md section 4, one float32[3] all-reduce since (section 9); --metric-reduces.
+METRIC_REDUCES = 1
+DEFAULT_BUCKET = 256 * 1024  # DIST_OVERLAP_BUCKET_BYTES
 
 
 def auto_algorithm(nbytes, world):
@@ -79,6 +87,25 @@ def layer_table(layers, batch):
     return list(reversed(out))
 
 
+def buckets(layers, batch, bucket_bytes):
+    """(backward seconds, [(seconds into the backward pass when the bucket is ready, bytes)]):
+    buckets close in reverse layer order once they hold bucket_bytes (a layer is never split),
+    as strategy/grad_overlap.c closes them; the communication thread reduces them one after
+    another."""
+    seq = layer_table(layers, batch)
+    t_bwd = sum(b for _, _, b in seq)
+    out, cur, t = [], 0, 0.0
+    for name, p, b in seq:
+        t += b
+        cur += 4 * p
+        if cur >= bucket_bytes:
+            out.append((t, cur))
+            cur = 0
+    if cur:
+        out.append((t, cur))
+    return t_bwd, out
+
+
 def interp(pts, x):
     if x <= pts[0][0]:
         return pts[0][1] * x / pts[0][0]
@@ -104,25 +131,13 @@ def mw_step(world, batch, layers, compute, net, algo="auto", overlap_bytes=0):
     a = auto_algorithm(nbytes, world) if algo == "auto" else algo
     t_ar, trips, msgs, sent = allreduce(a, nbytes, world, net)
     small = auto_algorithm(4, world)
-    t_small = METRIC_REDUCES * allreduce(small, 4, world, net)[0]
+    t_small = METRIC_REDUCES * allreduce(small, 4 * 3, world, net)[0]
     t_c = compute_s(compute, batch)
     exposed = t_ar
     if overlap_bytes and world > 1:
-        # Buckets close in reverse layer order once they hold overlap_bytes (a layer is never
-        # split); the communication thread reduces them one after another.
-        seq = layer_table(layers, batch)
-        t_bwd = sum(b for _, _, b in seq)
-        buckets, cur, t = [], 0, 0.0
-        for name, p, b in seq:
-            t += b
-            cur += 4 * p
-            if cur >= overlap_bytes:
-                buckets.append((t, cur))
-                cur = 0
-        if cur:
-            buckets.append((t, cur))
+        t_bwd, bks = buckets(layers, batch, overlap_bytes)
         end = 0.0
-        for ready, nb in buckets:
+        for ready, nb in bks:
             ab = auto_algorithm(nb, world) if algo == "auto" else algo
             end = max(end, ready) + allreduce(ab, nb, world, net)[0]
         exposed = max(0.0, end - t_bwd)
@@ -132,20 +147,24 @@ def mw_step(world, batch, layers, compute, net, algo="auto", overlap_bytes=0):
 
 
 def ps_step(workers, ps, batch, layers, compute, net, ps_apply_s, even=False):
-    """parameter_server: seconds per closure (the chief's step time: closures run on every
-    worker at once). A worker's closure pulls every variable and pushes its gradients (one
-    request per ps each way), the largest ps carries its share of both on its link, and applies
-    each push (Adam, ps_apply_s for the whole model). Round-robin placement in creation order:
-    with 2 ps the dense kernel (102,400 of 121,930 parameters) lands on ps/0."""
+    """parameter_server on real hosts: seconds per closure (the chief's step time) with
+    `workers` workers, each on its own host, cycling through closures (mva). The busiest ps's
+    link into it (pushes) and out of it (pulls, prefetched after each push) and its optimizer
+    (Adam on its share, ps_apply_s for the whole model) are queues; a worker's compute, its
+    own link, the round trips (push and acknowledgement, result and next dispatch) and its CPU
+    per message and byte are a delay. Round-robin placement in creation order puts the dense
+    kernel (102,400 of 121,930 parameters) on ps/0; even=True: a partitioner's even shards."""
     share = 1.0 / ps if even else ps_share(layers, ps)
     nbytes = 4 * layers["params"]
-    rtt = 2 * net["alpha"]
+    a = net["alpha"]
     wire = nbytes / net["rate"] if net["rate"] != math.inf else 0.0
-    cpu = 2 * ps * net["msg"] + 2 * nbytes * net["byte_cpu"]
-    t_worker = compute_s(compute, batch) + 2 * (rtt + wire) + cpu + rtt  # + the chief's dispatch
-    t_ps = share * (2 * wire + ps_apply_s)  # the busiest ps's link and optimizer, per closure
-    return {"worker_closure": t_worker, "ps_bound": t_ps,
-            "step": max(t_worker / workers, t_ps)}
+    cpu = (2 + 2 * ps) * net["msg"] + 2 * nbytes * net["byte_cpu"]
+    t_worker = compute_s(compute, batch) + 4 * a + wire + max(0.0, wire - 2 * a) + cpu
+    stations = [("ps_in", share * wire, True), ("ps_out", share * wire, True),
+                ("ps_apply", share * ps_apply_s, True), ("worker", t_worker, False)]
+    t, res = mva(stations, workers)
+    return {"worker_closure": t_worker, "ps_bound": share * max(wire, ps_apply_s),
+            "step": t}
 
 
 def ps_share(layers, ps):
@@ -163,36 +182,104 @@ def ps_share(layers, ps):
 
 # ---- this machine: every process shares its cores -------------------------------------------
 
-def machine_mw(run, layers, compute, m):
-    """Predicted step seconds of a namespace run (run_cluster.sh) on this machine: the cores
-    run every worker's compute and every byte's and message's CPU work (and the relay's copies)
-    one after another, divided over the cores; the latency trips and the links' serialization
-    add on top (the workers wait on them with the cores idle)."""
-    n, batch = run["namespaces"], run["batch_size"] / run["namespaces"]
+def machine_compute(n, batch, compute, m):
+    """Per-process compute seconds of one step when n processes share the machine's cores:
+    measured under that contention (--contention) where it was, else n x the single-process
+    time spread over the cores (perfect time-sharing: no cache or scheduling losses)."""
+    c = m.get("contended", {}).get((n, int(round(batch))))
+    if c is not None:
+        return c
+    return n * compute_s(compute, batch) / min(m["cores"], n)
+
+
+def mw_comm(run, layers, n, batch):
+    """[(trips, messages per rank, bytes sent per rank, seconds into the backward pass the
+    collective can start, as a fraction of the pass)] of one multi_worker step's gradient
+    all-reduces: one buffer after the pass, or the overlap's buckets."""
     nbytes = 4 * layers["params"]
-    a = auto_algorithm(nbytes, n)
+    zero = {"alpha": 0, "rate": math.inf, "msg": 0, "byte_cpu": 0}
+    if not run.get("overlap"):
+        _, trips, msgs, sent = allreduce(auto_algorithm(nbytes, n), nbytes, n, zero)
+        return [(trips, msgs, sent, 1.0)]
+    t_bwd, bks = buckets(layers, batch, run.get("bytes_per_pack") or DEFAULT_BUCKET)
+    out = []
+    for ready, nb in bks:
+        _, trips, msgs, sent = allreduce(auto_algorithm(nb, n), nb, n, zero)
+        out.append((trips, msgs, sent, ready / t_bwd))
+    return out
+
+
+def machine_mw(run, layers, compute, m):
+    """Predicted step seconds of a namespace run (run_cluster.sh) on this machine. The cores
+    run every worker's compute (machine_compute: measured under the same contention) and every
+    byte's and message's CPU work (and the relay's copies) one after another; the latency
+    trips and the links' serialization add on top: the workers wait on them with the cores
+    idle, since every worker waits at the same point of the step. With --overlap-gradients a
+    bucket's trips and wire time run while the backward pass goes on (the backward pass is
+    bench_layers' share of the single-process step, stretched like the whole step by the
+    contention) and only what ends after the pass is exposed; the buckets' CPU work is not
+    hidden, as the cores are busy with the backward pass of every worker."""
+    n, batch = run["namespaces"], run["batch_size"] / run["namespaces"]
     relay = run["delay_us"] > 0
     alpha = m["alpha0"] + (run["delay_us"] * 1e-6 + m["relay_alpha"] if relay else 0.0)
     rate = rate_bytes(run["rate"]) * m["tbf_efficiency"]
-    _, trips, msgs, sent = allreduce(a, nbytes, n, {"alpha": 0, "rate": math.inf, "msg": 0,
-                                                    "byte_cpu": 0})
-    small = auto_algorithm(4, n)
-    _, strips, smsgs, _ = allreduce(small, 4, n, {"alpha": 0, "rate": math.inf, "msg": 0,
-                                                  "byte_cpu": 0})
-    total_bytes = n * sent
-    total_msgs = n * (msgs + METRIC_REDUCES * smsgs)
+    comm = mw_comm(run, layers, n, batch)
+    zero = {"alpha": 0, "rate": math.inf, "msg": 0, "byte_cpu": 0}
+    _, strips, smsgs, ssent = allreduce(auto_algorithm(12, n), 12, n, zero)
+    total_bytes = n * sum(c[2] for c in comm)
+    total_msgs = n * (sum(c[1] for c in comm) + METRIC_REDUCES * smsgs)
     # the workers' bytes (encrypted under TLS: x tls_factor), and the relay's copies of them
     byte_cpu = m["byte_cpu"] * ((m["tls_factor"] if run["transport"] == "tls" else 1.0)
                                 + (m["relay_copy"] if relay else 0.0))
-    cpu = (n * compute_s(compute, batch) + total_msgs * m["msg"] + total_bytes * byte_cpu)
-    cores = m["cores"]
-    t_cpu = cpu / min(cores, n)
-    t_lat = (trips + METRIC_REDUCES * strips) * alpha
-    t_wire = sent / rate if rate != math.inf else 0.0
-    return t_cpu + t_lat + t_wire, {"cpu": t_cpu, "latency": t_lat, "wire": t_wire}
+    # the relay reads and writes every message once more, as a receiver and a sender do
+    msg_cpu = m["msg"] * (1.0 + (m["relay_copy"] if relay else 0.0))
+    t_compute = machine_compute(n, batch, compute, m)
+    t_comm_cpu = (total_msgs * msg_cpu + total_bytes * byte_cpu) / min(m["cores"], n)
+    wait = lambda c: c[0] * alpha + (c[2] / rate if rate != math.inf else 0.0)
+    if run.get("overlap"):
+        # the backward pass's share of a step, from the single-process measurements
+        t_bwd_alone = sum(b for _, _, b in layer_table(layers, batch))
+        t_bwd = t_compute * min(1.0, t_bwd_alone / compute_s(compute, batch))
+        end = 0.0
+        for c in comm:
+            end = max(end, c[3] * t_bwd) + wait(c)
+        t_grad_wait = max(0.0, end - t_bwd)
+    else:
+        t_grad_wait = sum(wait(c) for c in comm)
+    t_metrics = METRIC_REDUCES * strips * alpha
+    t = t_compute + t_comm_cpu + t_grad_wait + t_metrics
+    return t, {"compute": t_compute, "comm_cpu": t_comm_cpu, "grad_wait": t_grad_wait,
+               "metrics": t_metrics}
+
+
+def mva(stations, customers):
+    """Exact mean-value analysis of a closed network (the workers are the customers: each runs
+    one closure after another). stations: [(name, demand seconds per closure, queueing)]; a
+    queueing station serves one closure at a time (a link's direction, the shared cores), a
+    delay station serves all at once (latency, the worker's own link). Returns (seconds per
+    closure for the whole job, {station: residence seconds per closure})."""
+    q = {name: 0.0 for name, _, _ in stations}
+    x, res = 0.0, {}
+    for k in range(1, customers + 1):
+        res = {name: d * (1 + q[name]) if queueing else d for name, d, queueing in stations}
+        x = k / sum(res.values())
+        q = {name: x * r for name, r in res.items()}
+    return 1 / x, res
 
 
 def machine_ps(run, layers, compute, m):
+    """Predicted seconds per closure (the chief's step time) of a namespace parameter_server
+    run on this machine. The workers cycle through the resources of a closure, each its own
+    queue (mva): the shared cores (every closure's compute at batch b, stretched by the cache
+    and scheduling losses measured under the same number of processes; the ps's update of its
+    share; the CPU of the pulled and pushed bytes and of the relay's copies of them), the
+    busiest ps's link into it (the pushes) and out of it (the pulls: prefetched after each
+    push, so the two directions overlap), and a delay for what a closure waits on alone: the
+    relay's trips (the push and its acknowledgement, which ends the closure; the result to the
+    chief and its next dispatch), the worker's own link carrying its push, and what of its
+    prefetched pull the result's and dispatch's round trip does not cover. The cores are two
+    servers: as a queue of half the demand plus a delay of the other half (Seidmann's
+    approximation of a multi-server station)."""
     n, ps = run["namespaces"], run["ps"]
     workers = n - 1 - ps
     batch = run["batch_size"]
@@ -200,17 +287,40 @@ def machine_ps(run, layers, compute, m):
     alpha = m["alpha0"] + (run["delay_us"] * 1e-6 + m["relay_alpha"] if relay else 0.0)
     rate = rate_bytes(run["rate"]) * m["tbf_efficiency"]
     nbytes = 4 * layers["params"]
+    share = ps_share(layers, ps)
     byte_cpu = m["byte_cpu"] * ((m["tls_factor"] if run["transport"] == "tls" else 1.0)
                                 + (m["relay_copy"] if relay else 0.0))
-    # CPU per closure on the machine: the worker's compute, the pull and push bytes, the ps's
-    # Adam update.
-    cpu = compute_s(compute, batch) + 2 * nbytes * byte_cpu + m["ps_apply"] + 4 * m["msg"]
-    t_cpu = cpu / min(m["cores"], workers + ps)
+    cores = m["cores"]
+    msg_cpu = m["msg"] * (1.0 + (m["relay_copy"] if relay else 0.0))
+    # a closure's compute in CPU seconds: measured with n processes at this batch sharing the
+    # cores (every task counts: the chief and the ps tasks work for every closure too), else
+    # the single-process time stretched by the loss measured with n processes at other batches
+    c = m.get("contended", {}).get((n, batch))
+    t_c = (c * min(cores, n) / n if c is not None
+           else compute_s(compute, batch) * contention_loss(n, m, compute))
+    cpu = t_c + m["ps_apply"] + 2 * nbytes * byte_cpu + (2 + 2 * ps) * msg_cpu
     wire = nbytes / rate if rate != math.inf else 0.0
-    # A worker's closure: dispatch + pull + compute + push, one after another.
-    t_worker = 3 * 2 * alpha + 2 * wire + cpu
-    t_ps = ps_share(layers, ps) * 2 * wire
-    return max(t_cpu, t_worker / workers, t_ps), {"cpu": t_cpu, "worker": t_worker, "ps": t_ps}
+    stations = [("cpu", cpu / cores, True), ("ps_in", share * wire, True),
+                ("ps_out", share * wire, True),
+                ("delay", 4 * alpha + wire + max(0.0, wire - 2 * alpha)
+                 + (cores - 1) * cpu / cores, False)]
+    t, res = mva(stations, workers)
+    return t, res
+
+
+def contention_loss(n, m, compute):
+    """What sharing the cores among n processes costs beyond the sharing itself: the
+    contended per-process step over n x the single-process step / cores, from the --contention
+    lines with n processes (their median over batch sizes); 1 without them."""
+    ks = [c * min(m["cores"], nn) / (nn * compute_s(compute, b))
+          for (nn, b), c in m.get("contended", {}).items() if nn == n]
+    return median(ks) if ks else 1.0
+
+
+def median(xs):
+    xs = sorted(xs)
+    k = len(xs)
+    return xs[k // 2] if k % 2 else 0.5 * (xs[k // 2 - 1] + xs[k // 2])
 
 
 def mean(xs):
@@ -230,9 +340,10 @@ def rate_bytes(r):
 
 def calibrate(runs, layers, compute, m):
     """Fits the machine's CPU seconds per byte (byte_cpu) and per message (msg) by least
-    squares on the runs without limits and without the relay (unlimited, delay 0), where
-    step = (N x compute + messages x msg + bytes x byte_cpu) / cores + trips x alpha0. Every
-    other run is then predicted, not fitted."""
+    squares on the runs without limits or relay (unlimited, delay 0), with and without overlap
+    (its buckets double the messages, not the bytes, which tells the two apart), where
+    step = compute under contention + (messages x msg + bytes x byte_cpu) / cores
+    + trips x alpha0. Every other run is then predicted, not fitted."""
     rows = []
     for r in runs:
         if r.get("fault") != "none" or r["strategy"] != "multi_worker" or not r.get("step_ms"):
@@ -242,15 +353,14 @@ def calibrate(runs, layers, compute, m):
         if r["label"].startswith("acc-"):
             continue
         n = r["namespaces"]
-        nbytes = 4 * layers["params"]
-        _, trips, msgs, sent = allreduce(auto_algorithm(nbytes, n), nbytes, n,
-                                         {"alpha": 0, "rate": math.inf, "msg": 0, "byte_cpu": 0})
-        _, strips, smsgs, _ = allreduce(auto_algorithm(4, n), 4, n,
+        comm = mw_comm(r, layers, n, run_batch(r))
+        _, strips, smsgs, _ = allreduce(auto_algorithm(12, n), 12, n,
                                         {"alpha": 0, "rate": math.inf, "msg": 0, "byte_cpu": 0})
         cores = min(m["cores"], n)
-        y = r["step_ms"] * 1e-3 - n * compute_s(compute, run_batch(r)) / cores \
-            - (trips + METRIC_REDUCES * strips) * m["alpha0"]
-        rows.append((n * (msgs + METRIC_REDUCES * smsgs) / cores, n * sent / cores, y))
+        y = r["step_ms"] * 1e-3 - machine_compute(n, run_batch(r), compute, m) \
+            - (sum(c[0] for c in comm) + METRIC_REDUCES * strips) * m["alpha0"]
+        rows.append((n * (sum(c[1] for c in comm) + METRIC_REDUCES * smsgs) / cores,
+                     n * sum(c[2] for c in comm) / cores, y))
     if len(rows) < 2:
         raise SystemExit("scaling_model.py: --check needs at least two multi_worker runs "
                          "without rate limit and delay (the sweep's mw-tcp-nN-unlimited)")
@@ -276,12 +386,23 @@ def run_batch(r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--layers", required=True)
-    ap.add_argument("--compute", required=True)
+    ap.add_argument("--compute", required=True,
+                    help="single-process step times by batch (JSON); --contention lines of "
+                         "one process replace its points")
     ap.add_argument("--probe", nargs="+", metavar="RESULTS",
                     help="files holding run_cluster.sh --probe lines (other lines are skipped)")
     ap.add_argument("--check", nargs="+", metavar="RESULTS",
                     help="run_cluster.sh result files: each label's step time is the mean over "
                          "the files (the last line of a label in each file)")
+    ap.add_argument("--rounds", action="store_true",
+                    help="--check files hold rounds (tests/cluster/sweep_model.sh): every good "
+                         "line of a label counts and its step time is their median")
+    ap.add_argument("--contention", nargs="+", metavar="RESULTS",
+                    help="files holding contention.sh lines: the per-process compute of N "
+                         "processes at batch b sharing the cores (median over the lines)")
+    ap.add_argument("--metric-reduces", type=int, default=1,
+                    help="all-reduces of the metrics per step: 1 today, 3 for the runs before "
+                         "they were fused (docs/scaling.md section 4)")
     ap.add_argument("--extrapolate", action="store_true")
     ap.add_argument("--ps-apply-ms", type=float, default=0.68,
                     help="a ps task's Adam update of the whole model (bench_ps: 1,480 per s)")
@@ -292,12 +413,14 @@ def main():
     ap.add_argument("--ext-byte-ns", type=float, default=0.2,
                     help="extrapolation: CPU per byte and side, ns (bench_allreduce P=2 ring, "
                          "4 MB: 1,725 us for 4 MB sent and received)")
-    ap.add_argument("--bucket-kib", type=int, default=64,
+    ap.add_argument("--bucket-kib", type=int, default=256,
                     help="extrapolation: bucket size of the modelled overlap, KiB")
     ap.add_argument("--tls-factor", type=float, default=2.4,
                     help="TLS's time per byte against plain TCP's (bench_allreduce, 2 processes, "
                          "1-64 MB: 2.2-2.6x; README.md)")
     a = ap.parse_args()
+    global METRIC_REDUCES
+    METRIC_REDUCES = a.metric_reduces
     layers = json.load(open(a.layers))
     # the units (bias length) per layer, for the ps placement
     for L in layers["layers"]:
@@ -327,6 +450,27 @@ def main():
             d = relayed[-1]["delay_us"]
             rtt = mean(p["rtt_median_us"] for p in relayed if p["delay_us"] == d)
             m["relay_alpha"] = max(0.0, (rtt * 0.5 - d) * 1e-6 - m["alpha0"])
+    if a.contention:
+        cont = {}
+        for path in a.contention:
+            for l in filter(str.strip, open(path)):
+                r = json.loads(l)
+                if r.get("contention"):
+                    cont.setdefault((r["processes"], r["batch"]), []).append(r["step_ms"])
+        # one process alone: the single-process compute(b), replacing --compute's points
+        alone = {b: median(v) for (n, b), v in cont.items() if n == 1}
+        if alone:
+            compute = {"cores": compute.get("cores", 2),
+                       "step_ms": {str(b): t for b, t in sorted(alone.items())}}
+            print("# compute alone (one_device --threads 1, ms per step, median): %s" % ", ".join(
+                "batch %d: %.3f" % (b, t) for b, t in sorted(alone.items())))
+        m["contended"] = {k: median(v) * 1e-3 for k, v in cont.items() if k[0] > 1}
+        print("# per-process compute under contention (ms, median of %s): %s" % (
+            "/".join(sorted({str(len(v)) for v in cont.values()})) + " runs",
+            ", ".join("%d x batch %d: %.2f (alone x %d / %d cores: %.2f)" % (
+                n, b, m["contended"][(n, b)] * 1e3, n, min(m["cores"], n),
+                n * compute_s(compute, b) * 1e3 / min(m["cores"], n))
+                for n, b in sorted(m["contended"]))))
     print("# machine: %d cores; one-way latency %.1f us direct, the relay adds %.1f us; tbf "
           "passes %.0f%% of its rate to one flow; TLS x%.1f CPU per byte"
           % (m["cores"], m["alpha0"] * 1e6, m["relay_alpha"] * 1e6,
@@ -334,30 +478,41 @@ def main():
     if a.check:
         # a label run again in one file (a fixed script, a rerun) counts once: its last line;
         # across files, a label's step time is the mean of the files' good runs
+        # (--rounds: every good line counts, the median)
         per_label = {}
         for path in a.check:
             last = {}
             for l in open(path):
                 if l.strip():
                     r = json.loads(l)
-                    last.pop(r["label"], None)
-                    last[r["label"]] = r
-            for label, r in last.items():
-                if r.get("as_expected") and r.get("step_ms"):
-                    per_label.setdefault(label, []).append(r)
+                    if r.get("contention") or r.get("probe"):
+                        continue
+                    if a.rounds:
+                        last.setdefault(r["label"], []).append(r)
+                    else:
+                        last.pop(r["label"], None)
+                        last[r["label"]] = [r]
+            for label, rs in last.items():
+                for r in rs:
+                    if r.get("as_expected") and r.get("step_ms"):
+                        per_label.setdefault(label, []).append(r)
         runs = []
         for label, rs in per_label.items():
             r = dict(rs[0])
             r["step_ms_each"] = [x["step_ms"] for x in rs]
-            r["step_ms"] = sum(r["step_ms_each"]) / len(rs)
+            r["step_ms"] = (median(r["step_ms_each"]) if a.rounds
+                            else sum(r["step_ms_each"]) / len(rs))
+            hid = [x["overlap_stats"] for x in rs if x.get("overlap_stats")]
+            r["hidden_each"] = [h["hidden_pct"] for h in hid]
+            r["exposed_each"] = [h["exposed_ms_per_pass"] for h in hid]
             runs.append(r)
         calibrate(runs, layers, compute, m)
         print("# fitted on the unlimited runs: %.2f us CPU per message, %.3f ns CPU per byte"
               % (m["msg"] * 1e6, m["byte_cpu"] * 1e9))
         print()
-        print("| run | tasks | transport | rate | delay | measured ms (each run) | mean | "
-              "predicted ms | error |")
-        print("|---|---:|---|---|---:|---:|---:|---:|---:|")
+        print("| run | tasks | transport | rate | delay | measured ms (each run) | %s | "
+              "predicted ms | error | model's terms ms |" % ("median" if a.rounds else "mean"))
+        print("|---|---:|---|---|---:|---:|---:|---:|---:|---|")
         errs = []
         for r in runs:
             if r.get("probe") or r.get("fault") != "none" or not r.get("step_ms"):
@@ -367,19 +522,24 @@ def main():
             if r["label"].startswith("acc-"):
                 continue
             if r["strategy"] == "multi_worker":
-                pred, _ = machine_mw(r, layers, compute, m)
+                pred, terms = machine_mw(r, layers, compute, m)
             else:
-                pred, _ = machine_ps(r, layers, compute, m)
+                pred, terms = machine_ps(r, layers, compute, m)
+            shown = ", ".join("%s %.1f" % (k, v * 1e3) for k, v in terms.items())
+            if r["hidden_each"]:
+                shown += "; library: %s%% hidden, %s ms exposed" % (
+                    "/".join(map(str, r["hidden_each"])),
+                    "/".join("%.1f" % x for x in r["exposed_each"]))
             err = pred * 1e3 / r["step_ms"] - 1
             fitted = (r["strategy"] == "multi_worker" and r["rate"] == "none"
                       and r["delay_us"] == 0 and r["transport"] == "tcp")
             if not fitted:
                 errs.append((r["strategy"], abs(err)))
-            print("| %s%s | %d | %s | %s | %.1f ms | %s | %.1f | %.1f | %+.0f%% |" % (
+            print("| %s%s | %d | %s | %s | %.1f ms | %s | %.1f | %.1f | %+.0f%% | %s |" % (
                 r["label"], " (fit)" if fitted else "", r["namespaces"], r["transport"],
                 r["rate"], r["delay_us"] / 1000,
                 " / ".join("%.1f" % x for x in r["step_ms_each"]), r["step_ms"], pred * 1e3,
-                100 * err))
+                100 * err, shown))
         print()
         for strat in ("multi_worker", "parameter_server"):
             e = sorted(x for st, x in errs if st == strat)
@@ -389,6 +549,24 @@ def main():
                                     sum(x <= 0.2 for x in e), len(e)))
     if a.extrapolate:
         extrapolate(layers, compute, a)
+
+
+def mw_pick(world, batch, layers, compute, net):
+    """The option set with the shortest modelled step: overlap off, or on with 64 KiB, 256 KiB
+    (the default) or 1 MiB buckets; all-reduce auto or ring."""
+    best = None
+    for algo in ("auto", "ring"):
+        for ov in (0, 64 << 10, 256 << 10, 1 << 20):
+            r = mw_step(world, batch, layers, compute, net, algo, ov)
+            if best is None or r["step"] < best[0] - 1e-9:
+                best = (r["step"], algo, ov)
+    step, algo, ov = best
+    what = ("overlap_gradients=1, bytes_per_pack=%s" % ("%d KiB" % (ov >> 10) if ov < 1 << 20
+                                                        else "1 MiB") if ov
+            else "overlap_gradients=0")
+    if algo != "auto":
+        what += ", DIST_ALLREDUCE_ALGORITHM=" + algo
+    return step, what
 
 
 def extrapolate(layers, compute, a):
@@ -403,9 +581,9 @@ def extrapolate(layers, compute, a):
           % (layers["params"], a.ext_msg_us, a.ext_byte_ns, a.bucket_kib))
     print()
     print("| workers | link | batch/worker | compute ms | all-reduce (auto) ms | ring ms | "
-          "3 metric reduces ms | step ms today | efficiency | step ms with overlap | "
-          "hidden |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "metric reduce ms | step ms, no overlap | efficiency | step ms, overlap | "
+          "hidden | best modelled options | its step ms |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for world in (2, 8, 64, 1000):
         for name, rate, alpha in nets:
             net = {"alpha": alpha, "rate": rate, "msg": msg, "byte_cpu": byte_cpu}
@@ -415,27 +593,30 @@ def extrapolate(layers, compute, a):
                 ring = allreduce("ring", 4 * layers["params"], world, net)[0]
                 hidden = 1 - o["exposed"] / r["exposed"] if r["exposed"] else 0.0
                 shown = "%.0f%%" % (100 * hidden) if hidden >= 0 else "worse"
+                best, what = mw_pick(world, batch, layers, compute, net)
                 print("| %d | %s | %d | %.2f | %.2f (%s) | %.2f | %.2f | %.2f | %.0f%% | %.2f | "
-                      "%s |" % (world, name, batch, r["compute"] * 1e3, r["allreduce"] * 1e3,
-                                r["algorithm"], ring * 1e3, r["metrics"] * 1e3,
-                                r["step"] * 1e3, 100 * r["compute"] / r["step"],
-                                o["step"] * 1e3, shown))
+                      "%s | %s | %.2f |" % (
+                          world, name, batch, r["compute"] * 1e3, r["allreduce"] * 1e3,
+                          r["algorithm"], ring * 1e3, r["metrics"] * 1e3, r["step"] * 1e3,
+                          100 * r["compute"] / r["step"], o["step"] * 1e3, shown, what,
+                          best * 1e3))
     print()
-    # The chief's rate is the busiest ps's once enough workers supply closures: the same for
-    # 64 and 1,000 workers, so one table.
-    print("| ps | link | closure ms (one worker) | busiest ps ms per closure | "
-          "steps/s (round-robin) | steps/s (even shards: a partitioner) | workers that "
-          "saturate the even shards |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for workers in (64,):
-        for ps in (1, 2, 4, 8):
+    # The chief's closures per second: one worker's closure rate times the workers, until the
+    # busiest ps's link or optimizer is the bound.
+    print("| workers | ps | link | closure ms (one worker) | steps/s, round-robin placement | "
+          "steps/s, even shards (a partitioner) | images/s, even shards |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    for workers in (8, 64, 1000):
+        for ps in (1, 2, 8, 64):
+            if ps > workers:
+                continue
             for name, rate, alpha in nets:
                 net = {"alpha": alpha, "rate": rate, "msg": msg, "byte_cpu": byte_cpu}
                 r = ps_step(workers, ps, 64, layers, compute, net, a.ps_apply_ms * 1e-3)
                 e = ps_step(workers, ps, 64, layers, compute, net, a.ps_apply_ms * 1e-3, True)
-                print("| %d | %s | %.2f | %.3f | %.0f | %.0f | %.0f |" % (
-                    ps, name, r["worker_closure"] * 1e3, r["ps_bound"] * 1e3,
-                    1 / r["step"], 1 / e["step"], e["worker_closure"] / e["ps_bound"]))
+                print("| %d | %d | %s | %.2f | %.0f | %.0f | %.0f |" % (
+                    workers, ps, name, r["worker_closure"] * 1e3, 1 / r["step"],
+                    1 / e["step"], 64 / e["step"]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The `cluster` CTest (tests/cmake/cluster.cmake): short namespace runs through run_cluster.sh.
-#   ctest_cluster.sh DISTRAIN RELAY OUTDIR multi_worker|parameter_server
+#   ctest_cluster.sh DISTRAIN RELAY OUTDIR multi_worker|multi_worker_16|parameter_server
 # Runs only with DIST_CLUSTER_TESTS=1 or DIST_REQUIRE_CLUSTER=1 in the environment (else exits
 # 77, skipped, saying so). Where namespaces cannot be made it exits 77 too, or 1 under
 # DIST_REQUIRE_CLUSTER=1.
@@ -52,6 +52,21 @@ if [ "$strategy" = multi_worker ]; then
         "${two[@]}" --overlap
     run overlap_kill "r['fault_to_first_exit_s'] is not None and r['fault_to_first_exit_s'] <= 2" \
         "${net[@]}" --epochs 50 --fault kill --fault-after 2 --collective-timeout 5 --overlap
+elif [ "$strategy" = multi_worker_16 ]; then
+    # 2, 8 and 16 workers (TCP, 1 Gbit/s links, --threads 1), the same global batch (64) and
+    # steps (2 epochs of 125): 8 and 16 reach the test accuracy of 2 within 0.005. Then 16
+    # workers at 1 Gbit/s and 1 ms, worker/15 SIGKILLed 3 s into training: every survivor fails,
+    # the first within 2 s, and the chief's error names worker/15 (the root failure, not a
+    # peer that failed before it).
+    acc=(--rate 1gbit --epochs 2 --steps 125 --time-limit 240)
+    run acc2 "r['steps'] == 250" --namespaces 2 "${acc[@]}"
+    a2=$(tail -n 1 "$results" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['test_accuracy'])")
+    for n in 8 16; do
+        run acc$n "r['steps'] == 250 and abs(r['test_accuracy'] - $a2) <= 0.005" --namespaces $n "${acc[@]}"
+    done
+    run kill16 "r['fault_to_first_exit_s'] is not None and r['fault_to_first_exit_s'] <= 2 and 'worker/0' in r['named_by']" \
+        --namespaces 16 --rate 1gbit --delay-us 1000 --steps 125 --epochs 50 --time-limit 240 \
+        --fault kill --fault-after 3 --collective-timeout 5
 else
     run ps "r['steps'] == 125 and r['test_accuracy'] >= 0.84" "${net[@]}" --strategy parameter_server --ps 1
     run ps_kill "r['exit_codes']['chief/0'] == 0 and r['steps'] == 625" "${net[@]}" \

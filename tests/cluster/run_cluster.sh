@@ -352,6 +352,7 @@ victim = int("$victim")
 fault = "$fault"
 timed_out = "$timed_out" == "true"
 errors = []
+named_by = []  # the survivors whose error names the lost task
 for i in range(len(rc)):
     if fault != "none" and i == victim:
         continue
@@ -365,6 +366,8 @@ for i in range(len(rc)):
     hits = [l for l in lines if not l.startswith("MNIST:") and
             re.search(r"error|lost|no answer|PEER_LOST|TIMEOUT|timed out|failed|refused", l, re.I)]
     named = [l for l in hits if names[victim] in l] if fault != "none" else []
+    if named:
+        named_by.append(names[i])
     if named or hits:
         errors.append("%s: %s" % (names[i], (named or hits)[0].strip()[:300]))
 steps = m.get("steps") or 0
@@ -412,7 +415,7 @@ line = {
     "exit_codes": dict(zip(names, rc)), "timed_out": timed_out,
     "victim": vname if fault != "none" else None,
     "fault_to_first_exit_s": round(float(first) - float(fault_t), 2) if first and fault_t else None,
-    "errors": errors[:4], "as_expected": expected,
+    "errors": errors[:4], "named_by": named_by, "as_expected": expected,
 }
 with open(results, "a") as f:
     f.write(json.dumps(line) + "\n")
