@@ -15,8 +15,13 @@
 #   tests/cluster/sweep_model.sh BUILD_DIR OUT_DIR ROUNDS [FILTER]
 # BUILD_DIR holds distrain and tests/ldc_delay_relay. One JSON line per run in
 # OUT_DIR/results.jsonl (run_cluster.sh's fields, contention.sh's for the compute lines).
-# FILTER '^contention' runs only the compute lines.
+# FILTER '^contention' runs only the compute lines. PS_EPOCHS=E in the environment runs the
+# parameter_server jobs for E epochs (labels ending -eE): with 14 workers, 60 closures are
+# mostly each worker's first (its connection, first pull and first run: 14-19 ms a closure
+# against 6.6 in 300, measured at load 18), so the steady state needs several epochs.
 set -uo pipefail
+ps_epochs=${PS_EPOCHS:-1} pe=
+[ "$ps_epochs" != 1 ] && pe=-e$ps_epochs
 build=$(cd "$1" && pwd) out=$2 rounds=${3:-1} filter=${4:-.}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
@@ -63,11 +68,13 @@ for ((round = 1; round <= rounds; round++)); do
     for n in 8 16; do
         steps=100; [ $n = 16 ] && steps=60
         compute $n 64  # a closure's batch, under the parameter_server runs' process count
-        run ps1-n$n-unlimited --namespaces $n --steps $steps --strategy parameter_server --ps 1
+        run ps1-n$n-unlimited$pe --namespaces $n --steps $steps --epochs $ps_epochs \
+            --strategy parameter_server --ps 1
         for p in 1 2; do
-            run ps$p-n$n-1g-1000us --namespaces $n --steps $steps --rate 1gbit --delay-us 1000 \
-                --strategy parameter_server --ps $p
+            run ps$p-n$n-1g-1000us$pe --namespaces $n --steps $steps --epochs $ps_epochs \
+                --rate 1gbit --delay-us 1000 --strategy parameter_server --ps $p
         done
     done
-    run ps1-n8-1g-100us --namespaces 8 --steps 100 --rate 1gbit --delay-us 100 --strategy parameter_server --ps 1
+    run ps1-n8-1g-100us$pe --namespaces 8 --steps 100 --epochs $ps_epochs --rate 1gbit \
+        --delay-us 100 --strategy parameter_server --ps 1
 done
