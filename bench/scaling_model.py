@@ -2,9 +2,13 @@
 """Step-time model of libdist's data-parallel training: compute + exposed communication
 (docs/scaling.md explains every term and its source).
 
+    bench/scaling_model.py --layers bench/scaling/layers-e.json \\
+        --compute bench/scaling/compute.json --probe bench/scaling/probe-e.jsonl \\
+        --contention bench/scaling/sweep-[fgh].jsonl --check bench/scaling/sweep-[efgh].jsonl \\
+        --rounds --ps-apply-ms 0.488 --extrapolate        # docs/scaling.md section 11
     bench/scaling_model.py --layers bench/scaling/layers.json \\
-        --compute bench/scaling/compute.json --probe bench/scaling/sweep-*.jsonl \\
-        --check bench/scaling/sweep-*.jsonl --extrapolate
+        --compute bench/scaling/compute.json --probe bench/scaling/sweep-[ab].jsonl \\
+        --check bench/scaling/sweep-[abc].jsonl --metric-reduces 3   # the sweeps of section 4
 
 Inputs, all measured on the machine the model is for (bench/RESULTS.md, "Namespace cluster"):
   --layers   bench_layers --json: per-layer forward/backward microseconds of the seed CNN on
@@ -14,8 +18,11 @@ Inputs, all measured on the machine the model is for (bench/RESULTS.md, "Namespa
              Adam and the input pipeline of one process.
   --probe    run_cluster.sh --probe lines: round trip of 64 bytes and bulk rate between two
              namespaces, direct, through tbf and through ldc_delay_relay (means over files).
-  --check    run_cluster.sh result lines (tests/cluster/sweep.sh): predicted against measured
-             step time for every run without a fault (means over files).
+  --check    run_cluster.sh result lines (tests/cluster/sweep.sh, sweep_model.sh): predicted
+             against measured step time for every run without a fault (means over files;
+             --rounds: medians over every line of a label).
+  --contention  tests/cluster/contention.sh lines: per-process compute alone (1 process) and
+             with N processes sharing the cores.
   --extrapolate  64 and 1,000 workers on 10 and 100 Gbit/s.
 
 The all-reduce costs follow src/collective/net_allreduce.c's algorithms and its auto choice;
