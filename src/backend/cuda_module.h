@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#define DIST_CUDA_MODULE_ABI 6
+#define DIST_CUDA_MODULE_ABI 7
 #define DIST_CUDA_MODULE_FILE "libdist_cuda.so"
 #define DIST_CUDA_MODULE_ENTRY "dist_cuda_module_get"
 /* Full path of the module to load instead of searching for it: core/env.h's

@@ -45,6 +45,8 @@ const char *dist_op_name(const dist_op *op) {
     case DIST_OPC_ALL_FINITE: return "all_finite";
     case DIST_OPC_SELECT: return "select";
     case DIST_OPC_SCALE: return "scale";
+    case DIST_OPC_GATHER: return "gather";
+    case DIST_OPC_GATHER_GRAD: return "gather_grad";
     case DIST_OPC_COUNT: break;
     }
     return "op";

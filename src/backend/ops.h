@@ -166,6 +166,19 @@ typedef enum dist_opcode {
      * out[0] may be in[0]. */
     DIST_OPC_SCALE,
 
+    /* ---- embedding lookup ------------------------------------------------------------------ */
+    /* Rows of a table: in: table [V, D] (float32), ids (int32, N elements of any shape);
+     * out: [N, D] (any shape of N * D elements, e.g. ids' shape + [D]): row i is table[ids[i]],
+     * a row of zeros where ids[i] is outside [0, V) (TensorFlow's GPU behaviour: a program on
+     * a device cannot stop to report it; the Embedding layer checks its ids on the host). */
+    DIST_OPC_GATHER,
+    /* The gather's gradient, a scatter-add: in: ids (int32, N elements), dy [N, D]; out:
+     * dtable [V, D] = zeros, then dtable[ids[i]] += dy[i] for i = 0, 1, .. N - 1 in that order
+     * (float32), ids outside [0, V) adding nothing. The order is fixed so the CPU and CUDA
+     * backends give the same bits; a traced program sums one-hot rows with a dot product, equal
+     * to rounding where an id repeats. */
+    DIST_OPC_GATHER_GRAD,
+
     DIST_OPC_COUNT
 } dist_opcode;
 

@@ -1509,6 +1509,33 @@ static dist_status dropout_mask(xla_trace *t, const dist_op *op, const dist_tens
     return select_cmp(t, XC_GE, u, rate, keep, zero, out);
 }
 
+/* The one-hot rows [N, V] of ids (any shape of N elements): 1.0 at [i, ids[i]], a row of
+ * zeros for an id outside [0, V). The gather and its gradient are dot products with it: no
+ * gather or scatter in the emitter, and out-of-range ids give the zeros ops.h asks for (a
+ * StableHLO gather clamps its indices into range instead). The cost is N V D multiply-adds
+ * where the CPU and CUDA backends copy N D elements. */
+static dist_status one_hot_rows(xla_trace *t, int ids, int64_t v, int *out) {
+    const int64_t n = xg_numel(&t->g->nodes[ids]);
+    xshape flat = {1, {n}}, nv = {2, {n, v}};
+    int b, iota, one, zero;
+    DIST_TRY(reshape_to(t, ids, &flat, &b));
+    DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_I32, &nv, 1, &b, 1, &b));
+    DIST_TRY(node_of(t, XG_IOTA, DIST_I32, &nv, 0, NULL, 1, &iota));
+    DIST_TRY(splat(t, 1.0f, DIST_F32, nv.ndim, nv.dims, &one));
+    DIST_TRY(splat(t, 0.0f, DIST_F32, nv.ndim, nv.dims, &zero));
+    return select_cmp(t, XC_EQ, b, iota, one, zero, out);
+}
+
+/* a [m, k] @ b [k, n] (a transposed: a [k, m]) */
+static dist_status matmul_of(xla_trace *t, int a, int trans_a, int b, int64_t m, int64_t n,
+                             int *out) {
+    xshape s = {2, {m, n}};
+    int in[2] = {a, b};
+    DIST_TRY(node_of(t, XG_MATMUL, DIST_F32, &s, 2, in, trans_a, out));
+    t->g->nodes[*out].i[1] = 0;
+    return DIST_OK;
+}
+
 static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                           dist_tensor *const *out) {
     (void)ctx;
@@ -1544,9 +1571,13 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
         if (op->code < DIST_OPC_UNARY || op->code >= DIST_OPC_COUNT) return 0;
         break;
     }
-    /* float32 tensors of rank up to the graph's */
-    for (int i = 0; in && i < op->nin && i < DIST_OP_MAX_IN; i++)
-        if (in[i] && (in[i]->dtype != DIST_F32 || in[i]->ndim > XG_MAX_DIMS)) return 0;
+    /* float32 tensors of rank up to the graph's; the gather's ids int32 */
+    for (int i = 0; in && i < op->nin && i < DIST_OP_MAX_IN; i++) {
+        const int ids = (op->code == DIST_OPC_GATHER && i == 1) ||
+                        (op->code == DIST_OPC_GATHER_GRAD && i == 0);
+        if (in[i] && (in[i]->dtype != (ids ? DIST_I32 : DIST_F32) || in[i]->ndim > XG_MAX_DIMS))
+            return 0;
+    }
     for (int i = 0; out && i < op->nout && i < DIST_OP_MAX_IN; i++)
         if (out[i] && (out[i]->dtype != DIST_F32 || out[i]->ndim > XG_MAX_DIMS)) return 0;
     return 1;
@@ -1862,6 +1893,33 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
     case DIST_OPC_SCALE: /* the factor a runtime scalar */
         DIST_TRY(scaled(t, x[0], op->f[0], &v));
         return write_opt(t, out[0], v);
+    case DIST_OPC_GATHER:
+    case DIST_OPC_GATHER_GRAD: { /* one-hot rows times the table, or transposed times dy */
+        const int fwd = op->code == DIST_OPC_GATHER;
+        const dist_tensor *table = fwd ? in[0] : out[0];
+        if (table->ndim < 1 || table->shape[0] < 1)
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: the table must be [V, D], V >= 1",
+                              dist_op_name(op));
+        const int64_t nv = table->shape[0], d = dist_tensor_numel(table) / nv;
+        const int64_t n = dist_tensor_numel(in[fwd ? 1 : 0]);
+        const dist_tensor *rows = fwd ? out[0] : in[1];
+        if (dist_tensor_numel(rows) != n * d)
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: %s has %lld elements, %lld expected",
+                              dist_op_name(op), fwd ? "the output" : "dy",
+                              (long long)dist_tensor_numel(rows), (long long)(n * d));
+        int oh;
+        DIST_TRY(one_hot_rows(t, x[fwd ? 1 : 0], nv, &oh));
+        if (fwd) {
+            xshape ts = {2, {nv, d}};
+            DIST_TRY(reshape_to(t, x[0], &ts, &w));
+            DIST_TRY(matmul_of(t, oh, 0, w, n, d, &v));
+        } else {
+            xshape ds = {2, {n, d}};
+            DIST_TRY(reshape_to(t, x[1], &ds, &w));
+            DIST_TRY(matmul_of(t, oh, 1, w, nv, d, &v));
+        }
+        return write_opt(t, out[0], v);
+    }
     case DIST_OPC_SELECT: { /* in[0] != 0 ? in[1] : in[2], the condition broadcast */
         xshape sc = {0, {0}};
         int c, zero;

@@ -5,6 +5,7 @@
  * NaN included. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/ops_dispatch.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -291,6 +292,45 @@ START_TEST(test_clip_by_norm_scales_above_the_norm_only) {
 }
 END_TEST
 
+/* Rows of a [4, 2] table by ids with a repeat and two outside [0, 4) (zero rows); the
+ * gradient adds dy's rows in the ids' order; float32 ids are refused by name. */
+START_TEST(test_gather_copies_rows_and_its_gradient_adds_them_back) {
+    dist_backend *be = dist_test_cpu_backend(2);
+    float table[8] = {0, 1, 10, 11, 20, 21, 30, 31};
+    int32_t ids[5] = {3, 1, 3, -2, 4};
+    float y[10], dy[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, g[8];
+    dist_tensor tt = dist_tensor_view(table, DIST_F32, 2, (int64_t[]){4, 2});
+    dist_tensor ti = dist_tensor_view(ids, DIST_I32, 1, (int64_t[]){5});
+    dist_tensor ty = dist_tensor_view(y, DIST_F32, 2, (int64_t[]){5, 2});
+    dist_op op = {.code = DIST_OPC_GATHER, .nin = 2, .nout = 1};
+    const dist_tensor *in[2] = {&tt, &ti};
+    dist_tensor *out[1] = {&ty};
+    ck_assert_msg(dist_backend_run_op(be, &op, in, out) == DIST_OK, "%s", dist_last_error());
+    const float want[10] = {30, 31, 10, 11, 30, 31, 0, 0, 0, 0};
+    for (int i = 0; i < 10; i++) ck_assert_msg(y[i] == want[i], "y[%d] = %g", i, (double)y[i]);
+    dist_tensor tdy = dist_tensor_view(dy, DIST_F32, 2, (int64_t[]){5, 2});
+    dist_tensor tg = dist_tensor_view(g, DIST_F32, 2, (int64_t[]){4, 2});
+    dist_op gop = {.code = DIST_OPC_GATHER_GRAD, .nin = 2, .nout = 1};
+    const dist_tensor *gin[2] = {&ti, &tdy};
+    dist_tensor *gout[1] = {&tg};
+    memset(g, 0xff, sizeof g); /* overwritten, never accumulated into */
+    ck_assert_msg(dist_backend_run_op(be, &gop, gin, gout) == DIST_OK, "%s", dist_last_error());
+    const float gwant[8] = {0, 0, 3, 4, 0, 0, 1 + 5, 2 + 6};
+    for (int i = 0; i < 8; i++) ck_assert_msg(g[i] == gwant[i], "g[%d] = %g", i, (double)g[i]);
+    /* ids as float32: not the op's dtype */
+    dist_tensor tf = dist_tensor_view(dy, DIST_F32, 1, (int64_t[]){5});
+    in[1] = &tf;
+    ck_assert_int_eq(dist_backend_run_op(be, &op, in, out), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "int32"));
+    /* an output of the wrong size */
+    in[1] = &ti;
+    dist_tensor small = dist_tensor_view(y, DIST_F32, 2, (int64_t[]){4, 2});
+    out[0] = &small;
+    ck_assert_int_eq(dist_backend_run_op(be, &op, in, out), DIST_INVALID_ARGUMENT);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_ops_misc");
     TCase *tc = tcase_create("core");
@@ -300,6 +340,7 @@ int main(void) {
     tcase_add_test(tc, test_clip_value_clamps_and_keeps_nan);
     tcase_add_test(tc, test_clip_by_norm_scales_above_the_norm_only);
     tcase_add_test(tc, test_loss_scale_ops);
+    tcase_add_test(tc, test_gather_copies_rows_and_its_gradient_adds_them_back);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

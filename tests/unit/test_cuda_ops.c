@@ -484,6 +484,57 @@ START_TEST(test_loss_scale_ops_match_cpu) {
 }
 END_TEST
 
+/* ---- the embedding lookup ---------------------------------------------------------------- */
+
+/* One tensor of dtype dt with the bytes of v on backend be. */
+static dist_tensor *typed_on(dist_backend *be, dist_dtype dt, int nd, const int64_t *shape,
+                             const void *v) {
+    dist_tensor *t = NULL;
+    ck_assert_msg(dist_backend_alloc_tensor(be, dt, nd, shape, &t) == DIST_OK, "alloc: %s",
+                  dist_last_error());
+    if (v)
+        ck_assert_msg(dist_backend_from_host(be, v, dist_tensor_bytes(t), t) == DIST_OK,
+                      "upload: %s", dist_last_error());
+    return t;
+}
+
+/* Gather rows of a [500, 48] table by 3000 ids (many repeats, some outside [0, 500)) and
+ * scatter-add dy back: the GPU gives the CPU's bits, the gradient's repeated rows included
+ * (the ids' order is fixed by ops.h). */
+START_TEST(test_gather_and_its_gradient_give_the_cpu_bits) {
+    enum { V = 500, D = 48, N = 3000 };
+    static float table[V * D], dy[N * D], yc[N * D], yg[N * D], gc[V * D], gg[V * D];
+    static int32_t ids[N];
+    for (int i = 0; i < V * D; i++) table[i] = dist_test_uniform(&g_rng, -1, 1);
+    for (int i = 0; i < N * D; i++) dy[i] = dist_test_uniform(&g_rng, -1, 1);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)dist_test_uniform(&g_rng, -5, V + 5);
+    const int64_t ts[2] = {V, D}, is[1] = {N}, ys[2] = {N, D};
+    dist_backend *be[2] = {g_cpu, g_gpu};
+    float *ys_out[2] = {yc, yg}, *gs_out[2] = {gc, gg};
+    for (int b = 0; b < 2; b++) {
+        dist_tensor *t = typed_on(be[b], DIST_F32, 2, ts, table);
+        dist_tensor *i = typed_on(be[b], DIST_I32, 1, is, ids);
+        dist_tensor *y = typed_on(be[b], DIST_F32, 2, ys, NULL);
+        dist_tensor *d = typed_on(be[b], DIST_F32, 2, ys, dy);
+        dist_tensor *g = typed_on(be[b], DIST_F32, 2, ts, NULL);
+        dist_op op = {.code = DIST_OPC_GATHER, .nin = 2, .nout = 1};
+        const dist_tensor *in[2] = {t, i};
+        ck_assert_msg(dist_backend_run_op(be[b], &op, in, &y) == DIST_OK, "%s", dist_last_error());
+        dist_op gop = {.code = DIST_OPC_GATHER_GRAD, .nin = 2, .nout = 1};
+        const dist_tensor *gin[2] = {i, d};
+        ck_assert_msg(dist_backend_run_op(be[b], &gop, gin, &g) == DIST_OK, "%s",
+                      dist_last_error());
+        ck_assert_int_eq(dist_backend_to_host(be[b], y, ys_out[b], sizeof yc), DIST_OK);
+        ck_assert_int_eq(dist_backend_to_host(be[b], g, gs_out[b], sizeof gc), DIST_OK);
+        dist_backend_free_tensor(be[b], t), dist_backend_free_tensor(be[b], i);
+        dist_backend_free_tensor(be[b], y), dist_backend_free_tensor(be[b], d);
+        dist_backend_free_tensor(be[b], g);
+    }
+    ck_assert(memcmp(yc, yg, sizeof yc) == 0);
+    ck_assert(memcmp(gc, gg, sizeof gc) == 0);
+}
+END_TEST
+
 /* ---- step graphs ----------------------------------------------------------------------------- */
 
 enum { G_X, G_B, G_U, G_DA, G_DB, G_R, G_DX, G_S, G_ST, G_M, G_COUNT };
@@ -602,6 +653,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_dropout_mask_bits_equal_cpu_and_the_hash);
     tcase_add_test(tc, test_sum_squares_and_clipping_match_cpu);
     tcase_add_test(tc, test_loss_scale_ops_match_cpu);
+    tcase_add_test(tc, test_gather_and_its_gradient_give_the_cpu_bits);
     tcase_add_test(tc, test_ops_replayed_from_a_step_graph_give_the_eager_bits);
     suite_add_tcase(s, tc);
     return s;

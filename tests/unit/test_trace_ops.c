@@ -66,6 +66,25 @@ static void hfree(hval *v) {
     v->data = NULL;
 }
 
+/* The gather's ids are int32: an hval carries them as the int32 bits in its float slots. */
+static dist_dtype slot_dtype(const dist_op *op, int i) {
+    return (op->code == DIST_OPC_GATHER && i == 1) || (op->code == DIST_OPC_GATHER_GRAD && i == 0)
+               ? DIST_I32
+               : DIST_F32;
+}
+
+static hval hids(int n, const int32_t *ids) {
+    hval v = hnew(1, (int64_t[]){n});
+    memcpy(v.data, ids, (size_t)n * sizeof *ids);
+    return v;
+}
+
+static int32_t hid(const hval *v, int64_t i) {
+    int32_t id;
+    memcpy(&id, &v->data[i], sizeof id);
+    return id;
+}
+
 /* ---- running an op ------------------------------------------------------------------------ */
 
 static dist_pjrt_client *client(void) {
@@ -104,7 +123,7 @@ static void trace_alloc(traced *tr, const dist_op *op, const hval *in, const hva
         ck_assert_int_eq(tr->be->iface->alloc(tr->be->ctx, bytes, &p), DIST_OK);
         ck_assert_int_eq(tr->be->iface->copy(tr->be->ctx, p, in[i].data, bytes, DIST_COPY_H2D),
                          DIST_OK);
-        tr->in[i] = dist_tensor_view(p, DIST_F32, in[i].ndim, in[i].dims);
+        tr->in[i] = dist_tensor_view(p, slot_dtype(op, i), in[i].ndim, in[i].dims);
         tr->inp[i] = &tr->in[i];
     }
     for (int o = 0; o < op->nout; o++) {
@@ -162,7 +181,8 @@ static void execute(traced *tr, const char *text, size_t len, int replicas, int 
             int64_t id = xla_trace_state_region(tr->t, g->states[s]);
             ck_assert_int_eq(xla_trace_region(tr->t, id, &rv), DIST_OK);
             int64_t n = (int64_t)(rv.bytes / 4);
-            ck_assert_int_eq(dist_pjrt_buffer_from_host(client(), d, DIST_F32, 1, &n, rv.base,
+            dist_dtype dt = g->nodes[g->states[s]].dtype; /* the gather's ids: int32 */
+            ck_assert_int_eq(dist_pjrt_buffer_from_host(client(), d, dt, 1, &n, rv.base,
                                                         &args[d * nargs + a++]),
                              DIST_OK);
         }
@@ -227,7 +247,7 @@ static int run_cpu(const dist_op *op, const hval *in, const hval *out, hval *res
     dist_tensor *po[4] = {0};
     for (int i = 0; i < op->nin; i++) {
         if (!in[i].data) continue;
-        ti[i] = dist_tensor_view(in[i].data, DIST_F32, in[i].ndim, in[i].dims);
+        ti[i] = dist_tensor_view(in[i].data, slot_dtype(op, i), in[i].ndim, in[i].dims);
         pi[i] = &ti[i];
     }
     for (int o = 0; o < op->nout; o++) {
@@ -665,6 +685,25 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
     case DIST_OPC_SCALE:
         for (int64_t i = 0; i < n; i++) out[0].data[i] = x->data[i] * op->f[0];
         return;
+    case DIST_OPC_GATHER: { /* rows of the table, zeros for an id out of range */
+        int64_t v = x->dims[0], d = hnumel(x) / v;
+        for (int64_t i = 0; i < hnumel(&in[1]); i++)
+            for (int64_t j = 0; j < d; j++) {
+                int32_t id = hid(&in[1], i);
+                out[0].data[i * d + j] = id >= 0 && id < v ? x->data[id * d + j] : 0.0f;
+            }
+        return;
+    }
+    case DIST_OPC_GATHER_GRAD: { /* dy's rows added in the ids' order */
+        int64_t v = out[0].dims[0], d = hnumel(&out[0]) / v;
+        memset(out[0].data, 0, (size_t)hnumel(&out[0]) * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = hid(&in[0], i);
+            for (int64_t j = 0; id >= 0 && id < v && j < d; j++)
+                out[0].data[id * d + j] += in[1].data[i * d + j];
+        }
+        return;
+    }
     default: ck_abort_msg("no reference for op code %d", (int)op->code);
     }
 }
@@ -950,6 +989,21 @@ START_TEST(test_loss_scale_ops_match) {
 }
 END_TEST
 
+/* Rows of a [5, 3] table by 6 ids with a repeat and two outside [0, 5) (zero rows), and the
+ * scatter-add back: the repeated id's row the sum of its two dy rows */
+START_TEST(test_gather_and_its_scatter_add_gradient_match) {
+    const int32_t idv[6] = {4, 0, 4, -1, 2, 5};
+    hval table = hrand(2, (int64_t[]){5, 3}, 70, -1.0f, 1.0f), ids = hids(6, idv);
+    hval in[2] = {table, ids}, y = hnew(3, (int64_t[]){2, 3, 3});
+    check_op("gather", &(dist_op){.code = DIST_OPC_GATHER, .nin = 2, .nout = 1}, in, &y);
+    hval dy = hrand(2, (int64_t[]){6, 3}, 71, -1.0f, 1.0f), g = hnew(2, (int64_t[]){5, 3});
+    hval gin[2] = {ids, dy};
+    check_op("gather gradient", &(dist_op){.code = DIST_OPC_GATHER_GRAD, .nin = 2, .nout = 1},
+             gin, &g);
+    hfree(&table), hfree(&ids), hfree(&y), hfree(&dy), hfree(&g);
+}
+END_TEST
+
 START_TEST(test_dropout_mask_has_the_hash_bits_and_each_replica_its_own) {
     dist_op op = {.code = DIST_OPC_DROPOUT_MASK,
                   .nout = 1,
@@ -1156,6 +1210,7 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
     hval st = hnew(2, (int64_t[]){4, 3}), s2 = hnew(2, (int64_t[]){2, 3}), c = hnew(0, NULL);
     hval m = hnew(2, (int64_t[]){1, 3}), sc = hnew(0, NULL), row = hnew(1, (int64_t[]){2});
     hval x4 = hrand(4, (int64_t[]){1, 4, 4, 1}, 3, 0, 1), y4 = hnew(4, (int64_t[]){1, 2, 2, 1});
+    hval ids = hids(2, (const int32_t[]){1, 0});
     c.data[0] = 2.0f;
     struct {
         dist_op op;
@@ -1214,6 +1269,8 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
         {{.code = DIST_OPC_ALL_FINITE, .nin = 1, .nout = 1}, {x}, {sc}},
         {{.code = DIST_OPC_SELECT, .nin = 3, .nout = 1}, {sc, x, x}, {x}},
         {{.code = DIST_OPC_SCALE, .nin = 1, .nout = 1, .f = {3.0f}}, {x}, {x}},
+        {{.code = DIST_OPC_GATHER, .nin = 2, .nout = 1}, {x, ids}, {x}},
+        {{.code = DIST_OPC_GATHER_GRAD, .nin = 2, .nout = 1}, {ids, x}, {x}},
     };
     int seen[DIST_OPC_COUNT] = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1244,7 +1301,7 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
     for (int c2 = DIST_OPC_UNARY; c2 < DIST_OPC_COUNT; c2++)
         ck_assert_msg(seen[c2], "op code %d has no case", c2);
     hfree(&x), hfree(&b), hfree(&st), hfree(&s2), hfree(&c), hfree(&m), hfree(&sc), hfree(&row);
-    hfree(&x4), hfree(&y4), hfree(&cases[6].out[0]);
+    hfree(&x4), hfree(&y4), hfree(&ids), hfree(&cases[6].out[0]);
 }
 END_TEST
 
@@ -1313,6 +1370,7 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_batch_normalization_ops_match);
         tcase_add_test(run, test_sum_of_squares_and_clipping_match);
         tcase_add_test(run, test_loss_scale_ops_match);
+        tcase_add_test(run, test_gather_and_its_scatter_add_gradient_match);
         tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
         tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);
         tcase_add_test(run,

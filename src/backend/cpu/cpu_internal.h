@@ -221,6 +221,11 @@ dist_status cpu_op_select(void *ctx, const dist_op *op, const dist_tensor *const
                           dist_tensor *const *out);
 dist_status cpu_op_scale(void *ctx, const dist_op *op, const dist_tensor *const *in,
                          dist_tensor *const *out);
+/* cpu_gather.c: the embedding lookup and its scatter-add gradient (ids int32) */
+dist_status cpu_op_gather(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                          dist_tensor *const *out);
+dist_status cpu_op_gather_grad(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                               dist_tensor *const *out);
 
 /* For tests and start-up checks: the implementation names of the primitives created so far,
  * written as "op=impl;..." into buf. */

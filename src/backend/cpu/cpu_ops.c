@@ -28,16 +28,17 @@ static int ops_threads(const cpu_ctx *c, int64_t n) {
 typedef struct op_arity {
     int nin, nout;
     unsigned in_optional, out_optional;
+    unsigned in_i32; /* bit i: in[i] is int32 (the gather's ids), not float32 */
 } op_arity;
 
 static int op_arity_of(const dist_op *op, op_arity *a) {
-    *a = (op_arity){0, 1, 0, 0};
+    *a = (op_arity){0, 1, 0, 0, 0};
     switch (op->code) {
     case DIST_OPC_UNARY: a->nin = 1; return op->k >= 0 && op->k < DIST_UN_COUNT;
     case DIST_OPC_UNARY_GRAD: a->nin = 3; return op->k >= 0 && op->k < DIST_UN_COUNT;
     case DIST_OPC_BINARY: a->nin = 2; return op->k >= 0 && op->k < DIST_BIN_COUNT;
     case DIST_OPC_BINARY_GRAD:
-        *a = (op_arity){3, 2, 0, 3};
+        *a = (op_arity){3, 2, 0, 3, 0};
         return op->k >= 0 && op->k < DIST_BIN_COUNT;
     case DIST_OPC_REDUCE: a->nin = 1; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
     case DIST_OPC_REDUCE_GRAD: a->nin = 3; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
@@ -50,20 +51,20 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_SOFTMAX: a->nin = 1; return op->k == 0 || op->k == 1;
     case DIST_OPC_SOFTMAX_GRAD: a->nin = 2; return op->k == 0 || op->k == 1;
     case DIST_OPC_SIGMOID_XENT: a->nin = 2; return 1;
-    case DIST_OPC_SIGMOID_XENT_GRAD: *a = (op_arity){3, 2, 0, 3}; return 1;
+    case DIST_OPC_SIGMOID_XENT_GRAD: *a = (op_arity){3, 2, 0, 3, 0}; return 1;
     case DIST_OPC_MSE: a->nin = 2; return 1;
-    case DIST_OPC_MSE_GRAD: *a = (op_arity){3, 2, 0, 3}; return 1;
+    case DIST_OPC_MSE_GRAD: *a = (op_arity){3, 2, 0, 3, 0}; return 1;
     case DIST_OPC_BN_STATS: a->nin = 1; return op->k == DIST_BN_LOCAL || op->k == DIST_BN_SUMS;
     case DIST_OPC_BN_MOMENTS: a->nin = 2; return 1;
     case DIST_OPC_BN_INFER_STATS: a->nin = 2; return 1;
-    case DIST_OPC_BN_APPLY: *a = (op_arity){4, 1, 0xc, 0}; return 1;
+    case DIST_OPC_BN_APPLY: *a = (op_arity){4, 1, 0xc, 0, 0}; return 1;
     case DIST_OPC_BN_GRAD_SUMS:
         /* the count is read by the synchronized form only */
-        *a = (op_arity){5, 2, op->k == DIST_BN_SYNC ? 0x8 : 0x18, 3};
+        *a = (op_arity){5, 2, op->k == DIST_BN_SYNC ? 0x8 : 0x18, 3, 0};
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_BN_GRAD_INPUT:
         /* the sums are not read by the inference form, the count by none */
-        *a = (op_arity){6, 1, op->k == DIST_BN_INFERENCE ? 0x38 : 0x28, 0};
+        *a = (op_arity){6, 1, op->k == DIST_BN_INFERENCE ? 0x38 : 0x28, 0, 0};
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_DROPOUT_MASK: a->nin = 0; return 1;
     case DIST_OPC_SUM_SQUARES:
@@ -72,6 +73,8 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_ALL_FINITE: a->nin = 1; return 1;
     case DIST_OPC_SELECT: a->nin = 3; return 1;
     case DIST_OPC_SCALE: a->nin = 1; return 1;
+    case DIST_OPC_GATHER: *a = (op_arity){2, 1, 0, 0, 2}; return 1;
+    case DIST_OPC_GATHER_GRAD: *a = (op_arity){2, 1, 0, 0, 1}; return 1;
     case DIST_OPC_COUNT: break;
     }
     return 0;
@@ -81,6 +84,10 @@ static int plain_f32(const dist_tensor *x) {
     return x->dtype == DIST_F32 && x->layout == DIST_LAYOUT_PLAIN;
 }
 
+static int plain_of(const dist_tensor *x, int i32) {
+    return x->dtype == (i32 ? DIST_I32 : DIST_F32) && x->layout == DIST_LAYOUT_PLAIN;
+}
+
 int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                     dist_tensor *const *out) {
     (void)ctx;
@@ -88,7 +95,7 @@ int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
     if (!op_arity_of(op, &a)) return 0;
     for (int i = 0; in && i < a.nin; i++) {
         if (!in[i] && !(a.in_optional >> i & 1)) return 0;
-        if (in[i] && !plain_f32(in[i])) return 0;
+        if (in[i] && !plain_of(in[i], a.in_i32 >> i & 1)) return 0;
     }
     for (int i = 0; out && i < a.nout; i++) {
         if (!out[i] && !(a.out_optional >> i & 1)) return 0;
@@ -995,13 +1002,15 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
                               dist_op_name(op), i, (int)op->code);
     for (int i = 0; i < a.nin + a.nout; i++) {
         const dist_tensor *t = i < a.nin ? (in ? in[i] : NULL) : (out ? out[i - a.nin] : NULL);
-        if (t && !plain_f32(t))
+        const int i32 = i < a.nin && (a.in_i32 >> i & 1);
+        if (t && !plain_of(t, i32))
             return dist_error(DIST_UNSUPPORTED,
                               "%s: %s %d is %s%s; the CPU backend runs the op set on plain "
-                              "float32 tensors",
+                              "%s tensors",
                               dist_op_name(op), i < a.nin ? "input" : "output",
                               i < a.nin ? i : i - a.nin, dist_dtype_name(t->dtype),
-                              t->layout == DIST_LAYOUT_PLAIN ? "" : " in a blocked layout");
+                              t->layout == DIST_LAYOUT_PLAIN ? "" : " in a blocked layout",
+                              i32 ? "int32" : "float32");
     }
     switch (op->code) {
     case DIST_OPC_UNARY: return op_unary(c, op, in, out);
@@ -1035,6 +1044,8 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
     case DIST_OPC_ALL_FINITE: return cpu_op_all_finite(ctx, op, in, out);
     case DIST_OPC_SELECT: return cpu_op_select(ctx, op, in, out);
     case DIST_OPC_SCALE: return cpu_op_scale(ctx, op, in, out);
+    case DIST_OPC_GATHER: return cpu_op_gather(ctx, op, in, out);
+    case DIST_OPC_GATHER_GRAD: return cpu_op_gather_grad(ctx, op, in, out);
     case DIST_OPC_COUNT: break;
     }
     return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);

@@ -15,6 +15,7 @@
 /* Bit i of *_req: in[i] / out[i] must be given; of *_opt: may be NULL. */
 typedef struct op_slots {
     unsigned in_req, in_opt, out_req, out_opt;
+    unsigned in_i32; /* bit i: in[i] is int32 (the gather's ids), not float32 */
 } op_slots;
 
 /* 0 for an op code or kind this backend does not know. */
@@ -66,13 +67,15 @@ static int slots_of(const dist_op *op, op_slots *s) {
         s->in_opt = 8 | 32 | (op->k == DIST_BN_INFERENCE ? 16u : 0u);
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_DROPOUT_MASK: return 1;
+    case DIST_OPC_GATHER: s->in_req = 3, s->in_i32 = 2; return 1;
+    case DIST_OPC_GATHER_GRAD: s->in_req = 3, s->in_i32 = 1; return 1;
     case DIST_OPC_COUNT: break;
     }
     return 0;
 }
 
-static int f32_plain(const dist_tensor *t) {
-    return t->dtype == DIST_F32 && t->layout == DIST_LAYOUT_PLAIN;
+static int plain_of(const dist_tensor *t, int i32) {
+    return t->dtype == (i32 ? DIST_I32 : DIST_F32) && t->layout == DIST_LAYOUT_PLAIN;
 }
 
 /* Slot i of an array of n entries, NULL past its end. */
@@ -80,14 +83,15 @@ static const dist_tensor *slot(const dist_tensor *const *v, int n, int i) {
     return v && i < n ? v[i] : NULL;
 }
 
-static int slots_given(const dist_tensor *const *v, int n, unsigned req, unsigned opt) {
+static int slots_given(const dist_tensor *const *v, int n, unsigned req, unsigned opt,
+                       unsigned i32) {
     for (int i = 0; i < 32 && (req | opt) >> i; i++) {
         const dist_tensor *t = slot(v, n, i);
         if (!t) {
             if (req & (1u << i)) return 0;
             continue;
         }
-        if ((req | opt) & (1u << i) && !f32_plain(t)) return 0;
+        if ((req | opt) & (1u << i) && !plain_of(t, i32 >> i & 1)) return 0;
     }
     return 1;
 }
@@ -98,8 +102,8 @@ int cuda_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
     op_slots s;
     if (!op || !slots_of(op, &s)) return 0;
     if (!in && !out) return 1; /* the attributes only */
-    return slots_given(in, op->nin, s.in_req, s.in_opt) &&
-           slots_given((const dist_tensor *const *)out, op->nout, s.out_req, s.out_opt);
+    return slots_given(in, op->nin, s.in_req, s.in_opt, s.in_i32) &&
+           slots_given((const dist_tensor *const *)out, op->nout, s.out_req, s.out_opt, 0);
 }
 
 /* ---- shape checks --------------------------------------------------------------------------- */
@@ -429,6 +433,19 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         DIST_TRY(same_numel(op, in[2], y, "the second choice", "the output"));
         a->n = dist_tensor_numel(y);
         return DIST_OK;
+    case DIST_OPC_GATHER:
+    case DIST_OPC_GATHER_GRAD: {
+        /* rows = the ids, cols = D, shape[0] = V; n = the output's elements */
+        const int fwd = op->code == DIST_OPC_GATHER;
+        const dist_tensor *table = fwd ? in[0] : y;
+        if (table->ndim < 1) return bad(op, "the table must have rank >= 1 ([V, D])");
+        a->shape[0] = table->shape[0];
+        a->cols = a->shape[0] ? dist_tensor_numel(table) / a->shape[0] : 0;
+        a->rows = dist_tensor_numel(in[fwd ? 1 : 0]);
+        DIST_TRY(numel_is(op, fwd ? y : in[1], a->rows * a->cols, fwd ? "the output" : "dy"));
+        a->n = dist_tensor_numel(y);
+        return DIST_OK;
+    }
     case DIST_OPC_CLIP_BY_NORM:
         if (!(op->f[0] > 0.0f) || isinf(op->f[0]))
             return bad(op, "the clip norm must be finite and > 0");
@@ -455,7 +472,7 @@ dist_status cuda_run_op(void *ctx, const dist_op *op, const dist_tensor *const *
     if (!out || !cuda_supports_op(ctx, op, in, out))
         return dist_error(DIST_UNSUPPORTED,
                           "%s: the CUDA backend does not run this op (code %d, kind %d) on these "
-                          "tensors (it takes float32 in the plain layout)",
+                          "tensors (it takes float32 in the plain layout, the ids int32)",
                           op ? dist_op_name(op) : "op", op ? (int)op->code : -1, op ? op->k : -1);
     cudak_op a;
     memset(&a, 0, sizeof a); /* the command's bytes: padding included */

@@ -753,6 +753,31 @@ __global__ void clip_by_norm_kernel(cudak_op a) {
     }
 }
 
+/* in: table [V, D], ids; out: [N, D], zero rows for ids outside [0, V) */
+__global__ void gather_kernel(cudak_op a) {
+    const int32_t *ids = (const int32_t *)a.in[1];
+    const int64_t v = a.shape[0], d = a.cols;
+    GRID_STRIDE(i, a.n) {
+        const int64_t id = ids[i / d];
+        a.out[0][i] = id >= 0 && id < v ? a.in[0][id * d + i % d] : 0.0f;
+    }
+}
+
+/* in: ids, dy [N, D]; out: dtable [V, D], zeroed before. One thread per column walks the ids in
+ * order, so repeated ids add in the CPU's order (ops.h) with no atomics: the same bits. */
+__global__ void gather_grad_kernel(cudak_op a) {
+    const int32_t *ids = (const int32_t *)a.in[0];
+    const int64_t v = a.shape[0], d = a.cols;
+    GRID_STRIDE(j, d) {
+        for (int64_t r = 0; r < a.rows; r++) {
+            const int64_t id = ids[r];
+            if (id < 0 || id >= v) continue;
+            float *g = a.out[0] + id * d + j;
+            *g = __fadd_rn(*g, a.in[1][r * d + j]);
+        }
+    }
+}
+
 unsigned channel_blocks(int64_t c) { return c > 4096 ? 4096u : (unsigned)c; }
 
 } // namespace
@@ -874,6 +899,17 @@ extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
     case DIST_OPC_SCALE:
         if (a.n) scale_kernel<<<g, kThreads, 0, s>>>(a);
         break;
+    case DIST_OPC_GATHER:
+        if (a.n) gather_kernel<<<g, kThreads, 0, s>>>(a);
+        break;
+    case DIST_OPC_GATHER_GRAD: {
+        if (!a.n) break;
+        cudaError_t e = cudaMemsetAsync(a.out[0], 0, (size_t)a.n * sizeof(float), s);
+        if (e != cudaSuccess) return e;
+        if (a.cols && a.rows)
+            gather_grad_kernel<<<grid_for((size_t)a.cols), kThreads, 0, s>>>(a);
+        break;
+    }
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
