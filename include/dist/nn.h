@@ -165,6 +165,18 @@ DIST_API dist_status dist_model_set_output(dist_model *model, int layer);
  * Flatten -> Dense(64,relu) -> Dense(10). */
 DIST_API dist_status dist_model_create_mnist_cnn(dist_model **out);
 
+/* keras.layers.Embedding(input_dim, output_dim): rows of an [input_dim, output_dim] table
+ * (Keras's RandomUniform(-0.05, 0.05) initializer) by int32 ids of 1 or 2 dimensions after the
+ * batch: [batch, steps] -> [batch, steps, output_dim]. Its input must be the model's input, of
+ * dtype int32 (dist_model_set_input_dtype). An id outside [0, input_dim) gives a row of zeros.
+ * mask_zero is not supported. */
+DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, int output_dim);
+/* The dtype of the model's input: DIST_F32 (the default) or DIST_I32 (token ids, read by an
+ * Embedding); set before dist_model_build. dist_model_call then takes x of that dtype, and a
+ * mixed policy does not cast it. */
+DIST_API dist_status dist_model_set_input_dtype(dist_model *model, dist_dtype dtype);
+DIST_API dist_dtype dist_model_input_dtype(const dist_model *model);
+
 /* Creates the variables for inputs of shape [batch, input_shape...] (e.g. {28, 28, 1}):
  * Glorot-uniform kernels and zero biases as Keras, drawn from `seed`. Inside a strategy scope
  * the variables are mirrored on every replica with identical values. */

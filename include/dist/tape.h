@@ -246,6 +246,14 @@ DIST_API dist_status dist_op_batch_norm_with_statistics(dist_tape *tape, const d
  * Runs on the backend's GEMM (any backend). */
 DIST_API dist_status dist_op_matmul(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
                                     int transpose_a, int transpose_b, dist_tensor **y);
+/* tf.nn.embedding_lookup: rows of table [V, D] (float32) by ids (int32, any shape of rank up
+ * to DIST_MAX_DIMS - 1): y has ids' shape + [D]. An id outside [0, V) gives a row of zeros
+ * (TensorFlow on a GPU; on a CPU TensorFlow fails: check ids on the host where that matters).
+ * The table's gradient is dy's rows added into a [V, D] tensor in the ids' order (the same
+ * bits on every backend but the tpu strategy's, which sums them with a dot product); the ids
+ * take none, and must stay alive until the gradient is taken. Any backend. */
+DIST_API dist_status dist_op_embedding_lookup(dist_tape *tape, const dist_tensor *table,
+                                              const dist_tensor *ids, dist_tensor **y);
 /* tf.reshape: the same elements in row-major order under a new shape; one entry may be -1
  * (inferred). Any backend. */
 DIST_API dist_status dist_op_reshape(dist_tape *tape, const dist_tensor *x, int ndim,

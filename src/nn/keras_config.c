@@ -182,11 +182,28 @@ static void layer_norm_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
+static void embedding_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {"embeddings_regularizer", "activity_regularizer",
+                                         "embeddings_constraint", "quantization_config", NULL};
+    cJSON_AddNumberToObject(c, "input_dim", l->input_dim);
+    cJSON_AddNumberToObject(c, "output_dim", l->units);
+    cJSON *init = initializer("RandomUniform");
+    cJSON *ic = init ? cJSON_GetObjectItemCaseSensitive(init, "config") : NULL;
+    if (ic) {
+        cJSON_AddNumberToObject(ic, "minval", -0.05);
+        cJSON_AddNumberToObject(ic, "maxval", 0.05);
+        cJSON_AddNullToObject(ic, "seed");
+    }
+    cJSON_AddItemToObject(c, "embeddings_initializer", init);
+    add_nulls(c, extras);
+    cJSON_AddFalseToObject(c, "mask_zero");
+}
+
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
 static int has_build_config(layer_kind kind) {
     return kind == LAYER_CONV2D || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
-           kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM;
+           kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING;
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
@@ -263,6 +280,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         cJSON_AddFalseToObject(c, "keepdims");
         break;
     case LAYER_LAYER_NORM: layer_norm_config(c, l); break;
+    case LAYER_EMBEDDING: embedding_config(c, l); break;
     case LAYER_KIND_COUNT: break;
     }
     if (st != DIST_OK) {
@@ -296,7 +314,7 @@ static cJSON *input_layer(const dist_model *m, const char *name) {
     cJSON *c = cJSON_CreateObject();
     if (!c) return NULL;
     cJSON_AddItemToObject(c, "batch_shape", batch_shape(m->in_ndim, m->in_shape));
-    cJSON_AddStringToObject(c, "dtype", "float32");
+    cJSON_AddStringToObject(c, "dtype", m->in_dtype == DIST_I32 ? "int32" : "float32");
     cJSON_AddFalseToObject(c, "sparse");
     cJSON_AddFalseToObject(c, "ragged");
     cJSON_AddStringToObject(c, "name", name);
@@ -334,7 +352,7 @@ static cJSON *keras_tensor(const dist_model *m, int from, const char *input) {
     cJSON_AddItemToObject(c, "shape",
                           f ? batch_shape(f->out_ndim, f->out_shape)
                             : batch_shape(m->in_ndim, m->in_shape));
-    cJSON_AddStringToObject(c, "dtype", "float32");
+    cJSON_AddStringToObject(c, "dtype", !f && m->in_dtype == DIST_I32 ? "int32" : "float32");
     cJSON_AddItemToObject(c, "keras_history", history(f ? f->name : input));
     cJSON_AddStringToObject(t, "class_name", "__keras_tensor__");
     cJSON_AddItemToObject(t, "config", c);

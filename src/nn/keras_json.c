@@ -66,7 +66,10 @@ static dist_status check_dtype(const json_layer *l) {
     const char *name = cJSON_IsString(v) ? v->valuestring : NULL;
     if (cJSON_IsObject(v)) name = json_str(cJSON_GetObjectItemCaseSensitive(v, "config"), "name");
     if (name && strcmp(name, "float32") == 0) return DIST_OK;
-    return unsupported_arg(l, "dtype", "is '%s'; only float32 is supported",
+    /* an input of token ids (read by an Embedding: build checks) */
+    if (name && strcmp(name, "int32") == 0 && strcmp(l->class_name, "InputLayer") == 0)
+        return DIST_OK;
+    return unsupported_arg(l, "dtype", "is '%s'; only float32 (and int32 inputs) is supported",
                            name ? name : "(not a policy name)");
 }
 
@@ -663,6 +666,53 @@ static dist_status read_batch_shape(const json_layer *l, const cJSON *v, int *nd
     return DIST_OK;
 }
 
+static dist_status add_embedding(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"input_dim",
+                                        "output_dim",
+                                        "embeddings_initializer",
+                                        "embeddings_regularizer",
+                                        "activity_regularizer",
+                                        "embeddings_constraint",
+                                        "input_length",
+                                        "batch_input_shape",
+                                        NULL};
+    static const char *const extras[] = {"embeddings_regularizer", "activity_regularizer",
+                                         "embeddings_constraint", NULL};
+    if (!is_null_or_false(cJSON_GetObjectItemCaseSensitive(l->config, "mask_zero")))
+        return unsupported_arg(l, "mask_zero", "is true; libdist's layers take no mask");
+    DIST_TRY(check_keys(l, known)); /* sparse, lora_rank: set values are refused there */
+    DIST_TRY(check_absent(l, extras));
+    const cJSON *init = cJSON_GetObjectItemCaseSensitive(l->config, "embeddings_initializer");
+    if (init && !is_initializer(init, "RandomUniform"))
+        return unsupported_arg(l, "embeddings_initializer",
+                               "is '%s'; libdist draws RandomUniform(-0.05, 0.05)",
+                               json_str(init, "class_name") ? json_str(init, "class_name") : "?");
+    if (init) {
+        const cJSON *ic = cJSON_GetObjectItemCaseSensitive(init, "config");
+        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(ic, "minval");
+        const cJSON *hi = cJSON_GetObjectItemCaseSensitive(ic, "maxval");
+        if ((lo && (!cJSON_IsNumber(lo) || lo->valuedouble != -0.05)) ||
+            (hi && (!cJSON_IsNumber(hi) || hi->valuedouble != 0.05)))
+            return unsupported_arg(l, "embeddings_initializer",
+                                   "has bounds other than [-0.05, 0.05]; libdist draws those");
+    }
+    int in_dim, out_dim;
+    if (!json_int(cJSON_GetObjectItemCaseSensitive(l->config, "input_dim"), &in_dim) ||
+        !json_int(cJSON_GetObjectItemCaseSensitive(l->config, "output_dim"), &out_dim) ||
+        in_dim < 1 || out_dim < 1)
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (Embedding): 'input_dim' and 'output_dim' must be positive "
+                          "integers",
+                          l->name);
+    return dist_model_add_embedding(m, in_dim, out_dim);
+}
+
+/* The InputLayer's dtype: float32 (absent too) or int32 (check_dtype refused the rest). */
+static dist_dtype input_layer_dtype(const json_layer *l) {
+    const char *d = json_str(l->config, "dtype");
+    return d && strcmp(d, "int32") == 0 ? DIST_I32 : DIST_F32;
+}
+
 static dist_status input_layer_shape(const json_layer *l, int *ndim, int64_t shape[3]) {
     static const char *const known[] = {"batch_shape", "batch_input_shape", "sparse",
                                         "ragged",      "optional",          NULL};
@@ -707,7 +757,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"LayerNormalization", add_layer_normalization},
                  {"GlobalAveragePooling1D", add_global_average_pool1d},
                  {"GlobalAvgPool1D", add_global_average_pool1d},
-                 {"Permute", add_permute}};
+                 {"Permute", add_permute},
+                 {"Embedding", add_embedding}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
             DIST_TRY(kinds[i].add(m, l));
@@ -719,7 +770,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                       "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
                       "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
                       "Activation, ReLU, Softmax, Rescaling, Reshape, Permute, "
-                      "GlobalAveragePooling1D and ZeroPadding2D)",
+                      "GlobalAveragePooling1D, Embedding and ZeroPadding2D)",
                       l->name, l->class_name);
 }
 
@@ -887,6 +938,7 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
                                   "have one",
                                   m->name, input, l.name);
             DIST_TRY(input_layer_shape(&l, ndim, shape));
+            DIST_TRY(dist_model_set_input_dtype(m, input_layer_dtype(&l)));
             input = l.name;
             model_set_input_name(m, input);
         } else {
@@ -919,6 +971,19 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
                       m->name, out_name);
 }
 
+/* Keras's Embedding casts what it reads to int32: a float32 InputLayer feeding one (tf-keras
+ * writes its Sequential's inputs as float32) carries token ids all the same. */
+static dist_status ids_input(dist_model *m) {
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        int reads_input = l->ninputs == 0 && i == 0;
+        for (int j = 0; j < l->ninputs; j++) reads_input |= l->inputs[j] == DIST_MODEL_INPUT;
+        if (l->kind == LAYER_EMBEDDING && reads_input)
+            return dist_model_set_input_dtype(m, DIST_I32);
+    }
+    return DIST_OK;
+}
+
 static dist_status build_from_layers(const cJSON *config, int functional, uint64_t seed,
                                      dist_model *m) {
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(config, "layers");
@@ -931,6 +996,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
         if (m->nlayers == 0)
             return dist_error(DIST_UNSUPPORTED, "model '%s' has no layers besides its input",
                               m->name);
+        DIST_TRY(ids_input(m));
         return dist_model_build(m, ndim, shape, seed);
     }
     int index = 0;
@@ -943,6 +1009,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
                 return dist_error(DIST_UNSUPPORTED, "layer '%s': an InputLayer after other layers",
                                   l.name);
             DIST_TRY(input_layer_shape(&l, &ndim, shape));
+            DIST_TRY(dist_model_set_input_dtype(m, input_layer_dtype(&l)));
         } else {
             /* tf-keras's Sequential: the first layer carries the input shape */
             const cJSON *bis = cJSON_GetObjectItemCaseSensitive(l.config, "batch_input_shape");
@@ -965,6 +1032,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
     }
     if (m->nlayers == 0)
         return dist_error(DIST_UNSUPPORTED, "model '%s' has no layers besides its input", m->name);
+    DIST_TRY(ids_input(m));
     return dist_model_build(m, ndim, shape, seed);
 }
 

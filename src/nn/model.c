@@ -68,6 +68,7 @@ static const struct {
     [LAYER_LAYER_NORM] = {"LayerNormalization", "layer_normalization"},
     [LAYER_GLOBAL_AVG_POOL1D] = {"GlobalAveragePooling1D", "global_average_pooling1d"},
     [LAYER_PERMUTE] = {"Permute", "permute"},
+    [LAYER_EMBEDDING] = {"Embedding", "embedding"},
 };
 
 const char *model_layer_class(layer_kind kind) {
@@ -364,6 +365,31 @@ dist_status dist_model_add_permute(dist_model *m, int ndim, const int *dims) {
     return DIST_OK;
 }
 
+dist_status dist_model_add_embedding(dist_model *m, int input_dim, int output_dim) {
+    DIST_CHECK_ARG(m, "dist_model_add_embedding: model is NULL");
+    DIST_CHECK_ARG(input_dim > 0 && output_dim > 0,
+                   "embedding: input_dim and output_dim must be positive, got %d and %d",
+                   input_dim, output_dim);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_EMBEDDING, &l));
+    l->input_dim = input_dim;
+    l->units = output_dim;
+    return DIST_OK;
+}
+
+dist_status dist_model_set_input_dtype(dist_model *m, dist_dtype dtype) {
+    DIST_CHECK_ARG(m, "dist_model_set_input_dtype: model is NULL");
+    DIST_CHECK_ARG(!m->built, "model '%s': the input dtype is set before the build", m->name);
+    if (dtype != DIST_F32 && dtype != DIST_I32)
+        return dist_error(DIST_UNSUPPORTED,
+                          "model '%s': input dtype %s; libdist's models take float32 or int32",
+                          m->name, dist_dtype_name(dtype));
+    m->in_dtype = dtype;
+    return DIST_OK;
+}
+
+dist_dtype dist_model_input_dtype(const dist_model *m) { return m ? m->in_dtype : DIST_F32; }
+
 dist_status dist_model_add_global_max_pool2d(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_global_max_pool2d: model is NULL");
     return add_plain(m, LAYER_GLOBAL_MAX_POOL2D, NULL);
@@ -470,6 +496,7 @@ static int add_var(dist_model *m, const model_layer *l, const char *what, int nd
     v->fan_in = fan_in;
     v->fan_out = fan_out;
     v->ones = 0;
+    v->uniform = 0.0f;
     v->trainable = 1;
     m->nparams += v->numel;
     return m->nvars++;
@@ -656,11 +683,16 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         nd = 1;
         break;
     }
-    case LAYER_DENSE:
-        if (nd != 1)
-            return dist_error(DIST_INVALID_ARGUMENT,
-                              "layer '%s' expects flat inputs (add a Flatten layer)", l->name);
-        shape[0] = l->units;
+    case LAYER_DENSE: /* on the last axis, as Keras's (a [steps, features] input included) */
+        shape[nd - 1] = l->units;
+        break;
+    case LAYER_EMBEDDING:
+        if (nd > 2)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (Embedding): ids of %d dimensions after the batch; "
+                              "libdist looks up 1 or 2",
+                              l->name, nd);
+        shape[nd++] = l->units;
         break;
     case LAYER_ADD:
     case LAYER_SUBTRACT:
@@ -769,9 +801,16 @@ static void layer_variables(dist_model *m, model_layer *l) {
         if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
         break;
     }
+    case LAYER_EMBEDDING: {
+        int64_t k[2] = {l->input_dim, l->units};
+        l->kernel_var = add_var(m, l, "embeddings", 2, k, 0, 0);
+        m->vars[l->kernel_var].uniform = 0.05f; /* Keras's RandomUniform(-0.05, 0.05) */
+        break;
+    }
     case LAYER_DENSE: {
-        int64_t k[2] = {shape[0], l->units};
-        l->kernel_var = add_var(m, l, "kernel", 2, k, shape[0], l->units);
+        int64_t f = shape[l->in_ndim - 1];
+        int64_t k[2] = {f, l->units};
+        l->kernel_var = add_var(m, l, "kernel", 2, k, f, l->units);
         int64_t b = l->units;
         l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
         break;
@@ -800,6 +839,22 @@ static dist_status plan(dist_model *m) {
         memcpy(l->in_shape, shapes[0], sizeof l->in_shape);
         DIST_TRY(layer_shape(m, l, l->ninputs, nd, (const int64_t(*)[4])shapes));
     }
+    /* int32 ids feed Embedding layers only, and an Embedding reads only them */
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        int reads_input = 0;
+        for (int j = 0; j < l->ninputs; j++) reads_input |= l->inputs[j] == DIST_MODEL_INPUT;
+        if (l->kind == LAYER_EMBEDDING && (!reads_input || m->in_dtype != DIST_I32))
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (Embedding): its input must be the model's int32 input "
+                              "(dist_model_set_input_dtype; an InputLayer of dtype int32)",
+                              l->name);
+        if (l->kind != LAYER_EMBEDDING && reads_input && m->in_dtype == DIST_I32)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s) reads the model's int32 input; only an Embedding "
+                              "takes int32 ids",
+                              l->name, model_layer_class(l->kind));
+    }
     for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
     const model_layer *o = &m->layers[output];
     m->softmax_head = (o->kind == LAYER_SOFTMAX || o->post == POST_SOFTMAX) && o->out_ndim >= 1;
@@ -813,6 +868,12 @@ static void initialize(const dist_model *m, float *host, uint64_t seed) {
         float *p = host + v->offset;
         if (v->ones) {
             for (int64_t j = 0; j < v->numel; j++) p[j] = 1.0f;
+            continue;
+        }
+        if (v->uniform > 0.0f) {
+            dist_rng rng = dist_rng_stream(seed, (uint64_t)i);
+            for (int64_t j = 0; j < v->numel; j++)
+                p[j] = (2.0f * dist_rng_uniform(&rng) - 1.0f) * v->uniform;
             continue;
         }
         if (v->fan_in == 0) {
@@ -1072,6 +1133,26 @@ static dist_status call_layer_norm(dist_tape *tape, const model_layer *l,
     return DIST_OK;
 }
 
+static dist_status call_post(dist_tape *tape, model_post_act post, const dist_tensor *h,
+                             dist_tensor **out);
+
+/* Dense on [batch, ..., features] as Keras's: the same kernel on every row of the last axis,
+ * run as one [rows, features] GEMM and reshaped back. */
+static dist_status call_dense_steps(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                    const dist_tensor *const *vars, const dist_tensor *bias,
+                                    int is_head, dist_tensor **out) {
+    int64_t rows = 1, flat[2], shape[DIST_MAX_DIMS];
+    for (int d = 0; d < h->ndim - 1; d++) rows *= h->shape[d], shape[d] = h->shape[d];
+    flat[0] = rows;
+    flat[1] = h->shape[h->ndim - 1];
+    shape[h->ndim - 1] = l->units;
+    dist_tensor *x2, *y2;
+    DIST_TRY(dist_op_reshape(tape, h, 2, flat, &x2));
+    DIST_TRY(dist_op_dense(tape, x2, vars[l->kernel_var], bias, l->activation, &y2));
+    if (!is_head) DIST_TRY(call_post(tape, l->post, y2, &y2));
+    return dist_op_reshape(tape, y2, h->ndim, shape, out);
+}
+
 /* Add, Subtract, Multiply and Average of the layer's inputs (Keras folds left to right). */
 static dist_status call_merge(dist_tape *tape, const model_layer *l, int n,
                               const dist_tensor *const *in, dist_tensor **out) {
@@ -1163,8 +1244,17 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_LAYER_NORM: return call_layer_norm(tape, l, vars, h, out);
     case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
     case LAYER_DENSE:
+        if (h->ndim > 2) return call_dense_steps(tape, l, h, vars, bias, is_head, out);
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
+    case LAYER_EMBEDDING: {
+        /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
+         * casts the rows it returns to the compute dtype */
+        dist_dtype compute = dist_dtype_policy_compute_dtype(m->policy);
+        DIST_TRY(dist_op_embedding_lookup(tape, rep->var_ptrs[l->kernel_var], h, out));
+        if (compute != DIST_F32) DIST_TRY(dist_op_cast(tape, *out, DIST_F32, compute, out));
+        return DIST_OK;
+    }
     case LAYER_ACTIVATION: return call_activation(tape, l, h, out);
     case LAYER_RELU: return dist_op_relu(tape, h, out);
     case LAYER_SOFTMAX: return dist_op_softmax(tape, h, out);
@@ -1254,10 +1344,14 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
     const dist_tensor *vars[MODEL_MAX_VARS];
     for (int i = 0; i < m->nvars; i++) vars[i] = rep->var_ptrs[i];
     const dist_tensor *h = x;
+    DIST_CHECK_ARG(x->dtype == m->in_dtype, "model '%s': input is %s, the model takes %s",
+                   m->name, dist_dtype_name(x->dtype), dist_dtype_name(m->in_dtype));
     if (compute != DIST_F32) {
         dist_tensor *c;
-        DIST_TRY(dist_op_cast(tape, x, DIST_F32, compute, &c));
-        h = c;
+        if (m->in_dtype == DIST_F32) {
+            DIST_TRY(dist_op_cast(tape, x, DIST_F32, compute, &c));
+            h = c;
+        }
         for (int i = 0; i < m->nvars; i++) {
             DIST_TRY(dist_op_cast(tape, rep->var_ptrs[i], DIST_F32, compute, &c));
             vars[i] = c;

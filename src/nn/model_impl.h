@@ -34,6 +34,7 @@ typedef enum layer_kind {
     LAYER_LAYER_NORM,
     LAYER_GLOBAL_AVG_POOL1D,
     LAYER_PERMUTE,
+    LAYER_EMBEDDING,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -69,7 +70,8 @@ typedef struct model_layer {
     uint64_t seed;              /* dropout */
     dist_batch_norm_options bn; /* batch_norm: gamma is kernel_var, beta bias_var */
     int moving_mean_var, moving_variance_var; /* batch_norm, -1 otherwise */
-    int units;                                /* dense */
+    int units;                                /* dense; embedding: output_dim */
+    int input_dim;                            /* embedding: the vocabulary */
     dist_activation activation;
     int kernel_var, bias_var; /* variable indices, -1 if none */
     int in_ndim;              /* its (first) input's shape without the batch axis */
@@ -88,6 +90,7 @@ typedef struct model_var {
     int64_t numel;
     int64_t fan_in, fan_out; /* for Glorot; 0 = zeros (bias) */
     int ones;                /* initialized to ones (gamma, moving_variance) */
+    float uniform;           /* > 0: U(-uniform, uniform) (Keras's Embedding) instead */
     int trainable;           /* 0: updated by its layer (moving statistics); gradient zero */
 } model_var;
 
@@ -115,6 +118,7 @@ struct dist_model {
     int built;
     int in_ndim;
     int64_t in_shape[4];
+    dist_dtype in_dtype;         /* the input's dtype: float32, or int32 (token ids) */
     int nreplicas;
     model_replica *replicas;
     dist_backend *own_backend; /* when built outside every scope */

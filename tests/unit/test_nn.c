@@ -1,5 +1,6 @@
 /* The Sequential model: Keras's shapes, names, parameter count, summary and initializers. */
 #include "dist/nn.h"
+#include "dist/tape.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -90,16 +91,98 @@ END_TEST
 START_TEST(test_build_errors_name_the_layer) {
     dist_model *m;
     ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
-    ck_assert_int_eq(dist_model_add_dense(m, 10, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
     int64_t shape[3] = {28, 28, 1};
     ck_assert_int_eq(dist_model_build(m, 3, shape, 1), DIST_INVALID_ARGUMENT);
-    ck_assert_ptr_nonnull(strstr(dist_last_error(), "dense"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "global_average_pooling1d"));
     dist_model_destroy(m);
     ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
     ck_assert_int_eq(dist_model_add_conv2d(m, 8, 5, DIST_ACT_RELU), DIST_OK);
     int64_t tiny[3] = {3, 3, 1};
     ck_assert_int_eq(dist_model_build(m, 3, tiny, 1), DIST_INVALID_ARGUMENT);
     ck_assert_int_eq(dist_model_add_dense(m, 0, DIST_ACT_NONE), DIST_INVALID_ARGUMENT);
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* Keras's Dense on [steps, features]: the kernel on the last axis ([28, 28, 1] -> [28, 28, 10],
+ * a [1, 10] kernel); an Embedding reads the model's int32 ids, and an int32 input read by any
+ * other layer is refused naming it */
+START_TEST(test_dense_on_the_last_axis_and_embedding_on_int32_ids) {
+    dist_model *m;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 10, DIST_ACT_NONE), DIST_OK);
+    int64_t image[3] = {28, 28, 1}, out[4];
+    ck_assert_int_eq(dist_model_build(m, 3, image, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_output_shape(m, out), 3);
+    ck_assert(out[0] == 28 && out[1] == 28 && out[2] == 10);
+    ck_assert_int_eq(dist_model_num_params(m), 1 * 10 + 10);
+    dist_model_destroy(m);
+
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_embedding(m, 50, 6), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t steps[1] = {5};
+    ck_assert_int_eq(dist_model_build(m, 1, steps, 1), DIST_UNSUPPORTED); /* float32 input */
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "'embedding' (Embedding)"));
+    dist_model_destroy(m);
+
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, steps, 1), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "'dense' (Dense) reads the model's int32"));
+    dist_model_destroy(m);
+
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_embedding(m, 50, 6), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, steps, 7), DIST_OK);
+    ck_assert_int_eq(dist_model_input_dtype(m), DIST_I32);
+    ck_assert_int_eq(dist_model_output_shape(m, out), 2);
+    ck_assert(out[0] == 5 && out[1] == 3);
+    /* the table: [50, 6] drawn from U(-0.05, 0.05), not all equal */
+    const dist_tensor *table = dist_model_variable(m, 0, 0);
+    ck_assert(table->shape[0] == 50 && table->shape[1] == 6);
+    float *w = malloc((size_t)dist_model_num_params(m) * sizeof *w);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, dist_model_num_params(m)), DIST_OK);
+    float lo = 1, hi = -1;
+    for (int i = 0; i < 300; i++) lo = fminf(lo, w[i]), hi = fmaxf(hi, w[i]);
+    ck_assert(lo >= -0.05f && hi <= 0.05f && hi - lo > 0.05f);
+    /* the gradient of sum(embedding rows) w.r.t. the table counts each id's uses */
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    int32_t ids[10] = {3, 3, 0, 49, 3, 1, 2, 3, 4, 0};
+    int64_t xs[2] = {2, 5};
+    dist_tensor hx = dist_tensor_view(ids, DIST_I32, 2, xs), *x, *y, *s;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &x), DIST_OK);
+    dist_tensor hf = dist_tensor_view(w, DIST_F32, 2, xs), *xf;
+    ck_assert_int_eq(dist_tape_upload(t, &hf, &xf), DIST_OK);
+    ck_assert_int_eq(dist_model_call(m, t, xf, &y), DIST_INVALID_ARGUMENT); /* not int32 */
+    ck_assert_int_eq(dist_model_call(m, t, x, &y), DIST_OK);
+    ck_assert(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 5 && y->shape[2] == 3);
+    ck_assert_int_eq(dist_op_reduce_sum(t, y, &s), DIST_OK);
+    ck_assert_int_eq(dist_model_compute_gradients(m, t, s), DIST_OK);
+    float *g = malloc((size_t)dist_model_num_params(m) * sizeof *g);
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g,
+                                        (size_t)dist_model_num_params(m) * sizeof *g),
+                     DIST_OK);
+    /* d sum / d table[v][j] = uses(v) * sum_k kernel[j][k] */
+    const float *kernel = w + 300;
+    int uses[50] = {0};
+    for (int i = 0; i < 10; i++) uses[ids[i]]++;
+    for (int v = 0; v < 50; v++)
+        for (int j = 0; j < 6; j++) {
+            float want = 0;
+            for (int k = 0; k < 3; k++) want += kernel[j * 3 + k];
+            want *= (float)uses[v];
+            ck_assert_msg(fabsf(g[v * 6 + j] - want) <= 1e-6f, "table[%d][%d]: %g, want %g", v, j,
+                          (double)g[v * 6 + j], (double)want);
+        }
+    free(g);
+    free(w);
+    dist_tape_destroy(t);
     dist_model_destroy(m);
 }
 END_TEST
@@ -111,6 +194,7 @@ int main(void) {
     tcase_add_test(tc, test_summary_is_keras_style);
     tcase_add_test(tc, test_glorot_uniform_kernels_and_zero_biases_seeded);
     tcase_add_test(tc, test_build_errors_name_the_layer);
+    tcase_add_test(tc, test_dense_on_the_last_axis_and_embedding_on_int32_ids);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

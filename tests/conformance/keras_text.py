@@ -1,0 +1,129 @@
+"""A text classifier's layers against Keras 3 itself, on the same weights and token ids.
+
+Keras 3 (the conformance venv) builds a Functional model on int32 token ids (vocabulary 200,
+sequences of 16):
+
+  ids (16,) int32 -> Embedding(200, 32) -> Dense(32, gelu) on every step -> Add with the
+  embeddings -> LayerNormalization -> GlobalAveragePooling1D -> Dense(4)
+
+with every weight drawn by NumPy (some ids repeat in each sequence: the embedding gradient
+adds their rows). Keras writes model.to_json() and save_weights(); the keras_text driver
+(keras_text.c) builds the model from the JSON (the InputLayer's int32 dtype makes the model take
+ids), loads the weights, and writes its logits in inference and the gradient of the mean sparse
+softmax cross-entropy of every variable; Keras computes the same with tf.GradientTape at
+float32 and at float64. Bounds as conformance.keras_graph_layers: relative, 1e-5 against
+float64 Keras, 1e-4 against float32 Keras. A model with mask_zero=True is refused by name.
+
+Usage: keras_text.py DRIVER WORKDIR
+"""
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+N, T, V, D, K = 8, 16, 200, 32, 4
+TOL, TOL_F32, FLOOR = 1e-5, 1e-4, 0.1
+
+
+def make(mask_zero=False):
+    L = keras.layers
+    ids = keras.Input((T,), dtype="int32", name="ids")
+    e = L.Embedding(V, D, mask_zero=mask_zero, name="embed")(ids)
+    h = L.Dense(D, activation="gelu", name="ffn")(e)
+    h = L.Add(name="residual")([e, h])
+    h = L.LayerNormalization(epsilon=1e-6, name="ln")(h)
+    h = L.GlobalAveragePooling1D(name="pool")(h)
+    y = L.Dense(K, name="out")(h)
+    return keras.Model(ids, y, name="text")
+
+
+def rel(a, b, floor=0.0):
+    d = float(np.linalg.norm(a - b))
+    m = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
+    return d / m if m > 0 else d
+
+
+def keras_reference(json_path, weights_path, x, y, floatx):
+    keras.config.set_floatx(floatx)
+    try:
+        with open(json_path) as f:
+            model = keras.models.model_from_json(f.read().replace('"float32"', f'"{floatx}"'))
+        model.load_weights(weights_path)
+        logits = model(x, training=False).numpy().astype(np.float64)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_weights)
+        return logits, [(v.path, tuple(v.shape), tf.convert_to_tensor(g).numpy().astype(np.float64))
+                        for v, g in zip(model.trainable_weights, grads)]
+    finally:
+        keras.config.set_floatx("float32")
+
+
+def main():
+    driver, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(35)
+    x = rng.integers(0, V, (N, T)).astype(np.int32)
+    x[:, 1] = x[:, 0]  # a repeated id in every sequence
+    x[0, :4] = 7       # and one id repeated across the batch
+    y = rng.integers(0, K, N).astype(np.int32)
+    x_path, y_path = os.path.join(work, "ids.i32"), os.path.join(work, "y.i32")
+    x.tofile(x_path)
+    y.tofile(y_path)
+    keras.utils.set_random_seed(12)
+    model = make()
+    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    json_path = os.path.join(work, "text.json")
+    wpath = os.path.join(work, "text.weights.h5")
+    with open(json_path, "w") as f:
+        f.write(model.to_json())
+    model.save_weights(wpath)
+    lpath, gpath = os.path.join(work, "text.logits"), os.path.join(work, "text.grads")
+    r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"driver failed ({r.returncode}):\n{r.stderr}")
+    got = np.fromfile(lpath, dtype=np.float32).astype(np.float64).reshape(N, K)
+    flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
+    ok, line, worst = True, "", {}
+    for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
+        want, grads = keras_reference(json_path, wpath, x, y, floatx)
+        worst[floatx] = rel(got, want)
+        ok = ok and worst[floatx] <= bound
+        whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads)))
+        at = 0
+        for path, shape, g in grads:
+            mine = flat[at:at + int(np.prod(shape))].reshape(shape)
+            at += mine.size
+            e = rel(mine, g, FLOOR * whole)
+            worst[floatx] = max(worst[floatx], e)
+            if e > bound:
+                ok = False
+                line += f"; {path} gradient vs {floatx} {e:.2e}"
+        ok = ok and at == flat.size
+    print(f"{'ok  ' if ok else 'FAIL'} text: worst logits and gradients vs float64 Keras "
+          f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
+          f"(bound {TOL_F32:g})" + line)
+
+    # mask_zero=True: refused, naming the layer and the argument
+    masked = make(mask_zero=True)
+    mpath = os.path.join(work, "masked.json")
+    with open(mpath, "w") as f:
+        f.write(masked.to_json())
+    r = subprocess.run([driver, mpath, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                       capture_output=True, text=True)
+    refused = r.returncode != 0 and "'embed' (Embedding): argument 'mask_zero'" in r.stderr
+    print(f"{'ok  ' if refused else 'FAIL'} mask_zero=True refused: {r.stderr.strip()}")
+    sys.exit(0 if ok and refused else 1)
+
+
+if __name__ == "__main__":
+    main()
