@@ -47,6 +47,7 @@ const char *dist_op_name(const dist_op *op) {
     case DIST_OPC_SCALE: return "scale";
     case DIST_OPC_GATHER: return "gather";
     case DIST_OPC_GATHER_GRAD: return "gather_grad";
+    case DIST_OPC_BATCH_MATMUL: return "batch_matmul";
     case DIST_OPC_COUNT: break;
     }
     return "op";

@@ -466,6 +466,17 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
             out, IN(0), IN(1), n->i[0] ? 0 : 1, n->i[1] ? 1 : 0, aty, bty, ty);
         return DIST_OK;
     }
+    case XG_BATCH_MATMUL: {
+        TY(aty, INN(0));
+        TY(bty, INN(1));
+        put(b,
+            "    %s = \"stablehlo.dot_general\"(%s, %s) {dot_dimension_numbers = "
+            "#stablehlo.dot<lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], "
+            "lhs_contracting_dimensions = [%d], rhs_contracting_dimensions = [%d]>} : (%s, %s) "
+            "-> %s\n",
+            out, IN(0), IN(1), n->i[0] ? 1 : 2, n->i[1] ? 2 : 1, aty, bty, ty);
+        return DIST_OK;
+    }
     case XG_XENT_LOSS:
     case XG_SOFTMAX:
     case XG_XENT_GRAD:

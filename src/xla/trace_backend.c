@@ -1893,6 +1893,35 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
     case DIST_OPC_SCALE: /* the factor a runtime scalar */
         DIST_TRY(scaled(t, x[0], op->f[0], &v));
         return write_opt(t, out[0], v);
+    case DIST_OPC_BATCH_MATMUL: { /* dot_general with the batch flattened to one axis */
+        const dist_tensor *a = in[0], *b = in[1], *c = out[0];
+        const int r = a->ndim, ta = op->k & 1, tb = op->k >> 1 & 1;
+        if (op->k < 0 || op->k > 3 || r < 2 || b->ndim != r || c->ndim != r)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "%s: a, b and c of one rank >= 2 and k in 0..3 expected",
+                              dist_op_name(op));
+        int64_t nb = 1;
+        for (int i = 0; i < r - 2; i++) {
+            if (b->shape[i] != a->shape[i] || c->shape[i] != a->shape[i])
+                return dist_error(DIST_INVALID_ARGUMENT, "%s: batch axis %d differs",
+                                  dist_op_name(op), i);
+            nb *= a->shape[i];
+        }
+        const int64_t m = a->shape[r - 2 + ta], k = a->shape[r - 1 - ta];
+        const int64_t n = b->shape[r - 1 - tb];
+        if (b->shape[r - 2 + tb] != k || c->shape[r - 2] != m || c->shape[r - 1] != n)
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: the matrices' shapes do not agree",
+                              dist_op_name(op));
+        xshape as = {3, {nb, a->shape[r - 2], a->shape[r - 1]}};
+        xshape bs = {3, {nb, b->shape[r - 2], b->shape[r - 1]}};
+        xshape cs = {3, {nb, m, n}};
+        int ab[2];
+        DIST_TRY(reshape_to(t, x[0], &as, &ab[0]));
+        DIST_TRY(reshape_to(t, x[1], &bs, &ab[1]));
+        DIST_TRY(node_of(t, XG_BATCH_MATMUL, DIST_F32, &cs, 2, ab, ta, &v));
+        t->g->nodes[v].i[1] = tb;
+        return write_opt(t, out[0], v);
+    }
     case DIST_OPC_GATHER:
     case DIST_OPC_GATHER_GRAD: { /* one-hot rows times the table, or transposed times dy */
         const int fwd = op->code == DIST_OPC_GATHER;

@@ -67,7 +67,9 @@ typedef enum xg_op {
     XG_REDUCE_WINDOW, /* window sums over NHWC in[0], pool attributes (zeros as padding) */
     XG_IOTA,          /* i32 index along axis i[0] */
     XG_ISPLAT,        /* integer constant: every element i[0] (as the dtype's bits) */
-    XG_REPLICA_ID     /* i32 []: the replica running the program (stablehlo.replica_id) */
+    XG_REPLICA_ID,    /* i32 []: the replica running the program (stablehlo.replica_id) */
+    XG_BATCH_MATMUL   /* [B, M, N] = in[0] @ in[1] per batch entry (rank 3), i[0] / i[1]:
+                       * in[0] stored [B, K, M] / in[1] stored [B, N, K] (transposed) */
 } xg_op;
 
 /* XG_UNARY's functions (the StableHLO op; erf is CHLO's, which the PJRT compilers lower) */

@@ -331,6 +331,47 @@ START_TEST(test_gather_copies_rows_and_its_gradient_adds_them_back) {
 }
 END_TEST
 
+/* Two batch entries of [2, 3] @ [3, 2], with hand values, for every transpose flag: a
+ * transposed operand stored [.., K, M] / [.., N, K] gives the same product */
+START_TEST(test_batch_matmul_multiplies_each_batch_entry) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    const float a[12] = {1, 2, 3, 4, 5, 6, /* batch 1 */ 1, 0, 0, 0, 1, 0};
+    const float b[12] = {1, 0, 0, 1, 1, 1, /* batch 1 */ 2, 3, 4, 5, 6, 7};
+    const float want[8] = {4, 5, 10, 11, /* batch 1 */ 2, 3, 4, 5};
+    float at[12], bt[12], c[8];
+    for (int e = 0; e < 2; e++) /* the transposes: [3, 2] and [2, 3] per entry */
+        for (int i = 0; i < 2; i++)
+            for (int p = 0; p < 3; p++) {
+                at[e * 6 + p * 2 + i] = a[e * 6 + i * 3 + p];
+                bt[e * 6 + i * 3 + p] = b[e * 6 + p * 2 + i];
+            }
+    for (int k = 0; k < 4; k++) {
+        const int ta = k & 1, tb = k >> 1;
+        dist_tensor ta_ = dist_tensor_view((void *)(ta ? at : a), DIST_F32, 3,
+                                           ta ? (int64_t[]){2, 3, 2} : (int64_t[]){2, 2, 3});
+        dist_tensor tb_ = dist_tensor_view((void *)(tb ? bt : b), DIST_F32, 3,
+                                           tb ? (int64_t[]){2, 2, 3} : (int64_t[]){2, 3, 2});
+        dist_tensor tc = dist_tensor_view(c, DIST_F32, 3, (int64_t[]){2, 2, 2});
+        dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = k, .nin = 2, .nout = 1};
+        const dist_tensor *in[2] = {&ta_, &tb_};
+        dist_tensor *out[1] = {&tc};
+        memset(c, 0xff, sizeof c);
+        ck_assert_msg(dist_backend_run_op(be, &op, in, out) == DIST_OK, "%s", dist_last_error());
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(c[i] == want[i], "k %d: c[%d] = %g, want %g", k, i, (double)c[i],
+                          (double)want[i]);
+    }
+    /* inner extents that disagree: refused */
+    dist_tensor x = dist_tensor_view((void *)a, DIST_F32, 3, (int64_t[]){2, 2, 3});
+    dist_tensor y = dist_tensor_view(c, DIST_F32, 3, (int64_t[]){2, 2, 2});
+    dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .nin = 2, .nout = 1};
+    const dist_tensor *in[2] = {&x, &x};
+    dist_tensor *out[1] = {&y};
+    ck_assert_int_eq(dist_backend_run_op(be, &op, in, out), DIST_INVALID_ARGUMENT);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_ops_misc");
     TCase *tc = tcase_create("core");
@@ -341,6 +382,7 @@ int main(void) {
     tcase_add_test(tc, test_clip_by_norm_scales_above_the_norm_only);
     tcase_add_test(tc, test_loss_scale_ops);
     tcase_add_test(tc, test_gather_copies_rows_and_its_gradient_adds_them_back);
+    tcase_add_test(tc, test_batch_matmul_multiplies_each_batch_entry);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -484,6 +484,20 @@ START_TEST(test_loss_scale_ops_match_cpu) {
 }
 END_TEST
 
+/* Attention's shapes: [2, 4] batches of [16, 8] @ [8, 16] (scores) with every transpose flag,
+ * on cuBLAS's strided-batched GEMM against the CPU's loop */
+START_TEST(test_batch_matmul_matches_cpu) {
+    for (int k = 0; k < 4; k++) {
+        const int ta = k & 1, tb = k >> 1;
+        dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = k, .nin = 2, .nout = 1};
+        spec in[2] = {{4, {2, 4, ta ? 8 : 16, ta ? 16 : 8}, -1, 1, NULL, 0},
+                      {4, {2, 4, tb ? 16 : 8, tb ? 8 : 16}, -1, 1, NULL, 0}};
+        spec y = {4, {2, 4, 16, 16}, 0, 0, NULL, 0};
+        check_op("batch_matmul", &op, in, &y);
+    }
+}
+END_TEST
+
 /* ---- the embedding lookup ---------------------------------------------------------------- */
 
 /* One tensor of dtype dt with the bytes of v on backend be. */
@@ -654,6 +668,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_sum_squares_and_clipping_match_cpu);
     tcase_add_test(tc, test_loss_scale_ops_match_cpu);
     tcase_add_test(tc, test_gather_and_its_gradient_give_the_cpu_bits);
+    tcase_add_test(tc, test_batch_matmul_matches_cpu);
     tcase_add_test(tc, test_ops_replayed_from_a_step_graph_give_the_eager_bits);
     suite_add_tcase(s, tc);
     return s;

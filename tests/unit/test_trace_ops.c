@@ -694,6 +694,22 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
             }
         return;
     }
+    case DIST_OPC_BATCH_MATMUL: { /* c[b] = op(a[b]) op(b[b]), in double */
+        const hval *a = &in[0], *b = &in[1];
+        const int r = a->ndim, ta = op->k & 1, tb = op->k >> 1 & 1;
+        int64_t m = out[0].dims[r - 2], nn = out[0].dims[r - 1], k = a->dims[r - 1 - ta];
+        int64_t nb = hnumel(&out[0]) / (m * nn);
+        for (int64_t bi = 0; bi < nb; bi++)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < nn; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < k; p++)
+                        s += (double)a->data[bi * m * k + (ta ? p * m + i : i * k + p)] *
+                             b->data[bi * k * nn + (tb ? j * k + p : p * nn + j)];
+                    out[0].data[(bi * m + i) * nn + j] = (float)s;
+                }
+        return;
+    }
     case DIST_OPC_GATHER_GRAD: { /* dy's rows added in the ids' order */
         int64_t v = out[0].dims[0], d = hnumel(&out[0]) / v;
         memset(out[0].data, 0, (size_t)hnumel(&out[0]) * sizeof(float));
@@ -1004,6 +1020,22 @@ START_TEST(test_gather_and_its_scatter_add_gradient_match) {
 }
 END_TEST
 
+/* [2, 3] batches of [4, 5] @ [5, 2] with each operand stored plain or transposed */
+START_TEST(test_batch_matmul_with_every_transpose_matches) {
+    for (int k = 0; k < 4; k++) {
+        const int ta = k & 1, tb = k >> 1;
+        hval a = hrand(4, ta ? (int64_t[]){2, 3, 5, 4} : (int64_t[]){2, 3, 4, 5}, 80 + k, -1, 1);
+        hval b = hrand(4, tb ? (int64_t[]){2, 3, 2, 5} : (int64_t[]){2, 3, 5, 2}, 90 + k, -1, 1);
+        hval in[2] = {a, b}, c = hnew(4, (int64_t[]){2, 3, 4, 2});
+        char name[48];
+        snprintf(name, sizeof name, "batch_matmul, transposes a %d b %d", ta, tb);
+        check_op(name, &(dist_op){.code = DIST_OPC_BATCH_MATMUL, .k = k, .nin = 2, .nout = 1},
+                 in, &c);
+        hfree(&a), hfree(&b), hfree(&c);
+    }
+}
+END_TEST
+
 START_TEST(test_dropout_mask_has_the_hash_bits_and_each_replica_its_own) {
     dist_op op = {.code = DIST_OPC_DROPOUT_MASK,
                   .nout = 1,
@@ -1210,7 +1242,7 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
     hval st = hnew(2, (int64_t[]){4, 3}), s2 = hnew(2, (int64_t[]){2, 3}), c = hnew(0, NULL);
     hval m = hnew(2, (int64_t[]){1, 3}), sc = hnew(0, NULL), row = hnew(1, (int64_t[]){2});
     hval x4 = hrand(4, (int64_t[]){1, 4, 4, 1}, 3, 0, 1), y4 = hnew(4, (int64_t[]){1, 2, 2, 1});
-    hval ids = hids(2, (const int32_t[]){1, 0});
+    hval ids = hids(2, (const int32_t[]){1, 0}), sq = hnew(2, (int64_t[]){2, 2});
     c.data[0] = 2.0f;
     struct {
         dist_op op;
@@ -1271,6 +1303,7 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
         {{.code = DIST_OPC_SCALE, .nin = 1, .nout = 1, .f = {3.0f}}, {x}, {x}},
         {{.code = DIST_OPC_GATHER, .nin = 2, .nout = 1}, {x, ids}, {x}},
         {{.code = DIST_OPC_GATHER_GRAD, .nin = 2, .nout = 1}, {ids, x}, {x}},
+        {{.code = DIST_OPC_BATCH_MATMUL, .k = 2, .nin = 2, .nout = 1}, {x, x}, {sq}},
     };
     int seen[DIST_OPC_COUNT] = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1301,7 +1334,7 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
     for (int c2 = DIST_OPC_UNARY; c2 < DIST_OPC_COUNT; c2++)
         ck_assert_msg(seen[c2], "op code %d has no case", c2);
     hfree(&x), hfree(&b), hfree(&st), hfree(&s2), hfree(&c), hfree(&m), hfree(&sc), hfree(&row);
-    hfree(&x4), hfree(&y4), hfree(&ids), hfree(&cases[6].out[0]);
+    hfree(&x4), hfree(&y4), hfree(&ids), hfree(&sq), hfree(&cases[6].out[0]);
 }
 END_TEST
 
@@ -1371,6 +1404,7 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_sum_of_squares_and_clipping_match);
         tcase_add_test(run, test_loss_scale_ops_match);
         tcase_add_test(run, test_gather_and_its_scatter_add_gradient_match);
+        tcase_add_test(run, test_batch_matmul_with_every_transpose_matches);
         tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
         tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);
         tcase_add_test(run,

@@ -226,6 +226,9 @@ dist_status cpu_op_gather(void *ctx, const dist_op *op, const dist_tensor *const
                           dist_tensor *const *out);
 dist_status cpu_op_gather_grad(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                dist_tensor *const *out);
+/* cpu_batch_matmul.c: [batch, M, K] @ [batch, K, N], each sum in ops.h's order */
+dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                                dist_tensor *const *out);
 
 /* For tests and start-up checks: the implementation names of the primitives created so far,
  * written as "op=impl;..." into buf. */

@@ -75,6 +75,7 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_SCALE: a->nin = 1; return 1;
     case DIST_OPC_GATHER: *a = (op_arity){2, 1, 0, 0, 2}; return 1;
     case DIST_OPC_GATHER_GRAD: *a = (op_arity){2, 1, 0, 0, 1}; return 1;
+    case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= 3;
     case DIST_OPC_COUNT: break;
     }
     return 0;
@@ -1046,6 +1047,7 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
     case DIST_OPC_SCALE: return cpu_op_scale(ctx, op, in, out);
     case DIST_OPC_GATHER: return cpu_op_gather(ctx, op, in, out);
     case DIST_OPC_GATHER_GRAD: return cpu_op_gather_grad(ctx, op, in, out);
+    case DIST_OPC_BATCH_MATMUL: return cpu_op_batch_matmul(ctx, op, in, out);
     case DIST_OPC_COUNT: break;
     }
     return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);

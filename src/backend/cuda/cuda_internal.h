@@ -176,6 +176,9 @@ dist_status cuda_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, cons
 dist_status cuda_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
                                         const dist_tensor *dy, dist_tensor *dw, dist_tensor *db);
 void cuda_conv_plans_release(cuda_ctx *c);
+/* The op set's BATCH_MATMUL (backend/ops.h) as one cublasGemmStridedBatchedEx, float32. */
+dist_status cuda_batch_matmul_op(void *ctx, const dist_op *op, const dist_tensor *a,
+                                 const dist_tensor *b, dist_tensor *cm);
 dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                         const dist_tensor *b, float beta, dist_tensor *cm);
 /* The op set (backend/ops.h) on device memory (cuda_ops.c, kernels in cuda_ops.cu). */

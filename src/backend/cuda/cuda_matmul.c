@@ -101,3 +101,72 @@ dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const 
     cm->layout = DIST_LAYOUT_PLAIN;
     return DIST_OK;
 }
+
+/* ---- the op set's BATCH_MATMUL (backend/ops.h): one strided-batched GEMM ------------------- */
+
+typedef struct bgemm_args {
+    int op_a, op_b, m, n, k, lda, ldb, ldc, batch;
+    long long sa, sb, sc;
+    const float *a, *b;
+    float *c;
+} bgemm_args;
+
+static dist_status run_bgemm(void *device, const void *args) {
+    const bgemm_args *g = args;
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_TRY(cublasGemmStridedBatchedEx(
+                   ((cuda_ctx *)device)->cublas, (cublasOperation_t)g->op_a,
+                   (cublasOperation_t)g->op_b, g->m, g->n, g->k, &one, g->a, CUDA_R_32F, g->lda,
+                   g->sa, g->b, CUDA_R_32F, g->ldb, g->sb, &zero, g->c, CUDA_R_32F, g->ldc, g->sc,
+                   g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "batch_matmul (cublasGemmStridedBatchedEx)");
+    return DIST_OK;
+}
+
+dist_status cuda_batch_matmul_op(void *ctx, const dist_op *op, const dist_tensor *a,
+                                 const dist_tensor *b, dist_tensor *cm) {
+    cuda_ctx *c = ctx;
+    const int r = a->ndim, ta = op->k & 1, tb = op->k >> 1 & 1;
+    if (op->k < 0 || op->k > 3 || r < 2 || b->ndim != r || cm->ndim != r)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "batch_matmul: a, b and c of one rank >= 2 and k in 0..3 expected");
+    int64_t batch = 1;
+    for (int i = 0; i < r - 2; i++) {
+        if (b->shape[i] != a->shape[i] || cm->shape[i] != a->shape[i])
+            return dist_error(DIST_INVALID_ARGUMENT, "batch_matmul: batch axis %d differs", i);
+        batch *= a->shape[i];
+    }
+    const int64_t m = a->shape[r - 2 + ta], k = a->shape[r - 1 - ta];
+    const int64_t kb = b->shape[r - 2 + tb], n = b->shape[r - 1 - tb];
+    if (kb != k || cm->shape[r - 2] != m || cm->shape[r - 1] != n)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "batch_matmul: [%lld x %lld] @ [%lld x %lld] -> [%lld x %lld] do not "
+                          "agree",
+                          (long long)m, (long long)k, (long long)kb, (long long)n,
+                          (long long)cm->shape[r - 2], (long long)cm->shape[r - 1]);
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || batch > INT_MAX)
+        return dist_error(DIST_UNSUPPORTED, "batch_matmul: dimensions beyond cuBLAS's int range");
+    cm->layout = DIST_LAYOUT_PLAIN;
+    if (m == 0 || n == 0 || batch == 0) return DIST_OK;
+    DIST_TRY(cuda_enter(c));
+    if (k == 0) return cuda_submit_fill(c, cm->data, (size_t)(batch * m * n), 0.0f);
+    /* row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T (see cuda_matmul) */
+    bgemm_args g;
+    memset(&g, 0, sizeof g);
+    g.op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    g.m = (int)n;
+    g.n = (int)m;
+    g.k = (int)k;
+    g.a = b->data;
+    g.lda = (int)(tb ? k : n);
+    g.sa = (long long)(k * n);
+    g.b = a->data;
+    g.ldb = (int)(ta ? m : k);
+    g.sb = (long long)(m * k);
+    g.c = cm->data;
+    g.ldc = (int)n;
+    g.sc = (long long)(m * n);
+    g.batch = (int)batch;
+    return cuda_submit(c, run_bgemm, &g, sizeof g);
+}

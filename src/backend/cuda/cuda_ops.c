@@ -69,6 +69,7 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_DROPOUT_MASK: return 1;
     case DIST_OPC_GATHER: s->in_req = 3, s->in_i32 = 2; return 1;
     case DIST_OPC_GATHER_GRAD: s->in_req = 3, s->in_i32 = 1; return 1;
+    case DIST_OPC_BATCH_MATMUL: s->in_req = 3; return op->k >= 0 && op->k <= 3;
     case DIST_OPC_COUNT: break;
     }
     return 0;
@@ -446,6 +447,7 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         a->n = dist_tensor_numel(y);
         return DIST_OK;
     }
+    case DIST_OPC_BATCH_MATMUL: return bad(op, "runs on cuBLAS, not as a kernel (internal)");
     case DIST_OPC_CLIP_BY_NORM:
         if (!(op->f[0] > 0.0f) || isinf(op->f[0]))
             return bad(op, "the clip norm must be finite and > 0");
@@ -474,6 +476,7 @@ dist_status cuda_run_op(void *ctx, const dist_op *op, const dist_tensor *const *
                           "%s: the CUDA backend does not run this op (code %d, kind %d) on these "
                           "tensors (it takes float32 in the plain layout, the ids int32)",
                           op ? dist_op_name(op) : "op", op ? (int)op->code : -1, op ? op->k : -1);
+    if (op->code == DIST_OPC_BATCH_MATMUL) return cuda_batch_matmul_op(c, op, in[0], in[1], out[0]);
     cudak_op a;
     memset(&a, 0, sizeof a); /* the command's bytes: padding included */
     DIST_TRY(op_setup(op, in, out, &a));
