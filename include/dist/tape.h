@@ -246,6 +246,12 @@ DIST_API dist_status dist_op_batch_norm_with_statistics(dist_tape *tape, const d
  * Runs on the backend's GEMM (any backend). */
 DIST_API dist_status dist_op_matmul(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
                                     int transpose_a, int transpose_b, dist_tensor **y);
+/* tf.linalg.matmul of batches (rank >= 3, equal leading extents): y[..] = op(a[..]) @ op(b[..]),
+ * op transposing the last two axes when the flag is set; both operands get gradients. The
+ * op set's BATCH_MATMUL (any backend: cuBLAS on CUDA, dot_general under tpu). */
+DIST_API dist_status dist_op_batch_matmul(dist_tape *tape, const dist_tensor *a,
+                                          const dist_tensor *b, int transpose_a, int transpose_b,
+                                          dist_tensor **y);
 /* tf.nn.embedding_lookup: rows of table [V, D] (float32) by ids (int32, any shape of rank up
  * to DIST_MAX_DIMS - 1): y has ids' shape + [D]. An id outside [0, V) gives a row of zeros
  * (TensorFlow on a GPU; on a CPU TensorFlow fails: check ids on the host where that matters).

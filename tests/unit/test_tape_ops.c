@@ -118,6 +118,28 @@ static void gradcheck(const op_case *c) {
 
 /* ---- forwards ---- */
 
+static dist_status fwd_batch_matmul(dist_tape *t, dist_tensor **in, const op_case *c,
+                                   dist_tensor **y) {
+    return dist_op_batch_matmul(t, in[0], in[1], c->p[0], c->p[1], y);
+}
+
+/* [2, 3] batches of [4, 5] @ [5, 2], each operand stored plain or transposed: both gradients
+ * against central differences */
+START_TEST(test_batch_matmul_gradients_match_finite_differences) {
+    for (int k = 0; k < 4; k++) {
+        const int ta = k & 1, tb = k >> 1;
+        op_case c = {.nin = 2,
+                     .ndim = {4, 4},
+                     .shape = {{2, 3, ta ? 5 : 4, ta ? 4 : 5}, {2, 3, tb ? 2 : 5, tb ? 5 : 2}},
+                     .lo = -1.0f,
+                     .hi = 1.0f,
+                     .forward = fwd_batch_matmul,
+                     .p = {ta, tb}};
+        gradcheck(&c);
+    }
+}
+END_TEST
+
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN };
 
 static dist_status fwd_binary(dist_tape *t, dist_tensor **in, const op_case *c, dist_tensor **y) {
@@ -715,6 +737,7 @@ int main(void) {
     tcase_add_test(tc, test_shapes_that_do_not_broadcast_name_both_shapes);
     tcase_add_test(tc, test_add_of_equal_sizes_keeps_its_elementwise_rule);
     tcase_add_test(tc, test_steady_state_steps_with_math_ops_allocate_nothing);
+    tcase_add_test(tc, test_batch_matmul_gradients_match_finite_differences);
     suite_add_tcase(s, tc);
     int rc = dist_test_run(s);
     if (rc == 0) rc = run_gpu_suite();

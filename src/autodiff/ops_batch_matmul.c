@@ -1,0 +1,77 @@
+/* The batched matrix product on the tape (dist_op_batch_matmul): the op set's BATCH_MATMUL
+ * forward, and for each operand its gradient as one more BATCH_MATMUL with the transpose flags
+ * that give it in its stored layout. */
+#include "autodiff/tape_impl.h"
+#include "core/error.h"
+
+/* The gradients, with y = op(A) op(B) and A, B as stored (ta, tb: stored transposed):
+ *   ta tb | dA (stored)     | dB (stored)
+ *   0  0  | dY B^T   (2)    | A^T dY   (1)
+ *   1  0  | B dY^T   (2)    | A dY     (0)
+ *   0  1  | dY B     (0)    | dY^T A   (1)
+ *   1  1  | B^T dY^T (3)    | dY^T A^T (3)
+ * (the flags of the product that gives each, its operands in the order written) */
+static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *a = n->in[0], *b = n->in[1], *dy;
+    const int ta = n->p.m.kind & 1, tb = n->p.m.kind >> 1 & 1;
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    const dist_tensor *pa, *pb;
+    DIST_TRY(tape_plain_of(t, a, &pa));
+    DIST_TRY(tape_plain_of(t, b, &pb));
+    tape_plain_grad h;
+    dist_tensor *d;
+    DIST_TRY(tape_plain_grad_begin(t, a, &h, &d));
+    if (d) {
+        static const int flags[4] = {2, 2, 0, 3};
+        dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags[n->p.m.kind], 2, 1);
+        const dist_tensor *in[2] = {ta ? pb : dy, ta ? dy : pb};
+        DIST_TRY(tape_run_op(t, &op, in, &d));
+        DIST_TRY(tape_plain_grad_end(t, a, &h));
+    }
+    DIST_TRY(tape_plain_grad_begin(t, b, &h, &d));
+    if (d) {
+        static const int flags[4] = {1, 0, 1, 3};
+        dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags[n->p.m.kind], 2, 1);
+        const dist_tensor *in[2] = {tb ? dy : pa, tb ? pa : dy};
+        DIST_TRY(tape_run_op(t, &op, in, &d));
+        DIST_TRY(tape_plain_grad_end(t, b, &h));
+    }
+    return DIST_OK;
+}
+
+dist_status dist_op_batch_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
+                                 int transpose_a, int transpose_b, dist_tensor **y) {
+    DIST_CHECK_ARG(t && a && b && y, "dist_op_batch_matmul: NULL argument");
+    DIST_TRY(tape_check_f32(a, "batch_matmul"));
+    DIST_TRY(tape_check_f32(b, "batch_matmul"));
+    const int r = a->ndim, ta = transpose_a != 0, tb = transpose_b != 0;
+    DIST_CHECK_ARG(r >= 3 && b->ndim == r,
+                   "batch_matmul: a and b must have one rank >= 3 (have %d and %d)", a->ndim,
+                   b->ndim);
+    int64_t shape[DIST_MAX_DIMS];
+    for (int d = 0; d < r - 2; d++) {
+        DIST_CHECK_ARG(a->shape[d] == b->shape[d],
+                       "batch_matmul: batch axis %d is %lld in a and %lld in b", d,
+                       (long long)a->shape[d], (long long)b->shape[d]);
+        shape[d] = a->shape[d];
+    }
+    const int64_t k = a->shape[r - 1 - ta], kb = b->shape[r - 2 + tb];
+    DIST_CHECK_ARG(k == kb, "batch_matmul: inner extents %lld and %lld differ", (long long)k,
+                   (long long)kb);
+    shape[r - 2] = a->shape[r - 2 + ta];
+    shape[r - 1] = b->shape[r - 1 - tb];
+    const dist_tensor *pa, *pb;
+    DIST_TRY(tape_plain_of(t, a, &pa));
+    DIST_TRY(tape_plain_of(t, b, &pb));
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, r, shape, &out));
+    dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, ta | tb << 1, 2, 1);
+    const dist_tensor *in[2] = {pa, pb};
+    DIST_TRY(tape_run_op(t, &op, in, &out));
+    const dist_tensor *rec[2] = {a, b};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, batch_matmul_backward, 2, rec, &n));
+    if (n) n->p.m.kind = ta | tb << 1;
+    *y = out;
+    return DIST_OK;
+}
