@@ -171,6 +171,15 @@ DIST_API dist_status dist_model_create_mnist_cnn(dist_model **out);
  * dtype int32 (dist_model_set_input_dtype). An id outside [0, input_dim) gives a row of zeros.
  * mask_zero is not supported. */
 DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, int output_dim);
+/* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as
+ * self-attention on [batch, steps, features] (query = value = key: the layer reads one tensor,
+ * or the same tensor two or three times through dist_model_set_inputs), dropout 0, no mask:
+ * Keras's weights (query/key/value kernels [features, heads, dim] with biases [heads, dim],
+ * output kernel [heads, value_dim, features] with bias [features], Glorot-uniform kernels),
+ * the query scaled by 1 / sqrt(key_dim), softmax over the keys. value_dim <= 0 means key_dim.
+ * Cross-attention (another value or key tensor) is refused at build. */
+DIST_API dist_status dist_model_add_multi_head_attention(dist_model *model, int num_heads,
+                                                         int key_dim, int value_dim, int use_bias);
 /* The dtype of the model's input: DIST_F32 (the default) or DIST_I32 (token ids, read by an
  * Embedding); set before dist_model_build. dist_model_call then takes x of that dtype, and a
  * mixed policy does not cast it. */

@@ -281,6 +281,14 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         break;
     case LAYER_LAYER_NORM: layer_norm_config(c, l); break;
     case LAYER_EMBEDDING: embedding_config(c, l); break;
+    case LAYER_MHA:
+        /* Keras's call takes query and value as two arguments, which the writer's
+         * one-argument inbound nodes do not say */
+        st = dist_error(DIST_UNSUPPORTED,
+                        "layer '%s' (MultiHeadAttention): dist_model_save_keras does not write "
+                        "this layer (save the weights with dist_model_save_keras_weights)",
+                        l->name);
+        break;
     case LAYER_KIND_COUNT: break;
     }
     if (st != DIST_OK) {

@@ -707,6 +707,60 @@ static dist_status add_embedding(dist_model *m, const json_layer *l) {
     return dist_model_add_embedding(m, in_dim, out_dim);
 }
 
+static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"num_heads",
+                                        "key_dim",
+                                        "value_dim",
+                                        "dropout",
+                                        "use_bias",
+                                        "output_shape",
+                                        "attention_axes",
+                                        "kernel_initializer",
+                                        "bias_initializer",
+                                        "kernel_regularizer",
+                                        "bias_regularizer",
+                                        "activity_regularizer",
+                                        "kernel_constraint",
+                                        "bias_constraint",
+                                        "seed",
+                                        "batch_input_shape",
+                                        NULL};
+    DIST_TRY(check_keys(l, known)); /* use_gate, sliding_window, flash attention: refused there */
+    DIST_TRY(check_absent(l, no_extras));
+    DIST_TRY(check_initializers(l));
+    int heads, key_dim, value_dim;
+    const cJSON *c = l->config;
+    if (!json_int(cJSON_GetObjectItemCaseSensitive(c, "num_heads"), &heads) || heads < 1 ||
+        !json_int(cJSON_GetObjectItemCaseSensitive(c, "key_dim"), &key_dim) || key_dim < 1)
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (MultiHeadAttention): 'num_heads' and 'key_dim' must be "
+                          "positive integers",
+                          l->name);
+    const cJSON *vd = cJSON_GetObjectItemCaseSensitive(c, "value_dim");
+    value_dim = key_dim;
+    if (vd && !cJSON_IsNull(vd) && (!json_int(vd, &value_dim) || value_dim < 1))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (MultiHeadAttention): 'value_dim' must be a positive integer",
+                          l->name);
+    const cJSON *dr = cJSON_GetObjectItemCaseSensitive(c, "dropout");
+    if (dr && (!cJSON_IsNumber(dr) || dr->valuedouble != 0.0))
+        return unsupported_arg(l, "dropout", "is not 0; libdist's attention has no dropout");
+    const cJSON *os = cJSON_GetObjectItemCaseSensitive(c, "output_shape");
+    if (os && !cJSON_IsNull(os))
+        return unsupported_arg(l, "output_shape",
+                               "is set; libdist projects back to the query's "
+                               "features");
+    /* attention over the steps: Keras writes null, or [1] once built on [batch, steps, D] */
+    const cJSON *ax = cJSON_GetObjectItemCaseSensitive(c, "attention_axes");
+    int a1 = 0;
+    if (ax && !cJSON_IsNull(ax) &&
+        !(cJSON_IsArray(ax) && cJSON_GetArraySize(ax) == 1 &&
+          json_int(cJSON_GetArrayItem(ax, 0), &a1) && a1 == 1))
+        return unsupported_arg(l, "attention_axes", "is not [1]; libdist attends over the steps");
+    int use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "use_bias"));
+    return dist_model_add_multi_head_attention(m, heads, key_dim, value_dim, use_bias);
+}
+
 /* The InputLayer's dtype: float32 (absent too) or int32 (check_dtype refused the rest). */
 static dist_dtype input_layer_dtype(const json_layer *l) {
     const char *d = json_str(l->config, "dtype");
@@ -758,7 +812,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"GlobalAveragePooling1D", add_global_average_pool1d},
                  {"GlobalAvgPool1D", add_global_average_pool1d},
                  {"Permute", add_permute},
-                 {"Embedding", add_embedding}};
+                 {"Embedding", add_embedding},
+                 {"MultiHeadAttention", add_multi_head_attention}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
             DIST_TRY(kinds[i].add(m, l));
@@ -770,7 +825,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                       "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
                       "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
                       "Activation, ReLU, Softmax, Rescaling, Reshape, Permute, "
-                      "GlobalAveragePooling1D, Embedding and ZeroPadding2D)",
+                      "GlobalAveragePooling1D, Embedding, MultiHeadAttention and "
+                      "ZeroPadding2D)",
                       l->name, l->class_name);
 }
 
@@ -842,6 +898,19 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
     int keras3 = cJSON_IsObject(node);
     if (keras3) {
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
+        const int nargs = cJSON_IsArray(args) ? cJSON_GetArraySize(args) : 0;
+        if (strcmp(l->class_name, "MultiHeadAttention") == 0 && nargs >= 2 && nargs <= 3) {
+            /* query, value[, key]: each a tensor (build refuses cross-attention) */
+            DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs")));
+            for (int j = 0; j < nargs; j++) {
+                const cJSON *cfg =
+                    cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(args, j), "config");
+                DIST_TRY(history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"),
+                                      &names[j]));
+            }
+            *count = nargs;
+            return DIST_OK;
+        }
         if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
             return dist_error(DIST_UNSUPPORTED,
                               "layer '%s' (%s): its call has %d positional arguments; libdist "

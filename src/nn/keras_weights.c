@@ -82,6 +82,34 @@ static int layer_vars(const model_layer *l, int vars[4]) {
     return n;
 }
 
+/* The groups of layer l's variables under layers/<key>: one ("": <key>/vars) for every kind
+ * but MultiHeadAttention, whose four EinsumDense sublayers each hold kernel and bias in
+ * <key>/<sub>/vars. Returns the group count. */
+typedef struct var_group {
+    const char *sub; /* "" for the layer's own vars */
+    int n, vars[4];
+} var_group;
+
+static int layer_groups(const model_layer *l, var_group g[4]) {
+    if (l->kind != LAYER_MHA) {
+        g[0].sub = "";
+        g[0].n = layer_vars(l, g[0].vars);
+        return 1;
+    }
+    static const char *const subs[4] = {"query_dense", "key_dense", "value_dense", "output_dense"};
+    for (int p = 0; p < 4; p++) {
+        g[p].sub = subs[p];
+        g[p].n = 0;
+        for (int k = 0; k < 2; k++)
+            if (l->mha_vars[2 * p + k] >= 0) g[p].vars[g[p].n++] = l->mha_vars[2 * p + k];
+    }
+    return 4;
+}
+
+static void group_key(const char *key, const var_group *g, char *buf, size_t size) {
+    snprintf(buf, size, "%s%s%s", key, g->sub[0] ? "/" : "", g->sub);
+}
+
 static void shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
     size_t at = 0;
     at += (size_t)snprintf(buf + at, size - at, "(");
@@ -153,19 +181,35 @@ static dist_status build_image(h5_quiet *q, const dist_model *m, const float *pa
         char key[64];
         keras_key(m, i, key, sizeof key);
         hid_t lg = H5Gcreate2(layers, key, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        hid_t vg = lg >= 0 ? create_vars_group(lg, l->name) : H5I_INVALID_HID;
-        int vars[4], n = layer_vars(l, vars), ok = vg >= 0;
-        for (int k = 0; k < n && ok; k++) {
-            char ds[16];
-            snprintf(ds, sizeof ds, "%d", k);
-            ok = write_dataset(vg, ds, &m->vars[vars[k]], params + m->vars[vars[k]].offset);
+        var_group groups[4];
+        int ng = layer_groups(l, groups), ok = lg >= 0;
+        /* MultiHeadAttention: its own (empty) vars, then a group per sublayer */
+        if (ok && groups[0].sub[0]) {
+            hid_t own = create_vars_group(lg, l->name);
+            ok = own >= 0;
+            if (own >= 0) H5Gclose(own);
+        }
+        for (int gi = 0; gi < ng && ok; gi++) {
+            const var_group *g = &groups[gi];
+            hid_t sg =
+                g->sub[0] ? H5Gcreate2(lg, g->sub, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : lg;
+            hid_t vg =
+                sg >= 0 ? create_vars_group(sg, g->sub[0] ? g->sub : l->name) : H5I_INVALID_HID;
+            ok = vg >= 0;
+            for (int k = 0; k < g->n && ok; k++) {
+                char ds[16];
+                snprintf(ds, sizeof ds, "%d", k);
+                ok = write_dataset(vg, ds, &m->vars[g->vars[k]],
+                                   params + m->vars[g->vars[k]].offset);
+            }
+            if (vg >= 0) H5Gclose(vg);
+            if (g->sub[0] && sg >= 0) H5Gclose(sg);
         }
         if (!ok) {
             char what[128];
             snprintf(what, sizeof what, "HDF5: writing layer '%s' (layers/%s/vars)", l->name, key);
             st = h5_error(q, DIST_IO, what);
         }
-        if (vg >= 0) H5Gclose(vg);
         if (lg >= 0) H5Gclose(lg);
     }
     if (st == DIST_OK) {
@@ -313,36 +357,45 @@ static dist_status read_file(h5_quiet *q, const dist_model *m, hid_t file, float
     dist_status st = DIST_OK;
     for (int i = 0; i < m->nlayers && st == DIST_OK; i++) {
         const model_layer *l = &m->layers[i];
-        int vars[4], n = layer_vars(l, vars);
-        if (n == 0) continue;
-        char key[64], path[96];
-        keras_key(m, i, key, sizeof key);
-        snprintf(path, sizeof path, "%s/vars", key);
-        if (H5Lexists(layers, key, H5P_DEFAULT) <= 0 || H5Lexists(layers, path, H5P_DEFAULT) <= 0) {
-            h5_forget(q);
-            st = dist_error(DIST_FORMAT, "layer '%s': the file has no group layers/%s/vars",
-                            l->name, key);
-            break;
+        var_group groups[4];
+        int ng = layer_groups(l, groups);
+        char lkey[64];
+        keras_key(m, i, lkey, sizeof lkey);
+        for (int g = 0; g < ng && st == DIST_OK; g++) {
+            const int *vars = groups[g].vars, n = groups[g].n;
+            if (n == 0) continue;
+            char key[128], path[160];
+            group_key(lkey, &groups[g], key, sizeof key);
+            snprintf(path, sizeof path, "%s/vars", key);
+            if (H5Lexists(layers, lkey, H5P_DEFAULT) <= 0 ||
+                H5Lexists(layers, key, H5P_DEFAULT) <= 0 ||
+                H5Lexists(layers, path, H5P_DEFAULT) <= 0) {
+                h5_forget(q);
+                st = dist_error(DIST_FORMAT, "layer '%s': the file has no group layers/%s/vars",
+                                l->name, key);
+                break;
+            }
+            hid_t vg = H5Gopen2(layers, path, H5P_DEFAULT);
+            H5G_info_t gi;
+            if (vg < 0 || H5Gget_info(vg, &gi) < 0) {
+                char what[160];
+                snprintf(what, sizeof what, "layer '%s' (layers/%s/vars)", l->name, key);
+                st = h5_error(q, DIST_FORMAT, what);
+            } else if (gi.nlinks != (hsize_t)n) {
+                st = dist_error(
+                    DIST_FORMAT,
+                    "layer '%s' (layers/%s/vars): the file has %llu variables, the model "
+                    "%d",
+                    l->name, key, (unsigned long long)gi.nlinks, n);
+            }
+            for (int k = 0; k < n && st == DIST_OK; k++) {
+                char ds[16];
+                snprintf(ds, sizeof ds, "%d", k);
+                const model_var *v = &m->vars[vars[k]];
+                st = read_variable(q, vg, ds, l, key, v, params + v->offset);
+            }
+            if (vg >= 0) H5Gclose(vg);
         }
-        hid_t vg = H5Gopen2(layers, path, H5P_DEFAULT);
-        H5G_info_t gi;
-        if (vg < 0 || H5Gget_info(vg, &gi) < 0) {
-            char what[160];
-            snprintf(what, sizeof what, "layer '%s' (layers/%s/vars)", l->name, key);
-            st = h5_error(q, DIST_FORMAT, what);
-        } else if (gi.nlinks != (hsize_t)n) {
-            st = dist_error(DIST_FORMAT,
-                            "layer '%s' (layers/%s/vars): the file has %llu variables, the model "
-                            "%d",
-                            l->name, key, (unsigned long long)gi.nlinks, n);
-        }
-        for (int k = 0; k < n && st == DIST_OK; k++) {
-            char ds[16];
-            snprintf(ds, sizeof ds, "%d", k);
-            const model_var *v = &m->vars[vars[k]];
-            st = read_variable(q, vg, ds, l, key, v, params + v->offset);
-        }
-        if (vg >= 0) H5Gclose(vg);
     }
     if (st == DIST_OK) {
         char extra[64] = "";

@@ -69,6 +69,7 @@ static const struct {
     [LAYER_GLOBAL_AVG_POOL1D] = {"GlobalAveragePooling1D", "global_average_pooling1d"},
     [LAYER_PERMUTE] = {"Permute", "permute"},
     [LAYER_EMBEDDING] = {"Embedding", "embedding"},
+    [LAYER_MHA] = {"MultiHeadAttention", "multi_head_attention"},
 };
 
 const char *model_layer_class(layer_kind kind) {
@@ -99,6 +100,7 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
     model_layer *l = &m->layers[m->nlayers];
     memset(l, 0, sizeof *l);
     l->kernel_var = l->bias_var = l->moving_mean_var = l->moving_variance_var = -1;
+    for (int k = 0; k < 8; k++) l->mha_vars[k] = -1;
     *out = l;
     return DIST_OK;
 }
@@ -377,6 +379,23 @@ dist_status dist_model_add_embedding(dist_model *m, int input_dim, int output_di
     return DIST_OK;
 }
 
+dist_status dist_model_add_multi_head_attention(dist_model *m, int num_heads, int key_dim,
+                                                int value_dim, int use_bias) {
+    DIST_CHECK_ARG(m, "dist_model_add_multi_head_attention: model is NULL");
+    if (value_dim <= 0) value_dim = key_dim;
+    DIST_CHECK_ARG(num_heads > 0 && key_dim > 0 && num_heads <= 4096 && key_dim <= 65536 &&
+                       value_dim <= 65536,
+                   "multi_head_attention: num_heads and key_dim must be positive, got %d and %d",
+                   num_heads, key_dim);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_MHA, &l));
+    l->heads = num_heads;
+    l->key_dim = key_dim;
+    l->value_dim = value_dim;
+    l->use_bias = use_bias != 0;
+    return DIST_OK;
+}
+
 dist_status dist_model_set_input_dtype(dist_model *m, dist_dtype dtype) {
     DIST_CHECK_ARG(m, "dist_model_set_input_dtype: model is NULL");
     DIST_CHECK_ARG(!m->built, "model '%s': the input dtype is set before the build", m->name);
@@ -516,6 +535,8 @@ static void input_range(layer_kind kind, int *lo, int *hi) {
         *hi = MODEL_MAX_INPUTS;
     } else if (kind == LAYER_SUBTRACT) {
         *lo = *hi = 2;
+    } else if (kind == LAYER_MHA) { /* query, value, key: one tensor (self-attention) */
+        *hi = 3;
     }
 }
 
@@ -686,6 +707,18 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     case LAYER_DENSE: /* on the last axis, as Keras's (a [steps, features] input included) */
         shape[nd - 1] = l->units;
         break;
+    case LAYER_MHA:
+        for (int j = 1; j < nin; j++)
+            if (l->inputs[j] != l->inputs[0])
+                return dist_error(DIST_UNSUPPORTED,
+                                  "layer '%s' (MultiHeadAttention): its %s is another tensor than "
+                                  "its query; libdist runs self-attention (query = value = key)",
+                                  l->name, j == 1 ? "value" : "key");
+        if (nd != 2)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (MultiHeadAttention) expects (steps, features) inputs",
+                              l->name);
+        break;
     case LAYER_EMBEDDING:
         if (nd > 2)
             return dist_error(DIST_UNSUPPORTED,
@@ -799,6 +832,25 @@ static void layer_variables(dist_model *m, model_layer *l) {
             m->vars[l->kernel_var].ones = 1;
         }
         if (l->bn.center) l->bias_var = add_var(m, l, "beta", 1, &ch, 0, 0);
+        break;
+    }
+    case LAYER_MHA: {
+        /* Keras's EinsumDense kernels and their Glorot fans (the axes before the last two are
+         * the receptive field): query/key/value [D, heads, dim], output [heads, value_dim, D] */
+        const int64_t d = shape[l->in_ndim - 1], h = l->heads;
+        static const char *const names[4] = {"query", "key", "value", "attention_output"};
+        for (int p = 0; p < 4; p++) {
+            char what[40];
+            const int64_t dim = p == 0 || p == 1 ? l->key_dim : l->value_dim;
+            int64_t k[3] = {d, h, dim}, ko[3] = {h, l->value_dim, d}, b[2] = {h, dim};
+            snprintf(what, sizeof what, "%s/kernel", names[p]);
+            l->mha_vars[2 * p] = p < 3 ? add_var(m, l, what, 3, k, h * d, dim * d)
+                                       : add_var(m, l, what, 3, ko, l->value_dim * h, d * h);
+            if (!l->use_bias) continue;
+            snprintf(what, sizeof what, "%s/bias", names[p]);
+            l->mha_vars[2 * p + 1] = p < 3 ? add_var(m, l, what, 2, b, 0, 0)
+                                           : add_var(m, l, what, 1, &d, 0, 0);
+        }
         break;
     }
     case LAYER_EMBEDDING: {
@@ -1153,6 +1205,53 @@ static dist_status call_dense_steps(dist_tape *tape, const model_layer *l, const
     return dist_op_reshape(tape, y2, h->ndim, shape, out);
 }
 
+/* One EinsumDense of MultiHeadAttention on x [B, T, D] viewed as rows: x @ kernel (viewed
+ * [rows of the kernel's first axes, its last axes]) + bias, as [B, T, a, b] (or [B, T, D] for
+ * the output projection, whose input is [B, T, heads, value_dim]). */
+static dist_status mha_dense(dist_tape *tape, const dist_tensor *x, int64_t in_cols,
+                             const dist_tensor *kernel, const dist_tensor *bias, int out_ndim,
+                             const int64_t *out_shape, dist_tensor **out) {
+    int64_t rows = 1, out_cols = 1;
+    for (int d = 0; d < x->ndim; d++) rows *= x->shape[d];
+    rows /= in_cols;
+    for (int d = 2; d < out_ndim; d++) out_cols *= out_shape[d];
+    int64_t xs[2] = {rows, in_cols}, ks[2] = {in_cols, out_cols}, bs[1] = {out_cols};
+    dist_tensor *x2, *k2, *b2 = NULL, *y;
+    DIST_TRY(dist_op_reshape(tape, x, 2, xs, &x2));
+    DIST_TRY(dist_op_reshape(tape, kernel, 2, ks, &k2));
+    if (bias) DIST_TRY(dist_op_reshape(tape, bias, 1, bs, &b2));
+    DIST_TRY(dist_op_dense(tape, x2, k2, b2, DIST_ACT_NONE, &y));
+    return dist_op_reshape(tape, y, out_ndim, out_shape, out);
+}
+
+/* Keras's MultiHeadAttention called as self-attention (query = value = key), dropout 0:
+ * q, k, v = x W + b per head; q scaled by 1 / sqrt(key_dim) (Keras scales the query, not the
+ * scores); softmax over the keys of q k^T; the heads' weighted values projected back to D. */
+static dist_status call_attention(dist_tape *tape, const model_layer *l, const dist_tensor *x,
+                                  const dist_tensor *const *vars, dist_tensor **out) {
+    static const int heads_first[4] = {0, 2, 1, 3}; /* [B, T, H, d] <-> [B, H, T, d] */
+    const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2], h = l->heads;
+    const int *mv = l->mha_vars;
+    dist_tensor *qkv[3];
+    for (int p = 0; p < 3; p++) {
+        const int64_t dim = p < 2 ? l->key_dim : l->value_dim;
+        int64_t s[4] = {b, t, h, dim};
+        dist_tensor *y;
+        DIST_TRY(mha_dense(tape, x, d, vars[mv[2 * p]], mv[2 * p + 1] >= 0 ? vars[mv[2 * p + 1]] : NULL,
+                           4, s, &y));
+        DIST_TRY(dist_op_transpose(tape, y, heads_first, &qkv[p]));
+    }
+    dist_tensor *q, *scores, *probs, *ctx, *ctx_t;
+    DIST_TRY(dist_op_scale(tape, qkv[0], (float)(1.0 / sqrt((double)l->key_dim)), &q));
+    DIST_TRY(dist_op_batch_matmul(tape, q, qkv[1], 0, 1, &scores));
+    DIST_TRY(dist_op_softmax(tape, scores, &probs));
+    DIST_TRY(dist_op_batch_matmul(tape, probs, qkv[2], 0, 0, &ctx));
+    DIST_TRY(dist_op_transpose(tape, ctx, heads_first, &ctx_t));
+    int64_t s[3] = {b, t, d};
+    return mha_dense(tape, ctx_t, h * l->value_dim, vars[mv[6]], mv[7] >= 0 ? vars[mv[7]] : NULL,
+                     3, s, out);
+}
+
 /* Add, Subtract, Multiply and Average of the layer's inputs (Keras folds left to right). */
 static dist_status call_merge(dist_tape *tape, const model_layer *l, int n,
                               const dist_tensor *const *in, dist_tensor **out) {
@@ -1247,6 +1346,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         if (h->ndim > 2) return call_dense_steps(tape, l, h, vars, bias, is_head, out);
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
+    case LAYER_MHA: return call_attention(tape, l, h, vars, out);
     case LAYER_EMBEDDING: {
         /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
          * casts the rows it returns to the compute dtype */

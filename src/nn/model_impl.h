@@ -35,6 +35,7 @@ typedef enum layer_kind {
     LAYER_GLOBAL_AVG_POOL1D,
     LAYER_PERMUTE,
     LAYER_EMBEDDING,
+    LAYER_MHA, /* MultiHeadAttention, self-attention */
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -72,6 +73,8 @@ typedef struct model_layer {
     int moving_mean_var, moving_variance_var; /* batch_norm, -1 otherwise */
     int units;                                /* dense; embedding: output_dim */
     int input_dim;                            /* embedding: the vocabulary */
+    int heads, key_dim, value_dim, use_bias;  /* mha */
+    int mha_vars[8]; /* mha: query, key, value, output: kernel then bias each (-1: none) */
     dist_activation activation;
     int kernel_var, bias_var; /* variable indices, -1 if none */
     int in_ndim;              /* its (first) input's shape without the batch axis */

@@ -43,6 +43,26 @@ def make(mask_zero=False):
     return keras.Model(ids, y, name="text")
 
 
+def make_transformer(cross=False):
+    """One encoder block (2 heads of 8, Keras's self-attention call with query and value the
+    same tensor; key too in the second form), post-norm, GELU feed-forward."""
+    L = keras.layers
+    ids = keras.Input((T,), dtype="int32", name="ids")
+    x = L.Embedding(V, 16, name="embed")(ids)
+    if cross:
+        other = L.Dense(16, name="other")(x)
+        a = L.MultiHeadAttention(2, 8, name="mha")(x, other)
+    else:
+        a = L.MultiHeadAttention(2, 8, name="mha")(x, x, x)
+    h = L.LayerNormalization(epsilon=1e-6, name="ln1")(L.Add(name="res1")([x, a]))
+    f = L.Dense(32, activation="gelu", name="ffn1")(h)
+    f = L.Dense(16, name="ffn2")(f)
+    h = L.LayerNormalization(epsilon=1e-6, name="ln2")(L.Add(name="res2")([h, f]))
+    h = L.GlobalAveragePooling1D(name="pool")(h)
+    y = L.Dense(K, name="out")(h)
+    return keras.Model(ids, y, name="transformer")
+
+
 def rel(a, b, floor=0.0):
     d = float(np.linalg.norm(a - b))
     m = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
@@ -64,6 +84,42 @@ def keras_reference(json_path, weights_path, x, y, floatx):
                         for v, g in zip(model.trainable_weights, grads)]
     finally:
         keras.config.set_floatx("float32")
+
+
+def run_case(driver, work, name, model, x, y, x_path, y_path):
+    json_path = os.path.join(work, f"{name}.json")
+    wpath = os.path.join(work, f"{name}.weights.h5")
+    with open(json_path, "w") as f:
+        f.write(model.to_json())
+    model.save_weights(wpath)
+    lpath, gpath = os.path.join(work, f"{name}.logits"), os.path.join(work, f"{name}.grads")
+    r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL {name}: driver failed ({r.returncode}): {r.stderr.strip()}")
+        return False
+    got = np.fromfile(lpath, dtype=np.float32).astype(np.float64).reshape(N, K)
+    flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
+    ok, line, worst = True, "", {}
+    for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
+        want, grads = keras_reference(json_path, wpath, x, y, floatx)
+        worst[floatx] = rel(got, want)
+        ok = ok and worst[floatx] <= bound
+        whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads)))
+        at = 0
+        for path, shape, g in grads:
+            mine = flat[at:at + int(np.prod(shape))].reshape(shape)
+            at += mine.size
+            e = rel(mine, g, FLOOR * whole)
+            worst[floatx] = max(worst[floatx], e)
+            if e > bound:
+                ok = False
+                line += f"; {path} gradient vs {floatx} {e:.2e}"
+        ok = ok and at == flat.size
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: worst logits and gradients vs float64 Keras "
+          f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
+          f"(bound {TOL_F32:g})" + line)
+    return ok
 
 
 def main():
@@ -112,6 +168,24 @@ def main():
     print(f"{'ok  ' if ok else 'FAIL'} text: worst logits and gradients vs float64 Keras "
           f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
           f"(bound {TOL_F32:g})" + line)
+
+    keras.utils.set_random_seed(13)
+    tfm = make_transformer()
+    tfm.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                     for w in tfm.get_weights()])
+    ok = run_case(driver, work, "transformer", tfm, x, y, x_path, y_path) and ok
+
+    # cross-attention (value another tensor than the query): refused naming the layer
+    cross = make_transformer(cross=True)
+    cpath = os.path.join(work, "cross.json")
+    with open(cpath, "w") as f:
+        f.write(cross.to_json())
+    r = subprocess.run([driver, cpath, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                       capture_output=True, text=True)
+    crossed = r.returncode != 0 and "'mha' (MultiHeadAttention)" in r.stderr and \
+        "self-attention" in r.stderr
+    print(f"{'ok  ' if crossed else 'FAIL'} cross-attention refused: {r.stderr.strip()}")
+    ok = ok and crossed
 
     # mask_zero=True: refused, naming the layer and the argument
     masked = make(mask_zero=True)

@@ -119,7 +119,7 @@ static void gradcheck(const op_case *c) {
 /* ---- forwards ---- */
 
 static dist_status fwd_batch_matmul(dist_tape *t, dist_tensor **in, const op_case *c,
-                                   dist_tensor **y) {
+                                    dist_tensor **y) {
     return dist_op_batch_matmul(t, in[0], in[1], c->p[0], c->p[1], y);
 }
 

@@ -16,8 +16,8 @@
 #define GATHER_PAR_MIN 32768 /* output elements below which the gather runs on one thread */
 
 /* V and D of a table (or of its gradient) of rank >= 1: [V, ...] with D the rest */
-static dist_status table_dims(const dist_op *op, const dist_tensor *t, const char *what,
-                              int64_t *v, int64_t *d) {
+static dist_status table_dims(const dist_op *op, const dist_tensor *t, const char *what, int64_t *v,
+                              int64_t *d) {
     if (t->ndim < 1)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: %s must have rank >= 1 ([V, D])",
                           dist_op_name(op), what);
@@ -50,8 +50,10 @@ dist_status cpu_op_gather(void *ctx, const dist_op *op, const dist_tensor *const
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const int64_t id = ids[i];
-        if (id >= 0 && id < v) memcpy(y + i * d, table + id * d, (size_t)d * sizeof *y);
-        else memset(y + i * d, 0, (size_t)d * sizeof *y);
+        if (id >= 0 && id < v)
+            memcpy(y + i * d, table + id * d, (size_t)d * sizeof *y);
+        else
+            memset(y + i * d, 0, (size_t)d * sizeof *y);
     }
     out[0]->layout = DIST_LAYOUT_PLAIN;
     return DIST_OK;

@@ -114,11 +114,11 @@ typedef struct bgemm_args {
 static dist_status run_bgemm(void *device, const void *args) {
     const bgemm_args *g = args;
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_TRY(cublasGemmStridedBatchedEx(
-                   ((cuda_ctx *)device)->cublas, (cublasOperation_t)g->op_a,
-                   (cublasOperation_t)g->op_b, g->m, g->n, g->k, &one, g->a, CUDA_R_32F, g->lda,
-                   g->sa, g->b, CUDA_R_32F, g->ldb, g->sb, &zero, g->c, CUDA_R_32F, g->ldc, g->sc,
-                   g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    CUBLAS_TRY(cublasGemmStridedBatchedEx(((cuda_ctx *)device)->cublas, (cublasOperation_t)g->op_a,
+                                          (cublasOperation_t)g->op_b, g->m, g->n, g->k, &one, g->a,
+                                          CUDA_R_32F, g->lda, g->sa, g->b, CUDA_R_32F, g->ldb,
+                                          g->sb, &zero, g->c, CUDA_R_32F, g->ldc, g->sc, g->batch,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "batch_matmul (cublasGemmStridedBatchedEx)");
     return DIST_OK;
 }
