@@ -3,9 +3,11 @@
  * inference, then the gradient of the mean sparse softmax cross-entropy for every variable.
  *
  * usage: keras_text MODEL.json WEIGHTS.h5 IDS.i32 LABELS.i32 N T OUT_LOGITS.f32 OUT_GRADS.f32
+ *                   [OUT_WEIGHTS.h5]
  *   IDS.i32: N x T int32 token ids, row-major; LABELS.i32: N int32;
  *   OUT_LOGITS.f32: N x outputs; OUT_GRADS.f32: every variable's gradient in the model's order
- *   (Keras's trainable_weights order), flattened row-major. */
+ *   (Keras's trainable_weights order), flattened row-major; OUT_WEIGHTS.h5: the weights it
+ *   loaded, written back by dist_model_save_keras_weights. */
 #include "conf_file.h"
 
 #include <dist/nn.h>
@@ -28,10 +30,10 @@ static int write_floats(const char *path, const float *v, size_t count) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 9) {
+    if (argc != 9 && argc != 10) {
         fprintf(stderr,
                 "usage: %s MODEL.json WEIGHTS.h5 IDS.i32 LABELS.i32 N T OUT_LOGITS.f32 "
-                "OUT_GRADS.f32\n",
+                "OUT_GRADS.f32 [OUT_WEIGHTS.h5]\n",
                 argv[0]);
         return 2;
     }
@@ -53,6 +55,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (dist_model_load_keras_weights(m, argv[2])) return fail("loading weights");
+    if (argc == 10 && dist_model_save_keras_weights(m, argv[9])) return fail("saving weights");
     dist_tape *t = NULL;
     if (dist_tape_create(dist_model_backend(m, 0), &t)) return fail("tape");
 

@@ -12,7 +12,10 @@ adds their rows). Keras writes model.to_json() and save_weights(); the keras_tex
 ids), loads the weights, and writes its logits in inference and the gradient of the mean sparse
 softmax cross-entropy of every variable; Keras computes the same with tf.GradientTape at
 float32 and at float64. Bounds as conformance.keras_graph_layers: relative, 1e-5 against
-float64 Keras, 1e-4 against float32 Keras. A model with mask_zero=True is refused by name.
+float64 Keras, 1e-4 against float32 Keras. Then a Transformer block (MultiHeadAttention
+called as self-attention, post-norm residuals, a GELU feed-forward) the same way, and the
+weights libdist writes back (its .weights.h5, MHA's sublayer groups included) load into Keras
+unchanged. A model with mask_zero=True, and one with cross-attention, are refused by name.
 
 Usage: keras_text.py DRIVER WORKDIR
 """
@@ -93,11 +96,18 @@ def run_case(driver, work, name, model, x, y, x_path, y_path):
         f.write(model.to_json())
     model.save_weights(wpath)
     lpath, gpath = os.path.join(work, f"{name}.logits"), os.path.join(work, f"{name}.grads")
-    r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
-                       capture_output=True, text=True)
+    back = os.path.join(work, f"{name}.libdist.weights.h5")
+    r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(T), lpath, gpath,
+                        back], capture_output=True, text=True)
     if r.returncode != 0:
         print(f"FAIL {name}: driver failed ({r.returncode}): {r.stderr.strip()}")
         return False
+    # the weights libdist writes back load into the same Keras model, unchanged
+    with open(json_path) as f:
+        again = keras.models.model_from_json(f.read())
+    again.load_weights(back)
+    same = all(np.array_equal(a, b) for a, b in zip(again.get_weights(), model.get_weights()))
+    print(f"{'ok  ' if same else 'FAIL'} {name}: libdist's .weights.h5 loads into Keras unchanged")
     got = np.fromfile(lpath, dtype=np.float32).astype(np.float64).reshape(N, K)
     flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
     ok, line, worst = True, "", {}
@@ -116,6 +126,7 @@ def run_case(driver, work, name, model, x, y, x_path, y_path):
                 ok = False
                 line += f"; {path} gradient vs {floatx} {e:.2e}"
         ok = ok and at == flat.size
+    ok = ok and same
     print(f"{'ok  ' if ok else 'FAIL'} {name}: worst logits and gradients vs float64 Keras "
           f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
           f"(bound {TOL_F32:g})" + line)
