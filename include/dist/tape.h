@@ -256,7 +256,7 @@ DIST_API dist_status dist_op_batch_matmul(dist_tape *tape, const dist_tensor *a,
  * to DIST_MAX_DIMS - 1): y has ids' shape + [D]. An id outside [0, V) gives a row of zeros
  * (TensorFlow on a GPU; on a CPU TensorFlow fails: check ids on the host where that matters).
  * The table's gradient is dy's rows added into a [V, D] tensor in the ids' order (the same
- * bits on every backend but the tpu strategy's, which sums them with a dot product); the ids
+ * bits on every backend but the tpu strategy's, whose scatter adds in XLA's order); the ids
  * take none, and must stay alive until the gradient is taken. Any backend. */
 DIST_API dist_status dist_op_embedding_lookup(dist_tape *tape, const dist_tensor *table,
                                               const dist_tensor *ids, dist_tensor **y);

@@ -175,8 +175,8 @@ typedef enum dist_opcode {
     /* The gather's gradient, a scatter-add: in: ids (int32, N elements), dy [N, D]; out:
      * dtable [V, D] = zeros, then dtable[ids[i]] += dy[i] for i = 0, 1, .. N - 1 in that order
      * (float32), ids outside [0, V) adding nothing. The order is fixed so the CPU and CUDA
-     * backends give the same bits; a traced program sums one-hot rows with a dot product, equal
-     * to rounding where an id repeats. */
+     * backends give the same bits; a traced program adds them with XLA's scatter, whose order
+     * is XLA's (equal to rounding where an id repeats). */
     DIST_OPC_GATHER_GRAD,
 
     /* ---- batched matrix product (attention) ------------------------------------------------ */

@@ -466,6 +466,34 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
             out, IN(0), IN(1), n->i[0] ? 0 : 1, n->i[1] ? 1 : 0, aty, bty, ty);
         return DIST_OK;
     }
+    case XG_GATHER_ROWS: {
+        TY(tty, INN(0));
+        TY(ity, INN(1));
+        put(b,
+            "    %s = \"stablehlo.gather\"(%s, %s) {dimension_numbers = "
+            "#stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0], start_index_map = "
+            "[0], index_vector_dim = 1>, indices_are_sorted = false, slice_sizes = array<i64: 1, "
+            "%" PRId64 ">} : (%s, %s) -> %s\n",
+            out, IN(0), IN(1), n->dims[1], tty, ity, ty);
+        return DIST_OK;
+    }
+    case XG_SCATTER_ADD: {
+        TY(ity, INN(0));
+        TY(uty, INN(1));
+        int zero = b->tmp++;
+        put(b,
+            "    %%t%d = \"stablehlo.constant\"() {value = dense<0.000000e+00> : %s} : () -> %s\n",
+            zero, ty, ty);
+        put(b, "    %s = \"stablehlo.scatter\"(%%t%d, %s, %s)", out, zero, IN(0), IN(1));
+        region2(b, "add", "tensor<f32>");
+        put(b,
+            " {indices_are_sorted = false, scatter_dimension_numbers = "
+            "#stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], "
+            "scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = false} : "
+            "(%s, %s, %s) -> %s\n",
+            ty, ity, uty, ty);
+        return DIST_OK;
+    }
     case XG_BATCH_MATMUL: {
         TY(aty, INN(0));
         TY(bty, INN(1));

@@ -1509,31 +1509,35 @@ static dist_status dropout_mask(xla_trace *t, const dist_op *op, const dist_tens
     return select_cmp(t, XC_GE, u, rate, keep, zero, out);
 }
 
-/* The one-hot rows [N, V] of ids (any shape of N elements): 1.0 at [i, ids[i]], a row of
- * zeros for an id outside [0, V). The gather and its gradient are dot products with it: no
- * gather or scatter in the emitter, and out-of-range ids give the zeros ops.h asks for (a
- * StableHLO gather clamps its indices into range instead). The cost is N V D multiply-adds
- * where the CPU and CUDA backends copy N D elements. */
-static dist_status one_hot_rows(xla_trace *t, int ids, int64_t v, int *out) {
+/* The ids (any shape of N elements) as [N, 1] indices, and the mask of those inside [0, V)
+ * broadcast to [N, D] (1.0 inside, 0.0 outside); ids outside are replaced by 0 in the indices
+ * (StableHLO clamps a gather's start indices and leaves an out-of-range scatter to the
+ * implementation: both would differ from ops.h's zero rows). */
+static dist_status row_indices(xla_trace *t, int ids, int64_t v, int64_t d, int *idx, int *mask) {
     const int64_t n = xg_numel(&t->g->nodes[ids]);
-    xshape flat = {1, {n}}, nv = {2, {n, v}};
-    int b, iota, one, zero;
-    DIST_TRY(reshape_to(t, ids, &flat, &b));
-    DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_I32, &nv, 1, &b, 1, &b));
-    DIST_TRY(node_of(t, XG_IOTA, DIST_I32, &nv, 0, NULL, 1, &iota));
-    DIST_TRY(splat(t, 1.0f, DIST_F32, nv.ndim, nv.dims, &one));
-    DIST_TRY(splat(t, 0.0f, DIST_F32, nv.ndim, nv.dims, &zero));
-    return select_cmp(t, XC_EQ, b, iota, one, zero, out);
+    xshape flat = {1, {n}}, col = {2, {n, 1}}, nd = {2, {n, d}};
+    int f, zero_i, v_i, ok, one, zero, m;
+    DIST_TRY(reshape_to(t, ids, &flat, &f));
+    DIST_TRY(isplat(t, 0, &flat, &zero_i));
+    DIST_TRY(isplat(t, (uint32_t)v, &flat, &v_i));
+    /* inside: ids >= 0 and ids < V, as 1.0 / 0.0 per id */
+    DIST_TRY(splat(t, 1.0f, DIST_F32, 1, flat.dims, &one));
+    DIST_TRY(splat(t, 0.0f, DIST_F32, 1, flat.dims, &zero));
+    DIST_TRY(select_cmp(t, XC_GE, f, zero_i, one, zero, &ok));
+    DIST_TRY(select_cmp(t, XC_LT, f, v_i, ok, zero, &ok));
+    DIST_TRY(node_of(t, XG_BCAST_DIMS, DIST_F32, &nd, 1, &ok, 1, &m));
+    *mask = m;
+    /* indices: the id where inside, else 0 */
+    int clamped;
+    DIST_TRY(select_cmp(t, XC_NE, ok, zero, f, zero_i, &clamped));
+    return reshape_to(t, clamped, &col, idx);
 }
 
-/* a [m, k] @ b [k, n] (a transposed: a [k, m]) */
-static dist_status matmul_of(xla_trace *t, int a, int trans_a, int b, int64_t m, int64_t n,
-                             int *out) {
-    xshape s = {2, {m, n}};
-    int in[2] = {a, b};
-    DIST_TRY(node_of(t, XG_MATMUL, DIST_F32, &s, 2, in, trans_a, out));
-    t->g->nodes[*out].i[1] = 0;
-    return DIST_OK;
+/* x where mask != 0, else 0 (selected, not multiplied: an Inf or NaN outside stays out) */
+static dist_status masked(xla_trace *t, int x, int mask, int *out) {
+    int zero;
+    DIST_TRY(splat_like(t, 0.0f, x, &zero));
+    return select_cmp(t, XC_NE, mask, zero, x, zero, out);
 }
 
 static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
@@ -1923,7 +1927,7 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         return write_opt(t, out[0], v);
     }
     case DIST_OPC_GATHER:
-    case DIST_OPC_GATHER_GRAD: { /* one-hot rows times the table, or transposed times dy */
+    case DIST_OPC_GATHER_GRAD: { /* stablehlo.gather, and stablehlo.scatter adding rows */
         const int fwd = op->code == DIST_OPC_GATHER;
         const dist_tensor *table = fwd ? in[0] : out[0];
         if (table->ndim < 1 || table->shape[0] < 1)
@@ -1936,16 +1940,23 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
             return dist_error(DIST_INVALID_ARGUMENT, "%s: %s has %lld elements, %lld expected",
                               dist_op_name(op), fwd ? "the output" : "dy",
                               (long long)dist_tensor_numel(rows), (long long)(n * d));
-        int oh;
-        DIST_TRY(one_hot_rows(t, x[fwd ? 1 : 0], nv, &oh));
-        if (fwd) {
-            xshape ts = {2, {nv, d}};
-            DIST_TRY(reshape_to(t, x[0], &ts, &w));
-            DIST_TRY(matmul_of(t, oh, 0, w, n, d, &v));
-        } else {
-            xshape ds = {2, {n, d}};
+        int idx, mask;
+        DIST_TRY(row_indices(t, x[fwd ? 1 : 0], nv, d, &idx, &mask));
+        if (fwd) { /* gathered rows, zeroed where the id was outside */
+            xshape ts = {2, {nv, d}}, ys2 = {2, {n, d}};
+            int tr[2];
+            DIST_TRY(reshape_to(t, x[0], &ts, &tr[0]));
+            tr[1] = idx;
+            DIST_TRY(node_of(t, XG_GATHER_ROWS, DIST_F32, &ys2, 2, tr, 0, &v));
+            DIST_TRY(masked(t, v, mask, &v));
+        } else { /* dy's rows, zeroed where the id was outside, added at their ids */
+            xshape ds = {2, {n, d}}, gs = {2, {nv, d}};
+            int in2[2];
             DIST_TRY(reshape_to(t, x[1], &ds, &w));
-            DIST_TRY(matmul_of(t, oh, 1, w, nv, d, &v));
+            DIST_TRY(masked(t, w, mask, &w));
+            in2[0] = idx;
+            in2[1] = w;
+            DIST_TRY(node_of(t, XG_SCATTER_ADD, DIST_F32, &gs, 2, in2, 0, &v));
         }
         return write_opt(t, out[0], v);
     }

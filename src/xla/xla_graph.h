@@ -68,8 +68,12 @@ typedef enum xg_op {
     XG_IOTA,          /* i32 index along axis i[0] */
     XG_ISPLAT,        /* integer constant: every element i[0] (as the dtype's bits) */
     XG_REPLICA_ID,    /* i32 []: the replica running the program (stablehlo.replica_id) */
-    XG_BATCH_MATMUL   /* [B, M, N] = in[0] @ in[1] per batch entry (rank 3), i[0] / i[1]:
+    XG_BATCH_MATMUL,  /* [B, M, N] = in[0] @ in[1] per batch entry (rank 3), i[0] / i[1]:
                        * in[0] stored [B, K, M] / in[1] stored [B, N, K] (transposed) */
+    XG_GATHER_ROWS,   /* [N, D] = rows in[1] [N, 1] (i32, clamped into range by XLA) of
+                       * in[0] [V, D] (stablehlo.gather) */
+    XG_SCATTER_ADD    /* [V, D] = zeros + rows in[1] [N, D] added at in[0] [N, 1] (i32, in
+                       * range) (stablehlo.scatter with an add region) */
 } xg_op;
 
 /* XG_UNARY's functions (the StableHLO op; erf is CHLO's, which the PJRT compilers lower) */
