@@ -515,6 +515,13 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
 #define SEQ(layer)                                                                                 \
     "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"       \
     "\"InputLayer\",\"config\":{\"batch_shape\":[null,4,4,2],\"name\":\"in\"}}," layer "]}}"
+#define TEXT(dtype, layers)                                                                        \
+    "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"t\",\"layers\":[{\"class_name\":"       \
+    "\"InputLayer\",\"config\":{\"batch_shape\":[null,6],\"dtype\":\"" dtype "\",\"name\":"        \
+    "\"ids\"}}," layers "]}}"
+#define EMB                                                                                        \
+    "{\"class_name\":\"Embedding\",\"config\":{\"name\":\"e\",\"input_dim\":10,"                   \
+    "\"output_dim\":4}}"
     static const struct {
         const char *json, *message;
     } cases[] = {
@@ -540,6 +547,29 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
         {SEQ("{\"class_name\":\"GlobalMaxPooling2D\",\"config\":{\"name\":\"g\","
              "\"keepdims\":true}}"),
          "layer 'g' (GlobalMaxPooling2D): argument 'keepdims' is not supported"},
+        /* a text classifier's layers */
+        {TEXT("int32", "{\"class_name\":\"Embedding\",\"config\":{\"name\":\"e\","
+                       "\"input_dim\":10,\"output_dim\":4,\"embeddings_initializer\":"
+                       "{\"class_name\":\"GlorotUniform\",\"config\":{}}}}"),
+         "layer 'e' (Embedding): argument 'embeddings_initializer' is 'GlorotUniform'"},
+        {TEXT("int32", "{\"class_name\":\"Embedding\",\"config\":{\"name\":\"e\","
+                       "\"input_dim\":10,\"output_dim\":4,\"sparse\":true}}"),
+         "layer 'e' (Embedding): argument 'sparse' is not supported"},
+        {TEXT("int64", "{\"class_name\":\"Embedding\",\"config\":{\"name\":\"e\","
+                       "\"input_dim\":10,\"output_dim\":4}}"),
+         "layer 'ids' (InputLayer): argument 'dtype' is 'int64'"},
+        {TEXT("int32", EMB ",{\"class_name\":\"MultiHeadAttention\",\"config\":{\"name\":"
+                           "\"m\",\"num_heads\":2,\"key_dim\":2,\"dropout\":0.1}}"),
+         "layer 'm' (MultiHeadAttention): argument 'dropout' is not 0"},
+        {TEXT("int32", EMB ",{\"class_name\":\"MultiHeadAttention\",\"config\":{\"name\":"
+                           "\"m\",\"num_heads\":2,\"key_dim\":2,\"use_gate\":true}}"),
+         "layer 'm' (MultiHeadAttention): argument 'use_gate' is not supported"},
+        {TEXT("int32", EMB ",{\"class_name\":\"MultiHeadAttention\",\"config\":{\"name\":"
+                           "\"m\",\"num_heads\":2,\"key_dim\":2,\"attention_axes\":[2]}}"),
+         "layer 'm' (MultiHeadAttention): argument 'attention_axes' is not [1]"},
+        {TEXT("int32", EMB ",{\"class_name\":\"MultiHeadAttention\",\"config\":{\"name\":"
+                           "\"m\",\"num_heads\":2,\"key_dim\":2,\"output_shape\":8}}"),
+         "layer 'm' (MultiHeadAttention): argument 'output_shape' is set"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dist_model *m = NULL;
@@ -549,6 +579,23 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
         ck_assert_msg(strstr(dist_last_error(), cases[i].message), "case %zu: '%s'", i,
                       dist_last_error());
     }
+    /* the same Embedding and attention with Keras's defaults build: [6] ids -> [6, 4] */
+    dist_model *m = NULL;
+    ck_assert_msg(dist_model_from_keras_json(TEXT("int32", EMB ",{\"class_name\":"
+                                                               "\"MultiHeadAttention\",\"config\":"
+                                                               "{\"name\":\"m\",\"num_heads\":2,"
+                                                               "\"key_dim\":3}}"),
+                                             1, &m) == DIST_OK,
+                  "%s", dist_last_error());
+    int64_t out[4];
+    ck_assert_int_eq(dist_model_output_shape(m, out), 2);
+    ck_assert(out[0] == 6 && out[1] == 4);
+    ck_assert_int_eq(dist_model_input_dtype(m), DIST_I32);
+    /* embeddings 10 x 4; q, k, v kernels 4 x 2 x 3 and biases 2 x 3; output 2 x 3 x 4 + 4 */
+    ck_assert_int_eq(dist_model_num_params(m), 40 + 3 * (24 + 6) + 24 + 4);
+    dist_model_destroy(m);
+#undef TEXT
+#undef EMB
 #undef SEQ
 }
 END_TEST
