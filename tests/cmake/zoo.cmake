@@ -1,0 +1,14 @@
+# The benchmark zoo (bench/models/zoo.py) against tf_keras step by step, each model libdist loads:
+# 20 SGD steps from the same weights and batches (tests/conformance/keras_zoo.py, with the driver
+# of conformance.keras_functional). The seed CNN is conformance.keras_steps; the Transformer
+# waits for Embedding and MultiHeadAttention. Needs the venv fixture of conformance.cmake.
+foreach(zoo_case "resnet20;8" "mlp;32")
+  list(GET zoo_case 0 zoo_model)
+  list(GET zoo_case 1 zoo_batch)
+  add_test(NAME conformance.keras_zoo_${zoo_model}
+           COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_zoo.py
+                   $<TARGET_FILE:keras_functional> ${CMAKE_CURRENT_BINARY_DIR}/keras_zoo_${zoo_model}
+                   ${zoo_model} ${zoo_batch} 20)
+  set_tests_properties(conformance.keras_zoo_${zoo_model} PROPERTIES FIXTURES_REQUIRED tf_venv
+                       LABELS conformance TIMEOUT 900)
+endforeach()

@@ -1,0 +1,206 @@
+"""A zoo model (bench/models/zoo.py) trained by libdist against tf_keras, step by step: the
+issue's "matches tf_keras for 20 SGD steps from the same weights and batches".
+
+tf_keras builds the model from bench/models/zoo.py's definition (the code that writes the JSON
+bench_models loads; dropout rate 0 for the comparison) from a fixed seed and writes its to_json()
+and its initial weights in get_weights() order. libdist (tests/conformance/keras_functional.c,
+the driver of conformance.keras_functional) builds the model from that JSON, sets those weights
+and trains STEPS steps of SGD(0.01, momentum 0.9) on the given batches (mean sparse softmax
+cross-entropy of the logits); tf_keras trains the same model from the same weights on the same
+batches with a GradientTape loop. Bounds as conformance.keras_steps's SGD float32: every loss
+within 1e-5 relative, every variable within 2e-4 (||libdist - keras|| / ||keras||), and every
+kernel moved at least 5x farther than its distance to Keras. BatchNormalization's moving
+variance is bounded against Keras 3 (trained too, from the same weights), whose update uses the
+batch's variance as libdist's does; tf_keras's fused batch norm uses the Bessel-corrected one,
+which is reported, not bounded.
+
+Where Keras 3 and tf_keras themselves do not agree to those bounds over the steps (ResNet-20:
+rounding grows ~10x per step at these batches, the two Keras implementations 5e-2 apart after 20
+steps), libdist is held to the bounds after one step, and over the 20 steps to 5x the two
+references' drift so far (its running maximum).
+
+Usage: keras_zoo.py DRIVER WORKDIR MODEL BATCH [STEPS]     (MODEL: resnet20 or mlp)
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "models"))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+import keras  # noqa: E402
+import zoo  # noqa: E402
+
+LOSS_TOL, WEIGHT_TOL = 1e-5, 2e-4
+CHAOS_FACTOR = 5
+
+
+def build(K, name):
+    if name == "mlp":
+        return zoo.mlp(K, dropout=0.0)
+    return zoo.BUILDERS[name](K)
+
+
+def train(model, opt, loss_fn, x, y, steps, batch):
+    losses = []
+    for s in range(steps):
+        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, model(xb, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        losses.append(float(loss))
+    return np.array(losses)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def compare(tag, names, ours_losses, ours, init, ref_losses, ref, unbounded=()):
+    loss_err = np.abs(ours_losses - ref_losses) / np.abs(ref_losses)
+    errs = {n: rel(o, r) for n, o, r in zip(names, ours, ref)}
+    bounded = {n: e for n, e in errs.items() if not any(u in n for u in unbounded)}
+    worst = max(bounded, key=bounded.get)
+    kernels = [i for i, n in enumerate(names) if n.endswith("kernel")]
+    moved = min(rel(ours[i], init[i]) for i in kernels)
+    kernel_err = max(errs[names[i]] for i in kernels)
+    ok = loss_err.max() <= LOSS_TOL and bounded[worst] <= WEIGHT_TOL and moved > 5 * kernel_err
+    extra = ""
+    if len(bounded) < len(errs):
+        free_ = {n: e for n, e in errs.items() if n not in bounded}
+        w = max(free_, key=free_.get)
+        extra = f"; not bounded: {w} {free_[w]:.1e}"
+    print(f"{'ok  ' if ok else 'FAIL'} {tag}: losses {ours_losses[0]:.4f} -> "
+          f"{ours_losses[-1]:.4f}, worst {loss_err.max():.1e} at step {int(loss_err.argmax())} "
+          f"(<= {LOSS_TOL:g}); weights worst {bounded[worst]:.1e} in {worst} "
+          f"(<= {WEIGHT_TOL:g}), kernels moved >= {moved:.1e}{extra}")
+    return ok
+
+
+def main():
+    driver, work, name, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    steps = int(sys.argv[5]) if len(sys.argv) > 5 else 20
+    shape = zoo.ZOO[name][0]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    n = steps * batch
+    rng = np.random.default_rng(35)
+    x = rng.standard_normal((n,) + shape).astype(np.float32)
+    y = rng.integers(0, 10, n).astype(np.int32)
+    x_path, y_path = os.path.join(work, "x.f32"), os.path.join(work, "y.i32")
+    x.tofile(x_path)
+    y.tofile(y_path)
+    print(f"{name}, batch {batch}, {steps} steps; TensorFlow {tf.__version__}, tf_keras "
+          f"{tf_keras.__version__}, Keras {keras.__version__}")
+
+    tf_keras.utils.set_random_seed(5)
+    tk = build(tf_keras, name)
+    names = [w.name.split(":")[0] for w in tk.weights]
+    init = [w.astype(np.float32) for w in tk.get_weights()]
+    json_path = os.path.join(work, f"{name}.json")
+    with open(json_path, "w") as f:
+        f.write(tk.to_json())
+    init_path = os.path.join(work, "init.f32")
+    np.concatenate([w.ravel() for w in init]).tofile(init_path)
+    out = os.path.join(work, "libdist")
+    os.makedirs(out)
+    h, w, c = shape
+    subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w), str(c),
+                    str(steps), str(batch), out], check=True, timeout=1200)
+    ours_losses = np.loadtxt(os.path.join(out, "losses.txt"), dtype=np.float64, ndmin=1)
+    flat = np.fromfile(os.path.join(out, "final.f32"), dtype=np.float32)
+    ours, at = [], 0
+    for v in init:
+        ours.append(flat[at:at + v.size].reshape(v.shape))
+        at += v.size
+    assert at == flat.size, f"libdist has {flat.size} weights, Keras {at}"
+
+    tk_losses = train(tk, tf_keras.optimizers.SGD(0.01, momentum=0.9),
+                      tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y,
+                      steps, batch)
+    k3 = build(keras, name)
+    k3.set_weights(init)
+    k3_losses = train(k3, keras.optimizers.SGD(0.01, momentum=0.9),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y,
+                      steps, batch)
+    spread = np.abs(k3_losses - tk_losses) / np.abs(tk_losses)
+    ours_err = np.abs(ours_losses - tk_losses) / np.abs(tk_losses)
+    print(f"note Keras 3 vs tf_keras themselves: losses worst {spread.max():.1e} at step "
+          f"{int(spread.argmax())}")
+    print("     per step, libdist vs tf_keras: " + " ".join(f"{e:.0e}" for e in ours_err))
+    print("     per step, Keras 3 vs tf_keras: " + " ".join(f"{e:.0e}" for e in spread))
+    if spread.max() <= LOSS_TOL:
+        # the references agree to the issue's bounds: libdist is held to them
+        ok = compare("vs tf_keras", names, ours_losses, ours, init, tk_losses, tk.get_weights(),
+                     unbounded=("moving_variance",))
+        if any("moving_variance" in n for n in names):
+            ok = compare("vs Keras 3 (moving variance bounded)", names, ours_losses, ours, init,
+                         k3_losses, [v.numpy() for v in k3.weights]) and ok
+    else:
+        # A deep network at a small batch amplifies rounding step by step (Keras 3 and tf_keras
+        # drift apart as far): libdist is held to the issue's bounds after one step, and over
+        # the steps to CHAOS_FACTOR x the references' own drift so far (running maximum).
+        one = os.path.join(work, "libdist_one_step")
+        os.makedirs(one)
+        subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w),
+                        str(c), "1", str(batch), one], check=True, timeout=1200)
+        one_losses = np.loadtxt(os.path.join(one, "losses.txt"), dtype=np.float64, ndmin=1)
+        one_flat = np.fromfile(os.path.join(one, "final.f32"), dtype=np.float32)
+        one_w, at = [], 0
+        for v in init:
+            one_w.append(one_flat[at:at + v.size].reshape(v.shape))
+            at += v.size
+        k1 = build(keras, name)
+        k1.set_weights(init)
+        k1_losses = train(k1, keras.optimizers.SGD(0.01, momentum=0.9),
+                          keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y, 1,
+                          batch)
+        t1 = build(tf_keras, name)
+        t1.set_weights(init)
+        train(t1, tf_keras.optimizers.SGD(0.01, momentum=0.9),
+              tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y, 1, batch)
+        k1_w, t1_w = [v.numpy() for v in k1.weights], t1.get_weights()
+        one_loss_err = abs(one_losses[0] - k1_losses[0]) / abs(k1_losses[0])
+        # A variable whose step is a near-cancelling sum (a BatchNormalization's beta before an
+        # Add) has a relative error far above 2e-4 in either Keras against the other: each is
+        # held to max(2e-4, CHAOS_FACTOR x the Keras 3 / tf_keras distance of that variable).
+        bad = []
+        for nm, o, k, t in zip(names, one_w, k1_w, t1_w):
+            if "moving_variance" in nm:
+                continue  # tf_keras's Bessel correction; bounded against Keras 3 below
+            lim = max(WEIGHT_TOL, CHAOS_FACTOR * rel(t, k))
+            if rel(o, k) > lim:
+                bad.append(f"{nm} {rel(o, k):.1e} > {lim:.1e}")
+        mv = [rel(o, k) for nm, o, k in zip(names, one_w, k1_w) if "moving_variance" in nm]
+        mv_worst = max(mv) if mv else 0.0
+        errs = {nm: rel(o, k) for nm, o, k in zip(names, one_w, k1_w)}
+        wn = max(errs, key=errs.get)
+        ok = one_loss_err <= LOSS_TOL and not bad and mv_worst <= WEIGHT_TOL
+        print(f"{'ok  ' if ok else 'FAIL'} one step vs Keras 3: loss {one_loss_err:.1e} "
+              f"(<= {LOSS_TOL:g}); moving variances {mv_worst:.1e} (<= {WEIGHT_TOL:g}); worst "
+              f"variable {wn} {errs[wn]:.1e} (Keras 3 vs tf_keras there "
+              f"{rel(t1_w[names.index(wn)], k1_w[names.index(wn)]):.1e}); "
+              f"{len(bad)} variable(s) beyond max({WEIGHT_TOL:g}, {CHAOS_FACTOR}x the Keras "
+              f"distance){': ' + '; '.join(bad[:4]) if bad else ''}")
+        envelope = np.maximum(LOSS_TOL, CHAOS_FACTOR * np.maximum.accumulate(spread))
+        within = bool(np.all(ours_err <= envelope))
+        worst = int(np.argmax(ours_err / envelope))
+        print(f"{'ok  ' if within else 'FAIL'} {steps} steps vs tf_keras: every loss within "
+              f"{CHAOS_FACTOR}x the Keras 3 / tf_keras drift so far (worst step {worst}: "
+              f"{ours_err[worst]:.1e} <= {envelope[worst]:.1e})")
+        ok = ok and within
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
