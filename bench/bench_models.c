@@ -11,7 +11,8 @@
  * by zoo.py from the layer shapes: 2 per multiply-add of Conv2D, Dense and attention, forward,
  * backward-data and backward-weights) and the FLOP rate against the FP32 FMA peak measured at
  * start (fma_peak.c; --no-peak skips it). A model libdist refuses prints the refusal
- * (dist_last_error()) on a "REFUSED model=NAME: ..." line and is skipped; the exit status is then 3.
+ * (dist_last_error()) on a "REFUSED model=NAME: ..." line and is skipped; the exit status is
+ * then 3.
  *
  * Machine-readable lines for bench/bench_models.py:
  *   RESULT model=NAME config=CFG batch=B examples_per_sec=X runs=a,b,c flops_per_example=F
@@ -280,14 +281,22 @@ int main(int argc, char **argv) {
     int steps = 20, warmup = 5, repeats = 3, peak_on = 1, mixed = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--models") == 0 && v) models = argv[++i];
-        else if (strcmp(a, "--configs") == 0 && v) configs = argv[++i];
-        else if (strcmp(a, "--models-dir") == 0 && v) dir = argv[++i];
-        else if (strcmp(a, "--steps") == 0 && v) steps = atoi(argv[++i]);
-        else if (strcmp(a, "--warmup") == 0 && v) warmup = atoi(argv[++i]);
-        else if (strcmp(a, "--repeats") == 0 && v) repeats = atoi(argv[++i]);
-        else if (strcmp(a, "--no-peak") == 0) peak_on = 0;
-        else if (strcmp(a, "--mixed-precision") == 0) mixed = 1;
+        if (strcmp(a, "--models") == 0 && v)
+            models = argv[++i];
+        else if (strcmp(a, "--configs") == 0 && v)
+            configs = argv[++i];
+        else if (strcmp(a, "--models-dir") == 0 && v)
+            dir = argv[++i];
+        else if (strcmp(a, "--steps") == 0 && v)
+            steps = atoi(argv[++i]);
+        else if (strcmp(a, "--warmup") == 0 && v)
+            warmup = atoi(argv[++i]);
+        else if (strcmp(a, "--repeats") == 0 && v)
+            repeats = atoi(argv[++i]);
+        else if (strcmp(a, "--no-peak") == 0)
+            peak_on = 0;
+        else if (strcmp(a, "--mixed-precision") == 0)
+            mixed = 1;
         else {
             fprintf(stderr,
                     "usage: %s [--models a,b] [--configs 1t,2t,mirrored2] [--steps N] "
@@ -311,8 +320,7 @@ int main(int argc, char **argv) {
     }
     const char *isa = "none";
     double peak = peak_on ? dist_bench_fma_peak(5, 0.1, &isa) : 0;
-    if (peak_on)
-        printf("FP32 FMA peak of one core: %.1f GFLOP/s (%s)\n", peak * 1e-9, isa);
+    if (peak_on) printf("FP32 FMA peak of one core: %.1f GFLOP/s (%s)\n", peak * 1e-9, isa);
     printf("%-12s %-10s %-15s %6s %12s %8s %7s  %s\n", "model", "config", "policy", "batch",
            "examples/s", "GFLOP/s", "% peak", "runs");
     int status = 0;
