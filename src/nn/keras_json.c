@@ -724,6 +724,9 @@ static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) 
                                         "bias_constraint",
                                         "seed",
                                         "batch_input_shape",
+                                        "query_shape",
+                                        "key_shape",
+                                        "value_shape",
                                         NULL};
     DIST_TRY(check_keys(l, known)); /* use_gate, sliding_window, flash attention: refused there */
     DIST_TRY(check_absent(l, no_extras));
@@ -757,6 +760,22 @@ static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) 
         !(cJSON_IsArray(ax) && cJSON_GetArraySize(ax) == 1 &&
           json_int(cJSON_GetArrayItem(ax, 0), &a1) && a1 == 1))
         return unsupported_arg(l, "attention_axes", "is not [1]; libdist attends over the steps");
+    /* the shapes a built layer was called on (tf_keras and Keras 3 write them): self-attention
+     * reads one tensor, so the three must be equal */
+    const cJSON *qs = cJSON_GetObjectItemCaseSensitive(c, "query_shape");
+    const char *other[2] = {"key_shape", "value_shape"};
+    for (int i = 0; i < 2 && qs && !cJSON_IsNull(qs); i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(c, other[i]);
+        if (!o || cJSON_IsNull(o)) continue;
+        char *a = cJSON_PrintUnformatted(qs), *b = cJSON_PrintUnformatted(o);
+        int same = a && b && strcmp(a, b) == 0;
+        cJSON_free(a);
+        cJSON_free(b);
+        if (!same)
+            return unsupported_arg(l, other[i],
+                                   "differs from 'query_shape'; libdist's attention is "
+                                   "self-attention (query, key and value one tensor)");
+    }
     int use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "use_bias"));
     return dist_model_add_multi_head_attention(m, heads, key_dim, value_dim, use_bias);
 }
@@ -880,6 +899,32 @@ static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs) {
     return DIST_OK;
 }
 
+/* tf-keras writes MultiHeadAttention's call as [[QUERY, 0, 0, {"value": [VALUE, 0, 0],
+ * "key": [KEY, 0, 0]}]]: the query, then the value and the key (when given) from the kwargs,
+ * whose other entries must be absent (build refuses cross-attention). names[0] is set. */
+static dist_status tf_keras_attention_inputs(const json_layer *l, const cJSON *kwargs,
+                                             const char **names, int *count) {
+    if (!cJSON_IsObject(kwargs))
+        return dist_error(DIST_FORMAT, "layer '%s': its call's kwargs are not an object", l->name);
+    int n = 1;
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, kwargs) {
+        int tensor = !strcmp(kv->string, "value") || !strcmp(kv->string, "key");
+        if (tensor && !cJSON_IsNull(kv)) continue;
+        if (!cJSON_IsNull(kv))
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s): call argument '%s' is not supported", l->name,
+                              l->class_name, kv->string);
+    }
+    static const char *const order[2] = {"value", "key"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(kwargs, order[i]);
+        if (h && !cJSON_IsNull(h)) DIST_TRY(history_name(l, h, &names[n++]));
+    }
+    *count = n;
+    return DIST_OK;
+}
+
 /* The names of the tensors a Functional model's layer is called on, from its one inbound node:
  * Keras 3 {"args": [TENSOR or [TENSOR, ...]], "kwargs": {...}} with TENSOR
  * {"config": {"keras_history": [NAME, 0, 0]}}; tf-keras [[NAME, 0, 0, {kwargs}], ...]. */
@@ -944,7 +989,10 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
                 history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"), &names[j]));
         } else {
             DIST_TRY(history_name(l, t, &names[j]));
-            if (cJSON_GetArraySize(t) > 3) DIST_TRY(check_call_kwargs(l, cJSON_GetArrayItem(t, 3)));
+            const cJSON *kw = cJSON_GetArraySize(t) > 3 ? cJSON_GetArrayItem(t, 3) : NULL;
+            if (n == 1 && kw && strcmp(l->class_name, "MultiHeadAttention") == 0)
+                return tf_keras_attention_inputs(l, kw, names, count);
+            if (kw) DIST_TRY(check_call_kwargs(l, kw));
         }
     }
     *count = n;

@@ -400,6 +400,30 @@ END_TEST
 /* tests/data/keras3_dag.json and tf_keras_dag.json (make_keras_dag_json.py): img -> c1 (Conv2D
  * 4, same) -> r (ReLU) -> c2 (Conv2D 4, same); skip = Add([c2, r]); join =
  * Concatenate([skip, r]); gap; out (Dense 3). r is read by three layers. */
+/* The zoo's Transformer as tf_keras writes it (bench/models/transformer.json): its
+ * MultiHeadAttention calls read [[QUERY, 0, 0, {"value": [VALUE, 0, 0]}]] and the built layers
+ * carry query_shape / key_shape / value_shape; it loads with Keras's parameter count
+ * (bench/models/flops.txt: 2,825,218). A value shape other than the query's, or a value tensor
+ * other than the query, is refused as cross-attention. */
+START_TEST(test_the_tf_keras_transformer_of_the_zoo_loads) {
+    char *json = read_data("../../bench/models/transformer.json");
+    dist_model *m = NULL;
+    dist_status st = dist_model_from_keras_json(json, 1, &m);
+    ck_assert_msg(st == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_num_params(m), 2825218);
+    dist_model_destroy(m);
+    char *bad = strdup(json);
+    char *at = strstr(bad, "\"value_shape\": [null, 128, 128]");
+    ck_assert_ptr_nonnull(at);
+    memcpy(strstr(at, "128, 128]"), "128, 127]", 9);
+    ck_assert_int_eq(dist_model_from_keras_json(bad, 1, &m), DIST_UNSUPPORTED);
+    ck_assert_msg(strstr(dist_last_error(), "'value_shape' differs from 'query_shape'"), "%s",
+                  dist_last_error());
+    free(bad);
+    free(json);
+}
+END_TEST
+
 START_TEST(test_a_functional_dag_reads_from_keras3_and_tf_keras_alike) {
     char *k3 = read_data("keras3_dag.json"), *tk = read_data("tf_keras_dag.json");
     dist_model *a = NULL, *b = NULL;
@@ -839,6 +863,7 @@ int main(int argc, char **argv) {
     suite_add_tcase(s, tc);
     TCase *json = tcase_create("keras_json");
     tcase_add_test(json, test_a_functional_dag_reads_from_keras3_and_tf_keras_alike);
+    tcase_add_test(json, test_the_tf_keras_transformer_of_the_zoo_loads);
     tcase_add_test(json, test_functional_json_refusals_name_what_libdist_lacks);
     tcase_add_test(json, test_a_graph_model_writes_a_functional_keras_config_that_reads_back);
     tcase_add_test(json, test_new_layer_arguments_libdist_lacks_are_refused_by_name);
