@@ -17,7 +17,8 @@ typedef struct ps_shard {
     char name[128];
     int shard, num_shards;
     int64_t first_row, rows;
-    bool assign; /* non-trainable: the worker assigns its value instead of pushing gradients */
+    bool assign; /* non-trainable: the worker pushes its step's change, not gradients */
+    int64_t base_offset; /* assign: elements into the group's base (the assigned shards in order) */
 } ps_shard;
 
 /* The variables made by one create_variable call: one block, and the shards that make it up. */
@@ -25,6 +26,11 @@ typedef struct ps_group {
     int64_t numel;
     int num_shards;
     ps_shard *shards;
+    /* The non-trainable shards' values the caller's copy started from (pulled or restored),
+     * packed in shard order (base_numel elements), and room for their change: a push adds the
+     * change on the ps tasks. NULL when the group has none. */
+    int64_t base_numel;
+    float *base, *delta;
 } ps_group;
 
 typedef struct ps_link {
@@ -324,7 +330,8 @@ static dist_status restore_on_ps(ps_client *c, const ps_group *g, const float *v
 /* ---- push ---- */
 
 /* One PUSH per ps of the group's shards whose `assign` flag is `assigned`, with `rule` and
- * their data at the shards' offsets into `data`. */
+ * their data at the shards' offsets into `data` (the group's layout; for the assigned shards,
+ * their packed layout, base_offset). */
 static dist_status push_shards(ps_client *c, ps_group *g, const ps_rule *rule, const float *data,
                                bool assigned) {
     const float *gd = data;
@@ -352,7 +359,7 @@ static dist_status push_shards(ps_client *c, ps_group *g, const ps_rule *rule, c
         for (int i = 0; i < g->num_shards; i++) {
             const ps_shard *sh = &g->shards[i];
             if (sh->ps != j || sh->assign != assigned) continue;
-            const float *p = gd + sh->offset;
+            const float *p = gd + (assigned ? sh->base_offset : sh->offset);
             ps_piece *last = &pieces[npieces - 1];
             if (npieces > 1 && (const char *)last->p + last->n == (const char *)p)
                 last->n += (size_t)sh->numel * 4;
@@ -414,9 +421,35 @@ bool ps_client_group_has_assigned(const ps_client *c, int group) {
     return any_assign;
 }
 
+/* The non-trainable shards of `values` (the group's layout) become the group's base. */
+static void group_set_base(ps_group *g, const float *values) {
+    for (int i = 0; g->base && i < g->num_shards; i++) {
+        const ps_shard *sh = &g->shards[i];
+        if (sh->assign)
+            memcpy(g->base + sh->base_offset, values + sh->offset, (size_t)sh->numel * 4);
+    }
+}
+
+dist_status ps_client_set_assigned_base(ps_client *c, int group, const float *values) {
+    group_set_base(&c->groups[group], values);
+    return DIST_OK;
+}
+
 dist_status ps_client_push_assigned(ps_client *c, int group, const float *values) {
-    ps_rule assign = {.kind = PS_RULE_ASSIGN};
-    return push_shards(c, &c->groups[group], &assign, values, true);
+    ps_group *g = &c->groups[group];
+    if (!g->base) return DIST_OK;
+    for (int i = 0; i < g->num_shards; i++) {
+        const ps_shard *sh = &g->shards[i];
+        if (!sh->assign) continue;
+        const float *v = values + sh->offset;
+        float *b = g->base + sh->base_offset, *d = g->delta + sh->base_offset;
+        for (int64_t e = 0; e < sh->numel; e++) {
+            d[e] = v[e] - b[e];
+            b[e] = v[e];
+        }
+    }
+    ps_rule add = {.kind = PS_RULE_ADD};
+    return push_shards(c, g, &add, g->delta, true);
 }
 
 dist_status ps_client_drain_pushes(ps_client *c) {
@@ -517,12 +550,25 @@ dist_status ps_client_add_group(ps_client *c, const dist_variable_desc *vars, in
         }
         free(many);
     }
+    for (int i = 0; st == DIST_OK && i < g.num_shards; i++)
+        if (g.shards[i].assign) {
+            g.shards[i].base_offset = g.base_numel;
+            g.base_numel += g.shards[i].numel;
+        }
+    if (st == DIST_OK && g.base_numel) {
+        g.base = calloc((size_t)g.base_numel, sizeof *g.base);
+        g.delta = calloc((size_t)g.base_numel, sizeof *g.delta);
+        if (!g.base || !g.delta) st = dist_error(DIST_OUT_OF_MEMORY, "out of memory");
+    }
     if (st == DIST_OK && initial) st = create_on_ps(c, &g, initial);
+    if (st == DIST_OK && initial) group_set_base(&g, initial);
     ps_group *grown =
         st == DIST_OK ? realloc(c->groups, (size_t)(c->num_groups + 1) * sizeof *grown) : NULL;
     if (st == DIST_OK && !grown) st = dist_error(DIST_OUT_OF_MEMORY, "out of memory");
     if (st != DIST_OK) {
         free(g.shards);
+        free(g.base);
+        free(g.delta);
         return st;
     }
     c->groups = grown;
@@ -587,7 +633,11 @@ void ps_client_destroy(ps_client *c) {
         if (c->links[j].fd >= 0 && c->links[j].pending_acks) (void)link_ready(c, &c->links[j]);
         net_close(&c->links[j].fd);
     }
-    for (int k = 0; k < c->num_groups; k++) free(c->groups[k].shards);
+    for (int k = 0; k < c->num_groups; k++) {
+        free(c->groups[k].shards);
+        free(c->groups[k].base);
+        free(c->groups[k].delta);
+    }
     free(c->groups);
     free(c->links);
     ps_buf_free(&c->req);

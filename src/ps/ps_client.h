@@ -52,10 +52,19 @@ dist_status ps_client_prefetch(ps_client *c);
  * request on each link (ps_client_drain_pushes reads them now). */
 dist_status ps_client_push_gradients(ps_client *c, int group, const dist_update_rule *rule,
                                      const float *grads);
-/* 1 when the group has non-trainable variables (their values are assigned, not updated). */
+/* 1 when the group has non-trainable variables (a step changes them itself, as
+ * BatchNormalization's moving statistics; no gradients are pushed for them). */
 bool ps_client_group_has_assigned(const ps_client *c, int group);
-/* The values of the group's non-trainable variables (values: host, the group's layout) replace
- * theirs on the ps tasks. */
+/* The values (host, the group's layout) that the caller's copy of the group's non-trainable
+ * variables starts from: what it pulled (or restored). ps_client_push_assigned pushes the change
+ * from them. */
+dist_status ps_client_set_assigned_base(ps_client *c, int group, const float *values);
+/* The change of the group's non-trainable variables since their base (values - base, values:
+ * host, the group's layout) is added to theirs on the ps tasks, a read-modify-write there, and
+ * values become the base. Several workers' changes add up, as TF's moving-statistics update,
+ * assign_sub((var - value) * (1 - momentum)) on the ps variable: a worker whose step started
+ * from values that another worker has changed since does not overwrite that worker's update,
+ * as an assignment of its values would. */
 dist_status ps_client_push_assigned(ps_client *c, int group, const float *values);
 /* Reads the replies of every push sent so far: what was pushed is applied. */
 dist_status ps_client_drain_pushes(ps_client *c);

@@ -161,8 +161,8 @@ static dist_status apply(ps_server *s, ps_var *v, const ps_rule *r, const float 
     dist_status st = DIST_OK;
     pthread_mutex_lock(&v->mu);
     size_t bytes = v->numel * sizeof(float);
-    if (r->kind == PS_RULE_ASSIGN) {
-        memcpy(v->data, g, bytes);
+    if (r->kind == PS_RULE_ADD) {
+        for (uint64_t i = 0; i < v->numel; i++) v->data[i] += g[i];
         pthread_mutex_unlock(&v->mu);
         return DIST_OK;
     }
@@ -280,7 +280,7 @@ static dist_status on_pull(ps_conn *c, const ps_header *h, const unsigned char *
                          net_now() + PS_FRAME_STALL_S, c->who);
 }
 
-/* rule | u32 count | (u32 id, u64 numel) x count | gradients (or values, for ASSIGN): the gradients go from the
+/* rule | u32 count | (u32 id, u64 numel) x count | gradients (or changes, for ADD): the gradients go from the
  * socket into one scratch buffer, then each variable is updated under its own lock. */
 static dist_status on_push(ps_conn *c, const ps_header *h, ps_rx *rx, bool *reply_sent) {
     (void)h;
@@ -290,7 +290,7 @@ static dist_status on_push(ps_conn *c, const ps_header *h, ps_rx *rx, bool *repl
     ps_rule rule;
     ps_rule_decode(head, &rule);
     uint32_t count = get32(head + PS_RULE_BYTES);
-    if (rule.kind != PS_RULE_ADAM && rule.kind != PS_RULE_SGD && rule.kind != PS_RULE_ASSIGN)
+    if (rule.kind != PS_RULE_ADAM && rule.kind != PS_RULE_SGD && rule.kind != PS_RULE_ADD)
         return dist_error(DIST_FORMAT, "a push with update rule %u", rule.kind);
     if (count > PS_MAX_VARIABLES || (uint64_t)count * 12 > rx->left)
         return dist_error(DIST_FORMAT, "a push of %u variables in %llu bytes", count,

@@ -11,10 +11,12 @@
 #include <stdint.h>
 
 /* The update a push asks for: Keras's Adam or SGD with the worker's hyperparameters. */
-/* PS_RULE_ASSIGN: the pushed values replace the variable's (a non-trainable variable a worker
- * updates itself, as BatchNormalization's moving statistics: TF's ONLY_FIRST_REPLICA assign);
- * its slots and update count stay. */
-typedef enum ps_rule_kind { PS_RULE_ADAM = 1, PS_RULE_SGD = 2, PS_RULE_ASSIGN = 3 } ps_rule_kind;
+/* PS_RULE_ADD: the pushed values are added to the variable's, under its lock: the change a
+ * worker's step made to a non-trainable variable it updates itself, as BatchNormalization's
+ * moving statistics (TF's assign_sub((var - value) * (1 - momentum)) on the ps variable), so
+ * concurrent workers' changes add up (an assignment of each worker's values lost the updates of
+ * the pushes made since its step began); its slots and update count stay. */
+typedef enum ps_rule_kind { PS_RULE_ADAM = 1, PS_RULE_SGD = 2, PS_RULE_ADD = 4 } ps_rule_kind;
 typedef struct ps_rule {
     uint32_t kind;
     float lr, beta1, beta2, epsilon; /* Adam */

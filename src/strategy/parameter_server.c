@@ -5,7 +5,9 @@
  *   - worker: dist_strategy_serve runs the closures the chief schedules; before each run the
  *     worker pulls every variable from the ps tasks into its local replicas' copies, and an
  *     optimizer's apply_gradients sums the gradients over the local replicas and pushes them
- *     with the optimizer's rule to the ps tasks, which apply it (asynchronously across workers);
+ *     with the optimizer's rule to the ps tasks, which apply it (asynchronously across workers),
+ *     and pushes the change the step made to the non-trainable variables (BatchNormalization's
+ *     moving statistics), which the ps tasks add to theirs;
  *   - chief: creates the variables on the ps tasks (their initial values are the chief's),
  *     runs the coordinator (dist/ps.h), evaluates with pulled values, and reads and writes the
  *     variables for checkpoints.
@@ -126,6 +128,10 @@ static dist_status pull_all(dist_strategy *s, ps_ctx *c) {
         for (int k = 0; k < c->num_blocks; k++) dst[k] = c->blocks[k].copies[0]->data;
     }
     if (st == DIST_OK) st = ps_client_pull(c->client, dst, true);
+    /* what the step's changes to the non-trainable variables are measured from */
+    for (int k = 0; k < c->num_blocks && st == DIST_OK; k++)
+        if (ps_client_group_has_assigned(c->client, k))
+            st = ps_client_set_assigned_base(c->client, k, dst[k]);
     for (int k = 0; k < c->num_blocks && st == DIST_OK; k++) {
         size_t bytes = (size_t)ps_client_group_numel(c->client, k) * sizeof(float);
         for (int r = host ? 1 : 0; r < s->num_replicas && st == DIST_OK; r++) {
@@ -185,6 +191,7 @@ static dist_status ps_restore_state(dist_strategy *s, dist_tensor *const *copies
         st = dist_error(DIST_INVALID_ARGUMENT, "parameter_server: these variables are not on the "
                                                "ps tasks (made outside this strategy's scope?)");
     if (st == DIST_OK) st = ps_client_restore_values(c->client, g, src);
+    if (st == DIST_OK) st = ps_client_set_assigned_base(c->client, g, src);
     for (int r = 0; r < s->num_replicas && st == DIST_OK; r++) {
         dist_backend *be = s->replicas.backends[r];
         st = dist_backend_from_host(be, src, bytes, copies[r]);
@@ -240,8 +247,10 @@ static dist_status ps_run(dist_strategy *s, dist_step_fn step, void *user,
     return dist_local_replicas_run(s, step, user, inputs, results);
 }
 
-/* Group g's gradients (replica 0's sum) with the rule, then its non-trainable variables'
- * values (moving statistics) as replica 0 left them in this step. */
+/* Group g's gradients (replica 0's sum) with the rule, then the change this step made to its
+ * non-trainable variables (moving statistics) on replica 0, since the pull: the ps adds it to
+ * theirs, so the updates of workers stepping at the same time add up (TF's assign_sub on the
+ * ps variable) instead of the last push overwriting the others. */
 static dist_status push(dist_strategy *s, ps_ctx *c, int g, const dist_update_rule *rule,
                         dist_tensor *grads) {
     int64_t numel = ps_client_group_numel(c->client, g);

@@ -538,6 +538,151 @@ START_TEST(test_moving_statistics_reach_the_ps_tasks) {
 }
 END_TEST
 
+/* Two workers' steps that begin from the same moving statistics (each pulls before either
+ * pushes: the step waits on a barrier): the ps tasks hold the statistics with both steps'
+ * changes added, as TF's update of a ps variable, assign_sub((var - value) * (1 - momentum)).
+ * An assignment of each worker's values kept only the last push, so the ps's statistics went
+ * back and forth between the workers' own chains of updates, each with about half of the steps,
+ * and a two-worker model evaluated with stale statistics. */
+typedef struct bn_worker {
+    cluster *c;
+    int index;
+    pthread_barrier_t *bar;
+    dist_model *model;
+    dist_classifier_step step;
+    int64_t n;
+    float *pulled, *after; /* every variable of replica 0, in the model's layout */
+    int waited; /* passed the barrier */
+    dist_status st;
+    char err[512];
+} bn_worker;
+
+static void model_values(const dist_model *m, float *out) {
+    int64_t off = 0;
+    for (int v = 0; v < dist_model_num_variables(m); v++) {
+        const dist_tensor *t = dist_model_variable(m, 0, v);
+        memcpy(out + off, t->data, (size_t)dist_tensor_numel(t) * 4);
+        off += dist_tensor_numel(t);
+    }
+}
+
+static dist_status barrier_step(dist_replica_ctx *rc, const dist_element *in, void *user,
+                                dist_element *out) {
+    bn_worker *w = user;
+    model_values(w->model, w->pulled); /* what ps_run pulled */
+    pthread_barrier_wait(w->bar);      /* the other worker has pulled too */
+    w->waited = 1;
+    return dist_classifier_train_step(rc, in, &w->step, out);
+}
+
+/* Worker w->index's batch: 32 images of its own shard of the training set. */
+static dist_status shard_fn(const dist_input_context *ctx, void *user, dist_dataset **out) {
+    (void)user;
+    dist_dataset *ds, *next;
+    DIST_TRY_TEST(mnist_fn(ctx, NULL, &ds));
+    DIST_TRY_TEST(dist_dataset_shard(ds, ctx->num_input_pipelines, ctx->input_pipeline_id, &next));
+    dist_dataset_destroy(ds);
+    *out = next;
+    return DIST_OK;
+}
+
+static dist_status bn_worker_steps(bn_worker *w, dist_strategy **s) {
+    char buf[4096];
+    dist_strategy_options o = options_for(w->c, "worker", w->index, buf, sizeof buf);
+    DIST_TRY_TEST(dist_strategy_create(&o, s));
+    dist_optimizer *opt = NULL;
+    DIST_TRY_TEST(build_model(*s, 1, &w->model, &opt));
+    w->step = (dist_classifier_step){w->model, opt, 32, NULL};
+    w->n = dist_model_num_params(w->model);
+    w->pulled = malloc((size_t)w->n * 4);
+    w->after = malloc((size_t)w->n * 4);
+    dist_distributed_dataset *dds = NULL;
+    dist_distributed_iterator *it = NULL;
+    dist_per_replica_element batch;
+    dist_per_replica res;
+    int end = 0;
+    dist_status st = dist_strategy_distribute_datasets_from_function(*s, shard_fn, NULL, &dds);
+    if (st == DIST_OK) st = dist_distributed_dataset_iterator(dds, &it);
+    if (st == DIST_OK) st = dist_distributed_iterator_next(it, &batch, &end);
+    if (st == DIST_OK) st = dist_strategy_run(*s, barrier_step, w, &batch, &res);
+    if (st == DIST_OK) model_values(w->model, w->after);
+    dist_distributed_iterator_destroy(it);
+    dist_distributed_dataset_destroy(dds);
+    dist_optimizer_destroy(opt);
+    return st;
+}
+
+static void *bn_worker_main(void *arg) {
+    bn_worker *w = arg;
+    dist_strategy *s = NULL;
+    w->st = bn_worker_steps(w, &s);
+    if (w->st != DIST_OK) snprintf(w->err, sizeof w->err, "%s", dist_last_error());
+    if (!w->waited) pthread_barrier_wait(w->bar); /* the other one does not wait forever */
+    dist_model_destroy(w->model);
+    dist_strategy_destroy(s); /* reads the replies of its pushes: they are applied */
+    return NULL;
+}
+
+START_TEST(test_two_workers_moving_statistics_updates_add_up_on_the_ps) {
+    cluster c;
+    cluster_init(&c, 2, 1);
+    c.bn = 1;
+    start_ps(&c);
+    start(&c, "worker", 0);
+    start(&c, "worker", 1);
+    chief ch;
+    chief_start(&ch, &c);
+    /* two more clients with the workers' identities step outside the coordinator */
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    bn_worker w[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = (bn_worker){.c = &c, .index = i, .bar = &bar};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, bn_worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&bar);
+    for (int i = 0; i < 2; i++) ck_assert_msg(w[i].st == DIST_OK, "worker %d: %s", i, w[i].err);
+    int64_t n = dist_model_num_params(ch.model);
+    ck_assert_int_eq(n, w[0].n);
+    float *ps = malloc((size_t)n * 4);
+    ck_assert_int_eq(dist_model_get_weights(ch.model, 0, ps, n), DIST_OK);
+    int64_t off = 0;
+    int checked = 0;
+    for (int v = 0; v < dist_model_num_variables(ch.model); v++) {
+        const char *name = dist_model_variable_name(ch.model, v);
+        int64_t k = dist_tensor_numel(dist_model_variable(ch.model, 0, v));
+        if (!dist_model_variable_trainable(ch.model, v)) {
+            double apart = 0;
+            for (int64_t i = off; i < off + k; i++) {
+                /* both began from the chief's initial statistics */
+                ck_assert_float_eq(w[0].pulled[i], w[1].pulled[i]);
+                float d0 = w[0].after[i] - w[0].pulled[i], d1 = w[1].after[i] - w[1].pulled[i];
+                double want = (double)w[0].pulled[i] + d0 + d1;
+                apart = fmax(apart, fabs(w[0].after[i] - w[1].after[i]));
+                ck_assert_msg(fabs(ps[i] - want) <= 1e-5 * (1 + fabs(want)),
+                              "'%s'[%lld] on the ps: %g; the workers began from %g and made "
+                              "%g and %g (both changes: %g)",
+                              name, (long long)(i - off), ps[i], w[0].pulled[i],
+                              w[0].after[i], w[1].after[i], want);
+            }
+            /* their batches differ: so do their statistics */
+            ck_assert_msg(apart > 1e-4, "'%s': both workers made the same statistics", name);
+            checked++;
+        }
+        off += k;
+    }
+    ck_assert_int_eq(checked, 2);
+    free(ps);
+    for (int i = 0; i < 2; i++) {
+        free(w[i].pulled);
+        free(w[i].after);
+    }
+    chief_stop(&ch, &c);
+}
+END_TEST
+
 START_TEST(test_arguments_and_results_travel_as_tensors) {
     cluster c;
     cluster_init(&c, 1, 1);
@@ -665,6 +810,7 @@ int main(void) {
     tcase_add_test(co, test_scheduled_training_steps_lower_the_loss_and_update_the_ps);
     tcase_add_test(co, test_strategy_variables_train_on_the_ps_tasks);
     tcase_add_test(co, test_moving_statistics_reach_the_ps_tasks);
+    tcase_add_test(co, test_two_workers_moving_statistics_updates_add_up_on_the_ps);
     tcase_add_test(co, test_arguments_and_results_travel_as_tensors);
     tcase_add_test(co, test_an_unregistered_function_is_refused_by_its_name);
     tcase_add_test(co, test_a_failed_closure_fails_join_cancels_the_queue_and_is_reported_once);
