@@ -501,9 +501,9 @@ START_TEST(test_strategy_variables_train_on_the_ps_tasks) {
 }
 END_TEST
 
-/* BatchNormalization's moving statistics are non-trainable: the worker assigns the values its
- * training calls computed (TF's ONLY_FIRST_REPLICA) instead of pushing gradients, so the ps
- * tasks, and through them the chief, hold statistics that moved; gamma and beta train. */
+/* BatchNormalization's moving statistics are non-trainable: the worker pushes the change its
+ * training calls made to them (added on the ps) instead of gradients, so the ps tasks, and
+ * through them the chief, hold statistics that moved; gamma and beta train. */
 START_TEST(test_moving_statistics_reach_the_ps_tasks) {
     cluster c;
     chief ch;
