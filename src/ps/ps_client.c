@@ -430,6 +430,18 @@ static void group_set_base(ps_group *g, const float *values) {
     }
 }
 
+bool ps_client_assigned_shard(const ps_client *c, int group, int i, int64_t *offset,
+                              int64_t *numel) {
+    const ps_group *g = &c->groups[group];
+    for (int k = 0; k < g->num_shards; k++)
+        if (g->shards[k].assign && i-- == 0) {
+            *offset = g->shards[k].offset;
+            *numel = g->shards[k].numel;
+            return true;
+        }
+    return false;
+}
+
 dist_status ps_client_set_assigned_base(ps_client *c, int group, const float *values) {
     group_set_base(&c->groups[group], values);
     return DIST_OK;

@@ -59,6 +59,9 @@ bool ps_client_group_has_assigned(const ps_client *c, int group);
  * variables starts from: what it pulled (or restored). ps_client_push_assigned pushes the change
  * from them. */
 dist_status ps_client_set_assigned_base(ps_client *c, int group, const float *values);
+/* The i-th non-trainable shard of the group (elements into its layout); false past the last. */
+bool ps_client_assigned_shard(const ps_client *c, int group, int i, int64_t *offset,
+                              int64_t *numel);
 /* The change of the group's non-trainable variables since their base (values - base, values:
  * host, the group's layout) is added to theirs on the ps tasks, a read-modify-write there, and
  * values become the base. Several workers' changes add up, as TF's moving-statistics update,

@@ -283,6 +283,29 @@ static dist_status push(dist_strategy *s, ps_ctx *c, int g, const dist_update_ru
     return st;
 }
 
+/* The worker's replicas' non-trainable variables (moving statistics, each replica's from its
+ * own part of the batch, all from the same pull) become their mean, so replica 0 pushes the
+ * mean of the replicas' changes: TF's AggregatingVariable (MEAN) of a worker with several
+ * replicas reduces their assign_sub deltas and applies the result once. */
+static dist_status mean_non_trainable(dist_strategy *s, ps_ctx *c, dist_replica_ctx *rc,
+                                      dist_model *model) {
+    dist_tensor *params[DIST_MAX_REPLICAS] = {dist_model_params(model, 0)};
+    pthread_mutex_lock(&c->mu);
+    int g = group_of(c, params);
+    pthread_mutex_unlock(&c->mu);
+    if (g < 0) return DIST_OK; /* refused by the caller */
+    dist_tensor *mine = dist_model_params(model, rc->local_id);
+    int64_t off, numel;
+    for (int i = 0; ps_client_assigned_shard(c->client, g, i, &off, &numel); i++) {
+        dist_tensor piece = *mine;
+        piece.data = (float *)mine->data + off;
+        piece.ndim = 1;
+        piece.shape[0] = numel;
+        DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_MEAN, &piece));
+    }
+    return DIST_OK;
+}
+
 static dist_status ps_apply_gradients(dist_strategy *s, dist_replica_ctx *rc, dist_tensor *grads,
                                       dist_update_fn update, void *user) {
     ps_ctx *c = ctx_of(s);
@@ -290,6 +313,7 @@ static dist_status ps_apply_gradients(dist_strategy *s, dist_replica_ctx *rc, di
     DIST_TRY(dist_update_rule_of(update, user, &rule));
     /* the worker's replicas are in sync with each other: their gradients are summed first */
     DIST_TRY(dist_strategy_all_reduce_tensor(s, rc->local_id, DIST_REDUCE_SUM, grads));
+    if (rule.model && s->num_replicas > 1) DIST_TRY(mean_non_trainable(s, c, rc, rule.model));
     if (rc->local_id != 0) return DIST_OK;
     pthread_mutex_lock(&c->mu);
     dist_status st = DIST_OK;
