@@ -547,20 +547,23 @@ END_TEST
 typedef struct bn_worker {
     cluster *c;
     int index;
-    pthread_barrier_t *bar;
+    pthread_barrier_t *bar; /* NULL: no other worker to wait for */
+    const char *devices;    /* the worker's replicas (NULL: one) */
+    pthread_mutex_t mu;
     dist_model *model;
     dist_classifier_step step;
     int64_t n;
     float *pulled, *after; /* every variable of replica 0, in the model's layout */
-    int waited; /* passed the barrier */
+    float *after1;         /* replica 1's, with devices */
+    int waited;            /* passed the barrier */
     dist_status st;
     char err[512];
 } bn_worker;
 
-static void model_values(const dist_model *m, float *out) {
+static void model_values(const dist_model *m, int replica, float *out) {
     int64_t off = 0;
     for (int v = 0; v < dist_model_num_variables(m); v++) {
-        const dist_tensor *t = dist_model_variable(m, 0, v);
+        const dist_tensor *t = dist_model_variable(m, replica, v);
         memcpy(out + off, t->data, (size_t)dist_tensor_numel(t) * 4);
         off += dist_tensor_numel(t);
     }
@@ -569,8 +572,10 @@ static void model_values(const dist_model *m, float *out) {
 static dist_status barrier_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                 dist_element *out) {
     bn_worker *w = user;
-    model_values(w->model, w->pulled); /* what ps_run pulled */
-    pthread_barrier_wait(w->bar);      /* the other worker has pulled too */
+    pthread_mutex_lock(&w->mu);
+    model_values(w->model, 0, w->pulled); /* what ps_run pulled (into every replica) */
+    pthread_mutex_unlock(&w->mu);
+    if (w->bar) pthread_barrier_wait(w->bar); /* the other worker has pulled too */
     w->waited = 1;
     return dist_classifier_train_step(rc, in, &w->step, out);
 }
@@ -589,6 +594,7 @@ static dist_status shard_fn(const dist_input_context *ctx, void *user, dist_data
 static dist_status bn_worker_steps(bn_worker *w, dist_strategy **s) {
     char buf[4096];
     dist_strategy_options o = options_for(w->c, "worker", w->index, buf, sizeof buf);
+    o.devices = w->devices;
     DIST_TRY_TEST(dist_strategy_create(&o, s));
     dist_optimizer *opt = NULL;
     DIST_TRY_TEST(build_model(*s, 1, &w->model, &opt));
@@ -596,6 +602,7 @@ static dist_status bn_worker_steps(bn_worker *w, dist_strategy **s) {
     w->n = dist_model_num_params(w->model);
     w->pulled = malloc((size_t)w->n * 4);
     w->after = malloc((size_t)w->n * 4);
+    w->after1 = malloc((size_t)w->n * 4);
     dist_distributed_dataset *dds = NULL;
     dist_distributed_iterator *it = NULL;
     dist_per_replica_element batch;
@@ -605,7 +612,8 @@ static dist_status bn_worker_steps(bn_worker *w, dist_strategy **s) {
     if (st == DIST_OK) st = dist_distributed_dataset_iterator(dds, &it);
     if (st == DIST_OK) st = dist_distributed_iterator_next(it, &batch, &end);
     if (st == DIST_OK) st = dist_strategy_run(*s, barrier_step, w, &batch, &res);
-    if (st == DIST_OK) model_values(w->model, w->after);
+    if (st == DIST_OK) model_values(w->model, 0, w->after);
+    if (st == DIST_OK && w->devices) model_values(w->model, 1, w->after1);
     dist_distributed_iterator_destroy(it);
     dist_distributed_dataset_destroy(dds);
     dist_optimizer_destroy(opt);
@@ -617,7 +625,7 @@ static void *bn_worker_main(void *arg) {
     dist_strategy *s = NULL;
     w->st = bn_worker_steps(w, &s);
     if (w->st != DIST_OK) snprintf(w->err, sizeof w->err, "%s", dist_last_error());
-    if (!w->waited) pthread_barrier_wait(w->bar); /* the other one does not wait forever */
+    if (!w->waited && w->bar) pthread_barrier_wait(w->bar); /* the other does not wait forever */
     dist_model_destroy(w->model);
     dist_strategy_destroy(s); /* reads the replies of its pushes: they are applied */
     return NULL;
@@ -638,7 +646,7 @@ START_TEST(test_two_workers_moving_statistics_updates_add_up_on_the_ps) {
     bn_worker w[2];
     pthread_t t[2];
     for (int i = 0; i < 2; i++) {
-        w[i] = (bn_worker){.c = &c, .index = i, .bar = &bar};
+        w[i] = (bn_worker){.c = &c, .index = i, .bar = &bar, .mu = PTHREAD_MUTEX_INITIALIZER};
         ck_assert_int_eq(pthread_create(&t[i], NULL, bn_worker_main, &w[i]), 0);
     }
     for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
@@ -664,8 +672,8 @@ START_TEST(test_two_workers_moving_statistics_updates_add_up_on_the_ps) {
                 ck_assert_msg(fabs(ps[i] - want) <= 1e-5 * (1 + fabs(want)),
                               "'%s'[%lld] on the ps: %g; the workers began from %g and made "
                               "%g and %g (both changes: %g)",
-                              name, (long long)(i - off), ps[i], w[0].pulled[i],
-                              w[0].after[i], w[1].after[i], want);
+                              name, (long long)(i - off), ps[i], w[0].pulled[i], w[0].after[i],
+                              w[1].after[i], want);
             }
             /* their batches differ: so do their statistics */
             ck_assert_msg(apart > 1e-4, "'%s': both workers made the same statistics", name);
@@ -678,7 +686,56 @@ START_TEST(test_two_workers_moving_statistics_updates_add_up_on_the_ps) {
     for (int i = 0; i < 2; i++) {
         free(w[i].pulled);
         free(w[i].after);
+        free(w[i].after1);
     }
+    chief_stop(&ch, &c);
+}
+END_TEST
+
+/* A worker with two replicas, each with its own half of the batch: the ps adds the mean of
+ * their changes to the moving statistics (TF's AggregatingVariable, MEAN, reduces a worker's
+ * replicas' assign_sub deltas), and both replicas end the step with that mean, not replica
+ * 0's own statistics alone. */
+START_TEST(test_a_workers_replicas_push_the_mean_of_their_statistics) {
+    cluster c;
+    cluster_init(&c, 1, 1);
+    c.bn = 1;
+    start_ps(&c);
+    start(&c, "worker", 0);
+    chief ch;
+    chief_start(&ch, &c);
+    bn_worker w = {.c = &c, .index = 0, .devices = "cpu:0,cpu:1", .mu = PTHREAD_MUTEX_INITIALIZER};
+    bn_worker_main(&w);
+    ck_assert_msg(w.st == DIST_OK, "%s", w.err);
+    int64_t n = dist_model_num_params(ch.model);
+    float *ps = malloc((size_t)n * 4);
+    ck_assert_int_eq(dist_model_get_weights(ch.model, 0, ps, n), DIST_OK);
+    int64_t off = 0;
+    int checked = 0;
+    for (int v = 0; v < dist_model_num_variables(ch.model); v++) {
+        const char *name = dist_model_variable_name(ch.model, v);
+        int64_t k = dist_tensor_numel(dist_model_variable(ch.model, 0, v));
+        if (!dist_model_variable_trainable(ch.model, v)) {
+            double moved = 0;
+            for (int64_t i = off; i < off + k; i++) {
+                ck_assert_msg(w.after[i] == w.after1[i],
+                              "'%s'[%lld]: replica 0 has %g, replica 1 %g (not their mean)", name,
+                              (long long)(i - off), w.after[i], w.after1[i]);
+                ck_assert_msg(fabs(ps[i] - w.after[i]) <= 1e-6 * (1 + fabs(w.after[i])),
+                              "'%s'[%lld] on the ps: %g, the replicas' mean %g", name,
+                              (long long)(i - off), ps[i], w.after[i]);
+                moved = fmax(moved, fabs(w.after[i] - w.pulled[i]));
+            }
+            ck_assert_msg(moved > 1e-4, "'%s' did not move", name);
+            checked++;
+        }
+        off += k;
+    }
+    ck_assert_int_eq(checked, 2);
+    free(ps);
+    free(w.pulled);
+    free(w.after);
+    free(w.after1);
     chief_stop(&ch, &c);
 }
 END_TEST
@@ -811,6 +868,7 @@ int main(void) {
     tcase_add_test(co, test_strategy_variables_train_on_the_ps_tasks);
     tcase_add_test(co, test_moving_statistics_reach_the_ps_tasks);
     tcase_add_test(co, test_two_workers_moving_statistics_updates_add_up_on_the_ps);
+    tcase_add_test(co, test_a_workers_replicas_push_the_mean_of_their_statistics);
     tcase_add_test(co, test_arguments_and_results_travel_as_tensors);
     tcase_add_test(co, test_an_unregistered_function_is_refused_by_its_name);
     tcase_add_test(co, test_a_failed_closure_fails_join_cancels_the_queue_and_is_reported_once);
