@@ -17,7 +17,7 @@ typedef struct ps_shard {
     char name[128];
     int shard, num_shards;
     int64_t first_row, rows;
-    bool assign; /* non-trainable: the worker pushes its step's change, not gradients */
+    bool assign;         /* non-trainable: the worker pushes its step's change, not gradients */
     int64_t base_offset; /* assign: elements into the group's base (the assigned shards in order) */
 } ps_shard;
 

@@ -280,8 +280,8 @@ static dist_status on_pull(ps_conn *c, const ps_header *h, const unsigned char *
                          net_now() + PS_FRAME_STALL_S, c->who);
 }
 
-/* rule | u32 count | (u32 id, u64 numel) x count | gradients (or changes, for ADD): the gradients go from the
- * socket into one scratch buffer, then each variable is updated under its own lock. */
+/* rule | u32 count | (u32 id, u64 numel) x count | gradients (or changes, for ADD): the gradients
+ * go from the socket into one scratch buffer, then each variable is updated under its own lock. */
 static dist_status on_push(ps_conn *c, const ps_header *h, ps_rx *rx, bool *reply_sent) {
     (void)h;
     *reply_sent = false;
