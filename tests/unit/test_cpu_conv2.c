@@ -234,6 +234,22 @@ START_TEST(test_conv2_forward_matches_reference) {
 }
 END_TEST
 
+/* A stem convolution (3 input channels in plain NHWC, 16 filters: ResNet's on CIFAR): oneDNN 2.6
+ * has only its reference code for a blocked output there, so the backend gives a plain NHWC
+ * output from a JIT kernel instead (the step ran ~700x slower than TensorFlow's); the values
+ * match the reference, and no forward primitive is oneDNN's reference code. */
+START_TEST(test_a_three_channel_stem_runs_a_jit_kernel) {
+    const fwd_case stem[] = {{4, 32, 32, 3, 16, 3, 3, 1, 1, DIST_LAYOUT_PLAIN, 0, 1},
+                             {2, 17, 15, 3, 32, 3, 3, 1, 1, DIST_LAYOUT_PLAIN, 1, 0}};
+    dist_backend *be = cpu(1);
+    uint64_t s = 29;
+    for (size_t c = 0; c < 2; c++) forward_against_reference(be, &stem[c], &s, 0, c);
+    ck_assert_int_eq(dist_test_cpu_kernel_count(be, "conv_fwd", DIST_TEST_KERNEL_REFERENCE), 0);
+    ck_assert_int_ge(dist_test_cpu_kernel_count(be, "conv_fwd", DIST_TEST_KERNEL_F32), 1);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 /* DIST_CPU_WINOGRAD's path: oneDNN's Winograd F(4x4, 3x3) kernel for the 3x3 / stride-1
  * forwards where oneDNN runs AVX-512 (the seed CNN's second convolution, with and without bias
  * and ReLU, and its cropped input), within WINO_REL of the terms' magnitude; the other shapes
@@ -297,6 +313,7 @@ int main(void) {
     tcase_add_test(tc, test_conv2_backward_filter_matches_reference);
     tcase_add_test(tc, test_conv2_backward_filter_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_conv2_forward_matches_reference);
+    tcase_add_test(tc, test_a_three_channel_stem_runs_a_jit_kernel);
     tcase_add_test(tc, test_conv2_forward_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_conv2_forward_winograd_where_it_applies);
     suite_add_tcase(s, tc);

@@ -26,6 +26,9 @@ typedef struct cpu_prim {
     /* native bfloat16 convolutions: the kernel takes x (bit 0) / dy (bit 1) in the tensor's own
      * layout, so the tape's shared copies (dist_conv2d_desc.x_bf16, dy_bf16) fit it */
     unsigned own_layout;
+    /* a forward convolution whose output is plain NHWC although the blocked layout was
+     * preferred (oneDNN had only its reference code for the blocked one: a 3-channel stem) */
+    unsigned plain_out;
 } cpu_prim;
 
 #define CPU_PRIM_CACHE 48
