@@ -3,6 +3,8 @@
 
 #include "core/error.h"
 
+#include <math.h>
+
 static const char *const unary_names[DIST_UN_COUNT] = {
     "neg", "exp", "log", "sqrt", "square", "abs", "sigmoid", "tanh", "gelu", "gelu"};
 static const char *const binary_names[DIST_BIN_COUNT] = {"add", "sub",     "mul",
@@ -59,11 +61,58 @@ int dist_backend_supports_op(const dist_backend *be, const dist_op *op,
     return i->run_op && i->supports_op && i->supports_op(be->ctx, op, in, out);
 }
 
+/* The attributes no backend can run, refused for every backend before it records or queues
+ * anything (a traced program built from them would compute something else, or fail to compile
+ * far from the call; the tape checks what it passes, a direct caller of run_op may not). The
+ * CPU and CUDA kernels keep their own checks, with the same reasons, for direct callers. */
+static dist_status check_attrs(const dist_op *op, const dist_tensor *const *in,
+                                  dist_tensor *const *out) {
+    const char *why = NULL;
+    const dist_tensor *x = in && op->nin > 0 ? in[0] : NULL;
+    const dist_tensor *y = out && op->nout > 0 ? out[0] : NULL;
+    switch (op->code) {
+    case DIST_OPC_DROPOUT_MASK:
+        if (!(op->f[0] >= 0.0f && op->f[0] < 1.0f)) why = "rate must be in [0, 1)";
+        break;
+    case DIST_OPC_CLIP_VALUE:
+        if (!(op->f[0] <= op->f[1])) why = "the bounds [f[0], f[1]] are empty";
+        break;
+    case DIST_OPC_CLIP_BY_NORM:
+        if (!(op->f[0] > 0.0f) || isinf(op->f[0])) why = "the clip norm must be finite and > 0";
+        break;
+    case DIST_OPC_REDUCE:
+    case DIST_OPC_REDUCE_GRAD:
+        if (x && (op->mask < 0 || op->mask >> x->ndim)) why = "the mask names an axis x does not have";
+        break;
+    case DIST_OPC_CONCAT:
+        if (y && (op->axis < 0 || op->axis >= y->ndim)) why = "axis out of range";
+        break;
+    case DIST_OPC_TRANSPOSE: {
+        unsigned seen = 0;
+        for (int d = 0; x && d < x->ndim && !why; d++) {
+            int64_t p = op->v[d];
+            if (p < 0 || p >= x->ndim || (seen >> p & 1u)) why = "v is not a permutation";
+            else seen |= 1u << p;
+        }
+        break;
+    }
+    case DIST_OPC_SLICE:
+        for (int d = 0; x && y && d < x->ndim && !why; d++)
+            if (op->v[d] < 0 || op->v[d] + y->shape[d] > x->shape[d])
+                why = "the box [v, v + size) leaves the tensor";
+        break;
+    default: break;
+    }
+    if (why) return dist_error(DIST_INVALID_ARGUMENT, "%s: %s", dist_op_name(op), why);
+    return DIST_OK;
+}
+
 dist_status dist_backend_run_op(dist_backend *be, const dist_op *op, const dist_tensor *const *in,
                                 dist_tensor *const *out) {
     if (!be->iface->run_op || !be->iface->supports_op)
         return dist_error(DIST_UNSUPPORTED, "%s: the %s backend does not run the op set",
                           dist_op_name(op), be->iface->name);
+    DIST_TRY(check_attrs(op, in, out));
     /* a backend's run_op refuses what its supports_op does, naming the slot or the dtype */
     return be->iface->run_op(be->ctx, op, in, out);
 }

@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1587,50 +1586,6 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
     return 1;
 }
 
-/* The attributes the CPU and CUDA backends refuse, refused here too with their reasons: a
- * program built from them would compute something else, or fail to compile far from the call
- * (the tape checks what it passes; a direct caller of run_op may not). */
-static dist_status tb_check_attrs(const dist_op *op, const dist_tensor *const *in,
-                                  dist_tensor *const *out) {
-    const char *why = NULL;
-    const dist_tensor *x = op->nin > 0 ? in[0] : NULL;
-    switch (op->code) {
-    case DIST_OPC_DROPOUT_MASK:
-        if (!(op->f[0] >= 0.0f && op->f[0] < 1.0f)) why = "rate must be in [0, 1)";
-        break;
-    case DIST_OPC_CLIP_VALUE:
-        if (!(op->f[0] <= op->f[1])) why = "the bounds [f[0], f[1]] are empty";
-        break;
-    case DIST_OPC_CLIP_BY_NORM:
-        if (!(op->f[0] > 0.0f) || isinf(op->f[0])) why = "the clip norm must be finite and > 0";
-        break;
-    case DIST_OPC_REDUCE:
-    case DIST_OPC_REDUCE_GRAD:
-        if (x && (op->mask < 0 || op->mask >> x->ndim)) why = "the mask names an axis x does not have";
-        break;
-    case DIST_OPC_CONCAT:
-        if (out[0] && (op->axis < 0 || op->axis >= out[0]->ndim)) why = "axis out of range";
-        break;
-    case DIST_OPC_TRANSPOSE: {
-        unsigned seen = 0;
-        for (int d = 0; x && d < x->ndim && !why; d++) {
-            int64_t p = op->v[d];
-            if (p < 0 || p >= x->ndim || (seen >> p & 1u)) why = "v is not a permutation";
-            else seen |= 1u << p;
-        }
-        break;
-    }
-    case DIST_OPC_SLICE:
-        for (int d = 0; x && out[0] && d < x->ndim && !why; d++)
-            if (op->v[d] < 0 || op->v[d] + out[0]->shape[d] > x->shape[d])
-                why = "the box [v, v + size) leaves the tensor";
-        break;
-    default: break;
-    }
-    if (why) return dist_error(DIST_INVALID_ARGUMENT, "%s: %s", dist_op_name(op), why);
-    return DIST_OK;
-}
-
 static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                              dist_tensor *const *out) {
     xla_trace *t = ctx;
@@ -1640,7 +1595,6 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
                           "%s: the tpu strategy's program does not take this op on these tensors "
                           "(op code %d, kind %d)",
                           dist_op_name(op), (int)op->code, op->k);
-    DIST_TRY(tb_check_attrs(op, in, out));
     int x[DIST_OP_MAX_IN], v, w;
     int nin = op->nin < DIST_OP_MAX_IN ? op->nin : DIST_OP_MAX_IN;
     if (op->code < DIST_OPC_BN_STATS || op->code > DIST_OPC_BN_GRAD_INPUT)

@@ -1338,8 +1338,8 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
 }
 END_TEST
 
-/* Attributes the CPU backend refuses are refused by the trace backend too, naming the op and
- * why, and record nothing */
+/* Attributes the CPU backend refuses are refused under tpu too (by the dispatcher, for every
+ * backend), naming the op and why, and the trace records nothing */
 START_TEST(test_bad_attributes_are_refused_as_on_the_cpu) {
     hval x = hrand(2, D23, 60, -1.0f, 1.0f), y = hnew(2, D23), sc = hnew(0, NULL);
     hval x2[2] = {x, sc};
