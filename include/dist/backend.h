@@ -48,6 +48,15 @@ DIST_API dist_status dist_backend_create(const dist_backend_options *options, di
 /* Accepts NULL. Tensors allocated on the backend must be freed before. */
 DIST_API void dist_backend_destroy(dist_backend *backend);
 
+/* How a CPU backend runs mixed_bfloat16's convolutions and large matmuls on this machine, in
+ * words (distrain's header and --version print it): where the CPU has bfloat16 instructions
+ * (AVX512_BF16, AMX), each distinct call is measured on its first calls, oneDNN's native
+ * bfloat16 kernel against the float32 kernel on the rounded values, and runs the faster one
+ * from then on (the choice is logged); `deterministic` (the strategy option) or
+ * DIST_CPU_NATIVE_BF16=1 pin the native kernels, DIST_CPU_NATIVE_BF16=0 the float32 ones;
+ * without the instructions the float32 kernels run. Both compute the same products. */
+DIST_API const char *dist_cpu_bfloat16_kernels(int deterministic);
+
 DIST_API dist_device dist_backend_device(const dist_backend *backend);
 /* "cpu/onednn" or "cuda/cudnn". */
 DIST_API const char *dist_backend_name(const dist_backend *backend);

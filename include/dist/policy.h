@@ -16,9 +16,12 @@
  * matmuls on oneDNN's native bfloat16 kernels where the CPU has AVX512_BF16 or AMX (Cooper
  * Lake, Sapphire Rapids and later, AMD Zen 4 and later): bfloat16 copies of the operands,
  * float32 accumulation and results, the same products (exact in float32), about 1.5x the
- * float32 images/s on Zen 4 (bench/RESULTS.md). Elsewhere (AVX2, AVX-512 without BF16, and
- * float16 on every CPU) the kernels are float32 and the rounding costs a few percent.
- * DIST_CPU_NATIVE_BF16=0 forces the rounding path. */
+ * float32 images/s on Zen 4 (bench/RESULTS.md), when it is faster: each distinct call is
+ * measured on both paths on its first calls and then runs the faster one
+ * (dist_cpu_bfloat16_kernels in dist/backend.h says how, the log names each choice).
+ * Elsewhere (AVX2, AVX-512 without BF16, and float16 on every CPU) the kernels are float32 and
+ * the rounding costs a few percent. DIST_CPU_NATIVE_BF16=0 forces the rounding path, =1 or the
+ * strategy's `deterministic` option the native kernels. */
 #ifndef DIST_POLICY_H
 #define DIST_POLICY_H
 

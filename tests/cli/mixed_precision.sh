@@ -8,7 +8,10 @@
 #    steps are skipped and the scale halved until they fit, it trains, and the metrics JSON
 #    reports the skipped steps (the final scale is 1e9 / 2^skipped: no growth in 60 steps);
 #  - the same with a fixed scale of 1e9 fails (exit 1) with a message naming the loss scale;
-#  - fp16 defaults to dynamic loss scaling from 2^15.
+#  - fp16 defaults to dynamic loss scaling from 2^15;
+#  - bf16's kernels: the header says what --version says; where that is the measured choice
+#    (CPUs with bfloat16 instructions) the log names each decided call with both times and the
+#    faster path, and --deterministic or DIST_CPU_NATIVE_BF16=0 measure nothing.
 set -u
 distrain=$1
 dir=$2
@@ -54,4 +57,29 @@ echo "fixed 1e9: exit 1: $out"
     { echo "FAIL: fp16 default run exited $?"; exit 1; }
 d=$(field "$dir/def.json" "(d['loss_scale']['dynamic'], d['loss_scale']['scale'])")
 [ "$d" = "(True, 32768)" ] || { echo "FAIL: fp16 default loss scale $d"; exit 1; }
+kernels=$("$distrain" --version | sed -n 's/^mixed_bfloat16 on CPUs: //p')
+[ -n "$kernels" ] || { echo "FAIL: --version names no mixed_bfloat16 kernels"; exit 1; }
+out=$("$distrain" --mixed-precision bf16 --strategy one_device --epochs 1 --steps-per-epoch 20 2>&1) ||
+    { echo "FAIL: bf16 run exited $?: $out"; exit 1; }
+echo "$out" | grep -qF "Mixed precision: mixed_bfloat16 (float32 variables; $kernels)" ||
+    { echo "FAIL: the header does not say '$kernels': $out"; exit 1; }
+decided=$(echo "$out" | grep -c '^mixed_bfloat16: .* native bfloat16 .* ms, float32 on rounded values .* ms: ')
+case "$kernels" in
+*measured*)
+    [ "$decided" -ge 1 ] || { echo "FAIL: measured kernels, but no decision in the log: $out"; exit 1; }
+    echo "$out" | sed -n 's/^mixed_bfloat16: .*native bfloat16 \([0-9.]*\) ms, float32 on rounded values \([0-9.]*\) ms: \(.*\)$/\1 \2 \3/p' |
+        while read -r n r choice; do
+            python3 -c "import sys; n,r=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if (n <= r) == (sys.argv[3] == 'native bfloat16') else 1)" "$n" "$r" "$choice" ||
+                { echo "FAIL: native $n ms, rounding $r ms, chose '$choice'"; exit 1; }
+        done || exit 1
+    echo "bf16 kernels measured: $decided decisions" ;;
+*) [ "$decided" -eq 0 ] || { echo "FAIL: '$kernels', yet $decided measured decisions: $out"; exit 1; } ;;
+esac
+for pin in "--deterministic" "DIST_CPU_NATIVE_BF16=0"; do
+    case "$pin" in
+    --*) out=$("$distrain" --mixed-precision bf16 --strategy one_device --epochs 1 --steps-per-epoch 12 "$pin" 2>&1) ;;
+    *) out=$(env "$pin" "$distrain" --mixed-precision bf16 --strategy one_device --epochs 1 --steps-per-epoch 12 2>&1) ;;
+    esac || { echo "FAIL: bf16 run with $pin exited $?: $out"; exit 1; }
+    if echo "$out" | grep -q '^mixed_bfloat16: '; then echo "FAIL: $pin, yet measured: $out"; exit 1; fi
+done
 echo "ok"

@@ -1044,10 +1044,15 @@ static int train(run_state *s) {
                    dist_loss_scale_is_dynamic(s->loss_scale) ? "dynamic from" : "fixed",
                    (double)dist_loss_scale_loss_scale(s->loss_scale));
         if (s->policy != DIST_POLICY_FLOAT32) {
-            printf("Mixed precision: %s (float32 variables; float32 kernels, values stored at "
-                   "%s precision)",
-                   dist_dtype_policy_name(s->policy),
-                   dist_dtype_name(dist_dtype_policy_compute_dtype(s->policy)));
+            if (s->policy == DIST_POLICY_MIXED_BFLOAT16)
+                printf("Mixed precision: %s (float32 variables; %s)",
+                       dist_dtype_policy_name(s->policy),
+                       dist_cpu_bfloat16_kernels(o->deterministic));
+            else
+                printf("Mixed precision: %s (float32 variables; float32 kernels, values stored at "
+                       "%s precision)",
+                       dist_dtype_policy_name(s->policy),
+                       dist_dtype_name(dist_dtype_policy_compute_dtype(s->policy)));
             if (s->loss_scale && dist_loss_scale_is_dynamic(s->loss_scale))
                 printf(", dynamic loss scale from %g\n",
                        (double)dist_loss_scale_loss_scale(s->loss_scale));

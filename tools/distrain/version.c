@@ -30,6 +30,7 @@ void distrain_print_version(FILE *out) {
     fputc('\n', out);
     fprintf(out, "oneDNN %d.%d.%d, CPU ISA in use: %s\n", v->major, v->minor, v->patch,
             isa_name(dnnl_get_effective_cpu_isa()));
+    fprintf(out, "mixed_bfloat16 on CPUs: %s\n", dist_cpu_bfloat16_kernels(0));
     /* Creating a GPU backend is how the library loads the module: its error says why not. */
     dist_backend_options bo = DIST_BACKEND_OPTIONS_INIT;
     bo.device.kind = DIST_DEVICE_CUDA;

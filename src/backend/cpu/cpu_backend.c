@@ -388,7 +388,7 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
     }
     c->threads = options->threads > 0 ? options->threads : ncpu;
     c->block = cpu_dnnl_activation_block();
-    c->native_bf16 = cpu_dnnl_native_bf16_default();
+    c->native_bf16 = cpu_bf16_mode_for(options->deterministic);
     c->winograd = cpu_dnnl_winograd_default();
     c->fused_pool_filter = 1;
     dist_status st = cpu_dnnl_check(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "engine");

@@ -375,14 +375,14 @@ static dist_status fwd_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg,
     return conv_fwd_pd(c, m, flags[0], flags[1], pd);
 }
 
-dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
-                               const dist_tensor *w, const dist_tensor *b, dist_tensor *y) {
-    cpu_ctx *c = ctx;
+static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc *d,
+                                  const dist_tensor *x, const dist_tensor *w, const dist_tensor *b,
+                                  dist_tensor *y) {
     use_threads(c);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, w, &oh, &ow));
     dist_layout yl = preferred_layout(c, w->shape[3]);
-    if (use_bf16(c, d, x->shape[3])) {
+    if (native) {
         int ran;
         DIST_TRY(conv_fwd_bf16(c, d, x, w, b, y, oh, ow, yl, &ran));
         if (ran) return DIST_OK;
@@ -503,13 +503,13 @@ static dist_status bwd_data_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg
     return cpu_dnnl_check(s, "convolution backward-data");
 }
 
-dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
-                                     const dist_tensor *w, dist_tensor *dx) {
-    cpu_ctx *c = ctx;
+static dist_status conv2d_backward_data(cpu_ctx *c, int native, const dist_conv2d_desc *d,
+                                        const dist_tensor *dy, const dist_tensor *w,
+                                        dist_tensor *dx) {
     use_threads(c);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, dx, w, &oh, &ow));
-    if (use_bf16(c, d, dx->shape[3])) {
+    if (native) {
         int ran;
         DIST_TRY(conv_bwd_data_bf16(c, d, dy, w, dx, oh, ow, &ran));
         if (ran) return DIST_OK;
@@ -613,13 +613,13 @@ static dist_status copy_setup(cpu_ctx *c, cpu_prim *p, const dnnl_memory_desc_t 
     return reorder_new(c, from, to, reorder);
 }
 
-dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
-                                       const dist_tensor *dy, dist_tensor *dw, dist_tensor *db) {
-    cpu_ctx *c = ctx;
+static dist_status conv2d_backward_filter(cpu_ctx *c, int native, const dist_conv2d_desc *d,
+                                          const dist_tensor *x, const dist_tensor *dy,
+                                          dist_tensor *dw, dist_tensor *db) {
     use_threads(c);
     int64_t oh, ow;
     DIST_TRY(conv_check(d, x, dw, &oh, &ow));
-    if (use_bf16(c, d, x->shape[3])) {
+    if (native) {
         int ran;
         DIST_TRY(conv_bwd_filter_bf16(c, d, x, dy, dw, db, oh, ow, &ran));
         if (ran) return DIST_OK;
@@ -728,12 +728,13 @@ ready:
 
 int cpu_dnnl_native_bf16_default(void) {
     const char *env = dist_env_raw(DIST_ENV_CPU_NATIVE_BF16);
-    if (env && strcmp(env, "0") == 0) return 0;
+    if (env && strcmp(env, "0") == 0) return CPU_BF16_OFF;
     /* Compare the ISA's bits, not its value: avx2_vnni (0x407) is numerically larger than
      * avx512_core_amx (0x3e7) in oneDNN 2.6 but has no AVX-512. */
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
     unsigned need = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    return (isa & need) == need;
+    if ((isa & need) != need) return CPU_BF16_OFF;
+    return env && strcmp(env, "1") == 0 ? CPU_BF16_NATIVE : CPU_BF16_MEASURE;
 }
 
 /* ---- Winograd forwards (opt-in) ------------------------------------------------------- *
@@ -789,6 +790,50 @@ dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on) {
  * 262 us bfloat16), while the own float32 backward-filter kernel serves it well. */
 static int use_bf16(const cpu_ctx *c, const dist_conv2d_desc *d, int64_t in_channels) {
     return d->bf16 && c->native_bf16 && in_channels >= 16;
+}
+
+/* The public entries: the path (native bfloat16 or float32 on the rounded values) as
+ * cpu_bf16_choose decides for the call's key, and its time reported back (cpu_bf16_choice.c). */
+static int conv_native(cpu_ctx *c, int op, const dist_conv2d_desc *d, int64_t in_channels,
+                       const dist_tensor *a, const dist_tensor *w, const dist_tensor *b,
+                       cpu_bf16_trial *t) {
+    t->entry = -1;
+    if (!use_bf16(c, d, in_channels)) return 0;
+    prim_key k;
+    conv_key(&k, op, d, a, w, b);
+    return cpu_bf16_choose(c, &k, sizeof k, t);
+}
+
+dist_status cpu_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                               const dist_tensor *w, const dist_tensor *b, dist_tensor *y) {
+    cpu_ctx *c = ctx;
+    cpu_bf16_trial t;
+    int native = conv_native(c, OP_CONV_FWD, d, x->ndim == 4 ? x->shape[3] : 0, x, w, b, &t);
+    dist_status st = conv2d_forward(c, native, d, x, w, b, y);
+    cpu_bf16_measured(c, &t, st, "convolution forward", x, w);
+    return st;
+}
+
+dist_status cpu_conv2d_backward_data(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
+                                     const dist_tensor *w, dist_tensor *dx) {
+    cpu_ctx *c = ctx;
+    cpu_bf16_trial t;
+    int native =
+        conv_native(c, OP_CONV_BWD_DATA, d, dx->ndim == 4 ? dx->shape[3] : 0, dy, w, dx, &t);
+    dist_status st = conv2d_backward_data(c, native, d, dy, w, dx);
+    cpu_bf16_measured(c, &t, st, "convolution backward data", dy, w);
+    return st;
+}
+
+dist_status cpu_conv2d_backward_filter(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
+                                       const dist_tensor *dy, dist_tensor *dw, dist_tensor *db) {
+    cpu_ctx *c = ctx;
+    cpu_bf16_trial t;
+    int native =
+        conv_native(c, OP_CONV_BWD_FILTER, d, x->ndim == 4 ? x->shape[3] : 0, x, dy, db, &t);
+    dist_status st = conv2d_backward_filter(c, native, d, x, dy, dw, db);
+    cpu_bf16_measured(c, &t, st, "convolution backward filter", x, dy);
+    return st;
 }
 
 static dist_status any_bf16(const dnnl_memory_desc_t *f32, dnnl_memory_desc_t *out) {
@@ -1187,10 +1232,28 @@ dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, co
     int done, ran = 0;
     DIST_TRY(matmul_check(trans_a, trans_b, beta, a, b, cm, &macs, &done));
     if (done) return DIST_OK;
-    if (c->native_bf16 && macs >= MATMUL_BF16_MIN_MACS)
-        DIST_TRY(matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, a_copy, b_copy, &ran));
-    return ran ? DIST_OK
-               : matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, NULL, NULL, &ran);
+    cpu_bf16_trial t = {.entry = -1};
+    int native = 0;
+    if (c->native_bf16 && macs >= MATMUL_BF16_MIN_MACS) {
+        prim_key k;
+        memset(&k, 0, sizeof k);
+        k.op = OP_MATMUL;
+        key_tensor(&k, 0, a);
+        key_tensor(&k, 1, b);
+        key_tensor(&k, 2, cm);
+        k.flags[0] = trans_a;
+        k.flags[1] = trans_b;
+        k.flags[2] = beta != 0.0f;
+        native = cpu_bf16_choose(c, &k, sizeof k, &t);
+    }
+    dist_status st = DIST_OK;
+    if (native) st = matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, a_copy, b_copy, &ran);
+    if (st == DIST_OK && !ran)
+        st = matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, NULL, NULL, &ran);
+    cpu_bf16_measured(c, &t, st, trans_a ? (trans_b ? "matmul (a^T b^T)" : "matmul (a^T b)")
+                                         : (trans_b ? "matmul (a b^T)" : "matmul"),
+                      a, b);
+    return st;
 }
 
 /* ---- layout conversion ---------------------------------------------------------------- */

@@ -33,6 +33,26 @@ typedef struct cpu_prim {
 
 #define CPU_PRIM_CACHE 48
 
+enum { CPU_BF16_OFF = 0, CPU_BF16_NATIVE = 1, CPU_BF16_MEASURE = 2 };
+
+/* One distinct bf16 call under CPU_BF16_MEASURE (cpu_bf16_choice.c): its key, the best time of
+ * each path (index 1: native bfloat16, 0: float32 on rounded values), and the decision. */
+#define CPU_BF16_CHOICES 96
+typedef struct cpu_bf16_choice {
+    unsigned char key[256];
+    int calls;
+    int decided, native;
+    double best[2];
+    long runs[2];
+} cpu_bf16_choice;
+
+/* One call being measured: cpu_bf16_choose fills it, cpu_bf16_measured reads it. */
+typedef struct cpu_bf16_trial {
+    int entry; /* -1: not measured */
+    int native, timed;
+    double t0;
+} cpu_bf16_trial;
+
 typedef struct cpu_ctx {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
@@ -41,9 +61,15 @@ typedef struct cpu_ctx {
      * 8 on AVX2 (its kernels there are written for nChw8c; nChw16c falls back to ref:any,
      * ~1000x slower), 0 (plain NHWC) below that. */
     int block;
-    /* Convolutions marked bf16 (mixed_bfloat16) run on oneDNN's native bfloat16 kernels:
-     * set where oneDNN dispatches to AVX512_BF16 or AMX (cpu_dnnl_native_bf16_default). */
+    /* Convolutions and large matmuls marked bf16 (mixed_bfloat16): CPU_BF16_OFF, the float32
+     * kernels on the rounded values; CPU_BF16_NATIVE, oneDNN's native bfloat16 kernels;
+     * CPU_BF16_MEASURE, whichever of the two measured faster for each distinct call
+     * (cpu_bf16_choice.c; the default where oneDNN dispatches to AVX512_BF16 or AMX, see
+     * cpu_dnnl_native_bf16_default). */
     int native_bf16;
+    int nchoices;
+    cpu_bf16_choice choices[CPU_BF16_CHOICES];
+    long bf16_native_chosen, bf16_rounding_chosen; /* keys decided either way */
     /* float32 convolution forwards on oneDNN's Winograd kernel (F(4x4, 3x3), AVX-512) where
      * it has one for the shape, else the direct one: DIST_CPU_WINOGRAD=1 (0, the default: the
      * direct kernels TensorFlow runs). 1.75x faster at the seed CNN's second convolution,
@@ -69,6 +95,26 @@ typedef struct cpu_ctx {
     float *conv_fwd_buf;
     size_t conv_fwd_n;
 } cpu_ctx;
+
+struct cpu_ctx;
+/* Whether a bf16 call whose kernel cache key is `key` runs natively (1) or in float32 on the
+ * rounded values (0); under CPU_BF16_MEASURE it starts *t's measurement, which the caller ends
+ * with cpu_bf16_measured after the call (what: the op's name for the log; a, b: its operands). */
+int cpu_bf16_choose(struct cpu_ctx *c, const void *key, size_t key_bytes, cpu_bf16_trial *t);
+void cpu_bf16_measured(struct cpu_ctx *c, const cpu_bf16_trial *t, dist_status st,
+                       const char *what, const dist_tensor *a, const dist_tensor *b);
+/* The backend's mode for a strategy's `deterministic` option: a measured choice would make the
+ * order of the sums depend on timings, so deterministic runs take the rule (CPU_BF16_NATIVE
+ * where the ISA has bfloat16). */
+int cpu_bf16_mode_for(int deterministic);
+/* For tests and logs: the mode (CPU_BF16_*) and how many distinct calls chose each path. */
+dist_status dist_cpu_backend_bf16_choices(const dist_backend *backend, int *mode,
+                                          long *native_chosen, long *rounding_chosen);
+/* The i-th decided call: each path's best time in seconds, the choice, and the calls that ran
+ * each path (runs[1] native, runs[0] float32 on rounded values). DIST_NOT_FOUND past the end or
+ * while still measuring. */
+dist_status dist_cpu_backend_bf16_choice(const dist_backend *backend, int i, double *native_s,
+                                         double *rounding_s, int *native, long runs[2]);
 
 /* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet), as cpu_round.c
  * rounds them, for the AVX-512 loops that round in registers. */
