@@ -21,6 +21,9 @@
  * usage: bench_models [--models seed_cnn,resnet20,mlp,transformer] [--configs 1t,2t,mirrored2]
  *                     [--steps N] [--warmup N] [--repeats R] [--models-dir DIR] [--no-peak]
  *                     [--mixed-precision]   (each configuration in float32 and mixed_bfloat16)
+ *                     [--mixed-precision-only] (mixed_bfloat16 only: for profiling it)
+ *                     [--profile N] (then N steps under the op profile: a PROFILE table of
+ *                                    ms per step per op, forward and backward)
  * (run from anywhere; the zoo is found through the source tree) */
 #include "fma_peak.h"
 
@@ -158,6 +161,9 @@ static int synth_make(const zoo_entry *z, int64_t classes, int64_t count, synth 
 
 /* Trains `z` under one configuration and fills runs[0..repeats) with examples/s; 0 on success,
  * else -1 with the reason in err. refused is set when dist_model_from_keras_json said no. */
+/* --profile N: after the timed runs, N more steps under the op profile (dist/tape.h) */
+static int profile_steps;
+
 static int run_config(const zoo_entry *z, const char *json, const char *config,
                       dist_dtype_policy policy, int warmup, int steps, int repeats, double *runs,
                       int *refused, char *err, size_t err_size) {
@@ -250,6 +256,37 @@ static int run_config(const zoo_entry *z, const char *json, const char *config,
         }
         if (r >= 0) runs[r] = (double)z->batch * steps / (now_s() - t0);
     }
+    if (profile_steps > 0) {
+        /* the op profile over further steps: per op, ms per step forward and backward */
+        dist_op_profile_start();
+        double t0 = now_s();
+        for (int i = 0; i < profile_steps; i++) {
+            dist_per_replica_element e;
+            dist_per_replica out;
+            int end = 0;
+            TRY(dist_distributed_iterator_next(it, &e, &end), "next batch");
+            TRY(dist_strategy_run(s, dist_classifier_train_step, &cs, &e, &out), "train step");
+        }
+        double step_ms = 1e3 * (now_s() - t0) / profile_steps;
+        dist_op_profile_stop();
+        dist_op_profile_entry ent[64];
+        int n = dist_op_profile_read(ent, 64);
+        if (n > 64) n = 64;
+        /* replicas run side by side: per replica, so the ops add up to one replica's step */
+        double per = 1.0 / profile_steps / dist_strategy_num_local_replicas(s), sum = 0;
+        printf("PROFILE model=%s config=%s policy=%s step_ms=%.3f steps=%d\n", z->name, config,
+               dist_dtype_policy_name(policy), step_ms, profile_steps);
+        printf("  %-26s %9s %9s %9s %7s %7s\n", "op", "fwd ms", "bwd ms", "total ms", "% step",
+               "calls");
+        for (int i = 0; i < n; i++) {
+            double f = 1e3 * ent[i].forward_s * per, b = 1e3 * ent[i].backward_s * per;
+            sum += f + b;
+            printf("  %-26s %9.3f %9.3f %9.3f %6.1f%% %7.1f\n", ent[i].op, f, b, f + b,
+                   100.0 * (f + b) / step_ms, (double)ent[i].forward_calls * per);
+        }
+        printf("  %-26s %9s %9s %9.3f %6.1f%%\n", "(optimizer, reduction, rest)", "", "",
+               step_ms - sum, 100.0 * (step_ms - sum) / step_ms);
+    }
     rc = 0;
 out:
     dist_distributed_iterator_destroy(it);
@@ -297,11 +334,15 @@ int main(int argc, char **argv) {
             peak_on = 0;
         else if (strcmp(a, "--mixed-precision") == 0)
             mixed = 1;
+        else if (strcmp(a, "--mixed-precision-only") == 0)
+            mixed = 2;
+        else if (strcmp(a, "--profile") == 0 && v)
+            profile_steps = atoi(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: %s [--models a,b] [--configs 1t,2t,mirrored2] [--steps N] "
                     "[--warmup N] [--repeats R] [--models-dir DIR] [--no-peak] "
-                    "[--mixed-precision]\n",
+                    "[--mixed-precision | --mixed-precision-only] [--profile N]\n",
                     argv[0]);
             return 2;
         }
@@ -343,7 +384,7 @@ int main(int argc, char **argv) {
             memcpy(cfg, c, len);
             cfg[len] = '\0';
             c = comma ? comma + 1 : NULL;
-            for (int p = 0; p <= mixed; p++) {
+            for (int p = mixed == 2; p <= (mixed != 0); p++) {
                 dist_dtype_policy pol = p ? DIST_POLICY_MIXED_BFLOAT16 : DIST_POLICY_FLOAT32;
                 double runs[MAX_REPEATS];
                 int refused = 0;

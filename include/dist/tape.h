@@ -335,6 +335,27 @@ DIST_API dist_status dist_debug_assert_all_finite(dist_tape *tape, const dist_te
 DIST_API dist_status dist_debug_assert_shape(dist_tape *tape, const dist_tensor *x, int ndim,
                                              const int64_t *shape, const char *message);
 
+/* ---- op profile ----------------------------------------------------------------------------
+ * Where a training step's time goes, per op of the tape (as TensorFlow's profiler reports per
+ * op): while started, every tape that begins a step (dist_tape_reset) times its ops, forward
+ * (the time since the previous op recorded: the op's work and its dispatch) and backward (its
+ * gradient function), and adds them to one table shared by all replicas and threads. Ops are
+ * named by their kind ("conv2d", "dense", "batch_norm", "gelu", "add", ...). What the tape does
+ * not see (the optimizer's update, the gradients' all-reduce, the input pipeline) is the
+ * step's time less the table's sum. bench_models --profile prints it. */
+typedef struct dist_op_profile_entry {
+    char op[48];
+    int64_t forward_calls, backward_calls;
+    double forward_s, backward_s; /* summed over the calls */
+} dist_op_profile_entry;
+
+/* Clears the table and starts timing (steps already running are timed from their next reset). */
+DIST_API void dist_op_profile_start(void);
+DIST_API void dist_op_profile_stop(void);
+/* Copies up to max entries, largest forward + backward time first; returns how many there are
+ * in all. */
+DIST_API int dist_op_profile_read(dist_op_profile_entry *out, int max);
+
 DIST_END_DECLS
 
 #endif

@@ -56,6 +56,8 @@ void dist_tape_reset(dist_tape *t) {
     t->used_in_block = 0;
     t->nids = 0;
     t->nnodes = 0;
+    t->profiling = __atomic_load_n(&dist__op_profile_on, __ATOMIC_RELAXED);
+    if (t->profiling) t->profile_last = tape_profile_now();
 }
 
 dist_backend *dist_tape_backend(const dist_tape *t) { return t->backend; }
@@ -255,13 +257,22 @@ dist_status dist_tape_watch(dist_tape *t, dist_tensor *var) {
     return assign_id(t, var, 1);
 }
 
-dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int nin,
-                        const dist_tensor *const *in, tape_node **node) {
+dist_status tape_record_named(dist_tape *t, dist_tensor *out, tape_backward_fn fn,
+                              const char *name, int nin, const dist_tensor *const *in,
+                              tape_node **node) {
     *node = NULL;
-    if (!t->recording) return DIST_OK;
+    double fwd = 0;
+    if (t->profiling) {
+        double now = tape_profile_now();
+        fwd = now - t->profile_last;
+        t->profile_last = now;
+    }
     int any = 0;
-    for (int i = 0; i < nin; i++) any |= tape_requires_grad(t, in[i]);
-    if (!any) return DIST_OK;
+    for (int i = 0; t->recording && i < nin; i++) any |= tape_requires_grad(t, in[i]);
+    if (!any) {
+        if (t->profiling) tape_profile_add(NULL, name, 0, fwd);
+        return DIST_OK;
+    }
     if (t->nnodes == t->cap_nodes) {
         int cap = t->cap_nodes ? t->cap_nodes * 2 : 64;
         tape_node *n = realloc(t->nodes, (size_t)cap * sizeof *n);
@@ -272,6 +283,8 @@ dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int
     tape_node *n = &t->nodes[t->nnodes++];
     memset(n, 0, sizeof *n);
     n->backward = fn;
+    n->name = name;
+    n->profile_fwd = fwd;
     n->round = DIST_F32;
     n->out = out;
     for (int i = 0; i < nin && i < 3; i++) n->in[i] = in[i];
@@ -499,11 +512,14 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
         for (int i = t->nnodes - 1; i >= 0; i--) {
             tape_node *n = &t->nodes[i];
             grad_entry *g = &t->grads[n->out->node];
+            if (t->profiling) tape_profile_add(n, n->name, 0, n->profile_fwd);
             if (g->present) {
                 t->cur_round = n->round;
+                double t0 = t->profiling ? tape_profile_now() : 0;
                 dist_status st = n->backward(t, n, g);
                 t->cur_round = DIST_F32;
                 DIST_TRY(st);
+                if (t->profiling) tape_profile_add(n, n->name, 1, tape_profile_now() - t0);
             }
             if (early) DIST_TRY(report_final(t, count, sources, grads, i, &next));
         }

@@ -17,6 +17,8 @@ typedef dist_status (*tape_backward_fn)(dist_tape *tape, tape_node *node, grad_e
 
 struct tape_node {
     tape_backward_fn backward;
+    const char *name;  /* the backward function's name (tape_record), for the op profile */
+    double profile_fwd; /* the op's forward time in seconds, while profiling (tape_profile.c) */
     /* Precision the gradients this node produces are stored at (grad_end rounds them):
      * DIST_F32 = as computed; DIST_F16 / DIST_BF16 under mixed precision. */
     dist_dtype round;
@@ -95,6 +97,9 @@ struct dist_tape {
     int has_hooks;
     int *last_use, *finish_order, cap_last_use, cap_finish_order;
     int *source_of, cap_source_of;
+    /* the op profile: whether this step is profiled, and when the last op recorded */
+    int profiling;
+    double profile_last;
 };
 
 /* A new arena tensor with the given shape (layout plain, node id assigned). */
@@ -117,8 +122,19 @@ void *tape_bf16_twin(const dist_tape *t, const dist_tensor *x);
 int tape_requires_grad(const dist_tape *t, const dist_tensor *x);
 /* Records a node producing `out` when recording and any input requires a gradient; marks
  * out as requiring a gradient then. *node is NULL when nothing was recorded. */
-dist_status tape_record(dist_tape *t, dist_tensor *out, tape_backward_fn fn, int nin,
-                        const dist_tensor *const *in, tape_node **node);
+dist_status tape_record_named(dist_tape *t, dist_tensor *out, tape_backward_fn fn,
+                              const char *name, int nin, const dist_tensor *const *in,
+                              tape_node **node);
+#define tape_record(t, out, fn, nin, in, node) tape_record_named(t, out, fn, #fn, nin, in, node)
+
+/* The op profile (dist_op_profile_start in dist/tape.h; tape_profile.c). While it runs, an
+ * op's forward time is the time since the previous op's record (or the step's reset): ops
+ * compute first and record after, so that is the op's own work and its dispatch; the backward
+ * time is its backward function's. A node's forward time is reported with its backward, when
+ * its kind (a unary or binary op's function) is known. */
+extern int dist__op_profile_on;
+double tape_profile_now(void);
+void tape_profile_add(const tape_node *n, const char *name, int backward, double seconds);
 
 /* y = x rounded to dtype's precision (in place when y == x); F32 copies. Uses the backend's
  * round entry, or casts to dtype and back through an arena tensor where it has none. */
