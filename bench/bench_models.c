@@ -24,6 +24,7 @@
  *                     [--mixed-precision-only] (mixed_bfloat16 only: for profiling it)
  *                     [--profile N] (then N steps under the op profile: a PROFILE table of
  *                                    ms per step per op, forward and backward)
+ *                     [--batch B] (every model at batch B instead of its zoo batch)
  * (run from anywhere; the zoo is found through the source tree) */
 #include "fma_peak.h"
 
@@ -316,6 +317,7 @@ int main(int argc, char **argv) {
     const char *models = "seed_cnn,resnet20,mlp,transformer", *configs = "1t,2t,mirrored2";
     const char *dir = DIST_SOURCE_DIR "/bench/models";
     int steps = 20, warmup = 5, repeats = 3, peak_on = 1, mixed = 0;
+    long long batch_override = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--models") == 0 && v)
@@ -338,17 +340,20 @@ int main(int argc, char **argv) {
             mixed = 2;
         else if (strcmp(a, "--profile") == 0 && v)
             profile_steps = atoi(argv[++i]);
+        else if (strcmp(a, "--batch") == 0 && v)
+            batch_override = atoll(argv[++i]);
         else {
             fprintf(stderr,
                     "usage: %s [--models a,b] [--configs 1t,2t,mirrored2] [--steps N] "
                     "[--warmup N] [--repeats R] [--models-dir DIR] [--no-peak] "
-                    "[--mixed-precision | --mixed-precision-only] [--profile N]\n",
+                    "[--mixed-precision | --mixed-precision-only] [--profile N] [--batch B]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (steps < 1 || warmup < 0 || repeats < 1 || repeats > MAX_REPEATS) {
-        fprintf(stderr, "bench_models: --steps >= 1, --warmup >= 0, 1 <= --repeats <= %d\n",
+    if (steps < 1 || warmup < 0 || repeats < 1 || repeats > MAX_REPEATS || batch_override < 0) {
+        fprintf(stderr,
+                "bench_models: --steps >= 1, --warmup >= 0, 1 <= --repeats <= %d, --batch >= 0\n",
                 MAX_REPEATS);
         return 2;
     }
@@ -359,6 +364,8 @@ int main(int argc, char **argv) {
                 dir);
         return 1;
     }
+    if (batch_override > 0)
+        for (int k = 0; k < nz; k++) zoo[k].batch = batch_override;
     const char *isa = "none";
     double peak = peak_on ? dist_bench_fma_peak(5, 0.1, &isa) : 0;
     if (peak_on) printf("FP32 FMA peak of one core: %.1f GFLOP/s (%s)\n", peak * 1e-9, isa);
