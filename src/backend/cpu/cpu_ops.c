@@ -5,8 +5,11 @@
  * the same order, float or double as they were, so results keep their bits. Elementwise loops
  * and loops over independent rows split over the backend's threads (each element is computed
  * alone, so the split does not change it); reductions and gradients that accumulate into one
- * element run in row-major order on one thread. The dropout mask and the whole-tensor ops are
- * cpu_ops_misc.c's. */
+ * element run in row-major order on one thread. Batch normalization is the exception: its
+ * per-channel sums add fixed blocks of rows in double, then the blocks (bn_channel_sums, the
+ * same at any thread count), and its input gradient folds per-channel factors first, so its
+ * float32 results may differ from the old loops' in the last bit. The dropout mask and the
+ * whole-tensor ops are cpu_ops_misc.c's. */
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
@@ -774,47 +777,130 @@ static dist_status check_channels(const dist_op *op, const dist_tensor *x, int64
     return DIST_OK;
 }
 
+/* Per-channel sums over the rows of [rows, C] tensors, walked row by row with the channel
+ * innermost (contiguous, so the compiler vectorizes across channels; a loop down each channel's
+ * column reads the whole tensor once per channel) and accumulated in double. The rows are cut
+ * into blocks of BN_BLOCK_ROWS fixed by the shape alone: each block's partial sums, then the
+ * blocks' in order, so the threads split the blocks and the result does not depend on how many
+ * there are. */
+#define BN_BLOCK_ROWS 256
+
+typedef enum bn_sum_kind {
+    BN_SUM_X,        /* s1 = sum x */
+    BN_SUM_X_X2,     /* s1 = sum x, s2 = sum x^2 */
+    BN_SUM_DEV2,     /* s1 = sum (x - mean)^2 */
+    BN_SUM_DY_DYDEV, /* s1 = sum dy, s2 = sum dy (x - mean) */
+} bn_sum_kind;
+
+static void bn_block_sums(bn_sum_kind kind, const float *restrict x, const float *restrict dy,
+                          const double *restrict mean, int64_t r0, int64_t r1, int64_t c,
+                          double *restrict p1, double *restrict p2) {
+    for (int64_t j = 0; j < c; j++) p1[j] = p2[j] = 0.0;
+    for (int64_t i = r0; i < r1; i++) {
+        const float *xr = x + i * c;
+        switch (kind) {
+        case BN_SUM_X:
+            for (int64_t j = 0; j < c; j++) p1[j] += xr[j];
+            break;
+        case BN_SUM_X_X2:
+            for (int64_t j = 0; j < c; j++) {
+                double v = xr[j];
+                p1[j] += v;
+                p2[j] += v * v;
+            }
+            break;
+        case BN_SUM_DEV2:
+            for (int64_t j = 0; j < c; j++) {
+                double d = xr[j] - mean[j];
+                p1[j] += d * d;
+            }
+            break;
+        case BN_SUM_DY_DYDEV: {
+            const float *dr = dy + i * c;
+            for (int64_t j = 0; j < c; j++) {
+                double d = dr[j], xc = (double)xr[j] - mean[j];
+                p1[j] += d;
+                p2[j] += d * xc;
+            }
+            break;
+        }
+        }
+    }
+}
+
+static dist_status bn_channel_sums(const cpu_ctx *c_, const dist_op *op, bn_sum_kind kind,
+                                   const float *x, const float *dy, const double *mean,
+                                   int64_t rows, int64_t c, double *s1, double *s2) {
+    int64_t nb = (rows + BN_BLOCK_ROWS - 1) / BN_BLOCK_ROWS;
+    for (int64_t j = 0; j < c; j++) s1[j] = s2[j] = 0.0;
+    if (nb == 0) return DIST_OK;
+    double *part = malloc((size_t)nb * 2 * (size_t)c * sizeof *part);
+    if (!part)
+        return dist_error(DIST_OUT_OF_MEMORY, "%s: cannot allocate the partial sums of %lld rows",
+                          dist_op_name(op), (long long)rows);
+#pragma omp parallel for num_threads(ops_threads(c_, rows *c)) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t r0 = b * BN_BLOCK_ROWS, r1 = r0 + BN_BLOCK_ROWS < rows ? r0 + BN_BLOCK_ROWS : rows;
+        bn_block_sums(kind, x, dy, mean, r0, r1, c, part + b * 2 * c, part + b * 2 * c + c);
+    }
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t j = 0; j < c; j++) {
+            s1[j] += part[b * 2 * c + j];
+            s2[j] += part[b * 2 * c + c + j];
+        }
+    free(part);
+    return DIST_OK;
+}
+
+/* n doubles of scratch for an op's per-channel values */
+static dist_status bn_scratch(const dist_op *op, int64_t n, double **out) {
+    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
+    if (!*out)
+        return dist_error(DIST_OUT_OF_MEMORY, "%s: cannot allocate %lld per-channel values",
+                          dist_op_name(op), (long long)n);
+    return DIST_OK;
+}
+
 static dist_status op_bn_stats(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
                                dist_tensor *const *out) {
-    (void)c_;
     const dist_tensor *xt = in[0];
     int64_t c = channels(xt);
     DIST_TRY(check_channels(op, xt, c));
     int64_t rows = dist_tensor_numel(xt) / c;
     const float *x = xt->data;
+    DIST_TRY(need_numel(op, out[0], (op->k == DIST_BN_SUMS ? 2 : 4) * c,
+                        op->k == DIST_BN_SUMS ? "the sums" : "the statistics"));
+    double *w;
+    DIST_TRY(bn_scratch(op, 3 * c, &w));
+    double *s1 = w, *s2 = w + c, *mean = w + 2 * c;
+    dist_status st;
     if (op->k == DIST_BN_SUMS) {
         /* Keras: local sums of x and x^2 (float32 tensors), all-reduced by the caller */
-        DIST_TRY(need_numel(op, out[0], 2 * c, "the sums"));
+        st = bn_channel_sums(c_, op, BN_SUM_X_X2, x, NULL, NULL, rows, c, s1, s2);
         float *buf = out[0]->data;
+        for (int64_t j = 0; st == DIST_OK && j < c; j++) {
+            buf[j] = (float)s1[j];
+            buf[c + j] = (float)s2[j];
+        }
+        free(w);
+        return st;
+    }
+    /* tf.nn.moments: the mean, then the mean squared deviation from it */
+    st = bn_channel_sums(c_, op, BN_SUM_X, x, NULL, NULL, rows, c, s1, s2);
+    for (int64_t j = 0; j < c; j++) mean[j] = rows > 0 ? s1[j] / (double)rows : 0.0;
+    if (st == DIST_OK) st = bn_channel_sums(c_, op, BN_SUM_DEV2, x, NULL, mean, rows, c, s1, s2);
+    if (st == DIST_OK) {
+        bn_rows s = bn_rows_of(out[0], c);
+        float eps = op->f[0];
         for (int64_t j = 0; j < c; j++) {
-            double a = 0, q = 0;
-            for (int64_t i = 0; i < rows; i++) {
-                double v = x[i * c + j];
-                a += v;
-                q += v * v;
-            }
-            buf[j] = (float)a;
-            buf[c + j] = (float)q;
+            s.mean[j] = (float)mean[j];
+            s.var[j] = (float)(rows > 0 ? s1[j] / (double)rows : 0.0);
+            s.clamped[j] = 0.0f;
+            s.inv[j] = (float)(1.0 / sqrt((double)s.var[j] + eps));
         }
-        return DIST_OK;
     }
-    DIST_TRY(need_numel(op, out[0], 4 * c, "the statistics"));
-    bn_rows s = bn_rows_of(out[0], c);
-    float eps = op->f[0];
-    for (int64_t j = 0; j < c; j++) {
-        double a = 0;
-        for (int64_t i = 0; i < rows; i++) a += x[i * c + j];
-        double mean = rows > 0 ? a / (double)rows : 0.0, q = 0;
-        for (int64_t i = 0; i < rows; i++) {
-            double d = x[i * c + j] - mean;
-            q += d * d;
-        }
-        s.mean[j] = (float)mean;
-        s.var[j] = (float)(rows > 0 ? q / (double)rows : 0.0);
-        s.clamped[j] = 0.0f;
-        s.inv[j] = (float)(1.0 / sqrt((double)s.var[j] + eps));
-    }
-    return DIST_OK;
+    free(w);
+    return st;
 }
 
 static dist_status op_bn_moments(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
@@ -881,19 +967,30 @@ static dist_status op_bn_apply(cpu_ctx *c_, const dist_op *op, const dist_tensor
     bn_rows s = bn_rows_of(in[1], c);
     const float *xv = xt->data, *gv = in[2] ? in[2]->data : NULL, *bv = in[3] ? in[3]->data : NULL;
     float *o = out[0]->data;
-    /* tf.nn.batch_normalization: x * inv + (beta - mean * inv), inv = rsqrt(var + eps) * gamma */
+    /* tf.nn.batch_normalization: x * inv + (beta - mean * inv), inv = rsqrt(var + eps) * gamma;
+     * the two per-channel factors once, in float32, the same operations as per element */
+    float *scale = malloc((size_t)2 * (size_t)c * sizeof *scale);
+    if (!scale)
+        return dist_error(DIST_OUT_OF_MEMORY, "%s: cannot allocate %lld per-channel values",
+                          dist_op_name(op), (long long)c);
+    float *shift = scale + c;
+    for (int64_t j = 0; j < c; j++) {
+        float inv = s.inv[j] * (gv ? gv[j] : 1.0f);
+        scale[j] = inv;
+        shift[j] = (bv ? bv[j] : 0.0f) - s.mean[j] * inv;
+    }
 #pragma omp parallel for num_threads(ops_threads(c_, n)) schedule(static)
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < c; j++) {
-            float inv = s.inv[j] * (gv ? gv[j] : 1.0f);
-            o[i * c + j] = xv[i * c + j] * inv + ((bv ? bv[j] : 0.0f) - s.mean[j] * inv);
-        }
+    for (int64_t i = 0; i < rows; i++) {
+        const float *xr = xv + i * c;
+        float *yr = o + i * c;
+        for (int64_t j = 0; j < c; j++) yr[j] = xr[j] * scale[j] + shift[j];
+    }
+    free(scale);
     return DIST_OK;
 }
 
 static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
                                    dist_tensor *const *out) {
-    (void)c_;
     const dist_tensor *xt = in[0];
     int64_t c = channels(xt);
     DIST_TRY(check_channels(op, xt, c));
@@ -911,21 +1008,20 @@ static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_te
     const float *xv = xt->data, *dy = in[1]->data, *gv = in[3] ? in[3]->data : NULL;
     float *dbeta = out[0] ? out[0]->data : NULL, *dgamma = dbeta ? dbeta + c : NULL;
     float *ga = out[1] ? out[1]->data : NULL, *gb = ga ? ga + c : NULL;
-    for (int64_t j = 0; j < c; j++) {
-        double sdy = 0, sdyx = 0;
-        for (int64_t i = 0; i < rows; i++) {
-            double d = dy[i * c + j], xc = (double)xv[i * c + j] - s.mean[j];
-            sdy += d;
-            sdyx += d * xc;
-        }
+    double *w;
+    DIST_TRY(bn_scratch(op, 3 * c, &w));
+    double *sdy = w, *sdyx = w + c, *mean = w + 2 * c;
+    for (int64_t j = 0; j < c; j++) mean[j] = s.mean[j];
+    dist_status st = bn_channel_sums(c_, op, BN_SUM_DY_DYDEV, xv, dy, mean, rows, c, sdy, sdyx);
+    for (int64_t j = 0; st == DIST_OK && j < c; j++) {
         if (dbeta) {
-            dbeta[j] = (float)sdy;
-            dgamma[j] = (float)(sdyx * s.inv[j]);
+            dbeta[j] = (float)sdy[j];
+            dgamma[j] = (float)(sdyx[j] * s.inv[j]);
         }
         if (!ga) continue;
         double gam = gv ? gv[j] : 1.0;
-        float sa = (float)(sdy * gam);  /* sum dxhat */
-        float sb = (float)(sdyx * gam); /* sum dxhat * (x - mean) */
+        float sa = (float)(sdy[j] * gam);  /* sum dxhat */
+        float sb = (float)(sdyx[j] * gam); /* sum dxhat * (x - mean) */
         if (op->k == DIST_BN_SYNC) {
             /* mean = S / N, var = Q / N - mean^2: dL/dS and dL/dQ, which the caller sums over
              * the replicas */
@@ -938,7 +1034,8 @@ static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_te
             gb[j] = sb;
         }
     }
-    return DIST_OK;
+    free(w);
+    return st;
 }
 
 static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
@@ -956,30 +1053,52 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
     const float *ga = in[4] ? in[4]->data : NULL, *gb = ga ? ga + c : NULL;
     float *dx = out[0]->data;
     int nt = ops_threads(c_, n);
-    if (op->k == DIST_BN_SYNC) {
+    if (op->k == DIST_BN_INFERENCE) {
+        /* float32, as the sums of the other forms are not read */
+        float *g1 = malloc((size_t)c * sizeof *g1);
+        if (!g1)
+            return dist_error(DIST_OUT_OF_MEMORY, "%s: cannot allocate %lld per-channel values",
+                              dist_op_name(op), (long long)c);
+        for (int64_t j = 0; j < c; j++) g1[j] = gv ? gv[j] : 1.0f;
+        const float *inv = s.inv;
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < c; j++) {
-                double gam = gv ? gv[j] : 1.0, xv_ = xv[i * c + j];
-                dx[i * c + j] = (float)(dy[i * c + j] * gam * s.inv[j] + ga[j] + 2.0 * xv_ * gb[j]);
-            }
-    } else if (op->k == DIST_BN_LOCAL) {
-        /* tf.nn.moments: var's path to the mean is stopped, and sum(x - mean) = 0 */
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < c; j++) {
-                double inv = s.inv[j], gam = gv ? gv[j] : 1.0;
-                double xc = (double)xv[i * c + j] - s.mean[j];
-                double dmean = -(double)ga[j] * inv, dvar = -0.5 * inv * inv * inv * (double)gb[j];
-                dx[i * c + j] = (float)(dy[i * c + j] * gam * inv + dmean / (double)rows +
-                                        dvar * 2.0 * xc / (double)rows);
-            }
-    } else {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < c; j++)
-                dx[i * c + j] = (float)(dy[i * c + j] * (gv ? gv[j] : 1.0f) * s.inv[j]);
+        for (int64_t i = 0; i < rows; i++) {
+            const float *dr = dy + i * c;
+            float *o = dx + i * c;
+            for (int64_t j = 0; j < c; j++) o[j] = dr[j] * g1[j] * inv[j];
+        }
+        free(g1);
+        return DIST_OK;
     }
+    /* Per channel, in double: dx = dy * k_dy + (x - mean) * k_x + k_0. Synchronized (dL/dS and
+     * dL/dQ from the sums): k_x = 2 dL/dQ applied to x itself (mean 0), k_0 = dL/dS. Local
+     * (tf.nn.moments: var's path to the mean is stopped, and sum(x - mean) = 0): k_0 = dmean /
+     * rows, k_x = 2 dvar / rows. */
+    double *w;
+    DIST_TRY(bn_scratch(op, 4 * c, &w));
+    double *k_dy = w, *k_x = w + c, *k_0 = w + 2 * c, *mean = w + 3 * c;
+    for (int64_t j = 0; j < c; j++) {
+        double inv = s.inv[j], gam = gv ? gv[j] : 1.0;
+        k_dy[j] = gam * inv;
+        if (op->k == DIST_BN_SYNC) {
+            mean[j] = 0.0;
+            k_x[j] = 2.0 * gb[j];
+            k_0[j] = ga[j];
+        } else {
+            double dmean = -(double)ga[j] * inv, dvar = -0.5 * inv * inv * inv * (double)gb[j];
+            mean[j] = s.mean[j];
+            k_x[j] = dvar * 2.0 / (double)rows;
+            k_0[j] = dmean / (double)rows;
+        }
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < rows; i++) {
+        const float *dr = dy + i * c, *xr = xv + i * c;
+        float *o = dx + i * c;
+        for (int64_t j = 0; j < c; j++)
+            o[j] = (float)(dr[j] * k_dy[j] + ((double)xr[j] - mean[j]) * k_x[j] + k_0[j]);
+    }
+    free(w);
     return DIST_OK;
 }
 
