@@ -478,6 +478,119 @@ START_TEST(test_bn_input_gradient_matches_the_textbook_formula) {
 }
 END_TEST
 
+/* The statistics, the gradient's sums and the input gradient of many rows: 11,000 rows of 3
+ * channels (the sums add blocks of rows, the last one partial; enough elements to split over two
+ * threads), against double loops, and the same bits from a one-thread backend. The channels sit
+ * at 0, 50 and 100 with a spread of about 1, so a variance taken as E[x^2] - mean^2 in float
+ * would be visibly wrong. */
+enum { BN_ROWS = 11000, BN_C = 3 };
+
+typedef struct bn_many {
+    float st[4 * BN_C], sums[2 * BN_C], par[2 * BN_C], xs[2 * BN_C], dx[BN_ROWS * BN_C];
+} bn_many;
+
+static void bn_many_run(dist_backend *be, const float *x, const float *dy, const float *g,
+                        bn_many *r) {
+    dist_tensor tx = t2((float *)x, BN_ROWS, BN_C), tdy = t2((float *)dy, BN_ROWS, BN_C),
+                tg = t1((float *)g, BN_C), tst = t2(r->st, 4, BN_C), tsums = t2(r->sums, 2, BN_C),
+                tpar = t2(r->par, 2, BN_C), txs = t2(r->xs, 2, BN_C),
+                tdx = t2(r->dx, BN_ROWS, BN_C);
+    dist_op op = op_of(DIST_OPC_BN_STATS, DIST_BN_SUMS, 1, 1);
+    const dist_tensor *in[6] = {&tx, NULL, NULL, NULL, NULL, NULL};
+    dist_tensor *out[2] = {&tsums, NULL};
+    ck_assert_int_eq(dist_backend_run_op(be, &op, in, out), DIST_OK);
+    op = op_of(DIST_OPC_BN_STATS, DIST_BN_LOCAL, 1, 1);
+    op.f[0] = 1e-3f;
+    out[0] = &tst;
+    ck_assert_int_eq(dist_backend_run_op(be, &op, in, out), DIST_OK);
+    op = op_of(DIST_OPC_BN_GRAD_SUMS, DIST_BN_LOCAL, 5, 2);
+    const dist_tensor *gin[6] = {&tx, &tdy, &tst, &tg, NULL, NULL};
+    dist_tensor *gout[2] = {&tpar, &txs};
+    ck_assert_int_eq(dist_backend_run_op(be, &op, gin, gout), DIST_OK);
+    op = op_of(DIST_OPC_BN_GRAD_INPUT, DIST_BN_LOCAL, 6, 1);
+    gin[4] = &txs;
+    gout[0] = &tdx;
+    gout[1] = NULL;
+    ck_assert_int_eq(dist_backend_run_op(be, &op, gin, gout), DIST_OK);
+}
+
+static void expect_rel(const float *got, const double *want, int n, double rel, const char *what) {
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)got[i] - want[i]) <= rel * (fabs(want[i]) + 1.0),
+                      "%s %d: %.9g, want %.9g", what, i, (double)got[i], want[i]);
+}
+
+START_TEST(test_bn_over_many_rows_matches_double_loops_at_any_thread_count) {
+    static float x[BN_ROWS * BN_C], dy[BN_ROWS * BN_C];
+    static bn_many two, one;
+    float g[BN_C] = {1.5f, -0.5f, 2.0f};
+    for (int i = 0; i < BN_ROWS; i++)
+        for (int j = 0; j < BN_C; j++) {
+            x[i * BN_C + j] = (float)(50.0 * j + sin(0.37 * i + j));
+            dy[i * BN_C + j] = (float)cos(0.11 * i * (j + 1) + 0.3);
+        }
+    bn_many_run(g_be, x, dy, g, &two);
+    double sx[BN_C], sq[BN_C], mean[BN_C], var[BN_C], inv[BN_C];
+    for (int j = 0; j < BN_C; j++) {
+        double a = 0, q = 0, d2 = 0;
+        for (int i = 0; i < BN_ROWS; i++) {
+            double v = x[i * BN_C + j];
+            a += v;
+            q += v * v;
+        }
+        mean[j] = a / BN_ROWS;
+        for (int i = 0; i < BN_ROWS; i++)
+            d2 += (x[i * BN_C + j] - mean[j]) * (x[i * BN_C + j] - mean[j]);
+        var[j] = d2 / BN_ROWS;
+        inv[j] = 1.0 / sqrt(var[j] + 1e-3);
+        sx[j] = a;
+        sq[j] = q;
+    }
+    double want_sums[2 * BN_C];
+    for (int j = 0; j < BN_C; j++) {
+        want_sums[j] = sx[j];
+        want_sums[BN_C + j] = sq[j];
+    }
+    expect_rel(two.sums, want_sums, 2 * BN_C, 1e-6, "sums");
+    expect_rel(two.st, mean, BN_C, 1e-6, "mean");
+    expect_rel(two.st + BN_C, var, BN_C, 1e-5, "variance");
+    expect_rel(two.st + 2 * BN_C, inv, BN_C, 1e-5, "inv");
+    /* the gradient's sums about the float32 mean the op saw; the input gradient from them */
+    double want_par[2 * BN_C], want_xs[2 * BN_C], sdy[BN_C], sdyx[BN_C];
+    for (int j = 0; j < BN_C; j++) {
+        double m = two.st[j], iv = two.st[2 * BN_C + j];
+        sdy[j] = sdyx[j] = 0;
+        for (int i = 0; i < BN_ROWS; i++) {
+            sdy[j] += dy[i * BN_C + j];
+            sdyx[j] += dy[i * BN_C + j] * (x[i * BN_C + j] - m);
+        }
+        want_par[j] = sdy[j];
+        want_par[BN_C + j] = sdyx[j] * iv;
+        want_xs[j] = sdy[j] * g[j];
+        want_xs[BN_C + j] = sdyx[j] * g[j];
+    }
+    expect_rel(two.par, want_par, 2 * BN_C, 1e-5, "dbeta/dgamma");
+    expect_rel(two.xs, want_xs, 2 * BN_C, 1e-5, "the input's sums");
+    for (int i = 0; i < BN_ROWS; i++)
+        for (int j = 0; j < BN_C; j++) {
+            /* dx = g inv (dy - sum dy / N - (x - mean) inv^2 sum(dy (x - mean)) / N) */
+            double m = two.st[j], iv = two.st[2 * BN_C + j], xc = x[i * BN_C + j] - m;
+            double want = g[j] * iv *
+                          (dy[i * BN_C + j] - sdy[j] / BN_ROWS - xc * iv * iv * sdyx[j] / BN_ROWS);
+            ck_assert_msg(fabs(two.dx[i * BN_C + j] - want) <= 1e-5 * (fabs(want) + 1.0),
+                          "dx[%d][%d]: %.9g, want %.9g", i, j, (double)two.dx[i * BN_C + j], want);
+        }
+    /* one thread: the blocks of rows are fixed by the shape, so the same bits */
+    dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
+    o.threads = 1;
+    dist_backend *be1;
+    ck_assert_int_eq(dist_backend_create(&o, &be1), DIST_OK);
+    bn_many_run(be1, x, dy, g, &one);
+    dist_backend_destroy(be1);
+    ck_assert_int_eq(memcmp(&one, &two, sizeof one), 0);
+}
+END_TEST
+
 /* ---- dispatch and refusals -------------------------------------------------------------- */
 
 START_TEST(test_run_op_dispatches_the_misc_ops_too) {
@@ -541,6 +654,7 @@ int main(void) {
     tcase_add_test(tc, test_bn_apply_normalizes_scales_and_shifts);
     tcase_add_test(tc, test_bn_gradient_sums_local_and_synchronized);
     tcase_add_test(tc, test_bn_input_gradient_matches_the_textbook_formula);
+    tcase_add_test(tc, test_bn_over_many_rows_matches_double_loops_at_any_thread_count);
     tcase_add_test(tc, test_run_op_dispatches_the_misc_ops_too);
     tcase_add_test(tc, test_a_backend_without_the_op_refuses_naming_it);
     suite_add_tcase(s, tc);
