@@ -250,6 +250,43 @@ START_TEST(test_a_three_channel_stem_runs_a_jit_kernel) {
 }
 END_TEST
 
+/* A plain NHWC input whose channels fill the activation block (the output of a
+ * BatchNormalization, as in every ResNet block): the forward keeps it plain and writes a plain
+ * output, so neither it nor the plain op after it reorders an activation; the values match the
+ * reference, with bias and ReLU or without, stride 1 or 2, and no forward is reference code. */
+START_TEST(test_a_plain_input_gives_a_plain_output) {
+    const fwd_case cases[] = {{2, 10, 9, 16, 32, 3, 3, 1, 1, DIST_LAYOUT_PLAIN, 1, 1},
+                              {3, 8, 8, 32, 16, 3, 3, 2, 2, DIST_LAYOUT_PLAIN, 0, 0},
+                              {2, 6, 7, 16, 64, 1, 1, 2, 2, DIST_LAYOUT_PLAIN, 0, 0}};
+    dist_backend *be = cpu(1);
+    uint64_t s = 31;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        forward_against_reference(be, &cases[c], &s, 0, c);
+        const fwd_case *k = &cases[c];
+        int oh = (k->h - k->kh) / k->sh + 1, ow = (k->w - k->kw) / k->sw + 1;
+        int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, oh, ow, k->co};
+        int64_t ws[4] = {k->kh, k->kw, k->ci, k->co};
+        size_t nx = (size_t)k->n * k->h * k->w * k->ci, ny = (size_t)k->n * oh * ow * k->co;
+        float *x = calloc(nx, sizeof *x), *w = calloc((size_t)k->kh * k->kw * k->ci * k->co, 4);
+        float *y = malloc(ny * sizeof *y);
+        ck_assert(x && w && y);
+        dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs);
+        dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, ws);
+        dist_tensor ty = dist_tensor_view(y, DIST_F32, 4, ys);
+        ty.layout = DIST_LAYOUT_NCHW16C; /* the forward sets it */
+        dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL};
+        ck_assert_int_eq(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, NULL, &ty), DIST_OK);
+        ck_assert_msg(ty.layout == DIST_LAYOUT_PLAIN, "case %zu: output layout %d, plain expected",
+                      c, (int)ty.layout);
+        free(x);
+        free(w);
+        free(y);
+    }
+    ck_assert_int_eq(dist_test_cpu_kernel_count(be, "conv_fwd", DIST_TEST_KERNEL_REFERENCE), 0);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 /* DIST_CPU_WINOGRAD's path: oneDNN's Winograd F(4x4, 3x3) kernel for the 3x3 / stride-1
  * forwards where oneDNN runs AVX-512 (the seed CNN's second convolution, with and without bias
  * and ReLU, and its cropped input), within WINO_REL of the terms' magnitude; the other shapes
@@ -314,6 +351,7 @@ int main(void) {
     tcase_add_test(tc, test_conv2_backward_filter_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_conv2_forward_matches_reference);
     tcase_add_test(tc, test_a_three_channel_stem_runs_a_jit_kernel);
+    tcase_add_test(tc, test_a_plain_input_gives_a_plain_output);
     tcase_add_test(tc, test_conv2_forward_is_the_same_on_1_and_2_threads);
     tcase_add_test(tc, test_conv2_forward_winograd_where_it_applies);
     suite_add_tcase(s, tc);

@@ -375,6 +375,35 @@ static dist_status fwd_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg,
     return conv_fwd_pd(c, m, flags[0], flags[1], pd);
 }
 
+/* The forward's descriptor with a plain NHWC output (x in its own layout), where oneDNN has a
+ * JIT kernel for it (brgconv on AVX-512), m set to match; NULL, with m untouched and no error
+ * left, where it has only its reference code or none. */
+static dnnl_primitive_desc_t conv_fwd_plain_pd(cpu_ctx *c, const dist_conv2d_desc *d,
+                                               const dist_tensor *x, const dist_tensor *w,
+                                               const dist_tensor *b, dist_dtype y_dtype, int64_t oh,
+                                               int64_t ow, conv_mds *m) {
+    conv_mds m2;
+    dnnl_primitive_desc_t pd = NULL;
+    if (conv_setup(d, x, w, DIST_LAYOUT_PLAIN, y_dtype, oh, ow, &m2) == DIST_OK &&
+        conv_fwd_pd(c, &m2, b != NULL, d->relu, &pd) == DIST_OK && !is_reference_impl(pd)) {
+        *m = m2;
+        return pd;
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    dist_clear_error();
+    return NULL;
+}
+
+/* A plain input whose channels would fill the block comes from an op that writes plain tensors
+ * (BatchNormalization, an add of two of them, the model's input): a blocked output would cost
+ * a reorder of x here and one of y back to plain for such an op after it, each step and again
+ * for the gradients (ResNet-20: 100 reorders a step). Plain in and plain out is what TensorFlow
+ * runs; the backward passes follow the layouts they are given. */
+static int conv_fwd_stays_plain(const cpu_ctx *c, const dist_tensor *x) {
+    return x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&
+           preferred_layout(c, x->shape[3]) != DIST_LAYOUT_PLAIN;
+}
+
 static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc *d,
                                   const dist_tensor *x, const dist_tensor *w, const dist_tensor *b,
                                   dist_tensor *y) {
@@ -395,12 +424,16 @@ static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc
     cpu_prim *p = cache_find(c, &k);
     if (!p) {
         conv_mds m;
-        DIST_TRY(conv_setup(d, x, w, yl, y->dtype, oh, ow, &m));
-        dnnl_primitive_desc_t pd;
-        DIST_TRY(conv_fwd_pd(c, &m, b != NULL, d->relu, &pd));
+        dnnl_primitive_desc_t pd = NULL;
+        if (conv_fwd_stays_plain(c, x)) pd = conv_fwd_plain_pd(c, d, x, w, b, y->dtype, oh, ow, &m);
+        int plain_out = pd != NULL;
+        if (!plain_out) {
+            DIST_TRY(conv_setup(d, x, w, yl, y->dtype, oh, ow, &m));
+            DIST_TRY(conv_fwd_pd(c, &m, b != NULL, d->relu, &pd));
+        }
         dnnl_memory_desc_t x_own = m.src;
         dnnl_primitive_desc_t alt = NULL;
-        if (is_reference_impl(pd)) {
+        if (!plain_out && is_reference_impl(pd)) {
             const int flags[2] = {b != NULL, d->relu};
             dist_status bst = blocked_twin(c, x, 1, &m, fwd_pd_fn, flags, &alt);
             if (bst != DIST_OK) {
@@ -415,22 +448,14 @@ static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc
         /* Still the reference code (oneDNN 2.6 has no JIT kernel for a 3-channel NHWC source
          * and a blocked destination: ResNet's stem ran ~700x slower than TF's): a plain NHWC
          * output, as TensorFlow asks for; the layers after it take any layout */
-        int plain_out = 0;
-        if (is_reference_impl(pd) && yl != DIST_LAYOUT_PLAIN) {
-            conv_mds m2;
-            dnnl_primitive_desc_t pd2 = NULL;
-            if (conv_setup(d, x, w, DIST_LAYOUT_PLAIN, y->dtype, oh, ow, &m2) == DIST_OK &&
-                conv_fwd_pd(c, &m2, b != NULL, d->relu, &pd2) == DIST_OK &&
-                !is_reference_impl(pd2)) {
+        if (!plain_out && is_reference_impl(pd) && yl != DIST_LAYOUT_PLAIN) {
+            dnnl_primitive_desc_t pd2 = conv_fwd_plain_pd(c, d, x, w, b, y->dtype, oh, ow, &m);
+            if (pd2) {
                 dnnl_primitive_desc_destroy(pd);
                 pd = pd2;
-                m = m2;
                 x_own = m.src;
                 alt = NULL;
                 plain_out = 1;
-            } else {
-                if (pd2) dnnl_primitive_desc_destroy(pd2);
-                dist_clear_error();
             }
         }
         p = cache_slot(c, &k);
