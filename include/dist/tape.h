@@ -110,6 +110,27 @@ DIST_API dist_status dist_op_conv2d(dist_tape *tape, const dist_tensor *x,
                                     const dist_tensor *kernel, const dist_tensor *bias,
                                     int stride_h, int stride_w, dist_padding padding,
                                     dist_activation activation, dist_tensor **y);
+/* A convolution's geometry beyond dist_op_conv2d's: TensorFlow's dilations and groups
+ * (tf.nn.conv2d's dilations; Keras's Conv2D dilation_rate and groups; DepthwiseConv2D is groups
+ * = input channels with the [kh, kw, in, multiplier] kernel read as [kh, kw, 1, in * multiplier],
+ * output channel c * multiplier + m) and explicit zero padding. */
+typedef struct dist_conv2d_geometry {
+    int stride_h, stride_w;     /* 0: 1 */
+    int dilation_h, dilation_w; /* 0 or 1: none; the kernel's effective size is (k - 1) * d + 1 */
+    int groups;                 /* 0 or 1: none; the kernel is HWIO with I = in_channels / groups */
+    dist_padding padding;       /* SAME: TensorFlow's, over the effective kernel size */
+    /* with VALID only: explicit zero padding (Keras's Conv1D causal: pad_left = (k - 1) * d) */
+    int pad_top, pad_bottom, pad_left, pad_right;
+} dist_conv2d_geometry;
+#define DIST_CONV2D_GEOMETRY_INIT                                                                  \
+    { .stride_h = 1, .stride_w = 1, .padding = DIST_PADDING_VALID }
+/* y = act(conv2d(x, kernel) + bias) as dist_op_conv2d, with geometry (NULL: stride 1, VALID).
+ * Bad geometry (channels not divisible by groups, a kernel that does not fit) fails with
+ * DIST_INVALID_ARGUMENT naming the argument. */
+DIST_API dist_status dist_op_conv2d_geometry(dist_tape *tape, const dist_tensor *x,
+                                             const dist_tensor *kernel, const dist_tensor *bias,
+                                             const dist_conv2d_geometry *geometry,
+                                             dist_activation activation, dist_tensor **y);
 DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h,
                                         int pool_w, int stride_h, int stride_w,
                                         dist_padding padding, dist_tensor **y);

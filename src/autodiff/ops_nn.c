@@ -112,34 +112,63 @@ static dist_status unfused_activation(dist_tape *t, dist_activation a, dist_tens
 
 /* Checks conv2d's arguments; its descriptor and output shape. */
 static dist_status conv2d_setup(const dist_tape *t, const dist_tensor *x, const dist_tensor *w,
-                                const dist_tensor *b, int stride_h, int stride_w,
-                                dist_padding padding, dist_activation activation,
-                                dist_conv2d_desc *desc, int64_t shape[4]) {
+                                const dist_tensor *b, const dist_conv2d_geometry *geo,
+                                dist_activation activation, dist_conv2d_desc *desc,
+                                int64_t shape[4]) {
     DIST_TRY(check_4d(x, "conv2d"));
     DIST_TRY(check_activation(activation, "conv2d"));
     DIST_CHECK_ARG(w->ndim == 4, "conv2d: kernel must be 4-D HWIO, got %d-D", w->ndim);
-    DIST_CHECK_ARG(x->shape[3] == w->shape[2],
-                   "conv2d: input has %lld channels, the kernel expects %lld",
-                   (long long)x->shape[3], (long long)w->shape[2]);
+    int stride_h = geo->stride_h ? geo->stride_h : 1, stride_w = geo->stride_w ? geo->stride_w : 1;
     DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d: strides must be positive");
+    DIST_CHECK_ARG(geo->dilation_h >= 0 && geo->dilation_w >= 0 && geo->groups >= 0,
+                   "conv2d: dilation_rate (%d, %d) and groups %d must be positive",
+                   geo->dilation_h, geo->dilation_w, geo->groups);
+    DIST_CHECK_ARG(geo->padding == DIST_PADDING_VALID || geo->padding == DIST_PADDING_SAME,
+                   "conv2d: unknown padding %d", (int)geo->padding);
+    DIST_CHECK_ARG(geo->pad_top >= 0 && geo->pad_bottom >= 0 && geo->pad_left >= 0 &&
+                       geo->pad_right >= 0,
+                   "conv2d: explicit padding must not be negative");
+    DIST_CHECK_ARG(geo->padding == DIST_PADDING_VALID ||
+                       !(geo->pad_top | geo->pad_bottom | geo->pad_left | geo->pad_right),
+                   "conv2d: explicit padding goes with VALID padding only");
+    int groups = geo->groups > 1 ? geo->groups : 1;
+    DIST_CHECK_ARG(x->shape[3] == w->shape[2] * groups,
+                   "conv2d: input has %lld channels, the kernel expects %lld (%lld per group x "
+                   "%d groups)",
+                   (long long)x->shape[3], (long long)w->shape[2] * groups,
+                   (long long)w->shape[2], groups);
+    DIST_CHECK_ARG(w->shape[3] % groups == 0,
+                   "conv2d: the kernel's %lld filters do not divide into %d groups",
+                   (long long)w->shape[3], groups);
     DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[3],
                    "conv2d: bias has %lld values, kernel has %lld filters",
                    b ? (long long)dist_tensor_numel(b) : 0LL, (long long)w->shape[3]);
     dist_conv2d_desc d = {0};
     d.stride_h = stride_h;
     d.stride_w = stride_w;
+    d.dilation_h = geo->dilation_h > 1 ? geo->dilation_h : 1;
+    d.dilation_w = geo->dilation_w > 1 ? geo->dilation_w : 1;
+    d.groups = groups;
     d.relu = activation == DIST_ACT_RELU;
     d.bf16 = t->compute_precision == DIST_BF16;
-    if (padding == DIST_PADDING_SAME) {
-        same_padding(x->shape[1], (int)w->shape[0], stride_h, &d.pad_top, &d.pad_bottom);
-        same_padding(x->shape[2], (int)w->shape[1], stride_w, &d.pad_left, &d.pad_right);
+    int64_t ekh = (w->shape[0] - 1) * d.dilation_h + 1, ekw = (w->shape[1] - 1) * d.dilation_w + 1;
+    if (geo->padding == DIST_PADDING_SAME) {
+        same_padding(x->shape[1], (int)ekh, stride_h, &d.pad_top, &d.pad_bottom);
+        same_padding(x->shape[2], (int)ekw, stride_w, &d.pad_left, &d.pad_right);
+    } else {
+        d.pad_top = geo->pad_top;
+        d.pad_bottom = geo->pad_bottom;
+        d.pad_left = geo->pad_left;
+        d.pad_right = geo->pad_right;
     }
-    int64_t oh = (x->shape[1] + d.pad_top + d.pad_bottom - w->shape[0]) / stride_h + 1;
-    int64_t ow = (x->shape[2] + d.pad_left + d.pad_right - w->shape[1]) / stride_w + 1;
-    DIST_CHECK_ARG(oh > 0 && ow > 0,
-                   "conv2d: the %lldx%lld kernel does not fit the %lldx%lld input",
-                   (long long)w->shape[0], (long long)w->shape[1], (long long)x->shape[1],
-                   (long long)x->shape[2]);
+    int64_t oh = (x->shape[1] + d.pad_top + d.pad_bottom - ekh) / stride_h + 1;
+    int64_t ow = (x->shape[2] + d.pad_left + d.pad_right - ekw) / stride_w + 1;
+    DIST_CHECK_ARG(x->shape[1] + d.pad_top + d.pad_bottom >= ekh &&
+                       x->shape[2] + d.pad_left + d.pad_right >= ekw,
+                   "conv2d: the %lldx%lld kernel (dilated: %lldx%lld) does not fit the %lldx%lld "
+                   "input",
+                   (long long)w->shape[0], (long long)w->shape[1], (long long)ekh, (long long)ekw,
+                   (long long)x->shape[1], (long long)x->shape[2]);
     *desc = d;
     shape[0] = x->shape[0];
     shape[1] = oh;
@@ -148,13 +177,31 @@ static dist_status conv2d_setup(const dist_tape *t, const dist_tensor *x, const 
     return DIST_OK;
 }
 
+static dist_conv2d_geometry plain_geometry(int stride_h, int stride_w, dist_padding padding) {
+    dist_conv2d_geometry g = DIST_CONV2D_GEOMETRY_INIT;
+    g.stride_h = stride_h;
+    g.stride_w = stride_w;
+    g.padding = padding;
+    return g;
+}
+
 dist_status dist_op_conv2d(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
                            const dist_tensor *b, int stride_h, int stride_w, dist_padding padding,
                            dist_activation activation, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
+    DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d: strides must be positive");
+    dist_conv2d_geometry g = plain_geometry(stride_h, stride_w, padding);
+    return dist_op_conv2d_geometry(t, x, w, b, &g, activation, y);
+}
+
+dist_status dist_op_conv2d_geometry(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                                    const dist_tensor *b, const dist_conv2d_geometry *geometry,
+                                    dist_activation activation, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d: NULL argument");
+    dist_conv2d_geometry dflt = DIST_CONV2D_GEOMETRY_INIT;
     dist_conv2d_desc d;
     int64_t shape[4];
-    DIST_TRY(conv2d_setup(t, x, w, b, stride_h, stride_w, padding, activation, &d, shape));
+    DIST_TRY(conv2d_setup(t, x, w, b, geometry ? geometry : &dflt, activation, &d, shape));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
     /* bfloat16: x's bfloat16 twin where its producer wrote one, else, while recording and
@@ -404,7 +451,9 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
     dist_conv2d_desc cd;
     dist_pool2d_desc pd;
     int64_t conv_shape[4], shape[4];
-    DIST_TRY(conv2d_setup(t, x, w, b, stride_h, stride_w, padding, activation, &cd, conv_shape));
+    DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d: strides must be positive");
+    dist_conv2d_geometry geo = plain_geometry(stride_h, stride_w, padding);
+    DIST_TRY(conv2d_setup(t, x, w, b, &geo, activation, &cd, conv_shape));
     DIST_TRY(pool2d_setup(conv_shape, pool_h, pool_w, pool_stride_h, pool_stride_w, pool_padding,
                           &pd, shape));
     const struct dist_backend_i *be = tape_be(t);

@@ -42,7 +42,30 @@ typedef struct dist_conv2d_desc {
      * Valid because the tape never changes a node's x or dy between its passes. */
     void *x_bf16, *dy_bf16;
     unsigned *copies;
+    /* Last, so that initializers which leave them out (zero) mean a plain convolution. */
+    /* Dilation (TensorFlow's dilation_rate): the kernel's taps are dilation_h rows and
+     * dilation_w columns apart, its effective size (k - 1) * dilation + 1. 0 or 1: none. */
+    int dilation_h, dilation_w;
+    /* Grouped convolution (TensorFlow's groups; depthwise: groups = input channels): the input
+     * channels split into `groups` equal parts, output channel o reading part
+     * o / (out_channels / groups) only. The kernel stays HWIO with I = in_channels / groups,
+     * TensorFlow's shape. 0 or 1: none. */
+    int groups;
 } dist_conv2d_desc;
+
+static inline int dist_conv2d_dil_h(const dist_conv2d_desc *d) {
+    return d->dilation_h > 1 ? d->dilation_h : 1;
+}
+static inline int dist_conv2d_dil_w(const dist_conv2d_desc *d) {
+    return d->dilation_w > 1 ? d->dilation_w : 1;
+}
+static inline int dist_conv2d_groups(const dist_conv2d_desc *d) {
+    return d->groups > 1 ? d->groups : 1;
+}
+/* No dilation and one group: the convolution the hand-written kernels cover. */
+static inline int dist_conv2d_is_dense(const dist_conv2d_desc *d) {
+    return dist_conv2d_dil_h(d) == 1 && dist_conv2d_dil_w(d) == 1 && dist_conv2d_groups(d) == 1;
+}
 
 /* A bfloat16 copy of a matmul operand that a native backend may keep for a later call of the
  * same step (matmul_bf16): numel * 2 bytes in the tensor's own row-major layout, and the bit of

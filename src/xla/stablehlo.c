@@ -343,53 +343,85 @@ static dist_status emit_node(sbuf *b, const xg_graph *g, int id, const char *con
         put(b,
             "    %s = \"stablehlo.convolution\"(%s, %s) {batch_group_count = 1 : i64, "
             "dimension_numbers = #stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>, "
-            "feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = "
-            "dense<[[%d, %d], [%d, %d]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, "
+            "feature_group_count = %d : i64, lhs_dilation = array<i64: 1, 1>, padding = "
+            "dense<[[%d, %d], [%d, %d]]> : tensor<2x2xi64>, rhs_dilation = array<i64: %d, %d>, "
             "window_strides = array<i64: %d, %d>} : (%s, %s) -> %s\n",
-            out, IN(0), IN(1), d->pad_top, d->pad_bottom, d->pad_left, d->pad_right, d->stride_h,
-            d->stride_w, xty, wty, ty);
+            out, IN(0), IN(1), dist_conv2d_groups(d), d->pad_top, d->pad_bottom, d->pad_left,
+            d->pad_right, dist_conv2d_dil_h(d), dist_conv2d_dil_w(d), d->stride_h, d->stride_w, xty,
+            wty, ty);
         return DIST_OK;
     }
     case XG_CONV_DX: {
+        /* dx = dy (dilated by the strides) convolved with the kernel reversed in space, its
+         * input and output features swapped; grouped: per group, so the kernel
+         * [kh, kw, I/G, G * O/G] becomes [kh, kw, O/G, G * I/G] (XLA's own rewrite) */
         const dist_conv2d_desc *d = &n->a.conv;
         const xg_node *dy = INN(0), *w = INN(1);
         TY(dyty, dy);
         TY(wty, w);
-        int64_t kh = w->dims[0], kw = w->dims[1];
-        int64_t lo_h = kh - 1 - d->pad_top, lo_w = kw - 1 - d->pad_left;
-        int64_t hi_h = n->dims[1] + kh - 2 - (dy->dims[1] - 1) * d->stride_h - lo_h;
-        int64_t hi_w = n->dims[2] + kw - 2 - (dy->dims[2] - 1) * d->stride_w - lo_w;
-        char r[32];
+        int64_t ng = dist_conv2d_groups(d), dh = dist_conv2d_dil_h(d), dw = dist_conv2d_dil_w(d);
+        int64_t kh = w->dims[0], kw = w->dims[1], ig = w->dims[2], og = w->dims[3] / ng;
+        int64_t ekh = (kh - 1) * dh + 1, ekw = (kw - 1) * dw + 1;
+        int64_t lo_h = ekh - 1 - d->pad_top, lo_w = ekw - 1 - d->pad_left;
+        int64_t hi_h = n->dims[1] + ekh - 2 - (dy->dims[1] - 1) * d->stride_h - lo_h;
+        int64_t hi_w = n->dims[2] + ekw - 2 - (dy->dims[2] - 1) * d->stride_w - lo_w;
+        char r[32], kty[96];
         tname(b, r, sizeof r);
         put(b, "    %s = \"stablehlo.reverse\"(%s) {dimensions = array<i64: 0, 1>} : (%s) -> %s\n",
             r, IN(1), wty, wty);
+        const char *dn = "[b, 0, 1, f]x[0, 1, o, i]->[b, 0, 1, f]";
+        snprintf(kty, sizeof kty, "%s", wty);
+        if (ng > 1) {
+            char r5[32], t5[32], ty5[96], tt5[96];
+            int64_t d5[5] = {kh, kw, ig, ng, og}, p5[5] = {kh, kw, og, ng, ig};
+            int64_t k4[4] = {kh, kw, og, ng * ig};
+            type_of(ty5, sizeof ty5, w->dtype, 5, d5);
+            type_of(tt5, sizeof tt5, w->dtype, 5, p5);
+            type_of(kty, sizeof kty, w->dtype, 4, k4);
+            tname(b, r5, sizeof r5);
+            tname(b, t5, sizeof t5);
+            put(b, "    %s = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", r5, r, wty, ty5);
+            put(b,
+                "    %s = \"stablehlo.transpose\"(%s) {permutation = array<i64: 0, 1, 4, 3, 2>} "
+                ": (%s) -> %s\n",
+                t5, r5, ty5, tt5);
+            tname(b, r, sizeof r);
+            put(b, "    %s = \"stablehlo.reshape\"(%s) : (%s) -> %s\n", r, t5, tt5, kty);
+            dn = "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]";
+        }
         put(b,
             "    %s = \"stablehlo.convolution\"(%s, %s) {batch_group_count = 1 : i64, "
-            "dimension_numbers = #stablehlo.conv<[b, 0, 1, f]x[0, 1, o, i]->[b, 0, 1, f]>, "
-            "feature_group_count = 1 : i64, lhs_dilation = array<i64: %d, %d>, padding = "
+            "dimension_numbers = #stablehlo.conv<%s>, "
+            "feature_group_count = %" PRId64 " : i64, lhs_dilation = array<i64: %d, %d>, padding = "
             "dense<[[%" PRId64 ", %" PRId64 "], [%" PRId64 ", %" PRId64
-            "]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = "
-            "array<i64: 1, 1>} : (%s, %s) -> %s\n",
-            out, IN(0), r, d->stride_h, d->stride_w, lo_h, hi_h, lo_w, hi_w, dyty, wty, ty);
+            "]]> : tensor<2x2xi64>, rhs_dilation = array<i64: %" PRId64 ", %" PRId64
+            ">, window_strides = array<i64: 1, 1>} : (%s, %s) -> %s\n",
+            out, IN(0), r, dn, ng, d->stride_h, d->stride_w, lo_h, hi_h, lo_w, hi_w, dh, dw, dyty,
+            kty, ty);
         return DIST_OK;
     }
     case XG_CONV_DW: {
+        /* dw[kh, kw, i, o] = sum over images and outputs of x * dy: x's images as the features,
+         * dy as the kernel dilated by the strides, the taps dilation apart as the window
+         * strides; grouped: batch_group_count splits x's channels and dy's into the groups */
         const dist_conv2d_desc *d = &n->a.conv;
         const xg_node *x = INN(0), *dy = INN(1);
         TY(xty, x);
         TY(dyty, dy);
         int64_t kh = n->dims[0], kw = n->dims[1];
+        int64_t dh = dist_conv2d_dil_h(d), dw = dist_conv2d_dil_w(d);
         int64_t lo_h = d->pad_top, lo_w = d->pad_left;
-        int64_t hi_h = kh - x->dims[1] - lo_h + (dy->dims[1] - 1) * d->stride_h;
-        int64_t hi_w = kw - x->dims[2] - lo_w + (dy->dims[2] - 1) * d->stride_w;
+        int64_t hi_h = (kh - 1) * dh + 1 - x->dims[1] - lo_h + (dy->dims[1] - 1) * d->stride_h;
+        int64_t hi_w = (kw - 1) * dw + 1 - x->dims[2] - lo_w + (dy->dims[2] - 1) * d->stride_w;
         put(b,
-            "    %s = \"stablehlo.convolution\"(%s, %s) {batch_group_count = 1 : i64, "
+            "    %s = \"stablehlo.convolution\"(%s, %s) {batch_group_count = %d : i64, "
             "dimension_numbers = #stablehlo.conv<[f, 0, 1, b]x[i, 0, 1, o]->[0, 1, b, f]>, "
             "feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = "
             "dense<[[%" PRId64 ", %" PRId64 "], [%" PRId64 ", %" PRId64
             "]]> : tensor<2x2xi64>, rhs_dilation = array<i64: %d, %d>, window_strides = "
-            "array<i64: 1, 1>} : (%s, %s) -> %s\n",
-            out, IN(0), IN(1), lo_h, hi_h, lo_w, hi_w, d->stride_h, d->stride_w, xty, dyty, ty);
+            "array<i64: %" PRId64 ", %" PRId64 ">} : (%s, %s) -> %s\n",
+            out, IN(0), IN(1), dist_conv2d_groups(d), lo_h, hi_h, lo_w, hi_w, d->stride_h,
+            d->stride_w, dh, dw, xty, dyty, ty);
         return DIST_OK;
     }
     case XG_REDUCE_SUM:

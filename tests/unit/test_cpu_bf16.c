@@ -91,8 +91,14 @@ static void to_plain(dist_backend *be, const dist_tensor *t, float *plain) {
 static void run_passes(dist_backend *be, const conv_case *k, io *o) {
     int64_t xs[4] = {k->n, k->h, k->w, k->ci}, ys[4] = {k->n, oh_of(k), ow_of(k), k->co};
     int64_t ws[4] = {k->kh, k->kw, k->ci, k->co}, bs[1] = {k->co};
-    dist_conv2d_desc d = {k->sh,   k->sw, k->pad, k->pad, k->pad, k->pad,
-                          k->relu, 1,     NULL,   NULL,   NULL};
+    dist_conv2d_desc d = {.stride_h = k->sh,
+                          .stride_w = k->sw,
+                          .pad_top = k->pad,
+                          .pad_bottom = k->pad,
+                          .pad_left = k->pad,
+                          .pad_right = k->pad,
+                          .relu = k->relu,
+                          .bf16 = 1};
     dist_tensor tx, tdy, tw = dist_tensor_view(o->w, DIST_F32, 4, ws);
     dist_tensor tb = dist_tensor_view(o->b, DIST_F32, 1, bs);
     float *xb = dist_test_in_layout(be, o->x, xs, k->xl, &tx),

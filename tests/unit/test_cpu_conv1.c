@@ -42,7 +42,7 @@ static void backend_grads(dist_backend *be, const conv1_case *k, const float *x,
     ck_assert_int_eq(be->iface->to_layout(be->ctx, &plain, &tdy), DIST_OK);
     dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tb = dist_tensor_view(db, DIST_F32, 1, bs);
-    dist_conv2d_desc d = {k->stride, k->stride, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    dist_conv2d_desc d = {.stride_h = k->stride, .stride_w = k->stride, .relu = 1};
     ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
                                                     k->bias ? &tb : NULL) == DIST_OK,
                   "%s", dist_last_error());
@@ -148,7 +148,7 @@ static int pooled_grads(const pooled_case *k, uint64_t seed, float *dw, float *d
                 tw = dist_tensor_view(w, DIST_F32, 4, wsh);
     dist_tensor tb = dist_tensor_view(b, DIST_F32, 1, bs),
                 ty = dist_tensor_view(y, DIST_F32, 4, ys);
-    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     ck_assert_msg(be->iface->conv2d_forward(be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK, "%s",
                   dist_last_error());
@@ -266,7 +266,7 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
                 tdy = dist_tensor_view(dy, DIST_F32, 4, ds);
     dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh),
                 tb = dist_tensor_view(b, DIST_F32, 1, bs);
-    const dist_conv2d_desc conv_ok = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    const dist_conv2d_desc conv_ok = {.stride_h = 1, .stride_w = 1, .relu = 1};
     const dist_pool2d_desc pool_ok = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     struct {
         dist_conv2d_desc cd;
@@ -428,7 +428,7 @@ static void check_fused_forward(int block, int n, int h, int w, int ch, int thre
                 tw = dist_tensor_view(wt, DIST_F32, 4, wsh);
     dist_tensor tb = dist_tensor_view(b, DIST_F32, 1, bs),
                 tp = dist_tensor_view(p, DIST_F32, 4, ps);
-    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int done = -1;
     uint16_t *twin = malloc(np * 2);
@@ -516,7 +516,7 @@ static void fused_forward_bf16(dist_backend *be, const float *x, const float *wt
                 tw = dist_tensor_view((void *)wt, DIST_F32, 4, wsh);
     dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 1, bs),
                 tp = dist_tensor_view(p, DIST_F32, 4, ps);
-    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int done = -1;
     ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb, DIST_BF16,

@@ -37,7 +37,7 @@ static void backend_grads(dist_backend *be, const conv2_case *k, const float *x,
           *yb = dist_test_in_layout(be, dy, ys, k->dyl, &tdy);
     dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tb = dist_tensor_view(db, DIST_F32, 1, bs);
-    dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL};
+    dist_conv2d_desc d = {.stride_h = k->sh, .stride_w = k->sw};
     ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
                                                     k->bias ? &tb : NULL) == DIST_OK,
                   "%s", dist_last_error());
@@ -159,7 +159,7 @@ static void backend_forward(dist_backend *be, const fwd_case *k, const float *x,
     dist_tensor out = dist_tensor_view(y, DIST_F32, 4, ys);
     float *yb = malloc(dist_tensor_bytes(&out));
     dist_tensor ty = dist_tensor_view(yb, DIST_F32, 4, ys);
-    dist_conv2d_desc d = {k->sh, k->sw, 0, 0, 0, 0, k->relu, 0, NULL, NULL, NULL};
+    dist_conv2d_desc d = {.stride_h = k->sh, .stride_w = k->sw, .relu = k->relu};
     ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL, &ty) ==
                       DIST_OK,
                   "%s", dist_last_error());

@@ -80,7 +80,7 @@ static cp_out run_case(const cp_case *k, uint64_t seed) {
     dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh),
                 tb = dist_tensor_view(b, DIST_F32, 1, bs);
     dist_tensor ty = dist_tensor_view(y, DIST_F32, 4, ys);
-    dist_conv2d_desc cd = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     ck_assert_msg(be->iface->conv2d_forward(be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK, "%s",
                   dist_last_error());
@@ -238,7 +238,7 @@ START_TEST(test_conv_pool_backward_declines_other_shapes) {
     dist_tensor tdx = dist_tensor_view(dx, DIST_F32, 4, xs),
                 tdw = dist_tensor_view(dw, DIST_F32, 4, wsh),
                 tdb = dist_tensor_view(db, DIST_F32, 1, bs);
-    const dist_conv2d_desc conv_ok = {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL};
+    const dist_conv2d_desc conv_ok = {.stride_h = 1, .stride_w = 1, .relu = 1};
     const dist_pool2d_desc pool_ok = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int64_t xs12[4] = {N, H, H, 12}, ws12[4] = {3, 3, 12, K}, ws5[4] = {5, 5, C, K};
     int64_t dbad[4] = {N, 4, 4, K};

@@ -494,7 +494,12 @@ START_TEST(test_float32_matmul_and_conv_do_not_use_tf32) {
     for (int i = 0; i < 2; i++) {
         int64_t xs[4] = {8, 16, 16, 64}, ws[4] = {ks[i], ks[i], 64, 64}, ys[4] = {8, 16, 16, 64};
         int pad = (int)(ks[i] / 2);
-        dist_conv2d_desc d = {1, 1, pad, pad, pad, pad, 0, 0, NULL, NULL, NULL};
+        dist_conv2d_desc d = {.stride_h = 1,
+                              .stride_w = 1,
+                              .pad_top = pad,
+                              .pad_bottom = pad,
+                              .pad_left = pad,
+                              .pad_right = pad};
         pair x = pair_tf32_probe(4, xs), w = pair_ones(4, ws), y = pair_output(DIST_F32, 4, ys);
         OK(CPU(conv2d_forward, &d, x.c, w.c, NULL, y.c));
         OK(GPU(conv2d_forward, &d, x.g, w.g, NULL, y.g));

@@ -24,7 +24,8 @@
 
 int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, const dist_tensor *dw) {
-    return cpu_has_avx2_fma() && x->ndim == 4 && x->shape[3] == 1 && x->dtype == DIST_F32 &&
+    return dist_conv2d_is_dense(d) && cpu_has_avx2_fma() && x->ndim == 4 && x->shape[3] == 1 &&
+           x->dtype == DIST_F32 &&
            dy->dtype == DIST_F32 && dw->ndim == 4 && dw->shape[0] == 3 && dw->shape[1] == 3 &&
            dw->shape[2] == 1 && dy->shape[3] % 8 == 0 && d->pad_top == 0 && d->pad_bottom == 0 &&
            d->pad_left == 0 && d->pad_right == 0;
@@ -247,7 +248,7 @@ static int conv1_pool_lanes(int64_t B) {
 static int conv1_pool_covers(const dist_conv2d_desc *cd, const dist_pool2d_desc *pd,
                              const dist_tensor *x, const dist_tensor *w, int64_t ch,
                              dist_layout layout, int64_t *B, int *lanes) {
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[0] <= 0) return 0;
+    if (!dist_conv2d_is_dense(cd) || x->ndim != 4 || w->ndim != 4 || x->shape[0] <= 0) return 0;
     *B = layout == DIST_LAYOUT_NCHW16C ? 16 : layout == DIST_LAYOUT_NCHW8C ? 8 : ch;
     *lanes = conv1_pool_lanes(*B);
     int conv_ok = x->shape[3] == 1 && x->layout == DIST_LAYOUT_PLAIN && x->dtype == DIST_F32 &&

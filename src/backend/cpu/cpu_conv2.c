@@ -39,7 +39,7 @@ static int64_t act_offset(const dist_tensor *t, int64_t B, int64_t n, int64_t h,
 int cpu_conv2_backward_filter_applies(const cpu_ctx *c, const dist_conv2d_desc *d,
                                       const dist_tensor *x, const dist_tensor *dy,
                                       const dist_tensor *dw) {
-    if (!cpu_has_avx2_fma() || c->block == 16) return 0;
+    if (!dist_conv2d_is_dense(d) || !cpu_has_avx2_fma() || c->block == 16) return 0;
     if (x->ndim != 4 || dy->ndim != 4 || dw->ndim != 4) return 0;
     if (x->dtype != DIST_F32 || dy->dtype != DIST_F32 || dw->dtype != DIST_F32) return 0;
     if (d->pad_top || d->pad_bottom || d->pad_left || d->pad_right) return 0;
@@ -231,7 +231,7 @@ dist_status cpu_conv2_backward_filter(cpu_ctx *c, const dist_conv2d_desc *d, con
 int cpu_conv2_forward_applies(const cpu_ctx *c, const dist_conv2d_desc *d, const dist_tensor *x,
                               const dist_tensor *w, const dist_tensor *b, const dist_tensor *y,
                               dist_layout y_layout) {
-    if (!cpu_has_avx2_fma() || c->block == 16) return 0;
+    if (!dist_conv2d_is_dense(d) || !cpu_has_avx2_fma() || c->block == 16) return 0;
     if (x->ndim != 4 || w->ndim != 4 || x->dtype != DIST_F32 || w->dtype != DIST_F32 ||
         y->dtype != DIST_F32 || (b && b->dtype != DIST_F32))
         return 0;

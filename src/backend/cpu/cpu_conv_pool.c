@@ -252,6 +252,7 @@ int cpu_conv_pool_backward_applies(const dist_conv2d_desc *cd, const dist_pool2d
                                    const dist_tensor *x, const dist_tensor *w,
                                    const dist_tensor *dy, int *lanes) {
     *lanes = 0;
+    if (!dist_conv2d_is_dense(cd)) return 0;
     if (x->ndim != 4 || w->ndim != 4 || dy->ndim != 4 || x->dtype != DIST_F32 ||
         w->dtype != DIST_F32 || dy->dtype != DIST_F32 || w->layout != DIST_LAYOUT_PLAIN)
         return 0;

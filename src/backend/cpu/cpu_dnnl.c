@@ -30,7 +30,7 @@ typedef struct prim_key {
     int dtype[3];
     int flags[4];
     int64_t dims[4][4];
-    int geom[8];
+    int geom[11];
 } prim_key;
 
 _Static_assert(sizeof(prim_key) <= sizeof(((cpu_prim *)0)->key), "prim_key too large");
@@ -225,7 +225,7 @@ static void set_handle(dnnl_memory_t m, const void *ptr) {
 
 typedef struct conv_mds {
     dnnl_memory_desc_t src, wei_plain, wei_any, bias, dst;
-    dnnl_dims_t strides, pad_l, pad_r;
+    dnnl_dims_t strides, dilates, pad_l, pad_r;
 } conv_mds;
 
 static dist_status conv_setup(const dist_conv2d_desc *d, const dist_tensor *x, const dist_tensor *w,
@@ -233,12 +233,17 @@ static dist_status conv_setup(const dist_conv2d_desc *d, const dist_tensor *x, c
                               conv_mds *m) {
     DIST_TRY(act_md(x, &m->src));
     int64_t kh = w->shape[0], kw = w->shape[1], ci = w->shape[2], co = w->shape[3];
-    dnnl_dims_t wdims = {co, ci, kh, kw};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wei_plain, 4, wdims, dnnl_dt(w->dtype), dnnl_hwio),
+    int64_t g = dist_conv2d_groups(d);
+    /* grouped: oneDNN's weights are (G, O/G, I/G, H, W); TensorFlow's HWIO kernel with
+     * I = in/G and O = G * (O/G) is their hwigo layout, byte for byte */
+    dnnl_dims_t wdims = {co, ci, kh, kw}, gdims = {g, co / g, ci, kh, kw};
+    int wnd = g > 1 ? 5 : 4;
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wei_plain, wnd, g > 1 ? gdims : wdims,
+                                          dnnl_dt(w->dtype), g > 1 ? dnnl_hwigo : dnnl_hwio),
              "weights md");
-    DNNL_TRY(
-        dnnl_memory_desc_init_by_tag(&m->wei_any, 4, wdims, dnnl_dt(w->dtype), dnnl_format_tag_any),
-        "weights md");
+    DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->wei_any, wnd, g > 1 ? gdims : wdims,
+                                          dnnl_dt(w->dtype), dnnl_format_tag_any),
+             "weights md");
     dnnl_dims_t bdims = {co};
     DNNL_TRY(dnnl_memory_desc_init_by_tag(&m->bias, 1, bdims, dnnl_f32, dnnl_x), "bias md");
     dist_tensor yt = *x;
@@ -250,6 +255,8 @@ static dist_status conv_setup(const dist_conv2d_desc *d, const dist_tensor *x, c
     DIST_TRY(act_md(&yt, &m->dst));
     m->strides[0] = d->stride_h;
     m->strides[1] = d->stride_w;
+    m->dilates[0] = dist_conv2d_dil_h(d) - 1; /* oneDNN counts the taps' gaps */
+    m->dilates[1] = dist_conv2d_dil_w(d) - 1;
     m->pad_l[0] = d->pad_top;
     m->pad_l[1] = d->pad_left;
     m->pad_r[0] = d->pad_bottom;
@@ -261,12 +268,17 @@ static dist_status conv_check(const dist_conv2d_desc *d, const dist_tensor *x, c
                               int64_t *oh, int64_t *ow) {
     if (x->ndim != 4 || w->ndim != 4)
         return dist_error(DIST_INVALID_ARGUMENT, "conv2d: input must be NHWC and kernel HWIO");
-    if (x->shape[3] != w->shape[2])
+    int64_t g = dist_conv2d_groups(d);
+    if (x->shape[3] != w->shape[2] * g || w->shape[3] % g != 0)
         return dist_error(DIST_INVALID_ARGUMENT,
-                          "conv2d: input has %lld channels, kernel expects %lld",
-                          (long long)x->shape[3], (long long)w->shape[2]);
-    *oh = (x->shape[1] + d->pad_top + d->pad_bottom - w->shape[0]) / d->stride_h + 1;
-    *ow = (x->shape[2] + d->pad_left + d->pad_right - w->shape[1]) / d->stride_w + 1;
+                          "conv2d: input has %lld channels and the kernel %lld filters, the "
+                          "kernel expects %lld x %lld groups and a multiple of %lld filters",
+                          (long long)x->shape[3], (long long)w->shape[3], (long long)w->shape[2],
+                          (long long)g, (long long)g);
+    int64_t ekh = (w->shape[0] - 1) * dist_conv2d_dil_h(d) + 1;
+    int64_t ekw = (w->shape[1] - 1) * dist_conv2d_dil_w(d) + 1;
+    *oh = (x->shape[1] + d->pad_top + d->pad_bottom - ekh) / d->stride_h + 1;
+    *ow = (x->shape[2] + d->pad_left + d->pad_right - ekw) / d->stride_w + 1;
     if (*oh <= 0 || *ow <= 0)
         return dist_error(DIST_INVALID_ARGUMENT, "conv2d: kernel larger than input");
     return DIST_OK;
@@ -286,6 +298,9 @@ static void conv_key(prim_key *k, int op, const dist_conv2d_desc *d, const dist_
     k->geom[4] = d->pad_left;
     k->geom[5] = d->pad_right;
     k->geom[6] = d->relu;
+    k->geom[8] = dist_conv2d_dil_h(d);
+    k->geom[9] = dist_conv2d_dil_w(d);
+    k->geom[10] = dist_conv2d_groups(d);
 }
 
 static int is_reference_impl(dnnl_primitive_desc_t pd);
@@ -339,9 +354,9 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
 static dist_status conv_fwd_pd_alg(cpu_ctx *c, const conv_mds *m, int with_bias, int relu,
                                    dnnl_alg_kind_t alg, dnnl_primitive_desc_t *pd) {
     dnnl_convolution_desc_t cd;
-    DNNL_TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &m->src,
-                                                &m->wei_any, with_bias ? &m->bias : NULL, &m->dst,
-                                                m->strides, m->pad_l, m->pad_r),
+    DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(
+                 &cd, dnnl_forward_training, alg, &m->src, &m->wei_any, with_bias ? &m->bias : NULL,
+                 &m->dst, m->strides, m->dilates, m->pad_l, m->pad_r),
              "convolution descriptor");
     dnnl_primitive_attr_t attr;
     DIST_TRY(attr_new(&attr));
@@ -520,8 +535,9 @@ static dist_status bwd_data_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg
         return st;
     }
     dnnl_status_t s =
-        dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &m->src, &m->wei_any,
-                                                 &m->dst, m->strides, m->pad_l, m->pad_r);
+        dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &m->src,
+                                                         &m->wei_any, &m->dst, m->strides,
+                                                         m->dilates, m->pad_l, m->pad_r);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, c->engine, hint);
     dnnl_primitive_attr_destroy(attr);
     dnnl_primitive_desc_destroy(hint);
@@ -610,9 +626,9 @@ static dist_status conv_bwd_filter_pd(cpu_ctx *c, const conv_mds *m, int with_bi
         dnnl_primitive_desc_destroy(hint);
         return st;
     }
-    dnnl_status_t s = dnnl_convolution_backward_weights_desc_init(
+    dnnl_status_t s = dnnl_dilated_convolution_backward_weights_desc_init(
         &cd, dnnl_convolution_direct, &m->src, &m->wei_any, with_bias ? &m->bias : NULL, &m->dst,
-        m->strides, m->pad_l, m->pad_r);
+        m->strides, m->dilates, m->pad_l, m->pad_r);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, c->engine, hint);
     dnnl_primitive_attr_destroy(attr);
     dnnl_primitive_desc_destroy(hint);
@@ -1008,9 +1024,9 @@ static dist_status conv_bwd_data_bf16(cpu_ctx *c, const dist_conv2d_desc *d, con
         DIST_TRY(bf16_mds(&m, 1, 1, 1, &mb));
         dnnl_convolution_desc_t cd;
         dnnl_primitive_desc_t pd = NULL;
-        dist_status pst = cpu_dnnl_check(dnnl_convolution_backward_data_desc_init(
+        dist_status pst = cpu_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
                                              &cd, dnnl_convolution_direct, &m.src, &mb.wei_any,
-                                             &mb.dst, m.strides, m.pad_l, m.pad_r),
+                                             &mb.dst, m.strides, m.dilates, m.pad_l, m.pad_r),
                                          "bfloat16 convolution backward-data");
         if (pst == DIST_OK) pst = bwd_pd(c, &mb, 0, &cd, &pd);
         if (pst == DIST_OUT_OF_MEMORY) return pst;
@@ -1063,9 +1079,10 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
         dnnl_primitive_desc_t pd = NULL;
         /* float32 weight and bias gradients straight from the kernel */
         dist_status pst =
-            cpu_dnnl_check(dnnl_convolution_backward_weights_desc_init(
+            cpu_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
                                &cd, dnnl_convolution_direct, &mb.src, &m.wei_any,
-                               db ? &m.bias : NULL, &mb.dst, m.strides, m.pad_l, m.pad_r),
+                               db ? &m.bias : NULL, &mb.dst, m.strides, m.dilates, m.pad_l,
+                               m.pad_r),
                            "bfloat16 convolution backward-weights");
         if (pst == DIST_OK) pst = bwd_pd(c, &mb, db != NULL, &cd, &pd);
         if (pst == DIST_OUT_OF_MEMORY) return pst;

@@ -27,6 +27,8 @@
 typedef struct conv_shape {
     int64_t n, h, w, c; /* input activation */
     int64_t r, s, k;    /* filter */
+    int64_t ci, g;      /* the filter's input channels (c / g), groups */
+    int dh, dw;         /* dilation */
     int64_t oh, ow;     /* output activation */
 } conv_shape;
 
@@ -44,9 +46,13 @@ static dist_status conv_shape_of(const dist_conv2d_desc *d, const dist_tensor *x
                                  const char *op) {
     if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: input must be NHWC and kernel HWIO", op);
-    if (x->shape[3] != w->shape[2])
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: input has %lld channels, kernel expects %lld",
-                          op, (long long)x->shape[3], (long long)w->shape[2]);
+    int64_t g = dist_conv2d_groups(d);
+    if (x->shape[3] != w->shape[2] * g || w->shape[3] % g != 0)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: input has %lld channels and the kernel %lld filters, the kernel "
+                          "expects %lld x %lld groups and a multiple of %lld filters",
+                          op, (long long)x->shape[3], (long long)w->shape[3],
+                          (long long)w->shape[2], (long long)g, (long long)g);
     if (d->stride_h <= 0 || d->stride_w <= 0 || d->pad_top < 0 || d->pad_left < 0)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: strides must be positive and pads >= 0", op);
     if (d->pad_top != d->pad_bottom || d->pad_left != d->pad_right)
@@ -62,9 +68,14 @@ static dist_status conv_shape_of(const dist_conv2d_desc *d, const dist_tensor *x
     s->r = w->shape[0];
     s->s = w->shape[1];
     s->k = w->shape[3];
-    s->oh = (s->h + 2 * d->pad_top - s->r) / d->stride_h + 1;
-    s->ow = (s->w + 2 * d->pad_left - s->s) / d->stride_w + 1;
-    if (s->h + 2 * d->pad_top < s->r || s->w + 2 * d->pad_left < s->s)
+    s->ci = w->shape[2];
+    s->g = g;
+    s->dh = dist_conv2d_dil_h(d);
+    s->dw = dist_conv2d_dil_w(d);
+    int64_t er = (s->r - 1) * s->dh + 1, es = (s->s - 1) * s->dw + 1; /* dilated */
+    s->oh = (s->h + 2 * d->pad_top - er) / d->stride_h + 1;
+    s->ow = (s->w + 2 * d->pad_left - es) / d->stride_w + 1;
+    if (s->h + 2 * d->pad_top < er || s->w + 2 * d->pad_left < es)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: kernel larger than input", op);
     if (y->shape[0] != s->n || y->shape[1] != s->oh || y->shape[2] != s->ow || y->shape[3] != s->k)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: output must be (%lld, %lld, %lld, %lld)", op,
@@ -110,8 +121,8 @@ void cuda_conv_plans_release(cuda_ctx *c) {
 static void plan_key(int64_t key[24], int op, const dist_conv2d_desc *d, const conv_shape *s,
                      cudnnDataType_t dt) {
     memset(key, 0, 24 * sizeof key[0]);
-    int64_t v[] = {op,   s->n, s->h,        s->w,        s->c,       s->r,       s->s,
-                   s->k, dt,   d->stride_h, d->stride_w, d->pad_top, d->pad_left};
+    int64_t v[] = {op, s->n,        s->h,        s->w,       s->c,        s->r,  s->s,  s->k,
+                   dt, d->stride_h, d->stride_w, d->pad_top, d->pad_left, s->dh, s->dw, s->g};
     memcpy(key, v, sizeof v);
 }
 
@@ -127,13 +138,15 @@ static dist_status plan_init(cuda_ctx *c, cuda_conv_plan *p, const dist_conv2d_d
     CUDNN_TRY(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, dt, (int)s->n, (int)s->k,
                                          (int)s->oh, (int)s->ow),
               "output descriptor");
-    CUDNN_TRY(cudnnSetFilter4dDescriptor(p->wd, dt, CUDNN_TENSOR_NHWC, (int)s->k, (int)s->c,
+    /* grouped: cuDNN's filter is (K, C / G, R, S), TensorFlow's HWIO with I = C / G transposed */
+    CUDNN_TRY(cudnnSetFilter4dDescriptor(p->wd, dt, CUDNN_TENSOR_NHWC, (int)s->k, (int)s->ci,
                                          (int)s->r, (int)s->s),
               "filter descriptor");
     CUDNN_TRY(cudnnSetConvolution2dDescriptor(p->cd, d->pad_top, d->pad_left, d->stride_h,
-                                              d->stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
+                                              d->stride_w, s->dh, s->dw, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT),
               "convolution descriptor");
+    CUDNN_TRY(cudnnSetConvolutionGroupCount(p->cd, (int)s->g), "convolution group count");
     cudnnMathType_t math = dt != CUDNN_DATA_FLOAT ? CUDNN_TENSOR_OP_MATH
                            : c->allow_tf32        ? CUDNN_DEFAULT_MATH
                                                   : CUDNN_FMA_MATH;
@@ -147,7 +160,7 @@ static dist_status plan_init(cuda_ctx *c, cuda_conv_plan *p, const dist_conv2d_d
             "conv2d: cuDNN computes output (%d, %d, %d, %d), expected (%lld, %lld, %lld, %lld)", on,
             oh, ow, oc, (long long)s->n, (long long)s->oh, (long long)s->ow, (long long)s->k);
     size_t esize = dt == CUDNN_DATA_FLOAT ? 4 : 2;
-    DIST_TRY(cuda_alloc(c, (size_t)(s->r * s->s * s->c * s->k) * esize, &p->w_krsc));
+    DIST_TRY(cuda_alloc(c, (size_t)(s->r * s->s * s->ci * s->k) * esize, &p->w_krsc));
     p->algo = -1;
     return DIST_OK;
 }
@@ -233,10 +246,9 @@ static dist_status measured_algos(cuda_ctx *c, cuda_conv_plan *p, int op, const 
     DIST_TRY(cuda_flush(c));
     if (op == CUDA_CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(c->cudnn, p->xd, in1, p->wd, in2, p->cd,
-                                                         p->yd, out,
-                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r,
-                                                         ws, FIND_WS_BYTES),
+        CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(
+                      c->cudnn, p->xd, in1, p->wd, in2, p->cd, p->yd, out,
+                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r, ws, FIND_WS_BYTES),
                   "conv2d: forward algorithm search");
         COPY_PERF(perf, r, *n);
     } else if (op == CUDA_CONV_BWD_DATA) {
@@ -269,16 +281,16 @@ static dist_status heuristic_algos(cuda_ctx *c, cuda_conv_plan *p, int op, algo_
         COPY_PERF(perf, r, *n);
     } else if (op == CUDA_CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                      c->cudnn, p->wd, p->yd, p->cd, p->xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                      n, r),
+        CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->cudnn, p->wd, p->yd, p->cd, p->xd,
+                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                              n, r),
                   "conv2d: backward-data algorithm heuristics");
         COPY_PERF(perf, r, *n);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                      c->cudnn, p->xd, p->yd, p->cd, p->wd,
-                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, r),
+                      c->cudnn, p->xd, p->yd, p->cd, p->wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                      n, r),
                   "conv2d: backward-filter algorithm heuristics");
         COPY_PERF(perf, r, *n);
     }
@@ -307,8 +319,8 @@ static dist_status choose_algo(cuda_ctx *c, cuda_conv_plan *p, int op, cudnnData
                   "conv2d: forward workspace size");
     else if (op == CUDA_CONV_BWD_DATA)
         CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(
-                      c->cudnn, p->wd, p->yd, p->cd, p->xd,
-                      (cudnnConvolutionBwdDataAlgo_t)p->algo, &need),
+                      c->cudnn, p->wd, p->yd, p->cd, p->xd, (cudnnConvolutionBwdDataAlgo_t)p->algo,
+                      &need),
                   "conv2d: backward-data workspace size");
     else
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -328,15 +340,15 @@ typedef struct transpose_args {
 
 static dist_status run_transpose(void *device, const void *args) {
     const transpose_args *a = args;
-    return cuda_launched(cudak_transpose(((cuda_ctx *)device)->stream, a->esize, a->src, a->dst,
-                                         a->rows, a->cols),
-                         "conv2d: filter transpose");
+    return cuda_launched(
+        cudak_transpose(((cuda_ctx *)device)->stream, a->esize, a->src, a->dst, a->rows, a->cols),
+        "conv2d: filter transpose");
 }
 
 /* Converts between HWIO ([R*S*C, K]) and KRSC ([K, R*S*C]). */
 static dist_status transpose_filter(cuda_ctx *c, const conv_shape *s, size_t esize, const void *src,
                                     void *dst, int to_krsc) {
-    int64_t rsc = s->r * s->s * s->c;
+    int64_t rsc = s->r * s->s * s->ci;
     transpose_args a;
     memset(&a, 0, sizeof a);
     a.esize = esize;
@@ -433,7 +445,8 @@ dist_status cuda_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist
     cuda_conv_plan *p;
     DIST_TRY(plan_get(c, CUDA_CONV_FWD, d, &s, dt, &p));
     DIST_TRY(transpose_filter(c, &s, dist_dtype_size(w->dtype), w->data, p->w_krsc, 1));
-    if (p->algo < 0) DIST_TRY(choose_algo(c, p, CUDA_CONV_FWD, dt, x->data, p->w_krsc, y->data, op));
+    if (p->algo < 0)
+        DIST_TRY(choose_algo(c, p, CUDA_CONV_FWD, dt, x->data, p->w_krsc, y->data, op));
     DIST_TRY(submit_conv(c, CUDA_CONV_FWD, p, x->data, p->w_krsc, y->data));
     if (b || d->relu)
         return cuda_submit_bias_add(c, (int)y->dtype, y->data, b ? b->data : NULL,

@@ -1,0 +1,352 @@
+/* Grouped, dilated and depthwise convolutions (dist_conv2d_desc.groups / dilation_h / dilation_w:
+ * Keras's Conv2D groups and dilation_rate, DepthwiseConv2D, SeparableConv2D, Conv1D) on the CPU
+ * backend against a double-precision loop: the forward (with bias and ReLU), the backward-data
+ * and the backward-filter, in plain NHWC and in the blocked layout the backend prefers, with
+ * strides, asymmetric padding and rectangular kernels; and through the tape's
+ * dist_op_conv2d_geometry: TensorFlow's SAME padding over the dilated kernel, and the errors for
+ * channels that do not divide into the groups.
+ *
+ * Tolerance: a float32 sum of K products, in any order, is within gamma(K) = K u / (1 - K u) of
+ * the sum of their absolute values (u = 2^-24), which the reference computes alongside. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include "testutil.h"
+
+#include <dist/dist.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct variant {
+    int n, h, w, c, o; /* input NHWC, output channels */
+    int kh, kw, groups;
+    int sh, sw, dh, dw;
+    int pt, pb, pl, pr;
+    int relu, bias;
+    dist_layout xl; /* x's (and dy's) layout; PLAIN or the backend's blocked one */
+} variant;
+
+static int out_h(const variant *v) {
+    return (v->h + v->pt + v->pb - ((v->kh - 1) * v->dh + 1)) / v->sh + 1;
+}
+static int out_w(const variant *v) {
+    return (v->w + v->pl + v->pr - ((v->kw - 1) * v->dw + 1)) / v->sw + 1;
+}
+
+static dist_conv2d_desc desc_of(const variant *v) {
+    dist_conv2d_desc d = {.stride_h = v->sh,
+                          .stride_w = v->sw,
+                          .pad_top = v->pt,
+                          .pad_bottom = v->pb,
+                          .pad_left = v->pl,
+                          .pad_right = v->pr,
+                          .relu = v->relu,
+                          .dilation_h = v->dh,
+                          .dilation_w = v->dw,
+                          .groups = v->groups};
+    return d;
+}
+
+static double gamma_k(double terms) {
+    double u = ldexp(1.0, -24);
+    return terms * u / (1.0 - terms * u);
+}
+
+/* The reference: y (before ReLU) with its magnitudes, dx and dw for dy, each with the sums of
+ * their terms' magnitudes. */
+typedef struct reference {
+    double *y, *ymag, *dx, *dxmag, *dw, *dwmag, *db, *dbmag;
+} reference;
+
+static void reference_compute(const variant *v, const float *x, const float *w, const float *b,
+                              const float *dy, reference *r) {
+    int oh = out_h(v), ow = out_w(v), ig = v->c / v->groups, og = v->o / v->groups;
+    size_t ny = (size_t)v->n * oh * ow * v->o, nx = (size_t)v->n * v->h * v->w * v->c;
+    size_t nw = (size_t)v->kh * v->kw * ig * v->o;
+    r->y = calloc(ny, sizeof(double));
+    r->ymag = calloc(ny, sizeof(double));
+    r->dx = calloc(nx, sizeof(double));
+    r->dxmag = calloc(nx, sizeof(double));
+    r->dw = calloc(nw, sizeof(double));
+    r->dwmag = calloc(nw, sizeof(double));
+    r->db = calloc((size_t)v->o, sizeof(double));
+    r->dbmag = calloc((size_t)v->o, sizeof(double));
+    for (int m = 0; m < v->n; m++)
+        for (int p = 0; p < oh; p++)
+            for (int q = 0; q < ow; q++)
+                for (int o = 0; o < v->o; o++) {
+                    size_t yi = (((size_t)m * oh + p) * ow + q) * v->o + o;
+                    double g = dy[yi];
+                    r->y[yi] = v->bias ? b[o] : 0.0;
+                    r->ymag[yi] = fabs(r->y[yi]);
+                    r->db[o] += g;
+                    r->dbmag[o] += fabs(g);
+                    for (int i = 0; i < v->kh; i++)
+                        for (int j = 0; j < v->kw; j++) {
+                            int hh = p * v->sh - v->pt + i * v->dh;
+                            int ww = q * v->sw - v->pl + j * v->dw;
+                            if (hh < 0 || hh >= v->h || ww < 0 || ww >= v->w) continue;
+                            for (int cl = 0; cl < ig; cl++) {
+                                size_t xi = (((size_t)m * v->h + hh) * v->w + ww) * v->c +
+                                            (size_t)(o / og) * ig + cl;
+                                size_t wi = (((size_t)i * v->kw + j) * ig + cl) * v->o + o;
+                                double xv = x[xi], wv = w[wi];
+                                r->y[yi] += xv * wv;
+                                r->ymag[yi] += fabs(xv * wv);
+                                r->dx[xi] += g * wv;
+                                r->dxmag[xi] += fabs(g * wv);
+                                r->dw[wi] += g * xv;
+                                r->dwmag[wi] += fabs(g * xv);
+                            }
+                        }
+                }
+}
+
+static void reference_free(reference *r) {
+    free(r->y);
+    free(r->ymag);
+    free(r->dx);
+    free(r->dxmag);
+    free(r->dw);
+    free(r->dwmag);
+    free(r->db);
+    free(r->dbmag);
+}
+
+/* Every value within gamma(terms) of its terms' magnitude (plus a denormal floor). */
+static void expect_close(const char *what, size_t c, const float *got, const double *ref,
+                         const double *mag, size_t count, double terms) {
+    double tol = gamma_k(terms);
+    for (size_t i = 0; i < count; i++) {
+        double err = fabs(got[i] - ref[i]);
+        ck_assert_msg(err <= tol * mag[i] + 1e-30,
+                      "case %zu: %s[%zu] = %.9g, reference %.9g (error %.3g, terms' magnitude "
+                      "%.6g)",
+                      c, what, i, (double)got[i], ref[i], err, mag[i]);
+    }
+}
+
+static void run_variant(dist_backend *be, const variant *v, uint64_t *s, size_t c) {
+    int oh = out_h(v), ow = out_w(v), ig = v->c / v->groups;
+    size_t nx = (size_t)v->n * v->h * v->w * v->c, ny = (size_t)v->n * oh * ow * v->o;
+    size_t nw = (size_t)v->kh * v->kw * ig * v->o;
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w);
+    float *b = malloc((size_t)v->o * sizeof *b), *dy = malloc(ny * sizeof *dy);
+    for (size_t i = 0; i < nx; i++) x[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    for (size_t i = 0; i < nw; i++) w[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    for (int i = 0; i < v->o; i++) b[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    for (size_t i = 0; i < ny; i++) dy[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    reference r;
+    reference_compute(v, x, w, b, dy, &r);
+
+    int64_t xs[4] = {v->n, v->h, v->w, v->c}, ys[4] = {v->n, oh, ow, v->o};
+    int64_t ws[4] = {v->kh, v->kw, ig, v->o}, bs[1] = {v->o};
+    dist_conv2d_desc d = desc_of(v);
+    dist_tensor tx, tdy;
+    float *xb = dist_test_in_layout(be, x, xs, v->xl, &tx);
+    float *dyb = dist_test_in_layout(be, dy, ys, v->xl, &tdy);
+    dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, ws),
+                tb = dist_tensor_view(b, DIST_F32, 1, bs);
+
+    /* forward: y in the layout the backend picks */
+    float *ybuf = malloc(ny * sizeof(float) + 64 * sizeof(float) * (size_t)v->n * oh * ow);
+    float *y = malloc(ny * sizeof *y);
+    dist_tensor ty = dist_tensor_view(ybuf, DIST_F32, 4, ys);
+    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, v->bias ? &tb : NULL, &ty) ==
+                      DIST_OK,
+                  "case %zu: %s", c, dist_last_error());
+    dist_test_to_host_plain(be, &ty, y);
+    double *yref = malloc(ny * sizeof *yref);
+    for (size_t i = 0; i < ny; i++) yref[i] = v->relu && r.y[i] < 0 ? 0.0 : r.y[i];
+    double terms = (double)v->kh * v->kw * ig + 1;
+    expect_close("y", c, y, yref, r.ymag, ny, terms);
+
+    /* backward-data, into x's layout */
+    float *dxbuf = malloc(nx * sizeof(float) + 64 * sizeof(float) * (size_t)v->n * v->h * v->w);
+    float *dx = malloc(nx * sizeof *dx);
+    dist_tensor tdx = dist_tensor_view(dxbuf, DIST_F32, 4, xs);
+    tdx.layout = v->xl;
+    ck_assert_msg(be->iface->conv2d_backward_data(be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK,
+                  "case %zu: %s", c, dist_last_error());
+    dist_test_to_host_plain(be, &tdx, dx);
+    double dx_terms = (double)v->kh * v->kw * (v->o / v->groups);
+    expect_close("dx", c, dx, r.dx, r.dxmag, nx, dx_terms);
+
+    /* backward-filter, dw plain HWIO */
+    float *dw = malloc(nw * sizeof *dw), *db = malloc((size_t)v->o * sizeof *db);
+    dist_tensor tdw = dist_tensor_view(dw, DIST_F32, 4, ws),
+                tdb = dist_tensor_view(db, DIST_F32, 1, bs);
+    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tdw,
+                                                    v->bias ? &tdb : NULL) == DIST_OK,
+                  "case %zu: %s", c, dist_last_error());
+    ck_assert_int_eq(tdw.layout, DIST_LAYOUT_PLAIN);
+    double dw_terms = (double)v->n * oh * ow;
+    expect_close("dw", c, dw, r.dw, r.dwmag, nw, dw_terms);
+    if (v->bias) expect_close("db", c, db, r.db, r.dbmag, (size_t)v->o, dw_terms);
+
+    reference_free(&r);
+    free(x);
+    free(w);
+    free(b);
+    free(dy);
+    free(xb);
+    free(dyb);
+    free(ybuf);
+    free(y);
+    free(yref);
+    free(dxbuf);
+    free(dx);
+    free(dw);
+    free(db);
+}
+
+static dist_layout blocked(void) {
+    int b = cpu_dnnl_activation_block();
+    return b == 16 ? DIST_LAYOUT_NCHW16C : b == 8 ? DIST_LAYOUT_NCHW8C : DIST_LAYOUT_PLAIN;
+}
+
+START_TEST(test_grouped_dilated_and_depthwise_match_the_reference) {
+    dist_layout bl = blocked();
+    const variant cases[] = {
+        /* Conv2D(6, 3, groups=2, padding same) */
+        {2, 7, 8, 4, 6, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, DIST_LAYOUT_PLAIN},
+        /* Conv2D(5, 3, dilation_rate=2, padding same) */
+        {2, 9, 8, 3, 5, 3, 3, 1, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1, DIST_LAYOUT_PLAIN},
+        /* DepthwiseConv2D(3, strides 2, depth_multiplier 2, padding same: pads 0 / 1) */
+        {3, 8, 8, 8, 16, 3, 3, 8, 2, 2, 1, 1, 0, 1, 0, 1, 0, 1, DIST_LAYOUT_PLAIN},
+        /* groups 3 with dilation (2, 3), asymmetric padding, a rectangular kernel */
+        {2, 10, 11, 6, 9, 2, 3, 3, 1, 1, 2, 3, 1, 0, 2, 1, 0, 0, DIST_LAYOUT_PLAIN},
+        /* depthwise over 16 channels in the blocked layout, ReLU */
+        {2, 9, 9, 16, 16, 3, 3, 16, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, bl},
+        /* dilated dense convolution in the blocked layout */
+        {2, 11, 10, 16, 32, 3, 3, 1, 1, 1, 2, 2, 0, 0, 0, 0, 0, 1, bl},
+        /* Conv1D(8, 5, dilation_rate=2, padding causal) as a 1 x 5 kernel on height 1 */
+        {3, 1, 20, 4, 8, 1, 5, 1, 1, 1, 1, 2, 0, 0, 8, 0, 0, 1, DIST_LAYOUT_PLAIN},
+        /* grouped in the blocked layout: 32 -> 32 in 2 groups, stride (2, 1) */
+        {2, 9, 8, 32, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1, bl},
+    };
+    dist_backend *be = dist_test_cpu_backend(1);
+    uint64_t s = 41;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) run_variant(be, &cases[c], &s, c);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* A depthwise kernel [kh, kw, in, multiplier] read as [kh, kw, 1, in * multiplier]: output
+ * channel c * multiplier + m is input channel c under kernel [.., c, m] (TensorFlow's order). */
+START_TEST(test_depthwise_output_channel_order_is_tensorflows) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    /* 1x1 input, 2 channels (values 1 and 10); 1x1 kernel, multiplier 3: w[c][m] = c * 3 + m + 1 */
+    float x[2] = {1.0f, 10.0f}, w[6] = {1, 2, 3, 4, 5, 6}, y[6];
+    int64_t xs[4] = {1, 1, 1, 2}, ws[4] = {1, 1, 1, 6}, ys[4] = {1, 1, 1, 6};
+    dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
+                tw = dist_tensor_view(w, DIST_F32, 4, ws);
+    float ybuf[64];
+    dist_tensor ty = dist_tensor_view(ybuf, DIST_F32, 4, ys);
+    dist_conv2d_desc d = {.stride_h = 1, .stride_w = 1, .groups = 2};
+    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, NULL, &ty) == DIST_OK, "%s",
+                  dist_last_error());
+    dist_test_to_host_plain(be, &ty, y);
+    const float want[6] = {1, 2, 3, 40, 50, 60};
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(y[i], want[i]);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* TensorFlow's SAME padding over the dilated kernel: 3 taps 2 apart cover 5, so a 7x6 input at
+ * stride 1 pads 2 on each side and keeps its size; a 3x3 kernel dilated 3 at stride 2 over 8
+ * columns: out 4, total padding (4 - 1) * 2 + 7 - 8 = 5, 2 before and 3 after. */
+START_TEST(test_same_padding_counts_the_dilated_kernel) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    int64_t xs[4] = {1, 7, 8, 2}, ws[4] = {3, 3, 2, 3};
+    float x[1 * 7 * 8 * 2], w[3 * 3 * 2 * 3];
+    uint64_t s = 3;
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = dist_test_uniform(&s, -1, 1);
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = dist_test_uniform(&s, -1, 1);
+    dist_tensor *tx, *tw, *y;
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hw = dist_tensor_view(w, DIST_F32, 4, ws);
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &tx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hw, &tw), DIST_OK);
+    dist_conv2d_geometry g = DIST_CONV2D_GEOMETRY_INIT;
+    g.dilation_h = 2;
+    g.dilation_w = 3;
+    g.stride_w = 2;
+    g.padding = DIST_PADDING_SAME;
+    ck_assert_msg(dist_op_conv2d_geometry(t, tx, tw, NULL, &g, DIST_ACT_NONE, &y) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_int_eq(y->shape[1], 7);
+    ck_assert_int_eq(y->shape[2], 4);
+    ck_assert_int_eq(y->shape[3], 3);
+    float got[7 * 4 * 3];
+    ck_assert_int_eq(dist_tape_download(t, y, got, sizeof got), DIST_OK);
+    /* the same through explicit padding: rows 2 / 2, columns 2 / 3 */
+    dist_conv2d_geometry e = g;
+    e.padding = DIST_PADDING_VALID;
+    e.pad_top = e.pad_bottom = 2;
+    e.pad_left = 2;
+    e.pad_right = 3;
+    dist_tensor *y2;
+    ck_assert_int_eq(dist_op_conv2d_geometry(t, tx, tw, NULL, &e, DIST_ACT_NONE, &y2), DIST_OK);
+    float got2[7 * 4 * 3];
+    ck_assert_int_eq(dist_tape_download(t, y2, got2, sizeof got2), DIST_OK);
+    ck_assert_mem_eq(got, got2, sizeof got);
+    /* output (r, q) = 0, 0 by hand: taps at rows -2, 0, 2 and columns -2, 1, 4 */
+    double ref = 0;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            int hh = -2 + 2 * i, ww = -2 + 3 * j;
+            if (hh < 0 || ww < 0) continue;
+            for (int c = 0; c < 2; c++)
+                ref += (double)x[(hh * 8 + ww) * 2 + c] * w[(i * 3 + j) * 6 + c * 3];
+        }
+    ck_assert_double_eq_tol(got[0], ref, 1e-5);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_channels_that_do_not_divide_into_the_groups_are_refused) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    int64_t xs[4] = {1, 5, 5, 6}, ws[4] = {3, 3, 2, 4};
+    float x[150] = {0}, w[72] = {0};
+    dist_tensor *tx, *tw, *y;
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hw = dist_tensor_view(w, DIST_F32, 4, ws);
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &tx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hw, &tw), DIST_OK);
+    dist_conv2d_geometry g = DIST_CONV2D_GEOMETRY_INIT;
+    g.groups = 3; /* 6 channels = 3 x 2: fine; 4 filters do not divide into 3 groups */
+    ck_assert_int_eq(dist_op_conv2d_geometry(t, tx, tw, NULL, &g, DIST_ACT_NONE, &y),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "groups"));
+    g.groups = 2; /* the kernel expects 2 x 2 = 4 channels, x has 6 */
+    ck_assert_int_eq(dist_op_conv2d_geometry(t, tx, tw, NULL, &g, DIST_ACT_NONE, &y),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "per group"));
+    g.groups = 1;
+    g.dilation_h = 3; /* 3 taps 3 apart cover 7 rows, x has 5 */
+    ck_assert_int_eq(dist_op_conv2d_geometry(t, tx, tw, NULL, &g, DIST_ACT_NONE, &y),
+                     DIST_INVALID_ARGUMENT);
+    dist_tape_destroy(t);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("conv_variants");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_grouped_dilated_and_depthwise_match_the_reference);
+    tcase_add_test(tc, test_depthwise_output_channel_order_is_tensorflows);
+    tcase_add_test(tc, test_same_padding_counts_the_dilated_kernel);
+    tcase_add_test(tc, test_channels_that_do_not_divide_into_the_groups_are_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return dist_test_run(suite()); }
