@@ -22,6 +22,9 @@ DIST_BEGIN_DECLS
 
 typedef struct dist_model dist_model;
 
+/* Conv2D's arguments, and those of the convolution layers built like it (DepthwiseConv2D,
+ * SeparableConv2D, Conv1D: see their dist_model_add_* functions). Version 1 ends at use_bias;
+ * version 2 adds the fields after it (a version-1 struct reads them as 0). */
 typedef struct dist_conv2d_options {
     int version;
     int filters;
@@ -30,10 +33,19 @@ typedef struct dist_conv2d_options {
     dist_padding padding;
     dist_activation activation;
     int use_bias;
+    /* version 2 */
+    int dilation_h, dilation_w; /* Keras's dilation_rate; 0 or 1: none */
+    int groups;                 /* Keras's groups; 0 or 1: none; must divide the input channels */
+    int depth_multiplier;       /* DepthwiseConv2D, SeparableConv2D; 0: 1 */
+    int causal;                 /* Conv1D's padding="causal" (padding must be VALID) */
 } dist_conv2d_options;
-#define DIST_CONV2D_OPTIONS_VERSION 1
+#define DIST_CONV2D_OPTIONS_VERSION 2
 #define DIST_CONV2D_OPTIONS_INIT                                                                   \
-    { DIST_CONV2D_OPTIONS_VERSION, 0, 3, 3, 1, 1, DIST_PADDING_VALID, DIST_ACT_NONE, 1 }
+    {                                                                                              \
+        .version = DIST_CONV2D_OPTIONS_VERSION, .filters = 0, .kernel_h = 3, .kernel_w = 3,        \
+        .stride_h = 1, .stride_w = 1, .padding = DIST_PADDING_VALID, .activation = DIST_ACT_NONE,  \
+        .use_bias = 1                                                                              \
+    }
 
 /* keras.layers.BatchNormalization(axis=-1, ...): Keras's defaults. */
 typedef struct dist_batch_norm_options {
@@ -61,6 +73,29 @@ DIST_API dist_status dist_model_add_conv2d(dist_model *model, int filters, int k
                                            dist_activation activation);
 DIST_API dist_status dist_model_add_conv2d_ex(dist_model *model,
                                               const dist_conv2d_options *options);
+/* DepthwiseConv2D(kernel_size, strides, padding, depth_multiplier, dilation_rate, activation,
+ * use_bias): each input channel c convolved with its own depth_multiplier filters, output
+ * channel c * depth_multiplier + m. Variables, Keras 3's: kernel [kh, kw, in, multiplier], bias
+ * [in * multiplier]. filters and groups must be 0. */
+DIST_API dist_status dist_model_add_depthwise_conv2d(dist_model *model,
+                                                     const dist_conv2d_options *options);
+/* SeparableConv2D(filters, kernel_size, strides, padding, depth_multiplier, dilation_rate,
+ * activation, use_bias): the depthwise convolution above (no bias) followed by a 1x1
+ * convolution to `filters` channels, then bias and activation. Variables: depthwise_kernel
+ * [kh, kw, in, multiplier], pointwise_kernel [1, 1, in * multiplier, filters], bias [filters].
+ * groups must be 0. */
+DIST_API dist_status dist_model_add_separable_conv2d(dist_model *model,
+                                                     const dist_conv2d_options *options);
+/* Conv1D(filters, kernel_size, strides, padding, dilation_rate, groups, activation, use_bias) on
+ * (steps, channels) inputs: kernel_w, stride_w and dilation_w are the convolution's along the
+ * steps (kernel_h, stride_h and dilation_h are ignored); causal pads (kernel_w - 1) * dilation_w
+ * steps before the input (Keras's padding="causal"). Variables: kernel [k, in / groups,
+ * filters], bias [filters]. */
+DIST_API dist_status dist_model_add_conv1d(dist_model *model, const dist_conv2d_options *options);
+/* MaxPooling1D(pool_size, strides, padding) on (steps, channels) inputs; strides 0 means
+ * pool_size (Keras's strides=None). */
+DIST_API dist_status dist_model_add_max_pool1d(dist_model *model, int pool_size, int strides,
+                                               dist_padding padding);
 /* MaxPooling2D(pool_size) with strides = pool_size and valid padding. */
 DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
 /* AveragePooling2D(pool_size, strides, padding): the mean of each pool_size x pool_size window;

@@ -121,8 +121,8 @@ static dist_status conv2d_setup(const dist_tape *t, const dist_tensor *x, const 
     int stride_h = geo->stride_h ? geo->stride_h : 1, stride_w = geo->stride_w ? geo->stride_w : 1;
     DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d: strides must be positive");
     DIST_CHECK_ARG(geo->dilation_h >= 0 && geo->dilation_w >= 0 && geo->groups >= 0,
-                   "conv2d: dilation_rate (%d, %d) and groups %d must be positive",
-                   geo->dilation_h, geo->dilation_w, geo->groups);
+                   "conv2d: dilation_rate (%d, %d) and groups %d must be positive", geo->dilation_h,
+                   geo->dilation_w, geo->groups);
     DIST_CHECK_ARG(geo->padding == DIST_PADDING_VALID || geo->padding == DIST_PADDING_SAME,
                    "conv2d: unknown padding %d", (int)geo->padding);
     DIST_CHECK_ARG(geo->pad_top >= 0 && geo->pad_bottom >= 0 && geo->pad_left >= 0 &&
@@ -135,8 +135,8 @@ static dist_status conv2d_setup(const dist_tape *t, const dist_tensor *x, const 
     DIST_CHECK_ARG(x->shape[3] == w->shape[2] * groups,
                    "conv2d: input has %lld channels, the kernel expects %lld (%lld per group x "
                    "%d groups)",
-                   (long long)x->shape[3], (long long)w->shape[2] * groups,
-                   (long long)w->shape[2], groups);
+                   (long long)x->shape[3], (long long)w->shape[2] * groups, (long long)w->shape[2],
+                   groups);
     DIST_CHECK_ARG(w->shape[3] % groups == 0,
                    "conv2d: the kernel's %lld filters do not divide into %d groups",
                    (long long)w->shape[3], groups);

@@ -95,7 +95,8 @@ static void describe_gradient(char *buf, size_t cap, const void *user) {
     const dist_model *m = g->m;
     const model_layer *owner = NULL;
     for (int i = 0; i < m->nlayers && !owner; i++)
-        if (m->layers[i].kernel_var == g->var || m->layers[i].bias_var == g->var)
+        if (m->layers[i].kernel_var == g->var || m->layers[i].bias_var == g->var ||
+            m->layers[i].pointwise_var == g->var)
             owner = &m->layers[i];
     snprintf(buf, cap,
              "check numerics: layer '%s' (%s backward) of model '%s' produced Inf or NaN in the "

@@ -95,23 +95,62 @@ static void add_nulls(cJSON *config, const char *const *keys) {
     for (int i = 0; keys[i]; i++) cJSON_AddNullToObject(config, keys[i]);
 }
 
-static void conv2d_config(cJSON *c, const model_layer *l) {
+static const char *conv_padding_name(const dist_conv2d_options *o) {
+    return o->causal ? "causal" : o->padding == DIST_PADDING_SAME ? "same" : "valid";
+}
+
+/* Conv2D and Conv1D (Keras 3's keys and order; 1-D tuples as one-element lists). */
+static void conv_config(cJSON *c, const model_layer *l) {
     static const char *const extras[] = {"kernel_regularizer",   "bias_regularizer",
                                          "activity_regularizer", "kernel_constraint",
                                          "bias_constraint",      NULL};
     const dist_conv2d_options *o = &l->conv;
+    int one_d = l->kind == LAYER_CONV1D;
     cJSON_AddNumberToObject(c, "filters", o->filters);
-    cJSON_AddItemToObject(c, "kernel_size", int_pair(o->kernel_h, o->kernel_w));
-    cJSON_AddItemToObject(c, "strides", int_pair(o->stride_h, o->stride_w));
-    cJSON_AddStringToObject(c, "padding", o->padding == DIST_PADDING_SAME ? "same" : "valid");
+    if (one_d) {
+        cJSON_AddItemToObject(c, "kernel_size", cJSON_CreateIntArray(&o->kernel_w, 1));
+        cJSON_AddItemToObject(c, "strides", cJSON_CreateIntArray(&o->stride_w, 1));
+    } else {
+        cJSON_AddItemToObject(c, "kernel_size", int_pair(o->kernel_h, o->kernel_w));
+        cJSON_AddItemToObject(c, "strides", int_pair(o->stride_h, o->stride_w));
+    }
+    cJSON_AddStringToObject(c, "padding", conv_padding_name(o));
     cJSON_AddStringToObject(c, "data_format", "channels_last");
-    cJSON_AddItemToObject(c, "dilation_rate", int_pair(1, 1));
-    cJSON_AddNumberToObject(c, "groups", 1);
+    cJSON_AddItemToObject(c, "dilation_rate",
+                          one_d ? cJSON_CreateIntArray(&o->dilation_w, 1)
+                                : int_pair(o->dilation_h, o->dilation_w));
+    cJSON_AddNumberToObject(c, "groups", o->groups);
     cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
     cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
     cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
     add_nulls(c, extras);
+}
+
+/* DepthwiseConv2D and SeparableConv2D, in Keras 3's order. */
+static void depthwise_config(cJSON *c, const model_layer *l) {
+    static const char *const dw_extras[] = {"depthwise_regularizer", "bias_regularizer",
+                                            "activity_regularizer",  "depthwise_constraint",
+                                            "bias_constraint",       NULL};
+    static const char *const sep_extras[] = {"depthwise_regularizer", "pointwise_regularizer",
+                                             "bias_regularizer",      "activity_regularizer",
+                                             "depthwise_constraint",  "pointwise_constraint",
+                                             "bias_constraint",       NULL};
+    const dist_conv2d_options *o = &l->conv;
+    int sep = l->kind == LAYER_SEPARABLE_CONV2D;
+    cJSON_AddNumberToObject(c, "depth_multiplier", o->depth_multiplier);
+    if (sep) cJSON_AddNumberToObject(c, "filters", o->filters);
+    cJSON_AddItemToObject(c, "kernel_size", int_pair(o->kernel_h, o->kernel_w));
+    cJSON_AddItemToObject(c, "strides", int_pair(o->stride_h, o->stride_w));
+    cJSON_AddStringToObject(c, "padding", conv_padding_name(o));
+    cJSON_AddStringToObject(c, "data_format", "channels_last");
+    cJSON_AddItemToObject(c, "dilation_rate", int_pair(o->dilation_h, o->dilation_w));
+    cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
+    cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
+    cJSON_AddItemToObject(c, "depthwise_initializer", initializer("GlorotUniform"));
+    if (sep) cJSON_AddItemToObject(c, "pointwise_initializer", initializer("GlorotUniform"));
+    cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
+    add_nulls(c, sep ? sep_extras : dw_extras);
 }
 
 static void pool_config(cJSON *c, int pool, int stride, dist_padding padding) {
@@ -202,7 +241,7 @@ static void embedding_config(cJSON *c, const model_layer *l) {
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
 static int has_build_config(layer_kind kind) {
-    return kind == LAYER_CONV2D || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
+    return model_layer_is_conv(kind) || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
            kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING;
 }
 
@@ -222,7 +261,16 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     cJSON_AddItemToObject(c, "dtype", dtype_policy(m));
     dist_status st = DIST_OK;
     switch (l->kind) {
-    case LAYER_CONV2D: conv2d_config(c, l); break;
+    case LAYER_CONV2D:
+    case LAYER_CONV1D: conv_config(c, l); break;
+    case LAYER_DEPTHWISE_CONV2D:
+    case LAYER_SEPARABLE_CONV2D: depthwise_config(c, l); break;
+    case LAYER_MAX_POOL1D:
+        cJSON_AddItemToObject(c, "pool_size", cJSON_CreateIntArray(&l->pool, 1));
+        cJSON_AddStringToObject(c, "padding", l->padding == DIST_PADDING_SAME ? "same" : "valid");
+        cJSON_AddItemToObject(c, "strides", cJSON_CreateIntArray(&l->pool_stride, 1));
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        break;
     case LAYER_MAX_POOL2D: pool_config(c, l->pool, l->pool, DIST_PADDING_VALID); break;
     case LAYER_AVG_POOL2D: pool_config(c, l->pool, l->pool_stride, l->padding); break;
     case LAYER_GLOBAL_AVG_POOL2D:

@@ -168,7 +168,92 @@ static dist_status check_initializers(const json_layer *l) {
     return DIST_OK;
 }
 
-static dist_status add_conv2d(dist_model *m, const json_layer *l) {
+/* An int or a list of one int (Keras's 1-D tuples). */
+static int json_single(const cJSON *v, int *out) {
+    if (json_int(v, out)) return 1;
+    return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 &&
+           json_int(cJSON_GetArrayItem(v, 0), out);
+}
+
+/* "1 or 2 positive integers" (2-D) or "a positive integer" (1-D) under key, into out[0..1]
+ * (1-D: out[1], the width the 1-D layers run along; out[0] = 1). Absent: `dflt` for both. */
+static dist_status conv_ints(const json_layer *l, const char *key, int one_d, int dflt,
+                             int out[2]) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    out[0] = out[1] = dflt;
+    if (!v || (cJSON_IsNull(v) && dflt > 0)) return DIST_OK;
+    int ok = one_d ? json_single(v, &out[1]) : json_pair(v, out);
+    if (one_d) out[0] = 1;
+    if (!ok || !out[0] || !out[1])
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): '%s' must be %s", l->name, l->class_name,
+                          key, one_d ? "a positive integer" : "1 or 2 positive integers");
+    return DIST_OK;
+}
+
+/* The arguments Conv2D, DepthwiseConv2D, SeparableConv2D and Conv1D share (kernel_size, strides,
+ * dilation_rate, padding, activation, use_bias, and filters where `filters`) into o; *post the
+ * activation nn runs after the layer. */
+static dist_status conv_common(const json_layer *l, int one_d, int filters, dist_conv2d_options *o,
+                               model_post_act *post) {
+    DIST_TRY(check_channels_last(l));
+    DIST_TRY(check_absent(l, no_extras));
+    if (filters &&
+        (!json_int(cJSON_GetObjectItemCaseSensitive(l->config, "filters"), &o->filters) ||
+         o->filters <= 0))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'filters' must be a positive integer",
+                          l->name, l->class_name);
+    int k[2], s[2], dil[2];
+    DIST_TRY(conv_ints(l, "kernel_size", one_d, 0, k));
+    if (!cJSON_GetObjectItemCaseSensitive(l->config, "kernel_size"))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'kernel_size' is missing", l->name,
+                          l->class_name);
+    DIST_TRY(conv_ints(l, "strides", one_d, 1, s));
+    DIST_TRY(conv_ints(l, "dilation_rate", one_d, 1, dil));
+    if ((s[0] > 1 || s[1] > 1) && (dil[0] > 1 || dil[1] > 1))
+        return unsupported_arg(l, "dilation_rate",
+                               "is (%d, %d) with strides (%d, %d); Keras refuses both above 1",
+                               dil[0], dil[1], s[0], s[1]);
+    const char *pad = json_str(l->config, "padding");
+    if (pad && strcmp(pad, "same") == 0)
+        o->padding = DIST_PADDING_SAME;
+    else if (one_d && pad && strcmp(pad, "causal") == 0)
+        o->causal = 1;
+    else if (pad && strcmp(pad, "valid") != 0)
+        return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid'%s and 'same'", pad,
+                               one_d ? ", 'causal'" : "");
+    *post = post_activation(l);
+    if (*post == POST_NONE) DIST_TRY(check_activation(l, &o->activation));
+    o->use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "use_bias"));
+    o->kernel_h = k[0];
+    o->kernel_w = k[1];
+    o->stride_h = s[0];
+    o->stride_w = s[1];
+    o->dilation_h = dil[0];
+    o->dilation_w = dil[1];
+    return DIST_OK;
+}
+
+static dist_status json_groups(const json_layer *l, int *groups) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "groups");
+    *groups = 1;
+    if (v && (!json_int(v, groups) || *groups < 1))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'groups' must be a positive integer",
+                          l->name, l->class_name);
+    return DIST_OK;
+}
+
+static dist_status json_depth_multiplier(const json_layer *l, int *dm) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "depth_multiplier");
+    *dm = 1;
+    if (v && (!json_int(v, dm) || *dm < 1))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (%s): 'depth_multiplier' must be a positive integer", l->name,
+                          l->class_name);
+    return DIST_OK;
+}
+
+/* Conv2D and Conv1D (one_d). */
+static dist_status add_conv(dist_model *m, const json_layer *l, int one_d) {
     static const char *const known[] = {"filters",
                                         "kernel_size",
                                         "strides",
@@ -188,46 +273,100 @@ static dist_status add_conv2d(dist_model *m, const json_layer *l) {
                                         "batch_input_shape",
                                         NULL};
     DIST_TRY(check_keys(l, known));
-    DIST_TRY(check_channels_last(l));
-    DIST_TRY(check_absent(l, no_extras));
     DIST_TRY(check_initializers(l));
     dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
-    int k[2], s[2] = {1, 1}, dil[2] = {1, 1}, groups = 1;
-    if (!json_int(cJSON_GetObjectItemCaseSensitive(l->config, "filters"), &o.filters) ||
-        o.filters <= 0)
-        return dist_error(DIST_FORMAT, "layer '%s' (Conv2D): 'filters' must be a positive integer",
-                          l->name);
-    if (!json_pair(cJSON_GetObjectItemCaseSensitive(l->config, "kernel_size"), k) || !k[0] || !k[1])
-        return dist_error(DIST_FORMAT,
-                          "layer '%s' (Conv2D): 'kernel_size' must be 1 or 2 "
-                          "positive integers",
-                          l->name);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "strides");
-    if (v && (!json_pair(v, s) || !s[0] || !s[1]))
-        return dist_error(DIST_FORMAT,
-                          "layer '%s' (Conv2D): 'strides' must be 1 or 2 positive "
-                          "integers",
-                          l->name);
-    v = cJSON_GetObjectItemCaseSensitive(l->config, "dilation_rate");
-    if (v && (!json_pair(v, dil) || dil[0] != 1 || dil[1] != 1))
-        return unsupported_arg(l, "dilation_rate", "is not 1; libdist has no dilated convolution");
-    v = cJSON_GetObjectItemCaseSensitive(l->config, "groups");
-    if (v && (!json_int(v, &groups) || groups != 1))
-        return unsupported_arg(l, "groups", "is not 1; libdist has no grouped convolution");
+    model_post_act post;
+    DIST_TRY(conv_common(l, one_d, 1, &o, &post));
+    DIST_TRY(json_groups(l, &o.groups));
+    if (o.filters % o.groups != 0)
+        return unsupported_arg(l, "groups", "is %d; it must divide filters (%d)", o.groups,
+                               o.filters);
+    DIST_TRY(one_d ? dist_model_add_conv1d(m, &o) : dist_model_add_conv2d_ex(m, &o));
+    return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
+}
+
+static dist_status add_conv2d(dist_model *m, const json_layer *l) { return add_conv(m, l, 0); }
+
+static dist_status add_conv1d(dist_model *m, const json_layer *l) { return add_conv(m, l, 1); }
+
+/* An initializer argument of a depthwise or separable convolution (GlorotUniform, as libdist). */
+static dist_status check_glorot(const json_layer *l, const char *key) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    if (k && !cJSON_IsNull(k) && !is_initializer(k, "GlorotUniform"))
+        return unsupported_arg(l, key, "is '%s'; libdist draws GlorotUniform",
+                               json_str(k, "class_name") ? json_str(k, "class_name") : "?");
+    return DIST_OK;
+}
+
+/* DepthwiseConv2D and SeparableConv2D (separable). tf-keras writes a few Conv2D keys with them
+ * (null); Keras 3 does not. */
+static dist_status add_depthwise(dist_model *m, const json_layer *l, int separable) {
+    static const char *const known[] = {"filters",
+                                        "kernel_size",
+                                        "strides",
+                                        "padding",
+                                        "data_format",
+                                        "dilation_rate",
+                                        "depth_multiplier",
+                                        "activation",
+                                        "use_bias",
+                                        "depthwise_initializer",
+                                        "pointwise_initializer",
+                                        "bias_initializer",
+                                        "depthwise_regularizer",
+                                        "pointwise_regularizer",
+                                        "bias_regularizer",
+                                        "activity_regularizer",
+                                        "depthwise_constraint",
+                                        "pointwise_constraint",
+                                        "bias_constraint",
+                                        "kernel_initializer",
+                                        "batch_input_shape",
+                                        NULL};
+    static const char *const extras[] = {"depthwise_regularizer", "pointwise_regularizer",
+                                         "depthwise_constraint", "pointwise_constraint", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_absent(l, extras));
+    DIST_TRY(check_glorot(l, "depthwise_initializer"));
+    if (separable) DIST_TRY(check_glorot(l, "pointwise_initializer"));
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(l->config, "bias_initializer");
+    if (b && !is_initializer(b, "Zeros"))
+        return unsupported_arg(l, "bias_initializer", "is '%s'; libdist uses Zeros",
+                               json_str(b, "class_name") ? json_str(b, "class_name") : "?");
+    if (!separable && !is_null_or_false(cJSON_GetObjectItemCaseSensitive(l->config, "filters")))
+        return unsupported_arg(l, "filters", "is set; DepthwiseConv2D has depth_multiplier");
+    dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
+    model_post_act post;
+    DIST_TRY(conv_common(l, 0, separable, &o, &post));
+    DIST_TRY(json_depth_multiplier(l, &o.depth_multiplier));
+    DIST_TRY(separable ? dist_model_add_separable_conv2d(m, &o)
+                       : dist_model_add_depthwise_conv2d(m, &o));
+    return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
+}
+
+static dist_status add_depthwise_conv2d(dist_model *m, const json_layer *l) {
+    return add_depthwise(m, l, 0);
+}
+
+static dist_status add_separable_conv2d(dist_model *m, const json_layer *l) {
+    return add_depthwise(m, l, 1);
+}
+
+static dist_status add_max_pool1d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"pool_size",   "strides",           "padding",
+                                        "data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_channels_last(l));
+    int p[2], s[2];
+    DIST_TRY(conv_ints(l, "pool_size", 1, 2, p));
+    DIST_TRY(conv_ints(l, "strides", 1, p[1], s)); /* null: pool_size */
+    dist_padding padding = DIST_PADDING_VALID;
     const char *pad = json_str(l->config, "padding");
     if (pad && strcmp(pad, "same") == 0)
-        o.padding = DIST_PADDING_SAME;
+        padding = DIST_PADDING_SAME;
     else if (pad && strcmp(pad, "valid") != 0)
         return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
-    model_post_act post = post_activation(l);
-    if (post == POST_NONE) DIST_TRY(check_activation(l, &o.activation));
-    o.use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "use_bias"));
-    o.kernel_h = k[0];
-    o.kernel_w = k[1];
-    o.stride_h = s[0];
-    o.stride_w = s[1];
-    DIST_TRY(dist_model_add_conv2d_ex(m, &o));
-    return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
+    return dist_model_add_max_pool1d(m, p[1], s[1], padding);
 }
 
 static dist_status add_max_pool2d(dist_model *m, const json_layer *l) {
@@ -805,6 +944,14 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         const char *class_name;
         dist_status (*add)(dist_model *, const json_layer *);
     } kinds[] = {{"Conv2D", add_conv2d},
+                 {"Convolution2D", add_conv2d},
+                 {"Conv1D", add_conv1d},
+                 {"Convolution1D", add_conv1d},
+                 {"DepthwiseConv2D", add_depthwise_conv2d},
+                 {"SeparableConv2D", add_separable_conv2d},
+                 {"SeparableConvolution2D", add_separable_conv2d},
+                 {"MaxPooling1D", add_max_pool1d},
+                 {"MaxPool1D", add_max_pool1d},
                  {"MaxPooling2D", add_max_pool2d},
                  {"MaxPool2D", add_max_pool2d},
                  {"AveragePooling2D", add_average_pool2d},
@@ -840,7 +987,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         }
     return dist_error(DIST_UNSUPPORTED,
                       "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
-                      "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
+                      "Conv1D, DepthwiseConv2D, SeparableConv2D, MaxPooling2D, MaxPooling1D, "
+                      "AveragePooling2D, GlobalAveragePooling2D, "
                       "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
                       "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
                       "Activation, ReLU, Softmax, Rescaling, Reshape, Permute, "

@@ -71,11 +71,13 @@ static void keras_key(const dist_model *m, int i, char *buf, size_t size) {
         snprintf(buf, size, "%s_%d", model_layer_key(m->layers[i].kind), count);
 }
 
-/* The variables of layer l, in Keras's order (kernel, then bias; BatchNormalization's gamma,
- * beta, moving_mean, moving_variance); returns how many. */
+/* The variables of layer l, in Keras's order (kernel, then bias; SeparableConv2D's
+ * depthwise_kernel, pointwise_kernel, bias; BatchNormalization's gamma, beta, moving_mean,
+ * moving_variance); returns how many. */
 static int layer_vars(const model_layer *l, int vars[4]) {
     int n = 0;
     if (l->kernel_var >= 0) vars[n++] = l->kernel_var;
+    if (l->pointwise_var >= 0) vars[n++] = l->pointwise_var; /* SeparableConv2D's, before bias */
     if (l->bias_var >= 0) vars[n++] = l->bias_var;
     if (l->moving_mean_var >= 0) vars[n++] = l->moving_mean_var;
     if (l->moving_variance_var >= 0) vars[n++] = l->moving_variance_var;

@@ -9,6 +9,7 @@
 #include "nn/model_placement.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,16 @@ static const struct {
     [LAYER_PERMUTE] = {"Permute", "permute"},
     [LAYER_EMBEDDING] = {"Embedding", "embedding"},
     [LAYER_MHA] = {"MultiHeadAttention", "multi_head_attention"},
+    [LAYER_DEPTHWISE_CONV2D] = {"DepthwiseConv2D", "depthwise_conv2d"},
+    [LAYER_SEPARABLE_CONV2D] = {"SeparableConv2D", "separable_conv2d"},
+    [LAYER_CONV1D] = {"Conv1D", "conv1d"},
+    [LAYER_MAX_POOL1D] = {"MaxPooling1D", "max_pooling1d"},
 };
+
+int model_layer_is_conv(layer_kind kind) {
+    return kind == LAYER_CONV2D || kind == LAYER_DEPTHWISE_CONV2D ||
+           kind == LAYER_SEPARABLE_CONV2D || kind == LAYER_CONV1D;
+}
 
 const char *model_layer_class(layer_kind kind) {
     return kind >= 0 && kind < LAYER_KIND_COUNT ? layer_classes[kind].class_name : "?";
@@ -100,6 +110,7 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
     model_layer *l = &m->layers[m->nlayers];
     memset(l, 0, sizeof *l);
     l->kernel_var = l->bias_var = l->moving_mean_var = l->moving_variance_var = -1;
+    l->pointwise_var = -1;
     for (int k = 0; k < 8; k++) l->mha_vars[k] = -1;
     *out = l;
     return DIST_OK;
@@ -125,22 +136,100 @@ static dist_status check_activation(const dist_model *m, dist_activation a, cons
     return DIST_OK;
 }
 
-dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
-    DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
-    DIST_CHECK_ARG(o->version == DIST_CONV2D_OPTIONS_VERSION,
-                   "conv2d options: version %d, expected %d", o->version,
+/* o as version 2 (a version-1 struct has no fields after use_bias: they read as 0). */
+static dist_status conv_options(const dist_conv2d_options *o, const char *what,
+                                dist_conv2d_options *out) {
+    DIST_CHECK_ARG(o->version == 1 || o->version == DIST_CONV2D_OPTIONS_VERSION,
+                   "%s options: version %d, expected 1 or %d", what, o->version,
                    DIST_CONV2D_OPTIONS_VERSION);
-    DIST_CHECK_ARG(o->filters > 0 && o->kernel_h > 0 && o->kernel_w > 0 && o->stride_h > 0 &&
-                       o->stride_w > 0,
-                   "conv2d: filters, kernel size and strides must be positive");
-    DIST_CHECK_ARG(o->padding == DIST_PADDING_VALID || o->padding == DIST_PADDING_SAME,
-                   "conv2d: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME");
-    DIST_TRY(check_activation(m, o->activation, "conv2d"));
+    memset(out, 0, sizeof *out);
+    memcpy(out, o,
+           o->version == 1 ? offsetof(dist_conv2d_options, use_bias) + sizeof o->use_bias
+                           : sizeof *out);
+    out->version = DIST_CONV2D_OPTIONS_VERSION;
+    if (out->dilation_h == 0) out->dilation_h = 1;
+    if (out->dilation_w == 0) out->dilation_w = 1;
+    if (out->groups == 0) out->groups = 1;
+    if (out->depth_multiplier == 0) out->depth_multiplier = 1;
+    return DIST_OK;
+}
+
+/* A convolution layer of `kind` with options o (checked for what every kind shares). */
+static dist_status add_conv_layer(dist_model *m, const dist_conv2d_options *o, layer_kind kind,
+                                  const char *what) {
+    dist_conv2d_options c;
+    DIST_TRY(conv_options(o, what, &c));
+    int conv1d = kind == LAYER_CONV1D, depthwise = kind == LAYER_DEPTHWISE_CONV2D;
+    if (conv1d) { /* along the steps only */
+        c.kernel_h = c.stride_h = c.dilation_h = 1;
+    }
+    DIST_CHECK_ARG(depthwise ? c.filters == 0 : c.filters > 0,
+                   depthwise ? "%s: filters must be 0 (the output has in * depth_multiplier "
+                               "channels)"
+                             : "%s: filters must be positive",
+                   what);
+    DIST_CHECK_ARG(c.kernel_h > 0 && c.kernel_w > 0 && c.stride_h > 0 && c.stride_w > 0,
+                   "%s: kernel size and strides must be positive", what);
+    DIST_CHECK_ARG(c.dilation_h > 0 && c.dilation_w > 0,
+                   "%s: dilation_rate must be positive, got (%d, %d)", what, c.dilation_h,
+                   c.dilation_w);
+    DIST_CHECK_ARG(c.groups > 0 && c.depth_multiplier > 0,
+                   "%s: groups and depth_multiplier must be positive", what);
+    DIST_CHECK_ARG(c.groups == 1 || kind == LAYER_CONV2D || conv1d,
+                   "%s: groups must be 0 or 1 (it is a Conv2D and Conv1D argument)", what);
+    DIST_CHECK_ARG(c.filters % c.groups == 0, "%s: %d filters do not divide into %d groups", what,
+                   c.filters, c.groups);
+    DIST_CHECK_ARG(c.depth_multiplier == 1 || depthwise || kind == LAYER_SEPARABLE_CONV2D,
+                   "%s: depth_multiplier is a DepthwiseConv2D and SeparableConv2D argument", what);
+    DIST_CHECK_ARG(!c.causal || (conv1d && c.padding == DIST_PADDING_VALID),
+                   "%s: causal padding is Conv1D's, with DIST_PADDING_VALID", what);
+    DIST_CHECK_ARG(c.padding == DIST_PADDING_VALID || c.padding == DIST_PADDING_SAME,
+                   "%s: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME", what);
+    DIST_TRY(check_activation(m, c.activation, what));
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
-    l->kind = LAYER_CONV2D;
-    l->conv = *o;
-    l->activation = o->activation;
+    l->kind = kind;
+    l->conv = c;
+    l->activation = c.activation;
+    layer_name(m, l);
+    m->nlayers++;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
+    DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
+    return add_conv_layer(m, o, LAYER_CONV2D, "conv2d");
+}
+
+dist_status dist_model_add_depthwise_conv2d(dist_model *m, const dist_conv2d_options *o) {
+    DIST_CHECK_ARG(m && o, "dist_model_add_depthwise_conv2d: NULL argument");
+    return add_conv_layer(m, o, LAYER_DEPTHWISE_CONV2D, "depthwise_conv2d");
+}
+
+dist_status dist_model_add_separable_conv2d(dist_model *m, const dist_conv2d_options *o) {
+    DIST_CHECK_ARG(m && o, "dist_model_add_separable_conv2d: NULL argument");
+    return add_conv_layer(m, o, LAYER_SEPARABLE_CONV2D, "separable_conv2d");
+}
+
+dist_status dist_model_add_conv1d(dist_model *m, const dist_conv2d_options *o) {
+    DIST_CHECK_ARG(m && o, "dist_model_add_conv1d: NULL argument");
+    return add_conv_layer(m, o, LAYER_CONV1D, "conv1d");
+}
+
+dist_status dist_model_add_max_pool1d(dist_model *m, int pool_size, int strides,
+                                      dist_padding padding) {
+    DIST_CHECK_ARG(m, "dist_model_add_max_pool1d: model is NULL");
+    DIST_CHECK_ARG(pool_size > 0, "max_pool1d: pool size must be positive, got %d", pool_size);
+    DIST_CHECK_ARG(strides >= 0, "max_pool1d: strides must be positive (0: pool size), got %d",
+                   strides);
+    DIST_CHECK_ARG(padding == DIST_PADDING_VALID || padding == DIST_PADDING_SAME,
+                   "max_pool1d: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME");
+    model_layer *l = NULL;
+    DIST_TRY(add_layer(m, &l));
+    l->kind = LAYER_MAX_POOL1D;
+    l->pool = pool_size;
+    l->pool_stride = strides ? strides : pool_size;
+    l->padding = padding;
     layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
@@ -285,8 +374,8 @@ dist_status model_set_last_post_activation(dist_model *m, model_post_act post) {
     DIST_CHECK_ARG(m->nlayers > 0, "model '%s' has no layers", m->name);
     model_layer *l = &m->layers[m->nlayers - 1];
     DIST_CHECK_ARG(
-        (l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D) && l->activation == DIST_ACT_NONE,
-        "model '%s': an activation after a layer follows a linear Dense or Conv2D", m->name);
+        (l->kind == LAYER_DENSE || model_layer_is_conv(l->kind)) && l->activation == DIST_ACT_NONE,
+        "model '%s': an activation after a layer follows a linear Dense or convolution", m->name);
     l->post = post;
     return DIST_OK;
 }
@@ -634,17 +723,55 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     int64_t shape[4];
     memcpy(shape, in_shape[0], sizeof shape);
     switch (l->kind) {
-    case LAYER_CONV2D: {
+    case LAYER_CONV2D:
+    case LAYER_DEPTHWISE_CONV2D:
+    case LAYER_SEPARABLE_CONV2D: {
         DIST_TRY(expect_image(l, nd));
         const dist_conv2d_options *c = &l->conv;
-        shape[0] = out_dim(shape[0], c->kernel_h, c->stride_h, c->padding);
-        shape[1] = out_dim(shape[1], c->kernel_w, c->stride_w, c->padding);
-        shape[2] = c->filters;
+        if (shape[2] % c->groups != 0)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (Conv2D): its input's %lld channels do not divide into "
+                              "%d groups",
+                              l->name, (long long)shape[2], c->groups);
+        /* the dilated kernel's extent: (k - 1) * dilation + 1 */
+        shape[0] =
+            out_dim(shape[0], (c->kernel_h - 1) * c->dilation_h + 1, c->stride_h, c->padding);
+        shape[1] =
+            out_dim(shape[1], (c->kernel_w - 1) * c->dilation_w + 1, c->stride_w, c->padding);
+        shape[2] = l->kind == LAYER_DEPTHWISE_CONV2D ? shape[2] * c->depth_multiplier : c->filters;
         if (shape[0] <= 0 || shape[1] <= 0)
             return dist_error(DIST_INVALID_ARGUMENT,
                               "layer '%s': the kernel is larger than its input", l->name);
         break;
     }
+    case LAYER_CONV1D: {
+        const dist_conv2d_options *c = &l->conv;
+        if (nd != 2)
+            return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
+                              l->name);
+        if (shape[1] % c->groups != 0)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (Conv1D): its input's %lld channels do not divide into "
+                              "%d groups",
+                              l->name, (long long)shape[1], c->groups);
+        int64_t ek = (int64_t)(c->kernel_w - 1) * c->dilation_w + 1;
+        /* causal: (k - 1) * dilation steps of zeros before the input, then valid */
+        shape[0] = out_dim(shape[0] + (c->causal ? ek - 1 : 0), (int)ek, c->stride_w, c->padding);
+        shape[1] = c->filters;
+        if (shape[0] <= 0)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s': the kernel is larger than its input", l->name);
+        break;
+    }
+    case LAYER_MAX_POOL1D:
+        if (nd != 2)
+            return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
+                              l->name);
+        shape[0] = out_dim(shape[0], l->pool, l->pool_stride, l->padding);
+        if (shape[0] <= 0)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s': the pool is larger than its input", l->name);
+        break;
     case LAYER_MAX_POOL2D:
     case LAYER_AVG_POOL2D: {
         DIST_TRY(expect_image(l, nd));
@@ -800,11 +927,42 @@ static void layer_variables(dist_model *m, model_layer *l) {
     const int64_t *shape = l->in_shape;
     int64_t before = m->nparams;
     switch (l->kind) {
-    case LAYER_CONV2D: {
+    case LAYER_CONV2D: { /* Glorot's fans from the kernel's shape, as Keras's compute_fans */
         const dist_conv2d_options *c = &l->conv;
-        int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], c->filters};
+        int64_t ci = shape[2] / c->groups;
+        int64_t k[4] = {c->kernel_h, c->kernel_w, ci, c->filters};
         int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
-        l->kernel_var = add_var(m, l, "kernel", 4, k, rf * shape[2], rf * c->filters);
+        l->kernel_var = add_var(m, l, "kernel", 4, k, rf * ci, rf * c->filters);
+        if (c->use_bias) {
+            int64_t b = c->filters;
+            l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+        }
+        break;
+    }
+    case LAYER_DEPTHWISE_CONV2D:
+    case LAYER_SEPARABLE_CONV2D: {
+        const dist_conv2d_options *c = &l->conv;
+        int64_t dm = c->depth_multiplier, rf = (int64_t)c->kernel_h * c->kernel_w;
+        int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], dm};
+        int sep = l->kind == LAYER_SEPARABLE_CONV2D;
+        /* Keras 3 names DepthwiseConv2D's "kernel", SeparableConv2D's "depthwise_kernel" */
+        l->kernel_var =
+            add_var(m, l, sep ? "depthwise_kernel" : "kernel", 4, k, rf * shape[2], rf * dm);
+        if (sep) {
+            int64_t pk[4] = {1, 1, shape[2] * dm, c->filters};
+            l->pointwise_var = add_var(m, l, "pointwise_kernel", 4, pk, shape[2] * dm, c->filters);
+        }
+        if (c->use_bias) {
+            int64_t b = sep ? c->filters : shape[2] * dm;
+            l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+        }
+        break;
+    }
+    case LAYER_CONV1D: {
+        const dist_conv2d_options *c = &l->conv;
+        int64_t ci = shape[1] / c->groups;
+        int64_t k[3] = {c->kernel_w, ci, c->filters};
+        l->kernel_var = add_var(m, l, "kernel", 3, k, c->kernel_w * ci, c->kernel_w * c->filters);
         if (c->use_bias) {
             int64_t b = c->filters;
             l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
@@ -1297,6 +1455,59 @@ static dist_status call_activation(dist_tape *tape, const model_layer *l, const 
     return DIST_OK;
 }
 
+/* The tape's geometry of a convolution layer's options. */
+static dist_conv2d_geometry conv_geometry(const dist_conv2d_options *c) {
+    dist_conv2d_geometry g = DIST_CONV2D_GEOMETRY_INIT;
+    g.stride_h = c->stride_h;
+    g.stride_w = c->stride_w;
+    g.dilation_h = c->dilation_h;
+    g.dilation_w = c->dilation_w;
+    g.groups = c->groups;
+    g.padding = c->padding;
+    return g;
+}
+
+/* DepthwiseConv2D: the [kh, kw, in, multiplier] kernel is the grouped convolution's
+ * [kh, kw, 1, in * multiplier] kernel (same bytes; output channel c * multiplier + m), with
+ * groups = in. */
+static dist_status call_depthwise(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                  const dist_tensor *kernel, const dist_tensor *bias,
+                                  dist_activation act, dist_tensor **out) {
+    int64_t ks[4] = {kernel->shape[0], kernel->shape[1], 1, kernel->shape[2] * kernel->shape[3]};
+    dist_tensor *k;
+    DIST_TRY(dist_op_reshape(tape, kernel, 4, ks, &k));
+    dist_conv2d_geometry g = conv_geometry(&l->conv);
+    g.groups = (int)h->shape[3];
+    return dist_op_conv2d_geometry(tape, h, k, bias, &g, act, out);
+}
+
+/* Conv1D and MaxPooling1D: [N, steps, C] as [N, 1, steps, C], the 2-D op along the width. */
+static dist_status call_conv1d(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                               const dist_tensor *kernel, const dist_tensor *bias,
+                               dist_tensor **out) {
+    const dist_conv2d_options *c = &l->conv;
+    int64_t hs[4] = {h->shape[0], 1, h->shape[1], h->shape[2]};
+    int64_t ks[4] = {1, kernel->shape[0], kernel->shape[1], kernel->shape[2]};
+    dist_tensor *h4, *k4, *y4;
+    DIST_TRY(dist_op_reshape(tape, h, 4, hs, &h4));
+    DIST_TRY(dist_op_reshape(tape, kernel, 4, ks, &k4));
+    dist_conv2d_geometry g = conv_geometry(c);
+    if (c->causal) g.pad_left = (c->kernel_w - 1) * c->dilation_w;
+    DIST_TRY(dist_op_conv2d_geometry(tape, h4, k4, bias, &g, l->activation, &y4));
+    int64_t ys[3] = {y4->shape[0], y4->shape[2], y4->shape[3]};
+    return dist_op_reshape(tape, y4, 3, ys, out);
+}
+
+static dist_status call_max_pool1d(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                   dist_tensor **out) {
+    int64_t hs[4] = {h->shape[0], 1, h->shape[1], h->shape[2]};
+    dist_tensor *h4, *y4;
+    DIST_TRY(dist_op_reshape(tape, h, 4, hs, &h4));
+    DIST_TRY(dist_op_max_pool2d(tape, h4, 1, l->pool, 1, l->pool_stride, l->padding, &y4));
+    int64_t ys[3] = {y4->shape[0], y4->shape[2], y4->shape[3]};
+    return dist_op_reshape(tape, y4, 3, ys, out);
+}
+
 /* Layer i on its inputs `in`; *out is its output. */
 static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep, int i,
                               const dist_tensor *const *in, const dist_tensor *const *vars,
@@ -1304,17 +1515,33 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     const model_layer *l = &m->layers[i];
     /* the output's softmax is left to the loss and dist_predict (dist_model_output_is_softmax) */
     int is_head = m->softmax_head && i == (m->output < 0 ? m->nlayers - 1 : m->output);
-    if (is_head && l->kind != LAYER_DENSE && l->kind != LAYER_CONV2D) {
+    if (is_head && l->kind != LAYER_DENSE && !model_layer_is_conv(l->kind)) {
         *out = (dist_tensor *)in[0];
         return DIST_OK;
     }
     const dist_tensor *h = in[0];
     const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
     switch (l->kind) {
-    case LAYER_CONV2D:
-        DIST_TRY(dist_op_conv2d(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
-                                l->conv.stride_w, l->conv.padding, l->activation, out));
+    case LAYER_CONV2D: {
+        dist_conv2d_geometry g = conv_geometry(&l->conv);
+        DIST_TRY(
+            dist_op_conv2d_geometry(tape, h, vars[l->kernel_var], bias, &g, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
+    }
+    case LAYER_DEPTHWISE_CONV2D:
+        DIST_TRY(call_depthwise(tape, l, h, vars[l->kernel_var], bias, l->activation, out));
+        return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
+    case LAYER_SEPARABLE_CONV2D: { /* depthwise (no bias), then 1x1 with bias and activation */
+        dist_tensor *d;
+        DIST_TRY(call_depthwise(tape, l, h, vars[l->kernel_var], NULL, DIST_ACT_NONE, &d));
+        DIST_TRY(dist_op_conv2d(tape, d, vars[l->pointwise_var], bias, 1, 1, DIST_PADDING_VALID,
+                                l->activation, out));
+        return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
+    }
+    case LAYER_CONV1D:
+        DIST_TRY(call_conv1d(tape, l, h, vars[l->kernel_var], bias, out));
+        return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
+    case LAYER_MAX_POOL1D: return call_max_pool1d(tape, l, h, out);
     case LAYER_MAX_POOL2D:
         return dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID,
                                   out);
@@ -1389,7 +1616,8 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
 static int fuses_with_pool(const dist_model *m, int k) {
     if (k + 1 >= m->nlayers || m->check_numerics) return 0;
     const model_layer *c = &m->layers[m->order[k]], *p = &m->layers[m->order[k + 1]];
-    return c->kind == LAYER_CONV2D && c->post == POST_NONE && p->kind == LAYER_MAX_POOL2D &&
+    return c->kind == LAYER_CONV2D && c->conv.dilation_h == 1 && c->conv.dilation_w == 1 &&
+           c->conv.groups == 1 && c->post == POST_NONE && p->kind == LAYER_MAX_POOL2D &&
            c->readers == 1 && p->inputs[0] == m->order[k];
 }
 

@@ -36,6 +36,10 @@ typedef enum layer_kind {
     LAYER_PERMUTE,
     LAYER_EMBEDDING,
     LAYER_MHA, /* MultiHeadAttention, self-attention */
+    LAYER_DEPTHWISE_CONV2D,
+    LAYER_SEPARABLE_CONV2D, /* depthwise kernel is kernel_var, then pointwise_var */
+    LAYER_CONV1D,
+    LAYER_MAX_POOL1D,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -47,6 +51,10 @@ typedef enum model_post_act { POST_NONE = 0, POST_SOFTMAX, POST_SWISH } model_po
  * its group key in .weights.h5 files (keras_weights.c). */
 const char *model_layer_class(layer_kind kind);
 const char *model_layer_key(layer_kind kind);
+/* The convolution layers (Conv2D, DepthwiseConv2D, SeparableConv2D, Conv1D): their arguments
+ * are model_layer.conv, and an activation after them may be set (model_set_last_post_activation).
+ */
+int model_layer_is_conv(layer_kind kind);
 
 typedef struct model_layer {
     layer_kind kind;
@@ -63,10 +71,10 @@ typedef struct model_layer {
     int target_ndim;            /* reshape, permute: the target shape without the batch */
     int64_t target[4];          /* (one entry may be -1); permute: its dims, counted from 1 */
     float epsilon;              /* layer_norm; gamma is kernel_var, beta bias_var */
-    dist_conv2d_options conv;   /* conv2d */
-    int pool;                   /* max_pool2d, avg_pool2d: window */
-    int pool_stride;            /* avg_pool2d */
-    dist_padding padding;       /* avg_pool2d */
+    dist_conv2d_options conv;   /* conv2d, depthwise_conv2d, separable_conv2d, conv1d */
+    int pool;                   /* max_pool2d, avg_pool2d, max_pool1d: window */
+    int pool_stride;            /* avg_pool2d, max_pool1d */
+    dist_padding padding;       /* avg_pool2d, max_pool1d */
     float rate;                 /* dropout */
     uint64_t seed;              /* dropout */
     dist_batch_norm_options bn; /* batch_norm: gamma is kernel_var, beta bias_var */
@@ -77,6 +85,7 @@ typedef struct model_layer {
     int mha_vars[8]; /* mha: query, key, value, output: kernel then bias each (-1: none) */
     dist_activation activation;
     int kernel_var, bias_var; /* variable indices, -1 if none */
+    int pointwise_var;        /* separable_conv2d's pointwise kernel, -1 otherwise */
     int in_ndim;              /* its (first) input's shape without the batch axis */
     int64_t in_shape[4];
     int out_ndim; /* output shape without the batch axis */
@@ -121,7 +130,7 @@ struct dist_model {
     int built;
     int in_ndim;
     int64_t in_shape[4];
-    dist_dtype in_dtype;         /* the input's dtype: float32, or int32 (token ids) */
+    dist_dtype in_dtype; /* the input's dtype: float32, or int32 (token ids) */
     int nreplicas;
     model_replica *replicas;
     dist_backend *own_backend; /* when built outside every scope */

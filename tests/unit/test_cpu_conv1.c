@@ -273,9 +273,20 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
         dist_pool2d_desc pd;
         const char *what;
     } no[] = {
-        {{2, 2, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL}, pool_ok, "conv stride 2"},
-        {{1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL}, pool_ok, "conv padding"},
-        {{1, 1, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}, pool_ok, "no ReLU"},
+        {{.stride_h = 2, .stride_w = 2, .relu = 1}, pool_ok, "conv stride 2"},
+        {{.stride_h = 1,
+          .stride_w = 1,
+          .pad_top = 1,
+          .pad_bottom = 1,
+          .pad_left = 1,
+          .pad_right = 1,
+          .relu = 1},
+         pool_ok,
+         "conv padding"},
+        {{.stride_h = 1, .stride_w = 1}, pool_ok, "no ReLU"},
+        {{.stride_h = 1, .stride_w = 1, .relu = 1, .dilation_h = 2, .dilation_w = 2},
+         pool_ok,
+         "dilation 2"},
         {conv_ok, {3, 3, 2, 2, 0, 0, 0, 0, 0, NULL, NULL}, "3x3 pool"},
         {conv_ok, {2, 2, 1, 1, 0, 0, 0, 0, 0, NULL, NULL}, "pool stride 1"},
     };

@@ -297,8 +297,13 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
          "layer 'out' (Dense): argument 'activation' is 'elu'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_regularizer\":{\"class_name\":\"L2\"}")),
          "layer 'c' (Conv2D): argument 'kernel_regularizer' is set"},
-        {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"dilation_rate\":[2,2]")),
-         "layer 'c' (Conv2D): argument 'dilation_rate' is not 1"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"DepthwiseConv2D\",\"config\":{\"name\":"
+                                "\"d\",\"kernel_size\":[3,3],\"depthwise_regularizer\":{"
+                                "\"class_name\":\"L2\"}}}"),
+         "layer 'd' (DepthwiseConv2D): argument 'depthwise_regularizer' is set"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Conv1D\",\"config\":{\"name\":\"c\","
+                                "\"filters\":4,\"kernel_size\":3,\"padding\":\"full\"}}"),
+         "layer 'c' (Conv1D): argument 'padding' is 'full'"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"MaxPooling2D\",\"config\":{\"name\":\"p\","
                                 "\"pool_size\":[2,2],\"padding\":\"same\"}}"),
          "layer 'p' (MaxPooling2D): argument 'padding' is 'same'"},

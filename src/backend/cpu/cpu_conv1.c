@@ -25,10 +25,9 @@
 int cpu_conv1_backward_filter_applies(const dist_conv2d_desc *d, const dist_tensor *x,
                                       const dist_tensor *dy, const dist_tensor *dw) {
     return dist_conv2d_is_dense(d) && cpu_has_avx2_fma() && x->ndim == 4 && x->shape[3] == 1 &&
-           x->dtype == DIST_F32 &&
-           dy->dtype == DIST_F32 && dw->ndim == 4 && dw->shape[0] == 3 && dw->shape[1] == 3 &&
-           dw->shape[2] == 1 && dy->shape[3] % 8 == 0 && d->pad_top == 0 && d->pad_bottom == 0 &&
-           d->pad_left == 0 && d->pad_right == 0;
+           x->dtype == DIST_F32 && dy->dtype == DIST_F32 && dw->ndim == 4 && dw->shape[0] == 3 &&
+           dw->shape[1] == 3 && dw->shape[2] == 1 && dy->shape[3] % 8 == 0 && d->pad_top == 0 &&
+           d->pad_bottom == 0 && d->pad_left == 0 && d->pad_right == 0;
 }
 
 /* Images [m0, m1) for the 8 channels at g: out[0..8] the taps, out[9] the bias (8 floats each). */

@@ -534,10 +534,9 @@ static dist_status bwd_data_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg
         dnnl_primitive_desc_destroy(hint);
         return st;
     }
-    dnnl_status_t s =
-        dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &m->src,
-                                                         &m->wei_any, &m->dst, m->strides,
-                                                         m->dilates, m->pad_l, m->pad_r);
+    dnnl_status_t s = dnnl_dilated_convolution_backward_data_desc_init(
+        &cd, dnnl_convolution_direct, &m->src, &m->wei_any, &m->dst, m->strides, m->dilates,
+        m->pad_l, m->pad_r);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, c->engine, hint);
     dnnl_primitive_attr_destroy(attr);
     dnnl_primitive_desc_destroy(hint);
@@ -1078,12 +1077,11 @@ static dist_status conv_bwd_filter_bf16(cpu_ctx *c, const dist_conv2d_desc *d, c
         dnnl_convolution_desc_t cd;
         dnnl_primitive_desc_t pd = NULL;
         /* float32 weight and bias gradients straight from the kernel */
-        dist_status pst =
-            cpu_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                               &cd, dnnl_convolution_direct, &mb.src, &m.wei_any,
-                               db ? &m.bias : NULL, &mb.dst, m.strides, m.dilates, m.pad_l,
-                               m.pad_r),
-                           "bfloat16 convolution backward-weights");
+        dist_status pst = cpu_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
+                                             &cd, dnnl_convolution_direct, &mb.src, &m.wei_any,
+                                             db ? &m.bias : NULL, &mb.dst, m.strides, m.dilates,
+                                             m.pad_l, m.pad_r),
+                                         "bfloat16 convolution backward-weights");
         if (pst == DIST_OK) pst = bwd_pd(c, &mb, db != NULL, &cd, &pd);
         if (pst == DIST_OUT_OF_MEMORY) return pst;
         if (pst != DIST_OK || is_reference_impl(pd)) return no_native(c, &k, pst ? NULL : pd);
