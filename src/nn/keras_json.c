@@ -298,8 +298,8 @@ static dist_status check_glorot(const json_layer *l, const char *key) {
     return DIST_OK;
 }
 
-/* DepthwiseConv2D and SeparableConv2D (separable). tf-keras writes a few Conv2D keys with them
- * (null); Keras 3 does not. */
+/* DepthwiseConv2D and SeparableConv2D (separable). tf-keras writes some of Conv2D's keys with them
+ * (groups 1, null regularizers); Keras 3 does not. */
 static dist_status add_depthwise(dist_model *m, const json_layer *l, int separable) {
     static const char *const known[] = {"filters",
                                         "kernel_size",
@@ -308,6 +308,7 @@ static dist_status add_depthwise(dist_model *m, const json_layer *l, int separab
                                         "data_format",
                                         "dilation_rate",
                                         "depth_multiplier",
+                                        "groups",
                                         "activation",
                                         "use_bias",
                                         "depthwise_initializer",
@@ -339,6 +340,10 @@ static dist_status add_depthwise(dist_model *m, const json_layer *l, int separab
     model_post_act post;
     DIST_TRY(conv_common(l, 0, separable, &o, &post));
     DIST_TRY(json_depth_multiplier(l, &o.depth_multiplier));
+    int groups;
+    DIST_TRY(json_groups(l, &groups)); /* tf-keras writes groups: 1 */
+    if (groups != 1)
+        return unsupported_arg(l, "groups", "is %d; %s has none", groups, l->class_name);
     DIST_TRY(separable ? dist_model_add_separable_conv2d(m, &o)
                        : dist_model_add_depthwise_conv2d(m, &o));
     return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);

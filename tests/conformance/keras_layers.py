@@ -8,6 +8,15 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
       Conv2D(8, 2, gelu) -> GlobalAveragePooling2D -> Dense(12, gelu) ->
       BatchNormalization(momentum=0.9, center=False) -> Dense(5, tanh) -> Dense(4)
   with_dropout: the same with Dropout(0.4) after the global pooling.
+  conv_variants: Conv2D(8, 3, dilation_rate=2, same, tanh) -> Conv2D(8, 3, groups=2, relu) ->
+      DepthwiseConv2D(3, depth_multiplier=2, same, sigmoid) ->
+      SeparableConv2D(8, 3, depth_multiplier=2, dilation_rate=2, gelu) ->
+      DepthwiseConv2D(3, strides=2, same) -> GlobalAveragePooling2D -> Dense(4)
+  sequence: Reshape((144, 3)) -> Conv1D(6, 3, causal, dilation_rate=2, tanh) -> MaxPooling1D(2)
+      -> Conv1D(8, 3, strides=2, same, relu) -> MaxPooling1D(3, strides=2, same) ->
+      Conv1D(8, 5, groups=2) -> MaxPooling1D(2, strides=1) -> GlobalAveragePooling1D -> Dense(4)
+The last two are also built by tf_keras (Keras 2): its JSON, with the same weights file, must give
+the same logits and gradients (its configs name the same arguments differently and add some).
 
 Keras writes model.to_json() and model.save_weights(); the driver (keras_layers.c) builds the
 model from the JSON, loads the weights, and writes its logits in inference and the gradient of
@@ -72,6 +81,40 @@ def make(dropout):
     return keras.Sequential(layers)
 
 
+def make_conv_variants(k):
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Conv2D(8, 3, dilation_rate=2, padding="same", activation="tanh"),
+        k.layers.Conv2D(8, 3, groups=2, activation="relu"),
+        k.layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", activation="sigmoid"),
+        k.layers.SeparableConv2D(8, 3, depth_multiplier=2, dilation_rate=2, activation="gelu"),
+        k.layers.DepthwiseConv2D(3, strides=2, padding="same"),
+        k.layers.GlobalAveragePooling2D(),
+        k.layers.Dense(K),
+    ])
+
+
+def make_sequence(k):
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Reshape((H * W, C)),
+        k.layers.Conv1D(6, 3, padding="causal", dilation_rate=2, activation="tanh"),
+        k.layers.MaxPooling1D(2),
+        k.layers.Conv1D(8, 3, strides=2, padding="same", activation="relu"),
+        k.layers.MaxPooling1D(3, strides=2, padding="same"),
+        k.layers.Conv1D(8, 5, groups=2),
+        k.layers.MaxPooling1D(2, strides=1),
+        k.layers.GlobalAveragePooling1D(),
+        k.layers.Dense(K),
+    ])
+
+
+def tf_keras_json(builder):
+    import tf_keras
+    tf_keras.utils.set_random_seed(11)
+    return builder(tf_keras).to_json()
+
+
 def rel(a, b, floor=0.0):
     d = float(np.linalg.norm(a - b))
     m = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
@@ -110,9 +153,13 @@ def main():
     x.tofile(x_path)
     y.tofile(y_path)
     failures = 0
-    for name, dropout in (("activations_pooling", False), ("with_dropout", True)):
+    cases = (("activations_pooling", lambda: make(False), True, None),
+             ("with_dropout", lambda: make(True), False, None),
+             ("conv_variants", lambda: make_conv_variants(keras), True, make_conv_variants),
+             ("sequence", lambda: make_sequence(keras), True, make_sequence))
+    for name, build, with_grads, tf_keras_builder in cases:
         keras.utils.set_random_seed(11)
-        model = make(dropout)
+        model = build()
         # every weight drawn, moving variances positive (layer.weights: Keras's file order)
         model.set_weights([rng.uniform(*((0.5, 1.5) if "moving_variance" in v.path
                                          else (-0.6, 0.6)), v.shape).astype(np.float32)
@@ -122,40 +169,51 @@ def main():
             f.write(model.to_json())
         wpath = os.path.join(work, f"{name}.weights.h5")
         model.save_weights(wpath)
-        lpath, gpath = os.path.join(work, f"{name}.logits"), os.path.join(work, f"{name}.grads")
-        r = subprocess.run([driver, json_path, wpath, x_path, y_path, str(N), str(H), str(W),
-                            str(C), lpath, gpath], capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"driver failed ({r.returncode}) on {name}:\n{r.stderr}")
-        got = np.fromfile(lpath, dtype=np.float32).astype(np.float64)
-        flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
-        ok, line, worst = True, "", {}
-        for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
-            want, grads = keras_reference(json_path, wpath, x, y, floatx)
-            e = rel(got.reshape(want.shape), want)
-            ok = ok and e <= bound
-            worst[floatx] = e
-            if dropout:
-                continue
-            whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads if g is not None)))
-            at = 0
-            for path, shape, g in grads:
-                mine = flat[at:at + int(np.prod(shape))].reshape(shape)
-                at += mine.size
-                if g is None:  # moving statistics: no gradient, libdist's is zero
-                    ok = ok and not np.any(mine)
+        refs = {floatx: keras_reference(json_path, wpath, x, y, floatx)
+                for floatx in ("float64", "float32")}
+        runs = [(name, json_path)]
+        if tf_keras_builder:
+            tfk_path = os.path.join(work, f"{name}.tf_keras.json")
+            with open(tfk_path, "w") as f:
+                f.write(tf_keras_json(tf_keras_builder))
+            runs.append((f"{name} (tf_keras JSON)", tfk_path))
+        for label, jpath in runs:
+            tag = label.replace(" ", "_").replace("(", "").replace(")", "")
+            lpath = os.path.join(work, f"{tag}.logits")
+            gpath = os.path.join(work, f"{tag}.grads")
+            r = subprocess.run([driver, jpath, wpath, x_path, y_path, str(N), str(H), str(W),
+                                str(C), lpath, gpath], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"driver failed ({r.returncode}) on {label}:\n{r.stderr}")
+            got = np.fromfile(lpath, dtype=np.float32).astype(np.float64)
+            flat = np.fromfile(gpath, dtype=np.float32).astype(np.float64)
+            ok, line, worst = True, "", {}
+            for floatx, bound in (("float64", TOL), ("float32", TOL_F32)):
+                want, grads = refs[floatx]
+                e = rel(got.reshape(want.shape), want)
+                ok = ok and e <= bound
+                worst[floatx] = e
+                if not with_grads:
                     continue
-                e = rel(mine, g, FLOOR * whole)
-                worst[floatx] = max(worst[floatx], e)
-                if e > bound:
-                    ok = False
-                    line += f"; {path} gradient vs {floatx} {e:.2e}"
-            ok = ok and at == flat.size
-        what = "logits" if dropout else "logits and gradients"
-        line = (f"worst {what} vs float64 Keras {worst['float64']:.2e} (bound {TOL:g}), "
-                f"vs float32 Keras {worst['float32']:.2e} (bound {TOL_F32:g})" + line)
-        failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: {line}")
+                whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads if g is not None)))
+                at = 0
+                for path, shape, g in grads:
+                    mine = flat[at:at + int(np.prod(shape))].reshape(shape)
+                    at += mine.size
+                    if g is None:  # moving statistics: no gradient, libdist's is zero
+                        ok = ok and not np.any(mine)
+                        continue
+                    e = rel(mine, g, FLOOR * whole)
+                    worst[floatx] = max(worst[floatx], e)
+                    if e > bound:
+                        ok = False
+                        line += f"; {path} gradient vs {floatx} {e:.2e}"
+                ok = ok and at == flat.size
+            what = "logits and gradients" if with_grads else "logits"
+            line = (f"worst {what} vs float64 Keras {worst['float64']:.2e} (bound {TOL:g}), "
+                    f"vs float32 Keras {worst['float32']:.2e} (bound {TOL_F32:g})" + line)
+            failures += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
     sys.exit(1 if failures else 0)
 
 
