@@ -1,13 +1,16 @@
 # The layers beyond the seed CNN's (AveragePooling2D, GlobalAveragePooling2D, Dropout, Conv2D and
-# Dense with sigmoid, tanh and gelu) against Keras 3 on the same weights and inputs: logits and
-# every variable's gradient to 1e-5 relative (tests/conformance/keras_layers.py). Needs the venv
-# of the conformance.venv fixture (tests/cmake/conformance.cmake).
+# Dense with sigmoid, tanh and gelu; dilated and grouped Conv2D, DepthwiseConv2D, SeparableConv2D,
+# Conv1D, MaxPooling1D) against Keras 3 on the same weights and inputs: logits and every
+# variable's gradient to 1e-5 relative, and the .keras files libdist writes for the convolution
+# variants (tests/conformance/keras_layers.py). Needs the venv of the conformance.venv fixture
+# (tests/cmake/conformance.cmake).
 add_executable(keras_layers ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers.c)
 target_link_libraries(keras_layers PRIVATE dist_internal)
 target_compile_options(keras_layers PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_layers
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers.py
-                 $<TARGET_FILE:keras_layers> ${CMAKE_CURRENT_BINARY_DIR}/keras_layers_work)
+                 $<TARGET_FILE:keras_layers> ${CMAKE_CURRENT_BINARY_DIR}/keras_layers_work
+                 $<TARGET_FILE:keras_functional>)
 set_tests_properties(conformance.keras_layers PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
 

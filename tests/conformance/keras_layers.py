@@ -16,7 +16,9 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
       -> Conv1D(8, 3, strides=2, same, relu) -> MaxPooling1D(3, strides=2, same) ->
       Conv1D(8, 5, groups=2) -> MaxPooling1D(2, strides=1) -> GlobalAveragePooling1D -> Dense(4)
 The last two are also built by tf_keras (Keras 2): its JSON, with the same weights file, must give
-the same logits and gradients (its configs name the same arguments differently and add some).
+the same logits and gradients (its configs name the same arguments differently and add some);
+and, given the keras_functional driver (SAVER), libdist writes each as a .keras file
+(dist_model_save_keras) that Keras's load_model opens and that predicts the original's outputs.
 
 Keras writes model.to_json() and model.save_weights(); the driver (keras_layers.c) builds the
 model from the JSON, loads the weights, and writes its logits in inference and the gradient of
@@ -40,7 +42,7 @@ activation has a gradient that nearly cancels (mathematically zero for a shift);
 masks are libdist's own draws, not TensorFlow's; in inference both are the identity (and
 BatchNormalization uses the moving statistics), and its logits are compared.
 
-Usage: keras_layers.py DRIVER WORKDIR
+Usage: keras_layers.py DRIVER WORKDIR [SAVER]
 """
 import os
 import subprocess
@@ -143,8 +145,27 @@ def keras_reference(json_path, weights_path, x, y, floatx):
         keras.config.set_floatx("float32")
 
 
+def keras_file_check(saver, work, name, json_path, wpath, x_path, y_path, model, x):
+    """libdist's .keras file of the model (no training steps) opens in Keras with its outputs."""
+    out = os.path.join(work, f"{name}_saved")
+    os.makedirs(out, exist_ok=True)
+    r = subprocess.run([saver, json_path, wpath, x_path, y_path, str(N), str(H), str(W), str(C),
+                        "0", str(N), out], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL {name}: writing the .keras file ({r.returncode}): {r.stderr.strip()}")
+        return False
+    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
+    e = rel(loaded(x, training=False).numpy().astype(np.float64),
+            model(x, training=False).numpy().astype(np.float64))
+    ok = e <= TOL
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: libdist's .keras file, loaded by Keras, predicts "
+          f"the original model's outputs within {e:.2e} (bound {TOL:g})")
+    return ok
+
+
 def main():
     driver, work = sys.argv[1], sys.argv[2]
+    saver = sys.argv[3] if len(sys.argv) > 3 else None
     os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(2026)
     x = rng.standard_normal((N, H, W, C)).astype(np.float32)
@@ -214,6 +235,9 @@ def main():
                     f"vs float32 Keras {worst['float32']:.2e} (bound {TOL_F32:g})" + line)
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
+        if saver and tf_keras_builder:
+            failures += not keras_file_check(saver, work, name, json_path, wpath, x_path, y_path,
+                                             model, x)
     sys.exit(1 if failures else 0)
 
 
