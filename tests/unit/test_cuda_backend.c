@@ -216,23 +216,65 @@ typedef struct conv_case {
 } conv_case;
 
 static const conv_case conv_cases[] = {
-    {"conv1 (seed)", {64, 28, 28, 1}, {3, 3, 1, 32}, {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL}, 1},
+    {"conv1 (seed)", {64, 28, 28, 1}, {3, 3, 1, 32}, {.stride_h = 1, .stride_w = 1, .relu = 1}, 1},
     {"conv2 (seed)",
      {64, 13, 13, 32},
      {3, 3, 32, 64},
-     {1, 1, 0, 0, 0, 0, 1, 0, NULL, NULL, NULL},
+     {.stride_h = 1, .stride_w = 1, .relu = 1},
      1},
     {"odd (stride 2x1, pad 2x1)",
      {3, 9, 7, 5},
      {3, 2, 5, 6},
-     {2, 1, 2, 2, 1, 1, 0, 0, NULL, NULL, NULL},
+     {.stride_h = 2, .stride_w = 1, .pad_top = 2, .pad_bottom = 2, .pad_left = 1, .pad_right = 1},
+     0},
+    /* cudnnSetConvolutionGroupCount with TF's HWIO kernel of I = in / groups */
+    {"2 groups, pad 1",
+     {3, 9, 8, 8},
+     {3, 3, 4, 12},
+     {.stride_h = 1,
+      .stride_w = 1,
+      .pad_top = 1,
+      .pad_bottom = 1,
+      .pad_left = 1,
+      .pad_right = 1,
+      .groups = 2},
+     1},
+    {"depthwise (multiplier 2, stride 2)",
+     {3, 9, 9, 8},
+     {3, 3, 1, 16},
+     {.stride_h = 2,
+      .stride_w = 2,
+      .pad_top = 1,
+      .pad_bottom = 1,
+      .pad_left = 1,
+      .pad_right = 1,
+      .groups = 8},
+     1},
+    /* cudnnSetConvolution2dDescriptor's dilation */
+    {"dilation (2, 3)",
+     {2, 11, 12, 5},
+     {3, 3, 5, 7},
+     {.stride_h = 1,
+      .stride_w = 1,
+      .pad_top = 2,
+      .pad_bottom = 2,
+      .pad_left = 3,
+      .pad_right = 3,
+      .dilation_h = 2,
+      .dilation_w = 3},
      0},
 };
 
 static void conv_out_shape(const conv_case *cc, int64_t y[4]) {
+    int64_t dh = cc->d.dilation_h > 1 ? cc->d.dilation_h : 1;
+    int64_t dw = cc->d.dilation_w > 1 ? cc->d.dilation_w : 1;
     y[0] = cc->x[0];
-    y[1] = (cc->x[1] + cc->d.pad_top + cc->d.pad_bottom - cc->w[0]) / cc->d.stride_h + 1;
-    y[2] = (cc->x[2] + cc->d.pad_left + cc->d.pad_right - cc->w[1]) / cc->d.stride_w + 1;
+    y[1] =
+        (cc->x[1] + cc->d.pad_top + cc->d.pad_bottom - (cc->w[0] - 1) * dh - 1) / cc->d.stride_h +
+        1;
+    y[2] =
+        (cc->x[2] + cc->d.pad_left + cc->d.pad_right - (cc->w[1] - 1) * dw - 1) / cc->d.stride_w +
+        1;
     y[3] = cc->w[3];
 }
 
@@ -300,8 +342,11 @@ START_TEST(test_conv2d_bf16_f16_match_cpu_float32) {
 END_TEST
 
 START_TEST(test_conv2d_asymmetric_padding_is_refused_with_a_message) {
-    conv_case cc = {
-        "asym", {2, 8, 8, 3}, {2, 2, 3, 4}, {2, 2, 0, 1, 0, 1, 0, 0, NULL, NULL, NULL}, 0};
+    conv_case cc = {"asym",
+                    {2, 8, 8, 3},
+                    {2, 2, 3, 4},
+                    {.stride_h = 2, .stride_w = 2, .pad_bottom = 1, .pad_right = 1},
+                    0};
     int64_t yshape[4];
     conv_out_shape(&cc, yshape);
     pair x = pair_input(DIST_F32, 4, cc.x, -1, 1), w = pair_input(DIST_F32, 4, cc.w, -1, 1);

@@ -1036,6 +1036,160 @@ START_TEST(test_batch_matmul_with_every_transpose_matches) {
 }
 END_TEST
 
+/* A host value into memory of backend be (a view of it in *t). */
+static void conv_tensor(dist_backend *be, const hval *v, dist_tensor *t) {
+    void *p;
+    size_t bytes = (size_t)hnumel(v) * sizeof(float);
+    ck_assert_int_eq(be->iface->alloc(be->ctx, bytes, &p), DIST_OK);
+    ck_assert_int_eq(be->iface->copy(be->ctx, p, v->data, bytes, DIST_COPY_H2D), DIST_OK);
+    *t = dist_tensor_view(p, DIST_F32, v->ndim, v->dims);
+}
+
+/* The grouped, dilated and depthwise convolutions (dist_conv2d_desc.groups / dilation_*):
+ * forward, backward-data and backward-filter traced into one program (stablehlo.convolution's
+ * rhs_dilation and feature_group_count; the grouped backward-filter as batch_group_count), run on
+ * the plugin and compared with the CPU backend's oneDNN kernels. */
+START_TEST(test_grouped_and_dilated_convolutions_match_the_cpu) {
+    static const struct {
+        int n, h, w, c, o, kh, kw;
+        dist_conv2d_desc d;
+        const char *what;
+    } cases[] = {
+        {2,
+         7,
+         6,
+         4,
+         6,
+         3,
+         3,
+         {.stride_h = 1,
+          .stride_w = 1,
+          .pad_top = 1,
+          .pad_bottom = 1,
+          .pad_left = 1,
+          .pad_right = 1,
+          .groups = 2},
+         "2 groups, same padding"},
+        {2,
+         9,
+         8,
+         3,
+         5,
+         3,
+         3,
+         {.stride_h = 1,
+          .stride_w = 1,
+          .pad_top = 2,
+          .pad_bottom = 2,
+          .pad_left = 2,
+          .pad_right = 2,
+          .dilation_h = 2,
+          .dilation_w = 2},
+         "dilation 2"},
+        {2,
+         8,
+         8,
+         4,
+         8,
+         3,
+         3,
+         {.stride_h = 2, .stride_w = 2, .pad_bottom = 1, .pad_right = 1, .groups = 4},
+         "depthwise, multiplier 2, stride 2"},
+        {1,
+         9,
+         10,
+         6,
+         9,
+         2,
+         3,
+         {.stride_h = 1,
+          .stride_w = 1,
+          .pad_top = 1,
+          .pad_left = 2,
+          .pad_right = 1,
+          .dilation_h = 2,
+          .dilation_w = 3,
+          .groups = 3},
+         "3 groups, dilation (2, 3), asymmetric padding"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const dist_conv2d_desc *d = &cases[c].d;
+        int g = d->groups > 1 ? d->groups : 1, dh = d->dilation_h > 1 ? d->dilation_h : 1,
+            dw = d->dilation_w > 1 ? d->dilation_w : 1;
+        int64_t oh =
+            (cases[c].h + d->pad_top + d->pad_bottom - (cases[c].kh - 1) * dh - 1) / d->stride_h +
+            1;
+        int64_t ow =
+            (cases[c].w + d->pad_left + d->pad_right - (cases[c].kw - 1) * dw - 1) / d->stride_w +
+            1;
+        int64_t xs[4] = {cases[c].n, cases[c].h, cases[c].w, cases[c].c};
+        int64_t ws[4] = {cases[c].kh, cases[c].kw, cases[c].c / g, cases[c].o};
+        int64_t ys[4] = {cases[c].n, oh, ow, cases[c].o};
+        hval x = hrand(4, xs, 200 + (unsigned)c, -1, 1), w = hrand(4, ws, 210 + (unsigned)c, -1, 1);
+        hval dy = hrand(4, ys, 220 + (unsigned)c, -1, 1);
+        hval shapes[3] = {hnew(4, ys), hnew(4, xs), hnew(4, ws)}, want[3], got[3];
+
+        /* the CPU backend */
+        dist_backend *cpu = dist_test_cpu_backend(1);
+        dist_tensor tx = dist_tensor_view(x.data, DIST_F32, 4, xs),
+                    tw = dist_tensor_view(w.data, DIST_F32, 4, ws),
+                    tdy = dist_tensor_view(dy.data, DIST_F32, 4, ys);
+        float *ybuf = calloc((size_t)hnumel(&shapes[0]) + 1024, sizeof(float));
+        dist_tensor ty = dist_tensor_view(ybuf, DIST_F32, 4, ys);
+        for (int q = 0; q < 3; q++) want[q] = hnew(shapes[q].ndim, shapes[q].dims);
+        dist_tensor tdx = dist_tensor_view(want[1].data, DIST_F32, 4, xs),
+                    tdw = dist_tensor_view(want[2].data, DIST_F32, 4, ws);
+        ck_assert_msg(cpu->iface->conv2d_forward(cpu->ctx, d, &tx, &tw, NULL, &ty) == DIST_OK, "%s",
+                      dist_last_error());
+        dist_test_to_host_plain(cpu, &ty, want[0].data);
+        ck_assert_msg(cpu->iface->conv2d_backward_data(cpu->ctx, d, &tdy, &tw, &tdx) == DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_msg(cpu->iface->conv2d_backward_filter(cpu->ctx, d, &tx, &tdy, &tdw, NULL) ==
+                          DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_int_eq(cpu->iface->synchronize(cpu->ctx), DIST_OK);
+        dist_backend_destroy(cpu);
+        free(ybuf);
+
+        /* traced: the three passes in one program */
+        traced tr;
+        trace_setup(&tr, 1);
+        dist_tensor vx, vw, vdy;
+        conv_tensor(tr.be, &x, &vx);
+        conv_tensor(tr.be, &w, &vw);
+        conv_tensor(tr.be, &dy, &vdy);
+        for (int q = 0; q < 3; q++) {
+            conv_tensor(tr.be, &shapes[q], &tr.out[q]);
+            tr.outp[q] = &tr.out[q];
+        }
+        ck_assert_int_eq(xla_trace_begin(tr.t, &tr.g), DIST_OK);
+        tr.g.num_replicas = 1;
+        ck_assert_msg(tr.be->iface->conv2d_forward(tr.be->ctx, d, &vx, &vw, NULL, tr.outp[0]) ==
+                          DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_msg(tr.be->iface->conv2d_backward_data(tr.be->ctx, d, &vdy, &vw, tr.outp[1]) ==
+                          DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_msg(tr.be->iface->conv2d_backward_filter(tr.be->ctx, d, &vx, &vdy, tr.outp[2],
+                                                           NULL) == DIST_OK,
+                      "%s", dist_last_error());
+        ck_assert_int_eq(xla_trace_end(tr.t, 0, tr.outp), DIST_OK);
+        char *text;
+        size_t len;
+        ck_assert_int_eq(xg_emit_stablehlo(&tr.g, &text, &len), DIST_OK);
+        for (int q = 0; q < 3; q++) got[q] = hnew(shapes[q].ndim, shapes[q].dims);
+        execute(&tr, text, len, 1, 1, NULL, shapes, 3, got);
+        free(text);
+        trace_teardown(&tr);
+        for (int q = 0; q < 3; q++) {
+            expect_close(cases[c].what, q, &got[q], &want[q]);
+            hfree(&got[q]), hfree(&want[q]), hfree(&shapes[q]);
+        }
+        hfree(&x), hfree(&w), hfree(&dy);
+    }
+}
+END_TEST
+
 START_TEST(test_dropout_mask_has_the_hash_bits_and_each_replica_its_own) {
     dist_op op = {.code = DIST_OPC_DROPOUT_MASK,
                   .nout = 1,
@@ -1405,6 +1559,7 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_loss_scale_ops_match);
         tcase_add_test(run, test_gather_and_its_scatter_add_gradient_match);
         tcase_add_test(run, test_batch_matmul_with_every_transpose_matches);
+        tcase_add_test(run, test_grouped_and_dilated_convolutions_match_the_cpu);
         tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
         tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);
         tcase_add_test(run,

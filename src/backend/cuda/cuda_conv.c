@@ -246,9 +246,10 @@ static dist_status measured_algos(cuda_ctx *c, cuda_conv_plan *p, int op, const 
     DIST_TRY(cuda_flush(c));
     if (op == CUDA_CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(
-                      c->cudnn, p->xd, in1, p->wd, in2, p->cd, p->yd, out,
-                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r, ws, FIND_WS_BYTES),
+        CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(c->cudnn, p->xd, in1, p->wd, in2, p->cd,
+                                                         p->yd, out,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r,
+                                                         ws, FIND_WS_BYTES),
                   "conv2d: forward algorithm search");
         COPY_PERF(perf, r, *n);
     } else if (op == CUDA_CONV_BWD_DATA) {
@@ -281,16 +282,16 @@ static dist_status heuristic_algos(cuda_ctx *c, cuda_conv_plan *p, int op, algo_
         COPY_PERF(perf, r, *n);
     } else if (op == CUDA_CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->cudnn, p->wd, p->yd, p->cd, p->xd,
-                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                              n, r),
+        CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                      c->cudnn, p->wd, p->yd, p->cd, p->xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                      n, r),
                   "conv2d: backward-data algorithm heuristics");
         COPY_PERF(perf, r, *n);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                      c->cudnn, p->xd, p->yd, p->cd, p->wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                      n, r),
+                      c->cudnn, p->xd, p->yd, p->cd, p->wd,
+                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, r),
                   "conv2d: backward-filter algorithm heuristics");
         COPY_PERF(perf, r, *n);
     }
@@ -319,8 +320,8 @@ static dist_status choose_algo(cuda_ctx *c, cuda_conv_plan *p, int op, cudnnData
                   "conv2d: forward workspace size");
     else if (op == CUDA_CONV_BWD_DATA)
         CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(
-                      c->cudnn, p->wd, p->yd, p->cd, p->xd, (cudnnConvolutionBwdDataAlgo_t)p->algo,
-                      &need),
+                      c->cudnn, p->wd, p->yd, p->cd, p->xd,
+                      (cudnnConvolutionBwdDataAlgo_t)p->algo, &need),
                   "conv2d: backward-data workspace size");
     else
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -340,9 +341,9 @@ typedef struct transpose_args {
 
 static dist_status run_transpose(void *device, const void *args) {
     const transpose_args *a = args;
-    return cuda_launched(
-        cudak_transpose(((cuda_ctx *)device)->stream, a->esize, a->src, a->dst, a->rows, a->cols),
-        "conv2d: filter transpose");
+    return cuda_launched(cudak_transpose(((cuda_ctx *)device)->stream, a->esize, a->src, a->dst,
+                                         a->rows, a->cols),
+                         "conv2d: filter transpose");
 }
 
 /* Converts between HWIO ([R*S*C, K]) and KRSC ([K, R*S*C]). */
@@ -445,8 +446,7 @@ dist_status cuda_conv2d_forward(void *ctx, const dist_conv2d_desc *d, const dist
     cuda_conv_plan *p;
     DIST_TRY(plan_get(c, CUDA_CONV_FWD, d, &s, dt, &p));
     DIST_TRY(transpose_filter(c, &s, dist_dtype_size(w->dtype), w->data, p->w_krsc, 1));
-    if (p->algo < 0)
-        DIST_TRY(choose_algo(c, p, CUDA_CONV_FWD, dt, x->data, p->w_krsc, y->data, op));
+    if (p->algo < 0) DIST_TRY(choose_algo(c, p, CUDA_CONV_FWD, dt, x->data, p->w_krsc, y->data, op));
     DIST_TRY(submit_conv(c, CUDA_CONV_FWD, p, x->data, p->w_krsc, y->data));
     if (b || d->relu)
         return cuda_submit_bias_add(c, (int)y->dtype, y->data, b ? b->data : NULL,
