@@ -127,7 +127,8 @@ static void expect_close(const char *what, size_t c, const float *got, const dou
     }
 }
 
-static void run_variant(dist_backend *be, const variant *v, uint64_t *s, size_t c) {
+/* bf16: the values rounded to bfloat16 and the descriptor's bf16 set (mixed_bfloat16). */
+static void run_variant_bf16(dist_backend *be, const variant *v, uint64_t *s, size_t c, int bf16) {
     int oh = out_h(v), ow = out_w(v), ig = v->c / v->groups;
     size_t nx = (size_t)v->n * v->h * v->w * v->c, ny = (size_t)v->n * oh * ow * v->o;
     size_t nw = (size_t)v->kh * v->kw * ig * v->o;
@@ -137,12 +138,18 @@ static void run_variant(dist_backend *be, const variant *v, uint64_t *s, size_t 
     for (size_t i = 0; i < nw; i++) w[i] = dist_test_uniform(s, -1.0f, 1.0f);
     for (int i = 0; i < v->o; i++) b[i] = dist_test_uniform(s, -1.0f, 1.0f);
     for (size_t i = 0; i < ny; i++) dy[i] = dist_test_uniform(s, -1.0f, 1.0f);
+    if (bf16) {
+        for (size_t i = 0; i < nx; i++) x[i] = dist_test_round_bf16(x[i]);
+        for (size_t i = 0; i < nw; i++) w[i] = dist_test_round_bf16(w[i]);
+        for (size_t i = 0; i < ny; i++) dy[i] = dist_test_round_bf16(dy[i]);
+    }
     reference r;
     reference_compute(v, x, w, b, dy, &r);
 
     int64_t xs[4] = {v->n, v->h, v->w, v->c}, ys[4] = {v->n, oh, ow, v->o};
     int64_t ws[4] = {v->kh, v->kw, ig, v->o}, bs[1] = {v->o};
     dist_conv2d_desc d = desc_of(v);
+    d.bf16 = bf16;
     dist_tensor tx, tdy;
     float *xb = dist_test_in_layout(be, x, xs, v->xl, &tx);
     float *dyb = dist_test_in_layout(be, dy, ys, v->xl, &tdy);
@@ -199,6 +206,10 @@ static void run_variant(dist_backend *be, const variant *v, uint64_t *s, size_t 
     free(dx);
     free(dw);
     free(db);
+}
+
+static void run_variant(dist_backend *be, const variant *v, uint64_t *s, size_t c) {
+    run_variant_bf16(be, v, s, c, 0);
 }
 
 static dist_layout blocked(void) {
@@ -338,6 +349,103 @@ START_TEST(test_channels_that_do_not_divide_into_the_groups_are_refused) {
 }
 END_TEST
 
+/* The layers of nn on these convolutions, as Keras 3's model.summary() prints them for
+ * Sequential([Input((9, 9, 4)), Conv2D(6, 3, groups=2, dilation_rate=2, padding="same"),
+ * DepthwiseConv2D(3, depth_multiplier=2), SeparableConv2D(4, 3), Reshape((25, 4)),
+ * Conv1D(4, 2, padding="causal", dilation_rate=2), MaxPooling1D(2),
+ * Conv1D(4, 3, padding="same", groups=2, strides=2), MaxPooling1D(3, strides=1, padding="same")])
+ * (Keras 3.15: 114, 120, 160, 0, 36, 0, 28, 0 parameters; 458 in all); and a call with its
+ * gradients runs. */
+START_TEST(test_the_convolution_layers_have_keras_shapes_and_parameter_counts) {
+    dist_model *m;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
+    c.filters = 6;
+    c.groups = 2;
+    c.dilation_h = c.dilation_w = 2;
+    c.padding = DIST_PADDING_SAME;
+    ck_assert_msg(dist_model_add_conv2d_ex(m, &c) == DIST_OK, "%s", dist_last_error());
+    dist_conv2d_options dw = DIST_CONV2D_OPTIONS_INIT;
+    dw.depth_multiplier = 2;
+    ck_assert_msg(dist_model_add_depthwise_conv2d(m, &dw) == DIST_OK, "%s", dist_last_error());
+    dist_conv2d_options sep = DIST_CONV2D_OPTIONS_INIT;
+    sep.filters = 4;
+    ck_assert_msg(dist_model_add_separable_conv2d(m, &sep) == DIST_OK, "%s", dist_last_error());
+    const int64_t steps[2] = {25, 4};
+    ck_assert_int_eq(dist_model_add_reshape(m, 2, steps), DIST_OK);
+    dist_conv2d_options c1 = DIST_CONV2D_OPTIONS_INIT;
+    c1.filters = 4;
+    c1.kernel_w = 2;
+    c1.dilation_w = 2;
+    c1.causal = 1;
+    ck_assert_msg(dist_model_add_conv1d(m, &c1) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_add_max_pool1d(m, 2, 0, DIST_PADDING_VALID), DIST_OK);
+    dist_conv2d_options c2 = DIST_CONV2D_OPTIONS_INIT;
+    c2.filters = 4;
+    c2.kernel_w = 3;
+    c2.stride_w = 2;
+    c2.groups = 2;
+    c2.padding = DIST_PADDING_SAME;
+    ck_assert_msg(dist_model_add_conv1d(m, &c2) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_add_max_pool1d(m, 3, 1, DIST_PADDING_SAME), DIST_OK);
+    const int64_t in[3] = {9, 9, 4};
+    ck_assert_msg(dist_model_build(m, 3, in, 1) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_num_params(m), 458);
+    int64_t out[4];
+    ck_assert_int_eq(dist_model_output_shape(m, out), 2);
+    ck_assert_int_eq(out[0], 6);
+    ck_assert_int_eq(out[1], 4);
+    char summary[8192];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    static const char *const rows[][2] = {
+        {"(None, 9, 9, 6)", "114"}, {"(None, 7, 7, 12)", "120"}, {"(None, 5, 5, 4)", "160"},
+        {"(None, 25, 4)", "36"},    {"(None, 12, 4)", "0"},      {"(None, 6, 4)", "28"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *at = strstr(summary, rows[i][0]);
+        ck_assert_msg(at, "no %s in\n%s", rows[i][0], summary);
+        char want[64];
+        snprintf(want, sizeof want, "%-26s%-10s", rows[i][0], rows[i][1]);
+        ck_assert_msg(strstr(summary, want), "no row '%s' in\n%s", want, summary);
+    }
+    /* a call with gradients */
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[2 * 9 * 9 * 4];
+    uint64_t s = 9;
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = dist_test_uniform(&s, -1, 1);
+    int64_t xs[4] = {2, 9, 9, 4};
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs), *tx, *y, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &tx), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, tx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[1], 6);
+    ck_assert_int_eq(dist_op_reduce_mean(t, y, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* Under mixed_bfloat16 (dist_conv2d_desc.bf16) on bfloat16 values: grouped and depthwise
+ * convolutions of 16 and more input channels take oneDNN's native bfloat16 kernels where the CPU
+ * has them (float32 accumulation: the products are exact), else float32; either way the same
+ * reference bound holds. */
+START_TEST(test_grouped_convolutions_in_bfloat16_match_the_reference) {
+    dist_layout bl = blocked();
+    const variant cases[] = {
+        {2, 9, 9, 16, 16, 3, 3, 16, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, bl},
+        {2, 9, 8, 32, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1, bl},
+        {2, 11, 10, 32, 16, 3, 3, 1, 1, 1, 2, 2, 0, 0, 0, 0, 0, 1, DIST_LAYOUT_PLAIN},
+    };
+    dist_backend *be = dist_test_cpu_backend(1);
+    uint64_t s = 43;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        run_variant_bf16(be, &cases[c], &s, c, 1);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("conv_variants");
     TCase *tc = tcase_create("core");
@@ -345,6 +453,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_depthwise_output_channel_order_is_tensorflows);
     tcase_add_test(tc, test_same_padding_counts_the_dilated_kernel);
     tcase_add_test(tc, test_channels_that_do_not_divide_into_the_groups_are_refused);
+    tcase_add_test(tc, test_the_convolution_layers_have_keras_shapes_and_parameter_counts);
+    tcase_add_test(tc, test_grouped_convolutions_in_bfloat16_match_the_reference);
     suite_add_tcase(s, tc);
     return s;
 }
