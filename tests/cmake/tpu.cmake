@@ -61,13 +61,19 @@ add_test(NAME distrain.tpu_steps_per_execution
 add_test(NAME distrain.tpu_cross_restore
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tpu/cross_restore.sh $<TARGET_FILE:distrain>
                  ${DIST_TEST_PJRT_PLUGIN} ${CMAKE_CURRENT_BINARY_DIR}/tpu_cross_restore)
+# A Keras model of dilated and grouped Conv2D, DepthwiseConv2D, SeparableConv2D (dilated), Conv1D
+# (causal, dilated) and MaxPooling1D (tests/data/keras3_conv_variants_mnist.json) trained 10 steps
+# under tpu (2 CPU devices) and under mirrored (2 CPU replicas): the same training loss to 1e-4
+# relative (stablehlo.convolution's dilations and groups against oneDNN's).
+add_test(NAME distrain.tpu_conv_variants
+         COMMAND sh -c "for k in mirrored tpu; do a='--strategy mirrored --devices cpu:0,cpu:1'; [ $k = tpu ] && a='--strategy tpu --tpu-cores 2 --pjrt-plugin ${DIST_TEST_PJRT_PLUGIN}'; '$<TARGET_FILE:distrain>' $a --quiet --model '${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_conv_variants_mnist.json' --epochs 1 --steps-per-epoch 10 --seed 7 --metrics-json ${CMAKE_CURRENT_BINARY_DIR}/tpu_conv_variants_$k.json || exit 1; done; python3 -c \"import json,sys; m,t=(json.load(open('${CMAKE_CURRENT_BINARY_DIR}/tpu_conv_variants_'+k+'.json'))['train_loss'] for k in ('mirrored','tpu')); print('train loss: mirrored', m, 'tpu', t); sys.exit(0 if abs(m - t) <= 1e-4 * abs(m) else 1)\"")
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
          COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")
 set_tests_properties(tpu.vs_mirrored_adam tpu.vs_mirrored_sgd tpu.one_device_vs_one_replica
                      tpu.errors tpu.asserts_like_mirrored tpu.steps_per_execution_unrolled tpu.steps_per_execution_loop
                      tpu.loss_scale_like_mirrored tpu.loss_scale_steps_per_execution distrain.tpu_fp16_loss_scale
-                     distrain.tpu_cross_restore distrain.tpu_usage
+                     distrain.tpu_cross_restore distrain.tpu_usage distrain.tpu_conv_variants
                      PROPERTIES FIXTURES_REQUIRED pjrt_venv LABELS "tpu;cli" TIMEOUT 900
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
 # 5 epochs each: the first stage runs them, the sanitizer stage leaves them out (slow)
