@@ -446,6 +446,31 @@ START_TEST(test_grouped_convolutions_in_bfloat16_match_the_reference) {
 }
 END_TEST
 
+/* A version-1 dist_conv2d_options (a caller built before dilation and groups) ends at use_bias:
+ * whatever lies after it is not read, so the layer is a plain Conv2D. */
+START_TEST(test_version_1_conv2d_options_read_no_field_after_use_bias) {
+    dist_model *m;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
+    c.version = 1;
+    c.filters = 4;
+    c.dilation_h = c.dilation_w = 7; /* beyond a version-1 struct: not read */
+    c.groups = 3;
+    ck_assert_msg(dist_model_add_conv2d_ex(m, &c) == DIST_OK, "%s", dist_last_error());
+    const int64_t in[3] = {5, 5, 2};
+    ck_assert_msg(dist_model_build(m, 3, in, 1) == DIST_OK, "%s", dist_last_error());
+    int64_t out[4];
+    ck_assert_int_eq(dist_model_output_shape(m, out), 3);
+    ck_assert_int_eq(out[0], 3); /* a 3x3 kernel, undilated */
+    ck_assert_int_eq(dist_model_num_params(m), 3 * 3 * 2 * 4 + 4);
+    dist_model_destroy(m);
+    c.version = 3;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_conv2d_ex(m, &c), DIST_INVALID_ARGUMENT);
+    dist_model_destroy(m);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("conv_variants");
     TCase *tc = tcase_create("core");
@@ -455,6 +480,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_channels_that_do_not_divide_into_the_groups_are_refused);
     tcase_add_test(tc, test_the_convolution_layers_have_keras_shapes_and_parameter_counts);
     tcase_add_test(tc, test_grouped_convolutions_in_bfloat16_match_the_reference);
+    tcase_add_test(tc, test_version_1_conv2d_options_read_no_field_after_use_bias);
     suite_add_tcase(s, tc);
     return s;
 }
