@@ -183,8 +183,8 @@ typedef enum dist_opcode {
     /* c[b] = op(a[b]) @ op(b[b]) for each b of the batch: in: a, b; out: c, all of one rank
      * r >= 2 whose first r - 2 extents are equal (the batch, read flat). k bit 0: a is stored
      * [.., K, M] (transposed), else [.., M, K]; bit 1: b is stored [.., N, K], else [.., K, N];
-     * c is [.., M, N]. Each element is a float32 sum over p = 0 .. K - 1 in that order on the
-     * CPU; a GEMM library (cuBLAS, XLA) may block the sum: equal to rounding. Its gradient is
+     * c is [.., M, N]. Each element is a float32 sum over p = 0 .. K - 1, which a GEMM library
+     * (oneDNN on the CPU, cuBLAS, XLA) may block: equal to rounding. Its gradient is
      * the op itself with other flags (dA = dC op(B)^T, dB = op(A)^T dC). */
     DIST_OPC_BATCH_MATMUL,
 

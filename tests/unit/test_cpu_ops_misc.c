@@ -2,7 +2,7 @@
  * ops.h's definitions: the mask bit for bit against dist_op_hash32 computed here, its keep
  * fraction, different keys giving different masks; the sum of squares against a double
  * reference, the same bits on 1 and 2 threads; the clippings against hand values, zero, Inf and
- * NaN included. */
+ * NaN included; the batched matrix product against hand values and a double reference. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include "backend/ops_dispatch.h"
@@ -372,6 +372,92 @@ START_TEST(test_batch_matmul_multiplies_each_batch_entry) {
 }
 END_TEST
 
+/* A double-precision product of entry e of the batch, element (i, j), operands as stored;
+ * *abs_sum: the sum of the terms' magnitudes (what bounds a float32 sum's rounding error). */
+static double bmm_reference(const float *a, const float *b, int ta, int tb, int64_t m, int64_t k,
+                            int64_t n, int64_t e, int64_t i, int64_t j, double *abs_sum) {
+    const float *ae = a + e * m * k, *be = b + e * k * n;
+    double s = 0.0;
+    *abs_sum = 0.0;
+    for (int64_t p = 0; p < k; p++) {
+        double t = (double)(ta ? ae[p * m + i] : ae[i * k + p]) *
+                   (double)(tb ? be[j * k + p] : be[p * n + j]);
+        s += t;
+        *abs_sum += fabs(t);
+    }
+    return s;
+}
+
+/* Odd shapes (one batch entry and 2 x 3 of them; M, K, N not multiples of the vector width or
+ * oneDNN's blocks, K = 1 included), every transpose flag, 1 and 2 threads: each element within
+ * float32 rounding of the double sum, and no cached product runs oneDNN's reference code */
+START_TEST(test_batch_matmul_matches_a_double_reference_on_odd_shapes) {
+    static const int64_t shapes[][5] = {
+        /* batch axes (0: none), M, K, N */
+        {1, 1, 17, 33, 5},
+        {2, 3, 7, 1, 19},
+        {6, 0, 31, 45, 23},
+        {1, 1, 1, 130, 1},
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t b0 = shapes[s][0], b1 = shapes[s][1], m = shapes[s][2], k = shapes[s][3],
+                          n = shapes[s][4];
+            const int r = b1 ? 4 : 3;
+            const int64_t batch = b0 * (b1 ? b1 : 1);
+            float *a = malloc((size_t)(batch * m * k) * sizeof *a);
+            float *b = malloc((size_t)(batch * k * n) * sizeof *b);
+            float *c = malloc((size_t)(batch * m * n) * sizeof *c);
+            uint32_t seed = 12345u + (uint32_t)s;
+            for (int64_t i = 0; i < batch * m * k; i++)
+                a[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-23f - 1.0f;
+            for (int64_t i = 0; i < batch * k * n; i++)
+                b[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-23f - 1.0f;
+            for (int f = 0; f < 4; f++) {
+                const int ta = f & 1, tb = f >> 1;
+                int64_t as[4], bs[4], cs[4];
+                as[0] = bs[0] = cs[0] = b0;
+                as[1] = bs[1] = cs[1] = b1;
+                as[r - 2] = ta ? k : m, as[r - 1] = ta ? m : k;
+                bs[r - 2] = tb ? n : k, bs[r - 1] = tb ? k : n;
+                cs[r - 2] = m, cs[r - 1] = n;
+                dist_tensor tA = dist_tensor_view(a, DIST_F32, r, as);
+                dist_tensor tB = dist_tensor_view(b, DIST_F32, r, bs);
+                dist_tensor tC = dist_tensor_view(c, DIST_F32, r, cs);
+                dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = f, .nin = 2, .nout = 1};
+                const dist_tensor *in[2] = {&tA, &tB};
+                dist_tensor *out[1] = {&tC};
+                memset(c, 0xff, (size_t)(batch * m * n) * sizeof *c);
+                ck_assert_msg(dist_backend_run_op(be, &op, in, out) == DIST_OK, "%s",
+                              dist_last_error());
+                for (int64_t e = 0; e < batch; e++)
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            double mag;
+                            double want = bmm_reference(a, b, ta, tb, m, k, n, e, i, j, &mag);
+                            double got = c[(e * m + i) * n + j];
+                            /* a float32 sum of K products in any order: within K + 1 roundings
+                             * (2^-24 each) of the terms' magnitudes */
+                            ck_assert_msg(fabs(got - want) <= (double)(k + 1) * 0x1p-24 * mag,
+                                          "shape %zu, flags %d, %d threads: c[%lld][%lld][%lld] = "
+                                          "%.9g, want %.9g",
+                                          s, f, threads, (long long)e, (long long)i, (long long)j,
+                                          got, want);
+                        }
+            }
+            free(a), free(b), free(c);
+        }
+        const char *impl;
+        int cached = 0;
+        for (int i = 0; (impl = dist_cpu_backend_batch_matmul_impl(be, i)) != NULL; i++, cached++)
+            ck_assert_msg(strncmp(impl, "ref", 3) != 0, "product %d runs oneDNN's %s", i, impl);
+        ck_assert_int_eq(cached, 16); /* 4 shapes x 4 flags, each cached once */
+        dist_backend_destroy(be);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cpu_ops_misc");
     TCase *tc = tcase_create("core");
@@ -383,6 +469,7 @@ int main(void) {
     tcase_add_test(tc, test_loss_scale_ops);
     tcase_add_test(tc, test_gather_copies_rows_and_its_gradient_adds_them_back);
     tcase_add_test(tc, test_batch_matmul_multiplies_each_batch_entry);
+    tcase_add_test(tc, test_batch_matmul_matches_a_double_reference_on_odd_shapes);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

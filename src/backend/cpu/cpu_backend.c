@@ -32,6 +32,7 @@ static void cpu_destroy(void *ctx) {
     cpu_ctx *c = ctx;
     if (!c) return;
     cpu_prims_destroy(c);
+    cpu_bmm_cache_destroy(c);
     free(c->conv1_part);
     free(c->conv_pool_buf);
     free(c->conv_fwd_buf);

@@ -94,6 +94,8 @@ typedef struct cpu_ctx {
     /* cpu_conv_pool_forward's scratch: the cropped input and the convolution's output */
     float *conv_fwd_buf;
     size_t conv_fwd_n;
+    /* cpu_batch_matmul.c's primitive cache, made on first use (NULL before) */
+    struct cpu_bmm_cache *bmm;
 } cpu_ctx;
 
 struct cpu_ctx;
@@ -275,9 +277,13 @@ dist_status cpu_op_gather(void *ctx, const dist_op *op, const dist_tensor *const
                           dist_tensor *const *out);
 dist_status cpu_op_gather_grad(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                dist_tensor *const *out);
-/* cpu_batch_matmul.c: [batch, M, K] @ [batch, K, N], each sum in ops.h's order */
+/* cpu_batch_matmul.c: [batch, M, K] @ [batch, K, N] on oneDNN's matmul, its primitives
+ * cached in cpu_ctx.bmm (freed by cpu_bmm_cache_destroy) */
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                 dist_tensor *const *out);
+void cpu_bmm_cache_destroy(cpu_ctx *c);
+/* For tests: the oneDNN implementation of the i-th cached batched product (NULL past the end). */
+const char *dist_cpu_backend_batch_matmul_impl(const dist_backend *backend, int i);
 
 /* For tests and start-up checks: the implementation names of the primitives created so far,
  * written as "op=impl;..." into buf. */
