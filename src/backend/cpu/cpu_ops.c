@@ -159,6 +159,42 @@ static void bc_next(bc_iter *it) {
     }
 }
 
+/* The walk of `it` (set up by bc_init over nd >= 1 axes) as rows of its last axis: the walk
+ * then steps once per row (bc_next over the other axes), each tensor's offset moving by its
+ * last-axis stride (0: broadcast along it, 1: not) within the row. Returns the row count and
+ * sets *len to the row length. The elements are visited in the same row-major order. */
+static int64_t bc_rows(bc_iter *it, int64_t total, int64_t *len) {
+    *len = it->shape[it->nd - 1];
+    it->nd--;
+    return *len ? total / *len : 0;
+}
+
+/* y[j] = EXPR of xv = x[j * ia] and zv = z[j * ib] (ia, ib: 0 or 1), a loop per stride pair */
+#define BIN_ROW(x, ia, z, ib, y, len, EXPR)                                                        \
+    do {                                                                                           \
+        if ((ia) && (ib)) {                                                                        \
+            for (int64_t j = 0; j < (len); j++) {                                                  \
+                const float xv = (x)[j], zv = (z)[j];                                              \
+                (y)[j] = (EXPR);                                                                   \
+            }                                                                                      \
+        } else if (ia) {                                                                           \
+            const float zv = (z)[0];                                                               \
+            for (int64_t j = 0; j < (len); j++) {                                                  \
+                const float xv = (x)[j];                                                           \
+                (y)[j] = (EXPR);                                                                   \
+            }                                                                                      \
+        } else if (ib) {                                                                           \
+            const float xv = (x)[0];                                                               \
+            for (int64_t j = 0; j < (len); j++) {                                                  \
+                const float zv = (z)[j];                                                           \
+                (y)[j] = (EXPR);                                                                   \
+            }                                                                                      \
+        } else {                                                                                   \
+            const float xv = (x)[0], zv = (z)[0];                                                  \
+            for (int64_t j = 0; j < (len); j++) (y)[j] = (EXPR);                                   \
+        }                                                                                          \
+    } while (0)
+
 /* x broadcasts to `to` (aligned right, each axis equal or 1). */
 static dist_status check_broadcasts(const dist_op *op, const dist_tensor *x,
                                     const dist_tensor *to) {
@@ -281,6 +317,36 @@ static void bin_grad(int kind, float x, float y, float g, float *gx, float *gy) 
     }
 }
 
+/* The gradient of one side (0: a, 1: b) over the rows of g's last axis, added into d (zeroed
+ * by the caller) in the order of the elementwise walk: a side broadcast along the last axis
+ * sums each row into one element, left to right; any other side adds a row of terms. */
+static inline __attribute__((always_inline)) void bin_grad_rows(int kind, int side, const float *x,
+                                                                const float *y, const float *dy,
+                                                                float *d, bc_iter *it, int64_t n) {
+    const int nd = it->nd;
+    const int64_t ia = it->sa[nd - 1], ib = it->sb[nd - 1], id = side ? ib : ia;
+    int64_t len, rows = bc_rows(it, n, &len);
+    for (int64_t r = 0; r < rows; r++, bc_next(it)) {
+        const float *xr = x + it->oa, *yr = y + it->ob, *gr = dy + r * len;
+        float *dr = d + (side ? it->ob : it->oa);
+        if (id) {
+            for (int64_t j = 0; j < len; j++) {
+                float gx, gy;
+                bin_grad(kind, xr[j * ia], yr[j * ib], gr[j], &gx, &gy);
+                dr[j] += side ? gy : gx;
+            }
+        } else {
+            float acc = dr[0];
+            for (int64_t j = 0; j < len; j++) {
+                float gx, gy;
+                bin_grad(kind, xr[j * ia], yr[j * ib], gr[j], &gx, &gy);
+                acc += side ? gy : gx;
+            }
+            dr[0] = acc;
+        }
+    }
+}
+
 static dist_status op_binary(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                              dist_tensor *const *out) {
     const dist_tensor *a = in[0], *b = in[1];
@@ -299,7 +365,19 @@ static dist_status op_binary(cpu_ctx *c, const dist_op *op, const dist_tensor *c
     }
     bc_iter it;
     bc_init(&it, o->ndim, o->shape, a, b);
-    for (int64_t i = 0; i < n; i++, bc_next(&it)) y[i] = bin_apply(kind, x[it.oa], z[it.ob]);
+    int64_t len, rows = bc_rows(&it, n, &len);
+    const int64_t ia = it.sa[o->ndim - 1], ib = it.sb[o->ndim - 1];
+    for (int64_t r = 0; r < rows; r++, bc_next(&it)) {
+        const float *xr = x + it.oa, *zr = z + it.ob;
+        float *yr = y + r * len;
+        switch (kind) { /* one loop per kind and broadcast side, which the compiler vectorizes */
+        case DIST_BIN_ADD: BIN_ROW(xr, ia, zr, ib, yr, len, xv + zv); break;
+        case DIST_BIN_SUB: BIN_ROW(xr, ia, zr, ib, yr, len, xv - zv); break;
+        case DIST_BIN_MUL: BIN_ROW(xr, ia, zr, ib, yr, len, xv * zv); break;
+        case DIST_BIN_DIV: BIN_ROW(xr, ia, zr, ib, yr, len, xv / zv); break;
+        default: BIN_ROW(xr, ia, zr, ib, yr, len, bin_apply(kind, xv, zv)); break;
+        }
+    }
     return DIST_OK;
 }
 
@@ -319,13 +397,18 @@ static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tens
         memset(d, 0, (size_t)dist_tensor_numel(dt) * sizeof *d);
         bc_iter it;
         bc_init(&it, g->ndim, g->shape, a, b);
-        for (int64_t i = 0; i < n; i++, bc_next(&it)) {
+        if (g->ndim == 0) {
             float gx, gy;
-            bin_grad(op->k, x[it.oa], y[it.ob], dy[i], &gx, &gy);
-            if (side)
-                d[it.ob] += gy;
-            else
-                d[it.oa] += gx;
+            bin_grad(op->k, x[0], y[0], dy[0], &gx, &gy);
+            d[0] += side ? gy : gx;
+            continue;
+        }
+        switch (op->k) { /* a copy of the row loops per kind, each free of the kind's switch */
+        case DIST_BIN_ADD: bin_grad_rows(DIST_BIN_ADD, side, x, y, dy, d, &it, n); break;
+        case DIST_BIN_SUB: bin_grad_rows(DIST_BIN_SUB, side, x, y, dy, d, &it, n); break;
+        case DIST_BIN_MUL: bin_grad_rows(DIST_BIN_MUL, side, x, y, dy, d, &it, n); break;
+        case DIST_BIN_DIV: bin_grad_rows(DIST_BIN_DIV, side, x, y, dy, d, &it, n); break;
+        default: bin_grad_rows(op->k, side, x, y, dy, d, &it, n); break;
         }
     }
     return DIST_OK;
@@ -348,11 +431,28 @@ static dist_status op_reduce(cpu_ctx *c, const dist_op *op, const dist_tensor *c
     for (int64_t j = 0; j < nout; j++) o[j] = kind == DIST_RED_MAX ? -INFINITY : 0.0f;
     bc_iter it;
     bc_init(&it, x->ndim, x->shape, &kept, NULL);
-    for (int64_t i = 0; i < total; i++, bc_next(&it)) {
-        if (kind == DIST_RED_MAX) {
-            if (xv[i] > o[it.oa] || isnan(xv[i])) o[it.oa] = xv[i];
-        } else {
-            o[it.oa] += xv[i];
+    if (kind != DIST_RED_MAX && x->ndim > 0) {
+        /* the same sums in the same order, a row of the last axis at a time */
+        const int64_t so = it.sa[x->ndim - 1];
+        int64_t len, rows = bc_rows(&it, total, &len);
+        for (int64_t r = 0; r < rows; r++, bc_next(&it)) {
+            const float *xr = xv + r * len;
+            float *orow = o + it.oa;
+            if (so) {
+                for (int64_t j = 0; j < len; j++) orow[j] += xr[j];
+            } else {
+                float acc = orow[0];
+                for (int64_t j = 0; j < len; j++) acc += xr[j];
+                orow[0] = acc;
+            }
+        }
+    } else {
+        for (int64_t i = 0; i < total; i++, bc_next(&it)) {
+            if (kind == DIST_RED_MAX) {
+                if (xv[i] > o[it.oa] || isnan(xv[i])) o[it.oa] = xv[i];
+            } else {
+                o[it.oa] += xv[i];
+            }
         }
     }
     if (kind == DIST_RED_MEAN) {
@@ -379,8 +479,21 @@ static dist_status op_reduce_grad(cpu_ctx *c, const dist_op *op, const dist_tens
     bc_iter it;
     bc_init(&it, x->ndim, x->shape, &kept, NULL);
     if (op->k != DIST_RED_MAX) {
-        for (int64_t i = 0; i < total; i++, bc_next(&it))
-            dx[i] = op->k == DIST_RED_MEAN ? dy[it.oa] / count : dy[it.oa];
+        const int mean = op->k == DIST_RED_MEAN;
+        if (x->ndim == 0) {
+            if (total) dx[0] = mean ? dy[0] / count : dy[0];
+            return DIST_OK;
+        }
+        const int64_t so = it.sa[x->ndim - 1];
+        int64_t len, rows = bc_rows(&it, total, &len);
+        for (int64_t r = 0; r < rows; r++, bc_next(&it)) {
+            const float *g = dy + it.oa;
+            float *dr = dx + r * len;
+            if (so)
+                for (int64_t j = 0; j < len; j++) dr[j] = mean ? g[j] / count : g[j];
+            else
+                for (int64_t j = 0; j < len; j++) dr[j] = mean ? g[0] / count : g[0];
+        }
         return DIST_OK;
     }
     /* reduce_max: dy / (number of ties) to each element equal to the maximum */
@@ -430,6 +543,14 @@ static dist_status op_transpose(cpu_ctx *c, const dist_op *op, const dist_tensor
     }
     const float *src = x->data;
     float *dst = o->data;
+    if (nd >= 1 && op->v[nd - 1] == nd - 1 && x->shape[nd - 1] > 1) {
+        /* the last axis stays: contiguous runs of it (attention's [B, T, H, d] <-> [B, H, T, d]) */
+        const int64_t run = x->shape[nd - 1], runs = run ? stride / run : 0;
+        it.nd = nd - 1;
+        for (int64_t i = 0; i < runs; i++, bc_next(&it))
+            memcpy(dst + i * run, src + it.oa, (size_t)run * sizeof *dst);
+        return DIST_OK;
+    }
     for (int64_t i = 0; i < stride; i++, bc_next(&it)) dst[i] = src[it.oa];
     return DIST_OK;
 }
@@ -634,12 +755,14 @@ static dist_status op_softmax(cpu_ctx *c, const dist_op *op, const dist_tensor *
         for (int64_t j = 1; j < k; j++)
             if (xr[j] > m) m = xr[j];
         float s = 0.0f;
-        for (int64_t j = 0; j < k; j++) s += expf(xr[j] - m);
         if (log_form) {
+            for (int64_t j = 0; j < k; j++) s += expf(xr[j] - m);
             float ls = logf(s);
             for (int64_t j = 0; j < k; j++) orow[j] = xr[j] - m - ls;
         } else {
-            for (int64_t j = 0; j < k; j++) orow[j] = expf(xr[j] - m) / s;
+            /* each exponential once, kept in the output until the sum is known */
+            for (int64_t j = 0; j < k; j++) s += orow[j] = expf(xr[j] - m);
+            for (int64_t j = 0; j < k; j++) orow[j] /= s;
         }
     }
     return DIST_OK;
