@@ -633,6 +633,103 @@ START_TEST(test_a_backend_without_the_op_refuses_naming_it) {
 }
 END_TEST
 
+/* The exact GELU and its gradient (cpu_gelu.c: float32 vector loops, double below x = -2) on
+ * 40,001 points of [-10, 10] and the signed zeros: y = x Phi(x) within 5e-7 |x| of the double
+ * closed form (Phi to 5e-7), dx = dy (Phi(x) + x phi(x)) within 5e-7 (1 + |x|) |dy|; the same
+ * bits on 1 and 2 threads and in place (y over x, dx over dy) */
+START_TEST(test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_place) {
+    enum { N = 40003 };
+    static float x[N], dy[N], y[2][N], dx[2][N], inplace[N];
+    for (int i = 0; i < N - 2; i++) x[i] = -10.0f + 20.0f * (float)i / (float)(N - 3);
+    x[N - 2] = 0.0f, x[N - 1] = -0.0f;
+    for (int i = 0; i < N; i++) dy[i] = 1.0f + 0.25f * (float)(i % 7);
+    const int64_t n = N;
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        dist_tensor tx = dist_tensor_view(x, DIST_F32, 1, &n), tdy = tx, ty = tx, tdx = tx;
+        tdy.data = dy, ty.data = y[threads - 1], tdx.data = dx[threads - 1];
+        dist_op fwd = op_of(DIST_OPC_UNARY, DIST_UN_GELU, 1, 1);
+        dist_op bwd = op_of(DIST_OPC_UNARY_GRAD, DIST_UN_GELU, 3, 1);
+        const dist_tensor *fin[1] = {&tx}, *bin[3] = {&tx, &ty, &tdy};
+        dist_tensor *fout[1] = {&ty}, *bout[1] = {&tdx};
+        ck_assert_msg(dist_backend_run_op(be, &fwd, fin, fout) == DIST_OK, "%s", dist_last_error());
+        ck_assert_msg(dist_backend_run_op(be, &bwd, bin, bout) == DIST_OK, "%s", dist_last_error());
+        /* in place: y written over a copy of x, then dx over a copy of dy */
+        dist_tensor tin = tx;
+        tin.data = inplace;
+        memcpy(inplace, x, sizeof x);
+        const dist_tensor *iin[1] = {&tin};
+        dist_tensor *iout[1] = {&tin};
+        ck_assert_int_eq(dist_backend_run_op(be, &fwd, iin, iout), DIST_OK);
+        ck_assert_int_eq(memcmp(inplace, y[threads - 1], sizeof inplace), 0);
+        memcpy(inplace, dy, sizeof dy);
+        const dist_tensor *gin[3] = {&tx, &ty, &tin};
+        ck_assert_int_eq(dist_backend_run_op(be, &bwd, gin, iout), DIST_OK);
+        ck_assert_int_eq(memcmp(inplace, dx[threads - 1], sizeof inplace), 0);
+        dist_backend_destroy(be);
+    }
+    ck_assert_int_eq(memcmp(y[0], y[1], sizeof y[0]), 0);
+    ck_assert_int_eq(memcmp(dx[0], dx[1], sizeof dx[0]), 0);
+    for (int i = 0; i < N; i++) {
+        const double v = x[i], phi = 0.5 * (1.0 + erf(v / sqrt(2.0)));
+        const double want_y = v * phi;
+        const double want_dx = dy[i] * (phi + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI));
+        ck_assert_msg(fabs(y[0][i] - want_y) <= 5e-7 * fabs(v), "gelu(%.9g) = %.9g, want %.9g", v,
+                      (double)y[0][i], want_y);
+        ck_assert_msg(fabs(dx[0][i] - want_dx) <= 5e-7 * (1.0 + fabs(v)) * dy[i],
+                      "gelu'(%.9g) dy = %.9g, want %.9g", v, (double)dx[0][i], want_dx);
+    }
+    ck_assert(signbit(y[0][N - 1])); /* -0 * Phi(0) */
+}
+END_TEST
+
+/* Softmax (cpu_softmax.c: float32 vector exp) on 300 rows of 37: each element within 4e-7
+ * relative of exp(x - m) / sum in double, x - m the float32 difference ops.h names (exp to
+ * ~1 ulp, the float32 sum in order); -inf logits
+ * give 0, a NaN logit a NaN row; the same bits on 1 and 2 threads and in place */
+START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place) {
+    enum { R = 300, K = 37 };
+    static float x[R * K], y[2][R * K], inplace[R * K];
+    uint32_t seed = 7u;
+    for (int i = 0; i < R * K; i++) /* logits in [-40, 40) */
+        x[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f * 80.0f - 40.0f;
+    x[5 * K + 3] = -INFINITY, x[6 * K] = -INFINITY, x[7 * K + 36] = NAN;
+    const int64_t shape[2] = {R, K};
+    dist_op op = op_of(DIST_OPC_SOFTMAX, 0, 1, 1);
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        dist_tensor tx = dist_tensor_view(x, DIST_F32, 2, shape), ty = tx, tin = tx;
+        ty.data = y[threads - 1], tin.data = inplace;
+        const dist_tensor *in[1] = {&tx}, *iin[1] = {&tin};
+        dist_tensor *out[1] = {&ty}, *iout[1] = {&tin};
+        ck_assert_msg(dist_backend_run_op(be, &op, in, out) == DIST_OK, "%s", dist_last_error());
+        memcpy(inplace, x, sizeof x);
+        ck_assert_int_eq(dist_backend_run_op(be, &op, iin, iout), DIST_OK);
+        ck_assert_int_eq(memcmp(inplace, y[threads - 1], sizeof inplace), 0);
+        dist_backend_destroy(be);
+    }
+    ck_assert_int_eq(memcmp(y[0], y[1], sizeof y[0]), 0);
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + r * K, *yr = y[0] + r * K;
+        if (r == 7) {
+            for (int j = 0; j < K; j++) ck_assert_msg(isnan(yr[j]), "row 7: y[%d] = %g", j, yr[j]);
+            continue;
+        }
+        /* ops.h's exp(x - m) of the float32 difference */
+        float m = -INFINITY;
+        double s = 0.0;
+        for (int j = 0; j < K; j++) m = xr[j] > m ? xr[j] : m;
+        for (int j = 0; j < K; j++) s += exp((double)(xr[j] - m));
+        for (int j = 0; j < K; j++) {
+            const double want = exp((double)(xr[j] - m)) / s;
+            ck_assert_msg(fabs(yr[j] - want) <= 4e-7 * want + 1e-38, "y[%d][%d] = %.9g, want %.9g",
+                          r, j, (double)yr[j], want);
+        }
+    }
+    ck_assert(y[0][5 * K + 3] == 0.0f && y[0][6 * K] == 0.0f);
+}
+END_TEST
+
 int main(void) {
     dist_backend_options o = DIST_BACKEND_OPTIONS_INIT;
     o.threads = 2;
@@ -641,6 +738,9 @@ int main(void) {
     TCase *tc = tcase_create("cpu_ops");
     tcase_add_test(tc, test_unary_ops_give_their_functions);
     tcase_add_test(tc, test_unary_gradients_read_x_or_y);
+    tcase_add_test(tc, test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_place);
+    tcase_add_test(tc,
+                   test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place);
     tcase_add_test(tc, test_binary_ops_broadcast_numpy_style);
     tcase_add_test(tc, test_nan_follows_tensorflow);
     tcase_add_test(tc, test_binary_gradients_sum_over_broadcast_axes);

@@ -277,6 +277,13 @@ dist_status cpu_op_gather(void *ctx, const dist_op *op, const dist_tensor *const
                           dist_tensor *const *out);
 dist_status cpu_op_gather_grad(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                dist_tensor *const *out);
+/* cpu_gelu.c: the exact GELU (DIST_UN_GELU) and dx = dy * GELU'(x) over n floats, vectorized,
+ * split over up to `threads` threads (the same bits on any count); y / dx may be x or dy. */
+void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n);
+void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, int64_t n);
+/* cpu_softmax.c: softmax (ops.h's SOFTMAX, k = 0) of rows x rows of k floats, vectorized, rows
+ * split over up to `threads` threads (the same bits on any count); y may be x. */
+void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k);
 /* cpu_batch_matmul.c: [batch, M, K] @ [batch, K, N] on oneDNN's matmul, its primitives
  * cached in cpu_ctx.bmm (freed by cpu_bmm_cache_destroy) */
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,

@@ -272,7 +272,16 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
     const float *x = in[0]->data;
     float *y = out[0]->data;
     int kind = op->k;
-#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    const int nt = ops_threads(c, n);
+    switch (kind) { /* the kinds of LayerNormalization and GELU in loops of their own, vectorized */
+    case DIST_UN_GELU: cpu_gelu_forward(c->threads, x, y, n); return DIST_OK;
+    case DIST_UN_SQUARE:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+        return DIST_OK;
+    default: break;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, x[i]);
     return DIST_OK;
 }
@@ -286,7 +295,16 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
     const float *x = in[0]->data, *y = in[1]->data, *dy = in[2]->data;
     float *dx = out[0]->data;
     int kind = op->k;
-#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+    const int nt = ops_threads(c, n);
+    switch (kind) { /* as in op_unary */
+    case DIST_UN_GELU: cpu_gelu_backward(c->threads, x, dy, dx, n); return DIST_OK;
+    case DIST_UN_SQUARE:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (2.0f * x[i]);
+        return DIST_OK;
+    default: break;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, x[i], y[i], dy[i]);
     return DIST_OK;
 }
@@ -747,6 +765,10 @@ static dist_status op_softmax(cpu_ctx *c, const dist_op *op, const dist_tensor *
     const float *xv = x->data;
     float *o = out[0]->data;
     int log_form = op->k;
+    if (!log_form) {
+        cpu_softmax_rows(c->threads, xv, o, rows, k);
+        return DIST_OK;
+    }
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = xv + r * k;
@@ -755,15 +777,9 @@ static dist_status op_softmax(cpu_ctx *c, const dist_op *op, const dist_tensor *
         for (int64_t j = 1; j < k; j++)
             if (xr[j] > m) m = xr[j];
         float s = 0.0f;
-        if (log_form) {
-            for (int64_t j = 0; j < k; j++) s += expf(xr[j] - m);
-            float ls = logf(s);
-            for (int64_t j = 0; j < k; j++) orow[j] = xr[j] - m - ls;
-        } else {
-            /* each exponential once, kept in the output until the sum is known */
-            for (int64_t j = 0; j < k; j++) s += orow[j] = expf(xr[j] - m);
-            for (int64_t j = 0; j < k; j++) orow[j] /= s;
-        }
+        for (int64_t j = 0; j < k; j++) s += expf(xr[j] - m);
+        float ls = logf(s);
+        for (int64_t j = 0; j < k; j++) orow[j] = xr[j] - m - ls;
     }
     return DIST_OK;
 }
