@@ -683,10 +683,10 @@ START_TEST(test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_p
 }
 END_TEST
 
-/* Softmax (cpu_softmax.c: float32 vector exp) on 300 rows of 37: each element within 4e-7
- * relative of exp(x - m) / sum in double, x - m the float32 difference ops.h names (exp to
- * ~1 ulp, the float32 sum in order); -inf logits
- * give 0, a NaN logit a NaN row; the same bits on 1 and 2 threads and in place */
+/* Softmax and its gradient (cpu_softmax.c: float32 vector exp, sums of 8 rows interleaved) on
+ * 300 rows of 37: each element within 4e-7 relative of exp(x - m) / sum in double, x - m the
+ * float32 difference ops.h names (exp to ~1 ulp, the float32 sum in order); -inf logits give
+ * 0, a NaN logit a NaN row; the same bits on 1 and 2 threads and in place */
 START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place) {
     enum { R = 300, K = 37 };
     static float x[R * K], y[2][R * K], inplace[R * K];
@@ -727,6 +727,36 @@ START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_i
         }
     }
     ck_assert(y[0][5 * K + 3] == 0.0f && y[0][6 * K] == 0.0f);
+    /* the gradient, (dy - sum(dy y)) y: the sum's float32 rounding, K terms of |dy y| <= y,
+     * within 2K ulp of 1; the same bits on 1 and 2 threads and over dy */
+    static float dy[R * K], dx[2][R * K];
+    for (int i = 0; i < R * K; i++)
+        dy[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-23f - 1.0f;
+    dist_op g = op_of(DIST_OPC_SOFTMAX_GRAD, 0, 2, 1);
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        dist_tensor ty = dist_tensor_view(y[0], DIST_F32, 2, shape), tdy = ty, tdx = ty, tin = ty;
+        tdy.data = dy, tdx.data = dx[threads - 1], tin.data = inplace;
+        const dist_tensor *in[2] = {&ty, &tdy}, *iin[2] = {&ty, &tin};
+        dist_tensor *out[1] = {&tdx}, *iout[1] = {&tin};
+        ck_assert_msg(dist_backend_run_op(be, &g, in, out) == DIST_OK, "%s", dist_last_error());
+        memcpy(inplace, dy, sizeof dy);
+        ck_assert_int_eq(dist_backend_run_op(be, &g, iin, iout), DIST_OK);
+        ck_assert_int_eq(memcmp(inplace, dx[threads - 1], sizeof inplace), 0);
+        dist_backend_destroy(be);
+    }
+    ck_assert_int_eq(memcmp(dx[0], dx[1], sizeof dx[0]), 0);
+    for (int r = 0; r < R; r++) {
+        if (r == 7) continue; /* NaN */
+        const float *yr = y[0] + r * K, *gr = dy + r * K;
+        double s = 0.0;
+        for (int j = 0; j < K; j++) s += (double)gr[j] * yr[j];
+        for (int j = 0; j < K; j++) {
+            const double want = ((double)gr[j] - s) * yr[j];
+            ck_assert_msg(fabs(dx[0][r * K + j] - want) <= 2.0 * K * 0x1p-24 * yr[j] + 1e-38,
+                          "dx[%d][%d] = %.9g, want %.9g", r, j, (double)dx[0][r * K + j], want);
+        }
+    }
 }
 END_TEST
 

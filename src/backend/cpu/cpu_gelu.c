@@ -8,10 +8,10 @@
  * result), so those elements, a few percent of a normalized layer's, are computed again in
  * double with libm as before.
  *
- * Two copies of each loop: one for the build's baseline ISA and one for AVX2 (8 lanes), picked
- * once per call. Neither contracts to FMA (the AVX2 copy is compiled without it), so both give
+ * Three copies of each loop, for the build's baseline ISA, AVX2 (8 lanes) and AVX-512 (16),
+ * picked once per call. None contracts to FMA (the copies are compiled without it), so all give
  * the same bits, and so does any split of the elements over threads. */
-#pragma GCC optimize("no-trapping-math") /* before cpu_vmath.h: see there */
+#pragma GCC optimize("no-trapping-math", "fp-contract=off") /* before cpu_vmath.h: see there */
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_vmath.h"
@@ -61,17 +61,28 @@ static void gelu_bwd_base(const float *x, const float *dy, float *dx, int64_t n)
 __attribute__((target("avx2"))) static void gelu_fwd_avx2(const float *x, float *y, int64_t n) {
     gelu_fwd_body(x, y, n);
 }
+__attribute__((target("avx512f"))) static void gelu_fwd_avx512(const float *x, float *y,
+                                                               int64_t n) {
+    gelu_fwd_body(x, y, n);
+}
 __attribute__((target("avx2"))) static void gelu_bwd_avx2(const float *x, const float *dy,
                                                           float *dx, int64_t n) {
     gelu_bwd_body(x, dy, dx, n);
 }
+__attribute__((target("avx512f"))) static void gelu_bwd_avx512(const float *x, const float *dy,
+                                                               float *dx, int64_t n) {
+    gelu_bwd_body(x, dy, dx, n);
+}
+
+/* 2: AVX-512, 1: AVX2, 0: the baseline copy */
+static int gelu_isa(void) { return cpu_has_avx512_bw_vl() ? 2 : cpu_has_avx2_fma() ? 1 : 0; }
 
 static int gelu_threads(int threads, int64_t n) {
     return n >= 8 * GELU_BLOCK && threads > 1 ? threads : 1;
 }
 
 void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n) {
-    const int avx2 = cpu_has_avx2_fma();
+    const int isa = gelu_isa();
     const int64_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
 #pragma omp parallel for num_threads(gelu_threads(threads, n)) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
@@ -79,7 +90,9 @@ void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n) {
         float copy[GELU_BLOCK]; /* the tail pass reads x after y is written: x == y in place */
         const float *xs = x + i;
         if (x == y) xs = memcpy(copy, xs, (size_t)len * sizeof *xs);
-        if (avx2)
+        if (isa == 2)
+            gelu_fwd_avx512(xs, y + i, len);
+        else if (isa == 1)
             gelu_fwd_avx2(xs, y + i, len);
         else
             gelu_fwd_base(xs, y + i, len);
@@ -87,7 +100,7 @@ void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n) {
 }
 
 void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, int64_t n) {
-    const int avx2 = cpu_has_avx2_fma();
+    const int isa = gelu_isa();
     const int64_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
 #pragma omp parallel for num_threads(gelu_threads(threads, n)) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
@@ -96,7 +109,9 @@ void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, 
         const float *xs = x + i, *gs = dy + i;
         if (x == dx) xs = memcpy(xcopy, xs, (size_t)len * sizeof *xs);
         if (dy == dx) gs = memcpy(gcopy, gs, (size_t)len * sizeof *gs);
-        if (avx2)
+        if (isa == 2)
+            gelu_bwd_avx512(xs, gs, dx + i, len);
+        else if (isa == 1)
             gelu_bwd_avx2(xs, gs, dx + i, len);
         else
             gelu_bwd_base(xs, gs, dx + i, len);

@@ -284,6 +284,9 @@ void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, 
 /* cpu_softmax.c: softmax (ops.h's SOFTMAX, k = 0) of rows x rows of k floats, vectorized, rows
  * split over up to `threads` threads (the same bits on any count); y may be x. */
 void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k);
+/* ... and its gradient (SOFTMAX_GRAD, k = 0) from y and dy; dx may be y or dy. */
+void cpu_softmax_grad_rows(int threads, const float *y, const float *dy, float *dx, int64_t rows,
+                           int64_t k);
 /* cpu_batch_matmul.c: [batch, M, K] @ [batch, K, N] on oneDNN's matmul, its primitives
  * cached in cpu_ctx.bmm (freed by cpu_bmm_cache_destroy) */
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,

@@ -794,20 +794,18 @@ static dist_status op_softmax_grad(cpu_ctx *c, const dist_op *op, const dist_ten
     const float *yv = y->data, *dy = in[1]->data;
     float *dx = out[0]->data;
     int log_form = op->k;
+    if (!log_form) {
+        cpu_softmax_grad_rows(c->threads, yv, dy, dx, rows, k);
+        return DIST_OK;
+    }
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = yv + r * k, *gr = dy + r * k;
         float *dr = dx + r * k;
+        /* log_softmax: dx = dy - softmax * sum(dy) */
         float s = 0.0f;
-        if (log_form) {
-            /* dx = dy - softmax * sum(dy) */
-            for (int64_t j = 0; j < k; j++) s += gr[j];
-            for (int64_t j = 0; j < k; j++) dr[j] = gr[j] - expf(yr[j]) * s;
-        } else {
-            /* dx = (dy - sum(dy * y)) * y */
-            for (int64_t j = 0; j < k; j++) s += gr[j] * yr[j];
-            for (int64_t j = 0; j < k; j++) dr[j] = (gr[j] - s) * yr[j];
-        }
+        for (int64_t j = 0; j < k; j++) s += gr[j];
+        for (int64_t j = 0; j < k; j++) dr[j] = gr[j] - expf(yr[j]) * s;
     }
     return DIST_OK;
 }

@@ -3,9 +3,10 @@
  * erf as Eigen's rational approximation (x P(x^2) / Q(x^2), x clamped to [-4, 4]; within 4e-7
  * of erf), exp as Cephes's (range reduction by ln 2, a degree-6 polynomial, 2^n from the
  * exponent bits; within 1e-7 relative). A file that loops over them compiles with
- * `#pragma GCC optimize("no-trapping-math")`: without it GCC will not if-convert the clamps
- * (a compare could raise a floating-point flag the branchy code would not) and leaves the
- * loops scalar; libdist reads no such flags. */
+ * `#pragma GCC optimize("no-trapping-math", "fp-contract=off")`: without the first GCC will
+ * not if-convert the clamps (a compare could raise a floating-point flag the branchy code would
+ * not) and leaves the loops scalar, and libdist reads no such flags; the second keeps an
+ * AVX-512 copy of a loop from fusing multiply-adds, so every ISA's copy gives the same bits. */
 #ifndef DIST_BACKEND_CPU_VMATH_H
 #define DIST_BACKEND_CPU_VMATH_H
 
