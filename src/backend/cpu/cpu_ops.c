@@ -335,6 +335,29 @@ static void bin_grad(int kind, float x, float y, float g, float *gx, float *gy) 
     }
 }
 
+/* One row of one side's gradient (see bin_grad_rows), inlined with constant side and strides
+ * (ia, ib: 0 or 1) so that each combination is a loop of its own the compiler vectorizes. */
+static inline __attribute__((always_inline)) void bin_grad_row(int kind, int side, const float *xr,
+                                                               int64_t ia, const float *yr,
+                                                               int64_t ib, const float *gr,
+                                                               float *dr, int64_t len) {
+    if (side ? ib : ia) {
+        for (int64_t j = 0; j < len; j++) {
+            float gx, gy;
+            bin_grad(kind, xr[j * ia], yr[j * ib], gr[j], &gx, &gy);
+            dr[j] += side ? gy : gx;
+        }
+    } else {
+        float acc = dr[0];
+        for (int64_t j = 0; j < len; j++) {
+            float gx, gy;
+            bin_grad(kind, xr[j * ia], yr[j * ib], gr[j], &gx, &gy);
+            acc += side ? gy : gx;
+        }
+        dr[0] = acc;
+    }
+}
+
 /* The gradient of one side (0: a, 1: b) over the rows of g's last axis, added into d (zeroed
  * by the caller) in the order of the elementwise walk: a side broadcast along the last axis
  * sums each row into one element, left to right; any other side adds a row of terms. */
@@ -342,26 +365,32 @@ static inline __attribute__((always_inline)) void bin_grad_rows(int kind, int si
                                                                 const float *y, const float *dy,
                                                                 float *d, bc_iter *it, int64_t n) {
     const int nd = it->nd;
-    const int64_t ia = it->sa[nd - 1], ib = it->sb[nd - 1], id = side ? ib : ia;
+    const int64_t ia = it->sa[nd - 1], ib = it->sb[nd - 1];
     int64_t len, rows = bc_rows(it, n, &len);
     for (int64_t r = 0; r < rows; r++, bc_next(it)) {
         const float *xr = x + it->oa, *yr = y + it->ob, *gr = dy + r * len;
         float *dr = d + (side ? it->ob : it->oa);
-        if (id) {
-            for (int64_t j = 0; j < len; j++) {
-                float gx, gy;
-                bin_grad(kind, xr[j * ia], yr[j * ib], gr[j], &gx, &gy);
-                dr[j] += side ? gy : gx;
-            }
+#define BIN_GRAD_ROW(s, sa, sb) bin_grad_row(kind, s, xr, sa, yr, sb, gr, dr, len)
+        if (side) {
+            if (ia && ib)
+                BIN_GRAD_ROW(1, 1, 1);
+            else if (ia)
+                BIN_GRAD_ROW(1, 1, 0);
+            else if (ib)
+                BIN_GRAD_ROW(1, 0, 1);
+            else
+                BIN_GRAD_ROW(1, 0, 0);
         } else {
-            float acc = dr[0];
-            for (int64_t j = 0; j < len; j++) {
-                float gx, gy;
-                bin_grad(kind, xr[j * ia], yr[j * ib], gr[j], &gx, &gy);
-                acc += side ? gy : gx;
-            }
-            dr[0] = acc;
+            if (ia && ib)
+                BIN_GRAD_ROW(0, 1, 1);
+            else if (ia)
+                BIN_GRAD_ROW(0, 1, 0);
+            else if (ib)
+                BIN_GRAD_ROW(0, 0, 1);
+            else
+                BIN_GRAD_ROW(0, 0, 0);
         }
+#undef BIN_GRAD_ROW
     }
 }
 
