@@ -4,8 +4,9 @@
  * One oneDNN matmul primitive over the flattened batch: the batch axes of a, b and c are
  * contiguous, so [.., M, K] is a 3-D [batch, M, K] memory, and a transposed operand is the
  * same memory with swapped strides (oneDNN's "acb"), not a copy. Its kernels block the sum
- * over K, which ops.h allows (equal to rounding). The plain loops this replaces ran at a few
- * GFLOP/s and held a third of the Transformer's training step (bench/RESULTS.md).
+ * over K, which ops.h allows (equal to rounding). The plain loops this replaces held a third
+ * of the Transformer's training step (bench/RESULTS.md). A plain copy of a transposed operand
+ * before the product was slower than the strided read, so there is none.
  *
  * The primitives are cached per shape, flags and thread count with their memory objects and a
  * user scratchpad, as cpu_dnnl.c caches its own, in a cache of this file's (cpu_bmm_cache) so

@@ -1,8 +1,8 @@
 /* The exact GELU, 0.5 x (1 + erf(x / sqrt 2)), and its gradient on the CPU (ops.h's
  * DIST_UN_GELU): the UNARY and UNARY_GRAD ops' loops for that kind.
  *
- * libm's erf and exp are scalar calls, and the per-element double-precision form cost as much
- * as the Transformer's attention products (bench/RESULTS.md). Here both run in float32 as
+ * libm's erf and exp are scalar calls, and the per-element double-precision form was a tenth
+ * of the Transformer's training step (bench/RESULTS.md). Here both run in float32 as
  * TensorFlow's Eigen kernels do (cpu_vmath.h), in loops the compiler vectorizes. Where
  * x < -2, 1 + erf cancels and the float32 form loses digits (relative error above 1e-6 of the
  * result), so those elements, a few percent of a normalized layer's, are computed again in

@@ -3,11 +3,12 @@
  * then e / s; backward, (dy - sum(dy * y)) * y with that sum in order.
  *
  * The exponentials are cpu_vmath.h's float32 exp in a loop the compiler vectorizes (libm's
- * expf is a scalar call: with two exponentials an element, softmax and expf were an eighth of
- * the Transformer's step, bench/RESULTS.md). The sums stay in order, as ops.h defines them, but
- * the forward's run eight rows interleaved: one row's chain of dependent additions waits on
- * each addition's latency, eight overlap. Three copies of each loop, the baseline ISA's,
- * AVX2's and AVX-512's (no FMA in any), give the same bits; rows split over threads whole. */
+ * expf is a scalar call: softmax with it was a tenth of the Transformer's step once the
+ * attention's products ran on oneDNN, bench/RESULTS.md). The sums stay in order, as ops.h
+ * defines them, but the forward's run eight rows interleaved: one row's chain of dependent
+ * additions waits on each addition's latency, eight overlap. Three copies of each loop, the
+ * baseline ISA's, AVX2's and AVX-512's (no FMA in any), give the same bits; rows split over
+ * threads whole. */
 #pragma GCC optimize("no-trapping-math", "fp-contract=off") /* before cpu_vmath.h: see there */
 
 #include "backend/cpu/cpu_internal.h"
