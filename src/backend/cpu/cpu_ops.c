@@ -1000,6 +1000,50 @@ BN_INLINE void bn_block_sums(bn_sum_kind kind, const float *restrict x, const fl
     }
 }
 
+/* Rows of 16 channels (ResNet's first stage) are two vectors of doubles: one set of sums
+ * would chain every row's adds on the previous row's (latency-bound), so the rows go round
+ * four sets, added pairwise at the end: (s0 + s1) + (s2 + s3). */
+BN_INLINE void bn_block_sums16(bn_sum_kind kind, const float *restrict x, const float *restrict dy,
+                               const double *restrict mean, int64_t r0, int64_t r1,
+                               double *restrict p1, double *restrict p2) {
+    double a1[4][16] = {{0}}, a2[4][16] = {{0}};
+    for (int64_t i = r0; i < r1; i++) {
+        const float *xr = x + i * 16;
+        double *q1 = a1[(i - r0) & 3], *q2 = a2[(i - r0) & 3];
+        switch (kind) {
+        case BN_SUM_X:
+            for (int j = 0; j < 16; j++) q1[j] += xr[j];
+            break;
+        case BN_SUM_X_X2:
+            for (int j = 0; j < 16; j++) {
+                double v = xr[j];
+                q1[j] += v;
+                q2[j] += v * v;
+            }
+            break;
+        case BN_SUM_DEV2:
+            for (int j = 0; j < 16; j++) {
+                double d = xr[j] - mean[j];
+                q1[j] += d * d;
+            }
+            break;
+        case BN_SUM_DY_DYDEV: {
+            const float *dr = dy + i * 16;
+            for (int j = 0; j < 16; j++) {
+                double d = dr[j], xc = (double)xr[j] - mean[j];
+                q1[j] += d;
+                q2[j] += d * xc;
+            }
+            break;
+        }
+        }
+    }
+    for (int j = 0; j < 16; j++) {
+        p1[j] = (a1[0][j] + a1[1][j]) + (a1[2][j] + a1[3][j]);
+        p2[j] = (a2[0][j] + a2[1][j]) + (a2[2][j] + a2[3][j]);
+    }
+}
+
 typedef void (*bn_block_sums_fn)(bn_sum_kind, const float *, const float *, const double *, int64_t,
                                  int64_t, int64_t, double *, double *);
 
@@ -1015,6 +1059,20 @@ BN_AVX512 static void bn_block_sums_avx512(bn_sum_kind kind, const float *x, con
     bn_block_sums(kind, x, dy, mean, r0, r1, c, p1, p2);
 }
 
+static void bn_block_sums16_base(bn_sum_kind kind, const float *x, const float *dy,
+                                 const double *mean, int64_t r0, int64_t r1, int64_t c, double *p1,
+                                 double *p2) {
+    (void)c;
+    bn_block_sums16(kind, x, dy, mean, r0, r1, p1, p2);
+}
+
+BN_AVX512 static void bn_block_sums16_avx512(bn_sum_kind kind, const float *x, const float *dy,
+                                             const double *mean, int64_t r0, int64_t r1, int64_t c,
+                                             double *p1, double *p2) {
+    (void)c;
+    bn_block_sums16(kind, x, dy, mean, r0, r1, p1, p2);
+}
+
 static dist_status bn_channel_sums(const cpu_ctx *c_, const dist_op *op, bn_sum_kind kind,
                                    const float *x, const float *dy, const double *mean,
                                    int64_t rows, int64_t c, double *s1, double *s2) {
@@ -1025,7 +1083,9 @@ static dist_status bn_channel_sums(const cpu_ctx *c_, const dist_op *op, bn_sum_
     if (!part)
         return dist_error(DIST_OUT_OF_MEMORY, "%s: cannot allocate the partial sums of %lld rows",
                           dist_op_name(op), (long long)rows);
-    bn_block_sums_fn sums = cpu_has_avx512_bw_vl() ? bn_block_sums_avx512 : bn_block_sums_base;
+    int avx512 = cpu_has_avx512_bw_vl();
+    bn_block_sums_fn sums = c == 16 ? (avx512 ? bn_block_sums16_avx512 : bn_block_sums16_base)
+                                    : (avx512 ? bn_block_sums_avx512 : bn_block_sums_base);
     int nt = ops_threads(c_, rows * c);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
