@@ -1,0 +1,15 @@
+# Issue #35's accuracy must-shows (LABELS conformance; need the venv fixture of
+# conformance.cmake). conformance.transformer_accuracy: the zoo Transformer (bench/models/zoo.py), trained by
+# libdist through the C API (text_accuracy.c: distrain feeds images only), reaches >= 0.95 test
+# accuracy on a synthetic token task, with Keras on the same data as the reference. About 15
+# minutes on two cores loaded by four other jobs (load average 7-9), most of it libdist's
+# training (3 epochs of 2,048 sequences).
+add_executable(text_accuracy ${CMAKE_CURRENT_SOURCE_DIR}/conformance/text_accuracy.c)
+target_link_libraries(text_accuracy PRIVATE dist_internal)
+target_compile_options(text_accuracy PRIVATE ${DIST_WARNINGS})
+add_test(NAME conformance.transformer_accuracy
+         COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/text_accuracy.py
+                 $<TARGET_FILE:text_accuracy> ${PROJECT_SOURCE_DIR}/bench/models
+                 ${CMAKE_CURRENT_BINARY_DIR}/transformer_accuracy_work)
+set_tests_properties(conformance.transformer_accuracy PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 1800)
