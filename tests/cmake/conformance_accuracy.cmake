@@ -2,11 +2,11 @@
 # conformance.cmake). conformance.resnet_accuracy: a Keras Functional ResNet
 # (tests/data/keras3_resnet_accuracy.json) trained 5 epochs by distrain --model reaches Keras
 # fit's test accuracy on the embedded MNIST subset within 0.01, from the same initial weights
-# and on the same batches. About 10 minutes on two cores loaded by four other jobs (distrain's
-# training 9.5 of them). conformance.transformer_accuracy: the zoo Transformer (bench/models/zoo.py), trained by
+# and on the same batches. 10.5 to 12.5 minutes on two cores shared with four other jobs
+# (distrain's training nearly all of it). conformance.transformer_accuracy: the zoo Transformer (bench/models/zoo.py), trained by
 # libdist through the C API (text_accuracy.c: distrain feeds images only), reaches >= 0.95 test
-# accuracy on a synthetic token task, with Keras on the same data as the reference. About 15
-# minutes on two cores loaded by four other jobs (load average 7-9), most of it libdist's
+# accuracy on a synthetic token task, with Keras on the same data as the reference. 11.5 to 15
+# minutes on two cores shared with four other jobs (load average 7-9), most of it libdist's
 # training (3 epochs of 2,048 sequences).
 add_test(NAME conformance.resnet_accuracy
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/resnet_accuracy.py
