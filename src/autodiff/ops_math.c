@@ -96,7 +96,6 @@ static dist_status broadcast_shape(const dist_tensor *a, const dist_tensor *b, c
 
 /* ---- binary elementwise ----------------------------------------------------------------- */
 
-
 /* One input's gradient at a time: a and b may be the same tensor (x * x), whose two parts
  * must be folded one after the other. */
 static dist_status binary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
@@ -172,7 +171,6 @@ dist_status dist_op_minimum(dist_tape *t, const dist_tensor *a, const dist_tenso
 }
 
 /* ---- unary elementwise ------------------------------------------------------------------ */
-
 
 static dist_status unary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *dy;
@@ -409,6 +407,9 @@ static dist_status reshape_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (g->is_const) return grad_add_const(t, x, g->value);
     const dist_tensor *p;
     DIST_TRY(tape_plain_of(t, g->t, &p));
+    int aliased = 0;
+    if (!g->is_source) DIST_TRY(grad_alias(t, x, p, &aliased));
+    if (aliased) return DIST_OK;
     dist_tensor view = *p;
     view.ndim = x->ndim;
     memcpy(view.shape, x->shape, sizeof view.shape);
@@ -639,7 +640,6 @@ dist_status dist_op_slice(dist_tape *t, const dist_tensor *x, const int64_t *beg
 }
 
 /* ---- reductions over axes --------------------------------------------------------------- */
-
 
 /* x's shape with the reduced axes (mask) set to 1: the output's shape with keepdims. */
 static dist_status reduce_axes_backward(dist_tape *t, tape_node *n, grad_entry *g) {

@@ -699,6 +699,10 @@ static dist_status flatten_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     plain.ndim = x->ndim;
     memcpy(plain.shape, x->shape, sizeof plain.shape);
     plain.layout = DIST_LAYOUT_PLAIN;
+    int aliased = 0;
+    if (!g->is_source && g->t->layout == DIST_LAYOUT_PLAIN)
+        DIST_TRY(grad_alias(t, x, &plain, &aliased));
+    if (aliased) return DIST_OK;
     dist_tensor *dx;
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;

@@ -257,9 +257,8 @@ dist_status dist_tape_watch(dist_tape *t, dist_tensor *var) {
     return assign_id(t, var, 1);
 }
 
-dist_status tape_record_named(dist_tape *t, dist_tensor *out, tape_backward_fn fn,
-                              const char *name, int nin, const dist_tensor *const *in,
-                              tape_node **node) {
+dist_status tape_record_named(dist_tape *t, dist_tensor *out, tape_backward_fn fn, const char *name,
+                              int nin, const dist_tensor *const *in, tape_node **node) {
     *node = NULL;
     double fwd = 0;
     if (t->profiling) {
@@ -368,6 +367,26 @@ static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *ds
         return DIST_OK;
     }
     return tape_be(t)->add(tape_bectx(t), g->t, dst, g->t);
+}
+
+dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done) {
+    *done = 0;
+    int id = tensor_id(t, x);
+    if (id < 0 || !t->requires_grad[id]) return DIST_OK;
+    grad_entry *g = &t->grads[id];
+    if (g->present || g->is_source || t->cur_round != DIST_F32 || x->layout != DIST_LAYOUT_PLAIN ||
+        src->layout != DIST_LAYOUT_PLAIN || src->dtype != x->dtype ||
+        dist_tensor_numel(src) != dist_tensor_numel(x))
+        return DIST_OK;
+    dist_tensor *a;
+    DIST_TRY(tape_new_alias(t, x, src->data, x->ndim, x->shape, &a));
+    a->layout = DIST_LAYOUT_PLAIN;
+    g->t = a;
+    g->present = 1;
+    g->is_const = 0;
+    g->relu_applied = 0;
+    *done = 1;
+    return DIST_OK;
 }
 
 dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {

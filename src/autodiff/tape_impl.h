@@ -17,7 +17,7 @@ typedef dist_status (*tape_backward_fn)(dist_tape *tape, tape_node *node, grad_e
 
 struct tape_node {
     tape_backward_fn backward;
-    const char *name;  /* the backward function's name (tape_record), for the op profile */
+    const char *name;   /* the backward function's name (tape_record), for the op profile */
     double profile_fwd; /* the op's forward time in seconds, while profiling (tape_profile.c) */
     /* Precision the gradients this node produces are stored at (grad_end rounds them):
      * DIST_F32 = as computed; DIST_F16 / DIST_BF16 under mixed precision. */
@@ -122,9 +122,8 @@ void *tape_bf16_twin(const dist_tape *t, const dist_tensor *x);
 int tape_requires_grad(const dist_tape *t, const dist_tensor *x);
 /* Records a node producing `out` when recording and any input requires a gradient; marks
  * out as requiring a gradient then. *node is NULL when nothing was recorded. */
-dist_status tape_record_named(dist_tape *t, dist_tensor *out, tape_backward_fn fn,
-                              const char *name, int nin, const dist_tensor *const *in,
-                              tape_node **node);
+dist_status tape_record_named(dist_tape *t, dist_tensor *out, tape_backward_fn fn, const char *name,
+                              int nin, const dist_tensor *const *in, tape_node **node);
 #define tape_record(t, out, fn, nin, in, node) tape_record_named(t, out, fn, #fn, nin, in, node)
 
 /* The op profile (dist_op_profile_start in dist/tape.h; tape_profile.c). While it runs, an
@@ -150,6 +149,12 @@ dist_status grad_begin(dist_tape *t, const dist_tensor *x, dist_tensor **dst);
 dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst);
 /* Adds a uniform gradient value to x. */
 dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value);
+/* For ops whose output is x's elements in x's order (reshape, flatten of a plain tensor): x's
+ * gradient becomes `src`'s memory read with x's shape, no copy, where x has no gradient yet, is
+ * not a caller's output, is plain and no rounding applies (*done = 1); else *done = 0 and the
+ * caller copies. The caller's own gradient must be final and not a caller's output either
+ * (the reverse sweep never reads it again; later gradients of x add into that memory). */
+dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done);
 /* Makes a gradient entry a tensor in `like`'s layout (filling a uniform value). */
 dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like);
 
