@@ -46,23 +46,10 @@ def main():
     tf, keras = keras_cnn.import_tf_keras("tf_keras")
     keras_cnn.set_tf_threads(tf, args.threads, 1)
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    import numpy as np
 
     keras.utils.set_random_seed(35)
-    with open(os.path.join(args.models_dir, f"{args.model}.json")) as f:
-        model = keras.models.model_from_json(f.read())
-    classes = int(model.output_shape[-1])
-    rng = np.random.default_rng(35)
-    n = 8 * batch
-    if dtype == "int32":
-        x = rng.integers(0, 20000, (n,) + shape).astype(np.int32)
-    else:
-        x = rng.standard_normal((n,) + shape).astype(np.float32)
-    y = rng.integers(0, classes, n).astype(np.int32)
-    ds = (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
-          .repeat().prefetch(2))
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model, ds = zoo_keras_fit.compiled_model_and_data(tf, keras, args.models_dir, args.model,
+                                                      shape, dtype, batch)
     model.fit(ds, epochs=1, steps_per_epoch=max(3, args.steps // 2), verbose=0)
     logdir = tempfile.mkdtemp(prefix="tf_op_profile_")
     try:

@@ -38,6 +38,29 @@ def zoo_entry(models_dir, name):
     keras_cnn.die(f"{name} is not in {models_dir}/flops.txt")
 
 
+def compiled_model_and_data(tf, keras, models_dir, name, shape, dtype, batch):
+    """The zoo model NAME from its JSON, compiled with Adam(1e-3) and the sparse softmax
+    cross-entropy of the logits, and bench_models's synthetic data: 8 batches of float32 inputs
+    (int32 token ids below 20000 for an int32 input) and random labels, through tf.data."""
+    import numpy as np
+
+    with open(os.path.join(models_dir, f"{name}.json")) as f:
+        model = keras.models.model_from_json(f.read())
+    classes = int(model.output_shape[-1])
+    rng = np.random.default_rng(35)
+    n = 8 * batch
+    if dtype == "int32":
+        x = rng.integers(0, 20000, (n,) + shape).astype(np.int32)
+    else:
+        x = rng.standard_normal((n,) + shape).astype(np.float32)
+    y = rng.integers(0, classes, n).astype(np.int32)
+    ds = (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+          .repeat().prefetch(2))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model, ds
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
@@ -55,25 +78,12 @@ def main():
     keras_cnn.set_thread_env(args.threads, args.inter_op)
     tf, keras = keras_cnn.import_tf_keras(args.keras)
     keras_cnn.set_tf_threads(tf, args.threads, args.inter_op)
-    import numpy as np
 
     keras.utils.set_random_seed(35)
     if args.mixed_precision == "bf16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    with open(os.path.join(args.models_dir, f"{args.model}.json")) as f:
-        model = keras.models.model_from_json(f.read())
-    classes = int(model.output_shape[-1])
-    rng = np.random.default_rng(35)
-    n = 8 * batch
-    if dtype == "int32":
-        x = rng.integers(0, 20000, (n,) + shape).astype(np.int32)
-    else:
-        x = rng.standard_normal((n,) + shape).astype(np.float32)
-    y = rng.integers(0, classes, n).astype(np.int32)
-    ds = (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
-          .repeat().prefetch(2))
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model, ds = compiled_model_and_data(tf, keras, args.models_dir, args.model, shape, dtype,
+                                        batch)
 
     class EpochTimer(keras.callbacks.Callback):
         def __init__(self):

@@ -1142,6 +1142,18 @@ static dist_status mat_md(const dist_tensor *t, int trans, dnnl_data_type_t dt,
     return DIST_OK;
 }
 
+/* The kernel cache's key of a matmul (shapes, layouts, transposes; the caller adds scalars) */
+static void matmul_key(prim_key *k, int trans_a, int trans_b, const dist_tensor *a,
+                       const dist_tensor *b, const dist_tensor *cm) {
+    memset(k, 0, sizeof *k);
+    k->op = OP_MATMUL;
+    key_tensor(k, 0, a);
+    key_tensor(k, 1, b);
+    key_tensor(k, 2, cm);
+    k->flags[0] = trans_a;
+    k->flags[1] = trans_b;
+}
+
 /* Products below this many multiply-adds stay float32 under mixed_bfloat16: converting the
  * operands costs more than the bfloat16 kernel saves (the seed CNN's 64x64x10 output layer). */
 #define MATMUL_BF16_MIN_MACS (1 << 20)
@@ -1154,13 +1166,7 @@ static dist_status matmul_run(cpu_ctx *c, int native, int trans_a, int trans_b, 
                               const dist_bf16_copy *b_copy, int *ran) {
     *ran = 0;
     prim_key k;
-    memset(&k, 0, sizeof k);
-    k.op = OP_MATMUL;
-    key_tensor(&k, 0, a);
-    key_tensor(&k, 1, b);
-    key_tensor(&k, 2, cm);
-    k.flags[0] = trans_a;
-    k.flags[1] = trans_b;
+    matmul_key(&k, trans_a, trans_b, a, b, cm);
     memcpy(&k.flags[2], &alpha, sizeof alpha);
     memcpy(&k.flags[3], &beta, sizeof beta);
     k.geom[0] = native;
@@ -1276,13 +1282,7 @@ dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, co
     int native = 0;
     if (c->native_bf16 && macs >= MATMUL_BF16_MIN_MACS) {
         prim_key k;
-        memset(&k, 0, sizeof k);
-        k.op = OP_MATMUL;
-        key_tensor(&k, 0, a);
-        key_tensor(&k, 1, b);
-        key_tensor(&k, 2, cm);
-        k.flags[0] = trans_a;
-        k.flags[1] = trans_b;
+        matmul_key(&k, trans_a, trans_b, a, b, cm);
         k.flags[2] = beta != 0.0f;
         native = cpu_bf16_choose(c, &k, sizeof k, &t);
     }
