@@ -40,8 +40,9 @@ static const distrain_flag flags[] = {
     {"--devices", 1, "LIST", "all GPUs, else one CPU replica per core",
      "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
     {"--model", 1, "FILE.json", "the seed CNN",
-     "train the model Keras's model.to_json() wrote (Sequential or Functional; inputs (28, 28, "
-     "1), 10 outputs: logits, or probabilities of a softmax head, trained as Keras's "
+     "train the model Keras's model.to_json() wrote (Sequential or Functional; one image input "
+     "(H, W, C): IDX data needs (28, 28, 1), JPEG folders and TFRecords are resized to it; one "
+     "output per class: logits, or probabilities of a softmax head, trained as Keras's "
      "from_logits=False)"},
     {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
     {"--data-dir", 1, "DIR", "the built-in sources",
