@@ -1287,11 +1287,13 @@ dist_status cpu_matmul_bf16(void *ctx, int trans_a, int trans_b, float alpha, co
         native = cpu_bf16_choose(c, &k, sizeof k, &t);
     }
     dist_status st = DIST_OK;
-    if (native) st = matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, a_copy, b_copy, &ran);
+    if (native)
+        st = matmul_run(c, 1, trans_a, trans_b, alpha, a, b, beta, cm, a_copy, b_copy, &ran);
     if (st == DIST_OK && !ran)
         st = matmul_run(c, 0, trans_a, trans_b, alpha, a, b, beta, cm, NULL, NULL, &ran);
-    cpu_bf16_measured(c, &t, st, trans_a ? (trans_b ? "matmul (a^T b^T)" : "matmul (a^T b)")
-                                         : (trans_b ? "matmul (a b^T)" : "matmul"),
+    cpu_bf16_measured(c, &t, st,
+                      trans_a ? (trans_b ? "matmul (a^T b^T)" : "matmul (a^T b)")
+                              : (trans_b ? "matmul (a b^T)" : "matmul"),
                       a, b);
     return st;
 }

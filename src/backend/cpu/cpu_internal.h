@@ -103,8 +103,8 @@ struct cpu_ctx;
  * rounded values (0); under CPU_BF16_MEASURE it starts *t's measurement, which the caller ends
  * with cpu_bf16_measured after the call (what: the op's name for the log; a, b: its operands). */
 int cpu_bf16_choose(struct cpu_ctx *c, const void *key, size_t key_bytes, cpu_bf16_trial *t);
-void cpu_bf16_measured(struct cpu_ctx *c, const cpu_bf16_trial *t, dist_status st,
-                       const char *what, const dist_tensor *a, const dist_tensor *b);
+void cpu_bf16_measured(struct cpu_ctx *c, const cpu_bf16_trial *t, dist_status st, const char *what,
+                       const dist_tensor *a, const dist_tensor *b);
 /* The backend's mode for a strategy's `deterministic` option: a measured choice would make the
  * order of the sums depend on timings, so deterministic runs take the rule (CPU_BF16_NATIVE
  * where the ISA has bfloat16). */
