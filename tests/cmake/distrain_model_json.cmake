@@ -12,12 +12,12 @@ add_test(NAME distrain.model_functional_trains
                  --save-weights ${mdir}/resnet.weights.h5 --save-model ${mdir}/resnet.keras)
 set_tests_properties(distrain.model_functional_trains PROPERTIES LABELS cli TIMEOUT 300)
 
-# (28, 28, 1) inputs but 3 outputs; and a dilated Conv2D, which libdist refuses
+# (28, 28, 1) inputs but 3 outputs; and a channels_first Conv2D, which libdist refuses
 set(seq_head "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,28,28,1],\"name\":\"in\"}}")
 file(WRITE ${mdir}/three_outputs.json
      "${seq_head},{\"class_name\":\"Flatten\",\"config\":{\"name\":\"f\"}},{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":3}}]}}")
-file(WRITE ${mdir}/dilated.json
-     "${seq_head},{\"class_name\":\"Conv2D\",\"config\":{\"name\":\"c\",\"filters\":2,\"kernel_size\":3,\"dilation_rate\":2}}]}}")
+file(WRITE ${mdir}/channels_first.json
+     "${seq_head},{\"class_name\":\"Conv2D\",\"config\":{\"name\":\"c\",\"filters\":2,\"kernel_size\":3,\"data_format\":\"channels_first\"}}]}}")
 # (the expected texts stop before the messages' ';', a CMake list separator)
 distrain_error_test(model_input_shape 2 "keras3_dag.json' takes inputs of shape (6, 6, 2)"
                     --model ${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_dag.json --quiet)
@@ -44,7 +44,7 @@ set_tests_properties(distrain.model_rgb32_jpeg_folder
                      PROPERTIES LABELS cli FIXTURES_REQUIRED jpeg_mnist TIMEOUT 300)
 distrain_error_test(model_rgb32_idx 2 "takes (32, 32, 3) images into 10 classes"
                     --model ${mdir}/rgb32.json --quiet)
-distrain_error_test(model_unsupported 2 "layer 'c' (Conv2D): argument 'dilation_rate' is not 1"
-                    --model ${mdir}/dilated.json --quiet)
+distrain_error_test(model_unsupported 2 "layer 'c' (Conv2D): argument 'data_format' is 'channels_first'"
+                    --model ${mdir}/channels_first.json --quiet)
 distrain_error_test(model_unreadable 2 "--model: cannot read '/nonexistent/m.json'"
                     --model /nonexistent/m.json --quiet)

@@ -162,17 +162,16 @@ module @libdist_step attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replica
     %v69 = "stablehlo.slice"(%arg1) {limit_indices = array<i64: 121216>, start_indices = array<i64: 18816>, strides = array<i64: 1>} : (tensor<121930xf32>) -> tensor<102400xf32>
     %v70 = "stablehlo.reshape"(%v69) : (tensor<102400xf32>) -> tensor<1600x64xf32>
     %v71 = "stablehlo.dot_general"(%v61, %v70) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>} : (tensor<32x64xf32>, tensor<1600x64xf32>) -> tensor<32x1600xf32>
-    %v72 = "stablehlo.reshape"(%v71) : (tensor<32x1600xf32>) -> tensor<51200xf32>
-    %v73 = "stablehlo.reshape"(%v72) : (tensor<51200xf32>) -> tensor<32x5x5x64xf32>
-    %v74 = "stablehlo.reshape"(%v22) : (tensor<32x5x5x64xf32>) -> tensor<51200xf32>
-    %v75 = "stablehlo.reshape"(%v73) : (tensor<32x5x5x64xf32>) -> tensor<51200xf32>
+    %v72 = "stablehlo.reshape"(%v22) : (tensor<32x5x5x64xf32>) -> tensor<51200xf32>
+    %v73 = "stablehlo.reshape"(%v71) : (tensor<32x1600xf32>) -> tensor<51200xf32>
+    %v74 = "stablehlo.reshape"(%v73) : (tensor<51200xf32>) -> tensor<32x5x5x64xf32>
     %t83 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<32x5x5x64xf32>} : () -> tensor<32x5x5x64xf32>
     %t84 = "stablehlo.compare"(%v22, %t83) {comparison_direction = #stablehlo<comparison_direction GT>} : (tensor<32x5x5x64xf32>, tensor<32x5x5x64xf32>) -> tensor<32x5x5x64xi1>
-    %v76 = "stablehlo.select"(%t84, %v73, %t83) : (tensor<32x5x5x64xi1>, tensor<32x5x5x64xf32>, tensor<32x5x5x64xf32>) -> tensor<32x5x5x64xf32>
-    %v77 = "stablehlo.reshape"(%v20) : (tensor<32x11x11x64xf32>) -> tensor<247808xf32>
-    %v78 = "stablehlo.reshape"(%v76) : (tensor<32x5x5x64xf32>) -> tensor<51200xf32>
+    %v75 = "stablehlo.select"(%t84, %v74, %t83) : (tensor<32x5x5x64xi1>, tensor<32x5x5x64xf32>, tensor<32x5x5x64xf32>) -> tensor<32x5x5x64xf32>
+    %v76 = "stablehlo.reshape"(%v20) : (tensor<32x11x11x64xf32>) -> tensor<247808xf32>
+    %v77 = "stablehlo.reshape"(%v75) : (tensor<32x5x5x64xf32>) -> tensor<51200xf32>
     %t85 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %v79 = "stablehlo.select_and_scatter"(%v20, %v76, %t85) ({
+    %v78 = "stablehlo.select_and_scatter"(%v20, %v75, %t85) ({
     ^bb0(%t86: tensor<f32>, %t87: tensor<f32>):
       %t88 = "stablehlo.compare"(%t86, %t87) {comparison_direction = #stablehlo<comparison_direction GE>} : (tensor<f32>, tensor<f32>) -> tensor<i1>
       "stablehlo.return"(%t88) : (tensor<i1>) -> ()
@@ -181,30 +180,30 @@ module @libdist_step attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replica
       %t91 = "stablehlo.add"(%t89, %t90) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%t91) : (tensor<f32>) -> ()
     }) {padding = dense<[[0, 0], [0, 0], [0, 0], [0, 0]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 2, 2, 1>, window_strides = array<i64: 1, 2, 2, 1>} : (tensor<32x11x11x64xf32>, tensor<32x5x5x64xf32>, tensor<f32>) -> tensor<32x11x11x64xf32>
-    %v80 = "stablehlo.reshape"(%v12) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
-    %v81 = "stablehlo.reshape"(%v79) : (tensor<32x11x11x64xf32>) -> tensor<247808xf32>
-    %v82 = "stablehlo.convolution"(%v12, %v79) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[f, 0, 1, b]x[i, 0, 1, o]->[0, 1, b, f]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<[[0, 0], [0, 0]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<32x13x13x32xf32>, tensor<32x11x11x64xf32>) -> tensor<3x3x32x64xf32>
+    %v79 = "stablehlo.reshape"(%v12) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
+    %v80 = "stablehlo.reshape"(%v78) : (tensor<32x11x11x64xf32>) -> tensor<247808xf32>
+    %v81 = "stablehlo.convolution"(%v12, %v78) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[f, 0, 1, b]x[i, 0, 1, o]->[0, 1, b, f]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<[[0, 0], [0, 0]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<32x13x13x32xf32>, tensor<32x11x11x64xf32>) -> tensor<3x3x32x64xf32>
     %t93 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %t92 = "stablehlo.reduce"(%v79, %t93) ({
+    %t92 = "stablehlo.reduce"(%v78, %t93) ({
     ^bb0(%t94: tensor<f32>, %t95: tensor<f32>):
       %t96 = "stablehlo.add"(%t94, %t95) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%t96) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 0, 1, 2>} : (tensor<32x11x11x64xf32>, tensor<f32>) -> tensor<64xf32>
-    %v83 = "stablehlo.reshape"(%t92) : (tensor<64xf32>) -> tensor<64xf32>
-    %v84 = "stablehlo.reshape"(%v79) : (tensor<32x11x11x64xf32>) -> tensor<247808xf32>
-    %v85 = "stablehlo.slice"(%arg1) {limit_indices = array<i64: 18752>, start_indices = array<i64: 320>, strides = array<i64: 1>} : (tensor<121930xf32>) -> tensor<18432xf32>
-    %v86 = "stablehlo.reshape"(%v85) : (tensor<18432xf32>) -> tensor<3x3x32x64xf32>
-    %t97 = "stablehlo.reverse"(%v86) {dimensions = array<i64: 0, 1>} : (tensor<3x3x32x64xf32>) -> tensor<3x3x32x64xf32>
-    %v87 = "stablehlo.convolution"(%v79, %t97) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, 0, 1, f]x[0, 1, o, i]->[b, 0, 1, f]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<[[2, 2], [2, 2]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<32x11x11x64xf32>, tensor<3x3x32x64xf32>) -> tensor<32x13x13x32xf32>
-    %v88 = "stablehlo.reshape"(%v12) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
-    %v89 = "stablehlo.reshape"(%v87) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
+    %v82 = "stablehlo.reshape"(%t92) : (tensor<64xf32>) -> tensor<64xf32>
+    %v83 = "stablehlo.reshape"(%v78) : (tensor<32x11x11x64xf32>) -> tensor<247808xf32>
+    %v84 = "stablehlo.slice"(%arg1) {limit_indices = array<i64: 18752>, start_indices = array<i64: 320>, strides = array<i64: 1>} : (tensor<121930xf32>) -> tensor<18432xf32>
+    %v85 = "stablehlo.reshape"(%v84) : (tensor<18432xf32>) -> tensor<3x3x32x64xf32>
+    %t97 = "stablehlo.reverse"(%v85) {dimensions = array<i64: 0, 1>} : (tensor<3x3x32x64xf32>) -> tensor<3x3x32x64xf32>
+    %v86 = "stablehlo.convolution"(%v78, %t97) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, 0, 1, f]x[0, 1, o, i]->[b, 0, 1, f]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<[[2, 2], [2, 2]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<32x11x11x64xf32>, tensor<3x3x32x64xf32>) -> tensor<32x13x13x32xf32>
+    %v87 = "stablehlo.reshape"(%v12) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
+    %v88 = "stablehlo.reshape"(%v86) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
     %t98 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<32x13x13x32xf32>} : () -> tensor<32x13x13x32xf32>
     %t99 = "stablehlo.compare"(%v12, %t98) {comparison_direction = #stablehlo<comparison_direction GT>} : (tensor<32x13x13x32xf32>, tensor<32x13x13x32xf32>) -> tensor<32x13x13x32xi1>
-    %v90 = "stablehlo.select"(%t99, %v87, %t98) : (tensor<32x13x13x32xi1>, tensor<32x13x13x32xf32>, tensor<32x13x13x32xf32>) -> tensor<32x13x13x32xf32>
-    %v91 = "stablehlo.reshape"(%v10) : (tensor<32x26x26x32xf32>) -> tensor<692224xf32>
-    %v92 = "stablehlo.reshape"(%v90) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
+    %v89 = "stablehlo.select"(%t99, %v86, %t98) : (tensor<32x13x13x32xi1>, tensor<32x13x13x32xf32>, tensor<32x13x13x32xf32>) -> tensor<32x13x13x32xf32>
+    %v90 = "stablehlo.reshape"(%v10) : (tensor<32x26x26x32xf32>) -> tensor<692224xf32>
+    %v91 = "stablehlo.reshape"(%v89) : (tensor<32x13x13x32xf32>) -> tensor<173056xf32>
     %t100 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %v93 = "stablehlo.select_and_scatter"(%v10, %v90, %t100) ({
+    %v92 = "stablehlo.select_and_scatter"(%v10, %v89, %t100) ({
     ^bb0(%t101: tensor<f32>, %t102: tensor<f32>):
       %t103 = "stablehlo.compare"(%t101, %t102) {comparison_direction = #stablehlo<comparison_direction GE>} : (tensor<f32>, tensor<f32>) -> tensor<i1>
       "stablehlo.return"(%t103) : (tensor<i1>) -> ()
@@ -213,55 +212,55 @@ module @libdist_step attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replica
       %t106 = "stablehlo.add"(%t104, %t105) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%t106) : (tensor<f32>) -> ()
     }) {padding = dense<[[0, 0], [0, 0], [0, 0], [0, 0]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 2, 2, 1>, window_strides = array<i64: 1, 2, 2, 1>} : (tensor<32x26x26x32xf32>, tensor<32x13x13x32xf32>, tensor<f32>) -> tensor<32x26x26x32xf32>
-    %v94 = "stablehlo.reshape"(%arg4) : (tensor<32x28x28x1xf32>) -> tensor<25088xf32>
-    %v95 = "stablehlo.reshape"(%v93) : (tensor<32x26x26x32xf32>) -> tensor<692224xf32>
-    %v96 = "stablehlo.convolution"(%arg4, %v93) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[f, 0, 1, b]x[i, 0, 1, o]->[0, 1, b, f]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<[[0, 0], [0, 0]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<32x28x28x1xf32>, tensor<32x26x26x32xf32>) -> tensor<3x3x1x32xf32>
+    %v93 = "stablehlo.reshape"(%arg4) : (tensor<32x28x28x1xf32>) -> tensor<25088xf32>
+    %v94 = "stablehlo.reshape"(%v92) : (tensor<32x26x26x32xf32>) -> tensor<692224xf32>
+    %v95 = "stablehlo.convolution"(%arg4, %v92) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[f, 0, 1, b]x[i, 0, 1, o]->[0, 1, b, f]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<[[0, 0], [0, 0]]> : tensor<2x2xi64>, rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<32x28x28x1xf32>, tensor<32x26x26x32xf32>) -> tensor<3x3x1x32xf32>
     %t108 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %t107 = "stablehlo.reduce"(%v93, %t108) ({
+    %t107 = "stablehlo.reduce"(%v92, %t108) ({
     ^bb0(%t109: tensor<f32>, %t110: tensor<f32>):
       %t111 = "stablehlo.add"(%t109, %t110) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%t111) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 0, 1, 2>} : (tensor<32x26x26x32xf32>, tensor<f32>) -> tensor<32xf32>
-    %v97 = "stablehlo.reshape"(%t107) : (tensor<32xf32>) -> tensor<32xf32>
-    %v98 = "stablehlo.reshape"(%v96) : (tensor<3x3x1x32xf32>) -> tensor<288xf32>
-    %v99 = "stablehlo.reshape"(%v82) : (tensor<3x3x32x64xf32>) -> tensor<18432xf32>
-    %v100 = "stablehlo.reshape"(%v67) : (tensor<1600x64xf32>) -> tensor<102400xf32>
-    %v101 = "stablehlo.reshape"(%v54) : (tensor<64x10xf32>) -> tensor<640xf32>
-    %v102 = "stablehlo.concatenate"(%v98, %v97, %v99, %v83, %v100, %v63, %v101, %v51) {dimension = 0 : i64} : (tensor<288xf32>, tensor<32xf32>, tensor<18432xf32>, tensor<64xf32>, tensor<102400xf32>, tensor<64xf32>, tensor<640xf32>, tensor<10xf32>) -> tensor<121930xf32>
-    %v103 = "stablehlo.all_reduce"(%v102) ({
+    %v96 = "stablehlo.reshape"(%t107) : (tensor<32xf32>) -> tensor<32xf32>
+    %v97 = "stablehlo.reshape"(%v95) : (tensor<3x3x1x32xf32>) -> tensor<288xf32>
+    %v98 = "stablehlo.reshape"(%v81) : (tensor<3x3x32x64xf32>) -> tensor<18432xf32>
+    %v99 = "stablehlo.reshape"(%v67) : (tensor<1600x64xf32>) -> tensor<102400xf32>
+    %v100 = "stablehlo.reshape"(%v54) : (tensor<64x10xf32>) -> tensor<640xf32>
+    %v101 = "stablehlo.concatenate"(%v97, %v96, %v98, %v82, %v99, %v63, %v100, %v51) {dimension = 0 : i64} : (tensor<288xf32>, tensor<32xf32>, tensor<18432xf32>, tensor<64xf32>, tensor<102400xf32>, tensor<64xf32>, tensor<640xf32>, tensor<10xf32>) -> tensor<121930xf32>
+    %v102 = "stablehlo.all_reduce"(%v101) ({
     ^bb0(%t112: tensor<f32>, %t113: tensor<f32>):
       %t114 = "stablehlo.add"(%t112, %t113) : (tensor<f32>, tensor<f32>) -> tensor<f32>
       "stablehlo.return"(%t114) : (tensor<f32>) -> ()
     }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<121930xf32>) -> tensor<121930xf32>
     %t115 = "stablehlo.slice"(%scalars) {limit_indices = array<i64: 1>, start_indices = array<i64: 0>, strides = array<i64: 1>} : (tensor<5xf32>) -> tensor<1xf32>
-    %v106 = "stablehlo.reshape"(%t115) : (tensor<1xf32>) -> tensor<f32>
-    %v107 = "stablehlo.broadcast_in_dim"(%v106) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
-    %v108 = "stablehlo.multiply"(%v103, %v107) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v109 = "stablehlo.subtract"(%v108, %arg2) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v105 = "stablehlo.reshape"(%t115) : (tensor<1xf32>) -> tensor<f32>
+    %v106 = "stablehlo.broadcast_in_dim"(%v105) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
+    %v107 = "stablehlo.multiply"(%v102, %v106) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v108 = "stablehlo.subtract"(%v107, %arg2) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
     %t116 = "stablehlo.slice"(%scalars) {limit_indices = array<i64: 2>, start_indices = array<i64: 1>, strides = array<i64: 1>} : (tensor<5xf32>) -> tensor<1xf32>
-    %v110 = "stablehlo.reshape"(%t116) : (tensor<1xf32>) -> tensor<f32>
-    %v111 = "stablehlo.broadcast_in_dim"(%v110) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
-    %v112 = "stablehlo.multiply"(%v109, %v111) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v113 = "stablehlo.add"(%arg2, %v112) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v114 = "stablehlo.multiply"(%v108, %v108) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v115 = "stablehlo.subtract"(%v114, %arg3) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v109 = "stablehlo.reshape"(%t116) : (tensor<1xf32>) -> tensor<f32>
+    %v110 = "stablehlo.broadcast_in_dim"(%v109) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
+    %v111 = "stablehlo.multiply"(%v108, %v110) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v112 = "stablehlo.add"(%arg2, %v111) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v113 = "stablehlo.multiply"(%v107, %v107) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v114 = "stablehlo.subtract"(%v113, %arg3) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
     %t117 = "stablehlo.slice"(%scalars) {limit_indices = array<i64: 3>, start_indices = array<i64: 2>, strides = array<i64: 1>} : (tensor<5xf32>) -> tensor<1xf32>
-    %v116 = "stablehlo.reshape"(%t117) : (tensor<1xf32>) -> tensor<f32>
-    %v117 = "stablehlo.broadcast_in_dim"(%v116) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
-    %v118 = "stablehlo.multiply"(%v115, %v117) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v119 = "stablehlo.add"(%arg3, %v118) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v120 = "stablehlo.sqrt"(%v119) : (tensor<121930xf32>) -> tensor<121930xf32>
+    %v115 = "stablehlo.reshape"(%t117) : (tensor<1xf32>) -> tensor<f32>
+    %v116 = "stablehlo.broadcast_in_dim"(%v115) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
+    %v117 = "stablehlo.multiply"(%v114, %v116) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v118 = "stablehlo.add"(%arg3, %v117) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v119 = "stablehlo.sqrt"(%v118) : (tensor<121930xf32>) -> tensor<121930xf32>
     %t118 = "stablehlo.slice"(%scalars) {limit_indices = array<i64: 4>, start_indices = array<i64: 3>, strides = array<i64: 1>} : (tensor<5xf32>) -> tensor<1xf32>
-    %v121 = "stablehlo.reshape"(%t118) : (tensor<1xf32>) -> tensor<f32>
-    %v122 = "stablehlo.broadcast_in_dim"(%v121) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
-    %v123 = "stablehlo.add"(%v120, %v122) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v120 = "stablehlo.reshape"(%t118) : (tensor<1xf32>) -> tensor<f32>
+    %v121 = "stablehlo.broadcast_in_dim"(%v120) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
+    %v122 = "stablehlo.add"(%v119, %v121) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
     %t119 = "stablehlo.slice"(%scalars) {limit_indices = array<i64: 5>, start_indices = array<i64: 4>, strides = array<i64: 1>} : (tensor<5xf32>) -> tensor<1xf32>
-    %v124 = "stablehlo.reshape"(%t119) : (tensor<1xf32>) -> tensor<f32>
-    %v125 = "stablehlo.broadcast_in_dim"(%v124) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
-    %v126 = "stablehlo.multiply"(%v113, %v125) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v127 = "stablehlo.divide"(%v126, %v123) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v128 = "stablehlo.subtract"(%arg1, %v127) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
-    %v129 = "stablehlo.reshape"(%v46) : (tensor<f32>) -> tensor<1xf32>
-    "func.return"(%v128, %v103, %v119, %v113, %v46) : (tensor<121930xf32>, tensor<121930xf32>, tensor<121930xf32>, tensor<121930xf32>, tensor<f32>) -> ()
+    %v123 = "stablehlo.reshape"(%t119) : (tensor<1xf32>) -> tensor<f32>
+    %v124 = "stablehlo.broadcast_in_dim"(%v123) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<121930xf32>
+    %v125 = "stablehlo.multiply"(%v112, %v124) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v126 = "stablehlo.divide"(%v125, %v122) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v127 = "stablehlo.subtract"(%arg1, %v126) : (tensor<121930xf32>, tensor<121930xf32>) -> tensor<121930xf32>
+    %v128 = "stablehlo.reshape"(%v46) : (tensor<f32>) -> tensor<1xf32>
+    "func.return"(%v127, %v102, %v118, %v112, %v46) : (tensor<121930xf32>, tensor<121930xf32>, tensor<121930xf32>, tensor<121930xf32>, tensor<f32>) -> ()
   }
 }
