@@ -252,8 +252,9 @@ END_TEST
 
 /* A plain NHWC input whose channels fill the activation block (the output of a
  * BatchNormalization, as in every ResNet block): the forward keeps it plain and writes a plain
- * output, so neither it nor the plain op after it reorders an activation; the values match the
- * reference, with bias and ReLU or without, stride 1 or 2, and no forward is reference code. */
+ * output where oneDNN has a JIT kernel for it (AVX-512; on AVX2 the blocked one), so neither it nor
+ * the plain op after it reorders an activation; the values match the reference, with bias and ReLU
+ * or without, stride 1 or 2, and no forward is reference code. */
 START_TEST(test_a_plain_input_gives_a_plain_output) {
     const fwd_case cases[] = {{2, 10, 9, 16, 32, 3, 3, 1, 1, DIST_LAYOUT_PLAIN, 1, 1},
                               {3, 8, 8, 32, 16, 3, 3, 2, 2, DIST_LAYOUT_PLAIN, 0, 0},
@@ -276,8 +277,12 @@ START_TEST(test_a_plain_input_gives_a_plain_output) {
         ty.layout = DIST_LAYOUT_NCHW16C; /* the forward sets it */
         dist_conv2d_desc d = {.stride_h = k->sh, .stride_w = k->sw};
         ck_assert_int_eq(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, NULL, &ty), DIST_OK);
-        ck_assert_msg(ty.layout == DIST_LAYOUT_PLAIN, "case %zu: output layout %d, plain expected",
-                      c, (int)ty.layout);
+        /* oneDNN 2.6's JIT NHWC convolution (brgconv) is AVX-512's: with 8-channel blocks
+         * (AVX2) a shape whose plain output has only reference code keeps the blocked one */
+        int plain = ty.layout == DIST_LAYOUT_PLAIN;
+        ck_assert_msg(plain ||
+                          (cpu_dnnl_activation_block() == 8 && ty.layout == DIST_LAYOUT_NCHW8C),
+                      "case %zu: output layout %d, plain expected", c, (int)ty.layout);
         free(x);
         free(w);
         free(y);
