@@ -43,8 +43,9 @@ static void *step(void *arg) {
     dist_tensor *src[2] = {w, b}, *grads[2] = {gw, gb};
     ck_assert_msg(dist_tape_gradient(t, loss, 2, src, grads) == DIST_OK, "%s", dist_last_error());
     dist_tape_destroy(t);
-    dist_tensor_destroy(x), dist_tensor_destroy(w), dist_tensor_destroy(b);
-    dist_tensor_destroy(gw), dist_tensor_destroy(gb);
+    dist_backend_free_tensor(be, x), dist_backend_free_tensor(be, w),
+        dist_backend_free_tensor(be, b);
+    dist_backend_free_tensor(be, gw), dist_backend_free_tensor(be, gb);
     return NULL;
 }
 

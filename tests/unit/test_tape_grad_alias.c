@@ -66,8 +66,9 @@ static void grads(dist_backend *be, int variant, float *gw, float *gb) {
     memcpy(gw, tgw->data, sizeof(float) * IN * OUT);
     memcpy(gb, tgb->data, sizeof(float) * OUT);
     dist_tape_destroy(t);
-    dist_tensor_destroy(x), dist_tensor_destroy(w), dist_tensor_destroy(b);
-    dist_tensor_destroy(tgw), dist_tensor_destroy(tgb);
+    dist_backend_free_tensor(be, x), dist_backend_free_tensor(be, w),
+        dist_backend_free_tensor(be, b);
+    dist_backend_free_tensor(be, tgw), dist_backend_free_tensor(be, tgb);
 }
 
 START_TEST(test_reshape_gradients_equal_the_network_without_them) {
