@@ -122,11 +122,15 @@ def keras_reference(json_path, weights_path, x, y, floatx, from_logits):
         keras.config.set_floatx("float32")
 
 
-def keras_file_check(saver, work, head, json_path, wpath, x_path, y_path, model, x):
+def keras_file_check(saver, work, head, json_path, wpath, x_path, y_path, model, x,
+                     shape=(N, H, W, C)):
+    """libdist's .keras file of the model (no training steps; the driver's N x H x W x C inputs)
+    opens in Keras and predicts the original model's outputs (also keras_layers.py's)."""
+    n, h, w, c = shape
     out = os.path.join(work, f"{head}_saved")
     os.makedirs(out, exist_ok=True)
-    r = subprocess.run([saver, json_path, wpath, x_path, y_path, str(N), str(H), str(W), str(C),
-                        "0", str(N), out], capture_output=True, text=True)
+    r = subprocess.run([saver, json_path, wpath, x_path, y_path, str(n), str(h), str(w), str(c),
+                        "0", str(n), out], capture_output=True, text=True)
     if r.returncode != 0:
         print(f"FAIL {head}: writing the .keras file ({r.returncode}): {r.stderr.strip()}")
         return False

@@ -54,6 +54,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+import keras_graph_layers  # noqa: E402
 
 N, H, W, C, K = 32, 12, 12, 3, 4
 TOL = 1e-5     # against float64 Keras
@@ -145,24 +146,6 @@ def keras_reference(json_path, weights_path, x, y, floatx):
         keras.config.set_floatx("float32")
 
 
-def keras_file_check(saver, work, name, json_path, wpath, x_path, y_path, model, x):
-    """libdist's .keras file of the model (no training steps) opens in Keras with its outputs."""
-    out = os.path.join(work, f"{name}_saved")
-    os.makedirs(out, exist_ok=True)
-    r = subprocess.run([saver, json_path, wpath, x_path, y_path, str(N), str(H), str(W), str(C),
-                        "0", str(N), out], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"FAIL {name}: writing the .keras file ({r.returncode}): {r.stderr.strip()}")
-        return False
-    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
-    e = rel(loaded(x, training=False).numpy().astype(np.float64),
-            model(x, training=False).numpy().astype(np.float64))
-    ok = e <= TOL
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: libdist's .keras file, loaded by Keras, predicts "
-          f"the original model's outputs within {e:.2e} (bound {TOL:g})")
-    return ok
-
-
 def main():
     driver, work = sys.argv[1], sys.argv[2]
     saver = sys.argv[3] if len(sys.argv) > 3 else None
@@ -236,8 +219,8 @@ def main():
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
         if saver and tf_keras_builder:
-            failures += not keras_file_check(saver, work, name, json_path, wpath, x_path, y_path,
-                                             model, x)
+            failures += not keras_graph_layers.keras_file_check(
+                saver, work, name, json_path, wpath, x_path, y_path, model, x, (N, H, W, C))
     sys.exit(1 if failures else 0)
 
 
