@@ -653,6 +653,13 @@ static dist_status cast_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (g->is_const && !narrows(DIST_F32, from)) return grad_add_const(t, x, g->value);
     dist_tensor *dy, *dx;
     DIST_TRY(output_grad(t, n, g, &dy));
+    /* The gradient of a float32 value's cast (a variable's or the input's autocast) is dy
+     * itself: handed over without a copy where the tape can alias it. */
+    if (!narrows(DIST_F32, from) && !g->is_source && dy->layout == DIST_LAYOUT_PLAIN) {
+        int aliased = 0;
+        DIST_TRY(grad_alias(t, x, dy, &aliased));
+        if (aliased) return DIST_OK;
+    }
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = dy->layout;
     DIST_TRY(tape_round(t, dy, narrows(DIST_F32, from) ? from : DIST_F32, dx));

@@ -1,4 +1,4 @@
-/* A reshape's or flatten's gradient handed to its input without a copy (grad_alias in
+/* A reshape's, flatten's or float32 cast's gradient handed to its input without a copy (grad_alias in
  * autodiff/tape.c): the input's gradient is the output gradient's memory read with the input's
  * shape. Checked where it applies and where it must not: an input whose other consumer's
  * gradient arrives later (added into that memory), one whose other gradient arrived first (a
@@ -18,7 +18,8 @@ enum { N = 8, IN = 6, OUT = 12 };
  * (the reshapes' gradient arrives first: aliased, then gelu's adds into it); 2: the reshapes
  * recorded before gelu (gelu's gradient arrives first: the reshape copies); 3: the kernel
  * reshaped twice before the dense layer (a watched variable: its caller's buffer); 4: h as
- * [N, 3, 4, 1] flattened back. loss = mean(z * z). */
+ * [N, 3, 4, 1] flattened back; 5: the kernel autocast (float32 to float32: the cast whose
+ * gradient is dy itself) and z = gelu(h) + cast(h) with gelu recorded first. loss = mean(z * z). */
 static void grads(dist_backend *be, int variant, float *gw, float *gb) {
     dist_tape *t = NULL;
     ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
@@ -43,11 +44,17 @@ static void grads(dist_backend *be, int variant, float *gw, float *gb) {
         ck_assert_int_eq(dist_op_reshape(t, w, 3, s1, &k1), DIST_OK);
         ck_assert_int_eq(dist_op_reshape(t, k1, 2, s2, &k2), DIST_OK);
         kernel = k2;
+    } else if (variant == 5) {
+        dist_tensor *k1;
+        ck_assert_int_eq(dist_op_cast(t, w, DIST_F32, DIST_F32, &k1), DIST_OK);
+        kernel = k1;
     }
     dist_tensor *h, *g = NULL, *r = NULL, *z, *zz, *loss;
     ck_assert_int_eq(dist_op_dense(t, x, kernel, b, DIST_ACT_NONE, &h), DIST_OK);
     int64_t s3[3] = {N, 3, 4}, s4[4] = {N, 3, 4, 1}, s2[2] = {N, OUT};
-    if (variant == 1 || variant == 4) ck_assert_int_eq(dist_op_gelu(t, h, 0, &g), DIST_OK);
+    if (variant == 1 || variant == 4 || variant == 5)
+        ck_assert_int_eq(dist_op_gelu(t, h, 0, &g), DIST_OK);
+    if (variant == 5) ck_assert_int_eq(dist_op_cast(t, h, DIST_F32, DIST_F32, &r), DIST_OK);
     if (variant == 1 || variant == 2) {
         dist_tensor *r1;
         ck_assert_int_eq(dist_op_reshape(t, h, 3, s3, &r1), DIST_OK);
@@ -78,7 +85,7 @@ START_TEST(test_reshape_gradients_equal_the_network_without_them) {
     double norm = 0;
     for (int i = 0; i < IN * OUT; i++) norm += fabs(rw[i]);
     ck_assert_msg(norm > 1e-3, "the reference gradient is ~0 (%g): the test would not see", norm);
-    for (int v = 1; v <= 4; v++) {
+    for (int v = 1; v <= 5; v++) {
         float gw[IN * OUT], gb[OUT];
         grads(be, v, gw, gb);
         for (int i = 0; i < IN * OUT; i++)
