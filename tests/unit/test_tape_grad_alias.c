@@ -1,5 +1,5 @@
-/* A reshape's, flatten's or float32 cast's gradient handed to its input without a copy (grad_alias in
- * autodiff/tape.c): the input's gradient is the output gradient's memory read with the input's
+/* A reshape's, flatten's or float32 cast's gradient handed to its input without a copy (grad_alias
+ * in autodiff/tape.c): the input's gradient is the output gradient's memory read with the input's
  * shape. Checked where it applies and where it must not: an input whose other consumer's
  * gradient arrives later (added into that memory), one whose other gradient arrived first (a
  * copy then), a watched variable reshaped directly (its gradient is the caller's buffer), a
