@@ -490,6 +490,33 @@ static dist_status report_final(dist_tape *t, int count, dist_tensor *const *sou
     return DIST_OK;
 }
 
+/* A source read by one node only, one that passes its gradient on unchanged (a variable's
+ * autocast under a mixed policy), with the same layout as that node's output: the output's
+ * gradient is the source's, so the layers write it into the caller's buffer and the copy
+ * from the output's gradient to the source's goes. Not for an output that is itself a source
+ * or the target. */
+static void forward_to_sources(dist_tape *t, int tid, int count, dist_tensor *const *sources) {
+    for (int i = 0; i < count; i++) {
+        int id = tensor_id(t, sources[i]);
+        if (id < 0 || id == tid) continue;
+        tape_node *reader = NULL;
+        int readers = 0;
+        for (int j = 0; j < t->nnodes && readers < 2; j++)
+            for (int k = 0; k < 3; k++)
+                if (tensor_id(t, t->nodes[j].in[k]) == id) readers++, reader = &t->nodes[j];
+        if (readers != 1 || !reader->passes_grad || reader->in[0] != sources[i]) continue;
+        int oid = tensor_id(t, reader->out);
+        if (oid < 0 || oid == tid || reader->out->layout != sources[i]->layout ||
+            dist_tensor_numel(reader->out) != dist_tensor_numel(sources[i]))
+            continue;
+        grad_entry *go = &t->grads[oid];
+        if (go->is_source || go->present) continue;
+        go->t = t->grads[id].t;
+        go->is_source = 1;
+        go->forwarded = 1;
+    }
+}
+
 static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_tensor *seed,
                          int count, dist_tensor *const *sources, dist_tensor *const *grads,
                          int follow) {
@@ -505,6 +532,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
         g->t = grads[i];
         g->is_source = 1;
     }
+    forward_to_sources(t, tid, count, sources);
     int early = 0, next = 0;
     if (follow) DIST_TRY(plan_finishing(t, count, sources, &early));
     int swept = tid >= 0 && t->requires_grad[tid];

@@ -22,6 +22,9 @@ struct tape_node {
     /* Precision the gradients this node produces are stored at (grad_end rounds them):
      * DIST_F32 = as computed; DIST_F16 / DIST_BF16 under mixed precision. */
     dist_dtype round;
+    /* The input's gradient is the output's unchanged (a float32 value's cast): a source read
+     * by this node alone gets its gradient written straight into the caller's buffer. */
+    unsigned char passes_grad;
     dist_tensor *out;
     const dist_tensor *in[3];
     const dist_tensor *saved[2];
@@ -52,6 +55,9 @@ struct grad_entry {
     /* The ReLU mask of the op that produced the tensor is already in t (a max pool applied it
      * to its smaller output gradient), so that op skips its own ReLU backward. */
     unsigned char relu_applied;
+    /* t is the caller's buffer of the source that this entry's tensor passes its gradient to
+     * (forward_to_sources in tape.c): a node with passes_grad has nothing to copy. */
+    unsigned char forwarded;
 };
 
 #define TAPE_BLOCK 256

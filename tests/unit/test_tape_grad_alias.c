@@ -19,7 +19,9 @@ enum { N = 8, IN = 6, OUT = 12 };
  * recorded before gelu (gelu's gradient arrives first: the reshape copies); 3: the kernel
  * reshaped twice before the dense layer (a watched variable: its caller's buffer); 4: h as
  * [N, 3, 4, 1] flattened back; 5: the kernel autocast (float32 to float32: the cast whose
- * gradient is dy itself) and z = gelu(h) + cast(h) with gelu recorded first. loss = mean(z * z). */
+ * gradient is dy itself: written straight into the caller's buffer) and z = gelu(h) + cast(h) with
+ * gelu recorded first; 6: as 5 with a second, unused cast of the kernel (two readers: the
+ * gradient is copied). loss = mean(z * z). */
 static void grads(dist_backend *be, int variant, float *gw, float *gb) {
     dist_tape *t = NULL;
     ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
@@ -44,17 +46,19 @@ static void grads(dist_backend *be, int variant, float *gw, float *gb) {
         ck_assert_int_eq(dist_op_reshape(t, w, 3, s1, &k1), DIST_OK);
         ck_assert_int_eq(dist_op_reshape(t, k1, 2, s2, &k2), DIST_OK);
         kernel = k2;
-    } else if (variant == 5) {
-        dist_tensor *k1;
+    } else if (variant == 5 || variant == 6) {
+        dist_tensor *k1, *unused;
         ck_assert_int_eq(dist_op_cast(t, w, DIST_F32, DIST_F32, &k1), DIST_OK);
+        if (variant == 6)
+            ck_assert_int_eq(dist_op_cast(t, w, DIST_F32, DIST_F32, &unused), DIST_OK);
         kernel = k1;
     }
     dist_tensor *h, *g = NULL, *r = NULL, *z, *zz, *loss;
     ck_assert_int_eq(dist_op_dense(t, x, kernel, b, DIST_ACT_NONE, &h), DIST_OK);
     int64_t s3[3] = {N, 3, 4}, s4[4] = {N, 3, 4, 1}, s2[2] = {N, OUT};
-    if (variant == 1 || variant == 4 || variant == 5)
+    if (variant == 1 || variant == 4 || variant >= 5)
         ck_assert_int_eq(dist_op_gelu(t, h, 0, &g), DIST_OK);
-    if (variant == 5) ck_assert_int_eq(dist_op_cast(t, h, DIST_F32, DIST_F32, &r), DIST_OK);
+    if (variant >= 5) ck_assert_int_eq(dist_op_cast(t, h, DIST_F32, DIST_F32, &r), DIST_OK);
     if (variant == 1 || variant == 2) {
         dist_tensor *r1;
         ck_assert_int_eq(dist_op_reshape(t, h, 3, s3, &r1), DIST_OK);
@@ -85,7 +89,7 @@ START_TEST(test_reshape_gradients_equal_the_network_without_them) {
     double norm = 0;
     for (int i = 0; i < IN * OUT; i++) norm += fabs(rw[i]);
     ck_assert_msg(norm > 1e-3, "the reference gradient is ~0 (%g): the test would not see", norm);
-    for (int v = 1; v <= 5; v++) {
+    for (int v = 1; v <= 6; v++) {
         float gw[IN * OUT], gb[OUT];
         grads(be, v, gw, gb);
         for (int i = 0; i < IN * OUT; i++)
