@@ -13,7 +13,9 @@ model libdist refuses gets its refusal message in the table instead of a number.
 
   bench/bench_models.py --build build --rounds 3 --out /tmp/zoo_table.md
   options: --models seed_cnn,resnet20,mlp,transformer --tf-python PY --torch-python PY
-           --steps resnet20=3,mlp=30,...  --mixed-precision (libdist's mixed_bfloat16 rows too)
+           --steps resnet20=3,mlp=30,...  --mixed-precision (mixed_bfloat16 rows of libdist
+           and of TF Keras fit too: each mixed row's "vs TF" is against TF's own row of its
+           policy, so a CPU where bfloat16 does not pay shows it for both)
 """
 import argparse
 import json
@@ -51,6 +53,10 @@ def machine():
                  if f.startswith(("avx512", "amx", "avx2", "fma")))
     cpus = re.search(r"^CPU\(s\):\s*(\d+)", out, re.M)
     return (name.group(1).strip() if name else "?"), " ".join(isa), (cpus.group(1) if cpus else "?")
+
+
+def tf_row(policy):
+    return "TF Keras fit" if policy == "float32" else f"TF Keras fit {policy}"
 
 
 def main():
@@ -109,11 +115,15 @@ def main():
                     if rc not in (0, 3):
                         print(f"bench_models {m} {cfgs} failed: {err.strip()[-400:]}",
                               file=sys.stderr)
-                rc, out, err = sh([args.tf_python, os.path.join(HERE, "zoo_keras_fit.py"),
-                                   "--model", m, "--threads", str(t), "--steps", str(n)])
-                add((m, t, "TF Keras fit"), json_median(out) if rc == 0 else None)
-                if rc != 0:
-                    print(f"TF {m} {t}: {err.strip()[-300:]}", file=sys.stderr)
+                for pol in policies:
+                    cmd = [args.tf_python, os.path.join(HERE, "zoo_keras_fit.py"), "--model", m,
+                           "--threads", str(t), "--steps", str(n)]
+                    if pol != "float32":
+                        cmd += ["--mixed-precision", "bf16"]
+                    rc, out, err = sh(cmd)
+                    add((m, t, tf_row(pol)), json_median(out) if rc == 0 else None)
+                    if rc != 0:
+                        print(f"TF {m} {t} {pol}: {err.strip()[-300:]}", file=sys.stderr)
                 rc, out, err = sh([args.torch_python, os.path.join(HERE, "zoo_torch.py"),
                                    "--model", m, "--threads", str(t), "--steps", str(n),
                                    "--warmup", "2"])
@@ -136,12 +146,12 @@ def main():
     for m in models:
         fl, batch = flops.get(m, (0.0, 0))
         for t in (1, 2):
-            tf_med = statistics.median(res[(m, t, "TF Keras fit")]) \
-                if res.get((m, t, "TF Keras fit")) else None
+            tf_meds = {pol: statistics.median(res[(m, t, tf_row(pol))])
+                       for pol in policies if res.get((m, t, tf_row(pol)))}
             pt_med = statistics.median(res[(m, t, "PyTorch")]) \
                 if res.get((m, t, "PyTorch")) else None
             rows = [k for k in res if k[0] == m and k[1] == t and k[2].startswith("libdist")]
-            rows += [(m, t, "TF Keras fit"), (m, t, "PyTorch")]
+            rows += [(m, t, tf_row(pol)) for pol in policies] + [(m, t, "PyTorch")]
             if m in refused:
                 lines.append(f"| {m} ({batch}) | {t} | libdist | refused: `{refused[m]}` | | | | "
                              f"| |")
@@ -150,7 +160,14 @@ def main():
                 if not v:
                     continue
                 med = statistics.median(v)
-                vs_tf = f"{med / tf_med:.2f}x" if tf_med and k[2].startswith("libdist") else ""
+                pol = next((q for q in policies if k[2].endswith(q)), "float32")
+                tf_med = tf_meds.get(pol)
+                if k[2].startswith("libdist"):
+                    vs_tf = f"{med / tf_med:.2f}x" if tf_med else ""
+                elif pol != "float32" and tf_meds.get("float32"):
+                    vs_tf = f"{med / tf_meds['float32']:.2f}x (TF float32)"
+                else:
+                    vs_tf = ""
                 vs_pt = f"{med / pt_med:.2f}x" if pt_med and k[2].startswith("libdist") else ""
                 rate = med * fl * 1e-9
                 pct = f"{100 * rate / (peak_g * t):.1f}%" if peak_g else ""
