@@ -456,6 +456,7 @@ dist_status dist_op_reshape(dist_tape *t, const dist_tensor *x, int ndim, const 
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, reshape_backward, 1, in, &n));
+    if (n) n->passes_grad = 1;
     *y = out;
     return DIST_OK;
 }

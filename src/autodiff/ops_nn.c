@@ -651,16 +651,6 @@ static dist_status cast_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (!tape_requires_grad(t, x)) return DIST_OK;
     dist_dtype from = n->p.from;
     if (g->is_const && !narrows(DIST_F32, from)) return grad_add_const(t, x, g->value);
-    if (g->forwarded) {
-        /* the layers wrote it into the source's buffer (forward_to_sources) */
-        grad_entry *gx = &t->grads[x->node];
-        g->forwarded = 0;
-        g->is_source = 0;
-        if (g->is_const) return grad_add_const(t, x, g->value);
-        gx->present = 1;
-        gx->is_const = 0;
-        return DIST_OK;
-    }
     dist_tensor *dy, *dx;
     DIST_TRY(output_grad(t, n, g, &dy));
     /* The gradient of a float32 value's cast (a variable's or the input's autocast) is dy
@@ -752,6 +742,7 @@ dist_status dist_op_flatten(dist_tape *t, const dist_tensor *x, dist_tensor **y)
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, flatten_backward, 1, in, &n));
+    if (n) n->passes_grad = 1;
     *y = out;
     return DIST_OK;
 }

@@ -374,13 +374,20 @@ dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *sr
     int id = tensor_id(t, x);
     if (id < 0 || !t->requires_grad[id]) return DIST_OK;
     grad_entry *g = &t->grads[id];
-    if (g->present || g->is_source || t->cur_round != DIST_F32 || x->layout != DIST_LAYOUT_PLAIN ||
+    if (t->cur_round != DIST_F32 || x->layout != DIST_LAYOUT_PLAIN ||
         src->layout != DIST_LAYOUT_PLAIN || src->dtype != x->dtype ||
         dist_tensor_numel(src) != dist_tensor_numel(x))
         return DIST_OK;
+    if (g->is_source && !(g->present && !g->is_const)) return DIST_OK;
     dist_tensor *a;
     DIST_TRY(tape_new_alias(t, x, src->data, x->ndim, x->shape, &a));
     a->layout = DIST_LAYOUT_PLAIN;
+    if (g->present) {
+        /* added into the gradient already there, read in place (no copy first) */
+        DIST_TRY(grad_fold(t, x, a));
+        *done = 1;
+        return DIST_OK;
+    }
     g->t = a;
     g->present = 1;
     g->is_const = 0;
@@ -495,7 +502,8 @@ static dist_status report_final(dist_tape *t, int count, dist_tensor *const *sou
  * gradient is the source's, so the layers write it into the caller's buffer and the copy
  * from the output's gradient to the source's goes. Not for an output that is itself a source
  * or the target. */
-static void forward_to_sources(dist_tape *t, int tid, int count, dist_tensor *const *sources) {
+static dist_status forward_to_sources(dist_tape *t, int tid, int count,
+                                      dist_tensor *const *sources) {
     for (int i = 0; i < count; i++) {
         int id = tensor_id(t, sources[i]);
         if (id < 0 || id == tid) continue;
@@ -509,12 +517,32 @@ static void forward_to_sources(dist_tape *t, int tid, int count, dist_tensor *co
         if (oid < 0 || oid == tid || reader->out->layout != sources[i]->layout ||
             dist_tensor_numel(reader->out) != dist_tensor_numel(sources[i]))
             continue;
-        grad_entry *go = &t->grads[oid];
-        if (go->is_source || go->present) continue;
-        go->t = t->grads[id].t;
+        if (t->grads[oid].is_source || t->grads[oid].present) continue;
+        /* the caller's buffer read with the output's shape (a caller's buffer need only
+         * hold the source's element count) */
+        dist_tensor *view;
+        DIST_TRY(tape_new_alias(t, reader->out, t->grads[id].t->data, reader->out->ndim,
+                                reader->out->shape, &view));
+        grad_entry *go = &t->grads[oid]; /* after the alias: the table may have grown */
+        go->t = view;
         go->is_source = 1;
         go->forwarded = 1;
     }
+    return DIST_OK;
+}
+
+/* A forwarded node's output gradient is already in its source's buffer: the source has it. */
+static dist_status hand_to_source(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0];
+    g->forwarded = 0;
+    g->is_source = 0;
+    if (g->is_const) return grad_add_const(t, x, g->value);
+    grad_entry *gx = &t->grads[x->node];
+    gx->t->layout = g->t->layout;
+    gx->present = 1;
+    gx->is_const = 0;
+    gx->relu_applied = 0;
+    return DIST_OK;
 }
 
 static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_tensor *seed,
@@ -532,7 +560,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
         g->t = grads[i];
         g->is_source = 1;
     }
-    forward_to_sources(t, tid, count, sources);
+    DIST_TRY(forward_to_sources(t, tid, count, sources));
     int early = 0, next = 0;
     if (follow) DIST_TRY(plan_finishing(t, count, sources, &early));
     int swept = tid >= 0 && t->requires_grad[tid];
@@ -560,7 +588,9 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
             tape_node *n = &t->nodes[i];
             grad_entry *g = &t->grads[n->out->node];
             if (t->profiling) tape_profile_add(n, n->name, 0, n->profile_fwd);
-            if (g->present) {
+            if (g->present && g->forwarded) {
+                DIST_TRY(hand_to_source(t, n, g));
+            } else if (g->present) {
                 t->cur_round = n->round;
                 double t0 = t->profiling ? tape_profile_now() : 0;
                 dist_status st = n->backward(t, n, g);

@@ -22,8 +22,10 @@ struct tape_node {
     /* Precision the gradients this node produces are stored at (grad_end rounds them):
      * DIST_F32 = as computed; DIST_F16 / DIST_BF16 under mixed precision. */
     dist_dtype round;
-    /* The input's gradient is the output's unchanged (a float32 value's cast): a source read
-     * by this node alone gets its gradient written straight into the caller's buffer. */
+    /* The input's gradient is the output's unchanged, element for element (a float32
+     * value's cast, a reshape, a flatten): a source read by this node alone, with the
+     * output's layout, gets its gradient written straight into the caller's buffer (the
+     * sweep then skips the node's backward). */
     unsigned char passes_grad;
     dist_tensor *out;
     const dist_tensor *in[3];
@@ -56,7 +58,7 @@ struct grad_entry {
      * to its smaller output gradient), so that op skips its own ReLU backward. */
     unsigned char relu_applied;
     /* t is the caller's buffer of the source that this entry's tensor passes its gradient to
-     * (forward_to_sources in tape.c): a node with passes_grad has nothing to copy. */
+     * (forward_to_sources in tape.c): its node's backward is skipped. */
     unsigned char forwarded;
 };
 

@@ -2,10 +2,10 @@
  * in autodiff/tape.c): the input's gradient is the output gradient's memory read with the input's
  * shape. Checked where it applies and where it must not: an input whose other consumer's
  * gradient arrives later (added into that memory), one whose other gradient arrived first (a
- * copy then), a watched variable reshaped directly (its gradient is the caller's buffer), a
- * chain of reshapes, and a flatten of a 4-D tensor. Each gradient of the variables equals the
- * same network's without the reshapes (they move no value), within float32 rounding of a sum
- * of two terms. */
+ * sum read in place then), a watched variable reshaped directly (its gradient is the caller's
+ * buffer), a chain of reshapes, and a flatten of a 4-D tensor. Each gradient of the variables
+ * equals the same network's without the reshapes (they move no value), within float32 rounding of a
+ * sum of two terms. */
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -16,9 +16,9 @@ enum { N = 8, IN = 6, OUT = 12 };
 
 /* variant 0: z = gelu(h) + h; 1: z = gelu(h) + reshape(reshape(h)) with gelu recorded first
  * (the reshapes' gradient arrives first: aliased, then gelu's adds into it); 2: the reshapes
- * recorded before gelu (gelu's gradient arrives first: the reshape copies); 3: the kernel
- * reshaped twice before the dense layer (a watched variable: its caller's buffer); 4: h as
- * [N, 3, 4, 1] flattened back; 5: the kernel autocast (float32 to float32: the cast whose
+ * recorded before gelu (gelu's gradient arrives first: the reshape adds its view of dy into it); 3:
+ * the kernel reshaped twice before the dense layer (a watched variable: its caller's buffer); 4: h
+ * as [N, 3, 4, 1] flattened back; 5: the kernel autocast (float32 to float32: the cast whose
  * gradient is dy itself: written straight into the caller's buffer) and z = gelu(h) + cast(h) with
  * gelu recorded first; 6: as 5 with a second, unused cast of the kernel (two readers: the
  * gradient is copied). loss = mean(z * z). */
