@@ -273,6 +273,21 @@ DIST_API dist_status dist_op_matmul(dist_tape *tape, const dist_tensor *a, const
 DIST_API dist_status dist_op_batch_matmul(dist_tape *tape, const dist_tensor *a,
                                           const dist_tensor *b, int transpose_a, int transpose_b,
                                           dist_tensor **y);
+/* dist_op_batch_matmul with operands that keep their heads inside the matrix, as attention's
+ * projections leave them: flags DIST_MATMUL_TRANSPOSE_A / _B as above, and
+ * DIST_MATMUL_A_HEADS_INSIDE / _B_ / _Y_: that tensor is stored [.., R, H, C] for the
+ * [.., H, R, C] the product reads (its axes -3 and -2 swapped; rank >= 4 with a batch axis
+ * before the heads, or 3), e.g. q and k as [batch, time, heads, dim] for scores
+ * [batch, heads, time, time], with no transpose before or after. */
+enum {
+    DIST_MATMUL_TRANSPOSE_A = 1,
+    DIST_MATMUL_TRANSPOSE_B = 2,
+    DIST_MATMUL_A_HEADS_INSIDE = 4,
+    DIST_MATMUL_B_HEADS_INSIDE = 8,
+    DIST_MATMUL_Y_HEADS_INSIDE = 16
+};
+DIST_API dist_status dist_op_batch_matmul_flags(dist_tape *tape, const dist_tensor *a,
+                                                const dist_tensor *b, int flags, dist_tensor **y);
 /* tf.nn.embedding_lookup: rows of table [V, D] (float32) by ids (int32, any shape of rank up
  * to DIST_MAX_DIMS - 1): y has ids' shape + [D]. An id outside [0, V) gives a row of zeros
  * (TensorFlow on a GPU; on a CPU TensorFlow fails: check ids on the host where that matters).

@@ -13,7 +13,9 @@
  * (the flags of the product that gives each, its operands in the order written) */
 static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *a = n->in[0], *b = n->in[1], *dy;
-    const int ta = n->p.m.kind & 1, tb = n->p.m.kind >> 1 & 1;
+    const int f = n->p.m.kind, ta = f & 1, tb = f >> 1 & 1, tr = f & 3;
+    /* where each tensor keeps its heads (bits 2, 3, 4 of the forward: a, b, y) */
+    const int ia = f >> 2 & 1, ib = f >> 3 & 1, iy = f >> 4 & 1;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
     const dist_tensor *pa, *pb;
     DIST_TRY(tape_plain_of(t, a, &pa));
@@ -23,7 +25,9 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
     DIST_TRY(tape_plain_grad_begin(t, a, &h, &d));
     if (d) {
         static const int flags[4] = {2, 2, 0, 3};
-        dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags[n->p.m.kind], 2, 1);
+        const int in0 = ta ? ib : iy, in1 = ta ? iy : ib;
+        dist_op op =
+            tape_op(DIST_OPC_BATCH_MATMUL, flags[tr] | in0 << 2 | in1 << 3 | ia << 4, 2, 1);
         const dist_tensor *in[2] = {ta ? pb : dy, ta ? dy : pb};
         DIST_TRY(tape_run_op(t, &op, in, &d));
         DIST_TRY(tape_plain_grad_end(t, a, &h));
@@ -31,7 +35,9 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
     DIST_TRY(tape_plain_grad_begin(t, b, &h, &d));
     if (d) {
         static const int flags[4] = {1, 0, 1, 3};
-        dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags[n->p.m.kind], 2, 1);
+        const int in0 = tb ? iy : ia, in1 = tb ? ia : iy;
+        dist_op op =
+            tape_op(DIST_OPC_BATCH_MATMUL, flags[tr] | in0 << 2 | in1 << 3 | ib << 4, 2, 1);
         const dist_tensor *in[2] = {tb ? dy : pa, tb ? pa : dy};
         DIST_TRY(tape_run_op(t, &op, in, &d));
         DIST_TRY(tape_plain_grad_end(t, b, &h));
@@ -39,39 +45,59 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
     return DIST_OK;
 }
 
-dist_status dist_op_batch_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
-                                 int transpose_a, int transpose_b, dist_tensor **y) {
+/* x's shape as the product reads it: axes -3 and -2 swapped when its heads are inside */
+static void read_shape(const dist_tensor *x, int inside, int64_t *s) {
+    for (int d = 0; d < x->ndim; d++) s[d] = x->shape[d];
+    if (inside) s[x->ndim - 3] = x->shape[x->ndim - 2], s[x->ndim - 2] = x->shape[x->ndim - 3];
+}
+
+dist_status dist_op_batch_matmul_flags(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
+                                       int flags, dist_tensor **y) {
     DIST_CHECK_ARG(t && a && b && y, "dist_op_batch_matmul: NULL argument");
+    DIST_CHECK_ARG(flags >= 0 && flags <= 31, "batch_matmul: flags %d are not DIST_MATMUL_* bits",
+                   flags);
     DIST_TRY(tape_check_f32(a, "batch_matmul"));
     DIST_TRY(tape_check_f32(b, "batch_matmul"));
-    const int r = a->ndim, ta = transpose_a != 0, tb = transpose_b != 0;
+    const int r = a->ndim, ta = flags & 1, tb = flags >> 1 & 1;
+    const int ia = flags >> 2 & 1, ib = flags >> 3 & 1, iy = flags >> 4 & 1;
     DIST_CHECK_ARG(r >= 3 && b->ndim == r,
                    "batch_matmul: a and b must have one rank >= 3 (have %d and %d)", a->ndim,
                    b->ndim);
-    int64_t shape[DIST_MAX_DIMS];
+    int64_t as[DIST_MAX_DIMS], bs[DIST_MAX_DIMS], shape[DIST_MAX_DIMS];
+    read_shape(a, ia, as);
+    read_shape(b, ib, bs);
     for (int d = 0; d < r - 2; d++) {
-        DIST_CHECK_ARG(a->shape[d] == b->shape[d],
-                       "batch_matmul: batch axis %d is %lld in a and %lld in b", d,
-                       (long long)a->shape[d], (long long)b->shape[d]);
-        shape[d] = a->shape[d];
+        DIST_CHECK_ARG(as[d] == bs[d], "batch_matmul: batch axis %d is %lld in a and %lld in b", d,
+                       (long long)as[d], (long long)bs[d]);
+        shape[d] = as[d];
     }
-    const int64_t k = a->shape[r - 1 - ta], kb = b->shape[r - 2 + tb];
+    const int64_t k = as[r - 1 - ta], kb = bs[r - 2 + tb];
     DIST_CHECK_ARG(k == kb, "batch_matmul: inner extents %lld and %lld differ", (long long)k,
                    (long long)kb);
-    shape[r - 2] = a->shape[r - 2 + ta];
-    shape[r - 1] = b->shape[r - 1 - tb];
+    shape[r - 2] = as[r - 2 + ta];
+    shape[r - 1] = bs[r - 1 - tb];
+    if (iy) { /* stored [.., M, H, N] */
+        const int64_t heads = shape[r - 3];
+        shape[r - 3] = shape[r - 2];
+        shape[r - 2] = heads;
+    }
     const dist_tensor *pa, *pb;
     DIST_TRY(tape_plain_of(t, a, &pa));
     DIST_TRY(tape_plain_of(t, b, &pb));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, r, shape, &out));
-    dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, ta | tb << 1, 2, 1);
+    dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags, 2, 1);
     const dist_tensor *in[2] = {pa, pb};
     DIST_TRY(tape_run_op(t, &op, in, &out));
     const dist_tensor *rec[2] = {a, b};
     tape_node *n;
     DIST_TRY(tape_record(t, out, batch_matmul_backward, 2, rec, &n));
-    if (n) n->p.m.kind = ta | tb << 1;
+    if (n) n->p.m.kind = flags;
     *y = out;
     return DIST_OK;
+}
+
+dist_status dist_op_batch_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
+                                 int transpose_a, int transpose_b, dist_tensor **y) {
+    return dist_op_batch_matmul_flags(t, a, b, (transpose_a != 0) | (transpose_b != 0) << 1, y);
 }

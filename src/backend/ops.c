@@ -116,3 +116,68 @@ dist_status dist_backend_run_op(dist_backend *be, const dist_op *op, const dist_
     /* a backend's run_op refuses what its supports_op does, naming the slot or the dtype */
     return be->iface->run_op(be->ctx, op, in, out);
 }
+
+/* ---- BATCH_MATMUL's geometry ---- */
+
+/* x's shape as the product reads it (axes r - 3 and r - 2 swapped when its heads are inside)
+ * and, per axis of that shape, its stride in x's row-major storage. */
+static void bmm_logical(const dist_tensor *x, int inside, int64_t *shape, int64_t *stride) {
+    const int r = x->ndim;
+    int64_t st[DIST_MAX_DIMS], s = 1;
+    for (int d = r - 1; d >= 0; d--) st[d] = s, s *= x->shape[d];
+    for (int d = 0; d < r; d++) shape[d] = x->shape[d], stride[d] = st[d];
+    if (inside) {
+        shape[r - 3] = x->shape[r - 2], stride[r - 3] = st[r - 2];
+        shape[r - 2] = x->shape[r - 3], stride[r - 2] = st[r - 3];
+    }
+}
+
+dist_status dist_op_bmm_geometry(const dist_op *op, const dist_tensor *a, const dist_tensor *b,
+                                 const dist_tensor *c, dist_bmm_geometry *g) {
+    const int r = a->ndim, f = op->k;
+    if (f < 0 || f > DIST_BMM_FLAGS)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: k holds five flag bits, got %d",
+                          dist_op_name(op), f);
+    if (r < 2 || b->ndim != r || c->ndim != r)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: a, b and c must have one rank >= 2 (have %d, %d, %d)",
+                          dist_op_name(op), a->ndim, b->ndim, c->ndim);
+    if (r < 3 &&
+        (f & (DIST_BMM_A_HEADS_INSIDE | DIST_BMM_B_HEADS_INSIDE | DIST_BMM_C_HEADS_INSIDE)))
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: heads stored inside the matrix need a batch axis (rank %d)",
+                          dist_op_name(op), r);
+    const dist_tensor *t[3] = {a, b, c};
+    int64_t shape[3][DIST_MAX_DIMS], stride[3][DIST_MAX_DIMS];
+    for (int i = 0; i < 3; i++) bmm_logical(t[i], f >> (2 + i) & 1, shape[i], stride[i]);
+    g->outer = 1;
+    for (int d = 0; d < r - 2; d++) {
+        if (shape[1][d] != shape[0][d] || shape[2][d] != shape[0][d])
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: batch axis %d differs (%lld, %lld, %lld)",
+                              dist_op_name(op), d, (long long)shape[0][d], (long long)shape[1][d],
+                              (long long)shape[2][d]);
+        if (d < r - 3) g->outer *= shape[0][d];
+    }
+    g->heads = r >= 3 ? shape[0][r - 3] : 1;
+    const int ta = f & DIST_BMM_TRANSPOSE_A ? 1 : 0, tb = f & DIST_BMM_TRANSPOSE_B ? 1 : 0;
+    g->m = shape[0][r - 2 + ta];
+    g->k = shape[0][r - 1 - ta];
+    const int64_t kb = shape[1][r - 2 + tb];
+    g->n = shape[1][r - 1 - tb];
+    if (kb != g->k || shape[2][r - 2] != g->m || shape[2][r - 1] != g->n)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: [%lld x %lld] @ [%lld x %lld] -> [%lld x %lld] do not agree",
+                          dist_op_name(op), (long long)g->m, (long long)g->k, (long long)kb,
+                          (long long)g->n, (long long)shape[2][r - 2], (long long)shape[2][r - 1]);
+    const int trans[3] = {ta, tb, 0};
+    for (int i = 0; i < 3; i++) {
+        int64_t *s = g->stride[i];
+        const int64_t numel = dist_tensor_numel(t[i]);
+        /* the outer axes precede the heads and the matrix in storage, flattened */
+        s[0] = g->outer > 0 ? numel / g->outer : 0;
+        s[1] = r >= 3 ? stride[i][r - 3] : numel;
+        s[2] = stride[i][r - 2 + trans[i]];
+        s[3] = stride[i][r - 1 - trans[i]];
+    }
+    return DIST_OK;
+}

@@ -185,7 +185,11 @@ typedef enum dist_opcode {
      * [.., K, M] (transposed), else [.., M, K]; bit 1: b is stored [.., N, K], else [.., K, N];
      * c is [.., M, N]. Each element is a float32 sum over p = 0 .. K - 1, which a GEMM library
      * (oneDNN on the CPU, cuBLAS, XLA) may block: equal to rounding. Its gradient is
-     * the op itself with other flags (dA = dC op(B)^T, dB = op(A)^T dC). */
+     * the op itself with other flags (dA = dC op(B)^T, dB = op(A)^T dC).
+     * Bits 2, 3, 4 (DIST_BMM_*_HEADS_INSIDE): a, b, c stored with their last batch axis
+     * inside the matrix, [.., R, H, C] for the [.., H, R, C] the product reads (rank >= 3):
+     * attention's [batch, time, heads, dim] taken as [batch, heads, time, dim] without a
+     * transpose. dist_op_bmm_geometry below reads the flags for every backend. */
     DIST_OPC_BATCH_MATMUL,
 
     DIST_OPC_COUNT
@@ -245,6 +249,29 @@ static inline void dist_op_kept_shape(const dist_tensor *x, int mask, dist_tenso
     for (int d = 0; d < x->ndim; d++)
         if (mask & (1 << d)) kept->shape[d] = 1;
 }
+
+/* BATCH_MATMUL's flags (dist_op.k) */
+enum {
+    DIST_BMM_TRANSPOSE_A = 1,
+    DIST_BMM_TRANSPOSE_B = 2,
+    DIST_BMM_A_HEADS_INSIDE = 4,
+    DIST_BMM_B_HEADS_INSIDE = 8,
+    DIST_BMM_C_HEADS_INSIDE = 16,
+    DIST_BMM_FLAGS = 31
+};
+
+/* BATCH_MATMUL's operands as matrices in memory: a as [outer, heads, m, k], b as
+ * [outer, heads, k, n] and c as [outer, heads, m, n] (op(a), op(b) and c as the product reads
+ * them), each axis with its stride in elements (stride[0] a, [1] b, [2] c; [.][0] outer,
+ * [.][1] heads, [.][2] rows, [.][3] columns). heads is the last batch axis (1 for rank 2),
+ * outer the product of the others. For the rank and shape checks every backend makes. */
+typedef struct dist_bmm_geometry {
+    int64_t outer, heads, m, k, n;
+    int64_t stride[3][4];
+} dist_bmm_geometry;
+
+dist_status dist_op_bmm_geometry(const dist_op *op, const dist_tensor *a, const dist_tensor *b,
+                                 const dist_tensor *c, dist_bmm_geometry *g);
 
 /* The op's name for messages ("exp", "reduce_max", "batch_norm", ...). */
 const char *dist_op_name(const dist_op *op);

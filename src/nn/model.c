@@ -1387,27 +1387,29 @@ static dist_status mha_dense(dist_tape *tape, const dist_tensor *x, int64_t in_c
  * scores); softmax over the keys of q k^T; the heads' weighted values projected back to D. */
 static dist_status call_attention(dist_tape *tape, const model_layer *l, const dist_tensor *x,
                                   const dist_tensor *const *vars, dist_tensor **out) {
-    static const int heads_first[4] = {0, 2, 1, 3}; /* [B, T, H, d] <-> [B, H, T, d] */
     const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2], h = l->heads;
     const int *mv = l->mha_vars;
     dist_tensor *qkv[3];
     for (int p = 0; p < 3; p++) {
         const int64_t dim = p < 2 ? l->key_dim : l->value_dim;
         int64_t s[4] = {b, t, h, dim};
-        dist_tensor *y;
-        DIST_TRY(mha_dense(tape, x, d, vars[mv[2 * p]], mv[2 * p + 1] >= 0 ? vars[mv[2 * p + 1]] : NULL,
-                           4, s, &y));
-        DIST_TRY(dist_op_transpose(tape, y, heads_first, &qkv[p]));
+        DIST_TRY(mha_dense(tape, x, d, vars[mv[2 * p]],
+                           mv[2 * p + 1] >= 0 ? vars[mv[2 * p + 1]] : NULL, 4, s, &qkv[p]));
     }
-    dist_tensor *q, *scores, *probs, *ctx, *ctx_t;
+    /* q, k, v stay [B, T, H, d]: the products read them as [B, H, T, d] (heads inside), and
+     * the weighted values come out [B, T, H, d] for the output projection: no transposes */
+    dist_tensor *q, *scores, *probs, *ctx;
     DIST_TRY(dist_op_scale(tape, qkv[0], (float)(1.0 / sqrt((double)l->key_dim)), &q));
-    DIST_TRY(dist_op_batch_matmul(tape, q, qkv[1], 0, 1, &scores));
+    DIST_TRY(dist_op_batch_matmul_flags(tape, q, qkv[1],
+                                        DIST_MATMUL_TRANSPOSE_B | DIST_MATMUL_A_HEADS_INSIDE |
+                                            DIST_MATMUL_B_HEADS_INSIDE,
+                                        &scores));
     DIST_TRY(dist_op_softmax(tape, scores, &probs));
-    DIST_TRY(dist_op_batch_matmul(tape, probs, qkv[2], 0, 0, &ctx));
-    DIST_TRY(dist_op_transpose(tape, ctx, heads_first, &ctx_t));
+    DIST_TRY(dist_op_batch_matmul_flags(
+        tape, probs, qkv[2], DIST_MATMUL_B_HEADS_INSIDE | DIST_MATMUL_Y_HEADS_INSIDE, &ctx));
     int64_t s[3] = {b, t, d};
-    return mha_dense(tape, ctx_t, h * l->value_dim, vars[mv[6]], mv[7] >= 0 ? vars[mv[7]] : NULL,
-                     3, s, out);
+    return mha_dense(tape, ctx, h * l->value_dim, vars[mv[6]], mv[7] >= 0 ? vars[mv[7]] : NULL, 3,
+                     s, out);
 }
 
 /* Add, Subtract, Multiply and Average of the layer's inputs (Keras folds left to right). */

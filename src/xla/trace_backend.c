@@ -1853,31 +1853,46 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         return write_opt(t, out[0], v);
     case DIST_OPC_BATCH_MATMUL: { /* dot_general with the batch flattened to one axis */
         const dist_tensor *a = in[0], *b = in[1], *c = out[0];
-        const int r = a->ndim, ta = op->k & 1, tb = op->k >> 1 & 1;
-        if (op->k < 0 || op->k > 3 || r < 2 || b->ndim != r || c->ndim != r)
-            return dist_error(DIST_INVALID_ARGUMENT,
-                              "%s: a, b and c of one rank >= 2 and k in 0..3 expected",
-                              dist_op_name(op));
-        int64_t nb = 1;
-        for (int i = 0; i < r - 2; i++) {
-            if (b->shape[i] != a->shape[i] || c->shape[i] != a->shape[i])
-                return dist_error(DIST_INVALID_ARGUMENT, "%s: batch axis %d differs",
-                                  dist_op_name(op), i);
-            nb *= a->shape[i];
-        }
-        const int64_t m = a->shape[r - 2 + ta], k = a->shape[r - 1 - ta];
-        const int64_t n = b->shape[r - 1 - tb];
-        if (b->shape[r - 2 + tb] != k || c->shape[r - 2] != m || c->shape[r - 1] != n)
-            return dist_error(DIST_INVALID_ARGUMENT, "%s: the matrices' shapes do not agree",
-                              dist_op_name(op));
-        xshape as = {3, {nb, a->shape[r - 2], a->shape[r - 1]}};
-        xshape bs = {3, {nb, b->shape[r - 2], b->shape[r - 1]}};
-        xshape cs = {3, {nb, m, n}};
+        dist_bmm_geometry geo;
+        DIST_TRY(dist_op_bmm_geometry(op, a, b, c, &geo));
+        const int r = a->ndim, ta = op->k & DIST_BMM_TRANSPOSE_A ? 1 : 0,
+                  tb = op->k & DIST_BMM_TRANSPOSE_B ? 1 : 0;
+        const int64_t nb = geo.outer * geo.heads;
+        /* an operand with its heads inside the matrix is read through a transpose of its axes
+         * r - 3 and r - 2 (XLA folds it into the product) */
         int ab[2];
-        DIST_TRY(reshape_to(t, x[0], &as, &ab[0]));
-        DIST_TRY(reshape_to(t, x[1], &bs, &ab[1]));
+        for (int i = 0; i < 2; i++) {
+            const dist_tensor *x_i = in[i];
+            int v_i = x[i];
+            xshape st = tensor_shape(x_i);
+            if (op->k >> (2 + i) & 1) {
+                xshape ls = st;
+                ls.dims[r - 3] = st.dims[r - 2];
+                ls.dims[r - 2] = st.dims[r - 3];
+                int src = v_i;
+                DIST_TRY(node_of(t, XG_TRANSPOSE, DIST_F32, &ls, 1, &src, 0, &v_i));
+                for (int d = 0; d < r; d++) t->g->nodes[v_i].a.perm[d] = d;
+                t->g->nodes[v_i].a.perm[r - 3] = r - 2;
+                t->g->nodes[v_i].a.perm[r - 2] = r - 3;
+                st = ls;
+            }
+            xshape fs = {3, {nb, st.dims[r - 2], st.dims[r - 1]}};
+            DIST_TRY(reshape_to(t, v_i, &fs, &ab[i]));
+        }
+        xshape cs = {3, {nb, geo.m, geo.n}};
         DIST_TRY(node_of(t, XG_BATCH_MATMUL, DIST_F32, &cs, 2, ab, ta, &v));
         t->g->nodes[v].i[1] = tb;
+        if (op->k & DIST_BMM_C_HEADS_INSIDE) { /* [.., H, M, N] to c's [.., M, H, N] */
+            xshape ls = tensor_shape(c), ss = ls;
+            ls.dims[r - 3] = ss.dims[r - 2];
+            ls.dims[r - 2] = ss.dims[r - 3];
+            int prod;
+            DIST_TRY(reshape_to(t, v, &ls, &prod));
+            DIST_TRY(node_of(t, XG_TRANSPOSE, DIST_F32, &ss, 1, &prod, 0, &v));
+            for (int d = 0; d < r; d++) t->g->nodes[v].a.perm[d] = d;
+            t->g->nodes[v].a.perm[r - 3] = r - 2;
+            t->g->nodes[v].a.perm[r - 2] = r - 3;
+        }
         return write_opt(t, out[0], v);
     }
     case DIST_OPC_GATHER:

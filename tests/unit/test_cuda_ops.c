@@ -484,15 +484,17 @@ START_TEST(test_loss_scale_ops_match_cpu) {
 }
 END_TEST
 
-/* Attention's shapes: [2, 4] batches of [16, 8] @ [8, 16] (scores) with every transpose flag,
- * on cuBLAS's strided-batched GEMM against the CPU's loop */
+/* Attention's shapes: [2, 4] batches of [16, 8] @ [8, 16] (scores) with every transpose flag
+ * and every operand stored with its heads inside ([2, 16, 4, 8] read as [2, 4, 16, 8]), on
+ * cuBLAS's strided-batched GEMM against the CPU's oneDNN product */
 START_TEST(test_batch_matmul_matches_cpu) {
-    for (int k = 0; k < 4; k++) {
-        const int ta = k & 1, tb = k >> 1;
+    for (int k = 0; k < 32; k++) {
+        const int ta = k & 1, tb = k >> 1 & 1, ia = k >> 2 & 1, ib = k >> 3 & 1, ic = k >> 4 & 1;
+        const int64_t ar = ta ? 8 : 16, ac = ta ? 16 : 8, br = tb ? 16 : 8, bc = tb ? 8 : 16;
         dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = k, .nin = 2, .nout = 1};
-        spec in[2] = {{4, {2, 4, ta ? 8 : 16, ta ? 16 : 8}, -1, 1, NULL, 0},
-                      {4, {2, 4, tb ? 16 : 8, tb ? 8 : 16}, -1, 1, NULL, 0}};
-        spec y = {4, {2, 4, 16, 16}, 0, 0, NULL, 0};
+        spec in[2] = {{4, {2, ia ? ar : 4, ia ? 4 : ar, ac}, -1, 1, NULL, 0},
+                      {4, {2, ib ? br : 4, ib ? 4 : br, bc}, -1, 1, NULL, 0}};
+        spec y = {4, {2, ic ? 16 : 4, ic ? 4 : 16, 16}, 0, 0, NULL, 0};
         check_op("batch_matmul", &op, in, &y);
     }
 }

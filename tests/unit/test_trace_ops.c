@@ -697,17 +697,29 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
     case DIST_OPC_BATCH_MATMUL: { /* c[b] = op(a[b]) op(b[b]), in double */
         const hval *a = &in[0], *b = &in[1];
         const int r = a->ndim, ta = op->k & 1, tb = op->k >> 1 & 1;
-        int64_t m = out[0].dims[r - 2], nn = out[0].dims[r - 1], k = a->dims[r - 1 - ta];
-        int64_t nb = hnumel(&out[0]) / (m * nn);
-        for (int64_t bi = 0; bi < nb; bi++)
-            for (int64_t i = 0; i < m; i++)
-                for (int64_t j = 0; j < nn; j++) {
-                    double s = 0;
-                    for (int64_t p = 0; p < k; p++)
-                        s += (double)a->data[bi * m * k + (ta ? p * m + i : i * k + p)] *
-                             b->data[bi * k * nn + (tb ? j * k + p : p * nn + j)];
-                    out[0].data[(bi * m + i) * nn + j] = (float)s;
-                }
+        /* bits 2-4: a, b, c stored [.., R, H, C] for the [.., H, R, C] read (heads inside) */
+        const int ia = op->k >> 2 & 1, ib = op->k >> 3 & 1, ic = op->k >> 4 & 1;
+        const int64_t hn = r >= 3 ? (ia ? a->dims[r - 2] : a->dims[r - 3]) : 1;
+        int64_t m = ic ? out[0].dims[r - 3] : out[0].dims[r - 2], nn = out[0].dims[r - 1];
+        int64_t k = a->dims[r - 1 - ta];
+        if (ta) k = ia ? a->dims[r - 3] : a->dims[r - 2];
+        int64_t nb = hnumel(&out[0]) / (m * nn), no = nb / hn;
+#define BMM_AT(inside, rows, cols, o, h, i, j)                                                     \
+    ((inside) ? (((o) * (rows) + (i)) * hn + (h)) * (cols) + (j)                                   \
+              : (((o)*hn + (h)) * (rows) + (i)) * (cols) + (j))
+        for (int64_t o = 0; o < no; o++)
+            for (int64_t h = 0; h < hn; h++)
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < nn; j++) {
+                        double s = 0;
+                        for (int64_t p = 0; p < k; p++)
+                            s += (double)a->data[ta ? BMM_AT(ia, k, m, o, h, p, i)
+                                                    : BMM_AT(ia, m, k, o, h, i, p)] *
+                                 b->data[tb ? BMM_AT(ib, nn, k, o, h, j, p)
+                                            : BMM_AT(ib, k, nn, o, h, p, j)];
+                        out[0].data[BMM_AT(ic, m, nn, o, h, i, j)] = (float)s;
+                    }
+#undef BMM_AT
         return;
     }
     case DIST_OPC_GATHER_GRAD: { /* dy's rows added in the ids' order */
@@ -1031,6 +1043,25 @@ START_TEST(test_batch_matmul_with_every_transpose_matches) {
         snprintf(name, sizeof name, "batch_matmul, transposes a %d b %d", ta, tb);
         check_op(name, &(dist_op){.code = DIST_OPC_BATCH_MATMUL, .k = k, .nin = 2, .nout = 1},
                  in, &c);
+        hfree(&a), hfree(&b), hfree(&c);
+    }
+}
+END_TEST
+
+/* Attention's layout: [2, 4, 3, 5] tensors read as [2, 3, 4, 5] (heads inside), with every
+ * combination of the five flags: transposes around the product in the program */
+START_TEST(test_batch_matmul_with_heads_inside_matches) {
+    enum { B = 2, H = 3, M = 4, K = 5, N = 2 };
+    for (int f = 0; f < 32; f++) {
+        const int ta = f & 1, tb = f >> 1 & 1, ia = f >> 2 & 1, ib = f >> 3 & 1, ic = f >> 4 & 1;
+        const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+        hval a = hrand(4, (int64_t[]){B, ia ? ar : H, ia ? H : ar, ac}, 300 + f, -1, 1);
+        hval b = hrand(4, (int64_t[]){B, ib ? br : H, ib ? H : br, bc}, 400 + f, -1, 1);
+        hval in[2] = {a, b}, c = hnew(4, (int64_t[]){B, ic ? M : H, ic ? H : M, N});
+        char name[64];
+        snprintf(name, sizeof name, "batch_matmul, flags %d", f);
+        check_op(name, &(dist_op){.code = DIST_OPC_BATCH_MATMUL, .k = f, .nin = 2, .nout = 1}, in,
+                 &c);
         hfree(&a), hfree(&b), hfree(&c);
     }
 }
@@ -1559,6 +1590,7 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_loss_scale_ops_match);
         tcase_add_test(run, test_gather_and_its_scatter_add_gradient_match);
         tcase_add_test(run, test_batch_matmul_with_every_transpose_matches);
+        tcase_add_test(run, test_batch_matmul_with_heads_inside_matches);
         tcase_add_test(run, test_grouped_and_dilated_convolutions_match_the_cpu);
         tcase_add_test(run, test_dropout_mask_has_the_hash_bits_and_each_replica_its_own);
         tcase_add_test(run, test_dropout_counter_is_a_runtime_input_of_each_of_k_steps);

@@ -1,9 +1,10 @@
 /* The op set's batched matrix product on the CPU (backend/ops.h, DIST_OPC_BATCH_MATMUL): the
  * attention scores and their weighted values, [batch, M, K] @ [batch, K, N].
  *
- * One oneDNN matmul primitive over the flattened batch: the batch axes of a, b and c are
- * contiguous, so [.., M, K] is a 3-D [batch, M, K] memory, and a transposed operand is the
- * same memory with swapped strides (oneDNN's "acb"), not a copy. Its kernels block the sum
+ * One oneDNN matmul primitive over the batch read as [outer, heads, rows, cols] with each
+ * operand's own strides (dist_op_bmm_geometry): a transposed operand, or attention's
+ * [batch, time, heads, dim] read as [batch, heads, time, dim], is the same memory with other
+ * strides, not a copy. Its kernels block the sum
  * over K, which ops.h allows (equal to rounding). The plain loops this replaces held a third
  * of the Transformer's training step (bench/RESULTS.md). A plain copy of a transposed operand
  * before the product was slower than the strided read, so there is none.
@@ -20,12 +21,8 @@
 
 #define CPU_BMM_CACHE 16
 
-typedef struct bmm_dims {
-    int64_t batch, m, k, n;
-} bmm_dims;
-
 typedef struct bmm_key {
-    bmm_dims d;
+    dist_bmm_geometry d; /* the shapes and strides, which the flags decide */
     int flags, threads;
 } bmm_key;
 
@@ -59,51 +56,24 @@ void cpu_bmm_cache_destroy(cpu_ctx *c) {
     c->bmm = NULL;
 }
 
-static dist_status bmm_shapes(const dist_op *op, const dist_tensor *a, const dist_tensor *b,
-                              const dist_tensor *c, bmm_dims *d) {
-    const int r = a->ndim;
-    if (r < 2 || b->ndim != r || c->ndim != r)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "%s: a, b and c must have one rank >= 2 (have %d, %d, %d)",
-                          dist_op_name(op), a->ndim, b->ndim, c->ndim);
-    d->batch = 1;
-    for (int i = 0; i < r - 2; i++) {
-        if (b->shape[i] != a->shape[i] || c->shape[i] != a->shape[i])
-            return dist_error(DIST_INVALID_ARGUMENT, "%s: batch axis %d differs (%lld, %lld, %lld)",
-                              dist_op_name(op), i, (long long)a->shape[i], (long long)b->shape[i],
-                              (long long)c->shape[i]);
-        d->batch *= a->shape[i];
-    }
-    const int ta = op->k & 1, tb = op->k >> 1 & 1;
-    d->m = a->shape[r - 2 + ta];
-    d->k = a->shape[r - 1 - ta];
-    const int64_t kb = b->shape[r - 2 + tb];
-    d->n = b->shape[r - 1 - tb];
-    if (kb != d->k || c->shape[r - 2] != d->m || c->shape[r - 1] != d->n)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "%s: [%lld x %lld] @ [%lld x %lld] -> [%lld x %lld] do not agree",
-                          dist_op_name(op), (long long)d->m, (long long)d->k, (long long)kb,
-                          (long long)d->n, (long long)c->shape[r - 2], (long long)c->shape[r - 1]);
-    return DIST_OK;
-}
-
-/* [batch, rows, cols] as a float32 memory descriptor; stored transposed ([batch, cols, rows]
- * in memory) when trans. */
-static dist_status bmm_md(int64_t batch, int64_t rows, int64_t cols, int trans,
+/* One operand as a 4-D [outer, heads, rows, cols] float32 memory descriptor with the strides of
+ * its storage (dist_op_bmm_geometry): a transposed operand or one with its heads inside the
+ * matrix is the same memory read with other strides, not a copy. */
+static dist_status bmm_md(const dist_bmm_geometry *g, int which, int64_t rows, int64_t cols,
                           dnnl_memory_desc_t *md) {
-    dnnl_dims_t dims = {batch, rows, cols};
-    dnnl_dims_t strides = {rows * cols, trans ? 1 : cols, trans ? rows : 1};
-    return cpu_dnnl_check(dnnl_memory_desc_init_by_strides(md, 3, dims, dnnl_f32, strides),
+    dnnl_dims_t dims = {g->outer, g->heads, rows, cols};
+    dnnl_dims_t strides;
+    for (int i = 0; i < 4; i++) strides[i] = g->stride[which][i];
+    return cpu_dnnl_check(dnnl_memory_desc_init_by_strides(md, 4, dims, dnnl_f32, strides),
                           "batch_matmul memory descriptor");
 }
 
 static dist_status entry_build(cpu_ctx *c, bmm_entry *e) {
-    const bmm_dims *d = &e->key.d;
-    const int ta = e->key.flags & 1, tb = e->key.flags >> 1 & 1;
+    const dist_bmm_geometry *d = &e->key.d;
     dnnl_memory_desc_t amd, bmd, cmd;
-    DIST_TRY(bmm_md(d->batch, d->m, d->k, ta, &amd));
-    DIST_TRY(bmm_md(d->batch, d->k, d->n, tb, &bmd));
-    DIST_TRY(bmm_md(d->batch, d->m, d->n, 0, &cmd));
+    DIST_TRY(bmm_md(d, 0, d->m, d->k, &amd));
+    DIST_TRY(bmm_md(d, 1, d->k, d->n, &bmd));
+    DIST_TRY(bmm_md(d, 2, d->m, d->n, &cmd));
     dnnl_matmul_desc_t desc;
     DIST_TRY(cpu_dnnl_check(dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd),
                             "batch_matmul descriptor"));
@@ -188,17 +158,14 @@ static dist_status bmm_entry_for(cpu_ctx *c, const bmm_key *key, bmm_entry **out
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                 dist_tensor *const *out) {
     cpu_ctx *cc = ctx;
-    if (op->k < 0 || op->k > 3)
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: k holds two transpose bits, got %d",
-                          dist_op_name(op), op->k);
     bmm_key key;
     memset(&key, 0, sizeof key); /* the padding too: keys compare with memcmp */
-    DIST_TRY(bmm_shapes(op, in[0], in[1], out[0], &key.d));
+    DIST_TRY(dist_op_bmm_geometry(op, in[0], in[1], out[0], &key.d));
     out[0]->layout = DIST_LAYOUT_PLAIN;
-    const bmm_dims *d = &key.d;
-    if (d->batch == 0 || d->m == 0 || d->n == 0) return DIST_OK;
-    if (d->k == 0) { /* empty sums */
-        memset(out[0]->data, 0, (size_t)(d->batch * d->m * d->n) * sizeof(float));
+    const dist_bmm_geometry *d = &key.d;
+    if (d->outer == 0 || d->heads == 0 || d->m == 0 || d->n == 0) return DIST_OK;
+    if (d->k == 0) { /* empty sums: c holds only the product's elements, in any order */
+        memset(out[0]->data, 0, (size_t)(d->outer * d->heads * d->m * d->n) * sizeof(float));
         return DIST_OK;
     }
     key.flags = op->k;

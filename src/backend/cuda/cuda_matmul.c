@@ -123,50 +123,57 @@ static dist_status run_bgemm(void *device, const void *args) {
     return DIST_OK;
 }
 
+/* A row-major matrix [rows, cols] with strides (sr, sc) as cuBLAS's column-major operand of
+ * its transpose [cols, rows]: N with ld = sr where the columns are contiguous, else T with
+ * ld = sc (the rows contiguous: a transposed operand). */
+static void bgemm_operand(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int *op, int *ld) {
+    if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
+        *op = CUBLAS_OP_N;
+        *ld = (int)sr;
+    } else {
+        *op = CUBLAS_OP_T;
+        *ld = (int)(sc > (rows > 1 ? rows : 1) ? sc : (rows > 1 ? rows : 1));
+    }
+}
+
 dist_status cuda_batch_matmul_op(void *ctx, const dist_op *op, const dist_tensor *a,
                                  const dist_tensor *b, dist_tensor *cm) {
     cuda_ctx *c = ctx;
-    const int r = a->ndim, ta = op->k & 1, tb = op->k >> 1 & 1;
-    if (op->k < 0 || op->k > 3 || r < 2 || b->ndim != r || cm->ndim != r)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "batch_matmul: a, b and c of one rank >= 2 and k in 0..3 expected");
-    int64_t batch = 1;
-    for (int i = 0; i < r - 2; i++) {
-        if (b->shape[i] != a->shape[i] || cm->shape[i] != a->shape[i])
-            return dist_error(DIST_INVALID_ARGUMENT, "batch_matmul: batch axis %d differs", i);
-        batch *= a->shape[i];
-    }
-    const int64_t m = a->shape[r - 2 + ta], k = a->shape[r - 1 - ta];
-    const int64_t kb = b->shape[r - 2 + tb], n = b->shape[r - 1 - tb];
-    if (kb != k || cm->shape[r - 2] != m || cm->shape[r - 1] != n)
-        return dist_error(DIST_INVALID_ARGUMENT,
-                          "batch_matmul: [%lld x %lld] @ [%lld x %lld] -> [%lld x %lld] do not "
-                          "agree",
-                          (long long)m, (long long)k, (long long)kb, (long long)n,
-                          (long long)cm->shape[r - 2], (long long)cm->shape[r - 1]);
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || batch > INT_MAX)
+    dist_bmm_geometry geo;
+    DIST_TRY(dist_op_bmm_geometry(op, a, b, cm, &geo));
+    const int64_t(*st)[4] = geo.stride;
+    int64_t big = geo.m > geo.n ? geo.m : geo.n;
+    if (geo.k > big) big = geo.k;
+    if (big > INT_MAX || geo.heads * geo.outer > INT_MAX || st[0][2] > INT_MAX ||
+        st[0][3] > INT_MAX || st[1][2] > INT_MAX || st[1][3] > INT_MAX || st[2][2] > INT_MAX)
         return dist_error(DIST_UNSUPPORTED, "batch_matmul: dimensions beyond cuBLAS's int range");
     cm->layout = DIST_LAYOUT_PLAIN;
-    if (m == 0 || n == 0 || batch == 0) return DIST_OK;
+    if (geo.m == 0 || geo.n == 0 || geo.heads == 0 || geo.outer == 0) return DIST_OK;
     DIST_TRY(cuda_enter(c));
-    if (k == 0) return cuda_submit_fill(c, cm->data, (size_t)(batch * m * n), 0.0f);
+    if (geo.k == 0)
+        return cuda_submit_fill(c, cm->data, (size_t)(geo.outer * geo.heads * geo.m * geo.n), 0.0f);
     /* row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T (see cuda_matmul) */
     bgemm_args g;
     memset(&g, 0, sizeof g);
-    g.op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    g.op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    g.m = (int)n;
-    g.n = (int)m;
-    g.k = (int)k;
-    g.a = b->data;
-    g.lda = (int)(tb ? k : n);
-    g.sa = (long long)(k * n);
-    g.b = a->data;
-    g.ldb = (int)(ta ? m : k);
-    g.sb = (long long)(m * k);
-    g.c = cm->data;
-    g.ldc = (int)n;
-    g.sc = (long long)(m * n);
-    g.batch = (int)batch;
-    return cuda_submit(c, run_bgemm, &g, sizeof g);
+    bgemm_operand(geo.k, geo.n, st[1][2], st[1][3], &g.op_a, &g.lda);
+    bgemm_operand(geo.m, geo.k, st[0][2], st[0][3], &g.op_b, &g.ldb);
+    g.m = (int)geo.n;
+    g.n = (int)geo.m;
+    g.k = (int)geo.k;
+    g.ldc = (int)st[2][2];
+    g.sa = (long long)st[1][1];
+    g.sb = (long long)st[0][1];
+    g.sc = (long long)st[2][1];
+    /* the outer axes as one batch with the heads where their strides continue the heads' */
+    int merged = 1;
+    for (int i = 0; i < 3; i++) merged &= st[i][0] == geo.heads * st[i][1];
+    const int64_t calls = merged ? 1 : geo.outer;
+    g.batch = (int)(merged ? geo.outer * geo.heads : geo.heads);
+    for (int64_t o = 0; o < calls; o++) {
+        g.a = (const float *)b->data + o * st[1][0];
+        g.b = (const float *)a->data + o * st[0][0];
+        g.c = (float *)cm->data + o * st[2][0];
+        DIST_TRY(cuda_submit(c, run_bgemm, &g, sizeof g));
+    }
+    return DIST_OK;
 }

@@ -69,7 +69,7 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_DROPOUT_MASK: return 1;
     case DIST_OPC_GATHER: s->in_req = 3, s->in_i32 = 2; return 1;
     case DIST_OPC_GATHER_GRAD: s->in_req = 3, s->in_i32 = 1; return 1;
-    case DIST_OPC_BATCH_MATMUL: s->in_req = 3; return op->k >= 0 && op->k <= 3;
+    case DIST_OPC_BATCH_MATMUL: s->in_req = 3; return op->k >= 0 && op->k <= DIST_BMM_FLAGS;
     case DIST_OPC_COUNT: break;
     }
     return 0;
