@@ -2,15 +2,19 @@
  * on given batches, one CPU replica.
  *
  * usage: keras_functional MODEL.json INIT INPUTS.f32 LABELS.i32 N H W C STEPS BATCH OUTDIR
+ *                         [no-keras-file]
  *   INIT: a Keras 3 .weights.h5 (dist_model_load_keras_weights) or a .f32 file of every weight
  *         in the model's order, float32 (dist_model_set_weights: Keras's get_weights() order);
- *   INPUTS.f32: N x H x W x C float32, row-major; LABELS.i32: N int32; step s trains on rows
+ *   INPUTS.f32: N x H x W x C float32, row-major; for a model whose input is int32 token ids
+ *         (an Embedding's: dist_model_input_dtype), N x H int32 ids with W = C = 1, the path
+ *         then ending in .i32; LABELS.i32: N int32; step s trains on rows
  *         s * BATCH .. s * BATCH + BATCH - 1 (STEPS * BATCH <= N);
  *   SGD(learning rate 0.01, momentum 0.9), the mean sparse softmax cross-entropy of the logits
  *   (dist_classifier_train_step), inside a one_device strategy's scope.
  * Writes OUTDIR/losses.txt (one loss per step, %.9g), OUTDIR/final.f32 (every weight after the
  * steps, the model's order), OUTDIR/final.weights.h5 (dist_model_save_keras_weights),
- * OUTDIR/final.keras (dist_model_save_keras: the model as Keras's Functional config) and
+ * OUTDIR/final.keras (dist_model_save_keras: the model as Keras's Functional config; not with
+ * no-keras-file, for a model holding a layer that dist_model_save_keras refuses) and
  * OUTDIR/logits.f32 (the logits of the first BATCH rows in inference after the steps). */
 #include "conf_file.h"
 
@@ -41,23 +45,24 @@ static int ends_with(const char *s, const char *tail) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 12) {
+    if ((argc != 12 && argc != 13) || (argc == 13 && strcmp(argv[12], "no-keras-file") != 0)) {
         fprintf(stderr,
                 "usage: %s MODEL.json INIT INPUTS.f32 LABELS.i32 N H W C STEPS BATCH "
-                "OUTDIR\n",
+                "OUTDIR [no-keras-file]\n",
                 argv[0]);
         return 2;
     }
     const char *dir = argv[11];
     size_t json_len = 0, in_len = 0, lab_len = 0;
     char *json = conf_slurp(argv[1], &json_len);
-    float *inputs = conf_slurp(argv[3], &in_len);
+    void *inputs = conf_slurp(argv[3], &in_len);
     int32_t *labels = conf_slurp(argv[4], &lab_len);
     int64_t n = atoll(argv[5]), xshape[4] = {n, atoll(argv[6]), atoll(argv[7]), atoll(argv[8])};
     int steps = atoi(argv[9]), batch = atoi(argv[10]);
+    /* both element types are 4 bytes: the size check holds for float32 images and int32 ids */
     if (!json || !inputs || !labels || n <= 0 || batch <= 0 || steps < 0 ||
         (int64_t)steps * batch > n || lab_len != (size_t)n * sizeof *labels ||
-        in_len != (size_t)(n * xshape[1] * xshape[2] * xshape[3]) * sizeof *inputs) {
+        in_len != (size_t)(n * xshape[1] * xshape[2] * xshape[3]) * sizeof(float)) {
         fprintf(stderr, "keras_functional: cannot read the model, %lld inputs or labels\n",
                 (long long)n);
         return 1;
@@ -77,6 +82,20 @@ int main(int argc, char **argv) {
     if (dist_strategy_scope_enter(s) || dist_model_from_keras_json(json, 7, &m) ||
         dist_optimizer_create_sgd(&sgd, &opt) || dist_strategy_scope_exit(s))
         return fail("model");
+    /* an int32 input (token ids) is (N, H): the driver's W and C must be 1 */
+    dist_dtype xdtype = dist_model_input_dtype(m);
+    int xrank = 4;
+    if (xdtype == DIST_I32) {
+        if (xshape[2] != 1 || xshape[3] != 1 || !ends_with(argv[3], ".i32")) {
+            fprintf(stderr, "keras_functional: the model reads int32 token ids: give N x H ids "
+                            "in a .i32 file with W = C = 1\n");
+            return 1;
+        }
+        xrank = 2;
+    } else if (ends_with(argv[3], ".i32")) {
+        fprintf(stderr, "keras_functional: %s holds int32 ids, the model reads float32\n", argv[3]);
+        return 1;
+    }
     int64_t np = dist_model_num_params(m);
     if (ends_with(argv[2], ".h5")) {
         if (dist_model_load_keras_weights(m, argv[2])) return fail("loading the weights");
@@ -93,7 +112,7 @@ int main(int argc, char **argv) {
     }
 
     int64_t lshape[1] = {n};
-    dist_tensor parts[2] = {dist_tensor_view(inputs, DIST_F32, 4, xshape),
+    dist_tensor parts[2] = {dist_tensor_view(inputs, xdtype, xrank, xshape),
                             dist_tensor_view(labels, DIST_I32, 1, lshape)};
     dist_tensor *ptrs[2] = {&parts[0], &parts[1]};
     dist_dataset *ds = NULL, *b = NULL;
@@ -129,12 +148,12 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/final.weights.h5", dir);
     if (dist_model_save_keras_weights(m, path)) return fail("saving the weights");
     snprintf(path, sizeof path, "%s/final.keras", dir);
-    if (dist_model_save_keras(m, path)) return fail("saving the .keras file");
+    if (argc == 12 && dist_model_save_keras(m, path)) return fail("saving the .keras file");
 
     /* inference on the first batch (BatchNormalization with its moving statistics) */
     dist_tape *t = NULL;
     int64_t first[4] = {batch, xshape[1], xshape[2], xshape[3]};
-    dist_tensor hx = dist_tensor_view(inputs, DIST_F32, 4, first);
+    dist_tensor hx = dist_tensor_view(inputs, xdtype, xrank, first);
     dist_tensor *x = NULL, *y = NULL;
     if (dist_tape_create(dist_model_backend(m, 0), &t)) return fail("tape");
     dist_tape_set_recording(t, 0);
