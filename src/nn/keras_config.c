@@ -238,11 +238,37 @@ static void embedding_config(cJSON *c, const model_layer *l) {
     cJSON_AddFalseToObject(c, "mask_zero");
 }
 
+/* Keras 3.15's MultiHeadAttention keys but use_gate and sliding_window, which the reader
+ * (keras_json.c) refuses as libdist has neither; Keras's defaults for them, false and None, are
+ * what libdist computes. Self-attention over the steps, no dropout, the output projected back
+ * to the query's features. */
+static void mha_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {"kernel_regularizer",
+                                         "bias_regularizer",
+                                         "activity_regularizer",
+                                         "kernel_constraint",
+                                         "bias_constraint",
+                                         "seed",
+                                         NULL};
+    int axes[1] = {1};
+    cJSON_AddNumberToObject(c, "num_heads", l->heads);
+    cJSON_AddNumberToObject(c, "key_dim", l->key_dim);
+    cJSON_AddNumberToObject(c, "value_dim", l->value_dim);
+    cJSON_AddNumberToObject(c, "dropout", 0.0);
+    cJSON_AddBoolToObject(c, "use_bias", l->use_bias != 0);
+    cJSON_AddNullToObject(c, "output_shape");
+    cJSON_AddItemToObject(c, "attention_axes", cJSON_CreateIntArray(axes, 1));
+    cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
+    cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
+    add_nulls(c, extras);
+}
+
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
 static int has_build_config(layer_kind kind) {
     return model_layer_is_conv(kind) || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
-           kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING;
+           kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING ||
+           kind == LAYER_MHA;
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
@@ -329,14 +355,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         break;
     case LAYER_LAYER_NORM: layer_norm_config(c, l); break;
     case LAYER_EMBEDDING: embedding_config(c, l); break;
-    case LAYER_MHA:
-        /* Keras's call takes query and value as two arguments, which the writer's
-         * one-argument inbound nodes do not say */
-        st = dist_error(DIST_UNSUPPORTED,
-                        "layer '%s' (MultiHeadAttention): dist_model_save_keras does not write "
-                        "this layer (save the weights with dist_model_save_keras_weights)",
-                        l->name);
-        break;
+    case LAYER_MHA: mha_config(c, l); break;
     case LAYER_KIND_COUNT: break;
     }
     if (st != DIST_OK) {
@@ -346,7 +365,15 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     cJSON *o = keras_object("keras.layers", model_layer_class(l->kind), c);
     if (o && has_build_config(l->kind)) {
         cJSON *build = cJSON_AddObjectToObject(o, "build_config");
-        if (build) cJSON_AddItemToObject(build, "input_shape", batch_shape(in_ndim, in_shape));
+        /* MultiHeadAttention builds from its call's shapes: query and value, one tensor here */
+        cJSON *shapes =
+            build && l->kind == LAYER_MHA ? cJSON_AddObjectToObject(build, "shapes_dict") : NULL;
+        if (shapes) {
+            cJSON_AddItemToObject(shapes, "query_shape", batch_shape(in_ndim, in_shape));
+            cJSON_AddItemToObject(shapes, "value_shape", batch_shape(in_ndim, in_shape));
+        } else if (build) {
+            cJSON_AddItemToObject(build, "input_shape", batch_shape(in_ndim, in_shape));
+        }
     }
     if (!o) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     *out = o;
@@ -378,9 +405,12 @@ static cJSON *input_layer(const dist_model *m, const char *name) {
     return keras_object("keras.layers", "InputLayer", c);
 }
 
-/* A model wired as anything but a stack is written as Keras's Functional model. */
+/* A model wired as anything but a stack is written as Keras's Functional model, and so is one
+ * with MultiHeadAttention, which a Sequential cannot call (it takes query and value). */
 static int is_graph(const dist_model *m) {
     if (m->output >= 0 && m->output != m->nlayers - 1) return 1;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == LAYER_MHA) return 1;
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i].ninputs != 1 || m->layers[i].inputs[0] != i - 1) return 1;
     return 0;
@@ -416,7 +446,8 @@ static cJSON *keras_tensor(const dist_model *m, int from, const char *input) {
 }
 
 /* A Functional layer entry: the layer's object with its name and its one inbound node
- * ({"args": [tensor] or [[tensors]], "kwargs": {}}, as Keras 3 writes a merge layer's list). */
+ * ({"args": [tensor] or [[tensors]], "kwargs": {}}, as Keras 3 writes a merge layer's list;
+ * MultiHeadAttention's self-attention: [query, value], the same tensor twice). */
 static dist_status graph_layer(const dist_model *m, int i, const char *input, cJSON **out) {
     const model_layer *l = &m->layers[i];
     cJSON *o = NULL;
@@ -435,8 +466,11 @@ static dist_status graph_layer(const dist_model *m, int i, const char *input, cJ
         cJSON_Delete(o);
         return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     }
-    for (int j = 0; j < l->ninputs; j++)
-        cJSON_AddItemToArray(list, keras_tensor(m, l->inputs[j], input));
+    /* MultiHeadAttention holds the query, value and key it was called with (1 to 3, one
+     * tensor): written as Keras 3 writes self-attention, query and value */
+    int mha = l->kind == LAYER_MHA, n = mha ? 2 : l->ninputs;
+    for (int j = 0; j < n; j++)
+        cJSON_AddItemToArray(list, keras_tensor(m, l->inputs[mha ? 0 : j], input));
     *out = o;
     return DIST_OK;
 }

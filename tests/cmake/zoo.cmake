@@ -2,7 +2,9 @@
 # 20 SGD steps from the same weights and batches (tests/conformance/keras_zoo.py, with the driver
 # of conformance.keras_functional, which reads the Transformer's int32 token ids). The seed CNN
 # is conformance.keras_steps; the Transformer runs at the zoo's full size (sequence 128,
-# vocabulary 20000) at batch 8. Needs the venv fixture of conformance.cmake.
+# vocabulary 20000) at batch 8. Then Keras 3 loads the trained model's .keras
+# (keras.models.load_model; MultiHeadAttention included) and .weights.h5 files that libdist
+# wrote, each giving libdist's logits within 1e-5. Needs the venv fixture of conformance.cmake.
 foreach(zoo_case "resnet20;8" "mlp;32" "transformer;8")
   list(GET zoo_case 0 zoo_model)
   list(GET zoo_case 1 zoo_batch)

@@ -2,7 +2,6 @@
  * on given batches, one CPU replica.
  *
  * usage: keras_functional MODEL.json INIT INPUTS.f32 LABELS.i32 N H W C STEPS BATCH OUTDIR
- *                         [no-keras-file]
  *   INIT: a Keras 3 .weights.h5 (dist_model_load_keras_weights) or a .f32 file of every weight
  *         in the model's order, float32 (dist_model_set_weights: Keras's get_weights() order);
  *   INPUTS.f32: N x H x W x C float32, row-major; for a model whose input is int32 token ids
@@ -13,8 +12,7 @@
  *   (dist_classifier_train_step), inside a one_device strategy's scope.
  * Writes OUTDIR/losses.txt (one loss per step, %.9g), OUTDIR/final.f32 (every weight after the
  * steps, the model's order), OUTDIR/final.weights.h5 (dist_model_save_keras_weights),
- * OUTDIR/final.keras (dist_model_save_keras: the model as Keras's Functional config; not with
- * no-keras-file, for a model holding a layer that dist_model_save_keras refuses) and
+ * OUTDIR/final.keras (dist_model_save_keras: the model as Keras's Functional config) and
  * OUTDIR/logits.f32 (the logits of the first BATCH rows in inference after the steps). */
 #include "conf_file.h"
 
@@ -45,10 +43,10 @@ static int ends_with(const char *s, const char *tail) {
 }
 
 int main(int argc, char **argv) {
-    if ((argc != 12 && argc != 13) || (argc == 13 && strcmp(argv[12], "no-keras-file") != 0)) {
+    if (argc != 12) {
         fprintf(stderr,
                 "usage: %s MODEL.json INIT INPUTS.f32 LABELS.i32 N H W C STEPS BATCH "
-                "OUTDIR [no-keras-file]\n",
+                "OUTDIR\n",
                 argv[0]);
         return 2;
     }
@@ -148,7 +146,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/final.weights.h5", dir);
     if (dist_model_save_keras_weights(m, path)) return fail("saving the weights");
     snprintf(path, sizeof path, "%s/final.keras", dir);
-    if (argc == 12 && dist_model_save_keras(m, path)) return fail("saving the .keras file");
+    if (dist_model_save_keras(m, path)) return fail("saving the .keras file");
 
     /* inference on the first batch (BatchNormalization with its moving statistics) */
     dist_tape *t = NULL;

@@ -19,6 +19,10 @@ rounding grows ~10x per step at these batches, the two Keras implementations 5e-
 steps), libdist is held to the bounds after one step, and over the 20 steps to 5x the two
 references' drift so far (its running maximum).
 
+Then libdist's files of the trained model go into Keras 3: its .keras (dist_model_save_keras,
+MultiHeadAttention included) through keras.models.load_model, and its .weights.h5 into the zoo's
+Keras 3 model; each must give libdist's inference logits on the first batch within 1e-5.
+
 The Transformer is the zoo's at full size (int32 token ids, sequence 128, Embedding 20000 x 128,
 2 encoder blocks of MultiHeadAttention 4 heads x 32, LayerNormalization, GELU; 2 classes): its
 ids are drawn uniformly from the vocabulary and its labels from {0, 1}; the driver reads the ids
@@ -47,6 +51,7 @@ import zoo  # noqa: E402
 LOSS_TOL, WEIGHT_TOL = 1e-5, 2e-4
 CHAOS_FACTOR = 5
 STILL_ABS, MOVED_MIN = 1e-6, 1e-4
+LOGIT_TOL = 1e-5  # conformance.keras_functional's bound for its .keras and .weights.h5 files
 
 
 def build(K, name):
@@ -121,8 +126,6 @@ def compare(tag, names, ours_losses, ours, init, ref_losses, ref, unbounded=()):
 def main():
     driver, work, name, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     steps = int(sys.argv[5]) if len(sys.argv) > 5 else 20
-    global NO_KERAS
-    NO_KERAS = ["no-keras-file"] if name == "transformer" else []
     shape, dtype = zoo.ZOO[name][0], zoo.ZOO[name][1]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -155,7 +158,7 @@ def main():
     out = os.path.join(work, "libdist")
     os.makedirs(out)
     subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w), str(c),
-                    str(steps), str(batch), out] + NO_KERAS, check=True, timeout=1200)
+                    str(steps), str(batch), out], check=True, timeout=1200)
     ours_losses = np.loadtxt(os.path.join(out, "losses.txt"), dtype=np.float64, ndmin=1)
     flat = np.fromfile(os.path.join(out, "final.f32"), dtype=np.float32)
     ours, at = [], 0
@@ -192,7 +195,7 @@ def main():
         one = os.path.join(work, "libdist_one_step")
         os.makedirs(one)
         subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w),
-                        str(c), "1", str(batch), one] + NO_KERAS, check=True, timeout=1200)
+                        str(c), "1", str(batch), one], check=True, timeout=1200)
         one_losses = np.loadtxt(os.path.join(one, "losses.txt"), dtype=np.float64, ndmin=1)
         one_flat = np.fromfile(os.path.join(one, "final.f32"), dtype=np.float32)
         one_w, at = [], 0
@@ -238,6 +241,26 @@ def main():
               f"{CHAOS_FACTOR}x the Keras 3 / tf_keras drift so far (worst step {worst}: "
               f"{ours_err[worst]:.1e} <= {envelope[worst]:.1e})")
         ok = ok and within
+
+    # libdist's files of the trained model in Keras 3: the .keras (its own Functional
+    # config.json, MultiHeadAttention included) through keras.models.load_model, and the
+    # .weights.h5 into the zoo's Keras 3 model; each gives libdist's inference logits on the
+    # first batch (after the steps) within LOGIT_TOL
+    ours_logits = np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)
+    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
+    want = loaded(x[:batch], training=False).numpy()
+    e = rel(ours_logits.reshape(want.shape), want)
+    # a stack (the MLP) is written as a Sequential, a graph as a Functional
+    good = e <= LOGIT_TOL and type(loaded).__name__ in ("Functional", "Sequential")
+    print(f"{'ok  ' if good else 'FAIL'} .keras: keras.models.load_model gives a "
+          f"{type(loaded).__name__} whose logits vs libdist's {e:.1e} (<= {LOGIT_TOL:g})")
+    back = build(keras, name)
+    back.load_weights(os.path.join(out, "final.weights.h5"))
+    want = back(x[:batch], training=False).numpy()
+    e2 = rel(ours_logits.reshape(want.shape), want)
+    print(f"{'ok  ' if e2 <= LOGIT_TOL else 'FAIL'} .weights.h5 into the zoo's Keras 3 model: "
+          f"logits vs libdist's {e2:.1e} (<= {LOGIT_TOL:g})")
+    ok = ok and good and e2 <= LOGIT_TOL
     return 0 if ok else 1
 
 
