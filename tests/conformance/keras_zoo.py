@@ -84,7 +84,8 @@ def compare(tag, names, ours_losses, ours, init, ref_losses, ref, unbounded=()):
     # attention's key bias, whose gradient is zero in exact arithmetic (the softmax over the
     # keys ignores a shift common to every key), moves by rounding alone (~1e-12 here), so a
     # relative error means nothing; libdist's must stay within STILL_ABS of its start too.
-    still = {n for n, r in zip(names, ref) if np.linalg.norm(np.asarray(r, np.float64)) <= STILL_ABS}
+    still = {n for n, r in zip(names, ref)
+             if np.linalg.norm(np.asarray(r, np.float64)) <= STILL_ABS}
     still_bad = [n for n, o, i in zip(names, ours, init)
                  if n in still and np.linalg.norm(np.asarray(o, np.float64) - i) > STILL_ABS]
     bounded = {n: e for n, e in errs.items()

@@ -25,10 +25,10 @@ statistics are then the global batch's, as one_device's; with per-replica statis
 default under MirroredStrategy) two replicas of 4 examples normalize differently from one of 8
 and the loss differs from the first step by design (9e-3 relative here), not by error.
 
-Bounds. The synchronous strategies compute one_device's step: the global batch's mean loss and
-its gradient, all-reduced as the sum of two half-batch gradients. They differ only in float32
-summation order (half-batch sums, GEMM blocking for 4 rows instead of 8, XLA's own kernels and
-fusions under tpu), which training then carries. The losses of steps 0 and 1 (the first update)
+Bounds. The synchronous strategies (and parameter_server with 1 worker) compute one_device's
+step: the global batch's mean loss and its gradient, all-reduced as the sum of two half-batch
+gradients. They differ only in float32 summation order (half-batch sums, GEMM blocking for 4
+rows instead of 8, XLA's own kernels and fusions under tpu), which training then carries. The losses of steps 0 and 1 (the first update)
 must be within STEP_TOL = 1e-4 relative of one_device's (measured: <= 2e-7, tpu 7e-7 on
 ResNet-20); every loss of the run within LOSS_TOL = 1e-3, and every weight after the run within
 WEIGHT_TOL = 1e-3 (||w - w_one_device|| / ||w_one_device||, all weights as one vector): 17x and
@@ -37,11 +37,11 @@ over 8 examples amplify rounding step by step, and one_device against itself wit
 rows reversed, the same mathematics, drifts 5.2e-6 in 8 steps; printed for every model), 300x
 and more for the other models. What the bounds catch: a replica's gradient lost (at 0.001,
 half the learning rate moves ResNet-20's step-1 loss by 3e-4), per-replica instead of
-synchronized batch statistics (9e-3 at step 0). parameter_server with 2 workers is asynchronous (a worker may compute on values a step
-stale, each closure is one worker's batch, applied as it arrives, in an order the scheduler
-picks): its losses cannot equal one_device's, so it is held to training: every loss finite, and
-the mean of its last 3 losses below the mean of its first 3 (the batches cycle, so the model
-fits them).
+synchronized batch statistics (9e-3 at step 0). parameter_server with 2 workers is
+asynchronous (a worker may compute on values a step stale, each closure is one worker's batch,
+applied as it arrives, in an order the scheduler picks): its losses cannot equal one_device's,
+so it is held to training: every loss finite, and the mean of its last 3 losses below the mean
+of its first 3 (the batches cycle, so the model fits them).
 """
 import array
 import json
