@@ -415,6 +415,18 @@ DIST_API dist_status dist_dataset_map(dist_dataset *in, dist_map_fn fn, void *us
  * label int32). A one-tensor input gives a one-tensor output. */
 DIST_API dist_status dist_dataset_map_image_normalize(dist_dataset *in, dist_dataset **out);
 
+/* Token ids for an Embedding: every integer component (uint8, int32, int64; others pass
+ * through unchanged) as int32, as tf.cast(x, tf.int32), e.g. a tf.train.Example's Int64List
+ * of ids and its int64 label. The first component holds the ids: with vocabulary > 0 each must
+ * lie in [0, vocabulary) (dist_model_input_vocabulary; TensorFlow's CPU lookup fails on
+ * others, where the lookup op would give a row of zeros); every other value must fit int32.
+ * A value that does not is an error in dist_iterator_next (DIST_FORMAT naming the value, its
+ * position and the range), never wrapped. Every dimension must be known. Errors now:
+ * DIST_INVALID_ARGUMENT (the first component is not integers; vocabulary outside
+ * [0, 2^31]). */
+DIST_API dist_status dist_dataset_map_token_ids(dist_dataset *in, int64_t vocabulary,
+                                                dist_dataset **out);
+
 /* Keeps the elements for which `pred` sets *keep != 0. */
 typedef dist_status (*dist_filter_fn)(const dist_element *in, int *keep, void *user);
 DIST_API dist_status dist_dataset_filter(dist_dataset *in, dist_filter_fn pred, void *user,

@@ -220,6 +220,11 @@ DIST_API dist_status dist_model_add_multi_head_attention(dist_model *model, int 
  * mixed policy does not cast it. */
 DIST_API dist_status dist_model_set_input_dtype(dist_model *model, dist_dtype dtype);
 DIST_API dist_dtype dist_model_input_dtype(const dist_model *model);
+/* For a model of int32 token ids: the smallest input_dim of the Embedding layers that read
+ * them (every id must lie in [0, it)); 0 for a model of another input. The lookup itself gives
+ * a row of zeros for an id outside (dist_op_embedding_lookup): a host pipeline checks the ids
+ * against this (dist_dataset_map_token_ids), as TensorFlow's CPU lookup fails on them. */
+DIST_API int64_t dist_model_input_vocabulary(const dist_model *model);
 
 /* Creates the variables for inputs of shape [batch, input_shape...] (e.g. {28, 28, 1}):
  * Glorot-uniform kernels and zero biases as Keras, drawn from `seed`. Inside a strategy scope

@@ -511,3 +511,63 @@ fail:
     map_destroy(&it->base);
     return st;
 }
+
+/* ---- built-in: token ids as int32 ---------------------------------------------------------- */
+
+static int is_int(dist_dtype d) { return d == DIST_U8 || d == DIST_I32 || d == DIST_I64; }
+
+static dist_status token_ids_fn(const dist_element *in, dist_element *out, void *user) {
+    const int64_t vocabulary = (int64_t)(intptr_t)user; /* carried in the pointer itself */
+    for (int c = 0; c < in->count; c++) {
+        const dist_tensor *x = in->items[c];
+        dist_tensor *y = out->items[c];
+        const int64_t n = dist_tensor_numel(x);
+        if (!is_int(x->dtype)) {
+            memcpy(y->data, x->data, dist_tensor_bytes(x));
+            continue;
+        }
+        const int64_t lo = c == 0 && vocabulary > 0 ? 0 : INT32_MIN;
+        const int64_t hi = c == 0 && vocabulary > 0 ? vocabulary - 1 : INT32_MAX;
+        int32_t *d = y->data;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = x->dtype == DIST_U8    ? ((const uint8_t *)x->data)[i]
+                        : x->dtype == DIST_I32 ? ((const int32_t *)x->data)[i]
+                                               : ((const int64_t *)x->data)[i];
+            if (v < lo || v > hi) {
+                if (c == 0 && vocabulary > 0)
+                    return dist_error(DIST_FORMAT,
+                                      "map_token_ids: id %lld (position %lld of %lld) is not in "
+                                      "[0, %lld), the Embedding's vocabulary",
+                                      (long long)v, (long long)i, (long long)n,
+                                      (long long)vocabulary);
+                return dist_error(DIST_FORMAT,
+                                  "map_token_ids: component %d holds %lld (value %lld of %lld), "
+                                  "outside int32's range",
+                                  c, (long long)v, (long long)i, (long long)n);
+            }
+            d[i] = (int32_t)v;
+        }
+    }
+    return DIST_OK;
+}
+
+dist_status dist_dataset_map_token_ids(dist_dataset *in, int64_t vocabulary, dist_dataset **out) {
+    DIST_CHECK_ARG(in && out, "map_token_ids: NULL argument");
+    DIST_CHECK_ARG(vocabulary >= 0 && vocabulary <= (int64_t)INT32_MAX + 1,
+                   "map_token_ids: vocabulary %lld is not in [0, 2^31]", (long long)vocabulary);
+    dist_element_spec o = in->spec;
+    DIST_CHECK_ARG(o.count >= 1 && is_int(o.dtype[0]),
+                   "map_token_ids: the first component (the ids) must be integers, is %s",
+                   o.count >= 1 ? dist_dtype_name(o.dtype[0]) : "missing");
+    for (int c = 0; c < o.count; c++) {
+        for (int d = 0; d < o.ndim[c]; d++)
+            DIST_CHECK_ARG(o.shape[c][d] >= 0,
+                           "map_token_ids: component %d's dimension %d is not known (pad or "
+                           "batch the variable-length components after this map)",
+                           c, d);
+        if (is_int(o.dtype[c])) o.dtype[c] = DIST_I32;
+    }
+    /* the vocabulary (at most 2^31) travels as the map's user pointer: nothing to own */
+    return map_new(in, token_ids_fn, NULL, (void *)(intptr_t)vocabulary, &o, 1, 0, "token_ids",
+                   out);
+}

@@ -498,6 +498,15 @@ dist_status dist_model_set_input_dtype(dist_model *m, dist_dtype dtype) {
 
 dist_dtype dist_model_input_dtype(const dist_model *m) { return m ? m->in_dtype : DIST_F32; }
 
+int64_t dist_model_input_vocabulary(const dist_model *m) {
+    if (!m || m->in_dtype != DIST_I32) return 0;
+    int64_t v = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i].kind == LAYER_EMBEDDING && (v == 0 || m->layers[i].input_dim < v))
+            v = m->layers[i].input_dim;
+    return v;
+}
+
 dist_status dist_model_add_global_max_pool2d(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_global_max_pool2d: model is NULL");
     return add_plain(m, LAYER_GLOBAL_MAX_POOL2D, NULL);

@@ -67,6 +67,16 @@ add_test(NAME distrain.tpu_cross_restore
 # relative (stablehlo.convolution's dilations and groups against oneDNN's).
 add_test(NAME distrain.tpu_conv_variants
          COMMAND sh -c "for k in mirrored tpu; do a='--strategy mirrored --devices cpu:0,cpu:1'; [ $k = tpu ] && a='--strategy tpu --tpu-cores 2 --pjrt-plugin ${DIST_TEST_PJRT_PLUGIN}'; '$<TARGET_FILE:distrain>' $a --quiet --model '${CMAKE_CURRENT_SOURCE_DIR}/data/keras3_conv_variants_mnist.json' --epochs 1 --steps-per-epoch 10 --seed 7 --metrics-json ${CMAKE_CURRENT_BINARY_DIR}/tpu_conv_variants_$k.json || exit 1; done; python3 -c \"import json,sys; m,t=(json.load(open('${CMAKE_CURRENT_BINARY_DIR}/tpu_conv_variants_'+k+'.json'))['train_loss'] for k in ('mirrored','tpu')); print('train loss: mirrored', m, 'tpu', t); sys.exit(0 if abs(m - t) <= 1e-4 * abs(m) else 1)\"")
+# distrain_tokens.cmake's token classifier under tpu (2 CPU devices): int32 ids through the
+# traced Embedding; 31 full batches an epoch (the partial one dropped), 3 epochs.
+add_test(NAME distrain.tokens_tpu
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
+                 "-DARGS=${token_args};--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tokens_tpu.json
+                 -DMIN_ACCURACY=0.95 -DSTEPS=93 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+set_tests_properties(distrain.tokens_tpu PROPERTIES FIXTURES_REQUIRED "token_tfrecords;pjrt_venv"
+                     LABELS "tpu;cli" TIMEOUT 600 RESOURCE_LOCK cpu_heavy_tpu
+                     ENVIRONMENT "${tpu_env}")
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
          COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")

@@ -39,7 +39,8 @@ typedef struct run_state {
     dist_model *model;
     /* what the model takes: images of in_shape (height, width, channels) and labels 0..classes-1
      * (the seed CNN's (28, 28, 1) and 10; --model: the Keras model's); the sources decode to it */
-    int64_t in_shape[3];
+    int64_t in_shape[3]; /* the model's input: (H, W, C), or (T, 0, 0) for token ids */
+    int tokens;          /* the model reads int32 token ids (an Embedding) */
     int classes;
     dist_optimizer *optimizer;
     dist_loss_scale_optimizer *loss_scale; /* NULL without loss scaling */
@@ -160,6 +161,22 @@ static int tfrecord_split(const run_state *s, const char *split, const char *wha
     di.num_parallel = DIST_AUTOTUNE; /* decode threads tuned while it runs */
     dist_dataset *ds = NULL, *next;
     dist_status st = dist_dataset_from_tfrecord_glob(pattern, &to, &ds);
+    if (s->tokens) {
+        /* a token model: the input feature is an Int64List of T ids, read as int32, each
+         * checked against the Embedding's vocabulary (a bad id is named before the training) */
+        const dist_feature_spec ts[2] = {{.key = o->image_feature,
+                                          .kind = DIST_FEATURE_FIXED_LEN,
+                                          .dtype = DIST_I64,
+                                          .ndim = 1,
+                                          .shape = {s->in_shape[0]}},
+                                         spec[1]};
+        if (!st) st = chain(&ds, dist_dataset_parse_example(ds, ts, 2, &next), &next);
+        if (!st)
+            st = chain(&ds,
+                       dist_dataset_map_token_ids(ds, dist_model_input_vocabulary(s->model), &next),
+                       &next);
+        goto counted;
+    }
     if (!st) st = chain(&ds, dist_dataset_parse_example(ds, spec, 2, &next), &next);
     int raw = 0;
     if (!st) st = raw_images(ds, s->in_shape[0] * s->in_shape[1] * s->in_shape[2], &raw);
@@ -168,6 +185,7 @@ static int tfrecord_split(const run_state *s, const char *split, const char *wha
                    &next);
     else if (!st)
         st = chain(&ds, dist_dataset_map_decode_image(ds, &di, &next), &next);
+counted:
     if (!st) st = check_images(ds, count);
     if (!st && *count == 0) {
         fprintf(stderr, "distrain: %s: the %s set has no examples\n", pattern, what);
@@ -194,6 +212,14 @@ static int load_data(run_state *s) {
     const distrain_options *o = s->o;
     dist_status st;
     dist_dataset *train = NULL, *test = NULL, *next;
+    if (s->tokens && strcmp(o->data_format, "tfrecord") != 0) {
+        fprintf(stderr,
+                "distrain: --model: the model reads %lld token ids (an int32 input); give them "
+                "as --data-format tfrecord (an Int64List feature of %lld ids and an int64 label "
+                "per tf.train.Example), not %s\n",
+                (long long)s->in_shape[0], (long long)s->in_shape[0], o->data_format);
+        return 2;
+    }
     if (strcmp(o->data_format, "jpeg-folder") == 0) {
         if (!o->data_dir) {
             fprintf(stderr, "distrain: --data-format jpeg-folder needs --data-dir (with train/ and "
@@ -321,7 +347,8 @@ static int load_data(run_state *s) {
         }
         st = dist_dataset_skip(train, split_at, &val);
         if (!st) st = chain(&train, dist_dataset_take(train, split_at, &next), &next);
-        if (!st) st = chain(&val, dist_dataset_map_image_normalize(val, &next), &next);
+        if (!st && !s->tokens)
+            st = chain(&val, dist_dataset_map_image_normalize(val, &next), &next);
         if (!st)
             st = chain(&val,
                        dist_dataset_batch(val, batch_of(o, s->train_examples - split_at), 0, &next),
@@ -332,8 +359,9 @@ static int load_data(run_state *s) {
     /* Shuffle the small uint8 examples, then normalize: the shuffle buffer holds 10,000
      * examples, 4x less memory than as floats. */
     if (!st) st = chain(&train, dist_dataset_shuffle(train, 10000, s->data_seed, 1, &next), &next);
-    if (!st) st = chain(&train, dist_dataset_map_image_normalize(train, &next), &next);
-    if (!st) st = chain(&test, dist_dataset_map_image_normalize(test, &next), &next);
+    if (!st && !s->tokens)
+        st = chain(&train, dist_dataset_map_image_normalize(train, &next), &next);
+    if (!st && !s->tokens) st = chain(&test, dist_dataset_map_image_normalize(test, &next), &next);
     if (!st)
         st = chain(&train, dist_dataset_batch(train, batch_of(o, s->train_examples), 0, &next),
                    &next);
@@ -974,8 +1002,8 @@ static int train(run_state *s) {
     s->in_shape[0] = 28, s->in_shape[1] = 28, s->in_shape[2] = 1;
     s->classes = 10;
     if (o->model_file) {
-        rc = distrain_model_from_file(o->model_file, o->seed, &s->model, s->in_shape,
-                                      &s->classes);
+        rc = distrain_model_from_file(o->model_file, o->seed, &s->model, s->in_shape, &s->classes,
+                                      &s->tokens);
         if (rc) return rc;
         st = DIST_OK;
     } else {

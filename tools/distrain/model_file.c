@@ -40,7 +40,7 @@ static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
 }
 
 int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model, int64_t *input,
-                             int *classes) {
+                             int *classes, int *tokens) {
     const char *why = NULL;
     char *json = read_text(path, &why);
     if (!json) {
@@ -59,11 +59,19 @@ int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model
     shape_text(in_nd, in, a, sizeof a);
     shape_text(out_nd, out, b, sizeof b);
     int rc = 0;
-    if (in_nd != 3 || in[0] < 1 || in[1] < 1 || (in[2] != 1 && in[2] != 3) ||
-        in[0] > 8192 || in[1] > 8192) {
+    const int ids = dist_model_input_dtype(*model) == DIST_I32;
+    *tokens = 0;
+    if (ids && (in_nd != 1 || in[0] < 1 || in[0] > (1 << 20))) {
+        fprintf(stderr,
+                "distrain: --model: '%s' takes int32 inputs of shape %s; distrain feeds token "
+                "ids of shape (T,), 1 <= T <= 1048576\n",
+                path, a);
+        rc = 2;
+    } else if (!ids && (in_nd != 3 || in[0] < 1 || in[1] < 1 || (in[2] != 1 && in[2] != 3) ||
+                        in[0] > 8192 || in[1] > 8192)) {
         fprintf(stderr,
                 "distrain: --model: '%s' takes inputs of shape %s; distrain feeds images of "
-                "shape (height, width, 1 or 3)\n",
+                "shape (height, width, 1 or 3) or int32 token ids of shape (T,)\n",
                 path, a);
         rc = 2;
     } else if (out_nd != 1 || out[0] < 2 || out[0] > 65536) {
@@ -73,8 +81,9 @@ int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model
                 path, b);
         rc = 2;
     } else {
-        for (int d = 0; d < 3; d++) input[d] = in[d];
+        for (int d = 0; d < 3; d++) input[d] = d < in_nd ? in[d] : 0;
         *classes = (int)out[0];
+        *tokens = ids;
     }
     if (rc) {
         dist_model_destroy(*model);

@@ -6,13 +6,14 @@
 #include <stdint.h>
 
 /* Builds *model from the JSON file at `path` (in the current strategy scope, weights drawn from
- * `seed`) and checks that it is an image classifier distrain can feed: inputs of shape
+ * `seed`) and checks that it is a classifier distrain can feed: inputs of shape
  * (height, width, channels) with 1 or 3 channels (the JPEG folder and TFRecord sources decode
- * to it; the IDX sets are (28, 28, 1)), and outputs (classes,) with at least 2 classes, one per
- * label. input (3 values) and *classes receive them. Prints "distrain: --model: ..." and
- * returns 2 (a usage error: an unreadable file, a model libdist refuses, shapes that do not
- * fit) or 1 (building failed otherwise); 0 on success. */
+ * to it; the IDX sets are (28, 28, 1)), or int32 token ids of shape (T,) (*tokens = 1; the
+ * TFRecord source reads them from an Int64List), and outputs (classes,) with at least 2
+ * classes, one per label. input (3 values: (H, W, C), or (T, 0, 0)) and *classes receive them.
+ * Prints "distrain: --model: ..." and returns 2 (a usage error: an unreadable file, a model
+ * libdist refuses, shapes that do not fit) or 1 (building failed otherwise); 0 on success. */
 int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model, int64_t *input,
-                             int *classes);
+                             int *classes, int *tokens);
 
 #endif

@@ -41,9 +41,10 @@ static const distrain_flag flags[] = {
      "e.g. cpu:0,cpu:1, gpu:0,gpu:1, /gpu:0, GPU:0 or /device:CPU:0"},
     {"--model", 1, "FILE.json", "the seed CNN",
      "train the model Keras's model.to_json() wrote (Sequential or Functional; one image input "
-     "(H, W, C): IDX data needs (28, 28, 1), JPEG folders and TFRecords are resized to it; one "
-     "output per class: logits, or probabilities of a softmax head, trained as Keras's "
-     "from_logits=False)"},
+     "(H, W, C): IDX data needs (28, 28, 1), JPEG folders and TFRecords are resized to it; or "
+     "one int32 input of T token ids (T,), read by an Embedding, from TFRecords whose input "
+     "feature is an Int64List of T ids; one output per class: logits, or probabilities of a "
+     "softmax head, trained as Keras's from_logits=False)"},
     {"--dataset", 1, "mnist|fashion_mnist", "mnist", "the IDX dataset (not with jpeg-folder)"},
     {"--data-dir", 1, "DIR", "the built-in sources",
      "directory with the IDX files (or train/ and test/ class folders for jpeg-folder, or "
@@ -51,10 +52,11 @@ static const distrain_flag flags[] = {
     {"--data-format", 1, "idx|jpeg-folder|tfrecord", "idx", "how --data-dir is laid out"},
     {"--image-feature", 1, "NAME", "image",
      "tfrecord: the tf.train.Example feature holding the image (PNG or JPEG bytes, or 784 raw "
-     "uint8 pixels)"},
+     "uint8 pixels), or a token model's Int64List of ids"},
     {"--label-feature", 1, "NAME", "label", "tfrecord: the int64 label feature"},
     {"--feature-keys", 1, "image=KEY,label=KEY", "image=image,label=label",
-     "tfrecord: both feature names at once"},
+     "tfrecord: both feature names at once (tokens=KEY names the input of a token model, as "
+     "image=KEY does)"},
     {"--tfrecord-compression", 1, "auto|none|gzip|zlib", "auto",
      "tfrecord: how the shards are compressed (TFRecordDataset's compression_type; auto: each "
      "file's first bytes tell)"},
@@ -409,8 +411,10 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
                 char *sep = strchr(kv, '=');
                 if (!sep || !sep[1]) return bad(a, v, "expected image=KEY,label=KEY");
                 *sep = 0;
-                int which = strcmp(kv, "image") == 0 ? 0 : strcmp(kv, "label") == 0 ? 1 : -1;
-                if (which < 0) return bad(a, v, "the keys are image and label");
+                int which = strcmp(kv, "image") == 0 || strcmp(kv, "tokens") == 0 ? 0
+                            : strcmp(kv, "label") == 0                            ? 1
+                                                                                  : -1;
+                if (which < 0) return bad(a, v, "the keys are image (or tokens) and label");
                 if (strlen(sep + 1) >= sizeof keys[which]) return bad(a, v, "a key is too long");
                 snprintf(keys[which], sizeof keys[which], "%s", sep + 1);
                 if (which == 0)

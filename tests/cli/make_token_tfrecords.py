@@ -1,0 +1,83 @@
+"""Fixture of distrain's token models (`distrain --model` on an int32 input read by an
+Embedding): TensorFlow's own tf.io.TFRecordWriter and tf.train.Example write a synthetic text
+task, and tf_keras writes the model's JSON.
+
+  make_token_tfrecords.py OUT
+
+OUT/tokens-train.tfrecord-0000{0,1}-of-00002, OUT/tokens-test.tfrecord-00000-of-00001: each
+record has "ids" (an Int64List of T = 16 token ids in 1..49) and "label" (int64): 1 when token 7
+is in the sequence, else 0 (half of each), a task a bag of embeddings learns. OUT/model.json:
+Input((16,), int32) -> Embedding(50, 16) -> GlobalAveragePooling1D -> Dense(16, relu) ->
+Dense(2). Broken sets, each with one bad training record among good ones:
+OUT/out_of_range/ (an id of 2^40, beyond int32), OUT/out_of_vocab/ (an id of 60, beyond the
+Embedding's 50 rows), OUT/short/ (15 ids instead of 16).
+"""
+import os
+import random
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+T, VOCAB = 16, 50
+
+
+def example(ids, label):
+    return tf.train.Example(features=tf.train.Features(feature={
+        "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    })).SerializeToString()
+
+
+def rows(rng, n):
+    out = []
+    for i in range(n):
+        label = i % 2
+        ids = [rng.choice([v for v in range(1, VOCAB) if v != 7]) for _ in range(T)]
+        if label:
+            for _ in range(rng.randint(1, 3)):
+                ids[rng.randrange(T)] = 7
+        out.append((ids, label))
+    rng.shuffle(out)
+    return out
+
+
+def write(path, records):
+    with tf.io.TFRecordWriter(path) as w:
+        for r in records:
+            w.write(r)
+
+
+def write_set(out, train, test):
+    os.makedirs(out, exist_ok=True)
+    half = len(train) // 2
+    write(os.path.join(out, "tokens-train.tfrecord-00000-of-00002"), train[:half])
+    write(os.path.join(out, "tokens-train.tfrecord-00001-of-00002"), train[half:])
+    write(os.path.join(out, "tokens-test.tfrecord-00000-of-00001"), test)
+
+
+def main():
+    out = sys.argv[1]
+    rng = random.Random(5)
+    train = [example(i, l) for i, l in rows(rng, 2000)]
+    test = [example(i, l) for i, l in rows(rng, 500)]
+    write_set(out, train, test)
+    bad = {"out_of_range": [1] * (T - 1) + [1 << 40], "out_of_vocab": [1] * (T - 1) + [60],
+           "short": [1] * (T - 1)}
+    for name, ids in bad.items():
+        write_set(os.path.join(out, name), train[:20] + [example(ids, 0)] + train[20:40],
+                  test[:20])
+    keras.utils.set_random_seed(1)
+    inp = keras.Input(shape=(T,), dtype="int32")
+    h = keras.layers.Embedding(VOCAB, 16)(inp)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    h = keras.layers.Dense(16, activation="relu")(h)
+    model = keras.Model(inp, keras.layers.Dense(2)(h))
+    with open(os.path.join(out, "model.json"), "w") as f:
+        f.write(model.to_json())
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
