@@ -262,6 +262,13 @@ DIST_API dist_status dist_op_batch_norm_with_statistics(dist_tape *tape, const d
                                                         const dist_tensor *mean,
                                                         const dist_tensor *variance,
                                                         float epsilon, dist_tensor **y);
+/* Keras's LayerNormalization over the last axis, per row: (x - mean) / sqrt(var + epsilon) *
+ * gamma + beta with the biased variance; gamma and beta are [C] or NULL (borrowed), epsilon
+ * > 0. One op of the set (LAYER_NORM) on any backend, the tpu strategy's included; gradients
+ * flow to x, gamma and beta. Under a mixed policy y is stored at the compute precision. */
+DIST_API dist_status dist_op_layer_norm(dist_tape *tape, const dist_tensor *x,
+                                        const dist_tensor *gamma, const dist_tensor *beta,
+                                        float epsilon, dist_tensor **y);
 
 /* tf.linalg.matmul of 2-D tensors: y = op(a) @ op(b), op transposing when the flag is set.
  * Runs on the backend's GEMM (any backend). */

@@ -14,6 +14,7 @@
 #include "core/replica_ctx.h"
 #include "dist/replica.h"
 
+#include <math.h>
 #include <string.h>
 
 /* The node's workspace is one arena tensor of 4 C + 1 floats: the statistics [4, C] (ops.h:
@@ -240,4 +241,75 @@ dist_status dist_op_batch_norm_inference(dist_tape *t, const dist_tensor *x,
                                          dist_tensor **y) {
     bn_io io = {.mean_in = mean, .var_in = variance};
     return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, &io, y);
+}
+
+/* ---- layer normalization ------------------------------------------------------------------- */
+
+/* The node keeps x and gamma (plain) in saved[], and the per-row statistics [rows, 2] (mean,
+ * inv) LAYER_NORM wrote, as its workspace. */
+static dist_status ln_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
+    const dist_tensor *px = n->saved[0], *pg = n->saved[1], *stats = n->workspace, *dy;
+    int64_t c = x->shape[x->ndim - 1];
+    dist_tensor *dgamma = NULL, *dbeta = NULL, *dx;
+    if (gamma && tape_requires_grad(t, gamma))
+        DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &dgamma));
+    if (beta && tape_requires_grad(t, beta)) DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &c, &dbeta));
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    tape_plain_grad h;
+    DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));
+    if (dx || dgamma || dbeta) {
+        dist_op op = tape_op(DIST_OPC_LAYER_NORM_GRAD, 0, 4, 3);
+        const dist_tensor *in[4] = {px, dy, stats, pg};
+        dist_tensor *const out[3] = {dx, dgamma, dbeta};
+        DIST_TRY(tape_run_op(t, &op, in, out));
+    }
+    if (dx) DIST_TRY(tape_plain_grad_end(t, x, &h));
+    if (dgamma) DIST_TRY(bn_param_grad(t, gamma, dgamma->data, c));
+    if (dbeta) DIST_TRY(bn_param_grad(t, beta, dbeta->data, c));
+    return DIST_OK;
+}
+
+dist_status dist_op_layer_norm(dist_tape *t, const dist_tensor *x, const dist_tensor *gamma,
+                               const dist_tensor *beta, float epsilon, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_layer_norm: NULL argument");
+    DIST_CHECK_ARG(x->ndim >= 1, "layer_norm: the input is a scalar (it normalizes the last axis)");
+    DIST_CHECK_ARG(epsilon > 0.0f && epsilon < INFINITY,
+                   "layer_norm: epsilon must be finite and positive, got %g", (double)epsilon);
+    int64_t c = x->shape[x->ndim - 1];
+    DIST_CHECK_ARG(c > 0, "layer_norm: the input's last axis is empty");
+    DIST_CHECK_ARG(!gamma || dist_tensor_numel(gamma) == c,
+                   "layer_norm: gamma has %lld values, the input's last axis %lld",
+                   gamma ? (long long)dist_tensor_numel(gamma) : 0LL, (long long)c);
+    DIST_CHECK_ARG(!beta || dist_tensor_numel(beta) == c,
+                   "layer_norm: beta has %lld values, the input's last axis %lld",
+                   beta ? (long long)dist_tensor_numel(beta) : 0LL, (long long)c);
+    DIST_TRY(tape_check_f32(x, "layer_norm"));
+    if (gamma) DIST_TRY(tape_check_f32(gamma, "layer_norm"));
+    if (beta) DIST_TRY(tape_check_f32(beta, "layer_norm"));
+    const dist_tensor *px, *pg = NULL, *pb = NULL;
+    DIST_TRY(tape_plain_of(t, x, &px));
+    if (gamma) DIST_TRY(tape_plain_of(t, gamma, &pg));
+    if (beta) DIST_TRY(tape_plain_of(t, beta, &pb));
+    int64_t st_shape[2] = {dist_tensor_numel(x) / c, 2};
+    dist_tensor *out, *stats;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 2, st_shape, &stats));
+    DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
+    dist_op op = tape_op(DIST_OPC_LAYER_NORM, 0, 3, 2);
+    op.f[0] = epsilon;
+    const dist_tensor *ain[3] = {px, pg, pb};
+    dist_tensor *const aout[2] = {out, stats};
+    DIST_TRY(tape_run_op(t, &op, ain, aout));
+    const dist_tensor *in[3] = {x, gamma, beta};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, ln_backward, 3, in, &n));
+    if (n) {
+        n->saved[0] = px;
+        n->saved[1] = pg;
+        n->workspace = stats;
+    }
+    /* a mixed policy: stored at the compute precision, as Keras casts the layer's output */
+    DIST_TRY(tape_round_output(t, out, n));
+    *y = out;
+    return DIST_OK;
 }

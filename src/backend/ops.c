@@ -50,6 +50,8 @@ const char *dist_op_name(const dist_op *op) {
     case DIST_OPC_GATHER: return "gather";
     case DIST_OPC_GATHER_GRAD: return "gather_grad";
     case DIST_OPC_BATCH_MATMUL: return "batch_matmul";
+    case DIST_OPC_LAYER_NORM:
+    case DIST_OPC_LAYER_NORM_GRAD: return "layer_norm";
     case DIST_OPC_COUNT: break;
     }
     return "op";
@@ -79,6 +81,9 @@ static dist_status check_attrs(const dist_op *op, const dist_tensor *const *in,
         break;
     case DIST_OPC_CLIP_BY_NORM:
         if (!(op->f[0] > 0.0f) || isinf(op->f[0])) why = "the clip norm must be finite and > 0";
+        break;
+    case DIST_OPC_LAYER_NORM:
+        if (!(op->f[0] > 0.0f) || isinf(op->f[0])) why = "epsilon must be finite and > 0";
         break;
     case DIST_OPC_REDUCE:
     case DIST_OPC_REDUCE_GRAD:

@@ -192,6 +192,29 @@ typedef enum dist_opcode {
      * transpose. dist_op_bmm_geometry below reads the flags for every backend. */
     DIST_OPC_BATCH_MATMUL,
 
+    /* ---- layer normalization (over the last axis: x viewed as [rows, C]) ------------------ */
+    /* Keras's LayerNormalization (biased variance, epsilon inside the square root), one row at
+     * a time. in: x, gamma [C] (optional: NULL = 1), beta [C] (optional: NULL = 0); f[0] =
+     * epsilon (> 0); out: y (x's shape), stats [rows, 2] (optional): (mean, inv) per row, for
+     * the gradient. Per row, in double: mean = lsum(x) / C, var = lsum((x - mean)^2) / C,
+     * inv = 1 / sqrt(var + epsilon), stored as (float)mean, (float)inv; y = (float)((x - mean)
+     * inv) with the double mean and inv, then y * gamma, then + beta (float32). lsum is a
+     * lane sum: 16 partial sums, lane l adding the elements j = l (mod 16) in increasing j,
+     * then lane[l] += lane[l + w] for w = 8, 4, 2, 1 (l < w); lane[0] is the sum. So the bits
+     * do not depend on the ISA or the thread count; a traced program computes the same
+     * formulas in float32 (XLA's reductions: equal to rounding). */
+    DIST_OPC_LAYER_NORM,
+    /* in: x, dy, stats [rows, 2] (LAYER_NORM's), gamma [C] (optional: NULL = 1); out: dx
+     * (optional), dgamma [C] (optional), dbeta [C] (optional). In double, with inv the
+     * stored one and m = lsum(x) / C, the forward's mean again (its float32 copy in stats
+     * would shift xhat by up to 2^-24 |m| inv: a traced program reads it, in float32
+     * throughout): xhat = (x - m) inv, g = dy gamma; per row A = lsum(g) / C,
+     * B = lsum(g xhat) / C, dx = (float)(inv ((g - A) - xhat B)). dgamma = sum of dy xhat,
+     * dbeta = sum of dy over the rows, in double: blocks of 64 consecutive rows each summed
+     * in row order, then the blocks' sums in block order, rounded to float32 (the same blocks
+     * at any thread count). */
+    DIST_OPC_LAYER_NORM_GRAD,
+
     DIST_OPC_COUNT
 } dist_opcode;
 

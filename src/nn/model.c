@@ -1332,24 +1332,13 @@ static dist_status call_zero_padding(dist_tape *tape, const model_layer *l, cons
 }
 
 /* Keras's LayerNormalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma +
- * beta, the mean and the (biased) variance of each example's last axis. */
+ * beta, the mean and the (biased) variance of each example's last axis, as one op. */
 static dist_status call_layer_norm(dist_tape *tape, const model_layer *l,
                                    const dist_tensor *const *vars, const dist_tensor *h,
                                    dist_tensor **out) {
-    static const int last[1] = {-1};
-    dist_tensor *mean, *centered, *sq, *var, *eps, *shifted, *sd, *y;
-    DIST_TRY(dist_op_reduce_mean_axes(tape, h, 1, last, 1, &mean));
-    DIST_TRY(dist_op_sub(tape, h, mean, &centered));
-    DIST_TRY(dist_op_square(tape, centered, &sq));
-    DIST_TRY(dist_op_reduce_mean_axes(tape, sq, 1, last, 1, &var));
-    DIST_TRY(scalar_constant(tape, l->epsilon, &eps));
-    DIST_TRY(dist_op_add(tape, var, eps, &shifted));
-    DIST_TRY(dist_op_sqrt(tape, shifted, &sd));
-    DIST_TRY(dist_op_div(tape, centered, sd, &y));
-    if (l->kernel_var >= 0) DIST_TRY(dist_op_mul(tape, y, vars[l->kernel_var], &y));
-    if (l->bias_var >= 0) DIST_TRY(dist_op_add(tape, y, vars[l->bias_var], &y));
-    *out = y;
-    return DIST_OK;
+    const dist_tensor *gamma = l->kernel_var >= 0 ? vars[l->kernel_var] : NULL;
+    const dist_tensor *beta = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+    return dist_op_layer_norm(tape, h, gamma, beta, l->epsilon, out);
 }
 
 static dist_status call_post(dist_tape *tape, model_post_act post, const dist_tensor *h,

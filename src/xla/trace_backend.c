@@ -1539,6 +1539,92 @@ static dist_status masked(xla_trace *t, int x, int mask, int *out) {
     return select_cmp(t, XC_NE, mask, zero, x, zero, out);
 }
 
+/* LAYER_NORM and LAYER_NORM_GRAD (ops.h) on x viewed as [rows, C]: row reductions over axis 1
+ * broadcast back, in float32 throughout (the backward reads the statistics' float32 mean).
+ * xv: the inputs' nodes (-1 for an absent gamma or beta). */
+static dist_status op_layer_norm(xla_trace *t, const dist_op *op, const dist_tensor *const *in,
+                                 const int *xv, dist_tensor *const *out) {
+    const dist_tensor *x0 = in[0];
+    const int64_t c = x0->ndim ? x0->shape[x0->ndim - 1] : 0;
+    if (c <= 0)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: x needs a non-empty last axis",
+                          dist_op_name(op));
+    const int64_t rows = dist_tensor_numel(x0) / c;
+    xshape xs = {2, {rows, c}}, rs = {2, {rows, 1}}, cs = {2, {1, c}};
+    int x, w, v, mean, inv, binv, xh;
+    DIST_TRY(reshape_to(t, xv[0], &xs, &x));
+    const int gi = op->code == DIST_OPC_LAYER_NORM ? 1 : 3; /* gamma's slot */
+    int bg = -1;
+    if (op->nin > gi && xv[gi] >= 0) {
+        DIST_TRY(channel_row(t, xv[gi], c, &w));
+        DIST_TRY(bcast_right(t, w, &xs, &bg));
+    }
+    if (op->code == DIST_OPC_LAYER_NORM) {
+        int xc;
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, x, 2, &rs, &mean));
+        DIST_TRY(binop_c(t, XG_DIV, mean, (float)c, &mean));
+        DIST_TRY(bcast_right(t, mean, &xs, &w));
+        DIST_TRY(binop(t, XG_SUB, x, w, &xc));
+        DIST_TRY(binop(t, XG_MUL, xc, xc, &w));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, w, 2, &rs, &w));
+        DIST_TRY(binop_c(t, XG_DIV, w, (float)c, &w));
+        DIST_TRY(binop_c(t, XG_ADD, w, op->f[0], &inv));
+        DIST_TRY(sqrt_of(t, inv, &inv));
+        DIST_TRY(c_binop(t, XG_DIV, 1.0f, inv, &inv));
+        DIST_TRY(bcast_right(t, inv, &xs, &binv));
+        DIST_TRY(binop(t, XG_MUL, xc, binv, &v));
+        if (bg >= 0) DIST_TRY(binop(t, XG_MUL, v, bg, &v));
+        if (op->nin > 2 && xv[2] >= 0) {
+            DIST_TRY(channel_row(t, xv[2], c, &w));
+            DIST_TRY(bcast_right(t, w, &xs, &w));
+            DIST_TRY(binop(t, XG_ADD, v, w, &v));
+        }
+        DIST_TRY(write_opt(t, out[0], v));
+        if (op->nout < 2 || !out[1]) return DIST_OK;
+        xshape ss = {2, {rows, 2}};
+        int cols[2] = {mean, inv};
+        DIST_TRY(node_of(t, XG_CONCAT, DIST_F32, &ss, 2, cols, 1, &v));
+        return write_opt(t, out[1], v);
+    }
+    /* the gradient: in: x, dy, stats, gamma */
+    int dy, st, g, A, B, k;
+    xshape ss = {2, {rows, 2}};
+    DIST_TRY(reshape_to(t, xv[1], &xs, &dy));
+    DIST_TRY(reshape_to(t, xv[2], &ss, &st));
+    DIST_TRY(node_of(t, XG_SLICE_ND, DIST_F32, &rs, 1, &st, 0, &mean));
+    DIST_TRY(node_of(t, XG_SLICE_ND, DIST_F32, &rs, 1, &st, 0, &inv));
+    t->g->nodes[inv].a.pad.lo[1] = 1;
+    DIST_TRY(bcast_right(t, mean, &xs, &w));
+    DIST_TRY(bcast_right(t, inv, &xs, &binv));
+    DIST_TRY(binop(t, XG_SUB, x, w, &xh));
+    DIST_TRY(binop(t, XG_MUL, xh, binv, &xh));
+    if (op->nout > 1 && out[1]) { /* dgamma = sum over the rows of dy xhat */
+        DIST_TRY(binop(t, XG_MUL, dy, xh, &w));
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, w, 1, &cs, &w));
+        DIST_TRY(write_opt(t, out[1], w));
+    }
+    if (op->nout > 2 && out[2]) { /* dbeta = sum over the rows of dy */
+        DIST_TRY(reduce_to(t, XG_REDUCE_SUM, dy, 1, &cs, &w));
+        DIST_TRY(write_opt(t, out[2], w));
+    }
+    if (!out[0]) return DIST_OK;
+    /* dx = inv ((g - A) - xhat B), g = dy gamma, A = mean(g), B = mean(g xhat) per row */
+    g = dy;
+    if (bg >= 0) DIST_TRY(binop(t, XG_MUL, dy, bg, &g));
+    DIST_TRY(reduce_to(t, XG_REDUCE_SUM, g, 2, &rs, &A));
+    DIST_TRY(binop_c(t, XG_DIV, A, (float)c, &A));
+    DIST_TRY(binop(t, XG_MUL, g, xh, &w));
+    DIST_TRY(reduce_to(t, XG_REDUCE_SUM, w, 2, &rs, &B));
+    DIST_TRY(binop_c(t, XG_DIV, B, (float)c, &B));
+    DIST_TRY(bcast_right(t, A, &xs, &A));
+    DIST_TRY(bcast_right(t, B, &xs, &B));
+    DIST_TRY(binop(t, XG_SUB, g, A, &v));
+    DIST_TRY(binop(t, XG_MUL, xh, B, &k));
+    DIST_TRY(binop(t, XG_SUB, v, k, &v));
+    DIST_TRY(binop(t, XG_MUL, binv, v, &v));
+    return write_opt(t, out[0], v);
+}
+
 static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                           dist_tensor *const *out) {
     (void)ctx;
@@ -1790,6 +1876,8 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
     case DIST_OPC_BN_APPLY:
     case DIST_OPC_BN_GRAD_SUMS:
     case DIST_OPC_BN_GRAD_INPUT: return op_batch_norm(t, op, in, out);
+    case DIST_OPC_LAYER_NORM:
+    case DIST_OPC_LAYER_NORM_GRAD: return op_layer_norm(t, op, in, x, out);
     case DIST_OPC_DROPOUT_MASK:
         DIST_TRY(dropout_mask(t, op, out[0], &v));
         return write_opt(t, out[0], v);

@@ -287,6 +287,11 @@ void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64
 /* ... and its gradient (SOFTMAX_GRAD, k = 0) from y and dy; dx may be y or dy. */
 void cpu_softmax_grad_rows(int threads, const float *y, const float *dy, float *dx, int64_t rows,
                            int64_t k);
+/* cpu_layernorm.c: LAYER_NORM and LAYER_NORM_GRAD (ops.h), rows split over the threads */
+dist_status cpu_op_layer_norm(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                              dist_tensor *const *out);
+dist_status cpu_op_layer_norm_grad(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                                   dist_tensor *const *out);
 /* cpu_batch_matmul.c: [batch, M, K] @ [batch, K, N] on oneDNN's matmul, its primitives
  * cached in cpu_ctx.bmm (freed by cpu_bmm_cache_destroy) */
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,

@@ -79,6 +79,8 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_GATHER: *a = (op_arity){2, 1, 0, 0, 2}; return 1;
     case DIST_OPC_GATHER_GRAD: *a = (op_arity){2, 1, 0, 0, 1}; return 1;
     case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= DIST_BMM_FLAGS;
+    case DIST_OPC_LAYER_NORM: *a = (op_arity){3, 2, 0x6, 0x2, 0}; return 1;
+    case DIST_OPC_LAYER_NORM_GRAD: *a = (op_arity){4, 3, 0x8, 0x7, 0}; return 1;
     case DIST_OPC_COUNT: break;
     }
     return 0;
@@ -1436,6 +1438,8 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
     case DIST_OPC_GATHER: return cpu_op_gather(ctx, op, in, out);
     case DIST_OPC_GATHER_GRAD: return cpu_op_gather_grad(ctx, op, in, out);
     case DIST_OPC_BATCH_MATMUL: return cpu_op_batch_matmul(ctx, op, in, out);
+    case DIST_OPC_LAYER_NORM: return cpu_op_layer_norm(ctx, op, in, out);
+    case DIST_OPC_LAYER_NORM_GRAD: return cpu_op_layer_norm_grad(ctx, op, in, out);
     case DIST_OPC_COUNT: break;
     }
     return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);

@@ -70,6 +70,10 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_GATHER: s->in_req = 3, s->in_i32 = 2; return 1;
     case DIST_OPC_GATHER_GRAD: s->in_req = 3, s->in_i32 = 1; return 1;
     case DIST_OPC_BATCH_MATMUL: s->in_req = 3; return op->k >= 0 && op->k <= DIST_BMM_FLAGS;
+    case DIST_OPC_LAYER_NORM: s->in_req = 1, s->in_opt = 6, s->out_opt = 2; return 1;
+    case DIST_OPC_LAYER_NORM_GRAD:
+        s->in_req = 7, s->in_opt = 8, s->out_req = 0, s->out_opt = 7;
+        return 1;
     case DIST_OPC_COUNT: break;
     }
     return 0;
@@ -219,7 +223,7 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
     a->f[0] = op->f[0];
     a->f[1] = op->f[1];
     for (int i = 0; i < op->nin && i < CUDAK_OP_MAX_IN; i++) a->in[i] = in[i] ? in[i]->data : NULL;
-    for (int i = 0; i < op->nout && i < 2; i++) a->out[i] = out[i] ? out[i]->data : NULL;
+    for (int i = 0; i < op->nout && i < 3; i++) a->out[i] = out[i] ? out[i]->data : NULL;
     switch (op->code) {
     case DIST_OPC_CLIP_VALUE:
         if (!(op->f[0] <= op->f[1])) return bad(op, "the bounds [f[0], f[1]] are empty");
@@ -447,6 +451,31 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         a->n = dist_tensor_numel(y);
         return DIST_OK;
     }
+    case DIST_OPC_LAYER_NORM:
+    case DIST_OPC_LAYER_NORM_GRAD: {
+        if (x->ndim < 1 || last_dim(x) <= 0)
+            return bad(op, "x needs a non-empty last axis (x viewed as [rows, C])");
+        const int64_t c = last_dim(x), n = dist_tensor_numel(x);
+        const int fwd = op->code == DIST_OPC_LAYER_NORM, gi = fwd ? 1 : 3;
+        a->cols = c;
+        a->rows = n / c;
+        if (fwd && !(op->f[0] > 0.0f && !isinf(op->f[0])))
+            return bad(op, "epsilon must be finite and > 0");
+        if (op->nin > gi && in[gi]) DIST_TRY(numel_is(op, in[gi], c, "gamma"));
+        if (fwd) {
+            if (op->nin > 2 && in[2]) DIST_TRY(numel_is(op, in[2], c, "beta"));
+            DIST_TRY(numel_is(op, y, n, "y"));
+            if (op->nout > 1 && out[1])
+                DIST_TRY(numel_is(op, out[1], 2 * a->rows, "the statistics"));
+            return DIST_OK;
+        }
+        DIST_TRY(numel_is(op, in[1], n, "dy"));
+        DIST_TRY(numel_is(op, in[2], 2 * a->rows, "the statistics"));
+        if (y) DIST_TRY(numel_is(op, y, n, "dx"));
+        for (int i = 1; i < 3 && i < op->nout; i++)
+            if (out[i]) DIST_TRY(numel_is(op, out[i], c, i == 1 ? "dgamma" : "dbeta"));
+        return DIST_OK;
+    }
     case DIST_OPC_BATCH_MATMUL: return bad(op, "runs on cuBLAS, not as a kernel (internal)");
     case DIST_OPC_CLIP_BY_NORM:
         if (!(op->f[0] > 0.0f) || isinf(op->f[0]))
@@ -484,6 +513,12 @@ dist_status cuda_run_op(void *ctx, const dist_op *op, const dist_tensor *const *
     if (op->code == DIST_OPC_REDUCE_GRAD && op->k == DIST_RED_MAX) {
         void *ws;
         DIST_TRY(cuda_workspace(c, (size_t)(dist_tensor_numel(in[1]) + 1) * sizeof(float), &ws));
+        a.scratch = ws;
+    }
+    const size_t ln_bytes = cudak_layer_norm_scratch(&a);
+    if (ln_bytes) {
+        void *ws;
+        DIST_TRY(cuda_workspace(c, ln_bytes, &ws));
         a.scratch = ws;
     }
     return cuda_submit(c, run_op_cmd, &a, sizeof a);

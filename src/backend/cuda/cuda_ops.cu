@@ -910,6 +910,8 @@ extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
             gather_grad_kernel<<<grid_for((size_t)a.cols), kThreads, 0, s>>>(a);
         break;
     }
+    case DIST_OPC_LAYER_NORM:
+    case DIST_OPC_LAYER_NORM_GRAD: return cudak_layer_norm(s, &a);
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

@@ -37,12 +37,18 @@ typedef struct cudak_op {
     uint32_t key[4];
     cudak_pool_geom pool; /* AVG_POOL2D*: x's and y's NHWC geometry, window, strides, pads */
     const float *in[CUDAK_OP_MAX_IN];
-    float *out[2];
-    float *scratch; /* REDUCE_GRAD (MAX): the tie counts, one per output */
+    float *out[3];
+    /* REDUCE_GRAD (MAX): the tie counts, one per output; LAYER_NORM_GRAD: the rows' means and
+     * the blocks' sums (cudak_layer_norm_scratch bytes) */
+    float *scratch;
 } cudak_op;
 
 /* Queues the op's kernels on s; cudaErrorInvalidValue for a code it does not know. */
 cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *a);
+/* cuda_layernorm.cu: LAYER_NORM and LAYER_NORM_GRAD (rows = a->rows, C = a->cols), and the
+ * scratch bytes the gradient needs (0: none) */
+cudaError_t cudak_layer_norm(cudaStream_t s, const cudak_op *a);
+size_t cudak_layer_norm_scratch(const cudak_op *a);
 
 #ifdef __cplusplus
 }
