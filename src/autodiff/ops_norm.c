@@ -247,7 +247,7 @@ dist_status dist_op_batch_norm_inference(dist_tape *t, const dist_tensor *x,
 
 /* The node keeps x and gamma (plain) in saved[], and the per-row statistics [rows, 2] (mean,
  * inv) LAYER_NORM wrote, as its workspace. */
-static dist_status ln_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+static dist_status layer_norm_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
     const dist_tensor *px = n->saved[0], *pg = n->saved[1], *stats = n->workspace, *dy;
     int64_t c = x->shape[x->ndim - 1];
@@ -302,7 +302,7 @@ dist_status dist_op_layer_norm(dist_tape *t, const dist_tensor *x, const dist_te
     DIST_TRY(tape_run_op(t, &op, ain, aout));
     const dist_tensor *in[3] = {x, gamma, beta};
     tape_node *n;
-    DIST_TRY(tape_record(t, out, ln_backward, 3, in, &n));
+    DIST_TRY(tape_record(t, out, layer_norm_backward, 3, in, &n));
     if (n) {
         n->saved[0] = px;
         n->saved[1] = pg;

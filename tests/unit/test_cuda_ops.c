@@ -65,12 +65,12 @@ static float *download(dist_backend *be, const dist_tensor *t) {
 /* The outputs of one op run on both backends, as host floats (NULL for a NULL slot). */
 typedef struct both {
     int nout;
-    int64_t n[2];
-    float *cpu[2], *gpu[2];
+    int64_t n[3];
+    float *cpu[3], *gpu[3];
 } both;
 
 static both run_both(const dist_op *op, const spec *in, const spec *out) {
-    dist_tensor *ic[DIST_OP_MAX_IN] = {0}, *ig[DIST_OP_MAX_IN] = {0}, *oc[2] = {0}, *og[2] = {0};
+    dist_tensor *ic[DIST_OP_MAX_IN] = {0}, *ig[DIST_OP_MAX_IN] = {0}, *oc[3] = {0}, *og[3] = {0};
     for (int i = 0; i < op->nin; i++) {
         if (in[i].nd < 0) continue;
         int64_t n = spec_numel(&in[i]);
@@ -122,7 +122,7 @@ static both run_both(const dist_op *op, const spec *in, const spec *out) {
 }
 
 static void both_free(both *r) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         free(r->cpu[i]);
         free(r->gpu[i]);
     }
@@ -392,6 +392,37 @@ START_TEST(test_batch_norm_family_matches_cpu) {
     spec isin[2] = {{1, {5}, -1, 1, NULL, 0}, {1, {5}, 0.1f, 2, NULL, 0}},
          isout = {2, {4, 5}, 0, 0, NULL, 0};
     check_op("bn_infer_stats", &is, isin, &isout);
+}
+END_TEST
+
+/* LayerNormalization: C 3 (inside one lane set), 17 and 128 (across the 16 lanes), 200 rows
+ * (across the 64-row blocks of gamma's and beta's sums); with and without gamma and beta, and
+ * the gradient's outputs one at a time */
+START_TEST(test_layer_norm_and_its_gradient_match_cpu) {
+    const int64_t widths[3] = {3, 17, 128};
+    for (int w = 0; w < 3; w++) {
+        const int64_t c = widths[w];
+        spec x = {3, {8, 25, c}, -2, 3, NULL, 0}, dy = {3, {8, 25, c}, -1, 1, NULL, 0};
+        spec gamma = {1, {c}, 0.5f, 1.5f, NULL, 0}, beta = {1, {c}, -1, 1, NULL, 0};
+        spec stats = {2, {200, 2}, 0, 0, NULL, 0}, param = {1, {c}, 0, 0, NULL, 0};
+        dist_op fwd = {.code = DIST_OPC_LAYER_NORM, .nin = 3, .nout = 2, .f = {1e-3f, 0}};
+        spec fin[3] = {x, gamma, beta}, fin_plain[3] = {x, NONE, NONE}, fout[2] = {x, stats};
+        check_op("layer_norm (no gamma, beta)", &fwd, fin_plain, fout);
+        both f = run_both(&fwd, fin, fout);
+        expect_close("layer_norm", &fwd, &f);
+        spec sv = stats;
+        sv.v = f.cpu[1];
+        dist_op bwd = {.code = DIST_OPC_LAYER_NORM_GRAD, .nin = 4, .nout = 3};
+        spec bin[4] = {x, dy, sv, gamma}, bin_plain[4] = {x, dy, sv, NONE};
+        spec all[3] = {x, param, param}, dx_only[3] = {x, NONE, NONE},
+             params_only[3] = {NONE, param, param};
+        /* x and dy are drawn again for each call: the statistics are x's only in the first */
+        check_op("layer_norm_grad", &bwd, bin, all);
+        check_op("layer_norm_grad (no gamma)", &bwd, bin_plain, all);
+        check_op("layer_norm_grad (dx only)", &bwd, bin, dx_only);
+        check_op("layer_norm_grad (dgamma, dbeta only)", &bwd, bin, params_only);
+        both_free(&f);
+    }
 }
 END_TEST
 
@@ -666,6 +697,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_softmax_log_softmax_and_gradients_match_cpu);
     tcase_add_test(tc, test_sigmoid_xent_and_mse_with_gradients_match_cpu);
     tcase_add_test(tc, test_batch_norm_family_matches_cpu);
+    tcase_add_test(tc, test_layer_norm_and_its_gradient_match_cpu);
     tcase_add_test(tc, test_dropout_mask_bits_equal_cpu_and_the_hash);
     tcase_add_test(tc, test_sum_squares_and_clipping_match_cpu);
     tcase_add_test(tc, test_loss_scale_ops_match_cpu);

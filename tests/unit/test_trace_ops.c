@@ -732,6 +732,53 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
         }
         return;
     }
+    case DIST_OPC_LAYER_NORM:
+    case DIST_OPC_LAYER_NORM_GRAD: { /* per row of the last axis, in double */
+        const int fwd = op->code == DIST_OPC_LAYER_NORM;
+        const int64_t c = x->dims[x->ndim - 1], rows = n / c;
+        const hval *gm = &in[fwd ? 1 : 3];
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x->data + r * c;
+            double m = 0, q = 0, a = 0, b = 0;
+            for (int64_t j = 0; j < c; j++) m += xr[j];
+            m /= (double)c;
+            for (int64_t j = 0; j < c; j++) q += (xr[j] - m) * (xr[j] - m);
+            double inv = fwd ? 1.0 / sqrt(q / (double)c + (double)op->f[0]) : in[2].data[2 * r + 1];
+            if (fwd) {
+                for (int64_t j = 0; j < c; j++)
+                    out[0].data[r * c + j] =
+                        (float)((xr[j] - m) * inv * (gm->data ? gm->data[j] : 1.0) +
+                                (in[2].data ? in[2].data[j] : 0.0));
+                if (out[1].data) out[1].data[2 * r] = (float)m, out[1].data[2 * r + 1] = (float)inv;
+                continue;
+            }
+            const float *dy = in[1].data + r * c;
+            for (int64_t j = 0; j < c; j++) {
+                double g = dy[j] * (gm->data ? gm->data[j] : 1.0);
+                a += g;
+                b += g * (xr[j] - m) * inv;
+            }
+            a /= (double)c, b /= (double)c;
+            for (int64_t j = 0; out[0].data && j < c; j++) {
+                double g = dy[j] * (gm->data ? gm->data[j] : 1.0), xh = (xr[j] - m) * inv;
+                out[0].data[r * c + j] = (float)(inv * (g - a - xh * b));
+            }
+        }
+        for (int64_t j = 0; !fwd && j < c; j++) { /* dgamma, dbeta */
+            double sg = 0, sb = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                double m = 0;
+                for (int64_t k = 0; k < c; k++) m += x->data[r * c + k];
+                m /= (double)c;
+                double d = in[1].data[r * c + j];
+                sg += d * (x->data[r * c + j] - m) * in[2].data[2 * r + 1];
+                sb += d;
+            }
+            if (out[1].data) out[1].data[j] = (float)sg;
+            if (out[2].data) out[2].data[j] = (float)sb;
+        }
+        return;
+    }
     default: ck_abort_msg("no reference for op code %d", (int)op->code);
     }
 }
@@ -959,6 +1006,32 @@ START_TEST(test_batch_normalization_ops_match) {
     }
     hfree(&x), hfree(&dy), hfree(&st), hfree(&sums), hfree(&cnt), hfree(&bad), hfree(&stc);
     hfree(&mean), hfree(&var), hfree(&gamma), hfree(&beta);
+}
+END_TEST
+
+/* LayerNormalization over the last axis of [2, 4, 17] (across the CPU's 16 lane sums), with
+ * and without gamma and beta; its gradient from the forward's statistics, every output and
+ * each alone */
+START_TEST(test_layer_normalization_ops_match) {
+    const int64_t D2417[] = {2, 4, 17}, D17[] = {17};
+    hval x = hrand(3, D2417, 20, -2.0f, 3.0f), dy = hrand(3, D2417, 21, -1.0f, 1.0f);
+    hval gamma = hrand(1, D17, 22, 0.5f, 1.5f), beta = hrand(1, D17, 23, -1, 1);
+    hval st = hnew(2, (int64_t[]){8, 2}), none = {0, {0}, NULL};
+    hval y = hnew(3, D2417), dg = hnew(1, D17), db = hnew(1, D17);
+    dist_op fwd = {.code = DIST_OPC_LAYER_NORM, .nin = 3, .nout = 2, .f = {1e-3f}};
+    hval fin[3] = {x, gamma, beta}, fin0[3] = {x, none, none}, fout[2] = {y, st};
+    check_op("layer norm (no gamma, beta)", &fwd, fin0, fout);
+    check_op("layer norm", &fwd, fin, fout);
+    ref_run(&fwd, fin, fout);
+    dist_op bwd = {.code = DIST_OPC_LAYER_NORM_GRAD, .nin = 4, .nout = 3};
+    hval bin[4] = {x, dy, st, gamma}, bin0[4] = {x, dy, st, none};
+    hval all[3] = {x, dg, db}, dx_only[3] = {x, none, none}, params[3] = {none, dg, db};
+    check_op("layer norm grad", &bwd, bin, all);
+    check_op("layer norm grad (no gamma)", &bwd, bin0, all);
+    check_op("layer norm grad (dx only)", &bwd, bin, dx_only);
+    check_op("layer norm grad (dgamma, dbeta only)", &bwd, bin, params);
+    hfree(&x), hfree(&dy), hfree(&gamma), hfree(&beta), hfree(&st), hfree(&y), hfree(&dg);
+    hfree(&db);
 }
 END_TEST
 
@@ -1431,7 +1504,7 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
     c.data[0] = 2.0f;
     struct {
         dist_op op;
-        hval in[6], out[2];
+        hval in[6], out[3];
     } cases[] = {
         {{.code = DIST_OPC_UNARY, .k = DIST_UN_GELU, .nin = 1, .nout = 1}, {x}, {x}},
         {{.code = DIST_OPC_UNARY_GRAD, .k = DIST_UN_GELU_TANH, .nin = 3, .nout = 1},
@@ -1489,6 +1562,8 @@ START_TEST(test_every_op_records_and_emits_in_the_three_forms) {
         {{.code = DIST_OPC_GATHER, .nin = 2, .nout = 1}, {x, ids}, {x}},
         {{.code = DIST_OPC_GATHER_GRAD, .nin = 2, .nout = 1}, {ids, x}, {x}},
         {{.code = DIST_OPC_BATCH_MATMUL, .k = 2, .nin = 2, .nout = 1}, {x, x}, {sq}},
+        {{.code = DIST_OPC_LAYER_NORM, .nin = 3, .nout = 2, .f = {1e-3f}}, {x, b, b}, {x, sq}},
+        {{.code = DIST_OPC_LAYER_NORM_GRAD, .nin = 4, .nout = 3}, {x, x, sq, b}, {x, b, b}},
     };
     int seen[DIST_OPC_COUNT] = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1586,6 +1661,7 @@ int main(int argc, char **argv) {
         tcase_add_test(run, test_average_pooling_and_its_gradient_match_valid_and_same);
         tcase_add_test(run, test_softmax_losses_and_their_gradients_match);
         tcase_add_test(run, test_batch_normalization_ops_match);
+        tcase_add_test(run, test_layer_normalization_ops_match);
         tcase_add_test(run, test_sum_of_squares_and_clipping_match);
         tcase_add_test(run, test_loss_scale_ops_match);
         tcase_add_test(run, test_gather_and_its_scatter_add_gradient_match);
