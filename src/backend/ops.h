@@ -207,12 +207,12 @@ typedef enum dist_opcode {
     /* in: x, dy, stats [rows, 2] (LAYER_NORM's), gamma [C] (optional: NULL = 1); out: dx
      * (optional), dgamma [C] (optional), dbeta [C] (optional). In double, with inv the
      * stored one and m = lsum(x) / C, the forward's mean again (its float32 copy in stats
-     * would shift xhat by up to 2^-24 |m| inv: a traced program reads it, in float32
-     * throughout): xhat = (x - m) inv, g = dy gamma; per row A = lsum(g) / C,
-     * B = lsum(g xhat) / C, dx = (float)(inv ((g - A) - xhat B)). dgamma = sum of dy xhat,
-     * dbeta = sum of dy over the rows, in double: blocks of 64 consecutive rows each summed
-     * in row order, then the blocks' sums in block order, rounded to float32 (the same blocks
-     * at any thread count). */
+     * would move xhat by up to 2^-24 |m| inv, much where |m| is large against the deviation;
+     * a traced program, float32 throughout, reads that copy): xhat = (x - m) inv,
+     * g = dy gamma; per row A = lsum(g) / C, B = lsum(g xhat) / C,
+     * dx = (float)(inv ((g - A) - xhat B)). dgamma = sum of dy xhat, dbeta = sum of dy over
+     * the rows, in double: blocks of 64 consecutive rows each summed in row order, then the
+     * blocks' sums in block order, rounded to float32 (the same blocks at any thread count). */
     DIST_OPC_LAYER_NORM_GRAD,
 
     DIST_OPC_COUNT
