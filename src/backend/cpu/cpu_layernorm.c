@@ -68,11 +68,16 @@ LN_INLINE void ln_fwd_row(const float *x, const float *gm, const float *bt, floa
     }
     const double var = ln_fold(lane) / (double)c;
     const double inv = 1.0 / sqrt(var + eps);
-    for (int64_t j = 0; j < c; j++) y[j] = (float)(((double)x[j] - mean) * inv);
-    if (gm)
-        for (int64_t j = 0; j < c; j++) y[j] = y[j] * gm[j];
-    if (bt)
-        for (int64_t j = 0; j < c; j++) y[j] = y[j] + bt[j];
+    /* one loop per combination, so that each is a single vectorized pass */
+    if (gm && bt)
+        for (int64_t j = 0; j < c; j++)
+            y[j] = (float)(((double)x[j] - mean) * inv) * gm[j] + bt[j];
+    else if (gm)
+        for (int64_t j = 0; j < c; j++) y[j] = (float)(((double)x[j] - mean) * inv) * gm[j];
+    else if (bt)
+        for (int64_t j = 0; j < c; j++) y[j] = (float)(((double)x[j] - mean) * inv) + bt[j];
+    else
+        for (int64_t j = 0; j < c; j++) y[j] = (float)(((double)x[j] - mean) * inv);
     if (st) {
         st[0] = (float)mean;
         st[1] = (float)inv;
@@ -111,6 +116,16 @@ LN_INLINE void ln_bwd_body(const float *x, const float *dy, const float *st, con
             }
             const double A = ln_fold(la) / (double)c, B = ln_fold(lb) / (double)c;
             float *dr = dx + r * c;
+            if (pg && pb) { /* the Transformer's case in one pass */
+                for (int64_t j = 0; j < c; j++) {
+                    const double xh = ((double)xr[j] - m) * inv;
+                    const double g = gm ? (double)gr[j] * gm[j] : (double)gr[j];
+                    dr[j] = (float)(inv * ((g - A) - xh * B));
+                    pg[j] += (double)gr[j] * xh;
+                    pb[j] += (double)gr[j];
+                }
+                continue;
+            }
             for (int64_t j = 0; j < c; j++) {
                 const double xh = ((double)xr[j] - m) * inv;
                 const double g = gm ? (double)gr[j] * gm[j] : (double)gr[j];
