@@ -54,6 +54,13 @@ struct dist_replica_ctx {
      * 1/update_shards of every local copy (dist_update_shard_range); the strategy meets the
      * replicas after the callback, so every copy is whole when any of them goes on. */
     int update_shards;
+    /* Set with update_shards, only for an update whose source sums replicas (core/update_rule.h
+     * sums_replicas): the gradient buffers of the local replicas 0..update_shards-1 (float32,
+     * each as long as the update's grads), unsummed and complete. The update sums them in
+     * replica order (replica 0's + replica 1's + ...) for the parameters it writes, where the
+     * all-reduce would have written the sum; the buffers keep each replica's own gradients.
+     * NULL: grads is the sum. */
+    void *const *update_grads;
     /* Set by a strategy whose apply_gradients runs the update callback on one replica only,
      * the others reading its result (central_storage). A callback that keeps state per replica
      * and changes it in the update (a dynamic loss scale) would leave the other replicas'

@@ -38,6 +38,9 @@ struct dist_update_rule_source {
      * learns that way that it will not run here. DIST_UNSUPPORTED naming why where the update
      * cannot be applied elsewhere. */
     dist_status (*describe)(dist_update_rule_source *src, dist_update_rule *out);
+    /* 1 when apply can take the local replicas' gradients unsummed (dist_replica_ctx's
+     * update_grads) and sum them itself as it updates; 0: the strategy sums them first. */
+    int sums_replicas;
 };
 
 /* The dist_update_fn to hand dist_replica_apply_gradients with a dist_update_rule_source as

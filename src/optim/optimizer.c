@@ -270,6 +270,56 @@ static dist_status slots_all(dist_optimizer *o, dist_model *model) {
     return st;
 }
 
+/* The block a summing update works on (floats; a multiple of 16, so the rule's vectors and
+ * the replicas' parts keep their cache lines): the block's sum is still in the core's cache
+ * when the rule reads it, and the block's new values when they are copied out, where separate
+ * passes over megabytes of gradients and parameters would read them again from memory. */
+#define OPT_SUM_BLOCK 16384
+
+/* Copies [a, b) of replica r's parameters into every other copy, where a trainable variable
+ * lies: a layer's own state (BatchNormalization's moving statistics) stays each replica's
+ * own. */
+static void copy_trainable(dist_model *model, int r, int copies, size_t a, size_t b) {
+    const float *base = dist_model_params(model, r)->data;
+    for (int i = 0; i < dist_model_num_variables(model); i++) {
+        if (!dist_model_variable_trainable(model, i)) continue;
+        const dist_tensor *v = dist_model_variable(model, r, i);
+        size_t va = (size_t)((const float *)v->data - base), vb = va + (size_t)dist_tensor_numel(v);
+        if (va < a) va = a;
+        if (vb > b) vb = b;
+        for (int q = 0; q < copies && va < vb; q++)
+            if (q != r)
+                memcpy((float *)dist_model_params(model, q)->data + va, base + va,
+                       (vb - va) * sizeof(float));
+    }
+}
+
+/* The update of parameters [lo, hi) of replica r's copy from the local replicas' unsummed
+ * gradients (dist_replica_ctx.update_grads, `replicas` of them), a block at a time: the block's
+ * gradients summed in replica order (the bits of the all-reduce this replaces), the rule, and
+ * with `share` the block's new values into the other copies. */
+static dist_status update_summing(dist_optimizer *o, dist_model *model, int r, opt_slots *part,
+                                  float lr, float grad_scale, void *const *grads, int replicas,
+                                  size_t lo, size_t hi, int share) {
+    float *sum = malloc(OPT_SUM_BLOCK * sizeof *sum);
+    if (!sum) return dist_error(DIST_OUT_OF_MEMORY, "optimizer: out of memory for a sum block");
+    float *params = dist_model_params(model, r)->data;
+    dist_status st = DIST_OK;
+    for (size_t a = lo; a < hi && st == DIST_OK; a += OPT_SUM_BLOCK) {
+        size_t len = hi - a < OPT_SUM_BLOCK ? hi - a : OPT_SUM_BLOCK;
+        const float *g0 = (const float *)grads[0] + a, *g1 = (const float *)grads[1] + a;
+        for (size_t i = 0; i < len; i++) sum[i] = g0[i] + g1[i];
+        for (int q = 2; q < replicas; q++) {
+            const float *g = (const float *)grads[q] + a;
+            for (size_t i = 0; i < len; i++) sum[i] += g[i];
+        }
+        st = apply_rule(o, part, lr, grad_scale, params + a, sum, (int64_t)a, len);
+        if (st == DIST_OK && share) copy_trainable(model, r, replicas, a, a + len);
+    }
+    free(sum);
+    return st;
+}
+
 /* The update with gradients the strategy has aggregated: this replica's copy of the
  * variables, with its slots.
  *
@@ -279,9 +329,13 @@ static dist_status slots_all(dist_optimizer *o, dist_model *model) {
  * is updated once, not once per replica, to the same bits. The slots of a split update have
  * one copy, replica 0's (each replica updates its part of them): what get_slot and checkpoints
  * read, and nothing is copied between the replicas' slots. Clipping (which needs the whole
- * gradient) clips it on every replica alike first. */
+ * gradient) clips it on every replica alike first.
+ *
+ * With `unsummed` (dist_replica_ctx.update_grads) grads is this replica's own gradients and the
+ * update sums the replicas' as it goes (update_summing); never with clipping. */
 static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
-                                  const dist_tensor *grads, float grad_scale, int shards) {
+                                  const dist_tensor *grads, float grad_scale, int shards,
+                                  void *const *unsummed) {
     dist_tensor *params = dist_model_params(model, r);
     opt_slots *s;
     /* shards > 1 only on host replicas (the strategy's share_updates) */
@@ -300,11 +354,16 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
     float lr;
     DIST_TRY(lr_at(o, s->iterations, &lr));
     const float *g = grads->data;
+    if (unsummed && clipping_on(o))
+        return dist_error(DIST_INTERNAL, "optimizer: unsummed gradients handed to an update "
+                                         "that clips (it needs their sum first)");
     if (clipping_on(o)) {
         DIST_TRY(clip_gradients(o, model, r, s, grads, grad_scale, &g));
         grad_scale = 1.0f;
     }
     s->iterations++;
+    if (!split && unsummed)
+        return update_summing(o, model, r, s, lr, grad_scale, unsummed, shards, 0, n, 0);
     if (!split) return apply_rule(o, s, lr, grad_scale, params->data, g, 0, n);
     atomic_store_explicit(&o->split, 1, memory_order_relaxed);
     size_t lo, hi;
@@ -314,22 +373,12 @@ static dist_status update_replica(dist_optimizer *o, dist_model *model, int r,
     opt_slots part = *s;
     part.m = o->slots[0].m;
     part.v = o->slots[0].v;
+    if (unsummed)
+        return update_summing(o, model, r, &part, lr, grad_scale, unsummed, shards, lo, hi, 1);
     float *p = (float *)params->data + lo;
     DIST_TRY(apply_rule(o, &part, lr, grad_scale, p, g + lo, (int64_t)lo, hi - lo));
-    /* the new values of the trainable variables in the part, into every other copy: a layer's
-     * own state (BatchNormalization's moving statistics) stays each replica's own */
-    const float *base = params->data;
-    for (int i = 0; i < dist_model_num_variables(model); i++) {
-        if (!dist_model_variable_trainable(model, i)) continue;
-        const dist_tensor *v = dist_model_variable(model, r, i);
-        size_t a = (size_t)((const float *)v->data - base), b = a + (size_t)dist_tensor_numel(v);
-        if (a < lo) a = lo;
-        if (b > hi) b = hi;
-        for (int q = 0; q < shards && a < b; q++)
-            if (q != r)
-                memcpy((float *)dist_model_params(model, q)->data + a, base + a,
-                       (b - a) * sizeof(float));
-    }
+    /* the new values of the trainable variables in the part, into every other copy */
+    copy_trainable(model, r, shards, lo, hi);
     return DIST_OK;
 }
 
@@ -350,7 +399,8 @@ static dist_status update_fn(dist_replica_ctx *rc, dist_tensor *grads,
                              dist_update_rule_source *src) {
     opt_update *u = (opt_update *)src;
     u->applied = 1;
-    return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale, rc->update_shards);
+    return update_replica(u->o, u->model, rc->local_id, grads, u->grad_scale, rc->update_shards,
+                          rc->update_grads);
 }
 
 /* Binds the optimizer to model and finds the tape's replica (*r, its copy of the model). */
@@ -375,9 +425,10 @@ dist_status dist_optimizer_apply_scaled(dist_optimizer *o, dist_model *model, di
     /* aggregated: called from the strategy's update callback (loss scaling's), or by a caller
      * that reduced the gradients itself (rc->update_shards 0 then) */
     if (aggregated || !rc)
-        return update_replica(o, model, r, grads, grad_scale, rc ? rc->update_shards : 0);
+        return update_replica(o, model, r, grads, grad_scale, rc ? rc->update_shards : 0, NULL);
     /* the strategy aggregates the gradients its way, then calls the update */
-    opt_update u = {{update_fn, describe_update}, o, model, grad_scale, 0, 0};
+    /* the strategy may leave the replicas' sum to update_fn, which clipping cannot take */
+    opt_update u = {{update_fn, describe_update, !clipping_on(o)}, o, model, grad_scale, 0, 0};
     DIST_TRY(dist_replica_apply_gradients(rc, grads, dist_update_rule_source_fn, &u.src));
     /* the strategy applied it where the variables live (parameter_server): count it here too,
      * so that this worker's schedule moves on. A strategy that merely skipped this replica's
@@ -405,7 +456,7 @@ dist_status dist__optimizer_apply_selected(dist_optimizer *o, dist_model *model,
         DIST_TRY(dist_tape_alloc(tape, DIST_F32, 1, &n, &old[i]));
         DIST_TRY(be->iface->copy(be->ctx, old[i]->data, bufs[i], bytes, DIST_COPY_D2D));
     }
-    DIST_TRY(update_replica(o, model, r, dist_model_grads(model, r), grad_scale, 0));
+    DIST_TRY(update_replica(o, model, r, dist_model_grads(model, r), grad_scale, 0, NULL));
     for (int i = 0; i < 3; i++) {
         if (!bufs[i]) continue;
         dist_tensor cur = dist_tensor_view(bufs[i], DIST_F32, 1, &n);
@@ -586,7 +637,7 @@ dist_status dist_optimizer_apply_to_variables(dist_optimizer *o, dist_tape *tape
     dist_tensor packed = dist_tensor_view(s->packed, DIST_F32, 1, &n);
     packed.device = be->device;
     if (!rc) return update_vars_replica(o, r, &packed, 1.0f);
-    opt_update u = {{var_update_fn, describe_update}, o, NULL, 1.0f, 0, 0};
+    opt_update u = {{var_update_fn, describe_update, 0}, o, NULL, 1.0f, 0, 0};
     DIST_TRY(dist_replica_apply_gradients(rc, &packed, dist_update_rule_source_fn, &u.src));
     if (u.remote && !u.applied) o->slots[r].iterations++;
     return DIST_OK;

@@ -6,6 +6,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/spin.h"
+#include "core/update_rule.h"
 #include "strategy/strategy_impl.h"
 
 #include <stdio.h>
@@ -37,10 +38,57 @@ static dist_status rc_all_gather(dist_replica_ctx *rc, const dist_tensor *in, di
                                 (size_t)dist_tensor_numel(in), in->dtype, 0);
 }
 
+/* Whether the replicas may hand the update their gradients unsummed, for it to sum each
+ * parameter's gradients where it updates that parameter: replicas that split the update in
+ * shared host memory (share_updates), float32 gradients sent as they are, an update that says
+ * it sums them (the optimizer's own, without clipping), and no overlapped all-reduce that sums
+ * them during the backward pass. Every replica decides alike: the same strategy, update and
+ * gradients. */
+static int sums_in_update(const dist_strategy *s, int r, const dist_tensor *grads,
+                          dist_update_fn update, const void *user) {
+    if (!s->replicas.share_updates || !s->replicas_comm || s->overlap[r]) return 0;
+    if (s->grad_wire != DIST_F32 || grads->dtype != DIST_F32) return 0;
+    return update == dist_update_rule_source_fn &&
+           ((const dist_update_rule_source *)user)->sums_replicas;
+}
+
+/* The all-reduce fused into the split update: one barrier (every replica's gradients are
+ * complete), the update (each replica sums the gradients of its part of the parameters, in
+ * replica order, as it updates them), one barrier (every copy is whole). Against the
+ * all-reduce then the update, the pass that reads both buffers and writes the sum into both
+ * goes, with one of the three barriers; the sum's bits are the all-reduce's. */
+static dist_status apply_summing_in_update(dist_strategy *s, dist_replica_ctx *rc,
+                                           dist_tensor *grads, dist_update_fn update, void *user) {
+    dist_local_replicas *L = &s->replicas;
+    int r = rc->local_id;
+    L->update_grads[r] = grads->data;
+    L->update_counts[r] = dist_tensor_numel(grads);
+    DIST_TRY(dist_comm_barrier(s->replicas_comm, r, 0));
+    /* every replica checks every replica, so all of them fail alike before reading any */
+    for (int q = 1; q < L->num_replicas; q++)
+        if (L->update_counts[q] != L->update_counts[0])
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "apply_gradients: replica %d passes %lld gradients, replica 0 %lld",
+                              q, (long long)L->update_counts[q], (long long)L->update_counts[0]);
+    rc->update_shards = L->num_replicas;
+    rc->update_grads = L->update_grads;
+    dist_status st = update(rc, grads, user);
+    rc->update_shards = 0;
+    rc->update_grads = NULL;
+    if (st != DIST_OK) {
+        dist_comm_cancel(s->replicas_comm, r);
+        return st;
+    }
+    /* each replica wrote its part of every copy and read every replica's gradients */
+    return dist_comm_barrier(s->replicas_comm, r, 0);
+}
+
 static dist_status rc_apply_gradients(dist_replica_ctx *rc, dist_tensor *grads,
                                       dist_update_fn update, void *user) {
     dist_strategy *s = rc->impl;
     if (s->iface->apply_gradients) return s->iface->apply_gradients(s, rc, grads, update, user);
+    if (sums_in_update(s, rc->local_id, grads, update, user))
+        return apply_summing_in_update(s, rc, grads, update, user);
     return dist_strategy_default_apply_gradients(s, rc, grads, update, user);
 }
 

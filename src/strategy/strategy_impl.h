@@ -130,6 +130,10 @@ typedef struct dist_local_replicas {
      * replicas of one process meeting in-process (mirrored); DIST_SHARDED_UPDATE=0 turns it
      * off */
     int share_updates;
+    /* each replica's gradients in the update being applied when the update sums them
+     * (local_replicas.c, dist_replica_ctx.update_grads), and their lengths */
+    void *update_grads[DIST_MAX_REPLICAS];
+    int64_t update_counts[DIST_MAX_REPLICAS];
 
     /* replica 0 runs on the caller, replicas 1.. on their own threads */
     pthread_t threads[DIST_MAX_REPLICAS];
