@@ -269,6 +269,23 @@ DIST_API dist_status dist_op_batch_norm_with_statistics(dist_tape *tape, const d
 DIST_API dist_status dist_op_layer_norm(dist_tape *tape, const dist_tensor *x,
                                         const dist_tensor *gamma, const dist_tensor *beta,
                                         float epsilon, dist_tensor **y);
+/* Batch normalization with the activation after it in the same pass (TensorFlow's
+ * FusedBatchNormEx): activation DIST_ACT_RELU writes max(bn(x), 0) in one pass, and the backward
+ * masks the output's gradient by y > 0 inside the normalization's gradient kernels, with no ReLU
+ * pass of its own either way; DIST_ACT_NONE is the normalization alone. With mean and variance
+ * given ([C] float32 tensors of the tape's backend) it is dist_op_batch_norm_with_statistics
+ * (inference; synchronized, batch_mean and batch_variance unused); with both NULL,
+ * dist_op_fused_batch_norm (training; *batch_mean, *batch_variance as there, either pointer may
+ * be NULL). The results are the bits of those ops followed by dist_op_relu. A model's layer
+ * graph chooses it for a BatchNormalization whose only reader is a ReLU. Errors: any other
+ * activation, or only one of mean and variance, is DIST_INVALID_ARGUMENT. */
+DIST_API dist_status dist_op_batch_norm_activation(dist_tape *tape, const dist_tensor *x,
+                                                   const dist_tensor *gamma,
+                                                   const dist_tensor *beta, const dist_tensor *mean,
+                                                   const dist_tensor *variance, float epsilon,
+                                                   int synchronized, dist_activation activation,
+                                                   dist_tensor **y, dist_tensor **batch_mean,
+                                                   dist_tensor **batch_variance);
 
 /* tf.linalg.matmul of 2-D tensors: y = op(a) @ op(b), op transposing when the flag is set.
  * Runs on the backend's GEMM (any backend). */

@@ -47,11 +47,13 @@ static dist_status bn_param_grad(dist_tape *t, const dist_tensor *x, const float
     return tape_plain_grad_end(t, x, &h);
 }
 
+/* With a fused ReLU (n->p.m.a) the gradient ops read the output's gradient masked by the
+ * output > 0 (ops.h), unless a consumer already masked it (a max pool: g->relu_applied). */
 static dist_status bn_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
     const dist_tensor *px = n->saved[0], *pg = n->saved[1], *dy;
     int64_t c = x->shape[x->ndim - 1], two_c[2] = {2, c};
-    int mode = n->p.m.kind;
+    int mode = n->p.m.kind, relu = n->p.m.a && !g->relu_applied;
     bn_ws ws;
     DIST_TRY(bn_ws_views(t, n->workspace, c, &ws));
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
@@ -61,8 +63,9 @@ static dist_status bn_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     DIST_TRY(tape_new_tensor(t, DIST_F32, 2, two_c, &sums[0]));
     if (need_dx && mode != DIST_BN_INFERENCE)
         DIST_TRY(tape_new_tensor(t, DIST_F32, 2, two_c, &sums[1]));
-    dist_op op = bn_op(DIST_OPC_BN_GRAD_SUMS, mode, 5, 2, 0.0f);
-    const dist_tensor *in_sums[5] = {px, dy, ws.stats, pg, ws.count};
+    dist_op op = bn_op(DIST_OPC_BN_GRAD_SUMS, mode, relu ? 6 : 5, 2, 0.0f);
+    op.relu = relu;
+    const dist_tensor *in_sums[6] = {px, dy, ws.stats, pg, ws.count, n->out};
     DIST_TRY(tape_run_op(t, &op, in_sums, sums));
     const float *dbeta = sums[0]->data;
     if (gamma) DIST_TRY(bn_param_grad(t, gamma, dbeta + c, c));
@@ -73,8 +76,9 @@ static dist_status bn_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (!dx) return DIST_OK;
     if (mode == DIST_BN_SYNC)
         DIST_TRY(dist_replica_all_reduce(dist_tape_replica(t), DIST_REDUCE_SUM, sums[1]));
-    op = bn_op(DIST_OPC_BN_GRAD_INPUT, mode, 6, 1, 0.0f);
-    const dist_tensor *in_dx[6] = {px, dy, ws.stats, pg, sums[1], NULL};
+    op = bn_op(DIST_OPC_BN_GRAD_INPUT, mode, relu ? 7 : 6, 1, 0.0f);
+    op.relu = relu;
+    const dist_tensor *in_dx[7] = {px, dy, ws.stats, pg, sums[1], NULL, n->out};
     DIST_TRY(tape_run_op(t, &op, in_dx, &dx));
     return tape_plain_grad_end(t, x, &h);
 }
@@ -141,7 +145,7 @@ static dist_status given_stats(dist_tape *t, const bn_io *io, int64_t c, float e
 
 static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
                               const dist_tensor *gamma, const dist_tensor *beta, float epsilon,
-                              const bn_io *io, dist_tensor **y) {
+                              int relu, const bn_io *io, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_batch_norm: NULL argument");
     DIST_CHECK_ARG(mode != DIST_BN_INFERENCE ||
                        (io->mean_t ? io->var_t != NULL : io->mean_in && io->var_in),
@@ -190,13 +194,16 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
     dist_op op = bn_op(DIST_OPC_BN_APPLY, 0, 4, 1, epsilon);
+    op.relu = relu;
     const dist_tensor *ain[4] = {px, ws.stats, pg, pb};
     DIST_TRY(tape_run_op(t, &op, ain, &out));
+    if (relu) tape_mark_relu_output(t, out);
     const dist_tensor *in[3] = {x, gamma, beta};
     tape_node *n;
     DIST_TRY(tape_record(t, out, bn_backward, 3, in, &n));
     if (n) {
         n->p.m.kind = mode;
+        n->p.m.a = relu;
         n->saved[0] = px;
         n->saved[1] = pg;
         n->workspace = wst;
@@ -207,6 +214,29 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
     return DIST_OK;
 }
 
+dist_status dist_op_batch_norm_activation(dist_tape *t, const dist_tensor *x,
+                                          const dist_tensor *gamma, const dist_tensor *beta,
+                                          const dist_tensor *mean, const dist_tensor *variance,
+                                          float epsilon, int synchronized,
+                                          dist_activation activation, dist_tensor **y,
+                                          dist_tensor **batch_mean, dist_tensor **batch_variance) {
+    DIST_CHECK_ARG(activation == DIST_ACT_NONE || activation == DIST_ACT_RELU,
+                   "dist_op_batch_norm_activation: activation %d: only none (0) and relu (1) "
+                   "fuse into batch normalization",
+                   (int)activation);
+    DIST_CHECK_ARG(!mean == !variance,
+                   "dist_op_batch_norm_activation: the mean and variance are given together "
+                   "(inference) or neither (training)");
+    int relu = activation == DIST_ACT_RELU;
+    if (mean) {
+        bn_io io = {.mean_t = mean, .var_t = variance};
+        return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, relu, &io, y);
+    }
+    int mode = synchronized && t && dist_tape_replica(t) ? DIST_BN_SYNC : DIST_BN_LOCAL;
+    bn_io io = {.mean_ret = batch_mean, .var_ret = batch_variance};
+    return batch_norm(t, mode, x, gamma, beta, epsilon, relu, &io, y);
+}
+
 dist_status dist_op_batch_norm_training(dist_tape *t, const dist_tensor *x,
                                         const dist_tensor *gamma, const dist_tensor *beta,
                                         float epsilon, int synchronized, float *batch_mean,
@@ -214,7 +244,7 @@ dist_status dist_op_batch_norm_training(dist_tape *t, const dist_tensor *x,
     DIST_CHECK_ARG(batch_mean && batch_variance, "dist_op_batch_norm_training: NULL argument");
     int mode = synchronized && t && dist_tape_replica(t) ? DIST_BN_SYNC : DIST_BN_LOCAL;
     bn_io io = {.mean_out = batch_mean, .var_out = batch_variance};
-    return batch_norm(t, mode, x, gamma, beta, epsilon, &io, y);
+    return batch_norm(t, mode, x, gamma, beta, epsilon, 0, &io, y);
 }
 
 dist_status dist_op_fused_batch_norm(dist_tape *t, const dist_tensor *x, const dist_tensor *gamma,
@@ -223,7 +253,7 @@ dist_status dist_op_fused_batch_norm(dist_tape *t, const dist_tensor *x, const d
                                      dist_tensor **batch_variance) {
     int mode = synchronized && t && dist_tape_replica(t) ? DIST_BN_SYNC : DIST_BN_LOCAL;
     bn_io io = {.mean_ret = batch_mean, .var_ret = batch_variance};
-    return batch_norm(t, mode, x, gamma, beta, epsilon, &io, y);
+    return batch_norm(t, mode, x, gamma, beta, epsilon, 0, &io, y);
 }
 
 dist_status dist_op_batch_norm_with_statistics(dist_tape *t, const dist_tensor *x,
@@ -232,7 +262,7 @@ dist_status dist_op_batch_norm_with_statistics(dist_tape *t, const dist_tensor *
                                                float epsilon, dist_tensor **y) {
     DIST_CHECK_ARG(mean && variance, "dist_op_batch_norm_with_statistics: NULL statistics");
     bn_io io = {.mean_t = mean, .var_t = variance};
-    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, &io, y);
+    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, 0, &io, y);
 }
 
 dist_status dist_op_batch_norm_inference(dist_tape *t, const dist_tensor *x,
@@ -240,7 +270,7 @@ dist_status dist_op_batch_norm_inference(dist_tape *t, const dist_tensor *x,
                                          const float *mean, const float *variance, float epsilon,
                                          dist_tensor **y) {
     bn_io io = {.mean_in = mean, .var_in = variance};
-    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, &io, y);
+    return batch_norm(t, DIST_BN_INFERENCE, x, gamma, beta, epsilon, 0, &io, y);
 }
 
 /* ---- layer normalization ------------------------------------------------------------------- */

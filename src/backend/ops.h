@@ -109,7 +109,8 @@ typedef enum dist_opcode {
     DIST_OPC_BN_INFER_STATS,
     /* in: x, stats [4, C], gamma [C] (optional: NULL = 1), beta [C] (optional: NULL = 0);
      * out: y = x * s + (beta - mean * s), s = inv * gamma (float32, tf.nn.batch_normalization's
-     * order) */
+     * order). relu = 1: y = z > 0 ? z : 0 of that z, in the same pass (TensorFlow's
+     * FusedBatchNormEx), the bits of the op followed by a ReLU. */
     DIST_OPC_BN_APPLY,
     /* in: x, dy, stats, gamma (optional), count (f32 scalar: the forward's rows over every
      * replica; read by k = DIST_BN_SYNC only, optional otherwise). Per channel, in double:
@@ -120,14 +121,17 @@ typedef enum dist_opcode {
      * b = (float)(T g): k = DIST_BN_LOCAL (and INFERENCE): a, b. k = DIST_BN_SYNC: dL/dS and
      * dL/dQ of the sums of x and x^2, dmean = -a inv, dvar = clamped ? 0 : -0.5 inv^3 b,
      * [(dmean - 2 mean dvar) / count, dvar / count]: all-reduced by the caller (the gradient
-     * of an all-reduce is the all-reduce of the gradients). */
+     * of an all-reduce is the all-reduce of the gradients).
+     * relu = 1: in[5] is y, BN_APPLY's (relu = 1) output, and dy reads as y > 0 ? dy : 0 (the
+     * ReLU's gradient, not written anywhere): the bits of a ReLU backward, then the op. */
     DIST_OPC_BN_GRAD_SUMS,
     /* in: x, dy, stats, gamma (optional), sums (BN_GRAD_SUMS's out[1], all-reduced when
      * synchronized; unused by k = DIST_BN_INFERENCE), count (unused: may be NULL); out: dx.
      * In double, g = gamma or 1, rows of this replica:
      * k = DIST_BN_LOCAL: dy g inv + (-a inv) / rows + (-0.5 inv^3 b) 2 (x - mean) / rows;
      * k = DIST_BN_SYNC: dy g inv + sums[0] + 2 x sums[1];
-     * k = DIST_BN_INFERENCE: dx = dy * g * inv in float32 */
+     * k = DIST_BN_INFERENCE: dx = dy * g * inv in float32.
+     * relu = 1: in[6] is y, and dy reads as y > 0 ? dy : 0, as BN_GRAD_SUMS's. */
     DIST_OPC_BN_GRAD_INPUT,
 
     /* ---- randomness and regularization ----------------------------------------------------- */
@@ -256,6 +260,7 @@ typedef struct dist_op {
     int axis;     /* CONCAT */
     int nin;      /* inputs in use (CONCAT: any count up to DIST_OP_MAX_IN) */
     int nout;     /* outputs in use */
+    int relu;     /* BN_APPLY, BN_GRAD_SUMS, BN_GRAD_INPUT: a ReLU fused after the apply */
     int64_t v[DIST_MAX_DIMS]; /* TRANSPOSE: perm; SLICE / PAD: begin */
     float f[2];   /* BN*: f[0] = epsilon; DROPOUT_MASK: f[0] = rate; CLIP_*: bounds */
     uint32_t u[4];  /* DROPOUT_MASK: the key */

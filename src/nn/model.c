@@ -1039,6 +1039,27 @@ static void layer_variables(dist_model *m, model_layer *l) {
     l->params = m->nparams - before;
 }
 
+/* A layer that is exactly max(x, 0) of its one input: ReLU(), Activation("relu") */
+static int is_plain_relu(const model_layer *l) {
+    return l->kind == LAYER_RELU ||
+           (l->kind == LAYER_ACTIVATION && l->post == POST_NONE && l->activation == DIST_ACT_RELU);
+}
+
+/* The fusions chosen over the layer graph: a BatchNormalization whose only reader is a ReLU
+ * runs it in its own op (dist_op_batch_norm_activation: one pass forward, the mask inside the
+ * normalization's gradient backward), as Sequential, Functional and Keras files all wire
+ * Conv2D -> BatchNormalization -> ReLU. */
+static void fuse_layers(dist_model *m) {
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].fused_relu = -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *r = &m->layers[i];
+        int from = r->ninputs == 1 ? r->inputs[0] : DIST_MODEL_INPUT;
+        if (!is_plain_relu(r) || from < 0) continue;
+        model_layer *b = &m->layers[from];
+        if (b->kind == LAYER_BATCH_NORM && b->readers == 1) b->fused_relu = i;
+    }
+}
+
 /* Wires, orders and shapes every layer and lays out the variables (in the order the layers were
  * added: Keras's model.weights order, whatever order a call runs them in); no memory yet. */
 static dist_status plan(dist_model *m) {
@@ -1075,6 +1096,7 @@ static dist_status plan(dist_model *m) {
                               l->name, model_layer_class(l->kind));
     }
     for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
+    fuse_layers(m);
     const model_layer *o = &m->layers[output];
     m->softmax_head = (o->kind == LAYER_SOFTMAX || o->post == POST_SOFTMAX) && o->out_ndim >= 1;
     return DIST_OK;
@@ -1258,20 +1280,20 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
  * computes the layer in float32 under any policy); the moving statistics are variables of the
  * replica's parameter buffer, updated on its backend with scale and add. */
 static dist_status call_batch_norm(dist_tape *tape, model_replica *rep, const model_layer *l,
-                                   const dist_tensor *h, dist_tensor **out) {
+                                   dist_activation act, const dist_tensor *h, dist_tensor **out) {
     const dist_tensor *gamma = l->kernel_var >= 0 ? rep->var_ptrs[l->kernel_var] : NULL;
     const dist_tensor *beta = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
     dist_tensor *moving_mean = &rep->vars[l->moving_mean_var];
     dist_tensor *moving_var = &rep->vars[l->moving_variance_var];
     dist_status st;
     if (!dist_tape_recording(tape)) {
-        st = dist_op_batch_norm_with_statistics(tape, h, gamma, beta, moving_mean, moving_var,
-                                                l->bn.epsilon, out);
+        st = dist_op_batch_norm_activation(tape, h, gamma, beta, moving_mean, moving_var,
+                                           l->bn.epsilon, 0, act, out, NULL, NULL);
         return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
     }
     dist_tensor *batch[2] = {NULL, NULL}, *moving[2] = {moving_mean, moving_var};
-    st = dist_op_fused_batch_norm(tape, h, gamma, beta, l->bn.epsilon, l->bn.synchronized, out,
-                                  &batch[0], &batch[1]);
+    st = dist_op_batch_norm_activation(tape, h, gamma, beta, NULL, NULL, l->bn.epsilon,
+                                       l->bn.synchronized, act, out, &batch[0], &batch[1]);
     /* moving = moving * momentum + batch * (1 - momentum), on the backend (traced under tpu) */
     dist_backend *be = dist_tape_backend(tape);
     float mo = l->bn.momentum, rest = (float)(1.0 - (double)l->bn.momentum);
@@ -1566,7 +1588,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         return dist_op_transpose(tape, h, perm, out);
     }
     case LAYER_DROPOUT: return call_dropout(m, tape, i, h, out);
-    case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, h, out);
+    case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, DIST_ACT_NONE, h, out);
     case LAYER_LAYER_NORM: return call_layer_norm(tape, l, vars, h, out);
     case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
     case LAYER_DENSE:
@@ -1643,6 +1665,15 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
                                                DIST_PADDING_VALID, &outs[m->order[k]]));
             continue;
         }
+        if (l->kind == LAYER_BATCH_NORM && l->fused_relu >= 0 && !m->check_numerics) {
+            /* the ReLU's output, which is all that reads the normalization's */
+            DIST_TRY(call_batch_norm(tape, rep, l, DIST_ACT_RELU, in[0], &outs[i]));
+            outs[l->fused_relu] = outs[i];
+            continue;
+        }
+        if (is_plain_relu(l) && l->inputs[0] >= 0 && m->layers[l->inputs[0]].fused_relu == i &&
+            !m->check_numerics)
+            continue; /* run by its BatchNormalization */
         dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
         if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_BATCH_NORM)
             return dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind));

@@ -1338,11 +1338,22 @@ static dist_status op_batch_norm(xla_trace *t, const dist_op *op, const dist_ten
         DIST_TRY(bcast_right(t, off, &x2s, &off));
         DIST_TRY(binop(t, XG_MUL, x, sc, &v));
         DIST_TRY(binop(t, XG_ADD, v, off, &v));
+        if (op->relu) DIST_TRY(relu_of(t, v, &v)); /* relu_forward's node */
         return write_opt(t, out[0], v);
     }
     int dy, xc;
     DIST_TRY(read_tensor(t, in[1], &dy));
     DIST_TRY(reshape_to(t, dy, &x2s, &dy));
+    if (op->relu) { /* dy masked by the fused ReLU's output: relu_backward's node */
+        int yi = op->code == DIST_OPC_BN_GRAD_SUMS ? 5 : 6, ry[2];
+        if (op->nin <= yi || !in[yi])
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: a fused ReLU's gradient needs y (in[%d])",
+                              dist_op_name(op), yi);
+        DIST_TRY(read_tensor(t, in[yi], &ry[0]));
+        DIST_TRY(reshape_to(t, ry[0], &x2s, &ry[0]));
+        ry[1] = dy;
+        DIST_TRY(node_of(t, XG_RELU_GRAD, DIST_F32, &x2s, 2, ry, 0, &dy));
+    }
     DIST_TRY(binop(t, XG_SUB, x, bmean, &xc));
     if (op->code == DIST_OPC_BN_GRAD_SUMS) {
         /* S = sum dy, T = sum dy (x - mean); out[0] = S, T inv; out[1] = a = S g, b = T g, or

@@ -62,12 +62,12 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_BN_INFER_STATS: a->nin = 2; return 1;
     case DIST_OPC_BN_APPLY: *a = (op_arity){4, 1, 0xc, 0, 0}; return 1;
     case DIST_OPC_BN_GRAD_SUMS:
-        /* the count is read by the synchronized form only */
-        *a = (op_arity){5, 2, op->k == DIST_BN_SYNC ? 0x8 : 0x18, 3, 0};
+        /* the count is read by the synchronized form only; y (in[5]) by a fused ReLU's */
+        *a = (op_arity){op->relu ? 6 : 5, 2, op->k == DIST_BN_SYNC ? 0x8 : 0x18, 3, 0};
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_BN_GRAD_INPUT:
         /* the sums are not read by the inference form, the count by none */
-        *a = (op_arity){6, 1, op->k == DIST_BN_INFERENCE ? 0x38 : 0x28, 0, 0};
+        *a = (op_arity){op->relu ? 7 : 6, 1, op->k == DIST_BN_INFERENCE ? 0x38 : 0x28, 0, 0};
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_DROPOUT_MASK: a->nin = 0; return 1;
     case DIST_OPC_SUM_SQUARES:
@@ -958,6 +958,8 @@ typedef enum bn_sum_kind {
     BN_SUM_X_X2,     /* s1 = sum x, s2 = sum x^2 */
     BN_SUM_DEV2,     /* s1 = sum (x - mean)^2 */
     BN_SUM_DY_DYDEV, /* s1 = sum dy, s2 = sum dy (x - mean) */
+    /* the same of dm = y > 0 ? dy : 0, a fused ReLU's gradient (the bits of relu_backward's) */
+    BN_SUM_DY_DYDEV_RELU,
 } bn_sum_kind;
 
 /* The loops below are compiled twice: for the baseline ISA and, chosen at run time where the
@@ -967,8 +969,8 @@ typedef enum bn_sum_kind {
 #define BN_INLINE static inline __attribute__((always_inline))
 
 BN_INLINE void bn_block_sums(bn_sum_kind kind, const float *restrict x, const float *restrict dy,
-                             const double *restrict mean, int64_t r0, int64_t r1, int64_t c,
-                             double *restrict p1, double *restrict p2) {
+                             const float *restrict y, const double *restrict mean, int64_t r0,
+                             int64_t r1, int64_t c, double *restrict p1, double *restrict p2) {
     for (int64_t j = 0; j < c; j++) p1[j] = p2[j] = 0.0;
     for (int64_t i = r0; i < r1; i++) {
         const float *xr = x + i * c;
@@ -998,6 +1000,16 @@ BN_INLINE void bn_block_sums(bn_sum_kind kind, const float *restrict x, const fl
             }
             break;
         }
+        case BN_SUM_DY_DYDEV_RELU: {
+            const float *dr = dy + i * c, *yr = y + i * c;
+            for (int64_t j = 0; j < c; j++) {
+                float dm = yr[j] > 0.0f ? dr[j] : 0.0f;
+                double d = dm, xc = (double)xr[j] - mean[j];
+                p1[j] += d;
+                p2[j] += d * xc;
+            }
+            break;
+        }
         }
     }
 }
@@ -1006,8 +1018,8 @@ BN_INLINE void bn_block_sums(bn_sum_kind kind, const float *restrict x, const fl
  * would chain every row's adds on the previous row's (latency-bound), so the rows go round
  * four sets, added pairwise at the end: (s0 + s1) + (s2 + s3). */
 BN_INLINE void bn_block_sums16(bn_sum_kind kind, const float *restrict x, const float *restrict dy,
-                               const double *restrict mean, int64_t r0, int64_t r1,
-                               double *restrict p1, double *restrict p2) {
+                               const float *restrict y, const double *restrict mean, int64_t r0,
+                               int64_t r1, double *restrict p1, double *restrict p2) {
     double a1[4][16] = {{0}}, a2[4][16] = {{0}};
     for (int64_t i = r0; i < r1; i++) {
         const float *xr = x + i * 16;
@@ -1038,6 +1050,16 @@ BN_INLINE void bn_block_sums16(bn_sum_kind kind, const float *restrict x, const 
             }
             break;
         }
+        case BN_SUM_DY_DYDEV_RELU: {
+            const float *dr = dy + i * 16, *yr = y + i * 16;
+            for (int j = 0; j < 16; j++) {
+                float dm = yr[j] > 0.0f ? dr[j] : 0.0f;
+                double d = dm, xc = (double)xr[j] - mean[j];
+                q1[j] += d;
+                q2[j] += d * xc;
+            }
+            break;
+        }
         }
     }
     for (int j = 0; j < 16; j++) {
@@ -1046,38 +1068,39 @@ BN_INLINE void bn_block_sums16(bn_sum_kind kind, const float *restrict x, const 
     }
 }
 
-typedef void (*bn_block_sums_fn)(bn_sum_kind, const float *, const float *, const double *, int64_t,
-                                 int64_t, int64_t, double *, double *);
+typedef void (*bn_block_sums_fn)(bn_sum_kind, const float *, const float *, const float *,
+                                 const double *, int64_t, int64_t, int64_t, double *, double *);
 
-static void bn_block_sums_base(bn_sum_kind kind, const float *x, const float *dy,
+static void bn_block_sums_base(bn_sum_kind kind, const float *x, const float *dy, const float *y,
                                const double *mean, int64_t r0, int64_t r1, int64_t c, double *p1,
                                double *p2) {
-    bn_block_sums(kind, x, dy, mean, r0, r1, c, p1, p2);
+    bn_block_sums(kind, x, dy, y, mean, r0, r1, c, p1, p2);
 }
 
 BN_AVX512 static void bn_block_sums_avx512(bn_sum_kind kind, const float *x, const float *dy,
-                                           const double *mean, int64_t r0, int64_t r1, int64_t c,
-                                           double *p1, double *p2) {
-    bn_block_sums(kind, x, dy, mean, r0, r1, c, p1, p2);
+                                           const float *y, const double *mean, int64_t r0,
+                                           int64_t r1, int64_t c, double *p1, double *p2) {
+    bn_block_sums(kind, x, dy, y, mean, r0, r1, c, p1, p2);
 }
 
-static void bn_block_sums16_base(bn_sum_kind kind, const float *x, const float *dy,
+static void bn_block_sums16_base(bn_sum_kind kind, const float *x, const float *dy, const float *y,
                                  const double *mean, int64_t r0, int64_t r1, int64_t c, double *p1,
                                  double *p2) {
     (void)c;
-    bn_block_sums16(kind, x, dy, mean, r0, r1, p1, p2);
+    bn_block_sums16(kind, x, dy, y, mean, r0, r1, p1, p2);
 }
 
 BN_AVX512 static void bn_block_sums16_avx512(bn_sum_kind kind, const float *x, const float *dy,
-                                             const double *mean, int64_t r0, int64_t r1, int64_t c,
-                                             double *p1, double *p2) {
+                                             const float *y, const double *mean, int64_t r0,
+                                             int64_t r1, int64_t c, double *p1, double *p2) {
     (void)c;
-    bn_block_sums16(kind, x, dy, mean, r0, r1, p1, p2);
+    bn_block_sums16(kind, x, dy, y, mean, r0, r1, p1, p2);
 }
 
 static dist_status bn_channel_sums(const cpu_ctx *c_, const dist_op *op, bn_sum_kind kind,
-                                   const float *x, const float *dy, const double *mean,
-                                   int64_t rows, int64_t c, double *s1, double *s2) {
+                                   const float *x, const float *dy, const float *y,
+                                   const double *mean, int64_t rows, int64_t c, double *s1,
+                                   double *s2) {
     int64_t nb = (rows + BN_BLOCK_ROWS - 1) / BN_BLOCK_ROWS;
     for (int64_t j = 0; j < c; j++) s1[j] = s2[j] = 0.0;
     if (nb == 0) return DIST_OK;
@@ -1092,7 +1115,7 @@ static dist_status bn_channel_sums(const cpu_ctx *c_, const dist_op *op, bn_sum_
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < nb; b++) {
         int64_t r0 = b * BN_BLOCK_ROWS, r1 = r0 + BN_BLOCK_ROWS < rows ? r0 + BN_BLOCK_ROWS : rows;
-        sums(kind, x, dy, mean, r0, r1, c, part + b * 2 * c, part + b * 2 * c + c);
+        sums(kind, x, dy, y, mean, r0, r1, c, part + b * 2 * c, part + b * 2 * c + c);
     }
     for (int64_t b = 0; b < nb; b++)
         for (int64_t j = 0; j < c; j++) {
@@ -1127,7 +1150,7 @@ static dist_status op_bn_stats(cpu_ctx *c_, const dist_op *op, const dist_tensor
     dist_status st;
     if (op->k == DIST_BN_SUMS) {
         /* Keras: local sums of x and x^2 (float32 tensors), all-reduced by the caller */
-        st = bn_channel_sums(c_, op, BN_SUM_X_X2, x, NULL, NULL, rows, c, s1, s2);
+        st = bn_channel_sums(c_, op, BN_SUM_X_X2, x, NULL, NULL, NULL, rows, c, s1, s2);
         float *buf = out[0]->data;
         for (int64_t j = 0; st == DIST_OK && j < c; j++) {
             buf[j] = (float)s1[j];
@@ -1137,9 +1160,10 @@ static dist_status op_bn_stats(cpu_ctx *c_, const dist_op *op, const dist_tensor
         return st;
     }
     /* tf.nn.moments: the mean, then the mean squared deviation from it */
-    st = bn_channel_sums(c_, op, BN_SUM_X, x, NULL, NULL, rows, c, s1, s2);
+    st = bn_channel_sums(c_, op, BN_SUM_X, x, NULL, NULL, NULL, rows, c, s1, s2);
     for (int64_t j = 0; j < c; j++) mean[j] = rows > 0 ? s1[j] / (double)rows : 0.0;
-    if (st == DIST_OK) st = bn_channel_sums(c_, op, BN_SUM_DEV2, x, NULL, mean, rows, c, s1, s2);
+    if (st == DIST_OK)
+        st = bn_channel_sums(c_, op, BN_SUM_DEV2, x, NULL, NULL, mean, rows, c, s1, s2);
     if (st == DIST_OK) {
         bn_rows s = bn_rows_of(out[0], c);
         float eps = op->f[0];
@@ -1230,11 +1254,18 @@ static dist_status op_bn_apply(cpu_ctx *c_, const dist_op *op, const dist_tensor
         scale[j] = inv;
         shift[j] = (bv ? bv[j] : 0.0f) - s.mean[j] * inv;
     }
+    int relu = op->relu;
 #pragma omp parallel for num_threads(ops_threads(c_, n)) schedule(static)
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = xv + i * c;
         float *yr = o + i * c;
-        for (int64_t j = 0; j < c; j++) yr[j] = xr[j] * scale[j] + shift[j];
+        if (relu) /* relu_forward's select of the same z */
+            for (int64_t j = 0; j < c; j++) {
+                float z = xr[j] * scale[j] + shift[j];
+                yr[j] = z > 0.0f ? z : 0.0f;
+            }
+        else
+            for (int64_t j = 0; j < c; j++) yr[j] = xr[j] * scale[j] + shift[j];
     }
     free(scale);
     return DIST_OK;
@@ -1248,6 +1279,7 @@ static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_te
     DIST_TRY(check_bn_params(op, in[2], in[3], NULL, c));
     int64_t n = dist_tensor_numel(xt), rows = n / c;
     DIST_TRY(need_numel(op, in[1], n, "dy"));
+    if (op->relu) DIST_TRY(need_numel(op, in[5], n, "y"));
     if (out[0]) DIST_TRY(need_numel(op, out[0], 2 * c, "the parameters' sums"));
     if (out[1]) DIST_TRY(need_numel(op, out[1], 2 * c, "the input's sums"));
     double total = 0;
@@ -1263,7 +1295,8 @@ static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_te
     DIST_TRY(bn_scratch(op, 3 * c, &w));
     double *sdy = w, *sdyx = w + c, *mean = w + 2 * c;
     for (int64_t j = 0; j < c; j++) mean[j] = s.mean[j];
-    dist_status st = bn_channel_sums(c_, op, BN_SUM_DY_DYDEV, xv, dy, mean, rows, c, sdy, sdyx);
+    dist_status st = bn_channel_sums(c_, op, op->relu ? BN_SUM_DY_DYDEV_RELU : BN_SUM_DY_DYDEV, xv,
+                                     dy, op->relu ? in[5]->data : NULL, mean, rows, c, sdy, sdyx);
     for (int64_t j = 0; st == DIST_OK && j < c; j++) {
         if (dbeta) {
             dbeta[j] = (float)sdy[j];
@@ -1298,18 +1331,45 @@ BN_INLINE void bn_dx_row(const float *restrict dy, const float *restrict x,
         dx[j] = (float)(dy[j] * k_dy[j] + ((double)x[j] - mean[j]) * k_x[j] + k_0[j]);
 }
 
-typedef void (*bn_dx_row_fn)(const float *, const float *, const double *, const double *,
-                             const double *, const double *, int64_t, float *);
+/* The same with dy masked by a fused ReLU's output y (relu_backward's select) */
+BN_INLINE void bn_dx_row_relu(const float *restrict dy, const float *restrict y,
+                              const float *restrict x, const double *restrict k_dy,
+                              const double *restrict k_x, const double *restrict k_0,
+                              const double *restrict mean, int64_t c, float *restrict dx) {
+    for (int64_t j = 0; j < c; j++) {
+        float dm = y[j] > 0.0f ? dy[j] : 0.0f;
+        dx[j] = (float)(dm * k_dy[j] + ((double)x[j] - mean[j]) * k_x[j] + k_0[j]);
+    }
+}
 
-static void bn_dx_row_base(const float *dy, const float *x, const double *k_dy, const double *k_x,
-                           const double *k_0, const double *mean, int64_t c, float *dx) {
+typedef void (*bn_dx_row_fn)(const float *, const float *, const float *, const double *,
+                             const double *, const double *, const double *, int64_t, float *);
+
+static void bn_dx_row_base(const float *dy, const float *y, const float *x, const double *k_dy,
+                           const double *k_x, const double *k_0, const double *mean, int64_t c,
+                           float *dx) {
+    (void)y;
     bn_dx_row(dy, x, k_dy, k_x, k_0, mean, c, dx);
 }
 
-BN_AVX512 static void bn_dx_row_avx512(const float *dy, const float *x, const double *k_dy,
-                                       const double *k_x, const double *k_0, const double *mean,
-                                       int64_t c, float *dx) {
+BN_AVX512 static void bn_dx_row_avx512(const float *dy, const float *y, const float *x,
+                                       const double *k_dy, const double *k_x, const double *k_0,
+                                       const double *mean, int64_t c, float *dx) {
+    (void)y;
     bn_dx_row(dy, x, k_dy, k_x, k_0, mean, c, dx);
+}
+
+static void bn_dx_row_relu_base(const float *dy, const float *y, const float *x, const double *k_dy,
+                                const double *k_x, const double *k_0, const double *mean, int64_t c,
+                                float *dx) {
+    bn_dx_row_relu(dy, y, x, k_dy, k_x, k_0, mean, c, dx);
+}
+
+BN_AVX512 static void bn_dx_row_relu_avx512(const float *dy, const float *y, const float *x,
+                                            const double *k_dy, const double *k_x,
+                                            const double *k_0, const double *mean, int64_t c,
+                                            float *dx) {
+    bn_dx_row_relu(dy, y, x, k_dy, k_x, k_0, mean, c, dx);
 }
 
 static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_tensor *const *in,
@@ -1322,8 +1382,10 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
     DIST_TRY(need_numel(op, in[1], n, "dy"));
     DIST_TRY(need_numel(op, out[0], n, "dx"));
     if (op->k != DIST_BN_INFERENCE) DIST_TRY(need_numel(op, in[4], 2 * c, "the sums"));
+    if (op->relu) DIST_TRY(need_numel(op, in[6], n, "y"));
     bn_rows s = bn_rows_of(in[2], c);
     const float *xv = xt->data, *dy = in[1]->data, *gv = in[3] ? in[3]->data : NULL;
+    const float *yv = op->relu ? in[6]->data : NULL;
     const float *ga = in[4] ? in[4]->data : NULL, *gb = ga ? ga + c : NULL;
     float *dx = out[0]->data;
     int nt = ops_threads(c_, n);
@@ -1339,7 +1401,15 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
         for (int64_t i = 0; i < rows; i++) {
             const float *dr = dy + i * c;
             float *o = dx + i * c;
-            for (int64_t j = 0; j < c; j++) o[j] = dr[j] * g1[j] * inv[j];
+            if (yv) {
+                const float *yr = yv + i * c;
+                for (int64_t j = 0; j < c; j++) {
+                    float dm = yr[j] > 0.0f ? dr[j] : 0.0f;
+                    o[j] = dm * g1[j] * inv[j];
+                }
+            } else {
+                for (int64_t j = 0; j < c; j++) o[j] = dr[j] * g1[j] * inv[j];
+            }
         }
         free(g1);
         return DIST_OK;
@@ -1365,10 +1435,12 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
             k_0[j] = dmean / (double)rows;
         }
     }
-    bn_dx_row_fn dx_row = cpu_has_avx512_bw_vl() ? bn_dx_row_avx512 : bn_dx_row_base;
+    int avx512 = cpu_has_avx512_bw_vl();
+    bn_dx_row_fn dx_row = yv ? (avx512 ? bn_dx_row_relu_avx512 : bn_dx_row_relu_base)
+                             : (avx512 ? bn_dx_row_avx512 : bn_dx_row_base);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < rows; i++)
-        dx_row(dy + i * c, xv + i * c, k_dy, k_x, k_0, mean, c, dx + i * c);
+        dx_row(dy + i * c, yv ? yv + i * c : NULL, xv + i * c, k_dy, k_x, k_0, mean, c, dx + i * c);
     free(w);
     return DIST_OK;
 }

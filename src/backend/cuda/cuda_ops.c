@@ -57,13 +57,14 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_BN_APPLY: s->in_req = 3, s->in_opt = 12; return 1;
     case DIST_OPC_BN_GRAD_SUMS:
         /* x, dy, stats, gamma (optional), count (read by SYNC only); both outputs optional */
-        s->in_req = 7 | (op->k == DIST_BN_SYNC ? 16u : 0u);
+        s->in_req = 7 | (op->k == DIST_BN_SYNC ? 16u : 0u) | (op->relu ? 32u : 0u);
         s->in_opt = 8 | (op->k == DIST_BN_SYNC ? 0u : 16u);
         s->out_req = 0, s->out_opt = 3;
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_BN_GRAD_INPUT:
-        /* x, dy, stats, gamma (optional), sums (not read by INFERENCE), count (read by none) */
-        s->in_req = 7 | (op->k != DIST_BN_INFERENCE ? 16u : 0u);
+        /* x, dy, stats, gamma (optional), sums (not read by INFERENCE), count (read by none),
+         * y (a fused ReLU's) */
+        s->in_req = 7 | (op->k != DIST_BN_INFERENCE ? 16u : 0u) | (op->relu ? 64u : 0u);
         s->in_opt = 8 | 32 | (op->k == DIST_BN_INFERENCE ? 16u : 0u);
         return op->k == DIST_BN_INFERENCE || op->k == DIST_BN_LOCAL || op->k == DIST_BN_SYNC;
     case DIST_OPC_DROPOUT_MASK: return 1;
@@ -405,6 +406,12 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         /* apply: x, stats, gamma, beta; the gradients: x, dy, stats, gamma, then sums or count */
         DIST_TRY(numel_is(op, in[apply ? 1 : 2], 4 * c, "the statistics"));
         if (!apply) DIST_TRY(same_numel(op, x, in[1], "x", "dy"));
+        a->relu = op->relu;
+        if (!apply && op->relu) {
+            const int yi = op->code == DIST_OPC_BN_GRAD_SUMS ? 5 : 6;
+            if (op->nin <= yi) return bad(op, "a fused ReLU's gradient needs y (ops.h)");
+            DIST_TRY(same_numel(op, x, in[yi], "x", "y"));
+        }
         for (int i = apply ? 2 : 3; i < (apply ? 4 : 3 + 1) && i < op->nin; i++)
             if (in[i]) DIST_TRY(numel_is(op, in[i], c, apply && i == 3 ? "beta" : "gamma"));
         if (op->code == DIST_OPC_BN_GRAD_SUMS) {

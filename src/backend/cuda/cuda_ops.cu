@@ -575,29 +575,37 @@ __global__ void bn_infer_stats_kernel(cudak_op a) {
 }
 
 /* BN_APPLY: in: x, stats, gamma (or NULL), beta (or NULL); tf.nn.batch_normalization's form:
- * x * inv' + (beta - mean * inv') with inv' = inv * gamma */
+ * x * inv' + (beta - mean * inv') with inv' = inv * gamma; relu: the ReLU of that, as
+ * relu_forward's select */
 __global__ void bn_apply_kernel(cudak_op a) {
     const int64_t C = a.cols;
     const float *x = a.in[0], *st = a.in[1], *gm = a.in[2], *bt = a.in[3];
     GRID_STRIDE(i, a.n) {
         int64_t c = i % C;
         float inv = __fmul_rn(st[2 * C + c], gm ? gm[c] : 1.0f);
-        a.out[0][i] =
+        float z =
             __fadd_rn(__fmul_rn(x[i], inv), __fsub_rn(bt ? bt[c] : 0.0f, __fmul_rn(st[c], inv)));
+        a.out[0][i] = a.relu && !(z > 0.0f) ? 0.0f : z;
     }
 }
 
-/* BN_GRAD_SUMS: in: x, dy, stats, gamma (or NULL), count (SYNC); out: the parameters' sums
- * [2, C] and the input gradient's terms [2, C] (each may be NULL); a block per channel */
+/* dy[i], or relu_backward's y[i] > 0 ? dy[i] : 0 with a fused ReLU's output y */
+__device__ __forceinline__ float bn_masked_dy(const float *dy, const float *y, int64_t i) {
+    return y && !(y[i] > 0.0f) ? 0.0f : dy[i];
+}
+
+/* BN_GRAD_SUMS: in: x, dy, stats, gamma (or NULL), count (SYNC), y (relu); out: the parameters'
+ * sums [2, C] and the input gradient's terms [2, C] (each may be NULL); a block per channel */
 __global__ void bn_grad_sums_kernel(cudak_op a) {
     __shared__ double sh[32];
     const int64_t rows = a.rows, C = a.cols;
     const float *x = a.in[0], *dy = a.in[1], *st = a.in[2], *gm = a.in[3];
+    const float *y = a.relu ? a.in[5] : NULL;
     for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
         const double mean = st[c];
         double sdy = 0.0, sdyx = 0.0;
         for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-            double d = dy[r * C + c];
+            double d = bn_masked_dy(dy, y, r * C + c);
             sdy = __dadd_rn(sdy, d);
             sdyx = __dadd_rn(sdyx, __dmul_rn(d, __dsub_rn((double)x[r * C + c], mean)));
         }
@@ -630,20 +638,22 @@ __global__ void bn_grad_sums_kernel(cudak_op a) {
 }
 
 /* BN_GRAD_INPUT: in: x, dy, stats, gamma (or NULL), sums (BN_GRAD_SUMS's out[1]; not read by
- * INFERENCE); rows: this replica's */
+ * INFERENCE), count (unread), y (relu); rows: this replica's */
 __global__ void bn_grad_input_kernel(cudak_op a) {
     const int64_t C = a.cols;
     const double rows = (double)a.rows;
     const float *x = a.in[0], *dy = a.in[1], *st = a.in[2], *gm = a.in[3], *sums = a.in[4];
+    const float *y = a.relu ? a.in[6] : NULL;
     GRID_STRIDE(i, a.n) {
         int64_t c = i % C;
+        const float d = bn_masked_dy(dy, y, i);
         if (a.k == DIST_BN_INFERENCE) {
-            a.out[0][i] = __fmul_rn(__fmul_rn(dy[i], gm ? gm[c] : 1.0f), st[2 * C + c]);
+            a.out[0][i] = __fmul_rn(__fmul_rn(d, gm ? gm[c] : 1.0f), st[2 * C + c]);
             continue;
         }
         const double gam = gm ? gm[c] : 1.0, inv = st[2 * C + c];
         const double ga = sums[c], gb = sums[C + c];
-        const double g = __dmul_rn(__dmul_rn((double)dy[i], gam), inv);
+        const double g = __dmul_rn(__dmul_rn((double)d, gam), inv);
         if (a.k == DIST_BN_SYNC) {
             a.out[0][i] =
                 (float)__dadd_rn(__dadd_rn(g, ga), __dmul_rn(__dmul_rn(2.0, (double)x[i]), gb));
