@@ -350,6 +350,13 @@ START_TEST(test_batch_norm_family_matches_cpu) {
         spec apin[4] = {x, sv, gamma, beta}, apin_plain[4] = {x, sv, NONE, NONE};
         check_op("bn_apply", &ap, apin, &x);
         check_op("bn_apply (no gamma, beta)", &ap, apin_plain, &x);
+        /* a fused ReLU: the apply's output, which then masks dy in the gradient ops below */
+        dist_op apr = ap;
+        apr.relu = 1;
+        both yr = run_both(&apr, apin, &x);
+        expect_close("bn_apply (relu)", &apr, &yr);
+        spec yv = x;
+        yv.v = yr.cpu[0];
 
         /* the backward of each mode: the sums (both outputs, or one), then dx from them */
         spec dy = x, count = {0, {0}, 0, 0, NULL, 0};
@@ -373,9 +380,18 @@ START_TEST(test_batch_norm_family_matches_cpu) {
                 dist_op gi = {.code = DIST_OPC_BN_GRAD_INPUT, .k = modes[m], .nin = 6, .nout = 1};
                 spec giin[6] = {x, dy, sv, gm, terms, NONE};
                 check_op("bn_grad_input", &gi, giin, &x);
+
+                dist_op gsr = gs, gir = gi;
+                gsr.relu = gir.relu = 1;
+                gsr.nin = 6, gir.nin = 7;
+                spec gsrin[6] = {x, dy, sv, gm, count, yv};
+                check_op("bn_grad_sums (relu)", &gsr, gsrin, gsout);
+                spec girin[7] = {x, dy, sv, gm, terms, NONE, yv};
+                check_op("bn_grad_input (relu)", &gir, girin, &x);
                 both_free(&gsum);
             }
         }
+        both_free(&yr);
         both_free(&st);
     }
     /* moments from all-reduced sums; channel 2's E[x^2] < mean^2 (clamped) */

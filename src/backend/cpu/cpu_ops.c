@@ -968,6 +968,16 @@ typedef enum bn_sum_kind {
 #define BN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define BN_INLINE static inline __attribute__((always_inline))
 
+/* A fused ReLU's gradient, y > 0 ? dy : +0 (relu_backward's select), as a bit mask: GCC does
+ * not if-convert the select in the loops that widen it to double, and would not vectorize them */
+BN_INLINE float bn_relu_masked(float y, float dy) {
+    uint32_t bits;
+    memcpy(&bits, &dy, sizeof bits);
+    bits &= -(uint32_t)(y > 0.0f);
+    memcpy(&dy, &bits, sizeof bits);
+    return dy;
+}
+
 BN_INLINE void bn_block_sums(bn_sum_kind kind, const float *restrict x, const float *restrict dy,
                              const float *restrict y, const double *restrict mean, int64_t r0,
                              int64_t r1, int64_t c, double *restrict p1, double *restrict p2) {
@@ -1003,7 +1013,7 @@ BN_INLINE void bn_block_sums(bn_sum_kind kind, const float *restrict x, const fl
         case BN_SUM_DY_DYDEV_RELU: {
             const float *dr = dy + i * c, *yr = y + i * c;
             for (int64_t j = 0; j < c; j++) {
-                float dm = yr[j] > 0.0f ? dr[j] : 0.0f;
+                float dm = bn_relu_masked(yr[j], dr[j]);
                 double d = dm, xc = (double)xr[j] - mean[j];
                 p1[j] += d;
                 p2[j] += d * xc;
@@ -1053,7 +1063,7 @@ BN_INLINE void bn_block_sums16(bn_sum_kind kind, const float *restrict x, const 
         case BN_SUM_DY_DYDEV_RELU: {
             const float *dr = dy + i * 16, *yr = y + i * 16;
             for (int j = 0; j < 16; j++) {
-                float dm = yr[j] > 0.0f ? dr[j] : 0.0f;
+                float dm = bn_relu_masked(yr[j], dr[j]);
                 double d = dm, xc = (double)xr[j] - mean[j];
                 q1[j] += d;
                 q2[j] += d * xc;
@@ -1337,7 +1347,7 @@ BN_INLINE void bn_dx_row_relu(const float *restrict dy, const float *restrict y,
                               const double *restrict k_x, const double *restrict k_0,
                               const double *restrict mean, int64_t c, float *restrict dx) {
     for (int64_t j = 0; j < c; j++) {
-        float dm = y[j] > 0.0f ? dy[j] : 0.0f;
+        float dm = bn_relu_masked(y[j], dy[j]);
         dx[j] = (float)(dm * k_dy[j] + ((double)x[j] - mean[j]) * k_x[j] + k_0[j]);
     }
 }
@@ -1404,7 +1414,7 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
             if (yv) {
                 const float *yr = yv + i * c;
                 for (int64_t j = 0; j < c; j++) {
-                    float dm = yr[j] > 0.0f ? dr[j] : 0.0f;
+                    float dm = bn_relu_masked(yr[j], dr[j]);
                     o[j] = dm * g1[j] * inv[j];
                 }
             } else {
