@@ -608,16 +608,20 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
                 if (apply) { /* x s + (beta - mean s) */
                     float s = st[2 * C + j] * (gv ? gv[j] : 1.0f);
                     float b = op->nin > 3 && in[3].data ? in[3].data[j] : 0.0f;
-                    out[0].data[e] = xv * s + (b - st[j] * s);
+                    float z = xv * s + (b - st[j] * s);
+                    out[0].data[e] = op->relu && !(z > 0.0f) ? 0.0f : z;
                     continue;
                 }
-                double dy = in[1].data[e];
+                /* a fused ReLU: dy where its output y (the last input) is > 0, else 0 */
+                const hval *yr = op->relu ? &in[op->code == DIST_OPC_BN_GRAD_SUMS ? 5 : 6] : NULL;
+                float dyf = yr && !(yr->data[e] > 0.0f) ? 0.0f : in[1].data[e];
+                double dy = dyf;
                 if (op->code == DIST_OPC_BN_GRAD_SUMS) {
                     S += dy, T += dy * ((double)xv - mean);
                     continue;
                 }
                 if (op->k == DIST_BN_INFERENCE) {
-                    out[0].data[e] = in[1].data[e] * (gv ? gv[j] : 1.0f) * st[2 * C + j];
+                    out[0].data[e] = dyf * (gv ? gv[j] : 1.0f) * st[2 * C + j];
                     continue;
                 }
                 double a = in[4].data[j], b = in[4].data[C + j];
@@ -984,6 +988,11 @@ START_TEST(test_batch_normalization_ops_match) {
     hval ain0[4] = {x, st, {0, {0}, NULL}, {0, {0}, NULL}};
     check_op("bn apply (no gamma, beta)",
              &(dist_op){.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1}, ain0, &x);
+    /* a fused ReLU: its output y, which masks dy in the gradient ops below */
+    dist_op apr = {.code = DIST_OPC_BN_APPLY, .nin = 4, .nout = 1, .relu = 1};
+    hval yr = hnew(x.ndim, x.dims);
+    ref_run(&apr, ain, &yr);
+    check_op("bn apply (relu)", &apr, ain, &x);
     /* the backward: the sums, then the input's gradient from them */
     for (int k = DIST_BN_INFERENCE; k <= DIST_BN_SYNC; k++) {
         hval *stk = k == DIST_BN_SYNC ? &stc : &st;
@@ -1002,10 +1011,22 @@ START_TEST(test_batch_normalization_ops_match) {
         snprintf(name, sizeof name, "bn grad input mode %d (no gamma)", k);
         check_op(name, &(dist_op){.code = DIST_OPC_BN_GRAD_INPUT, .k = k, .nin = 6, .nout = 1},
                  xin0, &x);
-        hfree(&gs[0]), hfree(&gs[1]);
+        dist_op gsr = gsum;
+        gsr.nin = 6, gsr.relu = 1;
+        hval ginr[6] = {x, dy, *stk, gamma, cnt, yr};
+        hval gsrv[2] = {hnew(2, (int64_t[]){2, 3}), hnew(2, (int64_t[]){2, 3})};
+        ref_run(&gsr, ginr, gsrv);
+        snprintf(name, sizeof name, "bn grad sums mode %d (relu)", k);
+        check_op(name, &gsr, ginr, gsrv);
+        hval xinr[7] = {x, dy, *stk, gamma, gsrv[1], cnt, yr};
+        snprintf(name, sizeof name, "bn grad input mode %d (relu)", k);
+        check_op(name,
+                 &(dist_op){.code = DIST_OPC_BN_GRAD_INPUT, .k = k, .nin = 7, .nout = 1, .relu = 1},
+                 xinr, &x);
+        hfree(&gs[0]), hfree(&gs[1]), hfree(&gsrv[0]), hfree(&gsrv[1]);
     }
     hfree(&x), hfree(&dy), hfree(&st), hfree(&sums), hfree(&cnt), hfree(&bad), hfree(&stc);
-    hfree(&mean), hfree(&var), hfree(&gamma), hfree(&beta);
+    hfree(&mean), hfree(&var), hfree(&gamma), hfree(&beta), hfree(&yr);
 }
 END_TEST
 
