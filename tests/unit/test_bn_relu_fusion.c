@@ -313,8 +313,8 @@ END_TEST
 /* Dense(12) -> BatchNormalization -> ReLU -> Dense(5) -> BatchNormalization ->
  * Activation("relu") -> Dense(2) (two fusions), one training step's logits and gradients and
  * an inference call's logits. check_numerics runs every layer on its own. */
-static void model_step(int check_numerics, float *logits, float *grads, float *infer,
-                       int64_t *nparams) {
+static void model_step(int check_numerics, dist_dtype_policy policy, float *logits, float *grads,
+                       float *infer, int64_t *nparams) {
     dist_model *m;
     ck_assert_int_eq(dist_model_create("bn_relu", &m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 12, DIST_ACT_NONE), DIST_OK);
@@ -327,6 +327,7 @@ static void model_step(int check_numerics, float *logits, float *grads, float *i
     int64_t in_shape[1] = {6};
     ck_assert_int_eq(dist_model_build(m, 1, in_shape, 7), DIST_OK);
     ck_assert_int_eq(dist_model_set_check_numerics(m, check_numerics), DIST_OK);
+    ck_assert_int_eq(dist_model_set_dtype_policy(m, policy), DIST_OK);
     *nparams = dist_model_num_params(m);
     int64_t xs[2] = {9, 6};
     dist_backend *be = dist_model_backend(m, 0);
@@ -352,18 +353,23 @@ static void model_step(int check_numerics, float *logits, float *grads, float *i
 }
 
 START_TEST(test_a_model_with_fused_layers_equals_its_layers_run_one_by_one) {
-    float l1[18], l2[18], i1[18], i2[18], g1[512], g2[512];
-    int64_t n1, n2;
-    model_step(0, l1, g1, i1, &n1);
-    model_step(1, l2, g2, i2, &n2);
-    ck_assert_int_eq(n1, n2);
-    ck_assert(n1 <= 512);
-    expect_same_bits(l1, l2, 18, "training logits", 9, 2);
-    expect_same_bits(i1, i2, 18, "inference logits", 9, 2);
-    expect_same_bits(g1, g2, n1, "gradients", 9, 2);
-    double norm = 0;
-    for (int64_t i = 0; i < n1; i++) norm += fabs(g1[i]);
-    ck_assert_msg(norm > 1e-3, "the gradients are ~0 (%g): the test would not see", norm);
+    /* float32, and the mixed policies (the layers' outputs stored at the compute precision) */
+    static const dist_dtype_policy policies[3] = {DIST_POLICY_FLOAT32, DIST_POLICY_MIXED_BFLOAT16,
+                                                  DIST_POLICY_MIXED_FLOAT16};
+    for (int p = 0; p < 3; p++) {
+        float l1[18], l2[18], i1[18], i2[18], g1[512], g2[512];
+        int64_t n1, n2;
+        model_step(0, policies[p], l1, g1, i1, &n1);
+        model_step(1, policies[p], l2, g2, i2, &n2);
+        ck_assert_int_eq(n1, n2);
+        ck_assert(n1 <= 512);
+        expect_same_bits(l1, l2, 18, "training logits", 9, 2);
+        expect_same_bits(i1, i2, 18, "inference logits", 9, 2);
+        expect_same_bits(g1, g2, n1, "gradients", 9, 2);
+        double norm = 0;
+        for (int64_t i = 0; i < n1; i++) norm += fabs(g1[i]);
+        ck_assert_msg(norm > 1e-3, "the gradients are ~0 (%g): the test would not see", norm);
+    }
 }
 END_TEST
 
