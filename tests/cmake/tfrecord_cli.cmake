@@ -66,5 +66,5 @@ set_tests_properties(distrain.tfrecord_parameter_server PROPERTIES LABELS cli
 distrain_error_test(tfrecord_auto_shard_file_idx 2 "--auto-shard file needs --strategy multi_worker, --data-format tfrecord"
                     --strategy multi_worker --workers 2 --epochs 1 --auto-shard file --quiet)
 distrain_error_test(auto_shard_unknown 2 "expected auto, file or data" --auto-shard rows)
-distrain_error_test(feature_keys_unknown_key 2 "the keys are image and label"
+distrain_error_test(feature_keys_unknown_key 2 "the keys are image (or tokens) and label"
                     --data-format tfrecord --feature-keys pixels=x)
