@@ -48,14 +48,22 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
 /* x's shape as the product reads it: axes -3 and -2 swapped when its heads are inside */
 static void read_shape(const dist_tensor *x, int inside, int64_t *s) {
     for (int d = 0; d < x->ndim; d++) s[d] = x->shape[d];
-    if (inside) s[x->ndim - 3] = x->shape[x->ndim - 2], s[x->ndim - 2] = x->shape[x->ndim - 3];
+    if (inside) dist_bmm_swap_heads(x->ndim, s);
 }
+
+/* the public flags are the op set's */
+_Static_assert((int)DIST_MATMUL_TRANSPOSE_A == (int)DIST_BMM_TRANSPOSE_A &&
+                   (int)DIST_MATMUL_TRANSPOSE_B == (int)DIST_BMM_TRANSPOSE_B &&
+                   (int)DIST_MATMUL_A_HEADS_INSIDE == (int)DIST_BMM_A_HEADS_INSIDE &&
+                   (int)DIST_MATMUL_B_HEADS_INSIDE == (int)DIST_BMM_B_HEADS_INSIDE &&
+                   (int)DIST_MATMUL_Y_HEADS_INSIDE == (int)DIST_BMM_C_HEADS_INSIDE,
+               "dist/tape.h's DIST_MATMUL_* and backend/ops.h's DIST_BMM_* differ");
 
 dist_status dist_op_batch_matmul_flags(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
                                        int flags, dist_tensor **y) {
     DIST_CHECK_ARG(t && a && b && y, "dist_op_batch_matmul: NULL argument");
-    DIST_CHECK_ARG(flags >= 0 && flags <= 31, "batch_matmul: flags %d are not DIST_MATMUL_* bits",
-                   flags);
+    DIST_CHECK_ARG(flags >= 0 && flags <= DIST_BMM_FLAGS,
+                   "batch_matmul: flags %d are not DIST_MATMUL_* bits", flags);
     DIST_TRY(tape_check_f32(a, "batch_matmul"));
     DIST_TRY(tape_check_f32(b, "batch_matmul"));
     const int r = a->ndim, ta = flags & 1, tb = flags >> 1 & 1;
@@ -76,11 +84,7 @@ dist_status dist_op_batch_matmul_flags(dist_tape *t, const dist_tensor *a, const
                    (long long)kb);
     shape[r - 2] = as[r - 2 + ta];
     shape[r - 1] = bs[r - 1 - tb];
-    if (iy) { /* stored [.., M, H, N] */
-        const int64_t heads = shape[r - 3];
-        shape[r - 3] = shape[r - 2];
-        shape[r - 2] = heads;
-    }
+    if (iy) dist_bmm_swap_heads(r, shape); /* stored [.., M, H, N] */
     const dist_tensor *pa, *pb;
     DIST_TRY(tape_plain_of(t, a, &pa));
     DIST_TRY(tape_plain_of(t, b, &pb));

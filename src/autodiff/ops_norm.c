@@ -142,6 +142,20 @@ static dist_status given_stats(dist_tape *t, const bn_io *io, int64_t c, float e
     const dist_tensor *in[2] = {pm, pv};
     return tape_run_op(t, &op, in, &ws->stats);
 }
+/* gamma and beta (either may be NULL) hold c values each; op names the op, and its messages
+ * say what c is as "<before>c<after>" */
+static dist_status check_scale_offset(const char *op, const char *before, const char *after,
+                                      const dist_tensor *gamma, const dist_tensor *beta,
+                                      int64_t c) {
+    const dist_tensor *p[2] = {gamma, beta};
+    static const char *const names[2] = {"gamma", "beta"};
+    for (int i = 0; i < 2; i++)
+        if (p[i] && dist_tensor_numel(p[i]) != c)
+            return dist_error(DIST_INVALID_ARGUMENT, "%s: %s has %lld values, %s%lld%s", op,
+                              names[i], (long long)dist_tensor_numel(p[i]), before, (long long)c,
+                              after);
+    return DIST_OK;
+}
 
 static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
                               const dist_tensor *gamma, const dist_tensor *beta, float epsilon,
@@ -155,12 +169,7 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
     DIST_CHECK_ARG(epsilon > 0.0f, "batch_norm: epsilon must be positive, got %g", (double)epsilon);
     int64_t c = x->shape[x->ndim - 1];
     DIST_CHECK_ARG(c > 0, "batch_norm: the input has no channels");
-    DIST_CHECK_ARG(!gamma || dist_tensor_numel(gamma) == c,
-                   "batch_norm: gamma has %lld values, the input %lld channels",
-                   gamma ? (long long)dist_tensor_numel(gamma) : 0LL, (long long)c);
-    DIST_CHECK_ARG(!beta || dist_tensor_numel(beta) == c,
-                   "batch_norm: beta has %lld values, the input %lld channels",
-                   beta ? (long long)dist_tensor_numel(beta) : 0LL, (long long)c);
+    DIST_TRY(check_scale_offset("batch_norm", "the input ", " channels", gamma, beta, c));
     DIST_TRY(tape_check_f32(x, "batch_norm"));
     const dist_tensor *px, *pg = NULL, *pb = NULL;
     DIST_TRY(tape_plain_of(t, x, &px));
@@ -308,12 +317,7 @@ dist_status dist_op_layer_norm(dist_tape *t, const dist_tensor *x, const dist_te
                    "layer_norm: epsilon must be finite and positive, got %g", (double)epsilon);
     int64_t c = x->shape[x->ndim - 1];
     DIST_CHECK_ARG(c > 0, "layer_norm: the input's last axis is empty");
-    DIST_CHECK_ARG(!gamma || dist_tensor_numel(gamma) == c,
-                   "layer_norm: gamma has %lld values, the input's last axis %lld",
-                   gamma ? (long long)dist_tensor_numel(gamma) : 0LL, (long long)c);
-    DIST_CHECK_ARG(!beta || dist_tensor_numel(beta) == c,
-                   "layer_norm: beta has %lld values, the input's last axis %lld",
-                   beta ? (long long)dist_tensor_numel(beta) : 0LL, (long long)c);
+    DIST_TRY(check_scale_offset("layer_norm", "the input's last axis ", "", gamma, beta, c));
     DIST_TRY(tape_check_f32(x, "layer_norm"));
     if (gamma) DIST_TRY(tape_check_f32(gamma, "layer_norm"));
     if (beta) DIST_TRY(tape_check_f32(beta, "layer_norm"));

@@ -131,10 +131,7 @@ static void bmm_logical(const dist_tensor *x, int inside, int64_t *shape, int64_
     int64_t st[DIST_MAX_DIMS], s = 1;
     for (int d = r - 1; d >= 0; d--) st[d] = s, s *= x->shape[d];
     for (int d = 0; d < r; d++) shape[d] = x->shape[d], stride[d] = st[d];
-    if (inside) {
-        shape[r - 3] = x->shape[r - 2], stride[r - 3] = st[r - 2];
-        shape[r - 2] = x->shape[r - 3], stride[r - 2] = st[r - 3];
-    }
+    if (inside) dist_bmm_swap_heads(r, shape), dist_bmm_swap_heads(r, stride);
 }
 
 dist_status dist_op_bmm_geometry(const dist_op *op, const dist_tensor *a, const dist_tensor *b,

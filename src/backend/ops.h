@@ -288,6 +288,14 @@ enum {
     DIST_BMM_FLAGS = 31
 };
 
+/* Axes ndim - 3 and ndim - 2 of a BATCH_MATMUL operand's shape (or strides, or a permutation)
+ * swapped: a tensor with its heads inside the matrix as the product reads it, and back. */
+static inline void dist_bmm_swap_heads(int ndim, int64_t *axes) {
+    const int64_t h = axes[ndim - 3];
+    axes[ndim - 3] = axes[ndim - 2];
+    axes[ndim - 2] = h;
+}
+
 /* BATCH_MATMUL's operands as matrices in memory: a as [outer, heads, m, k], b as
  * [outer, heads, k, n] and c as [outer, heads, m, n] (op(a), op(b) and c as the product reads
  * them), each axis with its stride in elements (stride[0] a, [1] b, [2] c; [.][0] outer,

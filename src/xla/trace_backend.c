@@ -1683,6 +1683,20 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
     return 1;
 }
 
+/* x with its axes r - 3 and r - 2 swapped (a BATCH_MATMUL operand's heads moved into or out
+ * of the matrix): one XG_TRANSPOSE node of shape *s (NULL: x's shape swapped). */
+static dist_status swap_heads(xla_trace *t, int x, const xshape *s, int *out) {
+    xshape sw = shape_of(t, x);
+    const int r = sw.ndim;
+    dist_bmm_swap_heads(r, sw.dims);
+    int v;
+    DIST_TRY(node_of(t, XG_TRANSPOSE, DIST_F32, s ? s : &sw, 1, &x, 0, &v));
+    for (int d = 0; d < r; d++) t->g->nodes[v].a.perm[d] = d;
+    dist_bmm_swap_heads(r, t->g->nodes[v].a.perm);
+    *out = v;
+    return DIST_OK;
+}
+
 static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                              dist_tensor *const *out) {
     xla_trace *t = ctx;
@@ -1965,15 +1979,8 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
             int v_i = x[i];
             xshape st = tensor_shape(x_i);
             if (op->k >> (2 + i) & 1) {
-                xshape ls = st;
-                ls.dims[r - 3] = st.dims[r - 2];
-                ls.dims[r - 2] = st.dims[r - 3];
-                int src = v_i;
-                DIST_TRY(node_of(t, XG_TRANSPOSE, DIST_F32, &ls, 1, &src, 0, &v_i));
-                for (int d = 0; d < r; d++) t->g->nodes[v_i].a.perm[d] = d;
-                t->g->nodes[v_i].a.perm[r - 3] = r - 2;
-                t->g->nodes[v_i].a.perm[r - 2] = r - 3;
-                st = ls;
+                dist_bmm_swap_heads(r, st.dims);
+                DIST_TRY(swap_heads(t, v_i, &st, &v_i));
             }
             xshape fs = {3, {nb, st.dims[r - 2], st.dims[r - 1]}};
             DIST_TRY(reshape_to(t, v_i, &fs, &ab[i]));
@@ -1982,15 +1989,10 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         DIST_TRY(node_of(t, XG_BATCH_MATMUL, DIST_F32, &cs, 2, ab, ta, &v));
         t->g->nodes[v].i[1] = tb;
         if (op->k & DIST_BMM_C_HEADS_INSIDE) { /* [.., H, M, N] to c's [.., M, H, N] */
-            xshape ls = tensor_shape(c), ss = ls;
-            ls.dims[r - 3] = ss.dims[r - 2];
-            ls.dims[r - 2] = ss.dims[r - 3];
-            int prod;
-            DIST_TRY(reshape_to(t, v, &ls, &prod));
-            DIST_TRY(node_of(t, XG_TRANSPOSE, DIST_F32, &ss, 1, &prod, 0, &v));
-            for (int d = 0; d < r; d++) t->g->nodes[v].a.perm[d] = d;
-            t->g->nodes[v].a.perm[r - 3] = r - 2;
-            t->g->nodes[v].a.perm[r - 2] = r - 3;
+            xshape ls = tensor_shape(c);
+            dist_bmm_swap_heads(r, ls.dims);
+            DIST_TRY(reshape_to(t, v, &ls, &v));
+            DIST_TRY(swap_heads(t, v, NULL, &v));
         }
         return write_opt(t, out[0], v);
     }

@@ -127,12 +127,13 @@ static dist_status run_bgemm(void *device, const void *args) {
  * its transpose [cols, rows]: N with ld = sr where the columns are contiguous, else T with
  * ld = sc (the rows contiguous: a transposed operand). */
 static void bgemm_operand(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int *op, int *ld) {
+    const int64_t min_rows = rows > 1 ? rows : 1; /* cuBLAS: ld >= the stored matrix's rows */
     if (sc == 1 && sr >= (cols > 1 ? cols : 1)) {
         *op = CUBLAS_OP_N;
         *ld = (int)sr;
-    } else {
+    } else { /* sc is the stride of the contiguous rows' columns (or irrelevant: one column) */
         *op = CUBLAS_OP_T;
-        *ld = (int)(sc > (rows > 1 ? rows : 1) ? sc : (rows > 1 ? rows : 1));
+        *ld = (int)(sc > min_rows ? sc : min_rows);
     }
 }
 
