@@ -1,6 +1,7 @@
 /* Loss and arithmetic ops and their gradients: softmax cross-entropy, sums, scale, add. */
 #include "autodiff/ops_step_value.h"
 #include "autodiff/tape_impl.h"
+#include "backend/layer_ops.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 
@@ -12,7 +13,7 @@ static dist_status xent_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     DIST_TRY(grad_materialize(t, g, n->out));
     dist_tensor *dl;
     DIST_TRY(grad_begin(t, logits, &dl));
-    DIST_TRY(tape_be(t)->softmax_xent_backward(tape_bectx(t), probs, labels, g->t, dl));
+    DIST_TRY(dist_be_softmax_xent_backward(tape_be(t), tape_bectx(t), probs, labels, g->t, dl));
     return grad_end(t, logits, dl);
 }
 
@@ -32,7 +33,8 @@ dist_status dist_op_sparse_softmax_cross_entropy(dist_tape *t, const dist_tensor
     DIST_TRY(tape_new_tensor(t, DIST_F32, 1, &n, &out));
     DIST_TRY(tape_new_like(t, logits, &probs));
     if (n > 0)
-        DIST_TRY(tape_be(t)->softmax_xent_forward(tape_bectx(t), logits, labels, out, probs));
+        DIST_TRY(
+            dist_be_softmax_xent_forward(tape_be(t), tape_bectx(t), logits, labels, out, probs));
     const dist_tensor *in[1] = {logits};
     tape_node *node;
     DIST_TRY(tape_record(t, out, xent_backward, 1, in, &node));
@@ -48,8 +50,8 @@ dist_status dist_op_accuracy_count(dist_tape *t, const dist_tensor *logits,
                                    const dist_tensor *labels, dist_tensor **count) {
     DIST_CHECK_ARG(t && logits && labels && count, "dist_op_accuracy_count: NULL argument");
     DIST_TRY(tape_new_tensor(t, DIST_F32, 0, NULL, count));
-    if (logits->shape[0] == 0) return tape_be(t)->fill(tape_bectx(t), *count, 0.0f);
-    return tape_be(t)->accuracy_count(tape_bectx(t), logits, labels, *count);
+    if (logits->shape[0] == 0) return dist_be_fill(tape_be(t), tape_bectx(t), *count, 0.0f);
+    return dist_be_accuracy_count(tape_be(t), tape_bectx(t), logits, labels, *count);
 }
 
 /* ---- reductions ---- */
@@ -71,7 +73,7 @@ static dist_status reduce_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     op.mask = (1 << x->ndim) - 1;
     const dist_tensor *in[3] = {px, n->out, dy};
     DIST_TRY(tape_run_op(t, &op, in, &dx));
-    if (n->p.alpha != 1.0f) DIST_TRY(tape_be(t)->scale(tape_bectx(t), dx, n->p.alpha, dx));
+    if (n->p.alpha != 1.0f) DIST_TRY(dist_be_scale(tape_be(t), tape_bectx(t), dx, n->p.alpha, dx));
     return tape_plain_grad_end(t, x, &h);
 }
 
@@ -81,8 +83,8 @@ static dist_status reduce_common(dist_tape *t, const dist_tensor *x, float facto
                    dist_dtype_name(x->dtype));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, 0, NULL, &out));
-    DIST_TRY(tape_be(t)->reduce_sum(tape_bectx(t), x, out));
-    if (factor != 1.0f) DIST_TRY(tape_be(t)->scale(tape_bectx(t), out, factor, out));
+    DIST_TRY(dist_be_reduce_sum(tape_be(t), tape_bectx(t), x, out));
+    if (factor != 1.0f) DIST_TRY(dist_be_scale(tape_be(t), tape_bectx(t), out, factor, out));
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, reduce_backward, 1, in, &n));
@@ -125,7 +127,7 @@ static dist_status scale_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dx;
     DIST_TRY(grad_begin(t, x, &dx));
     if (!dx) return DIST_OK;
-    DIST_TRY(tape_be(t)->scale(tape_bectx(t), g->t, n->p.alpha, dx));
+    DIST_TRY(dist_be_scale(tape_be(t), tape_bectx(t), g->t, n->p.alpha, dx));
     return grad_end(t, x, dx);
 }
 
@@ -133,7 +135,7 @@ dist_status dist_op_scale(dist_tape *t, const dist_tensor *x, float alpha, dist_
     DIST_CHECK_ARG(t && x && y, "dist_op_scale: NULL argument");
     dist_tensor *out;
     DIST_TRY(tape_new_like(t, x, &out));
-    DIST_TRY(tape_be(t)->scale(tape_bectx(t), x, alpha, out));
+    DIST_TRY(dist_be_scale(tape_be(t), tape_bectx(t), x, alpha, out));
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, scale_backward, 1, in, &n));
@@ -184,7 +186,7 @@ static dist_status add_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         dist_tensor *dx;
         DIST_TRY(grad_begin(t, x, &dx));
         if (!dx) continue;
-        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, dx));
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), g->t, dx));
         DIST_TRY(grad_end(t, x, dx));
     }
     return DIST_OK;
@@ -198,12 +200,12 @@ dist_status dist_op_add(dist_tape *t, const dist_tensor *a, const dist_tensor *b
     dist_tensor *conv = NULL;
     if (b->layout != a->layout) {
         DIST_TRY(tape_new_like(t, a, &conv));
-        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), b, conv));
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), b, conv));
         bb = conv;
     }
     dist_tensor *out;
     DIST_TRY(tape_new_like(t, a, &out));
-    DIST_TRY(tape_be(t)->add(tape_bectx(t), a, bb, out));
+    DIST_TRY(dist_be_add(tape_be(t), tape_bectx(t), a, bb, out));
     const dist_tensor *in[2] = {a, b};
     tape_node *n;
     DIST_TRY(tape_record(t, out, add_backward, 2, in, &n));

@@ -7,6 +7,7 @@
  * itself (dist_backend_run_op). matmul goes through the backend's GEMM, reshape through its
  * layout copy. */
 #include "autodiff/tape_impl.h"
+#include "backend/layer_ops.h"
 #include "backend/ops_dispatch.h"
 #include "core/error.h"
 
@@ -29,7 +30,7 @@ dist_status tape_plain_of(dist_tape *t, const dist_tensor *x, const dist_tensor 
     }
     dist_tensor *p;
     DIST_TRY(tape_new_tensor(t, x->dtype, x->ndim, x->shape, &p));
-    DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), x, p));
+    DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), x, p));
     *out = p;
     return DIST_OK;
 }
@@ -64,7 +65,7 @@ dist_status tape_plain_grad_begin(dist_tape *t, const dist_tensor *x, tape_plain
 
 dist_status tape_plain_grad_end(dist_tape *t, const dist_tensor *x, tape_plain_grad *h) {
     if (!h->dst) return DIST_OK;
-    if (h->plain) DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), h->plain, h->dst));
+    if (h->plain) DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), h->plain, h->dst));
     return grad_end(t, x, h->dst);
 }
 
@@ -337,7 +338,7 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         if (dist_tensor_numel(d) == 0) {
             /* nothing to write */
         } else if (dist_tensor_numel(dy) == 0) {
-            DIST_TRY(be->fill(tape_bectx(t), d, 0.0f)); /* an empty product: zeros */
+            DIST_TRY(dist_be_fill(be, tape_bectx(t), d, 0.0f)); /* an empty product: zeros */
         } else if (side == 0) {
             if (!ta)
                 DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 0, !tb, 1.0f, dy, b, 0.0f, d));
@@ -379,7 +380,7 @@ dist_status dist_op_matmul(dist_tape *t, const dist_tensor *a, const dist_tensor
     DIST_TRY(tape_new_tensor(t, DIST_F32, 2, shape, &out));
     if (m * nn > 0) {
         if (ka == 0)
-            DIST_TRY(tape_be(t)->fill(tape_bectx(t), out, 0.0f));
+            DIST_TRY(dist_be_fill(tape_be(t), tape_bectx(t), out, 0.0f));
         else
             DIST_TRY(tape_matmul(t, t->compute_precision == DIST_BF16, !!transpose_a, !!transpose_b,
                                  1.0f, pa, pb, 0.0f, out));
@@ -415,7 +416,7 @@ static dist_status reshape_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     memcpy(view.shape, x->shape, sizeof view.shape);
     dist_tensor *dx;
     DIST_TRY(grad_begin(t, x, &dx));
-    DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), &view, dx));
+    DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), &view, dx));
     return grad_end(t, x, dx);
 }
 

@@ -1,5 +1,6 @@
 /* Layer ops and their gradients: conv2d, max_pool2d, dense, relu, flatten. */
 #include "autodiff/tape_impl.h"
+#include "backend/layer_ops.h"
 #include "core/error.h"
 
 #include <string.h>
@@ -10,7 +11,7 @@ static dist_status output_grad(dist_tape *t, tape_node *n, grad_entry *g, dist_t
     if (g->t->layout != n->out->layout) {
         dist_tensor *conv;
         DIST_TRY(tape_new_like(t, n->out, &conv));
-        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, conv));
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), g->t, conv));
         g->t = conv;
     }
     *dy = g->t;
@@ -56,7 +57,7 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     DIST_TRY(output_grad(t, n, g, &dy));
     void *twin = tape_bf16_twin(t, dy); /* written by dy's producer (a max pool's backward) */
     if (n->p.conv.relu && !g->relu_applied) {
-        DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+        DIST_TRY(dist_be_relu_backward(tape_be(t), tape_bectx(t), n->out, dy, dy));
         twin = NULL; /* dy changed */
     }
     int need_w = tape_requires_grad(t, w), need_b = b && tape_requires_grad(t, b);
@@ -80,7 +81,8 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         dist_tensor *dw_use = dw, *db_use = db;
         if (!dw_use) DIST_TRY(tape_new_like(t, w, &dw_use));
         if (b && !db_use) DIST_TRY(tape_new_like(t, b, &db_use));
-        DIST_TRY(tape_be(t)->conv2d_backward_filter(tape_bectx(t), d, x, dy, dw_use, db_use));
+        DIST_TRY(
+            dist_be_conv2d_backward_filter(tape_be(t), tape_bectx(t), d, x, dy, dw_use, db_use));
         DIST_TRY(grad_end(t, w, dw));
         if (b) DIST_TRY(grad_end(t, b, db));
     }
@@ -88,7 +90,7 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         dist_tensor *dx;
         DIST_TRY(grad_begin(t, x, &dx));
         dx->layout = x->layout;
-        DIST_TRY(tape_be(t)->conv2d_backward_data(tape_bectx(t), d, dy, w, dx));
+        DIST_TRY(dist_be_conv2d_backward_data(tape_be(t), tape_bectx(t), d, dy, w, dx));
         DIST_TRY(grad_end(t, x, dx));
     }
     return DIST_OK;
@@ -215,7 +217,8 @@ dist_status dist_op_conv2d_geometry(dist_tape *t, const dist_tensor *x, const di
         if (!twin)
             DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &d.x_bf16));
     }
-    if (x->shape[0] > 0) DIST_TRY(tape_be(t)->conv2d_forward(tape_bectx(t), &d, x, w, b, out));
+    if (x->shape[0] > 0)
+        DIST_TRY(dist_be_conv2d_forward(tape_be(t), tape_bectx(t), &d, x, w, b, out));
     if (d.relu) tape_mark_relu_output(t, out);
     const dist_tensor *in[3] = {x, w, b};
     tape_node *n;
@@ -267,8 +270,8 @@ static dist_status conv_pool_filter_grads(dist_tape *t, const dist_conv2d_desc *
     DIST_TRY(tape_new_like(t, w, &dw));
     if (b) DIST_TRY(tape_new_like(t, b, &db));
     *ran = 0;
-    DIST_TRY(tape_be(t)->conv2d_relu_pool_backward_filter(tape_bectx(t), cd, pd, x, dy, ws, dw, db,
-                                                          ran));
+    DIST_TRY(dist_be_conv2d_relu_pool_backward_filter(tape_be(t), tape_bectx(t), cd, pd, x, dy, ws,
+                                                      dw, db, ran));
     if (!*ran) return DIST_OK;
     if (tape_requires_grad(t, w)) DIST_TRY(grad_give(t, w, dw, round_as));
     if (b && tape_requires_grad(t, b)) DIST_TRY(grad_give(t, b, db, round_as));
@@ -286,8 +289,8 @@ static dist_status conv_pool_all_grads(dist_tape *t, const tape_node *c, const d
     if (tape_requires_grad(t, w)) DIST_TRY(tape_new_like(t, w, &dw));
     if (b && tape_requires_grad(t, b)) DIST_TRY(tape_new_like(t, b, &db));
     *ran = 0;
-    DIST_TRY(tape_be(t)->conv2d_relu_pool_backward(tape_bectx(t), &c->p.conv, pd, x, w, dy, ws, dx,
-                                                   dw, db, ran));
+    DIST_TRY(dist_be_conv2d_relu_pool_backward(tape_be(t), tape_bectx(t), &c->p.conv, pd, x, w, dy,
+                                               ws, dx, dw, db, ran));
     if (!*ran) return DIST_OK;
     dist_dtype saved = t->cur_round;
     t->cur_round = c->round;
@@ -318,9 +321,11 @@ static dist_status pool_backward_fused(dist_tape *t, tape_node *n, const dist_te
     if (dist_tensor_numel(x) == 0) return DIST_OK;
     /* the pool only routes dy (its gradients are not rounded: dist_op_max_pool2d stores
      * nothing it computed), so the convolution's part of dy is dy itself */
-    if (tape_requires_grad(t, x) && be->conv2d_relu_pool_backward)
+    if (tape_requires_grad(t, x) &&
+        dist_be_supports_code(be, tape_bectx(t), DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD))
         DIST_TRY(conv_pool_all_grads(t, c, &n->p.pool, dy, n->workspace, done));
-    else if (!tape_requires_grad(t, x) && be->conv2d_relu_pool_backward_filter)
+    else if (!tape_requires_grad(t, x) &&
+             dist_be_supports_code(be, tape_bectx(t), DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD_FILTER))
         DIST_TRY(conv_pool_filter_grads(t, &c->p.conv, &n->p.pool, x, w, b, dy, n->workspace,
                                         c->round, done));
     if (*done)
@@ -345,10 +350,12 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (fused) return DIST_OK;
     int fold_relu = tape_is_relu_output(t, x) && !t->grads[x->node].present;
     dist_pool2d_desc d = n->p.pool;
-    if (fold_relu && tape_be(t)->pool_backward_masks_relu)
-        d.relu_mask = 1; /* the pool kernel masks as it scatters: no pass of its own */
-    else if (fold_relu)
-        DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dy));
+    d.relu_mask = fold_relu;
+    const dist_op masked = {.code = DIST_OPC_MAX_POOL2D_GRAD, .max_pool = &d};
+    if (fold_relu && !dist_be_supports(tape_be(t), tape_bectx(t), &masked)) {
+        d.relu_mask = 0; /* where it may, the pool kernel masks as it scatters: no pass */
+        DIST_TRY(dist_be_relu_backward(tape_be(t), tape_bectx(t), n->out, dy, dy));
+    }
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;
     /* for a convolution computing in bfloat16 before the pool: a bfloat16 twin of dx, its dy */
@@ -358,7 +365,7 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(dx) * 2, &d.dx_bf16));
         d.dx_bf16_done = &twin_done;
     }
-    DIST_TRY(tape_be(t)->max_pool2d_backward(tape_bectx(t), &d, x, dy, n->workspace, dx));
+    DIST_TRY(dist_be_max_pool2d_backward(tape_be(t), tape_bectx(t), &d, x, dy, n->workspace, dx));
     if (twin_done) tape_set_bf16_twin(t, dx, d.dx_bf16);
     DIST_TRY(grad_end(t, x, dx));
     if (fold_relu) t->grads[x->node].relu_applied = 1;
@@ -402,7 +409,7 @@ dist_status dist_op_max_pool2d(dist_tape *t, const dist_tensor *x, int pool_h, i
         size_t ws_bytes = 0;
         DIST_TRY(tape_be(t)->max_pool2d_workspace_bytes(tape_bectx(t), &d, x, &ws_bytes));
         if (ws_bytes) DIST_TRY(dist_arena_alloc(&t->arena, ws_bytes, &ws));
-        DIST_TRY(tape_be(t)->max_pool2d_forward(tape_bectx(t), &d, x, out, ws));
+        DIST_TRY(dist_be_max_pool2d_forward(tape_be(t), tape_bectx(t), &d, x, out, ws));
     }
     const dist_tensor *in[1] = {x};
     tape_node *n;
@@ -465,10 +472,12 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
     int no_grad = !t->recording ||
                   (!need_dx && !tape_requires_grad(t, w) && !(b && tape_requires_grad(t, b)));
     if (no_grad) need_dx = 2;
-    if (be->conv2d_relu_pool_forward &&
-        (need_dx == 2   ? 1
-         : need_dx == 1 ? be->conv2d_relu_pool_backward != NULL
-                        : be->conv2d_relu_pool_backward_filter != NULL) &&
+    if (dist_be_supports_code(be, tape_bectx(t), DIST_OPC_CONV2D_RELU_MAX_POOL) &&
+        (need_dx == 2
+             ? 1
+             : dist_be_supports_code(be, tape_bectx(t),
+                                     need_dx == 1 ? DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD
+                                                  : DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD_FILTER)) &&
         activation == DIST_ACT_RELU && x->shape[0] > 0) {
         dist_tensor *out;
         DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
@@ -480,9 +489,9 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
         if (t->compute_precision == DIST_BF16)
             DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(out) * 2, &twin));
         int ran = 0;
-        DIST_TRY(be->conv2d_relu_pool_forward(tape_bectx(t), &cd, &pd, x, w, b,
-                                              t->compute_precision, need_dx, out, bytes, twin,
-                                              &ran));
+        DIST_TRY(dist_be_conv2d_relu_pool_forward(be, tape_bectx(t), &cd, &pd, x, w, b,
+                                                  t->compute_precision, need_dx, out, bytes, twin,
+                                                  &ran));
         if (ran & 2) tape_set_bf16_twin(t, out, twin);
         if (!ran) t->fusion.conv_pool_forward_declined++;
         if (ran) {
@@ -542,11 +551,12 @@ static dist_status dense_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     DIST_TRY(output_grad(t, n, g, &dy));
     const struct dist_backend_i *be = tape_be(t);
     const dense_copies *kept = n->workspace; /* the forward's bfloat16 copies of x and w */
-    if (n->p.relu && !g->relu_applied) DIST_TRY(be->relu_backward(tape_bectx(t), n->out, dy, dy));
+    if (n->p.relu && !g->relu_applied)
+        DIST_TRY(dist_be_relu_backward(be, tape_bectx(t), n->out, dy, dy));
     if (b && tape_requires_grad(t, b)) {
         dist_tensor *db;
         DIST_TRY(grad_begin(t, b, &db));
-        DIST_TRY(be->bias_grad(tape_bectx(t), dy, db));
+        DIST_TRY(dist_be_bias_grad(be, tape_bectx(t), dy, db));
         DIST_TRY(grad_end(t, b, db));
     }
     if (tape_requires_grad(t, w)) {
@@ -592,9 +602,9 @@ dist_status dist_op_dense(dist_tape *t, const dist_tensor *x, const dist_tensor 
         DIST_TRY(tape_matmul_kept(t, bf16, 0, 0, 1.0f, x, w, 0.0f, out, kept ? &kept->x : NULL,
                                   kept ? &kept->w : NULL));
         if (b)
-            DIST_TRY(tape_be(t)->bias_add(tape_bectx(t), out, b, relu));
+            DIST_TRY(dist_be_bias_add(tape_be(t), tape_bectx(t), out, b, relu));
         else if (relu)
-            DIST_TRY(tape_be(t)->relu_forward(tape_bectx(t), out, out));
+            DIST_TRY(dist_be_relu_forward(tape_be(t), tape_bectx(t), out, out));
     }
     if (relu) tape_mark_relu_output(t, out);
     const dist_tensor *in[3] = {x, w, b};
@@ -619,9 +629,9 @@ static dist_status relu_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     DIST_TRY(output_grad(t, n, g, &dy));
     DIST_TRY(grad_begin(t, x, &dx));
     if (g->relu_applied)
-        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), dy, dx));
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), dy, dx));
     else
-        DIST_TRY(tape_be(t)->relu_backward(tape_bectx(t), n->out, dy, dx));
+        DIST_TRY(dist_be_relu_backward(tape_be(t), tape_bectx(t), n->out, dy, dx));
     return grad_end(t, x, dx);
 }
 
@@ -629,7 +639,7 @@ dist_status dist_op_relu(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_relu: NULL argument");
     dist_tensor *out;
     DIST_TRY(tape_new_like(t, x, &out));
-    DIST_TRY(tape_be(t)->relu_forward(tape_bectx(t), x, out));
+    DIST_TRY(dist_be_relu_forward(tape_be(t), tape_bectx(t), x, out));
     tape_mark_relu_output(t, out);
     const dist_tensor *in[1] = {x};
     tape_node *n;
@@ -716,7 +726,7 @@ static dist_status flatten_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     dist_tensor *dx;
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;
-    DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), &plain, dx));
+    DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), &plain, dx));
     return grad_end(t, x, dx);
 }
 
@@ -735,7 +745,7 @@ dist_status dist_op_flatten(dist_tape *t, const dist_tensor *x, dist_tensor **y)
         dist_tensor *plain;
         DIST_TRY(tape_new_like(t, x, &plain));
         plain->layout = DIST_LAYOUT_PLAIN;
-        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), x, plain));
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), x, plain));
         DIST_TRY(tape_new_alias(t, plain, plain->data, 2, shape, &out));
     }
     out->layout = DIST_LAYOUT_PLAIN;

@@ -10,6 +10,7 @@
  * gradients (TensorFlow's), so the synchronized backward all-reduces the per-channel gradients
  * of the two sums. */
 #include "autodiff/tape_impl.h"
+#include "backend/layer_ops.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "dist/replica.h"
@@ -99,7 +100,8 @@ static dist_status batch_stats(dist_tape *t, int mode, const dist_tensor *px, in
     DIST_TRY(tape_run_op(t, &op, &px, &sums));
     DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, sums));
     /* float32 counts are exact up to 2^24 rows */
-    DIST_TRY(tape_be(t)->fill(tape_bectx(t), ws->count, (float)(dist_tensor_numel(px) / c)));
+    DIST_TRY(
+        dist_be_fill(tape_be(t), tape_bectx(t), ws->count, (float)(dist_tensor_numel(px) / c)));
     DIST_TRY(dist_replica_all_reduce(rc, DIST_REDUCE_SUM, ws->count));
     op = bn_op(DIST_OPC_BN_MOMENTS, 0, 2, 1, eps);
     const dist_tensor *in[2] = {sums, ws->count};

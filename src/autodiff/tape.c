@@ -1,6 +1,7 @@
 /* The gradient tape: arena tensors, records, and the reverse sweep. */
 #include "autodiff/tape_bind.h"
 #include "autodiff/tape_impl.h"
+#include "backend/layer_ops.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 
@@ -91,11 +92,12 @@ dist_dtype dist_tape_compute_precision(const dist_tape *t) {
 
 dist_status tape_round(dist_tape *t, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
     const struct dist_backend_i *be = tape_be(t);
-    if (dtype == DIST_F32 || be->round) return be->round(tape_bectx(t), x, dtype, y);
+    if (dtype == DIST_F32 || dist_be_supports_code(be, tape_bectx(t), DIST_OPC_ROUND))
+        return dist_be_round(be, tape_bectx(t), x, dtype, y);
     dist_tensor *low;
     DIST_TRY(tape_new_tensor(t, dtype, x->ndim, x->shape, &low));
-    DIST_TRY(be->cast(tape_bectx(t), x, low));
-    DIST_TRY(be->cast(tape_bectx(t), low, y));
+    DIST_TRY(dist_be_cast(be, tape_bectx(t), x, low));
+    DIST_TRY(dist_be_cast(be, tape_bectx(t), low, y));
     y->layout = x->layout;
     return DIST_OK;
 }
@@ -298,7 +300,7 @@ dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *lik
     if (!g->is_const) return DIST_OK;
     if (!g->t) DIST_TRY(tape_new_like(t, like, &g->t));
     g->t->layout = like->layout;
-    DIST_TRY(tape_be(t)->fill(tape_bectx(t), g->t, g->value));
+    DIST_TRY(dist_be_fill(tape_be(t), tape_bectx(t), g->t, g->value));
     g->is_const = 0;
     return DIST_OK;
 }
@@ -357,16 +359,16 @@ static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *ds
         if (dst != g->t) {
             grad_entry tmp = {.is_const = 1, .value = v};
             DIST_TRY(grad_materialize(t, &tmp, x));
-            DIST_TRY(tape_be(t)->add(tape_bectx(t), tmp.t, dst, g->t ? g->t : dst));
+            DIST_TRY(dist_be_add(tape_be(t), tape_bectx(t), tmp.t, dst, g->t ? g->t : dst));
             if (!g->t) g->t = dst;
         } else {
             grad_entry tmp = {.is_const = 1, .value = v};
             DIST_TRY(grad_materialize(t, &tmp, x));
-            DIST_TRY(tape_be(t)->add(tape_bectx(t), tmp.t, dst, dst));
+            DIST_TRY(dist_be_add(tape_be(t), tape_bectx(t), tmp.t, dst, dst));
         }
         return DIST_OK;
     }
-    return tape_be(t)->add(tape_bectx(t), g->t, dst, g->t);
+    return dist_be_add(tape_be(t), tape_bectx(t), g->t, dst, g->t);
 }
 
 dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done) {
@@ -413,7 +415,7 @@ dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {
     }
     grad_entry tmp = {.is_const = 1, .value = value};
     DIST_TRY(grad_materialize(t, &tmp, x));
-    return tape_be(t)->add(tape_bectx(t), g->t, tmp.t, g->t);
+    return dist_be_add(tape_be(t), tape_bectx(t), g->t, tmp.t, g->t);
 }
 
 /* grads[i] gets its final value from the sweep's entry for sources[i]. */
@@ -426,9 +428,9 @@ static dist_status finish_source(dist_tape *t, dist_tensor *const *sources,
             tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data, dist_tensor_bytes(grads[i])));
     } else if (g->is_const) {
         grads[i]->layout = DIST_LAYOUT_PLAIN;
-        DIST_TRY(tape_be(t)->fill(tape_bectx(t), grads[i], g->value));
+        DIST_TRY(dist_be_fill(tape_be(t), tape_bectx(t), grads[i], g->value));
     } else if (g->t != grads[i]) {
-        DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), g->t, grads[i]));
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), g->t, grads[i]));
     }
     if (id >= 0) memset(g, 0, sizeof *g);
     return DIST_OK;
@@ -573,7 +575,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
             dist_tensor *copy;
             DIST_TRY(tape_new_like(t, target, &copy));
             copy->layout = seed->layout;
-            DIST_TRY(tape_be(t)->to_layout(tape_bectx(t), seed, copy));
+            DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), seed, copy));
             grad_entry *g = &t->grads[tid];
             if (!g->is_source) {
                 g->t = copy;

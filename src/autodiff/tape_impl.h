@@ -5,6 +5,7 @@
 #include "autodiff/arena.h"
 #include "autodiff/tape_bind.h"
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "dist/tape.h"
 
 #include <string.h>
@@ -212,13 +213,13 @@ static inline dist_status tape_matmul_kept(dist_tape *t, int bf16, int trans_a, 
                                            float beta, dist_tensor *c, const dist_bf16_copy *a_copy,
                                            const dist_bf16_copy *b_copy) {
     const struct dist_backend_i *be = t->backend->iface;
-    if (bf16 && be->matmul_bf16)
-        return be->matmul_bf16(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c, a_copy,
-                               b_copy);
-    return be->matmul(t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);
+    if (bf16)
+        return dist_be_matmul_bf16(be, t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c,
+                                   a_copy, b_copy);
+    return dist_be_matmul(be, t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);
 }
 
-/* be->matmul, or be->matmul_bf16 for a product computed in bfloat16 (bf16: the tape's compute
+/* MATMUL, with DIST_MM_BF16 for a product computed in bfloat16 (bf16: the tape's compute
  * precision in a forward, the node's rounding in its backward) where the backend has it. */
 static inline dist_status tape_matmul(dist_tape *t, int bf16, int trans_a, int trans_b, float alpha,
                                       const dist_tensor *a, const dist_tensor *b, float beta,

@@ -1,6 +1,7 @@
 /* Backend creation by device kind, and the device-agnostic helpers of dist/backend.h. */
 #include "backend/backend.h"
 
+#include "backend/layer_ops.h"
 #include "core/error.h"
 
 #include <sched.h>
@@ -95,7 +96,7 @@ dist_status dist_backend_to_host(dist_backend *backend, const dist_tensor *src, 
     dist_tensor plain = *src;
     plain.layout = DIST_LAYOUT_PLAIN;
     DIST_TRY(be->alloc(backend->ctx, bytes, &plain.data));
-    dist_status st = be->to_layout(backend->ctx, src, &plain);
+    dist_status st = dist_be_to_layout(be, backend->ctx, src, &plain);
     if (st == DIST_OK) st = be->copy(backend->ctx, dst, plain.data, bytes, DIST_COPY_D2H);
     if (st == DIST_OK) st = be->synchronize(backend->ctx);
     be->free(backend->ctx, plain.data);

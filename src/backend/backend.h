@@ -1,5 +1,6 @@
-/* The backend vtable: one per device kind. Everything above this layer reaches kernels and
- * device memory only through these entries.
+/* The backend vtable: one per device kind. Everything above this layer reaches device memory
+ * through these entries and every computation through one of them, run_op, which runs an op of
+ * the op set (backend/ops.h; the layer kernels' typed entry points are in layer_ops.h).
  *
  * Conventions for every kernel:
  * - tensors live on the backend's device; `data` is a device pointer;
@@ -116,123 +117,12 @@ struct dist_backend_i {
     dist_status (*memset_zero)(void *ctx, void *dst, size_t bytes);
     dist_status (*synchronize)(void *ctx);
 
-    /* convolution: y = act(conv(x, w) + b); b may be NULL */
-    dist_status (*conv2d_forward)(void *ctx, const dist_conv2d_desc *d, const dist_tensor *x,
-                                  const dist_tensor *w, const dist_tensor *b, dist_tensor *y);
-    dist_status (*conv2d_backward_data)(void *ctx, const dist_conv2d_desc *d, const dist_tensor *dy,
-                                        const dist_tensor *w, dist_tensor *dx);
-    /* dw is plain HWIO, db plain [K] (may be NULL); both are overwritten */
-    dist_status (*conv2d_backward_filter)(void *ctx, const dist_conv2d_desc *d,
-                                          const dist_tensor *x, const dist_tensor *dy,
-                                          dist_tensor *dw, dist_tensor *db);
-
-    /* max pooling; the workspace remembers the arg-max for the backward pass. A backend that
-     * sets pool_backward_masks_relu honours dist_pool2d_desc.relu_mask. */
-    int pool_backward_masks_relu;
+    /* Host queries (they compute nothing a later op reads): the bytes of max pooling's
+     * arg-max workspace for x (the op set's MAX_POOL2D), and *all_finite (host int) = 1 when no
+     * element of x is Inf or NaN, after waiting for the device (the op set's ALL_FINITE keeps
+     * the answer on the device, for a step that must not stop). */
     dist_status (*max_pool2d_workspace_bytes)(void *ctx, const dist_pool2d_desc *d,
                                               const dist_tensor *x, size_t *bytes);
-    dist_status (*max_pool2d_forward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
-                                      dist_tensor *y, void *workspace);
-    /* dy arrives in y's layout; dx is written in x's layout */
-    dist_status (*max_pool2d_backward)(void *ctx, const dist_pool2d_desc *d, const dist_tensor *x,
-                                       const dist_tensor *dy, const void *workspace,
-                                       dist_tensor *dx);
-    /* Optional (NULL: none). p = max_pool(round(ReLU(conv(x, w) + b))) without writing the
-     * convolution's output, round_to the tape's compute precision (F32: none). Writes p in the
-     * layout it picks (set in p->layout) and the pool's workspace: one byte per element of p,
-     * what max_pool2d_forward writes, which conv2d_relu_pool_backward_filter reads. Sets
-     * *done = 0 and writes nothing for shapes it does not cover (the same shapes as the
-     * backward's, in p's layout). p_bf16 (may be NULL; with round_to BF16): where it may also
-     * write p in bfloat16, in p's layout, for a native bfloat16 consumer (dist_conv2d_desc.x_bf16);
-     * *done |= 2 when it did. need_dx: 1: the caller will want x's gradient too, from
-     * conv2d_relu_pool_backward (then the shapes are those it covers); 0: the filter's only
-     * (those of conv2d_relu_pool_backward_filter); 2: no gradient (inference: the shapes of
-     * either). */
-    dist_status (*conv2d_relu_pool_forward)(void *ctx, const dist_conv2d_desc *cd,
-                                            const dist_pool2d_desc *pd, const dist_tensor *x,
-                                            const dist_tensor *w, const dist_tensor *b,
-                                            dist_dtype round_to, int need_dx, dist_tensor *p,
-                                            void *workspace, void *p_bf16, int *done);
-    /* Optional (NULL: none). The filter and bias gradients (as conv2d_backward_filter writes
-     * them) of y = ReLU(conv(x, w) + b) followed by p = max_pool(y), computed from the pool's
-     * output gradient dy (in p's layout) and its forward workspace without materializing the
-     * gradient of y. Sets *done = 0 and writes nothing for shapes it does not cover; the tape
-     * then runs the pool's and the convolution's backward as usual. */
-    dist_status (*conv2d_relu_pool_backward_filter)(void *ctx, const dist_conv2d_desc *cd,
-                                                    const dist_pool2d_desc *pd,
-                                                    const dist_tensor *x, const dist_tensor *dy,
-                                                    const void *workspace, dist_tensor *dw,
-                                                    dist_tensor *db, int *done);
-    /* Optional (NULL: none). All gradients of the same pair where x needs one too: dx (written
-     * in the layout it picks, set in dx->layout; overwritten) and dw, db (may be NULL) as
-     * conv2d_backward_filter writes them, from the pool's output gradient dy (in p's layout)
-     * and its workspace, w the convolution's kernel. Sets *done = 0 and writes nothing for
-     * shapes it does not cover; the tape then runs the two backward passes as usual. */
-    dist_status (*conv2d_relu_pool_backward)(void *ctx, const dist_conv2d_desc *cd,
-                                             const dist_pool2d_desc *pd, const dist_tensor *x,
-                                             const dist_tensor *w, const dist_tensor *dy,
-                                             const void *workspace, dist_tensor *dx,
-                                             dist_tensor *dw, dist_tensor *db, int *done);
-
-    /* c = alpha * op(a) @ op(b) + beta * c, plain 2-D f32 tensors, op = transpose when set */
-    dist_status (*matmul)(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
-                          const dist_tensor *b, float beta, dist_tensor *c);
-    /* Optional (NULL: matmul computes it): matmul under mixed_bfloat16, as dist_conv2d_desc.bf16
-     * says for convolutions: a and b hold bfloat16 values in float32 storage, and a backend with
-     * native bfloat16 kernels may multiply bfloat16 copies of them (float32 accumulation and
-     * result). a_copy / b_copy (may be NULL): where to keep or find those copies. */
-    dist_status (*matmul_bf16)(void *ctx, int trans_a, int trans_b, float alpha,
-                               const dist_tensor *a, const dist_tensor *b, float beta,
-                               dist_tensor *c, const dist_bf16_copy *a_copy,
-                               const dist_bf16_copy *b_copy);
-    /* y[..., j] += b[j], then ReLU when relu is set (in place) */
-    dist_status (*bias_add)(void *ctx, dist_tensor *y, const dist_tensor *b, int relu);
-    /* db[j] = sum of dy[..., j] over all other axes */
-    dist_status (*bias_grad)(void *ctx, const dist_tensor *dy, dist_tensor *db);
-
-    dist_status (*relu_forward)(void *ctx, const dist_tensor *x, dist_tensor *y);
-    /* dx = dy * (y > 0); y and dy share a layout */
-    dist_status (*relu_backward)(void *ctx, const dist_tensor *y, const dist_tensor *dy,
-                                 dist_tensor *dx);
-
-    /* logits [N, K] f32, labels [N] i32; loss [N] = -log softmax(logits)[label];
-     * probs [N, K] keeps the softmax for the backward. A label outside 0..K-1 fails with
-     * DIST_INVALID_ARGUMENT (CPU) or gives NaN loss (GPU, checked on the host side). */
-    dist_status (*softmax_xent_forward)(void *ctx, const dist_tensor *logits,
-                                        const dist_tensor *labels, dist_tensor *loss,
-                                        dist_tensor *probs);
-    /* dlogits[i, k] = dloss[i] * (probs[i, k] - onehot(labels[i])[k]) */
-    dist_status (*softmax_xent_backward)(void *ctx, const dist_tensor *probs,
-                                         const dist_tensor *labels, const dist_tensor *dloss,
-                                         dist_tensor *dlogits);
-    /* count[0] (f32) = number of rows whose arg-max equals the label */
-    dist_status (*accuracy_count)(void *ctx, const dist_tensor *logits, const dist_tensor *labels,
-                                  dist_tensor *count);
-
-    /* layout conversion between tensors of the same logical shape and dtype */
-    dist_status (*to_layout)(void *ctx, const dist_tensor *src, dist_tensor *dst);
-
-    /* elementwise on f32 tensors of equal numel and layout */
-    dist_status (*add)(void *ctx, const dist_tensor *a, const dist_tensor *b, dist_tensor *out);
-    dist_status (*scale)(void *ctx, const dist_tensor *x, float alpha, dist_tensor *out);
-    dist_status (*fill)(void *ctx, dist_tensor *x, float value);
-    /* out is a 1-element f32 tensor: the sum of all of x */
-    dist_status (*reduce_sum)(void *ctx, const dist_tensor *x, dist_tensor *out);
-
-    /* optimizer updates on contiguous f32 buffers of n elements */
-    dist_status (*adam_update)(void *ctx, const dist_adam_desc *d, float *param, const float *grad,
-                               float *m, float *v, size_t n);
-    dist_status (*sgd_update)(void *ctx, const dist_sgd_desc *d, float *param, const float *grad,
-                              float *momentum, size_t n);
-
-    /* dtype conversion (f32 <-> f16/bf16), same numel and layout */
-    dist_status (*cast)(void *ctx, const dist_tensor *src, dist_tensor *dst);
-    /* Optional (NULL: callers cast to `dtype` and back): y (f32) = x (f32) rounded to the
-     * precision of `dtype` (F16: round to nearest even, overflow to Inf; BF16: round to
-     * nearest even), same numel; y may be x. The storage of mixed precision where a backend
-     * runs float32 kernels (see src/nn/policy.c). */
-    dist_status (*round)(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
-    /* *all_finite (host int) = 1 when no element of x is Inf or NaN; waits for the device */
     dist_status (*all_finite)(void *ctx, const dist_tensor *x, int *all_finite);
 
     /* The op set (backend/ops.h): 1 when this backend runs `op` (its code, kind and the

@@ -52,6 +52,31 @@ const char *dist_op_name(const dist_op *op) {
     case DIST_OPC_BATCH_MATMUL: return "batch_matmul";
     case DIST_OPC_LAYER_NORM:
     case DIST_OPC_LAYER_NORM_GRAD: return "layer_norm";
+    case DIST_OPC_CONV2D:
+    case DIST_OPC_CONV2D_GRAD_INPUT:
+    case DIST_OPC_CONV2D_GRAD_FILTER: return "conv2d";
+    case DIST_OPC_MAX_POOL2D:
+    case DIST_OPC_MAX_POOL2D_GRAD: return "max_pool2d";
+    case DIST_OPC_CONV2D_RELU_MAX_POOL:
+    case DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD_FILTER:
+    case DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD: return "conv2d_relu_max_pool2d";
+    case DIST_OPC_MATMUL: return "matmul";
+    case DIST_OPC_BIAS_ADD:
+    case DIST_OPC_BIAS_GRAD: return "bias_add";
+    case DIST_OPC_RELU:
+    case DIST_OPC_RELU_GRAD: return "relu";
+    case DIST_OPC_SOFTMAX_XENT:
+    case DIST_OPC_SOFTMAX_XENT_GRAD: return "sparse_softmax_cross_entropy";
+    case DIST_OPC_ACCURACY_COUNT: return "accuracy";
+    case DIST_OPC_TO_LAYOUT: return "to_layout";
+    case DIST_OPC_ADD: return "add";
+    case DIST_OPC_SCALE_CONST: return "scale";
+    case DIST_OPC_FILL: return "fill";
+    case DIST_OPC_SUM_ALL: return "reduce_sum";
+    case DIST_OPC_ADAM_UPDATE: return "adam_update";
+    case DIST_OPC_SGD_UPDATE: return "sgd_update";
+    case DIST_OPC_CAST: return "cast";
+    case DIST_OPC_ROUND: return "round";
     case DIST_OPC_COUNT: break;
     }
     return "op";

@@ -4,13 +4,16 @@
  * runs all of them, the CUDA backend all of them on device memory, and the tpu strategy's
  * symbolic backend records each as one node of its graph and emits it as StableHLO.
  *
- * The layer kernels of backend.h (convolutions, max pooling, matmul, bias, ReLU, the softmax
- * cross-entropy, the optimizer updates) keep their own entries: they carry layouts, fusions and
- * bfloat16 copies that the generic entry does not. Everything else that computes on tensors
- * goes through run_op; no op of the tape loops on host memory itself.
+ * The layer kernels (convolutions, max pooling, matmul, bias, ReLU, the softmax cross-entropy,
+ * layouts, casts, the optimizer updates) are ops of the same set, at its end: they carry the
+ * descriptors of backend.h (dist_conv2d_desc, dist_pool2d_desc, ...) by pointer, take tensors in
+ * any layout the backend produced, and some are fusions a backend may decline for a shape
+ * (*done = 0). Every computation on tensors goes through run_op; what the vtable keeps besides
+ * is memory, copies, synchronization and two host queries (max_pool2d_workspace_bytes,
+ * all_finite). No op of the tape loops on host memory itself.
  *
- * Conventions for every op:
- * - tensors are float32 in the plain row-major layout (the caller converts with to_layout),
+ * Conventions for every op before the layer kernels:
+ * - tensors are float32 in the plain row-major layout (the caller converts with TO_LAYOUT),
  *   except where an op names another dtype; shapes are TensorFlow's;
  * - in[] and out[] are arrays of the counts the op's comment gives; an out[] entry documented
  *   as optional may be NULL (nothing to write); outputs never alias inputs unless stated;
@@ -219,8 +222,112 @@ typedef enum dist_opcode {
      * blocks' sums in block order, rounded to float32 (the same blocks at any thread count). */
     DIST_OPC_LAYER_NORM_GRAD,
 
+    /* ---- layer kernels (backend.h's conventions: any layout the backend produced, outputs
+     * in the layout the kernel sets on them; activations NHWC, conv kernels HWIO, dense
+     * kernels [in, out]) ------------------------------------------------------------------- */
+    /* y = conv(x, w) + b, then ReLU where conv->relu: in: x, w, b (optional); out: y */
+    DIST_OPC_CONV2D,
+    /* in: dy, w; out: dx (conv's input gradient) */
+    DIST_OPC_CONV2D_GRAD_INPUT,
+    /* in: x, dy; out: dw (plain HWIO), db (optional, plain [K]) */
+    DIST_OPC_CONV2D_GRAD_FILTER,
+    /* max pooling (max_pool): in: x; out: y; ws: the arg-max workspace it writes (its size
+     * from the vtable's max_pool2d_workspace_bytes; NULL where that is 0) */
+    DIST_OPC_MAX_POOL2D,
+    /* in: x, dy (in y's layout); out: dx (in x's layout); ws: the forward's workspace.
+     * max_pool->relu_mask: dy counts only where the pooled value is > 0 (a ReLU's gradient
+     * folded in): only where supports_op says so for an op with relu_mask set. */
+    DIST_OPC_MAX_POOL2D_GRAD,
+    /* A fusion a backend may decline (supports_op 0: never; *done = 0 and nothing written:
+     * not for this shape). p = max_pool(round(ReLU(conv(x, w) + b))) without writing the
+     * convolution's output, round = `dtype` (the tape's compute precision; F32: none): in: x,
+     * w, b; out: p (the layout it picks); ws: the pool's workspace (one byte per element of
+     * p, as MAX_POOL2D writes); aux (optional, with dtype BF16): where it may also write p in
+     * bfloat16 in p's layout for a native bfloat16 consumer (dist_conv2d_desc.x_bf16), then
+     * *done |= 2. k = need_dx: 1: the caller will want x's gradient too (the shapes
+     * CONV2D_RELU_MAX_POOL_GRAD covers); 0: the filter's only (those of _GRAD_FILTER); 2: no
+     * gradient (the shapes of either). */
+    DIST_OPC_CONV2D_RELU_MAX_POOL,
+    /* The filter and bias gradients (as CONV2D_GRAD_FILTER writes them) of that pair, from the
+     * pool's output gradient and its workspace, without the gradient of the convolution's
+     * output: in: x, dy (in p's layout); out: dw, db (optional); ws; *done as above. */
+    DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD_FILTER,
+    /* Every gradient of the pair where x needs one: in: x, w, dy; out: dx (the layout it
+     * picks; without it the op declines), dw (optional), db (optional); ws; *done as above. */
+    DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD,
+    /* c = alpha op(a) op(b) + beta c on plain 2-D float32 tensors (c is read when beta != 0:
+     * the one op that accumulates into its output): in: a, b; out: c; k bit 0: op(a) = a^T,
+     * bit 1: op(b) = b^T, bit 2 (DIST_MM_BF16): under mixed_bfloat16, a and b hold
+     * bfloat16 values in float32 storage and a backend with native bfloat16 kernels may
+     * multiply bfloat16 copies (float32 accumulation), kept in or found in copy[0], copy[1]
+     * (optional); f[0] = alpha, f[1] = beta. */
+    DIST_OPC_MATMUL,
+    /* y[..., j] += b[j], then ReLU where relu is set, in place: in: b; out: y (read too) */
+    DIST_OPC_BIAS_ADD,
+    /* db[j] = sum of dy[..., j] over the other axes: in: dy; out: db */
+    DIST_OPC_BIAS_GRAD,
+    /* y = max(x, 0): in: x; out: y */
+    DIST_OPC_RELU,
+    /* dx = dy * (y > 0), y and dy in one layout: in: y, dy; out: dx */
+    DIST_OPC_RELU_GRAD,
+    /* in: logits [N, K] float32, labels [N] int32; out: loss [N] = -log softmax(logits)[label],
+     * probs [N, K] (the softmax, for the gradient). A label outside 0..K-1 fails with
+     * DIST_INVALID_ARGUMENT (CPU) or gives a NaN loss (GPU, checked on the host side). */
+    DIST_OPC_SOFTMAX_XENT,
+    /* in: probs, labels, dloss; out: dlogits[i, k] = dloss[i] (probs[i, k] - onehot[i, k]) */
+    DIST_OPC_SOFTMAX_XENT_GRAD,
+    /* in: logits, labels; out: count (f32 scalar): rows whose arg-max is the label */
+    DIST_OPC_ACCURACY_COUNT,
+    /* out = in converted to out's layout (same logical shape and dtype) */
+    DIST_OPC_TO_LAYOUT,
+    /* out = a + b elementwise, float32 of equal element count and layout; out may be a or b */
+    DIST_OPC_ADD,
+    /* out = x * f[0] elementwise, float32 in any layout (out may be x); the factor is a
+     * constant of the program where a traced one is built (SCALE takes it at run time) */
+    DIST_OPC_SCALE_CONST,
+    /* every element of out = f[0] (float32, any layout): in: none */
+    DIST_OPC_FILL,
+    /* out (a f32 scalar) = the sum of every element of in[0] */
+    DIST_OPC_SUM_ALL,
+    /* Keras's Adam on contiguous float32 vectors of one length (adam: the step's constants):
+     * in: grad; out: param, m, v, each read and written in place */
+    DIST_OPC_ADAM_UPDATE,
+    /* SGD (sgd: the step's constants): in: grad; out: param, momentum (read and written in
+     * place; optional when sgd->momentum is 0) */
+    DIST_OPC_SGD_UPDATE,
+    /* dtype conversion between f32 and f16/bf16 (round to nearest even), same element count
+     * and layout: in: src; out: dst */
+    DIST_OPC_CAST,
+    /* y (f32) = x (f32) rounded to the precision of `dtype` (F16: to nearest even, overflow
+     * to Inf; BF16: to nearest even), same element count; y may be x: in: x; out: y. The
+     * storage of mixed precision where a backend runs float32 kernels (src/nn/policy.c). */
+    DIST_OPC_ROUND,
+
     DIST_OPC_COUNT
 } dist_opcode;
+
+/* The first of the layer kernels: ops from here on take the layouts and descriptors of
+ * backend.h rather than the conventions above. */
+#define DIST_OPC_LAYER_FIRST DIST_OPC_CONV2D
+static inline int dist_op_is_layer(dist_opcode code) {
+    return code >= DIST_OPC_LAYER_FIRST && code < DIST_OPC_COUNT;
+}
+/* The fusions: a backend may run none of them (the tape then runs their parts); every other op
+ * is run by every backend (the CPU's, the CUDA module's and the tpu tracer). */
+static inline int dist_op_is_fusion(dist_opcode code) {
+    return code == DIST_OPC_CONV2D_RELU_MAX_POOL ||
+           code == DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD_FILTER ||
+           code == DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD;
+}
+
+/* MATMUL's flags (dist_op.k) */
+enum { DIST_MM_TRANSPOSE_A = 1, DIST_MM_TRANSPOSE_B = 2, DIST_MM_BF16 = 4 };
+
+struct dist_conv2d_desc;
+struct dist_pool2d_desc;
+struct dist_adam_desc;
+struct dist_sgd_desc;
+struct dist_bf16_copy;
 
 typedef enum dist_unary_kind {
     DIST_UN_NEG = 0,
@@ -268,6 +375,16 @@ typedef struct dist_op {
         int window_h, window_w, stride_h, stride_w;
         int pad_top, pad_bottom, pad_left, pad_right;
     } pool;
+    /* the layer kernels' descriptors and side buffers (backend.h), owned by the caller */
+    dist_dtype dtype;                        /* ROUND: the precision; CONV2D_RELU_MAX_POOL: round */
+    const struct dist_conv2d_desc *conv;     /* CONV2D*, CONV2D_RELU_MAX_POOL* */
+    const struct dist_pool2d_desc *max_pool; /* MAX_POOL2D*, CONV2D_RELU_MAX_POOL* */
+    const struct dist_adam_desc *adam;       /* ADAM_UPDATE */
+    const struct dist_sgd_desc *sgd;         /* SGD_UPDATE */
+    const struct dist_bf16_copy *copy[2];    /* MATMUL with DIST_MM_BF16 */
+    void *ws;                                /* MAX_POOL2D*, CONV2D_RELU_MAX_POOL*: workspace */
+    void *aux;                               /* CONV2D_RELU_MAX_POOL: the bfloat16 twin of p */
+    int *done;                               /* CONV2D_RELU_MAX_POOL*: what the fusion did */
 } dist_op;
 
 /* REDUCE's output as a tensor of x's rank: x's shape with the axes of `mask` of extent 1 (the

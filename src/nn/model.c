@@ -1,6 +1,7 @@
 /* The model: a graph of layers (a Sequential stack by default), variables in one buffer per
  * replica, forward in topological order, gradients. */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "backend/ops_dispatch.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
@@ -1300,9 +1301,9 @@ static dist_status call_batch_norm(dist_tape *tape, model_replica *rep, const mo
     for (int k = 0; k < 2 && st == DIST_OK; k++) {
         dist_tensor *part;
         st = dist_tape_alloc(tape, DIST_F32, 1, &moving[k]->shape[0], &part);
-        if (st == DIST_OK) st = be->iface->scale(be->ctx, batch[k], rest, part);
-        if (st == DIST_OK) st = be->iface->scale(be->ctx, moving[k], mo, moving[k]);
-        if (st == DIST_OK) st = be->iface->add(be->ctx, moving[k], part, moving[k]);
+        if (st == DIST_OK) st = dist_be_scale(be->iface, be->ctx, batch[k], rest, part);
+        if (st == DIST_OK) st = dist_be_scale(be->iface, be->ctx, moving[k], mo, moving[k]);
+        if (st == DIST_OK) st = dist_be_add(be->iface, be->ctx, moving[k], part, moving[k]);
     }
     return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
 }

@@ -9,6 +9,7 @@
  * tf.clip_by_value does. */
 #include "optim/grad_clip.h"
 
+#include "backend/layer_ops.h"
 #include "backend/ops_dispatch.h"
 #include "core/error.h"
 
@@ -72,7 +73,7 @@ dist_status dist_grad_clip_run(dist_backend *be, const dist_grad_clip *c,
     const float *g = src;
     if (grad_scale != 1.0f) {
         dist_tensor x = clip_view(be, src, n), y = clip_view(be, b->scaled, n);
-        DIST_TRY(be->iface->scale(be->ctx, &x, grad_scale, &y));
+        DIST_TRY(dist_be_scale(be->iface, be->ctx, &x, grad_scale, &y));
         g = b->scaled;
     }
     if (c->clipvalue > 0) {
@@ -98,7 +99,7 @@ dist_status dist_grad_clip_run(dist_backend *be, const dist_grad_clip *c,
     /* Keras's global_norm: sqrt(sum(stack(squared norms))) */
     dist_tensor all = clip_view(be, b->sums, (size_t)num_spans);
     dist_tensor total = clip_scalar(be, b->sums + num_spans);
-    DIST_TRY(be->iface->reduce_sum(be->ctx, &all, &total));
+    DIST_TRY(dist_be_reduce_sum(be->iface, be->ctx, &all, &total));
     return clip_spans_by_norm(be, c->global_clipnorm, spans, num_spans, g, b->dst,
                               b->sums + num_spans, 0);
 }

@@ -4,10 +4,11 @@
 
 #include "autodiff/ops_step_value.h"
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
+#include "backend/ops_dispatch.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
-#include "backend/ops_dispatch.h"
 #include "dist/replica.h"
 #include "optim/optimizer_select.h"
 
@@ -103,7 +104,7 @@ dist_status dist_loss_scale_get_unscaled_gradients(dist_loss_scale_optimizer *l,
     dist_tensor *g = NULL;
     DIST_TRY(replica_grads(model, tape, &r, &g));
     dist_backend *be = dist_model_backend(model, r);
-    return be->iface->scale(be->ctx, g, 1.0f / l->state[r].loss_scale, g);
+    return dist_be_scale(be->iface, be->ctx, g, 1.0f / l->state[r].loss_scale, g);
 }
 
 /* Keras's _DynamicLossScaleState.update (tf-keras) or the Keras 3 equivalent. */

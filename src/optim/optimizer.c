@@ -1,12 +1,13 @@
 /* SGD and Adam on a model's contiguous parameter buffer, one slot buffer per replica. */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
+#include "backend/ops_dispatch.h"
 #include "core/error.h"
 #include "core/replica_ctx.h"
 #include "core/scope.h"
 #include "core/update_rule.h"
 #include "dist/optim.h"
 #include "nn/model_placement.h"
-#include "backend/ops_dispatch.h"
 #include "optim/grad_clip.h"
 #include "optim/optimizer_select.h"
 #include "strategy/variable_placement.h"
@@ -244,13 +245,13 @@ static dist_status apply_rule(dist_optimizer *o, opt_slots *s, float lr, float g
             .epsilon = o->adam.epsilon,
             .grad_scale = grad_scale,
         };
-        return be->iface->adam_update(be->ctx, &d, params, g, m, s->v + off, n);
+        return dist_be_adam_update(be->iface, be->ctx, &d, params, g, m, s->v + off, n);
     }
     dist_sgd_desc d = {.lr = lr,
                        .momentum = o->sgd.momentum,
                        .nesterov = o->sgd.nesterov,
                        .grad_scale = grad_scale};
-    return be->iface->sgd_update(be->ctx, &d, params, g, m, n);
+    return dist_be_sgd_update(be->iface, be->ctx, &d, params, g, m, n);
 }
 
 /* Every replica's slots, made at once by whichever replica comes first (the others wait on the
@@ -631,7 +632,7 @@ dist_status dist_optimizer_apply_to_variables(dist_optimizer *o, dist_tape *tape
                               dist_dtype_name(g->dtype), (long long)dist_tensor_numel(value));
         dist_tensor dst = *value;
         dst.data = (float *)s->packed + o->vars.offsets[i];
-        DIST_TRY(be->iface->to_layout(be->ctx, g, &dst));
+        DIST_TRY(dist_be_to_layout(be->iface, be->ctx, g, &dst));
     }
     int64_t n = o->vars.n;
     dist_tensor packed = dist_tensor_view(s->packed, DIST_F32, 1, &n);

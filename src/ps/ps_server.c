@@ -2,6 +2,7 @@
 #include "ps/ps_server.h"
 
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "core/error.h"
 #include "ps/ps_wire.h"
 
@@ -181,14 +182,14 @@ static dist_status apply(ps_server *s, ps_var *v, const ps_rule *r, const float 
             .epsilon = r->epsilon,
             .grad_scale = r->grad_scale,
         };
-        st = s->be->iface->adam_update(s->be->ctx, &d, v->data, g, v->m, v->v, v->numel);
+        st = dist_be_adam_update(s->be->iface, s->be->ctx, &d, v->data, g, v->m, v->v, v->numel);
     } else {
         v->steps++;
         dist_sgd_desc d = {.lr = r->lr,
                            .momentum = r->momentum,
                            .nesterov = (int)r->nesterov,
                            .grad_scale = r->grad_scale};
-        st = s->be->iface->sgd_update(s->be->ctx, &d, v->data, g, v->m, v->numel);
+        st = dist_be_sgd_update(s->be->iface, s->be->ctx, &d, v->data, g, v->m, v->numel);
     }
     pthread_mutex_unlock(&v->mu);
     if (st == DIST_OK) atomic_fetch_add(&s->updates, 1);

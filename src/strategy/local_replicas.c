@@ -3,6 +3,7 @@
  * waits for all, and brings each replica's outputs to the host in one transfer. */
 #include "autodiff/tape_bind.h"
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/spin.h"
@@ -237,7 +238,7 @@ static dist_status store_outputs(dist_local_replicas *L, int r, const dist_eleme
         plain.data = (char *)pack->data + offset[i];
         plain.layout = DIST_LAYOUT_PLAIN;
         plain.node = -1;
-        DIST_TRY(be->iface->to_layout(be->ctx, out->items[i], &plain));
+        DIST_TRY(dist_be_to_layout(be->iface, be->ctx, out->items[i], &plain));
     }
     if (L->out_pack_bytes[r] < total) {
         void *grown = realloc(L->out_pack[r], total);

@@ -1,5 +1,6 @@
 /* Variables outside models: per-replica copies with TF's aggregation and synchronization. */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "core/error.h"
 #include "strategy/strategy_impl.h"
 #include "strategy/variable_placement.h"
@@ -99,7 +100,7 @@ dist_status dist_variable_assign(dist_variable *v, dist_replica_ctx *rc, const d
                    "assign '%s': the value does not match the variable's shape", v->name);
     dist_backend *be = rc->backend;
     dist_tensor plain = *mine;
-    DIST_TRY(be->iface->to_layout(be->ctx, value, &plain));
+    DIST_TRY(dist_be_to_layout(be->iface, be->ctx, value, &plain));
     if (v->sync == DIST_SYNC_ON_READ) return DIST_OK;
     switch (v->aggregation) {
     case DIST_AGGREGATION_SUM: return dist_replica_all_reduce(rc, DIST_REDUCE_SUM, mine);

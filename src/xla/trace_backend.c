@@ -2,6 +2,7 @@
  * traced values, and kernels that record graph nodes. */
 #include "xla/trace_backend.h"
 
+#include "backend/layer_ops.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -1636,9 +1637,37 @@ static dist_status op_layer_norm(xla_trace *t, const dist_op *op, const dist_ten
     return write_opt(t, out[0], v);
 }
 
+/* The layer ops' kernels: each records its graph nodes (tb_run_op hands them over). */
+static const dist_layer_kernels tb_layer_kernels = {
+    .conv2d_forward = tb_conv2d_forward,
+    .conv2d_backward_data = tb_conv2d_backward_data,
+    .conv2d_backward_filter = tb_conv2d_backward_filter,
+    .pool_backward_masks_relu = 0,
+    .max_pool2d_forward = tb_pool_forward,
+    .max_pool2d_backward = tb_pool_backward,
+    .matmul = tb_matmul,
+    .bias_add = tb_bias_add,
+    .bias_grad = tb_bias_grad,
+    .relu_forward = tb_relu_forward,
+    .relu_backward = tb_relu_backward,
+    .softmax_xent_forward = tb_xent_forward,
+    .softmax_xent_backward = tb_xent_backward,
+    .accuracy_count = tb_accuracy_count,
+    .to_layout = tb_to_layout,
+    .add = tb_add,
+    .scale = tb_scale,
+    .fill = tb_fill,
+    .reduce_sum = tb_reduce_sum,
+    .adam_update = tb_adam_update,
+    .sgd_update = tb_sgd_update,
+    .cast = tb_cast,
+    .round = tb_round,
+};
+
 static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                           dist_tensor *const *out) {
     (void)ctx;
+    if (dist_op_is_layer(op->code)) return dist_layer_supports(&tb_layer_kernels, op);
     switch (op->code) {
     case DIST_OPC_UNARY:
     case DIST_OPC_UNARY_GRAD:
@@ -1700,6 +1729,7 @@ static dist_status swap_heads(xla_trace *t, int x, const xshape *s, int *out) {
 static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                              dist_tensor *const *out) {
     xla_trace *t = ctx;
+    if (dist_op_is_layer(op->code)) return dist_layer_run(&tb_layer_kernels, ctx, op, in, out);
     DIST_TRY(need_trace(t, dist_op_name(op)));
     if (!out || !tb_supports_op(ctx, op, in, out))
         return dist_error(DIST_UNSUPPORTED,
@@ -2041,7 +2071,7 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         DIST_TRY(select_cmp(t, XC_NE, c, zero, v, w, &v));
         return write_opt(t, out[0], v);
     }
-    case DIST_OPC_COUNT: break;
+    default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return dist_error(DIST_UNSUPPORTED, "tpu: op code %d", (int)op->code);
 }
@@ -2068,30 +2098,7 @@ static const struct dist_backend_i trace_iface = {
     .copy = tb_copy,
     .memset_zero = tb_memset_zero,
     .synchronize = tb_synchronize,
-    .conv2d_forward = tb_conv2d_forward,
-    .conv2d_backward_data = tb_conv2d_backward_data,
-    .conv2d_backward_filter = tb_conv2d_backward_filter,
-    .pool_backward_masks_relu = 0,
     .max_pool2d_workspace_bytes = tb_pool_ws,
-    .max_pool2d_forward = tb_pool_forward,
-    .max_pool2d_backward = tb_pool_backward,
-    .matmul = tb_matmul,
-    .bias_add = tb_bias_add,
-    .bias_grad = tb_bias_grad,
-    .relu_forward = tb_relu_forward,
-    .relu_backward = tb_relu_backward,
-    .softmax_xent_forward = tb_xent_forward,
-    .softmax_xent_backward = tb_xent_backward,
-    .accuracy_count = tb_accuracy_count,
-    .to_layout = tb_to_layout,
-    .add = tb_add,
-    .scale = tb_scale,
-    .fill = tb_fill,
-    .reduce_sum = tb_reduce_sum,
-    .adam_update = tb_adam_update,
-    .sgd_update = tb_sgd_update,
-    .cast = tb_cast,
-    .round = tb_round,
     .all_finite = tb_all_finite,
     .supports_op = tb_supports_op,
     .run_op = tb_run_op,

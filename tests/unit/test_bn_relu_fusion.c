@@ -8,6 +8,7 @@
  * exact zeros in the normalized values), and a model whose layer graph chooses the fusion
  * against the same model with check numerics on (which runs every layer on its own). */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "backend/ops_dispatch.h"
 #include "testutil.h"
 
@@ -122,10 +123,10 @@ static void check_ops(dist_backend *be, int mode, int64_t rows, int64_t c) {
     op.relu = 0;
     dist_tensor *o2[1] = {&ty2};
     run_op(be, &op, ain, o2);
-    ck_assert_int_eq(be->iface->relu_forward(be->ctx, &ty2, &ty2), DIST_OK);
+    ck_assert_int_eq(dist_be_relu_forward(be->iface, be->ctx, &ty2, &ty2), DIST_OK);
     expect_same_bits(y1, y2, n, "y", rows, c);
     /* backward: fused (y read by the gradient ops) against relu_backward then the ops */
-    ck_assert_int_eq(be->iface->relu_backward(be->ctx, &ty2, &tdy, &tdz), DIST_OK);
+    ck_assert_int_eq(dist_be_relu_backward(be->iface, be->ctx, &ty2, &tdy, &tdz), DIST_OK);
     dist_tensor *count_in = mode == DIST_BN_SYNC ? &tc : NULL;
     const dist_tensor *gs1[6] = {&tx, &tdy, &tst, &tg, count_in, &ty1};
     const dist_tensor *gs2[5] = {&tx, &tdz, &tst, &tg, count_in};

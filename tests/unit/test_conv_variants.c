@@ -10,6 +10,7 @@
  * the sum of their absolute values (u = 2^-24), which the reference computes alongside. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -160,8 +161,8 @@ static void run_variant_bf16(dist_backend *be, const variant *v, uint64_t *s, si
     float *ybuf = malloc(ny * sizeof(float) + 64 * sizeof(float) * (size_t)v->n * oh * ow);
     float *y = malloc(ny * sizeof *y);
     dist_tensor ty = dist_tensor_view(ybuf, DIST_F32, 4, ys);
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, v->bias ? &tb : NULL, &ty) ==
-                      DIST_OK,
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, v->bias ? &tb : NULL,
+                                         &ty) == DIST_OK,
                   "case %zu: %s", c, dist_last_error());
     dist_test_to_host_plain(be, &ty, y);
     double *yref = malloc(ny * sizeof *yref);
@@ -174,7 +175,7 @@ static void run_variant_bf16(dist_backend *be, const variant *v, uint64_t *s, si
     float *dx = malloc(nx * sizeof *dx);
     dist_tensor tdx = dist_tensor_view(dxbuf, DIST_F32, 4, xs);
     tdx.layout = v->xl;
-    ck_assert_msg(be->iface->conv2d_backward_data(be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_data(be->iface, be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK,
                   "case %zu: %s", c, dist_last_error());
     dist_test_to_host_plain(be, &tdx, dx);
     double dx_terms = (double)v->kh * v->kw * (v->o / v->groups);
@@ -184,8 +185,8 @@ static void run_variant_bf16(dist_backend *be, const variant *v, uint64_t *s, si
     float *dw = malloc(nw * sizeof *dw), *db = malloc((size_t)v->o * sizeof *db);
     dist_tensor tdw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tdb = dist_tensor_view(db, DIST_F32, 1, bs);
-    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tdw,
-                                                    v->bias ? &tdb : NULL) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_filter(be->iface, be->ctx, &d, &tx, &tdy, &tdw,
+                                                 v->bias ? &tdb : NULL) == DIST_OK,
                   "case %zu: %s", c, dist_last_error());
     ck_assert_int_eq(tdw.layout, DIST_LAYOUT_PLAIN);
     double dw_terms = (double)v->n * oh * ow;
@@ -256,8 +257,8 @@ START_TEST(test_depthwise_output_channel_order_is_tensorflows) {
     float ybuf[64];
     dist_tensor ty = dist_tensor_view(ybuf, DIST_F32, 4, ys);
     dist_conv2d_desc d = {.stride_h = 1, .stride_w = 1, .groups = 2};
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, NULL, &ty) == DIST_OK, "%s",
-                  dist_last_error());
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, NULL, &ty) == DIST_OK,
+                  "%s", dist_last_error());
     dist_test_to_host_plain(be, &ty, y);
     const float want[6] = {1, 2, 3, 40, 50, 60};
     for (int i = 0; i < 6; i++) ck_assert_float_eq(y[i], want[i]);

@@ -24,6 +24,7 @@
  * prints SKIP and exits 77, or fails when DIST_REQUIRE_NATIVE_BF16=1 says the machine has it. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -84,7 +85,7 @@ static void io_free(io *o) {
 
 static void to_plain(dist_backend *be, const dist_tensor *t, float *plain) {
     dist_tensor dst = dist_tensor_view(plain, DIST_F32, t->ndim, t->shape);
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, t, &dst), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, t, &dst), DIST_OK);
 }
 
 /* The backend's three passes on o's x, w, b, dy into o's y, dx, dw, db. */
@@ -109,16 +110,16 @@ static void run_passes(dist_backend *be, const conv_case *k, io *o) {
     tdx.layout = k->xl;
     dist_tensor tdw = dist_tensor_view(o->dw, DIST_F32, 4, ws);
     dist_tensor tdb = dist_tensor_view(o->db, DIST_F32, 1, bs);
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL, &ty) ==
-                      DIST_OK,
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL,
+                                         &ty) == DIST_OK,
                   "%s", dist_last_error());
     to_plain(be, &ty, o->y);
-    ck_assert_msg(be->iface->conv2d_backward_data(be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK, "%s",
-                  dist_last_error());
+    ck_assert_msg(dist_be_conv2d_backward_data(be->iface, be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK,
+                  "%s", dist_last_error());
     ck_assert_int_eq(tdx.layout, k->xl);
     to_plain(be, &tdx, o->dx);
-    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tdw,
-                                                    k->bias ? &tdb : NULL) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_filter(be->iface, be->ctx, &d, &tx, &tdy, &tdw,
+                                                 k->bias ? &tdb : NULL) == DIST_OK,
                   "%s", dist_last_error());
     ck_assert_int_eq(tdw.layout, DIST_LAYOUT_PLAIN);
     free(xb), free(dyb), free(yb), free(dxb);

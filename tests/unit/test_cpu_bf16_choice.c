@@ -12,6 +12,7 @@
  * test_cpu_bf16_matmul.c). */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -65,8 +66,8 @@ static void matmul_checked(dist_backend *be, const float *a, const float *b, flo
     dist_tensor ta = dist_tensor_view((void *)a, DIST_F32, 2, as);
     dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 2, bs);
     dist_tensor tc = dist_tensor_view(c, DIST_F32, 2, cs);
-    ck_assert_msg(be->iface->matmul_bf16(be->ctx, 0, 0, 1.0f, &ta, &tb, 0.0f, &tc, NULL, NULL) ==
-                      DIST_OK,
+    ck_assert_msg(dist_be_matmul_bf16(be->iface, be->ctx, 0, 0, 1.0f, &ta, &tb, 0.0f, &tc, NULL,
+                                      NULL) == DIST_OK,
                   "%s", dist_last_error());
     double u = ldexp(1.0, -24), g = k * u / (1.0 - k * u);
     for (int i = 0; i < m; i++)

@@ -13,6 +13,7 @@
  * fails when DIST_REQUIRE_NATIVE_BF16=1 says the machine has it. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -58,8 +59,8 @@ static double run_case_abs(dist_backend *be, const mm_case *c, const float *a, c
     dist_tensor ta = dist_tensor_view((void *)a, DIST_F32, 2, as);
     dist_tensor tb = dist_tensor_view((void *)b, DIST_F32, 2, bs);
     dist_tensor tc = dist_tensor_view(c_out, DIST_F32, 2, cs);
-    ck_assert_msg(be->iface->matmul_bf16(be->ctx, c->ta, c->tb, c->alpha, &ta, &tb, c->beta, &tc,
-                                         NULL, NULL) == DIST_OK,
+    ck_assert_msg(dist_be_matmul_bf16(be->iface, be->ctx, c->ta, c->tb, c->alpha, &ta, &tb, c->beta,
+                                      &tc, NULL, NULL) == DIST_OK,
                   "%s", dist_last_error());
     double worst = 0, worst_abs = 0;
     for (int i = 0; i < c->m; i++)

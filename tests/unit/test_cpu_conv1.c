@@ -11,6 +11,7 @@
  * path give the same gradients. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -39,12 +40,12 @@ static void backend_grads(dist_backend *be, const conv1_case *k, const float *x,
     float *blocked = malloc(ybytes);
     dist_tensor tdy = dist_tensor_view(blocked, DIST_F32, 4, ys);
     tdy.layout = k->layout;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &plain, &tdy), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &plain, &tdy), DIST_OK);
     dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tb = dist_tensor_view(db, DIST_F32, 1, bs);
     dist_conv2d_desc d = {.stride_h = k->stride, .stride_w = k->stride, .relu = 1};
-    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
-                                                    k->bias ? &tb : NULL) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_filter(be->iface, be->ctx, &d, &tx, &tdy, &tw,
+                                                 k->bias ? &tb : NULL) == DIST_OK,
                   "%s", dist_last_error());
     free(blocked);
 }
@@ -150,28 +151,28 @@ static int pooled_grads(const pooled_case *k, uint64_t seed, float *dw, float *d
                 ty = dist_tensor_view(y, DIST_F32, 4, ys);
     dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK, "%s",
-                  dist_last_error());
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK,
+                  "%s", dist_last_error());
     /* y in the case's layout (the forward picks its own), and plain for the reference */
     dist_tensor tyb = dist_tensor_view(yb, DIST_F32, 4, ys),
                 typ = dist_tensor_view(yplain, DIST_F32, 4, ys);
     tyb.layout = k->layout;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &tyb), DIST_OK);
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &typ), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &ty, &tyb), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &ty, &typ), DIST_OK);
     size_t wsb = 0;
     ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &pd, &tyb, &wsb), DIST_OK);
     unsigned char *ws = malloc(wsb);
     dist_tensor tp = dist_tensor_view(p, DIST_F32, 4, ps);
-    ck_assert_int_eq(be->iface->max_pool2d_forward(be->ctx, &pd, &tyb, &tp, ws), DIST_OK);
+    ck_assert_int_eq(dist_be_max_pool2d_forward(be->iface, be->ctx, &pd, &tyb, &tp, ws), DIST_OK);
     dist_tensor tdp = dist_tensor_view(dy, DIST_F32, 4, ps),
                 tdb = dist_tensor_view(dyb, DIST_F32, 4, ps);
     tdb.layout = k->layout;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &tdp, &tdb), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &tdp, &tdb), DIST_OK);
     dist_tensor tdw = dist_tensor_view(dw, DIST_F32, 4, wsh),
                 tdbias = dist_tensor_view(db, DIST_F32, 1, bs);
     int done = -1;
-    ck_assert_msg(be->iface->conv2d_relu_pool_backward_filter(be->ctx, &cd, &pd, &tx, &tdb, ws,
-                                                              &tdw, &tdbias, &done) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_relu_pool_backward_filter(be->iface, be->ctx, &cd, &pd, &tx, &tdb,
+                                                           ws, &tdw, &tdbias, &done) == DIST_OK,
                   "%s", dist_last_error());
     /* reference: each window's first maximum in y; its gradient counts where that is > 0 */
     for (int i = 0; i < 9 * k->ch; i++) rw[i] = 0;
@@ -293,8 +294,9 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
         for (int j = 0; j < 9 * 16; j++) w[j] = 7.0f;
         int done = -1;
-        ck_assert_int_eq(be->iface->conv2d_relu_pool_backward_filter(
-                             be->ctx, &no[i].cd, &no[i].pd, &tx, &tdy, ws, &tw, &tb, &done),
+        ck_assert_int_eq(dist_be_conv2d_relu_pool_backward_filter(be->iface, be->ctx, &no[i].cd,
+                                                                  &no[i].pd, &tx, &tdy, ws, &tw,
+                                                                  &tb, &done),
                          DIST_OK);
         ck_assert_msg(done == 0, "%s: not declined", no[i].what);
         ck_assert_msg(w[0] == 7.0f && w[9 * 16 - 1] == 7.0f, "%s: dw written", no[i].what);
@@ -304,8 +306,8 @@ START_TEST(test_fused_pool_filter_declines_other_shapes) {
     int64_t bad[4] = {2, 4, 4, 16};
     dist_tensor tbad = dist_tensor_view(dy, DIST_F32, 4, bad);
     int done = -1;
-    ck_assert_int_eq(be->iface->conv2d_relu_pool_backward_filter(be->ctx, &conv_ok, &pool_ok, &tx,
-                                                                 &tbad, ws, &tw, &tb, &done),
+    ck_assert_int_eq(dist_be_conv2d_relu_pool_backward_filter(
+                         be->iface, be->ctx, &conv_ok, &pool_ok, &tx, &tbad, ws, &tw, &tb, &done),
                      DIST_OK);
     ck_assert_int_eq(done, 0);
     dist_backend_destroy(be);
@@ -443,9 +445,9 @@ static void check_fused_forward(int block, int n, int h, int w, int ch, int thre
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int done = -1;
     uint16_t *twin = malloc(np * 2);
-    ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb,
-                                                      bf16 ? DIST_BF16 : DIST_F32, 0, &tp, ws,
-                                                      bf16 ? twin : NULL, &done) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_relu_pool_forward(be->iface, be->ctx, &cd, &pd, &tx, &tw, &tb,
+                                                   bf16 ? DIST_BF16 : DIST_F32, 0, &tp, ws,
+                                                   bf16 ? twin : NULL, &done) == DIST_OK,
                   "%s", dist_last_error());
     int B = block ? block : ch;
     ck_assert_msg((done & 1) == (dist_test_fused_lanes(B) != 0), "block %d: done %d", block, done);
@@ -465,7 +467,7 @@ static void check_fused_forward(int block, int n, int h, int w, int ch, int thre
                                              : DIST_LAYOUT_PLAIN);
     /* p and the workspace bytes to plain NHWC (the bytes are indexed like p) */
     dist_tensor tpp = dist_tensor_view(pplain, DIST_F32, 4, ps);
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &tp, &tpp), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &tp, &tpp), DIST_OK);
     for (int m = 0; m < n; m++)
         for (int r = 0; r < ph; r++)
             for (int q = 0; q < pw; q++)
@@ -530,8 +532,8 @@ static void fused_forward_bf16(dist_backend *be, const float *x, const float *wt
     dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
     int done = -1;
-    ck_assert_msg(be->iface->conv2d_relu_pool_forward(be->ctx, &cd, &pd, &tx, &tw, &tb, DIST_BF16,
-                                                      0, &tp, ws, twin, &done) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_relu_pool_forward(be->iface, be->ctx, &cd, &pd, &tx, &tw, &tb,
+                                                   DIST_BF16, 0, &tp, ws, twin, &done) == DIST_OK,
                   "%s", dist_last_error());
     ck_assert_int_eq(done, want_done);
 }

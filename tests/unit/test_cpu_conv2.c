@@ -8,6 +8,7 @@
  * of the sum of their absolute values (u = 2^-24), which the reference computes alongside. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -38,8 +39,8 @@ static void backend_grads(dist_backend *be, const conv2_case *k, const float *x,
     dist_tensor tw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tb = dist_tensor_view(db, DIST_F32, 1, bs);
     dist_conv2d_desc d = {.stride_h = k->sh, .stride_w = k->sw};
-    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tw,
-                                                    k->bias ? &tb : NULL) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_filter(be->iface, be->ctx, &d, &tx, &tdy, &tw,
+                                                 k->bias ? &tb : NULL) == DIST_OK,
                   "%s", dist_last_error());
     ck_assert_int_eq(tw.layout, DIST_LAYOUT_PLAIN);
     free(xb);
@@ -160,10 +161,10 @@ static void backend_forward(dist_backend *be, const fwd_case *k, const float *x,
     float *yb = malloc(dist_tensor_bytes(&out));
     dist_tensor ty = dist_tensor_view(yb, DIST_F32, 4, ys);
     dist_conv2d_desc d = {.stride_h = k->sh, .stride_w = k->sw, .relu = k->relu};
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL, &ty) ==
-                      DIST_OK,
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, k->bias ? &tb : NULL,
+                                         &ty) == DIST_OK,
                   "%s", dist_last_error());
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &out), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &ty, &out), DIST_OK);
     free(xb);
     free(yb);
 }
@@ -276,7 +277,8 @@ START_TEST(test_a_plain_input_gives_a_plain_output) {
         dist_tensor ty = dist_tensor_view(y, DIST_F32, 4, ys);
         ty.layout = DIST_LAYOUT_NCHW16C; /* the forward sets it */
         dist_conv2d_desc d = {.stride_h = k->sh, .stride_w = k->sw};
-        ck_assert_int_eq(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, NULL, &ty), DIST_OK);
+        ck_assert_int_eq(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, NULL, &ty),
+                         DIST_OK);
         /* oneDNN 2.6's JIT NHWC convolution (brgconv) is AVX-512's: with 8-channel blocks
          * (AVX2) a shape whose plain output has only reference code keeps the blocked one */
         int plain = ty.layout == DIST_LAYOUT_PLAIN;

@@ -12,6 +12,7 @@
  *     fused and the unfused backward give the same gradients of x, w and b. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -76,28 +77,28 @@ static cp_out run_case(const cp_case *k, uint64_t seed) {
     dist_tensor tx = dist_tensor_view(x, DIST_F32, 4, xs),
                 txb = dist_tensor_view(xb, DIST_F32, 4, xs);
     txb.layout = k->xl;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &tx, &txb), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &tx, &txb), DIST_OK);
     dist_tensor tw = dist_tensor_view(w, DIST_F32, 4, wsh),
                 tb = dist_tensor_view(b, DIST_F32, 1, bs);
     dist_tensor ty = dist_tensor_view(y, DIST_F32, 4, ys);
     dist_conv2d_desc cd = {.stride_h = 1, .stride_w = 1, .relu = 1};
     dist_pool2d_desc pd = {2, 2, 2, 2, 0, 0, 0, 0, 0, NULL, NULL};
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK, "%s",
-                  dist_last_error());
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &cd, &tx, &tw, &tb, &ty) == DIST_OK,
+                  "%s", dist_last_error());
     dist_tensor tyb = dist_tensor_view(yb, DIST_F32, 4, ys),
                 typ = dist_tensor_view(yplain, DIST_F32, 4, ys);
     tyb.layout = k->yl;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &tyb), DIST_OK);
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &ty, &typ), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &ty, &tyb), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &ty, &typ), DIST_OK);
     size_t wsb = 0;
     ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &pd, &tyb, &wsb), DIST_OK);
     unsigned char *ws = malloc(wsb);
     dist_tensor tp = dist_tensor_view(p, DIST_F32, 4, ps);
-    ck_assert_int_eq(be->iface->max_pool2d_forward(be->ctx, &pd, &tyb, &tp, ws), DIST_OK);
+    ck_assert_int_eq(dist_be_max_pool2d_forward(be->iface, be->ctx, &pd, &tyb, &tp, ws), DIST_OK);
     dist_tensor tdp = dist_tensor_view(dy, DIST_F32, 4, ps),
                 tdb = dist_tensor_view(dyb, DIST_F32, 4, ps);
     tdb.layout = k->yl;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &tdp, &tdb), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &tdp, &tdb), DIST_OK);
     /* every output is written: start from NaN */
     for (size_t i = 0; i < nx; i++) dxb[i] = NAN;
     for (size_t i = 0; i < nw; i++) o.dw[i] = NAN;
@@ -105,14 +106,14 @@ static cp_out run_case(const cp_case *k, uint64_t seed) {
     dist_tensor tdx = dist_tensor_view(dxb, DIST_F32, 4, xs),
                 tdw = dist_tensor_view(o.dw, DIST_F32, 4, wsh),
                 tdbias = dist_tensor_view(o.db, DIST_F32, 1, bs);
-    ck_assert_msg(be->iface->conv2d_relu_pool_backward(
-                      be->ctx, &cd, &pd, &txb, &tw, &tdb, ws, &tdx, k->filter ? &tdw : NULL,
-                      k->filter ? &tdbias : NULL, &o.done) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_relu_pool_backward(be->iface, be->ctx, &cd, &pd, &txb, &tw, &tdb,
+                                                    ws, &tdx, k->filter ? &tdw : NULL,
+                                                    k->filter ? &tdbias : NULL, &o.done) == DIST_OK,
                   "%s", dist_last_error());
     if (o.done) {
         ck_assert_int_eq(tdx.layout, k->xl);
         dist_tensor tdxp = dist_tensor_view(o.dx, DIST_F32, 4, xs);
-        ck_assert_int_eq(be->iface->to_layout(be->ctx, &tdx, &tdxp), DIST_OK);
+        ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &tdx, &tdxp), DIST_OK);
     }
     /* reference: each window's first maximum in y; its gradient counts where that is > 0 */
     for (int m = 0; m < k->n; m++)
@@ -293,9 +294,9 @@ START_TEST(test_conv_pool_backward_declines_other_shapes) {
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
         dx[0] = dw[0] = db[0] = 7.0f;
         int done = -1;
-        ck_assert_int_eq(be->iface->conv2d_relu_pool_backward(be->ctx, &no[i].cd, &no[i].pd,
-                                                              no[i].x, no[i].w, no[i].dy, ws,
-                                                              no[i].dx, &tdw, &tdb, &done),
+        ck_assert_int_eq(dist_be_conv2d_relu_pool_backward(be->iface, be->ctx, &no[i].cd, &no[i].pd,
+                                                           no[i].x, no[i].w, no[i].dy, ws, no[i].dx,
+                                                           &tdw, &tdb, &done),
                          DIST_OK);
         ck_assert_msg(done == 0, "%s: not declined", no[i].what);
         ck_assert_msg(dx[0] == 7.0f && dw[0] == 7.0f && db[0] == 7.0f, "%s: written", no[i].what);

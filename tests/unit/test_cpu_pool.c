@@ -2,6 +2,7 @@
  * nChw8c / nChw16c layouts: odd sizes (a last row and column no window covers), SAME padding,
  * overlapping windows, ties, and the gradient going to each window's first maximum. */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -48,7 +49,7 @@ static void reference(const pool_case *p, const float *x, const float *dy, float
 
 /* plain NHWC <-> the backend's layout, through its own reorder */
 static void to_layout(dist_backend *be, const dist_tensor *src, dist_tensor *dst) {
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, src, dst), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, src, dst), DIST_OK);
 }
 
 /* relu_mask: the backward folds in a ReLU before the pool, so the reference gradient counts dy
@@ -98,11 +99,14 @@ static void check_case(const pool_case *p, dist_layout layout, int relu_mask) {
     for (size_t i = 0; i < nx; i++) bdx[i] = NAN;
     dist_pool2d_desc d = {p->win,   p->win,   p->stride, p->stride, p->pad_t, p->pad_b,
                           p->pad_l, p->pad_r, 0,         NULL,      NULL};
-    ck_assert_int_eq(be->iface->pool_backward_masks_relu, 1);
+    dist_pool2d_desc masked = d;
+    masked.relu_mask = 1;
+    const dist_op mask_op = {.code = DIST_OPC_MAX_POOL2D_GRAD, .max_pool = &masked};
+    ck_assert_int_eq(dist_be_supports(be->iface, be->ctx, &mask_op), 1);
     size_t wsb = 0;
     ck_assert_int_eq(be->iface->max_pool2d_workspace_bytes(be->ctx, &d, &lx, &wsb), DIST_OK);
     void *ws = malloc(wsb ? wsb : 1);
-    ck_assert_msg(be->iface->max_pool2d_forward(be->ctx, &d, &lx, &ly, ws) == DIST_OK, "%s",
+    ck_assert_msg(dist_be_max_pool2d_forward(be->iface, be->ctx, &d, &lx, &ly, ws) == DIST_OK, "%s",
                   dist_last_error());
     d.relu_mask = relu_mask;
     /* the bfloat16 copy of dx (for a native bfloat16 convolution's dy), poisoned first */
@@ -111,8 +115,9 @@ static void check_case(const pool_case *p, dist_layout layout, int relu_mask) {
     int twin_done = 0;
     d.dx_bf16 = twin;
     d.dx_bf16_done = &twin_done;
-    ck_assert_msg(be->iface->max_pool2d_backward(be->ctx, &d, &lx, &ldy, ws, &ldx) == DIST_OK, "%s",
-                  dist_last_error());
+    ck_assert_msg(dist_be_max_pool2d_backward(be->iface, be->ctx, &d, &lx, &ldy, ws, &ldx) ==
+                      DIST_OK,
+                  "%s", dist_last_error());
     /* written by the AVX-512 2x2 / stride 2 loop: nChw16c (or 16-channel multiples) there */
     __builtin_cpu_init();
     int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

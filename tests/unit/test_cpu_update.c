@@ -4,6 +4,7 @@
  * rounding, and non-finite gradients carried through as the scalar rule carries them. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -59,7 +60,7 @@ static void check_adam(int threads) {
                 double vi = v2[i] + (gi * gi - v2[i]) * (1.0 - (double)d.beta2);
                 pd[i] -= (double)d.lr * mi / (sqrt(vi) + (double)d.epsilon);
             }
-            ck_assert_int_eq(be->iface->adam_update(be->ctx, &d, p, g, m, v, n), DIST_OK);
+            ck_assert_int_eq(dist_be_adam_update(be->iface, be->ctx, &d, p, g, m, v, n), DIST_OK);
             adam_ref(&d, p2, g, m2, v2, n);
             for (size_t i = 0; i < n; i++) {
                 if (memcmp(&p[i], &p2[i], 4) || memcmp(&m[i], &m2[i], 4) ||
@@ -95,7 +96,7 @@ START_TEST(test_adam_carries_non_finite_gradients_like_the_scalar_rule) {
         v[i] = v2[i] = 0.0f;
         g[i] = i % 5 == 0 ? NAN : i % 5 == 1 ? INFINITY : i % 5 == 2 ? 0.0f : -1e30f;
     }
-    ck_assert_int_eq(be->iface->adam_update(be->ctx, &d, p, g, m, v, N), DIST_OK);
+    ck_assert_int_eq(dist_be_adam_update(be->iface, be->ctx, &d, p, g, m, v, N), DIST_OK);
     adam_ref(&d, p2, g, m2, v2, N);
     for (int i = 0; i < N; i++) {
         ck_assert_msg(!memcmp(&p[i], &p2[i], 4), "element %d (g %g): %g, reference %g", i, g[i],
@@ -122,7 +123,8 @@ static void check_sgd(float momentum, int nesterov, int threads) {
         for (int step = 0; step < 2; step++) {
             fill(g, n, 50u + (unsigned)step + (unsigned)n, 0.1f);
             ck_assert_int_eq(
-                be->iface->sgd_update(be->ctx, &d, p, g, momentum != 0.0f ? mo : NULL, n), DIST_OK);
+                dist_be_sgd_update(be->iface, be->ctx, &d, p, g, momentum != 0.0f ? mo : NULL, n),
+                DIST_OK);
             for (size_t i = 0; i < n; i++) { /* Keras's SGD rule */
                 float gi = g[i] * d.grad_scale;
                 if (momentum == 0.0f) {
@@ -157,7 +159,8 @@ START_TEST(test_sgd_momentum_without_buffer_is_an_error) {
     dist_backend *be = dist_test_cpu_backend(1);
     const dist_sgd_desc d = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 1.0f};
     float p[4] = {0}, g[4] = {1, 1, 1, 1};
-    ck_assert_int_eq(be->iface->sgd_update(be->ctx, &d, p, g, NULL, 4), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_be_sgd_update(be->iface, be->ctx, &d, p, g, NULL, 4),
+                     DIST_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "momentum buffer"));
     ck_assert(p[0] == 0.0f);
     dist_backend_destroy(be);

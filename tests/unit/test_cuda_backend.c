@@ -8,6 +8,7 @@
  * Without a GPU only the host tests run, and the program exits 77 (skipped). Check runs in
  * no-fork mode: a CUDA context does not survive fork(). */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "backend/nccl.h"
 #include "dist/backend.h"
 #include "testutil.h"
@@ -197,8 +198,9 @@ static void expect_same_bits(const char *what, const void *c, const void *g, int
     }
 }
 
-#define CPU(op, ...) g_cpu->iface->op(g_cpu->ctx, __VA_ARGS__)
-#define GPU(op, ...) g_gpu->iface->op(g_gpu->ctx, __VA_ARGS__)
+/* a layer op of the op set (layer_ops.h), on each backend */
+#define CPU(op, ...) dist_be_##op(g_cpu->iface, g_cpu->ctx, __VA_ARGS__)
+#define GPU(op, ...) dist_be_##op(g_gpu->iface, g_gpu->ctx, __VA_ARGS__)
 #define OK(call)                                                                                   \
     do {                                                                                           \
         dist_status st_ = (call);                                                                  \
@@ -374,9 +376,9 @@ START_TEST(test_conv2d_deterministic_backward_filter_repeats_bitwise) {
     OK(dist_backend_from_host(det, hx, (size_t)nx * 4, x));
     OK(dist_backend_from_host(det, hdy, (size_t)ny * 4, dy));
     float *r1 = malloc((size_t)nw * 4), *r2 = malloc((size_t)nw * 4);
-    OK(det->iface->conv2d_backward_filter(det->ctx, &cc->d, x, dy, dw, NULL));
+    OK(dist_be_conv2d_backward_filter(det->iface, det->ctx, &cc->d, x, dy, dw, NULL));
     OK(dist_backend_to_host(det, dw, r1, (size_t)nw * 4));
-    OK(det->iface->conv2d_backward_filter(det->ctx, &cc->d, x, dy, dw, NULL));
+    OK(dist_be_conv2d_backward_filter(det->iface, det->ctx, &cc->d, x, dy, dw, NULL));
     OK(dist_backend_to_host(det, dw, r2, (size_t)nw * 4));
     ck_assert_msg(memcmp(r1, r2, (size_t)nw * 4) == 0,
                   "deterministic backward-filter differs run to run");
@@ -426,8 +428,8 @@ static void run_pool(const pool_case *pc, float lo, dist_dtype gdt, double bwd_t
     pair dy = pair_input(gdt, 4, y, -1.0f, 1.0f);
     pair dx = pair_output(gdt, 4, pc->x);
     size_t wc = 0, wg = 0;
-    OK(CPU(max_pool2d_workspace_bytes, d, x.c, &wc));
-    OK(GPU(max_pool2d_workspace_bytes, d, x.g, &wg));
+    OK(g_cpu->iface->max_pool2d_workspace_bytes(g_cpu->ctx, d, x.c, &wc));
+    OK(g_gpu->iface->max_pool2d_workspace_bytes(g_gpu->ctx, d, x.g, &wg));
     void *wsc = NULL, *wsg = NULL;
     if (wc) OK(g_cpu->iface->alloc(g_cpu->ctx, wc, &wsc));
     if (wg) OK(g_gpu->iface->alloc(g_gpu->ctx, wg, &wsg));
@@ -830,7 +832,7 @@ START_TEST(test_all_finite_finds_nan_and_inf) {
     for (int d = 0; d < 3; d++) {
         pair x = pair_input(dts[d], 1, sh, -1.0f, 1.0f);
         int fin = -1;
-        OK(GPU(all_finite, x.g, &fin));
+        OK(g_gpu->iface->all_finite(g_gpu->ctx, x.g, &fin));
         ck_assert_int_eq(fin, 1);
         const float bad[2] = {NAN, INFINITY};
         for (int b = 0; b < 2; b++) {
@@ -839,7 +841,7 @@ START_TEST(test_all_finite_finds_nan_and_inf) {
             v[at] = bad[b];
             upload(g_gpu, x.g, v);
             fin = -1;
-            OK(GPU(all_finite, x.g, &fin));
+            OK(g_gpu->iface->all_finite(g_gpu->ctx, x.g, &fin));
             ck_assert_msg(fin == 0, "all_finite missed %s at %lld in %s", b ? "Inf" : "NaN",
                           (long long)at, dist_dtype_name(dts[d]));
             v[at] = 0.5f;
@@ -915,7 +917,7 @@ START_TEST(test_empty_batches_match_cpu) {
     OK(GPU(cast, x.g, h.g));
     OK(GPU(round, x.g, DIST_F16, y.g));
     int fin = -1;
-    OK(GPU(all_finite, x.g, &fin));
+    OK(g_gpu->iface->all_finite(g_gpu->ctx, x.g, &fin));
     ck_assert_int_eq(fin, 1);
     pair_free(x), pair_free(y), pair_free(b), pair_free(db), pair_free(sum), pair_free(lab),
         pair_free(loss), pair_free(probs), pair_free(cnt), pair_free(h);

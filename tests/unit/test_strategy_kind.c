@@ -11,6 +11,7 @@
  * for bit. */
 #include "autodiff/tape_bind.h"
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "strategy/strategy_impl.h"
 #include "testutil.h"
 
@@ -82,7 +83,7 @@ static dist_status keep_output(seq_ctx *c, int r, int i, const dist_tensor *t) {
         h = c->out[r][i];
     }
     dist_tensor plain = *h;
-    DIST_TRY_TEST(c->backend->iface->to_layout(c->backend->ctx, t, &plain));
+    DIST_TRY_TEST(dist_be_to_layout(c->backend->iface, c->backend->ctx, t, &plain));
     return DIST_OK;
 }
 

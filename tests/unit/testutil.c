@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "dist/tape.h"
 
 #include <dirent.h>
@@ -244,7 +245,7 @@ static dist_test_kernel prim_kernel(const cpu_prim *p) {
 }
 
 dist_test_kernel dist_test_cpu_kernel(struct dist_backend *be, int i, const char **op) {
-    ck_assert_msg(be->iface->conv2d_forward == cpu_conv2d_forward, "not a CPU backend");
+    ck_assert_msg(be->iface->run_op == cpu_run_op, "not a CPU backend");
     const cpu_ctx *c = be->ctx;
     ck_assert_msg(i >= 0 && i < c->nprims, "no cached primitive %d (%d cached)", i, c->nprims);
     if (op) {
@@ -286,7 +287,7 @@ int dist_test_fused_lanes(int B) {
 void dist_test_to_host_plain(struct dist_backend *be, const dist_tensor *t, float *out) {
     dist_tensor *plain;
     ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, t->ndim, t->shape, &plain), DIST_OK);
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, t, plain), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, t, plain), DIST_OK);
     ck_assert_int_eq(dist_backend_to_host(be, plain, out, (size_t)dist_tensor_numel(t) * 4),
                      DIST_OK);
     dist_backend_free_tensor(be, plain);
@@ -325,7 +326,7 @@ float *dist_test_in_layout(dist_backend *be, const float *plain, const int64_t *
     ck_assert_ptr_nonnull(buf);
     *t = dist_tensor_view(buf, DIST_F32, 4, shape);
     t->layout = l;
-    ck_assert_int_eq(be->iface->to_layout(be->ctx, &src, t), DIST_OK);
+    ck_assert_int_eq(dist_be_to_layout(be->iface, be->ctx, &src, t), DIST_OK);
     return buf;
 }
 

@@ -334,18 +334,10 @@ static dist_status cpu_all_finite(void *ctx, const dist_tensor *x, int *all_fini
     return DIST_OK;
 }
 
-static const struct dist_backend_i cpu_iface = {
-    .name = "cpu/onednn",
-    .destroy = cpu_destroy,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy = cpu_copy,
-    .memset_zero = cpu_memset_zero,
-    .synchronize = cpu_synchronize,
+const dist_layer_kernels cpu_layer_kernels = {
     .conv2d_forward = cpu_conv2d_forward,
     .conv2d_backward_data = cpu_conv2d_backward_data,
     .conv2d_backward_filter = cpu_conv2d_backward_filter,
-    .max_pool2d_workspace_bytes = cpu_max_pool2d_workspace_bytes,
     .max_pool2d_forward = cpu_max_pool2d_forward,
     .max_pool2d_backward = cpu_max_pool2d_backward,
     .conv2d_relu_pool_forward = cpu_conv1_pool_forward,
@@ -368,9 +360,20 @@ static const struct dist_backend_i cpu_iface = {
     .adam_update = cpu_adam_update,
     .sgd_update = cpu_sgd_update,
     .cast = cpu_cast,
-    .all_finite = cpu_all_finite,
     .pool_backward_masks_relu = 1,
     .round = cpu_round,
+};
+
+static const struct dist_backend_i cpu_iface = {
+    .name = "cpu/onednn",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .memset_zero = cpu_memset_zero,
+    .synchronize = cpu_synchronize,
+    .max_pool2d_workspace_bytes = cpu_max_pool2d_workspace_bytes,
+    .all_finite = cpu_all_finite,
     .supports_op = cpu_supports_op,
     .run_op = cpu_run_op,
 };

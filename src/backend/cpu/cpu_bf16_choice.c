@@ -89,7 +89,7 @@ void cpu_bf16_measured(cpu_ctx *c, const cpu_bf16_trial *t, dist_status st, cons
 }
 
 static int is_cpu(const dist_backend *backend) {
-    return backend && backend->iface && backend->iface->conv2d_forward == cpu_conv2d_forward;
+    return backend && backend->iface && backend->iface->run_op == cpu_run_op;
 }
 
 int cpu_bf16_mode_for(int deterministic) {

@@ -323,8 +323,7 @@ dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd
 }
 
 dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on) {
-    if (!backend || !backend->iface ||
-        backend->iface->conv2d_relu_pool_backward_filter != cpu_conv1_pool_backward_filter)
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_fused_pool_filter: not a CPU backend");
     ((cpu_ctx *)backend->ctx)->fused_pool_filter = on != 0;
@@ -332,9 +331,7 @@ dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on
 }
 
 long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface ||
-        backend->iface->conv2d_relu_pool_backward_filter != cpu_conv1_pool_backward_filter)
-        return -1;
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
     return ((const cpu_ctx *)backend->ctx)->fused_pool_filter_runs;
 }
 

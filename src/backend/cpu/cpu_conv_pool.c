@@ -538,8 +538,6 @@ dist_status cpu_conv_pool_forward(cpu_ctx *c, const dist_conv2d_desc *cd,
 }
 
 long dist_cpu_backend_conv_pool_forward_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface ||
-        backend->iface->conv2d_relu_pool_backward != cpu_conv_pool_backward)
-        return -1;
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
     return ((const cpu_ctx *)backend->ctx)->conv_pool_forward_runs;
 }

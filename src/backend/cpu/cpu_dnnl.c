@@ -797,7 +797,7 @@ int cpu_dnnl_winograd_default(void) {
 }
 
 dist_status dist_cpu_backend_set_winograd(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->conv2d_forward != cpu_conv2d_forward)
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_winograd: not a CPU backend");
     ((cpu_ctx *)backend->ctx)->winograd = on != 0;
@@ -805,13 +805,12 @@ dist_status dist_cpu_backend_set_winograd(dist_backend *backend, int on) {
 }
 
 long dist_cpu_backend_winograd_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->conv2d_forward != cpu_conv2d_forward)
-        return -1;
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
     return ((const cpu_ctx *)backend->ctx)->winograd_runs;
 }
 
 dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->conv2d_forward != cpu_conv2d_forward)
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_native_bf16: not a CPU backend");
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();

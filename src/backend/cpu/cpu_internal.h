@@ -3,6 +3,7 @@
 #define DIST_BACKEND_CPU_INTERNAL_H
 
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 
 #include <dnnl.h>
 #include <immintrin.h>
@@ -251,7 +252,9 @@ dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_te
 /* 1 when the vector paths (AVX2 + F16C) run on this processor. */
 int cpu_round_simd(void);
 void cpu_prims_destroy(cpu_ctx *c);
-/* cpu_ops.c: the op set (backend/ops.h) on plain float32 host tensors. */
+/* cpu_ops.c: the op set (backend/ops.h) on plain float32 host tensors; its layer kernels
+ * through cpu_layer_kernels (cpu_backend.c: the kernels of the files above). */
+extern const dist_layer_kernels cpu_layer_kernels;
 int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                     dist_tensor *const *out);
 dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,

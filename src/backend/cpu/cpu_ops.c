@@ -81,7 +81,7 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= DIST_BMM_FLAGS;
     case DIST_OPC_LAYER_NORM: *a = (op_arity){3, 2, 0x6, 0x2, 0}; return 1;
     case DIST_OPC_LAYER_NORM_GRAD: *a = (op_arity){4, 3, 0x8, 0x7, 0}; return 1;
-    case DIST_OPC_COUNT: break;
+    default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return 0;
 }
@@ -97,6 +97,7 @@ static int plain_of(const dist_tensor *x, int i32) {
 int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                     dist_tensor *const *out) {
     (void)ctx;
+    if (dist_op_is_layer(op->code)) return dist_layer_supports(&cpu_layer_kernels, op);
     op_arity a;
     if (!op_arity_of(op, &a)) return 0;
     for (int i = 0; in && i < a.nin; i++) {
@@ -1460,6 +1461,8 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
 dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                        dist_tensor *const *out) {
     cpu_ctx *c = ctx;
+    if (op && dist_op_is_layer(op->code))
+        return dist_layer_run(&cpu_layer_kernels, ctx, op, in, out);
     op_arity a;
     if (!op || !op_arity_of(op, &a))
         return dist_error(DIST_UNSUPPORTED, "%s: not an op of the set (op code %d, kind %d)",
@@ -1522,7 +1525,7 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
     case DIST_OPC_BATCH_MATMUL: return cpu_op_batch_matmul(ctx, op, in, out);
     case DIST_OPC_LAYER_NORM: return cpu_op_layer_norm(ctx, op, in, out);
     case DIST_OPC_LAYER_NORM_GRAD: return cpu_op_layer_norm_grad(ctx, op, in, out);
-    case DIST_OPC_COUNT: break;
+    default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);
 }

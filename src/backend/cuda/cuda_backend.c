@@ -821,18 +821,10 @@ static void cuda_cancel_waits(void *ctx, int on) {
 /* Callers in this module flush first (cuda_nccl.c); outside a step nothing is deferred. */
 static void *cuda_native_stream(void *ctx) { return (void *)((cuda_ctx *)ctx)->stream; }
 
-static const struct dist_backend_i cuda_iface = {
-    .name = "cuda/cudnn",
-    .destroy = cuda_destroy,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .copy = cuda_copy,
-    .memset_zero = cuda_memset_zero,
-    .synchronize = cuda_synchronize,
+const dist_layer_kernels cuda_layer_kernels = {
     .conv2d_forward = cuda_conv2d_forward,
     .conv2d_backward_data = cuda_conv2d_backward_data,
     .conv2d_backward_filter = cuda_conv2d_backward_filter,
-    .max_pool2d_workspace_bytes = cuda_max_pool2d_workspace_bytes,
     .max_pool2d_forward = cuda_max_pool2d_forward,
     .max_pool2d_backward = cuda_max_pool2d_backward,
     .matmul = cuda_matmul,
@@ -852,6 +844,17 @@ static const struct dist_backend_i cuda_iface = {
     .sgd_update = cuda_sgd_update,
     .cast = cuda_cast,
     .round = cuda_round,
+};
+
+static const struct dist_backend_i cuda_iface = {
+    .name = "cuda/cudnn",
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .memset_zero = cuda_memset_zero,
+    .synchronize = cuda_synchronize,
+    .max_pool2d_workspace_bytes = cuda_max_pool2d_workspace_bytes,
     .all_finite = cuda_all_finite,
     .supports_op = cuda_supports_op,
     .run_op = cuda_run_op,

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/layer_ops.h"
 #include "backend/step_graphs.h"
 
 #include <cublas_v2.h>
@@ -182,6 +183,8 @@ dist_status cuda_batch_matmul_op(void *ctx, const dist_op *op, const dist_tensor
 dist_status cuda_matmul(void *ctx, int trans_a, int trans_b, float alpha, const dist_tensor *a,
                         const dist_tensor *b, float beta, dist_tensor *cm);
 /* The op set (backend/ops.h) on device memory (cuda_ops.c, kernels in cuda_ops.cu). */
+/* cuda_backend.c: the layer ops' kernels (the files above), run through cuda_run_op */
+extern const dist_layer_kernels cuda_layer_kernels;
 int cuda_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                      dist_tensor *const *out);
 dist_status cuda_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,

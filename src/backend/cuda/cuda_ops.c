@@ -75,7 +75,7 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_LAYER_NORM_GRAD:
         s->in_req = 7, s->in_opt = 8, s->out_req = 0, s->out_opt = 7;
         return 1;
-    case DIST_OPC_COUNT: break;
+    default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return 0;
 }
@@ -105,6 +105,7 @@ static int slots_given(const dist_tensor *const *v, int n, unsigned req, unsigne
 int cuda_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                      dist_tensor *const *out) {
     (void)ctx;
+    if (op && dist_op_is_layer(op->code)) return dist_layer_supports(&cuda_layer_kernels, op);
     op_slots s;
     if (!op || !slots_of(op, &s)) return 0;
     if (!in && !out) return 1; /* the attributes only */
@@ -491,7 +492,7 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         DIST_TRY(numel_is(op, in[1], 1, "the summed squares"));
         a->n = dist_tensor_numel(y);
         return DIST_OK;
-    case DIST_OPC_COUNT: break;
+    default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return bad(op, "unknown op");
 }
@@ -507,6 +508,8 @@ static dist_status run_op_cmd(void *device, const void *args) {
 dist_status cuda_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                         dist_tensor *const *out) {
     cuda_ctx *c = ctx;
+    if (op && dist_op_is_layer(op->code))
+        return dist_layer_run(&cuda_layer_kernels, ctx, op, in, out);
     if (!out || !cuda_supports_op(ctx, op, in, out))
         return dist_error(DIST_UNSUPPORTED,
                           "%s: the CUDA backend does not run this op (code %d, kind %d) on these "
