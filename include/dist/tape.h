@@ -172,6 +172,17 @@ DIST_API dist_status dist_op_scale(dist_tape *tape, const dist_tensor *x, float 
                                    dist_tensor **y);
 DIST_API dist_status dist_op_add(dist_tape *tape, const dist_tensor *a, const dist_tensor *b,
                                  dist_tensor **y);
+/* dist_op_add with the activation after it in the same pass (a residual block's Add then
+ * ReLU): activation DIST_ACT_RELU writes max(a + b, 0) in one pass (NaN gives 0, as
+ * dist_op_relu), and the backward masks the output's gradient by y > 0 and hands it to both
+ * operands in one pass, with no ReLU pass or copy per operand of its own; DIST_ACT_NONE is
+ * dist_op_add. Shapes as dist_op_add's. The results are the bits of dist_op_add followed by
+ * dist_op_relu (operands in a backend's blocked layout run as exactly those two ops). A
+ * model's layer graph chooses it for an Add whose only reader is a ReLU. Errors: any other
+ * activation is DIST_INVALID_ARGUMENT. */
+DIST_API dist_status dist_op_add_activation(dist_tape *tape, const dist_tensor *a,
+                                            const dist_tensor *b, dist_activation activation,
+                                            dist_tensor **y);
 /* Number of rows of logits whose arg-max equals the label, as a float32 scalar (no gradient). */
 DIST_API dist_status dist_op_accuracy_count(dist_tape *tape, const dist_tensor *logits,
                                             const dist_tensor *labels, dist_tensor **count);

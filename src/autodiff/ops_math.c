@@ -171,6 +171,96 @@ dist_status dist_op_minimum(dist_tape *t, const dist_tensor *a, const dist_tenso
     return binary_op(t, DIST_BIN_MIN, a, b, y);
 }
 
+/* ---- a residual Add and its ReLU ---------------------------------------------------------- */
+
+/* The gradient of relu(a + b): the mask from the output y and ADD's gradients in one op
+ * (BINARY_GRAD, relu = 1), written straight into each operand's gradient: no masked dy of its
+ * own and no copy per operand, as the ReLU's backward followed by the add's would make. */
+static dist_status add_relu_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *dy;
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    dist_op op = tape_op(DIST_OPC_BINARY_GRAD, DIST_BIN_ADD, 4, 2);
+    op.relu = 1; /* a mask folded in by a max pool already (relu_applied) changes nothing */
+    const dist_tensor *in[4] = {n->saved[0], n->saved[1], dy, n->out};
+    tape_plain_grad h[2];
+    dist_tensor *d[2] = {NULL, NULL};
+    if (n->in[0] == n->in[1]) { /* x + x: the two parts fold one after the other */
+        for (int side = 0; side < 2; side++) {
+            dist_tensor *out[2] = {NULL, NULL};
+            DIST_TRY(tape_plain_grad_begin(t, n->in[side], &h[side], &out[side]));
+            if (!out[side]) continue;
+            DIST_TRY(tape_run_op(t, &op, in, out));
+            DIST_TRY(tape_plain_grad_end(t, n->in[side], &h[side]));
+        }
+        return DIST_OK;
+    }
+    for (int side = 0; side < 2; side++)
+        DIST_TRY(tape_plain_grad_begin(t, n->in[side], &h[side], &d[side]));
+    if (!d[0] && !d[1]) return DIST_OK;
+    DIST_TRY(tape_run_op(t, &op, in, d));
+    for (int side = 0; side < 2; side++)
+        if (d[side]) DIST_TRY(tape_plain_grad_end(t, n->in[side], &h[side]));
+    return DIST_OK;
+}
+
+/* relu(a + b) as one op of the set (BINARY, relu = 1) on plain float32 operands, with
+ * dist_op_add's shape rules: equal element counts add elementwise (shaped as a), other shapes
+ * broadcast; stored as dist_op_add stores (rounded to the compute precision only where it
+ * broadcasts), so the bits are dist_op_add's followed by dist_op_relu's. */
+static dist_status add_relu(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
+                            dist_tensor **y) {
+    const int same = dist_tensor_numel(a) == dist_tensor_numel(b);
+    int nd = a->ndim;
+    int64_t shape[DIST_MAX_DIMS] = {0};
+    memcpy(shape, a->shape, (size_t)a->ndim * sizeof *shape);
+    const dist_tensor *pb = b;
+    if (!same) {
+        DIST_TRY(broadcast_shape(a, b, "add_activation", &nd, shape));
+    } else if (b->ndim != a->ndim || memcmp(b->shape, a->shape, (size_t)a->ndim * sizeof *shape)) {
+        dist_tensor *view; /* b's elements read with a's shape */
+        DIST_TRY(tape_new_alias(t, b, b->data, a->ndim, a->shape, &view));
+        view->layout = DIST_LAYOUT_PLAIN;
+        pb = view;
+    }
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, nd, shape, &out));
+    dist_op o = tape_op(DIST_OPC_BINARY, DIST_BIN_ADD, 2, 1);
+    o.relu = 1;
+    const dist_tensor *oin[2] = {a, pb};
+    DIST_TRY(tape_run_op(t, &o, oin, &out));
+    tape_mark_relu_output(t, out);
+    const dist_tensor *in[2] = {a, b};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, add_relu_backward, 2, in, &n));
+    if (n) {
+        n->p.m.kind = DIST_BIN_ADD;
+        n->saved[0] = a;
+        n->saved[1] = pb;
+    }
+    if (!same) DIST_TRY(tape_round_output(t, out, n));
+    *y = out;
+    return DIST_OK;
+}
+
+dist_status dist_op_add_activation(dist_tape *t, const dist_tensor *a, const dist_tensor *b,
+                                   dist_activation activation, dist_tensor **y) {
+    DIST_CHECK_ARG(t && a && b && y, "dist_op_add_activation: NULL argument");
+    if (activation == DIST_ACT_NONE) return dist_op_add(t, a, b, y);
+    if (activation != DIST_ACT_RELU)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "dist_op_add_activation: activation %d; the fused op takes "
+                          "DIST_ACT_NONE or DIST_ACT_RELU",
+                          (int)activation);
+    /* blocked layouts and other dtypes keep the two ops: the op set runs on plain float32 */
+    if (a->layout != DIST_LAYOUT_PLAIN || b->layout != DIST_LAYOUT_PLAIN || a->dtype != DIST_F32 ||
+        b->dtype != DIST_F32) {
+        dist_tensor *sum;
+        DIST_TRY(dist_op_add(t, a, b, &sum));
+        return dist_op_relu(t, sum, y);
+    }
+    return add_relu(t, a, b, y);
+}
+
 /* ---- unary elementwise ------------------------------------------------------------------ */
 
 static dist_status unary_backward(dist_tape *t, tape_node *n, grad_entry *g) {

@@ -37,11 +37,17 @@ typedef enum dist_opcode {
     /* in: x, y (= f(x)), dy; out: dx (= dy * f'(x), as unary_grad below) */
     DIST_OPC_UNARY_GRAD,
     /* out[0] = in[0] (op) in[1] with NumPy broadcasting (shapes aligned right; out's shape is
-     * the broadcast shape); k = dist_binary_kind */
+     * the broadcast shape); k = dist_binary_kind. relu = 1: out[0] = z > 0 ? z : 0 of that z,
+     * in the same pass (a residual Add followed by a ReLU), the bits of the op followed by a
+     * ReLU (NaN gives 0, as relu_forward's select). */
     DIST_OPC_BINARY,
     /* in: a, b, dy (broadcast shape); out: da (a's shape, optional), db (b's shape, optional):
      * the per-element gradients summed over the axes each operand was broadcast along, in
-     * row-major order of dy (float32 accumulation) */
+     * row-major order of dy (float32 accumulation). relu = 1: in[3] is y, BINARY's (relu = 1)
+     * output, and dy reads as y > 0 ? dy : 0 (the ReLU's gradient, not written anywhere): the
+     * bits of a ReLU backward, then the op. With no operand broadcast, ADD writes that masked
+     * dy to both outputs in one pass as it is (a -0 stays: the bits of the copy per operand
+     * dist_op_add's gradient makes). */
     DIST_OPC_BINARY_GRAD,
 
     /* ---- reductions and shapes ------------------------------------------------------------ */
@@ -367,7 +373,7 @@ typedef struct dist_op {
     int axis;     /* CONCAT */
     int nin;      /* inputs in use (CONCAT: any count up to DIST_OP_MAX_IN) */
     int nout;     /* outputs in use */
-    int relu;     /* BN_APPLY, BN_GRAD_SUMS, BN_GRAD_INPUT: a ReLU fused after the apply */
+    int relu;     /* BN_APPLY, BN_GRAD_*, BINARY, BINARY_GRAD: a ReLU fused after the op */
     int64_t v[DIST_MAX_DIMS]; /* TRANSPOSE: perm; SLICE / PAD: begin */
     float f[2];   /* BN*: f[0] = epsilon; DROPOUT_MASK: f[0] = rate; CLIP_*: bounds */
     uint32_t u[4];  /* DROPOUT_MASK: the key */

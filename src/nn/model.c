@@ -1049,7 +1049,9 @@ static int is_plain_relu(const model_layer *l) {
 /* The fusions chosen over the layer graph: a BatchNormalization whose only reader is a ReLU
  * runs it in its own op (dist_op_batch_norm_activation: one pass forward, the mask inside the
  * normalization's gradient backward), as Sequential, Functional and Keras files all wire
- * Conv2D -> BatchNormalization -> ReLU. */
+ * Conv2D -> BatchNormalization -> ReLU; so does an Add whose only reader is a ReLU, the end of
+ * every residual block (dist_op_add_activation: one pass forward, and backward the mask and
+ * both operands' gradients in one pass, with no copy per operand). */
 static void fuse_layers(dist_model *m) {
     for (int i = 0; i < m->nlayers; i++) m->layers[i].fused_relu = -1;
     for (int i = 0; i < m->nlayers; i++) {
@@ -1057,7 +1059,9 @@ static void fuse_layers(dist_model *m) {
         int from = r->ninputs == 1 ? r->inputs[0] : DIST_MODEL_INPUT;
         if (!is_plain_relu(r) || from < 0) continue;
         model_layer *b = &m->layers[from];
-        if (b->kind == LAYER_BATCH_NORM && b->readers == 1) b->fused_relu = i;
+        if (b->readers != 1) continue;
+        if (b->kind == LAYER_BATCH_NORM || (b->kind == LAYER_ADD && b->ninputs >= 2))
+            b->fused_relu = i;
     }
 }
 
@@ -1672,9 +1676,23 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
             outs[l->fused_relu] = outs[i];
             continue;
         }
+        if (l->kind == LAYER_ADD && l->fused_relu >= 0 && !m->check_numerics) {
+            /* Keras folds left to right; the last add carries the ReLU */
+            dist_tensor *acc = (dist_tensor *)in[0];
+            dist_status st = DIST_OK;
+            for (int j = 1; j < l->ninputs && st == DIST_OK; j++)
+                st = j + 1 < l->ninputs
+                         ? dist_op_add(tape, acc, in[j], &acc)
+                         : dist_op_add_activation(tape, acc, in[j], DIST_ACT_RELU, &acc);
+            if (st != DIST_OK)
+                return dist_error_context(st, "layer '%s' (Add) and its ReLU '%s'", l->name,
+                                          m->layers[l->fused_relu].name);
+            outs[i] = outs[l->fused_relu] = acc;
+            continue;
+        }
         if (is_plain_relu(l) && l->inputs[0] >= 0 && m->layers[l->inputs[0]].fused_relu == i &&
             !m->check_numerics)
-            continue; /* run by its BatchNormalization */
+            continue; /* run by its BatchNormalization or Add */
         dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
         if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_BATCH_NORM)
             return dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind));

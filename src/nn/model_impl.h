@@ -79,7 +79,7 @@ typedef struct model_layer {
     uint64_t seed;              /* dropout */
     dist_batch_norm_options bn; /* batch_norm: gamma is kernel_var, beta bias_var */
     int moving_mean_var, moving_variance_var; /* batch_norm, -1 otherwise */
-    int fused_relu; /* batch_norm: the ReLU layer (its only reader) its op runs, -1: none */
+    int fused_relu; /* batch_norm, add: the ReLU layer (its only reader) its op runs, -1: none */
     int units;                                /* dense; embedding: output_dim */
     int input_dim;                            /* embedding: the vocabulary */
     int heads, key_dim, value_dim, use_bias;  /* mha */

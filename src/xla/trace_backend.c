@@ -1676,6 +1676,9 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
     case DIST_OPC_BINARY:
     case DIST_OPC_BINARY_GRAD:
         if (op->k < 0 || op->k >= DIST_BIN_COUNT) return 0;
+        /* a fused ReLU's gradient reads its output y (in[3]) */
+        if (op->code == DIST_OPC_BINARY_GRAD && op->relu && (op->nin < 4 || !in || !in[3]))
+            return 0;
         break;
     case DIST_OPC_REDUCE:
     case DIST_OPC_REDUCE_GRAD:
@@ -1750,13 +1753,20 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         DIST_TRY(bcast_right(t, x[0], &ys, &x[0]));
         DIST_TRY(bcast_right(t, x[1], &ys, &x[1]));
         DIST_TRY(op_binary(t, op->k, x[0], x[1], &v));
+        if (op->relu) DIST_TRY(relu_of(t, v, &v)); /* relu_forward's node */
         return write_opt(t, out[0], v);
     case DIST_OPC_BINARY_GRAD: {
         xshape as = shape_of(t, x[0]), bs = shape_of(t, x[1]), os = shape_of(t, x[2]);
-        int a, b;
+        int a, b, dy = x[2];
+        if (op->relu) { /* dy masked by the fused ReLU's output: relu_backward's node */
+            int ry[2];
+            DIST_TRY(reshape_to(t, x[3], &os, &ry[0]));
+            ry[1] = dy;
+            DIST_TRY(node_of(t, XG_RELU_GRAD, DIST_F32, &os, 2, ry, 0, &dy));
+        }
         DIST_TRY(bcast_right(t, x[0], &os, &a));
         DIST_TRY(bcast_right(t, x[1], &os, &b));
-        DIST_TRY(op_binary_grad(t, op->k, a, b, x[2], &v, &w));
+        DIST_TRY(op_binary_grad(t, op->k, a, b, dy, &v, &w));
         if (op->nout > 0 && out[0]) {
             DIST_TRY(unbroadcast(t, v, &as, &v));
             DIST_TRY(write_opt(t, out[0], v));

@@ -198,6 +198,27 @@ START_TEST(test_binary_broadcasts_and_its_gradient_sums_like_cpu) {
 }
 END_TEST
 
+/* relu = 1: the ReLU of the op forward, and the gradients of dy masked by y (in[3]: values of
+ * both signs and zeros) backward, broadcast or not; ADD unbroadcast is the one-pass kernel */
+START_TEST(test_binary_with_a_fused_relu_matches_cpu_both_ways) {
+    for (int k = 0; k < DIST_BIN_COUNT; k++) {
+        for (size_t c = 0; c < sizeof bin_cases / sizeof bin_cases[0]; c++) {
+            const spec *s = bin_cases[c];
+            dist_op op = {.code = DIST_OPC_BINARY, .k = k, .nin = 2, .nout = 1, .relu = 1};
+            check_op("binary (relu)", &op, s, &s[2]);
+            dist_op g = {.code = DIST_OPC_BINARY_GRAD, .k = k, .nin = 4, .nout = 2, .relu = 1};
+            spec dy = s[2], y = s[2];
+            dy.lo = 0.5f, dy.hi = 1.0f;
+            y.lo = -1.0f, y.hi = 1.0f, y.q = 0.5f; /* -1, -0.5, 0, 0.5, 1: the mask's edge */
+            spec gin[4] = {s[0], s[1], dy, y}, gout[2] = {s[0], s[1]};
+            check_op("binary_grad (relu)", &g, gin, gout);
+            spec only_da[2] = {s[0], NONE};
+            check_op("binary_grad (relu, da only)", &g, gin, only_da);
+        }
+    }
+}
+END_TEST
+
 /* ---- reductions and shapes ---------------------------------------------------------------- */
 
 START_TEST(test_reduce_and_its_gradient_match_cpu_over_axis_masks) {
@@ -708,6 +729,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc, test_every_opcode_is_supported_and_non_float32_is_refused_with_a_message);
     tcase_add_test(tc, test_unary_and_its_gradient_match_cpu_for_every_kind);
     tcase_add_test(tc, test_binary_broadcasts_and_its_gradient_sums_like_cpu);
+    tcase_add_test(tc, test_binary_with_a_fused_relu_matches_cpu_both_ways);
     tcase_add_test(tc, test_reduce_and_its_gradient_match_cpu_over_axis_masks);
     tcase_add_test(tc, test_transpose_slice_pad_concat_match_cpu);
     tcase_add_test(tc, test_avg_pool_same_and_valid_and_gradient_match_cpu);

@@ -400,17 +400,19 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
             out[0].data[i] = un_g(op->k, x->data[i], in[1].data[i], in[2].data[i]);
         return;
     case DIST_OPC_BINARY:
-        for (int64_t i = 0; i < hnumel(&out[0]); i++)
-            out[0].data[i] = bin_f(op->k, in[0].data[bidx(&in[0], &out[0], i)],
-                                   in[1].data[bidx(&in[1], &out[0], i)]);
+        for (int64_t i = 0; i < hnumel(&out[0]); i++) {
+            float v = bin_f(op->k, in[0].data[bidx(&in[0], &out[0], i)],
+                            in[1].data[bidx(&in[1], &out[0], i)]);
+            out[0].data[i] = op->relu && !(v > 0.0f) ? 0.0f : v;
+        }
         return;
     case DIST_OPC_BINARY_GRAD:
         for (int o = 0; o < 2; o++)
             if (out[o].data) memset(out[o].data, 0, (size_t)hnumel(&out[o]) * 4);
         for (int64_t i = 0; i < hnumel(&in[2]); i++) {
             int64_t ia = bidx(&in[0], &in[2], i), ib = bidx(&in[1], &in[2], i);
-            float ga, gb;
-            bin_g(op->k, in[0].data[ia], in[1].data[ib], in[2].data[i], &ga, &gb);
+            float ga, gb, g = op->relu && !(in[3].data[i] > 0.0f) ? 0.0f : in[2].data[i];
+            bin_g(op->k, in[0].data[ia], in[1].data[ib], g, &ga, &gb);
             if (out[0].data) out[0].data[ia] += ga;
             if (out[1].data) out[1].data[ib] += gb;
         }
@@ -850,6 +852,30 @@ START_TEST(test_every_binary_op_broadcasts_and_its_gradient_sums_back) {
         check_op(name, &f, in2, &o);
         check_op(name, &g, in2, outs2);
         hfree(&a), hfree(&b), hfree(&o), hfree(&dy), hfree(&c);
+    }
+}
+END_TEST
+
+/* relu = 1: the op's output through a ReLU, and its gradient from dy masked by that output */
+START_TEST(test_every_binary_op_with_a_fused_relu_masks_both_ways) {
+    for (int k = 0; k < DIST_BIN_COUNT; k++) {
+        hval a = hrand(2, D23, 21 + k, -2.0f, 2.0f), b = hrand(1, D3, 27 + k, -2.0f, 2.0f);
+        hval dy = hrand(2, D23, 5, -1.0f, 1.0f);
+        dist_op f = {.code = DIST_OPC_BINARY, .k = k, .nin = 2, .nout = 1, .relu = 1};
+        dist_op g = {.code = DIST_OPC_BINARY_GRAD, .k = k, .nin = 4, .nout = 2, .relu = 1};
+        char name[64];
+        snprintf(name, sizeof name, "binary %s (relu)", dist_op_name(&f));
+        for (int same = 0; same < 2; same++) { /* b [3] broadcast, then b [2, 3] */
+            hval bb = same ? hrand(2, D23, 33 + k, -2.0f, 2.0f) : b;
+            hval y = hnew(2, D23), in[2] = {a, bb};
+            ref_run(&f, in, &y);
+            check_op(name, &f, in, &y);
+            hval gin[4] = {a, bb, dy, y}, outs[2] = {a, bb};
+            check_op(name, &g, gin, outs);
+            hfree(&y);
+            if (same) hfree(&bb);
+        }
+        hfree(&a), hfree(&b), hfree(&dy);
     }
 }
 END_TEST
@@ -1682,6 +1708,7 @@ int main(int argc, char **argv) {
         tcase_set_timeout(run, 600);
         tcase_add_test(run, test_every_unary_function_and_its_gradient_match);
         tcase_add_test(run, test_every_binary_op_broadcasts_and_its_gradient_sums_back);
+        tcase_add_test(run, test_every_binary_op_with_a_fused_relu_masks_both_ways);
         tcase_add_test(run, test_reductions_over_axes_and_their_gradients_match);
         tcase_add_test(run, test_transpose_slice_pad_and_concat_match);
         tcase_add_test(run, test_average_pooling_and_its_gradient_match_valid_and_same);

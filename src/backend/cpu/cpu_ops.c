@@ -40,8 +40,8 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_UNARY: a->nin = 1; return op->k >= 0 && op->k < DIST_UN_COUNT;
     case DIST_OPC_UNARY_GRAD: a->nin = 3; return op->k >= 0 && op->k < DIST_UN_COUNT;
     case DIST_OPC_BINARY: a->nin = 2; return op->k >= 0 && op->k < DIST_BIN_COUNT;
-    case DIST_OPC_BINARY_GRAD:
-        *a = (op_arity){3, 2, 0, 3, 0};
+    case DIST_OPC_BINARY_GRAD: /* relu: in[3] is the fused ReLU's output y */
+        *a = (op_arity){op->relu ? 4 : 3, 2, 0, 3, 0};
         return op->k >= 0 && op->k < DIST_BIN_COUNT;
     case DIST_OPC_REDUCE: a->nin = 1; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
     case DIST_OPC_REDUCE_GRAD: a->nin = 3; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
@@ -409,8 +409,22 @@ static dist_status op_binary(cpu_ctx *c, const dist_op *op, const dist_tensor *c
     int kind = op->k;
     if (dist_tensor_numel(a) == n && dist_tensor_numel(b) == n) {
         /* nothing broadcast: every operand walks in step with the output */
+        if (op->relu && kind == DIST_BIN_ADD) { /* a residual block's add, one pass */
+#pragma omp parallel for simd num_threads(ops_threads(c, n)) schedule(static)
+            for (int64_t i = 0; i < n; i++) {
+                const float v = x[i] + z[i];
+                y[i] = v > 0.0f ? v : 0.0f; /* relu_forward's select */
+            }
+        } else if (op->relu) {
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
-        for (int64_t i = 0; i < n; i++) y[i] = bin_apply(kind, x[i], z[i]);
+            for (int64_t i = 0; i < n; i++) {
+                const float v = bin_apply(kind, x[i], z[i]);
+                y[i] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+#pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
+            for (int64_t i = 0; i < n; i++) y[i] = bin_apply(kind, x[i], z[i]);
+        }
         return DIST_OK;
     }
     bc_iter it;
@@ -427,18 +441,77 @@ static dist_status op_binary(cpu_ctx *c, const dist_op *op, const dist_tensor *c
         case DIST_BIN_DIV: BIN_ROW(xr, ia, zr, ib, yr, len, xv / zv); break;
         default: BIN_ROW(xr, ia, zr, ib, yr, len, bin_apply(kind, xv, zv)); break;
         }
+        if (op->relu) /* over the row just written, still in cache */
+            for (int64_t j = 0; j < len; j++) yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f;
     }
     return DIST_OK;
 }
 
+/* BINARY_GRAD with a fused ReLU and nothing broadcast, in one pass: ADD's gradients are the
+ * masked dy (relu_backward's select) as it is, the bits of the copy dist_op_add's gradient
+ * makes; the other kinds' are their one term added to zero, as the rows' loops add it. */
+static void binary_grad_relu_flat(cpu_ctx *c, int kind, const float *x, const float *z,
+                                  const float *yv, const float *dy, float *da, float *db,
+                                  int64_t n) {
+    const int nt = ops_threads(c, n);
+    if (kind == DIST_BIN_ADD && da && db) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float g = dy[i], m = yv[i] > 0.0f ? g : 0.0f;
+            da[i] = m;
+            db[i] = m;
+        }
+        return;
+    }
+    if (kind == DIST_BIN_ADD) {
+        float *d = da ? da : db;
+        if (!d) return;
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float g = dy[i];
+            d[i] = yv[i] > 0.0f ? g : 0.0f;
+        }
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float g = dy[i];
+        float gx, gy;
+        bin_grad(kind, x[i], z[i], yv[i] > 0.0f ? g : 0.0f, &gx, &gy);
+        if (da) da[i] = 0.0f + gx; /* the sum from zero of one term, as the rows' loops */
+        if (db) db[i] = 0.0f + gy;
+    }
+}
+
 static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                                   dist_tensor *const *out) {
-    (void)c;
     const dist_tensor *a = in[0], *b = in[1], *g = in[2];
     DIST_TRY(check_broadcasts(op, a, g));
     DIST_TRY(check_broadcasts(op, b, g));
     int64_t n = dist_tensor_numel(g);
     const float *x = a->data, *y = b->data, *dy = g->data;
+    float *masked = NULL;
+    if (op->relu) {
+        DIST_TRY(need_numel(op, in[3], n, "y"));
+        for (int side = 0; side < 2; side++)
+            if (out[side])
+                DIST_TRY(
+                    need_numel(op, out[side], dist_tensor_numel(side ? b : a), side ? "db" : "da"));
+        const float *yv = in[3]->data;
+        if (dist_tensor_numel(a) == n && dist_tensor_numel(b) == n) {
+            binary_grad_relu_flat(c, op->k, x, y, yv, dy, out[0] ? out[0]->data : NULL,
+                                  out[1] ? out[1]->data : NULL, n);
+            return DIST_OK;
+        }
+        /* broadcast: the masked dy first, then the sums as without the ReLU */
+        masked = malloc((size_t)(n > 0 ? n : 1) * sizeof *masked);
+        if (!masked) return dist_error(DIST_OUT_OF_MEMORY, "%s: out of memory", dist_op_name(op));
+        for (int64_t i = 0; i < n; i++) {
+            const float gi = dy[i];
+            masked[i] = yv[i] > 0.0f ? gi : 0.0f;
+        }
+        dy = masked;
+    }
     for (int side = 0; side < 2; side++) {
         dist_tensor *dt = out[side];
         if (!dt) continue;
@@ -461,6 +534,7 @@ static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tens
         default: bin_grad_rows(op->k, side, x, y, dy, d, &it, n); break;
         }
     }
+    free(masked);
     return DIST_OK;
 }
 

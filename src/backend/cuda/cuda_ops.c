@@ -26,8 +26,8 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_UNARY: s->in_req = 1; return op->k >= 0 && op->k < DIST_UN_COUNT;
     case DIST_OPC_UNARY_GRAD: s->in_req = 7; return op->k >= 0 && op->k < DIST_UN_COUNT;
     case DIST_OPC_BINARY: s->in_req = 3; return op->k >= 0 && op->k < DIST_BIN_COUNT;
-    case DIST_OPC_BINARY_GRAD:
-        s->in_req = 7, s->out_req = 0, s->out_opt = 3;
+    case DIST_OPC_BINARY_GRAD: /* relu: in[3] is the fused ReLU's output y */
+        s->in_req = 7 | (op->relu ? 8u : 0u), s->out_req = 0, s->out_opt = 3;
         return op->k >= 0 && op->k < DIST_BIN_COUNT;
     case DIST_OPC_REDUCE: s->in_req = 1; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
     case DIST_OPC_REDUCE_GRAD: s->in_req = 7; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
@@ -246,10 +246,16 @@ static dist_status op_setup(const dist_op *op, const dist_tensor *const *in,
         DIST_TRY(bcast_strides(op, in[0], a->nd, a->shape, a->st[0]));
         DIST_TRY(bcast_strides(op, in[1], a->nd, a->shape, a->st[1]));
         a->n = dist_tensor_numel(y);
+        a->relu = op->relu;
         return DIST_OK;
     case DIST_OPC_BINARY_GRAD: {
         const dist_tensor *dy = in[2];
         DIST_TRY(bcast_check(op, in[0], in[1], dy));
+        a->relu = op->relu;
+        if (op->relu) {
+            if (op->nin <= 3) return bad(op, "a fused ReLU's gradient needs y (ops.h)");
+            DIST_TRY(same_numel(op, dy, in[3], "dy", "y"));
+        }
         set_space(a, dy);
         row_major(dy, a->st[0]);
         DIST_TRY(bcast_strides(op, in[0], a->nd, a->shape, a->st[1]));

@@ -255,13 +255,21 @@ __device__ __forceinline__ float bin_grad(int k, float x, float y, float g, int 
     }
 }
 
-/* BINARY_GRAD: in a, b, dy; st[0] dy, st[1] a, st[2] b; out[SIDE] summed over its broadcast axes */
+/* dy at offset o, masked by a fused ReLU's output y (in[3], dy's offsets) as relu_backward's
+ * select */
+__device__ __forceinline__ float bin_dy(const cudak_op &a, int64_t o) {
+    const float g = a.in[2][o];
+    return a.relu && !(a.in[3][o] > 0.0f) ? 0.0f : g;
+}
+
+/* BINARY_GRAD: in a, b, dy (, y); st[0] dy, st[1] a, st[2] b; out[SIDE] summed over its
+ * broadcast axes */
 template <int SIDE> struct BinGrad {
     typedef float Acc;
     static __device__ Acc init() { return 0.0f; }
     static __device__ Acc combine(Acc x, Acc y) { return __fadd_rn(x, y); }
     static __device__ Acc value(const cudak_op &a, int64_t, const int64_t *o) {
-        return bin_grad(a.k, a.in[0][o[1]], a.in[1][o[2]], a.in[2][o[0]], SIDE);
+        return bin_grad(a.k, a.in[0][o[1]], a.in[1][o[2]], bin_dy(a, o[0]), SIDE);
     }
     static __device__ void store(const cudak_op &a, const Split &, int64_t j, Acc v) {
         a.out[SIDE][j] = v;
@@ -282,7 +290,20 @@ __global__ void binary_kernel(cudak_op a) {
     GRID_STRIDE(i, a.n) {
         int64_t o[2];
         offsets<2>(a, i, o);
-        a.out[0][i] = bin_apply(a.k, a.in[0][o[0]], a.in[1][o[1]]);
+        const float v = bin_apply(a.k, a.in[0][o[0]], a.in[1][o[1]]);
+        a.out[0][i] = a.relu && !(v > 0.0f) ? 0.0f : v; /* relu_forward's select */
+    }
+}
+
+/* BINARY_GRAD with a fused ReLU and no operand broadcast, both outputs in one pass: ADD's are
+ * the masked dy as it is (the bits of dist_op_add's gradient copy), the other kinds' their one
+ * term added to zero (BinGrad's sum) */
+__global__ void binary_grad_flat_kernel(cudak_op a) {
+    GRID_STRIDE(i, a.n) {
+        const float g = bin_dy(a, i), x = a.in[0][i], y = a.in[1][i];
+        const float z = a.k == DIST_BIN_ADD ? -0.0f : 0.0f; /* -0 + t is t, -0 included */
+        if (a.out[0]) a.out[0][i] = __fadd_rn(z, bin_grad(a.k, x, y, g, 0));
+        if (a.out[1]) a.out[1][i] = __fadd_rn(z, bin_grad(a.k, x, y, g, 1));
     }
 }
 
@@ -805,7 +826,14 @@ extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
     case DIST_OPC_BINARY:
         if (a.n) binary_kernel<<<g, kThreads, 0, s>>>(a);
         break;
-    case DIST_OPC_BINARY_GRAD:
+    case DIST_OPC_BINARY_GRAD: {
+        int broadcast = 0;
+        for (int side = 0; side < 2; side++)
+            for (int d = 0; d < a.nd; d++) broadcast |= a.st[1 + side][d] == 0 && a.shape[d] != 1;
+        if (a.relu && !broadcast) {
+            if (a.n) binary_grad_flat_kernel<<<g, kThreads, 0, s>>>(a);
+            break;
+        }
         /* each operand's gradient: a reduction over the axes it was broadcast along */
         for (int side = 0; side < 2; side++) {
             if (!a.out[side]) continue;
@@ -824,6 +852,7 @@ extern "C" cudaError_t cudak_run_op(cudaStream_t s, const cudak_op *ap) {
                 launch_gather<BinGrad<0>>(s, a, sp);
         }
         break;
+    }
     case DIST_OPC_REDUCE: {
         Split sp = make_split(&a, a.mask);
         if (a.k == DIST_RED_MAX)

@@ -19,7 +19,7 @@ typedef struct cudak_op {
     int code, k; /* dist_opcode, its kind */
     int nd;      /* rank of the index space below */
     int mask;    /* REDUCE*: the reduced axes of the index space */
-    int relu;    /* BN_APPLY, BN_GRAD_SUMS, BN_GRAD_INPUT: a fused ReLU (ops.h) */
+    int relu;    /* BN_APPLY, BN_GRAD_*, BINARY, BINARY_GRAD: a fused ReLU (ops.h) */
     /* The index space the kernel walks, row-major: out's shape (UNARY*, BINARY, TRANSPOSE, SLICE,
      * PAD), dy's (BINARY_GRAD), x's (REDUCE*). */
     int64_t shape[DIST_MAX_DIMS];
