@@ -217,6 +217,12 @@ static dist_status run_prim(cpu_ctx *c, cpu_prim *p, int nargs, dnnl_exec_arg_t 
     return DIST_OK;
 }
 
+/* run_prim for a convolution pass: also records its kernel (cpu_ctx.conv_impl). */
+static dist_status run_conv_prim(cpu_ctx *c, cpu_prim *p, int nargs, dnnl_exec_arg_t *args) {
+    c->conv_impl = p->impl;
+    return run_prim(c, p, nargs, args);
+}
+
 static void set_handle(dnnl_memory_t m, const void *ptr) {
     dnnl_memory_set_data_handle(m, (void *)ptr);
 }
@@ -338,6 +344,62 @@ static dist_status blocked_twin(cpu_ctx *c, const dist_tensor *t, int is_src, co
     return DIST_OK;
 }
 
+/* The last resort where the tensors' own layouts and the blocked twin leave oneDNN 2.6 with
+ * only its reference loops (a plain output whose channels do not fill the block: 1 -> 24 3x3
+ * ran ~1 s a batch; a one-channel output; depthwise with two filters per channel): the pass
+ * with both activations in "any" layout, which oneDNN fills with the one its fastest kernel
+ * takes (often nChw16c with the channels padded to a multiple of 16), else both in plain NHWC
+ * (its GEMM kernel, the only one for a 7x7 kernel dilated by 2 into 1-4 channels on AVX2,
+ * does not answer "any"); the activations are reordered into and out of it around each call.
+ * On success m's src and dst are the chosen layouts (src_q, dst_q: the queries that name them
+ * for this pass) and *alt the descriptor; *alt NULL, m untouched and no error left where
+ * oneDNN has no JIT kernel in either. */
+static dist_status any_layouts(cpu_ctx *c, conv_mds *m, conv_pd_fn make_pd, const void *arg,
+                               dnnl_query_t src_q, dnnl_query_t dst_q, dnnl_primitive_desc_t *alt) {
+    const dnnl_format_tag_t tags[2] = {dnnl_format_tag_any, dnnl_nhwc};
+    *alt = NULL;
+    for (int t = 0; t < 2; t++) {
+        conv_mds m2 = *m;
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&m2.src, 4, m->src.dims, m->src.data_type, tags[t]),
+                 "memory descriptor");
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&m2.dst, 4, m->dst.dims, m->dst.data_type, tags[t]),
+                 "memory descriptor");
+        dnnl_primitive_desc_t pd = NULL;
+        dist_status st = make_pd(c, &m2, arg, &pd);
+        if (st == DIST_OUT_OF_MEMORY) return st;
+        if (st != DIST_OK || is_reference_impl(pd)) {
+            if (pd) dnnl_primitive_desc_destroy(pd);
+            dist_clear_error();
+            continue;
+        }
+        m2.src = *dnnl_primitive_desc_query_md(pd, src_q, 0);
+        m2.dst = *dnnl_primitive_desc_query_md(pd, dst_q, 0);
+        *m = m2;
+        *alt = pd;
+        return DIST_OK;
+    }
+    return DIST_OK;
+}
+
+/* Replaces *pd, a reference kernel, by any_layouts' descriptor where there is one. */
+static dist_status any_layouts_if_reference(cpu_ctx *c, conv_mds *m, conv_pd_fn make_pd,
+                                            const void *arg, dnnl_query_t src_q, dnnl_query_t dst_q,
+                                            dnnl_primitive_desc_t *pd) {
+    if (!is_reference_impl(*pd)) return DIST_OK;
+    dnnl_primitive_desc_t alt;
+    dist_status st = any_layouts(c, m, make_pd, arg, src_q, dst_q, &alt);
+    if (st != DIST_OK) {
+        dnnl_primitive_desc_destroy(*pd);
+        *pd = NULL;
+        return st;
+    }
+    if (alt) {
+        dnnl_primitive_desc_destroy(*pd);
+        *pd = alt;
+    }
+    return DIST_OK;
+}
+
 /* The native bfloat16 versions (below): *ran = 0 when oneDNN has no such kernel for the
  * shapes, and the float32 path runs instead. */
 static int use_bf16(const cpu_ctx *c, const dist_conv2d_desc *d, int64_t in_channels);
@@ -431,8 +493,10 @@ static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc
         DIST_TRY(conv_fwd_bf16(c, d, x, w, b, y, oh, ow, yl, &ran));
         if (ran) return DIST_OK;
     }
-    if (cpu_conv2_forward_applies(c, d, x, w, b, y, yl))
+    if (cpu_conv2_forward_applies(c, d, x, w, b, y, yl)) {
+        c->conv_impl = "libdist:avx2 (cpu_conv2.c)";
         return cpu_conv2_forward(c, d, x, w, b, y, yl);
+    }
     prim_key k;
     conv_key(&k, OP_CONV_FWD, d, x, w, b);
     k.geom[7] = c->winograd;
@@ -469,15 +533,18 @@ static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc
                 dnnl_primitive_desc_destroy(pd);
                 pd = pd2;
                 x_own = m.src;
-                alt = NULL;
                 plain_out = 1;
             }
         }
+        dnnl_memory_desc_t y_own = m.dst;
+        const int flags[2] = {b != NULL, d->relu};
+        DIST_TRY(any_layouts_if_reference(c, &m, fwd_pd_fn, flags, dnnl_query_src_md,
+                                          dnnl_query_dst_md, &pd));
         p = cache_slot(c, &k);
         p->plain_out = (unsigned)plain_out;
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         dist_status st = DIST_OK;
-        if (alt) /* x into its blocked twin first: mem[8] -> mem[9] */
+        if (!dnnl_memory_desc_equal(&x_own, &m.src)) /* x into the kernel's layout: mem[8] -> [9] */
             DIST_TRY_GOTO(copy_setup(c, p, &x_own, &m.src, 3, 8, 9, &p->reorder_x), st, fail);
         DIST_TRY_GOTO(buf_new(wmd, &p->buf[0]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.src, &p->mem[0]), st, fail);
@@ -485,6 +552,12 @@ static dist_status conv2d_forward(cpu_ctx *c, int native, const dist_conv2d_desc
         DIST_TRY_GOTO(mem_new(c, wmd, &p->mem[2]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.bias, &p->mem[3]), st, fail);
         DIST_TRY_GOTO(mem_new(c, &m.dst, &p->mem[4]), st, fail);
+        if (!dnnl_memory_desc_equal(&y_own, &m.dst)) { /* y from the kernel's: buf[4] -> mem[10] */
+            DIST_TRY_GOTO(buf_new(&m.dst, &p->buf[4]), st, fail);
+            DIST_TRY_GOTO(mem_new(c, &y_own, &p->mem[10]), st, fail);
+            set_handle(p->mem[4], p->buf[4]);
+            DIST_TRY_GOTO(reorder_new(c, &m.dst, &y_own, &p->reorder_out), st, fail);
+        }
         set_handle(p->mem[2], p->buf[0]);
         DIST_TRY_GOTO(reorder_new(c, &m.wei_plain, wmd, &p->reorder_in), st, fail);
         DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
@@ -505,7 +578,7 @@ ready:;
         set_handle(p->mem[0], x->data);
     }
     set_handle(p->mem[1], w->data);
-    set_handle(p->mem[4], y->data);
+    if (!p->reorder_out) set_handle(p->mem[4], y->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     dnnl_exec_arg_t args[6] = {
         {DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DST, p->mem[4]}};
@@ -515,7 +588,11 @@ ready:;
         args[n].arg = DNNL_ARG_BIAS;
         args[n++].memory = p->mem[3];
     }
-    DIST_TRY(run_prim(c, p, n, args));
+    DIST_TRY(run_conv_prim(c, p, n, args));
+    if (p->reorder_out) {
+        set_handle(p->mem[10], y->data);
+        DIST_TRY(run_reorder(c, p->reorder_out, p->mem[4], p->mem[10]));
+    }
     if (p->winograd) c->winograd_runs++;
     y->layout = p->plain_out ? DIST_LAYOUT_PLAIN : yl;
     return DIST_OK;
@@ -575,10 +652,16 @@ static dist_status conv2d_backward_data(cpu_ctx *c, int native, const dist_conv2
                 pd = alt;
             }
         }
+        dnnl_memory_desc_t dy_own = m.dst;
+        DIST_TRY(any_layouts_if_reference(c, &m, bwd_data_pd_fn, NULL, dnnl_query_diff_src_md,
+                                          dnnl_query_diff_dst_md, &pd));
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        if (alt) { /* dx written blocked into buf[3] (mem[8]), then reordered to plain (mem[9]) */
+        if (!dnnl_memory_desc_equal(&dy_own, &m.dst)) /* dy into the kernel's: mem[10] -> [11] */
+            DIST_TRY_GOTO(copy_setup(c, p, &dy_own, &m.dst, 4, 10, 11, &p->reorder_dy), st, fail);
+        /* dx written in the kernel's layout into buf[3] (mem[8]), then reordered (mem[9]) */
+        if (!dnnl_memory_desc_equal(&dx_own, &m.src)) {
             DIST_TRY_GOTO(buf_new(&m.src, &p->buf[3]), st, fail);
             DIST_TRY_GOTO(mem_new(c, &m.src, &p->mem[8]), st, fail);
             DIST_TRY_GOTO(mem_new(c, &dx_own, &p->mem[9]), st, fail);
@@ -601,14 +684,20 @@ static dist_status conv2d_backward_data(cpu_ctx *c, int native, const dist_conv2
         return st;
     }
 ready:;
-    dnnl_memory_t dxm = p->reorder_out ? p->mem[8] : p->mem[3];
-    set_handle(p->mem[0], dy->data);
+    dnnl_memory_t dxm = p->reorder_out ? p->mem[8] : p->mem[3], dym = p->mem[0];
+    if (p->reorder_dy) {
+        set_handle(p->mem[10], dy->data);
+        DIST_TRY(run_reorder(c, p->reorder_dy, p->mem[10], p->mem[11]));
+        dym = p->mem[11];
+    } else {
+        set_handle(p->mem[0], dy->data);
+    }
     set_handle(p->mem[1], w->data);
     if (!p->reorder_out) set_handle(p->mem[3], dx->data);
     DIST_TRY(run_reorder(c, p->reorder_in, p->mem[1], p->mem[2]));
     dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_DIFF_DST, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DIFF_SRC, dxm}};
-    DIST_TRY(run_prim(c, p, 3, args));
+        {DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, p->mem[2]}, {DNNL_ARG_DIFF_SRC, dxm}};
+    DIST_TRY(run_conv_prim(c, p, 3, args));
     if (!p->reorder_out) return DIST_OK;
     set_handle(p->mem[9], dx->data);
     return run_reorder(c, p->reorder_out, p->mem[8], p->mem[9]);
@@ -632,6 +721,12 @@ static dist_status conv_bwd_filter_pd(cpu_ctx *c, const conv_mds *m, int with_bi
     dnnl_primitive_attr_destroy(attr);
     dnnl_primitive_desc_destroy(hint);
     return cpu_dnnl_check(s, "convolution backward-weights");
+}
+
+static dist_status bwd_filter_pd_fn(cpu_ctx *c, const conv_mds *m, const void *arg,
+                                    dnnl_primitive_desc_t *pd) {
+    const int *with_bias = arg;
+    return conv_bwd_filter_pd(c, m, *with_bias, pd);
 }
 
 static int is_reference_impl(dnnl_primitive_desc_t pd) {
@@ -664,10 +759,14 @@ static dist_status conv2d_backward_filter(cpu_ctx *c, int native, const dist_con
         DIST_TRY(conv_bwd_filter_bf16(c, d, x, dy, dw, db, oh, ow, &ran));
         if (ran) return DIST_OK;
     }
-    if (cpu_conv1_backward_filter_applies(d, x, dy, dw))
+    if (cpu_conv1_backward_filter_applies(d, x, dy, dw)) {
+        c->conv_impl = "libdist (cpu_conv1.c)";
         return cpu_conv1_backward_filter(c, d, x, dy, dw, db);
-    if (cpu_conv2_backward_filter_applies(c, d, x, dy, dw))
+    }
+    if (cpu_conv2_backward_filter_applies(c, d, x, dy, dw)) {
+        c->conv_impl = "libdist:avx2 (cpu_conv2.c)";
         return cpu_conv2_backward_filter(c, d, x, dy, dw, db);
+    }
     prim_key k;
     conv_key(&k, OP_CONV_BWD_FILTER, d, x, dy, dw);
     k.flags[0] = db != NULL;
@@ -702,6 +801,15 @@ static dist_status conv2d_backward_filter(cpu_ctx *c, int native, const dist_con
                 m.dst = ds;
             }
         }
+        const int with_bias = db != NULL;
+        DIST_TRY(any_layouts_if_reference(c, &m, bwd_filter_pd_fn, &with_bias, dnnl_query_src_md,
+                                          dnnl_query_diff_dst_md, &pd));
+        /* Copies of x and dy where the kernel takes another layout; a one-channel nchw input
+         * is already NHWC bytes, so the plain path copies only a blocked one. */
+        int x_copy =
+            plain ? x->layout != DIST_LAYOUT_PLAIN : !dnnl_memory_desc_equal(&x_own, &m.src);
+        int dy_copy =
+            plain ? dy->layout != DIST_LAYOUT_PLAIN : !dnnl_memory_desc_equal(&dy_own, &m.dst);
         p = cache_slot(c, &k);
         dist_status st = DIST_OK;
         const dnnl_memory_desc_t *wmd =
@@ -714,10 +822,9 @@ static dist_status conv2d_backward_filter(cpu_ctx *c, int native, const dist_con
         DIST_TRY_GOTO(mem_new(c, &m.bias, &p->mem[4]), st, fail);
         set_handle(p->mem[2], p->buf[0]);
         DIST_TRY_GOTO(reorder_new(c, wmd, &m.wei_plain, &p->reorder_out), st, fail);
-        /* A one-channel nchw input is already NHWC bytes: only a blocked one needs a copy. */
-        if (plain && x->layout != DIST_LAYOUT_PLAIN)
+        if (x_copy)
             DIST_TRY_GOTO(copy_setup(c, p, &x_own, &m.src, 3, 8, 9, &p->reorder_x), st, fail);
-        if (plain && dy->layout != DIST_LAYOUT_PLAIN)
+        if (dy_copy)
             DIST_TRY_GOTO(copy_setup(c, p, &dy_own, &m.dst, 4, 10, 11, &p->reorder_dy), st, fail);
         DIST_TRY_GOTO(prim_finish(c, p, pd), st, fail_nopd);
         goto ready;
@@ -752,7 +859,7 @@ ready:
         args[n].arg = DNNL_ARG_DIFF_BIAS;
         args[n++].memory = p->mem[4];
     }
-    DIST_TRY(run_prim(c, p, n, args));
+    DIST_TRY(run_conv_prim(c, p, n, args));
     return run_reorder(c, p->reorder_out, p->mem[2], p->mem[3]);
 }
 
@@ -807,6 +914,12 @@ dist_status dist_cpu_backend_set_winograd(dist_backend *backend, int on) {
 long dist_cpu_backend_winograd_runs(const dist_backend *backend) {
     if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
     return ((const cpu_ctx *)backend->ctx)->winograd_runs;
+}
+
+const char *dist_cpu_backend_last_conv_impl(const dist_backend *backend) {
+    if (!backend || !backend->iface || backend->iface->conv2d_forward != cpu_conv2d_forward)
+        return NULL;
+    return ((const cpu_ctx *)backend->ctx)->conv_impl;
 }
 
 dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on) {
@@ -985,7 +1098,7 @@ ready:
         args[n].arg = DNNL_ARG_BIAS;
         args[n++].memory = p->mem[3];
     }
-    DIST_TRY(run_prim(c, p, n, args));
+    DIST_TRY(run_conv_prim(c, p, n, args));
     y->layout = yl;
     *ran = 1;
     return DIST_OK;
@@ -1055,7 +1168,7 @@ ready:
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, p->mem[5]},
                                {DNNL_ARG_WEIGHTS, p->mem[2]},
                                {DNNL_ARG_DIFF_SRC, p->mem[4]}};
-    DIST_TRY(run_prim(c, p, 3, args));
+    DIST_TRY(run_conv_prim(c, p, 3, args));
     *ran = 1;
     return DIST_OK;
 }
@@ -1121,7 +1234,7 @@ ready:
         args[n].arg = DNNL_ARG_DIFF_BIAS;
         args[n++].memory = p->mem[3];
     }
-    DIST_TRY(run_prim(c, p, n, args));
+    DIST_TRY(run_conv_prim(c, p, n, args));
     set_handle(p->mem[1], dw->data);
     DIST_TRY(run_reorder(c, p->reorder_out, p->mem[2], p->mem[1]));
     *ran = 1;

@@ -13,10 +13,13 @@
 typedef struct cpu_prim {
     unsigned char key[256];
     dnnl_primitive_t prim;
-    dnnl_primitive_t reorder_in;  /* plain weights -> the primitive's weights layout */
-    dnnl_primitive_t reorder_out; /* the primitive's diff-weights layout -> plain */
-    /* backward-weights only, where oneDNN has no fast kernel for the activations' layout:
-     * x and dy -> plain NHWC copies in buf[3] / buf[4] (mem[8..11]) */
+    dnnl_primitive_t reorder_in; /* plain weights -> the primitive's weights layout */
+    /* the primitive's diff-weights layout -> plain; for a forward or backward-data whose kernel
+     * runs in a layout of its own (cpu_dnnl.c's blocked_twin, any_layouts), its y or dx from
+     * buf[4] / buf[3] into the tensor's layout */
+    dnnl_primitive_t reorder_out;
+    /* where oneDNN has no fast kernel for an activation's own layout: x and dy -> copies in the
+     * kernel's layout in buf[3] / buf[4] (mem[8..11]) */
     dnnl_primitive_t reorder_x, reorder_dy;
     dnnl_memory_t mem[12];
     /* scratch: reordered weights, reordered diff weights, scratchpad, plain x, plain dy */
@@ -83,6 +86,9 @@ typedef struct cpu_ctx {
     long conv_pool_forward_runs; /* times cpu_conv_pool_forward ran (likewise) */
     long conv1_cvt_rounding;     /* threads of the fused first layer that rounded with
                                   * vcvtneps2bf16 (cpu_conv1.c; tests) */
+    /* the kernel that ran the last convolution pass through cpu_conv2d_*: oneDNN's
+     * implementation name ("ref:" for its reference loops) or the own kernel's (tests) */
+    const char *conv_impl;
     int nprims;
     cpu_prim prims[CPU_PRIM_CACHE];
     int next_evict;
@@ -144,6 +150,11 @@ int cpu_dnnl_activation_block(void);
  * Lake, Sapphire Rapids and later with AMX, AMD Zen 4 and later) and DIST_CPU_NATIVE_BF16 is
  * not 0. Plain AVX-512 only emulates bfloat16 (3-4x slower than float32), AVX2 has none. */
 int cpu_dnnl_native_bf16_default(void);
+/* For tests: the kernel that ran the backend's last convolution pass (forward, backward-data or
+ * backward-filter): oneDNN's implementation name, which starts with "ref:" for its reference
+ * loops, or "libdist:" and the file for the own kernels; NULL before any, or for a backend that
+ * is not the CPU's. A static string. */
+const char *dist_cpu_backend_last_conv_impl(const dist_backend *backend);
 /* For tests: native bfloat16 convolutions on (1) or off (0) for this backend. On also works
  * on plain AVX-512, where oneDNN emulates the instructions (same results, slower); it fails
  * with DIST_UNSUPPORTED below AVX-512, where oneDNN has no bfloat16 convolution. */
