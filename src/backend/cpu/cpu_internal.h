@@ -22,7 +22,8 @@ typedef struct cpu_prim {
      * kernel's layout in buf[3] / buf[4] (mem[8..11]) */
     dnnl_primitive_t reorder_x, reorder_dy;
     dnnl_memory_t mem[12];
-    /* scratch: reordered weights, reordered diff weights, scratchpad, plain x, plain dy */
+    /* scratch: reordered weights, reordered diff weights, scratchpad, x or dx and dy or y in
+     * the kernel's layout */
     void *buf[5];
     size_t workspace_bytes;
     const char *impl;  /* oneDNN implementation name, e.g. "jit:avx512_core" */
