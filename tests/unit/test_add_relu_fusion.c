@@ -9,6 +9,7 @@
  * Functional residual model whose layer graph chooses the fusion against the same model with
  * check numerics on (which runs every layer on its own), over a few SGD steps. */
 #include "backend/backend.h"
+#include "backend/layer_ops.h"
 #include "backend/ops_dispatch.h"
 #include "testutil.h"
 
@@ -103,10 +104,10 @@ static void check_ops(dist_backend *be, int kind, int64_t rows, int64_t c, int b
     run_op(be, &op, in, o1);
     op.relu = 0;
     run_op(be, &op, in, o2);
-    ck_assert_int_eq(be->iface->relu_forward(be->ctx, &ty2, &ty2), DIST_OK);
+    ck_assert_int_eq(dist_be_relu_forward(be->iface, be->ctx, &ty2, &ty2), DIST_OK);
     expect_same_bits(y1, y2, n, "y", where);
     /* the unfused gradients: the mask, then the op's (ADD unbroadcast: a copy each) */
-    ck_assert_int_eq(be->iface->relu_backward(be->ctx, &ty2, &tdy, &tdz), DIST_OK);
+    ck_assert_int_eq(dist_be_relu_backward(be->iface, be->ctx, &ty2, &tdy, &tdz), DIST_OK);
     if (kind == DIST_BIN_ADD && nb == n) {
         memcpy(da2, dz, (size_t)n * 4);
         memcpy(db2, dz, (size_t)n * 4);

@@ -18,6 +18,7 @@
  * gamma(K) of the sum of their magnitudes, u = 2^-24) holds for both paths with room. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/layer_ops.h"
 #include "testutil.h"
 
 #include <dist/dist.h>
@@ -153,7 +154,7 @@ static void check_case(dist_backend *be, const ref_case *k, dist_layout xl, int 
                           .dilation_h = k->dil,
                           .dilation_w = k->dil,
                           .groups = k->groups};
-    ck_assert_msg(be->iface->conv2d_forward(be->ctx, &d, &tx, &tw, &tb, &ty) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, &tb, &ty) == DIST_OK,
                   "forward %s: %s", what, dist_last_error());
     expect_no_reference(be, "forward", what);
     dist_test_to_host_plain(be, &ty, y);
@@ -162,7 +163,8 @@ static void check_case(dist_backend *be, const ref_case *k, dist_layout xl, int 
     float *dybuf = dist_test_in_layout(be, dy, ys, ty.layout, &tdy);
     dist_tensor tdw = dist_tensor_view(dw, DIST_F32, 4, ws),
                 tdb = dist_tensor_view(db, DIST_F32, 1, bs);
-    ck_assert_msg(be->iface->conv2d_backward_filter(be->ctx, &d, &tx, &tdy, &tdw, &tdb) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_filter(be->iface, be->ctx, &d, &tx, &tdy, &tdw, &tdb) ==
+                      DIST_OK,
                   "backward-filter %s: %s", what, dist_last_error());
     expect_no_reference(be, "backward-filter", what);
     ck_assert_int_eq(tdw.layout, DIST_LAYOUT_PLAIN);
@@ -171,7 +173,7 @@ static void check_case(dist_backend *be, const ref_case *k, dist_layout xl, int 
 
     dist_tensor tdx = dist_tensor_view(dxb, DIST_F32, 4, xs);
     tdx.layout = xl;
-    ck_assert_msg(be->iface->conv2d_backward_data(be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK,
+    ck_assert_msg(dist_be_conv2d_backward_data(be->iface, be->ctx, &d, &tdy, &tw, &tdx) == DIST_OK,
                   "backward-data %s: %s", what, dist_last_error());
     expect_no_reference(be, "backward-data", what);
     ck_assert_int_eq(tdx.layout, xl);

@@ -556,6 +556,7 @@ typedef struct bn_worker {
     float *pulled, *after; /* every variable of replica 0, in the model's layout */
     float *after1;         /* replica 1's, with devices */
     int waited;            /* passed the barrier */
+    int have_pulled;       /* the first replica in read the pulled values */
     dist_status st;
     char err[512];
 } bn_worker;
@@ -572,8 +573,12 @@ static void model_values(const dist_model *m, int replica, float *out) {
 static dist_status barrier_step(dist_replica_ctx *rc, const dist_element *in, void *user,
                                 dist_element *out) {
     bn_worker *w = user;
+    /* what ps_run pulled (into every replica), read by the first replica to get here, before
+     * any replica's step has moved replica 0's statistics (a later reader could see them
+     * after replica 0's forward) */
     pthread_mutex_lock(&w->mu);
-    model_values(w->model, 0, w->pulled); /* what ps_run pulled (into every replica) */
+    if (!w->have_pulled) model_values(w->model, 0, w->pulled);
+    w->have_pulled = 1;
     pthread_mutex_unlock(&w->mu);
     if (w->bar) pthread_barrier_wait(w->bar); /* the other worker has pulled too */
     w->waited = 1;

@@ -917,8 +917,7 @@ long dist_cpu_backend_winograd_runs(const dist_backend *backend) {
 }
 
 const char *dist_cpu_backend_last_conv_impl(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->conv2d_forward != cpu_conv2d_forward)
-        return NULL;
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return NULL;
     return ((const cpu_ctx *)backend->ctx)->conv_impl;
 }
 
