@@ -200,7 +200,7 @@ static dist_status run(const struct dist_backend_i *be, void *ctx, dist_op *op,
                        dist_tensor *o0, dist_tensor *o1, dist_tensor *o2) {
     const dist_tensor *in[3] = {i0, i1, i2};
     dist_tensor *out[3] = {o0, o1, o2};
-    layer_arity a;
+    layer_arity a = {0, 0, 0, 0, 0};
     layer_arity_of(op->code, &a);
     op->nin = a.nin;
     op->nout = a.nout;
