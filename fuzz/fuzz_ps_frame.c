@@ -19,6 +19,7 @@
  * backend) is stubbed below; none of it is reached from serve_one. Replies go to the other end
  * of the socketpair, where a thread drains them. */
 #include "../src/ps/ps_server.c"
+#include "backend/layer_ops.h"
 #include "core/crc32c.h"
 
 #include <fcntl.h>
@@ -77,7 +78,17 @@ static dist_status fake_sgd(void *ctx, const dist_sgd_desc *d, float *param, con
     }
     return DIST_OK;
 }
-static const struct dist_backend_i fake_iface = {.adam_update = fake_adam, .sgd_update = fake_sgd};
+static const dist_layer_kernels fake_kernels = {.adam_update = fake_adam, .sgd_update = fake_sgd};
+static int fake_supports(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                         dist_tensor *const *out) {
+    (void)ctx, (void)in, (void)out;
+    return dist_layer_supports(&fake_kernels, op);
+}
+static dist_status fake_run(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                            dist_tensor *const *out) {
+    return dist_layer_run(&fake_kernels, ctx, op, in, out);
+}
+static const struct dist_backend_i fake_iface = {.supports_op = fake_supports, .run_op = fake_run};
 
 /* ---- the harness ---- */
 
