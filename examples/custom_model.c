@@ -4,7 +4,7 @@
  *   x [28,28,1] -> stem: Conv2D(8, 3, strides 2, same, relu)            -> s [14,14,8]
  *   s -> block_a: Conv2D(8, 3, same) -> BatchNormalization(sync) -> relu
  *     -> block_b: Conv2D(8, 3, same) -> BatchNormalization(sync)         -> f
- *   relu(s + f)  (the skip connection, dist_op_add)
+ *   relu(s + f)  (the skip connection: dist_op_add_activation, the add and its ReLU in one op)
  *     -> head: AveragePooling2D(2) -> Flatten -> Dense(64, relu) -> Dense(10) -> logits
  *
  * The stem and the two blocks are Sequential models (each with its variables in one buffer and
@@ -55,13 +55,13 @@ typedef struct net {
 /* The forward pass of the whole network on this replica's tape. */
 static dist_status forward(net *n, dist_replica_ctx *rc, dist_tape *t, const dist_tensor *x,
                            dist_tensor **logits) {
-    dist_tensor *s, *a, *f, *sum, *h, *pooled, *flat, *hidden;
+    dist_tensor *s, *a, *f, *h, *pooled, *flat, *hidden;
     DIST_RETURN_IF_ERROR(dist_model_call(n->part[0], t, x, &s));
     DIST_RETURN_IF_ERROR(dist_model_call(n->part[1], t, s, &a));
     DIST_RETURN_IF_ERROR(dist_op_relu(t, a, &a));
     DIST_RETURN_IF_ERROR(dist_model_call(n->part[2], t, a, &f));
-    DIST_RETURN_IF_ERROR(dist_op_add(t, s, f, &sum)); /* the skip connection */
-    DIST_RETURN_IF_ERROR(dist_op_relu(t, sum, &h));
+    /* the skip connection and its ReLU, one op (the bits of dist_op_add then dist_op_relu) */
+    DIST_RETURN_IF_ERROR(dist_op_add_activation(t, s, f, DIST_ACT_RELU, &h));
     /* the head: this replica's copies of the strategy variables */
     dist_tensor *w[NHEAD];
     for (int i = 0; i < NHEAD; i++) w[i] = dist_variable_local(n->head[i], rc);
