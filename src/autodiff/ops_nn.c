@@ -350,11 +350,14 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     if (fused) return DIST_OK;
     int fold_relu = tape_is_relu_output(t, x) && !t->grads[x->node].present;
     dist_pool2d_desc d = n->p.pool;
-    d.relu_mask = fold_relu;
-    const dist_op masked = {.code = DIST_OPC_MAX_POOL2D_GRAD, .max_pool = &d};
-    if (fold_relu && !dist_be_supports(tape_be(t), tape_bectx(t), &masked)) {
-        d.relu_mask = 0; /* where it may, the pool kernel masks as it scatters: no pass */
-        DIST_TRY(dist_be_relu_backward(tape_be(t), tape_bectx(t), n->out, dy, dy));
+    if (fold_relu) {
+        /* where it can, the pool kernel masks as it scatters: no pass of its own */
+        d.relu_mask = 1;
+        const dist_op masked = {.code = DIST_OPC_MAX_POOL2D_GRAD, .max_pool = &d};
+        if (!dist_be_supports(tape_be(t), tape_bectx(t), &masked)) {
+            d.relu_mask = 0;
+            DIST_TRY(dist_be_relu_backward(tape_be(t), tape_bectx(t), n->out, dy, dy));
+        }
     }
     DIST_TRY(grad_begin(t, x, &dx));
     dx->layout = x->layout;

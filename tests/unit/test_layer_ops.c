@@ -222,7 +222,7 @@ static const dist_layer_kernels recording = {
 /* The recording backend: run_op and supports_op over the table, as a real backend's. */
 static int rec_supports(void *ctx, const dist_op *op, const dist_tensor *const *in,
                         dist_tensor *const *out) {
-    (void)ctx, (void)in, (void)out;
+    (void)in, (void)out;
     return dist_layer_supports(ctx ? (const dist_layer_kernels *)ctx : &recording, op);
 }
 static dist_status rec_run(void *ctx, const dist_op *op, const dist_tensor *const *in,
