@@ -223,9 +223,39 @@ static void native_passes(dist_backend *be, const conv_case *k, size_t c, int na
                   "case %zu, native %d: oneDNN's reference loops: %s", c, native, info);
 }
 
+/* 1 where oneDNN's effective ISA has AMX's bfloat16 tiles (bits, not order, as above). */
+static int amx_here(void) {
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return (isa & amx) == amx;
+}
+
+/* Where oneDNN has AMX, every native pass that ran a bfloat16 kernel ran AMX's: the backend
+ * leaves the kernel the layout of its float32 output (y, dx) and reorders where it must
+ * (oneDNN 2.6's AMX convolutions take plain NHWC; with a blocked y or dx fixed they took
+ * jit_bf16, 4-7x slower). Returns how many passes it checked. */
+static int native_passes_on_amx(dist_backend *be, size_t c) {
+    if (!amx_here()) return 0;
+    char info[8192];
+    dist_cpu_backend_impl_info(be, info, sizeof info);
+    int n = 0;
+    for (const char *e = strstr(info, "conv_"); e; e = strstr(e + 1, "conv_")) {
+        const char *end = strchr(e, ';');
+        size_t len = end ? (size_t)(end - e) : strlen(e);
+        char entry[256];
+        snprintf(entry, sizeof entry, "%.*s", (int)len, e);
+        if (!strstr(entry, "bf16")) continue; /* declined: a float32 kernel */
+        ck_assert_msg(strstr(entry, "amx") != NULL, "case %zu: %s, not AMX's kernel: %s", c, entry,
+                      info);
+        n++;
+    }
+    return n;
+}
+
 /* Each backend runs twice on different values: the second run takes the cached primitives. */
 START_TEST(test_native_bf16_passes_match_a_double_reference_on_bf16_kernels) {
     uint64_t s = 41;
+    int amx_passes = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const conv_case *k = &cases[c];
         io o[2];
@@ -243,6 +273,7 @@ START_TEST(test_native_bf16_passes_match_a_double_reference_on_bf16_kernels) {
             }
             int on[3];
             native_passes(be, k, c, native, on);
+            if (native) amx_passes += native_passes_on_amx(be, c);
             for (int op = 0; op < 3 && !native; op++)
                 ck_assert_msg(!on[op], "case %zu, native off: %s on a bfloat16 kernel", c,
                               conv_ops[op]);
@@ -251,6 +282,8 @@ START_TEST(test_native_bf16_passes_match_a_double_reference_on_bf16_kernels) {
         io_free(&o[0]);
         io_free(&o[1]);
     }
+    /* the blocked cases (0, 2) run all three passes natively everywhere: on AMX, on AMX's */
+    ck_assert_msg(!amx_here() || amx_passes >= 6, "AMX here, %d passes on it", amx_passes);
 }
 END_TEST
 
