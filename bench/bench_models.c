@@ -313,6 +313,14 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
+/* Warnings and errors, and the mixed_bfloat16 path each distinct kernel call took (INFO, one
+ * line per call shape: cpu_bf16_choice.c), on stderr: the table's bfloat16 rows say why. */
+static void bench_log(dist_log_level level, const char *message, void *user) {
+    (void)user;
+    if (level <= DIST_LOG_WARN || strncmp(message, "mixed_bfloat16:", 15) == 0)
+        fprintf(stderr, "%s\n", message);
+}
+
 int main(int argc, char **argv) {
     const char *models = "seed_cnn,resnet20,mlp,transformer", *configs = "1t,2t,mirrored2";
     const char *dir = DIST_SOURCE_DIR "/bench/models";
@@ -351,6 +359,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    dist_set_log_callback(bench_log, DIST_LOG_INFO, NULL);
     if (steps < 1 || warmup < 0 || repeats < 1 || repeats > MAX_REPEATS || batch_override < 0) {
         fprintf(stderr,
                 "bench_models: --steps >= 1, --warmup >= 0, 1 <= --repeats <= %d, --batch >= 0\n",
