@@ -16,6 +16,9 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
     const int f = n->p.m.kind, ta = f & 1, tb = f >> 1 & 1, tr = f & 3;
     /* where each tensor keeps its heads (bits 2, 3, 4 of the forward: a, b, y) */
     const int ia = f >> 2 & 1, ib = f >> 3 & 1, iy = f >> 4 & 1;
+    /* under mixed_bfloat16 dy and the operands hold bfloat16 values (every producer rounds),
+     * and so do the gradients this writes (grad_end rounds them at the node's precision) */
+    const int bf16 = n->round == DIST_BF16 ? DIST_BMM_BF16 : 0;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
     const dist_tensor *pa, *pb;
     DIST_TRY(tape_plain_of(t, a, &pa));
@@ -27,7 +30,7 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
         static const int flags[4] = {2, 2, 0, 3};
         const int in0 = ta ? ib : iy, in1 = ta ? iy : ib;
         dist_op op =
-            tape_op(DIST_OPC_BATCH_MATMUL, flags[tr] | in0 << 2 | in1 << 3 | ia << 4, 2, 1);
+            tape_op(DIST_OPC_BATCH_MATMUL, flags[tr] | in0 << 2 | in1 << 3 | ia << 4 | bf16, 2, 1);
         const dist_tensor *in[2] = {ta ? pb : dy, ta ? dy : pb};
         DIST_TRY(tape_run_op(t, &op, in, &d));
         DIST_TRY(tape_plain_grad_end(t, a, &h));
@@ -37,7 +40,7 @@ static dist_status batch_matmul_backward(dist_tape *t, tape_node *n, grad_entry 
         static const int flags[4] = {1, 0, 1, 3};
         const int in0 = tb ? iy : ia, in1 = tb ? ia : iy;
         dist_op op =
-            tape_op(DIST_OPC_BATCH_MATMUL, flags[tr] | in0 << 2 | in1 << 3 | ib << 4, 2, 1);
+            tape_op(DIST_OPC_BATCH_MATMUL, flags[tr] | in0 << 2 | in1 << 3 | ib << 4 | bf16, 2, 1);
         const dist_tensor *in[2] = {tb ? dy : pa, tb ? pa : dy};
         DIST_TRY(tape_run_op(t, &op, in, &d));
         DIST_TRY(tape_plain_grad_end(t, b, &h));
@@ -90,13 +93,18 @@ dist_status dist_op_batch_matmul_flags(dist_tape *t, const dist_tensor *a, const
     DIST_TRY(tape_plain_of(t, b, &pb));
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, r, shape, &out));
-    dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags, 2, 1);
+    /* under mixed_bfloat16 the operands are bfloat16 values (their producers round), so a
+     * backend may multiply bfloat16 copies; the product is stored at the compute precision,
+     * as Keras's einsum in bfloat16 gives it (and as every other op's output on the tape) */
+    const int bf16 = t->compute_precision == DIST_BF16 ? DIST_BMM_BF16 : 0;
+    dist_op op = tape_op(DIST_OPC_BATCH_MATMUL, flags | bf16, 2, 1);
     const dist_tensor *in[2] = {pa, pb};
     DIST_TRY(tape_run_op(t, &op, in, &out));
     const dist_tensor *rec[2] = {a, b};
     tape_node *n;
     DIST_TRY(tape_record(t, out, batch_matmul_backward, 2, rec, &n));
     if (n) n->p.m.kind = flags;
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }

@@ -161,10 +161,10 @@ static void bmm_logical(const dist_tensor *x, int inside, int64_t *shape, int64_
 
 dist_status dist_op_bmm_geometry(const dist_op *op, const dist_tensor *a, const dist_tensor *b,
                                  const dist_tensor *c, dist_bmm_geometry *g) {
-    const int r = a->ndim, f = op->k;
-    if (f < 0 || f > DIST_BMM_FLAGS)
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: k holds five flag bits, got %d",
-                          dist_op_name(op), f);
+    const int r = a->ndim, f = op->k & DIST_BMM_FLAGS;
+    if (op->k < 0 || op->k > DIST_BMM_ALL)
+        return dist_error(DIST_INVALID_ARGUMENT, "%s: k holds six flag bits, got %d",
+                          dist_op_name(op), op->k);
     if (r < 2 || b->ndim != r || c->ndim != r)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "%s: a, b and c must have one rank >= 2 (have %d, %d, %d)",

@@ -202,7 +202,10 @@ typedef enum dist_opcode {
      * Bits 2, 3, 4 (DIST_BMM_*_HEADS_INSIDE): a, b, c stored with their last batch axis
      * inside the matrix, [.., R, H, C] for the [.., H, R, C] the product reads (rank >= 3):
      * attention's [batch, time, heads, dim] taken as [batch, heads, time, dim] without a
-     * transpose. dist_op_bmm_geometry below reads the flags for every backend. */
+     * transpose. dist_op_bmm_geometry below reads the flags for every backend.
+     * Bit 5 (DIST_BMM_BF16): under mixed_bfloat16, a and b hold bfloat16 values in float32
+     * storage, and a backend with native bfloat16 kernels may multiply bfloat16 copies
+     * (float32 sums), as MATMUL's DIST_MM_BF16; the others ignore it. */
     DIST_OPC_BATCH_MATMUL,
 
     /* ---- layer normalization (over the last axis: x viewed as [rows, C]) ------------------ */
@@ -408,7 +411,9 @@ enum {
     DIST_BMM_A_HEADS_INSIDE = 4,
     DIST_BMM_B_HEADS_INSIDE = 8,
     DIST_BMM_C_HEADS_INSIDE = 16,
-    DIST_BMM_FLAGS = 31
+    DIST_BMM_FLAGS = 31, /* the geometry's bits */
+    DIST_BMM_BF16 = 32,
+    DIST_BMM_ALL = 63
 };
 
 /* Axes ndim - 3 and ndim - 2 of a BATCH_MATMUL operand's shape (or strides, or a permutation)

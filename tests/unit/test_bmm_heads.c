@@ -8,7 +8,13 @@
  *   dist_op_bmm_geometry, which the backends use).
  * - On the tape: the value and both gradients of dist_op_batch_matmul_flags equal those of the
  *   same product written with explicit transposes (dist_op_transpose to the heads-first order,
- *   dist_op_batch_matmul, a transpose back), for every flag combination. */
+ *   dist_op_batch_matmul, a transpose back), for every flag combination.
+ * - DIST_BMM_BF16 (mixed_bfloat16) with native bfloat16 kernels forced on: every flag
+ *   combination on bfloat16 values within float32 rounding of the double sums (the products
+ *   are exact), on oneDNN's bfloat16 kernel where its ISA has the instructions (AMX's where it
+ *   has AMX); and on a mixed_bfloat16 tape the product and both gradients are bfloat16 values
+ *   (Keras's einsum in bfloat16 stores its result so). */
+#include "backend/cpu/cpu_internal.h"
 #include "backend/ops_dispatch.h"
 #include "testutil.h"
 
@@ -38,17 +44,14 @@ static int64_t at(int64_t h_n, int64_t rows, int64_t cols, int inside, int64_t o
     return inside ? ((o * rows + i) * h_n + h) * cols + j : ((o * h_n + h) * rows + i) * cols + j;
 }
 
-START_TEST(test_every_flag_matches_a_double_reference) {
-    static const int64_t shapes[][6] = {
-        /* rank, O, H, M, K, N */
-        {4, 2, 3, 5, 4, 7},
-        {4, 1, 1, 9, 1, 3},
-        {3, 1, 4, 6, 17, 2},
-        {4, 3, 2, 1, 33, 1},
-    };
+/* Every flag combination of each shape against a double sum indexed from the storage order;
+ * bf16: the operands rounded to bfloat16 values, DIST_BMM_BF16 set and native kernels forced
+ * on (where the CPU has AVX-512; else the flag runs float32 kernels, as it may). */
+static void check_shapes(const int64_t (*shapes)[6], size_t nshapes, int bf16) {
     for (int threads = 1; threads <= 2; threads++) {
         dist_backend *be = dist_test_cpu_backend(threads);
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        if (bf16 && dist_cpu_backend_set_native_bf16(be, 1) != DIST_OK) dist_clear_error();
+        for (size_t s = 0; s < nshapes; s++) {
             const int r = (int)shapes[s][0];
             const int64_t o = shapes[s][1], hn = shapes[s][2], m = shapes[s][3], k = shapes[s][4],
                           n = shapes[s][5];
@@ -58,6 +61,8 @@ START_TEST(test_every_flag_matches_a_double_reference) {
             uint32_t seed = 777u + (uint32_t)s;
             for (int64_t i = 0; i < o * hn * m * k; i++) a[i] = frand(&seed);
             for (int64_t i = 0; i < o * hn * k * n; i++) b[i] = frand(&seed);
+            for (int64_t i = 0; bf16 && i < o * hn * m * k; i++) a[i] = dist_test_round_bf16(a[i]);
+            for (int64_t i = 0; bf16 && i < o * hn * k * n; i++) b[i] = dist_test_round_bf16(b[i]);
             for (int f = 0; f < 32; f++) {
                 const int ta = f & 1, tb = f >> 1 & 1, ia = f >> 2 & 1, ib = f >> 3 & 1,
                           ic = f >> 4 & 1;
@@ -69,7 +74,10 @@ START_TEST(test_every_flag_matches_a_double_reference) {
                 dist_tensor tA = dist_tensor_view(a, DIST_F32, r, as);
                 dist_tensor tB = dist_tensor_view(b, DIST_F32, r, bs);
                 dist_tensor tC = dist_tensor_view(c, DIST_F32, r, cs);
-                dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = f, .nin = 2, .nout = 1};
+                dist_op op = {.code = DIST_OPC_BATCH_MATMUL,
+                              .k = f | (bf16 ? DIST_BMM_BF16 : 0),
+                              .nin = 2,
+                              .nout = 1};
                 const dist_tensor *in[2] = {&tA, &tB};
                 dist_tensor *out[1] = {&tC};
                 memset(c, 0xff, (size_t)(o * hn * m * n) * sizeof *c);
@@ -98,8 +106,96 @@ START_TEST(test_every_flag_matches_a_double_reference) {
             }
             free(a), free(b), free(c);
         }
+        if (bf16 && dist_test_bf16_kernel_here() == DIST_TEST_KERNEL_BF16) {
+            /* the products ran on oneDNN's bfloat16 kernel (AMX's where it has AMX) */
+            unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+            unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+            int native = 0;
+            for (int i = 0; dist_cpu_backend_batch_matmul_impl(be, i); i++) {
+                const char *impl = dist_cpu_backend_batch_matmul_impl(be, i);
+                if (!strstr(impl, "bf16")) continue;
+                native++;
+                ck_assert_msg((isa & amx) != amx || strstr(impl, "amx"), "%s, not AMX's", impl);
+            }
+            ck_assert_msg(native > 0, "no batch matmul on a bfloat16 kernel (%d threads)", threads);
+        }
         dist_backend_destroy(be);
     }
+}
+
+START_TEST(test_every_flag_matches_a_double_reference) {
+    static const int64_t shapes[][6] = {
+        /* rank, O, H, M, K, N */
+        {4, 2, 3, 5, 4, 7},
+        {4, 1, 1, 9, 1, 3},
+        {3, 1, 4, 6, 17, 2},
+        {4, 3, 2, 1, 33, 1},
+    };
+    check_shapes(shapes, sizeof shapes / sizeof shapes[0], 0);
+}
+END_TEST
+
+/* Shapes of 2^20 multiply-adds and more (below, bfloat16 calls stay float32 kernels). */
+START_TEST(test_bf16_products_on_bf16_kernels_match_a_double_reference) {
+    static const int64_t shapes[][6] = {
+        {4, 2, 4, 64, 32, 64},
+        {3, 1, 8, 48, 96, 40},
+    };
+    check_shapes(shapes, sizeof shapes / sizeof shapes[0], 1);
+}
+END_TEST
+
+static int all_bf16_values(dist_backend *be, const dist_tensor *x) {
+    size_t n = (size_t)dist_tensor_numel(x);
+    float *h = malloc(n * sizeof *h);
+    dist_test_to_host_plain(be, x, h);
+    int ok = 1;
+    for (size_t i = 0; i < n && ok; i++) ok = h[i] == dist_test_round_bf16(h[i]);
+    free(h);
+    return ok;
+}
+
+/* On a mixed_bfloat16 tape the product and both gradients are stored as bfloat16 values, as
+ * every op's output is; on a float32 tape the product is not (the values here need more). */
+START_TEST(test_mixed_bf16_tape_stores_products_and_gradients_in_bf16) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    int64_t sa[4] = {2, 16, 4, 32}, sb[4] = {2, 16, 4, 32};
+    dist_tensor *a, *b;
+    ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, sa, &a), DIST_OK);
+    ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, sb, &b), DIST_OK);
+    size_t n = 2 * 16 * 4 * 32;
+    float *h = malloc(n * sizeof *h);
+    uint32_t seed = 5;
+    for (size_t i = 0; i < n; i++) h[i] = dist_test_round_bf16(frand(&seed));
+    memcpy(a->data, h, n * sizeof *h); /* the CPU backend's tensors are host memory */
+    for (size_t i = 0; i < n; i++) h[i] = dist_test_round_bf16(frand(&seed));
+    memcpy(b->data, h, n * sizeof *h);
+    free(h);
+    for (int mixed = 0; mixed <= 1; mixed++) {
+        dist_tape *t = NULL;
+        ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+        ck_assert_int_eq(dist_tape_set_compute_precision(t, mixed ? DIST_BF16 : DIST_F32), DIST_OK);
+        ck_assert_int_eq(dist_tape_watch(t, a), DIST_OK);
+        ck_assert_int_eq(dist_tape_watch(t, b), DIST_OK);
+        dist_tensor *y, *loss, *ga, *gb;
+        const int flags =
+            DIST_MATMUL_TRANSPOSE_B | DIST_MATMUL_A_HEADS_INSIDE | DIST_MATMUL_B_HEADS_INSIDE;
+        ck_assert_int_eq(dist_op_batch_matmul_flags(t, a, b, flags, &y), DIST_OK);
+        dist_tensor *y2;
+        ck_assert_int_eq(dist_op_mul(t, y, y, &y2), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, y2, &loss), DIST_OK);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, sa, &ga), DIST_OK);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 4, sb, &gb), DIST_OK);
+        dist_tensor *src[2] = {a, b}, *grads[2] = {ga, gb};
+        ck_assert_int_eq(dist_tape_gradient(t, loss, 2, src, grads), DIST_OK);
+        ck_assert_int_eq(all_bf16_values(be, y), mixed);
+        ck_assert_int_eq(all_bf16_values(be, ga), mixed);
+        ck_assert_int_eq(all_bf16_values(be, gb), mixed);
+        dist_backend_free_tensor(be, ga), dist_backend_free_tensor(be, gb);
+        dist_tape_destroy(t);
+    }
+    dist_backend_free_tensor(be, a), dist_backend_free_tensor(be, b);
+    dist_backend_destroy(be);
 }
 END_TEST
 
@@ -225,6 +321,8 @@ int main(void) {
     Suite *s = suite_create("bmm_heads");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_every_flag_matches_a_double_reference);
+    tcase_add_test(tc, test_bf16_products_on_bf16_kernels_match_a_double_reference);
+    tcase_add_test(tc, test_mixed_bf16_tape_stores_products_and_gradients_in_bf16);
     tcase_add_test(tc, test_gradients_equal_the_product_through_transposes);
     tcase_add_test(tc, test_bad_flags_and_ranks_are_refused);
     suite_add_tcase(s, tc);

@@ -78,7 +78,7 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_SCALE: a->nin = 1; return 1;
     case DIST_OPC_GATHER: *a = (op_arity){2, 1, 0, 0, 2}; return 1;
     case DIST_OPC_GATHER_GRAD: *a = (op_arity){2, 1, 0, 0, 1}; return 1;
-    case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= DIST_BMM_FLAGS;
+    case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= DIST_BMM_ALL;
     case DIST_OPC_LAYER_NORM: *a = (op_arity){3, 2, 0x6, 0x2, 0}; return 1;
     case DIST_OPC_LAYER_NORM_GRAD: *a = (op_arity){4, 3, 0x8, 0x7, 0}; return 1;
     default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */

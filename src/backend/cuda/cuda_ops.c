@@ -70,7 +70,9 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_DROPOUT_MASK: return 1;
     case DIST_OPC_GATHER: s->in_req = 3, s->in_i32 = 2; return 1;
     case DIST_OPC_GATHER_GRAD: s->in_req = 3, s->in_i32 = 1; return 1;
-    case DIST_OPC_BATCH_MATMUL: s->in_req = 3; return op->k >= 0 && op->k <= DIST_BMM_FLAGS;
+    case DIST_OPC_BATCH_MATMUL: /* DIST_BMM_BF16 ignored: float32 products of the values */
+        s->in_req = 3;
+        return op->k >= 0 && op->k <= DIST_BMM_ALL;
     case DIST_OPC_LAYER_NORM: s->in_req = 1, s->in_opt = 6, s->out_opt = 2; return 1;
     case DIST_OPC_LAYER_NORM_GRAD:
         s->in_req = 7, s->in_opt = 8, s->out_req = 0, s->out_opt = 7;
