@@ -206,6 +206,19 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
     dist_op op = bn_op(DIST_OPC_BN_APPLY, 0, 4, 1, epsilon);
     op.relu = relu;
+    /* mixed_bfloat16: the rounding in the same pass where the backend offers it, and beside y
+     * its bfloat16 twin for a native convolution after it (an image of 16 channels or more:
+     * fewer stay float32 there) */
+    void *twin = NULL;
+    if (t->compute_precision == DIST_BF16) {
+        op.dtype = DIST_BF16;
+        if (!dist_be_supports(tape_be(t), tape_bectx(t), &op)) {
+            op.dtype = DIST_F32;
+        } else if (x->ndim == 4 && c >= 16 && dist_tensor_numel(x) > 0) {
+            DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &twin));
+            op.aux = twin;
+        }
+    }
     const dist_tensor *ain[4] = {px, ws.stats, pg, pb};
     DIST_TRY(tape_run_op(t, &op, ain, &out));
     if (relu) tape_mark_relu_output(t, out);
@@ -219,8 +232,13 @@ static dist_status batch_norm(dist_tape *t, int mode, const dist_tensor *x,
         n->saved[1] = pg;
         n->workspace = wst;
     }
-    /* a mixed policy: stored at the compute precision */
-    DIST_TRY(tape_round_output(t, out, n));
+    /* a mixed policy: stored at the compute precision (rounded already where op.dtype says) */
+    if (op.dtype == DIST_BF16) {
+        if (n) n->round = DIST_BF16;
+        if (twin) tape_set_bf16_twin(t, out, twin);
+    } else {
+        DIST_TRY(tape_round_output(t, out, n));
+    }
     *y = out;
     return DIST_OK;
 }

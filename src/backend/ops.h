@@ -119,7 +119,10 @@ typedef enum dist_opcode {
     /* in: x, stats [4, C], gamma [C] (optional: NULL = 1), beta [C] (optional: NULL = 0);
      * out: y = x * s + (beta - mean * s), s = inv * gamma (float32, tf.nn.batch_normalization's
      * order). relu = 1: y = z > 0 ? z : 0 of that z, in the same pass (TensorFlow's
-     * FusedBatchNormEx), the bits of the op followed by a ReLU. */
+     * FusedBatchNormEx), the bits of the op followed by a ReLU. dtype = DIST_BF16 (optional,
+     * where supports_op says so): y rounded to bfloat16 values in the same pass (the bits of
+     * the op followed by ROUND), and where aux is set, y's bfloat16 bits written there too
+     * (2 bytes per element in y's order: the twin a native bfloat16 convolution reads). */
     DIST_OPC_BN_APPLY,
     /* in: x, dy, stats, gamma (optional), count (f32 scalar: the forward's rows over every
      * replica; read by k = DIST_BN_SYNC only, optional otherwise). Per channel, in double:

@@ -1695,6 +1695,9 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
     case DIST_OPC_BN_GRAD_INPUT:
         if (op->k != DIST_BN_INFERENCE && op->k != DIST_BN_LOCAL && op->k != DIST_BN_SYNC) return 0;
         break;
+    case DIST_OPC_BN_APPLY: /* the tape rounds y with a ROUND node of its own (no dtype here) */
+        if (op->dtype != DIST_F32) return 0;
+        break;
     case DIST_OPC_CONCAT:
         if (op->nin < 1 || op->nin > DIST_OP_MAX_IN) return 0;
         break;

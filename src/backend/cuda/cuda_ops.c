@@ -54,7 +54,9 @@ static int slots_of(const dist_op *op, op_slots *s) {
     case DIST_OPC_BN_MOMENTS:
     case DIST_OPC_BN_INFER_STATS:
     case DIST_OPC_CLIP_BY_NORM: s->in_req = 3; return 1;
-    case DIST_OPC_BN_APPLY: s->in_req = 3, s->in_opt = 12; return 1;
+    case DIST_OPC_BN_APPLY: /* the tape rounds y in a pass of its own (no dtype here) */
+        s->in_req = 3, s->in_opt = 12;
+        return op->dtype == DIST_F32;
     case DIST_OPC_BN_GRAD_SUMS:
         /* x, dy, stats, gamma (optional), count (read by SYNC only); both outputs optional */
         s->in_req = 7 | (op->k == DIST_BN_SYNC ? 16u : 0u) | (op->relu ? 32u : 0u);
