@@ -523,22 +523,33 @@ dist_status dist_op_conv2d_max_pool2d(dist_tape *t, const dist_tensor *x, const 
 /* ---- dense ---- */
 
 /* Under mixed_bfloat16 while recording: the bfloat16 copies of x and w the forward's product
- * makes, kept in the node's workspace for the backward's two products (dist_bf16_copy). */
+ * makes, kept in the node's workspace for the backward's two products (dist_bf16_copy). An
+ * operand with a bfloat16 twin (tape_bf16_copy_of) has it as its copy, ready. */
 typedef struct dense_copies {
     dist_bf16_copy x, w;
     unsigned ready;
 } dense_copies;
+
+static dist_status dense_copy_init(dist_tape *t, const dist_tensor *v, dense_copies *k,
+                                   dist_bf16_copy *copy, unsigned bit) {
+    tape_twin_copy tc;
+    copy->ready = &k->ready;
+    copy->bit = bit;
+    if (tape_bf16_copy_of(t, v, NULL, &tc)) {
+        copy->data = tc.copy.data;
+        k->ready |= bit;
+        return DIST_OK;
+    }
+    return dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(v) * 2, &copy->data);
+}
 
 static dist_status dense_copies_new(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
                                     dense_copies **out) {
     dense_copies *k;
     DIST_TRY(dist_arena_alloc(&t->arena, sizeof *k, (void **)&k));
     memset(k, 0, sizeof *k);
-    DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(x) * 2, &k->x.data));
-    DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(w) * 2, &k->w.data));
-    k->x.ready = k->w.ready = &k->ready;
-    k->x.bit = 1u;
-    k->w.bit = 2u;
+    DIST_TRY(dense_copy_init(t, x, k, &k->x, 1u));
+    DIST_TRY(dense_copy_init(t, w, k, &k->w, 2u));
     *out = k;
     return DIST_OK;
 }
@@ -692,7 +703,12 @@ dist_status dist_op_cast(dist_tape *t, const dist_tensor *x, dist_dtype from, di
     dist_tensor *out;
     if (narrows(from, to)) {
         DIST_TRY(tape_new_like(t, x, &out));
-        if (dist_tensor_numel(x) > 0) DIST_TRY(tape_round(t, x, to, out));
+        /* narrowing to bfloat16 (a variable's autocast): the pass writes the twin that native
+         * products take instead of converting the rounded values again */
+        if (to == DIST_BF16)
+            DIST_TRY(tape_round_with_twin(t, x, out));
+        else if (dist_tensor_numel(x) > 0)
+            DIST_TRY(tape_round(t, x, to, out));
     } else {
         /* Widening keeps every value: the output aliases the input. */
         DIST_TRY(tape_new_alias(t, x, x->data, x->ndim, x->shape, &out));

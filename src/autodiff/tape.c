@@ -102,6 +102,19 @@ dist_status tape_round(dist_tape *t, const dist_tensor *x, dist_dtype dtype, dis
     return DIST_OK;
 }
 
+dist_status tape_round_with_twin(dist_tape *t, const dist_tensor *x, dist_tensor *y) {
+    const struct dist_backend_i *be = tape_be(t);
+    if (dist_tensor_numel(y) == 0) return DIST_OK;
+    if (y->ndim != 2 || x->layout != DIST_LAYOUT_PLAIN ||
+        !dist_be_supports_round_twin(be, tape_bectx(t)))
+        return tape_round(t, x, DIST_BF16, y);
+    void *twin;
+    DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(y) * 2, &twin));
+    DIST_TRY(dist_be_round_bf16_twin(be, tape_bectx(t), x, y, twin));
+    tape_set_bf16_twin(t, y, twin);
+    return DIST_OK;
+}
+
 dist_status tape_round_output(dist_tape *t, dist_tensor *out, tape_node *node) {
     if (t->compute_precision == DIST_F32) return DIST_OK;
     if (node) node->round = t->compute_precision;
@@ -158,6 +171,15 @@ void tape_set_bf16_twin(dist_tape *t, const dist_tensor *x, void *twin) {
 void *tape_bf16_twin(const dist_tape *t, const dist_tensor *x) {
     int id = tensor_id(t, x);
     return id >= 0 ? t->bf16_twin[id] : NULL;
+}
+
+const dist_bf16_copy *tape_bf16_copy_of(const dist_tape *t, const dist_tensor *x,
+                                        const dist_bf16_copy *kept, tape_twin_copy *tc) {
+    void *twin = x->ndim == 2 && x->layout == DIST_LAYOUT_PLAIN ? tape_bf16_twin(t, x) : NULL;
+    if (!twin) return kept;
+    tc->ready = 1u;
+    tc->copy = (dist_bf16_copy){.data = twin, .ready = &tc->ready, .bit = 1u};
+    return &tc->copy;
 }
 
 int tape_is_relu_output(const dist_tape *t, const dist_tensor *x) {

@@ -126,6 +126,16 @@ int tape_is_relu_output(const dist_tape *t, const dist_tensor *x);
  * which must not change x afterwards. */
 void tape_set_bf16_twin(dist_tape *t, const dist_tensor *x, void *twin);
 void *tape_bf16_twin(const dist_tape *t, const dist_tensor *x);
+/* A matmul operand's kept bfloat16 copy (dist_bf16_copy) standing for x's twin, its ready bit
+ * set: a plain 2-D tensor's twin is its row-major bfloat16 values, which is the copy a native
+ * product makes of it in either transposition. */
+typedef struct tape_twin_copy {
+    dist_bf16_copy copy;
+    unsigned ready;
+} tape_twin_copy;
+/* &tc->copy standing for x's twin where x has one, else `kept` (may be NULL). */
+const dist_bf16_copy *tape_bf16_copy_of(const dist_tape *t, const dist_tensor *x,
+                                        const dist_bf16_copy *kept, tape_twin_copy *tc);
 
 /* Whether a tensor takes part in differentiation on this tape. */
 int tape_requires_grad(const dist_tape *t, const dist_tensor *x);
@@ -147,6 +157,10 @@ void tape_profile_add(const tape_node *n, const char *name, int backward, double
 /* y = x rounded to dtype's precision (in place when y == x); F32 copies. Uses the backend's
  * round entry, or casts to dtype and back through an arena tensor where it has none. */
 dist_status tape_round(dist_tape *t, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
+/* tape_round to bfloat16 that also writes y's bfloat16 twin (arena memory, tape_set_bf16_twin)
+ * in the same pass, for a plain 2-D y (the matmuls' operands) where the backend writes twins
+ * (dist_be_supports_round_twin); else tape_round alone. */
+dist_status tape_round_with_twin(dist_tape *t, const dist_tensor *x, dist_tensor *y);
 /* For layer ops: rounds a fresh output in place to the tape's compute precision and makes the
  * node's gradients rounded to it too (node may be NULL: nothing recorded). */
 dist_status tape_round_output(dist_tape *t, dist_tensor *out, tape_node *node);
@@ -207,15 +221,19 @@ static inline dist_op tape_op(dist_opcode code, int k, int nin, int nout) {
 static inline void *tape_bectx(const dist_tape *t) { return t->backend->ctx; }
 
 /* tape_matmul with the operands' bfloat16 copies kept for (or taken from) another product of
- * the same step (dist_bf16_copy; NULL: none). */
+ * the same step (dist_bf16_copy; NULL: none). An operand's bfloat16 twin stands for its copy,
+ * converted already (tape_bf16_copy_of). */
 static inline dist_status tape_matmul_kept(dist_tape *t, int bf16, int trans_a, int trans_b,
                                            float alpha, const dist_tensor *a, const dist_tensor *b,
                                            float beta, dist_tensor *c, const dist_bf16_copy *a_copy,
                                            const dist_bf16_copy *b_copy) {
     const struct dist_backend_i *be = t->backend->iface;
-    if (bf16)
+    if (bf16) {
+        tape_twin_copy ta, tb;
         return dist_be_matmul_bf16(be, t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c,
-                                   a_copy, b_copy);
+                                   tape_bf16_copy_of(t, a, a_copy, &ta),
+                                   tape_bf16_copy_of(t, b, b_copy, &tb));
+    }
     return dist_be_matmul(be, t->backend->ctx, trans_a, trans_b, alpha, a, b, beta, c);
 }
 

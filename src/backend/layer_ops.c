@@ -81,7 +81,8 @@ static int has_kernel(const dist_layer_kernels *k, const dist_op *op) {
     case DIST_OPC_ADAM_UPDATE: return k->adam_update != NULL;
     case DIST_OPC_SGD_UPDATE: return k->sgd_update != NULL;
     case DIST_OPC_CAST: return k->cast != NULL;
-    case DIST_OPC_ROUND: return k->round != NULL;
+    case DIST_OPC_ROUND:
+        return op->aux ? op->dtype == DIST_BF16 && k->round_bf16_twin != NULL : k->round != NULL;
     default: return 0;
     }
 }
@@ -176,7 +177,9 @@ dist_status dist_layer_run(const dist_layer_kernels *k, void *ctx, const dist_op
         return k->sgd_update(ctx, op->sgd, vec_data(out, 0), in[0]->data, vec_data(out, 1),
                              vec_len(out[0]));
     case DIST_OPC_CAST: return k->cast(ctx, in[0], out[0]);
-    case DIST_OPC_ROUND: return k->round(ctx, in[0], op->dtype, out[0]);
+    case DIST_OPC_ROUND:
+        if (op->aux) return k->round_bf16_twin(ctx, in[0], out[0], op->aux);
+        return k->round(ctx, in[0], op->dtype, out[0]);
     default: break;
     }
     return dist_error(DIST_UNSUPPORTED, "%s: not a layer op of the set", dist_op_name(op));
@@ -419,5 +422,19 @@ dist_status dist_be_cast(const struct dist_backend_i *be, void *ctx, const dist_
 dist_status dist_be_round(const struct dist_backend_i *be, void *ctx, const dist_tensor *x,
                           dist_dtype dtype, dist_tensor *y) {
     dist_op op = {.code = DIST_OPC_ROUND, .dtype = dtype};
+    return run(be, ctx, &op, x, NULL, NULL, y, NULL, NULL);
+}
+
+int dist_be_supports_round_twin(const struct dist_backend_i *be, void *ctx) {
+    unsigned char twin; /* a place for aux: asking writes nothing */
+    const dist_op op = {.code = DIST_OPC_ROUND, .dtype = DIST_BF16, .aux = &twin};
+    return dist_be_supports(be, ctx, &op);
+}
+
+dist_status dist_be_round_bf16_twin(const struct dist_backend_i *be, void *ctx,
+                                    const dist_tensor *x, dist_tensor *y, void *y_bf16) {
+    if (!y_bf16)
+        return dist_error(DIST_INVALID_ARGUMENT, "round: the bfloat16 twin's buffer is NULL");
+    dist_op op = {.code = DIST_OPC_ROUND, .dtype = DIST_BF16, .aux = y_bf16};
     return run(be, ctx, &op, x, NULL, NULL, y, NULL, NULL);
 }

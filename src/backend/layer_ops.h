@@ -79,6 +79,9 @@ typedef struct dist_layer_kernels {
                               float *momentum, size_t n);
     dist_status (*cast)(void *ctx, const dist_tensor *src, dist_tensor *dst);
     dist_status (*round)(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
+    /* optional: ROUND to bfloat16 with its twin (aux) written in the same pass; NULL: the
+     * backend runs no such op (supports_op says 0) and callers round without a twin */
+    dist_status (*round_bf16_twin)(void *ctx, const dist_tensor *x, dist_tensor *y, void *y_bf16);
 } dist_layer_kernels;
 
 /* 1 when the table runs op (a layer op; its kernel present, the pool's ReLU mask honoured
@@ -171,5 +174,11 @@ dist_status dist_be_cast(const struct dist_backend_i *be, void *ctx, const dist_
                          dist_tensor *dst);
 dist_status dist_be_round(const struct dist_backend_i *be, void *ctx, const dist_tensor *x,
                           dist_dtype dtype, dist_tensor *y);
+/* 1 when the backend writes a bfloat16 twin with ROUND (dist_be_round_bf16_twin), else 0. */
+int dist_be_supports_round_twin(const struct dist_backend_i *be, void *ctx);
+/* y = x rounded to bfloat16 precision and y_bf16 (numel(y) * 2 bytes, owned by the caller) the
+ * same values in bfloat16, in y's layout: one pass. Only where dist_be_supports_round_twin. */
+dist_status dist_be_round_bf16_twin(const struct dist_backend_i *be, void *ctx,
+                                    const dist_tensor *x, dist_tensor *y, void *y_bf16);
 
 #endif

@@ -312,7 +312,10 @@ typedef enum dist_opcode {
     DIST_OPC_CAST,
     /* y (f32) = x (f32) rounded to the precision of `dtype` (F16: to nearest even, overflow
      * to Inf; BF16: to nearest even), same element count; y may be x: in: x; out: y. The
-     * storage of mixed precision where a backend runs float32 kernels (src/nn/policy.c). */
+     * storage of mixed precision where a backend runs float32 kernels (src/nn/policy.c).
+     * aux (optional, with dtype BF16; only where supports_op says so for such an op): y's
+     * bfloat16 twin, 2 bytes an element in y's layout, written in the same pass (the upper
+     * half of each y) for native bfloat16 consumers (dist_bf16_copy). */
     DIST_OPC_ROUND,
 
     DIST_OPC_COUNT
@@ -395,7 +398,7 @@ typedef struct dist_op {
     const struct dist_sgd_desc *sgd;         /* SGD_UPDATE */
     const struct dist_bf16_copy *copy[2];    /* MATMUL with DIST_MM_BF16 */
     void *ws;                                /* MAX_POOL2D*, CONV2D_RELU_MAX_POOL*: workspace */
-    void *aux;                               /* CONV2D_RELU_MAX_POOL: the bfloat16 twin of p */
+    void *aux; /* CONV2D_RELU_MAX_POOL: the bfloat16 twin of p; ROUND: of y */
     int *done;                               /* CONV2D_RELU_MAX_POOL*: what the fusion did */
 } dist_op;
 

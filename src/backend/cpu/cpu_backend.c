@@ -374,6 +374,7 @@ const dist_layer_kernels cpu_layer_kernels = {
     .cast = cpu_cast,
     .pool_backward_masks_relu = 1,
     .round = cpu_round,
+    .round_bf16_twin = cpu_round_bf16_twin,
 };
 
 static const struct dist_backend_i cpu_iface = {
@@ -408,6 +409,7 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
     c->threads = options->threads > 0 ? options->threads : ncpu;
     c->block = cpu_dnnl_activation_block();
     c->native_bf16 = cpu_bf16_mode_for(options->deterministic);
+    c->bf16_twins = 1;
     c->winograd = cpu_dnnl_winograd_default();
     c->fused_pool_filter = 1;
     dist_status st = cpu_dnnl_check(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "engine");

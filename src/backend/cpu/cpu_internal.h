@@ -72,6 +72,13 @@ typedef struct cpu_ctx {
      * (cpu_bf16_choice.c; the default where oneDNN dispatches to AVX512_BF16 or AMX, see
      * cpu_dnnl_native_bf16_default). */
     int native_bf16;
+    /* ROUND writes bfloat16 twins (dist_be_round_bf16_twin) where native_bf16 is not off: 1,
+     * the default; tests turn it off to compare (dist_cpu_backend_set_bf16_twins) */
+    int bf16_twins;
+    long bf16_twins_written; /* rounding passes that wrote one (tests) */
+    /* f32 -> bf16 reorders of native passes' operands: those a kept copy or twin spared are not
+     * counted (tests check a twin spares the conversion) */
+    long bf16_operand_reorders;
     int nchoices;
     cpu_bf16_choice choices[CPU_BF16_CHOICES];
     long bf16_native_chosen, bf16_rounding_chosen; /* keys decided either way */
@@ -160,6 +167,12 @@ const char *dist_cpu_backend_last_conv_impl(const dist_backend *backend);
  * on plain AVX-512, where oneDNN emulates the instructions (same results, slower); it fails
  * with DIST_UNSUPPORTED below AVX-512, where oneDNN has no bfloat16 convolution. */
 dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on);
+/* For tests: ROUND's bfloat16 twins on (1, the default) or off (0) for this backend, and the
+ * counters of twins written and of operand conversions native passes made (-1: not a CPU
+ * backend). */
+dist_status dist_cpu_backend_set_bf16_twins(dist_backend *backend, int on);
+long dist_cpu_backend_bf16_twins_written(const dist_backend *backend);
+long dist_cpu_backend_bf16_operand_reorders(const dist_backend *backend);
 /* DIST_CPU_WINOGRAD's setting, and the setter and run counter tests use (cpu_dnnl.c). */
 int cpu_dnnl_winograd_default(void);
 dist_status dist_cpu_backend_set_winograd(dist_backend *backend, int on);
@@ -261,6 +274,9 @@ dist_status cpu_conv2_forward(cpu_ctx *c, const dist_conv2d_desc *d, const dist_
                               dist_layout y_layout);
 /* cpu_round.c: y = x rounded to float16 / bfloat16 precision, in float32 storage. */
 dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
+/* ... to bfloat16 precision, writing y's bfloat16 twin (numel * 2 bytes, y's layout) in the same
+ * pass: ROUND with aux (ops.h). */
+dist_status cpu_round_bf16_twin(void *ctx, const dist_tensor *x, dist_tensor *y, void *y_bf16);
 /* 1 when the vector paths (AVX2 + F16C) run on this processor. */
 int cpu_round_simd(void);
 void cpu_prims_destroy(cpu_ctx *c);

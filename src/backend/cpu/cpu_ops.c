@@ -98,7 +98,10 @@ static int plain_of(const dist_tensor *x, int i32) {
 
 int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                     dist_tensor *const *out) {
-    (void)ctx;
+    const cpu_ctx *c = ctx;
+    /* a bfloat16 twin pays only where native bfloat16 kernels may read it */
+    if (op->code == DIST_OPC_ROUND && op->aux && (!c->bf16_twins || c->native_bf16 == CPU_BF16_OFF))
+        return 0;
     if (dist_op_is_layer(op->code)) return dist_layer_supports(&cpu_layer_kernels, op);
     op_arity a;
     if (!op_arity_of(op, &a)) return 0;

@@ -40,7 +40,18 @@ __attribute__((target("avx2,f16c"))) static void round_f16_f16c(const float *x, 
     for (; i < n; i++) y[i] = round_f16_scalar(x[i]);
 }
 
-__attribute__((target("avx2"))) static void round_bf16_avx2(const float *x, float *y, int64_t n) {
+/* The bfloat16 loops write y and, where h is not NULL, y's upper halves (the bfloat16 twin) in
+ * the same pass: the twin's bits are y's. */
+static void twin_tail(const float *y, uint16_t *h, int64_t i, int64_t n) {
+    for (; h && i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &y[i], 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+}
+
+__attribute__((target("avx2"))) static void round_bf16_avx2(const float *x, float *y, uint16_t *h,
+                                                            int64_t n) {
     const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
@@ -53,17 +64,31 @@ __attribute__((target("avx2"))) static void round_bf16_avx2(const float *x, floa
         __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
         r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
         _mm256_storeu_si256((__m256i *)(y + i), r);
+        if (h) { /* the eight upper halves, packed within each 128-bit lane, lanes joined */
+            __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(r, 16), _mm256_setzero_si256());
+            p = _mm256_permute4x64_epi64(p, 0x08);
+            _mm_storeu_si128((__m128i *)(h + i), _mm256_castsi256_si128(p));
+        }
     }
+    int64_t tail = i;
     for (; i < n; i++) y[i] = round_bf16_scalar(x[i]);
+    twin_tail(y, h, tail, n);
 }
 
 /* The same sixteen at a time with AVX-512 (cpu_round_bf16_512: the same integer steps). */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-round_bf16_avx512(const float *x, float *y, int64_t n) {
+round_bf16_avx512(const float *x, float *y, uint16_t *h, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, cpu_round_bf16_512(_mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16) {
+        __m512 r = cpu_round_bf16_512(_mm512_loadu_ps(x + i));
+        _mm512_storeu_ps(y + i, r);
+        if (h)
+            _mm256_storeu_si256((__m256i *)(h + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(
+                                                        _mm512_castps_si512(r), 16)));
+    }
+    int64_t tail = i;
     for (; i < n; i++) y[i] = round_bf16_scalar(x[i]);
+    twin_tail(y, h, tail, n);
 }
 
 /* With AVX512_BF16 (Zen 4, Cooper Lake, Sapphire Rapids) vcvtneps2bf16 rounds sixteen values to
@@ -71,7 +96,7 @@ round_bf16_avx512(const float *x, float *y, int64_t n) {
  * set, as round_bf16_scalar does. It reads denormal inputs as zero, so a vector holding one
  * takes the integer steps instead. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
-round_bf16_cvt(const float *x, float *y, int64_t n) {
+round_bf16_cvt(const float *x, float *y, uint16_t *h, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_loadu_ps(x + i), r;
@@ -80,15 +105,20 @@ round_bf16_cvt(const float *x, float *y, int64_t n) {
          * threads' denormals-are-zero) */
         __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
                          _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff));
+        __m256i b;
         if (tiny) {
             r = cpu_round_bf16_512(v);
+            b = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(r), 16));
         } else {
-            __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-            r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            b = (__m256i)_mm512_cvtneps_pbh(v);
+            r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
         }
         _mm512_storeu_ps(y + i, r);
+        if (h) _mm256_storeu_si256((__m256i *)(h + i), b);
     }
+    int64_t tail = i;
     for (; i < n; i++) y[i] = round_bf16_scalar(x[i]);
+    twin_tail(y, h, tail, n);
 }
 
 int cpu_has_avx512_bf16(void) {
@@ -102,7 +132,9 @@ int cpu_has_avx512_bf16(void) {
     return v;
 }
 
-static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, int simd) {
+/* h: the bfloat16 twin to write too (NULL: none; only with dtype BF16) */
+static void round_range(dist_dtype dtype, const float *x, float *y, uint16_t *h, int64_t n,
+                        int simd) {
     if (dtype == DIST_F16) {
         if (simd) {
             round_f16_f16c(x, y, n);
@@ -110,13 +142,14 @@ static void round_range(dist_dtype dtype, const float *x, float *y, int64_t n, i
             for (int64_t i = 0; i < n; i++) y[i] = round_f16_scalar(x[i]);
         }
     } else if (simd && cpu_has_avx512_bf16()) {
-        round_bf16_cvt(x, y, n);
+        round_bf16_cvt(x, y, h, n);
     } else if (simd && cpu_has_avx512_bw_vl()) {
-        round_bf16_avx512(x, y, n);
+        round_bf16_avx512(x, y, h, n);
     } else if (simd) {
-        round_bf16_avx2(x, y, n);
+        round_bf16_avx2(x, y, h, n);
     } else {
         for (int64_t i = 0; i < n; i++) y[i] = round_bf16_scalar(x[i]);
+        twin_tail(y, h, 0, n);
     }
 }
 
@@ -156,8 +189,8 @@ int cpu_round_simd(void) {
     return v;
 }
 
-dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
-    const cpu_ctx *c = ctx;
+static dist_status round_run(const cpu_ctx *c, const dist_tensor *x, dist_dtype dtype,
+                             dist_tensor *y, uint16_t *h) {
     if (x->dtype != DIST_F32 || y->dtype != DIST_F32)
         return dist_error(DIST_UNSUPPORTED, "round: values are rounded in float32 storage, got %s",
                           dist_dtype_name(x->dtype != DIST_F32 ? x->dtype : y->dtype));
@@ -175,14 +208,28 @@ dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_te
     /* Memory-bound: large tensors are split over the replica's threads. */
     const int64_t chunk = 1 << 16;
     if (n <= chunk || c->threads <= 1) {
-        round_range(dtype, x->data, y->data, n, simd);
+        round_range(dtype, x->data, y->data, h, n, simd);
         return DIST_OK;
     }
     int64_t pieces = (n + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(c->threads) schedule(static)
     for (int64_t p = 0; p < pieces; p++) {
         int64_t b = p * chunk, e = b + chunk < n ? b + chunk : n;
-        round_range(dtype, (const float *)x->data + b, (float *)y->data + b, e - b, simd);
+        round_range(dtype, (const float *)x->data + b, (float *)y->data + b, h ? h + b : NULL,
+                    e - b, simd);
     }
+    return DIST_OK;
+}
+
+dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
+    return round_run(ctx, x, dtype, y, NULL);
+}
+
+/* The twin costs 2 bytes an element written in the pass that reads x anyway; a native kernel
+ * that converts y itself reads 4 and writes 2 (a oneDNN reorder, one call per operand). */
+dist_status cpu_round_bf16_twin(void *ctx, const dist_tensor *x, dist_tensor *y, void *y_bf16) {
+    cpu_ctx *c = ctx;
+    DIST_TRY(round_run(c, x, DIST_BF16, y, y_bf16));
+    c->bf16_twins_written++;
     return DIST_OK;
 }
