@@ -1,4 +1,5 @@
 /* Layer ops and their gradients: conv2d, max_pool2d, dense, relu, flatten. */
+#include "autodiff/ops_cast.h"
 #include "autodiff/tape_impl.h"
 #include "backend/layer_ops.h"
 #include "core/error.h"
@@ -692,6 +693,11 @@ static dist_status cast_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 
 dist_status dist_op_cast(dist_tape *t, const dist_tensor *x, dist_dtype from, dist_dtype to,
                          dist_tensor **y) {
+    return dist__op_cast_twin(t, x, from, to, 1, y);
+}
+
+dist_status dist__op_cast_twin(dist_tape *t, const dist_tensor *x, dist_dtype from, dist_dtype to,
+                               int twin, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_cast: NULL argument");
     DIST_CHECK_ARG(x->dtype == DIST_F32,
                    "cast: the input is stored as %s; mixed precision "
@@ -705,7 +711,7 @@ dist_status dist_op_cast(dist_tape *t, const dist_tensor *x, dist_dtype from, di
         DIST_TRY(tape_new_like(t, x, &out));
         /* narrowing to bfloat16 (a variable's autocast): the pass writes the twin that native
          * products take instead of converting the rounded values again */
-        if (to == DIST_BF16)
+        if (to == DIST_BF16 && twin)
             DIST_TRY(tape_round_with_twin(t, x, out));
         else if (dist_tensor_numel(x) > 0)
             DIST_TRY(tape_round(t, x, to, out));

@@ -1,5 +1,6 @@
 /* The model: a graph of layers (a Sequential stack by default), variables in one buffer per
  * replica, forward in topological order, gradients. */
+#include "autodiff/ops_cast.h"
 #include "backend/backend.h"
 #include "backend/layer_ops.h"
 #include "backend/ops_dispatch.h"
@@ -616,6 +617,7 @@ static int add_var(dist_model *m, const model_layer *l, const char *what, int nd
     v->ones = 0;
     v->uniform = 0.0f;
     v->trainable = 1;
+    v->gathered = 0;
     m->nparams += v->numel;
     return m->nvars++;
 }
@@ -1025,6 +1027,7 @@ static void layer_variables(dist_model *m, model_layer *l) {
         int64_t k[2] = {l->input_dim, l->units};
         l->kernel_var = add_var(m, l, "embeddings", 2, k, 0, 0);
         m->vars[l->kernel_var].uniform = 0.05f; /* Keras's RandomUniform(-0.05, 0.05) */
+        m->vars[l->kernel_var].gathered = 1;
         break;
     }
     case LAYER_DENSE: {
@@ -1730,8 +1733,10 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
             DIST_TRY(dist_op_cast(tape, x, DIST_F32, compute, &c));
             h = c;
         }
+        /* bfloat16 twins of the variables native products read (dist__op_cast_twin) */
         for (int i = 0; i < m->nvars; i++) {
-            DIST_TRY(dist_op_cast(tape, rep->var_ptrs[i], DIST_F32, compute, &c));
+            DIST_TRY(dist__op_cast_twin(tape, rep->var_ptrs[i], DIST_F32, compute,
+                                        !m->vars[i].gathered, &c));
             vars[i] = c;
         }
     }

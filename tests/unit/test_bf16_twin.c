@@ -274,6 +274,33 @@ START_TEST(test_a_native_product_of_autocast_operands_converts_neither) {
 }
 END_TEST
 
+/* A model's autocast writes twins for the variables products read, not for an Embedding's
+ * table (only a gather reads it): Embedding(50, 32) then Dense(64) write one twin, the Dense
+ * kernel's (the bias is 1-D, no product's operand). */
+START_TEST(test_the_model_autocasts_an_embedding_table_without_a_twin) {
+    dist_model *m;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_embedding(m, 50, 32), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 64, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+    int64_t steps[1] = {5};
+    ck_assert_int_eq(dist_model_build(m, 1, steps, 7), DIST_OK);
+    ck_assert_int_eq(dist_model_set_dtype_policy(m, DIST_POLICY_MIXED_BFLOAT16), DIST_OK);
+    dist_backend *be = dist_model_backend(m, 0);
+    ck_assert_int_eq(dist_cpu_backend_set_native_bf16(be, 1), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    int32_t ids[10] = {3, 3, 0, 49, 3, 1, 2, 3, 4, 0};
+    int64_t xs[2] = {2, 5};
+    dist_tensor hx = dist_tensor_view(ids, DIST_I32, 2, xs), *x, *y;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &x), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, x, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_cpu_backend_bf16_twins_written(be), 1);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
 int main(void) {
     int skip = dist_test_skip_without_native_bf16();
     if (skip) return skip;
@@ -284,6 +311,7 @@ int main(void) {
     tcase_add_test(tc, test_twins_are_offered_only_where_they_are_written_and_read);
     tcase_add_test(tc, test_a_native_product_of_autocast_operands_converts_neither);
     tcase_add_test(tc, test_a_mixed_step_gives_the_same_bits_with_twins_on_and_off);
+    tcase_add_test(tc, test_the_model_autocasts_an_embedding_table_without_a_twin);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }
