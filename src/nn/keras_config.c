@@ -32,10 +32,20 @@ static cJSON *keras_object(const char *module, const char *class_name, cJSON *co
     return o;
 }
 
-static cJSON *dtype_policy(const dist_model *m) {
+static cJSON *policy_object(const char *name) {
     cJSON *config = cJSON_CreateObject();
-    if (config) cJSON_AddStringToObject(config, "name", dist_dtype_policy_name(m->policy));
+    if (config) cJSON_AddStringToObject(config, "name", name);
     return keras_object("keras", "DTypePolicy", config);
+}
+
+static cJSON *dtype_policy(const dist_model *m) {
+    return policy_object(dist_dtype_policy_name(m->policy));
+}
+
+/* a layer's: the model's, float32 for a mixed model's float32 head (dist_model.output_f32) */
+static cJSON *layer_dtype_policy(const dist_model *m, const model_layer *l) {
+    int head = l == &m->layers[m->output < 0 ? m->nlayers - 1 : m->output];
+    return policy_object(head && m->output_f32 ? "float32" : dist_dtype_policy_name(m->policy));
 }
 
 /* GlorotUniform and Zeros as Keras writes them with no seed (libdist draws its own). */
@@ -284,7 +294,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     cJSON_AddStringToObject(c, "name", l->name);
     cJSON_AddTrueToObject(c, "trainable");
-    cJSON_AddItemToObject(c, "dtype", dtype_policy(m));
+    cJSON_AddItemToObject(c, "dtype", layer_dtype_policy(m, l));
     dist_status st = DIST_OK;
     switch (l->kind) {
     case LAYER_CONV2D:

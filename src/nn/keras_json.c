@@ -58,19 +58,29 @@ static const char *json_str(const cJSON *obj, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Keras 3's {"class_name": "DTypePolicy", "config": {"name": "float32"}}, or tf-keras's
- * "float32". */
-static dist_status check_dtype(const json_layer *l) {
+/* A layer's dtype policy name: Keras 3's {"class_name": "DTypePolicy", "config": {"name":
+ * "float32"}}, tf-keras's {"class_name": "Policy", ...} or a plain "float32"; NULL when absent,
+ * "" when it is not a policy name. */
+static const char *dtype_name(const json_layer *l) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "dtype");
-    if (!v || cJSON_IsNull(v)) return DIST_OK;
+    if (!v || cJSON_IsNull(v)) return NULL;
     const char *name = cJSON_IsString(v) ? v->valuestring : NULL;
     if (cJSON_IsObject(v)) name = json_str(cJSON_GetObjectItemCaseSensitive(v, "config"), "name");
-    if (name && strcmp(name, "float32") == 0) return DIST_OK;
-    /* an input of token ids (read by an Embedding: build checks) */
-    if (name && strcmp(name, "int32") == 0 && strcmp(l->class_name, "InputLayer") == 0)
+    return name ? name : "";
+}
+
+/* float32, or a mixed policy (the model's, set by model_policy once every layer is read) */
+static dist_status check_dtype(const json_layer *l) {
+    const char *name = dtype_name(l);
+    if (!name || strcmp(name, "float32") == 0 || strcmp(name, "mixed_bfloat16") == 0 ||
+        strcmp(name, "mixed_float16") == 0)
         return DIST_OK;
-    return unsupported_arg(l, "dtype", "is '%s'; only float32 (and int32 inputs) is supported",
-                           name ? name : "(not a policy name)");
+    /* an input of token ids (read by an Embedding: build checks) */
+    if (strcmp(name, "int32") == 0 && strcmp(l->class_name, "InputLayer") == 0) return DIST_OK;
+    return unsupported_arg(l, "dtype",
+                           "is '%s'; libdist supports float32, mixed_bfloat16 and mixed_float16 "
+                           "(and int32 inputs)",
+                           *name ? name : "(not a policy name)");
 }
 
 /* An initializer of that class (any seed): the one libdist draws from. Keras 3 and tf-keras
@@ -1191,6 +1201,60 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
                       l->name, l->class_name, name);
 }
 
+/* Keras's mixed precision (set_global_policy before the model is built): every layer under one
+ * mixed policy, which becomes the model's. float32 is allowed on a layer without weights, which
+ * computes what the next layer's autocast rounds anyway; Keras's guide ends a mixed model with
+ * Activation("linear" or "softmax", dtype="float32"), whose output then stays float32
+ * (dist_model.output_f32). A layer with weights must follow the model's policy. */
+static int weightless(const char *class_name) {
+    static const char *const names[] = {"Activation", "ReLU",    "Softmax", "Flatten",
+                                        "Reshape",    "Permute", "Dropout", NULL};
+    for (int i = 0; names[i]; i++)
+        if (strcmp(class_name, names[i]) == 0) return 1;
+    return 0;
+}
+
+static dist_status model_policy(dist_model *m, const cJSON *layers, const char *out_name) {
+    const char *mixed = NULL, *mixed_layer = NULL, *last = NULL;
+    const cJSON *item;
+    int index = 0;
+    cJSON_ArrayForEach(item, layers) {
+        json_layer l;
+        DIST_TRY(read_layer(item, index++, &l));
+        if (strcmp(l.class_name, "InputLayer") == 0) continue;
+        last = l.name;
+        const char *d = dtype_name(&l);
+        if (!d || strcmp(d, "float32") == 0) continue;
+        if (mixed && strcmp(d, mixed) != 0)
+            return unsupported_arg(&l, "dtype",
+                                   "is '%s' where layer '%s' is '%s'; libdist runs one policy "
+                                   "for the whole model",
+                                   d, mixed_layer, mixed);
+        mixed = d;
+        mixed_layer = l.name;
+    }
+    if (!mixed) return DIST_OK;
+    if (!out_name) out_name = last;
+    index = 0;
+    cJSON_ArrayForEach(item, layers) {
+        json_layer l;
+        DIST_TRY(read_layer(item, index++, &l));
+        const char *d = dtype_name(&l);
+        if (strcmp(l.class_name, "InputLayer") == 0 || !d || strcmp(d, "float32") != 0) continue;
+        if (!weightless(l.class_name))
+            return unsupported_arg(&l, "dtype",
+                                   "is 'float32' in a %s model: libdist runs every layer with "
+                                   "weights at the model's policy (for float32 outputs end the "
+                                   "model with Activation('linear', dtype='float32'), as Keras's "
+                                   "mixed-precision guide does)",
+                                   mixed);
+        if (out_name && strcmp(l.name, out_name) == 0) m->output_f32 = 1;
+    }
+    dist_dtype_policy p;
+    DIST_TRY(dist_dtype_policy_parse(mixed, &p));
+    return dist_model_set_dtype_policy(m, p);
+}
+
 /* A Functional model: every layer added in the file's order (Keras's model.layers, which the
  * weights follow), then each wired to the layers its inbound node names. */
 static dist_status build_functional(const cJSON *config, const cJSON *layers, uint64_t seed,
@@ -1235,6 +1299,7 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
         for (int j = 0; j < n; j++) DIST_TRY(find_layer(m, input, &l, names[j], &inputs[j]));
         DIST_TRY(dist_model_set_inputs(m, layer++, n, inputs));
     }
+    DIST_TRY(model_policy(m, layers, out_name));
     for (int i = 0; i < m->nlayers; i++)
         if (strcmp(m->layers[i].name, out_name) == 0) return dist_model_set_output(m, i);
     return dist_error(DIST_FORMAT, "model '%s': its output '%s' is not a layer of the model",
@@ -1302,6 +1367,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
     }
     if (m->nlayers == 0)
         return dist_error(DIST_UNSUPPORTED, "model '%s' has no layers besides its input", m->name);
+    DIST_TRY(model_policy(m, layers, NULL));
     DIST_TRY(ids_input(m));
     return dist_model_build(m, ndim, shape, seed);
 }

@@ -1363,11 +1363,13 @@ static dist_status call_zero_padding(dist_tape *tape, const model_layer *l, cons
 
 /* Keras's LayerNormalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma +
  * beta, the mean and the (biased) variance of each example's last axis, as one op. */
-static dist_status call_layer_norm(dist_tape *tape, const model_layer *l,
-                                   const dist_tensor *const *vars, const dist_tensor *h,
-                                   dist_tensor **out) {
-    const dist_tensor *gamma = l->kernel_var >= 0 ? vars[l->kernel_var] : NULL;
-    const dist_tensor *beta = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+/* gamma and beta as stored, float32 under every policy: Keras's LayerNormalization (as its
+ * BatchNormalization) computes in float32 from a mixed policy's input, with its float32
+ * variables, and casts the output to the compute dtype */
+static dist_status call_layer_norm(dist_tape *tape, const model_replica *rep, const model_layer *l,
+                                   const dist_tensor *h, dist_tensor **out) {
+    const dist_tensor *gamma = l->kernel_var >= 0 ? rep->var_ptrs[l->kernel_var] : NULL;
+    const dist_tensor *beta = l->bias_var >= 0 ? rep->var_ptrs[l->bias_var] : NULL;
     return dist_op_layer_norm(tape, h, gamma, beta, l->epsilon, out);
 }
 
@@ -1597,7 +1599,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     }
     case LAYER_DROPOUT: return call_dropout(m, tape, i, h, out);
     case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, DIST_ACT_NONE, h, out);
-    case LAYER_LAYER_NORM: return call_layer_norm(tape, l, vars, h, out);
+    case LAYER_LAYER_NORM: return call_layer_norm(tape, rep, l, h, out);
     case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
     case LAYER_DENSE:
         if (h->ndim > 2) return call_dense_steps(tape, l, h, vars, bias, is_head, out);
@@ -1696,7 +1698,13 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
         if (is_plain_relu(l) && l->inputs[0] >= 0 && m->layers[l->inputs[0]].fused_relu == i &&
             !m->check_numerics)
             continue; /* run by its BatchNormalization or Add */
+        /* Keras's float32 head of a mixed model: its input holds values of the compute
+         * dtype, its output is not rounded to it */
+        int f32 = m->output_f32 && i == (m->output < 0 ? m->nlayers - 1 : m->output);
+        dist_dtype saved = dist_tape_compute_precision(tape);
+        if (f32) DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
         dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
+        if (f32) dist_tape_set_compute_precision(tape, saved);
         if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_BATCH_NORM)
             return dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind));
         DIST_TRY(st);

@@ -139,6 +139,8 @@ struct dist_model {
     dist_placement place;      /* where it was built: the strategy's hooks (NULL outside) */
     int check_numerics;        /* dist_model_set_check_numerics */
     dist_dtype_policy policy;  /* dist_model_set_dtype_policy */
+    int output_f32; /* under a mixed policy the output layer computes in float32 (a Keras model
+                       ending in a float32 Activation: keras_json.c's model_policy) */
 };
 
 /* Renames the last layer added (Keras's layer names from a JSON config). The name must be

@@ -48,3 +48,23 @@ distrain_error_test(model_unsupported 2 "layer 'c' (Conv2D): argument 'data_form
                     --model ${mdir}/channels_first.json --quiet)
 distrain_error_test(model_unreadable 2 "--model: cannot read '/nonexistent/m.json'"
                     --model /nonexistent/m.json --quiet)
+
+# A model tf-keras saved under mixed_bfloat16 (tests/data/tf_keras_mixed_resnet_mnist.json: every
+# layer's dtype that policy, Keras's float32 softmax head) trains under it; --mixed-precision
+# overrides it; a mixed_float16 model is refused where loss scaling is (central_storage)
+set(mixed_json ${CMAKE_CURRENT_SOURCE_DIR}/data/tf_keras_mixed_resnet_mnist.json)
+add_test(NAME distrain.model_mixed_policy
+         COMMAND ${expect} 0 "Mixed precision: mixed_bfloat16" $<TARGET_FILE:distrain>
+                 --model ${mixed_json} --epochs 1 --steps-per-epoch 20 --batch-size 64
+                 --save-model ${mdir}/mixed.keras)
+set_tests_properties(distrain.model_mixed_policy PROPERTIES LABELS cli TIMEOUT 300)
+add_test(NAME distrain.model_mixed_policy_overridden
+         COMMAND ${expect} 0 "Mixed precision: mixed_float16" $<TARGET_FILE:distrain>
+                 --model ${mixed_json} --mixed-precision fp16 --epochs 1 --steps-per-epoch 5
+                 --batch-size 64)
+set_tests_properties(distrain.model_mixed_policy_overridden PROPERTIES LABELS cli TIMEOUT 300)
+file(READ ${mixed_json} mixed_text)
+string(REPLACE "mixed_bfloat16" "mixed_float16" mixed_text "${mixed_text}")
+file(WRITE ${mdir}/mixed_float16.json "${mixed_text}")
+distrain_error_test(model_mixed_float16_central_storage 2 "the model's policy is mixed_float16"
+                    --model ${mdir}/mixed_float16.json --strategy central_storage --quiet)

@@ -15,3 +15,16 @@ foreach(zoo_case "resnet20;8" "mlp;32" "transformer;8")
   set_tests_properties(conformance.keras_zoo_${zoo_model} PROPERTIES FIXTURES_REQUIRED tf_venv
                        LABELS conformance TIMEOUT 900)
 endforeach()
+# The MLP and the Transformer under mixed_bfloat16: tf_keras builds them under that global
+# policy and libdist reads it from the JSON (keras_zoo.py's sixth argument; bounds there).
+foreach(zoo_case "mlp;32" "transformer;8")
+  list(GET zoo_case 0 zoo_model)
+  list(GET zoo_case 1 zoo_batch)
+  add_test(NAME conformance.keras_zoo_${zoo_model}_mixed_bfloat16
+           COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_zoo.py
+                   $<TARGET_FILE:keras_functional>
+                   ${CMAKE_CURRENT_BINARY_DIR}/keras_zoo_${zoo_model}_mixed_bfloat16
+                   ${zoo_model} ${zoo_batch} 20 mixed_bfloat16)
+  set_tests_properties(conformance.keras_zoo_${zoo_model}_mixed_bfloat16 PROPERTIES
+                       FIXTURES_REQUIRED tf_venv LABELS conformance TIMEOUT 900)
+endforeach()

@@ -28,7 +28,17 @@ The Transformer is the zoo's at full size (int32 token ids, sequence 128, Embedd
 ids are drawn uniformly from the vocabulary and its labels from {0, 1}; the driver reads the ids
 as int32 (keras_functional.c).
 
-Usage: keras_zoo.py DRIVER WORKDIR MODEL BATCH [STEPS]     (MODEL: resnet20, mlp or transformer)
+Under POLICY mixed_bfloat16 (the sixth argument) tf_keras builds the model under
+keras.mixed_precision.set_global_policy("mixed_bfloat16") and libdist reads the policy from that
+JSON (every layer's "dtype"): the same 20 steps against tf_keras and Keras 3 trained under it
+too. Bounds as conformance.keras_steps's SGD mixed_bfloat16 (Keras's bfloat16 kernels round
+partial sums where libdist accumulates in float32): the first 10 losses within 1e-3 of tf_keras,
+every loss within 2e-2, every variable within MIXED_WEIGHT_TOL; Keras 3 and tf_keras are printed
+against each other for scale. libdist's .keras then loads in Keras 3 as a mixed_bfloat16 model
+whose logits are within MIXED_LOGIT_TOL of libdist's (both round every layer's output).
+
+Usage: keras_zoo.py DRIVER WORKDIR MODEL BATCH [STEPS [POLICY]]
+       (MODEL: resnet20, mlp or transformer; POLICY: float32 or mixed_bfloat16)
 """
 import os
 import shutil
@@ -52,6 +62,8 @@ LOSS_TOL, WEIGHT_TOL = 1e-5, 2e-4
 CHAOS_FACTOR = 5
 STILL_ABS, MOVED_MIN = 1e-6, 1e-4
 LOGIT_TOL = 1e-5  # conformance.keras_functional's bound for its .keras and .weights.h5 files
+MIXED_FIRST_LOSS_TOL, MIXED_LOSS_TOL, MIXED_WEIGHT_TOL = 2e-3, 3e-2, 0.2
+MIXED_LOGIT_TOL = 2e-2
 
 
 def build(K, name):
@@ -60,15 +72,22 @@ def build(K, name):
     return zoo.BUILDERS[name](K)
 
 
-def train(model, opt, loss_fn, x, y, steps, batch):
-    losses = []
-    for s in range(steps):
-        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+def train(model, opt, loss_fn, x, y, steps, batch, graph=False):
+    """graph: each step a tf.function, as Keras fit runs it (grappler then fuses a Dense's
+    MatMul + BiasAdd into one op that rounds once under mixed precision, as libdist does;
+    eagerly each op's output is rounded)."""
+    def step(xb, yb):
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
-        losses.append(float(loss))
+        return loss
+    if graph:
+        step = tf.function(step)
+    losses = []
+    for s in range(steps):
+        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+        losses.append(float(step(tf.constant(xb), tf.constant(yb))))
     return np.array(losses)
 
 
@@ -124,9 +143,144 @@ def compare(tag, names, ours_losses, ours, init, ref_losses, ref, unbounded=()):
     return ok
 
 
+def float32_head(K, model):
+    """The model with Keras's mixed-precision advice applied: its logits through a float32
+    Activation("linear") (so the loss is computed in float32, as libdist computes it)."""
+    y = K.layers.Activation("linear", dtype="float32", name="float32_logits")(model.outputs[0])
+    return K.Model(model.inputs, y, name=model.name)
+
+
+def tf_rounds_like_libdist():
+    """Whether TF's bfloat16 matmul on this CPU accumulates in float32 and rounds once (oneDNN's
+    kernels, on CPUs with AVX512_BF16 or AMX), as libdist's kernels do; Eigen's, elsewhere,
+    round partial sums."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((64, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 64)).astype(np.float32)
+    ab, bb = tf.cast(a, tf.bfloat16), tf.cast(b, tf.bfloat16)
+    got = tf.cast(tf.matmul(ab, bb), tf.float32).numpy()
+    want = tf.cast(tf.cast(tf.matmul(tf.cast(ab, tf.float32), tf.cast(bb, tf.float32)),
+                           tf.bfloat16), tf.float32).numpy()
+    return bool(np.mean(got == want) > 0.99)
+
+
+def main_mixed(driver, work, name, batch, steps, x, y, x_path, y_path, h, w, c):
+    """The same steps under mixed_bfloat16, the policy read from tf_keras's own JSON."""
+    n = steps * batch
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    tf_keras.utils.set_random_seed(5)
+    tk = float32_head(tf_keras, build(tf_keras, name))
+    names = [v.name.split(":")[0] for v in tk.weights]
+    init = [v.astype(np.float32) for v in tk.get_weights()]
+    json_path = os.path.join(work, f"{name}_mixed_bfloat16.json")
+    with open(json_path, "w") as f:
+        f.write(tk.to_json())
+    assert '"mixed_bfloat16"' in open(json_path).read(), "tf_keras wrote no mixed policy"
+    init_path = os.path.join(work, "init.f32")
+    np.concatenate([v.ravel() for v in init]).tofile(init_path)
+    out = os.path.join(work, "libdist")
+    os.makedirs(out)
+    subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w), str(c),
+                    str(steps), str(batch), out], check=True, timeout=1200)
+    ours_losses = np.loadtxt(os.path.join(out, "losses.txt"), dtype=np.float64, ndmin=1)
+    flat = np.fromfile(os.path.join(out, "final.f32"), dtype=np.float32)
+    ours, at = [], 0
+    for v in init:
+        ours.append(flat[at:at + v.size].reshape(v.shape))
+        at += v.size
+    assert at == flat.size, f"libdist has {flat.size} weights, Keras {at}"
+    tk_losses = train(tk, tf_keras.optimizers.SGD(0.01, momentum=0.9),
+                      tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y,
+                      steps, batch, graph=True)
+    k3 = float32_head(keras, build(keras, name))
+    k3.set_weights(init)
+    k3_losses = train(k3, keras.optimizers.SGD(0.01, momentum=0.9),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y,
+                      steps, batch, graph=True)
+    ours_err = np.abs(ours_losses - tk_losses) / np.abs(tk_losses)
+    spread = np.abs(k3_losses - tk_losses) / np.abs(tk_losses)
+    print("     per step, libdist vs tf_keras: " + " ".join(f"{e:.0e}" for e in ours_err))
+    print("     per step, Keras 3 vs tf_keras: " + " ".join(f"{e:.0e}" for e in spread))
+    tk_w, k3_w = tk.get_weights(), [v.numpy() for v in k3.weights]
+    # each variable within max(MIXED_WEIGHT_TOL, CHAOS_FACTOR x the two Kerases' own distance
+    # there), as the float32 ResNet's one step: a bias is a sum over every row of rounded
+    # gradients, and the attention's key bias has no gradient in exact arithmetic (it moves by
+    # rounding alone), so there the references differ by as much as they move. Moving
+    # variances: against Keras 3 (tf_keras's Bessel-corrected update, see the float32 case).
+    bad, worst, worst_ratio = [], None, -1.0
+    for nm, o, t, k in zip(names, ours, tk_w, k3_w):
+        ref = k if "moving_variance" in nm else t
+        lim = max(MIXED_WEIGHT_TOL, CHAOS_FACTOR * rel(k, t) if "moving_variance" not in nm
+                  else MIXED_WEIGHT_TOL)
+        e = rel(o, ref)
+        if e / lim > worst_ratio:
+            worst, worst_ratio = f"{nm} {e:.1e} (bound {lim:.1e}; Keras 3 {rel(k, t):.1e})", e / lim
+        if e > lim:
+            bad.append(f"{nm} {e:.1e} > {lim:.1e}")
+    kernels = [i for i, nm in enumerate(names) if nm.endswith("kernel")]
+    kw = max(kernels, key=lambda i: rel(ours[i], tk_w[i]))
+    first = min(10, steps)
+    ok = (ours_err[0] <= MIXED_FIRST_LOSS_TOL and ours_err.max() <= MIXED_LOSS_TOL and not bad)
+    print(f"{'ok  ' if ok else 'FAIL'} mixed_bfloat16 vs tf_keras: losses {ours_losses[0]:.4f} -> "
+          f"{ours_losses[-1]:.4f}; the first {ours_err[0]:.1e} (<= {MIXED_FIRST_LOSS_TOL:g}), "
+          f"the first {first} {ours_err[:first].max():.1e}, every loss {ours_err.max():.1e} "
+          f"(<= {MIXED_LOSS_TOL:g}; Keras 3 vs tf_keras {spread.max():.1e}); kernels worst "
+          f"{names[kw]} {rel(ours[kw], tk_w[kw]):.1e} (Keras 3 {rel(k3_w[kw], tk_w[kw]):.1e}); "
+          f"closest to its bound: {worst}; {len(bad)} variable(s) beyond max("
+          f"{MIXED_WEIGHT_TOL:g}, {CHAOS_FACTOR}x the Keras distance)"
+          f"{': ' + '; '.join(bad[:4]) if bad else ''}")
+    # The forward pass, where the rounding is not lost in the steps' noise: libdist's inference
+    # logits after the steps against tf_keras's on libdist's trained weights, under
+    # mixed_bfloat16 and under float32
+    ours_logits = np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)
+    tk.set_weights(ours)
+    tk_mixed = tf.function(lambda t: tk(t, training=False))(tf.constant(x[:batch]))
+    tk_mixed = tk_mixed.numpy().astype(np.float32)
+    tf_keras.mixed_precision.set_global_policy("float32")
+    tf32 = build(tf_keras, name)
+    tf32.set_weights(ours)
+    tk_f32 = tf.function(lambda t: tf32(t, training=False))(tf.constant(x[:batch])).numpy()
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    e_mixed = rel(ours_logits.reshape(tk_mixed.shape), tk_mixed)
+    e_f32 = rel(ours_logits.reshape(tk_mixed.shape), tk_f32)
+    e_ref = rel(tk_mixed, tk_f32)
+    if tf_rounds_like_libdist():
+        # TF's bfloat16 products accumulate in float32 and round once (oneDNN's kernels): a
+        # model of Dense layers on 2-D inputs gives the same bits; the Transformer's Dense
+        # layers on [batch, seq, features] run tensordot + BiasAdd in TF (rounded twice, once
+        # in libdist) and its GELU as a chain of bfloat16 ops (once in libdist), so it is held
+        # to no farther from TF's mixed_bfloat16 logits than those are from float32
+        lim = 1e-6 if name == "mlp" else e_ref
+        fwd_ok = e_mixed <= lim
+        print(f"{'ok  ' if fwd_ok else 'FAIL'} forward: libdist's logits vs tf_keras "
+              f"mixed_bfloat16 {e_mixed:.1e} (<= {lim:.1e}), vs tf_keras float32 {e_f32:.1e}; "
+              f"tf_keras mixed_bfloat16 vs float32 {e_ref:.1e}")
+    else:
+        fwd_ok = True
+        print(f"note forward (not bounded: TF's bfloat16 products round their partial sums on "
+              f"this CPU): libdist's logits vs tf_keras mixed_bfloat16 {e_mixed:.1e}, vs tf_keras "
+              f"float32 {e_f32:.1e}; tf_keras mixed_bfloat16 vs float32 {e_ref:.1e}")
+    ok = ok and fwd_ok
+    # libdist's .keras carries the policy: Keras 3 loads a mixed_bfloat16 model
+    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
+    policies = {lay.dtype_policy.name for lay in loaded.layers if lay.weights}
+    want = loaded(x[:batch], training=False).numpy().astype(np.float32)
+    e = rel(ours_logits.reshape(want.shape), want)
+    good = e <= MIXED_LOGIT_TOL and policies == {"mixed_bfloat16"}
+    print(f"{'ok  ' if good else 'FAIL'} .keras: keras.models.load_model gives layers with "
+          f"weights under {sorted(policies)}, logits vs libdist's {e:.1e} "
+          f"(<= {MIXED_LOGIT_TOL:g})")
+    tf_keras.mixed_precision.set_global_policy("float32")
+    keras.mixed_precision.set_global_policy("float32")
+    return 0 if ok and good else 1
+
+
 def main():
     driver, work, name, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     steps = int(sys.argv[5]) if len(sys.argv) > 5 else 20
+    policy = sys.argv[6] if len(sys.argv) > 6 else "float32"
+    assert policy in ("float32", "mixed_bfloat16"), f"policy {policy}"
     shape, dtype = zoo.ZOO[name][0], zoo.ZOO[name][1]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -144,8 +298,10 @@ def main():
     x.tofile(x_path)
     y.tofile(y_path)
     h, w, c = (shape + (1, 1, 1))[:3]  # (SEQ,) ids: the driver's H = SEQ, W = C = 1
-    print(f"{name}, batch {batch}, {steps} steps; TensorFlow {tf.__version__}, tf_keras "
-          f"{tf_keras.__version__}, Keras {keras.__version__}")
+    print(f"{name}, batch {batch}, {steps} steps, {policy}; TensorFlow {tf.__version__}, "
+          f"tf_keras {tf_keras.__version__}, Keras {keras.__version__}")
+    if policy == "mixed_bfloat16":
+        return main_mixed(driver, work, name, batch, steps, x, y, x_path, y_path, h, w, c)
 
     tf_keras.utils.set_random_seed(5)
     tk = build(tf_keras, name)

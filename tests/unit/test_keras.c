@@ -4,6 +4,7 @@
  * conformance.keras_models.) */
 #include "dist/fit.h"
 #include "dist/nn.h"
+#include "dist/policy.h"
 #include "dist/strategy.h"
 #include "testutil.h"
 
@@ -329,6 +330,98 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
 }
 END_TEST
 
+/* tf_keras's dtype policies, as it writes them under keras.mixed_precision.set_global_policy */
+#define POLICY(name)                                                                               \
+    "{\"module\":\"keras.mixed_precision\",\"class_name\":\"Policy\",\"config\":{\"name\":\"" name \
+    "\"},\"registered_name\":null}"
+#define MIXED_DENSE(name, policy)                                                                  \
+    "{\"class_name\":\"Dense\",\"config\":{\"name\":\"" name                                       \
+    "\",\"dtype\":" POLICY(policy) ",\"units\":10,\"activation\":\"linear\",\"use_bias\":true}}"
+#define HEAD(policy)                                                                               \
+    "{\"class_name\":\"Activation\",\"config\":{\"name\":\"head\",\"dtype\":" policy               \
+    ",\"activation\":\"sigmoid\"}}"
+#define MIXED_FLATTEN                                                                              \
+    "{\"class_name\":\"Flatten\",\"config\":{\"name\":\"flatten\",\"dtype\":" POLICY(              \
+        "mixed_bfloat16") "}}"
+
+/* The model's output on one example of a ramp; returns how many of its 10 values are not
+ * bfloat16 values (low 16 bits set). */
+static int outputs_not_bf16(dist_model *m) {
+    static float x[784];
+    for (int i = 0; i < 784; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    dist_backend *be = dist_model_backend(m, 0);
+    dist_tape *tape = NULL;
+    ck_assert_int_eq(dist_tape_create(be, &tape), DIST_OK);
+    dist_tensor xi = dist_tensor_view(x, DIST_F32, 4, (int64_t[]){1, 28, 28, 1});
+    dist_tensor *dev = NULL, *out = NULL;
+    ck_assert_int_eq(dist_tape_upload(tape, &xi, &dev), DIST_OK);
+    ck_assert_msg(dist_model_call(m, tape, dev, &out) == DIST_OK, "%s", dist_last_error());
+    float y[10];
+    ck_assert_int_eq(dist_backend_to_host(be, out, y, sizeof y), DIST_OK);
+    dist_tape_destroy(tape);
+    int n = 0;
+    for (int c = 0; c < 10; c++) {
+        uint32_t bits;
+        memcpy(&bits, &y[c], sizeof bits);
+        ck_assert(y[c] > 0.0f && y[c] < 1.0f);
+        n += (bits & 0xffffu) != 0;
+    }
+    return n;
+}
+
+/* A model saved under Keras's mixed_bfloat16 takes that policy; the float32 Activation that
+ * Keras's mixed-precision guide puts last computes in float32 (its sigmoid is not rounded to
+ * bfloat16), the same head under the model's policy is rounded. */
+START_TEST(test_a_mixed_precision_json_takes_the_keras_policy_and_its_float32_head) {
+    const char *f32_head = SEQUENTIAL(INPUT("in") "," MIXED_FLATTEN "," MIXED_DENSE(
+        "d", "mixed_bfloat16") "," HEAD("\"float32\""));
+    const char *mixed_head = SEQUENTIAL(INPUT("in") "," MIXED_FLATTEN "," MIXED_DENSE(
+        "d", "mixed_bfloat16") "," HEAD(POLICY("mixed_bfloat16")));
+    dist_model *m = NULL;
+    ck_assert_msg(dist_model_from_keras_json(f32_head, 1, &m) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_dtype_policy(m), DIST_POLICY_MIXED_BFLOAT16);
+    int unrounded = outputs_not_bf16(m);
+    dist_model_destroy(m);
+    ck_assert_msg(dist_model_from_keras_json(mixed_head, 1, &m) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_int_eq(dist_model_dtype_policy(m), DIST_POLICY_MIXED_BFLOAT16);
+    int rounded = outputs_not_bf16(m);
+    dist_model_destroy(m);
+    ck_assert_msg(unrounded >= 8, "the float32 head gave %d of 10 values off bfloat16", unrounded);
+    ck_assert_int_eq(rounded, 0);
+    /* no policy anywhere: float32 */
+    ck_assert_int_eq(dist_model_from_keras_json(
+                         SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "linear")), 1, &m),
+                     DIST_OK);
+    ck_assert_int_eq(dist_model_dtype_policy(m), DIST_POLICY_FLOAT32);
+    dist_model_destroy(m);
+}
+END_TEST
+
+START_TEST(test_a_policy_libdist_cannot_honour_is_refused_naming_the_layer) {
+    static const struct {
+        const char *json, *message;
+    } cases[] = {
+        {SEQUENTIAL(INPUT("in") "," MIXED_FLATTEN "," MIXED_DENSE("d", "float32")),
+         "layer 'd' (Dense): argument 'dtype' is 'float32' in a mixed_bfloat16 model"},
+        {SEQUENTIAL(INPUT("in") "," MIXED_FLATTEN "," MIXED_DENSE("d", "mixed_float16")),
+         "layer 'd' (Dense): argument 'dtype' is 'mixed_float16' where layer 'flatten' is "
+         "'mixed_bfloat16'"},
+        {SEQUENTIAL(INPUT("in") "," FLATTEN "," MIXED_DENSE("d", "bfloat16")),
+         "layer 'd' (Dense): argument 'dtype' is 'bfloat16'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dist_model *m = NULL;
+        dist_status st = dist_model_from_keras_json(cases[i].json, 1, &m);
+        ck_assert_msg(st == DIST_UNSUPPORTED, "case %zu: %s '%s'", i, dist_status_name(st),
+                      dist_last_error());
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(dist_last_error(), cases[i].message), "case %zu: '%s'", i,
+                      dist_last_error());
+    }
+}
+END_TEST
+
 START_TEST(test_a_functional_layer_that_does_not_lead_to_the_output_is_refused) {
     /* d0 and d1 both read the input; the output is d1, so d0 computes nothing the model returns
      * (Keras never writes such a layer: a hand-edited file) */
@@ -454,6 +547,8 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_layer_libdist_lacks_is_unsupported_by_name);
     tcase_add_test(tc, test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argument);
     tcase_add_test(tc, test_a_functional_layer_that_does_not_lead_to_the_output_is_refused);
+    tcase_add_test(tc, test_a_mixed_precision_json_takes_the_keras_policy_and_its_float32_head);
+    tcase_add_test(tc, test_a_policy_libdist_cannot_honour_is_refused_naming_the_layer);
     tcase_add_test(tc, test_text_that_is_not_a_keras_model_is_a_format_error);
     tcase_add_test(tc, test_predict_on_one_replica_gives_every_row_in_order);
     tcase_add_test(tc, test_predict_on_two_replicas_gives_every_row_in_order);

@@ -479,6 +479,57 @@ START_TEST(test_layer_ops_store_outputs_and_gradients_at_the_compute_precision) 
 }
 END_TEST
 
+/* Keras's LayerNormalization under a mixed policy computes in float32 with its float32 gamma
+ * and beta and casts the result to the compute dtype: the output is the float32 result
+ * rounded once, not one computed from gamma and beta rounded to bfloat16 (whose values differ
+ * by up to half a bfloat16 step, enough to move many outputs by one). */
+START_TEST(test_layer_normalization_keeps_gamma_and_beta_in_float32_under_mixed_bfloat16) {
+    enum { ROWS = 16, W = 32 };
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("ln", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-3f, 1, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){W}, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_set_dtype_policy(m, DIST_POLICY_MIXED_BFLOAT16), DIST_OK);
+    float w[2 * W], x[ROWS * W], y[ROWS * W];
+    for (int i = 0; i < W; i++) {
+        w[i] = 1.0f + 0.0013f * (float)(i + 1); /* gamma: few are bfloat16 values */
+        w[W + i] = 0.05f * (float)i + 0.0007f;  /* beta */
+    }
+    ck_assert_int_eq(dist_model_set_weights(m, w, 2 * W), DIST_OK);
+    for (int i = 0; i < ROWS * W; i++) x[i] = sinf(0.37f * (float)i) * 3.0f + 0.1f * (float)(i % 7);
+    dist_backend *be = dist_model_backend(m, 0);
+    dist_tape *tape = NULL;
+    ck_assert_int_eq(dist_tape_create(be, &tape), DIST_OK);
+    dist_tensor xi = dist_tensor_view(x, DIST_F32, 2, (int64_t[]){ROWS, W});
+    dist_tensor *dev = NULL, *out = NULL;
+    ck_assert_int_eq(dist_tape_upload(tape, &xi, &dev), DIST_OK);
+    ck_assert_msg(dist_model_call(m, tape, dev, &out) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_backend_to_host(be, out, y, sizeof y), DIST_OK);
+    dist_tape_destroy(tape);
+    int off_f32 = 0, off_bf16 = 0;
+    for (int r = 0; r < ROWS; r++) {
+        double xr[W], mean = 0, var = 0;
+        for (int i = 0; i < W; i++) mean += xr[i] = bf16_reference(x[r * W + i]); /* autocast */
+        mean /= W;
+        for (int i = 0; i < W; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= W;
+        for (int i = 0; i < W; i++) {
+            double n = (xr[i] - mean) / sqrt(var + 1e-3);
+            float f32 = bf16_reference((float)(n * w[i] + w[W + i]));
+            float b16 =
+                bf16_reference((float)(n * bf16_reference(w[i]) + bf16_reference(w[W + i])));
+            off_f32 += y[r * W + i] != f32;
+            off_bf16 += y[r * W + i] != b16;
+        }
+    }
+    /* float32 arithmetic against double may land the other side of a rounding boundary */
+    ck_assert_msg(off_f32 <= 2, "%d of %d outputs differ from float32 gamma and beta rounded once",
+                  off_f32, ROWS * W);
+    ck_assert_msg(off_bf16 >= ROWS * W / 20, "only %d outputs tell the two apart", off_bf16);
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_cast_rejects_what_it_cannot_cast) {
     dist_backend *be = cpu();
     dist_tape *t;
@@ -514,6 +565,8 @@ int main(void) {
     tcase_add_test(tc, test_float16_small_gradients_underflow_without_loss_scaling);
     tcase_add_test(tc, test_float16_overflow_is_skipped_until_the_scale_fits);
     tcase_add_test(tc, test_cast_rejects_what_it_cannot_cast);
+    tcase_add_test(tc,
+                   test_layer_normalization_keeps_gamma_and_beta_in_float32_under_mixed_bfloat16);
     tcase_add_test(tc, test_layer_ops_store_outputs_and_gradients_at_the_compute_precision);
     suite_add_tcase(s, tc);
     return dist_test_run(s);

@@ -588,6 +588,7 @@ int distrain_parse_args(int argc, char **argv, distrain_options *o) {
             if (strcmp(v, "none") && strcmp(v, "fp16") && strcmp(v, "bf16"))
                 return bad(a, v, "expected none, fp16 or bf16");
             o->mixed_precision = v;
+            o->mixed_precision_given = 1;
         } else if (strcmp(a, "--conv-algorithm") == 0) {
             if (strcmp(v, "direct") && strcmp(v, "winograd"))
                 return bad(a, v, "expected direct or winograd");

@@ -26,6 +26,8 @@ typedef struct distrain_options {
     const char *optimizer;        /* adam | sgd */
     dist_lr_schedule lr_schedule; /* --lr-schedule, when lr_schedule_given */
     int lr_schedule_given;
+    int mixed_precision_given; /* --mixed-precision was on the command line (else a --model's
+                                  Keras dtype policy stands) */
     /* --scale-lr: learning_rate holds the scaled rate, base_learning_rate the one scaled
      * (--learning-rate or the optimizer's default), tuned at base_batch (--base-batch, 64) */
     dist_lr_scaling scale_lr;
