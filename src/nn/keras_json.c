@@ -1202,13 +1202,27 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
 }
 
 /* Keras's mixed precision (set_global_policy before the model is built): every layer under one
- * mixed policy, which becomes the model's. float32 is allowed on a layer without weights, which
- * computes what the next layer's autocast rounds anyway; Keras's guide ends a mixed model with
+ * mixed policy, which becomes the model's. float32 is allowed on the weightless layers below,
+ * each computing in float32 what the next layer's autocast rounds anyway (libdist rounds it
+ * there: the same value); Keras's guide ends a mixed model with
  * Activation("linear" or "softmax", dtype="float32"), whose output then stays float32
  * (dist_model.output_f32). A layer with weights must follow the model's policy. */
 static int weightless(const char *class_name) {
-    static const char *const names[] = {"Activation", "ReLU",    "Softmax", "Flatten",
-                                        "Reshape",    "Permute", "Dropout", NULL};
+    static const char *const names[] = {"Activation",
+                                        "ReLU",
+                                        "Softmax",
+                                        "Flatten",
+                                        "Reshape",
+                                        "Permute",
+                                        "Dropout",
+                                        "MaxPooling1D",
+                                        "MaxPooling2D",
+                                        "AveragePooling2D",
+                                        "GlobalAveragePooling1D",
+                                        "GlobalAveragePooling2D",
+                                        "GlobalMaxPooling2D",
+                                        "ZeroPadding2D",
+                                        NULL};
     for (int i = 0; names[i]; i++)
         if (strcmp(class_name, names[i]) == 0) return 1;
     return 0;
@@ -1243,10 +1257,11 @@ static dist_status model_policy(dist_model *m, const cJSON *layers, const char *
         if (strcmp(l.class_name, "InputLayer") == 0 || !d || strcmp(d, "float32") != 0) continue;
         if (!weightless(l.class_name))
             return unsupported_arg(&l, "dtype",
-                                   "is 'float32' in a %s model: libdist runs every layer with "
-                                   "weights at the model's policy (for float32 outputs end the "
-                                   "model with Activation('linear', dtype='float32'), as Keras's "
-                                   "mixed-precision guide does)",
+                                   "is 'float32' in a %s model: libdist computes this layer "
+                                   "at the model's policy (float32 is honoured on activations, "
+                                   "reshapes, Dropout, poolings and ZeroPadding2D; for float32 "
+                                   "outputs end the model with Activation('linear', "
+                                   "dtype='float32'), as Keras's mixed-precision guide does)",
                                    mixed);
         if (out_name && strcmp(l.name, out_name) == 0) m->output_f32 = 1;
     }

@@ -1464,8 +1464,14 @@ static dist_status call_post(dist_tape *tape, model_post_act post, const dist_te
                              dist_tensor **out) {
     if (post == POST_SOFTMAX) return dist_op_softmax(tape, h, out);
     if (post == POST_SWISH) {
+        /* one value rounded under a mixed policy, as TF's fused swish: the sigmoid kept at
+         * float32 for the product */
         dist_tensor *s;
-        DIST_TRY(dist_op_sigmoid(tape, h, &s));
+        dist_dtype saved = dist_tape_compute_precision(tape);
+        DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
+        dist_status st = dist_op_sigmoid(tape, h, &s);
+        dist_tape_set_compute_precision(tape, saved);
+        DIST_TRY(st);
         return dist_op_mul(tape, h, s, out);
     }
     *out = (dist_tensor *)h;
@@ -1624,13 +1630,23 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_CONCATENATE: return dist_op_concat(tape, l->ninputs, in, l->axis, out);
     case LAYER_ZERO_PADDING2D: return call_zero_padding(tape, l, h, out);
     case LAYER_RESCALING: {
-        dist_tensor *scaled, *offset;
-        DIST_TRY(dist_op_scale(tape, h, l->scale, &scaled));
+        /* Keras casts scale and offset to the compute dtype: under a mixed policy they are
+         * rounded to it too */
+        dist_dtype compute = dist_tape_compute_precision(tape);
+        dist_tensor *scaled, *scale, *offset;
+        if (compute == DIST_F32) {
+            DIST_TRY(dist_op_scale(tape, h, l->scale, &scaled));
+        } else {
+            DIST_TRY(scalar_constant(tape, l->scale, &scale));
+            DIST_TRY(dist_op_cast(tape, scale, DIST_F32, compute, &scale));
+            DIST_TRY(dist_op_mul(tape, h, scale, &scaled));
+        }
         if (l->offset == 0.0f) {
             *out = scaled;
             return DIST_OK;
         }
         DIST_TRY(scalar_constant(tape, l->offset, &offset));
+        if (compute != DIST_F32) DIST_TRY(dist_op_cast(tape, offset, DIST_F32, compute, &offset));
         return dist_op_add(tape, scaled, offset, out);
     }
     case LAYER_RESHAPE: {

@@ -28,3 +28,10 @@ foreach(zoo_case "mlp;32" "transformer;8")
   set_tests_properties(conformance.keras_zoo_${zoo_model}_mixed_bfloat16 PROPERTIES
                        FIXTURES_REQUIRED tf_venv LABELS conformance TIMEOUT 900)
 endforeach()
+# Each layer alone under mixed_bfloat16 against tf_keras in a tf.function: TF's bits where its
+# bfloat16 products round once (tests/conformance/keras_layers_mixed.py)
+add_test(NAME conformance.keras_layers_mixed_bfloat16
+         COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_layers_mixed.py
+                 $<TARGET_FILE:keras_functional> ${CMAKE_CURRENT_BINARY_DIR}/keras_layers_mixed)
+set_tests_properties(conformance.keras_layers_mixed_bfloat16 PROPERTIES FIXTURES_REQUIRED tf_venv
+                     LABELS conformance TIMEOUT 900)
