@@ -37,7 +37,9 @@ static dist_op bn_op(dist_opcode code, int k, int nin, int nout, float eps) {
     return op;
 }
 
-/* Copies the first c floats of a backend tensor row into x's gradient (dgamma, dbeta). */
+/* Copies the first c floats of a backend tensor row into x's gradient (dgamma, dbeta). They
+ * stay float32 under a mixed policy: the normalizations compute in float32 with their float32
+ * gamma and beta, whose gradients TF's kernels give as float32 (only x's is rounded). */
 static dist_status bn_param_grad(dist_tape *t, const dist_tensor *x, const float *row, int64_t c) {
     tape_plain_grad h;
     dist_tensor *dst;
@@ -45,7 +47,11 @@ static dist_status bn_param_grad(dist_tape *t, const dist_tensor *x, const float
     if (!dst) return DIST_OK;
     DIST_TRY(
         tape_be(t)->copy(tape_bectx(t), dst->data, row, (size_t)c * sizeof *row, DIST_COPY_D2D));
-    return tape_plain_grad_end(t, x, &h);
+    dist_dtype saved = t->cur_round;
+    t->cur_round = DIST_F32;
+    dist_status st = tape_plain_grad_end(t, x, &h);
+    t->cur_round = saved;
+    return st;
 }
 
 /* With a fused ReLU (n->p.m.a) the gradient ops read the output's gradient masked by the

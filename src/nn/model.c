@@ -1718,7 +1718,15 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
          * dtype, its output is not rounded to it */
         int f32 = m->output_f32 && i == (m->output < 0 ? m->nlayers - 1 : m->output);
         dist_dtype saved = dist_tape_compute_precision(tape);
-        if (f32) DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
+        if (f32 && saved != DIST_F32) {
+            /* Keras's cast of its input: the gradient going back through it is rounded */
+            for (int j = 0; j < l->ninputs; j++) {
+                dist_tensor *c;
+                DIST_TRY(dist_op_cast(tape, in[j], saved, DIST_F32, &c));
+                in[j] = c;
+            }
+            DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
+        }
         dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
         if (f32) dist_tape_set_compute_precision(tape, saved);
         if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_BATCH_NORM)
@@ -1771,7 +1779,10 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
     dist_tape_set_compute_precision(tape, saved);
     DIST_TRY(st);
     if (dist_tape_recording(tape)) rep->training_calls++;
-    if (compute != DIST_F32) DIST_TRY(dist_op_cast(tape, out, compute, DIST_F32, &out));
+    /* (a float32 head's output is float32 already: the loss's gradient reaches it unrounded,
+     * and the head's own cast rounds what it passes back) */
+    if (compute != DIST_F32 && !m->output_f32)
+        DIST_TRY(dist_op_cast(tape, out, compute, DIST_F32, &out));
     *y = out;
     return DIST_OK;
 }

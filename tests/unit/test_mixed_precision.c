@@ -482,7 +482,8 @@ END_TEST
 /* Keras's LayerNormalization under a mixed policy computes in float32 with its float32 gamma
  * and beta and casts the result to the compute dtype: the output is the float32 result
  * rounded once, not one computed from gamma and beta rounded to bfloat16 (whose values differ
- * by up to half a bfloat16 step, enough to move many outputs by one). */
+ * by up to half a bfloat16 step, enough to move many outputs by one); and gamma's and beta's
+ * gradients are float32, unrounded. */
 START_TEST(test_layer_normalization_keeps_gamma_and_beta_in_float32_under_mixed_bfloat16) {
     enum { ROWS = 16, W = 32 };
     dist_model *m = NULL;
@@ -505,7 +506,23 @@ START_TEST(test_layer_normalization_keeps_gamma_and_beta_in_float32_under_mixed_
     ck_assert_int_eq(dist_tape_upload(tape, &xi, &dev), DIST_OK);
     ck_assert_msg(dist_model_call(m, tape, dev, &out) == DIST_OK, "%s", dist_last_error());
     ck_assert_int_eq(dist_backend_to_host(be, out, y, sizeof y), DIST_OK);
+    /* their gradients are float32 too (TF's: a float32 variable's), not rounded to bfloat16:
+     * the loss sum(y * r) gives dgamma = sum over rows of r * normalized x */
+    float rw[ROWS * W], grads[2 * W];
+    for (int i = 0; i < ROWS * W; i++) rw[i] = cosf(0.23f * (float)i);
+    dist_tensor ri = dist_tensor_view(rw, DIST_F32, 2, (int64_t[]){ROWS, W});
+    dist_tensor *rdev = NULL, *prod = NULL, *loss = NULL;
+    ck_assert_int_eq(dist_tape_upload(tape, &ri, &rdev), DIST_OK);
+    ck_assert_int_eq(dist_op_mul(tape, out, rdev, &prod), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(tape, prod, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, tape, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_backend_to_host(be, dist_model_grads(m, 0), grads, sizeof grads),
+                     DIST_OK);
     dist_tape_destroy(tape);
+    int unrounded = 0;
+    for (int i = 0; i < 2 * W; i++) unrounded += (f_bits(grads[i]) & 0xffffu) != 0;
+    ck_assert_msg(unrounded >= W, "only %d of %d gamma and beta gradients are off bfloat16",
+                  unrounded, 2 * W);
     int off_f32 = 0, off_bf16 = 0;
     for (int r = 0; r < ROWS; r++) {
         double xr[W], mean = 0, var = 0;
