@@ -156,6 +156,23 @@ def model(kind):
     return K.Model(x, y, name=kind)
 
 
+def one_step(m, init, x, y):
+    """m's weights after one SGD step from init on (x, y), in a tf.function as Keras fit runs
+    it (the driver's SGD and loss)."""
+    m.set_weights(init)
+    opt = K.optimizers.SGD(0.01, momentum=0.9)
+    lossf = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = lossf(yb, m(xb, training=True))
+        g = tape.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(g, m.trainable_variables))
+    step(tf.constant(x), tf.constant(y))
+    return m.get_weights()
+
+
 def main():
     driver, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -202,31 +219,9 @@ def main():
             at += a.size
         ours = np.fromfile(os.path.join(d, "out", "logits.f32"), dtype=np.float32)
         # one step in TF from the same weights: the updates (the gradients' rounding)
-        m.set_weights(init)
-        opt = K.optimizers.SGD(0.01, momentum=0.9)
-        lossf = K.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-        @tf.function
-        def step(xb, yb):
-            with tf.GradientTape() as tape:
-                loss = lossf(yb, m(xb, training=True))
-            g = tape.gradient(loss, m.trainable_variables)
-            opt.apply_gradients(zip(g, m.trainable_variables))
-        step(tf.constant(x), tf.constant(y))
-        tw = m.get_weights()
+        tw = one_step(m, init, x, y)
         K.mixed_precision.set_global_policy("float32")
-        m32 = model(kind)
-        m32.set_weights(init)
-        opt32 = K.optimizers.SGD(0.01, momentum=0.9)
-
-        @tf.function
-        def step32(xb, yb):
-            with tf.GradientTape() as tape:
-                loss = lossf(yb, m32(xb, training=True))
-            g = tape.gradient(loss, m32.trainable_variables)
-            opt32.apply_gradients(zip(g, m32.trainable_variables))
-        step32(tf.constant(x), tf.constant(y))
-        fw = m32.get_weights()
+        fw = one_step(model(kind), init, x, y)
         K.mixed_precision.set_global_policy("mixed_bfloat16")
         upd = []
         for nm, a, o, t, f in zip([v.name for v in m.weights], init, ws, tw, fw):

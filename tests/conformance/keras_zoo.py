@@ -91,6 +91,22 @@ def train(model, opt, loss_fn, x, y, steps, batch, graph=False):
     return np.array(losses)
 
 
+def run_driver(driver, json_path, init_path, x_path, y_path, dims, steps, batch, out, init):
+    """libdist trains the JSON model (keras_functional.c); its losses and final weights, shaped
+    as Keras's `init`."""
+    os.makedirs(out)
+    subprocess.run([driver, json_path, init_path, x_path, y_path, *map(str, dims), str(steps),
+                    str(batch), out], check=True, timeout=1200)
+    losses = np.loadtxt(os.path.join(out, "losses.txt"), dtype=np.float64, ndmin=1)
+    flat = np.fromfile(os.path.join(out, "final.f32"), dtype=np.float32)
+    weights, at = [], 0
+    for v in init:
+        weights.append(flat[at:at + v.size].reshape(v.shape))
+        at += v.size
+    assert at == flat.size, f"libdist has {flat.size} weights, Keras {at}"
+    return losses, weights
+
+
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
@@ -180,16 +196,8 @@ def main_mixed(driver, work, name, batch, steps, x, y, x_path, y_path, h, w, c):
     init_path = os.path.join(work, "init.f32")
     np.concatenate([v.ravel() for v in init]).tofile(init_path)
     out = os.path.join(work, "libdist")
-    os.makedirs(out)
-    subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w), str(c),
-                    str(steps), str(batch), out], check=True, timeout=1200)
-    ours_losses = np.loadtxt(os.path.join(out, "losses.txt"), dtype=np.float64, ndmin=1)
-    flat = np.fromfile(os.path.join(out, "final.f32"), dtype=np.float32)
-    ours, at = [], 0
-    for v in init:
-        ours.append(flat[at:at + v.size].reshape(v.shape))
-        at += v.size
-    assert at == flat.size, f"libdist has {flat.size} weights, Keras {at}"
+    ours_losses, ours = run_driver(driver, json_path, init_path, x_path, y_path,
+                                   (n, h, w, c), steps, batch, out, init)
     tk_losses = train(tk, tf_keras.optimizers.SGD(0.01, momentum=0.9),
                       tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y,
                       steps, batch, graph=True)
@@ -313,16 +321,8 @@ def main():
     init_path = os.path.join(work, "init.f32")
     np.concatenate([w.ravel() for w in init]).tofile(init_path)
     out = os.path.join(work, "libdist")
-    os.makedirs(out)
-    subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w), str(c),
-                    str(steps), str(batch), out], check=True, timeout=1200)
-    ours_losses = np.loadtxt(os.path.join(out, "losses.txt"), dtype=np.float64, ndmin=1)
-    flat = np.fromfile(os.path.join(out, "final.f32"), dtype=np.float32)
-    ours, at = [], 0
-    for v in init:
-        ours.append(flat[at:at + v.size].reshape(v.shape))
-        at += v.size
-    assert at == flat.size, f"libdist has {flat.size} weights, Keras {at}"
+    ours_losses, ours = run_driver(driver, json_path, init_path, x_path, y_path,
+                                   (n, h, w, c), steps, batch, out, init)
 
     tk_losses = train(tk, tf_keras.optimizers.SGD(0.01, momentum=0.9),
                       tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y,
@@ -349,16 +349,9 @@ def main():
         # A deep network at a small batch amplifies rounding step by step (Keras 3 and tf_keras
         # drift apart as far): libdist is held to the issue's bounds after one step, and over
         # the steps to CHAOS_FACTOR x the references' own drift so far (running maximum).
-        one = os.path.join(work, "libdist_one_step")
-        os.makedirs(one)
-        subprocess.run([driver, json_path, init_path, x_path, y_path, str(n), str(h), str(w),
-                        str(c), "1", str(batch), one], check=True, timeout=1200)
-        one_losses = np.loadtxt(os.path.join(one, "losses.txt"), dtype=np.float64, ndmin=1)
-        one_flat = np.fromfile(os.path.join(one, "final.f32"), dtype=np.float32)
-        one_w, at = [], 0
-        for v in init:
-            one_w.append(one_flat[at:at + v.size].reshape(v.shape))
-            at += v.size
+        one_losses, one_w = run_driver(driver, json_path, init_path, x_path, y_path,
+                                       (n, h, w, c), 1, batch,
+                                       os.path.join(work, "libdist_one_step"), init)
         k1 = build(keras, name)
         k1.set_weights(init)
         k1_losses = train(k1, keras.optimizers.SGD(0.01, momentum=0.9),
