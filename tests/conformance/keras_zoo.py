@@ -29,13 +29,16 @@ ids are drawn uniformly from the vocabulary and its labels from {0, 1}; the driv
 as int32 (keras_functional.c).
 
 Under POLICY mixed_bfloat16 (the sixth argument) tf_keras builds the model under
-keras.mixed_precision.set_global_policy("mixed_bfloat16") and libdist reads the policy from that
-JSON (every layer's "dtype"): the same 20 steps against tf_keras and Keras 3 trained under it
-too. Bounds as conformance.keras_steps's SGD mixed_bfloat16 (Keras's bfloat16 kernels round
-partial sums where libdist accumulates in float32): the first 10 losses within 1e-3 of tf_keras,
-every loss within 2e-2, every variable within MIXED_WEIGHT_TOL; Keras 3 and tf_keras are printed
-against each other for scale. libdist's .keras then loads in Keras 3 as a mixed_bfloat16 model
-whose logits are within MIXED_LOGIT_TOL of libdist's (both round every layer's output).
+keras.mixed_precision.set_global_policy("mixed_bfloat16"), with Keras's float32 head, and
+libdist reads the policy from that JSON (every layer's "dtype"): the same 20 steps against
+tf_keras and Keras 3 trained under it too, each step a tf.function as Keras fit runs it. The
+first loss within 5e-3 of tf_keras (measured 3e-7 / 4.9e-4 for the MLP / Transformer where TF's
+bfloat16 products round once, 6.1e-4 / 1.7e-3 with TF's Eigen kernels, TF_ENABLE_ONEDNN_OPTS=0),
+every loss within 3e-2 (5.7e-4 / 9.3e-3; Eigen 3.8e-3 / 1.3e-2), every variable within
+max(MIXED_WEIGHT_TOL, 5x the two Kerases' distance there). Where TF's products round once the
+MLP's logits after the steps must be TF's bits. libdist's .keras then loads in Keras 3 as a
+mixed_bfloat16 model whose logits are within MIXED_LOGIT_TOL of libdist's. The layers one at a
+time: keras_layers_mixed.py.
 
 Usage: keras_zoo.py DRIVER WORKDIR MODEL BATCH [STEPS [POLICY]]
        (MODEL: resnet20, mlp or transformer; POLICY: float32 or mixed_bfloat16)
@@ -62,7 +65,7 @@ LOSS_TOL, WEIGHT_TOL = 1e-5, 2e-4
 CHAOS_FACTOR = 5
 STILL_ABS, MOVED_MIN = 1e-6, 1e-4
 LOGIT_TOL = 1e-5  # conformance.keras_functional's bound for its .keras and .weights.h5 files
-MIXED_FIRST_LOSS_TOL, MIXED_LOSS_TOL, MIXED_WEIGHT_TOL = 2e-3, 3e-2, 0.2
+MIXED_FIRST_LOSS_TOL, MIXED_LOSS_TOL, MIXED_WEIGHT_TOL = 5e-3, 3e-2, 0.2
 MIXED_LOGIT_TOL = 2e-2
 
 
