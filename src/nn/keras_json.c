@@ -72,14 +72,16 @@ static const char *dtype_name(const json_layer *l) {
 /* float32, or a mixed policy (the model's, set by model_policy once every layer is read) */
 static dist_status check_dtype(const json_layer *l) {
     const char *name = dtype_name(l);
-    if (!name || strcmp(name, "float32") == 0 || strcmp(name, "mixed_bfloat16") == 0 ||
-        strcmp(name, "mixed_float16") == 0)
+    int input = strcmp(l->class_name, "InputLayer") == 0;
+    if (!name || strcmp(name, "float32") == 0 ||
+        (!input && (strcmp(name, "mixed_bfloat16") == 0 || strcmp(name, "mixed_float16") == 0)))
         return DIST_OK;
     /* an input of token ids (read by an Embedding: build checks) */
-    if (strcmp(name, "int32") == 0 && strcmp(l->class_name, "InputLayer") == 0) return DIST_OK;
+    if (strcmp(name, "int32") == 0 && input) return DIST_OK;
     return unsupported_arg(l, "dtype",
-                           "is '%s'; libdist supports float32, mixed_bfloat16 and mixed_float16 "
-                           "(and int32 inputs)",
+                           input ? "is '%s'; an input is float32 or int32 (token ids)"
+                                 : "is '%s'; libdist supports float32, mixed_bfloat16 and "
+                                   "mixed_float16",
                            *name ? name : "(not a policy name)");
 }
 
@@ -1202,11 +1204,11 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
 }
 
 /* Keras's mixed precision (set_global_policy before the model is built): every layer under one
- * mixed policy, which becomes the model's. float32 is allowed on the weightless layers below,
- * each computing in float32 what the next layer's autocast rounds anyway (libdist rounds it
- * there: the same value); Keras's guide ends a mixed model with
- * Activation("linear" or "softmax", dtype="float32"), whose output then stays float32
- * (dist_model.output_f32). A layer with weights must follow the model's policy. */
+ * mixed policy, which becomes the model's. float32 is honoured on the output layer alone, when
+ * it has no weights: Keras's guide ends a mixed model with Activation("linear" or "softmax",
+ * dtype="float32"), whose output then stays float32 (dist_model.output_f32). Elsewhere a
+ * float32 layer would compute on unrounded values where libdist rounds them, so it is
+ * refused, as a layer with weights under another policy is. */
 static int weightless(const char *class_name) {
     static const char *const names[] = {"Activation",
                                         "ReLU",
@@ -1216,11 +1218,17 @@ static int weightless(const char *class_name) {
                                         "Permute",
                                         "Dropout",
                                         "MaxPooling1D",
+                                        "MaxPool1D",
                                         "MaxPooling2D",
+                                        "MaxPool2D",
                                         "AveragePooling2D",
+                                        "AvgPool2D",
                                         "GlobalAveragePooling1D",
+                                        "GlobalAvgPool1D",
                                         "GlobalAveragePooling2D",
+                                        "GlobalAvgPool2D",
                                         "GlobalMaxPooling2D",
+                                        "GlobalMaxPool2D",
                                         "ZeroPadding2D",
                                         NULL};
     for (int i = 0; names[i]; i++)
@@ -1255,15 +1263,14 @@ static dist_status model_policy(dist_model *m, const cJSON *layers, const char *
         DIST_TRY(read_layer(item, index++, &l));
         const char *d = dtype_name(&l);
         if (strcmp(l.class_name, "InputLayer") == 0 || !d || strcmp(d, "float32") != 0) continue;
-        if (!weightless(l.class_name))
+        if (!weightless(l.class_name) || !out_name || strcmp(l.name, out_name) != 0)
             return unsupported_arg(&l, "dtype",
-                                   "is 'float32' in a %s model: libdist computes this layer "
-                                   "at the model's policy (float32 is honoured on activations, "
-                                   "reshapes, Dropout, poolings and ZeroPadding2D; for float32 "
-                                   "outputs end the model with Activation('linear', "
-                                   "dtype='float32'), as Keras's mixed-precision guide does)",
+                                   "is 'float32' in a %s model: libdist honours float32 on the "
+                                   "output layer alone, when it has no weights (Keras's "
+                                   "mixed-precision guide ends a model with "
+                                   "Activation('linear' or 'softmax', dtype='float32'))",
                                    mixed);
-        if (out_name && strcmp(l.name, out_name) == 0) m->output_f32 = 1;
+        m->output_f32 = 1;
     }
     dist_dtype_policy p;
     DIST_TRY(dist_dtype_policy_parse(mixed, &p));

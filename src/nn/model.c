@@ -1056,11 +1056,13 @@ static int is_plain_relu(const model_layer *l) {
  * every residual block (dist_op_add_activation: one pass forward, and backward the mask and
  * both operands' gradients in one pass, with no copy per operand). */
 static void fuse_layers(dist_model *m) {
+    int head = m->output < 0 ? m->nlayers - 1 : m->output;
     for (int i = 0; i < m->nlayers; i++) m->layers[i].fused_relu = -1;
     for (int i = 0; i < m->nlayers; i++) {
         const model_layer *r = &m->layers[i];
         int from = r->ninputs == 1 ? r->inputs[0] : DIST_MODEL_INPUT;
         if (!is_plain_relu(r) || from < 0) continue;
+        if (m->output_f32 && i == head) continue; /* a float32 head runs on its own */
         model_layer *b = &m->layers[from];
         if (b->readers != 1) continue;
         if (b->kind == LAYER_BATCH_NORM || (b->kind == LAYER_ADD && b->ninputs >= 2))
@@ -1464,15 +1466,23 @@ static dist_status call_post(dist_tape *tape, model_post_act post, const dist_te
                              dist_tensor **out) {
     if (post == POST_SOFTMAX) return dist_op_softmax(tape, h, out);
     if (post == POST_SWISH) {
-        /* one value rounded under a mixed policy, as TF's fused swish: the sigmoid kept at
-         * float32 for the product */
-        dist_tensor *s;
+        /* Under a mixed policy TF's fused swish and its gradient each round once: here the
+         * product and the sigmoid run at float32 between two casts, the output rounded by the
+         * second, h's whole gradient (both parts summed in float32) by the first's backward */
+        dist_tensor *s, *y32;
         dist_dtype saved = dist_tape_compute_precision(tape);
+        if (saved == DIST_F32) {
+            DIST_TRY(dist_op_sigmoid(tape, h, &s));
+            return dist_op_mul(tape, h, s, out);
+        }
+        dist_tensor *hs;
+        DIST_TRY(dist_op_cast(tape, h, saved, DIST_F32, &hs));
         DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
-        dist_status st = dist_op_sigmoid(tape, h, &s);
+        dist_status st = dist_op_sigmoid(tape, hs, &s);
+        if (st == DIST_OK) st = dist_op_mul(tape, hs, s, &y32);
         dist_tape_set_compute_precision(tape, saved);
         DIST_TRY(st);
-        return dist_op_mul(tape, h, s, out);
+        return dist_op_cast(tape, y32, DIST_F32, saved, out);
     }
     *out = (dist_tensor *)h;
     return DIST_OK;
@@ -1663,6 +1673,8 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
  * pool without writing the convolution's output (not while check numerics wants it). */
 static int fuses_with_pool(const dist_model *m, int k) {
     if (k + 1 >= m->nlayers || m->check_numerics) return 0;
+    int head = m->output < 0 ? m->nlayers - 1 : m->output;
+    if (m->output_f32 && m->order[k + 1] == head) return 0; /* a float32 head runs on its own */
     const model_layer *c = &m->layers[m->order[k]], *p = &m->layers[m->order[k + 1]];
     return c->kind == LAYER_CONV2D && c->conv.dilation_h == 1 && c->conv.dilation_w == 1 &&
            c->conv.groups == 1 && c->post == POST_NONE && p->kind == LAYER_MAX_POOL2D &&

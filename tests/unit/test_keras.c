@@ -409,6 +409,16 @@ START_TEST(test_a_policy_libdist_cannot_honour_is_refused_naming_the_layer) {
          "'mixed_bfloat16'"},
         {SEQUENTIAL(INPUT("in") "," FLATTEN "," MIXED_DENSE("d", "bfloat16")),
          "layer 'd' (Dense): argument 'dtype' is 'bfloat16'"},
+        /* float32 on a weightless layer that is not the output */
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Flatten\",\"config\":{\"name\":\"f\","
+                                "\"dtype\":\"float32\"}}," MIXED_DENSE("d", "mixed_bfloat16")),
+         "layer 'f' (Flatten): argument 'dtype' is 'float32' in a mixed_bfloat16 model: libdist "
+         "honours float32 on the output layer alone"},
+        {SEQUENTIAL("{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,28,28,1],"
+                    "\"dtype\":" POLICY("mixed_bfloat16") ",\"name\":\"in\"}}," FLATTEN
+                                                          "," MIXED_DENSE("d", "mixed_bfloat16")),
+         "layer 'in' (InputLayer): argument 'dtype' is 'mixed_bfloat16'; an input is float32 or "
+         "int32"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dist_model *m = NULL;

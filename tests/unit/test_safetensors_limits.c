@@ -296,8 +296,8 @@ static void many_tensors(int n, double *build, double *load) {
 /* The cost of adding, loading and looking up grows linearly with the number of tensors: ten times
  * the tensors may cost at most 50 times the CPU time (linear measured 10-25 times with the caches,
  * a scan per lookup or per add costs 100 times). A ratio of CPU times on the same thread, so it
- * holds on a slow or sanitized build and on a busy machine; the smaller run is the fastest of three
- * so that its warm-up does not flatter the ratio. */
+ * holds on a slow or sanitized build and on a busy machine; each size's fastest run counts (of
+ * three small, two large), so that neither a warm-up nor a pause moves the ratio. */
 START_TEST(test_a_header_of_100000_tensors_loads_and_is_looked_up_in_linear_time) {
     enum { N = 100000 };
     double build_small = 1e9, load_small = 1e9, b, l;
@@ -306,8 +306,12 @@ START_TEST(test_a_header_of_100000_tensors_loads_and_is_looked_up_in_linear_time
         build_small = b < build_small ? b : build_small;
         load_small = l < load_small ? l : load_small;
     }
-    double build, load;
-    many_tensors(N, &build, &load);
+    double build = 1e9, load = 1e9;
+    for (int r = 0; r < 2; r++) { /* the faster of two: a busy machine's pause is not the cost */
+        many_tensors(N, &b, &l);
+        build = b < build ? b : build;
+        load = l < load ? l : load;
+    }
     printf("%d tensors and metadata keys: built in %.3f s, loaded and looked up in %.3f s "
            "(%d: %.3f s, %.3f s)\n",
            N, build, load, N / 10, build_small, load_small);

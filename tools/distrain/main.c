@@ -1025,22 +1025,7 @@ static int train(run_state *s) {
         st = dist_optimizer_set_clipping(s->optimizer, (float)o->clipnorm, (float)o->clipvalue,
                                          (float)o->global_clipnorm);
     if (!st && o->check_numerics) st = dist_model_set_check_numerics(s->model, 1);
-    if (!st && !o->mixed_precision_given && o->model_file) {
-        /* a Keras model saved under a mixed policy trains under it, as Keras would */
-        s->policy = dist_model_dtype_policy(s->model);
-        int ps = o->strategy_kind == DIST_STRATEGY_PARAMETER_SERVER;
-        if (s->policy == DIST_POLICY_MIXED_FLOAT16 &&
-            (ps || o->strategy_kind == DIST_STRATEGY_CENTRAL_STORAGE)) {
-            fprintf(stderr,
-                    "distrain: --model %s: the model's policy is mixed_float16, whose loss "
-                    "scaling --strategy %s does not support; give --mixed-precision bf16 or "
-                    "none\n",
-                    o->model_file, dist_strategy_kind_name(o->strategy_kind));
-            return 2;
-        }
-    } else if (!st) {
-        st = dist_dtype_policy_parse(o->mixed_precision, &s->policy);
-    }
+    if (!st) st = dist_dtype_policy_parse(o->mixed_precision, &s->policy);
     if (!st) st = dist_model_set_dtype_policy(s->model, s->policy);
     if (!st) st = make_loss_scale(s);
     if (st) return fail("building the model");
@@ -1451,6 +1436,22 @@ int main(int argc, char **argv) {
     }
     if (o.print_cluster) return distrain_print_cluster();
     if ((rc = distrain_evaluator_setup(&o))) return rc;
+    if (o.model_file && !o.mixed_precision_given) {
+        /* a Keras model saved under a mixed policy trains under it, as Keras would; every task
+         * reads it here, before the strategy, the flag checks and the settings check */
+        const char *mp = distrain_model_file_precision(o.model_file);
+        if (mp && strcmp(mp, "fp16") == 0 &&
+            (o.strategy_kind == DIST_STRATEGY_PARAMETER_SERVER ||
+             o.strategy_kind == DIST_STRATEGY_CENTRAL_STORAGE)) {
+            fprintf(stderr,
+                    "distrain: --model %s: the model's policy is mixed_float16, whose loss "
+                    "scaling --strategy %s does not support; give --mixed-precision bf16 or "
+                    "none\n",
+                    o.model_file, dist_strategy_kind_name(o.strategy_kind));
+            return 2;
+        }
+        if (mp) o.mixed_precision = mp;
+    }
     if ((rc = check_flags(&o))) return rc;
     if (o.workers > 0 && o.transport && strcmp(o.transport, "mpi") == 0) {
         fprintf(stderr,

@@ -1,5 +1,6 @@
 #include "model_file.h"
 
+#include <dist/policy.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,4 +91,19 @@ int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model
         *model = NULL;
     }
     return rc;
+}
+
+const char *distrain_model_file_precision(const char *path) {
+    const char *why = NULL;
+    char *json = read_text(path, &why);
+    if (!json) return NULL;
+    dist_model *m = NULL;
+    dist_status st = dist_model_from_keras_json(json, 1, &m);
+    free(json);
+    if (st) return NULL;
+    dist_dtype_policy p = dist_model_dtype_policy(m);
+    dist_model_destroy(m);
+    return p == DIST_POLICY_MIXED_BFLOAT16  ? "bf16"
+           : p == DIST_POLICY_MIXED_FLOAT16 ? "fp16"
+                                            : "none";
 }

@@ -16,4 +16,10 @@
 int distrain_model_from_file(const char *path, uint64_t seed, dist_model **model, int64_t *input,
                              int *classes, int *tokens);
 
+/* The --mixed-precision value ("none", "bf16" or "fp16") of the Keras model at `path`: the dtype
+ * policy its layers were saved under. NULL when the file cannot be read or built (the full load
+ * reports why). Read before the strategy starts, so that every task and the settings check see
+ * the policy the model trains under. */
+const char *distrain_model_file_precision(const char *path);
+
 #endif
