@@ -1238,40 +1238,39 @@ static int weightless(const char *class_name) {
 
 static dist_status model_policy(dist_model *m, const cJSON *layers, const char *out_name) {
     const char *mixed = NULL, *mixed_layer = NULL, *last = NULL;
+    json_layer f32 = {0}; /* the first layer marked float32, and how many are */
+    int nf32 = 0, index = 0;
     const cJSON *item;
-    int index = 0;
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
         if (strcmp(l.class_name, "InputLayer") == 0) continue;
         last = l.name;
         const char *d = dtype_name(&l);
-        if (!d || strcmp(d, "float32") == 0) continue;
-        if (mixed && strcmp(d, mixed) != 0)
+        if (!d) continue;
+        if (strcmp(d, "float32") == 0) {
+            if (nf32++ == 0) f32 = l;
+        } else if (mixed && strcmp(d, mixed) != 0) {
             return unsupported_arg(&l, "dtype",
                                    "is '%s' where layer '%s' is '%s'; libdist runs one policy "
                                    "for the whole model",
                                    d, mixed_layer, mixed);
-        mixed = d;
-        mixed_layer = l.name;
+        } else {
+            mixed = d;
+            mixed_layer = l.name;
+        }
     }
     if (!mixed) return DIST_OK;
     if (!out_name) out_name = last;
-    index = 0;
-    cJSON_ArrayForEach(item, layers) {
-        json_layer l;
-        DIST_TRY(read_layer(item, index++, &l));
-        const char *d = dtype_name(&l);
-        if (strcmp(l.class_name, "InputLayer") == 0 || !d || strcmp(d, "float32") != 0) continue;
-        if (!weightless(l.class_name) || !out_name || strcmp(l.name, out_name) != 0)
-            return unsupported_arg(&l, "dtype",
-                                   "is 'float32' in a %s model: libdist honours float32 on the "
-                                   "output layer alone, when it has no weights (Keras's "
-                                   "mixed-precision guide ends a model with "
-                                   "Activation('linear' or 'softmax', dtype='float32'))",
-                                   mixed);
-        m->output_f32 = 1;
-    }
+    if (nf32 > 1 || (nf32 == 1 &&
+                     (!weightless(f32.class_name) || !out_name || strcmp(f32.name, out_name) != 0)))
+        return unsupported_arg(&f32, "dtype",
+                               "is 'float32' in a %s model: libdist honours float32 on the "
+                               "output layer alone, when it has no weights (Keras's "
+                               "mixed-precision guide ends a model with "
+                               "Activation('linear' or 'softmax', dtype='float32'))",
+                               mixed);
+    m->output_f32 = nf32 == 1;
     dist_dtype_policy p;
     DIST_TRY(dist_dtype_policy_parse(mixed, &p));
     return dist_model_set_dtype_policy(m, p);

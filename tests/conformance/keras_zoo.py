@@ -94,6 +94,19 @@ def train(model, opt, loss_fn, x, y, steps, batch, graph=False):
     return np.array(losses)
 
 
+def write_model(tk, work, json_name):
+    """tf_keras model tk's to_json() and initial weights (get_weights() order, float32) into
+    work: (variable names, weights, JSON path, weights path), what run_driver reads."""
+    names = [v.name.split(":")[0] for v in tk.weights]
+    init = [v.astype(np.float32) for v in tk.get_weights()]
+    json_path = os.path.join(work, json_name)
+    with open(json_path, "w") as f:
+        f.write(tk.to_json())
+    init_path = os.path.join(work, "init.f32")
+    np.concatenate([v.ravel() for v in init]).tofile(init_path)
+    return names, init, json_path, init_path
+
+
 def run_driver(driver, json_path, init_path, x_path, y_path, dims, steps, batch, out, init):
     """libdist trains the JSON model (keras_functional.c); its losses and final weights, shaped
     as Keras's `init`."""
@@ -190,14 +203,8 @@ def main_mixed(driver, work, name, batch, steps, x, y, x_path, y_path, h, w, c):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     tf_keras.utils.set_random_seed(5)
     tk = float32_head(tf_keras, build(tf_keras, name))
-    names = [v.name.split(":")[0] for v in tk.weights]
-    init = [v.astype(np.float32) for v in tk.get_weights()]
-    json_path = os.path.join(work, f"{name}_mixed_bfloat16.json")
-    with open(json_path, "w") as f:
-        f.write(tk.to_json())
+    names, init, json_path, init_path = write_model(tk, work, f"{name}_mixed_bfloat16.json")
     assert '"mixed_bfloat16"' in open(json_path).read(), "tf_keras wrote no mixed policy"
-    init_path = os.path.join(work, "init.f32")
-    np.concatenate([v.ravel() for v in init]).tofile(init_path)
     out = os.path.join(work, "libdist")
     ours_losses, ours = run_driver(driver, json_path, init_path, x_path, y_path,
                                    (n, h, w, c), steps, batch, out, init)
@@ -323,13 +330,7 @@ def main():
 
     tf_keras.utils.set_random_seed(5)
     tk = build(tf_keras, name)
-    names = [w.name.split(":")[0] for w in tk.weights]
-    init = [w.astype(np.float32) for w in tk.get_weights()]
-    json_path = os.path.join(work, f"{name}.json")
-    with open(json_path, "w") as f:
-        f.write(tk.to_json())
-    init_path = os.path.join(work, "init.f32")
-    np.concatenate([w.ravel() for w in init]).tofile(init_path)
+    names, init, json_path, init_path = write_model(tk, work, f"{name}.json")
     out = os.path.join(work, "libdist")
     ours_losses, ours = run_driver(driver, json_path, init_path, x_path, y_path,
                                    (n, h, w, c), steps, batch, out, init)
