@@ -410,6 +410,13 @@ def main():
     ap.add_argument("--metric-reduces", type=int, default=1,
                     help="all-reduces of the metrics per step: 1 today, 3 for the runs before "
                          "they were fused (docs/scaling.md section 4)")
+    ap.add_argument("--measure", choices=("wall", "step"), default="wall",
+                    help="the step time the model predicts and checks: 'wall', a step's period "
+                         "(distrain's train_wall_seconds: the step and the waits for the input "
+                         "pipeline between steps; contention.sh's wall_ms), or 'step', the time "
+                         "inside the steps (train_seconds; step_ms), which under contention "
+                         "misses the time a process loses its core between steps (lines "
+                         "before 6 December 2026 have only this)")
     ap.add_argument("--extrapolate", action="store_true")
     ap.add_argument("--ps-apply-ms", type=float, default=0.68,
                     help="a ps task's Adam update of the whole model (bench_ps: 1,480 per s)")
@@ -426,6 +433,17 @@ def main():
                     help="TLS's time per byte against plain TCP's (bench_allreduce, 2 processes, "
                          "1-64 MB: 2.2-2.6x; README.md)")
     a = ap.parse_args()
+    lacking = [0]
+
+    def measured(r):
+        """The line's step time under --measure (the lines before train_wall_seconds have only
+        the time inside the steps: counted, and said)."""
+        key = {"wall": "wall_ms" if r.get("contention") else "step_wall_ms",
+               "step": "step_ms"}[a.measure]
+        if r.get(key) is None:
+            lacking[0] += a.measure == "wall"
+            return r.get("step_ms")
+        return r[key]
     global METRIC_REDUCES
     METRIC_REDUCES = a.metric_reduces
     layers = json.load(open(a.layers))
@@ -463,7 +481,7 @@ def main():
             for l in filter(str.strip, open(path)):
                 r = json.loads(l)
                 if r.get("contention"):
-                    cont.setdefault((r["processes"], r["batch"]), []).append(r["step_ms"])
+                    cont.setdefault((r["processes"], r["batch"]), []).append(measured(r))
         # one process alone: the single-process compute(b), replacing --compute's points
         alone = {b: median(v) for (n, b), v in cont.items() if n == 1}
         if alone:
@@ -494,6 +512,7 @@ def main():
                     r = json.loads(l)
                     if r.get("contention") or r.get("probe"):
                         continue
+                    r["step_ms"] = measured(r)
                     if a.rounds:
                         last.setdefault(r["label"], []).append(r)
                     else:
@@ -513,6 +532,12 @@ def main():
             r["hidden_each"] = [h["hidden_pct"] for h in hid]
             r["exposed_each"] = [h["exposed_ms_per_pass"] for h in hid]
             runs.append(r)
+        if lacking[0]:
+            print("# %d lines have no wall period (older sweeps): their time inside the steps "
+                  "stands in for it" % lacking[0])
+        print("# measured: %s" % {"wall": "a step's period (train_wall_seconds / steps)",
+                                  "step": "the time inside a step (train_seconds / steps)"}
+              [a.measure])
         calibrate(runs, layers, compute, m)
         print("# fitted on the unlimited runs: %.2f us CPU per message, %.3f ns CPU per byte"
               % (m["msg"] * 1e6, m["byte_cpu"] * 1e9))

@@ -192,6 +192,9 @@ typedef struct dist_fit_result {
     int64_t global_step; /* training steps since the first epoch, resumes included */
     int epochs_done;     /* epochs completed since the first, resumes included (after an
                             early stop: the epochs that ran) */
+    double wall_seconds; /* seconds from each epoch's start to the end of its last step: the
+                            steps, the waits for the input pipeline and the per-batch callbacks
+                            (not validation); per step, the period a user sees */
 } dist_fit_result;
 
 /* Trains for opts->epochs epochs over `train` (global batches; the iterator is made here and

@@ -394,6 +394,7 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
         memcpy(fs.sums, resumed_inside ? fs.initial_sums : (double[3]){0, 0, 0}, sizeof fs.sums);
         fs.epoch_images = 0;
         fs.epoch_step_seconds = 0;
+        fs.epoch_seconds = 0;
         double epoch_start = now_s();
         dist_logs_clear(&logs);
         EACH_CALLBACK(on_epoch_begin, e, &logs);
@@ -464,6 +465,7 @@ dist_status dist_fit(dist_strategy *s, dist_model *model, dist_optimizer *optimi
                 EACH_CALLBACK(on_batch_end, batch, &logs);
             }
         }
+        res.wall_seconds += fs.epoch_seconds; /* to the end of the last step */
         dist_logs_clear(&logs);
         sums_to_logs(fs.sums, "", &logs);
         if (validation) {

@@ -42,7 +42,8 @@
 # TF_CONFIG would give, so through the relay when --delay-us is set.
 #
 # Records one JSON line in --results (default DIR/result.jsonl): the configuration, the chief's
-# metrics (steps, train_seconds, step time, images/s, test accuracy), bytes on the wire (the sum
+# metrics (steps, train_seconds and step_ms inside the steps, train_wall_seconds and step_wall_ms
+# with the waits between them: the period, images/s, test accuracy), bytes on the wire (the sum
 # of the tasks' eth0 tx_bytes, total and per step), every task's exit code, and for a fault the
 # error lines naming the lost task and the seconds from the fault to the first survivor's exit.
 # Exit status: 0 when the run behaved as expected (no fault: every task exited 0; a fault: the
@@ -372,6 +373,7 @@ for i in range(len(rc)):
         errors.append("%s: %s" % (names[i], (named or hits)[0].strip()[:300]))
 steps = m.get("steps") or 0
 secs = m.get("train_seconds") or 0
+wall = m.get("train_wall_seconds") or 0
 fault_t = "$fault_t"
 first = "$first_exit_t"
 vname = names[victim]
@@ -408,6 +410,7 @@ line = {
     "batch_size": int("$batch"), "steps_asked": int("$steps"), "fault": fault,
     "overlap": "$overlap" == "1", "bytes_per_pack": int("${bytes_per_pack:-0}"), "gradient_compression": "$compression", "overlap_stats": ov,
     "steps": steps, "train_seconds": secs, "step_ms": round(1000 * secs / steps, 3) if steps else None,
+    "train_wall_seconds": wall, "step_wall_ms": round(1000 * wall / steps, 3) if steps and wall else None,
     "train_images_per_sec": m.get("train_images_per_sec"), "test_accuracy": m.get("test_accuracy"),
     "wall_s": round(float("$t_end") - float("$t_start"), 2),
     "tx_bytes": tx, "tx_bytes_per_step": round(tx / steps) if steps else None,

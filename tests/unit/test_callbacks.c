@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -475,6 +476,45 @@ START_TEST(test_fit_reduces_the_loss_and_logs_train_and_validation_metrics) {
 }
 END_TEST
 
+/* Sleeps `ms` milliseconds: before each batch (the wall period's share) or after each epoch
+ * (neither's). */
+static void sleep_ms(int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+static dist_status slow_batch_begin(void *user, dist_fit_state *fs, int64_t batch, dist_logs *l) {
+    (void)user, (void)fs, (void)batch, (void)l;
+    sleep_ms(5);
+    return DIST_OK;
+}
+static dist_status slow_epoch_end(void *user, dist_fit_state *fs, int epoch, dist_logs *l) {
+    (void)user, (void)fs, (void)epoch, (void)l;
+    sleep_ms(250);
+    return DIST_OK;
+}
+
+START_TEST(test_fit_wall_seconds_count_what_holds_the_steps_back_and_not_the_epoch_end) {
+    /* step_seconds: inside the steps; wall_seconds: each epoch's start to its last step's end,
+     * so a slow per-batch callback (as a slow input pipeline) is in it and a slow epoch-end
+     * callback (as validation) is not */
+    run r = make_run("cpu:0");
+    dist_fit_options fo = DIST_FIT_OPTIONS_INIT;
+    fo.epochs = 2;
+    dist_callback slow = {.on_batch_begin = slow_batch_begin, .on_epoch_end = slow_epoch_end};
+    dist_fit_result res;
+    ck_assert_msg(dist_fit(r.s, r.m, r.opt, r.train, NULL, &fo, &slow, 1, &res) == DIST_OK, "%s",
+                  dist_last_error());
+    ck_assert_int_eq(res.steps, 2 * 6);
+    ck_assert_double_gt(res.step_seconds, 0);
+    /* 12 batches x 5 ms of sleep before their steps */
+    ck_assert_double_ge(res.wall_seconds - res.step_seconds, 12 * 0.005);
+    /* the two epoch ends' 0.5 s left out */
+    ck_assert_double_lt(res.wall_seconds - res.step_seconds, 12 * 0.005 + 0.45);
+    free_run(&r);
+}
+END_TEST
+
 static dist_status log_write_fails(void *user, dist_fit_state *fs, int epoch, dist_logs *logs) {
     (void)user, (void)fs, (void)epoch, (void)logs;
     return dist_error_for_test(DIST_IO, "log: writing 'log.csv': No space left on device");
@@ -845,6 +885,7 @@ static Suite *callbacks_suite(void) {
     tcase_add_test(tc, test_csv_logger_writes_sorted_columns_and_appends_without_a_second_header);
     tcase_add_test(tc, test_a_log_write_error_does_not_lose_the_epochs_checkpoint);
     tcase_add_test(tc, test_fit_reduces_the_loss_and_logs_train_and_validation_metrics);
+    tcase_add_test(tc, test_fit_wall_seconds_count_what_holds_the_steps_back_and_not_the_epoch_end);
     tcase_add_test(tc, test_optimizer_state_round_trips_and_a_mismatch_is_named);
     tcase_add_test(tc, test_loss_scale_state_is_part_of_the_training_state);
     tcase_add_test(tc, test_check_numerics_names_the_first_layer_and_replica_with_an_inf);

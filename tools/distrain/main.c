@@ -50,6 +50,7 @@ typedef struct run_state {
     int64_t train_examples, test_examples, val_examples;
     const char *data_source;
     double train_seconds;
+    double train_wall_seconds;
     int64_t train_images_total, steps;
     double train_loss, train_accuracy, test_loss, test_accuracy;
     int trained;     /* at least one training step ran: the train metrics mean something */
@@ -422,16 +423,16 @@ static int write_metrics(const run_state *s) {
             "\"global_batch_size\": %lld,\n"
             "  \"train_loss\": %s,\n  \"train_accuracy\": %s,\n  \"test_loss\": %.6f,\n  "
             "\"test_accuracy\": %.6f,\n"
-            "  \"train_images_per_sec\": %.1f,\n  \"train_seconds\": %.3f,\n  \"train_examples\": "
-            "%lld,\n"
+            "  \"train_images_per_sec\": %.1f,\n  \"train_seconds\": %.3f,\n  "
+            "\"train_wall_seconds\": %.3f,\n  \"train_examples\": %lld,\n"
             "  \"test_examples\": %lld,\n  \"params\": %lld,\n  \"threads_per_replica\": %d,\n  "
             "\"data_source\": ",
             s->cluster_workers ? s->cluster_workers : dist_strategy_num_workers(s->strategy),
             dist_strategy_cross_device_name(s->strategy), s->epochs_done, (long long)s->steps,
             (long long)s->o->batch_size, train_loss, train_accuracy, s->test_loss, s->test_accuracy,
             s->train_seconds > 0 ? (double)s->train_images_total / s->train_seconds : 0.0,
-            s->train_seconds, (long long)s->train_examples, (long long)s->test_examples,
-            (long long)dist_model_num_params(s->model), s->threads);
+            s->train_seconds, s->train_wall_seconds, (long long)s->train_examples,
+            (long long)s->test_examples, (long long)dist_model_num_params(s->model), s->threads);
     json_string(f, s->data_source);
     fprintf(
         f, ",\n  \"dtype_policy\": \"%s\",\n  \"loss_scale\": ", dist_dtype_policy_name(s->policy));
@@ -739,6 +740,7 @@ static int fit(run_state *s, dist_distributed_dataset *dtrain, dist_distributed_
     s->trained = res.steps > 0;
     s->epochs_done = res.epochs_done;
     s->train_seconds = res.step_seconds;
+    s->train_wall_seconds = res.wall_seconds;
     s->train_images_total = res.images;
     dist_logs test;
     st = dist_evaluate(s->strategy, s->model, dtest, NULL, NULL, 0, &test);
