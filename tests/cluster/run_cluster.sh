@@ -44,7 +44,8 @@
 # Records one JSON line in --results (default DIR/result.jsonl): the configuration, the chief's
 # metrics (steps, train_seconds and step_ms inside the steps, train_wall_seconds and step_wall_ms
 # with the waits between them: the period, images/s, test accuracy), bytes on the wire (the sum
-# of the tasks' eth0 tx_bytes, total and per step), every task's exit code, and for a fault the
+# of the tasks' eth0 tx_bytes, total and per step), the packets each task's rate limits dropped
+# (tbf_drops_out: its eth0; tbf_drops_in: its bridge port), every task's exit code, and for a fault the
 # error lines naming the lost task and the seconds from the fault to the first survivor's exit.
 # Exit status: 0 when the run behaved as expected (no fault: every task exited 0; a fault: the
 # survivors failed naming the lost task, before the limit), 1 otherwise, 77 when namespaces
@@ -330,6 +331,14 @@ for ((i = 0; i < ns_count; i++)); do
 done
 relay_tx=0
 [ "$delay_us" != 0 ] && relay_tx=$(ip netns exec "$rly" cat /sys/class/net/eth0/statistics/tx_bytes)
+# Packets the rate limits dropped (their queues full: several senders into one link), per
+# task: what left its eth0 and what its hub port could not take in.
+drops_out=() drops_in=()
+qdrops() { ip netns exec "$1" tc -s qdisc show dev "$2" 2>/dev/null |
+    awk '/dropped/ { for (i = 1; i < NF; i++) if ($i == "dropped") { gsub(",", "", $(i + 1)); s += $(i + 1) } } END { print s + 0 }'; }
+for ((i = 0; i < ns_count; i++)); do
+    drops_out+=("$(qdrops "${task_ns[$i]}" eth0)") drops_in+=("$(qdrops "$hub" "p$i")")
+done
 for ((i = 0; i < ns_count; i++)); do
     if [ -z "${rc[$i]:-}" ]; then
         kill -KILL "${task_pid[$i]}" 2>/dev/null; kill -CONT "${task_pid[$i]}" 2>/dev/null
@@ -415,6 +424,8 @@ line = {
     "wall_s": round(float("$t_end") - float("$t_start"), 2),
     "tx_bytes": tx, "tx_bytes_per_step": round(tx / steps) if steps else None,
     "relay_tx_bytes": int("$relay_tx"),
+    "tbf_drops_out": dict(zip(names, [int(x) for x in "${drops_out[*]}".split()])),
+    "tbf_drops_in": dict(zip(names, [int(x) for x in "${drops_in[*]}".split()])),
     "exit_codes": dict(zip(names, rc)), "timed_out": timed_out,
     "victim": vname if fault != "none" else None,
     "fault_to_first_exit_s": round(float(first) - float(fault_t), 2) if first and fault_t else None,

@@ -4,10 +4,12 @@
 #   - per-process compute alone (1 process, batch 4-256) and under the same CPU contention
 #     (contention.sh): N one_device processes at once at the per-worker batch of each
 #     multi_worker run below;
-#   - multi_worker over TCP, 4, 8 and 16 workers: without limits, with and without overlap (the
-#     model's two CPU constants are fitted on these: the overlap's buckets double the messages,
-#     not the bytes), and at 1 Gbit/s with 0.1 and 1 ms, with and without
-#     --overlap-gradients (default 256 KiB buckets), at global batch 64 and (1 ms) 512;
+#   - multi_worker over TCP, 4, 8 and 16 workers: without limits, with and without overlap, at
+#     global batch 64 and 512 (the model's two CPU constants are fitted on the batch-64 ones: the
+#     overlap's buckets double the messages, not the bytes; each is the measured base of the
+#     runs with the same workers, batch and overlap), and at 1 Gbit/s with 0.1 and 1 ms, with
+#     and without --overlap-gradients (default 256 KiB buckets), at global batch 64 and (1 ms)
+#     512;
 #   - parameter_server with 1 and 2 ps at 1 Gbit/s and 1 ms (8 and 16 tasks), 0.1 ms (8), and
 #     1 ps without limits (8 and 16), with the compute of 8 and 16 processes at batch 64.
 # Every configuration runs once per round; rounds interleave them, so the machine's load moves
@@ -61,7 +63,10 @@ for ((round = 1; round <= rounds; round++)); do
             run mw-n$n-1g-${d}us "${s[@]}" --rate 1gbit --delay-us $d
             run mw-n$n-1g-${d}us-overlap "${s[@]}" --rate 1gbit --delay-us $d --overlap
         done
-        b=(--namespaces $n --batch-size 512 --epochs 3 --steps 15 --rate 1gbit --delay-us 1000)
+        b=(--namespaces $n --batch-size 512 --epochs 3 --steps 15)
+        run mw-n$n-unlimited-b512 "${b[@]}"
+        run mw-n$n-unlimited-b512-overlap "${b[@]}" --overlap
+        b+=(--rate 1gbit --delay-us 1000)
         run mw-n$n-1g-1000us-b512 "${b[@]}"
         run mw-n$n-1g-1000us-b512-overlap "${b[@]}" --overlap
     done

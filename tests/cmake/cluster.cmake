@@ -32,3 +32,11 @@ add_test(NAME cluster.parameter_server_4
                  $<TARGET_FILE:ldc_delay_relay> ${CMAKE_CURRENT_BINARY_DIR}/cluster_ps4 parameter_server)
 set_tests_properties(cluster.multi_worker_4 cluster.multi_worker_16 cluster.parameter_server_4 PROPERTIES
                      LABELS cluster TIMEOUT 600 RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+
+# The scaling model against the namespace sweeps committed under bench/scaling/ (no namespaces
+# needed: it reads the recorded runs): docs/scaling.md 11.7's figures (sweep L: multi_worker
+# within 20% in 17 of 18, parameter_server in 5 of 7; the latency x rate grid within 13%) and how
+# a step's terms combine (compute + CPU + the longer of latency and wire; the overlap's window).
+add_test(NAME scaling.model_check
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cluster/test_scaling_model.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(scaling.model_check PROPERTIES LABELS "scaling" TIMEOUT 120)

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Checks bench/scaling_model.py against the namespace sweeps committed under bench/scaling/
+(docs/scaling.md, section 11.7), so the model's code and the figures the docs quote cannot drift
+apart, and checks how a multi_worker step's terms combine on a run built here.
+
+    tests/cluster/test_scaling_model.py SOURCE_DIR
+"""
+import math
+import os
+import re
+import subprocess
+import sys
+
+src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+sc = os.path.join(src, "bench", "scaling")
+model = os.path.join(src, "bench", "scaling_model.py")
+failures = []
+
+
+def check(cond, what):
+    print("%s: %s" % ("ok" if cond else "FAILED", what))
+    if not cond:
+        failures.append(what)
+
+
+def run(*files):
+    out = subprocess.run(
+        [sys.executable, model, "--layers", os.path.join(sc, "layers-k.json"),
+         "--compute", os.path.join(sc, "compute.json"), "--probe", os.path.join(sc, "probe-k.jsonl"),
+         "--contention", os.path.join(sc, "sweep-l.jsonl"), "--check"]
+        + [os.path.join(sc, f) for f in files] + ["--rounds", "--ps-apply-ms", "0.142"],
+        check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 10 and re.match(r"[+-]\d+%$", cells[9]):
+            rows[cells[1].replace(" (base)", "")] = (int(cells[9][:-1]), "(base)" in cells[1])
+    summary = {g[0]: (int(g[1]), int(g[2])) for g in
+               re.findall(r"# (\w+): \d+ predicted runs;.*within 20%: (\d+) of (\d+)", out)}
+    return out, rows, summary
+
+
+# Sweep L (6 December 2026, 2-core AMD EPYC): the model, designed on sweep K, predicts it.
+out, rows, summary = run("sweep-l.jsonl")
+check(summary.get("multi_worker") == (17, 18),
+      "sweep L: multi_worker within 20%% in 17 of 18 predicted runs (got %s)"
+      % (summary.get("multi_worker"),))
+check(summary.get("parameter_server") == (5, 7),
+      "sweep L: parameter_server within 20%% in 5 of 7 (got %s)" % (summary.get("parameter_server"),))
+bases = {k: v for k, v in rows.items() if v[1]}
+check(len(bases) == 12 and all(e == 0 for e, _ in bases.values()),
+      "sweep L: the 12 runs without limits or relay are the bases, each its own prediction")
+check("measured: a step's period" in out, "the model checks a step's period (train_wall_seconds)")
+
+# The latency x rate grid: 4 and 8 workers, 0.1 / 1 / 3 ms, with and without 1 Gbit/s.
+out, rows, _ = run("sweep-l.jsonl", "latency-wire-k.jsonl")
+lw = {k: e for k, (e, _) in rows.items() if k.startswith("lw-")}
+check(len(lw) == 12 and all(abs(e) <= 13 for e in lw.values()),
+      "the latency x rate grid: 12 runs, every one within 13%% (%s)"
+      % ", ".join("%s %+d%%" % kv for kv in sorted(lw.items())))
+
+# How the terms combine, on a run made here: compute + CPU + the longer of latency and wire.
+sys.path.insert(0, os.path.dirname(model))
+import scaling_model as smod  # noqa: E402
+import json  # noqa: E402
+layers = json.load(open(os.path.join(sc, "layers-k.json")))
+compute = {"cores": 2, "step_ms": {"8": 0.6, "64": 5.0}}
+m = {"cores": 2, "alpha0": 30e-6, "relay_alpha": 80e-6, "relay_copy": 1.0, "msg": 10e-6,
+     "byte_cpu": 1e-9, "tls_factor": 2.4, "tbf_efficiency": 1.0, "contended": {}}
+r = {"namespaces": 8, "batch_size": 64, "delay_us": 1000, "rate": "1gbit", "transport": "tcp"}
+t, terms = smod.machine_mw(r, layers, compute, m)
+check(math.isclose(t, terms["compute"] + terms["comm_cpu"] + max(terms["latency"], terms["wire"])),
+      "a step is compute + CPU + max(latency, wire)")
+check(terms["latency"] < terms["wire"], "at 1 ms and 1 Gbit/s the wire is the longer wait")
+r3 = dict(r, delay_us=3000)
+t3, terms3 = smod.machine_mw(r3, layers, compute, m)
+check(terms3["latency"] > terms3["wire"] and math.isclose(t3 - t, terms3["latency"] - terms["wire"]),
+      "at 3 ms the latency is the longer wait, and only its excess over the wire adds")
+m_base = dict(m, base={(8, 64, False): 0.020})
+tb, termsb = smod.machine_mw(dict(r, delay_us=0, rate="none"), layers, compute, m_base)
+check(math.isclose(tb, 0.020), "a run without limits or relay predicts its measured base exactly")
+ro = dict(r, overlap=True, batch_size=512)
+to, termso = smod.machine_mw(ro, layers, compute, m)
+tn, termsn = smod.machine_mw(dict(ro, overlap=False), layers, compute, m)
+bwd = sum(b for _, _, b in smod.layer_table(layers, 64))
+check(termsn["wire"] - termso["wire"] <= bwd + 1e-12,
+      "overlap hides at most the single-process backward pass (%.2f ms) of wire time" % (bwd * 1e3))
+if failures:
+    print("%d check(s) failed" % len(failures))
+    sys.exit(1)
+print("all checks passed")
