@@ -183,6 +183,8 @@ static dist_status connect_to(dist_net_comm *c, int r, int kind, double deadline
 
 static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     double deadline = net_now() + c->connect_timeout_s;
+    /* the setup's exchanges wait until this deadline: a peer's silence is named with it */
+    c->call_timeout_s = c->connect_timeout_s;
     char host[NET_ADDR_CAP];
     int port;
     DIST_TRY(net_split_address(c->addrs[c->rank], host, sizeof host, &port));
