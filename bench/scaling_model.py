@@ -158,15 +158,18 @@ def ps_step(workers, ps, batch, layers, compute, net, ps_apply_s, even=False):
     `workers` workers, each on its own host, cycling through closures (mva). The busiest ps's
     link into it (pushes) and out of it (pulls, prefetched after each push) and its optimizer
     (Adam on its share, ps_apply_s for the whole model) are queues; a worker's compute, its
-    own link, the round trips (push and acknowledgement, result and next dispatch) and its CPU
-    per message and byte are a delay. Round-robin placement in creation order puts the dense
+    own link, the round trip of its push and acknowledgement and its CPU per message and byte
+    are a delay. Round-robin placement in creation order puts the dense
     kernel (102,400 of 121,930 parameters) on ps/0; even=True: a partitioner's even shards."""
     share = 1.0 / ps if even else ps_share(layers, ps)
     nbytes = 4 * layers["params"]
     a = net["alpha"]
     wire = nbytes / net["rate"] if net["rate"] != math.inf else 0.0
     cpu = (2 + 2 * ps) * net["msg"] + 2 * nbytes * net["byte_cpu"]
-    t_worker = compute_s(compute, batch) + 4 * a + wire + max(0.0, wire - 2 * a) + cpu
+    # two closures in flight per worker (PS_CLOSURES_IN_FLIGHT): the result's trip and the
+    # next dispatch are off the worker's path, and the prefetched pull comes in while it
+    # waits for its push's acknowledgement
+    t_worker = compute_s(compute, batch) + 2 * a + wire + cpu
     stations = [("ps_in", share * wire, True), ("ps_out", share * wire, True),
                 ("ps_apply", share * ps_apply_s, True), ("worker", t_worker, False)]
     t, res = mva(stations, workers)
@@ -282,12 +285,23 @@ def mva(stations, customers):
     """Exact mean-value analysis of a closed network (the workers are the customers: each runs
     one closure after another). stations: [(name, demand seconds per closure, queueing)]; a
     queueing station serves one closure at a time (a link's direction, the shared cores), a
-    delay station serves all at once (latency, the worker's own link). Returns (seconds per
-    closure for the whole job, {station: residence seconds per closure})."""
+    delay station serves all at once (latency, the worker's own link); a station whose
+    queueing is "behind:NAME" is a message too small to need service that waits in NAME's FIFO
+    behind the work queued there (by the arrival theorem, NAME's mean queue with one customer
+    fewer, times NAME's demand). Returns (seconds per closure for the whole job, {station:
+    residence seconds per closure})."""
     q = {name: 0.0 for name, _, _ in stations}
+    demand = {name: d for name, d, _ in stations}
     x, res = 0.0, {}
+
+    def residence(name, d, queueing):
+        if isinstance(queueing, str):
+            target = queueing.split(":", 1)[1]
+            return q[target] * demand[target]
+        return d * (1 + q[name]) if queueing else d
+
     for k in range(1, customers + 1):
-        res = {name: d * (1 + q[name]) if queueing else d for name, d, queueing in stations}
+        res = {name: residence(name, d, queueing) for name, d, queueing in stations}
         x = k / sum(res.values())
         q = {name: x * r for name, r in res.items()}
     return 1 / x, res
@@ -300,12 +314,14 @@ def machine_ps(run, layers, compute, m):
     and scheduling losses measured under the same number of processes; the ps's update of its
     share; the CPU of the pulled and pushed bytes and of the relay's copies of them), the
     busiest ps's link into it (the pushes) and out of it (the pulls: prefetched after each
-    push, so the two directions overlap), and a delay for what a closure waits on alone: the
-    relay's trips (the push and its acknowledgement, which ends the closure; the result to the
-    chief and its next dispatch), the worker's own link carrying its push, and what of its
-    prefetched pull the result's and dispatch's round trip does not cover. The cores are two
-    servers: as a queue of half the demand plus a delay of the other half (Seidmann's
-    approximation of a multi-server station)."""
+    push, so the two directions overlap), the push's acknowledgement queued behind the pulls in
+    that link's FIFO, and a delay for what a closure waits on alone: the relay's trips (the
+    push and its acknowledgement, which ends the closure) and the worker's own link carrying
+    its push. The coordinator keeps two closures in flight on every worker
+    (PS_CLOSURES_IN_FLIGHT), so the result's trip to the chief and the next dispatch are off
+    the worker's path, and the prefetched pull arrives while the worker waits for its
+    acknowledgement. The cores are two servers: as a queue of half the demand plus a delay of
+    the other half (Seidmann's approximation of a multi-server station)."""
     n, ps = run["namespaces"], run["ps"]
     workers = n - 1 - ps
     batch = run["batch_size"]
@@ -326,10 +342,14 @@ def machine_ps(run, layers, compute, m):
            else compute_s(compute, batch) * contention_loss(n, m, compute))
     cpu = t_c + m["ps_apply"] + 2 * nbytes * byte_cpu + (2 + 2 * ps) * msg_cpu
     wire = nbytes / rate if rate != math.inf else 0.0
+    # The push's acknowledgement leaves the ps through the same tbf queue as the pulls, one
+    # FIFO, and waits behind the pulls queued there ("ack"; measured on 6 December 2026:
+    # workers waited 15 ms a closure for it at 8 tasks, 29-40 ms at 16, docs/scaling.md 11.7).
+    # Real hosts' default qdisc (fq_codel) queues each flow apart: the extrapolation's ps_step
+    # has no such wait.
     stations = [("cpu", cpu / cores, True), ("ps_in", share * wire, True),
-                ("ps_out", share * wire, True),
-                ("delay", 4 * alpha + wire + max(0.0, wire - 2 * alpha)
-                 + (cores - 1) * cpu / cores, False)]
+                ("ps_out", share * wire, True), ("ack", 0.0, "behind:ps_out"),
+                ("delay", 2 * alpha + wire + (cores - 1) * cpu / cores, False)]
     t, res = mva(stations, workers)
     return t, res
 

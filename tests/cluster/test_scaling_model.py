@@ -85,6 +85,15 @@ tn, termsn = smod.machine_mw(dict(ro, overlap=False), layers, compute, m)
 bwd = sum(b for _, _, b in smod.layer_table(layers, 64))
 check(termsn["wire"] - termso["wire"] <= bwd + 1e-12,
       "overlap hides at most the single-process backward pass (%.2f ms) of wire time" % (bwd * 1e3))
+# The parameter server's queueing network: a message that waits behind a FIFO's backlog.
+st = [("link", 0.004, True), ("ack", 0.0, "behind:link"), ("delay", 0.010, False)]
+t1, res1 = smod.mva(st, 1)
+t8, res8 = smod.mva(st, 8)
+check(res1["ack"] == 0.0 and math.isclose(t1, 0.014),
+      "one worker alone: its acknowledgement waits behind nothing")
+check(res8["ack"] > 0.004 and t8 >= 0.004 - 1e-12,
+      "eight workers: the acknowledgement waits behind more than one pull (%.1f ms), and the "
+      "job is no faster than the link (%.2f ms a closure)" % (res8["ack"] * 1e3, t8 * 1e3))
 if failures:
     print("%d check(s) failed" % len(failures))
     sys.exit(1)
