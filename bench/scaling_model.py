@@ -222,9 +222,10 @@ def mw_comm(run, layers, n, batch):
 def machine_mw(run, layers, compute, m):
     """Predicted step seconds of a namespace run (run_cluster.sh) on this machine. The cores
     run every worker's compute (machine_compute: measured under the same contention) and every
-    byte's and message's CPU work (and the relay's copies) one after another; the latency
-    trips and the links' serialization add on top: the workers wait on them with the cores
-    idle, since every worker waits at the same point of the step. With --overlap-gradients a
+    byte's and message's CPU work (and the relay's copies) one after another, measured in the
+    same job without limits or relay where the sweep has it (the base: lockstep losses
+    included); the latency trips and the links' serialization add on top, the longer of the
+    two, as the links carry earlier data while the relay holds later. With --overlap-gradients a
     bucket's trips and wire time run while the backward pass goes on: the last worker to have
     the bucket ready finishes its backward pass alone while the others wait in the all-reduce,
     so the window is that worker's own backward pass after the bucket (bench_layers' single-
@@ -389,14 +390,19 @@ def calibrate(runs, layers, compute, m):
     squares on the runs without limits or relay (unlimited, delay 0), with and without overlap
     (its buckets double the messages, not the bytes, which tells the two apart), where
     step = compute under contention + (messages x msg + bytes x byte_cpu) / cores
-    + trips x alpha0. Every other run is then predicted, not fitted."""
+    + trips x alpha0. These runs are then the bases of the others (machine_mw), which are
+    predicted, not fitted."""
     rows = []
+    # only the smallest global batch's runs: there the messages are most of the step, and the
+    # compute of independent processes (contention.sh) misses least of the lockstep losses,
+    # which grow with the batch (they would be counted as message CPU)
+    smallest = min((r["batch_size"] for r in runs if is_base(r)), default=0)
     for r in runs:
         if r.get("fault") != "none" or r["strategy"] != "multi_worker" or not r.get("step_ms"):
             continue
         if r["rate"] != "none" or r["delay_us"] != 0 or r["transport"] != "tcp":
             continue
-        if r["label"].startswith("acc-") or r["batch_size"] != 64:
+        if r["label"].startswith("acc-") or r["batch_size"] != smallest:
             continue
         n = r["namespaces"]
         comm = mw_comm(r, layers, n, run_batch(r))
