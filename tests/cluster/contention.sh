@@ -47,7 +47,8 @@ for i in range(n):
     # lines' stamps), over the epoch's steps
     ends = [float(t) for t, l in (x.split(" ", 1) for x in log.splitlines() if " " in x)
             if "images/s" in l]
-    per = [1000 * (b - a) / m["steps"] * len(ends) for a, b in zip(ends[:-2], ends[1:-1])]
+    steps_per_epoch = m["steps"] / len(ends)  # what ran (distrain caps it at the data's)
+    per = [1000 * (b - a) / steps_per_epoch for a, b in zip(ends[:-2], ends[1:-1])]
     if not per:
         per = [1000 * m["train_wall_seconds"] / m["steps"]]
     wall.append(round(statistics.median(per), 3))
