@@ -28,6 +28,10 @@ typedef struct cluster {
     const char *addrs[MAX_RANKS];
     const char *names[MAX_RANKS];
     char dir[64];
+    /* unique per cluster (pid and a count): a member of another test's cluster that runs at
+     * the same time, on a port this cluster also picked, fails the handshake instead of
+     * joining this one (the world size and the token are the same in every test) */
+    char fingerprint[64];
 } cluster;
 
 static const char *const k_names[MAX_RANKS] = {"chief/0",  "worker/1", "worker/2", "worker/3",
@@ -59,6 +63,9 @@ static inline void cluster_pick_ports(cluster *cl) {
 static inline void cluster_init(cluster *cl, int world) {
     memset(cl, 0, sizeof *cl);
     cl->world = world;
+    static unsigned clusters_made;
+    snprintf(cl->fingerprint, sizeof cl->fingerprint, "test-cluster-%ld-%u", (long)getpid(),
+             clusters_made++);
     cluster_pick_ports(cl);
     snprintf(cl->dir, sizeof cl->dir, "/tmp/dist_net_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(cl->dir));
@@ -78,7 +85,7 @@ static inline dist_net_comm_options cluster_options(const cluster *cl, int rank,
     o.world = cl->world;
     o.addresses = cl->addrs;
     o.task_names = cl->names;
-    o.fingerprint = "test-cluster";
+    o.fingerprint = cl->fingerprint;
     o.token = TEST_CLUSTER_TOKEN;
     o.connect_timeout_s = 10;
     o.timeout_s = 10;
@@ -189,29 +196,44 @@ static inline int report_says_port_taken(const cluster *cl, int rank) {
     return taken;
 }
 
-/* Runs fn on every rank and fails the test with the report of a rank that did not exit 0. A run
- * in which a rank's port was taken by another process (EADDRINUSE) is repeated on fresh ports,
- * at most twice: the port race, not the code under test. */
+/* Fails the test with the report of every rank whose status is not a clean exit (the first
+ * to fail is often waiting for the one that went wrong). */
+static inline void abort_with_reports(const cluster *cl, const int *status, int failed) {
+    char msg[2048];
+    size_t used = 0;
+    for (int r = 0; r < cl->world && used + 1 < sizeof msg; r++) {
+        if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) continue;
+        size_t len = 0;
+        char *rep = read_report(cl, r, &len);
+        int k = snprintf(msg + used, sizeof msg - used, "%srank %d exited with status 0x%x: %.400s",
+                         used ? " | " : "", r, status[r], report_failure(rep, len));
+        free(rep);
+        if (k < 0) break;
+        used += (size_t)k < sizeof msg - used ? (size_t)k : sizeof msg - used - 1;
+    }
+    ck_abort_msg("%d of %d ranks failed: %s", failed, cl->world, msg);
+}
+
+/* Runs fn on every rank and fails the test with the reports of the ranks that did not exit 0
+ * (abort_with_reports). A run in which a rank's port was taken by another process (EADDRINUSE)
+ * is repeated on fresh ports, at most twice: the port race, not the code under test. */
 static inline void run_all(cluster *cl, rank_fn fn, void *arg) {
     for (int attempt = 0;; attempt++) {
         pid_t pids[MAX_RANKS];
-        int status[MAX_RANKS], failed = -1, taken = 0;
+        int status[MAX_RANKS], failed = 0, taken = 0;
         for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, fn, arg);
         for (int r = 0; r < cl->world; r++) {
             ck_assert_int_eq(waitpid(pids[r], &status[r], 0), pids[r]);
             if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) continue;
-            if (failed < 0) failed = r;
+            failed++;
             taken |= report_says_port_taken(cl, r);
         }
-        if (failed < 0) return;
+        if (!failed) return;
         if (taken && attempt < 2) {
             cluster_pick_ports(cl);
             continue;
         }
-        size_t len = 0;
-        char *r = read_report(cl, failed, &len);
-        ck_abort_msg("rank %d exited with status 0x%x: %.400s", failed, status[failed],
-                     report_failure(r, len));
+        abort_with_reports(cl, status, failed);
     }
 }
 

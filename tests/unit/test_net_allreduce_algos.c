@@ -412,21 +412,17 @@ static void run_algos(cluster *cl, algo_case *ac) {
     for (int attempt = 0;; attempt++) {
         pick_algo_ports(ac, cl->world);
         pid_t pids[MAX_RANKS];
-        int status[MAX_RANKS], failed = -1, taken = 0;
+        int status[MAX_RANKS], failed = 0, taken = 0;
         for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, algos_rank, ac);
         for (int r = 0; r < cl->world; r++) {
             ck_assert_int_eq(waitpid(pids[r], &status[r], 0), pids[r]);
             if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) continue;
+            failed++;
             taken |= report_says_port_taken(cl, r);
-            /* the rank that could not listen, not the ones that then waited for it */
-            if (failed < 0 || report_says_port_taken(cl, r)) failed = r;
         }
-        if (failed < 0) return;
+        if (!failed) return;
         if (taken && attempt < 2) continue;
-        size_t len = 0;
-        char *r = read_report(cl, failed, &len);
-        ck_abort_msg("rank %d exited with status 0x%x: %.400s", failed, status[failed],
-                     report_failure(r, len));
+        abort_with_reports(cl, status, failed);
     }
 }
 

@@ -54,7 +54,7 @@ static void fake_init(fake_member *f, const cluster *cl, int rank, const char *t
         snprintf(f->names[r], NET_NAME_CAP, "%s", cl->names[r]);
         snprintf(f->addrs[r], NET_ADDR_CAP, "%s", cl->addrs[r]);
     }
-    SHA256((const unsigned char *)"test-cluster", strlen("test-cluster"), f->c.fp_digest);
+    SHA256((const unsigned char *)cl->fingerprint, strlen(cl->fingerprint), f->c.fp_digest);
     f->c.key_len = strlen(token);
     memcpy(f->c.key, token, f->c.key_len);
 }
