@@ -387,11 +387,13 @@ static int parse_lines(const char *r, digest_line *out, int cap) {
 
 #define MAX_LINES 2048
 
-/* Ports for every algorithm's communicator, none picked twice (the OS may hand a port it just
- * handed out). */
-static void pick_algo_ports(algo_case *ac, int world) {
+/* Ports for every algorithm's communicator, none picked twice, each set with the cluster's
+ * fingerprint. */
+static void pick_algo_ports(algo_case *ac, const cluster *cl) {
+    int world = cl->world;
     for (size_t a = 0; a < NALGOS; a++) {
         ac->ports[a].world = world;
+        snprintf(ac->ports[a].fingerprint, sizeof ac->ports[a].fingerprint, "%s", cl->fingerprint);
         for (bool unique = false; !unique;) {
             cluster_pick_ports(&ac->ports[a]);
             unique = true;
@@ -410,7 +412,7 @@ static void pick_algo_ports(algo_case *ac, int world) {
  * fresh ports for every algorithm, at most twice. */
 static void run_algos(cluster *cl, algo_case *ac) {
     for (int attempt = 0;; attempt++) {
-        pick_algo_ports(ac, cl->world);
+        pick_algo_ports(ac, cl);
         pid_t pids[MAX_RANKS];
         int status[MAX_RANKS], failed = 0, taken = 0;
         for (int r = 0; r < cl->world; r++) pids[r] = spawn(cl, r, algos_rank, ac);
