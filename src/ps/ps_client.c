@@ -57,6 +57,7 @@ struct ps_client {
     uint32_t next_id;
     double timeout_s; /* each request's deadline */
     ps_buf req;
+    double pull_s, push_s; /* spent in ps_client_pull, and sending pushes and prefetches */
 };
 
 /* ---- the links to the ps tasks ---- */
@@ -239,7 +240,7 @@ static dist_status pull_request(ps_client *c, int j, const void *const *want, ui
 /* How old a prefetched pull may be when a run uses it. */
 #define PS_PREFETCH_MAX_AGE_S 0.05
 
-dist_status ps_client_pull(ps_client *c, float *const *dst, bool use_prefetch) {
+static dist_status pull_now(ps_client *c, float *const *dst, bool use_prefetch) {
     int nps = c->cl->num_ps;
     uint64_t ids[PS_MAX_PS];
     uint32_t counts[PS_MAX_PS] = {0};
@@ -294,6 +295,18 @@ dist_status ps_client_pull(ps_client *c, float *const *dst, bool use_prefetch) {
     return DIST_OK;
 }
 
+dist_status ps_client_pull(ps_client *c, float *const *dst, bool use_prefetch) {
+    double t0 = net_now();
+    dist_status st = pull_now(c, dst, use_prefetch);
+    c->pull_s += net_now() - t0;
+    return st;
+}
+
+void ps_client_seconds(const ps_client *c, double *pull_s, double *push_s) {
+    *pull_s = c->pull_s;
+    *push_s = c->push_s;
+}
+
 /* ---- restore ---- */
 
 /* A RESTORE to every ps holding shards of the group: `values` (the group's layout) as `mode`
@@ -332,8 +345,8 @@ static dist_status restore_on_ps(ps_client *c, const ps_group *g, const float *v
 /* One PUSH per ps of the group's shards whose `assign` flag is `assigned`, with `rule` and
  * their data at the shards' offsets into `data` (the group's layout; for the assigned shards,
  * their packed layout, base_offset). */
-static dist_status push_shards(ps_client *c, ps_group *g, const ps_rule *rule, const float *data,
-                               bool assigned) {
+static dist_status push_now(ps_client *c, ps_group *g, const ps_rule *rule, const float *data,
+                            bool assigned) {
     const float *gd = data;
     for (int j = 0; j < c->cl->num_ps; j++) {
         ps_buf_reset(&c->req);
@@ -377,8 +390,16 @@ static dist_status push_shards(ps_client *c, ps_group *g, const ps_rule *rule, c
     return DIST_OK;
 }
 
+static dist_status push_shards(ps_client *c, ps_group *g, const ps_rule *rule, const float *data,
+                               bool assigned) {
+    double t0 = net_now();
+    dist_status st = push_now(c, g, rule, data, assigned);
+    c->push_s += net_now() - t0;
+    return st;
+}
+
 /* Right behind the push, the values the worker's next run will read. */
-dist_status ps_client_prefetch(ps_client *c) {
+static dist_status prefetch_now(ps_client *c) {
     const void **all = calloc((size_t)(c->num_groups > 0 ? c->num_groups : 1), sizeof *all);
     if (!all) return dist_error(DIST_OUT_OF_MEMORY, "parameter_server: out of memory");
     for (int k = 0; k < c->num_groups; k++) all[k] = &c->groups[k];
@@ -398,6 +419,13 @@ dist_status ps_client_prefetch(ps_client *c) {
         }
     }
     free(all);
+    return st;
+}
+
+dist_status ps_client_prefetch(ps_client *c) {
+    double t0 = net_now();
+    dist_status st = prefetch_now(c);
+    c->push_s += net_now() - t0;
     return st;
 }
 

@@ -47,6 +47,11 @@ dist_status ps_client_pull(ps_client *c, float *const *dst, bool use_prefetch);
  * is fresh: the transfer and the ps's work overlap the caller's next steps. */
 dist_status ps_client_prefetch(ps_client *c);
 
+/* The seconds spent so far in ps_client_pull (sending, the ps's work, receiving) and in
+ * sending pushes and prefetches (a full socket buffer waits there): a worker's per-closure
+ * summary takes differences. */
+void ps_client_seconds(const ps_client *c, double *pull_s, double *push_s);
+
 /* Pushes the gradients of the group's trainable variables (grads: host, the group's layout)
  * with rule (Adam or SGD), which the ps tasks apply. The replies are read before the next
  * request on each link (ps_client_drain_pushes reads them now). */

@@ -11,6 +11,22 @@
 
 #define PS_MAX_DATASETS 64
 
+/* Where a closure's time goes, as the summary names the phases. */
+enum { PH_WAIT, PH_PULL, PH_COMPUTE, PH_PUSH, PH_ACK, PH_REPLY, PH_COUNT };
+static const char *const k_phase_names[PH_COUNT] = {
+    "waiting for the chief", "pulling", "computing", "pushing", "acknowledgements", "replying"};
+
+typedef struct closure_times {
+    long closures, waits; /* waits: closures that followed a result on the same connection */
+    double sum[PH_COUNT], max[PH_COUNT];
+} closure_times;
+
+static void add_time(closure_times *t, int phase, double s) {
+    if (s < 0) s = 0;
+    t->sum[phase] += s;
+    if (s > t->max[phase]) t->max[phase] = s;
+}
+
 typedef struct worker_state {
     const ps_cluster *cl;
     const ps_registry *reg;
@@ -20,6 +36,7 @@ typedef struct worker_state {
     dist_distributed_iterator *iterators[PS_MAX_DATASETS];
     ps_buf out;
     dist_log_limit refusals; /* members other than the chief: as many as they like */
+    closure_times times;
 } worker_state;
 
 static void on_accept(void *user, int rank, int fd) {
@@ -85,6 +102,9 @@ static dist_status on_exec(worker_state *w, ps_reader *r) {
     if (st == DIST_OK && r->pos != r->len)
         st = dist_error(DIST_FORMAT, "a closure with trailing bytes");
     if (st == DIST_OK) {
+        double pull0 = 0, push0 = 0, pull1 = 0, push1 = 0;
+        if (w->hooks->client_seconds) w->hooks->client_seconds(w->hooks->user, &pull0, &push0);
+        double t0 = net_now();
         st = w->reg->functions[f].fn(w->hooks->strategy,
                                      ds == PS_NO_DATASET ? NULL : w->iterators[ds],
                                      (const dist_tensor *const *)args, (int)nargs,
@@ -92,7 +112,15 @@ static dist_status on_exec(worker_state *w, ps_reader *r) {
         if (st == DIST_OK && (nres < 0 || nres > DIST_CLOSURE_MAX_RESULTS))
             st = dist_error(DIST_INVALID_ARGUMENT, "function '%s' returned %d results (at most %d)",
                             name, nres, DIST_CLOSURE_MAX_RESULTS);
+        double t1 = net_now();
+        if (w->hooks->client_seconds) w->hooks->client_seconds(w->hooks->user, &pull1, &push1);
         if (st == DIST_OK && w->hooks->after_closure) st = w->hooks->after_closure(w->hooks->user);
+        closure_times *t = &w->times;
+        t->closures++;
+        add_time(t, PH_PULL, pull1 - pull0);
+        add_time(t, PH_PUSH, push1 - push0);
+        add_time(t, PH_COMPUTE, (t1 - t0) - (pull1 - pull0) - (push1 - push0));
+        add_time(t, PH_ACK, net_now() - t1);
     }
     ps_buf_reset(&w->out);
     if (st == DIST_OK) {
@@ -127,8 +155,10 @@ static dist_status serve_request(worker_state *w, int fd, const ps_header *h, co
         st = on_exec(w, &r);
         if (st == DIST_OK) {
             ps_piece piece = {w->out.p, w->out.len};
+            double t0 = net_now();
             st = ps_send_frame(fd, h->type | PS_MSG_REPLY, h->id, DIST_OK, &piece, 1,
-                               net_now() + PS_FRAME_STALL_S, who);
+                               t0 + PS_FRAME_STALL_S, who);
+            add_time(&w->times, PH_REPLY, net_now() - t0);
             sent = true;
         }
         break;
@@ -143,6 +173,22 @@ static dist_status serve_request(worker_state *w, int fd, const ps_header *h, co
         return ps_send_frame(fd, h->type | PS_MSG_REPLY, h->id, DIST_OK, NULL, 0,
                              net_now() + PS_FRAME_STALL_S, who);
     return ps_send_error(fd, h->type, h->id, st, net_now() + PS_FRAME_STALL_S, who);
+}
+
+/* "412 closures; per closure, mean (most) in ms: waiting for the chief 1.20 (9.10), ..." */
+static void log_times(const worker_state *w) {
+    const closure_times *t = &w->times;
+    if (!t->closures) return;
+    char line[768];
+    int n =
+        snprintf(line, sizeof line, "%ld closures; per closure, mean (most) in ms:", t->closures);
+    for (int p = 0; p < PH_COUNT && n > 0 && (size_t)n < sizeof line; p++) {
+        long count = p == PH_WAIT ? t->waits : t->closures;
+        if (!count) continue;
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %.2f (%.2f)", p ? "," : "",
+                      k_phase_names[p], 1000.0 * t->sum[p] / (double)count, 1000.0 * t->max[p]);
+    }
+    dist_log(DIST_LOG_INFO, "parameter_server %s: %s", ps_task_name(w->cl, w->cl->rank), line);
 }
 
 dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
@@ -171,7 +217,7 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
      * a chief that has not connected again within the connect timeout has ended or is gone,
      * and will never send shutdown: the worker leaves rather than wait forever. */
     bool had_chief = false;
-    double lost_at = 0;
+    double lost_at = 0, replied_at = 0; /* replied_at: a result went out on fd (0: none yet) */
     while (st == DIST_OK && !stop) {
         pthread_mutex_lock(&w->mu);
         if (w->pending_fd >= 0) { /* the chief connected (again): the newest connection wins */
@@ -179,6 +225,7 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
             fd = w->pending_fd;
             w->pending_fd = -1;
             had_chief = true;
+            replied_at = 0;
         }
         pthread_mutex_unlock(&w->mu);
         if (fd < 0 && had_chief && net_now() - lost_at >= cl->connect_timeout_s) {
@@ -198,7 +245,12 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
         ps_header h;
         dist_status rs = ps_recv_header(fd, &h, PS_DEFAULT_FRAME_CAP, net_now() + 0.2, who);
         if (rs == DIST_TIMEOUT) continue;
+        if (rs == DIST_OK && h.type == PS_MSG_EXEC && replied_at > 0) {
+            add_time(&w->times, PH_WAIT, net_now() - replied_at);
+            w->times.waits++;
+        }
         if (rs == DIST_OK) rs = serve_request(w, fd, &h, who, &stop);
+        if (rs == DIST_OK && h.type == PS_MSG_EXEC) replied_at = net_now();
         if (rs != DIST_OK) {
             dist_log(DIST_LOG_WARN,
                      "parameter_server %s: the connection of %s ended (%s); waiting "
@@ -206,8 +258,10 @@ dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
                      ps_task_name(cl, cl->rank), who, dist_last_error());
             net_close(&fd);
             lost_at = net_now();
+            replied_at = 0;
         }
     }
+    log_times(w);
     ps_acceptor_stop(acc);
     net_close(&fd);
     net_close(&w->pending_fd);

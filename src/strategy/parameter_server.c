@@ -551,6 +551,12 @@ static dist_status drain_pushes(void *user) {
     return ps_client_drain_pushes(ctx_of(s)->client);
 }
 
+static void client_seconds(void *user, double *pull_s, double *push_s) {
+    dist_strategy *s = user;
+    *pull_s = *push_s = 0;
+    if (ctx_of(s)->client) ps_client_seconds(ctx_of(s)->client, pull_s, push_s);
+}
+
 dist_status dist_strategy_serve(dist_strategy *s) {
     DIST_TRY(need_ps(s, "dist_strategy_serve"));
     ps_ctx *c = ctx_of(s);
@@ -569,7 +575,8 @@ dist_status dist_strategy_serve(dist_strategy *s) {
                              .user = s,
                              .make_iterator = make_iterator,
                              .free_iterator = free_iterator,
-                             .after_closure = drain_pushes};
+                             .after_closure = drain_pushes,
+                             .client_seconds = client_seconds};
     return ps_worker_serve(c->cl, &c->reg, &hooks);
 }
 

@@ -413,11 +413,26 @@ try:
                   "hidden_pct": int(g.group(5))}
 except OSError:
     pass
+# each parameter_server worker logs where its closures' time went when the chief shuts it down
+phases = {}
+if "$strategy" == "parameter_server":
+    for i in range(len(rc)):
+        try:
+            text = open(os.path.join(out, "task%d.log" % i), errors="replace").read()
+        except OSError:
+            continue
+        g = re.search(r"parameter_server (\S+): (\d+) closures; per closure, mean \(most\) in ms: (.*)", text)
+        if g:
+            d = {"closures": int(g.group(2))}
+            for name, mean, most in re.findall(r"([a-z ]+?) ([0-9.]+) \(([0-9.]+)\)", g.group(3)):
+                d[name.strip().replace(" ", "_")] = [float(mean), float(most)]
+            phases[g.group(1)] = d
 line = {
     "label": "$label", "strategy": "$strategy", "namespaces": len(rc), "ps": int("$ps") if "$strategy" == "parameter_server" else 0,
     "transport": "$transport", "rate": "$rate", "delay_us": int("$delay_us"),
     "batch_size": int("$batch"), "steps_asked": int("$steps"), "fault": fault,
     "overlap": "$overlap" == "1", "bytes_per_pack": int("${bytes_per_pack:-0}"), "gradient_compression": "$compression", "overlap_stats": ov,
+    "closure_phases_ms": phases or None,
     "steps": steps, "train_seconds": secs, "step_ms": round(1000 * secs / steps, 3) if steps else None,
     "train_wall_seconds": wall, "step_wall_ms": round(1000 * wall / steps, 3) if steps and wall else None,
     "train_images_per_sec": m.get("train_images_per_sec"), "test_accuracy": m.get("test_accuracy"),

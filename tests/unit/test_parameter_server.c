@@ -6,13 +6,14 @@
 
 #include <arpa/inet.h>
 #include <dist/dist.h>
-#include <netinet/in.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_TASKS 8
@@ -461,6 +462,66 @@ START_TEST(test_scheduled_training_steps_lower_the_loss_and_update_the_ps) {
 }
 END_TEST
 
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The worker's closure summary, caught from the log (the task threads share the callback). */
+static pthread_mutex_t g_summary_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_summary[1024];
+
+static void catch_summary(dist_log_level level, const char *msg, void *user) {
+    (void)level, (void)user;
+    if (!strstr(msg, "closures; per closure")) return;
+    pthread_mutex_lock(&g_summary_mu);
+    snprintf(g_summary, sizeof g_summary, "%s", msg);
+    pthread_mutex_unlock(&g_summary_mu);
+}
+
+/* A worker that the chief shuts down logs where its closures' time went: one line with the
+ * closures it ran and each phase's mean and most, which add up to no more than the time the
+ * closures had. */
+START_TEST(test_a_worker_logs_where_its_closures_time_went) {
+    g_summary[0] = 0;
+    dist_set_log_callback(catch_summary, DIST_LOG_INFO, NULL);
+    double t0 = now_seconds();
+    cluster c;
+    chief ch;
+    int ds;
+    start_training(&c, &ch, 1, 0, 0, &ds);
+    enum { STEPS = 40 };
+    for (int i = 0; i < STEPS; i++)
+        ck_assert_int_eq(dist_coordinator_schedule(ch.coord, "train", ds, NULL, 0, NULL), DIST_OK);
+    ck_assert_msg(dist_coordinator_join(ch.coord) == DIST_OK, "%s", dist_last_error());
+    chief_stop(&ch, &c);
+    double elapsed_ms = 1000.0 * (now_seconds() - t0);
+    dist_set_log_callback(NULL, DIST_LOG_WARN, NULL);
+    const char *want = "parameter_server worker/0: 40 closures; per closure, mean (most) in ms:";
+    ck_assert_msg(strncmp(g_summary, want, strlen(want)) == 0, "summary: '%s'", g_summary);
+    static const char *const phases[] = {"waiting for the chief", "pulling", "computing", "pushing",
+                                         "acknowledgements",      "replying"};
+    double total_ms = 0;
+    for (size_t p = 0; p < sizeof phases / sizeof *phases; p++) {
+        const char *at = strstr(g_summary, phases[p]);
+        ck_assert_msg(at != NULL, "no '%s' in '%s'", phases[p], g_summary);
+        double mean = -1, most = -1;
+        ck_assert_int_eq(sscanf(at + strlen(phases[p]), " %lf (%lf)", &mean, &most), 2);
+        ck_assert_msg(mean >= 0 && mean <= most, "%s: mean %g, most %g", phases[p], mean, most);
+        /* the first closure follows no result: 39 waits */
+        total_ms += mean * (p == 0 ? STEPS - 1 : STEPS);
+    }
+    /* a step of the seed CNN computes for more than 0.1 ms, and pulls 122k floats */
+    double compute = 0, pull = 0;
+    sscanf(strstr(g_summary, "computing") + strlen("computing"), " %lf", &compute);
+    sscanf(strstr(g_summary, "pulling") + strlen("pulling"), " %lf", &pull);
+    ck_assert_msg(compute > 0.1 && pull > 0, "computing %g ms, pulling %g ms", compute, pull);
+    /* every phase is counted once: together they fit in the test's own time */
+    ck_assert_msg(total_ms <= elapsed_ms, "phases %g ms, the run %g ms", total_ms, elapsed_ms);
+}
+END_TEST
+
 /* Strategy variables trained by an optimizer: the worker pushes its gradients, the ps tasks
  * apply Adam where the variables live, the loss falls, and the chief reads the trained values
  * and the slots (with one update per step) from the ps tasks. */
@@ -870,6 +931,7 @@ int main(void) {
     TCase *co = tcase_create("coordinator");
     tcase_set_timeout(co, 300);
     tcase_add_test(co, test_scheduled_training_steps_lower_the_loss_and_update_the_ps);
+    tcase_add_test(co, test_a_worker_logs_where_its_closures_time_went);
     tcase_add_test(co, test_strategy_variables_train_on_the_ps_tasks);
     tcase_add_test(co, test_moving_statistics_reach_the_ps_tasks);
     tcase_add_test(co, test_two_workers_moving_statistics_updates_add_up_on_the_ps);
