@@ -6,6 +6,7 @@
 #define DIST_PROC_TESTUTIL_H
 
 #include "collective/net_comm.h"
+#include "testutil.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -51,13 +52,10 @@ static inline int free_port(void) {
     return ntohs(a.sin_port);
 }
 
-/* Ports come from the OS (bind to port 0). The library binds its own listening socket and
- * cannot be handed one, so the picking sockets stay bound, not listening, with SO_REUSEADDR,
- * until the next pick or cluster_cleanup: the library's listener (SO_REUSEADDR too) binds the
- * same port beside them, while the kernel gives the port to no other socket that binds port 0
- * or connects (another test's cluster running at the same time, or an outgoing connection's
- * local port). A forked rank holds copies, closed when it exits. run_all still repeats a run
- * whose rank could not listen (a process that bound the port by number). */
+/* Ports from the OS, held (dist_test_hold_port) until the next pick or cluster_cleanup: no
+ * other test's cluster or outgoing connection gets them meanwhile. A forked rank holds copies,
+ * closed when it exits. run_all still repeats a run whose rank could not listen (a process
+ * that bound the port by its number). */
 static inline void cluster_release_ports(cluster *cl) {
     for (int i = 0; i < cl->nheld; i++) close(cl->held[i]);
     cl->nheld = 0;
@@ -66,17 +64,8 @@ static inline void cluster_release_ports(cluster *cl) {
 static inline void cluster_pick_ports(cluster *cl) {
     cluster_release_ports(cl);
     for (int r = 0; r < cl->world; r++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
-        struct sockaddr_in a = {0};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t l = sizeof a;
-        ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-        cl->held[cl->nheld++] = fd;
-        snprintf(cl->addr_buf[r], sizeof cl->addr_buf[r], "127.0.0.1:%d", ntohs(a.sin_port));
+        int port = dist_test_hold_port(&cl->held[cl->nheld++]);
+        snprintf(cl->addr_buf[r], sizeof cl->addr_buf[r], "127.0.0.1:%d", port);
         cl->addrs[r] = cl->addr_buf[r];
         cl->names[r] = k_names[r];
     }

@@ -45,19 +45,7 @@ static int g_port_count;
 static void free_ports(int n, int *ports) {
     for (int i = 0; i < g_port_count; i++) close(g_port_fds[i]);
     g_port_count = 0;
-    for (int i = 0; i < n; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
-        struct sockaddr_in a = {0};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t l = sizeof a;
-        ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-        ports[i] = ntohs(a.sin_port);
-        g_port_fds[g_port_count++] = fd;
-    }
+    for (int i = 0; i < n; i++) ports[i] = dist_test_hold_port(&g_port_fds[g_port_count++]);
 }
 
 static void cluster_init(cluster *c, int workers, int ps) {

@@ -5,12 +5,15 @@
 #include "backend/layer_ops.h"
 #include "dist/tape.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -373,4 +376,18 @@ struct dist_backend *dist_test_cpu_backend(int threads) {
     dist_backend *be = NULL;
     ck_assert_int_eq(dist_backend_create(&o, &be), DIST_OK);
     return be;
+}
+
+int dist_test_hold_port(int *fd_out) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    *fd_out = fd;
+    return ntohs(a.sin_port);
 }

@@ -110,6 +110,13 @@ float dist_test_uniform(uint64_t *state, float lo, float hi);
 /* The relative error ||a - b|| / max(||a||, ||b||, tiny). */
 double dist_test_rel_err(const float *a, const float *b, int64_t n);
 
+/* A port of 127.0.0.1 from the OS (bind to port 0), held by the returned socket (*fd_out),
+ * bound, not listening, with SO_REUSEADDR, until the caller closes it: the library's listener
+ * (SO_REUSEADDR too) binds the same port beside it, while the kernel gives the port to no
+ * other socket that binds port 0 or connects (another test's cluster running at the same
+ * time, or an outgoing connection's local port). Fails the test when no port is had. */
+int dist_test_hold_port(int *fd_out);
+
 /* Sets the thread's error message (like the library's dist_error) and returns the status. */
 #include "dist/status.h"
 dist_status dist_error_for_test(dist_status st, const char *msg);
