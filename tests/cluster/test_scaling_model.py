@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Checks bench/scaling_model.py against the namespace sweeps committed under bench/scaling/
-(docs/scaling.md, section 11.7), so the model's code and the figures the docs quote cannot drift
+(docs/scaling.md, sections 11.7 and 11.8), so the model's code and the figures the docs quote cannot drift
 apart, and checks how a multi_worker step's terms combine on a run built here.
 
     tests/cluster/test_scaling_model.py SOURCE_DIR
 """
+import json
 import math
 import os
 import re
@@ -23,11 +24,11 @@ def check(cond, what):
         failures.append(what)
 
 
-def run(*files):
+def run(*files, contention=("sweep-l.jsonl",)):
     out = subprocess.run(
         [sys.executable, model, "--layers", os.path.join(sc, "layers-k.json"),
          "--compute", os.path.join(sc, "compute.json"), "--probe", os.path.join(sc, "probe-k.jsonl"),
-         "--contention", os.path.join(sc, "sweep-l.jsonl"), "--check"]
+         "--contention"] + [os.path.join(sc, f) for f in contention] + ["--check"]
         + [os.path.join(sc, f) for f in files] + ["--rounds", "--ps-apply-ms", "0.142"],
         check=True, capture_output=True, text=True).stdout
     rows = {}
@@ -45,8 +46,8 @@ out, rows, summary = run("sweep-l.jsonl")
 check(summary.get("multi_worker") == (17, 18),
       "sweep L: multi_worker within 20%% in 17 of 18 predicted runs (got %s)"
       % (summary.get("multi_worker"),))
-check(summary.get("parameter_server") == (5, 7),
-      "sweep L: parameter_server within 20%% in 5 of 7 (got %s)" % (summary.get("parameter_server"),))
+check(summary.get("parameter_server") == (7, 7),
+      "sweep L: parameter_server within 20%% in 7 of 7 (got %s)" % (summary.get("parameter_server"),))
 bases = {k: v for k, v in rows.items() if v[1]}
 check(len(bases) == 12 and all(e == 0 for e, _ in bases.values()),
       "sweep L: the 12 runs without limits or relay are the bases, each its own prediction")
@@ -59,10 +60,35 @@ check(len(lw) == 12 and all(abs(e) <= 13 for e in lw.values()),
       "the latency x rate grid: 12 runs, every one within 13%% (%s)"
       % ", ".join("%s %+d%%" % kv for kv in sorted(lw.items())))
 
+# Sweep N (section 11.8): parameter_server runs whose workers logged where their closures' time
+# went. The model's epoch drain (per closure of a worker's cycle) against the workers' measured
+# wait for the chief, at 16 tasks with limits, where it is largest.
+out, rows, summary = run("sweep-m.jsonl", "sweep-n.jsonl",
+                         contention=("sweep-n.jsonl", "sweep-m.jsonl"))
+check(summary.get("parameter_server") == (6, 7),
+      "sweeps M and N together: parameter_server within 20%% in 6 of 7 (got %s)"
+      % (summary.get("parameter_server"),))
+drain = {}
+for line in out.splitlines():
+    g = re.match(r"\| (ps\S+-n16-1g-1000us-e4) .*drain ([0-9.]+) \|", line)
+    if g:
+        drain[g.group(1)] = float(g.group(2))
+waits = {}
+for line in open(os.path.join(sc, "sweep-n.jsonl")):
+    r = json.loads(line)
+    if r.get("label") in drain and r.get("closure_phases_ms"):
+        ws = [d["waiting_for_the_chief"][0] for d in r["closure_phases_ms"].values()]
+        waits.setdefault(r["label"], []).append(sum(ws) / len(ws))
+for label, d in sorted(drain.items()):
+    w = sorted(waits.get(label, [0.0]))[len(waits.get(label, [0.0])) // 2]
+    check(w > 0 and abs(d / w - 1) <= 0.25,
+          "%s: the model's drain %.1f ms a closure, the workers waited %.1f (within 25%%)"
+          % (label, d, w))
+check(len(drain) == 2, "sweep N: both 16-task runs with limits have a drain term")
+
 # How the terms combine, on a run made here: compute + CPU + the longer of latency and wire.
 sys.path.insert(0, os.path.dirname(model))
 import scaling_model as smod  # noqa: E402
-import json  # noqa: E402
 layers = json.load(open(os.path.join(sc, "layers-k.json")))
 compute = {"cores": 2, "step_ms": {"8": 0.6, "64": 5.0}}
 m = {"cores": 2, "alpha0": 30e-6, "relay_alpha": 80e-6, "relay_copy": 1.0, "msg": 10e-6,
@@ -94,6 +120,14 @@ check(res1["ack"] == 0.0 and math.isclose(t1, 0.014),
 check(res8["ack"] > 0.004 and t8 >= 0.004 - 1e-12,
       "eight workers: the acknowledgement waits behind more than one pull (%.1f ms), and the "
       "job is no faster than the link (%.2f ms a closure)" % (res8["ack"] * 1e3, t8 * 1e3))
+# The epoch's drain: S closures an epoch, W workers: (W - 1) / (2 S) of the steady step more.
+rp = {"namespaces": 16, "ps": 1, "batch_size": 64, "delay_us": 1000, "rate": "1gbit",
+      "transport": "tcp"}
+mp = dict(m, ps_apply=0.0001)
+t0, _ = smod.machine_ps(rp, layers, compute, mp)
+t60, res60 = smod.machine_ps(dict(rp, steps_asked=60), layers, compute, mp)
+check(math.isclose(t60, t0 * (1 + 13 / 120)) and math.isclose(res60["drain"], 14 * (t60 - t0)),
+      "14 workers, 60 closures an epoch: the drain adds 13/120 of the step, 14x that a cycle")
 if failures:
     print("%d check(s) failed" % len(failures))
     sys.exit(1)
