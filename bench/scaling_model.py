@@ -357,9 +357,8 @@ def machine_ps(run, layers, compute, m):
     # closure's cycle (workers x t) and idle until the last one ends: (W - 1) / (2 W) of a
     # cycle each, on average, per epoch: t (W - 1) / 2 of wall per epoch, t (W - 1) / (2 S) per
     # step, and (like the other terms, per closure of one worker's cycle) W times that. The
-    # workers' closure summaries measure it as their wait for the chief (sweep N,
-    # docs/scaling.md 11.8): at 16 tasks 6.6-9.1 ms a closure (of an 80-92 ms cycle), at most
-    # 25-106 ms, about half a cycle per worker and epoch.
+    # workers' closure summaries measure it as most of their wait for the chief
+    # (docs/scaling.md 11.8 compares the two).
     steps = run.get("steps_asked") or 0
     if steps > 0 and workers > 1:
         res["drain"] = workers * t * (workers - 1) / (2 * steps)

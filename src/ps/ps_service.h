@@ -46,14 +46,17 @@ typedef struct ps_worker_hooks {
      * join is then followed by reads that see every update). */
     dist_status (*after_closure)(void *user);
     /* Optional: the seconds the task's ps client has spent pulling and pushing so far
-     * (ps_client_seconds), which the worker's closure summary splits out of the closures. */
+     * (ps_client_seconds), which the worker's closure summary splits out of the closures;
+     * NULL: the summary counts them as computing. */
     void (*client_seconds)(void *user, double *pull_s, double *push_s);
 } ps_worker_hooks;
 
 /* Serves the chief on this worker's address, running closures on the calling thread, until
  * the chief sends shutdown. Then logs (info) where its closures' time went: per closure, the
- * mean and the most of waiting for the chief (from a result sent to the next closure's arrival),
- * pulling, computing, pushing, the pushes' acknowledgements and sending the result. */
+ * mean and the most of waiting for the chief (from a result sent to the next closure's arrival
+ * on the same connection, whatever the chief did or sent in between), pulling, computing,
+ * pushing, the pushes' acknowledgements and sending the result. Reading a closure's request
+ * and packing its results are in no phase (microseconds). */
 dist_status ps_worker_serve(const ps_cluster *cl, const ps_registry *reg,
                             const ps_worker_hooks *hooks);
 

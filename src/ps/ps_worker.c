@@ -182,11 +182,13 @@ static void log_times(const worker_state *w) {
     char line[768];
     int n =
         snprintf(line, sizeof line, "%ld closures; per closure, mean (most) in ms:", t->closures);
+    const char *sep = "";
     for (int p = 0; p < PH_COUNT && n > 0 && (size_t)n < sizeof line; p++) {
         long count = p == PH_WAIT ? t->waits : t->closures;
-        if (!count) continue;
-        n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %.2f (%.2f)", p ? "," : "",
-                      k_phase_names[p], 1000.0 * t->sum[p] / (double)count, 1000.0 * t->max[p]);
+        if (!count) continue; /* no closure followed a result on its connection: no wait */
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %.2f (%.2f)", sep, k_phase_names[p],
+                      1000.0 * t->sum[p] / (double)count, 1000.0 * t->max[p]);
+        sep = ",";
     }
     dist_log(DIST_LOG_INFO, "parameter_server %s: %s", ps_task_name(w->cl, w->cl->rank), line);
 }

@@ -77,7 +77,7 @@ waits = {}
 for line in open(os.path.join(sc, "sweep-n.jsonl")):
     r = json.loads(line)
     if r.get("label") in drain and r.get("closure_phases_ms"):
-        ws = [d["waiting_for_the_chief"][0] for d in r["closure_phases_ms"].values()]
+        ws = [d.get("waiting_for_the_chief", [0.0])[0] for d in r["closure_phases_ms"].values()]
         waits.setdefault(r["label"], []).append(sum(ws) / len(ws))
 for label, d in sorted(drain.items()):
     w = sorted(waits.get(label, [0.0]))[len(waits.get(label, [0.0])) // 2]

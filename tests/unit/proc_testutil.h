@@ -211,7 +211,7 @@ static inline int report_says_port_taken(const cluster *cl, int rank) {
 /* Fails the test with the report of every rank whose status is not a clean exit (the first
  * to fail is often waiting for the one that went wrong). */
 static inline void abort_with_reports(const cluster *cl, const int *status, int failed) {
-    char msg[2048];
+    char msg[3584]; /* Check's message limit is 4 KiB */
     size_t used = 0;
     for (int r = 0; r < cl->world && used + 1 < sizeof msg; r++) {
         if (WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0) continue;

@@ -435,6 +435,7 @@ static void check_world(int world, int tls, int all_dtypes) {
     ac.tls = tls;
     ac.all_dtypes = all_dtypes;
     run_algos(&cl, &ac);
+    for (size_t a = 0; a < NALGOS; a++) cluster_release_ports(&ac.ports[a]);
     static digest_line l0[MAX_LINES], lr[MAX_LINES];
     char *r0 = read_report(&cl, 0, NULL);
     int n0 = parse_lines(r0, l0, MAX_LINES);

@@ -1050,8 +1050,9 @@ static int train(run_state *s) {
                        s->host_workers, cpus);
             printf("\n");
         }
-        /* its own lines (the chief runs no step, so none repeats the chief's): the summary of
-         * where its closures' time went, when the chief shuts the cluster down */
+        /* its own info lines (the chief runs no step, so none repeats the chief's): where it
+         * serves, the kernels it chose, and when the chief shuts the cluster down where its
+         * closures' time went */
         if (!o->quiet) dist_set_log_callback(on_log, DIST_LOG_INFO, NULL);
         if (dist_strategy_serve(s->strategy)) return fail("serving the chief");
         return 0;
