@@ -295,11 +295,15 @@ static dist_status pull_now(ps_client *c, float *const *dst, bool use_prefetch) 
     return DIST_OK;
 }
 
+/* st, after adding the seconds since t0 to *clock (the client's pull or push time). */
+static dist_status timed(double *clock, double t0, dist_status st) {
+    *clock += net_now() - t0;
+    return st;
+}
+
 dist_status ps_client_pull(ps_client *c, float *const *dst, bool use_prefetch) {
     double t0 = net_now();
-    dist_status st = pull_now(c, dst, use_prefetch);
-    c->pull_s += net_now() - t0;
-    return st;
+    return timed(&c->pull_s, t0, pull_now(c, dst, use_prefetch));
 }
 
 void ps_client_seconds(const ps_client *c, double *pull_s, double *push_s) {
@@ -393,9 +397,7 @@ static dist_status push_now(ps_client *c, ps_group *g, const ps_rule *rule, cons
 static dist_status push_shards(ps_client *c, ps_group *g, const ps_rule *rule, const float *data,
                                bool assigned) {
     double t0 = net_now();
-    dist_status st = push_now(c, g, rule, data, assigned);
-    c->push_s += net_now() - t0;
-    return st;
+    return timed(&c->push_s, t0, push_now(c, g, rule, data, assigned));
 }
 
 /* Right behind the push, the values the worker's next run will read. */
@@ -424,9 +426,7 @@ static dist_status prefetch_now(ps_client *c) {
 
 dist_status ps_client_prefetch(ps_client *c) {
     double t0 = net_now();
-    dist_status st = prefetch_now(c);
-    c->push_s += net_now() - t0;
-    return st;
+    return timed(&c->push_s, t0, prefetch_now(c));
 }
 
 dist_status ps_client_push_gradients(ps_client *c, int group, const dist_update_rule *rule,

@@ -4,15 +4,12 @@
  * the round trip of values through the ps tasks, the coordinator's API and its errors. */
 #include "testutil.h"
 
-#include <arpa/inet.h>
 #include <dist/dist.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
