@@ -289,15 +289,19 @@ def mva(stations, customers):
     delay station serves all at once (latency, the worker's own link); a station whose
     queueing is "behind:NAME" is a message too small to need service that waits in NAME's FIFO
     behind the work queued there (by the arrival theorem, NAME's mean queue with one customer
-    fewer, times NAME's demand). Returns (seconds per closure for the whole job, {station:
-    residence seconds per closure})."""
+    fewer, times NAME's demand); one whose queueing is "hidden:NAME" is a link in series with
+    NAME's, packet by packet, whose time shows only where NAME has no queue to overlap it (its
+    demand times the chance, 1 - NAME's mean queue at arrival, floored at 0). Returns (seconds
+    per closure for the whole job, {station: residence seconds per closure})."""
     q = {name: 0.0 for name, _, _ in stations}
     demand = {name: d for name, d, _ in stations}
     x, res = 0.0, {}
 
     def residence(name, d, queueing):
         if isinstance(queueing, str):
-            target = queueing.split(":", 1)[1]
+            kind, target = queueing.split(":", 1)
+            if kind == "hidden":
+                return d * max(0.0, 1.0 - q[target])
             return q[target] * demand[target]
         return d * (1 + q[name]) if queueing else d
 
@@ -316,9 +320,10 @@ def machine_ps(run, layers, compute, m):
     share; the CPU of the pulled and pushed bytes and of the relay's copies of them), the
     busiest ps's link into it (the pushes) and out of it (the pulls: prefetched after each
     push, so the two directions overlap), the push's acknowledgement queued behind the pulls in
-    that link's FIFO, and a delay for what a closure waits on alone: the relay's trips (the
-    push and its acknowledgement, which ends the closure) and the worker's own link carrying
-    its push. The coordinator keeps two closures in flight on every worker
+    that link's FIFO, the worker's own link carrying its push (in series with the ps's link,
+    packet by packet: it shows only where the ps's link has no queue), and a delay for what a
+    closure waits on alone: the relay's trips (the push and its acknowledgement, which ends the
+    closure). The coordinator keeps two closures in flight on every worker
     (PS_CLOSURES_IN_FLIGHT), so the result's trip to the chief and the next dispatch are off
     the worker's path, and the prefetched pull arrives while the worker waits for its
     acknowledgement. The cores are two servers: as a queue of half the demand plus a delay of
@@ -348,9 +353,14 @@ def machine_ps(run, layers, compute, m):
     # workers waited 15 ms a closure for it at 8 tasks, 29-40 ms at 16, docs/scaling.md 11.7).
     # Real hosts' default qdisc (fq_codel) queues each flow apart: the extrapolation's ps_step
     # has no such wait.
+    # The push leaves through the worker's own tbf, then queues at the ps's: the two links are
+    # in series, packet by packet, so the push waits for the busier of the two, not for both
+    # ("own_link", hidden where ps_in has a queue; sections 4-11.8 added its whole wire time,
+    # which put the 8-task runs 12-20% too slow; docs/scaling.md 11.9).
     stations = [("cpu", cpu / cores, True), ("ps_in", share * wire, True),
                 ("ps_out", share * wire, True), ("ack", 0.0, "behind:ps_out"),
-                ("delay", 2 * alpha + wire + (cores - 1) * cpu / cores, False)]
+                ("own_link", wire, "hidden:ps_in"),
+                ("delay", 2 * alpha + (cores - 1) * cpu / cores, False)]
     t, res = mva(stations, workers)
     # The epoch's drain: dist_fit schedules an epoch's S closures at once and waits for all of
     # them, so its end finds the workers finishing their last closures spread over about one
@@ -359,10 +369,21 @@ def machine_ps(run, layers, compute, m):
     # step, and (like the other terms, per closure of one worker's cycle) W times that. The
     # workers' closure summaries measure it as most of their wait for the chief
     # (docs/scaling.md 11.8 compares the two).
+    # The epoch's start is the drain's mirror: the coordinator hands every worker a closure at
+    # once, so their first transfers queue together at the ps's link (the pulls; a worker
+    # whose prefetched pull is still fresh, PS_PREFETCH_MAX_AGE_S, computes at once and its
+    # push queues instead), the i-th behind i others (share x wire each): (W - 1) / 2 of them
+    # on average per worker and epoch, where the steady state (mva) has the workers'
+    # transfers spread out. As wall time (the workers wait in parallel): (W - 1) share wire / 2
+    # per epoch, / S per step, and W times that per closure of a worker's cycle ("burst";
+    # measured as the 16-task workers' pulling above the steady state's ps_out,
+    # docs/scaling.md 11.9). Zero without a rate limit.
     steps = run.get("steps_asked") or 0
     if steps > 0 and workers > 1:
         res["drain"] = workers * t * (workers - 1) / (2 * steps)
         t += res["drain"] / workers
+        res["burst"] = workers * (workers - 1) * share * wire / (2 * steps)
+        t += res["burst"] / workers
     return t, res
 
 

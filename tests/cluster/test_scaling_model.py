@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks bench/scaling_model.py against the namespace sweeps committed under bench/scaling/
-(docs/scaling.md, sections 11.7 and 11.8), so the model's code and the figures the docs quote cannot drift
+(docs/scaling.md, sections 11.7 to 11.9), so the model's code and the figures the docs quote cannot drift
 apart, and checks how a multi_worker step's terms combine on a run built here.
 
     tests/cluster/test_scaling_model.py SOURCE_DIR
@@ -65,26 +65,53 @@ check(len(lw) == 12 and all(abs(e) <= 13 for e in lw.values()),
 # wait for the chief, at 16 tasks with limits, where it is largest.
 out, rows, summary = run("sweep-m.jsonl", "sweep-n.jsonl",
                          contention=("sweep-n.jsonl", "sweep-m.jsonl"))
-check(summary.get("parameter_server") == (6, 7),
-      "sweeps M and N together: parameter_server within 20%% in 6 of 7 (got %s)"
+check(summary.get("parameter_server") == (7, 7),
+      "sweeps M and N together: parameter_server within 20%% in 7 of 7 (got %s)"
       % (summary.get("parameter_server"),))
-drain = {}
+terms = {}
 for line in out.splitlines():
-    g = re.match(r"\| (ps\S+-n16-1g-1000us-e4) .*drain ([0-9.]+) \|", line)
+    g = re.match(r"\| (ps\S+-n16-1g-1000us-e4) .*\| ([^|]*drain [^|]*) \|$", line)
     if g:
-        drain[g.group(1)] = float(g.group(2))
-waits = {}
+        terms[g.group(1)] = {k: float(v) for k, v in re.findall(r"(\w+) ([0-9.]+)", g.group(2))}
+phases = {}
 for line in open(os.path.join(sc, "sweep-n.jsonl")):
     r = json.loads(line)
-    if r.get("label") in drain and r.get("closure_phases_ms"):
-        ws = [d.get("waiting_for_the_chief", [0.0])[0] for d in r["closure_phases_ms"].values()]
-        waits.setdefault(r["label"], []).append(sum(ws) / len(ws))
-for label, d in sorted(drain.items()):
-    w = sorted(waits.get(label, [0.0]))[len(waits.get(label, [0.0])) // 2]
-    check(w > 0 and abs(d / w - 1) <= 0.25,
+    if r.get("label") in terms and r.get("closure_phases_ms"):
+        for phase in ("waiting_for_the_chief", "pulling"):
+            ws = [d.get(phase, [0.0])[0] for d in r["closure_phases_ms"].values()]
+            phases.setdefault((r["label"], phase), []).append(sum(ws) / len(ws))
+
+
+def measured_phase(label, phase):
+    xs = sorted(phases.get((label, phase), [0.0]))
+    return xs[len(xs) // 2]
+
+
+for label, t in sorted(terms.items()):
+    w = measured_phase(label, "waiting_for_the_chief")
+    check(w > 0 and abs(t["drain"] / w - 1) <= 0.25,
           "%s: the model's drain %.1f ms a closure, the workers waited %.1f (within 25%%)"
-          % (label, d, w))
-check(len(drain) == 2, "sweep N: both 16-task runs with limits have a drain term")
+          % (label, t["drain"], w))
+    # the steady state's pull (ps_out) and the epoch start's queue (burst) against the
+    # workers' measured pulling
+    p = measured_phase(label, "pulling")
+    check(p > 0 and abs((t["ps_out"] + t["burst"]) / p - 1) <= 0.25,
+          "%s: the model's pull %.1f + burst %.1f ms a closure, the workers pulled %.1f "
+          "(within 25%%)" % (label, t["ps_out"], t["burst"], p))
+check(len(terms) == 2, "sweep N: both 16-task runs with limits have drain and burst terms")
+
+# Sweep O (section 11.9): run while the epoch start's queue and the worker's own link in series
+# were being added to the model from sweeps L, M and N, and first read after they were: the
+# model's out-of-sample check.
+out, rows, summary = run("sweep-o.jsonl", contention=("sweep-o.jsonl",))
+check(summary.get("multi_worker") == (17, 18),
+      "sweep O: multi_worker within 20%% in 17 of 18 (got %s)" % (summary.get("multi_worker"),))
+check(summary.get("parameter_server") == (7, 7),
+      "sweep O: parameter_server within 20%% in 7 of 7 (got %s)"
+      % (summary.get("parameter_server"),))
+check(all(abs(e) <= 18 for k, (e, _) in rows.items() if k.startswith("ps")),
+      "sweep O: every parameter_server run within 18%% (%s)"
+      % ", ".join("%s %+d%%" % (k, e) for k, (e, _) in sorted(rows.items()) if k.startswith("ps")))
 
 # How the terms combine, on a run made here: compute + CPU + the longer of latency and wire.
 sys.path.insert(0, os.path.dirname(model))
@@ -126,8 +153,22 @@ rp = {"namespaces": 16, "ps": 1, "batch_size": 64, "delay_us": 1000, "rate": "1g
 mp = dict(m, ps_apply=0.0001)
 t0, _ = smod.machine_ps(rp, layers, compute, mp)
 t60, res60 = smod.machine_ps(dict(rp, steps_asked=60), layers, compute, mp)
-check(math.isclose(t60, t0 * (1 + 13 / 120)) and math.isclose(res60["drain"], 14 * (t60 - t0)),
-      "14 workers, 60 closures an epoch: the drain adds 13/120 of the step, 14x that a cycle")
+wire = 4 * layers["params"] / (125e6 * mp["tbf_efficiency"])
+burst = 13 * wire / 120  # one ps: its share is the whole model
+check(math.isclose(t60, t0 * (1 + 13 / 120) + burst) and
+      math.isclose(res60["drain"], 14 * t0 * 13 / 120) and math.isclose(res60["burst"], 14 * burst),
+      "14 workers, 60 closures an epoch: the drain adds 13/120 of the step and the epoch "
+      "start's queue 13/120 of the wire (%.2f ms), each 14x that a cycle" % (burst * 1e3))
+tu, resu = smod.machine_ps(dict(rp, rate="none", delay_us=0, steps_asked=60), layers, compute, mp)
+check(resu["burst"] == 0.0 and resu["own_link"] == 0.0,
+      "without a rate limit the epoch start's queue and the worker's own link cost nothing")
+# The worker's own link, in series with the ps's: whole for a worker alone, hidden behind a queue.
+st = [("ps_in", 0.004, True), ("own_link", 0.004, "hidden:ps_in"), ("delay", 0.010, False)]
+t1, res1 = smod.mva(st, 1)
+t8, res8 = smod.mva(st, 8)
+check(math.isclose(res1["own_link"], 0.004) and res8["own_link"] == 0.0,
+      "the worker's own link: its whole wire time for one worker alone (%.1f ms), none behind "
+      "the ps link's queue of eight (%.1f ms)" % (res1["own_link"] * 1e3, res8["own_link"] * 1e3))
 if failures:
     print("%d check(s) failed" % len(failures))
     sys.exit(1)
