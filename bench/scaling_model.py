@@ -157,9 +157,9 @@ def ps_step(workers, ps, batch, layers, compute, net, ps_apply_s, even=False):
     """parameter_server on real hosts: seconds per closure (the chief's step time) with
     `workers` workers, each on its own host, cycling through closures (mva). The busiest ps's
     link into it (pushes) and out of it (pulls, prefetched after each push) and its optimizer
-    (Adam on its share, ps_apply_s for the whole model) are queues; a worker's compute, its
-    own link, the round trip of its push and acknowledgement and its CPU per message and byte
-    are a delay. Round-robin placement in creation order puts the dense
+    (Adam on its share, ps_apply_s for the whole model) are queues; the worker's own link is
+    in series with the ps's (hidden where that has a queue); a worker's compute, the round
+    trip of its push and acknowledgement and its CPU per message and byte are a delay. Round-robin placement in creation order puts the dense
     kernel (102,400 of 121,930 parameters) on ps/0; even=True: a partitioner's even shards."""
     share = 1.0 / ps if even else ps_share(layers, ps)
     nbytes = 4 * layers["params"]
@@ -169,11 +169,14 @@ def ps_step(workers, ps, batch, layers, compute, net, ps_apply_s, even=False):
     # two closures in flight per worker (PS_CLOSURES_IN_FLIGHT): the result's trip and the
     # next dispatch are off the worker's path, and the prefetched pull comes in while it
     # waits for its push's acknowledgement
-    t_worker = compute_s(compute, batch) + 2 * a + wire + cpu
+    t_worker = compute_s(compute, batch) + 2 * a + cpu
+    # the worker's own link is in series with the ps's, packet by packet: it shows only where
+    # the ps's link has no queue (machine_ps, docs/scaling.md 11.9)
     stations = [("ps_in", share * wire, True), ("ps_out", share * wire, True),
+                ("own_link", wire, "hidden:ps_in"),
                 ("ps_apply", share * ps_apply_s, True), ("worker", t_worker, False)]
     t, res = mva(stations, workers)
-    return {"worker_closure": t_worker, "ps_bound": share * max(wire, ps_apply_s),
+    return {"worker_closure": t_worker + wire, "ps_bound": share * max(wire, ps_apply_s),
             "step": t}
 
 
