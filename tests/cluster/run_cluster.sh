@@ -44,7 +44,8 @@
 # Records one JSON line in --results (default DIR/result.jsonl): the configuration, the chief's
 # metrics (steps, train_seconds and step_ms inside the steps, train_wall_seconds and step_wall_ms
 # with the waits between them: the period, images/s, test accuracy), bytes on the wire (the sum
-# of the tasks' eth0 tx_bytes, total and per step), the packets each task's rate limits dropped
+# of the tasks' eth0 tx_bytes, total and per step; the relay's, and its CPU seconds,
+# relay_cpu_s), the packets each task's rate limits dropped
 # (tbf_drops_out: its eth0; tbf_drops_in: its bridge port), every task's exit code, and for a fault the
 # error lines naming the lost task and the seconds from the fault to the first survivor's exit.
 # Exit status: 0 when the run behaved as expected (no fault: every task exited 0; a fault: the
@@ -331,6 +332,13 @@ for ((i = 0; i < ns_count; i++)); do
 done
 relay_tx=0
 [ "$delay_us" != 0 ] && relay_tx=$(ip netns exec "$rly" cat /sys/class/net/eth0/statistics/tx_bytes)
+# The relay's CPU seconds over the whole job (user + system, from /proc: it is still running),
+# set-up and evaluation included: what the model's relay terms price.
+relay_cpu=0
+if [ -n "$relay_pid" ] && [ -r "/proc/$relay_pid/stat" ]; then
+    relay_cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' \
+        "/proc/$relay_pid/stat")
+fi
 # Packets the rate limits dropped (their queues full: several senders into one link), per
 # task: what left its eth0 and what its hub port could not take in.
 drops_out=() drops_in=()
@@ -438,7 +446,7 @@ line = {
     "train_images_per_sec": m.get("train_images_per_sec"), "test_accuracy": m.get("test_accuracy"),
     "wall_s": round(float("$t_end") - float("$t_start"), 2),
     "tx_bytes": tx, "tx_bytes_per_step": round(tx / steps) if steps else None,
-    "relay_tx_bytes": int("$relay_tx"),
+    "relay_tx_bytes": int("$relay_tx"), "relay_cpu_s": float("$relay_cpu"),
     "tbf_drops_out": dict(zip(names, [int(x) for x in "${drops_out[*]}".split()])),
     "tbf_drops_in": dict(zip(names, [int(x) for x in "${drops_in[*]}".split()])),
     "exit_codes": dict(zip(names, rc)), "timed_out": timed_out,
