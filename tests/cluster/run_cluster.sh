@@ -207,7 +207,11 @@ start_relay() { # NS...: the namespaces whose tasks must listen first
         [ $missing = 0 ] && break
         sleep 0.05
     done
-    ip netns exec "$rly" "$relay" --delay-us "$delay_us" --ready-file "$out/relay.ready" \
+    # RELAY_FIFO=1: the relay runs under SCHED_FIFO (chrt), so it forwards as soon as data
+    # arrive instead of waiting for one of the cores the tasks keep busy
+    local prio=()
+    [ "${RELAY_FIFO:-0}" = 1 ] && prio=(chrt -f 10)
+    ip netns exec "$rly" "${prio[@]}" "$relay" --delay-us "$delay_us" --ready-file "$out/relay.ready" \
         "${routes[@]}" >"$out/relay.log" 2>&1 &
     relay_pid=$!
     for _ in $(seq 100); do [ -s "$out/relay.ready" ] && break; sleep 0.05; done
