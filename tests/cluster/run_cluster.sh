@@ -19,7 +19,9 @@
 #   - latency (--delay-us D > 0): a namespace ldc-<id>-rly (10.213.0.(101+i), no rate limit)
 #     runs tests/cluster/delay_relay.c; the TF_CONFIG names each task by its relay address, the
 #     relay forwards to the task after D microseconds each way. So every connection between two
-#     tasks crosses the relay: a one-way latency of D plus the relay's own work.
+#     tasks crosses the relay: a one-way latency of D plus the relay's own work (and its wait
+#     for a core the tasks keep busy; RELAY_FIFO=1 in the environment runs it under
+#     SCHED_FIFO instead, docs/scaling.md 11.9).
 #   - one distrain process per task namespace, --threads 1, TF_CONFIG and --cluster-token-file,
 #     --transport tcp or tls (never auto: the namespaces share /dev/shm and the boot id, and auto
 #     would pick shared memory). multi_worker: N workers (worker/0 the chief). parameter_server:
