@@ -289,12 +289,12 @@ def mva(stations, customers):
     """Exact mean-value analysis of a closed network (the workers are the customers: each runs
     one closure after another). stations: [(name, demand seconds per closure, queueing)]; a
     queueing station serves one closure at a time (a link's direction, the shared cores), a
-    delay station serves all at once (latency, the worker's own link); a station whose
+    delay station serves all at once (latency, a worker's compute); a station whose
     queueing is "behind:NAME" is a message too small to need service that waits in NAME's FIFO
     behind the work queued there (by the arrival theorem, NAME's mean queue with one customer
     fewer, times NAME's demand); one whose queueing is "hidden:NAME" is a link in series with
-    NAME's, packet by packet, whose time shows only where NAME has no queue to overlap it (its
-    demand times the chance, 1 - NAME's mean queue at arrival, floored at 0). Returns (seconds
+    NAME's, packet by packet, whose time shows only where NAME has no queue to overlap it (an
+    approximation: its demand times 1 - NAME's mean queue at arrival, floored at 0). Returns (seconds
     per closure for the whole job, {station: residence seconds per closure})."""
     q = {name: 0.0 for name, _, _ in stations}
     demand = {name: d for name, d, _ in stations}
@@ -379,8 +379,9 @@ def machine_ps(run, layers, compute, m):
     # on average per worker and epoch, where the steady state (mva) has the workers'
     # transfers spread out. As wall time (the workers wait in parallel): (W - 1) share wire / 2
     # per epoch, / S per step, and W times that per closure of a worker's cycle ("burst";
-    # measured as the 16-task workers' pulling above the steady state's ps_out,
-    # docs/scaling.md 11.9). Zero without a rate limit.
+    # docs/scaling.md 11.9: it brings the 16-task runs of five sweeps 4-7 points closer; which
+    # phase of a worker's closure its wait shows in moves with the relay's scheduling). Zero
+    # without a rate limit.
     steps = run.get("steps_asked") or 0
     if steps > 0 and workers > 1:
         res["drain"] = workers * t * (workers - 1) / (2 * steps)

@@ -453,6 +453,7 @@ line = {
     "wall_s": round(float("$t_end") - float("$t_start"), 2),
     "tx_bytes": tx, "tx_bytes_per_step": round(tx / steps) if steps else None,
     "relay_tx_bytes": int("$relay_tx"), "relay_cpu_s": float("$relay_cpu"),
+    "relay_fifo": "${RELAY_FIFO:-0}" == "1",
     "tbf_drops_out": dict(zip(names, [int(x) for x in "${drops_out[*]}".split()])),
     "tbf_drops_in": dict(zip(names, [int(x) for x in "${drops_in[*]}".split()])),
     "exit_codes": dict(zip(names, rc)), "timed_out": timed_out,
