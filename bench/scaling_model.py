@@ -158,9 +158,10 @@ def ps_step(workers, ps, batch, layers, compute, net, ps_apply_s, even=False):
     `workers` workers, each on its own host, cycling through closures (mva). The busiest ps's
     link into it (pushes) and out of it (pulls, prefetched after each push) and its optimizer
     (Adam on its share, ps_apply_s for the whole model) are queues; the worker's own link is
-    in series with the ps's (hidden where that has a queue); a worker's compute, the round
-    trip of its push and acknowledgement and its CPU per message and byte are a delay. Round-robin placement in creation order puts the dense
-    kernel (102,400 of 121,930 parameters) on ps/0; even=True: a partitioner's even shards."""
+    in series with the ps's (own_link); a worker's compute, the round trip of its push and
+    acknowledgement and its CPU per message and byte are a delay. Round-robin placement in
+    creation order puts the dense kernel (102,400 of 121,930 parameters) on ps/0; even=True:
+    a partitioner's even shards."""
     share = 1.0 / ps if even else ps_share(layers, ps)
     nbytes = 4 * layers["params"]
     a = net["alpha"]
@@ -170,10 +171,7 @@ def ps_step(workers, ps, batch, layers, compute, net, ps_apply_s, even=False):
     # next dispatch are off the worker's path, and the prefetched pull comes in while it
     # waits for its push's acknowledgement
     t_worker = compute_s(compute, batch) + 2 * a + cpu
-    # the worker's own link is in series with the ps's, packet by packet: it shows only where
-    # the ps's link has no queue (machine_ps, docs/scaling.md 11.9)
-    stations = [("ps_in", share * wire, True), ("ps_out", share * wire, True),
-                ("own_link", wire, "hidden:ps_in"),
+    stations = [("ps_in", share * wire, True), ("ps_out", share * wire, True), own_link(wire),
                 ("ps_apply", share * ps_apply_s, True), ("worker", t_worker, False)]
     t, res = mva(stations, workers)
     return {"worker_closure": t_worker + wire, "ps_bound": share * max(wire, ps_apply_s),
@@ -285,6 +283,15 @@ def machine_mw(run, layers, compute, m):
                "wire": t_wire}
 
 
+def own_link(wire):
+    """The worker's own link as an mva station: a push leaves through it, then queues at the
+    ps's link (ps_in); the two are in series, packet by packet, so the push waits for the
+    busier of the two, not for both: its wire time shows only where ps_in has no queue.
+    (Sections 4-11.8 of docs/scaling.md added the whole wire time, which put the namespace
+    runs at 8 tasks 12-20% too slow; 11.9.)"""
+    return ("own_link", wire, "hidden:ps_in")
+
+
 def mva(stations, customers):
     """Exact mean-value analysis of a closed network (the workers are the customers: each runs
     one closure after another). stations: [(name, demand seconds per closure, queueing)]; a
@@ -294,8 +301,8 @@ def mva(stations, customers):
     behind the work queued there (by the arrival theorem, NAME's mean queue with one customer
     fewer, times NAME's demand); one whose queueing is "hidden:NAME" is a link in series with
     NAME's, packet by packet, whose time shows only where NAME has no queue to overlap it (an
-    approximation: its demand times 1 - NAME's mean queue at arrival, floored at 0). Returns (seconds
-    per closure for the whole job, {station: residence seconds per closure})."""
+    approximation: its demand times 1 - NAME's mean queue at arrival, floored at 0). Returns
+    (seconds per closure for the whole job, {station: residence seconds per closure})."""
     q = {name: 0.0 for name, _, _ in stations}
     demand = {name: d for name, d, _ in stations}
     x, res = 0.0, {}
@@ -356,13 +363,8 @@ def machine_ps(run, layers, compute, m):
     # workers waited 15 ms a closure for it at 8 tasks, 29-40 ms at 16, docs/scaling.md 11.7).
     # Real hosts' default qdisc (fq_codel) queues each flow apart: the extrapolation's ps_step
     # has no such wait.
-    # The push leaves through the worker's own tbf, then queues at the ps's: the two links are
-    # in series, packet by packet, so the push waits for the busier of the two, not for both
-    # ("own_link", hidden where ps_in has a queue; sections 4-11.8 added its whole wire time,
-    # which put the 8-task runs 12-20% too slow; docs/scaling.md 11.9).
     stations = [("cpu", cpu / cores, True), ("ps_in", share * wire, True),
-                ("ps_out", share * wire, True), ("ack", 0.0, "behind:ps_out"),
-                ("own_link", wire, "hidden:ps_in"),
+                ("ps_out", share * wire, True), ("ack", 0.0, "behind:ps_out"), own_link(wire),
                 ("delay", 2 * alpha + (cores - 1) * cpu / cores, False)]
     t, res = mva(stations, workers)
     # The epoch's drain: dist_fit schedules an epoch's S closures at once and waits for all of

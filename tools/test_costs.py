@@ -3,11 +3,11 @@
 seconds, the longest time any run gave it in the plain build (the README stage, the capped unit
 runs) and under the sanitizers (the stage in build-asan/, where code runs 2-4x slower and not
 by the same factor for every test). tests/CMakeLists.txt sets each listed test's COST to the
-time of its build's kind, so that
-`ctest -j2` on a clean build (no Testing/Temporary/CTestCostData.txt yet, as in CI) starts the
-long tests first instead of in definition order, and the two cores finish together instead of
-one idling while the other runs the last long test (measured on the CI run of 35a38b4: 109 s
-of the README stage's 746 and 117 s of the sanitizer stage's 652 were one core waiting).
+time of its build's kind, so that `ctest -j2` on a clean build (no
+Testing/Temporary/CTestCostData.txt yet, as in CI) starts the long tests first instead of in
+definition order, and the two cores finish together instead of one idling while the other runs
+the last long test (measured on the CI run of 35a38b4: 109 s of the README stage's 746 and 117
+s of the sanitizer stage's 652 were one core waiting).
 
     tools/test_costs.py /tmp/ci.log > tests/test_costs.txt
 

@@ -73,22 +73,14 @@ for line in out.splitlines():
     g = re.match(r"\| (ps\S+-n16-1g-1000us-e4) .*\| ([^|]*drain [^|]*) \|$", line)
     if g:
         terms[g.group(1)] = {k: float(v) for k, v in re.findall(r"(\w+) ([0-9.]+)", g.group(2))}
-phases = {}
+waits = {}
 for line in open(os.path.join(sc, "sweep-n.jsonl")):
     r = json.loads(line)
     if r.get("label") in terms and r.get("closure_phases_ms"):
-        for phase in ("waiting_for_the_chief",):
-            ws = [d.get(phase, [0.0])[0] for d in r["closure_phases_ms"].values()]
-            phases.setdefault((r["label"], phase), []).append(sum(ws) / len(ws))
-
-
-def measured_phase(label, phase):
-    xs = sorted(phases.get((label, phase), [0.0]))
-    return xs[len(xs) // 2]
-
-
+        ws = [d.get("waiting_for_the_chief", [0.0])[0] for d in r["closure_phases_ms"].values()]
+        waits.setdefault(r["label"], []).append(sum(ws) / len(ws))
 for label, t in sorted(terms.items()):
-    w = measured_phase(label, "waiting_for_the_chief")
+    w = sorted(waits.get(label, [0.0]))[len(waits.get(label, [0.0])) // 2]
     check(w > 0 and abs(t["drain"] / w - 1) <= 0.25,
           "%s: the model's drain %.1f ms a closure, the workers waited %.1f (within 25%%)"
           % (label, t["drain"], w))
