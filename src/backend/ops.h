@@ -83,10 +83,13 @@ typedef enum dist_opcode {
 
     /* ---- softmax and losses --------------------------------------------------------------- */
     /* softmax over the last axis (k = 1: log_softmax); max-subtracted, the sum of exp in
-     * float32 in order; softmax: exp(x - m) / s, log_softmax: x - m - log(s); in: x; out: y */
+     * float32: softmax's in the lane order (element j into lane j mod 16, each lane in order,
+     * the 16 lanes folded pairwise: lane l += lane l + 8, then + 4, + 2, + 1), log_softmax's in
+     * order; softmax: exp(x - m) * (1 / s), log_softmax: x - m - log(s); in: x; out: y */
     DIST_OPC_SOFTMAX,
-    /* in: y (the forward's out), dy; out: dx. softmax: (dy - sum(dy * y)) * y;
-     * log_softmax (k = 1): dy - exp(y) * sum(dy) (sums over the last axis, float32 in order) */
+    /* in: y (the forward's out), dy; out: dx. softmax: (dy - sum(dy * y)) * y, the sum in the
+     * lane order; log_softmax (k = 1): dy - exp(y) * sum(dy), in order (sums over the last
+     * axis, float32) */
     DIST_OPC_SOFTMAX_GRAD,
     /* TensorFlow's sigmoid_cross_entropy_with_logits, elementwise:
      * in: labels z, logits x; out: max(x, 0) - x z + log1p(exp(-|x|)) */

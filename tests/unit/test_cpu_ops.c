@@ -633,10 +633,12 @@ START_TEST(test_a_backend_without_the_op_refuses_naming_it) {
 }
 END_TEST
 
-/* The exact GELU and its gradient (cpu_gelu.c: float32 vector loops, double below x = -2) on
- * 40,001 points of [-10, 10] and the signed zeros: y = x Phi(x) within 5e-7 |x| of the double
- * closed form (Phi to 5e-7), dx = dy (Phi(x) + x phi(x)) within 5e-7 (1 + |x|) |dy|; the same
- * bits on 1 and 2 threads and in place (y over x, dx over dy) */
+/* The exact GELU and its gradient (cpu_gelu.c: float32 vector loops, the tail's own form below
+ * x = -2) on 40,001 points of [-10, 10] and the signed zeros: y = x Phi(x) within 5e-7 |x| of
+ * the double closed form (Phi to 5e-7), dx = dy (Phi(x) + x phi(x)) within 5e-7 (1 + |x|) |dy|,
+ * and below x = -2 both within 5e-7 of the result itself (from erfc: 1 + erf cancels there);
+ * -inf gives NaN as the closed form's -inf * 0; the same bits on 1 and 2 threads and in place
+ * (y over x, dx over dy) */
 START_TEST(test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_place) {
     enum { N = 40003 };
     static float x[N], dy[N], y[2][N], dx[2][N], inplace[N];
@@ -678,15 +680,45 @@ START_TEST(test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_p
                       (double)y[0][i], want_y);
         ck_assert_msg(fabs(dx[0][i] - want_dx) <= 5e-7 * (1.0 + fabs(v)) * dy[i],
                       "gelu'(%.9g) dy = %.9g, want %.9g", v, (double)dx[0][i], want_dx);
+        if (v < -2.0) { /* the tail's own form: relative to the (small) result itself */
+            const double tail_y = v * 0.5 * erfc(-v / sqrt(2.0));
+            const double tail_dx =
+                dy[i] * (0.5 * erfc(-v / sqrt(2.0)) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI));
+            ck_assert_msg(fabs(y[0][i] - tail_y) <= 5e-7 * fabs(tail_y),
+                          "gelu(%.9g) = %.9g, want %.9g (relative)", v, (double)y[0][i], tail_y);
+            ck_assert_msg(fabs(dx[0][i] - tail_dx) <= 5e-7 * fabs(tail_dx),
+                          "gelu'(%.9g) dy = %.9g, want %.9g (relative)", v, (double)dx[0][i],
+                          tail_dx);
+        }
     }
     ck_assert(signbit(y[0][N - 1])); /* -0 * Phi(0) */
+    /* the tail's ends: -inf (NaN, as -inf * 0), -30 (-0: the result underflows), and a
+     * group of 16 with one tail element among ordinary ones */
+    float ends[17] = {-INFINITY, -30.0f}, ends_y[17];
+    for (int i = 2; i < 17; i++) ends[i] = i == 9 ? -3.0f : 0.5f;
+    const int64_t ne = 17;
+    dist_backend *be = dist_test_cpu_backend(1);
+    dist_tensor te = dist_tensor_view(ends, DIST_F32, 1, &ne), tey = te;
+    tey.data = ends_y;
+    dist_op fwd = op_of(DIST_OPC_UNARY, DIST_UN_GELU, 1, 1);
+    const dist_tensor *ein[1] = {&te};
+    dist_tensor *eout[1] = {&tey};
+    ck_assert_int_eq(dist_backend_run_op(be, &fwd, ein, eout), DIST_OK);
+    dist_backend_destroy(be);
+    ck_assert(isnan(ends_y[0]));
+    ck_assert(ends_y[1] == 0.0f && signbit(ends_y[1]));
+    ck_assert_msg(fabs(ends_y[9] - -3.0 * 0.5 * erfc(3.0 / sqrt(2.0))) <= 5e-7 * 4.05e-3,
+                  "gelu(-3) = %.9g", (double)ends_y[9]);
+    ck_assert_msg(fabs(ends_y[10] - 0.5 * 0.5 * (1.0 + erf(0.5 / sqrt(2.0)))) <= 3e-7,
+                  "gelu(0.5) = %.9g", (double)ends_y[10]);
 }
 END_TEST
 
-/* Softmax and its gradient (cpu_softmax.c: float32 vector exp, sums of 8 rows interleaved) on
+/* Softmax and its gradient (cpu_softmax.c: float32 vector exp, sums in ops.h's lane order) on
  * 300 rows of 37: each element within 4e-7 relative of exp(x - m) / sum in double, x - m the
- * float32 difference ops.h names (exp to ~1 ulp, the float32 sum in order); -inf logits give
- * 0, a NaN logit a NaN row; the same bits on 1 and 2 threads and in place */
+ * float32 difference ops.h names (exp to ~1 ulp, the float32 sum); -inf logits give 0, a NaN
+ * logit a NaN row; the gradient bitwise (dy - s) y with s summed in the lane order (two
+ * groups of 16 and 5 more); the same bits on 1 and 2 threads and in place */
 START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place) {
     enum { R = 300, K = 37 };
     static float x[R * K], y[2][R * K], inplace[R * K];
@@ -751,7 +783,16 @@ START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_i
         const float *yr = y[0] + r * K, *gr = dy + r * K;
         double s = 0.0;
         for (int j = 0; j < K; j++) s += (double)gr[j] * yr[j];
+        /* ops.h's lane order, in float32: lane j mod 16, then the pairwise fold */
+        float lane[16] = {0};
+        for (int j = 0; j < K; j++) lane[j % 16] += gr[j] * yr[j];
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) lane[l] += lane[l + w];
         for (int j = 0; j < K; j++) {
+            const float exact = (gr[j] - lane[0]) * yr[j];
+            ck_assert_msg(memcmp(&dx[0][r * K + j], &exact, sizeof exact) == 0,
+                          "dx[%d][%d] = %.9g, the lane order gives %.9g", r, j,
+                          (double)dx[0][r * K + j], (double)exact);
             const double want = ((double)gr[j] - s) * yr[j];
             ck_assert_msg(fabs(dx[0][r * K + j] - want) <= 2.0 * K * 0x1p-24 * yr[j] + 1e-38,
                           "dx[%d][%d] = %.9g, want %.9g", r, j, (double)dx[0][r * K + j], want);

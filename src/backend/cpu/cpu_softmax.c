@@ -1,12 +1,14 @@
 /* Softmax over the last axis on the CPU (ops.h's DIST_OPC_SOFTMAX and SOFTMAX_GRAD, k = 0):
- * each row's maximum m, e = exp(x - m) into the output, s = the sum of e in order (float32),
- * then e / s; backward, (dy - sum(dy * y)) * y with that sum in order.
+ * each row's maximum m, e = exp(x - m) into the output, s = the sum of e in float32 in ops.h's
+ * lane order, then e * (1 / s); backward, (dy - sum(dy * y)) * y with that sum in the same order.
  *
- * The exponentials are cpu_vmath.h's float32 exp in a loop the compiler vectorizes (libm's
+ * The lane order (cpu_sum_lanes): element j goes to lane j mod 16, each lane sums its elements
+ * in order, and the 16 lanes fold pairwise in a fixed tree. Vector code keeps the lanes in
+ * registers, so a row's sum costs a few additions per 16 elements instead of a chain of k
+ * dependent ones (an in-order sum held the backward to one addition per 3-4 cycles). The
+ * exponentials are cpu_vmath.h's float32 exp in a loop the compiler vectorizes (libm's
  * expf is a scalar call: softmax with it was a tenth of the Transformer's step once the
- * attention's products ran on oneDNN, bench/RESULTS.md). The sums stay in order, as ops.h
- * defines them, but the forward's run eight rows interleaved: one row's chain of dependent
- * additions waits on each addition's latency, eight overlap. Three copies of each loop, the
+ * attention's products ran on oneDNN, bench/RESULTS.md). Three copies of each loop, the
  * baseline ISA's, AVX2's and AVX-512's (no FMA in any), give the same bits; rows split over
  * threads whole. */
 #pragma GCC optimize("no-trapping-math", "fp-contract=off") /* before cpu_vmath.h: see there */
@@ -17,22 +19,27 @@
 #include <omp.h>
 
 #define SOFTMAX_PAR_MIN 32768 /* elements below which the rows run on one thread */
-#define SOFTMAX_ROWS 8        /* rows whose in-order sums run interleaved */
-#define MAX_LANES 16
+#define SOFTMAX_ROWS 8        /* rows a thread's task takes */
 
-/* The row's maximum as ops.h's scalar loop finds it (x[j] > m), in MAX_LANES independent lanes
- * the compiler vectorizes: max is exact, so only which zero and whether NaN is kept can differ,
- * and neither changes the output (exp(x - (+0)) = exp(x - (-0)); a NaN anywhere in the row
+/* The row's maximum as ops.h's scalar loop finds it (x[j] > m), in CPU_SUM_LANES independent
+ * lanes (cpu_vmath.h's vectors): max is exact, so only which zero and whether NaN is kept can
+ * differ, and neither changes the output (exp(x - (+0)) = exp(x - (-0)); a NaN anywhere in the row
  * makes its sum, hence every output, NaN either way). */
 static inline __attribute__((always_inline)) float row_max(const float *x, int64_t k) {
     float m = x[0];
     int64_t j = 1;
-    if (k >= 1 + MAX_LANES) {
-        float lane[MAX_LANES];
-        for (int l = 0; l < MAX_LANES; l++) lane[l] = x[1 + l];
-        for (j = 1 + MAX_LANES; j + MAX_LANES <= k; j += MAX_LANES)
-            for (int l = 0; l < MAX_LANES; l++) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
-        for (int l = 0; l < MAX_LANES; l++)
+    if (k >= 1 + CPU_SUM_LANES) {
+        cpu_lanes acc[CPU_LANE_VECS], v;
+        memcpy(acc, x + 1, sizeof acc);
+        for (j = 1 + CPU_SUM_LANES; j + CPU_SUM_LANES <= k; j += CPU_SUM_LANES)
+            for (int q = 0; q < CPU_LANE_VECS; q++) {
+                memcpy(&v, x + j + 4 * q, sizeof v);
+                const cpu_lanes_i gt = v > acc[q];
+                acc[q] = (cpu_lanes)(((cpu_lanes_i)v & gt) | ((cpu_lanes_i)acc[q] & ~gt));
+            }
+        float lane[CPU_SUM_LANES];
+        memcpy(lane, acc, sizeof lane);
+        for (int l = 0; l < CPU_SUM_LANES; l++)
             if (lane[l] > m) m = lane[l];
     }
     for (; j < k; j++)
@@ -40,41 +47,28 @@ static inline __attribute__((always_inline)) float row_max(const float *x, int64
     return m;
 }
 
-/* Rows [0, nr) (nr <= SOFTMAX_ROWS) of k: the exponentials row by row, vectorized; the sums,
- * each in order, interleaved so that nr chains of additions overlap instead of waiting on one
- * another; then the divisions. */
+/* Rows [0, nr) of k: the exponentials, vectorized; their sum in the lane order; each times
+ * the sum's reciprocal (as TensorFlow's Eigen kernel multiplies by the sum's inverse). */
 static inline __attribute__((always_inline)) void softmax_block_body(const float *x, float *y,
                                                                      int nr, int64_t k) {
-    float s[SOFTMAX_ROWS];
     for (int r = 0; r < nr; r++) {
         const float *xr = x + r * k;
         float *yr = y + r * k;
         const float m = row_max(xr, k);
         /* x - m <= 0, or NaN where x holds NaN or m is infinite: NaN out, as expf gives */
         for (int64_t j = 0; j < k; j++) yr[j] = cpu_exp_neg_f32(xr[j] - m);
-        s[r] = 0.0f;
+        const float inv = 1.0f / cpu_sum_lanes(yr, k);
+        for (int64_t j = 0; j < k; j++) yr[j] *= inv;
     }
-    if (nr == SOFTMAX_ROWS) {
-        for (int64_t j = 0; j < k; j++)
-            for (int r = 0; r < SOFTMAX_ROWS; r++) s[r] += y[r * k + j];
-    } else {
-        for (int r = 0; r < nr; r++)
-            for (int64_t j = 0; j < k; j++) s[r] += y[r * k + j];
-    }
-    for (int r = 0; r < nr; r++)
-        for (int64_t j = 0; j < k; j++) y[r * k + j] /= s[r];
 }
 
-/* dx = (dy - sum(dy * y)) * y, the sum in order. Row by row: interleaving rows, as the
- * forward does, was slower here (the products' loads, strided across rows, cost more than the
- * latency they hide). */
+/* dx = (dy - sum(dy * y)) * y, the sum in the lane order. */
 static inline __attribute__((always_inline)) void
 softmax_grad_block_body(const float *y, const float *dy, float *dx, int nr, int64_t k) {
     for (int r = 0; r < nr; r++) {
         const float *yr = y + r * k, *gr = dy + r * k;
         float *dr = dx + r * k;
-        float s = 0.0f;
-        for (int64_t j = 0; j < k; j++) s += gr[j] * yr[j];
+        const float s = cpu_dot_lanes(gr, yr, k);
         for (int64_t j = 0; j < k; j++) dr[j] = (gr[j] - s) * yr[j];
     }
 }

@@ -56,4 +56,53 @@ static inline __attribute__((always_inline)) float cpu_exp_neg_f32(float x) {
     return x0 != x0 ? x0 : e;
 }
 
+/* ops.h's lane order for a row's float32 sum: element j into lane j mod 16, each lane summed in
+ * order from 0, then the lanes folded pairwise (l += l + 8, then + 4, + 2, + 1). The 16 lanes
+ * are four GCC vectors of 4 floats, 128 bits, which every x86-64 ISA holds in a register (a
+ * single vector of 16 was spilled to the stack in the AVX2 copies): the same additions in the
+ * same order on every ISA. */
+#define CPU_SUM_LANES 16
+#define CPU_LANE_VECS 4
+
+typedef float cpu_lanes __attribute__((vector_size(16)));
+typedef int32_t cpu_lanes_i __attribute__((vector_size(16)));
+
+/* (no function here takes or returns a vector by value: GCC warns where such a vector's
+ * calling convention differs between the ISAs) */
+static inline __attribute__((always_inline)) float
+cpu_fold_lanes(const cpu_lanes *acc, const float *a, const float *b, int k) {
+    float lane[CPU_SUM_LANES];
+    memcpy(lane, acc, sizeof lane);
+    for (int l = 0; l < k; l++) lane[l] += b ? a[l] * b[l] : a[l];
+    for (int w = CPU_SUM_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* sum(a) over k elements in the lane order; cpu_dot_lanes: sum(a * b), each product rounded
+ * to float32 first. The last k mod 16 elements go to lanes 0, 1, ... before the fold. */
+static inline __attribute__((always_inline)) float cpu_sum_lanes(const float *a, int64_t k) {
+    cpu_lanes acc[CPU_LANE_VECS] = {{0}}, v;
+    int64_t j = 0;
+    for (; j + CPU_SUM_LANES <= k; j += CPU_SUM_LANES)
+        for (int q = 0; q < CPU_LANE_VECS; q++) {
+            memcpy(&v, a + j + 4 * q, sizeof v);
+            acc[q] += v;
+        }
+    return cpu_fold_lanes(acc, a + j, NULL, (int)(k - j));
+}
+
+static inline __attribute__((always_inline)) float cpu_dot_lanes(const float *a, const float *b,
+                                                                 int64_t k) {
+    cpu_lanes acc[CPU_LANE_VECS] = {{0}}, va, vb;
+    int64_t j = 0;
+    for (; j + CPU_SUM_LANES <= k; j += CPU_SUM_LANES)
+        for (int q = 0; q < CPU_LANE_VECS; q++) {
+            memcpy(&va, a + j + 4 * q, sizeof va);
+            memcpy(&vb, b + j + 4 * q, sizeof vb);
+            acc[q] += va * vb;
+        }
+    return cpu_fold_lanes(acc, a + j, b + j, (int)(k - j));
+}
+
 #endif

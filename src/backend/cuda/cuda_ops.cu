@@ -8,7 +8,8 @@
  * gather: each output walks the elements that reduce into it. One thread per output sums in
  * row-major order, the CPU's float32 order, so the bits agree; only where a few outputs each
  * sum thousands of elements does a block per output sum strided partials (the same value to
- * rounding, in a fraction of the time). Softmax and MSE sum a row per thread, in order. The
+ * rounding, in a fraction of the time). Softmax and MSE sum a row per thread (softmax in ops.h's
+ * lane order, MSE and log_softmax in order). The
  * double sums (BatchNorm's, the sum of squares) are block trees: rounded to float32 at the end
  * they agree with the CPU's sequential doubles but for a rare last-bit rounding. No
  * floating-point atomics: results repeat bitwise run to run. Nothing here synchronizes, so the
@@ -422,7 +423,17 @@ __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
-/* a thread per row of [rows, cols], float32 sums in order */
+/* ops.h's lane order for softmax's sums: element j into lane j mod 16, each lane in order,
+ * the lanes folded pairwise (l += l + 8, + 4, + 2, + 1), as the CPU's cpu_vmath.h sums */
+__device__ __forceinline__ float fold_lanes(float *lane) {
+#pragma unroll
+    for (int w = 8; w >= 1; w >>= 1)
+#pragma unroll
+        for (int l = 0; l < w; l++) lane[l] = __fadd_rn(lane[l], lane[l + w]);
+    return lane[0];
+}
+
+/* a thread per row of [rows, cols]; softmax's sum in the lane order, log_softmax's in order */
 __global__ void softmax_kernel(cudak_op a) {
     const int64_t k = a.cols;
     GRID_STRIDE(r, a.rows) {
@@ -431,13 +442,31 @@ __global__ void softmax_kernel(cudak_op a) {
         float m = x[0];
         for (int64_t j = 1; j < k; j++)
             if (x[j] > m) m = x[j];
-        float s = 0.0f;
-        for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, expf(__fsub_rn(x[j], m)));
         if (a.k) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, expf(__fsub_rn(x[j], m)));
             const float ls = logf(s);
             for (int64_t j = 0; j < k; j++) y[j] = __fsub_rn(__fsub_rn(x[j], m), ls);
         } else {
-            for (int64_t j = 0; j < k; j++) y[j] = __fdiv_rn(expf(__fsub_rn(x[j], m)), s);
+            float lane[16] = {0}; /* indices known at compile time: registers */
+            int64_t j0 = 0;
+            for (; j0 + 16 <= k; j0 += 16) {
+#pragma unroll
+                for (int l = 0; l < 16; l++) {
+                    const float e = expf(__fsub_rn(x[j0 + l], m));
+                    y[j0 + l] = e;
+                    lane[l] = __fadd_rn(lane[l], e);
+                }
+            }
+#pragma unroll
+            for (int l = 0; l < 16; l++)
+                if (j0 + l < k) {
+                    const float e = expf(__fsub_rn(x[j0 + l], m));
+                    y[j0 + l] = e;
+                    lane[l] = __fadd_rn(lane[l], e);
+                }
+            const float inv = __frcp_rn(fold_lanes(lane));
+            for (int64_t j = 0; j < k; j++) y[j] = __fmul_rn(y[j], inv);
         }
     }
 }
@@ -448,14 +477,24 @@ __global__ void softmax_grad_kernel(cudak_op a) {
     GRID_STRIDE(r, a.rows) {
         const float *y = a.in[0] + r * k, *dy = a.in[1] + r * k;
         float *dx = a.out[0] + r * k;
-        float s = 0.0f;
         if (a.k) {
             /* dx = dy - softmax * sum(dy) */
+            float s = 0.0f;
             for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, dy[j]);
             for (int64_t j = 0; j < k; j++) dx[j] = __fsub_rn(dy[j], __fmul_rn(expf(y[j]), s));
         } else {
             /* dx = (dy - sum(dy * y)) * y */
-            for (int64_t j = 0; j < k; j++) s = __fadd_rn(s, __fmul_rn(dy[j], y[j]));
+            float lane[16] = {0};
+            int64_t j0 = 0;
+            for (; j0 + 16 <= k; j0 += 16) {
+#pragma unroll
+                for (int l = 0; l < 16; l++)
+                    lane[l] = __fadd_rn(lane[l], __fmul_rn(dy[j0 + l], y[j0 + l]));
+            }
+#pragma unroll
+            for (int l = 0; l < 16; l++)
+                if (j0 + l < k) lane[l] = __fadd_rn(lane[l], __fmul_rn(dy[j0 + l], y[j0 + l]));
+            const float s = fold_lanes(lane);
             for (int64_t j = 0; j < k; j++) dx[j] = __fmul_rn(__fsub_rn(dy[j], s), y[j]);
         }
     }
