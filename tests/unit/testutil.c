@@ -280,11 +280,8 @@ int dist_test_cpu_kernel_count(struct dist_backend *be, const char *op, dist_tes
 }
 
 int dist_test_fused_lanes(int B) {
-    __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return B % 16 == 0 && avx512 ? 16 : B % 8 == 0 && avx2 ? 8 : 0;
+    /* the backend's own flags: the CPU's, within oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA) */
+    return B % 16 == 0 && cpu_has_avx512_bw_vl() ? 16 : B % 8 == 0 && cpu_has_avx2_fma() ? 8 : 0;
 }
 
 void dist_test_to_host_plain(struct dist_backend *be, const dist_tensor *t, float *out) {

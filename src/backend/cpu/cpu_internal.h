@@ -210,7 +210,9 @@ dist_status cpu_sgd_update(void *ctx, const dist_sgd_desc *d, float *param, cons
                            float *mom, size_t n);
 /* 8 (AVX), 4 (SSE2) or 1: the lanes the updates use on this CPU */
 int cpu_update_vector_width(void);
-/* The CPU runs AVX2 and FMA (the own convolution kernels' instructions); cached. cpu_round.c. */
+/* The CPU runs AVX2 and FMA (the own convolution kernels' instructions); cached. cpu_round.c.
+ * These three also keep to oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA): capped at AVX2, the own
+ * kernels run their AVX2 copies. */
 int cpu_has_avx2_fma(void);
 /* AVX-512 F, BW and VL (the own AVX-512 loops' instructions); cached. cpu_round.c. */
 int cpu_has_avx512_bw_vl(void);
