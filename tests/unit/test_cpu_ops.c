@@ -5,6 +5,7 @@
  * run_op, and a tensor the CPU ops do not take, give DIST_UNSUPPORTED naming the op; a missing
  * input or output is DIST_INVALID_ARGUMENT naming the slot. */
 #include "backend/backend.h"
+#include "backend/cpu/cpu_vmath.h"
 #include "backend/ops_dispatch.h"
 #include "testutil.h"
 
@@ -692,31 +693,63 @@ START_TEST(test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_p
         }
     }
     ck_assert(signbit(y[0][N - 1])); /* -0 * Phi(0) */
-    /* the tail's ends: -inf (NaN, as -inf * 0), -30 (-0: the result underflows), and a
-     * group of 16 with one tail element among ordinary ones */
-    float ends[17] = {-INFINITY, -30.0f}, ends_y[17];
-    for (int i = 2; i < 17; i++) ends[i] = i == 9 ? -3.0f : 0.5f;
-    const int64_t ne = 17;
+    /* the tail's ends, in a first group of 16: -inf (NaN, as -inf * 0; its gradient too),
+     * -30 and -3e38 (-0: the result underflows; a finite x that large must not give NaN);
+     * then a group of 16 ordinary values with one tail element, -3, among them */
+    float ends[32], ends_y[32], ends_dy[32], ends_dx[32];
+    for (int i = 0; i < 32; i++) ends[i] = 0.5f, ends_dy[i] = 1.0f;
+    ends[0] = -INFINITY, ends[1] = -30.0f, ends[2] = -3e38f, ends[20] = -3.0f;
+    const int64_t ne = 32;
     dist_backend *be = dist_test_cpu_backend(1);
-    dist_tensor te = dist_tensor_view(ends, DIST_F32, 1, &ne), tey = te;
-    tey.data = ends_y;
+    dist_tensor te = dist_tensor_view(ends, DIST_F32, 1, &ne), tey = te, ted = te, tex = te;
+    tey.data = ends_y, ted.data = ends_dy, tex.data = ends_dx;
     dist_op fwd = op_of(DIST_OPC_UNARY, DIST_UN_GELU, 1, 1);
-    const dist_tensor *ein[1] = {&te};
-    dist_tensor *eout[1] = {&tey};
+    dist_op bwd = op_of(DIST_OPC_UNARY_GRAD, DIST_UN_GELU, 3, 1);
+    const dist_tensor *ein[1] = {&te}, *gin[3] = {&te, &tey, &ted};
+    dist_tensor *eout[1] = {&tey}, *gout[1] = {&tex};
     ck_assert_int_eq(dist_backend_run_op(be, &fwd, ein, eout), DIST_OK);
+    ck_assert_int_eq(dist_backend_run_op(be, &bwd, gin, gout), DIST_OK);
     dist_backend_destroy(be);
-    ck_assert(isnan(ends_y[0]));
-    ck_assert(ends_y[1] == 0.0f && signbit(ends_y[1]));
-    ck_assert_msg(fabs(ends_y[9] - -3.0 * 0.5 * erfc(3.0 / sqrt(2.0))) <= 5e-7 * 4.05e-3,
-                  "gelu(-3) = %.9g", (double)ends_y[9]);
-    ck_assert_msg(fabs(ends_y[10] - 0.5 * 0.5 * (1.0 + erf(0.5 / sqrt(2.0)))) <= 3e-7,
-                  "gelu(0.5) = %.9g", (double)ends_y[10]);
+    ck_assert(isnan(ends_y[0]) && isnan(ends_dx[0]));
+    for (int i = 1; i <= 2; i++) {
+        ck_assert_msg(ends_y[i] == 0.0f && signbit(ends_y[i]), "gelu(%g) = %g", (double)ends[i],
+                      (double)ends_y[i]);
+        ck_assert_msg(ends_dx[i] == 0.0f, "gelu'(%g) = %g", (double)ends[i], (double)ends_dx[i]);
+    }
+    ck_assert_msg(fabs(ends_y[20] - -3.0 * 0.5 * erfc(3.0 / sqrt(2.0))) <= 5e-7 * 4.05e-3,
+                  "gelu(-3) = %.9g", (double)ends_y[20]);
+    for (int i = 3; i < 32; i++)
+        if (i != 20)
+            ck_assert_msg(fabs(ends_y[i] - 0.5 * 0.5 * (1.0 + erf(0.5 / sqrt(2.0)))) <= 3e-7,
+                          "gelu(0.5) = %.9g at %d", (double)ends_y[i], i);
 }
 END_TEST
 
+/* Softmax's row as ops.h writes it down, in float32 with the backend's own exp
+ * (cpu_vmath.h): the maximum, e = exp(x - m), the sum of e in the lane order, e * (1 / s).
+ * Compiled without contraction, as the backend's loops are. */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+static void softmax_row_reference(const float *x, float *y, int k) {
+    float m = x[0];
+    for (int j = 1; j < k; j++)
+        if (x[j] > m) m = x[j];
+    float lane[16] = {0};
+    for (int j = 0; j < k; j++) {
+        y[j] = cpu_exp_neg_f32(x[j] - m);
+        lane[j % 16] += y[j];
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    const float inv = 1.0f / lane[0];
+    for (int j = 0; j < k; j++) y[j] *= inv;
+}
+#pragma GCC pop_options
+
 /* Softmax and its gradient (cpu_softmax.c: float32 vector exp, sums in ops.h's lane order) on
  * 300 rows of 37: each element within 4e-7 relative of exp(x - m) / sum in double, x - m the
- * float32 difference ops.h names (exp to ~1 ulp, the float32 sum); -inf logits give 0, a NaN
+ * float32 difference ops.h names (exp to ~1 ulp, the float32 sum), and bitwise ops.h's float32
+ * formula (softmax_row_reference: the lane order, the reciprocal); -inf logits give 0, a NaN
  * logit a NaN row; the gradient bitwise (dy - s) y with s summed in the lane order (two
  * groups of 16 and 5 more); the same bits on 1 and 2 threads and in place */
 START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place) {
@@ -747,6 +780,9 @@ START_TEST(test_softmax_matches_the_double_closed_form_on_any_thread_count_and_i
             for (int j = 0; j < K; j++) ck_assert_msg(isnan(yr[j]), "row 7: y[%d] = %g", j, yr[j]);
             continue;
         }
+        float exact[K]; /* bitwise: the lane order and the reciprocal, on every ISA copy */
+        softmax_row_reference(xr, exact, K);
+        ck_assert_msg(memcmp(yr, exact, sizeof exact) == 0, "row %d: not ops.h's bits", r);
         /* ops.h's exp(x - m) of the float32 difference */
         float m = -INFINITY;
         double s = 0.0;

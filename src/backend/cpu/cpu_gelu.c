@@ -8,7 +8,8 @@
  * result; TensorFlow's too), so those elements are computed again from the tail's own form,
  * also float32 and vectorized (gelu_tail): GELU(x) = -e h / sqrt 2 and
  * GELU'(x) = e (x / sqrt(2 pi) - h / (sqrt 2 x)) with e = exp(-x^2 / 2) and h = z erfcx(z),
- * z = -x / sqrt 2, within 5e-7 relative of the double closed form (unit.cpu_ops). Those
+ * z = -x / sqrt 2, within 5e-7 relative of the double closed form down to x = -13 (below,
+ * the result underflows to -0; unit.cpu_ops). Those
  * elements are gathered into a dense buffer first (a few percent of a normalized layer's), so
  * the tail's vector loop runs over them alone.
  *
@@ -21,6 +22,7 @@
 #include "backend/cpu/cpu_vmath.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
@@ -38,15 +40,18 @@
  * x^2 = xh^2 + xl (x + xh), so e is exp(-xh^2 / 2) exp(-xl (x + xh) / 2). h is a degree-10
  * polynomial in t = 1 / z - c, c = 1 / (2 sqrt 2), fitted to z erfcx(z) on t + c in
  * [0, 1 / sqrt 2] (Chebyshev least squares from the double-precision erfc; within 1.2e-7
- * relative evaluated in float32). For x = -inf, e is NaN, as the closed form's -inf * 0. */
+ * relative evaluated in float32). e is taken at max(x, -20): below about -13.2 it is 0
+ * either way (exp's argument under -87), and a huge finite x would overflow x + xh and make
+ * 0 * inf; the callers give -inf its NaN (the closed form's -inf * 0) themselves. */
 static inline __attribute__((always_inline)) void gelu_tail(float x, float *e, float *h) {
+    const float xc = x < -20.0f ? -20.0f : x;
     uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
+    memcpy(&bits, &xc, sizeof bits);
     bits &= 0xfffff000u;
     float xh;
     memcpy(&xh, &bits, sizeof xh);
-    const float xl = x - xh;
-    *e = cpu_exp_neg_f32(-0.5f * (xh * xh)) * cpu_exp_neg_f32(-0.5f * (xl * (x + xh)));
+    const float xl = xc - xh;
+    *e = cpu_exp_neg_f32(-0.5f * (xh * xh)) * cpu_exp_neg_f32(-0.5f * (xl * (xc + xh)));
     const float t = -SQRT2 / x - 3.535533845e-01f;
     float p = -5.871552825e-01f;
     p = p * t + 4.732494950e-01f;
@@ -138,38 +143,38 @@ gather_tail_avx512(const float *restrict x, int64_t n, int *restrict idx, float 
     return gather_rest(x, i, n, idx, xt, cnt);
 }
 
-/* (idx, xt, cnt: the tail's gathering of x) */
+/* (idx, xt, cnt: the tail's gathering of x; xt is overwritten with the tail's results) */
 static inline __attribute__((always_inline)) void gelu_fwd_body(const float *restrict x,
                                                                 float *restrict y, int64_t n,
                                                                 const int *restrict idx,
-                                                                const float *restrict xt, int cnt) {
+                                                                float *restrict xt, int cnt) {
     for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + cpu_erf_f32(x[i] * SQRT1_2));
-    float yt[GELU_BLOCK];
     for (int j = 0; j < cnt; j++) {
+        const float v = xt[j];
         float e, h;
-        gelu_tail(xt[j], &e, &h);
-        yt[j] = -(e * h) * SQRT1_2;
+        gelu_tail(v, &e, &h);
+        const float r = -(e * h) * SQRT1_2;
+        xt[j] = v == -INFINITY ? NAN : r;
     }
-    for (int j = 0; j < cnt; j++) y[idx[j]] = yt[j];
+    for (int j = 0; j < cnt; j++) y[idx[j]] = xt[j];
 }
 
 static inline __attribute__((always_inline)) void
 gelu_bwd_body(const float *restrict x, const float *restrict dy, float *restrict dx, int64_t n,
-              const int *restrict idx, const float *restrict xt, int cnt) {
+              const int *restrict idx, float *restrict xt, int cnt) {
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
         const float d = 0.5f * (1.0f + cpu_erf_f32(v * SQRT1_2)) +
                         v * cpu_exp_neg_f32(-0.5f * v * v) * INV_SQRT_2PI;
         dx[i] = dy[i] * d;
     }
-    float dt[GELU_BLOCK];
-    for (int j = 0; j < cnt; j++) {
+    for (int j = 0; j < cnt; j++) { /* -inf: 0 * -inf, NaN, as the closed form */
         const float v = xt[j];
         float e, h;
         gelu_tail(v, &e, &h);
-        dt[j] = e * (v * INV_SQRT_2PI - h * SQRT1_2 / v);
+        xt[j] = e * (v * INV_SQRT_2PI - h * SQRT1_2 / v);
     }
-    for (int j = 0; j < cnt; j++) dx[idx[j]] = dy[idx[j]] * dt[j];
+    for (int j = 0; j < cnt; j++) dx[idx[j]] = dy[idx[j]] * xt[j];
 }
 
 static void gelu_fwd_base(const float *x, float *y, int64_t n) {
@@ -225,7 +230,7 @@ void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n) {
 #pragma omp parallel for num_threads(gelu_threads(threads, n)) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t i = b * GELU_BLOCK, len = n - i < GELU_BLOCK ? n - i : GELU_BLOCK;
-        float copy[GELU_BLOCK]; /* the tail pass reads x after y is written: x == y in place */
+        float copy[GELU_BLOCK]; /* in place (x == y): the bodies' pointers are restrict */
         const float *xs = x + i;
         if (x == y) xs = memcpy(copy, xs, (size_t)len * sizeof *xs);
         if (isa == 2)
@@ -243,7 +248,7 @@ void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, 
 #pragma omp parallel for num_threads(gelu_threads(threads, n)) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t i = b * GELU_BLOCK, len = n - i < GELU_BLOCK ? n - i : GELU_BLOCK;
-        float xcopy[GELU_BLOCK], gcopy[GELU_BLOCK]; /* likewise, dx in place of x or dy */
+        float xcopy[GELU_BLOCK], gcopy[GELU_BLOCK]; /* likewise, dx over x or dy */
         const float *xs = x + i, *gs = dy + i;
         if (x == dx) xs = memcpy(xcopy, xs, (size_t)len * sizeof *xs);
         if (dy == dx) gs = memcpy(gcopy, gs, (size_t)len * sizeof *gs);
