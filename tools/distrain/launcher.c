@@ -58,28 +58,32 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* N distinct free ports: each socket stays bound until all are chosen. */
+/* N distinct free ports, each held by a socket bound to it (SO_REUSEADDR, not listening, closed
+ * on exec) until the launcher exits: a task's listener binds beside the holder (the library's
+ * listeners set SO_REUSEADDR too), and meanwhile the kernel gives the port to no other bind(0)
+ * or outgoing connection. Picking a port and closing it left a window in which another
+ * program's socket could take it before the task bound it (a job beside another on a busy
+ * machine failed at once). */
 static int free_ports(int n, int *ports) {
-    int fds[MAX_WORKERS];
-    int ok = 1;
+    static int held[MAX_WORKERS];
     for (int i = 0; i < n; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        held[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         socklen_t len = sizeof a;
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&a, &len) != 0) {
+        const int one = 1;
+        if (held[i] < 0 || setsockopt(held[i], SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+            bind(held[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            getsockname(held[i], (struct sockaddr *)&a, &len) != 0) {
             fprintf(stderr, "distrain: --workers: cannot find a free loopback port: %s\n",
                     strerror(errno));
-            ok = 0;
-            n = i + 1;
-            break;
+            for (int j = 0; j <= i; j++)
+                if (held[j] >= 0) close(held[j]);
+            return 0;
         }
         ports[i] = ntohs(a.sin_port);
     }
-    for (int i = 0; i < n; i++)
-        if (fds[i] >= 0) close(fds[i]);
-    return ok;
+    return 1;
 }
 
 static void emit(stream *s, const char *label, const char *line, size_t len) {
