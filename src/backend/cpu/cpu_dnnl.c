@@ -81,10 +81,16 @@ static dist_status act_md(const dist_tensor *t, dnnl_memory_desc_t *md) {
     return DIST_OK;
 }
 
+/* Compare the ISA's bits, not its value: avx2_vnni (0x407) is numerically larger than
+ * avx512_core_amx (0x3e7) in oneDNN 2.6 but has no AVX-512. */
+int cpu_dnnl_isa_allows(dnnl_cpu_isa_t need) {
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)need) == (unsigned)need;
+}
+
 int cpu_dnnl_activation_block(void) {
-    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
-    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
+    if (cpu_dnnl_isa_allows(dnnl_cpu_isa_avx512_core)) return 16;
+    if (cpu_dnnl_isa_allows(dnnl_cpu_isa_avx2)) return 8;
     return 0;
 }
 
@@ -876,11 +882,7 @@ ready:
 int cpu_dnnl_native_bf16_default(void) {
     const char *env = dist_env_raw(DIST_ENV_CPU_NATIVE_BF16);
     if (env && strcmp(env, "0") == 0) return CPU_BF16_OFF;
-    /* Compare the ISA's bits, not its value: avx2_vnni (0x407) is numerically larger than
-     * avx512_core_amx (0x3e7) in oneDNN 2.6 but has no AVX-512. */
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    unsigned need = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    if ((isa & need) != need) return CPU_BF16_OFF;
+    if (!cpu_dnnl_isa_allows(dnnl_cpu_isa_avx512_core_bf16)) return CPU_BF16_OFF;
     return env && strcmp(env, "1") == 0 ? CPU_BF16_NATIVE : CPU_BF16_MEASURE;
 }
 
@@ -925,13 +927,11 @@ dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on) {
     if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_native_bf16: not a CPU backend");
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    unsigned need = (unsigned)dnnl_cpu_isa_avx512_core;
-    if (on && (isa & need) != need)
+    if (on && !cpu_dnnl_isa_allows(dnnl_cpu_isa_avx512_core))
         return dist_error(DIST_UNSUPPORTED,
                           "native bfloat16 convolutions need AVX-512 (oneDNN 2.6 has none below "
                           "avx512_core); this CPU's oneDNN ISA is 0x%x",
-                          isa);
+                          (unsigned)dnnl_get_effective_cpu_isa());
     ((cpu_ctx *)backend->ctx)->native_bf16 = on != 0;
     return DIST_OK;
 }

@@ -177,48 +177,40 @@ gelu_bwd_body(const float *restrict x, const float *restrict dy, float *restrict
     for (int j = 0; j < cnt; j++) dx[idx[j]] = dy[idx[j]] * xt[j];
 }
 
-static void gelu_fwd_base(const float *x, float *y, int64_t n) {
-    int idx[GELU_BLOCK + GELU_GROUP];
-    float xt[GELU_BLOCK + GELU_GROUP];
-    const int cnt = gather_tail_base(x, n, idx, xt);
+static void gelu_fwd_base(const float *x, float *y, int64_t n, const int *idx, float *xt, int cnt) {
     gelu_fwd_body(x, y, n, idx, xt, cnt);
 }
-static void gelu_bwd_base(const float *x, const float *dy, float *dx, int64_t n) {
-    int idx[GELU_BLOCK + GELU_GROUP];
-    float xt[GELU_BLOCK + GELU_GROUP];
-    const int cnt = gather_tail_base(x, n, idx, xt);
+static void gelu_bwd_base(const float *x, const float *dy, float *dx, int64_t n, const int *idx,
+                          float *xt, int cnt) {
     gelu_bwd_body(x, dy, dx, n, idx, xt, cnt);
 }
-__attribute__((target("avx2"))) static void gelu_fwd_avx2(const float *x, float *y, int64_t n) {
-    int idx[GELU_BLOCK + GELU_GROUP];
-    float xt[GELU_BLOCK + GELU_GROUP];
-    const int cnt = gather_tail_avx2(x, n, idx, xt);
+__attribute__((target("avx2"))) static void gelu_fwd_avx2(const float *x, float *y, int64_t n,
+                                                          const int *idx, float *xt, int cnt) {
     gelu_fwd_body(x, y, n, idx, xt, cnt);
 }
 __attribute__((target("avx2"))) static void gelu_bwd_avx2(const float *x, const float *dy,
-                                                          float *dx, int64_t n) {
-    int idx[GELU_BLOCK + GELU_GROUP];
-    float xt[GELU_BLOCK + GELU_GROUP];
-    const int cnt = gather_tail_avx2(x, n, idx, xt);
+                                                          float *dx, int64_t n, const int *idx,
+                                                          float *xt, int cnt) {
     gelu_bwd_body(x, dy, dx, n, idx, xt, cnt);
 }
-__attribute__((target("avx512f"))) static void gelu_fwd_avx512(const float *x, float *y,
-                                                               int64_t n) {
-    int idx[GELU_BLOCK + GELU_GROUP];
-    float xt[GELU_BLOCK + GELU_GROUP];
-    const int cnt = gather_tail_avx512(x, n, idx, xt);
+__attribute__((target("avx512f"))) static void gelu_fwd_avx512(const float *x, float *y, int64_t n,
+                                                               const int *idx, float *xt, int cnt) {
     gelu_fwd_body(x, y, n, idx, xt, cnt);
 }
 __attribute__((target("avx512f"))) static void gelu_bwd_avx512(const float *x, const float *dy,
-                                                               float *dx, int64_t n) {
-    int idx[GELU_BLOCK + GELU_GROUP];
-    float xt[GELU_BLOCK + GELU_GROUP];
-    const int cnt = gather_tail_avx512(x, n, idx, xt);
+                                                               float *dx, int64_t n, const int *idx,
+                                                               float *xt, int cnt) {
     gelu_bwd_body(x, dy, dx, n, idx, xt, cnt);
 }
 
 /* 2: AVX-512, 1: AVX2, 0: the baseline copy */
 static int gelu_isa(void) { return cpu_has_avx512_bw_vl() ? 2 : cpu_has_avx2_fma() ? 1 : 0; }
+
+static int gather_tail(int isa, const float *x, int64_t n, int *idx, float *xt) {
+    return isa == 2   ? gather_tail_avx512(x, n, idx, xt)
+           : isa == 1 ? gather_tail_avx2(x, n, idx, xt)
+                      : gather_tail_base(x, n, idx, xt);
+}
 
 static int gelu_threads(int threads, int64_t n) {
     return n >= 8 * GELU_BLOCK && threads > 1 ? threads : 1;
@@ -233,12 +225,15 @@ void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n) {
         float copy[GELU_BLOCK]; /* in place (x == y): the bodies' pointers are restrict */
         const float *xs = x + i;
         if (x == y) xs = memcpy(copy, xs, (size_t)len * sizeof *xs);
+        int idx[GELU_BLOCK + GELU_GROUP];
+        float xt[GELU_BLOCK + GELU_GROUP];
+        const int cnt = gather_tail(isa, xs, len, idx, xt);
         if (isa == 2)
-            gelu_fwd_avx512(xs, y + i, len);
+            gelu_fwd_avx512(xs, y + i, len, idx, xt, cnt);
         else if (isa == 1)
-            gelu_fwd_avx2(xs, y + i, len);
+            gelu_fwd_avx2(xs, y + i, len, idx, xt, cnt);
         else
-            gelu_fwd_base(xs, y + i, len);
+            gelu_fwd_base(xs, y + i, len, idx, xt, cnt);
     }
 }
 
@@ -252,11 +247,14 @@ void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, 
         const float *xs = x + i, *gs = dy + i;
         if (x == dx) xs = memcpy(xcopy, xs, (size_t)len * sizeof *xs);
         if (dy == dx) gs = memcpy(gcopy, gs, (size_t)len * sizeof *gs);
+        int idx[GELU_BLOCK + GELU_GROUP];
+        float xt[GELU_BLOCK + GELU_GROUP];
+        const int cnt = gather_tail(isa, xs, len, idx, xt);
         if (isa == 2)
-            gelu_bwd_avx512(xs, gs, dx + i, len);
+            gelu_bwd_avx512(xs, gs, dx + i, len, idx, xt, cnt);
         else if (isa == 1)
-            gelu_bwd_avx2(xs, gs, dx + i, len);
+            gelu_bwd_avx2(xs, gs, dx + i, len, idx, xt, cnt);
         else
-            gelu_bwd_base(xs, gs, dx + i, len);
+            gelu_bwd_base(xs, gs, dx + i, len, idx, xt, cnt);
     }
 }

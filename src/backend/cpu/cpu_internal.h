@@ -154,6 +154,10 @@ void dist_cpu_set_flush_denormals(void);
 dist_status cpu_dnnl_check(dnnl_status_t s, const char *what);
 /* The channel block for the ISA oneDNN dispatches to on this processor (see cpu_ctx.block). */
 int cpu_dnnl_activation_block(void);
+/* Whether oneDNN's effective ISA (the CPU's, lowered by ONEDNN_MAX_CPU_ISA) includes `need`;
+ * the own kernels' flags (cpu_has_*) keep to it too, so a run capped at AVX2 runs their AVX2
+ * copies as oneDNN runs its AVX2 kernels. */
+int cpu_dnnl_isa_allows(dnnl_cpu_isa_t need);
 /* 1 when oneDNN runs bfloat16 convolutions natively here (its ISA includes AVX512_BF16: Cooper
  * Lake, Sapphire Rapids and later with AMX, AMD Zen 4 and later) and DIST_CPU_NATIVE_BF16 is
  * not 0. Plain AVX-512 only emulates bfloat16 (3-4x slower than float32), AVX2 has none. */

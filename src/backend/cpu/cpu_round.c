@@ -12,7 +12,6 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
-#include <dnnl.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
@@ -136,22 +135,13 @@ round_bf16_cvt(const float *x, float *y, uint16_t *h, int64_t n) {
     twin_tail(y, h, tail, n);
 }
 
-/* Whether oneDNN's effective ISA (the CPU's, lowered by ONEDNN_MAX_CPU_ISA) includes `need`:
- * the own kernels keep to the cap too, so that a run capped at AVX2 (CI's unit stage) runs their
- * AVX2 copies, as oneDNN runs its AVX2 kernels. Its bits are compared, not its value (avx2_vnni
- * is numerically above avx512_core_amx in oneDNN 2.6). */
-static int isa_allows(dnnl_cpu_isa_t need) {
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    return (isa & (unsigned)need) == (unsigned)need;
-}
-
 int cpu_has_avx512_bf16(void) {
     static int cached = -1;
     int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
     if (v < 0) {
         __builtin_cpu_init();
         v = cpu_has_avx512_bw_vl() && __builtin_cpu_supports("avx512bf16") &&
-            isa_allows(dnnl_cpu_isa_avx512_core_bf16);
+            cpu_dnnl_isa_allows(dnnl_cpu_isa_avx512_core_bf16);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -186,7 +176,7 @@ int cpu_has_avx2_fma(void) {
     if (v < 0) {
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            isa_allows(dnnl_cpu_isa_avx2);
+            cpu_dnnl_isa_allows(dnnl_cpu_isa_avx2);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -198,7 +188,7 @@ int cpu_has_avx512_bw_vl(void) {
     if (v < 0) {
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && isa_allows(dnnl_cpu_isa_avx512_core);
+            __builtin_cpu_supports("avx512vl") && cpu_dnnl_isa_allows(dnnl_cpu_isa_avx512_core);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -210,7 +200,7 @@ int cpu_round_simd(void) {
     if (v < 0) {
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-            isa_allows(dnnl_cpu_isa_avx2);
+            cpu_dnnl_isa_allows(dnnl_cpu_isa_avx2);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;
