@@ -70,6 +70,10 @@ typedef struct dist_fusion_stats {
     int64_t conv_pool_forward_declined;
     int64_t conv_pool_backward;
     int64_t conv_pool_backward_declined;
+    /* dist_op_attention: the scores, softmax and weighted sum as one kernel (and its
+     * gradient), or declined (a backend without it, a mixed policy, aliased operands) */
+    int64_t attention;
+    int64_t attention_declined;
 } dist_fusion_stats;
 DIST_API void dist_tape_fusion_stats(const dist_tape *tape, dist_fusion_stats *out);
 
@@ -355,6 +359,19 @@ DIST_API dist_status dist_op_reduce_mean_axes(dist_tape *tape, const dist_tensor
                                               const int *axes, int keepdims, dist_tensor **y);
 DIST_API dist_status dist_op_reduce_max(dist_tape *tape, const dist_tensor *x, int naxes,
                                         const int *axes, int keepdims, dist_tensor **y);
+
+/* Attention's core, as Keras's MultiHeadAttention computes it between its projections (no
+ * mask, no dropout): y = softmax(q k^T) v for each batch element and head, with q, k and v
+ * stored [.., T, heads, dim] as the projections leave them (q [.., Tq, H, dk], k [.., Tk, H,
+ * dk], v [.., Tk, H, dv], rank >= 3, one batch) and y [.., Tq, H, dv]; q already scaled (Keras
+ * scales the query by 1 / sqrt(dk)). Values and gradients are those of
+ * dist_op_batch_matmul_flags(q, k, TRANSPOSE_B | A_ | B_HEADS_INSIDE), dist_op_softmax,
+ * dist_op_batch_matmul_flags(p, v, B_ | Y_HEADS_INSIDE), bit for bit on one backend, which is
+ * what runs where the backend has no fused kernel (CUDA, the tpu strategy's program) or the
+ * tape computes in a mixed precision; the CPU's fused kernel keeps the scores in cache a few
+ * batch elements at a time (dist_tape_fusion_stats counts both ways). */
+DIST_API dist_status dist_op_attention(dist_tape *tape, const dist_tensor *q, const dist_tensor *k,
+                                       const dist_tensor *v, dist_tensor **y);
 
 /* tf.nn.softmax and tf.nn.log_softmax over the last axis. */
 DIST_API dist_status dist_op_softmax(dist_tape *tape, const dist_tensor *x, dist_tensor **y);

@@ -113,3 +113,99 @@ dist_status dist_op_batch_matmul(dist_tape *t, const dist_tensor *a, const dist_
                                  int transpose_a, int transpose_b, dist_tensor **y) {
     return dist_op_batch_matmul_flags(t, a, b, (transpose_a != 0) | (transpose_b != 0) << 1, y);
 }
+
+/* ---- attention: softmax(q k^T) v per batch element and head ------------------------------- */
+
+/* The fused node's gradients: ATTENTION_GRAD writes those of q, k and v that are wanted, each
+ * where tape_plain_grad_begin says, bit for bit the five ops the parts' backwards would run
+ * (ops.h). */
+static dist_status attention_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *dy;
+    DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    tape_plain_grad h[3];
+    dist_tensor *d[3];
+    int any = 0;
+    for (int i = 0; i < 3; i++) {
+        DIST_TRY(tape_plain_grad_begin(t, n->in[i], &h[i], &d[i]));
+        any |= d[i] != NULL;
+    }
+    if (!any) return DIST_OK;
+    const dist_tensor *pin[3];
+    for (int i = 0; i < 3; i++) DIST_TRY(tape_plain_of(t, n->in[i], &pin[i]));
+    dist_op op = tape_op(DIST_OPC_ATTENTION_GRAD, 0, 5, 3);
+    const dist_tensor *in[5] = {pin[0], pin[1], pin[2], n->saved[0], dy};
+    DIST_TRY(tape_run_op(t, &op, in, d));
+    for (int i = 0; i < 3; i++) DIST_TRY(tape_plain_grad_end(t, n->in[i], &h[i]));
+    return DIST_OK;
+}
+
+/* Whether the backend runs the fusion for these operands: float32 steps (under a mixed policy
+ * the parts round each output, which the fusion does not), three distinct tensors (one
+ * gradient buffer each), no empty extent. */
+static int attention_fuses(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
+                           const dist_tensor *v) {
+    if (t->compute_precision != DIST_F32 || q == k || q == v || k == v) return 0;
+    if (q->ndim < 3 || k->ndim != q->ndim || v->ndim != q->ndim) return 0;
+    if (dist_tensor_numel(q) == 0 || dist_tensor_numel(k) == 0 || dist_tensor_numel(v) == 0)
+        return 0;
+    const struct dist_backend_i *be = tape_be(t);
+    return dist_be_supports_code(be, tape_bectx(t), DIST_OPC_ATTENTION) &&
+           dist_be_supports_code(be, tape_bectx(t), DIST_OPC_ATTENTION_GRAD);
+}
+
+dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
+                              const dist_tensor *v, dist_tensor **y) {
+    DIST_CHECK_ARG(t && q && k && v && y, "dist_op_attention: NULL argument");
+    DIST_TRY(tape_check_f32(q, "attention"));
+    DIST_TRY(tape_check_f32(k, "attention"));
+    DIST_TRY(tape_check_f32(v, "attention"));
+    const int r = q->ndim;
+    DIST_CHECK_ARG(r >= 3 && k->ndim == r && v->ndim == r,
+                   "attention: q, k and v must have one rank >= 3 ([.., T, heads, dim]; have "
+                   "%d, %d, %d)",
+                   q->ndim, k->ndim, v->ndim);
+    DIST_CHECK_ARG(
+        k->shape[r - 3] == v->shape[r - 3] && k->shape[r - 2] == q->shape[r - 2] &&
+            v->shape[r - 2] == q->shape[r - 2] && k->shape[r - 1] == q->shape[r - 1],
+        "attention: k [.., %lld, %lld, %lld] and v [.., %lld, %lld, %lld] do not fit "
+        "q [.., %lld, %lld, %lld] (one head count; k q's key size; k and v one T)",
+        (long long)k->shape[r - 3], (long long)k->shape[r - 2], (long long)k->shape[r - 1],
+        (long long)v->shape[r - 3], (long long)v->shape[r - 2], (long long)v->shape[r - 1],
+        (long long)q->shape[r - 3], (long long)q->shape[r - 2], (long long)q->shape[r - 1]);
+    if (!attention_fuses(t, q, k, v)) {
+        t->fusion.attention_declined++;
+        dist_tensor *scores, *probs;
+        DIST_TRY(dist_op_batch_matmul_flags(t, q, k,
+                                            DIST_MATMUL_TRANSPOSE_B | DIST_MATMUL_A_HEADS_INSIDE |
+                                                DIST_MATMUL_B_HEADS_INSIDE,
+                                            &scores));
+        DIST_TRY(dist_op_softmax(t, scores, &probs));
+        return dist_op_batch_matmul_flags(
+            t, probs, v, DIST_MATMUL_B_HEADS_INSIDE | DIST_MATMUL_Y_HEADS_INSIDE, y);
+    }
+    const dist_tensor *pq, *pk, *pv;
+    DIST_TRY(tape_plain_of(t, q, &pq));
+    DIST_TRY(tape_plain_of(t, k, &pk));
+    DIST_TRY(tape_plain_of(t, v, &pv));
+    int64_t ys[DIST_MAX_DIMS], ps[DIST_MAX_DIMS];
+    for (int d = 0; d < r - 3; d++) ys[d] = ps[d] = q->shape[d];
+    ys[r - 3] = q->shape[r - 3], ys[r - 2] = q->shape[r - 2], ys[r - 1] = v->shape[r - 1];
+    ps[r - 3] = q->shape[r - 2], ps[r - 2] = q->shape[r - 3], ps[r - 1] = k->shape[r - 3];
+    dist_tensor *out, *p = NULL;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, r, ys, &out));
+    /* the probabilities, kept for the gradient where a node will be recorded */
+    const int grads = t->recording && (tape_requires_grad(t, q) || tape_requires_grad(t, k) ||
+                                       tape_requires_grad(t, v));
+    if (grads) DIST_TRY(tape_new_tensor(t, DIST_F32, r, ps, &p));
+    dist_op op = tape_op(DIST_OPC_ATTENTION, 0, 3, 2);
+    const dist_tensor *in[3] = {pq, pk, pv};
+    dist_tensor *outs[2] = {out, p};
+    DIST_TRY(tape_run_op(t, &op, in, outs));
+    t->fusion.attention++;
+    const dist_tensor *rec[3] = {q, k, v};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, attention_backward, 3, rec, &n));
+    if (n) n->saved[0] = p;
+    *y = out;
+    return DIST_OK;
+}

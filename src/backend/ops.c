@@ -52,6 +52,8 @@ const char *dist_op_name(const dist_op *op) {
     case DIST_OPC_BATCH_MATMUL: return "batch_matmul";
     case DIST_OPC_LAYER_NORM:
     case DIST_OPC_LAYER_NORM_GRAD: return "layer_norm";
+    case DIST_OPC_ATTENTION:
+    case DIST_OPC_ATTENTION_GRAD: return "attention";
     case DIST_OPC_CONV2D:
     case DIST_OPC_CONV2D_GRAD_INPUT:
     case DIST_OPC_CONV2D_GRAD_FILTER: return "conv2d";

@@ -237,6 +237,27 @@ typedef enum dist_opcode {
      * blocks' sums in block order, rounded to float32 (the same blocks at any thread count). */
     DIST_OPC_LAYER_NORM_GRAD,
 
+    /* ---- attention (a fusion: dist_op_is_fusion) ------------------------------------------ */
+    /* Scaled dot-product attention's core, per batch element and head, on tensors stored with
+     * their heads inside (BATCH_MATMUL's bits 2-4): in: q [.., Tq, H, dk], k [.., Tk, H, dk],
+     * v [.., Tk, H, dv], one rank r >= 3 whose first r - 3 extents (the batch) are equal;
+     * out: y [.., Tq, H, dv], p [.., H, Tq, Tk] (optional: the probabilities, kept for the
+     * gradient). Defined as three ops of this set on the same backend, bit for bit:
+     *   s = BATCH_MATMUL(q, k; TRANSPOSE_B | A_HEADS_INSIDE | B_HEADS_INSIDE),
+     *   p = SOFTMAX(s) (k = 0), y = BATCH_MATMUL(p, v; B_HEADS_INSIDE | C_HEADS_INSIDE),
+     * so that s, which a backend may keep in cache a few batch elements at a time, is never
+     * written whole. k = 0 (no bfloat16 flag: the tape fuses float32 steps only). */
+    DIST_OPC_ATTENTION,
+    /* in: q, k, v, p (ATTENTION's), dy (y's gradient, [.., Tq, H, dv]); out: dq, dk, dv (each
+     * optional, in q's, k's and v's shapes), bit for bit the ops the tape runs for the three
+     * above's gradients (batch_matmul's table in ops_batch_matmul.c), in this order:
+     *   dp = BATCH_MATMUL(dy, v; TRANSPOSE_B | A_HEADS_INSIDE | B_HEADS_INSIDE),
+     *   dv = BATCH_MATMUL(p, dy; TRANSPOSE_A | B_HEADS_INSIDE | C_HEADS_INSIDE),
+     *   ds = SOFTMAX_GRAD(p, dp) (k = 0),
+     *   dq = BATCH_MATMUL(ds, k; B_HEADS_INSIDE | C_HEADS_INSIDE),
+     *   dk = BATCH_MATMUL(ds, q; TRANSPOSE_A | B_HEADS_INSIDE | C_HEADS_INSIDE). */
+    DIST_OPC_ATTENTION_GRAD,
+
     /* ---- layer kernels (backend.h's conventions: any layout the backend produced, outputs
      * in the layout the kernel sets on them; activations NHWC, conv kernels HWIO, dense
      * kernels [in, out]) ------------------------------------------------------------------- */
@@ -333,7 +354,8 @@ static inline int dist_op_is_layer(dist_opcode code) {
 /* The fusions: a backend may run none of them (the tape then runs their parts); every other op
  * is run by every backend (the CPU's, the CUDA module's and the tpu tracer). */
 static inline int dist_op_is_fusion(dist_opcode code) {
-    return code == DIST_OPC_CONV2D_RELU_MAX_POOL ||
+    return code == DIST_OPC_ATTENTION || code == DIST_OPC_ATTENTION_GRAD ||
+           code == DIST_OPC_CONV2D_RELU_MAX_POOL ||
            code == DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD_FILTER ||
            code == DIST_OPC_CONV2D_RELU_MAX_POOL_GRAD;
 }

@@ -1430,15 +1430,10 @@ static dist_status call_attention(dist_tape *tape, const model_layer *l, const d
     }
     /* q, k, v stay [B, T, H, d]: the products read them as [B, H, T, d] (heads inside), and
      * the weighted values come out [B, T, H, d] for the output projection: no transposes */
-    dist_tensor *q, *scores, *probs, *ctx;
+    dist_tensor *q, *ctx;
     DIST_TRY(dist_op_scale(tape, qkv[0], (float)(1.0 / sqrt((double)l->key_dim)), &q));
-    DIST_TRY(dist_op_batch_matmul_flags(tape, q, qkv[1],
-                                        DIST_MATMUL_TRANSPOSE_B | DIST_MATMUL_A_HEADS_INSIDE |
-                                            DIST_MATMUL_B_HEADS_INSIDE,
-                                        &scores));
-    DIST_TRY(dist_op_softmax(tape, scores, &probs));
-    DIST_TRY(dist_op_batch_matmul_flags(
-        tape, probs, qkv[2], DIST_MATMUL_B_HEADS_INSIDE | DIST_MATMUL_Y_HEADS_INSIDE, &ctx));
+    /* softmax(q k^T) v: the scores kept in cache where the backend fuses it */
+    DIST_TRY(dist_op_attention(tape, q, qkv[1], qkv[2], &ctx));
     int64_t s[3] = {b, t, d};
     return mha_dense(tape, ctx, h * l->value_dim, vars[mv[6]], mv[7] >= 0 ? vars[mv[7]] : NULL, 3,
                      s, out);

@@ -1701,6 +1701,8 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
     case DIST_OPC_CONCAT:
         if (op->nin < 1 || op->nin > DIST_OP_MAX_IN) return 0;
         break;
+    case DIST_OPC_ATTENTION: /* a fusion (the CPU's): the tape records its three ops here */
+    case DIST_OPC_ATTENTION_GRAD:
     case DIST_OPC_COUNT: return 0;
     default:
         if (op->code < DIST_OPC_UNARY || op->code >= DIST_OPC_COUNT) return 0;

@@ -36,6 +36,7 @@ static void cpu_destroy(void *ctx) {
     free(c->conv1_part);
     free(c->conv_pool_buf);
     free(c->conv_fwd_buf);
+    free(c->att_buf);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->engine) dnnl_engine_destroy(c->engine);
     free(c);
@@ -412,6 +413,7 @@ dist_status dist_cpu_backend_create(const dist_backend_options *options, dist_ba
     c->bf16_twins = 1;
     c->winograd = cpu_dnnl_winograd_default();
     c->fused_pool_filter = 1;
+    c->fused_attention = 1;
     dist_status st = cpu_dnnl_check(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "engine");
     if (st == DIST_OK)
         st = cpu_dnnl_check(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags),

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CPU_BMM_CACHE 16
+#define CPU_BMM_CACHE 32
 
 #define CPU_BMM_BF16_MIN_MACS (1 << 20)
 

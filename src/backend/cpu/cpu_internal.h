@@ -111,6 +111,13 @@ typedef struct cpu_ctx {
     size_t conv_fwd_n;
     /* cpu_batch_matmul.c's primitive cache, made on first use (NULL before) */
     struct cpu_bmm_cache *bmm;
+    /* ATTENTION and ATTENTION_GRAD run (1, the default); tests turn them off to compare with
+     * the tape's three ops. cpu_attention.c's scratch (a few batch elements' scores), grown on
+     * first use of a shape */
+    int fused_attention;
+    long fused_attention_runs; /* forwards and gradients run (tests) */
+    float *att_buf;
+    size_t att_n;
 } cpu_ctx;
 
 struct cpu_ctx;
@@ -334,6 +341,16 @@ dist_status cpu_op_layer_norm_grad(void *ctx, const dist_op *op, const dist_tens
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                 dist_tensor *const *out);
 void cpu_bmm_cache_destroy(cpu_ctx *c);
+/* cpu_attention.c: the ATTENTION fusion and its gradient (ops.h), its batch in chunks whose
+ * scores stay in cache, each part the op this backend runs for it */
+dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                             dist_tensor *const *out);
+dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tensor *const *in,
+                                  dist_tensor *const *out);
+/* For tests: ATTENTION and ATTENTION_GRAD on (the default) or declined (the tape then runs
+ * their parts), and how many times they ran. */
+dist_status dist_cpu_backend_set_fused_attention(dist_backend *backend, int on);
+long dist_cpu_backend_fused_attention_runs(const dist_backend *backend);
 /* For tests: the oneDNN implementation of the i-th cached batched product (NULL past the end). */
 const char *dist_cpu_backend_batch_matmul_impl(const dist_backend *backend, int i);
 

@@ -83,6 +83,8 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= DIST_BMM_ALL;
     case DIST_OPC_LAYER_NORM: *a = (op_arity){3, 2, 0x6, 0x2, 0}; return 1;
     case DIST_OPC_LAYER_NORM_GRAD: *a = (op_arity){4, 3, 0x8, 0x7, 0}; return 1;
+    case DIST_OPC_ATTENTION: *a = (op_arity){3, 2, 0, 0x2, 0}; return op->k == 0;
+    case DIST_OPC_ATTENTION_GRAD: *a = (op_arity){5, 3, 0, 0x7, 0}; return op->k == 0;
     default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return 0;
@@ -103,6 +105,9 @@ int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
     if (op->code == DIST_OPC_ROUND && op->aux && (!c->bf16_twins || c->native_bf16 == CPU_BF16_OFF))
         return 0;
     if (dist_op_is_layer(op->code)) return dist_layer_supports(&cpu_layer_kernels, op);
+    if ((op->code == DIST_OPC_ATTENTION || op->code == DIST_OPC_ATTENTION_GRAD) &&
+        !c->fused_attention)
+        return 0;
     op_arity a;
     if (!op_arity_of(op, &a)) return 0;
     for (int i = 0; in && i < a.nin; i++) {
@@ -1662,6 +1667,8 @@ dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *i
     case DIST_OPC_BATCH_MATMUL: return cpu_op_batch_matmul(ctx, op, in, out);
     case DIST_OPC_LAYER_NORM: return cpu_op_layer_norm(ctx, op, in, out);
     case DIST_OPC_LAYER_NORM_GRAD: return cpu_op_layer_norm_grad(ctx, op, in, out);
+    case DIST_OPC_ATTENTION: return cpu_op_attention(ctx, op, in, out);
+    case DIST_OPC_ATTENTION_GRAD: return cpu_op_attention_grad(ctx, op, in, out);
     default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return dist_error(DIST_UNSUPPORTED, "op code %d: not an op of the set", (int)op->code);

@@ -1,0 +1,356 @@
+/* dist_op_attention (softmax(q k^T) v per batch element and head) and the CPU backend's fused
+ * kernel for it (ops.h's ATTENTION and ATTENTION_GRAD, cpu_attention.c):
+ *
+ * - The fused kernel's output and the gradients of q, k and v equal, bit for bit, those of the
+ *   tape's three ops (the same backend with the fusion turned off), at 1 and 2 threads, on
+ *   shapes that cut the batch into several chunks, into unequal ones, into one element over
+ *   the chunk budget, rank 3 (no batch axis) and rank 5 (two), Tq != Tk, dk != dv.
+ * - Both ways are within float32 rounding of softmax(q k^T) v and its gradients computed here
+ *   in double from the formulas (dp = dy v^T, ds = p (dp - sum(p dp)), dq = ds k, dk = ds^T q,
+ *   dv = p^T dy): an independent check of what the bits are.
+ * - Gradients of only some of q, k, v; an evaluation tape (nothing watched: no probabilities
+ *   kept); the declines (a mixed_bfloat16 tape, aliased operands, the fusion off) counted by
+ *   dist_tape_fusion_stats and still right; shapes that do not fit are refused by name. */
+#include "backend/cpu/cpu_internal.h"
+#include "dist/dist.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct shape_case {
+    int r;                             /* rank: 3, 4 or 5 */
+    int64_t b0, b1, tq, tk, h, dk, dv; /* batch axes (b1 only at rank 5) */
+} shape_case;
+
+static const shape_case cases[] = {
+    {4, 3, 1, 5, 7, 2, 3, 4},       /* tiny, Tq != Tk, dk != dv: one chunk */
+    {4, 8, 1, 128, 128, 4, 32, 32}, /* the zoo Transformer's head shapes: several chunks */
+    {4, 7, 1, 128, 128, 4, 32, 32}, /* a batch the chunks cut unequally */
+    {4, 3, 1, 300, 260, 2, 16, 8},  /* one element's scores over the chunk budget */
+    {3, 1, 1, 33, 17, 3, 16, 5},    /* rank 3: no batch axis */
+    {5, 2, 3, 19, 23, 4, 8, 12},    /* rank 5: two batch axes */
+};
+
+static float frand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) * 0x1p-23f - 1.0f;
+}
+
+static int64_t batch_of(const shape_case *c) {
+    return c->r == 5 ? c->b0 * c->b1 : c->r == 4 ? c->b0 : 1;
+}
+
+/* [batch axes.., T, H, d] */
+static int shape_of(const shape_case *c, int64_t t, int64_t d, int64_t *s) {
+    int i = 0;
+    if (c->r >= 4) s[i++] = c->b0;
+    if (c->r == 5) s[i++] = c->b1;
+    s[i++] = t, s[i++] = c->h, s[i++] = d;
+    return i;
+}
+
+static dist_tensor *filled(dist_backend *be, int r, const int64_t *s, uint32_t seed, float scale) {
+    dist_tensor *x;
+    ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, r, s, &x), DIST_OK);
+    float *v = x->data; /* the CPU backend's tensors are host memory */
+    for (int64_t i = 0; i < dist_tensor_numel(x); i++) v[i] = scale * frand(&seed);
+    return x;
+}
+
+typedef struct result {
+    float *y, *dq, *dk, *dv; /* NULL: not computed */
+    dist_fusion_stats st;
+} result;
+
+static float *copy_of(const dist_tensor *x) {
+    const size_t n = (size_t)dist_tensor_numel(x);
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    memcpy(h, x->data, n * sizeof *h);
+    return h;
+}
+
+/* y = attention(q, k, v) on a fresh tape (precision: its compute precision), loss =
+ * sum(y * w); the gradients of the tensors watch selects (bit 0: q, 1: k, 2: v); alias: k and
+ * v are q itself. */
+static result run(dist_backend *be, dist_tensor *q, dist_tensor *k, dist_tensor *v, dist_tensor *w,
+                  int watch, dist_dtype precision) {
+    result res;
+    memset(&res, 0, sizeof res);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_set_compute_precision(t, precision), DIST_OK);
+    dist_tensor *src[3] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        if (watch >> i & 1) ck_assert_int_eq(dist_tape_watch(t, src[i]), DIST_OK);
+    dist_tensor *y, *yw, *loss;
+    ck_assert_msg(dist_op_attention(t, q, k, v, &y) == DIST_OK, "%s", dist_last_error());
+    res.y = copy_of(y);
+    if (watch) {
+        ck_assert_int_eq(dist_op_mul(t, y, w, &yw), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, yw, &loss), DIST_OK);
+        dist_tensor *gs[3], *ss[3];
+        int n = 0;
+        for (int i = 0; i < 3; i++)
+            if (watch >> i & 1) {
+                ck_assert_int_eq(
+                    dist_backend_alloc_tensor(be, DIST_F32, src[i]->ndim, src[i]->shape, &gs[n]),
+                    DIST_OK);
+                ss[n++] = src[i];
+            }
+        ck_assert_msg(dist_tape_gradient(t, loss, n, ss, gs) == DIST_OK, "%s", dist_last_error());
+        float **dst[3] = {&res.dq, &res.dk, &res.dv};
+        for (int i = 0, j = 0; i < 3; i++)
+            if (watch >> i & 1) {
+                *dst[i] = copy_of(gs[j]);
+                dist_backend_free_tensor(be, gs[j++]);
+            }
+    }
+    dist_tape_fusion_stats(t, &res.st);
+    dist_tape_destroy(t);
+    return res;
+}
+
+static void result_free(result *r) { free(r->y), free(r->dq), free(r->dk), free(r->dv); }
+
+static void same_bits(const float *a, const float *b, int64_t n, const char *what,
+                      const char *where) {
+    ck_assert_msg((a == NULL) == (b == NULL), "%s %s: computed one way only", where, what);
+    if (!a) return;
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(&a[i], &b[i], sizeof(float)) == 0,
+                      "%s %s[%lld]: fused %.9g, the three ops %.9g", where, what, (long long)i,
+                      (double)a[i], (double)b[i]);
+}
+
+/* softmax(q k^T) v and the gradients of sum(y * w), in double from the formulas */
+typedef struct reference {
+    double *y, *dq, *dk, *dv;
+} reference;
+
+static reference reference_of(const shape_case *c, const float *q, const float *k, const float *v,
+                              const float *w) {
+    const int64_t B = batch_of(c), H = c->h, TQ = c->tq, TK = c->tk, DK = c->dk, DV = c->dv;
+    reference r;
+    r.y = calloc((size_t)(B * TQ * H * DV), sizeof(double));
+    r.dq = calloc((size_t)(B * TQ * H * DK), sizeof(double));
+    r.dk = calloc((size_t)(B * TK * H * DK), sizeof(double));
+    r.dv = calloc((size_t)(B * TK * H * DV), sizeof(double));
+    double *p = malloc((size_t)TK * sizeof *p), *dp = malloc((size_t)TK * sizeof *dp);
+#define AT(b, t, T, h, d, D) ((((b) * (T) + (t)) * H + (h)) * (D) + (d))
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < TQ; i++) {
+                double m = -INFINITY, sum = 0, pdp = 0;
+                for (int64_t j = 0; j < TK; j++) {
+                    double s = 0;
+                    for (int64_t d = 0; d < DK; d++)
+                        s += (double)q[AT(b, i, TQ, h, d, DK)] * k[AT(b, j, TK, h, d, DK)];
+                    p[j] = s;
+                    if (s > m) m = s;
+                }
+                for (int64_t j = 0; j < TK; j++) sum += p[j] = exp(p[j] - m);
+                for (int64_t j = 0; j < TK; j++) {
+                    p[j] /= sum;
+                    dp[j] = 0;
+                    for (int64_t d = 0; d < DV; d++) {
+                        const double dy = w[AT(b, i, TQ, h, d, DV)];
+                        r.y[AT(b, i, TQ, h, d, DV)] += p[j] * v[AT(b, j, TK, h, d, DV)];
+                        dp[j] += dy * v[AT(b, j, TK, h, d, DV)];
+                        r.dv[AT(b, j, TK, h, d, DV)] += p[j] * dy;
+                    }
+                    pdp += p[j] * dp[j];
+                }
+                for (int64_t j = 0; j < TK; j++) {
+                    const double ds = p[j] * (dp[j] - pdp);
+                    for (int64_t d = 0; d < DK; d++) {
+                        r.dq[AT(b, i, TQ, h, d, DK)] += ds * k[AT(b, j, TK, h, d, DK)];
+                        r.dk[AT(b, j, TK, h, d, DK)] += ds * q[AT(b, i, TQ, h, d, DK)];
+                    }
+                }
+            }
+#undef AT
+    free(p), free(dp);
+    return r;
+}
+
+static void near(const float *got, const double *want, int64_t n, const char *what,
+                 const char *where) {
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)got[i] - want[i]) <= 1e-5 * scale + 1e-7,
+                      "%s %s[%lld]: %.9g, the double formula %.9g (largest %.3g)", where, what,
+                      (long long)i, (double)got[i], want[i], scale);
+}
+
+START_TEST(test_fused_equals_the_three_ops_bitwise_and_the_formulas) {
+    for (int threads = 1; threads <= 2; threads++) {
+        dist_backend *be = dist_test_cpu_backend(threads);
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const shape_case *c = &cases[ci];
+            int64_t qs[5], ks[5], vs[5], ys[5];
+            const int r = shape_of(c, c->tq, c->dk, qs);
+            shape_of(c, c->tk, c->dk, ks);
+            shape_of(c, c->tk, c->dv, vs);
+            shape_of(c, c->tq, c->dv, ys);
+            /* scores of a few units: a softmax far from uniform */
+            dist_tensor *q = filled(be, r, qs, 11u + (uint32_t)ci, 1.5f);
+            dist_tensor *k = filled(be, r, ks, 23u + (uint32_t)ci, 1.5f);
+            dist_tensor *v = filled(be, r, vs, 37u + (uint32_t)ci, 1.0f);
+            dist_tensor *w = filled(be, r, ys, 41u + (uint32_t)ci, 1.0f);
+            ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 1), DIST_OK);
+            const long runs0 = dist_cpu_backend_fused_attention_runs(be);
+            result fused = run(be, q, k, v, w, 7, DIST_F32);
+            ck_assert_int_eq(fused.st.attention, 1);
+            ck_assert_int_eq(fused.st.attention_declined, 0);
+            /* the forward and the gradient ran on the fused kernels */
+            ck_assert_int_eq(dist_cpu_backend_fused_attention_runs(be), runs0 + 2);
+            ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 0), DIST_OK);
+            result parts = run(be, q, k, v, w, 7, DIST_F32);
+            ck_assert_int_eq(parts.st.attention, 0);
+            ck_assert_int_eq(parts.st.attention_declined, 1);
+            ck_assert_int_eq(dist_cpu_backend_fused_attention_runs(be), runs0 + 2);
+            char where[96];
+            snprintf(where, sizeof where, "case %zu, %d thread(s)", ci, threads);
+            same_bits(fused.y, parts.y, dist_tensor_numel(w), "y", where);
+            same_bits(fused.dq, parts.dq, dist_tensor_numel(q), "dq", where);
+            same_bits(fused.dk, parts.dk, dist_tensor_numel(k), "dk", where);
+            same_bits(fused.dv, parts.dv, dist_tensor_numel(v), "dv", where);
+            reference ref = reference_of(c, q->data, k->data, v->data, w->data);
+            near(fused.y, ref.y, dist_tensor_numel(w), "y", where);
+            near(fused.dq, ref.dq, dist_tensor_numel(q), "dq", where);
+            near(fused.dk, ref.dk, dist_tensor_numel(k), "dk", where);
+            near(fused.dv, ref.dv, dist_tensor_numel(v), "dv", where);
+            free(ref.y), free(ref.dq), free(ref.dk), free(ref.dv);
+            result_free(&fused), result_free(&parts);
+            dist_backend_free_tensor(be, q), dist_backend_free_tensor(be, k);
+            dist_backend_free_tensor(be, v), dist_backend_free_tensor(be, w);
+        }
+        dist_backend_destroy(be);
+    }
+}
+END_TEST
+
+/* Gradients of some of q, k, v (the others' not computed), and an evaluation tape: the same
+ * bits as with every gradient. */
+START_TEST(test_some_gradients_and_an_evaluation_tape) {
+    dist_backend *be = dist_test_cpu_backend(2);
+    const shape_case *c = &cases[2];
+    int64_t qs[5], ys[5];
+    const int r = shape_of(c, c->tq, c->dk, qs);
+    shape_of(c, c->tq, c->dv, ys);
+    dist_tensor *q = filled(be, r, qs, 1u, 1.5f), *k = filled(be, r, qs, 2u, 1.5f);
+    dist_tensor *v = filled(be, r, ys, 3u, 1.0f), *w = filled(be, r, ys, 4u, 1.0f);
+    result all = run(be, q, k, v, w, 7, DIST_F32);
+    const int64_t n = dist_tensor_numel(q);
+    for (int watch = 0; watch < 7; watch++) {
+        const long runs0 = dist_cpu_backend_fused_attention_runs(be);
+        result some = run(be, q, k, v, w, watch, DIST_F32);
+        char where[64];
+        snprintf(where, sizeof where, "watching %d", watch);
+        ck_assert_int_eq(some.st.attention, 1);
+        /* the gradient runs where anything is watched; an evaluation keeps no probabilities */
+        ck_assert_int_eq(dist_cpu_backend_fused_attention_runs(be), runs0 + (watch ? 2 : 1));
+        same_bits(some.y, all.y, n, "y", where);
+        ck_assert((some.dq != NULL) == (watch & 1));
+        ck_assert((some.dk != NULL) == (watch >> 1 & 1));
+        ck_assert((some.dv != NULL) == (watch >> 2 & 1));
+        if (some.dq) same_bits(some.dq, all.dq, n, "dq", where);
+        if (some.dk) same_bits(some.dk, all.dk, n, "dk", where);
+        if (some.dv) same_bits(some.dv, all.dv, n, "dv", where);
+        result_free(&some);
+    }
+    result_free(&all);
+    dist_backend_free_tensor(be, q), dist_backend_free_tensor(be, k);
+    dist_backend_free_tensor(be, v), dist_backend_free_tensor(be, w);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* A mixed_bfloat16 tape and aliased operands run the three ops (counted as declined), with the
+ * same results as the three ops written out; shapes that do not fit are refused by name. */
+START_TEST(test_declines_and_refusals) {
+    dist_backend *be = dist_test_cpu_backend(1);
+    const shape_case *c = &cases[0];
+    int64_t qs[5];
+    const int r = shape_of(c, c->tq, c->dk, qs);
+    dist_tensor *x = filled(be, r, qs, 9u, 1.0f);
+    for (int i = 0; i < dist_tensor_numel(x); i++)
+        ((float *)x->data)[i] = dist_test_round_bf16(((float *)x->data)[i]);
+    for (int mixed = 0; mixed <= 1; mixed++) {
+        const dist_dtype prec = mixed ? DIST_BF16 : DIST_F32;
+        result a = run(be, x, x, x, x, 1, prec); /* aliased (self-attention on x itself) */
+        ck_assert_int_eq(a.st.attention, 0);
+        ck_assert_int_eq(a.st.attention_declined, 1);
+        /* the three ops written out */
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+        ck_assert_int_eq(dist_tape_set_compute_precision(t, prec), DIST_OK);
+        ck_assert_int_eq(dist_tape_watch(t, x), DIST_OK);
+        dist_tensor *s, *p, *y, *yw, *loss, *g;
+        ck_assert_int_eq(dist_op_batch_matmul_flags(t, x, x,
+                                                    DIST_MATMUL_TRANSPOSE_B |
+                                                        DIST_MATMUL_A_HEADS_INSIDE |
+                                                        DIST_MATMUL_B_HEADS_INSIDE,
+                                                    &s),
+                         DIST_OK);
+        ck_assert_int_eq(dist_op_softmax(t, s, &p), DIST_OK);
+        ck_assert_int_eq(dist_op_batch_matmul_flags(
+                             t, p, x, DIST_MATMUL_B_HEADS_INSIDE | DIST_MATMUL_Y_HEADS_INSIDE, &y),
+                         DIST_OK);
+        const int64_t n = dist_tensor_numel(y);
+        same_bits(a.y, y->data, n, "y", mixed ? "aliased, mixed_bfloat16" : "aliased");
+        ck_assert_int_eq(dist_op_mul(t, y, x, &yw), DIST_OK);
+        ck_assert_int_eq(dist_op_reduce_sum(t, yw, &loss), DIST_OK);
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, r, qs, &g), DIST_OK);
+        ck_assert_int_eq(dist_tape_gradient(t, loss, 1, &x, &g), DIST_OK);
+        same_bits(a.dq, g->data, n, "dx", mixed ? "aliased, mixed_bfloat16" : "aliased");
+        dist_backend_free_tensor(be, g);
+        dist_tape_destroy(t);
+        result_free(&a);
+    }
+    /* distinct operands on a mixed_bfloat16 tape: declined too (the parts round each output) */
+    int64_t ks[5], vs[5], ys[5];
+    shape_of(c, c->tk, c->dk, ks);
+    shape_of(c, c->tk, c->dv, vs);
+    shape_of(c, c->tq, c->dv, ys);
+    dist_tensor *k = filled(be, r, ks, 10u, 1.0f), *v = filled(be, r, vs, 12u, 1.0f);
+    dist_tensor *w = filled(be, r, ys, 13u, 1.0f);
+    result m = run(be, x, k, v, w, 7, DIST_BF16);
+    ck_assert_int_eq(m.st.attention, 0);
+    ck_assert_int_eq(m.st.attention_declined, 1);
+    result_free(&m);
+    /* refusals: a head count, a key size, a T of k and v that differ; a rank below 3 */
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    dist_tensor *y = NULL;
+    ck_assert_int_eq(dist_op_attention(t, x, v, k, &y), DIST_INVALID_ARGUMENT); /* dk != dv */
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "attention"));
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "do not fit"));
+    ks[r - 3] = c->tk + 1;
+    dist_tensor *k2 = filled(be, r, ks, 16u, 1.0f);
+    ck_assert_int_eq(dist_op_attention(t, x, k2, v, &y), DIST_INVALID_ARGUMENT);
+    dist_tensor *flat = filled(be, 2, (int64_t[]){4, 4}, 17u, 1.0f);
+    ck_assert_int_eq(dist_op_attention(t, flat, flat, flat, &y), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "rank >= 3"));
+    ck_assert_ptr_null(y);
+    dist_tape_destroy(t);
+    dist_backend_free_tensor(be, k2), dist_backend_free_tensor(be, flat);
+    dist_backend_free_tensor(be, x), dist_backend_free_tensor(be, k);
+    dist_backend_free_tensor(be, v), dist_backend_free_tensor(be, w);
+    dist_backend_destroy(be);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("attention_fusion");
+    TCase *tc = tcase_create("attention");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_fused_equals_the_three_ops_bitwise_and_the_formulas);
+    tcase_add_test(tc, test_some_gradients_and_an_evaluation_tape);
+    tcase_add_test(tc, test_declines_and_refusals);
+    suite_add_tcase(s, tc);
+    return dist_test_run(s);
+}
