@@ -133,18 +133,18 @@ static dist_status attention_backward(dist_tape *t, tape_node *n, grad_entry *g)
     const dist_tensor *pin[3];
     for (int i = 0; i < 3; i++) DIST_TRY(tape_plain_of(t, n->in[i], &pin[i]));
     dist_op op = tape_op(DIST_OPC_ATTENTION_GRAD, 0, 5, 3);
+    op.dtype = n->round; /* a mixed policy's: dp and ds rounded as the parts' gradients */
     const dist_tensor *in[5] = {pin[0], pin[1], pin[2], n->saved[0], dy};
     DIST_TRY(tape_run_op(t, &op, in, d));
     for (int i = 0; i < 3; i++) DIST_TRY(tape_plain_grad_end(t, n->in[i], &h[i]));
     return DIST_OK;
 }
 
-/* Whether the backend runs the fusion for these operands: float32 steps (under a mixed policy
- * the parts round each output, which the fusion does not), three distinct tensors (one
+/* Whether the backend runs the fusion for these operands: three distinct tensors (one
  * gradient buffer each), no empty extent. */
 static int attention_fuses(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
                            const dist_tensor *v) {
-    if (t->compute_precision != DIST_F32 || q == k || q == v || k == v) return 0;
+    if (q == k || q == v || k == v) return 0;
     if (q->ndim < 3 || k->ndim != q->ndim || v->ndim != q->ndim) return 0;
     if (dist_tensor_numel(q) == 0 || dist_tensor_numel(k) == 0 || dist_tensor_numel(v) == 0)
         return 0;
@@ -198,6 +198,7 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
                                        tape_requires_grad(t, v));
     if (grads) DIST_TRY(tape_new_tensor(t, DIST_F32, r, ps, &p));
     dist_op op = tape_op(DIST_OPC_ATTENTION, 0, 3, 2);
+    op.dtype = t->compute_precision; /* a mixed policy's: s and p rounded as the parts' */
     const dist_tensor *in[3] = {pq, pk, pv};
     dist_tensor *outs[2] = {out, p};
     DIST_TRY(tape_run_op(t, &op, in, outs));
@@ -206,6 +207,8 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
     tape_node *n;
     DIST_TRY(tape_record(t, out, attention_backward, 3, rec, &n));
     if (n) n->saved[0] = p;
+    /* a mixed policy: y stored at the compute precision (and the node's gradients) */
+    DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
 }

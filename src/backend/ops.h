@@ -246,7 +246,9 @@ typedef enum dist_opcode {
      *   s = BATCH_MATMUL(q, k; TRANSPOSE_B | A_HEADS_INSIDE | B_HEADS_INSIDE),
      *   p = SOFTMAX(s) (k = 0), y = BATCH_MATMUL(p, v; B_HEADS_INSIDE | C_HEADS_INSIDE),
      * so that s, which a backend may keep in cache a few batch elements at a time, is never
-     * written whole. k = 0 (no bfloat16 flag: the tape fuses float32 steps only). */
+     * written whole. k = 0. dtype: the tape's compute precision; F16 or BF16 (a mixed policy)
+     * rounds s and p to it after their ops, as the tape rounds every op's output, and BF16
+     * gives both products DIST_BMM_BF16 (y is rounded by the tape, as the node's output). */
     DIST_OPC_ATTENTION,
     /* in: q, k, v, p (ATTENTION's), dy (y's gradient, [.., Tq, H, dv]); out: dq, dk, dv (each
      * optional, in q's, k's and v's shapes), bit for bit the ops the tape runs for the three
@@ -255,7 +257,10 @@ typedef enum dist_opcode {
      *   dv = BATCH_MATMUL(p, dy; TRANSPOSE_A | B_HEADS_INSIDE | C_HEADS_INSIDE),
      *   ds = SOFTMAX_GRAD(p, dp) (k = 0),
      *   dq = BATCH_MATMUL(ds, k; B_HEADS_INSIDE | C_HEADS_INSIDE),
-     *   dk = BATCH_MATMUL(ds, q; TRANSPOSE_A | B_HEADS_INSIDE | C_HEADS_INSIDE). */
+     *   dk = BATCH_MATMUL(ds, q; TRANSPOSE_A | B_HEADS_INSIDE | C_HEADS_INSIDE).
+     * dtype as ATTENTION's: F16 / BF16 round dp and ds to it after their ops (as the tape
+     * rounds every gradient it stores), BF16 gives the products DIST_BMM_BF16; dq, dk, dv are
+     * rounded by the tape. */
     DIST_OPC_ATTENTION_GRAD,
 
     /* ---- layer kernels (backend.h's conventions: any layout the backend produced, outputs
@@ -416,7 +421,8 @@ typedef struct dist_op {
         int pad_top, pad_bottom, pad_left, pad_right;
     } pool;
     /* the layer kernels' descriptors and side buffers (backend.h), owned by the caller */
-    dist_dtype dtype;                        /* ROUND: the precision; CONV2D_RELU_MAX_POOL: round */
+    dist_dtype
+        dtype; /* ROUND: the precision; CONV2D_RELU_MAX_POOL: round; ATTENTION*: the step's */
     const struct dist_conv2d_desc *conv;     /* CONV2D*, CONV2D_RELU_MAX_POOL* */
     const struct dist_pool2d_desc *max_pool; /* MAX_POOL2D*, CONV2D_RELU_MAX_POOL* */
     const struct dist_adam_desc *adam;       /* ADAM_UPDATE */

@@ -11,7 +11,11 @@
  * product's matrices and its sums over K unchanged) and the same softmax rows, so the bits are
  * the three ops' (unit.attention_fusion checks them against the tape's parts, 1 and 2
  * threads). s is written into p's rows and turned into p there; without p (no gradient to
- * keep it for) it lives in this backend's scratch. Measured on the Transformer's shapes
+ * keep it for) it lives in this backend's scratch. Under a mixed policy s, p, dp and ds are
+ * rounded in the chunk where the tape would round the parts' outputs and gradients, and the
+ * products carry DIST_BMM_BF16 as the parts' do (whose bfloat16 kernel cpu_batch_matmul.c
+ * chooses per shape: a chunk's products may take the other of two paths equal to rounding;
+ * with the choice fixed the bits are the parts'). Measured on the Transformer's shapes
  * ([32, 128, 4, 32], Zen 4, one thread): forward 6.7 -> 5.9 ms, gradient 10.7 -> 9.0 ms a
  * layer (bench/RESULTS.md). */
 #include "backend/cpu/cpu_internal.h"
@@ -115,6 +119,21 @@ static dist_tensor view4(const dist_tensor *x, int64_t b0, int64_t n, int64_t a,
     return dist_tensor_view((float *)x->data + b0 * a * b * c, DIST_F32, 4, shape);
 }
 
+/* The op's precision: F32, or a mixed policy's F16 / BF16 (ops.h). */
+static dist_status precision_of(const dist_op *op, int *bmm_flag) {
+    if (op->dtype != DIST_F32 && op->dtype != DIST_F16 && op->dtype != DIST_BF16)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "%s: the precision must be float32, float16 or bfloat16 (dtype %d)",
+                          dist_op_name(op), (int)op->dtype);
+    *bmm_flag = op->dtype == DIST_BF16 ? DIST_BMM_BF16 : 0;
+    return DIST_OK;
+}
+
+/* x rounded in place to a mixed policy's precision, as the tape rounds an op's output */
+static dist_status round_to(cpu_ctx *c, dist_dtype dtype, dist_tensor *x) {
+    return dtype == DIST_F32 ? DIST_OK : cpu_round(c, x, dtype, x);
+}
+
 static dist_status bmm(cpu_ctx *c, int flags, const dist_tensor *a, const dist_tensor *b,
                        dist_tensor *y) {
     const dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = flags, .nin = 2, .nout = 1};
@@ -129,6 +148,8 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
     const dist_tensor *q = in[0], *k = in[1], *v = in[2];
     dist_tensor *y = out[0], *p = op->nout > 1 ? out[1] : NULL;
     att_dims d;
+    int bf = 0;
+    DIST_TRY(precision_of(op, &bf));
     DIST_TRY(att_dims_of(op, q, k, v, &d));
     const int64_t s_per = d.h * d.tq * d.tk;
     DIST_TRY(need_numel(op, y, d.batch * d.tq * d.h * d.dv, "y"));
@@ -145,9 +166,11 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
                     vc = view4(v, b0, m, d.tk, d.h, d.dv), yc = view4(y, b0, m, d.tq, d.h, d.dv);
         const int64_t ps[4] = {m, d.h, d.tq, d.tk};
         dist_tensor pc = dist_tensor_view(p ? (float *)p->data + b0 * s_per : buf, DIST_F32, 4, ps);
-        DIST_TRY(bmm(c, TB | AI | BI, &qc, &kc, &pc));
+        DIST_TRY(bmm(c, TB | AI | BI | bf, &qc, &kc, &pc));
+        DIST_TRY(round_to(c, op->dtype, &pc));
         if (d.tk > 0) cpu_softmax_rows(c->threads, pc.data, pc.data, m * d.h * d.tq, d.tk);
-        DIST_TRY(bmm(c, BI | CI, &pc, &vc, &yc));
+        DIST_TRY(round_to(c, op->dtype, &pc));
+        DIST_TRY(bmm(c, BI | CI | bf, &pc, &vc, &yc));
     }
     c->fused_attention_runs++;
     return DIST_OK;
@@ -160,6 +183,8 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
     dist_tensor *dq = out[0], *dk = op->nout > 1 ? out[1] : NULL,
                 *dv = op->nout > 2 ? out[2] : NULL;
     att_dims d;
+    int bf = 0;
+    DIST_TRY(precision_of(op, &bf));
     DIST_TRY(att_dims_of(op, q, k, v, &d));
     const int64_t s_per = d.h * d.tq * d.tk;
     DIST_TRY(need_numel(op, p, d.batch * s_per, "p"));
@@ -181,21 +206,25 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
                     vc = view4(v, b0, m, d.tk, d.h, d.dv), dyc = view4(dy, b0, m, d.tq, d.h, d.dv);
         dist_tensor pc = dist_tensor_view((float *)p->data + b0 * s_per, DIST_F32, 4, ps);
         dist_tensor ds = dist_tensor_view(buf, DIST_F32, 4, ps);
-        if (dq || dk) DIST_TRY(bmm(c, TB | AI | BI, &dyc, &vc, &ds)); /* dp */
+        if (dq || dk) { /* dp */
+            DIST_TRY(bmm(c, TB | AI | BI | bf, &dyc, &vc, &ds));
+            DIST_TRY(round_to(c, op->dtype, &ds));
+        }
         if (dv) {
             dist_tensor dvc = view4(dv, b0, m, d.tk, d.h, d.dv);
-            DIST_TRY(bmm(c, TA | BI | CI, &pc, &dyc, &dvc));
+            DIST_TRY(bmm(c, TA | BI | CI | bf, &pc, &dyc, &dvc));
         }
         if (!dq && !dk) continue;
         if (d.tk > 0) /* (rows of no element: nothing to do) */
             cpu_softmax_grad_rows(c->threads, pc.data, ds.data, ds.data, m * d.h * d.tq, d.tk);
+        DIST_TRY(round_to(c, op->dtype, &ds));
         if (dq) {
             dist_tensor dqc = view4(dq, b0, m, d.tq, d.h, d.dk);
-            DIST_TRY(bmm(c, BI | CI, &ds, &kc, &dqc));
+            DIST_TRY(bmm(c, BI | CI | bf, &ds, &kc, &dqc));
         }
         if (dk) {
             dist_tensor dkc = view4(dk, b0, m, d.tk, d.h, d.dk);
-            DIST_TRY(bmm(c, TA | BI | CI, &ds, &qc, &dkc));
+            DIST_TRY(bmm(c, TA | BI | CI | bf, &ds, &qc, &dkc));
         }
     }
     c->fused_attention_runs++;
