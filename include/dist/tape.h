@@ -71,7 +71,7 @@ typedef struct dist_fusion_stats {
     int64_t conv_pool_backward;
     int64_t conv_pool_backward_declined;
     /* dist_op_attention: the scores, softmax and weighted sum as one kernel (and its
-     * gradient), or declined (a backend without it, a mixed policy, aliased operands) */
+     * gradient), or declined (a backend without it, aliased operands, an empty extent) */
     int64_t attention;
     int64_t attention_declined;
 } dist_fusion_stats;
@@ -367,9 +367,10 @@ DIST_API dist_status dist_op_reduce_max(dist_tape *tape, const dist_tensor *x, i
  * scales the query by 1 / sqrt(dk)). Values and gradients are those of
  * dist_op_batch_matmul_flags(q, k, TRANSPOSE_B | A_ | B_HEADS_INSIDE), dist_op_softmax,
  * dist_op_batch_matmul_flags(p, v, B_ | Y_HEADS_INSIDE), bit for bit on one backend, which is
- * what runs where the backend has no fused kernel (CUDA, the tpu strategy's program) or the
- * tape computes in a mixed precision; the CPU's fused kernel keeps the scores in cache a few
- * batch elements at a time (dist_tape_fusion_stats counts both ways). */
+ * what runs where the backend has no fused kernel (CUDA, the tpu strategy's program); the
+ * CPU's fused kernel keeps the scores in cache a few batch elements at a time (under a mixed
+ * policy too, rounding where those ops' outputs are rounded; dist_tape_fusion_stats counts
+ * both ways). */
 DIST_API dist_status dist_op_attention(dist_tape *tape, const dist_tensor *q, const dist_tensor *k,
                                        const dist_tensor *v, dist_tensor **y);
 
