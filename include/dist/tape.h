@@ -366,11 +366,13 @@ DIST_API dist_status dist_op_reduce_max(dist_tape *tape, const dist_tensor *x, i
  * dk], v [.., Tk, H, dv], rank >= 3, one batch) and y [.., Tq, H, dv]; q already scaled (Keras
  * scales the query by 1 / sqrt(dk)). Values and gradients are those of
  * dist_op_batch_matmul_flags(q, k, TRANSPOSE_B | A_ | B_HEADS_INSIDE), dist_op_softmax,
- * dist_op_batch_matmul_flags(p, v, B_ | Y_HEADS_INSIDE), bit for bit on one backend, which is
- * what runs where the backend has no fused kernel (CUDA, the tpu strategy's program); the
- * CPU's fused kernel keeps the scores in cache a few batch elements at a time (under a mixed
- * policy too, rounding where those ops' outputs are rounded; dist_tape_fusion_stats counts
- * both ways). */
+ * dist_op_batch_matmul_flags(p, v, B_ | Y_HEADS_INSIDE), which is what runs where the backend
+ * has no fused kernel (CUDA, the tpu strategy's program); the CPU's fused kernel keeps the
+ * scores in cache a few batch elements at a time (under a mixed policy too, rounding where
+ * those ops' outputs are rounded) with their bits in float32 and mixed_float16, and under
+ * mixed_bfloat16 where the products' bfloat16 kernel choice is fixed (the CPU measures it per
+ * shape, and a chunk's shapes are not the whole batch's: equal to rounding otherwise);
+ * dist_tape_fusion_stats counts both ways. */
 DIST_API dist_status dist_op_attention(dist_tape *tape, const dist_tensor *q, const dist_tensor *k,
                                        const dist_tensor *v, dist_tensor **y);
 

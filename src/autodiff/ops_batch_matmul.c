@@ -164,6 +164,10 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
                    "attention: q, k and v must have one rank >= 3 ([.., T, heads, dim]; have "
                    "%d, %d, %d)",
                    q->ndim, k->ndim, v->ndim);
+    for (int d = 0; d < r - 3; d++)
+        DIST_CHECK_ARG(k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d],
+                       "attention: batch axis %d differs (q %lld, k %lld, v %lld)", d,
+                       (long long)q->shape[d], (long long)k->shape[d], (long long)v->shape[d]);
     DIST_CHECK_ARG(
         k->shape[r - 3] == v->shape[r - 3] && k->shape[r - 2] == q->shape[r - 2] &&
             v->shape[r - 2] == q->shape[r - 2] && k->shape[r - 1] == q->shape[r - 1],

@@ -421,8 +421,8 @@ typedef struct dist_op {
         int pad_top, pad_bottom, pad_left, pad_right;
     } pool;
     /* the layer kernels' descriptors and side buffers (backend.h), owned by the caller */
-    dist_dtype
-        dtype; /* ROUND: the precision; CONV2D_RELU_MAX_POOL: round; ATTENTION*: the step's */
+    /* ROUND: the precision; CONV2D_RELU_MAX_POOL: round; ATTENTION*: the step's */
+    dist_dtype dtype;
     const struct dist_conv2d_desc *conv;     /* CONV2D*, CONV2D_RELU_MAX_POOL* */
     const struct dist_pool2d_desc *max_pool; /* MAX_POOL2D*, CONV2D_RELU_MAX_POOL* */
     const struct dist_adam_desc *adam;       /* ADAM_UPDATE */

@@ -12,7 +12,9 @@
  *   kept); the declines (aliased operands, the fusion off) counted by dist_tape_fusion_stats
  *   and still right; shapes that do not fit are refused by name.
  * - mixed_float16 and mixed_bfloat16: the scores, probabilities and their gradients rounded
- *   where the tape rounds the parts' (bitwise the parts' with the products' kernels fixed). */
+ *   where the tape rounds the parts' (bitwise the parts' with the products' kernels fixed).
+ * - q, k, v that are intermediates read elsewhere too, their gradients accumulated: the same
+ *   bits fused or not; an empty extent declines and gives zeros. */
 #include "backend/cpu/cpu_internal.h"
 #include "dist/dist.h"
 #include "testutil.h"
@@ -24,15 +26,16 @@
 typedef struct shape_case {
     int r;                             /* rank: 3, 4 or 5 */
     int64_t b0, b1, tq, tk, h, dk, dv; /* batch axes (b1 only at rank 5) */
+    int cut; /* the kernel cuts this batch into several chunks (512 KiB of scores a thread) */
 } shape_case;
 
 static const shape_case cases[] = {
-    {4, 3, 1, 5, 7, 2, 3, 4},       /* tiny, Tq != Tk, dk != dv: one chunk */
-    {4, 8, 1, 128, 128, 4, 32, 32}, /* the zoo Transformer's head shapes: several chunks */
-    {4, 7, 1, 128, 128, 4, 32, 32}, /* a batch the chunks cut unequally */
-    {4, 3, 1, 300, 260, 2, 16, 8},  /* one element's scores over the chunk budget */
-    {3, 1, 1, 33, 17, 3, 16, 5},    /* rank 3: no batch axis */
-    {5, 2, 3, 19, 23, 4, 8, 12},    /* rank 5: two batch axes */
+    {4, 3, 1, 5, 7, 2, 3, 4, 0},       /* tiny, Tq != Tk, dk != dv: one chunk */
+    {4, 8, 1, 128, 128, 4, 32, 32, 1}, /* the zoo Transformer's head shapes: several chunks */
+    {4, 7, 1, 128, 128, 4, 32, 32, 1}, /* a batch the chunks cut unequally */
+    {4, 3, 1, 300, 260, 2, 16, 8, 1},  /* one element's scores over the chunk budget */
+    {3, 1, 1, 33, 17, 3, 16, 5, 0},    /* rank 3: no batch axis */
+    {5, 2, 3, 19, 23, 4, 8, 12, 0},    /* rank 5: two batch axes */
 };
 
 static float frand(uint32_t *s) {
@@ -204,7 +207,12 @@ START_TEST(test_fused_equals_the_three_ops_bitwise_and_the_formulas) {
             dist_tensor *w = filled(be, r, ys, 41u + (uint32_t)ci, 1.0f);
             ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 1), DIST_OK);
             const long runs0 = dist_cpu_backend_fused_attention_runs(be);
+            const long chunks0 = dist_cpu_backend_fused_attention_chunks(be);
             result fused = run(be, q, k, v, w, 7, DIST_F32);
+            /* the batch cut where the scores outgrow the budget (else one chunk) */
+            const long chunks = dist_cpu_backend_fused_attention_chunks(be) - chunks0;
+            ck_assert_msg(c->cut ? chunks > 1 : chunks == 1, "case %zu, %d thread(s): %ld chunks",
+                          ci, threads, chunks);
             ck_assert_int_eq(fused.st.attention, 1);
             ck_assert_int_eq(fused.st.attention_declined, 0);
             /* the forward and the gradient ran on the fused kernels */
@@ -330,6 +338,15 @@ START_TEST(test_declines_and_refusals) {
     ks[r - 3] = c->tk + 1;
     dist_tensor *k2 = filled(be, r, ks, 16u, 1.0f);
     ck_assert_int_eq(dist_op_attention(t, x, k2, v, &y), DIST_INVALID_ARGUMENT);
+    ks[r - 3] = c->tk, ks[r - 2] = c->h + 1; /* another head count */
+    dist_tensor *k3 = filled(be, r, ks, 18u, 1.0f);
+    ck_assert_int_eq(dist_op_attention(t, x, k3, v, &y), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "do not fit"));
+    ks[r - 2] = c->h, ks[0] = qs[0] + 1; /* another batch */
+    dist_tensor *k4 = filled(be, r, ks, 19u, 1.0f);
+    ck_assert_int_eq(dist_op_attention(t, x, k4, v, &y), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "batch axis 0"));
+    dist_backend_free_tensor(be, k3), dist_backend_free_tensor(be, k4);
     dist_tensor *flat = filled(be, 2, (int64_t[]){4, 4}, 17u, 1.0f);
     ck_assert_int_eq(dist_op_attention(t, flat, flat, flat, &y), DIST_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "rank >= 3"));
@@ -424,6 +441,91 @@ START_TEST(test_mixed_policies_round_as_the_parts) {
 }
 END_TEST
 
+/* q, k, v that are not sources: q = 0.5 x and k = x + z of watched x, z, each also read
+ * elsewhere (loss += sum(q q) + sum(k)), v a watched source read twice (loss += sum(v v)): the
+ * gradients accumulate into the fused op's (or the parts') the same bits either way, at the
+ * policy's precision too. An empty extent (no keys) declines and gives zeros. */
+START_TEST(test_intermediates_accumulate_and_empty_extents_decline) {
+    static const dist_dtype precs[3] = {DIST_F32, DIST_F16, DIST_BF16};
+    dist_backend *be = dist_test_cpu_backend(2);
+    if (dist_cpu_backend_set_native_bf16(be, 0) != DIST_OK) dist_clear_error();
+    const shape_case *c = &cases[2];
+    int64_t qs[5], vs[5];
+    const int r = shape_of(c, c->tq, c->dk, qs);
+    shape_of(c, c->tk, c->dv, vs);
+    dist_tensor *x = filled(be, r, qs, 61u, 2.0f), *z = filled(be, r, qs, 62u, 1.0f);
+    dist_tensor *v = filled(be, r, vs, 63u, 1.0f), *w = filled(be, r, vs, 64u, 1.0f);
+    for (int pi = 0; pi < 3; pi++) {
+        float *g[2][3];
+        for (int fused = 0; fused <= 1; fused++) {
+            ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, fused), DIST_OK);
+            dist_tape *t;
+            ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+            ck_assert_int_eq(dist_tape_set_compute_precision(t, precs[pi]), DIST_OK);
+            dist_tensor *src[3] = {x, z, v}, *gs[3];
+            for (int i = 0; i < 3; i++) ck_assert_int_eq(dist_tape_watch(t, src[i]), DIST_OK);
+            dist_tensor *q, *k, *y, *a, *b, *l1, *l2, *l3, *l4, *loss;
+            ck_assert_int_eq(dist_op_scale(t, x, 0.5f, &q), DIST_OK);
+            ck_assert_int_eq(dist_op_add(t, x, z, &k), DIST_OK);
+            ck_assert_int_eq(dist_op_attention(t, q, k, v, &y), DIST_OK);
+            ck_assert_int_eq(dist_op_mul(t, y, w, &a), DIST_OK);
+            ck_assert_int_eq(dist_op_reduce_sum(t, a, &l1), DIST_OK);
+            ck_assert_int_eq(dist_op_mul(t, q, q, &b), DIST_OK);
+            ck_assert_int_eq(dist_op_reduce_sum(t, b, &l2), DIST_OK);
+            ck_assert_int_eq(dist_op_reduce_sum(t, k, &l3), DIST_OK);
+            ck_assert_int_eq(dist_op_mul(t, v, v, &b), DIST_OK);
+            ck_assert_int_eq(dist_op_reduce_sum(t, b, &l4), DIST_OK);
+            ck_assert_int_eq(dist_op_add(t, l1, l2, &loss), DIST_OK);
+            ck_assert_int_eq(dist_op_add(t, loss, l3, &loss), DIST_OK);
+            ck_assert_int_eq(dist_op_add(t, loss, l4, &loss), DIST_OK);
+            for (int i = 0; i < 3; i++)
+                ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, r, src[i]->shape, &gs[i]),
+                                 DIST_OK);
+            ck_assert_msg(dist_tape_gradient(t, loss, 3, src, gs) == DIST_OK, "%s",
+                          dist_last_error());
+            dist_fusion_stats st;
+            dist_tape_fusion_stats(t, &st);
+            ck_assert_int_eq(st.attention, fused);
+            ck_assert_int_eq(st.attention_declined, 1 - fused);
+            for (int i = 0; i < 3; i++) {
+                g[fused][i] = copy_of(gs[i]);
+                dist_backend_free_tensor(be, gs[i]);
+            }
+            dist_tape_destroy(t);
+        }
+        static const char *const names[3] = {"dx", "dz", "dv"};
+        char where[48];
+        snprintf(where, sizeof where, "intermediates, precision %d", (int)precs[pi]);
+        for (int i = 0; i < 3; i++) {
+            same_bits(g[1][i], g[0][i], dist_tensor_numel(i == 2 ? v : x), names[i], where);
+            free(g[0][i]), free(g[1][i]);
+        }
+    }
+    /* no keys: declined (the three ops), y all zeros */
+    ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 1), DIST_OK);
+    int64_t es[5];
+    shape_of(c, 0, c->dk, es);
+    dist_tensor *ek = filled(be, r, es, 65u, 1.0f);
+    shape_of(c, 0, c->dv, es);
+    dist_tensor *ev = filled(be, r, es, 66u, 1.0f);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+    ck_assert_int_eq(dist_tape_watch(t, x), DIST_OK);
+    dist_tensor *y;
+    ck_assert_msg(dist_op_attention(t, x, ek, ev, &y) == DIST_OK, "%s", dist_last_error());
+    dist_fusion_stats st;
+    dist_tape_fusion_stats(t, &st);
+    ck_assert_int_eq(st.attention, 0);
+    ck_assert_int_eq(st.attention_declined, 1);
+    for (int64_t i = 0; i < dist_tensor_numel(y); i++) ck_assert(((float *)y->data)[i] == 0.0f);
+    dist_tape_destroy(t);
+    dist_backend_free_tensor(be, ek), dist_backend_free_tensor(be, ev);
+    dist_backend_free_tensor(be, x), dist_backend_free_tensor(be, z);
+    dist_backend_free_tensor(be, v), dist_backend_free_tensor(be, w);
+    dist_backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("attention_fusion");
     TCase *tc = tcase_create("attention");
@@ -432,6 +534,7 @@ int main(void) {
     tcase_add_test(tc, test_some_gradients_and_an_evaluation_tape);
     tcase_add_test(tc, test_declines_and_refusals);
     tcase_add_test(tc, test_mixed_policies_round_as_the_parts);
+    tcase_add_test(tc, test_intermediates_accumulate_and_empty_extents_decline);
     suite_add_tcase(s, tc);
     return dist_test_run(s);
 }

@@ -24,8 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* a chunk's scores per thread: two Zen 4 / Sapphire Rapids L2 halves */
+/* a chunk's scores per thread: half of Zen 4's 1 MiB L2 (a quarter of Sapphire Rapids' 2 MiB),
+ * leaving the rest to the chunk's q, k, v and output rows; 1 MiB measured as fast on Zen 4
+ * (bench/RESULTS.md) */
 #define CHUNK_BYTES (512 * 1024)
+/* scratch kept between calls up to this size (one batch element's scores can be large: 16
+ * heads of 4096 x 4096 are 1 GiB) */
+#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
 
 enum {
     TA = DIST_BMM_TRANSPOSE_A,
@@ -95,7 +100,8 @@ static int64_t chunk_of(const cpu_ctx *c, const att_dims *d) {
     return (d->batch + chunks - 1) / chunks;
 }
 
-/* Grows the scratch to n floats. */
+/* Grows the scratch to n floats (kept for the next call: one chunk's scores; a chunk of
+ * SCRATCH_KEEP_BYTES or more is freed after its call, release_large). */
 static dist_status scratch(cpu_ctx *c, size_t n, float **out) {
     if (c->att_n < n) {
         void *p = NULL;
@@ -110,6 +116,14 @@ static dist_status scratch(cpu_ctx *c, size_t n, float **out) {
     }
     *out = c->att_buf;
     return DIST_OK;
+}
+
+static void release_large(cpu_ctx *c) {
+    if (c->att_n * sizeof(float) >= SCRATCH_KEEP_BYTES) {
+        free(c->att_buf);
+        c->att_buf = NULL;
+        c->att_n = 0;
+    }
 }
 
 /* A chunk's view of rows [b0, b0 + n) of a [batch, A, B, C] tensor as rank 4. */
@@ -171,7 +185,9 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
         if (d.tk > 0) cpu_softmax_rows(c->threads, pc.data, pc.data, m * d.h * d.tq, d.tk);
         DIST_TRY(round_to(c, op->dtype, &pc));
         DIST_TRY(bmm(c, BI | CI | bf, &pc, &vc, &yc));
+        c->fused_attention_chunks++;
     }
+    release_large(c);
     c->fused_attention_runs++;
     return DIST_OK;
 }
@@ -197,8 +213,8 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
         if (grads[i]) grads[i]->layout = DIST_LAYOUT_PLAIN;
     if (d.batch == 0 || d.h == 0) return DIST_OK;
     const int64_t n = chunk_of(c, &d);
-    float *buf = NULL;
-    DIST_TRY(scratch(c, (size_t)(n * s_per), &buf));
+    float *buf = NULL; /* ds: only for the gradients of q and k */
+    if (dq || dk) DIST_TRY(scratch(c, (size_t)(n * s_per), &buf));
     for (int64_t b0 = 0; b0 < d.batch; b0 += n) {
         const int64_t m = d.batch - b0 < n ? d.batch - b0 : n;
         const int64_t ps[4] = {m, d.h, d.tq, d.tk};
@@ -227,6 +243,7 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
             DIST_TRY(bmm(c, TA | BI | CI | bf, &ds, &qc, &dkc));
         }
     }
+    release_large(c);
     c->fused_attention_runs++;
     return DIST_OK;
 }
@@ -242,4 +259,9 @@ dist_status dist_cpu_backend_set_fused_attention(dist_backend *backend, int on) 
 long dist_cpu_backend_fused_attention_runs(const dist_backend *backend) {
     if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
     return ((const cpu_ctx *)backend->ctx)->fused_attention_runs;
+}
+
+long dist_cpu_backend_fused_attention_chunks(const dist_backend *backend) {
+    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
+    return ((const cpu_ctx *)backend->ctx)->fused_attention_chunks;
 }

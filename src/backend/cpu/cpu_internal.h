@@ -115,7 +115,8 @@ typedef struct cpu_ctx {
      * the tape's three ops. cpu_attention.c's scratch (a few batch elements' scores), grown on
      * first use of a shape */
     int fused_attention;
-    long fused_attention_runs; /* forwards and gradients run (tests) */
+    long fused_attention_runs;   /* forwards and gradients run (tests) */
+    long fused_attention_chunks; /* forward chunks run (tests: the batch was cut) */
     float *att_buf;
     size_t att_n;
 } cpu_ctx;
@@ -351,6 +352,7 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
  * their parts), and how many times they ran. */
 dist_status dist_cpu_backend_set_fused_attention(dist_backend *backend, int on);
 long dist_cpu_backend_fused_attention_runs(const dist_backend *backend);
+long dist_cpu_backend_fused_attention_chunks(const dist_backend *backend);
 /* For tests: the oneDNN implementation of the i-th cached batched product (NULL past the end). */
 const char *dist_cpu_backend_batch_matmul_impl(const dist_backend *backend, int i);
 
