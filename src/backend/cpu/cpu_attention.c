@@ -78,15 +78,6 @@ static dist_status att_dims_of(const dist_op *op, const dist_tensor *q, const di
     return DIST_OK;
 }
 
-/* x's element count against its expected shape's */
-static dist_status need_numel(const dist_op *op, const dist_tensor *x, int64_t n,
-                              const char *what) {
-    if (dist_tensor_numel(x) != n)
-        return dist_error(DIST_INVALID_ARGUMENT, "%s: %s has %lld elements, %lld expected",
-                          dist_op_name(op), what, (long long)dist_tensor_numel(x), (long long)n);
-    return DIST_OK;
-}
-
 /* Batch elements a chunk takes: its scores within CHUNK_BYTES per thread, at least one; the
  * chunks as equal as the batch allows (fewer distinct shapes, fewer cached primitives). */
 static int64_t chunk_of(const cpu_ctx *c, const att_dims *d) {
@@ -166,8 +157,8 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
     DIST_TRY(precision_of(op, &bf));
     DIST_TRY(att_dims_of(op, q, k, v, &d));
     const int64_t s_per = d.h * d.tq * d.tk;
-    DIST_TRY(need_numel(op, y, d.batch * d.tq * d.h * d.dv, "y"));
-    if (p) DIST_TRY(need_numel(op, p, d.batch * s_per, "p"));
+    DIST_TRY(cpu_need_numel(op, y, d.batch * d.tq * d.h * d.dv, "y"));
+    if (p) DIST_TRY(cpu_need_numel(op, p, d.batch * s_per, "p"));
     y->layout = DIST_LAYOUT_PLAIN;
     if (p) p->layout = DIST_LAYOUT_PLAIN;
     if (d.batch == 0 || d.h == 0) return DIST_OK;
@@ -203,11 +194,11 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
     DIST_TRY(precision_of(op, &bf));
     DIST_TRY(att_dims_of(op, q, k, v, &d));
     const int64_t s_per = d.h * d.tq * d.tk;
-    DIST_TRY(need_numel(op, p, d.batch * s_per, "p"));
-    DIST_TRY(need_numel(op, dy, d.batch * d.tq * d.h * d.dv, "dy"));
-    if (dq) DIST_TRY(need_numel(op, dq, dist_tensor_numel(q), "dq"));
-    if (dk) DIST_TRY(need_numel(op, dk, dist_tensor_numel(k), "dk"));
-    if (dv) DIST_TRY(need_numel(op, dv, dist_tensor_numel(v), "dv"));
+    DIST_TRY(cpu_need_numel(op, p, d.batch * s_per, "p"));
+    DIST_TRY(cpu_need_numel(op, dy, d.batch * d.tq * d.h * d.dv, "dy"));
+    if (dq) DIST_TRY(cpu_need_numel(op, dq, dist_tensor_numel(q), "dq"));
+    if (dk) DIST_TRY(cpu_need_numel(op, dk, dist_tensor_numel(k), "dk"));
+    if (dv) DIST_TRY(cpu_need_numel(op, dv, dist_tensor_numel(v), "dv"));
     dist_tensor *const grads[3] = {dq, dk, dv};
     for (int i = 0; i < 3; i++)
         if (grads[i]) grads[i]->layout = DIST_LAYOUT_PLAIN;

@@ -342,6 +342,8 @@ dist_status cpu_op_layer_norm_grad(void *ctx, const dist_op *op, const dist_tens
 dist_status cpu_op_batch_matmul(void *ctx, const dist_op *op, const dist_tensor *const *in,
                                 dist_tensor *const *out);
 void cpu_bmm_cache_destroy(cpu_ctx *c);
+/* cpu_ops.c: DIST_INVALID_ARGUMENT naming the op and `what` unless x has n elements */
+dist_status cpu_need_numel(const dist_op *op, const dist_tensor *x, int64_t n, const char *what);
 /* cpu_attention.c: the ATTENTION fusion and its gradient (ops.h), its batch in chunks whose
  * scores stay in cache, each part the op this backend runs for it */
 dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *const *in,

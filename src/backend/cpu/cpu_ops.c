@@ -121,8 +121,7 @@ int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
     return 1;
 }
 
-static dist_status need_numel(const dist_op *op, const dist_tensor *x, int64_t n,
-                              const char *what) {
+dist_status cpu_need_numel(const dist_op *op, const dist_tensor *x, int64_t n, const char *what) {
     if (dist_tensor_numel(x) != n)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: %s has %lld elements, %lld expected",
                           dist_op_name(op), what, (long long)dist_tensor_numel(x), (long long)n);
@@ -281,7 +280,7 @@ static float un_grad(int kind, float x, float y, float g) {
 static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                             dist_tensor *const *out) {
     int64_t n = dist_tensor_numel(in[0]);
-    DIST_TRY(need_numel(op, out[0], n, "the output"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "the output"));
     const float *x = in[0]->data;
     float *y = out[0]->data;
     int kind = op->k;
@@ -302,9 +301,9 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
 static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                                  dist_tensor *const *out) {
     int64_t n = dist_tensor_numel(in[0]);
-    DIST_TRY(need_numel(op, in[1], n, "y"));
-    DIST_TRY(need_numel(op, in[2], n, "dy"));
-    DIST_TRY(need_numel(op, out[0], n, "dx"));
+    DIST_TRY(cpu_need_numel(op, in[1], n, "y"));
+    DIST_TRY(cpu_need_numel(op, in[2], n, "dy"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "dx"));
     const float *x = in[0]->data, *y = in[1]->data, *dy = in[2]->data;
     float *dx = out[0]->data;
     int kind = op->k;
@@ -502,11 +501,11 @@ static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tens
     const float *x = a->data, *y = b->data, *dy = g->data;
     float *masked = NULL;
     if (op->relu) {
-        DIST_TRY(need_numel(op, in[3], n, "y"));
+        DIST_TRY(cpu_need_numel(op, in[3], n, "y"));
         for (int side = 0; side < 2; side++)
             if (out[side])
-                DIST_TRY(
-                    need_numel(op, out[side], dist_tensor_numel(side ? b : a), side ? "db" : "da"));
+                DIST_TRY(cpu_need_numel(op, out[side], dist_tensor_numel(side ? b : a),
+                                        side ? "db" : "da"));
         const float *yv = in[3]->data;
         if (dist_tensor_numel(a) == n && dist_tensor_numel(b) == n) {
             binary_grad_relu_flat(c, op->k, x, y, yv, dy, out[0] ? out[0]->data : NULL,
@@ -525,7 +524,7 @@ static dist_status op_binary_grad(cpu_ctx *c, const dist_op *op, const dist_tens
     for (int side = 0; side < 2; side++) {
         dist_tensor *dt = out[side];
         if (!dt) continue;
-        DIST_TRY(need_numel(op, dt, dist_tensor_numel(side ? b : a), side ? "db" : "da"));
+        DIST_TRY(cpu_need_numel(op, dt, dist_tensor_numel(side ? b : a), side ? "db" : "da"));
         float *d = dt->data;
         memset(d, 0, (size_t)dist_tensor_numel(dt) * sizeof *d);
         bc_iter it;
@@ -558,7 +557,7 @@ static dist_status op_reduce(cpu_ctx *c, const dist_op *op, const dist_tensor *c
     dist_tensor kept;
     dist_op_kept_shape(x, op->mask, &kept);
     int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
-    DIST_TRY(need_numel(op, out[0], nout, "the output"));
+    DIST_TRY(cpu_need_numel(op, out[0], nout, "the output"));
     int kind = op->k;
     float *o = out[0]->data;
     const float *xv = x->data;
@@ -603,9 +602,9 @@ static dist_status op_reduce_grad(cpu_ctx *c, const dist_op *op, const dist_tens
     dist_tensor kept;
     dist_op_kept_shape(x, op->mask, &kept);
     int64_t total = dist_tensor_numel(x), nout = dist_tensor_numel(&kept);
-    DIST_TRY(need_numel(op, in[1], nout, "y"));
-    DIST_TRY(need_numel(op, in[2], nout, "dy"));
-    DIST_TRY(need_numel(op, out[0], total, "dx"));
+    DIST_TRY(cpu_need_numel(op, in[1], nout, "y"));
+    DIST_TRY(cpu_need_numel(op, in[2], nout, "dy"));
+    DIST_TRY(cpu_need_numel(op, out[0], total, "dx"));
     const float *dy = in[2]->data;
     float *dx = out[0]->data;
     /* TensorFlow's _MeanGrad divides by the number of elements averaged */
@@ -876,7 +875,7 @@ static dist_status op_softmax(cpu_ctx *c, const dist_op *op, const dist_tensor *
                               dist_tensor *const *out) {
     const dist_tensor *x = in[0];
     int64_t n = dist_tensor_numel(x);
-    DIST_TRY(need_numel(op, out[0], n, "the output"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "the output"));
     int64_t k = last_axis(x), rows = k ? n / k : 0;
     const float *xv = x->data;
     float *o = out[0]->data;
@@ -904,8 +903,8 @@ static dist_status op_softmax_grad(cpu_ctx *c, const dist_op *op, const dist_ten
                                    dist_tensor *const *out) {
     const dist_tensor *y = in[0];
     int64_t n = dist_tensor_numel(y);
-    DIST_TRY(need_numel(op, in[1], n, "dy"));
-    DIST_TRY(need_numel(op, out[0], n, "dx"));
+    DIST_TRY(cpu_need_numel(op, in[1], n, "dy"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "dx"));
     int64_t k = last_axis(y), rows = k ? n / k : 0;
     const float *yv = y->data, *dy = in[1]->data;
     float *dx = out[0]->data;
@@ -929,8 +928,8 @@ static dist_status op_softmax_grad(cpu_ctx *c, const dist_op *op, const dist_ten
 static dist_status op_sigmoid_xent(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                                    dist_tensor *const *out) {
     int64_t n = dist_tensor_numel(in[1]);
-    DIST_TRY(need_numel(op, in[0], n, "the labels"));
-    DIST_TRY(need_numel(op, out[0], n, "the loss"));
+    DIST_TRY(cpu_need_numel(op, in[0], n, "the labels"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "the loss"));
     const float *zv = in[0]->data, *xv = in[1]->data;
     float *o = out[0]->data;
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
@@ -946,12 +945,12 @@ static dist_status op_sigmoid_xent(cpu_ctx *c, const dist_op *op, const dist_ten
 static dist_status op_sigmoid_xent_grad(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                                         dist_tensor *const *out) {
     int64_t n = dist_tensor_numel(in[1]);
-    DIST_TRY(need_numel(op, in[0], n, "the labels"));
-    DIST_TRY(need_numel(op, in[2], n, "dy"));
+    DIST_TRY(cpu_need_numel(op, in[0], n, "the labels"));
+    DIST_TRY(cpu_need_numel(op, in[2], n, "dy"));
     const float *zv = in[0]->data, *xv = in[1]->data, *dy = in[2]->data;
     for (int side = 0; side < 2; side++) {
         if (!out[side]) continue;
-        DIST_TRY(need_numel(op, out[side], n, side ? "dx" : "dz"));
+        DIST_TRY(cpu_need_numel(op, out[side], n, side ? "dx" : "dz"));
         float *d = out[side]->data;
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
         for (int64_t i = 0; i < n; i++)
@@ -969,8 +968,8 @@ static dist_status op_mse(cpu_ctx *c, const dist_op *op, const dist_tensor *cons
         return dist_error(DIST_INVALID_ARGUMENT, "%s: the inputs need a non-empty last axis",
                           dist_op_name(op));
     int64_t rows = n / k;
-    DIST_TRY(need_numel(op, in[0], n, "y_true"));
-    DIST_TRY(need_numel(op, out[0], rows, "the loss"));
+    DIST_TRY(cpu_need_numel(op, in[0], n, "y_true"));
+    DIST_TRY(cpu_need_numel(op, out[0], rows, "the loss"));
     const float *tv = in[0]->data, *pv = p->data;
     float *o = out[0]->data;
     for (int64_t r = 0; r < rows; r++) {
@@ -992,12 +991,12 @@ static dist_status op_mse_grad(cpu_ctx *c, const dist_op *op, const dist_tensor 
     if (p->ndim < 1 || k <= 0)
         return dist_error(DIST_INVALID_ARGUMENT, "%s: the inputs need a non-empty last axis",
                           dist_op_name(op));
-    DIST_TRY(need_numel(op, in[0], n, "y_true"));
-    DIST_TRY(need_numel(op, in[2], n / k, "dloss"));
+    DIST_TRY(cpu_need_numel(op, in[0], n, "y_true"));
+    DIST_TRY(cpu_need_numel(op, in[2], n / k, "dloss"));
     const float *tv = in[0]->data, *pv = p->data, *dy = in[2]->data;
     for (int side = 0; side < 2; side++) { /* y_true, then y_pred */
         if (!out[side]) continue;
-        DIST_TRY(need_numel(op, out[side], n, side ? "dpred" : "dtrue"));
+        DIST_TRY(cpu_need_numel(op, out[side], n, side ? "dpred" : "dtrue"));
         float *d = out[side]->data;
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
         for (int64_t i = 0; i < n; i++) {
@@ -1237,8 +1236,8 @@ static dist_status op_bn_stats(cpu_ctx *c_, const dist_op *op, const dist_tensor
     DIST_TRY(check_channels(op, xt, c));
     int64_t rows = dist_tensor_numel(xt) / c;
     const float *x = xt->data;
-    DIST_TRY(need_numel(op, out[0], (op->k == DIST_BN_SUMS ? 2 : 4) * c,
-                        op->k == DIST_BN_SUMS ? "the sums" : "the statistics"));
+    DIST_TRY(cpu_need_numel(op, out[0], (op->k == DIST_BN_SUMS ? 2 : 4) * c,
+                            op->k == DIST_BN_SUMS ? "the sums" : "the statistics"));
     double *w;
     DIST_TRY(bn_scratch(op, 3 * c, &w));
     double *s1 = w, *s2 = w + c, *mean = w + 2 * c;
@@ -1277,9 +1276,9 @@ static dist_status op_bn_moments(cpu_ctx *c_, const dist_op *op, const dist_tens
                                  dist_tensor *const *out) {
     (void)c_;
     int64_t c = dist_tensor_numel(in[0]) / 2;
-    DIST_TRY(need_numel(op, in[0], 2 * c, "the sums"));
-    DIST_TRY(need_numel(op, in[1], 1, "the count"));
-    DIST_TRY(need_numel(op, out[0], 4 * c, "the statistics"));
+    DIST_TRY(cpu_need_numel(op, in[0], 2 * c, "the sums"));
+    DIST_TRY(cpu_need_numel(op, in[1], 1, "the count"));
+    DIST_TRY(cpu_need_numel(op, out[0], 4 * c, "the statistics"));
     const float *buf = in[0]->data;
     double n = *(const float *)in[1]->data;
     bn_rows s = bn_rows_of(out[0], c);
@@ -1304,8 +1303,8 @@ static dist_status op_bn_infer_stats(cpu_ctx *c_, const dist_op *op, const dist_
                                      dist_tensor *const *out) {
     (void)c_;
     int64_t c = dist_tensor_numel(in[0]);
-    DIST_TRY(need_numel(op, in[1], c, "the variance"));
-    DIST_TRY(need_numel(op, out[0], 4 * c, "the statistics"));
+    DIST_TRY(cpu_need_numel(op, in[1], c, "the variance"));
+    DIST_TRY(cpu_need_numel(op, out[0], 4 * c, "the statistics"));
     const float *mean = in[0]->data, *variance = in[1]->data;
     bn_rows s = bn_rows_of(out[0], c);
     float eps = op->f[0];
@@ -1320,9 +1319,9 @@ static dist_status op_bn_infer_stats(cpu_ctx *c_, const dist_op *op, const dist_
 
 static dist_status check_bn_params(const dist_op *op, const dist_tensor *stats,
                                    const dist_tensor *gamma, const dist_tensor *beta, int64_t c) {
-    DIST_TRY(need_numel(op, stats, 4 * c, "the statistics"));
-    if (gamma) DIST_TRY(need_numel(op, gamma, c, "gamma"));
-    if (beta) DIST_TRY(need_numel(op, beta, c, "beta"));
+    DIST_TRY(cpu_need_numel(op, stats, 4 * c, "the statistics"));
+    if (gamma) DIST_TRY(cpu_need_numel(op, gamma, c, "gamma"));
+    if (beta) DIST_TRY(cpu_need_numel(op, beta, c, "beta"));
     return DIST_OK;
 }
 
@@ -1386,7 +1385,7 @@ static dist_status op_bn_apply(cpu_ctx *c_, const dist_op *op, const dist_tensor
     DIST_TRY(check_channels(op, xt, c));
     DIST_TRY(check_bn_params(op, in[1], in[2], in[3], c));
     int64_t n = dist_tensor_numel(xt), rows = n / c;
-    DIST_TRY(need_numel(op, out[0], n, "the output"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "the output"));
     bn_rows s = bn_rows_of(in[1], c);
     const float *xv = xt->data, *gv = in[2] ? in[2]->data : NULL, *bv = in[3] ? in[3]->data : NULL;
     float *o = out[0]->data;
@@ -1431,13 +1430,13 @@ static dist_status op_bn_grad_sums(cpu_ctx *c_, const dist_op *op, const dist_te
     DIST_TRY(check_channels(op, xt, c));
     DIST_TRY(check_bn_params(op, in[2], in[3], NULL, c));
     int64_t n = dist_tensor_numel(xt), rows = n / c;
-    DIST_TRY(need_numel(op, in[1], n, "dy"));
-    if (op->relu) DIST_TRY(need_numel(op, in[5], n, "y"));
-    if (out[0]) DIST_TRY(need_numel(op, out[0], 2 * c, "the parameters' sums"));
-    if (out[1]) DIST_TRY(need_numel(op, out[1], 2 * c, "the input's sums"));
+    DIST_TRY(cpu_need_numel(op, in[1], n, "dy"));
+    if (op->relu) DIST_TRY(cpu_need_numel(op, in[5], n, "y"));
+    if (out[0]) DIST_TRY(cpu_need_numel(op, out[0], 2 * c, "the parameters' sums"));
+    if (out[1]) DIST_TRY(cpu_need_numel(op, out[1], 2 * c, "the input's sums"));
     double total = 0;
     if (op->k == DIST_BN_SYNC) {
-        DIST_TRY(need_numel(op, in[4], 1, "the count"));
+        DIST_TRY(cpu_need_numel(op, in[4], 1, "the count"));
         total = *(const float *)in[4]->data;
     }
     bn_rows s = bn_rows_of(in[2], c);
@@ -1532,10 +1531,10 @@ static dist_status op_bn_grad_input(cpu_ctx *c_, const dist_op *op, const dist_t
     DIST_TRY(check_channels(op, xt, c));
     DIST_TRY(check_bn_params(op, in[2], in[3], NULL, c));
     int64_t n = dist_tensor_numel(xt), rows = n / c;
-    DIST_TRY(need_numel(op, in[1], n, "dy"));
-    DIST_TRY(need_numel(op, out[0], n, "dx"));
-    if (op->k != DIST_BN_INFERENCE) DIST_TRY(need_numel(op, in[4], 2 * c, "the sums"));
-    if (op->relu) DIST_TRY(need_numel(op, in[6], n, "y"));
+    DIST_TRY(cpu_need_numel(op, in[1], n, "dy"));
+    DIST_TRY(cpu_need_numel(op, out[0], n, "dx"));
+    if (op->k != DIST_BN_INFERENCE) DIST_TRY(cpu_need_numel(op, in[4], 2 * c, "the sums"));
+    if (op->relu) DIST_TRY(cpu_need_numel(op, in[6], n, "y"));
     bn_rows s = bn_rows_of(in[2], c);
     const float *xv = xt->data, *dy = in[1]->data, *gv = in[3] ? in[3]->data : NULL;
     const float *yv = op->relu ? in[6]->data : NULL;
