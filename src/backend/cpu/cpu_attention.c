@@ -22,7 +22,6 @@
 #include "core/error.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* a chunk's scores per thread: half of Zen 4's 1 MiB L2 (a quarter of Sapphire Rapids' 2 MiB),
  * leaving the rest to the chunk's q, k, v and output rows; 1 MiB measured as fast on Zen 4
@@ -240,19 +239,20 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
 }
 
 dist_status dist_cpu_backend_set_fused_attention(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
+    cpu_ctx *c = cpu_ctx_of(backend);
+    if (!c)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_fused_attention: not a CPU backend");
-    ((cpu_ctx *)backend->ctx)->fused_attention = on != 0;
+    c->fused_attention = on != 0;
     return DIST_OK;
 }
 
 long dist_cpu_backend_fused_attention_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->fused_attention_runs;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->fused_attention_runs : -1;
 }
 
 long dist_cpu_backend_fused_attention_chunks(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->fused_attention_chunks;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->fused_attention_chunks : -1;
 }

@@ -323,16 +323,17 @@ dist_status cpu_conv1_pool_backward_filter(void *ctx, const dist_conv2d_desc *cd
 }
 
 dist_status dist_cpu_backend_set_fused_pool_filter(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
+    cpu_ctx *c = cpu_ctx_of(backend);
+    if (!c)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_fused_pool_filter: not a CPU backend");
-    ((cpu_ctx *)backend->ctx)->fused_pool_filter = on != 0;
+    c->fused_pool_filter = on != 0;
     return DIST_OK;
 }
 
 long dist_cpu_backend_fused_pool_filter_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->fused_pool_filter_runs;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->fused_pool_filter_runs : -1;
 }
 
 /* ---- the forward, fused the same way ----------------------------------------------------

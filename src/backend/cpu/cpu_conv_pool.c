@@ -538,6 +538,6 @@ dist_status cpu_conv_pool_forward(cpu_ctx *c, const dist_conv2d_desc *cd,
 }
 
 long dist_cpu_backend_conv_pool_forward_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->conv_pool_forward_runs;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->conv_pool_forward_runs : -1;
 }

@@ -906,25 +906,27 @@ int cpu_dnnl_winograd_default(void) {
 }
 
 dist_status dist_cpu_backend_set_winograd(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
+    cpu_ctx *c = cpu_ctx_of(backend);
+    if (!c)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_winograd: not a CPU backend");
-    ((cpu_ctx *)backend->ctx)->winograd = on != 0;
+    c->winograd = on != 0;
     return DIST_OK;
 }
 
 long dist_cpu_backend_winograd_runs(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->winograd_runs;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->winograd_runs : -1;
 }
 
 const char *dist_cpu_backend_last_conv_impl(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return NULL;
-    return ((const cpu_ctx *)backend->ctx)->conv_impl;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->conv_impl : NULL;
 }
 
 dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
+    cpu_ctx *c = cpu_ctx_of(backend);
+    if (!c)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_native_bf16: not a CPU backend");
     if (on && !cpu_dnnl_isa_allows(dnnl_cpu_isa_avx512_core))
@@ -932,26 +934,27 @@ dist_status dist_cpu_backend_set_native_bf16(dist_backend *backend, int on) {
                           "native bfloat16 convolutions need AVX-512 (oneDNN 2.6 has none below "
                           "avx512_core); this CPU's oneDNN ISA is 0x%x",
                           (unsigned)dnnl_get_effective_cpu_isa());
-    ((cpu_ctx *)backend->ctx)->native_bf16 = on != 0;
+    c->native_bf16 = on != 0;
     return DIST_OK;
 }
 
 dist_status dist_cpu_backend_set_bf16_twins(dist_backend *backend, int on) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op)
+    cpu_ctx *c = cpu_ctx_of(backend);
+    if (!c)
         return dist_error(DIST_INVALID_ARGUMENT,
                           "dist_cpu_backend_set_bf16_twins: not a CPU backend");
-    ((cpu_ctx *)backend->ctx)->bf16_twins = on != 0;
+    c->bf16_twins = on != 0;
     return DIST_OK;
 }
 
 long dist_cpu_backend_bf16_twins_written(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->bf16_twins_written;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->bf16_twins_written : -1;
 }
 
 long dist_cpu_backend_bf16_operand_reorders(const dist_backend *backend) {
-    if (!backend || !backend->iface || backend->iface->run_op != cpu_run_op) return -1;
-    return ((const cpu_ctx *)backend->ctx)->bf16_operand_reorders;
+    const cpu_ctx *c = cpu_ctx_of(backend);
+    return c ? c->bf16_operand_reorders : -1;
 }
 
 /* At least 16 input channels: with one (the seed CNN's first convolution) the convolution

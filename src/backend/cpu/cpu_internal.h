@@ -301,6 +301,11 @@ int cpu_supports_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                     dist_tensor *const *out);
 dist_status cpu_run_op(void *ctx, const dist_op *op, const dist_tensor *const *in,
                        dist_tensor *const *out);
+/* backend's context where it is a CPU backend (its run_op is cpu_run_op), else NULL: the
+ * test hooks' check (dist_cpu_backend_set_*, *_runs) */
+static inline cpu_ctx *cpu_ctx_of(const dist_backend *backend) {
+    return backend && backend->iface && backend->iface->run_op == cpu_run_op ? backend->ctx : NULL;
+}
 /* cpu_ops_misc.c: the op set's dropout mask and whole-tensor ops, called by cpu_run_op with
  * the arguments it was given (supports_op has checked the dtypes and counts). */
 dist_status cpu_op_dropout_mask(void *ctx, const dist_op *op, const dist_tensor *const *in,
