@@ -135,6 +135,14 @@ DIST_API dist_status dist_model_add_dense(dist_model *model, int units, dist_act
  * axis (dist_op_softmax). */
 DIST_API dist_status dist_model_add_activation(dist_model *model, dist_activation activation);
 DIST_API dist_status dist_model_add_relu(dist_model *model);
+/* ReLU(max_value, negative_slope) as Keras computes it: max_value < 0 for none; a max_value of 6
+ * runs dist_op_relu6, another dist_op_relu_max; a negative_slope (only without a max_value)
+ * dist_op_leaky_relu. */
+DIST_API dist_status dist_model_add_relu_options(dist_model *model, float max_value,
+                                                 float negative_slope);
+/* ELU(alpha) (dist_op_elu) and LeakyReLU(alpha) (dist_op_leaky_relu). */
+DIST_API dist_status dist_model_add_elu(dist_model *model, float alpha);
+DIST_API dist_status dist_model_add_leaky_relu(dist_model *model, float alpha);
 DIST_API dist_status dist_model_add_softmax(dist_model *model);
 /* Rescaling(scale, offset): y = x * scale + offset. */
 DIST_API dist_status dist_model_add_rescaling(dist_model *model, float scale, float offset);

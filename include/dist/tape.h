@@ -23,17 +23,34 @@ typedef struct dist_replica_ctx dist_replica_ctx;
 
 typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist_padding;
 /* Keras's activation names: "linear" (NONE), "relu", "sigmoid", "tanh", "gelu" (the exact erf
- * form, keras.activations.gelu's default). Conv2D and Dense fuse relu into their kernels; the
- * others run as dist_op_sigmoid / dist_op_tanh / dist_op_gelu after the layer (ops of the op
- * set: every backend, the tpu strategy's included) and compute in float32. */
+ * form, keras.activations.gelu's default), "elu" (alpha 1), "selu", "softplus", "softsign",
+ * "exponential", "mish", and Keras 3's "relu6" and "leaky_relu" (its default negative slope,
+ * 0.2). Conv2D and Dense fuse relu into their kernels; the others run as the tape's ops after
+ * the layer (dist_op_sigmoid, dist_op_elu, ...: ops of the op set, every backend and the tpu
+ * strategy's included) and compute in float32. */
 typedef enum dist_activation {
     DIST_ACT_NONE = 0,
     DIST_ACT_LINEAR = DIST_ACT_NONE,
     DIST_ACT_RELU = 1,
     DIST_ACT_SIGMOID = 2,
     DIST_ACT_TANH = 3,
-    DIST_ACT_GELU = 4
+    DIST_ACT_GELU = 4,
+    DIST_ACT_ELU = 5,
+    DIST_ACT_SELU = 6,
+    DIST_ACT_SOFTPLUS = 7,
+    DIST_ACT_SOFTSIGN = 8,
+    DIST_ACT_EXPONENTIAL = 9,
+    DIST_ACT_MISH = 10,
+    DIST_ACT_RELU6 = 11,
+    DIST_ACT_LEAKY_RELU = 12, /* negative slope 0.2 (keras.activations.leaky_relu) */
+    DIST_ACT_LAST = DIST_ACT_LEAKY_RELU
 } dist_activation;
+
+/* Keras's name of an activation ("linear", "relu", ...), NULL for a value outside the enum. */
+DIST_API const char *dist_activation_name(dist_activation activation);
+/* y = activation(x) as the tape's op(s) (NONE: y = x, no op). */
+DIST_API dist_status dist_op_activation(dist_tape *tape, const dist_tensor *x,
+                                        dist_activation activation, dist_tensor **y);
 
 /* Creates a tape on a backend (borrowed: it must outlive the tape). */
 DIST_API dist_status dist_tape_create(dist_backend *backend, dist_tape **out);
@@ -231,6 +248,25 @@ DIST_API dist_status dist_op_tanh(dist_tape *tape, const dist_tensor *x, dist_te
 /* tf.nn.gelu: approximate != 0 uses the tanh approximation, 0 the exact erf form. */
 DIST_API dist_status dist_op_gelu(dist_tape *tape, const dist_tensor *x, int approximate,
                                   dist_tensor **y);
+/* Keras's other activations, each TensorFlow's kernel and gradient (float32; the formulas in
+ * the op set's comments, src/backend/ops.h):
+ * tf.nn.elu, and Keras's elu(x, alpha) = where(x > 0, elu(x), alpha * elu(x)) for alpha != 1;
+ * tf.nn.selu; tf.math.softplus (x above 13.94, exp(x) below -13.94, log1p(exp(x)) between);
+ * tf.nn.softsign; tf.nn.leaky_relu (any alpha: x > 0 ? x : alpha x); tf.nn.relu6
+ * (min(max(x, 0), 6), gradient where 0 < x < 6); relu_max: tf.nn.relu then
+ * tf.clip_by_value(0, max_value) (gradient where 0 < x <= max_value, as the clip's minimum
+ * passes it at the cap); mish: x * tanh(softplus(x)), three ops as Keras composes it. */
+DIST_API dist_status dist_op_elu(dist_tape *tape, const dist_tensor *x, float alpha,
+                                 dist_tensor **y);
+DIST_API dist_status dist_op_selu(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_softplus(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_softsign(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_leaky_relu(dist_tape *tape, const dist_tensor *x, float alpha,
+                                        dist_tensor **y);
+DIST_API dist_status dist_op_relu6(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_relu_max(dist_tape *tape, const dist_tensor *x, float max_value,
+                                      dist_tensor **y);
+DIST_API dist_status dist_op_mish(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 
 /* tf.nn.avg_pool2d on NHWC x: the mean of each pool_h x pool_w window; with SAME padding the
  * mean counts only the input elements a window covers (TensorFlow's rule, not the padding). */

@@ -11,6 +11,7 @@
 #include "backend/ops_dispatch.h"
 #include "core/error.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- running ops of the set ----------------------------------------------------------- */
@@ -271,12 +272,15 @@ static dist_status unary_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     DIST_TRY(tape_plain_grad_begin(t, n->in[0], &h, &dx));
     if (!dx) return DIST_OK;
     dist_op op = tape_op(DIST_OPC_UNARY_GRAD, n->p.m.kind, 3, 1);
+    op.f[0] = n->p.m.f[0];
+    op.f[1] = n->p.m.f[1];
     const dist_tensor *in[3] = {n->saved[0], n->out, dy};
     DIST_TRY(tape_run_op(t, &op, in, &dx));
     return tape_plain_grad_end(t, n->in[0], &h);
 }
 
-static dist_status unary_op(dist_tape *t, int kind, const dist_tensor *x, dist_tensor **y) {
+static dist_status unary_op_f(dist_tape *t, int kind, float f0, float f1, const dist_tensor *x,
+                              dist_tensor **y) {
     const char *op = dist_op_name(&(dist_op){.code = DIST_OPC_UNARY, .k = kind});
     DIST_CHECK_ARG(t && x && y, "dist_op_%s: NULL argument", op);
     DIST_TRY(tape_check_f32(x, op));
@@ -285,18 +289,26 @@ static dist_status unary_op(dist_tape *t, int kind, const dist_tensor *x, dist_t
     dist_tensor *out;
     DIST_TRY(tape_new_tensor(t, DIST_F32, x->ndim, x->shape, &out));
     dist_op o = tape_op(DIST_OPC_UNARY, kind, 1, 1);
+    o.f[0] = f0;
+    o.f[1] = f1;
     DIST_TRY(tape_run_op(t, &o, &px, &out));
     const dist_tensor *in[1] = {x};
     tape_node *n;
     DIST_TRY(tape_record(t, out, unary_backward, 1, in, &n));
     if (n) {
         n->p.m.kind = kind;
+        n->p.m.f[0] = f0;
+        n->p.m.f[1] = f1;
         n->saved[0] = px;
     }
     /* a mixed policy: stored at the compute precision */
     DIST_TRY(tape_round_output(t, out, n));
     *y = out;
     return DIST_OK;
+}
+
+static dist_status unary_op(dist_tape *t, int kind, const dist_tensor *x, dist_tensor **y) {
+    return unary_op_f(t, kind, 0.0f, 0.0f, x, y);
 }
 
 dist_status dist_op_neg(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
@@ -325,6 +337,39 @@ dist_status dist_op_tanh(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
 }
 dist_status dist_op_gelu(dist_tape *t, const dist_tensor *x, int approximate, dist_tensor **y) {
     return unary_op(t, approximate ? DIST_UN_GELU_TANH : DIST_UN_GELU, x, y);
+}
+dist_status dist_op_elu(dist_tape *t, const dist_tensor *x, float alpha, dist_tensor **y) {
+    DIST_CHECK_ARG(isfinite(alpha), "dist_op_elu: alpha %g is not finite", (double)alpha);
+    return unary_op_f(t, DIST_UN_ELU, alpha, 0.0f, x, y);
+}
+dist_status dist_op_selu(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    return unary_op(t, DIST_UN_SELU, x, y);
+}
+dist_status dist_op_softplus(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    return unary_op(t, DIST_UN_SOFTPLUS, x, y);
+}
+dist_status dist_op_softsign(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    return unary_op(t, DIST_UN_SOFTSIGN, x, y);
+}
+dist_status dist_op_leaky_relu(dist_tape *t, const dist_tensor *x, float alpha, dist_tensor **y) {
+    DIST_CHECK_ARG(isfinite(alpha), "dist_op_leaky_relu: alpha %g is not finite", (double)alpha);
+    return unary_op_f(t, DIST_UN_LEAKY_RELU, alpha, 0.0f, x, y);
+}
+dist_status dist_op_relu6(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    return unary_op_f(t, DIST_UN_RELU_MAX, 6.0f, 0.0f, x, y);
+}
+dist_status dist_op_relu_max(dist_tape *t, const dist_tensor *x, float max_value, dist_tensor **y) {
+    DIST_CHECK_ARG(max_value >= 0 && isfinite(max_value),
+                   "dist_op_relu_max: max_value %g is not a finite number >= 0", (double)max_value);
+    return unary_op_f(t, DIST_UN_RELU_MAX, max_value, 1.0f, x, y);
+}
+/* x * tanh(softplus(x)), as tf_keras and Keras 3 compose it (three ops, their gradients) */
+dist_status dist_op_mish(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_mish: NULL argument");
+    dist_tensor *s;
+    DIST_TRY(dist_op_softplus(t, x, &s));
+    DIST_TRY(dist_op_tanh(t, s, &s));
+    return dist_op_mul(t, x, s, y);
 }
 
 /* ---- average pooling ------------------------------------------------------------------- */

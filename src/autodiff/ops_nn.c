@@ -98,19 +98,54 @@ static dist_status conv2d_backward(dist_tape *t, tape_node *n, grad_entry *g) {
 }
 
 static dist_status check_activation(dist_activation a, const char *op) {
-    if (a < DIST_ACT_NONE || a > DIST_ACT_GELU)
+    if (!dist_activation_name(a))
         return dist_error(DIST_INVALID_ARGUMENT, "%s: unknown activation %d", op, (int)a);
     return DIST_OK;
 }
 
-/* The activations the kernels do not fuse (relu is fused) run as the tape's unary ops. */
-static dist_status unfused_activation(dist_tape *t, dist_activation a, dist_tensor **y) {
+const char *dist_activation_name(dist_activation a) {
+    static const char *const names[DIST_ACT_LAST + 1] = {[DIST_ACT_NONE] = "linear",
+                                                         [DIST_ACT_RELU] = "relu",
+                                                         [DIST_ACT_SIGMOID] = "sigmoid",
+                                                         [DIST_ACT_TANH] = "tanh",
+                                                         [DIST_ACT_GELU] = "gelu",
+                                                         [DIST_ACT_ELU] = "elu",
+                                                         [DIST_ACT_SELU] = "selu",
+                                                         [DIST_ACT_SOFTPLUS] = "softplus",
+                                                         [DIST_ACT_SOFTSIGN] = "softsign",
+                                                         [DIST_ACT_EXPONENTIAL] = "exponential",
+                                                         [DIST_ACT_MISH] = "mish",
+                                                         [DIST_ACT_RELU6] = "relu6",
+                                                         [DIST_ACT_LEAKY_RELU] = "leaky_relu"};
+    return a >= DIST_ACT_NONE && a <= DIST_ACT_LAST ? names[a] : NULL;
+}
+
+dist_status dist_op_activation(dist_tape *t, const dist_tensor *x, dist_activation a,
+                               dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_activation: NULL argument");
+    DIST_TRY(check_activation(a, "dist_op_activation"));
     switch (a) {
-    case DIST_ACT_SIGMOID: return dist_op_sigmoid(t, *y, y);
-    case DIST_ACT_TANH: return dist_op_tanh(t, *y, y);
-    case DIST_ACT_GELU: return dist_op_gelu(t, *y, 0, y);
-    default: return DIST_OK;
+    case DIST_ACT_NONE: *y = (dist_tensor *)x; return DIST_OK;
+    case DIST_ACT_RELU: return dist_op_relu(t, x, y);
+    case DIST_ACT_SIGMOID: return dist_op_sigmoid(t, x, y);
+    case DIST_ACT_TANH: return dist_op_tanh(t, x, y);
+    case DIST_ACT_GELU: return dist_op_gelu(t, x, 0, y);
+    case DIST_ACT_ELU: return dist_op_elu(t, x, 1.0f, y);
+    case DIST_ACT_SELU: return dist_op_selu(t, x, y);
+    case DIST_ACT_SOFTPLUS: return dist_op_softplus(t, x, y);
+    case DIST_ACT_SOFTSIGN: return dist_op_softsign(t, x, y);
+    case DIST_ACT_EXPONENTIAL: return dist_op_exp(t, x, y);
+    case DIST_ACT_MISH: return dist_op_mish(t, x, y);
+    case DIST_ACT_RELU6: return dist_op_relu6(t, x, y);
+    case DIST_ACT_LEAKY_RELU: return dist_op_leaky_relu(t, x, 0.2f, y);
     }
+    return DIST_OK;
+}
+
+/* The activations the kernels do not fuse (relu is fused) run as the tape's ops. */
+static dist_status unfused_activation(dist_tape *t, dist_activation a, dist_tensor **y) {
+    if (a == DIST_ACT_NONE || a == DIST_ACT_RELU) return DIST_OK;
+    return dist_op_activation(t, *y, a, y);
 }
 
 /* Checks conv2d's arguments; its descriptor and output shape. */

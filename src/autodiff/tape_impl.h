@@ -43,6 +43,7 @@ struct tape_node {
             int a, b;  /* op parameters: transpose flags, axis, reduced-axes mask, ... */
             int count; /* concat: inputs (all in the node's workspace) */
             int64_t v[DIST_MAX_DIMS]; /* transpose: perm; slice: begin */
+            float f[2];               /* unary: the kind's parameters (dist_op.f) */
         } m;
     } p;
 };

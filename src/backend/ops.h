@@ -385,6 +385,27 @@ typedef enum dist_unary_kind {
     DIST_UN_TANH,
     DIST_UN_GELU,      /* x * Phi(x), erf form */
     DIST_UN_GELU_TANH, /* the tanh approximation */
+    /* Keras's other activations, as TensorFlow's kernels (relu_op_functor.h, softplus_op.h)
+     * compute them in float32, and their gradients as TensorFlow's gradient kernels with the
+     * Python wrappers Keras calls around them. a = f[0], e = expf(x) - 1:
+     * ELU: y = x > 0 ? x : a * (x < 0 ? e : x) (tf.nn.elu, then Keras's tf.where(x > 0, y,
+     *   a * y) for a != 1: the same bits for a = 1); dx = x > 0 ? dy : (y0 < 0 ? (y0 + 1) *
+     *   (a * dy) : a * dy), y0 = x < 0 ? e : x (EluGrad of the where's gradient) */
+    DIST_UN_ELU,
+    /* SELU: x < 0 ? SA * e : S * x; dx = y < 0 ? dy * (y + SA) : dy * S (S and SA as
+     * TensorFlow's float constants 1.0507009873554805, 1.7580993408473769) */
+    DIST_UN_SELU,
+    /* SOFTPLUS: x > -t ? x : (x < t ? expf(x) : log1pf(expf(x))), t = logf(FLT_EPSILON) + 2;
+     * dx = dy / (expf(-x) + 1) */
+    DIST_UN_SOFTPLUS,
+    /* SOFTSIGN: x / (|x| + 1); dx = dy / ((|x| + 1) * (|x| + 1)) */
+    DIST_UN_SOFTSIGN,
+    /* LEAKY_RELU: x > 0 ? x : x * a; dx = x > 0 ? dy : dy * a (tf.nn.leaky_relu; any a) */
+    DIST_UN_LEAKY_RELU,
+    /* RELU_MAX: min(max(x, 0), c), c = f[0] >= 0, NaN kept; dx = dy where 0 < x < c, and at
+     * x == c too when f[1] != 0 (tf.nn.relu then tf.clip_by_value(0, c), whose minimum passes
+     * the gradient at the cap; tf.nn.relu6's does not: f[1] = 0, c = 6), else 0 */
+    DIST_UN_RELU_MAX,
     DIST_UN_COUNT
 } dist_unary_kind;
 
@@ -414,7 +435,8 @@ typedef struct dist_op {
     int nout;     /* outputs in use */
     int relu;     /* BN_APPLY, BN_GRAD_*, BINARY, BINARY_GRAD: a ReLU fused after the op */
     int64_t v[DIST_MAX_DIMS]; /* TRANSPOSE: perm; SLICE / PAD: begin */
-    float f[2];   /* BN*: f[0] = epsilon; DROPOUT_MASK: f[0] = rate; CLIP_*: bounds */
+    float f[2];     /* BN*: f[0] = epsilon; DROPOUT_MASK: f[0] = rate; CLIP_*: bounds; UNARY*:
+                     * ELU, LEAKY_RELU: alpha; RELU_MAX: cap, inclusive */
     uint32_t u[4];  /* DROPOUT_MASK: the key */
     struct {      /* AVG_POOL2D* */
         int window_h, window_w, stride_h, stride_w;

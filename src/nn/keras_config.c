@@ -84,14 +84,8 @@ static cJSON *batch_shape(int ndim, const int64_t *shape) {
 }
 
 static const char *activation_name(dist_activation a) {
-    switch (a) {
-    case DIST_ACT_NONE: return "linear";
-    case DIST_ACT_RELU: return "relu";
-    case DIST_ACT_SIGMOID: return "sigmoid";
-    case DIST_ACT_TANH: return "tanh";
-    case DIST_ACT_GELU: return "gelu";
-    }
-    return "linear";
+    const char *n = dist_activation_name(a);
+    return n ? n : "linear";
 }
 
 /* A Dense's or Conv2D's activation: its kernel's, or the one nn runs after it. */
@@ -321,9 +315,16 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
         break;
     case LAYER_RELU:
-        cJSON_AddNullToObject(c, "max_value");
-        cJSON_AddNumberToObject(c, "negative_slope", 0.0);
+        if (l->max_value >= 0)
+            cJSON_AddNumberToObject(c, "max_value", float_value(l->max_value));
+        else
+            cJSON_AddNullToObject(c, "max_value");
+        cJSON_AddNumberToObject(c, "negative_slope", float_value(l->alpha));
         cJSON_AddNumberToObject(c, "threshold", 0.0);
+        break;
+    case LAYER_ELU: cJSON_AddNumberToObject(c, "alpha", float_value(l->alpha)); break;
+    case LAYER_LEAKY_RELU:
+        cJSON_AddNumberToObject(c, "negative_slope", float_value(l->alpha));
         break;
     case LAYER_SOFTMAX: cJSON_AddNumberToObject(c, "axis", -1); break;
     case LAYER_ADD:

@@ -7,6 +7,7 @@
 #include "nn/model_impl.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -105,7 +106,15 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
     } known[] = {{"relu", DIST_ACT_RELU},
                  {"sigmoid", DIST_ACT_SIGMOID},
                  {"tanh", DIST_ACT_TANH},
-                 {"gelu", DIST_ACT_GELU}};
+                 {"gelu", DIST_ACT_GELU},
+                 {"elu", DIST_ACT_ELU},
+                 {"selu", DIST_ACT_SELU},
+                 {"softplus", DIST_ACT_SOFTPLUS},
+                 {"softsign", DIST_ACT_SOFTSIGN},
+                 {"exponential", DIST_ACT_EXPONENTIAL},
+                 {"mish", DIST_ACT_MISH},
+                 {"relu6", DIST_ACT_RELU6},
+                 {"leaky_relu", DIST_ACT_LEAKY_RELU}};
     for (size_t i = 0; a && i < sizeof known / sizeof known[0]; i++)
         if (strcmp(a, known[i].name) == 0) {
             *out = known[i].act;
@@ -113,7 +122,8 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
         }
     return unsupported_arg(l, "activation",
                            "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh', 'gelu', "
-                           "'swish' ('silu') and 'softmax'",
+                           "'elu', 'selu', 'softplus', 'softsign', 'exponential', 'mish', "
+                           "'relu6', 'leaky_relu', 'swish' ('silu') and 'softmax'",
                            a ? a : "(not a name)");
 }
 
@@ -641,15 +651,57 @@ static dist_status add_activation_layer(dist_model *m, const json_layer *l) {
     return dist_model_add_activation(m, act);
 }
 
+/* A finite number argument (absent or null: dflt). */
+static dist_status json_float_arg(const json_layer *l, const char *key, float dflt, float *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    *out = dflt;
+    if (!v || cJSON_IsNull(v)) return DIST_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || fabs(v->valuedouble) > FLT_MAX)
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): '%s' must be a finite number", l->name,
+                          l->class_name, key);
+    *out = (float)v->valuedouble;
+    return DIST_OK;
+}
+
 static dist_status add_relu(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"max_value", "negative_slope", "threshold",
                                         "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
-    DIST_TRY(check_number_is(l, "negative_slope", 0.0));
     DIST_TRY(check_number_is(l, "threshold", 0.0));
+    float max_value, slope;
+    DIST_TRY(json_float_arg(l, "max_value", -1.0f, &max_value));
+    DIST_TRY(json_float_arg(l, "negative_slope", 0.0f, &slope));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "max_value");
-    if (v && !cJSON_IsNull(v)) return unsupported_arg(l, "max_value", "is set; libdist has none");
-    return dist_model_add_relu(m);
+    if (v && !cJSON_IsNull(v) && max_value < 0)
+        return unsupported_arg(l, "max_value", "is %g; Keras takes a value >= 0",
+                               (double)max_value);
+    if (slope < 0)
+        return unsupported_arg(l, "negative_slope", "is %g; Keras takes a value >= 0",
+                               (double)slope);
+    if (slope != 0 && max_value >= 0)
+        return unsupported_arg(l, "negative_slope",
+                               "is %g with max_value %g; libdist implements a negative slope "
+                               "without a max_value only",
+                               (double)slope, (double)max_value);
+    return dist_model_add_relu_options(m, max_value, slope);
+}
+
+/* ELU(alpha) and LeakyReLU: tf-keras's "alpha", Keras 3's "negative_slope" (default 0.3) */
+static dist_status add_elu(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"alpha", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    float alpha;
+    DIST_TRY(json_float_arg(l, "alpha", 1.0f, &alpha));
+    return dist_model_add_elu(m, alpha);
+}
+
+static dist_status add_leaky_relu(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"alpha", "negative_slope", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(l->config, "alpha");
+    float alpha;
+    DIST_TRY(json_float_arg(l, a && !cJSON_IsNull(a) ? "alpha" : "negative_slope", 0.3f, &alpha));
+    return dist_model_add_leaky_relu(m, alpha);
 }
 
 static dist_status add_softmax(dist_model *m, const json_layer *l) {
@@ -985,6 +1037,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"Concatenate", add_concatenate},
                  {"Activation", add_activation_layer},
                  {"ReLU", add_relu},
+                 {"ELU", add_elu},
+                 {"LeakyReLU", add_leaky_relu},
                  {"Softmax", add_softmax},
                  {"Rescaling", add_rescaling},
                  {"Reshape", add_reshape},
@@ -1008,7 +1062,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                       "AveragePooling2D, GlobalAveragePooling2D, "
                       "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
                       "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
-                      "Activation, ReLU, Softmax, Rescaling, Reshape, Permute, "
+                      "Activation, ReLU, ELU, LeakyReLU, Softmax, Rescaling, Reshape, Permute, "
                       "GlobalAveragePooling1D, Embedding, MultiHeadAttention and "
                       "ZeroPadding2D)",
                       l->name, l->class_name);
@@ -1212,6 +1266,8 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
 static int weightless(const char *class_name) {
     static const char *const names[] = {"Activation",
                                         "ReLU",
+                                        "ELU",
+                                        "LeakyReLU",
                                         "Softmax",
                                         "Flatten",
                                         "Reshape",

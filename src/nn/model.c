@@ -58,6 +58,8 @@ static const struct {
     [LAYER_BATCH_NORM] = {"BatchNormalization", "batch_normalization"},
     [LAYER_ACTIVATION] = {"Activation", "activation"},
     [LAYER_RELU] = {"ReLU", "re_lu"},
+    [LAYER_ELU] = {"ELU", "elu"},
+    [LAYER_LEAKY_RELU] = {"LeakyReLU", "leaky_re_lu"},
     [LAYER_SOFTMAX] = {"Softmax", "softmax"},
     [LAYER_ADD] = {"Add", "add"},
     [LAYER_SUBTRACT] = {"Subtract", "subtract"},
@@ -132,7 +134,7 @@ dist_status model_rename_last_layer(dist_model *m, const char *name) {
 }
 
 static dist_status check_activation(const dist_model *m, dist_activation a, const char *layer) {
-    if (a < DIST_ACT_NONE || a > DIST_ACT_GELU)
+    if (!dist_activation_name(a))
         return dist_error(DIST_INVALID_ARGUMENT, "model '%s': %s: unknown activation %d", m->name,
                           layer, (int)a);
     return DIST_OK;
@@ -384,7 +386,43 @@ dist_status model_set_last_post_activation(dist_model *m, model_post_act post) {
 
 dist_status dist_model_add_relu(dist_model *m) {
     DIST_CHECK_ARG(m, "dist_model_add_relu: model is NULL");
-    return add_plain(m, LAYER_RELU, NULL);
+    return dist_model_add_relu_options(m, -1.0f, 0.0f);
+}
+
+dist_status dist_model_add_relu_options(dist_model *m, float max_value, float negative_slope) {
+    DIST_CHECK_ARG(m, "dist_model_add_relu_options: model is NULL");
+    DIST_CHECK_ARG(isfinite(max_value) && isfinite(negative_slope),
+                   "model '%s': ReLU: max_value %g and negative_slope %g must be finite", m->name,
+                   (double)max_value, (double)negative_slope);
+    DIST_CHECK_ARG(negative_slope == 0 || max_value < 0,
+                   "model '%s': ReLU: a negative_slope (%g) with a max_value (%g) is not "
+                   "supported",
+                   m->name, (double)negative_slope, (double)max_value);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_RELU, &l));
+    l->max_value = max_value < 0 ? -1.0f : max_value;
+    l->alpha = negative_slope;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_elu(dist_model *m, float alpha) {
+    DIST_CHECK_ARG(m, "dist_model_add_elu: model is NULL");
+    DIST_CHECK_ARG(isfinite(alpha), "model '%s': ELU: alpha %g is not finite", m->name,
+                   (double)alpha);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_ELU, &l));
+    l->alpha = alpha;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_leaky_relu(dist_model *m, float alpha) {
+    DIST_CHECK_ARG(m, "dist_model_add_leaky_relu: model is NULL");
+    DIST_CHECK_ARG(isfinite(alpha), "model '%s': LeakyReLU: alpha %g is not finite", m->name,
+                   (double)alpha);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_LEAKY_RELU, &l));
+    l->alpha = alpha;
+    return DIST_OK;
 }
 
 dist_status dist_model_add_softmax(dist_model *m) {
@@ -826,6 +864,8 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     case LAYER_DROPOUT:
     case LAYER_ACTIVATION:
     case LAYER_RELU:
+    case LAYER_ELU:
+    case LAYER_LEAKY_RELU:
     case LAYER_SOFTMAX:
     case LAYER_RESCALING: break;
     case LAYER_LAYER_NORM:
@@ -1045,7 +1085,7 @@ static void layer_variables(dist_model *m, model_layer *l) {
 
 /* A layer that is exactly max(x, 0) of its one input: ReLU(), Activation("relu") */
 static int is_plain_relu(const model_layer *l) {
-    return l->kind == LAYER_RELU ||
+    return (l->kind == LAYER_RELU && l->max_value < 0 && l->alpha == 0) ||
            (l->kind == LAYER_ACTIVATION && l->post == POST_NONE && l->activation == DIST_ACT_RELU);
 }
 
@@ -1487,15 +1527,17 @@ static dist_status call_post(dist_tape *tape, model_post_act post, const dist_te
 static dist_status call_activation(dist_tape *tape, const model_layer *l, const dist_tensor *h,
                                    dist_tensor **out) {
     if (l->post != POST_NONE) return call_post(tape, l->post, h, out);
-    switch (l->activation) {
-    case DIST_ACT_RELU: return dist_op_relu(tape, h, out);
-    case DIST_ACT_SIGMOID: return dist_op_sigmoid(tape, h, out);
-    case DIST_ACT_TANH: return dist_op_tanh(tape, h, out);
-    case DIST_ACT_GELU: return dist_op_gelu(tape, h, 0, out);
-    case DIST_ACT_NONE: break;
-    }
-    *out = (dist_tensor *)h;
-    return DIST_OK;
+    return dist_op_activation(tape, h, l->activation, out);
+}
+
+/* ReLU(max_value, negative_slope) as Keras's relu: a cap of 6 is tf.nn.relu6, another
+ * tf.nn.relu then tf.clip_by_value; a negative slope without a cap tf.nn.leaky_relu. */
+static dist_status call_relu(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                             dist_tensor **out) {
+    if (l->alpha != 0) return dist_op_leaky_relu(tape, h, l->alpha, out);
+    if (l->max_value == 6.0f) return dist_op_relu6(tape, h, out);
+    if (l->max_value >= 0) return dist_op_relu_max(tape, h, l->max_value, out);
+    return dist_op_relu(tape, h, out);
 }
 
 /* The tape's geometry of a convolution layer's options. */
@@ -1626,7 +1668,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         return DIST_OK;
     }
     case LAYER_ACTIVATION: return call_activation(tape, l, h, out);
-    case LAYER_RELU: return dist_op_relu(tape, h, out);
+    case LAYER_RELU: return call_relu(tape, l, h, out);
+    case LAYER_ELU: return dist_op_elu(tape, h, l->alpha, out);
+    case LAYER_LEAKY_RELU: return dist_op_leaky_relu(tape, h, l->alpha, out);
     case LAYER_SOFTMAX: return dist_op_softmax(tape, h, out);
     case LAYER_ADD:
     case LAYER_SUBTRACT:

@@ -40,6 +40,8 @@ typedef enum layer_kind {
     LAYER_SEPARABLE_CONV2D, /* depthwise kernel is kernel_var, then pointwise_var */
     LAYER_CONV1D,
     LAYER_MAX_POOL1D,
+    LAYER_ELU,        /* ELU(alpha) */
+    LAYER_LEAKY_RELU, /* LeakyReLU(alpha) */
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -67,6 +69,8 @@ typedef struct model_layer {
     int axis;                   /* concatenate: an axis of the output, batch axis 0 */
     int pad[4];                 /* zero_padding2d: top, bottom, left, right */
     float scale, offset;        /* rescaling */
+    float alpha;                /* elu, leaky_relu; relu: negative_slope */
+    float max_value;            /* relu: its cap, < 0 for none */
     model_post_act post;        /* activation, dense, conv2d: the activation after the op */
     int target_ndim;            /* reshape, permute: the target shape without the batch */
     int64_t target[4];          /* (one entry may be -1); permute: its dims, counted from 1 */

@@ -5,6 +5,8 @@
 #include "backend/layer_ops.h"
 #include "core/error.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1058,8 +1060,100 @@ static dist_status write_opt(xla_trace *t, dist_tensor *y, int node) {
 #define RSQRT_2 0.7071067811865476f   /* 1 / sqrt(2) */
 #define RSQRT_2PI 0.3989422804014327f /* 1 / sqrt(2 pi) */
 
-static dist_status op_unary(xla_trace *t, int k, int x, int *y) {
+#define SELU_SCALE 1.0507009873554804934193349852946f
+#define SELU_SCALE_ALPHA 1.7580993408473768599402175208123f
+
+/* expf(x) - 1 where x < 0, else x: tf.nn.elu's output (the ELU kind's y0, ops.h) */
+static dist_status elu_y0(xla_trace *t, int x, int zero, int *out) {
+    int e;
+    DIST_TRY(unary(t, XU_EXP, x, &e));
+    DIST_TRY(binop_c(t, XG_SUB, e, 1.0f, &e));
+    return select_cmp(t, XC_LT, x, zero, e, x, out);
+}
+
+/* The Keras activations of ops.h (ELU .. RELU_MAX) as selects of their pieces */
+static dist_status op_unary_keras(xla_trace *t, int k, const float *f, int x, int *y) {
+    int z, a, b;
+    DIST_TRY(splat_like(t, 0.0f, x, &z));
+    switch (k) {
+    case DIST_UN_ELU:
+        DIST_TRY(elu_y0(t, x, z, &a));
+        DIST_TRY(c_binop(t, XG_MUL, f[0], a, &a));
+        return select_cmp(t, XC_GT, x, z, x, a, y);
+    case DIST_UN_SELU:
+        DIST_TRY(unary(t, XU_EXP, x, &a));
+        DIST_TRY(binop_c(t, XG_SUB, a, 1.0f, &a));
+        DIST_TRY(c_binop(t, XG_MUL, SELU_SCALE_ALPHA, a, &a));
+        DIST_TRY(c_binop(t, XG_MUL, SELU_SCALE, x, &b));
+        return select_cmp(t, XC_LT, x, z, a, b, y);
+    case DIST_UN_SOFTPLUS: {
+        const float th = logf(FLT_EPSILON) + 2.0f;
+        int lo, hi;
+        DIST_TRY(unary(t, XU_EXP, x, &a));
+        DIST_TRY(unary(t, XU_LOG1P, a, &b));
+        DIST_TRY(splat_like(t, th, x, &lo));
+        DIST_TRY(splat_like(t, -th, x, &hi));
+        DIST_TRY(select_cmp(t, XC_LT, x, lo, a, b, &a));
+        return select_cmp(t, XC_GT, x, hi, x, a, y);
+    }
+    case DIST_UN_SOFTSIGN:
+        DIST_TRY(unary(t, XU_ABS, x, &a));
+        DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &a));
+        return binop(t, XG_DIV, x, a, y);
+    case DIST_UN_LEAKY_RELU:
+        DIST_TRY(binop_c(t, XG_MUL, x, f[0], &a));
+        return select_cmp(t, XC_GT, x, z, x, a, y);
+    default: /* DIST_UN_RELU_MAX: NaN kept */
+        DIST_TRY(splat_like(t, f[0], x, &b));
+        DIST_TRY(select_cmp(t, XC_LT, x, b, x, b, &a));
+        DIST_TRY(select_cmp(t, XC_GT, x, z, a, z, &a));
+        return select_cmp(t, XC_NE, x, x, x, a, y);
+    }
+}
+
+static dist_status op_unary_keras_grad(xla_trace *t, int k, const float *f, int x, int y, int dy,
+                                       int *dx) {
+    int z, a, b;
+    DIST_TRY(splat_like(t, 0.0f, x, &z));
+    switch (k) {
+    case DIST_UN_ELU:
+        DIST_TRY(elu_y0(t, x, z, &a));
+        DIST_TRY(c_binop(t, XG_MUL, f[0], dy, &b));
+        {
+            int p;
+            DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &p));
+            DIST_TRY(binop(t, XG_MUL, p, b, &p));
+            DIST_TRY(select_cmp(t, XC_LT, a, z, p, b, &a));
+        }
+        return select_cmp(t, XC_GT, x, z, dy, a, dx);
+    case DIST_UN_SELU:
+        DIST_TRY(binop_c(t, XG_ADD, y, SELU_SCALE_ALPHA, &a));
+        DIST_TRY(binop(t, XG_MUL, dy, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, dy, SELU_SCALE, &b));
+        return select_cmp(t, XC_LT, y, z, a, b, dx);
+    case DIST_UN_SOFTPLUS:
+        DIST_TRY(unary(t, XU_NEG, x, &a));
+        DIST_TRY(unary(t, XU_EXP, a, &a));
+        DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &a));
+        return binop(t, XG_DIV, dy, a, dx);
+    case DIST_UN_SOFTSIGN:
+        DIST_TRY(unary(t, XU_ABS, x, &a));
+        DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &a));
+        DIST_TRY(binop(t, XG_MUL, a, a, &a));
+        return binop(t, XG_DIV, dy, a, dx);
+    case DIST_UN_LEAKY_RELU:
+        DIST_TRY(binop_c(t, XG_MUL, dy, f[0], &a));
+        return select_cmp(t, XC_GT, x, z, dy, a, dx);
+    default: /* DIST_UN_RELU_MAX */
+        DIST_TRY(splat_like(t, f[0], x, &b));
+        DIST_TRY(select_cmp(t, f[1] != 0 ? XC_LE : XC_LT, x, b, dy, z, &a));
+        return select_cmp(t, XC_GT, x, z, a, z, dx);
+    }
+}
+
+static dist_status op_unary(xla_trace *t, int k, const float *f, int x, int *y) {
     int a, b, c;
+    if (k >= DIST_UN_ELU) return op_unary_keras(t, k, f, x, y);
     switch (k) {
     case DIST_UN_NEG: return unary(t, XU_NEG, x, y);
     case DIST_UN_EXP: return unary(t, XU_EXP, x, y);
@@ -1089,8 +1183,10 @@ static dist_status op_unary(xla_trace *t, int k, int x, int *y) {
 }
 
 /* dx = dy * f'(x), y = f(x) where TensorFlow's gradient reads the output */
-static dist_status op_unary_grad(xla_trace *t, int k, int x, int y, int dy, int *dx) {
+static dist_status op_unary_grad(xla_trace *t, int k, const float *f, int x, int y, int dy,
+                                 int *dx) {
     int a, b, c;
+    if (k >= DIST_UN_ELU) return op_unary_keras_grad(t, k, f, x, y, dy, dx);
     switch (k) {
     case DIST_UN_NEG: return unary(t, XU_NEG, dy, dx);
     case DIST_UN_EXP: return binop(t, XG_MUL, dy, y, dx);
@@ -1750,9 +1846,11 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
         for (int i = 0; i < nin; i++) DIST_TRY(read_opt(t, in[i], &x[i]));
     xshape ys = out[0] ? tensor_shape(out[0]) : (xshape){0, {0}};
     switch (op->code) {
-    case DIST_OPC_UNARY: DIST_TRY(op_unary(t, op->k, x[0], &v)); return write_opt(t, out[0], v);
+    case DIST_OPC_UNARY:
+        DIST_TRY(op_unary(t, op->k, op->f, x[0], &v));
+        return write_opt(t, out[0], v);
     case DIST_OPC_UNARY_GRAD:
-        DIST_TRY(op_unary_grad(t, op->k, x[0], x[1], x[2], &v));
+        DIST_TRY(op_unary_grad(t, op->k, op->f, x[0], x[1], x[2], &v));
         return write_opt(t, out[0], v);
     case DIST_OPC_BINARY:
         DIST_TRY(bcast_right(t, x[0], &ys, &x[0]));

@@ -15,7 +15,15 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
   sequence: Reshape((144, 3)) -> Conv1D(6, 3, causal, dilation_rate=2, tanh) -> MaxPooling1D(2)
       -> Conv1D(8, 3, strides=2, same, relu) -> MaxPooling1D(3, strides=2, same) ->
       Conv1D(8, 5, groups=2) -> MaxPooling1D(2, strides=1) -> GlobalAveragePooling1D -> Dense(4)
-The last two are also built by tf_keras (Keras 2): its JSON, with the same weights file, must give
+  keras_activations: Conv2D(elu) -> ELU(0.5) -> Conv2D(selu) -> LeakyReLU(0.2) ->
+      Conv2D(softplus) -> ReLU(max_value=6) -> Conv2D(softsign) -> GlobalAveragePooling2D ->
+      Dense(mish) -> ReLU(max_value=0.5) -> Dense(exponential) -> ReLU(negative_slope=0.1) ->
+      Dense(selu) -> Activation(softplus) -> Dense(4)
+  keras3_activations (Keras 3 only: tf_keras has neither name): Conv2D(relu6) ->
+      Conv2D(leaky_relu) -> GlobalAveragePooling2D -> Dense -> Activation(relu6) -> Dense ->
+      Activation(leaky_relu) -> Dense(4)
+conv_variants, sequence and keras_activations are also built by tf_keras (Keras 2): its JSON, with
+the same weights file, must give
 the same logits and gradients (its configs name the same arguments differently and add some);
 and, given the keras_functional driver (SAVER), libdist writes each as a .keras file
 (dist_model_save_keras) that Keras's load_model opens and that predicts the original's outputs.
@@ -112,6 +120,44 @@ def make_sequence(k):
     ])
 
 
+def make_keras_activations(k):
+    # Keras's other activations, as strings and as layers; LeakyReLU's slope is positional
+    # (tf_keras calls it alpha, Keras 3 negative_slope)
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Conv2D(6, 3, padding="same", activation="elu"),
+        k.layers.ELU(alpha=0.5),
+        k.layers.Conv2D(6, 3, activation="selu"),
+        k.layers.LeakyReLU(0.2),
+        k.layers.Conv2D(8, 3, activation="softplus"),
+        k.layers.ReLU(max_value=6.0),
+        k.layers.Conv2D(8, 3, padding="same", activation="softsign"),
+        k.layers.GlobalAveragePooling2D(),
+        k.layers.Dense(12, activation="mish"),
+        k.layers.ReLU(max_value=0.5),
+        k.layers.Dense(12, activation="exponential"),
+        k.layers.ReLU(negative_slope=0.1),
+        k.layers.Dense(10, activation="selu"),
+        k.layers.Activation("softplus"),
+        k.layers.Dense(K),
+    ])
+
+
+def make_keras3_activations(k):
+    # the activation names only Keras 3 has
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Conv2D(6, 3, activation="relu6"),
+        k.layers.Conv2D(6, 3, activation="leaky_relu"),
+        k.layers.GlobalAveragePooling2D(),
+        k.layers.Dense(12),
+        k.layers.Activation("relu6"),
+        k.layers.Dense(12),
+        k.layers.Activation("leaky_relu"),
+        k.layers.Dense(K),
+    ])
+
+
 def tf_keras_json(builder):
     import tf_keras
     tf_keras.utils.set_random_seed(11)
@@ -160,7 +206,10 @@ def main():
     cases = (("activations_pooling", lambda: make(False), True, None),
              ("with_dropout", lambda: make(True), False, None),
              ("conv_variants", lambda: make_conv_variants(keras), True, make_conv_variants),
-             ("sequence", lambda: make_sequence(keras), True, make_sequence))
+             ("sequence", lambda: make_sequence(keras), True, make_sequence),
+             ("keras_activations", lambda: make_keras_activations(keras), True,
+              make_keras_activations),
+             ("keras3_activations", lambda: make_keras3_activations(keras), True, None))
     for name, build, with_grads, tf_keras_builder in cases:
         keras.utils.set_random_seed(11)
         model = build()

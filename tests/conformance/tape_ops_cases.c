@@ -23,6 +23,7 @@ typedef struct conf_case {
     float lo1, hi1; /* input 1's range when different (hi1 > lo1) */
     int ties;       /* input 1 repeats input 0 at even positions; reduce_max: values in halves */
     int zeros;      /* input `zeros - 1` has an exact zero at its first elements */
+    float at;       /* != 0: input 0's elements 2 and 3 are exactly this (a cap's kink) */
     int p[6];       /* op parameters, written to the JSON as "params" */
 } conf_case;
 
@@ -57,6 +58,15 @@ static dist_status forward(dist_tape *t, const conf_case *c, dist_tensor **in, d
     if (!strcmp(op, "sigmoid")) return dist_op_sigmoid(t, in[0], y);
     if (!strcmp(op, "tanh")) return dist_op_tanh(t, in[0], y);
     if (!strcmp(op, "gelu")) return dist_op_gelu(t, in[0], c->p[0], y);
+    /* alpha and the cap in hundredths */
+    if (!strcmp(op, "elu")) return dist_op_elu(t, in[0], (float)c->p[0] / 100.0f, y);
+    if (!strcmp(op, "selu")) return dist_op_selu(t, in[0], y);
+    if (!strcmp(op, "softplus")) return dist_op_softplus(t, in[0], y);
+    if (!strcmp(op, "softsign")) return dist_op_softsign(t, in[0], y);
+    if (!strcmp(op, "leaky_relu")) return dist_op_leaky_relu(t, in[0], (float)c->p[0] / 100.0f, y);
+    if (!strcmp(op, "relu6")) return dist_op_relu6(t, in[0], y);
+    if (!strcmp(op, "relu_max")) return dist_op_relu_max(t, in[0], (float)c->p[0] / 100.0f, y);
+    if (!strcmp(op, "mish")) return dist_op_mish(t, in[0], y);
     if (!strcmp(op, "matmul")) return dist_op_matmul(t, in[0], in[1], c->p[0], c->p[1], y);
     if (!strcmp(op, "reshape")) {
         int64_t shape[2] = {-1, c->p[0]};
@@ -114,6 +124,7 @@ static int run_case(dist_tape *t, const conf_case *c, FILE *f, int first) {
             if (c->ties && i == 1 && j % 2 == 0 && j < numel(c->ndim[0], c->shape[0]))
                 v = host[0][j];
             if (c->zeros == i + 1 && j < 2) v = 0.0f;
+            if (c->at != 0 && i == 0 && (j == 2 || j == 3)) v = c->at;
             host[i][j] = v;
         }
         dist_tensor h = dist_tensor_view(host[i], DIST_F32, c->ndim[i], c->shape[i]);
@@ -187,6 +198,16 @@ static const conf_case cases[] = {
     {ONE("tanh", 2, 3, 4, 0), -3, 3},
     {ONE("gelu", 2, 3, 4, 0), -3, 3, .p = {0}},
     {ONE("gelu", 2, 3, 4, 0), -3, 3, .p = {1}},
+    {ONE("elu", 2, 3, 4, 0), -3, 3, .p = {100}, .zeros = 1},
+    {ONE("elu", 2, 3, 4, 0), -3, 3, .p = {50}, .zeros = 1},
+    {ONE("selu", 2, 3, 4, 0), -3, 3, .zeros = 1},
+    {ONE("softplus", 2, 5, 8, 0), -20, 20}, /* both sides of +-13.94 */
+    {ONE("softsign", 2, 3, 4, 0), -4, 4},
+    {ONE("leaky_relu", 2, 3, 4, 0), -3, 3, .p = {20}, .zeros = 1},
+    {ONE("leaky_relu", 2, 3, 4, 0), -3, 3, .p = {-150}},
+    {ONE("relu6", 2, 4, 5, 0), -3, 9, .zeros = 1, .at = 6.0f},
+    {ONE("relu_max", 2, 4, 5, 0), -2, 4, .p = {250}, .zeros = 1, .at = 2.5f},
+    {ONE("mish", 2, 3, 4, 0), -5, 5},
     {TWO("matmul", 2, 3, 4, 0, 2, 4, 5, 0), -1, 1, .p = {0, 0}},
     {TWO("matmul", 2, 4, 3, 0, 2, 4, 5, 0), -1, 1, .p = {1, 0}},
     {TWO("matmul", 2, 3, 4, 0, 2, 5, 4, 0), -1, 1, .p = {0, 1}},

@@ -26,6 +26,12 @@ def reduction(fn):
     return op
 
 
+def keras_elu(x, alpha):
+    # keras.activations.elu (tf-keras and Keras 3's TensorFlow backend alike)
+    y = tf.nn.elu(x)
+    return y if alpha == 1 else tf.where(x > 0, y, alpha * y)
+
+
 def mean_squared_error(y_true, y_pred):
     # keras.losses.mean_squared_error, in tf-keras and Keras 3 alike
     try:
@@ -51,6 +57,15 @@ OPS = {
     "sigmoid": lambda p, x: tf.sigmoid(x),
     "tanh": lambda p, x: tf.tanh(x),
     "gelu": lambda p, x: tf.nn.gelu(x, approximate=bool(p[0])),
+    # Keras's activations as Keras calls TensorFlow (alpha and caps in hundredths)
+    "elu": lambda p, x: keras_elu(x, p[0] / 100.0),
+    "selu": lambda p, x: tf.nn.selu(x),
+    "softplus": lambda p, x: tf.math.softplus(x),
+    "softsign": lambda p, x: tf.nn.softsign(x),
+    "leaky_relu": lambda p, x: tf.nn.leaky_relu(x, alpha=p[0] / 100.0),
+    "relu6": lambda p, x: tf.nn.relu6(x),
+    "relu_max": lambda p, x: tf.clip_by_value(tf.nn.relu(x), 0.0, p[0] / 100.0),
+    "mish": lambda p, x: x * tf.math.tanh(tf.math.softplus(x)),
     "matmul": lambda p, a, b: tf.linalg.matmul(a, b, transpose_a=bool(p[0]),
                                                transpose_b=bool(p[1])),
     "reshape": lambda p, x: tf.reshape(x, [-1, p[0]]),

@@ -10,6 +10,7 @@
 #include "testutil.h"
 
 #include <dist/dist.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -67,7 +68,7 @@ START_TEST(test_unary_ops_give_their_functions) {
         ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
         expect(y, exact[c].want, 4, 0.0);
     }
-    for (int k = DIST_UN_EXP; k < DIST_UN_COUNT; k++) {
+    for (int k = DIST_UN_EXP; k <= DIST_UN_GELU_TANH; k++) { /* the Keras kinds: below */
         if (k == DIST_UN_SQUARE || k == DIST_UN_ABS) continue;
         float xs[4] = {0.25f, 0.5f, 1.0f, 2.0f}, want[4];
         dist_tensor txs = t1(xs, 4);
@@ -87,6 +88,144 @@ START_TEST(test_unary_ops_give_their_functions) {
         dist_op op = op_of(DIST_OPC_UNARY, k, 1, 1);
         ck_assert_int_eq(run(&op, &txs, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
         expect(y, want, 4, 1e-6);
+    }
+}
+END_TEST
+
+/* The Keras activations (ELU .. RELU_MAX): each value and gradient against the function and
+ * its derivative in double (and central differences of the double function away from the
+ * kinks), the float32 arithmetic of ops.h (TensorFlow's kernels) bit for bit, and the
+ * conventions at the kinks: 0 for every kind, the cap for RELU_MAX with and without the
+ * gradient there, -0, NaN, and softplus's two switch points. */
+typedef struct keras_kind {
+    int k;
+    float f0, f1;
+    const char *name;
+} keras_kind;
+
+static double keras_ref(const keras_kind *c, double x) {
+    const double sa = 1.7580993408473768599402175208123, s = 1.0507009873554804934193349852946;
+    switch (c->k) {
+    case DIST_UN_ELU: return x > 0 ? x : c->f0 * expm1(x);
+    case DIST_UN_SELU: return x < 0 ? sa * expm1(x) : s * x;
+    case DIST_UN_SOFTPLUS: return x > 30 ? x : log1p(exp(x));
+    case DIST_UN_SOFTSIGN: return x / (fabs(x) + 1);
+    case DIST_UN_LEAKY_RELU: return x > 0 ? x : c->f0 * x;
+    default: return x > 0 ? (x < c->f0 ? x : c->f0) : 0;
+    }
+}
+
+/* ops.h's float32 formulas, written out (TensorFlow's kernels) */
+static float keras_f32(const keras_kind *c, float x) {
+    const float sa = 1.7580993408473768599402175208123f, s = 1.0507009873554804934193349852946f;
+    switch (c->k) {
+    case DIST_UN_ELU: return x > 0 ? x : c->f0 * (x < 0 ? expf(x) - 1.0f : x);
+    case DIST_UN_SELU: return x < 0 ? sa * (expf(x) - 1.0f) : s * x;
+    case DIST_UN_SOFTPLUS: {
+        const float t = logf(FLT_EPSILON) + 2.0f;
+        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
+    }
+    case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
+    case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * c->f0;
+    default: return x != x ? x : (x > 0 ? (x < c->f0 ? x : c->f0) : 0.0f);
+    }
+}
+
+static float keras_grad_f32(const keras_kind *c, float x, float y, float g) {
+    const float sa = 1.7580993408473768599402175208123f, s = 1.0507009873554804934193349852946f;
+    switch (c->k) {
+    case DIST_UN_ELU: {
+        if (x > 0) return g;
+        float y0 = x < 0 ? expf(x) - 1.0f : x, ag = c->f0 * g;
+        return y0 < 0 ? (y0 + 1.0f) * ag : ag;
+    }
+    case DIST_UN_SELU: return y < 0 ? g * (y + sa) : g * s;
+    case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
+    case DIST_UN_SOFTSIGN: return g / ((fabsf(x) + 1.0f) * (fabsf(x) + 1.0f));
+    case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * c->f0;
+    default: return x > 0 && (x < c->f0 || (c->f1 != 0 && x == c->f0)) ? g : 0.0f;
+    }
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
+    const keras_kind kinds[] = {{DIST_UN_ELU, 1.0f, 0, "elu"},
+                                {DIST_UN_ELU, 0.5f, 0, "elu alpha 0.5"},
+                                {DIST_UN_SELU, 0, 0, "selu"},
+                                {DIST_UN_SOFTPLUS, 0, 0, "softplus"},
+                                {DIST_UN_SOFTSIGN, 0, 0, "softsign"},
+                                {DIST_UN_LEAKY_RELU, 0.3f, 0, "leaky_relu"},
+                                {DIST_UN_LEAKY_RELU, -1.5f, 0, "leaky_relu alpha -1.5"},
+                                {DIST_UN_RELU_MAX, 6.0f, 0, "relu6"},
+                                {DIST_UN_RELU_MAX, 2.5f, 1, "relu max 2.5"}};
+    enum { N = 64 };
+    float x[N], y[N], dy[N], dx[N];
+    int n = 0;
+    for (int i = 0; i < 40; i++) x[n++] = -9.75f + 0.5f * (float)i; /* -9.75 .. 9.75 */
+    const float t = logf(FLT_EPSILON) + 2.0f;
+    const float special[] = {0.0f,  -0.0f,  6.0f,   2.5f,    t,     -t,      nextafterf(t, 0),
+                             30.0f, -30.0f, 1e-10f, -1e-10f, 80.0f, -100.0f, NAN};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[n++] = special[i];
+    for (int i = 0; i < n; i++) dy[i] = 0.5f + 0.25f * (float)(i % 5);
+    dist_tensor tx = t1(x, n), ty = t1(y, n), tdy = t1(dy, n), tdx = t1(dx, n);
+    for (size_t c = 0; c < sizeof kinds / sizeof kinds[0]; c++) {
+        const keras_kind *kc = &kinds[c];
+        dist_op op = op_of(DIST_OPC_UNARY, kc->k, 1, 1),
+                g = op_of(DIST_OPC_UNARY_GRAD, kc->k, 3, 1);
+        op.f[0] = g.f[0] = kc->f0;
+        op.f[1] = g.f[1] = kc->f1;
+        ck_assert_str_eq(dist_op_name(&op),
+                         kc->k == DIST_UN_RELU_MAX ? "relu_max" : dist_op_name(&op));
+        ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+        ck_assert_int_eq(run(&g, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+        for (int i = 0; i < n; i++) {
+            const float xi = x[i];
+            /* ops.h's arithmetic, bit for bit */
+            ck_assert_msg(same_bits(y[i], keras_f32(kc, xi)), "%s(%g) = %.9g, want %.9g", kc->name,
+                          (double)xi, (double)y[i], (double)keras_f32(kc, xi));
+            const float gw = keras_grad_f32(kc, xi, y[i], dy[i]);
+            ck_assert_msg(same_bits(dx[i], gw), "%s'(%g) dy = %.9g, want %.9g", kc->name,
+                          (double)xi, (double)dx[i], (double)gw);
+            if (xi != xi) {
+                ck_assert_msg(y[i] != y[i], "%s(NaN) = %g", kc->name, (double)y[i]);
+                continue;
+            }
+            /* the function in double */
+            double r = keras_ref(kc, xi);
+            ck_assert_msg(fabs(y[i] - r) <= 2e-7 * fmax(1.0, fabs(r)), "%s(%g) = %.9g, double %.9g",
+                          kc->name, (double)xi, (double)y[i], r);
+            /* the derivative: central differences of the double function where it is smooth */
+            const double h = 1e-4;
+            int kink = fabs(xi) < 2 * h || (kc->k == DIST_UN_RELU_MAX && fabs(xi - kc->f0) < 2 * h);
+            if (!kink && fabs(xi) < 50) {
+                double d = (keras_ref(kc, xi + h) - keras_ref(kc, xi - h)) / (2 * h);
+                ck_assert_msg(fabs(dx[i] - d * dy[i]) <= 2e-5 * fmax(1.0, fabs(d * dy[i])),
+                              "%s'(%g) dy = %.9g, differences %.9g", kc->name, (double)xi,
+                              (double)dx[i], d * dy[i]);
+            }
+        }
+    }
+    /* the kinks by name: TensorFlow's gradients at 0 and at the cap */
+    float kx[4] = {0.0f, 6.0f, 2.5f, -0.0f}, ky[4], kdy[4] = {1, 1, 1, 1}, kdx[4];
+    dist_tensor tkx = t1(kx, 4), tky = t1(ky, 4), tkdy = t1(kdy, 4), tkdx = t1(kdx, 4);
+    struct {
+        int k;
+        float f0, f1, want[4];
+    } kinks[] = {{DIST_UN_ELU, 1.0f, 0, {1, 1, 1, 1}},       /* EluGrad: y0 = 0 is not < 0 */
+                 {DIST_UN_ELU, 0.5f, 0, {0.5f, 1, 1, 0.5f}}, /* where(x > 0): alpha at 0 */
+                 {DIST_UN_LEAKY_RELU, 0.3f, 0, {0.3f, 1, 1, 0.3f}},
+                 {DIST_UN_RELU_MAX, 6.0f, 0, {0, 0, 1, 0}}, /* relu6: 0 < x < 6 */
+                 {DIST_UN_RELU_MAX, 2.5f, 1, {0, 0, 1, 0}}, /* clip: 0 < x <= 2.5 */
+                 {DIST_UN_RELU_MAX, 6.0f, 1, {0, 1, 1, 0}}};
+    for (size_t c = 0; c < sizeof kinks / sizeof kinks[0]; c++) {
+        dist_op op = op_of(DIST_OPC_UNARY, kinks[c].k, 1, 1),
+                g = op_of(DIST_OPC_UNARY_GRAD, kinks[c].k, 3, 1);
+        op.f[0] = g.f[0] = kinks[c].f0;
+        op.f[1] = g.f[1] = kinks[c].f1;
+        ck_assert_int_eq(run(&op, &tkx, NULL, NULL, NULL, NULL, &tky, NULL), DIST_OK);
+        ck_assert_int_eq(run(&g, &tkx, &tky, &tkdy, NULL, NULL, &tkdx, NULL), DIST_OK);
+        expect(kdx, kinks[c].want, 4, 0.0);
     }
 }
 END_TEST
@@ -845,6 +984,7 @@ int main(void) {
     TCase *tc = tcase_create("cpu_ops");
     tcase_add_test(tc, test_unary_ops_give_their_functions);
     tcase_add_test(tc, test_unary_gradients_read_x_or_y);
+    tcase_add_test(tc, test_keras_activations_match_tensorflow_formulas_and_derivatives);
     tcase_add_test(tc, test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_place);
     tcase_add_test(tc,
                    test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place);

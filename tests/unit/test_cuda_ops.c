@@ -158,10 +158,13 @@ START_TEST(test_unary_and_its_gradient_match_cpu_for_every_kind) {
     for (int k = 0; k < DIST_UN_COUNT; k++) {
         int positive = k == DIST_UN_LOG || k == DIST_UN_SQRT;
         float lo = positive ? 0.05f : -4.0f, hi = 4.0f;
-        dist_op op = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1};
+        /* the parameters of ELU (alpha), LEAKY_RELU (alpha), RELU_MAX (the cap, inclusive) */
+        const float p0 = k == DIST_UN_ELU ? 0.7f : k == DIST_UN_LEAKY_RELU ? 0.2f : 1.5f;
+        const float p1 = k == DIST_UN_RELU_MAX ? 1.0f : 0.0f;
+        dist_op op = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1, .f = {p0, p1}};
         spec x = {3, {3, 5, 7}, lo, hi, NULL, 0}, y = {3, {3, 5, 7}, 0, 0, NULL, 0};
         check_op("unary", &op, &x, &y);
-        dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1};
+        dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1, .f = {p0, p1}};
         spec gin[3] = {x, {3, {3, 5, 7}, 0.1f, 0.9f, NULL, 0}, {3, {3, 5, 7}, -1, 1, NULL, 0}};
         check_op("unary_grad", &g, gin, &y);
     }

@@ -21,6 +21,7 @@
 #include "testutil.h"
 #include "xla/trace_backend.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,8 +305,20 @@ static int64_t ravel(const hval *v, const int64_t *idx) {
     return k;
 }
 
-static float un_f(int k, float x) {
+#define SELU_S 1.0507009873554804934193349852946f
+#define SELU_SA 1.7580993408473768599402175208123f
+
+static float un_f(int k, const float *f, float x) {
     switch (k) {
+    case DIST_UN_ELU: return x > 0 ? x : f[0] * (x < 0 ? expf(x) - 1.0f : x);
+    case DIST_UN_SELU: return x < 0 ? SELU_SA * (expf(x) - 1.0f) : SELU_S * x;
+    case DIST_UN_SOFTPLUS: {
+        const float t = logf(FLT_EPSILON) + 2.0f;
+        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
+    }
+    case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
+    case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * f[0];
+    case DIST_UN_RELU_MAX: return x != x ? x : (x > 0 ? (x < f[0] ? x : f[0]) : 0.0f);
     case DIST_UN_NEG: return -x;
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
@@ -323,8 +336,18 @@ static float un_f(int k, float x) {
     }
 }
 
-static float un_g(int k, float x, float y, float g) {
+static float un_g(int k, const float *f, float x, float y, float g) {
     switch (k) {
+    case DIST_UN_ELU: {
+        if (x > 0) return g;
+        const float y0 = x < 0 ? expf(x) - 1.0f : x, ag = f[0] * g;
+        return y0 < 0 ? (y0 + 1.0f) * ag : ag;
+    }
+    case DIST_UN_SELU: return y < 0 ? g * (y + SELU_SA) : g * SELU_S;
+    case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
+    case DIST_UN_SOFTSIGN: return g / ((fabsf(x) + 1.0f) * (fabsf(x) + 1.0f));
+    case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * f[0];
+    case DIST_UN_RELU_MAX: return x > 0 && (x < f[0] || (f[1] != 0 && x == f[0])) ? g : 0.0f;
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;
@@ -393,11 +416,11 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
     int64_t n = in ? hnumel(x) : 0;
     switch (op->code) {
     case DIST_OPC_UNARY:
-        for (int64_t i = 0; i < n; i++) out[0].data[i] = un_f(op->k, x->data[i]);
+        for (int64_t i = 0; i < n; i++) out[0].data[i] = un_f(op->k, op->f, x->data[i]);
         return;
     case DIST_OPC_UNARY_GRAD:
         for (int64_t i = 0; i < n; i++)
-            out[0].data[i] = un_g(op->k, x->data[i], in[1].data[i], in[2].data[i]);
+            out[0].data[i] = un_g(op->k, op->f, x->data[i], in[1].data[i], in[2].data[i]);
         return;
     case DIST_OPC_BINARY:
         for (int64_t i = 0; i < hnumel(&out[0]); i++) {
@@ -821,9 +844,14 @@ START_TEST(test_every_unary_function_and_its_gradient_match) {
         int pos = k == DIST_UN_LOG || k == DIST_UN_SQRT;
         hval x = hrand(2, D23, 1 + k, pos ? 0.1f : -3.0f, 3.0f);
         hval y = hnew(2, D23), dy = hrand(2, D23, 7, -1.0f, 1.0f);
-        ref_run(&(dist_op){.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1}, &x, &y);
-        dist_op f = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1};
-        dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1};
+        /* the parameters of ELU (alpha), LEAKY_RELU (alpha), RELU_MAX (the cap, inclusive) */
+        const float p0 = k == DIST_UN_ELU ? 0.7f : k == DIST_UN_LEAKY_RELU ? 0.2f : 1.5f;
+        const float p1 = k == DIST_UN_RELU_MAX ? 1.0f : 0.0f;
+        if (k == DIST_UN_RELU_MAX) x.data[0] = 1.5f, x.data[1] = 0.0f;    /* at the cap, at 0 */
+        if (k == DIST_UN_SOFTPLUS) x.data[0] = 14.0f, x.data[1] = -14.5f; /* beyond t, -t */
+        dist_op f = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1, .f = {p0, p1}};
+        dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1, .f = {p0, p1}};
+        ref_run(&f, &x, &y);
         char name[64];
         snprintf(name, sizeof name, "unary %d (%s)", k, dist_op_name(&f));
         check_op(name, &f, &x, &y);

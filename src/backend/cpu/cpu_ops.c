@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -234,8 +235,23 @@ static float sigmoid_f(float x) {
     return e / (1.0f + e);
 }
 
-static float un_apply(int kind, float x) {
+/* ops.h's constants of the Keras activations (TensorFlow's, as float) */
+#define SELU_SCALE 1.0507009873554804934193349852946f
+#define SELU_SCALE_ALPHA 1.7580993408473768599402175208123f
+
+static float softplus_threshold(void) { return logf(FLT_EPSILON) + 2.0f; }
+
+static float un_apply(int kind, const float *f, float x) {
     switch (kind) {
+    case DIST_UN_ELU: return x > 0 ? x : f[0] * (x < 0 ? expf(x) - 1.0f : x);
+    case DIST_UN_SELU: return x < 0 ? SELU_SCALE_ALPHA * (expf(x) - 1.0f) : SELU_SCALE * x;
+    case DIST_UN_SOFTPLUS: {
+        const float t = softplus_threshold();
+        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
+    }
+    case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
+    case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * f[0];
+    case DIST_UN_RELU_MAX: return x != x ? x : (x > 0 ? (x < f[0] ? x : f[0]) : 0.0f);
     case DIST_UN_NEG: return -x;
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
@@ -253,8 +269,21 @@ static float un_apply(int kind, float x) {
 }
 
 /* dy * f'(x), with y = f(x) where TensorFlow's gradient reads the output. */
-static float un_grad(int kind, float x, float y, float g) {
+static float un_grad(int kind, const float *f, float x, float y, float g) {
     switch (kind) {
+    case DIST_UN_ELU: {
+        if (x > 0) return g;
+        const float y0 = x < 0 ? expf(x) - 1.0f : x, ag = f[0] * g;
+        return y0 < 0 ? (y0 + 1.0f) * ag : ag;
+    }
+    case DIST_UN_SELU: return y < 0 ? g * (y + SELU_SCALE_ALPHA) : g * SELU_SCALE;
+    case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
+    case DIST_UN_SOFTSIGN: {
+        const float d = fabsf(x) + 1.0f;
+        return g / (d * d);
+    }
+    case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * f[0];
+    case DIST_UN_RELU_MAX: return x > 0 && (x < f[0] || (f[1] != 0 && x == f[0])) ? g : 0.0f;
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;
@@ -294,7 +323,7 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
     default: break;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, op->f, x[i]);
     return DIST_OK;
 }
 
@@ -317,7 +346,7 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
     default: break;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, x[i], y[i], dy[i]);
+    for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, op->f, x[i], y[i], dy[i]);
     return DIST_OK;
 }
 

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -179,8 +180,23 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 #define GELU_C 0.7978845608028654   /* sqrt(2 / pi) */
 #define SQRT_2PI 2.5066282746310002 /* sqrt(2 pi) */
 
-__device__ float un_apply(int k, float x) {
+#define SELU_SCALE 1.0507009873554804934193349852946f
+#define SELU_SCALE_ALPHA 1.7580993408473768599402175208123f
+
+__device__ float un_apply(int k, const float *f, float x) {
     switch (k) {
+    case DIST_UN_ELU:
+        return x > 0.0f ? x : __fmul_rn(f[0], x < 0.0f ? __fsub_rn(expf(x), 1.0f) : x);
+    case DIST_UN_SELU:
+        return x < 0.0f ? __fmul_rn(SELU_SCALE_ALPHA, __fsub_rn(expf(x), 1.0f))
+                        : __fmul_rn(SELU_SCALE, x);
+    case DIST_UN_SOFTPLUS: {
+        const float t = __fadd_rn(logf(FLT_EPSILON), 2.0f);
+        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
+    }
+    case DIST_UN_SOFTSIGN: return __fdiv_rn(x, __fadd_rn(fabsf(x), 1.0f));
+    case DIST_UN_LEAKY_RELU: return x > 0.0f ? x : __fmul_rn(x, f[0]);
+    case DIST_UN_RELU_MAX: return x != x ? x : (x > 0.0f ? (x < f[0] ? x : f[0]) : 0.0f);
     case DIST_UN_NEG: return -x;
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
@@ -202,8 +218,22 @@ __device__ float un_apply(int k, float x) {
 }
 
 /* dy * f'(x), with y = f(x) where TensorFlow's gradient reads the output */
-__device__ float un_grad(int k, float x, float y, float g) {
+__device__ float un_grad(int k, const float *f, float x, float y, float g) {
     switch (k) {
+    case DIST_UN_ELU: {
+        if (x > 0.0f) return g;
+        const float y0 = x < 0.0f ? __fsub_rn(expf(x), 1.0f) : x, ag = __fmul_rn(f[0], g);
+        return y0 < 0.0f ? __fmul_rn(__fadd_rn(y0, 1.0f), ag) : ag;
+    }
+    case DIST_UN_SELU:
+        return y < 0.0f ? __fmul_rn(g, __fadd_rn(y, SELU_SCALE_ALPHA)) : __fmul_rn(g, SELU_SCALE);
+    case DIST_UN_SOFTPLUS: return __fdiv_rn(g, __fadd_rn(expf(-x), 1.0f));
+    case DIST_UN_SOFTSIGN: {
+        const float d = __fadd_rn(fabsf(x), 1.0f);
+        return __fdiv_rn(g, __fmul_rn(d, d));
+    }
+    case DIST_UN_LEAKY_RELU: return x > 0.0f ? g : __fmul_rn(g, f[0]);
+    case DIST_UN_RELU_MAX: return x > 0.0f && (x < f[0] || (f[1] != 0.0f && x == f[0])) ? g : 0.0f;
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return __fmul_rn(g, y);
     case DIST_UN_LOG: return __fdiv_rn(g, x);
@@ -280,11 +310,11 @@ template <int SIDE> struct BinGrad {
 /* ---- elementwise kernels ------------------------------------------------------------------- */
 
 __global__ void unary_kernel(cudak_op a) {
-    GRID_STRIDE(i, a.n) a.out[0][i] = un_apply(a.k, a.in[0][i]);
+    GRID_STRIDE(i, a.n) a.out[0][i] = un_apply(a.k, a.f, a.in[0][i]);
 }
 
 __global__ void unary_grad_kernel(cudak_op a) {
-    GRID_STRIDE(i, a.n) a.out[0][i] = un_grad(a.k, a.in[0][i], a.in[1][i], a.in[2][i]);
+    GRID_STRIDE(i, a.n) a.out[0][i] = un_grad(a.k, a.f, a.in[0][i], a.in[1][i], a.in[2][i]);
 }
 
 __global__ void binary_kernel(cudak_op a) {
