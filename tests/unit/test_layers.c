@@ -89,47 +89,195 @@ START_TEST(test_average_pool_valid_strides_and_global_average) {
 }
 END_TEST
 
+static void expect_gradients_match_differences(dist_model *m, const float *x, int xnd,
+                                               const int64_t *xs, const float *r,
+                                               const int64_t *rs);
+
+/* Keras's activation a at v, in double */
+static double keras_activation(dist_activation a, double v) {
+    const double sa = 1.7580993408473768599402175208123, s = 1.0507009873554804934193349852946;
+    switch (a) {
+    case DIST_ACT_NONE: return v;
+    case DIST_ACT_RELU: return v > 0 ? v : 0;
+    case DIST_ACT_SIGMOID: return 1.0 / (1.0 + exp(-v));
+    case DIST_ACT_TANH: return tanh(v);
+    case DIST_ACT_GELU: return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+    case DIST_ACT_ELU: return v > 0 ? v : expm1(v);
+    case DIST_ACT_SELU: return v > 0 ? s * v : sa * expm1(v);
+    case DIST_ACT_SOFTPLUS: return log1p(exp(v));
+    case DIST_ACT_SOFTSIGN: return v / (1 + fabs(v));
+    case DIST_ACT_EXPONENTIAL: return exp(v);
+    case DIST_ACT_MISH: return v * tanh(log1p(exp(v)));
+    case DIST_ACT_RELU6: return v < 0 ? 0 : v > 6 ? 6 : v;
+    case DIST_ACT_LEAKY_RELU: return v > 0 ? v : 0.2 * v;
+    }
+    return NAN;
+}
+
 START_TEST(test_activations_apply_keras_functions) {
-    const dist_activation acts[3] = {DIST_ACT_SIGMOID, DIST_ACT_TANH, DIST_ACT_GELU};
-    for (int a = 0; a < 3; a++) {
+    for (int a = DIST_ACT_NONE; a <= DIST_ACT_LAST; a++) {
+        ck_assert_ptr_nonnull(dist_activation_name((dist_activation)a));
         dist_model *m = new_model();
-        ck_assert_int_eq(dist_model_add_dense(m, 1, acts[a]), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 1, (dist_activation)a), DIST_OK);
         int64_t in[1] = {1};
         ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
         float w[2] = {1.0f, 0.0f}; /* kernel 1, bias 0: y = act(x) */
         ck_assert_int_eq(dist_model_set_weights(m, w, 2), DIST_OK);
         dist_tape *t;
         ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
-        float x[3] = {-1.5f, 0.25f, 2.0f};
-        int64_t shape[2] = {3, 1}, n;
+        float x[4] = {-1.5f, 0.25f, 2.0f, 7.0f};
+        int64_t shape[2] = {4, 1}, n;
         float *y = run_model(m, t, 0, x, 2, shape, &n);
-        for (int i = 0; i < 3; i++) {
-            double v = x[i];
-            double want = a == 0   ? 1.0 / (1.0 + exp(-v))
-                          : a == 1 ? tanh(v)
-                                   : 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
-            ck_assert_double_eq_tol(y[i], want, 1e-6);
+        for (int i = 0; i < 4; i++) {
+            double want = keras_activation((dist_activation)a, x[i]);
+            ck_assert_msg(fabs(y[i] - want) <= 1e-6 * fmax(1.0, fabs(want)),
+                          "%s(%g) = %.9g, want %.9g", dist_activation_name((dist_activation)a),
+                          (double)x[i], (double)y[i], want);
         }
         free(y);
         dist_tape_destroy(t);
         dist_model_destroy(m);
     }
+    ck_assert_ptr_null(dist_activation_name((dist_activation)(DIST_ACT_LAST + 1)));
     dist_model *m = new_model();
-    ck_assert_int_eq(dist_model_add_dense(m, 1, (dist_activation)9), DIST_INVALID_ARGUMENT);
-    ck_assert_ptr_nonnull(strstr(dist_last_error(), "unknown activation 9"));
+    ck_assert_int_eq(dist_model_add_dense(m, 1, (dist_activation)99), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "unknown activation 99"));
+    ck_assert_int_eq(dist_model_add_activation(m, (dist_activation)-1), DIST_INVALID_ARGUMENT);
+    /* ReLU's arguments as Keras takes them */
+    ck_assert_int_eq(dist_model_add_relu_options(m, 6.0f, 0.1f), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "negative_slope (0.1) with a max_value (6)"));
+    ck_assert_int_eq(dist_model_add_relu_options(m, INFINITY, 0.0f), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_add_elu(m, NAN), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_add_leaky_relu(m, INFINITY), DIST_INVALID_ARGUMENT);
     dist_model_destroy(m);
 }
 END_TEST
 
+/* The activation layers with arguments: ELU(0.5), LeakyReLU(-0.25), ReLU(max_value 0.75),
+ * ReLU(max_value 6), ReLU(negative_slope 0.1), on values across their kinks */
+START_TEST(test_activation_layers_with_arguments) {
+    const struct {
+        int kind;
+        float arg;
+    } layers[] = {{0, 0.5f}, {1, -0.25f}, {2, 0.75f}, {2, 6.0f}, {3, 0.1f}};
+    for (size_t c = 0; c < sizeof layers / sizeof layers[0]; c++) {
+        dist_model *m = new_model();
+        float a = layers[c].arg;
+        dist_status st = layers[c].kind == 0   ? dist_model_add_elu(m, a)
+                         : layers[c].kind == 1 ? dist_model_add_leaky_relu(m, a)
+                         : layers[c].kind == 2 ? dist_model_add_relu_options(m, a, 0.0f)
+                                               : dist_model_add_relu_options(m, -1.0f, a);
+        ck_assert_int_eq(st, DIST_OK);
+        int64_t in[1] = {6};
+        ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        float x[6] = {-2.0f, -0.5f, 0.0f, 0.5f, 1.0f, 8.0f};
+        int64_t shape[2] = {1, 6}, n;
+        float *y = run_model(m, t, 0, x, 2, shape, &n);
+        for (int i = 0; i < 6; i++) {
+            double v = x[i];
+            double want = layers[c].kind == 0   ? (v > 0 ? v : a * expm1(v))
+                          : layers[c].kind == 1 ? (v > 0 ? v : a * v)
+                          : layers[c].kind == 2 ? (v < 0   ? 0
+                                                   : v > a ? a
+                                                           : v)
+                                                : (v > 0 ? v : a * v);
+            ck_assert_msg(fabs(y[i] - want) <= 1e-6, "layer %zu at %g: %.9g, want %.9g", c, v,
+                          (double)y[i], want);
+        }
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+}
+END_TEST
+
+/* Dense layers with each new activation, and the activation layers between, against central
+ * differences (inputs away from the kinks: the biases move every pre-activation) */
+START_TEST(test_keras_activation_gradients_match_finite_differences) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_SELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_elu(m, 0.5f), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_SOFTPLUS), DIST_OK);
+    ck_assert_int_eq(dist_model_add_leaky_relu(m, 0.2f), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_MISH), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_SOFTSIGN), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_ELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_EXPONENTIAL), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 6, DIST_ACT_LEAKY_RELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_relu_options(m, 1.5f, 0.0f), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[1] = {5};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    int64_t xs[2] = {4, 5}, rs[2] = {4, 3};
+    float x[20], r[12];
+    for (int i = 0; i < 20; i++) x[i] = 1.5f * cosf(0.61f * (float)i);
+    for (int i = 0; i < 12; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+    expect_gradients_match_differences(m, x, 2, xs, r, rs);
+}
+END_TEST
+
 /* L = sum(r * model(x)) in double, in inference (no tape records). */
-static double loss_of(dist_model *m, dist_tape *t, const float *x, const int64_t *xs,
+static double loss_of(dist_model *m, dist_tape *t, const float *x, int xnd, const int64_t *xs,
                       const float *r) {
     int64_t n;
-    float *y = run_model(m, t, 0, x, 4, xs, &n);
+    float *y = run_model(m, t, 0, x, xnd, xs, &n);
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
     free(y);
     return s;
+}
+
+/* The gradient of L = sum(r * model(x)) with respect to every weight (biases made non-zero)
+ * against central differences of L; destroys the model. */
+static void expect_gradients_match_differences(dist_model *m, const float *x, int xnd,
+                                               const int64_t *xs, const float *r,
+                                               const int64_t *rs) {
+    int64_t np = dist_model_num_params(m);
+    float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
+    for (int64_t i = 0; i < np; i++) w[i] += 0.05f * sinf((float)i); /* non-zero biases */
+    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    dist_tensor hx = dist_tensor_view((float *)x, DIST_F32, xnd, xs),
+                hr = dist_tensor_view((float *)r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+
+    double num2 = 0, ana2 = 0, diff2 = 0;
+    const float eps = 2e-3f;
+    for (int64_t i = 0; i < np; i++) {
+        float keep = w[i];
+        w[i] = keep + eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double up = loss_of(m, t, x, xnd, xs, r);
+        w[i] = keep - eps;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        double down = loss_of(m, t, x, xnd, xs, r);
+        w[i] = keep;
+        double numeric = (up - down) / (2.0 * eps);
+        num2 += numeric * numeric;
+        ana2 += (double)g[i] * g[i];
+        diff2 += (numeric - g[i]) * (numeric - g[i]);
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(num2), sqrt(ana2));
+    ck_assert_msg(rel < 1e-3, "relative gradient error %g over %lld parameters", rel,
+                  (long long)np);
+    ck_assert_double_gt(sqrt(ana2), 1e-2); /* the comparison is not of zeros */
+    free(w);
+    free(g);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
 }
 
 START_TEST(test_layer_gradients_match_finite_differences) {
@@ -147,55 +295,11 @@ START_TEST(test_layer_gradients_match_finite_differences) {
     ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
     int64_t in[3] = {7, 7, 2};
     ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
-    int64_t np = dist_model_num_params(m);
-    float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
-    ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
-    for (int64_t i = 0; i < np; i++) w[i] += 0.05f * sinf((float)i); /* non-zero biases */
-    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
-
     int64_t xs[4] = {2, 7, 7, 2}, rs[2] = {2, 3};
     float x[2 * 7 * 7 * 2], r[6];
     for (int i = 0; i < 196; i++) x[i] = cosf(0.37f * (float)i);
     for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
-
-    dist_tape *t;
-    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
-    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
-                hr = dist_tensor_view(r, DIST_F32, 2, rs);
-    dist_tensor *dx, *dr, *y, *ry, *loss;
-    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
-    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
-    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
-    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
-    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
-    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
-    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
-                     DIST_OK);
-
-    double num2 = 0, ana2 = 0, diff2 = 0;
-    const float eps = 2e-3f;
-    for (int64_t i = 0; i < np; i++) {
-        float keep = w[i];
-        w[i] = keep + eps;
-        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
-        double up = loss_of(m, t, x, xs, r);
-        w[i] = keep - eps;
-        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
-        double down = loss_of(m, t, x, xs, r);
-        w[i] = keep;
-        double numeric = (up - down) / (2.0 * eps);
-        num2 += numeric * numeric;
-        ana2 += (double)g[i] * g[i];
-        diff2 += (numeric - g[i]) * (numeric - g[i]);
-    }
-    double rel = sqrt(diff2) / fmax(sqrt(num2), sqrt(ana2));
-    ck_assert_msg(rel < 1e-3, "relative gradient error %g over %lld parameters", rel,
-                  (long long)np);
-    ck_assert_double_gt(sqrt(ana2), 1e-2); /* the comparison is not of zeros */
-    free(w);
-    free(g);
-    dist_tape_destroy(t);
-    dist_model_destroy(m);
+    expect_gradients_match_differences(m, x, 4, xs, r, rs);
 }
 END_TEST
 
@@ -437,7 +541,7 @@ START_TEST(test_batch_norm_gradients_in_training_match_finite_differences) {
     dist_tape_reset(t);
     dist_tape_set_recording(t, 1);
     dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
-                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+                hr = dist_tensor_view((float *)r, DIST_F32, 2, rs);
     dist_tensor *dx, *dr, *y, *ry, *loss;
     ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
     ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
@@ -520,7 +624,7 @@ START_TEST(test_sync_batch_norm_on_two_replicas_equals_one_device_with_the_whole
     dist_tape_reset(t);
     int64_t xs[4] = {4, 5, 5, 2}, rs[2] = {4, 3};
     dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
-                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+                hr = dist_tensor_view((float *)r, DIST_F32, 2, rs);
     dist_tensor *dx, *dr, *y1, *ry, *loss;
     ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
     ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
@@ -639,6 +743,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_average_pool_same_padding_counts_only_covered_elements);
     tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
     tcase_add_test(tc, test_activations_apply_keras_functions);
+    tcase_add_test(tc, test_activation_layers_with_arguments);
+    tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);
     tcase_add_test(tc, test_layer_gradients_match_finite_differences);
     tcase_add_test(tc, test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training);
     tcase_add_test(tc, test_dropout_masks_differ_per_replica_and_repeat_per_seed);

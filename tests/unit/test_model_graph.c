@@ -549,15 +549,24 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
     static const struct {
         const char *json, *message;
     } cases[] = {
-        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"max_value\":6.0}}"),
-         "layer 'r' (ReLU): argument 'max_value' is set"},
-        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"negative_slope\":0.1}}"),
-         "layer 'r' (ReLU): argument 'negative_slope' is 0.1"},
+        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"max_value\":6.0,"
+             "\"negative_slope\":0.1}}"),
+         "layer 'r' (ReLU): argument 'negative_slope' is 0.1 with max_value 6; libdist "
+         "implements a negative slope without a max_value only"},
+        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"threshold\":0.5}}"),
+         "layer 'r' (ReLU): argument 'threshold' is 0.5; libdist implements 0 only"},
+        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"max_value\":-1}}"),
+         "layer 'r' (ReLU): argument 'max_value' is -1; Keras takes a value >= 0"},
+        {SEQ("{\"class_name\":\"ReLU\",\"config\":{\"name\":\"r\",\"negative_slope\":-0.5}}"),
+         "layer 'r' (ReLU): argument 'negative_slope' is -0.5; Keras takes a value >= 0"},
+        {SEQ("{\"class_name\":\"LeakyReLU\",\"config\":{\"name\":\"l\",\"negative_slope\":"
+             "0.2,\"shared_axes\":[1]}}"),
+         "layer 'l' (LeakyReLU): argument 'shared_axes' is not supported"},
         {SEQ("{\"class_name\":\"Softmax\",\"config\":{\"name\":\"s\",\"axis\":1}}"),
          "layer 's' (Softmax): argument 'axis' is 1"},
         {SEQ("{\"class_name\":\"Activation\",\"config\":{\"name\":\"a\",\"activation\":"
-             "\"elu\"}}"),
-         "layer 'a' (Activation): argument 'activation' is 'elu'"},
+             "\"hard_sigmoid\"}}"),
+         "layer 'a' (Activation): argument 'activation' is 'hard_sigmoid'"},
         {SEQ("{\"class_name\":\"Rescaling\",\"config\":{\"name\":\"r\",\"scale\":[1,2]}}"),
          "layer 'r' (Rescaling): argument 'scale' is a list"},
         {SEQ("{\"class_name\":\"LayerNormalization\",\"config\":{\"name\":\"n\",\"axis\":[1,2]}}"),
@@ -603,6 +612,15 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
         ck_assert_msg(strstr(dist_last_error(), cases[i].message), "case %zu: '%s'", i,
                       dist_last_error());
     }
+    /* a malformed number is the file's fault */
+    dist_model *bad = NULL;
+    ck_assert_int_eq(dist_model_from_keras_json(SEQ("{\"class_name\":\"ELU\",\"config\":{"
+                                                    "\"name\":\"e\",\"alpha\":\"big\"}}"),
+                                                1, &bad),
+                     DIST_FORMAT);
+    ck_assert_ptr_null(bad);
+    ck_assert_ptr_nonnull(
+        strstr(dist_last_error(), "layer 'e' (ELU): 'alpha' must be a finite number"));
     /* the same Embedding and attention with Keras's defaults build: [6] ids -> [6, 4] */
     dist_model *m = NULL;
     ck_assert_msg(dist_model_from_keras_json(TEXT("int32", EMB ",{\"class_name\":"
