@@ -157,6 +157,9 @@ DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, i
 DIST_API dist_status dist_model_add_global_max_pool2d(dist_model *model);
 /* GlobalAveragePooling1D: (steps, features) -> (features), the mean over the steps. */
 DIST_API dist_status dist_model_add_global_average_pool1d(dist_model *model);
+/* GlobalMaxPooling1D: (steps, features) -> (features), the maximum over the steps
+ * (dist_op_reduce_max: a tie shares the gradient evenly, as TensorFlow). */
+DIST_API dist_status dist_model_add_global_max_pool1d(dist_model *model);
 /* Permute(dims): the input's axes (without the batch, counted from 1) reordered: output axis i is
  * input axis dims[i] (dist_op_transpose); ndim 1 to 3, dims a permutation of 1..ndim (borrowed). */
 DIST_API dist_status dist_model_add_permute(dist_model *model, int ndim, const int *dims);

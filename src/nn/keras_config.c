@@ -361,6 +361,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     }
     case LAYER_GLOBAL_MAX_POOL2D:
     case LAYER_GLOBAL_AVG_POOL1D:
+    case LAYER_GLOBAL_MAX_POOL1D:
         cJSON_AddStringToObject(c, "data_format", "channels_last");
         cJSON_AddFalseToObject(c, "keepdims");
         break;

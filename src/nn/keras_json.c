@@ -794,6 +794,13 @@ static dist_status add_global_average_pool1d(dist_model *m, const json_layer *l)
     return dist_model_add_global_average_pool1d(m);
 }
 
+static dist_status add_global_max_pool1d(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
+    DIST_TRY(check_channels_last(l));
+    return dist_model_add_global_max_pool1d(m);
+}
+
 static dist_status add_permute(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"dims", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
@@ -1045,6 +1052,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"ZeroPadding2D", add_zero_padding2d},
                  {"GlobalMaxPooling2D", add_global_max_pool2d},
                  {"GlobalMaxPool2D", add_global_max_pool2d},
+                 {"GlobalMaxPooling1D", add_global_max_pool1d},
+                 {"GlobalMaxPool1D", add_global_max_pool1d},
                  {"LayerNormalization", add_layer_normalization},
                  {"GlobalAveragePooling1D", add_global_average_pool1d},
                  {"GlobalAvgPool1D", add_global_average_pool1d},
@@ -1056,16 +1065,17 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
             DIST_TRY(kinds[i].add(m, l));
             return model_rename_last_layer(m, l->name);
         }
-    return dist_error(DIST_UNSUPPORTED,
-                      "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
-                      "Conv1D, DepthwiseConv2D, SeparableConv2D, MaxPooling2D, MaxPooling1D, "
-                      "AveragePooling2D, GlobalAveragePooling2D, "
-                      "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
-                      "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
-                      "Activation, ReLU, ELU, LeakyReLU, Softmax, Rescaling, Reshape, Permute, "
-                      "GlobalAveragePooling1D, Embedding, MultiHeadAttention and "
-                      "ZeroPadding2D)",
-                      l->name, l->class_name);
+    return dist_error(
+        DIST_UNSUPPORTED,
+        "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
+        "Conv1D, DepthwiseConv2D, SeparableConv2D, MaxPooling2D, MaxPooling1D, "
+        "AveragePooling2D, GlobalAveragePooling2D, "
+        "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
+        "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
+        "Activation, ReLU, ELU, LeakyReLU, Softmax, Rescaling, Reshape, Permute, "
+        "GlobalAveragePooling1D, GlobalMaxPooling1D, Embedding, MultiHeadAttention and "
+        "ZeroPadding2D)",
+        l->name, l->class_name);
 }
 
 static dist_status read_layer(const cJSON *item, int index, json_layer *out) {
@@ -1285,6 +1295,8 @@ static int weightless(const char *class_name) {
                                         "GlobalAvgPool2D",
                                         "GlobalMaxPooling2D",
                                         "GlobalMaxPool2D",
+                                        "GlobalMaxPooling1D",
+                                        "GlobalMaxPool1D",
                                         "ZeroPadding2D",
                                         NULL};
     for (int i = 0; names[i]; i++)

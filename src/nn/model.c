@@ -60,6 +60,7 @@ static const struct {
     [LAYER_RELU] = {"ReLU", "re_lu"},
     [LAYER_ELU] = {"ELU", "elu"},
     [LAYER_LEAKY_RELU] = {"LeakyReLU", "leaky_re_lu"},
+    [LAYER_GLOBAL_MAX_POOL1D] = {"GlobalMaxPooling1D", "global_max_pooling1d"},
     [LAYER_SOFTMAX] = {"Softmax", "softmax"},
     [LAYER_ADD] = {"Add", "add"},
     [LAYER_SUBTRACT] = {"Subtract", "subtract"},
@@ -480,6 +481,11 @@ dist_status dist_model_add_global_average_pool1d(dist_model *m) {
     return add_plain(m, LAYER_GLOBAL_AVG_POOL1D, NULL);
 }
 
+dist_status dist_model_add_global_max_pool1d(dist_model *m) {
+    DIST_CHECK_ARG(m, "dist_model_add_global_max_pool1d: model is NULL");
+    return add_plain(m, LAYER_GLOBAL_MAX_POOL1D, NULL);
+}
+
 dist_status dist_model_add_permute(dist_model *m, int ndim, const int *dims) {
     DIST_CHECK_ARG(m && dims, "dist_model_add_permute: NULL argument");
     DIST_CHECK_ARG(ndim >= 1 && ndim <= 3, "permute: 1 to 3 dimensions, got %d", ndim);
@@ -841,6 +847,7 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         nd = 1;
         break;
     case LAYER_GLOBAL_AVG_POOL1D:
+    case LAYER_GLOBAL_MAX_POOL1D:
         if (nd != 2)
             return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
                               l->name);
@@ -1644,6 +1651,10 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_GLOBAL_AVG_POOL1D: {
         static const int steps[1] = {1};
         return dist_op_reduce_mean_axes(tape, h, 1, steps, 0, out);
+    }
+    case LAYER_GLOBAL_MAX_POOL1D: {
+        static const int steps[1] = {1};
+        return dist_op_reduce_max(tape, h, 1, steps, 0, out);
     }
     case LAYER_PERMUTE: {
         int perm[4] = {0};

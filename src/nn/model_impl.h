@@ -42,6 +42,7 @@ typedef enum layer_kind {
     LAYER_MAX_POOL1D,
     LAYER_ELU,        /* ELU(alpha) */
     LAYER_LEAKY_RELU, /* LeakyReLU(alpha) */
+    LAYER_GLOBAL_MAX_POOL1D,
     LAYER_KIND_COUNT
 } layer_kind;
 

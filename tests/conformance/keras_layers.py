@@ -22,7 +22,9 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
   keras3_activations (Keras 3 only: tf_keras has neither name): Conv2D(relu6) ->
       Conv2D(leaky_relu) -> GlobalAveragePooling2D -> Dense -> Activation(relu6) -> Dense ->
       Activation(leaky_relu) -> Dense(4)
-conv_variants, sequence and keras_activations are also built by tf_keras (Keras 2): its JSON, with
+  sequence_max: Reshape((144, 3)) -> Conv1D(8, 5, elu) -> MaxPooling1D(2) ->
+      Conv1D(8, 3, softsign) -> GlobalMaxPooling1D -> Dense(4)
+conv_variants, sequence, keras_activations and sequence_max are also built by tf_keras (Keras 2): its JSON, with
 the same weights file, must give
 the same logits and gradients (its configs name the same arguments differently and add some);
 and, given the keras_functional driver (SAVER), libdist writes each as a .keras file
@@ -143,6 +145,19 @@ def make_keras_activations(k):
     ])
 
 
+def make_sequence_max(k):
+    # Keras's text CNN ending: Conv1D -> GlobalMaxPooling1D
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Reshape((H * W, C)),
+        k.layers.Conv1D(8, 5, activation="elu"),
+        k.layers.MaxPooling1D(2),
+        k.layers.Conv1D(8, 3, activation="softsign"),
+        k.layers.GlobalMaxPooling1D(),
+        k.layers.Dense(K),
+    ])
+
+
 def make_keras3_activations(k):
     # the activation names only Keras 3 has
     return k.Sequential([
@@ -209,7 +224,8 @@ def main():
              ("sequence", lambda: make_sequence(keras), True, make_sequence),
              ("keras_activations", lambda: make_keras_activations(keras), True,
               make_keras_activations),
-             ("keras3_activations", lambda: make_keras3_activations(keras), True, None))
+             ("keras3_activations", lambda: make_keras3_activations(keras), True, None),
+             ("sequence_max", lambda: make_sequence_max(keras), True, make_sequence_max))
     for name, build, with_grads, tf_keras_builder in cases:
         keras.utils.set_random_seed(11)
         model = build()
