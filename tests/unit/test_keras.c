@@ -294,8 +294,8 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
     static const struct {
         const char *json, *message;
     } cases[] = {
-        {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "elu")),
-         "layer 'out' (Dense): argument 'activation' is 'elu'"},
+        {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "hard_sigmoid")),
+         "layer 'out' (Dense): argument 'activation' is 'hard_sigmoid'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_regularizer\":{\"class_name\":\"L2\"}")),
          "layer 'c' (Conv2D): argument 'kernel_regularizer' is set"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"DepthwiseConv2D\",\"config\":{\"name\":"
