@@ -300,14 +300,16 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
 /* Builds a model from Keras's model.to_json() (Keras 3 or tf-keras): a Sequential, or a
  * Functional model of any directed acyclic graph with one InputLayer and one output (one tensor
  * may feed several layers), of InputLayer, Conv2D (valid or same padding, any strides; linear,
- * relu, sigmoid, tanh, gelu, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
+ * relu, sigmoid, tanh, gelu, elu, selu, softplus, softsign, exponential, mish, relu6,
+ * leaky_relu, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
  * valid), AveragePooling2D (square pools and strides, valid or same), GlobalAveragePooling2D and
  * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
  * BatchNormalization (last axis, Keras's initializers, synchronized or not),
  * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
  * with bias), Add, Subtract, Multiply, Average, Concatenate, Activation (those activations), ReLU
- * (Keras's defaults), Softmax (last axis), Rescaling (scalar scale and offset), Reshape, Permute,
- * GlobalAveragePooling1D and ZeroPadding2D, float32, channels_last. Layers and the model keep
+ * (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU, Softmax (last axis),
+ * Rescaling (scalar scale and offset), Reshape, Permute, GlobalAveragePooling1D,
+ * GlobalMaxPooling1D and ZeroPadding2D, float32, channels_last. Layers and the model keep
  * Keras's names, and the layers Keras's order (the variables are in model.weights' order). The
  * model is built as dist_model_build does (inside a strategy's scope it is mirrored), for the input
  * shape of the InputLayer, with fresh weights drawn from `seed`. `json` is borrowed; *out is

@@ -69,6 +69,20 @@ APPROXIMATE = {
     "sigmoid": "TF's bfloat16 sigmoid is an approximation",
     "gelu": "TF's bfloat16 GELU is an approximation",
 }
+# TF's bfloat16 kernels of Keras's other activations round inside the function (Eigen evaluates
+# exp(x) - 1, log1p(exp(x)), x / (|x| + 1) and the slope's product op by op in bfloat16, the
+# leaky slope itself rounded to bfloat16; their gradient kernels likewise); libdist computes the
+# function and its gradient in float32 and rounds once: within 1.5x TF's own distance, for the
+# output and for the updates of the layer before it
+ROUNDED_INSIDE = {
+    "elu": "TF's bfloat16 ELU rounds exp(x) and exp(x) - 1",
+    "conv_elu": "TF's bfloat16 ELU rounds exp(x) and exp(x) - 1",
+    "selu": "TF's bfloat16 SELU rounds exp(x) - 1 before its scale",
+    "softplus": "TF's bfloat16 softplus rounds exp(x) before log1p",
+    "softsign": "TF's bfloat16 softsign rounds |x| + 1 before the division",
+    "mish": "mish's softplus rounds inside in TF's bfloat16 kernel",
+    "leaky_relu": "TF's bfloat16 leaky ReLU multiplies by the slope rounded to bfloat16",
+}
 # the same rounding points, products summed in another order (oneDNN 3's batched products in
 # TF, 2.6's in libdist): a few values land the other side of a rounding boundary
 REORDERED = {
@@ -110,7 +124,7 @@ def update_bound(kind, name, exact, tf_dist):
         return 2 * tf_dist, "2x TF's own distance"
     if kind in BIAS_SUMMED_IN_BF16 and name.endswith("bias"):
         return float("inf"), "TF sums the bias gradient in bfloat16"
-    if kind in DIFFERENT or kind in GRADIENT_CHAIN:
+    if kind in DIFFERENT or kind in GRADIENT_CHAIN or kind in ROUNDED_INSIDE:
         return 1.5 * tf_dist, "1.5x TF's own distance"
     if kind in REORDERED:
         return 0.75 * tf_dist, "0.75x TF's own distance (products summed in another order)"
@@ -133,6 +147,14 @@ IMAGE = {
     "swish": lambda h: L.Activation("swish", name="a")(h),
     "conv_swish": lambda h: L.Conv2D(16, 3, activation="swish", name="c")(h),
     "gelu": lambda h: L.Activation("gelu", name="a")(h),
+    "elu": lambda h: L.ELU(0.5, name="a")(h),
+    "selu": lambda h: L.Activation("selu", name="a")(h),
+    "softplus": lambda h: L.Activation("softplus", name="a")(h),
+    "softsign": lambda h: L.Activation("softsign", name="a")(h),
+    "mish": lambda h: L.Activation("mish", name="a")(h),
+    "leaky_relu": lambda h: L.LeakyReLU(0.2, name="a")(h),
+    "relu_max": lambda h: L.ReLU(max_value=0.5, name="a")(h),
+    "conv_elu": lambda h: L.Conv2D(16, 3, activation="elu", name="c")(h),
     "softmax": lambda h: L.Softmax(name="s")(h),
     "multiply": lambda h: L.Multiply(name="mul")([h, L.Conv2D(C, 1, name="c")(h)]),
     "concatenate": lambda h: L.Concatenate(name="cat")([h, L.Conv2D(4, 1, name="c")(h)]),
@@ -274,6 +296,8 @@ def main():
             lim, why = 2 * ref, "2x TF's own mixed_bfloat16 / float32 distance"
         elif kind in DIFFERENT:
             lim, why = 1.5 * ref, "1.5x TF's own distance: " + DIFFERENT[kind]
+        elif kind in ROUNDED_INSIDE:
+            lim, why = 1.5 * ref, "1.5x TF's own distance: " + ROUNDED_INSIDE[kind]
         elif kind in APPROXIMATE:
             lim, why = 1.5 * ref, "1.5x TF's own distance: " + APPROXIMATE[kind]
             nearer = e32 <= ref
