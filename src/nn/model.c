@@ -406,24 +406,23 @@ dist_status dist_model_add_relu_options(dist_model *m, float max_value, float ne
     return DIST_OK;
 }
 
-dist_status dist_model_add_elu(dist_model *m, float alpha) {
-    DIST_CHECK_ARG(m, "dist_model_add_elu: model is NULL");
-    DIST_CHECK_ARG(isfinite(alpha), "model '%s': ELU: alpha %g is not finite", m->name,
-                   (double)alpha);
+/* An activation layer of one finite argument (ELU, LeakyReLU: alpha) */
+static dist_status add_alpha_layer(dist_model *m, layer_kind kind, float alpha, const char *fn) {
+    DIST_CHECK_ARG(m, "%s: model is NULL", fn);
+    DIST_CHECK_ARG(isfinite(alpha), "model '%s': %s: alpha %g is not finite", m->name,
+                   model_layer_class(kind), (double)alpha);
     model_layer *l = NULL;
-    DIST_TRY(add_plain(m, LAYER_ELU, &l));
+    DIST_TRY(add_plain(m, kind, &l));
     l->alpha = alpha;
     return DIST_OK;
 }
 
+dist_status dist_model_add_elu(dist_model *m, float alpha) {
+    return add_alpha_layer(m, LAYER_ELU, alpha, "dist_model_add_elu");
+}
+
 dist_status dist_model_add_leaky_relu(dist_model *m, float alpha) {
-    DIST_CHECK_ARG(m, "dist_model_add_leaky_relu: model is NULL");
-    DIST_CHECK_ARG(isfinite(alpha), "model '%s': LeakyReLU: alpha %g is not finite", m->name,
-                   (double)alpha);
-    model_layer *l = NULL;
-    DIST_TRY(add_plain(m, LAYER_LEAKY_RELU, &l));
-    l->alpha = alpha;
-    return DIST_OK;
+    return add_alpha_layer(m, LAYER_LEAKY_RELU, alpha, "dist_model_add_leaky_relu");
 }
 
 dist_status dist_model_add_softmax(dist_model *m) {
