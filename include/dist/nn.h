@@ -184,6 +184,31 @@ typedef enum dist_merge {
 } dist_merge;
 /* A merge layer; wire its inputs (2 to 8) with dist_model_set_inputs. */
 DIST_API dist_status dist_model_add_merge(dist_model *model, dist_merge merge);
+
+/* ---- weight regularizers (Keras's kernel_regularizer, ...) --------------------------------- */
+
+/* The variable of a layer a regularizer penalizes: KERNEL is Conv2D's, Conv1D's and Dense's
+ * kernel, DepthwiseConv2D's and SeparableConv2D's depthwise kernel, BatchNormalization's and
+ * LayerNormalization's gamma, Embedding's table; BIAS the bias, or the normalizations' beta;
+ * POINTWISE SeparableConv2D's pointwise kernel. */
+typedef enum dist_regularized {
+    DIST_REG_KERNEL = 0,
+    DIST_REG_BIAS = 1,
+    DIST_REG_POINTWISE = 2
+} dist_regularized;
+/* Keras's L1L2(l1, l2) regularizer (L1: l2 = 0, L2: l1 = 0) on that variable of the layer added
+ * last: its penalty l1 * sum(|w|) + l2 * sum(w^2) joins the loss (dist_model_regularization_loss).
+ * l1 and l2 finite and >= 0; a layer without that variable is refused; 0 and 0 removes it. */
+DIST_API dist_status dist_model_set_regularizer(dist_model *model, dist_regularized which, float l1,
+                                                float l2);
+/* The sum of the model's regularization penalties for the tape's replica, on the tape (so its
+ * gradient 2 l2 w + l1 sign(w) joins the variables'), computed in float32 from the float32
+ * variables whatever the dtype policy, layer by layer in the model's order: Keras's
+ * sum(model.losses). *loss is NULL when no variable is regularized. Add it to the loss scaled by
+ * 1 / num_replicas (tf.nn.scale_regularization_loss); dist_classifier_train_step and
+ * dist_classifier_eval_step do, as Keras's fit and evaluate do. */
+DIST_API dist_status dist_model_regularization_loss(dist_model *model, dist_tape *tape,
+                                                    dist_tensor **loss);
 /* Concatenate(axis): its inputs (2 to 8) joined along axis (counted with the batch axis as 0,
  * as Keras; negative counts from the end; not the batch axis), the other dimensions equal. */
 DIST_API dist_status dist_model_add_concatenate(dist_model *model, int axis);

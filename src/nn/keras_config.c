@@ -276,6 +276,8 @@ static int has_build_config(layer_kind kind) {
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
+static dist_status regularizers_config(cJSON *c, const model_layer *l);
+
 static dist_status layer_object(const dist_model *m, int i, int in_ndim, const int64_t *in_shape,
                                 cJSON **out) {
     const model_layer *l = &m->layers[i];
@@ -370,6 +372,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_MHA: mha_config(c, l); break;
     case LAYER_KIND_COUNT: break;
     }
+    if (st == DIST_OK) st = regularizers_config(c, l);
     if (st != DIST_OK) {
         cJSON_Delete(c);
         return st;
@@ -389,6 +392,47 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     }
     if (!o) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     *out = o;
+    return DIST_OK;
+}
+
+/* Keras 3's L1 {"l1"}, L2 {"l2"} or L1L2 {"l1", "l2"} object */
+static cJSON *regularizer_object(float l1, float l2) {
+    cJSON *cfg = cJSON_CreateObject();
+    if (!cfg) return NULL;
+    if (l1 != 0) cJSON_AddNumberToObject(cfg, "l1", float_value(l1));
+    if (l2 != 0) cJSON_AddNumberToObject(cfg, "l2", float_value(l2));
+    return keras_object("keras.regularizers",
+                        l1 != 0 && l2 != 0 ? "L1L2"
+                        : l1 != 0          ? "L1"
+                                           : "L2",
+                        cfg);
+}
+
+/* The layer's weight regularizers in place of the nulls its config holds (Keras's names per
+ * class: keras_json.c reads the same) */
+static dist_status regularizers_config(cJSON *c, const model_layer *l) {
+    const char *keys[3] = {NULL, NULL, NULL}; /* kernel, bias, pointwise */
+    switch (l->kind) {
+    case LAYER_CONV2D:
+    case LAYER_CONV1D:
+    case LAYER_DENSE: keys[0] = "kernel_regularizer", keys[1] = "bias_regularizer"; break;
+    case LAYER_SEPARABLE_CONV2D: keys[2] = "pointwise_regularizer"; /* fall through */
+    case LAYER_DEPTHWISE_CONV2D:
+        keys[0] = "depthwise_regularizer", keys[1] = "bias_regularizer";
+        break;
+    case LAYER_BATCH_NORM:
+    case LAYER_LAYER_NORM: keys[0] = "gamma_regularizer", keys[1] = "beta_regularizer"; break;
+    case LAYER_EMBEDDING: keys[0] = "embeddings_regularizer"; break;
+    default: break;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!keys[k] || (l->reg_l1[k] == 0 && l->reg_l2[k] == 0)) continue;
+        cJSON *r = regularizer_object(l->reg_l1[k], l->reg_l2[k]);
+        if (!r || !cJSON_ReplaceItemInObjectCaseSensitive(c, keys[k], r)) {
+            cJSON_Delete(r);
+            return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': writing its %s", l->name, keys[k]);
+        }
+    }
     return DIST_OK;
 }
 

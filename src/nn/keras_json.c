@@ -166,7 +166,7 @@ static dist_status check_channels_last(const json_layer *l) {
     return unsupported_arg(l, "data_format", "is '%s'; only channels_last is supported", f);
 }
 
-/* Regularizers and constraints change training; only their absence is supported. */
+/* Constraints and activity regularizers change training; only their absence is supported. */
 static dist_status check_absent(const json_layer *l, const char *const *keys) {
     for (int i = 0; keys[i]; i++)
         if (!is_null_or_false(cJSON_GetObjectItemCaseSensitive(l->config, keys[i])))
@@ -174,9 +174,73 @@ static dist_status check_absent(const json_layer *l, const char *const *keys) {
     return DIST_OK;
 }
 
-static const char *const no_extras[] = {"kernel_regularizer",   "bias_regularizer",
-                                        "activity_regularizer", "kernel_constraint",
-                                        "bias_constraint",      NULL};
+static const char *const no_extras[] = {"activity_regularizer", "kernel_constraint",
+                                        "bias_constraint", NULL};
+/* MultiHeadAttention: its regularizers too */
+static const char *const mha_extras[] = {"kernel_regularizer",   "bias_regularizer",
+                                         "activity_regularizer", "kernel_constraint",
+                                         "bias_constraint",      NULL};
+
+/* Keras's L1, L2 or L1L2 object under key (absent or null: none) into l1, l2 */
+static dist_status json_regularizer(const json_layer *l, const char *key, float *l1, float *l2) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    *l1 = *l2 = 0;
+    if (is_null_or_false(v)) return DIST_OK;
+    const char *c = cJSON_IsObject(v) ? json_str(v, "class_name") : NULL;
+    const cJSON *cfg = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "config") : NULL;
+    if (!c || !cJSON_IsObject(cfg))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (%s): '%s' must be a regularizer object with a class_name "
+                          "and a config",
+                          l->name, l->class_name, key);
+    int has1 = strcmp(c, "L1") == 0 || strcmp(c, "L1L2") == 0;
+    int has2 = strcmp(c, "L2") == 0 || strcmp(c, "L1L2") == 0;
+    if (!has1 && !has2) return unsupported_arg(l, key, "is '%s'; libdist has L1, L2 and L1L2", c);
+    const char *const names[2] = {"l1", "l2"};
+    float *outs[2] = {l1, l2};
+    for (int i = 0; i < 2; i++) {
+        if (!(i ? has2 : has1)) continue;
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cfg, names[i]);
+        if (!n || cJSON_IsNull(n)) continue; /* Keras's default for an absent factor: 0 */
+        if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0) || n->valuedouble > FLT_MAX)
+            return dist_error(DIST_FORMAT,
+                              "layer '%s' (%s): '%s': '%s' must be a finite number >= 0", l->name,
+                              l->class_name, key, names[i]);
+        *outs[i] = (float)n->valuedouble;
+    }
+    return DIST_OK;
+}
+
+/* The weight regularizers of the layer just added (Keras's argument names per class) */
+static dist_status add_regularizers(dist_model *m, const json_layer *l) {
+    static const struct {
+        const char *class_name, *kernel, *bias, *pointwise;
+    } args[] = {
+        {"Conv2D", "kernel_regularizer", "bias_regularizer", NULL},
+        {"Convolution2D", "kernel_regularizer", "bias_regularizer", NULL},
+        {"Conv1D", "kernel_regularizer", "bias_regularizer", NULL},
+        {"Convolution1D", "kernel_regularizer", "bias_regularizer", NULL},
+        {"Dense", "kernel_regularizer", "bias_regularizer", NULL},
+        {"DepthwiseConv2D", "depthwise_regularizer", "bias_regularizer", NULL},
+        {"SeparableConv2D", "depthwise_regularizer", "bias_regularizer", "pointwise_regularizer"},
+        {"SeparableConvolution2D", "depthwise_regularizer", "bias_regularizer",
+         "pointwise_regularizer"},
+        {"BatchNormalization", "gamma_regularizer", "beta_regularizer", NULL},
+        {"LayerNormalization", "gamma_regularizer", "beta_regularizer", NULL},
+        {"Embedding", "embeddings_regularizer", NULL, NULL}};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
+        if (strcmp(l->class_name, args[i].class_name) != 0) continue;
+        const char *keys[3] = {args[i].kernel, args[i].bias, args[i].pointwise};
+        const dist_regularized which[3] = {DIST_REG_KERNEL, DIST_REG_BIAS, DIST_REG_POINTWISE};
+        for (int k = 0; k < 3; k++) {
+            float l1, l2;
+            if (!keys[k]) continue;
+            DIST_TRY(json_regularizer(l, keys[k], &l1, &l2));
+            if (l1 != 0 || l2 != 0) DIST_TRY(dist_model_set_regularizer(m, which[k], l1, l2));
+        }
+    }
+    return DIST_OK;
+}
 
 static dist_status check_initializers(const json_layer *l) {
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(l->config, "kernel_initializer");
@@ -346,8 +410,7 @@ static dist_status add_depthwise(dist_model *m, const json_layer *l, int separab
                                         "kernel_initializer",
                                         "batch_input_shape",
                                         NULL};
-    static const char *const extras[] = {"depthwise_regularizer", "pointwise_regularizer",
-                                         "depthwise_constraint", "pointwise_constraint", NULL};
+    static const char *const extras[] = {"depthwise_constraint", "pointwise_constraint", NULL};
     DIST_TRY(check_keys(l, known));
     DIST_TRY(check_absent(l, extras));
     DIST_TRY(check_glorot(l, "depthwise_initializer"));
@@ -498,8 +561,7 @@ static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
                                         "renorm_momentum", /* unused while renorm is off */
                                         "batch_input_shape",
                                         NULL};
-    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
-                                         "gamma_constraint", NULL};
+    static const char *const extras[] = {"beta_constraint", "gamma_constraint", NULL};
     static const struct {
         const char *key, *class_name;
     } inits[] = {{"beta_initializer", "Zeros"},
@@ -827,8 +889,7 @@ static dist_status add_layer_normalization(dist_model *m, const json_layer *l) {
                                         "gamma_constraint",
                                         "batch_input_shape",
                                         NULL};
-    static const char *const extras[] = {"beta_regularizer", "gamma_regularizer", "beta_constraint",
-                                         "gamma_constraint", NULL};
+    static const char *const extras[] = {"beta_constraint", "gamma_constraint", NULL};
     DIST_TRY(check_keys(l, known)); /* rms_scaling: true is refused there */
     DIST_TRY(check_absent(l, extras));
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(l->config, "beta_initializer");
@@ -891,8 +952,7 @@ static dist_status add_embedding(dist_model *m, const json_layer *l) {
                                         "input_length",
                                         "batch_input_shape",
                                         NULL};
-    static const char *const extras[] = {"embeddings_regularizer", "activity_regularizer",
-                                         "embeddings_constraint", NULL};
+    static const char *const extras[] = {"activity_regularizer", "embeddings_constraint", NULL};
     if (!is_null_or_false(cJSON_GetObjectItemCaseSensitive(l->config, "mask_zero")))
         return unsupported_arg(l, "mask_zero", "is true; libdist's layers take no mask");
     DIST_TRY(check_keys(l, known)); /* sparse, lora_rank: set values are refused there */
@@ -944,7 +1004,7 @@ static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) 
                                         "value_shape",
                                         NULL};
     DIST_TRY(check_keys(l, known)); /* use_gate, sliding_window, flash attention: refused there */
-    DIST_TRY(check_absent(l, no_extras));
+    DIST_TRY(check_absent(l, mha_extras));
     DIST_TRY(check_initializers(l));
     int heads, key_dim, value_dim;
     const cJSON *c = l->config;
@@ -1063,6 +1123,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
             DIST_TRY(kinds[i].add(m, l));
+            DIST_TRY(add_regularizers(m, l));
             return model_rename_last_layer(m, l->name);
         }
     return dist_error(

@@ -1848,6 +1848,84 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
     return DIST_OK;
 }
 
+/* The variable a regularizer of layer l names: -1 where the layer has none */
+static int regularized_var(const model_layer *l, dist_regularized which) {
+    int conv = model_layer_is_conv(l->kind) || l->kind == LAYER_DENSE;
+    int norm = l->kind == LAYER_BATCH_NORM || l->kind == LAYER_LAYER_NORM;
+    switch (which) {
+    case DIST_REG_KERNEL: return conv || norm || l->kind == LAYER_EMBEDDING ? l->kernel_var : -1;
+    case DIST_REG_BIAS: return conv || norm ? l->bias_var : -1;
+    case DIST_REG_POINTWISE: return l->kind == LAYER_SEPARABLE_CONV2D ? l->pointwise_var : -1;
+    }
+    return -1;
+}
+
+dist_status dist_model_set_regularizer(dist_model *m, dist_regularized which, float l1, float l2) {
+    DIST_CHECK_ARG(m, "dist_model_set_regularizer: model is NULL");
+    DIST_CHECK_ARG(m->nlayers > 0, "model '%s': dist_model_set_regularizer: no layer yet", m->name);
+    DIST_CHECK_ARG(which >= DIST_REG_KERNEL && which <= DIST_REG_POINTWISE,
+                   "model '%s': dist_model_set_regularizer: unknown variable %d", m->name,
+                   (int)which);
+    DIST_CHECK_ARG(isfinite(l1) && isfinite(l2) && l1 >= 0 && l2 >= 0,
+                   "model '%s': a regularizer's l1 %g and l2 %g must be finite and >= 0", m->name,
+                   (double)l1, (double)l2);
+    model_layer *l = &m->layers[m->nlayers - 1];
+    static const char *const what[] = {"kernel", "bias", "pointwise kernel"};
+    model_layer probe = *l;
+    probe.kernel_var = probe.bias_var = probe.pointwise_var = 0; /* assigned at build */
+    DIST_CHECK_ARG(regularized_var(&probe, which) >= 0,
+                   "model '%s': layer '%s' (%s) has no %s to regularize", m->name, l->name,
+                   model_layer_class(l->kind), what[which]);
+    DIST_CHECK_ARG(!m->built, "model '%s': regularizers are set before dist_model_build", m->name);
+    l->reg_l1[which] = l1;
+    l->reg_l2[which] = l2;
+    return DIST_OK;
+}
+
+/* l1 * sum(|w|) + l2 * sum(w^2) of one variable (Keras's L1L2 order), added to *acc */
+static dist_status add_penalty(dist_tape *tape, const dist_tensor *w, float l1, float l2,
+                               dist_tensor **acc) {
+    const float k[2] = {l1, l2};
+    for (int p = 0; p < 2; p++) {
+        if (k[p] == 0) continue;
+        dist_tensor *t;
+        DIST_TRY(p == 0 ? dist_op_abs(tape, w, &t) : dist_op_square(tape, w, &t));
+        DIST_TRY(dist_op_reduce_sum(tape, t, &t));
+        DIST_TRY(dist_op_scale(tape, t, k[p], &t));
+        if (*acc)
+            DIST_TRY(dist_op_add(tape, *acc, t, acc));
+        else
+            *acc = t;
+    }
+    return DIST_OK;
+}
+
+dist_status dist_model_regularization_loss(dist_model *m, dist_tape *tape, dist_tensor **loss) {
+    DIST_CHECK_ARG(m && tape && loss, "dist_model_regularization_loss: NULL argument");
+    *loss = NULL;
+    int r = 0;
+    DIST_TRY(replica_of(m, tape, &r));
+    model_replica *rep = &m->replicas[r];
+    /* float32 on the float32 variables, as Keras computes a regularizer outside autocast */
+    dist_dtype saved = dist_tape_compute_precision(tape);
+    DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
+    dist_status st = DIST_OK;
+    static const dist_regularized order[3] = {DIST_REG_KERNEL, DIST_REG_POINTWISE, DIST_REG_BIAS};
+    for (int i = 0; i < m->nlayers && st == DIST_OK; i++) {
+        const model_layer *l = &m->layers[i];
+        for (int j = 0; j < 3 && st == DIST_OK; j++) {
+            dist_regularized w = order[j];
+            int v = regularized_var(l, w);
+            if (v < 0 || (l->reg_l1[w] == 0 && l->reg_l2[w] == 0)) continue;
+            DIST_TRY_GOTO(dist_tape_watch(tape, rep->var_ptrs[v]), st, done);
+            st = add_penalty(tape, rep->var_ptrs[v], l->reg_l1[w], l->reg_l2[w], loss);
+        }
+    }
+done:
+    dist_tape_set_compute_precision(tape, saved);
+    return st;
+}
+
 dist_status dist_model_compute_gradients(dist_model *m, dist_tape *tape, const dist_tensor *loss) {
     DIST_CHECK_ARG(m && tape && loss, "dist_model_compute_gradients: NULL argument");
     int r = 0;

@@ -85,6 +85,9 @@ typedef struct model_layer {
     dist_batch_norm_options bn; /* batch_norm: gamma is kernel_var, beta bias_var */
     int moving_mean_var, moving_variance_var; /* batch_norm, -1 otherwise */
     int fused_relu; /* batch_norm, add: the ReLU layer (its only reader) its op runs, -1: none */
+    /* Keras's weight regularizers, l1 and l2 per dist_regularized (kernel, bias, pointwise):
+     * 0 for none */
+    float reg_l1[3], reg_l2[3];
     int units;                                /* dense; embedding: output_dim */
     int input_dim;                            /* embedding: the vocabulary */
     int heads, key_dim, value_dim, use_bias;  /* mha */

@@ -42,6 +42,15 @@ dist_status dist_classifier_forward(dist_replica_ctx *rc, const dist_element *in
     DIST_TRY(dist_model_call(s->model, tape, x, &logits));
     DIST_TRY(dist_op_sparse_softmax_cross_entropy(tape, logits, y, &per_example));
     DIST_TRY(dist_compute_average_loss(tape, per_example, global, loss));
+    /* Keras's fit and evaluate add sum(model.losses), scaled by 1 / num_replicas_in_sync so
+     * that the replicas' summed gradients count it once */
+    dist_tensor *reg;
+    DIST_TRY(dist_model_regularization_loss(s->model, tape, &reg));
+    if (reg) {
+        if (rc->num_replicas > 1)
+            DIST_TRY(dist_op_scale(tape, reg, 1.0f / (float)rc->num_replicas, &reg));
+        DIST_TRY(dist_op_add(tape, *loss, reg, loss));
+    }
     DIST_TRY(dist_op_accuracy_count(tape, logits, y, &correct));
     float rows = (float)y->shape[0];
     dist_tensor host = dist_tensor_view(&rows, DIST_F32, 0, NULL);

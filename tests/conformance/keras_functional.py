@@ -11,6 +11,9 @@ The model, a small ResNet (built by the same code in tf_keras and in Keras 3, la
   GlobalAveragePooling2D -> Dense(10)
 
 Each block's input is read by two layers (the skip), so its gradient is the sum of both paths.
+Weight regularizers as Keras models carry them: L2 on the stem's kernel and the BatchNormalization
+gamma after it, L1 on that beta, L1L2 on block 1's first kernel, L2 on the Dense kernel and L1 on
+its bias; both Kerases add sum(model.losses) to the loss (libdist's classifier step does).
 
 1. tf_keras (TensorFlow's Keras 2) builds the model from a fixed seed, writes its to_json()
    (tf-keras's format: nested inbound_nodes lists) and its initial weights in get_weights()
@@ -64,13 +67,17 @@ ZERO_GRAD = {f"{n}/bias" for n in ("stem", "b0_conv1", "b0_conv2", "b1_conv1", "
 
 
 def resnet(K_):
+    R = K_.regularizers
     x = K_.Input((H, W, C), name="image")
-    h = K_.layers.Conv2D(8, 3, padding="same", name="stem")(x)
-    h = K_.layers.BatchNormalization(name="stem_bn")(h)
+    h = K_.layers.Conv2D(8, 3, padding="same", kernel_regularizer=R.L2(2e-3), name="stem")(x)
+    h = K_.layers.BatchNormalization(gamma_regularizer=R.L2(1e-3),
+                                     beta_regularizer=R.L1(1e-3), name="stem_bn")(h)
     h = K_.layers.ReLU(name="stem_relu")(h)
     for b, (filters, stride) in enumerate(((8, 1), (16, 2))):
         skip = h
-        h = K_.layers.Conv2D(filters, 3, strides=stride, padding="same", name=f"b{b}_conv1")(h)
+        h = K_.layers.Conv2D(filters, 3, strides=stride, padding="same",
+                             kernel_regularizer=R.L1L2(1e-4, 1e-3) if b else None,
+                             name=f"b{b}_conv1")(h)
         h = K_.layers.BatchNormalization(name=f"b{b}_bn1")(h)
         h = K_.layers.Activation("relu", name=f"b{b}_relu1")(h)
         h = K_.layers.Conv2D(filters, 3, padding="same", name=f"b{b}_conv2")(h)
@@ -80,7 +87,8 @@ def resnet(K_):
         h = K_.layers.Add(name=f"b{b}_add")([h, skip])
         h = K_.layers.ReLU(name=f"b{b}_out")(h)
     h = K_.layers.GlobalAveragePooling2D(name="pool")(h)
-    y = K_.layers.Dense(K, name="logits")(h)
+    y = K_.layers.Dense(K, kernel_regularizer=R.L2(5e-3), bias_regularizer=R.L1(2e-3),
+                        name="logits")(h)
     return K_.Model(x, y, name="resnet_mini")
 
 
@@ -101,6 +109,8 @@ def train(model, opt, loss_fn, x, y, steps):
         xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
+            if model.losses:  # the weight regularizers, as Keras's fit adds them
+                loss = loss + tf.add_n(model.losses)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         losses.append(float(loss))

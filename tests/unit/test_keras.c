@@ -296,12 +296,20 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
     } cases[] = {
         {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "hard_sigmoid")),
          "layer 'out' (Dense): argument 'activation' is 'hard_sigmoid'"},
-        {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_regularizer\":{\"class_name\":\"L2\"}")),
-         "layer 'c' (Conv2D): argument 'kernel_regularizer' is set"},
+        {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_regularizer\":{\"class_name\":"
+                                              "\"OrthogonalRegularizer\",\"config\":{}}")),
+         "layer 'c' (Conv2D): argument 'kernel_regularizer' is 'OrthogonalRegularizer'; libdist "
+         "has L1, L2 and L1L2"},
+        {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"activity_regularizer\":{\"class_name\":"
+                                              "\"L2\",\"config\":{\"l2\":0.01}}")),
+         "layer 'c' (Conv2D): argument 'activity_regularizer' is set"},
+        {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_constraint\":{\"class_name\":"
+                                              "\"MaxNorm\",\"config\":{}}")),
+         "layer 'c' (Conv2D): argument 'kernel_constraint' is set"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"DepthwiseConv2D\",\"config\":{\"name\":"
-                                "\"d\",\"kernel_size\":[3,3],\"depthwise_regularizer\":{"
-                                "\"class_name\":\"L2\"}}}"),
-         "layer 'd' (DepthwiseConv2D): argument 'depthwise_regularizer' is set"},
+                                "\"d\",\"kernel_size\":[3,3],\"depthwise_constraint\":{"
+                                "\"class_name\":\"NonNeg\"}}}"),
+         "layer 'd' (DepthwiseConv2D): argument 'depthwise_constraint' is set"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Conv1D\",\"config\":{\"name\":\"c\","
                                 "\"filters\":4,\"kernel_size\":3,\"padding\":\"full\"}}"),
          "layer 'c' (Conv1D): argument 'padding' is 'full'"},

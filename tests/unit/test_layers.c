@@ -4,6 +4,7 @@
 #include "backend/ops.h"
 #include "dist/checkpoint.h"
 #include "dist/nn.h"
+#include "dist/policy.h"
 #include "dist/replica.h"
 #include "dist/strategy.h"
 #include "testutil.h"
@@ -300,6 +301,91 @@ START_TEST(test_layer_gradients_match_finite_differences) {
     for (int i = 0; i < 196; i++) x[i] = cosf(0.37f * (float)i);
     for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
     expect_gradients_match_differences(m, x, 4, xs, r, rs);
+}
+END_TEST
+
+/* Keras's weight regularizers: the penalty's value from the float32 variables (under a mixed
+ * policy too), its gradient 2 l2 w + l1 sign(w) on the regularized variables alone, the
+ * classifier step adding it scaled, and the refusals. */
+START_TEST(test_regularizers_add_their_penalty_and_its_gradient) {
+    for (int mixed = 0; mixed < 2; mixed++) {
+        dist_model *m = new_model();
+        dist_batch_norm_options bo = DIST_BATCH_NORM_OPTIONS_INIT;
+        ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_RELU), DIST_OK);
+        ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_KERNEL, 0.01f, 0.02f), DIST_OK);
+        ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_BIAS, 0.0f, 0.5f), DIST_OK);
+        ck_assert_int_eq(dist_model_add_batch_normalization(m, &bo), DIST_OK);
+        ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_BIAS, 0.25f, 0.0f), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK); /* none */
+        int64_t in[1] = {3};
+        ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+        if (mixed)
+            ck_assert_int_eq(dist_model_set_dtype_policy(m, DIST_POLICY_MIXED_BFLOAT16), DIST_OK);
+        int64_t np = dist_model_num_params(m);
+        float *w = malloc((size_t)np * sizeof *w), *g = malloc((size_t)np * sizeof *g);
+        for (int64_t i = 0; i < np; i++) w[i] = 0.3f * sinf(1.7f * (float)i + 0.2f);
+        w[1] = 0.0f; /* sign(0) = 0: the L1 part gives no gradient there */
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        /* Keras's order: dense kernel [3, 4], bias [4]; gamma, beta [4]; moving stats; dense */
+        int64_t kernel = 0, bias = 12, beta = 20;
+        double want = 0;
+        for (int i = 0; i < 12; i++)
+            want += 0.01 * fabs(w[kernel + i]) + 0.02 * (double)w[kernel + i] * w[kernel + i];
+        for (int i = 0; i < 4; i++) want += 0.5 * (double)w[bias + i] * w[bias + i];
+        for (int i = 0; i < 4; i++) want += 0.25 * fabs(w[beta + i]);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        dist_tensor *loss;
+        ck_assert_int_eq(dist_model_regularization_loss(m, t, &loss), DIST_OK);
+        ck_assert_ptr_nonnull(loss);
+        float got;
+        ck_assert_int_eq(dist_tape_download(t, loss, &got, sizeof got), DIST_OK);
+        ck_assert_msg(fabs(got - want) <= 1e-6 * want, "penalty %.9g, want %.9g (mixed %d)",
+                      (double)got, want, mixed);
+        ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+        ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                         DIST_OK);
+        for (int64_t i = 0; i < np; i++) {
+            double sgn = w[i] > 0 ? 1 : w[i] < 0 ? -1 : 0, e = 0;
+            if (i < 12)
+                e = 0.01 * sgn + 2 * 0.02 * w[i];
+            else if (i < 16)
+                e = 2 * 0.5 * w[i];
+            else if (i >= beta && i < beta + 4)
+                e = 0.25 * sgn;
+            ck_assert_msg(fabs(g[i] - e) <= 1e-6, "gradient %lld: %.9g, want %.9g", (long long)i,
+                          (double)g[i], e);
+        }
+        dist_tape_destroy(t);
+        free(w);
+        free(g);
+        dist_model_destroy(m);
+    }
+    /* none set: no tensor */
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_KERNEL, 0, 0.1f),
+                     DIST_INVALID_ARGUMENT); /* no layer yet */
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+    ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_KERNEL, 0, 0.1f),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "layer 'flatten' (Flatten) has no kernel"));
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_POINTWISE, 0, 0.1f),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_KERNEL, -1.0f, 0),
+                     DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_KERNEL, 0, NAN), DIST_INVALID_ARGUMENT);
+    int64_t in[1] = {3};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_set_regularizer(m, DIST_REG_KERNEL, 0, 0.1f),
+                     DIST_INVALID_ARGUMENT);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    dist_tensor *loss = (dist_tensor *)t;
+    ck_assert_int_eq(dist_model_regularization_loss(m, t, &loss), DIST_OK);
+    ck_assert_ptr_null(loss);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
 }
 END_TEST
 
@@ -745,6 +831,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);
+    tcase_add_test(tc, test_regularizers_add_their_penalty_and_its_gradient);
     tcase_add_test(tc, test_layer_gradients_match_finite_differences);
     tcase_add_test(tc, test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training);
     tcase_add_test(tc, test_dropout_masks_differ_per_replica_and_repeat_per_seed);

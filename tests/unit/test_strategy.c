@@ -454,11 +454,18 @@ typedef struct trainer {
     dist_optimizer *opt;
 } trainer;
 
+/* use_sgd: 0 Adam, 1 SGD with momentum, 2 the same with L2 on the last Dense's kernel and L1 on
+ * its bias (Keras's regularizers: the classifier step adds their penalty / num_replicas) */
 static trainer make_trainer_opt(dist_strategy_kind kind, const char *devices, int use_sgd) {
     trainer t = {make(kind, devices), NULL, NULL};
     ck_assert_int_eq(dist_strategy_scope_enter(t.s), DIST_OK);
     int64_t shape[3] = {28, 28, 1};
     ck_assert_int_eq(dist_model_create_mnist_cnn(&t.model), DIST_OK);
+    if (use_sgd == 2) {
+        ck_assert_int_eq(dist_model_set_regularizer(t.model, DIST_REG_KERNEL, 0.0f, 0.05f),
+                         DIST_OK);
+        ck_assert_int_eq(dist_model_set_regularizer(t.model, DIST_REG_BIAS, 0.01f, 0.0f), DIST_OK);
+    }
     ck_assert_int_eq(dist_model_build(t.model, 3, shape, 7), DIST_OK);
     if (use_sgd) {
         dist_sgd_options so = DIST_SGD_OPTIONS_INIT;
@@ -586,6 +593,17 @@ START_TEST(test_mirrored_two_replicas_matches_one_device_after_20_steps) {
     double worst = mirrored_vs_one_device(1, 20);
     ck_assert_msg(worst <= 1e-5,
                   "mirrored and one_device differ by %.3g (relative, worst variable)", worst);
+}
+END_TEST
+
+/* The same with weight regularizers: each replica adds half the penalty, so the summed
+ * gradients count it once, as on one device (without the scaling the regularized variables
+ * would move twice as far from it). */
+START_TEST(test_mirrored_with_regularizers_matches_one_device_after_20_steps) {
+    double worst = mirrored_vs_one_device(2, 20);
+    ck_assert_msg(worst <= 1e-5,
+                  "regularized: mirrored and one_device differ by %.3g (relative, worst variable)",
+                  worst);
 }
 END_TEST
 
@@ -729,6 +747,7 @@ int main(void) {
     tcase_add_test(tc, test_input_context_per_replica_batch_size);
     tcase_add_test(tc, test_distribute_datasets_from_function_gives_consecutive_batches);
     tcase_add_test(tc, test_mirrored_two_replicas_matches_one_device_after_20_steps);
+    tcase_add_test(tc, test_mirrored_with_regularizers_matches_one_device_after_20_steps);
     tcase_add_test(tc, test_mirrored_matches_one_device_with_adam_for_2_steps);
     tcase_add_test(tc, test_bytes_per_pack_gives_identical_results);
     tcase_add_test(tc, test_empty_replica_batch_trains_and_keeps_replicas_identical);
