@@ -185,6 +185,17 @@ typedef enum dist_merge {
 /* A merge layer; wire its inputs (2 to 8) with dist_model_set_inputs. */
 DIST_API dist_status dist_model_add_merge(dist_model *model, dist_merge merge);
 
+/* Keras's layer.trainable: with 0 the layer's variables are non-trainable (no gradient, no
+ * optimizer update; dist_model_variable_trainable says 0, the summary counts them as
+ * non-trainable) and a BatchNormalization normalizes with its moving statistics, not updating
+ * them, in training too, as Keras runs a frozen one. Set before dist_model_build (a frozen base
+ * of a fine-tuned model; to unfreeze, build the model again and load its weights).
+ * DIST_INVALID_ARGUMENT for a name the model lacks. */
+DIST_API dist_status dist_model_set_layer_trainable(dist_model *model, const char *layer,
+                                                    int trainable);
+/* 1 trainable, 0 frozen, -1 no such layer. */
+DIST_API int dist_model_layer_trainable(const dist_model *model, const char *layer);
+
 /* ---- weight regularizers (Keras's kernel_regularizer, ...) --------------------------------- */
 
 /* The variable of a layer a regularizer penalizes: KERNEL is Conv2D's, Conv1D's and Dense's
@@ -204,7 +215,8 @@ DIST_API dist_status dist_model_set_regularizer(dist_model *model, dist_regulari
 /* The sum of the model's regularization penalties for the tape's replica, on the tape (so its
  * gradient 2 l2 w + l1 sign(w) joins the variables'), computed in float32 from the float32
  * variables whatever the dtype policy, layer by layer in the model's order: Keras's
- * sum(model.losses). *loss is NULL when no variable is regularized. Add it to the loss scaled by
+ * sum(model.losses), which leaves out a frozen layer's (dist_model_set_layer_trainable) as Keras 3
+ * does. *loss is NULL when no trainable variable is regularized. Add it to the loss scaled by
  * 1 / num_replicas (tf.nn.scale_regularization_loss); dist_classifier_train_step and
  * dist_classifier_eval_step do, as Keras's fit and evaluate do. */
 DIST_API dist_status dist_model_regularization_loss(dist_model *model, dist_tape *tape,

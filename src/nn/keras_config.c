@@ -289,7 +289,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     cJSON *c = cJSON_CreateObject();
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     cJSON_AddStringToObject(c, "name", l->name);
-    cJSON_AddTrueToObject(c, "trainable");
+    cJSON_AddBoolToObject(c, "trainable", !l->frozen);
     cJSON_AddItemToObject(c, "dtype", layer_dtype_policy(m, l));
     dist_status st = DIST_OK;
     switch (l->kind) {

@@ -154,9 +154,6 @@ static dist_status check_keys(const json_layer *l, const char *const *known) {
         for (int i = 0; known[i] && !ok; i++) ok = strcmp(kv->string, known[i]) == 0;
         if (!ok && !is_null_or_false(kv)) return unsupported_arg(l, kv->string, "is not supported");
     }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(l->config, "trainable");
-    if (cJSON_IsFalse(t))
-        return unsupported_arg(l, "trainable", "is false; libdist trains every layer");
     return check_dtype(l);
 }
 
@@ -1124,7 +1121,11 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
             DIST_TRY(kinds[i].add(m, l));
             DIST_TRY(add_regularizers(m, l));
-            return model_rename_last_layer(m, l->name);
+            DIST_TRY(model_rename_last_layer(m, l->name));
+            /* trainable: false, Keras's frozen layer */
+            if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "trainable")))
+                DIST_TRY(dist_model_set_layer_trainable(m, l->name, 0));
+            return DIST_OK;
         }
     return dist_error(
         DIST_UNSUPPORTED,

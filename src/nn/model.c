@@ -406,6 +406,24 @@ dist_status dist_model_add_relu_options(dist_model *m, float max_value, float ne
     return DIST_OK;
 }
 
+dist_status dist_model_set_layer_trainable(dist_model *m, const char *layer, int trainable) {
+    DIST_CHECK_ARG(m && layer, "dist_model_set_layer_trainable: NULL argument");
+    DIST_CHECK_ARG(!m->built, "model '%s': a layer's trainable flag is set before dist_model_build",
+                   m->name);
+    for (int i = 0; i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, layer) == 0) {
+            m->layers[i].frozen = !trainable;
+            return DIST_OK;
+        }
+    return dist_error(DIST_INVALID_ARGUMENT, "model '%s' has no layer '%s'", m->name, layer);
+}
+
+int dist_model_layer_trainable(const dist_model *m, const char *layer) {
+    for (int i = 0; m && layer && i < m->nlayers; i++)
+        if (strcmp(m->layers[i].name, layer) == 0) return !m->layers[i].frozen;
+    return -1;
+}
+
 /* An activation layer of one finite argument (ELU, LeakyReLU: alpha) */
 static dist_status add_alpha_layer(dist_model *m, layer_kind kind, float alpha, const char *fn) {
     DIST_CHECK_ARG(m, "%s: model is NULL", fn);
@@ -1230,6 +1248,16 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
     m->nvars = 0;
     m->nparams = 0;
     DIST_TRY(plan(m));
+    /* a frozen layer's variables are non-trainable, like the moving statistics */
+    for (int i = 0; i < m->nlayers; i++) {
+        const model_layer *l = &m->layers[i];
+        if (!l->frozen) continue;
+        const int own[3] = {l->kernel_var, l->bias_var, l->pointwise_var};
+        for (int k = 0; k < 3; k++)
+            if (own[k] >= 0) m->vars[own[k]].trainable = 0;
+        for (int k = 0; k < 8; k++)
+            if (l->mha_vars[k] >= 0) m->vars[l->mha_vars[k]].trainable = 0;
+    }
 
     const dist_placement *place = dist_scope_current();
     dist_placement own = {0};
@@ -1342,7 +1370,9 @@ static dist_status call_batch_norm(dist_tape *tape, model_replica *rep, const mo
     dist_tensor *moving_mean = &rep->vars[l->moving_mean_var];
     dist_tensor *moving_var = &rep->vars[l->moving_variance_var];
     dist_status st;
-    if (!dist_tape_recording(tape)) {
+    /* in inference, and in training where the layer is frozen (Keras runs a BatchNormalization
+     * with trainable = False in inference mode: the moving statistics, not updated) */
+    if (!dist_tape_recording(tape) || l->frozen) {
         st = dist_op_batch_norm_activation(tape, h, gamma, beta, moving_mean, moving_var,
                                            l->bn.epsilon, 0, act, out, NULL, NULL);
         return st ? dist_error_context(st, "layer '%s' (BatchNormalization)", l->name) : DIST_OK;
@@ -1811,7 +1841,9 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
         DIST_CHECK_ARG(x->shape[i + 1] == m->in_shape[i],
                        "model '%s': input dimension %d is %lld, the model was built for %lld",
                        m->name, i + 1, (long long)x->shape[i + 1], (long long)m->in_shape[i]);
-    for (int i = 0; i < m->nvars; i++) DIST_TRY(dist_tape_watch(tape, rep->var_ptrs[i]));
+    /* the trainable variables: a frozen layer's and the moving statistics get no gradient */
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].trainable) DIST_TRY(dist_tape_watch(tape, rep->var_ptrs[i]));
     /* A mixed policy: the input and every variable are cast to the compute dtype (Keras's
      * autocast), the layers store at its precision, and the logits come back as float32. */
     dist_dtype compute = dist_dtype_policy_compute_dtype(m->policy);
@@ -1917,6 +1949,9 @@ dist_status dist_model_regularization_loss(dist_model *m, dist_tape *tape, dist_
             dist_regularized w = order[j];
             int v = regularized_var(l, w);
             if (v < 0 || (l->reg_l1[w] == 0 && l->reg_l2[w] == 0)) continue;
+            /* a frozen layer's penalty is left out, as Keras 3 (tf.keras since TF 2.16) does;
+             * tf_keras adds it, a constant that changes no gradient */
+            if (!m->vars[v].trainable) continue;
             DIST_TRY_GOTO(dist_tape_watch(tape, rep->var_ptrs[v]), st, done);
             st = add_penalty(tape, rep->var_ptrs[v], l->reg_l1[w], l->reg_l2[w], loss);
         }

@@ -88,6 +88,9 @@ typedef struct model_layer {
     /* Keras's weight regularizers, l1 and l2 per dist_regularized (kernel, bias, pointwise):
      * 0 for none */
     float reg_l1[3], reg_l2[3];
+    /* Keras's trainable = False: its variables are non-trainable (no gradient, no update) and
+     * a BatchNormalization runs in inference mode in training too, as Keras's does */
+    int frozen;
     int units;                                /* dense; embedding: output_dim */
     int input_dim;                            /* embedding: the vocabulary */
     int heads, key_dim, value_dim, use_bias;  /* mha */

@@ -11,9 +11,13 @@ The model, a small ResNet (built by the same code in tf_keras and in Keras 3, la
   GlobalAveragePooling2D -> Dense(10)
 
 Each block's input is read by two layers (the skip), so its gradient is the sum of both paths.
-Weight regularizers as Keras models carry them: L2 on the stem's kernel and the BatchNormalization
+Two layers are frozen (trainable=False), as a fine-tuned model's base is: block 0's first
+convolution (its input's gradient still flows through it) and the stem's BatchNormalization (which
+Keras then runs in inference mode, its moving statistics kept): their variables must stay their
+initial values on every side. Weight regularizers as Keras models carry them: L2 on the stem's kernel and the BatchNormalization
 gamma after it, L1 on that beta, L1L2 on block 1's first kernel, L2 on the Dense kernel and L1 on
-its bias; both Kerases add sum(model.losses) to the loss (libdist's classifier step does).
+its bias; both Kerases add them to the loss (libdist's classifier step does), the trainable
+layers' alone as Keras 3 does (tf_keras adds a frozen layer's too, a constant: left out here).
 
 1. tf_keras (TensorFlow's Keras 2) builds the model from a fixed seed, writes its to_json()
    (tf-keras's format: nested inbound_nodes lists) and its initial weights in get_weights()
@@ -63,7 +67,10 @@ H, W, C, K, BATCH = 12, 12, 3, 10, 32
 LOSS_TOL, WEIGHT_TOL, LOGIT_TOL = 1e-5, 2e-4, 1e-5
 ZERO_TOL = 1e-6
 # the convolutions whose only reader is a BatchNormalization: their biases' gradient is zero
-ZERO_GRAD = {f"{n}/bias" for n in ("stem", "b0_conv1", "b0_conv2", "b1_conv1", "b1_conv2")}
+# (not the stem's: its BatchNormalization is frozen, so it normalizes with fixed statistics)
+ZERO_GRAD = {f"{n}/bias" for n in ("b0_conv1", "b0_conv2", "b1_conv1", "b1_conv2")}
+# the frozen layers (trainable=False): their variables keep their initial values on every side
+FROZEN = ("stem_bn", "b0_conv1")
 
 
 def resnet(K_):
@@ -71,13 +78,14 @@ def resnet(K_):
     x = K_.Input((H, W, C), name="image")
     h = K_.layers.Conv2D(8, 3, padding="same", kernel_regularizer=R.L2(2e-3), name="stem")(x)
     h = K_.layers.BatchNormalization(gamma_regularizer=R.L2(1e-3),
-                                     beta_regularizer=R.L1(1e-3), name="stem_bn")(h)
+                                     beta_regularizer=R.L1(1e-3), trainable=False,
+                                     name="stem_bn")(h)
     h = K_.layers.ReLU(name="stem_relu")(h)
     for b, (filters, stride) in enumerate(((8, 1), (16, 2))):
         skip = h
         h = K_.layers.Conv2D(filters, 3, strides=stride, padding="same",
                              kernel_regularizer=R.L1L2(1e-4, 1e-3) if b else None,
-                             name=f"b{b}_conv1")(h)
+                             trainable=bool(b), name=f"b{b}_conv1")(h)
         h = K_.layers.BatchNormalization(name=f"b{b}_bn1")(h)
         h = K_.layers.Activation("relu", name=f"b{b}_relu1")(h)
         h = K_.layers.Conv2D(filters, 3, padding="same", name=f"b{b}_conv2")(h)
@@ -109,8 +117,11 @@ def train(model, opt, loss_fn, x, y, steps):
         xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
-            if model.losses:  # the weight regularizers, as Keras's fit adds them
-                loss = loss + tf.add_n(model.losses)
+            # the weight regularizers, as Keras's fit adds them: the trainable layers' (Keras 3
+            # leaves a frozen layer's out; tf_keras would add it, a constant of the loss)
+            reg = [r for layer in model.layers if layer.trainable for r in layer.losses]
+            if reg:
+                loss = loss + tf.add_n(reg)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         losses.append(float(loss))
@@ -138,11 +149,17 @@ def compare(tag, names, ours_losses, ours_final, init, ref_losses, ref_final, sk
                for n, o, r in zip(names, ours_final, ref_final) if n in ZERO_GRAD)
     bounded = {n: e for n, e in errs.items() if not any(s in n for s in skip_bound)}
     worst = max(bounded, key=bounded.get)
-    kernels = [i for i, n in enumerate(names) if n.endswith("kernel")]
+    kernels = [i for i, n in enumerate(names)
+               if n.endswith("kernel") and n.split("/")[0] not in FROZEN]
     moved = min(rel(ours_final[i], init[i]) for i in kernels)
+    # a frozen layer's weights (its BatchNormalization's moving statistics too: it runs in
+    # inference mode) are the initial ones, on both sides
+    frozen = [i for i, n in enumerate(names) if n.split("/")[0] in FROZEN]
+    kept = all(np.array_equal(ours_final[i], init[i]) and np.array_equal(ref_final[i], init[i])
+               for i in frozen) and len(frozen) == 6
     kernel_err = max(errs[names[i]] for i in kernels)
     ok = (loss_err.max() <= LOSS_TOL and bounded[worst] <= WEIGHT_TOL
-          and moved > 5 * kernel_err and zero <= ZERO_TOL)
+          and moved > 5 * kernel_err and zero <= ZERO_TOL and kept)
     extra = ""
     if skip_bound:
         free_ = {n: e for n, e in errs.items() if n not in bounded}
@@ -152,7 +169,7 @@ def compare(tag, names, ours_losses, ours_final, init, ref_losses, ref_final, sk
           f"worst {loss_err.max():.1e} at step {int(loss_err.argmax())} (<= {LOSS_TOL:g}); "
           f"weights worst {bounded[worst]:.1e} in {worst} (<= {WEIGHT_TOL:g}), kernels moved "
           f">= {moved:.1e}; biases before a normalization |value| <= {zero:.1e} (<= {ZERO_TOL:g})"
-          f"{extra}")
+          f"; the frozen layers' {len(frozen)} variables {'kept' if kept else 'CHANGED'}{extra}")
     return ok
 
 

@@ -389,6 +389,144 @@ START_TEST(test_regularizers_add_their_penalty_and_its_gradient) {
 }
 END_TEST
 
+/* Conv(4, 3, relu) -> MaxPool 2 -> Conv(4, 3, relu) -> MaxPool 2 -> Flatten -> Dense(8, relu)
+ * -> Dense(3) on 10x10x2, `frozen` (a layer name or NULL) not trainable; its gradients of one
+ * batch into g (all variables) */
+static dist_model *frozen_cnn(const char *frozen, float *g, int64_t *np) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_conv2d(m, 4, 3, DIST_ACT_RELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_max_pool2d(m, 2), DIST_OK);
+    ck_assert_int_eq(dist_model_add_conv2d(m, 4, 3, DIST_ACT_RELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_max_pool2d(m, 2), DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 8, DIST_ACT_RELU), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    if (frozen) ck_assert_int_eq(dist_model_set_layer_trainable(m, frozen, 0), DIST_OK);
+    int64_t in[3] = {10, 10, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
+    *np = dist_model_num_params(m);
+    float *w = malloc((size_t)*np * sizeof *w);
+    for (int64_t i = 0; i < *np; i++) w[i] = 0.4f * sinf(0.9f * (float)i + 0.3f);
+    ck_assert_int_eq(dist_model_set_weights(m, w, *np), DIST_OK);
+    free(w);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[2 * 10 * 10 * 2], r[6];
+    for (int i = 0; i < 400; i++) x[i] = cosf(0.23f * (float)i);
+    for (int i = 0; i < 6; i++) r[i] = 0.5f - 0.3f * (float)i;
+    int64_t xs[4] = {2, 10, 10, 2}, rs[2] = {2, 3};
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
+                hr = dist_tensor_view(r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)*np * sizeof *g),
+                     DIST_OK);
+    dist_tape_destroy(t);
+    return m;
+}
+
+/* A frozen layer (Keras's trainable = False) gets no gradient, and every other variable's
+ * gradient is the unfrozen model's: the first convolution (its input the images: nothing of it
+ * is recorded), the second (its input's gradient still flows through it, its fused pool
+ * included), a Dense. */
+START_TEST(test_frozen_layers_get_no_gradient_and_leave_the_others_alone) {
+    float full[600], got[600];
+    int64_t np, np2;
+    dist_model *ref = frozen_cnn(NULL, full, &np);
+    ck_assert_int_lt(np, 600);
+    const char *names[3] = {"conv2d", "conv2d_1", "dense"};
+    for (int f = 0; f < 3; f++) {
+        dist_model *m = frozen_cnn(names[f], got, &np2);
+        ck_assert_int_eq(np2, np);
+        ck_assert_int_eq(dist_model_layer_trainable(m, names[f]), 0);
+        ck_assert_int_eq(dist_model_layer_trainable(m, "dense_1"), 1);
+        double moved = 0;
+        for (int v = 0; v < dist_model_num_variables(m); v++) {
+            const dist_tensor *var = dist_model_variable(m, 0, v);
+            int64_t off = (float *)var->data - (float *)dist_model_params(m, 0)->data;
+            int frozen = strncmp(dist_model_variable_name(m, v), names[f], strlen(names[f])) == 0 &&
+                         dist_model_variable_name(m, v)[strlen(names[f])] == '/';
+            ck_assert_int_eq(dist_model_variable_trainable(m, v), !frozen);
+            for (int64_t i = off; i < off + dist_tensor_numel(var); i++) {
+                if (frozen) {
+                    ck_assert_msg(got[i] == 0.0f, "%s: frozen %s has gradient %g", names[f],
+                                  dist_model_variable_name(m, v), (double)got[i]);
+                    moved += fabs(full[i]);
+                } else {
+                    ck_assert_msg(fabs(got[i] - full[i]) <= 1e-6 * fmax(1.0, fabs(full[i])),
+                                  "%s frozen: %s's gradient %g, unfrozen %g", names[f],
+                                  dist_model_variable_name(m, v), (double)got[i], (double)full[i]);
+                }
+            }
+        }
+        ck_assert_double_gt(moved, 1e-3); /* the frozen layer has a gradient when trainable */
+        dist_model_destroy(m);
+    }
+    dist_model_destroy(ref);
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_layer_trainable(m, "nope", 0), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_layer_trainable(m, "nope"), -1);
+    int64_t in[1] = {2};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_set_layer_trainable(m, "dense", 0), DIST_INVALID_ARGUMENT);
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* A frozen BatchNormalization normalizes with its moving statistics in training too and leaves
+ * them as they are; gamma and beta get no gradient; the layer before it still learns. */
+START_TEST(test_a_frozen_batch_normalization_runs_in_inference_mode) {
+    dist_model *m = new_model();
+    dist_batch_norm_options bo = DIST_BATCH_NORM_OPTIONS_INIT;
+    ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &bo), DIST_OK);
+    ck_assert_int_eq(dist_model_set_layer_trainable(m, "batch_normalization", 0), DIST_OK);
+    int64_t in[1] = {3};
+    ck_assert_int_eq(dist_model_build(m, 1, in, 1), DIST_OK);
+    int64_t np = dist_model_num_params(m);
+    float w[64], after[64], g[64];
+    ck_assert_int_lt(np, 64);
+    for (int64_t i = 0; i < np; i++) w[i] = 0.5f + 0.3f * sinf(1.3f * (float)i);
+    ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[15];
+    for (int i = 0; i < 15; i++) x[i] = cosf(0.7f * (float)i);
+    int64_t xs[2] = {5, 3}, n;
+    float *inference = run_model(m, t, 0, x, 2, xs, &n);
+    float *training = run_model(m, t, 1, x, 2, xs, &n);
+    ck_assert_int_eq(memcmp(inference, training, (size_t)n * sizeof *training), 0);
+    dist_tensor *loss;
+    free(inference);
+    free(training);
+    /* one recorded call and its gradient */
+    dist_tape_reset(t);
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 2, xs), *dx, *y, *sq;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_model_call(m, t, dx, &y), DIST_OK);
+    ck_assert_int_eq(dist_op_square(t, y, &sq), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, sq, &loss), DIST_OK);
+    ck_assert_int_eq(dist_model_compute_gradients(m, t, loss), DIST_OK);
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+    ck_assert_int_eq(dist_model_get_weights(m, 0, after, np), DIST_OK);
+    ck_assert_int_eq(memcmp(w, after, (size_t)np * sizeof *w), 0); /* moving statistics kept */
+    double dense = 0;
+    for (int i = 0; i < 16; i++) dense += fabs(g[i]); /* the Dense's kernel and bias */
+    ck_assert_double_gt(dense, 1e-3);
+    for (int64_t i = 16; i < np; i++)
+        ck_assert_msg(g[i] == 0.0f, "BN variable %lld: %g", (long long)i, (double)g[i]);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_dropout(m, 0.25f, 42), DIST_OK);
@@ -832,6 +970,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);
     tcase_add_test(tc, test_regularizers_add_their_penalty_and_its_gradient);
+    tcase_add_test(tc, test_frozen_layers_get_no_gradient_and_leave_the_others_alone);
+    tcase_add_test(tc, test_a_frozen_batch_normalization_runs_in_inference_mode);
     tcase_add_test(tc, test_layer_gradients_match_finite_differences);
     tcase_add_test(tc, test_dropout_is_identity_in_inference_and_a_scaled_mask_in_training);
     tcase_add_test(tc, test_dropout_masks_differ_per_replica_and_repeat_per_seed);
