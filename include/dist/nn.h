@@ -189,7 +189,8 @@ DIST_API dist_status dist_model_add_merge(dist_model *model, dist_merge merge);
  * optimizer update; dist_model_variable_trainable says 0, the summary counts them as
  * non-trainable) and a BatchNormalization normalizes with its moving statistics, not updating
  * them, in training too, as Keras runs a frozen one. Set before dist_model_build (a frozen base
- * of a fine-tuned model; to unfreeze, build the model again and load its weights).
+ * of a fine-tuned model; to unfreeze, create a new model of the same layers and load the
+ * weights into it).
  * DIST_INVALID_ARGUMENT for a name the model lacks. */
 DIST_API dist_status dist_model_set_layer_trainable(dist_model *model, const char *layer,
                                                     int trainable);
@@ -209,7 +210,9 @@ typedef enum dist_regularized {
 } dist_regularized;
 /* Keras's L1L2(l1, l2) regularizer (L1: l2 = 0, L2: l1 = 0) on that variable of the layer added
  * last: its penalty l1 * sum(|w|) + l2 * sum(w^2) joins the loss (dist_model_regularization_loss).
- * l1 and l2 finite and >= 0; a layer without that variable is refused; 0 and 0 removes it. */
+ * l1 and l2 finite and >= 0; a layer kind without such a variable is refused (a Flatten's
+ * kernel); one without it in this configuration (a bias with use_bias off, a normalization's
+ * beta without center) penalizes nothing, as in Keras; 0 and 0 removes it. */
 DIST_API dist_status dist_model_set_regularizer(dist_model *model, dist_regularized which, float l1,
                                                 float l2);
 /* The sum of the model's regularization penalties for the tape's replica, on the tape (so its

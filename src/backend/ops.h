@@ -389,25 +389,31 @@ typedef enum dist_unary_kind {
      * compute them in float32, and their gradients as TensorFlow's gradient kernels with the
      * Python wrappers Keras calls around them. a = f[0], e = expf(x) - 1:
      * ELU: y = x > 0 ? x : a * (x < 0 ? e : x) (tf.nn.elu, then Keras's tf.where(x > 0, y,
-     *   a * y) for a != 1: the same bits for a = 1); dx = x > 0 ? dy : (y0 < 0 ? (y0 + 1) *
-     *   (a * dy) : a * dy), y0 = x < 0 ? e : x (EluGrad of the where's gradient) */
+     *   a * y) for a != 1: the same bits for a = 1); dx = y0 < 0 ? (y0 + 1) * d : d with
+     *   y0 = x < 0 ? e : x (EluGrad) of d = dy for a = 1, else of the where's gradient
+     *   d = x > 0 ? dy + a * 0 : 0 + a * dy */
     DIST_UN_ELU,
     /* SELU: x < 0 ? SA * e : S * x; dx = y < 0 ? dy * (y + SA) : dy * S (S and SA as
      * TensorFlow's float constants 1.0507009873554805, 1.7580993408473769) */
     DIST_UN_SELU,
-    /* SOFTPLUS: x > -t ? x : (x < t ? expf(x) : log1pf(expf(x))), t = logf(FLT_EPSILON) + 2;
+    /* SOFTPLUS: x > -t ? x : (x < t ? expf(x) : log1pf(expf(x))), t = logf(FLT_EPSILON) + 2
+     * (-0x1.be2804p+3, DIST_SOFTPLUS_T);
      * dx = dy / (expf(-x) + 1) */
     DIST_UN_SOFTPLUS,
     /* SOFTSIGN: x / (|x| + 1); dx = dy / ((|x| + 1) * (|x| + 1)) */
     DIST_UN_SOFTSIGN,
     /* LEAKY_RELU: x > 0 ? x : x * a; dx = x > 0 ? dy : dy * a (tf.nn.leaky_relu; any a) */
     DIST_UN_LEAKY_RELU,
-    /* RELU_MAX: min(max(x, 0), c), c = f[0] >= 0, NaN kept; dx = dy where 0 < x < c, and at
-     * x == c too when f[1] != 0 (tf.nn.relu then tf.clip_by_value(0, c), whose minimum passes
-     * the gradient at the cap; tf.nn.relu6's does not: f[1] = 0, c = 6), else 0 */
+    /* RELU_MAX: min(max(x, 0), c), c = f[0] >= 0, NaN kept. f[1] = 0 (tf.nn.relu6, c = 6):
+     * dx = dy * (0 < x < c ? 1 : 0) (Relu6Grad's product: -0 or NaN where dy is); f[1] != 0
+     * (tf.nn.relu then tf.clip_by_value(0, c), whose minimum passes the gradient at the cap):
+     * dx = (x <= c ? dy : 0) * (x > 0 ? 1 : 0) (the clip's select, then ReluGrad's product) */
     DIST_UN_RELU_MAX,
     DIST_UN_COUNT
 } dist_unary_kind;
+
+/* SOFTPLUS's switch point logf(FLT_EPSILON) + 2 as TensorFlow's float32 kernel computes it */
+#define DIST_SOFTPLUS_T (-0x1.be2804p+3f)
 
 typedef enum dist_binary_kind {
     DIST_BIN_ADD = 0,

@@ -198,7 +198,10 @@ static dist_status json_regularizer(const json_layer *l, const char *key, float 
     for (int i = 0; i < 2; i++) {
         if (!(i ? has2 : has1)) continue;
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(cfg, names[i]);
-        if (!n || cJSON_IsNull(n)) continue; /* Keras's default for an absent factor: 0 */
+        if (!n || cJSON_IsNull(n)) { /* Keras's defaults: L1(0.01), L2(0.01), L1L2(0, 0) */
+            *outs[i] = has1 && has2 ? 0.0f : 0.01f;
+            continue;
+        }
         if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0) || n->valuedouble > FLT_MAX)
             return dist_error(DIST_FORMAT,
                               "layer '%s' (%s): '%s': '%s' must be a finite number >= 0", l->name,
@@ -1123,8 +1126,11 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
             DIST_TRY(add_regularizers(m, l));
             DIST_TRY(model_rename_last_layer(m, l->name));
             /* trainable: false, Keras's frozen layer */
-            if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "trainable")))
-                DIST_TRY(dist_model_set_layer_trainable(m, l->name, 0));
+            const cJSON *tr = cJSON_GetObjectItemCaseSensitive(l->config, "trainable");
+            if (tr && !cJSON_IsBool(tr) && !cJSON_IsNull(tr))
+                return dist_error(DIST_FORMAT, "layer '%s' (%s): 'trainable' must be true or false",
+                                  l->name, l->class_name);
+            if (cJSON_IsFalse(tr)) DIST_TRY(dist_model_set_layer_trainable(m, l->name, 0));
             return DIST_OK;
         }
     return dist_error(

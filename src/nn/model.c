@@ -1254,9 +1254,10 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         if (!l->frozen) continue;
         const int own[3] = {l->kernel_var, l->bias_var, l->pointwise_var};
         for (int k = 0; k < 3; k++)
-            if (own[k] >= 0) m->vars[own[k]].trainable = 0;
+            if (own[k] >= 0) m->vars[own[k]].trainable = 0, m->vars[own[k]].frozen = 1;
         for (int k = 0; k < 8; k++)
-            if (l->mha_vars[k] >= 0) m->vars[l->mha_vars[k]].trainable = 0;
+            if (l->mha_vars[k] >= 0)
+                m->vars[l->mha_vars[k]].trainable = 0, m->vars[l->mha_vars[k]].frozen = 1;
     }
 
     const dist_placement *place = dist_scope_current();
@@ -1295,12 +1296,16 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         params_copies(m, copies);
         dist_variable_desc vars[MODEL_MAX_VARS];
         for (int i = 0; i < m->nvars; i++)
-            vars[i] = (dist_variable_desc){.name = m->vars[i].name,
-                                           .ndim = m->vars[i].ndim,
-                                           .shape = m->vars[i].shape,
-                                           .offset = m->vars[i].offset,
-                                           .numel = m->vars[i].numel,
-                                           .non_trainable = !m->vars[i].trainable};
+            vars[i] =
+                (dist_variable_desc){.name = m->vars[i].name,
+                                     .ndim = m->vars[i].ndim,
+                                     .shape = m->vars[i].shape,
+                                     .offset = m->vars[i].offset,
+                                     .numel = m->vars[i].numel,
+                                     /* the variables a layer assigns (moving
+                                      * statistics); a frozen layer's stay updated by
+                                      * the rule, with zero gradients: no change */
+                                     .non_trainable = !m->vars[i].trainable && !m->vars[i].frozen};
         st = place->create_variable(place->owner, copies, vars, m->nvars);
     }
     if (st != DIST_OK) return st;

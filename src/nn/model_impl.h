@@ -116,6 +116,7 @@ typedef struct model_var {
     int ones;                /* initialized to ones (gamma, moving_variance) */
     float uniform;           /* > 0: U(-uniform, uniform) (Keras's Embedding) instead */
     int trainable;           /* 0: updated by its layer (moving statistics); gradient zero */
+    int frozen;              /* not trainable as a frozen layer's: constant, not updated */
     int gathered; /* read only by a gather (an Embedding's table): autocast without a twin */
 } model_var;
 

@@ -1087,7 +1087,7 @@ static dist_status op_unary_keras(xla_trace *t, int k, const float *f, int x, in
         DIST_TRY(c_binop(t, XG_MUL, SELU_SCALE, x, &b));
         return select_cmp(t, XC_LT, x, z, a, b, y);
     case DIST_UN_SOFTPLUS: {
-        const float th = logf(FLT_EPSILON) + 2.0f;
+        const float th = DIST_SOFTPLUS_T;
         int lo, hi;
         DIST_TRY(unary(t, XU_EXP, x, &a));
         DIST_TRY(unary(t, XU_LOG1P, a, &b));
@@ -1116,16 +1116,21 @@ static dist_status op_unary_keras_grad(xla_trace *t, int k, const float *f, int 
     int z, a, b;
     DIST_TRY(splat_like(t, 0.0f, x, &z));
     switch (k) {
-    case DIST_UN_ELU:
+    case DIST_UN_ELU: {
+        int p, d = dy;
         DIST_TRY(elu_y0(t, x, z, &a));
-        DIST_TRY(c_binop(t, XG_MUL, f[0], dy, &b));
-        {
-            int p;
-            DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &p));
-            DIST_TRY(binop(t, XG_MUL, p, b, &p));
-            DIST_TRY(select_cmp(t, XC_LT, a, z, p, b, &a));
+        if (f[0] != 1.0f) { /* the where's gradient: x > 0 ? dy + a * 0 : 0 + a * dy */
+            int q;
+            DIST_TRY(c_binop(t, XG_MUL, f[0], dy, &b));
+            DIST_TRY(c_binop(t, XG_ADD, 0.0f, b, &b));
+            DIST_TRY(splat_like(t, f[0] * 0.0f, x, &q));
+            DIST_TRY(binop(t, XG_ADD, dy, q, &q));
+            DIST_TRY(select_cmp(t, XC_GT, x, z, q, b, &d));
         }
-        return select_cmp(t, XC_GT, x, z, dy, a, dx);
+        DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &p));
+        DIST_TRY(binop(t, XG_MUL, p, d, &p));
+        return select_cmp(t, XC_LT, a, z, p, d, dx);
+    }
     case DIST_UN_SELU:
         DIST_TRY(binop_c(t, XG_ADD, y, SELU_SCALE_ALPHA, &a));
         DIST_TRY(binop(t, XG_MUL, dy, a, &a));
@@ -1144,10 +1149,18 @@ static dist_status op_unary_keras_grad(xla_trace *t, int k, const float *f, int 
     case DIST_UN_LEAKY_RELU:
         DIST_TRY(binop_c(t, XG_MUL, dy, f[0], &a));
         return select_cmp(t, XC_GT, x, z, dy, a, dx);
-    default: /* DIST_UN_RELU_MAX */
+    default: { /* DIST_UN_RELU_MAX: the masks as products, as TensorFlow's gradients */
+        int one, m;
         DIST_TRY(splat_like(t, f[0], x, &b));
-        DIST_TRY(select_cmp(t, f[1] != 0 ? XC_LE : XC_LT, x, b, dy, z, &a));
-        return select_cmp(t, XC_GT, x, z, a, z, dx);
+        DIST_TRY(splat_like(t, 1.0f, x, &one));
+        DIST_TRY(select_cmp(t, XC_GT, x, z, one, z, &m)); /* x > 0 */
+        if (f[1] != 0) {
+            DIST_TRY(select_cmp(t, XC_LE, x, b, dy, z, &a)); /* the clip's select */
+            return binop(t, XG_MUL, a, m, dx);
+        }
+        DIST_TRY(select_cmp(t, XC_LT, x, b, m, z, &m)); /* and x < c */
+        return binop(t, XG_MUL, dy, m, dx);
+    }
     }
 }
 

@@ -135,15 +135,17 @@ static float keras_grad_f32(const keras_kind *c, float x, float y, float g) {
     const float sa = 1.7580993408473768599402175208123f, s = 1.0507009873554804934193349852946f;
     switch (c->k) {
     case DIST_UN_ELU: {
-        if (x > 0) return g;
-        float y0 = x < 0 ? expf(x) - 1.0f : x, ag = c->f0 * g;
-        return y0 < 0 ? (y0 + 1.0f) * ag : ag;
+        float y0 = x < 0 ? expf(x) - 1.0f : x;
+        float d = c->f0 == 1.0f ? g : x > 0 ? g + c->f0 * 0.0f : 0.0f + c->f0 * g;
+        return y0 < 0 ? (y0 + 1.0f) * d : d;
     }
     case DIST_UN_SELU: return y < 0 ? g * (y + sa) : g * s;
     case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
     case DIST_UN_SOFTSIGN: return g / ((fabsf(x) + 1.0f) * (fabsf(x) + 1.0f));
     case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * c->f0;
-    default: return x > 0 && (x < c->f0 || (c->f1 != 0 && x == c->f0)) ? g : 0.0f;
+    default:
+        if (c->f1 == 0) return g * (x > 0 && x < c->f0 ? 1.0f : 0.0f);
+        return (x <= c->f0 ? g : 0.0f) * (x > 0 ? 1.0f : 0.0f);
     }
 }
 
@@ -175,8 +177,6 @@ START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
                 g = op_of(DIST_OPC_UNARY_GRAD, kc->k, 3, 1);
         op.f[0] = g.f[0] = kc->f0;
         op.f[1] = g.f[1] = kc->f1;
-        ck_assert_str_eq(dist_op_name(&op),
-                         kc->k == DIST_UN_RELU_MAX ? "relu_max" : dist_op_name(&op));
         ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
         ck_assert_int_eq(run(&g, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
         for (int i = 0; i < n; i++) {
@@ -226,6 +226,36 @@ START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
         ck_assert_int_eq(run(&op, &tkx, NULL, NULL, NULL, NULL, &tky, NULL), DIST_OK);
         ck_assert_int_eq(run(&g, &tkx, &tky, &tkdy, NULL, NULL, &tkdx, NULL), DIST_OK);
         expect(kdx, kinks[c].want, 4, 0.0);
+    }
+    /* TensorFlow's masks are products: -0 or NaN where dy is negative or NaN, and the clip's
+     * select gives +0 above the cap; ELU's where-gradient sums 0 + alpha dy (+0 for a -0) */
+    float sx[4] = {-1.0f, 7.0f, 7.0f, 0.0f}, sdy[4] = {-1.0f, -1.0f, NAN, -0.0f}, sy[4], sdx[4];
+    dist_tensor tsx = t1(sx, 4), tsy = t1(sy, 4), tsdy = t1(sdy, 4), tsdx = t1(sdx, 4);
+    struct {
+        int k;
+        float f0, f1;
+        int neg[4], nan[4];
+    } signs[] = {{DIST_UN_RELU_MAX, 6.0f, 0, {1, 1, 0, 1}, {0, 0, 1, 0}}, /* relu6 */
+                 {DIST_UN_RELU_MAX, 2.5f, 1, {1, 0, 0, 1}, {0, 0, 0, 0}}, /* relu, clip */
+                 {DIST_UN_ELU, 0.5f, 0, {1, 0, 0, 0}, {0, 0, 1, 0}}};
+    for (size_t c = 0; c < sizeof signs / sizeof signs[0]; c++) {
+        dist_op op = op_of(DIST_OPC_UNARY, signs[c].k, 1, 1);
+        dist_op g = op_of(DIST_OPC_UNARY_GRAD, signs[c].k, 3, 1);
+        op.f[0] = g.f[0] = signs[c].f0;
+        op.f[1] = g.f[1] = signs[c].f1;
+        ck_assert_int_eq(run(&op, &tsx, NULL, NULL, NULL, NULL, &tsy, NULL), DIST_OK);
+        ck_assert_int_eq(run(&g, &tsx, &tsy, &tsdy, NULL, NULL, &tsdx, NULL), DIST_OK);
+        for (int i = 0; i < 4; i++) {
+            if (signs[c].nan[i]) {
+                ck_assert_msg(isnan(sdx[i]), "case %zu element %d: %g, want NaN", c, i,
+                              (double)sdx[i]);
+                continue;
+            }
+            if (signs[c].k == DIST_UN_ELU && i < 2) continue; /* not zeros: -0.18, -1 */
+            ck_assert_msg(sdx[i] == 0.0f && !!signbit(sdx[i]) == signs[c].neg[i],
+                          "case %zu element %d: %g (sign %d), want %s0", c, i, (double)sdx[i],
+                          !!signbit(sdx[i]), signs[c].neg[i] ? "-" : "+");
+        }
     }
 }
 END_TEST

@@ -335,8 +335,11 @@ START_TEST(test_regularizers_add_their_penalty_and_its_gradient) {
         for (int i = 0; i < 4; i++) want += 0.25 * fabs(w[beta + i]);
         dist_tape *t;
         ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        /* a tape at a mixed policy's precision: the penalty stays float32 all the same */
+        if (mixed) ck_assert_int_eq(dist_tape_set_compute_precision(t, DIST_BF16), DIST_OK);
         dist_tensor *loss;
         ck_assert_int_eq(dist_model_regularization_loss(m, t, &loss), DIST_OK);
+        ck_assert_int_eq(dist_tape_compute_precision(t), mixed ? DIST_BF16 : DIST_F32);
         ck_assert_ptr_nonnull(loss);
         float got;
         ck_assert_int_eq(dist_tape_download(t, loss, &got, sizeof got), DIST_OK);

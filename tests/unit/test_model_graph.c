@@ -535,6 +535,78 @@ START_TEST(test_functional_json_refusals_name_what_libdist_lacks) {
 }
 END_TEST
 
+/* Keras's regularizer objects (a missing factor is Keras's default: 0.01 for L1 and L2, 0 for
+ * L1L2), "trainable": false, and malformed ones */
+START_TEST(test_keras_regularizers_and_frozen_layers_are_read) {
+#define DENSE_CFG(extra)                                                                           \
+    "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"       \
+    "\"InputLayer\",\"config\":{\"batch_shape\":[null,3],\"name\":\"in\"}},{\"class_name\":"       \
+    "\"Dense\",\"config\":{\"name\":\"d\",\"units\":2" extra "}}]}}"
+    static const struct {
+        const char *json;
+        double l1, l2; /* the kernel's */
+        int trainable;
+    } ok[] = {
+        {DENSE_CFG(",\"kernel_regularizer\":{\"class_name\":\"L2\",\"config\":{}}"), 0, 0.01, 1},
+        {DENSE_CFG(",\"kernel_regularizer\":{\"class_name\":\"L1\",\"config\":{\"l1\":null}}"),
+         0.01, 0, 1},
+        {DENSE_CFG(",\"kernel_regularizer\":{\"class_name\":\"L1L2\",\"config\":{\"l2\":0.5}}"), 0,
+         0.5, 1},
+        {DENSE_CFG(",\"kernel_regularizer\":{\"module\":\"keras.regularizers\",\"class_name\":"
+                   "\"L1L2\",\"config\":{\"l1\":0.25,\"l2\":0.125},\"registered_name\":null},"
+                   "\"trainable\":false"),
+         0.25, 0.125, 0},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        dist_model *m = NULL;
+        ck_assert_msg(dist_model_from_keras_json(ok[i].json, 1, &m) == DIST_OK, "case %zu: %s", i,
+                      dist_last_error());
+        ck_assert_int_eq(dist_model_layer_trainable(m, "d"), ok[i].trainable);
+        float w[8] = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f, 0.3f, -0.2f};
+        ck_assert_int_eq(dist_model_set_weights(m, w, 8), DIST_OK);
+        double want = 0;
+        for (int k = 0; k < 6; k++) want += ok[i].l1 * fabs(w[k]) + ok[i].l2 * w[k] * w[k];
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        dist_tensor *loss;
+        ck_assert_int_eq(dist_model_regularization_loss(m, t, &loss), DIST_OK);
+        if (!ok[i].trainable) { /* a frozen layer's penalty is left out (Keras 3) */
+            ck_assert_ptr_null(loss);
+        } else {
+            float got;
+            ck_assert_int_eq(dist_tape_read_scalar(t, loss, &got), DIST_OK);
+            ck_assert_msg(fabs(got - want) <= 1e-6 * want, "case %zu: %g, want %g", i, (double)got,
+                          want);
+        }
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+    static const struct {
+        const char *json, *message;
+        dist_status status;
+    } bad[] = {
+        {DENSE_CFG(",\"trainable\":\"no\""), "layer 'd' (Dense): 'trainable' must be true or false",
+         DIST_FORMAT},
+        {DENSE_CFG(",\"kernel_regularizer\":{\"class_name\":\"L2\",\"config\":{\"l2\":-1}}"),
+         "layer 'd' (Dense): 'kernel_regularizer': 'l2' must be a finite number >= 0", DIST_FORMAT},
+        {DENSE_CFG(",\"kernel_regularizer\":{\"class_name\":\"L2\",\"config\":{\"l2\":1e300}}"),
+         "'l2' must be a finite number >= 0", DIST_FORMAT},
+        {DENSE_CFG(",\"bias_regularizer\":\"l2\""),
+         "layer 'd' (Dense): 'bias_regularizer' must be a regularizer object", DIST_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dist_model *m = NULL;
+        dist_status st = dist_model_from_keras_json(bad[i].json, 1, &m);
+        ck_assert_msg(st == bad[i].status, "bad %zu: %s '%s'", i, dist_status_name(st),
+                      dist_last_error());
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(dist_last_error(), bad[i].message), "bad %zu: '%s'", i,
+                      dist_last_error());
+    }
+#undef DENSE_CFG
+}
+END_TEST
+
 START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
 #define SEQ(layer)                                                                                 \
     "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":[{\"class_name\":"       \
@@ -885,6 +957,7 @@ int main(int argc, char **argv) {
     tcase_add_test(json, test_functional_json_refusals_name_what_libdist_lacks);
     tcase_add_test(json, test_a_graph_model_writes_a_functional_keras_config_that_reads_back);
     tcase_add_test(json, test_new_layer_arguments_libdist_lacks_are_refused_by_name);
+    tcase_add_test(json, test_keras_regularizers_and_frozen_layers_are_read);
     suite_add_tcase(s, json);
     return dist_test_run(s);
 }

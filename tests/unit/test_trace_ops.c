@@ -339,15 +339,17 @@ static float un_f(int k, const float *f, float x) {
 static float un_g(int k, const float *f, float x, float y, float g) {
     switch (k) {
     case DIST_UN_ELU: {
-        if (x > 0) return g;
-        const float y0 = x < 0 ? expf(x) - 1.0f : x, ag = f[0] * g;
-        return y0 < 0 ? (y0 + 1.0f) * ag : ag;
+        const float y0 = x < 0 ? expf(x) - 1.0f : x;
+        const float d = f[0] == 1.0f ? g : x > 0 ? g + f[0] * 0.0f : 0.0f + f[0] * g;
+        return y0 < 0 ? (y0 + 1.0f) * d : d;
     }
     case DIST_UN_SELU: return y < 0 ? g * (y + SELU_SA) : g * SELU_S;
     case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
     case DIST_UN_SOFTSIGN: return g / ((fabsf(x) + 1.0f) * (fabsf(x) + 1.0f));
     case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * f[0];
-    case DIST_UN_RELU_MAX: return x > 0 && (x < f[0] || (f[1] != 0 && x == f[0])) ? g : 0.0f;
+    case DIST_UN_RELU_MAX:
+        if (f[1] == 0) return g * (x > 0 && x < f[0] ? 1.0f : 0.0f);
+        return (x <= f[0] ? g : 0.0f) * (x > 0 ? 1.0f : 0.0f);
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;

@@ -239,14 +239,12 @@ static float sigmoid_f(float x) {
 #define SELU_SCALE 1.0507009873554804934193349852946f
 #define SELU_SCALE_ALPHA 1.7580993408473768599402175208123f
 
-static float softplus_threshold(void) { return logf(FLT_EPSILON) + 2.0f; }
-
 static float un_apply(int kind, const float *f, float x) {
     switch (kind) {
     case DIST_UN_ELU: return x > 0 ? x : f[0] * (x < 0 ? expf(x) - 1.0f : x);
     case DIST_UN_SELU: return x < 0 ? SELU_SCALE_ALPHA * (expf(x) - 1.0f) : SELU_SCALE * x;
     case DIST_UN_SOFTPLUS: {
-        const float t = softplus_threshold();
+        const float t = DIST_SOFTPLUS_T;
         return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
     }
     case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
@@ -272,9 +270,9 @@ static float un_apply(int kind, const float *f, float x) {
 static float un_grad(int kind, const float *f, float x, float y, float g) {
     switch (kind) {
     case DIST_UN_ELU: {
-        if (x > 0) return g;
-        const float y0 = x < 0 ? expf(x) - 1.0f : x, ag = f[0] * g;
-        return y0 < 0 ? (y0 + 1.0f) * ag : ag;
+        const float y0 = x < 0 ? expf(x) - 1.0f : x;
+        const float d = f[0] == 1.0f ? g : x > 0 ? g + f[0] * 0.0f : 0.0f + f[0] * g;
+        return y0 < 0 ? (y0 + 1.0f) * d : d;
     }
     case DIST_UN_SELU: return y < 0 ? g * (y + SELU_SCALE_ALPHA) : g * SELU_SCALE;
     case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
@@ -283,7 +281,9 @@ static float un_grad(int kind, const float *f, float x, float y, float g) {
         return g / (d * d);
     }
     case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * f[0];
-    case DIST_UN_RELU_MAX: return x > 0 && (x < f[0] || (f[1] != 0 && x == f[0])) ? g : 0.0f;
+    case DIST_UN_RELU_MAX:
+        if (f[1] == 0) return g * (x > 0 && x < f[0] ? 1.0f : 0.0f);
+        return (x <= f[0] ? g : 0.0f) * (x > 0 ? 1.0f : 0.0f);
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;

@@ -191,7 +191,7 @@ __device__ float un_apply(int k, const float *f, float x) {
         return x < 0.0f ? __fmul_rn(SELU_SCALE_ALPHA, __fsub_rn(expf(x), 1.0f))
                         : __fmul_rn(SELU_SCALE, x);
     case DIST_UN_SOFTPLUS: {
-        const float t = __fadd_rn(logf(FLT_EPSILON), 2.0f);
+        const float t = DIST_SOFTPLUS_T;
         return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
     }
     case DIST_UN_SOFTSIGN: return __fdiv_rn(x, __fadd_rn(fabsf(x), 1.0f));
@@ -221,9 +221,11 @@ __device__ float un_apply(int k, const float *f, float x) {
 __device__ float un_grad(int k, const float *f, float x, float y, float g) {
     switch (k) {
     case DIST_UN_ELU: {
-        if (x > 0.0f) return g;
-        const float y0 = x < 0.0f ? __fsub_rn(expf(x), 1.0f) : x, ag = __fmul_rn(f[0], g);
-        return y0 < 0.0f ? __fmul_rn(__fadd_rn(y0, 1.0f), ag) : ag;
+        const float y0 = x < 0.0f ? __fsub_rn(expf(x), 1.0f) : x;
+        const float d = f[0] == 1.0f ? g
+                        : x > 0.0f   ? __fadd_rn(g, __fmul_rn(f[0], 0.0f))
+                                     : __fadd_rn(0.0f, __fmul_rn(f[0], g));
+        return y0 < 0.0f ? __fmul_rn(__fadd_rn(y0, 1.0f), d) : d;
     }
     case DIST_UN_SELU:
         return y < 0.0f ? __fmul_rn(g, __fadd_rn(y, SELU_SCALE_ALPHA)) : __fmul_rn(g, SELU_SCALE);
@@ -233,7 +235,9 @@ __device__ float un_grad(int k, const float *f, float x, float y, float g) {
         return __fdiv_rn(g, __fmul_rn(d, d));
     }
     case DIST_UN_LEAKY_RELU: return x > 0.0f ? g : __fmul_rn(g, f[0]);
-    case DIST_UN_RELU_MAX: return x > 0.0f && (x < f[0] || (f[1] != 0.0f && x == f[0])) ? g : 0.0f;
+    case DIST_UN_RELU_MAX:
+        if (f[1] == 0.0f) return __fmul_rn(g, x > 0.0f && x < f[0] ? 1.0f : 0.0f);
+        return __fmul_rn(x <= f[0] ? g : 0.0f, x > 0.0f ? 1.0f : 0.0f);
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return __fmul_rn(g, y);
     case DIST_UN_LOG: return __fdiv_rn(g, x);
