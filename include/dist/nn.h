@@ -349,17 +349,18 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * with bias), Add, Subtract, Multiply, Average, Concatenate, Activation (those activations), ReLU
  * (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU, Softmax (last axis),
  * Rescaling (scalar scale and offset), Reshape, Permute, GlobalAveragePooling1D,
- * GlobalMaxPooling1D and ZeroPadding2D, float32, channels_last. Layers and the model keep
- * Keras's names, and the layers Keras's order (the variables are in model.weights' order). The
- * model is built as dist_model_build does (inside a strategy's scope it is mirrored), for the input
- * shape of the InputLayer, with fresh weights drawn from `seed`. `json` is borrowed; *out is
- * released with dist_model_destroy. Errors: DIST_FORMAT (not JSON, not a Keras model config, a
- * malformed argument, a graph naming a layer the model lacks), DIST_UNSUPPORTED (any other layer
- * class, an argument value libdist does not implement: the message names the layer and the
- * argument, e.g. "layer 'un': class 'UnitNormalization' is not supported"; several inputs or
- * outputs; a layer called more than once; call arguments besides the inputs), DIST_INVALID_ARGUMENT
- * (what dist_model_build refuses: a cycle, a layer that does not lead to the output, shapes that do
- * not fit). */
+ * GlobalMaxPooling1D and ZeroPadding2D, float32, channels_last; their L1, L2 and L1L2 weight
+ * regularizers (dist_model_set_regularizer) and "trainable": false
+ * (dist_model_set_layer_trainable). Layers and the model keep Keras's names, and the layers Keras's
+ * order (the variables are in model.weights' order). The model is built as dist_model_build does
+ * (inside a strategy's scope it is mirrored), for the input shape of the InputLayer, with fresh
+ * weights drawn from `seed`. `json` is borrowed; *out is released with dist_model_destroy. Errors:
+ * DIST_FORMAT (not JSON, not a Keras model config, a malformed argument, a graph naming a layer the
+ * model lacks), DIST_UNSUPPORTED (any other layer class, an argument value libdist does not
+ * implement: the message names the layer and the argument, e.g. "layer 'un': class
+ * 'UnitNormalization' is not supported"; several inputs or outputs; a layer called more than once;
+ * call arguments besides the inputs), DIST_INVALID_ARGUMENT (what dist_model_build refuses: a
+ * cycle, a layer that does not lead to the output, shapes that do not fit). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 
 /* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3
