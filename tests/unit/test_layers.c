@@ -94,6 +94,24 @@ static void expect_gradients_match_differences(dist_model *m, const float *x, in
                                                const int64_t *xs, const float *r,
                                                const int64_t *rs);
 
+/* The gradient of L = sum(r * model(x)) for every weight (a training call on tape t), into g */
+static void gradients_of_weighted_sum(dist_model *m, dist_tape *t, const float *x, int xnd,
+                                      const int64_t *xs, const float *r, const int64_t *rs,
+                                      float *g) {
+    dist_tensor hx = dist_tensor_view((float *)x, DIST_F32, xnd, xs),
+                hr = dist_tensor_view((float *)r, DIST_F32, 2, rs);
+    dist_tensor *dx, *dr, *y, *ry, *loss;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
+    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
+    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+    int64_t np = dist_model_num_params(m);
+    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
+                     DIST_OK);
+}
+
 /* Keras's activation a at v, in double */
 static double keras_activation(dist_activation a, double v) {
     const double sa = 1.7580993408473768599402175208123, s = 1.0507009873554804934193349852946;
@@ -243,17 +261,7 @@ static void expect_gradients_match_differences(dist_model *m, const float *x, in
 
     dist_tape *t;
     ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
-    dist_tensor hx = dist_tensor_view((float *)x, DIST_F32, xnd, xs),
-                hr = dist_tensor_view((float *)r, DIST_F32, 2, rs);
-    dist_tensor *dx, *dr, *y, *ry, *loss;
-    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
-    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
-    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
-    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
-    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
-    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
-    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)np * sizeof *g),
-                     DIST_OK);
+    gradients_of_weighted_sum(m, t, x, xnd, xs, r, rs, g);
 
     double num2 = 0, ana2 = 0, diff2 = 0;
     const float eps = 2e-3f;
@@ -418,17 +426,7 @@ static dist_model *frozen_cnn(const char *frozen, float *g, int64_t *np) {
     for (int i = 0; i < 400; i++) x[i] = cosf(0.23f * (float)i);
     for (int i = 0; i < 6; i++) r[i] = 0.5f - 0.3f * (float)i;
     int64_t xs[4] = {2, 10, 10, 2}, rs[2] = {2, 3};
-    dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, xs),
-                hr = dist_tensor_view(r, DIST_F32, 2, rs);
-    dist_tensor *dx, *dr, *y, *ry, *loss;
-    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
-    ck_assert_int_eq(dist_tape_upload(t, &hr, &dr), DIST_OK);
-    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
-    ck_assert_int_eq(dist_op_mul(t, y, dr, &ry), DIST_OK);
-    ck_assert_int_eq(dist_op_reduce_sum(t, ry, &loss), DIST_OK);
-    ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
-    ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, (size_t)*np * sizeof *g),
-                     DIST_OK);
+    gradients_of_weighted_sum(m, t, x, 4, xs, r, rs, g);
     dist_tape_destroy(t);
     return m;
 }
