@@ -381,13 +381,24 @@ typedef enum dist_unary_kind {
     DIST_UN_SQRT,
     DIST_UN_SQUARE,
     DIST_UN_ABS,
+    /* The transcendental kinds use the backend's float32 exp, tanh and log1p: the CPU's are
+     * cpu_vmath.h's (Cephes's exp, 0 below -87; Eigen's rational tanh, within 7 ulp; log1p as
+     * 2 atanh(u / (2 + u))), CUDA's its libdevice functions, a traced program XLA's; backends
+     * agree to those functions' rounding.
+     * SIGMOID: e = exp(-|x|), y = (x >= 0 ? 1 : e) / (1 + e); dx = dy * (y * (1 - y)) */
     DIST_UN_SIGMOID,
+    /* TANH: tanh(x); dx = dy * (1 - y * y) */
     DIST_UN_TANH,
-    DIST_UN_GELU,      /* x * Phi(x), erf form */
-    DIST_UN_GELU_TANH, /* the tanh approximation */
+    DIST_UN_GELU, /* x * Phi(x), erf form */
+    /* GELU_TANH, the tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715
+     * x^3), computed as x * sigmoid(2u) (the same function; 1 + tanh(u) would cancel for
+     * x < -3): y = x * SIGMOID(2u); dx = dy * (s + x * (2 * (e / (d * d)) * u')) with
+     * e = exp(-2 |u|), d = 1 + e, s = SIGMOID(2u), u' = sqrt(2 / pi) (1 + 3 * 0.044715 x^2);
+     * u and u' take x clamped to [-1e4, 1e4] */
+    DIST_UN_GELU_TANH,
     /* Keras's other activations, as TensorFlow's kernels (relu_op_functor.h, softplus_op.h)
      * compute them in float32, and their gradients as TensorFlow's gradient kernels with the
-     * Python wrappers Keras calls around them. a = f[0], e = expf(x) - 1:
+     * Python wrappers Keras calls around them. a = f[0], e = exp(x) - 1:
      * ELU: y = x > 0 ? x : a * (x < 0 ? e : x) (tf.nn.elu, then Keras's tf.where(x > 0, y,
      *   a * y) for a != 1: the same bits for a = 1); dx = y0 < 0 ? (y0 + 1) * d : d with
      *   y0 = x < 0 ? e : x (EluGrad) of d = dy for a = 1, else of the where's gradient
@@ -396,11 +407,11 @@ typedef enum dist_unary_kind {
     /* SELU: x < 0 ? SA * e : S * x; dx = y < 0 ? dy * (y + SA) : dy * S (S and SA as
      * TensorFlow's float constants 1.0507009873554805, 1.7580993408473769) */
     DIST_UN_SELU,
-    /* SOFTPLUS: x > -t ? x : (x < t ? expf(x) : log1pf(expf(x))), t = logf(FLT_EPSILON) + 2
-     * (-0x1.be2804p+3, DIST_SOFTPLUS_T);
-     * dx = dy / (expf(-x) + 1) */
+    /* SOFTPLUS: x > -t ? x : (x < t ? exp(x) : max(x, 0) + log1p(exp(-|x|))),
+     * t = logf(FLT_EPSILON) + 2 (-0x1.be2804p+3, DIST_SOFTPLUS_T), TensorFlow's switch points
+     * (its middle form log1p(exp(x)) is the same function; this one cancels nowhere);
+     * dx = dy * SIGMOID(x) */
     DIST_UN_SOFTPLUS,
-    /* SOFTSIGN: x / (|x| + 1); dx = dy / ((|x| + 1) * (|x| + 1)) */
     DIST_UN_SOFTSIGN,
     /* LEAKY_RELU: x > 0 ? x : x * a; dx = x > 0 ? dy : dy * a (tf.nn.leaky_relu; any a) */
     DIST_UN_LEAKY_RELU,

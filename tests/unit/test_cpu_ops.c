@@ -115,15 +115,18 @@ static double keras_ref(const keras_kind *c, double x) {
     }
 }
 
-/* ops.h's float32 formulas, written out (TensorFlow's kernels) */
+/* ops.h's float32 formulas, written out with the CPU's exp, logistic function and log1p
+ * (cpu_vmath.h; TensorFlow's kernels' arithmetic around them) */
 static float keras_f32(const keras_kind *c, float x) {
     const float sa = 1.7580993408473768599402175208123f, s = 1.0507009873554804934193349852946f;
     switch (c->k) {
-    case DIST_UN_ELU: return x > 0 ? x : c->f0 * (x < 0 ? expf(x) - 1.0f : x);
-    case DIST_UN_SELU: return x < 0 ? sa * (expf(x) - 1.0f) : s * x;
+    case DIST_UN_ELU: return x > 0 ? x : c->f0 * (x < 0 ? cpu_exp_neg_f32(x) - 1.0f : x);
+    case DIST_UN_SELU: return x < 0 ? sa * (cpu_exp_neg_f32(x) - 1.0f) : s * x;
     case DIST_UN_SOFTPLUS: {
         const float t = logf(FLT_EPSILON) + 2.0f;
-        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
+        if (x > -t) return x;
+        if (x < t) return cpu_exp_neg_f32(x);
+        return (x > 0 ? x : 0.0f) + cpu_log1p_unit_f32(cpu_exp_neg_f32(-fabsf(x)));
     }
     case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
     case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * c->f0;
@@ -135,12 +138,12 @@ static float keras_grad_f32(const keras_kind *c, float x, float y, float g) {
     const float sa = 1.7580993408473768599402175208123f, s = 1.0507009873554804934193349852946f;
     switch (c->k) {
     case DIST_UN_ELU: {
-        float y0 = x < 0 ? expf(x) - 1.0f : x;
+        float y0 = x < 0 ? cpu_exp_neg_f32(x) - 1.0f : x;
         float d = c->f0 == 1.0f ? g : x > 0 ? g + c->f0 * 0.0f : 0.0f + c->f0 * g;
         return y0 < 0 ? (y0 + 1.0f) * d : d;
     }
     case DIST_UN_SELU: return y < 0 ? g * (y + sa) : g * s;
-    case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
+    case DIST_UN_SOFTPLUS: return g * cpu_sigmoid_f32(x);
     case DIST_UN_SOFTSIGN: return g / ((fabsf(x) + 1.0f) * (fabsf(x) + 1.0f));
     case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * c->f0;
     default:
@@ -894,6 +897,222 @@ START_TEST(test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_p
 }
 END_TEST
 
+/* The transcendental activations (cpu_act.c: SIGMOID, TANH, ELU, SELU, SOFTPLUS, GELU_TANH,
+ * float32 vector loops) on 80,001 points of [-20, 20] and the ends (+-0, +-inf, NaN, the
+ * switch points of tanh's and softplus's forms, exp's underflow):
+ * - bit for bit ops.h's float32 arithmetic, written out below with cpu_vmath.h's functions
+ *   (the vector copies of every ISA give the scalar bits), on 1 and 2 threads and in place;
+ * - within a bound of the function and its derivative in double, in ulps of the result
+ *   (measured worst in parentheses): sigmoid 3 (2.1), tanh 7 (5.8, Eigen's approximation),
+ *   ELU and SELU 2 of max(|y|, 1) (exp(x) - 1 as TensorFlow's: absolute near 0), softplus 8
+ *   (7.4 at its switch point t, TensorFlow's), GELU_TANH (4 + 12 |u|) (x sigmoid(2u) keeps
+ *   digits where 1 + tanh(u) loses all; u's rounding, up to 6 ulp, is amplified by 2 |u|:
+ *   5e-6 relative at x = -9, where TensorFlow's form gives 0); the gradients
+ *   computed from y within twice y's error times dy (16 ulp of 1 for tanh, whose y is
+ *   within 7 ulp; 4 for sigmoid), the others like their
+ *   functions (GELU_TANH's 2 ulp of max(|d|, 1)); below FLT_MIN, 0 (exp's underflow). */
+static float act_ref_f32(int k, float a, float x) {
+    const float sa = 1.7580993408473768599402175208123f, s = 1.0507009873554804934193349852946f;
+    switch (k) {
+    case DIST_UN_SIGMOID: return cpu_sigmoid_f32(x);
+    case DIST_UN_TANH: return cpu_tanh_f32(x);
+    case DIST_UN_ELU: return x > 0 ? x : a * (x < 0 ? cpu_exp_neg_f32(x) - 1.0f : x);
+    case DIST_UN_SELU: return x < 0 ? sa * (cpu_exp_neg_f32(x) - 1.0f) : s * x;
+    case DIST_UN_SOFTPLUS: {
+        const keras_kind c = {DIST_UN_SOFTPLUS, 0, 0, "softplus"};
+        return keras_f32(&c, x);
+    }
+    default: { /* GELU_TANH */
+        const float xc = x < -1e4f ? -1e4f : (x > 1e4f ? 1e4f : x);
+        const float u = 0.7978845608028654f * (xc + 0.044715f * (xc * xc * xc));
+        return x * cpu_sigmoid_f32(2.0f * u);
+    }
+    }
+}
+
+static float act_grad_ref_f32(int k, float a, float x, float y, float g) {
+    switch (k) {
+    case DIST_UN_SIGMOID: return g * (y * (1.0f - y));
+    case DIST_UN_TANH: return g * (1.0f - y * y);
+    case DIST_UN_ELU: {
+        const keras_kind c = {DIST_UN_ELU, a, 0, "elu"};
+        return keras_grad_f32(&c, x, y, g);
+    }
+    case DIST_UN_SELU: {
+        const keras_kind c = {DIST_UN_SELU, 0, 0, "selu"};
+        return keras_grad_f32(&c, x, y, g);
+    }
+    case DIST_UN_SOFTPLUS: return g * cpu_sigmoid_f32(x);
+    default: { /* GELU_TANH */
+        const float xc = x < -1e4f ? -1e4f : (x > 1e4f ? 1e4f : x);
+        const float u = 0.7978845608028654f * (xc + 0.044715f * (xc * xc * xc));
+        const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * (xc * xc));
+        const float e = cpu_exp_neg_f32(-2.0f * fabsf(u)), d = 1.0f + e;
+        const float sg = (u >= 0.0f ? 1.0f : e) / d;
+        return g * (sg + x * (2.0f * (e / (d * d)) * du));
+    }
+    }
+}
+
+static double act_ref(int k, double a, double x, double *deriv, double *u_out) {
+    const double sa = 1.7580993408473768599402175208123, s = 1.0507009873554804934193349852946;
+    const double c = sqrt(2.0 / M_PI);
+    const double sig = 1.0 / (1.0 + exp(-x));
+    *u_out = 0;
+    switch (k) {
+    case DIST_UN_SIGMOID: *deriv = sig * (1.0 - sig); return sig;
+    case DIST_UN_TANH: *deriv = 1.0 - tanh(x) * tanh(x); return tanh(x);
+    case DIST_UN_ELU: *deriv = x > 0 ? 1.0 : a * exp(x); return x > 0 ? x : a * expm1(x);
+    case DIST_UN_SELU: *deriv = x > 0 ? s : sa * exp(x); return x > 0 ? s * x : sa * expm1(x);
+    case DIST_UN_SOFTPLUS: *deriv = sig; return x > 30 ? x : log1p(exp(x));
+    default: { /* GELU_TANH: 0.5 (1 + tanh(u)) = sigmoid(2u), kept from cancelling */
+        const double u = c * (x + 0.044715 * x * x * x), s2 = 1.0 / (1.0 + exp(-2.0 * u));
+        *u_out = u;
+        *deriv = s2 + x * 2.0 * s2 * (1.0 - s2) * c * (1.0 + 3.0 * 0.044715 * x * x);
+        return x * s2;
+    }
+    }
+}
+
+static double ulp_of(double r) {
+    const float f = fabsf((float)r);
+    return (double)nextafterf(f, INFINITY) - (double)f;
+}
+
+START_TEST(test_transcendental_activations_match_their_formulas_and_double) {
+    enum { G = 80001, N = G + 24 };
+    static float x[N], dy[N], y[2][N], dx[2][N], inplace[N];
+    for (int i = 0; i < G; i++) x[i] = -20.0f + 40.0f * (float)i / (float)(G - 1);
+    const float t = logf(FLT_EPSILON) + 2.0f, ends[24] = {0.0f,
+                                                          -0.0f,
+                                                          INFINITY,
+                                                          -INFINITY,
+                                                          NAN,
+                                                          4e-4f,
+                                                          -4e-4f,
+                                                          nextafterf(4e-4f, 0),
+                                                          7.90531110763549805f,
+                                                          -8.0f,
+                                                          t,
+                                                          -t,
+                                                          nextafterf(t, 0),
+                                                          nextafterf(-t, 0),
+                                                          -87.5f,
+                                                          -44.0f,
+                                                          44.0f,
+                                                          100.0f,
+                                                          -100.0f,
+                                                          1e-30f,
+                                                          -1e-30f,
+                                                          3e38f,
+                                                          -3e38f,
+                                                          1e5f};
+    memcpy(x + G, ends, sizeof ends);
+    for (int i = 0; i < N; i++) dy[i] = 0.5f + 0.25f * (float)(i % 5);
+    const struct {
+        int k;
+        float a;
+        const char *name;
+    } kinds[] = {{DIST_UN_SIGMOID, 0, "sigmoid"},    {DIST_UN_TANH, 0, "tanh"},
+                 {DIST_UN_ELU, 1.0f, "elu"},         {DIST_UN_ELU, 0.5f, "elu alpha 0.5"},
+                 {DIST_UN_SELU, 0, "selu"},          {DIST_UN_SOFTPLUS, 0, "softplus"},
+                 {DIST_UN_GELU_TANH, 0, "gelu_tanh"}};
+    const int64_t n = N;
+    for (size_t c = 0; c < sizeof kinds / sizeof kinds[0]; c++) {
+        const int k = kinds[c].k;
+        const float a = kinds[c].a;
+        dist_op fwd = op_of(DIST_OPC_UNARY, k, 1, 1), bwd = op_of(DIST_OPC_UNARY_GRAD, k, 3, 1);
+        fwd.f[0] = bwd.f[0] = a;
+        for (int threads = 1; threads <= 2; threads++) {
+            dist_backend *be = dist_test_cpu_backend(threads);
+            dist_tensor tx = dist_tensor_view(x, DIST_F32, 1, &n), tdy = tx, ty = tx, tdx = tx;
+            tdy.data = dy, ty.data = y[threads - 1], tdx.data = dx[threads - 1];
+            const dist_tensor *fin[1] = {&tx}, *bin[3] = {&tx, &ty, &tdy};
+            dist_tensor *fout[1] = {&ty}, *bout[1] = {&tdx};
+            ck_assert_msg(dist_backend_run_op(be, &fwd, fin, fout) == DIST_OK, "%s",
+                          dist_last_error());
+            ck_assert_msg(dist_backend_run_op(be, &bwd, bin, bout) == DIST_OK, "%s",
+                          dist_last_error());
+            dist_tensor tin = tx; /* in place: y over a copy of x, then dx over a copy of dy */
+            tin.data = inplace;
+            memcpy(inplace, x, sizeof x);
+            const dist_tensor *iin[1] = {&tin}, *gin[3] = {&tx, &ty, &tin};
+            dist_tensor *iout[1] = {&tin};
+            ck_assert_int_eq(dist_backend_run_op(be, &fwd, iin, iout), DIST_OK);
+            ck_assert_msg(memcmp(inplace, y[threads - 1], sizeof inplace) == 0, "%s in place",
+                          kinds[c].name);
+            memcpy(inplace, dy, sizeof dy);
+            ck_assert_int_eq(dist_backend_run_op(be, &bwd, gin, iout), DIST_OK);
+            ck_assert_msg(memcmp(inplace, dx[threads - 1], sizeof inplace) == 0, "%s' in place",
+                          kinds[c].name);
+            dist_backend_destroy(be);
+        }
+        ck_assert_msg(memcmp(y[0], y[1], sizeof y[0]) == 0, "%s: 1 and 2 threads", kinds[c].name);
+        ck_assert_msg(memcmp(dx[0], dx[1], sizeof dx[0]) == 0, "%s': 1 and 2 threads",
+                      kinds[c].name);
+        for (int i = 0; i < N; i++) {
+            const float xi = x[i], want = act_ref_f32(k, a, xi);
+            ck_assert_msg(same_bits(y[0][i], want), "%s(%.9g) = %.9g, the formula %.9g",
+                          kinds[c].name, (double)xi, (double)y[0][i], (double)want);
+            const float gw = act_grad_ref_f32(k, a, xi, y[0][i], dy[i]);
+            ck_assert_msg(same_bits(dx[0][i], gw), "%s'(%.9g) dy = %.9g, the formula %.9g",
+                          kinds[c].name, (double)xi, (double)dx[0][i], (double)gw);
+            if (!isfinite(xi) || fabsf(xi) > 1e3f) continue; /* the ends: below */
+            double d, u;
+            const double r = act_ref(k, a, xi, &d, &u);
+            double tol, dtol;
+            switch (k) {
+            case DIST_UN_SIGMOID:
+            case DIST_UN_TANH:
+                tol = (k == DIST_UN_TANH ? 7 : 3) * ulp_of(r) + FLT_MIN;   /* exp: 0 below -87 */
+                dtol = (k == DIST_UN_TANH ? 16 : 4) * ulp_of(1.0) * dy[i]; /* 2 |y| err(y) */
+                break;
+            case DIST_UN_ELU:
+            case DIST_UN_SELU:
+                tol = 2 * ulp_of(fmax(fabs(r), 1.0));
+                dtol = 2 * ulp_of(fmax(fabs(d * dy[i]), dy[i]));
+                break;
+            case DIST_UN_SOFTPLUS:
+                tol = 8 * ulp_of(r) + FLT_MIN;
+                dtol = 3 * ulp_of(d * dy[i]) + FLT_MIN;
+                break;
+            default:
+                tol = (4 + 12 * fabs(u)) * ulp_of(fmax(fabs(r), 1e-30));
+                dtol = 2 * ulp_of(fmax(fabs(d), 1.0)) * dy[i];
+                break;
+            }
+            ck_assert_msg(fabs(y[0][i] - r) <= tol, "%s(%.9g) = %.9g, double %.9g", kinds[c].name,
+                          (double)xi, (double)y[0][i], r);
+            /* ELU's and SELU's kinks (the conventions, above); SeluGrad reads y < 0, which
+             * is false where exp(x) - 1 rounds to 0 (|x| < 6e-8), and so is libdist's */
+            if (xi == 0.0f || (k == DIST_UN_SELU && fabsf(xi) < 1e-7f)) continue;
+            ck_assert_msg(fabs(dx[0][i] - d * dy[i]) <= dtol, "%s'(%.9g) dy = %.9g, double %.9g",
+                          kinds[c].name, (double)xi, (double)dx[0][i], d * dy[i]);
+        }
+        /* the ends by value: zeros' signs, infinities, NaN */
+        const float *ye = y[0] + G;
+        if (k == DIST_UN_SIGMOID)
+            ck_assert(ye[0] == 0.5f && ye[1] == 0.5f && ye[2] == 1.0f && ye[3] == 0.0f);
+        if (k == DIST_UN_TANH)
+            ck_assert(ye[0] == 0.0f && !signbit(ye[0]) && ye[1] == 0.0f && signbit(ye[1]) &&
+                      ye[2] == 1.0f && ye[3] == -1.0f && ye[7] == nextafterf(4e-4f, 0) &&
+                      ye[21] == 1.0f);
+        if (k == DIST_UN_ELU) ck_assert(ye[1] == 0.0f && signbit(ye[1]) && ye[3] == -a);
+        if (k == DIST_UN_SOFTPLUS)
+            ck_assert(ye[2] == INFINITY && ye[3] == 0.0f && ye[21] == 3e38f && ye[22] == 0.0f);
+        if (k == DIST_UN_GELU_TANH) /* +inf * 1; -inf * 0 (as 0.5 x (1 + tanh u)); -0 */
+            ck_assert(ye[2] == INFINITY && isnan(ye[3]) && ye[1] == 0.0f && signbit(ye[1]) &&
+                      ye[21] == 3e38f && ye[22] == 0.0f && isfinite(dx[0][G + 22]));
+        /* NaN stays NaN; ELU's and SELU's gradients pass dy there (EluGrad's and SeluGrad's
+         * y < 0 test is false), the others give NaN */
+        const int nan_grad = k != DIST_UN_ELU && k != DIST_UN_SELU;
+        ck_assert_msg(isnan(ye[4]) && (isnan(dx[0][G + 4]) != 0) == nan_grad,
+                      "%s(NaN) = %g, gradient %g", kinds[c].name, (double)ye[4],
+                      (double)dx[0][G + 4]);
+    }
+}
+END_TEST
+
 /* Softmax's row as ops.h writes it down, in float32 with the backend's own exp
  * (cpu_vmath.h): the maximum, e = exp(x - m), the sum of e in the lane order, e * (1 / s).
  * Compiled without contraction, as the backend's loops are. */
@@ -1016,6 +1235,7 @@ int main(void) {
     tcase_add_test(tc, test_unary_gradients_read_x_or_y);
     tcase_add_test(tc, test_keras_activations_match_tensorflow_formulas_and_derivatives);
     tcase_add_test(tc, test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_place);
+    tcase_add_test(tc, test_transcendental_activations_match_their_formulas_and_double);
     tcase_add_test(tc,
                    test_softmax_matches_the_double_closed_form_on_any_thread_count_and_in_place);
     tcase_add_test(tc, test_binary_ops_broadcast_numpy_style);

@@ -331,6 +331,13 @@ dist_status cpu_op_gather_grad(void *ctx, const dist_op *op, const dist_tensor *
  * split over up to `threads` threads (the same bits on any count); y / dx may be x or dy. */
 void cpu_gelu_forward(int threads, const float *x, float *y, int64_t n);
 void cpu_gelu_backward(int threads, const float *x, const float *dy, float *dx, int64_t n);
+/* cpu_act.c: the transcendental activations (SIGMOID, TANH, ELU, SELU, SOFTPLUS, GELU_TANH;
+ * cpu_act_handles) and their gradients over n floats, vectorized, split over up to `threads`
+ * threads (the same bits on any count); f: the op's attributes (ELU's alpha). */
+int cpu_act_handles(int kind);
+void cpu_act_forward(int threads, int kind, const float *f, const float *x, float *y, int64_t n);
+void cpu_act_backward(int threads, int kind, const float *f, const float *x, const float *y,
+                      const float *dy, float *dx, int64_t n);
 /* cpu_softmax.c: softmax (ops.h's SOFTMAX, k = 0) of rows x rows of k floats, vectorized, rows
  * split over up to `threads` threads (the same bits on any count); y may be x. */
 void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k);

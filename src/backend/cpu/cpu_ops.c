@@ -225,92 +225,42 @@ static dist_status check_broadcasts(const dist_op *op, const dist_tensor *x,
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 
-#define GELU_C 0.7978845608028654   /* sqrt(2 / pi) */
-#define SQRT_2PI 2.5066282746310002 /* sqrt(2 pi) */
-
-static float sigmoid_f(float x) {
+static float sigmoid_f(float x) { /* SIGMOID_XENT's (the SIGMOID kind: cpu_act.c) */
     /* 1 / (1 + exp(-x)) without overflow for large negative x */
     if (x >= 0) return 1.0f / (1.0f + expf(-x));
     float e = expf(x);
     return e / (1.0f + e);
 }
 
-/* ops.h's constants of the Keras activations (TensorFlow's, as float) */
-#define SELU_SCALE 1.0507009873554804934193349852946f
-#define SELU_SCALE_ALPHA 1.7580993408473768599402175208123f
-
-static float un_apply(int kind, const float *f, float x) {
+/* The kinds left to the generic loops: NEG, EXP, LOG, SQRT and ABS (one libm call or less).
+ * The transcendental activations run in cpu_act.c, GELU in cpu_gelu.c, SQUARE in a loop of its
+ * own and the selects below: un_apply's and un_grad's remaining cases are theirs. */
+static float un_apply(int kind, float x) {
     switch (kind) {
-    case DIST_UN_ELU: return x > 0 ? x : f[0] * (x < 0 ? expf(x) - 1.0f : x);
-    case DIST_UN_SELU: return x < 0 ? SELU_SCALE_ALPHA * (expf(x) - 1.0f) : SELU_SCALE * x;
-    case DIST_UN_SOFTPLUS: {
-        const float t = DIST_SOFTPLUS_T;
-        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
-    }
-    case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
-    case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * f[0];
-    case DIST_UN_RELU_MAX: return x != x ? x : (x > 0 ? (x < f[0] ? x : f[0]) : 0.0f);
     case DIST_UN_NEG: return -x;
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
     case DIST_UN_SQRT: return sqrtf(x);
-    case DIST_UN_SQUARE: return x * x;
-    case DIST_UN_ABS: return fabsf(x);
-    case DIST_UN_SIGMOID: return sigmoid_f(x);
-    case DIST_UN_TANH: return tanhf(x);
-    case DIST_UN_GELU: return (float)(0.5 * x * (1.0 + erf(x / sqrt(2.0))));
-    default: {
-        double xd = x;
-        return (float)(0.5 * xd * (1.0 + tanh(GELU_C * (xd + 0.044715 * xd * xd * xd))));
-    }
+    default: return fabsf(x); /* ABS */
     }
 }
 
 /* dy * f'(x), with y = f(x) where TensorFlow's gradient reads the output. */
-static float un_grad(int kind, const float *f, float x, float y, float g) {
+static float un_grad(int kind, float x, float y, float g) {
     switch (kind) {
-    case DIST_UN_ELU: {
-        const float y0 = x < 0 ? expf(x) - 1.0f : x;
-        const float d = f[0] == 1.0f ? g : x > 0 ? g + f[0] * 0.0f : 0.0f + f[0] * g;
-        return y0 < 0 ? (y0 + 1.0f) * d : d;
-    }
-    case DIST_UN_SELU: return y < 0 ? g * (y + SELU_SCALE_ALPHA) : g * SELU_SCALE;
-    case DIST_UN_SOFTPLUS: return g / (expf(-x) + 1.0f);
-    case DIST_UN_SOFTSIGN: {
-        const float d = fabsf(x) + 1.0f;
-        return g / (d * d);
-    }
-    case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * f[0];
-    case DIST_UN_RELU_MAX:
-        if (f[1] == 0) return g * (x > 0 && x < f[0] ? 1.0f : 0.0f);
-        return (x <= f[0] ? g : 0.0f) * (x > 0 ? 1.0f : 0.0f);
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;
     case DIST_UN_SQRT: return g * 0.5f / y;
-    case DIST_UN_SQUARE: return g * (2.0f * x);
-    case DIST_UN_ABS: return x > 0 ? g : (x < 0 ? -g : (x == 0 ? 0.0f : g * x)); /* sign(NaN) */
-    case DIST_UN_SIGMOID: return g * (y * (1.0f - y));
-    case DIST_UN_TANH: return g * (1.0f - y * y);
-    case DIST_UN_GELU: {
-        double xd = x;
-        double d = 0.5 * (1.0 + erf(xd / sqrt(2.0))) + xd * exp(-0.5 * xd * xd) / SQRT_2PI;
-        return (float)(g * d);
-    }
-    default: {
-        double xd = x, u = GELU_C * (xd + 0.044715 * xd * xd * xd), th = tanh(u);
-        double d = 0.5 * (1.0 + th) +
-                   0.5 * xd * (1.0 - th * th) * GELU_C * (1.0 + 3.0 * 0.044715 * xd * xd);
-        return (float)(g * d);
-    }
+    default: return x > 0 ? g : (x < 0 ? -g : (x == 0 ? 0.0f : g * x)); /* ABS: sign(NaN) */
     }
 }
 
-/* The kinds without a transcendental as selects the compiler vectorizes (un_apply's and
- * un_grad's bits; their per-element branches mispredicted on mixed signs, 5 ns an element).
- * Without trapping math GCC turns the selects into vector blends (a float comparison may raise
- * an exception flag it otherwise keeps per element; no flag is read and the values are the
- * same); only these loops carry the option, which slows the generic loops. */
+/* The kinds without a transcendental as selects the compiler vectorizes (ops.h's arithmetic;
+ * as per-element branches they mispredicted on mixed signs, 5 ns an element). Without trapping math
+ * GCC turns the selects into vector blends (a float comparison may raise an exception flag it
+ * otherwise keeps per element; no flag is read and the values are the same); only these loops carry
+ * the option, which slows the generic loops. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define CPU_SELECT_LOOP __attribute__((optimize("no-trapping-math")))
 #else
@@ -371,6 +321,10 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
     float *y = out[0]->data;
     int kind = op->k;
     const int nt = ops_threads(c, n);
+    if (cpu_act_handles(kind)) {
+        cpu_act_forward(c->threads, kind, op->f, x, y, n);
+        return DIST_OK;
+    }
     switch (kind) { /* the kinds of LayerNormalization and GELU in loops of their own, vectorized */
     case DIST_UN_GELU: cpu_gelu_forward(c->threads, x, y, n); return DIST_OK;
     case DIST_UN_SQUARE:
@@ -383,7 +337,7 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
     default: break;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, op->f, x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, x[i]);
     return DIST_OK;
 }
 
@@ -397,6 +351,10 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
     float *dx = out[0]->data;
     int kind = op->k;
     const int nt = ops_threads(c, n);
+    if (cpu_act_handles(kind)) {
+        cpu_act_backward(c->threads, kind, op->f, x, y, dy, dx, n);
+        return DIST_OK;
+    }
     switch (kind) { /* as in op_unary */
     case DIST_UN_GELU: cpu_gelu_backward(c->threads, x, dy, dx, n); return DIST_OK;
     case DIST_UN_SQUARE:
@@ -409,7 +367,7 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
     default: break;
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, op->f, x[i], y[i], dy[i]);
+    for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, x[i], y[i], dy[i]);
     return DIST_OK;
 }
 

@@ -177,11 +177,21 @@ __device__ __forceinline__ float sigmoid_f(float x) {
     return __fdiv_rn(e, __fadd_rn(1.0f, e));
 }
 
-#define GELU_C 0.7978845608028654   /* sqrt(2 / pi) */
+#define GELU_CF 0.7978845608028654f /* sqrt(2 / pi) */
 #define SQRT_2PI 2.5066282746310002 /* sqrt(2 pi) */
 
 #define SELU_SCALE 1.0507009873554804934193349852946f
 #define SELU_SCALE_ALPHA 1.7580993408473768599402175208123f
+
+/* GELU_TANH's u = sqrt(2 / pi) (x + 0.044715 x^3) of x clamped to [-1e4, 1e4] (ops.h) */
+__device__ __forceinline__ float gelu_tanh_clamp(float x) {
+    return x < -1e4f ? -1e4f : (x > 1e4f ? 1e4f : x);
+}
+__device__ __forceinline__ float gelu_tanh_u(float x) {
+    const float xc = gelu_tanh_clamp(x);
+    return __fmul_rn(GELU_CF,
+                     __fadd_rn(xc, __fmul_rn(0.044715f, __fmul_rn(__fmul_rn(xc, xc), xc))));
+}
 
 __device__ float un_apply(int k, const float *f, float x) {
     switch (k) {
@@ -192,7 +202,9 @@ __device__ float un_apply(int k, const float *f, float x) {
                         : __fmul_rn(SELU_SCALE, x);
     case DIST_UN_SOFTPLUS: {
         const float t = DIST_SOFTPLUS_T;
-        return x > -t ? x : (x < t ? expf(x) : log1pf(expf(x)));
+        if (x > -t) return x;
+        if (x < t) return expf(x);
+        return __fadd_rn(x > 0.0f ? x : 0.0f, log1pf(expf(-fabsf(x))));
     }
     case DIST_UN_SOFTSIGN: return __fdiv_rn(x, __fadd_rn(fabsf(x), 1.0f));
     case DIST_UN_LEAKY_RELU: return x > 0.0f ? x : __fmul_rn(x, f[0]);
@@ -209,11 +221,7 @@ __device__ float un_apply(int k, const float *f, float x) {
         double xd = x;
         return (float)(__dmul_rn(__dmul_rn(0.5, xd), __dadd_rn(1.0, erf(xd / sqrt(2.0)))));
     }
-    default: {
-        double xd = x;
-        double u = GELU_C * __dadd_rn(xd, __dmul_rn(__dmul_rn(__dmul_rn(0.044715, xd), xd), xd));
-        return (float)(__dmul_rn(__dmul_rn(0.5, xd), __dadd_rn(1.0, tanh(u))));
-    }
+    default: return __fmul_rn(x, sigmoid_f(__fmul_rn(2.0f, gelu_tanh_u(x)))); /* GELU_TANH */
     }
 }
 
@@ -229,7 +237,7 @@ __device__ float un_grad(int k, const float *f, float x, float y, float g) {
     }
     case DIST_UN_SELU:
         return y < 0.0f ? __fmul_rn(g, __fadd_rn(y, SELU_SCALE_ALPHA)) : __fmul_rn(g, SELU_SCALE);
-    case DIST_UN_SOFTPLUS: return __fdiv_rn(g, __fadd_rn(expf(-x), 1.0f));
+    case DIST_UN_SOFTPLUS: return __fmul_rn(g, sigmoid_f(x));
     case DIST_UN_SOFTSIGN: {
         const float d = __fadd_rn(fabsf(x), 1.0f);
         return __fdiv_rn(g, __fmul_rn(d, d));
@@ -252,16 +260,14 @@ __device__ float un_grad(int k, const float *f, float x, float y, float g) {
                              __dmul_rn(xd, exp(__dmul_rn(__dmul_rn(-0.5, xd), xd))) / SQRT_2PI);
         return (float)__dmul_rn((double)g, d);
     }
-    default: {
-        double xd = x;
-        double u = GELU_C * __dadd_rn(xd, __dmul_rn(__dmul_rn(__dmul_rn(0.044715, xd), xd), xd));
-        double th = tanh(u);
-        double d = __dadd_rn(
-            __dmul_rn(0.5, __dadd_rn(1.0, th)),
-            __dmul_rn(
-                __dmul_rn(__dmul_rn(__dmul_rn(0.5, xd), __dsub_rn(1.0, __dmul_rn(th, th))), GELU_C),
-                __dadd_rn(1.0, __dmul_rn(__dmul_rn(3.0 * 0.044715, xd), xd))));
-        return (float)__dmul_rn((double)g, d);
+    default: { /* GELU_TANH */
+        const float xc = gelu_tanh_clamp(x), u = gelu_tanh_u(x);
+        const float du =
+            __fmul_rn(GELU_CF, __fadd_rn(1.0f, __fmul_rn(3.0f * 0.044715f, __fmul_rn(xc, xc))));
+        const float e = expf(__fmul_rn(-2.0f, fabsf(u))), d = __fadd_rn(1.0f, e);
+        const float sg = __fdiv_rn(u >= 0.0f ? 1.0f : e, d);
+        const float t = __fmul_rn(__fmul_rn(2.0f, __fdiv_rn(e, __fmul_rn(d, d))), du);
+        return __fmul_rn(g, __fadd_rn(sg, __fmul_rn(x, t)));
     }
     }
 }
