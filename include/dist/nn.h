@@ -341,7 +341,8 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * Functional model of any directed acyclic graph with one InputLayer and one output (one tensor
  * may feed several layers), of InputLayer, Conv2D (valid or same padding, any strides; linear,
  * relu, sigmoid, tanh, gelu, elu, selu, softplus, softsign, exponential, mish, relu6,
- * leaky_relu, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
+ * leaky_relu, hard_sigmoid (Keras 3's, or tf_keras's where the JSON's keras_version is 2.x),
+ * hard_silu/hard_swish, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
  * valid), AveragePooling2D (square pools and strides, valid or same), GlobalAveragePooling2D and
  * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
  * BatchNormalization (last axis, Keras's initializers, synchronized or not),

@@ -24,10 +24,13 @@ typedef struct dist_replica_ctx dist_replica_ctx;
 typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist_padding;
 /* Keras's activation names: "linear" (NONE), "relu", "sigmoid", "tanh", "gelu" (the exact erf
  * form, keras.activations.gelu's default), "elu" (alpha 1), "selu", "softplus", "softsign",
- * "exponential", "mish", and Keras 3's "relu6" and "leaky_relu" (its default negative slope,
- * 0.2). Conv2D and Dense fuse relu into their kernels; the others run as the tape's ops after
- * the layer (dist_op_sigmoid, dist_op_elu, ...: ops of the op set, every backend and the tpu
- * strategy's included) and compute in float32. */
+ * "exponential", "mish", Keras 3's "relu6", "leaky_relu" (its default negative slope, 0.2),
+ * "hard_sigmoid" and "hard_silu", and tf_keras's "hard_sigmoid", a different function of the
+ * same name (DIST_ACT_HARD_SIGMOID_TF_KERAS; the Keras JSON importer tells the two apart by
+ * the file's keras_version, which tf_keras writes and Keras 3 does not). Conv2D and Dense fuse relu
+ * into their kernels; the others run as the tape's ops after the layer (dist_op_sigmoid,
+ * dist_op_elu, ...: ops of the op set, every backend and the tpu strategy's included) and compute
+ * in float32. */
 typedef enum dist_activation {
     DIST_ACT_NONE = 0,
     DIST_ACT_LINEAR = DIST_ACT_NONE,
@@ -42,8 +45,11 @@ typedef enum dist_activation {
     DIST_ACT_EXPONENTIAL = 9,
     DIST_ACT_MISH = 10,
     DIST_ACT_RELU6 = 11,
-    DIST_ACT_LEAKY_RELU = 12, /* negative slope 0.2 (keras.activations.leaky_relu) */
-    DIST_ACT_LAST = DIST_ACT_LEAKY_RELU
+    DIST_ACT_LEAKY_RELU = 12,            /* negative slope 0.2 (keras.activations.leaky_relu) */
+    DIST_ACT_HARD_SIGMOID = 13,          /* Keras 3's: relu6(x + 3) / 6 */
+    DIST_ACT_HARD_SILU = 14,             /* Keras 3's hard_silu (hard_swish): x * hard_sigmoid(x) */
+    DIST_ACT_HARD_SIGMOID_TF_KERAS = 15, /* tf_keras's: clip(0.2 x + 0.5, 0, 1) */
+    DIST_ACT_LAST = DIST_ACT_HARD_SIGMOID_TF_KERAS
 } dist_activation;
 
 /* Keras's name of an activation ("linear", "relu", ...), NULL for a value outside the enum. */
@@ -267,6 +273,14 @@ DIST_API dist_status dist_op_relu6(dist_tape *tape, const dist_tensor *x, dist_t
 DIST_API dist_status dist_op_relu_max(dist_tape *tape, const dist_tensor *x, float max_value,
                                       dist_tensor **y);
 DIST_API dist_status dist_op_mish(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* hard_sigmoid as each Keras defines it, one op with the gradient of Keras's composition:
+ * tf_keras == 0, Keras 3's relu6(x + 3) / 6 (gradient dy / 6 where 0 < x + 3 < 6);
+ * tf_keras != 0, tf_keras's tf.clip_by_value(0.2 x + 0.5, 0, 1) (gradient 0.2 dy where
+ * 0 <= 0.2 x + 0.5 <= 1, ends included as the clip's minimum and maximum pass them). */
+DIST_API dist_status dist_op_hard_sigmoid(dist_tape *tape, const dist_tensor *x, int tf_keras,
+                                          dist_tensor **y);
+/* Keras 3's hard_silu (hard_swish): x * hard_sigmoid(x), two ops as Keras composes it. */
+DIST_API dist_status dist_op_hard_silu(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 
 /* tf.nn.avg_pool2d on NHWC x: the mean of each pool_h x pool_w window; with SAME padding the
  * mean counts only the input elements a window covers (TensorFlow's rule, not the padding). */

@@ -363,6 +363,17 @@ dist_status dist_op_relu_max(dist_tape *t, const dist_tensor *x, float max_value
                    "dist_op_relu_max: max_value %g is not a finite number >= 0", (double)max_value);
     return unary_op_f(t, DIST_UN_RELU_MAX, max_value, 1.0f, x, y);
 }
+dist_status dist_op_hard_sigmoid(dist_tape *t, const dist_tensor *x, int tf_keras,
+                                 dist_tensor **y) {
+    return unary_op_f(t, DIST_UN_HARD_SIGMOID, tf_keras ? 1.0f : 0.0f, 0.0f, x, y);
+}
+/* x * hard_sigmoid(x), as Keras 3 composes it (two ops, their gradients) */
+dist_status dist_op_hard_silu(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_hard_silu: NULL argument");
+    dist_tensor *h;
+    DIST_TRY(dist_op_hard_sigmoid(t, x, 0, &h));
+    return dist_op_mul(t, x, h, y);
+}
 /* x * tanh(softplus(x)), as tf_keras and Keras 3 compose it (three ops, their gradients) */
 dist_status dist_op_mish(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_mish: NULL argument");

@@ -116,7 +116,11 @@ const char *dist_activation_name(dist_activation a) {
                                                          [DIST_ACT_EXPONENTIAL] = "exponential",
                                                          [DIST_ACT_MISH] = "mish",
                                                          [DIST_ACT_RELU6] = "relu6",
-                                                         [DIST_ACT_LEAKY_RELU] = "leaky_relu"};
+                                                         [DIST_ACT_LEAKY_RELU] = "leaky_relu",
+                                                         [DIST_ACT_HARD_SIGMOID] = "hard_sigmoid",
+                                                         [DIST_ACT_HARD_SILU] = "hard_silu",
+                                                         [DIST_ACT_HARD_SIGMOID_TF_KERAS] =
+                                                             "hard_sigmoid"};
     return a >= DIST_ACT_NONE && a <= DIST_ACT_LAST ? names[a] : NULL;
 }
 
@@ -138,6 +142,9 @@ dist_status dist_op_activation(dist_tape *t, const dist_tensor *x, dist_activati
     case DIST_ACT_MISH: return dist_op_mish(t, x, y);
     case DIST_ACT_RELU6: return dist_op_relu6(t, x, y);
     case DIST_ACT_LEAKY_RELU: return dist_op_leaky_relu(t, x, 0.2f, y);
+    case DIST_ACT_HARD_SIGMOID: return dist_op_hard_sigmoid(t, x, 0, y);
+    case DIST_ACT_HARD_SILU: return dist_op_hard_silu(t, x, y);
+    case DIST_ACT_HARD_SIGMOID_TF_KERAS: return dist_op_hard_sigmoid(t, x, 1, y);
     }
     return DIST_OK;
 }

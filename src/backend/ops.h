@@ -420,6 +420,13 @@ typedef enum dist_unary_kind {
      * (tf.nn.relu then tf.clip_by_value(0, c), whose minimum passes the gradient at the cap):
      * dx = (x <= c ? dy : 0) * (x > 0 ? 1 : 0) (the clip's select, then ReluGrad's product) */
     DIST_UN_RELU_MAX,
+    /* HARD_SIGMOID, as each Keras composes it. f[0] = 0, Keras 3 (relu6(x + 3) / 6):
+     * t = x + 3, y = RELU_MAX(t; c = 6) / 6; dx = (dy / 6) * (0 < t < 6 ? 1 : 0) (RealDiv's
+     * gradient, then Relu6Grad's product). f[0] = 1, tf_keras (tf.clip_by_value(0.2 x + 0.5,
+     * 0, 1), which is a minimum, then a maximum; NaN kept): z = x * 0.2 + 0.5,
+     * m = z < 1 ? z : 1, y = z != z ? z : (m > 0 ? m : 0); dx = (m >= 0 ? (z <= 1 ? dy : 0)
+     * : 0) * 0.2 (the two selects' gradients, +0 where they mask, then Mul's) */
+    DIST_UN_HARD_SIGMOID,
     DIST_UN_COUNT
 } dist_unary_kind;
 

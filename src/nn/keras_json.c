@@ -17,6 +17,7 @@ typedef struct json_layer {
     const cJSON *config;
     const char *class_name;
     const char *name;
+    int tf_keras; /* the file is tf_keras's (its keras_version is 2.x): its hard_sigmoid */
 } json_layer;
 
 /* DIST_UNSUPPORTED "layer 'NAME' (CLASS): argument 'ARG' <why>". */
@@ -114,7 +115,13 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
                  {"exponential", DIST_ACT_EXPONENTIAL},
                  {"mish", DIST_ACT_MISH},
                  {"relu6", DIST_ACT_RELU6},
-                 {"leaky_relu", DIST_ACT_LEAKY_RELU}};
+                 {"leaky_relu", DIST_ACT_LEAKY_RELU},
+                 {"hard_silu", DIST_ACT_HARD_SILU},
+                 {"hard_swish", DIST_ACT_HARD_SILU}};
+    if (a && strcmp(a, "hard_sigmoid") == 0) { /* two functions of one name */
+        *out = l->tf_keras ? DIST_ACT_HARD_SIGMOID_TF_KERAS : DIST_ACT_HARD_SIGMOID;
+        return DIST_OK;
+    }
     for (size_t i = 0; a && i < sizeof known / sizeof known[0]; i++)
         if (strcmp(a, known[i].name) == 0) {
             *out = known[i].act;
@@ -123,7 +130,8 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
     return unsupported_arg(l, "activation",
                            "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh', 'gelu', "
                            "'elu', 'selu', 'softplus', 'softsign', 'exponential', 'mish', "
-                           "'relu6', 'leaky_relu', 'swish' ('silu') and 'softmax'",
+                           "'relu6', 'leaky_relu', 'hard_sigmoid', 'hard_silu' ('hard_swish'), "
+                           "'swish' ('silu') and 'softmax'",
                            a ? a : "(not a name)");
 }
 
@@ -1147,6 +1155,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
 }
 
 static dist_status read_layer(const cJSON *item, int index, json_layer *out) {
+    out->tf_keras = 0;
     out->class_name = json_str(item, "class_name");
     out->config = cJSON_GetObjectItemCaseSensitive(item, "config");
     out->name = json_str(out->config, "name");
@@ -1415,7 +1424,7 @@ static dist_status model_policy(dist_model *m, const cJSON *layers, const char *
 /* A Functional model: every layer added in the file's order (Keras's model.layers, which the
  * weights follow), then each wired to the layers its inbound node names. */
 static dist_status build_functional(const cJSON *config, const cJSON *layers, uint64_t seed,
-                                    dist_model *m, int *ndim, int64_t shape[3]) {
+                                    int tf_keras, dist_model *m, int *ndim, int64_t shape[3]) {
     const char *input = NULL, *in_name = NULL, *out_name = NULL;
     const cJSON *item;
     int index = 0;
@@ -1433,6 +1442,7 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
             input = l.name;
             model_set_input_name(m, input);
         } else {
+            l.tf_keras = tf_keras;
             DIST_TRY(add_layer(m, &l, seed));
         }
     }
@@ -1476,15 +1486,15 @@ static dist_status ids_input(dist_model *m) {
     return DIST_OK;
 }
 
-static dist_status build_from_layers(const cJSON *config, int functional, uint64_t seed,
-                                     dist_model *m) {
+static dist_status build_from_layers(const cJSON *config, int functional, int tf_keras,
+                                     uint64_t seed, dist_model *m) {
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(config, "layers");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return dist_error(DIST_FORMAT, "the model config has no 'layers' list");
     int ndim = 0;
     int64_t shape[3] = {0};
     if (functional) {
-        DIST_TRY(build_functional(config, layers, seed, m, &ndim, shape));
+        DIST_TRY(build_functional(config, layers, seed, tf_keras, m, &ndim, shape));
         if (m->nlayers == 0)
             return dist_error(DIST_UNSUPPORTED, "model '%s' has no layers besides its input",
                               m->name);
@@ -1506,6 +1516,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
             /* tf-keras's Sequential: the first layer carries the input shape */
             const cJSON *bis = cJSON_GetObjectItemCaseSensitive(l.config, "batch_input_shape");
             if (ndim == 0 && cJSON_IsArray(bis)) DIST_TRY(read_batch_shape(&l, bis, &ndim, shape));
+            l.tf_keras = tf_keras;
             DIST_TRY(add_layer(m, &l, seed));
         }
         index++;
@@ -1513,7 +1524,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, uint64
     if (ndim == 0) {
         /* Keras 3's Sequential built without an Input records it here */
         const cJSON *bis = cJSON_GetObjectItemCaseSensitive(config, "build_input_shape");
-        json_layer l = {config, "Sequential", m->name};
+        json_layer l = {config, "Sequential", m->name, tf_keras};
         if (cJSON_IsArray(bis))
             DIST_TRY(read_batch_shape(&l, bis, &ndim, shape));
         else
@@ -1557,7 +1568,10 @@ dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_mod
     const char *name = json_str(config, "name");
     if (name && strlen(name) >= sizeof m->name) name = NULL;
     DIST_TRY_GOTO(dist_model_create(name, &m), st, out);
-    DIST_TRY_GOTO(build_from_layers(config, functional, seed, m), st, out);
+    /* tf_keras's to_json() records its keras_version (2.x); Keras 3's records none */
+    const char *version = json_str(root, "keras_version");
+    const int tf_keras = version && strncmp(version, "2.", 2) == 0;
+    DIST_TRY_GOTO(build_from_layers(config, functional, tf_keras, seed, m), st, out);
 out:
     cJSON_Delete(root);
     if (st != DIST_OK) {

@@ -1071,7 +1071,27 @@ static dist_status elu_y0(xla_trace *t, int x, int zero, int *out) {
     return select_cmp(t, XC_LT, x, zero, e, x, out);
 }
 
-/* The Keras activations of ops.h (ELU .. RELU_MAX) as selects of their pieces */
+/* GELU_TANH's u = c (xc + 0.044715 xc^3) and u' = c (1 + 3 * 0.044715 xc^2) (du: optional) of
+ * x clamped to [-1e4, 1e4] (ops.h) */
+static dist_status gelu_tanh_u(xla_trace *t, int x, int *u, int *du) {
+    int lo, hi, xc, a;
+    DIST_TRY(splat_like(t, -1e4f, x, &lo));
+    DIST_TRY(splat_like(t, 1e4f, x, &hi));
+    DIST_TRY(select_cmp(t, XC_LT, x, lo, lo, x, &xc));
+    DIST_TRY(select_cmp(t, XC_GT, xc, hi, hi, xc, &xc));
+    DIST_TRY(binop(t, XG_MUL, xc, xc, &a));
+    if (du) {
+        DIST_TRY(c_binop(t, XG_MUL, 3.0f * 0.044715f, a, du));
+        DIST_TRY(c_binop(t, XG_ADD, 1.0f, *du, du));
+        DIST_TRY(c_binop(t, XG_MUL, GELU_C, *du, du));
+    }
+    DIST_TRY(binop(t, XG_MUL, a, xc, &a));
+    DIST_TRY(c_binop(t, XG_MUL, 0.044715f, a, &a));
+    DIST_TRY(binop(t, XG_ADD, xc, a, &a));
+    return c_binop(t, XG_MUL, GELU_C, a, u);
+}
+
+/* The Keras activations of ops.h (ELU .. HARD_SIGMOID) as selects of their pieces */
 static dist_status op_unary_keras(xla_trace *t, int k, const float *f, int x, int *y) {
     int z, a, b;
     DIST_TRY(splat_like(t, 0.0f, x, &z));
@@ -1086,15 +1106,38 @@ static dist_status op_unary_keras(xla_trace *t, int k, const float *f, int x, in
         DIST_TRY(c_binop(t, XG_MUL, SELU_SCALE_ALPHA, a, &a));
         DIST_TRY(c_binop(t, XG_MUL, SELU_SCALE, x, &b));
         return select_cmp(t, XC_LT, x, z, a, b, y);
-    case DIST_UN_SOFTPLUS: {
+    case DIST_UN_SOFTPLUS: { /* the middle as max(x, 0) + log1p(exp(-|x|)) */
         const float th = DIST_SOFTPLUS_T;
-        int lo, hi;
+        int lo, hi, m;
+        DIST_TRY(unary(t, XU_ABS, x, &b));
+        DIST_TRY(unary(t, XU_NEG, b, &b));
+        DIST_TRY(unary(t, XU_EXP, b, &b));
+        DIST_TRY(unary(t, XU_LOG1P, b, &b));
+        DIST_TRY(select_cmp(t, XC_GT, x, z, x, z, &m));
+        DIST_TRY(binop(t, XG_ADD, m, b, &b));
         DIST_TRY(unary(t, XU_EXP, x, &a));
-        DIST_TRY(unary(t, XU_LOG1P, a, &b));
         DIST_TRY(splat_like(t, th, x, &lo));
         DIST_TRY(splat_like(t, -th, x, &hi));
         DIST_TRY(select_cmp(t, XC_LT, x, lo, a, b, &a));
         return select_cmp(t, XC_GT, x, hi, x, a, y);
+    }
+    case DIST_UN_HARD_SIGMOID: {
+        int one, m;
+        if (f[0] == 0) { /* Keras 3: relu6(x + 3) / 6, NaN kept */
+            DIST_TRY(binop_c(t, XG_ADD, x, 3.0f, &a));
+            DIST_TRY(splat_like(t, 6.0f, x, &b));
+            DIST_TRY(select_cmp(t, XC_LT, a, b, a, b, &m));
+            DIST_TRY(select_cmp(t, XC_GT, a, z, m, z, &m));
+            DIST_TRY(select_cmp(t, XC_NE, a, a, a, m, &m));
+            return binop_c(t, XG_DIV, m, 6.0f, y);
+        }
+        /* tf_keras: a minimum, then a maximum, of z = x * 0.2 + 0.5; NaN kept */
+        DIST_TRY(binop_c(t, XG_MUL, x, 0.2f, &a));
+        DIST_TRY(binop_c(t, XG_ADD, a, 0.5f, &a));
+        DIST_TRY(splat_like(t, 1.0f, x, &one));
+        DIST_TRY(select_cmp(t, XC_LT, a, one, a, one, &m));
+        DIST_TRY(select_cmp(t, XC_GT, m, z, m, z, &m));
+        return select_cmp(t, XC_NE, a, a, a, m, y);
     }
     case DIST_UN_SOFTSIGN:
         DIST_TRY(unary(t, XU_ABS, x, &a));
@@ -1136,11 +1179,27 @@ static dist_status op_unary_keras_grad(xla_trace *t, int k, const float *f, int 
         DIST_TRY(binop(t, XG_MUL, dy, a, &a));
         DIST_TRY(binop_c(t, XG_MUL, dy, SELU_SCALE, &b));
         return select_cmp(t, XC_LT, y, z, a, b, dx);
-    case DIST_UN_SOFTPLUS:
-        DIST_TRY(unary(t, XU_NEG, x, &a));
-        DIST_TRY(unary(t, XU_EXP, a, &a));
-        DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &a));
-        return binop(t, XG_DIV, dy, a, dx);
+    case DIST_UN_SOFTPLUS: /* dy * sigmoid(x) */
+        DIST_TRY(unary(t, XU_LOGISTIC, x, &a));
+        return binop(t, XG_MUL, dy, a, dx);
+    case DIST_UN_HARD_SIGMOID: {
+        int one, m, c6;
+        DIST_TRY(splat_like(t, 1.0f, x, &one));
+        if (f[0] == 0) { /* (dy / 6) * (0 < x + 3 < 6) */
+            DIST_TRY(binop_c(t, XG_ADD, x, 3.0f, &a));
+            DIST_TRY(splat_like(t, 6.0f, x, &c6));
+            DIST_TRY(select_cmp(t, XC_GT, a, z, one, z, &m));
+            DIST_TRY(select_cmp(t, XC_LT, a, c6, m, z, &m));
+            DIST_TRY(binop_c(t, XG_DIV, dy, 6.0f, &b));
+            return binop(t, XG_MUL, b, m, dx);
+        }
+        DIST_TRY(binop_c(t, XG_MUL, x, 0.2f, &a));
+        DIST_TRY(binop_c(t, XG_ADD, a, 0.5f, &a));
+        DIST_TRY(select_cmp(t, XC_LT, a, one, a, one, &m));
+        DIST_TRY(select_cmp(t, XC_LE, a, one, dy, z, &b));
+        DIST_TRY(select_cmp(t, XC_GE, m, z, b, z, &b));
+        return binop_c(t, XG_MUL, b, 0.2f, dx);
+    }
     case DIST_UN_SOFTSIGN:
         DIST_TRY(unary(t, XU_ABS, x, &a));
         DIST_TRY(binop_c(t, XG_ADD, a, 1.0f, &a));
@@ -1165,7 +1224,7 @@ static dist_status op_unary_keras_grad(xla_trace *t, int k, const float *f, int 
 }
 
 static dist_status op_unary(xla_trace *t, int k, const float *f, int x, int *y) {
-    int a, b, c;
+    int a, b;
     if (k >= DIST_UN_ELU) return op_unary_keras(t, k, f, x, y);
     switch (k) {
     case DIST_UN_NEG: return unary(t, XU_NEG, x, y);
@@ -1182,16 +1241,11 @@ static dist_status op_unary(xla_trace *t, int k, const float *f, int x, int *y) 
         DIST_TRY(c_binop(t, XG_ADD, 1.0f, a, &a));
         DIST_TRY(binop_c(t, XG_MUL, x, 0.5f, &b));
         return binop(t, XG_MUL, b, a, y);
-    default: /* DIST_UN_GELU_TANH: 0.5 x (1 + tanh(c (x + 0.044715 x^3))) */
-        DIST_TRY(binop(t, XG_MUL, x, x, &a));
-        DIST_TRY(binop(t, XG_MUL, a, x, &a));
-        DIST_TRY(binop_c(t, XG_MUL, a, 0.044715f, &a));
-        DIST_TRY(binop(t, XG_ADD, x, a, &a));
-        DIST_TRY(binop_c(t, XG_MUL, a, GELU_C, &a));
-        DIST_TRY(unary(t, XU_TANH, a, &a));
-        DIST_TRY(c_binop(t, XG_ADD, 1.0f, a, &a));
-        DIST_TRY(binop_c(t, XG_MUL, x, 0.5f, &c));
-        return binop(t, XG_MUL, c, a, y);
+    default: /* DIST_UN_GELU_TANH: 0.5 x (1 + tanh(u)) as x sigmoid(2u) (ops.h) */
+        DIST_TRY(gelu_tanh_u(t, x, &a, NULL));
+        DIST_TRY(binop_c(t, XG_MUL, a, 2.0f, &a));
+        DIST_TRY(unary(t, XU_LOGISTIC, a, &a));
+        return binop(t, XG_MUL, x, a, y);
     }
 }
 
@@ -1231,24 +1285,22 @@ static dist_status op_unary_grad(xla_trace *t, int k, const float *f, int x, int
         DIST_TRY(binop_c(t, XG_MUL, b, RSQRT_2PI, &b));
         DIST_TRY(binop(t, XG_ADD, a, b, &a));
         return binop(t, XG_MUL, dy, a, dx);
-    default: { /* 0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 * 0.044715 x^2) */
-        int x2, th;
-        DIST_TRY(binop(t, XG_MUL, x, x, &x2));
-        DIST_TRY(binop(t, XG_MUL, x2, x, &a));
-        DIST_TRY(binop_c(t, XG_MUL, a, 0.044715f, &a));
-        DIST_TRY(binop(t, XG_ADD, x, a, &a));
-        DIST_TRY(binop_c(t, XG_MUL, a, GELU_C, &a));
-        DIST_TRY(unary(t, XU_TANH, a, &th));
-        DIST_TRY(c_binop(t, XG_ADD, 1.0f, th, &a));
-        DIST_TRY(binop_c(t, XG_MUL, a, 0.5f, &a));
-        DIST_TRY(binop(t, XG_MUL, th, th, &b));
-        DIST_TRY(c_binop(t, XG_SUB, 1.0f, b, &b));
-        DIST_TRY(binop_c(t, XG_MUL, x, 0.5f, &c));
-        DIST_TRY(binop(t, XG_MUL, c, b, &b));
-        DIST_TRY(binop_c(t, XG_MUL, b, GELU_C, &b));
-        DIST_TRY(binop_c(t, XG_MUL, x2, 3.0f * 0.044715f, &c));
-        DIST_TRY(c_binop(t, XG_ADD, 1.0f, c, &c));
-        DIST_TRY(binop(t, XG_MUL, b, c, &b));
+    default: { /* s + x (2 (e / (d d)) u'), e = exp(-2 |u|), d = 1 + e, s = sigmoid(2u) */
+        int u, du, e, d, one;
+        DIST_TRY(gelu_tanh_u(t, x, &u, &du));
+        DIST_TRY(unary(t, XU_ABS, u, &e));
+        DIST_TRY(binop_c(t, XG_MUL, e, -2.0f, &e));
+        DIST_TRY(unary(t, XU_EXP, e, &e));
+        DIST_TRY(binop_c(t, XG_ADD, e, 1.0f, &d));
+        DIST_TRY(splat_like(t, 0.0f, x, &c));
+        DIST_TRY(splat_like(t, 1.0f, x, &one));
+        DIST_TRY(select_cmp(t, XC_GE, u, c, one, e, &a));
+        DIST_TRY(binop(t, XG_DIV, a, d, &a)); /* s */
+        DIST_TRY(binop(t, XG_MUL, d, d, &b));
+        DIST_TRY(binop(t, XG_DIV, e, b, &b));
+        DIST_TRY(c_binop(t, XG_MUL, 2.0f, b, &b));
+        DIST_TRY(binop(t, XG_MUL, b, du, &b));
+        DIST_TRY(binop(t, XG_MUL, x, b, &b));
         DIST_TRY(binop(t, XG_ADD, a, b, &a));
         return binop(t, XG_MUL, dy, a, dx);
     }

@@ -19,9 +19,10 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
       Conv2D(softplus) -> ReLU(max_value=6) -> Conv2D(softsign) -> GlobalAveragePooling2D ->
       Dense(mish) -> ReLU(max_value=0.5) -> Dense(exponential) -> ReLU(negative_slope=0.1) ->
       Dense(selu) -> Activation(softplus) -> Dense(4)
-  keras3_activations (Keras 3 only: tf_keras has neither name): Conv2D(relu6) ->
-      Conv2D(leaky_relu) -> GlobalAveragePooling2D -> Dense -> Activation(relu6) -> Dense ->
-      Activation(leaky_relu) -> Dense(4)
+  keras3_activations (Keras 3 only: tf_keras has none of these names, or another function of
+      it): Conv2D(relu6) -> Conv2D(leaky_relu) -> Conv2D(hard_silu) -> GlobalAveragePooling2D ->
+      Dense -> Activation(relu6) -> Dense(hard_sigmoid) -> Dense -> Activation(leaky_relu) ->
+      Dense -> Activation(hard_swish) -> Dense(4)
   sequence_max: Reshape((144, 3)) -> Conv1D(8, 5, elu) -> MaxPooling1D(2) ->
       Conv1D(8, 3, softsign) -> GlobalMaxPooling1D -> Dense(4)
 conv_variants, sequence, keras_activations and sequence_max are also built by tf_keras (Keras 2): its JSON, with
@@ -159,16 +160,21 @@ def make_sequence_max(k):
 
 
 def make_keras3_activations(k):
-    # the activation names only Keras 3 has
+    # the activation names only Keras 3 has, and its hard_sigmoid (relu6(x + 3) / 6; tf_keras's
+    # is another function of that name: conformance.tape_ops checks it)
     return k.Sequential([
         k.Input((H, W, C)),
         k.layers.Conv2D(6, 3, activation="relu6"),
         k.layers.Conv2D(6, 3, activation="leaky_relu"),
+        k.layers.Conv2D(6, 3, activation="hard_silu"),
         k.layers.GlobalAveragePooling2D(),
         k.layers.Dense(12),
         k.layers.Activation("relu6"),
+        k.layers.Dense(12, activation="hard_sigmoid"),
         k.layers.Dense(12),
         k.layers.Activation("leaky_relu"),
+        k.layers.Dense(12),
+        k.layers.Activation("hard_swish"),
         k.layers.Dense(K),
     ])
 

@@ -67,6 +67,8 @@ static dist_status forward(dist_tape *t, const conf_case *c, dist_tensor **in, d
     if (!strcmp(op, "relu6")) return dist_op_relu6(t, in[0], y);
     if (!strcmp(op, "relu_max")) return dist_op_relu_max(t, in[0], (float)c->p[0] / 100.0f, y);
     if (!strcmp(op, "mish")) return dist_op_mish(t, in[0], y);
+    if (!strcmp(op, "hard_sigmoid")) return dist_op_hard_sigmoid(t, in[0], c->p[0], y);
+    if (!strcmp(op, "hard_silu")) return dist_op_hard_silu(t, in[0], y);
     if (!strcmp(op, "matmul")) return dist_op_matmul(t, in[0], in[1], c->p[0], c->p[1], y);
     if (!strcmp(op, "reshape")) {
         int64_t shape[2] = {-1, c->p[0]};
@@ -208,6 +210,14 @@ static const conf_case cases[] = {
     {ONE("relu6", 2, 4, 5, 0), -3, 9, .zeros = 1, .at = 6.0f},
     {ONE("relu_max", 2, 4, 5, 0), -2, 4, .p = {250}, .zeros = 1, .at = 2.5f},
     {ONE("mish", 2, 3, 4, 0), -5, 5},
+    /* hard_sigmoid, Keras 3's (p 0) at x + 3 = 0 and 6, tf_keras's (p 1) at 0.2 x + 0.5 = 0
+     * and 1 (exact in float32 at x = -2.5 and 2.5) */
+    {ONE("hard_sigmoid", 2, 4, 5, 0), -5, 5, .p = {0}, .at = -3.0f},
+    {ONE("hard_sigmoid", 2, 4, 5, 0), -5, 5, .p = {0}, .at = 3.0f},
+    {ONE("hard_sigmoid", 2, 4, 5, 0), -5, 5, .p = {1}, .at = -2.5f},
+    {ONE("hard_sigmoid", 2, 4, 5, 0), -5, 5, .p = {1}, .at = 2.5f},
+    {ONE("hard_silu", 2, 4, 5, 0), -5, 5, .at = -3.0f},
+    {ONE("hard_silu", 2, 4, 5, 0), -5, 5, .at = 3.0f},
     {TWO("matmul", 2, 3, 4, 0, 2, 4, 5, 0), -1, 1, .p = {0, 0}},
     {TWO("matmul", 2, 4, 3, 0, 2, 4, 5, 0), -1, 1, .p = {1, 0}},
     {TWO("matmul", 2, 3, 4, 0, 2, 5, 4, 0), -1, 1, .p = {0, 1}},

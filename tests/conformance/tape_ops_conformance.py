@@ -32,6 +32,21 @@ def keras_elu(x, alpha):
     return y if alpha == 1 else tf.where(x > 0, y, alpha * y)
 
 
+def hard_sigmoid(p, x):
+    # p[0] = 0: Keras 3's keras.activations.hard_sigmoid; 1: tf_keras's (a different function
+    # of the same name)
+    if p[0]:
+        import tf_keras
+        return tf_keras.activations.hard_sigmoid(x)
+    import keras
+    return keras.activations.hard_sigmoid(x)
+
+
+def hard_silu(p, x):
+    import keras
+    return keras.activations.hard_silu(x)
+
+
 def mean_squared_error(y_true, y_pred):
     # keras.losses.mean_squared_error, in tf-keras and Keras 3 alike
     try:
@@ -66,6 +81,8 @@ OPS = {
     "relu6": lambda p, x: tf.nn.relu6(x),
     "relu_max": lambda p, x: tf.clip_by_value(tf.nn.relu(x), 0.0, p[0] / 100.0),
     "mish": lambda p, x: x * tf.math.tanh(tf.math.softplus(x)),
+    "hard_sigmoid": hard_sigmoid,
+    "hard_silu": hard_silu,
     "matmul": lambda p, a, b: tf.linalg.matmul(a, b, transpose_a=bool(p[0]),
                                                transpose_b=bool(p[1])),
     "reshape": lambda p, x: tf.reshape(x, [-1, p[0]]),

@@ -111,6 +111,8 @@ static double keras_ref(const keras_kind *c, double x) {
     case DIST_UN_SOFTPLUS: return x > 30 ? x : log1p(exp(x));
     case DIST_UN_SOFTSIGN: return x / (fabs(x) + 1);
     case DIST_UN_LEAKY_RELU: return x > 0 ? x : c->f0 * x;
+    case DIST_UN_HARD_SIGMOID:
+        return c->f0 ? fmin(fmax(0.2 * x + 0.5, 0), 1) : fmin(fmax(x + 3, 0), 6) / 6;
     default: return x > 0 ? (x < c->f0 ? x : c->f0) : 0;
     }
 }
@@ -130,6 +132,14 @@ static float keras_f32(const keras_kind *c, float x) {
     }
     case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
     case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * c->f0;
+    case DIST_UN_HARD_SIGMOID: {
+        if (c->f0 == 0) {
+            const float t = x + 3.0f;
+            return (t != t ? t : (t > 0 ? (t < 6.0f ? t : 6.0f) : 0.0f)) / 6.0f;
+        }
+        const float z = x * 0.2f + 0.5f, m = z < 1.0f ? z : 1.0f;
+        return z != z ? z : (m > 0 ? m : 0.0f);
+    }
     default: return x != x ? x : (x > 0 ? (x < c->f0 ? x : c->f0) : 0.0f);
     }
 }
@@ -146,6 +156,11 @@ static float keras_grad_f32(const keras_kind *c, float x, float y, float g) {
     case DIST_UN_SOFTPLUS: return g * cpu_sigmoid_f32(x);
     case DIST_UN_SOFTSIGN: return g / ((fabsf(x) + 1.0f) * (fabsf(x) + 1.0f));
     case DIST_UN_LEAKY_RELU: return x > 0 ? g : g * c->f0;
+    case DIST_UN_HARD_SIGMOID: {
+        if (c->f0 == 0) return (g / 6.0f) * (x + 3.0f > 0 && x + 3.0f < 6.0f ? 1.0f : 0.0f);
+        const float z = x * 0.2f + 0.5f, m = z < 1.0f ? z : 1.0f;
+        return (m >= 0 ? (z <= 1.0f ? g : 0.0f) : 0.0f) * 0.2f;
+    }
     default:
         if (c->f1 == 0) return g * (x > 0 && x < c->f0 ? 1.0f : 0.0f);
         return (x <= c->f0 ? g : 0.0f) * (x > 0 ? 1.0f : 0.0f);
@@ -163,7 +178,9 @@ START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
                                 {DIST_UN_LEAKY_RELU, 0.3f, 0, "leaky_relu"},
                                 {DIST_UN_LEAKY_RELU, -1.5f, 0, "leaky_relu alpha -1.5"},
                                 {DIST_UN_RELU_MAX, 6.0f, 0, "relu6"},
-                                {DIST_UN_RELU_MAX, 2.5f, 1, "relu max 2.5"}};
+                                {DIST_UN_RELU_MAX, 2.5f, 1, "relu max 2.5"},
+                                {DIST_UN_HARD_SIGMOID, 0, 0, "hard_sigmoid"},
+                                {DIST_UN_HARD_SIGMOID, 1.0f, 0, "hard_sigmoid tf_keras"}};
     enum { N = 64 };
     float x[N], y[N], dy[N], dx[N];
     int n = 0;
@@ -200,7 +217,10 @@ START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
                           kc->name, (double)xi, (double)y[i], r);
             /* the derivative: central differences of the double function where it is smooth */
             const double h = 1e-4;
-            int kink = fabs(xi) < 2 * h || (kc->k == DIST_UN_RELU_MAX && fabs(xi - kc->f0) < 2 * h);
+            const double hs_kink = kc->f0 ? 2.5 : 3.0; /* hard_sigmoid's, at +-that */
+            int kink = fabs(xi) < 2 * h ||
+                       (kc->k == DIST_UN_RELU_MAX && fabs(xi - kc->f0) < 2 * h) ||
+                       (kc->k == DIST_UN_HARD_SIGMOID && fabs(fabs(xi) - hs_kink) < 2 * h);
             if (!kink && fabs(xi) < 50) {
                 double d = (keras_ref(kc, xi + h) - keras_ref(kc, xi - h)) / (2 * h);
                 ck_assert_msg(fabs(dx[i] - d * dy[i]) <= 2e-5 * fmax(1.0, fabs(d * dy[i])),
@@ -229,6 +249,24 @@ START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
         ck_assert_int_eq(run(&op, &tkx, NULL, NULL, NULL, NULL, &tky, NULL), DIST_OK);
         ck_assert_int_eq(run(&g, &tkx, &tky, &tkdy, NULL, NULL, &tkdx, NULL), DIST_OK);
         expect(kdx, kinks[c].want, 4, 0.0);
+    }
+    /* hard_sigmoid's kinks: Keras 3's relu6 excludes x + 3 = 0 and 6; tf_keras's clip includes
+     * 0.2 x + 0.5 = 0 and 1 (x = -2.5 and 2.5, exact in float32) */
+    float hx[4] = {-3.0f, 3.0f, -2.5f, 2.5f}, hy[4], hdy[4] = {1, 1, 1, 1}, hdx[4];
+    dist_tensor thx = t1(hx, 4), thy = t1(hy, 4), thdy = t1(hdy, 4), thdx = t1(hdx, 4);
+    for (int form = 0; form < 2; form++) {
+        dist_op op = op_of(DIST_OPC_UNARY, DIST_UN_HARD_SIGMOID, 1, 1),
+                g = op_of(DIST_OPC_UNARY_GRAD, DIST_UN_HARD_SIGMOID, 3, 1);
+        op.f[0] = g.f[0] = (float)form;
+        ck_assert_int_eq(run(&op, &thx, NULL, NULL, NULL, NULL, &thy, NULL), DIST_OK);
+        ck_assert_int_eq(run(&g, &thx, &thy, &thdy, NULL, NULL, &thdx, NULL), DIST_OK);
+        if (form == 0) {
+            expect(hy, (float[]){0, 1, 0.5f / 6.0f, 5.5f / 6.0f}, 4, 0.0);
+            expect(hdx, (float[]){0, 0, 1.0f / 6.0f, 1.0f / 6.0f}, 4, 0.0);
+        } else {
+            expect(hy, (float[]){0, 1, 0, 1}, 4, 0.0);
+            expect(hdx, (float[]){0, 0, 0.2f, 0.2f}, 4, 0.0);
+        }
     }
     /* TensorFlow's masks are products: -0 or NaN where dy is negative or NaN, and the clip's
      * select gives +0 above the cap; ELU's where-gradient sums 0 + alpha dy (+0 for a -0) */

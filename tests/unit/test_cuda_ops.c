@@ -155,11 +155,16 @@ static void check_op(const char *what, const dist_op *op, const spec *in, const 
 /* ---- elementwise -------------------------------------------------------------------------- */
 
 START_TEST(test_unary_and_its_gradient_match_cpu_for_every_kind) {
-    for (int k = 0; k < DIST_UN_COUNT; k++) {
+    for (int i = 0; i <= DIST_UN_COUNT; i++) { /* the last: HARD_SIGMOID's Keras 3 form */
+        const int k = i == DIST_UN_COUNT ? DIST_UN_HARD_SIGMOID : i;
         int positive = k == DIST_UN_LOG || k == DIST_UN_SQRT;
         float lo = positive ? 0.05f : -4.0f, hi = 4.0f;
-        /* the parameters of ELU (alpha), LEAKY_RELU (alpha), RELU_MAX (the cap, inclusive) */
-        const float p0 = k == DIST_UN_ELU ? 0.7f : k == DIST_UN_LEAKY_RELU ? 0.2f : 1.5f;
+        /* the parameters of ELU (alpha), LEAKY_RELU (alpha), RELU_MAX (the cap, inclusive),
+         * HARD_SIGMOID (1: tf_keras's form, 0: Keras 3's) */
+        const float p0 = k == DIST_UN_ELU            ? 0.7f
+                         : k == DIST_UN_LEAKY_RELU   ? 0.2f
+                         : k == DIST_UN_HARD_SIGMOID ? (i == k ? 1.0f : 0.0f)
+                                                     : 1.5f;
         const float p1 = k == DIST_UN_RELU_MAX ? 1.0f : 0.0f;
         dist_op op = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1, .f = {p0, p1}};
         spec x = {3, {3, 5, 7}, lo, hi, NULL, 0}, y = {3, {3, 5, 7}, 0, 0, NULL, 0};

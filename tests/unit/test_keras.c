@@ -232,6 +232,49 @@ START_TEST(test_pooling_dropout_and_activations_from_json) {
 }
 END_TEST
 
+/* hard_sigmoid names two functions: Keras 3's relu6(x + 3) / 6 and tf_keras's clip(0.2 x + 0.5,
+ * 0, 1). A file with tf_keras's keras_version (2.x) gets tf_keras's, one without Keras 3's;
+ * hard_silu and its alias hard_swish are Keras 3's x * hard_sigmoid(x). The model's output at
+ * x = 2 tells which ran (5/6, 0.9, 5/3); tf_keras's form is refused by the Keras 3 writer. */
+static float activation_at_two(const char *json) {
+    dist_model *m = NULL;
+    ck_assert_msg(dist_model_from_keras_json(json, 1, &m) == DIST_OK, "%s", dist_last_error());
+    dist_backend *be = dist_model_backend(m, 0);
+    dist_tape *tape = NULL;
+    ck_assert_int_eq(dist_tape_create(be, &tape), DIST_OK);
+    static float x[784];
+    for (int i = 0; i < 784; i++) x[i] = 2.0f;
+    dist_tensor xi = dist_tensor_view(x, DIST_F32, 4, (int64_t[]){1, 28, 28, 1});
+    dist_tensor *dev = NULL, *out = NULL;
+    ck_assert_int_eq(dist_tape_upload(tape, &xi, &dev), DIST_OK);
+    ck_assert_msg(dist_model_call(m, tape, dev, &out) == DIST_OK, "%s", dist_last_error());
+    float y[784];
+    ck_assert_int_eq(dist_backend_to_host(be, out, y, sizeof y), DIST_OK);
+    for (int i = 1; i < 784; i++) ck_assert_float_eq(y[i], y[0]);
+    if (strstr(json, "keras_version")) { /* the Keras 3 writer refuses tf_keras's form */
+        ck_assert_int_eq(dist_model_save_keras(m, "/nonexistent-dir/m.keras"), DIST_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(dist_last_error(), "tf_keras's hard_sigmoid"));
+    }
+    dist_tape_destroy(tape);
+    dist_model_destroy(m);
+    return y[0];
+}
+
+#define ACTIVATION_MODEL(act, tail)                                                                \
+    "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"net\",\"layers\":[" INPUT(              \
+        "in") "," FLATTEN ",{\"class_name\":\"Activation\",\"config\":{\"name\":\"a\","            \
+              "\"activation\":\"" act "\"}}]}" tail "}"
+
+START_TEST(test_hard_sigmoid_is_each_keras_s_own_by_the_file_s_keras_version) {
+    ck_assert_float_eq(activation_at_two(ACTIVATION_MODEL("hard_sigmoid", "")), 5.0f / 6.0f);
+    ck_assert_float_eq(
+        activation_at_two(ACTIVATION_MODEL("hard_sigmoid", ",\"keras_version\":\"2.20.1\"")),
+        2.0f * 0.2f + 0.5f);
+    ck_assert_float_eq(activation_at_two(ACTIVATION_MODEL("hard_silu", "")), 2.0f * (5.0f / 6.0f));
+    ck_assert_float_eq(activation_at_two(ACTIVATION_MODEL("hard_swish", "")), 2.0f * (5.0f / 6.0f));
+}
+END_TEST
+
 START_TEST(test_a_sequential_json_builds_the_model_with_keras_names) {
     dist_model *m = NULL;
     ck_assert_int_eq(
@@ -294,8 +337,8 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
     static const struct {
         const char *json, *message;
     } cases[] = {
-        {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "hard_sigmoid")),
-         "layer 'out' (Dense): argument 'activation' is 'hard_sigmoid'"},
+        {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "hard_tanh")),
+         "layer 'out' (Dense): argument 'activation' is 'hard_tanh'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_regularizer\":{\"class_name\":"
                                               "\"OrthogonalRegularizer\",\"config\":{}}")),
          "layer 'c' (Conv2D): argument 'kernel_regularizer' is 'OrthogonalRegularizer'; libdist "
@@ -560,6 +603,7 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_shape_that_differs_names_the_layer_and_both_shapes);
     tcase_add_test(tc, test_a_layer_missing_from_the_file_or_extra_in_it_is_refused);
     tcase_add_test(tc, test_a_sequential_json_builds_the_model_with_keras_names);
+    tcase_add_test(tc, test_hard_sigmoid_is_each_keras_s_own_by_the_file_s_keras_version);
     tcase_add_test(tc, test_pooling_dropout_and_activations_from_json);
     tcase_add_test(tc, test_tf_keras_json_builds_too);
     tcase_add_test(tc, test_a_layer_libdist_lacks_is_unsupported_by_name);

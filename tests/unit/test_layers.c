@@ -129,6 +129,9 @@ static double keras_activation(dist_activation a, double v) {
     case DIST_ACT_MISH: return v * tanh(log1p(exp(v)));
     case DIST_ACT_RELU6: return v < 0 ? 0 : v > 6 ? 6 : v;
     case DIST_ACT_LEAKY_RELU: return v > 0 ? v : 0.2 * v;
+    case DIST_ACT_HARD_SIGMOID: return fmin(fmax(v + 3, 0), 6) / 6;
+    case DIST_ACT_HARD_SILU: return v * fmin(fmax(v + 3, 0), 6) / 6;
+    case DIST_ACT_HARD_SIGMOID_TF_KERAS: return fmin(fmax(0.2 * v + 0.5, 0), 1);
     }
     return NAN;
 }

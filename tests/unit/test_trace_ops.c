@@ -319,6 +319,10 @@ static float un_f(int k, const float *f, float x) {
     case DIST_UN_SOFTSIGN: return x / (fabsf(x) + 1.0f);
     case DIST_UN_LEAKY_RELU: return x > 0 ? x : x * f[0];
     case DIST_UN_RELU_MAX: return x != x ? x : (x > 0 ? (x < f[0] ? x : f[0]) : 0.0f);
+    case DIST_UN_HARD_SIGMOID: {
+        if (f[0] == 0) return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f; /* Keras 3 */
+        return fmaxf(fminf(x * 0.2f + 0.5f, 1.0f), 0.0f);                /* tf_keras */
+    }
     case DIST_UN_NEG: return -x;
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
@@ -350,6 +354,11 @@ static float un_g(int k, const float *f, float x, float y, float g) {
     case DIST_UN_RELU_MAX:
         if (f[1] == 0) return g * (x > 0 && x < f[0] ? 1.0f : 0.0f);
         return (x <= f[0] ? g : 0.0f) * (x > 0 ? 1.0f : 0.0f);
+    case DIST_UN_HARD_SIGMOID: {
+        if (f[0] == 0) return g / 6.0f * (x + 3.0f > 0 && x + 3.0f < 6.0f ? 1.0f : 0.0f);
+        const float z = x * 0.2f + 0.5f; /* clip_by_value passes the ends */
+        return (z >= 0.0f && z <= 1.0f ? g : 0.0f) * 0.2f;
+    }
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;
@@ -842,15 +851,24 @@ static const int64_t D243[] = {2, 4, 3};
 /* ---- the tests (with the plugin) ---------------------------------------------------------- */
 
 START_TEST(test_every_unary_function_and_its_gradient_match) {
-    for (int k = 0; k < DIST_UN_COUNT; k++) {
+    for (int i = 0; i <= DIST_UN_COUNT; i++) { /* the last: HARD_SIGMOID's Keras 3 form */
+        const int k = i == DIST_UN_COUNT ? DIST_UN_HARD_SIGMOID : i;
         int pos = k == DIST_UN_LOG || k == DIST_UN_SQRT;
-        hval x = hrand(2, D23, 1 + k, pos ? 0.1f : -3.0f, 3.0f);
+        hval x = hrand(2, D23, 1 + i, pos ? 0.1f : -3.0f, 3.0f);
         hval y = hnew(2, D23), dy = hrand(2, D23, 7, -1.0f, 1.0f);
-        /* the parameters of ELU (alpha), LEAKY_RELU (alpha), RELU_MAX (the cap, inclusive) */
-        const float p0 = k == DIST_UN_ELU ? 0.7f : k == DIST_UN_LEAKY_RELU ? 0.2f : 1.5f;
+        /* the parameters of ELU (alpha), LEAKY_RELU (alpha), RELU_MAX (the cap, inclusive),
+         * HARD_SIGMOID (1: tf_keras's form, 0: Keras 3's) */
+        const float p0 = k == DIST_UN_ELU            ? 0.7f
+                         : k == DIST_UN_LEAKY_RELU   ? 0.2f
+                         : k == DIST_UN_HARD_SIGMOID ? (i == k ? 1.0f : 0.0f)
+                                                     : 1.5f;
         const float p1 = k == DIST_UN_RELU_MAX ? 1.0f : 0.0f;
         if (k == DIST_UN_RELU_MAX) x.data[0] = 1.5f, x.data[1] = 0.0f;    /* at the cap, at 0 */
         if (k == DIST_UN_SOFTPLUS) x.data[0] = 14.0f, x.data[1] = -14.5f; /* beyond t, -t */
+        /* HARD_SIGMOID's kinks: x + 3 at 0 and 6; 0.2 x + 0.5 just outside 0 and 1 (XLA's CPU
+         * backend contracts it into a fused multiply-add, which at x = -2.5 gives -7e-9, not
+         * 0; unit.cpu_ops pins the CPU's gradient at the kinks themselves) */
+        if (k == DIST_UN_HARD_SIGMOID) x.data[0] = p0 ? -2.6f : -3.0f, x.data[1] = p0 ? 2.6f : 3.0f;
         dist_op f = {.code = DIST_OPC_UNARY, .k = k, .nin = 1, .nout = 1, .f = {p0, p1}};
         dist_op g = {.code = DIST_OPC_UNARY_GRAD, .k = k, .nin = 3, .nout = 1, .f = {p0, p1}};
         ref_run(&f, &x, &y);

@@ -282,6 +282,18 @@ static void select_forward(int kind, const float *f, const float *x, float *y, i
             const float v = x[i], m = v > 0 ? (v < a ? v : a) : 0.0f;
             y[i] = v != v ? v : m;
         }
+    } else if (kind == DIST_UN_HARD_SIGMOID && a == 0) { /* Keras 3 */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float t = x[i] + 3.0f, r = t > 0 ? (t < 6.0f ? t : 6.0f) : 0.0f;
+            y[i] = (t != t ? t : r) / 6.0f;
+        }
+    } else if (kind == DIST_UN_HARD_SIGMOID) { /* tf_keras */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float z = x[i] * 0.2f + 0.5f, m = z < 1.0f ? z : 1.0f, r = m > 0 ? m : 0.0f;
+            y[i] = z != z ? z : r;
+        }
     } else { /* DIST_UN_SOFTSIGN */
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) y[i] = x[i] / (fabsf(x[i]) + 1.0f);
@@ -304,6 +316,19 @@ static void select_backward(int kind, const float *f, const float *x, const floa
     } else if (kind == DIST_UN_RELU_MAX) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) dx[i] = (x[i] <= a ? dy[i] : 0.0f) * (float)(x[i] > 0);
+    } else if (kind == DIST_UN_HARD_SIGMOID && a == 0) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float t = x[i] + 3.0f;
+            dx[i] = (dy[i] / 6.0f) * (float)((t > 0) & (t < 6.0f));
+        }
+    } else if (kind == DIST_UN_HARD_SIGMOID) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float z = x[i] * 0.2f + 0.5f, m = z < 1.0f ? z : 1.0f;
+            const float g = z <= 1.0f ? dy[i] : 0.0f;
+            dx[i] = (m >= 0.0f ? g : 0.0f) * 0.2f;
+        }
     } else { /* DIST_UN_SOFTSIGN */
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
@@ -333,6 +358,7 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
         return DIST_OK;
     case DIST_UN_LEAKY_RELU:
     case DIST_UN_RELU_MAX:
+    case DIST_UN_HARD_SIGMOID:
     case DIST_UN_SOFTSIGN: select_forward(kind, op->f, x, y, n, nt); return DIST_OK;
     default: break;
     }
@@ -363,6 +389,7 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
         return DIST_OK;
     case DIST_UN_LEAKY_RELU:
     case DIST_UN_RELU_MAX:
+    case DIST_UN_HARD_SIGMOID:
     case DIST_UN_SOFTSIGN: select_backward(kind, op->f, x, dy, dx, n, nt); return DIST_OK;
     default: break;
     }

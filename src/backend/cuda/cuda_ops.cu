@@ -209,6 +209,14 @@ __device__ float un_apply(int k, const float *f, float x) {
     case DIST_UN_SOFTSIGN: return __fdiv_rn(x, __fadd_rn(fabsf(x), 1.0f));
     case DIST_UN_LEAKY_RELU: return x > 0.0f ? x : __fmul_rn(x, f[0]);
     case DIST_UN_RELU_MAX: return x != x ? x : (x > 0.0f ? (x < f[0] ? x : f[0]) : 0.0f);
+    case DIST_UN_HARD_SIGMOID: {
+        if (f[0] == 0.0f) { /* Keras 3 */
+            const float t = __fadd_rn(x, 3.0f);
+            return __fdiv_rn(t != t ? t : (t > 0.0f ? (t < 6.0f ? t : 6.0f) : 0.0f), 6.0f);
+        }
+        const float z = __fadd_rn(__fmul_rn(x, 0.2f), 0.5f), m = z < 1.0f ? z : 1.0f;
+        return z != z ? z : (m > 0.0f ? m : 0.0f);
+    }
     case DIST_UN_NEG: return -x;
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
@@ -246,6 +254,14 @@ __device__ float un_grad(int k, const float *f, float x, float y, float g) {
     case DIST_UN_RELU_MAX:
         if (f[1] == 0.0f) return __fmul_rn(g, x > 0.0f && x < f[0] ? 1.0f : 0.0f);
         return __fmul_rn(x <= f[0] ? g : 0.0f, x > 0.0f ? 1.0f : 0.0f);
+    case DIST_UN_HARD_SIGMOID: {
+        if (f[0] == 0.0f) {
+            const float t = __fadd_rn(x, 3.0f);
+            return __fmul_rn(__fdiv_rn(g, 6.0f), t > 0.0f && t < 6.0f ? 1.0f : 0.0f);
+        }
+        const float z = __fadd_rn(__fmul_rn(x, 0.2f), 0.5f), m = z < 1.0f ? z : 1.0f;
+        return __fmul_rn(m >= 0.0f ? (z <= 1.0f ? g : 0.0f) : 0.0f, 0.2f);
+    }
     case DIST_UN_NEG: return -g;
     case DIST_UN_EXP: return __fmul_rn(g, y);
     case DIST_UN_LOG: return __fdiv_rn(g, x);
