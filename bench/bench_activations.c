@@ -31,6 +31,8 @@ static const act acts[] = {
     {"mish", DIST_ACT_MISH, -1},
     {"relu6", DIST_ACT_RELU6, -1},
     {"leaky_relu", DIST_ACT_LEAKY_RELU, -1},
+    {"hard_sigmoid", DIST_ACT_HARD_SIGMOID, -1},
+    {"hard_silu", DIST_ACT_HARD_SILU, -1},
 };
 
 static double now(void) {

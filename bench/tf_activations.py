@@ -28,6 +28,9 @@ ACTS = {
     "mish": lambda x: x * tf.math.tanh(tf.math.softplus(x)),  # keras.activations.mish
     "relu6": tf.nn.relu6,
     "leaky_relu": lambda x: tf.nn.leaky_relu(x, alpha=0.2),
+    # keras.activations.hard_sigmoid and hard_silu (Keras 3's TensorFlow backend)
+    "hard_sigmoid": lambda x: tf.nn.relu6(x + 3.0) / 6.0,
+    "hard_silu": lambda x: x * (tf.nn.relu6(x + 3.0) / 6.0),
 }
 
 
