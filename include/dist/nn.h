@@ -174,13 +174,16 @@ DIST_API dist_status dist_model_add_layer_normalization(dist_model *model, float
 /* The model's input, as a layer index for dist_model_set_inputs. */
 #define DIST_MODEL_INPUT (-1)
 
-/* Keras's merge layers: Add, Subtract (two inputs: first - second), Multiply and Average of
- * inputs of one shape. */
+/* Keras's merge layers: Add, Subtract (two inputs: first - second), Multiply, Average, Maximum
+ * and Minimum of inputs of one shape (folded left to right as Keras does: a tie sends the
+ * gradient to the earlier inputs' side, as tf.maximum and tf.minimum do). */
 typedef enum dist_merge {
     DIST_MERGE_ADD = 0,
     DIST_MERGE_SUBTRACT = 1,
     DIST_MERGE_MULTIPLY = 2,
-    DIST_MERGE_AVERAGE = 3
+    DIST_MERGE_AVERAGE = 3,
+    DIST_MERGE_MAXIMUM = 4,
+    DIST_MERGE_MINIMUM = 5
 } dist_merge;
 /* A merge layer; wire its inputs (2 to 8) with dist_model_set_inputs. */
 DIST_API dist_status dist_model_add_merge(dist_model *model, dist_merge merge);
@@ -347,11 +350,11 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
  * BatchNormalization (last axis, Keras's initializers, synchronized or not),
  * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
- * with bias), Add, Subtract, Multiply, Average, Concatenate, Activation (those activations), ReLU
- * (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU, Softmax (last axis),
- * Rescaling (scalar scale and offset), Reshape, Permute, GlobalAveragePooling1D,
- * GlobalMaxPooling1D and ZeroPadding2D, float32, channels_last; their L1, L2 and L1L2 weight
- * regularizers (dist_model_set_regularizer) and "trainable": false
+ * with bias), Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Activation (those
+ * activations), ReLU (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU,
+ * Softmax (last axis), Rescaling (scalar scale and offset), Reshape, Permute,
+ * GlobalAveragePooling1D, GlobalMaxPooling1D and ZeroPadding2D, float32, channels_last; their L1,
+ * L2 and L1L2 weight regularizers (dist_model_set_regularizer) and "trainable": false
  * (dist_model_set_layer_trainable). Layers and the model keep Keras's names, and the layers Keras's
  * order (the variables are in model.weights' order). The model is built as dist_model_build does
  * (inside a strategy's scope it is mirrored), for the input shape of the InputLayer, with fresh

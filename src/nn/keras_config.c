@@ -338,7 +338,9 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_ADD:
     case LAYER_SUBTRACT:
     case LAYER_MULTIPLY:
-    case LAYER_AVERAGE: break;
+    case LAYER_AVERAGE:
+    case LAYER_MAXIMUM:
+    case LAYER_MINIMUM: break;
     case LAYER_CONCATENATE: cJSON_AddNumberToObject(c, "axis", l->axis); break;
     case LAYER_ZERO_PADDING2D: {
         cJSON *p = cJSON_CreateArray();
@@ -521,7 +523,8 @@ static dist_status graph_layer(const dist_model *m, int i, const char *input, cJ
     if (node) cJSON_AddObjectToObject(node, "kwargs");
     if (nodes && node) cJSON_AddItemToArray(nodes, node);
     int merge = l->kind == LAYER_ADD || l->kind == LAYER_SUBTRACT || l->kind == LAYER_MULTIPLY ||
-                l->kind == LAYER_AVERAGE || l->kind == LAYER_CONCATENATE;
+                l->kind == LAYER_AVERAGE || l->kind == LAYER_MAXIMUM || l->kind == LAYER_MINIMUM ||
+                l->kind == LAYER_CONCATENATE;
     cJSON *list = merge ? cJSON_CreateArray() : args;
     if (merge && args && list) cJSON_AddItemToArray(args, list);
     if (!nodes || !node || !args || !list) {

@@ -684,10 +684,9 @@ static dist_status add_merge(dist_model *m, const json_layer *l) {
     static const struct {
         const char *class_name;
         dist_merge merge;
-    } merges[] = {{"Add", DIST_MERGE_ADD},
-                  {"Subtract", DIST_MERGE_SUBTRACT},
-                  {"Multiply", DIST_MERGE_MULTIPLY},
-                  {"Average", DIST_MERGE_AVERAGE}};
+    } merges[] = {{"Add", DIST_MERGE_ADD},           {"Subtract", DIST_MERGE_SUBTRACT},
+                  {"Multiply", DIST_MERGE_MULTIPLY}, {"Average", DIST_MERGE_AVERAGE},
+                  {"Maximum", DIST_MERGE_MAXIMUM},   {"Minimum", DIST_MERGE_MINIMUM}};
     for (size_t i = 0; i < sizeof merges / sizeof merges[0]; i++)
         if (strcmp(l->class_name, merges[i].class_name) == 0)
             return dist_model_add_merge(m, merges[i].merge);
@@ -1108,6 +1107,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"Add", add_merge},
                  {"Subtract", add_merge},
                  {"Multiply", add_merge},
+                 {"Maximum", add_merge},
+                 {"Minimum", add_merge},
                  {"Average", add_merge},
                  {"Concatenate", add_concatenate},
                  {"Activation", add_activation_layer},

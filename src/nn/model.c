@@ -66,6 +66,8 @@ static const struct {
     [LAYER_SUBTRACT] = {"Subtract", "subtract"},
     [LAYER_MULTIPLY] = {"Multiply", "multiply"},
     [LAYER_AVERAGE] = {"Average", "average"},
+    [LAYER_MAXIMUM] = {"Maximum", "maximum"},
+    [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
     [LAYER_RESCALING] = {"Rescaling", "rescaling"},
@@ -589,9 +591,10 @@ dist_status dist_model_add_layer_normalization(dist_model *m, float epsilon, int
 }
 
 dist_status dist_model_add_merge(dist_model *m, dist_merge merge) {
-    static const layer_kind kinds[] = {LAYER_ADD, LAYER_SUBTRACT, LAYER_MULTIPLY, LAYER_AVERAGE};
+    static const layer_kind kinds[] = {LAYER_ADD,     LAYER_SUBTRACT, LAYER_MULTIPLY,
+                                       LAYER_AVERAGE, LAYER_MAXIMUM,  LAYER_MINIMUM};
     DIST_CHECK_ARG(m, "dist_model_add_merge: model is NULL");
-    DIST_CHECK_ARG(merge >= DIST_MERGE_ADD && merge <= DIST_MERGE_AVERAGE,
+    DIST_CHECK_ARG(merge >= DIST_MERGE_ADD && merge <= DIST_MERGE_MINIMUM,
                    "dist_model_add_merge: unknown merge %d", (int)merge);
     return add_plain(m, kinds[merge], NULL);
 }
@@ -692,7 +695,7 @@ static int64_t out_dim(int64_t in, int k, int s, dist_padding p) {
 static void input_range(layer_kind kind, int *lo, int *hi) {
     *lo = *hi = 1;
     if (kind == LAYER_ADD || kind == LAYER_MULTIPLY || kind == LAYER_AVERAGE ||
-        kind == LAYER_CONCATENATE) {
+        kind == LAYER_MAXIMUM || kind == LAYER_MINIMUM || kind == LAYER_CONCATENATE) {
         *lo = 2;
         *hi = MODEL_MAX_INPUTS;
     } else if (kind == LAYER_SUBTRACT) {
@@ -934,6 +937,8 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     case LAYER_SUBTRACT:
     case LAYER_MULTIPLY:
     case LAYER_AVERAGE:
+    case LAYER_MAXIMUM:
+    case LAYER_MINIMUM:
         for (int j = 1; j < nin; j++)
             if (!same_shape(nd, shape, in_nd[j], in_shape[j]))
                 return dist_error(DIST_INVALID_ARGUMENT,
@@ -1520,7 +1525,8 @@ static dist_status call_attention(dist_tape *tape, const model_layer *l, const d
                      s, out);
 }
 
-/* Add, Subtract, Multiply and Average of the layer's inputs (Keras folds left to right). */
+/* Add, Subtract, Multiply, Average, Maximum and Minimum of the layer's inputs (Keras folds left
+ * to right). */
 static dist_status call_merge(dist_tape *tape, const model_layer *l, int n,
                               const dist_tensor *const *in, dist_tensor **out) {
     dist_tensor *acc = (dist_tensor *)in[0];
@@ -1529,6 +1535,10 @@ static dist_status call_merge(dist_tape *tape, const model_layer *l, int n,
             DIST_TRY(dist_op_sub(tape, acc, in[j], &acc));
         else if (l->kind == LAYER_MULTIPLY)
             DIST_TRY(dist_op_mul(tape, acc, in[j], &acc));
+        else if (l->kind == LAYER_MAXIMUM)
+            DIST_TRY(dist_op_maximum(tape, acc, in[j], &acc));
+        else if (l->kind == LAYER_MINIMUM)
+            DIST_TRY(dist_op_minimum(tape, acc, in[j], &acc));
         else
             DIST_TRY(dist_op_add(tape, acc, in[j], &acc));
     }
@@ -1720,7 +1730,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_ADD:
     case LAYER_SUBTRACT:
     case LAYER_MULTIPLY:
-    case LAYER_AVERAGE: return call_merge(tape, l, l->ninputs, in, out);
+    case LAYER_AVERAGE:
+    case LAYER_MAXIMUM:
+    case LAYER_MINIMUM: return call_merge(tape, l, l->ninputs, in, out);
     case LAYER_CONCATENATE: return dist_op_concat(tape, l->ninputs, in, l->axis, out);
     case LAYER_ZERO_PADDING2D: return call_zero_padding(tape, l, h, out);
     case LAYER_RESCALING: {

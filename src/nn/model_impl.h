@@ -43,6 +43,8 @@ typedef enum layer_kind {
     LAYER_ELU,        /* ELU(alpha) */
     LAYER_LEAKY_RELU, /* LeakyReLU(alpha) */
     LAYER_GLOBAL_MAX_POOL1D,
+    LAYER_MAXIMUM,
+    LAYER_MINIMUM,
     LAYER_KIND_COUNT
 } layer_kind;
 

@@ -6,7 +6,8 @@ by NumPy:
 
   x (8, 8, 3) -> Rescaling(1/2, offset 0.25) -> ZeroPadding2D(((1, 0), (0, 1))) -> c1
   Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, silu)(a);  c = Activation(gelu)(a)
-  Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Add([sub, mul, avg]);
+  Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Maximum([b, c, a]); Minimum([a, c])
+  (ties where a = 0 = gelu(a)); Add([sub, mul, avg, max, min]);
   Concatenate(axis=-1)([add, a]) -> LayerNormalization -> GlobalMaxPooling2D, concatenated
   with x -> Reshape((64, 3)) -> Permute((2, 1)) -> GlobalAveragePooling1D; then d =
   Dense(12, swish); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
@@ -62,7 +63,10 @@ def body(L, x):
     sub = L.Subtract(name="sub")([b, c])
     mul = L.Multiply(name="mul")([a, b])
     avg = L.Average(name="avg")([a, b, c])
-    add = L.Add(name="add")([sub, mul, avg])
+    # ties where a = 0 (ReLU's zeros) and c = gelu(0) = 0: the gradient goes to the earlier side
+    mx = L.Maximum(name="max")([b, c, a])
+    mn = L.Minimum(name="min")([a, c])
+    add = L.Add(name="add")([sub, mul, avg, mx, mn])
     h = L.Concatenate(axis=-1, name="cat")([add, a])
     h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
     h = L.GlobalMaxPooling2D(name="gmp")(h)

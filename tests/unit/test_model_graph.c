@@ -134,10 +134,11 @@ START_TEST(test_an_output_read_twice_gets_the_sum_of_both_gradients) {
 END_TEST
 
 START_TEST(test_subtract_multiply_and_average_merge_elementwise) {
-    static const dist_merge merges[3] = {DIST_MERGE_SUBTRACT, DIST_MERGE_MULTIPLY,
-                                         DIST_MERGE_AVERAGE};
+    static const dist_merge merges[5] = {DIST_MERGE_SUBTRACT, DIST_MERGE_MULTIPLY,
+                                         DIST_MERGE_AVERAGE, DIST_MERGE_MAXIMUM,
+                                         DIST_MERGE_MINIMUM};
     float x[2][3] = {{1, -2, 3}, {0.5f, 4, -1}};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 5; k++) {
         /* merge(relu(x), x) */
         dist_model *m = NULL;
         ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
@@ -152,10 +153,57 @@ START_TEST(test_subtract_multiply_and_average_merge_elementwise) {
         float *y = run(m, t, &x[0][0], 2, (int64_t[]){2, 3}, 0, NULL, &n);
         for (int i = 0; i < 6; i++) {
             float a = fmaxf((&x[0][0])[i], 0.0f), b = (&x[0][0])[i];
-            float want = k == 0 ? a - b : k == 1 ? a * b : (a + b) / 2;
+            float want = k == 0   ? a - b
+                         : k == 1 ? a * b
+                         : k == 2 ? (a + b) / 2
+                         : k == 3 ? fmaxf(a, b)
+                                  : fminf(a, b);
             ck_assert_float_eq_tol(y[i], want, 1e-6f);
         }
         free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+}
+END_TEST
+
+/* Maximum and Minimum fold left to right and send a tie's gradient to the earlier inputs, as
+ * Keras's ops.maximum / ops.minimum (tf.maximum: where a >= b; tf.minimum: a <= b). u = Dense
+ * with zero weights (0 everywhere), v = Dense(relu) (0 where its sum is negative): merge([u, v])
+ * ties wherever v = 0, and u's kernel then gets sum(dy) x, which it would not if the tie went
+ * to v (whose ReLU passes nothing there). */
+START_TEST(test_maximum_and_minimum_send_a_tie_s_gradient_to_the_first_input) {
+    for (int k = 0; k < 2; k++) {
+        dist_model *m = NULL;
+        ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_LINEAR), DIST_OK); /* u */
+        ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_RELU), DIST_OK);   /* v */
+        ck_assert_int_eq(dist_model_set_inputs(m, 1, 1, (int[]){DIST_MODEL_INPUT}), DIST_OK);
+        ck_assert_int_eq(dist_model_add_merge(m, k ? DIST_MERGE_MINIMUM : DIST_MERGE_MAXIMUM),
+                         DIST_OK);
+        ck_assert_int_eq(dist_model_set_inputs(m, 2, 2, (int[]){0, 1}), DIST_OK);
+        ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){2}, 1), DIST_OK);
+        /* u: kernel [2, 2] and bias 0; v: kernel rows (1, -1), (1, -1), bias 0, so v's first
+         * unit is relu(x0 + x1) and its second relu(-(x0 + x1)) */
+        const float w[12] = {0, 0, 0, 0, 0, 0, 1, -1, 1, -1, 0, 0};
+        ck_assert_int_eq(dist_model_set_weights(m, w, 12), DIST_OK);
+        dist_tape *t = NULL;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        const float x[2] = {1.0f, 2.0f}; /* v = (3, 0): a tie at unit 1 for both merges */
+        dist_tensor hx = dist_tensor_view((void *)x, DIST_F32, 2, (int64_t[]){1, 2});
+        dist_tensor *dx = NULL, *y = NULL, *loss = NULL;
+        ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+        ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+        ck_assert_int_eq(dist_op_reduce_sum(t, y, &loss), DIST_OK);
+        ck_assert_msg(dist_model_compute_gradients(m, t, loss) == DIST_OK, "%s", dist_last_error());
+        float g[12];
+        ck_assert_int_eq(dist_tape_download(t, dist_model_grads(m, 0), g, sizeof g), DIST_OK);
+        /* u's kernel gradient, [in][out]: unit 1 (the tie) gets x; unit 0 gets x under
+         * Minimum (u = 0 < 3 is the minimum) and 0 under Maximum (v = 3 wins) */
+        const float want[4] = {k ? 1.0f : 0.0f, 1.0f, k ? 2.0f : 0.0f, 2.0f};
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(g[i] == want[i], "%s: u's kernel gradient %d: %g, want %g",
+                          k ? "Minimum" : "Maximum", i, (double)g[i], (double)want[i]);
         dist_tape_destroy(t);
         dist_model_destroy(m);
     }
@@ -944,6 +992,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_a_layer_may_read_a_layer_added_after_it_and_runs_after_it);
     tcase_add_test(tc, test_an_output_read_twice_gets_the_sum_of_both_gradients);
     tcase_add_test(tc, test_subtract_multiply_and_average_merge_elementwise);
+    tcase_add_test(tc, test_maximum_and_minimum_send_a_tie_s_gradient_to_the_first_input);
     tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
