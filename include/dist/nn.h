@@ -149,6 +149,15 @@ DIST_API dist_status dist_model_add_rescaling(dist_model *model, float scale, fl
 /* Reshape(target_shape): ndim (1 to 3) dimensions without the batch axis, one of them may be
  * -1 (inferred); the element count must equal the input's (checked at build). */
 DIST_API dist_status dist_model_add_reshape(dist_model *model, int ndim, const int64_t *shape);
+/* AveragePooling1D(pool_size, strides, padding) on (steps, channels) inputs; strides 0 means
+ * pool_size; with same padding a window's mean counts only the steps it covers, as Keras's. */
+DIST_API dist_status dist_model_add_avg_pool1d(dist_model *model, int pool_size, int strides,
+                                               dist_padding padding);
+/* Cropping1D((start, end)) on (steps, channels) and Cropping2D(((top, bottom), (left, right)))
+ * on (height, width, channels) inputs: what is left must be at least one step or pixel. */
+DIST_API dist_status dist_model_add_cropping1d(dist_model *model, int start, int end);
+DIST_API dist_status dist_model_add_cropping2d(dist_model *model, int top, int bottom, int left,
+                                               int right);
 /* ZeroPadding2D(((top, bottom), (left, right))) on (height, width, channels) inputs. */
 DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, int bottom, int left,
                                                    int right);
@@ -353,7 +362,8 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * with bias), Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Activation (those
  * activations), ReLU (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU,
  * Softmax (last axis), Rescaling (scalar scale and offset), Reshape, Permute,
- * GlobalAveragePooling1D, GlobalMaxPooling1D and ZeroPadding2D, float32, channels_last; their L1,
+ * GlobalAveragePooling1D, GlobalMaxPooling1D, AveragePooling1D, Cropping1D, Cropping2D and
+ * ZeroPadding2D, float32, channels_last; their L1,
  * L2 and L1L2 weight regularizers (dist_model_set_regularizer) and "trainable": false
  * (dist_model_set_layer_trainable). Layers and the model keep Keras's names, and the layers Keras's
  * order (the variables are in model.weights' order). The model is built as dist_model_build does

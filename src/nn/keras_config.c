@@ -304,6 +304,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_DEPTHWISE_CONV2D:
     case LAYER_SEPARABLE_CONV2D: depthwise_config(c, l); break;
     case LAYER_MAX_POOL1D:
+    case LAYER_AVG_POOL1D:
         cJSON_AddItemToObject(c, "pool_size", cJSON_CreateIntArray(&l->pool, 1));
         cJSON_AddStringToObject(c, "padding", l->padding == DIST_PADDING_SAME ? "same" : "valid");
         cJSON_AddItemToObject(c, "strides", cJSON_CreateIntArray(&l->pool_stride, 1));
@@ -342,6 +343,17 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_MAXIMUM:
     case LAYER_MINIMUM: break;
     case LAYER_CONCATENATE: cJSON_AddNumberToObject(c, "axis", l->axis); break;
+    case LAYER_CROPPING1D:
+        cJSON_AddItemToObject(c, "cropping", int_pair(l->pad[0], l->pad[1]));
+        break;
+    case LAYER_CROPPING2D: {
+        cJSON *p = cJSON_CreateArray();
+        cJSON_AddItemToArray(p, int_pair(l->pad[0], l->pad[1]));
+        cJSON_AddItemToArray(p, int_pair(l->pad[2], l->pad[3]));
+        cJSON_AddItemToObject(c, "cropping", p);
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        break;
+    }
     case LAYER_ZERO_PADDING2D: {
         cJSON *p = cJSON_CreateArray();
         cJSON_AddItemToArray(p, int_pair(l->pad[0], l->pad[1]));

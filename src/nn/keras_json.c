@@ -450,7 +450,7 @@ static dist_status add_separable_conv2d(dist_model *m, const json_layer *l) {
     return add_depthwise(m, l, 1);
 }
 
-static dist_status add_max_pool1d(dist_model *m, const json_layer *l) {
+static dist_status add_pool1d(dist_model *m, const json_layer *l, int average) {
     static const char *const known[] = {"pool_size",   "strides",           "padding",
                                         "data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
@@ -464,7 +464,48 @@ static dist_status add_max_pool1d(dist_model *m, const json_layer *l) {
         padding = DIST_PADDING_SAME;
     else if (pad && strcmp(pad, "valid") != 0)
         return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
-    return dist_model_add_max_pool1d(m, p[1], s[1], padding);
+    return average ? dist_model_add_avg_pool1d(m, p[1], s[1], padding)
+                   : dist_model_add_max_pool1d(m, p[1], s[1], padding);
+}
+
+static dist_status add_max_pool1d(dist_model *m, const json_layer *l) {
+    return add_pool1d(m, l, 0);
+}
+
+static dist_status add_avg_pool1d(dist_model *m, const json_layer *l) {
+    return add_pool1d(m, l, 1);
+}
+
+/* Cropping1D: an integer or a pair; Cropping2D: an integer, 2 integers or 2 pairs (Keras's
+ * forms); none above 65536. */
+static dist_status add_cropping(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"cropping", "data_format", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_channels_last(l));
+    const int two = strcmp(l->class_name, "Cropping2D") == 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "cropping");
+    int p[4] = {1, 1, 1, 1}, hw[2];
+    if (!two && v && !json_pair(v, p))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (Cropping1D): 'cropping' must be an integer or 2 integers",
+                          l->name);
+    if (two && v && json_pair(v, hw)) {
+        p[0] = p[1] = hw[0];
+        p[2] = p[3] = hw[1];
+    } else if (two && v &&
+               !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 &&
+                 json_pair(cJSON_GetArrayItem(v, 0), &p[0]) &&
+                 json_pair(cJSON_GetArrayItem(v, 1), &p[2]))) {
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (Cropping2D): 'cropping' must be an integer, 2 integers "
+                          "or 2 pairs of integers",
+                          l->name);
+    }
+    for (int k = 0; k < (two ? 4 : 2); k++)
+        if (p[k] > 1 << 16)
+            return unsupported_arg(l, "cropping", "is %d; libdist crops at most 65536", p[k]);
+    return two ? dist_model_add_cropping2d(m, p[0], p[1], p[2], p[3])
+               : dist_model_add_cropping1d(m, p[0], p[1]);
 }
 
 static dist_status add_max_pool2d(dist_model *m, const json_layer *l) {
@@ -1095,6 +1136,10 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"SeparableConvolution2D", add_separable_conv2d},
                  {"MaxPooling1D", add_max_pool1d},
                  {"MaxPool1D", add_max_pool1d},
+                 {"AveragePooling1D", add_avg_pool1d},
+                 {"AvgPool1D", add_avg_pool1d},
+                 {"Cropping1D", add_cropping},
+                 {"Cropping2D", add_cropping},
                  {"MaxPooling2D", add_max_pool2d},
                  {"MaxPool2D", add_max_pool2d},
                  {"AveragePooling2D", add_average_pool2d},
@@ -1363,6 +1408,10 @@ static int weightless(const char *class_name) {
                                         "Dropout",
                                         "MaxPooling1D",
                                         "MaxPool1D",
+                                        "AveragePooling1D",
+                                        "AvgPool1D",
+                                        "Cropping1D",
+                                        "Cropping2D",
                                         "MaxPooling2D",
                                         "MaxPool2D",
                                         "AveragePooling2D",

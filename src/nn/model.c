@@ -67,6 +67,9 @@ static const struct {
     [LAYER_MULTIPLY] = {"Multiply", "multiply"},
     [LAYER_AVERAGE] = {"Average", "average"},
     [LAYER_MAXIMUM] = {"Maximum", "maximum"},
+    [LAYER_AVG_POOL1D] = {"AveragePooling1D", "average_pooling1d"},
+    [LAYER_CROPPING1D] = {"Cropping1D", "cropping1d"},
+    [LAYER_CROPPING2D] = {"Cropping2D", "cropping2d"},
     [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
@@ -223,23 +226,33 @@ dist_status dist_model_add_conv1d(dist_model *m, const dist_conv2d_options *o) {
     return add_conv_layer(m, o, LAYER_CONV1D, "conv1d");
 }
 
-dist_status dist_model_add_max_pool1d(dist_model *m, int pool_size, int strides,
-                                      dist_padding padding) {
-    DIST_CHECK_ARG(m, "dist_model_add_max_pool1d: model is NULL");
-    DIST_CHECK_ARG(pool_size > 0, "max_pool1d: pool size must be positive, got %d", pool_size);
-    DIST_CHECK_ARG(strides >= 0, "max_pool1d: strides must be positive (0: pool size), got %d",
+static dist_status add_pool1d(dist_model *m, layer_kind kind, const char *what, int pool_size,
+                              int strides, dist_padding padding) {
+    DIST_CHECK_ARG(m, "dist_model_add_%s: model is NULL", what);
+    DIST_CHECK_ARG(pool_size > 0, "%s: pool size must be positive, got %d", what, pool_size);
+    DIST_CHECK_ARG(strides >= 0, "%s: strides must be positive (0: pool size), got %d", what,
                    strides);
     DIST_CHECK_ARG(padding == DIST_PADDING_VALID || padding == DIST_PADDING_SAME,
-                   "max_pool1d: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME");
+                   "%s: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME", what);
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
-    l->kind = LAYER_MAX_POOL1D;
+    l->kind = kind;
     l->pool = pool_size;
     l->pool_stride = strides ? strides : pool_size;
     l->padding = padding;
     layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
+}
+
+dist_status dist_model_add_max_pool1d(dist_model *m, int pool_size, int strides,
+                                      dist_padding padding) {
+    return add_pool1d(m, LAYER_MAX_POOL1D, "max_pool1d", pool_size, strides, padding);
+}
+
+dist_status dist_model_add_avg_pool1d(dist_model *m, int pool_size, int strides,
+                                      dist_padding padding) {
+    return add_pool1d(m, LAYER_AVG_POOL1D, "avg_pool1d", pool_size, strides, padding);
 }
 
 dist_status dist_model_add_conv2d(dist_model *m, int filters, int kernel_size,
@@ -478,6 +491,26 @@ dist_status dist_model_add_reshape(dist_model *m, int ndim, const int64_t *shape
     l->target_ndim = ndim;
     memcpy(l->target, shape, (size_t)ndim * sizeof *shape);
     return DIST_OK;
+}
+
+static dist_status add_cropping(dist_model *m, layer_kind kind, const int crop[4]) {
+    for (int k = 0; k < 4; k++)
+        DIST_CHECK_ARG(crop[k] >= 0 && crop[k] <= 1 << 16,
+                       "cropping: each cropping must be in [0, 65536], got %d", crop[k]);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, kind, &l));
+    memcpy(l->pad, crop, 4 * sizeof *crop);
+    return DIST_OK;
+}
+
+dist_status dist_model_add_cropping1d(dist_model *m, int start, int end) {
+    DIST_CHECK_ARG(m, "dist_model_add_cropping1d: model is NULL");
+    return add_cropping(m, LAYER_CROPPING1D, (const int[4]){start, end, 0, 0});
+}
+
+dist_status dist_model_add_cropping2d(dist_model *m, int top, int bottom, int left, int right) {
+    DIST_CHECK_ARG(m, "dist_model_add_cropping2d: model is NULL");
+    return add_cropping(m, LAYER_CROPPING2D, (const int[4]){top, bottom, left, right});
 }
 
 dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, int left, int right) {
@@ -840,6 +873,7 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         break;
     }
     case LAYER_MAX_POOL1D:
+    case LAYER_AVG_POOL1D:
         if (nd != 2)
             return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
                               l->name);
@@ -972,6 +1006,26 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         shape[0] += l->pad[0] + l->pad[1];
         shape[1] += l->pad[2] + l->pad[3];
         break;
+    case LAYER_CROPPING1D:
+    case LAYER_CROPPING2D: {
+        const int two = l->kind == LAYER_CROPPING2D;
+        if (two)
+            DIST_TRY(expect_image(l, nd));
+        else if (nd != 2)
+            return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
+                              l->name);
+        for (int a = 0; a <= two; a++) {
+            const int64_t left = shape[a] - l->pad[2 * a] - l->pad[2 * a + 1];
+            if (left <= 0)
+                return dist_error(DIST_INVALID_ARGUMENT,
+                                  "layer '%s' (%s): cropping %d and %d from an axis of %lld "
+                                  "leaves nothing",
+                                  l->name, model_layer_class(l->kind), l->pad[2 * a],
+                                  l->pad[2 * a + 1], (long long)shape[a]);
+            shape[a] = left;
+        }
+        break;
+    }
     case LAYER_RESHAPE: {
         int64_t n = 1, known = 1;
         int unknown = -1, fits = 1;
@@ -1634,14 +1688,31 @@ static dist_status call_conv1d(dist_tape *tape, const model_layer *l, const dist
     return dist_op_reshape(tape, y4, 3, ys, out);
 }
 
-static dist_status call_max_pool1d(dist_tape *tape, const model_layer *l, const dist_tensor *h,
-                                   dist_tensor **out) {
+/* MaxPooling1D and AveragePooling1D: the 2-D pool of a one-row image */
+static dist_status call_pool1d(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                               dist_tensor **out) {
     int64_t hs[4] = {h->shape[0], 1, h->shape[1], h->shape[2]};
     dist_tensor *h4, *y4;
     DIST_TRY(dist_op_reshape(tape, h, 4, hs, &h4));
-    DIST_TRY(dist_op_max_pool2d(tape, h4, 1, l->pool, 1, l->pool_stride, l->padding, &y4));
+    if (l->kind == LAYER_MAX_POOL1D)
+        DIST_TRY(dist_op_max_pool2d(tape, h4, 1, l->pool, 1, l->pool_stride, l->padding, &y4));
+    else
+        DIST_TRY(dist_op_avg_pool2d(tape, h4, 1, l->pool, 1, l->pool_stride, l->padding, &y4));
     int64_t ys[3] = {y4->shape[0], y4->shape[2], y4->shape[3]};
     return dist_op_reshape(tape, y4, 3, ys, out);
+}
+
+/* Cropping1D / Cropping2D: the slice that is left (its gradient is zero where cropped) */
+static dist_status call_cropping(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                 dist_tensor **out) {
+    int64_t begin[4] = {0}, size[4];
+    for (int d = 0; d < h->ndim && d < 4; d++) size[d] = h->shape[d];
+    const int axes = l->kind == LAYER_CROPPING2D ? 2 : 1;
+    for (int a = 0; a < axes; a++) {
+        begin[a + 1] = l->pad[2 * a];
+        size[a + 1] = h->shape[a + 1] - l->pad[2 * a] - l->pad[2 * a + 1];
+    }
+    return dist_op_slice(tape, h, begin, size, out);
 }
 
 /* Layer i on its inputs `in`; *out is its output. */
@@ -1677,7 +1748,10 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_CONV1D:
         DIST_TRY(call_conv1d(tape, l, h, vars[l->kernel_var], bias, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
-    case LAYER_MAX_POOL1D: return call_max_pool1d(tape, l, h, out);
+    case LAYER_MAX_POOL1D:
+    case LAYER_AVG_POOL1D: return call_pool1d(tape, l, h, out);
+    case LAYER_CROPPING1D:
+    case LAYER_CROPPING2D: return call_cropping(tape, l, h, out);
     case LAYER_MAX_POOL2D:
         return dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID,
                                   out);

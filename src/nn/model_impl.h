@@ -45,6 +45,9 @@ typedef enum layer_kind {
     LAYER_GLOBAL_MAX_POOL1D,
     LAYER_MAXIMUM,
     LAYER_MINIMUM,
+    LAYER_AVG_POOL1D,
+    LAYER_CROPPING1D, /* pad[0], pad[1]: cropped from the start and the end of the steps */
+    LAYER_CROPPING2D, /* pad[0..3]: cropped from top, bottom, left, right */
     LAYER_KIND_COUNT
 } layer_kind;
 

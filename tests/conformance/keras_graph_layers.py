@@ -8,8 +8,9 @@ by NumPy:
   Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, silu)(a);  c = Activation(gelu)(a)
   Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Maximum([b, c, a]); Minimum([a, c])
   (ties where a = 0 = gelu(a)); Add([sub, mul, avg, max, min]);
-  Concatenate(axis=-1)([add, a]) -> LayerNormalization -> GlobalMaxPooling2D, concatenated
-  with x -> Reshape((64, 3)) -> Permute((2, 1)) -> GlobalAveragePooling1D; then d =
+  Concatenate(axis=-1)([add, a]) -> LayerNormalization -> Cropping2D(((1, 0), (0, 2))) ->
+  GlobalMaxPooling2D, concatenated with x -> Reshape((64, 3)) -> Cropping1D((3, 6)) ->
+  AveragePooling1D(3, 2, same) -> Permute((2, 1)) -> GlobalAveragePooling1D; then d =
   Dense(12, swish); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
   Activation(swish) -> Activation(softmax) -> Dense(4)
 
@@ -69,9 +70,13 @@ def body(L, x):
     add = L.Add(name="add")([sub, mul, avg, mx, mn])
     h = L.Concatenate(axis=-1, name="cat")([add, a])
     h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
+    h = L.Cropping2D(((1, 0), (0, 2)), name="crop2d")(h)
     h = L.GlobalMaxPooling2D(name="gmp")(h)
-    # the input again, as 3 sequences of 64 steps: Reshape -> Permute -> GlobalAveragePooling1D
+    # the input again, as 64 steps of 3: Reshape -> Cropping1D -> AveragePooling1D (same: the
+    # last window's mean over the steps it covers) -> Permute -> GlobalAveragePooling1D
     e = L.Reshape((64, 3), name="seq")(x)
+    e = L.Cropping1D((3, 6), name="crop1d")(e)
+    e = L.AveragePooling1D(3, strides=2, padding="same", name="avg1d")(e)
     e = L.Permute((2, 1), name="swap")(e)
     e = L.GlobalAveragePooling1D(name="gap1d")(e)
     return L.Concatenate(name="both")([h, e])

@@ -210,6 +210,72 @@ START_TEST(test_maximum_and_minimum_send_a_tie_s_gradient_to_the_first_input) {
 }
 END_TEST
 
+/* Cropping2D keeps the window it names, Cropping1D the steps (their gradients:
+ * conformance.keras_graph_layers); cropping everything is refused at build naming the layer;
+ * Keras's JSON forms (an integer, a pair, two pairs) read, AveragePooling1D's same padding
+ * giving ceil(steps / stride) windows. */
+START_TEST(test_cropping_keeps_the_window_and_refuses_cropping_everything) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_cropping2d(m, 1, 0, 0, 2), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 3, (int64_t[]){3, 4, 1}, 1), DIST_OK);
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    float x[12];
+    for (int i = 0; i < 12; i++) x[i] = (float)i;
+    int64_t n = 0;
+    float *y = run(m, t, x, 4, (int64_t[]){1, 3, 4, 1}, 0, NULL, &n);
+    ck_assert_int_eq(n, 4); /* rows 1-2, columns 0-1 */
+    const float want[4] = {4, 5, 8, 9};
+    for (int i = 0; i < 4; i++) ck_assert_float_eq(y[i], want[i]);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_cropping1d(m, 2, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 2, (int64_t[]){5, 2}, 1), DIST_OK);
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    y = run(m, t, x, 3, (int64_t[]){1, 5, 2}, 0, NULL, &n);
+    ck_assert_int_eq(n, 4); /* steps 2-3 */
+    const float want1[4] = {4, 5, 6, 7};
+    for (int i = 0; i < 4; i++) ck_assert_float_eq(y[i], want1[i]);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_cropping2d(m, 2, 1, 0, 0), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 3, (int64_t[]){3, 4, 1}, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "(Cropping2D): cropping 2 and 1 from an axis "
+                                                    "of 3 leaves nothing"));
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_cropping1d(m, -1, 0), DIST_INVALID_ARGUMENT);
+    dist_model_destroy(m);
+
+    /* the JSON forms: Cropping2D 1 (every side), then [[0, 1], [2, 0]]; Cropping1D [1, 2] */
+    static const char *json =
+        "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"crop\",\"layers\":["
+        "{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,7,8,2],"
+        "\"name\":\"in\"}},"
+        "{\"class_name\":\"Cropping2D\",\"config\":{\"name\":\"c1\",\"cropping\":1}},"
+        "{\"class_name\":\"Cropping2D\",\"config\":{\"name\":\"c2\",\"cropping\":[[0,1],"
+        "[2,0]],\"data_format\":\"channels_last\"}},"
+        "{\"class_name\":\"Reshape\",\"config\":{\"name\":\"r\",\"target_shape\":[16,2]}},"
+        "{\"class_name\":\"Cropping1D\",\"config\":{\"name\":\"c3\",\"cropping\":[1,2]}},"
+        "{\"class_name\":\"AveragePooling1D\",\"config\":{\"name\":\"p\",\"pool_size\":[2],"
+        "\"strides\":null,\"padding\":\"same\"}}]}}";
+    ck_assert_msg(dist_model_from_keras_json(json, 1, &m) == DIST_OK, "%s", dist_last_error());
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    ck_assert_msg(strstr(summary, "(None, 5, 6, 2)") && strstr(summary, "(None, 4, 4, 2)") &&
+                      strstr(summary, "(None, 13, 2)") && strstr(summary, "(None, 7, 2)"),
+                  "%s", summary);
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_zero_padding_rescaling_reshape_and_global_max_pooling) {
     /* x [1, 2, 2, 1] -> Rescaling(2, 1) -> ZeroPadding2D(top 1, bottom 0, left 0, right 2);
      * then Reshape(-1, 2, 1) -> GlobalMaxPooling2D */
@@ -993,6 +1059,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_an_output_read_twice_gets_the_sum_of_both_gradients);
     tcase_add_test(tc, test_subtract_multiply_and_average_merge_elementwise);
     tcase_add_test(tc, test_maximum_and_minimum_send_a_tie_s_gradient_to_the_first_input);
+    tcase_add_test(tc, test_cropping_keeps_the_window_and_refuses_cropping_everything);
     tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
