@@ -114,6 +114,12 @@ DIST_API dist_status dist_model_add_global_average_pool2d(dist_model *model);
  * libdist's own draws, not TensorFlow's (a counter-based hash of that key: the same bits on
  * every backend and under tpu). rate in [0, 1). */
 DIST_API dist_status dist_model_add_dropout(dist_model *model, float rate, uint64_t seed);
+/* SpatialDropout1D (dims 1: (steps, channels) inputs) and SpatialDropout2D (dims 2: (height,
+ * width, channels)): Dropout of whole channels, one draw per example and channel kept or
+ * dropped at every step or pixel (Keras's noise_shape (batch, 1, [1,] channels)); seeds and
+ * draws as dist_model_add_dropout's. */
+DIST_API dist_status dist_model_add_spatial_dropout(dist_model *model, int dims, float rate,
+                                                    uint64_t seed);
 DIST_API dist_status dist_model_add_flatten(dist_model *model);
 /* BatchNormalization over the last axis (options NULL: Keras's defaults). Variables, in Keras's
  * order: gamma (ones; if scale), beta (zeros; if center), moving_mean (zeros) and
@@ -357,6 +363,7 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * hard_silu/hard_swish, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
  * valid), AveragePooling2D (square pools and strides, valid or same), GlobalAveragePooling2D and
  * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
+ * SpatialDropout1D and SpatialDropout2D (the same seeds),
  * BatchNormalization (last axis, Keras's initializers, synchronized or not),
  * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
  * with bias), Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Activation (those

@@ -167,16 +167,21 @@ static void pool_config(cJSON *c, int pool, int stride, dist_padding padding) {
 static dist_status dropout_config(cJSON *c, const model_layer *l) {
     if (l->seed > (uint64_t)INT64_MAX)
         return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (Dropout): argument 'seed' is %llu; Keras's seeds are "
+                          "layer '%s' (%s): argument 'seed' is %llu; Keras's seeds are "
                           "int64 (at most %lld)",
-                          l->name, (unsigned long long)l->seed, (long long)INT64_MAX);
+                          l->name, model_layer_class(l->kind), (unsigned long long)l->seed,
+                          (long long)INT64_MAX);
     cJSON_AddNumberToObject(c, "rate", float_value(l->rate));
     /* an integer literal: cJSON would print a large double in exponent form, which Python reads
      * as a float, and Keras wants an int */
     char digits[24];
     snprintf(digits, sizeof digits, "%llu", (unsigned long long)l->seed);
     cJSON_AddItemToObject(c, "seed", cJSON_CreateRaw(digits));
-    cJSON_AddNullToObject(c, "noise_shape");
+    if (l->kind == LAYER_DROPOUT) cJSON_AddNullToObject(c, "noise_shape");
+    if (l->kind == LAYER_SPATIAL_DROPOUT2D)
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+    /* Keras 3's SpatialDropout1D/2D take no 'trainable' argument (their get_config has none) */
+    if (l->kind != LAYER_DROPOUT) cJSON_DeleteItemFromObjectCaseSensitive(c, "trainable");
     return DIST_OK;
 }
 
@@ -316,7 +321,9 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         cJSON_AddStringToObject(c, "data_format", "channels_last");
         cJSON_AddFalseToObject(c, "keepdims");
         break;
-    case LAYER_DROPOUT: st = dropout_config(c, l); break;
+    case LAYER_DROPOUT:
+    case LAYER_SPATIAL_DROPOUT1D:
+    case LAYER_SPATIAL_DROPOUT2D: st = dropout_config(c, l); break;
     case LAYER_BATCH_NORM: batch_norm_config(c, l); break;
     case LAYER_FLATTEN: cJSON_AddStringToObject(c, "data_format", "channels_last"); break;
     case LAYER_DENSE: dense_config(c, l); break;

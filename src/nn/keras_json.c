@@ -577,19 +577,23 @@ static dist_status add_global_average_pool2d(dist_model *m, const json_layer *l)
 
 /* Dropout's seed: the config's when it has one, else the model's (Keras draws one at random). */
 static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t model_seed) {
-    static const char *const known[] = {"rate", "seed", "batch_input_shape", NULL};
+    static const char *const known[] = {"rate", "seed", "batch_input_shape", "data_format", NULL};
     DIST_TRY(check_keys(l, known)); /* a noise_shape that is set is refused there */
+    DIST_TRY(check_channels_last(l)); /* SpatialDropout2D's */
     const cJSON *rate = cJSON_GetObjectItemCaseSensitive(l->config, "rate");
     if (!cJSON_IsNumber(rate) || rate->valuedouble < 0.0 || rate->valuedouble >= 1.0)
-        return dist_error(DIST_FORMAT, "layer '%s' (Dropout): 'rate' must be a number in [0, 1)",
-                          l->name);
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'rate' must be a number in [0, 1)",
+                          l->name, l->class_name);
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(l->config, "seed");
     int s = 0;
     if (seed && !cJSON_IsNull(seed) && !json_int(seed, &s))
-        return dist_error(DIST_FORMAT, "layer '%s' (Dropout): 'seed' must be an integer or null",
-                          l->name);
-    return dist_model_add_dropout(m, (float)rate->valuedouble,
-                                  seed && !cJSON_IsNull(seed) ? (uint64_t)s : model_seed);
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'seed' must be an integer or null",
+                          l->name, l->class_name);
+    const uint64_t use = seed && !cJSON_IsNull(seed) ? (uint64_t)s : model_seed;
+    if (strcmp(l->class_name, "Dropout") == 0)
+        return dist_model_add_dropout(m, (float)rate->valuedouble, use);
+    return dist_model_add_spatial_dropout(m, l->class_name[14] == '1' ? 1 : 2,
+                                          (float)rate->valuedouble, use);
 }
 
 static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
@@ -1120,7 +1124,8 @@ static dist_status input_layer_shape(const json_layer *l, int *ndim, int64_t sha
 }
 
 static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) {
-    if (strcmp(l->class_name, "Dropout") == 0) {
+    if (strcmp(l->class_name, "Dropout") == 0 || strcmp(l->class_name, "SpatialDropout1D") == 0 ||
+        strcmp(l->class_name, "SpatialDropout2D") == 0) {
         DIST_TRY(add_dropout(m, l, seed));
         return model_rename_last_layer(m, l->name);
     }
@@ -1406,6 +1411,8 @@ static int weightless(const char *class_name) {
                                         "Reshape",
                                         "Permute",
                                         "Dropout",
+                                        "SpatialDropout1D",
+                                        "SpatialDropout2D",
                                         "MaxPooling1D",
                                         "MaxPool1D",
                                         "AveragePooling1D",

@@ -55,6 +55,8 @@ static const struct {
     [LAYER_AVG_POOL2D] = {"AveragePooling2D", "average_pooling2d"},
     [LAYER_GLOBAL_AVG_POOL2D] = {"GlobalAveragePooling2D", "global_average_pooling2d"},
     [LAYER_DROPOUT] = {"Dropout", "dropout"},
+    [LAYER_SPATIAL_DROPOUT1D] = {"SpatialDropout1D", "spatial_dropout1d"},
+    [LAYER_SPATIAL_DROPOUT2D] = {"SpatialDropout2D", "spatial_dropout2d"},
     [LAYER_BATCH_NORM] = {"BatchNormalization", "batch_normalization"},
     [LAYER_ACTIVATION] = {"Activation", "activation"},
     [LAYER_RELU] = {"ReLU", "re_lu"},
@@ -305,18 +307,29 @@ dist_status dist_model_add_global_average_pool2d(dist_model *m) {
     return DIST_OK;
 }
 
-dist_status dist_model_add_dropout(dist_model *m, float rate, uint64_t seed) {
+static dist_status add_dropout_kind(dist_model *m, layer_kind kind, float rate, uint64_t seed) {
     DIST_CHECK_ARG(m, "dist_model_add_dropout: model is NULL");
     DIST_CHECK_ARG(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got %g",
                    (double)rate);
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
-    l->kind = LAYER_DROPOUT;
+    l->kind = kind;
     l->rate = rate;
     l->seed = seed;
     layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
+}
+
+dist_status dist_model_add_dropout(dist_model *m, float rate, uint64_t seed) {
+    return add_dropout_kind(m, LAYER_DROPOUT, rate, seed);
+}
+
+dist_status dist_model_add_spatial_dropout(dist_model *m, int dims, float rate, uint64_t seed) {
+    DIST_CHECK_ARG(dims == 1 || dims == 2,
+                   "dist_model_add_spatial_dropout: dims must be 1 or 2, got %d", dims);
+    return add_dropout_kind(m, dims == 1 ? LAYER_SPATIAL_DROPOUT1D : LAYER_SPATIAL_DROPOUT2D, rate,
+                            seed);
 }
 
 dist_status dist_model_add_batch_normalization(dist_model *m, const dist_batch_norm_options *o) {
@@ -922,6 +935,14 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
                               "inputs",
                               l->name);
         break;
+    case LAYER_SPATIAL_DROPOUT1D:
+    case LAYER_SPATIAL_DROPOUT2D:
+        if (nd != (l->kind == LAYER_SPATIAL_DROPOUT1D ? 2 : 3))
+            return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' (%s) expects %s inputs", l->name,
+                              model_layer_class(l->kind),
+                              l->kind == LAYER_SPATIAL_DROPOUT1D ? "(steps, channels)"
+                                                                 : "(height, width, channels)");
+        break;
     case LAYER_DROPOUT:
     case LAYER_ACTIVATION:
     case LAYER_RELU:
@@ -1397,7 +1418,8 @@ static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
  * no host memory): its key is the layer's seed mixed with the layer's index, the replica's
  * count of training calls and the replica's id (replica_id_in_sync_group), so every replica
  * and every layer drops differently and a rerun with the same seed drops the same elements.
- * Identity in inference. */
+ * SpatialDropout1D/2D draw a mask of shape (batch, 1, [1,] channels), which the product
+ * broadcasts over the steps or pixels. Identity in inference. */
 static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const dist_tensor *h,
                                 dist_tensor **out) {
     const model_layer *l = &m->layers[layer];
@@ -1414,13 +1436,17 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
     op.u[2] = (uint32_t)rep->training_calls;
     op.u[3] = rc ? (uint32_t)rc->replica_id : 0u;
     dist_tensor *mask = NULL;
-    dist_status st = dist_tape_alloc(tape, DIST_F32, h->ndim, h->shape, &mask);
+    int64_t ms[DIST_MAX_DIMS];
+    for (int d = 0; d < h->ndim; d++)
+        ms[d] = l->kind == LAYER_DROPOUT || d == 0 || d == h->ndim - 1 ? h->shape[d] : 1;
+    dist_status st = dist_tape_alloc(tape, DIST_F32, h->ndim, ms, &mask);
     if (st == DIST_OK) {
         dist_tensor *const outs[1] = {mask};
         st = dist_backend_run_op(dist_tape_backend(tape), &op, NULL, outs);
     }
     if (st == DIST_OK) st = dist_op_mul(tape, h, mask, out);
-    return st ? dist_error_context(st, "layer '%s' (Dropout)", l->name) : DIST_OK;
+    return st ? dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind))
+              : DIST_OK;
 }
 
 /* Keras's BatchNormalization: batch statistics and the moving-average update in training, the
@@ -1779,7 +1805,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         for (int d = 0; d < l->target_ndim; d++) perm[d + 1] = (int)l->target[d];
         return dist_op_transpose(tape, h, perm, out);
     }
-    case LAYER_DROPOUT: return call_dropout(m, tape, i, h, out);
+    case LAYER_DROPOUT:
+    case LAYER_SPATIAL_DROPOUT1D:
+    case LAYER_SPATIAL_DROPOUT2D: return call_dropout(m, tape, i, h, out);
     case LAYER_BATCH_NORM: return call_batch_norm(tape, rep, l, DIST_ACT_NONE, h, out);
     case LAYER_LAYER_NORM: return call_layer_norm(tape, rep, l, h, out);
     case LAYER_FLATTEN: return dist_op_flatten(tape, h, out);
@@ -1911,7 +1939,8 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
         }
         dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
         if (f32) dist_tape_set_compute_precision(tape, saved);
-        if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_BATCH_NORM)
+        if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_SPATIAL_DROPOUT1D &&
+            l->kind != LAYER_SPATIAL_DROPOUT2D && l->kind != LAYER_BATCH_NORM)
             return dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind));
         DIST_TRY(st);
         if (m->check_numerics) DIST_TRY(model_check_finite(m, tape, l, outs[i], "its output"));

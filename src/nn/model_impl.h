@@ -46,8 +46,10 @@ typedef enum layer_kind {
     LAYER_MAXIMUM,
     LAYER_MINIMUM,
     LAYER_AVG_POOL1D,
-    LAYER_CROPPING1D, /* pad[0], pad[1]: cropped from the start and the end of the steps */
-    LAYER_CROPPING2D, /* pad[0..3]: cropped from top, bottom, left, right */
+    LAYER_CROPPING1D,        /* pad[0], pad[1]: cropped from the start and the end of the steps */
+    LAYER_CROPPING2D,        /* pad[0..3]: cropped from top, bottom, left, right */
+    LAYER_SPATIAL_DROPOUT1D, /* Dropout of whole channels: rate, seed */
+    LAYER_SPATIAL_DROPOUT2D,
     LAYER_KIND_COUNT
 } layer_kind;
 

@@ -80,6 +80,10 @@ def make(dropout):
         keras.layers.BatchNormalization(),
         keras.layers.AveragePooling2D(2),
         keras.layers.Conv2D(8, 3, activation="tanh"),
+    ]
+    if dropout:  # SpatialDropout2D, then (below) Dropout: the identity in inference
+        layers.append(keras.layers.SpatialDropout2D(0.3, seed=9))
+    layers += [
         keras.layers.AveragePooling2D(3, strides=1, padding="same"),
         keras.layers.Conv2D(8, 2, activation="gelu"),
         keras.layers.GlobalAveragePooling2D(),
@@ -289,7 +293,9 @@ def main():
                     f"vs float32 Keras {worst['float32']:.2e} (bound {TOL_F32:g})" + line)
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
-        if saver and tf_keras_builder:
+        # the .keras file: of the models tf_keras also builds, and of the Keras 3-only names
+        # (hard_sigmoid, hard_silu; SpatialDropout2D)
+        if saver and (tf_keras_builder or name in ("with_dropout", "keras3_activations")):
             failures += not keras_graph_layers.keras_file_check(
                 saver, work, name, json_path, wpath, x_path, y_path, model, x, (N, H, W, C))
     sys.exit(1 if failures else 0)

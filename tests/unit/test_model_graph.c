@@ -276,6 +276,71 @@ START_TEST(test_cropping_keeps_the_window_and_refuses_cropping_everything) {
 }
 END_TEST
 
+/* SpatialDropout2D / 1D in training drop whole channels: for each example and channel every
+ * pixel or step is 0 or 1 / (1 - rate), about `rate` of the channels dropped; the identity in
+ * inference; the wrong rank refused at build; read from Keras JSON by class name. */
+START_TEST(test_spatial_dropout_drops_whole_channels) {
+    enum { N = 16, C = 32 };
+    for (int dims = 1; dims <= 2; dims++) {
+        dist_model *m = NULL;
+        ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+        ck_assert_int_eq(dist_model_add_spatial_dropout(m, dims, 0.5f, 7), DIST_OK);
+        const int64_t s2[3] = {3, 5, C}, s1[2] = {15, C};
+        ck_assert_int_eq(dist_model_build(m, dims + 1, dims == 2 ? s2 : s1, 1), DIST_OK);
+        dist_tape *t = NULL;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        static float x[N * 15 * C];
+        for (int i = 0; i < N * 15 * C; i++) x[i] = 1.0f + (float)(i % 3);
+        const int64_t x2[4] = {N, 3, 5, C}, x1[3] = {N, 15, C};
+        int64_t n = 0;
+        float *y = run(m, t, x, dims + 2, dims == 2 ? x2 : x1, 1, NULL, &n);
+        ck_assert_int_eq(n, N * 15 * C);
+        int dropped = 0;
+        for (int b = 0; b < N; b++)
+            for (int c = 0; c < C; c++) {
+                const int64_t first = (int64_t)b * 15 * C + c;
+                const int off = y[first] == 0.0f;
+                dropped += off;
+                for (int p = 0; p < 15; p++) {
+                    const int64_t i = first + (int64_t)p * C;
+                    ck_assert_msg(y[i] == (off ? 0.0f : 2.0f * x[i]),
+                                  "%dD: example %d channel %d position %d: %g from %g", dims, b, c,
+                                  p, (double)y[i], (double)x[i]);
+                }
+            }
+        ck_assert_msg(dropped > N * C * 4 / 10 && dropped < N * C * 6 / 10,
+                      "%dD: %d of %d channels dropped at rate 0.5", dims, dropped, N * C);
+        free(y);
+        y = run(m, t, x, dims + 2, dims == 2 ? x2 : x1, 0, NULL, &n); /* inference */
+        ck_assert_int_eq(memcmp(y, x, sizeof x), 0);
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_spatial_dropout(m, 2, 0.5f, 7), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 2, (int64_t[]){15, C}, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "(SpatialDropout2D) expects (height, width, "
+                                                    "channels) inputs"));
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_spatial_dropout(m, 3, 0.5f, 7), DIST_INVALID_ARGUMENT);
+    dist_model_destroy(m);
+    static const char *json =
+        "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"sd\",\"layers\":["
+        "{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,10,4],"
+        "\"name\":\"in\"}},"
+        "{\"class_name\":\"SpatialDropout1D\",\"config\":{\"name\":\"drop\",\"rate\":0.3,"
+        "\"seed\":5}}]}}";
+    ck_assert_msg(dist_model_from_keras_json(json, 1, &m) == DIST_OK, "%s", dist_last_error());
+    char summary[2048];
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    ck_assert_msg(strstr(summary, "drop (SpatialDropout1D)"), "%s", summary);
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_zero_padding_rescaling_reshape_and_global_max_pooling) {
     /* x [1, 2, 2, 1] -> Rescaling(2, 1) -> ZeroPadding2D(top 1, bottom 0, left 0, right 2);
      * then Reshape(-1, 2, 1) -> GlobalMaxPooling2D */
@@ -1060,6 +1125,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_subtract_multiply_and_average_merge_elementwise);
     tcase_add_test(tc, test_maximum_and_minimum_send_a_tie_s_gradient_to_the_first_input);
     tcase_add_test(tc, test_cropping_keeps_the_window_and_refuses_cropping_everything);
+    tcase_add_test(tc, test_spatial_dropout_drops_whole_channels);
     tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
