@@ -25,6 +25,10 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
       Dense -> Activation(hard_swish) -> Dense(4)
   sequence_max: Reshape((144, 3)) -> Conv1D(8, 5, elu) -> MaxPooling1D(2) ->
       Conv1D(8, 3, softsign) -> GlobalMaxPooling1D -> Dense(4)
+  tf_keras_hard_sigmoid (tf_keras only): Conv2D(hard_sigmoid) -> GlobalAveragePooling2D ->
+      Dense(hard_sigmoid) -> Dense -> Activation(hard_sigmoid) -> Dense(4), tf_keras's JSON
+      (its keras_version 2.x selects tf_keras's function) against tf_keras itself at float64
+      and float32, with the weights of a Keras 3 twin (linear activations) in its file
 conv_variants, sequence, keras_activations and sequence_max are also built by tf_keras (Keras 2): its JSON, with
 the same weights file, must give
 the same logits and gradients (its configs name the same arguments differently and add some);
@@ -183,6 +187,40 @@ def make_keras3_activations(k):
     ])
 
 
+def make_tf_keras_hard_sigmoid(k, act="hard_sigmoid"):
+    # tf_keras's hard_sigmoid (clip(0.2 x + 0.5, 0, 1), not Keras 3's function of that name);
+    # Keras 3 builds the same layers with act="linear" to write the weights file
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Conv2D(6, 3, activation=act),
+        k.layers.GlobalAveragePooling2D(),
+        k.layers.Dense(12, activation=act),
+        k.layers.Dense(12),
+        k.layers.Activation(act),
+        k.layers.Dense(K),
+    ])
+
+
+def tf_keras_reference(json_text, weights, x, y, floatx):
+    """keras_reference's results from tf_keras itself, for a tf_keras JSON, with `weights` (the
+    Keras 3 twin's, in the same layer order) set into it."""
+    import tf_keras
+    tf_keras.backend.set_floatx(floatx)
+    try:
+        model = tf_keras.models.model_from_json(json_text.replace('"float32"', f'"{floatx}"'))
+        model.set_weights([w.astype(floatx) for w in weights])
+        xs = x.astype(floatx)
+        logits = model(xs, training=False).numpy().astype(np.float64)
+        loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(xs, training=True))
+        grads = tape.gradient(loss, model.trainable_weights)
+        return logits, [(v.name, tuple(v.shape), g.numpy().astype(np.float64))
+                        for v, g in zip(model.trainable_weights, grads)]
+    finally:
+        tf_keras.backend.set_floatx("float32")
+
+
 def tf_keras_json(builder):
     import tf_keras
     tf_keras.utils.set_random_seed(11)
@@ -235,7 +273,10 @@ def main():
              ("keras_activations", lambda: make_keras_activations(keras), True,
               make_keras_activations),
              ("keras3_activations", lambda: make_keras3_activations(keras), True, None),
-             ("sequence_max", lambda: make_sequence_max(keras), True, make_sequence_max))
+             ("sequence_max", lambda: make_sequence_max(keras), True, make_sequence_max),
+             # Keras 3 writes the weights; the JSON and the reference are tf_keras's (below)
+             ("tf_keras_hard_sigmoid", lambda: make_tf_keras_hard_sigmoid(keras, "linear"), True,
+              None))
     for name, build, with_grads, tf_keras_builder in cases:
         keras.utils.set_random_seed(11)
         model = build()
@@ -248,8 +289,16 @@ def main():
             f.write(model.to_json())
         wpath = os.path.join(work, f"{name}.weights.h5")
         model.save_weights(wpath)
-        refs = {floatx: keras_reference(json_path, wpath, x, y, floatx)
-                for floatx in ("float64", "float32")}
+        if name == "tf_keras_hard_sigmoid":  # tf_keras's JSON against tf_keras itself
+            tfk_text = tf_keras_json(make_tf_keras_hard_sigmoid)
+            json_path = os.path.join(work, f"{name}.tf_keras.json")
+            with open(json_path, "w") as f:
+                f.write(tfk_text)
+            refs = {floatx: tf_keras_reference(tfk_text, model.get_weights(), x, y, floatx)
+                    for floatx in ("float64", "float32")}
+        else:
+            refs = {floatx: keras_reference(json_path, wpath, x, y, floatx)
+                    for floatx in ("float64", "float32")}
         runs = [(name, json_path)]
         if tf_keras_builder:
             tfk_path = os.path.join(work, f"{name}.tf_keras.json")
