@@ -146,6 +146,10 @@ DIST_API dist_status dist_model_add_relu(dist_model *model);
  * dist_op_leaky_relu. */
 DIST_API dist_status dist_model_add_relu_options(dist_model *model, float max_value,
                                                  float negative_slope);
+/* PReLU: y = relu(x) - alpha * relu(-x) with a trainable alpha (initialized to zeros, as
+ * Keras's) of the input's shape after the batch axis, of size 1 along the nshared axes of
+ * shared_axes (Keras's numbering: 1 is the first axis after the batch), which share it. */
+DIST_API dist_status dist_model_add_prelu(dist_model *model, int nshared, const int *shared_axes);
 /* ELU(alpha) (dist_op_elu) and LeakyReLU(alpha) (dist_op_leaky_relu). */
 DIST_API dist_status dist_model_add_elu(dist_model *model, float alpha);
 DIST_API dist_status dist_model_add_leaky_relu(dist_model *model, float alpha);
@@ -368,6 +372,7 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
  * with bias), Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Activation (those
  * activations), ReLU (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU,
+ * PReLU (shared_axes; alpha from Zeros),
  * Softmax (last axis), Rescaling (scalar scale and offset), Reshape, Permute,
  * GlobalAveragePooling1D, GlobalMaxPooling1D, AveragePooling1D, Cropping1D, Cropping2D and
  * ZeroPadding2D, float32, channels_last; their L1,

@@ -277,7 +277,7 @@ static void mha_config(cJSON *c, const model_layer *l) {
 static int has_build_config(layer_kind kind) {
     return model_layer_is_conv(kind) || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
            kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING ||
-           kind == LAYER_MHA;
+           kind == LAYER_MHA || kind == LAYER_PRELU;
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
@@ -353,6 +353,19 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_CROPPING1D:
         cJSON_AddItemToObject(c, "cropping", int_pair(l->pad[0], l->pad[1]));
         break;
+    case LAYER_PRELU: {
+        static const char *const extras[] = {"alpha_regularizer", "alpha_constraint", NULL};
+        cJSON_AddItemToObject(c, "alpha_initializer", initializer("Zeros"));
+        add_nulls(c, extras);
+        if (!l->shared_axes) {
+            cJSON_AddNullToObject(c, "shared_axes");
+            break;
+        }
+        cJSON *a = cJSON_AddArrayToObject(c, "shared_axes");
+        for (int d = 1; a && d < DIST_MAX_DIMS; d++)
+            if (l->shared_axes >> d & 1u) cJSON_AddItemToArray(a, cJSON_CreateNumber(d));
+        break;
+    }
     case LAYER_CROPPING2D: {
         cJSON *p = cJSON_CreateArray();
         cJSON_AddItemToArray(p, int_pair(l->pad[0], l->pad[1]));
@@ -450,6 +463,7 @@ static dist_status regularizers_config(cJSON *c, const model_layer *l) {
     case LAYER_BATCH_NORM:
     case LAYER_LAYER_NORM: keys[0] = "gamma_regularizer", keys[1] = "beta_regularizer"; break;
     case LAYER_EMBEDDING: keys[0] = "embeddings_regularizer"; break;
+    case LAYER_PRELU: keys[0] = "alpha_regularizer"; break;
     default: break;
     }
     for (int k = 0; k < 3; k++) {

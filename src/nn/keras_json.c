@@ -235,7 +235,8 @@ static dist_status add_regularizers(dist_model *m, const json_layer *l) {
          "pointwise_regularizer"},
         {"BatchNormalization", "gamma_regularizer", "beta_regularizer", NULL},
         {"LayerNormalization", "gamma_regularizer", "beta_regularizer", NULL},
-        {"Embedding", "embeddings_regularizer", NULL, NULL}};
+        {"Embedding", "embeddings_regularizer", NULL, NULL},
+        {"PReLU", "alpha_regularizer", NULL, NULL}};
     for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
         if (strcmp(l->class_name, args[i].class_name) != 0) continue;
         const char *keys[3] = {args[i].kernel, args[i].bias, args[i].pointwise};
@@ -466,6 +467,38 @@ static dist_status add_pool1d(dist_model *m, const json_layer *l, int average) {
         return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
     return average ? dist_model_add_avg_pool1d(m, p[1], s[1], padding)
                    : dist_model_add_max_pool1d(m, p[1], s[1], padding);
+}
+
+/* PReLU: Zeros for alpha (Keras's default), no constraint; shared_axes null, an integer or a
+ * list of them */
+static dist_status add_prelu(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"alpha_initializer", "alpha_regularizer", "shared_axes",
+                                        "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known)); /* alpha_constraint: only its absence passes there */
+    const cJSON *init = cJSON_GetObjectItemCaseSensitive(l->config, "alpha_initializer");
+    if (init && !cJSON_IsNull(init) && !is_initializer(init, "Zeros"))
+        return unsupported_arg(l, "alpha_initializer", "is '%s'; libdist starts alpha at Zeros",
+                               json_str(init, "class_name") ? json_str(init, "class_name") : "?");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "shared_axes");
+    int axes[DIST_MAX_DIMS], n = 0;
+    if (v && !cJSON_IsNull(v)) {
+        if (json_int(v, &axes[0])) {
+            n = 1;
+        } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) < DIST_MAX_DIMS) {
+            const cJSON *a;
+            cJSON_ArrayForEach(a, v) {
+                if (!json_int(a, &axes[n++]))
+                    return dist_error(
+                        DIST_FORMAT, "layer '%s' (PReLU): 'shared_axes' must be integers", l->name);
+            }
+        } else {
+            return dist_error(DIST_FORMAT,
+                              "layer '%s' (PReLU): 'shared_axes' must be null, an integer or a "
+                              "list of at most %d",
+                              l->name, DIST_MAX_DIMS - 1);
+        }
+    }
+    return dist_model_add_prelu(m, n, axes);
 }
 
 static dist_status add_max_pool1d(dist_model *m, const json_layer *l) {
@@ -1165,6 +1198,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"ReLU", add_relu},
                  {"ELU", add_elu},
                  {"LeakyReLU", add_leaky_relu},
+                 {"PReLU", add_prelu},
                  {"Softmax", add_softmax},
                  {"Rescaling", add_rescaling},
                  {"Reshape", add_reshape},

@@ -55,6 +55,7 @@ static const struct {
     [LAYER_AVG_POOL2D] = {"AveragePooling2D", "average_pooling2d"},
     [LAYER_GLOBAL_AVG_POOL2D] = {"GlobalAveragePooling2D", "global_average_pooling2d"},
     [LAYER_DROPOUT] = {"Dropout", "dropout"},
+    [LAYER_PRELU] = {"PReLU", "p_re_lu"},
     [LAYER_SPATIAL_DROPOUT1D] = {"SpatialDropout1D", "spatial_dropout1d"},
     [LAYER_SPATIAL_DROPOUT2D] = {"SpatialDropout2D", "spatial_dropout2d"},
     [LAYER_BATCH_NORM] = {"BatchNormalization", "batch_normalization"},
@@ -465,6 +466,25 @@ static dist_status add_alpha_layer(dist_model *m, layer_kind kind, float alpha, 
 
 dist_status dist_model_add_elu(dist_model *m, float alpha) {
     return add_alpha_layer(m, LAYER_ELU, alpha, "dist_model_add_elu");
+}
+
+dist_status dist_model_add_prelu(dist_model *m, int nshared, const int *shared_axes) {
+    DIST_CHECK_ARG(m && (nshared == 0 || shared_axes), "dist_model_add_prelu: NULL argument");
+    DIST_CHECK_ARG(nshared >= 0 && nshared < DIST_MAX_DIMS,
+                   "dist_model_add_prelu: %d shared axes; an input has at most %d after the batch",
+                   nshared, DIST_MAX_DIMS - 1);
+    unsigned mask = 0;
+    for (int i = 0; i < nshared; i++) {
+        DIST_CHECK_ARG(shared_axes[i] >= 1 && shared_axes[i] < DIST_MAX_DIMS,
+                       "dist_model_add_prelu: shared axis %d is not an axis after the batch "
+                       "(1 to %d)",
+                       shared_axes[i], DIST_MAX_DIMS - 1);
+        mask |= 1u << shared_axes[i];
+    }
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_PRELU, &l));
+    l->shared_axes = mask;
+    return DIST_OK;
 }
 
 dist_status dist_model_add_leaky_relu(dist_model *m, float alpha) {
@@ -943,6 +963,12 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
                               l->kind == LAYER_SPATIAL_DROPOUT1D ? "(steps, channels)"
                                                                  : "(height, width, channels)");
         break;
+    case LAYER_PRELU:
+        if (l->shared_axes >> (nd + 1))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (PReLU): a shared axis is past its input's %d axes",
+                              l->name, nd);
+        break;
     case LAYER_DROPOUT:
     case LAYER_ACTIVATION:
     case LAYER_RELU:
@@ -1165,6 +1191,12 @@ static void layer_variables(dist_model *m, model_layer *l) {
             l->mha_vars[2 * p + 1] = p < 3 ? add_var(m, l, what, 2, b, 0, 0)
                                            : add_var(m, l, what, 1, &d, 0, 0);
         }
+        break;
+    }
+    case LAYER_PRELU: { /* the input's shape, 1 along the shared axes; zeros */
+        int64_t a[DIST_MAX_DIMS];
+        for (int d = 0; d < l->in_ndim; d++) a[d] = l->shared_axes >> (d + 1) & 1u ? 1 : shape[d];
+        l->kernel_var = add_var(m, l, "alpha", l->in_ndim, a, 0, 0);
         break;
     }
     case LAYER_EMBEDDING: {
@@ -1828,6 +1860,15 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_RELU: return call_relu(tape, l, h, out);
     case LAYER_ELU: return dist_op_elu(tape, h, l->alpha, out);
     case LAYER_LEAKY_RELU: return dist_op_leaky_relu(tape, h, l->alpha, out);
+    case LAYER_PRELU: { /* Keras's relu(x) + -alpha * relu(-x), op for op */
+        dist_tensor *pos, *nx, *neg, *na;
+        DIST_TRY(dist_op_relu(tape, h, &pos));
+        DIST_TRY(dist_op_neg(tape, h, &nx));
+        DIST_TRY(dist_op_relu(tape, nx, &nx));
+        DIST_TRY(dist_op_neg(tape, vars[l->kernel_var], &na));
+        DIST_TRY(dist_op_mul(tape, na, nx, &neg));
+        return dist_op_add(tape, pos, neg, out);
+    }
     case LAYER_SOFTMAX: return dist_op_softmax(tape, h, out);
     case LAYER_ADD:
     case LAYER_SUBTRACT:
@@ -2005,7 +2046,9 @@ static int regularized_var(const model_layer *l, dist_regularized which) {
     int conv = model_layer_is_conv(l->kind) || l->kind == LAYER_DENSE;
     int norm = l->kind == LAYER_BATCH_NORM || l->kind == LAYER_LAYER_NORM;
     switch (which) {
-    case DIST_REG_KERNEL: return conv || norm || l->kind == LAYER_EMBEDDING ? l->kernel_var : -1;
+    case DIST_REG_KERNEL:
+        return conv || norm || l->kind == LAYER_EMBEDDING || l->kind == LAYER_PRELU ? l->kernel_var
+                                                                                    : -1;
     case DIST_REG_BIAS: return conv || norm ? l->bias_var : -1;
     case DIST_REG_POINTWISE: return l->kind == LAYER_SEPARABLE_CONV2D ? l->pointwise_var : -1;
     }

@@ -50,6 +50,7 @@ typedef enum layer_kind {
     LAYER_CROPPING2D,        /* pad[0..3]: cropped from top, bottom, left, right */
     LAYER_SPATIAL_DROPOUT1D, /* Dropout of whole channels: rate, seed */
     LAYER_SPATIAL_DROPOUT2D,
+    LAYER_PRELU, /* alpha is kernel_var; shared_axes */
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -75,6 +76,7 @@ typedef struct model_layer {
     int ninputs;
     int inputs[MODEL_MAX_INPUTS];
     int axis;                   /* concatenate: an axis of the output, batch axis 0 */
+    unsigned shared_axes;       /* prelu: bit a set for Keras axis a (1: after the batch) */
     int pad[4];                 /* zero_padding2d: top, bottom, left, right */
     float scale, offset;        /* rescaling */
     float alpha;                /* elu, leaky_relu; relu: negative_slope */

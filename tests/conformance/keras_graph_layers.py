@@ -7,11 +7,12 @@ by NumPy:
   x (8, 8, 3) -> Rescaling(1/2, offset 0.25) -> ZeroPadding2D(((1, 0), (0, 1))) -> c1
   Conv2D(6, 3) -> a = ReLU;  b = Conv2D(6, 3, same, silu)(a);  c = Activation(gelu)(a)
   Subtract([b, c]); Multiply([a, b]); Average([a, b, c]); Maximum([b, c, a]); Minimum([a, c])
-  (ties where a = 0 = gelu(a)); Add([sub, mul, avg, max, min]);
+  (ties where a = 0 = gelu(a)); PReLU(shared_axes=[1, 2])(sub); Add([prelu, mul, avg, max,
+  min]);
   Concatenate(axis=-1)([add, a]) -> LayerNormalization -> Cropping2D(((1, 0), (0, 2))) ->
   GlobalMaxPooling2D, concatenated with x -> Reshape((64, 3)) -> Cropping1D((3, 6)) ->
   AveragePooling1D(3, 2, same) -> Permute((2, 1)) -> GlobalAveragePooling1D; then d =
-  Dense(12, swish); Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
+  Dense(12, swish) -> PReLU; Reshape((3, 4)) -> Softmax -> Reshape((12,)) -> Multiply with d ->
   Activation(swish) -> Activation(softmax) -> Dense(4)
 
 `a` is read by six layers. Two classifier heads that end in a softmax follow the same body
@@ -67,7 +68,8 @@ def body(L, x):
     # ties where a = 0 (ReLU's zeros) and c = gelu(0) = 0: the gradient goes to the earlier side
     mx = L.Maximum(name="max")([b, c, a])
     mn = L.Minimum(name="min")([a, c])
-    add = L.Add(name="add")([sub, mul, avg, mx, mn])
+    pr = L.PReLU(shared_axes=[1, 2], name="prelu")(sub)  # one alpha per channel
+    add = L.Add(name="add")([pr, mul, avg, mx, mn])
     h = L.Concatenate(axis=-1, name="cat")([add, a])
     h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
     h = L.Cropping2D(((1, 0), (0, 2)), name="crop2d")(h)
@@ -92,6 +94,7 @@ def make(head):
         y = L.Activation("softmax", name="probs")(L.Dense(K, name="out")(h))
     else:
         d = L.Dense(12, activation="swish", name="d")(h)
+        d = L.PReLU(name="prelu_d")(d)  # an alpha per unit
         s = L.Reshape((3, 4), name="rows")(d)
         s = L.Softmax(name="softmax")(s)
         s = L.Reshape((12,), name="flat")(s)

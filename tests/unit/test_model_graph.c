@@ -341,6 +341,59 @@ START_TEST(test_spatial_dropout_drops_whole_channels) {
 }
 END_TEST
 
+/* PReLU: relu(x) - alpha relu(-x), alpha of the input's shape with the shared axes 1 (so the
+ * parameter count), zeros at first; refusals by name; Keras JSON's forms and refusals */
+START_TEST(test_prelu_scales_the_negative_side_by_its_alpha) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_prelu(m, 1, (int[]){1}), DIST_OK); /* alpha [1, 3] */
+    ck_assert_int_eq(dist_model_build(m, 2, (int64_t[]){2, 3}, 1), DIST_OK);
+    ck_assert_int_eq(dist_model_num_params(m), 3);
+    dist_tape *t = NULL;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    const float x[6] = {-2, 3, -1, 4, -0.5f, 0};
+    int64_t n = 0;
+    float *y = run(m, t, x, 3, (int64_t[]){1, 2, 3}, 0, NULL, &n);
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(y[i], fmaxf(x[i], 0)); /* alpha 0 */
+    free(y);
+    const float alpha[3] = {0.25f, -1.0f, 2.0f};
+    ck_assert_int_eq(dist_model_set_weights(m, alpha, 3), DIST_OK);
+    y = run(m, t, x, 3, (int64_t[]){1, 2, 3}, 0, NULL, &n);
+    const float want[6] = {-0.5f, 3, -2, 4, 0.5f, 0};
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(y[i], want[i]);
+    free(y);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_prelu(m, 1, (int[]){0}), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_add_prelu(m, 1, (int[]){3}), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 2, (int64_t[]){2, 3}, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "(PReLU): a shared axis is past"));
+    dist_model_destroy(m);
+#define PRELU_JSON(cfg)                                                                            \
+    "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"p\",\"layers\":["                       \
+    "{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,4,5,6],"                     \
+    "\"name\":\"in\"}},{\"class_name\":\"PReLU\",\"config\":{\"name\":\"pr\"" cfg "}}]}}"
+    ck_assert_msg(dist_model_from_keras_json(PRELU_JSON(",\"shared_axes\":[1,2]"), 1, &m) ==
+                      DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_num_params(m), 6);
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_from_keras_json(PRELU_JSON(",\"shared_axes\":3"), 1, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_num_params(m), 20);
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_from_keras_json(
+                         PRELU_JSON(",\"alpha_initializer\":{\"class_name\":\"Ones\"}"), 1, &m),
+                     DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "argument 'alpha_initializer' is 'Ones'"));
+    ck_assert_int_eq(dist_model_from_keras_json(
+                         PRELU_JSON(",\"alpha_constraint\":{\"class_name\":\"NonNeg\"}"), 1, &m),
+                     DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "argument 'alpha_constraint'"));
+#undef PRELU_JSON
+}
+END_TEST
+
 START_TEST(test_zero_padding_rescaling_reshape_and_global_max_pooling) {
     /* x [1, 2, 2, 1] -> Rescaling(2, 1) -> ZeroPadding2D(top 1, bottom 0, left 0, right 2);
      * then Reshape(-1, 2, 1) -> GlobalMaxPooling2D */
@@ -1126,6 +1179,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_maximum_and_minimum_send_a_tie_s_gradient_to_the_first_input);
     tcase_add_test(tc, test_cropping_keeps_the_window_and_refuses_cropping_everything);
     tcase_add_test(tc, test_spatial_dropout_drops_whole_channels);
+    tcase_add_test(tc, test_prelu_scales_the_negative_side_by_its_alpha);
     tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
