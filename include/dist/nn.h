@@ -223,7 +223,8 @@ DIST_API int dist_model_layer_trainable(const dist_model *model, const char *lay
 
 /* The variable of a layer a regularizer penalizes: KERNEL is Conv2D's, Conv1D's and Dense's
  * kernel, DepthwiseConv2D's and SeparableConv2D's depthwise kernel, BatchNormalization's and
- * LayerNormalization's gamma, Embedding's table; BIAS the bias, or the normalizations' beta;
+ * LayerNormalization's gamma, Embedding's table, PReLU's alpha; BIAS the bias, or the
+ * normalizations' beta;
  * POINTWISE SeparableConv2D's pointwise kernel. */
 typedef enum dist_regularized {
     DIST_REG_KERNEL = 0,
@@ -416,9 +417,10 @@ DIST_API dist_status dist_model_load_keras_weights(dist_model *model, const char
  * uncompiled. The archive is built in memory and replaces `path` atomically (dist/file.h): on any
  * failure `path` is unchanged. Errors: DIST_INVALID_ARGUMENT (a name not ending in ".keras", which
  * load_model requires; a model that is not built), DIST_UNSUPPORTED (what Keras cannot hold: a
- * layer or model name with '/', a Dropout seed above INT64_MAX; the message names the layer
- * and the argument), DIST_IO (naming the file: a missing directory, a full disk). Not
- * thread-safe with other HDF5 calls (see dist_model_load_keras_weights). */
+ * layer or model name with '/', a Dropout seed above INT64_MAX, tf_keras's hard_sigmoid, which
+ * Keras 3 has no name for; the message names the layer and the argument), DIST_IO (naming the file:
+ * a missing directory, a full disk). Not thread-safe with other HDF5 calls (see
+ * dist_model_load_keras_weights). */
 DIST_API dist_status dist_model_save_keras(dist_model *model, const char *path);
 
 /* Writes a Keras-style summary table into buf (truncated to size). */

@@ -27,7 +27,8 @@ typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist
  * "exponential", "mish", Keras 3's "relu6", "leaky_relu" (its default negative slope, 0.2),
  * "hard_sigmoid" and "hard_silu", and tf_keras's "hard_sigmoid", a different function of the
  * same name (DIST_ACT_HARD_SIGMOID_TF_KERAS; the Keras JSON importer tells the two apart by
- * the file's keras_version, which tf_keras writes and Keras 3 does not). Conv2D and Dense fuse relu
+ * the file's keras_version, which tf_keras writes and Keras 3 does not; dist_activation_name
+ * gives "hard_sigmoid" for both, so a name alone does not say which). Conv2D and Dense fuse relu
  * into their kernels; the others run as the tape's ops after the layer (dist_op_sigmoid,
  * dist_op_elu, ...: ops of the op set, every backend and the tpu strategy's included) and compute
  * in float32. */

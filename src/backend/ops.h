@@ -412,6 +412,7 @@ typedef enum dist_unary_kind {
      * (its middle form log1p(exp(x)) is the same function; this one cancels nowhere);
      * dx = dy * SIGMOID(x) */
     DIST_UN_SOFTPLUS,
+    /* SOFTSIGN: x / (|x| + 1); dx = dy / ((|x| + 1) * (|x| + 1)) */
     DIST_UN_SOFTSIGN,
     /* LEAKY_RELU: x > 0 ? x : x * a; dx = x > 0 ? dy : dy * a (tf.nn.leaky_relu; any a) */
     DIST_UN_LEAKY_RELU,
@@ -425,7 +426,10 @@ typedef enum dist_unary_kind {
      * gradient, then Relu6Grad's product). f[0] = 1, tf_keras (tf.clip_by_value(0.2 x + 0.5,
      * 0, 1), which is a minimum, then a maximum; NaN kept): z = x * 0.2 + 0.5,
      * m = z < 1 ? z : 1, y = z != z ? z : (m > 0 ? m : 0); dx = (m >= 0 ? (z <= 1 ? dy : 0)
-     * : 0) * 0.2 (the two selects' gradients, +0 where they mask, then Mul's) */
+     * : 0) * 0.2 (the two selects' gradients, +0 where they mask, then Mul's). x * 0.2 is
+     * rounded before + 0.5 (the CPU never fuses them); XLA's CPU backend does fuse them in a
+     * traced program, so there z at x = -2.5 is -7e-9, not 0, and y and dx take the other side
+     * of that one kink */
     DIST_UN_HARD_SIGMOID,
     DIST_UN_COUNT
 } dist_unary_kind;

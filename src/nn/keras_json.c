@@ -498,6 +498,11 @@ static dist_status add_prelu(dist_model *m, const json_layer *l) {
                               l->name, DIST_MAX_DIMS - 1);
         }
     }
+    for (int i = 0; i < n; i++)
+        if (axes[i] < 1 || axes[i] >= DIST_MAX_DIMS)
+            return unsupported_arg(l, "shared_axes",
+                                   "holds %d; libdist shares axes 1 to %d (after the batch)",
+                                   axes[i], DIST_MAX_DIMS - 1);
     return dist_model_add_prelu(m, n, axes);
 }
 
@@ -509,15 +514,15 @@ static dist_status add_avg_pool1d(dist_model *m, const json_layer *l) {
     return add_pool1d(m, l, 1);
 }
 
-/* Cropping1D: an integer or a pair; Cropping2D: an integer, 2 integers or 2 pairs (Keras's
- * forms); none above 65536. */
+/* Cropping1D: an integer or a pair (Keras's default (1, 1)); Cropping2D: an integer, 2 integers
+ * or 2 pairs (default ((0, 0), (0, 0))); each in [0, 65536]. */
 static dist_status add_cropping(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"cropping", "data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
     DIST_TRY(check_channels_last(l));
     const int two = strcmp(l->class_name, "Cropping2D") == 0;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "cropping");
-    int p[4] = {1, 1, 1, 1}, hw[2];
+    int p[4] = {!two, !two, 0, 0}, hw[2];
     if (!two && v && !json_pair(v, p))
         return dist_error(DIST_FORMAT,
                           "layer '%s' (Cropping1D): 'cropping' must be an integer or 2 integers",
@@ -534,7 +539,7 @@ static dist_status add_cropping(dist_model *m, const json_layer *l) {
                           "or 2 pairs of integers",
                           l->name);
     }
-    for (int k = 0; k < (two ? 4 : 2); k++)
+    for (int k = 0; k < (two ? 4 : 2); k++) /* (json_pair takes no negative integer) */
         if (p[k] > 1 << 16)
             return unsupported_arg(l, "cropping", "is %d; libdist crops at most 65536", p[k]);
     return two ? dist_model_add_cropping2d(m, p[0], p[1], p[2], p[3])
@@ -610,9 +615,11 @@ static dist_status add_global_average_pool2d(dist_model *m, const json_layer *l)
 
 /* Dropout's seed: the config's when it has one, else the model's (Keras draws one at random). */
 static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t model_seed) {
-    static const char *const known[] = {"rate", "seed", "batch_input_shape", "data_format", NULL};
-    DIST_TRY(check_keys(l, known)); /* a noise_shape that is set is refused there */
-    DIST_TRY(check_channels_last(l)); /* SpatialDropout2D's */
+    static const char *const known[] = {"rate", "seed", "batch_input_shape", NULL};
+    static const char *const known2d[] = {"rate", "seed", "batch_input_shape", "data_format", NULL};
+    const int two_d = strcmp(l->class_name, "SpatialDropout2D") == 0;
+    DIST_TRY(check_keys(l, two_d ? known2d : known)); /* a set noise_shape is refused there */
+    if (two_d) DIST_TRY(check_channels_last(l));
     const cJSON *rate = cJSON_GetObjectItemCaseSensitive(l->config, "rate");
     if (!cJSON_IsNumber(rate) || rate->valuedouble < 0.0 || rate->valuedouble >= 1.0)
         return dist_error(DIST_FORMAT, "layer '%s' (%s): 'rate' must be a number in [0, 1)",
@@ -1230,12 +1237,12 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         DIST_UNSUPPORTED,
         "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
         "Conv1D, DepthwiseConv2D, SeparableConv2D, MaxPooling2D, MaxPooling1D, "
-        "AveragePooling2D, GlobalAveragePooling2D, "
-        "GlobalMaxPooling2D, Dropout, BatchNormalization, LayerNormalization, "
-        "Flatten, Dense, Add, Subtract, Multiply, Average, Concatenate, "
-        "Activation, ReLU, ELU, LeakyReLU, Softmax, Rescaling, Reshape, Permute, "
-        "GlobalAveragePooling1D, GlobalMaxPooling1D, Embedding, MultiHeadAttention and "
-        "ZeroPadding2D)",
+        "AveragePooling2D, AveragePooling1D, GlobalAveragePooling2D, "
+        "GlobalMaxPooling2D, Dropout, SpatialDropout1D, SpatialDropout2D, BatchNormalization, "
+        "LayerNormalization, Flatten, Dense, Add, Subtract, Multiply, Average, Maximum, Minimum, "
+        "Concatenate, Activation, ReLU, ELU, LeakyReLU, PReLU, Softmax, Rescaling, Reshape, "
+        "Permute, GlobalAveragePooling1D, GlobalMaxPooling1D, Embedding, MultiHeadAttention, "
+        "Cropping1D, Cropping2D and ZeroPadding2D)",
         l->name, l->class_name);
 }
 

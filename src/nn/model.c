@@ -308,9 +308,10 @@ dist_status dist_model_add_global_average_pool2d(dist_model *m) {
     return DIST_OK;
 }
 
-static dist_status add_dropout_kind(dist_model *m, layer_kind kind, float rate, uint64_t seed) {
-    DIST_CHECK_ARG(m, "dist_model_add_dropout: model is NULL");
-    DIST_CHECK_ARG(rate >= 0.0f && rate < 1.0f, "dropout: rate must be in [0, 1), got %g",
+static dist_status add_dropout_kind(dist_model *m, layer_kind kind, float rate, uint64_t seed,
+                                    const char *fn) {
+    DIST_CHECK_ARG(m, "%s: model is NULL", fn);
+    DIST_CHECK_ARG(rate >= 0.0f && rate < 1.0f, "%s: rate must be in [0, 1), got %g", fn,
                    (double)rate);
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
@@ -323,14 +324,14 @@ static dist_status add_dropout_kind(dist_model *m, layer_kind kind, float rate, 
 }
 
 dist_status dist_model_add_dropout(dist_model *m, float rate, uint64_t seed) {
-    return add_dropout_kind(m, LAYER_DROPOUT, rate, seed);
+    return add_dropout_kind(m, LAYER_DROPOUT, rate, seed, "dist_model_add_dropout");
 }
 
 dist_status dist_model_add_spatial_dropout(dist_model *m, int dims, float rate, uint64_t seed) {
     DIST_CHECK_ARG(dims == 1 || dims == 2,
                    "dist_model_add_spatial_dropout: dims must be 1 or 2, got %d", dims);
     return add_dropout_kind(m, dims == 1 ? LAYER_SPATIAL_DROPOUT1D : LAYER_SPATIAL_DROPOUT2D, rate,
-                            seed);
+                            seed, "dist_model_add_spatial_dropout");
 }
 
 dist_status dist_model_add_batch_normalization(dist_model *m, const dist_batch_norm_options *o) {
@@ -526,10 +527,10 @@ dist_status dist_model_add_reshape(dist_model *m, int ndim, const int64_t *shape
     return DIST_OK;
 }
 
-static dist_status add_cropping(dist_model *m, layer_kind kind, const int crop[4]) {
+static dist_status add_cropping(dist_model *m, layer_kind kind, const int crop[4], const char *fn) {
     for (int k = 0; k < 4; k++)
         DIST_CHECK_ARG(crop[k] >= 0 && crop[k] <= 1 << 16,
-                       "cropping: each cropping must be in [0, 65536], got %d", crop[k]);
+                       "%s: each cropping must be in [0, 65536], got %d", fn, crop[k]);
     model_layer *l = NULL;
     DIST_TRY(add_plain(m, kind, &l));
     memcpy(l->pad, crop, 4 * sizeof *crop);
@@ -538,12 +539,14 @@ static dist_status add_cropping(dist_model *m, layer_kind kind, const int crop[4
 
 dist_status dist_model_add_cropping1d(dist_model *m, int start, int end) {
     DIST_CHECK_ARG(m, "dist_model_add_cropping1d: model is NULL");
-    return add_cropping(m, LAYER_CROPPING1D, (const int[4]){start, end, 0, 0});
+    return add_cropping(m, LAYER_CROPPING1D, (const int[4]){start, end, 0, 0},
+                        "dist_model_add_cropping1d");
 }
 
 dist_status dist_model_add_cropping2d(dist_model *m, int top, int bottom, int left, int right) {
     DIST_CHECK_ARG(m, "dist_model_add_cropping2d: model is NULL");
-    return add_cropping(m, LAYER_CROPPING2D, (const int[4]){top, bottom, left, right});
+    return add_cropping(m, LAYER_CROPPING2D, (const int[4]){top, bottom, left, right},
+                        "dist_model_add_cropping2d");
 }
 
 dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, int left, int right) {

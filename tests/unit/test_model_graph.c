@@ -273,6 +273,29 @@ START_TEST(test_cropping_keeps_the_window_and_refuses_cropping_everything) {
                       strstr(summary, "(None, 13, 2)") && strstr(summary, "(None, 7, 2)"),
                   "%s", summary);
     dist_model_destroy(m);
+    /* Keras's defaults without the key: Cropping2D crops nothing, Cropping1D (1, 1); a negative
+     * cropping is a format error naming the layer */
+#define CROP_JSON(layer)                                                                           \
+    "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"crop\",\"layers\":["                    \
+    "{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,6,4],\"name\":\"in\"}},"     \
+    "{\"class_name\":\"Reshape\",\"config\":{\"name\":\"r\",\"target_shape\":[6,4,1]}}," layer     \
+    "]}}"
+    ck_assert_msg(dist_model_from_keras_json(
+                      CROP_JSON("{\"class_name\":\"Cropping2D\",\"config\":{\"name\":\"c\"}}"), 1,
+                      &m) == DIST_OK,
+                  "%s", dist_last_error());
+    ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+    ck_assert_msg(strstr(summary, "c (Cropping2D)") && strstr(summary, "(None, 6, 4, 1)"), "%s",
+                  summary);
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_from_keras_json(
+                         CROP_JSON("{\"class_name\":\"Cropping2D\",\"config\":{\"name\":\"c\","
+                                   "\"cropping\":[[0,-1],[0,0]]}}"),
+                         1, &m),
+                     DIST_FORMAT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "layer 'c' (Cropping2D): 'cropping' must be "
+                                                    "an integer, 2 integers or 2 pairs"));
+#undef CROP_JSON
 }
 END_TEST
 
@@ -338,6 +361,15 @@ START_TEST(test_spatial_dropout_drops_whole_channels) {
     ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
     ck_assert_msg(strstr(summary, "drop (SpatialDropout1D)"), "%s", summary);
     dist_model_destroy(m);
+    /* data_format is SpatialDropout2D's argument, not Dropout's */
+    static const char *bad =
+        "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"sd\",\"layers\":["
+        "{\"class_name\":\"InputLayer\",\"config\":{\"batch_shape\":[null,10,4],"
+        "\"name\":\"in\"}},"
+        "{\"class_name\":\"Dropout\",\"config\":{\"name\":\"drop\",\"rate\":0.3,"
+        "\"data_format\":\"channels_last\"}}]}}";
+    ck_assert_int_eq(dist_model_from_keras_json(bad, 1, &m), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "argument 'data_format' is not supported"));
 }
 END_TEST
 
@@ -390,6 +422,10 @@ START_TEST(test_prelu_scales_the_negative_side_by_its_alpha) {
                          PRELU_JSON(",\"alpha_constraint\":{\"class_name\":\"NonNeg\"}"), 1, &m),
                      DIST_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "argument 'alpha_constraint'"));
+    ck_assert_int_eq(dist_model_from_keras_json(PRELU_JSON(",\"shared_axes\":[0]"), 1, &m),
+                     DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "layer 'pr' (PReLU): argument 'shared_axes' "
+                                                    "holds 0"));
 #undef PRELU_JSON
 }
 END_TEST

@@ -241,7 +241,8 @@ static float un_apply(int kind, float x) {
     case DIST_UN_EXP: return expf(x);
     case DIST_UN_LOG: return logf(x);
     case DIST_UN_SQRT: return sqrtf(x);
-    default: return fabsf(x); /* ABS */
+    case DIST_UN_ABS: return fabsf(x);
+    default: return NAN; /* unreachable: op_unary sends only the kinds above here */
     }
 }
 
@@ -252,7 +253,8 @@ static float un_grad(int kind, float x, float y, float g) {
     case DIST_UN_EXP: return g * y;
     case DIST_UN_LOG: return g / x;
     case DIST_UN_SQRT: return g * 0.5f / y;
-    default: return x > 0 ? g : (x < 0 ? -g : (x == 0 ? 0.0f : g * x)); /* ABS: sign(NaN) */
+    case DIST_UN_ABS: return x > 0 ? g : (x < 0 ? -g : (x == 0 ? 0.0f : g * x)); /* sign(NaN) */
+    default: return NAN; /* unreachable: op_unary_grad sends only the kinds above here */
     }
 }
 
@@ -260,9 +262,12 @@ static float un_grad(int kind, float x, float y, float g) {
  * as per-element branches they mispredicted on mixed signs, 5 ns an element). Without trapping math
  * GCC turns the selects into vector blends (a float comparison may raise an exception flag it
  * otherwise keeps per element; no flag is read and the values are the same); only these loops carry
- * the option, which slows the generic loops. */
+ * the option, which slows the generic loops. Nor may a compiler fuse hard_sigmoid's x * 0.2 and
+ * + 0.5 into one multiply-add where the ISA has one: at x = -2.5 the product's rounding is what
+ * makes z exactly 0 (ops.h's kink). GCC gets fp-contract=off here; clang, whose default fuses
+ * only within an expression, gets the two as separate statements. */
 #if defined(__GNUC__) && !defined(__clang__)
-#define CPU_SELECT_LOOP __attribute__((optimize("no-trapping-math")))
+#define CPU_SELECT_LOOP __attribute__((optimize("no-trapping-math", "fp-contract=off")))
 #else
 #define CPU_SELECT_LOOP /* clang vectorizes these selects without it (checked on a copy) */
 #endif
@@ -291,7 +296,8 @@ static void select_forward(int kind, const float *f, const float *x, float *y, i
     } else if (kind == DIST_UN_HARD_SIGMOID) { /* tf_keras */
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            const float z = x[i] * 0.2f + 0.5f, m = z < 1.0f ? z : 1.0f, r = m > 0 ? m : 0.0f;
+            const float p = x[i] * 0.2f;
+            const float z = p + 0.5f, m = z < 1.0f ? z : 1.0f, r = m > 0 ? m : 0.0f;
             y[i] = z != z ? z : r;
         }
     } else { /* DIST_UN_SOFTSIGN */
@@ -325,7 +331,8 @@ static void select_backward(int kind, const float *f, const float *x, const floa
     } else if (kind == DIST_UN_HARD_SIGMOID) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
-            const float z = x[i] * 0.2f + 0.5f, m = z < 1.0f ? z : 1.0f;
+            const float p = x[i] * 0.2f;
+            const float z = p + 0.5f, m = z < 1.0f ? z : 1.0f;
             const float g = z <= 1.0f ? dy[i] : 0.0f;
             dx[i] = (m >= 0.0f ? g : 0.0f) * 0.2f;
         }
@@ -360,7 +367,14 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
     case DIST_UN_RELU_MAX:
     case DIST_UN_HARD_SIGMOID:
     case DIST_UN_SOFTSIGN: select_forward(kind, op->f, x, y, n, nt); return DIST_OK;
-    default: break;
+    case DIST_UN_NEG:
+    case DIST_UN_EXP:
+    case DIST_UN_LOG:
+    case DIST_UN_SQRT:
+    case DIST_UN_ABS: break; /* un_apply's */
+    default:
+        return dist_error(DIST_INTERNAL, "%s: unary kind %d has no CPU loop", dist_op_name(op),
+                          kind);
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < n; i++) y[i] = un_apply(kind, x[i]);
@@ -391,7 +405,14 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
     case DIST_UN_RELU_MAX:
     case DIST_UN_HARD_SIGMOID:
     case DIST_UN_SOFTSIGN: select_backward(kind, op->f, x, dy, dx, n, nt); return DIST_OK;
-    default: break;
+    case DIST_UN_NEG:
+    case DIST_UN_EXP:
+    case DIST_UN_LOG:
+    case DIST_UN_SQRT:
+    case DIST_UN_ABS: break; /* un_grad's */
+    default:
+        return dist_error(DIST_INTERNAL, "%s: unary kind %d has no CPU loop", dist_op_name(op),
+                          kind);
     }
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t i = 0; i < n; i++) dx[i] = un_grad(kind, x[i], y[i], dy[i]);
