@@ -734,16 +734,32 @@ fail:
     return st;
 }
 
+/* The most elements a model's tensor per example, a variable or all its parameters may hold:
+ * 2^40 (4 TiB of float32), far past any real model, so that a hostile or mistaken shape (a
+ * Keras JSON may give each dimension up to 2^30) is refused by name instead of overflowing
+ * int64 products. */
+#define MODEL_MAX_ELEMS ((int64_t)1 << 40)
+
+/* a * b for a, b >= 0, or MODEL_MAX_ELEMS + 1 where it would pass MODEL_MAX_ELEMS */
+static int64_t capped_mul(int64_t a, int64_t b) {
+    if (a > MODEL_MAX_ELEMS || b > MODEL_MAX_ELEMS || (b != 0 && a > MODEL_MAX_ELEMS / b))
+        return MODEL_MAX_ELEMS + 1;
+    return a * b;
+}
+
+static int64_t capped_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n = capped_mul(n, shape[i]);
+    return n;
+}
+
 static int add_var(dist_model *m, const model_layer *l, const char *what, int ndim,
                    const int64_t *shape, int64_t fan_in, int64_t fan_out) {
     model_var *v = &m->vars[m->nvars];
     snprintf(v->name, sizeof v->name, "%s/%s", l->name, what);
     v->ndim = ndim;
-    v->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        v->shape[i] = shape[i];
-        v->numel *= shape[i];
-    }
+    for (int i = 0; i < ndim; i++) v->shape[i] = shape[i];
+    v->numel = capped_numel(ndim, shape); /* plan() refuses one past the cap */
     v->offset = m->nparams;
     v->fan_in = fan_in;
     v->fan_out = fan_out;
@@ -751,7 +767,7 @@ static int add_var(dist_model *m, const model_layer *l, const char *what, int nd
     v->uniform = 0.0f;
     v->trainable = 1;
     v->gathered = 0;
-    m->nparams += v->numel;
+    m->nparams = capped_mul(1, m->nparams + v->numel); /* each term <= the cap + 1 */
     return m->nvars++;
 }
 
@@ -1267,6 +1283,11 @@ static dist_status plan(dist_model *m) {
         l->in_ndim = nd[0];
         memcpy(l->in_shape, shapes[0], sizeof l->in_shape);
         DIST_TRY(layer_shape(m, l, l->ninputs, nd, (const int64_t(*)[4])shapes));
+        if (capped_numel(l->out_ndim, l->out_shape) > MODEL_MAX_ELEMS)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (%s): its output holds more than 2^40 elements per "
+                              "example; libdist refuses a model that large",
+                              l->name, model_layer_class(l->kind));
     }
     /* int32 ids feed Embedding layers only, and an Embedding reads only them */
     for (int i = 0; i < m->nlayers; i++) {
@@ -1285,6 +1306,17 @@ static dist_status plan(dist_model *m) {
                               l->name, model_layer_class(l->kind));
     }
     for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].numel > MODEL_MAX_ELEMS)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "variable '%s' holds more than 2^40 elements; libdist refuses a "
+                              "model that large",
+                              m->vars[i].name);
+    if (m->nparams > MODEL_MAX_ELEMS)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "model '%s' has more than 2^40 parameters; libdist refuses a model "
+                          "that large",
+                          m->name);
     fuse_layers(m);
     const model_layer *o = &m->layers[output];
     m->softmax_head = (o->kind == LAYER_SOFTMAX || o->post == POST_SOFTMAX) && o->out_ndim >= 1;
@@ -1357,6 +1389,9 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
     for (int i = 0; i < ndim; i++)
         DIST_CHECK_ARG(input_shape[i] > 0, "dist_model_build: input dimension %d is %lld", i,
                        (long long)input_shape[i]);
+    DIST_CHECK_ARG(capped_numel(ndim, input_shape) <= MODEL_MAX_ELEMS,
+                   "dist_model_build: an example of the input shape holds more than 2^40 "
+                   "elements; libdist refuses a model that large");
     DIST_CHECK_ARG(m->nlayers > 0, "model '%s' has no layers", m->name);
     m->in_ndim = ndim;
     memcpy(m->in_shape, input_shape, (size_t)ndim * sizeof *input_shape);

@@ -430,6 +430,32 @@ START_TEST(test_prelu_scales_the_negative_side_by_its_alpha) {
 }
 END_TEST
 
+/* Shapes past 2^40 elements (an example, a layer's output, a variable) are refused by name at
+ * build, before any memory is taken, where their int64 products would have overflowed (a
+ * Dense of 2^30 units after 2^60 inputs wrapped to a 2^30-parameter model) */
+START_TEST(test_a_model_too_large_to_hold_is_refused_by_name) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 1 << 30, DIST_ACT_LINEAR), DIST_OK);
+    const int64_t huge[3] = {(int64_t)1 << 30, (int64_t)1 << 30, 1};
+    ck_assert_int_eq(dist_model_build(m, 3, huge, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "an example of the input shape holds more "
+                                                    "than 2^40 elements"));
+    const int64_t big[3] = {1024, 1024, 1024}; /* 2^30: the kernel is 2^60 */
+    ck_assert_int_eq(dist_model_build(m, 3, big, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "variable 'dense/kernel' holds more than 2^40"), "%s",
+                  dist_last_error());
+    dist_model_destroy(m);
+    ck_assert_int_eq(dist_model_create(NULL, &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_conv2d(m, 1 << 30, 1, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 3, (int64_t[]){1024, 1024, 1}, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "(Conv2D): its output holds more than 2^40 elements"),
+                  "%s", dist_last_error());
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_zero_padding_rescaling_reshape_and_global_max_pooling) {
     /* x [1, 2, 2, 1] -> Rescaling(2, 1) -> ZeroPadding2D(top 1, bottom 0, left 0, right 2);
      * then Reshape(-1, 2, 1) -> GlobalMaxPooling2D */
@@ -1216,6 +1242,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_cropping_keeps_the_window_and_refuses_cropping_everything);
     tcase_add_test(tc, test_spatial_dropout_drops_whole_channels);
     tcase_add_test(tc, test_prelu_scales_the_negative_side_by_its_alpha);
+    tcase_add_test(tc, test_a_model_too_large_to_hold_is_refused_by_name);
     tcase_add_test(tc, test_zero_padding_rescaling_reshape_and_global_max_pooling);
     tcase_add_test(tc, test_layer_normalization_gives_each_row_mean_zero_and_variance_one);
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
