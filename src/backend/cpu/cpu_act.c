@@ -56,21 +56,24 @@ static inline __attribute__((always_inline)) float softplus_f(float x) {
     return x > -t ? x : (x < t ? low : mid);
 }
 
-static inline __attribute__((always_inline)) float gelu_u(float x) {
-    float xc = x < -GELU_X ? -GELU_X : x;
-    xc = xc > GELU_X ? GELU_X : xc;
+/* x clamped to [-1e4, 1e4]: u's and u''s argument */
+static inline __attribute__((always_inline)) float gelu_clamp(float x) {
+    const float xc = x < -GELU_X ? -GELU_X : x;
+    return xc > GELU_X ? GELU_X : xc;
+}
+
+static inline __attribute__((always_inline)) float gelu_u(float xc) {
     return GELU_C * (xc + GELU_A * (xc * xc * xc));
 }
 
 static inline __attribute__((always_inline)) float gelu_tanh_f(float x) {
-    return x * cpu_sigmoid_f32(2.0f * gelu_u(x));
+    return x * cpu_sigmoid_f32(2.0f * gelu_u(gelu_clamp(x)));
 }
 
 static inline __attribute__((always_inline)) float gelu_tanh_d(float x) {
-    float xc = x < -GELU_X ? -GELU_X : x;
-    xc = xc > GELU_X ? GELU_X : xc;
-    const float u = GELU_C * (xc + GELU_A * (xc * xc * xc));
+    const float xc = gelu_clamp(x), u = gelu_u(xc);
     const float du = GELU_C * (1.0f + 3.0f * GELU_A * (xc * xc));
+    /* sigmoid(2u) written out: its e also gives s (1 - s) = e / (1 + e)^2 */
     const float e = cpu_exp_neg_f32(-2.0f * fabsf(u)), d = 1.0f + e;
     const float s = (u >= 0.0f ? 1.0f : e) / d;
     return s + x * (2.0f * (e / (d * d)) * du); /* x times 0, not 2x = inf, at 3e38 */
