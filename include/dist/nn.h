@@ -386,8 +386,10 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * model lacks), DIST_UNSUPPORTED (any other layer class, an argument value libdist does not
  * implement: the message names the layer and the argument, e.g. "layer 'un': class
  * 'UnitNormalization' is not supported"; several inputs or outputs; a layer called more than once;
- * call arguments besides the inputs), DIST_INVALID_ARGUMENT (what dist_model_build refuses: a
- * cycle, a layer that does not lead to the output, shapes that do not fit). */
+ * call arguments besides the inputs, but for the `training` flag Keras 3 records in a Functional
+ * graph (Dropout's default), which its fit, evaluate and predict replace by their own as libdist's
+ * steps do), DIST_INVALID_ARGUMENT (what dist_model_build refuses: a cycle, a layer that does
+ * not lead to the output, shapes that do not fit). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 
 /* Writes a built model's weights (replica 0's, or the strategy's value) as a Keras 3

@@ -1284,15 +1284,19 @@ static dist_status history_name(const json_layer *l, const cJSON *hist, const ch
 }
 
 /* Call arguments beside the inputs: only absent ones (null, as Keras 3's {"mask": null}). */
-static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs) {
+static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs, int keras3) {
     const cJSON *kv;
     if (kwargs && !cJSON_IsObject(kwargs))
         return dist_error(DIST_FORMAT, "layer '%s': its call's kwargs are not an object", l->name);
     cJSON_ArrayForEach(kv, kwargs) {
-        if (!cJSON_IsNull(kv))
-            return dist_error(DIST_UNSUPPORTED,
-                              "layer '%s' (%s): call argument '%s' is not supported", l->name,
-                              l->class_name, kv->string);
+        if (cJSON_IsNull(kv)) continue;
+        /* Keras 3 records a layer's `training` default (Dropout's False) in every Functional
+         * graph, and its fit, evaluate and predict pass their own training flag to each layer in
+         * place of the recorded one (keras/src/models/functional.py, operation_fn), as libdist's
+         * steps do; tf_keras records only a flag the user passed, which then holds in fit too */
+        if (keras3 && strcmp(kv->string, "training") == 0 && cJSON_IsBool(kv)) continue;
+        return dist_error(DIST_UNSUPPORTED, "layer '%s' (%s): call argument '%s' is not supported",
+                          l->name, l->class_name, kv->string);
     }
     return DIST_OK;
 }
@@ -1344,7 +1348,7 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
         const int nargs = cJSON_IsArray(args) ? cJSON_GetArraySize(args) : 0;
         if (strcmp(l->class_name, "MultiHeadAttention") == 0 && nargs >= 2 && nargs <= 3) {
             /* query, value[, key]: each a tensor (build refuses cross-attention) */
-            DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs")));
+            DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs"), 1));
             for (int j = 0; j < nargs; j++) {
                 const cJSON *cfg =
                     cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(args, j), "config");
@@ -1359,7 +1363,7 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
                               "layer '%s' (%s): its call has %d positional arguments; libdist "
                               "reads one (a tensor or a list of tensors)",
                               l->name, l->class_name, cJSON_GetArraySize(args));
-        DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs")));
+        DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs"), 1));
         tensors = cJSON_GetArrayItem(args, 0);
         if (cJSON_IsObject(tensors)) {
             /* one tensor */
@@ -1390,7 +1394,7 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
             const cJSON *kw = cJSON_GetArraySize(t) > 3 ? cJSON_GetArrayItem(t, 3) : NULL;
             if (n == 1 && kw && strcmp(l->class_name, "MultiHeadAttention") == 0)
                 return tf_keras_attention_inputs(l, kw, names, count);
-            if (kw) DIST_TRY(check_call_kwargs(l, kw));
+            if (kw) DIST_TRY(check_call_kwargs(l, kw, 0));
         }
     }
     *count = n;

@@ -1422,18 +1422,21 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
     m->replicas = calloc((size_t)place->num_replicas, sizeof *m->replicas);
     if (!m->replicas) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
     m->nreplicas = place->num_replicas;
-    float *host = malloc((size_t)m->nparams * sizeof *host);
-    if (!host) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
-    initialize(m, host, seed);
+    /* the replicas' buffers first: a model too large for the device fails there, before the
+     * host's staging copy is allocated and filled */
     dist_status st = DIST_OK;
     for (int r = 0; r < m->nreplicas && st == DIST_OK; r++) {
         m->replicas[r].backend = place->backends[r];
         st = alloc_replica(m, &m->replicas[r]);
-        if (st == DIST_OK)
-            st = place->backends[r]->iface->copy(place->backends[r]->ctx,
-                                                 m->replicas[r].params.data, host,
-                                                 (size_t)m->nparams * sizeof *host, DIST_COPY_H2D);
     }
+    if (st != DIST_OK) return st;
+    float *host = malloc((size_t)m->nparams * sizeof *host);
+    if (!host) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+    initialize(m, host, seed);
+    for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
+        st =
+            place->backends[r]->iface->copy(place->backends[r]->ctx, m->replicas[r].params.data,
+                                            host, (size_t)m->nparams * sizeof *host, DIST_COPY_H2D);
     free(host);
     if (st == DIST_OK) {
         for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)

@@ -8,6 +8,8 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
       Conv2D(8, 2, gelu) -> GlobalAveragePooling2D -> Dense(12, gelu) ->
       BatchNormalization(momentum=0.9, center=False) -> Dense(5, tanh) -> Dense(4)
   with_dropout: the same with Dropout(0.4) after the global pooling.
+  with_dropout_functional: with_dropout as a Keras 3 Functional model, whose JSON records each
+      dropout's call with {"training": false}.
   conv_variants: Conv2D(8, 3, dilation_rate=2, same, tanh) -> Conv2D(8, 3, groups=2, relu) ->
       DepthwiseConv2D(3, depth_multiplier=2, same, sigmoid) ->
       SeparableConv2D(8, 3, depth_multiplier=2, dilation_rate=2, gelu) ->
@@ -77,7 +79,7 @@ TOL_F32 = 1e-4  # against float32 Keras (see above)
 FLOOR = 0.1     # the denominator is at least this share of the whole gradient's norm
 
 
-def make(dropout):
+def make(dropout, functional=False):
     layers = [
         keras.Input((H, W, C)),
         keras.layers.Conv2D(6, 3, padding="same", activation="sigmoid"),
@@ -100,6 +102,11 @@ def make(dropout):
         keras.layers.Dense(5, activation="tanh"),
         keras.layers.Dense(K),
     ]
+    if functional:  # Keras 3 records Dropout's training=False in each of its call nodes
+        y = layers[0]
+        for layer in layers[1:]:
+            y = layer(y)
+        return keras.Model(layers[0], y)
     return keras.Sequential(layers)
 
 
@@ -268,6 +275,7 @@ def main():
     failures = 0
     cases = (("activations_pooling", lambda: make(False), True, None),
              ("with_dropout", lambda: make(True), False, None),
+             ("with_dropout_functional", lambda: make(True, functional=True), False, None),
              ("conv_variants", lambda: make_conv_variants(keras), True, make_conv_variants),
              ("sequence", lambda: make_sequence(keras), True, make_sequence),
              ("keras_activations", lambda: make_keras_activations(keras), True,
@@ -344,7 +352,8 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} {label}: {line}")
         # the .keras file: of the models tf_keras also builds, and of the Keras 3-only names
         # (hard_sigmoid, hard_silu; SpatialDropout2D)
-        if saver and (tf_keras_builder or name in ("with_dropout", "keras3_activations")):
+        if saver and (tf_keras_builder or name in ("with_dropout", "with_dropout_functional",
+                                                   "keras3_activations")):
             failures += not keras_graph_layers.keras_file_check(
                 saver, work, name, json_path, wpath, x_path, y_path, model, x, (N, H, W, C))
     sys.exit(1 if failures else 0)

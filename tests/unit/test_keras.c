@@ -505,6 +505,67 @@ START_TEST(test_a_functional_layer_that_does_not_lead_to_the_output_is_refused) 
 }
 END_TEST
 
+/* A Dense after a Dropout, each called with `kwargs` (Keras 3's node form, or tf_keras's list
+ * form when `tf_keras`). */
+static dist_status dropout_graph(const char *kwargs, int tf_keras) {
+    char json[2048];
+    if (tf_keras)
+        snprintf(json, sizeof json,
+                 "{\"class_name\":\"Functional\",\"keras_version\":\"2.20.1\",\"config\":{"
+                 "\"name\":\"f\",\"layers\":["
+                 "{\"class_name\":\"InputLayer\",\"name\":\"in\",\"config\":{\"batch_input_shape\":"
+                 "[null,4],\"name\":\"in\"},\"inbound_nodes\":[]},"
+                 "{\"class_name\":\"Dropout\",\"config\":{\"name\":\"drop\",\"rate\":0.5},"
+                 "\"inbound_nodes\":[[[\"in\",0,0,%s]]]},"
+                 "{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":3},"
+                 "\"inbound_nodes\":[[[\"drop\",0,0,{}]]]}],"
+                 "\"input_layers\":[[\"in\",0,0]],\"output_layers\":[[\"d\",0,0]]}}",
+                 kwargs);
+    else
+        snprintf(json, sizeof json,
+                 "{\"class_name\":\"Functional\",\"config\":{\"name\":\"f\",\"layers\":["
+                 "{\"class_name\":\"InputLayer\",\"name\":\"in\",\"config\":{\"batch_shape\":[null,"
+                 "4],\"name\":\"in\"},\"inbound_nodes\":[]},"
+                 "{\"class_name\":\"Dropout\",\"config\":{\"name\":\"drop\",\"rate\":0.5},"
+                 "\"inbound_nodes\":[{\"args\":[{\"class_name\":\"__keras_tensor__\",\"config\":{"
+                 "\"keras_history\":[\"in\",0,0]}}],\"kwargs\":%s}]},"
+                 "{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":3},"
+                 "\"inbound_nodes\":[{\"args\":[{\"class_name\":\"__keras_tensor__\",\"config\":{"
+                 "\"keras_history\":[\"drop\",0,0]}}],\"kwargs\":{}}]}],"
+                 "\"input_layers\":[\"in\",0,0],\"output_layers\":[\"d\",0,0]}}",
+                 kwargs);
+    dist_model *m = NULL;
+    dist_status st = dist_model_from_keras_json(json, 1, &m);
+    if (st == DIST_OK) {
+        ck_assert_int_eq(dist_model_num_layers(m), 2);
+        ck_assert_int_eq(dist_model_num_params(m), 4 * 3 + 3);
+    } else {
+        ck_assert_ptr_null(m);
+    }
+    dist_model_destroy(m);
+    return st;
+}
+
+START_TEST(test_a_keras3_graph_records_dropouts_training_default_and_imports) {
+    /* Keras 3 writes {"training": false} for every Dropout of a Functional model (Dropout.call's
+     * default) and replaces it by fit's, evaluate's and predict's own flag */
+    ck_assert_int_eq(dropout_graph("{\"training\":false}", 0), DIST_OK);
+    ck_assert_int_eq(dropout_graph("{\"training\":true}", 0), DIST_OK);
+    ck_assert_int_eq(dropout_graph("{\"training\":null}", 0), DIST_OK);
+    ck_assert_int_eq(dropout_graph("{}", 0), DIST_OK);
+    /* anything else is refused by name */
+    ck_assert_int_eq(dropout_graph("{\"training\":1}", 0), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "layer 'drop' (Dropout): call argument "
+                                                    "'training' is not supported"));
+    ck_assert_int_eq(dropout_graph("{\"mask\":[1]}", 0), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "call argument 'mask'"));
+    /* tf_keras records only a flag the user passed, which holds in fit too: refused */
+    ck_assert_int_eq(dropout_graph("{}", 1), DIST_OK);
+    ck_assert_int_eq(dropout_graph("{\"training\":false}", 1), DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "call argument 'training' is not supported"));
+}
+END_TEST
+
 START_TEST(test_text_that_is_not_a_keras_model_is_a_format_error) {
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_from_keras_json("{\"class_name\": ", 1, &m), DIST_FORMAT);
@@ -611,6 +672,7 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_functional_layer_that_does_not_lead_to_the_output_is_refused);
     tcase_add_test(tc, test_a_mixed_precision_json_takes_the_keras_policy_and_its_float32_head);
     tcase_add_test(tc, test_a_policy_libdist_cannot_honour_is_refused_naming_the_layer);
+    tcase_add_test(tc, test_a_keras3_graph_records_dropouts_training_default_and_imports);
     tcase_add_test(tc, test_text_that_is_not_a_keras_model_is_a_format_error);
     tcase_add_test(tc, test_predict_on_one_replica_gives_every_row_in_order);
     tcase_add_test(tc, test_predict_on_two_replicas_gives_every_row_in_order);
