@@ -12,7 +12,8 @@
  * the three ops' (unit.attention_fusion checks them against the tape's parts, 1 and 2
  * threads). s is written into p's rows and turned into p there; without p (no gradient to
  * keep it for) it lives in this backend's scratch. Under a mixed policy s, p, dp and ds are
- * rounded in the chunk where the tape would round the parts' outputs and gradients, and the
+ * rounded in the chunk where the tape would round the parts' outputs and gradients, inside the
+ * softmax's row loops (a few rows while they are in L1, instead of passes over the chunk), and the
  * products carry DIST_BMM_BF16 as the parts' do (whose bfloat16 kernel cpu_batch_matmul.c
  * chooses per shape: a chunk's products may take the other of two paths equal to rounding;
  * with the choice fixed the bits are the parts'). Measured on the Transformer's shapes
@@ -133,11 +134,6 @@ static dist_status precision_of(const dist_op *op, int *bmm_flag) {
     return DIST_OK;
 }
 
-/* x rounded in place to a mixed policy's precision, as the tape rounds an op's output */
-static dist_status round_to(cpu_ctx *c, dist_dtype dtype, dist_tensor *x) {
-    return dtype == DIST_F32 ? DIST_OK : cpu_round(c, x, dtype, x);
-}
-
 static dist_status bmm(cpu_ctx *c, int flags, const dist_tensor *a, const dist_tensor *b,
                        dist_tensor *y) {
     const dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = flags, .nin = 2, .nout = 1};
@@ -171,9 +167,9 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
         const int64_t ps[4] = {m, d.h, d.tq, d.tk};
         dist_tensor pc = dist_tensor_view(p ? (float *)p->data + b0 * s_per : buf, DIST_F32, 4, ps);
         DIST_TRY(bmm(c, TB | AI | BI | bf, &qc, &kc, &pc));
-        DIST_TRY(round_to(c, op->dtype, &pc));
-        if (d.tk > 0) cpu_softmax_rows(c->threads, pc.data, pc.data, m * d.h * d.tq, d.tk);
-        DIST_TRY(round_to(c, op->dtype, &pc));
+        /* s rounded, softmax, p rounded: a few rows at a time (rows of no element: nothing) */
+        if (d.tk > 0)
+            cpu_softmax_rows(c->threads, pc.data, pc.data, m * d.h * d.tq, d.tk, op->dtype);
         DIST_TRY(bmm(c, BI | CI | bf, &pc, &vc, &yc));
         c->fused_attention_chunks++;
     }
@@ -212,18 +208,16 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
                     vc = view4(v, b0, m, d.tk, d.h, d.dv), dyc = view4(dy, b0, m, d.tq, d.h, d.dv);
         dist_tensor pc = dist_tensor_view((float *)p->data + b0 * s_per, DIST_F32, 4, ps);
         dist_tensor ds = dist_tensor_view(buf, DIST_F32, 4, ps);
-        if (dq || dk) { /* dp */
+        if (dq || dk) /* dp (rounded below, with ds) */
             DIST_TRY(bmm(c, TB | AI | BI | bf, &dyc, &vc, &ds));
-            DIST_TRY(round_to(c, op->dtype, &ds));
-        }
         if (dv) {
             dist_tensor dvc = view4(dv, b0, m, d.tk, d.h, d.dv);
             DIST_TRY(bmm(c, TA | BI | CI | bf, &pc, &dyc, &dvc));
         }
         if (!dq && !dk) continue;
-        if (d.tk > 0) /* (rows of no element: nothing to do) */
-            cpu_softmax_grad_rows(c->threads, pc.data, ds.data, ds.data, m * d.h * d.tq, d.tk);
-        DIST_TRY(round_to(c, op->dtype, &ds));
+        if (d.tk > 0) /* dp rounded, ds, ds rounded (rows of no element: nothing to do) */
+            cpu_softmax_grad_rows(c->threads, pc.data, ds.data, ds.data, m * d.h * d.tq, d.tk,
+                                  op->dtype);
         if (dq) {
             dist_tensor dqc = view4(dq, b0, m, d.tq, d.h, d.dk);
             DIST_TRY(bmm(c, BI | CI | bf, &ds, &kc, &dqc));

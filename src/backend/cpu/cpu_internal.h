@@ -288,6 +288,9 @@ dist_status cpu_conv2_forward(cpu_ctx *c, const dist_conv2d_desc *d, const dist_
                               dist_layout y_layout);
 /* cpu_round.c: y = x rounded to float16 / bfloat16 precision, in float32 storage. */
 dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y);
+/* ... n floats on the calling thread (y may be x): cpu_round's bits, for loops that round a
+ * block of their own output while it is in cache. */
+void cpu_round_values(dist_dtype dtype, const float *x, float *y, int64_t n);
 /* ... to bfloat16 precision, writing y's bfloat16 twin (numel * 2 bytes, y's layout) in the same
  * pass: ROUND with aux (ops.h). */
 dist_status cpu_round_bf16_twin(void *ctx, const dist_tensor *x, dist_tensor *y, void *y_bf16);
@@ -339,11 +342,16 @@ void cpu_act_forward(int threads, int kind, const float *f, const float *x, floa
 void cpu_act_backward(int threads, int kind, const float *f, const float *x, const float *y,
                       const float *dy, float *dx, int64_t n);
 /* cpu_softmax.c: softmax (ops.h's SOFTMAX, k = 0) of rows x rows of k floats, vectorized, rows
- * split over up to `threads` threads (the same bits on any count); y may be x. */
-void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k);
-/* ... and its gradient (SOFTMAX_GRAD, k = 0) from y and dy; dx may be y or dy. */
+ * split over up to `threads` threads (the same bits on any count); y may be x. `round`
+ * (DIST_F16, DIST_BF16; DIST_F32: none) rounds x before and y after, a few rows at a time while
+ * they are in cache: the bits of cpu_round, softmax, cpu_round (the fused attention under a
+ * mixed policy, whose scores and probabilities the tape's parts round). */
+void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k,
+                      dist_dtype round);
+/* ... and its gradient (SOFTMAX_GRAD, k = 0) from y and dy; dx may be y or dy; `round` rounds dy
+ * before (into dx) and dx after. */
 void cpu_softmax_grad_rows(int threads, const float *y, const float *dy, float *dx, int64_t rows,
-                           int64_t k);
+                           int64_t k, dist_dtype round);
 /* cpu_layernorm.c: LAYER_NORM and LAYER_NORM_GRAD (ops.h), rows split over the threads */
 dist_status cpu_op_layer_norm(void *ctx, const dist_op *op, const dist_tensor *const *in,
                               dist_tensor *const *out);

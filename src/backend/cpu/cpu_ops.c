@@ -1037,7 +1037,7 @@ static dist_status op_softmax(cpu_ctx *c, const dist_op *op, const dist_tensor *
     float *o = out[0]->data;
     int log_form = op->k;
     if (!log_form) {
-        cpu_softmax_rows(c->threads, xv, o, rows, k);
+        cpu_softmax_rows(c->threads, xv, o, rows, k, DIST_F32);
         return DIST_OK;
     }
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)
@@ -1066,7 +1066,7 @@ static dist_status op_softmax_grad(cpu_ctx *c, const dist_op *op, const dist_ten
     float *dx = out[0]->data;
     int log_form = op->k;
     if (!log_form) {
-        cpu_softmax_grad_rows(c->threads, yv, dy, dx, rows, k);
+        cpu_softmax_grad_rows(c->threads, yv, dy, dx, rows, k, DIST_F32);
         return DIST_OK;
     }
 #pragma omp parallel for num_threads(ops_threads(c, n)) schedule(static)

@@ -238,6 +238,11 @@ static dist_status round_run(const cpu_ctx *c, const dist_tensor *x, dist_dtype 
     return DIST_OK;
 }
 
+void cpu_round_values(dist_dtype dtype, const float *x, float *y, int64_t n) {
+    if (dtype == DIST_F16 || dtype == DIST_BF16)
+        round_range(dtype, x, y, NULL, n, cpu_round_simd());
+}
+
 dist_status cpu_round(void *ctx, const dist_tensor *x, dist_dtype dtype, dist_tensor *y) {
     return round_run(ctx, x, dtype, y, NULL);
 }

@@ -103,35 +103,51 @@ static int softmax_threads(int threads, int64_t rows, int64_t k) {
     return rows * k >= SOFTMAX_PAR_MIN && threads > 1 ? threads : 1;
 }
 
-void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k) {
+void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k,
+                      dist_dtype round) {
     const int isa = softmax_isa();
+    const int rounds = round == DIST_F16 || round == DIST_BF16;
     const int64_t blocks = (rows + SOFTMAX_ROWS - 1) / SOFTMAX_ROWS;
 #pragma omp parallel for num_threads(softmax_threads(threads, rows, k)) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t r0 = b * SOFTMAX_ROWS;
         const int nr = (int)(rows - r0 < SOFTMAX_ROWS ? rows - r0 : SOFTMAX_ROWS);
+        const float *xb = x + r0 * k;
+        float *yb = y + r0 * k;
+        if (rounds) { /* the block's rounded inputs in y, then softmax in place */
+            cpu_round_values(round, xb, yb, nr * k);
+            xb = yb;
+        }
         if (isa == 2)
-            softmax_block_avx512(x + r0 * k, y + r0 * k, nr, k);
+            softmax_block_avx512(xb, yb, nr, k);
         else if (isa == 1)
-            softmax_block_avx2(x + r0 * k, y + r0 * k, nr, k);
+            softmax_block_avx2(xb, yb, nr, k);
         else
-            softmax_block_base(x + r0 * k, y + r0 * k, nr, k);
+            softmax_block_base(xb, yb, nr, k);
+        if (rounds) cpu_round_values(round, yb, yb, nr * k);
     }
 }
 
 void cpu_softmax_grad_rows(int threads, const float *y, const float *dy, float *dx, int64_t rows,
-                           int64_t k) {
+                           int64_t k, dist_dtype round) {
     const int isa = softmax_isa();
+    const int rounds = round == DIST_F16 || round == DIST_BF16;
     const int64_t blocks = (rows + SOFTMAX_ROWS - 1) / SOFTMAX_ROWS;
 #pragma omp parallel for num_threads(softmax_threads(threads, rows, k)) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t r0 = b * SOFTMAX_ROWS, o = r0 * k;
         const int nr = (int)(rows - r0 < SOFTMAX_ROWS ? rows - r0 : SOFTMAX_ROWS);
+        const float *gb = dy + o;
+        if (rounds) { /* the block's rounded dy in dx, then the gradient in place */
+            cpu_round_values(round, gb, dx + o, nr * k);
+            gb = dx + o;
+        }
         if (isa == 2)
-            softmax_grad_block_avx512(y + o, dy + o, dx + o, nr, k);
+            softmax_grad_block_avx512(y + o, gb, dx + o, nr, k);
         else if (isa == 1)
-            softmax_grad_block_avx2(y + o, dy + o, dx + o, nr, k);
+            softmax_grad_block_avx2(y + o, gb, dx + o, nr, k);
         else
-            softmax_grad_block_base(y + o, dy + o, dx + o, nr, k);
+            softmax_grad_block_base(y + o, gb, dx + o, nr, k);
+        if (rounds) cpu_round_values(round, dx + o, dx + o, nr * k);
     }
 }
