@@ -365,7 +365,8 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * may feed several layers), of InputLayer, Conv2D (valid or same padding, any strides; linear,
  * relu, sigmoid, tanh, gelu, elu, selu, softplus, softsign, exponential, mish, relu6,
  * leaky_relu, hard_sigmoid (Keras 3's, or tf_keras's where the JSON's keras_version is 2.x),
- * hard_silu/hard_swish, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
+ * hard_silu/hard_swish, hard_tanh, soft_shrink, hard_shrink, sparse_sigmoid, sparse_plus,
+ * log_sigmoid, tanh_shrink, log_softmax, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
  * valid), AveragePooling2D (square pools and strides, valid or same), GlobalAveragePooling2D and
  * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
  * SpatialDropout1D and SpatialDropout2D (the same seeds),

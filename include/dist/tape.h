@@ -25,13 +25,14 @@ typedef enum dist_padding { DIST_PADDING_VALID = 0, DIST_PADDING_SAME = 1 } dist
 /* Keras's activation names: "linear" (NONE), "relu", "sigmoid", "tanh", "gelu" (the exact erf
  * form, keras.activations.gelu's default), "elu" (alpha 1), "selu", "softplus", "softsign",
  * "exponential", "mish", Keras 3's "relu6", "leaky_relu" (its default negative slope, 0.2),
- * "hard_sigmoid" and "hard_silu", and tf_keras's "hard_sigmoid", a different function of the
- * same name (DIST_ACT_HARD_SIGMOID_TF_KERAS; the Keras JSON importer tells the two apart by
- * the file's keras_version, which tf_keras writes and Keras 3 does not; dist_activation_name
- * gives "hard_sigmoid" for both, so a name alone does not say which). Conv2D and Dense fuse relu
- * into their kernels; the others run as the tape's ops after the layer (dist_op_sigmoid,
- * dist_op_elu, ...: ops of the op set, every backend and the tpu strategy's included) and compute
- * in float32. */
+ * "hard_sigmoid", "hard_silu", "hard_tanh", "soft_shrink", "hard_shrink", "sparse_sigmoid",
+ * "sparse_plus", "log_sigmoid", "tanh_shrink" and "log_softmax", and tf_keras's "hard_sigmoid",
+ * a different function of the same name (DIST_ACT_HARD_SIGMOID_TF_KERAS; the Keras JSON importer
+ * tells the two apart by the file's keras_version, which tf_keras writes and Keras 3 does not;
+ * dist_activation_name gives "hard_sigmoid" for both, so a name alone does not say which). Conv2D
+ * and Dense fuse relu into their kernels; the others run as the tape's ops after the layer
+ * (dist_op_sigmoid, dist_op_elu, ...: ops of the op set, every backend and the tpu strategy's
+ * included) and compute in float32. */
 typedef enum dist_activation {
     DIST_ACT_NONE = 0,
     DIST_ACT_LINEAR = DIST_ACT_NONE,
@@ -50,7 +51,17 @@ typedef enum dist_activation {
     DIST_ACT_HARD_SIGMOID = 13,          /* Keras 3's: relu6(x + 3) / 6 */
     DIST_ACT_HARD_SILU = 14,             /* Keras 3's hard_silu (hard_swish): x * hard_sigmoid(x) */
     DIST_ACT_HARD_SIGMOID_TF_KERAS = 15, /* tf_keras's: clip(0.2 x + 0.5, 0, 1) */
-    DIST_ACT_LAST = DIST_ACT_HARD_SIGMOID_TF_KERAS
+    /* Keras 3's (dist_op_hard_tanh ... dist_op_tanh_shrink; the shrinks' threshold 0.5, their
+     * default, as a name gives it; log_softmax over the last axis) */
+    DIST_ACT_HARD_TANH = 16,
+    DIST_ACT_SOFT_SHRINK = 17,
+    DIST_ACT_HARD_SHRINK = 18,
+    DIST_ACT_SPARSE_SIGMOID = 19,
+    DIST_ACT_SPARSE_PLUS = 20,
+    DIST_ACT_LOG_SIGMOID = 21,
+    DIST_ACT_TANH_SHRINK = 22,
+    DIST_ACT_LOG_SOFTMAX = 23,
+    DIST_ACT_LAST = DIST_ACT_LOG_SOFTMAX
 } dist_activation;
 
 /* Keras's name of an activation ("linear", "relu", ...), NULL for a value outside the enum. */
@@ -282,6 +293,25 @@ DIST_API dist_status dist_op_hard_sigmoid(dist_tape *tape, const dist_tensor *x,
                                           dist_tensor **y);
 /* Keras 3's hard_silu (hard_swish): x * hard_sigmoid(x), two ops as Keras composes it. */
 DIST_API dist_status dist_op_hard_silu(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* Keras 3's piecewise activations, each one op with the value and gradient of Keras's
+ * composition on TensorFlow (tf.clip_by_value, tf.where; the formulas in ops.h's
+ * DIST_UN_PIECEWISE): hard_tanh, clip(x, -1, 1) (gradient dy where -1 <= x <= 1, ends
+ * included); soft_shrink, x - t above t, x + t below -t, else 0 (gradient dy where |x| > t);
+ * hard_shrink, x where |x| > t, else 0 (the same gradient); threshold t > 0 (Keras's default
+ * 0.5); sparse_sigmoid, 0 to x <= -1, 1 from x >= 1, (x + 1) / 2 between (gradient dy / 2
+ * strictly between); sparse_plus, 0 to x <= -1, x from x >= 1, (x + 1)^2 / 4 between
+ * (gradient dy (x + 1) / 2 strictly between, dy from 1 on). */
+DIST_API dist_status dist_op_hard_tanh(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_soft_shrink(dist_tape *tape, const dist_tensor *x, float threshold,
+                                         dist_tensor **y);
+DIST_API dist_status dist_op_hard_shrink(dist_tape *tape, const dist_tensor *x, float threshold,
+                                         dist_tensor **y);
+DIST_API dist_status dist_op_sparse_sigmoid(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_sparse_plus(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+/* Keras 3's log_sigmoid, tf.math.log_sigmoid: -softplus(-x), three ops as TensorFlow composes
+ * it; tanh_shrink: x - tanh(x), two ops as Keras composes it. */
+DIST_API dist_status dist_op_log_sigmoid(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
+DIST_API dist_status dist_op_tanh_shrink(dist_tape *tape, const dist_tensor *x, dist_tensor **y);
 
 /* tf.nn.avg_pool2d on NHWC x: the mean of each pool_h x pool_w window; with SAME padding the
  * mean counts only the input elements a window covers (TensorFlow's rule, not the padding). */

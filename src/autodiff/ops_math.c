@@ -374,6 +374,51 @@ dist_status dist_op_hard_silu(dist_tape *t, const dist_tensor *x, dist_tensor **
     DIST_TRY(dist_op_hard_sigmoid(t, x, 0, &h));
     return dist_op_mul(t, x, h, y);
 }
+static dist_status piecewise(dist_tape *t, int which, float threshold, const dist_tensor *x,
+                             dist_tensor **y) {
+    return unary_op_f(t, DIST_UN_PIECEWISE, (float)which, threshold, x, y);
+}
+dist_status dist_op_hard_tanh(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_hard_tanh: NULL argument");
+    return piecewise(t, DIST_PW_HARD_TANH, 0.0f, x, y);
+}
+dist_status dist_op_soft_shrink(dist_tape *t, const dist_tensor *x, float threshold,
+                                dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_soft_shrink: NULL argument");
+    DIST_CHECK_ARG(isfinite(threshold) && threshold > 0,
+                   "dist_op_soft_shrink: threshold %g is not a positive number", (double)threshold);
+    return piecewise(t, DIST_PW_SOFT_SHRINK, threshold, x, y);
+}
+dist_status dist_op_hard_shrink(dist_tape *t, const dist_tensor *x, float threshold,
+                                dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_hard_shrink: NULL argument");
+    DIST_CHECK_ARG(isfinite(threshold) && threshold > 0,
+                   "dist_op_hard_shrink: threshold %g is not a positive number", (double)threshold);
+    return piecewise(t, DIST_PW_HARD_SHRINK, threshold, x, y);
+}
+dist_status dist_op_sparse_sigmoid(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_sparse_sigmoid: NULL argument");
+    return piecewise(t, DIST_PW_SPARSE_SIGMOID, 0.0f, x, y);
+}
+dist_status dist_op_sparse_plus(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_sparse_plus: NULL argument");
+    return piecewise(t, DIST_PW_SPARSE_PLUS, 0.0f, x, y);
+}
+/* -softplus(-x), as tf.math.log_sigmoid composes it (three ops, their gradients) */
+dist_status dist_op_log_sigmoid(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_log_sigmoid: NULL argument");
+    dist_tensor *a;
+    DIST_TRY(dist_op_neg(t, x, &a));
+    DIST_TRY(dist_op_softplus(t, a, &a));
+    return dist_op_neg(t, a, y);
+}
+/* x - tanh(x), as Keras 3 composes it */
+dist_status dist_op_tanh_shrink(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "dist_op_tanh_shrink: NULL argument");
+    dist_tensor *h;
+    DIST_TRY(dist_op_tanh(t, x, &h));
+    return dist_op_sub(t, x, h, y);
+}
 /* x * tanh(softplus(x)), as tf_keras and Keras 3 compose it (three ops, their gradients) */
 dist_status dist_op_mish(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
     DIST_CHECK_ARG(t && x && y, "dist_op_mish: NULL argument");

@@ -104,23 +104,31 @@ static dist_status check_activation(dist_activation a, const char *op) {
 }
 
 const char *dist_activation_name(dist_activation a) {
-    static const char *const names[DIST_ACT_LAST + 1] = {[DIST_ACT_NONE] = "linear",
-                                                         [DIST_ACT_RELU] = "relu",
-                                                         [DIST_ACT_SIGMOID] = "sigmoid",
-                                                         [DIST_ACT_TANH] = "tanh",
-                                                         [DIST_ACT_GELU] = "gelu",
-                                                         [DIST_ACT_ELU] = "elu",
-                                                         [DIST_ACT_SELU] = "selu",
-                                                         [DIST_ACT_SOFTPLUS] = "softplus",
-                                                         [DIST_ACT_SOFTSIGN] = "softsign",
-                                                         [DIST_ACT_EXPONENTIAL] = "exponential",
-                                                         [DIST_ACT_MISH] = "mish",
-                                                         [DIST_ACT_RELU6] = "relu6",
-                                                         [DIST_ACT_LEAKY_RELU] = "leaky_relu",
-                                                         [DIST_ACT_HARD_SIGMOID] = "hard_sigmoid",
-                                                         [DIST_ACT_HARD_SILU] = "hard_silu",
-                                                         [DIST_ACT_HARD_SIGMOID_TF_KERAS] =
-                                                             "hard_sigmoid"};
+    static const char *const names[DIST_ACT_LAST + 1] = {
+        [DIST_ACT_NONE] = "linear",
+        [DIST_ACT_RELU] = "relu",
+        [DIST_ACT_SIGMOID] = "sigmoid",
+        [DIST_ACT_TANH] = "tanh",
+        [DIST_ACT_GELU] = "gelu",
+        [DIST_ACT_ELU] = "elu",
+        [DIST_ACT_SELU] = "selu",
+        [DIST_ACT_SOFTPLUS] = "softplus",
+        [DIST_ACT_SOFTSIGN] = "softsign",
+        [DIST_ACT_EXPONENTIAL] = "exponential",
+        [DIST_ACT_MISH] = "mish",
+        [DIST_ACT_RELU6] = "relu6",
+        [DIST_ACT_LEAKY_RELU] = "leaky_relu",
+        [DIST_ACT_HARD_SIGMOID] = "hard_sigmoid",
+        [DIST_ACT_HARD_SILU] = "hard_silu",
+        [DIST_ACT_HARD_SIGMOID_TF_KERAS] = "hard_sigmoid",
+        [DIST_ACT_HARD_TANH] = "hard_tanh",
+        [DIST_ACT_SOFT_SHRINK] = "soft_shrink",
+        [DIST_ACT_HARD_SHRINK] = "hard_shrink",
+        [DIST_ACT_SPARSE_SIGMOID] = "sparse_sigmoid",
+        [DIST_ACT_SPARSE_PLUS] = "sparse_plus",
+        [DIST_ACT_LOG_SIGMOID] = "log_sigmoid",
+        [DIST_ACT_TANH_SHRINK] = "tanh_shrink",
+        [DIST_ACT_LOG_SOFTMAX] = "log_softmax"};
     return a >= DIST_ACT_NONE && a <= DIST_ACT_LAST ? names[a] : NULL;
 }
 
@@ -145,6 +153,14 @@ dist_status dist_op_activation(dist_tape *t, const dist_tensor *x, dist_activati
     case DIST_ACT_HARD_SIGMOID: return dist_op_hard_sigmoid(t, x, 0, y);
     case DIST_ACT_HARD_SILU: return dist_op_hard_silu(t, x, y);
     case DIST_ACT_HARD_SIGMOID_TF_KERAS: return dist_op_hard_sigmoid(t, x, 1, y);
+    case DIST_ACT_HARD_TANH: return dist_op_hard_tanh(t, x, y);
+    case DIST_ACT_SOFT_SHRINK: return dist_op_soft_shrink(t, x, 0.5f, y);
+    case DIST_ACT_HARD_SHRINK: return dist_op_hard_shrink(t, x, 0.5f, y);
+    case DIST_ACT_SPARSE_SIGMOID: return dist_op_sparse_sigmoid(t, x, y);
+    case DIST_ACT_SPARSE_PLUS: return dist_op_sparse_plus(t, x, y);
+    case DIST_ACT_LOG_SIGMOID: return dist_op_log_sigmoid(t, x, y);
+    case DIST_ACT_TANH_SHRINK: return dist_op_tanh_shrink(t, x, y);
+    case DIST_ACT_LOG_SOFTMAX: return dist_op_log_softmax(t, x, y);
     }
     return DIST_OK;
 }

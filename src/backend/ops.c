@@ -6,8 +6,9 @@
 #include <math.h>
 
 static const char *const unary_names[DIST_UN_COUNT] = {
-    "neg",  "exp", "log",  "sqrt",     "square",   "abs",        "sigmoid",  "tanh",        "gelu",
-    "gelu", "elu", "selu", "softplus", "softsign", "leaky_relu", "relu_max", "hard_sigmoid"};
+    "neg",      "exp",      "log",        "sqrt",     "square",       "abs",
+    "sigmoid",  "tanh",     "gelu",       "gelu",     "elu",          "selu",
+    "softplus", "softsign", "leaky_relu", "relu_max", "hard_sigmoid", "piecewise"};
 static const char *const binary_names[DIST_BIN_COUNT] = {"add", "sub",     "mul",
                                                           "div", "maximum", "minimum"};
 static const char *const reduce_names[] = {"reduce_sum", "reduce_mean", "reduce_max"};

@@ -431,8 +431,34 @@ typedef enum dist_unary_kind {
      * traced program, so there z at x = -2.5 is -7e-9, not 0, and y and dx take the other side
      * of that one kink */
     DIST_UN_HARD_SIGMOID,
+    /* PIECEWISE: Keras 3's piecewise activations, as its TensorFlow backend composes them
+     * (clip_by_value, where), with the gradients of those ops: a select's gradient is dy or +0
+     * (zeros_like) per branch, a value reached by two paths sums them. NaN takes the last
+     * branch. f[0] selects, f[1] = t > 0 (the shrinks' threshold):
+     * 0 HARD_TANH (tf.clip_by_value(x, -1, 1): a minimum, then a maximum; NaN kept):
+     *   m = x < 1 ? x : 1, y = x != x ? x : (m > -1 ? m : -1);
+     *   dx = x <= 1 ? (m >= -1 ? dy : 0) : 0
+     * 1 SOFT_SHRINK: y = x > t ? x - t : (x < -t ? x + t : 0);
+     *   dx = (x > t ? dy : 0) + (x <= t ? (x < -t ? dy : 0) : 0)
+     * 2 HARD_SHRINK: y = |x| > t ? x : 0; dx = |x| > t ? dy : 0
+     * 3 SPARSE_SIGMOID: y = x <= -1 ? 0 : (x >= 1 ? 1 : 0.5 * (x + 1));
+     *   dx = 0.5 * (x >= 1 ? 0 : (x <= -1 ? 0 : dy))
+     * 4 SPARSE_PLUS, u = x + 1: y = x <= -1 ? 0 : (x < 1 ? 0.25 * (u * u) : x) (tf.pow(u, 2)
+     *   is u * u in float32); with g = x <= -1 ? 0 : dy:
+     *   dx = ((0.25 * (x < 1 ? g : 0)) * 2) * u + (x < 1 ? 0 : g) (Mul's, then Pow's gradient
+     *   grad * 2 * pow(u, 1), plus the x branch's) */
+    DIST_UN_PIECEWISE,
     DIST_UN_COUNT
 } dist_unary_kind;
+
+/* DIST_UN_PIECEWISE's f[0] */
+enum {
+    DIST_PW_HARD_TANH = 0,
+    DIST_PW_SOFT_SHRINK = 1,
+    DIST_PW_HARD_SHRINK = 2,
+    DIST_PW_SPARSE_SIGMOID = 3,
+    DIST_PW_SPARSE_PLUS = 4
+};
 
 /* SOFTPLUS's switch point logf(FLT_EPSILON) + 2 as TensorFlow's float32 kernel computes it */
 #define DIST_SOFTPLUS_T (-0x1.be2804p+3f)

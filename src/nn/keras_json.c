@@ -117,7 +117,15 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
                  {"relu6", DIST_ACT_RELU6},
                  {"leaky_relu", DIST_ACT_LEAKY_RELU},
                  {"hard_silu", DIST_ACT_HARD_SILU},
-                 {"hard_swish", DIST_ACT_HARD_SILU}};
+                 {"hard_swish", DIST_ACT_HARD_SILU},
+                 {"hard_tanh", DIST_ACT_HARD_TANH},
+                 {"soft_shrink", DIST_ACT_SOFT_SHRINK},
+                 {"hard_shrink", DIST_ACT_HARD_SHRINK},
+                 {"sparse_sigmoid", DIST_ACT_SPARSE_SIGMOID},
+                 {"sparse_plus", DIST_ACT_SPARSE_PLUS},
+                 {"log_sigmoid", DIST_ACT_LOG_SIGMOID},
+                 {"tanh_shrink", DIST_ACT_TANH_SHRINK},
+                 {"log_softmax", DIST_ACT_LOG_SOFTMAX}};
     if (a && strcmp(a, "hard_sigmoid") == 0) { /* two functions of one name */
         *out = l->tf_keras ? DIST_ACT_HARD_SIGMOID_TF_KERAS : DIST_ACT_HARD_SIGMOID;
         return DIST_OK;
@@ -131,6 +139,8 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
                            "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh', 'gelu', "
                            "'elu', 'selu', 'softplus', 'softsign', 'exponential', 'mish', "
                            "'relu6', 'leaky_relu', 'hard_sigmoid', 'hard_silu' ('hard_swish'), "
+                           "'hard_tanh', 'soft_shrink', 'hard_shrink', 'sparse_sigmoid', "
+                           "'sparse_plus', 'log_sigmoid', 'tanh_shrink', 'log_softmax', "
                            "'swish' ('silu') and 'softmax'",
                            a ? a : "(not a name)");
 }

@@ -1091,11 +1091,93 @@ static dist_status gelu_tanh_u(xla_trace *t, int x, int *u, int *du) {
     return c_binop(t, XG_MUL, GELU_C, a, u);
 }
 
-/* The Keras activations of ops.h (ELU .. HARD_SIGMOID) as selects of their pieces */
+/* DIST_UN_PIECEWISE (ops.h): Keras 3's piecewise activations as selects, f[0] selecting */
+static dist_status op_piecewise(xla_trace *t, const float *f, int x, int z, int *y) {
+    int a, b, lo, hi;
+    const float th = f[1];
+    switch ((int)f[0]) {
+    case DIST_PW_HARD_TANH: /* a minimum, then a maximum; NaN kept */
+        DIST_TRY(splat_like(t, 1.0f, x, &hi));
+        DIST_TRY(splat_like(t, -1.0f, x, &lo));
+        DIST_TRY(select_cmp(t, XC_LT, x, hi, x, hi, &a));
+        DIST_TRY(select_cmp(t, XC_GT, a, lo, a, lo, &a));
+        return select_cmp(t, XC_NE, x, x, x, a, y);
+    case DIST_PW_SOFT_SHRINK:
+        DIST_TRY(splat_like(t, th, x, &hi));
+        DIST_TRY(splat_like(t, -th, x, &lo));
+        DIST_TRY(binop_c(t, XG_ADD, x, th, &a));
+        DIST_TRY(select_cmp(t, XC_LT, x, lo, a, z, &a));
+        DIST_TRY(binop_c(t, XG_SUB, x, th, &b));
+        return select_cmp(t, XC_GT, x, hi, b, a, y);
+    case DIST_PW_HARD_SHRINK:
+        DIST_TRY(splat_like(t, th, x, &hi));
+        DIST_TRY(unary(t, XU_ABS, x, &a));
+        return select_cmp(t, XC_GT, a, hi, x, z, y);
+    case DIST_PW_SPARSE_SIGMOID:
+        DIST_TRY(splat_like(t, 1.0f, x, &hi));
+        DIST_TRY(splat_like(t, -1.0f, x, &lo));
+        DIST_TRY(binop_c(t, XG_ADD, x, 1.0f, &a));
+        DIST_TRY(c_binop(t, XG_MUL, 0.5f, a, &a));
+        DIST_TRY(select_cmp(t, XC_GE, x, hi, hi, a, &a));
+        return select_cmp(t, XC_LE, x, lo, z, a, y);
+    default: /* DIST_PW_SPARSE_PLUS */
+        DIST_TRY(splat_like(t, 1.0f, x, &hi));
+        DIST_TRY(splat_like(t, -1.0f, x, &lo));
+        DIST_TRY(binop_c(t, XG_ADD, x, 1.0f, &a));
+        DIST_TRY(binop(t, XG_MUL, a, a, &a));
+        DIST_TRY(c_binop(t, XG_MUL, 0.25f, a, &a));
+        DIST_TRY(select_cmp(t, XC_LT, x, hi, a, x, &a));
+        return select_cmp(t, XC_LE, x, lo, z, a, y);
+    }
+}
+
+static dist_status op_piecewise_grad(xla_trace *t, const float *f, int x, int dy, int z, int *dx) {
+    int a, b, g, lo, hi;
+    const float th = f[1];
+    switch ((int)f[0]) {
+    case DIST_PW_HARD_TANH:
+        DIST_TRY(splat_like(t, 1.0f, x, &hi));
+        DIST_TRY(splat_like(t, -1.0f, x, &lo));
+        DIST_TRY(select_cmp(t, XC_LT, x, hi, x, hi, &a)); /* m */
+        DIST_TRY(select_cmp(t, XC_GE, a, lo, dy, z, &g));
+        return select_cmp(t, XC_LE, x, hi, g, z, dx);
+    case DIST_PW_SOFT_SHRINK:
+        DIST_TRY(splat_like(t, th, x, &hi));
+        DIST_TRY(splat_like(t, -th, x, &lo));
+        DIST_TRY(select_cmp(t, XC_GT, x, hi, dy, z, &a));
+        DIST_TRY(select_cmp(t, XC_LT, x, lo, dy, z, &b));
+        DIST_TRY(select_cmp(t, XC_LE, x, hi, b, z, &b));
+        return binop(t, XG_ADD, a, b, dx);
+    case DIST_PW_HARD_SHRINK:
+        DIST_TRY(splat_like(t, th, x, &hi));
+        DIST_TRY(unary(t, XU_ABS, x, &a));
+        return select_cmp(t, XC_GT, a, hi, dy, z, dx);
+    case DIST_PW_SPARSE_SIGMOID:
+        DIST_TRY(splat_like(t, 1.0f, x, &hi));
+        DIST_TRY(splat_like(t, -1.0f, x, &lo));
+        DIST_TRY(select_cmp(t, XC_LE, x, lo, z, dy, &g));
+        DIST_TRY(select_cmp(t, XC_GE, x, hi, z, g, &g));
+        return c_binop(t, XG_MUL, 0.5f, g, dx);
+    default: /* DIST_PW_SPARSE_PLUS */
+        DIST_TRY(splat_like(t, 1.0f, x, &hi));
+        DIST_TRY(splat_like(t, -1.0f, x, &lo));
+        DIST_TRY(select_cmp(t, XC_LE, x, lo, z, dy, &g));
+        DIST_TRY(select_cmp(t, XC_LT, x, hi, g, z, &a)); /* the middle's */
+        DIST_TRY(select_cmp(t, XC_LT, x, hi, z, g, &b)); /* x's own */
+        DIST_TRY(c_binop(t, XG_MUL, 0.25f, a, &a));
+        DIST_TRY(binop_c(t, XG_MUL, a, 2.0f, &a));
+        DIST_TRY(binop_c(t, XG_ADD, x, 1.0f, &g));
+        DIST_TRY(binop(t, XG_MUL, a, g, &a));
+        return binop(t, XG_ADD, a, b, dx);
+    }
+}
+
+/* The Keras activations of ops.h (ELU .. PIECEWISE) as selects of their pieces */
 static dist_status op_unary_keras(xla_trace *t, int k, const float *f, int x, int *y) {
     int z, a, b;
     DIST_TRY(splat_like(t, 0.0f, x, &z));
     switch (k) {
+    case DIST_UN_PIECEWISE: return op_piecewise(t, f, x, z, y);
     case DIST_UN_ELU:
         DIST_TRY(elu_y0(t, x, z, &a));
         DIST_TRY(c_binop(t, XG_MUL, f[0], a, &a));
@@ -1159,6 +1241,7 @@ static dist_status op_unary_keras_grad(xla_trace *t, int k, const float *f, int 
     int z, a, b;
     DIST_TRY(splat_like(t, 0.0f, x, &z));
     switch (k) {
+    case DIST_UN_PIECEWISE: return op_piecewise_grad(t, f, x, dy, z, dx);
     case DIST_UN_ELU: {
         int p, d = dy;
         DIST_TRY(elu_y0(t, x, z, &a));

@@ -27,6 +27,9 @@ weight (biases included) then drawn by NumPy so that no bias is zero:
       Dense -> Activation(hard_swish) -> Dense(4)
   sequence_max: Reshape((144, 3)) -> Conv1D(8, 5, elu) -> MaxPooling1D(2) ->
       Conv1D(8, 3, softsign) -> GlobalMaxPooling1D -> Dense(4)
+  keras3_piecewise (Keras 3 only): Conv2D(hard_tanh) -> Conv2D(soft_shrink) ->
+      GlobalAveragePooling2D -> Dense(sparse_plus) -> Dense(tanh_shrink) -> Activation(hard_shrink)
+      -> Dense(log_sigmoid) -> Dense(sparse_sigmoid) -> Dense -> Activation(log_softmax) -> Dense(4)
   tf_keras_hard_sigmoid (tf_keras only): Conv2D(hard_sigmoid) -> GlobalAveragePooling2D ->
       Dense(hard_sigmoid) -> Dense -> Activation(hard_sigmoid) -> Dense(4), tf_keras's JSON
       (its keras_version 2.x selects tf_keras's function) against tf_keras itself at float64
@@ -194,6 +197,24 @@ def make_keras3_activations(k):
     ])
 
 
+def make_keras3_piecewise(k):
+    # Keras 3's piecewise activations and its log_sigmoid, tanh_shrink and log_softmax
+    return k.Sequential([
+        k.Input((H, W, C)),
+        k.layers.Conv2D(6, 3, activation="hard_tanh"),
+        k.layers.Conv2D(6, 3, activation="soft_shrink"),
+        k.layers.GlobalAveragePooling2D(),
+        k.layers.Dense(12, activation="sparse_plus"),
+        k.layers.Dense(12, activation="tanh_shrink"),
+        k.layers.Activation("hard_shrink"),
+        k.layers.Dense(12, activation="log_sigmoid"),
+        k.layers.Dense(12, activation="sparse_sigmoid"),
+        k.layers.Dense(12),
+        k.layers.Activation("log_softmax"),
+        k.layers.Dense(K),
+    ])
+
+
 def make_tf_keras_hard_sigmoid(k, act="hard_sigmoid"):
     # tf_keras's hard_sigmoid (clip(0.2 x + 0.5, 0, 1), not Keras 3's function of that name);
     # Keras 3 builds the same layers with act="linear" to write the weights file
@@ -281,6 +302,7 @@ def main():
              ("keras_activations", lambda: make_keras_activations(keras), True,
               make_keras_activations),
              ("keras3_activations", lambda: make_keras3_activations(keras), True, None),
+             ("keras3_piecewise", lambda: make_keras3_piecewise(keras), True, None),
              ("sequence_max", lambda: make_sequence_max(keras), True, make_sequence_max),
              # Keras 3 writes the weights; the JSON and the reference are tf_keras's (below)
              ("tf_keras_hard_sigmoid", lambda: make_tf_keras_hard_sigmoid(keras, "linear"), True,
@@ -353,7 +375,7 @@ def main():
         # the .keras file: of the models tf_keras also builds, and of the Keras 3-only names
         # (hard_sigmoid, hard_silu; SpatialDropout2D)
         if saver and (tf_keras_builder or name in ("with_dropout", "with_dropout_functional",
-                                                   "keras3_activations")):
+                                                   "keras3_activations", "keras3_piecewise")):
             failures += not keras_graph_layers.keras_file_check(
                 saver, work, name, json_path, wpath, x_path, y_path, model, x, (N, H, W, C))
     sys.exit(1 if failures else 0)

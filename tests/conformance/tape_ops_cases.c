@@ -69,6 +69,13 @@ static dist_status forward(dist_tape *t, const conf_case *c, dist_tensor **in, d
     if (!strcmp(op, "mish")) return dist_op_mish(t, in[0], y);
     if (!strcmp(op, "hard_sigmoid")) return dist_op_hard_sigmoid(t, in[0], c->p[0], y);
     if (!strcmp(op, "hard_silu")) return dist_op_hard_silu(t, in[0], y);
+    if (!strcmp(op, "hard_tanh")) return dist_op_hard_tanh(t, in[0], y);
+    if (!strcmp(op, "soft_shrink")) return dist_op_soft_shrink(t, in[0], c->p[0] / 100.0f, y);
+    if (!strcmp(op, "hard_shrink")) return dist_op_hard_shrink(t, in[0], c->p[0] / 100.0f, y);
+    if (!strcmp(op, "sparse_sigmoid")) return dist_op_sparse_sigmoid(t, in[0], y);
+    if (!strcmp(op, "sparse_plus")) return dist_op_sparse_plus(t, in[0], y);
+    if (!strcmp(op, "log_sigmoid")) return dist_op_log_sigmoid(t, in[0], y);
+    if (!strcmp(op, "tanh_shrink")) return dist_op_tanh_shrink(t, in[0], y);
     if (!strcmp(op, "matmul")) return dist_op_matmul(t, in[0], in[1], c->p[0], c->p[1], y);
     if (!strcmp(op, "reshape")) {
         int64_t shape[2] = {-1, c->p[0]};
@@ -218,6 +225,20 @@ static const conf_case cases[] = {
     {ONE("hard_sigmoid", 2, 4, 5, 0), -5, 5, .p = {1}, .at = 2.5f},
     {ONE("hard_silu", 2, 4, 5, 0), -5, 5, .at = -3.0f},
     {ONE("hard_silu", 2, 4, 5, 0), -5, 5, .at = 3.0f},
+    /* Keras 3's piecewise activations on their kinks (the shrinks' threshold in hundredths) */
+    {ONE("hard_tanh", 2, 4, 5, 0), -3, 3, .at = -1.0f},
+    {ONE("hard_tanh", 2, 4, 5, 0), -3, 3, .at = 1.0f},
+    {ONE("soft_shrink", 2, 4, 5, 0), -2, 2, .p = {50}, .at = 0.5f},
+    {ONE("soft_shrink", 2, 4, 5, 0), -2, 2, .p = {50}, .at = -0.5f},
+    {ONE("soft_shrink", 2, 4, 5, 0), -3, 3, .p = {125}, .at = 1.25f},
+    {ONE("hard_shrink", 2, 4, 5, 0), -2, 2, .p = {50}, .at = 0.5f},
+    {ONE("hard_shrink", 2, 4, 5, 0), -2, 2, .p = {50}, .at = -0.5f},
+    {ONE("sparse_sigmoid", 2, 4, 5, 0), -3, 3, .at = -1.0f},
+    {ONE("sparse_sigmoid", 2, 4, 5, 0), -3, 3, .at = 1.0f},
+    {ONE("sparse_plus", 2, 4, 5, 0), -3, 3, .at = -1.0f},
+    {ONE("sparse_plus", 2, 4, 5, 0), -3, 3, .at = 1.0f},
+    {ONE("log_sigmoid", 2, 5, 8, 0), -20, 20},
+    {ONE("tanh_shrink", 2, 3, 4, 0), -3, 3},
     {TWO("matmul", 2, 3, 4, 0, 2, 4, 5, 0), -1, 1, .p = {0, 0}},
     {TWO("matmul", 2, 4, 3, 0, 2, 4, 5, 0), -1, 1, .p = {1, 0}},
     {TWO("matmul", 2, 3, 4, 0, 2, 5, 4, 0), -1, 1, .p = {0, 1}},

@@ -47,6 +47,14 @@ def hard_silu(p, x):
     return keras.activations.hard_silu(x)
 
 
+def keras3(name, *args):
+    # keras.activations.<name> of Keras 3 (its TensorFlow backend), with the given arguments
+    def run(p, x):
+        import keras
+        return getattr(keras.activations, name)(x, *[a(p) for a in args])
+    return run
+
+
 def mean_squared_error(y_true, y_pred):
     # keras.losses.mean_squared_error, in tf-keras and Keras 3 alike
     try:
@@ -83,6 +91,13 @@ OPS = {
     "mish": lambda p, x: x * tf.math.tanh(tf.math.softplus(x)),
     "hard_sigmoid": hard_sigmoid,
     "hard_silu": hard_silu,
+    "hard_tanh": keras3("hard_tanh"),
+    "soft_shrink": keras3("soft_shrink", lambda p: p[0] / 100.0),
+    "hard_shrink": keras3("hard_shrink", lambda p: p[0] / 100.0),
+    "sparse_sigmoid": keras3("sparse_sigmoid"),
+    "sparse_plus": keras3("sparse_plus"),
+    "log_sigmoid": keras3("log_sigmoid"),
+    "tanh_shrink": keras3("tanh_shrink"),
     "matmul": lambda p, a, b: tf.linalg.matmul(a, b, transpose_a=bool(p[0]),
                                                transpose_b=bool(p[1])),
     "reshape": lambda p, x: tf.reshape(x, [-1, p[0]]),

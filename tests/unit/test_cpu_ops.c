@@ -301,6 +301,153 @@ START_TEST(test_keras_activations_match_tensorflow_formulas_and_derivatives) {
 }
 END_TEST
 
+/* DIST_UN_PIECEWISE (Keras 3's hard_tanh, soft_shrink, hard_shrink, sparse_sigmoid,
+ * sparse_plus): ops.h's float32 arithmetic bit for bit (written out here as TensorFlow's
+ * clip_by_value and where compose it), the function in double, central differences away from
+ * the kinks, and the gradients at the kinks by name. */
+static double piecewise_ref(int w, double t, double x) {
+    switch (w) {
+    case DIST_PW_HARD_TANH: return fmin(fmax(x, -1), 1);
+    case DIST_PW_SOFT_SHRINK: return x > t ? x - t : x < -t ? x + t : 0;
+    case DIST_PW_HARD_SHRINK: return fabs(x) > t ? x : 0;
+    case DIST_PW_SPARSE_SIGMOID: return x <= -1 ? 0 : x >= 1 ? 1 : (x + 1) / 2;
+    default: return x <= -1 ? 0 : x < 1 ? (x + 1) * (x + 1) / 4 : x;
+    }
+}
+
+static float piecewise_f32(int w, float t, float x) {
+    switch (w) {
+    case DIST_PW_HARD_TANH: {
+        const float m = fminf(x, 1.0f); /* tf.minimum(x, 1), then tf.maximum(m, -1) */
+        return isnan(x) ? x : fmaxf(m, -1.0f);
+    }
+    case DIST_PW_SOFT_SHRINK: return x > t ? x - t : (x < -t ? x + t : 0.0f);
+    case DIST_PW_HARD_SHRINK: return fabsf(x) > t ? x : 0.0f;
+    case DIST_PW_SPARSE_SIGMOID: return x <= -1.0f ? 0.0f : (x >= 1.0f ? 1.0f : 0.5f * (x + 1.0f));
+    default: {
+        const volatile float u = x + 1.0f, sq = u * u; /* tf.pow(u, 2) */
+        return x <= -1.0f ? 0.0f : (x < 1.0f ? 0.25f * sq : x);
+    }
+    }
+}
+
+/* the gradients of TensorFlow's graph: each select passes dy or +0, two paths add */
+static float piecewise_grad_f32(int w, float t, float x, float g) {
+    switch (w) {
+    case DIST_PW_HARD_TANH: {
+        const float m = fminf(x, 1.0f);
+        const float gm = m >= -1.0f ? g : 0.0f; /* the maximum's select */
+        return x <= 1.0f ? gm : 0.0f;           /* the minimum's */
+    }
+    case DIST_PW_SOFT_SHRINK: {
+        const float outer_else = x > t ? 0.0f : g, lo = x < -t ? outer_else : 0.0f;
+        return (x > t ? g : 0.0f) + lo;
+    }
+    case DIST_PW_HARD_SHRINK: return fabsf(x) > t ? g : 0.0f;
+    case DIST_PW_SPARSE_SIGMOID: {
+        const float inner = x <= -1.0f ? 0.0f : g, mid = x >= 1.0f ? 0.0f : inner;
+        return 0.5f * mid;
+    }
+    default: {
+        const float inner = x <= -1.0f ? 0.0f : g;
+        const float mid = x < 1.0f ? inner : 0.0f, own = x < 1.0f ? 0.0f : inner;
+        const volatile float gp = 0.25f * mid, gu = (gp * 2.0f) * (x + 1.0f);
+        return gu + own;
+    }
+    }
+}
+
+START_TEST(test_keras3_piecewise_activations_match_tensorflow) {
+    const struct {
+        int w;
+        float t;
+        const char *name;
+    } forms[] = {{DIST_PW_HARD_TANH, 0, "hard_tanh"},
+                 {DIST_PW_SOFT_SHRINK, 0.5f, "soft_shrink"},
+                 {DIST_PW_SOFT_SHRINK, 1.25f, "soft_shrink 1.25"},
+                 {DIST_PW_HARD_SHRINK, 0.5f, "hard_shrink"},
+                 {DIST_PW_HARD_SHRINK, 1.25f, "hard_shrink 1.25"},
+                 {DIST_PW_SPARSE_SIGMOID, 0, "sparse_sigmoid"},
+                 {DIST_PW_SPARSE_PLUS, 0, "sparse_plus"}};
+    enum { N = 96 };
+    float x[N], y[N], dy[N], dx[N];
+    int n = 0;
+    for (int i = 0; i < 80; i++) x[n++] = -4.9375f + 0.125f * (float)i; /* -4.94 .. 4.94 */
+    const float special[] = {0.0f,   -0.0f, 1.0f,   -1.0f,  0.5f,     -0.5f,     1.25f,
+                             -1.25f, 0.75f, -0.75f, 1e-30f, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[n++] = special[i];
+    for (int i = 0; i < n; i++)
+        dy[i] = (i % 7 == 3 ? -1.0f : 1.0f) * (0.5f + 0.25f * (float)(i % 5));
+    dist_tensor tx = t1(x, n), ty = t1(y, n), tdy = t1(dy, n), tdx = t1(dx, n);
+    for (size_t c = 0; c < sizeof forms / sizeof forms[0]; c++) {
+        const int w = forms[c].w;
+        const float t = forms[c].t;
+        dist_op op = op_of(DIST_OPC_UNARY, DIST_UN_PIECEWISE, 1, 1),
+                g = op_of(DIST_OPC_UNARY_GRAD, DIST_UN_PIECEWISE, 3, 1);
+        op.f[0] = g.f[0] = (float)w;
+        op.f[1] = g.f[1] = t;
+        {
+            ck_assert_int_eq(run(&op, &tx, NULL, NULL, NULL, NULL, &ty, NULL), DIST_OK);
+            ck_assert_int_eq(run(&g, &tx, &ty, &tdy, NULL, NULL, &tdx, NULL), DIST_OK);
+            for (int i = 0; i < n; i++) {
+                const float xi = x[i], yw = piecewise_f32(w, t, xi);
+                const float gw = piecewise_grad_f32(w, t, xi, dy[i]);
+                ck_assert_msg(same_bits(y[i], yw), "%s(%g) = %.9g, want %.9g", forms[c].name,
+                              (double)xi, (double)y[i], (double)yw);
+                ck_assert_msg(same_bits(dx[i], gw), "%s'(%g) dy = %.9g, want %.9g", forms[c].name,
+                              (double)xi, (double)dx[i], (double)gw);
+                if (!isfinite(xi)) continue;
+                const double r = piecewise_ref(w, t, xi);
+                ck_assert_msg(fabs(y[i] - r) <= 1e-7 * fmax(1.0, fabs(r)),
+                              "%s(%g) = %.9g, double %.9g", forms[c].name, (double)xi, (double)y[i],
+                              r);
+                const double h = 1e-4;
+                const int kink = fabs(fabs(xi) - 1.0) < 2 * h || fabs(fabs(xi) - t) < 2 * h;
+                if (!kink) {
+                    double d =
+                        (piecewise_ref(w, t, xi + h) - piecewise_ref(w, t, xi - h)) / (2 * h);
+                    ck_assert_msg(fabs(dx[i] - d * dy[i]) <= 1e-6 * fmax(1.0, fabs(d * dy[i])),
+                                  "%s'(%g) dy = %.9g, differences %.9g", forms[c].name, (double)xi,
+                                  (double)dx[i], d * dy[i]);
+                }
+            }
+        }
+    }
+    /* the kinks by name, dy = 1: clip_by_value passes both ends; a where's condition decides */
+    float kx[6] = {-1.0f, 1.0f, -0.5f, 0.5f, 0.0f, NAN}, ky[6], kdy[6] = {1, 1, 1, 1, 1, 1}, kdx[6];
+    dist_tensor tkx = t1(kx, 6), tky = t1(ky, 6), tkdy = t1(kdy, 6), tkdx = t1(kdx, 6);
+    const struct {
+        int w;
+        float t, want_y[6], want_dx[6];
+    } kinks[] = {{DIST_PW_HARD_TANH, 0, {-1, 1, -0.5f, 0.5f, 0, NAN}, {1, 1, 1, 1, 1, 0}},
+                 {DIST_PW_SOFT_SHRINK, 0.5f, {-0.5f, 0.5f, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}},
+                 {DIST_PW_HARD_SHRINK, 0.5f, {-1, 1, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}},
+                 {DIST_PW_SPARSE_SIGMOID,
+                  0,
+                  {0, 1, 0.25f, 0.75f, 0.5f, NAN},
+                  {0, 0, 0.5f, 0.5f, 0.5f, 0.5f}},
+                 {DIST_PW_SPARSE_PLUS,
+                  0,
+                  {0, 1, 0.0625f, 0.5625f, 0.25f, NAN},
+                  {0, 1, 0.25f, 0.75f, 0.5f, NAN}}};
+    for (size_t c = 0; c < sizeof kinks / sizeof kinks[0]; c++) {
+        dist_op op = op_of(DIST_OPC_UNARY, DIST_UN_PIECEWISE, 1, 1),
+                g = op_of(DIST_OPC_UNARY_GRAD, DIST_UN_PIECEWISE, 3, 1);
+        op.f[0] = g.f[0] = (float)kinks[c].w;
+        op.f[1] = g.f[1] = kinks[c].t;
+        ck_assert_int_eq(run(&op, &tkx, NULL, NULL, NULL, NULL, &tky, NULL), DIST_OK);
+        ck_assert_int_eq(run(&g, &tkx, &tky, &tkdy, NULL, NULL, &tkdx, NULL), DIST_OK);
+        for (int i = 0; i < 6; i++) {
+            const float wy = kinks[c].want_y[i], wd = kinks[c].want_dx[i];
+            ck_assert_msg(isnan(wy) ? isnan(ky[i]) : ky[i] == wy, "form %zu y(%g) = %g, want %g", c,
+                          (double)kx[i], (double)ky[i], (double)wy);
+            ck_assert_msg(isnan(wd) ? isnan(kdx[i]) : kdx[i] == wd, "form %zu dx(%g) = %g, want %g",
+                          c, (double)kx[i], (double)kdx[i], (double)wd);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_unary_gradients_read_x_or_y) {
     /* square: dy * 2x; exp: dy * y; abs: sign(x) dy, 0 at 0; sqrt: dy * 0.5 / y */
     float x[3] = {-1.0f, 0.0f, 3.0f}, y[3] = {1.0f, 2.0f, 4.0f}, dy[3] = {2.0f, 3.0f, 0.5f}, dx[3];
@@ -1270,6 +1417,7 @@ int main(void) {
     Suite *s = suite_create("cpu_ops");
     TCase *tc = tcase_create("cpu_ops");
     tcase_add_test(tc, test_unary_ops_give_their_functions);
+    tcase_add_test(tc, test_keras3_piecewise_activations_match_tensorflow);
     tcase_add_test(tc, test_unary_gradients_read_x_or_y);
     tcase_add_test(tc, test_keras_activations_match_tensorflow_formulas_and_derivatives);
     tcase_add_test(tc, test_gelu_matches_the_double_closed_form_on_any_thread_count_and_in_place);

@@ -337,8 +337,8 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
     static const struct {
         const char *json, *message;
     } cases[] = {
-        {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "hard_tanh")),
-         "layer 'out' (Dense): argument 'activation' is 'hard_tanh'"},
+        {SEQUENTIAL(INPUT("in") "," FLATTEN "," DENSE("out", "celu")),
+         "layer 'out' (Dense): argument 'activation' is 'celu'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"kernel_regularizer\":{\"class_name\":"
                                               "\"OrthogonalRegularizer\",\"config\":{}}")),
          "layer 'c' (Conv2D): argument 'kernel_regularizer' is 'OrthogonalRegularizer'; libdist "

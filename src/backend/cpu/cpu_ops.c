@@ -272,6 +272,86 @@ static float un_grad(int kind, float x, float y, float g) {
 #define CPU_SELECT_LOOP /* clang vectorizes these selects without it (checked on a copy) */
 #endif
 
+/* DIST_UN_PIECEWISE (ops.h): Keras 3's piecewise activations, selected by `which` */
+CPU_SELECT_LOOP
+static void piecewise_forward(int which, float t, const float *x, float *y, int64_t n, int nt) {
+    switch (which) {
+    case DIST_PW_HARD_TANH:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], m = v < 1.0f ? v : 1.0f, r = m > -1.0f ? m : -1.0f;
+            y[i] = v != v ? v : r;
+        }
+        break;
+    case DIST_PW_SOFT_SHRINK:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], lo = v + t, hi = v - t;
+            y[i] = v > t ? hi : (v < -t ? lo : 0.0f);
+        }
+        break;
+    case DIST_PW_HARD_SHRINK:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]) > t ? x[i] : 0.0f;
+        break;
+    case DIST_PW_SPARSE_SIGMOID:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], u = v + 1.0f, mid = 0.5f * u;
+            y[i] = v <= -1.0f ? 0.0f : (v >= 1.0f ? 1.0f : mid);
+        }
+        break;
+    default: /* DIST_PW_SPARSE_PLUS */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], u = v + 1.0f, sq = u * u, mid = 0.25f * sq;
+            y[i] = v <= -1.0f ? 0.0f : (v < 1.0f ? mid : v);
+        }
+        break;
+    }
+}
+
+CPU_SELECT_LOOP
+static void piecewise_backward(int which, float t, const float *x, const float *dy, float *dx,
+                               int64_t n, int nt) {
+    switch (which) {
+    case DIST_PW_HARD_TANH:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], m = v < 1.0f ? v : 1.0f, g = m >= -1.0f ? dy[i] : 0.0f;
+            dx[i] = v <= 1.0f ? g : 0.0f;
+        }
+        break;
+    case DIST_PW_SOFT_SHRINK:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], g = dy[i], a = v > t ? g : 0.0f, lo = v < -t ? g : 0.0f;
+            dx[i] = a + (v <= t ? lo : 0.0f);
+        }
+        break;
+    case DIST_PW_HARD_SHRINK:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = fabsf(x[i]) > t ? dy[i] : 0.0f;
+        break;
+    case DIST_PW_SPARSE_SIGMOID:
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], g = v <= -1.0f ? 0.0f : dy[i], h = v >= 1.0f ? 0.0f : g;
+            dx[i] = 0.5f * h;
+        }
+        break;
+    default: /* DIST_PW_SPARSE_PLUS */
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], u = v + 1.0f, g = v <= -1.0f ? 0.0f : dy[i];
+            const float ga = v < 1.0f ? g : 0.0f, gx = v < 1.0f ? 0.0f : g;
+            const float q = 0.25f * ga, r = q * 2.0f, p = r * u;
+            dx[i] = p + gx;
+        }
+        break;
+    }
+}
+
 CPU_SELECT_LOOP
 static void select_forward(int kind, const float *f, const float *x, float *y, int64_t n, int nt) {
     const float a = f[0];
@@ -300,6 +380,8 @@ static void select_forward(int kind, const float *f, const float *x, float *y, i
             const float z = p + 0.5f, m = z < 1.0f ? z : 1.0f, r = m > 0 ? m : 0.0f;
             y[i] = z != z ? z : r;
         }
+    } else if (kind == DIST_UN_PIECEWISE) {
+        piecewise_forward((int)a, f[1], x, y, n, nt);
     } else { /* DIST_UN_SOFTSIGN */
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) y[i] = x[i] / (fabsf(x[i]) + 1.0f);
@@ -336,6 +418,8 @@ static void select_backward(int kind, const float *f, const float *x, const floa
             const float g = z <= 1.0f ? dy[i] : 0.0f;
             dx[i] = (m >= 0.0f ? g : 0.0f) * 0.2f;
         }
+    } else if (kind == DIST_UN_PIECEWISE) {
+        piecewise_backward((int)a, f[1], x, dy, dx, n, nt);
     } else { /* DIST_UN_SOFTSIGN */
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t i = 0; i < n; i++) {
@@ -366,6 +450,7 @@ static dist_status op_unary(cpu_ctx *c, const dist_op *op, const dist_tensor *co
     case DIST_UN_LEAKY_RELU:
     case DIST_UN_RELU_MAX:
     case DIST_UN_HARD_SIGMOID:
+    case DIST_UN_PIECEWISE:
     case DIST_UN_SOFTSIGN: select_forward(kind, op->f, x, y, n, nt); return DIST_OK;
     case DIST_UN_NEG:
     case DIST_UN_EXP:
@@ -404,6 +489,7 @@ static dist_status op_unary_grad(cpu_ctx *c, const dist_op *op, const dist_tenso
     case DIST_UN_LEAKY_RELU:
     case DIST_UN_RELU_MAX:
     case DIST_UN_HARD_SIGMOID:
+    case DIST_UN_PIECEWISE:
     case DIST_UN_SOFTSIGN: select_backward(kind, op->f, x, dy, dx, n, nt); return DIST_OK;
     case DIST_UN_NEG:
     case DIST_UN_EXP:

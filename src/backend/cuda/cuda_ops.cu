@@ -193,8 +193,50 @@ __device__ __forceinline__ float gelu_tanh_u(float x) {
                      __fadd_rn(xc, __fmul_rn(0.044715f, __fmul_rn(__fmul_rn(xc, xc), xc))));
 }
 
+/* DIST_UN_PIECEWISE (ops.h), f[0] selecting, f[1] the shrinks' threshold */
+__device__ float piecewise_apply(const float *f, float x) {
+    const float t = f[1];
+    switch ((int)f[0]) {
+    case DIST_PW_HARD_TANH: {
+        const float m = x < 1.0f ? x : 1.0f;
+        return x != x ? x : (m > -1.0f ? m : -1.0f);
+    }
+    case DIST_PW_SOFT_SHRINK: return x > t ? __fsub_rn(x, t) : (x < -t ? __fadd_rn(x, t) : 0.0f);
+    case DIST_PW_HARD_SHRINK: return fabsf(x) > t ? x : 0.0f;
+    case DIST_PW_SPARSE_SIGMOID:
+        return x <= -1.0f ? 0.0f : (x >= 1.0f ? 1.0f : __fmul_rn(0.5f, __fadd_rn(x, 1.0f)));
+    default: { /* DIST_PW_SPARSE_PLUS */
+        const float u = __fadd_rn(x, 1.0f);
+        return x <= -1.0f ? 0.0f : (x < 1.0f ? __fmul_rn(0.25f, __fmul_rn(u, u)) : x);
+    }
+    }
+}
+
+__device__ float piecewise_grad(const float *f, float x, float g) {
+    const float t = f[1];
+    switch ((int)f[0]) {
+    case DIST_PW_HARD_TANH: {
+        const float m = x < 1.0f ? x : 1.0f;
+        return x <= 1.0f ? (m >= -1.0f ? g : 0.0f) : 0.0f;
+    }
+    case DIST_PW_SOFT_SHRINK:
+        return __fadd_rn(x > t ? g : 0.0f, x <= t ? (x < -t ? g : 0.0f) : 0.0f);
+    case DIST_PW_HARD_SHRINK: return fabsf(x) > t ? g : 0.0f;
+    case DIST_PW_SPARSE_SIGMOID: {
+        const float h = x >= 1.0f ? 0.0f : (x <= -1.0f ? 0.0f : g);
+        return __fmul_rn(0.5f, h);
+    }
+    default: { /* DIST_PW_SPARSE_PLUS */
+        const float u = __fadd_rn(x, 1.0f), gg = x <= -1.0f ? 0.0f : g;
+        const float ga = x < 1.0f ? gg : 0.0f, gx = x < 1.0f ? 0.0f : gg;
+        return __fadd_rn(__fmul_rn(__fmul_rn(__fmul_rn(0.25f, ga), 2.0f), u), gx);
+    }
+    }
+}
+
 __device__ float un_apply(int k, const float *f, float x) {
     switch (k) {
+    case DIST_UN_PIECEWISE: return piecewise_apply(f, x);
     case DIST_UN_ELU:
         return x > 0.0f ? x : __fmul_rn(f[0], x < 0.0f ? __fsub_rn(expf(x), 1.0f) : x);
     case DIST_UN_SELU:
@@ -236,6 +278,7 @@ __device__ float un_apply(int k, const float *f, float x) {
 /* dy * f'(x), with y = f(x) where TensorFlow's gradient reads the output */
 __device__ float un_grad(int k, const float *f, float x, float y, float g) {
     switch (k) {
+    case DIST_UN_PIECEWISE: return piecewise_grad(f, x, g);
     case DIST_UN_ELU: {
         const float y0 = x < 0.0f ? __fsub_rn(expf(x), 1.0f) : x;
         const float d = f[0] == 1.0f ? g
