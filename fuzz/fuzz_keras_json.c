@@ -56,7 +56,8 @@ static dist_status host_sync(void *ctx) {
 }
 static void host_destroy(void *ctx) { (void)ctx; }
 
-static const struct dist_backend_i host_iface = {.destroy = host_destroy,
+static const struct dist_backend_i host_iface = {.name = "fuzz-host",
+                                                 .destroy = host_destroy,
                                                  .alloc = host_alloc,
                                                  .free = host_free,
                                                  .copy = host_copy,

@@ -366,15 +366,14 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * relu, sigmoid, tanh, gelu, elu, selu, softplus, softsign, exponential, mish, relu6,
  * leaky_relu, hard_sigmoid (Keras 3's, or tf_keras's where the JSON's keras_version is 2.x),
  * hard_silu/hard_swish, hard_tanh, soft_shrink, hard_shrink, sparse_sigmoid, sparse_plus,
- * log_sigmoid, tanh_shrink, log_softmax, swish/silu or softmax), MaxPooling2D (square, strides = pool_size,
- * valid), AveragePooling2D (square pools and strides, valid or same), GlobalAveragePooling2D and
- * GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its seed, else `seed`),
- * SpatialDropout1D and SpatialDropout2D (the same seeds),
- * BatchNormalization (last axis, Keras's initializers, synchronized or not),
- * LayerNormalization (last axis, Keras's initializers), Flatten, Dense (the same activations,
- * with bias), Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Activation (those
- * activations), ReLU (max_value, or negative_slope without it; threshold 0), ELU, LeakyReLU,
- * PReLU (shared_axes; alpha from Zeros),
+ * log_sigmoid, tanh_shrink, log_softmax, swish/silu or softmax), MaxPooling2D (square, strides =
+ * pool_size, valid), AveragePooling2D (square pools and strides, valid or same),
+ * GlobalAveragePooling2D and GlobalMaxPooling2D (keepdims false), Dropout (no noise_shape; its
+ * seed, else `seed`), SpatialDropout1D and SpatialDropout2D (the same seeds), BatchNormalization
+ * (last axis, Keras's initializers, synchronized or not), LayerNormalization (last axis, Keras's
+ * initializers), Flatten, Dense (the same activations, with bias), Add, Subtract, Multiply,
+ * Average, Maximum, Minimum, Concatenate, Activation (those activations), ReLU (max_value, or
+ * negative_slope without it; threshold 0), ELU, LeakyReLU, PReLU (shared_axes; alpha from Zeros),
  * Softmax (last axis), Rescaling (scalar scale and offset), Reshape, Permute,
  * GlobalAveragePooling1D, GlobalMaxPooling1D, AveragePooling1D, Cropping1D, Cropping2D and
  * ZeroPadding2D, float32, channels_last; their L1,
@@ -387,9 +386,10 @@ DIST_API int dist_model_check_numerics(const dist_model *model);
  * model lacks), DIST_UNSUPPORTED (any other layer class, an argument value libdist does not
  * implement: the message names the layer and the argument, e.g. "layer 'un': class
  * 'UnitNormalization' is not supported"; several inputs or outputs; a layer called more than once;
- * call arguments besides the inputs, but for the `training` flag Keras 3 records in a Functional
- * graph (Dropout's default), which its fit, evaluate and predict replace by their own as libdist's
- * steps do), DIST_INVALID_ARGUMENT (what dist_model_build refuses: a cycle, a layer that does
+ * call arguments besides the inputs, but for a boolean `training` in Keras 3's call nodes (it
+ * writes Dropout's default in every Functional graph), accepted and ignored as Keras 3's fit,
+ * evaluate and predict ignore it, each passing its own flag as libdist's steps do),
+ * DIST_INVALID_ARGUMENT (what dist_model_build refuses: a cycle, a layer that does
  * not lead to the output, shapes that do not fit). */
 DIST_API dist_status dist_model_from_keras_json(const char *json, uint64_t seed, dist_model **out);
 

@@ -340,7 +340,8 @@ typedef enum dist_opcode {
      * and layout: in: src; out: dst */
     DIST_OPC_CAST,
     /* y (f32) = x (f32) rounded to the precision of `dtype` (F16: to nearest even, overflow
-     * to Inf; BF16: to nearest even), same element count; y may be x: in: x; out: y. The
+     * to Inf; BF16: to nearest even, a NaN quiet with its sign and upper payload, its lower half
+     * zero as every y's), same element count; y may be x: in: x; out: y. The
      * storage of mixed precision where a backend runs float32 kernels (src/nn/policy.c).
      * aux (optional, with dtype BF16; only where supports_op says so for such an op): y's
      * bfloat16 twin, 2 bytes an element in y's layout, written in the same pass (the upper

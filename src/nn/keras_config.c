@@ -59,12 +59,13 @@ static cJSON *initializer(const char *class_name) {
     return keras_object("keras.initializers", class_name, config);
 }
 
-/* The double whose shortest decimal form reads back as f: 1e-3f becomes 0.001. */
+/* The double whose shortest decimal form reads back as f: 1e-3f becomes 0.001. Read back as
+ * the importer reads a number (a double, then a float: never two roundings apart from f). */
 static double float_value(float f) {
     char buf[32];
     for (int digits = 6; digits <= 9; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
-        if (strtof(buf, NULL) == f) break;
+        if ((float)strtod(buf, NULL) == f) break;
     }
     return strtod(buf, NULL);
 }

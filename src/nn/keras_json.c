@@ -646,6 +646,13 @@ static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t mode
                                           (float)rate->valuedouble, use);
 }
 
+static int json_signed(const cJSON *v, int *out);
+
+/* A number a float holds: finite and at most FLT_MAX in magnitude. */
+static int json_float(const cJSON *v) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && fabs(v->valuedouble) <= FLT_MAX;
+}
+
 static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"axis",
                                         "momentum",
@@ -683,28 +690,24 @@ static dist_status add_batch_normalization(dist_model *m, const json_layer *l) {
     const cJSON *axis = cJSON_GetObjectItemCaseSensitive(l->config, "axis");
     int a = -1;
     if (cJSON_IsArray(axis) && cJSON_GetArraySize(axis) == 1) axis = cJSON_GetArrayItem(axis, 0);
-    if (axis && !(cJSON_IsNumber(axis) && axis->valuedouble == (double)(int)axis->valuedouble))
+    if (axis && !json_signed(axis, &a))
         return dist_error(DIST_FORMAT, "layer '%s' (BatchNormalization): 'axis' must be an integer",
                           l->name);
-    if (axis) a = (int)axis->valuedouble;
     /* -1, or the last axis counted from the front; the input's rank is known only at build:
      * 1 (features) or 3 (height, width, channels) */
     if (a != -1 && a != 1 && a != 3)
         return unsupported_arg(l, "axis", "is %d; libdist normalizes the last axis", a);
     dist_batch_norm_options o = DIST_BATCH_NORM_OPTIONS_INIT;
+    /* momentum and epsilon: numbers a float holds (1e39 would be an infinite epsilon) */
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "momentum");
-    if (v && !cJSON_IsNumber(v))
+    if (v && !json_float(v))
         return dist_error(DIST_FORMAT,
-                          "layer '%s' (BatchNormalization): 'momentum' must be a "
-                          "number",
-                          l->name);
+                          "layer '%s' (BatchNormalization): 'momentum' must be a number", l->name);
     if (v) o.momentum = (float)v->valuedouble;
     v = cJSON_GetObjectItemCaseSensitive(l->config, "epsilon");
-    if (v && !cJSON_IsNumber(v))
+    if (v && !json_float(v))
         return dist_error(DIST_FORMAT,
-                          "layer '%s' (BatchNormalization): 'epsilon' must be a "
-                          "number",
-                          l->name);
+                          "layer '%s' (BatchNormalization): 'epsilon' must be a number", l->name);
     if (v) o.epsilon = (float)v->valuedouble;
     o.center = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "center"));
     o.scale = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "scale"));

@@ -343,7 +343,8 @@ dist_status dist_model_add_batch_normalization(dist_model *m, const dist_batch_n
                    DIST_BATCH_NORM_OPTIONS_VERSION);
     DIST_CHECK_ARG(o->momentum >= 0.0f && o->momentum <= 1.0f,
                    "batch_normalization: momentum must be in [0, 1], got %g", (double)o->momentum);
-    DIST_CHECK_ARG(o->epsilon > 0.0f, "batch_normalization: epsilon must be positive, got %g",
+    DIST_CHECK_ARG(o->epsilon > 0.0f && isfinite(o->epsilon),
+                   "batch_normalization: epsilon must be positive and finite, got %g",
                    (double)o->epsilon);
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
@@ -1381,6 +1382,21 @@ static void params_copies(dist_model *m, dist_tensor **copies) {
     for (int r = 0; r < m->nreplicas; r++) copies[r] = &m->replicas[r].params;
 }
 
+/* Releases what a failed dist_model_build allocated: the replicas' buffers, the model's own
+ * backend. */
+static void build_undo(dist_model *m) {
+    for (int r = 0; r < m->nreplicas; r++) {
+        model_replica *rep = &m->replicas[r];
+        if (rep->params.data) rep->backend->iface->free(rep->backend->ctx, rep->params.data);
+        if (rep->grads.data) rep->backend->iface->free(rep->backend->ctx, rep->grads.data);
+    }
+    free(m->replicas);
+    m->replicas = NULL;
+    m->nreplicas = 0;
+    dist_backend_destroy(m->own_backend);
+    m->own_backend = NULL;
+}
+
 dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape, uint64_t seed) {
     DIST_CHECK_ARG(m && input_shape, "dist_model_build: NULL argument");
     DIST_CHECK_ARG(!m->built, "model '%s' is already built", m->name);
@@ -1419,19 +1435,25 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         own.backends[0] = m->own_backend;
         place = &own;
     }
+    dist_status st = DIST_OK;
     m->replicas = calloc((size_t)place->num_replicas, sizeof *m->replicas);
-    if (!m->replicas) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+    if (!m->replicas) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+        goto fail;
+    }
     m->nreplicas = place->num_replicas;
     /* the replicas' buffers first: a model too large for the device fails there, before the
      * host's staging copy is allocated and filled */
-    dist_status st = DIST_OK;
     for (int r = 0; r < m->nreplicas && st == DIST_OK; r++) {
         m->replicas[r].backend = place->backends[r];
         st = alloc_replica(m, &m->replicas[r]);
     }
-    if (st != DIST_OK) return st;
+    if (st != DIST_OK) goto fail;
     float *host = malloc((size_t)m->nparams * sizeof *host);
-    if (!host) return dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+    if (!host) {
+        st = dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
+        goto fail;
+    }
     initialize(m, host, seed);
     for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
         st =
@@ -1442,8 +1464,6 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
             st = place->backends[r]->iface->synchronize(place->backends[r]->ctx);
     }
-    m->place = *place;
-    if (place == &own) m->place.owner = NULL;
     if (st == DIST_OK && place->create_variable) {
         dist_tensor *copies[DIST_MAX_REPLICAS];
         params_copies(m, copies);
@@ -1461,9 +1481,15 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
                                      .non_trainable = !m->vars[i].trainable && !m->vars[i].frozen};
         st = place->create_variable(place->owner, copies, vars, m->nvars);
     }
-    if (st != DIST_OK) return st;
+    if (st != DIST_OK) goto fail;
+    m->place = *place;
+    if (place == &own) m->place.owner = NULL;
     m->built = 1;
     return DIST_OK;
+fail:
+    /* nothing of the attempt is kept: the model can be built again (or destroyed) */
+    build_undo(m);
+    return st;
 }
 
 static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {

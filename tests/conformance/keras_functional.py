@@ -38,7 +38,9 @@ layers' alone as Keras 3 does (tf_keras adds a frozen layer's too, a constant: l
    weights and writes them with save_weights(); the driver builds the model from that JSON,
    loads that .weights.h5 and trains on the same batches: its losses must equal run 1's
    bit for bit (the two JSON formats and the two ways in are one model). Keras 3 trains too:
-   losses within 1e-5 and every variable, moving statistics included, within 2e-4.
+   losses within 1e-5 and every variable, moving statistics included, within 2e-4, or within
+   1.5x Keras 3's own distance to tf_keras where that is larger (the moving variance excepted:
+   compare's docstring says where the two Kerases part).
 3. Round trip: Keras 3 loads the .weights.h5 libdist wrote after training
    (dist_model_save_keras_weights) into keras.models.model_from_json of its own JSON and
    predicts the first batch in inference: the logits equal libdist's within 1e-5 (relative
@@ -142,12 +144,26 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def compare(tag, names, ours_losses, ours_final, init, ref_losses, ref_final, skip_bound=()):
+def compare(tag, names, ours_losses, ours_final, init, ref_losses, ref_final, skip_bound=(),
+            other_final=None):
+    """other_final: a second reference's weights (tf_keras's, beside Keras 3's), where a
+    variable's bound is also 1.5x the two references' own distance: libdist cannot be asked to
+    be nearer one Keras than the two Kerases are to each other (on a 2-core AMX Xeon, 7 December
+    2026, Keras 3 ended the 20 steps 4.3e-3 away from tf_keras in b0_bn1/beta, a variable of
+    norm 1e-2, where libdist ended 1.6e-6 from tf_keras; on Zen 4 the two Kerases agreed within
+    the 2e-4; moving_variance is not spread, as tf_keras's update differs there by design)."""
     loss_err = np.abs(ours_losses - ref_losses) / np.abs(ref_losses)
     errs = {n: rel(o, r) for n, o, r in zip(names, ours_final, ref_final) if n not in ZERO_GRAD}
     zero = max(max(np.abs(o).max(), np.abs(r).max())
                for n, o, r in zip(names, ours_final, ref_final) if n in ZERO_GRAD)
-    bounded = {n: e for n, e in errs.items() if not any(s in n for s in skip_bound)}
+    tol = {n: WEIGHT_TOL for n in errs}
+    if other_final is not None:
+        for n, r, q in zip(names, ref_final, other_final):
+            if n in tol and "moving_variance" not in n:
+                tol[n] = max(WEIGHT_TOL, 1.5 * rel(q, r))
+    # each variable's error in units of its bound
+    bounded = {n: e / tol[n] * WEIGHT_TOL for n, e in errs.items()
+               if not any(s in n for s in skip_bound)}
     worst = max(bounded, key=bounded.get)
     kernels = [i for i, n in enumerate(names)
                if n.endswith("kernel") and n.split("/")[0] not in FROZEN]
@@ -167,7 +183,8 @@ def compare(tag, names, ours_losses, ours_final, init, ref_losses, ref_final, sk
         extra = f"; not bounded: {w} {free_[w]:.1e}"
     print(f"{'ok  ' if ok else 'FAIL'} {tag}: losses {ours_losses[0]:.4f} -> {ours_losses[-1]:.4f}, "
           f"worst {loss_err.max():.1e} at step {int(loss_err.argmax())} (<= {LOSS_TOL:g}); "
-          f"weights worst {bounded[worst]:.1e} in {worst} (<= {WEIGHT_TOL:g}), kernels moved "
+          f"weights worst {errs[worst]:.1e} in {worst} (<= {tol[worst]:.1g}"
+          f"{'' if tol[worst] == WEIGHT_TOL else ': the Kerases spread'}), kernels moved "
           f">= {moved:.1e}; biases before a normalization |value| <= {zero:.1e} (<= {ZERO_TOL:g})"
           f"; the frozen layers' {len(frozen)} variables {'kept' if kept else 'CHANGED'}{extra}")
     return ok
@@ -224,7 +241,7 @@ def main():
     k3_losses = train(k3, keras.optimizers.SGD(0.01, momentum=0.9),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True), x, y, steps)
     ok = compare("Keras 3 JSON, vs Keras 3", names, ours2[0], split(ours2[1], init), init,
-                 k3_losses, [w.numpy() for w in k3.weights]) and ok
+                 k3_losses, [w.numpy() for w in k3.weights], other_final=tk.get_weights()) and ok
 
     # 3. libdist's .weights.h5 into Keras 3's model from the same JSON
     back = keras.models.model_from_json(open(k3_json).read())

@@ -112,6 +112,14 @@ BIAS_SUMMED_IN_BF16 = {"depthwise", "dense_3d", "dense_4d"}
 GRADIENT_CHAIN = {"conv_swish"}
 
 
+# the gradient's sums in another order than TF's graph with its oneDNN rewrites on some CPUs:
+# on a 2-core AMX Xeon (7 December 2026) the embedding's update below the LayerNormalization
+# came 2.1e-6 from libdist's (TF's bits on Zen 4); a
+# rounding point moved is a thousand times that (TF's own mixed / float32 distance 2.0e-3):
+# within 1e-5
+GRADIENT_REORDERED = {"layer_norm"}
+
+
 def update_bound(kind, name, exact, tf_dist):
     """(limit, why) for a variable's update against TF's mixed_bfloat16 one; None: skipped."""
     if "moving_variance" in name:
@@ -128,6 +136,8 @@ def update_bound(kind, name, exact, tf_dist):
         return 1.5 * tf_dist, "1.5x TF's own distance"
     if kind in REORDERED:
         return 0.75 * tf_dist, "0.75x TF's own distance (products summed in another order)"
+    if kind in GRADIENT_REORDERED:
+        return 1e-5, "the normalization's gradient summed in another order"
     return 1e-6, "TF's bits"
 
 

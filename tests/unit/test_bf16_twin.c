@@ -109,7 +109,10 @@ START_TEST(test_the_twin_is_the_bfloat16_rounding_bit_for_bit) {
                 ck_assert_msg(bits_of(y[i]) == bits_of(y_plain[i]),
                               "0x%08x at %lld: y 0x%08x, the plain round's 0x%08x", u, (long long)i,
                               bits_of(y[i]), bits_of(y_plain[i]));
-                ck_assert_msg(bits_of(y[i]) >> 16 == want, "0x%08x: y 0x%08x", u, bits_of(y[i]));
+                /* a bfloat16 value, whichever loop (vector body or tail) wrote it: a NaN's
+                 * lower half zero too */
+                ck_assert_msg(bits_of(y[i]) == (uint32_t)want << 16, "0x%08x: y 0x%08x", u,
+                              bits_of(y[i]));
             }
             for (int k = 0; k < NSPECIAL; k++)
                 ck_assert_msg(ref_bf16(special[k][0]) == special[k][1],

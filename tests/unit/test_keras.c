@@ -566,6 +566,43 @@ START_TEST(test_a_keras3_graph_records_dropouts_training_default_and_imports) {
 }
 END_TEST
 
+/* Found by fuzz_keras_json: BatchNormalization's axis was cast to int unchecked (undefined
+ * behaviour for 2^31 or 1e309), and an epsilon of 1e39 became an infinite float that the model
+ * took and the .keras config then wrote as null */
+START_TEST(test_batch_normalization_numbers_out_of_range_are_refused) {
+    static const struct {
+        const char *args, *message;
+    } cases[] = {
+        {"\"axis\":2147483648", "'axis' must be an integer"},
+        {"\"axis\":[1e309]", "'axis' must be an integer"},
+        {"\"axis\":-2.5", "'axis' must be an integer"},
+        {"\"epsilon\":1e39", "'epsilon' must be a number"},
+        {"\"epsilon\":1e309", "'epsilon' must be a number"},
+        {"\"momentum\":-1e300", "'momentum' must be a number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 SEQUENTIAL(INPUT("in") ",{\"class_name\":\"BatchNormalization\",\"config\":{"
+                                        "\"name\":\"bn\",%s}}," FLATTEN "," DENSE("d", "linear")),
+                 cases[i].args);
+        dist_model *m = NULL;
+        ck_assert_int_eq(dist_model_from_keras_json(json, 1, &m), DIST_FORMAT);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(dist_last_error(), cases[i].message), "case %zu: '%s'", i,
+                      dist_last_error());
+    }
+    /* the C API refuses an infinite epsilon too */
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("bn", &m), DIST_OK);
+    dist_batch_norm_options o = DIST_BATCH_NORM_OPTIONS_INIT;
+    o.epsilon = INFINITY;
+    ck_assert_int_eq(dist_model_add_batch_normalization(m, &o), DIST_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "epsilon must be positive and finite"));
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_text_that_is_not_a_keras_model_is_a_format_error) {
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_from_keras_json("{\"class_name\": ", 1, &m), DIST_FORMAT);
@@ -673,6 +710,7 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_mixed_precision_json_takes_the_keras_policy_and_its_float32_head);
     tcase_add_test(tc, test_a_policy_libdist_cannot_honour_is_refused_naming_the_layer);
     tcase_add_test(tc, test_a_keras3_graph_records_dropouts_training_default_and_imports);
+    tcase_add_test(tc, test_batch_normalization_numbers_out_of_range_are_refused);
     tcase_add_test(tc, test_text_that_is_not_a_keras_model_is_a_format_error);
     tcase_add_test(tc, test_predict_on_one_replica_gives_every_row_in_order);
     tcase_add_test(tc, test_predict_on_two_replicas_gives_every_row_in_order);

@@ -2,6 +2,8 @@
  * several layers, the graph-only layers' values, refusals, and Functional Keras JSON in both
  * Keras 3's and tf-keras's formats. (Agreement with Keras itself: conformance.keras_functional
  * and conformance.keras_graph_layers.) */
+#include "core/error.h"
+#include "core/scope.h"
 #include "dist/dist.h"
 #include "nn/keras_impl.h"
 #include "testutil.h"
@@ -452,6 +454,38 @@ START_TEST(test_a_model_too_large_to_hold_is_refused_by_name) {
     ck_assert_int_eq(dist_model_build(m, 3, (int64_t[]){1024, 1024, 1}, 1), DIST_INVALID_ARGUMENT);
     ck_assert_msg(strstr(dist_last_error(), "(Conv2D): its output holds more than 2^40 elements"),
                   "%s", dist_last_error());
+    dist_model_destroy(m);
+}
+END_TEST
+
+/* A placement whose create_variable fails while `fail` is set (a strategy that cannot place the
+ * variables: a broadcast that fails, a ps task lost) */
+static int g_place_fail;
+static dist_status failing_create(void *owner, dist_tensor *const *copies,
+                                  const dist_variable_desc *vars, int count) {
+    (void)owner, (void)copies, (void)vars, (void)count;
+    return g_place_fail ? dist_error(DIST_UNAVAILABLE, "test: no place for the variables")
+                        : DIST_OK;
+}
+
+/* A build that fails after the replicas' buffers were allocated keeps nothing of them: the
+ * model is as before, and builds again (it kept the buffers and re-allocated them, leaking) */
+START_TEST(test_a_failed_build_keeps_nothing_and_builds_again) {
+    dist_placement p = {.num_replicas = 1, .create_variable = failing_create};
+    p.backends[0] = dist_test_cpu_backend(1);
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("again", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[1] = {4};
+    ck_assert_int_eq(dist_scope_push(&p), DIST_OK);
+    g_place_fail = 1;
+    ck_assert_int_eq(dist_model_build(m, 1, in, 5), DIST_UNAVAILABLE);
+    ck_assert_int_eq(dist_model_num_replicas(m), 0);
+    g_place_fail = 0;
+    ck_assert_msg(dist_model_build(m, 1, in, 5) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_scope_pop(&p), DIST_OK);
+    ck_assert_int_eq(dist_model_num_replicas(m), 1);
+    ck_assert_int_eq(dist_model_num_params(m), 15);
     dist_model_destroy(m);
 }
 END_TEST
@@ -1257,6 +1291,7 @@ int main(int argc, char **argv) {
     tcase_add_test(json, test_a_graph_model_writes_a_functional_keras_config_that_reads_back);
     tcase_add_test(json, test_new_layer_arguments_libdist_lacks_are_refused_by_name);
     tcase_add_test(json, test_keras_regularizers_and_frozen_layers_are_read);
+    tcase_add_test(json, test_a_failed_build_keeps_nothing_and_builds_again);
     suite_add_tcase(s, json);
     return dist_test_run(s);
 }

@@ -439,7 +439,10 @@ __attribute__((target("avx2,fma"))) static inline __m256 round_bf16_256(__m256 v
                          _mm256_set1_epi32((int)0xffff0000u));
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                      _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+    r = _mm256_blendv_epi8(r,
+                           _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)),
+                                            _mm256_set1_epi32((int)0xffff0000u)),
+                           nan);
     return _mm256_castsi256_ps(r);
 }
 

@@ -141,7 +141,8 @@ dist_status dist_cpu_backend_bf16_choices(const dist_backend *backend, int *mode
 dist_status dist_cpu_backend_bf16_choice(const dist_backend *backend, int i, double *native_s,
                                          double *rounding_s, int *native, long runs[2]);
 
-/* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet), as cpu_round.c
+/* Sixteen floats rounded to bfloat16 precision (nearest even; NaN kept, quiet, its lower half
+ * zero as vcvtneps2bf16 leaves it), as cpu_round.c
  * rounds them, for the AVX-512 loops that round in registers. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512
 cpu_round_bf16_512(__m512 v) {
@@ -152,7 +153,9 @@ cpu_round_bf16_512(__m512 v) {
                          _mm512_set1_epi32((int)0xffff0000u));
     __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                             _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
+                                               _mm512_set1_epi32((int)0xffff0000u)));
     return _mm512_castsi512_ps(r);
 }
 
@@ -348,8 +351,8 @@ void cpu_act_backward(int threads, int kind, const float *f, const float *x, con
  * mixed policy, whose scores and probabilities the tape's parts round). */
 void cpu_softmax_rows(int threads, const float *x, float *y, int64_t rows, int64_t k,
                       dist_dtype round);
-/* ... and its gradient (SOFTMAX_GRAD, k = 0) from y and dy; dx may be y or dy; `round` rounds dy
- * before (into dx) and dx after. */
+/* ... and its gradient (SOFTMAX_GRAD, k = 0) from y and dy; dx may be y or dy, but with
+ * `round` (which rounds dy into dx before, and dx after) dx must not be y. */
 void cpu_softmax_grad_rows(int threads, const float *y, const float *dy, float *dx, int64_t rows,
                            int64_t k, dist_dtype round);
 /* cpu_layernorm.c: LAYER_NORM and LAYER_NORM_GRAD (ops.h), rows split over the threads */

@@ -1612,7 +1612,7 @@ static void bn_apply_bf16(cpu_ctx *c_, const float *xv, const float *scale, cons
             uint32_t u;
             memcpy(&u, &z, 4);
             uint32_t r = (u & 0x7fffffffu) > 0x7f800000u
-                             ? u | 0x00400000u
+                             ? (u | 0x00400000u) & 0xffff0000u
                              : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
             yr[j] = r;
             if (tr) tr[j] = (uint16_t)(r >> 16);

@@ -7,8 +7,10 @@
  * float16: IEEE 754 binary16, round to nearest even, overflow to +-Inf (|x| >= 65520),
  * gradual underflow through the subnormals down to 2^-24, NaN stays NaN. With F16C (every
  * AVX2 processor has it) eight values per instruction; otherwise the compiler's _Float16.
- * bfloat16: the upper 16 bits of the float32, round to nearest even, NaN kept quiet, Inf and
- * overflow as float32 rounding gives them (|x| >= 3.3961e38 rounds to Inf). */
+ * bfloat16: the upper 16 bits of the float32, round to nearest even, NaN kept quiet (its sign
+ * and upper payload; every path, vcvtneps2bf16's included, zeroes the lower half, so that y
+ * is a bfloat16 value whichever loop wrote it), Inf and overflow as float32 rounding gives them
+ * (|x| >= 3.3961e38 rounds to Inf). */
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
@@ -21,7 +23,7 @@ static float round_bf16_scalar(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u)
-        u |= 0x00400000u; /* quiet NaN, payload kept */
+        u = (u | 0x00400000u) & 0xffff0000u; /* quiet NaN, the upper payload kept */
     else
         u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     memcpy(&f, &u, 4);
@@ -62,7 +64,7 @@ __attribute__((target("avx2"))) static void round_bf16_avx2(const float *x, floa
         __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
         __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, odd)), hi);
         __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
-        r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+        r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, quiet), hi), nan);
         _mm256_storeu_si256((__m256i *)(y + i), r);
         if (h) { /* the eight upper halves, packed within each 128-bit lane, lanes joined */
             __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(r, 16), _mm256_setzero_si256());
