@@ -11,7 +11,9 @@
  *
  * One shape is left out: a 7x7 kernel dilated by 2 with SAME padding into fewer than 8 output
  * channels, where oneDNN 2.6 on one thread capped at AVX2 has only its reference code in every
- * layout (its GEMM kernel declines; bench/RESULTS.md, 6 December 2026).
+ * layout (its GEMM kernel declines; bench/RESULTS.md, 6 December 2026). And a float32 forward
+ * pass for which oneDNN, asked directly, lists only its reference code in every layout on the
+ * CPU and ISA at hand is named on stderr instead of failed (onednn_forward_only_ref).
  *
  * Values are multiples of 1/16 in [-1, 1]: exact in bfloat16, their products and these sums
  * exact in float32, so the bound below (a float32 sum of K terms in any order is within
@@ -22,6 +24,7 @@
 #include "testutil.h"
 
 #include <dist/dist.h>
+#include <dnnl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +65,47 @@ static float sixteenth(uint64_t *s) {
 static double gamma_k(double terms) {
     double u = ldexp(1.0, -24);
     return terms * u / (1.0 - terms * u);
+}
+
+/* Whether oneDNN itself offers only its reference code for case k's float32 forward pass, in
+ * every activation layout it may pick (plain NHWC, or "any") and every implementation it lists:
+ * then no layout libdist could choose avoids it on this CPU and ISA. Found on a 2-core AMX Xeon
+ * (model 167) capped at SSE4.1: 3 -> 1, 7x7, stride 1, SAME (its GEMM kernel declines; the same
+ * shape ran it on Zen 4 at the same cap). */
+static int onednn_forward_only_ref(const ref_case *k, const geom *g) {
+    dnnl_engine_t eng;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0;
+    const dnnl_format_tag_t tags[2] = {dnnl_nhwc, dnnl_format_tag_any};
+    int jit = 0;
+    for (int t = 0; t < 2 && !jit; t++) {
+        dnnl_dims_t sd = {g->n, k->ci, g->h, g->w}, dd = {g->n, k->co, g->oh, g->ow};
+        dnnl_dims_t wd = {k->groups, g->cog, g->cig, k->k, k->k}, bd = {k->co};
+        dnnl_dims_t st = {k->stride, k->stride}, dl = {k->dil - 1, k->dil - 1};
+        dnnl_dims_t pl = {g->pt, g->pt}, pr = {g->pb, g->pb};
+        dnnl_memory_desc_t s, w, d, b;
+        dnnl_memory_desc_init_by_tag(&s, 4, sd, dnnl_f32, tags[t]);
+        dnnl_memory_desc_init_by_tag(&d, 4, dd, dnnl_f32, tags[t]);
+        dnnl_memory_desc_init_by_tag(&w, 5, wd, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
+        dnnl_convolution_desc_t cd;
+        if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
+                                                       dnnl_convolution_direct, &s, &w, &b, &d, st,
+                                                       dl, pl, pr) != dnnl_success)
+            continue;
+        dnnl_primitive_desc_iterator_t it;
+        if (dnnl_primitive_desc_iterator_create(&it, &cd, NULL, eng, NULL) != dnnl_success)
+            continue;
+        do {
+            dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+            const char *impl = NULL;
+            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+            jit |= impl && strncmp(impl, "ref", 3) != 0;
+            dnnl_primitive_desc_destroy(pd);
+        } while (!jit && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+        dnnl_primitive_desc_iterator_destroy(it);
+    }
+    dnnl_engine_destroy(eng);
+    return !jit;
 }
 
 static void expect_no_reference(dist_backend *be, const char *pass, const char *what) {
@@ -156,7 +200,11 @@ static void check_case(dist_backend *be, const ref_case *k, dist_layout xl, int 
                           .groups = k->groups};
     ck_assert_msg(dist_be_conv2d_forward(be->iface, be->ctx, &d, &tx, &tw, &tb, &ty) == DIST_OK,
                   "forward %s: %s", what, dist_last_error());
-    expect_no_reference(be, "forward", what);
+    if (!bf16 && onednn_forward_only_ref(k, &g))
+        fprintf(stderr, "forward %s: oneDNN offers only its reference code here (left out)\n",
+                what);
+    else
+        expect_no_reference(be, "forward", what);
     dist_test_to_host_plain(be, &ty, y);
     expect_close(y, ry, my, ny, terms, "forward", what);
 
