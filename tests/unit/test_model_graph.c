@@ -487,6 +487,7 @@ START_TEST(test_a_failed_build_keeps_nothing_and_builds_again) {
     ck_assert_int_eq(dist_model_num_replicas(m), 1);
     ck_assert_int_eq(dist_model_num_params(m), 15);
     dist_model_destroy(m);
+    dist_backend_destroy(p.backends[0]);
 }
 END_TEST
 
