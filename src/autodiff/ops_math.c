@@ -374,35 +374,32 @@ dist_status dist_op_hard_silu(dist_tape *t, const dist_tensor *x, dist_tensor **
     DIST_TRY(dist_op_hard_sigmoid(t, x, 0, &h));
     return dist_op_mul(t, x, h, y);
 }
-static dist_status piecewise(dist_tape *t, int which, float threshold, const dist_tensor *x,
-                             dist_tensor **y) {
+/* DIST_UN_PIECEWISE's form `which`; `op` names the caller in its errors. The shrinks' threshold
+ * must be a positive number (Keras's is 0.5). */
+static dist_status piecewise(dist_tape *t, const char *op, int which, float threshold,
+                             const dist_tensor *x, dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && y, "%s: NULL argument", op);
+    const int shrink = which == DIST_PW_SOFT_SHRINK || which == DIST_PW_HARD_SHRINK;
+    DIST_CHECK_ARG(!shrink || (isfinite(threshold) && threshold > 0),
+                   "%s: threshold %g is not a positive number", op, (double)threshold);
     return unary_op_f(t, DIST_UN_PIECEWISE, (float)which, threshold, x, y);
 }
 dist_status dist_op_hard_tanh(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && y, "dist_op_hard_tanh: NULL argument");
-    return piecewise(t, DIST_PW_HARD_TANH, 0.0f, x, y);
+    return piecewise(t, "dist_op_hard_tanh", DIST_PW_HARD_TANH, 0.0f, x, y);
 }
 dist_status dist_op_soft_shrink(dist_tape *t, const dist_tensor *x, float threshold,
                                 dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && y, "dist_op_soft_shrink: NULL argument");
-    DIST_CHECK_ARG(isfinite(threshold) && threshold > 0,
-                   "dist_op_soft_shrink: threshold %g is not a positive number", (double)threshold);
-    return piecewise(t, DIST_PW_SOFT_SHRINK, threshold, x, y);
+    return piecewise(t, "dist_op_soft_shrink", DIST_PW_SOFT_SHRINK, threshold, x, y);
 }
 dist_status dist_op_hard_shrink(dist_tape *t, const dist_tensor *x, float threshold,
                                 dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && y, "dist_op_hard_shrink: NULL argument");
-    DIST_CHECK_ARG(isfinite(threshold) && threshold > 0,
-                   "dist_op_hard_shrink: threshold %g is not a positive number", (double)threshold);
-    return piecewise(t, DIST_PW_HARD_SHRINK, threshold, x, y);
+    return piecewise(t, "dist_op_hard_shrink", DIST_PW_HARD_SHRINK, threshold, x, y);
 }
 dist_status dist_op_sparse_sigmoid(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && y, "dist_op_sparse_sigmoid: NULL argument");
-    return piecewise(t, DIST_PW_SPARSE_SIGMOID, 0.0f, x, y);
+    return piecewise(t, "dist_op_sparse_sigmoid", DIST_PW_SPARSE_SIGMOID, 0.0f, x, y);
 }
 dist_status dist_op_sparse_plus(dist_tape *t, const dist_tensor *x, dist_tensor **y) {
-    DIST_CHECK_ARG(t && x && y, "dist_op_sparse_plus: NULL argument");
-    return piecewise(t, DIST_PW_SPARSE_PLUS, 0.0f, x, y);
+    return piecewise(t, "dist_op_sparse_plus", DIST_PW_SPARSE_PLUS, 0.0f, x, y);
 }
 /* -softplus(-x), as tf.math.log_sigmoid composes it (three ops, their gradients) */
 dist_status dist_op_log_sigmoid(dist_tape *t, const dist_tensor *x, dist_tensor **y) {

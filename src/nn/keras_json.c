@@ -823,7 +823,7 @@ static dist_status json_float_arg(const json_layer *l, const char *key, float df
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
     *out = dflt;
     if (!v || cJSON_IsNull(v)) return DIST_OK;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || fabs(v->valuedouble) > FLT_MAX)
+    if (!json_float(v))
         return dist_error(DIST_FORMAT, "layer '%s' (%s): '%s' must be a finite number", l->name,
                           l->class_name, key);
     *out = (float)v->valuedouble;
