@@ -181,8 +181,28 @@ static dist_status connect_to(dist_net_comm *c, int r, int kind, double deadline
     }
 }
 
+/* A join that ran out of time says where its time went: a phase that finds little time left
+ * names its peer's silence as if the whole timeout had passed. */
+static dist_status join_timeline(dist_status st, double start, const double *done, int phases) {
+    static const char *const names[] = {"reaching rank 0's store", "registering the hosts",
+                                        "forming the mesh"};
+    char buf[256];
+    size_t len = 0;
+    double from = start;
+    for (int i = 0; i < phases && len < sizeof buf; i++) {
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s %.2f s", i ? ", " : "", names[i],
+                                done[i] - from);
+        from = done[i];
+    }
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dist_last_error()); /* dist_error rewrites the message */
+    return dist_error(st, "%s (this rank's join: %s, then %.2f s in the step that failed)", msg,
+                      phases ? buf : "no phase completed", net_now() - from);
+}
+
 static dist_status join(dist_net_comm *c, dist_net_transport transport) {
-    double deadline = net_now() + c->connect_timeout_s;
+    double start = net_now(), deadline = start + c->connect_timeout_s, done[3];
+    int phases = 0;
     /* the setup's exchanges wait until this deadline: a peer's silence is named with it */
     c->call_timeout_s = c->connect_timeout_s;
     char host[NET_ADDR_CAP];
@@ -208,11 +228,13 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     else
         DIST_TRY(connect_to(c, 0, NET_KIND_STORE, deadline, &c->store_fd));
     if (c->world == 1) return DIST_OK;
+    done[phases++] = net_now();
 
     char(*hosts)[NET_HOST_ID_CAP] = calloc((size_t)c->world, sizeof *hosts);
     if (!hosts) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
     dist_status st;
     DIST_TRY_GOTO(register_hosts(c, hosts, deadline), st, out);
+    done[phases++] = net_now();
     for (int r = 0; r < c->rank; r++)
         DIST_TRY_GOTO(connect_to(c, r, NET_KIND_MESH, deadline, &c->fds[r]), st, out);
     if (c->rank == 0) {
@@ -223,6 +245,7 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     /* the mesh is complete: a late stranger is refused by the kernel, not left hanging (rank
      * 0's store thread closes its listener itself) */
     if (c->rank != 0) net_close(&c->listen_fd);
+    done[phases++] = net_now();
 
     bool same_host = true;
     for (int r = 0; r < c->world; r++) same_host &= strcmp(hosts[r], hosts[0]) == 0;
@@ -237,6 +260,7 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     if (same_host && transport != DIST_NET_TCP)
         DIST_TRY_GOTO(net_shm_setup(c, transport == DIST_NET_SHM, deadline), st, out);
 out:
+    if (st == DIST_TIMEOUT) st = join_timeline(st, start, done, phases);
     free(hosts);
     return st;
 }
