@@ -98,11 +98,23 @@ DIST_API dist_status dist_model_add_max_pool1d(dist_model *model, int pool_size,
                                                dist_padding padding);
 /* MaxPooling2D(pool_size) with strides = pool_size and valid padding. */
 DIST_API dist_status dist_model_add_max_pool2d(dist_model *model, int pool_size);
+/* MaxPooling2D(pool_size=(pool_h, pool_w), strides=(stride_h, stride_w), padding): the largest
+ * value of each window (dist_op_max_pool2d; windows may overlap); a stride of 0 means that side of
+ * the pool (strides=None). With DIST_PADDING_SAME the output is ceil(input / stride) and the
+ * windows past the edges take only the elements they cover, as TensorFlow pads with -inf. */
+DIST_API dist_status dist_model_add_max_pool2d_ex(dist_model *model, int pool_h, int pool_w,
+                                                  int stride_h, int stride_w, dist_padding padding);
 /* AveragePooling2D(pool_size, strides, padding): the mean of each pool_size x pool_size window;
  * strides 0 means pool_size (Keras's strides=None). With DIST_PADDING_SAME a window's mean
  * counts only the input elements it covers, as Keras (dist_op_avg_pool2d). */
 DIST_API dist_status dist_model_add_average_pool2d(dist_model *model, int pool_size, int strides,
                                                    dist_padding padding);
+/* AveragePooling2D(pool_size=(pool_h, pool_w), strides=(stride_h, stride_w), padding), as
+ * dist_model_add_average_pool2d with a rectangular window and strides of their own; a stride
+ * of 0 means that side of the pool. */
+DIST_API dist_status dist_model_add_average_pool2d_ex(dist_model *model, int pool_h, int pool_w,
+                                                      int stride_h, int stride_w,
+                                                      dist_padding padding);
 /* GlobalAveragePooling2D: (height, width, channels) -> (channels), the mean over height and
  * width (dist_op_reduce_mean_axes). */
 DIST_API dist_status dist_model_add_global_average_pool2d(dist_model *model);

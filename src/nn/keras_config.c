@@ -158,10 +158,10 @@ static void depthwise_config(cJSON *c, const model_layer *l) {
     add_nulls(c, sep ? sep_extras : dw_extras);
 }
 
-static void pool_config(cJSON *c, int pool, int stride, dist_padding padding) {
-    cJSON_AddItemToObject(c, "pool_size", int_pair(pool, pool));
-    cJSON_AddStringToObject(c, "padding", padding == DIST_PADDING_SAME ? "same" : "valid");
-    cJSON_AddItemToObject(c, "strides", int_pair(stride, stride));
+static void pool_config(cJSON *c, const model_layer *l) {
+    cJSON_AddItemToObject(c, "pool_size", int_pair(l->pool, l->pool_w));
+    cJSON_AddStringToObject(c, "padding", l->padding == DIST_PADDING_SAME ? "same" : "valid");
+    cJSON_AddItemToObject(c, "strides", int_pair(l->pool_stride, l->pool_stride_w));
     cJSON_AddStringToObject(c, "data_format", "channels_last");
 }
 
@@ -316,8 +316,8 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         cJSON_AddItemToObject(c, "strides", cJSON_CreateIntArray(&l->pool_stride, 1));
         cJSON_AddStringToObject(c, "data_format", "channels_last");
         break;
-    case LAYER_MAX_POOL2D: pool_config(c, l->pool, l->pool, DIST_PADDING_VALID); break;
-    case LAYER_AVG_POOL2D: pool_config(c, l->pool, l->pool_stride, l->padding); break;
+    case LAYER_MAX_POOL2D:
+    case LAYER_AVG_POOL2D: pool_config(c, l); break;
     case LAYER_GLOBAL_AVG_POOL2D:
         cJSON_AddStringToObject(c, "data_format", "channels_last");
         cJSON_AddFalseToObject(c, "keepdims");

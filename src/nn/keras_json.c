@@ -556,64 +556,40 @@ static dist_status add_cropping(dist_model *m, const json_layer *l) {
                : dist_model_add_cropping1d(m, p[0], p[1]);
 }
 
-static dist_status add_max_pool2d(dist_model *m, const json_layer *l) {
+/* MaxPooling2D and AveragePooling2D: pool_size and strides (an integer or a pair; strides null
+ * or absent is the pool size), padding valid or same. */
+static dist_status add_pool2d(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"pool_size",   "strides",           "padding",
                                         "data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known));
     DIST_TRY(check_channels_last(l));
-    int p[2] = {2, 2}, s[2];
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "pool_size");
-    if (v && (!json_pair(v, p) || !p[0]))
-        return dist_error(DIST_FORMAT,
-                          "layer '%s' (MaxPooling2D): 'pool_size' must be 1 or 2 "
-                          "positive integers",
-                          l->name);
-    if (p[0] != p[1])
-        return unsupported_arg(l, "pool_size", "is (%d, %d); libdist pools square windows", p[0],
-                               p[1]);
-    v = cJSON_GetObjectItemCaseSensitive(l->config, "strides");
-    if (v && !cJSON_IsNull(v) && (!json_pair(v, s) || s[0] != p[0] || s[1] != p[1]))
-        return unsupported_arg(l, "strides",
-                               "differs from pool_size; libdist pools with "
-                               "strides = pool_size");
-    const char *pad = json_str(l->config, "padding");
-    if (pad && strcmp(pad, "valid") != 0)
-        return unsupported_arg(l, "padding", "is '%s'; libdist pools with 'valid'", pad);
-    return dist_model_add_max_pool2d(m, p[0]);
-}
-
-static dist_status add_average_pool2d(dist_model *m, const json_layer *l) {
-    static const char *const known[] = {"pool_size",   "strides",           "padding",
-                                        "data_format", "batch_input_shape", NULL};
-    DIST_TRY(check_keys(l, known));
-    DIST_TRY(check_channels_last(l));
+    const int max = strncmp(l->class_name, "Max", 3) == 0; /* MaxPooling2D, MaxPool2D */
     int p[2] = {2, 2}, s[2];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "pool_size");
     if (v && (!json_pair(v, p) || !p[0] || !p[1]))
         return dist_error(DIST_FORMAT,
-                          "layer '%s' (AveragePooling2D): 'pool_size' must be 1 or 2 "
-                          "positive integers",
-                          l->name);
-    if (p[0] != p[1])
-        return unsupported_arg(l, "pool_size", "is (%d, %d); libdist pools square windows", p[0],
-                               p[1]);
-    s[0] = s[1] = p[0];
+                          "layer '%s' (%s): 'pool_size' must be 1 or 2 positive integers", l->name,
+                          l->class_name);
+    s[0] = p[0];
+    s[1] = p[1];
     v = cJSON_GetObjectItemCaseSensitive(l->config, "strides");
     if (v && !cJSON_IsNull(v) && (!json_pair(v, s) || !s[0] || !s[1]))
         return dist_error(DIST_FORMAT,
-                          "layer '%s' (AveragePooling2D): 'strides' must be 1 or 2 "
-                          "positive integers",
-                          l->name);
-    if (s[0] != s[1])
-        return unsupported_arg(l, "strides", "is (%d, %d); libdist pools with equal strides", s[0],
-                               s[1]);
+                          "layer '%s' (%s): 'strides' must be 1 or 2 positive integers or null",
+                          l->name, l->class_name);
+    for (int k = 0; k < 2; k++) /* (json_pair takes no negative integer) */
+        if (p[k] > 1 << 16 || s[k] > 1 << 16)
+            return unsupported_arg(l, p[k] > 1 << 16 ? "pool_size" : "strides",
+                                   "is %d; libdist pools windows and strides of at most 65536",
+                                   p[k] > 1 << 16 ? p[k] : s[k]);
     dist_padding padding = DIST_PADDING_VALID;
     const char *pad = json_str(l->config, "padding");
     if (pad && strcmp(pad, "same") == 0)
         padding = DIST_PADDING_SAME;
     else if (pad && strcmp(pad, "valid") != 0)
         return unsupported_arg(l, "padding", "is '%s'; libdist has 'valid' and 'same'", pad);
-    return dist_model_add_average_pool2d(m, p[0], s[0], padding);
+    return max ? dist_model_add_max_pool2d_ex(m, p[0], p[1], s[0], s[1], padding)
+               : dist_model_add_average_pool2d_ex(m, p[0], p[1], s[0], s[1], padding);
 }
 
 static dist_status add_global_average_pool2d(dist_model *m, const json_layer *l) {
@@ -1198,10 +1174,10 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"AvgPool1D", add_avg_pool1d},
                  {"Cropping1D", add_cropping},
                  {"Cropping2D", add_cropping},
-                 {"MaxPooling2D", add_max_pool2d},
-                 {"MaxPool2D", add_max_pool2d},
-                 {"AveragePooling2D", add_average_pool2d},
-                 {"AvgPool2D", add_average_pool2d},
+                 {"MaxPooling2D", add_pool2d},
+                 {"MaxPool2D", add_pool2d},
+                 {"AveragePooling2D", add_pool2d},
+                 {"AvgPool2D", add_pool2d},
                  {"GlobalAveragePooling2D", add_global_average_pool2d},
                  {"GlobalAvgPool2D", add_global_average_pool2d},
                  {"BatchNormalization", add_batch_normalization},

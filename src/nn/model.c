@@ -267,35 +267,50 @@ dist_status dist_model_add_conv2d(dist_model *m, int filters, int kernel_size,
     return dist_model_add_conv2d_ex(m, &o);
 }
 
-dist_status dist_model_add_max_pool2d(dist_model *m, int pool_size) {
-    DIST_CHECK_ARG(m, "dist_model_add_max_pool2d: model is NULL");
-    DIST_CHECK_ARG(pool_size > 0, "max_pool2d: pool size must be positive, got %d", pool_size);
+static dist_status add_pool2d(dist_model *m, layer_kind kind, const char *what, int pool_h,
+                              int pool_w, int stride_h, int stride_w, dist_padding padding) {
+    DIST_CHECK_ARG(m, "dist_model_add_%s: model is NULL", what);
+    DIST_CHECK_ARG(pool_h > 0 && pool_w > 0, "%s: pool size must be positive, got %d x %d", what,
+                   pool_h, pool_w);
+    DIST_CHECK_ARG(stride_h >= 0 && stride_w >= 0,
+                   "%s: strides must be positive (0: the pool size), got %d x %d", what, stride_h,
+                   stride_w);
+    DIST_CHECK_ARG(padding == DIST_PADDING_VALID || padding == DIST_PADDING_SAME,
+                   "%s: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME", what);
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
-    l->kind = LAYER_MAX_POOL2D;
-    l->pool = pool_size;
+    l->kind = kind;
+    l->pool = pool_h;
+    l->pool_w = pool_w;
+    l->pool_stride = stride_h ? stride_h : pool_h;
+    l->pool_stride_w = stride_w ? stride_w : pool_w;
+    l->padding = padding;
     layer_name(m, l);
     m->nlayers++;
     return DIST_OK;
 }
 
+dist_status dist_model_add_max_pool2d(dist_model *m, int pool_size) {
+    return add_pool2d(m, LAYER_MAX_POOL2D, "max_pool2d", pool_size, pool_size, 0, 0,
+                      DIST_PADDING_VALID);
+}
+
+dist_status dist_model_add_max_pool2d_ex(dist_model *m, int pool_h, int pool_w, int stride_h,
+                                         int stride_w, dist_padding padding) {
+    return add_pool2d(m, LAYER_MAX_POOL2D, "max_pool2d_ex", pool_h, pool_w, stride_h, stride_w,
+                      padding);
+}
+
 dist_status dist_model_add_average_pool2d(dist_model *m, int pool_size, int strides,
                                           dist_padding padding) {
-    DIST_CHECK_ARG(m, "dist_model_add_average_pool2d: model is NULL");
-    DIST_CHECK_ARG(pool_size > 0, "average_pool2d: pool size must be positive, got %d", pool_size);
-    DIST_CHECK_ARG(strides >= 0, "average_pool2d: strides must be positive (0: pool size), got %d",
-                   strides);
-    DIST_CHECK_ARG(padding == DIST_PADDING_VALID || padding == DIST_PADDING_SAME,
-                   "average_pool2d: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME");
-    model_layer *l = NULL;
-    DIST_TRY(add_layer(m, &l));
-    l->kind = LAYER_AVG_POOL2D;
-    l->pool = pool_size;
-    l->pool_stride = strides ? strides : pool_size;
-    l->padding = padding;
-    layer_name(m, l);
-    m->nlayers++;
-    return DIST_OK;
+    return add_pool2d(m, LAYER_AVG_POOL2D, "average_pool2d", pool_size, pool_size, strides, strides,
+                      padding);
+}
+
+dist_status dist_model_add_average_pool2d_ex(dist_model *m, int pool_h, int pool_w, int stride_h,
+                                             int stride_w, dist_padding padding) {
+    return add_pool2d(m, LAYER_AVG_POOL2D, "average_pool2d_ex", pool_h, pool_w, stride_h, stride_w,
+                      padding);
 }
 
 dist_status dist_model_add_global_average_pool2d(dist_model *m) {
@@ -938,10 +953,8 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     case LAYER_MAX_POOL2D:
     case LAYER_AVG_POOL2D: {
         DIST_TRY(expect_image(l, nd));
-        int stride = l->kind == LAYER_MAX_POOL2D ? l->pool : l->pool_stride;
-        dist_padding p = l->kind == LAYER_MAX_POOL2D ? DIST_PADDING_VALID : l->padding;
-        shape[0] = out_dim(shape[0], l->pool, stride, p);
-        shape[1] = out_dim(shape[1], l->pool, stride, p);
+        shape[0] = out_dim(shape[0], l->pool, l->pool_stride, l->padding);
+        shape[1] = out_dim(shape[1], l->pool_w, l->pool_stride_w, l->padding);
         if (shape[0] <= 0 || shape[1] <= 0)
             return dist_error(DIST_INVALID_ARGUMENT,
                               "layer '%s': the pool is larger than its input", l->name);
@@ -1878,10 +1891,10 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_CROPPING1D:
     case LAYER_CROPPING2D: return call_cropping(tape, l, h, out);
     case LAYER_MAX_POOL2D:
-        return dist_op_max_pool2d(tape, h, l->pool, l->pool, l->pool, l->pool, DIST_PADDING_VALID,
-                                  out);
+        return dist_op_max_pool2d(tape, h, l->pool, l->pool_w, l->pool_stride, l->pool_stride_w,
+                                  l->padding, out);
     case LAYER_AVG_POOL2D:
-        return dist_op_avg_pool2d(tape, h, l->pool, l->pool, l->pool_stride, l->pool_stride,
+        return dist_op_avg_pool2d(tape, h, l->pool, l->pool_w, l->pool_stride, l->pool_stride_w,
                                   l->padding, out);
     case LAYER_GLOBAL_AVG_POOL2D: {
         static const int hw[2] = {1, 2};
@@ -2005,8 +2018,8 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
             const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
             DIST_TRY(dist_op_conv2d_max_pool2d(tape, in[0], vars[l->kernel_var], bias,
                                                l->conv.stride_h, l->conv.stride_w, l->conv.padding,
-                                               l->activation, p->pool, p->pool, p->pool, p->pool,
-                                               DIST_PADDING_VALID, &outs[m->order[k]]));
+                                               l->activation, p->pool, p->pool_w, p->pool_stride,
+                                               p->pool_stride_w, p->padding, &outs[m->order[k]]));
             continue;
         }
         if (l->kind == LAYER_BATCH_NORM && l->fused_relu >= 0 && !m->check_numerics) {

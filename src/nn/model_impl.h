@@ -86,9 +86,10 @@ typedef struct model_layer {
     int64_t target[4];          /* (one entry may be -1); permute: its dims, counted from 1 */
     float epsilon;              /* layer_norm; gamma is kernel_var, beta bias_var */
     dist_conv2d_options conv;   /* conv2d, depthwise_conv2d, separable_conv2d, conv1d */
-    int pool;                   /* max_pool2d, avg_pool2d, max_pool1d: window */
-    int pool_stride;            /* avg_pool2d, max_pool1d */
-    dist_padding padding;       /* avg_pool2d, max_pool1d */
+    int pool;                   /* max/avg pool 1d and 2d: window (2d: its height) */
+    int pool_stride;            /* max/avg pool 1d and 2d: strides (2d: along the height) */
+    int pool_w, pool_stride_w;  /* max/avg pool 2d: window and strides along the width */
+    dist_padding padding;       /* max/avg pool 1d and 2d */
     float rate;                 /* dropout */
     uint64_t seed;              /* dropout */
     dist_batch_norm_options bn; /* batch_norm: gamma is kernel_var, beta bias_var */

@@ -57,6 +57,142 @@ START_TEST(test_average_pool_same_padding_counts_only_covered_elements) {
 }
 END_TEST
 
+static void expect_gradients_match_differences(dist_model *m, const float *x, int xnd,
+                                               const int64_t *xs, const float *r,
+                                               const int64_t *rs);
+
+/* A window of ph x pw at stride (sh, sw) with TensorFlow's SAME or VALID placement, by hand:
+ * the max (or the mean of the covered elements) of x [h, w, c] at output (i, j, k). */
+static float pool_by_hand(const float *x, int h, int w, int c, int ph, int pw, int sh, int sw,
+                          int same, int max, int i, int j, int k) {
+    int oh = same ? (h + sh - 1) / sh : (h - ph) / sh + 1;
+    int ow = same ? (w + sw - 1) / sw : (w - pw) / sw + 1;
+    int pad_h = same ? ((oh - 1) * sh + ph - h) / 2 : 0,
+        pad_w = same ? ((ow - 1) * sw + pw - w) / 2 : 0;
+    if (pad_h < 0) pad_h = 0;
+    if (pad_w < 0) pad_w = 0;
+    float best = -INFINITY;
+    double sum = 0;
+    int n = 0;
+    for (int a = 0; a < ph; a++)
+        for (int b = 0; b < pw; b++) {
+            int r = i * sh - pad_h + a, q = j * sw - pad_w + b;
+            if (r < 0 || r >= h || q < 0 || q >= w) continue;
+            float v = x[(r * w + q) * c + k];
+            best = v > best ? v : best;
+            sum += v;
+            n++;
+        }
+    return max ? best : (float)(sum / n);
+}
+
+/* MaxPooling2D and AveragePooling2D with rectangular, overlapping windows, strides of their own
+ * on each side and same padding: the output shape, every value against the hand computation,
+ * and (through a model around them) the weights' gradients against central differences. */
+START_TEST(test_rectangular_overlapping_pools_with_strides_and_padding) {
+    static const struct {
+        int ph, pw, sh, sw, same;
+    } g[] = {{3, 2, 2, 1, 1}, {3, 3, 2, 2, 1}, {2, 3, 1, 2, 0}, {1, 3, 3, 1, 1}, {3, 1, 1, 3, 0}};
+    enum { H = 7, W = 6, C = 2 };
+    float x[H * W * C];
+    for (int i = 0; i < H * W * C; i++) x[i] = sinf(1.7f * (float)i) + 0.01f * (float)i;
+    for (size_t gi = 0; gi < sizeof g / sizeof g[0]; gi++)
+        for (int max = 0; max < 2; max++) {
+            dist_model *m = new_model();
+            dist_padding pad = g[gi].same ? DIST_PADDING_SAME : DIST_PADDING_VALID;
+            ck_assert_int_eq(
+                max ? dist_model_add_max_pool2d_ex(m, g[gi].ph, g[gi].pw, g[gi].sh, g[gi].sw, pad)
+                    : dist_model_add_average_pool2d_ex(m, g[gi].ph, g[gi].pw, g[gi].sh, g[gi].sw,
+                                                       pad),
+                DIST_OK);
+            int64_t in[3] = {H, W, C};
+            ck_assert_int_eq(dist_model_build(m, 3, in, 1), DIST_OK);
+            int oh = g[gi].same ? (H + g[gi].sh - 1) / g[gi].sh : (H - g[gi].ph) / g[gi].sh + 1;
+            int ow = g[gi].same ? (W + g[gi].sw - 1) / g[gi].sw : (W - g[gi].pw) / g[gi].sw + 1;
+            char summary[2048], want[64];
+            ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+            snprintf(want, sizeof want, "(None, %d, %d, %d)", oh, ow, C);
+            ck_assert_msg(strstr(summary, want), "case %zu: no %s in\n%s", gi, want, summary);
+            dist_tape *t;
+            ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+            int64_t shape[4] = {1, H, W, C}, n;
+            float *y = run_model(m, t, 0, x, 4, shape, &n);
+            ck_assert_int_eq(n, oh * ow * C);
+            for (int i = 0; i < oh; i++)
+                for (int j = 0; j < ow; j++)
+                    for (int k = 0; k < C; k++) {
+                        float e = pool_by_hand(x, H, W, C, g[gi].ph, g[gi].pw, g[gi].sh, g[gi].sw,
+                                               g[gi].same, max, i, j, k);
+                        ck_assert_msg(fabsf(y[(i * ow + j) * C + k] - e) <= 1e-6f,
+                                      "case %zu %s at (%d, %d, %d): %g, by hand %g", gi,
+                                      max ? "max" : "avg", i, j, k, y[(i * ow + j) * C + k], e);
+                    }
+            free(y);
+            dist_tape_destroy(t);
+            dist_model_destroy(m);
+        }
+    /* the max's gradient, exactly: each window's dy goes to its largest element (the values
+     * are distinct), summed where windows overlap */
+    for (size_t gi = 0; gi < sizeof g / sizeof g[0]; gi++) {
+        dist_backend *be = dist_test_cpu_backend(1);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+        dist_tensor hx = dist_tensor_view(x, DIST_F32, 4, (int64_t[]){1, H, W, C}), *dx, *y;
+        ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+        ck_assert_int_eq(dist_tape_watch(t, dx), DIST_OK);
+        dist_padding pad = g[gi].same ? DIST_PADDING_SAME : DIST_PADDING_VALID;
+        ck_assert_int_eq(dist_op_max_pool2d(t, dx, g[gi].ph, g[gi].pw, g[gi].sh, g[gi].sw, pad, &y),
+                         DIST_OK);
+        int64_t ny = dist_tensor_numel(y);
+        float dy[H * W * C], want[H * W * C] = {0}, got[H * W * C];
+        for (int64_t i = 0; i < ny; i++) dy[i] = 1.0f + 0.5f * (float)i;
+        dist_tensor hdy = dist_tensor_view(dy, DIST_F32, 4, y->shape), *ddy, *gx;
+        ck_assert_int_eq(dist_tape_upload(t, &hdy, &ddy), DIST_OK);
+        ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, 4, dx->shape, &gx), DIST_OK);
+        ck_assert_msg(dist_tape_gradient_with(t, y, ddy, 1, &dx, &gx) == DIST_OK, "%s",
+                      dist_last_error());
+        ck_assert_int_eq(dist_tape_download(t, gx, got, sizeof got), DIST_OK);
+        int oh = (int)y->shape[1], ow = (int)y->shape[2];
+        int pad_h = g[gi].same ? ((oh - 1) * g[gi].sh + g[gi].ph - H) / 2 : 0;
+        int pad_w = g[gi].same ? ((ow - 1) * g[gi].sw + g[gi].pw - W) / 2 : 0;
+        for (int i = 0; i < oh; i++)
+            for (int j = 0; j < ow; j++)
+                for (int k = 0; k < C; k++) {
+                    int at = -1;
+                    for (int a = 0; a < g[gi].ph; a++)
+                        for (int b = 0; b < g[gi].pw; b++) {
+                            int r = i * g[gi].sh - (pad_h > 0 ? pad_h : 0) + a;
+                            int q = j * g[gi].sw - (pad_w > 0 ? pad_w : 0) + b;
+                            if (r < 0 || r >= H || q < 0 || q >= W) continue;
+                            int e = (r * W + q) * C + k;
+                            if (at < 0 || x[e] > x[at]) at = e;
+                        }
+                    want[at] += dy[(i * ow + j) * C + k];
+                }
+        for (int e = 0; e < H * W * C; e++)
+            ck_assert_msg(got[e] == want[e], "case %zu: dx[%d] %g, by hand %g", gi, e, got[e],
+                          want[e]);
+        dist_tape_destroy(t);
+        dist_backend_destroy(be);
+    }
+    /* the mean's gradient through a model of two of them (smooth, so central differences apply;
+     * the max's kinks make them unfit for it, hence the exact routing above) */
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_conv2d(m, 3, 2, DIST_ACT_TANH), DIST_OK);
+    ck_assert_int_eq(dist_model_add_average_pool2d_ex(m, 2, 3, 1, 2, DIST_PADDING_SAME), DIST_OK);
+    ck_assert_int_eq(dist_model_add_average_pool2d_ex(m, 3, 2, 2, 1, DIST_PADDING_SAME), DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[3] = {H, W, C};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
+    int64_t xs[4] = {2, H, W, C}, rs[2] = {2, 3};
+    float x2[2 * H * W * C], r[6];
+    for (int i = 0; i < 2 * H * W * C; i++) x2[i] = cosf(0.37f * (float)i);
+    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+    expect_gradients_match_differences(m, x2, 4, xs, r, rs);
+}
+END_TEST
+
 START_TEST(test_average_pool_valid_strides_and_global_average) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
@@ -89,10 +225,6 @@ START_TEST(test_average_pool_valid_strides_and_global_average) {
     dist_model_destroy(m);
 }
 END_TEST
-
-static void expect_gradients_match_differences(dist_model *m, const float *x, int xnd,
-                                               const int64_t *xs, const float *r,
-                                               const int64_t *rs);
 
 /* The gradient of L = sum(r * model(x)) for every weight (a training call on tape t), into g */
 static void gradients_of_weighted_sum(dist_model *m, dist_tape *t, const float *x, int xnd,
@@ -978,6 +1110,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("layers");
     tcase_add_test(tc, test_average_pool_same_padding_counts_only_covered_elements);
     tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
+    tcase_add_test(tc, test_rectangular_overlapping_pools_with_strides_and_padding);
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);
