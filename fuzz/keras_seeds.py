@@ -41,6 +41,8 @@ def models(k):
     s = L.SpatialDropout2D(0.1)(s)
     s = L.Cropping2D(((1, 0), (0, 1)))(s)
     s = L.MaxPooling2D(2)(s)
+    s = L.MaxPooling2D((3, 2), strides=(2, 1), padding="same")(s)
+    s = L.UpSampling2D((1, 2))(s)
     s = L.AveragePooling2D(2, padding="same")(s)
     s = L.LayerNormalization()(s)
     g1 = L.GlobalAveragePooling2D()(s)
@@ -52,6 +54,8 @@ def models(k):
 
     x = k.Input((16, 4))
     y = L.Conv1D(6, 3, padding="causal", activation="swish")(x)
+    y = L.MaxPooling1D(2)(y)
+    y = L.UpSampling1D(2)(y)
     y = L.MaxPooling1D(2)(y)
     y = L.AveragePooling1D(2, padding="same")(y)
     y = L.Cropping1D((1, 0))(y)

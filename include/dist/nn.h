@@ -180,6 +180,12 @@ DIST_API dist_status dist_model_add_avg_pool1d(dist_model *model, int pool_size,
 DIST_API dist_status dist_model_add_cropping1d(dist_model *model, int start, int end);
 DIST_API dist_status dist_model_add_cropping2d(dist_model *model, int top, int bottom, int left,
                                                int right);
+/* UpSampling1D(size) on (steps, channels) and UpSampling2D(size=(size_h, size_w),
+ * interpolation="nearest") on (height, width, channels) inputs: each step, or each pixel, repeated
+ * size times along its axis (sizes 1 to 65536); the gradient of an input element is the sum of
+ * its copies'. */
+DIST_API dist_status dist_model_add_upsampling1d(dist_model *model, int size);
+DIST_API dist_status dist_model_add_upsampling2d(dist_model *model, int size_h, int size_w);
 /* ZeroPadding2D(((top, bottom), (left, right))) on (height, width, channels) inputs. */
 DIST_API dist_status dist_model_add_zero_padding2d(dist_model *model, int top, int bottom, int left,
                                                    int right);

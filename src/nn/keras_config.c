@@ -375,6 +375,12 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         cJSON_AddStringToObject(c, "data_format", "channels_last");
         break;
     }
+    case LAYER_UPSAMPLING1D: cJSON_AddNumberToObject(c, "size", l->pad[0]); break;
+    case LAYER_UPSAMPLING2D:
+        cJSON_AddItemToObject(c, "size", int_pair(l->pad[0], l->pad[1]));
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        cJSON_AddStringToObject(c, "interpolation", "nearest");
+        break;
     case LAYER_ZERO_PADDING2D: {
         cJSON *p = cJSON_CreateArray();
         cJSON_AddItemToArray(p, int_pair(l->pad[0], l->pad[1]));

@@ -923,6 +923,29 @@ static dist_status add_zero_padding2d(dist_model *m, const json_layer *l) {
     return dist_model_add_zero_padding2d(m, p[0], p[1], p[2], p[3]);
 }
 
+/* UpSampling1D(size) and UpSampling2D(size, interpolation="nearest"). */
+static dist_status add_upsampling(dist_model *m, const json_layer *l) {
+    static const char *const known1[] = {"size", "batch_input_shape", NULL};
+    static const char *const known2[] = {"size", "data_format", "interpolation",
+                                         "batch_input_shape", NULL};
+    const int two = strcmp(l->class_name, "UpSampling2D") == 0;
+    DIST_TRY(check_keys(l, two ? known2 : known1));
+    int s[2] = {2, 2};
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "size");
+    if (v && !(two ? json_pair(v, s) : json_int(v, &s[0])))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'size' must be %s", l->name, l->class_name,
+                          two ? "1 or 2 positive integers" : "a positive integer");
+    for (int k = 0; k <= two; k++)
+        if (s[k] < 1 || s[k] > 1 << 16)
+            return unsupported_arg(l, "size", "is %d; libdist repeats 1 to 65536 times", s[k]);
+    if (!two) return dist_model_add_upsampling1d(m, s[0]);
+    DIST_TRY(check_channels_last(l));
+    const char *interp = json_str(l->config, "interpolation");
+    if (interp && strcmp(interp, "nearest") != 0)
+        return unsupported_arg(l, "interpolation", "is '%s'; libdist has 'nearest'", interp);
+    return dist_model_add_upsampling2d(m, s[0], s[1]);
+}
+
 static dist_status add_global_max_pool2d(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
@@ -1199,6 +1222,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"Rescaling", add_rescaling},
                  {"Reshape", add_reshape},
                  {"ZeroPadding2D", add_zero_padding2d},
+                 {"UpSampling1D", add_upsampling},
+                 {"UpSampling2D", add_upsampling},
                  {"GlobalMaxPooling2D", add_global_max_pool2d},
                  {"GlobalMaxPool2D", add_global_max_pool2d},
                  {"GlobalMaxPooling1D", add_global_max_pool1d},
@@ -1231,7 +1256,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         "LayerNormalization, Flatten, Dense, Add, Subtract, Multiply, Average, Maximum, Minimum, "
         "Concatenate, Activation, ReLU, ELU, LeakyReLU, PReLU, Softmax, Rescaling, Reshape, "
         "Permute, GlobalAveragePooling1D, GlobalMaxPooling1D, Embedding, MultiHeadAttention, "
-        "Cropping1D, Cropping2D and ZeroPadding2D)",
+        "Cropping1D, Cropping2D, ZeroPadding2D, UpSampling1D and UpSampling2D)",
         l->name, l->class_name);
 }
 
@@ -1466,6 +1491,8 @@ static int weightless(const char *class_name) {
                                         "GlobalMaxPooling1D",
                                         "GlobalMaxPool1D",
                                         "ZeroPadding2D",
+                                        "UpSampling1D",
+                                        "UpSampling2D",
                                         NULL};
     for (int i = 0; names[i]; i++)
         if (strcmp(class_name, names[i]) == 0) return 1;

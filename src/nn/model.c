@@ -73,6 +73,8 @@ static const struct {
     [LAYER_AVG_POOL1D] = {"AveragePooling1D", "average_pooling1d"},
     [LAYER_CROPPING1D] = {"Cropping1D", "cropping1d"},
     [LAYER_CROPPING2D] = {"Cropping2D", "cropping2d"},
+    [LAYER_UPSAMPLING1D] = {"UpSampling1D", "up_sampling1d"},
+    [LAYER_UPSAMPLING2D] = {"UpSampling2D", "up_sampling2d"},
     [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
@@ -563,6 +565,26 @@ dist_status dist_model_add_cropping2d(dist_model *m, int top, int bottom, int le
     DIST_CHECK_ARG(m, "dist_model_add_cropping2d: model is NULL");
     return add_cropping(m, LAYER_CROPPING2D, (const int[4]){top, bottom, left, right},
                         "dist_model_add_cropping2d");
+}
+
+static dist_status add_upsampling(dist_model *m, layer_kind kind, int size_h, int size_w,
+                                  const char *fn) {
+    DIST_CHECK_ARG(m, "%s: model is NULL", fn);
+    DIST_CHECK_ARG(size_h >= 1 && size_h <= 1 << 16 && size_w >= 1 && size_w <= 1 << 16,
+                   "%s: each size must be in [1, 65536], got %d and %d", fn, size_h, size_w);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, kind, &l));
+    l->pad[0] = size_h;
+    l->pad[1] = size_w;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_upsampling1d(dist_model *m, int size) {
+    return add_upsampling(m, LAYER_UPSAMPLING1D, size, 1, "dist_model_add_upsampling1d");
+}
+
+dist_status dist_model_add_upsampling2d(dist_model *m, int size_h, int size_w) {
+    return add_upsampling(m, LAYER_UPSAMPLING2D, size_h, size_w, "dist_model_add_upsampling2d");
 }
 
 dist_status dist_model_add_zero_padding2d(dist_model *m, int top, int bottom, int left, int right) {
@@ -1081,6 +1103,16 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         }
         break;
     }
+    case LAYER_UPSAMPLING1D:
+    case LAYER_UPSAMPLING2D:
+        if (l->kind == LAYER_UPSAMPLING2D)
+            DIST_TRY(expect_image(l, nd));
+        else if (nd != 2)
+            return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
+                              l->name);
+        shape[0] *= l->pad[0];
+        if (l->kind == LAYER_UPSAMPLING2D) shape[1] *= l->pad[1];
+        break;
     case LAYER_ZERO_PADDING2D:
         DIST_TRY(expect_image(l, nd));
         shape[0] += l->pad[0] + l->pad[1];
@@ -1840,6 +1872,50 @@ static dist_status call_pool1d(dist_tape *tape, const model_layer *l, const dist
     return dist_op_reshape(tape, y4, 3, ys, out);
 }
 
+/* x [a, 1, b] with every row repeated: [a, times, b]. Concatenations that double the copies
+ * (log2(times) of them, each copy the same values, so their order does not matter); the
+ * gradient of x sums every copy's slice of dy (the tape adds a tensor's gradients from each
+ * read). */
+static dist_status repeat_rows(dist_tape *tape, dist_tensor *x, int times, dist_tensor **out) {
+    dist_tensor *result = NULL, *cur = x;
+    for (int t = times; t > 0; t >>= 1) {
+        if (t & 1) {
+            if (result) {
+                const dist_tensor *two[2] = {result, cur};
+                DIST_TRY(dist_op_concat(tape, 2, two, 1, &result));
+            } else {
+                result = cur;
+            }
+        }
+        if (t > 1) {
+            const dist_tensor *two[2] = {cur, cur};
+            DIST_TRY(dist_op_concat(tape, 2, two, 1, &cur));
+        }
+    }
+    *out = result;
+    return DIST_OK;
+}
+
+/* UpSampling1D / UpSampling2D with nearest interpolation: each step (each pixel) repeated, as
+ * reshapes around repeat_rows, ops every executor runs. The width first ([N H W, 1, C] ->
+ * [N H W, sw, C] is [N, H, W sw, C]), then the height ([N H, 1, W sw C] -> [N H, sh, W sw C]). */
+static dist_status call_upsampling(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                                   dist_tensor **out) {
+    const int two = l->kind == LAYER_UPSAMPLING2D;
+    const int64_t n = h->shape[0], c = h->shape[h->ndim - 1];
+    dist_tensor *v = (dist_tensor *)h, *r;
+    if (two && l->pad[1] > 1) {
+        int64_t s3[3] = {n * h->shape[1] * h->shape[2], 1, c};
+        DIST_TRY(dist_op_reshape(tape, v, 3, s3, &v));
+        DIST_TRY(repeat_rows(tape, v, l->pad[1], &v));
+    }
+    int64_t s3[3] = {n * h->shape[1], 1, two ? h->shape[2] * l->pad[1] * c : c};
+    DIST_TRY(dist_op_reshape(tape, v, 3, s3, &r));
+    DIST_TRY(repeat_rows(tape, r, l->pad[0], &r));
+    int64_t s[4] = {n, h->shape[1] * l->pad[0], two ? h->shape[2] * l->pad[1] : c, c};
+    return dist_op_reshape(tape, r, two ? 4 : 3, s, out);
+}
+
 /* Cropping1D / Cropping2D: the slice that is left (its gradient is zero where cropped) */
 static dist_status call_cropping(dist_tape *tape, const model_layer *l, const dist_tensor *h,
                                  dist_tensor **out) {
@@ -1958,6 +2034,8 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_MINIMUM: return call_merge(tape, l, l->ninputs, in, out);
     case LAYER_CONCATENATE: return dist_op_concat(tape, l->ninputs, in, l->axis, out);
     case LAYER_ZERO_PADDING2D: return call_zero_padding(tape, l, h, out);
+    case LAYER_UPSAMPLING1D:
+    case LAYER_UPSAMPLING2D: return call_upsampling(tape, l, h, out);
     case LAYER_RESCALING: {
         /* Keras casts scale and offset to the compute dtype: under a mixed policy they are
          * rounded to it too */

@@ -359,6 +359,9 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"MaxPooling2D\",\"config\":{\"name\":\"p\","
                                 "\"pool_size\":[2,2],\"padding\":\"full\"}}"),
          "layer 'p' (MaxPooling2D): argument 'padding' is 'full'"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"UpSampling2D\",\"config\":{\"name\":\"u\","
+                                "\"size\":[2,2],\"interpolation\":\"bilinear\"}}"),
+         "layer 'u' (UpSampling2D): argument 'interpolation' is 'bilinear'; libdist has 'nearest'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"data_format\":\"channels_first\"")),
          "layer 'c' (Conv2D): argument 'data_format' is 'channels_first'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"future_option\":3")),

@@ -193,6 +193,72 @@ START_TEST(test_rectangular_overlapping_pools_with_strides_and_padding) {
 }
 END_TEST
 
+/* UpSampling1D and UpSampling2D (nearest): every output element is its source's value, for
+ * sizes that are and are not powers of two (the copies are made by doubling), and the weights'
+ * gradients through a model around them against central differences (each input element's
+ * gradient the sum of its copies'). */
+START_TEST(test_upsampling_repeats_steps_and_pixels) {
+    static const int sizes[][2] = {{2, 3}, {1, 5}, {4, 1}, {3, 3}, {7, 2}};
+    enum { H = 3, W = 4, C = 2 };
+    float x[2 * H * W * C];
+    for (int i = 0; i < 2 * H * W * C; i++) x[i] = (float)i + 0.5f;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (int two = 0; two < 2; two++) {
+            const int sh = sizes[k][0], sw = two ? sizes[k][1] : 1;
+            dist_model *m = new_model();
+            ck_assert_int_eq(two ? dist_model_add_upsampling2d(m, sh, sw)
+                                 : dist_model_add_upsampling1d(m, sh),
+                             DIST_OK);
+            /* 1D: the H x W pixels as H * W steps */
+            int64_t in2[3] = {H, W, C}, in1[2] = {H * W, C};
+            ck_assert_int_eq(dist_model_build(m, two ? 3 : 2, two ? in2 : in1, 1), DIST_OK);
+            char summary[2048], want[64];
+            ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+            if (two)
+                snprintf(want, sizeof want, "(None, %d, %d, %d)", H * sh, W * sw, C);
+            else
+                snprintf(want, sizeof want, "(None, %d, %d)", H * W * sh, C);
+            ck_assert_msg(strstr(summary, want), "no %s in\n%s", want, summary);
+            /* Keras cuts "name (Class)" to 27 characters */
+            ck_assert_ptr_nonnull(
+                strstr(summary, two ? "up_sampling2d (UpSampling" : "up_sampling1d (UpSampling"));
+            dist_tape *t;
+            ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+            int64_t s2[4] = {2, H, W, C}, s1[3] = {2, H * W, C}, n;
+            float *y = run_model(m, t, 1, x, two ? 4 : 3, two ? s2 : s1, &n);
+            ck_assert_int_eq(n, 2 * H * sh * W * sw * C);
+            for (int b = 0; b < 2; b++)
+                for (int i = 0; i < H * sh; i++)
+                    for (int j = 0; j < W * sw; j++)
+                        for (int c = 0; c < C; c++) {
+                            /* 2D: pixel (i / sh, j / sw); 1D: step (i W sw + j) / sh, as
+                             * (i, j) runs over the H sh x W steps' rows */
+                            int64_t at = two ? (((int64_t)b * H + i / sh) * W + j / sw) * C + c
+                                             : ((int64_t)b * H * W + (i * W + j) / sh) * C + c;
+                            int64_t o = (((int64_t)b * H * sh + i) * W * sw + j) * C + c;
+                            ck_assert_msg(y[o] == x[at], "size %d x %d, %dD at %lld: %g, want %g",
+                                          sh, sw, two ? 2 : 1, (long long)o, y[o], x[at]);
+                        }
+            free(y);
+            dist_tape_destroy(t);
+            dist_model_destroy(m);
+        }
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_conv2d(m, 3, 2, DIST_ACT_TANH), DIST_OK);
+    ck_assert_int_eq(dist_model_add_upsampling2d(m, 3, 2), DIST_OK);
+    ck_assert_int_eq(dist_model_add_conv2d(m, 2, 3, DIST_ACT_SIGMOID), DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[3] = {H, W, C};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
+    int64_t xs[4] = {2, H, W, C}, rs[2] = {2, 3};
+    float x2[2 * H * W * C], r[6];
+    for (int i = 0; i < 2 * H * W * C; i++) x2[i] = cosf(0.37f * (float)i);
+    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+    expect_gradients_match_differences(m, x2, 4, xs, r, rs);
+}
+END_TEST
+
 START_TEST(test_average_pool_valid_strides_and_global_average) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
@@ -1111,6 +1177,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_average_pool_same_padding_counts_only_covered_elements);
     tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
     tcase_add_test(tc, test_rectangular_overlapping_pools_with_strides_and_padding);
+    tcase_add_test(tc, test_upsampling_repeats_steps_and_pixels);
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);
