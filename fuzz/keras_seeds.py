@@ -43,6 +43,8 @@ def models(k):
     s = L.MaxPooling2D(2)(s)
     s = L.MaxPooling2D((3, 2), strides=(2, 1), padding="same")(s)
     s = L.UpSampling2D((1, 2))(s)
+    s = L.Conv2DTranspose(4, (3, 2), strides=(2, 1), padding="same", activation="relu")(s)
+    s = L.Conv2DTranspose(4, 2, strides=2, kernel_regularizer=k.regularizers.L2(1e-4))(s)
     s = L.AveragePooling2D(2, padding="same")(s)
     s = L.LayerNormalization()(s)
     g1 = L.GlobalAveragePooling2D()(s)

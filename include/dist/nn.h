@@ -180,6 +180,12 @@ DIST_API dist_status dist_model_add_avg_pool1d(dist_model *model, int pool_size,
 DIST_API dist_status dist_model_add_cropping1d(dist_model *model, int start, int end);
 DIST_API dist_status dist_model_add_cropping2d(dist_model *model, int top, int bottom, int left,
                                                int right);
+/* Conv2DTranspose(filters, kernel_size, strides, padding, activation, use_bias): options as
+ * dist_model_add_conv2d_ex's without dilation and groups (both 1); kernel [kh, kw, filters, in]
+ * and bias [filters], Keras's layout; the output is Keras's: in * stride, plus
+ * max(kernel - stride, 0) with valid padding (dist_op_conv2d_transpose). */
+DIST_API dist_status dist_model_add_conv2d_transpose(dist_model *model,
+                                                     const dist_conv2d_options *options);
 /* UpSampling1D(size) on (steps, channels) and UpSampling2D(size=(size_h, size_w),
  * interpolation="nearest") on (height, width, channels) inputs: each step, or each pixel, repeated
  * size times along its axis (sizes 1 to 65536); the gradient of an input element is the sum of

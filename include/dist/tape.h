@@ -170,6 +170,17 @@ DIST_API dist_status dist_op_conv2d_geometry(dist_tape *tape, const dist_tensor 
                                              const dist_tensor *kernel, const dist_tensor *bias,
                                              const dist_conv2d_geometry *geometry,
                                              dist_activation activation, dist_tensor **y);
+/* tf.nn.conv2d_transpose as Keras's Conv2DTranspose computes it, then + bias and the activation:
+ * x [N, H, W, in], kernel [kh, kw, filters, in] (Keras's layout), bias [filters] or NULL. The
+ * output is [N, H * stride_h + max(kh - stride_h, 0), ..., filters] with VALID padding and
+ * [N, H * stride_h, W * stride_w, filters] with SAME; it is the gradient, with respect to its
+ * input, of the convolution with that kernel from the output's size to x's (every backend's
+ * conv2d_backward_data), and its gradients are that convolution's forward pass and filter
+ * gradient. */
+DIST_API dist_status dist_op_conv2d_transpose(dist_tape *tape, const dist_tensor *x,
+                                              const dist_tensor *kernel, const dist_tensor *bias,
+                                              int stride_h, int stride_w, dist_padding padding,
+                                              dist_activation activation, dist_tensor **y);
 DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, int pool_h,
                                         int pool_w, int stride_h, int stride_w,
                                         dist_padding padding, dist_tensor **y);

@@ -289,6 +289,91 @@ dist_status dist_op_conv2d_geometry(dist_tape *t, const dist_tensor *x, const di
     return DIST_OK;
 }
 
+/* ---- conv2d_transpose ---- */
+
+/* The transposed convolution is the gradient of a convolution with respect to its input: the
+ * node's desc is that convolution's, from y's size (its input) to x's (its output), so y is the
+ * backend's conv2d_backward_data of x with w. Its gradients are that convolution's forward
+ * pass of dy (x's) and its filter gradient with the roles swapped (w's). */
+static dist_status conv2d_transpose_backward(dist_tape *t, tape_node *n, grad_entry *g) {
+    const dist_tensor *x = n->in[0], *w = n->in[1];
+    if (dist_tensor_numel(x) == 0) return grad_zero(t, w);
+    dist_tensor *dy;
+    DIST_TRY(output_grad(t, n, g, &dy));
+    const dist_conv2d_desc *d = &n->p.conv;
+    if (tape_requires_grad(t, w)) {
+        dist_tensor *dw = NULL, *dw_use;
+        DIST_TRY(grad_begin(t, w, &dw));
+        dw_use = dw;
+        if (!dw_use) DIST_TRY(tape_new_like(t, w, &dw_use));
+        DIST_TRY(dist_be_conv2d_backward_filter(tape_be(t), tape_bectx(t), d, dy, x, dw_use, NULL));
+        DIST_TRY(grad_end(t, w, dw));
+    }
+    if (tape_requires_grad(t, x)) {
+        dist_tensor *fwd, *dx;
+        DIST_TRY(tape_new_tensor(t, DIST_F32, 4, x->shape, &fwd));
+        DIST_TRY(dist_be_conv2d_forward(tape_be(t), tape_bectx(t), d, dy, w, NULL, fwd));
+        DIST_TRY(grad_begin(t, x, &dx));
+        dx->layout = x->layout;
+        DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), fwd, dx));
+        DIST_TRY(grad_end(t, x, dx));
+    }
+    return DIST_OK;
+}
+
+dist_status dist_op_conv2d_transpose(dist_tape *t, const dist_tensor *x, const dist_tensor *w,
+                                     const dist_tensor *b, int stride_h, int stride_w,
+                                     dist_padding padding, dist_activation activation,
+                                     dist_tensor **y) {
+    DIST_CHECK_ARG(t && x && w && y, "dist_op_conv2d_transpose: NULL argument");
+    DIST_TRY(check_4d(x, "conv2d_transpose"));
+    DIST_TRY(check_activation(activation, "conv2d_transpose"));
+    DIST_CHECK_ARG(w->ndim == 4,
+                   "conv2d_transpose: kernel must be 4-D [kh, kw, filters, in], got %d-D", w->ndim);
+    DIST_CHECK_ARG(stride_h > 0 && stride_w > 0, "conv2d_transpose: strides must be positive");
+    DIST_CHECK_ARG(padding == DIST_PADDING_VALID || padding == DIST_PADDING_SAME,
+                   "conv2d_transpose: unknown padding %d", (int)padding);
+    DIST_CHECK_ARG(x->shape[3] == w->shape[3],
+                   "conv2d_transpose: input has %lld channels, the kernel [kh, kw, filters, in] "
+                   "expects %lld",
+                   (long long)x->shape[3], (long long)w->shape[3]);
+    DIST_CHECK_ARG(!b || dist_tensor_numel(b) == w->shape[2],
+                   "conv2d_transpose: bias has %lld values, kernel has %lld filters",
+                   b ? (long long)dist_tensor_numel(b) : 0LL, (long long)w->shape[2]);
+    const int64_t kh = w->shape[0], kw = w->shape[1];
+    DIST_CHECK_ARG(x->shape[1] <= ((int64_t)1 << 30) / stride_h &&
+                       x->shape[2] <= ((int64_t)1 << 30) / stride_w && kh <= 1 << 30 &&
+                       kw <= 1 << 30,
+                   "conv2d_transpose: the output's sides would pass 2^30 pixels");
+    /* Keras's output length: in * stride, plus max(k - stride, 0) with valid padding */
+    int64_t shape[4] = {x->shape[0], x->shape[1] * stride_h, x->shape[2] * stride_w, w->shape[2]};
+    if (padding == DIST_PADDING_VALID) {
+        shape[1] += kh > stride_h ? kh - stride_h : 0;
+        shape[2] += kw > stride_w ? kw - stride_w : 0;
+    }
+    dist_conv2d_desc d = {0};
+    d.stride_h = stride_h;
+    d.stride_w = stride_w;
+    d.dilation_h = d.dilation_w = d.groups = 1;
+    if (padding == DIST_PADDING_SAME) {
+        same_padding(shape[1], (int)kh, stride_h, &d.pad_top, &d.pad_bottom);
+        same_padding(shape[2], (int)kw, stride_w, &d.pad_left, &d.pad_right);
+    }
+    dist_tensor *out;
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    if (x->shape[0] > 0 && dist_tensor_numel(out) > 0)
+        DIST_TRY(dist_be_conv2d_backward_data(tape_be(t), tape_bectx(t), &d, x, w, out));
+    const dist_tensor *in[2] = {x, w};
+    tape_node *n;
+    DIST_TRY(tape_record(t, out, conv2d_transpose_backward, 2, in, &n));
+    if (n) n->p.conv = d;
+    DIST_TRY(tape_round_output(t, out, n));
+    if (b) DIST_TRY(dist_op_add(t, out, b, &out));
+    DIST_TRY(dist_op_activation(t, out, activation, &out));
+    *y = out;
+    return DIST_OK;
+}
+
 /* ---- max_pool2d ---- */
 
 /* The node before n that produced x, or NULL. */

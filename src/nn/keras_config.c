@@ -121,10 +121,11 @@ static void conv_config(cJSON *c, const model_layer *l) {
     }
     cJSON_AddStringToObject(c, "padding", conv_padding_name(o));
     cJSON_AddStringToObject(c, "data_format", "channels_last");
+    if (l->kind == LAYER_CONV2D_TRANSPOSE) cJSON_AddNullToObject(c, "output_padding");
     cJSON_AddItemToObject(c, "dilation_rate",
                           one_d ? cJSON_CreateIntArray(&o->dilation_w, 1)
                                 : int_pair(o->dilation_h, o->dilation_w));
-    cJSON_AddNumberToObject(c, "groups", o->groups);
+    if (l->kind != LAYER_CONV2D_TRANSPOSE) cJSON_AddNumberToObject(c, "groups", o->groups);
     cJSON_AddStringToObject(c, "activation", layer_activation_name(l));
     cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
     cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
@@ -306,6 +307,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     dist_status st = DIST_OK;
     switch (l->kind) {
     case LAYER_CONV2D:
+    case LAYER_CONV2D_TRANSPOSE:
     case LAYER_CONV1D: conv_config(c, l); break;
     case LAYER_DEPTHWISE_CONV2D:
     case LAYER_SEPARABLE_CONV2D: depthwise_config(c, l); break;
@@ -461,6 +463,7 @@ static dist_status regularizers_config(cJSON *c, const model_layer *l) {
     const char *keys[3] = {NULL, NULL, NULL}; /* kernel, bias, pointwise */
     switch (l->kind) {
     case LAYER_CONV2D:
+    case LAYER_CONV2D_TRANSPOSE:
     case LAYER_CONV1D:
     case LAYER_DENSE: keys[0] = "kernel_regularizer", keys[1] = "bias_regularizer"; break;
     case LAYER_SEPARABLE_CONV2D: keys[2] = "pointwise_regularizer"; /* fall through */

@@ -236,6 +236,8 @@ static dist_status add_regularizers(dist_model *m, const json_layer *l) {
     } args[] = {
         {"Conv2D", "kernel_regularizer", "bias_regularizer", NULL},
         {"Convolution2D", "kernel_regularizer", "bias_regularizer", NULL},
+        {"Conv2DTranspose", "kernel_regularizer", "bias_regularizer", NULL},
+        {"Convolution2DTranspose", "kernel_regularizer", "bias_regularizer", NULL},
         {"Conv1D", "kernel_regularizer", "bias_regularizer", NULL},
         {"Convolution1D", "kernel_regularizer", "bias_regularizer", NULL},
         {"Dense", "kernel_regularizer", "bias_regularizer", NULL},
@@ -391,6 +393,45 @@ static dist_status add_conv(dist_model *m, const json_layer *l, int one_d) {
 }
 
 static dist_status add_conv2d(dist_model *m, const json_layer *l) { return add_conv(m, l, 0); }
+
+/* Conv2DTranspose: Conv2D's arguments without groups (tf_keras writes groups: 1), and
+ * output_padding and dilation_rate at their defaults (null, 1). */
+static dist_status add_conv2d_transpose(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"filters",
+                                        "kernel_size",
+                                        "strides",
+                                        "padding",
+                                        "output_padding",
+                                        "data_format",
+                                        "dilation_rate",
+                                        "groups",
+                                        "activation",
+                                        "use_bias",
+                                        "kernel_initializer",
+                                        "bias_initializer",
+                                        "kernel_regularizer",
+                                        "bias_regularizer",
+                                        "activity_regularizer",
+                                        "kernel_constraint",
+                                        "bias_constraint",
+                                        "batch_input_shape",
+                                        NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_initializers(l));
+    if (!is_null_or_false(cJSON_GetObjectItemCaseSensitive(l->config, "output_padding")))
+        return unsupported_arg(l, "output_padding", "is set; libdist computes Keras's default");
+    dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
+    model_post_act post;
+    DIST_TRY(conv_common(l, 0, 1, &o, &post));
+    int groups;
+    DIST_TRY(json_groups(l, &groups));
+    if (groups != 1) return unsupported_arg(l, "groups", "is %d; Conv2DTranspose has none", groups);
+    if (o.dilation_h != 1 || o.dilation_w != 1)
+        return unsupported_arg(l, "dilation_rate", "is (%d, %d); libdist has 1", o.dilation_h,
+                               o.dilation_w);
+    DIST_TRY(dist_model_add_conv2d_transpose(m, &o));
+    return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
+}
 
 static dist_status add_conv1d(dist_model *m, const json_layer *l) { return add_conv(m, l, 1); }
 
@@ -1186,6 +1227,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         dist_status (*add)(dist_model *, const json_layer *);
     } kinds[] = {{"Conv2D", add_conv2d},
                  {"Convolution2D", add_conv2d},
+                 {"Conv2DTranspose", add_conv2d_transpose},
+                 {"Convolution2DTranspose", add_conv2d_transpose},
                  {"Conv1D", add_conv1d},
                  {"Convolution1D", add_conv1d},
                  {"DepthwiseConv2D", add_depthwise_conv2d},
@@ -1249,7 +1292,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         }
     return dist_error(
         DIST_UNSUPPORTED,
-        "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, "
+        "layer '%s': class '%s' is not supported (libdist has InputLayer, Conv2D, Conv2DTranspose, "
         "Conv1D, DepthwiseConv2D, SeparableConv2D, MaxPooling2D, MaxPooling1D, "
         "AveragePooling2D, AveragePooling1D, GlobalAveragePooling2D, "
         "GlobalMaxPooling2D, Dropout, SpatialDropout1D, SpatialDropout2D, BatchNormalization, "

@@ -75,6 +75,7 @@ static const struct {
     [LAYER_CROPPING2D] = {"Cropping2D", "cropping2d"},
     [LAYER_UPSAMPLING1D] = {"UpSampling1D", "up_sampling1d"},
     [LAYER_UPSAMPLING2D] = {"UpSampling2D", "up_sampling2d"},
+    [LAYER_CONV2D_TRANSPOSE] = {"Conv2DTranspose", "conv2d_transpose"},
     [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
@@ -94,7 +95,7 @@ static const struct {
 
 int model_layer_is_conv(layer_kind kind) {
     return kind == LAYER_CONV2D || kind == LAYER_DEPTHWISE_CONV2D ||
-           kind == LAYER_SEPARABLE_CONV2D || kind == LAYER_CONV1D;
+           kind == LAYER_SEPARABLE_CONV2D || kind == LAYER_CONV1D || kind == LAYER_CONV2D_TRANSPOSE;
 }
 
 const char *model_layer_class(layer_kind kind) {
@@ -200,6 +201,8 @@ static dist_status add_conv_layer(dist_model *m, const dist_conv2d_options *o, l
                    "%s: causal padding is Conv1D's, with DIST_PADDING_VALID", what);
     DIST_CHECK_ARG(c.padding == DIST_PADDING_VALID || c.padding == DIST_PADDING_SAME,
                    "%s: padding must be DIST_PADDING_VALID or DIST_PADDING_SAME", what);
+    DIST_CHECK_ARG(kind != LAYER_CONV2D_TRANSPOSE || (c.dilation_h == 1 && c.dilation_w == 1),
+                   "%s: dilation_rate must be 1 (libdist's transposed convolution has none)", what);
     DIST_TRY(check_activation(m, c.activation, what));
     model_layer *l = NULL;
     DIST_TRY(add_layer(m, &l));
@@ -214,6 +217,11 @@ static dist_status add_conv_layer(dist_model *m, const dist_conv2d_options *o, l
 dist_status dist_model_add_conv2d_ex(dist_model *m, const dist_conv2d_options *o) {
     DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_ex: NULL argument");
     return add_conv_layer(m, o, LAYER_CONV2D, "conv2d");
+}
+
+dist_status dist_model_add_conv2d_transpose(dist_model *m, const dist_conv2d_options *o) {
+    DIST_CHECK_ARG(m && o, "dist_model_add_conv2d_transpose: NULL argument");
+    return add_conv_layer(m, o, LAYER_CONV2D_TRANSPOSE, "conv2d_transpose");
 }
 
 dist_status dist_model_add_depthwise_conv2d(dist_model *m, const dist_conv2d_options *o) {
@@ -1103,6 +1111,18 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         }
         break;
     }
+    case LAYER_CONV2D_TRANSPOSE: { /* Keras's: in * stride (+ max(k - stride, 0) when valid) */
+        DIST_TRY(expect_image(l, nd));
+        const dist_conv2d_options *c = &l->conv;
+        const int valid = c->padding == DIST_PADDING_VALID;
+        /* (capped: strides reach 2^30) */
+        shape[0] = capped_mul(shape[0], c->stride_h) +
+                   (valid && c->kernel_h > c->stride_h ? c->kernel_h - c->stride_h : 0);
+        shape[1] = capped_mul(shape[1], c->stride_w) +
+                   (valid && c->kernel_w > c->stride_w ? c->kernel_w - c->stride_w : 0);
+        shape[2] = c->filters;
+        break;
+    }
     case LAYER_UPSAMPLING1D:
     case LAYER_UPSAMPLING2D:
         if (l->kind == LAYER_UPSAMPLING2D)
@@ -1110,8 +1130,8 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         else if (nd != 2)
             return dist_error(DIST_INVALID_ARGUMENT, "layer '%s' expects (steps, features) inputs",
                               l->name);
-        shape[0] *= l->pad[0];
-        if (l->kind == LAYER_UPSAMPLING2D) shape[1] *= l->pad[1];
+        shape[0] = capped_mul(shape[0], l->pad[0]);
+        if (l->kind == LAYER_UPSAMPLING2D) shape[1] = capped_mul(shape[1], l->pad[1]);
         break;
     case LAYER_ZERO_PADDING2D:
         DIST_TRY(expect_image(l, nd));
@@ -1180,6 +1200,17 @@ static void layer_variables(dist_model *m, model_layer *l) {
         int64_t k[4] = {c->kernel_h, c->kernel_w, ci, c->filters};
         int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
         l->kernel_var = add_var(m, l, "kernel", 4, k, rf * ci, rf * c->filters);
+        if (c->use_bias) {
+            int64_t b = c->filters;
+            l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
+        }
+        break;
+    }
+    case LAYER_CONV2D_TRANSPOSE: { /* [kh, kw, filters, in]: Keras's fans of that shape */
+        const dist_conv2d_options *c = &l->conv;
+        int64_t k[4] = {c->kernel_h, c->kernel_w, c->filters, shape[2]};
+        int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
+        l->kernel_var = add_var(m, l, "kernel", 4, k, rf * c->filters, rf * shape[2]);
         if (c->use_bias) {
             int64_t b = c->filters;
             l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
@@ -1949,6 +1980,10 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
             dist_op_conv2d_geometry(tape, h, vars[l->kernel_var], bias, &g, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
     }
+    case LAYER_CONV2D_TRANSPOSE:
+        DIST_TRY(dist_op_conv2d_transpose(tape, h, vars[l->kernel_var], bias, l->conv.stride_h,
+                                          l->conv.stride_w, l->conv.padding, l->activation, out));
+        return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
     case LAYER_DEPTHWISE_CONV2D:
         DIST_TRY(call_depthwise(tape, l, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);

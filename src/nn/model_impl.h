@@ -50,9 +50,10 @@ typedef enum layer_kind {
     LAYER_CROPPING2D,        /* pad[0..3]: cropped from top, bottom, left, right */
     LAYER_SPATIAL_DROPOUT1D, /* Dropout of whole channels: rate, seed */
     LAYER_SPATIAL_DROPOUT2D,
-    LAYER_PRELU,        /* alpha is kernel_var; shared_axes */
-    LAYER_UPSAMPLING1D, /* pad[0]: each step repeated that many times */
-    LAYER_UPSAMPLING2D, /* pad[0], pad[1]: each pixel repeated along the height, the width */
+    LAYER_PRELU,            /* alpha is kernel_var; shared_axes */
+    LAYER_UPSAMPLING1D,     /* pad[0]: each step repeated that many times */
+    LAYER_UPSAMPLING2D,     /* pad[0], pad[1]: each pixel repeated along the height, the width */
+    LAYER_CONV2D_TRANSPOSE, /* conv: filters, kernel, strides, padding; kernel [kh, kw, f, in] */
     LAYER_KIND_COUNT
 } layer_kind;
 

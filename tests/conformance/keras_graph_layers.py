@@ -10,7 +10,8 @@ by NumPy:
   (ties where a = 0 = gelu(a)); PReLU(shared_axes=[1, 2])(sub); Add([prelu, mul, avg, max,
   min]);
   Concatenate(axis=-1)([add, a]) -> LayerNormalization -> Cropping2D(((1, 0), (0, 2))) ->
-  MaxPooling2D((3, 2), strides=(2, 1), same) -> UpSampling2D((2, 3)) ->
+  MaxPooling2D((3, 2), strides=(2, 1), same) -> Conv2DTranspose(4, (3, 2), strides=(2, 1),
+  same, relu) -> Conv2DTranspose(3, (2, 1), strides=(1, 2)) -> UpSampling2D((2, 3)) ->
   AveragePooling2D((2, 3), strides=(1, 2), same) -> GlobalMaxPooling2D, concatenated with x ->
   Reshape((64, 3)) -> Cropping1D((3, 6)) -> UpSampling1D(3) -> AveragePooling1D(3, 2, same) ->
   Permute((2, 1)) -> GlobalAveragePooling1D; then d =
@@ -77,8 +78,12 @@ def body(L, x):
     h = L.Cropping2D(((1, 0), (0, 2)), name="crop2d")(h)
     # 6x5 -> 3x5 -> 3x3: rectangular windows that overlap, strides of their own, same padding
     h = L.MaxPooling2D((3, 2), strides=(2, 1), padding="same", name="mp2d")(h)
-    h = L.UpSampling2D((2, 3), name="up2d")(h)  # 3x5 -> 6x15
-    h = L.AveragePooling2D((2, 3), strides=(1, 2), padding="same", name="ap2d")(h)  # -> 6x8
+    # 3x5 -> 6x5 -> 7x10 (valid, a kernel narrower than its stride along the width)
+    h = L.Conv2DTranspose(4, (3, 2), strides=(2, 1), padding="same", activation="relu",
+                          name="ct1")(h)
+    h = L.Conv2DTranspose(3, (2, 1), strides=(1, 2), name="ct2")(h)
+    h = L.UpSampling2D((2, 3), name="up2d")(h)  # -> 14x30
+    h = L.AveragePooling2D((2, 3), strides=(1, 2), padding="same", name="ap2d")(h)  # -> 14x15
     h = L.GlobalMaxPooling2D(name="gmp")(h)
     # the input again, as 64 steps of 3: Reshape -> Cropping1D -> AveragePooling1D (same: the
     # last window's mean over the steps it covers) -> Permute -> GlobalAveragePooling1D

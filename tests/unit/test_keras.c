@@ -362,6 +362,14 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"UpSampling2D\",\"config\":{\"name\":\"u\","
                                 "\"size\":[2,2],\"interpolation\":\"bilinear\"}}"),
          "layer 'u' (UpSampling2D): argument 'interpolation' is 'bilinear'; libdist has 'nearest'"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Conv2DTranspose\",\"config\":{\"name\":"
+                                "\"t\",\"filters\":4,\"kernel_size\":[3,3],\"strides\":[2,2],"
+                                "\"output_padding\":[1,1]}}"),
+         "layer 't' (Conv2DTranspose): argument 'output_padding' is set"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Conv2DTranspose\",\"config\":{\"name\":"
+                                "\"t\",\"filters\":4,\"kernel_size\":[3,3],"
+                                "\"dilation_rate\":[2,2]}}"),
+         "layer 't' (Conv2DTranspose): argument 'dilation_rate' is (2, 2); libdist has 1"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"data_format\":\"channels_first\"")),
          "layer 'c' (Conv2D): argument 'data_format' is 'channels_first'"},
         {SEQUENTIAL(INPUT("in") "," CONV("c", ",\"future_option\":3")),

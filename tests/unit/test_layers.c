@@ -259,6 +259,97 @@ START_TEST(test_upsampling_repeats_steps_and_pixels) {
 }
 END_TEST
 
+/* Conv2DTranspose against its definition in double (y[i s + a - pad_top, j s + b - pad_left, f]
+ * += x[i, j, c] w[a, b, f, c], the padding TensorFlow's SAME of the convolution from y's size
+ * to x's), for valid and same padding, strides 1 to 3 and a kernel smaller than its stride;
+ * then the gradients of a model around it (its input's, through the convolution before it, its
+ * kernel's and bias's) against central differences. */
+START_TEST(test_conv2d_transpose_matches_its_definition_and_differences) {
+    static const struct {
+        int kh, kw, sh, sw, same;
+    } g[] = {{3, 2, 2, 1, 1}, {3, 3, 2, 2, 0}, {2, 3, 1, 3, 1}, {1, 1, 2, 2, 0}, {3, 1, 3, 2, 0}};
+    enum { N = 2, H = 3, W = 4, C = 2, F = 3 };
+    float x[N * H * W * C];
+    for (int i = 0; i < N * H * W * C; i++) x[i] = sinf(0.7f * (float)i);
+    for (size_t gi = 0; gi < sizeof g / sizeof g[0]; gi++) {
+        dist_model *m = new_model();
+        dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
+        o.filters = F;
+        o.kernel_h = g[gi].kh, o.kernel_w = g[gi].kw;
+        o.stride_h = g[gi].sh, o.stride_w = g[gi].sw;
+        o.padding = g[gi].same ? DIST_PADDING_SAME : DIST_PADDING_VALID;
+        ck_assert_int_eq(dist_model_add_conv2d_transpose(m, &o), DIST_OK);
+        int64_t in[3] = {H, W, C};
+        ck_assert_msg(dist_model_build(m, 3, in, 1) == DIST_OK, "%s", dist_last_error());
+        const int oh =
+            H * g[gi].sh + (!g[gi].same && g[gi].kh > g[gi].sh ? g[gi].kh - g[gi].sh : 0);
+        const int ow =
+            W * g[gi].sw + (!g[gi].same && g[gi].kw > g[gi].sw ? g[gi].kw - g[gi].sw : 0);
+        char summary[2048], want[64];
+        ck_assert_int_eq(dist_model_summary(m, summary, sizeof summary), DIST_OK);
+        snprintf(want, sizeof want, "(None, %d, %d, %d)", oh, ow, F);
+        ck_assert_msg(strstr(summary, want), "case %zu: no %s in\n%s", gi, want, summary);
+        int64_t np = dist_model_num_params(m);
+        ck_assert_int_eq(np, (int64_t)g[gi].kh * g[gi].kw * F * C + F);
+        float w[64 + F];
+        for (int64_t i = 0; i < np; i++) w[i] = 0.3f * cosf(1.3f * (float)i);
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        int64_t shape[4] = {N, H, W, C}, n;
+        float *y = run_model(m, t, 0, x, 4, shape, &n);
+        ck_assert_int_eq(n, (int64_t)N * oh * ow * F);
+        int pt = 0, pl = 0;
+        if (g[gi].same) { /* the convolution from oh to H: TensorFlow's SAME */
+            int th = (H - 1) * g[gi].sh + g[gi].kh - oh, tw = (W - 1) * g[gi].sw + g[gi].kw - ow;
+            pt = th > 0 ? th / 2 : 0, pl = tw > 0 ? tw / 2 : 0;
+        }
+        static double ref[N * 16 * 16 * F];
+        memset(ref, 0, sizeof ref);
+        const float *kern = w, *bias = w + g[gi].kh * g[gi].kw * F * C;
+        for (int b = 0; b < N; b++)
+            for (int i = 0; i < H; i++)
+                for (int j = 0; j < W; j++)
+                    for (int a = 0; a < g[gi].kh; a++)
+                        for (int q = 0; q < g[gi].kw; q++) {
+                            int r = i * g[gi].sh + a - pt, u = j * g[gi].sw + q - pl;
+                            if (r < 0 || r >= oh || u < 0 || u >= ow) continue;
+                            for (int f = 0; f < F; f++)
+                                for (int c = 0; c < C; c++)
+                                    ref[((b * oh + r) * ow + u) * F + f] +=
+                                        (double)x[((b * H + i) * W + j) * C + c] *
+                                        kern[((a * g[gi].kw + q) * F + f) * C + c];
+                        }
+        for (int64_t e = 0; e < n; e++) {
+            double want_v = ref[e] + bias[e % F];
+            ck_assert_msg(fabs(y[e] - want_v) <= 1e-5 * (1 + fabs(want_v)),
+                          "case %zu at %lld: %.7g, by definition %.7g", gi, (long long)e, y[e],
+                          want_v);
+        }
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_conv2d(m, 3, 2, DIST_ACT_TANH), DIST_OK);
+    dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
+    o.filters = 2, o.kernel_h = 3, o.kernel_w = 2, o.stride_h = 2, o.stride_w = 1;
+    o.padding = DIST_PADDING_SAME;
+    o.activation = DIST_ACT_SIGMOID;
+    ck_assert_int_eq(dist_model_add_conv2d_transpose(m, &o), DIST_OK);
+    o.stride_h = 1, o.stride_w = 2, o.padding = DIST_PADDING_VALID, o.activation = DIST_ACT_NONE;
+    ck_assert_int_eq(dist_model_add_conv2d_transpose(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[3] = {H, W, C};
+    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
+    int64_t xs[4] = {N, H, W, C}, rs[2] = {N, 3};
+    float r[6];
+    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+    expect_gradients_match_differences(m, x, 4, xs, r, rs);
+}
+END_TEST
+
 START_TEST(test_average_pool_valid_strides_and_global_average) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
@@ -1178,6 +1269,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_average_pool_valid_strides_and_global_average);
     tcase_add_test(tc, test_rectangular_overlapping_pools_with_strides_and_padding);
     tcase_add_test(tc, test_upsampling_repeats_steps_and_pixels);
+    tcase_add_test(tc, test_conv2d_transpose_matches_its_definition_and_differences);
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);

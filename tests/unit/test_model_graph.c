@@ -1047,10 +1047,11 @@ static const char *g_plugin; /* tpu mode: XLA's CPU PJRT plugin (argv[1] "tpu", 
 
 /* Rescaling(0.5, 0.25) -> ZeroPadding2D(1, 0, 0, 1) -> Conv2D(4, 3) -> a = ReLU;
  * n = LayerNormalization(a); s = Add([a, n]); Concatenate([s, a]) -> MaxPooling2D((3, 2),
- * strides (2, 1), same) -> UpSampling2D((2, 3)) -> AveragePooling2D((2, 3), strides (1, 2),
- * same) -> GlobalMaxPooling2D -> Dense(10) -> Softmax (a head): the graph layers that upload
- * constants (the offset, epsilon) and zero tensors, on 2 replicas, 3 SGD steps of global batches
- * of 8. */
+ * strides (2, 1), same) -> Conv2DTranspose(3, (3, 2), strides (2, 1), same, relu) ->
+ * Conv2DTranspose(3, (2, 1), strides (1, 2)) -> UpSampling2D((2, 3)) -> AveragePooling2D((2, 3),
+ * strides (1, 2), same) -> GlobalMaxPooling2D -> Dense(10) -> Softmax (a head): the graph layers
+ * that upload constants (the offset, epsilon) and zero tensors, on 2 replicas, 3 SGD steps of
+ * global batches of 8. */
 static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
@@ -1075,9 +1076,16 @@ static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count
     ck_assert_int_eq(dist_model_set_inputs(m, 5, 2, (int[]){3, 4}), DIST_OK);
     ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 6 */
     ck_assert_int_eq(dist_model_set_inputs(m, 6, 2, (int[]){5, 3}), DIST_OK);
-    /* 5x5 -> 3x5 -> 6x15 -> 6x8: rectangular, overlapping, same-padded windows */
+    /* 5x5 -> 3x5: rectangular, overlapping, same-padded windows */
     ck_assert_int_eq(dist_model_add_max_pool2d_ex(m, 3, 2, 2, 1, DIST_PADDING_SAME), DIST_OK);
-    ck_assert_int_eq(dist_model_add_upsampling2d(m, 2, 3), DIST_OK); /* 3x5 -> 6x15 */
+    dist_conv2d_options ct = DIST_CONV2D_OPTIONS_INIT; /* 3x5 -> 6x5 -> 7x10 */
+    ct.filters = 3, ct.kernel_h = 3, ct.kernel_w = 2, ct.stride_h = 2, ct.stride_w = 1;
+    ct.padding = DIST_PADDING_SAME, ct.activation = DIST_ACT_RELU;
+    ck_assert_int_eq(dist_model_add_conv2d_transpose(m, &ct), DIST_OK);
+    ct.kernel_h = 2, ct.kernel_w = 1, ct.stride_h = 1, ct.stride_w = 2;
+    ct.padding = DIST_PADDING_VALID, ct.activation = DIST_ACT_NONE;
+    ck_assert_int_eq(dist_model_add_conv2d_transpose(m, &ct), DIST_OK);
+    ck_assert_int_eq(dist_model_add_upsampling2d(m, 2, 3), DIST_OK); /* -> 14x30 */
     ck_assert_int_eq(dist_model_add_average_pool2d_ex(m, 2, 3, 1, 2, DIST_PADDING_SAME), DIST_OK);
     ck_assert_int_eq(dist_model_add_global_max_pool2d(m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 10, DIST_ACT_NONE), DIST_OK);
