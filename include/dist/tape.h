@@ -189,7 +189,7 @@ DIST_API dist_status dist_op_max_pool2d(dist_tape *tape, const dist_tensor *x, i
  * the CPU backend does for a one-channel input, a 3x3 stride-1 VALID kernel, ReLU and a 2x2
  * stride-2 VALID pool when nothing needs x's gradient (the seed CNN's first layers), and falls
  * back to the two ops otherwise. Keras's Sequential models (dist_model) call it for a Conv2D
- * followed by MaxPooling2D. */
+ * followed by a MaxPooling2D with a square pool at strides = pool and valid padding. */
 DIST_API dist_status dist_op_conv2d_max_pool2d(dist_tape *tape, const dist_tensor *x,
                                                const dist_tensor *kernel, const dist_tensor *bias,
                                                int stride_h, int stride_w, dist_padding padding,

@@ -351,6 +351,15 @@ dist_status dist_op_conv2d_transpose(dist_tape *t, const dist_tensor *x, const d
         shape[1] += kh > stride_h ? kh - stride_h : 0;
         shape[2] += kw > stride_w ? kw - stride_w : 0;
     }
+    int64_t numel = shape[0];
+    for (int i = 1; i < 4; i++)
+        numel = shape[i] && numel > ((int64_t)1 << 40) / shape[i] ? ((int64_t)1 << 40) + 1
+                                                                  : numel * shape[i];
+    DIST_CHECK_ARG(numel <= (int64_t)1 << 40,
+                   "conv2d_transpose: the output [%lld, %lld, %lld, %lld] holds more than 2^40 "
+                   "elements",
+                   (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                   (long long)shape[3]);
     dist_conv2d_desc d = {0};
     d.stride_h = stride_h;
     d.stride_w = stride_w;
@@ -359,8 +368,15 @@ dist_status dist_op_conv2d_transpose(dist_tape *t, const dist_tensor *x, const d
         same_padding(shape[1], (int)kh, stride_h, &d.pad_top, &d.pad_bottom);
         same_padding(shape[2], (int)kw, stride_w, &d.pad_left, &d.pad_right);
     }
+    /* SAME pads k - s in all, the odd one after: cuDNN pads both sides alike, so every backend
+     * runs the convolution from one more row (column) padded by the smaller side twice, which
+     * lands on the same rows of x, and the extra last row is sliced off */
+    const int extra_h = d.pad_bottom - d.pad_top, extra_w = d.pad_right - d.pad_left;
+    d.pad_bottom = d.pad_top;
+    d.pad_right = d.pad_left;
+    int64_t full[4] = {shape[0], shape[1] + extra_h, shape[2] + extra_w, shape[3]};
     dist_tensor *out;
-    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, shape, &out));
+    DIST_TRY(tape_new_tensor(t, DIST_F32, 4, full, &out));
     if (x->shape[0] > 0 && dist_tensor_numel(out) > 0)
         DIST_TRY(dist_be_conv2d_backward_data(tape_be(t), tape_bectx(t), &d, x, w, out));
     const dist_tensor *in[2] = {x, w};
@@ -368,6 +384,10 @@ dist_status dist_op_conv2d_transpose(dist_tape *t, const dist_tensor *x, const d
     DIST_TRY(tape_record(t, out, conv2d_transpose_backward, 2, in, &n));
     if (n) n->p.conv = d;
     DIST_TRY(tape_round_output(t, out, n));
+    if (extra_h || extra_w) {
+        static const int64_t zero[4] = {0, 0, 0, 0};
+        DIST_TRY(dist_op_slice(t, out, zero, shape, &out));
+    }
     if (b) DIST_TRY(dist_op_add(t, out, b, &out));
     DIST_TRY(dist_op_activation(t, out, activation, &out));
     *y = out;

@@ -223,16 +223,17 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
             return dist_error_context(st, "%s (rank %d of %d)", c->names[c->rank], c->rank,
                                       c->world);
     }
+    char(*hosts)[NET_HOST_ID_CAP] = NULL;
+    dist_status st;
     if (c->rank == 0)
         DIST_TRY(net_store_start(c, &c->store));
     else
-        DIST_TRY(connect_to(c, 0, NET_KIND_STORE, deadline, &c->store_fd));
+        DIST_TRY_GOTO(connect_to(c, 0, NET_KIND_STORE, deadline, &c->store_fd), st, out);
     if (c->world == 1) return DIST_OK;
     done[phases++] = net_now();
 
-    char(*hosts)[NET_HOST_ID_CAP] = calloc((size_t)c->world, sizeof *hosts);
+    hosts = calloc((size_t)c->world, sizeof *hosts);
     if (!hosts) return dist_error(DIST_OUT_OF_MEMORY, "net_comm: out of memory");
-    dist_status st;
     DIST_TRY_GOTO(register_hosts(c, hosts, deadline), st, out);
     done[phases++] = net_now();
     for (int r = 0; r < c->rank; r++)

@@ -945,7 +945,8 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
             out_dim(shape[0], (c->kernel_h - 1) * c->dilation_h + 1, c->stride_h, c->padding);
         shape[1] =
             out_dim(shape[1], (c->kernel_w - 1) * c->dilation_w + 1, c->stride_w, c->padding);
-        shape[2] = l->kind == LAYER_DEPTHWISE_CONV2D ? shape[2] * c->depth_multiplier : c->filters;
+        shape[2] = l->kind == LAYER_DEPTHWISE_CONV2D ? capped_mul(shape[2], c->depth_multiplier)
+                                                     : c->filters;
         if (shape[0] <= 0 || shape[1] <= 0)
             return dist_error(DIST_INVALID_ARGUMENT,
                               "layer '%s': the kernel is larger than its input", l->name);
@@ -1121,6 +1122,11 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
         shape[1] = capped_mul(shape[1], c->stride_w) +
                    (valid && c->kernel_w > c->stride_w ? c->kernel_w - c->stride_w : 0);
         shape[2] = c->filters;
+        if (shape[0] > (int64_t)1 << 30 || shape[1] > (int64_t)1 << 30)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (Conv2DTranspose): its output's sides pass 2^30 "
+                              "pixels",
+                              l->name);
         break;
     }
     case LAYER_UPSAMPLING1D:
@@ -1198,8 +1204,9 @@ static void layer_variables(dist_model *m, model_layer *l) {
         const dist_conv2d_options *c = &l->conv;
         int64_t ci = shape[2] / c->groups;
         int64_t k[4] = {c->kernel_h, c->kernel_w, ci, c->filters};
-        int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
-        l->kernel_var = add_var(m, l, "kernel", 4, k, rf * ci, rf * c->filters);
+        int64_t rf = capped_mul(c->kernel_h, c->kernel_w); /* capped: a hostile kernel_size */
+        l->kernel_var =
+            add_var(m, l, "kernel", 4, k, capped_mul(rf, ci), capped_mul(rf, c->filters));
         if (c->use_bias) {
             int64_t b = c->filters;
             l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
@@ -1209,8 +1216,9 @@ static void layer_variables(dist_model *m, model_layer *l) {
     case LAYER_CONV2D_TRANSPOSE: { /* [kh, kw, filters, in]: Keras's fans of that shape */
         const dist_conv2d_options *c = &l->conv;
         int64_t k[4] = {c->kernel_h, c->kernel_w, c->filters, shape[2]};
-        int64_t rf = (int64_t)c->kernel_h * c->kernel_w;
-        l->kernel_var = add_var(m, l, "kernel", 4, k, rf * c->filters, rf * shape[2]);
+        int64_t rf = capped_mul(c->kernel_h, c->kernel_w);
+        l->kernel_var =
+            add_var(m, l, "kernel", 4, k, capped_mul(rf, c->filters), capped_mul(rf, shape[2]));
         if (c->use_bias) {
             int64_t b = c->filters;
             l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
@@ -1220,18 +1228,18 @@ static void layer_variables(dist_model *m, model_layer *l) {
     case LAYER_DEPTHWISE_CONV2D:
     case LAYER_SEPARABLE_CONV2D: {
         const dist_conv2d_options *c = &l->conv;
-        int64_t dm = c->depth_multiplier, rf = (int64_t)c->kernel_h * c->kernel_w;
-        int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], dm};
+        int64_t dm = c->depth_multiplier, rf = capped_mul(c->kernel_h, c->kernel_w);
+        int64_t k[4] = {c->kernel_h, c->kernel_w, shape[2], dm}, cm = capped_mul(shape[2], dm);
         int sep = l->kind == LAYER_SEPARABLE_CONV2D;
         /* Keras 3 names DepthwiseConv2D's "kernel", SeparableConv2D's "depthwise_kernel" */
-        l->kernel_var =
-            add_var(m, l, sep ? "depthwise_kernel" : "kernel", 4, k, rf * shape[2], rf * dm);
+        l->kernel_var = add_var(m, l, sep ? "depthwise_kernel" : "kernel", 4, k,
+                                capped_mul(rf, shape[2]), capped_mul(rf, dm));
         if (sep) {
-            int64_t pk[4] = {1, 1, shape[2] * dm, c->filters};
-            l->pointwise_var = add_var(m, l, "pointwise_kernel", 4, pk, shape[2] * dm, c->filters);
+            int64_t pk[4] = {1, 1, cm, c->filters};
+            l->pointwise_var = add_var(m, l, "pointwise_kernel", 4, pk, cm, c->filters);
         }
         if (c->use_bias) {
-            int64_t b = sep ? c->filters : shape[2] * dm;
+            int64_t b = sep ? c->filters : cm;
             l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
         }
         break;
@@ -1240,7 +1248,8 @@ static void layer_variables(dist_model *m, model_layer *l) {
         const dist_conv2d_options *c = &l->conv;
         int64_t ci = shape[1] / c->groups;
         int64_t k[3] = {c->kernel_w, ci, c->filters};
-        l->kernel_var = add_var(m, l, "kernel", 3, k, c->kernel_w * ci, c->kernel_w * c->filters);
+        l->kernel_var = add_var(m, l, "kernel", 3, k, capped_mul(c->kernel_w, ci),
+                                capped_mul(c->kernel_w, c->filters));
         if (c->use_bias) {
             int64_t b = c->filters;
             l->bias_var = add_var(m, l, "bias", 1, &b, 0, 0);
@@ -2110,7 +2119,9 @@ static int fuses_with_pool(const dist_model *m, int k) {
     const model_layer *c = &m->layers[m->order[k]], *p = &m->layers[m->order[k + 1]];
     return c->kind == LAYER_CONV2D && c->conv.dilation_h == 1 && c->conv.dilation_w == 1 &&
            c->conv.groups == 1 && c->post == POST_NONE && p->kind == LAYER_MAX_POOL2D &&
-           c->readers == 1 && p->inputs[0] == m->order[k];
+           /* the fused kernels' pools: square, strides = pool, valid */
+           p->pool == p->pool_w && p->pool_stride == p->pool && p->pool_stride_w == p->pool_w &&
+           p->padding == DIST_PADDING_VALID && c->readers == 1 && p->inputs[0] == m->order[k];
 }
 
 /* The layers of one call in topological order, at the tape's compute precision; *y is the

@@ -76,7 +76,7 @@ def body(L, x):
     h = L.Concatenate(axis=-1, name="cat")([add, a])
     h = L.LayerNormalization(epsilon=1e-3, name="ln")(h)
     h = L.Cropping2D(((1, 0), (0, 2)), name="crop2d")(h)
-    # 6x5 -> 3x5 -> 3x3: rectangular windows that overlap, strides of their own, same padding
+    # 6x5 -> 3x5: rectangular windows that overlap, strides of their own, same padding
     h = L.MaxPooling2D((3, 2), strides=(2, 1), padding="same", name="mp2d")(h)
     # 3x5 -> 6x5 -> 7x10 (valid, a kernel narrower than its stride along the width)
     h = L.Conv2DTranspose(4, (3, 2), strides=(2, 1), padding="same", activation="relu",
