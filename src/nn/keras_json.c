@@ -359,44 +359,11 @@ static dist_status json_depth_multiplier(const json_layer *l, int *dm) {
     return DIST_OK;
 }
 
-/* Conv2D and Conv1D (one_d). */
-static dist_status add_conv(dist_model *m, const json_layer *l, int one_d) {
-    static const char *const known[] = {"filters",
-                                        "kernel_size",
-                                        "strides",
-                                        "padding",
-                                        "data_format",
-                                        "dilation_rate",
-                                        "groups",
-                                        "activation",
-                                        "use_bias",
-                                        "kernel_initializer",
-                                        "bias_initializer",
-                                        "kernel_regularizer",
-                                        "bias_regularizer",
-                                        "activity_regularizer",
-                                        "kernel_constraint",
-                                        "bias_constraint",
-                                        "batch_input_shape",
-                                        NULL};
-    DIST_TRY(check_keys(l, known));
-    DIST_TRY(check_initializers(l));
-    dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
-    model_post_act post;
-    DIST_TRY(conv_common(l, one_d, 1, &o, &post));
-    DIST_TRY(json_groups(l, &o.groups));
-    if (o.filters % o.groups != 0)
-        return unsupported_arg(l, "groups", "is %d; it must divide filters (%d)", o.groups,
-                               o.filters);
-    DIST_TRY(one_d ? dist_model_add_conv1d(m, &o) : dist_model_add_conv2d_ex(m, &o));
-    return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
-}
+enum { CONV_2D, CONV_1D, CONV_2D_TRANSPOSE };
 
-static dist_status add_conv2d(dist_model *m, const json_layer *l) { return add_conv(m, l, 0); }
-
-/* Conv2DTranspose: Conv2D's arguments without groups (tf_keras writes groups: 1), and
- * output_padding and dilation_rate at their defaults (null, 1). */
-static dist_status add_conv2d_transpose(dist_model *m, const json_layer *l) {
+/* Conv2D, Conv1D and Conv2DTranspose: Conv2D's arguments; Conv2DTranspose's without groups
+ * (tf_keras writes groups: 1) or dilation, and output_padding (its own) at its default, null. */
+static dist_status add_conv(dist_model *m, const json_layer *l, int kind) {
     static const char *const known[] = {"filters",
                                         "kernel_size",
                                         "strides",
@@ -422,18 +389,33 @@ static dist_status add_conv2d_transpose(dist_model *m, const json_layer *l) {
         return unsupported_arg(l, "output_padding", "is set; libdist computes Keras's default");
     dist_conv2d_options o = DIST_CONV2D_OPTIONS_INIT;
     model_post_act post;
-    DIST_TRY(conv_common(l, 0, 1, &o, &post));
-    int groups;
-    DIST_TRY(json_groups(l, &groups));
-    if (groups != 1) return unsupported_arg(l, "groups", "is %d; Conv2DTranspose has none", groups);
-    if (o.dilation_h != 1 || o.dilation_w != 1)
+    DIST_TRY(conv_common(l, kind == CONV_1D, 1, &o, &post));
+    DIST_TRY(json_groups(l, &o.groups));
+    if (kind == CONV_2D_TRANSPOSE && o.groups != 1)
+        return unsupported_arg(l, "groups", "is %d; Conv2DTranspose has none", o.groups);
+    if (kind == CONV_2D_TRANSPOSE && (o.dilation_h != 1 || o.dilation_w != 1))
         return unsupported_arg(l, "dilation_rate", "is (%d, %d); libdist has 1", o.dilation_h,
                                o.dilation_w);
-    DIST_TRY(dist_model_add_conv2d_transpose(m, &o));
+    if (o.filters % o.groups != 0)
+        return unsupported_arg(l, "groups", "is %d; it must divide filters (%d)", o.groups,
+                               o.filters);
+    DIST_TRY(kind == CONV_1D             ? dist_model_add_conv1d(m, &o)
+             : kind == CONV_2D_TRANSPOSE ? dist_model_add_conv2d_transpose(m, &o)
+                                         : dist_model_add_conv2d_ex(m, &o));
     return post == POST_NONE ? DIST_OK : model_set_last_post_activation(m, post);
 }
 
-static dist_status add_conv1d(dist_model *m, const json_layer *l) { return add_conv(m, l, 1); }
+static dist_status add_conv2d(dist_model *m, const json_layer *l) {
+    return add_conv(m, l, CONV_2D);
+}
+
+static dist_status add_conv2d_transpose(dist_model *m, const json_layer *l) {
+    return add_conv(m, l, CONV_2D_TRANSPOSE);
+}
+
+static dist_status add_conv1d(dist_model *m, const json_layer *l) {
+    return add_conv(m, l, CONV_1D);
+}
 
 /* An initializer argument of a depthwise or separable convolution (GlorotUniform, as libdist). */
 static dist_status check_glorot(const json_layer *l, const char *key) {

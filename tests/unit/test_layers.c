@@ -61,6 +61,19 @@ static void expect_gradients_match_differences(dist_model *m, const float *x, in
                                                const int64_t *xs, const float *r,
                                                const int64_t *rs);
 
+/* expect_gradients_match_differences for model m of 3 outputs on 2 (h, w, c) images: builds m,
+ * then x[i] = cos(0.37 i) and the outputs' weights r (destroys the model). */
+static void expect_image_model_gradients(dist_model *m, int h, int w, int c) {
+    int64_t in[3] = {h, w, c}, xs[4] = {2, h, w, c}, rs[2] = {2, 3};
+    ck_assert_msg(dist_model_build(m, 3, in, 3) == DIST_OK, "%s", dist_last_error());
+    const int n = 2 * h * w * c;
+    float *x = malloc((size_t)n * sizeof *x), r[6];
+    for (int i = 0; i < n; i++) x[i] = cosf(0.37f * (float)i);
+    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+    expect_gradients_match_differences(m, x, 4, xs, r, rs);
+    free(x);
+}
+
 /* A window of ph x pw at stride (sh, sw) with TensorFlow's SAME or VALID placement, by hand:
  * the max (or the mean of the covered elements) of x [h, w, c] at output (i, j, k). */
 static float pool_by_hand(const float *x, int h, int w, int c, int ph, int pw, int sh, int sw,
@@ -183,13 +196,7 @@ START_TEST(test_rectangular_overlapping_pools_with_strides_and_padding) {
     ck_assert_int_eq(dist_model_add_average_pool2d_ex(m, 3, 2, 2, 1, DIST_PADDING_SAME), DIST_OK);
     ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
-    int64_t in[3] = {H, W, C};
-    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
-    int64_t xs[4] = {2, H, W, C}, rs[2] = {2, 3};
-    float x2[2 * H * W * C], r[6];
-    for (int i = 0; i < 2 * H * W * C; i++) x2[i] = cosf(0.37f * (float)i);
-    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
-    expect_gradients_match_differences(m, x2, 4, xs, r, rs);
+    expect_image_model_gradients(m, H, W, C);
 }
 END_TEST
 
@@ -249,13 +256,7 @@ START_TEST(test_upsampling_repeats_steps_and_pixels) {
     ck_assert_int_eq(dist_model_add_conv2d(m, 2, 3, DIST_ACT_SIGMOID), DIST_OK);
     ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
-    int64_t in[3] = {H, W, C};
-    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
-    int64_t xs[4] = {2, H, W, C}, rs[2] = {2, 3};
-    float x2[2 * H * W * C], r[6];
-    for (int i = 0; i < 2 * H * W * C; i++) x2[i] = cosf(0.37f * (float)i);
-    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
-    expect_gradients_match_differences(m, x2, 4, xs, r, rs);
+    expect_image_model_gradients(m, H, W, C);
 }
 END_TEST
 
@@ -343,12 +344,7 @@ START_TEST(test_conv2d_transpose_matches_its_definition_and_differences) {
     ck_assert_int_eq(dist_model_add_conv2d_transpose(m, &o), DIST_OK);
     ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
-    int64_t in[3] = {H, W, C};
-    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
-    int64_t xs[4] = {N, H, W, C}, rs[2] = {N, 3};
-    float r[6];
-    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
-    expect_gradients_match_differences(m, x, 4, xs, r, rs);
+    expect_image_model_gradients(m, H, W, C);
 }
 END_TEST
 
@@ -604,13 +600,7 @@ START_TEST(test_layer_gradients_match_finite_differences) {
     ck_assert_int_eq(dist_model_add_global_average_pool2d(m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 5, DIST_ACT_GELU), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
-    int64_t in[3] = {7, 7, 2};
-    ck_assert_int_eq(dist_model_build(m, 3, in, 3), DIST_OK);
-    int64_t xs[4] = {2, 7, 7, 2}, rs[2] = {2, 3};
-    float x[2 * 7 * 7 * 2], r[6];
-    for (int i = 0; i < 196; i++) x[i] = cosf(0.37f * (float)i);
-    for (int i = 0; i < 6; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
-    expect_gradients_match_differences(m, x, 4, xs, r, rs);
+    expect_image_model_gradients(m, 7, 7, 2);
 }
 END_TEST
 
