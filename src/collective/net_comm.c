@@ -205,6 +205,7 @@ static dist_status join(dist_net_comm *c, dist_net_transport transport) {
     int phases = 0;
     /* the setup's exchanges wait until this deadline: a peer's silence is named with it */
     c->call_timeout_s = c->connect_timeout_s;
+    c->call_start = c->moved_at = start;
     char host[NET_ADDR_CAP];
     int port;
     DIST_TRY(net_split_address(c->addrs[c->rank], host, sizeof host, &port));
@@ -361,7 +362,8 @@ const char *dist_net_comm_transport_name(const dist_net_comm *c) {
 static dist_status begin_call(dist_net_comm *c, double timeout_s, double *deadline) {
     if (c->failed) return repeat_failure(c);
     c->call_timeout_s = timeout_s > 0 ? timeout_s : c->timeout_s;
-    *deadline = net_now() + c->call_timeout_s;
+    c->call_start = c->moved_at = net_now();
+    *deadline = c->call_start + c->call_timeout_s;
     return DIST_OK;
 }
 

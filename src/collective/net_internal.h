@@ -40,6 +40,8 @@ struct dist_net_comm {
     int rank, world;
     double connect_timeout_s, timeout_s;
     double call_timeout_s; /* the collective in progress's (for messages) */
+    double call_start;     /* when it began (net_now): failures say how far into it they came */
+    double moved_at;       /* when its sockets last moved a byte (net_xfer) */
     uint64_t fingerprint;  /* the first 8 bytes of fp_digest (shared-memory segment names) */
     unsigned char fp_digest[NET_DIGEST_BYTES]; /* SHA-256 of the options' fingerprint */
     /* the HMAC key: the cluster token, or a fixed public one when insecure */
@@ -282,7 +284,10 @@ dist_status net_xfer(dist_net_comm *c, const net_frame *frame, net_op *ops, int 
 const char *net_frame_kind_name(uint32_t kind);
 /* Records a failure (first one wins) and returns it; later calls repeat it. */
 dist_status net_fail(dist_net_comm *c, dist_status st);
-/* A failure naming rank r: "worker/1 at 127.0.0.1:23456: connection lost during all-reduce".
+/* A failure naming rank r: "worker/1 at 127.0.0.1:23456: connection lost during all-reduce",
+ * then how far into the call this rank was ("; this rank: 0.41 s into all-reduce #3"), which
+ * tells a rank that came late from one that waited. For a timeout, detail (or NULL) says what
+ * came from r ("it sent 0 of 133364 bytes").
  * The abort record: a rank that fails publishes its message in the store ("<rank>/abort")
  * before it leaves, and a rank that then sees it leave (or time out) reads that record
  * (waiting up to NET_ABORT_WAIT_S for a peer that closed) and names the failure it reports,

@@ -153,13 +153,19 @@ dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *w
     /* a peer that closed may have failed first: its record names the worker really lost */
     if (c->failed == DIST_OK && c->abort_lookup)
         c->abort_lookup(c, r, st == DIST_PEER_LOST ? NET_ABORT_WAIT_S : 0.0, root, sizeof root);
+    /* how far into the call this rank was: a rank that came late tells itself from one that
+     * waited, and a stalled process from a silent peer */
+    char when[96];
+    snprintf(when, sizeof when, "this rank %.2f s into %s #%llu", net_now() - c->call_start, what,
+             (unsigned long long)c->seq);
     if (root[0])
-        dist_error(st, "%s (reported by %s, which then left the %s)", root, d, what);
+        dist_error(st, "%s (reported by %s, which then left the %s; %s)", root, d, what, when);
     else if (st == DIST_TIMEOUT)
-        dist_error(st, "%s: no answer within %g s during %s", d, c->call_timeout_s, what);
+        dist_error(st, "%s: no answer within %g s during %s (%s%s%s)", d, c->call_timeout_s, what,
+                   detail && detail[0] ? detail : "", detail && detail[0] ? "; " : "", when);
     else
-        dist_error(st, "%s: connection lost during %s%s%s", d, what,
-                   detail && detail[0] ? ": " : "", detail ? detail : "");
+        dist_error(st, "%s: connection lost during %s%s%s (%s)", d, what,
+                   detail && detail[0] ? ": " : "", detail ? detail : "", when);
     if (c->failed == DIST_OK) {
         /* this rank's record before it leaves: the root failure (not who relayed it) */
         char msg[NET_ABORT_CAP];
@@ -206,21 +212,26 @@ dist_status net_xfer(dist_net_comm *c, const net_frame *frame, net_op *ops, int 
             progress |= k > 0;
             all &= o->done == NET_FRAME_BYTES + o->len;
         }
-        if (all) return DIST_OK;
         double now = net_now();
+        if (progress) c->moved_at = now;
+        if (all) return DIST_OK;
         if (progress) {
             spin_until = now + c->spin_s;
             continue;
         }
         if (now < spin_until) continue;
         if (now >= deadline) {
-            int who = -1;
-            for (int i = 0; i < n && who < 0; i++)
-                if (!ops[i].is_send && ops[i].done < NET_FRAME_BYTES + ops[i].len)
-                    who = ops[i].peer;
-            for (int i = 0; i < n && who < 0; i++)
-                if (ops[i].done < NET_FRAME_BYTES + ops[i].len) who = ops[i].peer;
-            return net_fail_peer(c, DIST_TIMEOUT, who, what, NULL);
+            int at = -1;
+            for (int i = 0; i < n && at < 0; i++)
+                if (!ops[i].is_send && ops[i].done < NET_FRAME_BYTES + ops[i].len) at = i;
+            for (int i = 0; i < n && at < 0; i++)
+                if (ops[i].done < NET_FRAME_BYTES + ops[i].len) at = i;
+            /* how much of this step's message came (or went), and since when nothing moved */
+            char got[128];
+            snprintf(got, sizeof got, "%s %zu of %zu bytes; nothing moved for %.2f s",
+                     ops[at].is_send ? "it took" : "it sent", ops[at].done,
+                     NET_FRAME_BYTES + ops[at].len, now - c->moved_at);
+            return net_fail_peer(c, DIST_TIMEOUT, ops[at].peer, what, got);
         }
         int np = 0;
         for (int i = 0; i < n; i++) {

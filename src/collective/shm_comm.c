@@ -256,7 +256,13 @@ static dist_status wait_all(dist_net_comm *c, size_t which, uint64_t q, double d
         double now = net_now();
         if (now >= next_check) {
             DIST_TRY(check_peers(c, which, q));
-            if (now >= deadline) return net_fail_peer(c, DIST_TIMEOUT, r, "all-reduce", NULL);
+            if (now >= deadline) {
+                char got[96];
+                snprintf(got, sizeof got, "its step counter %llu, awaited %llu",
+                         (unsigned long long)atomic_load_explicit(ctr, memory_order_acquire),
+                         (unsigned long long)q);
+                return net_fail_peer(c, DIST_TIMEOUT, r, "all-reduce", got);
+            }
             next_check = now + 1e-3;
         }
         sleep_on(&s->flags[r], ctr, q);

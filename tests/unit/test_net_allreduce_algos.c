@@ -733,6 +733,9 @@ static void check_absent(absent_case ac) {
                       rep);
         ck_assert_msg(strstr(rep, "worker/2 at 127.0.0.1:"), "%s, rank %d does not name rank 2: %s",
                       net_allreduce_name(ac.algo), r, rep);
+        /* and how far into which call this rank was, which tells a late rank from a waiting one */
+        ck_assert_msg(strstr(rep, "s into all-reduce #1)"), "%s, rank %d: %s",
+                      net_allreduce_name(ac.algo), r, rep);
         const char *a = strstr(rep, "again ");
         ck_assert_ptr_nonnull(a);
         sscanf(a + 6, "%31s", again);
