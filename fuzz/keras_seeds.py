@@ -83,6 +83,17 @@ def models(k):
     h = L.Dense(2)(h)
     out.append(("text", k.Model(x, h)))
 
+    x = k.Input((12,), dtype="int32")
+    e = L.Embedding(40, 6)(x)
+    a = L.LSTM(5, return_sequences=True)(e)
+    b = L.GRU(4, return_sequences=True, go_backwards=True)(a)
+    c = L.GRU(3, reset_after=False, recurrent_activation="hard_sigmoid")(b)
+    d = L.SimpleRNN(4, activation="relu", kernel_regularizer=k.regularizers.L2(1e-4))(a)
+    f = L.LSTM(3, go_backwards=True, use_bias=False, unit_forget_bias=False)(e)
+    h = L.Concatenate()([c, d, f])
+    h = L.Dense(2)(h)
+    out.append(("recurrent", k.Model(x, h)))
+
     seq = k.Sequential([k.Input((6,)), L.Dense(8, activation="softplus"),
                         L.Dense(8, activation="softsign"), L.Dense(8, activation="hard_sigmoid"),
                         L.Dense(8, activation="exponential"), L.Dense(4, activation="linear")])

@@ -245,15 +245,16 @@ DIST_API int dist_model_layer_trainable(const dist_model *model, const char *lay
 
 /* ---- weight regularizers (Keras's kernel_regularizer, ...) --------------------------------- */
 
-/* The variable of a layer a regularizer penalizes: KERNEL is Conv2D's, Conv1D's and Dense's
- * kernel, DepthwiseConv2D's and SeparableConv2D's depthwise kernel, BatchNormalization's and
- * LayerNormalization's gamma, Embedding's table, PReLU's alpha; BIAS the bias, or the
- * normalizations' beta;
- * POINTWISE SeparableConv2D's pointwise kernel. */
+/* The variable of a layer a regularizer penalizes: KERNEL is Conv2D's, Conv1D's, Dense's and
+ * the recurrent layers' kernel, DepthwiseConv2D's and SeparableConv2D's depthwise kernel,
+ * BatchNormalization's and LayerNormalization's gamma, Embedding's table, PReLU's alpha; BIAS
+ * the bias, or the normalizations' beta; POINTWISE SeparableConv2D's pointwise kernel, and
+ * RECURRENT (the same slot) SimpleRNN's, LSTM's and GRU's recurrent kernel. */
 typedef enum dist_regularized {
     DIST_REG_KERNEL = 0,
     DIST_REG_BIAS = 1,
-    DIST_REG_POINTWISE = 2
+    DIST_REG_POINTWISE = 2,
+    DIST_REG_RECURRENT = 2
 } dist_regularized;
 /* Keras's L1L2(l1, l2) regularizer (L1: l2 = 0, L2: l1 = 0) on that variable of the layer added
  * last: its penalty l1 * sum(|w|) + l2 * sum(w^2) joins the loss (dist_model_regularization_loss).
@@ -313,6 +314,30 @@ DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, 
  * Cross-attention (another value or key tensor) is refused at build. */
 DIST_API dist_status dist_model_add_multi_head_attention(dist_model *model, int num_heads,
                                                          int key_dim, int value_dim, int use_bias);
+/* keras.layers.SimpleRNN, LSTM and GRU on [batch, steps, features]: the recurrence unrolled
+ * over the steps as the tape's ops (every executor runs them, the tpu strategy's compiled
+ * program included), zero initial states, no mask, no dropout. Keras's weights: kernel
+ * [features, k units] (Glorot uniform), recurrent_kernel [units, k units] (Keras's Orthogonal
+ * initializer: QR of a normal matrix, rows orthonormal), bias [k units] (zeros; LSTM's forget
+ * gate ones with unit_forget_bias; GRU's [2, 3 units] with reset_after: input and recurrent
+ * biases), k = 1, 4 (gates i, f, c, o) or 3 (z, r, h). Output [batch, units], the last step's,
+ * or [batch, steps, units] with return_sequences; go_backwards runs the steps last to first and
+ * returns the sequence in that order, as Keras does. */
+typedef struct dist_rnn_options {
+    int units;                            /* > 0 */
+    dist_activation activation;           /* tanh */
+    dist_activation recurrent_activation; /* sigmoid (LSTM and GRU gates) */
+    int use_bias;                         /* 1 */
+    int return_sequences;                 /* 0 */
+    int go_backwards;                     /* 0 */
+    int unit_forget_bias;                 /* LSTM: 1 */
+    int reset_after;                      /* GRU: 1 (Keras 2 and 3's default) */
+} dist_rnn_options;
+#define DIST_RNN_OPTIONS_INIT(u)                                                                   \
+    { (u), DIST_ACT_TANH, DIST_ACT_SIGMOID, 1, 0, 0, 1, 1 }
+DIST_API dist_status dist_model_add_simple_rnn(dist_model *model, const dist_rnn_options *options);
+DIST_API dist_status dist_model_add_lstm(dist_model *model, const dist_rnn_options *options);
+DIST_API dist_status dist_model_add_gru(dist_model *model, const dist_rnn_options *options);
 /* The dtype of the model's input: DIST_F32 (the default) or DIST_I32 (token ids, read by an
  * Embedding); set before dist_model_build. dist_model_call then takes x of that dtype, and a
  * mixed policy does not cast it. */

@@ -274,12 +274,49 @@ static void mha_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
+/* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (no mask, dropout 0, zero initial
+ * states: the only forms libdist runs). */
+static void rnn_config(cJSON *c, const model_layer *l) {
+    static const char *const extras[] = {
+        "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
+        "kernel_constraint",  "recurrent_constraint",  "bias_constraint",  NULL};
+    const dist_rnn_options *o = &l->rnn;
+    cJSON_AddBoolToObject(c, "return_sequences", o->return_sequences != 0);
+    cJSON_AddFalseToObject(c, "return_state");
+    cJSON_AddBoolToObject(c, "go_backwards", o->go_backwards != 0);
+    cJSON_AddFalseToObject(c, "stateful");
+    cJSON_AddFalseToObject(c, "unroll");
+    cJSON_AddFalseToObject(c, "zero_output_for_mask");
+    cJSON_AddNumberToObject(c, "units", o->units);
+    cJSON_AddStringToObject(c, "activation", activation_name(o->activation));
+    if (l->kind != LAYER_SIMPLE_RNN)
+        cJSON_AddStringToObject(c, "recurrent_activation",
+                                activation_name(o->recurrent_activation));
+    cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
+    cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
+    cJSON *orth = initializer("Orthogonal");
+    cJSON *oc = orth ? cJSON_GetObjectItemCaseSensitive(orth, "config") : NULL;
+    if (oc) {
+        cJSON_AddNullToObject(oc, "seed");
+        cJSON_AddNumberToObject(oc, "gain", 1.0);
+    }
+    cJSON_AddItemToObject(c, "recurrent_initializer", orth);
+    cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
+    if (l->kind == LAYER_LSTM) cJSON_AddBoolToObject(c, "unit_forget_bias", o->unit_forget_bias);
+    add_nulls(c, extras);
+    cJSON_AddNumberToObject(c, "dropout", 0.0);
+    cJSON_AddNumberToObject(c, "recurrent_dropout", 0.0);
+    if (l->kind == LAYER_GRU) cJSON_AddBoolToObject(c, "reset_after", o->reset_after != 0);
+    cJSON_AddNullToObject(c, "seed");
+}
+
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
  * shape; the pooling and dropout layers have none. */
 static int has_build_config(layer_kind kind) {
     return model_layer_is_conv(kind) || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
            kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING ||
-           kind == LAYER_MHA || kind == LAYER_PRELU;
+           kind == LAYER_MHA || kind == LAYER_PRELU || kind == LAYER_SIMPLE_RNN ||
+           kind == LAYER_LSTM || kind == LAYER_GRU;
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
@@ -419,6 +456,9 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_LAYER_NORM: layer_norm_config(c, l); break;
     case LAYER_EMBEDDING: embedding_config(c, l); break;
     case LAYER_MHA: mha_config(c, l); break;
+    case LAYER_SIMPLE_RNN:
+    case LAYER_LSTM:
+    case LAYER_GRU: rnn_config(c, l); break;
     case LAYER_KIND_COUNT: break;
     }
     if (st == DIST_OK) st = regularizers_config(c, l);
@@ -474,6 +514,12 @@ static dist_status regularizers_config(cJSON *c, const model_layer *l) {
     case LAYER_LAYER_NORM: keys[0] = "gamma_regularizer", keys[1] = "beta_regularizer"; break;
     case LAYER_EMBEDDING: keys[0] = "embeddings_regularizer"; break;
     case LAYER_PRELU: keys[0] = "alpha_regularizer"; break;
+    case LAYER_SIMPLE_RNN:
+    case LAYER_LSTM:
+    case LAYER_GRU:
+        keys[0] = "kernel_regularizer", keys[1] = "bias_regularizer";
+        keys[2] = "recurrent_regularizer";
+        break;
     default: break;
     }
     for (int k = 0; k < 3; k++) {

@@ -94,8 +94,10 @@ static int is_initializer(const cJSON *v, const char *class_name) {
     return c && strcmp(c, class_name) == 0;
 }
 
-static dist_status check_activation(const json_layer *l, dist_activation *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "activation");
+/* The activation named under key ("activation", "recurrent_activation"). */
+static dist_status check_activation_key(const json_layer *l, const char *key,
+                                        dist_activation *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
     const char *a = cJSON_IsString(v) ? v->valuestring : NULL;
     if (!v || cJSON_IsNull(v) || (a && strcmp(a, "linear") == 0)) {
         *out = DIST_ACT_NONE;
@@ -135,7 +137,7 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
             *out = known[i].act;
             return DIST_OK;
         }
-    return unsupported_arg(l, "activation",
+    return unsupported_arg(l, key,
                            "is '%s'; libdist has 'linear', 'relu', 'sigmoid', 'tanh', 'gelu', "
                            "'elu', 'selu', 'softplus', 'softsign', 'exponential', 'mish', "
                            "'relu6', 'leaky_relu', 'hard_sigmoid', 'hard_silu' ('hard_swish'), "
@@ -143,6 +145,10 @@ static dist_status check_activation(const json_layer *l, dist_activation *out) {
                            "'sparse_plus', 'log_sigmoid', 'tanh_shrink', 'log_softmax', "
                            "'swish' ('silu') and 'softmax'",
                            a ? a : "(not a name)");
+}
+
+static dist_status check_activation(const json_layer *l, dist_activation *out) {
+    return check_activation_key(l, "activation", out);
 }
 
 /* The activations no kernel fuses, which nn runs after the layer: softmax, swish (silu). */
@@ -248,6 +254,9 @@ static dist_status add_regularizers(dist_model *m, const json_layer *l) {
         {"BatchNormalization", "gamma_regularizer", "beta_regularizer", NULL},
         {"LayerNormalization", "gamma_regularizer", "beta_regularizer", NULL},
         {"Embedding", "embeddings_regularizer", NULL, NULL},
+        {"SimpleRNN", "kernel_regularizer", "bias_regularizer", "recurrent_regularizer"},
+        {"LSTM", "kernel_regularizer", "bias_regularizer", "recurrent_regularizer"},
+        {"GRU", "kernel_regularizer", "bias_regularizer", "recurrent_regularizer"},
         {"PReLU", "alpha_regularizer", NULL, NULL}};
     for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
         if (strcmp(l->class_name, args[i].class_name) != 0) continue;
@@ -946,6 +955,108 @@ static dist_status add_zero_padding2d(dist_model *m, const json_layer *l) {
     return dist_model_add_zero_padding2d(m, p[0], p[1], p[2], p[3]);
 }
 
+/* A bool under key (absent: dflt). */
+static dist_status json_bool(const json_layer *l, const char *key, int dflt, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = dflt;
+        return DIST_OK;
+    }
+    if (!cJSON_IsBool(v))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): '%s' must be true or false", l->name,
+                          l->class_name, key);
+    *out = cJSON_IsTrue(v);
+    return DIST_OK;
+}
+
+/* SimpleRNN, LSTM and GRU (Keras 3 and tf_keras): no mask, state, dropout or time-major input.
+ * unroll and implementation change how Keras runs the recurrence, not what it computes. */
+static dist_status add_rnn(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"units",
+                                        "activation",
+                                        "recurrent_activation",
+                                        "use_bias",
+                                        "return_sequences",
+                                        "go_backwards",
+                                        "unroll",
+                                        "implementation",
+                                        "zero_output_for_mask",
+                                        "unit_forget_bias",
+                                        "reset_after",
+                                        "kernel_initializer",
+                                        "recurrent_initializer",
+                                        "bias_initializer",
+                                        "kernel_regularizer",
+                                        "recurrent_regularizer",
+                                        "bias_regularizer",
+                                        "dropout",
+                                        "recurrent_dropout",
+                                        "seed",
+                                        "batch_input_shape",
+                                        NULL};
+    static const char *const extras[] = {
+        "activity_regularizer", "kernel_constraint", "recurrent_constraint", "bias_constraint",
+        "return_state",         "stateful",          "time_major",           NULL};
+    DIST_TRY(check_absent(l, extras));
+    DIST_TRY(check_keys(l, known));
+    const int lstm = strcmp(l->class_name, "LSTM") == 0, gru = strcmp(l->class_name, "GRU") == 0;
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(0);
+    if (!json_int(cJSON_GetObjectItemCaseSensitive(l->config, "units"), &o.units) || o.units <= 0)
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'units' must be a positive integer",
+                          l->name, l->class_name);
+    if (o.units > 1 << 16)
+        return unsupported_arg(l, "units", "is %d; libdist takes up to 65536", o.units);
+    if (!cJSON_GetObjectItemCaseSensitive(l->config, "activation"))
+        o.activation = DIST_ACT_TANH; /* Keras's default, absent from a hand-written config */
+    else
+        DIST_TRY(check_activation(l, &o.activation));
+    if (lstm || gru) {
+        if (cJSON_GetObjectItemCaseSensitive(l->config, "recurrent_activation"))
+            DIST_TRY(check_activation_key(l, "recurrent_activation", &o.recurrent_activation));
+    } else if (cJSON_GetObjectItemCaseSensitive(l->config, "recurrent_activation")) {
+        return unsupported_arg(l, "recurrent_activation", "is set; SimpleRNN has no gates");
+    }
+    DIST_TRY(json_bool(l, "use_bias", 1, &o.use_bias));
+    DIST_TRY(json_bool(l, "return_sequences", 0, &o.return_sequences));
+    DIST_TRY(json_bool(l, "go_backwards", 0, &o.go_backwards));
+    DIST_TRY(json_bool(l, "unit_forget_bias", 1, &o.unit_forget_bias));
+    DIST_TRY(json_bool(l, "reset_after", 1, &o.reset_after));
+    if (!lstm && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l->config, "unit_forget_bias")))
+        return unsupported_arg(l, "unit_forget_bias", "is true; only an LSTM has a forget gate");
+    if (!gru && cJSON_GetObjectItemCaseSensitive(l->config, "reset_after"))
+        return unsupported_arg(l, "reset_after", "is set; only a GRU has a reset gate");
+    static const char *const rates[] = {"dropout", "recurrent_dropout"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, rates[i]);
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+            return unsupported_arg(l, rates[i],
+                                   "is not 0; libdist's recurrent layers have no dropout (a "
+                                   "Dropout layer before or after them does)");
+    }
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(l->config, "kernel_initializer");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(l->config, "recurrent_initializer");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(l->config, "bias_initializer");
+    if (k && !is_initializer(k, "GlorotUniform"))
+        return unsupported_arg(l, "kernel_initializer", "is '%s'; libdist draws GlorotUniform",
+                               json_str(k, "class_name") ? json_str(k, "class_name") : "?");
+    if (r && !is_initializer(r, "Orthogonal"))
+        return unsupported_arg(l, "recurrent_initializer", "is '%s'; libdist draws Orthogonal",
+                               json_str(r, "class_name") ? json_str(r, "class_name") : "?");
+    if (r) {
+        const cJSON *gain =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "config"), "gain");
+        if (gain && !(cJSON_IsNumber(gain) && gain->valuedouble == 1.0))
+            return unsupported_arg(l, "recurrent_initializer",
+                                   "has a gain other than 1; libdist draws Orthogonal(gain=1)");
+    }
+    if (b && !is_initializer(b, "Zeros"))
+        return unsupported_arg(l, "bias_initializer", "is '%s'; libdist uses Zeros",
+                               json_str(b, "class_name") ? json_str(b, "class_name") : "?");
+    return lstm  ? dist_model_add_lstm(m, &o)
+           : gru ? dist_model_add_gru(m, &o)
+                 : dist_model_add_simple_rnn(m, &o);
+}
+
 /* UpSampling1D(size) and UpSampling2D(size, interpolation="nearest"). */
 static dist_status add_upsampling(dist_model *m, const json_layer *l) {
     static const char *const known1[] = {"size", "batch_input_shape", NULL};
@@ -1249,6 +1360,9 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"ZeroPadding2D", add_zero_padding2d},
                  {"UpSampling1D", add_upsampling},
                  {"UpSampling2D", add_upsampling},
+                 {"SimpleRNN", add_rnn},
+                 {"LSTM", add_rnn},
+                 {"GRU", add_rnn},
                  {"GlobalMaxPooling2D", add_global_max_pool2d},
                  {"GlobalMaxPool2D", add_global_max_pool2d},
                  {"GlobalMaxPooling1D", add_global_max_pool1d},
@@ -1281,7 +1395,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         "LayerNormalization, Flatten, Dense, Add, Subtract, Multiply, Average, Maximum, Minimum, "
         "Concatenate, Activation, ReLU, ELU, LeakyReLU, PReLU, Softmax, Rescaling, Reshape, "
         "Permute, GlobalAveragePooling1D, GlobalMaxPooling1D, Embedding, MultiHeadAttention, "
-        "Cropping1D, Cropping2D, ZeroPadding2D, UpSampling1D and UpSampling2D)",
+        "Cropping1D, Cropping2D, ZeroPadding2D, UpSampling1D, UpSampling2D, SimpleRNN, LSTM "
+        "and GRU)",
         l->name, l->class_name);
 }
 

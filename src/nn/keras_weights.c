@@ -86,13 +86,19 @@ static int layer_vars(const model_layer *l, int vars[4]) {
 
 /* The groups of layer l's variables under layers/<key>: one ("": <key>/vars) for every kind
  * but MultiHeadAttention, whose four EinsumDense sublayers each hold kernel and bias in
- * <key>/<sub>/vars. Returns the group count. */
+ * <key>/<sub>/vars, and the recurrent layers, whose cell holds theirs (<key>/cell/vars).
+ * Returns the group count. */
 typedef struct var_group {
     const char *sub; /* "" for the layer's own vars */
     int n, vars[4];
 } var_group;
 
 static int layer_groups(const model_layer *l, var_group g[4]) {
+    if (l->kind == LAYER_SIMPLE_RNN || l->kind == LAYER_LSTM || l->kind == LAYER_GRU) {
+        g[0].sub = "cell"; /* <key>/cell/vars: kernel, recurrent_kernel, bias */
+        g[0].n = layer_vars(l, g[0].vars);
+        return 1;
+    }
     if (l->kind != LAYER_MHA) {
         g[0].sub = "";
         g[0].n = layer_vars(l, g[0].vars);

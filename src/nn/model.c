@@ -76,6 +76,9 @@ static const struct {
     [LAYER_UPSAMPLING1D] = {"UpSampling1D", "up_sampling1d"},
     [LAYER_UPSAMPLING2D] = {"UpSampling2D", "up_sampling2d"},
     [LAYER_CONV2D_TRANSPOSE] = {"Conv2DTranspose", "conv2d_transpose"},
+    [LAYER_SIMPLE_RNN] = {"SimpleRNN", "simple_rnn"},
+    [LAYER_LSTM] = {"LSTM", "lstm"},
+    [LAYER_GRU] = {"GRU", "gru"},
     [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
@@ -665,6 +668,39 @@ dist_status dist_model_add_multi_head_attention(dist_model *m, int num_heads, in
     return DIST_OK;
 }
 
+static dist_status add_rnn(dist_model *m, layer_kind kind, const dist_rnn_options *o,
+                           const char *fn) {
+    DIST_CHECK_ARG(m && o, "%s: NULL argument", fn);
+    DIST_CHECK_ARG(o->units > 0 && o->units <= 1 << 16, "%s: units must be in [1, 65536], got %d",
+                   fn, o->units);
+    DIST_TRY(check_activation(m, o->activation, fn));
+    if (kind != LAYER_SIMPLE_RNN) DIST_TRY(check_activation(m, o->recurrent_activation, fn));
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, kind, &l));
+    l->rnn = *o;
+    l->rnn.use_bias = o->use_bias != 0;
+    l->rnn.return_sequences = o->return_sequences != 0;
+    l->rnn.go_backwards = o->go_backwards != 0;
+    l->rnn.unit_forget_bias = kind == LAYER_LSTM && o->unit_forget_bias != 0;
+    l->rnn.reset_after = kind == LAYER_GRU && o->reset_after != 0;
+    if (kind == LAYER_SIMPLE_RNN) l->rnn.recurrent_activation = DIST_ACT_NONE;
+    l->units = o->units;
+    l->activation = o->activation;
+    return DIST_OK;
+}
+
+dist_status dist_model_add_simple_rnn(dist_model *m, const dist_rnn_options *o) {
+    return add_rnn(m, LAYER_SIMPLE_RNN, o, "dist_model_add_simple_rnn");
+}
+
+dist_status dist_model_add_lstm(dist_model *m, const dist_rnn_options *o) {
+    return add_rnn(m, LAYER_LSTM, o, "dist_model_add_lstm");
+}
+
+dist_status dist_model_add_gru(dist_model *m, const dist_rnn_options *o) {
+    return add_rnn(m, LAYER_GRU, o, "dist_model_add_gru");
+}
+
 dist_status dist_model_set_input_dtype(dist_model *m, dist_dtype dtype) {
     DIST_CHECK_ARG(m, "dist_model_set_input_dtype: model is NULL");
     DIST_CHECK_ARG(!m->built, "model '%s': the input dtype is set before the build", m->name);
@@ -811,6 +847,8 @@ static int add_var(dist_model *m, const model_layer *l, const char *what, int nd
     v->fan_out = fan_out;
     v->ones = 0;
     v->uniform = 0.0f;
+    v->orthogonal = 0;
+    v->ones_from = v->ones_to = 0;
     v->trainable = 1;
     v->gathered = 0;
     m->nparams = capped_mul(1, m->nparams + v->numel); /* each term <= the cap + 1 */
@@ -1070,6 +1108,20 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
                               "layer '%s' (MultiHeadAttention) expects (steps, features) inputs",
                               l->name);
         break;
+    case LAYER_SIMPLE_RNN:
+    case LAYER_LSTM:
+    case LAYER_GRU:
+        if (nd != 2)
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (%s) expects (steps, features) inputs", l->name,
+                              model_layer_class(l->kind));
+        if (l->rnn.return_sequences) {
+            shape[1] = l->units;
+        } else {
+            shape[0] = l->units;
+            nd = 1;
+        }
+        break;
     case LAYER_EMBEDDING:
         if (nd > 2)
             return dist_error(DIST_UNSUPPORTED,
@@ -1311,6 +1363,25 @@ static void layer_variables(dist_model *m, model_layer *l) {
         m->vars[l->kernel_var].gathered = 1;
         break;
     }
+    case LAYER_SIMPLE_RNN:
+    case LAYER_LSTM:
+    case LAYER_GRU: { /* kernel, recurrent_kernel, bias: Keras's order and shapes */
+        const int64_t g = l->kind == LAYER_LSTM ? 4 : l->kind == LAYER_GRU ? 3 : 1;
+        const int64_t f = shape[1], u = l->units, gu = g * u;
+        int64_t k[2] = {f, gu}, r[2] = {u, gu}, b[2] = {2, gu};
+        l->kernel_var = add_var(m, l, "kernel", 2, k, f, gu);
+        l->pointwise_var = add_var(m, l, "recurrent_kernel", 2, r, 0, 0);
+        m->vars[l->pointwise_var].orthogonal = 1;
+        if (l->rnn.use_bias) {
+            l->bias_var = l->rnn.reset_after ? add_var(m, l, "bias", 2, b, 0, 0)
+                                             : add_var(m, l, "bias", 1, &gu, 0, 0);
+            if (l->rnn.unit_forget_bias) {
+                m->vars[l->bias_var].ones_from = u;
+                m->vars[l->bias_var].ones_to = 2 * u;
+            }
+        }
+        break;
+    }
     case LAYER_DENSE: {
         int64_t f = shape[l->in_ndim - 1];
         int64_t k[2] = {f, l->units};
@@ -1409,8 +1480,9 @@ static dist_status plan(dist_model *m) {
     return DIST_OK;
 }
 
-/* Keras's glorot_uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
-static void initialize(const dist_model *m, float *host, uint64_t seed) {
+/* Keras's glorot_uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)); the other
+ * initializers where a variable names one. */
+static dist_status initialize(const dist_model *m, float *host, uint64_t seed) {
     for (int i = 0; i < m->nvars; i++) {
         const model_var *v = &m->vars[i];
         float *p = host + v->offset;
@@ -1424,8 +1496,14 @@ static void initialize(const dist_model *m, float *host, uint64_t seed) {
                 p[j] = (2.0f * dist_rng_uniform(&rng) - 1.0f) * v->uniform;
             continue;
         }
+        if (v->orthogonal) {
+            const int64_t cols = v->shape[v->ndim - 1];
+            DIST_TRY(model_orthogonal(p, v->numel / cols, cols, seed, (uint64_t)i));
+            continue;
+        }
         if (v->fan_in == 0) {
             memset(p, 0, (size_t)v->numel * sizeof *p);
+            for (int64_t j = v->ones_from; j < v->ones_to; j++) p[j] = 1.0f;
             continue;
         }
         float limit = sqrtf(6.0f / (float)(v->fan_in + v->fan_out));
@@ -1433,6 +1511,7 @@ static void initialize(const dist_model *m, float *host, uint64_t seed) {
         for (int64_t j = 0; j < v->numel; j++)
             p[j] = (2.0f * dist_rng_uniform(&rng) - 1.0f) * limit;
     }
+    return DIST_OK;
 }
 
 static dist_status alloc_replica(dist_model *m, model_replica *rep) {
@@ -1539,7 +1618,7 @@ dist_status dist_model_build(dist_model *m, int ndim, const int64_t *input_shape
         st = dist_error(DIST_OUT_OF_MEMORY, "model '%s': out of memory", m->name);
         goto fail;
     }
-    initialize(m, host, seed);
+    st = initialize(m, host, seed);
     for (int r = 0; r < m->nreplicas && st == DIST_OK; r++)
         st =
             place->backends[r]->iface->copy(place->backends[r]->ctx, m->replicas[r].params.data,
@@ -2048,6 +2127,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
     case LAYER_MHA: return call_attention(tape, l, h, vars, out);
+    case LAYER_SIMPLE_RNN:
+    case LAYER_LSTM:
+    case LAYER_GRU: return model_call_rnn(tape, l, h, vars, out);
     case LAYER_EMBEDDING: {
         /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
          * casts the rows it returns to the compute dtype */
@@ -2247,14 +2329,16 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
 
 /* The variable a regularizer of layer l names: -1 where the layer has none */
 static int regularized_var(const model_layer *l, dist_regularized which) {
-    int conv = model_layer_is_conv(l->kind) || l->kind == LAYER_DENSE;
+    int rnn = l->kind == LAYER_SIMPLE_RNN || l->kind == LAYER_LSTM || l->kind == LAYER_GRU;
+    int conv = model_layer_is_conv(l->kind) || l->kind == LAYER_DENSE || rnn;
     int norm = l->kind == LAYER_BATCH_NORM || l->kind == LAYER_LAYER_NORM;
     switch (which) {
     case DIST_REG_KERNEL:
         return conv || norm || l->kind == LAYER_EMBEDDING || l->kind == LAYER_PRELU ? l->kernel_var
                                                                                     : -1;
     case DIST_REG_BIAS: return conv || norm ? l->bias_var : -1;
-    case DIST_REG_POINTWISE: return l->kind == LAYER_SEPARABLE_CONV2D ? l->pointwise_var : -1;
+    case DIST_REG_POINTWISE: /* and DIST_REG_RECURRENT */
+        return l->kind == LAYER_SEPARABLE_CONV2D || rnn ? l->pointwise_var : -1;
     }
     return -1;
 }
@@ -2269,7 +2353,7 @@ dist_status dist_model_set_regularizer(dist_model *m, dist_regularized which, fl
                    "model '%s': a regularizer's l1 %g and l2 %g must be finite and >= 0", m->name,
                    (double)l1, (double)l2);
     model_layer *l = &m->layers[m->nlayers - 1];
-    static const char *const what[] = {"kernel", "bias", "pointwise kernel"};
+    static const char *const what[] = {"kernel", "bias", "pointwise or recurrent kernel"};
     model_layer probe = *l;
     probe.kernel_var = probe.bias_var = probe.pointwise_var = 0; /* assigned at build */
     DIST_CHECK_ARG(regularized_var(&probe, which) >= 0,

@@ -54,6 +54,10 @@ typedef enum layer_kind {
     LAYER_UPSAMPLING1D,     /* pad[0]: each step repeated that many times */
     LAYER_UPSAMPLING2D,     /* pad[0], pad[1]: each pixel repeated along the height, the width */
     LAYER_CONV2D_TRANSPOSE, /* conv: filters, kernel, strides, padding; kernel [kh, kw, f, in] */
+    /* rnn; kernel_var, pointwise_var (the recurrent kernel), bias_var (model_rnn.c) */
+    LAYER_SIMPLE_RNN,
+    LAYER_LSTM,
+    LAYER_GRU,
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -109,6 +113,7 @@ typedef struct model_layer {
     int heads, key_dim, value_dim, use_bias;  /* mha */
     int mha_vars[8]; /* mha: query, key, value, output: kernel then bias each (-1: none) */
     dist_activation activation;
+    dist_rnn_options rnn;     /* simple_rnn, lstm, gru */
     int kernel_var, bias_var; /* variable indices, -1 if none */
     int pointwise_var;        /* separable_conv2d's pointwise kernel, -1 otherwise */
     int in_ndim;              /* its (first) input's shape without the batch axis */
@@ -128,6 +133,8 @@ typedef struct model_var {
     int64_t fan_in, fan_out; /* for Glorot; 0 = zeros (bias) */
     int ones;                /* initialized to ones (gamma, moving_variance) */
     float uniform;           /* > 0: U(-uniform, uniform) (Keras's Embedding) instead */
+    int orthogonal;          /* Keras's Orthogonal (gain 1) over [rows, last axis] instead */
+    int64_t ones_from, ones_to; /* zeros but [ones_from, ones_to) ones (LSTM's forget bias) */
     int trainable;           /* 0: updated by its layer (moving statistics); gradient zero */
     int frozen;              /* not trainable as a frozen layer's: constant, not updated */
     int gathered; /* read only by a gather (an Embedding's table): autocast without a twin */
@@ -180,6 +187,15 @@ dist_status model_add_post_activation(dist_model *m, model_post_act post);
  * Dense(activation="softmax") or "swish". A softmax after the output layer is left out of the
  * call (dist_model_output_is_softmax). */
 dist_status model_set_last_post_activation(dist_model *m, model_post_act post);
+
+/* model_rnn.c: the layer's output (rnn kinds) from h [batch, steps, features] and the
+ * replica's variables. */
+dist_status model_call_rnn(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+                           const dist_tensor *const *vars, dist_tensor **out);
+/* Keras's Orthogonal initializer (gain 1) into p [rows, cols], row-major: QR of a normal
+ * [max, min] matrix with R's diagonal made positive, transposed when rows < cols; the normal
+ * draws from rng stream `stream` of seed. DIST_OUT_OF_MEMORY when its scratch is not had. */
+dist_status model_orthogonal(float *p, int64_t rows, int64_t cols, uint64_t seed, uint64_t stream);
 
 /* check_numerics.c: fails with DIST_INVALID_ARGUMENT naming the replica, the layer, its op and
  * `what` when t (on the tape's device) holds an Inf or a NaN. */

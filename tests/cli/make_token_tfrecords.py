@@ -8,7 +8,8 @@ OUT/tokens-train.tfrecord-0000{0,1}-of-00002, OUT/tokens-test.tfrecord-00000-of-
 record has "ids" (an Int64List of T = 16 token ids in 1..49) and "label" (int64): 1 when token 7
 is in the sequence, else 0 (half of each), a task a bag of embeddings learns. OUT/model.json:
 Input((16,), int32) -> Embedding(50, 16) -> GlobalAveragePooling1D -> Dense(16, relu) ->
-Dense(2). Broken sets, each with one bad training record among good ones:
+Dense(2); OUT/model_recurrent.json: Embedding(50, 16) -> LSTM(16, return_sequences) ->
+GRU(16, go_backwards) -> Dense(2). Broken sets, each with one bad training record among good ones:
 OUT/out_of_range/ (an id of 2^40, beyond int32), OUT/out_of_vocab/ (an id of 60, beyond the
 Embedding's 50 rows), OUT/short/ (15 ids instead of 16).
 """
@@ -75,6 +76,15 @@ def main():
     h = keras.layers.Dense(16, activation="relu")(h)
     model = keras.Model(inp, keras.layers.Dense(2)(h))
     with open(os.path.join(out, "model.json"), "w") as f:
+        f.write(model.to_json())
+    # the same task read by recurrent layers: an LSTM's sequence into a GRU run backwards
+    keras.utils.set_random_seed(2)
+    inp = keras.Input(shape=(T,), dtype="int32")
+    h = keras.layers.Embedding(VOCAB, 16)(inp)
+    h = keras.layers.LSTM(16, return_sequences=True)(h)
+    h = keras.layers.GRU(16, go_backwards=True)(h)
+    model = keras.Model(inp, keras.layers.Dense(2)(h))
+    with open(os.path.join(out, "model_recurrent.json"), "w") as f:
         f.write(model.to_json())
     print("wrote", out)
 

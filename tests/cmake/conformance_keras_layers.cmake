@@ -55,13 +55,16 @@ set_tests_properties(conformance.keras_graph_layers PROPERTIES FIXTURES_REQUIRED
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")
 
 # A text classifier's layers (an int32 InputLayer, Embedding, Dense on every step, Add,
-# LayerNormalization, GlobalAveragePooling1D) against Keras 3 on the same weights and ids:
-# logits and every gradient to 1e-5 relative of float64 Keras (tests/conformance/keras_text.py).
+# LayerNormalization, GlobalAveragePooling1D), a Transformer block and a recurrent stack
+# (LSTM, GRU of both forms, SimpleRNN, go_backwards) against Keras 3 on the same weights and
+# ids: logits and every gradient to 1e-5 relative of float64 Keras; the recurrent stack also
+# through libdist's .keras file (tests/conformance/keras_text.py).
 add_executable(keras_text ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_text.c)
 target_link_libraries(keras_text PRIVATE dist_internal)
 target_compile_options(keras_text PRIVATE ${DIST_WARNINGS})
 add_test(NAME conformance.keras_text
          COMMAND ${DIST_CONF_VENV}/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/conformance/keras_text.py
-                 $<TARGET_FILE:keras_text> ${CMAKE_CURRENT_BINARY_DIR}/keras_text_work)
+                 $<TARGET_FILE:keras_text> ${CMAKE_CURRENT_BINARY_DIR}/keras_text_work
+                 $<TARGET_FILE:keras_functional>)
 set_tests_properties(conformance.keras_text PROPERTIES FIXTURES_REQUIRED tf_venv
                      LABELS conformance TIMEOUT 600 ENVIRONMENT "TF_CPP_MIN_LOG_LEVEL=2")

@@ -15,9 +15,18 @@ float32 and at float64. Bounds as conformance.keras_graph_layers: relative, 1e-5
 float64 Keras, 1e-4 against float32 Keras. Then a Transformer block (MultiHeadAttention
 called as self-attention, post-norm residuals, a GELU feed-forward) the same way, and the
 weights libdist writes back (its .weights.h5, MHA's sublayer groups included) load into Keras
-unchanged. A model with mask_zero=True, and one with cross-attention, are refused by name.
+unchanged. Then a recurrent stack the same way:
 
-Usage: keras_text.py DRIVER WORKDIR
+  ids -> Embedding(200, 12) -> LSTM(10, return_sequences) -> GRU(8, return_sequences,
+  go_backwards) -> GRU(6, reset_after=False, return_sequences) -> SimpleRNN(7): its last
+  state, concatenated with LSTM(5, go_backwards, use_bias=False) of the embeddings -> Dense(4)
+
+(every gate, both GRU forms, outputs in go_backwards' order read by the next layer), and, with
+SAVER, the .keras file libdist writes of it opens in Keras and predicts the same. A model with
+mask_zero=True, one with cross-attention, and an LSTM with dropout are refused by name.
+
+Usage: keras_text.py DRIVER WORKDIR [SAVER]
+  SAVER: the keras_functional executable (the .keras check)
 """
 import os
 import subprocess
@@ -64,6 +73,40 @@ def make_transformer(cross=False):
     h = L.GlobalAveragePooling1D(name="pool")(h)
     y = L.Dense(K, name="out")(h)
     return keras.Model(ids, y, name="transformer")
+
+
+def make_recurrent(dropout=0.0):
+    L = keras.layers
+    ids = keras.Input((T,), dtype="int32", name="ids")
+    e = L.Embedding(V, 12, name="embed")(ids)
+    a = L.LSTM(10, return_sequences=True, dropout=dropout, name="lstm")(e)
+    b = L.GRU(8, return_sequences=True, go_backwards=True, name="gru")(a)
+    c = L.GRU(6, reset_after=False, return_sequences=True, name="gru_before")(b)
+    d = L.SimpleRNN(7, name="rnn")(c)
+    f = L.LSTM(5, go_backwards=True, use_bias=False, name="lstm_back")(e)
+    h = L.Concatenate(name="cat")([d, f])
+    y = L.Dense(K, name="out")(h)
+    return keras.Model(ids, y, name="recurrent")
+
+
+def keras_file_check(saver, work, head, model, x_path, y_path, x):
+    """libdist's .keras file of the model (no training steps) opens in Keras and predicts the
+    original model's outputs."""
+    out = os.path.join(work, f"{head}_saved")
+    os.makedirs(out, exist_ok=True)
+    r = subprocess.run([saver, os.path.join(work, f"{head}.json"),
+                        os.path.join(work, f"{head}.weights.h5"), x_path, y_path, str(N), str(T),
+                        "1", "1", "0", str(N), out], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL {head}: writing the .keras file ({r.returncode}): {r.stderr.strip()}")
+        return False
+    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
+    e = rel(loaded(x, training=False).numpy().astype(np.float64),
+            model(x, training=False).numpy().astype(np.float64))
+    ok = e <= TOL
+    print(f"{'ok  ' if ok else 'FAIL'} {head}: libdist's .keras file, loaded by Keras, predicts "
+          f"the original model's outputs within {e:.2e} (bound {TOL:g})")
+    return ok
 
 
 def rel(a, b, floor=0.0):
@@ -135,6 +178,7 @@ def run_case(driver, work, name, model, x, y, x_path, y_path):
 
 def main():
     driver, work = sys.argv[1], sys.argv[2]
+    saver = sys.argv[3] if len(sys.argv) > 3 else None
     os.makedirs(work, exist_ok=True)
     rng = np.random.default_rng(35)
     x = rng.integers(0, V, (N, T)).astype(np.int32)
@@ -185,6 +229,25 @@ def main():
     tfm.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
                      for w in tfm.get_weights()])
     ok = run_case(driver, work, "transformer", tfm, x, y, x_path, y_path) and ok
+
+    keras.utils.set_random_seed(14)
+    rec = make_recurrent()
+    rec.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                     for w in rec.get_weights()])
+    ok = run_case(driver, work, "recurrent", rec, x, y, x_path, y_path) and ok
+    if saver:
+        ok = keras_file_check(saver, work, "recurrent", rec, x_path, y_path, x) and ok
+
+    # dropout inside a recurrent layer: refused naming the layer and the argument
+    drop = make_recurrent(dropout=0.25)
+    dpath = os.path.join(work, "dropout.json")
+    with open(dpath, "w") as f:
+        f.write(drop.to_json())
+    r = subprocess.run([driver, dpath, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                       capture_output=True, text=True)
+    dropped = r.returncode != 0 and "'lstm' (LSTM): argument 'dropout'" in r.stderr
+    print(f"{'ok  ' if dropped else 'FAIL'} LSTM dropout refused: {r.stderr.strip()}")
+    ok = ok and dropped
 
     # cross-attention (value another tensor than the query): refused naming the layer
     cross = make_transformer(cross=True)

@@ -359,6 +359,23 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"MaxPooling2D\",\"config\":{\"name\":\"p\","
                                 "\"pool_size\":[2,2],\"padding\":\"full\"}}"),
          "layer 'p' (MaxPooling2D): argument 'padding' is 'full'"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"LSTM\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"stateful\":true}}"),
+         "layer 'r' (LSTM): argument 'stateful' is set"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"LSTM\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"recurrent_dropout\":0.1}}"),
+         "layer 'r' (LSTM): argument 'recurrent_dropout' is not 0"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"GRU\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"return_state\":true}}"),
+         "layer 'r' (GRU): argument 'return_state' is set"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"GRU\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"recurrent_initializer\":{\"class_name\":"
+                                "\"Identity\",\"config\":{}}}}"),
+         "layer 'r' (GRU): argument 'recurrent_initializer' is 'Identity'; libdist draws "
+         "Orthogonal"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"SimpleRNN\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"recurrent_activation\":\"sigmoid\"}}"),
+         "layer 'r' (SimpleRNN): argument 'recurrent_activation' is set; SimpleRNN has no gates"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"UpSampling2D\",\"config\":{\"name\":\"u\","
                                 "\"size\":[2,2],\"interpolation\":\"bilinear\"}}"),
          "layer 'u' (UpSampling2D): argument 'interpolation' is 'bilinear'; libdist has 'nearest'"},

@@ -348,6 +348,179 @@ START_TEST(test_conv2d_transpose_matches_its_definition_and_differences) {
 }
 END_TEST
 
+/* The recurrent layers' initial weights: Keras's Orthogonal recurrent kernels (rows
+ * orthonormal for [units, k units]; a square one orthogonal both ways), Glorot kernels, zero
+ * biases but an LSTM's forget gate (ones), and a GRU's two bias rows with reset_after. */
+START_TEST(test_recurrent_layers_start_with_orthogonal_recurrent_kernels_and_keras_biases) {
+    static const struct {
+        int kind, units, use_bias, extra; /* kind 0 SimpleRNN, 1 LSTM, 2 GRU; extra: the flag */
+    } g[] = {{0, 5, 1, 0}, {1, 3, 1, 1}, {1, 4, 1, 0}, {2, 6, 1, 1}, {2, 2, 1, 0}, {1, 7, 0, 1}};
+    enum { T = 3, F = 4 };
+    for (size_t gi = 0; gi < sizeof g / sizeof g[0]; gi++) {
+        dist_model *m = new_model();
+        dist_rnn_options o = DIST_RNN_OPTIONS_INIT(g[gi].units);
+        o.use_bias = g[gi].use_bias;
+        o.unit_forget_bias = o.reset_after = g[gi].extra;
+        dist_status st = g[gi].kind == 0   ? dist_model_add_simple_rnn(m, &o)
+                         : g[gi].kind == 1 ? dist_model_add_lstm(m, &o)
+                                           : dist_model_add_gru(m, &o);
+        ck_assert_int_eq(st, DIST_OK);
+        int64_t in[2] = {T, F};
+        ck_assert_msg(dist_model_build(m, 2, in, 7 + gi) == DIST_OK, "%s", dist_last_error());
+        const int u = g[gi].units, k = g[gi].kind == 1 ? 4 : g[gi].kind == 2 ? 3 : 1;
+        const int nb = !g[gi].use_bias ? 0 : g[gi].kind == 2 && g[gi].extra ? 2 * k * u : k * u;
+        const int64_t np = dist_model_num_params(m);
+        ck_assert_int_eq(np, (int64_t)F * k * u + (int64_t)u * k * u + nb);
+        float *w = malloc((size_t)np * sizeof *w);
+        ck_assert_int_eq(dist_model_get_weights(m, 0, w, np), DIST_OK);
+        /* the kernel: within Glorot's limit, not all zero */
+        double limit = sqrt(6.0 / (F + k * u)), norm = 0;
+        for (int i = 0; i < F * k * u; i++) {
+            ck_assert(fabsf(w[i]) <= limit);
+            norm += w[i] * w[i];
+        }
+        ck_assert(norm > 0);
+        /* the recurrent kernel [u, k u]: R R^T = I (and R^T R = I when square) */
+        const float *r = w + F * k * u;
+        for (int a = 0; a < u; a++)
+            for (int b = 0; b < u; b++) {
+                double dot = 0;
+                for (int c = 0; c < k * u; c++) dot += (double)r[a * k * u + c] * r[b * k * u + c];
+                ck_assert_msg(fabs(dot - (a == b)) < 1e-5, "case %zu: rows %d.%d = %g", gi, a, b,
+                              dot);
+            }
+        if (k == 1)
+            for (int a = 0; a < u; a++)
+                for (int b = 0; b < u; b++) {
+                    double dot = 0;
+                    for (int c = 0; c < u; c++) dot += (double)r[c * u + a] * r[c * u + b];
+                    ck_assert(fabs(dot - (a == b)) < 1e-5);
+                }
+        const float *bias = r + u * k * u;
+        for (int i = 0; i < nb; i++) {
+            float want = g[gi].kind == 1 && g[gi].extra && i >= u && i < 2 * u ? 1.0f : 0.0f;
+            ck_assert_msg(bias[i] == want, "case %zu: bias[%d] %g", gi, i, bias[i]);
+        }
+        free(w);
+        dist_model_destroy(m);
+    }
+    /* inputs of another rank, and units out of range, are refused */
+    dist_model *m = new_model();
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(0);
+    ck_assert_int_eq(dist_model_add_lstm(m, &o), DIST_INVALID_ARGUMENT);
+    o.units = 4;
+    ck_assert_int_eq(dist_model_add_gru(m, &o), DIST_OK);
+    int64_t img[3] = {4, 4, 2};
+    ck_assert_int_eq(dist_model_build(m, 3, img, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "(GRU) expects (steps, features)"), "%s",
+                  dist_last_error());
+    dist_model_destroy(m);
+}
+END_TEST
+
+static double sigmoid_d(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+/* An LSTM and a GRU of each form, by their definitions in double (Keras's gate order, zero
+ * initial states, go_backwards' order), against the layers' outputs over every step; then a
+ * stack of all three kinds, their gradients against central differences. */
+START_TEST(test_recurrent_layers_match_their_definitions_and_differences) {
+    enum { N = 2, T = 4, F = 3, U = 3 };
+    float x[N * T * F];
+    for (int i = 0; i < N * T * F; i++) x[i] = sinf(0.9f * (float)i) + 0.1f;
+    for (int kind = 0; kind < 4; kind++) { /* LSTM, GRU (reset_after), GRU (before), SimpleRNN */
+        for (int back = 0; back < 2; back++) {
+            dist_model *m = new_model();
+            dist_rnn_options o = DIST_RNN_OPTIONS_INIT(U);
+            o.return_sequences = 1;
+            o.go_backwards = back;
+            o.reset_after = kind == 1;
+            dist_status st = kind == 0   ? dist_model_add_lstm(m, &o)
+                             : kind == 3 ? dist_model_add_simple_rnn(m, &o)
+                                         : dist_model_add_gru(m, &o);
+            ck_assert_int_eq(st, DIST_OK);
+            int64_t in[2] = {T, F};
+            ck_assert_int_eq(dist_model_build(m, 2, in, 3), DIST_OK);
+            const int k = kind == 0 ? 4 : kind == 3 ? 1 : 3;
+            const int64_t np = dist_model_num_params(m);
+            float w[F * 4 * U + U * 4 * U + 2 * 4 * U];
+            for (int64_t i = 0; i < np; i++) w[i] = 0.5f * cosf(0.77f * (float)i + (float)kind);
+            ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+            const float *kern = w, *rec = w + F * k * U, *bias = rec + U * k * U;
+            dist_tape *t;
+            ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+            int64_t shape[3] = {N, T, F}, n;
+            float *y = run_model(m, t, 0, x, 3, shape, &n);
+            ck_assert_int_eq(n, N * T * U);
+            for (int b = 0; b < N; b++) {
+                double h[U] = {0}, c[U] = {0};
+                for (int s = 0; s < T; s++) {
+                    const float *xt = x + (b * T + (back ? T - 1 - s : s)) * F;
+                    double zx[4 * U], zh[4 * U], hn[U];
+                    for (int j = 0; j < k * U; j++) {
+                        zx[j] = bias[j]; /* the input bias (a GRU's first row) */
+                        zh[j] = kind == 1 ? bias[k * U + j] : 0;
+                        for (int f = 0; f < F; f++) zx[j] += (double)xt[f] * kern[f * k * U + j];
+                        for (int q = 0; q < U; q++) zh[j] += h[q] * rec[q * k * U + j];
+                    }
+                    for (int j = 0; j < U; j++) {
+                        if (kind == 0) {
+                            double ig = sigmoid_d(zx[j] + zh[j]),
+                                   fg = sigmoid_d(zx[U + j] + zh[U + j]),
+                                   cg = tanh(zx[2 * U + j] + zh[2 * U + j]),
+                                   og = sigmoid_d(zx[3 * U + j] + zh[3 * U + j]);
+                            c[j] = fg * c[j] + ig * cg;
+                            hn[j] = og * tanh(c[j]);
+                        } else if (kind == 3) {
+                            hn[j] = tanh(zx[j] + zh[j]);
+                        } else {
+                            double z = sigmoid_d(zx[j] + zh[j]),
+                                   r = sigmoid_d(zx[U + j] + zh[U + j]), hh;
+                            if (kind == 1) {
+                                hh = tanh(zx[2 * U + j] + r * zh[2 * U + j]);
+                            } else { /* (r * h) U_h */
+                                double a = zx[2 * U + j];
+                                for (int q = 0; q < U; q++)
+                                    a += sigmoid_d(zx[U + q] + zh[U + q]) * h[q] *
+                                         rec[q * k * U + 2 * U + j];
+                                hh = tanh(a);
+                            }
+                            hn[j] = z * h[j] + (1 - z) * hh;
+                        }
+                    }
+                    for (int j = 0; j < U; j++) {
+                        h[j] = hn[j];
+                        float got = y[(b * T + s) * U + j];
+                        ck_assert_msg(fabs(got - h[j]) <= 2e-6 * (1 + fabs(h[j])),
+                                      "kind %d, back %d, example %d step %d unit %d: %.7g, by "
+                                      "definition %.7g",
+                                      kind, back, b, s, j, got, h[j]);
+                    }
+                }
+            }
+            free(y);
+            dist_tape_destroy(t);
+            dist_model_destroy(m);
+        }
+    }
+    dist_model *m = new_model();
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(4);
+    o.return_sequences = 1;
+    ck_assert_int_eq(dist_model_add_lstm(m, &o), DIST_OK);
+    o.go_backwards = 1, o.reset_after = 0, o.units = 3;
+    ck_assert_int_eq(dist_model_add_gru(m, &o), DIST_OK);
+    o.go_backwards = 0, o.reset_after = 1;
+    ck_assert_int_eq(dist_model_add_gru(m, &o), DIST_OK);
+    o.return_sequences = 0, o.activation = DIST_ACT_SOFTSIGN;
+    ck_assert_int_eq(dist_model_add_simple_rnn(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+    int64_t in[2] = {T, F}, xs[3] = {N, T, F}, rs[2] = {N, 3};
+    ck_assert_int_eq(dist_model_build(m, 2, in, 5), DIST_OK);
+    float r[N * 3];
+    for (int i = 0; i < N * 3; i++) r[i] = 0.5f + 0.25f * (float)i * ((i & 1) ? -1.0f : 1.0f);
+    expect_gradients_match_differences(m, x, 3, xs, r, rs);
+}
+END_TEST
+
 START_TEST(test_average_pool_valid_strides_and_global_average) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
@@ -1262,6 +1435,9 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_rectangular_overlapping_pools_with_strides_and_padding);
     tcase_add_test(tc, test_upsampling_repeats_steps_and_pixels);
     tcase_add_test(tc, test_conv2d_transpose_matches_its_definition_and_differences);
+    tcase_add_test(tc,
+                   test_recurrent_layers_start_with_orthogonal_recurrent_kernels_and_keras_biases);
+    tcase_add_test(tc, test_recurrent_layers_match_their_definitions_and_differences);
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);

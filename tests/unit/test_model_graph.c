@@ -1140,12 +1140,31 @@ static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count
     dist_strategy_destroy(s);
 }
 
+/* The Transformer block after its Embedding (layer 0). */
+static void transformer_body(dist_model *m) {
+    ck_assert_int_eq(dist_model_add_multi_head_attention(m, 2, 4, 0, 1), DIST_OK); /* 1 */
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, 0}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK); /* 2 */
+    ck_assert_int_eq(dist_model_set_inputs(m, 2, 2, (int[]){0, 1}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-6f, 1, 1), DIST_OK); /* 3 */
+    ck_assert_int_eq(dist_model_add_dense(m, 16, DIST_ACT_GELU), DIST_OK);         /* 4 */
+    ck_assert_int_eq(dist_model_add_dense(m, 8, DIST_ACT_NONE), DIST_OK);          /* 5 */
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);            /* 6 */
+    ck_assert_int_eq(dist_model_set_inputs(m, 6, 2, (int[]){3, 5}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-6f, 1, 1), DIST_OK); /* 7 */
+    ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);            /* 8 */
+    ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK);          /* 9 */
+}
+
 /* A Transformer encoder block on int32 token ids: Embedding(50, 8) -> e;
  * a = MultiHeadAttention(2 heads of 4)(e, e); h = LayerNormalization(Add([e, a]));
  * f = Dense(8)(Dense(16, gelu)(h)); LayerNormalization(Add([h, f])) -> GlobalAveragePooling1D
  * -> Dense(4), on 2 replicas, 3 SGD steps of global batches of 8 sequences of 6 ids (the ids
- * go through the dataset, batch and distribution as int32). */
-static void transformer_steps(int tpu, float losses[3], float *weights, int64_t *count) {
+ * go through the dataset, batch and distribution as int32). With `recurrent` the body is
+ * instead: Embedding(50, 8) -> LSTM(6, return_sequences) -> GRU(5, return_sequences,
+ * go_backwards) -> GRU(4, reset_after=False), its last state concatenated with SimpleRNN(5)'s
+ * of the LSTM's sequence -> Dense(4). */
+static void text_steps(int tpu, int recurrent, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
         o.kind = DIST_STRATEGY_TPU;
@@ -1160,19 +1179,24 @@ static void transformer_steps(int tpu, float losses[3], float *weights, int64_t 
     ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_create("transformer", &m), DIST_OK);
-    ck_assert_int_eq(dist_model_add_embedding(m, 50, 8), DIST_OK);                 /* 0 */
-    ck_assert_int_eq(dist_model_add_multi_head_attention(m, 2, 4, 0, 1), DIST_OK); /* 1 */
-    ck_assert_int_eq(dist_model_set_inputs(m, 1, 2, (int[]){0, 0}), DIST_OK);
-    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK); /* 2 */
-    ck_assert_int_eq(dist_model_set_inputs(m, 2, 2, (int[]){0, 1}), DIST_OK);
-    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-6f, 1, 1), DIST_OK); /* 3 */
-    ck_assert_int_eq(dist_model_add_dense(m, 16, DIST_ACT_GELU), DIST_OK);         /* 4 */
-    ck_assert_int_eq(dist_model_add_dense(m, 8, DIST_ACT_NONE), DIST_OK);          /* 5 */
-    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);            /* 6 */
-    ck_assert_int_eq(dist_model_set_inputs(m, 6, 2, (int[]){3, 5}), DIST_OK);
-    ck_assert_int_eq(dist_model_add_layer_normalization(m, 1e-6f, 1, 1), DIST_OK); /* 7 */
-    ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);            /* 8 */
-    ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK);          /* 9 */
+    ck_assert_int_eq(dist_model_add_embedding(m, 50, 8), DIST_OK); /* 0 */
+    if (recurrent) {
+        dist_rnn_options r = DIST_RNN_OPTIONS_INIT(6);
+        r.return_sequences = 1;
+        ck_assert_int_eq(dist_model_add_lstm(m, &r), DIST_OK); /* 1 */
+        r.units = 5, r.go_backwards = 1;
+        ck_assert_int_eq(dist_model_add_gru(m, &r), DIST_OK); /* 2 */
+        r.units = 4, r.go_backwards = 0, r.reset_after = 0, r.return_sequences = 0;
+        ck_assert_int_eq(dist_model_add_gru(m, &r), DIST_OK); /* 3 */
+        r.units = 5;
+        ck_assert_int_eq(dist_model_add_simple_rnn(m, &r), DIST_OK); /* 4: of the LSTM's */
+        ck_assert_int_eq(dist_model_set_inputs(m, 4, 1, (int[]){1}), DIST_OK);
+        ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 5 */
+        ck_assert_int_eq(dist_model_set_inputs(m, 5, 2, (int[]){3, 4}), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK); /* 6 */
+    } else {
+        transformer_body(m);
+    }
     ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
     dist_optimizer *opt = NULL;
     dist_sgd_options sgd = DIST_SGD_OPTIONS_INIT;
@@ -1242,13 +1266,25 @@ START_TEST(test_under_tpu_a_transformer_block_trains_as_mirrored_does) {
     float lt[3], lm[3];
     static float wt[4096], wm[4096];
     int64_t nt = 0, nm = 0;
-    transformer_steps(1, lt, wt, &nt);
-    transformer_steps(0, lm, wm, &nm);
+    text_steps(1, 0, lt, wt, &nt);
+    text_steps(0, 0, lm, wm, &nm);
     expect_same_training(lt, lm, wt, wm, nt, nm);
 }
 END_TEST
 
 /* The graph traced into one program: the same losses and weights as mirrored's. */
+/* LSTM, GRU (both forms, go_backwards) and SimpleRNN unrolled and traced into one program: the
+ * same losses and weights as mirrored's. */
+START_TEST(test_under_tpu_recurrent_layers_train_as_mirrored_does) {
+    float lt[3], lm[3];
+    static float wt[4096], wm[4096];
+    int64_t nt = 0, nm = 0;
+    text_steps(1, 1, lt, wt, &nt);
+    text_steps(0, 1, lm, wm, &nm);
+    expect_same_training(lt, lm, wt, wm, nt, nm);
+}
+END_TEST
+
 START_TEST(test_under_tpu_a_graph_model_trains_as_mirrored_does) {
     float lt[3], lm[3];
     static float wt[4096], wm[4096];
@@ -1280,6 +1316,7 @@ int main(int argc, char **argv) {
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, test_under_tpu_a_graph_model_trains_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_a_transformer_block_trains_as_mirrored_does);
+        tcase_add_test(tc, test_under_tpu_recurrent_layers_train_as_mirrored_does);
         suite_add_tcase(s, tc);
         return dist_test_run(s);
     }

@@ -1,0 +1,250 @@
+/* SimpleRNN, LSTM and GRU: the recurrence unrolled over the steps as the tape's ops (dense,
+ * matmul, slice, concat, the activations, elementwise products), so every executor runs it and
+ * the tpu strategy traces it into one program; and Keras's Orthogonal initializer for the
+ * recurrent kernels.
+ *
+ * The input's projection through the kernel is one product over every step ([batch * steps,
+ * features] @ [features, k units]); each step then adds its state's product with the recurrent
+ * kernel. The steps are cut from the projection, and the outputs joined, by halving, so that
+ * the gradients of the slices (dy padded with zeros to the sliced tensor's size) and of the
+ * joins cost steps * log2(steps) elements, not steps^2. */
+#include "core/error.h"
+#include "core/rng.h"
+#include "nn/model_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Steps [base, base + n) of x [B, n, C] into out[base ..] as [B, C] each. */
+static dist_status split_steps(dist_tape *t, dist_tensor *x, int64_t base, int64_t n,
+                               dist_tensor **out) {
+    const int64_t b = x->shape[0], c = x->shape[2];
+    if (n == 1) {
+        int64_t s[2] = {b, c};
+        return dist_op_reshape(t, x, 2, s, &out[base]);
+    }
+    const int64_t half = n / 2;
+    int64_t b0[3] = {0, 0, 0}, s0[3] = {b, half, c}, b1[3] = {0, half, 0}, s1[3] = {b, n - half, c};
+    dist_tensor *lo, *hi;
+    DIST_TRY(dist_op_slice(t, x, b0, s0, &lo));
+    DIST_TRY(dist_op_slice(t, x, b1, s1, &hi));
+    DIST_TRY(split_steps(t, lo, base, half, out));
+    return split_steps(t, hi, base + half, n - half, out);
+}
+
+/* hs[0 .. n) ([B, C] each) as [B, n, C]. */
+static dist_status join_steps(dist_tape *t, dist_tensor *const *hs, int64_t n, dist_tensor **y) {
+    if (n == 1) {
+        int64_t s[3] = {hs[0]->shape[0], 1, hs[0]->shape[1]};
+        return dist_op_reshape(t, hs[0], 3, s, y);
+    }
+    const int64_t half = n / 2;
+    dist_tensor *two[2];
+    DIST_TRY(join_steps(t, hs, half, &two[0]));
+    DIST_TRY(join_steps(t, hs + half, n - half, &two[1]));
+    return dist_op_concat(t, 2, (const dist_tensor *const *)two, 1, y);
+}
+
+/* Columns [k units, (k + 1) units) of z [B, n units]: gate k. */
+static dist_status gate(dist_tape *t, const dist_tensor *z, int64_t units, int k,
+                        dist_tensor **y) {
+    int64_t b[2] = {0, k * units}, s[2] = {z->shape[0], units};
+    return dist_op_slice(t, z, b, s, y);
+}
+
+/* Rows or columns of a variable: [r0, r0 + nr) x [c0, c0 + nc) of a 2-D w, as a vector when
+ * `vector` (a GRU bias row). */
+static dist_status part(dist_tape *t, const dist_tensor *w, int64_t r0, int64_t nr, int64_t c0,
+                        int64_t nc, int vector, dist_tensor **y) {
+    int64_t b[2] = {r0, c0}, s[2] = {nr, nc};
+    DIST_TRY(dist_op_slice(t, w, b, s, y));
+    if (!vector) return DIST_OK;
+    int64_t v[1] = {nc};
+    return dist_op_reshape(t, *y, 1, v, y);
+}
+
+/* Elements [at, at + n) of a vector. */
+static dist_status piece(dist_tape *t, const dist_tensor *v, int64_t at, int64_t n,
+                         dist_tensor **y) {
+    int64_t b[1] = {at}, s[1] = {n};
+    return dist_op_slice(t, v, b, s, y);
+}
+
+/* h_new = hh + z (h - hh): Keras's z h + (1 - z) hh (equal but for rounding); with no state
+ * (the first step, h = 0) hh - z hh. */
+static dist_status gru_mix(dist_tape *t, const dist_tensor *z, const dist_tensor *hh,
+                           const dist_tensor *h, dist_tensor **y) {
+    dist_tensor *d, *zd;
+    if (h)
+        DIST_TRY(dist_op_sub(t, h, hh, &d));
+    else
+        DIST_TRY(dist_op_neg(t, hh, &d));
+    DIST_TRY(dist_op_mul(t, z, d, &zd));
+    return dist_op_add(t, hh, zd, y);
+}
+
+dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor *x,
+                           const dist_tensor *const *vars, dist_tensor **out) {
+    const dist_rnn_options *o = &l->rnn;
+    const int64_t b = x->shape[0], steps = x->shape[1], f = x->shape[2], u = o->units;
+    const int k = l->kind == LAYER_LSTM ? 4 : l->kind == LAYER_GRU ? 3 : 1;
+    const int gru_after = l->kind == LAYER_GRU && o->reset_after;
+    const dist_tensor *kernel = vars[l->kernel_var], *rec = vars[l->pointwise_var];
+    const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+    dist_tensor *in_bias = (dist_tensor *)bias, *rec_bias = NULL, *rec_zr = NULL, *rec_h = NULL;
+    if (gru_after && bias) {
+        DIST_TRY(part(t, bias, 0, 1, 0, 3 * u, 1, &in_bias));
+        DIST_TRY(part(t, bias, 1, 1, 0, 3 * u, 1, &rec_bias));
+    }
+    if (l->kind == LAYER_GRU && !o->reset_after) {
+        DIST_TRY(part(t, rec, 0, u, 0, 2 * u, 0, &rec_zr));
+        DIST_TRY(part(t, rec, 0, u, 2 * u, u, 0, &rec_h));
+    }
+    /* the input's projection, every step at once */
+    dist_tensor *x2, *proj;
+    int64_t s2[2] = {b * steps, f}, s3[3] = {b, steps, k * u};
+    DIST_TRY(dist_op_reshape(t, x, 2, s2, &x2));
+    DIST_TRY(dist_op_dense(t, x2, kernel, in_bias, DIST_ACT_NONE, &proj));
+    DIST_TRY(dist_op_reshape(t, proj, 3, s3, &proj));
+    dist_tensor **xs = calloc((size_t)(2 * steps), sizeof *xs);
+    if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", l->name);
+    dist_tensor **hs = xs + steps;
+    dist_status st = split_steps(t, proj, 0, steps, xs);
+    dist_tensor *h = NULL, *c = NULL;
+    for (int64_t i = 0; i < steps && st == DIST_OK; i++) {
+        dist_tensor *z = xs[o->go_backwards ? steps - 1 - i : i];
+        if (h && l->kind != LAYER_GRU) { /* z = x W + b + h U */
+            dist_tensor *hu;
+            DIST_TRY_GOTO(dist_op_matmul(t, h, rec, 0, 0, &hu), st, done);
+            DIST_TRY_GOTO(dist_op_add(t, z, hu, &z), st, done);
+        }
+        if (l->kind == LAYER_SIMPLE_RNN) {
+            DIST_TRY_GOTO(dist_op_activation(t, z, o->activation, &h), st, done);
+        } else if (l->kind == LAYER_LSTM) {
+            /* i, f, o gates, g the candidate; c = f c + i g; h = o act(c) */
+            dist_tensor *gi, *gf, *gg, *go, *ig;
+            DIST_TRY_GOTO(gate(t, z, u, 0, &gi), st, done);
+            DIST_TRY_GOTO(dist_op_activation(t, gi, o->recurrent_activation, &gi), st, done);
+            DIST_TRY_GOTO(gate(t, z, u, 2, &gg), st, done);
+            DIST_TRY_GOTO(dist_op_activation(t, gg, o->activation, &gg), st, done);
+            DIST_TRY_GOTO(dist_op_mul(t, gi, gg, &ig), st, done);
+            if (c) {
+                dist_tensor *fc;
+                DIST_TRY_GOTO(gate(t, z, u, 1, &gf), st, done);
+                DIST_TRY_GOTO(dist_op_activation(t, gf, o->recurrent_activation, &gf), st, done);
+                DIST_TRY_GOTO(dist_op_mul(t, gf, c, &fc), st, done);
+                DIST_TRY_GOTO(dist_op_add(t, fc, ig, &c), st, done);
+            } else {
+                c = ig; /* the forget gate times a zero state */
+            }
+            dist_tensor *ac;
+            DIST_TRY_GOTO(gate(t, z, u, 3, &go), st, done);
+            DIST_TRY_GOTO(dist_op_activation(t, go, o->recurrent_activation, &go), st, done);
+            DIST_TRY_GOTO(dist_op_activation(t, c, o->activation, &ac), st, done);
+            DIST_TRY_GOTO(dist_op_mul(t, go, ac, &h), st, done);
+        } else {
+            /* GRU: z and r gates, hh the candidate, h = z h + (1 - z) hh */
+            dist_tensor *xz, *xr, *xh, *gz, *gr, *hh, *rh = NULL;
+            DIST_TRY_GOTO(gate(t, z, u, 0, &xz), st, done);
+            DIST_TRY_GOTO(gate(t, z, u, 1, &xr), st, done);
+            DIST_TRY_GOTO(gate(t, z, u, 2, &xh), st, done);
+            if (gru_after) {
+                /* h U + the recurrent bias (a zero state: the bias alone, broadcast) */
+                dist_tensor *inner = rec_bias, *iz, *ir, *ih;
+                if (h) DIST_TRY_GOTO(dist_op_dense(t, h, rec, rec_bias, DIST_ACT_NONE, &inner), st,
+                                     done);
+                if (inner) {
+                    if (h) {
+                        DIST_TRY_GOTO(gate(t, inner, u, 0, &iz), st, done);
+                        DIST_TRY_GOTO(gate(t, inner, u, 1, &ir), st, done);
+                        DIST_TRY_GOTO(gate(t, inner, u, 2, &ih), st, done);
+                    } else {
+                        DIST_TRY_GOTO(piece(t, inner, 0, u, &iz), st, done);
+                        DIST_TRY_GOTO(piece(t, inner, u, u, &ir), st, done);
+                        DIST_TRY_GOTO(piece(t, inner, 2 * u, u, &ih), st, done);
+                    }
+                    DIST_TRY_GOTO(dist_op_add(t, xz, iz, &xz), st, done);
+                    DIST_TRY_GOTO(dist_op_add(t, xr, ir, &xr), st, done);
+                    rh = ih;
+                }
+                DIST_TRY_GOTO(dist_op_activation(t, xz, o->recurrent_activation, &gz), st, done);
+                DIST_TRY_GOTO(dist_op_activation(t, xr, o->recurrent_activation, &gr), st, done);
+                if (rh) {
+                    DIST_TRY_GOTO(dist_op_mul(t, gr, rh, &rh), st, done);
+                    DIST_TRY_GOTO(dist_op_add(t, xh, rh, &xh), st, done);
+                }
+            } else {
+                if (h) {
+                    dist_tensor *inner, *iz, *ir;
+                    DIST_TRY_GOTO(dist_op_matmul(t, h, rec_zr, 0, 0, &inner), st, done);
+                    DIST_TRY_GOTO(gate(t, inner, u, 0, &iz), st, done);
+                    DIST_TRY_GOTO(gate(t, inner, u, 1, &ir), st, done);
+                    DIST_TRY_GOTO(dist_op_add(t, xz, iz, &xz), st, done);
+                    DIST_TRY_GOTO(dist_op_add(t, xr, ir, &xr), st, done);
+                }
+                DIST_TRY_GOTO(dist_op_activation(t, xz, o->recurrent_activation, &gz), st, done);
+                if (h) { /* (r h) U_h; the reset gate is not needed at a zero state */
+                    DIST_TRY_GOTO(dist_op_activation(t, xr, o->recurrent_activation, &gr), st,
+                                  done);
+                    DIST_TRY_GOTO(dist_op_mul(t, gr, h, &rh), st, done);
+                    DIST_TRY_GOTO(dist_op_matmul(t, rh, rec_h, 0, 0, &rh), st, done);
+                    DIST_TRY_GOTO(dist_op_add(t, xh, rh, &xh), st, done);
+                }
+            }
+            DIST_TRY_GOTO(dist_op_activation(t, xh, o->activation, &hh), st, done);
+            DIST_TRY_GOTO(gru_mix(t, gz, hh, h, &h), st, done);
+        }
+        hs[i] = h;
+    }
+    if (st == DIST_OK) {
+        if (o->return_sequences)
+            st = join_steps(t, hs, steps, out);
+        else
+            *out = h;
+    }
+done:
+    free(xs);
+    return st;
+}
+
+/* A standard normal draw (Box-Muller on two 53-bit uniforms in (0, 1]). */
+static double normal(dist_rng *r) {
+    double a = ((double)(dist_rng_next(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double b = (double)(dist_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(a)) * cos(6.283185307179586 * b);
+}
+
+dist_status model_orthogonal(float *p, int64_t rows, int64_t cols, uint64_t seed,
+                             uint64_t stream) {
+    /* a [m, n] normal matrix, m >= n, stored by columns; its QR's Q by modified Gram-Schmidt,
+     * twice over (the second pass restores the orthogonality the first loses to rounding),
+     * which gives the Q whose R has a positive diagonal: Keras's Q with its signs made
+     * uniform */
+    const int64_t m = rows > cols ? rows : cols, n = rows > cols ? cols : rows;
+    double *a = malloc((size_t)m * (size_t)n * sizeof *a);
+    if (!a) return dist_error(DIST_OUT_OF_MEMORY, "Orthogonal initializer: out of memory");
+    dist_rng rng = dist_rng_stream(seed, stream);
+    for (int64_t i = 0; i < m * n; i++) a[i] = normal(&rng);
+    for (int64_t j = 0; j < n; j++) {
+        double *qj = a + j * m;
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t q = 0; q < j; q++) {
+                const double *qq = a + q * m;
+                double dot = 0;
+                for (int64_t i = 0; i < m; i++) dot += qq[i] * qj[i];
+                for (int64_t i = 0; i < m; i++) qj[i] -= dot * qq[i];
+            }
+        double norm = 0;
+        for (int64_t i = 0; i < m; i++) norm += qj[i] * qj[i];
+        norm = sqrt(norm);
+        if (!(norm > 1e-300)) norm = 1; /* a zero column: measure zero for normal draws */
+        for (int64_t i = 0; i < m; i++) qj[i] /= norm;
+    }
+    /* Q is [m, n]: element (i, j) at a[j m + i]; rows >= cols keeps it, else its transpose */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            p[r * cols + c] = (float)(rows >= cols ? a[c * m + r] : a[r * m + c]);
+    free(a);
+    return DIST_OK;
+}
