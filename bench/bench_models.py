@@ -27,7 +27,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_STEPS = {"seed_cnn": 30, "resnet20": 3, "mlp": 30, "transformer": 5}
+DEFAULT_STEPS = {"seed_cnn": 30, "resnet20": 3, "mlp": 30, "transformer": 5, "lstm": 5}
 
 
 def sh(cmd, timeout=900):

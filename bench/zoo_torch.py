@@ -12,6 +12,8 @@ PyTorch, layer for layer, trained on the CPU on synthetic data.
   transformer  Embedding(20000,128), 2 post-norm encoder blocks (nn.MultiheadAttention 4 heads,
                LayerNorm eps 1e-6, Linear(128,256)+GELU, Linear(256,128)), mean over the
                sequence, Linear(128,2); int64 token ids, sequence 128
+  lstm         Embedding(20000,128), nn.LSTM(128, 128, batch_first) (its last state),
+               Linear(128,2); int64 token ids, sequence 128
 Channels-last memory format for the CNNs (as Keras's NHWC; oneDNN-friendly). Adam(1e-3, eps
 1e-7), cross-entropy of the logits; 8 synthetic batches (normal inputs, random labels) cycled.
 --warmup steps, then --repeats timed runs of --steps steps; prints one JSON line like
@@ -97,6 +99,18 @@ def build(name, torch):
                 return self.out(self.blocks(self.emb(x)).mean(dim=1))
 
         return Classifier()
+    if name == "lstm":
+        class Recurrent(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(20000, 128)
+                self.lstm = nn.LSTM(128, 128, batch_first=True)
+                self.out = nn.Linear(128, 2)
+
+            def forward(self, x):
+                return self.out(self.lstm(self.emb(x))[1][0][-1])
+
+        return Recurrent()
     sys.exit(f"zoo_torch.py: no PyTorch model for {name}")
 
 
@@ -120,7 +134,7 @@ def main():
     image = len(shape) == 3
     if image:
         model = model.to(memory_format=torch.channels_last)
-    classes = 2 if args.model == "transformer" else 10
+    classes = 2 if args.model in ("transformer", "lstm") else 10
     g = torch.Generator().manual_seed(35)
     batches = []
     for _ in range(8):

@@ -19,11 +19,14 @@ in Keras 3 when given that module):
                embedding: see the comment in transformer()), 2 encoder blocks (MultiHeadAttention 4 heads x 32,
                Add, LayerNormalization, Dense256-gelu, Dense128, Add, LayerNormalization),
                GlobalAveragePooling1D, Dense2 (logits); batch 32.
+  lstm         recurrent text classifier: int32 token ids (sequence 128), Embedding(20000, 128),
+               LSTM(128) (its last state), Dense2 (logits); batch 32.
 
 FLOPs per example (training, float32): 2 per multiply-add. A layer's forward multiply-adds are
 counted from its output shape: Conv2D out_h*out_w*filters*k_h*k_w*in_ch, Dense out_positions*
 units*in_units, attention 4 projections (Q, K, V, output: seq*d*d each) + QK^T and AV
-(2*heads*seq*seq*head_dim); Embedding lookups, BN, activations, pooling, Add and the loss are
+(2*heads*seq*seq*head_dim), LSTM seq*4*units*(in + units) (the input's and the state's
+products of every step); Embedding lookups, BN, activations, pooling, Add and the loss are
 left out (memory-bound, < 2% on these models). Training = 3x forward (forward, backward-data,
 backward-weights), except the first layer's backward-data, which nothing needs (left out).
 
@@ -46,6 +49,7 @@ ZOO = {
     "resnet20": ((32, 32, 3), "float32", 128),
     "mlp": ((28, 28, 1), "float32", 64),
     "transformer": ((SEQ,), "int32", 32),
+    "lstm": ((SEQ,), "int32", 32),
 }
 
 
@@ -121,7 +125,17 @@ def transformer(K, classes=2):
     return K.Model(x, y, name="transformer")
 
 
-BUILDERS = {"seed_cnn": seed_cnn, "resnet20": resnet20, "mlp": mlp, "transformer": transformer}
+def lstm(K, classes=2):
+    L = K.layers
+    x = K.Input((SEQ,), dtype="int32", name="tokens")
+    h = L.Embedding(VOCAB, EMBED, name="token_embedding")(x)
+    h = L.LSTM(EMBED, name="lstm")(h)
+    y = L.Dense(classes, name="logits")(h)
+    return K.Model(x, y, name="lstm")
+
+
+BUILDERS = {"seed_cnn": seed_cnn, "resnet20": resnet20, "mlp": mlp, "transformer": transformer,
+            "lstm": lstm}
 
 
 def shape_of(t):
@@ -150,6 +164,9 @@ def flops_per_example(model):
             seq, d = shape_of(layer.output)
             heads, hd = layer._num_heads, layer._key_dim
             macs = 4 * seq * d * heads * hd + 2 * heads * seq * seq * hd
+        elif kind == "LSTM":
+            seq, feat = shape_of(layer.input)
+            macs = seq * 4 * layer.units * (feat + layer.units)
         if macs:
             # forward + backward-weights + backward-data (none for the first layer with weights)
             total += 2 * macs * (2 if first else 3)

@@ -520,25 +520,31 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     for (int side = 0; side < 2; side++) {
         const dist_tensor *x = n->in[side];
         if (!tape_requires_grad(t, x)) continue;
-        dist_tensor *d;
-        DIST_TRY(grad_begin(t, x, &d));
+        /* a gradient x has already (a weight read at every step of a recurrence) takes this
+         * product's part in place: the GEMM adds into it (beta 1) */
+        dist_tensor *d = n->round == DIST_F32 ? grad_accumulator(t, x) : NULL;
+        const float beta = d ? 1.0f : 0.0f;
+        if (d)
+            grad_added_in_place(t, x);
+        else
+            DIST_TRY(grad_begin(t, x, &d));
         d->layout = DIST_LAYOUT_PLAIN;
         if (dist_tensor_numel(d) == 0) {
             /* nothing to write */
         } else if (dist_tensor_numel(dy) == 0) {
-            DIST_TRY(dist_be_fill(be, tape_bectx(t), d, 0.0f)); /* an empty product: zeros */
+            if (!beta) DIST_TRY(dist_be_fill(be, tape_bectx(t), d, 0.0f)); /* an empty product */
         } else if (side == 0) {
             if (!ta)
-                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 0, !tb, 1.0f, dy, b, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 0, !tb, 1.0f, dy, b, beta, d));
             else
-                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, tb, 1, 1.0f, b, dy, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, tb, 1, 1.0f, b, dy, beta, d));
         } else {
             if (!tb)
-                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, !ta, 0, 1.0f, a, dy, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, !ta, 0, 1.0f, a, dy, beta, d));
             else
-                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 1, ta, 1.0f, dy, a, 0.0f, d));
+                DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 1, ta, 1.0f, dy, a, beta, d));
         }
-        DIST_TRY(grad_end(t, x, d));
+        if (!beta) DIST_TRY(grad_end(t, x, d));
     }
     return DIST_OK;
 }
@@ -786,10 +792,22 @@ dist_status dist_op_concat(dist_tape *t, int count, const dist_tensor *const *xs
     return DIST_OK;
 }
 
-/* x's gradient: zeros with dy written at the slice's begin. */
+/* x's gradient: zeros with dy written at the slice's begin; where x has a gradient already
+ * (another slice's of it: a sequence cut into steps, a tensor into gates) and the backend adds
+ * into a box in place, dy is added there instead, at the slice's cost, not the tensor's. */
 static dist_status slice_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
+    dist_tensor *acc = grad_accumulator(t, x);
+    if (acc) {
+        dist_op add = tape_op(DIST_OPC_PAD, 1, 2, 1);
+        memcpy(add.v, n->p.m.v, sizeof add.v);
+        const dist_tensor *in[2] = {dy, acc};
+        if (dist_backend_supports_op(t->backend, &add, in, &acc)) {
+            grad_added_in_place(t, x);
+            return tape_run_op(t, &add, in, &acc);
+        }
+    }
     tape_plain_grad h;
     dist_tensor *dx;
     DIST_TRY(tape_plain_grad_begin(t, x, &h, &dx));

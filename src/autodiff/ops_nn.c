@@ -478,7 +478,7 @@ static dist_status pool_backward_fused(dist_tape *t, tape_node *n, const dist_te
     *done = 0;
     const dist_tensor *y = n->in[0];
     const struct dist_backend_i *be = tape_be(t);
-    if (!tape_is_relu_output(t, y) || t->grads[y->node].is_source) return DIST_OK;
+    if (!tape_is_relu_output(t, y) || tape_grad(t, y->node)->is_source) return DIST_OK;
     tape_node *c = producer(t, n, y);
     if (!c || c->backward != conv2d_backward || !c->p.conv.relu) return DIST_OK;
     const dist_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
@@ -512,7 +512,7 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     int fused;
     DIST_TRY(pool_backward_fused(t, n, dy, &fused));
     if (fused) return DIST_OK;
-    int fold_relu = tape_is_relu_output(t, x) && !t->grads[x->node].present;
+    int fold_relu = tape_is_relu_output(t, x) && !tape_grad(t, x->node)->present;
     dist_pool2d_desc d = n->p.pool;
     if (fold_relu) {
         /* where it can, the pool kernel masks as it scatters: no pass of its own */
@@ -528,14 +528,14 @@ static dist_status pool_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     /* for a convolution computing in bfloat16 before the pool: a bfloat16 twin of dx, its dy */
     tape_node *c = producer(t, n, x);
     int twin_done = 0;
-    if (c && c->backward == conv2d_backward && c->p.conv.bf16 && !t->grads[x->node].present) {
+    if (c && c->backward == conv2d_backward && c->p.conv.bf16 && !tape_grad(t, x->node)->present) {
         DIST_TRY(dist_arena_alloc(&t->arena, (size_t)dist_tensor_numel(dx) * 2, &d.dx_bf16));
         d.dx_bf16_done = &twin_done;
     }
     DIST_TRY(dist_be_max_pool2d_backward(tape_be(t), tape_bectx(t), &d, x, dy, n->workspace, dx));
     if (twin_done) tape_set_bf16_twin(t, dx, d.dx_bf16);
     DIST_TRY(grad_end(t, x, dx));
-    if (fold_relu) t->grads[x->node].relu_applied = 1;
+    if (fold_relu) tape_grad(t, x->node)->relu_applied = 1;
     return DIST_OK;
 }
 

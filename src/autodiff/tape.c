@@ -42,7 +42,8 @@ void dist_tape_destroy(dist_tape *t) {
     free(t->requires_grad);
     free(t->relu_output);
     free(t->bf16_twin);
-    free(t->grads);
+    for (int k = 0; k < t->cap_ids / TAPE_GRAD_BLOCK; k++) free(t->grad_blocks[k]);
+    free(t->grad_blocks);
     free(t->nodes);
     free(t->last_use);
     free(t->finish_order);
@@ -124,7 +125,7 @@ dist_status tape_round_output(dist_tape *t, dist_tensor *out, tape_node *node) {
 
 static dist_status grow_ids(dist_tape *t) {
     if (t->nids < t->cap_ids) return DIST_OK;
-    int cap = t->cap_ids ? t->cap_ids * 2 : 256;
+    int cap = t->cap_ids ? t->cap_ids * 2 : TAPE_GRAD_BLOCK;
     const dist_tensor **by_id = realloc(t->by_id, (size_t)cap * sizeof *by_id);
     if (by_id) t->by_id = by_id;
     unsigned char *rg = realloc(t->requires_grad, (size_t)cap);
@@ -133,10 +134,16 @@ static dist_status grow_ids(dist_tape *t) {
     if (ro) t->relu_output = ro;
     void **tw = realloc(t->bf16_twin, (size_t)cap * sizeof *tw);
     if (tw) t->bf16_twin = tw;
-    grad_entry *g = realloc(t->grads, (size_t)cap * sizeof *g);
-    if (g) t->grads = g;
-    if (!by_id || !rg || !ro || !tw || !g)
+    /* new blocks of entries; the ones there stay where they are */
+    grad_entry **gb = realloc(t->grad_blocks, (size_t)(cap / TAPE_GRAD_BLOCK) * sizeof *gb);
+    if (gb) t->grad_blocks = gb;
+    if (!by_id || !rg || !ro || !tw || !gb)
         return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+    for (int b = t->cap_ids / TAPE_GRAD_BLOCK; b < cap / TAPE_GRAD_BLOCK; b++) {
+        gb[b] = calloc(TAPE_GRAD_BLOCK, sizeof *gb[b]);
+        if (!gb[b]) return dist_error(DIST_OUT_OF_MEMORY, "tape: out of memory");
+        t->cap_ids = (b + 1) * TAPE_GRAD_BLOCK; /* what is allocated so far */
+    }
     t->cap_ids = cap;
     return DIST_OK;
 }
@@ -149,7 +156,7 @@ static dist_status assign_id(dist_tape *t, dist_tensor *x, int requires_grad) {
     t->requires_grad[id] = (unsigned char)requires_grad;
     t->relu_output[id] = 0;
     t->bf16_twin[id] = NULL;
-    memset(&t->grads[id], 0, sizeof t->grads[id]);
+    memset(tape_grad(t, id), 0, sizeof *tape_grad(t, id));
     return DIST_OK;
 }
 
@@ -331,7 +338,7 @@ dist_status grad_begin(dist_tape *t, const dist_tensor *x, dist_tensor **dst) {
     *dst = NULL;
     int id = tensor_id(t, x);
     if (id < 0 || !t->requires_grad[id]) return DIST_OK;
-    grad_entry *g = &t->grads[id];
+    grad_entry *g = tape_grad(t, id);
     if (!g->present || (g->is_const && g->is_source)) {
         if (g->is_source) {
             g->t->layout = x->layout;
@@ -354,14 +361,14 @@ dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
     dist_dtype r = t->cur_round;
     if (r == DIST_F32 || dst->dtype != DIST_F32) return grad_fold(t, x, dst);
     DIST_TRY(tape_round(t, dst, r, dst));
-    grad_entry *g = &t->grads[x->node];
+    grad_entry *g = tape_grad(t, x->node);
     int accumulates = g->present;
     DIST_TRY(grad_fold(t, x, dst));
     return accumulates && !g->is_const && g->t ? tape_round(t, g->t, r, g->t) : DIST_OK;
 }
 
 static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
-    grad_entry *g = &t->grads[x->node];
+    grad_entry *g = tape_grad(t, x->node);
     if (g->present) {
         g->relu_applied = 0;
         /* the sum is written over a tensor: bfloat16 twins of either no longer hold it */
@@ -393,11 +400,29 @@ static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *ds
     return dist_be_add(tape_be(t), tape_bectx(t), g->t, dst, g->t);
 }
 
+dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x) {
+    int id = tensor_id(t, x);
+    if (id < 0 || !t->requires_grad[id]) return NULL;
+    grad_entry *g = tape_grad(t, id);
+    if (!g->present || g->is_const || !g->t || t->cur_round != DIST_F32 ||
+        g->t->layout != DIST_LAYOUT_PLAIN || g->t->dtype != DIST_F32 || g->t->ndim != x->ndim)
+        return NULL;
+    for (int d = 0; d < x->ndim; d++)
+        if (g->t->shape[d] != x->shape[d]) return NULL;
+    return g->t;
+}
+
+void grad_added_in_place(dist_tape *t, const dist_tensor *x) {
+    grad_entry *g = tape_grad(t, x->node);
+    g->relu_applied = 0;
+    tape_set_bf16_twin(t, g->t, NULL);
+}
+
 dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done) {
     *done = 0;
     int id = tensor_id(t, x);
     if (id < 0 || !t->requires_grad[id]) return DIST_OK;
-    grad_entry *g = &t->grads[id];
+    grad_entry *g = tape_grad(t, id);
     if (t->cur_round != DIST_F32 || x->layout != DIST_LAYOUT_PLAIN ||
         src->layout != DIST_LAYOUT_PLAIN || src->dtype != x->dtype ||
         dist_tensor_numel(src) != dist_tensor_numel(x))
@@ -423,7 +448,7 @@ dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *sr
 dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {
     int id = tensor_id(t, x);
     if (id < 0 || !t->requires_grad[id]) return DIST_OK;
-    grad_entry *g = &t->grads[id];
+    grad_entry *g = tape_grad(t, id);
     g->relu_applied = 0;
     if (!g->present) {
         g->present = 1;
@@ -444,7 +469,7 @@ dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value) {
 static dist_status finish_source(dist_tape *t, dist_tensor *const *sources,
                                  dist_tensor *const *grads, int i) {
     int id = tensor_id(t, sources[i]);
-    grad_entry *g = id >= 0 ? &t->grads[id] : NULL;
+    grad_entry *g = id >= 0 ? tape_grad(t, id) : NULL;
     if (!g || !g->present) {
         DIST_TRY(
             tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data, dist_tensor_bytes(grads[i])));
@@ -541,13 +566,13 @@ static dist_status forward_to_sources(dist_tape *t, int tid, int count,
         if (oid < 0 || oid == tid || reader->out->layout != sources[i]->layout ||
             dist_tensor_numel(reader->out) != dist_tensor_numel(sources[i]))
             continue;
-        if (t->grads[oid].is_source || t->grads[oid].present) continue;
+        if (tape_grad(t, oid)->is_source || tape_grad(t, oid)->present) continue;
         /* the caller's buffer read with the output's shape (a caller's buffer need only
          * hold the source's element count) */
         dist_tensor *view;
-        DIST_TRY(tape_new_alias(t, reader->out, t->grads[id].t->data, reader->out->ndim,
+        DIST_TRY(tape_new_alias(t, reader->out, tape_grad(t, id)->t->data, reader->out->ndim,
                                 reader->out->shape, &view));
-        grad_entry *go = &t->grads[oid]; /* after the alias: the table may have grown */
+        grad_entry *go = tape_grad(t, oid);
         go->t = view;
         go->is_source = 1;
         go->forwarded = 1;
@@ -561,7 +586,7 @@ static dist_status hand_to_source(dist_tape *t, tape_node *n, grad_entry *g) {
     g->forwarded = 0;
     g->is_source = 0;
     if (g->is_const) return grad_add_const(t, x, g->value);
-    grad_entry *gx = &t->grads[x->node];
+    grad_entry *gx = tape_grad(t, x->node);
     gx->t->layout = g->t->layout;
     gx->present = 1;
     gx->is_const = 0;
@@ -579,7 +604,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
                            grads[i]->dtype == DIST_F32,
                        "dist_tape_gradient: gradient %d does not match its source's shape", i);
         if (id < 0) continue; /* not watched: zeros below */
-        grad_entry *g = &t->grads[id];
+        grad_entry *g = tape_grad(t, id);
         memset(g, 0, sizeof *g);
         g->t = grads[i];
         g->is_source = 1;
@@ -598,7 +623,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
             DIST_TRY(tape_new_like(t, target, &copy));
             copy->layout = seed->layout;
             DIST_TRY(dist_be_to_layout(tape_be(t), tape_bectx(t), seed, copy));
-            grad_entry *g = &t->grads[tid];
+            grad_entry *g = tape_grad(t, tid);
             if (!g->is_source) {
                 g->t = copy;
                 g->present = 1;
@@ -610,7 +635,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
         }
         for (int i = t->nnodes - 1; i >= 0; i--) {
             tape_node *n = &t->nodes[i];
-            grad_entry *g = &t->grads[n->out->node];
+            grad_entry *g = tape_grad(t, n->out->node);
             if (t->profiling) tape_profile_add(n, n->name, 0, n->profile_fwd);
             if (g->present && g->forwarded) {
                 DIST_TRY(hand_to_source(t, n, g));

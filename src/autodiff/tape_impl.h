@@ -94,7 +94,9 @@ struct dist_tape {
     /* a bfloat16 copy of the tensor in its own layout that its producer wrote beside it (for
      * native bfloat16 consumers: dist_conv2d_desc.x_bf16), or NULL */
     void **bf16_twin;
-    grad_entry *grads;
+    /* the gradient entries, in blocks of TAPE_GRAD_BLOCK that never move (tape_grad): a
+     * backward that makes a tensor (growing the table) keeps its entries' addresses */
+    grad_entry **grad_blocks;
     int nids, cap_ids;
 
     tape_node *nodes;
@@ -179,6 +181,11 @@ dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value);
  * caller copies. The caller's own gradient must be final and not a caller's output either
  * (the reverse sweep never reads it again; later gradients of x add into that memory). */
 dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done);
+/* x's gradient when an op may add into it in place: present as a tensor (not a uniform value),
+ * plain float32 of x's shape, with no rounding in force; else NULL. grad_added_in_place then marks
+ * it written (its bfloat16 twin and a ReLU's mark no longer hold). */
+dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x);
+void grad_added_in_place(dist_tape *t, const dist_tensor *x);
 /* Makes a gradient entry a tensor in `like`'s layout (filling a uniform value). */
 dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like);
 
@@ -208,6 +215,12 @@ dist_status tape_plain_grad_begin(dist_tape *t, const dist_tensor *x, tape_plain
 dist_status tape_plain_grad_end(dist_tape *t, const dist_tensor *x, tape_plain_grad *h);
 
 static inline const struct dist_backend_i *tape_be(const dist_tape *t) { return t->backend->iface; }
+
+/* The gradient entry of tensor id (< cap_ids). */
+#define TAPE_GRAD_BLOCK 256
+static inline grad_entry *tape_grad(const dist_tape *t, int id) {
+    return &t->grad_blocks[id / TAPE_GRAD_BLOCK][id % TAPE_GRAD_BLOCK];
+}
 
 /* One op of the set (backend/ops.h): its code, kind and slot counts, the rest zero. */
 static inline dist_op tape_op(dist_opcode code, int k, int nin, int nout) {

@@ -67,7 +67,10 @@ typedef enum dist_opcode {
     DIST_OPC_TRANSPOSE,
     /* out[0] = in[0][v[d] .. v[d] + out.shape[d]) along each axis d; v = begin */
     DIST_OPC_SLICE,
-    /* out[0] = zeros of out[0]'s shape with in[0] written at offset v (slice's gradient) */
+    /* out[0] = zeros of out[0]'s shape with in[0] written at offset v (slice's gradient).
+     * k = 1 (only where supports_op says so): out[0] = in[1] with in[0] added at offset v,
+     * out[0] may be in[1] (a slice's gradient added into the gradient its tensor has already:
+     * a cost of the slice's size, not of the whole tensor's) */
     DIST_OPC_PAD,
     /* out[0] = the n inputs (n = nin) concatenated along axis `axis` (each with out's shape
      * except along it) */

@@ -5,9 +5,9 @@
  *
  * The input's projection through the kernel is one product over every step ([batch * steps,
  * features] @ [features, k units]); each step then adds its state's product with the recurrent
- * kernel. The steps are cut from the projection, and the outputs joined, by halving, so that
- * the gradients of the slices (dy padded with zeros to the sliced tensor's size) and of the
- * joins cost steps * log2(steps) elements, not steps^2. */
+ * kernel. The steps are sliced from the projection (their gradients added into its gradient in
+ * place), and a sequence's outputs joined by halving, so that the joins and their gradients
+ * cost steps * log2(steps) elements, not steps^2. */
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/model_impl.h"
@@ -16,21 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Steps [base, base + n) of x [B, n, C] into out[base ..] as [B, C] each. */
-static dist_status split_steps(dist_tape *t, dist_tensor *x, int64_t base, int64_t n,
-                               dist_tensor **out) {
-    const int64_t b = x->shape[0], c = x->shape[2];
-    if (n == 1) {
-        int64_t s[2] = {b, c};
-        return dist_op_reshape(t, x, 2, s, &out[base]);
+/* The steps of x [B, T, C] into out[0 .. T) as [B, C] each: a slice per step. The tape adds
+ * each slice's gradient into x's in place where the backend can (the CPU's and the tpu
+ * strategy's), so the steps' gradients cost x's size once, not T times. */
+static dist_status split_steps(dist_tape *t, dist_tensor *x, dist_tensor **out) {
+    const int64_t b = x->shape[0], steps = x->shape[1], c = x->shape[2];
+    for (int64_t i = 0; i < steps; i++) {
+        int64_t begin[3] = {0, i, 0}, size[3] = {b, 1, c}, s2[2] = {b, c};
+        dist_tensor *step;
+        DIST_TRY(dist_op_slice(t, x, begin, size, &step));
+        DIST_TRY(dist_op_reshape(t, step, 2, s2, &out[i]));
     }
-    const int64_t half = n / 2;
-    int64_t b0[3] = {0, 0, 0}, s0[3] = {b, half, c}, b1[3] = {0, half, 0}, s1[3] = {b, n - half, c};
-    dist_tensor *lo, *hi;
-    DIST_TRY(dist_op_slice(t, x, b0, s0, &lo));
-    DIST_TRY(dist_op_slice(t, x, b1, s1, &hi));
-    DIST_TRY(split_steps(t, lo, base, half, out));
-    return split_steps(t, hi, base + half, n - half, out);
+    return DIST_OK;
 }
 
 /* hs[0 .. n) ([B, C] each) as [B, n, C]. */
@@ -110,7 +107,7 @@ dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor
     dist_tensor **xs = calloc((size_t)(2 * steps), sizeof *xs);
     if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", l->name);
     dist_tensor **hs = xs + steps;
-    dist_status st = split_steps(t, proj, 0, steps, xs);
+    dist_status st = split_steps(t, proj, xs);
     dist_tensor *h = NULL, *c = NULL;
     for (int64_t i = 0; i < steps && st == DIST_OK; i++) {
         dist_tensor *z = xs[o->go_backwards ? steps - 1 - i : i];

@@ -1945,6 +1945,9 @@ static int tb_supports_op(void *ctx, const dist_op *op, const dist_tensor *const
     case DIST_OPC_CONCAT:
         if (op->nin < 1 || op->nin > DIST_OP_MAX_IN) return 0;
         break;
+    case DIST_OPC_PAD:
+        if (op->k != 0 && (op->k != 1 || op->nin != 2)) return 0;
+        break;
     case DIST_OPC_ATTENTION: /* a fusion (the CPU's): the tape records its three ops here */
     case DIST_OPC_ATTENTION_GRAD:
     case DIST_OPC_COUNT: return 0;
@@ -2079,6 +2082,7 @@ static dist_status tb_run_op(void *ctx, const dist_op *op, const dist_tensor *co
             p->a.pad.lo[d] = op->v[d];
             p->a.pad.hi[d] = ys.dims[d] - xs.dims[d] - op->v[d];
         }
+        if (op->k == 1) DIST_TRY(binop(t, XG_ADD, x[1], v, &v)); /* added into in[1] */
         return write_opt(t, out[0], v);
     }
     case DIST_OPC_CONCAT:

@@ -46,9 +46,9 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
         return op->k >= 0 && op->k < DIST_BIN_COUNT;
     case DIST_OPC_REDUCE: a->nin = 1; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
     case DIST_OPC_REDUCE_GRAD: a->nin = 3; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
+    case DIST_OPC_PAD: a->nin = op->k == 1 ? 2 : 1; return op->k == 0 || op->k == 1;
     case DIST_OPC_TRANSPOSE:
     case DIST_OPC_SLICE:
-    case DIST_OPC_PAD:
     case DIST_OPC_AVG_POOL2D:
     case DIST_OPC_AVG_POOL2D_GRAD: a->nin = 1; return 1;
     case DIST_OPC_CONCAT: a->nin = op->nin; return op->nin >= 1 && op->nin <= DIST_OP_MAX_IN;
@@ -957,16 +957,49 @@ static dist_status box_of(const dist_op *op, const dist_tensor *big, const dist_
     return DIST_OK;
 }
 
+/* Copies the box between big and small (the box's elements in small's row-major order) as
+ * runs: the trailing axes the box covers whole, with the first one it does not, are one
+ * contiguous run in both tensors, so a slice of rows, of steps or of columns moves by memcpy
+ * rather than an element at a time. to_small: big -> small (slice), else small -> big (pad). */
+static void box_copy(const dist_op *op, const dist_tensor *big, const dist_tensor *small,
+                     int to_small, int add) {
+    const int nd = big->ndim;
+    int k = nd - 1; /* the run: axes k.. */
+    while (k > 0 && small->shape[k] == big->shape[k]) k--;
+    int64_t run = 1, bstride[DIST_MAX_DIMS], stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        bstride[d] = stride;
+        stride *= big->shape[d];
+    }
+    for (int d = k; d < nd; d++) run *= small->shape[d];
+    int64_t base = 0, runs = 1, idx[DIST_MAX_DIMS] = {0};
+    for (int d = 0; d < nd; d++) base += op->v[d] * bstride[d];
+    for (int d = 0; d < k; d++) runs *= small->shape[d];
+    float *bv = big->data, *sv = small->data;
+    const size_t bytes = (size_t)run * sizeof(float);
+    for (int64_t r = 0; r < runs && run > 0; r++) {
+        int64_t at = base;
+        for (int d = 0; d < k; d++) at += idx[d] * bstride[d];
+        if (to_small) {
+            memcpy(sv + r * run, bv + at, bytes);
+        } else if (add) {
+            float *dst = bv + at;
+            const float *src = sv + r * run;
+            for (int64_t i = 0; i < run; i++) dst[i] += src[i];
+        } else {
+            memcpy(bv + at, sv + r * run, bytes);
+        }
+        for (int d = k - 1; d >= 0 && ++idx[d] == small->shape[d]; d--) idx[d] = 0;
+    }
+}
+
 static dist_status op_slice(cpu_ctx *c, const dist_op *op, const dist_tensor *const *in,
                             dist_tensor *const *out) {
     (void)c;
     bc_iter it;
     int64_t base;
     DIST_TRY(box_of(op, in[0], out[0], &it, &base));
-    const float *xv = in[0]->data;
-    float *o = out[0]->data;
-    int64_t n = dist_tensor_numel(out[0]);
-    for (int64_t i = 0; i < n; i++, bc_next(&it)) o[i] = xv[base + it.oa];
+    box_copy(op, in[0], out[0], 1, 0);
     return DIST_OK;
 }
 
@@ -976,11 +1009,16 @@ static dist_status op_pad(cpu_ctx *c, const dist_op *op, const dist_tensor *cons
     bc_iter it;
     int64_t base;
     DIST_TRY(box_of(op, out[0], in[0], &it, &base));
-    const float *dy = in[0]->data;
-    float *dx = out[0]->data;
-    memset(dx, 0, (size_t)dist_tensor_numel(out[0]) * sizeof *dx);
-    int64_t n = dist_tensor_numel(in[0]);
-    for (int64_t i = 0; i < n; i++, bc_next(&it)) dx[base + it.oa] = dy[i];
+    const size_t bytes = (size_t)dist_tensor_numel(out[0]) * sizeof(float);
+    if (op->k == 1) { /* added into in[1]'s values */
+        if (in[1]->ndim != out[0]->ndim || dist_tensor_numel(in[1]) != dist_tensor_numel(out[0]))
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "%s: the gradient added into has another shape", dist_op_name(op));
+        if (out[0]->data != in[1]->data) memcpy(out[0]->data, in[1]->data, bytes);
+    } else {
+        memset(out[0]->data, 0, bytes);
+    }
+    box_copy(op, out[0], in[0], 0, op->k == 1);
     return DIST_OK;
 }
 

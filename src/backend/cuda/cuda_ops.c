@@ -31,9 +31,9 @@ static int slots_of(const dist_op *op, op_slots *s) {
         return op->k >= 0 && op->k < DIST_BIN_COUNT;
     case DIST_OPC_REDUCE: s->in_req = 1; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
     case DIST_OPC_REDUCE_GRAD: s->in_req = 7; return op->k >= DIST_RED_SUM && op->k <= DIST_RED_MAX;
+    case DIST_OPC_PAD: s->in_req = 1; return op->k == 0; /* not the accumulating form */
     case DIST_OPC_TRANSPOSE:
     case DIST_OPC_SLICE:
-    case DIST_OPC_PAD:
     case DIST_OPC_AVG_POOL2D:
     case DIST_OPC_AVG_POOL2D_GRAD:
     case DIST_OPC_SUM_SQUARES:
