@@ -626,6 +626,43 @@ START_TEST(test_transpose_slice_pad_and_concat_move_elements) {
     pad.v[1] = 1;
     ck_assert_int_eq(run(&pad, &tsmall, NULL, NULL, NULL, NULL, &tbig, NULL), DIST_OK);
     expect(y, (float[]){0, 0, 0, 0, 7, 8}, 6, 0.0);
+    /* pad with k = 1: [7, 8] added at (1, 1) into another tensor's values, and in place */
+    float base[6] = {1, 2, 3, 4, 5, 6};
+    dist_tensor tbase = t2(base, 2, 3);
+    dist_op acc = op_of(DIST_OPC_PAD, 1, 2, 1);
+    acc.v[0] = 1, acc.v[1] = 1;
+    ck_assert_int_eq(run(&acc, &tsmall, &tbase, NULL, NULL, NULL, &tbig, NULL), DIST_OK);
+    expect(y, (float[]){1, 2, 3, 4, 12, 14}, 6, 0.0);
+    expect(base, (float[]){1, 2, 3, 4, 5, 6}, 6, 0.0);
+    ck_assert_int_eq(run(&acc, &tsmall, &tbase, NULL, NULL, NULL, &tbase, NULL), DIST_OK);
+    expect(base, (float[]){1, 2, 3, 4, 12, 14}, 6, 0.0);
+    /* a box of a 4-D tensor whose inner axes are whole, partial, and whole again: slice, pad
+     * and pad with k = 1 against the element-by-element definition */
+    {
+        enum { A = 3, B = 4, C = 5, D = 2 };
+        static float big[A * B * C * D], box[2 * 2 * C * D], back[A * B * C * D];
+        for (int i = 0; i < A * B * C * D; i++) big[i] = (float)i;
+        int64_t bs[4] = {A, B, C, D}, ss[4] = {2, 2, C, D};
+        dist_tensor tb4 = dist_tensor_view(big, DIST_F32, 4, bs),
+                    ts4 = dist_tensor_view(box, DIST_F32, 4, ss),
+                    tk4 = dist_tensor_view(back, DIST_F32, 4, bs);
+        dist_op s4 = op_of(DIST_OPC_SLICE, 0, 1, 1);
+        s4.v[0] = 1, s4.v[1] = 2;
+        ck_assert_int_eq(run(&s4, &tb4, NULL, NULL, NULL, NULL, &ts4, NULL), DIST_OK);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                for (int k = 0; k < C * D; k++)
+                    ck_assert_float_eq(box[(i * 2 + j) * C * D + k],
+                                       big[((i + 1) * B + j + 2) * C * D + k]);
+        dist_op p4 = op_of(DIST_OPC_PAD, 1, 2, 1);
+        memcpy(p4.v, s4.v, sizeof p4.v);
+        ck_assert_int_eq(run(&p4, &ts4, &tb4, NULL, NULL, NULL, &tk4, NULL), DIST_OK);
+        for (int i = 0; i < A * B * C * D; i++) {
+            int a = i / (B * C * D), b = i / (C * D) % B;
+            int in_box = a >= 1 && a < 3 && b >= 2 && b < 4;
+            ck_assert_float_eq(back[i], in_box ? 2.0f * big[i] : big[i]);
+        }
+    }
     /* concat along axis 1: [2, 1] and [2, 2] */
     float a[2] = {1, 2}, b[4] = {3, 4, 5, 6};
     dist_tensor ta = t2(a, 2, 1), tb = t2(b, 2, 2), tc = t2(y, 2, 3);

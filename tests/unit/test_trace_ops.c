@@ -519,13 +519,16 @@ static void ref_run(const dist_op *op, const hval *in, hval *out) {
             out[0].data[i] = x->data[ravel(x, xi)];
         }
         return;
-    case DIST_OPC_PAD:
-        memset(out[0].data, 0, (size_t)hnumel(&out[0]) * 4);
+    case DIST_OPC_PAD: /* k = 1: added into in[1] */
+        if (op->k == 1)
+            memcpy(out[0].data, in[1].data, (size_t)hnumel(&out[0]) * 4);
+        else
+            memset(out[0].data, 0, (size_t)hnumel(&out[0]) * 4);
         for (int64_t i = 0; i < n; i++) {
             int64_t xi[4] = {0};
             unravel(x, i, xi);
             for (int d = 0; d < x->ndim; d++) xi[d] += op->v[d];
-            out[0].data[ravel(&out[0], xi)] = x->data[i];
+            out[0].data[ravel(&out[0], xi)] += x->data[i];
         }
         return;
     case DIST_OPC_CONCAT: {
@@ -1014,6 +1017,9 @@ START_TEST(test_transpose_slice_pad_and_concat_match) {
     dist_op pd = {.code = DIST_OPC_PAD, .nin = 1, .nout = 1, .v = {1, 1, 0}};
     hval small = hrand(3, (int64_t[]){1, 2, 3}, 8, -1.0f, 1.0f);
     check_op("pad", &pd, &small, &x);
+    dist_op pa = {.code = DIST_OPC_PAD, .k = 1, .nin = 2, .nout = 1, .v = {1, 1, 0}};
+    hval two[2] = {small, x};
+    check_op("pad adding into a tensor", &pa, two, &x);
     hval parts[3] = {hrand(3, (int64_t[]){2, 1, 3}, 1, 0, 1),
                      hrand(3, (int64_t[]){2, 2, 3}, 2, 0, 1),
                      hrand(3, (int64_t[]){2, 1, 3}, 3, 0, 1)};
