@@ -18,7 +18,7 @@
  *   RESULT model=NAME config=CFG batch=B examples_per_sec=X runs=a,b,c flops_per_example=F
  *   REFUSED model=NAME: message
  *
- * usage: bench_models [--models seed_cnn,resnet20,mlp,transformer] [--configs 1t,2t,mirrored2]
+ * usage: bench_models [--models seed_cnn,resnet20,mlp,transformer,lstm] [--configs 1t,2t,mirrored2]
  *                     [--steps N] [--warmup N] [--repeats R] [--models-dir DIR] [--no-peak]
  *                     [--mixed-precision]   (each configuration in float32 and mixed_bfloat16)
  *                     [--mixed-precision-only] (mixed_bfloat16 only: for profiling it)
@@ -322,7 +322,7 @@ static void bench_log(dist_log_level level, const char *message, void *user) {
 }
 
 int main(int argc, char **argv) {
-    const char *models = "seed_cnn,resnet20,mlp,transformer", *configs = "1t,2t,mirrored2";
+    const char *models = "seed_cnn,resnet20,mlp,transformer,lstm", *configs = "1t,2t,mirrored2";
     const char *dir = DIST_SOURCE_DIR "/bench/models";
     int steps = 20, warmup = 5, repeats = 3, peak_on = 1, mixed = 0;
     long long batch_override = 0;

@@ -12,7 +12,7 @@ thread (at 2), TF Keras fit (intra-op N, inter-op 1), PyTorch (torch.set_num_thr
 model libdist refuses gets its refusal message in the table instead of a number.
 
   bench/bench_models.py --build build --rounds 3 --out /tmp/zoo_table.md
-  options: --models seed_cnn,resnet20,mlp,transformer --tf-python PY --torch-python PY
+  options: --models seed_cnn,resnet20,mlp,transformer,lstm --tf-python PY --torch-python PY
            --steps resnet20=3,mlp=30,...  --mixed-precision (mixed_bfloat16 rows of libdist
            and of TF Keras fit too: each mixed row's "vs TF" is against TF's own row of its
            policy, so a CPU where bfloat16 does not pay shows it for both)
@@ -62,7 +62,7 @@ def tf_row(policy):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
-    p.add_argument("--models", default="seed_cnn,resnet20,mlp,transformer")
+    p.add_argument("--models", default="seed_cnn,resnet20,mlp,transformer,lstm")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", default="", help="NAME=N,... (default %s)" % DEFAULT_STEPS)
     p.add_argument("--tf-python", default=os.path.expanduser("~/.cache/libdist/venv-tf/bin/python"))

@@ -521,8 +521,10 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         const dist_tensor *x = n->in[side];
         if (!tape_requires_grad(t, x)) continue;
         /* a gradient x has already (a weight read at every step of a recurrence) takes this
-         * product's part in place: the GEMM adds into it (beta 1) */
-        dist_tensor *d = n->round == DIST_F32 ? grad_accumulator(t, x) : NULL;
+         * product's part in place: the GEMM adds into it (beta 1), and under a mixed policy
+         * the sum is rounded to the compute precision once (grad_end rounds the product, then
+         * the sum) */
+        dist_tensor *d = grad_accumulator(t, x, 1);
         const float beta = d ? 1.0f : 0.0f;
         if (d)
             grad_added_in_place(t, x);
@@ -544,7 +546,10 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
             else
                 DIST_TRY(tape_matmul(t, n->round == DIST_BF16, 1, ta, 1.0f, dy, a, beta, d));
         }
-        if (!beta) DIST_TRY(grad_end(t, x, d));
+        if (!beta)
+            DIST_TRY(grad_end(t, x, d));
+        else if (n->round != DIST_F32)
+            DIST_TRY(tape_round(t, d, n->round, d));
     }
     return DIST_OK;
 }
@@ -798,7 +803,7 @@ dist_status dist_op_concat(dist_tape *t, int count, const dist_tensor *const *xs
 static dist_status slice_backward(dist_tape *t, tape_node *n, grad_entry *g) {
     const dist_tensor *x = n->in[0], *dy;
     DIST_TRY(tape_plain_dy(t, n, g, &dy));
-    dist_tensor *acc = grad_accumulator(t, x);
+    dist_tensor *acc = grad_accumulator(t, x, 0);
     if (acc) {
         dist_op add = tape_op(DIST_OPC_PAD, 1, 2, 1);
         memcpy(add.v, n->p.m.v, sizeof add.v);

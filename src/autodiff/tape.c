@@ -400,11 +400,11 @@ static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *ds
     return dist_be_add(tape_be(t), tape_bectx(t), g->t, dst, g->t);
 }
 
-dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x) {
+dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x, int rounds) {
     int id = tensor_id(t, x);
     if (id < 0 || !t->requires_grad[id]) return NULL;
     grad_entry *g = tape_grad(t, id);
-    if (!g->present || g->is_const || !g->t || t->cur_round != DIST_F32 ||
+    if (!g->present || g->is_const || !g->t || (t->cur_round != DIST_F32 && !rounds) ||
         g->t->layout != DIST_LAYOUT_PLAIN || g->t->dtype != DIST_F32 || g->t->ndim != x->ndim)
         return NULL;
     for (int d = 0; d < x->ndim; d++)

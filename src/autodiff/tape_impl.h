@@ -182,9 +182,11 @@ dist_status grad_add_const(dist_tape *t, const dist_tensor *x, float value);
  * (the reverse sweep never reads it again; later gradients of x add into that memory). */
 dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done);
 /* x's gradient when an op may add into it in place: present as a tensor (not a uniform value),
- * plain float32 of x's shape, with no rounding in force; else NULL. grad_added_in_place then marks
- * it written (its bfloat16 twin and a ReLU's mark no longer hold). */
-dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x);
+ * plain float32 of x's shape, with no rounding in force (or, with `rounds`, whatever the
+ * rounding: the caller rounds the sum itself, as grad_end would); else NULL.
+ * grad_added_in_place then marks it written (its bfloat16 twin and a ReLU's mark no longer
+ * hold). */
+dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x, int rounds);
 void grad_added_in_place(dist_tape *t, const dist_tensor *x);
 /* Makes a gradient entry a tensor in `like`'s layout (filling a uniform value). */
 dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like);

@@ -1,4 +1,4 @@
-"""Every zoo model (bench/models/{seed_cnn,resnet20,mlp,transformer}.json) trained under each
+"""Every zoo model (bench/models/{seed_cnn,resnet20,mlp,transformer,lstm}.json) trained under each
 strategy a user can pick, from the same initial weights (every task draws them from seed 7) on
 the same batches, each strategy's losses compared with one_device's (issue #35).
 
