@@ -90,7 +90,9 @@ def models(k):
     c = L.GRU(3, reset_after=False, recurrent_activation="hard_sigmoid")(b)
     d = L.SimpleRNN(4, activation="relu", kernel_regularizer=k.regularizers.L2(1e-4))(a)
     f = L.LSTM(3, go_backwards=True, use_bias=False, unit_forget_bias=False)(e)
-    h = L.Concatenate()([c, d, f])
+    g = L.Bidirectional(L.LSTM(3, return_sequences=True))(e)
+    g = L.Bidirectional(L.GRU(2), merge_mode="mul")(g)
+    h = L.Concatenate()([c, d, f, g])
     h = L.Dense(2)(h)
     out.append(("recurrent", k.Model(x, h)))
 

@@ -338,6 +338,25 @@ typedef struct dist_rnn_options {
 DIST_API dist_status dist_model_add_simple_rnn(dist_model *model, const dist_rnn_options *options);
 DIST_API dist_status dist_model_add_lstm(dist_model *model, const dist_rnn_options *options);
 DIST_API dist_status dist_model_add_gru(dist_model *model, const dist_rnn_options *options);
+/* keras.layers.Bidirectional(layer, merge_mode) of a SimpleRNN, LSTM or GRU: the layer, and a
+ * copy with weights of its own and go_backwards flipped, whose output sequence (with
+ * return_sequences) is reversed back into the steps' order; the two outputs concatenated on
+ * the last axis (forward first), summed, multiplied or averaged. Keras's weights: the forward
+ * layer's kernel, recurrent_kernel and bias, then the backward layer's. */
+typedef enum dist_rnn_cell {
+    DIST_RNN_SIMPLE = 0,
+    DIST_RNN_LSTM = 1,
+    DIST_RNN_GRU = 2
+} dist_rnn_cell;
+typedef enum dist_bidirectional_merge {
+    DIST_BIDIR_CONCAT = 0,
+    DIST_BIDIR_SUM = 1,
+    DIST_BIDIR_MUL = 2,
+    DIST_BIDIR_AVE = 3
+} dist_bidirectional_merge;
+DIST_API dist_status dist_model_add_bidirectional(dist_model *model, dist_rnn_cell cell,
+                                                  const dist_rnn_options *options,
+                                                  dist_bidirectional_merge merge);
 /* The dtype of the model's input: DIST_F32 (the default) or DIST_I32 (token ids, read by an
  * Embedding); set before dist_model_build. dist_model_call then takes x of that dtype, and a
  * mixed policy does not cast it. */

@@ -276,7 +276,7 @@ static void mha_config(cJSON *c, const model_layer *l) {
 
 /* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (no mask, dropout 0, zero initial
  * states: the only forms libdist runs). */
-static void rnn_config(cJSON *c, const model_layer *l) {
+static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     static const char *const extras[] = {
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
         "kernel_constraint",  "recurrent_constraint",  "bias_constraint",  NULL};
@@ -289,7 +289,7 @@ static void rnn_config(cJSON *c, const model_layer *l) {
     cJSON_AddFalseToObject(c, "zero_output_for_mask");
     cJSON_AddNumberToObject(c, "units", o->units);
     cJSON_AddStringToObject(c, "activation", activation_name(o->activation));
-    if (l->kind != LAYER_SIMPLE_RNN)
+    if (kind != LAYER_SIMPLE_RNN)
         cJSON_AddStringToObject(c, "recurrent_activation",
                                 activation_name(o->recurrent_activation));
     cJSON_AddBoolToObject(c, "use_bias", o->use_bias != 0);
@@ -302,12 +302,31 @@ static void rnn_config(cJSON *c, const model_layer *l) {
     }
     cJSON_AddItemToObject(c, "recurrent_initializer", orth);
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
-    if (l->kind == LAYER_LSTM) cJSON_AddBoolToObject(c, "unit_forget_bias", o->unit_forget_bias);
+    if (kind == LAYER_LSTM) cJSON_AddBoolToObject(c, "unit_forget_bias", o->unit_forget_bias);
     add_nulls(c, extras);
     cJSON_AddNumberToObject(c, "dropout", 0.0);
     cJSON_AddNumberToObject(c, "recurrent_dropout", 0.0);
-    if (l->kind == LAYER_GRU) cJSON_AddBoolToObject(c, "reset_after", o->reset_after != 0);
+    if (kind == LAYER_GRU) cJSON_AddBoolToObject(c, "reset_after", o->reset_after != 0);
     cJSON_AddNullToObject(c, "seed");
+}
+
+/* Bidirectional: merge_mode and the wrapped layer's object ("forward_<class>", as Keras names
+ * it; Keras makes the backward copy itself). */
+static dist_status bidirectional_config(const dist_model *m, cJSON *c, const model_layer *l) {
+    static const char *const modes[4] = {"concat", "sum", "mul", "ave"};
+    cJSON_AddStringToObject(c, "merge_mode", modes[l->merge]);
+    cJSON *inner = cJSON_CreateObject();
+    if (!inner) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    char name[64];
+    snprintf(name, sizeof name, "forward_%s", model_layer_key((layer_kind)l->rnn_kind));
+    cJSON_AddStringToObject(inner, "name", name);
+    cJSON_AddBoolToObject(inner, "trainable", !l->frozen);
+    cJSON_AddItemToObject(inner, "dtype", layer_dtype_policy(m, l));
+    rnn_config(inner, l, (layer_kind)l->rnn_kind);
+    cJSON *o = keras_object("keras.layers", model_layer_class((layer_kind)l->rnn_kind), inner);
+    if (!o) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
+    cJSON_AddItemToObject(c, "layer", o);
+    return DIST_OK;
 }
 
 /* Keras writes build_config for the layers whose build() makes variables or needs the input's
@@ -316,7 +335,7 @@ static int has_build_config(layer_kind kind) {
     return model_layer_is_conv(kind) || kind == LAYER_DENSE || kind == LAYER_FLATTEN ||
            kind == LAYER_BATCH_NORM || kind == LAYER_LAYER_NORM || kind == LAYER_EMBEDDING ||
            kind == LAYER_MHA || kind == LAYER_PRELU || kind == LAYER_SIMPLE_RNN ||
-           kind == LAYER_LSTM || kind == LAYER_GRU;
+           kind == LAYER_LSTM || kind == LAYER_GRU || kind == LAYER_BIDIRECTIONAL;
 }
 
 /* Layer i of m, fed by input of shape (in_ndim, in_shape). */
@@ -458,7 +477,8 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_MHA: mha_config(c, l); break;
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
-    case LAYER_GRU: rnn_config(c, l); break;
+    case LAYER_GRU: rnn_config(c, l, l->kind); break;
+    case LAYER_BIDIRECTIONAL: st = bidirectional_config(m, c, l); break;
     case LAYER_KIND_COUNT: break;
     }
     if (st == DIST_OK) st = regularizers_config(c, l);

@@ -971,7 +971,7 @@ static dist_status json_bool(const json_layer *l, const char *key, int dflt, int
 
 /* SimpleRNN, LSTM and GRU (Keras 3 and tf_keras): no mask, state, dropout or time-major input.
  * unroll and implementation change how Keras runs the recurrence, not what it computes. */
-static dist_status add_rnn(dist_model *m, const json_layer *l) {
+static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_options *out) {
     static const char *const known[] = {"units",
                                         "activation",
                                         "recurrent_activation",
@@ -1052,9 +1052,75 @@ static dist_status add_rnn(dist_model *m, const json_layer *l) {
     if (b && !is_initializer(b, "Zeros"))
         return unsupported_arg(l, "bias_initializer", "is '%s'; libdist uses Zeros",
                                json_str(b, "class_name") ? json_str(b, "class_name") : "?");
-    return lstm  ? dist_model_add_lstm(m, &o)
-           : gru ? dist_model_add_gru(m, &o)
-                 : dist_model_add_simple_rnn(m, &o);
+    *cell = lstm ? DIST_RNN_LSTM : gru ? DIST_RNN_GRU : DIST_RNN_SIMPLE;
+    *out = o;
+    return DIST_OK;
+}
+
+static dist_status add_rnn(dist_model *m, const json_layer *l) {
+    dist_rnn_cell cell;
+    dist_rnn_options o;
+    DIST_TRY(parse_rnn(l, &cell, &o));
+    return cell == DIST_RNN_LSTM  ? dist_model_add_lstm(m, &o)
+           : cell == DIST_RNN_GRU ? dist_model_add_gru(m, &o)
+                                  : dist_model_add_simple_rnn(m, &o);
+}
+
+/* The recurrent layer a Bidirectional wraps (`key`: "layer" or "backward_layer"). */
+static dist_status wrapped_rnn(const json_layer *l, const char *key, dist_rnn_cell *cell,
+                               dist_rnn_options *o) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(w, "config");
+    const char *cls = json_str(w, "class_name");
+    if (!cJSON_IsObject(w) || !cls || !cJSON_IsObject(cfg))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (Bidirectional): '%s' must be a layer object with a "
+                          "class_name and a config",
+                          l->name, key);
+    if (strcmp(cls, "LSTM") != 0 && strcmp(cls, "GRU") != 0 && strcmp(cls, "SimpleRNN") != 0)
+        return unsupported_arg(l, key, "is a %s; libdist wraps SimpleRNN, LSTM and GRU", cls);
+    const char *name = json_str(cfg, "name");
+    json_layer inner = {cfg, cls, name ? name : l->name, l->tf_keras};
+    /* a wrapped layer's regularizers would need one per copy: not there */
+    static const char *const regs[] = {"kernel_regularizer", "recurrent_regularizer",
+                                       "bias_regularizer", NULL};
+    DIST_TRY(check_absent(&inner, regs));
+    return parse_rnn(&inner, cell, o);
+}
+
+/* Bidirectional(SimpleRNN / LSTM / GRU, merge_mode): a backward_layer must be the layer's
+ * mirror (the copy Keras makes itself), merge_mode one of the four libdist merges. */
+static dist_status add_bidirectional(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"layer", "merge_mode", "backward_layer",
+                                        "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    DIST_TRY(check_absent(l, (const char *const[]){"weights", NULL}));
+    dist_rnn_cell cell;
+    dist_rnn_options o;
+    DIST_TRY(wrapped_rnn(l, "layer", &cell, &o));
+    const cJSON *back = cJSON_GetObjectItemCaseSensitive(l->config, "backward_layer");
+    if (back && !cJSON_IsNull(back)) {
+        dist_rnn_cell bc;
+        dist_rnn_options bo;
+        DIST_TRY(wrapped_rnn(l, "backward_layer", &bc, &bo));
+        bo.go_backwards = !bo.go_backwards;
+        if (bc != cell || memcmp(&bo, &o, sizeof o) != 0)
+            return unsupported_arg(l, "backward_layer",
+                                   "differs from the forward layer (beyond go_backwards); "
+                                   "libdist runs the forward layer's mirror");
+    }
+    static const char *const modes[4] = {"concat", "sum", "mul", "ave"};
+    const cJSON *mm = cJSON_GetObjectItemCaseSensitive(l->config, "merge_mode");
+    int merge = -1;
+    if (!mm) merge = DIST_BIDIR_CONCAT;
+    for (int i = 0; i < 4 && cJSON_IsString(mm); i++)
+        if (strcmp(mm->valuestring, modes[i]) == 0) merge = i;
+    if (merge < 0)
+        return unsupported_arg(l, "merge_mode",
+                               "is %s; libdist has 'concat', 'sum', 'mul' and 'ave' (None, which "
+                               "returns the two outputs apart, is not there)",
+                               cJSON_IsString(mm) ? mm->valuestring : "not one of them");
+    return dist_model_add_bidirectional(m, cell, &o, (dist_bidirectional_merge)merge);
 }
 
 /* UpSampling1D(size) and UpSampling2D(size, interpolation="nearest"). */
@@ -1363,6 +1429,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"SimpleRNN", add_rnn},
                  {"LSTM", add_rnn},
                  {"GRU", add_rnn},
+                 {"Bidirectional", add_bidirectional},
                  {"GlobalMaxPooling2D", add_global_max_pool2d},
                  {"GlobalMaxPool2D", add_global_max_pool2d},
                  {"GlobalMaxPooling1D", add_global_max_pool1d},
@@ -1395,8 +1462,8 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
         "LayerNormalization, Flatten, Dense, Add, Subtract, Multiply, Average, Maximum, Minimum, "
         "Concatenate, Activation, ReLU, ELU, LeakyReLU, PReLU, Softmax, Rescaling, Reshape, "
         "Permute, GlobalAveragePooling1D, GlobalMaxPooling1D, Embedding, MultiHeadAttention, "
-        "Cropping1D, Cropping2D, ZeroPadding2D, UpSampling1D, UpSampling2D, SimpleRNN, LSTM "
-        "and GRU)",
+        "Cropping1D, Cropping2D, ZeroPadding2D, UpSampling1D, UpSampling2D, SimpleRNN, LSTM, "
+        "GRU and Bidirectional)",
         l->name, l->class_name);
 }
 

@@ -89,11 +89,20 @@ static int layer_vars(const model_layer *l, int vars[4]) {
  * <key>/<sub>/vars, and the recurrent layers, whose cell holds theirs (<key>/cell/vars).
  * Returns the group count. */
 typedef struct var_group {
-    const char *sub; /* "" for the layer's own vars */
+    const char *sub; /* "" for the layer's own vars; may hold one '/' (outer/inner) */
     int n, vars[4];
 } var_group;
 
 static int layer_groups(const model_layer *l, var_group g[4]) {
+    if (l->kind == LAYER_BIDIRECTIONAL) { /* <key>/{forward,backward}_layer/cell/vars */
+        g[0].sub = "forward_layer/cell";
+        g[0].n = layer_vars(l, g[0].vars);
+        g[1].sub = "backward_layer/cell";
+        g[1].n = 0;
+        for (int k = 0; k < 3; k++)
+            if (l->back_vars[k] >= 0) g[1].vars[g[1].n++] = l->back_vars[k];
+        return 2;
+    }
     if (l->kind == LAYER_SIMPLE_RNN || l->kind == LAYER_LSTM || l->kind == LAYER_GRU) {
         g[0].sub = "cell"; /* <key>/cell/vars: kernel, recurrent_kernel, bias */
         g[0].n = layer_vars(l, g[0].vars);
@@ -199,10 +208,25 @@ static dist_status build_image(h5_quiet *q, const dist_model *m, const float *pa
         }
         for (int gi = 0; gi < ng && ok; gi++) {
             const var_group *g = &groups[gi];
+            /* a sublayer of a sublayer (Bidirectional's forward_layer/cell): the outer one
+             * first, with its own (empty) vars, as Keras writes it */
+            const char *slash = strchr(g->sub, '/');
+            if (slash) {
+                char outer[64];
+                snprintf(outer, sizeof outer, "%.*s", (int)(slash - g->sub), g->sub);
+                hid_t og = H5Gcreate2(lg, outer, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+                hid_t own = og >= 0 ? create_vars_group(og, outer) : H5I_INVALID_HID;
+                ok = own >= 0;
+                if (own >= 0) H5Gclose(own);
+                if (og >= 0) H5Gclose(og);
+                if (!ok) break;
+            }
             hid_t sg =
                 g->sub[0] ? H5Gcreate2(lg, g->sub, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : lg;
-            hid_t vg =
-                sg >= 0 ? create_vars_group(sg, g->sub[0] ? g->sub : l->name) : H5I_INVALID_HID;
+            hid_t vg = sg >= 0 ? create_vars_group(sg, !g->sub[0] ? l->name
+                                                       : slash    ? slash + 1
+                                                                  : g->sub)
+                               : H5I_INVALID_HID;
             ok = vg >= 0;
             for (int k = 0; k < g->n && ok; k++) {
                 char ds[16];

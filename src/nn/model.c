@@ -79,6 +79,7 @@ static const struct {
     [LAYER_SIMPLE_RNN] = {"SimpleRNN", "simple_rnn"},
     [LAYER_LSTM] = {"LSTM", "lstm"},
     [LAYER_GRU] = {"GRU", "gru"},
+    [LAYER_BIDIRECTIONAL] = {"Bidirectional", "bidirectional"},
     [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
@@ -131,6 +132,7 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
     l->kernel_var = l->bias_var = l->moving_mean_var = l->moving_variance_var = -1;
     l->pointwise_var = -1;
     for (int k = 0; k < 8; k++) l->mha_vars[k] = -1;
+    for (int k = 0; k < 3; k++) l->back_vars[k] = -1;
     *out = l;
     return DIST_OK;
 }
@@ -701,6 +703,27 @@ dist_status dist_model_add_gru(dist_model *m, const dist_rnn_options *o) {
     return add_rnn(m, LAYER_GRU, o, "dist_model_add_gru");
 }
 
+dist_status dist_model_add_bidirectional(dist_model *m, dist_rnn_cell cell,
+                                         const dist_rnn_options *o,
+                                         dist_bidirectional_merge merge) {
+    static const layer_kind kinds[3] = {LAYER_SIMPLE_RNN, LAYER_LSTM, LAYER_GRU};
+    DIST_CHECK_ARG(m && o, "dist_model_add_bidirectional: NULL argument");
+    DIST_CHECK_ARG(cell >= DIST_RNN_SIMPLE && cell <= DIST_RNN_GRU,
+                   "dist_model_add_bidirectional: cell %d (SimpleRNN 0, LSTM 1, GRU 2)", (int)cell);
+    DIST_CHECK_ARG(merge >= DIST_BIDIR_CONCAT && merge <= DIST_BIDIR_AVE,
+                   "dist_model_add_bidirectional: merge %d (concat 0, sum 1, mul 2, ave 3)",
+                   (int)merge);
+    DIST_TRY(add_rnn(m, kinds[cell], o, "dist_model_add_bidirectional"));
+    model_layer *l = &m->layers[m->nlayers - 1];
+    l->rnn_kind = l->kind;
+    l->kind = LAYER_BIDIRECTIONAL;
+    l->merge = merge;
+    m->nlayers--; /* named among the layers before it: "bidirectional", "bidirectional_1" */
+    layer_name(m, l);
+    m->nlayers++;
+    return DIST_OK;
+}
+
 dist_status dist_model_set_input_dtype(dist_model *m, dist_dtype dtype) {
     DIST_CHECK_ARG(m, "dist_model_set_input_dtype: model is NULL");
     DIST_CHECK_ARG(!m->built, "model '%s': the input dtype is set before the build", m->name);
@@ -1111,17 +1134,22 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:
+    case LAYER_BIDIRECTIONAL: {
         if (nd != 2)
             return dist_error(DIST_INVALID_ARGUMENT,
                               "layer '%s' (%s) expects (steps, features) inputs", l->name,
                               model_layer_class(l->kind));
+        const int64_t out = l->kind == LAYER_BIDIRECTIONAL && l->merge == DIST_BIDIR_CONCAT
+                                ? 2 * (int64_t)l->units
+                                : l->units;
         if (l->rnn.return_sequences) {
-            shape[1] = l->units;
+            shape[1] = out;
         } else {
-            shape[0] = l->units;
+            shape[0] = out;
             nd = 1;
         }
         break;
+    }
     case LAYER_EMBEDDING:
         if (nd > 2)
             return dist_error(DIST_UNSUPPORTED,
@@ -1365,19 +1393,34 @@ static void layer_variables(dist_model *m, model_layer *l) {
     }
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
-    case LAYER_GRU: { /* kernel, recurrent_kernel, bias: Keras's order and shapes */
-        const int64_t g = l->kind == LAYER_LSTM ? 4 : l->kind == LAYER_GRU ? 3 : 1;
+    case LAYER_GRU:
+    case LAYER_BIDIRECTIONAL: { /* kernel, recurrent_kernel, bias: Keras's order and shapes */
+        const int bidir = l->kind == LAYER_BIDIRECTIONAL;
+        const int kind = bidir ? l->rnn_kind : (int)l->kind;
+        const int64_t g = kind == LAYER_LSTM ? 4 : kind == LAYER_GRU ? 3 : 1;
         const int64_t f = shape[1], u = l->units, gu = g * u;
         int64_t k[2] = {f, gu}, r[2] = {u, gu}, b[2] = {2, gu};
-        l->kernel_var = add_var(m, l, "kernel", 2, k, f, gu);
-        l->pointwise_var = add_var(m, l, "recurrent_kernel", 2, r, 0, 0);
-        m->vars[l->pointwise_var].orthogonal = 1;
-        if (l->rnn.use_bias) {
-            l->bias_var = l->rnn.reset_after ? add_var(m, l, "bias", 2, b, 0, 0)
-                                             : add_var(m, l, "bias", 1, &gu, 0, 0);
-            if (l->rnn.unit_forget_bias) {
-                m->vars[l->bias_var].ones_from = u;
-                m->vars[l->bias_var].ones_to = 2 * u;
+        for (int half = 0; half <= bidir; half++) { /* Bidirectional: forward, then backward */
+            static const char *const names[2][3] = {
+                {"forward/kernel", "forward/recurrent_kernel", "forward/bias"},
+                {"backward/kernel", "backward/recurrent_kernel", "backward/bias"}};
+            const char *const *nm = names[half];
+            int v[3] = {-1, -1, -1};
+            v[0] = add_var(m, l, bidir ? nm[0] : "kernel", 2, k, f, gu);
+            v[1] = add_var(m, l, bidir ? nm[1] : "recurrent_kernel", 2, r, 0, 0);
+            m->vars[v[1]].orthogonal = 1;
+            if (l->rnn.use_bias) {
+                v[2] = l->rnn.reset_after ? add_var(m, l, bidir ? nm[2] : "bias", 2, b, 0, 0)
+                                          : add_var(m, l, bidir ? nm[2] : "bias", 1, &gu, 0, 0);
+                if (l->rnn.unit_forget_bias) {
+                    m->vars[v[2]].ones_from = u;
+                    m->vars[v[2]].ones_to = 2 * u;
+                }
+            }
+            if (half) {
+                memcpy(l->back_vars, v, sizeof v);
+            } else {
+                l->kernel_var = v[0], l->pointwise_var = v[1], l->bias_var = v[2];
             }
         }
         break;
@@ -2129,7 +2172,8 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_MHA: return call_attention(tape, l, h, vars, out);
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
-    case LAYER_GRU: return model_call_rnn(tape, l, h, vars, out);
+    case LAYER_GRU:
+    case LAYER_BIDIRECTIONAL: return model_call_rnn(tape, l, h, vars, out);
     case LAYER_EMBEDDING: {
         /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
          * casts the rows it returns to the compute dtype */
@@ -2330,6 +2374,7 @@ dist_status dist_model_call(dist_model *m, dist_tape *tape, const dist_tensor *x
 /* The variable a regularizer of layer l names: -1 where the layer has none */
 static int regularized_var(const model_layer *l, dist_regularized which) {
     int rnn = l->kind == LAYER_SIMPLE_RNN || l->kind == LAYER_LSTM || l->kind == LAYER_GRU;
+    if (l->kind == LAYER_BIDIRECTIONAL) return -1; /* two of each: not regularized */
     int conv = model_layer_is_conv(l->kind) || l->kind == LAYER_DENSE || rnn;
     int norm = l->kind == LAYER_BATCH_NORM || l->kind == LAYER_LAYER_NORM;
     switch (which) {

@@ -58,6 +58,7 @@ typedef enum layer_kind {
     LAYER_SIMPLE_RNN,
     LAYER_LSTM,
     LAYER_GRU,
+    LAYER_BIDIRECTIONAL, /* rnn_kind's layer forwards (kernel_var, ...) and backwards (back_vars) */
     LAYER_KIND_COUNT
 } layer_kind;
 
@@ -113,7 +114,10 @@ typedef struct model_layer {
     int heads, key_dim, value_dim, use_bias;  /* mha */
     int mha_vars[8]; /* mha: query, key, value, output: kernel then bias each (-1: none) */
     dist_activation activation;
-    dist_rnn_options rnn;     /* simple_rnn, lstm, gru */
+    dist_rnn_options rnn;     /* simple_rnn, lstm, gru, bidirectional (its forward layer's) */
+    int rnn_kind;             /* bidirectional: the wrapped layer's kind (layer_kind) */
+    int merge;                /* bidirectional: dist_bidirectional_merge */
+    int back_vars[3];         /* bidirectional: the backward layer's kernel, recurrent, bias */
     int kernel_var, bias_var; /* variable indices, -1 if none */
     int pointwise_var;        /* separable_conv2d's pointwise kernel, -1 otherwise */
     int in_ndim;              /* its (first) input's shape without the batch axis */

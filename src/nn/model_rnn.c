@@ -81,20 +81,22 @@ static dist_status gru_mix(dist_tape *t, const dist_tensor *z, const dist_tensor
     return dist_op_add(t, hh, zd, y);
 }
 
-dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor *x,
-                           const dist_tensor *const *vars, dist_tensor **out) {
-    const dist_rnn_options *o = &l->rnn;
+/* One recurrent layer of `kind` over x [B, T, F]: the steps last to first with `backwards`, a
+ * sequence's outputs joined in the order the steps ran, or reversed back (`flip`: the
+ * backward half of a Bidirectional). */
+static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options *o, int backwards,
+                           int flip, const char *name, const dist_tensor *kernel,
+                           const dist_tensor *rec, const dist_tensor *bias, const dist_tensor *x,
+                           dist_tensor **out) {
     const int64_t b = x->shape[0], steps = x->shape[1], f = x->shape[2], u = o->units;
-    const int k = l->kind == LAYER_LSTM ? 4 : l->kind == LAYER_GRU ? 3 : 1;
-    const int gru_after = l->kind == LAYER_GRU && o->reset_after;
-    const dist_tensor *kernel = vars[l->kernel_var], *rec = vars[l->pointwise_var];
-    const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+    const int k = kind == LAYER_LSTM ? 4 : kind == LAYER_GRU ? 3 : 1;
+    const int gru_after = kind == LAYER_GRU && o->reset_after;
     dist_tensor *in_bias = (dist_tensor *)bias, *rec_bias = NULL, *rec_zr = NULL, *rec_h = NULL;
     if (gru_after && bias) {
         DIST_TRY(part(t, bias, 0, 1, 0, 3 * u, 1, &in_bias));
         DIST_TRY(part(t, bias, 1, 1, 0, 3 * u, 1, &rec_bias));
     }
-    if (l->kind == LAYER_GRU && !o->reset_after) {
+    if (kind == LAYER_GRU && !o->reset_after) {
         DIST_TRY(part(t, rec, 0, u, 0, 2 * u, 0, &rec_zr));
         DIST_TRY(part(t, rec, 0, u, 2 * u, u, 0, &rec_h));
     }
@@ -105,20 +107,20 @@ dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor
     DIST_TRY(dist_op_dense(t, x2, kernel, in_bias, DIST_ACT_NONE, &proj));
     DIST_TRY(dist_op_reshape(t, proj, 3, s3, &proj));
     dist_tensor **xs = calloc((size_t)(2 * steps), sizeof *xs);
-    if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", l->name);
+    if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", name);
     dist_tensor **hs = xs + steps;
     dist_status st = split_steps(t, proj, xs);
     dist_tensor *h = NULL, *c = NULL;
     for (int64_t i = 0; i < steps && st == DIST_OK; i++) {
-        dist_tensor *z = xs[o->go_backwards ? steps - 1 - i : i];
-        if (h && l->kind != LAYER_GRU) { /* z = x W + b + h U */
+        dist_tensor *z = xs[backwards ? steps - 1 - i : i];
+        if (h && kind != LAYER_GRU) { /* z = x W + b + h U */
             dist_tensor *hu;
             DIST_TRY_GOTO(dist_op_matmul(t, h, rec, 0, 0, &hu), st, done);
             DIST_TRY_GOTO(dist_op_add(t, z, hu, &z), st, done);
         }
-        if (l->kind == LAYER_SIMPLE_RNN) {
+        if (kind == LAYER_SIMPLE_RNN) {
             DIST_TRY_GOTO(dist_op_activation(t, z, o->activation, &h), st, done);
-        } else if (l->kind == LAYER_LSTM) {
+        } else if (kind == LAYER_LSTM) {
             /* i, f, o gates, g the candidate; c = f c + i g; h = o act(c) */
             dist_tensor *gi, *gf, *gg, *go, *ig;
             DIST_TRY_GOTO(gate(t, z, u, 0, &gi), st, done);
@@ -192,7 +194,7 @@ dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor
             DIST_TRY_GOTO(dist_op_activation(t, xh, o->activation, &hh), st, done);
             DIST_TRY_GOTO(gru_mix(t, gz, hh, h, &h), st, done);
         }
-        hs[i] = h;
+        hs[flip ? steps - 1 - i : i] = h;
     }
     if (st == DIST_OK) {
         if (o->return_sequences)
@@ -203,6 +205,36 @@ dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor
 done:
     free(xs);
     return st;
+}
+
+dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor *x,
+                           const dist_tensor *const *vars, dist_tensor **out) {
+    const dist_rnn_options *o = &l->rnn;
+    const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+    if (l->kind != LAYER_BIDIRECTIONAL)
+        return run_rnn(t, l->kind, o, o->go_backwards, 0, l->name, vars[l->kernel_var],
+                       vars[l->pointwise_var], bias, x, out);
+    /* Keras's Bidirectional: the layer, and a copy with its own weights and go_backwards
+     * flipped whose sequence is reversed back into the steps' order; then merged */
+    dist_tensor *fwd, *bwd;
+    const int *bv = l->back_vars;
+    DIST_TRY(run_rnn(t, l->rnn_kind, o, o->go_backwards, 0, l->name, vars[l->kernel_var],
+                     vars[l->pointwise_var], bias, x, &fwd));
+    DIST_TRY(run_rnn(t, l->rnn_kind, o, !o->go_backwards, o->return_sequences, l->name, vars[bv[0]],
+                     vars[bv[1]], bv[2] >= 0 ? vars[bv[2]] : NULL, x, &bwd));
+    switch (l->merge) {
+    case DIST_BIDIR_SUM: return dist_op_add(t, fwd, bwd, out);
+    case DIST_BIDIR_MUL: return dist_op_mul(t, fwd, bwd, out);
+    case DIST_BIDIR_AVE: {
+        dist_tensor *s;
+        DIST_TRY(dist_op_add(t, fwd, bwd, &s));
+        return dist_op_scale(t, s, 0.5f, out);
+    }
+    default: {
+        const dist_tensor *two[2] = {fwd, bwd};
+        return dist_op_concat(t, 2, two, -1, out);
+    }
+    }
 }
 
 /* A standard normal draw (Box-Muller on two 53-bit uniforms in (0, 1]). */

@@ -19,7 +19,9 @@ unchanged. Then a recurrent stack the same way:
 
   ids -> Embedding(200, 12) -> LSTM(10, return_sequences) -> GRU(8, return_sequences,
   go_backwards) -> GRU(6, reset_after=False, return_sequences) -> SimpleRNN(7): its last
-  state, concatenated with LSTM(5, go_backwards, use_bias=False) of the embeddings -> Dense(4)
+  state, concatenated with LSTM(5, go_backwards, use_bias=False) of the embeddings and with
+  Bidirectional(LSTM(3), merge_mode="ave") of Bidirectional(GRU(4, return_sequences)) of
+  them -> Dense(4)
 
 (every gate, both GRU forms, outputs in go_backwards' order read by the next layer), and, with
 SAVER, the .keras file libdist writes of it opens in Keras and predicts the same. A model with
@@ -84,7 +86,9 @@ def make_recurrent(dropout=0.0):
     c = L.GRU(6, reset_after=False, return_sequences=True, name="gru_before")(b)
     d = L.SimpleRNN(7, name="rnn")(c)
     f = L.LSTM(5, go_backwards=True, use_bias=False, name="lstm_back")(e)
-    h = L.Concatenate(name="cat")([d, f])
+    g = L.Bidirectional(L.GRU(4, return_sequences=True), name="bi")(e)
+    g = L.Bidirectional(L.LSTM(3), merge_mode="ave", name="bi_ave")(g)
+    h = L.Concatenate(name="cat")([d, f, g])
     y = L.Dense(K, name="out")(h)
     return keras.Model(ids, y, name="recurrent")
 

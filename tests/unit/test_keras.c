@@ -373,6 +373,26 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
                                 "\"Identity\",\"config\":{}}}}"),
          "layer 'r' (GRU): argument 'recurrent_initializer' is 'Identity'; libdist draws "
          "Orthogonal"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Bidirectional\",\"config\":{\"name\":\"b\","
+                                "\"merge_mode\":null,\"layer\":{\"class_name\":\"LSTM\","
+                                "\"config\":{\"name\":\"f\",\"units\":4}}}}"),
+         "layer 'b' (Bidirectional): argument 'merge_mode' is not one of them; libdist has "
+         "'concat', 'sum', 'mul' and 'ave'"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Bidirectional\",\"config\":{\"name\":\"b\","
+                                "\"layer\":{\"class_name\":\"LSTM\",\"config\":{\"name\":\"f\","
+                                "\"units\":4}},\"backward_layer\":{\"class_name\":\"LSTM\","
+                                "\"config\":{\"name\":\"g\",\"units\":5,\"go_backwards\":true}}}}"),
+         "layer 'b' (Bidirectional): argument 'backward_layer' differs from the forward layer"},
+        {SEQUENTIAL(
+             INPUT("in") ",{\"class_name\":\"Bidirectional\",\"config\":{\"name\":\"b\","
+                         "\"layer\":{\"class_name\":\"Conv1D\",\"config\":{\"name\":\"f\"}}}}"),
+         "layer 'b' (Bidirectional): argument 'layer' is a Conv1D; libdist wraps SimpleRNN, LSTM "
+         "and GRU"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Bidirectional\",\"config\":{\"name\":\"b\","
+                                "\"layer\":{\"class_name\":\"GRU\",\"config\":{\"name\":\"f\","
+                                "\"units\":4,\"kernel_regularizer\":{\"class_name\":\"L2\","
+                                "\"config\":{\"l2\":0.1}}}}}}"),
+         "layer 'f' (GRU): argument 'kernel_regularizer' is set; libdist supports none"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"SimpleRNN\",\"config\":{\"name\":\"r\","
                                 "\"units\":4,\"recurrent_activation\":\"sigmoid\"}}"),
          "layer 'r' (SimpleRNN): argument 'recurrent_activation' is set; SimpleRNN has no gates"},

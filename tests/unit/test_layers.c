@@ -521,6 +521,87 @@ START_TEST(test_recurrent_layers_match_their_definitions_and_differences) {
 }
 END_TEST
 
+/* Bidirectional: its forward half is the layer, its backward half the layer run last to first
+ * with the backward weights and its sequence put back in the steps' order; sum, mul and ave
+ * merge the halves; and a model of each merge against central differences. */
+START_TEST(test_bidirectional_is_the_layer_and_its_reversed_mirror) {
+    enum { N = 2, T = 5, F = 3, U = 4 };
+    float x[N * T * F];
+    for (int i = 0; i < N * T * F; i++) x[i] = cosf(0.8f * (float)i) - 0.2f;
+    for (int cell = 0; cell < 3; cell++) {
+        dist_rnn_options o = DIST_RNN_OPTIONS_INIT(U);
+        o.return_sequences = 1;
+        float *halves[2] = {NULL, NULL}, *y[4];
+        static float w[2 * (F * 4 * U + U * 4 * U + 2 * 3 * U)];
+        int64_t per = 0;
+        for (int merge = -2; merge < 4; merge++) { /* -2, -1: the halves alone */
+            dist_model *m = new_model();
+            dist_rnn_options h = o;
+            h.go_backwards = merge == -1;
+            dist_status st = merge >= 0
+                                 ? dist_model_add_bidirectional(m, (dist_rnn_cell)cell, &o,
+                                                                (dist_bidirectional_merge)merge)
+                             : cell == 0 ? dist_model_add_simple_rnn(m, &h)
+                             : cell == 1 ? dist_model_add_lstm(m, &h)
+                                         : dist_model_add_gru(m, &h);
+            ck_assert_int_eq(st, DIST_OK);
+            int64_t in[2] = {T, F};
+            ck_assert_int_eq(dist_model_build(m, 2, in, 1), DIST_OK);
+            int64_t np = dist_model_num_params(m);
+            if (merge == -2) {
+                per = np;
+                for (int64_t i = 0; i < 2 * per; i++) w[i] = 0.4f * sinf(0.61f * (float)i);
+            }
+            ck_assert_int_eq(np, merge >= 0 ? 2 * per : per);
+            ck_assert_int_eq(dist_model_set_weights(m, merge == -1 ? w + per : w, np), DIST_OK);
+            dist_tape *t;
+            ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+            int64_t shape[3] = {N, T, F}, n;
+            float *out = run_model(m, t, 0, x, 3, shape, &n);
+            if (merge < 0)
+                halves[merge + 2] = out;
+            else
+                y[merge] = out;
+            ck_assert_int_eq(n, (int64_t)N * T * U * (merge == DIST_BIDIR_CONCAT ? 2 : 1));
+            dist_tape_destroy(t);
+            dist_model_destroy(m);
+        }
+        for (int b = 0; b < N; b++)
+            for (int s = 0; s < T; s++)
+                for (int j = 0; j < U; j++) {
+                    float f = halves[0][(b * T + s) * U + j];
+                    /* the backward run's output at step s is its (T - 1 - s)-th, run from the end
+                     */
+                    float r = halves[1][(b * T + (T - 1 - s)) * U + j];
+                    int64_t e = (b * T + s) * U + j;
+                    ck_assert_float_eq_tol(y[0][(b * T + s) * 2 * U + j], f, 1e-6f);
+                    ck_assert_float_eq_tol(y[0][(b * T + s) * 2 * U + U + j], r, 1e-6f);
+                    ck_assert_float_eq_tol(y[1][e], f + r, 2e-6f);
+                    ck_assert_float_eq_tol(y[2][e], f * r, 2e-6f);
+                    ck_assert_float_eq_tol(y[3][e], 0.5f * (f + r), 2e-6f);
+                }
+        for (int k = 0; k < 4; k++) free(y[k]);
+        free(halves[0]);
+        free(halves[1]);
+    }
+    for (int merge = 0; merge < 4; merge++) {
+        dist_model *m = new_model();
+        dist_rnn_options o = DIST_RNN_OPTIONS_INIT(3);
+        o.return_sequences = merge != 2;
+        ck_assert_int_eq(dist_model_add_bidirectional(m, (dist_rnn_cell)(merge % 3), &o,
+                                                      (dist_bidirectional_merge)merge),
+                         DIST_OK);
+        if (o.return_sequences) ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+        int64_t in[2] = {T, F}, xs[3] = {N, T, F}, rs[2] = {N, 3};
+        ck_assert_int_eq(dist_model_build(m, 2, in, 9), DIST_OK);
+        float r[N * 3];
+        for (int i = 0; i < N * 3; i++) r[i] = 0.5f - 0.3f * (float)i;
+        expect_gradients_match_differences(m, x, 3, xs, r, rs);
+    }
+}
+END_TEST
+
 START_TEST(test_average_pool_valid_strides_and_global_average) {
     dist_model *m = new_model();
     ck_assert_int_eq(dist_model_add_average_pool2d(m, 2, 1, DIST_PADDING_VALID), DIST_OK);
@@ -1438,6 +1519,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc,
                    test_recurrent_layers_start_with_orthogonal_recurrent_kernels_and_keras_biases);
     tcase_add_test(tc, test_recurrent_layers_match_their_definitions_and_differences);
+    tcase_add_test(tc, test_bidirectional_is_the_layer_and_its_reversed_mirror);
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);

@@ -1163,7 +1163,8 @@ static void transformer_body(dist_model *m) {
  * go through the dataset, batch and distribution as int32). With `recurrent` the body is
  * instead: Embedding(50, 8) -> LSTM(6, return_sequences) -> GRU(5, return_sequences,
  * go_backwards) -> GRU(4, reset_after=False), its last state concatenated with SimpleRNN(5)'s
- * of the LSTM's sequence -> Dense(4). */
+ * of the LSTM's sequence and with Bidirectional(GRU(3), ave) of Bidirectional(LSTM(3,
+ * return_sequences)) of the embeddings -> Dense(4). */
 static void text_steps(int tpu, int recurrent, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
@@ -1191,9 +1192,16 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
         r.units = 5;
         ck_assert_int_eq(dist_model_add_simple_rnn(m, &r), DIST_OK); /* 4: of the LSTM's */
         ck_assert_int_eq(dist_model_set_inputs(m, 4, 1, (int[]){1}), DIST_OK);
-        ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 5 */
-        ck_assert_int_eq(dist_model_set_inputs(m, 5, 2, (int[]){3, 4}), DIST_OK);
-        ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK); /* 6 */
+        r.units = 3, r.return_sequences = 1;
+        ck_assert_int_eq(dist_model_add_bidirectional(m, DIST_RNN_LSTM, &r, DIST_BIDIR_CONCAT),
+                         DIST_OK); /* 5: of the embeddings */
+        ck_assert_int_eq(dist_model_set_inputs(m, 5, 1, (int[]){0}), DIST_OK);
+        r.return_sequences = 0;
+        ck_assert_int_eq(dist_model_add_bidirectional(m, DIST_RNN_GRU, &r, DIST_BIDIR_AVE),
+                         DIST_OK);                                    /* 6 */
+        ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 7 */
+        ck_assert_int_eq(dist_model_set_inputs(m, 7, 3, (int[]){3, 4, 6}), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK); /* 8 */
     } else {
         transformer_body(m);
     }
