@@ -285,7 +285,7 @@ const char *net_frame_kind_name(uint32_t kind);
 /* Records a failure (first one wins) and returns it; later calls repeat it. */
 dist_status net_fail(dist_net_comm *c, dist_status st);
 /* A failure naming rank r: "worker/1 at 127.0.0.1:23456: connection lost during all-reduce",
- * then how far into the call this rank was ("; this rank: 0.41 s into all-reduce #3"), which
+ * then how far into the call this rank was ("chief/0 was 0.41 s into all-reduce #3"), which
  * tells a rank that came late from one that waited. For a timeout, detail (or NULL) says what
  * came from r ("it sent 0 of 133364 bytes").
  * The abort record: a rank that fails publishes its message in the store ("<rank>/abort")

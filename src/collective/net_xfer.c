@@ -155,9 +155,10 @@ dist_status net_fail_peer(dist_net_comm *c, dist_status st, int r, const char *w
         c->abort_lookup(c, r, st == DIST_PEER_LOST ? NET_ABORT_WAIT_S : 0.0, root, sizeof root);
     /* how far into the call this rank was: a rank that came late tells itself from one that
      * waited, and a stalled process from a silent peer */
-    char when[96];
-    snprintf(when, sizeof when, "this rank %.2f s into %s #%llu", net_now() - c->call_start, what,
-             (unsigned long long)c->seq);
+    char when[NET_NAME_CAP + 96];
+    /* named, not "this rank": a relayed record carries the publishing rank's own */
+    snprintf(when, sizeof when, "%s was %.2f s into %s #%llu", c->names[c->rank],
+             net_now() - c->call_start, what, (unsigned long long)c->seq);
     if (root[0])
         dist_error(st, "%s (reported by %s, which then left the %s; %s)", root, d, what, when);
     else if (st == DIST_TIMEOUT)

@@ -349,12 +349,16 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
                           "layer '%s': Keras refuses a layer name with '/' (it separates the "
                           "names of nested objects)",
                           l->name);
-    if (l->activation == DIST_ACT_HARD_SIGMOID_TF_KERAS)
+    const int recurrent = l->kind == LAYER_LSTM || l->kind == LAYER_GRU ||
+                          l->kind == LAYER_BIDIRECTIONAL || l->kind == LAYER_SIMPLE_RNN;
+    if (l->activation == DIST_ACT_HARD_SIGMOID_TF_KERAS ||
+        (recurrent && l->rnn.recurrent_activation == DIST_ACT_HARD_SIGMOID_TF_KERAS))
         return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s': its activation is tf_keras's hard_sigmoid (clip(0.2 x + "
-                          "0.5, 0, 1)); Keras 3, whose files libdist writes, defines "
+                          "layer '%s': its %sactivation is tf_keras's hard_sigmoid (clip(0.2 x "
+                          "+ 0.5, 0, 1)); Keras 3, whose files libdist writes, defines "
                           "'hard_sigmoid' as relu6(x + 3) / 6, so no Keras 3 name holds it",
-                          l->name);
+                          l->name,
+                          l->activation == DIST_ACT_HARD_SIGMOID_TF_KERAS ? "" : "recurrent ");
     cJSON *c = cJSON_CreateObject();
     if (!c) return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     cJSON_AddStringToObject(c, "name", l->name);

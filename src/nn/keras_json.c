@@ -1006,6 +1006,16 @@ static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_
                           l->name, l->class_name);
     if (o.units > 1 << 16)
         return unsupported_arg(l, "units", "is %d; libdist takes up to 65536", o.units);
+    static const char *const acts[2] = {"activation", "recurrent_activation"};
+    for (int i = 0; i < 2; i++) { /* run after a layer elsewhere, not inside the cell here */
+        const char *a = json_str(l->config, acts[i]);
+        if (a && (!strcmp(a, "swish") || !strcmp(a, "silu") || !strcmp(a, "softmax")))
+            return unsupported_arg(l, acts[i],
+                                   "is '%s'; a recurrent layer's activations are the "
+                                   "elementwise ones of dist_activation (swish, silu and softmax "
+                                   "are not among them)",
+                                   a);
+    }
     if (!cJSON_GetObjectItemCaseSensitive(l->config, "activation"))
         o.activation = DIST_ACT_TANH; /* Keras's default, absent from a hand-written config */
     else
@@ -1081,6 +1091,10 @@ static dist_status wrapped_rnn(const json_layer *l, const char *key, dist_rnn_ce
         return unsupported_arg(l, key, "is a %s; libdist wraps SimpleRNN, LSTM and GRU", cls);
     const char *name = json_str(cfg, "name");
     json_layer inner = {cfg, cls, name ? name : l->name, l->tf_keras};
+    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "trainable")))
+        return unsupported_arg(l, key,
+                               "is not trainable; libdist freezes a Bidirectional whole (its own "
+                               "trainable)");
     /* a wrapped layer's regularizers would need one per copy: not there */
     static const char *const regs[] = {"kernel_regularizer", "recurrent_regularizer",
                                        "bias_regularizer", NULL};

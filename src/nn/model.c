@@ -1505,6 +1505,23 @@ static dist_status plan(dist_model *m) {
                               "takes int32 ids",
                               l->name, model_layer_class(l->kind));
     }
+    /* at most this many variables a layer makes (MultiHeadAttention 8, Bidirectional 6) */
+    int nvars = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const layer_kind k = m->layers[i].kind;
+        nvars += k == LAYER_MHA             ? 8
+                 : k == LAYER_BIDIRECTIONAL ? 6
+                 : k == LAYER_BATCH_NORM    ? 4
+                 : k == LAYER_SEPARABLE_CONV2D || k == LAYER_SIMPLE_RNN || k == LAYER_LSTM ||
+                         k == LAYER_GRU
+                     ? 3
+                     : 2;
+    }
+    if (nvars > MODEL_MAX_VARS)
+        return dist_error(DIST_INVALID_ARGUMENT,
+                          "model '%s': its layers may make %d variables; libdist holds up to %d "
+                          "a model",
+                          m->name, nvars, MODEL_MAX_VARS);
     for (int i = 0; i < m->nlayers; i++) layer_variables(m, &m->layers[i]);
     for (int i = 0; i < m->nvars; i++)
         if (m->vars[i].numel > MODEL_MAX_ELEMS)

@@ -91,6 +91,8 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
     const int64_t b = x->shape[0], steps = x->shape[1], f = x->shape[2], u = o->units;
     const int k = kind == LAYER_LSTM ? 4 : kind == LAYER_GRU ? 3 : 1;
     const int gru_after = kind == LAYER_GRU && o->reset_after;
+    if (steps < 1)
+        return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': a sequence of no steps", name);
     dist_tensor *in_bias = (dist_tensor *)bias, *rec_bias = NULL, *rec_zr = NULL, *rec_h = NULL;
     if (gru_after && bias) {
         DIST_TRY(part(t, bias, 0, 1, 0, 3 * u, 1, &in_bias));

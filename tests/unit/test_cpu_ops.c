@@ -636,6 +636,26 @@ START_TEST(test_transpose_slice_pad_and_concat_move_elements) {
     expect(base, (float[]){1, 2, 3, 4, 5, 6}, 6, 0.0);
     ck_assert_int_eq(run(&acc, &tsmall, &tbase, NULL, NULL, NULL, &tbase, NULL), DIST_OK);
     expect(base, (float[]){1, 2, 3, 4, 12, 14}, 6, 0.0);
+    /* a scalar's box is itself; a 1-D box at an offset */
+    {
+        float s0 = 3.0f, s1 = 0.0f, v[5] = {1, 2, 3, 4, 5}, piece[2];
+        dist_tensor a0 = dist_tensor_view(&s0, DIST_F32, 0, NULL),
+                    b0 = dist_tensor_view(&s1, DIST_F32, 0, NULL);
+        dist_op s = op_of(DIST_OPC_SLICE, 0, 1, 1);
+        ck_assert_int_eq(run(&s, &a0, NULL, NULL, NULL, NULL, &b0, NULL), DIST_OK);
+        ck_assert_float_eq(s1, 3.0f);
+        dist_op p0 = op_of(DIST_OPC_PAD, 1, 2, 1);
+        ck_assert_int_eq(run(&p0, &a0, &b0, NULL, NULL, NULL, &b0, NULL), DIST_OK);
+        ck_assert_float_eq(s1, 6.0f);
+        dist_tensor tv = t1(v, 5), tp = t1(piece, 2);
+        s.v[0] = 2;
+        ck_assert_int_eq(run(&s, &tv, NULL, NULL, NULL, NULL, &tp, NULL), DIST_OK);
+        expect(piece, (float[]){3, 4}, 2, 0.0);
+        dist_op p1 = op_of(DIST_OPC_PAD, 1, 2, 1);
+        p1.v[0] = 3;
+        ck_assert_int_eq(run(&p1, &tp, &tv, NULL, NULL, NULL, &tv, NULL), DIST_OK);
+        expect(v, (float[]){1, 2, 3, 7, 9}, 5, 0.0);
+    }
     /* a box of a 4-D tensor whose inner axes are whole, partial, and whole again: slice, pad
      * and pad with k = 1 against the element-by-element definition */
     {

@@ -254,6 +254,17 @@ static float activation_at_two(const char *json) {
     if (strstr(json, "keras_version")) { /* the Keras 3 writer refuses tf_keras's form */
         ck_assert_int_eq(dist_model_save_keras(m, "/nonexistent-dir/m.keras"), DIST_UNSUPPORTED);
         ck_assert_ptr_nonnull(strstr(dist_last_error(), "tf_keras's hard_sigmoid"));
+        /* and as a gate's activation (older Keras's LSTM default) */
+        dist_model *r = NULL;
+        ck_assert_int_eq(dist_model_create("gates", &r), DIST_OK);
+        dist_rnn_options o = DIST_RNN_OPTIONS_INIT(3);
+        o.recurrent_activation = DIST_ACT_HARD_SIGMOID_TF_KERAS;
+        ck_assert_int_eq(dist_model_add_lstm(r, &o), DIST_OK);
+        ck_assert_int_eq(dist_model_build(r, 2, (int64_t[]){4, 2}, 1), DIST_OK);
+        ck_assert_int_eq(dist_model_save_keras(r, "/nonexistent-dir/r.keras"), DIST_UNSUPPORTED);
+        ck_assert_msg(strstr(dist_last_error(), "its recurrent activation is tf_keras's"), "%s",
+                      dist_last_error());
+        dist_model_destroy(r);
     }
     dist_tape_destroy(tape);
     dist_model_destroy(m);
@@ -393,6 +404,13 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
                                 "\"units\":4,\"kernel_regularizer\":{\"class_name\":\"L2\","
                                 "\"config\":{\"l2\":0.1}}}}}}"),
          "layer 'f' (GRU): argument 'kernel_regularizer' is set; libdist supports none"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"LSTM\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"activation\":\"swish\"}}"),
+         "layer 'r' (LSTM): argument 'activation' is 'swish'; a recurrent layer's activations"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"Bidirectional\",\"config\":{\"name\":\"b\","
+                                "\"layer\":{\"class_name\":\"GRU\",\"config\":{\"name\":\"f\","
+                                "\"units\":4,\"trainable\":false}}}}"),
+         "layer 'b' (Bidirectional): argument 'layer' is not trainable"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"SimpleRNN\",\"config\":{\"name\":\"r\","
                                 "\"units\":4,\"recurrent_activation\":\"sigmoid\"}}"),
          "layer 'r' (SimpleRNN): argument 'recurrent_activation' is set; SimpleRNN has no gates"},

@@ -594,6 +594,23 @@ START_TEST(test_a_softmax_head_returns_the_logits_under_it) {
 END_TEST
 
 /* A Keras ResNet-20 has 70 layers: deep graphs fit, and the limit is refused by name. */
+/* Layers that make many variables each (Bidirectional: 6) are refused at build by the count
+ * of variables a model holds, before any is laid out. */
+START_TEST(test_a_model_of_too_many_variables_is_refused_at_build) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("wide", &m), DIST_OK);
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(2);
+    o.return_sequences = 1;
+    for (int i = 0; i < 200; i++)
+        ck_assert_int_eq(dist_model_add_bidirectional(m, DIST_RNN_SIMPLE, &o, DIST_BIDIR_SUM),
+                         DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 2, (int64_t[]){3, 2}, 1), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "may make 1200 variables; libdist holds up to 1024"),
+                  "%s", dist_last_error());
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_a_model_of_256_layers_builds_and_the_257th_is_refused) {
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_create("deep", &m), DIST_OK);
@@ -1342,6 +1359,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_a_softmax_head_returns_the_logits_under_it);
     tcase_add_test(tc, test_wiring_errors_name_the_layer);
     tcase_add_test(tc, test_a_model_of_256_layers_builds_and_the_257th_is_refused);
+    tcase_add_test(tc, test_a_model_of_too_many_variables_is_refused_at_build);
 
     suite_add_tcase(s, tc);
     TCase *json = tcase_create("keras_json");

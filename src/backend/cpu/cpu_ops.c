@@ -964,6 +964,14 @@ static dist_status box_of(const dist_op *op, const dist_tensor *big, const dist_
 static void box_copy(const dist_op *op, const dist_tensor *big, const dist_tensor *small,
                      int to_small, int add) {
     const int nd = big->ndim;
+    if (nd == 0) { /* a scalar: its one element */
+        float *bv0 = big->data, *sv0 = small->data;
+        if (to_small)
+            sv0[0] = bv0[0];
+        else
+            bv0[0] = add ? bv0[0] + sv0[0] : sv0[0];
+        return;
+    }
     int k = nd - 1; /* the run: axes k.. */
     while (k > 0 && small->shape[k] == big->shape[k]) k--;
     int64_t run = 1, bstride[DIST_MAX_DIMS], stride = 1;
