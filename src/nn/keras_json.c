@@ -1043,12 +1043,8 @@ static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_
                                    "is not 0; libdist's recurrent layers have no dropout (a "
                                    "Dropout layer before or after them does)");
     }
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(l->config, "kernel_initializer");
+    DIST_TRY(check_initializers(l)); /* kernel GlorotUniform, bias Zeros */
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(l->config, "recurrent_initializer");
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(l->config, "bias_initializer");
-    if (k && !is_initializer(k, "GlorotUniform"))
-        return unsupported_arg(l, "kernel_initializer", "is '%s'; libdist draws GlorotUniform",
-                               json_str(k, "class_name") ? json_str(k, "class_name") : "?");
     if (r && !is_initializer(r, "Orthogonal"))
         return unsupported_arg(l, "recurrent_initializer", "is '%s'; libdist draws Orthogonal",
                                json_str(r, "class_name") ? json_str(r, "class_name") : "?");
@@ -1059,9 +1055,6 @@ static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_
             return unsupported_arg(l, "recurrent_initializer",
                                    "has a gain other than 1; libdist draws Orthogonal(gain=1)");
     }
-    if (b && !is_initializer(b, "Zeros"))
-        return unsupported_arg(l, "bias_initializer", "is '%s'; libdist uses Zeros",
-                               json_str(b, "class_name") ? json_str(b, "class_name") : "?");
     *cell = lstm ? DIST_RNN_LSTM : gru ? DIST_RNN_GRU : DIST_RNN_SIMPLE;
     *out = o;
     return DIST_OK;

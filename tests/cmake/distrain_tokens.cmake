@@ -11,31 +11,24 @@ add_test(NAME distrain.token_fixtures
 set_tests_properties(distrain.token_fixtures PROPERTIES FIXTURES_SETUP token_tfrecords
                      FIXTURES_REQUIRED tf_venv LABELS cli TIMEOUT 300)
 set(token_args "--model;${token_dir}/model.json;--data-format;tfrecord;--data-dir;${token_dir};--feature-keys;tokens=ids,label=label;--epochs;3;--threads;1;--learning-rate;0.01")
-foreach(token_case "one_device;" "mirrored;" "multi_worker;--workers;2" "parameter_server;--workers;2;--ps;1")
-  list(GET token_case 0 token_kind)
-  list(SUBLIST token_case 1 -1 token_extra)
-  add_test(NAME distrain.tokens_${token_kind}
-           COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=${token_kind}
-                   "-DARGS=${token_args};${token_extra}"
-                   -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tokens_${token_kind}.json
-                   -DMIN_ACCURACY=0.95 -DSTEPS=96 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
-  set_tests_properties(distrain.tokens_${token_kind} PROPERTIES LABELS cli
-                       FIXTURES_REQUIRED token_tfrecords TIMEOUT 300)
-endforeach()
 # The same task through recurrent layers (model_recurrent.json: Embedding -> LSTM(16,
 # return_sequences) -> GRU(16, go_backwards) -> Dense(2), from tf_keras): 1.0 measured in 3
-# epochs under every strategy.
+# epochs under every strategy (distrain.tokens_recurrent_*).
 string(REPLACE "/model.json" "/model_recurrent.json" recurrent_args "${token_args}")
-foreach(token_case "one_device;" "mirrored;" "multi_worker;--workers;2" "parameter_server;--workers;2;--ps;1")
-  list(GET token_case 0 token_kind)
-  list(SUBLIST token_case 1 -1 token_extra)
-  add_test(NAME distrain.tokens_recurrent_${token_kind}
-           COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=${token_kind}
-                   "-DARGS=${recurrent_args};${token_extra}"
-                   -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tokens_recurrent_${token_kind}.json
-                   -DMIN_ACCURACY=0.95 -DSTEPS=96 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
-  set_tests_properties(distrain.tokens_recurrent_${token_kind} PROPERTIES LABELS cli
-                       FIXTURES_REQUIRED token_tfrecords TIMEOUT 300)
+foreach(token_model "tokens;token_args" "tokens_recurrent;recurrent_args")
+  list(GET token_model 0 token_prefix)
+  list(GET token_model 1 token_model_args)
+  foreach(token_case "one_device;" "mirrored;" "multi_worker;--workers;2" "parameter_server;--workers;2;--ps;1")
+    list(GET token_case 0 token_kind)
+    list(SUBLIST token_case 1 -1 token_extra)
+    add_test(NAME distrain.${token_prefix}_${token_kind}
+             COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=${token_kind}
+                     "-DARGS=${${token_model_args}};${token_extra}"
+                     -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_${token_prefix}_${token_kind}.json
+                     -DMIN_ACCURACY=0.95 -DSTEPS=96 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+    set_tests_properties(distrain.${token_prefix}_${token_kind} PROPERTIES LABELS cli
+                         FIXTURES_REQUIRED token_tfrecords TIMEOUT 300)
+  endforeach()
 endforeach()
 # (the tpu cases are in tpu.cmake, after the PJRT plugin's fixture)
 foreach(token_bad "out_of_vocab;1;id 60 (position 15 of 16) is not in [0, 50), the Embedding's vocabulary"

@@ -40,6 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from keras_graph_layers import keras_file_check  # noqa: E402
 
 N, T, V, D, K = 8, 16, 200, 32, 4
 TOL, TOL_F32, FLOOR = 1e-5, 1e-4, 0.1
@@ -91,26 +92,6 @@ def make_recurrent(dropout=0.0):
     h = L.Concatenate(name="cat")([d, f, g])
     y = L.Dense(K, name="out")(h)
     return keras.Model(ids, y, name="recurrent")
-
-
-def keras_file_check(saver, work, head, model, x_path, y_path, x):
-    """libdist's .keras file of the model (no training steps) opens in Keras and predicts the
-    original model's outputs."""
-    out = os.path.join(work, f"{head}_saved")
-    os.makedirs(out, exist_ok=True)
-    r = subprocess.run([saver, os.path.join(work, f"{head}.json"),
-                        os.path.join(work, f"{head}.weights.h5"), x_path, y_path, str(N), str(T),
-                        "1", "1", "0", str(N), out], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"FAIL {head}: writing the .keras file ({r.returncode}): {r.stderr.strip()}")
-        return False
-    loaded = keras.models.load_model(os.path.join(out, "final.keras"))
-    e = rel(loaded(x, training=False).numpy().astype(np.float64),
-            model(x, training=False).numpy().astype(np.float64))
-    ok = e <= TOL
-    print(f"{'ok  ' if ok else 'FAIL'} {head}: libdist's .keras file, loaded by Keras, predicts "
-          f"the original model's outputs within {e:.2e} (bound {TOL:g})")
-    return ok
 
 
 def rel(a, b, floor=0.0):
@@ -240,41 +221,30 @@ def main():
                      for w in rec.get_weights()])
     ok = run_case(driver, work, "recurrent", rec, x, y, x_path, y_path) and ok
     if saver:
-        ok = keras_file_check(saver, work, "recurrent", rec, x_path, y_path, x) and ok
+        ok = keras_file_check(saver, work, "recurrent", os.path.join(work, "recurrent.json"),
+                              os.path.join(work, "recurrent.weights.h5"), x_path, y_path, rec, x,
+                              shape=(N, T, 1, 1)) and ok
 
-    # dropout inside a recurrent layer: refused naming the layer and the argument
-    drop = make_recurrent(dropout=0.25)
-    dpath = os.path.join(work, "dropout.json")
-    with open(dpath, "w") as f:
-        f.write(drop.to_json())
-    r = subprocess.run([driver, dpath, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
-                       capture_output=True, text=True)
-    dropped = r.returncode != 0 and "'lstm' (LSTM): argument 'dropout'" in r.stderr
-    print(f"{'ok  ' if dropped else 'FAIL'} LSTM dropout refused: {r.stderr.strip()}")
-    ok = ok and dropped
+    def refused(what, name, model, *wants):
+        """The model's JSON is refused, the driver's message holding every `wants`."""
+        path = os.path.join(work, f"{name}.json")
+        with open(path, "w") as f:
+            f.write(model.to_json())
+        r = subprocess.run([driver, path, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                           capture_output=True, text=True)
+        good = r.returncode != 0 and all(w in r.stderr for w in wants)
+        print(f"{'ok  ' if good else 'FAIL'} {what} refused: {r.stderr.strip()}")
+        return good
 
-    # cross-attention (value another tensor than the query): refused naming the layer
-    cross = make_transformer(cross=True)
-    cpath = os.path.join(work, "cross.json")
-    with open(cpath, "w") as f:
-        f.write(cross.to_json())
-    r = subprocess.run([driver, cpath, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
-                       capture_output=True, text=True)
-    crossed = r.returncode != 0 and "'mha' (MultiHeadAttention)" in r.stderr and \
-        "self-attention" in r.stderr
-    print(f"{'ok  ' if crossed else 'FAIL'} cross-attention refused: {r.stderr.strip()}")
-    ok = ok and crossed
-
-    # mask_zero=True: refused, naming the layer and the argument
-    masked = make(mask_zero=True)
-    mpath = os.path.join(work, "masked.json")
-    with open(mpath, "w") as f:
-        f.write(masked.to_json())
-    r = subprocess.run([driver, mpath, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
-                       capture_output=True, text=True)
-    refused = r.returncode != 0 and "'embed' (Embedding): argument 'mask_zero'" in r.stderr
-    print(f"{'ok  ' if refused else 'FAIL'} mask_zero=True refused: {r.stderr.strip()}")
-    sys.exit(0 if ok and refused else 1)
+    # dropout inside a recurrent layer, cross-attention (value another tensor than the query)
+    # and mask_zero=True: each refused naming the layer (and the argument)
+    ok = refused("LSTM dropout", "dropout", make_recurrent(dropout=0.25),
+                 "'lstm' (LSTM): argument 'dropout'") and ok
+    ok = refused("cross-attention", "cross", make_transformer(cross=True),
+                 "'mha' (MultiHeadAttention)", "self-attention") and ok
+    ok = refused("mask_zero=True", "masked", make(mask_zero=True),
+                 "'embed' (Embedding): argument 'mask_zero'") and ok
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

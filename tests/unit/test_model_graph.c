@@ -1287,13 +1287,18 @@ static void expect_same_training(const float *lt, const float *lm, const float *
 
 /* The Transformer block traced into one program (the gather as one-hot rows, the attention
  * as batched dot_generals): the same losses and weights as mirrored's. */
-START_TEST(test_under_tpu_a_transformer_block_trains_as_mirrored_does) {
+/* text_steps under tpu and under mirrored: the same losses and weights. */
+static void expect_text_model_trains_under_tpu_as_mirrored(int recurrent) {
     float lt[3], lm[3];
     static float wt[4096], wm[4096];
     int64_t nt = 0, nm = 0;
-    text_steps(1, 0, lt, wt, &nt);
-    text_steps(0, 0, lm, wm, &nm);
+    text_steps(1, recurrent, lt, wt, &nt);
+    text_steps(0, recurrent, lm, wm, &nm);
     expect_same_training(lt, lm, wt, wm, nt, nm);
+}
+
+START_TEST(test_under_tpu_a_transformer_block_trains_as_mirrored_does) {
+    expect_text_model_trains_under_tpu_as_mirrored(0);
 }
 END_TEST
 
@@ -1301,12 +1306,7 @@ END_TEST
 /* LSTM, GRU (both forms, go_backwards) and SimpleRNN unrolled and traced into one program: the
  * same losses and weights as mirrored's. */
 START_TEST(test_under_tpu_recurrent_layers_train_as_mirrored_does) {
-    float lt[3], lm[3];
-    static float wt[4096], wm[4096];
-    int64_t nt = 0, nm = 0;
-    text_steps(1, 1, lt, wt, &nt);
-    text_steps(0, 1, lm, wm, &nm);
-    expect_same_training(lt, lm, wt, wm, nt, nm);
+    expect_text_model_trains_under_tpu_as_mirrored(1);
 }
 END_TEST
 
