@@ -302,9 +302,20 @@ DIST_API dist_status dist_model_create_mnist_cnn(dist_model **out);
 /* keras.layers.Embedding(input_dim, output_dim): rows of an [input_dim, output_dim] table
  * (Keras's RandomUniform(-0.05, 0.05) initializer) by int32 ids of 1 or 2 dimensions after the
  * batch: [batch, steps] -> [batch, steps, output_dim]. Its input must be the model's input, of
- * dtype int32 (dist_model_set_input_dtype). An id outside [0, input_dim) gives a row of zeros.
- * mask_zero is not supported. */
+ * dtype int32 (dist_model_set_input_dtype). An id outside [0, input_dim) gives a row of zeros. */
 DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, int output_dim);
+/* The same with Keras's mask_zero: where an id is 0 its step is masked ([batch, steps] ids
+ * only). The mask follows Keras 3's rules: the layers that keep the steps pass it on (Dense,
+ * Dropout and SpatialDropout1D, the activation layers, LayerNormalization, Rescaling, and the
+ * merges and last-axis Concatenate of inputs masked by the same Embedding); SimpleRNN, LSTM,
+ * GRU and Bidirectional skip masked steps (state and output kept from the step before; with
+ * zero_output_for_mask a masked step's output is zeros) and pass the mask on with
+ * return_sequences; GlobalAveragePooling1D averages the unmasked steps (a sequence with none
+ * gives 0 / 0, as Keras); every other layer drops it. dist_model_build refuses a mask reaching
+ * BatchNormalization, Softmax, MultiHeadAttention, a merge of differently masked inputs or the
+ * model's output (where Keras would use it in ways libdist does not). */
+DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int input_dim,
+                                                     int output_dim);
 /* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as
  * self-attention on [batch, steps, features] (query = value = key: the layer reads one tensor,
  * or the same tensor two or three times through dist_model_set_inputs), dropout 0, no mask:
@@ -332,9 +343,13 @@ typedef struct dist_rnn_options {
     int go_backwards;                     /* 0 */
     int unit_forget_bias;                 /* LSTM: 1 */
     int reset_after;                      /* GRU: 1 (Keras 2 and 3's default) */
+    /* under a mask (dist_model_add_embedding_masked): a masked step's output is zeros instead
+     * of the step before's (Keras's zero_output_for_mask; a Bidirectional sets it to
+     * return_sequences, as Keras does) */
+    int zero_output_for_mask; /* 0 */
 } dist_rnn_options;
 #define DIST_RNN_OPTIONS_INIT(u)                                                                   \
-    { (u), DIST_ACT_TANH, DIST_ACT_SIGMOID, 1, 0, 0, 1, 1 }
+    { (u), DIST_ACT_TANH, DIST_ACT_SIGMOID, 1, 0, 0, 1, 1, 0 }
 DIST_API dist_status dist_model_add_simple_rnn(dist_model *model, const dist_rnn_options *options);
 DIST_API dist_status dist_model_add_lstm(dist_model *model, const dist_rnn_options *options);
 DIST_API dist_status dist_model_add_gru(dist_model *model, const dist_rnn_options *options);

@@ -246,7 +246,7 @@ static void embedding_config(cJSON *c, const model_layer *l) {
     }
     cJSON_AddItemToObject(c, "embeddings_initializer", init);
     add_nulls(c, extras);
-    cJSON_AddFalseToObject(c, "mask_zero");
+    cJSON_AddBoolToObject(c, "mask_zero", l->mask_zero != 0);
 }
 
 /* Keras 3.15's MultiHeadAttention keys but use_gate and sliding_window, which the reader
@@ -274,8 +274,8 @@ static void mha_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
-/* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (no mask, dropout 0, zero initial
- * states: the only forms libdist runs). */
+/* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (dropout 0, zero initial states: the
+ * only forms libdist runs). */
 static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     static const char *const extras[] = {
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
@@ -286,7 +286,7 @@ static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     cJSON_AddBoolToObject(c, "go_backwards", o->go_backwards != 0);
     cJSON_AddFalseToObject(c, "stateful");
     cJSON_AddFalseToObject(c, "unroll");
-    cJSON_AddFalseToObject(c, "zero_output_for_mask");
+    cJSON_AddBoolToObject(c, "zero_output_for_mask", o->zero_output_for_mask != 0);
     cJSON_AddNumberToObject(c, "units", o->units);
     cJSON_AddStringToObject(c, "activation", activation_name(o->activation));
     if (kind != LAYER_SIMPLE_RNN)

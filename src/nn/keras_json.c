@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct json_layer {
@@ -969,7 +970,7 @@ static dist_status json_bool(const json_layer *l, const char *key, int dflt, int
     return DIST_OK;
 }
 
-/* SimpleRNN, LSTM and GRU (Keras 3 and tf_keras): no mask, state, dropout or time-major input.
+/* SimpleRNN, LSTM and GRU (Keras 3 and tf_keras): no state, dropout or time-major input.
  * unroll and implementation change how Keras runs the recurrence, not what it computes. */
 static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_options *out) {
     static const char *const known[] = {"units",
@@ -1031,6 +1032,7 @@ static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_
     DIST_TRY(json_bool(l, "go_backwards", 0, &o.go_backwards));
     DIST_TRY(json_bool(l, "unit_forget_bias", 1, &o.unit_forget_bias));
     DIST_TRY(json_bool(l, "reset_after", 1, &o.reset_after));
+    DIST_TRY(json_bool(l, "zero_output_for_mask", 0, &o.zero_output_for_mask));
     if (!lstm && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l->config, "unit_forget_bias")))
         return unsupported_arg(l, "unit_forget_bias", "is true; only an LSTM has a forget gate");
     if (!gru && cJSON_GetObjectItemCaseSensitive(l->config, "reset_after"))
@@ -1261,11 +1263,12 @@ static dist_status add_embedding(dist_model *m, const json_layer *l) {
                                         "activity_regularizer",
                                         "embeddings_constraint",
                                         "input_length",
+                                        "mask_zero",
                                         "batch_input_shape",
                                         NULL};
     static const char *const extras[] = {"activity_regularizer", "embeddings_constraint", NULL};
-    if (!is_null_or_false(cJSON_GetObjectItemCaseSensitive(l->config, "mask_zero")))
-        return unsupported_arg(l, "mask_zero", "is true; libdist's layers take no mask");
+    int mask_zero = 0;
+    DIST_TRY(json_bool(l, "mask_zero", 0, &mask_zero));
     DIST_TRY(check_keys(l, known)); /* sparse, lora_rank: set values are refused there */
     DIST_TRY(check_absent(l, extras));
     const cJSON *init = cJSON_GetObjectItemCaseSensitive(l->config, "embeddings_initializer");
@@ -1290,7 +1293,8 @@ static dist_status add_embedding(dist_model *m, const json_layer *l) {
                           "layer '%s' (Embedding): 'input_dim' and 'output_dim' must be positive "
                           "integers",
                           l->name);
-    return dist_model_add_embedding(m, in_dim, out_dim);
+    return mask_zero ? dist_model_add_embedding_masked(m, in_dim, out_dim)
+                     : dist_model_add_embedding(m, in_dim, out_dim);
 }
 
 static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) {
@@ -1511,13 +1515,18 @@ static dist_status history_name(const json_layer *l, const cJSON *hist, const ch
     return DIST_OK;
 }
 
-/* Call arguments beside the inputs: only absent ones (null, as Keras 3's {"mask": null}). */
+/* Call arguments beside the inputs: only absent ones (null, as Keras 3's {"mask": null}), and
+ * Keras 3's mask tensors (read by mask_argument). */
 static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs, int keras3) {
     const cJSON *kv;
     if (kwargs && !cJSON_IsObject(kwargs))
         return dist_error(DIST_FORMAT, "layer '%s': its call's kwargs are not an object", l->name);
     cJSON_ArrayForEach(kv, kwargs) {
         if (cJSON_IsNull(kv)) continue;
+        if (keras3 && cJSON_IsObject(kv) &&
+            (!strcmp(kv->string, "mask") || !strcmp(kv->string, "query_mask") ||
+             !strcmp(kv->string, "value_mask") || !strcmp(kv->string, "key_mask")))
+            continue;
         /* Keras 3 records a layer's `training` default (Dropout's False) in every Functional
          * graph, and its fit, evaluate and predict pass their own training flag to each layer in
          * place of the recorded one (keras/src/models/functional.py, operation_fn), as libdist's
@@ -1668,6 +1677,93 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
                       l->name, l->class_name, name);
 }
 
+/* Keras 3 writes the masks it computed (Embedding's mask_zero) into a Functional graph as
+ * operation nodes: NotEqual(ids, 0), and LogicalOr / LogicalAnd of two masks where a merge
+ * combined them (of one mask, as libdist merges them, the same mask); its consumers take them
+ * as a `mask` argument. libdist computes the masks by Keras's rules itself (model.c's
+ * plan_masks), so these nodes are checked and left out, and each layer's argument is kept to
+ * be checked against the rules (model_layer.json_mask). */
+static int is_mask_op(const cJSON *item, const char *class_name) {
+    const char *module = json_str(item, "module");
+    return module && strncmp(module, "keras.src.ops", 13) == 0 &&
+           (!strcmp(class_name, "NotEqual") || !strcmp(class_name, "LogicalOr") ||
+            !strcmp(class_name, "LogicalAnd"));
+}
+
+typedef struct mask_nodes {
+    const char *names[MODEL_MAX_LAYERS];
+    int n;
+} mask_nodes;
+
+static int is_mask_node(const mask_nodes *mn, const char *name) {
+    for (int i = 0; i < mn->n; i++)
+        if (strcmp(mn->names[i], name) == 0) return 1;
+    return 0;
+}
+
+/* The tensor a Keras 3 argument names (a {"config": {"keras_history": ...}} object). */
+static dist_status arg_tensor(const json_layer *l, const cJSON *arg, const char **name) {
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(arg, "config");
+    return history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"), name);
+}
+
+static dist_status add_mask_node(const json_layer *l, const cJSON *item, const char *input,
+                                 mask_nodes *mn) {
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes");
+    const cJSON *node = cJSON_GetArrayItem(nodes, 0);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
+    const cJSON *second = cJSON_GetArrayItem(args, 1);
+    const char *a = NULL, *b = NULL;
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1 || !cJSON_IsArray(args) ||
+        cJSON_GetArraySize(args) != 2)
+        return dist_error(DIST_FORMAT, "operation '%s' (%s): expected one call of two arguments",
+                          l->name, l->class_name);
+    DIST_TRY(arg_tensor(l, cJSON_GetArrayItem(args, 0), &a));
+    int ok;
+    if (strcmp(l->class_name, "NotEqual") == 0) { /* Embedding's mask_zero: ids != 0 */
+        ok = input && strcmp(a, input) == 0 && cJSON_IsNumber(second) && second->valuedouble == 0;
+    } else {
+        DIST_TRY(arg_tensor(l, second, &b));
+        ok = is_mask_node(mn, a) && is_mask_node(mn, b);
+    }
+    if (!ok)
+        return dist_error(DIST_UNSUPPORTED,
+                          "operation '%s' (%s): libdist reads operations only as the masks Keras "
+                          "3 writes for Embedding(mask_zero=True) (NotEqual(ids, 0), LogicalOr "
+                          "and LogicalAnd of them)",
+                          l->name, l->class_name);
+    if (mn->n == MODEL_MAX_LAYERS)
+        return dist_error(DIST_UNSUPPORTED, "model: more than %d mask operations",
+                          MODEL_MAX_LAYERS);
+    mn->names[mn->n++] = l->name;
+    return DIST_OK;
+}
+
+/* A Keras 3 layer's mask argument (or MultiHeadAttention's query_mask): -1 where none is
+ * written, 0 for null, 1 for one of the masks. */
+static dist_status mask_argument(const json_layer *l, const cJSON *item, const mask_nodes *mn,
+                                 int *json_mask) {
+    const cJSON *node =
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes"), 0);
+    const cJSON *kwargs =
+        cJSON_IsObject(node) ? cJSON_GetObjectItemCaseSensitive(node, "kwargs") : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kwargs, "mask");
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(kwargs, "query_mask");
+    *json_mask = -1;
+    if (!v) return DIST_OK;
+    *json_mask = 0;
+    if (cJSON_IsNull(v)) return DIST_OK;
+    const char *name;
+    DIST_TRY(arg_tensor(l, v, &name));
+    if (!is_mask_node(mn, name))
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (%s): its mask is '%s', not one of the masks of "
+                          "Embedding(mask_zero=True) that libdist computes",
+                          l->name, l->class_name, name);
+    *json_mask = 1;
+    return DIST_OK;
+}
+
 /* Keras's mixed precision (set_global_policy before the model is built): every layer under one
  * mixed policy, which becomes the model's. float32 is honoured on the output layer alone, when
  * it has no weights: Keras's guide ends a mixed model with Activation("linear" or "softmax",
@@ -1721,7 +1817,7 @@ static dist_status model_policy(dist_model *m, const cJSON *layers, const char *
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
-        if (strcmp(l.class_name, "InputLayer") == 0) continue;
+        if (strcmp(l.class_name, "InputLayer") == 0 || is_mask_op(item, l.class_name)) continue;
         last = l.name;
         const char *d = dtype_name(&l);
         if (!d) continue;
@@ -1753,17 +1849,18 @@ static dist_status model_policy(dist_model *m, const cJSON *layers, const char *
     return dist_model_set_dtype_policy(m, p);
 }
 
-/* A Functional model: every layer added in the file's order (Keras's model.layers, which the
- * weights follow), then each wired to the layers its inbound node names. */
-static dist_status build_functional(const cJSON *config, const cJSON *layers, uint64_t seed,
-                                    int tf_keras, dist_model *m, int *ndim, int64_t shape[3]) {
+static dist_status functional_layers(const cJSON *config, const cJSON *layers, uint64_t seed,
+                                     int tf_keras, dist_model *m, int *ndim, int64_t shape[3],
+                                     mask_nodes *mn) {
     const char *input = NULL, *in_name = NULL, *out_name = NULL;
     const cJSON *item;
     int index = 0;
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
-        if (strcmp(l.class_name, "InputLayer") == 0) {
+        if (is_mask_op(item, l.class_name)) {
+            DIST_TRY(add_mask_node(&l, item, input, mn));
+        } else if (strcmp(l.class_name, "InputLayer") == 0) {
             if (input)
                 return dist_error(DIST_UNSUPPORTED,
                                   "model '%s' has several inputs ('%s', '%s'); libdist's models "
@@ -1791,11 +1888,12 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
-        if (strcmp(l.class_name, "InputLayer") == 0) continue;
+        if (strcmp(l.class_name, "InputLayer") == 0 || is_mask_op(item, l.class_name)) continue;
         const char *names[MODEL_MAX_INPUTS];
         int inputs[MODEL_MAX_INPUTS], n = 0;
         DIST_TRY(inbound_names(&l, item, names, &n));
         for (int j = 0; j < n; j++) DIST_TRY(find_layer(m, input, &l, names[j], &inputs[j]));
+        DIST_TRY(mask_argument(&l, item, mn, &m->layers[layer].json_mask));
         DIST_TRY(dist_model_set_inputs(m, layer++, n, inputs));
     }
     DIST_TRY(model_policy(m, layers, out_name));
@@ -1803,6 +1901,17 @@ static dist_status build_functional(const cJSON *config, const cJSON *layers, ui
         if (strcmp(m->layers[i].name, out_name) == 0) return dist_model_set_output(m, i);
     return dist_error(DIST_FORMAT, "model '%s': its output '%s' is not a layer of the model",
                       m->name, out_name);
+}
+
+/* A Functional model: every layer added in the file's order (Keras's model.layers, which the
+ * weights follow), then each wired to the layers its inbound node names. */
+static dist_status build_functional(const cJSON *config, const cJSON *layers, uint64_t seed,
+                                    int tf_keras, dist_model *m, int *ndim, int64_t shape[3]) {
+    mask_nodes *mn = calloc(1, sizeof *mn);
+    if (!mn) return dist_error(DIST_OUT_OF_MEMORY, "Keras JSON: out of memory");
+    dist_status st = functional_layers(config, layers, seed, tf_keras, m, ndim, shape, mn);
+    free(mn);
+    return st;
 }
 
 /* Keras's Embedding casts what it reads to int32: a float32 InputLayer feeding one (tf-keras

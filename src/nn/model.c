@@ -131,6 +131,7 @@ static dist_status add_layer(dist_model *m, model_layer **out) {
     memset(l, 0, sizeof *l);
     l->kernel_var = l->bias_var = l->moving_mean_var = l->moving_variance_var = -1;
     l->pointwise_var = -1;
+    l->mask_in = l->mask_out = l->json_mask = -1;
     for (int k = 0; k < 8; k++) l->mha_vars[k] = -1;
     for (int k = 0; k < 3; k++) l->back_vars[k] = -1;
     *out = l;
@@ -653,6 +654,12 @@ dist_status dist_model_add_embedding(dist_model *m, int input_dim, int output_di
     return DIST_OK;
 }
 
+dist_status dist_model_add_embedding_masked(dist_model *m, int input_dim, int output_dim) {
+    DIST_TRY(dist_model_add_embedding(m, input_dim, output_dim));
+    m->layers[m->nlayers - 1].mask_zero = 1;
+    return DIST_OK;
+}
+
 dist_status dist_model_add_multi_head_attention(dist_model *m, int num_heads, int key_dim,
                                                 int value_dim, int use_bias) {
     DIST_CHECK_ARG(m, "dist_model_add_multi_head_attention: model is NULL");
@@ -685,6 +692,7 @@ static dist_status add_rnn(dist_model *m, layer_kind kind, const dist_rnn_option
     l->rnn.go_backwards = o->go_backwards != 0;
     l->rnn.unit_forget_bias = kind == LAYER_LSTM && o->unit_forget_bias != 0;
     l->rnn.reset_after = kind == LAYER_GRU && o->reset_after != 0;
+    l->rnn.zero_output_for_mask = o->zero_output_for_mask != 0;
     if (kind == LAYER_SIMPLE_RNN) l->rnn.recurrent_activation = DIST_ACT_NONE;
     l->units = o->units;
     l->activation = o->activation;
@@ -718,6 +726,7 @@ dist_status dist_model_add_bidirectional(dist_model *m, dist_rnn_cell cell,
     l->rnn_kind = l->kind;
     l->kind = LAYER_BIDIRECTIONAL;
     l->merge = merge;
+    l->rnn.zero_output_for_mask = l->rnn.return_sequences; /* as Keras's Bidirectional sets it */
     m->nlayers--; /* named among the layers before it: "bidirectional", "bidirectional_1" */
     layer_name(m, l);
     m->nlayers++;
@@ -1467,6 +1476,111 @@ static void fuse_layers(dist_model *m) {
 
 /* Wires, orders and shapes every layer and lays out the variables (in the order the layers were
  * added: Keras's model.weights order, whatever order a call runs them in); no memory yet. */
+/* The layers that pass their input's mask on unchanged (Keras 3's supports_masking with the
+ * default compute_mask, and no use of it in call). */
+static int mask_passes(layer_kind k) {
+    switch (k) {
+    case LAYER_DENSE:
+    case LAYER_DROPOUT:
+    case LAYER_SPATIAL_DROPOUT1D:
+    case LAYER_SPATIAL_DROPOUT2D:
+    case LAYER_PRELU:
+    case LAYER_ACTIVATION:
+    case LAYER_RELU:
+    case LAYER_ELU:
+    case LAYER_LEAKY_RELU:
+    case LAYER_LAYER_NORM:
+    case LAYER_RESCALING: return 1;
+    default: return 0;
+    }
+}
+
+static int is_merge(layer_kind k) {
+    return k == LAYER_ADD || k == LAYER_SUBTRACT || k == LAYER_MULTIPLY || k == LAYER_AVERAGE ||
+           k == LAYER_MAXIMUM || k == LAYER_MINIMUM || k == LAYER_CONCATENATE;
+}
+
+static dist_status mask_refused(const model_layer *l, const dist_model *m, const char *why) {
+    return dist_error(DIST_UNSUPPORTED,
+                      "layer '%s' (%s) receives the mask of Embedding '%s' (mask_zero); %s",
+                      l->name, model_layer_class(l->kind), m->layers[l->mask_in].name, why);
+}
+
+/* Keras 3's masks, in the order a call runs the layers: which Embedding's mask each layer's
+ * first input and its output carry. A layer that would use a mask in a way libdist does not
+ * is refused. */
+static dist_status plan_masks(dist_model *m, int output) {
+    for (int k = 0; k < m->nlayers; k++) {
+        const int i = m->order[k];
+        model_layer *l = &m->layers[i];
+        int src[MODEL_MAX_INPUTS], masked = 0;
+        for (int j = 0; j < l->ninputs; j++) {
+            src[j] = l->inputs[j] == DIST_MODEL_INPUT ? -1 : m->layers[l->inputs[j]].mask_out;
+            masked += src[j] >= 0;
+        }
+        l->mask_in = l->ninputs > 0 ? src[0] : -1;
+        l->mask_out = -1;
+        if (l->json_mask >= 0 && (l->json_mask == 1) != (l->mask_in >= 0 || masked > 0))
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s): the file gives it %s mask where Keras's rules, "
+                              "which libdist follows, give it %s",
+                              l->name, model_layer_class(l->kind), l->json_mask ? "a" : "no",
+                              masked > 0 ? "one" : "none");
+        if (l->kind == LAYER_EMBEDDING) {
+            if (l->mask_zero && l->in_ndim != 1)
+                return dist_error(DIST_UNSUPPORTED,
+                                  "layer '%s' (Embedding): mask_zero takes ids of [batch, steps]; "
+                                  "these have %d dimensions after the batch",
+                                  l->name, l->in_ndim);
+            l->mask_out = l->mask_zero ? i : -1;
+            continue;
+        }
+        if (is_merge(l->kind) && masked > 0) {
+            /* Keras 3 ors the masks, tf_keras ands those there are: the same where every input
+             * has one, as every mask is the ids' (an Embedding reads the model's input) */
+            for (int j = 0; j < l->ninputs && l->mask_in < 0; j++) l->mask_in = src[j];
+            if (masked != l->ninputs)
+                return mask_refused(l, m,
+                                    "libdist merges a masked input only with other masked ones "
+                                    "(Keras 3 and tf_keras combine a mask and none differently)");
+            if (l->kind == LAYER_CONCATENATE && l->axis != l->out_ndim)
+                return mask_refused(l, m,
+                                    "a Concatenate of masked inputs along another axis than the "
+                                    "last is not supported");
+            l->mask_out = src[0];
+            continue;
+        }
+        if (l->mask_in < 0) continue;
+        switch (l->kind) {
+        case LAYER_SIMPLE_RNN:
+        case LAYER_LSTM:
+        case LAYER_GRU:
+        case LAYER_BIDIRECTIONAL: l->mask_out = l->rnn.return_sequences ? l->mask_in : -1; break;
+        case LAYER_GLOBAL_AVG_POOL1D: break; /* the mean of the unmasked steps */
+        case LAYER_BATCH_NORM:
+            return mask_refused(l, m,
+                                "Keras 3 computes its batch statistics over the unmasked steps, "
+                                "which libdist does not");
+        case LAYER_SOFTMAX:
+            return mask_refused(l, m, "Keras would add a large negative to the masked entries");
+        case LAYER_MHA:
+            return mask_refused(l, m,
+                                "Keras would make it an attention mask, which libdist's attention "
+                                "does not take");
+        default: l->mask_out = mask_passes(l->kind) ? l->mask_in : -1; break;
+        }
+    }
+    const model_layer *o = &m->layers[output];
+    if (o->mask_out >= 0)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (%s), the model's output, carries the mask of Embedding "
+                          "'%s' (mask_zero); Keras would mask the loss with it, which libdist "
+                          "does not (pool the steps, or end the sequence at a recurrent layer "
+                          "without return_sequences)",
+                          o->name, model_layer_class(o->kind), m->layers[o->mask_out].name);
+    return DIST_OK;
+}
+
 static dist_status plan(dist_model *m) {
     DIST_TRY(wire(m));
     int output = m->output < 0 ? m->nlayers - 1 : m->output;
@@ -1505,6 +1619,7 @@ static dist_status plan(dist_model *m) {
                               "takes int32 ids",
                               l->name, model_layer_class(l->kind));
     }
+    DIST_TRY(plan_masks(m, output));
     /* at most this many variables a layer makes (MultiHeadAttention 8, Bidirectional 6) */
     int nvars = 0;
     for (int i = 0; i < m->nlayers; i++) {
@@ -2109,9 +2224,38 @@ static dist_status call_cropping(dist_tape *tape, const model_layer *l, const di
 }
 
 /* Layer i on its inputs `in`; *out is its output. */
+/* Keras's mask_zero: 1 where the id is not 0, [batch, steps]. The op set's gather of a
+ * one-row table holding 1 gives 1 for id 0 and a row of zeros for every other id (outside the
+ * table), on every executor; the mask is 1 minus that. No gradient reaches it. */
+static dist_status embedding_mask(dist_tape *tape, const dist_tensor *ids, dist_tensor **mask) {
+    float one = 1.0f;
+    int64_t s1[2] = {1, 1}, s2[2] = {ids->shape[0], ids->shape[1]};
+    dist_tensor host = dist_tensor_view(&one, DIST_F32, 2, s1), *table, *zero, *c;
+    DIST_TRY(dist_tape_upload(tape, &host, &table));
+    DIST_TRY(dist_op_embedding_lookup(tape, table, ids, &zero));
+    DIST_TRY(dist_op_reshape(tape, zero, 2, s2, &zero));
+    DIST_TRY(dist_op_scale(tape, zero, -1.0f, &zero));
+    DIST_TRY(scalar_constant(tape, 1.0f, &c));
+    return dist_op_add(tape, zero, c, mask);
+}
+
+/* Keras's GlobalAveragePooling1D under a mask: sum(x * mask) / sum(mask) over the steps. */
+static dist_status masked_mean_steps(dist_tape *tape, const dist_tensor *h, const dist_tensor *mask,
+                                     dist_tensor **out) {
+    static const int steps[1] = {1};
+    int64_t s3[3] = {mask->shape[0], mask->shape[1], 1};
+    dist_tensor *m3, *xm, *sum, *count;
+    DIST_TRY(dist_op_reshape(tape, mask, 3, s3, &m3));
+    DIST_TRY(dist_op_mul(tape, h, m3, &xm));
+    DIST_TRY(dist_op_reduce_sum_axes(tape, xm, 1, steps, 0, &sum));
+    DIST_TRY(dist_op_reduce_sum_axes(tape, m3, 1, steps, 0, &count));
+    return dist_op_div(tape, sum, count, out);
+}
+
+/* Layer i on its inputs; mask: the mask its first input carries (mask_in), or NULL. */
 static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep, int i,
-                              const dist_tensor *const *in, const dist_tensor *const *vars,
-                              dist_tensor **out) {
+                              const dist_tensor *const *in, const dist_tensor *mask,
+                              const dist_tensor *const *vars, dist_tensor **out) {
     const model_layer *l = &m->layers[i];
     /* the output's softmax is left to the loss and dist_predict (dist_model_output_is_softmax) */
     int is_head = m->softmax_head && i == (m->output < 0 ? m->nlayers - 1 : m->output);
@@ -2165,6 +2309,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     }
     case LAYER_GLOBAL_AVG_POOL1D: {
         static const int steps[1] = {1};
+        if (mask) return masked_mean_steps(tape, h, mask, out);
         return dist_op_reduce_mean_axes(tape, h, 1, steps, 0, out);
     }
     case LAYER_GLOBAL_MAX_POOL1D: {
@@ -2190,7 +2335,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:
-    case LAYER_BIDIRECTIONAL: return model_call_rnn(tape, l, h, vars, out);
+    case LAYER_BIDIRECTIONAL: return model_call_rnn(tape, l, h, mask, vars, out);
     case LAYER_EMBEDDING: {
         /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
          * casts the rows it returns to the compute dtype */
@@ -2274,6 +2419,7 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
                                const dist_tensor *x, const dist_tensor *const *vars,
                                dist_tensor **y) {
     dist_tensor *outs[MODEL_MAX_LAYERS] = {NULL};
+    dist_tensor *masks[MODEL_MAX_LAYERS] = {NULL}; /* by the Embedding that makes it */
     for (int k = 0; k < m->nlayers; k++) {
         int i = m->order[k];
         const model_layer *l = &m->layers[i];
@@ -2325,7 +2471,9 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
             }
             DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
         }
-        dist_status st = call_layer(m, tape, rep, i, in, vars, &outs[i]);
+        const dist_tensor *mask = l->mask_in >= 0 ? masks[l->mask_in] : NULL;
+        dist_status st = call_layer(m, tape, rep, i, in, mask, vars, &outs[i]);
+        if (st == DIST_OK && l->mask_out == i) st = embedding_mask(tape, in[0], &masks[i]);
         if (f32) dist_tape_set_compute_precision(tape, saved);
         if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_SPATIAL_DROPOUT1D &&
             l->kind != LAYER_SPATIAL_DROPOUT2D && l->kind != LAYER_BATCH_NORM)

@@ -109,6 +109,13 @@ typedef struct model_layer {
     /* Keras's trainable = False: its variables are non-trainable (no gradient, no update) and
      * a BatchNormalization runs in inference mode in training too, as Keras's does */
     int frozen;
+    int mask_zero; /* embedding: Keras's mask_zero (a step whose id is 0 is masked) */
+    /* the masks (plan): the Embedding whose mask its first input and its output carry, -1 for
+     * none (a mask is a function of the ids alone, so its source names it) */
+    int mask_in, mask_out;
+    /* a Keras 3 Functional file's mask argument of the layer: -1 none written, 0 null, 1 a mask
+     * (checked against mask_in by the plan) */
+    int json_mask;
     int units;                                /* dense; embedding: output_dim */
     int input_dim;                            /* embedding: the vocabulary */
     int heads, key_dim, value_dim, use_bias;  /* mha */
@@ -193,9 +200,10 @@ dist_status model_add_post_activation(dist_model *m, model_post_act post);
 dist_status model_set_last_post_activation(dist_model *m, model_post_act post);
 
 /* model_rnn.c: the layer's output (rnn kinds) from h [batch, steps, features] and the
- * replica's variables. */
+ * replica's variables; mask [batch, steps] (1 kept, 0 masked) or NULL. */
 dist_status model_call_rnn(dist_tape *tape, const model_layer *l, const dist_tensor *h,
-                           const dist_tensor *const *vars, dist_tensor **out);
+                           const dist_tensor *mask, const dist_tensor *const *vars,
+                           dist_tensor **out);
 /* Keras's Orthogonal initializer (gain 1) into p [rows, cols], row-major: QR of a normal
  * [max, min] matrix with R's diagonal made positive, transposed when rows < cols; the normal
  * draws from rng stream `stream` of seed. DIST_OUT_OF_MEMORY when its scratch is not had. */

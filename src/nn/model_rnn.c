@@ -81,18 +81,55 @@ static dist_status gru_mix(dist_tape *t, const dist_tensor *z, const dist_tensor
     return dist_op_add(t, hh, zd, y);
 }
 
+/* Keras's masked step: m new + (1 - m) old (exact for m of 0 or 1: one term is the value, the
+ * other zero), m alone with no old state (zeros). keep is m, drop 1 - m, both [B, 1]. */
+static dist_status masked_step(dist_tape *t, const dist_tensor *keep, const dist_tensor *drop,
+                               const dist_tensor *now, const dist_tensor *old, dist_tensor **y) {
+    dist_tensor *a, *b;
+    DIST_TRY(dist_op_mul(t, keep, now, &a));
+    if (!old) {
+        *y = a;
+        return DIST_OK;
+    }
+    DIST_TRY(dist_op_mul(t, drop, old, &b));
+    return dist_op_add(t, a, b, y);
+}
+
+/* The steps of a mask [B, T] as keep[i] = m[:, i] and drop[i] = 1 - m[:, i], [B, 1] each. */
+static dist_status split_mask(dist_tape *t, const dist_tensor *mask, dist_tensor **keep,
+                              dist_tensor **drop) {
+    const int64_t b = mask->shape[0], steps = mask->shape[1];
+    dist_tensor *one, *inv;
+    float v = 1.0f;
+    int64_t n1 = 1;
+    dist_tensor host = dist_tensor_view(&v, DIST_F32, 1, &n1);
+    DIST_TRY(dist_tape_upload(t, &host, &one));
+    DIST_TRY(dist_op_sub(t, one, mask, &inv));
+    for (int64_t i = 0; i < steps; i++) {
+        int64_t begin[2] = {0, i}, size[2] = {b, 1};
+        DIST_TRY(dist_op_slice(t, mask, begin, size, &keep[i]));
+        DIST_TRY(dist_op_slice(t, inv, begin, size, &drop[i]));
+    }
+    return DIST_OK;
+}
+
 /* One recurrent layer of `kind` over x [B, T, F]: the steps last to first with `backwards`, a
  * sequence's outputs joined in the order the steps ran, or reversed back (`flip`: the
- * backward half of a Bidirectional). */
+ * backward half of a Bidirectional). Under a mask [B, T] (Keras's rules) a masked step keeps
+ * the state and output of the step before (zeros before the first), or outputs zeros with
+ * zero_output_for_mask. */
 static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options *o, int backwards,
                            int flip, const char *name, const dist_tensor *kernel,
                            const dist_tensor *rec, const dist_tensor *bias, const dist_tensor *x,
-                           dist_tensor **out) {
+                           const dist_tensor *mask, dist_tensor **out) {
     const int64_t b = x->shape[0], steps = x->shape[1], f = x->shape[2], u = o->units;
     const int k = kind == LAYER_LSTM ? 4 : kind == LAYER_GRU ? 3 : 1;
     const int gru_after = kind == LAYER_GRU && o->reset_after;
     if (steps < 1)
         return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': a sequence of no steps", name);
+    if (mask && (mask->ndim != 2 || mask->shape[0] != b || mask->shape[1] != steps))
+        return dist_error(DIST_INVALID_ARGUMENT, "layer '%s': its mask is not [%lld, %lld]", name,
+                          (long long)b, (long long)steps);
     dist_tensor *in_bias = (dist_tensor *)bias, *rec_bias = NULL, *rec_zr = NULL, *rec_h = NULL;
     if (gru_after && bias) {
         DIST_TRY(part(t, bias, 0, 1, 0, 3 * u, 1, &in_bias));
@@ -108,13 +145,15 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
     DIST_TRY(dist_op_reshape(t, x, 2, s2, &x2));
     DIST_TRY(dist_op_dense(t, x2, kernel, in_bias, DIST_ACT_NONE, &proj));
     DIST_TRY(dist_op_reshape(t, proj, 3, s3, &proj));
-    dist_tensor **xs = calloc((size_t)(2 * steps), sizeof *xs);
+    dist_tensor **xs = calloc((size_t)((mask ? 4 : 2) * steps), sizeof *xs);
     if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", name);
-    dist_tensor **hs = xs + steps;
+    dist_tensor **hs = xs + steps, **keep = xs + 2 * steps, **drop = xs + 3 * steps;
     dist_status st = split_steps(t, proj, xs);
-    dist_tensor *h = NULL, *c = NULL;
+    if (st == DIST_OK && mask) st = split_mask(t, mask, keep, drop);
+    dist_tensor *h = NULL, *c = NULL, *y = NULL;
     for (int64_t i = 0; i < steps && st == DIST_OK; i++) {
-        dist_tensor *z = xs[backwards ? steps - 1 - i : i];
+        const int64_t at = backwards ? steps - 1 - i : i;
+        dist_tensor *z = xs[at], *h_old = h, *c_old = c;
         if (h && kind != LAYER_GRU) { /* z = x W + b + h U */
             dist_tensor *hu;
             DIST_TRY_GOTO(dist_op_matmul(t, h, rec, 0, 0, &hu), st, done);
@@ -196,13 +235,23 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
             DIST_TRY_GOTO(dist_op_activation(t, xh, o->activation, &hh), st, done);
             DIST_TRY_GOTO(gru_mix(t, gz, hh, h, &h), st, done);
         }
-        hs[flip ? steps - 1 - i : i] = h;
+        y = h;
+        if (mask) { /* the state kept where the step is masked; the output too, or zeros */
+            dist_tensor *h_new = h;
+            DIST_TRY_GOTO(masked_step(t, keep[at], drop[at], h_new, h_old, &h), st, done);
+            if (kind == LAYER_LSTM)
+                DIST_TRY_GOTO(masked_step(t, keep[at], drop[at], c, c_old, &c), st, done);
+            y = h;
+            if (o->zero_output_for_mask)
+                DIST_TRY_GOTO(masked_step(t, keep[at], NULL, h_new, NULL, &y), st, done);
+        }
+        hs[flip ? steps - 1 - i : i] = y;
     }
     if (st == DIST_OK) {
         if (o->return_sequences)
             st = join_steps(t, hs, steps, out);
         else
-            *out = h;
+            *out = y;
     }
 done:
     free(xs);
@@ -210,20 +259,21 @@ done:
 }
 
 dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor *x,
-                           const dist_tensor *const *vars, dist_tensor **out) {
+                           const dist_tensor *mask, const dist_tensor *const *vars,
+                           dist_tensor **out) {
     const dist_rnn_options *o = &l->rnn;
     const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
     if (l->kind != LAYER_BIDIRECTIONAL)
         return run_rnn(t, l->kind, o, o->go_backwards, 0, l->name, vars[l->kernel_var],
-                       vars[l->pointwise_var], bias, x, out);
+                       vars[l->pointwise_var], bias, x, mask, out);
     /* Keras's Bidirectional: the layer, and a copy with its own weights and go_backwards
      * flipped whose sequence is reversed back into the steps' order; then merged */
     dist_tensor *fwd, *bwd;
     const int *bv = l->back_vars;
     DIST_TRY(run_rnn(t, l->rnn_kind, o, o->go_backwards, 0, l->name, vars[l->kernel_var],
-                     vars[l->pointwise_var], bias, x, &fwd));
+                     vars[l->pointwise_var], bias, x, mask, &fwd));
     DIST_TRY(run_rnn(t, l->rnn_kind, o, !o->go_backwards, o->return_sequences, l->name, vars[bv[0]],
-                     vars[bv[1]], bv[2] >= 0 ? vars[bv[2]] : NULL, x, &bwd));
+                     vars[bv[1]], bv[2] >= 0 ? vars[bv[2]] : NULL, x, mask, &bwd));
     switch (l->merge) {
     case DIST_BIDIR_SUM: return dist_op_add(t, fwd, bwd, out);
     case DIST_BIDIR_MUL: return dist_op_mul(t, fwd, bwd, out);

@@ -24,8 +24,16 @@ unchanged. Then a recurrent stack the same way:
   them -> Dense(4)
 
 (every gate, both GRU forms, outputs in go_backwards' order read by the next layer), and, with
-SAVER, the .keras file libdist writes of it opens in Keras and predicts the same. A model with
-mask_zero=True, one with cross-attention, and an LSTM with dropout are refused by name.
+SAVER, the .keras file libdist writes of it opens in Keras and predicts the same.
+
+Masks (Embedding mask_zero=True) on ids with padding at the ends of sequences, a 0 inside one
+and at the start of another: the first model's mask through Dense, the Add of two tensors of
+one mask and LayerNormalization into GlobalAveragePooling1D's masked mean; and a masked
+recurrent model (every cell kind skipping masked steps, go_backwards, zero_output_for_mask,
+both Bidirectional forms, the mask passed on by return_sequences and Dense, dropped by Conv1D),
+the same way and through its .keras file. Refused by name: a model with cross-attention, an
+LSTM with dropout, and masks reaching Softmax, MultiHeadAttention, a merge of a masked and an
+unmasked input or the model's output.
 
 Usage: keras_text.py DRIVER WORKDIR [SAVER]
   SAVER: the keras_functional executable (the .keras check)
@@ -92,6 +100,45 @@ def make_recurrent(dropout=0.0):
     h = L.Concatenate(name="cat")([d, f, g])
     y = L.Dense(K, name="out")(h)
     return keras.Model(ids, y, name="recurrent")
+
+
+def make_recurrent_masked():
+    L = keras.layers
+    ids = keras.Input((T,), dtype="int32", name="ids")
+    e = L.Embedding(V, 12, mask_zero=True, name="embed")(ids)
+    a = L.LSTM(10, return_sequences=True, name="lstm")(e)
+    a = L.GRU(8, return_sequences=True, go_backwards=True, name="gru")(a)
+    a = L.GRU(6, reset_after=False, return_sequences=True, zero_output_for_mask=True,
+              name="gru_before")(a)
+    a = L.Dense(6, activation="tanh", name="steps")(a)
+    a = L.GlobalAveragePooling1D(name="pool")(a)
+    d = L.SimpleRNN(7, name="rnn")(e)
+    f = L.LSTM(5, go_backwards=True, zero_output_for_mask=True, name="lstm_back")(e)
+    g = L.Bidirectional(L.GRU(4, return_sequences=True), name="bi")(e)
+    g = L.Bidirectional(L.LSTM(3), merge_mode="ave", name="bi_ave")(g)
+    c = L.Conv1D(4, 3, name="conv")(e)  # drops the mask (Keras 3 warns)
+    c = L.LSTM(3, name="after_conv")(c)
+    h = L.Concatenate(name="cat")([a, d, f, g, c])
+    y = L.Dense(K, name="out")(h)
+    return keras.Model(ids, y, name="recurrent_masked")
+
+
+def make_mask_refused(kind):
+    """A masked model that libdist refuses: the mask reaching `kind`."""
+    L = keras.layers
+    ids = keras.Input((T,), dtype="int32", name="ids")
+    e = L.Embedding(V, 8, mask_zero=True, name="embed")(ids)
+    if kind == "softmax":
+        h = L.GlobalAveragePooling1D(name="pool")(L.Softmax(name="softmax")(e))
+    elif kind == "mha":
+        h = L.GlobalAveragePooling1D(name="pool")(L.MultiHeadAttention(2, 4, name="mha")(e, e))
+    elif kind == "mixed":
+        e2 = L.Embedding(V, 8, name="embed2")(ids)
+        h = L.GlobalAveragePooling1D(name="pool")(L.Add(name="add")([e, e2]))
+    else:
+        return keras.Model(ids, L.Dense(K, name="out")(L.LSTM(4, return_sequences=True,
+                                                               name="lstm")(e)), name="seq")
+    return keras.Model(ids, L.Dense(K, name="out")(h), name=kind)
 
 
 def rel(a, b, floor=0.0):
@@ -225,6 +272,32 @@ def main():
                               os.path.join(work, "recurrent.weights.h5"), x_path, y_path, rec, x,
                               shape=(N, T, 1, 1)) and ok
 
+    # masks: padding at the ends, a 0 inside a sequence and at its start (every sequence keeps
+    # some unmasked steps: GlobalAveragePooling1D of none would be 0 / 0, in Keras too)
+    xm = x.copy()
+    xm[xm == 0] = 3
+    for i, n in enumerate((16, 9, 3, 12, 1, 7, 16, 5)):
+        xm[i, n:] = 0
+    xm[0, 6] = 0
+    xm[6, 0] = 0
+    xm_path = os.path.join(work, "ids_masked.i32")
+    xm.tofile(xm_path)
+    keras.utils.set_random_seed(15)
+    masked = make(mask_zero=True)
+    masked.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                        for w in masked.get_weights()])
+    ok = run_case(driver, work, "text_masked", masked, xm, y, xm_path, y_path) and ok
+    keras.utils.set_random_seed(16)
+    recm = make_recurrent_masked()
+    recm.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                      for w in recm.get_weights()])
+    ok = run_case(driver, work, "recurrent_masked", recm, xm, y, xm_path, y_path) and ok
+    if saver:
+        ok = keras_file_check(saver, work, "recurrent_masked",
+                              os.path.join(work, "recurrent_masked.json"),
+                              os.path.join(work, "recurrent_masked.weights.h5"), xm_path, y_path,
+                              recm, xm, shape=(N, T, 1, 1)) and ok
+
     def refused(what, name, model, *wants):
         """The model's JSON is refused, the driver's message holding every `wants`."""
         path = os.path.join(work, f"{name}.json")
@@ -237,13 +310,17 @@ def main():
         return good
 
     # dropout inside a recurrent layer, cross-attention (value another tensor than the query)
-    # and mask_zero=True: each refused naming the layer (and the argument)
+    # and masks where libdist does not follow them: each refused naming the layer (and the
+    # argument)
     ok = refused("LSTM dropout", "dropout", make_recurrent(dropout=0.25),
                  "'lstm' (LSTM): argument 'dropout'") and ok
     ok = refused("cross-attention", "cross", make_transformer(cross=True),
                  "'mha' (MultiHeadAttention)", "self-attention") and ok
-    ok = refused("mask_zero=True", "masked", make(mask_zero=True),
-                 "'embed' (Embedding): argument 'mask_zero'") and ok
+    for kind, wants in (("softmax", ("'softmax' (Softmax)", "mask of Embedding 'embed'")),
+                        ("mha", ("'mha' (MultiHeadAttention)", "attention mask")),
+                        ("mixed", ("'add' (Add)", "only with other masked ones")),
+                        ("seq", ("'out' (Dense), the model's output", "mask the loss"))):
+        ok = refused(f"a mask into {kind}", f"mask_{kind}", make_mask_refused(kind), *wants) and ok
     sys.exit(0 if ok else 1)
 
 
