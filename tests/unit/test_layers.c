@@ -521,6 +521,195 @@ START_TEST(test_recurrent_layers_match_their_definitions_and_differences) {
 }
 END_TEST
 
+/* Runs a model of int32 ids [n, steps] once (no recording); returns y on the host (malloc'd). */
+static float *run_ids(dist_model *m, dist_tape *t, const int32_t *ids, int64_t n, int64_t steps,
+                      int64_t *ny) {
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, 0);
+    int64_t shape[2] = {n, steps};
+    dist_tensor hx = dist_tensor_view((void *)ids, DIST_I32, 2, shape), *dx, *y;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+    *ny = dist_tensor_numel(y);
+    float *out = malloc((size_t)*ny * sizeof *out);
+    ck_assert_int_eq(dist_tape_download(t, y, out, (size_t)*ny * sizeof *out), DIST_OK);
+    return out;
+}
+
+/* Embedding(10, 3) (masked or not) -> the recurrent layer `kind` (0 LSTM, 1 GRU, 2 GRU with
+ * reset_after=False, 3 SimpleRNN) of 3 units returning its sequence -> Flatten, on `steps`
+ * ids. */
+static dist_model *masked_rnn_model(int masked, int kind, int back, int zero, int steps) {
+    dist_model *m = new_model();
+    ck_assert_int_eq(masked ? dist_model_add_embedding_masked(m, 10, 3)
+                            : dist_model_add_embedding(m, 10, 3),
+                     DIST_OK);
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(3);
+    o.return_sequences = 1, o.go_backwards = back, o.zero_output_for_mask = zero;
+    o.reset_after = kind != 2;
+    ck_assert_int_eq(kind == 0   ? dist_model_add_lstm(m, &o)
+                     : kind == 3 ? dist_model_add_simple_rnn(m, &o)
+                                 : dist_model_add_gru(m, &o),
+                     DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK); /* drops the mask, as Keras's */
+    ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+    int64_t in[1] = {steps};
+    ck_assert_msg(dist_model_build(m, 1, in, 3) == DIST_OK, "%s", dist_last_error());
+    return m;
+}
+
+/* Under Embedding's mask a recurrent layer runs as if the masked steps were not there: on ids
+ * [a, 0, b, c, 0] every cell kind, forwards and backwards, gives the unmasked layer's outputs on
+ * [a, b, c] at the kept steps and, at a masked one, the output before it (zeros before the
+ * first) or zeros with zero_output_for_mask; a sequence masked whole gives zeros. */
+START_TEST(test_a_mask_makes_recurrent_layers_skip_the_masked_steps) {
+    const int32_t ids[2][5] = {{4, 0, 7, 2, 0}, {0, 0, 0, 0, 0}},
+                  kept[2][3] = {{4, 7, 2}, {1, 1, 1}};
+    enum { U = 3 };
+    for (int kind = 0; kind < 4; kind++)
+        for (int back = 0; back < 2; back++)
+            for (int zero = 0; zero < 2; zero++) {
+                dist_model *a = masked_rnn_model(1, kind, back, zero, 5);
+                dist_model *b = masked_rnn_model(0, kind, back, zero, 3);
+                const int64_t np = dist_model_num_params(a);
+                ck_assert_int_eq(np, dist_model_num_params(b));
+                float w[30 + 3 * 12 + 3 * 12 + 2 * 12];
+                for (int64_t i = 0; i < np; i++) w[i] = 0.6f * sinf(0.53f * (float)i + 0.3f);
+                ck_assert_int_eq(dist_model_set_weights(a, w, np), DIST_OK);
+                ck_assert_int_eq(dist_model_set_weights(b, w, np), DIST_OK);
+                dist_tape *t;
+                ck_assert_int_eq(dist_tape_create(dist_model_backend(a, 0), &t), DIST_OK);
+                int64_t na, nb;
+                float *ya = run_ids(a, t, &ids[0][0], 2, 5, &na);
+                float *yb = run_ids(b, t, &kept[0][0], 2, 3, &nb);
+                ck_assert_int_eq(na, 2 * 5 * U);
+                ck_assert_int_eq(nb, 2 * 3 * U);
+                int k = 0; /* outputs are in the order the steps ran */
+                for (int i = 0; i < 5; i++) {
+                    const int step = back ? 4 - i : i, on = ids[0][step] != 0;
+                    for (int j = 0; j < U; j++) {
+                        float want = on               ? yb[k * U + j]
+                                     : zero || k == 0 ? 0.0f
+                                                      : yb[(k - 1) * U + j];
+                        float got = ya[i * U + j];
+                        ck_assert_msg(fabsf(got - want) <= 1e-6f * (1 + fabsf(want)),
+                                      "kind %d back %d zero %d: output %d unit %d %.8g, the "
+                                      "unmasked layer's %.8g",
+                                      kind, back, zero, i, j, got, want);
+                        ck_assert_float_eq(ya[(5 + i) * U + j], 0.0f); /* masked whole */
+                    }
+                    k += on;
+                }
+                free(ya);
+                free(yb);
+                dist_tape_destroy(t);
+                dist_model_destroy(a);
+                dist_model_destroy(b);
+            }
+}
+END_TEST
+
+/* GlobalAveragePooling1D under a mask averages the unmasked steps' rows (a sequence masked
+ * whole gives 0 / 0, NaN, as Keras's); Dense and Dropout pass the mask on to it, Conv1D and
+ * Flatten drop it. */
+START_TEST(test_a_mask_reaches_global_average_pooling_through_the_layers_that_keep_it) {
+    const int32_t ids[3][4] = {{3, 0, 5, 0}, {2, 2, 2, 2}, {0, 0, 0, 0}};
+    for (int through = 0; through < 3; through++) { /* straight, Dense + Dropout, Conv1D */
+        dist_model *m = new_model();
+        ck_assert_int_eq(dist_model_add_embedding_masked(m, 8, 2), DIST_OK);
+        if (through == 1) {
+            ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_TANH), DIST_OK);
+            ck_assert_int_eq(dist_model_add_dropout(m, 0.5f, 1), DIST_OK);
+        } else if (through == 2) {
+            dist_conv2d_options c = DIST_CONV2D_OPTIONS_INIT;
+            c.filters = 2, c.kernel_h = 1, c.kernel_w = 1;
+            ck_assert_int_eq(dist_model_add_conv1d(m, &c), DIST_OK);
+        }
+        ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+        ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+        int64_t in[1] = {4};
+        ck_assert_msg(dist_model_build(m, 1, in, 3) == DIST_OK, "%s", dist_last_error());
+        const int64_t np = dist_model_num_params(m);
+        float w[16 + 8];
+        for (int64_t i = 0; i < np; i++) w[i] = 0.4f * cosf(0.9f * (float)i) + 0.1f;
+        ck_assert_int_eq(dist_model_set_weights(m, w, np), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        int64_t n;
+        float *y = run_ids(m, t, &ids[0][0], 3, 4, &n);
+        ck_assert_int_eq(n, 6);
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++) {
+                double sum = 0;
+                int count = 0;
+                for (int s = 0; s < 4; s++) {
+                    if (through != 2 && ids[b][s] == 0) continue; /* Conv1D dropped the mask */
+                    const float *row = w + ids[b][s] * 2;
+                    double v = row[c];
+                    if (through == 1) v = tanh(row[0] * w[16 + c] + row[1] * w[18 + c] + w[20 + c]);
+                    if (through == 2) v = row[0] * w[16 + c] + row[1] * w[18 + c] + w[20 + c];
+                    sum += v;
+                    count++;
+                }
+                if (count == 0) {
+                    ck_assert_msg(isnan(y[b * 2 + c]), "a sequence masked whole: %g, not NaN",
+                                  y[b * 2 + c]);
+                    continue;
+                }
+                double want = sum / count;
+                ck_assert_msg(fabs(y[b * 2 + c] - want) <= 1e-6 * (1 + fabs(want)),
+                              "through %d, example %d channel %d: %.8g, by hand %.8g", through, b,
+                              c, y[b * 2 + c], want);
+            }
+        free(y);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
+}
+END_TEST
+
+/* Where Keras would use a mask in ways libdist does not, the build refuses by name: Softmax,
+ * MultiHeadAttention, a merge of a masked and an unmasked input, the model's output; and
+ * mask_zero on ids of two axes. */
+START_TEST(test_a_mask_where_libdist_cannot_follow_keras_is_refused) {
+    for (int c = 0; c < 5; c++) {
+        dist_model *m = new_model();
+        ck_assert_int_eq(dist_model_add_embedding_masked(m, 8, 4), DIST_OK); /* 0 */
+        const char *want = NULL;
+        int64_t in[2] = {5, 2};
+        int nd = 1;
+        if (c == 0) {
+            ck_assert_int_eq(dist_model_add_softmax(m), DIST_OK);
+            ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+            want = "(Softmax) receives the mask of Embedding 'embedding'";
+        } else if (c == 1) {
+            ck_assert_int_eq(dist_model_add_multi_head_attention(m, 2, 2, 0, 1), DIST_OK);
+            ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+            want = "attention mask";
+        } else if (c == 2) {
+            ck_assert_int_eq(dist_model_add_embedding(m, 8, 4), DIST_OK); /* 1: unmasked */
+            ck_assert_int_eq(dist_model_set_inputs(m, 1, 1, (int[]){DIST_MODEL_INPUT}), DIST_OK);
+            ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);
+            ck_assert_int_eq(dist_model_set_inputs(m, 2, 2, (int[]){0, 1}), DIST_OK);
+            ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+            want = "(Add) receives the mask";
+        } else if (c == 3) {
+            ck_assert_int_eq(dist_model_add_dense(m, 3, DIST_ACT_NONE), DIST_OK);
+            want = "the model's output, carries the mask";
+        } else {
+            ck_assert_int_eq(dist_model_add_flatten(m), DIST_OK);
+            nd = 2;
+            want = "mask_zero takes ids of [batch, steps]";
+        }
+        ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+        dist_status st = dist_model_build(m, nd, in, 1);
+        ck_assert_msg(st == DIST_UNSUPPORTED && strstr(dist_last_error(), want), "case %d: %s", c,
+                      dist_last_error());
+        dist_model_destroy(m);
+    }
+}
+END_TEST
+
 /* Bidirectional: its forward half is the layer, its backward half the layer run last to first
  * with the backward weights and its sequence put back in the steps' order; sum, mul and ave
  * merge the halves; and a model of each merge against central differences. */
@@ -1520,6 +1709,9 @@ int main(int argc, char **argv) {
                    test_recurrent_layers_start_with_orthogonal_recurrent_kernels_and_keras_biases);
     tcase_add_test(tc, test_recurrent_layers_match_their_definitions_and_differences);
     tcase_add_test(tc, test_bidirectional_is_the_layer_and_its_reversed_mirror);
+    tcase_add_test(tc, test_a_mask_makes_recurrent_layers_skip_the_masked_steps);
+    tcase_add_test(tc, test_a_mask_reaches_global_average_pooling_through_the_layers_that_keep_it);
+    tcase_add_test(tc, test_a_mask_where_libdist_cannot_follow_keras_is_refused);
     tcase_add_test(tc, test_activations_apply_keras_functions);
     tcase_add_test(tc, test_activation_layers_with_arguments);
     tcase_add_test(tc, test_keras_activation_gradients_match_finite_differences);

@@ -1181,7 +1181,8 @@ static void transformer_body(dist_model *m) {
  * instead: Embedding(50, 8) -> LSTM(6, return_sequences) -> GRU(5, return_sequences,
  * go_backwards) -> GRU(4, reset_after=False), its last state concatenated with SimpleRNN(5)'s
  * of the LSTM's sequence and with Bidirectional(GRU(3), ave) of Bidirectional(LSTM(3,
- * return_sequences)) of the embeddings -> Dense(4). */
+ * return_sequences)) of the embeddings -> Dense(4). With `recurrent` 2 the same under a mask
+ * (Embedding mask_zero, the SimpleRNN with zero_output_for_mask) on ids padded with zeros. */
 static void text_steps(int tpu, int recurrent, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
@@ -1197,7 +1198,10 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
     ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_create("transformer", &m), DIST_OK);
-    ck_assert_int_eq(dist_model_add_embedding(m, 50, 8), DIST_OK); /* 0 */
+    if (recurrent == 2)
+        ck_assert_int_eq(dist_model_add_embedding_masked(m, 50, 8), DIST_OK); /* 0 */
+    else
+        ck_assert_int_eq(dist_model_add_embedding(m, 50, 8), DIST_OK);
     if (recurrent) {
         dist_rnn_options r = DIST_RNN_OPTIONS_INIT(6);
         r.return_sequences = 1;
@@ -1206,8 +1210,9 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
         ck_assert_int_eq(dist_model_add_gru(m, &r), DIST_OK); /* 2 */
         r.units = 4, r.go_backwards = 0, r.reset_after = 0, r.return_sequences = 0;
         ck_assert_int_eq(dist_model_add_gru(m, &r), DIST_OK); /* 3 */
-        r.units = 5;
+        r.units = 5, r.zero_output_for_mask = 1;
         ck_assert_int_eq(dist_model_add_simple_rnn(m, &r), DIST_OK); /* 4: of the LSTM's */
+        r.zero_output_for_mask = 0;
         ck_assert_int_eq(dist_model_set_inputs(m, 4, 1, (int[]){1}), DIST_OK);
         r.units = 3, r.return_sequences = 1;
         ck_assert_int_eq(dist_model_add_bidirectional(m, DIST_RNN_LSTM, &r, DIST_BIDIR_CONCAT),
@@ -1236,6 +1241,8 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
         y[i] = (i * 7) % 4;
         for (int j = 0; j < 6; j++) x[i][j] = (i * 13 + j * 7 + (j == 1 ? 0 : j)) % 50;
         x[i][1] = x[i][0]; /* a repeated id in each sequence */
+        if (recurrent == 2 && i % 3) x[i][6 - i % 3] = 0; /* padding, and masked steps */
+        if (recurrent == 2 && i % 3 == 2) x[i][5] = 0;
     }
     int64_t xs[2] = {24, 6}, ys[1] = {24};
     dist_tensor parts[2] = {dist_tensor_view(x, DIST_I32, 2, xs),
@@ -1310,6 +1317,12 @@ START_TEST(test_under_tpu_recurrent_layers_train_as_mirrored_does) {
 }
 END_TEST
 
+/* The same under Embedding's mask: the masked steps' selects traced too. */
+START_TEST(test_under_tpu_masked_recurrent_layers_train_as_mirrored_does) {
+    expect_text_model_trains_under_tpu_as_mirrored(2);
+}
+END_TEST
+
 START_TEST(test_under_tpu_a_graph_model_trains_as_mirrored_does) {
     float lt[3], lm[3];
     static float wt[4096], wm[4096];
@@ -1342,6 +1355,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_under_tpu_a_graph_model_trains_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_a_transformer_block_trains_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_recurrent_layers_train_as_mirrored_does);
+        tcase_add_test(tc, test_under_tpu_masked_recurrent_layers_train_as_mirrored_does);
         suite_add_tcase(s, tc);
         return dist_test_run(s);
     }
