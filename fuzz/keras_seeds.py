@@ -96,6 +96,18 @@ def models(k):
     h = L.Dense(2)(h)
     out.append(("recurrent", k.Model(x, h)))
 
+    # Embedding's mask (Keras 3 writes its NotEqual and LogicalOr nodes and mask arguments)
+    x = k.Input((10,), dtype="int32")
+    e = L.Embedding(30, 6, mask_zero=True)(x)
+    a = L.Dense(6, activation="tanh")(e)
+    a = L.Add()([e, a])
+    a = L.Concatenate()([e, a])
+    b = L.Bidirectional(L.GRU(3, return_sequences=True))(a)
+    b = L.GlobalAveragePooling1D()(b)
+    c = L.LSTM(4, zero_output_for_mask=True)(e)
+    h = L.Dense(2)(L.Concatenate()([b, c]))
+    out.append(("masked", k.Model(x, h)))
+
     seq = k.Sequential([k.Input((6,)), L.Dense(8, activation="softplus"),
                         L.Dense(8, activation="softsign"), L.Dense(8, activation="hard_sigmoid"),
                         L.Dense(8, activation="exponential"), L.Dense(4, activation="linear")])

@@ -311,9 +311,11 @@ DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, 
  * GRU and Bidirectional skip masked steps (state and output kept from the step before; with
  * zero_output_for_mask a masked step's output is zeros) and pass the mask on with
  * return_sequences; GlobalAveragePooling1D averages the unmasked steps (a sequence with none
- * gives 0 / 0, as Keras); every other layer drops it. dist_model_build refuses a mask reaching
- * BatchNormalization, Softmax, MultiHeadAttention, a merge of differently masked inputs or the
- * model's output (where Keras would use it in ways libdist does not). */
+ * gives 0 / 0, as Keras); every other layer drops it (and tf_keras's Rescaling, in a model read
+ * from a tf_keras file). dist_model_build refuses a mask reaching BatchNormalization, Softmax,
+ * MultiHeadAttention, a merge of a masked and an unmasked input or the model's output (where
+ * Keras would use it in ways libdist does not). A masked step is m new + (1 - m) old, so an Inf
+ * or NaN computed at a masked step becomes NaN, where Keras's tf.where would keep it out. */
 DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int input_dim,
                                                      int output_dim);
 /* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as

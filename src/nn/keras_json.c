@@ -1678,27 +1678,31 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
 }
 
 /* Keras 3 writes the masks it computed (Embedding's mask_zero) into a Functional graph as
- * operation nodes: NotEqual(ids, 0), and LogicalOr / LogicalAnd of two masks where a merge
- * combined them (of one mask, as libdist merges them, the same mask); its consumers take them
- * as a `mask` argument. libdist computes the masks by Keras's rules itself (model.c's
- * plan_masks), so these nodes are checked and left out, and each layer's argument is kept to
- * be checked against the rules (model_layer.json_mask). */
-static int is_mask_op(const cJSON *item, const char *class_name) {
+ * operation nodes (module keras.src.ops...): NotEqual(ids, 0); where a merge combined masks,
+ * LogicalOr / LogicalAnd of them; where a Concatenate did, each mask expanded (ExpandDims),
+ * or'ed with ZerosLike of its tensor, the results concatenated on the last axis and reduced by
+ * Any. Its consumers take the result as a `mask` argument. libdist computes the masks by
+ * Keras's rules itself (model.c's plan_masks), so these nodes are checked and left out, and
+ * each layer's argument is kept to be checked against the rules (model_layer.json_mask). Every
+ * mask is the one of the model's int32 ids, so each node is one of three values: that mask
+ * [batch, steps], the mask expanded along the features, or all false. */
+typedef enum mask_value { MASK_NONE = 0, MASK_IDS, MASK_EXPANDED, MASK_FALSE } mask_value;
+
+static int is_op_node(const cJSON *item) {
     const char *module = json_str(item, "module");
-    return module && strncmp(module, "keras.src.ops", 13) == 0 &&
-           (!strcmp(class_name, "NotEqual") || !strcmp(class_name, "LogicalOr") ||
-            !strcmp(class_name, "LogicalAnd"));
+    return module && strncmp(module, "keras.src.ops", 13) == 0;
 }
 
 typedef struct mask_nodes {
     const char *names[MODEL_MAX_LAYERS];
+    mask_value value[MODEL_MAX_LAYERS];
     int n;
 } mask_nodes;
 
-static int is_mask_node(const mask_nodes *mn, const char *name) {
+static mask_value mask_node(const mask_nodes *mn, const char *name) {
     for (int i = 0; i < mn->n; i++)
-        if (strcmp(mn->names[i], name) == 0) return 1;
-    return 0;
+        if (strcmp(mn->names[i], name) == 0) return mn->value[i];
+    return MASK_NONE;
 }
 
 /* The tensor a Keras 3 argument names (a {"config": {"keras_history": ...}} object). */
@@ -1707,57 +1711,128 @@ static dist_status arg_tensor(const json_layer *l, const cJSON *arg, const char 
     return history_name(l, cJSON_GetObjectItemCaseSensitive(cfg, "keras_history"), name);
 }
 
+/* The value of argument `i` of an operation node (MASK_NONE for a tensor that is no mask). */
+static dist_status arg_value(const json_layer *l, const cJSON *args, int i, const mask_nodes *mn,
+                             mask_value *v) {
+    const char *name;
+    DIST_TRY(arg_tensor(l, cJSON_GetArrayItem(args, i), &name));
+    *v = mask_node(mn, name);
+    return DIST_OK;
+}
+
+static int config_int_is(const json_layer *l, const char *key, int want) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, key);
+    return cJSON_IsNumber(v) && v->valuedouble == (double)want;
+}
+
 static dist_status add_mask_node(const json_layer *l, const cJSON *item, const char *input,
                                  mask_nodes *mn) {
+    static const struct {
+        const char *cls;
+        int nargs;
+    } ops[] = {{"NotEqual", 2},  {"LogicalOr", 2},   {"LogicalAnd", 2}, {"ExpandDims", 1},
+               {"ZerosLike", 1}, {"Concatenate", 1}, {"Any", 1}};
+    int op = -1;
+    for (int i = 0; i < (int)(sizeof ops / sizeof ops[0]); i++)
+        if (strcmp(l->class_name, ops[i].cls) == 0) op = i;
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes");
-    const cJSON *node = cJSON_GetArrayItem(nodes, 0);
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
-    const cJSON *second = cJSON_GetArrayItem(args, 1);
-    const char *a = NULL, *b = NULL;
-    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1 || !cJSON_IsArray(args) ||
-        cJSON_GetArraySize(args) != 2)
-        return dist_error(DIST_FORMAT, "operation '%s' (%s): expected one call of two arguments",
-                          l->name, l->class_name);
-    DIST_TRY(arg_tensor(l, cJSON_GetArrayItem(args, 0), &a));
-    int ok;
-    if (strcmp(l->class_name, "NotEqual") == 0) { /* Embedding's mask_zero: ids != 0 */
-        ok = input && strcmp(a, input) == 0 && cJSON_IsNumber(second) && second->valuedouble == 0;
-    } else {
-        DIST_TRY(arg_tensor(l, second, &b));
-        ok = is_mask_node(mn, a) && is_mask_node(mn, b);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(nodes, 0), "args");
+    mask_value v = MASK_NONE, a = MASK_NONE, b = MASK_NONE;
+    if (op >= 0 && (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1 ||
+                    !cJSON_IsArray(args) || cJSON_GetArraySize(args) != ops[op].nargs))
+        return dist_error(DIST_FORMAT, "operation '%s' (%s): expected one call of %d argument%s",
+                          l->name, l->class_name, ops[op].nargs, ops[op].nargs > 1 ? "s" : "");
+    switch (op) {
+    case 0: { /* Embedding's mask_zero: ids != 0 */
+        const char *ids;
+        const cJSON *zero = cJSON_GetArrayItem(args, 1);
+        DIST_TRY(arg_tensor(l, cJSON_GetArrayItem(args, 0), &ids));
+        if (input && strcmp(ids, input) == 0 && cJSON_IsNumber(zero) && zero->valuedouble == 0)
+            v = MASK_IDS;
+        break;
     }
-    if (!ok)
+    case 1:
+    case 2: /* or: a mask with itself or with false; and: a mask with itself */
+        DIST_TRY(arg_value(l, args, 0, mn, &a));
+        DIST_TRY(arg_value(l, args, 1, mn, &b));
+        if (a != MASK_NONE && a == b && a != MASK_FALSE)
+            v = a;
+        else if (op == 1 && a != MASK_NONE && b != MASK_NONE &&
+                 (a == MASK_FALSE) != (b == MASK_FALSE))
+            v = a == MASK_FALSE ? b : a;
+        break;
+    case 3: /* the mask along a new last axis */
+        DIST_TRY(arg_value(l, args, 0, mn, &a));
+        if (a == MASK_IDS && (config_int_is(l, "axis", -1) || config_int_is(l, "axis", 2)))
+            v = MASK_EXPANDED;
+        break;
+    case 4: /* false in the shape of a tensor */
+        if (json_str(l->config, "dtype") && strcmp(json_str(l->config, "dtype"), "bool") == 0)
+            v = MASK_FALSE;
+        break;
+    case 5: { /* expanded masks joined on the last axis */
+        const cJSON *list = cJSON_GetArrayItem(args, 0), *t;
+        v = cJSON_IsArray(list) && cJSON_GetArraySize(list) > 0 && config_int_is(l, "axis", -1)
+                ? MASK_EXPANDED
+                : MASK_NONE;
+        cJSON_ArrayForEach(t, list) {
+            const char *name;
+            DIST_TRY(arg_tensor(l, t, &name));
+            if (mask_node(mn, name) != MASK_EXPANDED) v = MASK_NONE;
+        }
+        break;
+    }
+    case 6: /* any along the last axis of an expanded mask */
+        DIST_TRY(arg_value(l, args, 0, mn, &a));
+        if (a == MASK_EXPANDED && config_int_is(l, "axis", -1) &&
+            cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "keepdims")))
+            v = MASK_IDS;
+        break;
+    default: break;
+    }
+    if (v == MASK_NONE)
         return dist_error(DIST_UNSUPPORTED,
                           "operation '%s' (%s): libdist reads operations only as the masks Keras "
-                          "3 writes for Embedding(mask_zero=True) (NotEqual(ids, 0), LogicalOr "
-                          "and LogicalAnd of them)",
+                          "3 writes for Embedding(mask_zero=True) (NotEqual(ids, 0), and "
+                          "LogicalOr, LogicalAnd, ExpandDims, ZerosLike, Concatenate and Any "
+                          "where merges combine them)",
                           l->name, l->class_name);
     if (mn->n == MODEL_MAX_LAYERS)
         return dist_error(DIST_UNSUPPORTED, "model: more than %d mask operations",
                           MODEL_MAX_LAYERS);
-    mn->names[mn->n++] = l->name;
+    mn->names[mn->n] = l->name;
+    mn->value[mn->n++] = v;
     return DIST_OK;
 }
 
-/* A Keras 3 layer's mask argument (or MultiHeadAttention's query_mask): -1 where none is
- * written, 0 for null, 1 for one of the masks. */
+/* A Keras 3 layer's mask argument: -1 where none is written, 0 for null, 1 for the mask.
+ * MultiHeadAttention's query_mask, value_mask and key_mask, which Keras makes an attention
+ * mask of, are refused. */
 static dist_status mask_argument(const json_layer *l, const cJSON *item, const mask_nodes *mn,
                                  int *json_mask) {
     const cJSON *node =
         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes"), 0);
     const cJSON *kwargs =
         cJSON_IsObject(node) ? cJSON_GetObjectItemCaseSensitive(node, "kwargs") : NULL;
+    static const char *const attention[] = {"query_mask", "value_mask", "key_mask"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(kwargs, attention[i]);
+        if (a && !cJSON_IsNull(a))
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s): call argument '%s' is a mask; Keras would make it "
+                              "an attention mask, which libdist's attention does not take",
+                              l->name, l->class_name, attention[i]);
+    }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(kwargs, "mask");
-    if (!v) v = cJSON_GetObjectItemCaseSensitive(kwargs, "query_mask");
     *json_mask = -1;
     if (!v) return DIST_OK;
     *json_mask = 0;
     if (cJSON_IsNull(v)) return DIST_OK;
     const char *name;
     DIST_TRY(arg_tensor(l, v, &name));
-    if (!is_mask_node(mn, name))
+    if (mask_node(mn, name) != MASK_IDS)
         return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (%s): its mask is '%s', not one of the masks of "
+                          "layer '%s' (%s): its mask is '%s', not the mask of "
                           "Embedding(mask_zero=True) that libdist computes",
                           l->name, l->class_name, name);
     *json_mask = 1;
@@ -1817,7 +1892,7 @@ static dist_status model_policy(dist_model *m, const cJSON *layers, const char *
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
-        if (strcmp(l.class_name, "InputLayer") == 0 || is_mask_op(item, l.class_name)) continue;
+        if (strcmp(l.class_name, "InputLayer") == 0 || is_op_node(item)) continue;
         last = l.name;
         const char *d = dtype_name(&l);
         if (!d) continue;
@@ -1858,7 +1933,7 @@ static dist_status functional_layers(const cJSON *config, const cJSON *layers, u
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
-        if (is_mask_op(item, l.class_name)) {
+        if (is_op_node(item)) {
             DIST_TRY(add_mask_node(&l, item, input, mn));
         } else if (strcmp(l.class_name, "InputLayer") == 0) {
             if (input)
@@ -1888,7 +1963,7 @@ static dist_status functional_layers(const cJSON *config, const cJSON *layers, u
     cJSON_ArrayForEach(item, layers) {
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
-        if (strcmp(l.class_name, "InputLayer") == 0 || is_mask_op(item, l.class_name)) continue;
+        if (strcmp(l.class_name, "InputLayer") == 0 || is_op_node(item)) continue;
         const char *names[MODEL_MAX_INPUTS];
         int inputs[MODEL_MAX_INPUTS], n = 0;
         DIST_TRY(inbound_names(&l, item, names, &n));
@@ -1929,6 +2004,7 @@ static dist_status ids_input(dist_model *m) {
 
 static dist_status build_from_layers(const cJSON *config, int functional, int tf_keras,
                                      uint64_t seed, dist_model *m) {
+    m->tf_keras_masks = tf_keras;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(config, "layers");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return dist_error(DIST_FORMAT, "the model config has no 'layers' list");

@@ -1477,8 +1477,9 @@ static void fuse_layers(dist_model *m) {
 /* Wires, orders and shapes every layer and lays out the variables (in the order the layers were
  * added: Keras's model.weights order, whatever order a call runs them in); no memory yet. */
 /* The layers that pass their input's mask on unchanged (Keras 3's supports_masking with the
- * default compute_mask, and no use of it in call). */
-static int mask_passes(layer_kind k) {
+ * default compute_mask, and no use of it in call; tf_keras's Rescaling does not). */
+static int mask_passes(const dist_model *m, layer_kind k) {
+    if (k == LAYER_RESCALING) return !m->tf_keras_masks;
     switch (k) {
     case LAYER_DENSE:
     case LAYER_DROPOUT:
@@ -1489,8 +1490,7 @@ static int mask_passes(layer_kind k) {
     case LAYER_RELU:
     case LAYER_ELU:
     case LAYER_LEAKY_RELU:
-    case LAYER_LAYER_NORM:
-    case LAYER_RESCALING: return 1;
+    case LAYER_LAYER_NORM: return 1;
     default: return 0;
     }
 }
@@ -1567,7 +1567,7 @@ static dist_status plan_masks(dist_model *m, int output) {
             return mask_refused(l, m,
                                 "Keras would make it an attention mask, which libdist's attention "
                                 "does not take");
-        default: l->mask_out = mask_passes(l->kind) ? l->mask_in : -1; break;
+        default: l->mask_out = mask_passes(m, l->kind) ? l->mask_in : -1; break;
         }
     }
     const model_layer *o = &m->layers[output];

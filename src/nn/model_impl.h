@@ -184,6 +184,8 @@ struct dist_model {
     dist_dtype_policy policy;  /* dist_model_set_dtype_policy */
     int output_f32; /* under a mixed policy the output layer computes in float32 (a Keras model
                        ending in a float32 Activation: keras_json.c's model_policy) */
+    int tf_keras_masks; /* masks by tf_keras's rules where they differ from Keras 3's (a tf_keras
+                           file: its Rescaling drops a mask) */
 };
 
 /* Renames the last layer added (Keras's layer names from a JSON config). The name must be

@@ -81,8 +81,10 @@ static dist_status gru_mix(dist_tape *t, const dist_tensor *z, const dist_tensor
     return dist_op_add(t, hh, zd, y);
 }
 
-/* Keras's masked step: m new + (1 - m) old (exact for m of 0 or 1: one term is the value, the
- * other zero), m alone with no old state (zeros). keep is m, drop 1 - m, both [B, 1]. */
+/* Keras's masked step: m new + (1 - m) old (exact for m of 0 or 1 while both are finite: one
+ * term is the value, the other zero; an Inf or NaN in the value not kept gives NaN, where
+ * Keras's tf.where keeps it out), m alone with no old state (zeros). keep is m, drop 1 - m,
+ * both [B, 1]. */
 static dist_status masked_step(dist_tape *t, const dist_tensor *keep, const dist_tensor *drop,
                                const dist_tensor *now, const dist_tensor *old, dist_tensor **y) {
     dist_tensor *a, *b;

@@ -9,7 +9,10 @@ record has "ids" (an Int64List of T = 16 token ids in 1..49) and "label" (int64)
 is in the sequence, else 0 (half of each), a task a bag of embeddings learns. OUT/model.json:
 Input((16,), int32) -> Embedding(50, 16) -> GlobalAveragePooling1D -> Dense(16, relu) ->
 Dense(2); OUT/model_recurrent.json: Embedding(50, 16) -> LSTM(16, return_sequences) ->
-GRU(16, go_backwards) -> Dense(2). Broken sets, each with one bad training record among good ones:
+GRU(16, go_backwards) -> Dense(2). OUT/padded/: the task on sequences of 3 to 16 ids padded
+with 0 to 16, for OUT/model_masked.json: Embedding(50, 16, mask_zero=True) ->
+Bidirectional(LSTM(16)) -> Dense(16, relu) -> Dense(2) (TensorFlow's RNN text tutorial's
+model). Broken sets, each with one bad training record among good ones:
 OUT/out_of_range/ (an id of 2^40, beyond int32), OUT/out_of_vocab/ (an id of 60, beyond the
 Embedding's 50 rows), OUT/short/ (15 ids instead of 16).
 """
@@ -44,6 +47,16 @@ def rows(rng, n):
     return out
 
 
+def padded_rows(rng, n):
+    out = []
+    for ids, label in rows(rng, n):
+        length = rng.randint(3, T)
+        if label and 7 not in ids[:length]:
+            ids[rng.randrange(length)] = 7
+        out.append((ids[:length] + [0] * (T - length), label))
+    return out
+
+
 def write(path, records):
     with tf.io.TFRecordWriter(path) as w:
         for r in records:
@@ -64,6 +77,8 @@ def main():
     train = [example(i, l) for i, l in rows(rng, 2000)]
     test = [example(i, l) for i, l in rows(rng, 500)]
     write_set(out, train, test)
+    write_set(os.path.join(out, "padded"), [example(i, l) for i, l in padded_rows(rng, 2000)],
+              [example(i, l) for i, l in padded_rows(rng, 500)])
     bad = {"out_of_range": [1] * (T - 1) + [1 << 40], "out_of_vocab": [1] * (T - 1) + [60],
            "short": [1] * (T - 1)}
     for name, ids in bad.items():
@@ -85,6 +100,15 @@ def main():
     h = keras.layers.GRU(16, go_backwards=True)(h)
     model = keras.Model(inp, keras.layers.Dense(2)(h))
     with open(os.path.join(out, "model_recurrent.json"), "w") as f:
+        f.write(model.to_json())
+    # the padded task under Embedding's mask (the padding's steps skipped)
+    keras.utils.set_random_seed(3)
+    inp = keras.Input(shape=(T,), dtype="int32")
+    h = keras.layers.Embedding(VOCAB, 16, mask_zero=True)(inp)
+    h = keras.layers.Bidirectional(keras.layers.LSTM(16))(h)
+    h = keras.layers.Dense(16, activation="relu")(h)
+    model = keras.Model(inp, keras.layers.Dense(2)(h))
+    with open(os.path.join(out, "model_masked.json"), "w") as f:
         f.write(model.to_json())
     print("wrote", out)
 

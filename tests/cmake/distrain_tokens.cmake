@@ -15,7 +15,14 @@ set(token_args "--model;${token_dir}/model.json;--data-format;tfrecord;--data-di
 # return_sequences) -> GRU(16, go_backwards) -> Dense(2), from tf_keras): 1.0 measured in 3
 # epochs under every strategy (distrain.tokens_recurrent_*).
 string(REPLACE "/model.json" "/model_recurrent.json" recurrent_args "${token_args}")
-foreach(token_model "tokens;token_args" "tokens_recurrent;recurrent_args")
+# Under a mask (model_masked.json: Embedding(mask_zero=True) -> Bidirectional(LSTM(16)) ->
+# Dense(16, relu) -> Dense(2), from tf_keras) on the padded set (3 to 16 ids, then zeros)
+# (distrain.tokens_masked_*).
+string(REPLACE "/model.json" "/model_masked.json" masked_args "${token_args}")
+string(REPLACE "--data-dir;${token_dir}" "--data-dir;${token_dir}/padded" masked_args
+       "${masked_args}")
+foreach(token_model "tokens;token_args" "tokens_recurrent;recurrent_args"
+                    "tokens_masked;masked_args")
   list(GET token_model 0 token_prefix)
   list(GET token_model 1 token_model_args)
   foreach(token_case "one_device;" "mirrored;" "multi_worker;--workers;2" "parameter_server;--workers;2;--ps;1")

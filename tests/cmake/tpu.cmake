@@ -86,6 +86,15 @@ add_test(NAME distrain.tokens_recurrent_tpu
 set_tests_properties(distrain.tokens_recurrent_tpu PROPERTIES
                      FIXTURES_REQUIRED "token_tfrecords;pjrt_venv" LABELS "tpu;cli" TIMEOUT 600
                      RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
+# And the masked one on the padded set (the masked steps' selects in the program).
+add_test(NAME distrain.tokens_masked_tpu
+         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
+                 "-DARGS=${masked_args};--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
+                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tokens_masked_tpu.json
+                 -DMIN_ACCURACY=0.95 -DSTEPS=93 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+set_tests_properties(distrain.tokens_masked_tpu PROPERTIES
+                     FIXTURES_REQUIRED "token_tfrecords;pjrt_venv" LABELS "tpu;cli" TIMEOUT 600
+                     RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
          COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")

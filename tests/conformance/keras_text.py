@@ -30,7 +30,8 @@ Masks (Embedding mask_zero=True) on ids with padding at the ends of sequences, a
 and at the start of another: the first model's mask through Dense, the Add of two tensors of
 one mask and LayerNormalization into GlobalAveragePooling1D's masked mean; and a masked
 recurrent model (every cell kind skipping masked steps, go_backwards, zero_output_for_mask,
-both Bidirectional forms, the mask passed on by return_sequences and Dense, dropped by Conv1D),
+both Bidirectional forms, the mask passed on by return_sequences, Dense and a last-axis
+Concatenate, dropped by Conv1D),
 the same way and through its .keras file. Refused by name: a model with cross-attention, an
 LSTM with dropout, and masks reaching Softmax, MultiHeadAttention, a merge of a masked and an
 unmasked input or the model's output.
@@ -118,7 +119,11 @@ def make_recurrent_masked():
     g = L.Bidirectional(L.LSTM(3), merge_mode="ave", name="bi_ave")(g)
     c = L.Conv1D(4, 3, name="conv")(e)  # drops the mask (Keras 3 warns)
     c = L.LSTM(3, name="after_conv")(c)
-    h = L.Concatenate(name="cat")([a, d, f, g, c])
+    # a masked last-axis Concatenate (Keras writes its mask as ExpandDims, ZerosLike, LogicalOr,
+    # a Concatenate operation and Any)
+    s = L.Concatenate(name="cat_steps")([e, L.Dense(4, name="e_proj")(e)])
+    s = L.GRU(3, name="after_cat")(s)
+    h = L.Concatenate(name="cat")([a, d, f, g, c, s])
     y = L.Dense(K, name="out")(h)
     return keras.Model(ids, y, name="recurrent_masked")
 

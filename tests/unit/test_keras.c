@@ -625,10 +625,138 @@ START_TEST(test_a_keras3_graph_records_dropouts_training_default_and_imports) {
                                                     "'training' is not supported"));
     ck_assert_int_eq(dropout_graph("{\"mask\":[1]}", 0), DIST_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "call argument 'mask'"));
+    /* MultiHeadAttention's masks (Keras would make an attention mask of them) are refused */
+    ck_assert_int_eq(dropout_graph("{\"value_mask\":{\"class_name\":\"__keras_tensor__\","
+                                   "\"config\":{\"keras_history\":[\"in\",0,0]}}}",
+                                   0),
+                     DIST_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dist_last_error(), "call argument 'value_mask' is a mask"));
     /* tf_keras records only a flag the user passed, which holds in fit too: refused */
     ck_assert_int_eq(dropout_graph("{}", 1), DIST_OK);
     ck_assert_int_eq(dropout_graph("{\"training\":false}", 1), DIST_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "call argument 'training' is not supported"));
+}
+END_TEST
+
+/* Keras 3's masked graph: ids -> Embedding(8, 2, mask_zero) -> GlobalAveragePooling1D (its call's
+ * kwargs `gap_kwargs`) -> Dense(3), with the operation node Keras writes for the mask,
+ * `op` (a NotEqual of `op_args`), placed before the InputLayer when `op_first`. */
+static dist_status masked_graph(const char *op, const char *op_args, const char *gap_kwargs,
+                                int mask_zero, int op_first) {
+    char opnode[512], json[4096];
+    snprintf(opnode, sizeof opnode,
+             "{\"module\":\"keras.src.ops.numpy\",\"class_name\":\"%s\",\"config\":{\"name\":"
+             "\"ne\"},\"name\":\"ne\",\"inbound_nodes\":[{\"args\":%s,\"kwargs\":{}}]}",
+             op, op_args);
+    snprintf(json, sizeof json,
+             "{\"class_name\":\"Functional\",\"config\":{\"name\":\"f\",\"layers\":[%s%s"
+             "{\"class_name\":\"InputLayer\",\"name\":\"ids\",\"config\":{\"batch_shape\":[null,"
+             "5],\"dtype\":\"int32\",\"name\":\"ids\"},\"inbound_nodes\":[]},"
+             "{\"class_name\":\"Embedding\",\"config\":{\"name\":\"embed\",\"input_dim\":8,"
+             "\"output_dim\":2,\"mask_zero\":%s},\"inbound_nodes\":[{\"args\":[{\"class_name\":"
+             "\"__keras_tensor__\",\"config\":{\"keras_history\":[\"ids\",0,0]}}],\"kwargs\":{}}]},"
+             "%s%s"
+             "{\"class_name\":\"GlobalAveragePooling1D\",\"config\":{\"name\":\"pool\"},"
+             "\"inbound_nodes\":[{\"args\":[{\"class_name\":\"__keras_tensor__\",\"config\":{"
+             "\"keras_history\":[\"embed\",0,0]}}],\"kwargs\":%s}]},"
+             "{\"class_name\":\"Dense\",\"config\":{\"name\":\"d\",\"units\":3},"
+             "\"inbound_nodes\":[{\"args\":[{\"class_name\":\"__keras_tensor__\",\"config\":{"
+             "\"keras_history\":[\"pool\",0,0]}}],\"kwargs\":{}}]}],"
+             "\"input_layers\":[\"ids\",0,0],\"output_layers\":[\"d\",0,0]}}",
+             op_first ? opnode : "", op_first ? "," : "", mask_zero ? "true" : "false",
+             op_first ? "" : opnode, op_first ? "" : ",", gap_kwargs);
+    dist_model *m = NULL;
+    dist_status st = dist_model_from_keras_json(json, 1, &m);
+    if (st == DIST_OK)
+        ck_assert_int_eq(dist_model_num_layers(m), 3);
+    else
+        ck_assert_ptr_null(m);
+    dist_model_destroy(m);
+    return st;
+}
+
+/* Keras 3 writes a mask as operation nodes and mask arguments: the masks libdist computes are
+ * read and checked; any other operation, a mask argument naming a layer, or one where Keras's
+ * rules give none (or none where they give one) is refused by name. */
+START_TEST(test_a_keras3_graph_s_mask_nodes_are_checked_against_keras_s_rules) {
+#define IDS_ARG "{\"class_name\":\"__keras_tensor__\",\"config\":{\"keras_history\":[\"ids\",0,0]}}"
+#define NE_MASK                                                                                    \
+    "{\"mask\":{\"class_name\":\"__keras_tensor__\",\"config\":{\"keras_history\":[\"ne\",0,0]}}}"
+    ck_assert_msg(masked_graph("NotEqual", "[" IDS_ARG ",0]", NE_MASK, 1, 0) == DIST_OK, "%s",
+                  dist_last_error());
+    static const struct {
+        const char *op, *args, *kwargs;
+        int mask_zero, op_first;
+        dist_status st;
+        const char *message;
+    } bad[] = {
+        {"NotEqual", "[" IDS_ARG ",1]", NE_MASK, 1, 0, DIST_UNSUPPORTED,
+         "operation 'ne' (NotEqual): libdist reads operations only as the masks"},
+        {"LogicalOr", "[" IDS_ARG "," IDS_ARG "]", NE_MASK, 1, 0, DIST_UNSUPPORTED,
+         "operation 'ne' (LogicalOr)"},
+        {"NotEqual", "[" IDS_ARG ",0]", NE_MASK, 1, 1, DIST_UNSUPPORTED,
+         "operation 'ne' (NotEqual)"}, /* before the InputLayer */
+        {"NotEqual", "[" IDS_ARG "]", NE_MASK, 1, 0, DIST_FORMAT,
+         "expected one call of 2 arguments"},
+        {"NotEqual", "7", NE_MASK, 1, 0, DIST_FORMAT, "expected one call of 2 arguments"},
+        {"NotEqual", "[" IDS_ARG ",0]",
+         "{\"mask\":{\"class_name\":\"__keras_tensor__\",\"config\":{\"keras_history\":[\"embed\","
+         "0,0]}}}",
+         1, 0, DIST_UNSUPPORTED, "layer 'pool' (GlobalAveragePooling1D): its mask is 'embed'"},
+        {"NotEqual", "[" IDS_ARG ",0]", "{\"mask\":{}}", 1, 0, DIST_FORMAT,
+         "an input is not [layer name"},
+        {"NotEqual", "[" IDS_ARG ",0]", NE_MASK, 0, 0, DIST_UNSUPPORTED,
+         "the file gives it a mask where Keras's rules, which libdist follows, give it none"},
+        {"NotEqual", "[" IDS_ARG ",0]", "{\"mask\":null}", 1, 0, DIST_UNSUPPORTED,
+         "the file gives it no mask where Keras's rules, which libdist follows, give it one"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dist_status st =
+            masked_graph(bad[i].op, bad[i].args, bad[i].kwargs, bad[i].mask_zero, bad[i].op_first);
+        ck_assert_msg(st == bad[i].st && strstr(dist_last_error(), bad[i].message),
+                      "case %zu: status %d, %s", i, (int)st, dist_last_error());
+    }
+#undef IDS_ARG
+#undef NE_MASK
+}
+END_TEST
+
+/* Rescaling passes a mask on in Keras 3 and drops it in tf_keras: Embedding(4, 1, mask_zero)
+ * -> Rescaling(2) -> GlobalAveragePooling1D from each one's JSON averages the unmasked steps
+ * (Keras 3) or all of them (tf_keras). */
+START_TEST(test_rescaling_keeps_a_mask_by_keras3_s_rules_and_drops_it_by_tf_keras_s) {
+    for (int tfk = 0; tfk < 2; tfk++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"class_name\":\"Sequential\",%s\"config\":{\"name\":\"s\",\"layers\":["
+                 "{\"class_name\":\"InputLayer\",\"config\":{\"%s\":[null,4],\"dtype\":\"int32\","
+                 "\"name\":\"ids\"}},"
+                 "{\"class_name\":\"Embedding\",\"config\":{\"name\":\"e\",\"input_dim\":4,"
+                 "\"output_dim\":1,\"mask_zero\":true}},"
+                 "{\"class_name\":\"Rescaling\",\"config\":{\"name\":\"r\",\"scale\":2.0,"
+                 "\"offset\":0.0}},"
+                 "{\"class_name\":\"GlobalAveragePooling1D\",\"config\":{\"name\":\"p\"}}]}}",
+                 tfk ? "\"keras_version\":\"2.20.1\"," : "",
+                 tfk ? "batch_input_shape" : "batch_shape");
+        dist_model *m = NULL;
+        ck_assert_msg(dist_model_from_keras_json(json, 1, &m) == DIST_OK, "%s", dist_last_error());
+        float table[4] = {5, 1, 2, 3};
+        ck_assert_int_eq(dist_model_set_weights(m, table, 4), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+        dist_tape_set_recording(t, 0);
+        int32_t ids[4] = {1, 0, 3, 0};
+        int64_t shape[2] = {1, 4};
+        dist_tensor hx = dist_tensor_view(ids, DIST_I32, 2, shape), *dx, *y;
+        ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+        ck_assert_msg(dist_model_call(m, t, dx, &y) == DIST_OK, "%s", dist_last_error());
+        float got = 0;
+        ck_assert_int_eq(dist_tape_download(t, y, &got, sizeof got), DIST_OK);
+        /* Keras 3: (2 + 6) / 2; tf_keras: (2 + 10 + 6 + 10) / 4 */
+        ck_assert_msg(got == (tfk ? 7.0f : 4.0f), "%s: %g", tfk ? "tf_keras" : "Keras 3", got);
+        dist_tape_destroy(t);
+        dist_model_destroy(m);
+    }
 }
 END_TEST
 
@@ -776,6 +904,8 @@ static Suite *keras_suite(void) {
     tcase_add_test(tc, test_a_mixed_precision_json_takes_the_keras_policy_and_its_float32_head);
     tcase_add_test(tc, test_a_policy_libdist_cannot_honour_is_refused_naming_the_layer);
     tcase_add_test(tc, test_a_keras3_graph_records_dropouts_training_default_and_imports);
+    tcase_add_test(tc, test_a_keras3_graph_s_mask_nodes_are_checked_against_keras_s_rules);
+    tcase_add_test(tc, test_rescaling_keeps_a_mask_by_keras3_s_rules_and_drops_it_by_tf_keras_s);
     tcase_add_test(tc, test_batch_normalization_numbers_out_of_range_are_refused);
     tcase_add_test(tc, test_text_that_is_not_a_keras_model_is_a_format_error);
     tcase_add_test(tc, test_predict_on_one_replica_gives_every_row_in_order);

@@ -610,8 +610,8 @@ START_TEST(test_a_mask_makes_recurrent_layers_skip_the_masked_steps) {
 END_TEST
 
 /* GlobalAveragePooling1D under a mask averages the unmasked steps' rows (a sequence masked
- * whole gives 0 / 0, NaN, as Keras's); Dense and Dropout pass the mask on to it, Conv1D and
- * Flatten drop it. */
+ * whole gives 0 / 0, NaN, as Keras's); Dense and Dropout pass the mask on to it, Conv1D drops
+ * it. */
 START_TEST(test_a_mask_reaches_global_average_pooling_through_the_layers_that_keep_it) {
     const int32_t ids[3][4] = {{3, 0, 5, 0}, {2, 2, 2, 2}, {0, 0, 0, 0}};
     for (int through = 0; through < 3; through++) { /* straight, Dense + Dropout, Conv1D */
