@@ -349,9 +349,18 @@ typedef struct dist_rnn_options {
      * of the step before's (Keras's zero_output_for_mask; a Bidirectional sets it to
      * return_sequences, as Keras does) */
     int zero_output_for_mask; /* 0 */
+    /* Keras's dropout (of the inputs) and recurrent_dropout (of the state where it multiplies
+     * the recurrent kernel), in [0, 1), in training only: masks of 0 and 1 / (1 - rate) drawn
+     * once a call (the same for every step; libdist's draws from `seed`, the layer and the
+     * call, not TensorFlow's). A mask per gate with recurrent_dropout or implementation 1, as
+     * Keras does; else one input mask for all gates. */
+    float dropout;           /* 0 */
+    float recurrent_dropout; /* 0 */
+    uint64_t seed;           /* 0 */
+    int implementation;      /* 2 (Keras's default); 1: a dropout mask per gate */
 } dist_rnn_options;
 #define DIST_RNN_OPTIONS_INIT(u)                                                                   \
-    { (u), DIST_ACT_TANH, DIST_ACT_SIGMOID, 1, 0, 0, 1, 1, 0 }
+    { (u), DIST_ACT_TANH, DIST_ACT_SIGMOID, 1, 0, 0, 1, 1, 0, 0.0f, 0.0f, 0, 2 }
 DIST_API dist_status dist_model_add_simple_rnn(dist_model *model, const dist_rnn_options *options);
 DIST_API dist_status dist_model_add_lstm(dist_model *model, const dist_rnn_options *options);
 DIST_API dist_status dist_model_add_gru(dist_model *model, const dist_rnn_options *options);

@@ -274,8 +274,10 @@ static void mha_config(cJSON *c, const model_layer *l) {
     add_nulls(c, extras);
 }
 
-/* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (dropout 0, zero initial states: the
- * only forms libdist runs). */
+/* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (zero initial states: the only form
+ * libdist runs). Keras 3 writes no implementation: it draws a dropout mask per gate with
+ * recurrent_dropout, as libdist, but one input mask without, where libdist's implementation 1
+ * draws one per gate. */
 static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     static const char *const extras[] = {
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
@@ -304,10 +306,13 @@ static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
     if (kind == LAYER_LSTM) cJSON_AddBoolToObject(c, "unit_forget_bias", o->unit_forget_bias);
     add_nulls(c, extras);
-    cJSON_AddNumberToObject(c, "dropout", 0.0);
-    cJSON_AddNumberToObject(c, "recurrent_dropout", 0.0);
+    cJSON_AddNumberToObject(c, "dropout", (double)o->dropout);
+    cJSON_AddNumberToObject(c, "recurrent_dropout", (double)o->recurrent_dropout);
     if (kind == LAYER_GRU) cJSON_AddBoolToObject(c, "reset_after", o->reset_after != 0);
-    cJSON_AddNullToObject(c, "seed");
+    if (o->dropout > 0.0f || o->recurrent_dropout > 0.0f)
+        cJSON_AddNumberToObject(c, "seed", (double)(o->seed & 0x7fffffff)); /* Keras's int */
+    else
+        cJSON_AddNullToObject(c, "seed");
 }
 
 /* Bidirectional: merge_mode and the wrapped layer's object ("forward_<class>", as Keras names

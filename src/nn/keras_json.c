@@ -19,6 +19,7 @@ typedef struct json_layer {
     const char *class_name;
     const char *name;
     int tf_keras; /* the file is tf_keras's (its keras_version is 2.x): its hard_sigmoid */
+    uint64_t model_seed; /* the seed of a layer whose config's seed is null (dropout draws) */
 } json_layer;
 
 /* DIST_UNSUPPORTED "layer 'NAME' (CLASS): argument 'ARG' <why>". */
@@ -1038,13 +1039,28 @@ static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_
     if (!gru && cJSON_GetObjectItemCaseSensitive(l->config, "reset_after"))
         return unsupported_arg(l, "reset_after", "is set; only a GRU has a reset gate");
     static const char *const rates[] = {"dropout", "recurrent_dropout"};
+    float *rate_of[2] = {&o.dropout, &o.recurrent_dropout};
     for (int i = 0; i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, rates[i]);
-        if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
             return unsupported_arg(l, rates[i],
-                                   "is not 0; libdist's recurrent layers have no dropout (a "
-                                   "Dropout layer before or after them does)");
+                                   "is not a rate in [0, 1) (Keras ignores a rate of 1 or more: "
+                                   "give 0 for none)");
+        *rate_of[i] = (float)v->valuedouble;
     }
+    const cJSON *impl = cJSON_GetObjectItemCaseSensitive(l->config, "implementation");
+    if (impl && !cJSON_IsNull(impl) && !json_int(impl, &o.implementation))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'implementation' must be 1 or 2", l->name,
+                          l->class_name);
+    if (o.implementation != 1 && o.implementation != 2)
+        return unsupported_arg(l, "implementation", "is %d; Keras's are 1 and 2", o.implementation);
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(l->config, "seed");
+    int s = 0;
+    if (seed && !cJSON_IsNull(seed) && !json_int(seed, &s))
+        return dist_error(DIST_FORMAT, "layer '%s' (%s): 'seed' must be an integer or null",
+                          l->name, l->class_name);
+    o.seed = seed && !cJSON_IsNull(seed) ? (uint64_t)s : l->model_seed;
     DIST_TRY(check_initializers(l)); /* kernel GlorotUniform, bias Zeros */
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(l->config, "recurrent_initializer");
     if (r && !is_initializer(r, "Orthogonal"))
@@ -1085,7 +1101,7 @@ static dist_status wrapped_rnn(const json_layer *l, const char *key, dist_rnn_ce
     if (strcmp(cls, "LSTM") != 0 && strcmp(cls, "GRU") != 0 && strcmp(cls, "SimpleRNN") != 0)
         return unsupported_arg(l, key, "is a %s; libdist wraps SimpleRNN, LSTM and GRU", cls);
     const char *name = json_str(cfg, "name");
-    json_layer inner = {cfg, cls, name ? name : l->name, l->tf_keras};
+    json_layer inner = {cfg, cls, name ? name : l->name, l->tf_keras, l->model_seed};
     if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "trainable")))
         return unsupported_arg(l, key,
                                "is not trainable; libdist freezes a Bidirectional whole (its own "
@@ -1453,7 +1469,9 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"MultiHeadAttention", add_multi_head_attention}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(l->class_name, kinds[i].class_name) == 0) {
-            DIST_TRY(kinds[i].add(m, l));
+            json_layer seeded = *l;
+            seeded.model_seed = seed;
+            DIST_TRY(kinds[i].add(m, &seeded));
             DIST_TRY(add_regularizers(m, l));
             DIST_TRY(model_rename_last_layer(m, l->name));
             /* trainable: false, Keras's frozen layer */
@@ -2041,7 +2059,7 @@ static dist_status build_from_layers(const cJSON *config, int functional, int tf
     if (ndim == 0) {
         /* Keras 3's Sequential built without an Input records it here */
         const cJSON *bis = cJSON_GetObjectItemCaseSensitive(config, "build_input_shape");
-        json_layer l = {config, "Sequential", m->name, tf_keras};
+        json_layer l = {config, "Sequential", m->name, tf_keras, seed};
         if (cJSON_IsArray(bis))
             DIST_TRY(read_batch_shape(&l, bis, &ndim, shape));
         else

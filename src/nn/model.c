@@ -684,6 +684,12 @@ static dist_status add_rnn(dist_model *m, layer_kind kind, const dist_rnn_option
                    fn, o->units);
     DIST_TRY(check_activation(m, o->activation, fn));
     if (kind != LAYER_SIMPLE_RNN) DIST_TRY(check_activation(m, o->recurrent_activation, fn));
+    DIST_CHECK_ARG(o->dropout >= 0.0f && o->dropout < 1.0f && o->recurrent_dropout >= 0.0f &&
+                       o->recurrent_dropout < 1.0f,
+                   "%s: dropout and recurrent_dropout must be in [0, 1), got %g and %g", fn,
+                   (double)o->dropout, (double)o->recurrent_dropout);
+    DIST_CHECK_ARG(o->implementation == 1 || o->implementation == 2,
+                   "%s: implementation must be 1 or 2, got %d", fn, o->implementation);
     model_layer *l = NULL;
     DIST_TRY(add_plain(m, kind, &l));
     l->rnn = *o;
@@ -693,6 +699,7 @@ static dist_status add_rnn(dist_model *m, layer_kind kind, const dist_rnn_option
     l->rnn.unit_forget_bias = kind == LAYER_LSTM && o->unit_forget_bias != 0;
     l->rnn.reset_after = kind == LAYER_GRU && o->reset_after != 0;
     l->rnn.zero_output_for_mask = o->zero_output_for_mask != 0;
+    l->seed = o->seed;
     if (kind == LAYER_SIMPLE_RNN) l->rnn.recurrent_activation = DIST_ACT_NONE;
     l->units = o->units;
     l->activation = o->activation;
@@ -1858,6 +1865,23 @@ static dist_status replica_of(const dist_model *m, dist_tape *tape, int *r) {
  * and every layer drops differently and a rerun with the same seed drops the same elements.
  * SpatialDropout1D/2D draw a mask of shape (batch, 1, [1,] channels), which the product
  * broadcasts over the steps or pixels. Identity in inference. */
+dist_status model_dropout_mask(dist_model *m, dist_tape *tape, int layer, uint32_t draw, float rate,
+                               int ndim, const int64_t *shape, dist_tensor **mask) {
+    const model_layer *l = &m->layers[layer];
+    dist_replica_ctx *rc = dist_tape_replica(tape);
+    model_replica *rep = &m->replicas[rc ? rc->local_id : 0];
+    dist_op op = {.code = DIST_OPC_DROPOUT_MASK, .nout = 1};
+    op.f[0] = rate;
+    op.u[0] = (uint32_t)l->seed;
+    op.u[1] = (uint32_t)(l->seed >> 32) ^ dist_op_mix32((uint32_t)layer + 1u);
+    if (draw) op.u[1] ^= dist_op_mix32(draw * 0x9e3779b9u);
+    op.u[2] = (uint32_t)rep->training_calls;
+    op.u[3] = rc ? (uint32_t)rc->replica_id : 0u;
+    DIST_TRY(dist_tape_alloc(tape, DIST_F32, ndim, shape, mask));
+    dist_tensor *const outs[1] = {*mask};
+    return dist_backend_run_op(dist_tape_backend(tape), &op, NULL, outs);
+}
+
 static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const dist_tensor *h,
                                 dist_tensor **out) {
     const model_layer *l = &m->layers[layer];
@@ -1865,23 +1889,11 @@ static dist_status call_dropout(dist_model *m, dist_tape *tape, int layer, const
         *out = (dist_tensor *)h;
         return DIST_OK;
     }
-    dist_replica_ctx *rc = dist_tape_replica(tape);
-    model_replica *rep = &m->replicas[rc ? rc->local_id : 0];
-    dist_op op = {.code = DIST_OPC_DROPOUT_MASK, .nout = 1};
-    op.f[0] = l->rate;
-    op.u[0] = (uint32_t)l->seed;
-    op.u[1] = (uint32_t)(l->seed >> 32) ^ dist_op_mix32((uint32_t)layer + 1u);
-    op.u[2] = (uint32_t)rep->training_calls;
-    op.u[3] = rc ? (uint32_t)rc->replica_id : 0u;
     dist_tensor *mask = NULL;
     int64_t ms[DIST_MAX_DIMS];
     for (int d = 0; d < h->ndim; d++)
         ms[d] = l->kind == LAYER_DROPOUT || d == 0 || d == h->ndim - 1 ? h->shape[d] : 1;
-    dist_status st = dist_tape_alloc(tape, DIST_F32, h->ndim, ms, &mask);
-    if (st == DIST_OK) {
-        dist_tensor *const outs[1] = {mask};
-        st = dist_backend_run_op(dist_tape_backend(tape), &op, NULL, outs);
-    }
+    dist_status st = model_dropout_mask(m, tape, layer, 0, l->rate, h->ndim, ms, &mask);
     if (st == DIST_OK) st = dist_op_mul(tape, h, mask, out);
     return st ? dist_error_context(st, "layer '%s' (%s)", l->name, model_layer_class(l->kind))
               : DIST_OK;
@@ -2335,7 +2347,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:
-    case LAYER_BIDIRECTIONAL: return model_call_rnn(tape, l, h, mask, vars, out);
+    case LAYER_BIDIRECTIONAL: return model_call_rnn(m, tape, i, h, mask, vars, out);
     case LAYER_EMBEDDING: {
         /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
          * casts the rows it returns to the compute dtype */

@@ -203,9 +203,14 @@ dist_status model_set_last_post_activation(dist_model *m, model_post_act post);
 
 /* model_rnn.c: the layer's output (rnn kinds) from h [batch, steps, features] and the
  * replica's variables; mask [batch, steps] (1 kept, 0 masked) or NULL. */
-dist_status model_call_rnn(dist_tape *tape, const model_layer *l, const dist_tensor *h,
+dist_status model_call_rnn(dist_model *m, dist_tape *tape, int layer, const dist_tensor *h,
                            const dist_tensor *mask, const dist_tensor *const *vars,
                            dist_tensor **out);
+/* A dropout mask of `shape` (0 or 1 / (1 - rate), the op set's DROPOUT_MASK) for layer
+ * `layer` of a training call: draw 0 is the Dropout layers' key; other draws (a recurrent
+ * layer's masks) other keys of the same seed, layer, call and replica. */
+dist_status model_dropout_mask(dist_model *m, dist_tape *tape, int layer, uint32_t draw, float rate,
+                               int ndim, const int64_t *shape, dist_tensor **mask);
 /* Keras's Orthogonal initializer (gain 1) into p [rows, cols], row-major: QR of a normal
  * [max, min] matrix with R's diagonal made positive, transposed when rows < cols; the normal
  * draws from rng stream `stream` of seed. DIST_OUT_OF_MEMORY when its scratch is not had. */

@@ -68,6 +68,37 @@ static dist_status piece(dist_tape *t, const dist_tensor *v, int64_t at, int64_t
     return dist_op_slice(t, v, b, s, y);
 }
 
+/* A recurrent layer's dropout in one training call: the input's masks ([B, 1, F], the same for
+ * every step: one for all gates, or one per gate) and the state's (one per gate, [B, units]). */
+typedef struct rnn_drop {
+    dist_tensor *in[4], *rec[4];
+    int nin, nrec;
+} rnn_drop;
+
+/* Keras's masks: per gate with recurrent_dropout or implementation 1, else one input mask;
+ * draws base + 1.. for the input's, base + 5.. for the state's. None outside training. */
+static dist_status draw_dropout(dist_model *m, dist_tape *t, int layer, const dist_rnn_options *o,
+                                int k, int64_t b, int64_t f, uint32_t base, rnn_drop *d) {
+    memset(d, 0, sizeof *d);
+    if (!dist_tape_recording(t)) return DIST_OK;
+    const int per_gate = o->recurrent_dropout > 0.0f || o->implementation == 1;
+    if (o->dropout > 0.0f) {
+        int64_t s[3] = {b, 1, f};
+        d->nin = per_gate ? k : 1;
+        for (int g = 0; g < d->nin; g++)
+            DIST_TRY(model_dropout_mask(m, t, layer, base + 1u + (uint32_t)g, o->dropout, 3, s,
+                                        &d->in[g]));
+    }
+    if (o->recurrent_dropout > 0.0f) {
+        int64_t s[2] = {b, o->units};
+        d->nrec = k;
+        for (int g = 0; g < k; g++)
+            DIST_TRY(model_dropout_mask(m, t, layer, base + 5u + (uint32_t)g, o->recurrent_dropout,
+                                        2, s, &d->rec[g]));
+    }
+    return DIST_OK;
+}
+
 /* h_new = hh + z (h - hh): Keras's z h + (1 - z) hh (equal but for rounding); with no state
  * (the first step, h = 0) hh - z hh. */
 static dist_status gru_mix(dist_tape *t, const dist_tensor *z, const dist_tensor *hh,
@@ -115,6 +146,33 @@ static dist_status split_mask(dist_tape *t, const dist_tensor *mask, dist_tensor
     return DIST_OK;
 }
 
+/* h times the n gates' columns of w [rows, n units] (a dense with `bias`, a vector or NULL,
+ * where `dense`, else a matmul): one product, or with the state's dropout masks one per gate
+ * (h masked by masks[g] for gate g's columns), joined along the columns. */
+static dist_status gate_product(dist_tape *t, const dist_tensor *h, const dist_tensor *w,
+                                const dist_tensor *bias, int dense, int64_t units, int n,
+                                dist_tensor *const *masks, dist_tensor **y) {
+    if (!masks)
+        return dense ? dist_op_dense(t, h, w, bias, DIST_ACT_NONE, y)
+                     : dist_op_matmul(t, h, w, 0, 0, y);
+    dist_tensor *parts[4];
+    for (int g = 0; g < n; g++) {
+        dist_tensor *hg, *wg, *bg = NULL;
+        DIST_TRY(dist_op_mul(t, h, masks[g], &hg));
+        DIST_TRY(part(t, w, 0, w->shape[0], g * units, units, 0, &wg));
+        if (bias) DIST_TRY(piece(t, bias, g * units, units, &bg));
+        if (dense)
+            DIST_TRY(dist_op_dense(t, hg, wg, bg, DIST_ACT_NONE, &parts[g]));
+        else
+            DIST_TRY(dist_op_matmul(t, hg, wg, 0, 0, &parts[g]));
+    }
+    if (n == 1) {
+        *y = parts[0];
+        return DIST_OK;
+    }
+    return dist_op_concat(t, n, (const dist_tensor *const *)parts, -1, y);
+}
+
 /* One recurrent layer of `kind` over x [B, T, F]: the steps last to first with `backwards`, a
  * sequence's outputs joined in the order the steps ran, or reversed back (`flip`: the
  * backward half of a Bidirectional). Under a mask [B, T] (Keras's rules) a masked step keeps
@@ -123,7 +181,7 @@ static dist_status split_mask(dist_tape *t, const dist_tensor *mask, dist_tensor
 static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options *o, int backwards,
                            int flip, const char *name, const dist_tensor *kernel,
                            const dist_tensor *rec, const dist_tensor *bias, const dist_tensor *x,
-                           const dist_tensor *mask, dist_tensor **out) {
+                           const dist_tensor *mask, const rnn_drop *dd, dist_tensor **out) {
     const int64_t b = x->shape[0], steps = x->shape[1], f = x->shape[2], u = o->units;
     const int k = kind == LAYER_LSTM ? 4 : kind == LAYER_GRU ? 3 : 1;
     const int gru_after = kind == LAYER_GRU && o->reset_after;
@@ -141,12 +199,32 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
         DIST_TRY(part(t, rec, 0, u, 0, 2 * u, 0, &rec_zr));
         DIST_TRY(part(t, rec, 0, u, 2 * u, u, 0, &rec_h));
     }
-    /* the input's projection, every step at once */
+    /* the input's projection, every step at once (under dropout the input masked, once for
+     * every gate or per gate) */
     dist_tensor *x2, *proj;
     int64_t s2[2] = {b * steps, f}, s3[3] = {b, steps, k * u};
-    DIST_TRY(dist_op_reshape(t, x, 2, s2, &x2));
-    DIST_TRY(dist_op_dense(t, x2, kernel, in_bias, DIST_ACT_NONE, &proj));
+    if (dd->nin == 1) {
+        dist_tensor *xm;
+        DIST_TRY(dist_op_mul(t, x, dd->in[0], &xm));
+        x = xm;
+    }
+    if (dd->nin > 1) {
+        dist_tensor *xs2[4], *parts[4];
+        for (int g = 0; g < k; g++) {
+            dist_tensor *wg, *bg = NULL;
+            DIST_TRY(dist_op_mul(t, x, dd->in[g], &xs2[g]));
+            DIST_TRY(dist_op_reshape(t, xs2[g], 2, s2, &xs2[g]));
+            DIST_TRY(part(t, kernel, 0, f, g * u, u, 0, &wg));
+            if (in_bias) DIST_TRY(piece(t, in_bias, g * u, u, &bg));
+            DIST_TRY(dist_op_dense(t, xs2[g], wg, bg, DIST_ACT_NONE, &parts[g]));
+        }
+        DIST_TRY(dist_op_concat(t, k, (const dist_tensor *const *)parts, -1, &proj));
+    } else {
+        DIST_TRY(dist_op_reshape(t, x, 2, s2, &x2));
+        DIST_TRY(dist_op_dense(t, x2, kernel, in_bias, DIST_ACT_NONE, &proj));
+    }
     DIST_TRY(dist_op_reshape(t, proj, 3, s3, &proj));
+    dist_tensor *const *rmask = dd->nrec ? dd->rec : NULL;
     dist_tensor **xs = calloc((size_t)((mask ? 4 : 2) * steps), sizeof *xs);
     if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", name);
     dist_tensor **hs = xs + steps, **keep = xs + 2 * steps, **drop = xs + 3 * steps;
@@ -158,7 +236,7 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
         dist_tensor *z = xs[at], *h_old = h, *c_old = c;
         if (h && kind != LAYER_GRU) { /* z = x W + b + h U */
             dist_tensor *hu;
-            DIST_TRY_GOTO(dist_op_matmul(t, h, rec, 0, 0, &hu), st, done);
+            DIST_TRY_GOTO(gate_product(t, h, rec, NULL, 0, u, k, rmask, &hu), st, done);
             DIST_TRY_GOTO(dist_op_add(t, z, hu, &z), st, done);
         }
         if (kind == LAYER_SIMPLE_RNN) {
@@ -194,8 +272,9 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
             if (gru_after) {
                 /* h U + the recurrent bias (a zero state: the bias alone, broadcast) */
                 dist_tensor *inner = rec_bias, *iz, *ir, *ih;
-                if (h) DIST_TRY_GOTO(dist_op_dense(t, h, rec, rec_bias, DIST_ACT_NONE, &inner), st,
-                                     done);
+                if (h)
+                    DIST_TRY_GOTO(gate_product(t, h, rec, rec_bias, 1, u, 3, rmask, &inner), st,
+                                  done);
                 if (inner) {
                     if (h) {
                         DIST_TRY_GOTO(gate(t, inner, u, 0, &iz), st, done);
@@ -219,7 +298,8 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
             } else {
                 if (h) {
                     dist_tensor *inner, *iz, *ir;
-                    DIST_TRY_GOTO(dist_op_matmul(t, h, rec_zr, 0, 0, &inner), st, done);
+                    DIST_TRY_GOTO(gate_product(t, h, rec_zr, NULL, 0, u, 2, rmask, &inner), st,
+                                  done);
                     DIST_TRY_GOTO(gate(t, inner, u, 0, &iz), st, done);
                     DIST_TRY_GOTO(gate(t, inner, u, 1, &ir), st, done);
                     DIST_TRY_GOTO(dist_op_add(t, xz, iz, &xz), st, done);
@@ -229,7 +309,9 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
                 if (h) { /* (r h) U_h; the reset gate is not needed at a zero state */
                     DIST_TRY_GOTO(dist_op_activation(t, xr, o->recurrent_activation, &gr), st,
                                   done);
-                    DIST_TRY_GOTO(dist_op_mul(t, gr, h, &rh), st, done);
+                    dist_tensor *hr = h; /* the state's third dropout mask */
+                    if (rmask) DIST_TRY_GOTO(dist_op_mul(t, h, rmask[2], &hr), st, done);
+                    DIST_TRY_GOTO(dist_op_mul(t, gr, hr, &rh), st, done);
                     DIST_TRY_GOTO(dist_op_matmul(t, rh, rec_h, 0, 0, &rh), st, done);
                     DIST_TRY_GOTO(dist_op_add(t, xh, rh, &xh), st, done);
                 }
@@ -260,22 +342,29 @@ done:
     return st;
 }
 
-dist_status model_call_rnn(dist_tape *t, const model_layer *l, const dist_tensor *x,
+dist_status model_call_rnn(dist_model *m, dist_tape *t, int layer, const dist_tensor *x,
                            const dist_tensor *mask, const dist_tensor *const *vars,
                            dist_tensor **out) {
+    const model_layer *l = &m->layers[layer];
     const dist_rnn_options *o = &l->rnn;
     const dist_tensor *bias = l->bias_var >= 0 ? vars[l->bias_var] : NULL;
+    const layer_kind kind = l->kind == LAYER_BIDIRECTIONAL ? (layer_kind)l->rnn_kind : l->kind;
+    const int k = kind == LAYER_LSTM ? 4 : kind == LAYER_GRU ? 3 : 1;
+    rnn_drop drop;
+    DIST_TRY(draw_dropout(m, t, layer, o, k, x->shape[0], x->shape[2], 0, &drop));
     if (l->kind != LAYER_BIDIRECTIONAL)
         return run_rnn(t, l->kind, o, o->go_backwards, 0, l->name, vars[l->kernel_var],
-                       vars[l->pointwise_var], bias, x, mask, out);
+                       vars[l->pointwise_var], bias, x, mask, &drop, out);
     /* Keras's Bidirectional: the layer, and a copy with its own weights and go_backwards
      * flipped whose sequence is reversed back into the steps' order; then merged */
     dist_tensor *fwd, *bwd;
     const int *bv = l->back_vars;
     DIST_TRY(run_rnn(t, l->rnn_kind, o, o->go_backwards, 0, l->name, vars[l->kernel_var],
-                     vars[l->pointwise_var], bias, x, mask, &fwd));
+                     vars[l->pointwise_var], bias, x, mask, &drop, &fwd));
+    /* the backward layer's own masks */
+    DIST_TRY(draw_dropout(m, t, layer, o, k, x->shape[0], x->shape[2], 16, &drop));
     DIST_TRY(run_rnn(t, l->rnn_kind, o, !o->go_backwards, o->return_sequences, l->name, vars[bv[0]],
-                     vars[bv[1]], bv[2] >= 0 ? vars[bv[2]] : NULL, x, mask, &bwd));
+                     vars[bv[1]], bv[2] >= 0 ? vars[bv[2]] : NULL, x, mask, &drop, &bwd));
     switch (l->merge) {
     case DIST_BIDIR_SUM: return dist_op_add(t, fwd, bwd, out);
     case DIST_BIDIR_MUL: return dist_op_mul(t, fwd, bwd, out);

@@ -710,6 +710,123 @@ START_TEST(test_a_mask_where_libdist_cannot_follow_keras_is_refused) {
 }
 END_TEST
 
+/* One unit, one feature: the cell `kind` (0 LSTM, 1 GRU, 2 GRU with reset_after=False,
+ * 3 SimpleRNN) over x [steps] from zero states, by its definition in double, with the input's
+ * dropout masks mi[g] and the state's mr[g] for gate g, the same at every step. */
+static void cell_by_hand(int kind, const float *w, const double *x, int steps, const double *mi,
+                         const double *mr, double *out) {
+    const int k = kind == 0 ? 4 : kind == 3 ? 1 : 3;
+    const float *kern = w, *rec = w + k, *b = w + 2 * k; /* kernel [1, k], rec [1, k], bias */
+    double h = 0, c = 0;
+    for (int s = 0; s < steps; s++) {
+        double z[4], hz[4];
+        for (int g = 0; g < k; g++) {
+            z[g] = x[s] * mi[g] * kern[g] + b[g];
+            hz[g] = h * mr[g] * rec[g] + (kind == 1 ? b[k + g] : 0.0);
+        }
+        if (kind == 0) {
+            double i = sigmoid_d(z[0] + hz[0]), f = sigmoid_d(z[1] + hz[1]), g = tanh(z[2] + hz[2]),
+                   o = sigmoid_d(z[3] + hz[3]);
+            c = f * c + i * g;
+            h = o * tanh(c);
+        } else if (kind == 3) {
+            h = tanh(z[0] + hz[0]);
+        } else {
+            double zz = sigmoid_d(z[0] + hz[0]), r = sigmoid_d(z[1] + hz[1]);
+            double hh = kind == 1 ? tanh(z[2] + r * hz[2]) : tanh(z[2] + r * h * mr[2] * rec[2]);
+            h = zz * h + (1 - zz) * hh;
+        }
+        out[s] = h;
+    }
+}
+
+/* Dropout inside a recurrent layer in training: every example's outputs are the cell's by its
+ * definition with masks of 0 and 1 / (1 - rate) that stay the same over the steps, one per gate
+ * with recurrent_dropout (some example needs gates masked differently), one for every gate
+ * with dropout alone; found by trying every mask. Inference is the layer without dropout, bit
+ * for bit, and the next training call draws other masks. */
+START_TEST(test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_every_step) {
+    enum { B = 24, T = 4 };
+    float x[B * T];
+    double xd[B * T];
+    for (int i = 0; i < B * T; i++) xd[i] = x[i] = 0.9f * sinf(0.7f * (float)i) + 0.3f;
+    static const struct {
+        int kind;
+        float dropout, recurrent;
+    } cases[] = {
+        {0, 0.5f, 0.5f}, {1, 0.5f, 0.5f}, {2, 0.5f, 0.5f}, {3, 0.5f, 0.5f}, {0, 0.5f, 0.0f}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int kind = cases[ci].kind, k = kind == 0 ? 4 : kind == 3 ? 1 : 3;
+        const int per_gate = cases[ci].recurrent > 0;
+        dist_model *models[2];
+        for (int with = 0; with < 2; with++) {
+            models[with] = new_model();
+            dist_rnn_options o = DIST_RNN_OPTIONS_INIT(1);
+            o.return_sequences = 1, o.reset_after = kind != 2, o.seed = 11;
+            if (with) o.dropout = cases[ci].dropout, o.recurrent_dropout = cases[ci].recurrent;
+            ck_assert_int_eq(kind == 0   ? dist_model_add_lstm(models[with], &o)
+                             : kind == 3 ? dist_model_add_simple_rnn(models[with], &o)
+                                         : dist_model_add_gru(models[with], &o),
+                             DIST_OK);
+            int64_t in[2] = {T, 1};
+            ck_assert_int_eq(dist_model_build(models[with], 2, in, 3), DIST_OK);
+        }
+        float w[16];
+        const int64_t np = dist_model_num_params(models[1]);
+        for (int64_t i = 0; i < np; i++) w[i] = 0.8f * cosf(1.1f * (float)i + (float)kind) + 0.2f;
+        for (int with = 0; with < 2; with++)
+            ck_assert_int_eq(dist_model_set_weights(models[with], w, np), DIST_OK);
+        dist_tape *t;
+        ck_assert_int_eq(dist_tape_create(dist_model_backend(models[1], 0), &t), DIST_OK);
+        int64_t shape[3] = {B, T, 1}, n;
+        float *plain = run_model(models[0], t, 0, x, 3, shape, &n);
+        float *infer = run_model(models[1], t, 0, x, 3, shape, &n);
+        ck_assert_int_eq(memcmp(plain, infer, sizeof(float) * B * T), 0);
+        float *train = run_model(models[1], t, 1, x, 3, shape, &n);
+        float *again = run_model(models[1], t, 1, x, 3, shape, &n);
+        ck_assert_int_ne(memcmp(train, again, sizeof(float) * B * T), 0);
+        int mixed_gates = 0, dropped = 0;
+        for (int b = 0; b < B; b++) {
+            /* every mask of the input's k gates (or one for all) and the state's */
+            const int nin = per_gate ? k : 1, nrec = cases[ci].recurrent > 0 ? k : 0;
+            int found = 0, uniform = 0;
+            for (int bits = 0; bits < 1 << (nin + nrec); bits++) {
+                double mi[4], mr[4] = {1, 1, 1, 1}, out[T];
+                for (int g = 0; g < k; g++) mi[g] = (bits >> (per_gate ? g : 0)) & 1 ? 2.0 : 0.0;
+                for (int g = 0; g < nrec; g++) mr[g] = (bits >> (nin + g)) & 1 ? 2.0 : 0.0;
+                cell_by_hand(kind, w, xd + b * T, T, mi, mr, out);
+                int ok = 1;
+                for (int s = 0; s < T && ok; s++)
+                    ok = fabs(out[s] - train[b * T + s]) <= 2e-6 * (1 + fabs(out[s]));
+                if (!ok) continue;
+                found = 1;
+                int same = 1;
+                for (int g = 1; g < k; g++) same &= mi[g] == mi[0];
+                uniform |= same;
+                dropped |= bits != (1 << (nin + nrec)) - 1;
+            }
+            ck_assert_msg(found, "case %zu, example %d: no masks give its outputs", ci, b);
+            mixed_gates |= !uniform;
+        }
+        ck_assert_msg(dropped, "case %zu: nothing was dropped", ci);
+        if (per_gate && k > 1) ck_assert_msg(mixed_gates, "case %zu: one mask for every gate", ci);
+        free(plain);
+        free(infer);
+        free(train);
+        free(again);
+        dist_tape_destroy(t);
+        dist_model_destroy(models[0]);
+        dist_model_destroy(models[1]);
+    }
+    dist_model *m = new_model();
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(2);
+    o.recurrent_dropout = 1.0f;
+    ck_assert_int_eq(dist_model_add_lstm(m, &o), DIST_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(dist_last_error(), "must be in [0, 1)"), "%s", dist_last_error());
+    dist_model_destroy(m);
+}
+END_TEST
+
 /* Bidirectional: its forward half is the layer, its backward half the layer run last to first
  * with the backward weights and its sequence put back in the steps' order; sum, mul and ave
  * merge the halves; and a model of each merge against central differences. */
@@ -1709,6 +1826,7 @@ int main(int argc, char **argv) {
                    test_recurrent_layers_start_with_orthogonal_recurrent_kernels_and_keras_biases);
     tcase_add_test(tc, test_recurrent_layers_match_their_definitions_and_differences);
     tcase_add_test(tc, test_bidirectional_is_the_layer_and_its_reversed_mirror);
+    tcase_add_test(tc, test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_every_step);
     tcase_add_test(tc, test_a_mask_makes_recurrent_layers_skip_the_masked_steps);
     tcase_add_test(tc, test_a_mask_reaches_global_average_pooling_through_the_layers_that_keep_it);
     tcase_add_test(tc, test_a_mask_where_libdist_cannot_follow_keras_is_refused);
