@@ -104,7 +104,7 @@ def models(k):
     a = L.Concatenate()([e, a])
     b = L.Bidirectional(L.GRU(3, return_sequences=True))(a)
     b = L.GlobalAveragePooling1D()(b)
-    c = L.LSTM(4, zero_output_for_mask=True)(e)
+    c = L.LSTM(4, zero_output_for_mask=True, dropout=0.1, recurrent_dropout=0.2, seed=3)(e)
     h = L.Dense(2)(L.Concatenate()([b, c]))
     out.append(("masked", k.Model(x, h)))
 

@@ -11,8 +11,8 @@ Input((16,), int32) -> Embedding(50, 16) -> GlobalAveragePooling1D -> Dense(16, 
 Dense(2); OUT/model_recurrent.json: Embedding(50, 16) -> LSTM(16, return_sequences) ->
 GRU(16, go_backwards) -> Dense(2). OUT/padded/: the task on sequences of 3 to 16 ids padded
 with 0 to 16, for OUT/model_masked.json: Embedding(50, 16, mask_zero=True) ->
-Bidirectional(LSTM(16)) -> Dense(16, relu) -> Dense(2) (TensorFlow's RNN text tutorial's
-model). Broken sets, each with one bad training record among good ones:
+Bidirectional(LSTM(16, dropout=0.1, recurrent_dropout=0.1)) -> Dense(16, relu) -> Dense(2)
+(TensorFlow's RNN text tutorial's model, with dropout inside the LSTM). Broken sets, each with one bad training record among good ones:
 OUT/out_of_range/ (an id of 2^40, beyond int32), OUT/out_of_vocab/ (an id of 60, beyond the
 Embedding's 50 rows), OUT/short/ (15 ids instead of 16).
 """
@@ -105,7 +105,7 @@ def main():
     keras.utils.set_random_seed(3)
     inp = keras.Input(shape=(T,), dtype="int32")
     h = keras.layers.Embedding(VOCAB, 16, mask_zero=True)(inp)
-    h = keras.layers.Bidirectional(keras.layers.LSTM(16))(h)
+    h = keras.layers.Bidirectional(keras.layers.LSTM(16, dropout=0.1, recurrent_dropout=0.1))(h)
     h = keras.layers.Dense(16, activation="relu")(h)
     model = keras.Model(inp, keras.layers.Dense(2)(h))
     with open(os.path.join(out, "model_masked.json"), "w") as f:

@@ -15,9 +15,9 @@ set(token_args "--model;${token_dir}/model.json;--data-format;tfrecord;--data-di
 # return_sequences) -> GRU(16, go_backwards) -> Dense(2), from tf_keras): 1.0 measured in 3
 # epochs under every strategy (distrain.tokens_recurrent_*).
 string(REPLACE "/model.json" "/model_recurrent.json" recurrent_args "${token_args}")
-# Under a mask (model_masked.json: Embedding(mask_zero=True) -> Bidirectional(LSTM(16)) ->
-# Dense(16, relu) -> Dense(2), from tf_keras) on the padded set (3 to 16 ids, then zeros)
-# (distrain.tokens_masked_*).
+# Under a mask (model_masked.json: Embedding(mask_zero=True) -> Bidirectional(LSTM(16,
+# dropout=0.1, recurrent_dropout=0.1)) -> Dense(16, relu) -> Dense(2), from tf_keras) on the
+# padded set (3 to 16 ids, then zeros) (distrain.tokens_masked_*).
 string(REPLACE "/model.json" "/model_masked.json" masked_args "${token_args}")
 string(REPLACE "--data-dir;${token_dir}" "--data-dir;${token_dir}/padded" masked_args
        "${masked_args}")

@@ -32,8 +32,10 @@ one mask and LayerNormalization into GlobalAveragePooling1D's masked mean; and a
 recurrent model (every cell kind skipping masked steps, go_backwards, zero_output_for_mask,
 both Bidirectional forms, the mask passed on by return_sequences, Dense and a last-axis
 Concatenate, dropped by Conv1D),
-the same way and through its .keras file. Refused by name: a model with cross-attention, an
-LSTM with dropout, and masks reaching Softmax, MultiHeadAttention, a merge of a masked and an
+the same way and through its .keras file. The recurrent stack with dropout and
+recurrent_dropout in an LSTM and a Bidirectional GRU: in inference Keras's logits (training draws
+libdist's masks, not TensorFlow's). Refused by name: a model with cross-attention, an LSTM with
+a dropout rate of 1 (which Keras ignores), and masks reaching Softmax, MultiHeadAttention, a merge of a masked and an
 unmasked input or the model's output.
 
 Usage: keras_text.py DRIVER WORKDIR [SAVER]
@@ -87,16 +89,18 @@ def make_transformer(cross=False):
     return keras.Model(ids, y, name="transformer")
 
 
-def make_recurrent(dropout=0.0):
+def make_recurrent(dropout=0.0, recurrent_dropout=0.0):
     L = keras.layers
     ids = keras.Input((T,), dtype="int32", name="ids")
     e = L.Embedding(V, 12, name="embed")(ids)
-    a = L.LSTM(10, return_sequences=True, dropout=dropout, name="lstm")(e)
+    a = L.LSTM(10, return_sequences=True, dropout=dropout,
+               recurrent_dropout=recurrent_dropout, name="lstm")(e)
     b = L.GRU(8, return_sequences=True, go_backwards=True, name="gru")(a)
     c = L.GRU(6, reset_after=False, return_sequences=True, name="gru_before")(b)
     d = L.SimpleRNN(7, name="rnn")(c)
     f = L.LSTM(5, go_backwards=True, use_bias=False, name="lstm_back")(e)
-    g = L.Bidirectional(L.GRU(4, return_sequences=True), name="bi")(e)
+    g = L.Bidirectional(L.GRU(4, return_sequences=True, dropout=dropout,
+                              recurrent_dropout=recurrent_dropout), name="bi")(e)
     g = L.Bidirectional(L.LSTM(3), merge_mode="ave", name="bi_ave")(g)
     h = L.Concatenate(name="cat")([d, f, g])
     y = L.Dense(K, name="out")(h)
@@ -169,7 +173,9 @@ def keras_reference(json_path, weights_path, x, y, floatx):
         keras.config.set_floatx("float32")
 
 
-def run_case(driver, work, name, model, x, y, x_path, y_path):
+def run_case(driver, work, name, model, x, y, x_path, y_path, gradients=True):
+    """`gradients` False: the logits in inference only (a model whose training draws dropout
+    masks, which are libdist's, not TensorFlow's)."""
     json_path = os.path.join(work, f"{name}.json")
     wpath = os.path.join(work, f"{name}.weights.h5")
     with open(json_path, "w") as f:
@@ -195,6 +201,8 @@ def run_case(driver, work, name, model, x, y, x_path, y_path):
         want, grads = keras_reference(json_path, wpath, x, y, floatx)
         worst[floatx] = rel(got, want)
         ok = ok and worst[floatx] <= bound
+        if not gradients:
+            continue
         whole = float(np.sqrt(sum(np.sum(g * g) for _, _, g in grads)))
         at = 0
         for path, shape, g in grads:
@@ -314,11 +322,19 @@ def main():
         print(f"{'ok  ' if good else 'FAIL'} {what} refused: {r.stderr.strip()}")
         return good
 
-    # dropout inside a recurrent layer, cross-attention (value another tensor than the query)
-    # and masks where libdist does not follow them: each refused naming the layer (and the
-    # argument)
-    ok = refused("LSTM dropout", "dropout", make_recurrent(dropout=0.25),
-                 "'lstm' (LSTM): argument 'dropout'") and ok
+    # dropout inside the recurrent layers: read, and in inference the layers without it
+    keras.utils.set_random_seed(17)
+    drop = make_recurrent(dropout=0.25, recurrent_dropout=0.3)
+    drop.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                      for w in drop.get_weights()])
+    ok = run_case(driver, work, "recurrent_dropout", drop, x, y, x_path, y_path,
+                  gradients=False) and ok
+
+    # a dropout rate of 1 (which Keras ignores), cross-attention (value another tensor than the
+    # query) and masks where libdist does not follow them: each refused naming the layer (and
+    # the argument)
+    ok = refused("LSTM dropout of 1", "dropout", make_recurrent(dropout=1.0),
+                 "'lstm' (LSTM): argument 'dropout' is not a rate in [0, 1)") and ok
     ok = refused("cross-attention", "cross", make_transformer(cross=True),
                  "'mha' (MultiHeadAttention)", "self-attention") and ok
     for kind, wants in (("softmax", ("'softmax' (Softmax)", "mask of Embedding 'embed'")),

@@ -374,8 +374,11 @@ START_TEST(test_an_argument_libdist_lacks_is_unsupported_naming_layer_and_argume
                                 "\"units\":4,\"stateful\":true}}"),
          "layer 'r' (LSTM): argument 'stateful' is set"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"LSTM\",\"config\":{\"name\":\"r\","
-                                "\"units\":4,\"recurrent_dropout\":0.1}}"),
-         "layer 'r' (LSTM): argument 'recurrent_dropout' is not 0"},
+                                "\"units\":4,\"recurrent_dropout\":1.0}}"),
+         "layer 'r' (LSTM): argument 'recurrent_dropout' is not a rate in [0, 1)"},
+        {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"GRU\",\"config\":{\"name\":\"r\","
+                                "\"units\":4,\"implementation\":3}}"),
+         "layer 'r' (GRU): argument 'implementation' is 3; Keras's are 1 and 2"},
         {SEQUENTIAL(INPUT("in") ",{\"class_name\":\"GRU\",\"config\":{\"name\":\"r\","
                                 "\"units\":4,\"return_state\":true}}"),
          "layer 'r' (GRU): argument 'return_state' is set"},

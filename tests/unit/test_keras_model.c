@@ -234,6 +234,34 @@ START_TEST(test_every_layer_kind_and_its_arguments_read_back_the_same) {
 }
 END_TEST
 
+/* A masked text model's arguments go to Keras's config: Embedding's mask_zero, an LSTM's
+ * dropout, recurrent_dropout, seed and zero_output_for_mask; and read back the same. */
+START_TEST(test_masks_and_recurrent_dropout_read_back_the_same) {
+    dist_model *m = NULL;
+    ck_assert_int_eq(dist_model_create("masked", &m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_embedding_masked(m, 30, 4), DIST_OK);
+    dist_rnn_options o = DIST_RNN_OPTIONS_INIT(3);
+    o.return_sequences = 1, o.zero_output_for_mask = 1;
+    o.dropout = 0.25f, o.recurrent_dropout = 0.5f, o.seed = 7;
+    ck_assert_int_eq(dist_model_add_lstm(m, &o), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_add_dense(m, 2, DIST_ACT_NONE), DIST_OK);
+    ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 1, (int64_t[]){6}, 3), DIST_OK);
+    ck_assert_msg(dist_model_save_keras(m, path) == DIST_OK, "%s", dist_last_error());
+    char *text = zip_entry(path, "config.json", NULL);
+    static const char *const wants[] = {"\"mask_zero\":true", "\"zero_output_for_mask\":true",
+                                        "\"dropout\":0.25,\"recurrent_dropout\":0.5", "\"seed\":7"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(strstr(text, wants[i]), "no %s in %s", wants[i], text);
+    free(text);
+    dist_model *back = model_from_archive(path);
+    assert_same_model(m, back);
+    dist_model_destroy(back);
+    dist_model_destroy(m);
+}
+END_TEST
+
 START_TEST(test_what_keras_cannot_hold_is_refused_and_nothing_is_written) {
     /* a model name with '/' (Keras refuses it in every name) */
     dist_model *m = NULL;
@@ -424,6 +452,7 @@ static Suite *keras_model_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_the_archive_holds_metadata_config_and_weights_stored_in_keras_order);
     tcase_add_test(tc, test_every_layer_kind_and_its_arguments_read_back_the_same);
+    tcase_add_test(tc, test_masks_and_recurrent_dropout_read_back_the_same);
     tcase_add_test(tc, test_what_keras_cannot_hold_is_refused_and_nothing_is_written);
     tcase_add_test(tc, test_a_full_disk_keeps_the_previous_file_whole);
     tcase_add_test(tc, test_save_best_only_keeps_the_epoch_the_monitor_chose_not_a_later_worse_one);

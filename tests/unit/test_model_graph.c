@@ -1182,7 +1182,8 @@ static void transformer_body(dist_model *m) {
  * go_backwards) -> GRU(4, reset_after=False), its last state concatenated with SimpleRNN(5)'s
  * of the LSTM's sequence and with Bidirectional(GRU(3), ave) of Bidirectional(LSTM(3,
  * return_sequences)) of the embeddings -> Dense(4). With `recurrent` 2 the same under a mask
- * (Embedding mask_zero, the SimpleRNN with zero_output_for_mask) on ids padded with zeros. */
+ * (Embedding mask_zero, the SimpleRNN with zero_output_for_mask) on ids padded with zeros, with
+ * dropout and recurrent_dropout in the first LSTM and dropout in the GRU Bidirectional. */
 static void text_steps(int tpu, int recurrent, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
@@ -1205,7 +1206,9 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
     if (recurrent) {
         dist_rnn_options r = DIST_RNN_OPTIONS_INIT(6);
         r.return_sequences = 1;
+        if (recurrent == 2) r.dropout = 0.2f, r.recurrent_dropout = 0.1f, r.seed = 5;
         ck_assert_int_eq(dist_model_add_lstm(m, &r), DIST_OK); /* 1 */
+        r.dropout = r.recurrent_dropout = 0.0f;
         r.units = 5, r.go_backwards = 1;
         ck_assert_int_eq(dist_model_add_gru(m, &r), DIST_OK); /* 2 */
         r.units = 4, r.go_backwards = 0, r.reset_after = 0, r.return_sequences = 0;
@@ -1219,6 +1222,7 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
                          DIST_OK); /* 5: of the embeddings */
         ck_assert_int_eq(dist_model_set_inputs(m, 5, 1, (int[]){0}), DIST_OK);
         r.return_sequences = 0;
+        if (recurrent == 2) r.dropout = 0.15f; /* one input mask for every gate, each half */
         ck_assert_int_eq(dist_model_add_bidirectional(m, DIST_RNN_GRU, &r, DIST_BIDIR_AVE),
                          DIST_OK);                                    /* 6 */
         ck_assert_int_eq(dist_model_add_concatenate(m, -1), DIST_OK); /* 7 */
@@ -1317,7 +1321,8 @@ START_TEST(test_under_tpu_recurrent_layers_train_as_mirrored_does) {
 }
 END_TEST
 
-/* The same under Embedding's mask: the masked steps' selects traced too. */
+/* The same under Embedding's mask and with dropout inside recurrent layers: the masked steps
+ * and the dropout masks (the op set's DROPOUT_MASK) traced too. */
 START_TEST(test_under_tpu_masked_recurrent_layers_train_as_mirrored_does) {
     expect_text_model_trains_under_tpu_as_mirrored(2);
 }
