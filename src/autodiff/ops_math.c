@@ -522,8 +522,8 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         if (!tape_requires_grad(t, x)) continue;
         /* a gradient x has already (a weight read at every step of a recurrence) takes this
          * product's part in place: the GEMM adds into it (beta 1), and under a mixed policy
-         * the sum is rounded to the compute precision once (grad_end rounds the product, then
-         * the sum) */
+         * the parts added so in a row are summed in float32 and the sum rounded to the compute
+         * precision once, when the gradient is read (grad_round_later) */
         dist_tensor *d = grad_accumulator(t, x, 1);
         const float beta = d ? 1.0f : 0.0f;
         if (d)
@@ -549,7 +549,7 @@ static dist_status matmul_backward(dist_tape *t, tape_node *n, grad_entry *g) {
         if (!beta)
             DIST_TRY(grad_end(t, x, d));
         else if (n->round != DIST_F32)
-            DIST_TRY(tape_round(t, d, n->round, d));
+            grad_round_later(t, x, n->round);
     }
     return DIST_OK;
 }

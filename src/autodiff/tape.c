@@ -369,6 +369,7 @@ dist_status grad_end(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
 
 static dist_status grad_fold(dist_tape *t, const dist_tensor *x, dist_tensor *dst) {
     grad_entry *g = tape_grad(t, x->node);
+    DIST_TRY(grad_settle(t, g));
     if (g->present) {
         g->relu_applied = 0;
         /* the sum is written over a tensor: bfloat16 twins of either no longer hold it */
@@ -416,6 +417,17 @@ void grad_added_in_place(dist_tape *t, const dist_tensor *x) {
     grad_entry *g = tape_grad(t, x->node);
     g->relu_applied = 0;
     tape_set_bf16_twin(t, g->t, NULL);
+}
+
+void grad_round_later(dist_tape *t, const dist_tensor *x, dist_dtype dtype) {
+    tape_grad(t, x->node)->pending_round = (unsigned char)dtype;
+}
+
+dist_status grad_settle(dist_tape *t, grad_entry *g) {
+    if (!g->pending_round) return DIST_OK;
+    const dist_dtype r = (dist_dtype)g->pending_round;
+    g->pending_round = 0;
+    return g->t ? tape_round(t, g->t, r, g->t) : DIST_OK;
 }
 
 dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *src, int *done) {
@@ -470,6 +482,7 @@ static dist_status finish_source(dist_tape *t, dist_tensor *const *sources,
                                  dist_tensor *const *grads, int i) {
     int id = tensor_id(t, sources[i]);
     grad_entry *g = id >= 0 ? tape_grad(t, id) : NULL;
+    if (g) DIST_TRY(grad_settle(t, g));
     if (!g || !g->present) {
         DIST_TRY(
             tape_be(t)->memset_zero(tape_bectx(t), grads[i]->data, dist_tensor_bytes(grads[i])));
@@ -637,6 +650,7 @@ static dist_status sweep(dist_tape *t, const dist_tensor *target, const dist_ten
             tape_node *n = &t->nodes[i];
             grad_entry *g = tape_grad(t, n->out->node);
             if (t->profiling) tape_profile_add(n, n->name, 0, n->profile_fwd);
+            DIST_TRY(grad_settle(t, g));
             if (g->present && g->forwarded) {
                 DIST_TRY(hand_to_source(t, n, g));
             } else if (g->present) {

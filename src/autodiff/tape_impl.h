@@ -62,6 +62,11 @@ struct grad_entry {
     /* t is the caller's buffer of the source that this entry's tensor passes its gradient to
      * (forward_to_sources in tape.c): its node's backward is skipped. */
     unsigned char forwarded;
+    /* t holds a sum added in place in float32 that is to be rounded to this precision
+     * (DIST_F16 / DIST_BF16; 0 for none) before anything reads it or adds to it otherwise
+     * (grad_settle): parts added by GEMMs with beta 1 under a mixed policy are summed in
+     * float32 and rounded once, not after every part. */
+    unsigned char pending_round;
 };
 
 #define TAPE_BLOCK 256
@@ -188,6 +193,12 @@ dist_status grad_alias(dist_tape *t, const dist_tensor *x, const dist_tensor *sr
  * hold). */
 dist_tensor *grad_accumulator(dist_tape *t, const dist_tensor *x, int rounds);
 void grad_added_in_place(dist_tape *t, const dist_tensor *x);
+/* After an in-place add whose sum is to be rounded to `dtype` (the mixed policy's compute
+ * precision): the rounding is left until the gradient is read (grad_settle), so that parts
+ * added in a row are summed in float32 and rounded once. */
+void grad_round_later(dist_tape *t, const dist_tensor *x, dist_dtype dtype);
+/* Rounds an entry's pending sum (grad_round_later), if any. */
+dist_status grad_settle(dist_tape *t, grad_entry *g);
 /* Makes a gradient entry a tensor in `like`'s layout (filling a uniform value). */
 dist_status grad_materialize(dist_tape *t, grad_entry *g, const dist_tensor *like);
 

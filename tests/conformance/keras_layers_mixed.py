@@ -72,7 +72,7 @@ DIFFERENT = {
 # unrounded stays within it)
 RECURRENT = {
     "lstm": "the steps' roundings compound through the state; TF sums a weight's step "
-            "gradients in bfloat16",
+            "gradients in bfloat16, libdist in float32 rounded once",
     "gru": "Keras mixes z h + (1 - z) hh, libdist hh + z (h - hh); the roundings compound "
            "through the state",
 }
