@@ -350,24 +350,51 @@ out:
     return st;
 }
 
-/* Every layer of the file that holds variables must be one of the model's: *found receives the
- * first other group key (1), or nothing (0); -1 on an HDF5 error. */
+/* 1 when group `path` under loc, or a group below it (`depth` levels), holds variables (a
+ * non-empty vars group): a recurrent layer's cell/vars, a Bidirectional's
+ * forward_layer/cell/vars, MultiHeadAttention's query_dense/vars. */
+static int holds_vars(h5_quiet *q, hid_t loc, const char *path, int depth) {
+    char vars[160];
+    snprintf(vars, sizeof vars, "%s/vars", path);
+    H5G_info_t vi;
+    if (H5Lexists(loc, vars, H5P_DEFAULT) > 0 &&
+        H5Gget_info_by_name(loc, vars, &vi, H5P_DEFAULT) >= 0 && vi.nlinks > 0)
+        return 1;
+    h5_forget(q);
+    if (depth == 0) return 0;
+    hid_t g = H5Gopen2(loc, path, H5P_DEFAULT);
+    if (g < 0) { /* a dataset, not a group */
+        h5_forget(q);
+        return 0;
+    }
+    H5G_info_t gi;
+    int found = 0;
+    if (H5Gget_info(g, &gi) >= 0)
+        for (hsize_t i = 0; i < gi.nlinks && !found; i++) {
+            char key[64];
+            if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, key, sizeof key,
+                                   H5P_DEFAULT) < 0)
+                break;
+            if (strcmp(key, "vars") != 0) found = holds_vars(q, g, key, depth - 1);
+        }
+    h5_forget(q);
+    H5Gclose(g);
+    return found;
+}
+
+/* Every layer of the file that holds variables (in its vars group or in groups below it) must
+ * be one of the model's: *found receives the first other group key (1), or nothing (0); -1 on
+ * an HDF5 error. */
 static int find_extra_layer(h5_quiet *q, const dist_model *m, hid_t layers, char *found,
                             size_t size) {
     H5G_info_t gi;
     if (H5Gget_info(layers, &gi) < 0) return -1;
     for (hsize_t i = 0; i < gi.nlinks; i++) {
-        char key[64], vars[128];
+        char key[64];
         ssize_t n = H5Lget_name_by_idx(layers, ".", H5_INDEX_NAME, H5_ITER_INC, i, key, sizeof key,
                                        H5P_DEFAULT);
         if (n < 0) return -1;
-        snprintf(vars, sizeof vars, "%s/vars", key);
-        H5G_info_t vi;
-        if (H5Lexists(layers, vars, H5P_DEFAULT) <= 0 ||
-            H5Gget_info_by_name(layers, vars, &vi, H5P_DEFAULT) < 0 || vi.nlinks == 0) {
-            h5_forget(q);
-            continue;
-        }
+        if (!holds_vars(q, layers, key, 3)) continue;
         int mine = 0;
         for (int l = 0; l < m->nlayers && !mine; l++) {
             char k[64];

@@ -182,6 +182,31 @@ START_TEST(test_a_layer_missing_from_the_file_or_extra_in_it_is_refused) {
     ck_assert_ptr_nonnull(strstr(dist_last_error(), "layer 'dense'"));
     dist_model_destroy(small);
     dist_model_destroy(cnn);
+    /* layers whose variables sit in groups below theirs (a recurrent layer's cell/vars, a
+     * Bidirectional's forward_layer/cell/vars) are seen too */
+    for (int bidir = 0; bidir < 2; bidir++) {
+        dist_model *rnn = NULL, *plain = NULL;
+        ck_assert_int_eq(dist_model_create(NULL, &rnn), DIST_OK);
+        ck_assert_int_eq(dist_model_create(NULL, &plain), DIST_OK);
+        dist_rnn_options o = DIST_RNN_OPTIONS_INIT(3);
+        ck_assert_int_eq(
+            bidir ? dist_model_add_bidirectional(rnn, DIST_RNN_GRU, &o, DIST_BIDIR_CONCAT)
+                  : dist_model_add_lstm(rnn, &o),
+            DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(rnn, 2, DIST_ACT_NONE), DIST_OK);
+        ck_assert_int_eq(dist_model_add_flatten(plain), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(plain, 2, DIST_ACT_NONE), DIST_OK);
+        ck_assert_int_eq(dist_model_build(rnn, 2, (int64_t[]){4, 3}, 1), DIST_OK);
+        /* the same Dense shape: [3 or 6, 2] vs Flatten's [12, 2] differs, so match it */
+        ck_assert_int_eq(dist_model_build(plain, 2, (int64_t[]){1, bidir ? 6 : 3}, 1), DIST_OK);
+        ck_assert_int_eq(dist_model_save_keras_weights(rnn, path), DIST_OK);
+        ck_assert_int_eq(dist_model_load_keras_weights(plain, path), DIST_FORMAT);
+        ck_assert_msg(
+            strstr(dist_last_error(), bidir ? "layers/bidirectional, which" : "layers/lstm, which"),
+            "%s", dist_last_error());
+        dist_model_destroy(rnn);
+        dist_model_destroy(plain);
+    }
 }
 END_TEST
 
