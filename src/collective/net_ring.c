@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Summing granularity: large enough to amortise the loop, small enough that forwarding starts
@@ -176,13 +177,33 @@ dist_status net_ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *
         if (sg == p.steps && rg == p.steps) break;
         double now = net_now();
         if (progress) {
+            c->moved_at = now;
             spin_until = now + c->spin_s;
             continue;
         }
         if (now < spin_until) continue;
         bool want_recv = rg < p.steps, want_send = send_wait || hs < NET_FRAME_BYTES;
-        if (now >= deadline)
-            return net_fail_peer(c, DIST_TIMEOUT, want_recv ? prev : next, "all-reduce", NULL);
+        if (now >= deadline) {
+            /* how far the ring got with the peer it waits on, and since when nothing moved */
+            char got[160];
+            if (want_recv)
+                snprintf(got, sizeof got,
+                         "it sent %zu of %zu bytes of ring step %d of %d; nothing moved for "
+                         "%.2f s",
+                         hr < NET_FRAME_BYTES ? hr : rp,
+                         hr < NET_FRAME_BYTES ? (size_t)NET_FRAME_BYTES
+                                              : chunk_bytes(&p, recv_chunk(&p, rg)),
+                         rg + 1, p.steps, now - c->moved_at);
+            else
+                snprintf(got, sizeof got,
+                         "it took %zu of %zu bytes of ring step %d of %d; nothing moved for "
+                         "%.2f s",
+                         hs < NET_FRAME_BYTES ? hs : sp,
+                         hs < NET_FRAME_BYTES ? (size_t)NET_FRAME_BYTES
+                                              : chunk_bytes(&p, send_chunk(&p, sg)),
+                         sg + 1, p.steps, now - c->moved_at);
+            return net_fail_peer(c, DIST_TIMEOUT, want_recv ? prev : next, "all-reduce", got);
+        }
         struct pollfd pf[2];
         int np = 0;
         if (want_recv) pf[np++] = (struct pollfd){pfd, POLLIN, 0};

@@ -326,12 +326,14 @@ typedef struct failure_case {
     dist_net_transport transport;
     int signal; /* what rank 1 does to itself after the first all-reduce */
     double timeout_s;
+    dist_net_allreduce_algorithm algo; /* TCP's (auto by default) */
 } failure_case;
 
 static void failing_rank1(const cluster *cl, int rank, void *arg) {
     const failure_case *fc = arg;
     dist_net_comm_options o = cluster_options(cl, rank, fc->transport);
     o.timeout_s = fc->timeout_s;
+    o.allreduce_algorithm = fc->algo;
     dist_net_comm *c = NULL;
     CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
     float x[1000] = {0};
@@ -346,6 +348,7 @@ static void surviving_rank0(const cluster *cl, int rank, void *arg) {
     const failure_case *fc = arg;
     dist_net_comm_options o = cluster_options(cl, rank, fc->transport);
     o.timeout_s = fc->timeout_s;
+    o.allreduce_algorithm = fc->algo;
     dist_net_comm *c = NULL;
     CHILD_CHECK(dist_net_comm_create(&o, &c) == DIST_OK, "create: %s", dist_last_error());
     float x[1000] = {0};
@@ -361,8 +364,10 @@ static void surviving_rank0(const cluster *cl, int rank, void *arg) {
     dist_net_comm_destroy(c);
 }
 
-/* max_s: how soon the survivor must fail; a timeout case passes dist_test_timeout_bound. */
-static void check_failure(failure_case fc, const char *want_status, double max_s) {
+/* max_s: how soon the survivor must fail; a timeout case passes dist_test_timeout_bound; a
+ * message the report must hold, or NULL. */
+static void check_failure_saying(failure_case fc, const char *want_status, double max_s,
+                                 const char *says) {
     cluster cl;
     cluster_init(&cl, 2);
     pid_t p0 = spawn(&cl, 0, surviving_rank0, &fc);
@@ -377,6 +382,7 @@ static void check_failure(failure_case fc, const char *want_status, double max_s
     ck_assert_msg(strcmp(status, want_status) == 0, "got: %s", r);
     ck_assert_msg(dt < max_s, "took %.3f s: %s", dt, r);
     ck_assert_msg(strstr(r, "worker/1 at 127.0.0.1:"), "does not name the peer: %s", r);
+    ck_assert_msg(!says || strstr(r, says), "does not say '%s': %s", says, r);
     const char *a = strstr(r, "again ");
     ck_assert_ptr_nonnull(a);
     sscanf(a + 6, "%31s", again);
@@ -385,16 +391,27 @@ static void check_failure(failure_case fc, const char *want_status, double max_s
     cluster_cleanup(&cl);
 }
 
+static void check_failure(failure_case fc, const char *want_status, double max_s) {
+    check_failure_saying(fc, want_status, max_s, NULL);
+}
+
 START_TEST(test_net_killed_rank_fails_the_survivor_with_peer_lost_tcp_and_shm) {
-    check_failure((failure_case){DIST_NET_TCP, SIGKILL, 30}, "DIST_PEER_LOST", 3.0);
-    check_failure((failure_case){DIST_NET_SHM, SIGKILL, 30}, "DIST_PEER_LOST", 3.0);
+    check_failure((failure_case){DIST_NET_TCP, SIGKILL, 30, DIST_NET_ALLREDUCE_AUTO},
+                  "DIST_PEER_LOST", 3.0);
+    check_failure((failure_case){DIST_NET_SHM, SIGKILL, 30, DIST_NET_ALLREDUCE_AUTO},
+                  "DIST_PEER_LOST", 3.0);
 }
 END_TEST
 
 START_TEST(test_net_stopped_rank_fails_the_survivor_with_timeout_tcp_and_shm) {
     const double bound = dist_test_timeout_bound(1.0);
-    check_failure((failure_case){DIST_NET_TCP, SIGSTOP, 1.0}, "DIST_TIMEOUT", bound);
-    check_failure((failure_case){DIST_NET_SHM, SIGSTOP, 1.0}, "DIST_TIMEOUT", bound);
+    check_failure((failure_case){DIST_NET_TCP, SIGSTOP, 1.0, DIST_NET_ALLREDUCE_AUTO},
+                  "DIST_TIMEOUT", bound);
+    check_failure((failure_case){DIST_NET_SHM, SIGSTOP, 1.0, DIST_NET_ALLREDUCE_AUTO},
+                  "DIST_TIMEOUT", bound);
+    /* the ring, chosen explicitly, says how far it got with the silent peer */
+    check_failure_saying((failure_case){DIST_NET_TCP, SIGSTOP, 1.0, DIST_NET_ALLREDUCE_RING},
+                         "DIST_TIMEOUT", bound, "of ring step 1 of 2; nothing moved for");
 }
 END_TEST
 
