@@ -108,6 +108,13 @@ def models(k):
     h = L.Dense(2)(L.Concatenate()([b, c]))
     out.append(("masked", k.Model(x, h)))
 
+    # Masking on float features (Keras 3 writes its NotEqual and Any nodes)
+    x = k.Input((8, 3))
+    m = L.Masking(mask_value=-1.0)(x)
+    a = L.GRU(4, return_sequences=True)(m)
+    h = L.Dense(2)(L.GlobalAveragePooling1D()(a))
+    out.append(("masking", k.Model(x, h)))
+
     seq = k.Sequential([k.Input((6,)), L.Dense(8, activation="softplus"),
                         L.Dense(8, activation="softsign"), L.Dense(8, activation="hard_sigmoid"),
                         L.Dense(8, activation="exponential"), L.Dense(4, activation="linear")])

@@ -318,6 +318,10 @@ DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, 
  * or NaN computed at a masked step becomes NaN, where Keras's tf.where would keep it out. */
 DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int input_dim,
                                                      int output_dim);
+/* keras.layers.Masking(mask_value) on (steps, features) inputs: a step whose features all equal
+ * mask_value is masked (its output zeros, the rest unchanged), and the mask goes on by the
+ * rules above. Float32 inputs; the mask takes no gradient (Keras's is boolean). */
+DIST_API dist_status dist_model_add_masking(dist_model *model, float mask_value);
 /* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as
  * self-attention on [batch, steps, features] (query = value = key: the layer reads one tensor,
  * or the same tensor two or three times through dist_model_set_inputs), dropout 0, no mask:

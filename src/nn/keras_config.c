@@ -394,6 +394,7 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
     case LAYER_SPATIAL_DROPOUT2D: st = dropout_config(c, l); break;
     case LAYER_BATCH_NORM: batch_norm_config(c, l); break;
     case LAYER_FLATTEN: cJSON_AddStringToObject(c, "data_format", "channels_last"); break;
+    case LAYER_MASKING: cJSON_AddNumberToObject(c, "mask_value", (double)l->scale); break;
     case LAYER_DENSE: dense_config(c, l); break;
     case LAYER_ACTIVATION:
         cJSON_AddStringToObject(c, "activation", layer_activation_name(l));

@@ -1178,6 +1178,20 @@ static dist_status add_global_max_pool2d(dist_model *m, const json_layer *l) {
     return dist_model_add_global_max_pool2d(m);
 }
 
+/* Masking(mask_value) (float inputs of (steps, features)). */
+static dist_status add_masking(dist_model *m, const json_layer *l) {
+    static const char *const known[] = {"mask_value", "batch_input_shape", NULL};
+    DIST_TRY(check_keys(l, known));
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->config, "mask_value");
+    if (v && !cJSON_IsNumber(v))
+        return dist_error(DIST_FORMAT, "layer '%s' (Masking): 'mask_value' must be a number",
+                          l->name);
+    const double value = v ? v->valuedouble : 0.0;
+    if (!(fabs(value) <= FLT_MAX))
+        return unsupported_arg(l, "mask_value", "is %g; libdist takes a finite float32", value);
+    return dist_model_add_masking(m, (float)value);
+}
+
 static dist_status add_global_average_pool1d(dist_model *m, const json_layer *l) {
     static const char *const known[] = {"data_format", "batch_input_shape", NULL};
     DIST_TRY(check_keys(l, known)); /* keepdims: true is refused there, false passes */
@@ -1463,6 +1477,7 @@ static dist_status add_layer(dist_model *m, const json_layer *l, uint64_t seed) 
                  {"GlobalMaxPool1D", add_global_max_pool1d},
                  {"LayerNormalization", add_layer_normalization},
                  {"GlobalAveragePooling1D", add_global_average_pool1d},
+                 {"Masking", add_masking},
                  {"GlobalAvgPool1D", add_global_average_pool1d},
                  {"Permute", add_permute},
                  {"Embedding", add_embedding},
@@ -1702,9 +1717,18 @@ static dist_status find_layer(const dist_model *m, const char *input, const json
  * Any. Its consumers take the result as a `mask` argument. libdist computes the masks by
  * Keras's rules itself (model.c's plan_masks), so these nodes are checked and left out, and
  * each layer's argument is kept to be checked against the rules (model_layer.json_mask). Every
- * mask is the one of the model's int32 ids, so each node is one of three values: that mask
- * [batch, steps], the mask expanded along the features, or all false. */
-typedef enum mask_value { MASK_NONE = 0, MASK_IDS, MASK_EXPANDED, MASK_FALSE } mask_value;
+ * Embedding's mask is the one of the model's int32 ids; a Masking layer's is written as
+ * NotEqual(x, mask_value) and Any along the features. So each node is one of these values: a
+ * mask of the steps [batch, steps] (MASK_STEPS), a mask expanded along the features, all false,
+ * or Masking's elementwise comparison; which mask a consumer takes the plan decides by Keras's
+ * rules, and the node only has to be one. */
+typedef enum mask_value {
+    MASK_NONE = 0,
+    MASK_STEPS,
+    MASK_EXPANDED,
+    MASK_FALSE,
+    MASK_NOT_EQUAL
+} mask_value;
 
 static int is_op_node(const cJSON *item) {
     const char *module = json_str(item, "module");
@@ -1743,8 +1767,8 @@ static int config_int_is(const json_layer *l, const char *key, int want) {
     return cJSON_IsNumber(v) && v->valuedouble == (double)want;
 }
 
-static dist_status add_mask_node(const json_layer *l, const cJSON *item, const char *input,
-                                 mask_nodes *mn) {
+static dist_status add_mask_node(const dist_model *m, const json_layer *l, const cJSON *item,
+                                 const char *input, mask_nodes *mn) {
     static const struct {
         const char *cls;
         int nargs;
@@ -1761,12 +1785,16 @@ static dist_status add_mask_node(const json_layer *l, const cJSON *item, const c
         return dist_error(DIST_FORMAT, "operation '%s' (%s): expected one call of %d argument%s",
                           l->name, l->class_name, ops[op].nargs, ops[op].nargs > 1 ? "s" : "");
     switch (op) {
-    case 0: { /* Embedding's mask_zero: ids != 0 */
+    case 0: { /* Embedding's mask_zero: ids != 0; Masking's x != mask_value */
         const char *ids;
-        const cJSON *zero = cJSON_GetArrayItem(args, 1);
-        DIST_TRY(arg_tensor(l, cJSON_GetArrayItem(args, 0), &ids));
-        if (input && strcmp(ids, input) == 0 && cJSON_IsNumber(zero) && zero->valuedouble == 0)
-            v = MASK_IDS;
+        const cJSON *x = cJSON_GetArrayItem(args, 0), *zero = cJSON_GetArrayItem(args, 1);
+        DIST_TRY(arg_tensor(l, x, &ids));
+        if (input && strcmp(ids, input) == 0 && dist_model_input_dtype(m) == DIST_I32) {
+            if (input && strcmp(ids, input) == 0 && cJSON_IsNumber(zero) && zero->valuedouble == 0)
+                v = MASK_STEPS;
+        } else if (cJSON_IsNumber(zero)) {
+            v = MASK_NOT_EQUAL;
+        }
         break;
     }
     case 1:
@@ -1781,7 +1809,7 @@ static dist_status add_mask_node(const json_layer *l, const cJSON *item, const c
         break;
     case 3: /* the mask along a new last axis */
         DIST_TRY(arg_value(l, args, 0, mn, &a));
-        if (a == MASK_IDS && (config_int_is(l, "axis", -1) || config_int_is(l, "axis", 2)))
+        if (a == MASK_STEPS && (config_int_is(l, "axis", -1) || config_int_is(l, "axis", 2)))
             v = MASK_EXPANDED;
         break;
     case 4: /* false in the shape of a tensor */
@@ -1800,19 +1828,19 @@ static dist_status add_mask_node(const json_layer *l, const cJSON *item, const c
         }
         break;
     }
-    case 6: /* any along the last axis of an expanded mask */
+    case 6: /* any along the last axis of an expanded mask, or of Masking's comparison */
         DIST_TRY(arg_value(l, args, 0, mn, &a));
-        if (a == MASK_EXPANDED && config_int_is(l, "axis", -1) &&
+        if ((a == MASK_EXPANDED || a == MASK_NOT_EQUAL) && config_int_is(l, "axis", -1) &&
             cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(l->config, "keepdims")))
-            v = MASK_IDS;
+            v = MASK_STEPS;
         break;
     default: break;
     }
     if (v == MASK_NONE)
         return dist_error(DIST_UNSUPPORTED,
                           "operation '%s' (%s): libdist reads operations only as the masks Keras "
-                          "3 writes for Embedding(mask_zero=True) (NotEqual(ids, 0), and "
-                          "LogicalOr, LogicalAnd, ExpandDims, ZerosLike, Concatenate and Any "
+                          "3 writes for Embedding(mask_zero=True) and Masking (NotEqual and Any, "
+                          "and LogicalOr, LogicalAnd, ExpandDims, ZerosLike, Concatenate and Any "
                           "where merges combine them)",
                           l->name, l->class_name);
     if (mn->n == MODEL_MAX_LAYERS)
@@ -1848,10 +1876,10 @@ static dist_status mask_argument(const json_layer *l, const cJSON *item, const m
     if (cJSON_IsNull(v)) return DIST_OK;
     const char *name;
     DIST_TRY(arg_tensor(l, v, &name));
-    if (mask_node(mn, name) != MASK_IDS)
+    if (mask_node(mn, name) != MASK_STEPS)
         return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (%s): its mask is '%s', not the mask of "
-                          "Embedding(mask_zero=True) that libdist computes",
+                          "layer '%s' (%s): its mask is '%s', not a mask of "
+                          "Embedding(mask_zero=True) or Masking that libdist computes",
                           l->name, l->class_name, name);
     *json_mask = 1;
     return DIST_OK;
@@ -1893,6 +1921,7 @@ static int weightless(const char *class_name) {
                                         "GlobalMaxPool2D",
                                         "GlobalMaxPooling1D",
                                         "GlobalMaxPool1D",
+                                        "Masking",
                                         "ZeroPadding2D",
                                         "UpSampling1D",
                                         "UpSampling2D",
@@ -1952,7 +1981,7 @@ static dist_status functional_layers(const cJSON *config, const cJSON *layers, u
         json_layer l;
         DIST_TRY(read_layer(item, index++, &l));
         if (is_op_node(item)) {
-            DIST_TRY(add_mask_node(&l, item, input, mn));
+            DIST_TRY(add_mask_node(m, &l, item, input, mn));
         } else if (strcmp(l.class_name, "InputLayer") == 0) {
             if (input)
                 return dist_error(DIST_UNSUPPORTED,

@@ -80,6 +80,7 @@ static const struct {
     [LAYER_LSTM] = {"LSTM", "lstm"},
     [LAYER_GRU] = {"GRU", "gru"},
     [LAYER_BIDIRECTIONAL] = {"Bidirectional", "bidirectional"},
+    [LAYER_MASKING] = {"Masking", "masking"},
     [LAYER_MINIMUM] = {"Minimum", "minimum"},
     [LAYER_CONCATENATE] = {"Concatenate", "concatenate"},
     [LAYER_ZERO_PADDING2D] = {"ZeroPadding2D", "zero_padding2d"},
@@ -654,6 +655,16 @@ dist_status dist_model_add_embedding(dist_model *m, int input_dim, int output_di
     return DIST_OK;
 }
 
+dist_status dist_model_add_masking(dist_model *m, float mask_value) {
+    DIST_CHECK_ARG(m, "dist_model_add_masking: model is NULL");
+    DIST_CHECK_ARG(isfinite(mask_value), "masking: mask_value must be finite, got %g",
+                   (double)mask_value);
+    model_layer *l = NULL;
+    DIST_TRY(add_plain(m, LAYER_MASKING, &l));
+    l->scale = mask_value;
+    return DIST_OK;
+}
+
 dist_status dist_model_add_embedding_masked(dist_model *m, int input_dim, int output_dim) {
     DIST_TRY(dist_model_add_embedding(m, input_dim, output_dim));
     m->layers[m->nlayers - 1].mask_zero = 1;
@@ -1096,6 +1107,13 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
                               "inputs",
                               l->name);
         break;
+    case LAYER_MASKING:
+        if (nd != 2)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (Masking) expects (steps, features) inputs (a mask per "
+                              "step), not %d dimensions",
+                              l->name, nd);
+        break;
     case LAYER_SPATIAL_DROPOUT1D:
     case LAYER_SPATIAL_DROPOUT2D:
         if (nd != (l->kind == LAYER_SPATIAL_DROPOUT1D ? 2 : 3))
@@ -1508,9 +1526,10 @@ static int is_merge(layer_kind k) {
 }
 
 static dist_status mask_refused(const model_layer *l, const dist_model *m, const char *why) {
-    return dist_error(DIST_UNSUPPORTED,
-                      "layer '%s' (%s) receives the mask of Embedding '%s' (mask_zero); %s",
-                      l->name, model_layer_class(l->kind), m->layers[l->mask_in].name, why);
+    const model_layer *src = &m->layers[l->mask_in];
+    return dist_error(DIST_UNSUPPORTED, "layer '%s' (%s) receives the mask of %s '%s'%s; %s",
+                      l->name, model_layer_class(l->kind), model_layer_class(src->kind), src->name,
+                      src->kind == LAYER_EMBEDDING ? " (mask_zero)" : "", why);
 }
 
 /* Keras 3's masks, in the order a call runs the layers: which Embedding's mask each layer's
@@ -1533,6 +1552,10 @@ static dist_status plan_masks(dist_model *m, int output) {
                               "which libdist follows, give it %s",
                               l->name, model_layer_class(l->kind), l->json_mask ? "a" : "no",
                               masked > 0 ? "one" : "none");
+        if (l->kind == LAYER_MASKING) { /* its own mask, whatever it received */
+            l->mask_out = i;
+            continue;
+        }
         if (l->kind == LAYER_EMBEDDING) {
             if (l->mask_zero && l->in_ndim != 1)
                 return dist_error(DIST_UNSUPPORTED,
@@ -1550,6 +1573,13 @@ static dist_status plan_masks(dist_model *m, int output) {
                 return mask_refused(l, m,
                                     "libdist merges a masked input only with other masked ones "
                                     "(Keras 3 and tf_keras combine a mask and none differently)");
+            /* every Embedding's mask is the ids'; a Masking layer's is its own */
+            for (int j = 1; j < l->ninputs; j++)
+                if (src[j] != src[0] && (m->layers[src[j]].kind == LAYER_MASKING ||
+                                         m->layers[src[0]].kind == LAYER_MASKING))
+                    return mask_refused(l, m,
+                                        "libdist merges inputs of one mask only (Keras 3 and "
+                                        "tf_keras combine two differently)");
             if (l->kind == LAYER_CONCATENATE && l->axis != l->out_ndim)
                 return mask_refused(l, m,
                                     "a Concatenate of masked inputs along another axis than the "
@@ -1580,11 +1610,13 @@ static dist_status plan_masks(dist_model *m, int output) {
     const model_layer *o = &m->layers[output];
     if (o->mask_out >= 0)
         return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (%s), the model's output, carries the mask of Embedding "
-                          "'%s' (mask_zero); Keras would mask the loss with it, which libdist "
-                          "does not (pool the steps, or end the sequence at a recurrent layer "
-                          "without return_sequences)",
-                          o->name, model_layer_class(o->kind), m->layers[o->mask_out].name);
+                          "layer '%s' (%s), the model's output, carries the mask of %s '%s'; "
+                          "Keras would mask the loss with it, which libdist does not (pool the "
+                          "steps, or end the sequence at a recurrent layer without "
+                          "return_sequences)",
+                          o->name, model_layer_class(o->kind),
+                          model_layer_class(m->layers[o->mask_out].kind),
+                          m->layers[o->mask_out].name);
     return DIST_OK;
 }
 
@@ -2251,6 +2283,34 @@ static dist_status embedding_mask(dist_tape *tape, const dist_tensor *ids, dist_
     return dist_op_add(tape, zero, c, mask);
 }
 
+/* Keras's Masking: 1 where any feature of a step differs from `value`, [batch, steps]: |x - v|
+ * scaled by 2^127 and capped at 1, then scaled by 2^22 and capped at 1 (the smallest
+ * difference a float32 holds becomes 1, equality stays 0; two steps so that no product
+ * overflows and no compiler folds the factors into an infinite one), then the largest over the
+ * features. Computed with the tape not recording: the mask is a constant of the step, as
+ * Keras's boolean one is. */
+static dist_status masking_mask(dist_tape *tape, const dist_tensor *x, float value,
+                                dist_tensor **mask) {
+    const int recording = dist_tape_recording(tape);
+    static const int last[1] = {2};
+    dist_tensor *v, *one, *d;
+    dist_tape_set_recording(tape, 0);
+    dist_status st = scalar_constant(tape, value, &v);
+    /* Keras compares the inputs with the value cast to their dtype */
+    const dist_dtype compute = dist_tape_compute_precision(tape);
+    if (st == DIST_OK && compute != DIST_F32) st = dist_op_cast(tape, v, DIST_F32, compute, &v);
+    if (st == DIST_OK) st = scalar_constant(tape, 1.0f, &one);
+    if (st == DIST_OK) st = dist_op_sub(tape, x, v, &d);
+    if (st == DIST_OK) st = dist_op_abs(tape, d, &d);
+    if (st == DIST_OK) st = dist_op_scale(tape, d, 0x1p127f, &d);
+    if (st == DIST_OK) st = dist_op_minimum(tape, d, one, &d);
+    if (st == DIST_OK) st = dist_op_scale(tape, d, 0x1p22f, &d);
+    if (st == DIST_OK) st = dist_op_minimum(tape, d, one, &d);
+    if (st == DIST_OK) st = dist_op_reduce_max(tape, d, 1, last, 0, mask);
+    dist_tape_set_recording(tape, recording);
+    return st;
+}
+
 /* Keras's GlobalAveragePooling1D under a mask: sum(x * mask) / sum(mask) over the steps. */
 static dist_status masked_mean_steps(dist_tape *tape, const dist_tensor *h, const dist_tensor *mask,
                                      dist_tensor **out) {
@@ -2348,6 +2408,12 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
     case LAYER_LSTM:
     case LAYER_GRU:
     case LAYER_BIDIRECTIONAL: return model_call_rnn(m, tape, i, h, mask, vars, out);
+    case LAYER_MASKING: { /* mask: its own (call_layers made it) */
+        int64_t s3[3] = {mask->shape[0], mask->shape[1], 1};
+        dist_tensor *m3;
+        DIST_TRY(dist_op_reshape(tape, mask, 3, s3, &m3));
+        return dist_op_mul(tape, h, m3, out);
+    }
     case LAYER_EMBEDDING: {
         /* the lookup reads the float32 table (Keras's Embedding does not autocast it) and
          * casts the rows it returns to the compute dtype */
@@ -2483,9 +2549,14 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
             }
             DIST_TRY(dist_tape_set_compute_precision(tape, DIST_F32));
         }
-        const dist_tensor *mask = l->mask_in >= 0 ? masks[l->mask_in] : NULL;
-        dist_status st = call_layer(m, tape, rep, i, in, mask, vars, &outs[i]);
-        if (st == DIST_OK && l->mask_out == i) st = embedding_mask(tape, in[0], &masks[i]);
+        dist_status st = DIST_OK;
+        if (l->kind == LAYER_MASKING) st = masking_mask(tape, in[0], l->scale, &masks[i]);
+        const dist_tensor *mask = l->kind == LAYER_MASKING ? masks[i]
+                                  : l->mask_in >= 0        ? masks[l->mask_in]
+                                                           : NULL;
+        if (st == DIST_OK) st = call_layer(m, tape, rep, i, in, mask, vars, &outs[i]);
+        if (st == DIST_OK && l->kind == LAYER_EMBEDDING && l->mask_out == i)
+            st = embedding_mask(tape, in[0], &masks[i]);
         if (f32) dist_tape_set_compute_precision(tape, saved);
         if (st != DIST_OK && l->kind != LAYER_DROPOUT && l->kind != LAYER_SPATIAL_DROPOUT1D &&
             l->kind != LAYER_SPATIAL_DROPOUT2D && l->kind != LAYER_BATCH_NORM)

@@ -59,6 +59,7 @@ typedef enum layer_kind {
     LAYER_LSTM,
     LAYER_GRU,
     LAYER_BIDIRECTIONAL, /* rnn_kind's layer forwards (kernel_var, ...) and backwards (back_vars) */
+    LAYER_MASKING,       /* Masking(mask_value): scale is the mask value */
     LAYER_KIND_COUNT
 } layer_kind;
 

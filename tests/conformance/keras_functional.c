@@ -93,6 +93,11 @@ int main(int argc, char **argv) {
     } else if (ends_with(argv[3], ".i32")) {
         fprintf(stderr, "keras_functional: %s holds int32 ids, the model reads float32\n", argv[3]);
         return 1;
+    } else {
+        /* a float32 input of fewer dimensions (steps, features): H, W = its shape, C = 1 */
+        int64_t ms[4];
+        int nd = dist_model_input_shape(m, ms);
+        if (nd == 2 && xshape[3] == 1) xrank = 3;
     }
     int64_t np = dist_model_num_params(m);
     if (ends_with(argv[2], ".h5")) {

@@ -4,7 +4,8 @@
  *
  * usage: keras_text MODEL.json WEIGHTS.h5 IDS.i32 LABELS.i32 N T OUT_LOGITS.f32 OUT_GRADS.f32
  *                   [OUT_WEIGHTS.h5]
- *   IDS.i32: N x T int32 token ids, row-major; LABELS.i32: N int32;
+ *   IDS.i32: N x T int32 token ids, row-major; or IDS.f32: N x T x F float32 features (a model
+ *   of a float32 input, F from the file's size); LABELS.i32: N int32;
  *   OUT_LOGITS.f32: N x outputs; OUT_GRADS.f32: every variable's gradient in the model's order
  *   (Keras's trainable_weights order), flattened row-major; OUT_WEIGHTS.h5: the weights it
  *   loaded, written back by dist_model_save_keras_weights. */
@@ -14,6 +15,7 @@
 #include <dist/tape.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int fail(const char *what) {
     fprintf(stderr, "keras_text: %s: %s\n", what, dist_last_error());
@@ -41,17 +43,20 @@ int main(int argc, char **argv) {
     char *json = conf_slurp(argv[1], &json_len);
     int32_t *ids = conf_slurp(argv[3], &ids_len);
     int32_t *labels = conf_slurp(argv[4], &lab_len);
-    int64_t n = atoll(argv[5]), xshape[2] = {n, atoll(argv[6])};
+    const size_t plen = strlen(argv[3]);
+    const int floats = plen > 4 && strcmp(argv[3] + plen - 4, ".f32") == 0;
+    int64_t n = atoll(argv[5]), xshape[3] = {n, atoll(argv[6]), 1};
+    if (floats && n > 0 && xshape[1] > 0) xshape[2] = (int64_t)(ids_len / 4) / (n * xshape[1]);
     if (!json || !ids || !labels || n <= 0 || lab_len != (size_t)n * sizeof *labels ||
-        ids_len != (size_t)(n * xshape[1]) * sizeof *ids) {
+        ids_len != (size_t)(n * xshape[1] * xshape[2]) * sizeof *ids) {
         fprintf(stderr, "keras_text: cannot read the model, %lld sequences or %lld labels\n",
                 (long long)n, (long long)n);
         return 1;
     }
     dist_model *m = NULL;
     if (dist_model_from_keras_json(json, 0, &m)) return fail("JSON");
-    if (dist_model_input_dtype(m) != DIST_I32) {
-        fprintf(stderr, "keras_text: the model's input is not int32\n");
+    if (dist_model_input_dtype(m) != (floats ? DIST_F32 : DIST_I32)) {
+        fprintf(stderr, "keras_text: the model's input is not %s\n", floats ? "float32" : "int32");
         return 1;
     }
     if (dist_model_load_keras_weights(m, argv[2])) return fail("loading weights");
@@ -60,7 +65,7 @@ int main(int argc, char **argv) {
     if (dist_tape_create(dist_model_backend(m, 0), &t)) return fail("tape");
 
     int64_t lshape[1] = {n};
-    dist_tensor hx = dist_tensor_view(ids, DIST_I32, 2, xshape);
+    dist_tensor hx = dist_tensor_view(ids, floats ? DIST_F32 : DIST_I32, floats ? 3 : 2, xshape);
     dist_tensor hl = dist_tensor_view(labels, DIST_I32, 1, lshape);
     dist_tensor *x, *y, *lab, *per_example, *loss;
 

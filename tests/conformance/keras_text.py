@@ -132,6 +132,20 @@ def make_recurrent_masked():
     return keras.Model(ids, y, name="recurrent_masked")
 
 
+def make_masking():
+    """Keras's Masking on float features: the masked steps through an LSTM, a GRU run
+    backwards and a Dense into GlobalAveragePooling1D."""
+    L = keras.layers
+    x = keras.Input((T, 3), name="x")
+    m = L.Masking(mask_value=0.0, name="masking")(x)
+    a = L.LSTM(5, return_sequences=True, name="lstm")(m)
+    a = L.GRU(4, go_backwards=True, name="gru")(a)
+    b = L.Dense(4, activation="tanh", name="steps")(m)
+    b = L.GlobalAveragePooling1D(name="pool")(b)
+    y = L.Dense(K, name="out")(L.Concatenate(name="cat")([a, b]))
+    return keras.Model(x, y, name="masking")
+
+
 def make_mask_refused(kind):
     """A masked model that libdist refuses: the mask reaching `kind`."""
     L = keras.layers
@@ -310,6 +324,24 @@ def main():
                               os.path.join(work, "recurrent_masked.json"),
                               os.path.join(work, "recurrent_masked.weights.h5"), xm_path, y_path,
                               recm, xm, shape=(N, T, 1, 1)) and ok
+
+    # Masking on float features: padded steps (all features 0) and one inside a sequence
+    xf = rng.standard_normal((N, T, 3)).astype(np.float32)
+    for i, n in enumerate((16, 9, 3, 12, 1, 7, 16, 5)):
+        xf[i, n:] = 0
+    xf[0, 6] = 0
+    xf[2, 1, 0] = 0  # one feature 0 masks nothing
+    xf_path = os.path.join(work, "masking.f32")
+    xf.tofile(xf_path)
+    keras.utils.set_random_seed(18)
+    mk = make_masking()
+    mk.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                    for w in mk.get_weights()])
+    ok = run_case(driver, work, "masking", mk, xf, y, xf_path, y_path) and ok
+    if saver:
+        ok = keras_file_check(saver, work, "masking", os.path.join(work, "masking.json"),
+                              os.path.join(work, "masking.weights.h5"), xf_path, y_path, mk, xf,
+                              shape=(N, T, 3, 1)) and ok
 
     def refused(what, name, model, *wants):
         """The model's JSON is refused, the driver's message holding every `wants`."""

@@ -723,7 +723,7 @@ START_TEST(test_a_keras3_graph_s_mask_nodes_are_checked_against_keras_s_rules) {
         {"LogicalOr", "[" IDS_ARG "," IDS_ARG "]", NE_MASK, 1, 0, DIST_UNSUPPORTED,
          "operation 'ne' (LogicalOr)"},
         {"NotEqual", "[" IDS_ARG ",0]", NE_MASK, 1, 1, DIST_UNSUPPORTED,
-         "operation 'ne' (NotEqual)"}, /* before the InputLayer */
+         "its mask is 'ne', not a mask"}, /* before the InputLayer: not the ids' */
         {"NotEqual", "[" IDS_ARG "]", NE_MASK, 1, 0, DIST_FORMAT,
          "expected one call of 2 arguments"},
         {"NotEqual", "7", NE_MASK, 1, 0, DIST_FORMAT, "expected one call of 2 arguments"},

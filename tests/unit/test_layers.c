@@ -827,6 +827,79 @@ START_TEST(test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_ever
 }
 END_TEST
 
+/* Masking(mask_value): a step whose features all equal the value gives zeros and is masked for
+ * GlobalAveragePooling1D (one feature equal masks nothing, nor does the next float up); the
+ * input's gradient is the mask (no gradient through the comparison); refusals by name. */
+START_TEST(test_masking_masks_the_steps_whose_features_all_equal_the_value) {
+    enum { B = 2, T = 4, F = 3 };
+    const float v = 0.5f, up = nextafterf(0.5f, 1.0f);
+    float x[B * T * F] = {
+        0.5f, 0.5f, 0.5f, 1.0f, 0.5f, 0.5f, 0.5f, 0.5f, up,   -2.0f, 3.0f, 0.25f, /* example 0 */
+        0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f,  0.5f, 0.5f};
+    const int masked[B][T] = {{1, 0, 0, 0}, {1, 1, 1, 1}};
+    dist_model *m = new_model();
+    ck_assert_int_eq(dist_model_add_masking(m, v), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+    int64_t in[2] = {T, F}, shape[3] = {B, T, F};
+    ck_assert_msg(dist_model_build(m, 2, in, 1) == DIST_OK, "%s", dist_last_error());
+    dist_tape *t;
+    ck_assert_int_eq(dist_tape_create(dist_model_backend(m, 0), &t), DIST_OK);
+    int64_t n;
+    float *y = run_model(m, t, 0, x, 3, shape, &n);
+    ck_assert_int_eq(n, B * F);
+    for (int c = 0; c < F; c++) { /* example 0: the mean of steps 1..3; example 1: 0 / 0 */
+        double want = 0;
+        for (int s = 1; s < T; s++) want += x[s * F + c];
+        ck_assert_float_eq_tol(y[c], (float)(want / 3), 1e-6f);
+        ck_assert_msg(isnan(y[F + c]), "a sequence masked whole: %g", y[F + c]);
+    }
+    free(y);
+    /* the gradient of the sum of Masking's output: 1 at the kept steps, 0 at the masked */
+    dist_tape_reset(t);
+    dist_tape_set_recording(t, 1);
+    dist_model *mk = new_model();
+    ck_assert_int_eq(dist_model_add_masking(mk, v), DIST_OK);
+    ck_assert_int_eq(dist_model_add_flatten(mk), DIST_OK);
+    ck_assert_int_eq(dist_model_build(mk, 2, in, 1), DIST_OK);
+    dist_tensor hx = dist_tensor_view(x, DIST_F32, 3, shape), *dx, *out, *sum;
+    ck_assert_int_eq(dist_tape_upload(t, &hx, &dx), DIST_OK);
+    ck_assert_int_eq(dist_tape_watch(t, dx), DIST_OK);
+    ck_assert_msg(dist_model_call(mk, t, dx, &out) == DIST_OK, "%s", dist_last_error());
+    ck_assert_int_eq(dist_op_reduce_sum(t, out, &sum), DIST_OK);
+    dist_tensor *g;
+    ck_assert_int_eq(dist_tape_alloc(t, DIST_F32, 3, shape, &g), DIST_OK);
+    ck_assert_msg(dist_tape_gradient(t, sum, 1, &dx, &g) == DIST_OK, "%s", dist_last_error());
+    float gx[B * T * F];
+    ck_assert_int_eq(dist_tape_download(t, g, gx, sizeof gx), DIST_OK);
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < T; s++)
+            for (int c = 0; c < F; c++)
+                ck_assert_float_eq(gx[(b * T + s) * F + c], masked[b][s] ? 0.0f : 1.0f);
+    dist_tape_destroy(t);
+    dist_model_destroy(m);
+    dist_model_destroy(mk);
+    /* refused: images, a value that is not finite, two Masking layers' masks merged */
+    m = new_model();
+    ck_assert_int_eq(dist_model_add_masking(m, 0.0f), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 3, (int64_t[]){4, 4, 2}, 1), DIST_UNSUPPORTED);
+    ck_assert_msg(strstr(dist_last_error(), "(Masking) expects (steps, features) inputs"), "%s",
+                  dist_last_error());
+    dist_model_destroy(m);
+    m = new_model();
+    ck_assert_int_eq(dist_model_add_masking(m, INFINITY), DIST_INVALID_ARGUMENT);
+    ck_assert_int_eq(dist_model_add_masking(m, 0.0f), DIST_OK);  /* 0 */
+    ck_assert_int_eq(dist_model_add_masking(m, -1.0f), DIST_OK); /* 1 */
+    ck_assert_int_eq(dist_model_set_inputs(m, 1, 1, (int[]){DIST_MODEL_INPUT}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_merge(m, DIST_MERGE_ADD), DIST_OK);
+    ck_assert_int_eq(dist_model_set_inputs(m, 2, 2, (int[]){0, 1}), DIST_OK);
+    ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+    ck_assert_int_eq(dist_model_build(m, 2, in, 1), DIST_UNSUPPORTED);
+    ck_assert_msg(strstr(dist_last_error(), "merges inputs of one mask only"), "%s",
+                  dist_last_error());
+    dist_model_destroy(m);
+}
+END_TEST
+
 /* Bidirectional: its forward half is the layer, its backward half the layer run last to first
  * with the backward weights and its sequence put back in the steps' order; sum, mul and ave
  * merge the halves; and a model of each merge against central differences. */
@@ -1826,6 +1899,7 @@ int main(int argc, char **argv) {
                    test_recurrent_layers_start_with_orthogonal_recurrent_kernels_and_keras_biases);
     tcase_add_test(tc, test_recurrent_layers_match_their_definitions_and_differences);
     tcase_add_test(tc, test_bidirectional_is_the_layer_and_its_reversed_mirror);
+    tcase_add_test(tc, test_masking_masks_the_steps_whose_features_all_equal_the_value);
     tcase_add_test(tc, test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_every_step);
     tcase_add_test(tc, test_a_mask_makes_recurrent_layers_skip_the_masked_steps);
     tcase_add_test(tc, test_a_mask_reaches_global_average_pooling_through_the_layers_that_keep_it);

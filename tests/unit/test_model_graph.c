@@ -1068,8 +1068,10 @@ static const char *g_plugin; /* tpu mode: XLA's CPU PJRT plugin (argv[1] "tpu", 
  * Conv2DTranspose(3, (2, 1), strides (1, 2)) -> UpSampling2D((2, 3)) -> AveragePooling2D((2, 3),
  * strides (1, 2), same) -> GlobalMaxPooling2D -> Dense(10) -> Softmax (a head): the graph layers
  * that upload constants (the offset, epsilon) and zero tensors, on 2 replicas, 3 SGD steps of
- * global batches of 8. */
-static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count) {
+ * global batches of 8. With `masking` instead: Reshape((36, 2)) -> Masking(0) -> LSTM(4,
+ * return_sequences) -> GlobalAveragePooling1D -> Dense(10), on images with zero pixels (masked
+ * steps). */
+static void graph_steps(int tpu, int masking, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
         o.kind = DIST_STRATEGY_TPU;
@@ -1084,6 +1086,16 @@ static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count
     ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_create("graph", &m), DIST_OK);
+    if (masking) {
+        ck_assert_int_eq(dist_model_add_reshape(m, 2, (int64_t[]){36, 2}), DIST_OK);
+        ck_assert_int_eq(dist_model_add_masking(m, 0.0f), DIST_OK);
+        dist_rnn_options r = DIST_RNN_OPTIONS_INIT(4);
+        r.return_sequences = 1;
+        ck_assert_int_eq(dist_model_add_lstm(m, &r), DIST_OK);
+        ck_assert_int_eq(dist_model_add_global_average_pool1d(m), DIST_OK);
+        ck_assert_int_eq(dist_model_add_dense(m, 10, DIST_ACT_NONE), DIST_OK);
+        goto built;
+    }
     ck_assert_int_eq(dist_model_add_rescaling(m, 0.5f, 0.25f), DIST_OK);           /* 0 */
     ck_assert_int_eq(dist_model_add_zero_padding2d(m, 1, 0, 0, 1), DIST_OK);       /* 1 */
     ck_assert_int_eq(dist_model_add_conv2d(m, 4, 3, DIST_ACT_NONE), DIST_OK);      /* 2 */
@@ -1107,6 +1119,7 @@ static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count
     ck_assert_int_eq(dist_model_add_global_max_pool2d(m), DIST_OK);
     ck_assert_int_eq(dist_model_add_dense(m, 10, DIST_ACT_NONE), DIST_OK);
     ck_assert_int_eq(dist_model_add_softmax(m), DIST_OK);
+built:;
     dist_optimizer *opt = NULL;
     dist_sgd_options sgd = DIST_SGD_OPTIONS_INIT;
     sgd.learning_rate = 0.1f;
@@ -1121,6 +1134,10 @@ static void graph_steps(int tpu, float losses[3], float *weights, int64_t *count
     for (int i = 0; i < 24; i++) {
         y[i] = (i * 7) % 10;
         for (int j = 0; j < 72; j++) (&x[i][0][0][0])[j] = sinf((float)(i * 72 + j) * 0.37f);
+        if (masking) /* masked steps: whole pixels of zeros, at the end and inside */
+            for (int p = 0; p < 36; p++)
+                if (p >= 36 - i || p % 7 == i % 5)
+                    x[i][p / 6][p % 6][0] = x[i][p / 6][p % 6][1] = 0;
     }
     int64_t xs[4] = {24, 6, 6, 2}, ys[1] = {24};
     dist_tensor parts[2] = {dist_tensor_view(x, DIST_F32, 4, xs),
@@ -1328,12 +1345,23 @@ START_TEST(test_under_tpu_masked_recurrent_layers_train_as_mirrored_does) {
 }
 END_TEST
 
+/* Masking's comparison and the masked LSTM traced into one program: as mirrored. */
+START_TEST(test_under_tpu_masking_trains_as_mirrored_does) {
+    float lt[3], lm[3];
+    static float wt[4096], wm[4096];
+    int64_t nt = 0, nm = 0;
+    graph_steps(1, 1, lt, wt, &nt);
+    graph_steps(0, 1, lm, wm, &nm);
+    expect_same_training(lt, lm, wt, wm, nt, nm);
+}
+END_TEST
+
 START_TEST(test_under_tpu_a_graph_model_trains_as_mirrored_does) {
     float lt[3], lm[3];
     static float wt[4096], wm[4096];
     int64_t nt = 0, nm = 0;
-    graph_steps(1, lt, wt, &nt);
-    graph_steps(0, lm, wm, &nm);
+    graph_steps(1, 0, lt, wt, &nt);
+    graph_steps(0, 0, lm, wm, &nm);
     ck_assert_int_eq(nt, nm);
     for (int k = 0; k < 3; k++) ck_assert_float_eq_tol(lt[k], lm[k], 1e-5f * fabsf(lm[k]));
     double d = 0, n = 0;
@@ -1361,6 +1389,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_under_tpu_a_transformer_block_trains_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_recurrent_layers_train_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_masked_recurrent_layers_train_as_mirrored_does);
+        tcase_add_test(tc, test_under_tpu_masking_trains_as_mirrored_does);
         suite_add_tcase(s, tc);
         return dist_test_run(s);
     }
