@@ -185,23 +185,15 @@ dist_status net_ring_all_reduce(dist_net_comm *c, const net_frame *frame, void *
         bool want_recv = rg < p.steps, want_send = send_wait || hs < NET_FRAME_BYTES;
         if (now >= deadline) {
             /* how far the ring got with the peer it waits on, and since when nothing moved */
-            char got[160];
-            if (want_recv)
-                snprintf(got, sizeof got,
-                         "it sent %zu of %zu bytes of ring step %d of %d; nothing moved for "
-                         "%.2f s",
-                         hr < NET_FRAME_BYTES ? hr : rp,
-                         hr < NET_FRAME_BYTES ? (size_t)NET_FRAME_BYTES
-                                              : chunk_bytes(&p, recv_chunk(&p, rg)),
-                         rg + 1, p.steps, now - c->moved_at);
-            else
-                snprintf(got, sizeof got,
-                         "it took %zu of %zu bytes of ring step %d of %d; nothing moved for "
-                         "%.2f s",
-                         hs < NET_FRAME_BYTES ? hs : sp,
-                         hs < NET_FRAME_BYTES ? (size_t)NET_FRAME_BYTES
-                                              : chunk_bytes(&p, send_chunk(&p, sg)),
-                         sg + 1, p.steps, now - c->moved_at);
+            const size_t head = want_recv ? hr : hs, body = want_recv ? rp : sp;
+            const int step = want_recv ? rg : sg;
+            const size_t len = chunk_bytes(&p, want_recv ? recv_chunk(&p, rg) : send_chunk(&p, sg));
+            char got[192];
+            snprintf(got, sizeof got,
+                     "it %s %zu of %zu %sbytes of ring step %d of %d; nothing moved for %.2f s",
+                     want_recv ? "sent" : "took", head < NET_FRAME_BYTES ? head : body,
+                     head < NET_FRAME_BYTES ? (size_t)NET_FRAME_BYTES : len,
+                     head < NET_FRAME_BYTES ? "header " : "", step + 1, p.steps, now - c->moved_at);
             return net_fail_peer(c, DIST_TIMEOUT, want_recv ? prev : next, "all-reduce", got);
         }
         struct pollfd pf[2];

@@ -275,9 +275,7 @@ static void mha_config(cJSON *c, const model_layer *l) {
 }
 
 /* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (zero initial states: the only form
- * libdist runs). Keras 3 writes no implementation: it draws a dropout mask per gate with
- * recurrent_dropout, as libdist, but one input mask without, where libdist's implementation 1
- * draws one per gate. */
+ * libdist runs); implementation where it is 1 (Keras 3 writes none). */
 static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     static const char *const extras[] = {
         "kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
@@ -309,10 +307,18 @@ static void rnn_config(cJSON *c, const model_layer *l, layer_kind kind) {
     cJSON_AddNumberToObject(c, "dropout", (double)o->dropout);
     cJSON_AddNumberToObject(c, "recurrent_dropout", (double)o->recurrent_dropout);
     if (kind == LAYER_GRU) cJSON_AddBoolToObject(c, "reset_after", o->reset_after != 0);
-    if (o->dropout > 0.0f || o->recurrent_dropout > 0.0f)
-        cJSON_AddNumberToObject(c, "seed", (double)(o->seed & 0x7fffffff)); /* Keras's int */
-    else
+    if (o->dropout > 0.0f || o->recurrent_dropout > 0.0f) {
+        /* an integer literal (Keras wants an int; cJSON would print a large double in
+         * exponent form); Keras's seeds are int64 */
+        char digits[24];
+        snprintf(digits, sizeof digits, "%llu", (unsigned long long)(o->seed & INT64_MAX));
+        cJSON_AddItemToObject(c, "seed", cJSON_CreateRaw(digits));
+    } else {
         cJSON_AddNullToObject(c, "seed");
+    }
+    /* Keras 3's LSTM and GRU take implementation 1 (a dropout mask per gate) as an argument */
+    if (o->implementation == 1 && kind != LAYER_SIMPLE_RNN)
+        cJSON_AddNumberToObject(c, "implementation", 1);
 }
 
 /* Bidirectional: merge_mode and the wrapped layer's object ("forward_<class>", as Keras names

@@ -46,6 +46,15 @@ static int json_int(const cJSON *v, int *out) {
     return 1;
 }
 
+/* A Keras seed: an integer in [0, 2^63) (read through a double: exact up to 2^53). */
+static int json_seed(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d < 9223372036854775808.0) || floor(d) != d) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
 /* An int or a pair of ints ([h, w]; Keras stores tuples as lists). */
 static int json_pair(const cJSON *v, int out[2]) {
     if (json_int(v, &out[0])) {
@@ -645,11 +654,11 @@ static dist_status add_dropout(dist_model *m, const json_layer *l, uint64_t mode
         return dist_error(DIST_FORMAT, "layer '%s' (%s): 'rate' must be a number in [0, 1)",
                           l->name, l->class_name);
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(l->config, "seed");
-    int s = 0;
-    if (seed && !cJSON_IsNull(seed) && !json_int(seed, &s))
+    uint64_t s = 0;
+    if (seed && !cJSON_IsNull(seed) && !json_seed(seed, &s))
         return dist_error(DIST_FORMAT, "layer '%s' (%s): 'seed' must be an integer or null",
                           l->name, l->class_name);
-    const uint64_t use = seed && !cJSON_IsNull(seed) ? (uint64_t)s : model_seed;
+    const uint64_t use = seed && !cJSON_IsNull(seed) ? s : model_seed;
     if (strcmp(l->class_name, "Dropout") == 0)
         return dist_model_add_dropout(m, (float)rate->valuedouble, use);
     return dist_model_add_spatial_dropout(m, l->class_name[14] == '1' ? 1 : 2,
@@ -1053,14 +1062,22 @@ static dist_status parse_rnn(const json_layer *l, dist_rnn_cell *cell, dist_rnn_
     if (impl && !cJSON_IsNull(impl) && !json_int(impl, &o.implementation))
         return dist_error(DIST_FORMAT, "layer '%s' (%s): 'implementation' must be 1 or 2", l->name,
                           l->class_name);
+    if (o.implementation == 0) o.implementation = lstm ? 1 : 2; /* tf_keras's mapping of 0 */
     if (o.implementation != 1 && o.implementation != 2)
         return unsupported_arg(l, "implementation", "is %d; Keras's are 1 and 2", o.implementation);
+    /* tf_keras runs an LSTM or GRU of the default activations with bias (a GRU with
+     * reset_after) and no recurrent_dropout as one fused kernel, which draws one input mask
+     * whatever the implementation */
+    if (l->tf_keras && (lstm || gru) && o.implementation == 1 && o.activation == DIST_ACT_TANH &&
+        o.recurrent_activation == DIST_ACT_SIGMOID && o.use_bias && (!gru || o.reset_after) &&
+        o.recurrent_dropout == 0.0f)
+        o.implementation = 2;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(l->config, "seed");
-    int s = 0;
-    if (seed && !cJSON_IsNull(seed) && !json_int(seed, &s))
+    uint64_t s = 0;
+    if (seed && !cJSON_IsNull(seed) && !json_seed(seed, &s))
         return dist_error(DIST_FORMAT, "layer '%s' (%s): 'seed' must be an integer or null",
                           l->name, l->class_name);
-    o.seed = seed && !cJSON_IsNull(seed) ? (uint64_t)s : l->model_seed;
+    o.seed = seed && !cJSON_IsNull(seed) ? s : l->model_seed;
     DIST_TRY(check_initializers(l)); /* kernel GlorotUniform, bias Zeros */
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(l->config, "recurrent_initializer");
     if (r && !is_initializer(r, "Orthogonal"))
@@ -1129,7 +1146,13 @@ static dist_status add_bidirectional(dist_model *m, const json_layer *l) {
         dist_rnn_options bo;
         DIST_TRY(wrapped_rnn(l, "backward_layer", &bc, &bo));
         bo.go_backwards = !bo.go_backwards;
-        if (bc != cell || memcmp(&bo, &o, sizeof o) != 0)
+        /* field by field (the struct has padding), the seed apart (the copy's own) */
+        if (bc != cell || bo.units != o.units || bo.activation != o.activation ||
+            bo.recurrent_activation != o.recurrent_activation || bo.use_bias != o.use_bias ||
+            bo.return_sequences != o.return_sequences || bo.go_backwards != o.go_backwards ||
+            bo.unit_forget_bias != o.unit_forget_bias || bo.reset_after != o.reset_after ||
+            bo.zero_output_for_mask != o.zero_output_for_mask || bo.dropout != o.dropout ||
+            bo.recurrent_dropout != o.recurrent_dropout || bo.implementation != o.implementation)
             return unsupported_arg(l, "backward_layer",
                                    "differs from the forward layer (beyond go_backwards); "
                                    "libdist runs the forward layer's mirror");

@@ -2288,7 +2288,9 @@ static dist_status embedding_mask(dist_tape *tape, const dist_tensor *ids, dist_
  * difference a float32 holds becomes 1, equality stays 0; two steps so that no product
  * overflows and no compiler folds the factors into an infinite one), then the largest over the
  * features. Computed with the tape not recording: the mask is a constant of the step, as
- * Keras's boolean one is. */
+ * Keras's boolean one is. A NaN feature makes the step's mask NaN (Keras's keeps the step; the
+ * NaN spreads either way). Subnormal differences count where the thread does not flush them
+ * (the CPU's threads may, as TensorFlow's do). */
 static dist_status masking_mask(dist_tape *tape, const dist_tensor *x, float value,
                                 dist_tensor **mask) {
     const int recording = dist_tape_recording(tape);

@@ -148,23 +148,23 @@ static dist_status split_mask(dist_tape *t, const dist_tensor *mask, dist_tensor
 
 /* h times the n gates' columns of w [rows, n units] (a dense with `bias`, a vector or NULL,
  * where `dense`, else a matmul): one product, or with the state's dropout masks one per gate
- * (h masked by masks[g] for gate g's columns), joined along the columns. */
+ * (h masked by masks[g] times gate g's columns wg[g], plus its bias bg[g] where `dense`: the
+ * pieces cut once for every step), joined along the columns. */
 static dist_status gate_product(dist_tape *t, const dist_tensor *h, const dist_tensor *w,
-                                const dist_tensor *bias, int dense, int64_t units, int n,
-                                dist_tensor *const *masks, dist_tensor **y) {
+                                const dist_tensor *bias, int dense, int n,
+                                dist_tensor *const *masks, dist_tensor *const *wg,
+                                dist_tensor *const *bg, dist_tensor **y) {
     if (!masks)
         return dense ? dist_op_dense(t, h, w, bias, DIST_ACT_NONE, y)
                      : dist_op_matmul(t, h, w, 0, 0, y);
     dist_tensor *parts[4];
     for (int g = 0; g < n; g++) {
-        dist_tensor *hg, *wg, *bg = NULL;
+        dist_tensor *hg;
         DIST_TRY(dist_op_mul(t, h, masks[g], &hg));
-        DIST_TRY(part(t, w, 0, w->shape[0], g * units, units, 0, &wg));
-        if (bias) DIST_TRY(piece(t, bias, g * units, units, &bg));
         if (dense)
-            DIST_TRY(dist_op_dense(t, hg, wg, bg, DIST_ACT_NONE, &parts[g]));
+            DIST_TRY(dist_op_dense(t, hg, wg[g], bg[g], DIST_ACT_NONE, &parts[g]));
         else
-            DIST_TRY(dist_op_matmul(t, hg, wg, 0, 0, &parts[g]));
+            DIST_TRY(dist_op_matmul(t, hg, wg[g], 0, 0, &parts[g]));
     }
     if (n == 1) {
         *y = parts[0];
@@ -225,6 +225,17 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
     }
     DIST_TRY(dist_op_reshape(t, proj, 3, s3, &proj));
     dist_tensor *const *rmask = dd->nrec ? dd->rec : NULL;
+    /* under recurrent dropout each gate's product is its own: the recurrent kernel's columns
+     * (and a GRU's recurrent bias) cut per gate once */
+    dist_tensor *rw[4] = {NULL}, *rb[4] = {NULL};
+    if (rmask) {
+        const dist_tensor *w = kind == LAYER_GRU && !o->reset_after ? rec_zr : rec;
+        const int n = kind == LAYER_GRU && !o->reset_after ? 2 : k;
+        for (int g = 0; g < n; g++) {
+            DIST_TRY(part(t, w, 0, u, g * u, u, 0, &rw[g]));
+            if (gru_after && rec_bias) DIST_TRY(piece(t, rec_bias, g * u, u, &rb[g]));
+        }
+    }
     dist_tensor **xs = calloc((size_t)((mask ? 4 : 2) * steps), sizeof *xs);
     if (!xs) return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory", name);
     dist_tensor **hs = xs + steps, **keep = xs + 2 * steps, **drop = xs + 3 * steps;
@@ -236,7 +247,7 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
         dist_tensor *z = xs[at], *h_old = h, *c_old = c;
         if (h && kind != LAYER_GRU) { /* z = x W + b + h U */
             dist_tensor *hu;
-            DIST_TRY_GOTO(gate_product(t, h, rec, NULL, 0, u, k, rmask, &hu), st, done);
+            DIST_TRY_GOTO(gate_product(t, h, rec, NULL, 0, k, rmask, rw, rb, &hu), st, done);
             DIST_TRY_GOTO(dist_op_add(t, z, hu, &z), st, done);
         }
         if (kind == LAYER_SIMPLE_RNN) {
@@ -273,8 +284,8 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
                 /* h U + the recurrent bias (a zero state: the bias alone, broadcast) */
                 dist_tensor *inner = rec_bias, *iz, *ir, *ih;
                 if (h)
-                    DIST_TRY_GOTO(gate_product(t, h, rec, rec_bias, 1, u, 3, rmask, &inner), st,
-                                  done);
+                    DIST_TRY_GOTO(gate_product(t, h, rec, rec_bias, 1, 3, rmask, rw, rb, &inner),
+                                  st, done);
                 if (inner) {
                     if (h) {
                         DIST_TRY_GOTO(gate(t, inner, u, 0, &iz), st, done);
@@ -298,7 +309,7 @@ static dist_status run_rnn(dist_tape *t, layer_kind kind, const dist_rnn_options
             } else {
                 if (h) {
                     dist_tensor *inner, *iz, *ir;
-                    DIST_TRY_GOTO(gate_product(t, h, rec_zr, NULL, 0, u, 2, rmask, &inner), st,
+                    DIST_TRY_GOTO(gate_product(t, h, rec_zr, NULL, 0, 2, rmask, rw, rb, &inner), st,
                                   done);
                     DIST_TRY_GOTO(gate(t, inner, u, 0, &iz), st, done);
                     DIST_TRY_GOTO(gate(t, inner, u, 1, &ir), st, done);

@@ -741,10 +741,11 @@ static void cell_by_hand(int kind, const float *w, const double *x, int steps, c
 }
 
 /* Dropout inside a recurrent layer in training: every example's outputs are the cell's by its
- * definition with masks of 0 and 1 / (1 - rate) that stay the same over the steps, one per gate
- * with recurrent_dropout (some example needs gates masked differently), one for every gate
- * with dropout alone; found by trying every mask. Inference is the layer without dropout, bit
- * for bit, and the next training call draws other masks. */
+ * definition with masks of 0 and 1 / (1 - rate) (each rate its own) that stay the same over
+ * the steps, one per gate with recurrent_dropout or implementation 1 (some example needs gates
+ * masked differently), one for every gate with dropout alone; found by trying every mask.
+ * Inference is the layer without dropout, bit for bit, and the next training call draws other
+ * masks. */
 START_TEST(test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_every_step) {
     enum { B = 24, T = 4 };
     float x[B * T];
@@ -753,16 +754,19 @@ START_TEST(test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_ever
     static const struct {
         int kind;
         float dropout, recurrent;
-    } cases[] = {
-        {0, 0.5f, 0.5f}, {1, 0.5f, 0.5f}, {2, 0.5f, 0.5f}, {3, 0.5f, 0.5f}, {0, 0.5f, 0.0f}};
+        int implementation;
+    } cases[] = {{0, 0.25f, 0.4f, 2}, {1, 0.25f, 0.4f, 2}, {2, 0.4f, 0.25f, 2},
+                 {3, 0.25f, 0.4f, 2}, {0, 0.25f, 0.0f, 2}, {1, 0.4f, 0.0f, 1}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int kind = cases[ci].kind, k = kind == 0 ? 4 : kind == 3 ? 1 : 3;
-        const int per_gate = cases[ci].recurrent > 0;
+        const int per_gate = cases[ci].recurrent > 0 || cases[ci].implementation == 1;
+        const double si = 1.0 / (1.0 - cases[ci].dropout), sr = 1.0 / (1.0 - cases[ci].recurrent);
         dist_model *models[2];
         for (int with = 0; with < 2; with++) {
             models[with] = new_model();
             dist_rnn_options o = DIST_RNN_OPTIONS_INIT(1);
             o.return_sequences = 1, o.reset_after = kind != 2, o.seed = 11;
+            o.implementation = cases[ci].implementation;
             if (with) o.dropout = cases[ci].dropout, o.recurrent_dropout = cases[ci].recurrent;
             ck_assert_int_eq(kind == 0   ? dist_model_add_lstm(models[with], &o)
                              : kind == 3 ? dist_model_add_simple_rnn(models[with], &o)
@@ -792,8 +796,8 @@ START_TEST(test_dropout_inside_recurrent_layers_masks_each_gate_the_same_at_ever
             int found = 0, uniform = 0;
             for (int bits = 0; bits < 1 << (nin + nrec); bits++) {
                 double mi[4], mr[4] = {1, 1, 1, 1}, out[T];
-                for (int g = 0; g < k; g++) mi[g] = (bits >> (per_gate ? g : 0)) & 1 ? 2.0 : 0.0;
-                for (int g = 0; g < nrec; g++) mr[g] = (bits >> (nin + g)) & 1 ? 2.0 : 0.0;
+                for (int g = 0; g < k; g++) mi[g] = (bits >> (per_gate ? g : 0)) & 1 ? si : 0.0;
+                for (int g = 0; g < nrec; g++) mr[g] = (bits >> (nin + g)) & 1 ? sr : 0.0;
                 cell_by_hand(kind, w, xd + b * T, T, mi, mr, out);
                 int ok = 1;
                 for (int s = 0; s < T && ok; s++)
