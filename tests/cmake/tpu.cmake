@@ -77,24 +77,21 @@ add_test(NAME distrain.tokens_tpu
 set_tests_properties(distrain.tokens_tpu PROPERTIES FIXTURES_REQUIRED "token_tfrecords;pjrt_venv"
                      LABELS "tpu;cli" TIMEOUT 600 RESOURCE_LOCK cpu_heavy_tpu
                      ENVIRONMENT "${tpu_env}")
-# Its recurrent twin (LSTM into a GRU run backwards, 16 steps unrolled into the program).
-add_test(NAME distrain.tokens_recurrent_tpu
-         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
-                 "-DARGS=${recurrent_args};--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
-                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tokens_recurrent_tpu.json
-                 -DMIN_ACCURACY=0.95 -DSTEPS=93 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
-set_tests_properties(distrain.tokens_recurrent_tpu PROPERTIES
-                     FIXTURES_REQUIRED "token_tfrecords;pjrt_venv" LABELS "tpu;cli" TIMEOUT 600
-                     RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
-# And the masked one on the padded set (the masked steps' selects in the program).
-add_test(NAME distrain.tokens_masked_tpu
-         COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
-                 "-DARGS=${masked_args};--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
-                 -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_tokens_masked_tpu.json
-                 -DMIN_ACCURACY=0.95 -DSTEPS=93 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
-set_tests_properties(distrain.tokens_masked_tpu PROPERTIES
-                     FIXTURES_REQUIRED "token_tfrecords;pjrt_venv" LABELS "tpu;cli" TIMEOUT 600
-                     RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
+# Its recurrent twin (LSTM into a GRU run backwards, 16 steps unrolled into the program), and
+# the masked one on the padded set (the masked steps and the LSTM's dropout masks in the
+# program).
+foreach(token_model "tokens_recurrent;recurrent_args" "tokens_masked;masked_args")
+  list(GET token_model 0 token_prefix)
+  list(GET token_model 1 token_model_args)
+  add_test(NAME distrain.${token_prefix}_tpu
+           COMMAND ${CMAKE_COMMAND} -DDISTRAIN=$<TARGET_FILE:distrain> -DSTRATEGY=tpu
+                   "-DARGS=${${token_model_args}};--pjrt-plugin;${DIST_TEST_PJRT_PLUGIN};--tpu-cores;2"
+                   -DOUT=${CMAKE_CURRENT_BINARY_DIR}/metrics_${token_prefix}_tpu.json
+                   -DMIN_ACCURACY=0.95 -DSTEPS=93 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/accuracy.cmake)
+  set_tests_properties(distrain.${token_prefix}_tpu PROPERTIES
+                       FIXTURES_REQUIRED "token_tfrecords;pjrt_venv" LABELS "tpu;cli" TIMEOUT 600
+                       RESOURCE_LOCK cpu_heavy_tpu ENVIRONMENT "${tpu_env}")
+endforeach()
 # Usage errors: tpu flags without tpu, and what a compiled step cannot do.
 add_test(NAME distrain.tpu_usage
          COMMAND sh -c "'$<TARGET_FILE:distrain>' --tpu-cores 2 --epochs 1 2>&1 | grep -q 'apply to --strategy tpu only' && '$<TARGET_FILE:distrain>' --strategy tpu --tpu grpc://10.0.0.2:8470 --pjrt-plugin '${DIST_TEST_PJRT_PLUGIN}' --epochs 1 2>&1 | grep -q 'remote TPU nodes are not supported' && '$<TARGET_FILE:distrain>' --strategy tpu --pjrt-plugin '${DIST_TEST_LIBTPU}' --epochs 1 2>&1 | grep -q 'no TPU devices found on this host'")

@@ -164,6 +164,15 @@ def make_mask_refused(kind):
     return keras.Model(ids, L.Dense(K, name="out")(h), name=kind)
 
 
+def seeded(seed, make_model, rng):
+    """make_model() built under Keras seed `seed`, every weight then drawn by NumPy."""
+    keras.utils.set_random_seed(seed)
+    model = make_model()
+    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    return model
+
+
 def rel(a, b, floor=0.0):
     d = float(np.linalg.norm(a - b))
     m = max(float(np.linalg.norm(a)), float(np.linalg.norm(b)), floor)
@@ -247,10 +256,7 @@ def main():
     x_path, y_path = os.path.join(work, "ids.i32"), os.path.join(work, "y.i32")
     x.tofile(x_path)
     y.tofile(y_path)
-    keras.utils.set_random_seed(12)
-    model = make()
-    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                       for w in model.get_weights()])
+    model = seeded(12, make, rng)
     json_path = os.path.join(work, "text.json")
     wpath = os.path.join(work, "text.weights.h5")
     with open(json_path, "w") as f:
@@ -283,16 +289,10 @@ def main():
           f"{worst['float64']:.2e} (bound {TOL:g}), vs float32 Keras {worst['float32']:.2e} "
           f"(bound {TOL_F32:g})" + line)
 
-    keras.utils.set_random_seed(13)
-    tfm = make_transformer()
-    tfm.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                     for w in tfm.get_weights()])
+    tfm = seeded(13, make_transformer, rng)
     ok = run_case(driver, work, "transformer", tfm, x, y, x_path, y_path) and ok
 
-    keras.utils.set_random_seed(14)
-    rec = make_recurrent()
-    rec.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                     for w in rec.get_weights()])
+    rec = seeded(14, make_recurrent, rng)
     ok = run_case(driver, work, "recurrent", rec, x, y, x_path, y_path) and ok
     if saver:
         ok = keras_file_check(saver, work, "recurrent", os.path.join(work, "recurrent.json"),
@@ -309,15 +309,9 @@ def main():
     xm[6, 0] = 0
     xm_path = os.path.join(work, "ids_masked.i32")
     xm.tofile(xm_path)
-    keras.utils.set_random_seed(15)
-    masked = make(mask_zero=True)
-    masked.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                        for w in masked.get_weights()])
+    masked = seeded(15, lambda: make(mask_zero=True), rng)
     ok = run_case(driver, work, "text_masked", masked, xm, y, xm_path, y_path) and ok
-    keras.utils.set_random_seed(16)
-    recm = make_recurrent_masked()
-    recm.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                      for w in recm.get_weights()])
+    recm = seeded(16, make_recurrent_masked, rng)
     ok = run_case(driver, work, "recurrent_masked", recm, xm, y, xm_path, y_path) and ok
     if saver:
         ok = keras_file_check(saver, work, "recurrent_masked",
@@ -333,10 +327,7 @@ def main():
     xf[2, 1, 0] = 0  # one feature 0 masks nothing
     xf_path = os.path.join(work, "masking.f32")
     xf.tofile(xf_path)
-    keras.utils.set_random_seed(18)
-    mk = make_masking()
-    mk.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                    for w in mk.get_weights()])
+    mk = seeded(18, make_masking, rng)
     ok = run_case(driver, work, "masking", mk, xf, y, xf_path, y_path) and ok
     if saver:
         ok = keras_file_check(saver, work, "masking", os.path.join(work, "masking.json"),
@@ -355,10 +346,7 @@ def main():
         return good
 
     # dropout inside the recurrent layers: read, and in inference the layers without it
-    keras.utils.set_random_seed(17)
-    drop = make_recurrent(dropout=0.25, recurrent_dropout=0.3)
-    drop.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                      for w in drop.get_weights()])
+    drop = seeded(17, lambda: make_recurrent(dropout=0.25, recurrent_dropout=0.3), rng)
     ok = run_case(driver, work, "recurrent_dropout", drop, x, y, x_path, y_path,
                   gradients=False) and ok
 
