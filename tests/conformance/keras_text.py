@@ -196,9 +196,20 @@ def keras_reference(json_path, weights_path, x, y, floatx):
         keras.config.set_floatx("float32")
 
 
-def run_case(driver, work, name, model, x, y, x_path, y_path, gradients=True):
+def run_case(driver, work, name, model, x, y, x_path, y_path, gradients=True, saver=None,
+             shape=None):
     """`gradients` False: the logits in inference only (a model whose training draws dropout
-    masks, which are libdist's, not TensorFlow's)."""
+    masks, which are libdist's, not TensorFlow's). With `saver`, then the .keras file libdist
+    writes (keras_file_check, inputs given to the saver as `shape`)."""
+    ok = check_case(driver, work, name, model, x, y, x_path, y_path, gradients)
+    if saver:
+        ok = keras_file_check(saver, work, name, os.path.join(work, f"{name}.json"),
+                              os.path.join(work, f"{name}.weights.h5"), x_path, y_path, model,
+                              x, shape=shape) and ok
+    return ok
+
+
+def check_case(driver, work, name, model, x, y, x_path, y_path, gradients):
     json_path = os.path.join(work, f"{name}.json")
     wpath = os.path.join(work, f"{name}.weights.h5")
     with open(json_path, "w") as f:
@@ -293,11 +304,8 @@ def main():
     ok = run_case(driver, work, "transformer", tfm, x, y, x_path, y_path) and ok
 
     rec = seeded(14, make_recurrent, rng)
-    ok = run_case(driver, work, "recurrent", rec, x, y, x_path, y_path) and ok
-    if saver:
-        ok = keras_file_check(saver, work, "recurrent", os.path.join(work, "recurrent.json"),
-                              os.path.join(work, "recurrent.weights.h5"), x_path, y_path, rec, x,
-                              shape=(N, T, 1, 1)) and ok
+    ok = run_case(driver, work, "recurrent", rec, x, y, x_path, y_path, saver=saver,
+                  shape=(N, T, 1, 1)) and ok
 
     # masks: padding at the ends, a 0 inside a sequence and at its start (every sequence keeps
     # some unmasked steps: GlobalAveragePooling1D of none would be 0 / 0, in Keras too)
@@ -312,12 +320,8 @@ def main():
     masked = seeded(15, lambda: make(mask_zero=True), rng)
     ok = run_case(driver, work, "text_masked", masked, xm, y, xm_path, y_path) and ok
     recm = seeded(16, make_recurrent_masked, rng)
-    ok = run_case(driver, work, "recurrent_masked", recm, xm, y, xm_path, y_path) and ok
-    if saver:
-        ok = keras_file_check(saver, work, "recurrent_masked",
-                              os.path.join(work, "recurrent_masked.json"),
-                              os.path.join(work, "recurrent_masked.weights.h5"), xm_path, y_path,
-                              recm, xm, shape=(N, T, 1, 1)) and ok
+    ok = run_case(driver, work, "recurrent_masked", recm, xm, y, xm_path, y_path, saver=saver,
+                  shape=(N, T, 1, 1)) and ok
 
     # Masking on float features: padded steps (all features 0) and one inside a sequence
     xf = rng.standard_normal((N, T, 3)).astype(np.float32)
@@ -328,11 +332,8 @@ def main():
     xf_path = os.path.join(work, "masking.f32")
     xf.tofile(xf_path)
     mk = seeded(18, make_masking, rng)
-    ok = run_case(driver, work, "masking", mk, xf, y, xf_path, y_path) and ok
-    if saver:
-        ok = keras_file_check(saver, work, "masking", os.path.join(work, "masking.json"),
-                              os.path.join(work, "masking.weights.h5"), xf_path, y_path, mk, xf,
-                              shape=(N, T, 3, 1)) and ok
+    ok = run_case(driver, work, "masking", mk, xf, y, xf_path, y_path, saver=saver,
+                  shape=(N, T, 3, 1)) and ok
 
     def refused(what, name, model, *wants):
         """The model's JSON is refused, the driver's message holding every `wants`."""
