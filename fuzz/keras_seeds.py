@@ -108,6 +108,14 @@ def models(k):
     h = L.Dense(2)(L.Concatenate()([b, c]))
     out.append(("masked", k.Model(x, h)))
 
+    # Embedding's mask as MultiHeadAttention's query and value masks, with use_causal_mask
+    x = k.Input((10,), dtype="int32")
+    e = L.Embedding(30, 8, mask_zero=True)(x)
+    a = L.MultiHeadAttention(num_heads=2, key_dim=4)(e, e, use_causal_mask=True)
+    h = L.LayerNormalization(epsilon=1e-6)(L.Add()([e, a]))
+    h = L.GlobalAveragePooling1D()(h)
+    out.append(("attention_masked", k.Model(x, L.Dense(2)(h))))
+
     # Masking on float features (Keras 3 writes its NotEqual and Any nodes)
     x = k.Input((8, 3))
     m = L.Masking(mask_value=-1.0)(x)

@@ -310,10 +310,11 @@ DIST_API dist_status dist_model_add_embedding(dist_model *model, int input_dim, 
  * merges and last-axis Concatenate of inputs masked by the same Embedding); SimpleRNN, LSTM,
  * GRU and Bidirectional skip masked steps (state and output kept from the step before; with
  * zero_output_for_mask a masked step's output is zeros) and pass the mask on with
- * return_sequences; GlobalAveragePooling1D averages the unmasked steps (a sequence with none
+ * return_sequences; MultiHeadAttention makes it its attention mask and passes it on;
+ * GlobalAveragePooling1D averages the unmasked steps (a sequence with none
  * gives 0 / 0, as Keras); every other layer drops it (and tf_keras's Rescaling, in a model read
  * from a tf_keras file). dist_model_build refuses a mask reaching BatchNormalization, Softmax,
- * MultiHeadAttention, a merge of a masked and an unmasked input or the model's output (where
+ * a merge of a masked and an unmasked input or the model's output (where
  * Keras would use it in ways libdist does not). A masked step is m new + (1 - m) old, so an Inf
  * or NaN computed at a masked step becomes NaN, where Keras's tf.where would keep it out. */
 DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int input_dim,
@@ -324,13 +325,19 @@ DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int inpu
 DIST_API dist_status dist_model_add_masking(dist_model *model, float mask_value);
 /* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as
  * self-attention on [batch, steps, features] (query = value = key: the layer reads one tensor,
- * or the same tensor two or three times through dist_model_set_inputs), dropout 0, no mask:
+ * or the same tensor two or three times through dist_model_set_inputs), dropout 0; a mask of
+ * its input (mask_zero, Masking) becomes Keras's attention mask (query step t attends to key
+ * step s where both are kept; a query step that keeps no key weighs all keys equally, as
+ * Keras 3 does) and passes on to its output, as Keras's query mask does:
  * Keras's weights (query/key/value kernels [features, heads, dim] with biases [heads, dim],
  * output kernel [heads, value_dim, features] with bias [features], Glorot-uniform kernels),
  * the query scaled by 1 / sqrt(key_dim), softmax over the keys. value_dim <= 0 means key_dim.
  * Cross-attention (another value or key tensor) is refused at build. */
 DIST_API dist_status dist_model_add_multi_head_attention(dist_model *model, int num_heads,
                                                          int key_dim, int value_dim, int use_bias);
+/* Keras's call argument use_causal_mask=True for MultiHeadAttention layer `layer` (before
+ * build): query step t attends to key steps 0..t only (and'ed with a mask of its input). */
+DIST_API dist_status dist_model_set_use_causal_mask(dist_model *model, int layer, int on);
 /* keras.layers.SimpleRNN, LSTM and GRU on [batch, steps, features]: the recurrence unrolled
  * over the steps as the tape's ops (every executor runs them, the tpu strategy's compiled
  * program included), zero initial states, no mask, no dropout. Keras's weights: kernel

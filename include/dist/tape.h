@@ -467,6 +467,18 @@ DIST_API dist_status dist_op_reduce_max(dist_tape *tape, const dist_tensor *x, i
  * dist_tape_fusion_stats counts both ways. */
 DIST_API dist_status dist_op_attention(dist_tape *tape, const dist_tensor *q, const dist_tensor *k,
                                        const dist_tensor *v, dist_tensor **y);
+/* dist_op_attention with Keras's attention mask: mask [.., Tq, Tk] (float32, 0 or 1, q's batch
+ * axes, or [Tq, Tk] for every batch element; the same for every head; it takes no gradient and must
+ * stay alive until the gradient is taken) drops the scores where it is 0 before the softmax, as
+ * tf.where(mask, s, -BIG) does (BIG = 2^127, or 2^15 under mixed_float16): their probabilities are
+ * 0, and a query row that keeps no key gets equal weights over all keys (Keras 3's dot-product
+ * attention; tf_keras's adds -1e9, the same where the scores are below 32 in size). Composed as s m
+ * + (m - 1) BIG, so an Inf or NaN score where the mask is 0 gives NaN. The CPU's fused kernel masks
+ * in the chunk; elsewhere the parts run with that composition between them. NULL mask:
+ * dist_op_attention. */
+DIST_API dist_status dist_op_attention_masked(dist_tape *tape, const dist_tensor *q,
+                                              const dist_tensor *k, const dist_tensor *v,
+                                              const dist_tensor *mask, dist_tensor **y);
 
 /* tf.nn.softmax and tf.nn.log_softmax over the last axis. */
 DIST_API dist_status dist_op_softmax(dist_tape *tape, const dist_tensor *x, dist_tensor **y);

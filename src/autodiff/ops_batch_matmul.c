@@ -132,9 +132,10 @@ static dist_status attention_backward(dist_tape *t, tape_node *n, grad_entry *g)
     if (!any) return DIST_OK;
     const dist_tensor *pin[3];
     for (int i = 0; i < 3; i++) DIST_TRY(tape_plain_of(t, n->in[i], &pin[i]));
-    dist_op op = tape_op(DIST_OPC_ATTENTION_GRAD, 0, 5, 3);
+    const dist_tensor *mask = n->saved[1];
+    dist_op op = tape_op(DIST_OPC_ATTENTION_GRAD, 0, mask ? 6 : 5, 3);
     op.dtype = n->round; /* a mixed policy's: dp and ds rounded as the parts' gradients */
-    const dist_tensor *in[5] = {pin[0], pin[1], pin[2], n->saved[0], dy};
+    const dist_tensor *in[6] = {pin[0], pin[1], pin[2], n->saved[0], dy, mask};
     DIST_TRY(tape_run_op(t, &op, in, d));
     for (int i = 0; i < 3; i++) DIST_TRY(tape_plain_grad_end(t, n->in[i], &h[i]));
     return DIST_OK;
@@ -153,8 +154,34 @@ static int attention_fuses(dist_tape *t, const dist_tensor *q, const dist_tensor
            dist_be_supports_code(be, tape_bectx(t), DIST_OPC_ATTENTION_GRAD);
 }
 
+/* The parts' masking (ops.h, ATTENTION's in[3]): s m + (m - 1) BIG with the mask viewed
+ * [.., 1, Tq, Tk] against the scores' [.., H, Tq, Tk]. */
+static dist_status mask_scores(dist_tape *t, const dist_tensor *s, const dist_tensor *mask,
+                               dist_tensor **out) {
+    int64_t ms[DIST_MAX_DIMS];
+    const int r = s->ndim, batch = mask->ndim > 2; /* [Tq, Tk]: the same for every element */
+    for (int d = 0; d < r; d++) ms[d] = batch || d >= r - 2 ? s->shape[d] : 1;
+    ms[r - 3] = 1;
+    const float big = t->compute_precision == DIST_F16 ? 32768.0f : 0x1p127f, one = 1.0f;
+    const int64_t n1 = 1;
+    const dist_tensor host_one = dist_tensor_view((void *)&one, DIST_F32, 1, &n1);
+    dist_tensor *m4, *ones, *kept, *dropped;
+    DIST_TRY(dist_op_reshape(t, mask, r, ms, &m4));
+    DIST_TRY(dist_op_mul(t, s, m4, &kept));
+    DIST_TRY(dist_tape_upload(t, &host_one, &ones));
+    DIST_TRY(dist_op_sub(t, m4, ones, &dropped));
+    DIST_TRY(dist_op_scale(t, dropped, big, &dropped));
+    return dist_op_add(t, kept, dropped, out);
+}
+
 dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
                               const dist_tensor *v, dist_tensor **y) {
+    return dist_op_attention_masked(t, q, k, v, NULL, y);
+}
+
+dist_status dist_op_attention_masked(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
+                                     const dist_tensor *v, const dist_tensor *mask,
+                                     dist_tensor **y) {
     DIST_CHECK_ARG(t && q && k && v && y, "dist_op_attention: NULL argument");
     DIST_TRY(tape_check_f32(q, "attention"));
     DIST_TRY(tape_check_f32(k, "attention"));
@@ -176,6 +203,17 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
         (long long)k->shape[r - 3], (long long)k->shape[r - 2], (long long)k->shape[r - 1],
         (long long)v->shape[r - 3], (long long)v->shape[r - 2], (long long)v->shape[r - 1],
         (long long)q->shape[r - 3], (long long)q->shape[r - 2], (long long)q->shape[r - 1]);
+    if (mask) {
+        DIST_TRY(tape_check_f32(mask, "attention's mask"));
+        const int mr = mask->ndim;
+        int fits = (mr == r - 1 || mr == 2) && mask->shape[mr - 2] == q->shape[r - 3] &&
+                   mask->shape[mr - 1] == k->shape[r - 3];
+        for (int d = 0; d < r - 3 && fits && mr == r - 1; d++) fits = mask->shape[d] == q->shape[d];
+        DIST_CHECK_ARG(fits,
+                       "attention: the mask must be [.., Tq, Tk] = [.., %lld, %lld] with q's "
+                       "batch axes (rank %d) or none (rank 2); it has rank %d",
+                       (long long)q->shape[r - 3], (long long)k->shape[r - 3], r - 1, mr);
+    }
     if (!attention_fuses(t, q, k, v)) {
         t->fusion.attention_declined++;
         dist_tensor *scores, *probs;
@@ -183,11 +221,13 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
                                             DIST_MATMUL_TRANSPOSE_B | DIST_MATMUL_A_HEADS_INSIDE |
                                                 DIST_MATMUL_B_HEADS_INSIDE,
                                             &scores));
+        if (mask) DIST_TRY(mask_scores(t, scores, mask, &scores));
         DIST_TRY(dist_op_softmax(t, scores, &probs));
         return dist_op_batch_matmul_flags(
             t, probs, v, DIST_MATMUL_B_HEADS_INSIDE | DIST_MATMUL_Y_HEADS_INSIDE, y);
     }
-    const dist_tensor *pq, *pk, *pv;
+    const dist_tensor *pq, *pk, *pv, *pm = NULL;
+    if (mask) DIST_TRY(tape_plain_of(t, mask, &pm));
     DIST_TRY(tape_plain_of(t, q, &pq));
     DIST_TRY(tape_plain_of(t, k, &pk));
     DIST_TRY(tape_plain_of(t, v, &pv));
@@ -201,16 +241,16 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
     const int grads = t->recording && (tape_requires_grad(t, q) || tape_requires_grad(t, k) ||
                                        tape_requires_grad(t, v));
     if (grads) DIST_TRY(tape_new_tensor(t, DIST_F32, r, ps, &p));
-    dist_op op = tape_op(DIST_OPC_ATTENTION, 0, 3, 2);
+    dist_op op = tape_op(DIST_OPC_ATTENTION, 0, pm ? 4 : 3, 2);
     op.dtype = t->compute_precision; /* a mixed policy's: s and p rounded as the parts' */
-    const dist_tensor *in[3] = {pq, pk, pv};
+    const dist_tensor *in[4] = {pq, pk, pv, pm};
     dist_tensor *outs[2] = {out, p};
     DIST_TRY(tape_run_op(t, &op, in, outs));
     t->fusion.attention++;
     const dist_tensor *rec[3] = {q, k, v};
     tape_node *n;
     DIST_TRY(tape_record(t, out, attention_backward, 3, rec, &n));
-    if (n) n->saved[0] = p;
+    if (n) n->saved[0] = p, n->saved[1] = pm; /* the mask: alive for the step (the arena) */
     /* a mixed policy: y stored at the compute precision (and the node's gradients) */
     DIST_TRY(tape_round_output(t, out, n));
     *y = out;

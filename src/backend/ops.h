@@ -251,7 +251,14 @@ typedef enum dist_opcode {
      * so that s, which a backend may keep in cache a few batch elements at a time, is never
      * written whole. k = 0. dtype: the tape's compute precision; F16 or BF16 (a mixed policy)
      * rounds s and p to it after their ops, as the tape rounds every op's output, and BF16
-     * gives both products DIST_BMM_BF16 (y is rounded by the tape, as the node's output). */
+     * gives both products DIST_BMM_BF16 (y is rounded by the tape, as the node's output).
+     * in[3] (optional; op->nin 4): a mask [.., Tq, Tk] of 0 and 1 (float32; the batch axes
+     * q's, or none: [Tq, Tk] for every batch element), the same for every head: between the product
+     * and the softmax, s = s m + (m - 1) BIG (exactly tf.where(m, s, -BIG) for finite s: a score
+     * whose m is 0 becomes -BIG, a row of no kept score gets equal weights, as Keras's masked
+     * attention gives), BIG = 2^15 where dtype is F16 (float16's range), 2^127 otherwise (both
+     * exact in every precision); dist_op_attention_masked composes it from MUL, SUB and ADD where
+     * the backend has no fused kernel. */
     DIST_OPC_ATTENTION,
     /* in: q, k, v, p (ATTENTION's), dy (y's gradient, [.., Tq, H, dv]); out: dq, dk, dv (each
      * optional, in q's, k's and v's shapes), bit for bit the ops the tape runs for the three
@@ -263,7 +270,8 @@ typedef enum dist_opcode {
      *   dk = BATCH_MATMUL(ds, q; TRANSPOSE_A | B_HEADS_INSIDE | C_HEADS_INSIDE).
      * dtype as ATTENTION's: F16 / BF16 round dp and ds to it after their ops (as the tape
      * rounds every gradient it stores), BF16 gives the products DIST_BMM_BF16; dq, dk, dv are
-     * rounded by the tape. */
+     * rounded by the tape. in[5] (optional; op->nin 6): ATTENTION's mask; ds is then
+     * multiplied by it (the gradient of s m) before the two products that read it. */
     DIST_OPC_ATTENTION_GRAD,
 
     /* ---- layer kernels (backend.h's conventions: any layout the backend produced, outputs

@@ -661,6 +661,8 @@ static dist_status graph_layer(const dist_model *m, int i, const char *input, cJ
     int mha = l->kind == LAYER_MHA, n = mha ? 2 : l->ninputs;
     for (int j = 0; j < n; j++)
         cJSON_AddItemToArray(list, keras_tensor(m, l->inputs[mha ? 0 : j], input));
+    if (mha && l->causal_mask)
+        cJSON_AddTrueToObject(cJSON_GetObjectItemCaseSensitive(node, "kwargs"), "use_causal_mask");
     *out = o;
     return DIST_OK;
 }

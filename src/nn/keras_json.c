@@ -1573,21 +1573,43 @@ static dist_status history_name(const json_layer *l, const cJSON *hist, const ch
 
 /* Call arguments beside the inputs: only absent ones (null, as Keras 3's {"mask": null}), and
  * Keras 3's mask tensors (read by mask_argument). */
+/* MultiHeadAttention's call flags libdist honours: use_causal_mask (read by call_causal), and
+ * return_attention_scores when false. */
+static int attention_call_flag(const json_layer *l, const cJSON *kv) {
+    if (strcmp(l->class_name, "MultiHeadAttention") != 0) return 0;
+    return (strcmp(kv->string, "use_causal_mask") == 0 && cJSON_IsBool(kv)) ||
+           (strcmp(kv->string, "return_attention_scores") == 0 && cJSON_IsFalse(kv));
+}
+
+/* Whether a MultiHeadAttention's call has use_causal_mask=True: Keras 3's node kwargs, or
+ * tf-keras's kwargs after its query ([[QUERY, 0, 0, {kwargs}]]). */
+static int call_causal(const cJSON *item) {
+    const cJSON *node =
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes"), 0);
+    const cJSON *kwargs = cJSON_IsObject(node) ? cJSON_GetObjectItemCaseSensitive(node, "kwargs")
+                                               : cJSON_GetArrayItem(cJSON_GetArrayItem(node, 0), 3);
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(kwargs, "use_causal_mask"));
+}
+
 static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs, int keras3) {
     const cJSON *kv;
     if (kwargs && !cJSON_IsObject(kwargs))
         return dist_error(DIST_FORMAT, "layer '%s': its call's kwargs are not an object", l->name);
     cJSON_ArrayForEach(kv, kwargs) {
         if (cJSON_IsNull(kv)) continue;
+        /* the mask arguments (checked by mask_argument): MultiHeadAttention's are its own */
+        const int mha = strcmp(l->class_name, "MultiHeadAttention") == 0;
         if (keras3 && cJSON_IsObject(kv) &&
-            (!strcmp(kv->string, "mask") || !strcmp(kv->string, "query_mask") ||
-             !strcmp(kv->string, "value_mask") || !strcmp(kv->string, "key_mask")))
+            (mha ? !strcmp(kv->string, "query_mask") || !strcmp(kv->string, "value_mask") ||
+                       !strcmp(kv->string, "key_mask")
+                 : !strcmp(kv->string, "mask")))
             continue;
         /* Keras 3 records a layer's `training` default (Dropout's False) in every Functional
          * graph, and its fit, evaluate and predict pass their own training flag to each layer in
          * place of the recorded one (keras/src/models/functional.py, operation_fn), as libdist's
          * steps do; tf_keras records only a flag the user passed, which then holds in fit too */
         if (keras3 && strcmp(kv->string, "training") == 0 && cJSON_IsBool(kv)) continue;
+        if (attention_call_flag(l, kv)) continue;
         return dist_error(DIST_UNSUPPORTED, "layer '%s' (%s): call argument '%s' is not supported",
                           l->name, l->class_name, kv->string);
     }
@@ -1605,7 +1627,7 @@ static dist_status tf_keras_attention_inputs(const json_layer *l, const cJSON *k
     const cJSON *kv;
     cJSON_ArrayForEach(kv, kwargs) {
         int tensor = !strcmp(kv->string, "value") || !strcmp(kv->string, "key");
-        if (tensor && !cJSON_IsNull(kv)) continue;
+        if ((tensor && !cJSON_IsNull(kv)) || attention_call_flag(l, kv)) continue;
         if (!cJSON_IsNull(kv))
             return dist_error(DIST_UNSUPPORTED,
                               "layer '%s' (%s): call argument '%s' is not supported", l->name,
@@ -1874,37 +1896,50 @@ static dist_status add_mask_node(const dist_model *m, const json_layer *l, const
     return DIST_OK;
 }
 
+/* One mask argument's value: -1 where it is not written, 0 for null, 1 for a mask of the steps
+ * that libdist computes (anything else is refused). */
+static dist_status mask_arg_value(const json_layer *l, const cJSON *kwargs, const char *key,
+                                  const mask_nodes *mn, int *value) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kwargs, key);
+    *value = -1;
+    if (!v) return DIST_OK;
+    *value = 0;
+    if (cJSON_IsNull(v)) return DIST_OK;
+    const char *name;
+    DIST_TRY(arg_tensor(l, v, &name));
+    if (mask_node(mn, name) != MASK_STEPS)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (%s): its %s is '%s', not a mask of "
+                          "Embedding(mask_zero=True) or Masking that libdist computes",
+                          l->name, l->class_name, key, name);
+    *value = 1;
+    return DIST_OK;
+}
+
 /* A Keras 3 layer's mask argument: -1 where none is written, 0 for null, 1 for the mask.
- * MultiHeadAttention's query_mask, value_mask and key_mask, which Keras makes an attention
- * mask of, are refused. */
+ * MultiHeadAttention's are query_mask, value_mask and key_mask (Keras fills each from its
+ * tensor's mask, and makes its attention mask of them): libdist's self-attention reads one
+ * tensor, so they are one mask, present or not together. */
 static dist_status mask_argument(const json_layer *l, const cJSON *item, const mask_nodes *mn,
                                  int *json_mask) {
     const cJSON *node =
         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes"), 0);
     const cJSON *kwargs =
         cJSON_IsObject(node) ? cJSON_GetObjectItemCaseSensitive(node, "kwargs") : NULL;
+    if (strcmp(l->class_name, "MultiHeadAttention") != 0)
+        return mask_arg_value(l, kwargs, "mask", mn, json_mask);
     static const char *const attention[] = {"query_mask", "value_mask", "key_mask"};
-    for (int i = 0; i < 3; i++) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(kwargs, attention[i]);
-        if (a && !cJSON_IsNull(a))
-            return dist_error(DIST_UNSUPPORTED,
-                              "layer '%s' (%s): call argument '%s' is a mask; Keras would make it "
-                              "an attention mask, which libdist's attention does not take",
-                              l->name, l->class_name, attention[i]);
-    }
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(kwargs, "mask");
     *json_mask = -1;
-    if (!v) return DIST_OK;
-    *json_mask = 0;
-    if (cJSON_IsNull(v)) return DIST_OK;
-    const char *name;
-    DIST_TRY(arg_tensor(l, v, &name));
-    if (mask_node(mn, name) != MASK_STEPS)
-        return dist_error(DIST_UNSUPPORTED,
-                          "layer '%s' (%s): its mask is '%s', not a mask of "
-                          "Embedding(mask_zero=True) or Masking that libdist computes",
-                          l->name, l->class_name, name);
-    *json_mask = 1;
+    for (int i = 0; i < 3; i++) {
+        int v;
+        DIST_TRY(mask_arg_value(l, kwargs, attention[i], mn, &v));
+        if (v >= 0 && *json_mask >= 0 && v != *json_mask)
+            return dist_error(DIST_UNSUPPORTED,
+                              "layer '%s' (%s): its query, value and key masks differ (one is "
+                              "null); libdist's self-attention takes one mask for all three",
+                              l->name, l->class_name);
+        if (v >= 0) *json_mask = v;
+    }
     return DIST_OK;
 }
 
@@ -2039,6 +2074,8 @@ static dist_status functional_layers(const cJSON *config, const cJSON *layers, u
         DIST_TRY(inbound_names(&l, item, names, &n));
         for (int j = 0; j < n; j++) DIST_TRY(find_layer(m, input, &l, names[j], &inputs[j]));
         DIST_TRY(mask_argument(&l, item, mn, &m->layers[layer].json_mask));
+        if (m->layers[layer].kind == LAYER_MHA && call_causal(item))
+            DIST_TRY(dist_model_set_use_causal_mask(m, layer, 1));
         DIST_TRY(dist_model_set_inputs(m, layer++, n, inputs));
     }
     DIST_TRY(model_policy(m, layers, out_name));

@@ -688,6 +688,20 @@ dist_status dist_model_add_multi_head_attention(dist_model *m, int num_heads, in
     return DIST_OK;
 }
 
+dist_status dist_model_set_use_causal_mask(dist_model *m, int layer, int on) {
+    DIST_CHECK_ARG(m, "dist_model_set_use_causal_mask: model is NULL");
+    if (m->built)
+        return dist_error(DIST_INVALID_USAGE, "model '%s': cannot change a call after build",
+                          m->name);
+    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name, layer);
+    model_layer *l = &m->layers[layer];
+    DIST_CHECK_ARG(l->kind == LAYER_MHA,
+                   "dist_model_set_use_causal_mask: layer '%s' is %s, not MultiHeadAttention",
+                   l->name, model_layer_class(l->kind));
+    l->causal_mask = on != 0;
+    return DIST_OK;
+}
+
 static dist_status add_rnn(dist_model *m, layer_kind kind, const dist_rnn_options *o,
                            const char *fn) {
     DIST_CHECK_ARG(m && o, "%s: NULL argument", fn);
@@ -1600,10 +1614,9 @@ static dist_status plan_masks(dist_model *m, int output) {
                                 "which libdist does not");
         case LAYER_SOFTMAX:
             return mask_refused(l, m, "Keras would add a large negative to the masked entries");
-        case LAYER_MHA:
-            return mask_refused(l, m,
-                                "Keras would make it an attention mask, which libdist's attention "
-                                "does not take");
+        case LAYER_MHA: /* its attention mask, and the query's mask on its output */
+            l->mask_out = l->mask_in;
+            break;
         default: l->mask_out = mask_passes(m, l->kind) ? l->mask_in : -1; break;
         }
     }
@@ -2062,11 +2075,49 @@ static dist_status mha_dense(dist_tape *tape, const dist_tensor *x, int64_t in_c
     return dist_op_reshape(tape, y, out_ndim, out_shape, out);
 }
 
+/* Keras's attention mask of a self-attention layer on [B, T, D] (NULL where there is none):
+ * query_mask [B, T, 1] and value_mask (= key_mask) [B, 1, T], both the input's steps mask,
+ * and'ed, and with use_causal_mask the lower triangle [T, T] (key step s <= query step t);
+ * 0 and 1 in float32, [B, T, T], or [T, T] for the causal mask alone. */
+static dist_status attention_mask(dist_tape *tape, const model_layer *l, const dist_tensor *mask,
+                                  int64_t t, dist_tensor **out) {
+    *out = NULL;
+    dist_tensor *am = NULL;
+    if (mask) {
+        const int64_t b = mask->shape[0], sq[3] = {b, t, 1}, sk[3] = {b, 1, t};
+        dist_tensor *mq, *mk;
+        DIST_TRY(dist_op_reshape(tape, mask, 3, sq, &mq));
+        DIST_TRY(dist_op_reshape(tape, mask, 3, sk, &mk));
+        DIST_TRY(dist_op_mul(tape, mq, mk, &am));
+    }
+    if (l->causal_mask) {
+        float *tri = malloc((size_t)(t * t) * sizeof *tri);
+        if (!tri)
+            return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for a causal mask",
+                              l->name);
+        for (int64_t i = 0; i < t; i++)
+            for (int64_t j = 0; j < t; j++) tri[i * t + j] = j <= i ? 1.0f : 0.0f;
+        const int64_t st[2] = {t, t};
+        dist_tensor host = dist_tensor_view(tri, DIST_F32, 2, st), *c;
+        dist_status s = dist_tape_upload(tape, &host, &c);
+        free(tri);
+        DIST_TRY(s);
+        if (am)
+            DIST_TRY(dist_op_mul(tape, am, c, &am));
+        else
+            am = c;
+    }
+    *out = am;
+    return DIST_OK;
+}
+
 /* Keras's MultiHeadAttention called as self-attention (query = value = key), dropout 0:
  * q, k, v = x W + b per head; q scaled by 1 / sqrt(key_dim) (Keras scales the query, not the
- * scores); softmax over the keys of q k^T; the heads' weighted values projected back to D. */
+ * scores); softmax over the keys of q k^T, masked by the input's steps mask and the causal
+ * mask where there are (attention_mask); the heads' weighted values projected back to D. */
 static dist_status call_attention(dist_tape *tape, const model_layer *l, const dist_tensor *x,
-                                  const dist_tensor *const *vars, dist_tensor **out) {
+                                  const dist_tensor *mask, const dist_tensor *const *vars,
+                                  dist_tensor **out) {
     const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2], h = l->heads;
     const int *mv = l->mha_vars;
     dist_tensor *qkv[3];
@@ -2081,7 +2132,9 @@ static dist_status call_attention(dist_tape *tape, const model_layer *l, const d
     dist_tensor *q, *ctx;
     DIST_TRY(dist_op_scale(tape, qkv[0], (float)(1.0 / sqrt((double)l->key_dim)), &q));
     /* softmax(q k^T) v: the scores kept in cache where the backend fuses it */
-    DIST_TRY(dist_op_attention(tape, q, qkv[1], qkv[2], &ctx));
+    dist_tensor *am;
+    DIST_TRY(attention_mask(tape, l, mask, t, &am));
+    DIST_TRY(dist_op_attention_masked(tape, q, qkv[1], qkv[2], am, &ctx));
     int64_t s[3] = {b, t, d};
     return mha_dense(tape, ctx, h * l->value_dim, vars[mv[6]], mv[7] >= 0 ? vars[mv[7]] : NULL, 3,
                      s, out);
@@ -2405,7 +2458,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         if (h->ndim > 2) return call_dense_steps(tape, l, h, vars, bias, is_head, out);
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
-    case LAYER_MHA: return call_attention(tape, l, h, vars, out);
+    case LAYER_MHA: return call_attention(tape, l, h, mask, vars, out);
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:

@@ -120,6 +120,7 @@ typedef struct model_layer {
     int units;                                /* dense; embedding: output_dim */
     int input_dim;                            /* embedding: the vocabulary */
     int heads, key_dim, value_dim, use_bias;  /* mha */
+    int causal_mask;                          /* mha: Keras's call argument use_causal_mask */
     int mha_vars[8]; /* mha: query, key, value, output: kernel then bias each (-1: none) */
     dist_activation activation;
     dist_rnn_options rnn;     /* simple_rnn, lstm, gru, bidirectional (its forward layer's) */

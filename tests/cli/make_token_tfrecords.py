@@ -12,7 +12,10 @@ Dense(2); OUT/model_recurrent.json: Embedding(50, 16) -> LSTM(16, return_sequenc
 GRU(16, go_backwards) -> Dense(2). OUT/padded/: the task on sequences of 3 to 16 ids padded
 with 0 to 16, for OUT/model_masked.json: Embedding(50, 16, mask_zero=True) ->
 Bidirectional(LSTM(16, dropout=0.1, recurrent_dropout=0.1)) -> Dense(16, relu) -> Dense(2)
-(TensorFlow's RNN text tutorial's model, with dropout inside the LSTM). Broken sets, each with one bad training record among good ones:
+(TensorFlow's RNN text tutorial's model, with dropout inside the LSTM), and
+OUT/model_attention.json: Embedding(50, 16, mask_zero=True) -> MultiHeadAttention(2 heads of
+8, use_causal_mask=True) with a residual Add and LayerNormalization -> GlobalAveragePooling1D
+-> Dense(16, relu) -> Dense(2) (the mask as the attention's mask). Broken sets, each with one bad training record among good ones:
 OUT/out_of_range/ (an id of 2^40, beyond int32), OUT/out_of_vocab/ (an id of 60, beyond the
 Embedding's 50 rows), OUT/short/ (15 ids instead of 16).
 """
@@ -109,6 +112,17 @@ def main():
     h = keras.layers.Dense(16, activation="relu")(h)
     model = keras.Model(inp, keras.layers.Dense(2)(h))
     with open(os.path.join(out, "model_masked.json"), "w") as f:
+        f.write(model.to_json())
+    # the padded task through masked, causal self-attention (the mask as its attention mask)
+    keras.utils.set_random_seed(4)
+    inp = keras.Input(shape=(T,), dtype="int32")
+    e = keras.layers.Embedding(VOCAB, 16, mask_zero=True)(inp)
+    a = keras.layers.MultiHeadAttention(2, 8)(e, e, use_causal_mask=True)
+    h = keras.layers.LayerNormalization(epsilon=1e-6)(keras.layers.Add()([e, a]))
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    h = keras.layers.Dense(16, activation="relu")(h)
+    model = keras.Model(inp, keras.layers.Dense(2)(h))
+    with open(os.path.join(out, "model_attention.json"), "w") as f:
         f.write(model.to_json())
     print("wrote", out)
 

@@ -21,8 +21,13 @@ string(REPLACE "/model.json" "/model_recurrent.json" recurrent_args "${token_arg
 string(REPLACE "/model.json" "/model_masked.json" masked_args "${token_args}")
 string(REPLACE "--data-dir;${token_dir}" "--data-dir;${token_dir}/padded" masked_args
        "${masked_args}")
+# Through masked, causal self-attention on the padded set (model_attention.json, from tf_keras:
+# Embedding(mask_zero=True) -> MultiHeadAttention(use_causal_mask=True) with a residual Add and
+# LayerNormalization -> the masked mean -> Dense(16, relu) -> Dense(2))
+# (distrain.tokens_attention_*).
+string(REPLACE "/model_masked.json" "/model_attention.json" attention_args "${masked_args}")
 foreach(token_model "tokens;token_args" "tokens_recurrent;recurrent_args"
-                    "tokens_masked;masked_args")
+                    "tokens_masked;masked_args" "tokens_attention;attention_args")
   list(GET token_model 0 token_prefix)
   list(GET token_model 1 token_model_args)
   foreach(token_case "one_device;" "mirrored;" "multi_worker;--workers;2" "parameter_server;--workers;2;--ps;1")

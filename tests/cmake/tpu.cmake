@@ -79,8 +79,9 @@ set_tests_properties(distrain.tokens_tpu PROPERTIES FIXTURES_REQUIRED "token_tfr
                      ENVIRONMENT "${tpu_env}")
 # Its recurrent twin (LSTM into a GRU run backwards, 16 steps unrolled into the program), and
 # the masked one on the padded set (the masked steps and the LSTM's dropout masks in the
-# program).
-foreach(token_model "tokens_recurrent;recurrent_args" "tokens_masked;masked_args")
+# program), and masked causal attention on it (the attention mask composed in the program).
+foreach(token_model "tokens_recurrent;recurrent_args" "tokens_masked;masked_args"
+                    "tokens_attention;attention_args")
   list(GET token_model 0 token_prefix)
   list(GET token_model 1 token_model_args)
   add_test(NAME distrain.${token_prefix}_tpu

@@ -35,8 +35,11 @@ Concatenate, dropped by Conv1D),
 the same way and through its .keras file. The recurrent stack with dropout and
 recurrent_dropout in an LSTM and a Bidirectional GRU: in inference Keras's logits (training draws
 libdist's masks, not TensorFlow's). Refused by name: a model with cross-attention, an LSTM with
-a dropout rate of 1 (which Keras ignores), and masks reaching Softmax, MultiHeadAttention, a merge of a masked and an
-unmasked input or the model's output.
+a dropout rate of 1 (which Keras ignores), and masks reaching Softmax, a merge of a masked and an
+unmasked input or the model's output. The Transformer block with the ids' mask as its attention
+mask (Keras's query and value masks), with use_causal_mask, and with both into Flatten (the
+padded query steps' rows, which keep no key, weigh every key equally, as Keras 3's), each
+through its .keras file too.
 
 Usage: keras_text.py DRIVER WORKDIR [SAVER]
   SAVER: the keras_functional executable (the .keras check)
@@ -69,22 +72,30 @@ def make(mask_zero=False):
     return keras.Model(ids, y, name="text")
 
 
-def make_transformer(cross=False):
+def make_transformer(cross=False, mask_zero=False, causal=False, flatten=False):
     """One encoder block (2 heads of 8, Keras's self-attention call with query and value the
-    same tensor; key too in the second form), post-norm, GELU feed-forward."""
+    same tensor; key too in the second form), post-norm, GELU feed-forward. With mask_zero the
+    ids' mask becomes the attention's (query and value masks), with causal use_causal_mask;
+    flatten ends in Flatten (which drops the mask) instead of the masked mean, so the rows of
+    padded query steps (no key kept: equal weights over all keys) reach the logits."""
     L = keras.layers
     ids = keras.Input((T,), dtype="int32", name="ids")
-    x = L.Embedding(V, 16, name="embed")(ids)
+    x = L.Embedding(V, 16, mask_zero=mask_zero, name="embed")(ids)
     if cross:
         other = L.Dense(16, name="other")(x)
         a = L.MultiHeadAttention(2, 8, name="mha")(x, other)
+    elif causal:
+        a = L.MultiHeadAttention(2, 8, name="mha")(x, x, use_causal_mask=True)
     else:
         a = L.MultiHeadAttention(2, 8, name="mha")(x, x, x)
     h = L.LayerNormalization(epsilon=1e-6, name="ln1")(L.Add(name="res1")([x, a]))
     f = L.Dense(32, activation="gelu", name="ffn1")(h)
     f = L.Dense(16, name="ffn2")(f)
     h = L.LayerNormalization(epsilon=1e-6, name="ln2")(L.Add(name="res2")([h, f]))
-    h = L.GlobalAveragePooling1D(name="pool")(h)
+    if flatten:
+        h = L.Flatten(name="flat")(h)
+    else:
+        h = L.GlobalAveragePooling1D(name="pool")(h)
     y = L.Dense(K, name="out")(h)
     return keras.Model(ids, y, name="transformer")
 
@@ -153,8 +164,6 @@ def make_mask_refused(kind):
     e = L.Embedding(V, 8, mask_zero=True, name="embed")(ids)
     if kind == "softmax":
         h = L.GlobalAveragePooling1D(name="pool")(L.Softmax(name="softmax")(e))
-    elif kind == "mha":
-        h = L.GlobalAveragePooling1D(name="pool")(L.MultiHeadAttention(2, 4, name="mha")(e, e))
     elif kind == "mixed":
         e2 = L.Embedding(V, 8, name="embed2")(ids)
         h = L.GlobalAveragePooling1D(name="pool")(L.Add(name="add")([e, e2]))
@@ -319,6 +328,15 @@ def main():
     xm.tofile(xm_path)
     masked = seeded(15, lambda: make(mask_zero=True), rng)
     ok = run_case(driver, work, "text_masked", masked, xm, y, xm_path, y_path) and ok
+    # attention masks: the ids' mask as query and value masks, the causal mask, both; the last
+    # ending in Flatten, which reads the padded query steps' rows
+    for name, seed, kw in (("transformer_masked", 19, dict(mask_zero=True)),
+                           ("transformer_causal", 20, dict(causal=True)),
+                           ("transformer_masked_causal", 21,
+                            dict(mask_zero=True, causal=True, flatten=True))):
+        tm = seeded(seed, lambda: make_transformer(**kw), rng)
+        ok = run_case(driver, work, name, tm, xm, y, xm_path, y_path, saver=saver,
+                      shape=(N, T, 1, 1)) and ok
     recm = seeded(16, make_recurrent_masked, rng)
     ok = run_case(driver, work, "recurrent_masked", recm, xm, y, xm_path, y_path, saver=saver,
                   shape=(N, T, 1, 1)) and ok
@@ -358,8 +376,26 @@ def main():
                  "'lstm' (LSTM): argument 'dropout' is not a rate in [0, 1)") and ok
     ok = refused("cross-attention", "cross", make_transformer(cross=True),
                  "'mha' (MultiHeadAttention)", "self-attention") and ok
+    # MultiHeadAttention's mask arguments written out (Keras 3 writes none for a mask it made
+    # itself): query_mask the ids' mask and value_mask null differ, which libdist refuses
+    import json
+    spec = json.loads(make_transformer(mask_zero=True).to_json())
+    layers = spec["config"]["layers"]
+    ne = next(l["name"] for l in layers if l["class_name"] == "NotEqual")
+    mha = next(l for l in layers if l["class_name"] == "MultiHeadAttention")
+    mha["inbound_nodes"][0]["kwargs"] = {
+        "query_mask": {"class_name": "__keras_tensor__", "config": {"keras_history": [ne, 0, 0]}},
+        "value_mask": None}
+    path = os.path.join(work, "mask_args.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    r = subprocess.run([driver, path, wpath, x_path, y_path, str(N), str(T), lpath, gpath],
+                       capture_output=True, text=True)
+    good = r.returncode != 0 and "its query, value and key masks differ" in r.stderr
+    print(f"{'ok  ' if good else 'FAIL'} MultiHeadAttention's differing mask arguments refused: "
+          f"{r.stderr.strip()}")
+    ok = good and ok
     for kind, wants in (("softmax", ("'softmax' (Softmax)", "mask of Embedding 'embed'")),
-                        ("mha", ("'mha' (MultiHeadAttention)", "attention mask")),
                         ("mixed", ("'add' (Add)", "only with other masked ones")),
                         ("seq", ("'out' (Dense), the model's output", "mask the loss"))):
         ok = refused(f"a mask into {kind}", f"mask_{kind}", make_mask_refused(kind), *wants) and ok

@@ -13,6 +13,9 @@
  *   and still right; shapes that do not fit are refused by name.
  * - mixed_float16 and mixed_bfloat16: the scores, probabilities and their gradients rounded
  *   where the tape rounds the parts' (bitwise the parts' with the products' kernels fixed).
+ * - dist_op_attention_masked: a mask per batch element (rows that drop every key among them)
+ *   or one causal mask for all: the parts' bits fused, and the formulas with the dropped
+ *   scores at -2^127.
  * - q, k, v that are intermediates read elsewhere too, their gradients accumulated: the same
  *   bits fused or not; an empty extent declines and gives zeros. */
 #include "backend/cpu/cpu_internal.h"
@@ -79,8 +82,8 @@ static float *copy_of(const dist_tensor *x) {
 /* y = attention(q, k, v) on a fresh tape (precision: its compute precision), loss =
  * sum(y * w); the gradients of the tensors watch selects (bit 0: q, 1: k, 2: v); alias: k and
  * v are q itself. */
-static result run(dist_backend *be, dist_tensor *q, dist_tensor *k, dist_tensor *v, dist_tensor *w,
-                  int watch, dist_dtype precision) {
+static result run_masked(dist_backend *be, dist_tensor *q, dist_tensor *k, dist_tensor *v,
+                         const dist_tensor *mask, dist_tensor *w, int watch, dist_dtype precision) {
     result res;
     memset(&res, 0, sizeof res);
     dist_tape *t;
@@ -90,7 +93,8 @@ static result run(dist_backend *be, dist_tensor *q, dist_tensor *k, dist_tensor 
     for (int i = 0; i < 3; i++)
         if (watch >> i & 1) ck_assert_int_eq(dist_tape_watch(t, src[i]), DIST_OK);
     dist_tensor *y, *yw, *loss;
-    ck_assert_msg(dist_op_attention(t, q, k, v, &y) == DIST_OK, "%s", dist_last_error());
+    ck_assert_msg(dist_op_attention_masked(t, q, k, v, mask, &y) == DIST_OK, "%s",
+                  dist_last_error());
     res.y = copy_of(y);
     if (watch) {
         ck_assert_int_eq(dist_op_mul(t, y, w, &yw), DIST_OK);
@@ -117,6 +121,11 @@ static result run(dist_backend *be, dist_tensor *q, dist_tensor *k, dist_tensor 
     return res;
 }
 
+static result run(dist_backend *be, dist_tensor *q, dist_tensor *k, dist_tensor *v, dist_tensor *w,
+                  int watch, dist_dtype precision) {
+    return run_masked(be, q, k, v, NULL, w, watch, precision);
+}
+
 static void result_free(result *r) { free(r->y), free(r->dq), free(r->dk), free(r->dv); }
 
 static void same_bits(const float *a, const float *b, int64_t n, const char *what,
@@ -134,8 +143,20 @@ typedef struct reference {
     double *y, *dq, *dk, *dv;
 } reference;
 
+static reference reference_masked(const shape_case *c, const float *q, const float *k,
+                                  const float *v, const float *w, const float *mask,
+                                  int64_t mask_per);
+
 static reference reference_of(const shape_case *c, const float *q, const float *k, const float *v,
                               const float *w) {
+    return reference_masked(c, q, k, v, w, NULL, 0);
+}
+
+/* with a mask (NULL: none; mask_per: a batch element's Tq Tk, or 0 for one [Tq, Tk] for all):
+ * a dropped score is -2^127 before the softmax, its ds 0 */
+static reference reference_masked(const shape_case *c, const float *q, const float *k,
+                                  const float *v, const float *w, const float *mask,
+                                  int64_t mask_per) {
     const int64_t B = batch_of(c), H = c->h, TQ = c->tq, TK = c->tk, DK = c->dk, DV = c->dv;
     reference r;
     r.y = calloc((size_t)(B * TQ * H * DV), sizeof(double));
@@ -152,6 +173,7 @@ static reference reference_of(const shape_case *c, const float *q, const float *
                     double s = 0;
                     for (int64_t d = 0; d < DK; d++)
                         s += (double)q[AT(b, i, TQ, h, d, DK)] * k[AT(b, j, TK, h, d, DK)];
+                    if (mask && mask[b * mask_per + i * TK + j] == 0.0f) s = -0x1p127;
                     p[j] = s;
                     if (s > m) m = s;
                 }
@@ -168,7 +190,8 @@ static reference reference_of(const shape_case *c, const float *q, const float *
                     pdp += p[j] * dp[j];
                 }
                 for (int64_t j = 0; j < TK; j++) {
-                    const double ds = p[j] * (dp[j] - pdp);
+                    double ds = p[j] * (dp[j] - pdp);
+                    if (mask) ds *= mask[b * mask_per + i * TK + j];
                     for (int64_t d = 0; d < DK; d++) {
                         r.dq[AT(b, i, TQ, h, d, DK)] += ds * k[AT(b, j, TK, h, d, DK)];
                         r.dk[AT(b, j, TK, h, d, DK)] += ds * q[AT(b, i, TQ, h, d, DK)];
@@ -239,6 +262,89 @@ START_TEST(test_fused_equals_the_three_ops_bitwise_and_the_formulas) {
             dist_backend_free_tensor(be, q), dist_backend_free_tensor(be, k);
             dist_backend_free_tensor(be, v), dist_backend_free_tensor(be, w);
         }
+        dist_backend_destroy(be);
+    }
+}
+END_TEST
+
+/* A mask of 0 and 1 drawn per batch element with some query rows dropping every key and one
+ * keeping all, or one lower triangle (Keras's causal mask) for every element: fused, the
+ * values and gradients are the parts' bits (s m + (m - 1) 2^127 between them), at 1 and 2
+ * threads and under mixed_float16 and mixed_bfloat16 (the rounding path), and within float32
+ * rounding of the formulas with the dropped scores at -2^127 (a row that keeps no key: equal
+ * weights). */
+static float round_to(float f, dist_dtype p);
+
+START_TEST(test_masked_equals_the_parts_and_the_formulas) {
+    static const dist_dtype precs[4] = {DIST_F32, DIST_F32, DIST_F16, DIST_BF16};
+    for (int pi = 0; pi < 4; pi++) {
+        const dist_dtype prec = precs[pi];
+        dist_backend *be = dist_test_cpu_backend(pi == 0 ? 1 : 2);
+        if (prec == DIST_BF16) ck_assert_int_eq(dist_cpu_backend_set_native_bf16(be, 0), DIST_OK);
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+            for (int causal = 0; causal <= 1; causal++) {
+                const shape_case *c = &cases[ci];
+                if (prec != DIST_F32 && ci > 2) continue;
+                int64_t qs[5], ks[5], vs[5], ys[5], ms[5];
+                const int r = shape_of(c, c->tq, c->dk, qs);
+                shape_of(c, c->tk, c->dk, ks);
+                shape_of(c, c->tk, c->dv, vs);
+                shape_of(c, c->tq, c->dv, ys);
+                const int64_t per = c->tq * c->tk, batch = batch_of(c);
+                int mr = 0;
+                if (!causal)
+                    for (int d = 0; d < r - 3; d++) ms[mr++] = qs[d];
+                ms[mr++] = c->tq, ms[mr++] = c->tk;
+                dist_tensor *t4[4] = {filled(be, r, qs, 61u + (uint32_t)ci, 1.5f),
+                                      filled(be, r, ks, 62u + (uint32_t)ci, 1.5f),
+                                      filled(be, r, vs, 63u + (uint32_t)ci, 1.0f),
+                                      filled(be, r, ys, 64u + (uint32_t)ci, 1.0f)};
+                for (int i = 0; prec != DIST_F32 && i < 4; i++)
+                    for (int64_t j = 0; j < dist_tensor_numel(t4[i]); j++)
+                        ((float *)t4[i]->data)[j] = round_to(((float *)t4[i]->data)[j], prec);
+                dist_tensor *mask;
+                ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, mr, ms, &mask), DIST_OK);
+                float *m = mask->data;
+                uint32_t seed = 71u + (uint32_t)ci;
+                for (int64_t b = 0; b < (causal ? 1 : batch); b++)
+                    for (int64_t i = 0; i < c->tq; i++)
+                        for (int64_t j = 0; j < c->tk; j++) {
+                            float *e = &m[b * per + i * c->tk + j];
+                            if (causal)
+                                *e = j <= i ? 1.0f : 0.0f;
+                            else if (i % 5 == 1) /* a row that drops every key */
+                                *e = 0.0f;
+                            else if (i % 5 == 2) /* one that keeps them all */
+                                *e = 1.0f;
+                            else
+                                *e = frand(&seed) > -0.3f ? 1.0f : 0.0f;
+                        }
+                ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 1), DIST_OK);
+                result fused = run_masked(be, t4[0], t4[1], t4[2], mask, t4[3], 7, prec);
+                ck_assert_int_eq(fused.st.attention, 1);
+                ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 0), DIST_OK);
+                result parts = run_masked(be, t4[0], t4[1], t4[2], mask, t4[3], 7, prec);
+                ck_assert_int_eq(parts.st.attention_declined, 1);
+                char where[96];
+                snprintf(where, sizeof where, "case %zu, %s mask, precision %s, %d thread(s)", ci,
+                         causal ? "causal" : "batch", dist_dtype_name(prec), pi == 0 ? 1 : 2);
+                const float *got[4] = {fused.y, fused.dq, fused.dk, fused.dv};
+                const float *want[4] = {parts.y, parts.dq, parts.dk, parts.dv};
+                const dist_tensor *like[4] = {t4[3], t4[0], t4[1], t4[2]};
+                static const char *const names[4] = {"y", "dq", "dk", "dv"};
+                reference ref = reference_masked(c, t4[0]->data, t4[1]->data, t4[2]->data,
+                                                 t4[3]->data, m, causal ? 0 : per);
+                double *exact[4] = {ref.y, ref.dq, ref.dk, ref.dv};
+                for (int i = 0; i < 4; i++) {
+                    same_bits(got[i], want[i], dist_tensor_numel(like[i]), names[i], where);
+                    if (prec == DIST_F32)
+                        near(got[i], exact[i], dist_tensor_numel(like[i]), names[i], where);
+                    free(exact[i]);
+                }
+                result_free(&fused), result_free(&parts);
+                for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, t4[i]);
+                dist_backend_free_tensor(be, mask);
+            }
         dist_backend_destroy(be);
     }
 }
@@ -532,6 +638,7 @@ int main(void) {
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_fused_equals_the_three_ops_bitwise_and_the_formulas);
+    tcase_add_test(tc, test_masked_equals_the_parts_and_the_formulas);
     tcase_add_test(tc, test_some_gradients_and_an_evaluation_tape);
     tcase_add_test(tc, test_declines_and_refusals);
     tcase_add_test(tc, test_mixed_policies_round_as_the_parts);

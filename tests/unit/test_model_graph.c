@@ -1200,7 +1200,9 @@ static void transformer_body(dist_model *m) {
  * of the LSTM's sequence and with Bidirectional(GRU(3), ave) of Bidirectional(LSTM(3,
  * return_sequences)) of the embeddings -> Dense(4). With `recurrent` 2 the same under a mask
  * (Embedding mask_zero, the SimpleRNN with zero_output_for_mask) on ids padded with zeros, with
- * dropout and recurrent_dropout in the first LSTM and dropout in the GRU Bidirectional. */
+ * dropout and recurrent_dropout in the first LSTM and dropout in the GRU Bidirectional. With
+ * `recurrent` 3 the Transformer block on those padded ids under Embedding's mask (the
+ * attention's mask, the masked mean) with use_causal_mask. */
 static void text_steps(int tpu, int recurrent, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
@@ -1216,11 +1218,12 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
     ck_assert_msg(dist_strategy_create(&o, &s) == DIST_OK, "%s", dist_last_error());
     dist_model *m = NULL;
     ck_assert_int_eq(dist_model_create("transformer", &m), DIST_OK);
-    if (recurrent == 2)
+    const int masked = recurrent >= 2;
+    if (masked)
         ck_assert_int_eq(dist_model_add_embedding_masked(m, 50, 8), DIST_OK); /* 0 */
     else
         ck_assert_int_eq(dist_model_add_embedding(m, 50, 8), DIST_OK);
-    if (recurrent) {
+    if (recurrent == 1 || recurrent == 2) {
         dist_rnn_options r = DIST_RNN_OPTIONS_INIT(6);
         r.return_sequences = 1;
         if (recurrent == 2) r.dropout = 0.2f, r.recurrent_dropout = 0.1f, r.seed = 5;
@@ -1247,6 +1250,7 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
         ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK); /* 8 */
     } else {
         transformer_body(m);
+        if (recurrent == 3) ck_assert_int_eq(dist_model_set_use_causal_mask(m, 1, 1), DIST_OK);
     }
     ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
     dist_optimizer *opt = NULL;
@@ -1262,8 +1266,8 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
         y[i] = (i * 7) % 4;
         for (int j = 0; j < 6; j++) x[i][j] = (i * 13 + j * 7 + (j == 1 ? 0 : j)) % 50;
         x[i][1] = x[i][0]; /* a repeated id in each sequence */
-        if (recurrent == 2 && i % 3) x[i][6 - i % 3] = 0; /* padding, and masked steps */
-        if (recurrent == 2 && i % 3 == 2) x[i][5] = 0;
+        if (masked && i % 3) x[i][6 - i % 3] = 0; /* padding, and masked steps */
+        if (masked && i % 3 == 2) x[i][5] = 0;
     }
     int64_t xs[2] = {24, 6}, ys[1] = {24};
     dist_tensor parts[2] = {dist_tensor_view(x, DIST_I32, 2, xs),
@@ -1345,6 +1349,14 @@ START_TEST(test_under_tpu_masked_recurrent_layers_train_as_mirrored_does) {
 }
 END_TEST
 
+/* The Transformer block with the padding mask and the causal mask as its attention mask,
+ * composed in the traced program (s m + (m - 1) 2^127): as mirrored, whose CPU kernel masks in
+ * the fused attention. */
+START_TEST(test_under_tpu_masked_causal_attention_trains_as_mirrored_does) {
+    expect_text_model_trains_under_tpu_as_mirrored(3);
+}
+END_TEST
+
 /* graph_steps under tpu and under mirrored: the same losses and weights. */
 static void expect_graph_trains_under_tpu_as_mirrored(int masking) {
     float lt[3], lm[3];
@@ -1381,6 +1393,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_under_tpu_a_transformer_block_trains_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_recurrent_layers_train_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_masked_recurrent_layers_train_as_mirrored_does);
+        tcase_add_test(tc, test_under_tpu_masked_causal_attention_trains_as_mirrored_does);
         tcase_add_test(tc, test_under_tpu_masking_trains_as_mirrored_does);
         suite_add_tcase(s, tc);
         return dist_test_run(s);

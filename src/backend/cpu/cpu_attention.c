@@ -20,7 +20,11 @@
  * chooses per shape: a chunk's products may take the other of two paths equal to rounding;
  * with the choice fixed the bits are the parts'). Measured on the Transformer's shapes
  * ([32, 128, 4, 32], Zen 4, one thread): forward 6.7 -> 5.9 ms, gradient 10.7 -> 9.0 ms a
- * layer (bench/RESULTS.md). */
+ * layer (bench/RESULTS.md). A mask (Keras's attention mask: padding, causal) replaces the
+ * scores it drops by -BIG before the softmax and zeroes their gradients, in the chunk. */
+/* the mask's selects vectorize only where a comparison may not trap */
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+
 #include "backend/cpu/cpu_internal.h"
 #include "core/error.h"
 
@@ -136,6 +140,45 @@ static dist_status precision_of(const dist_op *op, int *bmm_flag) {
     return DIST_OK;
 }
 
+/* The op's optional mask (ops.h: ATTENTION's in[3], ATTENTION_GRAD's in[5]): NULL, or
+ * [batch, Tq, Tk] (*per = Tq Tk, a batch element's), or [Tq, Tk] for all of them (*per = 0). */
+static dist_status mask_of(const dist_op *op, const dist_tensor *const *in, int slot,
+                           const att_dims *d, const float **mask, int64_t *per) {
+    *mask = NULL;
+    *per = 0;
+    if (op->nin <= slot || !in[slot]) return DIST_OK;
+    const int64_t n = dist_tensor_numel(in[slot]), one = d->tq * d->tk;
+    if (n != one) DIST_TRY(cpu_need_numel(op, in[slot], d->batch * one, "the mask"));
+    *per = n == one ? 0 : one;
+    *mask = in[slot]->data;
+    return DIST_OK;
+}
+
+/* One row of masked scores: s where the mask is 1, `drop` (-BIG) where it is 0 (ops.h: s m +
+ * (m - 1) BIG, whose + 0 turns -0 into 0 as here); or, with `grads`, ds times the mask (the
+ * gradient of s m). Vector selects (the file's no-trapping-math). */
+static void mask_row(float *restrict row, const float *restrict mr, int64_t n, float drop,
+                     int grads) {
+    if (grads)
+        for (int64_t j = 0; j < n; j++) row[j] *= mr[j];
+    else
+        for (int64_t j = 0; j < n; j++) row[j] = mr[j] != 0.0f ? row[j] + 0.0f : drop;
+}
+
+/* The rows of batch elements [b0, b0 + m) ([m, H, Tq, Tk]) through mask_row, split over the
+ * backend's threads (the softmax's rows are, after). */
+static void mask_rows(const cpu_ctx *c, float *s, const float *mask, int64_t per, const att_dims *d,
+                      int64_t b0, int64_t m, dist_dtype dtype, int grads) {
+    const float drop = dtype == DIST_F16 ? -32768.0f : -0x1p127f;
+    const int64_t rows = m * d->h * d->tq;
+    const int threads = c->threads > 1 && rows * d->tk >= 32768 ? c->threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = r / (d->h * d->tq), t = r % d->tq;
+        mask_row(s + r * d->tk, mask + (b0 + b) * per + t * d->tk, d->tk, drop, grads);
+    }
+}
+
 static dist_status bmm(cpu_ctx *c, int flags, const dist_tensor *a, const dist_tensor *b,
                        dist_tensor *y) {
     const dist_op op = {.code = DIST_OPC_BATCH_MATMUL, .k = flags, .nin = 2, .nout = 1};
@@ -153,6 +196,9 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
     int bf = 0;
     DIST_TRY(precision_of(op, &bf));
     DIST_TRY(att_dims_of(op, q, k, v, &d));
+    const float *mask;
+    int64_t per;
+    DIST_TRY(mask_of(op, in, 3, &d, &mask, &per));
     const int64_t s_per = d.h * d.tq * d.tk;
     DIST_TRY(cpu_need_numel(op, y, d.batch * d.tq * d.h * d.dv, "y"));
     if (p) DIST_TRY(cpu_need_numel(op, p, d.batch * s_per, "p"));
@@ -169,6 +215,9 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
         const int64_t ps[4] = {m, d.h, d.tq, d.tk};
         dist_tensor pc = dist_tensor_view(p ? (float *)p->data + b0 * s_per : buf, DIST_F32, 4, ps);
         DIST_TRY(bmm(c, TB | AI | BI | bf, &qc, &kc, &pc));
+        /* masked before it is rounded: -BIG is exact in every precision, so the order is the
+         * parts' (each op's output rounded) */
+        if (mask) mask_rows(c, pc.data, mask, per, &d, b0, m, op->dtype, 0);
         /* s rounded, softmax, p rounded: a few rows at a time (rows of no element: nothing) */
         if (d.tk > 0)
             cpu_softmax_rows(c->threads, pc.data, pc.data, m * d.h * d.tq, d.tk, op->dtype);
@@ -190,6 +239,9 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
     int bf = 0;
     DIST_TRY(precision_of(op, &bf));
     DIST_TRY(att_dims_of(op, q, k, v, &d));
+    const float *mask;
+    int64_t per;
+    DIST_TRY(mask_of(op, in, 5, &d, &mask, &per));
     const int64_t s_per = d.h * d.tq * d.tk;
     DIST_TRY(cpu_need_numel(op, p, d.batch * s_per, "p"));
     DIST_TRY(cpu_need_numel(op, dy, d.batch * d.tq * d.h * d.dv, "dy"));
@@ -220,6 +272,7 @@ dist_status cpu_op_attention_grad(void *ctx, const dist_op *op, const dist_tenso
         if (d.tk > 0) /* dp rounded, ds, ds rounded (rows of no element: nothing to do) */
             cpu_softmax_grad_rows(c->threads, pc.data, ds.data, ds.data, m * d.h * d.tq, d.tk,
                                   op->dtype);
+        if (mask) mask_rows(c, ds.data, mask, per, &d, b0, m, op->dtype, 1); /* exact */
         if (dq) {
             dist_tensor dqc = view4(dq, b0, m, d.tq, d.h, d.dk);
             DIST_TRY(bmm(c, BI | CI | bf, &ds, &kc, &dqc));

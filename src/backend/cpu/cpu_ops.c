@@ -84,8 +84,13 @@ static int op_arity_of(const dist_op *op, op_arity *a) {
     case DIST_OPC_BATCH_MATMUL: a->nin = 2; return op->k >= 0 && op->k <= DIST_BMM_ALL;
     case DIST_OPC_LAYER_NORM: *a = (op_arity){3, 2, 0x6, 0x2, 0}; return 1;
     case DIST_OPC_LAYER_NORM_GRAD: *a = (op_arity){4, 3, 0x8, 0x7, 0}; return 1;
-    case DIST_OPC_ATTENTION: *a = (op_arity){3, 2, 0, 0x2, 0}; return op->k == 0;
-    case DIST_OPC_ATTENTION_GRAD: *a = (op_arity){5, 3, 0, 0x7, 0}; return op->k == 0;
+    /* the mask is an input where op->nin says so (callers of the unmasked op pass 3 or 5) */
+    case DIST_OPC_ATTENTION:
+        *a = (op_arity){op->nin >= 4 ? 4 : 3, 2, 0x8, 0x2, 0};
+        return op->k == 0;
+    case DIST_OPC_ATTENTION_GRAD:
+        *a = (op_arity){op->nin >= 6 ? 6 : 5, 3, 0x20, 0x7, 0};
+        return op->k == 0;
     default: break; /* DIST_OPC_COUNT, and the layer ops: dispatched above */
     }
     return 0;
