@@ -325,7 +325,8 @@ DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int inpu
 DIST_API dist_status dist_model_add_masking(dist_model *model, float mask_value);
 /* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as
  * self-attention on [batch, steps, features] (query = value = key: the layer reads one tensor,
- * or the same tensor two or three times through dist_model_set_inputs), dropout 0; a mask of
+ * or the same tensor two or three times through dist_model_set_inputs), dropout 0 (see
+ * dist_model_set_attention_dropout); a mask of
  * its input (mask_zero, Masking) becomes Keras's attention mask (query step t attends to key
  * step s where both are kept; a query step that keeps no key weighs all keys equally, as
  * Keras 3 does) and passes on to its output, as Keras's query mask does:
@@ -338,6 +339,16 @@ DIST_API dist_status dist_model_add_multi_head_attention(dist_model *model, int 
 /* Keras's call argument use_causal_mask=True for MultiHeadAttention layer `layer` (before
  * build): query step t attends to key steps 0..t only (and'ed with a mask of its input). */
 DIST_API dist_status dist_model_set_use_causal_mask(dist_model *model, int layer, int on);
+/* MultiHeadAttention(dropout=rate, seed=seed) for layer `layer` (before build; rate in [0, 1)):
+ * in training the attention probabilities are multiplied by a dropout mask (0, or 1 / (1 -
+ * rate)) per batch element, head and score, drawn as Dropout's are (the op set's DROPOUT_MASK,
+ * keyed by the seed, the layer, the replica and its training call: TensorFlow's draws are not
+ * reproduced); identity in inference. As Keras 3's dropout path does (its Softmax layer with the
+ * mask), a query step that keeps no key then weighs no key (zeros, not equal weights), in
+ * inference too; a model read from a tf_keras file keeps tf_keras's equal weights. The
+ * attention then runs as its parts (the CPU's fused kernel declines). */
+DIST_API dist_status dist_model_set_attention_dropout(dist_model *model, int layer, float rate,
+                                                      uint64_t seed);
 /* keras.layers.SimpleRNN, LSTM and GRU on [batch, steps, features]: the recurrence unrolled
  * over the steps as the tape's ops (every executor runs them, the tpu strategy's compiled
  * program included), zero initial states, no mask, no dropout. Keras's weights: kernel

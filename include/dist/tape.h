@@ -470,15 +470,26 @@ DIST_API dist_status dist_op_attention(dist_tape *tape, const dist_tensor *q, co
 /* dist_op_attention with Keras's attention mask: mask [.., Tq, Tk] (float32, 0 or 1, q's batch
  * axes, or [Tq, Tk] for every batch element; the same for every head; it takes no gradient and must
  * stay alive until the gradient is taken) drops the scores where it is 0 before the softmax, as
- * tf.where(mask, s, -BIG) does (BIG = 2^127, or 2^15 under mixed_float16): their probabilities are
+ * tf.where(mask, s, -BIG) does (BIG = 2^127, or 65504 under mixed_float16): their probabilities are
  * 0, and a query row that keeps no key gets equal weights over all keys (Keras 3's dot-product
- * attention; tf_keras's adds -1e9, the same where the scores are below 32 in size). Composed as s m
+ * attention; tf_keras's adds -1e9, the same at float32 where the scores are below 32 in size; under
+ * mixed_float16 it adds -65504 in float16, and such a row can differ). Composed as s m
  * + (m - 1) BIG, so an Inf or NaN score where the mask is 0 gives NaN. The CPU's fused kernel masks
  * in the chunk; elsewhere the parts run with that composition between them. NULL mask:
  * dist_op_attention. */
 DIST_API dist_status dist_op_attention_masked(dist_tape *tape, const dist_tensor *q,
                                               const dist_tensor *k, const dist_tensor *v,
                                               const dist_tensor *mask, dist_tensor **y);
+/* dist_op_attention_masked with the probabilities multiplied by `keep` before the weighted sum:
+ * Keras's attention dropout (keep = a DROPOUT_MASK of 0 and 1 / (1 - rate), per batch element,
+ * head and score) and Keras 3's zeroing of masked probabilities on that path. keep is
+ * [.., heads, Tq, Tk] with q's batch axes, any axis of it 1 (broadcast); it takes no gradient.
+ * NULL keep: dist_op_attention_masked. With keep the parts run (softmax(masked q k^T) keep,
+ * then the product with v), the CPU's fusion declining. */
+DIST_API dist_status dist_op_attention_dropout(dist_tape *tape, const dist_tensor *q,
+                                               const dist_tensor *k, const dist_tensor *v,
+                                               const dist_tensor *mask, const dist_tensor *keep,
+                                               dist_tensor **y);
 
 /* tf.nn.softmax and tf.nn.log_softmax over the last axis. */
 DIST_API dist_status dist_op_softmax(dist_tape *tape, const dist_tensor *x, dist_tensor **y);

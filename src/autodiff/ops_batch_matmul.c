@@ -162,7 +162,7 @@ static dist_status mask_scores(dist_tape *t, const dist_tensor *s, const dist_te
     const int r = s->ndim, batch = mask->ndim > 2; /* [Tq, Tk]: the same for every element */
     for (int d = 0; d < r; d++) ms[d] = batch || d >= r - 2 ? s->shape[d] : 1;
     ms[r - 3] = 1;
-    const float big = t->compute_precision == DIST_F16 ? 32768.0f : 0x1p127f, one = 1.0f;
+    const float big = t->compute_precision == DIST_F16 ? 65504.0f : 0x1p127f, one = 1.0f;
     const int64_t n1 = 1;
     const dist_tensor host_one = dist_tensor_view((void *)&one, DIST_F32, 1, &n1);
     dist_tensor *m4, *ones, *kept, *dropped;
@@ -182,6 +182,12 @@ dist_status dist_op_attention(dist_tape *t, const dist_tensor *q, const dist_ten
 dist_status dist_op_attention_masked(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
                                      const dist_tensor *v, const dist_tensor *mask,
                                      dist_tensor **y) {
+    return dist_op_attention_dropout(t, q, k, v, mask, NULL, y);
+}
+
+dist_status dist_op_attention_dropout(dist_tape *t, const dist_tensor *q, const dist_tensor *k,
+                                      const dist_tensor *v, const dist_tensor *mask,
+                                      const dist_tensor *keep, dist_tensor **y) {
     DIST_CHECK_ARG(t && q && k && v && y, "dist_op_attention: NULL argument");
     DIST_TRY(tape_check_f32(q, "attention"));
     DIST_TRY(tape_check_f32(k, "attention"));
@@ -203,6 +209,19 @@ dist_status dist_op_attention_masked(dist_tape *t, const dist_tensor *q, const d
         (long long)k->shape[r - 3], (long long)k->shape[r - 2], (long long)k->shape[r - 1],
         (long long)v->shape[r - 3], (long long)v->shape[r - 2], (long long)v->shape[r - 1],
         (long long)q->shape[r - 3], (long long)q->shape[r - 2], (long long)q->shape[r - 1]);
+    if (keep) { /* [.., H, Tq, Tk], each axis the scores' or 1 (broadcast) */
+        DIST_TRY(tape_check_f32(keep, "attention's dropout"));
+        int fits = keep->ndim == r;
+        const int64_t want[3] = {q->shape[r - 2], q->shape[r - 3], k->shape[r - 3]};
+        for (int d = 0; d < r && fits; d++) {
+            const int64_t e = d < r - 3 ? q->shape[d] : want[d - (r - 3)];
+            fits = keep->shape[d] == e || keep->shape[d] == 1;
+        }
+        DIST_CHECK_ARG(fits,
+                       "attention: the probabilities' factor must be [.., heads, Tq, Tk] = "
+                       "[.., %lld, %lld, %lld] (rank %d; an axis may be 1); it has rank %d",
+                       (long long)want[0], (long long)want[1], (long long)want[2], r, keep->ndim);
+    }
     if (mask) {
         DIST_TRY(tape_check_f32(mask, "attention's mask"));
         const int mr = mask->ndim;
@@ -214,7 +233,7 @@ dist_status dist_op_attention_masked(dist_tape *t, const dist_tensor *q, const d
                        "batch axes (rank %d) or none (rank 2); it has rank %d",
                        (long long)q->shape[r - 3], (long long)k->shape[r - 3], r - 1, mr);
     }
-    if (!attention_fuses(t, q, k, v)) {
+    if (keep || !attention_fuses(t, q, k, v)) {
         t->fusion.attention_declined++;
         dist_tensor *scores, *probs;
         DIST_TRY(dist_op_batch_matmul_flags(t, q, k,
@@ -223,6 +242,7 @@ dist_status dist_op_attention_masked(dist_tape *t, const dist_tensor *q, const d
                                             &scores));
         if (mask) DIST_TRY(mask_scores(t, scores, mask, &scores));
         DIST_TRY(dist_op_softmax(t, scores, &probs));
+        if (keep) DIST_TRY(dist_op_mul(t, probs, keep, &probs));
         return dist_op_batch_matmul_flags(
             t, probs, v, DIST_MATMUL_B_HEADS_INSIDE | DIST_MATMUL_Y_HEADS_INSIDE, y);
     }

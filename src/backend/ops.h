@@ -256,9 +256,11 @@ typedef enum dist_opcode {
      * q's, or none: [Tq, Tk] for every batch element), the same for every head: between the product
      * and the softmax, s = s m + (m - 1) BIG (exactly tf.where(m, s, -BIG) for finite s: a score
      * whose m is 0 becomes -BIG, a row of no kept score gets equal weights, as Keras's masked
-     * attention gives), BIG = 2^15 where dtype is F16 (float16's range), 2^127 otherwise (both
-     * exact in every precision); dist_op_attention_masked composes it from MUL, SUB and ADD where
-     * the backend has no fused kernel. */
+     * attention gives), BIG = 65504 where dtype is F16 (float16's largest), 2^127 otherwise
+     * (each exact in its precision), computed as those operations on s rounded to dtype (as
+     * the tape rounds the product's output; so an Inf or NaN s where m is 0 gives NaN);
+     * dist_op_attention_masked composes it from MUL, SUB, SCALE and ADD where the backend has
+     * no fused kernel. */
     DIST_OPC_ATTENTION,
     /* in: q, k, v, p (ATTENTION's), dy (y's gradient, [.., Tq, H, dv]); out: dq, dk, dv (each
      * optional, in q's, k's and v's shapes), bit for bit the ops the tape runs for the three

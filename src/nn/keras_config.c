@@ -251,27 +251,30 @@ static void embedding_config(cJSON *c, const model_layer *l) {
 
 /* Keras 3.15's MultiHeadAttention keys but use_gate and sliding_window, which the reader
  * (keras_json.c) refuses as libdist has neither; Keras's defaults for them, false and None, are
- * what libdist computes. Self-attention over the steps, no dropout, the output projected back
- * to the query's features. */
+ * what libdist computes. Self-attention over the steps, its dropout rate and seed, the output
+ * projected back to the query's features. */
 static void mha_config(cJSON *c, const model_layer *l) {
-    static const char *const extras[] = {"kernel_regularizer",
-                                         "bias_regularizer",
-                                         "activity_regularizer",
-                                         "kernel_constraint",
-                                         "bias_constraint",
-                                         "seed",
-                                         NULL};
+    static const char *const extras[] = {"kernel_regularizer",   "bias_regularizer",
+                                         "activity_regularizer", "kernel_constraint",
+                                         "bias_constraint",      NULL};
     int axes[1] = {1};
     cJSON_AddNumberToObject(c, "num_heads", l->heads);
     cJSON_AddNumberToObject(c, "key_dim", l->key_dim);
     cJSON_AddNumberToObject(c, "value_dim", l->value_dim);
-    cJSON_AddNumberToObject(c, "dropout", 0.0);
+    cJSON_AddNumberToObject(c, "dropout", float_value(l->rate));
     cJSON_AddBoolToObject(c, "use_bias", l->use_bias != 0);
     cJSON_AddNullToObject(c, "output_shape");
     cJSON_AddItemToObject(c, "attention_axes", cJSON_CreateIntArray(axes, 1));
     cJSON_AddItemToObject(c, "kernel_initializer", initializer("GlorotUniform"));
     cJSON_AddItemToObject(c, "bias_initializer", initializer("Zeros"));
     add_nulls(c, extras);
+    if (l->rate > 0.0f) { /* an integer literal (Keras wants an int); Keras's seeds are int64 */
+        char digits[24];
+        snprintf(digits, sizeof digits, "%llu", (unsigned long long)(l->seed & INT64_MAX));
+        cJSON_AddItemToObject(c, "seed", cJSON_CreateRaw(digits));
+    } else {
+        cJSON_AddNullToObject(c, "seed");
+    }
 }
 
 /* SimpleRNN, LSTM and GRU: Keras 3.15's keys and order (zero initial states: the only form

@@ -1389,8 +1389,15 @@ static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) 
                           "layer '%s' (MultiHeadAttention): 'value_dim' must be a positive integer",
                           l->name);
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(c, "dropout");
-    if (dr && (!cJSON_IsNumber(dr) || dr->valuedouble != 0.0))
-        return unsupported_arg(l, "dropout", "is not 0; libdist's attention has no dropout");
+    if (dr && (!cJSON_IsNumber(dr) || !(dr->valuedouble >= 0.0 && dr->valuedouble < 1.0)))
+        return unsupported_arg(l, "dropout", "is not a rate in [0, 1)");
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(c, "seed");
+    uint64_t seed = 0;
+    if (sd && !cJSON_IsNull(sd) && !json_seed(sd, &seed))
+        return dist_error(DIST_FORMAT,
+                          "layer '%s' (MultiHeadAttention): 'seed' must be an integer or null",
+                          l->name);
+    if (!sd || cJSON_IsNull(sd)) seed = l->model_seed;
     const cJSON *os = cJSON_GetObjectItemCaseSensitive(c, "output_shape");
     if (os && !cJSON_IsNull(os))
         return unsupported_arg(l, "output_shape",
@@ -1420,7 +1427,10 @@ static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) 
                                    "self-attention (query, key and value one tensor)");
     }
     int use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "use_bias"));
-    return dist_model_add_multi_head_attention(m, heads, key_dim, value_dim, use_bias);
+    DIST_TRY(dist_model_add_multi_head_attention(m, heads, key_dim, value_dim, use_bias));
+    if (!dr || dr->valuedouble == 0.0) return DIST_OK;
+    return dist_model_set_attention_dropout(m, dist_model_num_layers(m) - 1, (float)dr->valuedouble,
+                                            seed);
 }
 
 /* The InputLayer's dtype: float32 (absent too) or int32 (check_dtype refused the rest). */
@@ -1586,9 +1596,15 @@ static int attention_call_flag(const json_layer *l, const cJSON *kv) {
 static int call_causal(const cJSON *item) {
     const cJSON *node =
         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes"), 0);
-    const cJSON *kwargs = cJSON_IsObject(node) ? cJSON_GetObjectItemCaseSensitive(node, "kwargs")
-                                               : cJSON_GetArrayItem(cJSON_GetArrayItem(node, 0), 3);
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(kwargs, "use_causal_mask"));
+    if (cJSON_IsObject(node))
+        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(node, "kwargs"), "use_causal_mask"));
+    /* tf-keras repeats the call's kwargs after each tensor it lists: any of them */
+    const cJSON *entry;
+    int causal = 0;
+    cJSON_ArrayForEach(entry, node) causal |= cJSON_IsTrue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(entry, 3), "use_causal_mask"));
+    return causal;
 }
 
 static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs, int keras3) {
@@ -1920,8 +1936,8 @@ static dist_status mask_arg_value(const json_layer *l, const cJSON *kwargs, cons
  * MultiHeadAttention's are query_mask, value_mask and key_mask (Keras fills each from its
  * tensor's mask, and makes its attention mask of them): libdist's self-attention reads one
  * tensor, so they are one mask, present or not together. */
-static dist_status mask_argument(const json_layer *l, const cJSON *item, const mask_nodes *mn,
-                                 int *json_mask) {
+static dist_status mask_argument(const dist_model *m, const json_layer *l, const cJSON *item,
+                                 const mask_nodes *mn, int *json_mask) {
     const cJSON *node =
         cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(item, "inbound_nodes"), 0);
     const cJSON *kwargs =
@@ -1940,6 +1956,19 @@ static dist_status mask_argument(const json_layer *l, const cJSON *item, const m
                               l->name, l->class_name);
         if (v >= 0) *json_mask = v;
     }
+    /* each argument is a steps mask, which libdist takes for its input's: it is where the
+     * model makes one mask (an Embedding's mask is the ids', whichever Embedding) */
+    int sources = 0, embeddings = 0;
+    for (int i = 0; *json_mask == 1 && i < m->nlayers; i++) {
+        sources += m->layers[i].kind == LAYER_MASKING;
+        embeddings |= m->layers[i].kind == LAYER_EMBEDDING && m->layers[i].mask_zero;
+    }
+    if (sources + embeddings > 1)
+        return dist_error(DIST_UNSUPPORTED,
+                          "layer '%s' (%s): its mask arguments name masks of a model that makes "
+                          "several (Masking layers, Embedding's mask_zero); libdist cannot tell "
+                          "them from its input's, which its self-attention takes",
+                          l->name, l->class_name);
     return DIST_OK;
 }
 
@@ -2073,7 +2102,7 @@ static dist_status functional_layers(const cJSON *config, const cJSON *layers, u
         int inputs[MODEL_MAX_INPUTS], n = 0;
         DIST_TRY(inbound_names(&l, item, names, &n));
         for (int j = 0; j < n; j++) DIST_TRY(find_layer(m, input, &l, names[j], &inputs[j]));
-        DIST_TRY(mask_argument(&l, item, mn, &m->layers[layer].json_mask));
+        DIST_TRY(mask_argument(m, &l, item, mn, &m->layers[layer].json_mask));
         if (m->layers[layer].kind == LAYER_MHA && call_causal(item))
             DIST_TRY(dist_model_set_use_causal_mask(m, layer, 1));
         DIST_TRY(dist_model_set_inputs(m, layer++, n, inputs));

@@ -702,6 +702,24 @@ dist_status dist_model_set_use_causal_mask(dist_model *m, int layer, int on) {
     return DIST_OK;
 }
 
+dist_status dist_model_set_attention_dropout(dist_model *m, int layer, float rate, uint64_t seed) {
+    DIST_CHECK_ARG(m, "dist_model_set_attention_dropout: model is NULL");
+    if (m->built)
+        return dist_error(DIST_INVALID_USAGE, "model '%s': cannot change a layer after build",
+                          m->name);
+    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name, layer);
+    model_layer *l = &m->layers[layer];
+    DIST_CHECK_ARG(l->kind == LAYER_MHA,
+                   "dist_model_set_attention_dropout: layer '%s' is %s, not MultiHeadAttention",
+                   l->name, model_layer_class(l->kind));
+    DIST_CHECK_ARG(rate >= 0.0f && rate < 1.0f,
+                   "dist_model_set_attention_dropout: rate must be in [0, 1), got %g",
+                   (double)rate);
+    l->rate = rate;
+    l->seed = seed;
+    return DIST_OK;
+}
+
 static dist_status add_rnn(dist_model *m, layer_kind kind, const dist_rnn_options *o,
                            const char *fn) {
     DIST_CHECK_ARG(m && o, "%s: NULL argument", fn);
@@ -2111,13 +2129,17 @@ static dist_status attention_mask(dist_tape *tape, const model_layer *l, const d
     return DIST_OK;
 }
 
-/* Keras's MultiHeadAttention called as self-attention (query = value = key), dropout 0:
- * q, k, v = x W + b per head; q scaled by 1 / sqrt(key_dim) (Keras scales the query, not the
- * scores); softmax over the keys of q k^T, masked by the input's steps mask and the causal
- * mask where there are (attention_mask); the heads' weighted values projected back to D. */
-static dist_status call_attention(dist_tape *tape, const model_layer *l, const dist_tensor *x,
+/* Keras's MultiHeadAttention called as self-attention (query = value = key): q, k, v = x W +
+ * b per head; q scaled by 1 / sqrt(key_dim) (Keras scales the query, not the scores); softmax
+ * over the keys of q k^T, masked by the input's steps mask and the causal mask where there are
+ * (attention_mask); with a dropout rate, in training the probabilities times a dropout mask
+ * per batch element, head and score, and (Keras 3, whose dropout path runs its Softmax layer
+ * with the mask) masked probabilities zeroed, which changes only the rows that keep no key
+ * (tf_keras's keep equal weights there); the heads' weighted values projected back to D. */
+static dist_status call_attention(dist_model *m, dist_tape *tape, int layer, const dist_tensor *x,
                                   const dist_tensor *mask, const dist_tensor *const *vars,
                                   dist_tensor **out) {
+    const model_layer *l = &m->layers[layer];
     const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2], h = l->heads;
     const int *mv = l->mha_vars;
     dist_tensor *qkv[3];
@@ -2132,9 +2154,22 @@ static dist_status call_attention(dist_tape *tape, const model_layer *l, const d
     dist_tensor *q, *ctx;
     DIST_TRY(dist_op_scale(tape, qkv[0], (float)(1.0 / sqrt((double)l->key_dim)), &q));
     /* softmax(q k^T) v: the scores kept in cache where the backend fuses it */
-    dist_tensor *am;
+    dist_tensor *am, *keep = NULL;
     DIST_TRY(attention_mask(tape, l, mask, t, &am));
-    DIST_TRY(dist_op_attention_masked(tape, q, qkv[1], qkv[2], am, &ctx));
+    if (l->rate > 0.0f && am && am->ndim == 3 && !m->tf_keras_masks) {
+        const int64_t s4[4] = {b, 1, t, t};
+        DIST_TRY(dist_op_reshape(tape, am, 4, s4, &keep));
+    }
+    if (l->rate > 0.0f && dist_tape_recording(tape)) {
+        const int64_t s4[4] = {b, h, t, t};
+        dist_tensor *drop;
+        DIST_TRY(model_dropout_mask(m, tape, layer, 0, l->rate, 4, s4, &drop));
+        if (keep)
+            DIST_TRY(dist_op_mul(tape, drop, keep, &keep));
+        else
+            keep = drop;
+    }
+    DIST_TRY(dist_op_attention_dropout(tape, q, qkv[1], qkv[2], am, keep, &ctx));
     int64_t s[3] = {b, t, d};
     return mha_dense(tape, ctx, h * l->value_dim, vars[mv[6]], mv[7] >= 0 ? vars[mv[7]] : NULL, 3,
                      s, out);
@@ -2458,7 +2493,7 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         if (h->ndim > 2) return call_dense_steps(tape, l, h, vars, bias, is_head, out);
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
-    case LAYER_MHA: return call_attention(tape, l, h, mask, vars, out);
+    case LAYER_MHA: return call_attention(m, tape, i, h, mask, vars, out);
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:

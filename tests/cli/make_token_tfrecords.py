@@ -14,7 +14,7 @@ with 0 to 16, for OUT/model_masked.json: Embedding(50, 16, mask_zero=True) ->
 Bidirectional(LSTM(16, dropout=0.1, recurrent_dropout=0.1)) -> Dense(16, relu) -> Dense(2)
 (TensorFlow's RNN text tutorial's model, with dropout inside the LSTM), and
 OUT/model_attention.json: Embedding(50, 16, mask_zero=True) -> MultiHeadAttention(2 heads of
-8, use_causal_mask=True) with a residual Add and LayerNormalization -> GlobalAveragePooling1D
+8, dropout=0.1, use_causal_mask=True) with a residual Add and LayerNormalization -> GlobalAveragePooling1D
 -> Dense(16, relu) -> Dense(2) (the mask as the attention's mask). Broken sets, each with one bad training record among good ones:
 OUT/out_of_range/ (an id of 2^40, beyond int32), OUT/out_of_vocab/ (an id of 60, beyond the
 Embedding's 50 rows), OUT/short/ (15 ids instead of 16).
@@ -117,7 +117,7 @@ def main():
     keras.utils.set_random_seed(4)
     inp = keras.Input(shape=(T,), dtype="int32")
     e = keras.layers.Embedding(VOCAB, 16, mask_zero=True)(inp)
-    a = keras.layers.MultiHeadAttention(2, 8)(e, e, use_causal_mask=True)
+    a = keras.layers.MultiHeadAttention(2, 8, dropout=0.1)(e, e, use_causal_mask=True)
     h = keras.layers.LayerNormalization(epsilon=1e-6)(keras.layers.Add()([e, a]))
     h = keras.layers.GlobalAveragePooling1D()(h)
     h = keras.layers.Dense(16, activation="relu")(h)

@@ -22,7 +22,8 @@ string(REPLACE "/model.json" "/model_masked.json" masked_args "${token_args}")
 string(REPLACE "--data-dir;${token_dir}" "--data-dir;${token_dir}/padded" masked_args
        "${masked_args}")
 # Through masked, causal self-attention on the padded set (model_attention.json, from tf_keras:
-# Embedding(mask_zero=True) -> MultiHeadAttention(use_causal_mask=True) with a residual Add and
+# Embedding(mask_zero=True) -> MultiHeadAttention(dropout=0.1, use_causal_mask=True) with a
+# residual Add and
 # LayerNormalization -> the masked mean -> Dense(16, relu) -> Dense(2))
 # (distrain.tokens_attention_*).
 string(REPLACE "/model_masked.json" "/model_attention.json" attention_args "${masked_args}")

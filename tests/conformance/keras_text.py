@@ -39,7 +39,8 @@ a dropout rate of 1 (which Keras ignores), and masks reaching Softmax, a merge o
 unmasked input or the model's output. The Transformer block with the ids' mask as its attention
 mask (Keras's query and value masks), with use_causal_mask, and with both into Flatten (the
 padded query steps' rows, which keep no key, weigh every key equally, as Keras 3's), each
-through its .keras file too.
+through its .keras file too; with attention dropout in inference (Keras 3 zeroes those rows on
+its dropout path); Masking's mask as an attention mask.
 
 Usage: keras_text.py DRIVER WORKDIR [SAVER]
   SAVER: the keras_functional executable (the .keras check)
@@ -72,7 +73,7 @@ def make(mask_zero=False):
     return keras.Model(ids, y, name="text")
 
 
-def make_transformer(cross=False, mask_zero=False, causal=False, flatten=False):
+def make_transformer(cross=False, mask_zero=False, causal=False, flatten=False, dropout=0.0):
     """One encoder block (2 heads of 8, Keras's self-attention call with query and value the
     same tensor; key too in the second form), post-norm, GELU feed-forward. With mask_zero the
     ids' mask becomes the attention's (query and value masks), with causal use_causal_mask;
@@ -85,9 +86,10 @@ def make_transformer(cross=False, mask_zero=False, causal=False, flatten=False):
         other = L.Dense(16, name="other")(x)
         a = L.MultiHeadAttention(2, 8, name="mha")(x, other)
     elif causal:
-        a = L.MultiHeadAttention(2, 8, name="mha")(x, x, use_causal_mask=True)
+        a = L.MultiHeadAttention(2, 8, dropout=dropout, seed=7, name="mha")(
+            x, x, use_causal_mask=True)
     else:
-        a = L.MultiHeadAttention(2, 8, name="mha")(x, x, x)
+        a = L.MultiHeadAttention(2, 8, dropout=dropout, name="mha")(x, x, x)
     h = L.LayerNormalization(epsilon=1e-6, name="ln1")(L.Add(name="res1")([x, a]))
     f = L.Dense(32, activation="gelu", name="ffn1")(h)
     f = L.Dense(16, name="ffn2")(f)
@@ -155,6 +157,19 @@ def make_masking():
     b = L.GlobalAveragePooling1D(name="pool")(b)
     y = L.Dense(K, name="out")(L.Concatenate(name="cat")([a, b]))
     return keras.Model(x, y, name="masking")
+
+
+def make_masking_attention():
+    """Masking's mask as MultiHeadAttention's attention mask (query and value masks), its
+    output's mask into the masked mean."""
+    L = keras.layers
+    x = keras.Input((T, 3), name="x")
+    m = L.Masking(mask_value=0.0, name="masking")(x)
+    h = L.Dense(8, name="proj")(m)
+    a = L.MultiHeadAttention(2, 4, name="mha")(h, h)
+    h = L.LayerNormalization(epsilon=1e-6, name="ln")(L.Add(name="res")([h, a]))
+    y = L.Dense(K, name="out")(L.GlobalAveragePooling1D(name="pool")(h))
+    return keras.Model(x, y, name="masking_attention")
 
 
 def make_mask_refused(kind):
@@ -337,6 +352,15 @@ def main():
         tm = seeded(seed, lambda: make_transformer(**kw), rng)
         ok = run_case(driver, work, name, tm, xm, y, xm_path, y_path, saver=saver,
                       shape=(N, T, 1, 1)) and ok
+    # attention dropout: in inference the layer without it, but for Keras 3's dropout path,
+    # which zeroes the probabilities of the padded query steps' rows (read by Flatten); with
+    # the causal mask alone no row is empty
+    for name, seed, kw in (("transformer_dropout_masked", 22,
+                            dict(mask_zero=True, flatten=True, dropout=0.2)),
+                           ("transformer_dropout_causal", 23, dict(causal=True, dropout=0.1))):
+        tm = seeded(seed, lambda: make_transformer(**kw), rng)
+        ok = run_case(driver, work, name, tm, xm, y, xm_path, y_path, gradients=False,
+                      saver=saver, shape=(N, T, 1, 1)) and ok
     recm = seeded(16, make_recurrent_masked, rng)
     ok = run_case(driver, work, "recurrent_masked", recm, xm, y, xm_path, y_path, saver=saver,
                   shape=(N, T, 1, 1)) and ok
@@ -351,6 +375,10 @@ def main():
     xf.tofile(xf_path)
     mk = seeded(18, make_masking, rng)
     ok = run_case(driver, work, "masking", mk, xf, y, xf_path, y_path, saver=saver,
+                  shape=(N, T, 3, 1)) and ok
+
+    mka = seeded(24, make_masking_attention, rng)
+    ok = run_case(driver, work, "masking_attention", mka, xf, y, xf_path, y_path, saver=saver,
                   shape=(N, T, 3, 1)) and ok
 
     def refused(what, name, model, *wants):
@@ -378,6 +406,7 @@ def main():
                  "'mha' (MultiHeadAttention)", "self-attention") and ok
     # MultiHeadAttention's mask arguments written out (Keras 3 writes none for a mask it made
     # itself): query_mask the ids' mask and value_mask null differ, which libdist refuses
+    # (stricter than Keras 3, which refills a null value_mask from the tensor's own mask)
     import json
     spec = json.loads(make_transformer(mask_zero=True).to_json())
     layers = spec["config"]["layers"]

@@ -16,6 +16,8 @@
  * - dist_op_attention_masked: a mask per batch element (rows that drop every key among them)
  *   or one causal mask for all: the parts' bits fused, and the formulas with the dropped
  *   scores at -2^127.
+ * - dist_op_attention_dropout: a factor on the probabilities (per head or broadcast, with a
+ *   mask too) against the formulas; the fusion declines.
  * - q, k, v that are intermediates read elsewhere too, their gradients accumulated: the same
  *   bits fused or not; an empty extent declines and gives zeros. */
 #include "backend/cpu/cpu_internal.h"
@@ -145,18 +147,19 @@ typedef struct reference {
 
 static reference reference_masked(const shape_case *c, const float *q, const float *k,
                                   const float *v, const float *w, const float *mask,
-                                  int64_t mask_per);
+                                  int64_t mask_per, const float *keep, int keep_heads);
 
 static reference reference_of(const shape_case *c, const float *q, const float *k, const float *v,
                               const float *w) {
-    return reference_masked(c, q, k, v, w, NULL, 0);
+    return reference_masked(c, q, k, v, w, NULL, 0, NULL, 0);
 }
 
 /* with a mask (NULL: none; mask_per: a batch element's Tq Tk, or 0 for one [Tq, Tk] for all):
- * a dropped score is -2^127 before the softmax, its ds 0 */
+ * a dropped score is -2^127 before the softmax, its ds 0; with keep (NULL: none; [B, H, Tq,
+ * Tk], or [B, 1, Tq, Tk] without keep_heads) the probabilities times it before the sum */
 static reference reference_masked(const shape_case *c, const float *q, const float *k,
                                   const float *v, const float *w, const float *mask,
-                                  int64_t mask_per) {
+                                  int64_t mask_per, const float *keep, int keep_heads) {
     const int64_t B = batch_of(c), H = c->h, TQ = c->tq, TK = c->tk, DK = c->dk, DV = c->dv;
     reference r;
     r.y = calloc((size_t)(B * TQ * H * DV), sizeof(double));
@@ -180,12 +183,17 @@ static reference reference_masked(const shape_case *c, const float *q, const flo
                 for (int64_t j = 0; j < TK; j++) sum += p[j] = exp(p[j] - m);
                 for (int64_t j = 0; j < TK; j++) {
                     p[j] /= sum;
+                    const double kp =
+                        keep ? keep[((b * (keep_heads ? H : 1) + (keep_heads ? h : 0)) * TQ + i) *
+                                        TK +
+                                    j]
+                             : 1.0;
                     dp[j] = 0;
                     for (int64_t d = 0; d < DV; d++) {
                         const double dy = w[AT(b, i, TQ, h, d, DV)];
-                        r.y[AT(b, i, TQ, h, d, DV)] += p[j] * v[AT(b, j, TK, h, d, DV)];
-                        dp[j] += dy * v[AT(b, j, TK, h, d, DV)];
-                        r.dv[AT(b, j, TK, h, d, DV)] += p[j] * dy;
+                        r.y[AT(b, i, TQ, h, d, DV)] += p[j] * kp * v[AT(b, j, TK, h, d, DV)];
+                        dp[j] += kp * dy * v[AT(b, j, TK, h, d, DV)];
+                        r.dv[AT(b, j, TK, h, d, DV)] += p[j] * kp * dy;
                     }
                     pdp += p[j] * dp[j];
                 }
@@ -333,7 +341,7 @@ START_TEST(test_masked_equals_the_parts_and_the_formulas) {
                 const dist_tensor *like[4] = {t4[3], t4[0], t4[1], t4[2]};
                 static const char *const names[4] = {"y", "dq", "dk", "dv"};
                 reference ref = reference_masked(c, t4[0]->data, t4[1]->data, t4[2]->data,
-                                                 t4[3]->data, m, causal ? 0 : per);
+                                                 t4[3]->data, m, causal ? 0 : per, NULL, 0);
                 double *exact[4] = {ref.y, ref.dq, ref.dk, ref.dv};
                 for (int i = 0; i < 4; i++) {
                     same_bits(got[i], want[i], dist_tensor_numel(like[i]), names[i], where);
@@ -347,6 +355,141 @@ START_TEST(test_masked_equals_the_parts_and_the_formulas) {
             }
         dist_backend_destroy(be);
     }
+}
+END_TEST
+
+/* A masked-out score that is Inf (float32: 1e20 x 1e20) or beyond float16's range (300 x 300
+ * under mixed_float16): the fused kernel computes s m + (m - 1) BIG as the parts do, so both
+ * give NaN there (Inf x 0), and the same values elsewhere. */
+START_TEST(test_an_overflowing_masked_score_gives_the_parts_nan) {
+    static const dist_dtype precs[2] = {DIST_F32, DIST_F16};
+    dist_backend *be = dist_test_cpu_backend(1);
+    const shape_case *c = &cases[0];
+    for (int pi = 0; pi < 2; pi++) {
+        int64_t qs[5], ks[5], vs[5], ms[3] = {c->b0, c->tq, c->tk};
+        const int r = shape_of(c, c->tq, c->dk, qs);
+        shape_of(c, c->tk, c->dk, ks);
+        shape_of(c, c->tk, c->dv, vs);
+        dist_tensor *t4[4] = {filled(be, r, qs, 101u, 0.5f), filled(be, r, ks, 102u, 0.5f),
+                              filled(be, r, vs, 103u, 1.0f), NULL};
+        const float big = pi == 0 ? 1e20f : 300.0f;
+        ((float *)t4[0]->data)[0] = big; /* q[0, 0, head 0, 0] */
+        ((float *)t4[1]->data)[0] = big; /* k[0, 0, head 0, 0] */
+        shape_of(c, c->tq, c->dv, qs);
+        t4[3] = filled(be, r, qs, 104u, 1.0f);
+        for (int i = 0; pi == 1 && i < 4; i++)
+            for (int64_t j = 0; j < dist_tensor_numel(t4[i]); j++)
+                ((float *)t4[i]->data)[j] = round_to(((float *)t4[i]->data)[j], DIST_F16);
+        dist_tensor *mask;
+        ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, 3, ms, &mask), DIST_OK);
+        for (int64_t i = 0; i < dist_tensor_numel(mask); i++) ((float *)mask->data)[i] = 1.0f;
+        ((float *)mask->data)[0] = 0.0f; /* query 0 of element 0 drops key 0 */
+        ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 1), DIST_OK);
+        result fused = run_masked(be, t4[0], t4[1], t4[2], mask, t4[3], 7, precs[pi]);
+        ck_assert_int_eq(fused.st.attention, 1);
+        ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, 0), DIST_OK);
+        result parts = run_masked(be, t4[0], t4[1], t4[2], mask, t4[3], 7, precs[pi]);
+        const float *got[4] = {fused.y, fused.dq, fused.dk, fused.dv};
+        const float *want[4] = {parts.y, parts.dq, parts.dk, parts.dv};
+        const dist_tensor *like[4] = {t4[3], t4[0], t4[1], t4[2]};
+        int nans = 0;
+        for (int i = 0; i < 4; i++)
+            for (int64_t j = 0; j < dist_tensor_numel(like[i]); j++) {
+                const float a = got[i][j], b = want[i][j];
+                nans += isnan(b);
+                ck_assert_msg(isnan(a) ? isnan(b) : memcmp(&a, &b, sizeof a) == 0,
+                              "%s, output %d [%lld]: fused %.9g, the parts %.9g",
+                              dist_dtype_name(precs[pi]), i, (long long)j, (double)a, (double)b);
+            }
+        ck_assert_msg(nans > 0, "%s: no NaN from the overflowing score",
+                      dist_dtype_name(precs[pi]));
+        result_free(&fused), result_free(&parts);
+        for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, t4[i]);
+        dist_backend_free_tensor(be, mask);
+    }
+    dist_backend_destroy(be);
+}
+END_TEST
+
+/* dist_op_attention_dropout: the probabilities times a factor of 0 and 1.25 per batch
+ * element, head and score (a dropout mask of rate 0.2), or one per batch element broadcast
+ * over the heads, with and without a mask: within float32 rounding of the formulas; the
+ * fusion declines (counted), and the same bits with the fusion on or off. */
+START_TEST(test_a_dropout_factor_on_the_probabilities_against_the_formulas) {
+    dist_backend *be = dist_test_cpu_backend(2);
+    static const size_t which[3] = {0, 4, 5};
+    for (int wi = 0; wi < 3; wi++)
+        for (int form = 0; form < 3; form++) { /* per head; broadcast; per head and a mask */
+            const shape_case *c = &cases[which[wi]];
+            int64_t qs[5], ks[5], vs[5], ys[5], fs[5], ms[5];
+            const int r = shape_of(c, c->tq, c->dk, qs);
+            shape_of(c, c->tk, c->dk, ks);
+            shape_of(c, c->tk, c->dv, vs);
+            shape_of(c, c->tq, c->dv, ys);
+            const int64_t heads = form == 1 ? 1 : c->h;
+            for (int d = 0; d < r - 3; d++) fs[d] = ms[d] = qs[d];
+            fs[r - 3] = heads, fs[r - 2] = c->tq, fs[r - 1] = c->tk;
+            ms[r - 3] = c->tq, ms[r - 2] = c->tk;
+            dist_tensor *t4[4] = {filled(be, r, qs, 81u, 1.5f), filled(be, r, ks, 82u, 1.5f),
+                                  filled(be, r, vs, 83u, 1.0f), filled(be, r, ys, 84u, 1.0f)};
+            dist_tensor *keep, *mask = NULL;
+            ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, r, fs, &keep), DIST_OK);
+            uint32_t seed = 91u;
+            for (int64_t i = 0; i < dist_tensor_numel(keep); i++)
+                ((float *)keep->data)[i] = frand(&seed) > -0.6f ? 1.25f : 0.0f;
+            if (form == 2) {
+                ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, r - 1, ms, &mask),
+                                 DIST_OK);
+                for (int64_t i = 0; i < dist_tensor_numel(mask); i++)
+                    ((float *)mask->data)[i] = frand(&seed) > -0.5f ? 1.0f : 0.0f;
+            }
+            result got[2];
+            for (int fused = 1; fused >= 0; fused--) {
+                ck_assert_int_eq(dist_cpu_backend_set_fused_attention(be, fused), DIST_OK);
+                dist_tape *t;
+                ck_assert_int_eq(dist_tape_create(be, &t), DIST_OK);
+                for (int i = 0; i < 3; i++) ck_assert_int_eq(dist_tape_watch(t, t4[i]), DIST_OK);
+                dist_tensor *y, *yw, *loss, *gs[3];
+                ck_assert_msg(dist_op_attention_dropout(t, t4[0], t4[1], t4[2], mask, keep, &y) ==
+                                  DIST_OK,
+                              "%s", dist_last_error());
+                ck_assert_int_eq(dist_op_mul(t, y, t4[3], &yw), DIST_OK);
+                ck_assert_int_eq(dist_op_reduce_sum(t, yw, &loss), DIST_OK);
+                for (int i = 0; i < 3; i++)
+                    ck_assert_int_eq(
+                        dist_backend_alloc_tensor(be, DIST_F32, t4[i]->ndim, t4[i]->shape, &gs[i]),
+                        DIST_OK);
+                ck_assert_int_eq(dist_tape_gradient(t, loss, 3, t4, gs), DIST_OK);
+                result *res = &got[fused];
+                res->y = copy_of(y);
+                res->dq = copy_of(gs[0]), res->dk = copy_of(gs[1]), res->dv = copy_of(gs[2]);
+                dist_tape_fusion_stats(t, &res->st);
+                ck_assert_int_eq(res->st.attention, 0);
+                ck_assert_int_eq(res->st.attention_declined, 1);
+                for (int i = 0; i < 3; i++) dist_backend_free_tensor(be, gs[i]);
+                dist_tape_destroy(t);
+            }
+            char where[64];
+            snprintf(where, sizeof where, "case %zu, form %d", which[wi], form);
+            reference ref =
+                reference_masked(c, t4[0]->data, t4[1]->data, t4[2]->data, t4[3]->data,
+                                 mask ? mask->data : NULL, c->tq * c->tk, keep->data, form != 1);
+            const float *a[4] = {got[1].y, got[1].dq, got[1].dk, got[1].dv};
+            const float *b[4] = {got[0].y, got[0].dq, got[0].dk, got[0].dv};
+            double *exact[4] = {ref.y, ref.dq, ref.dk, ref.dv};
+            const dist_tensor *like[4] = {t4[3], t4[0], t4[1], t4[2]};
+            static const char *const names[4] = {"y", "dq", "dk", "dv"};
+            for (int i = 0; i < 4; i++) {
+                same_bits(a[i], b[i], dist_tensor_numel(like[i]), names[i], where);
+                near(a[i], exact[i], dist_tensor_numel(like[i]), names[i], where);
+                free(exact[i]);
+            }
+            result_free(&got[0]), result_free(&got[1]);
+            for (int i = 0; i < 4; i++) dist_backend_free_tensor(be, t4[i]);
+            dist_backend_free_tensor(be, keep);
+            if (mask) dist_backend_free_tensor(be, mask);
+        }
+    dist_backend_destroy(be);
 }
 END_TEST
 
@@ -639,6 +782,8 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_fused_equals_the_three_ops_bitwise_and_the_formulas);
     tcase_add_test(tc, test_masked_equals_the_parts_and_the_formulas);
+    tcase_add_test(tc, test_a_dropout_factor_on_the_probabilities_against_the_formulas);
+    tcase_add_test(tc, test_an_overflowing_masked_score_gives_the_parts_nan);
     tcase_add_test(tc, test_some_gradients_and_an_evaluation_tape);
     tcase_add_test(tc, test_declines_and_refusals);
     tcase_add_test(tc, test_mixed_policies_round_as_the_parts);

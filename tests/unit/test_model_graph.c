@@ -1010,8 +1010,8 @@ START_TEST(test_new_layer_arguments_libdist_lacks_are_refused_by_name) {
                        "\"input_dim\":10,\"output_dim\":4}}"),
          "layer 'ids' (InputLayer): argument 'dtype' is 'int64'"},
         {TEXT("int32", EMB ",{\"class_name\":\"MultiHeadAttention\",\"config\":{\"name\":"
-                           "\"m\",\"num_heads\":2,\"key_dim\":2,\"dropout\":0.1}}"),
-         "layer 'm' (MultiHeadAttention): argument 'dropout' is not 0"},
+                           "\"m\",\"num_heads\":2,\"key_dim\":2,\"dropout\":1.0}}"),
+         "layer 'm' (MultiHeadAttention): argument 'dropout' is not a rate in [0, 1)"},
         {TEXT("int32", EMB ",{\"class_name\":\"MultiHeadAttention\",\"config\":{\"name\":"
                            "\"m\",\"num_heads\":2,\"key_dim\":2,\"use_gate\":true}}"),
          "layer 'm' (MultiHeadAttention): argument 'use_gate' is not supported"},
@@ -1202,7 +1202,7 @@ static void transformer_body(dist_model *m) {
  * (Embedding mask_zero, the SimpleRNN with zero_output_for_mask) on ids padded with zeros, with
  * dropout and recurrent_dropout in the first LSTM and dropout in the GRU Bidirectional. With
  * `recurrent` 3 the Transformer block on those padded ids under Embedding's mask (the
- * attention's mask, the masked mean) with use_causal_mask. */
+ * attention's mask, the masked mean) with use_causal_mask and attention dropout 0.2. */
 static void text_steps(int tpu, int recurrent, float losses[3], float *weights, int64_t *count) {
     dist_strategy_options o = DIST_STRATEGY_OPTIONS_INIT;
     if (tpu) {
@@ -1250,7 +1250,10 @@ static void text_steps(int tpu, int recurrent, float losses[3], float *weights, 
         ck_assert_int_eq(dist_model_add_dense(m, 4, DIST_ACT_NONE), DIST_OK); /* 8 */
     } else {
         transformer_body(m);
-        if (recurrent == 3) ck_assert_int_eq(dist_model_set_use_causal_mask(m, 1, 1), DIST_OK);
+        if (recurrent == 3) {
+            ck_assert_int_eq(dist_model_set_use_causal_mask(m, 1, 1), DIST_OK);
+            ck_assert_int_eq(dist_model_set_attention_dropout(m, 1, 0.2f, 11), DIST_OK);
+        }
     }
     ck_assert_int_eq(dist_model_set_input_dtype(m, DIST_I32), DIST_OK);
     dist_optimizer *opt = NULL;
@@ -1350,8 +1353,8 @@ START_TEST(test_under_tpu_masked_recurrent_layers_train_as_mirrored_does) {
 END_TEST
 
 /* The Transformer block with the padding mask and the causal mask as its attention mask,
- * composed in the traced program (s m + (m - 1) 2^127): as mirrored, whose CPU kernel masks in
- * the fused attention. */
+ * composed in the traced program (s m + (m - 1) 2^127), and attention dropout (the op set's
+ * DROPOUT_MASK on the probabilities, drawn in the program): as mirrored. */
 START_TEST(test_under_tpu_masked_causal_attention_trains_as_mirrored_does) {
     expect_text_model_trains_under_tpu_as_mirrored(3);
 }

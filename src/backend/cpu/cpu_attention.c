@@ -22,7 +22,7 @@
  * ([32, 128, 4, 32], Zen 4, one thread): forward 6.7 -> 5.9 ms, gradient 10.7 -> 9.0 ms a
  * layer (bench/RESULTS.md). A mask (Keras's attention mask: padding, causal) replaces the
  * scores it drops by -BIG before the softmax and zeroes their gradients, in the chunk. */
-/* the mask's selects vectorize only where a comparison may not trap */
+/* the mask's loops: no FMA (the parts' products and sums are separate ops) */
 #pragma GCC optimize("no-trapping-math", "fp-contract=off")
 
 #include "backend/cpu/cpu_internal.h"
@@ -154,28 +154,35 @@ static dist_status mask_of(const dist_op *op, const dist_tensor *const *in, int 
     return DIST_OK;
 }
 
-/* One row of masked scores: s where the mask is 1, `drop` (-BIG) where it is 0 (ops.h: s m +
- * (m - 1) BIG, whose + 0 turns -0 into 0 as here); or, with `grads`, ds times the mask (the
- * gradient of s m). Vector selects (the file's no-trapping-math). */
-static void mask_row(float *restrict row, const float *restrict mr, int64_t n, float drop,
-                     int grads) {
-    if (grads)
+/* One row of masked scores, as the parts compute them (ops.h): s rounded to the policy's
+ * precision (the first product's output), then s m + (m - 1) BIG, the same operations (so an
+ * Inf or NaN score where m is 0, or one beyond float16's range, gives NaN here too); or, with
+ * `grads`, ds times the mask (the gradient of s m). Vector loops (no FMA: the file's
+ * fp-contract=off). */
+static void mask_row(float *restrict row, const float *restrict mr, int64_t n, float big,
+                     dist_dtype dtype, int grads) {
+    if (grads) {
         for (int64_t j = 0; j < n; j++) row[j] *= mr[j];
-    else
-        for (int64_t j = 0; j < n; j++) row[j] = mr[j] != 0.0f ? row[j] + 0.0f : drop;
+        return;
+    }
+    if (dtype == DIST_F16 || dtype == DIST_BF16) cpu_round_values(dtype, row, row, n);
+    for (int64_t j = 0; j < n; j++) {
+        const float kept = row[j] * mr[j], dropped = (mr[j] - 1.0f) * big;
+        row[j] = kept + dropped;
+    }
 }
 
 /* The rows of batch elements [b0, b0 + m) ([m, H, Tq, Tk]) through mask_row, split over the
  * backend's threads (the softmax's rows are, after). */
 static void mask_rows(const cpu_ctx *c, float *s, const float *mask, int64_t per, const att_dims *d,
                       int64_t b0, int64_t m, dist_dtype dtype, int grads) {
-    const float drop = dtype == DIST_F16 ? -32768.0f : -0x1p127f;
+    const float big = dtype == DIST_F16 ? 65504.0f : 0x1p127f;
     const int64_t rows = m * d->h * d->tq;
     const int threads = c->threads > 1 && rows * d->tk >= 32768 ? c->threads : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t b = r / (d->h * d->tq), t = r % d->tq;
-        mask_row(s + r * d->tk, mask + (b0 + b) * per + t * d->tk, d->tk, drop, grads);
+        mask_row(s + r * d->tk, mask + (b0 + b) * per + t * d->tk, d->tk, big, dtype, grads);
     }
 }
 
@@ -215,8 +222,8 @@ dist_status cpu_op_attention(void *ctx, const dist_op *op, const dist_tensor *co
         const int64_t ps[4] = {m, d.h, d.tq, d.tk};
         dist_tensor pc = dist_tensor_view(p ? (float *)p->data + b0 * s_per : buf, DIST_F32, 4, ps);
         DIST_TRY(bmm(c, TB | AI | BI | bf, &qc, &kc, &pc));
-        /* masked before it is rounded: -BIG is exact in every precision, so the order is the
-         * parts' (each op's output rounded) */
+        /* s rounded and masked as the parts do (mask_row); the softmax's rounding of s then
+         * changes nothing */
         if (mask) mask_rows(c, pc.data, mask, per, &d, b0, m, op->dtype, 0);
         /* s rounded, softmax, p rounded: a few rows at a time (rows of no element: nothing) */
         if (d.tk > 0)
