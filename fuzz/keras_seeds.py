@@ -116,6 +116,14 @@ def models(k):
     h = L.GlobalAveragePooling1D()(h)
     out.append(("attention_masked", k.Model(x, L.Dense(2)(h))))
 
+    # cross-attention: a value of its own and a key of its own, fewer value steps
+    x = k.Input((10,), dtype="int32")
+    e = L.Embedding(30, 8, mask_zero=True)(x)
+    v = L.MaxPooling1D(2)(L.Dense(6)(e))
+    a = L.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)(e, v, L.Dense(5)(v))
+    h = L.GlobalAveragePooling1D()(L.Add()([e, a]))
+    out.append(("attention_cross", k.Model(x, L.Dense(2)(h))))
+
     # Masking on float features (Keras 3 writes its NotEqual and Any nodes)
     x = k.Input((8, 3))
     m = L.Masking(mask_value=-1.0)(x)

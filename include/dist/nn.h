@@ -323,17 +323,18 @@ DIST_API dist_status dist_model_add_embedding_masked(dist_model *model, int inpu
  * mask_value is masked (its output zeros, the rest unchanged), and the mask goes on by the
  * rules above. Float32 inputs; the mask takes no gradient (Keras's is boolean). */
 DIST_API dist_status dist_model_add_masking(dist_model *model, float mask_value);
-/* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) called as
- * self-attention on [batch, steps, features] (query = value = key: the layer reads one tensor,
- * or the same tensor two or three times through dist_model_set_inputs), dropout 0 (see
- * dist_model_set_attention_dropout); a mask of
- * its input (mask_zero, Masking) becomes Keras's attention mask (query step t attends to key
- * step s where both are kept; a query step that keeps no key weighs all keys equally, as
- * Keras 3 does) and passes on to its output, as Keras's query mask does:
- * Keras's weights (query/key/value kernels [features, heads, dim] with biases [heads, dim],
- * output kernel [heads, value_dim, features] with bias [features], Glorot-uniform kernels),
- * the query scaled by 1 / sqrt(key_dim), softmax over the keys. value_dim <= 0 means key_dim.
- * Cross-attention (another value or key tensor) is refused at build. */
+/* keras.layers.MultiHeadAttention(num_heads, key_dim, value_dim, use_bias) on [batch, steps,
+ * features] inputs: the query, then through dist_model_set_inputs the value (default: the
+ * query; self-attention) and the key (default: the value), each of its own features, the value
+ * and the key of one step count (cross-attention; the output has the query's shape). Dropout 0
+ * (see dist_model_set_attention_dropout). The masks of the query and the value (mask_zero,
+ * Masking) become Keras's attention mask (query step t attends to key step s where both are
+ * kept; a query step that keeps no key weighs all keys equally, as Keras 3 does; a key whose
+ * mask differs from the value's is refused) and the query's passes on to the output, as
+ * Keras's does. Keras's weights (query/key/value kernels [their input's features, heads, dim]
+ * with biases [heads, dim], output kernel [heads, value_dim, query features] with bias
+ * [query features], Glorot-uniform kernels), the query scaled by 1 / sqrt(key_dim), softmax
+ * over the keys. value_dim <= 0 means key_dim. */
 DIST_API dist_status dist_model_add_multi_head_attention(dist_model *model, int num_heads,
                                                          int key_dim, int value_dim, int use_bias);
 /* Keras's call argument use_causal_mask=True for MultiHeadAttention layer `layer` (before

@@ -512,8 +512,14 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         cJSON *shapes =
             build && l->kind == LAYER_MHA ? cJSON_AddObjectToObject(build, "shapes_dict") : NULL;
         if (shapes) {
-            cJSON_AddItemToObject(shapes, "query_shape", batch_shape(in_ndim, in_shape));
-            cJSON_AddItemToObject(shapes, "value_shape", batch_shape(in_ndim, in_shape));
+            static const char *const keys[3] = {"query_shape", "value_shape", "key_shape"};
+            for (int j = 0; j < (l->ninputs > 2 ? 3 : 2); j++) {
+                const int from = l->inputs[j < l->ninputs ? j : 0];
+                const int64_t sh[2] = {from == DIST_MODEL_INPUT ? m->in_shape[0]
+                                                                : m->layers[from].out_shape[0],
+                                       l->mha_dims[j < l->ninputs ? j : 0]};
+                cJSON_AddItemToObject(shapes, keys[j], batch_shape(2, sh));
+            }
         } else if (build) {
             cJSON_AddItemToObject(build, "input_shape", batch_shape(in_ndim, in_shape));
         }
@@ -659,11 +665,12 @@ static dist_status graph_layer(const dist_model *m, int i, const char *input, cJ
         cJSON_Delete(o);
         return dist_error(DIST_OUT_OF_MEMORY, "Keras config: out of memory");
     }
-    /* MultiHeadAttention holds the query, value and key it was called with (1 to 3, one
-     * tensor): written as Keras 3 writes self-attention, query and value */
-    int mha = l->kind == LAYER_MHA, n = mha ? 2 : l->ninputs;
+    /* MultiHeadAttention holds the query, value and key it was called with (1 to 3): written
+     * as Keras 3 writes them, query and value (the query again where there was one), and the
+     * key where given */
+    int mha = l->kind == LAYER_MHA, n = mha && l->ninputs < 2 ? 2 : l->ninputs;
     for (int j = 0; j < n; j++)
-        cJSON_AddItemToArray(list, keras_tensor(m, l->inputs[mha ? 0 : j], input));
+        cJSON_AddItemToArray(list, keras_tensor(m, l->inputs[j < l->ninputs ? j : 0], input));
     if (mha && l->causal_mask)
         cJSON_AddTrueToObject(cJSON_GetObjectItemCaseSensitive(node, "kwargs"), "use_causal_mask");
     *out = o;

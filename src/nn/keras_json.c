@@ -1410,22 +1410,8 @@ static dist_status add_multi_head_attention(dist_model *m, const json_layer *l) 
         !(cJSON_IsArray(ax) && cJSON_GetArraySize(ax) == 1 &&
           json_int(cJSON_GetArrayItem(ax, 0), &a1) && a1 == 1))
         return unsupported_arg(l, "attention_axes", "is not [1]; libdist attends over the steps");
-    /* the shapes a built layer was called on (tf_keras and Keras 3 write them): self-attention
-     * reads one tensor, so the three must be equal */
-    const cJSON *qs = cJSON_GetObjectItemCaseSensitive(c, "query_shape");
-    const char *other[2] = {"key_shape", "value_shape"};
-    for (int i = 0; i < 2 && qs && !cJSON_IsNull(qs); i++) {
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(c, other[i]);
-        if (!o || cJSON_IsNull(o)) continue;
-        char *a = cJSON_PrintUnformatted(qs), *b = cJSON_PrintUnformatted(o);
-        int same = a && b && strcmp(a, b) == 0;
-        cJSON_free(a);
-        cJSON_free(b);
-        if (!same)
-            return unsupported_arg(l, other[i],
-                                   "differs from 'query_shape'; libdist's attention is "
-                                   "self-attention (query, key and value one tensor)");
-    }
+    /* query_shape, value_shape and key_shape (the shapes a built layer was called on, which
+     * tf_keras writes): the plan shapes the layer from its inputs */
     int use_bias = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "use_bias"));
     DIST_TRY(dist_model_add_multi_head_attention(m, heads, key_dim, value_dim, use_bias));
     if (!dr || dr->valuedouble == 0.0) return DIST_OK;

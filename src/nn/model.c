@@ -951,7 +951,7 @@ static void input_range(layer_kind kind, int *lo, int *hi) {
         *hi = MODEL_MAX_INPUTS;
     } else if (kind == LAYER_SUBTRACT) {
         *lo = *hi = 2;
-    } else if (kind == LAYER_MHA) { /* query, value, key: one tensor (self-attention) */
+    } else if (kind == LAYER_MHA) { /* query, value (default: the query), key (the value) */
         *hi = 3;
     }
 }
@@ -1185,18 +1185,27 @@ static dist_status layer_shape(const dist_model *m, model_layer *l, int nin, con
     case LAYER_DENSE: /* on the last axis, as Keras's (a [steps, features] input included) */
         shape[nd - 1] = l->units;
         break;
-    case LAYER_MHA:
-        for (int j = 1; j < nin; j++)
-            if (l->inputs[j] != l->inputs[0])
+    case LAYER_MHA: {
+        /* query [Tq, Dq], value [Tk, Dv], key [Tk, Dk] (the value where not given); the output
+         * is the query's shape */
+        static const char *const what[3] = {"query", "value", "key"};
+        for (int j = 0; j < nin; j++)
+            if (in_nd[j] != 2)
                 return dist_error(DIST_UNSUPPORTED,
-                                  "layer '%s' (MultiHeadAttention): its %s is another tensor than "
-                                  "its query; libdist runs self-attention (query = value = key)",
-                                  l->name, j == 1 ? "value" : "key");
-        if (nd != 2)
-            return dist_error(DIST_UNSUPPORTED,
-                              "layer '%s' (MultiHeadAttention) expects (steps, features) inputs",
-                              l->name);
+                                  "layer '%s' (MultiHeadAttention) expects (steps, features) "
+                                  "inputs; its %s has %d dimensions",
+                                  l->name, what[j], in_nd[j]);
+        const int v = nin > 1 ? 1 : 0, k = nin > 2 ? 2 : v;
+        if (in_shape[k][0] != in_shape[v][0])
+            return dist_error(DIST_INVALID_ARGUMENT,
+                              "layer '%s' (MultiHeadAttention): its key has %lld steps, its "
+                              "value %lld (one per key)",
+                              l->name, (long long)in_shape[k][0], (long long)in_shape[v][0]);
+        l->mha_dims[0] = in_shape[0][1];
+        l->mha_dims[1] = in_shape[v][1];
+        l->mha_dims[2] = in_shape[k][1];
         break;
+    }
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:
@@ -1428,14 +1437,17 @@ static void layer_variables(dist_model *m, model_layer *l) {
     case LAYER_MHA: {
         /* Keras's EinsumDense kernels and their Glorot fans (the axes before the last two are
          * the receptive field): query/key/value [D, heads, dim], output [heads, value_dim, D] */
-        const int64_t d = shape[l->in_ndim - 1], h = l->heads;
+        const int64_t d = l->mha_dims[0], h = l->heads;
         static const char *const names[4] = {"query", "key", "value", "attention_output"};
+        /* each projection's input features: the query's, the key's, the value's */
+        const int64_t din[3] = {d, l->mha_dims[2], l->mha_dims[1]};
         for (int p = 0; p < 4; p++) {
             char what[40];
             const int64_t dim = p == 0 || p == 1 ? l->key_dim : l->value_dim;
-            int64_t k[3] = {d, h, dim}, ko[3] = {h, l->value_dim, d}, b[2] = {h, dim};
+            int64_t k[3] = {p < 3 ? din[p] : d, h, dim}, ko[3] = {h, l->value_dim, d},
+                    b[2] = {h, dim};
             snprintf(what, sizeof what, "%s/kernel", names[p]);
-            l->mha_vars[2 * p] = p < 3 ? add_var(m, l, what, 3, k, h * d, dim * d)
+            l->mha_vars[2 * p] = p < 3 ? add_var(m, l, what, 3, k, h * k[0], dim * k[0])
                                        : add_var(m, l, what, 3, ko, l->value_dim * h, d * h);
             if (!l->use_bias) continue;
             snprintf(what, sizeof what, "%s/bias", names[p]);
@@ -1578,6 +1590,7 @@ static dist_status plan_masks(dist_model *m, int output) {
         }
         l->mask_in = l->ninputs > 0 ? src[0] : -1;
         l->mask_out = -1;
+        l->mask_value_in = -1;
         if (l->json_mask >= 0 && (l->json_mask == 1) != (l->mask_in >= 0 || masked > 0))
             return dist_error(DIST_UNSUPPORTED,
                               "layer '%s' (%s): the file gives it %s mask where Keras's rules, "
@@ -1619,6 +1632,18 @@ static dist_status plan_masks(dist_model *m, int output) {
             l->mask_out = src[0];
             continue;
         }
+        if (l->kind == LAYER_MHA) {
+            /* its attention mask: the query's mask, and the value's (the key's, which Keras also
+             * ands, must be the value's); the query's passes on */
+            l->mask_value_in = l->ninputs > 1 ? src[1] : src[0];
+            if (l->ninputs > 2 && src[2] != l->mask_value_in)
+                return dist_error(DIST_UNSUPPORTED,
+                                  "layer '%s' (MultiHeadAttention): its key carries another mask "
+                                  "than its value; libdist takes one mask for both",
+                                  l->name);
+            l->mask_out = l->mask_in;
+            continue;
+        }
         if (l->mask_in < 0) continue;
         switch (l->kind) {
         case LAYER_SIMPLE_RNN:
@@ -1632,9 +1657,6 @@ static dist_status plan_masks(dist_model *m, int output) {
                                 "which libdist does not");
         case LAYER_SOFTMAX:
             return mask_refused(l, m, "Keras would add a large negative to the masked entries");
-        case LAYER_MHA: /* its attention mask, and the query's mask on its output */
-            l->mask_out = l->mask_in;
-            break;
         default: l->mask_out = mask_passes(m, l->kind) ? l->mask_in : -1; break;
         }
     }
@@ -2093,33 +2115,51 @@ static dist_status mha_dense(dist_tape *tape, const dist_tensor *x, int64_t in_c
     return dist_op_reshape(tape, y, out_ndim, out_shape, out);
 }
 
-/* Keras's attention mask of a self-attention layer on [B, T, D] (NULL where there is none):
- * query_mask [B, T, 1] and value_mask (= key_mask) [B, 1, T], both the input's steps mask,
- * and'ed, and with use_causal_mask the lower triangle [T, T] (key step s <= query step t);
- * 0 and 1 in float32, [B, T, T], or [T, T] for the causal mask alone. */
-static dist_status attention_mask(dist_tape *tape, const model_layer *l, const dist_tensor *mask,
-                                  int64_t t, dist_tensor **out) {
+/* A host array of n floats (each `fill`, or with tq the lower triangle of a [tq, n / tq]
+ * matrix: 1 where the column is at most the row) as a constant of the tape. */
+static dist_status host_constant(dist_tape *tape, const model_layer *l, int ndim,
+                                 const int64_t *shape, int64_t tq, dist_tensor **out) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v)
+        return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for an attention mask",
+                          l->name);
+    const int64_t tk = tq > 0 ? n / tq : 1;
+    for (int64_t i = 0; i < n; i++) v[i] = tq == 0 || i % tk <= i / tk ? 1.0f : 0.0f;
+    dist_tensor host = dist_tensor_view(v, DIST_F32, ndim, shape);
+    dist_status st = dist_tape_upload(tape, &host, out);
+    free(v);
+    return st;
+}
+
+/* Keras's attention mask of MultiHeadAttention (NULL where there is none): query_mask
+ * [B, Tq, 1] and value_mask (= key_mask) [B, 1, Tk], the steps masks of its query and value,
+ * and'ed, and with use_causal_mask the lower triangle [Tq, Tk] (key step s <= query step t);
+ * 0 and 1 in float32, [B, Tq, Tk], or [Tq, Tk] for the causal mask alone. */
+static dist_status attention_mask(dist_tape *tape, const model_layer *l, const dist_tensor *qmask,
+                                  const dist_tensor *vmask, int64_t tq, int64_t tk,
+                                  dist_tensor **out) {
     *out = NULL;
     dist_tensor *am = NULL;
-    if (mask) {
-        const int64_t b = mask->shape[0], sq[3] = {b, t, 1}, sk[3] = {b, 1, t};
+    if (qmask || vmask) {
+        const int64_t b = (qmask ? qmask : vmask)->shape[0], sq[3] = {b, tq, 1}, sk[3] = {b, 1, tk},
+                      ones_q[3] = {1, tq, 1}, ones_k[3] = {1, 1, tk};
         dist_tensor *mq, *mk;
-        DIST_TRY(dist_op_reshape(tape, mask, 3, sq, &mq));
-        DIST_TRY(dist_op_reshape(tape, mask, 3, sk, &mk));
+        if (qmask)
+            DIST_TRY(dist_op_reshape(tape, qmask, 3, sq, &mq));
+        else
+            DIST_TRY(host_constant(tape, l, 3, ones_q, 0, &mq));
+        if (vmask)
+            DIST_TRY(dist_op_reshape(tape, vmask, 3, sk, &mk));
+        else
+            DIST_TRY(host_constant(tape, l, 3, ones_k, 0, &mk));
         DIST_TRY(dist_op_mul(tape, mq, mk, &am));
     }
     if (l->causal_mask) {
-        float *tri = malloc((size_t)(t * t) * sizeof *tri);
-        if (!tri)
-            return dist_error(DIST_OUT_OF_MEMORY, "layer '%s': out of memory for a causal mask",
-                              l->name);
-        for (int64_t i = 0; i < t; i++)
-            for (int64_t j = 0; j < t; j++) tri[i * t + j] = j <= i ? 1.0f : 0.0f;
-        const int64_t st[2] = {t, t};
-        dist_tensor host = dist_tensor_view(tri, DIST_F32, 2, st), *c;
-        dist_status s = dist_tape_upload(tape, &host, &c);
-        free(tri);
-        DIST_TRY(s);
+        const int64_t st[2] = {tq, tk};
+        dist_tensor *c;
+        DIST_TRY(host_constant(tape, l, 2, st, tq, &c));
         if (am)
             DIST_TRY(dist_op_mul(tape, am, c, &am));
         else
@@ -2136,17 +2176,23 @@ static dist_status attention_mask(dist_tape *tape, const model_layer *l, const d
  * per batch element, head and score, and (Keras 3, whose dropout path runs its Softmax layer
  * with the mask) masked probabilities zeroed, which changes only the rows that keep no key
  * (tf_keras's keep equal weights there); the heads' weighted values projected back to D. */
-static dist_status call_attention(dist_model *m, dist_tape *tape, int layer, const dist_tensor *x,
-                                  const dist_tensor *mask, const dist_tensor *const *vars,
+static dist_status call_attention(dist_model *m, dist_tape *tape, int layer,
+                                  const dist_tensor *const *in, const dist_tensor *qmask,
+                                  const dist_tensor *vmask, const dist_tensor *const *vars,
                                   dist_tensor **out) {
     const model_layer *l = &m->layers[layer];
-    const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2], h = l->heads;
+    /* query, value (the query where not given), key (the value where not given) */
+    const dist_tensor *x = in[0], *xv = l->ninputs > 1 ? in[1] : x,
+                      *xk = l->ninputs > 2 ? in[2] : xv;
+    const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2], tk = xv->shape[1],
+                  h = l->heads;
     const int *mv = l->mha_vars;
+    const dist_tensor *src[3] = {x, xk, xv}; /* the projections' inputs: q, k, v */
     dist_tensor *qkv[3];
     for (int p = 0; p < 3; p++) {
         const int64_t dim = p < 2 ? l->key_dim : l->value_dim;
-        int64_t s[4] = {b, t, h, dim};
-        DIST_TRY(mha_dense(tape, x, d, vars[mv[2 * p]],
+        int64_t s[4] = {b, p == 0 ? t : tk, h, dim};
+        DIST_TRY(mha_dense(tape, src[p], src[p]->shape[2], vars[mv[2 * p]],
                            mv[2 * p + 1] >= 0 ? vars[mv[2 * p + 1]] : NULL, 4, s, &qkv[p]));
     }
     /* q, k, v stay [B, T, H, d]: the products read them as [B, H, T, d] (heads inside), and
@@ -2155,13 +2201,13 @@ static dist_status call_attention(dist_model *m, dist_tape *tape, int layer, con
     DIST_TRY(dist_op_scale(tape, qkv[0], (float)(1.0 / sqrt((double)l->key_dim)), &q));
     /* softmax(q k^T) v: the scores kept in cache where the backend fuses it */
     dist_tensor *am, *keep = NULL;
-    DIST_TRY(attention_mask(tape, l, mask, t, &am));
+    DIST_TRY(attention_mask(tape, l, qmask, vmask, t, tk, &am));
     if (l->rate > 0.0f && am && am->ndim == 3 && !m->tf_keras_masks) {
-        const int64_t s4[4] = {b, 1, t, t};
+        const int64_t s4[4] = {b, 1, t, tk};
         DIST_TRY(dist_op_reshape(tape, am, 4, s4, &keep));
     }
     if (l->rate > 0.0f && dist_tape_recording(tape)) {
-        const int64_t s4[4] = {b, h, t, t};
+        const int64_t s4[4] = {b, h, t, tk};
         dist_tensor *drop;
         DIST_TRY(model_dropout_mask(m, tape, layer, 0, l->rate, 4, s4, &drop));
         if (keep)
@@ -2417,7 +2463,8 @@ static dist_status masked_mean_steps(dist_tape *tape, const dist_tensor *h, cons
 /* Layer i on its inputs; mask: the mask its first input carries (mask_in), or NULL. */
 static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep, int i,
                               const dist_tensor *const *in, const dist_tensor *mask,
-                              const dist_tensor *const *vars, dist_tensor **out) {
+                              dist_tensor *const *masks, const dist_tensor *const *vars,
+                              dist_tensor **out) {
     const model_layer *l = &m->layers[i];
     /* the output's softmax is left to the loss and dist_predict (dist_model_output_is_softmax) */
     int is_head = m->softmax_head && i == (m->output < 0 ? m->nlayers - 1 : m->output);
@@ -2493,7 +2540,9 @@ static dist_status call_layer(dist_model *m, dist_tape *tape, model_replica *rep
         if (h->ndim > 2) return call_dense_steps(tape, l, h, vars, bias, is_head, out);
         DIST_TRY(dist_op_dense(tape, h, vars[l->kernel_var], bias, l->activation, out));
         return is_head ? DIST_OK : call_post(tape, l->post, *out, out);
-    case LAYER_MHA: return call_attention(m, tape, i, h, mask, vars, out);
+    case LAYER_MHA:
+        return call_attention(m, tape, i, in, mask,
+                              l->mask_value_in >= 0 ? masks[l->mask_value_in] : NULL, vars, out);
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU:
@@ -2644,7 +2693,7 @@ static dist_status call_layers(dist_model *m, dist_tape *tape, model_replica *re
         const dist_tensor *mask = l->kind == LAYER_MASKING ? masks[i]
                                   : l->mask_in >= 0        ? masks[l->mask_in]
                                                            : NULL;
-        if (st == DIST_OK) st = call_layer(m, tape, rep, i, in, mask, vars, &outs[i]);
+        if (st == DIST_OK) st = call_layer(m, tape, rep, i, in, mask, masks, vars, &outs[i]);
         if (st == DIST_OK && l->kind == LAYER_EMBEDDING && l->mask_out == i)
             st = embedding_mask(tape, in[0], &masks[i]);
         if (f32) dist_tape_set_compute_precision(tape, saved);

@@ -114,6 +114,7 @@ typedef struct model_layer {
     /* the masks (plan): the Embedding whose mask its first input and its output carry, -1 for
      * none (a mask is a function of the ids alone, so its source names it) */
     int mask_in, mask_out;
+    int mask_value_in; /* MultiHeadAttention: the mask its value (and key) input carries, or -1 */
     /* a Keras 3 Functional file's mask argument of the layer: -1 none written, 0 null, 1 a mask
      * (checked against mask_in by the plan) */
     int json_mask;
@@ -121,6 +122,7 @@ typedef struct model_layer {
     int input_dim;                            /* embedding: the vocabulary */
     int heads, key_dim, value_dim, use_bias;  /* mha */
     int causal_mask;                          /* mha: Keras's call argument use_causal_mask */
+    int64_t mha_dims[3]; /* mha: the features of its query, value and key (the plan's shapes) */
     int mha_vars[8]; /* mha: query, key, value, output: kernel then bias each (-1: none) */
     dist_activation activation;
     dist_rnn_options rnn;     /* simple_rnn, lstm, gru, bidirectional (its forward layer's) */

@@ -34,7 +34,7 @@ both Bidirectional forms, the mask passed on by return_sequences, Dense and a la
 Concatenate, dropped by Conv1D),
 the same way and through its .keras file. The recurrent stack with dropout and
 recurrent_dropout in an LSTM and a Bidirectional GRU: in inference Keras's logits (training draws
-libdist's masks, not TensorFlow's). Refused by name: a model with cross-attention, an LSTM with
+libdist's masks, not TensorFlow's). Refused by name: an LSTM with
 a dropout rate of 1 (which Keras ignores), and masks reaching Softmax, a merge of a masked and an
 unmasked input or the model's output. The Transformer block with the ids' mask as its attention
 mask (Keras's query and value masks), with use_causal_mask, and with both into Flatten (the
@@ -83,8 +83,17 @@ def make_transformer(cross=False, mask_zero=False, causal=False, flatten=False, 
     ids = keras.Input((T,), dtype="int32", name="ids")
     x = L.Embedding(V, 16, mask_zero=mask_zero, name="embed")(ids)
     if cross:
-        other = L.Dense(16, name="other")(x)
-        a = L.MultiHeadAttention(2, 8, name="mha")(x, other)
+        # cross-attention: value another tensor (12 features); with 2 a key of its own (10);
+        # with 3 a value of half the steps (MaxPooling1D, which drops the mask: only the
+        # query's then)
+        other = L.Dense(12, name="other")(x)
+        if cross == 3:
+            other = L.MaxPooling1D(2, name="half")(other)
+        if cross == 2:
+            key = L.Dense(10, name="keys")(x)
+            a = L.MultiHeadAttention(2, 8, name="mha")(x, other, key)
+        else:
+            a = L.MultiHeadAttention(2, 8, name="mha")(x, other)
     elif causal:
         a = L.MultiHeadAttention(2, 8, dropout=dropout, seed=7, name="mha")(
             x, x, use_causal_mask=True)
@@ -352,6 +361,15 @@ def main():
         tm = seeded(seed, lambda: make_transformer(**kw), rng)
         ok = run_case(driver, work, name, tm, xm, y, xm_path, y_path, saver=saver,
                       shape=(N, T, 1, 1)) and ok
+    # cross-attention: a value of its own, a key of its own, fewer value steps; masked too
+    for name, seed, ids, kw in (("cross", 25, "plain", dict(cross=1)),
+                                ("cross_key_masked", 26, "masked", dict(cross=2, mask_zero=True)),
+                                ("cross_half_masked", 27, "masked",
+                                 dict(cross=3, mask_zero=True, causal=False))):
+        tm = seeded(seed, lambda: make_transformer(**kw), rng)
+        xs, xs_path = (x, x_path) if ids == "plain" else (xm, xm_path)
+        ok = run_case(driver, work, f"transformer_{name}", tm, xs, y, xs_path, y_path,
+                      saver=saver, shape=(N, T, 1, 1)) and ok
     # attention dropout: in inference the layer without it, but for Keras 3's dropout path,
     # which zeroes the probabilities of the padded query steps' rows (read by Flatten); with
     # the causal mask alone no row is empty
@@ -402,8 +420,6 @@ def main():
     # the argument)
     ok = refused("LSTM dropout of 1", "dropout", make_recurrent(dropout=1.0),
                  "'lstm' (LSTM): argument 'dropout' is not a rate in [0, 1)") and ok
-    ok = refused("cross-attention", "cross", make_transformer(cross=True),
-                 "'mha' (MultiHeadAttention)", "self-attention") and ok
     # MultiHeadAttention's mask arguments written out (Keras 3 writes none for a mask it made
     # itself): query_mask the ids' mask and value_mask null differ, which libdist refuses
     # (stricter than Keras 3, which refills a null value_mask from the tensor's own mask)
