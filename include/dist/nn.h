@@ -346,8 +346,10 @@ DIST_API dist_status dist_model_set_use_causal_mask(dist_model *model, int layer
  * keyed by the seed, the layer, the replica and its training call: TensorFlow's draws are not
  * reproduced); identity in inference. As Keras 3's dropout path does (its Softmax layer with the
  * mask), a query step that keeps no key then weighs no key (zeros, not equal weights), in
- * inference too; a model read from a tf_keras file keeps tf_keras's equal weights. The
- * attention then runs as its parts (the CPU's fused kernel declines). */
+ * inference too; a model read from a tf_keras file keeps tf_keras's equal weights (and is not
+ * written as Keras 3's .keras then). The attention runs as its parts (the CPU's fused kernel
+ * declines) in training, and in inference where that zeroing applies (a mask); otherwise
+ * inference fuses. */
 DIST_API dist_status dist_model_set_attention_dropout(dist_model *model, int layer, float rate,
                                                       uint64_t seed);
 /* keras.layers.SimpleRNN, LSTM and GRU on [batch, steps, features]: the recurrence unrolled

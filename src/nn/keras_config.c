@@ -493,7 +493,20 @@ static dist_status layer_object(const dist_model *m, int i, int in_ndim, const i
         break;
     case LAYER_LAYER_NORM: layer_norm_config(c, l); break;
     case LAYER_EMBEDDING: embedding_config(c, l); break;
-    case LAYER_MHA: mha_config(c, l); break;
+    case LAYER_MHA:
+        /* Keras 3 zeroes a masked row that keeps no key on its dropout path, where tf_keras
+         * (whose rule a model from its file follows) weighs every key equally: a .keras file
+         * would predict otherwise */
+        if (m->tf_keras_masks && l->rate > 0.0f && (l->mask_in >= 0 || l->mask_value_in >= 0))
+            st = dist_error(DIST_UNSUPPORTED,
+                            "layer '%s' (MultiHeadAttention): masked attention with dropout from "
+                            "a tf_keras file cannot be written as Keras 3's .keras (Keras 3 "
+                            "zeroes a query step's row that keeps no key, tf_keras weighs every "
+                            "key equally)",
+                            l->name);
+        else
+            mha_config(c, l);
+        break;
     case LAYER_SIMPLE_RNN:
     case LAYER_LSTM:
     case LAYER_GRU: rnn_config(c, l, l->kind); break;
@@ -645,7 +658,7 @@ static cJSON *keras_tensor(const dist_model *m, int from, const char *input) {
 
 /* A Functional layer entry: the layer's object with its name and its one inbound node
  * ({"args": [tensor] or [[tensors]], "kwargs": {}}, as Keras 3 writes a merge layer's list;
- * MultiHeadAttention's self-attention: [query, value], the same tensor twice). */
+ * MultiHeadAttention's query, value and key, the query twice for self-attention). */
 static dist_status graph_layer(const dist_model *m, int i, const char *input, cJSON **out) {
     const model_layer *l = &m->layers[i];
     cJSON *o = NULL;

@@ -1620,7 +1620,7 @@ static dist_status check_call_kwargs(const json_layer *l, const cJSON *kwargs, i
 
 /* tf-keras writes MultiHeadAttention's call as [[QUERY, 0, 0, {"value": [VALUE, 0, 0],
  * "key": [KEY, 0, 0]}]]: the query, then the value and the key (when given) from the kwargs,
- * whose other entries must be absent (build refuses cross-attention). names[0] is set. */
+ * whose other entries must be absent or call flags libdist honours. names[0] is set. */
 static dist_status tf_keras_attention_inputs(const json_layer *l, const cJSON *kwargs,
                                              const char **names, int *count) {
     if (!cJSON_IsObject(kwargs))
@@ -1664,7 +1664,7 @@ static dist_status inbound_names(const json_layer *l, const cJSON *item, const c
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
         const int nargs = cJSON_IsArray(args) ? cJSON_GetArraySize(args) : 0;
         if (strcmp(l->class_name, "MultiHeadAttention") == 0 && nargs >= 2 && nargs <= 3) {
-            /* query, value[, key]: each a tensor (build refuses cross-attention) */
+            /* query, value[, key]: each a tensor */
             DIST_TRY(check_call_kwargs(l, cJSON_GetObjectItemCaseSensitive(node, "kwargs"), 1));
             for (int j = 0; j < nargs; j++) {
                 const cJSON *cfg =
@@ -1920,8 +1920,8 @@ static dist_status mask_arg_value(const json_layer *l, const cJSON *kwargs, cons
 
 /* A Keras 3 layer's mask argument: -1 where none is written, 0 for null, 1 for the mask.
  * MultiHeadAttention's are query_mask, value_mask and key_mask (Keras fills each from its
- * tensor's mask, and makes its attention mask of them): libdist's self-attention reads one
- * tensor, so they are one mask, present or not together. */
+ * tensor's mask, a null one too, and makes its attention mask of them): 1 where any is a mask,
+ * which the plan checks against the masks its inputs carry. */
 static dist_status mask_argument(const dist_model *m, const json_layer *l, const cJSON *item,
                                  const mask_nodes *mn, int *json_mask) {
     const cJSON *node =
@@ -1935,15 +1935,10 @@ static dist_status mask_argument(const dist_model *m, const json_layer *l, const
     for (int i = 0; i < 3; i++) {
         int v;
         DIST_TRY(mask_arg_value(l, kwargs, attention[i], mn, &v));
-        if (v >= 0 && *json_mask >= 0 && v != *json_mask)
-            return dist_error(DIST_UNSUPPORTED,
-                              "layer '%s' (%s): its query, value and key masks differ (one is "
-                              "null); libdist's self-attention takes one mask for all three",
-                              l->name, l->class_name);
-        if (v >= 0) *json_mask = v;
+        if (v > *json_mask) *json_mask = v;
     }
-    /* each argument is a steps mask, which libdist takes for its input's: it is where the
-     * model makes one mask (an Embedding's mask is the ids', whichever Embedding) */
+    /* each argument is a steps mask, which libdist takes for the one its tensor carries: it is
+     * where the model makes one mask (an Embedding's mask is the ids', whichever Embedding) */
     int sources = 0, embeddings = 0;
     for (int i = 0; *json_mask == 1 && i < m->nlayers; i++) {
         sources += m->layers[i].kind == LAYER_MASKING;
@@ -1953,7 +1948,7 @@ static dist_status mask_argument(const dist_model *m, const json_layer *l, const
         return dist_error(DIST_UNSUPPORTED,
                           "layer '%s' (%s): its mask arguments name masks of a model that makes "
                           "several (Masking layers, Embedding's mask_zero); libdist cannot tell "
-                          "them from its input's, which its self-attention takes",
+                          "them from the masks its inputs carry, which it takes",
                           l->name, l->class_name);
     return DIST_OK;
 }

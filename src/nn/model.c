@@ -1635,12 +1635,19 @@ static dist_status plan_masks(dist_model *m, int output) {
         if (l->kind == LAYER_MHA) {
             /* its attention mask: the query's mask, and the value's (the key's, which Keras also
              * ands, must be the value's); the query's passes on */
-            l->mask_value_in = l->ninputs > 1 ? src[1] : src[0];
-            if (l->ninputs > 2 && src[2] != l->mask_value_in)
+            const int vs = l->ninputs > 1 ? src[1] : src[0], ks = l->ninputs > 2 ? src[2] : vs;
+            /* Keras ands the two: where one has none, the other's; every Embedding's is the
+             * ids' mask */
+            const int same =
+                vs < 0 || ks < 0 || vs == ks ||
+                (m->layers[vs].kind == LAYER_EMBEDDING && m->layers[ks].kind == LAYER_EMBEDDING);
+            if (!same)
                 return dist_error(DIST_UNSUPPORTED,
                                   "layer '%s' (MultiHeadAttention): its key carries another mask "
-                                  "than its value; libdist takes one mask for both",
-                                  l->name);
+                                  "than its value ('%s' and '%s'); libdist takes one mask for "
+                                  "both",
+                                  l->name, m->layers[ks].name, m->layers[vs].name);
+            l->mask_value_in = vs >= 0 ? vs : ks;
             l->mask_out = l->mask_in;
             continue;
         }
@@ -2169,13 +2176,14 @@ static dist_status attention_mask(dist_tape *tape, const model_layer *l, const d
     return DIST_OK;
 }
 
-/* Keras's MultiHeadAttention called as self-attention (query = value = key): q, k, v = x W +
- * b per head; q scaled by 1 / sqrt(key_dim) (Keras scales the query, not the scores); softmax
- * over the keys of q k^T, masked by the input's steps mask and the causal mask where there are
- * (attention_mask); with a dropout rate, in training the probabilities times a dropout mask
- * per batch element, head and score, and (Keras 3, whose dropout path runs its Softmax layer
- * with the mask) masked probabilities zeroed, which changes only the rows that keep no key
- * (tf_keras's keep equal weights there); the heads' weighted values projected back to D. */
+/* Keras's MultiHeadAttention on its query, value (the query where not given) and key (the
+ * value where not given): q, k, v = their inputs W + b per head; q scaled by 1 / sqrt(key_dim)
+ * (Keras scales the query, not the scores); softmax over the keys of q k^T, masked by the query's
+ * and the value's masks and the causal mask where there are (attention_mask); with a dropout rate,
+ * in training the probabilities times a dropout mask per batch element, head and score, and (Keras
+ * 3, whose dropout path runs its Softmax layer with the mask) masked probabilities zeroed, which
+ * changes only the rows that keep no key (tf_keras's keep equal weights there); the heads' weighted
+ * values projected back to D. */
 static dist_status call_attention(dist_model *m, dist_tape *tape, int layer,
                                   const dist_tensor *const *in, const dist_tensor *qmask,
                                   const dist_tensor *vmask, const dist_tensor *const *vars,

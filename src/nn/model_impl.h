@@ -35,7 +35,7 @@ typedef enum layer_kind {
     LAYER_GLOBAL_AVG_POOL1D,
     LAYER_PERMUTE,
     LAYER_EMBEDDING,
-    LAYER_MHA, /* MultiHeadAttention, self-attention */
+    LAYER_MHA, /* MultiHeadAttention: self- or cross-attention */
     LAYER_DEPTHWISE_CONV2D,
     LAYER_SEPARABLE_CONV2D, /* depthwise kernel is kernel_var, then pointwise_var */
     LAYER_CONV1D,

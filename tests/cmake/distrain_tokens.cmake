@@ -57,6 +57,15 @@ foreach(token_bad "out_of_vocab;1;id 60 (position 15 of 16) is not in [0, 50), t
   set_tests_properties(distrain.tokens_${token_name} PROPERTIES LABELS cli
                        FIXTURES_REQUIRED token_tfrecords TIMEOUT 60)
 endforeach()
+# A tf_keras model with masked attention and dropout is not written as Keras 3's .keras (Keras 3
+# zeroes the rows that keep no key on its dropout path, tf_keras weighs every key equally);
+# distrain keeps the weights in its own folder instead.
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/attention_keras_refused)
+add_test(NAME distrain.tokens_attention_keras_refused
+         COMMAND sh -c "rm -f m.keras distrain-weights-*; '$<TARGET_FILE:distrain>' --model '${token_dir}/model_attention.json' --data-format tfrecord --data-dir '${token_dir}/padded' --feature-keys tokens=ids,label=label --epochs 0 --save-model m.keras --quiet 2> err; rc=$?; cat err; test $rc = 1 && grep -q \"masked attention with dropout from a tf_keras file cannot be written as Keras 3's .keras\" err && test ! -e m.keras && ls distrain-weights-*.safetensors")
+set_tests_properties(distrain.tokens_attention_keras_refused PROPERTIES LABELS cli
+                     FIXTURES_REQUIRED token_tfrecords TIMEOUT 60
+                     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/attention_keras_refused)
 add_test(NAME distrain.tokens_refuse_idx
          COMMAND ${expect} 2 "the model reads 16 token ids (an int32 input); give them as --data-format tfrecord"
                  $<TARGET_FILE:distrain> --model ${token_dir}/model.json --quiet)
