@@ -688,30 +688,30 @@ dist_status dist_model_add_multi_head_attention(dist_model *m, int num_heads, in
     return DIST_OK;
 }
 
-dist_status dist_model_set_use_causal_mask(dist_model *m, int layer, int on) {
-    DIST_CHECK_ARG(m, "dist_model_set_use_causal_mask: model is NULL");
-    if (m->built)
-        return dist_error(DIST_INVALID_USAGE, "model '%s': cannot change a call after build",
-                          m->name);
-    DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name, layer);
-    model_layer *l = &m->layers[layer];
-    DIST_CHECK_ARG(l->kind == LAYER_MHA,
-                   "dist_model_set_use_causal_mask: layer '%s' is %s, not MultiHeadAttention",
-                   l->name, model_layer_class(l->kind));
-    l->causal_mask = on != 0;
-    return DIST_OK;
-}
-
-dist_status dist_model_set_attention_dropout(dist_model *m, int layer, float rate, uint64_t seed) {
-    DIST_CHECK_ARG(m, "dist_model_set_attention_dropout: model is NULL");
+/* The MultiHeadAttention layer `layer` of an unbuilt model, for fn to set. */
+static dist_status unbuilt_attention(dist_model *m, int layer, const char *fn, model_layer **out) {
+    DIST_CHECK_ARG(m, "%s: model is NULL", fn);
     if (m->built)
         return dist_error(DIST_INVALID_USAGE, "model '%s': cannot change a layer after build",
                           m->name);
     DIST_CHECK_ARG(layer >= 0 && layer < m->nlayers, "model '%s' has no layer %d", m->name, layer);
     model_layer *l = &m->layers[layer];
-    DIST_CHECK_ARG(l->kind == LAYER_MHA,
-                   "dist_model_set_attention_dropout: layer '%s' is %s, not MultiHeadAttention",
+    DIST_CHECK_ARG(l->kind == LAYER_MHA, "%s: layer '%s' is %s, not MultiHeadAttention", fn,
                    l->name, model_layer_class(l->kind));
+    *out = l;
+    return DIST_OK;
+}
+
+dist_status dist_model_set_use_causal_mask(dist_model *m, int layer, int on) {
+    model_layer *l = NULL;
+    DIST_TRY(unbuilt_attention(m, layer, "dist_model_set_use_causal_mask", &l));
+    l->causal_mask = on != 0;
+    return DIST_OK;
+}
+
+dist_status dist_model_set_attention_dropout(dist_model *m, int layer, float rate, uint64_t seed) {
+    model_layer *l = NULL;
+    DIST_TRY(unbuilt_attention(m, layer, "dist_model_set_attention_dropout", &l));
     DIST_CHECK_ARG(rate >= 0.0f && rate < 1.0f,
                    "dist_model_set_attention_dropout: rate must be in [0, 1), got %g",
                    (double)rate);
