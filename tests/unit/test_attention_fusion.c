@@ -69,6 +69,22 @@ static dist_tensor *filled(dist_backend *be, int r, const int64_t *s, uint32_t s
     return x;
 }
 
+/* q, k, v and the loss weights w of a shape case (seeds seed .. seed + 3; q and k scaled by
+ * qk_scale, v and w by 1) into t4; returns the rank. */
+static int case_tensors(dist_backend *be, const shape_case *c, uint32_t seed, float qk_scale,
+                        dist_tensor *t4[4]) {
+    int64_t qs[5], ks[5], vs[5], ys[5];
+    const int r = shape_of(c, c->tq, c->dk, qs);
+    shape_of(c, c->tk, c->dk, ks);
+    shape_of(c, c->tk, c->dv, vs);
+    shape_of(c, c->tq, c->dv, ys);
+    t4[0] = filled(be, r, qs, seed, qk_scale);
+    t4[1] = filled(be, r, ks, seed + 1, qk_scale);
+    t4[2] = filled(be, r, vs, seed + 2, 1.0f);
+    t4[3] = filled(be, r, ys, seed + 3, 1.0f);
+    return r;
+}
+
 typedef struct result {
     float *y, *dq, *dk, *dv; /* NULL: not computed */
     dist_fusion_stats st;
@@ -293,20 +309,14 @@ START_TEST(test_masked_equals_the_parts_and_the_formulas) {
             for (int causal = 0; causal <= 1; causal++) {
                 const shape_case *c = &cases[ci];
                 if (prec != DIST_F32 && ci > 2) continue;
-                int64_t qs[5], ks[5], vs[5], ys[5], ms[5];
-                const int r = shape_of(c, c->tq, c->dk, qs);
-                shape_of(c, c->tk, c->dk, ks);
-                shape_of(c, c->tk, c->dv, vs);
-                shape_of(c, c->tq, c->dv, ys);
+                dist_tensor *t4[4];
+                const int r = case_tensors(be, c, 61u + 4u * (uint32_t)ci, 1.5f, t4);
                 const int64_t per = c->tq * c->tk, batch = batch_of(c);
+                int64_t ms[5];
                 int mr = 0;
                 if (!causal)
-                    for (int d = 0; d < r - 3; d++) ms[mr++] = qs[d];
+                    for (int d = 0; d < r - 3; d++) ms[mr++] = t4[0]->shape[d];
                 ms[mr++] = c->tq, ms[mr++] = c->tk;
-                dist_tensor *t4[4] = {filled(be, r, qs, 61u + (uint32_t)ci, 1.5f),
-                                      filled(be, r, ks, 62u + (uint32_t)ci, 1.5f),
-                                      filled(be, r, vs, 63u + (uint32_t)ci, 1.0f),
-                                      filled(be, r, ys, 64u + (uint32_t)ci, 1.0f)};
                 for (int i = 0; prec != DIST_F32 && i < 4; i++)
                     for (int64_t j = 0; j < dist_tensor_numel(t4[i]); j++)
                         ((float *)t4[i]->data)[j] = round_to(((float *)t4[i]->data)[j], prec);
@@ -421,17 +431,13 @@ START_TEST(test_a_dropout_factor_on_the_probabilities_against_the_formulas) {
     for (int wi = 0; wi < 3; wi++)
         for (int form = 0; form < 3; form++) { /* per head; broadcast; per head and a mask */
             const shape_case *c = &cases[which[wi]];
-            int64_t qs[5], ks[5], vs[5], ys[5], fs[5], ms[5];
-            const int r = shape_of(c, c->tq, c->dk, qs);
-            shape_of(c, c->tk, c->dk, ks);
-            shape_of(c, c->tk, c->dv, vs);
-            shape_of(c, c->tq, c->dv, ys);
+            dist_tensor *t4[4];
+            const int r = case_tensors(be, c, 81u, 1.5f, t4);
             const int64_t heads = form == 1 ? 1 : c->h;
-            for (int d = 0; d < r - 3; d++) fs[d] = ms[d] = qs[d];
+            int64_t fs[5], ms[5];
+            for (int d = 0; d < r - 3; d++) fs[d] = ms[d] = t4[0]->shape[d];
             fs[r - 3] = heads, fs[r - 2] = c->tq, fs[r - 1] = c->tk;
             ms[r - 3] = c->tq, ms[r - 2] = c->tk;
-            dist_tensor *t4[4] = {filled(be, r, qs, 81u, 1.5f), filled(be, r, ks, 82u, 1.5f),
-                                  filled(be, r, vs, 83u, 1.0f), filled(be, r, ys, 84u, 1.0f)};
             dist_tensor *keep, *mask = NULL;
             ck_assert_int_eq(dist_backend_alloc_tensor(be, DIST_F32, r, fs, &keep), DIST_OK);
             uint32_t seed = 91u;
