@@ -1312,24 +1312,30 @@ static void expect_same_training(const float *lt, const float *lm, const float *
     ck_assert_float_ne(lm[0], lm[2]); /* it trained */
 }
 
-/* The Transformer block traced into one program (the gather as one-hot rows, the attention
- * as batched dot_generals): the same losses and weights as mirrored's. */
-/* text_steps under tpu and under mirrored: the same losses and weights. */
-static void expect_text_model_trains_under_tpu_as_mirrored(int recurrent) {
+/* steps (text_steps or graph_steps, with its `variant`) under tpu and under mirrored: the same
+ * losses and weights. */
+typedef void (*steps_fn)(int tpu, int variant, float losses[3], float *weights, int64_t *count);
+
+static void expect_trains_under_tpu_as_mirrored(steps_fn steps, int variant) {
     float lt[3], lm[3];
     static float wt[4096], wm[4096];
     int64_t nt = 0, nm = 0;
-    text_steps(1, recurrent, lt, wt, &nt);
-    text_steps(0, recurrent, lm, wm, &nm);
+    steps(1, variant, lt, wt, &nt);
+    steps(0, variant, lm, wm, &nm);
     expect_same_training(lt, lm, wt, wm, nt, nm);
 }
 
+static void expect_text_model_trains_under_tpu_as_mirrored(int recurrent) {
+    expect_trains_under_tpu_as_mirrored(text_steps, recurrent);
+}
+
+/* The Transformer block traced into one program (the gather as one-hot rows, the attention
+ * as batched dot_generals): the same losses and weights as mirrored's. */
 START_TEST(test_under_tpu_a_transformer_block_trains_as_mirrored_does) {
     expect_text_model_trains_under_tpu_as_mirrored(0);
 }
 END_TEST
 
-/* The graph traced into one program: the same losses and weights as mirrored's. */
 /* LSTM, GRU (both forms, go_backwards) and SimpleRNN unrolled and traced into one program: the
  * same losses and weights as mirrored's. */
 START_TEST(test_under_tpu_recurrent_layers_train_as_mirrored_does) {
@@ -1352,14 +1358,8 @@ START_TEST(test_under_tpu_masked_causal_attention_trains_as_mirrored_does) {
 }
 END_TEST
 
-/* graph_steps under tpu and under mirrored: the same losses and weights. */
 static void expect_graph_trains_under_tpu_as_mirrored(int masking) {
-    float lt[3], lm[3];
-    static float wt[4096], wm[4096];
-    int64_t nt = 0, nm = 0;
-    graph_steps(1, masking, lt, wt, &nt);
-    graph_steps(0, masking, lm, wm, &nm);
-    expect_same_training(lt, lm, wt, wm, nt, nm);
+    expect_trains_under_tpu_as_mirrored(graph_steps, masking);
 }
 
 /* Masking's comparison and the masked LSTM traced into one program: as mirrored. */
@@ -1368,6 +1368,7 @@ START_TEST(test_under_tpu_masking_trains_as_mirrored_does) {
 }
 END_TEST
 
+/* The graph traced into one program: the same losses and weights as mirrored's. */
 START_TEST(test_under_tpu_a_graph_model_trains_as_mirrored_does) {
     expect_graph_trains_under_tpu_as_mirrored(0);
 }
